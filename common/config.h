@@ -1,0 +1,118 @@
+// The gridsync configuration: JSON with // comments, loaded, strictly
+// validated and filled with defaults in one place.
+//
+// Every binary reads the same file. Validation rejects unknown keys, wrong
+// types, out-of-range values and unsupported combinations with a message that
+// names the key path, the bad value and what is allowed; binaries turn such a
+// Status into exit code 2 (kConfigErrorExitCode) before anything starts.
+// Keys whose feature arrives later are accepted here and refused, with
+// "not supported yet", by the code that would use them (see
+// Config::CheckRunnable).
+//
+// Thread safety: a Config is an immutable value after loading; share freely.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+
+namespace gridsync {
+
+inline constexpr int kConfigErrorExitCode = 2;
+
+// The image every demo and benchmark fits unless task.image says otherwise:
+// a public-domain photo shipped by Debian's python-matplotlib-data (512x600).
+inline constexpr const char* kDefaultImagePath =
+    "/usr/share/matplotlib/mpl-data/sample_data/grace_hopper.jpg";
+
+enum class GradientSync { kNccl, kPs, kHybrid };
+enum class BatchSplitting { kEven, kWeighted, kAdaptive };
+enum class ModelParallelDim { kRow, kColumn, kBoth };
+enum class TaskType { kImage, kSdf, kNerf };
+
+std::string_view ToString(GradientSync v);
+std::string_view ToString(BatchSplitting v);
+std::string_view ToString(ModelParallelDim v);
+std::string_view ToString(TaskType v);
+
+struct EncodingConfig {
+  std::string otype = "HashGrid";  // only HashGrid
+  int n_levels = 16;                // 1..32
+  int n_features_per_level = 2;     // 1, 2, 4 or 8
+  int log2_hashmap_size = 19;       // 4..30
+  int base_resolution = 16;         // 1..1<<20
+  double per_level_scale = 1.5;     // 1.0..16.0 (finite)
+};
+
+struct NetworkConfig {
+  int n_neurons = 64;        // 1..1024
+  int n_hidden_layers = 2;   // 0..16
+};
+
+struct DistributedConfig {
+  bool enable = false;
+  int world_size = 1;                    // 1..65536
+  std::string master_addr = "127.0.0.1"; // non-empty host name or address
+  int master_port = 29500;               // 1..65535
+  GradientSync gradient_sync = GradientSync::kNccl;
+  BatchSplitting batch_splitting = BatchSplitting::kEven;
+  bool model_parallel = false;
+  ModelParallelDim mp_dim = ModelParallelDim::kRow;  // only meaningful with model_parallel
+  bool hierarchical = false;
+};
+
+struct TrainingConfig {
+  int batch_size = 16384;         // 1..1<<24; samples per optimizer step (global)
+  double learning_rate = 1e-2;    // (0, 10], finite
+  bool mixed_precision = false;
+  int gradient_accumulation = 1;  // 1..1024, must divide batch_size
+  bool dynamic_resolution = false;
+  int dynamic_resolution_steps = 0;  // 0 = steps/2; step by which every level is on
+  int steps = 1000;               // 1..10'000'000
+  uint64_t seed = 1337;
+  int threads = 1;                // 1..256
+  int log_every = 100;            // 0 = never; >= 0
+};
+
+struct TaskConfig {
+  TaskType type = TaskType::kImage;
+  std::string image = kDefaultImagePath;  // path to a JPEG/PNG
+  std::string output = "out";             // folder for the reconstruction and reports
+};
+
+struct Config {
+  EncodingConfig encoding;
+  NetworkConfig network;
+  DistributedConfig distributed;
+  TrainingConfig training;
+  TaskConfig task;
+
+  // Where the config came from, for messages ("configs/local.json").
+  std::string source = "<defaults>";
+
+  // Parses JSON text (with // and /* */ comments, UTF-8), applies `overrides`
+  // ("training.steps=200", value parsed as JSON, else taken as a string),
+  // validates and fills defaults. All problems are reported at once, one per
+  // line, each as "<source>: <key.path>: <problem>; allowed: <what>".
+  static Result<Config> Parse(std::string_view text, std::string_view source,
+                              const std::vector<std::string>& overrides = {});
+  static Result<Config> LoadFile(const std::string& path,
+                                 const std::vector<std::string>& overrides = {});
+
+  // The resolved config, every key with its effective value.
+  nlohmann::json ToJson() const;
+
+  // Refuses settings that validate but whose feature is not implemented yet
+  // (for example distributed training before the PS lands), with a
+  // kUnsupported Status naming the key. `standalone` means the caller trains
+  // in one process and ignores the distributed section.
+  Status CheckRunnable(bool standalone) const;
+};
+
+}  // namespace gridsync

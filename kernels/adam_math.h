@@ -1,0 +1,44 @@
+// Adam's per-element update, shared by the CPU and CUDA kernels.
+//
+// tiny-cuda-nn's form: each row keeps its own step count, so a hash-grid row
+// that few batches touch gets the bias correction of its own history, and a
+// row that a batch did not touch is not updated at all (its m and v do not
+// decay either).
+//   m <- b1*m + (1-b1)*g
+//   v <- b2*v + (1-b2)*g^2
+//   w <- w - lr * sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps)
+//
+// Thread safety: pure functions.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/host_device.h"
+
+namespace gridsync {
+
+struct AdamHyper {
+  float learning_rate = 1e-2f;
+  float beta1 = 0.9f;
+  float beta2 = 0.99f;
+  float epsilon = 1e-15f;
+};
+
+// The bias-corrected step size for a row at step t (t >= 1), in float on
+// both CPU and GPU so the twins agree.
+GRIDSYNC_HOST_DEVICE inline float AdamStepSize(const AdamHyper& h, uint32_t t) {
+  return h.learning_rate * sqrtf(1.0f - powf(h.beta2, static_cast<float>(t))) /
+         (1.0f - powf(h.beta1, static_cast<float>(t)));
+}
+
+GRIDSYNC_HOST_DEVICE inline void AdamUpdate(const AdamHyper& h, float step_size, float g, float* w,
+                                            float* m, float* v) {
+  const float m_new = h.beta1 * *m + (1.0f - h.beta1) * g;
+  const float v_new = h.beta2 * *v + (1.0f - h.beta2) * g * g;
+  *m = m_new;
+  *v = v_new;
+  *w -= step_size * m_new / (sqrtf(v_new) + h.epsilon);
+}
+
+}  // namespace gridsync

@@ -1,0 +1,42 @@
+// Sparse Adam on the CPU: updates the given rows of a table and nothing else.
+// The same routine serves the standalone trainer and, later, the PS shard.
+//
+// Thread safety: an AdamTable must not be updated from two calls at once;
+// distinct tables may be updated concurrently.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/sparse_rows.h"
+#include "kernels/adam_math.h"
+
+namespace gridsync::cpu {
+
+// Optimizer state of one table of rows x width parameters.
+struct AdamTable {
+  uint32_t width = 0;
+  std::vector<float> m;
+  std::vector<float> v;
+  std::vector<uint32_t> step;  // per row
+
+  void Resize(uint64_t rows, uint32_t row_width) {
+    width = row_width;
+    m.assign(rows * row_width, 0.0f);
+    v.assign(rows * row_width, 0.0f);
+    step.assign(rows, 0);
+  }
+};
+
+// Applies Adam to `grad.rows` of `params` (rows x width), each gradient
+// multiplied by `grad_scale` first (1/loss_scale for mixed precision,
+// 1/samples for a sum of per-sample gradients).
+void AdamUpdateRows(const AdamHyper& hyper, const SparseRows& grad, float grad_scale,
+                    float* params, AdamTable* state);
+
+// Dense variant: every row of a table whose gradient lies in `grad`
+// (rows x width, row-major), as for MLP weights.
+void AdamUpdateDense(const AdamHyper& hyper, const float* grad, uint64_t rows, float grad_scale,
+                     float* params, AdamTable* state);
+
+}  // namespace gridsync::cpu

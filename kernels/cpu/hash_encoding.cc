@@ -1,0 +1,181 @@
+#include "kernels/cpu/hash_encoding.h"
+
+#include <bit>
+#include <cstring>
+
+#include "common/check.h"
+#include "kernels/cpu/half.h"
+
+namespace gridsync::cpu {
+namespace {
+
+template <uint32_t D>
+void LookupLevel(const GridLevelInfo& level, const float* positions, size_t n, uint32_t* rows,
+                 float* weights) {
+  constexpr uint32_t kCorners = 1u << D;
+  GridCorners<D> c;
+  for (size_t i = 0; i < n; ++i) {
+    GridLookup<D>(level, positions + i * D, &c);
+    for (uint32_t k = 0; k < kCorners; ++k) {
+      rows[i * kCorners + k] = c.row[k];
+      weights[i * kCorners + k] = c.weight[k];
+    }
+  }
+}
+
+inline float LoadParam(const float* p, size_t i) { return p[i]; }
+inline float LoadParam(const uint16_t* p, size_t i) { return HalfToFloat(p[i]); }
+
+template <uint32_t F, typename P>
+void ForwardLevel(const GridBatchLookup& lookup, uint32_t level, const P* table, size_t out_width,
+                  float* features) {
+  const uint32_t corners = lookup.corners;
+  for (size_t i = 0; i < lookup.n; ++i) {
+    const size_t base = lookup.Index(level, i);
+    float acc[F] = {};
+    for (uint32_t k = 0; k < corners; ++k) {
+      const float w = lookup.weights[base + k];
+      const size_t row = lookup.rows[base + k];
+      for (uint32_t f = 0; f < F; ++f) acc[f] += w * LoadParam(table, row * F + f);
+    }
+    float* out = features + i * out_width + level * F;
+    for (uint32_t f = 0; f < F; ++f) out[f] = acc[f];
+  }
+}
+
+template <typename P>
+void ForwardImpl(const HashGridLayout& layout, const GridBatchLookup& lookup, const P* params,
+                 float* features, ThreadPool* pool) {
+  const uint32_t width = layout.output_width();
+  const uint32_t F = layout.features();
+  pool->ParallelFor(layout.n_levels(), [&](size_t l) {
+    const auto level = static_cast<uint32_t>(l);
+    if (level >= lookup.active_levels) {
+      for (size_t i = 0; i < lookup.n; ++i) std::memset(features + i * width + level * F, 0, F * sizeof(float));
+      return;
+    }
+    const P* table = params + layout.level(level).row_offset * F;
+    switch (F) {
+      case 1: ForwardLevel<1>(lookup, level, table, width, features); break;
+      case 2: ForwardLevel<2>(lookup, level, table, width, features); break;
+      case 4: ForwardLevel<4>(lookup, level, table, width, features); break;
+      case 8: ForwardLevel<8>(lookup, level, table, width, features); break;
+      default: GRIDSYNC_CHECK(false && "features must be 1, 2, 4 or 8");
+    }
+  });
+}
+
+template <uint32_t F>
+void BackwardLevel(const GridBatchLookup& lookup, uint32_t level, const float* d_features,
+                   size_t in_width, float* grad, uint64_t* bits) {
+  const uint32_t corners = lookup.corners;
+  for (size_t i = 0; i < lookup.n; ++i) {
+    const size_t base = lookup.Index(level, i);
+    const float* d = d_features + i * in_width + level * F;
+    for (uint32_t k = 0; k < corners; ++k) {
+      const float w = lookup.weights[base + k];
+      const uint32_t row = lookup.rows[base + k];
+      bits[row >> 6] |= uint64_t{1} << (row & 63u);
+      float* g = grad + size_t{row} * F;
+      for (uint32_t f = 0; f < F; ++f) g[f] += w * d[f];
+    }
+  }
+}
+
+}  // namespace
+
+void HashGridLookup(const HashGridLayout& layout, const float* positions, size_t n,
+                    uint32_t active_levels, GridBatchLookup* lookup, ThreadPool* pool) {
+  const uint32_t dims = layout.spec().dims;
+  lookup->n = n;
+  lookup->corners = 1u << dims;
+  lookup->active_levels = std::min(active_levels, layout.n_levels());
+  const size_t entries = size_t{lookup->active_levels} * n * lookup->corners;
+  lookup->rows.resize(entries);
+  lookup->weights.resize(entries);
+  pool->ParallelFor(lookup->active_levels, [&](size_t l) {
+    const auto level = static_cast<uint32_t>(l);
+    const size_t at = lookup->Index(level, 0);
+    if (dims == 2) {
+      LookupLevel<2>(layout.level(level), positions, n, &lookup->rows[at], &lookup->weights[at]);
+    } else {
+      LookupLevel<3>(layout.level(level), positions, n, &lookup->rows[at], &lookup->weights[at]);
+    }
+  });
+}
+
+void HashGridForward(const HashGridLayout& layout, const GridBatchLookup& lookup,
+                     const float* params, float* features, ThreadPool* pool) {
+  ForwardImpl(layout, lookup, params, features, pool);
+}
+
+void HashGridForward(const HashGridLayout& layout, const GridBatchLookup& lookup,
+                     const uint16_t* params_half, float* features, ThreadPool* pool) {
+  ForwardImpl(layout, lookup, params_half, features, pool);
+}
+
+GridGradient::GridGradient(const HashGridLayout& layout)
+    : layout_(&layout), grad_(layout.total_params(), 0.0f) {
+  for (const auto& level : layout.levels()) bits_.emplace_back((level.rows + 63) / 64, 0);
+}
+
+void GridGradient::Accumulate(const GridBatchLookup& lookup, const float* d_features,
+                              ThreadPool* pool) {
+  const uint32_t F = layout_->features();
+  const uint32_t width = layout_->output_width();
+  pool->ParallelFor(lookup.active_levels, [&](size_t l) {
+    const auto level = static_cast<uint32_t>(l);
+    float* grad = grad_.data() + layout_->level(level).row_offset * F;
+    uint64_t* bits = bits_[level].data();
+    switch (F) {
+      case 1: BackwardLevel<1>(lookup, level, d_features, width, grad, bits); break;
+      case 2: BackwardLevel<2>(lookup, level, d_features, width, grad, bits); break;
+      case 4: BackwardLevel<4>(lookup, level, d_features, width, grad, bits); break;
+      case 8: BackwardLevel<8>(lookup, level, d_features, width, grad, bits); break;
+      default: GRIDSYNC_CHECK(false && "features must be 1, 2, 4 or 8");
+    }
+  });
+}
+
+uint64_t GridGradient::TouchedRows(uint32_t level) const {
+  uint64_t count = 0;
+  for (uint64_t word : bits_[level]) count += std::popcount(word);
+  return count;
+}
+
+void GridGradient::Extract(uint32_t level, SparseRows* out) const {
+  const uint32_t F = layout_->features();
+  const float* grad = grad_.data() + layout_->level(level).row_offset * F;
+  out->width = F;
+  const auto& bits = bits_[level];
+  const size_t first = out->rows.size();
+  const uint64_t count = TouchedRows(level);
+  out->rows.resize(first + count);
+  out->values.resize((first + count) * F);
+  uint32_t* rows = out->rows.data() + first;
+  float* values = out->values.data() + first * F;
+  for (size_t w = 0; w < bits.size(); ++w) {
+    for (uint64_t word = bits[w]; word != 0; word &= word - 1) {
+      const uint32_t row = static_cast<uint32_t>(w * 64 + std::countr_zero(word));
+      *rows++ = row;
+      std::memcpy(values, grad + size_t{row} * F, F * sizeof(float));
+      values += F;
+    }
+  }
+}
+
+void GridGradient::Clear(ThreadPool* pool) {
+  const uint32_t F = layout_->features();
+  pool->ParallelFor(layout_->n_levels(), [&](size_t l) {
+    float* grad = grad_.data() + layout_->level(static_cast<uint32_t>(l)).row_offset * F;
+    for (size_t w = 0; w < bits_[l].size(); ++w) {
+      for (uint64_t word = bits_[l][w]; word != 0; word &= word - 1) {
+        const size_t row = w * 64 + std::countr_zero(word);
+        std::memset(grad + row * F, 0, F * sizeof(float));
+      }
+      bits_[l][w] = 0;
+    }
+  });
+}
+
+}  // namespace gridsync::cpu

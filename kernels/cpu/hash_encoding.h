@@ -1,0 +1,75 @@
+// CPU kernels of the multiresolution hash encoding: forward, the lookup
+// that tells which rows a batch reads, and the backward pass into a sparse
+// gradient (per level: the rows touched and their values).
+//
+// Work is split across a ThreadPool by level, so every row's gradient is
+// summed in sample order whatever the thread count: results are identical
+// for 1 or N threads.
+//
+// Thread safety: the free functions are reentrant; a GridGradient must not
+// be used from two calls at once.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "common/sparse_rows.h"
+#include "common/thread_pool.h"
+#include "kernels/hash_grid_layout.h"
+
+namespace gridsync::cpu {
+
+// The corner rows (level-local) and d-linear weights of every sample on every
+// active level, computed once in the forward pass and reused by backward.
+// They depend only on positions, so a worker can compute them before the
+// forward pass and pull exactly these rows.
+struct GridBatchLookup {
+  size_t n = 0;
+  uint32_t corners = 0;        // 2^dims
+  uint32_t active_levels = 0;  // levels >= active_levels are switched off
+  std::vector<uint32_t> rows;  // [level][sample][corner]
+  std::vector<float> weights;  // [level][sample][corner]
+
+  size_t Index(uint32_t level, size_t sample) const { return (level * n + sample) * corners; }
+};
+
+// Fills `lookup` for n positions (n x dims, in [0,1]).
+void HashGridLookup(const HashGridLayout& layout, const float* positions, size_t n,
+                    uint32_t active_levels, GridBatchLookup* lookup, ThreadPool* pool);
+
+// features: n x output_width, sample-major, level-major inside a sample.
+// Levels at or above lookup.active_levels output zeros.
+void HashGridForward(const HashGridLayout& layout, const GridBatchLookup& lookup,
+                     const float* params, float* features, ThreadPool* pool);
+// The same reading an fp16 working copy of the parameters (mixed precision).
+void HashGridForward(const HashGridLayout& layout, const GridBatchLookup& lookup,
+                     const uint16_t* params_half, float* features, ThreadPool* pool);
+
+// Accumulates the gradient of the grid parameters. It keeps a dense buffer
+// and a touched-row bitmap per level, so that Extract returns rows in
+// ascending order and Clear costs only what was touched.
+class GridGradient {
+ public:
+  explicit GridGradient(const HashGridLayout& layout);
+
+  // d_features: n x output_width, as HashGridForward wrote features.
+  void Accumulate(const GridBatchLookup& lookup, const float* d_features, ThreadPool* pool);
+
+  // The touched rows of `level` (level-local ids, ascending) and their
+  // gradient, appended to *out (width = features).
+  void Extract(uint32_t level, SparseRows* out) const;
+  uint64_t TouchedRows(uint32_t level) const;
+
+  // Zeroes touched rows and forgets them.
+  void Clear(ThreadPool* pool);
+
+  const float* dense() const { return grad_.data(); }
+
+ private:
+  const HashGridLayout* layout_;
+  std::vector<float> grad_;                   // total_rows x features
+  std::vector<std::vector<uint64_t>> bits_;   // per level: one bit per row
+};
+
+}  // namespace gridsync::cpu

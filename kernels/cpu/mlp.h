@@ -1,0 +1,57 @@
+// A small fully connected network, as tiny-cuda-nn's FullyFusedMLP: ReLU
+// hidden layers of equal width, a linear output layer, no biases (the hash
+// encoding supplies the offsets). CPU forward and backward with Eigen.
+//
+// Matrices are column-major with one column per sample, so the encoding's
+// sample-major feature buffer is the input matrix without a copy.
+//
+// Thread safety: Forward/Backward are const on the weights they are given
+// and write only to caller-owned outputs; call them concurrently on
+// disjoint column ranges with separate workspaces.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <Eigen/Core>
+
+namespace gridsync::cpu {
+
+using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
+using ConstMatrixMap = Eigen::Map<const Matrix>;
+using MatrixMap = Eigen::Map<Matrix>;
+
+struct MlpShape {
+  int input_width = 32;
+  int hidden_width = 64;
+  int hidden_layers = 2;
+  int output_width = 3;
+
+  int n_matrices() const { return hidden_layers + 1; }
+  int rows(int i) const { return i == hidden_layers ? output_width : hidden_width; }
+  int cols(int i) const { return i == 0 ? input_width : hidden_width; }
+  int64_t n_params() const;
+};
+
+// Weights W[i] of shape rows(i) x cols(i).
+using MlpWeights = std::vector<Matrix>;
+
+// Xavier-uniform weights U(+-sqrt(6 / (fan_in + fan_out))), reproducible
+// from `seed`.
+MlpWeights MakeMlpWeights(const MlpShape& shape, uint64_t seed);
+MlpWeights ZeroMlpWeights(const MlpShape& shape);
+
+struct MlpWorkspace {
+  std::vector<Matrix> hidden;  // post-ReLU activations of each hidden layer
+};
+
+// x: input_width x n. Writes y: output_width x n.
+void MlpForward(const MlpShape& shape, const MlpWeights& w, const ConstMatrixMap& x,
+                MlpWorkspace* ws, Matrix* y);
+
+// Adds the weight gradient to *dw and writes dx (input_width x n), given
+// dy = dLoss/dy and the workspace of the matching forward call.
+void MlpBackward(const MlpShape& shape, const MlpWeights& w, const ConstMatrixMap& x,
+                 const MlpWorkspace& ws, const Matrix& dy, MlpWeights* dw, MatrixMap* dx);
+
+}  // namespace gridsync::cpu

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# One command for a fresh Debian 12 machine: install what is missing, build,
+# and run every test under ctest. GPU tests skip, saying why, without a GPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+scripts/build.sh
+BUILD_DIR="${GRIDSYNC_BUILD_DIR:-build}"
+cd "$BUILD_DIR"
+ctest --output-on-failure -j "$(nproc)" "$@"

@@ -1,0 +1,100 @@
+// Adam: two steps against a hand computation, per-row step counts, untouched
+// rows, and the loss scaler's skip-and-backoff behaviour.
+#include <cmath>
+#include <limits>
+
+#include <gtest/gtest.h>
+
+#include "kernels/cpu/adam.h"
+#include "worker/loss_scaler.h"
+
+namespace gridsync {
+namespace {
+
+TEST(AdamTest, TwoStepsMatchHandComputation) {
+  AdamHyper hyper;  // lr 1e-2, b1 0.9, b2 0.99, eps 1e-15
+  cpu::AdamTable state;
+  state.Resize(4, 1);
+  std::vector<float> params = {1.0f, 2.0f, 3.0f, 4.0f};
+
+  SparseRows g1;
+  g1.width = 1;
+  g1.rows = {1};
+  g1.values = {0.5f};
+  cpu::AdamUpdateRows(hyper, g1, 1.0f, params.data(), &state);
+  // m = 0.05, v = 0.0025, step size = 0.01*sqrt(0.01)/0.1 = 0.01,
+  // update = 0.01 * 0.05 / sqrt(0.0025) = 0.01.
+  EXPECT_NEAR(params[1], 1.99f, 1e-6f);
+  EXPECT_NEAR(state.m[1], 0.05f, 1e-7f);
+  EXPECT_NEAR(state.v[1], 0.0025f, 1e-8f);
+  EXPECT_EQ(state.step[1], 1u);
+
+  SparseRows g2;
+  g2.width = 1;
+  g2.rows = {1, 3};
+  g2.values = {-0.25f, 0.5f};
+  cpu::AdamUpdateRows(hyper, g2, 1.0f, params.data(), &state);
+  // Row 1, step 2: m = 0.9*0.05 - 0.1*0.25 = 0.02; v = 0.99*0.0025 + 0.01*0.0625 = 0.0031;
+  // step size = 0.01*sqrt(1-0.99^2)/(1-0.9^2) = 0.0074246; update = 0.0074246*0.02/sqrt(0.0031).
+  const double step_size = 0.01 * std::sqrt(1 - 0.99 * 0.99) / (1 - 0.9 * 0.9);
+  EXPECT_NEAR(params[1], 1.99 - step_size * 0.02 / std::sqrt(0.0031), 2e-6);
+  EXPECT_EQ(state.step[1], 2u);
+  // Row 3 takes its first step: its own bias correction, not the global one.
+  EXPECT_NEAR(params[3], 3.99f, 1e-6f);
+  EXPECT_EQ(state.step[3], 1u);
+  // Untouched rows: bit-identical, state untouched.
+  EXPECT_EQ(params[0], 1.0f);
+  EXPECT_EQ(params[2], 3.0f);
+  EXPECT_EQ(state.step[0], 0u);
+  EXPECT_EQ(state.m[2], 0.0f);
+}
+
+TEST(AdamTest, GradScaleUnscalesGradients) {
+  AdamHyper hyper;
+  cpu::AdamTable a, b;
+  a.Resize(1, 2);
+  b.Resize(1, 2);
+  std::vector<float> pa = {0.5f, -0.5f}, pb = pa;
+  SparseRows ga{2, {0}, {0.3f, -0.7f}};
+  SparseRows gb{2, {0}, {0.3f * 1024.0f, -0.7f * 1024.0f}};
+  cpu::AdamUpdateRows(hyper, ga, 1.0f, pa.data(), &a);
+  cpu::AdamUpdateRows(hyper, gb, 1.0f / 1024.0f, pb.data(), &b);
+  EXPECT_FLOAT_EQ(pa[0], pb[0]);
+  EXPECT_FLOAT_EQ(pa[1], pb[1]);
+}
+
+TEST(AdamTest, DenseUpdatesEveryRow) {
+  AdamHyper hyper;
+  cpu::AdamTable state;
+  state.Resize(3, 2);
+  std::vector<float> params(6, 1.0f);
+  const std::vector<float> grad = {1, -1, 1, -1, 1, -1};
+  cpu::AdamUpdateDense(hyper, grad.data(), 3, 1.0f, params.data(), &state);
+  for (int i = 0; i < 6; ++i) EXPECT_NEAR(params[i], i % 2 == 0 ? 0.99f : 1.01f, 1e-6f);
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(state.step[r], 1u);
+}
+
+TEST(LossScalerTest, SkipsAndBacksOffThenGrows) {
+  LossScaler::Options options;
+  options.initial_scale = 1024.0f;
+  options.growth_interval = 3;
+  LossScaler scaler(true, options);
+  EXPECT_FALSE(scaler.Update(false));
+  EXPECT_EQ(scaler.scale(), 512.0f);
+  EXPECT_EQ(scaler.skipped_steps(), 1u);
+  EXPECT_TRUE(scaler.Update(true));
+  EXPECT_TRUE(scaler.Update(true));
+  EXPECT_EQ(scaler.scale(), 512.0f);
+  EXPECT_TRUE(scaler.Update(true));
+  EXPECT_EQ(scaler.scale(), 1024.0f);
+}
+
+TEST(LossScalerTest, DisabledNeverScales) {
+  LossScaler scaler(false);
+  EXPECT_EQ(scaler.scale(), 1.0f);
+  EXPECT_TRUE(scaler.Update(true));
+  EXPECT_EQ(scaler.scale(), 1.0f);
+}
+
+}  // namespace
+}  // namespace gridsync

@@ -1,0 +1,72 @@
+// The binaries' contract with operators: check-config exit codes and output,
+// and the worker refusing what is not supported yet. Runs the real binaries.
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include <sys/wait.h>
+
+#include <gtest/gtest.h>
+
+namespace {
+
+struct ProcessResult {
+  int exit_code;
+  std::string output;  // stdout and stderr
+};
+
+ProcessResult Execute(const std::string& binary, const std::string& args) {
+  const char* build = std::getenv("GRIDSYNC_BUILD_DIR");
+  const std::string dir = build ? build : "build";
+  const std::string cmd = dir + "/" + binary + " " + args + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return {-1, "popen failed"};
+  std::string out;
+  std::array<char, 4096> buf;
+  while (std::fgets(buf.data(), buf.size(), pipe)) out += buf.data();
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+TEST(CliTest, CheckConfigAcceptsEverySeedConfigAsIs) {
+  for (const char* name : {"distributed_small", "distributed_medium", "distributed_large", "local"}) {
+    const ProcessResult run = Execute("tools/gridsync", std::string("check-config configs/") + name + ".json");
+    EXPECT_EQ(run.exit_code, 0) << name << ": " << run.output;
+    EXPECT_NE(run.output.find("\"log2_hashmap_size\""), std::string::npos) << run.output;
+    // Defaults are filled in: the seed configs have no network section.
+    EXPECT_NE(run.output.find("\"n_neurons\": 64"), std::string::npos) << run.output;
+  }
+}
+
+TEST(CliTest, CheckConfigRejectsBadValueWithExitCode2) {
+  const ProcessResult run = Execute("tools/gridsync",
+                          "check-config configs/distributed_small.json --set training.batch_size=-3");
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_NE(run.output.find("training.batch_size"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("-3"), std::string::npos) << run.output;
+}
+
+TEST(CliTest, CheckConfigRejectsMissingFile) {
+  const ProcessResult run = Execute("tools/gridsync", "check-config configs/no-such-file.json");
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_NE(run.output.find("no-such-file.json"), std::string::npos) << run.output;
+}
+
+TEST(CliTest, WorkerRefusesDistributedUntilSupported) {
+  const ProcessResult run = Execute("worker/gridsync-worker",
+                          "--config configs/distributed_large.json --set distributed.master_addr=127.0.0.1");
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_NE(run.output.find("not supported yet"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("--standalone"), std::string::npos) << run.output;
+}
+
+TEST(CliTest, WorkerTrainsStandaloneAndReportsJson) {
+  const ProcessResult run = Execute("worker/gridsync-worker",
+                          "--config configs/local.json --standalone --set training.steps=3 "
+                          "--set training.batch_size=1024 --set task.output=/tmp/gridsync-cli-test");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("\"psnr_db\""), std::string::npos) << run.output;
+}
+
+}  // namespace

@@ -1,0 +1,217 @@
+// Standalone training on a real photo: reaches a stated PSNR, and the
+// properties the distributed modes will rely on (thread-count invariance,
+// gradient accumulation equals one batch, mixed-precision skip on overflow,
+// the dynamic-resolution schedule).
+#include <cmath>
+#include <filesystem>
+
+#include <gtest/gtest.h>
+
+#include "common/config.h"
+#include "common/thread_pool.h"
+#include "worker/image_task.h"
+#include "worker/local_optimizer.h"
+#include "worker/model.h"
+#include "worker/trainer.h"
+
+namespace gridsync {
+namespace {
+
+// A 128x128 crop of the default photo (Grace Hopper's face and uniform):
+// small enough for CI, real enough to have edges and texture.
+ImageTask LoadCrop() {
+  auto full = ImageTask::Load(kDefaultImagePath);
+  EXPECT_TRUE(full.ok()) << full.status().ToString()
+                         << " (install python-matplotlib-data: scripts/install-deps.sh)";
+  if (!full.ok()) return ImageTask::FromPixels(1, 1, {0, 0, 0});
+  const int w = 128, h = 128, x0 = 192, y0 = 100;
+  std::vector<float> rgb(static_cast<size_t>(w) * h * 3);
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      for (int c = 0; c < 3; ++c) {
+        rgb[(static_cast<size_t>(y) * w + x) * 3 + c] =
+            full->pixels()[(static_cast<size_t>(y0 + y) * full->width() + x0 + x) * 3 + c];
+      }
+    }
+  }
+  return ImageTask::FromPixels(w, h, std::move(rgb));
+}
+
+Config SmallConfig() {
+  Config config;
+  config.encoding.n_levels = 8;
+  config.encoding.log2_hashmap_size = 14;
+  config.encoding.base_resolution = 8;
+  config.encoding.per_level_scale = 1.5;
+  config.network.n_neurons = 32;
+  config.training.batch_size = 4096;
+  config.training.learning_rate = 1e-2;
+  config.training.steps = 300;
+  config.training.threads = 2;
+  config.training.log_every = 0;
+  config.task.output = (std::filesystem::temp_directory_path() / "gridsync-train-test").string();
+  return config;
+}
+
+TrainOptions Quiet() {
+  TrainOptions options;
+  options.quiet = true;
+  options.write_png = false;
+  return options;
+}
+
+TEST(TrainTest, RealImageCropReachesStatedPsnr) {
+  const ImageTask image = LoadCrop();
+  Config config = SmallConfig();
+  TrainOptions options = Quiet();
+  options.write_png = true;
+  options.eval_steps = {10};
+  auto report = TrainImage(config, image, options);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  // Stated target: 30 dB after 300 steps of batch 4096 on the 128x128 crop.
+  EXPECT_GE(report->psnr, 30.0);
+  EXPECT_LT(report->psnr_at.at(10), report->psnr - 5.0);  // it learned, not just started high
+  EXPECT_TRUE(std::filesystem::exists(report->png_path));
+  EXPECT_GT(report->samples_per_second, 0);
+  EXPECT_EQ(report->skipped_steps, 0u);
+}
+
+TEST(TrainTest, MixedPrecisionTrainsAlmostAsWell) {
+  const ImageTask image = LoadCrop();
+  Config config = SmallConfig();
+  auto fp32 = TrainImage(config, image, Quiet());
+  config.training.mixed_precision = true;
+  auto mixed = TrainImage(config, image, Quiet());
+  ASSERT_TRUE(fp32.ok() && mixed.ok());
+  EXPECT_GE(mixed->psnr, fp32->psnr - 1.0);
+  EXPECT_GT(mixed->final_loss_scale, 1.0f);
+}
+
+TEST(TrainTest, ThreadCountDoesNotChangeAnyBit) {
+  const ImageTask image = LoadCrop();
+  Config config = SmallConfig();
+  config.training.steps = 5;
+  config.training.threads = 1;
+  auto one = TrainImage(config, image, Quiet());
+  config.training.threads = 2;
+  auto two = TrainImage(config, image, Quiet());
+  ASSERT_TRUE(one.ok() && two.ok());
+  EXPECT_EQ(one->model->grid_params(), two->model->grid_params());
+  for (size_t i = 0; i < one->model->mlp_weights().size(); ++i) {
+    EXPECT_EQ(one->model->mlp_weights()[i], two->model->mlp_weights()[i]) << "matrix " << i;
+  }
+}
+
+TEST(TrainTest, GradientAccumulationEqualsOneBatch) {
+  const ImageTask image = LoadCrop();
+  Config config = SmallConfig();
+  config.training.steps = 5;
+  auto one = TrainImage(config, image, Quiet());
+  config.training.gradient_accumulation = 4;
+  auto four = TrainImage(config, image, Quiet());
+  ASSERT_TRUE(one.ok() && four.ok());
+  // Micro-batches add into the same buffers in the same sample order, so the
+  // sums match; the tolerance only covers GEMM blocking on narrower chunks.
+  const auto& a = one->model->grid_params();
+  const auto& b = four->model->grid_params();
+  ASSERT_EQ(a.size(), b.size());
+  double max_diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) max_diff = std::max(max_diff, std::fabs(double{a[i]} - b[i]));
+  EXPECT_LE(max_diff, 1e-6);
+  EXPECT_NEAR(one->final_loss, four->final_loss, 1e-7);
+  // And it differs from training on a quarter of the batch.
+  config.training.gradient_accumulation = 1;
+  config.training.batch_size = 1024;
+  auto quarter = TrainImage(config, image, Quiet());
+  ASSERT_TRUE(quarter.ok());
+  EXPECT_NE(quarter->model->grid_params(), a);
+}
+
+TEST(TrainTest, OverflowSkipsStepAndLowersScale) {
+  Config config = SmallConfig();
+  config.training.mixed_precision = true;
+  auto model = HashGridModel::Create(config, 2, 3);
+  ASSERT_TRUE(model.ok());
+  ThreadPool pool(1);
+  LocalOptimizer optimizer(model->get(), config);
+  ModelGradients grads((*model)->layout(), (*model)->mlp_shape());
+  const ImageTask image = LoadCrop();
+  std::vector<float> pos(64 * 2), target(64 * 3);
+  image.SampleBatch(1, 0, 0, 64, pos.data(), target.data());
+  (*model)->AccumulateGradients(pos.data(), target.data(), 64, 64, optimizer.loss_scale(), 8, &grads, &pool);
+  grads.mlp[0](0, 0) = std::numeric_limits<float>::infinity();
+  const auto grid_before = (*model)->grid_params();
+  const auto mlp_before = (*model)->mlp_weights();
+  const float scale_before = optimizer.loss_scale();
+  const auto stats = optimizer.Step(&grads, &pool);
+  EXPECT_FALSE(stats.applied);
+  EXPECT_EQ(optimizer.loss_scale(), scale_before / 2);
+  EXPECT_EQ((*model)->grid_params(), grid_before);
+  EXPECT_EQ((*model)->mlp_weights()[0], mlp_before[0]);
+  EXPECT_EQ(grads.grid.TouchedRows(0), 0u);  // cleared for the next step
+  // A value above fp16's range (65504) at the loss scale is an overflow too.
+  (*model)->AccumulateGradients(pos.data(), target.data(), 64, 64, optimizer.loss_scale(), 8, &grads, &pool);
+  grads.mlp[1](0, 0) = 1e6f;
+  EXPECT_FALSE(optimizer.Step(&grads, &pool).applied);
+  // A clean step applies.
+  (*model)->AccumulateGradients(pos.data(), target.data(), 64, 64, optimizer.loss_scale(), 8, &grads, &pool);
+  EXPECT_TRUE(optimizer.Step(&grads, &pool).applied);
+  EXPECT_NE((*model)->grid_params(), grid_before);
+}
+
+TEST(TrainTest, DynamicResolutionScheduleUnlocksCoarseToFine) {
+  Config config = SmallConfig();
+  config.encoding.n_levels = 16;
+  config.training.steps = 1000;
+  auto fixed = HashGridModel::Create(config, 2, 3);
+  ASSERT_TRUE(fixed.ok());
+  EXPECT_EQ((*fixed)->ActiveLevels(0), 16u);
+  config.training.dynamic_resolution = true;
+  auto dynamic = HashGridModel::Create(config, 2, 3);
+  ASSERT_TRUE(dynamic.ok());
+  // L0 = ceil(16/4) = 4 levels at first, all 16 by step N = steps/2 = 500.
+  EXPECT_EQ((*dynamic)->ActiveLevels(0), 4u);
+  EXPECT_EQ((*dynamic)->ActiveLevels(250), 10u);
+  EXPECT_EQ((*dynamic)->ActiveLevels(499), 15u);
+  EXPECT_EQ((*dynamic)->ActiveLevels(500), 16u);
+  EXPECT_EQ((*dynamic)->ActiveLevels(900), 16u);
+  uint32_t last = 0;
+  for (uint64_t s = 0; s < 1000; s += 10) {
+    EXPECT_GE((*dynamic)->ActiveLevels(s), last);
+    last = (*dynamic)->ActiveLevels(s);
+  }
+  config.training.dynamic_resolution_steps = 100;
+  auto quick = HashGridModel::Create(config, 2, 3);
+  EXPECT_EQ((*quick)->ActiveLevels(100), 16u);
+}
+
+TEST(TrainTest, DynamicResolutionTrains) {
+  const ImageTask image = LoadCrop();
+  Config config = SmallConfig();
+  config.training.dynamic_resolution = true;
+  auto report = TrainImage(config, image, Quiet());
+  ASSERT_TRUE(report.ok());
+  EXPECT_GE(report->psnr, 28.0);
+}
+
+TEST(ImageTaskTest, BilinearTargetsAndSlicedSampling) {
+  // 2x1 image: black then white.
+  const ImageTask image = ImageTask::FromPixels(2, 1, {0, 0, 0, 1, 1, 1});
+  float rgb[3];
+  image.Target(0.25f, 0.5f, rgb);  // centre of pixel 0
+  EXPECT_FLOAT_EQ(rgb[0], 0.0f);
+  image.Target(0.5f, 0.5f, rgb);  // halfway between the centres
+  EXPECT_FLOAT_EQ(rgb[1], 0.5f);
+  image.Target(0.99f, 0.5f, rgb);  // clamped past the last centre
+  EXPECT_FLOAT_EQ(rgb[2], 1.0f);
+  // Any slice of a global batch equals the same part of the whole batch.
+  std::vector<float> all_pos(100 * 2), all_t(100 * 3), part_pos(30 * 2), part_t(30 * 3);
+  image.SampleBatch(7, 3, 0, 100, all_pos.data(), all_t.data());
+  image.SampleBatch(7, 3, 50, 30, part_pos.data(), part_t.data());
+  for (int i = 0; i < 60; ++i) EXPECT_EQ(part_pos[i], all_pos[100 + i]);
+  image.SampleBatch(7, 4, 50, 30, part_pos.data(), part_t.data());
+  EXPECT_NE(part_pos[0], all_pos[100]);
+}
+
+}  // namespace
+}  // namespace gridsync

@@ -1,0 +1,17 @@
+// Subcommands of gridsync-bench. Each registers its options on the CLI app
+// and returns the function that runs it (returning the process exit code).
+//
+// Thread safety: used from main only.
+#pragma once
+
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+namespace gridsync::bench {
+
+using Runner = std::function<int()>;
+
+Runner AddTrainCommand(CLI::App* app);
+
+}  // namespace gridsync::bench

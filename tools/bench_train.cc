@@ -1,0 +1,183 @@
+// gridsync-bench train: standalone training throughput and quality, and with
+// --vs-torch the same model, image, batches and hyperparameters through the
+// PyTorch peer (tools/peers/torch_hashgrid.py), one thread each, in one run.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/config.h"
+#include "tools/bench.h"
+#include "worker/image_task.h"
+#include "worker/trainer.h"
+
+namespace gridsync::bench {
+namespace {
+
+struct TrainArgs {
+  std::string config = "configs/local.json";
+  std::vector<std::string> overrides;
+  int steps = 500;
+  int threads = 1;
+  bool vs_torch = false;
+  int torch_steps = 0;  // 0: same as steps
+  std::vector<uint64_t> eval_steps;
+  std::string json_out;
+  std::string python = "/usr/bin/python3";
+};
+
+std::string FormatPsnrAt(const std::map<uint64_t, double>& at) {
+  std::ostringstream out;
+  for (const auto& [step, psnr] : at) out << " @" << step << ":" << std::fixed << std::setprecision(2) << psnr;
+  return out.str();
+}
+
+// Runs the peer and returns its last stdout line parsed as JSON.
+Result<nlohmann::json> RunTorchPeer(const TrainArgs& args, const Config& config,
+                                    const ImageTask& image, int steps) {
+  const auto dir = std::filesystem::temp_directory_path() / "gridsync-bench";
+  std::filesystem::create_directories(dir);
+  const auto raw = dir / "image.f32";
+  {
+    std::ofstream out(raw, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(image.pixels().data()),
+              static_cast<std::streamsize>(image.pixels().size() * sizeof(float)));
+    if (!out) return Status::IOError("cannot write " + raw.string());
+  }
+  std::string eval;
+  for (uint64_t s : args.eval_steps) eval += (eval.empty() ? "" : ",") + std::to_string(s);
+  const auto& e = config.encoding;
+  std::ostringstream cmd;
+  cmd << args.python << " " << GRIDSYNC_SOURCE_DIR << "/tools/peers/torch_hashgrid.py"
+      << " --image-raw " << raw << " --width " << image.width() << " --height " << image.height()
+      << " --steps " << steps << " --batch " << config.training.batch_size
+      << " --lr " << config.training.learning_rate << " --seed " << config.training.seed
+      << " --threads " << args.threads << " --n-levels " << e.n_levels << " --n-features "
+      << e.n_features_per_level << " --log2-hashmap-size " << e.log2_hashmap_size
+      << " --base-resolution " << e.base_resolution << " --per-level-scale " << e.per_level_scale
+      << " --n-neurons " << config.network.n_neurons << " --n-hidden-layers "
+      << config.network.n_hidden_layers << (eval.empty() ? "" : " --eval-steps " + eval);
+  std::fprintf(stderr, "running the PyTorch peer: %s\n", cmd.str().c_str());
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.str().c_str(), "r"), pclose);
+  if (!pipe) return Status::IOError("cannot start " + args.python);
+  std::string last, line;
+  char buf[4096];
+  while (std::fgets(buf, sizeof(buf), pipe.get()) != nullptr) {
+    line += buf;
+    if (!line.empty() && line.back() == '\n') {
+      if (line.size() > 1) last = line;
+      line.clear();
+    }
+  }
+  if (!line.empty()) last = line;
+  const int rc = pclose(pipe.release());
+  if (rc != 0) return Status::Internal("the PyTorch peer exited with status " + std::to_string(rc));
+  auto parsed = nlohmann::json::parse(last, nullptr, false);
+  if (parsed.is_discarded()) return Status::Corruption("the PyTorch peer printed no JSON summary: " + last);
+  return parsed;
+}
+
+int RunTrain(const TrainArgs& args) {
+  std::vector<std::string> overrides = args.overrides;
+  overrides.push_back("training.steps=" + std::to_string(args.steps));
+  overrides.push_back("training.threads=" + std::to_string(args.threads));
+  overrides.push_back("training.log_every=0");
+  auto config = Config::LoadFile(args.config, overrides);
+  if (!config.ok()) {
+    std::fprintf(stderr, "%s\n", config.status().message().c_str());
+    return kConfigErrorExitCode;
+  }
+  if (auto runnable = config->CheckRunnable(true); !runnable.ok()) {
+    std::fprintf(stderr, "%s\n", runnable.message().c_str());
+    return kConfigErrorExitCode;
+  }
+  auto image = ImageTask::Load(config->task.image);
+  if (!image.ok()) {
+    std::fprintf(stderr, "%s\n", image.status().message().c_str());
+    return kConfigErrorExitCode;
+  }
+  TrainOptions options;
+  options.eval_steps = args.eval_steps;
+  options.quiet = true;
+  std::fprintf(stderr, "training gridsync for %d steps...\n", args.steps);
+  auto ours = TrainImage(*config, *image, options);
+  if (!ours.ok()) {
+    std::fprintf(stderr, "gridsync training failed: %s\n", ours.status().ToString().c_str());
+    return 1;
+  }
+  const auto& e = config->encoding;
+  std::printf("# image %s (%dx%d); encoding %d levels x %d features, log2 T %d, base %d, scale %g; "
+              "MLP %d x %d; batch %d; lr %g; threads %d\n",
+              config->task.image.c_str(), image->width(), image->height(), e.n_levels,
+              e.n_features_per_level, e.log2_hashmap_size, e.base_resolution, e.per_level_scale,
+              config->network.n_hidden_layers, config->network.n_neurons,
+              config->training.batch_size, config->training.learning_rate, args.threads);
+  std::printf("%-9s %6s %12s %10s %12s %s\n", "impl", "steps", "samples/s", "psnr_dB", "final_loss", "psnr_at");
+  std::printf("%-9s %6llu %12.0f %10.2f %12.6f%s\n", "gridsync",
+              static_cast<unsigned long long>(ours->steps), ours->samples_per_second, ours->psnr,
+              ours->final_loss, FormatPsnrAt(ours->psnr_at).c_str());
+  nlohmann::json result = {{"gridsync",
+                            {{"steps", ours->steps},
+                             {"samples_per_s", ours->samples_per_second},
+                             {"psnr", ours->psnr},
+                             {"final_loss", ours->final_loss},
+                             {"seconds", ours->train_seconds}}}};
+  for (const auto& [step, psnr] : ours->psnr_at) result["gridsync"]["psnr_at"][std::to_string(step)] = psnr;
+  int rc = 0;
+  if (args.vs_torch) {
+    const int torch_steps = args.torch_steps > 0 ? args.torch_steps : args.steps;
+    auto torch = RunTorchPeer(args, *config, *image, torch_steps);
+    if (!torch.ok()) {
+      std::fprintf(stderr, "%s\n", torch.status().ToString().c_str());
+      return 1;
+    }
+    const auto& t = *torch;
+    std::map<uint64_t, double> torch_at;
+    if (t.contains("psnr_at")) {
+      for (const auto& [k, v] : t["psnr_at"].items()) torch_at[std::stoull(k)] = v.get<double>();
+    }
+    std::printf("%-9s %6d %12.0f %10.2f %12.6f%s\n", "torch", t.value("steps", 0),
+                t.value("samples_per_s", 0.0), t.value("psnr", 0.0), t.value("final_loss", 0.0),
+                FormatPsnrAt(torch_at).c_str());
+    const double ratio = ours->samples_per_second / t.value("samples_per_s", 1.0);
+    std::printf("ratio gridsync/torch samples/s: %.2fx", ratio);
+    if (torch_steps == args.steps) {
+      std::printf("; PSNR difference at step %d: %+.2f dB", args.steps, ours->psnr - t.value("psnr", 0.0));
+    }
+    std::printf(" (torch %s)\n", t.value("torch_version", std::string("?")).c_str());
+    result["torch"] = t;
+    result["ratio_samples_per_s"] = ratio;
+  }
+  if (!args.json_out.empty()) {
+    std::ofstream out(args.json_out);
+    out << result.dump(2) << "\n";
+    if (!out) rc = 1;
+  }
+  return rc;
+}
+
+}  // namespace
+
+Runner AddTrainCommand(CLI::App* app) {
+  auto args = std::make_shared<TrainArgs>();
+  auto* cmd = app->add_subcommand("train", "Standalone training throughput and PSNR (optionally vs PyTorch)");
+  cmd->add_option("-c,--config", args->config, "JSON config (encoding, network, training)");
+  cmd->add_option("--set", args->overrides, "Override a config key (repeatable)");
+  cmd->add_option("--steps", args->steps, "Training steps")->check(CLI::PositiveNumber);
+  cmd->add_option("--threads", args->threads, "Threads for each implementation")->check(CLI::PositiveNumber);
+  cmd->add_flag("--vs-torch", args->vs_torch, "Also run the PyTorch peer on the same image and settings");
+  cmd->add_option("--torch-steps", args->torch_steps, "Steps for the peer (default: --steps)");
+  cmd->add_option("--eval-steps", args->eval_steps, "Also report PSNR after these steps")->delimiter(',');
+  cmd->add_option("--json", args->json_out, "Write the results as JSON to this file");
+  cmd->add_option("--python", args->python, "Python interpreter for the peer");
+  return [args] { return RunTrain(*args); };
+}
+
+}  // namespace gridsync::bench

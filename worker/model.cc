@@ -1,0 +1,165 @@
+#include "worker/model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "common/check.h"
+#include "kernels/cpu/half.h"
+
+namespace gridsync {
+namespace {
+
+// Samples per MLP work item. Fixed (not derived from the thread count) so
+// that the order of the weight-gradient reduction, and with it every bit of
+// the result, is the same for any number of threads.
+constexpr size_t kMlpChunk = 2048;
+// Positions per evaluation pass, which bounds the lookup scratch memory.
+constexpr size_t kPredictChunk = 1 << 16;
+
+}  // namespace
+
+void ModelGradients::Clear(ThreadPool* pool) {
+  grid.Clear(pool);
+  for (auto& m : mlp) m.setZero();
+}
+
+Result<std::unique_ptr<HashGridModel>> HashGridModel::Create(const Config& config, uint32_t dims,
+                                                              int output_width) {
+  HashGridSpec spec;
+  spec.dims = dims;
+  spec.n_levels = static_cast<uint32_t>(config.encoding.n_levels);
+  spec.features = static_cast<uint32_t>(config.encoding.n_features_per_level);
+  spec.log2_hashmap_size = static_cast<uint32_t>(config.encoding.log2_hashmap_size);
+  spec.base_resolution = static_cast<uint32_t>(config.encoding.base_resolution);
+  spec.per_level_scale = static_cast<float>(config.encoding.per_level_scale);
+  GRIDSYNC_ASSIGN_OR_RETURN(HashGridLayout layout, HashGridLayout::Make(spec));
+  cpu::MlpShape shape;
+  shape.input_width = static_cast<int>(layout.output_width());
+  shape.hidden_width = config.network.n_neurons;
+  shape.hidden_layers = config.network.n_hidden_layers;
+  shape.output_width = output_width;
+  return std::unique_ptr<HashGridModel>(new HashGridModel(std::move(layout), shape, config));
+}
+
+HashGridModel::HashGridModel(HashGridLayout layout, cpu::MlpShape shape, const Config& config)
+    : layout_(std::move(layout)),
+      mlp_shape_(shape),
+      mixed_precision_(config.training.mixed_precision),
+      dynamic_resolution_(config.training.dynamic_resolution),
+      dynamic_resolution_steps_(config.training.dynamic_resolution_steps > 0
+                                    ? static_cast<uint64_t>(config.training.dynamic_resolution_steps)
+                                    : std::max<uint64_t>(1, config.training.steps / 2)) {
+  std::mt19937_64 rng(config.training.seed);
+  std::uniform_real_distribution<float> init(-1e-4f, 1e-4f);
+  grid_.resize(layout_.total_params());
+  for (float& p : grid_) p = init(rng);
+  mlp_ = cpu::MakeMlpWeights(mlp_shape_, Mix64Seed(config.training.seed));
+  if (mixed_precision_) RefreshWorkingCopyAll();
+}
+
+uint64_t HashGridModel::Mix64Seed(uint64_t seed) { return seed * 0x9E3779B97F4A7C15ull + 1; }
+
+uint32_t HashGridModel::ActiveLevels(uint64_t step) const {
+  const uint32_t levels = layout_.n_levels();
+  if (!dynamic_resolution_) return levels;
+  const uint32_t first = std::max<uint32_t>(1, (levels + 3) / 4);
+  const double progress = std::min(1.0, static_cast<double>(step) / static_cast<double>(dynamic_resolution_steps_));
+  return first + static_cast<uint32_t>(std::floor((levels - first) * progress));
+}
+
+void HashGridModel::RefreshWorkingCopyAll() {
+  grid_half_.resize(grid_.size());
+  for (size_t i = 0; i < grid_.size(); ++i) grid_half_[i] = FloatToHalf(grid_[i]);
+  mlp_working_ = mlp_;
+  for (auto& m : mlp_working_) {
+    for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = RoundToHalf(m.data()[i]);
+  }
+}
+
+void HashGridModel::RefreshWorkingCopy(const std::vector<SparseRows>& grid_rows) {
+  if (!mixed_precision_) return;
+  const uint32_t F = layout_.features();
+  for (uint32_t l = 0; l < grid_rows.size(); ++l) {
+    const size_t base = layout_.level(l).row_offset * F;
+    for (uint32_t row : grid_rows[l].rows) {
+      for (uint32_t f = 0; f < F; ++f) grid_half_[base + size_t{row} * F + f] = FloatToHalf(grid_[base + size_t{row} * F + f]);
+    }
+  }
+  for (size_t i = 0; i < mlp_.size(); ++i) {
+    for (Eigen::Index k = 0; k < mlp_[i].size(); ++k) mlp_working_[i].data()[k] = RoundToHalf(mlp_[i].data()[k]);
+  }
+}
+
+void HashGridModel::EncodeBatch(const float* positions, size_t n, uint32_t active_levels,
+                                ThreadPool* pool) {
+  cpu::HashGridLookup(layout_, positions, n, active_levels, &lookup_, pool);
+  features_.resize(n * layout_.output_width());
+  if (mixed_precision_) {
+    cpu::HashGridForward(layout_, lookup_, grid_half_.data(), features_.data(), pool);
+  } else {
+    cpu::HashGridForward(layout_, lookup_, grid_.data(), features_.data(), pool);
+  }
+}
+
+double HashGridModel::AccumulateGradients(const float* positions, const float* targets, size_t n,
+                                          size_t global_batch, float loss_scale,
+                                          uint32_t active_levels, ModelGradients* grads,
+                                          ThreadPool* pool) {
+  EncodeBatch(positions, n, active_levels, pool);
+  const int in_width = mlp_shape_.input_width;
+  const int out_width = mlp_shape_.output_width;
+  d_features_.resize(features_.size());
+  const cpu::MlpWeights& weights = mixed_precision_ ? mlp_working_ : mlp_;
+
+  const size_t chunks = (n + kMlpChunk - 1) / kMlpChunk;
+  if (chunk_state_.size() < chunks) chunk_state_.resize(chunks);
+  // d(mean squared error)/dy, with the loss scale folded in.
+  const float dy_scale = 2.0f * loss_scale / static_cast<float>(global_batch * out_width);
+  pool->ParallelFor(chunks, [&](size_t c) {
+    ChunkState& state = chunk_state_[c];
+    const size_t begin = c * kMlpChunk;
+    const auto cols = static_cast<Eigen::Index>(std::min(kMlpChunk, n - begin));
+    cpu::ConstMatrixMap x(features_.data() + begin * in_width, in_width, cols);
+    cpu::MlpForward(mlp_shape_, weights, x, &state.workspace, &state.y);
+    const cpu::ConstMatrixMap t(targets + begin * out_width, out_width, cols);
+    state.dy = state.y - t;
+    state.sse = static_cast<double>(state.dy.squaredNorm());
+    state.dy *= dy_scale;
+    if (state.dw.size() != mlp_.size()) state.dw = cpu::ZeroMlpWeights(mlp_shape_);
+    for (auto& m : state.dw) m.setZero();
+    cpu::MatrixMap dx(d_features_.data() + begin * in_width, in_width, cols);
+    cpu::MlpBackward(mlp_shape_, weights, x, state.workspace, state.dy, &state.dw, &dx);
+  });
+  double sse = 0;
+  for (size_t c = 0; c < chunks; ++c) {
+    sse += chunk_state_[c].sse;
+    for (size_t i = 0; i < grads->mlp.size(); ++i) grads->mlp[i] += chunk_state_[c].dw[i];
+  }
+  grads->grid.Accumulate(lookup_, d_features_.data(), pool);
+  return sse;
+}
+
+void HashGridModel::Predict(const float* positions, size_t n, uint32_t active_levels, float* out,
+                            ThreadPool* pool) {
+  const int in_width = mlp_shape_.input_width;
+  const int out_width = mlp_shape_.output_width;
+  const uint32_t dims = layout_.spec().dims;
+  const cpu::MlpWeights& weights = mixed_precision_ ? mlp_working_ : mlp_;
+  for (size_t begin = 0; begin < n; begin += kPredictChunk) {
+    const size_t count = std::min(kPredictChunk, n - begin);
+    EncodeBatch(positions + begin * dims, count, active_levels, pool);
+    const size_t chunks = (count + kMlpChunk - 1) / kMlpChunk;
+    if (chunk_state_.size() < chunks) chunk_state_.resize(chunks);
+    pool->ParallelFor(chunks, [&](size_t c) {
+      ChunkState& state = chunk_state_[c];
+      const size_t at = c * kMlpChunk;
+      const auto cols = static_cast<Eigen::Index>(std::min(kMlpChunk, count - at));
+      cpu::ConstMatrixMap x(features_.data() + at * in_width, in_width, cols);
+      cpu::MlpForward(mlp_shape_, weights, x, &state.workspace, &state.y);
+      std::copy_n(state.y.data(), cols * out_width, out + (begin + at) * out_width);
+    });
+  }
+}
+
+}  // namespace gridsync

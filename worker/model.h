@@ -1,0 +1,105 @@
+// The hash-grid model: a multiresolution hash encoding followed by a small
+// MLP, with fp32 master parameters and, under mixed precision, an fp16
+// working copy that the forward pass reads.
+//
+// The model computes gradients; applying them is the optimizer's job (local
+// Adam here, the PS later), which is why gradients leave as ModelGradients:
+// per grid level the touched rows, and the dense MLP weight gradients.
+//
+// CPU mixed precision: grid parameters are stored and read as real fp16;
+// MLP weights are rounded to fp16 values but multiplied in fp32 (the CPU has
+// no fast fp16 GEMM). Gradients are rounded through fp16 at the loss scale.
+//
+// Thread safety: not thread-safe; parallelism is internal via a ThreadPool.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "common/config.h"
+#include "common/status.h"
+#include "common/thread_pool.h"
+#include "kernels/cpu/hash_encoding.h"
+#include "kernels/cpu/mlp.h"
+#include "kernels/hash_grid_layout.h"
+
+namespace gridsync {
+
+struct ModelGradients {
+  explicit ModelGradients(const HashGridLayout& layout, const cpu::MlpShape& shape)
+      : grid(layout), mlp(cpu::ZeroMlpWeights(shape)) {}
+  cpu::GridGradient grid;  // scaled by the loss scale
+  cpu::MlpWeights mlp;     // scaled by the loss scale
+  void Clear(ThreadPool* pool);
+};
+
+class HashGridModel {
+ public:
+  // dims: 2 for images, 3 for volumes. Parameters are initialised from
+  // training.seed: grid U(+-1e-4), MLP Xavier-uniform.
+  static Result<std::unique_ptr<HashGridModel>> Create(const Config& config, uint32_t dims,
+                                                        int output_width);
+
+  const HashGridLayout& layout() const { return layout_; }
+  const cpu::MlpShape& mlp_shape() const { return mlp_shape_; }
+  bool mixed_precision() const { return mixed_precision_; }
+
+  std::vector<float>& grid_params() { return grid_; }
+  const std::vector<float>& grid_params() const { return grid_; }
+  cpu::MlpWeights& mlp_weights() { return mlp_; }
+  const cpu::MlpWeights& mlp_weights() const { return mlp_; }
+  uint64_t n_params() const { return grid_.size() + mlp_shape_.n_params(); }
+
+  // Active levels at `step` under training.dynamic_resolution (see
+  // configs/README.md for the schedule); all levels otherwise.
+  uint32_t ActiveLevels(uint64_t step) const;
+
+  // Adds the gradient of the mean squared error over a batch of
+  // `global_batch` samples, of which these n are a part, multiplied by
+  // `loss_scale`. Returns the sum of squared errors of these n samples.
+  double AccumulateGradients(const float* positions, const float* targets, size_t n,
+                             size_t global_batch, float loss_scale, uint32_t active_levels,
+                             ModelGradients* grads, ThreadPool* pool);
+
+  // Predictions (n x output_width) at positions (n x dims).
+  void Predict(const float* positions, size_t n, uint32_t active_levels, float* out,
+               ThreadPool* pool);
+
+  // Re-derives the fp16 working copy after the master weights changed: the
+  // rows of `grid_rows[level]` (level-local ids), and all MLP weights.
+  void RefreshWorkingCopy(const std::vector<SparseRows>& grid_rows);
+  void RefreshWorkingCopyAll();
+
+ private:
+  struct ChunkState {
+    cpu::MlpWorkspace workspace;
+    cpu::Matrix y, dy;
+    cpu::MlpWeights dw;
+    double sse = 0;
+  };
+
+  HashGridModel(HashGridLayout layout, cpu::MlpShape shape, const Config& config);
+  static uint64_t Mix64Seed(uint64_t seed);
+  // Lookup and grid forward of n positions into lookup_ and features_.
+  void EncodeBatch(const float* positions, size_t n, uint32_t active_levels, ThreadPool* pool);
+
+  HashGridLayout layout_;
+  cpu::MlpShape mlp_shape_;
+  bool mixed_precision_;
+  bool dynamic_resolution_;
+  uint64_t dynamic_resolution_steps_;
+
+  std::vector<float> grid_;        // fp32 master
+  std::vector<uint16_t> grid_half_;  // fp16 working copy (mixed precision only)
+  cpu::MlpWeights mlp_;            // fp32 master
+  cpu::MlpWeights mlp_working_;    // rounded to fp16 (mixed precision only)
+
+  // Scratch reused across calls.
+  cpu::GridBatchLookup lookup_;
+  std::vector<float> features_;
+  std::vector<float> d_features_;
+  std::vector<ChunkState> chunk_state_;
+};
+
+}  // namespace gridsync
