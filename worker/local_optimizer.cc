@@ -37,7 +37,7 @@ LocalOptimizer::StepStats LocalOptimizer::Step(ModelGradients* grads, ThreadPool
   pool->ParallelFor(levels, [&](size_t l) {
     SparseRows& rows = touched_[l];
     rows.clear();
-    grads->grid.Extract(static_cast<uint32_t>(l), &rows);
+    grads->grid.Take(static_cast<uint32_t>(l), &rows);
     if (!mixed) return;
     // Gradients travel as fp16 at the loss scale: round them, and detect
     // overflow exactly where an fp16 pipeline would produce inf.
@@ -56,7 +56,7 @@ LocalOptimizer::StepStats LocalOptimizer::Step(ModelGradients* grads, ThreadPool
     }
   }
   if (!scaler_.Update(finite.load())) {
-    grads->Clear(pool);
+    for (auto& m : grads->mlp) m.setZero();  // the grid's were taken above
     return stats;
   }
 
@@ -74,7 +74,7 @@ LocalOptimizer::StepStats LocalOptimizer::Step(ModelGradients* grads, ThreadPool
   model_->RefreshWorkingCopy(touched_);
   for (const auto& rows : touched_) stats.grid_rows += rows.size();
   stats.applied = true;
-  grads->Clear(pool);
+  for (auto& m : grads->mlp) m.setZero();
   return stats;
 }
 

@@ -3,38 +3,58 @@
 #include "common/check.h"
 
 namespace gridsync::cpu {
+
 namespace {
 
-// Bias corrections depend only on the row's step count; rows of one batch
-// share few distinct counts, so remember the last one instead of calling
-// pow twice per row.
-class StepSizeCache {
- public:
-  explicit StepSizeCache(const AdamHyper& hyper) : hyper_(hyper) {}
-  float Get(uint32_t t) {
-    if (t != last_t_) {
-      last_t_ = t;
-      last_ = AdamStepSize(hyper_, t);
-    }
-    return last_;
-  }
+constexpr size_t kPrefetchDistance = 16;
 
- private:
-  const AdamHyper& hyper_;
-  uint32_t last_t_ = 0;
-  float last_ = 0;
-};
+// Width as a template parameter lets the compiler unroll and keep the row in
+// registers; the hash grid's widths are 1, 2, 4 or 8.
+template <uint32_t W>
+void UpdateRowsFixed(const AdamHyper& hyper, const SparseRows& grad, float grad_scale,
+                     float* params, AdamTable* state) {
+  const uint32_t* rows = grad.rows.data();
+  const float* values = grad.values.data();
+  float* m = state->m.data();
+  float* v = state->v.data();
+  uint32_t* steps = state->step.data();
+  const size_t n = grad.rows.size();
+  for (size_t i = 0; i < n; ++i) {
+    // Touched rows of a hashed level are scattered over the table; the
+    // hardware prefetcher cannot guess them, but we know them in advance.
+    if (i + kPrefetchDistance < n) {
+      const size_t ahead = rows[i + kPrefetchDistance];
+      __builtin_prefetch(&params[ahead * W], 1);
+      __builtin_prefetch(&m[ahead * W], 1);
+      __builtin_prefetch(&v[ahead * W], 1);
+      __builtin_prefetch(&steps[ahead], 1);
+    }
+    const size_t row = rows[i];
+    const float lr = state->StepSize(hyper, ++steps[row]);
+    for (uint32_t f = 0; f < W; ++f) {
+      const size_t at = row * W + f;
+      AdamUpdate(hyper, lr, values[i * W + f] * grad_scale, &params[at], &m[at], &v[at]);
+    }
+  }
+}
 
 }  // namespace
 
 void AdamUpdateRows(const AdamHyper& hyper, const SparseRows& grad, float grad_scale,
                     float* params, AdamTable* state) {
   GRIDSYNC_CHECK_EQ(grad.width, state->width);
+  GRIDSYNC_CHECK_EQ(grad.values.size(), grad.rows.size() * grad.width);
+  switch (grad.width) {
+    case 1: return UpdateRowsFixed<1>(hyper, grad, grad_scale, params, state);
+    case 2: return UpdateRowsFixed<2>(hyper, grad, grad_scale, params, state);
+    case 4: return UpdateRowsFixed<4>(hyper, grad, grad_scale, params, state);
+    case 8: return UpdateRowsFixed<8>(hyper, grad, grad_scale, params, state);
+    default: break;
+  }
   const uint32_t width = grad.width;
-  StepSizeCache step_size(hyper);
   for (size_t i = 0; i < grad.rows.size(); ++i) {
     const size_t row = grad.rows[i];
-    const float lr = step_size.Get(++state->step[row]);
+    const float lr = state->StepSize(hyper, ++state->step[row]);
     const float* g = grad.values.data() + i * width;
     for (uint32_t f = 0; f < width; ++f) {
       const size_t at = row * width + f;
@@ -46,9 +66,8 @@ void AdamUpdateRows(const AdamHyper& hyper, const SparseRows& grad, float grad_s
 void AdamUpdateDense(const AdamHyper& hyper, const float* grad, uint64_t rows, float grad_scale,
                      float* params, AdamTable* state) {
   const uint32_t width = state->width;
-  StepSizeCache step_size(hyper);
   for (uint64_t row = 0; row < rows; ++row) {
-    const float lr = step_size.Get(++state->step[row]);
+    const float lr = state->StepSize(hyper, ++state->step[row]);
     for (uint32_t f = 0; f < width; ++f) {
       const size_t at = row * width + f;
       AdamUpdate(hyper, lr, grad[at] * grad_scale, &params[at], &state->m[at], &state->v[at]);

@@ -5,6 +5,7 @@
 // distinct tables may be updated concurrently.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -26,6 +27,25 @@ struct AdamTable {
     v.assign(rows * row_width, 0.0f);
     step.assign(rows, 0);
   }
+
+  // AdamStepSize(hyper, t), memoised: rows of one batch carry many different
+  // step counts, and two pow() calls per row would cost more than the update.
+  float StepSize(const AdamHyper& hyper, uint32_t t) {
+    if (t >= step_size.size() || hyper.learning_rate != step_size_lr) {
+      if (hyper.learning_rate != step_size_lr) step_size.clear();
+      step_size_lr = hyper.learning_rate;
+      const size_t first = step_size.size();
+      step_size.resize(std::max<size_t>(t + 1, 2 * step_size.size()));
+      for (size_t k = first; k < step_size.size(); ++k) {
+        step_size[k] = k == 0 ? 0.0f : AdamStepSize(hyper, static_cast<uint32_t>(k));
+      }
+    }
+    return step_size[t];
+  }
+
+ private:
+  std::vector<float> step_size;
+  float step_size_lr = 0.0f;
 };
 
 // Applies Adam to `grad.rows` of `params` (rows x width), each gradient

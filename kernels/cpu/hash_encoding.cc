@@ -26,12 +26,24 @@ void LookupLevel(const GridLevelInfo& level, const float* positions, size_t n, u
 inline float LoadParam(const float* p, size_t i) { return p[i]; }
 inline float LoadParam(const uint16_t* p, size_t i) { return HalfToFloat(p[i]); }
 
+// Hashed levels scatter a batch's corners over a table far larger than the
+// caches and no hardware prefetcher can guess them; the lookup already knows
+// them, so fetch a few samples ahead.
+constexpr size_t kPrefetchSamples = 8;
+constexpr size_t kPrefetchRows = 16;
+
 template <uint32_t F, typename P>
 void ForwardLevel(const GridBatchLookup& lookup, uint32_t level, const P* table, size_t out_width,
                   float* features) {
   const uint32_t corners = lookup.corners;
+  const size_t level_base = lookup.Index(level, 0);
+  const size_t prefetch_end = lookup.n > kPrefetchSamples ? lookup.n - kPrefetchSamples : 0;
   for (size_t i = 0; i < lookup.n; ++i) {
     const size_t base = lookup.Index(level, i);
+    if (i < prefetch_end) {
+      const uint32_t* ahead = &lookup.rows[level_base + (i + kPrefetchSamples) * corners];
+      for (uint32_t k = 0; k < corners; ++k) __builtin_prefetch(table + size_t{ahead[k]} * F, 0);
+    }
     float acc[F] = {};
     for (uint32_t k = 0; k < corners; ++k) {
       const float w = lookup.weights[base + k];
@@ -69,8 +81,14 @@ template <uint32_t F>
 void BackwardLevel(const GridBatchLookup& lookup, uint32_t level, const float* d_features,
                    size_t in_width, float* grad, uint64_t* bits) {
   const uint32_t corners = lookup.corners;
+  const size_t level_base = lookup.Index(level, 0);
+  const size_t prefetch_end = lookup.n > kPrefetchSamples ? lookup.n - kPrefetchSamples : 0;
   for (size_t i = 0; i < lookup.n; ++i) {
     const size_t base = lookup.Index(level, i);
+    if (i < prefetch_end) {
+      const uint32_t* ahead = &lookup.rows[level_base + (i + kPrefetchSamples) * corners];
+      for (uint32_t k = 0; k < corners; ++k) __builtin_prefetch(grad + size_t{ahead[k]} * F, 1);
+    }
     const float* d = d_features + i * in_width + level * F;
     for (uint32_t k = 0; k < corners; ++k) {
       const float w = lookup.weights[base + k];
@@ -143,26 +161,40 @@ uint64_t GridGradient::TouchedRows(uint32_t level) const {
   return count;
 }
 
-void GridGradient::Extract(uint32_t level, SparseRows* out) const {
+template <bool kClear>
+void GridGradient::ExtractImpl(uint32_t level, SparseRows* out) {
   const uint32_t F = layout_->features();
-  const float* grad = grad_.data() + layout_->level(level).row_offset * F;
+  float* grad = grad_.data() + layout_->level(level).row_offset * F;
   out->width = F;
-  const auto& bits = bits_[level];
+  auto& bits = bits_[level];
   const size_t first = out->rows.size();
   const uint64_t count = TouchedRows(level);
   out->rows.resize(first + count);
   out->values.resize((first + count) * F);
+  // Pass 1: row ids from the bitmap (sequential). Pass 2: gather with the
+  // ids known ahead, so the scattered gradient rows can be prefetched.
   uint32_t* rows = out->rows.data() + first;
-  float* values = out->values.data() + first * F;
   for (size_t w = 0; w < bits.size(); ++w) {
     for (uint64_t word = bits[w]; word != 0; word &= word - 1) {
-      const uint32_t row = static_cast<uint32_t>(w * 64 + std::countr_zero(word));
-      *rows++ = row;
-      std::memcpy(values, grad + size_t{row} * F, F * sizeof(float));
-      values += F;
+      *rows++ = static_cast<uint32_t>(w * 64 + std::countr_zero(word));
     }
+    if constexpr (kClear) bits[w] = 0;
+  }
+  rows = out->rows.data() + first;
+  float* values = out->values.data() + first * F;
+  for (size_t i = 0; i < count; ++i) {
+    if (i + kPrefetchRows < count) __builtin_prefetch(grad + size_t{rows[i + kPrefetchRows]} * F, 1);
+    float* g = grad + size_t{rows[i]} * F;
+    std::memcpy(values + i * F, g, F * sizeof(float));
+    if constexpr (kClear) std::memset(g, 0, F * sizeof(float));
   }
 }
+
+void GridGradient::Extract(uint32_t level, SparseRows* out) const {
+  const_cast<GridGradient*>(this)->ExtractImpl<false>(level, out);
+}
+
+void GridGradient::Take(uint32_t level, SparseRows* out) { ExtractImpl<true>(level, out); }
 
 void GridGradient::Clear(ThreadPool* pool) {
   const uint32_t F = layout_->features();

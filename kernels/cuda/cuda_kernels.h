@@ -8,6 +8,14 @@
 // with atomics, so its float results match the CPU within rounding, not bit
 // for bit.
 //
+// Contracts the device-pointer API relies on (host:: checks them):
+// - parameter and gradient buffers are aligned to the row size, capped at 16
+//   bytes (cudaMalloc memory always is); misaligned pointers are refused;
+// - AdamUpdateRows gets distinct rows in one call, since one thread owns a
+//   row (host:: requires strictly ascending rows inside the table);
+// - host::HashGridBackward adds into *grad; an empty *grad is sized to
+//   total_params and zeroed, any other size than total_params is refused.
+//
 // Thread safety: every function may be called from any thread; calls on one
 // stream are ordered by the stream.
 #pragma once
