@@ -59,6 +59,18 @@ std::string_view ToString(ModelParallelDim v) {
   return "?";
 }
 
+std::string_view ToString(Consistency v) {
+  switch (v) {
+    case Consistency::kBsp:
+      return "bsp";
+    case Consistency::kSsp:
+      return "ssp";
+    case Consistency::kAsync:
+      return "async";
+  }
+  return "?";
+}
+
 std::string_view ToString(TaskType v) {
   switch (v) {
     case TaskType::kImage:
@@ -84,6 +96,8 @@ constexpr BatchSplitting kBatchSplittings[] = {BatchSplitting::kEven, BatchSplit
 constexpr ModelParallelDim kModelParallelDims[] = {
     ModelParallelDim::kRow, ModelParallelDim::kColumn, ModelParallelDim::kBoth};
 constexpr TaskType kTaskTypes[] = {TaskType::kImage, TaskType::kSdf, TaskType::kNerf};
+constexpr Consistency kConsistencies[] = {Consistency::kBsp, Consistency::kSsp,
+                                          Consistency::kAsync};
 constexpr std::string_view kEncodingTypes[] = {"HashGrid"};
 constexpr int kFeaturesPerLevel[] = {1, 2, 4, 8};
 
@@ -741,6 +755,7 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
     const bool mp_dim_ok =
         r.EnumValue("mp_dim", &d.mp_dim, std::span<const ModelParallelDim>(kModelParallelDims));
     const bool hierarchical_ok = r.Bool("hierarchical", &d.hierarchical);
+    r.Double("timeout_s", &d.timeout_s, 0.0, /*lo_open=*/true, 3600.0);
     r.ReportUnknownKeys();
 
     // A key that silently does nothing misleads whoever reads the config later, so settings
@@ -814,6 +829,27 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
     r.String("output", &k.output, {.allowed = "a non-empty folder path"});
     r.ReportUnknownKeys();
   }
+  {
+    PsConfig& p = config.ps;
+    SectionReader r(&problems, "ps", top.Object("ps"));
+    r.Int("shards", &p.shards, 1, 256);
+    const bool consistency_ok =
+        r.EnumValue("consistency", &p.consistency, std::span<const Consistency>(kConsistencies));
+    const bool staleness_ok = r.Int("staleness", &p.staleness, 0, 1000);
+    r.Int("threads", &p.threads, 1, 64);
+    r.String("host", &p.host,
+             {.allowed = "a host name or IP address: non-empty, no spaces, at most 253 characters",
+              .max_length = 253,
+              .forbid_spaces = true});
+    r.Int("base_port", &p.base_port, 0, 65535);
+    r.ReportUnknownKeys();
+    if (consistency_ok && staleness_ok && r.Has("staleness") &&
+        p.consistency != Consistency::kSsp) {
+      problems.Add("ps.staleness",
+                   std::to_string(p.staleness) + " has no effect unless ps.consistency is \"ssp\"",
+                   "ps.staleness only with ps.consistency \"ssp\"");
+    }
+  }
   top.ReportUnknownKeys();
 
   if (!problems.empty()) return problems.ToStatus();
@@ -869,6 +905,7 @@ nlohmann::json Config::ToJson() const {
   // resolved config fail to load again.
   if (distributed.model_parallel) d["mp_dim"] = ToString(distributed.mp_dim);
   d["hierarchical"] = distributed.hierarchical;
+  d["timeout_s"] = distributed.timeout_s;
 
   auto& t = j["training"];
   t["batch_size"] = training.batch_size;
@@ -886,22 +923,53 @@ nlohmann::json Config::ToJson() const {
   k["type"] = ToString(task.type);
   k["image"] = task.image;
   k["output"] = task.output;
+
+  auto& p = j["ps"];
+  p["shards"] = ps.shards;
+  p["consistency"] = ToString(ps.consistency);
+  // Parse refuses staleness outside ssp (see mp_dim above).
+  if (ps.consistency == Consistency::kSsp) p["staleness"] = ps.staleness;
+  p["threads"] = ps.threads;
+  p["host"] = ps.host;
+  p["base_port"] = ps.base_port;
   return j;
 }
 
 Status Config::CheckRunnable(bool standalone) const {
   std::vector<std::string> lines;
+  Status invalid;
   if (!standalone && distributed.enable) {
-    lines.push_back(
-        "distributed.gradient_sync=" + std::string(ToString(distributed.gradient_sync)) +
-        ": not supported yet: multi-process training arrives with the parameter server (ps) and "
-        "collective (nccl, hybrid) backends; pass --standalone to train this config in one "
-        "process");
+    if (distributed.gradient_sync != GradientSync::kPs) {
+      lines.push_back("distributed.gradient_sync=" + std::string(ToString(distributed.gradient_sync)) +
+                      ": not supported yet: the collective backends (nccl, hybrid) arrive in a later "
+                      "release; allowed now: ps, or --standalone to train this config in one process");
+    } else {
+      if (distributed.batch_splitting != BatchSplitting::kEven) {
+        lines.push_back("distributed.batch_splitting=" +
+                        std::string(ToString(distributed.batch_splitting)) +
+                        ": not supported yet; allowed now: even");
+      }
+      if (training.mixed_precision) {
+        lines.push_back(
+            "training.mixed_precision=true: not supported yet with distributed.gradient_sync=ps; "
+            "allowed now: false, or --standalone");
+      }
+      const int split = distributed.world_size * training.gradient_accumulation;
+      if (training.batch_size % split != 0) {
+        invalid = Status::InvalidArgument(
+            source + ": training.batch_size: " + std::to_string(training.batch_size) +
+            " does not split evenly over distributed.world_size " +
+            std::to_string(distributed.world_size) + " x training.gradient_accumulation " +
+            std::to_string(training.gradient_accumulation) + "; allowed: a multiple of " +
+            std::to_string(split));
+      }
+    }
   }
   if (task.type != TaskType::kImage) {
     lines.push_back("task.type=" + std::string(ToString(task.type)) +
                     ": not supported yet; allowed now: image");
   }
+  if (!invalid.ok()) return invalid;
   if (lines.empty()) return Status::OK();
   return Status::Unsupported(Join(lines, "\n"));
 }

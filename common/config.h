@@ -35,11 +35,13 @@ enum class GradientSync { kNccl, kPs, kHybrid };
 enum class BatchSplitting { kEven, kWeighted, kAdaptive };
 enum class ModelParallelDim { kRow, kColumn, kBoth };
 enum class TaskType { kImage, kSdf, kNerf };
+enum class Consistency { kBsp, kSsp, kAsync };
 
 std::string_view ToString(GradientSync v);
 std::string_view ToString(BatchSplitting v);
 std::string_view ToString(ModelParallelDim v);
 std::string_view ToString(TaskType v);
+std::string_view ToString(Consistency v);
 
 struct EncodingConfig {
   std::string otype = "HashGrid";  // only HashGrid
@@ -65,6 +67,16 @@ struct DistributedConfig {
   bool model_parallel = false;
   ModelParallelDim mp_dim = ModelParallelDim::kRow;  // only meaningful with model_parallel
   bool hierarchical = false;
+  double timeout_s = 30.0;  // (0, 3600]: every wait (rendezvous, barrier, pull) gives up after this
+};
+
+struct PsConfig {
+  int shards = 1;                              // 1..256 PS shard processes
+  Consistency consistency = Consistency::kBsp;
+  int staleness = 2;                           // 0..1000; ssp only: max steps ahead of the slowest
+  int threads = 2;                             // 1..64 threads per shard
+  std::string host = "127.0.0.1";              // where shards listen
+  int base_port = 0;                           // 0: master_port + 1 + shard; else base_port + shard
 };
 
 struct TrainingConfig {
@@ -92,6 +104,7 @@ struct Config {
   DistributedConfig distributed;
   TrainingConfig training;
   TaskConfig task;
+  PsConfig ps;
 
   // Where the config came from, for messages ("configs/local.json").
   std::string source = "<defaults>";

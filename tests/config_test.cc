@@ -104,7 +104,7 @@ TEST(ConfigSeedTest, SeedsRunLocallyWithOverriddenAddress) {
     Result<Config> c = Config::LoadFile(path, {"distributed.master_addr=127.0.0.1"});
     ASSERT_TRUE(c.ok()) << path << ": " << c.status().ToString();
     EXPECT_EQ(c->distributed.master_addr, "127.0.0.1") << path;
-    // Every seed is a multi-process config: refused until the backends land, fine standalone.
+    // Every seed is an nccl config: refused until the collective backends land, fine standalone.
     const Status distributed = c->CheckRunnable(/*standalone=*/false);
     EXPECT_EQ(distributed.code(), StatusCode::kUnsupported) << path;
     EXPECT_TRUE(
@@ -546,12 +546,14 @@ TEST(ConfigToJsonTest, HasEveryKeyWithEnumsAsStrings) {
   Result<Config> c = Config::LoadFile("configs/distributed_large.json");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   const nlohmann::json j = c->ToJson();
-  EXPECT_EQ(j.size(), 5u);
+  EXPECT_EQ(j.size(), 6u);
   EXPECT_EQ(j["encoding"].size(), 6u);
   EXPECT_EQ(j["network"].size(), 2u);
-  EXPECT_EQ(j["distributed"].size(), 9u);
+  EXPECT_EQ(j["distributed"].size(), 10u);
   EXPECT_EQ(j["training"].size(), 10u);
   EXPECT_EQ(j["task"].size(), 3u);
+  EXPECT_EQ(j["ps"].size(), 5u);  // staleness only under ssp
+  EXPECT_EQ(j["ps"]["consistency"], "bsp");
   EXPECT_EQ(j["distributed"]["gradient_sync"], "nccl");
   EXPECT_EQ(j["distributed"]["batch_splitting"], "adaptive");
   EXPECT_EQ(j["distributed"]["mp_dim"], "both");
@@ -563,7 +565,27 @@ TEST(ConfigToJsonTest, HasEveryKeyWithEnumsAsStrings) {
 TEST(ConfigToJsonTest, MpDimOmittedWithoutModelParallel) {
   const nlohmann::json j = Config{}.ToJson();
   EXPECT_FALSE(j["distributed"].contains("mp_dim"));
-  EXPECT_EQ(j["distributed"].size(), 8u);
+  EXPECT_EQ(j["distributed"].size(), 9u);
+}
+
+TEST(ConfigPsTest, KeysValidateAndStalenessNeedsSsp) {
+  const Config c = ParseOk(R"({"ps": {"shards": 4, "consistency": "ssp", "staleness": 3, "threads": 2,
+                                      "host": "127.0.0.1", "base_port": 31000}})");
+  EXPECT_EQ(c.ps.shards, 4);
+  EXPECT_EQ(c.ps.consistency, Consistency::kSsp);
+  EXPECT_EQ(c.ps.staleness, 3);
+  EXPECT_EQ(c.ps.base_port, 31000);
+  EXPECT_EQ(c.ToJson()["ps"]["staleness"], 3);
+  const std::string staleness = ErrorOf(R"({"ps": {"consistency": "bsp", "staleness": 2}})");
+  EXPECT_TRUE(Contains(staleness, "ps.staleness")) << staleness;
+  EXPECT_TRUE(Contains(staleness, "ssp")) << staleness;
+  const std::string shards = ErrorOf(R"({"ps": {"shards": 0}})");
+  EXPECT_TRUE(Contains(shards, "ps.shards")) << shards;
+  EXPECT_TRUE(Contains(shards, "1..256")) << shards;
+  const std::string consistency = ErrorOf(R"({"ps": {"consistency": "eventual"}})");
+  EXPECT_TRUE(Contains(consistency, "bsp")) << consistency;
+  const std::string timeout = ErrorOf(R"({"distributed": {"timeout_s": 0}})");
+  EXPECT_TRUE(Contains(timeout, "distributed.timeout_s")) << timeout;
 }
 
 TEST(ConfigToJsonTest, RoundTrip) {
@@ -596,15 +618,39 @@ TEST(ConfigCheckRunnableTest, DefaultConfigRuns) {
   EXPECT_TRUE(Config{}.CheckRunnable(true).ok());
 }
 
-TEST(ConfigCheckRunnableTest, DistributedRefusedUnlessStandalone) {
-  const Config c = ParseOk(R"({"distributed": {"enable": true, "gradient_sync": "ps"}})");
-  const Status status = c.CheckRunnable(/*standalone=*/false);
-  EXPECT_EQ(status.code(), StatusCode::kUnsupported);
-  EXPECT_EQ(status.message(),
-            "distributed.gradient_sync=ps: not supported yet: multi-process training arrives with "
-            "the parameter server (ps) and collective (nccl, hybrid) backends; pass --standalone "
-            "to train this config in one process");
-  EXPECT_TRUE(c.CheckRunnable(/*standalone=*/true).ok());
+TEST(ConfigCheckRunnableTest, CollectiveSyncRefusedUnlessStandalone) {
+  for (const char* sync : {"nccl", "hybrid"}) {
+    const Config c = ParseOk(std::string(R"({"distributed": {"enable": true, "gradient_sync": ")") +
+                             sync + "\"}}");
+    const Status status = c.CheckRunnable(/*standalone=*/false);
+    EXPECT_EQ(status.code(), StatusCode::kUnsupported);
+    EXPECT_TRUE(Contains(status.message(),
+                         std::string("distributed.gradient_sync=") + sync + ": not supported yet"))
+        << status.message();
+    EXPECT_TRUE(Contains(status.message(), "--standalone")) << status.message();
+    EXPECT_TRUE(c.CheckRunnable(/*standalone=*/true).ok());
+  }
+}
+
+TEST(ConfigCheckRunnableTest, PsRunsWithEvenSplitsOnly) {
+  EXPECT_TRUE(ParseOk(R"({"distributed": {"enable": true, "world_size": 2, "gradient_sync": "ps"}})")
+                  .CheckRunnable(false)
+                  .ok());
+  const Status weighted = ParseOk(R"({"distributed": {"enable": true, "gradient_sync": "ps",
+                                      "batch_splitting": "weighted"}})")
+                              .CheckRunnable(false);
+  EXPECT_EQ(weighted.code(), StatusCode::kUnsupported);
+  EXPECT_TRUE(Contains(weighted.message(), "distributed.batch_splitting=weighted: not supported yet"));
+  const Status mixed = ParseOk(R"({"distributed": {"enable": true, "gradient_sync": "ps"},
+                                   "training": {"mixed_precision": true}})")
+                           .CheckRunnable(false);
+  EXPECT_EQ(mixed.code(), StatusCode::kUnsupported);
+  const Status uneven = ParseOk(R"({"distributed": {"enable": true, "world_size": 3, "gradient_sync": "ps"},
+                                    "training": {"batch_size": 1000}})")
+                            .CheckRunnable(false);
+  EXPECT_EQ(uneven.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(uneven.message(), "training.batch_size: 1000")) << uneven.message();
+  EXPECT_TRUE(Contains(uneven.message(), "a multiple of 3")) << uneven.message();
 }
 
 TEST(ConfigCheckRunnableTest, OnlyImageTaskRuns) {

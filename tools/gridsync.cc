@@ -1,6 +1,6 @@
 // gridsync: the operator CLI. `check-config FILE` validates a config and
-// prints it resolved, with every default filled in. (`launch` and `monitor`
-// arrive with the parameter server.)
+// prints it resolved, with every default filled in; `launch CONFIG` runs a
+// local cluster (coordinator, shards, workers) from one config.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "common/config.h"
+#include "tools/launch.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"gridsync: operate a gridsync cluster"};
@@ -21,7 +22,16 @@ int main(int argc, char** argv) {
   check->add_option("--set", overrides, "Override a key: --set distributed.master_addr=127.0.0.1");
   check->add_flag("--standalone", standalone,
                   "Also check that a single-process run of this config is supported");
+  auto* launch = app.add_subcommand("launch", "Run a local cluster (coordinator, PS shards, workers)");
+  gridsync::LaunchOptions launch_options;
+  launch->add_option("config", launch_options.config_path, "JSON config file")->required()->check(CLI::ExistingFile);
+  launch->add_option("--set", launch_options.overrides, "Override a key in every process (repeatable)");
+  launch->add_option("--bin-dir", launch_options.bin_dir, "Folder with the gridsync binaries");
+  launch->add_option("--worker-arg", launch_options.worker_args, "Extra argument for every worker (repeatable)");
+  launch->add_option("--rank0-arg", launch_options.rank0_args, "Extra argument for worker 0 (repeatable)");
+  launch->add_option("--grace", launch_options.grace_seconds, "Seconds between SIGTERM and SIGKILL when stopping");
   CLI11_PARSE(app, argc, argv);
+  if (launch->parsed()) return gridsync::RunLaunch(launch_options);
 
   if (check->parsed()) {
     auto config = gridsync::Config::LoadFile(path, overrides);

@@ -6,6 +6,7 @@
 
 #include "common/check.h"
 #include "kernels/cpu/half.h"
+#include "kernels/model_tables.h"
 
 namespace gridsync {
 namespace {
@@ -24,21 +25,19 @@ void ModelGradients::Clear(ThreadPool* pool) {
   for (auto& m : mlp) m.setZero();
 }
 
+void ModelGradients::AddFrom(ModelGradients* other, ThreadPool* pool) {
+  grid.AddFrom(&other->grid, pool);
+  for (size_t i = 0; i < mlp.size(); ++i) {
+    mlp[i] += other->mlp[i];
+    other->mlp[i].setZero();
+  }
+}
+
 Result<std::unique_ptr<HashGridModel>> HashGridModel::Create(const Config& config, uint32_t dims,
                                                               int output_width) {
-  HashGridSpec spec;
-  spec.dims = dims;
-  spec.n_levels = static_cast<uint32_t>(config.encoding.n_levels);
-  spec.features = static_cast<uint32_t>(config.encoding.n_features_per_level);
-  spec.log2_hashmap_size = static_cast<uint32_t>(config.encoding.log2_hashmap_size);
-  spec.base_resolution = static_cast<uint32_t>(config.encoding.base_resolution);
-  spec.per_level_scale = static_cast<float>(config.encoding.per_level_scale);
-  GRIDSYNC_ASSIGN_OR_RETURN(HashGridLayout layout, HashGridLayout::Make(spec));
-  cpu::MlpShape shape;
-  shape.input_width = static_cast<int>(layout.output_width());
-  shape.hidden_width = config.network.n_neurons;
-  shape.hidden_layers = config.network.n_hidden_layers;
-  shape.output_width = output_width;
+  GRIDSYNC_ASSIGN_OR_RETURN(HashGridLayout layout,
+                            HashGridLayout::Make(GridSpecFromConfig(config, dims)));
+  const cpu::MlpShape shape = MlpShapeFromConfig(config, layout.output_width(), output_width);
   return std::unique_ptr<HashGridModel>(new HashGridModel(std::move(layout), shape, config));
 }
 

@@ -32,6 +32,8 @@ struct ModelGradients {
   cpu::GridGradient grid;  // scaled by the loss scale
   cpu::MlpWeights mlp;     // scaled by the loss scale
   void Clear(ThreadPool* pool);
+  // this += other, then other is cleared (see GridGradient::AddFrom).
+  void AddFrom(ModelGradients* other, ThreadPool* pool);
 };
 
 class HashGridModel {

@@ -29,6 +29,12 @@ Result<TrainReport> TrainImage(const Config& config, const ImageTask& image,
   ThreadPool pool(config.training.threads);
   LocalOptimizer optimizer(model.get(), config);
   ModelGradients grads(model->layout(), model->mlp_shape());
+  // With accumulation, each micro-batch sums into `partial` from zero and is
+  // then added to `grads`, the same reduction a distributed step performs.
+  std::unique_ptr<ModelGradients> partial;
+  if (config.training.gradient_accumulation > 1) {
+    partial = std::make_unique<ModelGradients>(model->layout(), model->mlp_shape());
+  }
 
   const auto& t = config.training;
   const size_t batch = static_cast<size_t>(t.batch_size);
@@ -58,8 +64,10 @@ Result<TrainReport> TrainImage(const Config& config, const ImageTask& image,
     for (int m = 0; m < t.gradient_accumulation; ++m) {
       image.SampleBatch(t.seed, step, static_cast<uint64_t>(m) * micro, micro, positions.data(),
                         targets.data());
+      ModelGradients* target = partial ? partial.get() : &grads;
       sse += model->AccumulateGradients(positions.data(), targets.data(), micro, batch,
-                                        optimizer.loss_scale(), active, &grads, &pool);
+                                        optimizer.loss_scale(), active, target, &pool);
+      if (partial) grads.AddFrom(partial.get(), &pool);
     }
     const auto stats = optimizer.Step(&grads, &pool);
     timed += std::chrono::duration<double>(Clock::now() - start).count();

@@ -39,6 +39,13 @@ struct TrainReport {
   double grid_rows_per_step = 0;  // mean touched grid rows per applied step
   std::string png_path;
   std::shared_ptr<HashGridModel> model;  // the trained model
+
+  // Distributed runs only (per worker).
+  uint32_t rank = 0;
+  double bytes_pushed_per_step = 0;
+  double bytes_pulled_per_step = 0;
+  double comm_seconds = 0;       // blocked in push acks and pull replies
+  uint64_t max_staleness = 0;    // steps between the parameters read and the step computed
 };
 
 Result<TrainReport> TrainImage(const Config& config, const ImageTask& image,

@@ -210,4 +210,58 @@ void GridGradient::Clear(ThreadPool* pool) {
   });
 }
 
+void GridGradient::AddFrom(GridGradient* other, ThreadPool* pool) {
+  const uint32_t F = layout_->features();
+  pool->ParallelFor(layout_->n_levels(), [&](size_t l) {
+    const size_t offset = layout_->level(static_cast<uint32_t>(l)).row_offset * F;
+    float* dst = grad_.data() + offset;
+    float* src = other->grad_.data() + offset;
+    auto& src_bits = other->bits_[l];
+    auto& dst_bits = bits_[l];
+    for (size_t w = 0; w < src_bits.size(); ++w) {
+      for (uint64_t word = src_bits[w]; word != 0; word &= word - 1) {
+        const size_t row = w * 64 + std::countr_zero(word);
+        for (uint32_t f = 0; f < F; ++f) {
+          dst[row * F + f] += src[row * F + f];
+          src[row * F + f] = 0.0f;
+        }
+      }
+      dst_bits[w] |= src_bits[w];
+      src_bits[w] = 0;
+    }
+  });
+}
+
+GridRowSet::GridRowSet(const HashGridLayout& layout) : layout_(&layout) {
+  for (const auto& level : layout.levels()) bits_.emplace_back((level.rows + 63) / 64, 0);
+  rows_.resize(layout.n_levels());
+}
+
+void GridRowSet::Assign(const GridBatchLookup& lookup, ThreadPool* pool) {
+  pool->ParallelFor(layout_->n_levels(), [&](size_t l) {
+    auto& rows = rows_[l];
+    rows.clear();
+    if (l >= lookup.active_levels) return;
+    auto& bits = bits_[l];
+    const size_t base = lookup.Index(static_cast<uint32_t>(l), 0);
+    const size_t entries = lookup.n * lookup.corners;
+    for (size_t i = 0; i < entries; ++i) {
+      const uint32_t row = lookup.rows[base + i];
+      bits[row >> 6] |= uint64_t{1} << (row & 63u);
+    }
+    for (size_t w = 0; w < bits.size(); ++w) {
+      for (uint64_t word = bits[w]; word != 0; word &= word - 1) {
+        rows.push_back(static_cast<uint32_t>(w * 64 + std::countr_zero(word)));
+      }
+      bits[w] = 0;
+    }
+  });
+}
+
+uint64_t GridRowSet::total() const {
+  uint64_t n = 0;
+  for (const auto& r : rows_) n += r.size();
+  return n;
+}
+
 }  // namespace gridsync::cpu

@@ -66,6 +66,12 @@ class GridGradient {
   // Zeroes touched rows and forgets them.
   void Clear(ThreadPool* pool);
 
+  // this += other over other's touched rows, then clears other. Summing
+  // separately accumulated parts in a fixed order is how a distributed step
+  // reduces (0 + part_0 + part_1 + ...), so local gradient accumulation
+  // does it the same way and the two agree bit for bit.
+  void AddFrom(GridGradient* other, ThreadPool* pool);
+
   const float* dense() const { return grad_.data(); }
 
  private:
@@ -75,6 +81,22 @@ class GridGradient {
   const HashGridLayout* layout_;
   std::vector<float> grad_;                   // total_rows x features
   std::vector<std::vector<uint64_t>> bits_;   // per level: one bit per row
+};
+
+// The distinct rows a batch reads, per level, ascending: what a worker pulls
+// before the forward pass. Known from the lookup alone.
+class GridRowSet {
+ public:
+  explicit GridRowSet(const HashGridLayout& layout);
+  // Replaces the set with the rows `lookup` reads.
+  void Assign(const GridBatchLookup& lookup, ThreadPool* pool);
+  const std::vector<uint32_t>& rows(uint32_t level) const { return rows_[level]; }
+  uint64_t total() const;
+
+ private:
+  const HashGridLayout* layout_;
+  std::vector<std::vector<uint64_t>> bits_;
+  std::vector<std::vector<uint32_t>> rows_;
 };
 
 }  // namespace gridsync::cpu

@@ -1,0 +1,447 @@
+// CoordinatorClient: one TCP connection, synchronous calls with deadlines.
+//
+// Each call runs its socket operations as Asio async operations on a private
+// io_context with run_until(deadline); an operation still pending at the
+// deadline is cancelled by closing the socket. After a timeout or an I/O
+// error the stream position is unknown (a reply may be half read), so the
+// connection is closed and every later call fails with the reason: the
+// caller reconnects. Note that the coordinator drops a member's registration
+// when its connection closes.
+//
+// A call that waits on the coordinator (getMap with waitComplete, barrier,
+// kvGet) gives the server its own timeout and waits that long plus
+// kWaitMargin, so the server's descriptive timeout error (who or what is
+// missing) normally arrives first.
+#include "common/coordinator_client.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <thread>
+#include <utility>
+
+#include <boost/asio.hpp>
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+#include <kj/exception.h>
+#include <spdlog/fmt/fmt.h>
+
+#include "common/wire/gridsync.capnp.h"
+
+namespace gridsync {
+namespace {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using ErrorCode = boost::system::error_code;
+using Clock = std::chrono::steady_clock;
+namespace schema = wire::schema;
+
+constexpr auto kWaitMargin = std::chrono::seconds(2);
+// Calls that do not wait on anything still get a deadline.
+constexpr auto kIoTimeout = std::chrono::seconds(10);
+constexpr auto kRetryInterval = std::chrono::milliseconds(100);
+// A reply is at most a map or kvGet values; this only bounds allocation.
+constexpr uint32_t kMaxReplyBytes = 256u << 20;
+
+double SecondsOf(std::chrono::milliseconds ms) { return static_cast<double>(ms.count()) / 1000.0; }
+
+uint32_t ToTimeoutMs(std::chrono::milliseconds timeout) {
+  if (timeout.count() <= 0) return 0;
+  return static_cast<uint32_t>(
+      std::min<int64_t>(timeout.count(), std::numeric_limits<uint32_t>::max()));
+}
+
+capnp::Text::Reader AsText(const std::string& s) { return capnp::Text::Reader(s.data(), s.size()); }
+std::string ToString(capnp::Text::Reader text) { return std::string(text.begin(), text.size()); }
+
+schema::Role ToWire(Role role) {
+  switch (role) {
+    case Role::kShard:
+      return schema::Role::SHARD;
+    case Role::kWorker:
+      return schema::Role::WORKER;
+    case Role::kObserver:
+      return schema::Role::OBSERVER;
+  }
+  return schema::Role::OBSERVER;
+}
+
+Result<MemberInfo> ParseMember(schema::Member::Reader m) {
+  MemberInfo out;
+  switch (m.getRole()) {
+    case schema::Role::SHARD:
+      out.role = Role::kShard;
+      break;
+    case schema::Role::WORKER:
+      out.role = Role::kWorker;
+      break;
+    default:
+      return Status::Corruption(fmt::format("cluster map member with role {}; allowed: shard, worker",
+                                            static_cast<unsigned>(m.getRole())));
+  }
+  out.rank = m.getRank();
+  out.node = ToString(m.getNode());
+  out.local_rank = m.getLocalRank();
+  out.endpoint = ToString(m.getEndpoint());
+  out.pid = m.getPid();
+  return out;
+}
+
+Result<ClusterMap> ParseMap(schema::ClusterMap::Reader m) {
+  ClusterMap map;
+  map.generation = m.getGeneration();
+  map.expected_shards = m.getExpectedShards();
+  map.expected_workers = m.getExpectedWorkers();
+  for (auto member : m.getShards()) {
+    GRIDSYNC_ASSIGN_OR_RETURN(auto parsed, ParseMember(member));
+    map.shards.push_back(std::move(parsed));
+  }
+  for (auto member : m.getWorkers()) {
+    GRIDSYNC_ASSIGN_OR_RETURN(auto parsed, ParseMember(member));
+    map.workers.push_back(std::move(parsed));
+  }
+  for (auto table : m.getTables()) {
+    map.tables.push_back(TableInfo{ToString(table.getName()), table.getRows(), table.getWidth()});
+  }
+  return map;
+}
+
+Status ErrorFromReply(schema::ErrorInfo::Reader error) {
+  const uint32_t code = error.getCode();
+  std::string text = ToString(error.getText());
+  if (code == 0 || code > static_cast<uint32_t>(StatusCode::kInternal)) {
+    return Status::Internal(fmt::format("coordinator sent error code {} (unknown): {}", code, text));
+  }
+  return Status(static_cast<StatusCode>(code), std::move(text));
+}
+
+}  // namespace
+
+class CoordinatorClient::Impl {
+ public:
+  Impl(std::string host, uint16_t port)
+      : host_(std::move(host)), port_(port), address_(fmt::format("{}:{}", host_, port_)), socket_(io_) {}
+  ~Impl() {
+    ErrorCode ignored;
+    socket_.close(ignored);
+  }
+
+  // One connection attempt, bounded by `deadline`.
+  ErrorCode TryConnect(Clock::time_point deadline) {
+    ErrorCode ec;
+    tcp::resolver resolver(io_);
+    auto endpoints = resolver.resolve(host_, std::to_string(port_), ec);
+    if (ec) return ec;
+    ErrorCode ignored;
+    socket_.close(ignored);
+    ec = Run(
+        [&](auto handler) {
+          asio::async_connect(socket_, endpoints,
+                              [handler](const ErrorCode& e, const tcp::endpoint&) mutable { handler(e); });
+        },
+        deadline);
+    if (!ec) socket_.set_option(tcp::no_delay(true), ignored);
+    return ec;
+  }
+
+  const std::string& address() const { return address_; }
+
+  // Sends the request `fill` builds and returns `parse` of the reply, or the
+  // coordinator's error. `wait` is how long the server may hold the reply.
+  template <typename T, typename Fill, typename Parse>
+  Result<T> Call(const char* what, std::chrono::milliseconds wait, Fill&& fill, Parse&& parse) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!broken_.ok()) {
+      return Status::IOError(fmt::format("{}: the connection to the coordinator at {} is closed ({}); reconnect",
+                                         what, address_, broken_.message()));
+    }
+    const uint64_t id = next_request_id_++;
+    const auto budget = std::chrono::duration_cast<std::chrono::milliseconds>(
+        wait.count() > 0 ? wait + kWaitMargin : std::chrono::milliseconds(kIoTimeout));
+    const auto deadline = Clock::now() + budget;
+
+    std::vector<uint8_t> frame;
+    try {
+      capnp::MallocMessageBuilder message;
+      auto request = message.initRoot<schema::CoordRequest>();
+      request.setRequestId(id);
+      fill(request);
+      kj::Array<capnp::word> words = capnp::messageToFlatArray(message);
+      auto bytes = words.asBytes();
+      const auto size = static_cast<uint32_t>(bytes.size());
+      frame.resize(4 + bytes.size());
+      frame[0] = static_cast<uint8_t>(size);
+      frame[1] = static_cast<uint8_t>(size >> 8);
+      frame[2] = static_cast<uint8_t>(size >> 16);
+      frame[3] = static_cast<uint8_t>(size >> 24);
+      std::memcpy(frame.data() + 4, bytes.begin(), bytes.size());
+    } catch (const kj::Exception& e) {
+      return Status::InvalidArgument(fmt::format("{}: cannot build the request: {}", what,
+                                                 e.getDescription().cStr()));
+    }
+
+    auto io_failure = [&](const char* step, const ErrorCode& ec) -> Status {
+      Status status;
+      if (ec == asio::error::timed_out) {
+        status = Status::Timeout(fmt::format(
+            "{}: no reply from the coordinator at {} within {:.1f} s (request {}, {} timed out)", what,
+            address_, SecondsOf(budget), id, step));
+      } else if (ec == asio::error::eof) {
+        status = Status::IOError(fmt::format("{}: the coordinator at {} closed the connection ({})", what,
+                                             address_, step));
+      } else {
+        status = Status::IOError(
+            fmt::format("{}: {} to the coordinator at {} failed: {}", what, step, address_, ec.message()));
+      }
+      MarkBroken(status);
+      return status;
+    };
+
+    ErrorCode ec = Run(
+        [&](auto handler) {
+          asio::async_write(socket_, asio::buffer(frame),
+                            [handler](const ErrorCode& e, size_t) mutable { handler(e); });
+        },
+        deadline);
+    if (ec) return io_failure("send", ec);
+
+    std::array<uint8_t, 4> header{};
+    ec = Run(
+        [&](auto handler) {
+          asio::async_read(socket_, asio::buffer(header),
+                           [handler](const ErrorCode& e, size_t) mutable { handler(e); });
+        },
+        deadline);
+    if (ec) return io_failure("receive", ec);
+    const uint32_t length = uint32_t{header[0]} | (uint32_t{header[1]} << 8) |
+                            (uint32_t{header[2]} << 16) | (uint32_t{header[3]} << 24);
+    if (length == 0 || length % 8 != 0 || length > kMaxReplyBytes) {
+      Status status = Status::Corruption(fmt::format(
+          "{}: the coordinator at {} sent a reply of {} bytes; allowed: a multiple of 8 from 8 to {}", what,
+          address_, length, kMaxReplyBytes));
+      MarkBroken(status);
+      return status;
+    }
+    std::vector<capnp::word> body(length / 8);
+    ec = Run(
+        [&](auto handler) {
+          asio::async_read(socket_, asio::buffer(body.data(), length),
+                           [handler](const ErrorCode& e, size_t) mutable { handler(e); });
+        },
+        deadline);
+    if (ec) return io_failure("receive", ec);
+
+    try {
+      capnp::ReaderOptions options;
+      options.traversalLimitInWords = 4 * body.size() + 64;
+      options.nestingLimit = 16;
+      capnp::FlatArrayMessageReader reader(kj::ArrayPtr<const capnp::word>(body.data(), body.size()),
+                                           options);
+      auto reply = reader.getRoot<schema::CoordReply>();
+      if (reply.getRequestId() != id) {
+        Status status = Status::Corruption(fmt::format(
+            "{}: the coordinator at {} answered request {} while request {} was in flight", what, address_,
+            reply.getRequestId(), id));
+        MarkBroken(status);
+        return status;
+      }
+      if (reply.isError()) return ErrorFromReply(reply.getError());
+      return parse(reply);
+    } catch (const kj::Exception& e) {
+      Status status = Status::Corruption(fmt::format("{}: the reply from the coordinator at {} does not decode: {}",
+                                                     what, address_, e.getDescription().cStr()));
+      MarkBroken(status);
+      return status;
+    }
+  }
+
+ private:
+  // Starts one async operation through `start(handler)` and runs the
+  // io_context until it completes or `deadline` passes (then the socket is
+  // closed, which cancels it, and timed_out is returned).
+  template <typename Start>
+  ErrorCode Run(Start&& start, Clock::time_point deadline) {
+    std::optional<ErrorCode> result;
+    start([&result](const ErrorCode& ec) { result = ec; });
+    io_.restart();
+    while (!result) {
+      if (io_.run_one_until(deadline) == 0) break;
+    }
+    if (!result) {
+      ErrorCode ignored;
+      socket_.close(ignored);
+      io_.restart();
+      io_.run();  // lets the cancelled operation finish
+      return asio::error::timed_out;
+    }
+    return *result;
+  }
+
+  void MarkBroken(const Status& status) {
+    broken_ = status;
+    ErrorCode ignored;
+    socket_.close(ignored);
+  }
+
+  std::string host_;
+  uint16_t port_;
+  std::string address_;
+  std::mutex mu_;  // one call at a time; guards everything below
+  asio::io_context io_;
+  tcp::socket socket_;
+  uint64_t next_request_id_ = 1;
+  Status broken_;  // not OK once the connection is unusable
+};
+
+CoordinatorClient::CoordinatorClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CoordinatorClient::~CoordinatorClient() = default;
+
+Result<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(const std::string& host, uint16_t port,
+                                                                      std::chrono::milliseconds timeout) {
+  auto impl = std::make_unique<Impl>(host, port);
+  const auto start = Clock::now();
+  const auto deadline = start + timeout;
+  int attempts = 0;
+  for (;;) {
+    ++attempts;
+    ErrorCode ec = impl->TryConnect(deadline);
+    if (!ec) break;
+    const auto now = Clock::now();
+    if (now + kRetryInterval >= deadline) {
+      return Status::IOError(fmt::format(
+          "cannot connect to the coordinator at {} within {:.1f} s ({} attempt{}): {}", impl->address(),
+          SecondsOf(timeout), attempts, attempts == 1 ? "" : "s",
+          ec == asio::error::timed_out ? std::string("connect timed out") : ec.message()));
+    }
+    std::this_thread::sleep_for(kRetryInterval);
+  }
+  return std::unique_ptr<CoordinatorClient>(new CoordinatorClient(std::move(impl)));
+}
+
+Result<CoordinatorClient::Registration> CoordinatorClient::Register(const RegisterInfo& info,
+                                                                    std::chrono::milliseconds timeout) {
+  return impl_->Call<Registration>(
+      "register", timeout,
+      [&](schema::CoordRequest::Builder request) {
+        auto reg = request.initRegister();
+        reg.setRole(ToWire(info.role));
+        reg.setRequestedRank(info.requested_rank);
+        reg.setNode(AsText(info.node));
+        reg.setLocalRank(info.local_rank);
+        reg.setEndpoint(AsText(info.endpoint));
+        reg.setPid(info.pid);
+        auto tables = reg.initTables(static_cast<unsigned>(info.tables.size()));
+        for (size_t i = 0; i < info.tables.size(); ++i) {
+          tables[i].setName(AsText(info.tables[i].name));
+          tables[i].setRows(info.tables[i].rows);
+          tables[i].setWidth(info.tables[i].width);
+        }
+      },
+      [](schema::CoordReply::Reader reply) -> Result<Registration> {
+        if (!reply.isRegistered()) {
+          return Status::Corruption("register: the coordinator's reply is not 'registered'");
+        }
+        Registration registration;
+        registration.rank = reply.getRegistered().getRank();
+        GRIDSYNC_ASSIGN_OR_RETURN(registration.map, ParseMap(reply.getRegistered().getMap()));
+        return registration;
+      });
+}
+
+Result<ClusterMap> CoordinatorClient::GetMap(bool wait_complete, std::chrono::milliseconds timeout) {
+  return impl_->Call<ClusterMap>(
+      "getMap", wait_complete ? timeout : std::chrono::milliseconds(0),
+      [&](schema::CoordRequest::Builder request) {
+        auto get = request.initGetMap();
+        get.setWaitComplete(wait_complete);
+        get.setTimeoutMs(ToTimeoutMs(timeout));
+      },
+      [](schema::CoordReply::Reader reply) -> Result<ClusterMap> {
+        if (!reply.isMap()) return Status::Corruption("getMap: the coordinator's reply is not a map");
+        return ParseMap(reply.getMap());
+      });
+}
+
+Status CoordinatorClient::Barrier(const std::string& name, uint32_t count, const std::string& member,
+                                  std::chrono::milliseconds timeout) {
+  auto result = impl_->Call<bool>(
+      "barrier", timeout,
+      [&](schema::CoordRequest::Builder request) {
+        auto barrier = request.initBarrier();
+        barrier.setName(AsText(name));
+        barrier.setCount(count);
+        barrier.setTimeoutMs(ToTimeoutMs(timeout));
+        barrier.setMember(AsText(member));
+      },
+      [](schema::CoordReply::Reader reply) -> Result<bool> {
+        if (!reply.isOk()) return Status::Corruption("barrier: the coordinator's reply is not ok");
+        return true;
+      });
+  return result.ok() ? Status::OK() : result.status();
+}
+
+Status CoordinatorClient::Set(const std::string& key, const std::string& value) {
+  auto result = impl_->Call<bool>(
+      "kvSet", std::chrono::milliseconds(0),
+      [&](schema::CoordRequest::Builder request) {
+        auto set = request.initKvSet();
+        set.setKey(AsText(key));
+        set.setValue(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(value.data()), value.size()));
+      },
+      [](schema::CoordReply::Reader reply) -> Result<bool> {
+        if (!reply.isOk()) return Status::Corruption("kvSet: the coordinator's reply is not ok");
+        return true;
+      });
+  return result.ok() ? Status::OK() : result.status();
+}
+
+Result<std::vector<std::string>> CoordinatorClient::Get(const std::vector<std::string>& keys,
+                                                        std::chrono::milliseconds timeout) {
+  return impl_->Call<std::vector<std::string>>(
+      "kvGet", timeout,
+      [&](schema::CoordRequest::Builder request) {
+        auto get = request.initKvGet();
+        auto list = get.initKeys(static_cast<unsigned>(keys.size()));
+        for (size_t i = 0; i < keys.size(); ++i) list.set(static_cast<unsigned>(i), AsText(keys[i]));
+        get.setTimeoutMs(ToTimeoutMs(timeout));
+      },
+      [&](schema::CoordReply::Reader reply) -> Result<std::vector<std::string>> {
+        if (!reply.isValues()) return Status::Corruption("kvGet: the coordinator's reply is not values");
+        auto values = reply.getValues();
+        if (values.size() != keys.size()) {
+          return Status::Corruption(fmt::format("kvGet: asked for {} keys, the coordinator sent {} values",
+                                                keys.size(), values.size()));
+        }
+        std::vector<std::string> out;
+        out.reserve(values.size());
+        for (auto value : values) out.emplace_back(reinterpret_cast<const char*>(value.begin()), value.size());
+        return out;
+      });
+}
+
+Status CoordinatorClient::Heartbeat() {
+  auto result = impl_->Call<bool>(
+      "heartbeat", std::chrono::milliseconds(0),
+      [](schema::CoordRequest::Builder request) { request.setHeartbeat(); },
+      [](schema::CoordReply::Reader reply) -> Result<bool> {
+        if (!reply.isOk()) return Status::Corruption("heartbeat: the coordinator's reply is not ok");
+        return true;
+      });
+  return result.ok() ? Status::OK() : result.status();
+}
+
+Status CoordinatorStore::Set(const std::string& key, const std::string& value) {
+  return client_->Set(prefix_ + key, value);
+}
+
+Result<std::vector<std::string>> CoordinatorStore::Get(const std::vector<std::string>& keys,
+                                                       std::chrono::milliseconds timeout) {
+  std::vector<std::string> prefixed;
+  prefixed.reserve(keys.size());
+  for (const auto& key : keys) prefixed.push_back(prefix_ + key);
+  return client_->Get(prefixed, timeout);
+}
+
+}  // namespace gridsync

@@ -1,0 +1,77 @@
+// Client of gridsync-coordinator (the control plane): registration, the
+// cluster map, barriers and the key-value store, over TCP with
+// length-prefixed Cap'n Proto (common/wire/gridsync.capnp).
+//
+// Every call has a timeout; a timeout error names who or what is missing
+// ("barrier 'init' timed out after 30 s: 3 of 4 arrived; missing: worker-2").
+// Errors the coordinator returns (for example table sizes that disagree at
+// registration) come back as the Status it sent.
+//
+// Thread safety: safe for concurrent use; calls are serialised internally
+// (one request in flight per connection).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/cluster_map.h"
+#include "common/status.h"
+#include "common/store.h"
+
+namespace gridsync {
+
+class CoordinatorClient {
+ public:
+  // Connects to host:port, retrying until `timeout` (the coordinator may
+  // still be starting); the error names the address.
+  static Result<std::unique_ptr<CoordinatorClient>> Connect(const std::string& host,
+                                                            uint16_t port,
+                                                            std::chrono::milliseconds timeout);
+  ~CoordinatorClient();
+
+  struct Registration {
+    uint32_t rank = 0;
+    ClusterMap map;
+  };
+  Result<Registration> Register(const RegisterInfo& info, std::chrono::milliseconds timeout);
+
+  // With wait_complete, waits until every expected shard and worker has
+  // registered; the timeout error lists the missing ranks by role.
+  Result<ClusterMap> GetMap(bool wait_complete, std::chrono::milliseconds timeout);
+
+  // Blocks until `count` members arrived at barrier `name`. `member` names
+  // the caller in the coordinator's "missing" list.
+  Status Barrier(const std::string& name, uint32_t count, const std::string& member,
+                 std::chrono::milliseconds timeout);
+
+  Status Set(const std::string& key, const std::string& value);
+  Result<std::vector<std::string>> Get(const std::vector<std::string>& keys,
+                                       std::chrono::milliseconds timeout);
+
+  Status Heartbeat();
+
+ private:
+  class Impl;
+  explicit CoordinatorClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// A Store backed by the coordinator's KV store (for Gloo/NCCL rendezvous).
+class CoordinatorStore : public Store {
+ public:
+  explicit CoordinatorStore(CoordinatorClient* client, std::string prefix = "")
+      : client_(client), prefix_(std::move(prefix)) {}
+  Status Set(const std::string& key, const std::string& value) override;
+  Result<std::vector<std::string>> Get(const std::vector<std::string>& keys,
+                                       std::chrono::milliseconds timeout) override;
+
+ private:
+  CoordinatorClient* client_;
+  std::string prefix_;
+};
+
+}  // namespace gridsync

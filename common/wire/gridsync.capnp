@@ -1,0 +1,157 @@
+# Every message between gridsync processes.
+#
+# Data plane (worker <-> PS shard, ZeroMQ multipart): frame 0 is a Header;
+# the frames after it are raw little-endian payload, per TableBlock in order:
+#   push:      [row ids (UInt32 x rowCount), unless dense] [values]
+#   pull:      [row ids, unless dense]
+#   pullReply: [values]
+#   init:      [row ids, unless dense] [values]
+# Values are `width` floats per row (codec none), packed in row order.
+#
+# Control plane (anyone <-> coordinator, TCP): each message is a 4-byte
+# little-endian length followed by a flat (unpacked) Cap'n Proto message of
+# CoordRequest or CoordReply.
+@0xa7e47625dd6886bc;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("gridsync::wire::schema");
+
+const protocolVersion :UInt16 = 1;
+
+struct ErrorInfo {
+  code @0 :UInt32;   # gridsync::StatusCode
+  text @1 :Text;     # what is wrong and what is allowed
+}
+
+# ---- Data plane ----
+
+enum MessageKind {
+  push @0;       # gradient rows for a step
+  pushAck @1;    # the shard accepted a push
+  pull @2;       # parameter rows wanted
+  pullReply @3;  # parameter rows
+  error @4;      # the request was refused; nothing changed on the shard
+  stats @5;      # ask a shard for its counters
+  statsReply @6;
+  init @7;       # initial parameter values (dense or sparse rows), before step 0
+}
+
+enum Codec {
+  none @0;  # float32 values
+}
+
+struct TableBlock {
+  table @0 :UInt32;      # index into the cluster map's tables
+  rowCount @1 :UInt32;   # rows carried
+  dense @2 :Bool;        # rows rowBegin .. rowBegin+rowCount-1, no row-id frame
+  rowBegin @3 :UInt32;   # first row when dense
+  colBegin @4 :UInt32;   # first column carried (column partitioning)
+  width @5 :UInt32;      # columns carried per row
+  codec @6 :Codec;
+}
+
+struct ShardStats {
+  appliedSteps @0 :UInt64;   # steps applied (the shard's parameter version)
+  pushes @1 :UInt64;
+  pulls @2 :UInt64;
+  errors @3 :UInt64;
+  rowsOwned @4 :UInt64;
+  bytesIn @5 :UInt64;
+  bytesOut @6 :UInt64;
+}
+
+struct Header {
+  version @0 :UInt16;
+  kind @1 :MessageKind;
+  step @2 :UInt64;         # push: the step of these gradients; pullReply: appliedSteps
+  workerRank @3 :UInt32;
+  requestId @4 :UInt64;    # echoed in the reply
+  shard @5 :UInt32;        # the shard addressed / replying
+  minVersion @6 :UInt64;   # pull: reply once appliedSteps >= minVersion
+  blocks @7 :List(TableBlock);
+  error @8 :ErrorInfo;     # kind == error
+  stats @9 :ShardStats;    # kind == statsReply
+  numWorkers @10 :UInt32;  # push: workers expected to push this step (BSP/SSP)
+}
+
+# ---- Control plane ----
+
+enum Role {
+  shard @0;
+  worker @1;
+  observer @2;   # launcher, monitor, tests: reads the map, uses KV and barriers
+}
+
+struct TableInfo {
+  name @0 :Text;
+  rows @1 :UInt64;
+  width @2 :UInt32;
+}
+
+struct Member {
+  role @0 :Role;
+  rank @1 :UInt32;        # shard index or worker rank
+  node @2 :Text;          # node name (machine or group)
+  localRank @3 :UInt32;   # rank inside the node
+  endpoint @4 :Text;      # shard: its ZeroMQ endpoint
+  pid @5 :UInt32;
+}
+
+struct ClusterMap {
+  generation @0 :UInt64;      # bumped on every membership change
+  expectedShards @1 :UInt32;
+  expectedWorkers @2 :UInt32;
+  shards @3 :List(Member);    # sorted by rank
+  workers @4 :List(Member);   # sorted by rank
+  tables @5 :List(TableInfo);
+}
+
+struct RegisterRequest {
+  role @0 :Role;
+  requestedRank @1 :Int32;    # -1: assign the next free rank
+  node @2 :Text;
+  localRank @3 :UInt32;
+  endpoint @4 :Text;
+  pid @5 :UInt32;
+  tables @6 :List(TableInfo); # must equal the cluster's tables
+}
+
+struct CoordRequest {
+  requestId @0 :UInt64;
+  union {
+    register @1 :RegisterRequest;
+    getMap :group {
+      waitComplete @2 :Bool;   # wait until every expected member registered
+      timeoutMs @3 :UInt32;
+    }
+    barrier :group {
+      name @4 :Text;
+      count @5 :UInt32;        # participants
+      timeoutMs @6 :UInt32;
+      member @7 :Text;         # who arrives, for "missing" messages
+    }
+    kvSet :group {
+      key @8 :Text;
+      value @9 :Data;
+    }
+    kvGet :group {
+      keys @10 :List(Text);
+      timeoutMs @11 :UInt32;   # 0: do not wait for missing keys
+    }
+    heartbeat @12 :Void;
+  }
+}
+
+struct CoordReply {
+  requestId @0 :UInt64;
+  union {
+    ok @1 :Void;
+    error @2 :ErrorInfo;
+    registered :group {
+      rank @3 :UInt32;
+      map @4 :ClusterMap;
+    }
+    map @5 :ClusterMap;
+    values @6 :List(Data);     # kvGet, in key order
+  }
+}

@@ -1,0 +1,608 @@
+// Data-plane encoding and the decode boundary. See message.h for the contract.
+//
+// Every check in Decode() returns a Status; nothing here asserts on received
+// bytes. Checks that do abort (GRIDSYNC_CHECK) guard only what the local
+// caller hands to Encode(), where a mismatch is a bug in this process.
+#include "common/wire/message.h"
+
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+#include <kj/array.h>
+#include <kj/exception.h>
+#include <spdlog/fmt/fmt.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <utility>
+
+#include "common/check.h"
+#include "common/wire/gridsync.capnp.h"
+
+namespace gridsync::wire {
+
+static_assert(kProtocolVersion == schema::PROTOCOL_VERSION,
+              "message.h and gridsync.capnp disagree on the protocol version");
+static_assert(static_cast<uint16_t>(Kind::kPush) ==
+              static_cast<uint16_t>(schema::MessageKind::PUSH));
+static_assert(static_cast<uint16_t>(Kind::kPushAck) ==
+              static_cast<uint16_t>(schema::MessageKind::PUSH_ACK));
+static_assert(static_cast<uint16_t>(Kind::kPull) ==
+              static_cast<uint16_t>(schema::MessageKind::PULL));
+static_assert(static_cast<uint16_t>(Kind::kPullReply) ==
+              static_cast<uint16_t>(schema::MessageKind::PULL_REPLY));
+static_assert(static_cast<uint16_t>(Kind::kError) ==
+              static_cast<uint16_t>(schema::MessageKind::ERROR));
+static_assert(static_cast<uint16_t>(Kind::kStats) ==
+              static_cast<uint16_t>(schema::MessageKind::STATS));
+static_assert(static_cast<uint16_t>(Kind::kStatsReply) ==
+              static_cast<uint16_t>(schema::MessageKind::STATS_REPLY));
+static_assert(static_cast<uint16_t>(Kind::kInit) ==
+              static_cast<uint16_t>(schema::MessageKind::INIT));
+
+namespace {
+
+constexpr uint16_t kLastKind = static_cast<uint16_t>(Kind::kInit);
+constexpr uint16_t kLastCodec = static_cast<uint16_t>(schema::Codec::NONE);
+
+// A refusal names what is wrong; a kilobyte-long list of reasons would not
+// help the reader more, and an unbounded text could push the reply past the
+// receiver's max_header_bytes and turn a clear refusal into a corrupt frame.
+constexpr size_t kMaxErrorTextBytes = 16 * 1024;
+
+// Hands `payload` to ZeroMQ without copying: the vector moves to the heap and
+// ZeroMQ frees it (possibly on its I/O thread) once the frame is sent.
+template <typename T>
+zmq::message_t FrameFromVector(std::vector<T>&& payload) {
+  if (payload.empty()) return zmq::message_t();
+  auto holder = std::make_unique<std::vector<T>>(std::move(payload));
+  void* data = holder->data();
+  const size_t bytes = holder->size() * sizeof(T);
+  zmq::message_t frame(
+      data, bytes, [](void*, void* hint) { delete static_cast<std::vector<T>*>(hint); },
+      holder.get());
+  holder.release();  // owned by the frame from here on
+  return frame;
+}
+
+zmq::message_t FrameFromHeader(capnp::MallocMessageBuilder& builder) {
+  auto holder = std::make_unique<kj::Array<capnp::word>>(capnp::messageToFlatArray(builder));
+  auto bytes = holder->asBytes();
+  zmq::message_t frame(
+      bytes.begin(), bytes.size(),
+      [](void*, void* hint) { delete static_cast<kj::Array<capnp::word>*>(hint); }, holder.get());
+  holder.release();
+  return frame;
+}
+
+void FillStats(const ShardStats& in, schema::ShardStats::Builder out) {
+  out.setAppliedSteps(in.applied_steps);
+  out.setPushes(in.pushes);
+  out.setPulls(in.pulls);
+  out.setErrors(in.errors);
+  out.setRowsOwned(in.rows_owned);
+  out.setBytesIn(in.bytes_in);
+  out.setBytesOut(in.bytes_out);
+}
+
+// The header as read from the wire, before range checks. Copying it out of
+// the Cap'n Proto reader keeps every lazy read (and every exception it may
+// throw) inside one try block.
+struct RawBlock {
+  uint32_t table;
+  uint32_t row_count;
+  bool dense;
+  uint32_t row_begin;
+  uint32_t col_begin;
+  uint32_t width;
+  uint16_t codec;
+};
+
+struct RawHeader {
+  uint16_t kind = 0;
+  uint64_t step = 0;
+  uint32_t worker_rank = 0;
+  uint64_t request_id = 0;
+  uint32_t shard = 0;
+  uint64_t min_version = 0;
+  uint32_t num_workers = 0;
+  std::vector<RawBlock> blocks;
+  uint32_t error_code = 0;
+  std::string error_text;
+  ShardStats stats;
+};
+
+std::string FrameName(size_t frame, const char* what, size_t block, uint32_t table) {
+  return fmt::format("frame {} ({} of block {}, table {})", frame, what, block, table);
+}
+
+// Parses frame 0. Limits that need the reader (traversal, nesting) are Cap'n
+// Proto's own; it reports them, like any malformed pointer, by throwing.
+Status ParseHeader(const zmq::message_t& frame, const Limits& limits, RawHeader& out) {
+  const size_t size = frame.size();
+  if (size == 0) {
+    return Status::Corruption(
+        "frame 0 (header): empty; expected a Cap'n Proto Header message (a multiple of 8 bytes)");
+  }
+  if (size > limits.max_header_bytes) {
+    return Status::InvalidArgument(
+        fmt::format("frame 0 (header): {} bytes; allowed: at most {} (max_header_bytes)", size,
+                    limits.max_header_bytes));
+  }
+  if (size % sizeof(capnp::word) != 0) {
+    return Status::Corruption(
+        fmt::format("frame 0 (header): {} bytes, not a multiple of 8; a flat Cap'n Proto "
+                    "message is whole 8-byte words",
+                    size));
+  }
+  // Cap'n Proto reads words in place; ZeroMQ gives no alignment promise for
+  // small (inline) or shared-buffer frames.
+  kj::ArrayPtr<const capnp::word> words(static_cast<const capnp::word*>(frame.data()),
+                                        size / sizeof(capnp::word));
+  kj::Array<capnp::word> aligned;
+  if (reinterpret_cast<uintptr_t>(frame.data()) % alignof(capnp::word) != 0) {
+    aligned = kj::heapArray<capnp::word>(size / sizeof(capnp::word));
+    std::memcpy(aligned.begin(), frame.data(), size);
+    words = aligned;
+  }
+
+  capnp::ReaderOptions options;
+  options.traversalLimitInWords = limits.traversal_limit_words;
+  options.nestingLimit = limits.nesting_limit;
+  try {
+    capnp::FlatArrayMessageReader reader(words, options);
+    if (reader.getEnd() != words.end()) {
+      return Status::Corruption(fmt::format(
+          "frame 0 (header): {} trailing bytes after the Cap'n Proto message; expected the "
+          "frame to hold exactly one message",
+          (words.end() - reader.getEnd()) * sizeof(capnp::word)));
+    }
+    auto header = reader.getRoot<schema::Header>();
+    const uint16_t version = header.getVersion();
+    if (version != kProtocolVersion) {
+      return Status::InvalidArgument(
+          fmt::format("frame 0 (header): protocol version {}; this build speaks version {}",
+                      version, kProtocolVersion));
+    }
+    // Cap'n Proto hands unknown enumerants through as their number.
+    out.kind = static_cast<uint16_t>(header.getKind());
+    if (out.kind > kLastKind) {
+      return Status::InvalidArgument(
+          fmt::format("frame 0 (header): message kind {} unknown; allowed: 0..{} (push .. init)",
+                      out.kind, kLastKind));
+    }
+    out.step = header.getStep();
+    out.worker_rank = header.getWorkerRank();
+    out.request_id = header.getRequestId();
+    out.shard = header.getShard();
+    out.min_version = header.getMinVersion();
+    out.num_workers = header.getNumWorkers();
+
+    auto blocks = header.getBlocks();
+    if (blocks.size() > limits.max_blocks) {
+      return Status::InvalidArgument(
+          fmt::format("frame 0 (header): {} table blocks; allowed: at most {} (max_blocks)",
+                      blocks.size(), limits.max_blocks));
+    }
+    out.blocks.reserve(blocks.size());
+    for (auto b : blocks) {
+      out.blocks.push_back(RawBlock{b.getTable(), b.getRowCount(), b.getDense(), b.getRowBegin(),
+                                    b.getColBegin(), b.getWidth(),
+                                    static_cast<uint16_t>(b.getCodec())});
+    }
+    if (out.kind == static_cast<uint16_t>(Kind::kError)) {
+      auto error = header.getError();
+      out.error_code = error.getCode();
+      auto text = error.getText();
+      out.error_text.assign(text.begin(), text.size());
+    }
+    if (out.kind == static_cast<uint16_t>(Kind::kStatsReply)) {
+      auto s = header.getStats();
+      out.stats = ShardStats{s.getAppliedSteps(), s.getPushes(),  s.getPulls(),   s.getErrors(),
+                             s.getRowsOwned(),    s.getBytesIn(), s.getBytesOut()};
+    }
+  } catch (const kj::Exception& e) {
+    return Status::Corruption(fmt::format(
+        "frame 0 (header): not a valid Cap'n Proto Header ({}); limits: traversal {} words, "
+        "nesting {}",
+        e.getDescription().cStr(), limits.traversal_limit_words, limits.nesting_limit));
+  }
+  return Status::OK();
+}
+
+// Returns a 4-byte aligned view of `frame`, copying it into `message.owned`
+// only when ZeroMQ left it unaligned (inline storage of small frames, or a
+// frame carved out of a shared receive buffer).
+const uint32_t* AlignedWords(const zmq::message_t& frame, Message& message) {
+  if (frame.size() == 0) return nullptr;
+  if (reinterpret_cast<uintptr_t>(frame.data()) % alignof(uint32_t) == 0) {
+    return static_cast<const uint32_t*>(frame.data());
+  }
+  auto& copy = message.owned.emplace_back(frame.size() / sizeof(uint32_t));
+  std::memcpy(copy.data(), frame.data(), frame.size());
+  return copy.data();
+}
+
+constexpr size_t kAllFinite = std::numeric_limits<size_t>::max();
+
+size_t FirstNonFinite(std::span<const float> values) {
+  // Pushes carry up to hundreds of millions of floats and are almost always
+  // finite: a branch-free pass vectorises, and only a bad push pays for the
+  // second pass that finds the index.
+  uint32_t bad = 0;
+  for (float v : values) bad |= (std::bit_cast<uint32_t>(v) & 0x7f800000u) == 0x7f800000u;
+  if (bad == 0) return kAllFinite;
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (!std::isfinite(values[i])) return i;
+  }
+  return kAllFinite;
+}
+
+// ZeroMQ calls return EINTR when a signal lands; that is not a failure.
+template <typename Fn>
+auto RetryOnEintr(Fn&& fn) {
+  for (;;) {
+    try {
+      return fn();
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) throw;
+    }
+  }
+}
+
+}  // namespace
+
+const char* KindName(Kind kind) {
+  switch (kind) {
+    case Kind::kPush:
+      return "push";
+    case Kind::kPushAck:
+      return "pushAck";
+    case Kind::kPull:
+      return "pull";
+    case Kind::kPullReply:
+      return "pullReply";
+    case Kind::kError:
+      return "error";
+    case Kind::kStats:
+      return "stats";
+    case Kind::kStatsReply:
+      return "statsReply";
+    case Kind::kInit:
+      return "init";
+  }
+  return "unknown";
+}
+
+bool KindCarriesRows(Kind kind) {
+  return kind == Kind::kPush || kind == Kind::kPull || kind == Kind::kInit;
+}
+
+bool KindCarriesValues(Kind kind) {
+  return kind == Kind::kPush || kind == Kind::kPullReply || kind == Kind::kInit;
+}
+
+std::vector<zmq::message_t> Encode(const OutHeader& header, std::vector<OutBlock> blocks) {
+  capnp::MallocMessageBuilder builder;
+  auto out = builder.initRoot<schema::Header>();
+  out.setVersion(kProtocolVersion);
+  out.setKind(static_cast<schema::MessageKind>(header.kind));
+  out.setStep(header.step);
+  out.setWorkerRank(header.worker_rank);
+  out.setRequestId(header.request_id);
+  out.setShard(header.shard);
+  out.setMinVersion(header.min_version);
+  out.setNumWorkers(header.num_workers);
+  if (header.kind == Kind::kStatsReply) FillStats(header.stats, out.initStats());
+
+  const bool rows = KindCarriesRows(header.kind);
+  const bool values = KindCarriesValues(header.kind);
+  std::vector<zmq::message_t> frames;
+  frames.reserve(1 + 2 * blocks.size());
+  frames.emplace_back();  // the header, once the blocks are described
+
+  auto list = out.initBlocks(static_cast<unsigned>(blocks.size()));
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    OutBlock& b = blocks[i];
+    // A mismatch here is the sender's bug; sent anyway, the receiver would
+    // refuse the whole message with no hint of which local code is wrong.
+    if (rows && !b.dense) GRIDSYNC_CHECK_EQ(b.rows.size(), size_t{b.row_count});
+    if (values) GRIDSYNC_CHECK_EQ(b.values.size(), size_t{b.row_count} * b.width);
+    auto block = list[static_cast<unsigned>(i)];
+    block.setTable(b.table);
+    block.setRowCount(b.row_count);
+    block.setDense(b.dense);
+    block.setRowBegin(b.dense ? b.row_begin : 0);
+    block.setColBegin(b.col_begin);
+    block.setWidth(b.width);
+    block.setCodec(schema::Codec::NONE);
+    if (rows && !b.dense) frames.push_back(FrameFromVector(std::move(b.rows)));
+    if (values) frames.push_back(FrameFromVector(std::move(b.values)));
+  }
+  frames[0] = FrameFromHeader(builder);
+  return frames;
+}
+
+std::vector<zmq::message_t> EncodeError(uint64_t request_id, uint32_t shard, const Status& error) {
+  GRIDSYNC_CHECK(!error.ok());  // an OK status is not a refusal
+  capnp::MallocMessageBuilder builder;
+  auto out = builder.initRoot<schema::Header>();
+  out.setVersion(kProtocolVersion);
+  out.setKind(schema::MessageKind::ERROR);
+  out.setRequestId(request_id);
+  out.setShard(shard);
+  auto info = out.initError();
+  info.setCode(static_cast<uint32_t>(error.code()));
+  const std::string& text = error.message();
+  if (text.size() <= kMaxErrorTextBytes) {
+    info.setText(text);
+  } else {
+    std::string cut = text.substr(0, kMaxErrorTextBytes) + " ... (truncated)";
+    info.setText(cut);
+  }
+  std::vector<zmq::message_t> frames;
+  frames.push_back(FrameFromHeader(builder));
+  return frames;
+}
+
+Result<Message> Decode(const std::vector<zmq::message_t>& frames,
+                       const std::vector<TableShape>& tables, const Limits& limits) {
+  const size_t max_frames = limits.max_frames();
+  if (frames.empty() || frames.size() > max_frames) {
+    return Status::InvalidArgument(fmt::format(
+        "{} frames; allowed: 1 to {} (a header, then at most 2 payload frames for each of at "
+        "most {} blocks)",
+        frames.size(), max_frames, limits.max_blocks));
+  }
+  Message message;
+  for (size_t f = 0; f < frames.size(); ++f) {
+    if (frames[f].size() > limits.max_frame_bytes) {
+      return Status::InvalidArgument(
+          fmt::format("frame {}: {} bytes; allowed: at most {} (max_frame_bytes)", f,
+                      frames[f].size(), limits.max_frame_bytes));
+    }
+    message.bytes += frames[f].size();
+  }
+
+  RawHeader raw;
+  GRIDSYNC_RETURN_IF_ERROR(ParseHeader(frames[0], limits, raw));
+  message.kind = static_cast<Kind>(raw.kind);
+  message.step = raw.step;
+  message.worker_rank = raw.worker_rank;
+  message.request_id = raw.request_id;
+  message.shard = raw.shard;
+  message.min_version = raw.min_version;
+  message.num_workers = raw.num_workers;
+  const char* kind_name = KindName(message.kind);
+
+  // Header-only checks first, so a wrong frame count is reported against a
+  // header already known to make sense.
+  std::vector<bool> seen(tables.size(), false);
+  for (size_t i = 0; i < raw.blocks.size(); ++i) {
+    const RawBlock& b = raw.blocks[i];
+    if (b.table >= tables.size()) {
+      return Status::InvalidArgument(
+          tables.empty()
+              ? fmt::format("block {}: table {} unknown; this receiver has no tables", i, b.table)
+              : fmt::format("block {}: table {} unknown; allowed: 0..{}", i, b.table,
+                            tables.size() - 1));
+    }
+    if (seen[b.table]) {
+      return Status::InvalidArgument(fmt::format(
+          "block {}: table {} appears twice; allowed: each table at most once per message", i,
+          b.table));
+    }
+    seen[b.table] = true;
+    const TableShape& shape = tables[b.table];
+    if (b.codec > kLastCodec) {
+      return Status::InvalidArgument(fmt::format(
+          "block {} (table {}): codec {} unknown; allowed: 0 (none)", i, b.table, b.codec));
+    }
+    if (b.width == 0) {
+      return Status::InvalidArgument(
+          fmt::format("block {} (table {}): width 0; allowed: 1..{} (the table's width)", i,
+                      b.table, shape.width));
+    }
+    if (uint64_t{b.col_begin} + b.width > shape.width) {
+      return Status::InvalidArgument(fmt::format(
+          "block {} (table {}): columns {}..{} (colBegin {} + width {}) beyond the table's "
+          "width {}",
+          i, b.table, b.col_begin, uint64_t{b.col_begin} + b.width - 1, b.col_begin, b.width,
+          shape.width));
+    }
+    if (b.row_count > shape.rows) {
+      return Status::InvalidArgument(
+          fmt::format("block {} (table {}): rowCount {}; allowed: at most {} (the table's rows)", i,
+                      b.table, b.row_count, shape.rows));
+    }
+    if (b.dense && uint64_t{b.row_begin} + b.row_count > shape.rows) {
+      return Status::InvalidArgument(fmt::format(
+          "block {} (table {}): dense rows {}..{} (rowBegin {} + rowCount {}) beyond the "
+          "table's {} rows",
+          i, b.table, b.row_begin, uint64_t{b.row_begin} + b.row_count - 1, b.row_begin,
+          b.row_count, shape.rows));
+    }
+  }
+
+  const bool carries_rows = KindCarriesRows(message.kind);
+  const bool carries_values = KindCarriesValues(message.kind);
+  size_t expected_frames = 1;
+  for (const RawBlock& b : raw.blocks) {
+    expected_frames += (carries_rows && !b.dense ? 1 : 0) + (carries_values ? 1 : 0);
+  }
+  if (frames.size() != expected_frames) {
+    const char* layout = carries_rows && carries_values
+                             ? "per block [row ids unless dense] [values]"
+                         : carries_rows   ? "per block [row ids unless dense]"
+                         : carries_values ? "per block [values]"
+                                          : "nothing (this kind has no payload)";
+    return Status::InvalidArgument(
+        fmt::format("{} frames, expected {} for a {} with {} block(s): the header, then {} ({})",
+                    frames.size(), expected_frames, kind_name, raw.blocks.size(), layout,
+                    frames.size() > expected_frames ? "extra frames" : "frames missing"));
+  }
+
+  const bool check_finite = message.kind == Kind::kPush || message.kind == Kind::kInit;
+  message.blocks.reserve(raw.blocks.size());
+  size_t next = 1;
+  for (size_t i = 0; i < raw.blocks.size(); ++i) {
+    const RawBlock& b = raw.blocks[i];
+    const TableShape& shape = tables[b.table];
+    Block& block = message.blocks.emplace_back();
+    block.table = b.table;
+    block.row_count = b.row_count;
+    block.dense = b.dense;
+    block.row_begin = b.dense ? b.row_begin : 0;
+    block.col_begin = b.col_begin;
+    block.width = b.width;
+
+    if (carries_rows && !b.dense) {
+      const size_t f = next++;
+      const zmq::message_t& frame = frames[f];
+      const uint64_t expected = uint64_t{b.row_count} * sizeof(uint32_t);
+      if (frame.size() != expected) {
+        return Status::InvalidArgument(
+            fmt::format("{}: {} bytes, expected {} ({} rows x 4-byte ids)",
+                        FrameName(f, "row ids", i, b.table), frame.size(), expected, b.row_count));
+      }
+      const uint32_t* ids = AlignedWords(frame, message);
+      block.rows = std::span<const uint32_t>(ids, b.row_count);
+      for (size_t r = 0; r < block.rows.size(); ++r) {
+        const uint32_t row = block.rows[r];
+        if (row >= shape.rows) {
+          return Status::InvalidArgument(
+              fmt::format("{}: row {} at index {} out of range; allowed: 0..{} (table rows {})",
+                          FrameName(f, "row ids", i, b.table), row, r, shape.rows - 1, shape.rows));
+        }
+        if (r > 0 && row <= block.rows[r - 1]) {
+          return Status::InvalidArgument(fmt::format(
+              "{}: row {} at index {} {} row {} at index {}; rows must be strictly ascending",
+              FrameName(f, "row ids", i, b.table), row, r,
+              row == block.rows[r - 1] ? "duplicates" : "follows", block.rows[r - 1], r - 1));
+        }
+      }
+    }
+
+    if (carries_values) {
+      const size_t f = next++;
+      const zmq::message_t& frame = frames[f];
+      const uint64_t count = uint64_t{b.row_count} * b.width;
+      if (frame.size() % sizeof(float) != 0 || frame.size() / sizeof(float) != count) {
+        return Status::InvalidArgument(fmt::format(
+            "{}: {} bytes, expected {} ({} rows x {} floats)", FrameName(f, "values", i, b.table),
+            frame.size(), count * sizeof(float), b.row_count, b.width));
+      }
+      const uint32_t* words = AlignedWords(frame, message);
+      block.values =
+          std::span<const float>(reinterpret_cast<const float*>(words), static_cast<size_t>(count));
+      if (check_finite) {
+        const size_t bad = FirstNonFinite(block.values);
+        if (bad != kAllFinite) {
+          return Status::InvalidArgument(fmt::format(
+              "{}: value {} at index {} (row index {}, column {}); {} values must be finite",
+              FrameName(f, "values", i, b.table), block.values[bad], bad, bad / b.width,
+              b.col_begin + bad % b.width, kind_name));
+        }
+      }
+    }
+  }
+
+  if (message.kind == Kind::kError) {
+    StatusCode code = StatusCode::kInternal;
+    if (raw.error_code > static_cast<uint32_t>(StatusCode::kOk) &&
+        raw.error_code <= static_cast<uint32_t>(StatusCode::kInternal)) {
+      code = static_cast<StatusCode>(raw.error_code);
+    }
+    // An error reply must never read as OK, whatever code the peer sent.
+    std::string text =
+        raw.error_text.empty()
+            ? fmt::format("peer sent an error with code {} and no text", raw.error_code)
+            : std::move(raw.error_text);
+    message.error = Status(code, std::move(text));
+  }
+  if (message.kind == Kind::kStatsReply) message.stats = raw.stats;
+  return message;
+}
+
+Result<std::vector<zmq::message_t>> ReceiveMultipart(zmq::socket_t& socket, int timeout_ms,
+                                                     const Limits& limits, int envelope_frames) {
+  GRIDSYNC_CHECK_GE(envelope_frames, 0);
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(std::max(timeout_ms, 0));
+  std::vector<zmq::message_t> frames;
+  try {
+    zmq::message_t first;
+    for (;;) {
+      long wait = -1;
+      if (timeout_ms >= 0) {
+        wait = std::max<long>(
+            0,
+            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+      }
+      zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
+      const int ready =
+          RetryOnEintr([&] { return zmq::poll(&item, 1, std::chrono::milliseconds(wait)); });
+      if (ready > 0 && (item.revents & ZMQ_POLLIN) != 0) {
+        // dontwait: a readable socket can still come up empty (another thread
+        // sharing it, or a spurious wakeup); then wait again.
+        auto got = RetryOnEintr([&] { return socket.recv(first, zmq::recv_flags::dontwait); });
+        if (got.has_value()) break;
+      }
+      if (timeout_ms >= 0 && Clock::now() >= deadline) {
+        return Status::Timeout(fmt::format("no message within {} ms", timeout_ms));
+      }
+    }
+
+    const size_t allowed = static_cast<size_t>(envelope_frames) + limits.max_frames();
+    size_t count = 1;
+    bool more = first.more();
+    frames.push_back(std::move(first));
+    // ZeroMQ delivers a multipart message whole, so the remaining parts are
+    // already here; reading them all, even past the limit, keeps the next
+    // message on this socket starting at its own first frame.
+    while (more) {
+      zmq::message_t part;
+      RetryOnEintr([&] { return socket.recv(part, zmq::recv_flags::none); });
+      more = part.more();
+      ++count;
+      if (count <= allowed) frames.push_back(std::move(part));
+    }
+    if (count > allowed) {
+      return Status::InvalidArgument(
+          fmt::format("{} frames; allowed: at most {} ({} envelope + {} message frames)", count,
+                      allowed, envelope_frames, limits.max_frames()));
+    }
+  } catch (const zmq::error_t& e) {
+    return Status::IOError(fmt::format("receiving a message: {} (errno {})", e.what(), e.num()));
+  }
+  return frames;
+}
+
+Status SendMultipart(zmq::socket_t& socket, std::vector<zmq::message_t>& frames) {
+  if (frames.empty()) {
+    return Status::InvalidArgument("sending a message of 0 frames; a message needs a header frame");
+  }
+  for (size_t i = 0; i < frames.size(); ++i) {
+    const auto flags = i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
+    try {
+      auto sent = RetryOnEintr([&] { return socket.send(frames[i], flags); });
+      if (!sent.has_value()) {
+        return Status::IOError(fmt::format(
+            "sending frame {} of {}: would block (EAGAIN: send timeout or high-water mark)", i,
+            frames.size()));
+      }
+    } catch (const zmq::error_t& e) {
+      return Status::IOError(fmt::format("sending frame {} of {}: {} (errno {})", i, frames.size(),
+                                         e.what(), e.num()));
+    }
+  }
+  frames.clear();
+  return Status::OK();
+}
+
+}  // namespace gridsync::wire

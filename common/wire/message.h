@@ -1,0 +1,152 @@
+// The data-plane messages between workers and PS shards, and the one decode
+// boundary every received message passes through.
+//
+// A message is ZeroMQ multipart: frame 0 a Cap'n Proto Header (schema in
+// gridsync.capnp), then raw payload frames per TableBlock. Encode() moves the
+// payload vectors into the frames without copying them. Decode() checks
+// everything a hostile or broken peer could get wrong (frame count, header
+// size, Cap'n Proto traversal and nesting limits, protocol version, kinds,
+// table ids, row ranges and order, column ranges, frame lengths against the
+// header, finite values) and returns a Status naming the problem and what is
+// allowed; it never asserts or aborts on input.
+//
+// Thread safety: free functions, reentrant. A decoded Message refers into the
+// frames it was decoded from (zero copy) and must not outlive them.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "common/status.h"
+
+namespace gridsync::wire {
+
+inline constexpr uint16_t kProtocolVersion = 1;
+
+enum class Kind : uint16_t {
+  kPush = 0,
+  kPushAck = 1,
+  kPull = 2,
+  kPullReply = 3,
+  kError = 4,
+  kStats = 5,
+  kStatsReply = 6,
+  kInit = 7,
+};
+const char* KindName(Kind kind);
+
+// Explicit limits of the decode boundary, sized to real messages: a push of
+// every row of the largest seed config (log2 T 22, 16 levels) fits.
+struct Limits {
+  uint64_t max_frame_bytes = uint64_t{1} << 30;  // also set as ZMQ_MAXMSGSIZE
+  uint32_t max_blocks = 256;                     // table blocks per message
+  uint32_t max_header_bytes = 64 * 1024;
+  uint64_t traversal_limit_words = 64 * 1024 / 8 * 4;  // a few passes over a full header
+  int nesting_limit = 8;
+  uint32_t max_frames() const { return 1 + 2 * max_blocks; }
+};
+
+// What the receiver knows about the tables, for range checks.
+struct TableShape {
+  uint64_t rows = 0;
+  uint32_t width = 0;
+};
+
+struct ShardStats {
+  uint64_t applied_steps = 0;
+  uint64_t pushes = 0;
+  uint64_t pulls = 0;
+  uint64_t errors = 0;
+  uint64_t rows_owned = 0;
+  uint64_t bytes_in = 0;
+  uint64_t bytes_out = 0;
+};
+
+// A block as decoded: spans into the received frames (or into Message-owned
+// copies when a frame was not 4-byte aligned).
+struct Block {
+  uint32_t table = 0;
+  uint32_t row_count = 0;
+  bool dense = false;
+  uint32_t row_begin = 0;  // dense only
+  uint32_t col_begin = 0;
+  uint32_t width = 0;
+  std::span<const uint32_t> rows;  // empty when dense
+  std::span<const float> values;   // empty when the kind carries no values
+
+  uint32_t Row(size_t i) const { return dense ? row_begin + static_cast<uint32_t>(i) : rows[i]; }
+};
+
+struct Message {
+  Kind kind = Kind::kPush;
+  uint64_t step = 0;
+  uint32_t worker_rank = 0;
+  uint64_t request_id = 0;
+  uint32_t shard = 0;
+  uint64_t min_version = 0;
+  uint32_t num_workers = 0;
+  std::vector<Block> blocks;
+  Status error;       // kind == kError: the refusal, code and text
+  ShardStats stats;   // kind == kStatsReply
+  uint64_t bytes = 0; // total bytes of all frames
+
+  // Backing store for frames that had to be copied for alignment.
+  std::vector<std::vector<uint32_t>> owned;
+};
+
+// A block to send. Payload vectors are moved into the frames (zero copy).
+struct OutBlock {
+  uint32_t table = 0;
+  bool dense = false;
+  uint32_t row_begin = 0;
+  uint32_t col_begin = 0;
+  uint32_t width = 0;
+  uint32_t row_count = 0;       // must equal rows.size() unless dense
+  std::vector<uint32_t> rows;   // sparse only; strictly ascending
+  std::vector<float> values;    // row_count * width, for kinds that carry values
+};
+
+struct OutHeader {
+  Kind kind = Kind::kPush;
+  uint64_t step = 0;
+  uint32_t worker_rank = 0;
+  uint64_t request_id = 0;
+  uint32_t shard = 0;
+  uint64_t min_version = 0;
+  uint32_t num_workers = 0;
+  ShardStats stats;  // kStatsReply
+};
+
+// Which payload frames a kind carries after the header, per block.
+bool KindCarriesRows(Kind kind);    // push, pull, init (unless dense)
+bool KindCarriesValues(Kind kind);  // push, pullReply, init
+
+std::vector<zmq::message_t> Encode(const OutHeader& header, std::vector<OutBlock> blocks);
+std::vector<zmq::message_t> EncodeError(uint64_t request_id, uint32_t shard, const Status& error);
+
+// The decode boundary. `tables` gives the valid table ids and their shapes;
+// rows must be strictly ascending and < rows of the table, col_begin + width
+// <= the table's width, values finite (for pushes and init).
+Result<Message> Decode(const std::vector<zmq::message_t>& frames,
+                       const std::vector<TableShape>& tables, const Limits& limits);
+// The decoded spans point into `frames`: decoding a temporary would leave
+// them dangling as soon as the statement ends.
+Result<Message> Decode(std::vector<zmq::message_t>&& frames, const std::vector<TableShape>& tables,
+                       const Limits& limits) = delete;
+
+// Receives one multipart message with a timeout (ms, -1 = forever). Returns
+// kTimeout when nothing arrived, and refuses (after draining it) a message
+// with more than envelope_frames + limits.max_frames() frames. A ROUTER
+// socket passes envelope_frames = 1 for the peer's routing id, which stays
+// the first returned frame.
+Result<std::vector<zmq::message_t>> ReceiveMultipart(zmq::socket_t& socket, int timeout_ms,
+                                                     const Limits& limits,
+                                                     int envelope_frames = 0);
+// Sends all frames; ZeroMQ owns them afterwards.
+Status SendMultipart(zmq::socket_t& socket, std::vector<zmq::message_t>& frames);
+
+}  // namespace gridsync::wire

@@ -1,0 +1,1212 @@
+// The coordinator engine: one Boost.Asio io_context on its own thread.
+//
+// Every piece of state below (members, barriers, KV, waiters, connections)
+// is touched only from that thread, so it needs no locks; Stop() posts the
+// shutdown to it and joins.
+//
+// Per connection: reads continue while a deferred request (getMap with
+// waitComplete, barrier, kvGet) is pending, so that a peer that disconnects
+// while waiting is noticed and removed at once. Requests read meanwhile are
+// queued and handled in order once the deferred reply has gone out.
+//
+// The decode boundary is DecodeRequest(): it turns one frame into plain C++
+// values, and every Cap'n Proto exception (bad segment table, pointer out of
+// bounds, traversal limit) becomes a Corruption Status. Handlers then work on
+// validated values only. Framing and decoding errors get an error reply and
+// close that connection; semantic errors (rank taken, tables differ) get an
+// error reply and the connection stays open.
+#include "server/coordinator.h"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include <boost/asio.hpp>
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+#include <kj/exception.h>
+#include <spdlog/fmt/fmt.h>
+#include <spdlog/spdlog.h>
+
+#include "common/cluster_map.h"
+#include "common/wire/gridsync.capnp.h"
+
+namespace gridsync {
+namespace {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using ErrorCode = boost::system::error_code;
+namespace schema = wire::schema;
+
+// A connection may have this many decoded requests waiting behind a
+// deferred one before the coordinator stops reading from it.
+constexpr size_t kMaxQueuedRequests = 64;
+// CoordRequest is at most 4 levels deep (request, register, tables, name).
+constexpr int kNestingLimit = 16;
+
+std::string Seconds(uint64_t ms) { return fmt::format("{:.1f} s", static_cast<double>(ms) / 1000.0); }
+
+std::string MemberName(Role role, uint32_t rank) { return fmt::format("{}-{}", RoleName(role), rank); }
+
+std::string DescribeMember(const MemberInfo& m) {
+  return fmt::format("{} {} (node '{}', pid {})", RoleName(m.role), m.rank, m.node, m.pid);
+}
+
+std::string RankList(const std::vector<uint32_t>& ranks) {
+  std::string out = "[";
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (i > 0) out += ", ";
+    out += std::to_string(ranks[i]);
+  }
+  return out + "]";
+}
+
+std::string Join(const std::vector<std::string>& items, const char* sep = ", ") {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i > 0) out += sep;
+    out += items[i];
+  }
+  return out;
+}
+
+std::string QuoteJoin(const std::vector<std::string>& items) {
+  std::vector<std::string> quoted;
+  quoted.reserve(items.size());
+  for (const auto& s : items) quoted.push_back("'" + s + "'");
+  return Join(quoted);
+}
+
+std::string TableSize(const TableInfo& t) { return fmt::format("{} x {}", t.rows, t.width); }
+
+// ---- Decoded requests: the output of the decode boundary ----
+
+struct GetMapRequest {
+  bool wait_complete = false;
+  uint32_t timeout_ms = 0;
+};
+struct BarrierRequest {
+  std::string name;
+  uint32_t count = 0;
+  uint32_t timeout_ms = 0;
+  std::string member;
+};
+struct KvSetRequest {
+  std::string key;
+  std::string value;
+};
+struct KvGetRequest {
+  std::vector<std::string> keys;
+  uint32_t timeout_ms = 0;
+};
+struct HeartbeatRequest {};
+
+struct Request {
+  uint64_t id = 0;
+  std::variant<RegisterInfo, GetMapRequest, BarrierRequest, KvSetRequest, KvGetRequest,
+               HeartbeatRequest>
+      body;
+};
+
+std::string ToString(capnp::Text::Reader text) { return std::string(text.begin(), text.size()); }
+
+constexpr const char* kAllowedRequests =
+    "allowed: register, getMap, barrier, kvSet, kvGet, heartbeat";
+
+// Decodes one frame. Never throws. `request_id` is set as soon as it can be
+// read, so that even a refusal can echo it.
+Result<Request> DecodeRequest(kj::ArrayPtr<const capnp::word> words, uint64_t* request_id) {
+  *request_id = 0;
+  try {
+    capnp::ReaderOptions options;
+    // Each word may be visited a few times (lists of structs); anything more
+    // is a pointer-amplification attack, not a real request.
+    options.traversalLimitInWords = 4 * words.size() + 64;
+    options.nestingLimit = kNestingLimit;
+    capnp::FlatArrayMessageReader reader(words, options);
+    if (reader.getEnd() != words.end()) {
+      return Status::Corruption(fmt::format(
+          "frame holds {} bytes but the Cap'n Proto message in it ends after {}; allowed: exactly "
+          "one flat CoordRequest per frame",
+          words.size() * 8, (reader.getEnd() - words.begin()) * 8));
+    }
+    auto root = reader.getRoot<schema::CoordRequest>();
+    *request_id = root.getRequestId();
+    Request request;
+    request.id = root.getRequestId();
+    switch (root.which()) {
+      case schema::CoordRequest::REGISTER: {
+        if (!root.hasRegister()) {
+          return Status::InvalidArgument(
+              std::string("request carries no body (empty union: register without a "
+                          "RegisterRequest); ") +
+              kAllowedRequests);
+        }
+        auto reg = root.getRegister();
+        RegisterInfo info;
+        switch (reg.getRole()) {
+          case schema::Role::SHARD:
+            info.role = Role::kShard;
+            break;
+          case schema::Role::WORKER:
+            info.role = Role::kWorker;
+            break;
+          case schema::Role::OBSERVER:
+            info.role = Role::kObserver;
+            break;
+          default:
+            return Status::InvalidArgument(
+                fmt::format("register: unknown role {}; allowed: shard, worker, observer",
+                            static_cast<unsigned>(reg.getRole())));
+        }
+        info.requested_rank = reg.getRequestedRank();
+        info.node = ToString(reg.getNode());
+        info.local_rank = reg.getLocalRank();
+        info.endpoint = ToString(reg.getEndpoint());
+        info.pid = reg.getPid();
+        for (auto table : reg.getTables()) {
+          info.tables.push_back(TableInfo{ToString(table.getName()), table.getRows(), table.getWidth()});
+        }
+        request.body = std::move(info);
+        break;
+      }
+      case schema::CoordRequest::GET_MAP: {
+        auto get = root.getGetMap();
+        request.body = GetMapRequest{get.getWaitComplete(), get.getTimeoutMs()};
+        break;
+      }
+      case schema::CoordRequest::BARRIER: {
+        auto barrier = root.getBarrier();
+        request.body = BarrierRequest{ToString(barrier.getName()), barrier.getCount(),
+                                      barrier.getTimeoutMs(), ToString(barrier.getMember())};
+        break;
+      }
+      case schema::CoordRequest::KV_SET: {
+        auto set = root.getKvSet();
+        auto value = set.getValue();
+        request.body = KvSetRequest{ToString(set.getKey()),
+                                    std::string(reinterpret_cast<const char*>(value.begin()), value.size())};
+        break;
+      }
+      case schema::CoordRequest::KV_GET: {
+        auto get = root.getKvGet();
+        KvGetRequest kv;
+        for (auto key : get.getKeys()) kv.keys.push_back(ToString(key));
+        kv.timeout_ms = get.getTimeoutMs();
+        request.body = std::move(kv);
+        break;
+      }
+      case schema::CoordRequest::HEARTBEAT:
+        request.body = HeartbeatRequest{};
+        break;
+      default:
+        return Status::InvalidArgument(fmt::format("unknown request kind {}; {}",
+                                                   static_cast<unsigned>(root.which()), kAllowedRequests));
+    }
+    return request;
+  } catch (const kj::Exception& e) {
+    return Status::Corruption(fmt::format(
+        "request does not decode as a flat Cap'n Proto CoordRequest: {}; allowed: a message built "
+        "from common/wire/gridsync.capnp",
+        e.getDescription().cStr()));
+  } catch (const std::exception& e) {
+    return Status::Corruption(fmt::format("request does not decode as a CoordRequest: {}", e.what()));
+  }
+}
+
+// ---- Encoding replies ----
+
+capnp::Text::Reader AsText(const std::string& s) { return capnp::Text::Reader(s.data(), s.size()); }
+
+void FillMember(const MemberInfo& m, schema::Member::Builder out) {
+  out.setRole(m.role == Role::kShard ? schema::Role::SHARD : schema::Role::WORKER);
+  out.setRank(m.rank);
+  out.setNode(AsText(m.node));
+  out.setLocalRank(m.local_rank);
+  out.setEndpoint(AsText(m.endpoint));
+  out.setPid(m.pid);
+}
+
+void FillMap(const ClusterMap& map, schema::ClusterMap::Builder out) {
+  out.setGeneration(map.generation);
+  out.setExpectedShards(map.expected_shards);
+  out.setExpectedWorkers(map.expected_workers);
+  auto shards = out.initShards(static_cast<unsigned>(map.shards.size()));
+  for (size_t i = 0; i < map.shards.size(); ++i) FillMember(map.shards[i], shards[i]);
+  auto workers = out.initWorkers(static_cast<unsigned>(map.workers.size()));
+  for (size_t i = 0; i < map.workers.size(); ++i) FillMember(map.workers[i], workers[i]);
+  auto tables = out.initTables(static_cast<unsigned>(map.tables.size()));
+  for (size_t i = 0; i < map.tables.size(); ++i) {
+    tables[i].setName(AsText(map.tables[i].name));
+    tables[i].setRows(map.tables[i].rows);
+    tables[i].setWidth(map.tables[i].width);
+  }
+}
+
+// 4-byte little-endian length, then the flat message.
+std::vector<uint8_t> Frame(capnp::MessageBuilder& message) {
+  kj::Array<capnp::word> words = capnp::messageToFlatArray(message);
+  auto bytes = words.asBytes();
+  const auto size = static_cast<uint32_t>(bytes.size());
+  std::vector<uint8_t> frame(4 + bytes.size());
+  frame[0] = static_cast<uint8_t>(size);
+  frame[1] = static_cast<uint8_t>(size >> 8);
+  frame[2] = static_cast<uint8_t>(size >> 16);
+  frame[3] = static_cast<uint8_t>(size >> 24);
+  std::memcpy(frame.data() + 4, bytes.begin(), bytes.size());
+  return frame;
+}
+
+std::vector<uint8_t> ErrorFrame(uint64_t request_id, const Status& status) {
+  capnp::MallocMessageBuilder message;
+  auto reply = message.initRoot<schema::CoordReply>();
+  reply.setRequestId(request_id);
+  auto error = reply.initError();
+  error.setCode(static_cast<uint32_t>(status.code()));
+  error.setText(AsText(status.message()));
+  return Frame(message);
+}
+
+std::vector<uint8_t> OkFrame(uint64_t request_id) {
+  capnp::MallocMessageBuilder message;
+  auto reply = message.initRoot<schema::CoordReply>();
+  reply.setRequestId(request_id);
+  reply.setOk();
+  return Frame(message);
+}
+
+// ---- Connections and deferred replies ----
+
+struct Connection;
+
+// A request whose reply waits for something (members, barrier peers, keys).
+struct Waiter {
+  enum class Kind { kMap, kBarrier, kKv };
+  Waiter(asio::io_context& io, Kind k) : kind(k), timer(io) {}
+  Kind kind;
+  std::weak_ptr<Connection> conn;
+  uint64_t request_id = 0;
+  uint32_t timeout_ms = 0;
+  asio::steady_timer timer;
+  bool done = false;
+  // kBarrier
+  std::string barrier;
+  std::string member;
+  std::optional<Role> member_role;  // from the connection's registration
+  // kKv
+  std::vector<std::string> keys;
+};
+
+struct Connection {
+  Connection(tcp::socket s, uint64_t connection_id) : socket(std::move(s)), id(connection_id) {}
+  tcp::socket socket;
+  uint64_t id;
+  std::string peer;
+  std::array<uint8_t, 4> header{};
+  std::vector<capnp::word> body;
+  std::deque<std::vector<uint8_t>> outbox;
+  bool writing = false;
+  bool reading = false;
+  bool closing = false;  // no more requests; close once the outbox is written
+  bool closed = false;
+  bool cleaned = false;
+  std::deque<Request> queued;        // read while a deferred request was pending
+  std::shared_ptr<Waiter> waiter;    // the deferred request in progress, if any
+  std::optional<MemberInfo> member;  // a shard or worker registered here
+  bool observer = false;
+  // Lingering close after a refusal: see CoordinatorImpl::Linger().
+  std::unique_ptr<asio::steady_timer> linger_timer;
+  std::vector<uint8_t> discard;
+  size_t discarded = 0;
+};
+using ConnPtr = std::shared_ptr<Connection>;
+
+struct BarrierState {
+  uint64_t round = 0;  // completed rounds: a name is reusable
+  uint32_t count = 0;
+  std::vector<std::shared_ptr<Waiter>> waiters;  // arrival order
+};
+
+class CoordinatorImpl final : public Coordinator {
+ public:
+  explicit CoordinatorImpl(const CoordinatorOptions& options)
+      : options_(options), acceptor_(io_), accept_retry_(io_) {
+    map_.expected_shards = options.expected_shards;
+    map_.expected_workers = options.expected_workers;
+  }
+  ~CoordinatorImpl() override { Stop(); }
+
+  Status Listen();
+  void Launch();
+  uint16_t port() const override { return port_; }
+  void Stop() override;
+
+ private:
+  // Runs `body` (a handler's work), turning any exception into a closed
+  // connection (or a log line when there is none): nothing escapes Asio.
+  template <typename F>
+  void Guard(const ConnPtr& conn, const char* where, F&& body) noexcept;
+
+  void Accept();
+  void ReadHeader(const ConnPtr& conn);
+  void ReadBody(const ConnPtr& conn);
+  void OnRequest(const ConnPtr& conn, Request request);
+  void Drain(const ConnPtr& conn);
+  void Dispatch(const ConnPtr& conn, Request request);
+
+  void HandleRegister(const ConnPtr& conn, uint64_t id, RegisterInfo info);
+  void HandleGetMap(const ConnPtr& conn, uint64_t id, const GetMapRequest& req);
+  void HandleBarrier(const ConnPtr& conn, uint64_t id, BarrierRequest req);
+  void HandleKvSet(const ConnPtr& conn, uint64_t id, KvSetRequest req);
+  void HandleKvGet(const ConnPtr& conn, uint64_t id, KvGetRequest req);
+
+  std::vector<uint8_t> MapFrame(uint64_t request_id) const;
+  std::vector<uint8_t> ValuesFrame(uint64_t request_id, const std::vector<std::string>& keys) const;
+  std::vector<std::string> MissingKeys(const std::vector<std::string>& keys) const;
+  std::string IncompleteMessage(uint32_t waited_ms) const;
+  std::string BarrierTimeoutMessage(const Waiter& w) const;
+  std::optional<std::string> TableMismatch(const RegisterInfo& info) const;
+
+  std::shared_ptr<Waiter> Defer(const ConnPtr& conn, Waiter::Kind kind, uint64_t id, uint32_t timeout_ms);
+  void Arm(const std::shared_ptr<Waiter>& w);
+  void OnTimeout(const std::shared_ptr<Waiter>& w);
+  void Detach(const std::shared_ptr<Waiter>& w);
+  void Complete(const std::shared_ptr<Waiter>& w, std::vector<uint8_t> frame);
+  void WakeMapWaiters();
+  void WakeKvWaiters();
+
+  void Send(const ConnPtr& conn, std::vector<uint8_t> frame);
+  void WriteNext(const ConnPtr& conn);
+  void Fail(const ConnPtr& conn, uint64_t request_id, const Status& status);
+  void Linger(const ConnPtr& conn);
+  void DiscardInput(const ConnPtr& conn);
+  void Cleanup(const ConnPtr& conn, const std::string& reason);
+  void Close(const ConnPtr& conn, const std::string& reason);
+  void Shutdown();
+
+  const CoordinatorOptions options_;
+  // Declared first so that it is destroyed last: sockets and timers below
+  // belong to it.
+  asio::io_context io_;
+  tcp::acceptor acceptor_;
+  asio::steady_timer accept_retry_;
+  uint16_t port_ = 0;
+  std::string address_;
+
+  std::mutex stop_mu_;  // Stop() against Stop()
+  std::thread thread_;
+  std::promise<void> thread_done_;
+
+  // ---- io thread only ----
+  bool shutting_down_ = false;
+  uint64_t next_connection_id_ = 0;
+  std::set<ConnPtr> connections_;
+  ClusterMap map_;
+  std::optional<std::string> tables_owner_;  // who defined map_.tables
+  std::vector<std::shared_ptr<Waiter>> map_waiters_;
+  std::map<std::string, BarrierState> barriers_;
+  std::map<std::string, std::string> kv_;
+  std::vector<std::shared_ptr<Waiter>> kv_waiters_;
+};
+
+template <typename F>
+void CoordinatorImpl::Guard(const ConnPtr& conn, const char* where, F&& body) noexcept {
+  std::string what;
+  try {
+    body();
+    return;
+  } catch (const kj::Exception& e) {
+    what = e.getDescription().cStr();
+  } catch (const std::exception& e) {
+    what = e.what();
+  } catch (...) {
+    what = "unknown exception";
+  }
+  try {
+    spdlog::error("coordinator: internal error in {}: {}", where, what);
+    if (conn) Close(conn, "internal error: " + what);
+  } catch (...) {
+    // Logging or closing failed too (out of memory); nothing more to do.
+  }
+}
+
+Status CoordinatorImpl::Listen() {
+  if (options_.max_message_bytes < 8) {
+    return Status::InvalidArgument(fmt::format(
+        "coordinator: max_message_bytes {} is too small; allowed: >= 8", options_.max_message_bytes));
+  }
+  ErrorCode ec;
+  tcp::endpoint endpoint;
+  auto address = asio::ip::make_address(options_.bind_host, ec);
+  if (!ec) {
+    endpoint = tcp::endpoint(address, options_.port);
+  } else {
+    tcp::resolver resolver(io_);
+    auto results = resolver.resolve(options_.bind_host, std::to_string(options_.port), ec);
+    if (ec || results.empty()) {
+      return Status::IOError(fmt::format("coordinator: cannot resolve bind address '{}': {}",
+                                         options_.bind_host, ec ? ec.message() : "no addresses"));
+    }
+    endpoint = results.begin()->endpoint();
+  }
+  auto fail = [&](const char* step) {
+    return Status::IOError(fmt::format("coordinator: cannot listen on {}:{} ({} failed): {}",
+                                       options_.bind_host, options_.port, step, ec.message()));
+  };
+  if (acceptor_.open(endpoint.protocol(), ec); ec) return fail("open");
+  if (acceptor_.set_option(tcp::acceptor::reuse_address(true), ec); ec) return fail("SO_REUSEADDR");
+  if (acceptor_.bind(endpoint, ec); ec) return fail("bind");
+  if (acceptor_.listen(asio::socket_base::max_listen_connections, ec); ec) return fail("listen");
+  auto local = acceptor_.local_endpoint(ec);
+  if (ec) return fail("getsockname");
+  port_ = local.port();
+  address_ = fmt::format("{}:{}", local.address().to_string(), port_);
+  return Status::OK();
+}
+
+void CoordinatorImpl::Launch() {
+  Accept();
+  thread_ = std::thread([this] {
+    for (;;) {
+      try {
+        io_.run();
+        break;
+      } catch (const std::exception& e) {
+        // Handlers are guarded; this is a last resort so the server lives on.
+        spdlog::error("coordinator: io_context: {}", e.what());
+      } catch (...) {
+        spdlog::error("coordinator: io_context: unknown exception");
+      }
+    }
+    thread_done_.set_value();
+  });
+}
+
+void CoordinatorImpl::Stop() {
+  std::lock_guard<std::mutex> lock(stop_mu_);
+  if (!thread_.joinable()) return;
+  asio::post(io_, [this] { Guard(nullptr, "shutdown", [&] { Shutdown(); }); });
+  // Shutdown closes every socket and timer, so run() returns by itself once
+  // the aborted handlers have run; stop() is the fallback.
+  if (thread_done_.get_future().wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
+    spdlog::warn("coordinator: handlers still running 5 s after Stop(); stopping the io_context");
+    io_.stop();
+  }
+  thread_.join();
+}
+
+void CoordinatorImpl::Shutdown() {
+  shutting_down_ = true;
+  ErrorCode ignored;
+  acceptor_.close(ignored);
+  accept_retry_.cancel();
+  auto cancel = [](std::vector<std::shared_ptr<Waiter>>& waiters) {
+    for (auto& w : waiters) {
+      w->done = true;
+      w->timer.cancel();
+    }
+    waiters.clear();
+  };
+  cancel(map_waiters_);
+  cancel(kv_waiters_);
+  for (auto& [name, barrier] : barriers_) cancel(barrier.waiters);
+  auto connections = connections_;
+  for (const auto& conn : connections) Close(conn, "coordinator stopping");
+  connections_.clear();
+  spdlog::info("coordinator on {} stopped", address_);
+}
+
+// ---- Accepting and reading ----
+
+void CoordinatorImpl::Accept() {
+  acceptor_.async_accept([this](ErrorCode ec, tcp::socket socket) {
+    Guard(nullptr, "accept", [&] {
+      if (shutting_down_ || ec == asio::error::operation_aborted) return;
+      if (ec) {
+        // For example EMFILE: back off instead of spinning.
+        spdlog::warn("coordinator: accept failed: {}; retrying in 100 ms", ec.message());
+        accept_retry_.expires_after(std::chrono::milliseconds(100));
+        accept_retry_.async_wait([this](ErrorCode timer_ec) {
+          Guard(nullptr, "accept retry", [&] {
+            if (!timer_ec && !shutting_down_) Accept();
+          });
+        });
+        return;
+      }
+      auto conn = std::make_shared<Connection>(std::move(socket), ++next_connection_id_);
+      ErrorCode opt_ec;
+      conn->socket.set_option(tcp::no_delay(true), opt_ec);
+      auto remote = conn->socket.remote_endpoint(opt_ec);
+      conn->peer = opt_ec ? std::string("unknown peer")
+                          : fmt::format("{}:{}", remote.address().to_string(), remote.port());
+      connections_.insert(conn);
+      spdlog::debug("coordinator: connection {} from {}", conn->id, conn->peer);
+      ReadHeader(conn);
+      Accept();
+    });
+  });
+}
+
+void CoordinatorImpl::ReadHeader(const ConnPtr& conn) {
+  if (conn->closed || conn->closing || conn->reading || shutting_down_) return;
+  if (conn->queued.size() >= kMaxQueuedRequests) return;  // resumed by Drain()
+  conn->reading = true;
+  asio::async_read(conn->socket, asio::buffer(conn->header), [this, conn](ErrorCode ec, size_t) {
+    Guard(conn, "read", [&] {
+      conn->reading = false;
+      if (conn->closed) return;
+      if (ec) {
+        Close(conn, ec == asio::error::eof ? std::string("connection closed by the peer")
+                                           : "read failed: " + ec.message());
+        return;
+      }
+      const uint32_t length = uint32_t{conn->header[0]} | (uint32_t{conn->header[1]} << 8) |
+                              (uint32_t{conn->header[2]} << 16) | (uint32_t{conn->header[3]} << 24);
+      if (length == 0) {
+        Fail(conn, 0,
+             Status::InvalidArgument(fmt::format(
+                 "empty message (length prefix 0); allowed: a flat Cap'n Proto CoordRequest of 8 to "
+                 "{} bytes",
+                 options_.max_message_bytes)));
+        return;
+      }
+      if (length > options_.max_message_bytes) {
+        Fail(conn, 0,
+             Status::InvalidArgument(fmt::format(
+                 "message length {} bytes exceeds the limit of {} bytes (max_message_bytes); "
+                 "allowed: 8 to {} bytes, a multiple of 8",
+                 length, options_.max_message_bytes, options_.max_message_bytes)));
+        return;
+      }
+      if (length % 8 != 0) {
+        Fail(conn, 0,
+             Status::Corruption(fmt::format(
+                 "message length {} bytes is not a multiple of 8; allowed: a flat Cap'n Proto "
+                 "message, which is whole 8-byte words",
+                 length)));
+        return;
+      }
+      conn->body.resize(length / 8);
+      ReadBody(conn);
+    });
+  });
+}
+
+void CoordinatorImpl::ReadBody(const ConnPtr& conn) {
+  conn->reading = true;
+  asio::async_read(
+      conn->socket, asio::buffer(conn->body.data(), conn->body.size() * sizeof(capnp::word)),
+      [this, conn](ErrorCode ec, size_t) {
+        Guard(conn, "read", [&] {
+          conn->reading = false;
+          if (conn->closed) return;
+          if (ec) {
+            Close(conn, ec == asio::error::eof
+                            ? std::string("connection closed by the peer in the middle of a message")
+                            : "read failed: " + ec.message());
+            return;
+          }
+          uint64_t request_id = 0;
+          auto request = DecodeRequest(
+              kj::ArrayPtr<const capnp::word>(conn->body.data(), conn->body.size()), &request_id);
+          // Shrink big buffers back; keep small ones for the next request.
+          if (conn->body.capacity() > 4096) std::vector<capnp::word>().swap(conn->body);
+          if (!request.ok()) {
+            Fail(conn, request_id, request.status());
+            return;
+          }
+          OnRequest(conn, std::move(request).value());
+          ReadHeader(conn);
+        });
+      });
+}
+
+void CoordinatorImpl::OnRequest(const ConnPtr& conn, Request request) {
+  if (conn->waiter || !conn->queued.empty()) {
+    conn->queued.push_back(std::move(request));
+    return;
+  }
+  Dispatch(conn, std::move(request));
+}
+
+void CoordinatorImpl::Drain(const ConnPtr& conn) {
+  while (!conn->closed && !conn->closing && !conn->waiter && !conn->queued.empty()) {
+    Request request = std::move(conn->queued.front());
+    conn->queued.pop_front();
+    Dispatch(conn, std::move(request));
+  }
+  ReadHeader(conn);  // resumes reading if the queue had filled up
+}
+
+void CoordinatorImpl::Dispatch(const ConnPtr& conn, Request request) {
+  const uint64_t id = request.id;
+  std::visit(
+      [&](auto& body) {
+        using T = std::decay_t<decltype(body)>;
+        if constexpr (std::is_same_v<T, RegisterInfo>) {
+          HandleRegister(conn, id, std::move(body));
+        } else if constexpr (std::is_same_v<T, GetMapRequest>) {
+          HandleGetMap(conn, id, body);
+        } else if constexpr (std::is_same_v<T, BarrierRequest>) {
+          HandleBarrier(conn, id, std::move(body));
+        } else if constexpr (std::is_same_v<T, KvSetRequest>) {
+          HandleKvSet(conn, id, std::move(body));
+        } else if constexpr (std::is_same_v<T, KvGetRequest>) {
+          HandleKvGet(conn, id, std::move(body));
+        } else {
+          Send(conn, OkFrame(id));  // heartbeat
+        }
+      },
+      request.body);
+}
+
+// ---- Requests ----
+
+std::optional<std::string> CoordinatorImpl::TableMismatch(const RegisterInfo& info) const {
+  const auto& mine = info.tables;
+  const auto& cluster = map_.tables;
+  const std::string owner = tables_owner_.value_or("?");
+  const size_t n = std::max(mine.size(), cluster.size());
+  for (size_t i = 0; i < n; ++i) {
+    if (i >= mine.size()) {
+      return fmt::format(
+          "table '{}' ({}) of the cluster (defined by {}) is missing: this {} sent {} tables, the "
+          "cluster has {}",
+          cluster[i].name, TableSize(cluster[i]), owner, RoleName(info.role), mine.size(), cluster.size());
+    }
+    if (i >= cluster.size()) {
+      return fmt::format(
+          "table '{}' ({}) is not among the cluster's tables (defined by {}): this {} sent {} tables, "
+          "the cluster has {}",
+          mine[i].name, TableSize(mine[i]), owner, RoleName(info.role), mine.size(), cluster.size());
+    }
+    if (mine[i] == cluster[i]) continue;
+    if (mine[i].name == cluster[i].name) {
+      return fmt::format("table '{}' is {} (rows x width) here but {} in the cluster map (defined by {})",
+                         mine[i].name, TableSize(mine[i]), TableSize(cluster[i]), owner);
+    }
+    return fmt::format(
+        "table {} is '{}' ({}) here but '{}' ({}) in the cluster map (defined by {}); sizes are rows x "
+        "width",
+        i, mine[i].name, TableSize(mine[i]), cluster[i].name, TableSize(cluster[i]), owner);
+  }
+  return std::nullopt;
+}
+
+void CoordinatorImpl::HandleRegister(const ConnPtr& conn, uint64_t id, RegisterInfo info) {
+  if (conn->member || conn->observer) {
+    Send(conn, ErrorFrame(id, Status::InvalidArgument(fmt::format(
+                                  "this connection is already registered as {}; allowed: one "
+                                  "registration per connection",
+                                  conn->member ? DescribeMember(*conn->member) : "an observer"))));
+    return;
+  }
+  if (info.role == Role::kObserver) {
+    conn->observer = true;
+    spdlog::info("observer joined (node '{}', pid {}, from {})", info.node, info.pid, conn->peer);
+    capnp::MallocMessageBuilder message;
+    auto reply = message.initRoot<schema::CoordReply>();
+    reply.setRequestId(id);
+    auto registered = reply.initRegistered();
+    registered.setRank(0);
+    FillMap(map_, registered.initMap());
+    Send(conn, Frame(message));
+    return;
+  }
+  const bool shard = info.role == Role::kShard;
+  auto& members = shard ? map_.shards : map_.workers;
+  const uint32_t expected = shard ? map_.expected_shards : map_.expected_workers;
+  const char* role = RoleName(info.role);
+  const char* key = shard ? "ps.shards" : "distributed.world_size";
+  auto holder = [&](uint32_t rank) -> const MemberInfo* {
+    for (const auto& m : members) {
+      if (m.rank == rank) return &m;
+    }
+    return nullptr;
+  };
+  auto refuse = [&](std::string text) {
+    spdlog::warn("register refused ({} from node '{}', pid {}, {}): {}", role, info.node, info.pid,
+                 conn->peer, text);
+    Send(conn, ErrorFrame(id, Status::InvalidArgument(std::move(text))));
+  };
+
+  uint32_t rank = 0;
+  if (info.requested_rank < -1) {
+    refuse(fmt::format("{} requested rank {}; allowed: -1 (assign the next free rank) or 0..{}", role,
+                       info.requested_rank, expected == 0 ? 0 : expected - 1));
+    return;
+  }
+  if (info.requested_rank >= 0) {
+    rank = static_cast<uint32_t>(info.requested_rank);
+    if (rank >= expected) {
+      refuse(expected == 0
+                 ? fmt::format("{} rank {} refused: the cluster expects no {}s ({} = 0)", role, rank, role, key)
+                 : fmt::format("{} rank {} is out of range; allowed: 0..{} ({} = {})", role, rank,
+                               expected - 1, key, expected));
+      return;
+    }
+    if (const MemberInfo* taken = holder(rank)) {
+      refuse(fmt::format("{} rank {} is already taken by {}; each rank registers once", role, rank,
+                         DescribeMember(*taken)));
+      return;
+    }
+  } else {
+    bool found = false;
+    for (uint32_t r = 0; r < expected; ++r) {
+      if (!holder(r)) {
+        rank = r;
+        found = true;
+        break;
+      }
+    }
+    if (!found) {
+      refuse(fmt::format("all {} {} ranks taken ({} = {})", expected, role, key, expected));
+      return;
+    }
+  }
+  if (tables_owner_) {
+    if (auto mismatch = TableMismatch(info)) {
+      refuse("table mismatch: " + *mismatch +
+             "; every shard and worker must register the same tables (the same config)");
+      return;
+    }
+  }
+
+  MemberInfo member{info.role, rank, info.node, info.local_rank, info.endpoint, info.pid};
+  auto pos = std::lower_bound(members.begin(), members.end(), rank,
+                              [](const MemberInfo& m, uint32_t r) { return m.rank < r; });
+  members.insert(pos, member);
+  conn->member = member;
+  if (!tables_owner_) {
+    map_.tables = info.tables;
+    tables_owner_ = DescribeMember(member);
+  }
+  ++map_.generation;
+  spdlog::info("{} joined from {}; cluster map generation {}: {}/{} shards, {}/{} workers",
+               DescribeMember(member), conn->peer, map_.generation, map_.shards.size(),
+               map_.expected_shards, map_.workers.size(), map_.expected_workers);
+
+  capnp::MallocMessageBuilder message;
+  auto reply = message.initRoot<schema::CoordReply>();
+  reply.setRequestId(id);
+  auto registered = reply.initRegistered();
+  registered.setRank(rank);
+  FillMap(map_, registered.initMap());
+  Send(conn, Frame(message));
+  WakeMapWaiters();
+}
+
+std::vector<uint8_t> CoordinatorImpl::MapFrame(uint64_t request_id) const {
+  capnp::MallocMessageBuilder message;
+  auto reply = message.initRoot<schema::CoordReply>();
+  reply.setRequestId(request_id);
+  FillMap(map_, reply.initMap());
+  return Frame(message);
+}
+
+std::string CoordinatorImpl::IncompleteMessage(uint32_t waited_ms) const {
+  auto missing = [](const std::vector<MemberInfo>& members, uint32_t expected) {
+    std::vector<uint32_t> ranks;
+    for (uint32_t r = 0; r < expected; ++r) {
+      bool present = std::any_of(members.begin(), members.end(),
+                                 [r](const MemberInfo& m) { return m.rank == r; });
+      if (!present) ranks.push_back(r);
+    }
+    return ranks;
+  };
+  std::vector<std::string> parts;
+  auto shards = missing(map_.shards, map_.expected_shards);
+  auto workers = missing(map_.workers, map_.expected_workers);
+  if (!shards.empty()) parts.push_back("shards " + RankList(shards));
+  if (!workers.empty()) parts.push_back("workers " + RankList(workers));
+  return fmt::format("cluster incomplete after {}: missing {} (expecting {} shards, {} workers)",
+                     Seconds(waited_ms), Join(parts), map_.expected_shards, map_.expected_workers);
+}
+
+void CoordinatorImpl::HandleGetMap(const ConnPtr& conn, uint64_t id, const GetMapRequest& req) {
+  if (!req.wait_complete || map_.complete()) {
+    Send(conn, MapFrame(id));
+    return;
+  }
+  if (req.timeout_ms == 0) {
+    Send(conn, ErrorFrame(id, Status::Timeout(IncompleteMessage(0))));
+    return;
+  }
+  auto w = Defer(conn, Waiter::Kind::kMap, id, req.timeout_ms);
+  map_waiters_.push_back(w);
+  Arm(w);
+}
+
+std::string CoordinatorImpl::BarrierTimeoutMessage(const Waiter& w) const {
+  std::vector<std::string> arrived;
+  std::set<std::string> arrived_set;
+  std::set<Role> roles;
+  uint32_t count = 0;
+  uint64_t round = 0;
+  auto it = barriers_.find(w.barrier);
+  if (it != barriers_.end()) {
+    count = it->second.count;
+    round = it->second.round;
+    for (const auto& other : it->second.waiters) {
+      arrived.push_back(other->member);
+      arrived_set.insert(other->member);
+      if (other->member_role) roles.insert(*other->member_role);
+      for (Role r : {Role::kShard, Role::kWorker}) {
+        if (other->member.rfind(std::string(RoleName(r)) + "-", 0) == 0) roles.insert(r);
+      }
+    }
+  }
+  // Missing: the members of the roles present that have not arrived, named
+  // <role>-<rank> like the map's members.
+  std::vector<std::string> missing;
+  for (Role r : roles) {
+    const uint32_t expected = r == Role::kShard ? map_.expected_shards : map_.expected_workers;
+    std::set<uint32_t> ranks;
+    for (uint32_t i = 0; i < expected; ++i) ranks.insert(i);
+    for (const auto& m : r == Role::kShard ? map_.shards : map_.workers) ranks.insert(m.rank);
+    for (uint32_t rank : ranks) {
+      std::string name = MemberName(r, rank);
+      if (!arrived_set.count(name)) missing.push_back(name);
+    }
+  }
+  const size_t short_by = count > arrived.size() ? count - arrived.size() : 0;
+  std::string missing_text =
+      missing.empty() ? fmt::format("{} more member(s), not known to the cluster map", short_by)
+                      : Join(missing);
+  return fmt::format("barrier '{}'{} timed out after {}: {} of {} arrived ({}); missing: {}", w.barrier,
+                     round > 0 ? fmt::format(" (round {})", round + 1) : std::string(),
+                     Seconds(w.timeout_ms), arrived.size(), count, Join(arrived), missing_text);
+}
+
+void CoordinatorImpl::HandleBarrier(const ConnPtr& conn, uint64_t id, BarrierRequest req) {
+  if (req.name.empty()) {
+    Send(conn, ErrorFrame(id, Status::InvalidArgument("barrier: empty name; allowed: a non-empty name")));
+    return;
+  }
+  if (req.count == 0) {
+    Send(conn, ErrorFrame(id, Status::InvalidArgument(fmt::format(
+                                  "barrier '{}': count 0; allowed: 1 or more participants", req.name))));
+    return;
+  }
+  std::string member = req.member;
+  if (member.empty()) {
+    member = conn->member ? MemberName(conn->member->role, conn->member->rank)
+                          : fmt::format("connection-{} ({})", conn->id, conn->peer);
+  }
+  auto& barrier = barriers_[req.name];
+  if (!barrier.waiters.empty()) {
+    if (barrier.count != req.count) {
+      Send(conn, ErrorFrame(id, Status::InvalidArgument(fmt::format(
+                                    "barrier '{}': this caller ({}) says {} participants but those "
+                                    "waiting ({}) said {}; allowed: the same count for everyone",
+                                    req.name, member, req.count, barrier.waiters.front()->member,
+                                    barrier.count))));
+      return;
+    }
+    for (const auto& other : barrier.waiters) {
+      if (other->member == member) {
+        Send(conn, ErrorFrame(id, Status::InvalidArgument(fmt::format(
+                                      "barrier '{}': member '{}' is already waiting; allowed: "
+                                      "distinct member names",
+                                      req.name, member))));
+        return;
+      }
+    }
+  }
+  barrier.count = req.count;
+  auto w = Defer(conn, Waiter::Kind::kBarrier, id, req.timeout_ms);
+  w->barrier = req.name;
+  w->member = member;
+  if (conn->member) w->member_role = conn->member->role;
+  barrier.waiters.push_back(w);
+  if (barrier.waiters.size() >= barrier.count) {
+    auto waiters = std::move(barrier.waiters);
+    barrier.waiters.clear();
+    ++barrier.round;
+    spdlog::debug("barrier '{}' round {} complete ({} members)", req.name, barrier.round, waiters.size());
+    for (const auto& waiter : waiters) Complete(waiter, OkFrame(waiter->request_id));
+    return;
+  }
+  Arm(w);
+}
+
+std::vector<std::string> CoordinatorImpl::MissingKeys(const std::vector<std::string>& keys) const {
+  std::vector<std::string> missing;
+  for (const auto& key : keys) {
+    if (kv_.find(key) == kv_.end()) missing.push_back(key);
+  }
+  return missing;
+}
+
+std::vector<uint8_t> CoordinatorImpl::ValuesFrame(uint64_t request_id,
+                                                  const std::vector<std::string>& keys) const {
+  capnp::MallocMessageBuilder message;
+  auto reply = message.initRoot<schema::CoordReply>();
+  reply.setRequestId(request_id);
+  auto values = reply.initValues(static_cast<unsigned>(keys.size()));
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const std::string& value = kv_.at(keys[i]);
+    values.set(static_cast<unsigned>(i),
+               capnp::Data::Reader(reinterpret_cast<const kj::byte*>(value.data()), value.size()));
+  }
+  return Frame(message);
+}
+
+void CoordinatorImpl::HandleKvSet(const ConnPtr& conn, uint64_t id, KvSetRequest req) {
+  if (req.key.empty()) {
+    Send(conn, ErrorFrame(id, Status::InvalidArgument("kvSet: empty key; allowed: a non-empty key")));
+    return;
+  }
+  kv_[req.key] = std::move(req.value);
+  Send(conn, OkFrame(id));
+  WakeKvWaiters();
+}
+
+void CoordinatorImpl::HandleKvGet(const ConnPtr& conn, uint64_t id, KvGetRequest req) {
+  auto missing = MissingKeys(req.keys);
+  if (missing.empty()) {
+    Send(conn, ValuesFrame(id, req.keys));
+    return;
+  }
+  if (req.timeout_ms == 0) {
+    Send(conn, ErrorFrame(id, Status::NotFound(fmt::format(
+                                  "kvGet: key{} {} not found (timeout 0 does not wait)",
+                                  missing.size() == 1 ? "" : "s", QuoteJoin(missing)))));
+    return;
+  }
+  auto w = Defer(conn, Waiter::Kind::kKv, id, req.timeout_ms);
+  w->keys = std::move(req.keys);
+  kv_waiters_.push_back(w);
+  Arm(w);
+}
+
+// ---- Deferred replies ----
+
+std::shared_ptr<Waiter> CoordinatorImpl::Defer(const ConnPtr& conn, Waiter::Kind kind, uint64_t id,
+                                               uint32_t timeout_ms) {
+  auto w = std::make_shared<Waiter>(io_, kind);
+  w->conn = conn;
+  w->request_id = id;
+  w->timeout_ms = timeout_ms;
+  conn->waiter = w;
+  return w;
+}
+
+void CoordinatorImpl::Arm(const std::shared_ptr<Waiter>& w) {
+  w->timer.expires_after(std::chrono::milliseconds(w->timeout_ms));
+  w->timer.async_wait([this, w](ErrorCode ec) {
+    Guard(w->conn.lock(), "timer", [&] {
+      if (ec || w->done || shutting_down_) return;  // cancelled or already answered
+      OnTimeout(w);
+    });
+  });
+}
+
+void CoordinatorImpl::OnTimeout(const std::shared_ptr<Waiter>& w) {
+  Status status;
+  switch (w->kind) {
+    case Waiter::Kind::kMap:
+      status = Status::Timeout(IncompleteMessage(w->timeout_ms));
+      break;
+    case Waiter::Kind::kBarrier:
+      status = Status::Timeout(BarrierTimeoutMessage(*w));  // before Complete() removes it
+      break;
+    case Waiter::Kind::kKv:
+      status = Status::Timeout(fmt::format("kvGet timed out after {}; missing keys: {}",
+                                           Seconds(w->timeout_ms), QuoteJoin(MissingKeys(w->keys))));
+      break;
+  }
+  spdlog::debug("coordinator: {}", status.message());
+  Complete(w, ErrorFrame(w->request_id, status));
+}
+
+void CoordinatorImpl::Detach(const std::shared_ptr<Waiter>& w) {
+  auto erase = [&](std::vector<std::shared_ptr<Waiter>>& list) {
+    list.erase(std::remove(list.begin(), list.end(), w), list.end());
+  };
+  switch (w->kind) {
+    case Waiter::Kind::kMap:
+      erase(map_waiters_);
+      break;
+    case Waiter::Kind::kKv:
+      erase(kv_waiters_);
+      break;
+    case Waiter::Kind::kBarrier: {
+      auto it = barriers_.find(w->barrier);
+      if (it != barriers_.end()) erase(it->second.waiters);
+      break;
+    }
+  }
+}
+
+void CoordinatorImpl::Complete(const std::shared_ptr<Waiter>& w, std::vector<uint8_t> frame) {
+  if (w->done) return;
+  w->done = true;
+  w->timer.cancel();
+  Detach(w);
+  ConnPtr conn = w->conn.lock();
+  if (!conn || conn->closed) return;
+  if (conn->waiter == w) conn->waiter.reset();
+  Send(conn, std::move(frame));
+  // Handle requests queued behind this one on a fresh stack.
+  asio::post(io_, [this, conn] { Guard(conn, "drain", [&] { Drain(conn); }); });
+}
+
+void CoordinatorImpl::WakeMapWaiters() {
+  if (!map_.complete()) return;
+  auto waiters = map_waiters_;
+  for (const auto& w : waiters) Complete(w, MapFrame(w->request_id));
+}
+
+void CoordinatorImpl::WakeKvWaiters() {
+  auto waiters = kv_waiters_;
+  for (const auto& w : waiters) {
+    if (MissingKeys(w->keys).empty()) Complete(w, ValuesFrame(w->request_id, w->keys));
+  }
+}
+
+// ---- Writing and closing ----
+
+void CoordinatorImpl::Send(const ConnPtr& conn, std::vector<uint8_t> frame) {
+  if (conn->closed) return;
+  conn->outbox.push_back(std::move(frame));
+  if (!conn->writing) WriteNext(conn);
+}
+
+void CoordinatorImpl::WriteNext(const ConnPtr& conn) {
+  if (conn->closed) return;
+  if (conn->outbox.empty()) {
+    conn->writing = false;
+    if (conn->closing) Linger(conn);
+    return;
+  }
+  conn->writing = true;
+  asio::async_write(conn->socket, asio::buffer(conn->outbox.front()), [this, conn](ErrorCode ec, size_t) {
+    Guard(conn, "write", [&] {
+      if (conn->closed) return;
+      conn->outbox.pop_front();
+      if (ec) {
+        Close(conn, "write failed: " + ec.message());
+        return;
+      }
+      WriteNext(conn);
+    });
+  });
+}
+
+void CoordinatorImpl::Fail(const ConnPtr& conn, uint64_t request_id, const Status& status) {
+  spdlog::warn("coordinator: connection {} ({}): {} ({}); replying with the error and closing it", conn->id,
+               conn->peer, status.message(), StatusCodeName(status.code()));
+  Cleanup(conn, "sent a message that was refused: " + status.message());
+  Send(conn, ErrorFrame(request_id, status));
+  conn->closing = true;
+  if (!conn->writing) Linger(conn);
+}
+
+// Closing a socket whose receive buffer still holds bytes makes the kernel
+// send a reset, and a reset can discard the error reply before the peer
+// reads it. So: half-close (the peer reads the reply, then EOF), discard
+// what the peer still sends, and close at its EOF, after 500 ms, or after
+// 1 MiB, whichever comes first.
+void CoordinatorImpl::Linger(const ConnPtr& conn) {
+  if (conn->closed || conn->linger_timer) return;
+  ErrorCode ignored;
+  conn->socket.shutdown(tcp::socket::shutdown_send, ignored);
+  conn->linger_timer = std::make_unique<asio::steady_timer>(io_);
+  conn->linger_timer->expires_after(std::chrono::milliseconds(500));
+  conn->linger_timer->async_wait([this, conn](ErrorCode) {
+    Guard(conn, "linger", [&] { Close(conn, "closed after a refused message"); });
+  });
+  conn->discard.resize(4096);
+  DiscardInput(conn);
+}
+
+void CoordinatorImpl::DiscardInput(const ConnPtr& conn) {
+  if (conn->closed) return;
+  conn->socket.async_read_some(asio::buffer(conn->discard), [this, conn](ErrorCode ec, size_t n) {
+    Guard(conn, "linger", [&] {
+      if (conn->closed) return;
+      conn->discarded += n;
+      if (ec || conn->discarded > (size_t{1} << 20)) {
+        Close(conn, "closed after a refused message");
+        return;
+      }
+      DiscardInput(conn);
+    });
+  });
+}
+
+void CoordinatorImpl::Cleanup(const ConnPtr& conn, const std::string& reason) {
+  if (conn->cleaned) return;
+  conn->cleaned = true;
+  conn->queued.clear();
+  if (auto w = conn->waiter) {
+    conn->waiter.reset();
+    w->done = true;
+    w->timer.cancel();
+    Detach(w);
+    if (w->kind == Waiter::Kind::kBarrier && !shutting_down_) {
+      spdlog::info("barrier '{}': {} left while waiting ({})", w->barrier, w->member, reason);
+    }
+  }
+  if (conn->member) {
+    const MemberInfo member = *conn->member;
+    conn->member.reset();
+    auto& members = member.role == Role::kShard ? map_.shards : map_.workers;
+    members.erase(std::remove_if(members.begin(), members.end(),
+                                 [&](const MemberInfo& m) { return m.rank == member.rank; }),
+                  members.end());
+    ++map_.generation;
+    if (!shutting_down_) {
+      spdlog::warn("{} {} left (node '{}', pid {}, {}): {}; cluster map generation {}: {}/{} shards, {}/{} workers",
+                   RoleName(member.role), member.rank, member.node, member.pid, conn->peer, reason,
+                   map_.generation, map_.shards.size(), map_.expected_shards, map_.workers.size(),
+                   map_.expected_workers);
+    }
+    if (map_.shards.empty() && map_.workers.empty() && tables_owner_) {
+      // The job is gone; the next one may bring other tables.
+      tables_owner_.reset();
+      map_.tables.clear();
+      if (!shutting_down_) spdlog::info("no shards or workers left; the cluster's tables are forgotten");
+    }
+  }
+}
+
+void CoordinatorImpl::Close(const ConnPtr& conn, const std::string& reason) {
+  if (conn->closed) return;
+  Cleanup(conn, reason);
+  conn->closed = true;
+  conn->outbox.clear();
+  if (conn->linger_timer) conn->linger_timer->cancel();
+  ErrorCode ignored;
+  conn->socket.shutdown(tcp::socket::shutdown_both, ignored);
+  conn->socket.close(ignored);
+  connections_.erase(conn);
+  spdlog::debug("coordinator: connection {} ({}) closed: {}", conn->id, conn->peer, reason);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Coordinator>> Coordinator::Start(const CoordinatorOptions& options) {
+  auto impl = std::make_unique<CoordinatorImpl>(options);
+  GRIDSYNC_RETURN_IF_ERROR(impl->Listen());
+  impl->Launch();
+  return std::unique_ptr<Coordinator>(std::move(impl));
+}
+
+}  // namespace gridsync

@@ -1,0 +1,44 @@
+// gridsync-coordinator's engine: the control plane on Boost.Asio.
+//
+// It accepts registrations (role, node, local rank, endpoint, tables),
+// assigns ranks, and publishes a generation-numbered cluster map. The first
+// registrant's tables define the cluster's tables; a later registrant whose
+// tables disagree is refused, with the table name and both sizes. It also
+// serves barriers and a small key-value store. Every wait has a timeout and
+// its error names the members or keys still missing. A member whose
+// connection closes is removed from the map (the generation changes) and
+// logged by role and rank.
+//
+// Bad input (oversized length prefix, bytes that do not decode, unknown
+// request) gets an Error reply where possible and the connection is closed;
+// the coordinator keeps serving everyone else.
+//
+// Thread safety: Start/Stop/port from one thread; the server runs its own
+// io_context thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+
+namespace gridsync {
+
+struct CoordinatorOptions {
+  std::string bind_host = "127.0.0.1";
+  uint16_t port = 0;  // 0: pick a free port (tests)
+  uint32_t expected_shards = 0;
+  uint32_t expected_workers = 0;
+  uint32_t max_message_bytes = 16 * 1024 * 1024;
+};
+
+class Coordinator {
+ public:
+  static Result<std::unique_ptr<Coordinator>> Start(const CoordinatorOptions& options);
+  virtual ~Coordinator() = default;
+  virtual uint16_t port() const = 0;
+  virtual void Stop() = 0;
+};
+
+}  // namespace gridsync

@@ -1,0 +1,66 @@
+// gridsync-coordinator: the control plane. Serves registration, the cluster
+// map, barriers and the KV store on distributed.master_addr:master_port
+// until SIGINT or SIGTERM, then exits 0. A config error exits 2
+// (kConfigErrorExitCode) before anything listens.
+#include <csignal>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <spdlog/spdlog.h>
+
+#include "common/config.h"
+#include "common/logging.h"
+#include "server/coordinator.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"gridsync-coordinator: the control plane (registration, cluster map, barriers, KV store)"};
+  std::string config_path;
+  std::vector<std::string> overrides;
+  int port = -1;
+  std::string log_level = "info";
+  app.add_option("-c,--config", config_path, "JSON config file")->required();
+  app.add_option("--set", overrides, "Override a config key: --set distributed.master_port=29600 (repeatable)");
+  app.add_option("--port", port, "Listen on this port instead of distributed.master_port (0: any free port)")
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
+  CLI11_PARSE(app, argc, argv);
+  gridsync::InitLogging("coordinator", log_level);
+
+  auto config = gridsync::Config::LoadFile(config_path, overrides);
+  if (!config.ok()) {
+    std::fprintf(stderr, "%s\n", config.status().message().c_str());
+    return gridsync::kConfigErrorExitCode;
+  }
+
+  // Installed before the server starts, so a signal is never lost to the
+  // default action once we listen.
+  boost::asio::io_context signals_io;
+  boost::asio::signal_set signals(signals_io, SIGINT, SIGTERM);
+  int received = 0;
+  signals.async_wait([&](const boost::system::error_code& ec, int signal_number) {
+    if (!ec) received = signal_number;
+  });
+
+  gridsync::CoordinatorOptions options;
+  options.bind_host = config->distributed.master_addr;
+  options.port = static_cast<uint16_t>(port >= 0 ? port : config->distributed.master_port);
+  options.expected_shards = static_cast<uint32_t>(config->ps.shards);
+  options.expected_workers = static_cast<uint32_t>(config->distributed.world_size);
+  auto coordinator = gridsync::Coordinator::Start(options);
+  if (!coordinator.ok()) {
+    spdlog::error("{}", coordinator.status().message());
+    return 1;
+  }
+  spdlog::info("listening on {}:{} (expecting {} shards, {} workers; config {})", options.bind_host,
+               (*coordinator)->port(), options.expected_shards, options.expected_workers, config->source);
+
+  signals_io.run();  // returns once a signal arrived
+  spdlog::info("received {}; stopping", received == SIGINT ? "SIGINT" : "SIGTERM");
+  (*coordinator)->Stop();
+  return 0;
+}

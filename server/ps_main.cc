@@ -1,0 +1,115 @@
+// gridsync-ps --shard i: one parameter-server shard. It computes the model's
+// tables from the config, binds its ZeroMQ endpoint, registers with the
+// coordinator (which checks its table sizes against the cluster's) and serves
+// until SIGINT/SIGTERM.
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include "common/config.h"
+#include "common/coordinator_client.h"
+#include "common/logging.h"
+#include "common/sharding.h"
+#include "kernels/model_tables.h"
+#include "server/ps_shard.h"
+
+namespace {
+volatile std::sig_atomic_t g_stop = 0;
+void OnSignal(int) { g_stop = 1; }
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"gridsync-ps: one parameter-server shard"};
+  std::string config_path = "configs/local.json";
+  std::vector<std::string> overrides;
+  int shard = 0;
+  std::string log_level = "info";
+  app.add_option("-c,--config", config_path, "JSON config file")->check(CLI::ExistingFile);
+  app.add_option("--set", overrides, "Override a config key (repeatable)");
+  app.add_option("--shard", shard, "Shard index, 0..ps.shards-1")->required();
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+  CLI11_PARSE(app, argc, argv);
+  gridsync::InitLogging("ps-" + std::to_string(shard), log_level);
+
+  auto config = gridsync::Config::LoadFile(config_path, overrides);
+  if (!config.ok()) {
+    std::fprintf(stderr, "%s\n", config.status().message().c_str());
+    return gridsync::kConfigErrorExitCode;
+  }
+  if (shard < 0 || shard >= config->ps.shards) {
+    std::fprintf(stderr, "--shard %d: out of range; allowed: 0..%d (ps.shards = %d)\n", shard,
+                 config->ps.shards - 1, config->ps.shards);
+    return gridsync::kConfigErrorExitCode;
+  }
+  auto tables = gridsync::ImageModelTables(*config);
+  if (!tables.ok()) {
+    std::fprintf(stderr, "%s\n", tables.status().message().c_str());
+    return gridsync::kConfigErrorExitCode;
+  }
+  const auto& d = config->distributed;
+  const auto dim = d.model_parallel ? d.mp_dim : gridsync::ModelParallelDim::kRow;
+  auto partition = gridsync::Partition::Make(*tables, static_cast<uint32_t>(config->ps.shards), dim);
+  if (!partition.ok()) {
+    std::fprintf(stderr, "%s\n", partition.status().message().c_str());
+    return gridsync::kConfigErrorExitCode;
+  }
+
+  gridsync::ShardOptions options;
+  options.shard = static_cast<uint32_t>(shard);
+  const int port = config->ps.base_port > 0 ? config->ps.base_port + shard : d.master_port + 1 + shard;
+  options.endpoint = "tcp://" + config->ps.host + ":" + std::to_string(port);
+  options.workers = static_cast<uint32_t>(d.world_size);
+  options.consistency = config->ps.consistency;
+  options.staleness = static_cast<uint32_t>(config->ps.staleness);
+  options.threads = config->ps.threads;
+  options.hyper.learning_rate = static_cast<float>(config->training.learning_rate);
+  options.timeout = std::chrono::milliseconds(static_cast<int64_t>(d.timeout_s * 1000));
+  auto server = gridsync::PsShard::Start(*partition, options);
+  if (!server.ok()) {
+    spdlog::error("{}", server.status().ToString());
+    return 1;
+  }
+  spdlog::info("serving {} values of {} tables at {} ({} workers, {}{})",
+               partition->OwnedValues(options.shard), tables->size(), (*server)->endpoint(),
+               options.workers, gridsync::ToString(options.consistency),
+               options.consistency == gridsync::Consistency::kSsp
+                   ? " staleness " + std::to_string(options.staleness)
+                   : "");
+
+  auto client = gridsync::CoordinatorClient::Connect(d.master_addr, static_cast<uint16_t>(d.master_port),
+                                                     options.timeout);
+  if (!client.ok()) {
+    spdlog::error("cannot reach the coordinator: {}", client.status().ToString());
+    return 1;
+  }
+  gridsync::RegisterInfo info;
+  info.role = gridsync::Role::kShard;
+  info.requested_rank = shard;
+  info.node = "localhost";
+  info.endpoint = (*server)->endpoint();
+  info.pid = static_cast<uint32_t>(getpid());
+  info.tables = *tables;
+  auto registered = (*client)->Register(info, options.timeout);
+  if (!registered.ok()) {
+    spdlog::error("registration refused: {}", registered.status().ToString());
+    return 1;
+  }
+  spdlog::info("registered as shard {} (cluster map generation {})", registered->rank,
+               registered->map.generation);
+
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto stats = (*server)->stats();
+  spdlog::info("stopping: {} pushes, {} pulls, {} errors, {:.1f} MB in, {:.1f} MB out", stats.pushes,
+               stats.pulls, stats.errors, stats.bytes_in / 1e6, stats.bytes_out / 1e6);
+  (*server)->Stop();
+  return 0;
+}

@@ -1,0 +1,356 @@
+#include "server/ps_shard.h"
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "common/thread_pool.h"
+#include "server/shard_store.h"
+
+namespace gridsync {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A received request: the frames own the bytes the decoded message refers to,
+// so they live together (moving the vector keeps frame addresses stable).
+struct Request {
+  zmq::message_t identity;
+  std::vector<zmq::message_t> frames;
+  wire::Message message;
+};
+
+class PsShardImpl : public PsShard {
+ public:
+  PsShardImpl(const Partition& partition, const ShardOptions& options)
+      : partition_(partition),
+        options_(options),
+        store_(partition_, options.shard, options.hyper),
+        pool_(options.threads),
+        socket_(context_, zmq::socket_type::router) {
+    for (uint32_t t = 0; t < partition_.n_tables(); ++t) {
+      shapes_.push_back({partition_.table(t).rows, partition_.table(t).width});
+    }
+    stats_.rows_owned = store_.owned_rows();
+  }
+
+  ~PsShardImpl() override { Stop(); }
+
+  Status Bind() {
+    try {
+      socket_.set(zmq::sockopt::linger, 0);
+      socket_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.limits.max_frame_bytes));
+      socket_.set(zmq::sockopt::rcvhwm, 0);
+      socket_.set(zmq::sockopt::sndhwm, 0);
+      socket_.bind(options_.endpoint);
+      endpoint_ = socket_.get(zmq::sockopt::last_endpoint);
+    } catch (const zmq::error_t& e) {
+      return Status::IOError("shard " + std::to_string(options_.shard) + ": cannot bind " +
+                             options_.endpoint + ": " + e.what());
+    }
+    thread_ = std::thread([this] { Loop(); });
+    return Status::OK();
+  }
+
+  std::string endpoint() const override { return endpoint_; }
+
+  wire::ShardStats stats() const override {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    wire::ShardStats copy = stats_;
+    copy.applied_steps = applied_.load();
+    return copy;
+  }
+
+  void Stop() override {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void Loop() {
+    while (!stop_) {
+      auto received = wire::ReceiveMultipart(socket_, 50, options_.limits, /*envelope_frames=*/1);
+      if (!received.ok()) {
+        if (received.status().code() != StatusCode::kTimeout) {
+          spdlog::warn("shard {}: dropped a message: {}", options_.shard, received.status().ToString());
+          CountError();
+        }
+        ExpireWaitingPulls();
+        continue;
+      }
+      auto request = std::make_unique<Request>();
+      std::vector<zmq::message_t>& frames = *received;
+      request->identity = std::move(frames[0]);
+      frames.erase(frames.begin());
+      request->frames = std::move(frames);
+      Handle(std::move(request));
+      ExpireWaitingPulls();
+    }
+  }
+
+  void CountError() {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.errors;
+  }
+
+  void Send(zmq::message_t& identity, std::vector<zmq::message_t> frames) {
+    uint64_t bytes = 0;
+    for (const auto& f : frames) bytes += f.size();
+    std::vector<zmq::message_t> all;
+    all.reserve(frames.size() + 1);
+    all.emplace_back(identity.data(), identity.size());
+    for (auto& f : frames) all.push_back(std::move(f));
+    if (auto status = wire::SendMultipart(socket_, all); !status.ok()) {
+      spdlog::warn("shard {}: reply not sent: {}", options_.shard, status.ToString());
+    }
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    stats_.bytes_out += bytes;
+  }
+
+  void ReplyError(Request& request, const Status& error) {
+    spdlog::warn("shard {}: refused {} from worker {} (request {}): {}", options_.shard,
+                 wire::KindName(request.message.kind), request.message.worker_rank,
+                 request.message.request_id, error.ToString());
+    CountError();
+    Send(request.identity, wire::EncodeError(request.message.request_id, options_.shard, error));
+  }
+
+  void Ack(Request& request) {
+    wire::OutHeader header;
+    header.kind = wire::Kind::kPushAck;
+    header.step = applied_;
+    header.request_id = request.message.request_id;
+    header.shard = options_.shard;
+    Send(request.identity, wire::Encode(header, {}));
+  }
+
+  void Handle(std::unique_ptr<Request> request) {
+    auto decoded = wire::Decode(request->frames, shapes_, options_.limits);
+    if (!decoded.ok()) {
+      request->message = wire::Message{};
+      ReplyError(*request, decoded.status());
+      return;
+    }
+    request->message = std::move(decoded).value();
+    wire::Message& m = request->message;
+    {
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      stats_.bytes_in += m.bytes;
+    }
+    for (const auto& block : m.blocks) {
+      if (auto owned = store_.CheckOwnership(block); !owned.ok()) {
+        ReplyError(*request, owned);
+        return;
+      }
+    }
+    switch (m.kind) {
+      case wire::Kind::kPush: return HandlePush(std::move(request));
+      case wire::Kind::kPull: return HandlePull(std::move(request));
+      case wire::Kind::kInit: return HandleInit(*request);
+      case wire::Kind::kStats: {
+        wire::OutHeader header;
+        header.kind = wire::Kind::kStatsReply;
+        header.request_id = m.request_id;
+        header.shard = options_.shard;
+        header.step = applied_;
+        header.stats = stats();
+        Send(request->identity, wire::Encode(header, {}));
+        return;
+      }
+      default:
+        ReplyError(*request, Status::InvalidArgument(
+                                 std::string("a shard does not accept ") + wire::KindName(m.kind) +
+                                 " messages; allowed: push, pull, init, stats"));
+    }
+  }
+
+  void HandleInit(Request& request) {
+    if (applied_ > 0 || !pending_.empty()) {
+      ReplyError(request, Status::InvalidArgument(
+                              "init after training started (shard at version " +
+                              std::to_string(applied_) +
+                              "); allowed: init before the first push"));
+      return;
+    }
+    for (const auto& block : request.message.blocks) store_.Assign(block);
+    Ack(request);
+  }
+
+  void HandlePush(std::unique_ptr<Request> request) {
+    const wire::Message& m = request->message;
+    if (m.worker_rank >= options_.workers || m.num_workers != options_.workers) {
+      ReplyError(*request, Status::InvalidArgument(
+                               "push from worker " + std::to_string(m.worker_rank) + " of " +
+                               std::to_string(m.num_workers) + "; allowed: workers 0.." +
+                               std::to_string(options_.workers - 1) + " of " +
+                               std::to_string(options_.workers)));
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      ++stats_.pushes;
+    }
+    if (options_.consistency == Consistency::kAsync) {
+      std::vector<const wire::Message*> one = {&m};
+      ApplyStep(one);
+      ++applied_;
+      Ack(*request);
+      return;
+    }
+    const uint64_t ahead = options_.consistency == Consistency::kSsp ? options_.staleness : 0;
+    if (m.step < applied_ || m.step > applied_ + ahead) {
+      ReplyError(*request, Status::InvalidArgument(
+                               "push for step " + std::to_string(m.step) + " while the shard is at version " +
+                               std::to_string(applied_) + "; allowed: steps " +
+                               std::to_string(applied_) + ".." + std::to_string(applied_ + ahead)));
+      return;
+    }
+    auto& slot = pending_[m.step];
+    if (slot.count(m.worker_rank) != 0) {
+      ReplyError(*request, Status::InvalidArgument("second push from worker " +
+                                                   std::to_string(m.worker_rank) + " for step " +
+                                                   std::to_string(m.step) +
+                                                   "; allowed: one push per worker and step"));
+      return;
+    }
+    Ack(*request);
+    slot.emplace(m.worker_rank, std::move(request));
+    while (!pending_.empty() && pending_.begin()->first == applied_ &&
+           pending_.begin()->second.size() == options_.workers) {
+      std::vector<const wire::Message*> ordered;  // std::map: worker-rank order
+      for (const auto& [rank, held] : pending_.begin()->second) ordered.push_back(&held->message);
+      ApplyStep(ordered);
+      pending_.erase(pending_.begin());
+      ++applied_;
+    }
+    ServeWaitingPulls();
+  }
+
+  // Sums the pushes in the given (worker-rank) order and runs Adam, one
+  // table per pool task: tables are independent, the order inside is fixed.
+  void ApplyStep(const std::vector<const wire::Message*>& pushes) {
+    pool_.ParallelFor(partition_.n_tables(), [&](size_t t) {
+      bool touched = false;
+      for (const wire::Message* m : pushes) {
+        for (const auto& block : m->blocks) {
+          if (block.table != t) continue;
+          store_.Accumulate(block);
+          touched = true;
+        }
+      }
+      if (touched) store_.ApplyTable(static_cast<uint32_t>(t));
+    });
+  }
+
+  void HandlePull(std::unique_ptr<Request> request) {
+    {
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      ++stats_.pulls;
+    }
+    if (options_.consistency == Consistency::kAsync || request->message.min_version <= applied_) {
+      ReplyPull(*request);
+      return;
+    }
+    waiting_.push_back({std::move(request), Clock::now() + options_.timeout});
+  }
+
+  void ReplyPull(Request& request) {
+    const wire::Message& m = request.message;
+    std::vector<wire::OutBlock> blocks(m.blocks.size());
+    pool_.ParallelFor(m.blocks.size(), [&](size_t i) {
+      const wire::Block& in = m.blocks[i];
+      wire::OutBlock& out = blocks[i];
+      out.table = in.table;
+      out.dense = in.dense;
+      out.row_begin = in.row_begin;
+      out.col_begin = in.col_begin;
+      out.width = in.width;
+      out.row_count = in.row_count;
+      out.values.resize(size_t{in.row_count} * in.width);
+      store_.Gather(in, out.values.data());
+    });
+    wire::OutHeader header;
+    header.kind = wire::Kind::kPullReply;
+    header.step = applied_;
+    header.request_id = m.request_id;
+    header.shard = options_.shard;
+    Send(request.identity, wire::Encode(header, std::move(blocks)));
+  }
+
+  void ServeWaitingPulls() {
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+      if (it->request->message.min_version <= applied_) {
+        ReplyPull(*it->request);
+        it = waiting_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  void ExpireWaitingPulls() {
+    if (waiting_.empty()) return;
+    const auto now = Clock::now();
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+      if (now < it->deadline) {
+        ++it;
+        continue;
+      }
+      std::string missing;
+      const auto slot = pending_.find(applied_);
+      for (uint32_t w = 0; w < options_.workers; ++w) {
+        if (slot == pending_.end() || slot->second.count(w) == 0) {
+          missing += (missing.empty() ? "" : ", ") + std::to_string(w);
+        }
+      }
+      ReplyError(*it->request,
+                 Status::Timeout("pull for version " + std::to_string(it->request->message.min_version) +
+                                 " waited " +
+                                 std::to_string(options_.timeout.count() / 1000.0).substr(0, 5) +
+                                 " s; shard " + std::to_string(options_.shard) + " is at version " +
+                                 std::to_string(applied_) + ", missing pushes for step " +
+                                 std::to_string(applied_) + " from workers [" + missing + "]"));
+      it = waiting_.erase(it);
+    }
+  }
+
+  struct Waiting {
+    std::unique_ptr<Request> request;
+    Clock::time_point deadline;
+  };
+
+  const Partition& partition_;
+  ShardOptions options_;
+  ShardStore store_;
+  ThreadPool pool_;
+  std::vector<wire::TableShape> shapes_;
+  zmq::context_t context_{1};
+  zmq::socket_t socket_;
+  std::string endpoint_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+
+  // Owned by the I/O thread.
+  std::atomic<uint64_t> applied_{0};  // written by the I/O thread only
+  std::map<uint64_t, std::map<uint32_t, std::unique_ptr<Request>>> pending_;  // step -> rank
+  std::vector<Waiting> waiting_;
+
+  mutable std::mutex stats_mu_;
+  wire::ShardStats stats_;  // guarded by stats_mu_
+};
+
+}  // namespace
+
+Result<std::unique_ptr<PsShard>> PsShard::Start(const Partition& partition,
+                                                const ShardOptions& options) {
+  auto shard = std::make_unique<PsShardImpl>(partition, options);
+  GRIDSYNC_RETURN_IF_ERROR(shard->Bind());
+  return std::unique_ptr<PsShard>(std::move(shard));
+}
+
+}  // namespace gridsync

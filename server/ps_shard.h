@@ -1,0 +1,60 @@
+// One parameter-server shard: a ZeroMQ ROUTER socket serving pushes of
+// gradient rows, pulls of parameter rows, initial values and stats for the
+// rows the Partition gives it, with Adam applied on the shard.
+//
+// Consistency (ps.consistency):
+//   bsp   - pushes for step s are held until every worker's push for s has
+//           arrived, then summed in worker-rank order and applied; a pull
+//           with min_version v is answered once v steps are applied.
+//   ssp   - the same aggregation, but pushes up to `staleness` steps ahead of
+//           the applied version are accepted, and workers pull with
+//           min_version = step - staleness, so none reads parameters more
+//           than `staleness` steps old.
+//   async - every push is applied on arrival; pulls never wait.
+//
+// Every received message passes wire::Decode and an ownership check before
+// anything changes; a bad one gets an Error reply and a log line, and the
+// shard keeps serving. A pull that waits longer than the timeout gets an
+// Error naming the workers whose pushes are missing.
+//
+// Thread safety: Start/Stop/endpoint/stats from one controlling thread; the
+// shard runs an I/O thread plus a pool for applying and gathering.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/config.h"
+#include "common/sharding.h"
+#include "common/status.h"
+#include "common/wire/message.h"
+#include "kernels/adam_math.h"
+
+namespace gridsync {
+
+struct ShardOptions {
+  uint32_t shard = 0;
+  std::string endpoint = "tcp://127.0.0.1:0";  // port 0: any free port
+  uint32_t workers = 1;                         // pushes expected per step
+  Consistency consistency = Consistency::kBsp;
+  uint32_t staleness = 0;
+  int threads = 2;
+  AdamHyper hyper;
+  std::chrono::milliseconds timeout{30000};
+  wire::Limits limits;
+};
+
+class PsShard {
+ public:
+  static Result<std::unique_ptr<PsShard>> Start(const Partition& partition,
+                                                const ShardOptions& options);
+  virtual ~PsShard() = default;
+  // The bound endpoint (with the real port when 0 was asked for).
+  virtual std::string endpoint() const = 0;
+  virtual wire::ShardStats stats() const = 0;
+  virtual void Stop() = 0;
+};
+
+}  // namespace gridsync

@@ -1,0 +1,962 @@
+// The control plane: gridsync-coordinator's engine in process (threads and
+// real sockets on 127.0.0.1), raw malformed bytes against it, the Store seam
+// (HashStore and CoordinatorStore with the same checks), and the real
+// binary as a child process.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+#include <gtest/gtest.h>
+#include <kj/exception.h>
+
+#include "common/cluster_map.h"
+#include "common/coordinator_client.h"
+#include "common/store.h"
+#include "common/wire/gridsync.capnp.h"
+#include "server/coordinator.h"
+
+namespace gridsync {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+namespace schema = wire::schema;
+
+constexpr auto kConnectTimeout = 2s;
+
+std::chrono::milliseconds Since(Clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+}
+
+std::vector<TableInfo> Tables() {
+  return {{"grid.level0", 4096, 2}, {"grid.level1", 524288, 2}, {"mlp.w0", 64, 32}};
+}
+
+RegisterInfo Member(Role role, int32_t rank, std::vector<TableInfo> tables = Tables()) {
+  RegisterInfo info;
+  info.role = role;
+  info.requested_rank = rank;
+  info.node = "node-a";
+  info.local_rank = rank < 0 ? 0 : static_cast<uint32_t>(rank);
+  info.endpoint = role == Role::kShard ? "tcp://127.0.0.1:1" : "";
+  info.pid = 1000 + static_cast<uint32_t>(rank + 1);
+  info.tables = std::move(tables);
+  return info;
+}
+
+std::vector<uint32_t> Ranks(const std::vector<MemberInfo>& members) {
+  std::vector<uint32_t> ranks;
+  for (const auto& m : members) ranks.push_back(m.rank);
+  return ranks;
+}
+
+// A port nothing listens on (bound once, then released).
+uint16_t UnusedPort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  EXPECT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  socklen_t len = sizeof addr;
+  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// ---- In-process coordinator ----
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    CoordinatorOptions options;
+    options.port = 0;
+    options.expected_shards = 2;
+    options.expected_workers = 3;
+    auto started = Coordinator::Start(options);
+    ASSERT_TRUE(started.ok()) << started.status().ToString();
+    coordinator_ = std::move(started).value();
+    ASSERT_NE(coordinator_->port(), 0);
+  }
+
+  std::unique_ptr<CoordinatorClient> Connect() {
+    auto client = CoordinatorClient::Connect("127.0.0.1", coordinator_->port(), kConnectTimeout);
+    EXPECT_TRUE(client.ok()) << client.status().ToString();
+    return client.ok() ? std::move(client).value() : nullptr;
+  }
+
+  // A connected client registered as role/rank; the rank it got.
+  std::unique_ptr<CoordinatorClient> Join(Role role, int32_t rank, uint32_t* got = nullptr) {
+    auto client = Connect();
+    if (!client) return nullptr;
+    auto reg = client->Register(Member(role, rank), 2s);
+    EXPECT_TRUE(reg.ok()) << reg.status().ToString();
+    if (!reg.ok()) return nullptr;
+    if (got) *got = reg->rank;
+    return client;
+  }
+
+  // The server still serves a well-behaved client.
+  void ExpectHealthy() {
+    auto client = Connect();
+    ASSERT_TRUE(client);
+    EXPECT_TRUE(client->Heartbeat().ok());
+    ASSERT_TRUE(client->Set("health", "fine").ok());
+    auto values = client->Get({"health"}, 0ms);
+    ASSERT_TRUE(values.ok()) << values.status().ToString();
+    EXPECT_EQ(values->at(0), "fine");
+  }
+
+  std::unique_ptr<Coordinator> coordinator_;
+};
+
+TEST_F(CoordinatorTest, RegistrationAssignsExplicitAndAutomaticRanks) {
+  uint32_t rank = 99;
+  auto shard1 = Join(Role::kShard, 1, &rank);
+  ASSERT_TRUE(shard1);
+  EXPECT_EQ(rank, 1u);
+  auto shard0 = Join(Role::kShard, -1, &rank);
+  ASSERT_TRUE(shard0);
+  EXPECT_EQ(rank, 0u);
+
+  auto worker2 = Join(Role::kWorker, 2, &rank);
+  ASSERT_TRUE(worker2);
+  EXPECT_EQ(rank, 2u);
+
+  auto other = Connect();
+  ASSERT_TRUE(other);
+  auto duplicate = other->Register(Member(Role::kWorker, 2), 2s);
+  ASSERT_FALSE(duplicate.ok());
+  EXPECT_EQ(duplicate.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(duplicate.status().message().find("worker rank 2 is already taken"), std::string::npos)
+      << duplicate.status().message();
+  auto shard_full = other->Register(Member(Role::kShard, -1), 2s);
+  ASSERT_FALSE(shard_full.ok());
+  EXPECT_NE(shard_full.status().message().find("all 2 shard ranks taken"), std::string::npos)
+      << shard_full.status().message();
+  auto out_of_range = other->Register(Member(Role::kWorker, 7), 2s);
+  ASSERT_FALSE(out_of_range.ok());
+  EXPECT_NE(out_of_range.status().message().find("out of range"), std::string::npos)
+      << out_of_range.status().message();
+
+  auto worker0 = Join(Role::kWorker, -1, &rank);
+  ASSERT_TRUE(worker0);
+  EXPECT_EQ(rank, 0u);
+  // The refused connection can still register; it gets the last free rank.
+  auto reg = other->Register(Member(Role::kWorker, -1), 2s);
+  ASSERT_TRUE(reg.ok()) << reg.status().ToString();
+  EXPECT_EQ(reg->rank, 1u);
+  EXPECT_TRUE(reg->map.complete());
+  EXPECT_EQ(Ranks(reg->map.shards), (std::vector<uint32_t>{0, 1}));
+  EXPECT_EQ(Ranks(reg->map.workers), (std::vector<uint32_t>{0, 1, 2}));
+  EXPECT_EQ(reg->map.shards[0].endpoint, "tcp://127.0.0.1:1");
+  EXPECT_EQ(reg->map.workers[2].pid, 1003u);
+  EXPECT_EQ(reg->map.tables, Tables());
+  EXPECT_EQ(reg->map.generation, 5u);  // five joins
+
+  auto again = other->Register(Member(Role::kWorker, -1), 2s);
+  ASSERT_FALSE(again.ok());
+  EXPECT_NE(again.status().message().find("already registered"), std::string::npos);
+
+  auto extra = Connect();
+  ASSERT_TRUE(extra);
+  auto too_many = extra->Register(Member(Role::kWorker, -1), 2s);
+  ASSERT_FALSE(too_many.ok());
+  EXPECT_EQ(too_many.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(too_many.status().message().find("all 3 worker ranks taken"), std::string::npos)
+      << too_many.status().message();
+
+  // Observers get the map and no rank.
+  auto observer = extra->Register(Member(Role::kObserver, -1, {}), 2s);
+  ASSERT_TRUE(observer.ok()) << observer.status().ToString();
+  EXPECT_EQ(observer->map.workers.size(), 3u);
+  EXPECT_EQ(observer->map.generation, 5u);
+}
+
+TEST_F(CoordinatorTest, TableMismatchIsRefusedNamingTableAndSizes) {
+  auto shard = Join(Role::kShard, 0);
+  ASSERT_TRUE(shard);
+
+  auto worker = Connect();
+  ASSERT_TRUE(worker);
+  auto tables = Tables();
+  tables[1].rows = 262144;
+  auto reg = worker->Register(Member(Role::kWorker, 0, tables), 2s);
+  ASSERT_FALSE(reg.ok());
+  EXPECT_EQ(reg.status().code(), StatusCode::kInvalidArgument);
+  const std::string& text = reg.status().message();
+  EXPECT_NE(text.find("'grid.level1'"), std::string::npos) << text;
+  EXPECT_NE(text.find("262144 x 2"), std::string::npos) << text;
+  EXPECT_NE(text.find("524288 x 2"), std::string::npos) << text;
+  EXPECT_NE(text.find("shard 0"), std::string::npos) << text;  // who defined them
+  EXPECT_EQ(text.find("grid.level0"), std::string::npos) << "names the first differing table: " << text;
+
+  auto shorter = Tables();
+  shorter.pop_back();
+  auto reg2 = worker->Register(Member(Role::kWorker, 0, shorter), 2s);
+  ASSERT_FALSE(reg2.ok());
+  EXPECT_NE(reg2.status().message().find("'mlp.w0' (64 x 32)"), std::string::npos) << reg2.status().message();
+
+  auto good = worker->Register(Member(Role::kWorker, 0), 2s);
+  ASSERT_TRUE(good.ok()) << good.status().ToString();
+  EXPECT_EQ(good->map.workers.size(), 1u);
+}
+
+TEST_F(CoordinatorTest, GenerationBumpsOnJoinAndOnDisconnect) {
+  auto observer = Connect();
+  ASSERT_TRUE(observer);
+  auto before = observer->GetMap(false, 0ms);
+  ASSERT_TRUE(before.ok()) << before.status().ToString();
+
+  uint32_t rank = 0;
+  auto worker = Join(Role::kWorker, 1, &rank);
+  ASSERT_TRUE(worker);
+  auto joined = observer->GetMap(false, 0ms);
+  ASSERT_TRUE(joined.ok());
+  EXPECT_EQ(joined->generation, before->generation + 1);
+  ASSERT_EQ(joined->workers.size(), 1u);
+  EXPECT_EQ(joined->workers[0].rank, 1u);
+
+  worker.reset();  // closes the connection
+  ClusterMap after;
+  const auto start = Clock::now();
+  do {
+    auto map = observer->GetMap(false, 0ms);
+    ASSERT_TRUE(map.ok());
+    after = *map;
+    if (after.generation != joined->generation) break;
+    std::this_thread::sleep_for(10ms);
+  } while (Since(start) < 3s);
+  EXPECT_EQ(after.generation, joined->generation + 1);
+  EXPECT_TRUE(after.workers.empty());
+
+  // The rank is free again.
+  auto back = Join(Role::kWorker, 1);
+  EXPECT_TRUE(back);
+}
+
+TEST_F(CoordinatorTest, WaitCompleteReturnsWhenTheLastMemberJoins) {
+  std::vector<std::unique_ptr<CoordinatorClient>> members;
+  for (int r = 0; r < 2; ++r) members.push_back(Join(Role::kShard, r));
+  for (int r = 0; r < 2; ++r) members.push_back(Join(Role::kWorker, r));
+  for (const auto& m : members) ASSERT_TRUE(m);
+
+  auto observer = Connect();
+  ASSERT_TRUE(observer);
+  std::atomic<bool> returned{false};
+  std::optional<Result<ClusterMap>> result;
+  std::chrono::milliseconds waited{};
+  std::thread waiter([&] {
+    const auto start = Clock::now();
+    result.emplace(observer->GetMap(true, 5s));
+    waited = Since(start);
+    returned = true;
+  });
+  std::this_thread::sleep_for(200ms);
+  EXPECT_FALSE(returned.load()) << "getMap(waitComplete) returned before the cluster was complete";
+  auto last = Join(Role::kWorker, 2);
+  waiter.join();
+  ASSERT_TRUE(last);
+  ASSERT_TRUE(result.has_value());
+  ASSERT_TRUE(result->ok()) << result->status().ToString();
+  EXPECT_TRUE((*result)->complete());
+  EXPECT_EQ((*result)->workers.size(), 3u);
+  EXPECT_GE(waited, 150ms);
+  EXPECT_LT(waited, 4s);
+}
+
+TEST_F(CoordinatorTest, WaitCompleteTimesOutNamingMissingRanks) {
+  auto shard = Join(Role::kShard, 0);
+  auto worker = Join(Role::kWorker, 1);
+  ASSERT_TRUE(shard && worker);
+  auto observer = Connect();
+  ASSERT_TRUE(observer);
+  const auto start = Clock::now();
+  auto map = observer->GetMap(true, 300ms);
+  const auto waited = Since(start);
+  ASSERT_FALSE(map.ok());
+  EXPECT_EQ(map.status().code(), StatusCode::kTimeout);
+  EXPECT_NE(map.status().message().find("cluster incomplete after 0.3 s: missing shards [1], workers [0, 2]"),
+            std::string::npos)
+      << map.status().message();
+  EXPECT_GE(waited, 250ms);
+  EXPECT_LT(waited, 2s);
+  // The connection stays usable after a server-side timeout.
+  EXPECT_TRUE(observer->Heartbeat().ok());
+}
+
+TEST_F(CoordinatorTest, BarrierWithThreeThreadsCompletesAndIsReusable) {
+  constexpr int kMembers = 3;
+  constexpr int kRounds = 2;
+  std::vector<std::unique_ptr<CoordinatorClient>> clients;
+  for (int i = 0; i < kMembers; ++i) {
+    clients.push_back(Connect());
+    ASSERT_TRUE(clients.back());
+  }
+  std::vector<std::vector<Status>> statuses(kMembers, std::vector<Status>(kRounds));
+  std::vector<std::vector<std::chrono::milliseconds>> waited(kMembers,
+                                                            std::vector<std::chrono::milliseconds>(kRounds));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kMembers; ++i) {
+    threads.emplace_back([&, i] {
+      for (int round = 0; round < kRounds; ++round) {
+        if (i == kMembers - 1) std::this_thread::sleep_for(200ms);  // the late one
+        const auto start = Clock::now();
+        statuses[i][round] = clients[i]->Barrier("step", kMembers, "worker-" + std::to_string(i), 5s);
+        waited[i][round] = Since(start);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kMembers; ++i) {
+    for (int round = 0; round < kRounds; ++round) {
+      EXPECT_TRUE(statuses[i][round].ok()) << "member " << i << " round " << round << ": "
+                                           << statuses[i][round].ToString();
+      if (i < kMembers - 1) {
+        // Every round waits for the late member again: a completed barrier
+        // does not let the next round through.
+        EXPECT_GE(waited[i][round], 120ms) << "member " << i << " round " << round;
+      }
+    }
+  }
+}
+
+TEST_F(CoordinatorTest, BarrierTimeoutNamesTheMissingMember) {
+  auto w0 = Join(Role::kWorker, 0);
+  auto w1 = Join(Role::kWorker, 1);
+  ASSERT_TRUE(w0 && w1);
+  // worker-0 arrives first and waits longest; worker-1 arrives second and
+  // times out first, while both are there.
+  Status s0, s1;
+  std::thread t0([&] { s0 = w0->Barrier("init", 3, "worker-0", 700ms); });
+  std::this_thread::sleep_for(100ms);
+  std::thread t1([&] { s1 = w1->Barrier("init", 3, "worker-1", 300ms); });
+  t0.join();
+  t1.join();
+  for (const Status* s : {&s0, &s1}) {
+    ASSERT_FALSE(s->ok());
+    EXPECT_EQ(s->code(), StatusCode::kTimeout);
+  }
+  EXPECT_NE(s1.message().find("barrier 'init' timed out after 0.3 s: 2 of 3 arrived (worker-0, worker-1); "
+                              "missing: worker-2"),
+            std::string::npos)
+      << s1.message();
+  // worker-1 gave up, so it is missing too by the time worker-0 gives up.
+  EXPECT_NE(s0.message().find("barrier 'init' timed out after 0.7 s: 1 of 3 arrived (worker-0); "
+                              "missing: worker-1, worker-2"),
+            std::string::npos)
+      << s0.message();
+}
+
+TEST_F(CoordinatorTest, KvSetThenGetInKeyOrder) {
+  auto client = Connect();
+  ASSERT_TRUE(client);
+  const std::string binary("\0\x01\xff nccl-id", 12);
+  ASSERT_TRUE(client->Set("a", "alpha").ok());
+  ASSERT_TRUE(client->Set("b", binary).ok());
+  ASSERT_TRUE(client->Set("a", "alpha2").ok());  // overwrite
+  auto values = client->Get({"b", "a"}, 0ms);
+  ASSERT_TRUE(values.ok()) << values.status().ToString();
+  EXPECT_EQ(*values, (std::vector<std::string>{binary, "alpha2"}));
+  auto other = Connect();
+  ASSERT_TRUE(other);
+  auto seen = other->Get({"a"}, 100ms);
+  ASSERT_TRUE(seen.ok());
+  EXPECT_EQ(seen->at(0), "alpha2");
+}
+
+TEST_F(CoordinatorTest, KvGetWaitsForALaterSet) {
+  auto getter = Connect();
+  auto setter = Connect();
+  ASSERT_TRUE(getter && setter);
+  std::optional<Result<std::vector<std::string>>> got;
+  std::chrono::milliseconds waited{};
+  std::thread thread([&] {
+    const auto start = Clock::now();
+    got.emplace(getter->Get({"late", "early"}, 5s));
+    waited = Since(start);
+  });
+  ASSERT_TRUE(setter->Set("early", "1").ok());
+  std::this_thread::sleep_for(150ms);
+  ASSERT_TRUE(setter->Set("late", "2").ok());
+  thread.join();
+  ASSERT_TRUE(got.has_value());
+  ASSERT_TRUE(got->ok()) << got->status().ToString();
+  EXPECT_EQ(**got, (std::vector<std::string>{"2", "1"}));
+  EXPECT_GE(waited, 100ms);
+  EXPECT_LT(waited, 4s);
+}
+
+TEST_F(CoordinatorTest, KvGetTimeoutNamesTheMissingKey) {
+  auto client = Connect();
+  ASSERT_TRUE(client);
+  ASSERT_TRUE(client->Set("present", "x").ok());
+  const auto start = Clock::now();
+  auto timed_out = client->Get({"present", "nccl/unique-id"}, 200ms);
+  EXPECT_LT(Since(start), 2s);
+  ASSERT_FALSE(timed_out.ok());
+  EXPECT_EQ(timed_out.status().code(), StatusCode::kTimeout);
+  EXPECT_NE(timed_out.status().message().find("'nccl/unique-id'"), std::string::npos)
+      << timed_out.status().message();
+  EXPECT_EQ(timed_out.status().message().find("'present'"), std::string::npos) << timed_out.status().message();
+
+  auto not_found = client->Get({"nccl/unique-id"}, 0ms);
+  ASSERT_FALSE(not_found.ok());
+  EXPECT_EQ(not_found.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(not_found.status().message().find("'nccl/unique-id'"), std::string::npos);
+}
+
+TEST_F(CoordinatorTest, StopCancelsDeferredRepliesCleanly) {
+  auto client = Connect();
+  ASSERT_TRUE(client);
+  std::optional<Result<std::vector<std::string>>> got;
+  std::thread thread([&] { got.emplace(client->Get({"never"}, 10s)); });
+  std::this_thread::sleep_for(100ms);
+  const auto start = Clock::now();
+  coordinator_->Stop();
+  thread.join();
+  EXPECT_LT(Since(start), 2s);
+  ASSERT_TRUE(got.has_value());
+  ASSERT_FALSE(got->ok());
+  EXPECT_EQ(got->status().code(), StatusCode::kIOError) << got->status().ToString();
+  coordinator_->Stop();  // idempotent
+}
+
+// ---- The Store seam: same checks for both implementations ----
+
+// `reader` and `writer` may be the same store; a CoordinatorStore needs two
+// connections because a client serialises its calls.
+void ExerciseStore(Store& reader, Store& writer, const std::string& missing_name) {
+  ASSERT_TRUE(writer.Set("k1", "v1").ok());
+  ASSERT_TRUE(writer.Set("k2", std::string("\0v2", 3)).ok());
+  auto both = reader.Get({"k2", "k1"}, 0ms);
+  ASSERT_TRUE(both.ok()) << both.status().ToString();
+  EXPECT_EQ(*both, (std::vector<std::string>{std::string("\0v2", 3), "v1"}));
+
+  std::optional<Result<std::vector<std::string>>> later;
+  std::thread thread([&] { later.emplace(reader.Get({"k3"}, 5s)); });
+  std::this_thread::sleep_for(100ms);
+  EXPECT_FALSE(later.has_value());
+  ASSERT_TRUE(writer.Set("k3", "v3").ok());
+  thread.join();
+  ASSERT_TRUE(later.has_value());
+  ASSERT_TRUE(later->ok()) << later->status().ToString();
+  EXPECT_EQ((*later)->at(0), "v3");
+
+  const auto start = Clock::now();
+  auto timed_out = reader.Get({"k1", "absent"}, 150ms);
+  EXPECT_GE(Since(start), 100ms);
+  ASSERT_FALSE(timed_out.ok());
+  EXPECT_EQ(timed_out.status().code(), StatusCode::kTimeout);
+  EXPECT_NE(timed_out.status().message().find("'" + missing_name + "'"), std::string::npos)
+      << timed_out.status().message();
+
+  auto not_found = reader.Get({"absent"}, 0ms);
+  ASSERT_FALSE(not_found.ok());
+  EXPECT_EQ(not_found.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(not_found.status().message().find("'" + missing_name + "'"), std::string::npos);
+}
+
+TEST(HashStoreTest, SetGetWaitAndTimeout) {
+  HashStore store;
+  ExerciseStore(store, store, "absent");
+}
+
+TEST_F(CoordinatorTest, CoordinatorStoreHasTheSameSemanticsAndPrefixesKeys) {
+  auto a = Connect();
+  auto b = Connect();
+  ASSERT_TRUE(a && b);
+  CoordinatorStore reader(a.get(), "gloo/");
+  CoordinatorStore writer(b.get(), "gloo/");
+  ExerciseStore(reader, writer, "gloo/absent");
+
+  auto raw = a->Get({"gloo/k1"}, 0ms);
+  ASSERT_TRUE(raw.ok()) << raw.status().ToString();
+  EXPECT_EQ(raw->at(0), "v1");
+  auto unprefixed = a->Get({"k1"}, 0ms);
+  EXPECT_FALSE(unprefixed.ok()) << "the prefix must be applied";
+  CoordinatorStore other(a.get(), "nccl/");
+  EXPECT_FALSE(other.Get({"k1"}, 0ms).ok()) << "prefixes must separate stores";
+}
+
+// ---- Malformed input on raw sockets ----
+
+class RawConnection {
+ public:
+  explicit RawConnection(uint16_t port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(port);
+    connected_ = fd_ >= 0 && ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  }
+  ~RawConnection() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  RawConnection(const RawConnection&) = delete;
+  RawConnection& operator=(const RawConnection&) = delete;
+
+  bool connected() const { return connected_; }
+
+  bool Send(const std::string& bytes) {
+    size_t sent = 0;
+    while (sent < bytes.size()) {
+      ssize_t n = ::send(fd_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;  // the server may already have closed: fine
+      sent += static_cast<size_t>(n);
+    }
+    return true;
+  }
+  void ShutdownWrite() { ::shutdown(fd_, SHUT_WR); }
+
+  enum class Outcome { kData, kEof, kTimeout };
+  // Reads exactly n bytes into out, or reports EOF / timeout.
+  Outcome Read(size_t n, std::string* out, Clock::time_point deadline) {
+    out->clear();
+    while (out->size() < n) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) return Outcome::kTimeout;
+      pollfd p{fd_, POLLIN, 0};
+      int r = ::poll(&p, 1, static_cast<int>(left.count()));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) return Outcome::kTimeout;
+      char buf[4096];
+      ssize_t got = ::recv(fd_, buf, std::min(sizeof buf, n - out->size()), 0);
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) return Outcome::kEof;  // EOF or reset: closed either way
+      out->append(buf, static_cast<size_t>(got));
+    }
+    return Outcome::kData;
+  }
+
+  struct Reply {
+    bool eof = false;
+    bool timeout = false;
+    bool decoded = false;
+    uint64_t request_id = 0;
+    bool is_error = false;
+    uint32_t code = 0;
+    std::string text;
+  };
+  // One reply frame, or EOF / timeout.
+  Reply ReadReply(std::chrono::milliseconds timeout) {
+    Reply reply;
+    const auto deadline = Clock::now() + timeout;
+    std::string header;
+    auto outcome = Read(4, &header, deadline);
+    if (outcome != Outcome::kData) {
+      reply.eof = outcome == Outcome::kEof;
+      reply.timeout = outcome == Outcome::kTimeout;
+      return reply;
+    }
+    uint32_t length = 0;
+    std::memcpy(&length, header.data(), 4);  // little-endian host (x86/ARM)
+    if (length == 0 || length % 8 != 0 || length > (1u << 20)) return reply;
+    std::string body;
+    outcome = Read(length, &body, deadline);
+    if (outcome != Outcome::kData) {
+      reply.eof = outcome == Outcome::kEof;
+      reply.timeout = outcome == Outcome::kTimeout;
+      return reply;
+    }
+    try {
+      std::vector<capnp::word> words(length / 8);
+      std::memcpy(words.data(), body.data(), length);
+      capnp::FlatArrayMessageReader reader(kj::ArrayPtr<const capnp::word>(words.data(), words.size()));
+      auto root = reader.getRoot<schema::CoordReply>();
+      reply.request_id = root.getRequestId();
+      reply.is_error = root.isError();
+      if (reply.is_error) {
+        reply.code = root.getError().getCode();
+        reply.text = root.getError().getText().cStr();
+      }
+      reply.decoded = true;
+    } catch (const kj::Exception&) {
+    }
+    return reply;
+  }
+
+  // True once the server has closed the connection.
+  bool WaitForClose(std::chrono::milliseconds timeout) {
+    const auto deadline = Clock::now() + timeout;
+    std::string sink;
+    for (;;) {
+      auto outcome = Read(1, &sink, deadline);
+      if (outcome == Outcome::kEof) return true;
+      if (outcome == Outcome::kTimeout) return false;
+    }
+  }
+
+ private:
+  int fd_ = -1;
+  bool connected_ = false;
+};
+
+std::string LengthPrefix(uint32_t length) {
+  std::string out(4, '\0');
+  for (int i = 0; i < 4; ++i) out[i] = static_cast<char>((length >> (8 * i)) & 0xff);
+  return out;
+}
+
+std::string FrameOf(capnp::MessageBuilder& message) {
+  auto words = capnp::messageToFlatArray(message);
+  auto bytes = words.asBytes();
+  return LengthPrefix(static_cast<uint32_t>(bytes.size())) +
+         std::string(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
+}
+
+class MalformedInputTest : public CoordinatorTest {
+ protected:
+  // Sends `bytes` on a fresh connection and expects an error reply with
+  // `code` whose text contains `needle`, then a closed connection. The
+  // member registered on a good connection must stay, and the server must
+  // keep serving.
+  void ExpectRefused(const std::string& bytes, StatusCode code, const std::string& needle) {
+    RawConnection raw(coordinator_->port());
+    ASSERT_TRUE(raw.connected());
+    raw.Send(bytes);
+    auto reply = raw.ReadReply(3s);
+    ASSERT_TRUE(reply.decoded) << "no decodable reply (eof " << reply.eof << ", timeout " << reply.timeout << ")";
+    EXPECT_TRUE(reply.is_error);
+    EXPECT_EQ(reply.code, static_cast<uint32_t>(code)) << reply.text;
+    EXPECT_NE(reply.text.find(needle), std::string::npos) << reply.text;
+    EXPECT_TRUE(raw.WaitForClose(3s)) << "the server must close a connection that sent a bad message";
+    ExpectGoodClientUnaffected();
+  }
+
+  void ExpectGoodClientUnaffected() {
+    if (!good_) {
+      good_ = Join(Role::kWorker, 0);
+      ASSERT_TRUE(good_);
+    }
+    auto map = good_->GetMap(false, 0ms);
+    ASSERT_TRUE(map.ok()) << map.status().ToString();
+    EXPECT_EQ(map->workers.size(), 1u);
+    EXPECT_EQ(map->generation, 1u) << "nobody else joined or left";
+    ExpectHealthy();
+  }
+
+  std::unique_ptr<CoordinatorClient> good_;
+};
+
+TEST_F(MalformedInputTest, HugeLengthPrefix) {
+  ExpectGoodClientUnaffected();
+  ExpectRefused(LengthPrefix(0xfffffff8u) + std::string(64, 'x'), StatusCode::kInvalidArgument,
+                "exceeds the limit of 16777216 bytes");
+}
+
+TEST_F(MalformedInputTest, LengthNotAMultipleOfEight) {
+  ExpectRefused(LengthPrefix(12) + std::string(12, 'x'), StatusCode::kCorruption, "not a multiple of 8");
+}
+
+TEST_F(MalformedInputTest, ZeroLength) {
+  ExpectRefused(LengthPrefix(0), StatusCode::kInvalidArgument, "empty message");
+}
+
+TEST_F(MalformedInputTest, ValidLengthWithGarbage) {
+  // A segment table announcing ~2.9e9 segments.
+  ExpectRefused(LengthPrefix(64) + std::string(64, '\xab'), StatusCode::kCorruption, "does not decode");
+  // A sound segment table (one segment of 7 words) followed by garbage
+  // pointers.
+  std::string body(8, '\0');
+  body[4] = 7;
+  body += std::string(56, '\xab');
+  ExpectRefused(LengthPrefix(64) + body, StatusCode::kCorruption, "does not decode");
+}
+
+TEST_F(MalformedInputTest, EmptyUnion) {
+  capnp::MallocMessageBuilder message;
+  auto request = message.initRoot<schema::CoordRequest>();
+  request.setRequestId(77);  // union left at its default: register, with no body
+  std::string frame = FrameOf(message);
+  RawConnection raw(coordinator_->port());
+  ASSERT_TRUE(raw.connected());
+  raw.Send(frame);
+  auto reply = raw.ReadReply(3s);
+  ASSERT_TRUE(reply.decoded);
+  EXPECT_TRUE(reply.is_error);
+  EXPECT_EQ(reply.request_id, 77u) << "the refusal echoes the request id";
+  EXPECT_EQ(reply.code, static_cast<uint32_t>(StatusCode::kInvalidArgument));
+  EXPECT_NE(reply.text.find("empty union"), std::string::npos) << reply.text;
+  EXPECT_TRUE(raw.WaitForClose(3s));
+  ExpectGoodClientUnaffected();
+}
+
+TEST_F(MalformedInputTest, TruncatedMessageThenClose) {
+  ExpectGoodClientUnaffected();
+  {
+    RawConnection raw(coordinator_->port());
+    ASSERT_TRUE(raw.connected());
+    raw.Send(LengthPrefix(64) + std::string(10, '\0'));
+    raw.ShutdownWrite();
+    auto reply = raw.ReadReply(3s);
+    EXPECT_TRUE(reply.eof) << "the server closes a connection that ends inside a message";
+  }
+  ExpectGoodClientUnaffected();
+}
+
+TEST_F(MalformedInputTest, RandomBytes) {
+  ExpectGoodClientUnaffected();
+  std::mt19937 rng(20240611);
+  for (int trial = 0; trial < 16; ++trial) {
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    std::string bytes(8 + rng() % 512, '\0');
+    for (auto& c : bytes) c = static_cast<char>(rng());
+    if (trial % 2 == 1) {
+      // A plausible length, so the garbage reaches the decoder.
+      const uint32_t length = static_cast<uint32_t>((bytes.size() - 4) / 8 * 8);
+      bytes.replace(0, 4, LengthPrefix(length));
+    }
+    RawConnection raw(coordinator_->port());
+    ASSERT_TRUE(raw.connected());
+    raw.Send(bytes);
+    raw.ShutdownWrite();
+    // Either an error reply then a close, or a close.
+    auto reply = raw.ReadReply(3s);
+    ASSERT_FALSE(reply.timeout) << "the server neither replied nor closed";
+    if (reply.decoded) {
+      EXPECT_TRUE(reply.is_error);
+      EXPECT_FALSE(reply.text.empty());
+      EXPECT_TRUE(raw.WaitForClose(3s));
+    } else {
+      EXPECT_TRUE(reply.eof);
+    }
+  }
+  ExpectGoodClientUnaffected();
+}
+
+TEST_F(CoordinatorTest, BarrierWaiterWhoseConnectionClosesIsRemoved) {
+  {
+    capnp::MallocMessageBuilder message;
+    auto request = message.initRoot<schema::CoordRequest>();
+    request.setRequestId(1);
+    auto barrier = request.initBarrier();
+    barrier.setName("pair");
+    barrier.setCount(2);
+    barrier.setTimeoutMs(10000);
+    barrier.setMember("ghost");
+    RawConnection raw(coordinator_->port());
+    ASSERT_TRUE(raw.connected());
+    ASSERT_TRUE(raw.Send(FrameOf(message)));
+    auto reply = raw.ReadReply(100ms);
+    EXPECT_TRUE(reply.timeout) << "one of two arrived: the barrier must wait";
+  }  // closes: the ghost leaves the barrier
+  std::this_thread::sleep_for(100ms);
+  auto client = Connect();
+  ASSERT_TRUE(client);
+  Status alone = client->Barrier("pair", 2, "real", 300ms);
+  ASSERT_FALSE(alone.ok()) << "the closed connection must not count as arrived";
+  EXPECT_EQ(alone.code(), StatusCode::kTimeout);
+  EXPECT_NE(alone.message().find("1 of 2 arrived (real)"), std::string::npos) << alone.message();
+  EXPECT_EQ(alone.message().find("ghost"), std::string::npos) << alone.message();
+}
+
+TEST(CoordinatorClientTest, ConnectToNothingFailsWithinTheTimeoutNamingTheAddress) {
+  const uint16_t port = UnusedPort();
+  const auto start = Clock::now();
+  auto client = CoordinatorClient::Connect("127.0.0.1", port, 400ms);
+  const auto took = Since(start);
+  ASSERT_FALSE(client.ok());
+  EXPECT_EQ(client.status().code(), StatusCode::kIOError);
+  EXPECT_NE(client.status().message().find("127.0.0.1:" + std::to_string(port)), std::string::npos)
+      << client.status().message();
+  EXPECT_GE(took, 250ms) << "Connect retries until the timeout";
+  EXPECT_LT(took, 1500ms);
+}
+
+// ---- The real binary ----
+
+std::string CoordinatorBinary() {
+  const char* dir = std::getenv("GRIDSYNC_BUILD_DIR");
+  return std::string(dir && *dir ? dir : "build") + "/server/gridsync-coordinator";
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "coordinator_test.XXXXXX").string();
+    if (::mkdtemp(pattern.data()) != nullptr) path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+  std::string Write(const std::string& name, const std::string& text) const {
+    std::string file = path_ + "/" + name;
+    std::ofstream(file) << text;
+    return file;
+  }
+
+ private:
+  std::string path_;
+};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A child process that is killed and reaped when this object goes, and
+// killed by the kernel if the test process dies first (PR_SET_PDEATHSIG).
+class Child {
+ public:
+  Child(const std::vector<std::string>& args, const std::string& log_path) {
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    const int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    const pid_t parent = ::getpid();
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      // Only async-signal-safe calls until exec.
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(127);
+      if (log_fd >= 0) {
+        ::dup2(log_fd, STDOUT_FILENO);
+        ::dup2(log_fd, STDERR_FILENO);
+      }
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    if (log_fd >= 0) ::close(log_fd);
+  }
+  ~Child() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+
+  bool started() const { return pid_ > 0; }
+  void Signal(int sig) {
+    if (pid_ > 0) ::kill(pid_, sig);
+  }
+  // The exit code (128 + signal when killed), or nullopt if still running.
+  std::optional<int> WaitExit(std::chrono::milliseconds timeout) {
+    const auto deadline = Clock::now() + timeout;
+    while (pid_ > 0) {
+      int status = 0;
+      pid_t r = ::waitpid(pid_, &status, WNOHANG);
+      if (r == pid_) {
+        pid_ = -1;
+        if (WIFEXITED(status)) return WEXITSTATUS(status);
+        if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+        return -1;
+      }
+      if (Clock::now() >= deadline) return std::nullopt;
+      std::this_thread::sleep_for(10ms);
+    }
+    return std::nullopt;
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+class CoordinatorBinaryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(std::filesystem::exists(CoordinatorBinary()))
+        << CoordinatorBinary() << " not found; set GRIDSYNC_BUILD_DIR to the build folder";
+    ASSERT_FALSE(dir_.path().empty());
+  }
+  TempDir dir_;
+};
+
+TEST_F(CoordinatorBinaryTest, ExitsTwoOnABadConfig) {
+  const std::string config = dir_.Write("bad.json", R"({"distributed": {"master_port": 70000}})");
+  const std::string log = dir_.path() + "/bad.log";
+  Child child({CoordinatorBinary(), "--config", config}, log);
+  ASSERT_TRUE(child.started());
+  auto code = child.WaitExit(5s);
+  ASSERT_TRUE(code.has_value()) << "gridsync-coordinator did not exit on a bad config";
+  EXPECT_EQ(*code, 2);
+  EXPECT_NE(ReadFile(log).find("distributed.master_port"), std::string::npos) << ReadFile(log);
+
+  Child missing({CoordinatorBinary(), "--config", dir_.path() + "/no-such.json"}, dir_.path() + "/missing.log");
+  auto missing_code = missing.WaitExit(5s);
+  ASSERT_TRUE(missing_code.has_value());
+  EXPECT_EQ(*missing_code, 2);
+}
+
+TEST_F(CoordinatorBinaryTest, ServesAClientAndExitsZeroOnSigterm) {
+  const uint16_t port = UnusedPort();
+  const std::string config = dir_.Write(
+      "good.json",
+      "// a distributed job of 2 workers and 1 shard, all on this machine\n"
+      "{\"distributed\": {\"enable\": true, \"world_size\": 2, \"master_addr\": \"127.0.0.1\", "
+      "\"master_port\": 1}, \"ps\": {\"shards\": 1}}");
+  const std::string log = dir_.path() + "/good.log";
+  Child child({CoordinatorBinary(), "--config", config, "--set",
+               "distributed.master_port=" + std::to_string(port), "--log-level", "info"},
+              log);
+  ASSERT_TRUE(child.started());
+
+  auto client = CoordinatorClient::Connect("127.0.0.1", port, 5s);
+  ASSERT_TRUE(client.ok()) << client.status().ToString() << "\n" << ReadFile(log);
+  auto map = (*client)->GetMap(false, 0ms);
+  ASSERT_TRUE(map.ok()) << map.status().ToString();
+  EXPECT_EQ(map->expected_shards, 1u);
+  EXPECT_EQ(map->expected_workers, 2u);
+
+  {
+    auto worker = CoordinatorClient::Connect("127.0.0.1", port, 2s);
+    ASSERT_TRUE(worker.ok());
+    RegisterInfo info = Member(Role::kWorker, -1);
+    info.node = "node-x";
+    info.pid = 4242;
+    auto reg = (*worker)->Register(info, 2s);
+    ASSERT_TRUE(reg.ok()) << reg.status().ToString();
+    EXPECT_EQ(reg->rank, 0u);
+    ASSERT_TRUE((*worker)->Set("rendezvous", "127.0.0.1:1234").ok());
+  }  // the worker leaves: the coordinator logs it by role, rank, node and pid
+  auto value = (*client)->Get({"rendezvous"}, 1s);
+  ASSERT_TRUE(value.ok()) << value.status().ToString();
+  EXPECT_EQ(value->at(0), "127.0.0.1:1234");
+
+  const std::string left = "worker 0 left (node 'node-x', pid 4242";
+  const auto start = Clock::now();
+  while (ReadFile(log).find(left) == std::string::npos && Since(start) < 3s) std::this_thread::sleep_for(20ms);
+  EXPECT_NE(ReadFile(log).find(left), std::string::npos) << ReadFile(log);
+
+  child.Signal(SIGTERM);
+  auto code = child.WaitExit(5s);
+  ASSERT_TRUE(code.has_value()) << "gridsync-coordinator did not exit on SIGTERM";
+  EXPECT_EQ(*code, 0) << ReadFile(log);
+  EXPECT_NE(ReadFile(log).find("listening on 127.0.0.1:" + std::to_string(port)), std::string::npos)
+      << ReadFile(log);
+}
+
+}  // namespace
+}  // namespace gridsync

@@ -1,0 +1,290 @@
+#include "tools/launch.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "common/config.h"
+
+namespace gridsync {
+namespace {
+
+volatile sig_atomic_t g_interrupted = 0;
+void OnInterrupt(int) { g_interrupted = 1; }
+
+struct Child {
+  std::string name;
+  bool is_worker = false;
+  pid_t pid = -1;
+  int fd = -1;            // read end of its stdout+stderr
+  std::string partial;    // an unfinished output line
+  std::deque<std::string> tail;  // last lines, for failure reports
+  bool exited = false;
+  int status = 0;
+  std::string summary;    // the worker's JSON summary line
+};
+
+std::string FindBinary(const std::string& bin_dir, const std::string& name) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> dirs;
+  if (!bin_dir.empty()) {
+    dirs.push_back(bin_dir);
+  } else {
+    const fs::path self = fs::read_symlink("/proc/self/exe").parent_path();
+    dirs = {self, self / ".." / "server", self / ".." / "worker"};
+  }
+  for (const auto& dir : dirs) {
+    const fs::path candidate = dir / name;
+    if (::access(candidate.c_str(), X_OK) == 0) return fs::weakly_canonical(candidate).string();
+  }
+  return "";
+}
+
+Child Spawn(const std::string& name, const std::vector<std::string>& argv, bool is_worker) {
+  Child child;
+  child.name = name;
+  child.is_worker = is_worker;
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    std::perror("gridsync launch: pipe");
+    return child;
+  }
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    // No orphan if the launcher dies without cleaning up (SIGKILL, crash).
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(127);
+    dup2(fds[1], STDOUT_FILENO);
+    dup2(fds[1], STDERR_FILENO);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    std::fprintf(stderr, "cannot run %s: %s\n", args[0], std::strerror(errno));
+    _exit(127);
+  }
+  close(fds[1]);
+  child.pid = pid;
+  child.fd = fds[0];
+  fcntl(child.fd, F_SETFL, fcntl(child.fd, F_GETFL) | O_NONBLOCK);
+  return child;
+}
+
+void EmitLine(Child& child, const std::string& line) {
+  std::printf("[%s] %s\n", child.name.c_str(), line.c_str());
+  std::fflush(stdout);
+  child.tail.push_back(line);
+  if (child.tail.size() > 12) child.tail.pop_front();
+  if (child.is_worker && !line.empty() && line.front() == '{') child.summary = line;
+}
+
+void Drain(Child& child) {
+  if (child.fd < 0) return;
+  char buf[8192];
+  for (;;) {
+    const ssize_t n = read(child.fd, buf, sizeof(buf));
+    if (n > 0) {
+      child.partial.append(buf, static_cast<size_t>(n));
+      size_t pos;
+      while ((pos = child.partial.find('\n')) != std::string::npos) {
+        EmitLine(child, child.partial.substr(0, pos));
+        child.partial.erase(0, pos + 1);
+      }
+      continue;
+    }
+    if (n == 0) {  // EOF
+      if (!child.partial.empty()) EmitLine(child, child.partial);
+      child.partial.clear();
+      close(child.fd);
+      child.fd = -1;
+    }
+    return;
+  }
+}
+
+std::string Describe(int status) {
+  if (WIFEXITED(status)) return "exit status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return std::string("killed by signal ") + strsignal(WTERMSIG(status));
+  return "status " + std::to_string(status);
+}
+
+bool Failed(const Child& c) { return !WIFEXITED(c.status) || WEXITSTATUS(c.status) != 0; }
+
+void Reap(std::vector<Child>& children) {
+  for (auto& c : children) {
+    if (c.exited || c.pid <= 0) continue;
+    int status = 0;
+    if (waitpid(c.pid, &status, WNOHANG) == c.pid) {
+      c.exited = true;
+      c.status = status;
+      Drain(c);
+    }
+  }
+}
+
+void PumpOutput(std::vector<Child>& children, int timeout_ms) {
+  std::vector<pollfd> fds;
+  for (auto& c : children) {
+    if (c.fd >= 0) fds.push_back({c.fd, POLLIN, 0});
+  }
+  if (fds.empty()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(timeout_ms));
+  } else {
+    poll(fds.data(), fds.size(), timeout_ms);
+  }
+  for (auto& c : children) Drain(c);
+}
+
+void StopAll(std::vector<Child>& children, double grace_seconds) {
+  for (auto& c : children) {
+    if (!c.exited && c.pid > 0) kill(c.pid, SIGTERM);
+  }
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(static_cast<int64_t>(grace_seconds * 1000));
+  for (;;) {
+    Reap(children);
+    bool all = true;
+    for (const auto& c : children) all = all && (c.exited || c.pid <= 0);
+    if (all) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      for (auto& c : children) {
+        if (!c.exited && c.pid > 0) {
+          std::printf("gridsync launch: %s (pid %d) did not stop within %.0f s; killing it\n",
+                      c.name.c_str(), c.pid, grace_seconds);
+          kill(c.pid, SIGKILL);
+          waitpid(c.pid, &c.status, 0);
+          c.exited = true;
+        }
+      }
+      break;
+    }
+    PumpOutput(children, 50);
+  }
+  for (auto& c : children) Drain(c);
+}
+
+void PrintSummary(const Child& worker0, const Config& config) {
+  auto j = nlohmann::json::parse(worker0.summary, nullptr, false);
+  if (j.is_discarded()) return;
+  std::printf("\n== gridsync launch: %d workers, %d shards, gradient_sync ps (%s), %d steps ==\n",
+              config.distributed.world_size, config.ps.shards,
+              std::string(ToString(config.ps.consistency)).c_str(), config.training.steps);
+  std::printf("PSNR               %.2f dB\n", j.value("psnr_db", 0.0));
+  std::printf("reconstruction     %s\n", j.value("png", std::string("-")).c_str());
+  std::printf("throughput         %.0f samples/s (global batch %d)\n", j.value("samples_per_second", 0.0),
+              config.training.batch_size);
+  std::printf("pushed per step    %.2f MB (worker 0)\n", j.value("bytes_pushed_per_step", 0.0) / 1e6);
+  std::printf("pulled per step    %.2f MB (worker 0)\n", j.value("bytes_pulled_per_step", 0.0) / 1e6);
+  const double train = j.value("train_seconds", 0.0);
+  const double comm = j.value("comm_seconds", 0.0);
+  std::printf("communication      %.2f s of %.2f s training (%.0f%%, worker 0 blocked on acks and pulls)\n",
+              comm, train, train > 0 ? 100.0 * comm / train : 0.0);
+}
+
+}  // namespace
+
+int RunLaunch(const LaunchOptions& options) {
+  auto config = Config::LoadFile(options.config_path, options.overrides);
+  if (!config.ok()) {
+    std::fprintf(stderr, "%s\n", config.status().message().c_str());
+    return kConfigErrorExitCode;
+  }
+  if (!config->distributed.enable) {
+    std::fprintf(stderr, "%s: distributed.enable is false; allowed: launch needs a distributed config "
+                         "(use gridsync-worker --standalone to train in one process)\n",
+                 options.config_path.c_str());
+    return kConfigErrorExitCode;
+  }
+  if (auto runnable = config->CheckRunnable(false); !runnable.ok()) {
+    std::fprintf(stderr, "%s\n", runnable.message().c_str());
+    return kConfigErrorExitCode;
+  }
+  const std::string coordinator = FindBinary(options.bin_dir, "gridsync-coordinator");
+  const std::string ps = FindBinary(options.bin_dir, "gridsync-ps");
+  const std::string worker = FindBinary(options.bin_dir, "gridsync-worker");
+  if (coordinator.empty() || ps.empty() || worker.empty()) {
+    std::fprintf(stderr, "gridsync launch: cannot find gridsync-coordinator, gridsync-ps and gridsync-worker "
+                         "next to this executable; pass --bin-dir\n");
+    return 1;
+  }
+  std::vector<std::string> common = {"--config", options.config_path};
+  for (const auto& o : options.overrides) {
+    common.push_back("--set");
+    common.push_back(o);
+  }
+
+  struct sigaction action {};
+  action.sa_handler = OnInterrupt;
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+
+  std::vector<Child> children;
+  auto start = [&](const std::string& name, std::vector<std::string> argv, bool is_worker) {
+    argv.insert(argv.end(), common.begin(), common.end());
+    std::string line;
+    for (const auto& a : argv) line += a + " ";
+    std::printf("gridsync launch: starting %s: %s\n", name.c_str(), line.c_str());
+    children.push_back(Spawn(name, argv, is_worker));
+  };
+  start("coordinator", {coordinator}, false);
+  for (int s = 0; s < config->ps.shards; ++s) start("ps-" + std::to_string(s), {ps, "--shard", std::to_string(s)}, false);
+  for (int w = 0; w < config->distributed.world_size; ++w) {
+    std::vector<std::string> argv = {worker, "--rank", std::to_string(w)};
+    argv.insert(argv.end(), options.worker_args.begin(), options.worker_args.end());
+    if (w == 0) argv.insert(argv.end(), options.rank0_args.begin(), options.rank0_args.end());
+    start("worker-" + std::to_string(w), argv, true);
+  }
+
+  int exit_code = 0;
+  for (;;) {
+    PumpOutput(children, 100);
+    Reap(children);
+    if (g_interrupted) {
+      std::printf("gridsync launch: interrupted; stopping all processes\n");
+      exit_code = 130;
+      break;
+    }
+    bool workers_done = true;
+    for (const auto& c : children) workers_done = workers_done && (!c.is_worker || c.exited);
+    const Child* failed = nullptr;
+    for (const auto& c : children) {
+      if (!c.exited) continue;
+      // A worker fails by its exit status; a server has no reason to exit
+      // at all while workers still run.
+      if ((c.is_worker && Failed(c)) || (!c.is_worker && !workers_done)) {
+        failed = &c;
+        break;
+      }
+    }
+    if (failed != nullptr) {
+      std::printf("gridsync launch: %s (pid %d) failed: %s; stopping the others\n", failed->name.c_str(),
+                  failed->pid, Describe(failed->status).c_str());
+      for (const auto& line : failed->tail) std::printf("gridsync launch:   %s| %s\n", failed->name.c_str(), line.c_str());
+      exit_code = 1;
+      break;
+    }
+    if (workers_done) break;
+  }
+  StopAll(children, options.grace_seconds);
+  if (exit_code == 0) {
+    for (const auto& c : children) {
+      if (c.name == "worker-0") PrintSummary(c, *config);
+    }
+  }
+  return exit_code;
+}
+
+}  // namespace gridsync

@@ -1,0 +1,258 @@
+#include "worker/ps_client.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+namespace gridsync {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+}  // namespace
+
+PsClient::PsClient(const Partition& partition, uint32_t worker_rank, uint32_t num_workers,
+                   std::chrono::milliseconds timeout, wire::Limits limits)
+    : partition_(partition),
+      worker_rank_(worker_rank),
+      num_workers_(num_workers),
+      timeout_(timeout),
+      limits_(limits) {}
+
+PsClient::~PsClient() = default;
+
+Result<std::unique_ptr<PsClient>> PsClient::Connect(const ClusterMap& map, const Partition& partition,
+                                                    uint32_t worker_rank, uint32_t num_workers,
+                                                    std::chrono::milliseconds timeout,
+                                                    wire::Limits limits) {
+  if (map.shards.size() != partition.shards()) {
+    return Status::InvalidArgument("the cluster map lists " + std::to_string(map.shards.size()) +
+                                   " shards, the partition expects " +
+                                   std::to_string(partition.shards()));
+  }
+  std::unique_ptr<PsClient> client(new PsClient(partition, worker_rank, num_workers, timeout, limits));
+  for (const auto& shard : map.shards) {
+    try {
+      zmq::socket_t socket(client->context_, zmq::socket_type::dealer);
+      socket.set(zmq::sockopt::linger, 0);
+      socket.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(limits.max_frame_bytes));
+      socket.set(zmq::sockopt::sndhwm, 0);
+      socket.set(zmq::sockopt::rcvhwm, 0);
+      socket.connect(shard.endpoint);
+      client->sockets_.push_back(std::move(socket));
+      client->endpoints_.push_back(shard.endpoint);
+    } catch (const zmq::error_t& e) {
+      return Status::IOError("cannot connect to shard " + std::to_string(shard.rank) + " at " +
+                             shard.endpoint + ": " + e.what());
+    }
+  }
+  client->pull_blocks_.resize(client->sockets_.size());
+  return client;
+}
+
+namespace {
+
+// One pass over each table deals its rows to their owners: in every column
+// group, rows go to the shard Partition::Owner names; a dense table becomes a
+// dense block where a shard's rows are contiguous.
+std::vector<std::vector<wire::OutBlock>> SplitAll(const Partition& partition,
+                                                  const std::vector<TableRowsRef>& tables,
+                                                  bool with_values) {
+  const uint32_t shards = partition.shards();
+  std::vector<std::vector<wire::OutBlock>> out(shards);
+  for (const auto& ref : tables) {
+    const uint32_t t = ref.table;
+    const uint32_t width = partition.table(t).width;
+    const uint32_t groups = partition.ColumnGroups(t);
+    const uint32_t cw = partition.ColWidth(t);
+    const size_t n = ref.dense ? partition.table(t).rows : ref.row_count;
+    std::vector<int> index(shards, -1);
+    for (uint32_t g = 0; g < groups; ++g) {
+      const uint32_t col = partition.ColBegin(t, g);
+      for (size_t i = 0; i < n; ++i) {
+        const uint32_t row = ref.dense ? static_cast<uint32_t>(i) : ref.rows[i];
+        const uint32_t shard = partition.Owner(t, row, g);
+        if (index[shard] < 0) {
+          index[shard] = static_cast<int>(out[shard].size());
+          wire::OutBlock block;
+          block.table = t;
+          block.col_begin = col;
+          block.width = cw;
+          out[shard].push_back(std::move(block));
+        }
+        wire::OutBlock& block = out[shard][static_cast<size_t>(index[shard])];
+        block.rows.push_back(row);
+        if (with_values) {
+          const float* v = ref.values + i * width + col;
+          block.values.insert(block.values.end(), v, v + cw);
+        }
+      }
+    }
+    for (uint32_t s = 0; s < shards; ++s) {
+      if (index[s] < 0) continue;
+      wire::OutBlock& block = out[s][static_cast<size_t>(index[s])];
+      block.row_count = static_cast<uint32_t>(block.rows.size());
+      if (ref.dense && block.rows.back() - block.rows.front() + 1 == block.rows.size()) {
+        block.dense = true;
+        block.row_begin = block.rows.front();
+        block.rows.clear();
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Status PsClient::AwaitReplies(uint64_t request_id, wire::Kind expected,
+                              const std::function<Status(uint32_t, const wire::Message&)>& on_reply) {
+  std::vector<wire::TableShape> shapes;
+  for (uint32_t t = 0; t < partition_.n_tables(); ++t) {
+    shapes.push_back({partition_.table(t).rows, partition_.table(t).width});
+  }
+  std::vector<bool> done(sockets_.size(), false);
+  size_t remaining = sockets_.size();
+  const auto deadline = Clock::now() + timeout_;
+  while (remaining > 0) {
+    std::vector<zmq::pollitem_t> items;
+    std::vector<uint32_t> which;
+    for (uint32_t s = 0; s < sockets_.size(); ++s) {
+      if (done[s]) continue;
+      items.push_back({sockets_[s].handle(), 0, ZMQ_POLLIN, 0});
+      which.push_back(s);
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) {
+      std::string missing;
+      for (uint32_t s : which) missing += (missing.empty() ? "" : ", ") + std::to_string(s) + " (" + endpoints_[s] + ")";
+      return Status::Timeout("no " + std::string(wire::KindName(expected)) + " from shards [" + missing +
+                             "] within " + std::to_string(timeout_.count() / 1000.0).substr(0, 5) +
+                             " s (worker " + std::to_string(worker_rank_) + ")");
+    }
+    try {
+      zmq::poll(items.data(), items.size(), left);
+    } catch (const zmq::error_t& e) {
+      return Status::IOError(std::string("poll failed: ") + e.what());
+    }
+    for (size_t k = 0; k < items.size(); ++k) {
+      if (!(items[k].revents & ZMQ_POLLIN)) continue;
+      const uint32_t s = which[k];
+      auto frames = wire::ReceiveMultipart(sockets_[s], 0, limits_);
+      if (!frames.ok()) return frames.status().WithContext("shard " + std::to_string(s));
+      auto message = wire::Decode(*frames, shapes, limits_);
+      if (!message.ok()) return message.status().WithContext("reply from shard " + std::to_string(s));
+      if (message->request_id != request_id) continue;  // a late reply to an abandoned request
+      if (message->kind == wire::Kind::kError) {
+        return message->error.WithContext("shard " + std::to_string(s) + " refused request " +
+                                          std::to_string(request_id));
+      }
+      if (message->kind != expected) {
+        return Status::Corruption("shard " + std::to_string(s) + " answered " +
+                                  wire::KindName(message->kind) + ", expected " + wire::KindName(expected));
+      }
+      counters_.bytes_pulled += expected == wire::Kind::kPullReply ? message->bytes : 0;
+      GRIDSYNC_RETURN_IF_ERROR(on_reply(s, *message));
+      done[s] = true;
+      --remaining;
+    }
+  }
+  return Status::OK();
+}
+
+Status PsClient::Push(wire::Kind kind, uint64_t step, const std::vector<TableRowsRef>& tables) {
+  const auto start = Clock::now();
+  auto split = SplitAll(partition_, tables, /*with_values=*/true);
+  const uint64_t request_id = next_request_++;
+  for (uint32_t s = 0; s < sockets_.size(); ++s) {
+    wire::OutHeader header;
+    header.kind = kind;
+    header.step = step;
+    header.worker_rank = worker_rank_;
+    header.request_id = request_id;
+    header.shard = s;
+    header.num_workers = num_workers_;
+    auto frames = wire::Encode(header, std::move(split[s]));
+    for (const auto& f : frames) counters_.bytes_pushed += f.size();
+    GRIDSYNC_RETURN_IF_ERROR(wire::SendMultipart(sockets_[s], frames).WithContext("push to shard " + std::to_string(s)));
+  }
+  Status status = AwaitReplies(request_id, wire::Kind::kPushAck,
+                               [](uint32_t, const wire::Message&) { return Status::OK(); });
+  counters_.push_seconds += Seconds(start);
+  return status;
+}
+
+Status PsClient::SendPull(uint64_t min_version, const std::vector<TablePullRef>& tables) {
+  std::vector<TableRowsRef> refs;
+  pull_dest_.assign(partition_.n_tables(), nullptr);
+  for (const auto& t : tables) {
+    refs.push_back({t.table, t.dense, t.rows, t.row_count, nullptr});
+    pull_dest_[t.table] = t.dest;
+  }
+  auto split = SplitAll(partition_, refs, /*with_values=*/false);
+  pull_request_ = next_request_++;
+  for (uint32_t s = 0; s < sockets_.size(); ++s) {
+    // Keep what was asked: the reply carries values only, in request order.
+    pull_blocks_[s].clear();
+    for (const auto& b : split[s]) {
+      wire::OutBlock copy;
+      copy.table = b.table;
+      copy.dense = b.dense;
+      copy.row_begin = b.row_begin;
+      copy.col_begin = b.col_begin;
+      copy.width = b.width;
+      copy.row_count = b.row_count;
+      copy.rows = b.rows;
+      pull_blocks_[s].push_back(std::move(copy));
+    }
+    wire::OutHeader header;
+    header.kind = wire::Kind::kPull;
+    header.worker_rank = worker_rank_;
+    header.request_id = pull_request_;
+    header.shard = s;
+    header.min_version = min_version;
+    header.num_workers = num_workers_;
+    auto frames = wire::Encode(header, std::move(split[s]));
+    for (const auto& f : frames) counters_.bytes_pulled += f.size();
+    GRIDSYNC_RETURN_IF_ERROR(wire::SendMultipart(sockets_[s], frames).WithContext("pull from shard " + std::to_string(s)));
+  }
+  return Status::OK();
+}
+
+Result<uint64_t> PsClient::ReceivePull() {
+  const auto start = Clock::now();
+  uint64_t version = UINT64_MAX;
+  Status status = AwaitReplies(pull_request_, wire::Kind::kPullReply, [&](uint32_t s, const wire::Message& m) {
+    const auto& asked = pull_blocks_[s];
+    if (m.blocks.size() != asked.size()) {
+      return Status::Corruption("shard " + std::to_string(s) + " answered " + std::to_string(m.blocks.size()) +
+                                " blocks for " + std::to_string(asked.size()) + " requested");
+    }
+    for (size_t i = 0; i < asked.size(); ++i) {
+      const auto& want = asked[i];
+      const auto& got = m.blocks[i];
+      if (got.table != want.table || got.row_count != want.row_count || got.width != want.width ||
+          got.col_begin != want.col_begin) {
+        return Status::Corruption("shard " + std::to_string(s) + " answered block " + std::to_string(i) +
+                                  " with a different shape than requested");
+      }
+      float* dest = pull_dest_[want.table];
+      const uint32_t width = partition_.table(want.table).width;
+      for (size_t r = 0; r < want.row_count; ++r) {
+        const uint32_t row = want.dense ? want.row_begin + static_cast<uint32_t>(r) : want.rows[r];
+        std::memcpy(dest + size_t{row} * width + want.col_begin, got.values.data() + r * want.width,
+                    want.width * sizeof(float));
+      }
+    }
+    version = std::min(version, m.step);
+    return Status::OK();
+  });
+  counters_.pull_wait_seconds += Seconds(start);
+  if (!status.ok()) return status;
+  return version;
+}
+
+}  // namespace gridsync

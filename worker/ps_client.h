@@ -1,0 +1,102 @@
+// The worker's side of the parameter server: one ZeroMQ DEALER socket per
+// shard; pushes of gradient rows (touched rows only; dense tables whole),
+// initial values, and pulls of parameter rows, each split by the Partition
+// into one message per shard.
+//
+// A pull is two calls, SendPull and ReceivePull, so the caller can compute
+// while the shards answer. Every wait has the configured timeout; the error
+// names the shards that did not answer. A shard's Error reply comes back as
+// a Status naming the shard.
+//
+// Thread safety: not thread-safe; one client per worker thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "common/cluster_map.h"
+#include "common/sharding.h"
+#include "common/status.h"
+#include "common/wire/message.h"
+
+namespace gridsync {
+
+// Rows of one table to send: row ids ascending (ignored when dense: every
+// row) and their values packed in the same order, full table width per row
+// (values[i * width ...] belongs to the i-th row listed).
+struct TableRowsRef {
+  uint32_t table = 0;
+  bool dense = false;
+  const uint32_t* rows = nullptr;
+  size_t row_count = 0;  // sparse only
+  const float* values = nullptr;
+};
+
+// Rows of one table to fetch, written into `dest` (the full table, row-major,
+// width = table width).
+struct TablePullRef {
+  uint32_t table = 0;
+  bool dense = false;
+  const uint32_t* rows = nullptr;
+  size_t row_count = 0;
+  float* dest = nullptr;
+};
+
+struct PsCounters {
+  uint64_t bytes_pushed = 0;
+  uint64_t bytes_pulled = 0;  // request and reply bytes
+  double push_seconds = 0;    // sending pushes and waiting for acks
+  double pull_wait_seconds = 0;  // time blocked in ReceivePull
+};
+
+class PsClient {
+ public:
+  static Result<std::unique_ptr<PsClient>> Connect(const ClusterMap& map, const Partition& partition,
+                                                   uint32_t worker_rank, uint32_t num_workers,
+                                                   std::chrono::milliseconds timeout,
+                                                   wire::Limits limits = {});
+  ~PsClient();
+
+  // kind push (gradients of `step`) or init (initial values); waits for every
+  // shard's acknowledgement. Every shard gets a message, empty or not: in BSP
+  // it counts pushes per worker.
+  Status Push(wire::Kind kind, uint64_t step, const std::vector<TableRowsRef>& tables);
+
+  Status SendPull(uint64_t min_version, const std::vector<TablePullRef>& tables);
+  // Returns the lowest parameter version among the shards' replies.
+  Result<uint64_t> ReceivePull();
+
+  const PsCounters& counters() const { return counters_; }
+
+ private:
+  PsClient(const Partition& partition, uint32_t worker_rank, uint32_t num_workers,
+           std::chrono::milliseconds timeout, wire::Limits limits);
+  // Waits for the reply to request `request_id` from every shard in
+  // `shards`; calls on_reply(shard, message, frames) for each.
+  Status AwaitReplies(uint64_t request_id, wire::Kind expected,
+                      const std::function<Status(uint32_t, const wire::Message&)>& on_reply);
+
+  const Partition& partition_;
+  uint32_t worker_rank_;
+  uint32_t num_workers_;
+  std::chrono::milliseconds timeout_;
+  wire::Limits limits_;
+  zmq::context_t context_{1};
+  std::vector<zmq::socket_t> sockets_;  // by shard
+  std::vector<std::string> endpoints_;
+  uint64_t next_request_ = 1;
+  PsCounters counters_;
+
+  // The outstanding pull.
+  uint64_t pull_request_ = 0;
+  std::vector<std::vector<wire::OutBlock>> pull_blocks_;  // by shard, as requested
+  std::vector<float*> pull_dest_;                          // by table
+};
+
+}  // namespace gridsync

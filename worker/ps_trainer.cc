@@ -1,0 +1,224 @@
+#include "worker/ps_trainer.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "common/coordinator_client.h"
+#include "common/sharding.h"
+#include "common/thread_pool.h"
+#include "kernels/model_tables.h"
+#include "worker/model.h"
+#include "worker/ps_client.h"
+
+namespace gridsync {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// One step's slice of the global batch and the rows it reads.
+struct PreparedStep {
+  std::vector<float> positions;
+  std::vector<float> targets;
+  cpu::GridBatchLookup lookup;
+};
+
+}  // namespace
+
+std::vector<float> FlattenParams(const HashGridModel& model) {
+  std::vector<float> flat = model.grid_params();
+  for (const auto& m : model.mlp_weights()) flat.insert(flat.end(), m.data(), m.data() + m.size());
+  return flat;
+}
+
+Status WriteParams(const std::string& path, const HashGridModel& model) {
+  const auto flat = FlattenParams(model);
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(flat.data()), static_cast<std::streamsize>(flat.size() * 4));
+  if (!out) return Status::IOError("cannot write " + path);
+  return Status::OK();
+}
+
+Result<std::vector<float>> ReadParams(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return Status::IOError("cannot read " + path);
+  const auto size = static_cast<size_t>(in.tellg());
+  std::vector<float> flat(size / 4);
+  in.seekg(0);
+  in.read(reinterpret_cast<char*>(flat.data()), static_cast<std::streamsize>(flat.size() * 4));
+  if (!in) return Status::IOError("cannot read " + path);
+  return flat;
+}
+
+Result<TrainReport> TrainImagePs(const Config& config, const ImageTask& image,
+                                 const PsWorkerOptions& options) {
+  const auto& d = config.distributed;
+  const auto& t = config.training;
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(d.timeout_s * 1000));
+  GRIDSYNC_ASSIGN_OR_RETURN(std::shared_ptr<HashGridModel> model, HashGridModel::Create(config, 2, 3));
+  const auto tables = ModelTables(model->layout(), model->mlp_shape());
+  const uint32_t levels = model->layout().n_levels();
+  const uint32_t workers = static_cast<uint32_t>(d.world_size);
+
+  GRIDSYNC_ASSIGN_OR_RETURN(auto coordinator,
+                            CoordinatorClient::Connect(d.master_addr, static_cast<uint16_t>(d.master_port), timeout));
+  RegisterInfo info;
+  info.role = Role::kWorker;
+  info.requested_rank = options.rank;
+  info.node = options.node;
+  info.local_rank = options.local_rank;
+  info.pid = static_cast<uint32_t>(getpid());
+  info.tables = tables;
+  GRIDSYNC_ASSIGN_OR_RETURN(auto registration, coordinator->Register(info, timeout));
+  const uint32_t rank = registration.rank;
+  const std::string me = "worker-" + std::to_string(rank);
+  GRIDSYNC_ASSIGN_OR_RETURN(ClusterMap map, coordinator->GetMap(/*wait_complete=*/true, timeout));
+  const auto dim = d.model_parallel ? d.mp_dim : ModelParallelDim::kRow;
+  GRIDSYNC_ASSIGN_OR_RETURN(Partition partition,
+                            Partition::Make(map.tables, static_cast<uint32_t>(map.shards.size()), dim));
+  GRIDSYNC_ASSIGN_OR_RETURN(auto ps, PsClient::Connect(map, partition, rank, workers, timeout));
+  if (!options.train.quiet) {
+    spdlog::info("{}: cluster of {} shards and {} workers (map generation {}), {} tables", me,
+                 map.shards.size(), map.workers.size(), map.generation, tables.size());
+  }
+
+  auto grid_ref = [&](uint32_t level) { return model->grid_params().data() + model->layout().level(level).row_offset * model->layout().features(); };
+  if (rank == 0) {
+    // Every worker initialises the same model from the seed; rank 0 gives
+    // the shards those values, so all start from the single-process state.
+    std::vector<TableRowsRef> init;
+    for (uint32_t l = 0; l < levels; ++l) init.push_back({l, true, nullptr, 0, grid_ref(l)});
+    for (size_t i = 0; i < model->mlp_weights().size(); ++i) {
+      init.push_back({levels + static_cast<uint32_t>(i), true, nullptr, 0, model->mlp_weights()[i].data()});
+    }
+    GRIDSYNC_RETURN_IF_ERROR(ps->Push(wire::Kind::kInit, 0, init).WithContext("initialising the shards"));
+  }
+  GRIDSYNC_RETURN_IF_ERROR(coordinator->Barrier("init", workers, me, timeout));
+
+  ThreadPool pool(t.threads);
+  const size_t batch = static_cast<size_t>(t.batch_size);
+  const size_t slice = batch / workers;
+  const size_t micro = slice / static_cast<size_t>(t.gradient_accumulation);
+  const uint64_t slice_begin = uint64_t{rank} * slice;
+  ModelGradients grads(model->layout(), model->mlp_shape());
+  std::unique_ptr<ModelGradients> partial;
+  if (t.gradient_accumulation > 1) partial = std::make_unique<ModelGradients>(model->layout(), model->mlp_shape());
+  cpu::GridRowSet row_set(model->layout());
+  PreparedStep prepared;
+  prepared.positions.resize(slice * 2);
+  prepared.targets.resize(slice * 3);
+
+  auto min_version = [&](uint64_t step) -> uint64_t {
+    switch (config.ps.consistency) {
+      case Consistency::kBsp: return step;
+      case Consistency::kSsp: return step > static_cast<uint64_t>(config.ps.staleness) ? step - config.ps.staleness : 0;
+      case Consistency::kAsync: return 0;
+    }
+    return step;
+  };
+  auto prepare = [&](uint64_t step) -> Status {
+    image.SampleBatch(t.seed, step, slice_begin, slice, prepared.positions.data(), prepared.targets.data());
+    cpu::HashGridLookup(model->layout(), prepared.positions.data(), slice, model->ActiveLevels(step),
+                        &prepared.lookup, &pool);
+    row_set.Assign(prepared.lookup, &pool);
+    std::vector<TablePullRef> pulls;
+    for (uint32_t l = 0; l < levels; ++l) {
+      const auto& rows = row_set.rows(l);
+      if (rows.empty()) continue;
+      pulls.push_back({l, false, rows.data(), rows.size(), grid_ref(l)});
+    }
+    for (size_t i = 0; i < model->mlp_weights().size(); ++i) {
+      pulls.push_back({levels + static_cast<uint32_t>(i), true, nullptr, 0, model->mlp_weights()[i].data()});
+    }
+    return ps->SendPull(min_version(step), pulls);
+  };
+
+  TrainReport report;
+  report.rank = rank;
+  report.n_params = model->n_params();
+  double timed = 0;
+  uint64_t grid_rows = 0;
+  auto interval_start = Clock::now();
+  std::vector<SparseRows> touched(levels);
+  const auto loop_start = Clock::now();
+  GRIDSYNC_RETURN_IF_ERROR(prepare(0));
+  for (uint64_t step = 0; step < static_cast<uint64_t>(t.steps); ++step) {
+    GRIDSYNC_ASSIGN_OR_RETURN(const uint64_t version, ps->ReceivePull());
+    report.max_staleness = std::max<uint64_t>(report.max_staleness, step > version ? step - version : 0);
+    const uint32_t active = model->ActiveLevels(step);
+    double sse = 0;
+    for (int m = 0; m < t.gradient_accumulation; ++m) {
+      ModelGradients* target = partial ? partial.get() : &grads;
+      sse += model->AccumulateGradients(prepared.positions.data() + m * micro * 2,
+                                        prepared.targets.data() + m * micro * 3, micro, batch, 1.0f,
+                                        active, target, &pool);
+      if (partial) grads.AddFrom(partial.get(), &pool);
+    }
+    if (options.throttle_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(options.throttle_ms));
+    std::vector<TableRowsRef> push;
+    for (uint32_t l = 0; l < levels; ++l) {
+      touched[l].clear();
+      grads.grid.Take(l, &touched[l]);
+      grid_rows += touched[l].size();
+      if (touched[l].size() == 0) continue;
+      push.push_back({l, false, touched[l].rows.data(), touched[l].size(), touched[l].values.data()});
+    }
+    for (size_t i = 0; i < grads.mlp.size(); ++i) {
+      push.push_back({levels + static_cast<uint32_t>(i), true, nullptr, 0, grads.mlp[i].data()});
+    }
+    // A push carries each row's full width, so dense rows travel values-only
+    // per shard; SplitAll re-packs them per owner.
+    GRIDSYNC_RETURN_IF_ERROR(ps->Push(wire::Kind::kPush, step, push).WithContext(me + " step " + std::to_string(step)));
+    for (auto& m : grads.mlp) m.setZero();
+    report.final_loss = sse / static_cast<double>(slice * 3);
+    if (step + 1 < static_cast<uint64_t>(t.steps)) GRIDSYNC_RETURN_IF_ERROR(prepare(step + 1));
+    const uint64_t done = step + 1;
+    if (!options.train.quiet && t.log_every > 0 && (done % static_cast<uint64_t>(t.log_every) == 0 || done == static_cast<uint64_t>(t.steps))) {
+      const double secs = std::chrono::duration<double>(Clock::now() - interval_start).count();
+      spdlog::info("{} step {:>6} loss {:.6f} | {:.0f} samples/s (this worker) | pushed {:.2f} MB/step, pulled {:.2f} MB/step, staleness <= {}",
+                   me, done, report.final_loss, t.log_every * static_cast<double>(slice) / secs,
+                   ps->counters().bytes_pushed / 1e6 / done, ps->counters().bytes_pulled / 1e6 / done,
+                   report.max_staleness);
+      interval_start = Clock::now();
+    }
+  }
+  timed = std::chrono::duration<double>(Clock::now() - loop_start).count();
+  report.steps = static_cast<uint64_t>(t.steps);
+  report.samples = report.steps * slice;
+  report.train_seconds = timed;
+  report.samples_per_second = static_cast<double>(report.steps * batch) / timed;  // global rate
+  report.grid_rows_per_step = static_cast<double>(grid_rows) / static_cast<double>(report.steps);
+  report.bytes_pushed_per_step = static_cast<double>(ps->counters().bytes_pushed) / report.steps;
+  report.bytes_pulled_per_step = static_cast<double>(ps->counters().bytes_pulled) / report.steps;
+  report.comm_seconds = ps->counters().push_seconds + ps->counters().pull_wait_seconds;
+
+  if (rank == 0) {
+    // The final parameters: every row, once all workers' last pushes are in.
+    std::vector<TablePullRef> all;
+    for (uint32_t l = 0; l < levels; ++l) all.push_back({l, true, nullptr, 0, grid_ref(l)});
+    for (size_t i = 0; i < model->mlp_weights().size(); ++i) {
+      all.push_back({levels + static_cast<uint32_t>(i), true, nullptr, 0, model->mlp_weights()[i].data()});
+    }
+    const uint64_t final_version = config.ps.consistency == Consistency::kAsync ? 0 : report.steps;
+    GRIDSYNC_RETURN_IF_ERROR(ps->SendPull(final_version, all));
+    GRIDSYNC_RETURN_IF_ERROR(ps->ReceivePull().status().WithContext("pulling the final parameters"));
+    std::vector<float> prediction(static_cast<size_t>(image.width()) * image.height() * 3);
+    const auto centres = image.PixelCentres();
+    model->Predict(centres.data(), centres.size() / 2, model->ActiveLevels(report.steps), prediction.data(), &pool);
+    report.psnr = image.Psnr(prediction);
+    if (options.train.write_png) {
+      report.png_path = (std::filesystem::path(config.task.output) / "reconstruction.png").string();
+      GRIDSYNC_RETURN_IF_ERROR(ImageTask::WritePng(report.png_path, image.width(), image.height(), prediction));
+    }
+    if (!options.dump_params.empty()) GRIDSYNC_RETURN_IF_ERROR(WriteParams(options.dump_params, *model));
+  }
+  report.model = std::move(model);
+  return report;
+}
+
+}  // namespace gridsync

@@ -1,0 +1,45 @@
+// Training with gradient_sync "ps": this worker takes its slice of every
+// global batch, pulls the parameter rows the slice reads (known from the
+// lookup before the forward pass), computes gradients and pushes the touched
+// rows to the PS shards, which run Adam. The pull for step s+1 is sent right
+// after the push of step s, so the shards' aggregation overlaps with this
+// worker preparing the next batch.
+//
+// With bsp and no compression the parameters equal those of one process
+// training with gradient_accumulation = world_size on the same global
+// batches, bit for bit: worker w's slice is micro-batch w, and the shards sum
+// the pushes in worker-rank order, as the local trainer sums micro-batches.
+//
+// Thread safety: reentrant; one call per worker.
+#pragma once
+
+#include <string>
+
+#include "common/config.h"
+#include "common/status.h"
+#include "worker/image_task.h"
+#include "worker/trainer.h"
+
+namespace gridsync {
+
+struct PsWorkerOptions {
+  int rank = -1;              // -1: the coordinator assigns one
+  std::string node = "localhost";
+  uint32_t local_rank = 0;
+  TrainOptions train;
+  // Rank 0: after the last step, pull every parameter and write them (raw
+  // float32, tables in order) to this file; empty: do not.
+  std::string dump_params;
+  // Test seam: sleep this long in every step, to make a slow worker.
+  int throttle_ms = 0;
+};
+
+Result<TrainReport> TrainImagePs(const Config& config, const ImageTask& image,
+                                 const PsWorkerOptions& options);
+
+// Writes / reads a model's parameters as raw float32, tables in ModelTables order.
+Status WriteParams(const std::string& path, const HashGridModel& model);
+Result<std::vector<float>> ReadParams(const std::string& path);
+std::vector<float> FlattenParams(const HashGridModel& model);
+
+}  // namespace gridsync
