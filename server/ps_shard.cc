@@ -74,11 +74,20 @@ class PsShardImpl : public PsShard {
  private:
   void Loop() {
     while (!stop_) {
-      auto received = wire::ReceiveMultipart(socket_, 50, options_.limits, /*envelope_frames=*/1);
+      std::vector<zmq::message_t> refused;
+      auto received =
+          wire::ReceiveMultipart(socket_, 50, options_.limits, /*envelope_frames=*/1, &refused);
       if (!received.ok()) {
         if (received.status().code() != StatusCode::kTimeout) {
-          spdlog::warn("shard {}: dropped a message: {}", options_.shard, received.status().ToString());
-          CountError();
+          if (!refused.empty()) {
+            Request request;
+            request.identity = std::move(refused[0]);
+            ReplyError(request, received.status());
+          } else {
+            spdlog::warn("shard {}: dropped a message: {}", options_.shard,
+                         received.status().ToString());
+            CountError();
+          }
         }
         ExpireWaitingPulls();
         continue;

@@ -366,8 +366,11 @@ TEST(PsShardTest, MalformedInputGetsErrorAndChangesNothing) {
     f[0] = zmq::message_t(bytes.data(), bytes.size());
     if (patched) cases.push_back({"wrong version", std::move(f), ""});
   }
-  if (partition.shards() == 1) {
-    // Unowned rows cannot happen with one shard; covered in the two-shard test below.
+  {
+    // More frames than any valid message has.
+    std::vector<zmq::message_t> f;
+    for (uint32_t i = 0; i < wire::Limits{}.max_frames() + 5; ++i) f.emplace_back("x", 1);
+    cases.push_back({"too many frames", std::move(f), "frames"});
   }
   for (auto& c : cases) {
     auto reply = raw.Exchange(std::move(c.frames), shapes);

@@ -530,7 +530,8 @@ Result<Message> Decode(const std::vector<zmq::message_t>& frames,
 }
 
 Result<std::vector<zmq::message_t>> ReceiveMultipart(zmq::socket_t& socket, int timeout_ms,
-                                                     const Limits& limits, int envelope_frames) {
+                                                     const Limits& limits, int envelope_frames,
+                                                     std::vector<zmq::message_t>* refused_envelope) {
   GRIDSYNC_CHECK_GE(envelope_frames, 0);
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + std::chrono::milliseconds(std::max(timeout_ms, 0));
@@ -573,6 +574,11 @@ Result<std::vector<zmq::message_t>> ReceiveMultipart(zmq::socket_t& socket, int 
       if (count <= allowed) frames.push_back(std::move(part));
     }
     if (count > allowed) {
+      if (refused_envelope != nullptr) {
+        for (int i = 0; i < envelope_frames && i < static_cast<int>(frames.size()); ++i) {
+          refused_envelope->push_back(std::move(frames[static_cast<size_t>(i)]));
+        }
+      }
       return Status::InvalidArgument(
           fmt::format("{} frames; allowed: at most {} ({} envelope + {} message frames)", count,
                       allowed, envelope_frames, limits.max_frames()));

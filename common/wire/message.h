@@ -142,10 +142,12 @@ Result<Message> Decode(std::vector<zmq::message_t>&& frames, const std::vector<T
 // kTimeout when nothing arrived, and refuses (after draining it) a message
 // with more than envelope_frames + limits.max_frames() frames. A ROUTER
 // socket passes envelope_frames = 1 for the peer's routing id, which stays
-// the first returned frame.
-Result<std::vector<zmq::message_t>> ReceiveMultipart(zmq::socket_t& socket, int timeout_ms,
-                                                     const Limits& limits,
-                                                     int envelope_frames = 0);
+// the first returned frame. When a message is refused for its frame count,
+// its envelope is moved to *refused_envelope (if given), so a ROUTER can
+// still address the Error reply to the sender.
+Result<std::vector<zmq::message_t>> ReceiveMultipart(
+    zmq::socket_t& socket, int timeout_ms, const Limits& limits, int envelope_frames = 0,
+    std::vector<zmq::message_t>* refused_envelope = nullptr);
 // Sends all frames; ZeroMQ owns them afterwards.
 Status SendMultipart(zmq::socket_t& socket, std::vector<zmq::message_t>& frames);
 
