@@ -458,9 +458,13 @@ void ExerciseStore(Store& reader, Store& writer, const std::string& missing_name
   EXPECT_EQ(*both, (std::vector<std::string>{std::string("\0v2", 3), "v1"}));
 
   std::optional<Result<std::vector<std::string>>> later;
-  std::thread thread([&] { later.emplace(reader.Get({"k3"}, 5s)); });
+  std::atomic<bool> returned{false};
+  std::thread thread([&] {
+    later.emplace(reader.Get({"k3"}, 5s));
+    returned = true;
+  });
   std::this_thread::sleep_for(100ms);
-  EXPECT_FALSE(later.has_value());
+  EXPECT_FALSE(returned.load()) << "get must wait for a key that is not set yet";
   ASSERT_TRUE(writer.Set("k3", "v3").ok());
   thread.join();
   ASSERT_TRUE(later.has_value());

@@ -231,7 +231,10 @@ TEST(PsClusterTest, AsyncTrains) {
   auto cluster = Cluster::Start(config);
   auto reports = cluster->Train(image);
   for (auto& r : reports) ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_GT(reports[0]->psnr, 18.0);
+  // Async reads parameters up to a step stale and applies half-batch
+  // updates, so it trails bsp a little but must clearly learn.
+  const double local = SingleProcess(cluster->config, image).psnr;
+  EXPECT_GT(reports[0]->psnr, local - 3.0) << "single-process PSNR " << local;
   EXPECT_EQ(cluster->shards[0]->stats().applied_steps, 60u);  // every push applied on arrival
 }
 

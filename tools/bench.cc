@@ -1,17 +1,21 @@
 // gridsync-bench: benchmarks that measure ours side by side with a peer or
-// the physical limit in one run. `train` today; `pushpull`, `allreduce` and
-// `compress` arrive with their issues.
+// the physical limit in one run: `train` (vs PyTorch) and `pushpull` (one
+// PS shard vs raw ZeroMQ); `allreduce` and `compress` arrive with their
+// issues.
+#include "tools/bench.h"
+
 #include <CLI/CLI.hpp>
 
 #include "common/logging.h"
-#include "tools/bench.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"gridsync-bench: side-by-side benchmarks"};
   app.require_subcommand(1);
   auto train = gridsync::bench::AddTrainCommand(&app);
+  auto pushpull = gridsync::bench::AddPushPullCommand(&app);
   CLI11_PARSE(app, argc, argv);
   gridsync::InitLogging("bench", "warn");
   if (app.got_subcommand("train")) return train();
+  if (app.got_subcommand("pushpull")) return pushpull();
   return 2;
 }

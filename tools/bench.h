@@ -4,14 +4,14 @@
 // Thread safety: used from main only.
 #pragma once
 
-#include <functional>
-
 #include <CLI/CLI.hpp>
+#include <functional>
 
 namespace gridsync::bench {
 
 using Runner = std::function<int()>;
 
 Runner AddTrainCommand(CLI::App* app);
+Runner AddPushPullCommand(CLI::App* app);
 
 }  // namespace gridsync::bench

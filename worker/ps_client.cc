@@ -51,6 +51,7 @@ Result<std::unique_ptr<PsClient>> PsClient::Connect(const ClusterMap& map, const
     }
   }
   client->pull_blocks_.resize(client->sockets_.size());
+  client->stashed_.resize(client->sockets_.size());
   return client;
 }
 
@@ -116,6 +117,37 @@ Status PsClient::AwaitReplies(uint64_t request_id, wire::Kind expected,
   }
   std::vector<bool> done(sockets_.size(), false);
   size_t remaining = sockets_.size();
+  // Handles one reply; returns true when it answered `request_id`.
+  auto handle = [&](uint32_t s, const std::vector<zmq::message_t>& frames, bool* answered) -> Status {
+    *answered = false;
+    auto message = wire::Decode(frames, shapes, limits_);
+    if (!message.ok()) return message.status().WithContext("reply from shard " + std::to_string(s));
+    if (message->request_id != request_id) return Status::OK();
+    if (message->kind == wire::Kind::kError) {
+      return message->error.WithContext("shard " + std::to_string(s) + " refused request " +
+                                        std::to_string(request_id));
+    }
+    if (message->kind != expected) {
+      return Status::Corruption("shard " + std::to_string(s) + " answered " +
+                                wire::KindName(message->kind) + ", expected " + wire::KindName(expected));
+    }
+    counters_.bytes_pulled += expected == wire::Kind::kPullReply ? message->bytes : 0;
+    GRIDSYNC_RETURN_IF_ERROR(on_reply(s, *message));
+    *answered = true;
+    return Status::OK();
+  };
+  // Pull replies that arrived while waiting for something else.
+  for (uint32_t s = 0; s < sockets_.size(); ++s) {
+    if (request_id != pull_request_ || !stashed_[s].has_value()) continue;
+    bool answered = false;
+    const Status status = handle(s, *stashed_[s], &answered);
+    stashed_[s].reset();
+    GRIDSYNC_RETURN_IF_ERROR(status);
+    if (answered) {
+      done[s] = true;
+      --remaining;
+    }
+  }
   const auto deadline = Clock::now() + timeout_;
   while (remaining > 0) {
     std::vector<zmq::pollitem_t> items;
@@ -143,19 +175,14 @@ Status PsClient::AwaitReplies(uint64_t request_id, wire::Kind expected,
       const uint32_t s = which[k];
       auto frames = wire::ReceiveMultipart(sockets_[s], 0, limits_);
       if (!frames.ok()) return frames.status().WithContext("shard " + std::to_string(s));
-      auto message = wire::Decode(*frames, shapes, limits_);
-      if (!message.ok()) return message.status().WithContext("reply from shard " + std::to_string(s));
-      if (message->request_id != request_id) continue;  // a late reply to an abandoned request
-      if (message->kind == wire::Kind::kError) {
-        return message->error.WithContext("shard " + std::to_string(s) + " refused request " +
-                                          std::to_string(request_id));
+      if (request_id != pull_request_ && pull_request_ != 0 && RequestIdOf(*frames) == pull_request_) {
+        // The reply to the outstanding pull, early: keep it for ReceivePull.
+        stashed_[s] = std::move(*frames);
+        continue;
       }
-      if (message->kind != expected) {
-        return Status::Corruption("shard " + std::to_string(s) + " answered " +
-                                  wire::KindName(message->kind) + ", expected " + wire::KindName(expected));
-      }
-      counters_.bytes_pulled += expected == wire::Kind::kPullReply ? message->bytes : 0;
-      GRIDSYNC_RETURN_IF_ERROR(on_reply(s, *message));
+      bool answered = false;
+      GRIDSYNC_RETURN_IF_ERROR(handle(s, *frames, &answered));
+      if (!answered) continue;  // a late reply to an abandoned request
       done[s] = true;
       --remaining;
     }
@@ -222,10 +249,20 @@ Status PsClient::SendPull(uint64_t min_version, const std::vector<TablePullRef>&
   return Status::OK();
 }
 
+uint64_t PsClient::RequestIdOf(const std::vector<zmq::message_t>& frames) const {
+  std::vector<wire::TableShape> shapes;
+  for (uint32_t t = 0; t < partition_.n_tables(); ++t) {
+    shapes.push_back({partition_.table(t).rows, partition_.table(t).width});
+  }
+  auto message = wire::Decode(frames, shapes, limits_);
+  return message.ok() ? message->request_id : 0;
+}
+
 Result<uint64_t> PsClient::ReceivePull() {
   const auto start = Clock::now();
   uint64_t version = UINT64_MAX;
-  Status status = AwaitReplies(pull_request_, wire::Kind::kPullReply, [&](uint32_t s, const wire::Message& m) {
+  const uint64_t request = pull_request_;
+  Status status = AwaitReplies(request, wire::Kind::kPullReply, [&](uint32_t s, const wire::Message& m) {
     const auto& asked = pull_blocks_[s];
     if (m.blocks.size() != asked.size()) {
       return Status::Corruption("shard " + std::to_string(s) + " answered " + std::to_string(m.blocks.size()) +
@@ -251,6 +288,7 @@ Result<uint64_t> PsClient::ReceivePull() {
     return Status::OK();
   });
   counters_.pull_wait_seconds += Seconds(start);
+  pull_request_ = 0;
   if (!status.ok()) return status;
   return version;
 }

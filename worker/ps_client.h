@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -93,8 +94,12 @@ class PsClient {
   uint64_t next_request_ = 1;
   PsCounters counters_;
 
-  // The outstanding pull.
+  uint64_t RequestIdOf(const std::vector<zmq::message_t>& frames) const;
+
+  // The outstanding pull (0: none), and its replies that arrived early,
+  // while a push waited for its acks.
   uint64_t pull_request_ = 0;
+  std::vector<std::optional<std::vector<zmq::message_t>>> stashed_;  // by shard
   std::vector<std::vector<wire::OutBlock>> pull_blocks_;  // by shard, as requested
   std::vector<float*> pull_dest_;                          // by table
 };

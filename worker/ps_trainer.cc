@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -109,9 +110,16 @@ Result<TrainReport> TrainImagePs(const Config& config, const ImageTask& image,
   std::unique_ptr<ModelGradients> partial;
   if (t.gradient_accumulation > 1) partial = std::make_unique<ModelGradients>(model->layout(), model->mlp_shape());
   cpu::GridRowSet row_set(model->layout());
-  PreparedStep prepared;
-  prepared.positions.resize(slice * 2);
-  prepared.targets.resize(slice * 3);
+  // Two buffers: under ssp the next step is prepared (and its pull sent)
+  // before this step's compute, so the reply travels while we work.
+  std::array<PreparedStep, 2> prepared_steps;
+  for (auto& p : prepared_steps) {
+    p.positions.resize(slice * 2);
+    p.targets.resize(slice * 3);
+  }
+  // Only ssp allows reading parameters that lack this worker's own last
+  // push; async gains nothing from it but a step of extra staleness.
+  const bool prefetch = config.ps.consistency == Consistency::kSsp && config.ps.staleness > 0;
 
   auto min_version = [&](uint64_t step) -> uint64_t {
     switch (config.ps.consistency) {
@@ -122,6 +130,7 @@ Result<TrainReport> TrainImagePs(const Config& config, const ImageTask& image,
     return step;
   };
   auto prepare = [&](uint64_t step) -> Status {
+    PreparedStep& prepared = prepared_steps[step % 2];
     image.SampleBatch(t.seed, step, slice_begin, slice, prepared.positions.data(), prepared.targets.data());
     cpu::HashGridLookup(model->layout(), prepared.positions.data(), slice, model->ActiveLevels(step),
                         &prepared.lookup, &pool);
@@ -150,6 +159,11 @@ Result<TrainReport> TrainImagePs(const Config& config, const ImageTask& image,
   for (uint64_t step = 0; step < static_cast<uint64_t>(t.steps); ++step) {
     GRIDSYNC_ASSIGN_OR_RETURN(const uint64_t version, ps->ReceivePull());
     report.max_staleness = std::max<uint64_t>(report.max_staleness, step > version ? step - version : 0);
+    const bool last = step + 1 == static_cast<uint64_t>(t.steps);
+    // In bsp the next pull can only be answered after this step's push, so
+    // it is sent after the push; in ssp right away.
+    if (prefetch && !last) GRIDSYNC_RETURN_IF_ERROR(prepare(step + 1));
+    const PreparedStep& prepared = prepared_steps[step % 2];
     const uint32_t active = model->ActiveLevels(step);
     double sse = 0;
     for (int m = 0; m < t.gradient_accumulation; ++m) {
@@ -176,7 +190,7 @@ Result<TrainReport> TrainImagePs(const Config& config, const ImageTask& image,
     GRIDSYNC_RETURN_IF_ERROR(ps->Push(wire::Kind::kPush, step, push).WithContext(me + " step " + std::to_string(step)));
     for (auto& m : grads.mlp) m.setZero();
     report.final_loss = sse / static_cast<double>(slice * 3);
-    if (step + 1 < static_cast<uint64_t>(t.steps)) GRIDSYNC_RETURN_IF_ERROR(prepare(step + 1));
+    if (!prefetch && !last) GRIDSYNC_RETURN_IF_ERROR(prepare(step + 1));
     const uint64_t done = step + 1;
     if (!options.train.quiet && t.log_every > 0 && (done % static_cast<uint64_t>(t.log_every) == 0 || done == static_cast<uint64_t>(t.steps))) {
       const double secs = std::chrono::duration<double>(Clock::now() - interval_start).count();
@@ -197,6 +211,9 @@ Result<TrainReport> TrainImagePs(const Config& config, const ImageTask& image,
   report.bytes_pulled_per_step = static_cast<double>(ps->counters().bytes_pulled) / report.steps;
   report.comm_seconds = ps->counters().push_seconds + ps->counters().pull_wait_seconds;
 
+  // Every push of every worker is acknowledged (and, but for bsp/ssp
+  // aggregation, applied) before anyone reads the final parameters.
+  GRIDSYNC_RETURN_IF_ERROR(coordinator->Barrier("done", workers, me, timeout));
   if (rank == 0) {
     // The final parameters: every row, once all workers' last pushes are in.
     std::vector<TablePullRef> all;

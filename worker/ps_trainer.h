@@ -1,9 +1,10 @@
 // Training with gradient_sync "ps": this worker takes its slice of every
 // global batch, pulls the parameter rows the slice reads (known from the
 // lookup before the forward pass), computes gradients and pushes the touched
-// rows to the PS shards, which run Adam. The pull for step s+1 is sent right
-// after the push of step s, so the shards' aggregation overlaps with this
-// worker preparing the next batch.
+// rows to the PS shards, which run Adam. Under bsp and async the pull for
+// step s+1 is sent right after the push of step s (the shards aggregate
+// while this worker prepares the next batch); under ssp it is sent before
+// step s is computed, so the transfer overlaps the whole compute.
 //
 // With bsp and no compression the parameters equal those of one process
 // training with gradient_accumulation = world_size on the same global

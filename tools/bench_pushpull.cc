@@ -1,0 +1,600 @@
+// gridsync-bench pushpull: push + pull throughput and latency of ONE PS shard
+// on loopback against payload size, side by side with raw ZeroMQ moving the
+// same bytes in the same message pattern, which is the practical limit.
+//
+// gridsync side: the real PsShard (async consistency, one worker, so every
+// push is applied with Adam on arrival and pulls never wait) and the real
+// PsClient. One table of width 2 (a hash-grid level). One iteration is
+// Push(n rows) waiting for the ack, then SendPull + ReceivePull of the same
+// n rows; the rows are every 3rd row of a region, like a batch's sparse,
+// ascending touched rows.
+//
+// Raw side: a DEALER client and a ROUTER echo thread in this process (own
+// context). Per iteration [64 B header, ids, values] -> 64 B ack, then
+// [64 B header, ids] -> [64 B header, values]: the same payload and round
+// trips without decode, validation, apply and gather.
+//
+// Bytes counted per iteration, on both sides: 24 per row = push (4 B id +
+// 8 B values) + pull (4 B id asked + 8 B values returned); message headers
+// are not counted. GB/s = those bytes / median iteration time.
+//
+// Correctness on every run (#wrong, must be 0): the table is initialised
+// with known values, and every size gets a region of rows of its own that no
+// other size touches. Before the timed iterations, one push of known
+// gradients is pulled back together with the untouched neighbour rows: the
+// pushed rows must equal a reference Adam step computed here from
+// kernels/adam_math.h, and the neighbours their initial values. After the
+// timed iterations the last pull must equal the reference after all
+// 1 + warmup + iters pushes, so a dropped, duplicated or misplaced push is
+// counted.
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "common/cluster_map.h"
+#include "common/config.h"
+#include "common/sharding.h"
+#include "common/status.h"
+#include "common/wire/message.h"
+#include "kernels/adam_math.h"
+#include "server/ps_shard.h"
+#include "tools/bench.h"
+#include "worker/ps_client.h"
+
+namespace gridsync::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr uint32_t kWidth = 2;   // floats per row: one hash-grid level
+constexpr uint32_t kStride = 3;  // a batch touches every 3rd row of its region
+constexpr uint64_t kPushBytesPerRow = sizeof(uint32_t) + kWidth * sizeof(float);
+constexpr uint64_t kIterBytesPerRow = 2 * kPushBytesPerRow;  // push + pull
+constexpr size_t kHeaderBytes = 64;  // the raw peer's stand-in for the Cap'n Proto header
+// --iters 0 (auto): small sizes get many iterations so p99 means something,
+// large ones few so the default sweep stays well under two minutes.
+constexpr uint64_t kAutoItersBytes = uint64_t{256} << 20;
+constexpr int kAutoItersMin = 20;
+constexpr int kAutoItersMax = 1000;
+constexpr auto kTimeout = std::chrono::seconds(60);
+
+struct PushPullArgs {
+  uint64_t min_bytes = uint64_t{4} << 10;
+  uint64_t max_bytes = uint64_t{64} << 20;
+  int iters = 0;  // 0: auto
+  int warmup = 5;
+  std::string json_out;
+};
+
+// One payload size and the rows it uses: rows base + kStride * i (pushed and
+// pulled), base + kStride * i + 1 (never pushed: the neighbours checked).
+struct SizePlan {
+  uint64_t bytes = 0;  // nominal; the push payload is n * 12 bytes
+  uint32_t n = 0;
+  uint32_t base = 0;
+  int iters = 0;
+};
+
+struct Latency {
+  double p50_us = 0;
+  double p99_us = 0;
+};
+
+Latency Percentiles(std::vector<double> us) {
+  std::sort(us.begin(), us.end());
+  // Nearest rank: p99 of fewer than 100 samples is the maximum.
+  auto rank = [&](double p) {
+    const size_t k = static_cast<size_t>(std::ceil(p * static_cast<double>(us.size())));
+    return us[std::clamp<size_t>(k, 1, us.size()) - 1];
+  };
+  return {rank(0.50), rank(0.99)};
+}
+
+double MicrosSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+}
+
+// Deterministic, distinct per element, so a value written to the wrong row or
+// column shows.
+float InitialValue(uint32_t row, uint32_t col) {
+  const uint32_t h = (row * 2654435761u) ^ (col * 0x9E3779B9u);
+  return static_cast<float>(h >> 16) / 65536.0f - 0.5f;
+}
+
+// Never zero: a zero gradient leaves a row where it was and would let a
+// dropped push pass the check.
+float Gradient(uint32_t row, uint32_t col) {
+  const float magnitude = static_cast<float>((row * kWidth + col) % 13 + 1) * 0.01f;
+  return (row / kStride) % 2 == 0 ? magnitude : -magnitude;
+}
+
+// The reference: Adam as kernels/adam_math.h defines it, run here on a fresh
+// row (its own step count from 0, m = v = 0) for `steps` pushes of the same
+// gradient. step_size[t] = AdamStepSize(hyper, t).
+float Expected(const AdamHyper& hyper, const std::vector<float>& step_size, int steps, float w0,
+               float g) {
+  float w = w0, m = 0.0f, v = 0.0f;
+  for (int t = 1; t <= steps; ++t) AdamUpdate(hyper, step_size[t], g, &w, &m, &v);
+  return w;
+}
+
+// A tolerance, not equality: the reference is compiled in another
+// translation unit, where the compiler may contract or order the float
+// operations differently. A missing or extra push moves a value by about the
+// learning rate, orders of magnitude more.
+bool Close(float got, float want) {
+  return std::abs(got - want) <= 1e-5f * std::max(1.0f, std::abs(want));  // false for NaN
+}
+
+// Values of the pushed rows in `table` (the pull destination) that differ
+// from the reference after `steps` pushes.
+uint64_t CountWrongPushed(const SizePlan& plan, const std::vector<float>& table,
+                          const AdamHyper& hyper, const std::vector<float>& step_size, int steps) {
+  uint64_t wrong = 0;
+  for (uint32_t i = 0; i < plan.n; ++i) {
+    const uint32_t row = plan.base + kStride * i;
+    for (uint32_t c = 0; c < kWidth; ++c) {
+      const float want = Expected(hyper, step_size, steps, InitialValue(row, c), Gradient(row, c));
+      wrong += Close(table[size_t{row} * kWidth + c], want) ? 0 : 1;
+    }
+  }
+  return wrong;
+}
+
+// Values of the neighbour rows that differ from their initial values; these
+// are copied, never computed, so they must match exactly.
+uint64_t CountWrongNeighbours(const SizePlan& plan, const std::vector<float>& table) {
+  uint64_t wrong = 0;
+  for (uint32_t i = 0; i < plan.n; ++i) {
+    const uint32_t row = plan.base + kStride * i + 1;
+    for (uint32_t c = 0; c < kWidth; ++c) {
+      wrong += table[size_t{row} * kWidth + c] == InitialValue(row, c) ? 0 : 1;
+    }
+  }
+  return wrong;
+}
+
+// A pull that silently left a value alone must not pass for one that wrote
+// the right value, so the destination is poisoned before checked pulls.
+void Poison(const std::vector<uint32_t>& rows, std::vector<float>* table) {
+  for (uint32_t row : rows) {
+    for (uint32_t c = 0; c < kWidth; ++c) {
+      (*table)[size_t{row} * kWidth + c] = std::numeric_limits<float>::quiet_NaN();
+    }
+  }
+}
+
+Status Pull(PsClient& client, const std::vector<uint32_t>& rows, std::vector<float>* table) {
+  GRIDSYNC_RETURN_IF_ERROR(
+      client.SendPull(0, {{0, false, rows.data(), rows.size(), table->data()}}));
+  return client.ReceivePull().status();
+}
+
+// The timed loop on the gridsync side; returns each iteration's latency (us).
+Result<std::vector<double>> TimeGridsync(PsClient& client, const std::vector<uint32_t>& rows,
+                                         const std::vector<float>& grad, int warmup, int iters,
+                                         uint64_t* step, std::vector<float>* table) {
+  const std::vector<TableRowsRef> push = {{0, false, rows.data(), rows.size(), grad.data()}};
+  const std::vector<TablePullRef> pull = {{0, false, rows.data(), rows.size(), table->data()}};
+  std::vector<double> us;
+  us.reserve(static_cast<size_t>(iters));
+  for (int it = 0; it < warmup + iters; ++it) {
+    const auto start = Clock::now();
+    GRIDSYNC_RETURN_IF_ERROR(client.Push(wire::Kind::kPush, (*step)++, push));
+    GRIDSYNC_RETURN_IF_ERROR(client.SendPull(0, pull));
+    auto version = client.ReceivePull();
+    if (!version.ok()) return version.status();
+    if (it >= warmup) us.push_back(MicrosSince(start));
+  }
+  return us;
+}
+
+template <typename F>
+auto RetryOnEintr(F&& f) {
+  for (;;) {
+    try {
+      return f();
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) throw;
+    }
+  }
+}
+
+// The send buffers outlive every message that refers to them (they are
+// members declared before the context), so ZeroMQ need not free anything.
+void NoFree(void*, void*) {}
+
+// The raw ZeroMQ peer. Thread safety: Start, Time and the destructor from one
+// thread; the echo thread owns server_ between Start and the destructor.
+class RawZmqPeer {
+ public:
+  static Result<std::unique_ptr<RawZmqPeer>> Start(uint32_t max_rows) {
+    std::unique_ptr<RawZmqPeer> peer(new RawZmqPeer(max_rows));
+    try {
+      for (zmq::socket_t* s : {&peer->server_, &peer->client_}) {
+        // As PsShard and PsClient set them: no high-water mark, no linger.
+        s->set(zmq::sockopt::linger, 0);
+        s->set(zmq::sockopt::sndhwm, 0);
+        s->set(zmq::sockopt::rcvhwm, 0);
+      }
+      peer->server_.bind("tcp://127.0.0.1:0");
+      peer->client_.connect(peer->server_.get(zmq::sockopt::last_endpoint));
+    } catch (const zmq::error_t& e) {
+      return Status::IOError(std::string("raw ZeroMQ peer: ") + e.what());
+    }
+    // Starting the thread orders the socket setup above before its use there.
+    peer->thread_ = std::thread([p = peer.get()] { p->Serve(); });
+    return peer;
+  }
+
+  ~RawZmqPeer() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+
+  // The timed loop on the raw side; returns each iteration's latency (us).
+  Result<std::vector<double>> Time(uint32_t n, int warmup, int iters) {
+    std::vector<double> us;
+    us.reserve(static_cast<size_t>(iters));
+    try {
+      for (int it = 0; it < warmup + iters; ++it) {
+        const auto start = Clock::now();
+        Send(kPushTag, n, /*with_values=*/true);
+        GRIDSYNC_RETURN_IF_ERROR(Expect({kHeaderBytes}));
+        Send(kPullTag, n, /*with_values=*/false);
+        GRIDSYNC_RETURN_IF_ERROR(Expect({kHeaderBytes, size_t{n} * kWidth * sizeof(float)}));
+        if (it >= warmup) us.push_back(MicrosSince(start));
+      }
+    } catch (const zmq::error_t& e) {
+      return Status::IOError(std::string("raw ZeroMQ client: ") + e.what());
+    }
+    return us;
+  }
+
+ private:
+  static constexpr char kPushTag = 'P';
+  static constexpr char kPullTag = 'Q';
+
+  explicit RawZmqPeer(uint32_t max_rows)
+      : ids_(max_rows), values_(size_t{max_rows} * kWidth), server_values_(values_.size()) {
+    for (uint32_t i = 0; i < max_rows; ++i) ids_[i] = kStride * i;
+    for (size_t i = 0; i < values_.size(); ++i) values_[i] = server_values_[i] = 0.001f * i;
+    push_header_[0] = kPushTag;
+    pull_header_[0] = kPullTag;
+  }
+
+  void Send(char tag, uint32_t n, bool with_values) {
+    char* header = tag == kPushTag ? push_header_.data() : pull_header_.data();
+    RetryOnEintr([&] {
+      return client_.send(zmq::message_t(header, kHeaderBytes, NoFree), zmq::send_flags::sndmore);
+    });
+    RetryOnEintr([&] {
+      return client_.send(zmq::message_t(ids_.data(), size_t{n} * sizeof(uint32_t), NoFree),
+                          with_values ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    });
+    if (with_values) {
+      RetryOnEintr([&] {
+        return client_.send(
+            zmq::message_t(values_.data(), size_t{n} * kWidth * sizeof(float), NoFree),
+            zmq::send_flags::none);
+      });
+    }
+  }
+
+  // Waits for one reply with frames of the given sizes. A mismatch is a bug
+  // in this file or a failed echo thread, reported rather than timed.
+  Status Expect(const std::vector<size_t>& sizes) {
+    zmq::pollitem_t item{client_.handle(), 0, ZMQ_POLLIN, 0};
+    const int ready = RetryOnEintr([&] {
+      return zmq::poll(&item, 1, std::chrono::duration_cast<std::chrono::milliseconds>(kTimeout));
+    });
+    if (ready == 0) {
+      std::lock_guard<std::mutex> lock(mu_);
+      return server_error_.ok() ? Status::Timeout("raw ZeroMQ peer: no reply") : server_error_;
+    }
+    frames_.clear();
+    RetryOnEintr([&] { return zmq::recv_multipart(client_, std::back_inserter(frames_)); });
+    bool same = frames_.size() == sizes.size();
+    for (size_t i = 0; same && i < sizes.size(); ++i) same = frames_[i].size() == sizes[i];
+    if (!same) return Status::Internal("raw ZeroMQ peer: reply of an unexpected shape");
+    return Status::OK();
+  }
+
+  // The echo thread. No exception leaves it: a failure is recorded and ends
+  // the thread, and the client's wait reports it.
+  void Serve() {
+    std::vector<zmq::message_t> frames;
+    try {
+      while (!stop_) {
+        zmq::pollitem_t item{server_.handle(), 0, ZMQ_POLLIN, 0};
+        // A short poll: the destructor's stop flag is seen within 50 ms.
+        if (RetryOnEintr([&] { return zmq::poll(&item, 1, std::chrono::milliseconds(50)); }) == 0) {
+          continue;
+        }
+        frames.clear();
+        RetryOnEintr([&] { return zmq::recv_multipart(server_, std::back_inserter(frames)); });
+        // [routing id, header, ids] plus values for a push.
+        if (frames.size() < 3 || frames[1].size() != kHeaderBytes) {
+          std::lock_guard<std::mutex> lock(mu_);
+          server_error_ = Status::Internal("raw ZeroMQ peer: request of an unexpected shape");
+          return;
+        }
+        const char tag = *frames[1].data<char>();
+        RetryOnEintr([&] { return server_.send(frames[0], zmq::send_flags::sndmore); });
+        if (tag == kPushTag) {
+          RetryOnEintr([&] {
+            return server_.send(zmq::message_t(ack_.data(), kHeaderBytes, NoFree),
+                                zmq::send_flags::none);
+          });
+          continue;
+        }
+        const size_t n = frames[2].size() / sizeof(uint32_t);
+        RetryOnEintr([&] {
+          return server_.send(zmq::message_t(ack_.data(), kHeaderBytes, NoFree),
+                              zmq::send_flags::sndmore);
+        });
+        RetryOnEintr([&] {
+          return server_.send(
+              zmq::message_t(server_values_.data(), n * kWidth * sizeof(float), NoFree),
+              zmq::send_flags::none);
+        });
+      }
+    } catch (const zmq::error_t& e) {
+      std::lock_guard<std::mutex> lock(mu_);
+      server_error_ = Status::IOError(std::string("raw ZeroMQ echo thread: ") + e.what());
+    }
+  }
+
+  // Buffers first: destroyed after the context, so after ZeroMQ is done.
+  std::vector<uint32_t> ids_;
+  std::vector<float> values_;
+  std::vector<float> server_values_;
+  std::array<char, kHeaderBytes> push_header_{};
+  std::array<char, kHeaderBytes> pull_header_{};
+  std::array<char, kHeaderBytes> ack_{};
+  std::vector<zmq::message_t> frames_;  // the client's last reply
+  zmq::context_t context_{1};
+  zmq::socket_t server_{context_, zmq::socket_type::router};
+  zmq::socket_t client_{context_, zmq::socket_type::dealer};
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  Status server_error_;  // guarded by mu_
+};
+
+struct SizeResult {
+  SizePlan plan;
+  Latency gridsync;
+  Latency zmq;
+  uint64_t wrong = 0;
+};
+
+double GBps(const SizePlan& p, double us) {
+  return static_cast<double>(p.n * kIterBytesPerRow) / (us * 1e-6) / 1e9;
+}
+
+int Fail(const Status& status) {
+  std::fprintf(stderr, "gridsync-bench pushpull: %s\n", status.ToString().c_str());
+  return 1;
+}
+
+int RunPushPull(const PushPullArgs& args) {
+  if (args.min_bytes < kPushBytesPerRow || args.max_bytes < args.min_bytes) {
+    return Fail(Status::InvalidArgument("--min-bytes " + std::to_string(args.min_bytes) +
+                                        ", --max-bytes " + std::to_string(args.max_bytes) +
+                                        "; allowed: " + std::to_string(kPushBytesPerRow) +
+                                        " <= min <= max"));
+  }
+
+  // Sizes min, 4 min, ... <= max, each with a region of whole row blocks.
+  std::vector<SizePlan> plans;
+  uint64_t table_rows = 0;
+  uint32_t max_n = 0;
+  for (uint64_t bytes = args.min_bytes; bytes <= args.max_bytes; bytes *= 4) {
+    SizePlan p;
+    p.bytes = bytes;
+    const uint64_t n = bytes / kPushBytesPerRow;
+    if (n * kStride + table_rows > std::numeric_limits<uint32_t>::max()) {
+      return Fail(Status::InvalidArgument("--max-bytes " + std::to_string(args.max_bytes) +
+                                          " needs more than 2^32 table rows; allowed: smaller"));
+    }
+    p.n = static_cast<uint32_t>(n);
+    p.base = static_cast<uint32_t>(table_rows);
+    p.iters = args.iters > 0 ? args.iters
+                             : static_cast<int>(std::clamp<uint64_t>(kAutoItersBytes / bytes,
+                                                                     kAutoItersMin, kAutoItersMax));
+    table_rows += (n * kStride + kRowBlock - 1) / kRowBlock * kRowBlock;
+    max_n = std::max(max_n, p.n);
+    plans.push_back(p);
+  }
+
+  const std::vector<TableInfo> tables = {{"level", table_rows, kWidth}};
+  auto made = Partition::Make(tables, 1, ModelParallelDim::kRow);
+  if (!made.ok()) return Fail(made.status());
+  // The shard and the client keep references to it: it stays put from here.
+  const Partition partition = std::move(made).value();
+
+  ShardOptions options;
+  options.endpoint = "tcp://127.0.0.1:0";
+  options.workers = 1;
+  options.consistency = Consistency::kAsync;
+  options.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(kTimeout);
+  auto shard = PsShard::Start(partition, options);
+  if (!shard.ok()) return Fail(shard.status());
+
+  ClusterMap map;
+  map.expected_shards = 1;
+  map.expected_workers = 1;
+  MemberInfo member;
+  member.role = Role::kShard;
+  member.node = "127.0.0.1";
+  member.endpoint = (*shard)->endpoint();
+  map.shards.push_back(member);
+  map.tables = tables;
+  auto client = PsClient::Connect(map, partition, 0, 1,
+                                  std::chrono::duration_cast<std::chrono::milliseconds>(kTimeout));
+  if (!client.ok()) return Fail(client.status());
+
+  // Every row starts at its known value. The same buffer is then the pull
+  // destination (the full table, as PsClient fills it).
+  std::vector<float> table(table_rows * kWidth);
+  for (uint64_t r = 0; r < table_rows; ++r) {
+    for (uint32_t c = 0; c < kWidth; ++c) {
+      table[r * kWidth + c] = InitialValue(static_cast<uint32_t>(r), c);
+    }
+  }
+  if (auto s = (*client)->Push(wire::Kind::kInit, 0, {{0, true, nullptr, 0, table.data()}});
+      !s.ok()) {
+    return Fail(s.WithContext("init"));
+  }
+
+  auto raw = RawZmqPeer::Start(max_n);
+  if (!raw.ok()) return Fail(raw.status());
+
+  int max_steps = 1;
+  for (const auto& p : plans) max_steps = std::max(max_steps, 1 + args.warmup + p.iters);
+  std::vector<float> step_size(static_cast<size_t>(max_steps) + 1, 0.0f);
+  for (int t = 1; t <= max_steps; ++t) {
+    step_size[static_cast<size_t>(t)] = AdamStepSize(options.hyper, static_cast<uint32_t>(t));
+  }
+
+  std::printf(
+      "# gridsync-bench pushpull: 1 PS shard (async, Adam on arrival, %d threads) and a raw "
+      "ZeroMQ DEALER/ROUTER peer on tcp://127.0.0.1; table %llu rows x %u floats; one row in "
+      "%u of a region per size; warmup %d; iters %s; bytes per iteration = %llu x rows (push "
+      "ids + values, pull ids + values; headers not counted); GB/s = 1e9 B/s at the median; "
+      "ratio = gridsync_GB/s / zmq_GB/s\n",
+      options.threads, static_cast<unsigned long long>(table_rows), kWidth, kStride, args.warmup,
+      args.iters > 0 ? std::to_string(args.iters).c_str() : "auto (256 MiB / size, 20..1000)",
+      static_cast<unsigned long long>(kIterBytesPerRow));
+  std::printf("#%9s %9s %6s %16s %16s %13s %16s %12s %12s %9s %6s %6s\n", "size(B)", "rows",
+              "iters", "gridsync_p50(us)", "gridsync_p99(us)", "gridsync_GB/s", "gridsync_Mrows/s",
+              "zmq_p50(us)", "zmq_p99(us)", "zmq_GB/s", "ratio", "#wrong");
+  std::fflush(stdout);
+
+  std::vector<SizeResult> results;
+  uint64_t step = 1;
+  uint64_t total_wrong = 0;
+  for (const SizePlan& p : plans) {
+    SizeResult result;
+    result.plan = p;
+    std::vector<uint32_t> rows(p.n);
+    std::vector<uint32_t> with_neighbours;  // ascending: row, row + 1, ...
+    with_neighbours.reserve(size_t{p.n} * 2);
+    std::vector<float> grad(size_t{p.n} * kWidth);
+    for (uint32_t i = 0; i < p.n; ++i) {
+      rows[i] = p.base + kStride * i;
+      with_neighbours.push_back(rows[i]);
+      with_neighbours.push_back(rows[i] + 1);
+      for (uint32_t c = 0; c < kWidth; ++c) grad[size_t{i} * kWidth + c] = Gradient(rows[i], c);
+    }
+
+    // Untimed: the first push to these fresh rows, pulled back with the
+    // neighbours it must not have touched.
+    if (auto s = (*client)->Push(wire::Kind::kPush, step++,
+                                 {{0, false, rows.data(), rows.size(), grad.data()}});
+        !s.ok()) {
+      return Fail(s.WithContext("check push"));
+    }
+    Poison(with_neighbours, &table);
+    if (auto s = Pull(**client, with_neighbours, &table); !s.ok()) {
+      return Fail(s.WithContext("check pull"));
+    }
+    result.wrong += CountWrongPushed(p, table, options.hyper, step_size, 1);
+    result.wrong += CountWrongNeighbours(p, table);
+
+    Poison(rows, &table);
+    auto ours = TimeGridsync(**client, rows, grad, args.warmup, p.iters, &step, &table);
+    if (!ours.ok()) return Fail(ours.status());
+    auto theirs = (*raw)->Time(p.n, args.warmup, p.iters);
+    if (!theirs.ok()) return Fail(theirs.status());
+    result.wrong += CountWrongPushed(p, table, options.hyper, step_size, 1 + args.warmup + p.iters);
+
+    result.gridsync = Percentiles(*ours);
+    result.zmq = Percentiles(*theirs);
+    const double ours_gbps = GBps(p, result.gridsync.p50_us);
+    const double zmq_gbps = GBps(p, result.zmq.p50_us);
+    std::printf("%10llu %9u %6d %16.1f %16.1f %13.3f %16.3f %12.1f %12.1f %9.3f %6.3f %6llu\n",
+                static_cast<unsigned long long>(p.bytes), p.n, p.iters, result.gridsync.p50_us,
+                result.gridsync.p99_us, ours_gbps, p.n / result.gridsync.p50_us, result.zmq.p50_us,
+                result.zmq.p99_us, zmq_gbps, ours_gbps / zmq_gbps,
+                static_cast<unsigned long long>(result.wrong));
+    std::fflush(stdout);
+    total_wrong += result.wrong;
+    results.push_back(result);
+  }
+  std::printf("# #wrong total: %llu%s\n", static_cast<unsigned long long>(total_wrong),
+              total_wrong == 0 ? "" : " (FAILED: pulled values differ from the reference)");
+
+  if (!args.json_out.empty()) {
+    nlohmann::json out;
+    out["settings"] = {{"shards", 1},
+                       {"consistency", "async"},
+                       {"shard_threads", options.threads},
+                       {"table_rows", table_rows},
+                       {"width", kWidth},
+                       {"row_stride", kStride},
+                       {"warmup", args.warmup},
+                       {"iters", args.iters},
+                       {"bytes_per_iteration_per_row", kIterBytesPerRow}};
+    out["rows"] = nlohmann::json::array();
+    for (const auto& r : results) {
+      const double ours_gbps = GBps(r.plan, r.gridsync.p50_us);
+      const double zmq_gbps = GBps(r.plan, r.zmq.p50_us);
+      out["rows"].push_back({{"size_bytes", r.plan.bytes},
+                             {"rows", r.plan.n},
+                             {"iters", r.plan.iters},
+                             {"gridsync_p50_us", r.gridsync.p50_us},
+                             {"gridsync_p99_us", r.gridsync.p99_us},
+                             {"gridsync_gbps", ours_gbps},
+                             {"gridsync_mrows_per_s", r.plan.n / r.gridsync.p50_us},
+                             {"zmq_p50_us", r.zmq.p50_us},
+                             {"zmq_p99_us", r.zmq.p99_us},
+                             {"zmq_gbps", zmq_gbps},
+                             {"ratio", ours_gbps / zmq_gbps},
+                             {"wrong", r.wrong}});
+    }
+    std::ofstream file(args.json_out);
+    file << out.dump(2) << "\n";
+    if (!file) return Fail(Status::IOError("cannot write " + args.json_out));
+  }
+  return total_wrong == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+Runner AddPushPullCommand(CLI::App* app) {
+  auto args = std::make_shared<PushPullArgs>();
+  auto* cmd = app->add_subcommand(
+      "pushpull", "Push+pull throughput and latency of one PS shard on loopback vs raw ZeroMQ");
+  // Sizes accept units (4KB, 64MB; KB = 1024 B).
+  cmd->add_option("--min-bytes", args->min_bytes, "Smallest push payload (bytes; sweep x4)")
+      ->transform(CLI::AsSizeValue(false));
+  cmd->add_option("--max-bytes", args->max_bytes, "Largest push payload (bytes)")
+      ->transform(CLI::AsSizeValue(false));
+  cmd->add_option("--iters", args->iters,
+                  "Timed iterations per size (0: auto, 256 MiB / size clamped to 20..1000)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--warmup", args->warmup, "Untimed iterations per size")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--json", args->json_out, "Write the results as JSON to this file");
+  return [args] { return RunPushPull(*args); };
+}
+
+}  // namespace gridsync::bench
