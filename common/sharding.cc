@@ -22,7 +22,7 @@ Result<Partition> Partition::Make(const std::vector<TableInfo>& tables, uint32_t
       groups = std::gcd(t.width, shards);
     }
     if (t.width % groups != 0) groups = 1;
-    p.per_table_.push_back({block, groups});
+    p.per_table_.push_back({block, groups, shards / groups});
     block += (t.rows + kRowBlock - 1) / kRowBlock;
   }
   return p;

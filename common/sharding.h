@@ -41,7 +41,7 @@ class Partition {
   const TableInfo& table(uint32_t t) const { return tables_[t]; }
 
   uint32_t ColumnGroups(uint32_t t) const { return per_table_[t].column_groups; }
-  uint32_t RowGroups(uint32_t t) const { return shards_ / per_table_[t].column_groups; }
+  uint32_t RowGroups(uint32_t t) const { return per_table_[t].row_groups; }
   uint32_t ColBegin(uint32_t t, uint32_t g) const { return g * ColWidth(t); }
   uint32_t ColWidth(uint32_t t) const { return tables_[t].width / per_table_[t].column_groups; }
 
@@ -66,6 +66,7 @@ class Partition {
   struct PerTable {
     uint64_t first_block = 0;
     uint32_t column_groups = 1;
+    uint32_t row_groups = 1;  // shards / column_groups, kept to avoid a division per row
   };
   uint32_t shards_ = 1;
   std::vector<TableInfo> tables_;

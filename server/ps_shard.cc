@@ -240,20 +240,45 @@ class PsShardImpl : public PsShard {
     ServeWaitingPulls();
   }
 
-  // Sums the pushes in the given (worker-rank) order and runs Adam, one
-  // table per pool task: tables are independent, the order inside is fixed.
+  // Sums the pushes in the given (worker-rank) order, one table per task
+  // (tables are independent; the order inside a table is fixed), then runs
+  // Adam in chunks of rows spread over the pool. A step with a single push
+  // (one worker, or async) skips the summing buffer.
   void ApplyStep(const std::vector<const wire::Message*>& pushes) {
-    pool_.ParallelFor(partition_.n_tables(), [&](size_t t) {
-      bool touched = false;
-      for (const wire::Message* m : pushes) {
-        for (const auto& block : m->blocks) {
-          if (block.table != t) continue;
-          store_.Accumulate(block);
-          touched = true;
+    constexpr size_t kChunkRows = 8192;
+    store_.PrepareStep();
+    struct Piece {
+      uint32_t table;
+      size_t chunk;     // touched-row chunk (summed) ...
+      const wire::Block* block = nullptr;  // ... or a row range of a single push
+      size_t begin = 0, end = 0;
+    };
+    std::vector<Piece> pieces;
+    if (pushes.size() == 1) {
+      for (const auto& block : pushes[0]->blocks) {
+        for (size_t begin = 0; begin < block.row_count; begin += kChunkRows) {
+          pieces.push_back({block.table, 0, &block, begin, std::min<size_t>(block.row_count, begin + kChunkRows)});
         }
       }
-      if (touched) store_.ApplyTable(static_cast<uint32_t>(t));
+      pool_.ParallelFor(pieces.size(), [&](size_t i) {
+        store_.ApplyDirect(*pieces[i].block, pieces[i].begin, pieces[i].end);
+      });
+      return;
+    }
+    pool_.ParallelFor(partition_.n_tables(), [&](size_t t) {
+      for (const wire::Message* m : pushes) {
+        for (const auto& block : m->blocks) {
+          if (block.table == t) store_.Accumulate(block);
+        }
+      }
     });
+    for (uint32_t t = 0; t < partition_.n_tables(); ++t) {
+      for (size_t c = 0; c < store_.TouchedChunks(t, kChunkRows); ++c) pieces.push_back({t, c});
+    }
+    pool_.ParallelFor(pieces.size(), [&](size_t i) {
+      store_.ApplyTouchedChunk(pieces[i].table, pieces[i].chunk, kChunkRows);
+    });
+    for (uint32_t t = 0; t < partition_.n_tables(); ++t) store_.FinishTable(t);
   }
 
   void HandlePull(std::unique_ptr<Request> request) {
@@ -269,9 +294,14 @@ class PsShardImpl : public PsShard {
   }
 
   void ReplyPull(Request& request) {
+    constexpr size_t kChunkRows = 16384;
     const wire::Message& m = request.message;
     std::vector<wire::OutBlock> blocks(m.blocks.size());
-    pool_.ParallelFor(m.blocks.size(), [&](size_t i) {
+    struct Piece {
+      size_t block, begin, end;
+    };
+    std::vector<Piece> pieces;
+    for (size_t i = 0; i < m.blocks.size(); ++i) {
       const wire::Block& in = m.blocks[i];
       wire::OutBlock& out = blocks[i];
       out.table = in.table;
@@ -281,7 +311,14 @@ class PsShardImpl : public PsShard {
       out.width = in.width;
       out.row_count = in.row_count;
       out.values.resize(size_t{in.row_count} * in.width);
-      store_.Gather(in, out.values.data());
+      for (size_t b = 0; b < in.row_count; b += kChunkRows) {
+        pieces.push_back({i, b, std::min<size_t>(in.row_count, b + kChunkRows)});
+      }
+    }
+    pool_.ParallelFor(pieces.size(), [&](size_t k) {
+      const Piece& p = pieces[k];
+      const wire::Block& in = m.blocks[p.block];
+      store_.Gather(in, p.begin, p.end, blocks[p.block].values.data() + p.begin * in.width);
     });
     wire::OutHeader header;
     header.kind = wire::Kind::kPullReply;

@@ -1,5 +1,6 @@
 #include "server/shard_store.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <string>
@@ -66,28 +67,53 @@ void ShardStore::Accumulate(const wire::Block& block) {
     float* g = table.grad.data() + local * w;
     const float* v = block.values.data() + i * w;
     for (uint32_t f = 0; f < w; ++f) g[f] += v[f];
-    table.touched[local >> 6] |= uint64_t{1} << (local & 63);
+    uint64_t& word = table.touched[local >> 6];
+    const uint64_t bit = uint64_t{1} << (local & 63);
+    if ((word & bit) == 0) {
+      word |= bit;
+      table.touched_rows.push_back(static_cast<uint32_t>(local));
+    }
   }
 }
 
-uint64_t ShardStore::ApplyTable(uint32_t t) {
+size_t ShardStore::TouchedChunks(uint32_t t, size_t chunk_rows) const {
+  return (tables_[t].touched_rows.size() + chunk_rows - 1) / chunk_rows;
+}
+
+void ShardStore::ApplyTouchedChunk(uint32_t t, size_t chunk, size_t chunk_rows) {
   Table& table = tables_[t];
+  const size_t begin = chunk * chunk_rows;
+  const size_t end = std::min(table.touched_rows.size(), begin + chunk_rows);
+  cpu::AdamUpdateIndexed(hyper_, table.touched_rows.data() + begin, end - begin, table.grad.data(),
+                         table.params.data(), &table.adam);
+}
+
+void ShardStore::FinishTable(uint32_t t) {
+  Table& table = tables_[t];
+  for (uint32_t local : table.touched_rows) table.touched[local >> 6] = 0;
+  table.touched_rows.clear();
+}
+
+void ShardStore::PrepareStep() {
+  ++steps_prepared_;
+  for (Table& table : tables_) table.adam.ReserveSteps(hyper_, steps_prepared_ + 1);
+}
+
+void ShardStore::ApplyDirect(const wire::Block& block, size_t begin, size_t end) {
+  Table& table = tables_[block.table];
   const uint32_t w = table.width;
-  SparseRows& rows = table.scratch;
-  rows.clear();
-  rows.width = w;
-  for (size_t word_index = 0; word_index < table.touched.size(); ++word_index) {
-    for (uint64_t word = table.touched[word_index]; word != 0; word &= word - 1) {
-      const uint64_t local = word_index * 64 + std::countr_zero(word);
-      rows.rows.push_back(static_cast<uint32_t>(local));
-      float* g = table.grad.data() + local * w;
-      rows.values.insert(rows.values.end(), g, g + w);
-      std::memset(g, 0, w * sizeof(float));
+  float* m = table.adam.m.data();
+  float* v = table.adam.v.data();
+  uint32_t* steps = table.adam.step.data();
+  for (size_t i = begin; i < end; ++i) {
+    const uint64_t local = partition_.LocalRow(block.table, block.Row(i));
+    const float lr = table.adam.StepSize(hyper_, ++steps[local]);
+    const float* g = block.values.data() + i * w;
+    for (uint32_t f = 0; f < w; ++f) {
+      const size_t at = local * w + f;
+      AdamUpdate(hyper_, lr, g[f], &table.params[at], &m[at], &v[at]);
     }
-    table.touched[word_index] = 0;
   }
-  cpu::AdamUpdateRows(hyper_, rows, 1.0f, table.params.data(), &table.adam);
-  return rows.size();
 }
 
 void ShardStore::Assign(const wire::Block& block) {
@@ -99,12 +125,15 @@ void ShardStore::Assign(const wire::Block& block) {
   }
 }
 
-void ShardStore::Gather(const wire::Block& request, float* out) const {
+void ShardStore::Gather(const wire::Block& request, size_t begin, size_t end, float* out) const {
   const Table& table = tables_[request.table];
   const uint32_t w = table.width;
-  for (size_t i = 0; i < request.row_count; ++i) {
+  const float* params = table.params.data();
+  for (size_t i = begin; i < end; ++i) {
     const uint64_t local = partition_.LocalRow(request.table, request.Row(i));
-    std::memcpy(out + i * w, table.params.data() + local * w, w * sizeof(float));
+    const float* src = params + local * w;
+    float* dst = out + (i - begin) * w;
+    for (uint32_t f = 0; f < w; ++f) dst[f] = src[f];
   }
 }
 

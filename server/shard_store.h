@@ -37,13 +37,24 @@ class ShardStore {
 
   // grad[row] += values of the block (after ownership was checked).
   void Accumulate(const wire::Block& block);
-  // Adam on the rows of table t touched since the last call; clears them.
-  // Returns the number of rows updated.
-  uint64_t ApplyTable(uint32_t t);
+
+  // Adam runs in pieces that may execute concurrently (distinct rows).
+  // After accumulating a step: the touched rows of table t, in chunks.
+  size_t TouchedChunks(uint32_t t, size_t chunk_rows) const;
+  void ApplyTouchedChunk(uint32_t t, size_t chunk, size_t chunk_rows);
+  // Forgets table t's touched rows once all its chunks ran.
+  void FinishTable(uint32_t t);
+  // A step with a single push needs no summing: Adam straight from the
+  // block's values, rows [begin, end) of the block.
+  void ApplyDirect(const wire::Block& block, size_t begin, size_t end);
+  // Call before a step's pieces run: readies the step-size memo (see
+  // AdamTable::ReserveSteps) for rows stepping once more.
+  void PrepareStep();
   // params[row] = values of the block (initial values).
   void Assign(const wire::Block& block);
-  // Values of the requested rows, packed rows x block.width.
-  void Gather(const wire::Block& request, float* out) const;
+  // Values of requested rows [begin, end), packed rows x block.width, into
+  // out (which points at row `begin`'s slot).
+  void Gather(const wire::Block& request, size_t begin, size_t end, float* out) const;
 
  private:
   struct Table {
@@ -52,15 +63,16 @@ class ShardStore {
     uint32_t column_group = 0;
     std::vector<float> params;
     std::vector<float> grad;
-    std::vector<uint64_t> touched;  // one bit per local row
+    std::vector<uint64_t> touched;       // one bit per local row
+    std::vector<uint32_t> touched_rows;  // the same rows as a list: no scan of the bitmap
     cpu::AdamTable adam;
-    SparseRows scratch;
   };
 
   const Partition& partition_;
   uint32_t shard_;
   AdamHyper hyper_;
   std::vector<Table> tables_;
+  uint32_t steps_prepared_ = 0;  // an upper bound of any row's step count
 };
 
 }  // namespace gridsync

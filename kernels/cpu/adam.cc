@@ -63,6 +63,30 @@ void AdamUpdateRows(const AdamHyper& hyper, const SparseRows& grad, float grad_s
   }
 }
 
+void AdamUpdateIndexed(const AdamHyper& hyper, const uint32_t* rows, size_t n, float* grad,
+                       float* params, AdamTable* state) {
+  const uint32_t width = state->width;
+  float* m = state->m.data();
+  float* v = state->v.data();
+  uint32_t* steps = state->step.data();
+  for (size_t i = 0; i < n; ++i) {
+    if (i + kPrefetchDistance < n) {
+      const size_t ahead = size_t{rows[i + kPrefetchDistance]} * width;
+      __builtin_prefetch(&params[ahead], 1);
+      __builtin_prefetch(&grad[ahead], 1);
+      __builtin_prefetch(&m[ahead], 1);
+      __builtin_prefetch(&v[ahead], 1);
+    }
+    const size_t row = rows[i];
+    const float lr = state->StepSize(hyper, ++steps[row]);
+    for (uint32_t f = 0; f < width; ++f) {
+      const size_t at = row * width + f;
+      AdamUpdate(hyper, lr, grad[at], &params[at], &m[at], &v[at]);
+      grad[at] = 0.0f;
+    }
+  }
+}
+
 void AdamUpdateDense(const AdamHyper& hyper, const float* grad, uint64_t rows, float grad_scale,
                      float* params, AdamTable* state) {
   const uint32_t width = state->width;

@@ -30,6 +30,10 @@ struct AdamTable {
 
   // AdamStepSize(hyper, t), memoised: rows of one batch carry many different
   // step counts, and two pow() calls per row would cost more than the update.
+  // Extends the memo to step t so that concurrent StepSize calls on
+  // disjoint rows (which then only read it) are safe.
+  void ReserveSteps(const AdamHyper& hyper, uint32_t t) { StepSize(hyper, t); }
+
   float StepSize(const AdamHyper& hyper, uint32_t t) {
     if (t >= step_size.size() || hyper.learning_rate != step_size_lr) {
       if (hyper.learning_rate != step_size_lr) step_size.clear();
@@ -53,6 +57,12 @@ struct AdamTable {
 // 1/samples for a sum of per-sample gradients).
 void AdamUpdateRows(const AdamHyper& hyper, const SparseRows& grad, float grad_scale,
                     float* params, AdamTable* state);
+
+// Variant for gradients kept in a dense per-row buffer (a PS shard summing
+// several pushes): updates rows[0..n) and zeroes their gradient rows, so the
+// buffer is clean for the next step. Row order does not matter.
+void AdamUpdateIndexed(const AdamHyper& hyper, const uint32_t* rows, size_t n, float* grad,
+                       float* params, AdamTable* state);
 
 // Dense variant: every row of a table whose gradient lies in `grad`
 // (rows x width, row-major), as for MLP weights.
