@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <systemd/sd-daemon.h>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <spdlog/spdlog.h>
@@ -58,6 +59,8 @@ int main(int argc, char** argv) {
   }
   spdlog::info("listening on {}:{} (expecting {} shards, {} workers; config {})", options.bind_host,
                (*coordinator)->port(), options.expected_shards, options.expected_workers, config->source);
+  // Under systemd (Type=notify) this is when dependents may start.
+  sd_notify(0, "READY=1");
 
   signals_io.run();  // returns once a signal arrived
   spdlog::info("received {}; stopping", received == SIGINT ? "SIGINT" : "SIGTERM");

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <systemd/sd-daemon.h>
 #include <spdlog/spdlog.h>
 
 #include "common/config.h"
@@ -103,6 +104,8 @@ int main(int argc, char** argv) {
   }
   spdlog::info("registered as shard {} (cluster map generation {})", registered->rank,
                registered->map.generation);
+  // Under systemd (Type=notify): serving and registered.
+  sd_notify(0, "READY=1");
 
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
