@@ -2,8 +2,10 @@
 //
 // tiny-cuda-nn's form: each row keeps its own step count, so a hash-grid row
 // that few batches touch gets the bias correction of its own history, and a
-// row that a batch did not touch is not updated at all (its m and v do not
-// decay either).
+// row whose gradient is exactly zero (untouched) is not updated at all: its
+// step count stays, its m and v do not decay. Deciding by the gradient value
+// rather than by who touched the row gives every sync mode (local, PS,
+// all-reduce) the same rule, whatever the summation route.
 //   m <- b1*m + (1-b1)*g
 //   v <- b2*v + (1-b2)*g^2
 //   w <- w - lr * sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps)
@@ -30,6 +32,14 @@ struct AdamHyper {
 GRIDSYNC_HOST_DEVICE inline float AdamStepSize(const AdamHyper& h, uint32_t t) {
   return h.learning_rate * sqrtf(1.0f - powf(h.beta2, static_cast<float>(t))) /
          (1.0f - powf(h.beta1, static_cast<float>(t)));
+}
+
+// Whether a row of `width` gradient values has any non-zero entry.
+GRIDSYNC_HOST_DEVICE inline bool RowHasGradient(const float* g, uint32_t width) {
+  for (uint32_t f = 0; f < width; ++f) {
+    if (g[f] != 0.0f) return true;
+  }
+  return false;
 }
 
 GRIDSYNC_HOST_DEVICE inline void AdamUpdate(const AdamHyper& h, float step_size, float g, float* w,

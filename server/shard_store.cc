@@ -106,9 +106,10 @@ void ShardStore::ApplyDirect(const wire::Block& block, size_t begin, size_t end)
   float* v = table.adam.v.data();
   uint32_t* steps = table.adam.step.data();
   for (size_t i = begin; i < end; ++i) {
+    const float* g = block.values.data() + i * w;
+    if (!RowHasGradient(g, w)) continue;
     const uint64_t local = partition_.LocalRow(block.table, block.Row(i));
     const float lr = table.adam.StepSize(hyper_, ++steps[local]);
-    const float* g = block.values.data() + i * w;
     for (uint32_t f = 0; f < w; ++f) {
       const size_t at = local * w + f;
       AdamUpdate(hyper_, lr, g[f], &table.params[at], &m[at], &v[at]);

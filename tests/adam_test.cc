@@ -98,3 +98,31 @@ TEST(LossScalerTest, DisabledNeverScales) {
 
 }  // namespace
 }  // namespace gridsync
+
+namespace gridsync {
+namespace {
+
+TEST(AdamTest, ZeroGradientRowsAreSkipped) {
+  AdamHyper hyper;
+  cpu::AdamTable state;
+  state.Resize(3, 2);
+  std::vector<float> params = {1, 1, 2, 2, 3, 3};
+  // Row 1 is listed but its gradient is exactly zero: no step, no decay.
+  SparseRows g{2, {0, 1}, {0.5f, 0.0f, 0.0f, 0.0f}};
+  cpu::AdamUpdateRows(hyper, g, 1.0f, params.data(), &state);
+  EXPECT_EQ(state.step[0], 1u);
+  EXPECT_EQ(state.step[1], 0u);
+  EXPECT_EQ(params[2], 2.0f);
+  EXPECT_EQ(params[3], 2.0f);
+  // A row with one non-zero column steps as a whole.
+  EXPECT_NE(params[0], 1.0f);
+  EXPECT_EQ(params[1], 1.0f);  // its zero column: m = v = 0 -> no move
+  const std::vector<float> dense = {0, 0, 1, 0, 0, 0};
+  cpu::AdamUpdateDense(hyper, dense.data(), 3, 1.0f, params.data(), &state);
+  EXPECT_EQ(state.step[0], 1u);  // zero row skipped although m != 0
+  EXPECT_EQ(state.step[1], 1u);
+  EXPECT_EQ(state.step[2], 0u);
+}
+
+}  // namespace
+}  // namespace gridsync

@@ -30,6 +30,7 @@ void UpdateRowsFixed(const AdamHyper& hyper, const SparseRows& grad, float grad_
       __builtin_prefetch(&steps[ahead], 1);
     }
     const size_t row = rows[i];
+    if (!RowHasGradient(values + i * W, W)) continue;
     const float lr = state->StepSize(hyper, ++steps[row]);
     for (uint32_t f = 0; f < W; ++f) {
       const size_t at = row * W + f;
@@ -54,8 +55,9 @@ void AdamUpdateRows(const AdamHyper& hyper, const SparseRows& grad, float grad_s
   const uint32_t width = grad.width;
   for (size_t i = 0; i < grad.rows.size(); ++i) {
     const size_t row = grad.rows[i];
-    const float lr = state->StepSize(hyper, ++state->step[row]);
     const float* g = grad.values.data() + i * width;
+    if (!RowHasGradient(g, width)) continue;
+    const float lr = state->StepSize(hyper, ++state->step[row]);
     for (uint32_t f = 0; f < width; ++f) {
       const size_t at = row * width + f;
       AdamUpdate(hyper, lr, g[f] * grad_scale, &params[at], &state->m[at], &state->v[at]);
@@ -78,6 +80,7 @@ void AdamUpdateIndexed(const AdamHyper& hyper, const uint32_t* rows, size_t n, f
       __builtin_prefetch(&v[ahead], 1);
     }
     const size_t row = rows[i];
+    if (!RowHasGradient(grad + row * width, width)) continue;  // already zero
     const float lr = state->StepSize(hyper, ++steps[row]);
     for (uint32_t f = 0; f < width; ++f) {
       const size_t at = row * width + f;
@@ -91,6 +94,7 @@ void AdamUpdateDense(const AdamHyper& hyper, const float* grad, uint64_t rows, f
                      float* params, AdamTable* state) {
   const uint32_t width = state->width;
   for (uint64_t row = 0; row < rows; ++row) {
+    if (!RowHasGradient(grad + row * width, width)) continue;
     const float lr = state->StepSize(hyper, ++state->step[row]);
     for (uint32_t f = 0; f < width; ++f) {
       const size_t at = row * width + f;

@@ -52,8 +52,9 @@ struct AdamTable {
   float step_size_lr = 0.0f;
 };
 
-// Applies Adam to `grad.rows` of `params` (rows x width), each gradient
-// multiplied by `grad_scale` first (1/loss_scale for mixed precision,
+// Applies Adam to `grad.rows` of `params` (rows x width) whose gradient is
+// not all zero (see kernels/adam_math.h), each gradient multiplied by
+// `grad_scale` first (1/loss_scale for mixed precision,
 // 1/samples for a sum of per-sample gradients).
 void AdamUpdateRows(const AdamHyper& hyper, const SparseRows& grad, float grad_scale,
                     float* params, AdamTable* state);
@@ -64,8 +65,10 @@ void AdamUpdateRows(const AdamHyper& hyper, const SparseRows& grad, float grad_s
 void AdamUpdateIndexed(const AdamHyper& hyper, const uint32_t* rows, size_t n, float* grad,
                        float* params, AdamTable* state);
 
-// Dense variant: every row of a table whose gradient lies in `grad`
-// (rows x width, row-major), as for MLP weights.
+// Dense variant: the rows of a table whose gradient lies in `grad` (rows x
+// width, row-major), as for MLP weights; all-zero rows are skipped here too
+// (unlike tiny-cuda-nn's matrix weights) so that every sync mode, where the
+// PS stores MLP weights as tables of rows, applies one rule.
 void AdamUpdateDense(const AdamHyper& hyper, const float* grad, uint64_t rows, float grad_scale,
                      float* params, AdamTable* state);
 

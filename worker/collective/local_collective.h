@@ -27,6 +27,8 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -55,10 +57,9 @@ class LocalCollective final : public Collective {
   // pending and later operation on every rank fails with `reason`.
   void Abort(const std::string& reason);
 
-  struct Hub;  // shared by the ranks of one group (local_collective.cc)
-
  private:
-  struct Call;
+  struct Hub;   // shared by the ranks of one group (local_collective.cc)
+  struct Call;  // what one rank asked for in one operation
   LocalCollective(std::shared_ptr<Hub> hub, int rank, int size, std::string group,
                   std::chrono::milliseconds timeout);
   // Arrives at the next round with `call` and a copy of `contribution`, waits
