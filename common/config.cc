@@ -59,6 +59,43 @@ std::string_view ToString(ModelParallelDim v) {
   return "?";
 }
 
+std::string_view ToString(CollectiveKind v) {
+  switch (v) {
+    case CollectiveKind::kAuto:
+      return "auto";
+    case CollectiveKind::kNccl:
+      return "nccl";
+    case CollectiveKind::kGloo:
+      return "gloo";
+  }
+  return "?";
+}
+
+std::vector<NodeConfig> DistributedConfig::ResolvedNodes() const {
+  if (!nodes.empty()) return nodes;
+  return {NodeConfig{"node0", world_size, 1.0}};
+}
+
+int DistributedConfig::NodeOf(int rank) const {
+  const auto resolved = ResolvedNodes();
+  int first = 0;
+  for (size_t n = 0; n < resolved.size(); ++n) {
+    if (rank < first + resolved[n].workers) return static_cast<int>(n);
+    first += resolved[n].workers;
+  }
+  return static_cast<int>(resolved.size()) - 1;
+}
+
+int DistributedConfig::LocalRankOf(int rank) const {
+  const auto resolved = ResolvedNodes();
+  int first = 0;
+  for (const auto& node : resolved) {
+    if (rank < first + node.workers) return rank - first;
+    first += node.workers;
+  }
+  return 0;
+}
+
 std::string_view ToString(Consistency v) {
   switch (v) {
     case Consistency::kBsp:
@@ -96,6 +133,8 @@ constexpr BatchSplitting kBatchSplittings[] = {BatchSplitting::kEven, BatchSplit
 constexpr ModelParallelDim kModelParallelDims[] = {
     ModelParallelDim::kRow, ModelParallelDim::kColumn, ModelParallelDim::kBoth};
 constexpr TaskType kTaskTypes[] = {TaskType::kImage, TaskType::kSdf, TaskType::kNerf};
+constexpr CollectiveKind kCollectiveKinds[] = {CollectiveKind::kAuto, CollectiveKind::kNccl,
+                                               CollectiveKind::kGloo};
 constexpr Consistency kConsistencies[] = {Consistency::kBsp, Consistency::kSsp,
                                           Consistency::kAsync};
 constexpr std::string_view kEncodingTypes[] = {"HashGrid"};
@@ -335,6 +374,14 @@ class SectionReader {
 
   std::string Path(std::string_view key) const {
     return name_.empty() ? std::string(key) : name_ + "." + std::string(key);
+  }
+
+  // A nested array; null when absent, or when it is not an array (reported).
+  const Json* Array(std::string_view key, std::string_view allowed) {
+    const Json* value = Find(key);
+    if (value == nullptr || value->is_array()) return value;
+    problems_->Add(Path(key), "wrong type: expected an array, got " + Got(*value), std::string(allowed));
+    return nullptr;
   }
 
   // A nested section; null when absent, or when it is not an object (reported).
@@ -756,7 +803,58 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
         r.EnumValue("mp_dim", &d.mp_dim, std::span<const ModelParallelDim>(kModelParallelDims));
     const bool hierarchical_ok = r.Bool("hierarchical", &d.hierarchical);
     r.Double("timeout_s", &d.timeout_s, 0.0, /*lo_open=*/true, 3600.0);
+    r.EnumValue("collective", &d.collective, std::span<const CollectiveKind>(kCollectiveKinds));
+    r.Double("bucket_mb", &d.bucket_mb, 0.0, /*lo_open=*/true, 4096.0);
+    r.Int("adaptive_interval", &d.adaptive_interval, 1, 100000);
+    const char* kNodesAllowed =
+        "an array of objects {\"name\": string, \"workers\": integer, \"weight\": number}";
+    bool nodes_ok = true;
+    if (const Json* nodes = r.Array("nodes", kNodesAllowed); nodes != nullptr) {
+      for (size_t i = 0; i < nodes->size(); ++i) {
+        const std::string path = "distributed.nodes[" + std::to_string(i) + "]";
+        const Json& item = (*nodes)[i];
+        if (!item.is_object()) {
+          problems.Add(path, "wrong type: expected an object, got " + Got(item), kNodesAllowed);
+          nodes_ok = false;
+          continue;
+        }
+        NodeConfig node;
+        SectionReader nr(&problems, path, &item);
+        nodes_ok &= nr.String("name", &node.name,
+                              {.allowed = "a non-empty node name without spaces",
+                               .max_length = 253,
+                               .forbid_spaces = true});
+        nodes_ok &= nr.Int("workers", &node.workers, 1, 4096);
+        nodes_ok &= nr.Double("weight", &node.weight, 0.0, /*lo_open=*/true, 1e6);
+        if (!nr.Has("name")) {
+          problems.Add(path + ".name", "missing", "every node needs a name");
+          nodes_ok = false;
+        }
+        nr.ReportUnknownKeys();
+        for (const auto& earlier : d.nodes) {
+          if (earlier.name == node.name && !node.name.empty()) {
+            problems.Add(path + ".name", "duplicate node name " + Quote(node.name), "unique names");
+            nodes_ok = false;
+          }
+        }
+        d.nodes.push_back(node);
+      }
+      if (nodes->empty()) {
+        problems.Add("distributed.nodes", "empty array", "at least one node, or leave the key out");
+        nodes_ok = false;
+      }
+    }
     r.ReportUnknownKeys();
+    if (nodes_ok && world_size_ok && !d.nodes.empty()) {
+      int total = 0;
+      for (const auto& node : d.nodes) total += node.workers;
+      if (total != d.world_size) {
+        problems.Add("distributed.nodes",
+                     "workers add up to " + std::to_string(total) + ", but distributed.world_size is " +
+                         std::to_string(d.world_size),
+                     "node worker counts that sum to distributed.world_size");
+      }
+    }
 
     // A key that silently does nothing misleads whoever reads the config later, so settings
     // that only matter together with another one are refused when that one is off.
@@ -906,6 +1004,16 @@ nlohmann::json Config::ToJson() const {
   if (distributed.model_parallel) d["mp_dim"] = ToString(distributed.mp_dim);
   d["hierarchical"] = distributed.hierarchical;
   d["timeout_s"] = distributed.timeout_s;
+  d["collective"] = ToString(distributed.collective);
+  d["bucket_mb"] = distributed.bucket_mb;
+  d["adaptive_interval"] = distributed.adaptive_interval;
+  if (!distributed.nodes.empty()) {
+    Json nodes = Json::array();
+    for (const auto& node : distributed.nodes) {
+      nodes.push_back({{"name", node.name}, {"workers", node.workers}, {"weight", node.weight}});
+    }
+    d["nodes"] = nodes;
+  }
 
   auto& t = j["training"];
   t["batch_size"] = training.batch_size;
@@ -939,23 +1047,22 @@ Status Config::CheckRunnable(bool standalone) const {
   std::vector<std::string> lines;
   Status invalid;
   if (!standalone && distributed.enable) {
-    if (distributed.gradient_sync != GradientSync::kPs) {
-      lines.push_back("distributed.gradient_sync=" + std::string(ToString(distributed.gradient_sync)) +
-                      ": not supported yet: the collective backends (nccl, hybrid) arrive in a later "
-                      "release; allowed now: ps, or --standalone to train this config in one process");
-    } else {
-      if (distributed.batch_splitting != BatchSplitting::kEven) {
-        lines.push_back("distributed.batch_splitting=" +
-                        std::string(ToString(distributed.batch_splitting)) +
-                        ": not supported yet; allowed now: even");
-      }
-      if (training.mixed_precision) {
-        lines.push_back(
-            "training.mixed_precision=true: not supported yet with distributed.gradient_sync=ps; "
-            "allowed now: false, or --standalone");
-      }
+    const GradientSync sync = distributed.gradient_sync;
+    if (sync == GradientSync::kHybrid) {
+      lines.push_back("distributed.gradient_sync=hybrid: not supported yet; allowed now: ps, nccl, or "
+                      "--standalone to train this config in one process");
+    }
+    if (sync == GradientSync::kPs && distributed.batch_splitting == BatchSplitting::kAdaptive) {
+      lines.push_back("distributed.batch_splitting=adaptive: not supported yet with "
+                      "distributed.gradient_sync=ps; allowed now: even, weighted");
+    }
+    if (training.mixed_precision) {
+      lines.push_back("training.mixed_precision=true: not supported yet in a multi-process run; "
+                      "allowed now: false, or --standalone");
+    }
+    if (sync == GradientSync::kPs) {
       const int split = distributed.world_size * training.gradient_accumulation;
-      if (training.batch_size % split != 0) {
+      if (distributed.batch_splitting == BatchSplitting::kEven && training.batch_size % split != 0) {
         invalid = Status::InvalidArgument(
             source + ": training.batch_size: " + std::to_string(training.batch_size) +
             " does not split evenly over distributed.world_size " +
@@ -963,6 +1070,12 @@ Status Config::CheckRunnable(bool standalone) const {
             std::to_string(training.gradient_accumulation) + "; allowed: a multiple of " +
             std::to_string(split));
       }
+    }
+    if (training.batch_size < distributed.world_size * training.gradient_accumulation) {
+      invalid = Status::InvalidArgument(
+          source + ": training.batch_size: " + std::to_string(training.batch_size) +
+          " is smaller than distributed.world_size x training.gradient_accumulation; allowed: at "
+          "least one sample per micro-batch of every worker");
     }
   }
   if (task.type != TaskType::kImage) {

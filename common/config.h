@@ -36,12 +36,14 @@ enum class BatchSplitting { kEven, kWeighted, kAdaptive };
 enum class ModelParallelDim { kRow, kColumn, kBoth };
 enum class TaskType { kImage, kSdf, kNerf };
 enum class Consistency { kBsp, kSsp, kAsync };
+enum class CollectiveKind { kAuto, kNccl, kGloo };
 
 std::string_view ToString(GradientSync v);
 std::string_view ToString(BatchSplitting v);
 std::string_view ToString(ModelParallelDim v);
 std::string_view ToString(TaskType v);
 std::string_view ToString(Consistency v);
+std::string_view ToString(CollectiveKind v);
 
 struct EncodingConfig {
   std::string otype = "HashGrid";  // only HashGrid
@@ -57,6 +59,15 @@ struct NetworkConfig {
   int n_hidden_layers = 2;   // 0..16
 };
 
+// A node: a machine (or, in tests, a group of processes) whose workers share
+// fast links. Worker ranks are dealt to nodes in order: the first node's
+// workers are ranks 0..workers-1, and so on.
+struct NodeConfig {
+  std::string name;     // non-empty, unique
+  int workers = 1;      // 1..4096
+  double weight = 1.0;  // (0, 1e6]: share of the global batch under batch_splitting weighted
+};
+
 struct DistributedConfig {
   bool enable = false;
   int world_size = 1;                    // 1..65536
@@ -68,6 +79,15 @@ struct DistributedConfig {
   ModelParallelDim mp_dim = ModelParallelDim::kRow;  // only meaningful with model_parallel
   bool hierarchical = false;
   double timeout_s = 30.0;  // (0, 3600]: every wait (rendezvous, barrier, pull) gives up after this
+  CollectiveKind collective = CollectiveKind::kAuto;  // auto: NCCL with a GPU, else Gloo
+  double bucket_mb = 25.0;  // (0, 4096]: all-reduce bucket size in MiB
+  int adaptive_interval = 20;  // 1..100000: steps between re-splits under batch_splitting adaptive
+  std::vector<NodeConfig> nodes;  // empty: one node holding every worker
+
+  // The nodes with the default filled in, and where a worker rank lives.
+  std::vector<NodeConfig> ResolvedNodes() const;
+  int NodeOf(int rank) const;
+  int LocalRankOf(int rank) const;
 };
 
 struct PsConfig {

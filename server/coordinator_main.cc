@@ -50,7 +50,10 @@ int main(int argc, char** argv) {
   gridsync::CoordinatorOptions options;
   options.bind_host = config->distributed.master_addr;
   options.port = static_cast<uint16_t>(port >= 0 ? port : config->distributed.master_port);
-  options.expected_shards = static_cast<uint32_t>(config->ps.shards);
+  // All-reduce clusters have no PS shards to wait for.
+  options.expected_shards = config->distributed.gradient_sync == gridsync::GradientSync::kNccl
+                                ? 0
+                                : static_cast<uint32_t>(config->ps.shards);
   options.expected_workers = static_cast<uint32_t>(config->distributed.world_size);
   auto coordinator = gridsync::Coordinator::Start(options);
   if (!coordinator.ok()) {

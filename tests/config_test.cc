@@ -104,11 +104,13 @@ TEST(ConfigSeedTest, SeedsRunLocallyWithOverriddenAddress) {
     Result<Config> c = Config::LoadFile(path, {"distributed.master_addr=127.0.0.1"});
     ASSERT_TRUE(c.ok()) << path << ": " << c.status().ToString();
     EXPECT_EQ(c->distributed.master_addr, "127.0.0.1") << path;
-    // Every seed is an nccl config: refused until the collective backends land, fine standalone.
+    // Every seed trains in mixed precision, which multi-process runs refuse for now; fine
+    // standalone.
     const Status distributed = c->CheckRunnable(/*standalone=*/false);
     EXPECT_EQ(distributed.code(), StatusCode::kUnsupported) << path;
     EXPECT_TRUE(
-        Contains(distributed.message(), "distributed.gradient_sync=nccl: not supported yet"));
+        Contains(distributed.message(), "training.mixed_precision=true: not supported yet"))
+        << distributed.message();
     EXPECT_TRUE(c->CheckRunnable(/*standalone=*/true).ok()) << path;
   }
 }
@@ -549,7 +551,7 @@ TEST(ConfigToJsonTest, HasEveryKeyWithEnumsAsStrings) {
   EXPECT_EQ(j.size(), 6u);
   EXPECT_EQ(j["encoding"].size(), 6u);
   EXPECT_EQ(j["network"].size(), 2u);
-  EXPECT_EQ(j["distributed"].size(), 10u);
+  EXPECT_EQ(j["distributed"].size(), 13u);
   EXPECT_EQ(j["training"].size(), 10u);
   EXPECT_EQ(j["task"].size(), 3u);
   EXPECT_EQ(j["ps"].size(), 5u);  // staleness only under ssp
@@ -565,7 +567,35 @@ TEST(ConfigToJsonTest, HasEveryKeyWithEnumsAsStrings) {
 TEST(ConfigToJsonTest, MpDimOmittedWithoutModelParallel) {
   const nlohmann::json j = Config{}.ToJson();
   EXPECT_FALSE(j["distributed"].contains("mp_dim"));
-  EXPECT_EQ(j["distributed"].size(), 9u);
+  EXPECT_EQ(j["distributed"].size(), 12u);
+}
+
+TEST(ConfigNodesTest, NodesAssignRanksAndMustSumToWorldSize) {
+  const Config c = ParseOk(R"({"distributed": {"enable": true, "world_size": 4, "nodes": [
+      {"name": "a", "workers": 1, "weight": 2.0}, {"name": "b", "workers": 3}]}})");
+  ASSERT_EQ(c.distributed.nodes.size(), 2u);
+  EXPECT_EQ(c.distributed.NodeOf(0), 0);
+  EXPECT_EQ(c.distributed.NodeOf(1), 1);
+  EXPECT_EQ(c.distributed.NodeOf(3), 1);
+  EXPECT_EQ(c.distributed.LocalRankOf(3), 2);
+  EXPECT_EQ(c.distributed.nodes[0].weight, 2.0);
+  EXPECT_EQ(c.distributed.nodes[1].weight, 1.0);
+  EXPECT_EQ(Config::Parse(c.ToJson().dump(), "rt")->distributed.nodes.size(), 2u);
+  const std::string sum = ErrorOf(R"({"distributed": {"enable": true, "world_size": 4,
+      "nodes": [{"name": "a", "workers": 1}]}})");
+  EXPECT_TRUE(Contains(sum, "distributed.nodes")) << sum;
+  EXPECT_TRUE(Contains(sum, "add up to 1")) << sum;
+  const std::string dup = ErrorOf(R"({"distributed": {"enable": true, "world_size": 2,
+      "nodes": [{"name": "a"}, {"name": "a"}]}})");
+  EXPECT_TRUE(Contains(dup, "duplicate node name")) << dup;
+  const std::string type = ErrorOf(R"({"distributed": {"nodes": 3}})");
+  EXPECT_TRUE(Contains(type, "expected an array")) << type;
+  const std::string unknown = ErrorOf(R"({"distributed": {"enable": true, "world_size": 1,
+      "nodes": [{"name": "a", "gpus": 1}]}})");
+  EXPECT_TRUE(Contains(unknown, "distributed.nodes[0].gpus")) << unknown;
+  const Config single = ParseOk(R"({"distributed": {"enable": true, "world_size": 3}})");
+  EXPECT_EQ(single.distributed.ResolvedNodes().size(), 1u);
+  EXPECT_EQ(single.distributed.LocalRankOf(2), 2);
 }
 
 TEST(ConfigPsTest, KeysValidateAndStalenessNeedsSsp) {
@@ -618,8 +648,8 @@ TEST(ConfigCheckRunnableTest, DefaultConfigRuns) {
   EXPECT_TRUE(Config{}.CheckRunnable(true).ok());
 }
 
-TEST(ConfigCheckRunnableTest, CollectiveSyncRefusedUnlessStandalone) {
-  for (const char* sync : {"nccl", "hybrid"}) {
+TEST(ConfigCheckRunnableTest, HybridRefusedUnlessStandalone) {
+  for (const char* sync : {"hybrid"}) {
     const Config c = ParseOk(std::string(R"({"distributed": {"enable": true, "gradient_sync": ")") +
                              sync + "\"}}");
     const Status status = c.CheckRunnable(/*standalone=*/false);
@@ -636,11 +666,15 @@ TEST(ConfigCheckRunnableTest, PsRunsWithEvenSplitsOnly) {
   EXPECT_TRUE(ParseOk(R"({"distributed": {"enable": true, "world_size": 2, "gradient_sync": "ps"}})")
                   .CheckRunnable(false)
                   .ok());
-  const Status weighted = ParseOk(R"({"distributed": {"enable": true, "gradient_sync": "ps",
-                                      "batch_splitting": "weighted"}})")
+  const Status adaptive = ParseOk(R"({"distributed": {"enable": true, "gradient_sync": "ps",
+                                      "batch_splitting": "adaptive"}})")
                               .CheckRunnable(false);
-  EXPECT_EQ(weighted.code(), StatusCode::kUnsupported);
-  EXPECT_TRUE(Contains(weighted.message(), "distributed.batch_splitting=weighted: not supported yet"));
+  EXPECT_EQ(adaptive.code(), StatusCode::kUnsupported);
+  EXPECT_TRUE(Contains(adaptive.message(), "distributed.batch_splitting=adaptive: not supported yet"));
+  EXPECT_TRUE(ParseOk(R"({"distributed": {"enable": true, "world_size": 2, "gradient_sync": "nccl",
+                                          "batch_splitting": "adaptive"}})")
+                  .CheckRunnable(false)
+                  .ok());
   const Status mixed = ParseOk(R"({"distributed": {"enable": true, "gradient_sync": "ps"},
                                    "training": {"mixed_precision": true}})")
                            .CheckRunnable(false);
@@ -663,11 +697,12 @@ TEST(ConfigCheckRunnableTest, OnlyImageTaskRuns) {
 }
 
 TEST(ConfigCheckRunnableTest, BothProblemsReported) {
-  const Config c = ParseOk(R"({"distributed": {"enable": true}, "task": {"type": "nerf"}})");
+  const Config c = ParseOk(R"({"distributed": {"enable": true, "gradient_sync": "hybrid"},
+                               "task": {"type": "nerf"}})");
   const Status status = c.CheckRunnable(/*standalone=*/false);
   EXPECT_EQ(status.code(), StatusCode::kUnsupported);
   EXPECT_EQ(CountLines(status.message()), 2u);
-  EXPECT_TRUE(Contains(status.message(), "distributed.gradient_sync=nccl: not supported yet"));
+  EXPECT_TRUE(Contains(status.message(), "distributed.gradient_sync=hybrid: not supported yet"));
   EXPECT_TRUE(Contains(status.message(), "task.type=nerf: not supported yet"));
 }
 

@@ -179,18 +179,27 @@ void StopAll(std::vector<Child>& children, double grace_seconds) {
 void PrintSummary(const Child& worker0, const Config& config) {
   auto j = nlohmann::json::parse(worker0.summary, nullptr, false);
   if (j.is_discarded()) return;
-  std::printf("\n== gridsync launch: %d workers, %d shards, gradient_sync ps (%s), %d steps ==\n",
-              config.distributed.world_size, config.ps.shards,
-              std::string(ToString(config.ps.consistency)).c_str(), config.training.steps);
+  const bool ps = config.distributed.gradient_sync != GradientSync::kNccl;
+  std::printf("\n== gridsync launch: %d workers, %d shards, gradient_sync %s (%s), %d steps ==\n",
+              config.distributed.world_size, ps ? config.ps.shards : 0,
+              std::string(ToString(config.distributed.gradient_sync)).c_str(),
+              ps ? std::string(ToString(config.ps.consistency)).c_str()
+                 : (config.distributed.hierarchical ? "hierarchical" : "flat"),
+              config.training.steps);
   std::printf("PSNR               %.2f dB\n", j.value("psnr_db", 0.0));
   std::printf("reconstruction     %s\n", j.value("png", std::string("-")).c_str());
   std::printf("throughput         %.0f samples/s (global batch %d)\n", j.value("samples_per_second", 0.0),
               config.training.batch_size);
-  std::printf("pushed per step    %.2f MB (worker 0)\n", j.value("bytes_pushed_per_step", 0.0) / 1e6);
-  std::printf("pulled per step    %.2f MB (worker 0)\n", j.value("bytes_pulled_per_step", 0.0) / 1e6);
+  if (ps) {
+    std::printf("pushed per step    %.2f MB (worker 0)\n", j.value("bytes_pushed_per_step", 0.0) / 1e6);
+    std::printf("pulled per step    %.2f MB (worker 0)\n", j.value("bytes_pulled_per_step", 0.0) / 1e6);
+  } else {
+    std::printf("all-reduced/step   %.2f MB per worker (dense gradient)\n",
+                j.value("bytes_pushed_per_step", 0.0) / 1e6);
+  }
   const double train = j.value("train_seconds", 0.0);
   const double comm = j.value("comm_seconds", 0.0);
-  std::printf("communication      %.2f s of %.2f s training (%.0f%%, worker 0 blocked on acks and pulls)\n",
+  std::printf("communication      %.2f s of %.2f s training (%.0f%%, worker 0 blocked in communication)\n",
               comm, train, train > 0 ? 100.0 * comm / train : 0.0);
 }
 
@@ -240,7 +249,8 @@ int RunLaunch(const LaunchOptions& options) {
     children.push_back(Spawn(name, argv, is_worker));
   };
   start("coordinator", {coordinator}, false);
-  for (int s = 0; s < config->ps.shards; ++s) start("ps-" + std::to_string(s), {ps, "--shard", std::to_string(s)}, false);
+  const int shards = config->distributed.gradient_sync == GradientSync::kNccl ? 0 : config->ps.shards;
+  for (int s = 0; s < shards; ++s) start("ps-" + std::to_string(s), {ps, "--shard", std::to_string(s)}, false);
   for (int w = 0; w < config->distributed.world_size; ++w) {
     std::vector<std::string> argv = {worker, "--rank", std::to_string(w)};
     argv.insert(argv.end(), options.worker_args.begin(), options.worker_args.end());

@@ -13,6 +13,7 @@
 #include "common/config.h"
 #include "common/logging.h"
 #include "worker/image_task.h"
+#include "worker/allreduce_trainer.h"
 #include "worker/ps_trainer.h"
 #include "worker/trainer.h"
 
@@ -52,8 +53,15 @@ int main(int argc, char** argv) {
   spdlog::info("fitting {} ({}x{}) for {} steps", config->task.image, image->width(), image->height(),
                config->training.steps);
   const bool distributed = !standalone && config->distributed.enable;
-  auto report = distributed ? gridsync::TrainImagePs(*config, *image, ps_options)
-                            : gridsync::TrainImage(*config, *image);
+  gridsync::Result<gridsync::TrainReport> report = gridsync::Status::Internal("not run");
+  if (!distributed) {
+    report = gridsync::TrainImage(*config, *image);
+  } else if (config->distributed.gradient_sync == gridsync::GradientSync::kPs) {
+    report = gridsync::TrainImagePs(*config, *image, ps_options);
+  } else {
+    gridsync::AllReduceWorkerOptions options;
+    report = gridsync::TrainImageAllReduceWorker(*config, *image, ps_options.rank, options);
+  }
   if (!report.ok()) {
     spdlog::error("training failed: {}", report.status().ToString());
     return 1;

@@ -14,6 +14,7 @@
 #include "common/sharding.h"
 #include "common/thread_pool.h"
 #include "kernels/model_tables.h"
+#include "worker/batch_split.h"
 #include "worker/model.h"
 #include "worker/ps_client.h"
 
@@ -103,9 +104,11 @@ Result<TrainReport> TrainImagePs(const Config& config, const ImageTask& image,
 
   ThreadPool pool(t.threads);
   const size_t batch = static_cast<size_t>(t.batch_size);
-  const size_t slice = batch / workers;
-  const size_t micro = slice / static_cast<size_t>(t.gradient_accumulation);
-  const uint64_t slice_begin = uint64_t{rank} * slice;
+  // even or weighted (distributed.nodes[].weight); fixed for the run.
+  const BatchSplit split(d, t.batch_size);
+  const size_t slice = split.count(static_cast<int>(rank));
+  const uint64_t slice_begin = split.begin(static_cast<int>(rank));
+  const uint64_t accumulation = static_cast<uint64_t>(t.gradient_accumulation);
   ModelGradients grads(model->layout(), model->mlp_shape());
   std::unique_ptr<ModelGradients> partial;
   if (t.gradient_accumulation > 1) partial = std::make_unique<ModelGradients>(model->layout(), model->mlp_shape());
@@ -166,12 +169,15 @@ Result<TrainReport> TrainImagePs(const Config& config, const ImageTask& image,
     const PreparedStep& prepared = prepared_steps[step % 2];
     const uint32_t active = model->ActiveLevels(step);
     double sse = 0;
-    for (int m = 0; m < t.gradient_accumulation; ++m) {
+    uint64_t offset = 0;
+    for (uint64_t m = 0; m < accumulation; ++m) {
+      const uint64_t part = slice / accumulation + (m < slice % accumulation ? 1 : 0);
       ModelGradients* target = partial ? partial.get() : &grads;
-      sse += model->AccumulateGradients(prepared.positions.data() + m * micro * 2,
-                                        prepared.targets.data() + m * micro * 3, micro, batch, 1.0f,
+      sse += model->AccumulateGradients(prepared.positions.data() + offset * 2,
+                                        prepared.targets.data() + offset * 3, part, batch, 1.0f,
                                         active, target, &pool);
       if (partial) grads.AddFrom(partial.get(), &pool);
+      offset += part;
     }
     if (options.throttle_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(options.throttle_ms));
     std::vector<TableRowsRef> push;

@@ -46,6 +46,7 @@ struct TrainReport {
   double bytes_pulled_per_step = 0;
   double comm_seconds = 0;       // blocked in push acks and pull replies
   uint64_t max_staleness = 0;    // steps between the parameters read and the step computed
+  std::vector<uint64_t> split_counts;  // samples per worker in the last step (all-reduce modes)
 };
 
 Result<TrainReport> TrainImage(const Config& config, const ImageTask& image,

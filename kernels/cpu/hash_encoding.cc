@@ -1,5 +1,6 @@
 #include "kernels/cpu/hash_encoding.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 
@@ -208,6 +209,10 @@ void GridGradient::Clear(ThreadPool* pool) {
       bits_[l][w] = 0;
     }
   });
+}
+
+void GridGradient::ForgetTouched() {
+  for (auto& bits : bits_) std::fill(bits.begin(), bits.end(), 0);
 }
 
 void GridGradient::AddFrom(GridGradient* other, ThreadPool* pool) {

@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "common/sparse_rows.h"
@@ -73,6 +74,12 @@ class GridGradient {
   void AddFrom(GridGradient* other, ThreadPool* pool);
 
   const float* dense() const { return grad_.data(); }
+  // The dense buffer for in-place collectives (all-reduce sums it across
+  // workers). Afterwards the touched bitmap no longer describes it: callers
+  // zero the buffer themselves and call ForgetTouched().
+  float* mutable_dense() { return grad_.data(); }
+  std::span<float> dense_span() { return {grad_.data(), grad_.size()}; }
+  void ForgetTouched();
 
  private:
   template <bool kClear>

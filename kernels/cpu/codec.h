@@ -1,0 +1,339 @@
+// Gradient codecs: workers encode the values of the hash-grid rows a step
+// touched, shards decode them and aggregate. This header defines the codecs,
+// their wire formats and the CPU implementation, which is the reference:
+// the CUDA twins (kernels/cuda/codec_kernels.h) include it and write the
+// same bytes.
+//
+// A payload carries the n float32 values of the touched rows of one table
+// (rows x width, packed as SparseRows packs them); row ids travel beside it,
+// uncompressed. Every codec's size is a function of (options, n) alone, so
+// the receiver knows how many bytes to expect before it reads one.
+//
+// Wire formats (little-endian; sizes include every header and index):
+//   none     n float32                                          4n bytes
+//   fp16     n IEEE binary16, round to nearest even; finite     2n bytes
+//            values beyond +-65504 saturate to +-65504
+//   bf16     n bfloat16 (the high half of a float32), round to  2n bytes
+//            nearest even; finite values beyond its range
+//            saturate to +-3.3895e38
+//   int8     per block of `block` values (the last may be       ceil(n/block)*4 + n
+//            shorter): a float32 scale = max|x| / 127, then
+//            one int8 per value, q = round_even(x * (127 /
+//            max|x|)) in [-127, 127]; decoded x = q * scale
+//   qsgd     a float32 norm = ||x||_2, then n codes of          4 + ceil(n*(bits+1)/8)
+//            (bits+1) bits packed LSB first (value i occupies
+//            stream bits [i*(bits+1), (i+1)*(bits+1)), stream
+//            bit j is bit j%8 of byte j/8; the last byte's
+//            unused bits are 0). A code is `level` in its low
+//            `bits` bits and the sign (1 = negative) above; the
+//            level is |x|/norm*s, s = 2^bits - 1, rounded down
+//            or up at random with the probability of its
+//            fraction (unbiased); level 0 is always written
+//            with sign 0. Decoded x = +-level * (norm / s).
+//   onebit   a float32 scale = mean|x|, then ceil(n/8) bytes    4 + ceil(n/8)
+//            of sign bits, LSB first (bit 1: x >= 0; negative
+//            values and NaN give 0; unused bits are 0).
+//            Decoded x = bit ? scale : -scale.
+//   topk     u32 k, then k u32 indices (strictly ascending),    4 + 8k
+//            then the k float32 values at those indices; the
+//            k entries of largest |x|, ties to the lower index
+//   randomk  the k float32 values at k indices drawn from       4k
+//            (seed, n) alone, ascending; decoded x = v * n / k
+//            at those indices (unbiased), 0 elsewhere
+// with k = KeptCount(options, n) = clamp(round(ratio * n), 1, n) (0 for n 0).
+//
+// Randomness is a pure function of `seed` (callers mix the training seed,
+// step and table into it so that a worker and the shard agree): qsgd's draw
+// for value i is CounterRandom(seed, 0, i) and randomk's index set comes
+// from CounterRandom(seed, 1, .) with Floyd's sampling, so only values
+// travel. Sums (onebit's mean, qsgd's norm) use one fixed order (see
+// codec_math::kReduceChunk), so every implementation writes identical bytes.
+//
+// Non-finite input is not encoded faithfully: int8 blocks, onebit and qsgd
+// payloads holding one get the canonical NaN (0x7FC00000) as their scale or
+// norm, topk ranks NaN above every number, fp16/bf16/none pass it through;
+// in every case Decode then refuses the payload, so a diverged worker cannot
+// poison a shard's parameters.
+//
+// Decode is THE decode boundary for compressed values: it never asserts on
+// the bytes and answers kCorruption naming what is wrong and what is
+// allowed (size, non-finite or out-of-range scales and values, topk's k and
+// indices, qsgd and onebit padding, int8's code -128), or kInvalidArgument
+// for bad options or arguments. Encode's inputs come from this process, so
+// bad options there are bugs and fail a GRIDSYNC_CHECK.
+//
+// Thread safety: the free functions are reentrant and keep no state.
+// ErrorFeedback is not safe for concurrent use (one per worker, or external
+// locking).
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <iosfwd>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "common/status.h"
+#include "kernels/host_device.h"
+
+namespace gridsync {
+
+// The numeric values are stable (they may travel in a message's header).
+enum class Codec : uint8_t {
+  kNone = 0,
+  kFp16 = 1,
+  kBf16 = 2,
+  kInt8 = 3,
+  kQsgd = 4,
+  kOnebit = 5,
+  kTopk = 6,
+  kRandomk = 7,
+};
+
+inline constexpr Codec kAllCodecs[] = {Codec::kNone,  Codec::kFp16,   Codec::kBf16,
+                                       Codec::kInt8,  Codec::kQsgd,   Codec::kOnebit,
+                                       Codec::kTopk,  Codec::kRandomk};
+
+// "none", "fp16", "bf16", "int8", "qsgd", "onebit", "topk", "randomk";
+// "unknown" for a value outside the enum.
+std::string_view CodecName(Codec codec);
+// The inverse of CodecName; kInvalidArgument listing the allowed names.
+Result<Codec> ParseCodec(std::string_view name);
+std::ostream& operator<<(std::ostream& os, Codec codec);
+
+struct CodecOptions {
+  Codec codec = Codec::kNone;
+  double ratio = 0.01;   // topk, randomk: fraction of values kept, in (0, 1]
+  int bits = 4;          // qsgd: level bits, 1..8 (s = 2^bits - 1 levels)
+  uint32_t block = 256;  // int8: values per scale, >= 1
+};
+
+// Payloads index values with u32 (topk) and draw them by u32 (randomk).
+inline constexpr size_t kMaxCodecValues = 0xFFFFFFFFu;
+
+// OK when the fields the codec uses are in range; kInvalidArgument naming
+// the field and its allowed range otherwise.
+Status ValidateCodecOptions(const CodecOptions& options);
+
+// Values a payload carries: k for topk and randomk (see above), n for the
+// others. Options must be valid and n <= kMaxCodecValues.
+uint32_t KeptCount(const CodecOptions& options, size_t n);
+
+// Exact payload bytes for n values (the table above). Options must be valid
+// and n <= kMaxCodecValues.
+size_t EncodedSize(const CodecOptions& options, size_t n);
+
+// OK when size == EncodedSize(options, n), else kCorruption naming both (and
+// k for topk/randomk). Options must be valid and n <= kMaxCodecValues.
+Status CheckPayloadSize(const CodecOptions& options, size_t size, size_t n);
+
+// Arithmetic shared, bit for bit, by the CPU codec and its CUDA twins. Host
+// code must run with the default rounding mode (round to nearest even).
+namespace codec_math {
+
+// Deterministic sums (onebit's sum |x|, qsgd's sum x^2), in double: values
+// are cut into chunks of kReduceChunk; inside a chunk value i (counted from
+// the chunk's start) goes to lane i % kReduceLanes, each lane adding in index
+// order from +0.0; a chunk's lanes are combined pairwise, (l0+l1), (l2+l3),
+// ... then ((l0+l1)+(l2+l3)), ... up to one sum; chunk sums are added in
+// chunk order from +0.0. Squares and absolute values of floats are exact in
+// double, so fused multiply-adds cannot change the result.
+inline constexpr uint32_t kReduceLanes = 16;
+inline constexpr uint32_t kReduceChunk = 4096;
+
+inline constexpr uint32_t kCanonicalNan = 0x7FC00000u;
+inline constexpr uint16_t kHalfCanonicalNan = 0x7E00u;
+inline constexpr uint32_t kHalfMaxBits = 0x477FE000u;  // 65504.0f
+inline constexpr uint32_t kInfBits = 0x7F800000u;
+inline constexpr uint64_t kQsgdStream = 0;     // CounterRandom stream of qsgd
+inline constexpr uint64_t kRandomkStream = 1;  // CounterRandom stream of randomk
+
+GRIDSYNC_HOST_DEVICE inline uint32_t FloatBits(float x) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(x);
+#else
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  return bits;
+#endif
+}
+
+GRIDSYNC_HOST_DEVICE inline float BitsFloat(uint32_t bits) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(bits);
+#else
+  float x;
+  std::memcpy(&x, &bits, sizeof(x));
+  return x;
+#endif
+}
+
+GRIDSYNC_HOST_DEVICE inline bool IsFiniteBits(uint32_t bits) {
+  return (bits & kInfBits) != kInfBits;
+}
+
+// topk's ranking key: |x| ordered as an integer. For numbers this is the
+// order of |x|; NaN ranks above infinity.
+GRIDSYNC_HOST_DEVICE inline uint32_t MagnitudeKey(float x) { return FloatBits(x) & 0x7FFFFFFFu; }
+
+// CounterRandom(seed, stream, i) == RandomAt(RandomKey(seed, stream), i):
+// the same SplitMix64 construction as common/counter_rng.h, callable on the
+// device, with the per-call part hoisted (tests check the identity).
+GRIDSYNC_HOST_DEVICE inline uint64_t Mix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+GRIDSYNC_HOST_DEVICE inline uint64_t RandomKey(uint64_t seed, uint64_t stream) {
+  return Mix64(seed ^ Mix64(stream));
+}
+GRIDSYNC_HOST_DEVICE inline uint64_t RandomAt(uint64_t key, uint64_t index) {
+  return Mix64(key ^ index);
+}
+
+// High 64 bits of a * b: maps a uniform 64-bit draw to [0, b) (Lemire).
+GRIDSYNC_HOST_DEVICE inline uint64_t MulHi64(uint64_t a, uint64_t b) {
+#if defined(__CUDA_ARCH__)
+  return __umul64hi(a, b);
+#else
+  const uint64_t a_lo = a & 0xFFFFFFFFu, a_hi = a >> 32;
+  const uint64_t b_lo = b & 0xFFFFFFFFu, b_hi = b >> 32;
+  const uint64_t lo_lo = a_lo * b_lo;
+  const uint64_t hi_lo = a_hi * b_lo;
+  const uint64_t lo_hi = a_lo * b_hi;
+  const uint64_t cross = (lo_lo >> 32) + (hi_lo & 0xFFFFFFFFu) + lo_hi;
+  return a_hi * b_hi + (hi_lo >> 32) + (cross >> 32);
+#endif
+}
+
+// fp16 encoding's input: finite values beyond +-65504 saturate, NaN becomes
+// the canonical quiet NaN (which converts to 0x7E00), infinities stay.
+GRIDSYNC_HOST_DEVICE inline float PrepareForHalf(float x) {
+  const uint32_t bits = FloatBits(x);
+  const uint32_t abs = bits & 0x7FFFFFFFu;
+  if (abs > kInfBits) return BitsFloat(kCanonicalNan);
+  if (abs > kHalfMaxBits && abs < kInfBits) return BitsFloat((bits & 0x80000000u) | kHalfMaxBits);
+  return x;
+}
+
+// float32 -> bfloat16, round to nearest even; finite values that would
+// round to infinity saturate to +-0x7F7F; NaN stays NaN (made quiet).
+GRIDSYNC_HOST_DEVICE inline uint16_t FloatToBf16(float x) {
+  const uint32_t bits = FloatBits(x);
+  const uint32_t abs = bits & 0x7FFFFFFFu;
+  const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+  const uint32_t saturated = ((bits >> 16) & 0x8000u) | 0x7F7Fu;
+  const uint32_t quiet_nan = (bits >> 16) | 0x0040u;
+  const uint32_t out = abs > kInfBits                                      ? quiet_nan
+                       : (abs < kInfBits && (rounded & 0x7FFFu) == 0x7F80u) ? saturated
+                                                                            : rounded;
+  return static_cast<uint16_t>(out);
+}
+
+GRIDSYNC_HOST_DEVICE inline float Bf16ToFloat(uint16_t h) { return BitsFloat(uint32_t{h} << 16); }
+
+// int8 code of x with inv = 127 / max|x| (a float), or, when that quotient
+// overflows float (max|x| below ~3.7e-37), with the double quotient.
+GRIDSYNC_HOST_DEVICE inline int32_t Int8Code(float x, float inv) {
+#if defined(__CUDA_ARCH__)
+  return __float2int_rn(__fmul_rn(x, inv));
+#else
+  return static_cast<int32_t>(std::nearbyint(x * inv));
+#endif
+}
+GRIDSYNC_HOST_DEVICE inline int32_t Int8CodeWide(float x, double inv) {
+#if defined(__CUDA_ARCH__)
+  return __double2int_rn(__dmul_rn(static_cast<double>(x), inv));
+#else
+  return static_cast<int32_t>(std::nearbyint(static_cast<double>(x) * inv));
+#endif
+}
+GRIDSYNC_HOST_DEVICE inline int32_t ClampInt8Code(int32_t q) {
+  return q < -127 ? -127 : (q > 127 ? 127 : q);
+}
+
+// qsgd's stochastic level for r = |x| / norm * s in [0, s]: floor(r), plus
+// one with probability frac(r), decided by a uniform 53-bit draw.
+GRIDSYNC_HOST_DEVICE inline uint32_t QsgdLevel(double r, uint64_t random) {
+#if defined(__CUDA_ARCH__)
+  const double lower = floor(r);
+#else
+  const double lower = std::floor(r);
+#endif
+  const double frac = r - lower;  // exact
+  const double u = static_cast<double>(random >> 11) * 0x1.0p-53;
+  return static_cast<uint32_t>(lower) + (u < frac ? 1u : 0u);
+}
+
+}  // namespace codec_math
+
+namespace cpu {
+
+// Writes exactly EncodedSize(options, n) bytes to out. values may alias
+// nothing in out. Checks (aborts on) invalid options, n > kMaxCodecValues
+// and null pointers where bytes are due.
+void Encode(const CodecOptions& options, const float* values, size_t n, uint64_t seed,
+            uint8_t* out);
+
+// Decodes a payload of `size` bytes into n floats, writing all n (0 where
+// nothing was sent). On error the contents of out are unspecified and must be
+// discarded. `seed` must be the encoder's (randomk's indices derive from it).
+Status Decode(const CodecOptions& options, const uint8_t* bytes, size_t size, size_t n,
+              uint64_t seed, float* out);
+
+// randomk's index set: k distinct indices in [0, n), ascending, uniformly
+// random among k-subsets (Floyd's algorithm over a bitmap), drawn from
+// CounterRandom(seed, 1, j) for j in [n-k, n). Needs k <= n <= kMaxCodecValues.
+void RandomkIndices(uint64_t seed, size_t n, uint32_t k, uint32_t* indices);
+
+// Error feedback for lossy codecs: the part of a gradient that a codec did
+// not deliver (corrected - decoded) is kept per (table, row) and added to the
+// row's next gradient, so that over steps every row receives what it was
+// owed.
+//
+// Memory is kept only for rows that were touched, and a row's residual is
+// only ever added back when that row is touched again. The reason: a sign
+// codec such as onebit sends +-scale for every value it carries; if residual
+// memory were dense, or were flushed into rows the step did not touch, those
+// rows would receive +-scale pushes they never earned, and the shard's
+// skip-untouched Adam (which leaves untouched rows' moments alone) would see
+// them as touched and move them. Storing a zero residual for a row that has
+// no entry is skipped, so lossless codecs cost no memory.
+//
+// A table's row width is fixed by its first StoreResidual; a later call with
+// another width is a bug (checked).
+class ErrorFeedback {
+ public:
+  // values (n_rows x width) += the stored residual of each row; rows with no
+  // entry add nothing. Creates no entries.
+  void AddResidual(uint32_t table, const uint32_t* rows, size_t n_rows, uint32_t width,
+                   float* values) const;
+  // residual(row) = corrected - decoded (both n_rows x width), for each row.
+  // Rows must be distinct within a call.
+  void StoreResidual(uint32_t table, const uint32_t* rows, size_t n_rows, uint32_t width,
+                     const float* corrected, const float* decoded);
+
+  // Rows holding a residual: over all tables, or in one.
+  size_t Entries() const;
+  size_t Entries(uint32_t table) const;
+  // The row's `width` residual floats, or null when the row has no entry.
+  const float* Residual(uint32_t table, uint32_t row) const;
+  // Bytes held by residual values (the arenas' capacity).
+  size_t ResidualBytes() const;
+  void Clear() { tables_.clear(); }
+
+ private:
+  struct Table {
+    uint32_t width = 0;
+    std::unordered_map<uint32_t, uint32_t> slot;  // row -> index into arena / width
+    std::vector<float> arena;                     // slots x width, in order of first touch
+  };
+  std::unordered_map<uint32_t, Table> tables_;
+};
+
+}  // namespace cpu
+}  // namespace gridsync

@@ -1,0 +1,360 @@
+// gradient_sync "nccl" on CPU: all-reduce training over the Collective seam
+// (the rank-ordered in-process twin, and real Gloo), flat and hierarchical,
+// batch splitting, and failure handling.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "common/config.h"
+#include "common/store.h"
+#include "worker/allreduce_trainer.h"
+#include "worker/batch_split.h"
+#include "worker/collective/factory.h"
+#include "worker/collective/local_collective.h"
+#include "worker/image_task.h"
+#include "worker/model.h"
+#include "worker/ps_trainer.h"
+#include "worker/trainer.h"
+
+namespace gridsync {
+namespace {
+
+namespace fs = std::filesystem;
+using std::chrono::milliseconds;
+
+Config SmallConfig(int workers) {
+  Config c;
+  c.encoding.n_levels = 8;
+  c.encoding.log2_hashmap_size = 14;
+  c.encoding.base_resolution = 8;
+  c.network.n_neurons = 32;
+  c.training.batch_size = 4096;
+  c.training.steps = 8;
+  c.training.threads = 1;
+  c.training.log_every = 0;
+  c.distributed.enable = true;
+  c.distributed.world_size = workers;
+  c.distributed.gradient_sync = GradientSync::kNccl;
+  c.distributed.timeout_s = 20;
+  c.distributed.bucket_mb = 0.25;  // several buckets per step
+  return c;
+}
+
+ImageTask SmallImage() {
+  const int w = 64, h = 48;
+  std::vector<float> rgb(static_cast<size_t>(w) * h * 3);
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      float* p = &rgb[(static_cast<size_t>(y) * w + x) * 3];
+      p[0] = static_cast<float>(x) / w;
+      p[1] = static_cast<float>(y) / h;
+      p[2] = x + y > 50 ? 0.9f : 0.1f;
+    }
+  }
+  return ImageTask::FromPixels(w, h, std::move(rgb));
+}
+
+TrainReport SingleProcess(Config config, const ImageTask& image) {
+  config.training.gradient_accumulation = config.distributed.world_size;
+  config.distributed = DistributedConfig{};
+  TrainOptions options;
+  options.quiet = true;
+  options.write_png = false;
+  auto report = TrainImage(config, image, options);
+  EXPECT_TRUE(report.ok()) << report.status().ToString();
+  return std::move(report).value();
+}
+
+AllReduceWorkerOptions Quiet() {
+  AllReduceWorkerOptions options;
+  options.train.quiet = true;
+  options.train.write_png = false;
+  return options;
+}
+
+// Runs every worker as a thread over in-process groups.
+std::vector<Result<TrainReport>> RunLocal(const Config& config, const ImageTask& image,
+                                          std::vector<int> throttle_ms = {}) {
+  const auto& d = config.distributed;
+  const int world = d.world_size;
+  const auto timeout = milliseconds(static_cast<int64_t>(d.timeout_s * 1000));
+  auto flat = LocalCollective::CreateGroup(world, timeout, "flat");
+  const auto nodes = d.ResolvedNodes();
+  int slices = nodes.front().workers;
+  for (const auto& n : nodes) slices = std::min(slices, n.workers);
+  std::vector<std::vector<std::unique_ptr<LocalCollective>>> intra;
+  for (const auto& n : nodes) intra.push_back(LocalCollective::CreateGroup(n.workers, timeout, "intra-" + n.name));
+  std::vector<std::vector<std::unique_ptr<LocalCollective>>> inter;
+  for (int l = 0; l < slices; ++l) {
+    inter.push_back(LocalCollective::CreateGroup(static_cast<int>(nodes.size()), timeout, "inter-" + std::to_string(l)));
+  }
+  std::vector<Result<TrainReport>> reports(static_cast<size_t>(world), Status::Internal("not run"));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      AllReduceGroups groups;
+      groups.flat = flat[static_cast<size_t>(r)].get();
+      if (d.hierarchical) {
+        const int node = d.NodeOf(r);
+        const int local = d.LocalRankOf(r);
+        groups.intra = intra[static_cast<size_t>(node)][static_cast<size_t>(local)].get();
+        if (local < slices) groups.inter = inter[static_cast<size_t>(local)][static_cast<size_t>(node)].get();
+      }
+      AllReduceWorkerOptions options = Quiet();
+      if (static_cast<size_t>(r) < throttle_ms.size()) options.throttle_ms = throttle_ms[static_cast<size_t>(r)];
+      reports[static_cast<size_t>(r)] = TrainImageAllReduce(config, image, r, groups, options);
+    });
+  }
+  for (auto& t : threads) t.join();
+  return reports;
+}
+
+void ExpectBitIdentical(const std::vector<float>& a, const std::vector<float>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  size_t differing = 0;
+  for (size_t i = 0; i < a.size(); ++i) differing += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+  EXPECT_EQ(differing, 0u);
+}
+
+// A different association of the same float sums: per-parameter differences
+// of a few ulps, which Adam (normalised by sqrt(v)) turns into moves of about
+// lr * relative error per step. Rows whose summed gradient is ~0 may flip
+// sign and move by up to 2*lr per step; they must be rare.
+void ExpectWithinRounding(const std::vector<float>& a, const std::vector<float>& b, int steps, double lr) {
+  ASSERT_EQ(a.size(), b.size());
+  size_t far = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double diff = std::fabs(double{a[i]} - b[i]);
+    far += diff > 1e-5;
+    ASSERT_LE(diff, 2 * lr * steps) << "parameter " << i;
+  }
+  EXPECT_LE(far, a.size() / 1000) << far << " of " << a.size() << " parameters differ by more than 1e-5";
+}
+
+TEST(AllReduceTest, FlatRankOrderedMatchesSingleProcessBitForBit) {
+  const ImageTask image = SmallImage();
+  const Config config = SmallConfig(2);
+  auto reports = RunLocal(config, image);
+  for (auto& r : reports) ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const auto local = SingleProcess(config, image);
+  ExpectBitIdentical(FlattenParams(*reports[0]->model), FlattenParams(*local.model));
+  // Every replica took the same steps.
+  ExpectBitIdentical(FlattenParams(*reports[1]->model), FlattenParams(*local.model));
+  EXPECT_EQ(reports[0]->psnr, local.psnr);
+}
+
+TEST(AllReduceTest, HierarchicalTwoNodesOfTwoAndOnePlusThree) {
+  const ImageTask image = SmallImage();
+  for (const auto& sizes : std::vector<std::vector<int>>{{2, 2}, {1, 3}}) {
+    Config config = SmallConfig(4);
+    config.distributed.hierarchical = true;
+    for (size_t n = 0; n < sizes.size(); ++n) {
+      NodeConfig node;
+      node.name = std::string("node") + std::to_string(n);  // (a GCC 12 -Wrestrict false positive on "n" + ...)
+      node.workers = sizes[n];
+      config.distributed.nodes.push_back(node);
+    }
+    auto reports = RunLocal(config, image);
+    for (auto& r : reports) ASSERT_TRUE(r.ok()) << r.status().ToString();
+    const auto local = SingleProcess(config, image);
+    ExpectWithinRounding(FlattenParams(*reports[0]->model), FlattenParams(*local.model), config.training.steps, 1e-2);
+    // All replicas agree exactly: they all received the same sums.
+    for (size_t r = 1; r < reports.size(); ++r) {
+      ExpectBitIdentical(FlattenParams(*reports[r]->model), FlattenParams(*reports[0]->model));
+    }
+  }
+}
+
+TEST(AllReduceTest, GlooFlatMatchesSingleProcess) {
+  const ImageTask image = SmallImage();
+  Config config = SmallConfig(3);
+  config.training.batch_size = 3072;
+  HashStore store;
+  const auto timeout = milliseconds(20000);
+  std::vector<Result<TrainReport>> reports(3, Status::Internal("not run"));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      auto flat = MakeCollective("gloo", &store, r, 3, "flat", timeout);
+      if (!flat.ok()) {
+        reports[static_cast<size_t>(r)] = flat.status();
+        return;
+      }
+      AllReduceGroups groups;
+      groups.flat = flat->get();
+      reports[static_cast<size_t>(r)] = TrainImageAllReduce(config, image, r, groups, Quiet());
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& r : reports) ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const auto local = SingleProcess(config, image);
+  ExpectWithinRounding(FlattenParams(*reports[0]->model), FlattenParams(*local.model), config.training.steps, 1e-2);
+  ExpectBitIdentical(FlattenParams(*reports[2]->model), FlattenParams(*reports[0]->model));
+}
+
+TEST(BatchSplitTest, EvenWeightedAndAdaptiveKeepTheGlobalBatch) {
+  Config config = SmallConfig(4);
+  config.training.batch_size = 1001;
+  BatchSplit even(config.distributed, config.training.batch_size);
+  EXPECT_EQ(even.counts(), (std::vector<uint64_t>{251, 250, 250, 250}));
+  EXPECT_EQ(even.begin(3), 751u);
+  config.distributed.batch_splitting = BatchSplitting::kWeighted;
+  config.distributed.nodes = {{"fast", 1, 3.0}, {"slow", 3, 1.0}};
+  BatchSplit weighted(config.distributed, 1000);
+  // Node "fast" takes 3/4 of the batch; "slow" splits 1/4 over three workers.
+  EXPECT_EQ(weighted.count(0), 750u);
+  EXPECT_EQ(weighted.count(1) + weighted.count(2) + weighted.count(3), 250u);
+  BatchSplit adaptive(SmallConfig(2).distributed, 1000);
+  EXPECT_TRUE(adaptive.Rebalance({300.0, 100.0}));
+  EXPECT_EQ(adaptive.count(0), 750u);
+  EXPECT_EQ(adaptive.count(1), 250u);
+  EXPECT_EQ(adaptive.count(0) + adaptive.count(1), 1000u);
+  EXPECT_FALSE(adaptive.Rebalance({300.0, 100.0}));
+  EXPECT_TRUE(adaptive.Rebalance({1.0, 0.0}));  // a stalled worker still keeps one sample
+  EXPECT_EQ(adaptive.count(1), 1u);
+}
+
+TEST(AllReduceTest, AdaptiveMovesSamplesToTheFasterWorker) {
+  const ImageTask image = SmallImage();
+  Config config = SmallConfig(2);
+  config.distributed.batch_splitting = BatchSplitting::kAdaptive;
+  config.distributed.adaptive_interval = 3;
+  config.training.steps = 10;
+  auto reports = RunLocal(config, image, {0, 60});  // worker 1 is slow
+  for (auto& r : reports) ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const auto& counts = reports[0]->split_counts;
+  ASSERT_EQ(counts.size(), 2u);
+  EXPECT_EQ(counts[0] + counts[1], 4096u);
+  EXPECT_GT(counts[0], counts[1] * 2) << counts[0] << " vs " << counts[1];
+  EXPECT_EQ(reports[1]->split_counts, counts);  // every worker computed the same split
+}
+
+TEST(AllReduceTest, WeightedSplitTrainsAndKeepsTheBatch) {
+  const ImageTask image = SmallImage();
+  Config config = SmallConfig(3);
+  config.training.batch_size = 3000;
+  config.distributed.batch_splitting = BatchSplitting::kWeighted;
+  config.distributed.nodes = {{"a", 1, 2.0}, {"b", 2, 1.0}};
+  auto reports = RunLocal(config, image);
+  for (auto& r : reports) ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(reports[0]->split_counts, (std::vector<uint64_t>{2000, 500, 500}));
+  // Gradients are weighted by samples: the same maths as one process.
+  const auto local = SingleProcess(config, image);
+  ExpectWithinRounding(FlattenParams(*reports[0]->model), FlattenParams(*local.model), config.training.steps, 1e-2);
+}
+
+TEST(AllReduceTest, ShapeMismatchGivesAClearError) {
+  const ImageTask image = SmallImage();
+  Config a = SmallConfig(2);
+  Config b = a;
+  b.network.n_neurons = 16;  // a different MLP: different tensor sizes
+  const auto timeout = milliseconds(5000);
+  auto flat = LocalCollective::CreateGroup(2, timeout, "flat");
+  std::vector<Result<TrainReport>> reports(2, Status::Internal("not run"));
+  std::thread t0([&] {
+    AllReduceGroups g;
+    g.flat = flat[0].get();
+    reports[0] = TrainImageAllReduce(a, image, 0, g, Quiet());
+  });
+  std::thread t1([&] {
+    AllReduceGroups g;
+    g.flat = flat[1].get();
+    reports[1] = TrainImageAllReduce(b, image, 1, g, Quiet());
+  });
+  t0.join();
+  t1.join();
+  for (auto& r : reports) {
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("rank"), std::string::npos) << r.status().ToString();
+    EXPECT_NE(r.status().message().find("bucket"), std::string::npos) << r.status().ToString();
+  }
+}
+
+// ---- Multi-process: a worker killed in the middle of training ----
+
+int FreePortBase() { return 24000 + (getpid() % 2000) * 10; }
+
+pid_t Spawn(const std::vector<std::string>& argv, const std::string& log) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int fd = ::open(log.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST(AllReduceProcessTest, KilledWorkerMakesTheOthersFailWithinTheTimeout) {
+  const char* build = std::getenv("GRIDSYNC_BUILD_DIR");
+  const std::string dir = build ? build : "build";
+  Config config = SmallConfig(3);
+  config.distributed.master_addr = "127.0.0.1";
+  config.distributed.master_port = FreePortBase();
+  config.distributed.collective = CollectiveKind::kGloo;
+  config.distributed.timeout_s = 3;
+  config.training.steps = 100000;  // runs until killed
+  config.task.image = kDefaultImagePath;
+  const fs::path tmp = fs::temp_directory_path() / ("gridsync-kill-" + std::to_string(getpid()));
+  fs::create_directories(tmp);
+  const std::string path = (tmp / "config.json").string();
+  std::ofstream(path) << config.ToJson().dump(2);
+  const pid_t coordinator = Spawn({dir + "/server/gridsync-coordinator", "--config", path}, (tmp / "c.log").string());
+  std::vector<pid_t> workers;
+  for (int r = 0; r < 3; ++r) {
+    workers.push_back(Spawn({dir + "/worker/gridsync-worker", "--config", path, "--rank", std::to_string(r)},
+                            (tmp / ("w" + std::to_string(r) + ".log")).string()));
+  }
+  // Let them rendezvous and train a few steps, then kill worker 2 outright.
+  std::this_thread::sleep_for(std::chrono::seconds(4));
+  ASSERT_EQ(kill(workers[2], SIGKILL), 0);
+  const auto killed_at = std::chrono::steady_clock::now();
+  int status = 0;
+  waitpid(workers[2], &status, 0);
+  for (int r = 0; r < 2; ++r) {
+    // Each survivor must exit on its own, with an error, within the timeout
+    // plus a margin; a hang is killed after 20 s and fails the test.
+    bool exited = false;
+    while (std::chrono::steady_clock::now() - killed_at < std::chrono::seconds(20)) {
+      if (waitpid(workers[r], &status, WNOHANG) == workers[r]) {
+        exited = true;
+        break;
+      }
+      std::this_thread::sleep_for(milliseconds(50));
+    }
+    if (!exited) {
+      kill(workers[r], SIGKILL);
+      waitpid(workers[r], &status, 0);
+    }
+    EXPECT_TRUE(exited) << "worker " << r << " hung after its peer died";
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << "worker " << r;
+    const std::string log = ReadFile((tmp / ("w" + std::to_string(r) + ".log")).string());
+    EXPECT_NE(log.find("training failed"), std::string::npos) << log;
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  EXPECT_LT(seconds, 3.0 + 10.0);
+  kill(coordinator, SIGTERM);
+  waitpid(coordinator, &status, 0);
+}
+
+}  // namespace
+}  // namespace gridsync

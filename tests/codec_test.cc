@@ -1,0 +1,923 @@
+// The CPU gradient codecs (kernels/cpu/codec.h): names and options, exact
+// wire sizes, round trips with each codec's error bound, topk against a full
+// sort (ties included), unbiasedness of qsgd and randomk over many seeds,
+// onebit with error feedback, error-feedback memory only for touched rows,
+// every class of malformed payload, and a random-bytes fuzz of Decode.
+#include "kernels/cpu/codec.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/counter_rng.h"
+
+namespace gridsync {
+namespace {
+
+constexpr size_t kSizes[] = {1, 7, 256, 1000, 100003};
+
+std::vector<float> Gaussian(size_t n, uint64_t seed, float stddev = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dist(0.0f, stddev);
+  std::vector<float> out(n);
+  for (float& x : out) x = dist(rng);
+  return out;
+}
+
+CodecOptions Options(Codec codec) {
+  CodecOptions options;
+  options.codec = codec;
+  return options;
+}
+
+std::vector<uint8_t> EncodeVec(const CodecOptions& options, const std::vector<float>& x,
+                               uint64_t seed) {
+  std::vector<uint8_t> out(EncodedSize(options, x.size()), 0xAB);
+  cpu::Encode(options, x.data(), x.size(), seed, out.data());
+  return out;
+}
+
+// Decodes into a vector pre-filled with NaN, so unwritten outputs show.
+Status DecodeVec(const CodecOptions& options, const std::vector<uint8_t>& bytes, size_t n,
+                 uint64_t seed, std::vector<float>* out) {
+  out->assign(n, std::numeric_limits<float>::quiet_NaN());
+  return cpu::Decode(options, bytes.data(), bytes.size(), n, seed, out->data());
+}
+
+bool Contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+float LoadF32(const uint8_t* p) {
+  float v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+uint32_t LoadU32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+void StoreF32(uint8_t* p, float v) { std::memcpy(p, &v, 4); }
+void StoreU32(uint8_t* p, uint32_t v) { std::memcpy(p, &v, 4); }
+
+size_t CeilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
+
+// The documented sizes, written out independently of EncodedSize.
+size_t DocumentedSize(const CodecOptions& o, size_t n) {
+  const size_t k = n == 0 ? 0
+                          : std::clamp<size_t>(static_cast<size_t>(std::llround(o.ratio * n)),
+                                               1, n);
+  switch (o.codec) {
+    case Codec::kNone: return 4 * n;
+    case Codec::kFp16: return 2 * n;
+    case Codec::kBf16: return 2 * n;
+    case Codec::kInt8: return 4 * CeilDiv(n, o.block) + n;
+    case Codec::kQsgd: return 4 + CeilDiv(n * (o.bits + 1), 8);
+    case Codec::kOnebit: return 4 + CeilDiv(n, 8);
+    case Codec::kTopk: return 4 + 8 * k;
+    case Codec::kRandomk: return 4 * k;
+  }
+  return 0;
+}
+
+// The reference top-k: a full stable sort by |x| (ties keep index order),
+// the first k, ascending.
+std::vector<uint32_t> ReferenceTopk(const std::vector<float>& x, size_t k) {
+  std::vector<uint32_t> order(x.size());
+  std::iota(order.begin(), order.end(), 0u);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](uint32_t a, uint32_t b) { return std::fabs(x[a]) > std::fabs(x[b]); });
+  order.resize(k);
+  std::sort(order.begin(), order.end());
+  return order;
+}
+
+std::vector<uint32_t> TopkIndicesOf(const std::vector<uint8_t>& payload) {
+  const uint32_t k = LoadU32(payload.data());
+  std::vector<uint32_t> out(k);
+  for (uint32_t j = 0; j < k; ++j) out[j] = LoadU32(payload.data() + 4 + 4 * size_t{j});
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// Names, options, sizes.
+
+TEST(CodecNames, RoundTripAndUnknown) {
+  const char* names[] = {"none", "fp16", "bf16", "int8", "qsgd", "onebit", "topk", "randomk"};
+  for (size_t i = 0; i < std::size(kAllCodecs); ++i) {
+    EXPECT_EQ(CodecName(kAllCodecs[i]), names[i]);
+    EXPECT_EQ(static_cast<size_t>(kAllCodecs[i]), i);
+    Result<Codec> parsed = ParseCodec(names[i]);
+    ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+    EXPECT_EQ(*parsed, kAllCodecs[i]);
+    std::ostringstream os;
+    os << kAllCodecs[i];
+    EXPECT_EQ(os.str(), names[i]);
+  }
+  Result<Codec> bad = ParseCodec("fp8");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(bad.status().message(), "\"fp8\""));
+  EXPECT_TRUE(Contains(bad.status().message(),
+                       "allowed: none, fp16, bf16, int8, qsgd, onebit, topk, randomk"));
+  EXPECT_FALSE(ParseCodec("FP16").ok());
+  EXPECT_FALSE(ParseCodec("").ok());
+}
+
+TEST(CodecOptionsTest, ValidationNamesFieldAndRange) {
+  for (Codec codec : kAllCodecs) EXPECT_TRUE(ValidateCodecOptions(Options(codec)).ok()) << codec;
+  struct Bad {
+    CodecOptions options;
+    const char* message;
+  };
+  CodecOptions qsgd0 = Options(Codec::kQsgd);
+  qsgd0.bits = 0;
+  CodecOptions qsgd9 = Options(Codec::kQsgd);
+  qsgd9.bits = 9;
+  CodecOptions int8 = Options(Codec::kInt8);
+  int8.block = 0;
+  CodecOptions topk0 = Options(Codec::kTopk);
+  topk0.ratio = 0.0;
+  CodecOptions topk_big = Options(Codec::kTopk);
+  topk_big.ratio = 1.5;
+  CodecOptions randomk_nan = Options(Codec::kRandomk);
+  randomk_nan.ratio = std::nan("");
+  CodecOptions randomk_neg = Options(Codec::kRandomk);
+  randomk_neg.ratio = -0.1;
+  CodecOptions unknown = Options(static_cast<Codec>(200));
+  const Bad bad[] = {{qsgd0, "bits 0; allowed: 1..8"},      {qsgd9, "bits 9; allowed: 1..8"},
+                     {int8, "block 0; allowed: >= 1"},      {topk0, "allowed: (0, 1]"},
+                     {topk_big, "allowed: (0, 1]"},         {randomk_nan, "allowed: (0, 1]"},
+                     {randomk_neg, "allowed: (0, 1]"},      {unknown, "codec 200 unknown"}};
+  for (const Bad& b : bad) {
+    const Status status = ValidateCodecOptions(b.options);
+    ASSERT_FALSE(status.ok()) << b.message;
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+    EXPECT_TRUE(Contains(status.message(), b.message)) << status.message();
+    // Decode refuses them too, before reading a byte.
+    float out = 0.0f;
+    EXPECT_EQ(cpu::Decode(b.options, nullptr, 0, 1, 0, &out).code(),
+              StatusCode::kInvalidArgument);
+  }
+  // Fields a codec does not use are not judged.
+  CodecOptions fp16 = Options(Codec::kFp16);
+  fp16.bits = 0;
+  fp16.ratio = 7.0;
+  fp16.block = 0;
+  EXPECT_TRUE(ValidateCodecOptions(fp16).ok());
+}
+
+TEST(CodecSizes, KeptCount) {
+  CodecOptions topk = Options(Codec::kTopk);  // ratio 0.01
+  EXPECT_EQ(KeptCount(topk, 0), 0u);
+  EXPECT_EQ(KeptCount(topk, 1), 1u);
+  EXPECT_EQ(KeptCount(topk, 7), 1u);
+  EXPECT_EQ(KeptCount(topk, 256), 3u);      // 2.56
+  EXPECT_EQ(KeptCount(topk, 1000), 10u);
+  EXPECT_EQ(KeptCount(topk, 100003), 1000u);
+  topk.ratio = 0.5;
+  EXPECT_EQ(KeptCount(topk, 7), 4u);  // 3.5 rounds away from zero
+  topk.ratio = 1.0;
+  EXPECT_EQ(KeptCount(topk, 100003), 100003u);
+  EXPECT_EQ(KeptCount(Options(Codec::kOnebit), 1234), 1234u);
+}
+
+TEST(CodecSizes, ExactBytesForEveryCodec) {
+  // A few written out by hand (defaults: ratio 0.01, bits 4, block 256).
+  EXPECT_EQ(EncodedSize(Options(Codec::kNone), 7), 28u);
+  EXPECT_EQ(EncodedSize(Options(Codec::kFp16), 7), 14u);
+  EXPECT_EQ(EncodedSize(Options(Codec::kBf16), 1000), 2000u);
+  EXPECT_EQ(EncodedSize(Options(Codec::kInt8), 1000), 4u * 4 + 1000);
+  EXPECT_EQ(EncodedSize(Options(Codec::kInt8), 256), 260u);
+  EXPECT_EQ(EncodedSize(Options(Codec::kQsgd), 7), 4u + 5);  // 35 bits
+  EXPECT_EQ(EncodedSize(Options(Codec::kOnebit), 7), 5u);
+  EXPECT_EQ(EncodedSize(Options(Codec::kOnebit), 256), 36u);
+  EXPECT_EQ(EncodedSize(Options(Codec::kTopk), 1000), 4u + 80);
+  EXPECT_EQ(EncodedSize(Options(Codec::kRandomk), 100003), 4000u);
+  for (Codec codec : kAllCodecs) {
+    for (int bits : {1, 4, 8}) {
+      for (uint32_t block : {1u, 7u, 256u}) {
+        for (double ratio : {0.001, 0.01, 0.3, 1.0}) {
+          CodecOptions o = Options(codec);
+          o.bits = bits;
+          o.block = block;
+          o.ratio = ratio;
+          for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{256}, size_t{1000},
+                           size_t{100003}}) {
+            ASSERT_EQ(EncodedSize(o, n), DocumentedSize(o, n))
+                << codec << " n " << n << " bits " << bits << " block " << block;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(CodecMath, CounterRandomMatchesCommon) {
+  for (uint64_t seed : {uint64_t{0}, uint64_t{42}, ~uint64_t{0}}) {
+    for (uint64_t stream : {uint64_t{0}, uint64_t{1}, uint64_t{7}}) {
+      const uint64_t key = codec_math::RandomKey(seed, stream);
+      for (uint64_t i = 0; i < 1000; ++i)
+        ASSERT_EQ(codec_math::RandomAt(key, i), CounterRandom(seed, stream, i));
+    }
+  }
+  // MulHi64 against a 128-bit product.
+  std::mt19937_64 rng(3);
+  for (int t = 0; t < 10000; ++t) {
+    const uint64_t a = rng(), b = rng();
+    __extension__ using U128 = unsigned __int128;
+    ASSERT_EQ(codec_math::MulHi64(a, b), static_cast<uint64_t>((U128{a} * b) >> 64));
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Round trips for every codec and size.
+
+class CodecRoundTrip : public testing::TestWithParam<std::tuple<Codec, size_t>> {};
+
+TEST_P(CodecRoundTrip, SizeDeterminismAndErrorBound) {
+  const auto [codec, n] = GetParam();
+  CodecOptions o = Options(codec);
+  o.ratio = 0.1;
+  const std::vector<float> x = Gaussian(n, 1000 + n, 0.5f);
+  const uint64_t seed = 0x5eed + n;
+  const std::vector<uint8_t> bytes = EncodeVec(o, x, seed);
+  ASSERT_EQ(bytes.size(), DocumentedSize(o, n));
+  // Deterministic, and independent of the output's alignment.
+  EXPECT_EQ(EncodeVec(o, x, seed), bytes);
+  std::vector<uint8_t> shifted(bytes.size() + 1);
+  cpu::Encode(o, x.data(), n, seed, shifted.data() + 1);
+  EXPECT_TRUE(std::equal(bytes.begin(), bytes.end(), shifted.begin() + 1));
+
+  std::vector<float> y;
+  const Status status = DecodeVec(o, bytes, n, seed, &y);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  ASSERT_EQ(y.size(), n);
+  for (size_t i = 0; i < n; ++i) ASSERT_TRUE(std::isfinite(y[i])) << codec << " output " << i;
+
+  size_t bad = 0;
+  auto expect = [&](bool ok, size_t i, float bound) {
+    if (ok) return;
+    if (++bad <= 5)
+      ADD_FAILURE() << codec << " n " << n << " [" << i << "]: x " << x[i] << " decoded " << y[i]
+                    << " bound " << bound;
+  };
+  switch (codec) {
+    case Codec::kNone:
+      for (size_t i = 0; i < n; ++i) expect(std::bit_cast<uint32_t>(x[i]) == std::bit_cast<uint32_t>(y[i]), i, 0);
+      break;
+    case Codec::kFp16:
+      for (size_t i = 0; i < n; ++i) {
+        const float bound = std::ldexp(std::fabs(x[i]), -11) + std::ldexp(1.0f, -25);
+        expect(std::fabs(y[i] - x[i]) <= bound, i, bound);
+      }
+      break;
+    case Codec::kBf16:
+      for (size_t i = 0; i < n; ++i) {
+        const float bound = std::ldexp(std::fabs(x[i]), -8);
+        expect(std::fabs(y[i] - x[i]) <= bound, i, bound);
+      }
+      break;
+    case Codec::kInt8:
+      for (size_t i = 0; i < n; ++i) {
+        const float scale = LoadF32(bytes.data() + (i / o.block) * (o.block + 4));
+        const float bound = 0.5f * scale * (1.0f + 1e-5f) + 1e-6f * std::fabs(x[i]);
+        expect(std::fabs(y[i] - x[i]) <= bound, i, bound);
+      }
+      break;
+    case Codec::kQsgd: {
+      const float norm = LoadF32(bytes.data());
+      const float step = norm / 15.0f;
+      for (size_t i = 0; i < n; ++i) {
+        const float bound = step * (1.0f + 1e-5f);
+        expect(std::fabs(y[i] - x[i]) <= bound && (y[i] == 0.0f || (y[i] < 0) == (x[i] < 0)), i,
+               bound);
+      }
+      break;
+    }
+    case Codec::kOnebit: {
+      double sum = 0;
+      for (float v : x) sum += std::fabs(v);
+      const float scale = static_cast<float>(sum / n);
+      EXPECT_NEAR(LoadF32(bytes.data()), scale, 1e-6f * scale);
+      for (size_t i = 0; i < n; ++i)
+        expect(y[i] == (x[i] >= 0.0f ? 1.0f : -1.0f) * LoadF32(bytes.data()), i, 0);
+      break;
+    }
+    case Codec::kTopk: {
+      const std::vector<uint32_t> want = ReferenceTopk(x, KeptCount(o, n));
+      EXPECT_EQ(TopkIndicesOf(bytes), want);
+      std::vector<bool> kept(n, false);
+      for (uint32_t i : want) kept[i] = true;
+      for (size_t i = 0; i < n; ++i) expect(y[i] == (kept[i] ? x[i] : 0.0f), i, 0);
+      break;
+    }
+    case Codec::kRandomk: {
+      const uint32_t k = KeptCount(o, n);
+      std::vector<uint32_t> indices(k);
+      cpu::RandomkIndices(seed, n, k, indices.data());
+      std::vector<bool> kept(n, false);
+      for (uint32_t i : indices) kept[i] = true;
+      const float factor = static_cast<float>(static_cast<double>(n) / k);
+      size_t nonzero = 0;
+      for (size_t i = 0; i < n; ++i) {
+        expect(y[i] == (kept[i] ? x[i] * factor : 0.0f), i, 0);
+        nonzero += y[i] != 0.0f;
+      }
+      EXPECT_EQ(nonzero, k);
+      break;
+    }
+  }
+  EXPECT_EQ(bad, 0u) << codec << " n " << n;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllCodecs, CodecRoundTrip,
+                         testing::Combine(testing::ValuesIn(kAllCodecs), testing::ValuesIn(kSizes)),
+                         [](const testing::TestParamInfo<CodecRoundTrip::ParamType>& info) {
+                           return std::string(CodecName(std::get<0>(info.param))) + "_n" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
+TEST(CodecRoundTrip, EmptyArrays) {
+  for (Codec codec : kAllCodecs) {
+    const CodecOptions o = Options(codec);
+    const std::vector<uint8_t> bytes = EncodeVec(o, {}, 1);
+    EXPECT_EQ(bytes.size(), DocumentedSize(o, 0)) << codec;
+    std::vector<float> y;
+    EXPECT_TRUE(DecodeVec(o, bytes, 0, 1, &y).ok()) << codec;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Per-codec details.
+
+TEST(Fp16Codec, SaturatesFiniteKeepsInfinityAndRejectsNonFinite) {
+  const CodecOptions o = Options(Codec::kFp16);
+  const std::vector<float> x = {1e6f, -70000.0f, 65504.0f, 1.0f, 6e-8f, -0.0f};
+  std::vector<float> y;
+  ASSERT_TRUE(DecodeVec(o, EncodeVec(o, x, 0), x.size(), 0, &y).ok());
+  EXPECT_EQ(y[0], 65504.0f);
+  EXPECT_EQ(y[1], -65504.0f);
+  EXPECT_EQ(y[2], 65504.0f);
+  EXPECT_EQ(y[3], 1.0f);
+  EXPECT_NEAR(y[4], 6e-8f, 3e-8f);  // subnormal half
+  EXPECT_TRUE(std::signbit(y[5]));
+  for (float bad : {INFINITY, -INFINITY, std::numeric_limits<float>::quiet_NaN()}) {
+    const std::vector<float> with_bad = {1.0f, bad, 2.0f};
+    const std::vector<uint8_t> bytes = EncodeVec(o, with_bad, 0);
+    const Status status = DecodeVec(o, bytes, 3, 0, &y);
+    EXPECT_EQ(status.code(), StatusCode::kCorruption) << bad;
+    EXPECT_TRUE(Contains(status.message(), "value[1]")) << status.message();
+  }
+  // NaN is written as the canonical 0x7E00 whatever its payload.
+  const std::vector<float> nan = {std::bit_cast<float>(0xFFC01234u)};
+  const std::vector<uint8_t> bytes = EncodeVec(o, nan, 0);
+  EXPECT_EQ(bytes[0] | (bytes[1] << 8), 0x7E00);
+}
+
+TEST(Bf16Codec, RoundsToNearestEvenAndSaturates) {
+  const CodecOptions o = Options(Codec::kBf16);
+  const float tie_down = 1.0f + std::ldexp(1.0f, -8);                  // halfway, even below
+  const float tie_up = 1.0f + std::ldexp(3.0f, -8);                    // halfway, even above
+  const float above = 1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -20);
+  const std::vector<float> x = {tie_down, tie_up, above, FLT_MAX, -FLT_MAX, 3.0e38f};
+  std::vector<float> y;
+  ASSERT_TRUE(DecodeVec(o, EncodeVec(o, x, 0), x.size(), 0, &y).ok());
+  EXPECT_EQ(y[0], 1.0f);
+  EXPECT_EQ(y[1], 1.0f + std::ldexp(1.0f, -6));
+  EXPECT_EQ(y[2], 1.0f + std::ldexp(1.0f, -7));
+  EXPECT_EQ(std::bit_cast<uint32_t>(y[3]), 0x7F7F0000u);
+  EXPECT_EQ(std::bit_cast<uint32_t>(y[4]), 0xFF7F0000u);
+  EXPECT_TRUE(std::isfinite(y[5]));
+  const std::vector<float> inf = {INFINITY};
+  EXPECT_EQ(DecodeVec(o, EncodeVec(o, inf, 0), 1, 0, &y).code(), StatusCode::kCorruption);
+}
+
+TEST(Int8Codec, ZeroTinyAndNonFiniteBlocks) {
+  CodecOptions o = Options(Codec::kInt8);
+  o.block = 4;
+  // Block 0 zeros, block 1 tiny (127/max overflows float: the wide path),
+  // block 2 ordinary, block 3 partial.
+  const std::vector<float> x = {0.0f, -0.0f, 0.0f, 0.0f,  1e-38f, -5e-39f, 2e-39f, 0.0f,
+                                1.0f, -0.5f, 0.25f, 0.0f, 3.0f,   -3.0f};
+  const std::vector<uint8_t> bytes = EncodeVec(o, x, 0);
+  EXPECT_EQ(LoadF32(bytes.data()), 0.0f);
+  std::vector<float> y;
+  ASSERT_TRUE(DecodeVec(o, bytes, x.size(), 0, &y).ok());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float scale = LoadF32(bytes.data() + (i / 4) * 8);
+    EXPECT_LE(std::fabs(y[i] - x[i]), 0.5f * scale * 1.0001f + 1e-45f) << i;
+  }
+  EXPECT_EQ(y[8], 1.0f);
+  EXPECT_EQ(static_cast<int8_t>(bytes[8 + 4]), 127);  // max maps to 127
+  EXPECT_EQ(static_cast<int8_t>(bytes[12 + 4 + 1]), -127);
+  // A NaN in block 1: its scale is the canonical NaN and Decode refuses it.
+  std::vector<float> with_nan = x;
+  with_nan[5] = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<uint8_t> nan_bytes = EncodeVec(o, with_nan, 0);
+  EXPECT_EQ(LoadU32(nan_bytes.data() + 8), 0x7FC00000u);
+  const Status status = DecodeVec(o, nan_bytes, x.size(), 0, &y);
+  EXPECT_EQ(status.code(), StatusCode::kCorruption);
+  EXPECT_TRUE(Contains(status.message(), "block 1 scale")) << status.message();
+}
+
+TEST(OnebitCodec, SignsScaleAndNonFiniteInput) {
+  const CodecOptions o = Options(Codec::kOnebit);
+  const std::vector<float> x = {1.0f, -2.0f, 0.0f, -0.0f, 3.0f, -1.0f, 2.0f, -4.0f, 5.0f};
+  const std::vector<uint8_t> bytes = EncodeVec(o, x, 0);
+  EXPECT_EQ(LoadF32(bytes.data()), 2.0f);  // mean |x| = 18 / 9
+  EXPECT_EQ(bytes[4], 0b01011101);         // 1 = x >= 0 (-0.0 too), LSB first
+  EXPECT_EQ(bytes[5], 0b1);                // padding bits zero
+  std::vector<float> y;
+  ASSERT_TRUE(DecodeVec(o, bytes, x.size(), 0, &y).ok());
+  EXPECT_EQ(y, (std::vector<float>{2, -2, 2, 2, 2, -2, 2, -2, 2}));
+  const std::vector<float> inf = {1.0f, INFINITY};
+  const Status status = DecodeVec(o, EncodeVec(o, inf, 0), 2, 0, &y);
+  EXPECT_EQ(status.code(), StatusCode::kCorruption);
+  EXPECT_TRUE(Contains(status.message(), "scale")) << status.message();
+}
+
+TEST(TopkCodec, ExactlyTheKLargestWithTiesToLowerIndex) {
+  struct Case {
+    const char* name;
+    std::vector<float> x;
+  };
+  std::vector<Case> cases;
+  for (size_t n : kSizes) cases.push_back({"gaussian", Gaussian(n, n)});
+  for (size_t n : {size_t{1000}, size_t{20000}, size_t{100003}}) {
+    std::mt19937 rng(static_cast<uint32_t>(n));
+    std::uniform_int_distribution<int> level(-3, 3);
+    std::vector<float> ties(n);
+    for (float& v : ties) v = static_cast<float>(level(rng));  // heavy ties, +-v equal
+    cases.push_back({"ties", ties});
+    cases.push_back({"zeros", std::vector<float>(n, 0.0f)});
+    std::vector<float> ramp(n);
+    for (size_t i = 0; i < n; ++i) ramp[i] = static_cast<float>(i % 97) * (i % 2 ? -1.f : 1.f);
+    cases.push_back({"ramp", ramp});
+    std::vector<float> spikes = Gaussian(n, n + 1, 1e-3f);
+    for (size_t i = 0; i < n; i += 53) spikes[i] = 100.0f;  // a tie block at the top
+    cases.push_back({"spikes", spikes});
+  }
+  for (const Case& c : cases) {
+    for (double ratio : {0.001, 0.01, 0.1, 0.5, 0.999, 1.0}) {
+      CodecOptions o = Options(Codec::kTopk);
+      o.ratio = ratio;
+      const size_t n = c.x.size();
+      const std::vector<uint8_t> bytes = EncodeVec(o, c.x, 0);
+      const std::vector<uint32_t> got = TopkIndicesOf(bytes);
+      ASSERT_EQ(got, ReferenceTopk(c.x, KeptCount(o, n)))
+          << c.name << " n " << n << " ratio " << ratio;
+      for (size_t j = 0; j < got.size(); ++j) {
+        ASSERT_EQ(LoadU32(bytes.data() + 4 + 4 * got.size() + 4 * j),
+                  std::bit_cast<uint32_t>(c.x[got[j]]));
+      }
+    }
+  }
+}
+
+TEST(TopkCodec, NanRanksFirstAndIsRefused) {
+  CodecOptions o = Options(Codec::kTopk);
+  o.ratio = 0.2;  // k = 2 of 10
+  std::vector<float> x = Gaussian(10, 5);
+  x[7] = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<uint8_t> bytes = EncodeVec(o, x, 0);
+  const std::vector<uint32_t> got = TopkIndicesOf(bytes);
+  EXPECT_TRUE(std::find(got.begin(), got.end(), 7u) != got.end());
+  std::vector<float> y;
+  EXPECT_EQ(DecodeVec(o, bytes, 10, 0, &y).code(), StatusCode::kCorruption);
+}
+
+TEST(RandomkCodec, IndicesDependOnSeedAndNOnly) {
+  const size_t n = 1000;
+  const uint32_t k = 37;
+  std::vector<uint32_t> a(k), b(k), c(k);
+  cpu::RandomkIndices(11, n, k, a.data());
+  cpu::RandomkIndices(11, n, k, b.data());
+  cpu::RandomkIndices(12, n, k, c.data());
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  EXPECT_TRUE(std::is_sorted(a.begin(), a.end()));
+  EXPECT_TRUE(std::adjacent_find(a.begin(), a.end()) == a.end());
+  EXPECT_LT(a.back(), n);
+  std::vector<uint32_t> all(n);
+  cpu::RandomkIndices(3, n, static_cast<uint32_t>(n), all.data());
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(all[i], i);
+  // Encoding different values with the same seed sends the same indices.
+  CodecOptions o = Options(Codec::kRandomk);
+  o.ratio = 0.037;
+  const std::vector<float> x = Gaussian(n, 1), z = Gaussian(n, 2);
+  std::vector<uint8_t> ex = EncodeVec(o, x, 11), ez = EncodeVec(o, z, 11);
+  for (uint32_t j = 0; j < k; ++j) {
+    EXPECT_EQ(LoadF32(ex.data() + 4 * j), x[a[j]]);
+    EXPECT_EQ(LoadF32(ez.data() + 4 * j), z[a[j]]);
+  }
+}
+
+// Mean of Decode(Encode(x, seed)) over `seeds` seeds, and the largest
+// |mean - x| in units of each element's standard error.
+double WorstZScore(const CodecOptions& o, const std::vector<float>& x, int seeds,
+                   const std::vector<double>& stddev) {
+  std::vector<double> sum(x.size(), 0.0);
+  std::vector<float> y;
+  for (int s = 0; s < seeds; ++s) {
+    const uint64_t seed = Mix64(static_cast<uint64_t>(s) + 1000);
+    const Status status = DecodeVec(o, EncodeVec(o, x, seed), x.size(), seed, &y);
+    EXPECT_TRUE(status.ok()) << status.ToString();
+    for (size_t i = 0; i < x.size(); ++i) sum[i] += y[i];
+  }
+  double worst = 0.0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double error = std::fabs(sum[i] / seeds - x[i]);
+    worst = std::max(worst, error / (stddev[i] / std::sqrt(seeds) + 1e-9));
+  }
+  return worst;
+}
+
+TEST(RandomkCodec, UnbiasedOverSeeds) {
+  // Each value is kept with probability k/n and scaled by n/k: its estimate
+  // has mean x and standard deviation |x| sqrt(n/k - 1). Over 20000 seeds
+  // the mean must sit within 5 standard errors for all 100 values.
+  CodecOptions o = Options(Codec::kRandomk);
+  o.ratio = 0.1;
+  const std::vector<float> x = Gaussian(100, 9);
+  std::vector<double> stddev(x.size());
+  for (size_t i = 0; i < x.size(); ++i) stddev[i] = std::fabs(x[i]) * std::sqrt(100.0 / 10 - 1);
+  EXPECT_LT(WorstZScore(o, x, 20000, stddev), 5.0);
+  // Inclusion frequency per index ~ k/n (binomial, 5 sigma).
+  std::vector<int> hits(100, 0);
+  std::vector<uint32_t> idx(10);
+  for (int s = 0; s < 20000; ++s) {
+    cpu::RandomkIndices(Mix64(s), 100, 10, idx.data());
+    for (uint32_t i : idx) ++hits[i];
+  }
+  const double mean = 2000.0, sigma = std::sqrt(20000 * 0.1 * 0.9);
+  for (int i = 0; i < 100; ++i) EXPECT_NEAR(hits[i], mean, 5 * sigma) << i;
+}
+
+TEST(QsgdCodec, UnbiasedOverSeeds) {
+  // Level rounding adds at most (norm/s)^2/4 variance per value.
+  for (int bits : {1, 2, 4}) {
+    CodecOptions o = Options(Codec::kQsgd);
+    o.bits = bits;
+    const std::vector<float> x = Gaussian(64, 17 + bits);
+    double norm = 0;
+    for (float v : x) norm += double{v} * v;
+    norm = std::sqrt(norm);
+    const double s = (1 << bits) - 1;
+    std::vector<double> stddev(x.size(), norm / s / 2);
+    EXPECT_LT(WorstZScore(o, x, 20000, stddev), 5.0) << "bits " << bits;
+  }
+}
+
+TEST(QsgdCodec, EveryBitWidthAndSeedDependence) {
+  const std::vector<float> x = Gaussian(1001, 4);
+  for (int bits = 1; bits <= 8; ++bits) {
+    CodecOptions o = Options(Codec::kQsgd);
+    o.bits = bits;
+    const std::vector<uint8_t> a = EncodeVec(o, x, 1);
+    EXPECT_NE(a, EncodeVec(o, x, 2)) << bits;
+    std::vector<float> y;
+    ASSERT_TRUE(DecodeVec(o, a, x.size(), 1, &y).ok()) << bits;
+    const float step = LoadF32(a.data()) / static_cast<float>((1 << bits) - 1);
+    for (size_t i = 0; i < x.size(); ++i)
+      ASSERT_LE(std::fabs(y[i] - x[i]), step * 1.0001f) << "bits " << bits << " i " << i;
+  }
+  // All-zero input: norm 0, every code 0.
+  const CodecOptions o = Options(Codec::kQsgd);
+  const std::vector<uint8_t> zero = EncodeVec(o, std::vector<float>(9, 0.0f), 1);
+  EXPECT_TRUE(std::all_of(zero.begin(), zero.end(), [](uint8_t b) { return b == 0; }));
+}
+
+// ---------------------------------------------------------------------------
+// Error feedback.
+
+TEST(ErrorFeedbackTest, OnebitCarriesTheResidual) {
+  // 64 rows x 4 of fresh gradients each step, all rows touched. With error
+  // feedback, sum(decoded) = sum(gradients) - final residual exactly (up to
+  // float rounding), so the delivered total tracks the true total; without
+  // it, onebit's error accumulates.
+  const CodecOptions o = Options(Codec::kOnebit);
+  const uint32_t width = 4;
+  std::vector<uint32_t> rows(64);
+  std::iota(rows.begin(), rows.end(), 100u);
+  const size_t n = rows.size() * width;
+  cpu::ErrorFeedback feedback;
+  std::vector<double> sum_grad(n, 0), sum_ef(n, 0), sum_plain(n, 0);
+  std::vector<float> decoded(n), plain(n);
+  float worst_residual = 0.0f;
+  for (int step = 0; step < 300; ++step) {
+    const std::vector<float> grad = Gaussian(n, 7000 + step);
+    std::vector<float> corrected = grad;
+    feedback.AddResidual(3, rows.data(), rows.size(), width, corrected.data());
+    std::vector<uint8_t> bytes = EncodeVec(o, corrected, step);
+    ASSERT_TRUE(cpu::Decode(o, bytes.data(), bytes.size(), n, step, decoded.data()).ok());
+    feedback.StoreResidual(3, rows.data(), rows.size(), width, corrected.data(), decoded.data());
+    bytes = EncodeVec(o, grad, step);
+    ASSERT_TRUE(cpu::Decode(o, bytes.data(), bytes.size(), n, step, plain.data()).ok());
+    for (size_t i = 0; i < n; ++i) {
+      sum_grad[i] += grad[i];
+      sum_ef[i] += decoded[i];
+      sum_plain[i] += plain[i];
+    }
+    for (uint32_t r : rows) {
+      const float* residual = feedback.Residual(3, r);
+      ASSERT_NE(residual, nullptr);
+      for (uint32_t f = 0; f < width; ++f) worst_residual = std::max(worst_residual, std::fabs(residual[f]));
+    }
+  }
+  double err_ef = 0, err_plain = 0, identity = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const float residual = feedback.Residual(3, rows[i / width])[i % width];
+    identity = std::max(identity, std::fabs(sum_ef[i] + residual - sum_grad[i]));
+    err_ef = std::max(err_ef, std::fabs(sum_ef[i] - sum_grad[i]));
+    err_plain = std::max(err_plain, std::fabs(sum_plain[i] - sum_grad[i]));
+  }
+  EXPECT_LT(identity, 1e-3);
+  EXPECT_LT(worst_residual, 10.0f) << "the residual stays bounded";
+  EXPECT_LT(err_ef, 10.0);
+  EXPECT_GT(err_plain, 3 * err_ef) << "error feedback must beat plain onebit";
+  EXPECT_EQ(feedback.Entries(), rows.size());
+}
+
+TEST(ErrorFeedbackTest, MemoryOnlyForTouchedRows) {
+  const uint32_t width = 4;
+  const CodecOptions o = Options(Codec::kOnebit);
+  cpu::ErrorFeedback feedback;
+  EXPECT_EQ(feedback.Entries(), 0u);
+  EXPECT_EQ(feedback.ResidualBytes(), 0u);
+
+  const std::vector<uint32_t> touched = {3, 10, 42};
+  std::vector<float> grad = Gaussian(touched.size() * width, 1);
+  std::vector<float> corrected = grad;
+  // Nothing stored yet: adding changes nothing and creates nothing.
+  feedback.AddResidual(7, touched.data(), touched.size(), width, corrected.data());
+  EXPECT_EQ(corrected, grad);
+  EXPECT_EQ(feedback.Entries(), 0u);
+
+  std::vector<float> decoded(corrected.size());
+  const std::vector<uint8_t> bytes = EncodeVec(o, corrected, 0);
+  ASSERT_TRUE(cpu::Decode(o, bytes.data(), bytes.size(), decoded.size(), 0, decoded.data()).ok());
+  feedback.StoreResidual(7, touched.data(), touched.size(), width, corrected.data(), decoded.data());
+  EXPECT_EQ(feedback.Entries(), 3u);
+  EXPECT_EQ(feedback.Entries(7), 3u);
+  EXPECT_EQ(feedback.Entries(8), 0u);
+  for (uint32_t row = 0; row < 64; ++row) {
+    const bool was_touched = std::find(touched.begin(), touched.end(), row) != touched.end();
+    EXPECT_EQ(feedback.Residual(7, row) != nullptr, was_touched) << row;
+  }
+  EXPECT_EQ(feedback.Residual(8, 3), nullptr);
+  for (size_t r = 0; r < touched.size(); ++r) {
+    for (uint32_t f = 0; f < width; ++f) {
+      EXPECT_EQ(feedback.Residual(7, touched[r])[f],
+                corrected[r * width + f] - decoded[r * width + f]);
+    }
+  }
+  EXPECT_GE(feedback.ResidualBytes(), 3u * width * sizeof(float));
+
+  // A later step touching row 10 and a new row 99: row 10 gets its residual,
+  // row 99 gets nothing, and no entry appears for it until it is stored.
+  const std::vector<uint32_t> next = {10, 99};
+  std::vector<float> values(next.size() * width, 1.0f);
+  feedback.AddResidual(7, next.data(), next.size(), width, values.data());
+  for (uint32_t f = 0; f < width; ++f) {
+    EXPECT_EQ(values[f], 1.0f + feedback.Residual(7, 10)[f]);
+    EXPECT_EQ(values[width + f], 1.0f);
+  }
+  EXPECT_EQ(feedback.Entries(), 3u);
+
+  // A zero residual for a row without an entry stores nothing (lossless
+  // codecs cost no memory); for a row with one it overwrites.
+  const std::vector<float> same(next.size() * width, 2.0f);
+  feedback.StoreResidual(7, next.data(), next.size(), width, same.data(), same.data());
+  EXPECT_EQ(feedback.Entries(), 3u);
+  EXPECT_EQ(feedback.Residual(7, 99), nullptr);
+  for (uint32_t f = 0; f < width; ++f) EXPECT_EQ(feedback.Residual(7, 10)[f], 0.0f);
+
+  // Tables are separate.
+  feedback.StoreResidual(8, next.data(), 1, width, values.data(), same.data());
+  EXPECT_EQ(feedback.Entries(8), 1u);
+  EXPECT_EQ(feedback.Entries(), 4u);
+  feedback.Clear();
+  EXPECT_EQ(feedback.Entries(), 0u);
+}
+
+TEST(ErrorFeedbackDeathTest, WidthIsFixedPerTable) {
+  cpu::ErrorFeedback feedback;
+  const uint32_t row = 1;
+  const std::vector<float> a(8, 1.0f), b(8, 0.0f);
+  feedback.StoreResidual(0, &row, 1, 4, a.data(), b.data());
+  EXPECT_DEATH(feedback.StoreResidual(0, &row, 1, 8, a.data(), b.data()), "t.width == width");
+}
+
+// ---------------------------------------------------------------------------
+// Malformed payloads: every class is refused with a Status naming it.
+
+void ExpectRefused(const CodecOptions& o, const std::vector<uint8_t>& bytes, size_t n,
+                   const std::string& part, StatusCode code = StatusCode::kCorruption,
+                   uint64_t seed = 0) {
+  std::vector<float> y;
+  const Status status = DecodeVec(o, bytes, n, seed, &y);
+  ASSERT_FALSE(status.ok()) << CodecName(o.codec) << ": expected a refusal naming '" << part << "'";
+  EXPECT_EQ(status.code(), code) << status.ToString();
+  EXPECT_TRUE(Contains(status.message(), part)) << status.message();
+  EXPECT_TRUE(Contains(status.message(), std::string(CodecName(o.codec)))) << status.message();
+}
+
+TEST(CodecMalformed, WrongSizeNamesBothSizes) {
+  for (Codec codec : kAllCodecs) {
+    const CodecOptions o = Options(codec);
+    const size_t n = 1000;
+    const std::vector<uint8_t> good = EncodeVec(o, Gaussian(n, 1), 0);
+    std::vector<uint8_t> longer = good;
+    longer.push_back(0);
+    ExpectRefused(o, longer, n,
+                  "payload has " + std::to_string(good.size() + 1) + " bytes; expected " +
+                      std::to_string(good.size()));
+    std::vector<uint8_t> shorter(good.begin(), good.end() - 1);
+    ExpectRefused(o, shorter, n, "payload has " + std::to_string(good.size() - 1) + " bytes");
+    ExpectRefused(o, {}, n, "payload has 0 bytes");
+  }
+}
+
+TEST(CodecMalformed, NonFiniteOrNegativeScales) {
+  const float bad_scales[] = {std::numeric_limits<float>::quiet_NaN(), INFINITY, -1.0f, FLT_MAX};
+  for (Codec codec : {Codec::kInt8, Codec::kOnebit, Codec::kQsgd}) {
+    const CodecOptions o = Options(codec);
+    const size_t n = 300;
+    const std::vector<uint8_t> good = EncodeVec(o, Gaussian(n, 2), 0);
+    for (float scale : bad_scales) {
+      if (codec == Codec::kOnebit && scale == FLT_MAX) continue;  // +-FLT_MAX decodes fine
+      std::vector<uint8_t> bytes = good;
+      // int8: the second block's scale; onebit and qsgd: the header.
+      const size_t at = codec == Codec::kInt8 ? 260 : 0;
+      StoreF32(bytes.data() + at, scale);
+      ExpectRefused(o, bytes, n, codec == Codec::kInt8 ? "block 1 scale" : (codec == Codec::kQsgd ? "norm" : "scale"));
+    }
+  }
+}
+
+TEST(CodecMalformed, NonFiniteValues) {
+  const size_t n = 100;
+  const std::vector<float> x = Gaussian(n, 3);
+  {
+    const CodecOptions o = Options(Codec::kNone);
+    for (float bad : {INFINITY, -INFINITY, std::numeric_limits<float>::quiet_NaN()}) {
+      std::vector<uint8_t> bytes = EncodeVec(o, x, 0);
+      StoreF32(bytes.data() + 4 * 42, bad);
+      ExpectRefused(o, bytes, n, "value[42]");
+    }
+  }
+  for (uint16_t bad : {uint16_t{0x7C00}, uint16_t{0xFC00}, uint16_t{0x7E01}}) {
+    const CodecOptions o = Options(Codec::kFp16);
+    std::vector<uint8_t> bytes = EncodeVec(o, x, 0);
+    std::memcpy(bytes.data() + 2 * 42, &bad, 2);
+    ExpectRefused(o, bytes, n, "value[42]");
+  }
+  for (uint16_t bad : {uint16_t{0x7F80}, uint16_t{0xFF80}, uint16_t{0x7FC0}}) {
+    const CodecOptions o = Options(Codec::kBf16);
+    std::vector<uint8_t> bytes = EncodeVec(o, x, 0);
+    std::memcpy(bytes.data() + 2 * 42, &bad, 2);
+    ExpectRefused(o, bytes, n, "value[42]");
+  }
+  {
+    CodecOptions o = Options(Codec::kTopk);
+    o.ratio = 0.1;  // k = 10
+    std::vector<uint8_t> bytes = EncodeVec(o, x, 0);
+    StoreF32(bytes.data() + 4 + 40 + 4 * 3, INFINITY);
+    ExpectRefused(o, bytes, n, "value[3]");
+  }
+  {
+    CodecOptions o = Options(Codec::kRandomk);
+    o.ratio = 0.1;
+    std::vector<uint8_t> bytes = EncodeVec(o, x, 5);
+    StoreF32(bytes.data() + 4 * 3, std::numeric_limits<float>::quiet_NaN());
+    ExpectRefused(o, bytes, n, "value[3]", StatusCode::kCorruption, 5);
+    bytes = EncodeVec(o, x, 5);
+    StoreF32(bytes.data() + 4 * 3, 3e38f);  // finite, but x10 overflows
+    ExpectRefused(o, bytes, n, "overflows", StatusCode::kCorruption, 5);
+  }
+}
+
+TEST(CodecMalformed, TopkIndicesAndK) {
+  CodecOptions o = Options(Codec::kTopk);
+  o.ratio = 0.1;
+  const size_t n = 100;  // k = 10
+  const std::vector<uint8_t> good = EncodeVec(o, Gaussian(n, 4), 0);
+  auto with_index = [&](uint32_t j, uint32_t index) {
+    std::vector<uint8_t> bytes = good;
+    StoreU32(bytes.data() + 4 + 4 * j, index);
+    return bytes;
+  };
+  ExpectRefused(o, with_index(9, 100), n, "index[9] = 100 is out of range; allowed: < n = 100");
+  ExpectRefused(o, with_index(9, 0xFFFFFFFFu), n, "out of range");
+  const uint32_t third = LoadU32(good.data() + 4 + 4 * 2);
+  ExpectRefused(o, with_index(3, third), n, "strictly ascending");      // duplicate
+  ExpectRefused(o, with_index(3, third - 1), n, "strictly ascending");  // backwards
+  std::vector<uint8_t> bytes = good;
+  StoreU32(bytes.data(), 11);
+  ExpectRefused(o, bytes, n, "k is 11; expected 10");
+  StoreU32(bytes.data(), 0);
+  ExpectRefused(o, bytes, n, "k is 0; expected 10");
+}
+
+TEST(CodecMalformed, QsgdCodesAndPadding) {
+  // Levels are `bits` wide, so no level can exceed s = 2^bits - 1; what can
+  // be wrong is a negative zero (the encoder never writes one), padding bits
+  // after the last code, and the norm (tested above).
+  const CodecOptions o = Options(Codec::kQsgd);  // 5-bit codes
+  const size_t n = 7;                            // 35 bits: 5 padding bits
+  std::vector<float> x = Gaussian(n, 6);
+  x[0] = 0.0f;  // code 0 exactly
+  const std::vector<uint8_t> good = EncodeVec(o, x, 0);
+  EXPECT_EQ(good[4] & 0x1F, 0);
+  std::vector<uint8_t> bytes = good;
+  bytes[4] |= 0x10;  // sign bit of code 0, level 0
+  ExpectRefused(o, bytes, n, "code[0] is a negative level 0");
+  bytes = good;
+  bytes.back() |= 0x80;
+  ExpectRefused(o, bytes, n, "padding bits");
+}
+
+TEST(CodecMalformed, OnebitPaddingAndInt8Code) {
+  {
+    const CodecOptions o = Options(Codec::kOnebit);
+    std::vector<uint8_t> bytes = EncodeVec(o, Gaussian(7, 7), 0);
+    bytes.back() |= 0x80;
+    ExpectRefused(o, bytes, 7, "padding bits");
+  }
+  {
+    const CodecOptions o = Options(Codec::kInt8);
+    std::vector<uint8_t> bytes = EncodeVec(o, Gaussian(300, 8), 0);
+    bytes[260 + 4 + 5] = 0x80;  // value 261
+    ExpectRefused(o, bytes, 300, "value[261] has code -128; allowed: -127..127");
+  }
+}
+
+TEST(CodecMalformed, BadArguments) {
+  const CodecOptions o = Options(Codec::kFp16);
+  std::vector<uint8_t> bytes(20);
+  float out[10];
+  EXPECT_EQ(cpu::Decode(o, bytes.data(), bytes.size(), 10, 0, nullptr).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(cpu::Decode(o, nullptr, bytes.size(), 10, 0, out).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(cpu::Decode(o, bytes.data(), bytes.size(), kMaxCodecValues + 1, 0, out).code(),
+            StatusCode::kInvalidArgument);
+}
+
+// ---------------------------------------------------------------------------
+// Fuzz: random bytes never crash Decode, and an accepted payload decodes to
+// finite values only.
+
+TEST(CodecFuzz, RandomBuffersNeverCrash) {
+  std::mt19937_64 rng(2024);
+  size_t accepted = 0, refused = 0;
+  for (Codec codec : kAllCodecs) {
+    for (size_t n : {size_t{1}, size_t{7}, size_t{64}, size_t{300}}) {
+      CodecOptions o = Options(codec);
+      o.ratio = 0.25;
+      o.block = 16;
+      o.bits = static_cast<int>(1 + rng() % 8);
+      const size_t size = EncodedSize(o, n);
+      std::vector<uint8_t> bytes(size);
+      std::vector<float> y(n);
+      for (int trial = 0; trial < 100; ++trial) {
+        // Mostly uniform bytes; every fourth buffer is mostly zeros, which
+        // gets past the headers more often.
+        for (uint8_t& b : bytes) b = static_cast<uint8_t>(trial % 4 == 0 && rng() % 8 ? 0 : rng());
+        if (codec == Codec::kTopk && trial % 2 == 0 && size >= 4)
+          StoreU32(bytes.data(), KeptCount(o, n));  // a valid k, to reach the indices
+        const Status status = cpu::Decode(o, bytes.data(), size, n, trial, y.data());
+        if (status.ok()) {
+          ++accepted;
+          for (size_t i = 0; i < n; ++i) ASSERT_TRUE(std::isfinite(y[i])) << codec << " " << i;
+        } else {
+          ++refused;
+          EXPECT_NE(status.code(), StatusCode::kInternal) << status.ToString();
+        }
+        // The wrong size is always refused.
+        bytes.push_back(0);
+        EXPECT_FALSE(cpu::Decode(o, bytes.data(), bytes.size(), n, trial, y.data()).ok());
+        bytes.pop_back();
+      }
+    }
+  }
+  EXPECT_EQ(accepted + refused, std::size(kAllCodecs) * 4 * 100);
+  EXPECT_GT(accepted, 0u);
+  EXPECT_GT(refused, 0u);
+}
+
+}  // namespace
+}  // namespace gridsync

@@ -1,0 +1,513 @@
+#include "worker/collective/nccl_collective.h"
+
+#include <spdlog/fmt/fmt.h>
+
+#ifndef GRIDSYNC_HAVE_NCCL
+#define GRIDSYNC_HAVE_NCCL 0
+#endif
+
+#if GRIDSYNC_HAVE_NCCL
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace gridsync {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// ---- Checked calls, in the manner of NCCL's CUDACHECK/NCCLCHECK ----
+//
+// A failed call becomes a Status naming the expression, the error and
+// file:line. cudaGetLastError() clears the recorded CUDA error so that the
+// next unrelated check does not report it again.
+
+Status CudaFailure(cudaError_t error, const char* expr, const char* file, int line) {
+  (void)cudaGetLastError();
+  return Status::Internal(fmt::format("{} failed: {}: {} at {}:{}", expr, cudaGetErrorName(error),
+                                      cudaGetErrorString(error), file, line));
+}
+
+// A peer's failure (ncclRemoteError) or the network (ncclSystemError) is an
+// I/O error; everything else is internal.
+Status NcclFailure(ncclResult_t result, ncclComm_t comm, const char* expr, const char* file, int line) {
+  const char* last = ncclGetLastError(comm);
+  std::string message = fmt::format("{} failed: {} ({}){} at {}:{}", expr, ncclGetErrorString(result),
+                                    static_cast<int>(result),
+                                    (last != nullptr && *last != '\0') ? fmt::format(": {}", last) : "", file, line);
+  if (result == ncclRemoteError || result == ncclSystemError) return Status::IOError(std::move(message));
+  if (result == ncclInvalidArgument || result == ncclInvalidUsage) return Status::InvalidArgument(std::move(message));
+  return Status::Internal(std::move(message));
+}
+
+#define GRIDSYNC_NCCL_CUDA_CHECK(expr)                                                       \
+  do {                                                                                       \
+    const cudaError_t gridsync_cuda_error_ = (expr);                                         \
+    if (gridsync_cuda_error_ != cudaSuccess)                                                 \
+      return CudaFailure(gridsync_cuda_error_, #expr, __FILE__, __LINE__);                   \
+  } while (0)
+
+// For a non-blocking communicator, ncclInProgress means "enqueued, not yet
+// done": the caller then waits with WaitComm.
+#define GRIDSYNC_NCCL_CHECK(comm, expr)                                                      \
+  do {                                                                                       \
+    const ncclResult_t gridsync_nccl_result_ = (expr);                                       \
+    if (gridsync_nccl_result_ != ncclSuccess && gridsync_nccl_result_ != ncclInProgress)     \
+      return NcclFailure(gridsync_nccl_result_, (comm), #expr, __FILE__, __LINE__);          \
+  } while (0)
+
+void Backoff(int* round) {
+  // Spin briefly, then sleep up to 1 ms: operations are usually short.
+  if (*round < 64) {
+    std::this_thread::yield();
+  } else {
+    std::this_thread::sleep_for(std::chrono::microseconds(std::min(1000, 10 * (*round - 63))));
+  }
+  ++*round;
+}
+
+// Waits until the communicator is no longer ncclInProgress (initialisation,
+// or a call that returned ncclInProgress). Returns Timeout at `deadline`.
+Status WaitComm(ncclComm_t comm, Clock::time_point deadline, const std::string& what,
+                std::chrono::milliseconds timeout) {
+  int round = 0;
+  for (;;) {
+    ncclResult_t state = ncclSuccess;
+    GRIDSYNC_NCCL_CHECK(comm, ncclCommGetAsyncError(comm, &state));
+    if (state == ncclSuccess) return Status::OK();
+    if (state != ncclInProgress) {
+      return NcclFailure(state, comm, "ncclCommGetAsyncError(comm, &state)", __FILE__, __LINE__)
+          .WithContext(what);
+    }
+    if (Clock::now() >= deadline) {
+      return Status::Timeout(fmt::format("{}: NCCL did not finish within {}", what, FormatSeconds(timeout)));
+    }
+    Backoff(&round);
+  }
+}
+
+bool IsDevicePointer(const void* ptr) {
+  if (ptr == nullptr) return false;
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, ptr) != cudaSuccess) {
+    (void)cudaGetLastError();  // unregistered host memory on old runtimes
+    return false;
+  }
+  return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged;
+}
+
+std::string StoreKey(const std::string& group, const std::string& what) { return "nccl/" + group + "/" + what; }
+
+class NcclCollective final : public Collective {
+ public:
+  NcclCollective(int rank, int size, std::string group, std::chrono::milliseconds timeout, int device,
+                 ncclComm_t comm, cudaStream_t stream, bool own_stream)
+      : Collective(rank, size, std::move(group), timeout),
+        device_(device),
+        comm_(comm),
+        stream_(stream),
+        own_stream_(own_stream) {}
+
+  ~NcclCollective() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    (void)cudaSetDevice(device_);
+    if (comm_ != nullptr) {
+      bool clean = broken_.ok() && ncclCommFinalize(comm_) != ncclSystemError;
+      if (clean) {
+        clean = WaitComm(comm_, Clock::now() + timeout(), "ncclCommFinalize", timeout()).ok();
+      }
+      if (clean) {
+        (void)ncclCommDestroy(comm_);
+      } else {
+        (void)ncclCommAbort(comm_);
+      }
+    }
+    if (scratch_ != nullptr) (void)cudaFree(scratch_);
+    if (own_stream_ && stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+    (void)cudaGetLastError();
+  }
+
+  std::string_view name() const override { return "nccl"; }
+
+  Status AllReduceSum(float* data, size_t n) override {
+    const std::string op = fmt::format("AllReduceSum({} floats)", n);
+    GRIDSYNC_RETURN_IF_ERROR(CheckBuffer(op, data, n));
+    if (n == 0) return Status::OK();
+    return Run(op, data, n, data, n, [&](const float* in, float* out) -> Status {
+      GRIDSYNC_NCCL_CHECK(comm_, ncclAllReduce(in, out, n, ncclFloat, ncclSum, comm_, stream_));
+      return Status::OK();
+    });
+  }
+
+  Status AllReduceSumGroup(std::span<const std::span<float>> buffers) override {
+    bool all_device = true;
+    size_t total = 0;
+    for (const auto& buffer : buffers) {
+      total += buffer.size();
+      if (!buffer.empty()) all_device = all_device && IsDevicePointer(buffer.data());
+    }
+    // Host buffers: one staged all-reduce each (the base class).
+    if (!all_device) return Collective::AllReduceSumGroup(buffers);
+    const std::string op = fmt::format("AllReduceSumGroup({} buffers, {} floats)", buffers.size(), total);
+    if (total == 0) return Status::OK();
+    return Guarded(op, [&]() -> Status {
+      GRIDSYNC_NCCL_CUDA_CHECK(cudaSetDevice(device_));
+      const auto deadline = Clock::now() + timeout();
+      GRIDSYNC_NCCL_CHECK(comm_, ncclGroupStart());
+      for (const auto& buffer : buffers) {
+        if (buffer.empty()) continue;
+        const ncclResult_t result =
+            ncclAllReduce(buffer.data(), buffer.data(), buffer.size(), ncclFloat, ncclSum, comm_, stream_);
+        if (result != ncclSuccess && result != ncclInProgress) {
+          (void)ncclGroupEnd();
+          return NcclFailure(result, comm_, "ncclAllReduce(buffer.data(), ...)", __FILE__, __LINE__);
+        }
+      }
+      GRIDSYNC_NCCL_CHECK(comm_, ncclGroupEnd());
+      return Complete(op, deadline);
+    });
+  }
+
+  Status ReduceScatterSum(const float* in, float* out, const std::vector<size_t>& counts) override {
+    const std::string op = "ReduceScatterSum";
+    GRIDSYNC_RETURN_IF_ERROR(CheckCounts(op, counts));
+    const auto offsets = CollectiveOffsets(counts);
+    const auto me = static_cast<size_t>(rank());
+    GRIDSYNC_RETURN_IF_ERROR(CheckBuffer(op, in, offsets.back()));
+    GRIDSYNC_RETURN_IF_ERROR(CheckBuffer(op, out, counts[me]));
+    if (offsets.back() == 0) return Status::OK();
+    const bool even = std::all_of(counts.begin(), counts.end(), [&](size_t c) { return c == counts[0]; });
+    const std::string described = fmt::format("ReduceScatterSum({} floats, {} to this rank)", offsets.back(), counts[me]);
+    return Run(described, in, offsets.back(), out, counts[me], [&](const float* d_in, float* d_out) -> Status {
+      if (even) {
+        GRIDSYNC_NCCL_CHECK(comm_, ncclReduceScatter(d_in, d_out, counts[0], ncclFloat, ncclSum, comm_, stream_));
+        return Status::OK();
+      }
+      // Uneven slices: one ncclReduce per slice, rooted at its owner, fused.
+      GRIDSYNC_NCCL_CHECK(comm_, ncclGroupStart());
+      for (size_t r = 0; r < counts.size(); ++r) {
+        if (counts[r] == 0) continue;
+        const ncclResult_t result = ncclReduce(d_in + offsets[r], d_out, counts[r], ncclFloat, ncclSum,
+                                               static_cast<int>(r), comm_, stream_);
+        if (result != ncclSuccess && result != ncclInProgress) {
+          (void)ncclGroupEnd();
+          return NcclFailure(result, comm_, "ncclReduce(d_in + offsets[r], d_out, ...)", __FILE__, __LINE__);
+        }
+      }
+      GRIDSYNC_NCCL_CHECK(comm_, ncclGroupEnd());
+      return Status::OK();
+    });
+  }
+
+  Status AllGatherV(const float* in, const std::vector<size_t>& counts, float* out) override {
+    const std::string op = "AllGatherV";
+    GRIDSYNC_RETURN_IF_ERROR(CheckCounts(op, counts));
+    const auto offsets = CollectiveOffsets(counts);
+    const auto me = static_cast<size_t>(rank());
+    GRIDSYNC_RETURN_IF_ERROR(CheckBuffer(op, in, counts[me]));
+    GRIDSYNC_RETURN_IF_ERROR(CheckBuffer(op, out, offsets.back()));
+    if (offsets.back() == 0) return Status::OK();
+    const bool even = std::all_of(counts.begin(), counts.end(), [&](size_t c) { return c == counts[0]; });
+    const std::string described = fmt::format("AllGatherV({} floats, {} from this rank)", offsets.back(), counts[me]);
+    return Run(described, in, counts[me], out, offsets.back(), [&](const float* d_in, float* d_out) -> Status {
+      if (even) {
+        GRIDSYNC_NCCL_CHECK(comm_, ncclAllGather(d_in, d_out, counts[0], ncclFloat, comm_, stream_));
+        return Status::OK();
+      }
+      // Uneven contributions: one ncclBroadcast per rank into its place.
+      GRIDSYNC_NCCL_CHECK(comm_, ncclGroupStart());
+      for (size_t r = 0; r < counts.size(); ++r) {
+        if (counts[r] == 0) continue;
+        const float* send = r == me ? d_in : d_out + offsets[r];
+        const ncclResult_t result =
+            ncclBroadcast(send, d_out + offsets[r], counts[r], ncclFloat, static_cast<int>(r), comm_, stream_);
+        if (result != ncclSuccess && result != ncclInProgress) {
+          (void)ncclGroupEnd();
+          return NcclFailure(result, comm_, "ncclBroadcast(send, d_out + offsets[r], ...)", __FILE__, __LINE__);
+        }
+      }
+      GRIDSYNC_NCCL_CHECK(comm_, ncclGroupEnd());
+      return Status::OK();
+    });
+  }
+
+  Status Broadcast(float* data, size_t n, int root) override {
+    const std::string op = fmt::format("Broadcast({} floats, root {})", n, root);
+    GRIDSYNC_RETURN_IF_ERROR(CheckRoot(op, root));
+    GRIDSYNC_RETURN_IF_ERROR(CheckBuffer(op, data, n));
+    if (n == 0) return Status::OK();
+    return Run(op, data, n, data, n, [&](const float* in, float* out) -> Status {
+      GRIDSYNC_NCCL_CHECK(comm_, ncclBroadcast(in, out, n, ncclFloat, root, comm_, stream_));
+      return Status::OK();
+    });
+  }
+
+  // NCCL has no barrier: an all-reduce of one float on the device.
+  Status Barrier() override {
+    return Guarded("Barrier", [&]() -> Status {
+      GRIDSYNC_NCCL_CUDA_CHECK(cudaSetDevice(device_));
+      const auto deadline = Clock::now() + timeout();
+      GRIDSYNC_RETURN_IF_ERROR(EnsureScratch(1));
+      GRIDSYNC_NCCL_CUDA_CHECK(cudaMemsetAsync(scratch_, 0, sizeof(float), stream_));
+      GRIDSYNC_NCCL_CHECK(comm_, ncclAllReduce(scratch_, scratch_, 1, ncclFloat, ncclSum, comm_, stream_));
+      return Complete("Barrier", deadline);
+    });
+  }
+
+ private:
+  // Runs `body` under the lock; any failure but a bad argument aborts the
+  // communicator and breaks the group.
+  Status Guarded(const std::string& op, const std::function<Status()>& body) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!broken_.ok()) {
+      return Status(broken_.code(),
+                    fmt::format("{}: the group is broken by an earlier failure: {}", Describe(op), broken_.message()));
+    }
+    Status status = body();
+    if (status.ok()) return status;
+    status = Status(status.code(), fmt::format("{}: {}", Describe(op), status.message()));
+    if (status.code() != StatusCode::kInvalidArgument) {
+      broken_ = status;
+      (void)ncclCommAbort(comm_);
+      comm_ = nullptr;
+      (void)cudaGetLastError();
+    }
+    return status;
+  }
+
+  // Enqueues `enqueue` on device pointers, staging host buffers through the
+  // scratch buffer, and waits for completion.
+  Status Run(const std::string& op, const float* in, size_t in_n, float* out, size_t out_n,
+             const std::function<Status(const float*, float*)>& enqueue) {
+    return Guarded(op, [&]() -> Status {
+      GRIDSYNC_NCCL_CUDA_CHECK(cudaSetDevice(device_));
+      const auto deadline = Clock::now() + timeout();
+      const bool in_place = static_cast<const void*>(in) == static_cast<const void*>(out);
+      const bool device = (in_n == 0 || IsDevicePointer(in)) && (out_n == 0 || IsDevicePointer(out));
+      if (device) {
+        GRIDSYNC_RETURN_IF_ERROR(enqueue(in, out));
+        return Complete(op, deadline);
+      }
+      // Host memory: copy in, run on the device copy, copy out.
+      const size_t need = in_place ? std::max(in_n, out_n) : in_n + out_n;
+      GRIDSYNC_RETURN_IF_ERROR(EnsureScratch(need));
+      float* d_in = scratch_;
+      float* d_out = in_place ? scratch_ : scratch_ + in_n;
+      if (in_n > 0) {
+        GRIDSYNC_NCCL_CUDA_CHECK(
+            cudaMemcpyAsync(d_in, in, in_n * sizeof(float), cudaMemcpyHostToDevice, stream_));
+      }
+      GRIDSYNC_RETURN_IF_ERROR(enqueue(d_in, d_out));
+      if (out_n > 0) {
+        GRIDSYNC_NCCL_CUDA_CHECK(
+            cudaMemcpyAsync(out, d_out, out_n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+      }
+      return Complete(op, deadline);
+    });
+  }
+
+  // Waits for the enqueued work: first the communicator (calls that returned
+  // ncclInProgress), then the stream, watching for asynchronous NCCL errors
+  // (a peer that died) and the deadline.
+  Status Complete(const std::string& op, Clock::time_point deadline) {
+    const std::string what = fmt::format("waiting for {}", op);
+    GRIDSYNC_RETURN_IF_ERROR(WaitComm(comm_, deadline, what, timeout()));
+    int round = 0;
+    for (;;) {
+      const cudaError_t query = cudaStreamQuery(stream_);
+      if (query == cudaSuccess) return Status::OK();
+      if (query != cudaErrorNotReady) return CudaFailure(query, "cudaStreamQuery(stream_)", __FILE__, __LINE__);
+      ncclResult_t state = ncclSuccess;
+      GRIDSYNC_NCCL_CHECK(comm_, ncclCommGetAsyncError(comm_, &state));
+      if (state != ncclSuccess && state != ncclInProgress) {
+        return NcclFailure(state, comm_, "ncclCommGetAsyncError(comm_, &state)", __FILE__, __LINE__);
+      }
+      if (Clock::now() >= deadline) {
+        return Status::Timeout(fmt::format(
+            "did not complete within {}; the communicator was aborted (a peer may have died, stalled or not "
+            "entered the operation)",
+            FormatSeconds(timeout())));
+      }
+      Backoff(&round);
+    }
+  }
+
+  Status EnsureScratch(size_t n) {
+    if (n <= scratch_size_ && scratch_ != nullptr) return Status::OK();
+    if (scratch_ != nullptr) {
+      GRIDSYNC_NCCL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      GRIDSYNC_NCCL_CUDA_CHECK(cudaFree(scratch_));
+      scratch_ = nullptr;
+      scratch_size_ = 0;
+    }
+    void* ptr = nullptr;
+    GRIDSYNC_NCCL_CUDA_CHECK(cudaMalloc(&ptr, std::max<size_t>(n, 1) * sizeof(float)));
+    scratch_ = static_cast<float*>(ptr);
+    scratch_size_ = std::max<size_t>(n, 1);
+    return Status::OK();
+  }
+
+  std::mutex mu_;  // serialises operations
+  const int device_;
+  ncclComm_t comm_;  // guarded by mu_; null once aborted
+  cudaStream_t stream_;
+  const bool own_stream_;
+  Status broken_;              // guarded by mu_
+  float* scratch_ = nullptr;   // guarded by mu_: device staging buffer
+  size_t scratch_size_ = 0;    // guarded by mu_
+};
+
+// The ranks whose "joined" key is missing (a look, not a wait).
+std::vector<int> MissingRanks(Store* store, const std::string& group, int size, int rank) {
+  std::vector<int> missing;
+  for (int r = 0; r < size; ++r) {
+    if (r == rank) continue;
+    if (!store->Get({StoreKey(group, "joined/" + std::to_string(r))}, std::chrono::milliseconds(0)).ok()) {
+      missing.push_back(r);
+    }
+  }
+  return missing;
+}
+
+Status CreateChecked(Store* store, int rank, int size, const std::string& group, const NcclCollectiveOptions& options,
+                     const std::string& what, std::unique_ptr<Collective>* result) {
+  const auto deadline = Clock::now() + options.timeout;
+  int count = 0;
+  const cudaError_t counted = cudaGetDeviceCount(&count);
+  if (counted != cudaSuccess || count == 0) {
+    (void)cudaGetLastError();
+    return Status::Unsupported(fmt::format(
+        "{}: no CUDA device: {}", what,
+        counted != cudaSuccess ? fmt::format("cudaGetDeviceCount(&count) failed: {}: {}", cudaGetErrorName(counted),
+                                             cudaGetErrorString(counted))
+                               : std::string("cudaGetDeviceCount(&count) reports 0 devices")));
+  }
+  int device = options.device;
+  if (device < 0) GRIDSYNC_NCCL_CUDA_CHECK(cudaGetDevice(&device));
+  if (device >= count) {
+    return Status::InvalidArgument(
+        fmt::format("{}: CUDA device {} does not exist (this host has {})", what, device, count));
+  }
+  GRIDSYNC_NCCL_CUDA_CHECK(cudaSetDevice(device));
+
+  // The unique id: created by rank 0, fetched by everyone else.
+  ncclUniqueId id;
+  std::memset(&id, 0, sizeof(id));
+  const std::string id_key = StoreKey(group, "id");
+  if (rank == 0) {
+    GRIDSYNC_NCCL_CHECK(nullptr, ncclGetUniqueId(&id));
+    GRIDSYNC_RETURN_IF_ERROR(
+        store->Set(id_key, std::string(id.internal, sizeof(id.internal))).WithContext(what + ": publishing the ncclUniqueId"));
+  } else {
+    auto got = store->Get({id_key}, options.timeout);
+    if (!got.ok()) {
+      return Status(got.status().code(), fmt::format("{}: waiting {} for rank 0's ncclUniqueId (rank 0 did not join?): {}",
+                                                     what, FormatSeconds(options.timeout), got.status().message()));
+    }
+    const std::string& bytes = got->front();
+    if (bytes.size() != sizeof(id.internal)) {
+      return Status::Corruption(fmt::format("{}: the ncclUniqueId under '{}' has {} bytes, expected {}", what, id_key,
+                                            bytes.size(), sizeof(id.internal)));
+    }
+    std::memcpy(id.internal, bytes.data(), sizeof(id.internal));
+  }
+  GRIDSYNC_RETURN_IF_ERROR(store->Set(StoreKey(group, "joined/" + std::to_string(rank)), "1").WithContext(what));
+
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclComm_t comm = nullptr;
+  const ncclResult_t started = ncclCommInitRankConfig(&comm, size, id, rank, &config);
+  Status status;
+  if (started != ncclSuccess && started != ncclInProgress) {
+    status = NcclFailure(started, comm, "ncclCommInitRankConfig(&comm, size, id, rank, &config)", __FILE__, __LINE__);
+  } else {
+    status = WaitComm(comm, deadline, "ncclCommInitRankConfig", options.timeout);
+  }
+  if (!status.ok()) {
+    if (comm != nullptr) (void)ncclCommAbort(comm);
+    const auto missing = MissingRanks(store, group, size, rank);
+    return Status(status.code(), fmt::format("{}: {}{}", what, status.message(),
+                                             missing.empty() ? "" : "; ranks that did not join: " + FormatRanks(missing)));
+  }
+
+  cudaStream_t stream = options.stream;
+  const bool own_stream = stream == nullptr;
+  if (own_stream) {
+    const cudaError_t created = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    if (created != cudaSuccess) {
+      (void)ncclCommAbort(comm);
+      return CudaFailure(created, "cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)", __FILE__, __LINE__)
+          .WithContext(what);
+    }
+  }
+  result->reset(new NcclCollective(rank, size, group, options.timeout, device, comm, stream, own_stream));
+  return Status::OK();
+}
+
+}  // namespace
+
+bool NcclAvailable(std::string* reason) {
+  int count = 0;
+  const cudaError_t counted = cudaGetDeviceCount(&count);
+  if (counted != cudaSuccess || count == 0) {
+    (void)cudaGetLastError();
+    if (reason != nullptr) {
+      *reason = counted != cudaSuccess
+                    ? fmt::format("no CUDA device: cudaGetDeviceCount(&count) failed: {}: {}",
+                                  cudaGetErrorName(counted), cudaGetErrorString(counted))
+                    : "no CUDA device: cudaGetDeviceCount(&count) reports 0 devices";
+    }
+    return false;
+  }
+  return true;
+}
+
+Result<std::unique_ptr<Collective>> NewNcclCollective(Store* store, int rank, int size, const std::string& group,
+                                                      const NcclCollectiveOptions& options) {
+  const std::string what = fmt::format("nccl init of group '{}' (rank {} of {})", group, rank, size);
+  if (store == nullptr) return Status::InvalidArgument(what + ": no store given");
+  if (size < 1 || rank < 0 || rank >= size) {
+    return Status::InvalidArgument(what + ": rank must be in 0..size-1 and size at least 1");
+  }
+  if (group.empty()) return Status::InvalidArgument(what + ": the group name is empty");
+  if (options.timeout.count() <= 0) {
+    return Status::InvalidArgument(fmt::format("{}: timeout must be positive, got {} ms", what, options.timeout.count()));
+  }
+  std::unique_ptr<Collective> collective;
+  Status status = CreateChecked(store, rank, size, group, options, what, &collective);
+  if (!status.ok()) return status;
+  return collective;
+}
+
+}  // namespace gridsync
+
+#else  // !GRIDSYNC_HAVE_NCCL
+
+namespace gridsync {
+
+namespace {
+constexpr const char* kNoNccl =
+    "this build has no NCCL support (built without CUDA/NCCL, GRIDSYNC_HAVE_NCCL=0); use the gloo backend";
+}
+
+bool NcclAvailable(std::string* reason) {
+  if (reason != nullptr) *reason = kNoNccl;
+  return false;
+}
+
+Result<std::unique_ptr<Collective>> NewNcclCollective(Store*, int rank, int size, const std::string& group,
+                                                      const NcclCollectiveOptions&) {
+  return Status::Unsupported(fmt::format("nccl init of group '{}' (rank {} of {}): {}", group, rank, size, kNoNccl));
+}
+
+}  // namespace gridsync
+
+#endif  // GRIDSYNC_HAVE_NCCL
