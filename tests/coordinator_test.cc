@@ -920,7 +920,7 @@ TEST_F(CoordinatorBinaryTest, ServesAClientAndExitsZeroOnSigterm) {
       "good.json",
       "// a distributed job of 2 workers and 1 shard, all on this machine\n"
       "{\"distributed\": {\"enable\": true, \"world_size\": 2, \"master_addr\": \"127.0.0.1\", "
-      "\"master_port\": 1}, \"ps\": {\"shards\": 1}}");
+      "\"master_port\": 1, \"gradient_sync\": \"ps\"}, \"ps\": {\"shards\": 1}}");
   const std::string log = dir_.path() + "/good.log";
   Child child({CoordinatorBinary(), "--config", config, "--set",
                "distributed.master_port=" + std::to_string(port), "--log-level", "info"},
