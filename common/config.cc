@@ -1048,13 +1048,10 @@ Status Config::CheckRunnable(bool standalone) const {
   Status invalid;
   if (!standalone && distributed.enable) {
     const GradientSync sync = distributed.gradient_sync;
-    if (sync == GradientSync::kHybrid) {
-      lines.push_back("distributed.gradient_sync=hybrid: not supported yet; allowed now: ps, nccl, or "
-                      "--standalone to train this config in one process");
-    }
-    if (sync == GradientSync::kPs && distributed.batch_splitting == BatchSplitting::kAdaptive) {
+    if (sync != GradientSync::kNccl && distributed.batch_splitting == BatchSplitting::kAdaptive) {
       lines.push_back("distributed.batch_splitting=adaptive: not supported yet with "
-                      "distributed.gradient_sync=ps; allowed now: even, weighted");
+                      "distributed.gradient_sync=" + std::string(ToString(sync)) +
+                      "; allowed now: even, weighted (adaptive runs with nccl)");
     }
     if (training.mixed_precision) {
       lines.push_back("training.mixed_precision=true: not supported yet in a multi-process run; "

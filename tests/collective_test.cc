@@ -282,7 +282,7 @@ TEST_P(CollectiveBackends, BucketedAllReduceOfManyTensorsEqualsPlainSum) {
   auto ranks = MakeGroup(GetParam(), kSize, 10s, UniqueGroup("buckets"), &store);
   ASSERT_EQ(ranks.size(), static_cast<size_t>(kSize));
   const auto sizes = ManyTensorSizes();
-  for (size_t bucket_bytes : {size_t{16} << 10, size_t{1002}, kDefaultBucketBytes}) {
+  for (size_t bucket_bytes : {size_t{16} << 10, size_t{10002}, kDefaultBucketBytes}) {
     std::vector<size_t> wrong(kSize, 0);
     std::vector<Status> statuses(kSize);
     RunRanks(kSize, [&](int r) {
@@ -437,14 +437,13 @@ TEST(LocalCollective, EveryOperationTimesOutNamingTheMissingRank) {
     const auto start = Clock::now();
     RunRanks(2, [&, &op = op](int r) { statuses[static_cast<size_t>(r)] = op(*ranks[static_cast<size_t>(r)]); });
     EXPECT_LT(SecondsSince(start), 1.5) << name;
+    // The rank that gives up first names rank 2; the other says the group
+    // broke because of it, naming rank 2 as well.
     for (const auto& status : statuses) {
-      EXPECT_FALSE(status.ok()) << name;
+      EXPECT_EQ(status.code(), StatusCode::kTimeout) << status.ToString();
       EXPECT_CONTAINS(status.message(), name);
+      EXPECT_CONTAINS(status.message(), "missing ranks: 2");
     }
-    // At least the rank that gave up first names rank 2; the other may report
-    // that the group broke because of it.
-    const std::string both = statuses[0].ToString() + statuses[1].ToString();
-    EXPECT_CONTAINS(both, "missing ranks: 2");
     // The group is broken from now on.
     Status later = ranks[0]->Barrier();
     EXPECT_FALSE(later.ok());
@@ -552,7 +551,10 @@ TEST(GlooCollective, EveryOperationTimesOutWhenAPeerStalls) {
       EXPECT_CONTAINS(status.message(), "group '" + group + "' (rank " + std::to_string(r) + " of 3)");
       EXPECT_LT(seconds[static_cast<size_t>(r)], 1.0 + 1.5) << name;
     }
-    EXPECT_EQ(statuses[0].code(), StatusCode::kTimeout) << "rank 0 waits on rank 2 directly: " << statuses[0].ToString();
+    // The first rank to give up reports the timeout; Gloo then closes its
+    // pairs, so the other may see the connection close first.
+    EXPECT_TRUE(statuses[0].code() == StatusCode::kTimeout || statuses[1].code() == StatusCode::kTimeout)
+        << statuses[0].ToString() << " / " << statuses[1].ToString();
     Status later = ranks[0]->Barrier();
     EXPECT_CONTAINS(later.message(), "broken by an earlier failure");
   }

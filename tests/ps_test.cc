@@ -25,6 +25,8 @@
 #include "kernels/model_tables.h"
 #include "server/coordinator.h"
 #include "server/ps_shard.h"
+#include "worker/collective/local_collective.h"
+#include "worker/hybrid_trainer.h"
 #include "worker/image_task.h"
 #include "worker/model.h"
 #include "worker/ps_trainer.h"
@@ -250,6 +252,59 @@ TEST(PsClusterTest, MissingShardFailsWithTimeoutNamingIt) {
   EXPECT_EQ(reports[0].status().code(), StatusCode::kTimeout) << reports[0].status().ToString();
   EXPECT_NE(reports[0].status().message().find("shards [1]"), std::string::npos) << reports[0].status().ToString();
   EXPECT_LT(seconds, 10.0);
+}
+
+// ---- gradient_sync hybrid: reduce-scatter in the node, PS across nodes ----
+
+void ExpectWithinRounding(const std::vector<float>& a, const std::vector<float>& b, int steps, double lr) {
+  // Node partials are summed inside the node first, then across nodes by the
+  // shards: another association of the same float sums (see the hierarchical
+  // all-reduce test for the bound's reasoning).
+  ASSERT_EQ(a.size(), b.size());
+  size_t far = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double diff = std::fabs(double{a[i]} - b[i]);
+    far += diff > 1e-5;
+    ASSERT_LE(diff, 2 * lr * steps) << "parameter " << i;
+  }
+  EXPECT_LE(far, a.size() / 1000) << far << " of " << a.size() << " parameters differ by more than 1e-5";
+}
+
+TEST(HybridTest, NodesOfTwoAndTwoAndOfOneAndThreeMatchSingleProcess) {
+  const ImageTask image = SmallImage();
+  for (const auto& sizes : std::vector<std::vector<int>>{{2, 2}, {1, 3}}) {
+    Config config = SmallConfig(4, 2);
+    config.distributed.gradient_sync = GradientSync::kHybrid;
+    config.training.steps = 8;
+    for (size_t n = 0; n < sizes.size(); ++n) {
+      NodeConfig node;
+      node.name = std::string("node") + std::to_string(n);
+      node.workers = sizes[n];
+      config.distributed.nodes.push_back(node);
+    }
+    auto cluster = Cluster::Start(config);
+    std::vector<std::vector<std::unique_ptr<LocalCollective>>> intra;
+    for (int n : sizes) intra.push_back(LocalCollective::CreateGroup(n, std::chrono::seconds(20), "intra"));
+    std::vector<Result<TrainReport>> reports(4, Status::Internal("not run"));
+    std::vector<std::thread> threads;
+    for (int w = 0; w < 4; ++w) {
+      threads.emplace_back([&, w] {
+        HybridWorkerOptions options;
+        options.ps.rank = w;
+        options.ps.train.quiet = true;
+        options.ps.train.write_png = false;
+        options.intra_group = [&](PsSession&, int node, int local, int) -> Result<Collective*> {
+          return static_cast<Collective*>(intra[static_cast<size_t>(node)][static_cast<size_t>(local)].get());
+        };
+        reports[static_cast<size_t>(w)] = TrainImageHybrid(cluster->config, image, options);
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (auto& r : reports) ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_GT(reports[0]->bytes_pushed_per_step, 0);
+    ExpectWithinRounding(FlattenParams(*reports[0]->model), SingleProcessParams(cluster->config, image),
+                         config.training.steps, config.training.learning_rate);
+  }
 }
 
 // ---- Malformed input over a real socket ----

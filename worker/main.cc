@@ -14,6 +14,7 @@
 #include "common/logging.h"
 #include "worker/image_task.h"
 #include "worker/allreduce_trainer.h"
+#include "worker/hybrid_trainer.h"
 #include "worker/ps_trainer.h"
 #include "worker/trainer.h"
 
@@ -58,6 +59,10 @@ int main(int argc, char** argv) {
     report = gridsync::TrainImage(*config, *image);
   } else if (config->distributed.gradient_sync == gridsync::GradientSync::kPs) {
     report = gridsync::TrainImagePs(*config, *image, ps_options);
+  } else if (config->distributed.gradient_sync == gridsync::GradientSync::kHybrid) {
+    gridsync::HybridWorkerOptions options;
+    options.ps = ps_options;
+    report = gridsync::TrainImageHybrid(*config, *image, options);
   } else {
     gridsync::AllReduceWorkerOptions options;
     report = gridsync::TrainImageAllReduceWorker(*config, *image, ps_options.rank, options);

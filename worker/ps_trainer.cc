@@ -57,17 +57,14 @@ Result<std::vector<float>> ReadParams(const std::string& path) {
   return flat;
 }
 
-Result<TrainReport> TrainImagePs(const Config& config, const ImageTask& image,
-                                 const PsWorkerOptions& options) {
+Result<PsSession> JoinPsCluster(const Config& config, HashGridModel& model, const PsWorkerOptions& options) {
   const auto& d = config.distributed;
-  const auto& t = config.training;
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(d.timeout_s * 1000));
-  GRIDSYNC_ASSIGN_OR_RETURN(std::shared_ptr<HashGridModel> model, HashGridModel::Create(config, 2, 3));
-  const auto tables = ModelTables(model->layout(), model->mlp_shape());
-  const uint32_t levels = model->layout().n_levels();
+  const auto tables = ModelTables(model.layout(), model.mlp_shape());
+  const uint32_t levels = model.layout().n_levels();
   const uint32_t workers = static_cast<uint32_t>(d.world_size);
-
-  GRIDSYNC_ASSIGN_OR_RETURN(auto coordinator,
+  PsSession session;
+  GRIDSYNC_ASSIGN_OR_RETURN(session.coordinator,
                             CoordinatorClient::Connect(d.master_addr, static_cast<uint16_t>(d.master_port), timeout));
   RegisterInfo info;
   info.role = Role::kWorker;
@@ -76,31 +73,55 @@ Result<TrainReport> TrainImagePs(const Config& config, const ImageTask& image,
   info.local_rank = options.local_rank;
   info.pid = static_cast<uint32_t>(getpid());
   info.tables = tables;
-  GRIDSYNC_ASSIGN_OR_RETURN(auto registration, coordinator->Register(info, timeout));
-  const uint32_t rank = registration.rank;
-  const std::string me = "worker-" + std::to_string(rank);
-  GRIDSYNC_ASSIGN_OR_RETURN(ClusterMap map, coordinator->GetMap(/*wait_complete=*/true, timeout));
+  if (options.rank >= 0 && !d.nodes.empty()) {
+    info.node = d.ResolvedNodes()[static_cast<size_t>(d.NodeOf(options.rank))].name;
+    info.local_rank = static_cast<uint32_t>(d.LocalRankOf(options.rank));
+  }
+  GRIDSYNC_ASSIGN_OR_RETURN(auto registration, session.coordinator->Register(info, timeout));
+  session.rank = registration.rank;
+  session.me = "worker-" + std::to_string(session.rank);
+  GRIDSYNC_ASSIGN_OR_RETURN(session.map, session.coordinator->GetMap(/*wait_complete=*/true, timeout));
   const auto dim = d.model_parallel ? d.mp_dim : ModelParallelDim::kRow;
   GRIDSYNC_ASSIGN_OR_RETURN(Partition partition,
-                            Partition::Make(map.tables, static_cast<uint32_t>(map.shards.size()), dim));
-  GRIDSYNC_ASSIGN_OR_RETURN(auto ps, PsClient::Connect(map, partition, rank, workers, timeout));
+                            Partition::Make(session.map.tables, static_cast<uint32_t>(session.map.shards.size()), dim));
+  session.partition = std::make_unique<Partition>(std::move(partition));
+  GRIDSYNC_ASSIGN_OR_RETURN(session.ps, PsClient::Connect(session.map, *session.partition, session.rank, workers, timeout));
   if (!options.train.quiet) {
-    spdlog::info("{}: cluster of {} shards and {} workers (map generation {}), {} tables", me,
-                 map.shards.size(), map.workers.size(), map.generation, tables.size());
+    spdlog::info("{}: cluster of {} shards and {} workers (map generation {}), {} tables", session.me,
+                 session.map.shards.size(), session.map.workers.size(), session.map.generation, tables.size());
   }
-
-  auto grid_ref = [&](uint32_t level) { return model->grid_params().data() + model->layout().level(level).row_offset * model->layout().features(); };
-  if (rank == 0) {
+  if (session.rank == 0) {
     // Every worker initialises the same model from the seed; rank 0 gives
     // the shards those values, so all start from the single-process state.
     std::vector<TableRowsRef> init;
-    for (uint32_t l = 0; l < levels; ++l) init.push_back({l, true, nullptr, 0, grid_ref(l)});
-    for (size_t i = 0; i < model->mlp_weights().size(); ++i) {
-      init.push_back({levels + static_cast<uint32_t>(i), true, nullptr, 0, model->mlp_weights()[i].data()});
+    const uint32_t F = model.layout().features();
+    for (uint32_t l = 0; l < levels; ++l) {
+      init.push_back({l, true, nullptr, 0, model.grid_params().data() + model.layout().level(l).row_offset * F});
     }
-    GRIDSYNC_RETURN_IF_ERROR(ps->Push(wire::Kind::kInit, 0, init).WithContext("initialising the shards"));
+    for (size_t i = 0; i < model.mlp_weights().size(); ++i) {
+      init.push_back({levels + static_cast<uint32_t>(i), true, nullptr, 0, model.mlp_weights()[i].data()});
+    }
+    GRIDSYNC_RETURN_IF_ERROR(session.ps->Push(wire::Kind::kInit, 0, init).WithContext("initialising the shards"));
   }
-  GRIDSYNC_RETURN_IF_ERROR(coordinator->Barrier("init", workers, me, timeout));
+  GRIDSYNC_RETURN_IF_ERROR(session.coordinator->Barrier("init", workers, session.me, timeout));
+  return session;
+}
+
+Result<TrainReport> TrainImagePs(const Config& config, const ImageTask& image,
+                                 const PsWorkerOptions& options) {
+  const auto& d = config.distributed;
+  const auto& t = config.training;
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(d.timeout_s * 1000));
+  GRIDSYNC_ASSIGN_OR_RETURN(std::shared_ptr<HashGridModel> model, HashGridModel::Create(config, 2, 3));
+  const uint32_t levels = model->layout().n_levels();
+  const uint32_t workers = static_cast<uint32_t>(d.world_size);
+
+  GRIDSYNC_ASSIGN_OR_RETURN(PsSession session, JoinPsCluster(config, *model, options));
+  auto& coordinator = session.coordinator;
+  auto& ps = session.ps;
+  const uint32_t rank = session.rank;
+  const std::string me = session.me;
+  auto grid_ref = [&](uint32_t level) { return model->grid_params().data() + model->layout().level(level).row_offset * model->layout().features(); };
 
   ThreadPool pool(t.threads);
   const size_t batch = static_cast<size_t>(t.batch_size);

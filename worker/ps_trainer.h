@@ -19,6 +19,10 @@
 #include "common/config.h"
 #include "common/status.h"
 #include "worker/image_task.h"
+#include "common/coordinator_client.h"
+#include "common/sharding.h"
+#include "worker/model.h"
+#include "worker/ps_client.h"
 #include "worker/trainer.h"
 
 namespace gridsync {
@@ -37,6 +41,20 @@ struct PsWorkerOptions {
 
 Result<TrainReport> TrainImagePs(const Config& config, const ImageTask& image,
                                  const PsWorkerOptions& options);
+
+// A worker's membership of a PS cluster: registered with the coordinator
+// (its model's tables checked), the complete cluster map, the partition and
+// a connected PS client; rank 0 has initialised the shards with the model's
+// seeded values and every worker has passed the "init" barrier.
+struct PsSession {
+  std::unique_ptr<CoordinatorClient> coordinator;
+  uint32_t rank = 0;
+  std::string me;  // "worker-3"
+  ClusterMap map;
+  std::unique_ptr<Partition> partition;  // the client refers to it
+  std::unique_ptr<PsClient> ps;
+};
+Result<PsSession> JoinPsCluster(const Config& config, HashGridModel& model, const PsWorkerOptions& options);
 
 // Writes / reads a model's parameters as raw float32, tables in ModelTables order.
 Status WriteParams(const std::string& path, const HashGridModel& model);

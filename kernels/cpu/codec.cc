@@ -177,7 +177,43 @@ void EncodeFp16(const float* x, size_t n, uint8_t* out) {
 }
 
 void EncodeBf16(const float* x, size_t n, uint8_t* out) {
-  for (size_t i = 0; i < n; ++i) {
+  size_t i = 0;
+#if defined(__AVX2__)
+  // codec_math::FloatToBf16 on 8 lanes (abs fits 31 bits: signed compares).
+  const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF);
+  const __m256i inf = _mm256_set1_epi32(static_cast<int32_t>(codec_math::kInfBits));
+  const __m256i one = _mm256_set1_epi32(1);
+  const __m256i bias = _mm256_set1_epi32(0x7FFF);
+  const __m256i low15 = _mm256_set1_epi32(0x7FFF);
+  const __m256i inf16 = _mm256_set1_epi32(0x7F80);
+  const __m256i sign16 = _mm256_set1_epi32(0x8000);
+  const __m256i max16 = _mm256_set1_epi32(0x7F7F);
+  const __m256i quiet16 = _mm256_set1_epi32(0x0040);
+  for (; i + 16 <= n; i += 16) {
+    __m256i half[2];
+    for (int part = 0; part < 2; ++part) {
+      const __m256i bits = _mm256_castps_si256(_mm256_loadu_ps(x + i + 8 * part));
+      const __m256i abs = _mm256_and_si256(bits, abs_mask);
+      const __m256i high = _mm256_srli_epi32(bits, 16);
+      const __m256i rounded = _mm256_srli_epi32(
+          _mm256_add_epi32(_mm256_add_epi32(bits, bias), _mm256_and_si256(high, one)), 16);
+      const __m256i saturated = _mm256_or_si256(_mm256_and_si256(high, sign16), max16);
+      const __m256i quiet_nan = _mm256_or_si256(high, quiet16);
+      const __m256i is_nan = _mm256_cmpgt_epi32(abs, inf);
+      const __m256i overflow =
+          _mm256_and_si256(_mm256_cmpgt_epi32(inf, abs),
+                           _mm256_cmpeq_epi32(_mm256_and_si256(rounded, low15), inf16));
+      __m256i h = _mm256_blendv_epi8(rounded, saturated, overflow);
+      h = _mm256_blendv_epi8(h, quiet_nan, is_nan);
+      half[part] = h;
+    }
+    // packus works per 128-bit lane; the permute restores value order.
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(half[0], half[1]),
+                                                    _MM_SHUFFLE(3, 1, 2, 0));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 2 * i), packed);
+  }
+#endif
+  for (; i < n; ++i) {
     const uint16_t h = codec_math::FloatToBf16(x[i]);
     std::memcpy(out + 2 * i, &h, 2);
   }
@@ -444,11 +480,26 @@ Status NonFinite(const CodecOptions& options, const char* what, size_t i, float 
                             FloatText(value) + "; allowed: finite values");
 }
 
+// True when some float's exponent is all ones (infinity or NaN).
+bool AnyNonFinite(const float* x, size_t n) {
+  size_t i = 0;
+  bool bad = false;
+#if defined(__AVX2__)
+  const __m256i exp = _mm256_set1_epi32(static_cast<int32_t>(codec_math::kInfBits));
+  __m256i vbad = _mm256_setzero_si256();
+  for (; i + 8 <= n; i += 8) {
+    const __m256i bits = _mm256_castps_si256(_mm256_loadu_ps(x + i));
+    vbad = _mm256_or_si256(vbad, _mm256_cmpeq_epi32(_mm256_and_si256(bits, exp), exp));
+  }
+  bad = !_mm256_testz_si256(vbad, vbad);
+#endif
+  for (; i < n; ++i) bad |= !IsFiniteBits(FloatBits(x[i]));
+  return bad;
+}
+
 Status DecodeNone(const CodecOptions& options, const uint8_t* bytes, size_t n, float* out) {
-  std::memcpy(out, bytes, 4 * n);
-  uint32_t bad = 0;
-  for (size_t i = 0; i < n; ++i) bad |= (FloatBits(out[i]) & codec_math::kInfBits) == codec_math::kInfBits;
-  if (bad == 0) return Status::OK();
+  if (n > 0) std::memcpy(out, bytes, 4 * n);
+  if (!AnyNonFinite(out, n)) return Status::OK();
   for (size_t i = 0; i < n; ++i)
     if (!std::isfinite(out[i])) return NonFinite(options, "value", i, out[i]);
   return Status::OK();
@@ -489,15 +540,21 @@ Status DecodeFp16(const CodecOptions& options, const uint8_t* bytes, size_t n, f
 }
 
 Status DecodeBf16(const CodecOptions& options, const uint8_t* bytes, size_t n, float* out) {
-  uint32_t bad = 0;
-  for (size_t i = 0; i < n; ++i) {
+  size_t i = 0;
+#if defined(__AVX2__)
+  for (; i + 8 <= n; i += 8) {
+    const __m256i h = _mm256_cvtepu16_epi32(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + 2 * i)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm256_slli_epi32(h, 16));
+  }
+#endif
+  for (; i < n; ++i) {
     uint16_t h;
     std::memcpy(&h, bytes + 2 * i, 2);
-    bad |= (h & 0x7F80u) == 0x7F80u;
     out[i] = codec_math::Bf16ToFloat(h);
   }
-  if (bad == 0) return Status::OK();
-  for (size_t i = 0; i < n; ++i)
+  if (!AnyNonFinite(out, n)) return Status::OK();
+  for (i = 0; i < n; ++i)
     if (!std::isfinite(out[i])) return NonFinite(options, "value", i, out[i]);
   return Status::OK();
 }
@@ -524,14 +581,30 @@ Status DecodeInt8(const CodecOptions& options, const uint8_t* bytes, size_t n, f
     GRIDSYNC_RETURN_IF_ERROR(
         CheckScale(options, "block " + std::to_string(b) + " scale", scale, 127.0f));
     const auto* q = reinterpret_cast<const int8_t*>(src + 4);
-    int32_t min_code = 0;
-    for (size_t i = 0; i < len; ++i) {
-      min_code = std::min<int32_t>(min_code, q[i]);
-      out[begin + i] = static_cast<float>(q[i]) * scale;
+    float* y = out + begin;
+    bool has_min = false;
+    size_t i = 0;
+#if defined(__AVX2__)
+    const __m256 vscale = _mm256_set1_ps(scale);
+    const __m128i lowest = _mm_set1_epi8(-128);
+    __m128i vmin = _mm_setzero_si128();
+    for (; i + 16 <= len; i += 16) {
+      const __m128i codes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + i));
+      vmin = _mm_or_si128(vmin, _mm_cmpeq_epi8(codes, lowest));
+      const __m256i lo = _mm256_cvtepi8_epi32(codes);
+      const __m256i hi = _mm256_cvtepi8_epi32(_mm_srli_si128(codes, 8));
+      _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_cvtepi32_ps(lo), vscale));
+      _mm256_storeu_ps(y + i + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(hi), vscale));
     }
-    if (min_code == -128) {
-      const size_t i = static_cast<size_t>(std::find(q, q + len, int8_t{-128}) - q);
-      return Status::Corruption(Prefix(options) + "value[" + std::to_string(begin + i) +
+    has_min = _mm_movemask_epi8(vmin) != 0;
+#endif
+    for (; i < len; ++i) {
+      has_min |= q[i] == -128;
+      y[i] = static_cast<float>(q[i]) * scale;
+    }
+    if (has_min) {
+      const size_t at = static_cast<size_t>(std::find(q, q + len, int8_t{-128}) - q);
+      return Status::Corruption(Prefix(options) + "value[" + std::to_string(begin + at) +
                                 "] has code -128; allowed: -127..127");
     }
   }

@@ -139,8 +139,8 @@ Status LocalCollective::Run(const Call& call, std::vector<float> contribution,
     Status status = Status::Timeout(fmt::format("{}: timed out after {}; missing ranks: {} (arrived: {})",
                                                 Describe(call.ToString()), FormatSeconds(timeout()),
                                                 FormatRanks(missing), FormatRanks(arrived)));
-    hub.broken = Status::Timeout(fmt::format("rank {} timed out in operation #{} ({}) waiting for ranks {}",
-                                             rank(), id, call.ToString(), FormatRanks(missing)));
+    hub.broken = Status::Timeout(fmt::format("rank {} timed out in operation #{} ({}); missing ranks: {}", rank(),
+                                             id, call.ToString(), FormatRanks(missing)));
     hub.changed.notify_all();
     return status;
   }

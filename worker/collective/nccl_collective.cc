@@ -120,7 +120,11 @@ class NcclCollective final : public Collective {
     std::lock_guard<std::mutex> lock(mu_);
     (void)cudaSetDevice(device_);
     if (comm_ != nullptr) {
-      bool clean = broken_.ok() && ncclCommFinalize(comm_) != ncclSystemError;
+      bool clean = broken_.ok();
+      if (clean) {
+        const ncclResult_t finalized = ncclCommFinalize(comm_);
+        clean = finalized == ncclSuccess || finalized == ncclInProgress;
+      }
       if (clean) {
         clean = WaitComm(comm_, Clock::now() + timeout(), "ncclCommFinalize", timeout()).ok();
       }
