@@ -28,7 +28,10 @@ struct LocalCollective::Call {
   std::string ToString() const {
     auto join = [](const std::vector<size_t>& v) {
       std::string out;
-      for (size_t x : v) out += (out.empty() ? "" : ",") + std::to_string(x);
+      for (size_t x : v) {
+        if (!out.empty()) out += ',';
+        out += std::to_string(x);
+      }
       return out;
     };
     switch (op) {
