@@ -13,5 +13,6 @@ using Runner = std::function<int()>;
 
 Runner AddTrainCommand(CLI::App* app);
 Runner AddPushPullCommand(CLI::App* app);
+Runner AddAllReduceCommand(CLI::App* app);
 
 }  // namespace gridsync::bench

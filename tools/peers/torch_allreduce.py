@@ -19,6 +19,12 @@ What it does
   ranks talk over loopback whatever the host name resolves to.
 * Sizes: ``--counts c1,c2,...`` float32 elements, with ``--iters`` and
   ``--warmup`` as lists of the same length (per size) or one value for all.
+* Pacing: with ``--control-fd FD`` (how gridsync-bench runs it) the ranks
+  start size k only after a line arrives on FD, so the bench can run its own
+  ranks and these one size at a time, alternately: both sides then see the
+  same background load, and never compete with each other for the cores
+  (the ranks wait in a blocking read, using none). EOF on FD before the
+  last size aborts the run (exit 1). Without it the sizes run back to back.
 * Rank r's contribution to element i is (r + 1) + (i % 7): small integers, so
   the sum over ranks is exact in float32 and known in advance.
 * Each iteration (warmup or timed) is, exactly as on the gridsync side:
@@ -120,11 +126,18 @@ def parse_args(argv):
     p.add_argument("--warmup", type=int_list(0), default=[5], help="untimed iterations: one value or one per size")
     p.add_argument("--timeout", type=positive_float, default=120.0, help="seconds for rendezvous and each operation")
     p.add_argument("--port", type=int_at_least(0), default=0, help="rendezvous TCP port (0: pick a free one)")
+    p.add_argument("--control-fd", type=int_at_least(0), default=None,
+                   help="read one line from this inherited file descriptor before each size")
     args = p.parse_args(argv)
     if args.ranks > MAX_RANKS:
         p.error("--ranks %d: allowed 2..%d" % (args.ranks, MAX_RANKS))
     if args.port > 65535:
         p.error("--port %d: allowed 0..65535" % args.port)
+    if args.control_fd is not None:
+        try:
+            os.fstat(args.control_fd)
+        except OSError as e:
+            p.error("--control-fd %d: %s" % (args.control_fd, e.strerror))
     n = len(args.counts)
     for name in ("iters", "warmup"):
         values = getattr(args, name)
@@ -148,8 +161,25 @@ def bandwidths(nbytes, time_us, ranks):
     return algbw, algbw * 2.0 * (ranks - 1) / ranks
 
 
-def rank_main(rank, args, port, results):
-    """One rank; reports ("start"|"size"|"done"|"error", rank, ...) on `results`."""
+def wait_for_go(go, k, parent_pid):
+    """Blocks until the parent releases size k; exits if the parent is gone."""
+    while True:
+        try:
+            got = go.get(timeout=1.0)
+        except queue.Empty:
+            if os.getppid() != parent_pid:  # orphaned: nobody will release us
+                sys.exit(1)
+            continue
+        if got != k:
+            raise RuntimeError("released for size %r while waiting for size %d" % (got, k))
+        return
+
+
+def rank_main(rank, args, port, results, go, parent_pid):
+    """One rank; reports ("start"|"size"|"done"|"error", rank, ...) on `results`.
+
+    With `go` (a queue), each size waits for its index there first.
+    """
     try:
         import torch
         import torch.distributed as dist
@@ -166,6 +196,8 @@ def rank_main(rank, args, port, results):
         dist.barrier()  # every rank joined: the parent may announce the start
         results.put(("start", rank, torch.__version__))
         for k, count in enumerate(args.counts):
+            if go is not None:
+                wait_for_go(go, k, parent_pid)
             pattern = torch.arange(count, dtype=torch.int32) % 7
             pristine = (pattern + (rank + 1)).to(torch.float32)
             # sum over r of (r + 1) + p = n(n+1)/2 + n p: exact in float32.
@@ -198,11 +230,14 @@ def emit(obj):
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    control = os.fdopen(args.control_fd, "r") if args.control_fd is not None else None
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     port = args.port or free_port()
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
-    procs = [ctx.Process(target=rank_main, args=(r, args, port, results), daemon=True) for r in range(args.ranks)]
+    gos = [ctx.Queue() if control is not None else None for _ in range(args.ranks)]
+    procs = [ctx.Process(target=rank_main, args=(r, args, port, results, gos[r], os.getpid()), daemon=True)
+             for r in range(args.ranks)]
     for p in procs:
         p.start()
 
@@ -215,49 +250,60 @@ def main(argv=None):
             p.join(5)
         sys.exit(1)
 
-    started = set()
     done = set()
-    by_size = {}  # index -> {rank: (time_us, wrong)}
-    next_index = 0
+
+    def next_message():
+        """The next ("start"|"size", ...) message; fails on an error or a dead rank."""
+        while True:
+            try:
+                msg = results.get(timeout=0.5)
+            except queue.Empty:
+                # A rank that died without a word (killed, or crashed in C++).
+                for r, p in enumerate(procs):
+                    if p.exitcode is not None and p.exitcode != 0:
+                        fail("rank %d exited with code %s" % (r, p.exitcode))
+                continue
+            if msg[0] == "error":
+                fail("rank %d failed:\n%s" % (msg[1], msg[2]))
+            if msg[0] == "done":
+                done.add(msg[1])
+                continue
+            return msg
+
+    started = set()
     torch_version = "?"
-    while len(done) < args.ranks:
-        try:
-            msg = results.get(timeout=0.5)
-        except queue.Empty:
-            # A rank that died without a word (killed, or crashed in C++).
-            for r, p in enumerate(procs):
-                if p.exitcode is not None and p.exitcode != 0 and r not in done:
-                    fail("rank %d exited with code %s" % (r, p.exitcode))
-            continue
-        kind, rank = msg[0], msg[1]
-        if kind == "error":
-            fail("rank %d failed:\n%s" % (rank, msg[2]))
-        elif kind == "start":
-            torch_version = msg[2]
-            started.add(rank)
-            if len(started) == args.ranks:
-                emit({"event": "start", "torch_version": torch_version, "ranks": args.ranks, "port": port,
-                      "threads": 1})
-        elif kind == "size":
-            by_size.setdefault(msg[2], {})[rank] = (msg[3], msg[4])
-            while len(by_size.get(next_index, {})) == args.ranks:
-                ranks = by_size.pop(next_index)
-                count = args.counts[next_index]
-                nbytes = count * ELEMENT_BYTES
-                time_us = ranks[0][0]  # rank 0's timing, as on the gridsync side
-                algbw, busbw = bandwidths(nbytes, time_us, args.ranks)
-                emit({"event": "size", "index": next_index, "size": nbytes, "count": count, "type": "float",
-                      "iters": args.iters[next_index], "warmup": args.warmup[next_index], "time_us": time_us,
-                      "algbw_gbps": algbw, "busbw_gbps": busbw, "wrong": sum(w for _, w in ranks.values())})
-                next_index += 1
-        elif kind == "done":
-            done.add(rank)
-    for p in procs:
-        p.join(30)
+    while len(started) < args.ranks:
+        msg = next_message()
+        if msg[0] != "start":
+            fail("unexpected message before the start: %r" % (msg,))
+        started.add(msg[1])
+        torch_version = msg[2]
+    emit({"event": "start", "torch_version": torch_version, "ranks": args.ranks, "port": port, "threads": 1})
+
+    by_size = {}  # index -> {rank: (time_us, wrong)}; a rank may run ahead without --control-fd
+    for k, count in enumerate(args.counts):
+        if control is not None:
+            if not control.readline():
+                fail("the control descriptor closed before size %d of %d" % (k, len(args.counts)))
+            for go in gos:
+                go.put(k)
+        while len(by_size.get(k, {})) < args.ranks:
+            msg = next_message()
+            if msg[0] != "size":
+                fail("unexpected message: %r" % (msg,))
+            by_size.setdefault(msg[2], {})[msg[1]] = (msg[3], msg[4])
+        ranks = by_size.pop(k)
+        nbytes = count * ELEMENT_BYTES
+        time_us = ranks[0][0]  # rank 0's timing, as on the gridsync side
+        algbw, busbw = bandwidths(nbytes, time_us, args.ranks)
+        emit({"event": "size", "index": k, "size": nbytes, "count": count, "type": "float",
+              "iters": args.iters[k], "warmup": args.warmup[k], "time_us": time_us, "algbw_gbps": algbw,
+              "busbw_gbps": busbw, "wrong": sum(w for _, w in ranks.values())})
+
+    for r, p in enumerate(procs):
+        p.join(60)
         if p.exitcode != 0:
-            fail("a rank exited with code %s" % p.exitcode)
-    if next_index != len(args.counts):
-        fail("only %d of %d sizes reported" % (next_index, len(args.counts)))
+            fail("rank %d exited with code %s" % (r, p.exitcode))
     return 0
 
 

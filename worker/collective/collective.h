@@ -59,9 +59,10 @@ class Collective {
   // data[0..n) becomes the element-wise sum over all ranks, in place.
   virtual Status AllReduceSum(float* data, size_t n) = 0;
 
-  // Sums each buffer across ranks, as one operation where the backend can
-  // fuse them (NCCL: one ncclGroup; Gloo and Local: packed into one
-  // buffer). All ranks pass buffers of the same sizes in the same order.
+  // Sums each buffer across ranks, in place, as one operation where the
+  // backend can fuse them (NCCL: one ncclGroup; Gloo: packed into one
+  // buffer). The default, which Local uses, is one AllReduceSum per buffer.
+  // All ranks pass buffers of the same sizes in the same order.
   virtual Status AllReduceSumGroup(std::span<const std::span<float>> buffers);
 
   // `in` holds sum(counts) elements on every rank, laid out as slices of

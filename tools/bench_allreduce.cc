@@ -1,0 +1,750 @@
+// gridsync-bench allreduce: in-place float32 sum all-reduce across N ranks
+// on one host, in the form of nccl-tests' all_reduce_perf, side by side
+// with torch.distributed (gloo) doing the same in the same run.
+//
+// gridsync side: N ranks as separate processes on 127.0.0.1, each joining
+// the real Gloo backend (MakeCollective("gloo"), worker/collective/
+// factory.h) with rendezvous through the real coordinator's KV store
+// (server/coordinator.h in this process, a fresh CoordinatorClient +
+// CoordinatorStore in each rank). The ranks are forked BEFORE the
+// coordinator starts, so no process is forked while it has threads; each
+// rank then blocks until the parent sends it the coordinator's port over a
+// pipe. Ranks report one line per size back through a second pipe.
+//
+// Peer: tools/peers/torch_allreduce.py (run through popen with --python),
+// which spawns as many ranks and measures dist.all_reduce on a float32
+// tensor, one thread per rank, printing one JSON line per size. The two
+// sides run one after the other, so they never compete for the cores.
+//
+// Method, identical on both sides (the peer's docstring repeats it):
+//   - sizes min, 4 min, 16 min, ... <= max, then max itself if the x4 sweep
+//     skipped it (so the default 8 B .. 256 MiB ends at 256 MiB);
+//     count = bytes / 4 (at least 2), size = count * 4;
+//   - rank r's contribution to element i is (r + 1) + (i % 7): small
+//     integers, so the sum over ranks is exact in float32 and known here;
+//   - every iteration (warmup or timed): reset the buffer to the rank's
+//     contribution (untimed), barrier (untimed: it aligns the ranks, so the
+//     time is the all-reduce's and not the skew left by the reset), then
+//     one timed in-place all-reduce;
+//   - time = rank 0's median over the timed iterations, in us; algbw =
+//     size / time; busbw = algbw * 2(n-1)/n (nccl-tests); GB/s = 1e9 B/s;
+//   - #wrong: after the last iteration every rank counts the elements that
+//     differ from the exact sum; the column is the total over all ranks.
+//     Since the buffer is reset before each iteration, an all-reduce that
+//     did nothing leaves a rank's own values, which are wrong everywhere.
+//   - ratio = gridsync busbw / torch busbw (> 1: gridsync is faster). The
+//     summary line gives the median ratio over sizes >= 1 MiB against the
+//     target 0.95.
+//
+// Output: '#' lines are comments (settings, column groups, summary); every
+// other stdout line is one row of whitespace-separated fields. Progress and
+// errors go to stderr. --json FILE writes the same results as JSON.
+// Exit code: 0 when both sides ran and #wrong is 0 everywhere (whether the
+// target is met is reported, not an error), 1 on a failure or any #wrong,
+// 2 on invalid arguments.
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/coordinator_client.h"
+#include "common/status.h"
+#include "server/coordinator.h"
+#include "tools/bench.h"
+#include "worker/collective/factory.h"
+
+namespace gridsync::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr uint64_t kElementBytes = sizeof(float);
+constexpr uint64_t kMinCount = 2;
+constexpr uint64_t kMinBytes = kMinCount * kElementBytes;
+// Each rank holds two buffers of the largest size (the data and its reset
+// copy); this keeps a typo from asking for tens of GB per rank.
+constexpr uint64_t kMaxBytesAllowed = uint64_t{4} << 30;
+constexpr int kMaxRanks = 64;
+// --iters 0 (auto): iters = 8 GiB / size, clamped to 10..1000. Small sizes
+// get many iterations (each costs ~0.1-0.2 ms), the largest few, so that the
+// default sweep takes about a minute per side on a 2-core host (~1 GB/s).
+constexpr uint64_t kAutoItersBytes = uint64_t{8} << 30;
+constexpr int kAutoItersMin = 10;
+constexpr int kAutoItersMax = 1000;
+constexpr uint64_t kRatioMinBytes = uint64_t{1} << 20;
+constexpr double kTargetRatio = 0.95;
+constexpr char kGroup[] = "bench-allreduce";
+constexpr char kPeerScript[] = "/tools/peers/torch_allreduce.py";
+
+struct AllReduceArgs {
+  int ranks = 2;
+  uint64_t min_bytes = 8;
+  uint64_t max_bytes = uint64_t{256} << 20;
+  int iters = 0;  // 0: auto
+  int warmup = 5;
+  double timeout_s = 120;
+  std::string json_out;
+  std::string python = "/usr/bin/python3";
+};
+
+struct SizePlan {
+  uint64_t count = 0;
+  int iters = 0;
+  uint64_t bytes() const { return count * kElementBytes; }
+};
+
+// One side's result for one size.
+struct Measured {
+  double time_us = 0;  // rank 0's median
+  uint64_t wrong = 0;  // summed over the ranks
+};
+
+float Contribution(int rank, uint64_t i) {
+  return static_cast<float>(rank + 1 + static_cast<int>(i % 7));
+}
+
+// Sum over r < ranks of (r + 1) + p = ranks (ranks + 1) / 2 + ranks p.
+float ExpectedSum(int ranks, uint64_t i) {
+  return static_cast<float>(ranks * (ranks + 1) / 2 + ranks * static_cast<int>(i % 7));
+}
+
+double AlgBw(uint64_t bytes, double us) {
+  return us > 0 ? static_cast<double>(bytes) / (us * 1e-6) / 1e9 : 0.0;
+}
+
+double BusBw(double algbw, int ranks) { return algbw * 2.0 * (ranks - 1) / ranks; }
+
+// As Python's statistics.median (the peer's): the mean of the two middle
+// values for an even count.
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const size_t mid = v.size() / 2;
+  return v.size() % 2 == 1 ? v[mid] : (v[mid - 1] + v[mid]) / 2.0;
+}
+
+std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+
+// ---- the gridsync side: one forked process per rank ----
+
+// Writes all of `text`, retrying on EINTR and short writes.
+bool WriteAll(int fd, std::string_view text) {
+  while (!text.empty()) {
+    const ssize_t n = write(fd, text.data(), text.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    text.remove_prefix(static_cast<size_t>(n));
+  }
+  return true;
+}
+
+// Reads exactly `size` bytes; false on EOF or error.
+bool ReadAll(int fd, void* data, size_t size) {
+  auto* at = static_cast<char*>(data);
+  while (size > 0) {
+    const ssize_t n = read(fd, at, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    at += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// The body of rank `rank` (in its own process): joins the Gloo group through
+// the coordinator on `port`, runs every size and writes
+// "size <index> <wrong> <median_us>" per size to `report_fd`.
+Status RunRank(const AllReduceArgs& args, const std::vector<SizePlan>& plans, uint16_t port,
+               int rank, int report_fd) {
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(args.timeout_s * 1000));
+  GRIDSYNC_ASSIGN_OR_RETURN(auto client, CoordinatorClient::Connect("127.0.0.1", port, timeout));
+  auto store = std::make_unique<CoordinatorStore>(client.get());
+  GRIDSYNC_ASSIGN_OR_RETURN(auto collective,
+                            MakeCollective("gloo", store.get(), rank, args.ranks, kGroup, timeout));
+  for (size_t k = 0; k < plans.size(); ++k) {
+    const SizePlan& p = plans[k];
+    std::vector<float> pristine(p.count);
+    std::vector<float> data(p.count);
+    for (uint64_t i = 0; i < p.count; ++i) pristine[i] = Contribution(rank, i);
+    std::vector<double> us;
+    us.reserve(static_cast<size_t>(p.iters));
+    for (int it = 0; it < args.warmup + p.iters; ++it) {
+      std::copy(pristine.begin(), pristine.end(), data.begin());
+      GRIDSYNC_RETURN_IF_ERROR(collective->Barrier());
+      const auto start = Clock::now();
+      GRIDSYNC_RETURN_IF_ERROR(collective->AllReduceSum(data.data(), data.size()));
+      const double elapsed =
+          std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+      if (it >= args.warmup) us.push_back(elapsed);
+    }
+    uint64_t wrong = 0;
+    for (uint64_t i = 0; i < p.count; ++i) wrong += data[i] == ExpectedSum(args.ranks, i) ? 0 : 1;
+    char line[128];
+    std::snprintf(line, sizeof(line), "size %zu %llu %.3f\n", k,
+                  static_cast<unsigned long long>(wrong), Median(std::move(us)));
+    if (!WriteAll(report_fd, line)) return Status::IOError(Errno("rank report pipe"));
+  }
+  // Nobody leaves while another rank may still be sending to it: closing a
+  // socket with unread bytes resets the connection under the peer.
+  GRIDSYNC_RETURN_IF_ERROR(collective->Barrier());
+  collective.reset();
+  return Status::OK();
+}
+
+// The child after fork(): waits for the port, runs the rank, reports an
+// error as "error <code> <message>", and leaves with _exit so that nothing
+// of the parent (stdio buffers, atexit handlers) runs twice.
+[[noreturn]] void RankProcess(const AllReduceArgs& args, const std::vector<SizePlan>& plans,
+                              int rank, int port_fd, int report_fd) {
+  // Never outlive the bench (for example when it is killed mid-run).
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  uint16_t port = 0;
+  // EOF: the parent gave up before the coordinator started; it reports why.
+  if (!ReadAll(port_fd, &port, sizeof(port))) _exit(1);
+  close(port_fd);
+  const Status status = RunRank(args, plans, port, rank, report_fd);
+  if (!status.ok()) {
+    std::string message = status.message();
+    std::replace(message.begin(), message.end(), '\n', ' ');
+    WriteAll(report_fd,
+             "error " + std::to_string(static_cast<int>(status.code())) + " " + message + "\n");
+    _exit(1);
+  }
+  _exit(0);
+}
+
+struct RankChild {
+  pid_t pid = -1;
+  int port_fd = -1;     // parent -> child: the coordinator's port
+  int report_fd = -1;   // child -> parent: one line per size
+  std::string pending;  // a partial line read from report_fd
+  bool eof = false;
+};
+
+void CloseFd(int* fd) {
+  if (*fd >= 0) close(*fd);
+  *fd = -1;
+}
+
+// Parses one report line of rank `rank` into `reports` (index -> rank ->
+// result); a malformed line is a bug on the child side, reported as such.
+Status ParseReport(const std::string& line, int rank, int ranks,
+                   std::vector<std::vector<std::optional<Measured>>>* reports) {
+  std::istringstream in(line);
+  std::string kind;
+  in >> kind;
+  if (kind == "error") {
+    int code = static_cast<int>(StatusCode::kInternal);
+    in >> code;
+    std::string message;
+    std::getline(in >> std::ws, message);
+    return Status(static_cast<StatusCode>(code), "gridsync rank " + std::to_string(rank) + " of " +
+                                                     std::to_string(ranks) + ": " + message);
+  }
+  size_t index = 0;
+  Measured m;
+  if (kind != "size" || !(in >> index >> m.wrong >> m.time_us) || index >= reports->size()) {
+    return Status::Internal("gridsync rank " + std::to_string(rank) + " reported '" + line + "'");
+  }
+  (*reports)[index][static_cast<size_t>(rank)] = m;
+  return Status::OK();
+}
+
+// Reads every rank's reports until all pipes close or one rank fails.
+Status CollectReports(const std::vector<SizePlan>& plans, int ranks,
+                      std::vector<RankChild>* children,
+                      std::vector<std::vector<std::optional<Measured>>>* reports) {
+  size_t announced = 0;  // sizes whose progress line went to stderr
+  for (;;) {
+    std::vector<pollfd> fds;
+    std::vector<size_t> who;
+    for (size_t r = 0; r < children->size(); ++r) {
+      if (!(*children)[r].eof) {
+        fds.push_back({(*children)[r].report_fd, POLLIN, 0});
+        who.push_back(r);
+      }
+    }
+    if (fds.empty()) return Status::OK();
+    // No deadline here: every operation of a rank has --timeout, after which
+    // it reports the failure and exits, which closes its pipe.
+    if (poll(fds.data(), fds.size(), -1) < 0) {
+      if (errno == EINTR) continue;
+      return Status::IOError(Errno("poll on the rank report pipes"));
+    }
+    for (size_t j = 0; j < fds.size(); ++j) {
+      if (fds[j].revents == 0) continue;
+      RankChild& child = (*children)[who[j]];
+      char buffer[4096];
+      const ssize_t n = read(child.report_fd, buffer, sizeof(buffer));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return Status::IOError(Errno("read from a rank report pipe"));
+      if (n == 0) {
+        child.eof = true;
+        continue;
+      }
+      child.pending.append(buffer, static_cast<size_t>(n));
+      for (size_t eol; (eol = child.pending.find('\n')) != std::string::npos;) {
+        const std::string line = child.pending.substr(0, eol);
+        child.pending.erase(0, eol + 1);
+        GRIDSYNC_RETURN_IF_ERROR(ParseReport(line, static_cast<int>(who[j]), ranks, reports));
+      }
+    }
+    while (announced < plans.size() &&
+           std::all_of((*reports)[announced].begin(), (*reports)[announced].end(),
+                       [](const auto& m) { return m.has_value(); })) {
+      const SizePlan& p = plans[announced];
+      std::fprintf(stderr, "gridsync: %12llu B x %4d iters: %10.1f us\n",
+                   static_cast<unsigned long long>(p.bytes()), p.iters,
+                   (*reports)[announced][0]->time_us);
+      ++announced;
+    }
+  }
+}
+
+// Runs the gridsync side: returns rank 0's time and the summed #wrong per
+// size.
+Result<std::vector<Measured>> RunGridsync(const AllReduceArgs& args,
+                                          const std::vector<SizePlan>& plans) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  // Writing the port to a rank that already died must fail with EPIPE, not
+  // kill the bench; the previous disposition is restored before returning.
+  struct sigaction ignore {};
+  struct sigaction previous {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  if (sigaction(SIGPIPE, &ignore, &previous) != 0) return Status::IOError(Errno("sigaction"));
+
+  std::vector<RankChild> children;
+  Status status;
+  for (int r = 0; r < args.ranks && status.ok(); ++r) {
+    int port_pipe[2];
+    int report_pipe[2];
+    if (pipe2(port_pipe, O_CLOEXEC) != 0) {
+      status = Status::IOError(Errno("pipe"));
+      break;
+    }
+    if (pipe2(report_pipe, O_CLOEXEC) != 0) {
+      status = Status::IOError(Errno("pipe"));
+      close(port_pipe[0]);
+      close(port_pipe[1]);
+      break;
+    }
+    const pid_t pid = fork();
+    if (pid == 0) {
+      // The parent's ends, including those of earlier ranks: a rank holding
+      // another's port pipe open would hide the parent closing it.
+      for (auto& c : children) {
+        CloseFd(&c.port_fd);
+        CloseFd(&c.report_fd);
+      }
+      close(port_pipe[1]);
+      close(report_pipe[0]);
+      RankProcess(args, plans, r, port_pipe[0], report_pipe[1]);
+    }
+    close(port_pipe[0]);
+    close(report_pipe[1]);
+    if (pid < 0) {
+      status = Status::IOError(Errno("fork"));
+      close(port_pipe[1]);
+      close(report_pipe[0]);
+      break;
+    }
+    children.push_back({pid, port_pipe[1], report_pipe[0], {}, false});
+  }
+
+  // Only now, with every rank forked, does this process start threads.
+  std::unique_ptr<Coordinator> coordinator;
+  if (status.ok()) {
+    CoordinatorOptions options;
+    options.port = 0;
+    auto started = Coordinator::Start(options);
+    if (started.ok()) {
+      coordinator = std::move(started).value();
+    } else {
+      status = started.status().WithContext("starting the coordinator");
+    }
+  }
+  if (status.ok()) {
+    const uint16_t port = coordinator->port();
+    for (auto& c : children) {
+      if (!WriteAll(c.port_fd,
+                    std::string_view(reinterpret_cast<const char*>(&port), sizeof(port)))) {
+        status = Status::IOError(Errno("sending the coordinator port to a rank"));
+        break;
+      }
+    }
+  }
+  // Closed either way: a rank still waiting for its port sees EOF and exits.
+  for (auto& c : children) CloseFd(&c.port_fd);
+
+  std::vector<std::vector<std::optional<Measured>>> reports(
+      plans.size(), std::vector<std::optional<Measured>>(static_cast<size_t>(args.ranks)));
+  if (status.ok()) status = CollectReports(plans, args.ranks, &children, &reports);
+  // After a failure the other ranks would only wait out their timeouts.
+  if (!status.ok()) {
+    for (auto& c : children) kill(c.pid, SIGKILL);
+  }
+  for (size_t r = 0; r < children.size(); ++r) {
+    CloseFd(&children[r].report_fd);
+    int wstatus = 0;
+    pid_t done;
+    while ((done = waitpid(children[r].pid, &wstatus, 0)) < 0 && errno == EINTR) {
+    }
+    if (!status.ok()) continue;
+    if (done < 0) {
+      status = Status::IOError(Errno("waitpid"));
+    } else if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
+      status = Status::Internal(
+          "gridsync rank " + std::to_string(r) + " " +
+          (WIFSIGNALED(wstatus) ? "was killed by signal " + std::to_string(WTERMSIG(wstatus))
+                                : "exited with status " + std::to_string(WEXITSTATUS(wstatus))));
+    }
+  }
+  if (coordinator) coordinator->Stop();
+  sigaction(SIGPIPE, &previous, nullptr);
+  if (!status.ok()) return status;
+
+  std::vector<Measured> results;
+  for (size_t k = 0; k < plans.size(); ++k) {
+    Measured m;
+    for (size_t r = 0; r < reports[k].size(); ++r) {
+      if (!reports[k][r]) {
+        return Status::Internal("gridsync rank " + std::to_string(r) + " exited without size " +
+                                std::to_string(plans[k].bytes()));
+      }
+      m.wrong += reports[k][r]->wrong;
+    }
+    m.time_us = reports[k][0]->time_us;
+    results.push_back(m);
+  }
+  return results;
+}
+
+// ---- the PyTorch peer ----
+
+std::string ShellQuote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+template <typename F>
+std::string JoinPlans(const std::vector<SizePlan>& plans, F field) {
+  std::string out;
+  for (const auto& p : plans) out += (out.empty() ? "" : ",") + std::to_string(field(p));
+  return out;
+}
+
+struct PeerCallbacks {
+  std::function<void(const nlohmann::json&)> on_start;
+  std::function<void(size_t index, const Measured&)> on_size;
+};
+
+// Runs the peer with the same sizes, iterations and warmup; calls back on
+// its start line and on each size line, in order.
+Status RunTorchPeer(const AllReduceArgs& args, const std::vector<SizePlan>& plans,
+                    const std::string& script, const PeerCallbacks& callbacks) {
+  std::ostringstream cmd;
+  cmd << ShellQuote(args.python) << " " << ShellQuote(script) << " --ranks " << args.ranks
+      << " --counts " << JoinPlans(plans, [](const SizePlan& p) { return p.count; }) << " --iters "
+      << JoinPlans(plans, [](const SizePlan& p) { return p.iters; }) << " --warmup " << args.warmup
+      << " --timeout " << args.timeout_s;
+  std::fprintf(stderr, "running the PyTorch peer: %s\n", cmd.str().c_str());
+  std::fflush(stderr);
+  std::fflush(stdout);  // popen's child must not inherit unflushed rows
+  FILE* pipe = popen(cmd.str().c_str(), "r");
+  if (pipe == nullptr) return Status::IOError(Errno(("popen " + args.python).c_str()));
+
+  Status status;
+  size_t next = 0;
+  bool started = false;
+  std::string line;
+  char buffer[4096];
+  while (std::fgets(buffer, sizeof(buffer), pipe) != nullptr) {
+    line += buffer;
+    if (line.back() != '\n') continue;  // a line longer than the buffer
+    line.pop_back();
+    if (!status.ok() || line.empty()) {
+      line.clear();
+      continue;  // keep draining, so the peer is not killed by SIGPIPE
+    }
+    const auto parsed = nlohmann::json::parse(line, nullptr, false);
+    const std::string event =
+        parsed.is_object() ? parsed.value("event", std::string()) : std::string();
+    if (event == "start" && !started) {
+      started = true;
+      callbacks.on_start(parsed);
+    } else if (event == "size" && started && parsed.value("index", -1) == static_cast<int>(next) &&
+               next < plans.size() && parsed.value("count", uint64_t{0}) == plans[next].count &&
+               parsed.contains("time_us") && parsed["time_us"].is_number() &&
+               parsed.contains("wrong") && parsed["wrong"].is_number_unsigned()) {
+      Measured m;
+      m.time_us = parsed["time_us"].get<double>();
+      m.wrong = parsed["wrong"].get<uint64_t>();
+      callbacks.on_size(next++, m);
+    } else {
+      status = Status::Corruption("the PyTorch peer printed an unexpected line: " + line);
+    }
+    line.clear();
+  }
+  const int rc = pclose(pipe);
+  if (!status.ok()) return status;
+  if (rc != 0) {
+    return Status::Internal("the PyTorch peer (" + script + ") failed with " +
+                            (WIFEXITED(rc) ? "exit status " + std::to_string(WEXITSTATUS(rc))
+                                           : "wait status " + std::to_string(rc)) +
+                            "; its error is above");
+  }
+  if (next != plans.size()) {
+    return Status::Internal("the PyTorch peer reported " + std::to_string(next) + " of " +
+                            std::to_string(plans.size()) + " sizes");
+  }
+  return Status::OK();
+}
+
+// ---- the table ----
+
+int Fail(const Status& status) {
+  std::fprintf(stderr, "gridsync-bench allreduce: %s\n", status.ToString().c_str());
+  return 1;
+}
+
+int InvalidArgument(const std::string& message) {
+  std::fprintf(stderr, "gridsync-bench allreduce: invalid argument: %s\n", message.c_str());
+  return 2;
+}
+
+void PrintColumnHeaders() {
+  std::printf("# %-38s | %-44s | %-44s |\n", "", "gridsync (Gloo ring, C++)",
+              "torch.distributed (gloo)");
+  std::printf("# %10s %12s %6s %7s %10s %11s %11s %10s %10s %11s %11s %10s %7s\n", "size", "count",
+              "type", "iters", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "time(us)",
+              "algbw(GB/s)", "busbw(GB/s)", "#wrong", "ratio");
+  std::fflush(stdout);
+}
+
+// A row; the peer's fields are "-" when it has no result for this size.
+void PrintRow(const SizePlan& p, int ranks, const Measured& ours, const Measured* torch) {
+  const double our_algbw = AlgBw(p.bytes(), ours.time_us);
+  std::printf("  %10llu %12llu %6s %7d %10.1f %11.3f %11.3f %10llu",
+              static_cast<unsigned long long>(p.bytes()), static_cast<unsigned long long>(p.count),
+              "float", p.iters, ours.time_us, our_algbw, BusBw(our_algbw, ranks),
+              static_cast<unsigned long long>(ours.wrong));
+  if (torch != nullptr) {
+    const double algbw = AlgBw(p.bytes(), torch->time_us);
+    std::printf(" %10.1f %11.3f %11.3f %10llu %7.3f\n", torch->time_us, algbw, BusBw(algbw, ranks),
+                static_cast<unsigned long long>(torch->wrong), torch->time_us / ours.time_us);
+  } else {
+    std::printf(" %10s %11s %11s %10s %7s\n", "-", "-", "-", "-", "-");
+  }
+  std::fflush(stdout);
+}
+
+nlohmann::json SideJson(const SizePlan& p, int ranks, const Measured& m) {
+  const double algbw = AlgBw(p.bytes(), m.time_us);
+  return {{"time_us", m.time_us},
+          {"algbw_gbps", algbw},
+          {"busbw_gbps", BusBw(algbw, ranks)},
+          {"wrong", m.wrong}};
+}
+
+int RunAllReduce(const AllReduceArgs& args) {
+  if (args.ranks < 2 || args.ranks > kMaxRanks) {
+    return InvalidArgument("--ranks " + std::to_string(args.ranks) + "; allowed: 2.." +
+                           std::to_string(kMaxRanks));
+  }
+  if (args.min_bytes < kMinBytes || args.max_bytes < args.min_bytes ||
+      args.max_bytes > kMaxBytesAllowed) {
+    return InvalidArgument("--min-bytes " + std::to_string(args.min_bytes) + ", --max-bytes " +
+                           std::to_string(args.max_bytes) +
+                           "; allowed: " + std::to_string(kMinBytes) +
+                           " <= min <= max <= " + std::to_string(kMaxBytesAllowed) + " (4 GiB)");
+  }
+  if (!(args.timeout_s > 0 && args.timeout_s <= 86400)) {
+    return InvalidArgument("--timeout " + std::to_string(args.timeout_s) +
+                           "; allowed: 0 < seconds <= 86400");
+  }
+  const std::string script = std::string(GRIDSYNC_SOURCE_DIR) + kPeerScript;
+  if (!std::filesystem::is_regular_file(script)) {
+    return Fail(Status::NotFound("the PyTorch peer " + script + " is missing"));
+  }
+
+  std::vector<SizePlan> plans;
+  auto add = [&](uint64_t bytes) {
+    SizePlan p;
+    p.count = std::max(kMinCount, bytes / kElementBytes);
+    if (!plans.empty() && plans.back().count >= p.count) return;
+    p.iters = args.iters > 0 ? args.iters
+                             : static_cast<int>(std::clamp<uint64_t>(kAutoItersBytes / p.bytes(),
+                                                                     kAutoItersMin, kAutoItersMax));
+    plans.push_back(p);
+  };
+  for (uint64_t bytes = args.min_bytes; bytes <= args.max_bytes; bytes *= 4) add(bytes);
+  add(args.max_bytes);  // no-op when the x4 sweep landed on it
+
+  std::printf(
+      "# gridsync-bench allreduce: %d ranks as processes on 127.0.0.1; float32 sum, in place; "
+      "gridsync: Gloo ring (MakeCollective(\"gloo\"), rendezvous via the coordinator KV store); "
+      "peer: torch.distributed gloo, 1 thread per rank; warmup %d; iters %s; each iteration: "
+      "reset + barrier untimed, then one timed all-reduce; time = rank 0's median; algbw = "
+      "size/time; busbw = algbw*2(n-1)/n; GB/s = 1e9 B/s; #wrong = elements != exact sum after "
+      "the last iteration, over all ranks; ratio = gridsync busbw / torch busbw; timeout %gs\n",
+      args.ranks, args.warmup,
+      args.iters > 0 ? std::to_string(args.iters).c_str() : "auto (8 GiB / size, 10..1000)",
+      args.timeout_s);
+  std::fflush(stdout);
+
+  std::fprintf(stderr, "running gridsync: %d ranks, %zu sizes...\n", args.ranks, plans.size());
+  auto ours = RunGridsync(args, plans);
+  if (!ours.ok()) return Fail(ours.status());
+
+  // Rows are printed as the peer reports each size.
+  std::vector<std::optional<Measured>> torch(plans.size());
+  std::string torch_version = "?";
+  PeerCallbacks callbacks;
+  callbacks.on_start = [&](const nlohmann::json& start) {
+    torch_version = start.value("torch_version", std::string("?"));
+    std::printf("# peer: torch %s\n", torch_version.c_str());
+    PrintColumnHeaders();
+  };
+  size_t printed = 0;
+  callbacks.on_size = [&](size_t index, const Measured& m) {
+    torch[index] = m;
+    PrintRow(plans[index], args.ranks, (*ours)[index], &*torch[index]);
+    printed = index + 1;
+  };
+  const Status peer = RunTorchPeer(args, plans, script, callbacks);
+  if (!peer.ok()) {
+    // Our results still count: print them with the peer's columns empty.
+    if (printed == 0) PrintColumnHeaders();
+    for (size_t k = printed; k < plans.size(); ++k) {
+      PrintRow(plans[k], args.ranks, (*ours)[k], nullptr);
+    }
+  }
+
+  uint64_t our_wrong = 0;
+  uint64_t torch_wrong = 0;
+  std::vector<double> ratios;
+  for (size_t k = 0; k < plans.size(); ++k) {
+    our_wrong += (*ours)[k].wrong;
+    if (!torch[k]) continue;
+    torch_wrong += torch[k]->wrong;
+    if (plans[k].bytes() >= kRatioMinBytes) {
+      ratios.push_back(torch[k]->time_us / (*ours)[k].time_us);
+    }
+  }
+  std::optional<double> median_ratio;
+  if (!ratios.empty()) median_ratio = Median(ratios);
+  const bool met = median_ratio && *median_ratio >= kTargetRatio;
+  std::printf(
+      "# #wrong total: gridsync %llu, torch %llu%s\n", static_cast<unsigned long long>(our_wrong),
+      static_cast<unsigned long long>(torch_wrong),
+      our_wrong + torch_wrong == 0 ? "" : " (FAILED: all-reduce results differ from the sum)");
+  if (median_ratio) {
+    std::printf(
+        "# median ratio (busbw gridsync / torch) over %zu sizes >= 1 MiB: %.3f; target >= "
+        "%.2f: %s\n",
+        ratios.size(), *median_ratio, kTargetRatio, met ? "met" : "NOT met");
+  } else {
+    std::printf(
+        "# median ratio (busbw gridsync / torch): no sizes >= 1 MiB with both results; "
+        "target >= %.2f: not evaluated\n",
+        kTargetRatio);
+  }
+  std::fflush(stdout);
+
+  int rc = our_wrong + torch_wrong == 0 && peer.ok() ? 0 : 1;
+  if (!peer.ok()) Fail(peer);
+  if (!args.json_out.empty()) {
+    nlohmann::json out;
+    out["settings"] = {{"ranks", args.ranks},
+                       {"type", "float"},
+                       {"op", "sum"},
+                       {"in_place", true},
+                       {"min_bytes", args.min_bytes},
+                       {"max_bytes", args.max_bytes},
+                       {"warmup", args.warmup},
+                       {"iters", args.iters},
+                       {"iters_auto_rule", "8 GiB / size, clamped to 10..1000"},
+                       {"timeout_s", args.timeout_s},
+                       {"per_iteration", "reset + barrier untimed, one timed all-reduce"},
+                       {"time", "rank 0 median, us"},
+                       {"busbw", "algbw * 2(n-1)/n"},
+                       {"gridsync", "gloo ring via MakeCollective, coordinator KV rendezvous"},
+                       {"torch_version", torch_version}};
+    out["rows"] = nlohmann::json::array();
+    for (size_t k = 0; k < plans.size(); ++k) {
+      const SizePlan& p = plans[k];
+      nlohmann::json row = {
+          {"size", p.bytes()},     {"count", p.count},
+          {"type", "float"},       {"iters", p.iters},
+          {"warmup", args.warmup}, {"gridsync", SideJson(p, args.ranks, (*ours)[k])},
+          {"torch", nullptr},      {"ratio", nullptr}};
+      if (torch[k]) {
+        row["torch"] = SideJson(p, args.ranks, *torch[k]);
+        row["ratio"] = torch[k]->time_us / (*ours)[k].time_us;
+      }
+      out["rows"].push_back(row);
+    }
+    out["summary"] = {{"wrong_gridsync", our_wrong},
+                      {"wrong_torch", torch_wrong},
+                      {"ratio_min_bytes", kRatioMinBytes},
+                      {"ratio_sizes", ratios.size()},
+                      {"median_ratio", median_ratio ? nlohmann::json(*median_ratio) : nullptr},
+                      {"target", kTargetRatio},
+                      {"met", met},
+                      {"peer_ok", peer.ok()}};
+    std::ofstream file(args.json_out);
+    file << out.dump(2) << "\n";
+    if (!file) return Fail(Status::IOError("cannot write " + args.json_out));
+  }
+  return rc;
+}
+
+}  // namespace
+
+Runner AddAllReduceCommand(CLI::App* app) {
+  auto args = std::make_shared<AllReduceArgs>();
+  auto* cmd = app->add_subcommand(
+      "allreduce",
+      "All-reduce (float32 sum) across processes over Gloo, nccl-tests style, vs torch gloo");
+  cmd->add_option("--ranks", args->ranks, "Ranks, each a process on 127.0.0.1 (2..64)");
+  // Sizes accept units (8, 1MB, 256MB; KB = 1024 B).
+  cmd->add_option("--min-bytes", args->min_bytes, "Smallest size (bytes; sweep x4; >= 8)")
+      ->transform(CLI::AsSizeValue(false));
+  cmd->add_option("--max-bytes", args->max_bytes, "Largest size (bytes; always measured)")
+      ->transform(CLI::AsSizeValue(false));
+  cmd->add_option("--iters", args->iters,
+                  "Timed iterations per size (0: auto, 8 GiB / size clamped to 10..1000)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--warmup", args->warmup, "Untimed iterations per size")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--timeout", args->timeout_s,
+                  "Seconds for rendezvous and for each operation, on both sides");
+  cmd->add_option("--json", args->json_out, "Write the results as JSON to this file");
+  cmd->add_option("--python", args->python, "Python interpreter for the PyTorch peer");
+  return [args] { return RunAllReduce(*args); };
+}
+
+}  // namespace gridsync::bench
