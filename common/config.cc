@@ -133,6 +133,8 @@ constexpr BatchSplitting kBatchSplittings[] = {BatchSplitting::kEven, BatchSplit
 constexpr ModelParallelDim kModelParallelDims[] = {
     ModelParallelDim::kRow, ModelParallelDim::kColumn, ModelParallelDim::kBoth};
 constexpr TaskType kTaskTypes[] = {TaskType::kImage, TaskType::kSdf, TaskType::kNerf};
+constexpr std::string_view kCodecNames[] = {"none", "fp16",   "bf16", "int8",
+                                            "qsgd", "onebit", "topk", "randomk"};
 constexpr CollectiveKind kCollectiveKinds[] = {CollectiveKind::kAuto, CollectiveKind::kNccl,
                                                CollectiveKind::kGloo};
 constexpr Consistency kConsistencies[] = {Consistency::kBsp, Consistency::kSsp,
@@ -948,6 +950,18 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
                    "ps.staleness only with ps.consistency \"ssp\"");
     }
   }
+  {
+    CompressionConfig& c = config.compression;
+    SectionReader r(&problems, "compression", top.Object("compression"));
+    r.StringChoice("codec", &c.codec, kCodecNames);
+    r.Double("ratio", &c.ratio, 0.0, /*lo_open=*/true, 1.0);
+    r.Int("bits", &c.bits, 1, 8);
+    r.Int("block", &c.block, 1, 65536);
+    r.Bool("error_feedback", &c.error_feedback);
+    r.Int("min_bytes", &c.min_bytes, 0, 1 << 30);
+    r.Bool("pull", &c.pull);
+    r.ReportUnknownKeys();
+  }
   top.ReportUnknownKeys();
 
   if (!problems.empty()) return problems.ToStatus();
@@ -1040,6 +1054,15 @@ nlohmann::json Config::ToJson() const {
   p["threads"] = ps.threads;
   p["host"] = ps.host;
   p["base_port"] = ps.base_port;
+
+  auto& c = j["compression"];
+  c["codec"] = compression.codec;
+  c["ratio"] = compression.ratio;
+  c["bits"] = compression.bits;
+  c["block"] = compression.block;
+  c["error_feedback"] = compression.error_feedback;
+  c["min_bytes"] = compression.min_bytes;
+  c["pull"] = compression.pull;
   return j;
 }
 

@@ -118,6 +118,18 @@ struct TaskConfig {
   std::string output = "out";             // folder for the reconstruction and reports
 };
 
+// Gradient compression on the PS path (ps pushes; in hybrid, across nodes
+// only). Codec names and wire formats: kernels/cpu/codec.h.
+struct CompressionConfig {
+  std::string codec = "none";  // none, fp16, bf16, int8, qsgd, onebit, topk, randomk
+  double ratio = 0.01;         // (0, 1]: topk/randomk fraction of values kept
+  int bits = 4;                // 1..8: qsgd level bits
+  int block = 256;             // 1..65536: int8 values per scale
+  bool error_feedback = true;  // keep the compression residual of touched rows and add it back
+  int min_bytes = 4096;        // 0..2^30: smaller blocks travel uncompressed
+  bool pull = false;           // also compress pull replies (no error feedback)
+};
+
 struct Config {
   EncodingConfig encoding;
   NetworkConfig network;
@@ -125,6 +137,7 @@ struct Config {
   TrainingConfig training;
   TaskConfig task;
   PsConfig ps;
+  CompressionConfig compression;
 
   // Where the config came from, for messages ("configs/local.json").
   std::string source = "<defaults>";

@@ -36,6 +36,17 @@ cpu::MlpShape MlpShapeFromConfig(const Config& config, uint32_t input_width, int
   return shape;
 }
 
+Result<CodecOptions> CodecFromConfig(const CompressionConfig& compression) {
+  GRIDSYNC_ASSIGN_OR_RETURN(const Codec codec, ParseCodec(compression.codec));
+  CodecOptions options;
+  options.codec = codec;
+  options.ratio = compression.ratio;
+  options.bits = compression.bits;
+  options.block = static_cast<uint32_t>(compression.block);
+  GRIDSYNC_RETURN_IF_ERROR(ValidateCodecOptions(options));
+  return options;
+}
+
 Result<std::vector<TableInfo>> ImageModelTables(const Config& config) {
   GRIDSYNC_ASSIGN_OR_RETURN(HashGridLayout layout, HashGridLayout::Make(GridSpecFromConfig(config, 2)));
   return ModelTables(layout, MlpShapeFromConfig(config, layout.output_width(), 3));

@@ -11,6 +11,7 @@
 #include "common/cluster_map.h"
 #include "common/config.h"
 #include "common/status.h"
+#include "kernels/cpu/codec.h"
 #include "kernels/cpu/mlp.h"
 #include "kernels/hash_grid_layout.h"
 
@@ -24,5 +25,8 @@ Result<std::vector<TableInfo>> ImageModelTables(const Config& config);
 // The grid spec and MLP shape `config` describes, for `dims` and `outputs`.
 HashGridSpec GridSpecFromConfig(const Config& config, uint32_t dims);
 cpu::MlpShape MlpShapeFromConfig(const Config& config, uint32_t input_width, int outputs);
+
+// The codec the `compression` section describes.
+Result<CodecOptions> CodecFromConfig(const CompressionConfig& compression);
 
 }  // namespace gridsync

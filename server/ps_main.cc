@@ -72,6 +72,15 @@ int main(int argc, char** argv) {
   options.threads = config->ps.threads;
   options.hyper.learning_rate = static_cast<float>(config->training.learning_rate);
   options.timeout = std::chrono::milliseconds(static_cast<int64_t>(d.timeout_s * 1000));
+  if (config->compression.pull) {
+    auto codec = gridsync::CodecFromConfig(config->compression);
+    if (!codec.ok()) {
+      std::fprintf(stderr, "compression: %s\n", codec.status().message().c_str());
+      return gridsync::kConfigErrorExitCode;
+    }
+    options.pull_codec = *codec;
+    options.pull_min_bytes = static_cast<size_t>(config->compression.min_bytes);
+  }
   auto server = gridsync::PsShard::Start(*partition, options);
   if (!server.ok()) {
     spdlog::error("{}", server.status().ToString());

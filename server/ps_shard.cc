@@ -23,6 +23,7 @@ struct Request {
   zmq::message_t identity;
   std::vector<zmq::message_t> frames;
   wire::Message message;
+  std::vector<std::vector<float>> decoded;  // compressed blocks' values
 };
 
 class PsShardImpl : public PsShard {
@@ -156,6 +157,22 @@ class PsShardImpl : public PsShard {
         ReplyError(*request, owned);
         return;
       }
+    }
+    // Compressed values are decoded (and validated) before anything changes.
+    for (size_t i = 0; i < m.blocks.size(); ++i) {
+      wire::Block& block = m.blocks[i];
+      if (!block.compressed()) continue;
+      const size_t n = size_t{block.row_count} * block.width;
+      auto& values = request->decoded.emplace_back(n);
+      Status status = cpu::Decode(block.codec, block.payload.data(), block.payload.size(), n,
+                                   block.codec_seed, values.data());
+      if (!status.ok()) {
+        ReplyError(*request, status.WithContext("block " + std::to_string(i) + " (table " +
+                                                 std::to_string(block.table) + ", codec " +
+                                                 std::string(CodecName(block.codec.codec)) + ")"));
+        return;
+      }
+      block.values = values;
     }
     switch (m.kind) {
       case wire::Kind::kPush: return HandlePush(std::move(request));
@@ -320,6 +337,19 @@ class PsShardImpl : public PsShard {
       const wire::Block& in = m.blocks[p.block];
       store_.Gather(in, p.begin, p.end, blocks[p.block].values.data() + p.begin * in.width);
     });
+    if (options_.pull_codec.codec != Codec::kNone) {
+      // compression.pull: parameters travel encoded too (no error feedback:
+      // the next pull sends fresh values anyway).
+      pool_.ParallelFor(blocks.size(), [&](size_t i) {
+        wire::OutBlock& out = blocks[i];
+        if (out.values.size() * sizeof(float) < options_.pull_min_bytes) return;
+        out.codec = options_.pull_codec;
+        out.codec_seed = m.request_id * 0x9E3779B97F4A7C15ull + i;
+        out.payload.resize(EncodedSize(out.codec, out.values.size()));
+        cpu::Encode(out.codec, out.values.data(), out.values.size(), out.codec_seed, out.payload.data());
+        out.values.clear();
+      });
+    }
     wire::OutHeader header;
     header.kind = wire::Kind::kPullReply;
     header.step = applied_;

@@ -12,8 +12,11 @@
 //           than `staleness` steps old.
 //   async - every push is applied on arrival; pulls never wait.
 //
-// Every received message passes wire::Decode and an ownership check before
-// anything changes; a bad one gets an Error reply and a log line, and the
+// Compressed push values (any codec of kernels/cpu/codec.h, described in
+// each block) are decoded here and then summed like plain values.
+//
+// Every received message passes wire::Decode, an ownership check and the
+// codec's Decode before anything changes; a bad one gets an Error reply and a log line, and the
 // shard keeps serving. A pull that waits longer than the timeout gets an
 // Error naming the workers whose pushes are missing.
 //
@@ -44,6 +47,9 @@ struct ShardOptions {
   AdamHyper hyper;
   std::chrono::milliseconds timeout{30000};
   wire::Limits limits;
+  // compression.pull: encode pull replies of at least pull_min_bytes.
+  CodecOptions pull_codec;
+  size_t pull_min_bytes = 4096;
 };
 
 class PsShard {

@@ -247,9 +247,9 @@ TEST(ConfigSyntaxTest, TopLevelAndSectionsMustBeObjects) {
 // --- Validation problems ----------------------------------------------------------------------
 
 TEST(ConfigValidationTest, UnknownTopLevelKey) {
-  const std::string msg = ErrorOf(R"({"compression": {"codec": "fp16"}})");
-  EXPECT_TRUE(Contains(msg, "test.json: compression: unknown key"));
-  EXPECT_TRUE(Contains(msg, "allowed: sections encoding, network, distributed, training, task"));
+  const std::string msg = ErrorOf(R"({"compresion": {"codec": "fp16"}})");
+  EXPECT_TRUE(Contains(msg, "test.json: compresion: unknown key (did you mean \"compression\"?)")) << msg;
+  EXPECT_TRUE(Contains(msg, "allowed: sections encoding, network, distributed, training, task, ps, compression")) << msg;
 }
 
 TEST(ConfigValidationTest, UnknownNestedKeyListsSectionKeysAndSuggests) {
@@ -548,7 +548,8 @@ TEST(ConfigToJsonTest, HasEveryKeyWithEnumsAsStrings) {
   Result<Config> c = Config::LoadFile("configs/distributed_large.json");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   const nlohmann::json j = c->ToJson();
-  EXPECT_EQ(j.size(), 6u);
+  EXPECT_EQ(j.size(), 7u);
+  EXPECT_EQ(j["compression"]["codec"], "none");
   EXPECT_EQ(j["encoding"].size(), 6u);
   EXPECT_EQ(j["network"].size(), 2u);
   EXPECT_EQ(j["distributed"].size(), 13u);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cstring>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -25,6 +26,9 @@
 #include "kernels/model_tables.h"
 #include "server/coordinator.h"
 #include "server/ps_shard.h"
+#include "common/thread_pool.h"
+#include "kernels/cpu/codec.h"
+#include "kernels/cpu/hash_encoding.h"
 #include "worker/collective/local_collective.h"
 #include "worker/hybrid_trainer.h"
 #include "worker/image_task.h"
@@ -449,6 +453,101 @@ TEST(PsShardTest, MalformedInputGetsErrorAndChangesNothing) {
   ASSERT_TRUE(reports[0].ok()) << reports[0].status().ToString();
   EXPECT_EQ(cluster->shards[0]->stats().applied_steps, 12u);
   ExpectBitIdentical(FlattenParams(*reports[0]->model), SingleProcessParams(cluster->config, image));
+}
+
+TEST(PsCompressionTest, CompressedPushesTrainAndNeverTouchUntouchedRows) {
+  const ImageTask image = SmallImage();
+  for (const char* codec : {"onebit", "topk", "int8", "randomk"}) {
+    Config config = SmallConfig(2, 2);
+    config.compression.codec = codec;
+    config.compression.ratio = 0.1;
+    config.compression.min_bytes = 0;
+    config.training.steps = 10;
+    auto cluster = Cluster::Start(config);
+    auto reports = cluster->Train(image);
+    for (auto& r : reports) ASSERT_TRUE(r.ok()) << codec << ": " << r.status().ToString();
+    // The rows any batch of the run read: the only rows allowed to move.
+    auto initial = HashGridModel::Create(cluster->config, 2, 3);
+    ASSERT_TRUE(initial.ok());
+    const auto& layout = (*initial)->layout();
+    std::vector<uint8_t> read(layout.total_rows(), 0);
+    ThreadPool pool(1);
+    cpu::GridBatchLookup lookup;
+    const size_t batch = static_cast<size_t>(config.training.batch_size);
+    std::vector<float> pos(batch * 2), target(batch * 3);
+    for (int step = 0; step < config.training.steps; ++step) {
+      image.SampleBatch(config.training.seed, static_cast<uint64_t>(step), 0, batch, pos.data(), target.data());
+      cpu::HashGridLookup(layout, pos.data(), batch, layout.n_levels(), &lookup, &pool);
+      for (uint32_t l = 0; l < layout.n_levels(); ++l) {
+        for (size_t i = 0; i < batch * lookup.corners; ++i) {
+          read[layout.level(l).row_offset + lookup.rows[lookup.Index(l, 0) + i]] = 1;
+        }
+      }
+    }
+    const auto& before = (*initial)->grid_params();
+    const auto& after = reports[0]->model->grid_params();
+    size_t moved = 0, moved_unread = 0;
+    for (uint64_t row = 0; row < layout.total_rows(); ++row) {
+      for (uint32_t f = 0; f < layout.features(); ++f) {
+        const size_t at = row * layout.features() + f;
+        if (before[at] != after[at]) {
+          ++moved;
+          moved_unread += read[row] == 0;
+        }
+      }
+    }
+    EXPECT_GT(moved, 0u) << codec;
+    EXPECT_EQ(moved_unread, 0u) << codec << ": rows no batch touched received updates";
+    EXPECT_LT(reports[0]->bytes_pushed_per_step, SmallConfig(2, 2).training.batch_size * 64.0) << codec;
+  }
+}
+
+TEST(PsCompressionTest, MalformedCompressedPayloadIsRefusedAndChangesNothing) {
+  auto cluster = Cluster::Start(SmallConfig(1, 1));
+  const Partition& partition = *cluster->partition;
+  std::vector<wire::TableShape> shapes;
+  for (uint32_t t = 0; t < partition.n_tables(); ++t) shapes.push_back({partition.table(t).rows, partition.table(t).width});
+  RawClient raw(cluster->shards[0]->endpoint());
+  auto push = [&](auto mutate) {
+    wire::OutHeader h;
+    h.kind = wire::Kind::kPush;
+    h.request_id = 3;
+    h.num_workers = 1;
+    wire::OutBlock b;
+    b.table = 0;
+    b.width = partition.table(0).width;
+    b.rows = {1, 2, 3, 4};
+    b.row_count = 4;
+    b.codec.codec = Codec::kOnebit;
+    std::vector<float> values(8, 0.25f);
+    b.payload.resize(EncodedSize(b.codec, values.size()));
+    cpu::Encode(b.codec, values.data(), values.size(), 0, b.payload.data());
+    mutate(b);
+    std::vector<wire::OutBlock> blocks;
+    blocks.push_back(std::move(b));
+    return wire::Encode(h, std::move(blocks));
+  };
+  // A NaN scale in an otherwise well-formed onebit payload.
+  auto nan_scale = push([](wire::OutBlock& b) {
+    const float nan = std::nanf("");
+    std::memcpy(b.payload.data(), &nan, sizeof(nan));
+  });
+  auto reply = raw.Exchange(std::move(nan_scale), shapes);
+  ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+  EXPECT_EQ(reply->kind, wire::Kind::kError);
+  EXPECT_NE(reply->error.message().find("onebit"), std::string::npos) << reply->error.message();
+  // A payload one byte short.
+  auto frames = push([](wire::OutBlock&) {});
+  frames.back() = zmq::message_t(frames.back().data(), frames.back().size() - 1);
+  reply = raw.Exchange(std::move(frames), shapes);
+  ASSERT_TRUE(reply.ok());
+  EXPECT_EQ(reply->kind, wire::Kind::kError);
+  EXPECT_EQ(cluster->shards[0]->stats().applied_steps, 0u);
+  // A well-formed compressed push is accepted and applied.
+  reply = raw.Exchange(push([](wire::OutBlock&) {}), shapes);
+  ASSERT_TRUE(reply.ok());
+  EXPECT_EQ(reply->kind, wire::Kind::kPushAck) << reply->error.ToString();
+  EXPECT_EQ(cluster->shards[0]->stats().applied_steps, 1u);
 }
 
 TEST(PsShardTest, RowsOfAnotherShardAreRefused) {

@@ -602,11 +602,16 @@ TEST(WireDecodeTest, UnknownCodec) {
   b.setDense(true);
   b.setRowCount(1);
   b.setWidth(1);
-  b.setCodec(static_cast<schema::Codec>(3));
+  b.setCodec(static_cast<schema::Codec>(9));
   std::vector<zmq::message_t> frames;
   frames.push_back(FrameOf(builder));
   ExpectRefused(Decode(frames, Tables(), Limits{}), StatusCode::kInvalidArgument,
-                {"codec 3 unknown", "allowed: 0 (none)"});
+                {"codec 9 unknown", "allowed: 0..7"});
+  // A known codec with options out of range (int8 with 0 values per scale).
+  b.setCodec(static_cast<schema::Codec>(3));
+  frames.clear();
+  frames.push_back(FrameOf(builder));
+  ExpectRefused(Decode(frames, Tables(), Limits{}), StatusCode::kInvalidArgument, {"codec int8", "block 0"});
 }
 
 TEST(WireDecodeTest, UnknownTable) {

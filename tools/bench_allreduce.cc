@@ -8,13 +8,19 @@
 // (server/coordinator.h in this process, a fresh CoordinatorClient +
 // CoordinatorStore in each rank). The ranks are forked BEFORE the
 // coordinator starts, so no process is forked while it has threads; each
-// rank then blocks until the parent sends it the coordinator's port over a
-// pipe. Ranks report one line per size back through a second pipe.
+// rank then waits for the coordinator's port on its control pipe. Ranks
+// report one line per size back through a second pipe.
 //
-// Peer: tools/peers/torch_allreduce.py (run through popen with --python),
-// which spawns as many ranks and measures dist.all_reduce on a float32
-// tensor, one thread per rank, printing one JSON line per size. The two
-// sides run one after the other, so they never compete for the cores.
+// Peer: tools/peers/torch_allreduce.py (popen, --python), which spawns as
+// many ranks and measures dist.all_reduce on a float32 tensor, one thread
+// per rank, printing one JSON line per size.
+//
+// The two sides take turns, one size at a time: gridsync's ranks run size
+// k (released by a byte on their control pipes), then the peer's (released
+// by a line on its --control-fd), then size k + 1. The waiting side blocks
+// in a read, so the sides never compete for the cores, and a change in the
+// host's background load (this bench often shares 2 cores with compilers)
+// hits both sides of a row alike instead of one whole column.
 //
 // Method, identical on both sides (the peer's docstring repeats it):
 //   - sizes min, 4 min, 16 min, ... <= max, then max itself if the x4 sweep
@@ -171,17 +177,26 @@ bool ReadAll(int fd, void* data, size_t size) {
   return true;
 }
 
+void CloseFd(int* fd) {
+  if (*fd >= 0) close(*fd);
+  *fd = -1;
+}
+
 // The body of rank `rank` (in its own process): joins the Gloo group through
-// the coordinator on `port`, runs every size and writes
-// "size <index> <wrong> <median_us>" per size to `report_fd`.
+// the coordinator on `port`; for each size waits for a byte on `control_fd`,
+// runs it and writes "size <index> <wrong> <median_us>" to `report_fd`.
 Status RunRank(const AllReduceArgs& args, const std::vector<SizePlan>& plans, uint16_t port,
-               int rank, int report_fd) {
+               int rank, int control_fd, int report_fd) {
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(args.timeout_s * 1000));
   GRIDSYNC_ASSIGN_OR_RETURN(auto client, CoordinatorClient::Connect("127.0.0.1", port, timeout));
   auto store = std::make_unique<CoordinatorStore>(client.get());
   GRIDSYNC_ASSIGN_OR_RETURN(auto collective,
                             MakeCollective("gloo", store.get(), rank, args.ranks, kGroup, timeout));
   for (size_t k = 0; k < plans.size(); ++k) {
+    char go = 0;
+    if (!ReadAll(control_fd, &go, 1)) {
+      return Status::Internal("the bench closed the control pipe before size " + std::to_string(k));
+    }
     const SizePlan& p = plans[k];
     std::vector<float> pristine(p.count);
     std::vector<float> data(p.count);
@@ -215,14 +230,14 @@ Status RunRank(const AllReduceArgs& args, const std::vector<SizePlan>& plans, ui
 // error as "error <code> <message>", and leaves with _exit so that nothing
 // of the parent (stdio buffers, atexit handlers) runs twice.
 [[noreturn]] void RankProcess(const AllReduceArgs& args, const std::vector<SizePlan>& plans,
-                              int rank, int port_fd, int report_fd) {
-  // Never outlive the bench (for example when it is killed mid-run).
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
+                              int rank, pid_t parent, int control_fd, int report_fd) {
+  // Never outlive the bench (for example when it is killed mid-run); the
+  // getppid check covers a parent that died before prctl.
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(1);
   uint16_t port = 0;
   // EOF: the parent gave up before the coordinator started; it reports why.
-  if (!ReadAll(port_fd, &port, sizeof(port))) _exit(1);
-  close(port_fd);
-  const Status status = RunRank(args, plans, port, rank, report_fd);
+  if (!ReadAll(control_fd, &port, sizeof(port))) _exit(1);
+  const Status status = RunRank(args, plans, port, rank, control_fd, report_fd);
   if (!status.ok()) {
     std::string message = status.message();
     std::replace(message.begin(), message.end(), '\n', ' ');
@@ -233,213 +248,227 @@ Status RunRank(const AllReduceArgs& args, const std::vector<SizePlan>& plans, ui
   _exit(0);
 }
 
-struct RankChild {
-  pid_t pid = -1;
-  int port_fd = -1;     // parent -> child: the coordinator's port
-  int report_fd = -1;   // child -> parent: one line per size
-  std::string pending;  // a partial line read from report_fd
-  bool eof = false;
-};
-
-void CloseFd(int* fd) {
-  if (*fd >= 0) close(*fd);
-  *fd = -1;
-}
-
-// Parses one report line of rank `rank` into `reports` (index -> rank ->
-// result); a malformed line is a bug on the child side, reported as such.
-Status ParseReport(const std::string& line, int rank, int ranks,
-                   std::vector<std::vector<std::optional<Measured>>>* reports) {
-  std::istringstream in(line);
-  std::string kind;
-  in >> kind;
-  if (kind == "error") {
-    int code = static_cast<int>(StatusCode::kInternal);
-    in >> code;
-    std::string message;
-    std::getline(in >> std::ws, message);
-    return Status(static_cast<StatusCode>(code), "gridsync rank " + std::to_string(rank) + " of " +
-                                                     std::to_string(ranks) + ": " + message);
+// The gridsync ranks, seen from the parent. Fork() must run before this
+// process starts any thread. The destructor kills (SIGKILL) and reaps any
+// rank still running, so an early return never leaves one behind.
+class GridsyncRanks {
+ public:
+  static Result<std::unique_ptr<GridsyncRanks>> Fork(const AllReduceArgs& args,
+                                                     const std::vector<SizePlan>& plans) {
+    std::unique_ptr<GridsyncRanks> ranks(new GridsyncRanks(args.ranks));
+    const pid_t parent = getpid();
+    std::fflush(stdout);  // (the children _exit, but flushing first costs nothing)
+    std::fflush(stderr);
+    for (int r = 0; r < args.ranks; ++r) {
+      int control[2];
+      int report[2];
+      // CLOEXEC: the peer, started later through popen, must not hold them.
+      if (pipe2(control, O_CLOEXEC) != 0) return Status::IOError(Errno("pipe"));
+      if (pipe2(report, O_CLOEXEC) != 0) {
+        close(control[0]);
+        close(control[1]);
+        return Status::IOError(Errno("pipe"));
+      }
+      const pid_t pid = fork();
+      if (pid == 0) {
+        // The parent's ends, including earlier ranks': a rank holding
+        // another's control pipe open would hide the parent closing it.
+        for (auto& c : ranks->children_) {
+          CloseFd(&c.control_fd);
+          CloseFd(&c.report_fd);
+        }
+        close(control[1]);
+        close(report[0]);
+        RankProcess(args, plans, r, parent, control[0], report[1]);
+      }
+      close(control[0]);
+      close(report[1]);
+      if (pid < 0) {
+        close(control[1]);
+        close(report[0]);
+        return Status::IOError(Errno("fork"));
+      }
+      ranks->children_.push_back({pid, control[1], report[0], {}, false, false});
+    }
+    return ranks;
   }
-  size_t index = 0;
-  Measured m;
-  if (kind != "size" || !(in >> index >> m.wrong >> m.time_us) || index >= reports->size()) {
-    return Status::Internal("gridsync rank " + std::to_string(rank) + " reported '" + line + "'");
-  }
-  (*reports)[index][static_cast<size_t>(rank)] = m;
-  return Status::OK();
-}
 
-// Reads every rank's reports until all pipes close or one rank fails.
-Status CollectReports(const std::vector<SizePlan>& plans, int ranks,
-                      std::vector<RankChild>* children,
-                      std::vector<std::vector<std::optional<Measured>>>* reports) {
-  size_t announced = 0;  // sizes whose progress line went to stderr
-  for (;;) {
-    std::vector<pollfd> fds;
-    std::vector<size_t> who;
-    for (size_t r = 0; r < children->size(); ++r) {
-      if (!(*children)[r].eof) {
-        fds.push_back({(*children)[r].report_fd, POLLIN, 0});
-        who.push_back(r);
+  ~GridsyncRanks() {
+    for (auto& c : children_) {
+      CloseFd(&c.control_fd);
+      CloseFd(&c.report_fd);
+      if (!c.reaped) {
+        kill(c.pid, SIGKILL);
+        Reap(&c);
       }
     }
-    if (fds.empty()) return Status::OK();
-    // No deadline here: every operation of a rank has --timeout, after which
-    // it reports the failure and exits, which closes its pipe.
-    if (poll(fds.data(), fds.size(), -1) < 0) {
-      if (errno == EINTR) continue;
-      return Status::IOError(Errno("poll on the rank report pipes"));
+  }
+
+  // Lets the ranks join the Gloo group through the coordinator on `port`.
+  Status Start(uint16_t port) {
+    for (auto& c : children_) {
+      if (!WriteAll(c.control_fd,
+                    std::string_view(reinterpret_cast<const char*>(&port), sizeof(port)))) {
+        return Status::IOError(Errno("sending the coordinator port to a rank"));
+      }
     }
-    for (size_t j = 0; j < fds.size(); ++j) {
-      if (fds[j].revents == 0) continue;
-      RankChild& child = (*children)[who[j]];
+    return Status::OK();
+  }
+
+  // Releases size `index` on every rank and waits for all their reports:
+  // rank 0's time and the summed #wrong.
+  Result<Measured> RunSize(size_t index) {
+    for (auto& c : children_) {
+      if (!WriteAll(c.control_fd, "g")) return Status::IOError(Errno("releasing a rank"));
+    }
+    std::vector<std::optional<Measured>> got(children_.size());
+    for (;;) {
+      std::vector<pollfd> fds;
+      std::vector<size_t> who;
+      for (size_t r = 0; r < children_.size(); ++r) {
+        if (!got[r]) {
+          fds.push_back({children_[r].report_fd, POLLIN, 0});
+          who.push_back(r);
+        }
+      }
+      if (fds.empty()) break;
+      // No deadline here: every operation of a rank has --timeout, after
+      // which it reports the failure and exits, which closes its pipe.
+      if (poll(fds.data(), fds.size(), -1) < 0) {
+        if (errno == EINTR) continue;
+        return Status::IOError(Errno("poll on the rank report pipes"));
+      }
+      for (size_t j = 0; j < fds.size(); ++j) {
+        if (fds[j].revents == 0) continue;
+        const size_t r = who[j];
+        std::string line;
+        GRIDSYNC_ASSIGN_OR_RETURN(const bool have_line, ReadLine(r, &line));
+        if (!have_line) continue;  // a partial line; more to come
+        GRIDSYNC_ASSIGN_OR_RETURN(got[r], ParseReport(r, line, index));
+      }
+    }
+    Measured total;
+    total.time_us = got[0]->time_us;
+    for (const auto& m : got) total.wrong += m->wrong;
+    return total;
+  }
+
+  // After the last size: lets the ranks leave and checks that each exited
+  // cleanly.
+  Status Finish() {
+    Status status;
+    for (size_t r = 0; r < children_.size(); ++r) {
+      RankChild& c = children_[r];
+      CloseFd(&c.control_fd);
+      const int wstatus = Reap(&c);
+      if (status.ok() && !(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0)) {
+        status = Status::Internal(Describe(r) + " " + DescribeExit(wstatus));
+      }
+    }
+    return status;
+  }
+
+ private:
+  struct RankChild {
+    pid_t pid = -1;
+    int control_fd = -1;  // parent -> child: the port, then one byte per size
+    int report_fd = -1;   // child -> parent: one line per size
+    std::string pending;  // bytes read from report_fd, not yet a whole line
+    bool eof = false;
+    bool reaped = false;
+  };
+
+  explicit GridsyncRanks(int size) : size_(size) {}
+
+  std::string Describe(size_t r) const {
+    return "gridsync rank " + std::to_string(r) + " of " + std::to_string(size_);
+  }
+
+  static std::string DescribeExit(int wstatus) {
+    if (WIFSIGNALED(wstatus)) return "was killed by signal " + std::to_string(WTERMSIG(wstatus));
+    return "exited with status " + std::to_string(WEXITSTATUS(wstatus));
+  }
+
+  // Waits for the child; returns its wait status (-1 if waitpid failed).
+  static int Reap(RankChild* c) {
+    int wstatus = -1;
+    while (waitpid(c->pid, &wstatus, 0) < 0) {
+      if (errno != EINTR) return -1;
+    }
+    c->reaped = true;
+    return wstatus;
+  }
+
+  // Reads from rank r's pipe; true with a whole line in *line. EOF before
+  // one is the rank's failure, reported with how it exited.
+  Result<bool> ReadLine(size_t r, std::string* line) {
+    RankChild& c = children_[r];
+    for (;;) {
+      if (const size_t eol = c.pending.find('\n'); eol != std::string::npos) {
+        *line = c.pending.substr(0, eol);
+        c.pending.erase(0, eol + 1);
+        return true;
+      }
       char buffer[4096];
-      const ssize_t n = read(child.report_fd, buffer, sizeof(buffer));
+      const ssize_t n = read(c.report_fd, buffer, sizeof(buffer));
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) return Status::IOError(Errno("read from a rank report pipe"));
       if (n == 0) {
-        child.eof = true;
-        continue;
+        c.eof = true;
+        return Status::Internal(Describe(r) + " " + DescribeExit(Reap(&c)) +
+                                " without reporting (its error, if any, is above)");
       }
-      child.pending.append(buffer, static_cast<size_t>(n));
-      for (size_t eol; (eol = child.pending.find('\n')) != std::string::npos;) {
-        const std::string line = child.pending.substr(0, eol);
-        child.pending.erase(0, eol + 1);
-        GRIDSYNC_RETURN_IF_ERROR(ParseReport(line, static_cast<int>(who[j]), ranks, reports));
-      }
+      c.pending.append(buffer, static_cast<size_t>(n));
+      if (c.pending.find('\n') == std::string::npos) return false;
     }
-    while (announced < plans.size() &&
-           std::all_of((*reports)[announced].begin(), (*reports)[announced].end(),
-                       [](const auto& m) { return m.has_value(); })) {
-      const SizePlan& p = plans[announced];
-      std::fprintf(stderr, "gridsync: %12llu B x %4d iters: %10.1f us\n",
-                   static_cast<unsigned long long>(p.bytes()), p.iters,
-                   (*reports)[announced][0]->time_us);
-      ++announced;
-    }
-  }
-}
-
-// Runs the gridsync side: returns rank 0's time and the summed #wrong per
-// size.
-Result<std::vector<Measured>> RunGridsync(const AllReduceArgs& args,
-                                          const std::vector<SizePlan>& plans) {
-  std::fflush(stdout);
-  std::fflush(stderr);
-  // Writing the port to a rank that already died must fail with EPIPE, not
-  // kill the bench; the previous disposition is restored before returning.
-  struct sigaction ignore {};
-  struct sigaction previous {};
-  ignore.sa_handler = SIG_IGN;
-  sigemptyset(&ignore.sa_mask);
-  if (sigaction(SIGPIPE, &ignore, &previous) != 0) return Status::IOError(Errno("sigaction"));
-
-  std::vector<RankChild> children;
-  Status status;
-  for (int r = 0; r < args.ranks && status.ok(); ++r) {
-    int port_pipe[2];
-    int report_pipe[2];
-    if (pipe2(port_pipe, O_CLOEXEC) != 0) {
-      status = Status::IOError(Errno("pipe"));
-      break;
-    }
-    if (pipe2(report_pipe, O_CLOEXEC) != 0) {
-      status = Status::IOError(Errno("pipe"));
-      close(port_pipe[0]);
-      close(port_pipe[1]);
-      break;
-    }
-    const pid_t pid = fork();
-    if (pid == 0) {
-      // The parent's ends, including those of earlier ranks: a rank holding
-      // another's port pipe open would hide the parent closing it.
-      for (auto& c : children) {
-        CloseFd(&c.port_fd);
-        CloseFd(&c.report_fd);
-      }
-      close(port_pipe[1]);
-      close(report_pipe[0]);
-      RankProcess(args, plans, r, port_pipe[0], report_pipe[1]);
-    }
-    close(port_pipe[0]);
-    close(report_pipe[1]);
-    if (pid < 0) {
-      status = Status::IOError(Errno("fork"));
-      close(port_pipe[1]);
-      close(report_pipe[0]);
-      break;
-    }
-    children.push_back({pid, port_pipe[1], report_pipe[0], {}, false});
   }
 
-  // Only now, with every rank forked, does this process start threads.
-  std::unique_ptr<Coordinator> coordinator;
-  if (status.ok()) {
-    CoordinatorOptions options;
-    options.port = 0;
-    auto started = Coordinator::Start(options);
-    if (started.ok()) {
-      coordinator = std::move(started).value();
-    } else {
-      status = started.status().WithContext("starting the coordinator");
+  // One report line of rank r for size `index`; an error line becomes the
+  // rank's Status.
+  Result<Measured> ParseReport(size_t r, const std::string& line, size_t index) const {
+    std::istringstream in(line);
+    std::string kind;
+    in >> kind;
+    if (kind == "error") {
+      int code = static_cast<int>(StatusCode::kInternal);
+      in >> code;
+      std::string message;
+      std::getline(in >> std::ws, message);
+      return Status(static_cast<StatusCode>(code), Describe(r) + ": " + message);
     }
-  }
-  if (status.ok()) {
-    const uint16_t port = coordinator->port();
-    for (auto& c : children) {
-      if (!WriteAll(c.port_fd,
-                    std::string_view(reinterpret_cast<const char*>(&port), sizeof(port)))) {
-        status = Status::IOError(Errno("sending the coordinator port to a rank"));
-        break;
-      }
-    }
-  }
-  // Closed either way: a rank still waiting for its port sees EOF and exits.
-  for (auto& c : children) CloseFd(&c.port_fd);
-
-  std::vector<std::vector<std::optional<Measured>>> reports(
-      plans.size(), std::vector<std::optional<Measured>>(static_cast<size_t>(args.ranks)));
-  if (status.ok()) status = CollectReports(plans, args.ranks, &children, &reports);
-  // After a failure the other ranks would only wait out their timeouts.
-  if (!status.ok()) {
-    for (auto& c : children) kill(c.pid, SIGKILL);
-  }
-  for (size_t r = 0; r < children.size(); ++r) {
-    CloseFd(&children[r].report_fd);
-    int wstatus = 0;
-    pid_t done;
-    while ((done = waitpid(children[r].pid, &wstatus, 0)) < 0 && errno == EINTR) {
-    }
-    if (!status.ok()) continue;
-    if (done < 0) {
-      status = Status::IOError(Errno("waitpid"));
-    } else if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
-      status = Status::Internal(
-          "gridsync rank " + std::to_string(r) + " " +
-          (WIFSIGNALED(wstatus) ? "was killed by signal " + std::to_string(WTERMSIG(wstatus))
-                                : "exited with status " + std::to_string(WEXITSTATUS(wstatus))));
-    }
-  }
-  if (coordinator) coordinator->Stop();
-  sigaction(SIGPIPE, &previous, nullptr);
-  if (!status.ok()) return status;
-
-  std::vector<Measured> results;
-  for (size_t k = 0; k < plans.size(); ++k) {
+    size_t got_index = 0;
     Measured m;
-    for (size_t r = 0; r < reports[k].size(); ++r) {
-      if (!reports[k][r]) {
-        return Status::Internal("gridsync rank " + std::to_string(r) + " exited without size " +
-                                std::to_string(plans[k].bytes()));
-      }
-      m.wrong += reports[k][r]->wrong;
+    if (kind != "size" || !(in >> got_index >> m.wrong >> m.time_us) || got_index != index) {
+      return Status::Internal(Describe(r) + " reported '" + line + "' for size " +
+                              std::to_string(index));
     }
-    m.time_us = reports[k][0]->time_us;
-    results.push_back(m);
+    return m;
   }
-  return results;
-}
+
+  const int size_;
+  std::vector<RankChild> children_;
+};
+
+// SIGPIPE ignored while alive: writing to a rank or a peer that already
+// died must fail with EPIPE and be reported, not kill the bench.
+class IgnoreSigpipe {
+ public:
+  IgnoreSigpipe() {
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    sigemptyset(&ignore.sa_mask);
+    ok_ = sigaction(SIGPIPE, &ignore, &previous_) == 0;
+  }
+  ~IgnoreSigpipe() {
+    if (ok_) sigaction(SIGPIPE, &previous_, nullptr);
+  }
+  IgnoreSigpipe(const IgnoreSigpipe&) = delete;
+  IgnoreSigpipe& operator=(const IgnoreSigpipe&) = delete;
+
+ private:
+  struct sigaction previous_ {};
+  bool ok_ = false;
+};
 
 // ---- the PyTorch peer ----
 
@@ -456,72 +485,131 @@ std::string JoinPlans(const std::vector<SizePlan>& plans, F field) {
   return out;
 }
 
-struct PeerCallbacks {
-  std::function<void(const nlohmann::json&)> on_start;
-  std::function<void(size_t index, const Measured&)> on_size;
-};
+// tools/peers/torch_allreduce.py, run through popen with the same sizes,
+// iterations and warmup, paced through --control-fd. The destructor closes
+// the control pipe (the peer then stops) and waits for it.
+class TorchPeer {
+ public:
+  static Result<std::unique_ptr<TorchPeer>> Start(const AllReduceArgs& args,
+                                                  const std::vector<SizePlan>& plans,
+                                                  const std::string& script) {
+    int control[2];
+    if (pipe2(control, O_CLOEXEC) != 0) return Status::IOError(Errno("pipe"));
+    // The read end goes to the peer (through the shell popen starts).
+    if (fcntl(control[0], F_SETFD, 0) != 0) {
+      close(control[0]);
+      close(control[1]);
+      return Status::IOError(Errno("fcntl"));
+    }
+    std::ostringstream cmd;
+    cmd << ShellQuote(args.python) << " " << ShellQuote(script) << " --ranks " << args.ranks
+        << " --counts " << JoinPlans(plans, [](const SizePlan& p) { return p.count; })
+        << " --iters " << JoinPlans(plans, [](const SizePlan& p) { return p.iters; })
+        << " --warmup " << args.warmup << " --timeout " << args.timeout_s << " --control-fd "
+        << control[0];
+    std::fprintf(stderr, "running the PyTorch peer: %s\n", cmd.str().c_str());
+    std::fflush(stderr);
+    std::fflush(stdout);
+    // "e": our end of its stdout is close-on-exec too.
+    FILE* out = popen(cmd.str().c_str(), "re");
+    const int popen_errno = errno;
+    close(control[0]);
+    if (out == nullptr) {
+      close(control[1]);
+      errno = popen_errno;
+      return Status::IOError(Errno(("popen " + args.python).c_str()));
+    }
+    return std::unique_ptr<TorchPeer>(new TorchPeer(out, control[1], script));
+  }
 
-// Runs the peer with the same sizes, iterations and warmup; calls back on
-// its start line and on each size line, in order.
-Status RunTorchPeer(const AllReduceArgs& args, const std::vector<SizePlan>& plans,
-                    const std::string& script, const PeerCallbacks& callbacks) {
-  std::ostringstream cmd;
-  cmd << ShellQuote(args.python) << " " << ShellQuote(script) << " --ranks " << args.ranks
-      << " --counts " << JoinPlans(plans, [](const SizePlan& p) { return p.count; }) << " --iters "
-      << JoinPlans(plans, [](const SizePlan& p) { return p.iters; }) << " --warmup " << args.warmup
-      << " --timeout " << args.timeout_s;
-  std::fprintf(stderr, "running the PyTorch peer: %s\n", cmd.str().c_str());
-  std::fflush(stderr);
-  std::fflush(stdout);  // popen's child must not inherit unflushed rows
-  FILE* pipe = popen(cmd.str().c_str(), "r");
-  if (pipe == nullptr) return Status::IOError(Errno(("popen " + args.python).c_str()));
+  ~TorchPeer() { Close(); }
 
-  Status status;
-  size_t next = 0;
-  bool started = false;
-  std::string line;
-  char buffer[4096];
-  while (std::fgets(buffer, sizeof(buffer), pipe) != nullptr) {
-    line += buffer;
-    if (line.back() != '\n') continue;  // a line longer than the buffer
+  // Waits until every peer rank has joined; returns the torch version.
+  Result<std::string> ReadStart() {
+    GRIDSYNC_ASSIGN_OR_RETURN(const auto line, ReadJson());
+    if (line.value("event", std::string()) != "start") return Unexpected(line);
+    return line.value("torch_version", std::string("?"));
+  }
+
+  // Releases size `index` and waits for its line.
+  Result<Measured> RunSize(size_t index, uint64_t count) {
+    if (!WriteAll(control_fd_, "go\n")) {
+      return Status::IOError(Errno("releasing the PyTorch peer") + Exited());
+    }
+    GRIDSYNC_ASSIGN_OR_RETURN(const auto line, ReadJson());
+    if (line.value("event", std::string()) != "size" || line.value("index", uint64_t{0}) != index ||
+        line.value("count", uint64_t{0}) != count || !line.contains("time_us") ||
+        !line["time_us"].is_number() || !line.contains("wrong") ||
+        !line["wrong"].is_number_unsigned()) {
+      return Unexpected(line);
+    }
+    Measured m;
+    m.time_us = line["time_us"].get<double>();
+    m.wrong = line["wrong"].get<uint64_t>();
+    return m;
+  }
+
+  // After the last size: the peer must exit cleanly.
+  Status Finish() {
+    const int rc = Close();
+    if (rc != 0) return Status::Internal("the PyTorch peer " + DescribeRc(rc) + "; see above");
+    return Status::OK();
+  }
+
+ private:
+  TorchPeer(FILE* out, int control_fd, std::string script)
+      : out_(out), control_fd_(control_fd), script_(std::move(script)) {}
+
+  // Closes the control pipe and waits for the peer; its pclose status.
+  int Close() {
+    CloseFd(&control_fd_);
+    if (out_ == nullptr) return rc_;
+    rc_ = pclose(out_);
+    out_ = nullptr;
+    return rc_;
+  }
+
+  static std::string DescribeRc(int rc) {
+    if (rc == -1) return "could not be waited for";
+    if (WIFEXITED(rc)) return "exited with status " + std::to_string(WEXITSTATUS(rc));
+    if (WIFSIGNALED(rc)) return "was killed by signal " + std::to_string(WTERMSIG(rc));
+    return "ended with wait status " + std::to_string(rc);
+  }
+
+  // "; the peer exited with status 1 (its error is above)", after waiting
+  // for it: for errors that mean the peer is gone.
+  std::string Exited() { return "; the PyTorch peer " + DescribeRc(Close()) + " (see above)"; }
+
+  Status Unexpected(const nlohmann::json& line) {
+    return Status::Corruption("the PyTorch peer (" + script_ +
+                              ") printed an unexpected line: " + line.dump());
+  }
+
+  // The next stdout line, which must be one JSON object.
+  Result<nlohmann::json> ReadJson() {
+    if (out_ == nullptr) return Status::Internal("the PyTorch peer has exited");
+    std::string line;
+    char buffer[4096];
+    while (line.empty() || line.back() != '\n') {
+      if (std::fgets(buffer, sizeof(buffer), out_) == nullptr) {
+        return Status::Internal("the PyTorch peer closed its output early" + Exited());
+      }
+      line += buffer;
+    }
     line.pop_back();
-    if (!status.ok() || line.empty()) {
-      line.clear();
-      continue;  // keep draining, so the peer is not killed by SIGPIPE
+    auto parsed = nlohmann::json::parse(line, nullptr, false);
+    if (!parsed.is_object()) {
+      return Status::Corruption("the PyTorch peer printed a line that is not a JSON object: " +
+                                line);
     }
-    const auto parsed = nlohmann::json::parse(line, nullptr, false);
-    const std::string event =
-        parsed.is_object() ? parsed.value("event", std::string()) : std::string();
-    if (event == "start" && !started) {
-      started = true;
-      callbacks.on_start(parsed);
-    } else if (event == "size" && started && parsed.value("index", -1) == static_cast<int>(next) &&
-               next < plans.size() && parsed.value("count", uint64_t{0}) == plans[next].count &&
-               parsed.contains("time_us") && parsed["time_us"].is_number() &&
-               parsed.contains("wrong") && parsed["wrong"].is_number_unsigned()) {
-      Measured m;
-      m.time_us = parsed["time_us"].get<double>();
-      m.wrong = parsed["wrong"].get<uint64_t>();
-      callbacks.on_size(next++, m);
-    } else {
-      status = Status::Corruption("the PyTorch peer printed an unexpected line: " + line);
-    }
-    line.clear();
+    return parsed;
   }
-  const int rc = pclose(pipe);
-  if (!status.ok()) return status;
-  if (rc != 0) {
-    return Status::Internal("the PyTorch peer (" + script + ") failed with " +
-                            (WIFEXITED(rc) ? "exit status " + std::to_string(WEXITSTATUS(rc))
-                                           : "wait status " + std::to_string(rc)) +
-                            "; its error is above");
-  }
-  if (next != plans.size()) {
-    return Status::Internal("the PyTorch peer reported " + std::to_string(next) + " of " +
-                            std::to_string(plans.size()) + " sizes");
-  }
-  return Status::OK();
-}
+
+  FILE* out_;
+  int control_fd_;
+  const std::string script_;
+  int rc_ = -1;
+};
 
 // ---- the table ----
 
@@ -615,43 +703,75 @@ int RunAllReduce(const AllReduceArgs& args) {
       args.timeout_s);
   std::fflush(stdout);
 
-  std::fprintf(stderr, "running gridsync: %d ranks, %zu sizes...\n", args.ranks, plans.size());
-  auto ours = RunGridsync(args, plans);
-  if (!ours.ok()) return Fail(ours.status());
+  // Order matters: the ranks fork while this process has no threads yet;
+  // then the coordinator (a thread) and the peer start. Destruction runs in
+  // reverse on an early return: the peer is told to stop, the coordinator
+  // stops, the ranks are killed.
+  const IgnoreSigpipe ignore_sigpipe;
+  auto ranks = GridsyncRanks::Fork(args, plans);
+  if (!ranks.ok()) return Fail(ranks.status());
+  CoordinatorOptions coordinator_options;
+  coordinator_options.port = 0;  // any free port; the ranks get it over their pipes
+  auto coordinator = Coordinator::Start(coordinator_options);
+  if (!coordinator.ok()) return Fail(coordinator.status().WithContext("starting the coordinator"));
 
-  // Rows are printed as the peer reports each size.
-  std::vector<std::optional<Measured>> torch(plans.size());
+  // A peer that fails does not stop the run: gridsync's rows still print,
+  // with the peer's columns "-", and the exit code is 1.
+  Status peer_status;
+  std::unique_ptr<TorchPeer> peer;
+  if (auto started = TorchPeer::Start(args, plans, script); started.ok()) {
+    peer = std::move(started).value();
+  } else {
+    peer_status = started.status();
+  }
+  if (auto s = (*ranks)->Start((*coordinator)->port()); !s.ok()) return Fail(s);
+
   std::string torch_version = "?";
-  PeerCallbacks callbacks;
-  callbacks.on_start = [&](const nlohmann::json& start) {
-    torch_version = start.value("torch_version", std::string("?"));
-    std::printf("# peer: torch %s\n", torch_version.c_str());
-    PrintColumnHeaders();
-  };
-  size_t printed = 0;
-  callbacks.on_size = [&](size_t index, const Measured& m) {
-    torch[index] = m;
-    PrintRow(plans[index], args.ranks, (*ours)[index], &*torch[index]);
-    printed = index + 1;
-  };
-  const Status peer = RunTorchPeer(args, plans, script, callbacks);
-  if (!peer.ok()) {
-    // Our results still count: print them with the peer's columns empty.
-    if (printed == 0) PrintColumnHeaders();
-    for (size_t k = printed; k < plans.size(); ++k) {
-      PrintRow(plans[k], args.ranks, (*ours)[k], nullptr);
+  if (peer) {
+    auto version = peer->ReadStart();
+    if (version.ok()) {
+      torch_version = *version;
+    } else {
+      peer_status = version.status();
+      peer.reset();
     }
   }
+  std::printf("# peer: torch %s%s\n", torch_version.c_str(),
+              peer ? "" : " (FAILED to start; its columns are \"-\")");
+  PrintColumnHeaders();
+
+  std::vector<Measured> ours(plans.size());
+  std::vector<std::optional<Measured>> torch(plans.size());
+  for (size_t k = 0; k < plans.size(); ++k) {
+    auto measured = (*ranks)->RunSize(k);
+    if (!measured.ok()) return Fail(measured.status());
+    ours[k] = *measured;
+    if (peer) {
+      auto theirs = peer->RunSize(k, plans[k].count);
+      if (theirs.ok()) {
+        torch[k] = *theirs;
+      } else {
+        peer_status = theirs.status();
+        peer.reset();
+        std::fprintf(stderr, "gridsync-bench allreduce: %s; continuing without the peer\n",
+                     peer_status.ToString().c_str());
+      }
+    }
+    PrintRow(plans[k], args.ranks, ours[k], torch[k] ? &*torch[k] : nullptr);
+  }
+  if (auto s = (*ranks)->Finish(); !s.ok()) return Fail(s);
+  (*coordinator)->Stop();
+  if (peer) peer_status = peer->Finish();
 
   uint64_t our_wrong = 0;
   uint64_t torch_wrong = 0;
   std::vector<double> ratios;
   for (size_t k = 0; k < plans.size(); ++k) {
-    our_wrong += (*ours)[k].wrong;
+    our_wrong += ours[k].wrong;
     if (!torch[k]) continue;
     torch_wrong += torch[k]->wrong;
     if (plans[k].bytes() >= kRatioMinBytes) {
-      ratios.push_back(torch[k]->time_us / (*ours)[k].time_us);
+      ratios.push_back(torch[k]->time_us / ours[k].time_us);
     }
   }
   std::optional<double> median_ratio;
@@ -674,8 +794,8 @@ int RunAllReduce(const AllReduceArgs& args) {
   }
   std::fflush(stdout);
 
-  int rc = our_wrong + torch_wrong == 0 && peer.ok() ? 0 : 1;
-  if (!peer.ok()) Fail(peer);
+  int rc = our_wrong + torch_wrong == 0 && peer_status.ok() ? 0 : 1;
+  if (!peer_status.ok()) Fail(peer_status);
   if (!args.json_out.empty()) {
     nlohmann::json out;
     out["settings"] = {{"ranks", args.ranks},
@@ -696,14 +816,13 @@ int RunAllReduce(const AllReduceArgs& args) {
     out["rows"] = nlohmann::json::array();
     for (size_t k = 0; k < plans.size(); ++k) {
       const SizePlan& p = plans[k];
-      nlohmann::json row = {
-          {"size", p.bytes()},     {"count", p.count},
-          {"type", "float"},       {"iters", p.iters},
-          {"warmup", args.warmup}, {"gridsync", SideJson(p, args.ranks, (*ours)[k])},
-          {"torch", nullptr},      {"ratio", nullptr}};
+      nlohmann::json row = {{"size", p.bytes()},     {"count", p.count},
+                            {"type", "float"},       {"iters", p.iters},
+                            {"warmup", args.warmup}, {"gridsync", SideJson(p, args.ranks, ours[k])},
+                            {"torch", nullptr},      {"ratio", nullptr}};
       if (torch[k]) {
         row["torch"] = SideJson(p, args.ranks, *torch[k]);
-        row["ratio"] = torch[k]->time_us / (*ours)[k].time_us;
+        row["ratio"] = torch[k]->time_us / ours[k].time_us;
       }
       out["rows"].push_back(row);
     }
@@ -714,7 +833,7 @@ int RunAllReduce(const AllReduceArgs& args) {
                       {"median_ratio", median_ratio ? nlohmann::json(*median_ratio) : nullptr},
                       {"target", kTargetRatio},
                       {"met", met},
-                      {"peer_ok", peer.ok()}};
+                      {"peer_ok", peer_status.ok()}};
     std::ofstream file(args.json_out);
     file << out.dump(2) << "\n";
     if (!file) return Fail(Status::IOError("cannot write " + args.json_out));

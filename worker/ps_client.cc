@@ -4,6 +4,9 @@
 #include <chrono>
 #include <cstring>
 
+#include "common/check.h"
+#include "common/counter_rng.h"
+
 namespace gridsync {
 namespace {
 
@@ -211,9 +214,51 @@ Status PsClient::AwaitReplies(uint64_t request_id, wire::Kind expected,
   return Status::OK();
 }
 
+void PsClient::SetCompression(const CodecOptions& codec, bool error_feedback, size_t min_bytes,
+                              uint64_t seed) {
+  codec_ = codec;
+  use_feedback_ = error_feedback && codec.codec != Codec::kNone;
+  min_bytes_ = min_bytes;
+  codec_seed_ = seed;
+}
+
+void PsClient::Compress(uint64_t step, uint32_t shard, wire::OutBlock* block) {
+  const size_t n = block->values.size();
+  if (n == 0 || n > kMaxCodecValues || n * sizeof(float) < min_bytes_) return;
+  // Residuals are kept per column slice of a table: a key per (table, slice).
+  const uint32_t key = block->table * 256 + block->col_begin;
+  std::vector<uint32_t> dense_rows;
+  const uint32_t* rows = block->rows.data();
+  if (block->dense) {
+    dense_rows.resize(block->row_count);
+    for (uint32_t i = 0; i < block->row_count; ++i) dense_rows[i] = block->row_begin + i;
+    rows = dense_rows.data();
+  }
+  if (use_feedback_) feedback_.AddResidual(key, rows, block->row_count, block->width, block->values.data());
+  block->codec = codec_;
+  block->codec_seed = CounterRandom(codec_seed_, step, (uint64_t{block->table} << 32) | shard);
+  block->payload.resize(EncodedSize(codec_, n));
+  cpu::Encode(codec_, block->values.data(), n, block->codec_seed, block->payload.data());
+  if (use_feedback_) {
+    std::vector<float> decoded(n);
+    // Our own bytes: a failure here is a codec bug, not bad input.
+    const Status status = cpu::Decode(codec_, block->payload.data(), block->payload.size(), n,
+                                      block->codec_seed, decoded.data());
+    GRIDSYNC_CHECK(status.ok());
+    feedback_.StoreResidual(key, rows, block->row_count, block->width, block->values.data(), decoded.data());
+  }
+  counters_.values_compressed += n;
+  block->values.clear();
+}
+
 Status PsClient::Push(wire::Kind kind, uint64_t step, const std::vector<TableRowsRef>& tables) {
   const auto start = Clock::now();
   auto split = SplitAll(partition_, tables, /*with_values=*/true);
+  if (kind == wire::Kind::kPush && codec_.codec != Codec::kNone) {
+    for (uint32_t s = 0; s < split.size(); ++s) {
+      for (auto& block : split[s]) Compress(step, s, &block);
+    }
+  }
   const uint64_t request_id = next_request_++;
   for (uint32_t s = 0; s < sockets_.size(); ++s) {
     wire::OutHeader header;
@@ -299,9 +344,18 @@ Result<uint64_t> PsClient::ReceivePull() {
       }
       float* dest = pull_dest_[want.table];
       const uint32_t width = partition_.table(want.table).width;
+      const float* values = got.values.data();
+      std::vector<float> decoded;
+      if (got.compressed()) {  // compression.pull
+        decoded.resize(size_t{got.row_count} * got.width);
+        GRIDSYNC_RETURN_IF_ERROR(cpu::Decode(got.codec, got.payload.data(), got.payload.size(), decoded.size(),
+                                             got.codec_seed, decoded.data())
+                                     .WithContext("pull reply from shard " + std::to_string(s)));
+        values = decoded.data();
+      }
       for (size_t r = 0; r < want.row_count; ++r) {
         const uint32_t row = want.dense ? want.row_begin + static_cast<uint32_t>(r) : want.rows[r];
-        std::memcpy(dest + size_t{row} * width + want.col_begin, got.values.data() + r * want.width,
+        std::memcpy(dest + size_t{row} * width + want.col_begin, values + r * want.width,
                     want.width * sizeof(float));
       }
     }

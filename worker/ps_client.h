@@ -54,6 +54,7 @@ struct PsCounters {
   uint64_t bytes_pulled = 0;  // request and reply bytes
   double push_seconds = 0;    // sending pushes and waiting for acks
   double pull_wait_seconds = 0;  // time blocked in ReceivePull
+  uint64_t values_compressed = 0;  // gradient values sent through a codec
 };
 
 class PsClient {
@@ -75,6 +76,14 @@ class PsClient {
 
   const PsCounters& counters() const { return counters_; }
 
+  // Compresses the values of pushes (not init) whose block holds at least
+  // `min_bytes` of floats. With error feedback, what a lossy codec did not
+  // deliver is kept per touched row (per table and column slice) and added
+  // to that row's next gradient. `seed` keys the codecs' randomness (mixed
+  // with step, table and shard per block).
+  void SetCompression(const CodecOptions& codec, bool error_feedback, size_t min_bytes, uint64_t seed);
+  const cpu::ErrorFeedback& error_feedback() const { return feedback_; }
+
  private:
   PsClient(const Partition& partition, uint32_t worker_rank, uint32_t num_workers,
            std::chrono::milliseconds timeout, wire::Limits limits);
@@ -93,6 +102,12 @@ class PsClient {
   std::vector<std::string> endpoints_;
   uint64_t next_request_ = 1;
   PsCounters counters_;
+  CodecOptions codec_;
+  bool use_feedback_ = false;
+  size_t min_bytes_ = 0;
+  uint64_t codec_seed_ = 0;
+  cpu::ErrorFeedback feedback_;
+  void Compress(uint64_t step, uint32_t shard, wire::OutBlock* block);
 
   uint64_t RequestIdOf(const std::vector<zmq::message_t>& frames) const;
 

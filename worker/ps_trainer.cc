@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/coordinator_client.h"
+#include "common/counter_rng.h"
 #include "common/sharding.h"
 #include "common/thread_pool.h"
 #include "kernels/model_tables.h"
@@ -86,6 +87,10 @@ Result<PsSession> JoinPsCluster(const Config& config, HashGridModel& model, cons
                             Partition::Make(session.map.tables, static_cast<uint32_t>(session.map.shards.size()), dim));
   session.partition = std::make_unique<Partition>(std::move(partition));
   GRIDSYNC_ASSIGN_OR_RETURN(session.ps, PsClient::Connect(session.map, *session.partition, session.rank, workers, timeout));
+  GRIDSYNC_ASSIGN_OR_RETURN(const CodecOptions codec, CodecFromConfig(config.compression));
+  session.ps->SetCompression(codec, config.compression.error_feedback,
+                             static_cast<size_t>(config.compression.min_bytes),
+                             Mix64(config.training.seed) ^ (uint64_t{session.rank} << 48));
   if (!options.train.quiet) {
     spdlog::info("{}: cluster of {} shards and {} workers (map generation {}), {} tables", session.me,
                  session.map.shards.size(), session.map.workers.size(), session.map.generation, tables.size());

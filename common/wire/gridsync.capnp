@@ -6,7 +6,8 @@
 #   pull:      [row ids, unless dense]
 #   pullReply: [values]
 #   init:      [row ids, unless dense] [values]
-# Values are `width` floats per row (codec none), packed in row order.
+# Values are `width` floats per row (codec none), packed in row order, or
+# with a codec the encoded bytes of those rowCount x width floats.
 #
 # Control plane (anyone <-> coordinator, TCP): each message is a 4-byte
 # little-endian length followed by a flat (unpacked) Cap'n Proto message of
@@ -36,8 +37,16 @@ enum MessageKind {
   init @7;       # initial parameter values (dense or sparse rows), before step 0
 }
 
+# Values encodings; wire formats in kernels/cpu/codec.h (numbers match its Codec).
 enum Codec {
-  none @0;  # float32 values
+  none @0;     # float32 values
+  fp16 @1;
+  bf16 @2;
+  int8 @3;
+  qsgd @4;
+  onebit @5;
+  topk @6;
+  randomk @7;
 }
 
 struct TableBlock {
@@ -48,6 +57,10 @@ struct TableBlock {
   colBegin @4 :UInt32;   # first column carried (column partitioning)
   width @5 :UInt32;      # columns carried per row
   codec @6 :Codec;
+  codecRatio @7 :Float64;  # topk/randomk: fraction kept
+  codecBits @8 :UInt8;     # qsgd: level bits
+  codecBlock @9 :UInt32;   # int8: values per scale
+  codecSeed @10 :UInt64;   # qsgd/randomk: the randomness both ends derive
 }
 
 struct ShardStats {

@@ -48,7 +48,7 @@ static_assert(static_cast<uint16_t>(Kind::kInit) ==
 namespace {
 
 constexpr uint16_t kLastKind = static_cast<uint16_t>(Kind::kInit);
-constexpr uint16_t kLastCodec = static_cast<uint16_t>(schema::Codec::NONE);
+constexpr uint16_t kLastCodec = static_cast<uint16_t>(schema::Codec::RANDOMK);
 
 // A refusal names what is wrong; a kilobyte-long list of reasons would not
 // help the reader more, and an unbounded text could push the reply past the
@@ -101,6 +101,10 @@ struct RawBlock {
   uint32_t col_begin;
   uint32_t width;
   uint16_t codec;
+  double codec_ratio;
+  uint8_t codec_bits;
+  uint32_t codec_block;
+  uint64_t codec_seed;
 };
 
 struct RawHeader {
@@ -193,7 +197,8 @@ Status ParseHeader(const zmq::message_t& frame, const Limits& limits, RawHeader&
     for (auto b : blocks) {
       out.blocks.push_back(RawBlock{b.getTable(), b.getRowCount(), b.getDense(), b.getRowBegin(),
                                     b.getColBegin(), b.getWidth(),
-                                    static_cast<uint16_t>(b.getCodec())});
+                                    static_cast<uint16_t>(b.getCodec()), b.getCodecRatio(),
+                                    b.getCodecBits(), b.getCodecBlock(), b.getCodecSeed()});
     }
     if (out.kind == static_cast<uint16_t>(Kind::kError)) {
       auto error = header.getError();
@@ -312,7 +317,11 @@ std::vector<zmq::message_t> Encode(const OutHeader& header, std::vector<OutBlock
     // A mismatch here is the sender's bug; sent anyway, the receiver would
     // refuse the whole message with no hint of which local code is wrong.
     if (rows && !b.dense) GRIDSYNC_CHECK_EQ(b.rows.size(), size_t{b.row_count});
-    if (values) GRIDSYNC_CHECK_EQ(b.values.size(), size_t{b.row_count} * b.width);
+    const bool compressed = b.codec.codec != Codec::kNone;
+    if (values && !compressed) GRIDSYNC_CHECK_EQ(b.values.size(), size_t{b.row_count} * b.width);
+    if (values && compressed) {
+      GRIDSYNC_CHECK_EQ(b.payload.size(), EncodedSize(b.codec, size_t{b.row_count} * b.width));
+    }
     auto block = list[static_cast<unsigned>(i)];
     block.setTable(b.table);
     block.setRowCount(b.row_count);
@@ -320,9 +329,17 @@ std::vector<zmq::message_t> Encode(const OutHeader& header, std::vector<OutBlock
     block.setRowBegin(b.dense ? b.row_begin : 0);
     block.setColBegin(b.col_begin);
     block.setWidth(b.width);
-    block.setCodec(schema::Codec::NONE);
+    block.setCodec(static_cast<schema::Codec>(static_cast<uint16_t>(b.codec.codec)));
+    if (compressed) {
+      block.setCodecRatio(b.codec.ratio);
+      block.setCodecBits(static_cast<uint8_t>(b.codec.bits));
+      block.setCodecBlock(b.codec.block);
+      block.setCodecSeed(b.codec_seed);
+    }
     if (rows && !b.dense) frames.push_back(FrameFromVector(std::move(b.rows)));
-    if (values) frames.push_back(FrameFromVector(std::move(b.values)));
+    if (values) {
+      frames.push_back(compressed ? FrameFromVector(std::move(b.payload)) : FrameFromVector(std::move(b.values)));
+    }
   }
   frames[0] = FrameFromHeader(builder);
   return frames;
@@ -401,7 +418,16 @@ Result<Message> Decode(const std::vector<zmq::message_t>& frames,
     const TableShape& shape = tables[b.table];
     if (b.codec > kLastCodec) {
       return Status::InvalidArgument(fmt::format(
-          "block {} (table {}): codec {} unknown; allowed: 0 (none)", i, b.table, b.codec));
+          "block {} (table {}): codec {} unknown; allowed: 0..{} (none, fp16, bf16, int8, qsgd, "
+          "onebit, topk, randomk)",
+          i, b.table, b.codec, kLastCodec));
+    }
+    if (b.codec != 0) {
+      CodecOptions options{static_cast<Codec>(b.codec), b.codec_ratio, b.codec_bits, b.codec_block};
+      if (Status valid = ValidateCodecOptions(options); !valid.ok()) {
+        return Status::InvalidArgument(
+            fmt::format("block {} (table {}): {}", i, b.table, valid.message()));
+      }
     }
     if (b.width == 0) {
       return Status::InvalidArgument(
@@ -488,7 +514,21 @@ Result<Message> Decode(const std::vector<zmq::message_t>& frames,
       }
     }
 
-    if (carries_values) {
+    if (carries_values && b.codec != 0) {
+      const size_t f = next++;
+      const zmq::message_t& frame = frames[f];
+      block.codec = CodecOptions{static_cast<Codec>(b.codec), b.codec_ratio, b.codec_bits, b.codec_block};
+      block.codec_seed = b.codec_seed;
+      const uint64_t count = uint64_t{b.row_count} * b.width;
+      if (count > kMaxCodecValues) {
+        return Status::InvalidArgument(fmt::format("{}: {} values; allowed: at most {} per compressed block",
+                                                   FrameName(f, "values", i, b.table), count, kMaxCodecValues));
+      }
+      if (Status size = CheckPayloadSize(block.codec, frame.size(), static_cast<size_t>(count)); !size.ok()) {
+        return Status::InvalidArgument(fmt::format("{}: {}", FrameName(f, "values", i, b.table), size.message()));
+      }
+      block.payload = std::span<const uint8_t>(static_cast<const uint8_t*>(frame.data()), frame.size());
+    } else if (carries_values) {
       const size_t f = next++;
       const zmq::message_t& frame = frames[f];
       const uint64_t count = uint64_t{b.row_count} * b.width;

@@ -22,6 +22,7 @@
 #include <zmq.hpp>
 
 #include "common/status.h"
+#include "kernels/cpu/codec.h"
 
 namespace gridsync::wire {
 
@@ -76,9 +77,15 @@ struct Block {
   uint32_t col_begin = 0;
   uint32_t width = 0;
   std::span<const uint32_t> rows;  // empty when dense
-  std::span<const float> values;   // empty when the kind carries no values
+  std::span<const float> values;   // empty when the kind carries no values or is compressed
+  // Compressed values (codec.codec != kNone): the receiver decodes payload
+  // (the exact size is checked here; the contents by cpu::Decode).
+  CodecOptions codec;
+  uint64_t codec_seed = 0;
+  std::span<const uint8_t> payload;
 
   uint32_t Row(size_t i) const { return dense ? row_begin + static_cast<uint32_t>(i) : rows[i]; }
+  bool compressed() const { return codec.codec != Codec::kNone; }
 };
 
 struct Message {
@@ -108,6 +115,10 @@ struct OutBlock {
   uint32_t row_count = 0;       // must equal rows.size() unless dense
   std::vector<uint32_t> rows;   // sparse only; strictly ascending
   std::vector<float> values;    // row_count * width, for kinds that carry values
+  // With a codec, `payload` (EncodedSize bytes) travels instead of values.
+  CodecOptions codec;
+  uint64_t codec_seed = 0;
+  std::vector<uint8_t> payload;
 };
 
 struct OutHeader {
