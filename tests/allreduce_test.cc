@@ -25,10 +25,14 @@
 #include "worker/model.h"
 #include "worker/ps_trainer.h"
 #include "worker/trainer.h"
+#include "tests/test_util.h"
 
 namespace gridsync {
 namespace {
 
+using testing::ExpectBitIdentical;
+using testing::ExpectWithinRounding;
+using testing::SmallImage;
 namespace fs = std::filesystem;
 using std::chrono::milliseconds;
 
@@ -50,19 +54,6 @@ Config SmallConfig(int workers) {
   return c;
 }
 
-ImageTask SmallImage() {
-  const int w = 64, h = 48;
-  std::vector<float> rgb(static_cast<size_t>(w) * h * 3);
-  for (int y = 0; y < h; ++y) {
-    for (int x = 0; x < w; ++x) {
-      float* p = &rgb[(static_cast<size_t>(y) * w + x) * 3];
-      p[0] = static_cast<float>(x) / w;
-      p[1] = static_cast<float>(y) / h;
-      p[2] = x + y > 50 ? 0.9f : 0.1f;
-    }
-  }
-  return ImageTask::FromPixels(w, h, std::move(rgb));
-}
 
 TrainReport SingleProcess(Config config, const ImageTask& image) {
   config.training.gradient_accumulation = config.distributed.world_size;
@@ -119,27 +110,7 @@ std::vector<Result<TrainReport>> RunLocal(const Config& config, const ImageTask&
   return reports;
 }
 
-void ExpectBitIdentical(const std::vector<float>& a, const std::vector<float>& b) {
-  ASSERT_EQ(a.size(), b.size());
-  size_t differing = 0;
-  for (size_t i = 0; i < a.size(); ++i) differing += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
-  EXPECT_EQ(differing, 0u);
-}
 
-// A different association of the same float sums: per-parameter differences
-// of a few ulps, which Adam (normalised by sqrt(v)) turns into moves of about
-// lr * relative error per step. Rows whose summed gradient is ~0 may flip
-// sign and move by up to 2*lr per step; they must be rare.
-void ExpectWithinRounding(const std::vector<float>& a, const std::vector<float>& b, int steps, double lr) {
-  ASSERT_EQ(a.size(), b.size());
-  size_t far = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double diff = std::fabs(double{a[i]} - b[i]);
-    far += diff > 1e-5;
-    ASSERT_LE(diff, 2 * lr * steps) << "parameter " << i;
-  }
-  EXPECT_LE(far, a.size() / 1000) << far << " of " << a.size() << " parameters differ by more than 1e-5";
-}
 
 TEST(AllReduceTest, FlatRankOrderedMatchesSingleProcessBitForBit) {
   const ImageTask image = SmallImage();

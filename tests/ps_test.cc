@@ -35,10 +35,14 @@
 #include "worker/model.h"
 #include "worker/ps_trainer.h"
 #include "worker/trainer.h"
+#include "tests/test_util.h"
 
 namespace gridsync {
 namespace {
 
+using testing::ExpectBitIdentical;
+using testing::ExpectWithinRounding;
+using testing::SmallImage;
 namespace fs = std::filesystem;
 
 Config SmallConfig(int workers, int shards) {
@@ -61,21 +65,6 @@ Config SmallConfig(int workers, int shards) {
   return c;
 }
 
-ImageTask SmallImage() {
-  // A smooth colour field with an edge: enough structure to train on,
-  // loaded in no time.
-  const int w = 64, h = 48;
-  std::vector<float> rgb(static_cast<size_t>(w) * h * 3);
-  for (int y = 0; y < h; ++y) {
-    for (int x = 0; x < w; ++x) {
-      float* p = &rgb[(static_cast<size_t>(y) * w + x) * 3];
-      p[0] = static_cast<float>(x) / w;
-      p[1] = static_cast<float>(y) / h;
-      p[2] = x + y > 50 ? 0.9f : 0.1f;
-    }
-  }
-  return ImageTask::FromPixels(w, h, std::move(rgb));
-}
 
 // A whole cluster in this process: coordinator, shards, worker threads.
 struct Cluster {
@@ -161,17 +150,6 @@ std::vector<float> SingleProcessParams(const Config& config, const ImageTask& im
   return FlattenParams(*SingleProcess(config, image).model);
 }
 
-void ExpectBitIdentical(const std::vector<float>& a, const std::vector<float>& b) {
-  ASSERT_EQ(a.size(), b.size());
-  size_t differing = 0, first = a.size();
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) {
-      if (first == a.size()) first = i;
-      ++differing;
-    }
-  }
-  EXPECT_EQ(differing, 0u) << "first difference at parameter " << first << ": " << a[first] << " vs " << b[first];
-}
 
 TEST(PsClusterTest, BspInProcessMatchesSingleProcessBitForBit) {
   const ImageTask image = SmallImage();
@@ -260,19 +238,6 @@ TEST(PsClusterTest, MissingShardFailsWithTimeoutNamingIt) {
 
 // ---- gradient_sync hybrid: reduce-scatter in the node, PS across nodes ----
 
-void ExpectWithinRounding(const std::vector<float>& a, const std::vector<float>& b, int steps, double lr) {
-  // Node partials are summed inside the node first, then across nodes by the
-  // shards: another association of the same float sums (see the hierarchical
-  // all-reduce test for the bound's reasoning).
-  ASSERT_EQ(a.size(), b.size());
-  size_t far = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double diff = std::fabs(double{a[i]} - b[i]);
-    far += diff > 1e-5;
-    ASSERT_LE(diff, 2 * lr * steps) << "parameter " << i;
-  }
-  EXPECT_LE(far, a.size() / 1000) << far << " of " << a.size() << " parameters differ by more than 1e-5";
-}
 
 TEST(HybridTest, NodesOfTwoAndTwoAndOfOneAndThreeMatchSingleProcess) {
   const ImageTask image = SmallImage();

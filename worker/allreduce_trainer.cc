@@ -193,14 +193,7 @@ Result<TrainReport> TrainImageAllReduce(const Config& config, const ImageTask& i
   report.bytes_pushed_per_step = static_cast<double>(bytes_per_step);  // all-reduced per step
   report.bytes_pulled_per_step = 0;
   if (rank == 0) {
-    std::vector<float> prediction(static_cast<size_t>(image.width()) * image.height() * 3);
-    const auto centres = image.PixelCentres();
-    model->Predict(centres.data(), centres.size() / 2, model->ActiveLevels(report.steps), prediction.data(), &pool);
-    report.psnr = image.Psnr(prediction);
-    if (options.train.write_png) {
-      report.png_path = (std::filesystem::path(config.task.output) / "reconstruction.png").string();
-      GRIDSYNC_RETURN_IF_ERROR(ImageTask::WritePng(report.png_path, image.width(), image.height(), prediction));
-    }
+    GRIDSYNC_RETURN_IF_ERROR(EvaluateAndSave(*model, image, config, options.train.write_png, &pool, &report));
   }
   report.model = std::move(model);
   return report;

@@ -298,24 +298,9 @@ Result<TrainReport> TrainImageHybrid(const Config& config, const ImageTask& imag
 
   GRIDSYNC_RETURN_IF_ERROR(session.coordinator->Barrier("done", static_cast<uint32_t>(d.world_size), session.me, timeout));
   if (rank == 0) {
-    std::vector<TablePullRef> all;
-    for (uint32_t l = 0; l < levels; ++l) {
-      all.push_back({l, true, nullptr, 0, model->grid_params().data() + layout.level(l).row_offset * F});
-    }
-    for (size_t i = 0; i < model->mlp_weights().size(); ++i) {
-      all.push_back({levels + static_cast<uint32_t>(i), true, nullptr, 0, model->mlp_weights()[i].data()});
-    }
     GRIDSYNC_RETURN_IF_ERROR(
-        session.ps->SendPull(config.ps.consistency == Consistency::kAsync ? 0 : report.steps, all));
-    GRIDSYNC_RETURN_IF_ERROR(session.ps->ReceivePull().status().WithContext("pulling the final parameters"));
-    std::vector<float> prediction(static_cast<size_t>(image.width()) * image.height() * 3);
-    const auto centres = image.PixelCentres();
-    model->Predict(centres.data(), centres.size() / 2, model->ActiveLevels(report.steps), prediction.data(), &pool);
-    report.psnr = image.Psnr(prediction);
-    if (options.ps.train.write_png) {
-      report.png_path = (std::filesystem::path(config.task.output) / "reconstruction.png").string();
-      GRIDSYNC_RETURN_IF_ERROR(ImageTask::WritePng(report.png_path, image.width(), image.height(), prediction));
-    }
+        PullAllParams(*session.ps, *model, config.ps.consistency == Consistency::kAsync ? 0 : report.steps));
+    GRIDSYNC_RETURN_IF_ERROR(EvaluateAndSave(*model, image, config, options.ps.train.write_png, &pool, &report));
     if (!options.ps.dump_params.empty()) GRIDSYNC_RETURN_IF_ERROR(WriteParams(options.ps.dump_params, *model));
   }
   report.model = std::move(model);

@@ -58,6 +58,20 @@ Result<std::vector<float>> ReadParams(const std::string& path) {
   return flat;
 }
 
+Status PullAllParams(PsClient& ps, HashGridModel& model, uint64_t min_version) {
+  const auto& layout = model.layout();
+  const uint32_t levels = layout.n_levels();
+  std::vector<TablePullRef> all;
+  for (uint32_t l = 0; l < levels; ++l) {
+    all.push_back({l, true, nullptr, 0, model.grid_params().data() + layout.level(l).row_offset * layout.features()});
+  }
+  for (size_t i = 0; i < model.mlp_weights().size(); ++i) {
+    all.push_back({levels + static_cast<uint32_t>(i), true, nullptr, 0, model.mlp_weights()[i].data()});
+  }
+  GRIDSYNC_RETURN_IF_ERROR(ps.SendPull(min_version, all));
+  return ps.ReceivePull().status().WithContext("pulling the final parameters");
+}
+
 Result<PsSession> JoinPsCluster(const Config& config, HashGridModel& model, const PsWorkerOptions& options) {
   const auto& d = config.distributed;
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(d.timeout_s * 1000));
@@ -248,22 +262,9 @@ Result<TrainReport> TrainImagePs(const Config& config, const ImageTask& image,
   GRIDSYNC_RETURN_IF_ERROR(coordinator->Barrier("done", workers, me, timeout));
   if (rank == 0) {
     // The final parameters: every row, once all workers' last pushes are in.
-    std::vector<TablePullRef> all;
-    for (uint32_t l = 0; l < levels; ++l) all.push_back({l, true, nullptr, 0, grid_ref(l)});
-    for (size_t i = 0; i < model->mlp_weights().size(); ++i) {
-      all.push_back({levels + static_cast<uint32_t>(i), true, nullptr, 0, model->mlp_weights()[i].data()});
-    }
     const uint64_t final_version = config.ps.consistency == Consistency::kAsync ? 0 : report.steps;
-    GRIDSYNC_RETURN_IF_ERROR(ps->SendPull(final_version, all));
-    GRIDSYNC_RETURN_IF_ERROR(ps->ReceivePull().status().WithContext("pulling the final parameters"));
-    std::vector<float> prediction(static_cast<size_t>(image.width()) * image.height() * 3);
-    const auto centres = image.PixelCentres();
-    model->Predict(centres.data(), centres.size() / 2, model->ActiveLevels(report.steps), prediction.data(), &pool);
-    report.psnr = image.Psnr(prediction);
-    if (options.train.write_png) {
-      report.png_path = (std::filesystem::path(config.task.output) / "reconstruction.png").string();
-      GRIDSYNC_RETURN_IF_ERROR(ImageTask::WritePng(report.png_path, image.width(), image.height(), prediction));
-    }
+    GRIDSYNC_RETURN_IF_ERROR(PullAllParams(*ps, *model, final_version));
+    GRIDSYNC_RETURN_IF_ERROR(EvaluateAndSave(*model, image, config, options.train.write_png, &pool, &report));
     if (!options.dump_params.empty()) GRIDSYNC_RETURN_IF_ERROR(WriteParams(options.dump_params, *model));
   }
   report.model = std::move(model);

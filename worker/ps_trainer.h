@@ -54,6 +54,10 @@ struct PsSession {
   std::unique_ptr<Partition> partition;  // the client refers to it
   std::unique_ptr<PsClient> ps;
 };
+// Pulls every row of every table into the model (the final parameters, once
+// the shards reached `min_version`).
+Status PullAllParams(PsClient& ps, HashGridModel& model, uint64_t min_version);
+
 Result<PsSession> JoinPsCluster(const Config& config, HashGridModel& model, const PsWorkerOptions& options);
 
 // Writes / reads a model's parameters as raw float32, tables in ModelTables order.

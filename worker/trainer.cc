@@ -23,6 +23,16 @@ double EvalPsnr(HashGridModel* model, const ImageTask& image, const std::vector<
 
 }  // namespace
 
+Status EvaluateAndSave(HashGridModel& model, const ImageTask& image, const Config& config,
+                       bool write_png, ThreadPool* pool, TrainReport* report) {
+  std::vector<float> prediction;
+  report->psnr = EvalPsnr(&model, image, image.PixelCentres(), model.ActiveLevels(report->steps), pool,
+                          &prediction);
+  if (!write_png) return Status::OK();
+  report->png_path = (std::filesystem::path(config.task.output) / "reconstruction.png").string();
+  return ImageTask::WritePng(report->png_path, image.width(), image.height(), prediction);
+}
+
 Result<TrainReport> TrainImage(const Config& config, const ImageTask& image,
                                const TrainOptions& options) {
   GRIDSYNC_ASSIGN_OR_RETURN(std::shared_ptr<HashGridModel> model, HashGridModel::Create(config, 2, 3));
@@ -99,13 +109,8 @@ Result<TrainReport> TrainImage(const Config& config, const ImageTask& image,
   report.skipped_steps = optimizer.scaler().skipped_steps();
   report.final_loss_scale = optimizer.loss_scale();
   report.grid_rows_per_step = applied ? static_cast<double>(grid_rows) / applied : 0.0;
-  report.psnr = EvalPsnr(model.get(), image, centres, model->ActiveLevels(report.steps), &pool,
-                         &prediction);
+  GRIDSYNC_RETURN_IF_ERROR(EvaluateAndSave(*model, image, config, options.write_png, &pool, &report));
   report.model = std::move(model);
-  if (options.write_png) {
-    report.png_path = (std::filesystem::path(config.task.output) / "reconstruction.png").string();
-    GRIDSYNC_RETURN_IF_ERROR(ImageTask::WritePng(report.png_path, image.width(), image.height(), prediction));
-  }
   return report;
 }
 

@@ -18,6 +18,7 @@
 namespace gridsync {
 
 class HashGridModel;
+class ThreadPool;
 
 struct TrainOptions {
   std::vector<uint64_t> eval_steps;  // also evaluate PSNR after these steps (not timed)
@@ -51,5 +52,11 @@ struct TrainReport {
 
 Result<TrainReport> TrainImage(const Config& config, const ImageTask& image,
                                const TrainOptions& options = {});
+
+// Fills report->psnr from the model's prediction at every pixel centre (with
+// the levels active after report->steps) and, when write_png, writes it to
+// task.output/reconstruction.png (report->png_path). Shared by every trainer.
+Status EvaluateAndSave(HashGridModel& model, const ImageTask& image, const Config& config,
+                       bool write_png, ThreadPool* pool, TrainReport* report);
 
 }  // namespace gridsync
