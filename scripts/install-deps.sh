@@ -14,6 +14,8 @@ PACKAGES=(
   python-matplotlib-data
   # the PyTorch peer of gridsync-bench and its tests
   python3 python3-torch python3-numpy
+  # the plots of gridsync-bench compress
+  gnuplot-nox
 )
 
 missing=()

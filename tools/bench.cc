@@ -1,7 +1,8 @@
 // gridsync-bench: benchmarks that measure ours side by side with a peer or
 // the physical limit in one run: `train` (vs PyTorch), `pushpull` (one PS
-// shard vs raw ZeroMQ) and `allreduce` (Gloo across processes vs
-// torch.distributed, nccl-tests style); `compress` arrives with its issue.
+// shard vs raw ZeroMQ), `allreduce` (Gloo across processes vs
+// torch.distributed, nccl-tests style) and `compress` (gradient codecs vs
+// memcpy, and their PSNR cost in a ps-mode cluster).
 #include "tools/bench.h"
 
 #include <CLI/CLI.hpp>
@@ -14,10 +15,12 @@ int main(int argc, char** argv) {
   auto train = gridsync::bench::AddTrainCommand(&app);
   auto pushpull = gridsync::bench::AddPushPullCommand(&app);
   auto allreduce = gridsync::bench::AddAllReduceCommand(&app);
+  auto compress = gridsync::bench::AddCompressCommand(&app);
   CLI11_PARSE(app, argc, argv);
   gridsync::InitLogging("bench", "warn");
   if (app.got_subcommand("train")) return train();
   if (app.got_subcommand("pushpull")) return pushpull();
   if (app.got_subcommand("allreduce")) return allreduce();
+  if (app.got_subcommand("compress")) return compress();
   return 2;
 }

@@ -14,5 +14,6 @@ using Runner = std::function<int()>;
 Runner AddTrainCommand(CLI::App* app);
 Runner AddPushPullCommand(CLI::App* app);
 Runner AddAllReduceCommand(CLI::App* app);
+Runner AddCompressCommand(CLI::App* app);
 
 }  // namespace gridsync::bench

@@ -15,12 +15,14 @@
 // many ranks and measures dist.all_reduce on a float32 tensor, one thread
 // per rank, printing one JSON line per size.
 //
-// The two sides take turns, one size at a time: gridsync's ranks run size
-// k (released by a byte on their control pipes), then the peer's (released
-// by a line on its --control-fd), then size k + 1. The waiting side blocks
-// in a read, so the sides never compete for the cores, and a change in the
-// host's background load (this bench often shares 2 cores with compilers)
-// hits both sides of a row alike instead of one whole column.
+// The two sides take turns in rounds: each size's timed iterations are
+// split into --rounds rounds, and gridsync's ranks run round j (released by
+// a byte on their control pipes), then the peer's ranks (released by a line
+// on its --control-fd), then round j + 1. The waiting side blocks in a read,
+// so the sides never compete for the cores, and background load that comes
+// and goes (this bench often shares 2 cores with compilers, which can turn
+// a 0.2 ms round trip into a 4 ms scheduler tick for seconds at a time)
+// hits both sides of a row alike instead of one side's whole size.
 //
 // Method, identical on both sides (the peer's docstring repeats it):
 //   - sizes min, 4 min, 16 min, ... <= max, then max itself if the x4 sweep
@@ -28,12 +30,17 @@
 //     count = bytes / 4 (at least 2), size = count * 4;
 //   - rank r's contribution to element i is (r + 1) + (i % 7): small
 //     integers, so the sum over ranks is exact in float32 and known here;
+//   - rounds: round j of R = min(--rounds, iters) gets iters / R timed
+//     iterations, plus one for j < iters % R; round 0 starts with --warmup
+//     untimed iterations, every later round with one (none if --warmup is
+//     0) to re-warm after the pause;
 //   - every iteration (warmup or timed): reset the buffer to the rank's
 //     contribution (untimed), barrier (untimed: it aligns the ranks, so the
 //     time is the all-reduce's and not the skew left by the reset), then
 //     one timed in-place all-reduce;
-//   - time = rank 0's median over the timed iterations, in us; algbw =
-//     size / time; busbw = algbw * 2(n-1)/n (nccl-tests); GB/s = 1e9 B/s;
+//   - time = rank 0's median over the timed iterations of all rounds, in
+//     us; algbw = size / time; busbw = algbw * 2(n-1)/n (nccl-tests);
+//     GB/s = 1e9 B/s;
 //   - #wrong: after the last iteration every rank counts the elements that
 //     differ from the exact sum; the column is the total over all ranks.
 //     Since the buffer is reset before each iteration, an all-reduce that
@@ -47,7 +54,7 @@
 // errors go to stderr. --json FILE writes the same results as JSON.
 // Exit code: 0 when both sides ran and #wrong is 0 everywhere (whether the
 // target is met is reported, not an error), 1 on a failure or any #wrong,
-// 2 on invalid arguments.
+// 2 on invalid arguments (105, CLI11's code, for values the parser rejects).
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/prctl.h>
@@ -57,6 +64,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
@@ -97,6 +105,7 @@ constexpr int kMaxRanks = 64;
 constexpr uint64_t kAutoItersBytes = uint64_t{8} << 30;
 constexpr int kAutoItersMin = 10;
 constexpr int kAutoItersMax = 1000;
+constexpr int kMaxIters = 1000000;  // each timing is kept (8 B) until the median
 constexpr uint64_t kRatioMinBytes = uint64_t{1} << 20;
 constexpr double kTargetRatio = 0.95;
 constexpr char kGroup[] = "bench-allreduce";
@@ -108,6 +117,7 @@ struct AllReduceArgs {
   uint64_t max_bytes = uint64_t{256} << 20;
   int iters = 0;  // 0: auto
   int warmup = 5;
+  int rounds = 8;
   double timeout_s = 120;
   std::string json_out;
   std::string python = "/usr/bin/python3";
@@ -149,6 +159,13 @@ double Median(std::vector<double> v) {
   return v.size() % 2 == 1 ? v[mid] : (v[mid - 1] + v[mid]) / 2.0;
 }
 
+// The split of a size's iterations into rounds (the peer does the same).
+int RoundsFor(const SizePlan& p, int rounds) { return std::min(rounds, p.iters); }
+int RoundIters(const SizePlan& p, int rounds, int j) {
+  return p.iters / rounds + (j < p.iters % rounds ? 1 : 0);
+}
+int RoundWarmup(int warmup, int j) { return j == 0 ? warmup : std::min(1, warmup); }
+
 std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
 // ---- the gridsync side: one forked process per rank ----
@@ -183,8 +200,9 @@ void CloseFd(int* fd) {
 }
 
 // The body of rank `rank` (in its own process): joins the Gloo group through
-// the coordinator on `port`; for each size waits for a byte on `control_fd`,
-// runs it and writes "size <index> <wrong> <median_us>" to `report_fd`.
+// the coordinator on `port`; for each round of each size waits for a byte on
+// `control_fd`, runs it and writes "round <index> <round>" to `report_fd`,
+// or after a size's last round "size <index> <wrong> <median_us>".
 Status RunRank(const AllReduceArgs& args, const std::vector<SizePlan>& plans, uint16_t port,
                int rank, int control_fd, int report_fd) {
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(args.timeout_s * 1000));
@@ -193,24 +211,33 @@ Status RunRank(const AllReduceArgs& args, const std::vector<SizePlan>& plans, ui
   GRIDSYNC_ASSIGN_OR_RETURN(auto collective,
                             MakeCollective("gloo", store.get(), rank, args.ranks, kGroup, timeout));
   for (size_t k = 0; k < plans.size(); ++k) {
-    char go = 0;
-    if (!ReadAll(control_fd, &go, 1)) {
-      return Status::Internal("the bench closed the control pipe before size " + std::to_string(k));
-    }
     const SizePlan& p = plans[k];
     std::vector<float> pristine(p.count);
     std::vector<float> data(p.count);
     for (uint64_t i = 0; i < p.count; ++i) pristine[i] = Contribution(rank, i);
     std::vector<double> us;
     us.reserve(static_cast<size_t>(p.iters));
-    for (int it = 0; it < args.warmup + p.iters; ++it) {
-      std::copy(pristine.begin(), pristine.end(), data.begin());
-      GRIDSYNC_RETURN_IF_ERROR(collective->Barrier());
-      const auto start = Clock::now();
-      GRIDSYNC_RETURN_IF_ERROR(collective->AllReduceSum(data.data(), data.size()));
-      const double elapsed =
-          std::chrono::duration<double, std::micro>(Clock::now() - start).count();
-      if (it >= args.warmup) us.push_back(elapsed);
+    const int rounds = RoundsFor(p, args.rounds);
+    for (int j = 0; j < rounds; ++j) {
+      char go = 0;
+      if (!ReadAll(control_fd, &go, 1)) {
+        return Status::Internal("the bench closed the control pipe before round " +
+                                std::to_string(j) + " of size " + std::to_string(k));
+      }
+      const int warmup = RoundWarmup(args.warmup, j);
+      for (int it = 0; it < warmup + RoundIters(p, rounds, j); ++it) {
+        std::copy(pristine.begin(), pristine.end(), data.begin());
+        GRIDSYNC_RETURN_IF_ERROR(collective->Barrier());
+        const auto start = Clock::now();
+        GRIDSYNC_RETURN_IF_ERROR(collective->AllReduceSum(data.data(), data.size()));
+        const double elapsed =
+            std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+        if (it >= warmup) us.push_back(elapsed);
+      }
+      if (j + 1 < rounds) {
+        const std::string line = "round " + std::to_string(k) + " " + std::to_string(j) + "\n";
+        if (!WriteAll(report_fd, line)) return Status::IOError(Errno("rank report pipe"));
+      }
     }
     uint64_t wrong = 0;
     for (uint64_t i = 0; i < p.count; ++i) wrong += data[i] == ExpectedSum(args.ranks, i) ? 0 : 1;
@@ -315,11 +342,17 @@ class GridsyncRanks {
     return Status::OK();
   }
 
-  // Releases size `index` on every rank and waits for all their reports:
-  // rank 0's time and the summed #wrong.
-  Result<Measured> RunSize(size_t index) {
-    for (auto& c : children_) {
-      if (!WriteAll(c.control_fd, "g")) return Status::IOError(Errno("releasing a rank"));
+  // Releases round `round` of size `index` on every rank and waits for all
+  // their reports. After the size's last round: rank 0's time and the
+  // summed #wrong; before it, nothing of meaning.
+  Result<Measured> RunRound(size_t index, int round, bool last) {
+    for (size_t r = 0; r < children_.size(); ++r) {
+      if (!WriteAll(children_[r].control_fd, "g")) {
+        // EPIPE: the rank is gone; how it went is the useful part.
+        const std::string why = Errno("releasing it");
+        return Status::Internal(Describe(r) + " " + DescribeExit(Reap(&children_[r])) + " (" + why +
+                                ")");
+      }
     }
     std::vector<std::optional<Measured>> got(children_.size());
     for (;;) {
@@ -344,9 +377,10 @@ class GridsyncRanks {
         std::string line;
         GRIDSYNC_ASSIGN_OR_RETURN(const bool have_line, ReadLine(r, &line));
         if (!have_line) continue;  // a partial line; more to come
-        GRIDSYNC_ASSIGN_OR_RETURN(got[r], ParseReport(r, line, index));
+        GRIDSYNC_ASSIGN_OR_RETURN(got[r], ParseReport(r, line, index, round, last));
       }
     }
+    if (!last) return Measured{};
     Measured total;
     total.time_us = got[0]->time_us;
     for (const auto& m : got) total.wrong += m->wrong;
@@ -371,8 +405,8 @@ class GridsyncRanks {
  private:
   struct RankChild {
     pid_t pid = -1;
-    int control_fd = -1;  // parent -> child: the port, then one byte per size
-    int report_fd = -1;   // child -> parent: one line per size
+    int control_fd = -1;  // parent -> child: the port, then one byte per round
+    int report_fd = -1;   // child -> parent: one line per round
     std::string pending;  // bytes read from report_fd, not yet a whole line
     bool eof = false;
     bool reaped = false;
@@ -385,6 +419,7 @@ class GridsyncRanks {
   }
 
   static std::string DescribeExit(int wstatus) {
+    if (wstatus == -1) return "could not be waited for";
     if (WIFSIGNALED(wstatus)) return "was killed by signal " + std::to_string(WTERMSIG(wstatus));
     return "exited with status " + std::to_string(WEXITSTATUS(wstatus));
   }
@@ -423,9 +458,10 @@ class GridsyncRanks {
     }
   }
 
-  // One report line of rank r for size `index`; an error line becomes the
-  // rank's Status.
-  Result<Measured> ParseReport(size_t r, const std::string& line, size_t index) const {
+  // One report line of rank r for round `round` of size `index`; an error
+  // line becomes the rank's Status.
+  Result<Measured> ParseReport(size_t r, const std::string& line, size_t index, int round,
+                               bool last) const {
     std::istringstream in(line);
     std::string kind;
     in >> kind;
@@ -437,10 +473,15 @@ class GridsyncRanks {
       return Status(static_cast<StatusCode>(code), Describe(r) + ": " + message);
     }
     size_t got_index = 0;
+    int got_round = 0;
     Measured m;
-    if (kind != "size" || !(in >> got_index >> m.wrong >> m.time_us) || got_index != index) {
-      return Status::Internal(Describe(r) + " reported '" + line + "' for size " +
-                              std::to_string(index));
+    const bool ok =
+        last ? kind == "size" && (in >> got_index >> m.wrong >> m.time_us) && got_index == index
+             : kind == "round" && (in >> got_index >> got_round) && got_index == index &&
+                   got_round == round;
+    if (!ok) {
+      return Status::Internal(Describe(r) + " reported '" + line + "' for round " +
+                              std::to_string(round) + " of size " + std::to_string(index));
     }
     return m;
   }
@@ -485,6 +526,18 @@ std::string JoinPlans(const std::vector<SizePlan>& plans, F field) {
   return out;
 }
 
+// Typed fields of a peer line, without exceptions: absent or of another
+// type reads as "" / nullopt (nlohmann's value() throws on a type mismatch).
+std::string StringField(const nlohmann::json& line, const char* key) {
+  const auto it = line.find(key);
+  return it != line.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+std::optional<uint64_t> UintField(const nlohmann::json& line, const char* key) {
+  const auto it = line.find(key);
+  if (it == line.end() || !it->is_number_unsigned()) return std::nullopt;
+  return it->get<uint64_t>();
+}
+
 // tools/peers/torch_allreduce.py, run through popen with the same sizes,
 // iterations and warmup, paced through --control-fd. The destructor closes
 // the control pipe (the peer then stops) and waits for it.
@@ -505,8 +558,8 @@ class TorchPeer {
     cmd << ShellQuote(args.python) << " " << ShellQuote(script) << " --ranks " << args.ranks
         << " --counts " << JoinPlans(plans, [](const SizePlan& p) { return p.count; })
         << " --iters " << JoinPlans(plans, [](const SizePlan& p) { return p.iters; })
-        << " --warmup " << args.warmup << " --timeout " << args.timeout_s << " --control-fd "
-        << control[0];
+        << " --warmup " << args.warmup << " --rounds " << args.rounds << " --timeout "
+        << args.timeout_s << " --control-fd " << control[0];
     std::fprintf(stderr, "running the PyTorch peer: %s\n", cmd.str().c_str());
     std::fflush(stderr);
     std::fflush(stdout);
@@ -527,25 +580,35 @@ class TorchPeer {
   // Waits until every peer rank has joined; returns the torch version.
   Result<std::string> ReadStart() {
     GRIDSYNC_ASSIGN_OR_RETURN(const auto line, ReadJson());
-    if (line.value("event", std::string()) != "start") return Unexpected(line);
-    return line.value("torch_version", std::string("?"));
+    if (StringField(line, "event") != "start") return Unexpected(line);
+    const std::string version = StringField(line, "torch_version");
+    return version.empty() ? std::string("?") : version;
   }
 
-  // Releases size `index` and waits for its line.
-  Result<Measured> RunSize(size_t index, uint64_t count) {
+  // Releases round `round` of size `index` and waits for its line; after
+  // the size's last round returns the peer's result.
+  Result<Measured> RunRound(size_t index, int round, bool last, uint64_t count) {
     if (!WriteAll(control_fd_, "go\n")) {
       return Status::IOError(Errno("releasing the PyTorch peer") + Exited());
     }
     GRIDSYNC_ASSIGN_OR_RETURN(const auto line, ReadJson());
-    if (line.value("event", std::string()) != "size" || line.value("index", uint64_t{0}) != index ||
-        line.value("count", uint64_t{0}) != count || !line.contains("time_us") ||
-        !line["time_us"].is_number() || !line.contains("wrong") ||
-        !line["wrong"].is_number_unsigned()) {
+    if (!last) {
+      if (StringField(line, "event") != "round" || UintField(line, "index") != index ||
+          UintField(line, "round") != static_cast<uint64_t>(round)) {
+        return Unexpected(line);
+      }
+      return Measured{};
+    }
+    const auto time_us = line.find("time_us");
+    const auto wrong = UintField(line, "wrong");
+    if (StringField(line, "event") != "size" || UintField(line, "index") != index ||
+        UintField(line, "count") != count || time_us == line.end() || !time_us->is_number() ||
+        !(time_us->get<double>() > 0 && std::isfinite(time_us->get<double>())) || !wrong) {
       return Unexpected(line);
     }
     Measured m;
-    m.time_us = line["time_us"].get<double>();
-    m.wrong = line["wrong"].get<uint64_t>();
+    m.time_us = time_us->get<double>();
+    m.wrong = *wrong;
     return m;
   }
 
@@ -623,28 +686,44 @@ int InvalidArgument(const std::string& message) {
   return 2;
 }
 
-void PrintColumnHeaders() {
-  std::printf("# %-38s | %-44s | %-44s |\n", "", "gridsync (Gloo ring, C++)",
-              "torch.distributed (gloo)");
-  std::printf("# %10s %12s %6s %7s %10s %11s %11s %10s %10s %11s %11s %10s %7s\n", "size", "count",
-              "type", "iters", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "time(us)",
-              "algbw(GB/s)", "busbw(GB/s)", "#wrong", "ratio");
+// "-------- label --------", `width` characters.
+std::string Centered(const std::string& label, size_t width) {
+  const std::string text = " " + label + " ";
+  if (text.size() >= width) return text;
+  const size_t left = (width - text.size()) / 2;
+  return std::string(left, '-') + text + std::string(width - text.size() - left, '-');
+}
+
+// The column groups, then the columns (nccl-tests' names; the two groups
+// repeat them, as all_reduce_perf's out-of-place and in-place groups do).
+void PrintColumnHeaders(const std::vector<SizePlan>& plans, int rounds) {
+  std::string iters;
+  for (const auto& p : plans) {
+    iters += " " + std::to_string(p.bytes()) + ":" + std::to_string(p.iters) + "/" +
+             std::to_string(RoundsFor(p, rounds));
+  }
+  std::printf("# timed iterations/rounds per size (B):%s\n", iters.c_str());
+  std::printf("# %32s %s %s\n", "", Centered("gridsync (Gloo ring, C++)", 42).c_str(),
+              Centered("torch.distributed (gloo)", 42).c_str());
+  std::printf("# %10s %12s %6s %10s %11s %11s %7s %10s %11s %11s %7s %7s\n", "size", "count",
+              "type", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "time(us)", "algbw(GB/s)",
+              "busbw(GB/s)", "#wrong", "ratio");
   std::fflush(stdout);
 }
 
 // A row; the peer's fields are "-" when it has no result for this size.
 void PrintRow(const SizePlan& p, int ranks, const Measured& ours, const Measured* torch) {
   const double our_algbw = AlgBw(p.bytes(), ours.time_us);
-  std::printf("  %10llu %12llu %6s %7d %10.1f %11.3f %11.3f %10llu",
+  std::printf("  %10llu %12llu %6s %10.1f %11.3f %11.3f %7llu",
               static_cast<unsigned long long>(p.bytes()), static_cast<unsigned long long>(p.count),
-              "float", p.iters, ours.time_us, our_algbw, BusBw(our_algbw, ranks),
+              "float", ours.time_us, our_algbw, BusBw(our_algbw, ranks),
               static_cast<unsigned long long>(ours.wrong));
   if (torch != nullptr) {
     const double algbw = AlgBw(p.bytes(), torch->time_us);
-    std::printf(" %10.1f %11.3f %11.3f %10llu %7.3f\n", torch->time_us, algbw, BusBw(algbw, ranks),
+    std::printf(" %10.1f %11.3f %11.3f %7llu %7.3f\n", torch->time_us, algbw, BusBw(algbw, ranks),
                 static_cast<unsigned long long>(torch->wrong), torch->time_us / ours.time_us);
   } else {
-    std::printf(" %10s %11s %11s %10s %7s\n", "-", "-", "-", "-", "-");
+    std::printf(" %10s %11s %11s %7s %7s\n", "-", "-", "-", "-", "-");
   }
   std::fflush(stdout);
 }
@@ -669,9 +748,16 @@ int RunAllReduce(const AllReduceArgs& args) {
                            "; allowed: " + std::to_string(kMinBytes) +
                            " <= min <= max <= " + std::to_string(kMaxBytesAllowed) + " (4 GiB)");
   }
-  if (!(args.timeout_s > 0 && args.timeout_s <= 86400)) {
+  if (args.iters < 0 || args.iters > kMaxIters || args.warmup < 0 || args.warmup > kMaxIters ||
+      args.rounds < 1 || args.rounds > kMaxIters) {
+    return InvalidArgument("--iters " + std::to_string(args.iters) + ", --warmup " +
+                           std::to_string(args.warmup) + ", --rounds " +
+                           std::to_string(args.rounds) + "; allowed: iters and warmup 0.." +
+                           std::to_string(kMaxIters) + ", rounds 1.." + std::to_string(kMaxIters));
+  }
+  if (!(args.timeout_s >= 0.001 && args.timeout_s <= 86400)) {
     return InvalidArgument("--timeout " + std::to_string(args.timeout_s) +
-                           "; allowed: 0 < seconds <= 86400");
+                           "; allowed: 0.001 <= seconds <= 86400");
   }
   const std::string script = std::string(GRIDSYNC_SOURCE_DIR) + kPeerScript;
   if (!std::filesystem::is_regular_file(script)) {
@@ -694,13 +780,15 @@ int RunAllReduce(const AllReduceArgs& args) {
   std::printf(
       "# gridsync-bench allreduce: %d ranks as processes on 127.0.0.1; float32 sum, in place; "
       "gridsync: Gloo ring (MakeCollective(\"gloo\"), rendezvous via the coordinator KV store); "
-      "peer: torch.distributed gloo, 1 thread per rank; warmup %d; iters %s; each iteration: "
-      "reset + barrier untimed, then one timed all-reduce; time = rank 0's median; algbw = "
-      "size/time; busbw = algbw*2(n-1)/n; GB/s = 1e9 B/s; #wrong = elements != exact sum after "
-      "the last iteration, over all ranks; ratio = gridsync busbw / torch busbw; timeout %gs\n",
+      "peer: torch.distributed gloo, 1 thread per rank; warmup %d; iters %s; rounds %d "
+      "(alternating gridsync, torch; later rounds re-warm with 1 iteration); each iteration: "
+      "reset + barrier untimed, then one timed all-reduce; time = rank 0's median over all "
+      "rounds; algbw = size/time; busbw = algbw*2(n-1)/n; GB/s = 1e9 B/s; #wrong = elements != "
+      "exact sum after the last iteration, over all ranks; ratio = gridsync busbw / torch busbw; "
+      "timeout %gs\n",
       args.ranks, args.warmup,
       args.iters > 0 ? std::to_string(args.iters).c_str() : "auto (8 GiB / size, 10..1000)",
-      args.timeout_s);
+      args.rounds, args.timeout_s);
   std::fflush(stdout);
 
   // Order matters: the ranks fork while this process has no threads yet;
@@ -738,23 +826,26 @@ int RunAllReduce(const AllReduceArgs& args) {
   }
   std::printf("# peer: torch %s%s\n", torch_version.c_str(),
               peer ? "" : " (FAILED to start; its columns are \"-\")");
-  PrintColumnHeaders();
+  PrintColumnHeaders(plans, args.rounds);
 
   std::vector<Measured> ours(plans.size());
   std::vector<std::optional<Measured>> torch(plans.size());
   for (size_t k = 0; k < plans.size(); ++k) {
-    auto measured = (*ranks)->RunSize(k);
-    if (!measured.ok()) return Fail(measured.status());
-    ours[k] = *measured;
-    if (peer) {
-      auto theirs = peer->RunSize(k, plans[k].count);
-      if (theirs.ok()) {
-        torch[k] = *theirs;
-      } else {
+    const int rounds = RoundsFor(plans[k], args.rounds);
+    for (int j = 0; j < rounds; ++j) {
+      const bool last = j + 1 == rounds;
+      auto measured = (*ranks)->RunRound(k, j, last);
+      if (!measured.ok()) return Fail(measured.status());
+      if (last) ours[k] = *measured;
+      if (!peer) continue;
+      auto theirs = peer->RunRound(k, j, last, plans[k].count);
+      if (!theirs.ok()) {
         peer_status = theirs.status();
         peer.reset();
         std::fprintf(stderr, "gridsync-bench allreduce: %s; continuing without the peer\n",
                      peer_status.ToString().c_str());
+      } else if (last) {
+        torch[k] = *theirs;
       }
     }
     PrintRow(plans[k], args.ranks, ours[k], torch[k] ? &*torch[k] : nullptr);
@@ -806,6 +897,7 @@ int RunAllReduce(const AllReduceArgs& args) {
                        {"max_bytes", args.max_bytes},
                        {"warmup", args.warmup},
                        {"iters", args.iters},
+                       {"rounds", args.rounds},
                        {"iters_auto_rule", "8 GiB / size, clamped to 10..1000"},
                        {"timeout_s", args.timeout_s},
                        {"per_iteration", "reset + barrier untimed, one timed all-reduce"},
@@ -816,10 +908,15 @@ int RunAllReduce(const AllReduceArgs& args) {
     out["rows"] = nlohmann::json::array();
     for (size_t k = 0; k < plans.size(); ++k) {
       const SizePlan& p = plans[k];
-      nlohmann::json row = {{"size", p.bytes()},     {"count", p.count},
-                            {"type", "float"},       {"iters", p.iters},
-                            {"warmup", args.warmup}, {"gridsync", SideJson(p, args.ranks, ours[k])},
-                            {"torch", nullptr},      {"ratio", nullptr}};
+      nlohmann::json row = {{"size", p.bytes()},
+                            {"count", p.count},
+                            {"type", "float"},
+                            {"iters", p.iters},
+                            {"rounds", RoundsFor(p, args.rounds)},
+                            {"warmup", args.warmup},
+                            {"gridsync", SideJson(p, args.ranks, ours[k])},
+                            {"torch", nullptr},
+                            {"ratio", nullptr}};
       if (torch[k]) {
         row["torch"] = SideJson(p, args.ranks, *torch[k]);
         row["ratio"] = torch[k]->time_us / ours[k].time_us;
@@ -848,7 +945,8 @@ Runner AddAllReduceCommand(CLI::App* app) {
   auto* cmd = app->add_subcommand(
       "allreduce",
       "All-reduce (float32 sum) across processes over Gloo, nccl-tests style, vs torch gloo");
-  cmd->add_option("--ranks", args->ranks, "Ranks, each a process on 127.0.0.1 (2..64)");
+  cmd->add_option("--ranks", args->ranks, "Ranks, each a process on 127.0.0.1")
+      ->check(CLI::Range(2, kMaxRanks));
   // Sizes accept units (8, 1MB, 256MB; KB = 1024 B).
   cmd->add_option("--min-bytes", args->min_bytes, "Smallest size (bytes; sweep x4; >= 8)")
       ->transform(CLI::AsSizeValue(false));
@@ -856,11 +954,15 @@ Runner AddAllReduceCommand(CLI::App* app) {
       ->transform(CLI::AsSizeValue(false));
   cmd->add_option("--iters", args->iters,
                   "Timed iterations per size (0: auto, 8 GiB / size clamped to 10..1000)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--warmup", args->warmup, "Untimed iterations per size")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, kMaxIters));
+  cmd->add_option("--warmup", args->warmup, "Untimed iterations per size (in its first round)")
+      ->check(CLI::Range(0, kMaxIters));
+  cmd->add_option("--rounds", args->rounds,
+                  "Rounds per size, alternating gridsync and torch (fewer if fewer iters)")
+      ->check(CLI::Range(1, kMaxIters));
   cmd->add_option("--timeout", args->timeout_s,
-                  "Seconds for rendezvous and for each operation, on both sides");
+                  "Seconds for rendezvous and for each operation, on both sides")
+      ->check(CLI::Range(0.001, 86400.0));
   cmd->add_option("--json", args->json_out, "Write the results as JSON to this file");
   cmd->add_option("--python", args->python, "Python interpreter for the PyTorch peer");
   return [args] { return RunAllReduce(*args); };

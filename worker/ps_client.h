@@ -75,6 +75,8 @@ class PsClient {
   Result<uint64_t> ReceivePull();
 
   const PsCounters& counters() const { return counters_; }
+  // Starts the counters over (after the one-off initial push).
+  void ResetCounters() { counters_ = PsCounters{}; }
 
   // Compresses the values of pushes (not init) whose block holds at least
   // `min_bytes` of floats. With error feedback, what a lossy codec did not

@@ -123,6 +123,8 @@ Result<PsSession> JoinPsCluster(const Config& config, HashGridModel& model, cons
     GRIDSYNC_RETURN_IF_ERROR(session.ps->Push(wire::Kind::kInit, 0, init).WithContext("initialising the shards"));
   }
   GRIDSYNC_RETURN_IF_ERROR(session.coordinator->Barrier("init", workers, session.me, timeout));
+  // Per-step figures should not carry rank 0's one-off initial push.
+  session.ps->ResetCounters();
   return session;
 }
 

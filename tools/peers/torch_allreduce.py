@@ -19,12 +19,19 @@ What it does
   ranks talk over loopback whatever the host name resolves to.
 * Sizes: ``--counts c1,c2,...`` float32 elements, with ``--iters`` and
   ``--warmup`` as lists of the same length (per size) or one value for all.
+* Rounds: each size's timed iterations are split into ``--rounds`` rounds
+  (fewer when there are fewer iterations): round j gets iters // R
+  iterations, plus one for j < iters % R. Round 0 starts with the size's
+  warmup iterations, every later round with one (zero if the warmup is 0),
+  untimed, to re-warm after the pause. The time is the median over the
+  timed iterations of all rounds.
 * Pacing: with ``--control-fd FD`` (how gridsync-bench runs it) the ranks
-  start size k only after a line arrives on FD, so the bench can run its own
-  ranks and these one size at a time, alternately: both sides then see the
-  same background load, and never compete with each other for the cores
-  (the ranks wait in a blocking read, using none). EOF on FD before the
-  last size aborts the run (exit 1). Without it the sizes run back to back.
+  start a round only after a line arrives on FD, so the bench can alternate
+  rounds of its own ranks and these (its side, this side, its side, ...).
+  On a shared host, background load that comes and goes then hits both
+  sides alike, and the sides never compete with each other for the cores
+  (the waiting ranks block in a read). EOF on FD before the last round
+  aborts the run (exit 1). Without --control-fd rounds run back to back.
 * Rank r's contribution to element i is (r + 1) + (i % 7): small integers, so
   the sum over ranks is exact in float32 and known in advance.
 * Each iteration (warmup or timed) is, exactly as on the gridsync side:
@@ -32,7 +39,7 @@ What it does
   (untimed: it aligns the ranks, so a rank's time is the all-reduce's, not
   the skew left by the reset), then ``dist.all_reduce(buf)`` (SUM, in place,
   synchronous) timed with ``time.perf_counter()``.
-* time = rank 0's median over the timed iterations, in microseconds.
+* time = rank 0's median over the timed iterations of all rounds, in us.
   algbw = bytes / time, busbw = algbw * 2(n-1)/n (nccl-tests), GB/s = 1e9 B/s.
 * #wrong: after the last iteration each rank counts the elements that differ
   from the exact sum; the number printed is the total over all ranks. The
@@ -43,10 +50,12 @@ Output (stdout, one JSON object per line, nothing else)
 -------------------------------------------------------
 * first: ``{"event": "start", "torch_version", "ranks", "port", "threads"}``
   once every rank has joined;
-* then one line per size, in order: ``{"event": "size", "index", "size"
-  (bytes), "count", "type": "float", "iters", "warmup", "time_us",
-  "algbw_gbps", "busbw_gbps", "wrong"}``.
-Progress and errors go to stderr.
+* then, in order, for each size and each round but its last:
+  ``{"event": "round", "index", "round"}``, and after the last round one
+  ``{"event": "size", "index", "size" (bytes), "count", "type": "float",
+  "iters", "warmup", "rounds", "time_us", "algbw_gbps", "busbw_gbps",
+  "wrong"}``.
+Errors go to stderr.
 
 Exit codes: 0 success (even with #wrong > 0: the caller reports it), 1 a
 rank failed (its traceback is printed), 2 invalid arguments.
@@ -124,6 +133,8 @@ def parse_args(argv):
     p.add_argument("--counts", type=int_list(2), required=True, help="float32 elements per size, comma-separated")
     p.add_argument("--iters", type=int_list(1), default=[20], help="timed iterations: one value or one per size")
     p.add_argument("--warmup", type=int_list(0), default=[5], help="untimed iterations: one value or one per size")
+    p.add_argument("--rounds", type=int_at_least(1), default=1,
+                   help="rounds per size (alternated with the bench through --control-fd)")
     p.add_argument("--timeout", type=positive_float, default=120.0, help="seconds for rendezvous and each operation")
     p.add_argument("--port", type=int_at_least(0), default=0, help="rendezvous TCP port (0: pick a free one)")
     p.add_argument("--control-fd", type=int_at_least(0), default=None,
@@ -161,8 +172,21 @@ def bandwidths(nbytes, time_us, ranks):
     return algbw, algbw * 2.0 * (ranks - 1) / ranks
 
 
-def wait_for_go(go, k, parent_pid):
-    """Blocks until the parent releases size k; exits if the parent is gone."""
+def rounds_for(iters, rounds):
+    return min(rounds, iters)
+
+
+def round_iters(iters, rounds, j):
+    """Timed iterations in round j (as gridsync-bench splits them)."""
+    return iters // rounds + (1 if j < iters % rounds else 0)
+
+
+def round_warmup(warmup, j):
+    return warmup if j == 0 else min(1, warmup)
+
+
+def wait_for_go(go, step, parent_pid):
+    """Blocks until the parent releases `step` (size, round); exits if the parent is gone."""
     while True:
         try:
             got = go.get(timeout=1.0)
@@ -170,8 +194,8 @@ def wait_for_go(go, k, parent_pid):
             if os.getppid() != parent_pid:  # orphaned: nobody will release us
                 sys.exit(1)
             continue
-        if got != k:
-            raise RuntimeError("released for size %r while waiting for size %d" % (got, k))
+        if got != step:
+            raise RuntimeError("released for %r while waiting for (size, round) %r" % (got, step))
         return
 
 
@@ -196,8 +220,6 @@ def rank_main(rank, args, port, results, go, parent_pid):
         dist.barrier()  # every rank joined: the parent may announce the start
         results.put(("start", rank, torch.__version__))
         for k, count in enumerate(args.counts):
-            if go is not None:
-                wait_for_go(go, k, parent_pid)
             pattern = torch.arange(count, dtype=torch.int32) % 7
             pristine = (pattern + (rank + 1)).to(torch.float32)
             # sum over r of (r + 1) + p = n(n+1)/2 + n p: exact in float32.
@@ -205,14 +227,21 @@ def rank_main(rank, args, port, results, go, parent_pid):
             del pattern
             buf = torch.empty_like(pristine)
             times_us = []
-            for it in range(args.warmup[k] + args.iters[k]):
-                buf.copy_(pristine)
-                dist.barrier()
-                start = time.perf_counter()
-                dist.all_reduce(buf)  # SUM, in place; returns when done
-                elapsed = time.perf_counter() - start
-                if it >= args.warmup[k]:
-                    times_us.append(elapsed * 1e6)
+            rounds = rounds_for(args.iters[k], args.rounds)
+            for j in range(rounds):
+                if go is not None:
+                    wait_for_go(go, (k, j), parent_pid)
+                warmup = round_warmup(args.warmup[k], j)
+                for it in range(warmup + round_iters(args.iters[k], rounds, j)):
+                    buf.copy_(pristine)
+                    dist.barrier()
+                    start = time.perf_counter()
+                    dist.all_reduce(buf)  # SUM, in place; returns when done
+                    elapsed = time.perf_counter() - start
+                    if it >= warmup:
+                        times_us.append(elapsed * 1e6)
+                if j + 1 < rounds:
+                    results.put(("round", rank, k, j))
             wrong = int(torch.count_nonzero(buf != expected))
             results.put(("size", rank, k, statistics.median(times_us), wrong))
             del buf, pristine, expected
@@ -280,25 +309,39 @@ def main(argv=None):
         torch_version = msg[2]
     emit({"event": "start", "torch_version": torch_version, "ranks": args.ranks, "port": port, "threads": 1})
 
-    by_size = {}  # index -> {rank: (time_us, wrong)}; a rank may run ahead without --control-fd
-    for k, count in enumerate(args.counts):
-        if control is not None:
-            if not control.readline():
-                fail("the control descriptor closed before size %d of %d" % (k, len(args.counts)))
-            for go in gos:
-                go.put(k)
-        while len(by_size.get(k, {})) < args.ranks:
+    # Rank r's messages arrive in its order; without --control-fd a rank may
+    # run ahead of the others, so messages are kept by what they report.
+    got = {}  # ("round", k, j) or ("size", k) -> {rank: payload}
+
+    def wait_all(key):
+        while len(got.get(key, {})) < args.ranks:
             msg = next_message()
-            if msg[0] != "size":
+            if msg[0] == "round":
+                got.setdefault(("round", msg[2], msg[3]), {})[msg[1]] = None
+            elif msg[0] == "size":
+                got.setdefault(("size", msg[2]), {})[msg[1]] = (msg[3], msg[4])
+            else:
                 fail("unexpected message: %r" % (msg,))
-            by_size.setdefault(msg[2], {})[msg[1]] = (msg[3], msg[4])
-        ranks = by_size.pop(k)
+        return got.pop(key)
+
+    for k, count in enumerate(args.counts):
+        rounds = rounds_for(args.iters[k], args.rounds)
+        for j in range(rounds):
+            if control is not None:
+                if not control.readline():
+                    fail("the control descriptor closed before round %d of size %d" % (j, k))
+                for go in gos:
+                    go.put((k, j))
+            if j + 1 < rounds:
+                wait_all(("round", k, j))
+                emit({"event": "round", "index": k, "round": j})
+        ranks = wait_all(("size", k))
         nbytes = count * ELEMENT_BYTES
         time_us = ranks[0][0]  # rank 0's timing, as on the gridsync side
         algbw, busbw = bandwidths(nbytes, time_us, args.ranks)
         emit({"event": "size", "index": k, "size": nbytes, "count": count, "type": "float",
-              "iters": args.iters[k], "warmup": args.warmup[k], "time_us": time_us, "algbw_gbps": algbw,
-              "busbw_gbps": busbw, "wrong": sum(w for _, w in ranks.values())})
+              "iters": args.iters[k], "warmup": args.warmup[k], "rounds": rounds, "time_us": time_us,
+              "algbw_gbps": algbw, "busbw_gbps": busbw, "wrong": sum(w for _, w in ranks.values())})
 
     for r, p in enumerate(procs):
         p.join(60)
