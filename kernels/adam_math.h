@@ -5,7 +5,8 @@
 // row whose gradient is exactly zero (untouched) is not updated at all: its
 // step count stays, its m and v do not decay. Deciding by the gradient value
 // rather than by who touched the row gives every sync mode (local, PS,
-// all-reduce) the same rule, whatever the summation route.
+// all-reduce) the same rule, whatever the summation route. Dense tables
+// (MLP weights) always step, as tiny-cuda-nn's matrix weights do.
 //   m <- b1*m + (1-b1)*g
 //   v <- b2*v + (1-b2)*g^2
 //   w <- w - lr * sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps)

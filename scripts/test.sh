@@ -7,4 +7,6 @@ scripts/install-deps.sh
 scripts/build.sh
 BUILD_DIR="${GRIDSYNC_BUILD_DIR:-build}"
 cd "$BUILD_DIR"
-ctest --output-on-failure -j "$(nproc)" "$@"
+# Serially: several suites check that failures surface within a timeout, and
+# on a 2-core machine parallel suites would starve each other's timers.
+ctest --output-on-failure "$@"

@@ -62,6 +62,7 @@ Status ShardStore::CheckOwnership(const wire::Block& block) const {
 void ShardStore::Accumulate(const wire::Block& block) {
   Table& table = tables_[block.table];
   const uint32_t w = table.width;
+  if (block.dense) table.dense_step = true;
   for (size_t i = 0; i < block.row_count; ++i) {
     const uint64_t local = partition_.LocalRow(block.table, block.Row(i));
     float* g = table.grad.data() + local * w;
@@ -85,13 +86,14 @@ void ShardStore::ApplyTouchedChunk(uint32_t t, size_t chunk, size_t chunk_rows) 
   const size_t begin = chunk * chunk_rows;
   const size_t end = std::min(table.touched_rows.size(), begin + chunk_rows);
   cpu::AdamUpdateIndexed(hyper_, table.touched_rows.data() + begin, end - begin, table.grad.data(),
-                         table.params.data(), &table.adam);
+                         table.params.data(), &table.adam, /*skip_zero_rows=*/!table.dense_step);
 }
 
 void ShardStore::FinishTable(uint32_t t) {
   Table& table = tables_[t];
   for (uint32_t local : table.touched_rows) table.touched[local >> 6] = 0;
   table.touched_rows.clear();
+  table.dense_step = false;
 }
 
 void ShardStore::PrepareStep() {
@@ -107,7 +109,7 @@ void ShardStore::ApplyDirect(const wire::Block& block, size_t begin, size_t end)
   uint32_t* steps = table.adam.step.data();
   for (size_t i = begin; i < end; ++i) {
     const float* g = block.values.data() + i * w;
-    if (!RowHasGradient(g, w)) continue;
+    if (!block.dense && !RowHasGradient(g, w)) continue;  // dense tables always step
     const uint64_t local = partition_.LocalRow(block.table, block.Row(i));
     const float lr = table.adam.StepSize(hyper_, ++steps[local]);
     for (uint32_t f = 0; f < w; ++f) {

@@ -65,6 +65,7 @@ class ShardStore {
     std::vector<float> grad;
     std::vector<uint64_t> touched;       // one bit per local row
     std::vector<uint32_t> touched_rows;  // the same rows as a list: no scan of the bitmap
+    bool dense_step = false;             // a dense push this step: every row steps (MLP)
     cpu::AdamTable adam;
   };
 

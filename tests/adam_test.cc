@@ -117,11 +117,15 @@ TEST(AdamTest, ZeroGradientRowsAreSkipped) {
   // A row with one non-zero column steps as a whole.
   EXPECT_NE(params[0], 1.0f);
   EXPECT_EQ(params[1], 1.0f);  // its zero column: m = v = 0 -> no move
+  // Dense tables (MLP weights) step every row, as tiny-cuda-nn's matrix
+  // weights do: row 0 keeps moving on its momentum with a zero gradient.
+  const float moved_before = params[0];
   const std::vector<float> dense = {0, 0, 1, 0, 0, 0};
   cpu::AdamUpdateDense(hyper, dense.data(), 3, 1.0f, params.data(), &state);
-  EXPECT_EQ(state.step[0], 1u);  // zero row skipped although m != 0
+  EXPECT_EQ(state.step[0], 2u);
   EXPECT_EQ(state.step[1], 1u);
-  EXPECT_EQ(state.step[2], 0u);
+  EXPECT_EQ(state.step[2], 1u);
+  EXPECT_NE(params[0], moved_before);
 }
 
 }  // namespace

@@ -66,7 +66,7 @@ void AdamUpdateRows(const AdamHyper& hyper, const SparseRows& grad, float grad_s
 }
 
 void AdamUpdateIndexed(const AdamHyper& hyper, const uint32_t* rows, size_t n, float* grad,
-                       float* params, AdamTable* state) {
+                       float* params, AdamTable* state, bool skip_zero_rows) {
   const uint32_t width = state->width;
   float* m = state->m.data();
   float* v = state->v.data();
@@ -80,7 +80,7 @@ void AdamUpdateIndexed(const AdamHyper& hyper, const uint32_t* rows, size_t n, f
       __builtin_prefetch(&v[ahead], 1);
     }
     const size_t row = rows[i];
-    if (!RowHasGradient(grad + row * width, width)) continue;  // already zero
+    if (skip_zero_rows && !RowHasGradient(grad + row * width, width)) continue;  // already zero
     const float lr = state->StepSize(hyper, ++steps[row]);
     for (uint32_t f = 0; f < width; ++f) {
       const size_t at = row * width + f;
@@ -94,7 +94,6 @@ void AdamUpdateDense(const AdamHyper& hyper, const float* grad, uint64_t rows, f
                      float* params, AdamTable* state) {
   const uint32_t width = state->width;
   for (uint64_t row = 0; row < rows; ++row) {
-    if (!RowHasGradient(grad + row * width, width)) continue;
     const float lr = state->StepSize(hyper, ++state->step[row]);
     for (uint32_t f = 0; f < width; ++f) {
       const size_t at = row * width + f;

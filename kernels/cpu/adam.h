@@ -62,13 +62,14 @@ void AdamUpdateRows(const AdamHyper& hyper, const SparseRows& grad, float grad_s
 // Variant for gradients kept in a dense per-row buffer (a PS shard summing
 // several pushes): updates rows[0..n) and zeroes their gradient rows, so the
 // buffer is clean for the next step. Row order does not matter.
+// skip_zero_rows: false for dense tables (see AdamUpdateDense).
 void AdamUpdateIndexed(const AdamHyper& hyper, const uint32_t* rows, size_t n, float* grad,
-                       float* params, AdamTable* state);
+                       float* params, AdamTable* state, bool skip_zero_rows = true);
 
-// Dense variant: the rows of a table whose gradient lies in `grad` (rows x
-// width, row-major), as for MLP weights; all-zero rows are skipped here too
-// (unlike tiny-cuda-nn's matrix weights) so that every sync mode, where the
-// PS stores MLP weights as tables of rows, applies one rule.
+// Dense variant: every row of a table whose gradient lies in `grad` (rows x
+// width, row-major), as for MLP weights. Like tiny-cuda-nn's matrix weights,
+// these always step, zero gradient or not (a ReLU unit that is silent for a
+// while keeps moving on its momentum); only sparse (hash-grid) rows skip.
 void AdamUpdateDense(const AdamHyper& hyper, const float* grad, uint64_t rows, float grad_scale,
                      float* params, AdamTable* state);
 
