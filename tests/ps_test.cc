@@ -25,6 +25,7 @@
 #include "common/wire/message.h"
 #include "kernels/model_tables.h"
 #include "server/coordinator.h"
+#include "server/in_process_cluster.h"
 #include "server/ps_shard.h"
 #include "common/thread_pool.h"
 #include "kernels/cpu/codec.h"
@@ -66,51 +67,22 @@ Config SmallConfig(int workers, int shards) {
 }
 
 
-// A whole cluster in this process: coordinator, shards, worker threads.
+// A whole cluster in this process: coordinator and shards (InProcessCluster)
+// plus worker threads.
 struct Cluster {
-  std::unique_ptr<Coordinator> coordinator;
-  std::vector<std::unique_ptr<CoordinatorClient>> shard_clients;  // keep registrations alive
-  std::unique_ptr<Partition> partition;
-  std::vector<std::unique_ptr<PsShard>> shards;
+  std::unique_ptr<InProcessCluster> servers;
+  const Partition* partition = nullptr;
+  std::vector<PsShard*> shards;
   Config config;
 
   static std::unique_ptr<Cluster> Start(Config config, int shards_to_start = -1) {
     auto cluster = std::make_unique<Cluster>();
-    CoordinatorOptions co;
-    co.expected_shards = static_cast<uint32_t>(config.ps.shards);
-    co.expected_workers = static_cast<uint32_t>(config.distributed.world_size);
-    auto coordinator = Coordinator::Start(co);
-    EXPECT_TRUE(coordinator.ok()) << coordinator.status().ToString();
-    cluster->coordinator = std::move(coordinator).value();
-    config.distributed.master_port = cluster->coordinator->port();
-    cluster->config = config;
-    auto tables = ImageModelTables(config);
-    const auto dim = config.distributed.model_parallel ? config.distributed.mp_dim : ModelParallelDim::kRow;
-    cluster->partition = std::make_unique<Partition>(
-        Partition::Make(*tables, static_cast<uint32_t>(config.ps.shards), dim).value());
-    const int n = shards_to_start < 0 ? config.ps.shards : shards_to_start;
-    for (int s = 0; s < n; ++s) {
-      ShardOptions options;
-      options.shard = static_cast<uint32_t>(s);
-      options.workers = static_cast<uint32_t>(config.distributed.world_size);
-      options.consistency = config.ps.consistency;
-      options.staleness = static_cast<uint32_t>(config.ps.staleness);
-      options.hyper.learning_rate = static_cast<float>(config.training.learning_rate);
-      options.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.distributed.timeout_s * 1000));
-      auto shard = PsShard::Start(*cluster->partition, options);
-      EXPECT_TRUE(shard.ok()) << shard.status().ToString();
-      auto client = CoordinatorClient::Connect("127.0.0.1", cluster->coordinator->port(), std::chrono::seconds(5));
-      EXPECT_TRUE(client.ok());
-      RegisterInfo info;
-      info.role = Role::kShard;
-      info.requested_rank = s;
-      info.node = "test";
-      info.endpoint = (*shard)->endpoint();
-      info.tables = *tables;
-      EXPECT_TRUE((*client)->Register(info, std::chrono::seconds(5)).ok());
-      cluster->shard_clients.push_back(std::move(client).value());
-      cluster->shards.push_back(std::move(shard).value());
-    }
+    auto servers = InProcessCluster::Start(config, shards_to_start);
+    EXPECT_TRUE(servers.ok()) << servers.status().ToString();
+    cluster->servers = std::move(servers).value();
+    cluster->config = cluster->servers->config();
+    cluster->partition = &cluster->servers->partition();
+    for (size_t s = 0; s < cluster->servers->n_shards(); ++s) cluster->shards.push_back(&cluster->servers->shard(s));
     return cluster;
   }
 

@@ -84,6 +84,7 @@
 #include "kernels/cpu/codec.h"
 #include "kernels/model_tables.h"
 #include "server/coordinator.h"
+#include "server/in_process_cluster.h"
 #include "server/ps_shard.h"
 #include "tools/bench.h"
 #include "worker/image_task.h"
@@ -638,82 +639,6 @@ int RunCodecTable(const CompressArgs& args) {
 // ---------------------------------------------------------------------------
 // --train.
 
-// A whole ps-mode cluster in this process, as tests/ps_test.cc's Cluster:
-// the coordinator (port 0) and the shards, each registered by its own
-// client; workers join it through config() (master_port filled in).
-class LocalCluster {
- public:
-  static Result<std::unique_ptr<LocalCluster>> Start(Config config) {
-    auto cluster = std::unique_ptr<LocalCluster>(new LocalCluster);
-    const auto timeout =
-        std::chrono::milliseconds(static_cast<int64_t>(config.distributed.timeout_s * 1000));
-    CoordinatorOptions co;
-    co.expected_shards = static_cast<uint32_t>(config.ps.shards);
-    co.expected_workers = static_cast<uint32_t>(config.distributed.world_size);
-    GRIDSYNC_ASSIGN_OR_RETURN(cluster->coordinator_, Coordinator::Start(co));
-    config.distributed.master_port = cluster->coordinator_->port();
-    GRIDSYNC_ASSIGN_OR_RETURN(const std::vector<TableInfo> tables, ImageModelTables(config));
-    GRIDSYNC_ASSIGN_OR_RETURN(
-        Partition partition,
-        Partition::Make(tables, static_cast<uint32_t>(config.ps.shards), ModelParallelDim::kRow));
-    // Shards keep a reference to the partition: it lives as long as they do.
-    cluster->partition_ = std::make_unique<Partition>(std::move(partition));
-    for (int s = 0; s < config.ps.shards; ++s) {
-      ShardOptions options;
-      options.shard = static_cast<uint32_t>(s);
-      options.workers = static_cast<uint32_t>(config.distributed.world_size);
-      options.consistency = config.ps.consistency;
-      options.staleness = static_cast<uint32_t>(config.ps.staleness);
-      options.threads = config.ps.threads;
-      options.hyper.learning_rate = static_cast<float>(config.training.learning_rate);
-      options.timeout = timeout;
-      GRIDSYNC_ASSIGN_OR_RETURN(std::unique_ptr<PsShard> shard,
-                                PsShard::Start(*cluster->partition_, options));
-      GRIDSYNC_ASSIGN_OR_RETURN(
-          std::unique_ptr<CoordinatorClient> client,
-          CoordinatorClient::Connect("127.0.0.1", cluster->coordinator_->port(), timeout));
-      RegisterInfo info;
-      info.role = Role::kShard;
-      info.requested_rank = s;
-      info.node = "bench";
-      info.endpoint = shard->endpoint();
-      info.tables = tables;
-      // The registration lasts as long as the client: keep it for the run.
-      GRIDSYNC_RETURN_IF_ERROR(client->Register(info, timeout).status());
-      cluster->shards_.push_back(std::move(shard));
-      cluster->shard_clients_.push_back(std::move(client));
-    }
-    cluster->config_ = std::move(config);
-    return cluster;
-  }
-
-  ~LocalCluster() { Stop(); }
-
-  const Config& config() const { return config_; }
-
-  std::vector<uint64_t> AppliedSteps() const {
-    std::vector<uint64_t> out;
-    for (const auto& shard : shards_) out.push_back(shard->stats().applied_steps);
-    return out;
-  }
-
-  void Stop() {
-    for (auto& shard : shards_) shard->Stop();
-    shards_.clear();
-    shard_clients_.clear();
-    if (coordinator_) coordinator_->Stop();
-    coordinator_.reset();
-  }
-
- private:
-  LocalCluster() = default;
-
-  Config config_;
-  std::unique_ptr<Coordinator> coordinator_;
-  std::unique_ptr<Partition> partition_;
-  std::vector<std::unique_ptr<PsShard>> shards_;
-  std::vector<std::unique_ptr<CoordinatorClient>> shard_clients_;
-};
 
 struct TrainRun {
   std::vector<Result<TrainReport>> reports;
@@ -724,7 +649,7 @@ struct TrainRun {
 // One codec's run: a fresh cluster, the workers as threads.
 Result<TrainRun> RunCluster(const Config& config, const ImageTask& image) {
   const auto start = Clock::now();
-  GRIDSYNC_ASSIGN_OR_RETURN(std::unique_ptr<LocalCluster> cluster, LocalCluster::Start(config));
+  GRIDSYNC_ASSIGN_OR_RETURN(std::unique_ptr<InProcessCluster> cluster, InProcessCluster::Start(config));
   TrainRun run;
   const int workers = config.distributed.world_size;
   run.reports.assign(workers, Status::Internal("not run"));

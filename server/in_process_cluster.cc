@@ -1,0 +1,70 @@
+#include "server/in_process_cluster.h"
+
+#include "kernels/model_tables.h"
+
+namespace gridsync {
+
+Result<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(Config config, int shards_to_start) {
+  auto cluster = std::unique_ptr<InProcessCluster>(new InProcessCluster);
+  const auto& d = config.distributed;
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(d.timeout_s * 1000));
+  CoordinatorOptions co;
+  co.expected_shards = d.gradient_sync == GradientSync::kNccl ? 0 : static_cast<uint32_t>(config.ps.shards);
+  co.expected_workers = static_cast<uint32_t>(d.world_size);
+  GRIDSYNC_ASSIGN_OR_RETURN(cluster->coordinator_, Coordinator::Start(co));
+  config.distributed.master_port = cluster->coordinator_->port();
+  GRIDSYNC_ASSIGN_OR_RETURN(const std::vector<TableInfo> tables, ImageModelTables(config));
+  const auto dim = d.model_parallel ? d.mp_dim : ModelParallelDim::kRow;
+  GRIDSYNC_ASSIGN_OR_RETURN(Partition partition,
+                            Partition::Make(tables, static_cast<uint32_t>(config.ps.shards), dim));
+  cluster->partition_ = std::make_unique<Partition>(std::move(partition));
+  CodecOptions pull_codec;
+  if (config.compression.pull) {
+    GRIDSYNC_ASSIGN_OR_RETURN(pull_codec, CodecFromConfig(config.compression));
+  }
+  const int n = shards_to_start < 0 ? config.ps.shards : shards_to_start;
+  for (int s = 0; s < n; ++s) {
+    ShardOptions options;
+    options.shard = static_cast<uint32_t>(s);
+    options.workers = static_cast<uint32_t>(d.world_size);
+    options.consistency = config.ps.consistency;
+    options.staleness = static_cast<uint32_t>(config.ps.staleness);
+    options.threads = config.ps.threads;
+    options.hyper.learning_rate = static_cast<float>(config.training.learning_rate);
+    options.timeout = timeout;
+    options.pull_codec = pull_codec;
+    options.pull_min_bytes = static_cast<size_t>(config.compression.min_bytes);
+    GRIDSYNC_ASSIGN_OR_RETURN(std::unique_ptr<PsShard> shard, PsShard::Start(*cluster->partition_, options));
+    GRIDSYNC_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> client,
+                              CoordinatorClient::Connect("127.0.0.1", cluster->coordinator_->port(), timeout));
+    RegisterInfo info;
+    info.role = Role::kShard;
+    info.requested_rank = s;
+    info.node = "in-process";
+    info.endpoint = shard->endpoint();
+    info.tables = tables;
+    GRIDSYNC_RETURN_IF_ERROR(client->Register(info, timeout).status());
+    cluster->shards_.push_back(std::move(shard));
+    cluster->registrations_.push_back(std::move(client));
+  }
+  cluster->config_ = std::move(config);
+  return cluster;
+}
+
+InProcessCluster::~InProcessCluster() { Stop(); }
+
+std::vector<uint64_t> InProcessCluster::AppliedSteps() const {
+  std::vector<uint64_t> out;
+  for (const auto& shard : shards_) out.push_back(shard->stats().applied_steps);
+  return out;
+}
+
+void InProcessCluster::Stop() {
+  for (auto& shard : shards_) shard->Stop();
+  shards_.clear();
+  registrations_.clear();
+  if (coordinator_) coordinator_->Stop();
+  coordinator_.reset();
+}
+
+}  // namespace gridsync
