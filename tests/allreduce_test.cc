@@ -37,19 +37,7 @@ namespace fs = std::filesystem;
 using std::chrono::milliseconds;
 
 Config SmallConfig(int workers) {
-  Config c;
-  c.encoding.n_levels = 8;
-  c.encoding.log2_hashmap_size = 14;
-  c.encoding.base_resolution = 8;
-  c.network.n_neurons = 32;
-  c.training.batch_size = 4096;
-  c.training.steps = 8;
-  c.training.threads = 1;
-  c.training.log_every = 0;
-  c.distributed.enable = true;
-  c.distributed.world_size = workers;
-  c.distributed.gradient_sync = GradientSync::kNccl;
-  c.distributed.timeout_s = 20;
+  Config c = testing::SmallDistributedConfig(workers, GradientSync::kNccl, 8);
   c.distributed.bucket_mb = 0.25;  // several buckets per step
   return c;
 }

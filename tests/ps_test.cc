@@ -47,20 +47,7 @@ using testing::SmallImage;
 namespace fs = std::filesystem;
 
 Config SmallConfig(int workers, int shards) {
-  Config c;
-  c.encoding.n_levels = 8;
-  c.encoding.log2_hashmap_size = 14;
-  c.encoding.base_resolution = 8;
-  c.network.n_neurons = 32;
-  c.training.batch_size = 4096;
-  c.training.steps = 12;
-  c.training.threads = 1;
-  c.training.log_every = 0;
-  c.distributed.enable = true;
-  c.distributed.world_size = workers;
-  c.distributed.gradient_sync = GradientSync::kPs;
-  c.distributed.master_addr = "127.0.0.1";
-  c.distributed.timeout_s = 20;
+  Config c = testing::SmallDistributedConfig(workers, GradientSync::kPs, 12);
   c.ps.shards = shards;
   c.task.output = (fs::temp_directory_path() / "gridsync-ps-test").string();
   return c;

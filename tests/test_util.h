@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/config.h"
 #include "worker/image_task.h"
 
 namespace gridsync::testing {
@@ -26,6 +27,26 @@ inline ImageTask SmallImage() {
     }
   }
   return ImageTask::FromPixels(w, h, std::move(rgb));
+}
+
+// A small model and a distributed run of `workers` on this machine: fast
+// enough to train a few steps in every test.
+inline Config SmallDistributedConfig(int workers, GradientSync sync, int steps) {
+  Config c;
+  c.encoding.n_levels = 8;
+  c.encoding.log2_hashmap_size = 14;
+  c.encoding.base_resolution = 8;
+  c.network.n_neurons = 32;
+  c.training.batch_size = 4096;
+  c.training.steps = steps;
+  c.training.threads = 1;
+  c.training.log_every = 0;
+  c.distributed.enable = true;
+  c.distributed.world_size = workers;
+  c.distributed.gradient_sync = sync;
+  c.distributed.master_addr = "127.0.0.1";
+  c.distributed.timeout_s = 20;
+  return c;
 }
 
 inline void ExpectBitIdentical(const std::vector<float>& a, const std::vector<float>& b) {

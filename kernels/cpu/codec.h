@@ -79,6 +79,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/counter_rng.h"
 #include "common/status.h"
 #include "kernels/host_device.h"
 
@@ -185,12 +186,7 @@ GRIDSYNC_HOST_DEVICE inline uint32_t MagnitudeKey(float x) { return FloatBits(x)
 // CounterRandom(seed, stream, i) == RandomAt(RandomKey(seed, stream), i):
 // the same SplitMix64 construction as common/counter_rng.h, callable on the
 // device, with the per-call part hoisted (tests check the identity).
-GRIDSYNC_HOST_DEVICE inline uint64_t Mix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+using ::gridsync::Mix64;
 GRIDSYNC_HOST_DEVICE inline uint64_t RandomKey(uint64_t seed, uint64_t stream) {
   return Mix64(seed ^ Mix64(stream));
 }

@@ -61,4 +61,14 @@ std::string FormatRanks(const std::vector<int>& ranks) {
   return out.empty() ? "none" : out;
 }
 
+Result<std::vector<size_t>> Collective::CheckSliced(std::string_view op,
+                                                    const std::vector<size_t>& counts,
+                                                    const float* whole, const float* slice) const {
+  GRIDSYNC_RETURN_IF_ERROR(CheckCounts(op, counts));
+  auto offsets = CollectiveOffsets(counts);
+  GRIDSYNC_RETURN_IF_ERROR(CheckBuffer(op, whole, offsets.back()));
+  GRIDSYNC_RETURN_IF_ERROR(CheckBuffer(op, slice, counts[static_cast<size_t>(rank())]));
+  return offsets;
+}
+
 }  // namespace gridsync

@@ -99,6 +99,11 @@ class Collective {
   // as the prefix).
   Status CheckBuffer(std::string_view op, const void* ptr, size_t n) const;
   Status CheckCounts(std::string_view op, const std::vector<size_t>& counts) const;
+  // A reduce-scatter's or all-gather's arguments: the counts, the whole
+  // buffer (sum(counts) floats) and this rank's slice (counts[rank()]).
+  // Returns CollectiveOffsets(counts).
+  Result<std::vector<size_t>> CheckSliced(std::string_view op, const std::vector<size_t>& counts,
+                                          const float* whole, const float* slice) const;
   Status CheckRoot(std::string_view op, int root) const;
 
  private:

@@ -151,11 +151,8 @@ class GlooCollective final : public Collective {
 
   Status ReduceScatterSum(const float* in, float* out, const std::vector<size_t>& counts) override {
     const std::string op = "ReduceScatterSum";
-    GRIDSYNC_RETURN_IF_ERROR(CheckCounts(op, counts));
-    const auto offsets = CollectiveOffsets(counts);
+    GRIDSYNC_ASSIGN_OR_RETURN(const auto offsets, CheckSliced(op, counts, in, out));
     const auto me = static_cast<size_t>(rank());
-    GRIDSYNC_RETURN_IF_ERROR(CheckBuffer(op, in, offsets.back()));
-    GRIDSYNC_RETURN_IF_ERROR(CheckBuffer(op, out, counts[me]));
     const std::string described = fmt::format("ReduceScatterSum({} floats, {} to this rank)", offsets.back(), counts[me]);
     return Guarded(described, Ring(), [&] {
       if (size() == 1 || offsets.back() == 0) {
@@ -168,11 +165,8 @@ class GlooCollective final : public Collective {
 
   Status AllGatherV(const float* in, const std::vector<size_t>& counts, float* out) override {
     const std::string op = "AllGatherV";
-    GRIDSYNC_RETURN_IF_ERROR(CheckCounts(op, counts));
-    const auto offsets = CollectiveOffsets(counts);
+    GRIDSYNC_ASSIGN_OR_RETURN(const auto offsets, CheckSliced(op, counts, out, in));
     const auto me = static_cast<size_t>(rank());
-    GRIDSYNC_RETURN_IF_ERROR(CheckBuffer(op, in, counts[me]));
-    GRIDSYNC_RETURN_IF_ERROR(CheckBuffer(op, out, offsets.back()));
     const std::string described = fmt::format("AllGatherV({} floats, {} from this rank)", offsets.back(), counts[me]);
     return Guarded(described, Ring(), [&] {
       if (size() == 1 || offsets.back() == 0) {

@@ -182,11 +182,8 @@ class NcclCollective final : public Collective {
 
   Status ReduceScatterSum(const float* in, float* out, const std::vector<size_t>& counts) override {
     const std::string op = "ReduceScatterSum";
-    GRIDSYNC_RETURN_IF_ERROR(CheckCounts(op, counts));
-    const auto offsets = CollectiveOffsets(counts);
+    GRIDSYNC_ASSIGN_OR_RETURN(const auto offsets, CheckSliced(op, counts, in, out));
     const auto me = static_cast<size_t>(rank());
-    GRIDSYNC_RETURN_IF_ERROR(CheckBuffer(op, in, offsets.back()));
-    GRIDSYNC_RETURN_IF_ERROR(CheckBuffer(op, out, counts[me]));
     if (offsets.back() == 0) return Status::OK();
     const bool even = std::all_of(counts.begin(), counts.end(), [&](size_t c) { return c == counts[0]; });
     const std::string described = fmt::format("ReduceScatterSum({} floats, {} to this rank)", offsets.back(), counts[me]);
@@ -213,11 +210,8 @@ class NcclCollective final : public Collective {
 
   Status AllGatherV(const float* in, const std::vector<size_t>& counts, float* out) override {
     const std::string op = "AllGatherV";
-    GRIDSYNC_RETURN_IF_ERROR(CheckCounts(op, counts));
-    const auto offsets = CollectiveOffsets(counts);
+    GRIDSYNC_ASSIGN_OR_RETURN(const auto offsets, CheckSliced(op, counts, out, in));
     const auto me = static_cast<size_t>(rank());
-    GRIDSYNC_RETURN_IF_ERROR(CheckBuffer(op, in, counts[me]));
-    GRIDSYNC_RETURN_IF_ERROR(CheckBuffer(op, out, offsets.back()));
     if (offsets.back() == 0) return Status::OK();
     const bool even = std::all_of(counts.begin(), counts.end(), [&](size_t c) { return c == counts[0]; });
     const std::string described = fmt::format("AllGatherV({} floats, {} from this rank)", offsets.back(), counts[me]);
