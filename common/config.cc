@@ -108,6 +108,18 @@ std::string_view ToString(Consistency v) {
   return "?";
 }
 
+std::string_view ToString(OptimizerPlacement v) {
+  switch (v) {
+    case OptimizerPlacement::kAuto:
+      return "auto";
+    case OptimizerPlacement::kShard:
+      return "shard";
+    case OptimizerPlacement::kWorker:
+      return "worker";
+  }
+  return "?";
+}
+
 std::string_view ToString(TaskType v) {
   switch (v) {
     case TaskType::kImage:
@@ -139,6 +151,8 @@ constexpr CollectiveKind kCollectiveKinds[] = {CollectiveKind::kAuto, Collective
                                                CollectiveKind::kGloo};
 constexpr Consistency kConsistencies[] = {Consistency::kBsp, Consistency::kSsp,
                                           Consistency::kAsync};
+constexpr OptimizerPlacement kOptimizerPlacements[] = {
+    OptimizerPlacement::kAuto, OptimizerPlacement::kShard, OptimizerPlacement::kWorker};
 constexpr std::string_view kEncodingTypes[] = {"HashGrid"};
 constexpr int kFeaturesPerLevel[] = {1, 2, 4, 8};
 
@@ -942,6 +956,7 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
               .max_length = 253,
               .forbid_spaces = true});
     r.Int("base_port", &p.base_port, 0, 65535);
+    r.EnumValue("optimizer", &p.optimizer, std::span<const OptimizerPlacement>(kOptimizerPlacements));
     r.ReportUnknownKeys();
     if (consistency_ok && staleness_ok && r.Has("staleness") &&
         p.consistency != Consistency::kSsp) {
@@ -1054,6 +1069,7 @@ nlohmann::json Config::ToJson() const {
   p["threads"] = ps.threads;
   p["host"] = ps.host;
   p["base_port"] = ps.base_port;
+  p["optimizer"] = ToString(ps.optimizer);
 
   auto& c = j["compression"];
   c["codec"] = compression.codec;
@@ -1064,6 +1080,19 @@ nlohmann::json Config::ToJson() const {
   c["min_bytes"] = compression.min_bytes;
   c["pull"] = compression.pull;
   return j;
+}
+
+bool Config::OptimizerOnWorkers() const {
+  switch (ps.optimizer) {
+    case OptimizerPlacement::kShard:
+      return false;
+    case OptimizerPlacement::kWorker:
+      return true;
+    case OptimizerPlacement::kAuto:
+      break;
+  }
+  const std::string& c = compression.codec;
+  return c == "onebit" || c == "topk" || c == "randomk";
 }
 
 Status Config::CheckRunnable(bool standalone) const {

@@ -36,6 +36,11 @@ enum class BatchSplitting { kEven, kWeighted, kAdaptive };
 enum class ModelParallelDim { kRow, kColumn, kBoth };
 enum class TaskType { kImage, kSdf, kNerf };
 enum class Consistency { kBsp, kSsp, kAsync };
+// Where Adam runs under ps/hybrid: on the shards (pushes carry gradients)
+// or on each worker (pushes carry parameter updates, which the shards
+// average per row). auto: workers for the biased codecs (onebit, topk,
+// randomk), whose error feedback fights Adam's normalisation on the shards.
+enum class OptimizerPlacement { kAuto, kShard, kWorker };
 enum class CollectiveKind { kAuto, kNccl, kGloo };
 
 std::string_view ToString(GradientSync v);
@@ -43,6 +48,7 @@ std::string_view ToString(BatchSplitting v);
 std::string_view ToString(ModelParallelDim v);
 std::string_view ToString(TaskType v);
 std::string_view ToString(Consistency v);
+std::string_view ToString(OptimizerPlacement v);
 std::string_view ToString(CollectiveKind v);
 
 struct EncodingConfig {
@@ -97,6 +103,7 @@ struct PsConfig {
   int threads = 2;                             // 1..64 threads per shard
   std::string host = "127.0.0.1";              // where shards listen
   int base_port = 0;                           // 0: master_port + 1 + shard; else base_port + shard
+  OptimizerPlacement optimizer = OptimizerPlacement::kAuto;
 };
 
 struct TrainingConfig {
@@ -159,6 +166,9 @@ struct Config {
   // kUnsupported Status naming the key. `standalone` means the caller trains
   // in one process and ignores the distributed section.
   Status CheckRunnable(bool standalone) const;
+
+  // ps.optimizer resolved: true when Adam runs on the workers.
+  bool OptimizerOnWorkers() const;
 };
 
 }  // namespace gridsync

@@ -43,13 +43,22 @@ GRIDSYNC_HOST_DEVICE inline bool RowHasGradient(const float* g, uint32_t width) 
   return false;
 }
 
-GRIDSYNC_HOST_DEVICE inline void AdamUpdate(const AdamHyper& h, float step_size, float g, float* w,
-                                            float* m, float* v) {
+// Updates m and v with gradient g and returns the amount to subtract from
+// the parameter. A worker-side optimizer (ps.optimizer = worker) sends the
+// negated step and the shard adds it: w + (-d) equals w - d exactly, so one
+// worker ends bit for bit where Adam on the shard would.
+GRIDSYNC_HOST_DEVICE inline float AdamStep(const AdamHyper& h, float step_size, float g, float* m,
+                                           float* v) {
   const float m_new = h.beta1 * *m + (1.0f - h.beta1) * g;
   const float v_new = h.beta2 * *v + (1.0f - h.beta2) * g * g;
   *m = m_new;
   *v = v_new;
-  *w -= step_size * m_new / (sqrtf(v_new) + h.epsilon);
+  return step_size * m_new / (sqrtf(v_new) + h.epsilon);
+}
+
+GRIDSYNC_HOST_DEVICE inline void AdamUpdate(const AdamHyper& h, float step_size, float g, float* w,
+                                            float* m, float* v) {
+  *w -= AdamStep(h, step_size, g, m, v);
 }
 
 }  // namespace gridsync

@@ -18,22 +18,9 @@ Result<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(Config config,
   GRIDSYNC_ASSIGN_OR_RETURN(Partition partition,
                             Partition::Make(tables, static_cast<uint32_t>(config.ps.shards), dim));
   cluster->partition_ = std::make_unique<Partition>(std::move(partition));
-  CodecOptions pull_codec;
-  if (config.compression.pull) {
-    GRIDSYNC_ASSIGN_OR_RETURN(pull_codec, CodecFromConfig(config.compression));
-  }
   const int n = shards_to_start < 0 ? config.ps.shards : shards_to_start;
   for (int s = 0; s < n; ++s) {
-    ShardOptions options;
-    options.shard = static_cast<uint32_t>(s);
-    options.workers = static_cast<uint32_t>(d.world_size);
-    options.consistency = config.ps.consistency;
-    options.staleness = static_cast<uint32_t>(config.ps.staleness);
-    options.threads = config.ps.threads;
-    options.hyper.learning_rate = static_cast<float>(config.training.learning_rate);
-    options.timeout = timeout;
-    options.pull_codec = pull_codec;
-    options.pull_min_bytes = static_cast<size_t>(config.compression.min_bytes);
+    GRIDSYNC_ASSIGN_OR_RETURN(ShardOptions options, ShardOptionsFromConfig(config, static_cast<uint32_t>(s)));
     GRIDSYNC_ASSIGN_OR_RETURN(std::unique_ptr<PsShard> shard, PsShard::Start(*cluster->partition_, options));
     GRIDSYNC_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> client,
                               CoordinatorClient::Connect("127.0.0.1", cluster->coordinator_->port(), timeout));

@@ -62,36 +62,26 @@ int main(int argc, char** argv) {
     return gridsync::kConfigErrorExitCode;
   }
 
-  gridsync::ShardOptions options;
-  options.shard = static_cast<uint32_t>(shard);
+  auto shard_options = gridsync::ShardOptionsFromConfig(*config, static_cast<uint32_t>(shard));
+  if (!shard_options.ok()) {
+    std::fprintf(stderr, "%s\n", shard_options.status().message().c_str());
+    return gridsync::kConfigErrorExitCode;
+  }
+  gridsync::ShardOptions options = *shard_options;
   const int port = config->ps.base_port > 0 ? config->ps.base_port + shard : d.master_port + 1 + shard;
   options.endpoint = "tcp://" + config->ps.host + ":" + std::to_string(port);
-  options.workers = static_cast<uint32_t>(d.world_size);
-  options.consistency = config->ps.consistency;
-  options.staleness = static_cast<uint32_t>(config->ps.staleness);
-  options.threads = config->ps.threads;
-  options.hyper.learning_rate = static_cast<float>(config->training.learning_rate);
-  options.timeout = std::chrono::milliseconds(static_cast<int64_t>(d.timeout_s * 1000));
-  if (config->compression.pull) {
-    auto codec = gridsync::CodecFromConfig(config->compression);
-    if (!codec.ok()) {
-      std::fprintf(stderr, "compression: %s\n", codec.status().message().c_str());
-      return gridsync::kConfigErrorExitCode;
-    }
-    options.pull_codec = *codec;
-    options.pull_min_bytes = static_cast<size_t>(config->compression.min_bytes);
-  }
   auto server = gridsync::PsShard::Start(*partition, options);
   if (!server.ok()) {
     spdlog::error("{}", server.status().ToString());
     return 1;
   }
-  spdlog::info("serving {} values of {} tables at {} ({} workers, {}{})",
+  spdlog::info("serving {} values of {} tables at {} ({} workers, {}{}, {})",
                partition->OwnedValues(options.shard), tables->size(), (*server)->endpoint(),
                options.workers, gridsync::ToString(options.consistency),
                options.consistency == gridsync::Consistency::kSsp
                    ? " staleness " + std::to_string(options.staleness)
-                   : "");
+                   : "",
+               options.apply_updates ? "updates from the workers' Adam" : "Adam on the shard");
 
   auto client = gridsync::CoordinatorClient::Connect(d.master_addr, static_cast<uint16_t>(d.master_port),
                                                      options.timeout);

@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/thread_pool.h"
+#include "kernels/model_tables.h"
 #include "server/shard_store.h"
 
 namespace gridsync {
@@ -31,7 +32,7 @@ class PsShardImpl : public PsShard {
   PsShardImpl(const Partition& partition, const ShardOptions& options)
       : partition_(partition),
         options_(options),
-        store_(partition_, options.shard, options.hyper),
+        store_(partition_, options.shard, options.hyper, options.apply_updates),
         pool_(options.threads),
         socket_(context_, zmq::socket_type::router) {
     for (uint32_t t = 0; t < partition_.n_tables(); ++t) {
@@ -215,6 +216,18 @@ class PsShardImpl : public PsShard {
                                std::to_string(m.num_workers) + "; allowed: workers 0.." +
                                std::to_string(options_.workers - 1) + " of " +
                                std::to_string(options_.workers)));
+      return;
+    }
+    const wire::PushValues expected =
+        options_.apply_updates ? wire::PushValues::kUpdates : wire::PushValues::kGradients;
+    if (m.push_values != expected) {
+      ReplyError(*request, Status::InvalidArgument(
+                               std::string("push from worker ") + std::to_string(m.worker_rank) +
+                               " carries " + wire::PushValuesName(m.push_values) +
+                               "; allowed: " + wire::PushValuesName(expected) +
+                               " (this shard runs with ps.optimizer on the " +
+                               (options_.apply_updates ? "workers" : "shards") +
+                               "; every process must use the same config)"));
       return;
     }
     {
@@ -427,6 +440,23 @@ Result<std::unique_ptr<PsShard>> PsShard::Start(const Partition& partition,
   auto shard = std::make_unique<PsShardImpl>(partition, options);
   GRIDSYNC_RETURN_IF_ERROR(shard->Bind());
   return std::unique_ptr<PsShard>(std::move(shard));
+}
+
+Result<ShardOptions> ShardOptionsFromConfig(const Config& config, uint32_t shard) {
+  ShardOptions options;
+  options.shard = shard;
+  options.workers = static_cast<uint32_t>(config.distributed.world_size);
+  options.consistency = config.ps.consistency;
+  options.staleness = static_cast<uint32_t>(config.ps.staleness);
+  options.threads = config.ps.threads;
+  options.hyper.learning_rate = static_cast<float>(config.training.learning_rate);
+  options.apply_updates = config.OptimizerOnWorkers();
+  options.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.distributed.timeout_s * 1000));
+  if (config.compression.pull) {
+    GRIDSYNC_ASSIGN_OR_RETURN(options.pull_codec, CodecFromConfig(config.compression));
+    options.pull_min_bytes = static_cast<size_t>(config.compression.min_bytes);
+  }
+  return options;
 }
 
 }  // namespace gridsync

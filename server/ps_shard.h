@@ -12,6 +12,10 @@
 //           than `staleness` steps old.
 //   async - every push is applied on arrival; pulls never wait.
 //
+// With ps.optimizer on the workers, pushes carry parameter updates, and a
+// row moves by the mean of the updates the step's pushes gave it (see
+// server/shard_store.h); a push carrying the other kind is refused.
+//
 // Compressed push values (any codec of kernels/cpu/codec.h, described in
 // each block) are decoded here and then summed like plain values.
 //
@@ -45,12 +49,17 @@ struct ShardOptions {
   uint32_t staleness = 0;
   int threads = 2;
   AdamHyper hyper;
+  bool apply_updates = false;  // pushes carry updates (ps.optimizer resolves to worker)
   std::chrono::milliseconds timeout{30000};
   wire::Limits limits;
   // compression.pull: encode pull replies of at least pull_min_bytes.
   CodecOptions pull_codec;
   size_t pull_min_bytes = 4096;
 };
+
+// The options of shard `shard` of the cluster `config` describes (endpoint
+// left at its default: callers choose where to listen).
+Result<ShardOptions> ShardOptionsFromConfig(const Config& config, uint32_t shard);
 
 class PsShard {
  public:

@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <cstdlib>
 #include <string>
 
 namespace gridsync {
 
-ShardStore::ShardStore(const Partition& partition, uint32_t shard, const AdamHyper& hyper)
-    : partition_(partition), shard_(shard), hyper_(hyper) {
+ShardStore::ShardStore(const Partition& partition, uint32_t shard, const AdamHyper& hyper,
+                       bool apply_updates)
+    : partition_(partition), shard_(shard), hyper_(hyper), apply_updates_(apply_updates) {
   tables_.resize(partition.n_tables());
   for (uint32_t t = 0; t < partition.n_tables(); ++t) {
     Table& table = tables_[t];
@@ -19,7 +21,11 @@ ShardStore::ShardStore(const Partition& partition, uint32_t shard, const AdamHyp
     table.params.assign(rows * table.width, 0.0f);
     table.grad.assign(rows * table.width, 0.0f);
     table.touched.assign((rows + 63) / 64, 0);
-    table.adam.Resize(rows, table.width);
+    if (apply_updates_) {
+      table.pushes.assign(rows, 0);
+    } else {
+      table.adam.Resize(rows, table.width);
+    }
   }
 }
 
@@ -68,6 +74,7 @@ void ShardStore::Accumulate(const wire::Block& block) {
     float* g = table.grad.data() + local * w;
     const float* v = block.values.data() + i * w;
     for (uint32_t f = 0; f < w; ++f) g[f] += v[f];
+    if (apply_updates_) ++table.pushes[local];
     uint64_t& word = table.touched[local >> 6];
     const uint64_t bit = uint64_t{1} << (local & 63);
     if ((word & bit) == 0) {
@@ -85,6 +92,23 @@ void ShardStore::ApplyTouchedChunk(uint32_t t, size_t chunk, size_t chunk_rows) 
   Table& table = tables_[t];
   const size_t begin = chunk * chunk_rows;
   const size_t end = std::min(table.touched_rows.size(), begin + chunk_rows);
+  if (apply_updates_) {
+    const uint32_t w = table.width;
+    for (size_t i = begin; i < end; ++i) {
+      const uint32_t local = table.touched_rows[i];
+      float* g = table.grad.data() + size_t{local} * w;
+      float* p = table.params.data() + size_t{local} * w;
+      const uint32_t n = table.pushes[local];
+      table.pushes[local] = 0;
+      // One push: add as is (bit-exact with the worker's own Adam).
+      const float inv = n > 1 ? 1.0f / static_cast<float>(n) : 1.0f;
+      for (uint32_t f = 0; f < w; ++f) {
+        p[f] += n > 1 ? g[f] * inv : g[f];
+        g[f] = 0.0f;
+      }
+    }
+    return;
+  }
   cpu::AdamUpdateIndexed(hyper_, table.touched_rows.data() + begin, end - begin, table.grad.data(),
                          table.params.data(), &table.adam, /*skip_zero_rows=*/!table.dense_step);
 }
@@ -98,12 +122,21 @@ void ShardStore::FinishTable(uint32_t t) {
 
 void ShardStore::PrepareStep() {
   ++steps_prepared_;
+  if (apply_updates_) return;
   for (Table& table : tables_) table.adam.ReserveSteps(hyper_, steps_prepared_ + 1);
 }
 
 void ShardStore::ApplyDirect(const wire::Block& block, size_t begin, size_t end) {
   Table& table = tables_[block.table];
   const uint32_t w = table.width;
+  if (apply_updates_) {
+    for (size_t i = begin; i < end; ++i) {
+      const float* u = block.values.data() + i * w;
+      float* p = table.params.data() + partition_.LocalRow(block.table, block.Row(i)) * w;
+      for (uint32_t f = 0; f < w; ++f) p[f] += u[f];
+    }
+    return;
+  }
   float* m = table.adam.m.data();
   float* v = table.adam.v.data();
   uint32_t* steps = table.adam.step.data();

@@ -4,7 +4,10 @@
 //
 // Gradients are summed per table into a dense buffer with a touched-row
 // bitmap, then Adam runs on the touched rows only; rows no push touched are
-// never updated. Callers sum pushes in worker-rank order, which fixes the
+// never updated. With the optimizer on the workers (ps.optimizer), pushes
+// carry parameter updates instead: they are summed the same way, each row
+// counting the pushes that listed it, and a row moves by the mean of the
+// updates it received; the shard keeps no Adam state then. Callers sum pushes in worker-rank order, which fixes the
 // float reduction order and makes results reproducible bit for bit.
 //
 // Thread safety: not thread-safe as a whole; calls for different tables may
@@ -25,7 +28,10 @@ namespace gridsync {
 
 class ShardStore {
  public:
-  ShardStore(const Partition& partition, uint32_t shard, const AdamHyper& hyper);
+  // apply_updates: pushes carry updates from the workers' optimizers.
+  ShardStore(const Partition& partition, uint32_t shard, const AdamHyper& hyper,
+             bool apply_updates = false);
+  bool applies_updates() const { return apply_updates_; }
 
   uint32_t shard() const { return shard_; }
   uint32_t n_tables() const { return static_cast<uint32_t>(tables_.size()); }
@@ -35,7 +41,8 @@ class ShardStore {
   // the first offending row and its owner. Changes nothing.
   Status CheckOwnership(const wire::Block& block) const;
 
-  // grad[row] += values of the block (after ownership was checked).
+  // grad[row] += values of the block (after ownership was checked); with
+  // updates, also counts the push for each listed row.
   void Accumulate(const wire::Block& block);
 
   // Adam runs in pieces that may execute concurrently (distinct rows).
@@ -65,6 +72,7 @@ class ShardStore {
     std::vector<float> grad;
     std::vector<uint64_t> touched;       // one bit per local row
     std::vector<uint32_t> touched_rows;  // the same rows as a list: no scan of the bitmap
+    std::vector<uint32_t> pushes;        // updates only: pushes that listed the row, per local row
     bool dense_step = false;             // a dense push this step: every row steps (MLP)
     cpu::AdamTable adam;
   };
@@ -72,6 +80,7 @@ class ShardStore {
   const Partition& partition_;
   uint32_t shard_;
   AdamHyper hyper_;
+  bool apply_updates_;
   std::vector<Table> tables_;
   uint32_t steps_prepared_ = 0;  // an upper bound of any row's step count
 };

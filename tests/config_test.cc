@@ -555,8 +555,9 @@ TEST(ConfigToJsonTest, HasEveryKeyWithEnumsAsStrings) {
   EXPECT_EQ(j["distributed"].size(), 13u);
   EXPECT_EQ(j["training"].size(), 10u);
   EXPECT_EQ(j["task"].size(), 3u);
-  EXPECT_EQ(j["ps"].size(), 5u);  // staleness only under ssp
+  EXPECT_EQ(j["ps"].size(), 6u);  // staleness only under ssp
   EXPECT_EQ(j["ps"]["consistency"], "bsp");
+  EXPECT_EQ(j["ps"]["optimizer"], "auto");
   EXPECT_EQ(j["distributed"]["gradient_sync"], "nccl");
   EXPECT_EQ(j["distributed"]["batch_splitting"], "adaptive");
   EXPECT_EQ(j["distributed"]["mp_dim"], "both");
@@ -617,6 +618,29 @@ TEST(ConfigPsTest, KeysValidateAndStalenessNeedsSsp) {
   EXPECT_TRUE(Contains(consistency, "bsp")) << consistency;
   const std::string timeout = ErrorOf(R"({"distributed": {"timeout_s": 0}})");
   EXPECT_TRUE(Contains(timeout, "distributed.timeout_s")) << timeout;
+}
+
+TEST(ConfigPsTest, OptimizerPlacementResolves) {
+  EXPECT_EQ(Config{}.ps.optimizer, OptimizerPlacement::kAuto);
+  EXPECT_FALSE(Config{}.OptimizerOnWorkers());  // codec none: Adam on the shards
+  for (const char* codec : {"onebit", "topk", "randomk"}) {
+    Config c = ParseOk(std::string(R"({"compression": {"codec": ")") + codec + R"("}})");
+    EXPECT_TRUE(c.OptimizerOnWorkers()) << codec;
+    c.ps.optimizer = OptimizerPlacement::kShard;
+    EXPECT_FALSE(c.OptimizerOnWorkers()) << codec;
+  }
+  for (const char* codec : {"none", "fp16", "bf16", "int8", "qsgd"}) {
+    const Config c = ParseOk(std::string(R"({"compression": {"codec": ")") + codec + R"("}})");
+    EXPECT_FALSE(c.OptimizerOnWorkers()) << codec;
+  }
+  const Config worker = ParseOk(R"({"ps": {"optimizer": "worker"}})");
+  EXPECT_TRUE(worker.OptimizerOnWorkers());
+  EXPECT_EQ(worker.ToJson()["ps"]["optimizer"], "worker");
+  const std::string bad = ErrorOf(R"({"ps": {"optimizer": "server"}})");
+  EXPECT_TRUE(Contains(bad, "ps.optimizer")) << bad;
+  EXPECT_TRUE(Contains(bad, "auto")) << bad;
+  EXPECT_TRUE(Contains(bad, "shard")) << bad;
+  EXPECT_TRUE(Contains(bad, "worker")) << bad;
 }
 
 TEST(ConfigToJsonTest, RoundTrip) {

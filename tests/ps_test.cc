@@ -28,6 +28,7 @@
 #include "server/in_process_cluster.h"
 #include "server/ps_shard.h"
 #include "common/thread_pool.h"
+#include "kernels/cpu/adam.h"
 #include "kernels/cpu/codec.h"
 #include "kernels/cpu/hash_encoding.h"
 #include "worker/collective/local_collective.h"
@@ -36,6 +37,7 @@
 #include "worker/model.h"
 #include "worker/ps_trainer.h"
 #include "worker/trainer.h"
+#include "worker/worker_adam.h"
 #include "tests/test_util.h"
 
 namespace gridsync {
@@ -421,6 +423,11 @@ TEST(PsCompressionTest, CompressedPushesTrainAndNeverTouchUntouchedRows) {
       }
     }
     EXPECT_GT(moved, 0u) << codec;
+    // Lossy codecs with error feedback deliver what they held back as one more step.
+    EXPECT_TRUE(reports[0]->flushed_residuals) << codec;
+    for (auto* shard : cluster->shards) {
+      EXPECT_EQ(shard->stats().applied_steps, static_cast<uint64_t>(config.training.steps) + 1) << codec;
+    }
     EXPECT_EQ(moved_unread, 0u) << codec << ": rows no batch touched received updates";
     EXPECT_LT(reports[0]->bytes_pushed_per_step, SmallConfig(2, 2).training.batch_size * 64.0) << codec;
   }
@@ -472,6 +479,226 @@ TEST(PsCompressionTest, MalformedCompressedPayloadIsRefusedAndChangesNothing) {
   ASSERT_TRUE(reply.ok());
   EXPECT_EQ(reply->kind, wire::Kind::kPushAck) << reply->error.ToString();
   EXPECT_EQ(cluster->shards[0]->stats().applied_steps, 1u);
+}
+
+// ---- ps.optimizer = worker: Adam on the workers, updates on the wire ----
+
+TEST(WorkerAdamTest, UpdatesAreTheNegatedAdamStepAndZeroRowsAreDropped) {
+  const std::vector<TableInfo> tables = {{"grid", 100, 2}, {"mlp", 3, 4}};
+  auto partition = Partition::Make(tables, 1, ModelParallelDim::kRow);
+  ASSERT_TRUE(partition.ok());
+  AdamHyper hyper;
+  WorkerAdam adam(*partition, hyper);
+  // Reference: Adam applied in place, as on a shard.
+  cpu::AdamTable ref_grid, ref_mlp;
+  ref_grid.Resize(100, 2);
+  ref_mlp.Resize(3, 4);
+  std::vector<float> params_grid(200, 0.5f), params_mlp(12, -0.25f);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1e-3f);
+  for (int step = 0; step < 5; ++step) {
+    const std::vector<uint32_t> rows = {3, 17, 42, 99};
+    std::vector<float> grad(rows.size() * 2);
+    for (auto& g : grad) g = normal(rng);
+    grad[2] = grad[3] = 0.0f;  // row 17: no gradient, must not step
+    std::vector<float> mlp_grad(12);
+    for (auto& g : mlp_grad) g = step == 2 ? 0.0f : normal(rng);  // dense: steps anyway
+    const auto updates = adam.ToUpdates({{0, false, rows.data(), rows.size(), grad.data()},
+                                         {1, true, nullptr, 0, mlp_grad.data()}});
+    ASSERT_EQ(updates.size(), 2u);
+    ASSERT_EQ(updates[0].row_count, 3u);
+    EXPECT_EQ(updates[0].rows[0], 3u);
+    EXPECT_EQ(updates[0].rows[1], 42u);
+    EXPECT_EQ(updates[0].rows[2], 99u);
+    EXPECT_TRUE(updates[1].dense);
+    SparseRows sparse;
+    sparse.width = 2;
+    sparse.rows = rows;
+    sparse.values = grad;
+    const std::vector<float> before_grid = params_grid;
+    const std::vector<float> before_mlp = params_mlp;
+    cpu::AdamUpdateRows(hyper, sparse, 1.0f, params_grid.data(), &ref_grid);
+    cpu::AdamUpdateDense(hyper, mlp_grad.data(), 3, 1.0f, params_mlp.data(), &ref_mlp);
+    for (size_t i = 0; i < 3; ++i) {
+      for (uint32_t f = 0; f < 2; ++f) {
+        const size_t at = size_t{updates[0].rows[i]} * 2 + f;
+        const float applied = before_grid[at] + updates[0].values[i * 2 + f];
+        EXPECT_EQ(applied, params_grid[at]) << "step " << step << " row " << updates[0].rows[i];
+      }
+    }
+    EXPECT_EQ(params_grid[34], 0.5f);  // row 17 untouched
+    for (size_t i = 0; i < 12; ++i) EXPECT_EQ(before_mlp[i] + updates[1].values[i], params_mlp[i]) << i;
+  }
+  EXPECT_GT(adam.StateBytes(), 0u);
+}
+
+TEST(PsWorkerOptimizerTest, OneWorkerEndsBitForBitWhereAdamOnTheShardEnds) {
+  const ImageTask image = SmallImage();
+  std::vector<std::vector<float>> params;
+  for (OptimizerPlacement where : {OptimizerPlacement::kShard, OptimizerPlacement::kWorker}) {
+    Config config = SmallConfig(1, 2);
+    config.ps.optimizer = where;
+    auto cluster = Cluster::Start(config);
+    auto reports = cluster->Train(image);
+    ASSERT_TRUE(reports[0].ok()) << reports[0].status().ToString();
+    EXPECT_FALSE(reports[0]->flushed_residuals);  // no codec: nothing held back
+    params.push_back(FlattenParams(*reports[0]->model));
+  }
+  ExpectBitIdentical(params[0], params[1]);
+}
+
+TEST(PsWorkerOptimizerTest, TwoWorkersTrainAsWellAsAdamOnTheShard) {
+  const ImageTask image = SmallImage();
+  std::vector<double> loss;
+  for (OptimizerPlacement where : {OptimizerPlacement::kShard, OptimizerPlacement::kWorker}) {
+    Config config = SmallConfig(2, 2);
+    config.training.steps = 40;
+    config.ps.optimizer = where;
+    auto cluster = Cluster::Start(config);
+    auto reports = cluster->Train(image);
+    for (auto& r : reports) ASSERT_TRUE(r.ok()) << r.status().ToString();
+    loss.push_back(reports[0]->final_loss);
+  }
+  // Each worker normalises its own half-batch gradient: not the same
+  // numbers as Adam on the sum, but the same progress.
+  EXPECT_LT(loss[1], 1.25 * loss[0]) << "shard " << loss[0] << " worker " << loss[1];
+}
+
+TEST(PsWorkerOptimizerTest, ShardAveragesUpdatesOverThePushesListingTheRow) {
+  Config config = SmallConfig(2, 1);
+  config.ps.optimizer = OptimizerPlacement::kWorker;
+  auto cluster = Cluster::Start(config);
+  const Partition& partition = *cluster->partition;
+  std::vector<wire::TableShape> shapes;
+  for (uint32_t t = 0; t < partition.n_tables(); ++t) shapes.push_back({partition.table(t).rows, partition.table(t).width});
+  RawClient raw(cluster->shards[0]->endpoint());
+  auto push = [&](uint32_t worker, std::vector<uint32_t> rows, std::vector<float> values,
+                  wire::PushValues kind = wire::PushValues::kUpdates) {
+    wire::OutHeader h;
+    h.kind = wire::Kind::kPush;
+    h.request_id = 10 + worker;
+    h.worker_rank = worker;
+    h.num_workers = 2;
+    h.push_values = kind;
+    wire::OutBlock b;
+    b.table = 0;
+    b.width = 2;
+    b.row_count = static_cast<uint32_t>(rows.size());
+    b.rows = std::move(rows);
+    b.values = std::move(values);
+    std::vector<wire::OutBlock> blocks;
+    blocks.push_back(std::move(b));
+    return raw.Exchange(wire::Encode(h, std::move(blocks)), shapes);
+  };
+  // Gradients where updates are expected: refused, naming both.
+  auto refused = push(0, {1}, {1.0f, 1.0f}, wire::PushValues::kGradients);
+  ASSERT_TRUE(refused.ok());
+  ASSERT_EQ(refused->kind, wire::Kind::kError);
+  EXPECT_NE(refused->error.message().find("carries gradients"), std::string::npos) << refused->error.message();
+  EXPECT_NE(refused->error.message().find("allowed: updates"), std::string::npos) << refused->error.message();
+  // Worker 0 lists rows 1 and 2, worker 1 rows 2 and 3 (zero for row 3 still counts:
+  // a worker that touched a row but whose codec held its update back).
+  auto a = push(0, {1, 2}, {1.0f, 2.0f, 3.0f, 4.0f});
+  auto b = push(1, {2, 3}, {5.0f, 8.0f, 0.0f, 0.0f});
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a->kind, wire::Kind::kPushAck) << a->error.ToString();
+  ASSERT_EQ(b->kind, wire::Kind::kPushAck) << b->error.ToString();
+  wire::OutHeader h;
+  h.kind = wire::Kind::kPull;
+  h.request_id = 20;
+  h.min_version = 1;
+  wire::OutBlock q;
+  q.table = 0;
+  q.width = 2;
+  q.rows = {0, 1, 2, 3};
+  q.row_count = 4;
+  std::vector<wire::OutBlock> blocks;
+  blocks.push_back(std::move(q));
+  auto reply = raw.Exchange(wire::Encode(h, std::move(blocks)), shapes);
+  ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+  ASSERT_EQ(reply->kind, wire::Kind::kPullReply) << reply->error.ToString();
+  const auto& v = reply->blocks[0].values;
+  const std::vector<float> expected = {0, 0, 1, 2, (3 + 5) / 2.0f, (4 + 8) / 2.0f, 0, 0};
+  ASSERT_EQ(v.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) EXPECT_EQ(v[i], expected[i]) << i;
+
+  // And a shard running Adam refuses updates.
+  auto adam_cluster = Cluster::Start(SmallConfig(1, 1));
+  RawClient adam_raw(adam_cluster->shards[0]->endpoint());
+  wire::OutHeader u;
+  u.kind = wire::Kind::kPush;
+  u.request_id = 1;
+  u.num_workers = 1;
+  u.push_values = wire::PushValues::kUpdates;
+  auto no = adam_raw.Exchange(wire::Encode(u, {}), shapes);
+  ASSERT_TRUE(no.ok());
+  ASSERT_EQ(no->kind, wire::Kind::kError);
+  EXPECT_NE(no->error.message().find("carries updates; allowed: gradients"), std::string::npos)
+      << no->error.message();
+  EXPECT_EQ(adam_cluster->shards[0]->stats().applied_steps, 0u);
+}
+
+TEST(PsWorkerOptimizerTest, FlushDeliversExactlyWhatErrorFeedbackHeld) {
+  Config config = SmallConfig(1, 2);
+  config.compression.codec = "topk";
+  config.compression.ratio = 0.05;
+  config.compression.min_bytes = 0;
+  auto cluster = Cluster::Start(config);
+  auto model = HashGridModel::Create(cluster->config, 2, 3);
+  ASSERT_TRUE(model.ok());
+  PsWorkerOptions options;
+  options.rank = 0;
+  options.train.quiet = true;
+  auto session = JoinPsCluster(cluster->config, **model, options);
+  ASSERT_TRUE(session.ok()) << session.status().ToString();
+  PsClient& ps = *session->ps;
+  ASSERT_TRUE(ps.optimizer_on_worker());
+  const auto& layout = (*model)->layout();
+  const uint32_t F = layout.features();
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1e-3f);
+  const int steps = 6;
+  for (int step = 0; step < steps; ++step) {
+    std::vector<std::vector<uint32_t>> rows(layout.n_levels());
+    std::vector<std::vector<float>> values(layout.n_levels());
+    std::vector<TableRowsRef> push;
+    for (uint32_t l = 0; l < layout.n_levels(); ++l) {
+      for (uint32_t r = static_cast<uint32_t>(step); r < layout.level(l).rows; r += 7) rows[l].push_back(r);
+      for (size_t i = 0; i < rows[l].size() * F; ++i) values[l].push_back(normal(rng));
+      push.push_back({l, false, rows[l].data(), rows[l].size(), values[l].data()});
+    }
+    ASSERT_TRUE(ps.Push(wire::Kind::kPush, static_cast<uint64_t>(step), push).ok());
+  }
+  ASSERT_GT(ps.error_feedback().Entries(), 0u);
+  // What the shards hold, and what this worker still holds back.
+  ASSERT_TRUE(PullAllParams(ps, **model, steps).ok());
+  const std::vector<float> held_at_shards = (*model)->grid_params();
+  std::vector<float> expected = held_at_shards;
+  for (uint32_t l = 0; l < layout.n_levels(); ++l) {
+    for (uint32_t r = 0; r < layout.level(l).rows; ++r) {
+      const float* residual = ps.PendingUpdate(l, 0, r);
+      if (residual == nullptr) continue;
+      for (uint32_t f = 0; f < F; ++f) expected[(layout.level(l).row_offset + r) * F + f] += residual[f];
+    }
+  }
+  ASSERT_NE(expected, held_at_shards);
+  // A pull with the pending view shows the same numbers the flush will make real.
+  std::vector<TablePullRef> all;
+  for (uint32_t l = 0; l < layout.n_levels(); ++l) {
+    all.push_back({l, true, nullptr, 0, (*model)->grid_params().data() + layout.level(l).row_offset * F});
+  }
+  ASSERT_TRUE(ps.SendPull(steps, all).ok());
+  ASSERT_TRUE(ps.ReceivePull().ok());
+  ps.AddPendingUpdates(all);
+  ExpectBitIdentical((*model)->grid_params(), expected);
+
+  auto flushed = ps.FlushResiduals(steps, steps);
+  ASSERT_TRUE(flushed.ok()) << flushed.status().ToString();
+  EXPECT_TRUE(*flushed);
+  EXPECT_EQ(ps.error_feedback().Entries(), 0u);
+  ASSERT_TRUE(PullAllParams(ps, **model, steps + 1).ok());
+  ExpectBitIdentical((*model)->grid_params(), expected);
+  for (auto* shard : cluster->shards) EXPECT_EQ(shard->stats().applied_steps, static_cast<uint64_t>(steps) + 1);
 }
 
 TEST(PsShardTest, RowsOfAnotherShardAreRefused) {

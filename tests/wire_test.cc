@@ -148,6 +148,7 @@ TEST(WireRoundTripTest, PushSparseAndDenseBlocks) {
   h.shard = 2;
   h.min_version = 5;
   h.num_workers = 4;
+  h.push_values = PushValues::kUpdates;
   auto frames = ValidPush();
   // Re-encode with every header field set.
   {
@@ -180,6 +181,7 @@ TEST(WireRoundTripTest, PushSparseAndDenseBlocks) {
   EXPECT_EQ(m.shard, 2u);
   EXPECT_EQ(m.min_version, 5u);
   EXPECT_EQ(m.num_workers, 4u);
+  EXPECT_EQ(m.push_values, PushValues::kUpdates);
   EXPECT_TRUE(m.error.ok());
   EXPECT_EQ(m.bytes, total);
   ASSERT_EQ(m.blocks.size(), 2u);
@@ -590,6 +592,18 @@ TEST(WireDecodeTest, UnknownKindNumber) {
   frames.push_back(RawHeader(static_cast<schema::MessageKind>(42), {}));
   ExpectRefused(Decode(frames, Tables(), Limits{}), StatusCode::kInvalidArgument,
                 {"kind 42 unknown", "allowed: 0..7"});
+}
+
+TEST(WireDecodeTest, UnknownPushValues) {
+  capnp::MallocMessageBuilder builder;
+  auto h = builder.initRoot<schema::Header>();
+  h.setVersion(kProtocolVersion);
+  h.setKind(schema::MessageKind::PUSH);
+  h.setPushValues(static_cast<schema::PushValues>(5));
+  std::vector<zmq::message_t> frames;
+  frames.push_back(FrameOf(builder));
+  ExpectRefused(Decode(frames, Tables(), Limits{}), StatusCode::kInvalidArgument,
+                {"pushValues 5 unknown", "allowed: 0 (gradients) or 1 (updates)"});
 }
 
 TEST(WireDecodeTest, UnknownCodec) {

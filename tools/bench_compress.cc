@@ -744,6 +744,7 @@ int RunTrainSweep(const CompressArgs& args) {
       continue;
     }
     uint64_t wrong = 0;
+    const bool have0 = run->reports[0].ok();
     double push = 0, pull = 0;
     int ok_workers = 0;
     for (const auto& r : run->reports) {
@@ -757,9 +758,10 @@ int RunTrainSweep(const CompressArgs& args) {
       pull += r->bytes_pulled_per_step;
       ++ok_workers;
     }
-    for (uint64_t applied : run->applied_steps)
-      wrong += applied != static_cast<uint64_t>(args.steps);
-    const bool have0 = run->reports[0].ok();
+    // Plus the flush of error feedback's residuals after the last step.
+    const uint64_t expected_steps =
+        static_cast<uint64_t>(args.steps) + (have0 && run->reports[0]->flushed_residuals ? 1 : 0);
+    for (uint64_t applied : run->applied_steps) wrong += applied != expected_steps;
     const double psnr = have0 ? run->reports[0]->psnr : NAN;
     wrong += !std::isfinite(psnr);
     total_wrong += wrong;

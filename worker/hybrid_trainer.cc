@@ -209,14 +209,11 @@ Result<TrainReport> TrainImageHybrid(const Config& config, const ImageTask& imag
                                 : model->mlp_weights()[ti - levels].data();
       pulls.push_back({ti, false, pull_rows[ti].data(), pull_rows[ti].size(), dest});
     }
-    uint64_t min_version = step;  // bsp
-    if (config.ps.consistency == Consistency::kAsync) min_version = 0;
-    if (config.ps.consistency == Consistency::kSsp) {
-      min_version = step > static_cast<uint64_t>(config.ps.staleness) ? step - config.ps.staleness : 0;
-    }
+    const uint64_t min_version = MinVersionFor(config.ps, step);
     GRIDSYNC_RETURN_IF_ERROR(session.ps->SendPull(min_version, pulls));
     GRIDSYNC_ASSIGN_OR_RETURN(const uint64_t version, session.ps->ReceivePull());
     (void)version;
+    session.ps->AddPendingUpdates(pulls);  // before the node shares them
     // Share the pulled values inside the node.
     std::vector<size_t> value_counts(static_cast<size_t>(node_size));
     for (int l = 0; l < node_size; ++l) {
@@ -288,6 +285,10 @@ Result<TrainReport> TrainImageHybrid(const Config& config, const ImageTask& imag
                    session.ps->counters().bytes_pulled / 1e6 / done);
     }
   }
+  // Each local rank's slice residuals, delivered as one more step.
+  GRIDSYNC_ASSIGN_OR_RETURN(report.flushed_residuals,
+                            session.ps->FlushResiduals(static_cast<uint64_t>(t.steps),
+                                                         MinVersionFor(config.ps, static_cast<uint64_t>(t.steps))));
   report.steps = static_cast<uint64_t>(t.steps);
   report.samples = report.steps * batch;
   report.train_seconds = Since(loop_start);
@@ -299,7 +300,10 @@ Result<TrainReport> TrainImageHybrid(const Config& config, const ImageTask& imag
   GRIDSYNC_RETURN_IF_ERROR(session.coordinator->Barrier("done", static_cast<uint32_t>(d.world_size), session.me, timeout));
   if (rank == 0) {
     GRIDSYNC_RETURN_IF_ERROR(
-        PullAllParams(*session.ps, *model, config.ps.consistency == Consistency::kAsync ? 0 : report.steps));
+        PullAllParams(*session.ps, *model,
+                      config.ps.consistency == Consistency::kAsync
+                          ? 0
+                          : report.steps + (report.flushed_residuals ? 1 : 0)));
     GRIDSYNC_RETURN_IF_ERROR(EvaluateAndSave(*model, image, config, options.ps.train.write_png, &pool, &report));
     if (!options.ps.dump_params.empty()) GRIDSYNC_RETURN_IF_ERROR(WriteParams(options.ps.dump_params, *model));
   }

@@ -1,11 +1,13 @@
 #include "worker/ps_client.h"
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstring>
 
 #include "common/check.h"
 #include "common/counter_rng.h"
+#include "worker/worker_adam.h"
 
 namespace gridsync {
 namespace {
@@ -222,11 +224,84 @@ void PsClient::SetCompression(const CodecOptions& codec, bool error_feedback, si
   codec_seed_ = seed;
 }
 
+void PsClient::SetWorkerOptimizer(const AdamHyper& hyper) {
+  worker_adam_ = std::make_unique<WorkerAdam>(partition_, hyper);
+}
+
+namespace {
+// Residuals are kept per column slice of a table.
+uint32_t FeedbackKey(uint32_t table, uint32_t col_begin) { return table * 256 + col_begin; }
+}  // namespace
+
+void PsClient::AddPendingUpdates(const std::vector<TablePullRef>& tables) const {
+  if (worker_adam_ == nullptr || !use_feedback_) return;
+  for (const TablePullRef& ref : tables) {
+    const uint32_t width = partition_.table(ref.table).width;
+    const size_t n = ref.dense ? partition_.table(ref.table).rows : ref.row_count;
+    for (uint32_t g = 0; g < partition_.ColumnGroups(ref.table); ++g) {
+      const uint32_t col = partition_.ColBegin(ref.table, g);
+      const uint32_t key = FeedbackKey(ref.table, col);
+      if (feedback_.Entries(key) == 0) continue;
+      const uint32_t cw = partition_.ColWidth(ref.table);
+      for (size_t i = 0; i < n; ++i) {
+        const uint32_t row = ref.dense ? static_cast<uint32_t>(i) : ref.rows[i];
+        const float* residual = feedback_.Residual(key, row);
+        if (residual == nullptr) continue;
+        float* dest = ref.dest + size_t{row} * width + col;
+        for (uint32_t f = 0; f < cw; ++f) dest[f] += residual[f];
+      }
+    }
+  }
+}
+
+const float* PsClient::PendingUpdate(uint32_t table, uint32_t col_begin, uint32_t row) const {
+  return feedback_.Residual(FeedbackKey(table, col_begin), row);
+}
+
+Result<bool> PsClient::FlushResiduals(uint64_t step, uint64_t min_version) {
+  if (!use_feedback_) return false;
+  // Under bsp a shard refuses a push for a step it has not reached.
+  GRIDSYNC_RETURN_IF_ERROR(SendPull(min_version, {}));
+  GRIDSYNC_RETURN_IF_ERROR(ReceivePull().status().WithContext("waiting to flush the error-feedback residuals"));
+  struct Rows {
+    std::vector<uint32_t> rows;
+    std::vector<float> values;
+  };
+  std::vector<Rows> held(partition_.n_tables());
+  std::vector<TableRowsRef> refs;
+  for (uint32_t t = 0; t < partition_.n_tables(); ++t) {
+    const uint32_t width = partition_.table(t).width;
+    const uint32_t cw = partition_.ColWidth(t);
+    Rows& h = held[t];
+    for (uint32_t g = 0; g < partition_.ColumnGroups(t); ++g) {
+      const auto rows = feedback_.Rows(FeedbackKey(t, partition_.ColBegin(t, g)));
+      h.rows.insert(h.rows.end(), rows.begin(), rows.end());
+    }
+    std::sort(h.rows.begin(), h.rows.end());
+    h.rows.erase(std::unique(h.rows.begin(), h.rows.end()), h.rows.end());
+    if (h.rows.empty()) continue;
+    h.values.assign(h.rows.size() * width, 0.0f);
+    for (uint32_t g = 0; g < partition_.ColumnGroups(t); ++g) {
+      const uint32_t col = partition_.ColBegin(t, g);
+      for (size_t i = 0; i < h.rows.size(); ++i) {
+        const float* r = feedback_.Residual(FeedbackKey(t, col), h.rows[i]);
+        if (r != nullptr) std::memcpy(h.values.data() + i * width + col, r, cw * sizeof(float));
+      }
+    }
+    refs.push_back({t, false, h.rows.data(), h.rows.size(), h.values.data()});
+  }
+  feedback_.Clear();
+  flushing_ = true;
+  const Status status = Push(wire::Kind::kPush, step, refs);
+  flushing_ = false;
+  GRIDSYNC_RETURN_IF_ERROR(status.WithContext("flushing the error-feedback residuals"));
+  return true;
+}
+
 void PsClient::Compress(uint64_t step, uint32_t shard, wire::OutBlock* block) {
   const size_t n = block->values.size();
   if (n == 0 || n > kMaxCodecValues || n * sizeof(float) < min_bytes_) return;
-  // Residuals are kept per column slice of a table: a key per (table, slice).
-  const uint32_t key = block->table * 256 + block->col_begin;
+  const uint32_t key = FeedbackKey(block->table, block->col_begin);
   std::vector<uint32_t> dense_rows;
   const uint32_t* rows = block->rows.data();
   if (block->dense) {
@@ -237,15 +312,22 @@ void PsClient::Compress(uint64_t step, uint32_t shard, wire::OutBlock* block) {
   if (use_feedback_) feedback_.AddResidual(key, rows, block->row_count, block->width, block->values.data());
   block->codec = codec_;
   block->codec_seed = CounterRandom(codec_seed_, step, (uint64_t{block->table} << 32) | shard);
-  block->payload.resize(EncodedSize(codec_, n));
-  cpu::Encode(codec_, block->values.data(), n, block->codec_seed, block->payload.data());
+  block->payload.resize(EncodedSize(block->codec, n));
+  cpu::Encode(block->codec, block->values.data(), n, block->codec_seed, block->payload.data());
   if (use_feedback_) {
     std::vector<float> decoded(n);
     // Our own bytes: a failure here is a codec bug, not bad input.
-    const Status status = cpu::Decode(codec_, block->payload.data(), block->payload.size(), n,
+    const Status status = cpu::Decode(block->codec, block->payload.data(), block->payload.size(), n,
                                       block->codec_seed, decoded.data());
     GRIDSYNC_CHECK(status.ok());
     feedback_.StoreResidual(key, rows, block->row_count, block->width, block->values.data(), decoded.data());
+    // DGC's momentum factor masking: a sparsifying codec delivers a value
+    // after many steps; the momentum that built it up would otherwise keep
+    // pushing the same way.
+    if (worker_adam_ != nullptr && (codec_.codec == Codec::kTopk || codec_.codec == Codec::kRandomk)) {
+      worker_adam_->MaskMomentum(block->table, rows, block->row_count, block->col_begin, block->width,
+                                 decoded.data());
+    }
   }
   counters_.values_compressed += n;
   block->values.clear();
@@ -253,8 +335,11 @@ void PsClient::Compress(uint64_t step, uint32_t shard, wire::OutBlock* block) {
 
 Status PsClient::Push(wire::Kind kind, uint64_t step, const std::vector<TableRowsRef>& tables) {
   const auto start = Clock::now();
-  auto split = SplitAll(partition_, tables, /*with_values=*/true);
-  if (kind == wire::Kind::kPush && codec_.codec != Codec::kNone) {
+  // A flush carries what was computed already: no optimizer, no codec.
+  const bool updates = kind == wire::Kind::kPush && worker_adam_ != nullptr;
+  auto split = SplitAll(partition_, updates && !flushing_ ? worker_adam_->ToUpdates(tables) : tables,
+                        /*with_values=*/true);
+  if (kind == wire::Kind::kPush && codec_.codec != Codec::kNone && !flushing_) {
     for (uint32_t s = 0; s < split.size(); ++s) {
       for (auto& block : split[s]) Compress(step, s, &block);
     }
@@ -268,6 +353,7 @@ Status PsClient::Push(wire::Kind kind, uint64_t step, const std::vector<TableRow
     header.request_id = request_id;
     header.shard = s;
     header.num_workers = num_workers_;
+    if (updates) header.push_values = wire::PushValues::kUpdates;
     auto frames = wire::Encode(header, std::move(split[s]));
     for (const auto& f : frames) counters_.bytes_pushed += f.size();
     GRIDSYNC_RETURN_IF_ERROR(wire::SendMultipart(sockets_[s], frames).WithContext("push to shard " + std::to_string(s)));

@@ -25,8 +25,11 @@
 #include "common/sharding.h"
 #include "common/status.h"
 #include "common/wire/message.h"
+#include "kernels/adam_math.h"
 
 namespace gridsync {
+
+class WorkerAdam;
 
 // Rows of one table to send: row ids ascending (ignored when dense: every
 // row) and their values packed in the same order, full table width per row
@@ -86,6 +89,31 @@ class PsClient {
   void SetCompression(const CodecOptions& codec, bool error_feedback, size_t min_bytes, uint64_t seed);
   const cpu::ErrorFeedback& error_feedback() const { return feedback_; }
 
+  // After the last step: pushes, as step `step` and uncompressed, everything
+  // error feedback still holds (every row with a residual, full width), so
+  // the final parameters lack nothing this worker computed; then forgets the
+  // residuals. Under bsp/ssp every worker must flush (the shards count it as
+  // a step), and the push waits, as a step would, until the shards reached
+  // `min_version` (ps_trainer.h's MinVersionFor). Returns whether anything
+  // could have been held (a lossy codec with error feedback); when false
+  // nothing is sent.
+  Result<bool> FlushResiduals(uint64_t step, uint64_t min_version);
+  // This worker's pending update (error-feedback residual) of a row of the
+  // column slice starting at col_begin, or null.
+  const float* PendingUpdate(uint32_t table, uint32_t col_begin, uint32_t row) const;
+
+  // ps.optimizer = worker: Adam runs here (worker/worker_adam.h) and pushes
+  // carry its updates rather than gradients; compression and error feedback
+  // then apply to the updates.
+  void SetWorkerOptimizer(const AdamHyper& hyper);
+  bool optimizer_on_worker() const { return worker_adam_ != nullptr; }
+  // With the optimizer here and error feedback on: adds the updates this
+  // worker computed but its codec has not delivered yet (the residuals) to
+  // freshly pulled rows, so its next gradient sees its own pending updates
+  // rather than parameters they have yet to reach; without it Adam keeps
+  // pushing a delayed coordinate the same way and the late burst overshoots.
+  void AddPendingUpdates(const std::vector<TablePullRef>& tables) const;
+
  private:
   PsClient(const Partition& partition, uint32_t worker_rank, uint32_t num_workers,
            std::chrono::milliseconds timeout, wire::Limits limits);
@@ -109,6 +137,8 @@ class PsClient {
   size_t min_bytes_ = 0;
   uint64_t codec_seed_ = 0;
   cpu::ErrorFeedback feedback_;
+  std::unique_ptr<WorkerAdam> worker_adam_;
+  bool flushing_ = false;
   void Compress(uint64_t step, uint32_t shard, wire::OutBlock* block);
 
   uint64_t RequestIdOf(const std::vector<zmq::message_t>& frames) const;

@@ -29,6 +29,7 @@ struct PreparedStep {
   std::vector<float> positions;
   std::vector<float> targets;
   cpu::GridBatchLookup lookup;
+  std::vector<TablePullRef> pulls;  // valid until the next step is prepared
 };
 
 }  // namespace
@@ -56,6 +57,18 @@ Result<std::vector<float>> ReadParams(const std::string& path) {
   in.read(reinterpret_cast<char*>(flat.data()), static_cast<std::streamsize>(flat.size() * 4));
   if (!in) return Status::IOError("cannot read " + path);
   return flat;
+}
+
+uint64_t MinVersionFor(const PsConfig& ps, uint64_t step) {
+  switch (ps.consistency) {
+    case Consistency::kBsp:
+      return step;
+    case Consistency::kSsp:
+      return step > static_cast<uint64_t>(ps.staleness) ? step - static_cast<uint64_t>(ps.staleness) : 0;
+    case Consistency::kAsync:
+      return 0;
+  }
+  return step;
 }
 
 Status PullAllParams(PsClient& ps, HashGridModel& model, uint64_t min_version) {
@@ -105,6 +118,11 @@ Result<PsSession> JoinPsCluster(const Config& config, HashGridModel& model, cons
   session.ps->SetCompression(codec, config.compression.error_feedback,
                              static_cast<size_t>(config.compression.min_bytes),
                              Mix64(config.training.seed) ^ (uint64_t{session.rank} << 48));
+  if (config.OptimizerOnWorkers()) {
+    AdamHyper hyper;
+    hyper.learning_rate = static_cast<float>(config.training.learning_rate);
+    session.ps->SetWorkerOptimizer(hyper);
+  }
   if (!options.train.quiet) {
     spdlog::info("{}: cluster of {} shards and {} workers (map generation {}), {} tables", session.me,
                  session.map.shards.size(), session.map.workers.size(), session.map.generation, tables.size());
@@ -166,14 +184,7 @@ Result<TrainReport> TrainImagePs(const Config& config, const ImageTask& image,
   // push; async gains nothing from it but a step of extra staleness.
   const bool prefetch = config.ps.consistency == Consistency::kSsp && config.ps.staleness > 0;
 
-  auto min_version = [&](uint64_t step) -> uint64_t {
-    switch (config.ps.consistency) {
-      case Consistency::kBsp: return step;
-      case Consistency::kSsp: return step > static_cast<uint64_t>(config.ps.staleness) ? step - config.ps.staleness : 0;
-      case Consistency::kAsync: return 0;
-    }
-    return step;
-  };
+  auto min_version = [&](uint64_t step) { return MinVersionFor(config.ps, step); };
   auto prepare = [&](uint64_t step) -> Status {
     PreparedStep& prepared = prepared_steps[step % 2];
     image.SampleBatch(t.seed, step, slice_begin, slice, prepared.positions.data(), prepared.targets.data());
@@ -189,6 +200,7 @@ Result<TrainReport> TrainImagePs(const Config& config, const ImageTask& image,
     for (size_t i = 0; i < model->mlp_weights().size(); ++i) {
       pulls.push_back({levels + static_cast<uint32_t>(i), true, nullptr, 0, model->mlp_weights()[i].data()});
     }
+    prepared.pulls = pulls;
     return ps->SendPull(min_version(step), pulls);
   };
 
@@ -203,6 +215,7 @@ Result<TrainReport> TrainImagePs(const Config& config, const ImageTask& image,
   GRIDSYNC_RETURN_IF_ERROR(prepare(0));
   for (uint64_t step = 0; step < static_cast<uint64_t>(t.steps); ++step) {
     GRIDSYNC_ASSIGN_OR_RETURN(const uint64_t version, ps->ReceivePull());
+    ps->AddPendingUpdates(prepared_steps[step % 2].pulls);
     report.max_staleness = std::max<uint64_t>(report.max_staleness, step > version ? step - version : 0);
     const bool last = step + 1 == static_cast<uint64_t>(t.steps);
     // In bsp the next pull can only be answered after this step's push, so
@@ -249,6 +262,9 @@ Result<TrainReport> TrainImagePs(const Config& config, const ImageTask& image,
       interval_start = Clock::now();
     }
   }
+  // What error feedback still holds is delivered as one more step.
+  GRIDSYNC_ASSIGN_OR_RETURN(const bool flushed, ps->FlushResiduals(static_cast<uint64_t>(t.steps), min_version(t.steps)));
+  report.flushed_residuals = flushed;
   timed = std::chrono::duration<double>(Clock::now() - loop_start).count();
   report.steps = static_cast<uint64_t>(t.steps);
   report.samples = report.steps * slice;
@@ -264,7 +280,8 @@ Result<TrainReport> TrainImagePs(const Config& config, const ImageTask& image,
   GRIDSYNC_RETURN_IF_ERROR(coordinator->Barrier("done", workers, me, timeout));
   if (rank == 0) {
     // The final parameters: every row, once all workers' last pushes are in.
-    const uint64_t final_version = config.ps.consistency == Consistency::kAsync ? 0 : report.steps;
+    const uint64_t final_version =
+        config.ps.consistency == Consistency::kAsync ? 0 : report.steps + (flushed ? 1 : 0);
     GRIDSYNC_RETURN_IF_ERROR(PullAllParams(*ps, *model, final_version));
     GRIDSYNC_RETURN_IF_ERROR(EvaluateAndSave(*model, image, config, options.train.write_png, &pool, &report));
     if (!options.dump_params.empty()) GRIDSYNC_RETURN_IF_ERROR(WriteParams(options.dump_params, *model));

@@ -54,6 +54,11 @@ struct PsSession {
   std::unique_ptr<Partition> partition;  // the client refers to it
   std::unique_ptr<PsClient> ps;
 };
+// The parameter version a worker about to compute `step` must read:
+// bsp: step (every push of the steps before); ssp: step - staleness;
+// async: 0 (whatever is there).
+uint64_t MinVersionFor(const PsConfig& ps, uint64_t step);
+
 // Pulls every row of every table into the model (the final parameters, once
 // the shards reached `min_version`).
 Status PullAllParams(PsClient& ps, HashGridModel& model, uint64_t min_version);

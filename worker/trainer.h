@@ -47,6 +47,9 @@ struct TrainReport {
   double bytes_pulled_per_step = 0;
   double comm_seconds = 0;       // blocked in push acks and pull replies
   uint64_t max_staleness = 0;    // steps between the parameters read and the step computed
+  // ps/hybrid: one more push after the last step delivered what error
+  // feedback still held (PsClient::FlushResiduals); the shards applied steps + 1.
+  bool flushed_residuals = false;
   std::vector<uint64_t> split_counts;  // samples per worker in the last step (all-reduce modes)
 };
 

@@ -63,6 +63,14 @@ struct TableBlock {
   codecSeed @10 :UInt64;   # qsgd/randomk: the randomness both ends derive
 }
 
+# What a push's values are (ps.optimizer): gradients, for Adam on the shard,
+# or parameter updates computed by the worker's own Adam, which the shard
+# averages per row over the pushes that list the row and adds.
+enum PushValues {
+  gradients @0;
+  updates @1;
+}
+
 struct ShardStats {
   appliedSteps @0 :UInt64;   # steps applied (the shard's parameter version)
   pushes @1 :UInt64;
@@ -85,6 +93,7 @@ struct Header {
   error @8 :ErrorInfo;     # kind == error
   stats @9 :ShardStats;    # kind == statsReply
   numWorkers @10 :UInt32;  # push: workers expected to push this step (BSP/SSP)
+  pushValues @11 :PushValues;  # push: gradients or updates
 }
 
 # ---- Control plane ----

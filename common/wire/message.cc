@@ -115,6 +115,7 @@ struct RawHeader {
   uint32_t shard = 0;
   uint64_t min_version = 0;
   uint32_t num_workers = 0;
+  uint16_t push_values = 0;
   std::vector<RawBlock> blocks;
   uint32_t error_code = 0;
   std::string error_text;
@@ -186,6 +187,12 @@ Status ParseHeader(const zmq::message_t& frame, const Limits& limits, RawHeader&
     out.shard = header.getShard();
     out.min_version = header.getMinVersion();
     out.num_workers = header.getNumWorkers();
+    out.push_values = static_cast<uint16_t>(header.getPushValues());
+    if (out.push_values > static_cast<uint16_t>(PushValues::kUpdates)) {
+      return Status::InvalidArgument(fmt::format(
+          "frame 0 (header): pushValues {} unknown; allowed: 0 (gradients) or 1 (updates)",
+          out.push_values));
+    }
 
     auto blocks = header.getBlocks();
     if (blocks.size() > limits.max_blocks) {
@@ -262,6 +269,10 @@ auto RetryOnEintr(Fn&& fn) {
 
 }  // namespace
 
+const char* PushValuesName(PushValues v) {
+  return v == PushValues::kUpdates ? "updates" : "gradients";
+}
+
 const char* KindName(Kind kind) {
   switch (kind) {
     case Kind::kPush:
@@ -303,6 +314,7 @@ std::vector<zmq::message_t> Encode(const OutHeader& header, std::vector<OutBlock
   out.setShard(header.shard);
   out.setMinVersion(header.min_version);
   out.setNumWorkers(header.num_workers);
+  out.setPushValues(static_cast<schema::PushValues>(header.push_values));
   if (header.kind == Kind::kStatsReply) FillStats(header.stats, out.initStats());
 
   const bool rows = KindCarriesRows(header.kind);
@@ -395,6 +407,7 @@ Result<Message> Decode(const std::vector<zmq::message_t>& frames,
   message.shard = raw.shard;
   message.min_version = raw.min_version;
   message.num_workers = raw.num_workers;
+  message.push_values = static_cast<PushValues>(raw.push_values);
   const char* kind_name = KindName(message.kind);
 
   // Header-only checks first, so a wrong frame count is reported against a

@@ -57,6 +57,10 @@ struct TableShape {
   uint32_t width = 0;
 };
 
+// gridsync.capnp's PushValues.
+enum class PushValues : uint16_t { kGradients = 0, kUpdates = 1 };
+const char* PushValuesName(PushValues v);
+
 struct ShardStats {
   uint64_t applied_steps = 0;
   uint64_t pushes = 0;
@@ -96,6 +100,7 @@ struct Message {
   uint32_t shard = 0;
   uint64_t min_version = 0;
   uint32_t num_workers = 0;
+  PushValues push_values = PushValues::kGradients;
   std::vector<Block> blocks;
   Status error;       // kind == kError: the refusal, code and text
   ShardStats stats;   // kind == kStatsReply
@@ -129,6 +134,7 @@ struct OutHeader {
   uint32_t shard = 0;
   uint64_t min_version = 0;
   uint32_t num_workers = 0;
+  PushValues push_values = PushValues::kGradients;  // kPush
   ShardStats stats;  // kStatsReply
 };
 

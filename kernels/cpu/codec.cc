@@ -955,6 +955,16 @@ const float* ErrorFeedback::Residual(uint32_t table, uint32_t row) const {
   return it->second.arena.data() + size_t{slot->second} * it->second.width;
 }
 
+std::vector<uint32_t> ErrorFeedback::Rows(uint32_t table) const {
+  std::vector<uint32_t> rows;
+  const auto it = tables_.find(table);
+  if (it == tables_.end()) return rows;
+  rows.reserve(it->second.slot.size());
+  for (const auto& [row, slot] : it->second.slot) rows.push_back(row);
+  std::sort(rows.begin(), rows.end());
+  return rows;
+}
+
 size_t ErrorFeedback::ResidualBytes() const {
   size_t total = 0;
   for (const auto& [id, t] : tables_) total += t.arena.capacity() * sizeof(float);

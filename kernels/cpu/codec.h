@@ -321,6 +321,8 @@ class ErrorFeedback {
   size_t Entries(uint32_t table) const;
   // The row's `width` residual floats, or null when the row has no entry.
   const float* Residual(uint32_t table, uint32_t row) const;
+  // The rows of `table` holding a residual, ascending.
+  std::vector<uint32_t> Rows(uint32_t table) const;
   // Bytes held by residual values (the arenas' capacity).
   size_t ResidualBytes() const;
   void Clear() { tables_.clear(); }

@@ -1,0 +1,66 @@
+#include "worker/worker_adam.h"
+
+namespace gridsync {
+
+WorkerAdam::WorkerAdam(const Partition& partition, const AdamHyper& hyper)
+    : partition_(partition),
+      hyper_(hyper),
+      state_(partition.n_tables()),
+      out_(partition.n_tables()) {}
+
+std::vector<TableRowsRef> WorkerAdam::ToUpdates(const std::vector<TableRowsRef>& gradients) {
+  std::vector<TableRowsRef> updates;
+  updates.reserve(gradients.size());
+  for (const TableRowsRef& ref : gradients) {
+    const auto& info = partition_.table(ref.table);
+    const uint32_t w = info.width;
+    cpu::AdamTable& state = state_[ref.table];
+    if (state.step.empty()) state.Resize(info.rows, w);
+    Table& out = out_[ref.table];
+    out.rows.clear();
+    const size_t n = ref.dense ? info.rows : ref.row_count;
+    out.values.resize(n * w);
+    float* m = state.m.data();
+    float* v = state.v.data();
+    size_t kept = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const float* g = ref.values + i * w;
+      if (!ref.dense && !RowHasGradient(g, w)) continue;
+      const uint32_t row = ref.dense ? static_cast<uint32_t>(i) : ref.rows[i];
+      const float lr = state.StepSize(hyper_, ++state.step[row]);
+      float* u = out.values.data() + kept * w;
+      for (uint32_t f = 0; f < w; ++f) {
+        const size_t at = size_t{row} * w + f;
+        u[f] = -AdamStep(hyper_, lr, g[f], &m[at], &v[at]);
+      }
+      if (!ref.dense) out.rows.push_back(row);
+      ++kept;
+    }
+    if (!ref.dense && kept == 0) continue;
+    updates.push_back(
+        {ref.table, ref.dense, out.rows.data(), ref.dense ? 0 : kept, out.values.data()});
+  }
+  return updates;
+}
+
+void WorkerAdam::MaskMomentum(uint32_t table, const uint32_t* rows, size_t n, uint32_t col,
+                              uint32_t cw, const float* delivered) {
+  cpu::AdamTable& state = state_[table];
+  if (state.m.empty()) return;
+  const uint32_t w = partition_.table(table).width;
+  for (size_t i = 0; i < n; ++i) {
+    for (uint32_t f = 0; f < cw; ++f) {
+      if (delivered[i * cw + f] != 0.0f) state.m[size_t{rows[i]} * w + col + f] = 0.0f;
+    }
+  }
+}
+
+size_t WorkerAdam::StateBytes() const {
+  size_t bytes = 0;
+  for (const auto& s : state_) {
+    bytes += (s.m.size() + s.v.size()) * sizeof(float) + s.step.size() * sizeof(uint32_t);
+  }
+  return bytes;
+}
+
+}  // namespace gridsync

@@ -1,0 +1,58 @@
+// Adam on the worker, for ps.optimizer = worker: turns the gradient rows of
+// a push into parameter updates (the negated Adam step), which the shards
+// average per row and add.
+//
+// Why: lossy codecs with error feedback (onebit, topk) deliver a gradient in
+// late bursts or as alternating signs; Adam on the shard normalises each
+// burst to one step of size ~lr, so what error feedback carried over is
+// lost. Compressing the update after Adam's normalisation instead keeps
+// error feedback's promise: every update is delivered, some of it later
+// (the approach of 1-bit Adam and DGC, here with each worker's own m and v).
+//
+// Same rules as Adam on the shard (kernels/adam_math.h): per-row step
+// counts; a sparse row whose gradient is all zero does not step and is left
+// out of the push; dense tables (MLP weights) always step.
+//
+// Thread safety: not thread-safe; one per PsClient.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/sharding.h"
+#include "kernels/adam_math.h"
+#include "kernels/cpu/adam.h"
+#include "worker/ps_client.h"
+
+namespace gridsync {
+
+class WorkerAdam {
+ public:
+  WorkerAdam(const Partition& partition, const AdamHyper& hyper);
+
+  // The update rows for `gradients`: same tables, rows in the same order
+  // (sparse rows with no gradient dropped), values = -(Adam step). The
+  // returned refs point into this object's buffers and stay valid until the
+  // next call.
+  std::vector<TableRowsRef> ToUpdates(const std::vector<TableRowsRef>& gradients);
+
+  // Momentum factor masking: zeroes m where `delivered` (rows x cw values of
+  // columns [col, col+cw)) is non-zero.
+  void MaskMomentum(uint32_t table, const uint32_t* rows, size_t n, uint32_t col, uint32_t cw,
+                    const float* delivered);
+
+  // Optimizer state bytes held (tables get state on their first push).
+  size_t StateBytes() const;
+
+ private:
+  struct Table {
+    std::vector<uint32_t> rows;  // this push's update rows (sparse)
+    std::vector<float> values;   // and their updates
+  };
+  const Partition& partition_;
+  AdamHyper hyper_;
+  std::vector<cpu::AdamTable> state_;  // per table, empty until first used
+  std::vector<Table> out_;             // per table
+};
+
+}  // namespace gridsync
