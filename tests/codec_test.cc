@@ -690,6 +690,21 @@ TEST(ErrorFeedbackTest, MemoryOnlyForTouchedRows) {
     }
   }
   EXPECT_GE(feedback.ResidualBytes(), 3u * width * sizeof(float));
+  // The index: one page for rows 0..4095, not a slot per table row.
+  EXPECT_LE(feedback.IndexBytes(), 4096u * sizeof(uint32_t) + 256u);
+  EXPECT_EQ(feedback.Rows(7), touched);
+
+  // In place into a parameter array (rows of 6 floats, the slice at column 2).
+  std::vector<float> params(64 * 6, 1.0f);
+  feedback.AddResidualInPlace(7, nullptr, 64, params.data(), 6, 2);
+  for (uint32_t row = 0; row < 64; ++row) {
+    const float* residual = feedback.Residual(7, row);
+    for (uint32_t c = 0; c < 6; ++c) {
+      const bool in_slice = c >= 2 && c < 2 + width;
+      const float want = residual != nullptr && in_slice ? 1.0f + residual[c - 2] : 1.0f;
+      EXPECT_EQ(params[row * 6 + c], want) << row << "," << c;
+    }
+  }
 
   // A later step touching row 10 and a new row 99: row 10 gets its residual,
   // row 99 gets nothing, and no entry appears for it until it is stored.

@@ -200,41 +200,82 @@ TEST(PsClusterTest, MissingShardFailsWithTimeoutNamingIt) {
 // ---- gradient_sync hybrid: reduce-scatter in the node, PS across nodes ----
 
 
+// Hybrid workers as threads: nodes of the given sizes, in-process intra-node groups.
+std::vector<Result<TrainReport>> TrainHybrid(Cluster& cluster, const ImageTask& image, const std::vector<int>& sizes) {
+  int workers = 0;
+  for (int n : sizes) workers += n;
+  std::vector<std::vector<std::unique_ptr<LocalCollective>>> intra;
+  for (int n : sizes) intra.push_back(LocalCollective::CreateGroup(n, std::chrono::seconds(20), "intra"));
+  std::vector<Result<TrainReport>> reports(static_cast<size_t>(workers), Status::Internal("not run"));
+  std::vector<std::thread> threads;
+  for (int w = 0; w < workers; ++w) {
+    threads.emplace_back([&, w] {
+      HybridWorkerOptions options;
+      options.ps.rank = w;
+      options.ps.train.quiet = true;
+      options.ps.train.write_png = false;
+      options.intra_group = [&](PsSession&, int node, int local, int) -> Result<Collective*> {
+        return static_cast<Collective*>(intra[static_cast<size_t>(node)][static_cast<size_t>(local)].get());
+      };
+      reports[static_cast<size_t>(w)] = TrainImageHybrid(cluster.config, image, options);
+    });
+  }
+  for (auto& t : threads) t.join();
+  return reports;
+}
+
+Config HybridConfig(const std::vector<int>& sizes) {
+  int workers = 0;
+  for (int n : sizes) workers += n;
+  Config config = SmallConfig(workers, 2);
+  config.distributed.gradient_sync = GradientSync::kHybrid;
+  config.training.steps = 8;
+  for (size_t n = 0; n < sizes.size(); ++n) {
+    NodeConfig node;
+    node.name = std::string("node") + std::to_string(n);
+    node.workers = sizes[n];
+    config.distributed.nodes.push_back(node);
+  }
+  return config;
+}
+
 TEST(HybridTest, NodesOfTwoAndTwoAndOfOneAndThreeMatchSingleProcess) {
   const ImageTask image = SmallImage();
   for (const auto& sizes : std::vector<std::vector<int>>{{2, 2}, {1, 3}}) {
-    Config config = SmallConfig(4, 2);
-    config.distributed.gradient_sync = GradientSync::kHybrid;
-    config.training.steps = 8;
-    for (size_t n = 0; n < sizes.size(); ++n) {
-      NodeConfig node;
-      node.name = std::string("node") + std::to_string(n);
-      node.workers = sizes[n];
-      config.distributed.nodes.push_back(node);
-    }
+    const Config config = HybridConfig(sizes);
     auto cluster = Cluster::Start(config);
-    std::vector<std::vector<std::unique_ptr<LocalCollective>>> intra;
-    for (int n : sizes) intra.push_back(LocalCollective::CreateGroup(n, std::chrono::seconds(20), "intra"));
-    std::vector<Result<TrainReport>> reports(4, Status::Internal("not run"));
-    std::vector<std::thread> threads;
-    for (int w = 0; w < 4; ++w) {
-      threads.emplace_back([&, w] {
-        HybridWorkerOptions options;
-        options.ps.rank = w;
-        options.ps.train.quiet = true;
-        options.ps.train.write_png = false;
-        options.intra_group = [&](PsSession&, int node, int local, int) -> Result<Collective*> {
-          return static_cast<Collective*>(intra[static_cast<size_t>(node)][static_cast<size_t>(local)].get());
-        };
-        reports[static_cast<size_t>(w)] = TrainImageHybrid(cluster->config, image, options);
-      });
-    }
-    for (auto& t : threads) t.join();
+    auto reports = TrainHybrid(*cluster, image, sizes);
     for (auto& r : reports) ASSERT_TRUE(r.ok()) << r.status().ToString();
     EXPECT_GT(reports[0]->bytes_pushed_per_step, 0);
     ExpectWithinRounding(FlattenParams(*reports[0]->model), SingleProcessParams(cluster->config, image),
                          config.training.steps, config.training.learning_rate);
   }
+}
+
+TEST(HybridTest, TopkAcrossNodesTrainsWithAdamOnTheSliceOwnersAndFlushes) {
+  const ImageTask image = SmallImage();
+  const std::vector<int> sizes = {2, 2};
+  std::vector<double> loss, pushed;
+  for (const char* codec : {"none", "topk"}) {
+    Config config = HybridConfig(sizes);
+    config.training.steps = 30;
+    config.compression.codec = codec;
+    config.compression.ratio = 0.1;
+    config.compression.min_bytes = 0;
+    auto cluster = Cluster::Start(config);
+    auto reports = TrainHybrid(*cluster, image, sizes);
+    for (auto& r : reports) ASSERT_TRUE(r.ok()) << codec << ": " << r.status().ToString();
+    const bool lossy = std::string(codec) != "none";
+    EXPECT_EQ(reports[0]->flushed_residuals, lossy) << codec;
+    for (auto* shard : cluster->shards) {
+      EXPECT_EQ(shard->stats().applied_steps, 30u + (lossy ? 1 : 0)) << codec;
+    }
+    ASSERT_TRUE(std::isfinite(reports[0]->psnr)) << codec;
+    loss.push_back(reports[0]->final_loss);
+    pushed.push_back(reports[0]->bytes_pushed_per_step);
+  }
+  EXPECT_LT(pushed[1], 0.7 * pushed[0]) << "topk pushed " << pushed[1] << " B/step, none " << pushed[0];
+  EXPECT_LT(loss[1], 2.0 * loss[0]) << "topk loss " << loss[1] << ", none " << loss[0];
 }
 
 // ---- Malformed input over a real socket ----

@@ -240,16 +240,8 @@ void PsClient::AddPendingUpdates(const std::vector<TablePullRef>& tables) const 
     const size_t n = ref.dense ? partition_.table(ref.table).rows : ref.row_count;
     for (uint32_t g = 0; g < partition_.ColumnGroups(ref.table); ++g) {
       const uint32_t col = partition_.ColBegin(ref.table, g);
-      const uint32_t key = FeedbackKey(ref.table, col);
-      if (feedback_.Entries(key) == 0) continue;
-      const uint32_t cw = partition_.ColWidth(ref.table);
-      for (size_t i = 0; i < n; ++i) {
-        const uint32_t row = ref.dense ? static_cast<uint32_t>(i) : ref.rows[i];
-        const float* residual = feedback_.Residual(key, row);
-        if (residual == nullptr) continue;
-        float* dest = ref.dest + size_t{row} * width + col;
-        for (uint32_t f = 0; f < cw; ++f) dest[f] += residual[f];
-      }
+      feedback_.AddResidualInPlace(FeedbackKey(ref.table, col), ref.dense ? nullptr : ref.rows, n,
+                                   ref.dest, width, col);
     }
   }
 }

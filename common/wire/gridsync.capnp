@@ -2,10 +2,16 @@
 #
 # Data plane (worker <-> PS shard, ZeroMQ multipart): frame 0 is a Header;
 # the frames after it are raw little-endian payload, per TableBlock in order:
-#   push:      [row ids (UInt32 x rowCount), unless dense] [values]
+#   push:      [row ids, unless dense] [values]
 #   pull:      [row ids, unless dense]
 #   pullReply: [values]
 #   init:      [row ids, unless dense] [values]
+# Row ids are strictly ascending, in the block's rowEncoding:
+#   raw:         UInt32 x rowCount, little-endian (4 x rowCount bytes);
+#   deltaVarint: rowCount unsigned LEB128 varints and nothing else: the first
+#                row id, then each gap minus one (row[i] - row[i-1] - 1).
+# Senders pick deltaVarint when it is strictly smaller than raw (hash-grid
+# rows are dense enough that most gaps fit in one byte).
 # Values are `width` floats per row (codec none), packed in row order, or
 # with a codec the encoded bytes of those rowCount x width floats.
 #
@@ -49,6 +55,18 @@ enum Codec {
   randomk @7;
 }
 
+# How a sparse block's row-id frame is laid out. Dense blocks, and kinds
+# that carry no row ids (pullReply), must leave it at raw.
+enum RowEncoding {
+  raw @0;          # UInt32 x rowCount, little-endian; the default, so older
+                   # senders (which never set the field) stay valid
+  deltaVarint @1;  # rowCount unsigned LEB128 varints (7 bits per byte, low
+                   # group first, high bit = more follows, at most 5 bytes
+                   # and 32 bits each): the first row id, then each gap minus
+                   # one (rows are strictly ascending, so gaps are >= 1); the
+                   # frame holds exactly rowCount varints and nothing else
+}
+
 struct TableBlock {
   table @0 :UInt32;      # index into the cluster map's tables
   rowCount @1 :UInt32;   # rows carried
@@ -61,6 +79,7 @@ struct TableBlock {
   codecBits @8 :UInt8;     # qsgd: level bits
   codecBlock @9 :UInt32;   # int8: values per scale
   codecSeed @10 :UInt64;   # qsgd/randomk: the randomness both ends derive
+  rowEncoding @11 :RowEncoding;  # layout of the row-id frame (sparse only)
 }
 
 # What a push's values are (ps.optimizer): gradients, for Adam on the shard,

@@ -44,11 +44,16 @@ static_assert(static_cast<uint16_t>(Kind::kStatsReply) ==
               static_cast<uint16_t>(schema::MessageKind::STATS_REPLY));
 static_assert(static_cast<uint16_t>(Kind::kInit) ==
               static_cast<uint16_t>(schema::MessageKind::INIT));
+static_assert(static_cast<uint16_t>(RowEncoding::kRaw) ==
+              static_cast<uint16_t>(schema::RowEncoding::RAW));
+static_assert(static_cast<uint16_t>(RowEncoding::kDeltaVarint) ==
+              static_cast<uint16_t>(schema::RowEncoding::DELTA_VARINT));
 
 namespace {
 
 constexpr uint16_t kLastKind = static_cast<uint16_t>(Kind::kInit);
 constexpr uint16_t kLastCodec = static_cast<uint16_t>(schema::Codec::RANDOMK);
+constexpr uint16_t kLastRowEncoding = static_cast<uint16_t>(RowEncoding::kDeltaVarint);
 
 // A refusal names what is wrong; a kilobyte-long list of reasons would not
 // help the reader more, and an unbounded text could push the reply past the
@@ -80,6 +85,52 @@ zmq::message_t FrameFromHeader(capnp::MallocMessageBuilder& builder) {
   return frame;
 }
 
+// ---- deltaVarint row ids (layout in message.h and gridsync.capnp) ----
+
+// A 32-bit value takes at most 5 LEB128 bytes; the fifth holds bits 28..31.
+constexpr size_t kMaxVarintBytes = 5;
+constexpr size_t kNotAscending = std::numeric_limits<size_t>::max();
+
+// Bytes of `v` as an unsigned LEB128 varint. Branch-free, so that the sizing
+// pass over a million-row block vectorises.
+inline size_t VarintBytes(uint32_t v) {
+  return 1 + size_t{v >= (1u << 7)} + size_t{v >= (1u << 14)} + size_t{v >= (1u << 21)} +
+         size_t{v >= (1u << 28)};
+}
+
+// The exact deltaVarint size of `rows`, or kNotAscending when they are not
+// strictly ascending (the gaps would wrap; such a block goes raw, so that the
+// receiver's order check names the caller's mistake).
+size_t DeltaVarintBytes(const std::vector<uint32_t>& rows) {
+  if (rows.empty()) return 0;
+  size_t bytes = VarintBytes(rows[0]);
+  uint32_t bad = 0;
+  for (size_t i = 1; i < rows.size(); ++i) {
+    bad |= static_cast<uint32_t>(rows[i] <= rows[i - 1]);
+    bytes += VarintBytes(rows[i] - rows[i - 1] - 1);
+  }
+  return bad == 0 ? bytes : kNotAscending;
+}
+
+inline uint8_t* PutVarint(uint32_t v, uint8_t* out) {
+  while (v >= 0x80) {
+    *out++ = static_cast<uint8_t>(v | 0x80);
+    v >>= 7;
+  }
+  *out++ = static_cast<uint8_t>(v);
+  return out;
+}
+
+// `bytes` is DeltaVarintBytes(rows): one exact allocation, no growth.
+std::vector<uint8_t> EncodeDeltaVarint(const std::vector<uint32_t>& rows, size_t bytes) {
+  std::vector<uint8_t> frame(bytes);
+  if (rows.empty()) return frame;
+  uint8_t* out = PutVarint(rows[0], frame.data());
+  for (size_t i = 1; i < rows.size(); ++i) out = PutVarint(rows[i] - rows[i - 1] - 1, out);
+  GRIDSYNC_CHECK_EQ(static_cast<size_t>(out - frame.data()), bytes);
+  return frame;
+}
+
 void FillStats(const ShardStats& in, schema::ShardStats::Builder out) {
   out.setAppliedSteps(in.applied_steps);
   out.setPushes(in.pushes);
@@ -105,6 +156,7 @@ struct RawBlock {
   uint8_t codec_bits;
   uint32_t codec_block;
   uint64_t codec_seed;
+  uint16_t row_encoding;
 };
 
 struct RawHeader {
@@ -202,10 +254,10 @@ Status ParseHeader(const zmq::message_t& frame, const Limits& limits, RawHeader&
     }
     out.blocks.reserve(blocks.size());
     for (auto b : blocks) {
-      out.blocks.push_back(RawBlock{b.getTable(), b.getRowCount(), b.getDense(), b.getRowBegin(),
-                                    b.getColBegin(), b.getWidth(),
-                                    static_cast<uint16_t>(b.getCodec()), b.getCodecRatio(),
-                                    b.getCodecBits(), b.getCodecBlock(), b.getCodecSeed()});
+      out.blocks.push_back(RawBlock{
+          b.getTable(), b.getRowCount(), b.getDense(), b.getRowBegin(), b.getColBegin(),
+          b.getWidth(), static_cast<uint16_t>(b.getCodec()), b.getCodecRatio(), b.getCodecBits(),
+          b.getCodecBlock(), b.getCodecSeed(), static_cast<uint16_t>(b.getRowEncoding())});
     }
     if (out.kind == static_cast<uint16_t>(Kind::kError)) {
       auto error = header.getError();
@@ -240,6 +292,78 @@ const uint32_t* AlignedWords(const zmq::message_t& frame, Message& message) {
   return copy.data();
 }
 
+// Expands a deltaVarint row-id frame into `message.owned` and points `rows`
+// at it. Checks the bytes (varint length, 32-bit overflow, truncation, the
+// exact count); range and order are checked by the caller, as for raw ids.
+Status DecodeDeltaVarint(const zmq::message_t& frame, uint32_t row_count, size_t f, size_t block,
+                         uint32_t table, Message& message, std::span<const uint32_t>& rows) {
+  const auto* bytes = static_cast<const uint8_t*>(frame.data());
+  const size_t size = frame.size();
+  auto name = [&] { return FrameName(f, "row ids", block, table); };
+  // Every varint takes at least one byte. Refusing a short frame up front
+  // also bounds the allocation below by 4x the bytes actually received.
+  if (size < row_count) {
+    return Status::Corruption(fmt::format(
+        "{}: deltaVarint, {} bytes hold fewer varints than rowCount {}; allowed: 1 to {} bytes "
+        "per row id ({} to {} bytes)",
+        name(), size, row_count, kMaxVarintBytes, row_count,
+        uint64_t{row_count} * kMaxVarintBytes));
+  }
+  std::vector<uint32_t>& ids = message.owned.emplace_back(row_count);
+  size_t pos = 0;
+  uint64_t row = 0;
+  for (uint32_t r = 0; r < row_count; ++r) {
+    const size_t start = pos;
+    uint32_t v = 0;
+    for (unsigned shift = 0;; shift += 7) {
+      if (pos == size) {
+        if (shift == 0) {
+          return Status::Corruption(fmt::format(
+              "{}: deltaVarint, fewer varints than rowCount: the frame ends after {} of {}; "
+              "allowed: exactly rowCount varints",
+              name(), r, row_count));
+        }
+        return Status::Corruption(fmt::format(
+            "{}: deltaVarint, varint {} at byte {} truncated: the frame ends after {} byte(s) with "
+            "the continuation bit set; allowed: a last byte below 0x80",
+            name(), r, start, pos - start));
+      }
+      const uint8_t byte = bytes[pos++];
+      if (shift == 7 * (kMaxVarintBytes - 1) && byte > 0x0f) {
+        if ((byte & 0x80) != 0) {
+          return Status::Corruption(fmt::format(
+              "{}: deltaVarint, varint {} at byte {} longer than {} bytes; allowed: at most {} "
+              "bytes (32 bits)",
+              name(), r, start, kMaxVarintBytes, kMaxVarintBytes));
+        }
+        return Status::Corruption(fmt::format(
+            "{}: deltaVarint, varint {} at byte {} overflows 32 bits (fifth byte 0x{:02x}); "
+            "allowed: a fifth byte of at most 0x0f",
+            name(), r, start, unsigned{byte}));
+      }
+      v |= static_cast<uint32_t>(byte & 0x7f) << shift;
+      if ((byte & 0x80) == 0) break;
+    }
+    const uint64_t next = r == 0 ? uint64_t{v} : row + 1 + v;
+    if (next > std::numeric_limits<uint32_t>::max()) {
+      return Status::InvalidArgument(fmt::format(
+          "{}: deltaVarint, row at index {} overflows 32 bits: row {} + 1 + varint {} = {}; "
+          "allowed: row ids up to {}",
+          name(), r, row, v, next, std::numeric_limits<uint32_t>::max()));
+    }
+    row = next;
+    ids[r] = static_cast<uint32_t>(row);
+  }
+  if (pos != size) {
+    return Status::Corruption(fmt::format(
+        "{}: deltaVarint, {} trailing bytes after rowCount {} varints ({} bytes); allowed: "
+        "exactly rowCount varints and nothing else",
+        name(), size - pos, row_count, pos));
+  }
+  rows = std::span<const uint32_t>(ids.data(), ids.size());
+  return Status::OK();
+}
+
 constexpr size_t kAllFinite = std::numeric_limits<size_t>::max();
 
 size_t FirstNonFinite(std::span<const float> values) {
@@ -268,6 +392,16 @@ auto RetryOnEintr(Fn&& fn) {
 }
 
 }  // namespace
+
+const char* RowEncodingName(RowEncoding e) {
+  switch (e) {
+    case RowEncoding::kRaw:
+      return "raw";
+    case RowEncoding::kDeltaVarint:
+      return "deltaVarint";
+  }
+  return "unknown";
+}
 
 const char* PushValuesName(PushValues v) {
   return v == PushValues::kUpdates ? "updates" : "gradients";
@@ -348,9 +482,19 @@ std::vector<zmq::message_t> Encode(const OutHeader& header, std::vector<OutBlock
       block.setCodecBlock(b.codec.block);
       block.setCodecSeed(b.codec_seed);
     }
-    if (rows && !b.dense) frames.push_back(FrameFromVector(std::move(b.rows)));
+    if (rows && !b.dense) {
+      // Pick the smaller layout; a tie goes raw (zero copy on both ends).
+      const size_t varint_bytes = b.raw_rows ? kNotAscending : DeltaVarintBytes(b.rows);
+      if (varint_bytes < b.rows.size() * sizeof(uint32_t)) {
+        block.setRowEncoding(schema::RowEncoding::DELTA_VARINT);
+        frames.push_back(FrameFromVector(EncodeDeltaVarint(b.rows, varint_bytes)));
+      } else {
+        frames.push_back(FrameFromVector(std::move(b.rows)));
+      }
+    }
     if (values) {
-      frames.push_back(compressed ? FrameFromVector(std::move(b.payload)) : FrameFromVector(std::move(b.values)));
+      frames.push_back(compressed ? FrameFromVector(std::move(b.payload))
+                                  : FrameFromVector(std::move(b.values)));
     }
   }
   frames[0] = FrameFromHeader(builder);
@@ -410,6 +554,9 @@ Result<Message> Decode(const std::vector<zmq::message_t>& frames,
   message.push_values = static_cast<PushValues>(raw.push_values);
   const char* kind_name = KindName(message.kind);
 
+  const bool carries_rows = KindCarriesRows(message.kind);
+  const bool carries_values = KindCarriesValues(message.kind);
+
   // Header-only checks first, so a wrong frame count is reported against a
   // header already known to make sense.
   std::vector<bool> seen(tables.size(), false);
@@ -434,6 +581,18 @@ Result<Message> Decode(const std::vector<zmq::message_t>& frames,
           "block {} (table {}): codec {} unknown; allowed: 0..{} (none, fp16, bf16, int8, qsgd, "
           "onebit, topk, randomk)",
           i, b.table, b.codec, kLastCodec));
+    }
+    if (b.row_encoding > kLastRowEncoding) {
+      return Status::InvalidArgument(fmt::format(
+          "block {} (table {}): rowEncoding {} unknown; allowed: 0 (raw) or 1 (deltaVarint)", i,
+          b.table, b.row_encoding));
+    }
+    if (b.row_encoding != static_cast<uint16_t>(RowEncoding::kRaw) && (b.dense || !carries_rows)) {
+      return Status::InvalidArgument(fmt::format(
+          "block {} (table {}): rowEncoding {} on a {}, which has no row-id frame; allowed: 0 "
+          "(raw)",
+          i, b.table, RowEncodingName(static_cast<RowEncoding>(b.row_encoding)),
+          b.dense ? std::string("dense block") : fmt::format("{} block", kind_name)));
     }
     if (b.codec != 0) {
       CodecOptions options{static_cast<Codec>(b.codec), b.codec_ratio, b.codec_bits, b.codec_block};
@@ -468,8 +627,6 @@ Result<Message> Decode(const std::vector<zmq::message_t>& frames,
     }
   }
 
-  const bool carries_rows = KindCarriesRows(message.kind);
-  const bool carries_values = KindCarriesValues(message.kind);
   size_t expected_frames = 1;
   for (const RawBlock& b : raw.blocks) {
     expected_frames += (carries_rows && !b.dense ? 1 : 0) + (carries_values ? 1 : 0);
@@ -503,14 +660,22 @@ Result<Message> Decode(const std::vector<zmq::message_t>& frames,
     if (carries_rows && !b.dense) {
       const size_t f = next++;
       const zmq::message_t& frame = frames[f];
-      const uint64_t expected = uint64_t{b.row_count} * sizeof(uint32_t);
-      if (frame.size() != expected) {
-        return Status::InvalidArgument(
-            fmt::format("{}: {} bytes, expected {} ({} rows x 4-byte ids)",
-                        FrameName(f, "row ids", i, b.table), frame.size(), expected, b.row_count));
+      block.row_encoding = static_cast<RowEncoding>(b.row_encoding);
+      if (block.row_encoding == RowEncoding::kDeltaVarint) {
+        GRIDSYNC_RETURN_IF_ERROR(
+            DecodeDeltaVarint(frame, b.row_count, f, i, b.table, message, block.rows));
+      } else {
+        const uint64_t expected = uint64_t{b.row_count} * sizeof(uint32_t);
+        if (frame.size() != expected) {
+          return Status::InvalidArgument(fmt::format(
+              "{}: {} bytes, expected {} ({} rows x 4-byte ids)",
+              FrameName(f, "row ids", i, b.table), frame.size(), expected, b.row_count));
+        }
+        const uint32_t* ids = AlignedWords(frame, message);
+        block.rows = std::span<const uint32_t>(ids, b.row_count);
       }
-      const uint32_t* ids = AlignedWords(frame, message);
-      block.rows = std::span<const uint32_t>(ids, b.row_count);
+      // Delta decoding gives ascending ids by construction; both layouts
+      // still pass the same range and order checks.
       for (size_t r = 0; r < block.rows.size(); ++r) {
         const uint32_t row = block.rows[r];
         if (row >= shape.rows) {
@@ -530,17 +695,22 @@ Result<Message> Decode(const std::vector<zmq::message_t>& frames,
     if (carries_values && b.codec != 0) {
       const size_t f = next++;
       const zmq::message_t& frame = frames[f];
-      block.codec = CodecOptions{static_cast<Codec>(b.codec), b.codec_ratio, b.codec_bits, b.codec_block};
+      block.codec =
+          CodecOptions{static_cast<Codec>(b.codec), b.codec_ratio, b.codec_bits, b.codec_block};
       block.codec_seed = b.codec_seed;
       const uint64_t count = uint64_t{b.row_count} * b.width;
       if (count > kMaxCodecValues) {
-        return Status::InvalidArgument(fmt::format("{}: {} values; allowed: at most {} per compressed block",
-                                                   FrameName(f, "values", i, b.table), count, kMaxCodecValues));
+        return Status::InvalidArgument(
+            fmt::format("{}: {} values; allowed: at most {} per compressed block",
+                        FrameName(f, "values", i, b.table), count, kMaxCodecValues));
       }
-      if (Status size = CheckPayloadSize(block.codec, frame.size(), static_cast<size_t>(count)); !size.ok()) {
-        return Status::InvalidArgument(fmt::format("{}: {}", FrameName(f, "values", i, b.table), size.message()));
+      if (Status size = CheckPayloadSize(block.codec, frame.size(), static_cast<size_t>(count));
+          !size.ok()) {
+        return Status::InvalidArgument(
+            fmt::format("{}: {}", FrameName(f, "values", i, b.table), size.message()));
       }
-      block.payload = std::span<const uint8_t>(static_cast<const uint8_t*>(frame.data()), frame.size());
+      block.payload =
+          std::span<const uint8_t>(static_cast<const uint8_t*>(frame.data()), frame.size());
     } else if (carries_values) {
       const size_t f = next++;
       const zmq::message_t& frame = frames[f];
@@ -582,9 +752,9 @@ Result<Message> Decode(const std::vector<zmq::message_t>& frames,
   return message;
 }
 
-Result<std::vector<zmq::message_t>> ReceiveMultipart(zmq::socket_t& socket, int timeout_ms,
-                                                     const Limits& limits, int envelope_frames,
-                                                     std::vector<zmq::message_t>* refused_envelope) {
+Result<std::vector<zmq::message_t>> ReceiveMultipart(
+    zmq::socket_t& socket, int timeout_ms, const Limits& limits, int envelope_frames,
+    std::vector<zmq::message_t>* refused_envelope) {
   GRIDSYNC_CHECK_GE(envelope_frames, 0);
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + std::chrono::milliseconds(std::max(timeout_ms, 0));

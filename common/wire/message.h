@@ -6,9 +6,20 @@
 // payload vectors into the frames without copying them. Decode() checks
 // everything a hostile or broken peer could get wrong (frame count, header
 // size, Cap'n Proto traversal and nesting limits, protocol version, kinds,
-// table ids, row ranges and order, column ranges, frame lengths against the
-// header, finite values) and returns a Status naming the problem and what is
-// allowed; it never asserts or aborts on input.
+// table ids, row encodings, row ranges and order, column ranges, frame
+// lengths against the header, finite values) and returns a Status naming the
+// problem and what is allowed; it never asserts or aborts on input.
+//
+// Row ids of a sparse block travel in one of two layouts (RowEncoding):
+//   raw:         rowCount little-endian uint32 (4 bytes a row), zero copy;
+//   deltaVarint: rowCount unsigned LEB128 varints (at most 5 bytes, 32 bits
+//                each): rows[0], then rows[i] - rows[i-1] - 1 for i >= 1;
+//                the frame holds exactly those varints.
+// Encode() picks deltaVarint exactly when its size, the sum of
+// VarintBytes(v) = 1 + [v >= 2^7] + [v >= 2^14] + [v >= 2^21] + [v >= 2^28]
+// over the values above, is below 4 * rowCount (OutBlock::raw_rows forces
+// raw). A hash-grid push has small gaps, so its row ids shrink from 32 to
+// about 8 bits a row. Decode() expands deltaVarint into Message::owned.
 //
 // Thread safety: free functions, reentrant. A decoded Message refers into the
 // frames it was decoded from (zero copy) and must not outlive them.
@@ -18,7 +29,6 @@
 #include <span>
 #include <string>
 #include <vector>
-
 #include <zmq.hpp>
 
 #include "common/status.h"
@@ -57,6 +67,10 @@ struct TableShape {
   uint32_t width = 0;
 };
 
+// gridsync.capnp's RowEncoding: the layout of a sparse block's row-id frame.
+enum class RowEncoding : uint16_t { kRaw = 0, kDeltaVarint = 1 };
+const char* RowEncodingName(RowEncoding e);
+
 // gridsync.capnp's PushValues.
 enum class PushValues : uint16_t { kGradients = 0, kUpdates = 1 };
 const char* PushValuesName(PushValues v);
@@ -72,7 +86,7 @@ struct ShardStats {
 };
 
 // A block as decoded: spans into the received frames (or into Message-owned
-// copies when a frame was not 4-byte aligned).
+// storage when a frame was not 4-byte aligned, or row ids came deltaVarint).
 struct Block {
   uint32_t table = 0;
   uint32_t row_count = 0;
@@ -80,8 +94,9 @@ struct Block {
   uint32_t row_begin = 0;  // dense only
   uint32_t col_begin = 0;
   uint32_t width = 0;
-  std::span<const uint32_t> rows;  // empty when dense
-  std::span<const float> values;   // empty when the kind carries no values or is compressed
+  std::span<const uint32_t> rows;                // empty when dense; always plain ascending ids
+  RowEncoding row_encoding = RowEncoding::kRaw;  // how `rows` travelled
+  std::span<const float> values;  // empty when the kind carries no values or is compressed
   // Compressed values (codec.codec != kNone): the receiver decodes payload
   // (the exact size is checked here; the contents by cpu::Decode).
   CodecOptions codec;
@@ -102,11 +117,12 @@ struct Message {
   uint32_t num_workers = 0;
   PushValues push_values = PushValues::kGradients;
   std::vector<Block> blocks;
-  Status error;       // kind == kError: the refusal, code and text
-  ShardStats stats;   // kind == kStatsReply
-  uint64_t bytes = 0; // total bytes of all frames
+  Status error;        // kind == kError: the refusal, code and text
+  ShardStats stats;    // kind == kStatsReply
+  uint64_t bytes = 0;  // total bytes of all frames
 
-  // Backing store for frames that had to be copied for alignment.
+  // Backing store for frames that had to be copied for alignment, and for
+  // row ids expanded from deltaVarint. Moving a Message keeps spans valid.
   std::vector<std::vector<uint32_t>> owned;
 };
 
@@ -117,9 +133,12 @@ struct OutBlock {
   uint32_t row_begin = 0;
   uint32_t col_begin = 0;
   uint32_t width = 0;
-  uint32_t row_count = 0;       // must equal rows.size() unless dense
-  std::vector<uint32_t> rows;   // sparse only; strictly ascending
-  std::vector<float> values;    // row_count * width, for kinds that carry values
+  uint32_t row_count = 0;      // must equal rows.size() unless dense
+  std::vector<uint32_t> rows;  // sparse only; strictly ascending
+  // Send rows raw (zero copy) even where deltaVarint would be smaller: for
+  // tests and benchmarks. By default Encode picks the smaller layout.
+  bool raw_rows = false;
+  std::vector<float> values;  // row_count * width, for kinds that carry values
   // With a codec, `payload` (EncodedSize bytes) travels instead of values.
   CodecOptions codec;
   uint64_t codec_seed = 0;
@@ -135,7 +154,7 @@ struct OutHeader {
   uint64_t min_version = 0;
   uint32_t num_workers = 0;
   PushValues push_values = PushValues::kGradients;  // kPush
-  ShardStats stats;  // kStatsReply
+  ShardStats stats;                                 // kStatsReply
 };
 
 // Which payload frames a kind carries after the header, per block.

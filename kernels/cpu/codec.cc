@@ -898,18 +898,35 @@ Status Decode(const CodecOptions& options, const uint8_t* bytes, size_t size, si
 // ---------------------------------------------------------------------------
 // ErrorFeedback.
 
+const ErrorFeedback::Table* ErrorFeedback::FindTable(uint32_t table) const {
+  const auto it = tables_.find(table);
+  return it == tables_.end() ? nullptr : &it->second;
+}
+
 void ErrorFeedback::AddResidual(uint32_t table, const uint32_t* rows, size_t n_rows,
                                 uint32_t width, float* values) const {
-  const auto it = tables_.find(table);
-  if (it == tables_.end()) return;
-  const Table& t = it->second;
-  GRIDSYNC_CHECK_EQ(t.width, width);
+  const Table* t = FindTable(table);
+  if (t == nullptr) return;
+  GRIDSYNC_CHECK_EQ(t->width, width);
   for (size_t r = 0; r < n_rows; ++r) {
-    const auto slot = t.slot.find(rows[r]);
-    if (slot == t.slot.end()) continue;
-    const float* residual = t.arena.data() + size_t{slot->second} * width;
+    const float* residual = t->Find(rows[r]);
+    if (residual == nullptr) continue;
     float* v = values + r * width;
     for (uint32_t f = 0; f < width; ++f) v[f] += residual[f];
+  }
+}
+
+void ErrorFeedback::AddResidualInPlace(uint32_t table, const uint32_t* rows, size_t n,
+                                       float* params, size_t row_stride, size_t col) const {
+  const Table* t = FindTable(table);
+  if (t == nullptr || t->row_of_slot.empty()) return;
+  const uint32_t width = t->width;
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t row = rows != nullptr ? rows[i] : static_cast<uint32_t>(i);
+    const float* residual = t->Find(row);
+    if (residual == nullptr) continue;
+    float* p = params + size_t{row} * row_stride + col;
+    for (uint32_t f = 0; f < width; ++f) p[f] += residual[f];
   }
 }
 
@@ -919,48 +936,50 @@ void ErrorFeedback::StoreResidual(uint32_t table, const uint32_t* rows, size_t n
   Table& t = tables_[table];
   if (t.width == 0) t.width = width;
   GRIDSYNC_CHECK_EQ(t.width, width);
+  constexpr uint32_t kPageRows = 1u << kPageBits;
   for (size_t r = 0; r < n_rows; ++r) {
     const float* c = corrected + r * width;
     const float* d = decoded + r * width;
-    auto slot = t.slot.find(rows[r]);
-    if (slot == t.slot.end()) {
+    const uint32_t row = rows[r];
+    const size_t page = row >> kPageBits;
+    uint32_t* slot = nullptr;
+    if (page < t.pages.size() && t.pages[page]) slot = &t.pages[page][row & (kPageRows - 1)];
+    if (slot == nullptr || *slot == 0) {
       bool zero = true;
       for (uint32_t f = 0; f < width; ++f) zero &= (c[f] - d[f]) == 0.0f;
       if (zero) continue;
-      const auto next = static_cast<uint32_t>(t.slot.size());
-      slot = t.slot.emplace(rows[r], next).first;
+      if (page >= t.pages.size()) t.pages.resize(page + 1);
+      if (!t.pages[page]) t.pages[page] = std::make_unique<uint32_t[]>(kPageRows);  // zeroed
+      slot = &t.pages[page][row & (kPageRows - 1)];
+      t.row_of_slot.push_back(row);
+      *slot = static_cast<uint32_t>(t.row_of_slot.size());
       t.arena.resize(t.arena.size() + width);
     }
-    float* residual = t.arena.data() + size_t{slot->second} * width;
+    float* residual = t.arena.data() + size_t{*slot - 1} * width;
     for (uint32_t f = 0; f < width; ++f) residual[f] = c[f] - d[f];
   }
 }
 
 size_t ErrorFeedback::Entries() const {
   size_t total = 0;
-  for (const auto& [id, t] : tables_) total += t.slot.size();
+  for (const auto& [id, t] : tables_) total += t.row_of_slot.size();
   return total;
 }
 
 size_t ErrorFeedback::Entries(uint32_t table) const {
-  const auto it = tables_.find(table);
-  return it == tables_.end() ? 0 : it->second.slot.size();
+  const Table* t = FindTable(table);
+  return t == nullptr ? 0 : t->row_of_slot.size();
 }
 
 const float* ErrorFeedback::Residual(uint32_t table, uint32_t row) const {
-  const auto it = tables_.find(table);
-  if (it == tables_.end()) return nullptr;
-  const auto slot = it->second.slot.find(row);
-  if (slot == it->second.slot.end()) return nullptr;
-  return it->second.arena.data() + size_t{slot->second} * it->second.width;
+  const Table* t = FindTable(table);
+  return t == nullptr ? nullptr : t->Find(row);
 }
 
 std::vector<uint32_t> ErrorFeedback::Rows(uint32_t table) const {
-  std::vector<uint32_t> rows;
-  const auto it = tables_.find(table);
-  if (it == tables_.end()) return rows;
-  rows.reserve(it->second.slot.size());
-  for (const auto& [row, slot] : it->second.slot) rows.push_back(row);
+  const Table* t = FindTable(table);
+  if (t == nullptr) return {};
+  std::vector<uint32_t> rows = t->row_of_slot;
   std::sort(rows.begin(), rows.end());
   return rows;
 }
@@ -968,6 +987,15 @@ std::vector<uint32_t> ErrorFeedback::Rows(uint32_t table) const {
 size_t ErrorFeedback::ResidualBytes() const {
   size_t total = 0;
   for (const auto& [id, t] : tables_) total += t.arena.capacity() * sizeof(float);
+  return total;
+}
+
+size_t ErrorFeedback::IndexBytes() const {
+  size_t total = 0;
+  for (const auto& [id, t] : tables_) {
+    total += t.pages.capacity() * sizeof(t.pages[0]) + t.row_of_slot.capacity() * sizeof(uint32_t);
+    for (const auto& page : t.pages) total += page ? (size_t{1} << kPageBits) * sizeof(uint32_t) : 0;
+  }
   return total;
 }
 

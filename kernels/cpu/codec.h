@@ -75,6 +75,7 @@
 #include <cstdint>
 #include <cstring>
 #include <iosfwd>
+#include <memory>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -295,13 +296,18 @@ void RandomkIndices(uint64_t seed, size_t n, uint32_t k, uint32_t* indices);
 // owed.
 //
 // Memory is kept only for rows that were touched, and a row's residual is
-// only ever added back when that row is touched again. The reason: a sign
-// codec such as onebit sends +-scale for every value it carries; if residual
-// memory were dense, or were flushed into rows the step did not touch, those
-// rows would receive +-scale pushes they never earned, and the shard's
-// skip-untouched Adam (which leaves untouched rows' moments alone) would see
-// them as touched and move them. Storing a zero residual for a row that has
-// no entry is skipped, so lossless codecs cost no memory.
+// only ever added back when that row is touched again (or delivered whole
+// by the final flush, PsClient::FlushResiduals, to rows that earned it).
+// The reason: a sign codec such as onebit sends +-scale for every value it
+// carries; if residual memory were dense, or were flushed into rows the step
+// did not touch, those rows would receive +-scale pushes they never earned,
+// and the shard's skip-untouched Adam (which leaves untouched rows' moments
+// alone) would see them as touched and move them. Storing a zero residual
+// for a row that has no entry is skipped, so lossless codecs cost no memory.
+//
+// Rows find their residual through a paged index (4096 rows a page, pages
+// allocated on first store): one array lookup per row on the hot path, and
+// index memory only for the stretches of a table that were touched.
 //
 // A table's row width is fixed by its first StoreResidual; a later call with
 // another width is a bug (checked).
@@ -311,6 +317,10 @@ class ErrorFeedback {
   // entry add nothing. Creates no entries.
   void AddResidual(uint32_t table, const uint32_t* rows, size_t n_rows, uint32_t width,
                    float* values) const;
+  // The same into a full parameter array: params[row * row_stride + col + f]
+  // += residual(row)[f], for rows[0..n) (or rows 0..n when rows is null).
+  void AddResidualInPlace(uint32_t table, const uint32_t* rows, size_t n, float* params,
+                          size_t row_stride, size_t col) const;
   // residual(row) = corrected - decoded (both n_rows x width), for each row.
   // Rows must be distinct within a call.
   void StoreResidual(uint32_t table, const uint32_t* rows, size_t n_rows, uint32_t width,
@@ -325,14 +335,27 @@ class ErrorFeedback {
   std::vector<uint32_t> Rows(uint32_t table) const;
   // Bytes held by residual values (the arenas' capacity).
   size_t ResidualBytes() const;
+  // Bytes held by the row index pages.
+  size_t IndexBytes() const;
   void Clear() { tables_.clear(); }
 
  private:
+  static constexpr uint32_t kPageBits = 12;
   struct Table {
     uint32_t width = 0;
-    std::unordered_map<uint32_t, uint32_t> slot;  // row -> index into arena / width
-    std::vector<float> arena;                     // slots x width, in order of first touch
+    // page (row >> kPageBits) -> per row, slot + 1 (0: no entry)
+    std::vector<std::unique_ptr<uint32_t[]>> pages;
+    std::vector<uint32_t> row_of_slot;
+    std::vector<float> arena;  // slots x width, in order of first touch
+
+    const float* Find(uint32_t row) const {
+      const size_t page = row >> kPageBits;
+      if (page >= pages.size() || !pages[page]) return nullptr;
+      const uint32_t slot = pages[page][row & ((1u << kPageBits) - 1)];
+      return slot == 0 ? nullptr : arena.data() + size_t{slot - 1} * width;
+    }
   };
+  const Table* FindTable(uint32_t table) const;
   std::unordered_map<uint32_t, Table> tables_;
 };
 
