@@ -972,7 +972,15 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
     r.Double("ratio", &c.ratio, 0.0, /*lo_open=*/true, 1.0);
     r.Int("bits", &c.bits, 1, 8);
     r.Int("block", &c.block, 1, 65536);
-    r.Bool("error_feedback", &c.error_feedback);
+    // Unset, error feedback follows the codec: on for the biased ones; off
+    // for qsgd and randomk, which are unbiased by rescaling, so their
+    // residual is (1 - n/k) times what they kept and feeding it back
+    // diverges (measured: gridsync-bench compress --train).
+    if (r.Has("error_feedback")) {
+      r.Bool("error_feedback", &c.error_feedback);
+    } else {
+      c.error_feedback = c.codec != "qsgd" && c.codec != "randomk";
+    }
     r.Int("min_bytes", &c.min_bytes, 0, 1 << 30);
     r.Bool("pull", &c.pull);
     r.ReportUnknownKeys();
@@ -1091,8 +1099,7 @@ bool Config::OptimizerOnWorkers() const {
     case OptimizerPlacement::kAuto:
       break;
   }
-  const std::string& c = compression.codec;
-  return c == "onebit" || c == "topk" || c == "randomk";
+  return compression.codec != "none";
 }
 
 Status Config::CheckRunnable(bool standalone) const {

@@ -38,8 +38,9 @@ enum class TaskType { kImage, kSdf, kNerf };
 enum class Consistency { kBsp, kSsp, kAsync };
 // Where Adam runs under ps/hybrid: on the shards (pushes carry gradients)
 // or on each worker (pushes carry parameter updates, which the shards
-// average per row). auto: workers for the biased codecs (onebit, topk,
-// randomk), whose error feedback fights Adam's normalisation on the shards.
+// average per row). auto: on the workers whenever a codec is on: Adam on
+// the shards normalises each late burst error feedback delivers down to one
+// step, and compressing the update instead loses less for every codec.
 enum class OptimizerPlacement { kAuto, kShard, kWorker };
 enum class CollectiveKind { kAuto, kNccl, kGloo };
 
@@ -132,7 +133,9 @@ struct CompressionConfig {
   double ratio = 0.01;         // (0, 1]: topk/randomk fraction of values kept
   int bits = 4;                // 1..8: qsgd level bits
   int block = 256;             // 1..65536: int8 values per scale
-  bool error_feedback = true;  // keep the compression residual of touched rows and add it back
+  // Keep the compression residual of touched rows and add it back. Unset:
+  // true, except for the unbiased qsgd and randomk.
+  bool error_feedback = true;
   int min_bytes = 4096;        // 0..2^30: smaller blocks travel uncompressed
   bool pull = false;           // also compress pull replies (no error feedback)
 };

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <bit>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 namespace gridsync {
@@ -55,11 +55,10 @@ Status ShardStore::CheckOwnership(const wire::Block& block) const {
     last_block = row / kRowBlock;
     const uint32_t owner = partition_.Owner(block.table, row, table.column_group);
     if (owner != shard_) {
-      return Status::InvalidArgument("table " + std::to_string(block.table) + " (" + info.name +
-                                     "): row " + std::to_string(row) + " belongs to shard " +
-                                     std::to_string(owner) + ", not shard " +
-                                     std::to_string(shard_) +
-                                     "; allowed: rows of this shard's blocks (common/sharding.h)");
+      return Status::InvalidArgument(
+          "table " + std::to_string(block.table) + " (" + info.name + "): row " +
+          std::to_string(row) + " belongs to shard " + std::to_string(owner) + ", not shard " +
+          std::to_string(shard_) + "; allowed: rows of this shard's blocks (common/sharding.h)");
     }
   }
   return Status::OK();

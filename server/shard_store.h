@@ -7,8 +7,8 @@
 // never updated. With the optimizer on the workers (ps.optimizer), pushes
 // carry parameter updates instead: they are summed the same way, each row
 // counting the pushes that listed it, and a row moves by the mean of the
-// updates it received; the shard keeps no Adam state then. Callers sum pushes in worker-rank order, which fixes the
-// float reduction order and makes results reproducible bit for bit.
+// updates it received; the shard keeps no Adam state then. Callers sum pushes in worker-rank order,
+// which fixes the float reduction order and makes results reproducible bit for bit.
 //
 // Thread safety: not thread-safe as a whole; calls for different tables may
 // run concurrently (each touches only its table's state).

@@ -623,14 +623,10 @@ TEST(ConfigPsTest, KeysValidateAndStalenessNeedsSsp) {
 TEST(ConfigPsTest, OptimizerPlacementResolves) {
   EXPECT_EQ(Config{}.ps.optimizer, OptimizerPlacement::kAuto);
   EXPECT_FALSE(Config{}.OptimizerOnWorkers());  // codec none: Adam on the shards
-  for (const char* codec : {"onebit", "topk", "randomk"}) {
+  for (const char* codec : {"fp16", "bf16", "int8", "qsgd", "onebit", "topk", "randomk"}) {
     Config c = ParseOk(std::string(R"({"compression": {"codec": ")") + codec + R"("}})");
     EXPECT_TRUE(c.OptimizerOnWorkers()) << codec;
     c.ps.optimizer = OptimizerPlacement::kShard;
-    EXPECT_FALSE(c.OptimizerOnWorkers()) << codec;
-  }
-  for (const char* codec : {"none", "fp16", "bf16", "int8", "qsgd"}) {
-    const Config c = ParseOk(std::string(R"({"compression": {"codec": ")") + codec + R"("}})");
     EXPECT_FALSE(c.OptimizerOnWorkers()) << codec;
   }
   const Config worker = ParseOk(R"({"ps": {"optimizer": "worker"}})");
@@ -641,6 +637,23 @@ TEST(ConfigPsTest, OptimizerPlacementResolves) {
   EXPECT_TRUE(Contains(bad, "auto")) << bad;
   EXPECT_TRUE(Contains(bad, "shard")) << bad;
   EXPECT_TRUE(Contains(bad, "worker")) << bad;
+}
+
+TEST(ConfigCompressionTest, ErrorFeedbackDefaultFollowsTheCodec) {
+  for (const char* codec : {"none", "fp16", "bf16", "int8", "onebit", "topk"}) {
+    const Config c = ParseOk(std::string(R"({"compression": {"codec": ")") + codec + R"("}})");
+    EXPECT_TRUE(c.compression.error_feedback) << codec;
+  }
+  for (const char* codec : {"qsgd", "randomk"}) {
+    const Config c = ParseOk(std::string(R"({"compression": {"codec": ")") + codec + R"("}})");
+    EXPECT_FALSE(c.compression.error_feedback) << codec;
+    EXPECT_EQ(c.ToJson()["compression"]["error_feedback"], false) << codec;
+    // An explicit value wins, either way.
+    const Config on = ParseOk(std::string(R"({"compression": {"error_feedback": true, "codec": ")") + codec + R"("}})");
+    EXPECT_TRUE(on.compression.error_feedback) << codec;
+  }
+  const Config off = ParseOk(R"({"compression": {"codec": "topk", "error_feedback": false}})");
+  EXPECT_FALSE(off.compression.error_feedback);
 }
 
 TEST(ConfigToJsonTest, RoundTrip) {

@@ -39,7 +39,9 @@
 // tests/ps_test.cc builds one: the real coordinator (port 0), --shards real
 // PsShards each registered through its own CoordinatorClient, and --workers
 // threads in TrainImagePs, with bsp, the same seeds and data for every codec,
-// error feedback on and compression.min_bytes = --min-bytes. Rows: rank 0's
+// compression.min_bytes = --min-bytes, and error feedback and ps.optimizer
+// as the config resolves them for the codec (columns ef and adam; --set
+// overrides them for every codec). Rows: rank 0's
 // final PSNR, its difference from none's, the bytes each worker pushed and
 // pulled per step (mean over workers, as PsClient counts them: whole
 // messages of the training steps; PsSession resets the counters after rank
@@ -639,7 +641,6 @@ int RunCodecTable(const CompressArgs& args) {
 // ---------------------------------------------------------------------------
 // --train.
 
-
 struct TrainRun {
   std::vector<Result<TrainReport>> reports;
   std::vector<uint64_t> applied_steps;  // per shard
@@ -649,7 +650,8 @@ struct TrainRun {
 // One codec's run: a fresh cluster, the workers as threads.
 Result<TrainRun> RunCluster(const Config& config, const ImageTask& image) {
   const auto start = Clock::now();
-  GRIDSYNC_ASSIGN_OR_RETURN(std::unique_ptr<InProcessCluster> cluster, InProcessCluster::Start(config));
+  GRIDSYNC_ASSIGN_OR_RETURN(std::unique_ptr<InProcessCluster> cluster,
+                            InProcessCluster::Start(config));
   TrainRun run;
   const int workers = config.distributed.world_size;
   run.reports.assign(workers, Status::Internal("not run"));
@@ -686,7 +688,7 @@ int RunTrainSweep(const CompressArgs& args) {
          "training.batch_size=" + std::to_string(batch),
          "training.threads=" + std::to_string(args.threads), "training.log_every=0",
          "compression.codec=" + codec, "compression.ratio=" + Fmt("%.17g", args.ratio),
-         "compression.bits=" + std::to_string(args.bits), "compression.error_feedback=true",
+         "compression.bits=" + std::to_string(args.bits),
          "compression.min_bytes=" + std::to_string(args.min_bytes)});
     Status status = config.ok() ? config->CheckRunnable(false) : config.status();
     if (status.ok()) status = CodecFromConfig(config->compression).status();
@@ -711,14 +713,18 @@ int RunTrainSweep(const CompressArgs& args) {
   std::printf("%s\n", ModelLine(c0, *image).c_str());
   std::printf(
       "# %d steps, global batch %d, %d workers x %d threads, %d shards x %d threads, bsp; "
-      "error feedback on, min_bytes %d; %s\n",
+      "min_bytes %d; %s\n",
       c0.training.steps, c0.training.batch_size, c0.distributed.world_size, c0.training.threads,
       c0.ps.shards, c0.ps.threads, c0.compression.min_bytes, CodecSettings(c0.compression).c_str());
   std::printf(
       "# psnr: rank 0 after the last step; push/pull_B/step: per worker (mean), whole "
       "messages of the training steps (the one-off initial push is not counted); "
-      "push_ratio = none's push_B / this push_B; train_s, comm_s: rank 0\n");
+      "push_ratio = none's push_B / this push_B (the flush of error feedback's residuals after "
+      "the last step included); ef: error feedback; adam: where Adam ran (ps.optimizer); train_s, "
+      "comm_s: rank 0\n");
   Table table({{"codec", 8},
+               {"ef", 3},
+               {"adam", 6},
                {"steps", 6},
                {"psnr_dB", 8},
                {"dpsnr_dB", 8},
@@ -774,9 +780,11 @@ int RunTrainSweep(const CompressArgs& args) {
       none_push = push;
     }
     const auto num = [](const char* f, double v) { return std::isfinite(v) ? Fmt(f, v) : "-"; };
-    table.AddRow({codec, std::to_string(args.steps), num("%.2f", psnr),
-                  num("%+.2f", psnr - none_psnr), num("%.0f", ok_workers ? push : NAN),
-                  num("%.0f", ok_workers ? pull : NAN), num("%.2f", none_push / push),
+    table.AddRow({codec, configs[i].compression.error_feedback ? "on" : "off",
+                  configs[i].OptimizerOnWorkers() ? "worker" : "shard", std::to_string(args.steps),
+                  num("%.2f", psnr), num("%+.2f", psnr - none_psnr),
+                  num("%.0f", ok_workers ? push : NAN), num("%.0f", ok_workers ? pull : NAN),
+                  num("%.2f", none_push / push),
                   num("%.1f", have0 ? run->reports[0]->train_seconds : NAN),
                   num("%.1f", have0 ? run->reports[0]->comm_seconds : NAN),
                   Fmt("%.1f", run->wall_seconds), std::to_string(wrong)});
@@ -802,7 +810,7 @@ int RunTrainSweep(const CompressArgs& args) {
      << GnuplotQuote("PSNR after " + std::to_string(c0.training.steps) +
                      " steps vs bytes pushed (" + std::to_string(c0.distributed.world_size) +
                      " workers, " + std::to_string(c0.ps.shards) + " shards, batch " +
-                     std::to_string(c0.training.batch_size) + ", bsp, error feedback)")
+                     std::to_string(c0.training.batch_size) + ", bsp)")
      << "\n"
      << "set xlabel 'bytes pushed per step per worker'\nset ylabel 'PSNR (dB)'\n"
      << "set logscale x\nset grid\nset offsets graph 0.1, graph 0.1, graph 0.1, graph 0.1\n"

@@ -1,8 +1,8 @@
 #include "worker/ps_client.h"
 
 #include <algorithm>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 
 #include "common/check.h"
@@ -30,7 +30,8 @@ PsClient::PsClient(const Partition& partition, uint32_t worker_rank, uint32_t nu
 
 PsClient::~PsClient() = default;
 
-Result<std::unique_ptr<PsClient>> PsClient::Connect(const ClusterMap& map, const Partition& partition,
+Result<std::unique_ptr<PsClient>> PsClient::Connect(const ClusterMap& map,
+                                                    const Partition& partition,
                                                     uint32_t worker_rank, uint32_t num_workers,
                                                     std::chrono::milliseconds timeout,
                                                     wire::Limits limits) {
@@ -39,7 +40,8 @@ Result<std::unique_ptr<PsClient>> PsClient::Connect(const ClusterMap& map, const
                                    " shards, the partition expects " +
                                    std::to_string(partition.shards()));
   }
-  std::unique_ptr<PsClient> client(new PsClient(partition, worker_rank, num_workers, timeout, limits));
+  std::unique_ptr<PsClient> client(
+      new PsClient(partition, worker_rank, num_workers, timeout, limits));
   for (const auto& shard : map.shards) {
     try {
       zmq::socket_t socket(client->context_, zmq::socket_type::dealer);
@@ -135,8 +137,9 @@ std::vector<std::vector<wire::OutBlock>> SplitAll(const Partition& partition,
 
 }  // namespace
 
-Status PsClient::AwaitReplies(uint64_t request_id, wire::Kind expected,
-                              const std::function<Status(uint32_t, const wire::Message&)>& on_reply) {
+Status PsClient::AwaitReplies(
+    uint64_t request_id, wire::Kind expected,
+    const std::function<Status(uint32_t, const wire::Message&)>& on_reply) {
   std::vector<wire::TableShape> shapes;
   for (uint32_t t = 0; t < partition_.n_tables(); ++t) {
     shapes.push_back({partition_.table(t).rows, partition_.table(t).width});
@@ -144,10 +147,18 @@ Status PsClient::AwaitReplies(uint64_t request_id, wire::Kind expected,
   std::vector<bool> done(sockets_.size(), false);
   size_t remaining = sockets_.size();
   // Handles one reply; returns true when it answered `request_id`.
-  auto handle = [&](uint32_t s, const std::vector<zmq::message_t>& frames, bool* answered) -> Status {
+  auto handle = [&](uint32_t s, const std::vector<zmq::message_t>& frames,
+                    bool* answered) -> Status {
     *answered = false;
     auto message = wire::Decode(frames, shapes, limits_);
     if (!message.ok()) return message.status().WithContext("reply from shard " + std::to_string(s));
+    // Request ids start at 1: an Error for request 0 answers a message the
+    // shard could not read at all, so it is ours and nothing else will come.
+    if (message->kind == wire::Kind::kError && message->request_id == 0) {
+      return message->error.WithContext("shard " + std::to_string(s) +
+                                        " could not read a message of worker " +
+                                        std::to_string(worker_rank_));
+    }
     if (message->request_id != request_id) return Status::OK();
     if (message->kind == wire::Kind::kError) {
       return message->error.WithContext("shard " + std::to_string(s) + " refused request " +
@@ -155,7 +166,8 @@ Status PsClient::AwaitReplies(uint64_t request_id, wire::Kind expected,
     }
     if (message->kind != expected) {
       return Status::Corruption("shard " + std::to_string(s) + " answered " +
-                                wire::KindName(message->kind) + ", expected " + wire::KindName(expected));
+                                wire::KindName(message->kind) + ", expected " +
+                                wire::KindName(expected));
     }
     counters_.bytes_pulled += expected == wire::Kind::kPullReply ? message->bytes : 0;
     GRIDSYNC_RETURN_IF_ERROR(on_reply(s, *message));
@@ -183,12 +195,15 @@ Status PsClient::AwaitReplies(uint64_t request_id, wire::Kind expected,
       items.push_back({sockets_[s].handle(), 0, ZMQ_POLLIN, 0});
       which.push_back(s);
     }
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) {
       std::string missing;
-      for (uint32_t s : which) missing += (missing.empty() ? "" : ", ") + std::to_string(s) + " (" + endpoints_[s] + ")";
-      return Status::Timeout("no " + std::string(wire::KindName(expected)) + " from shards [" + missing +
-                             "] within " + std::to_string(timeout_.count() / 1000.0).substr(0, 5) +
+      for (uint32_t s : which)
+        missing += (missing.empty() ? "" : ", ") + std::to_string(s) + " (" + endpoints_[s] + ")";
+      return Status::Timeout("no " + std::string(wire::KindName(expected)) + " from shards [" +
+                             missing + "] within " +
+                             std::to_string(timeout_.count() / 1000.0).substr(0, 5) +
                              " s (worker " + std::to_string(worker_rank_) + ")");
     }
     try {
@@ -201,7 +216,8 @@ Status PsClient::AwaitReplies(uint64_t request_id, wire::Kind expected,
       const uint32_t s = which[k];
       auto frames = wire::ReceiveMultipart(sockets_[s], 0, limits_);
       if (!frames.ok()) return frames.status().WithContext("shard " + std::to_string(s));
-      if (request_id != pull_request_ && pull_request_ != 0 && RequestIdOf(*frames) == pull_request_) {
+      if (request_id != pull_request_ && pull_request_ != 0 &&
+          RequestIdOf(*frames) == pull_request_) {
         // The reply to the outstanding pull, early: keep it for ReceivePull.
         stashed_[s] = std::move(*frames);
         continue;
@@ -254,7 +270,8 @@ Result<bool> PsClient::FlushResiduals(uint64_t step, uint64_t min_version) {
   if (!use_feedback_) return false;
   // Under bsp a shard refuses a push for a step it has not reached.
   GRIDSYNC_RETURN_IF_ERROR(SendPull(min_version, {}));
-  GRIDSYNC_RETURN_IF_ERROR(ReceivePull().status().WithContext("waiting to flush the error-feedback residuals"));
+  GRIDSYNC_RETURN_IF_ERROR(
+      ReceivePull().status().WithContext("waiting to flush the error-feedback residuals"));
   struct Rows {
     std::vector<uint32_t> rows;
     std::vector<float> values;
@@ -290,9 +307,9 @@ Result<bool> PsClient::FlushResiduals(uint64_t step, uint64_t min_version) {
   return true;
 }
 
-void PsClient::Compress(uint64_t step, uint32_t shard, wire::OutBlock* block) {
+Status PsClient::Compress(uint64_t step, uint32_t shard, wire::OutBlock* block) {
   const size_t n = block->values.size();
-  if (n == 0 || n > kMaxCodecValues || n * sizeof(float) < min_bytes_) return;
+  if (n == 0 || n > kMaxCodecValues || n * sizeof(float) < min_bytes_) return Status::OK();
   const uint32_t key = FeedbackKey(block->table, block->col_begin);
   std::vector<uint32_t> dense_rows;
   const uint32_t* rows = block->rows.data();
@@ -301,39 +318,47 @@ void PsClient::Compress(uint64_t step, uint32_t shard, wire::OutBlock* block) {
     for (uint32_t i = 0; i < block->row_count; ++i) dense_rows[i] = block->row_begin + i;
     rows = dense_rows.data();
   }
-  if (use_feedback_) feedback_.AddResidual(key, rows, block->row_count, block->width, block->values.data());
+  if (use_feedback_)
+    feedback_.AddResidual(key, rows, block->row_count, block->width, block->values.data());
   block->codec = codec_;
   block->codec_seed = CounterRandom(codec_seed_, step, (uint64_t{block->table} << 32) | shard);
   block->payload.resize(EncodedSize(block->codec, n));
   cpu::Encode(block->codec, block->values.data(), n, block->codec_seed, block->payload.data());
   if (use_feedback_) {
     std::vector<float> decoded(n);
-    // Our own bytes: a failure here is a codec bug, not bad input.
-    const Status status = cpu::Decode(block->codec, block->payload.data(), block->payload.size(), n,
-                                      block->codec_seed, decoded.data());
-    GRIDSYNC_CHECK(status.ok());
-    feedback_.StoreResidual(key, rows, block->row_count, block->width, block->values.data(), decoded.data());
+    // Our own bytes: they decode unless the values were not finite (a
+    // diverged run), which the shard would refuse as well.
+    GRIDSYNC_RETURN_IF_ERROR(
+        cpu::Decode(block->codec, block->payload.data(), block->payload.size(), n,
+                    block->codec_seed, decoded.data())
+            .WithContext("table " + std::to_string(block->table) +
+                         ": the values to push do not encode (training diverged?)"));
+    feedback_.StoreResidual(key, rows, block->row_count, block->width, block->values.data(),
+                            decoded.data());
     // DGC's momentum factor masking: a sparsifying codec delivers a value
     // after many steps; the momentum that built it up would otherwise keep
     // pushing the same way.
-    if (worker_adam_ != nullptr && (codec_.codec == Codec::kTopk || codec_.codec == Codec::kRandomk)) {
-      worker_adam_->MaskMomentum(block->table, rows, block->row_count, block->col_begin, block->width,
-                                 decoded.data());
+    if (worker_adam_ != nullptr &&
+        (codec_.codec == Codec::kTopk || codec_.codec == Codec::kRandomk)) {
+      worker_adam_->MaskMomentum(block->table, rows, block->row_count, block->col_begin,
+                                 block->width, decoded.data());
     }
   }
   counters_.values_compressed += n;
   block->values.clear();
+  return Status::OK();
 }
 
 Status PsClient::Push(wire::Kind kind, uint64_t step, const std::vector<TableRowsRef>& tables) {
   const auto start = Clock::now();
   // A flush carries what was computed already: no optimizer, no codec.
   const bool updates = kind == wire::Kind::kPush && worker_adam_ != nullptr;
-  auto split = SplitAll(partition_, updates && !flushing_ ? worker_adam_->ToUpdates(tables) : tables,
-                        /*with_values=*/true);
+  auto split =
+      SplitAll(partition_, updates && !flushing_ ? worker_adam_->ToUpdates(tables) : tables,
+               /*with_values=*/true);
   if (kind == wire::Kind::kPush && codec_.codec != Codec::kNone && !flushing_) {
     for (uint32_t s = 0; s < split.size(); ++s) {
-      for (auto& block : split[s]) Compress(step, s, &block);
+      for (auto& block : split[s]) GRIDSYNC_RETURN_IF_ERROR(Compress(step, s, &block));
     }
   }
   const uint64_t request_id = next_request_++;
@@ -348,7 +373,8 @@ Status PsClient::Push(wire::Kind kind, uint64_t step, const std::vector<TableRow
     if (updates) header.push_values = wire::PushValues::kUpdates;
     auto frames = wire::Encode(header, std::move(split[s]));
     for (const auto& f : frames) counters_.bytes_pushed += f.size();
-    GRIDSYNC_RETURN_IF_ERROR(wire::SendMultipart(sockets_[s], frames).WithContext("push to shard " + std::to_string(s)));
+    GRIDSYNC_RETURN_IF_ERROR(
+        wire::SendMultipart(sockets_[s], frames).WithContext("push to shard " + std::to_string(s)));
   }
   Status status = AwaitReplies(request_id, wire::Kind::kPushAck,
                                [](uint32_t, const wire::Message&) { return Status::OK(); });
@@ -388,7 +414,8 @@ Status PsClient::SendPull(uint64_t min_version, const std::vector<TablePullRef>&
     header.num_workers = num_workers_;
     auto frames = wire::Encode(header, std::move(split[s]));
     for (const auto& f : frames) counters_.bytes_pulled += f.size();
-    GRIDSYNC_RETURN_IF_ERROR(wire::SendMultipart(sockets_[s], frames).WithContext("pull from shard " + std::to_string(s)));
+    GRIDSYNC_RETURN_IF_ERROR(wire::SendMultipart(sockets_[s], frames)
+                                 .WithContext("pull from shard " + std::to_string(s)));
   }
   return Status::OK();
 }
@@ -406,40 +433,44 @@ Result<uint64_t> PsClient::ReceivePull() {
   const auto start = Clock::now();
   uint64_t version = UINT64_MAX;
   const uint64_t request = pull_request_;
-  Status status = AwaitReplies(request, wire::Kind::kPullReply, [&](uint32_t s, const wire::Message& m) {
-    const auto& asked = pull_blocks_[s];
-    if (m.blocks.size() != asked.size()) {
-      return Status::Corruption("shard " + std::to_string(s) + " answered " + std::to_string(m.blocks.size()) +
-                                " blocks for " + std::to_string(asked.size()) + " requested");
-    }
-    for (size_t i = 0; i < asked.size(); ++i) {
-      const auto& want = asked[i];
-      const auto& got = m.blocks[i];
-      if (got.table != want.table || got.row_count != want.row_count || got.width != want.width ||
-          got.col_begin != want.col_begin) {
-        return Status::Corruption("shard " + std::to_string(s) + " answered block " + std::to_string(i) +
-                                  " with a different shape than requested");
-      }
-      float* dest = pull_dest_[want.table];
-      const uint32_t width = partition_.table(want.table).width;
-      const float* values = got.values.data();
-      std::vector<float> decoded;
-      if (got.compressed()) {  // compression.pull
-        decoded.resize(size_t{got.row_count} * got.width);
-        GRIDSYNC_RETURN_IF_ERROR(cpu::Decode(got.codec, got.payload.data(), got.payload.size(), decoded.size(),
-                                             got.codec_seed, decoded.data())
-                                     .WithContext("pull reply from shard " + std::to_string(s)));
-        values = decoded.data();
-      }
-      for (size_t r = 0; r < want.row_count; ++r) {
-        const uint32_t row = want.dense ? want.row_begin + static_cast<uint32_t>(r) : want.rows[r];
-        std::memcpy(dest + size_t{row} * width + want.col_begin, values + r * want.width,
-                    want.width * sizeof(float));
-      }
-    }
-    version = std::min(version, m.step);
-    return Status::OK();
-  });
+  Status status =
+      AwaitReplies(request, wire::Kind::kPullReply, [&](uint32_t s, const wire::Message& m) {
+        const auto& asked = pull_blocks_[s];
+        if (m.blocks.size() != asked.size()) {
+          return Status::Corruption("shard " + std::to_string(s) + " answered " +
+                                    std::to_string(m.blocks.size()) + " blocks for " +
+                                    std::to_string(asked.size()) + " requested");
+        }
+        for (size_t i = 0; i < asked.size(); ++i) {
+          const auto& want = asked[i];
+          const auto& got = m.blocks[i];
+          if (got.table != want.table || got.row_count != want.row_count ||
+              got.width != want.width || got.col_begin != want.col_begin) {
+            return Status::Corruption("shard " + std::to_string(s) + " answered block " +
+                                      std::to_string(i) + " with a different shape than requested");
+          }
+          float* dest = pull_dest_[want.table];
+          const uint32_t width = partition_.table(want.table).width;
+          const float* values = got.values.data();
+          std::vector<float> decoded;
+          if (got.compressed()) {  // compression.pull
+            decoded.resize(size_t{got.row_count} * got.width);
+            GRIDSYNC_RETURN_IF_ERROR(
+                cpu::Decode(got.codec, got.payload.data(), got.payload.size(), decoded.size(),
+                            got.codec_seed, decoded.data())
+                    .WithContext("pull reply from shard " + std::to_string(s)));
+            values = decoded.data();
+          }
+          for (size_t r = 0; r < want.row_count; ++r) {
+            const uint32_t row =
+                want.dense ? want.row_begin + static_cast<uint32_t>(r) : want.rows[r];
+            std::memcpy(dest + size_t{row} * width + want.col_begin, values + r * want.width,
+                        want.width * sizeof(float));
+          }
+        }
+        version = std::min(version, m.step);
+        return Status::OK();
+      });
   counters_.pull_wait_seconds += Seconds(start);
   pull_request_ = 0;
   if (!status.ok()) return status;

@@ -18,7 +18,6 @@
 #include <optional>
 #include <string>
 #include <vector>
-
 #include <zmq.hpp>
 
 #include "common/cluster_map.h"
@@ -54,16 +53,17 @@ struct TablePullRef {
 
 struct PsCounters {
   uint64_t bytes_pushed = 0;
-  uint64_t bytes_pulled = 0;  // request and reply bytes
-  double push_seconds = 0;    // sending pushes and waiting for acks
-  double pull_wait_seconds = 0;  // time blocked in ReceivePull
+  uint64_t bytes_pulled = 0;       // request and reply bytes
+  double push_seconds = 0;         // sending pushes and waiting for acks
+  double pull_wait_seconds = 0;    // time blocked in ReceivePull
   uint64_t values_compressed = 0;  // gradient values sent through a codec
 };
 
 class PsClient {
  public:
-  static Result<std::unique_ptr<PsClient>> Connect(const ClusterMap& map, const Partition& partition,
-                                                   uint32_t worker_rank, uint32_t num_workers,
+  static Result<std::unique_ptr<PsClient>> Connect(const ClusterMap& map,
+                                                   const Partition& partition, uint32_t worker_rank,
+                                                   uint32_t num_workers,
                                                    std::chrono::milliseconds timeout,
                                                    wire::Limits limits = {});
   ~PsClient();
@@ -86,7 +86,8 @@ class PsClient {
   // deliver is kept per touched row (per table and column slice) and added
   // to that row's next gradient. `seed` keys the codecs' randomness (mixed
   // with step, table and shard per block).
-  void SetCompression(const CodecOptions& codec, bool error_feedback, size_t min_bytes, uint64_t seed);
+  void SetCompression(const CodecOptions& codec, bool error_feedback, size_t min_bytes,
+                      uint64_t seed);
   const cpu::ErrorFeedback& error_feedback() const { return feedback_; }
 
   // After the last step: pushes, as step `step` and uncompressed, everything
@@ -139,7 +140,7 @@ class PsClient {
   cpu::ErrorFeedback feedback_;
   std::unique_ptr<WorkerAdam> worker_adam_;
   bool flushing_ = false;
-  void Compress(uint64_t step, uint32_t shard, wire::OutBlock* block);
+  Status Compress(uint64_t step, uint32_t shard, wire::OutBlock* block);
 
   uint64_t RequestIdOf(const std::vector<zmq::message_t>& frames) const;
 
@@ -147,8 +148,8 @@ class PsClient {
   // while a push waited for its acks.
   uint64_t pull_request_ = 0;
   std::vector<std::optional<std::vector<zmq::message_t>>> stashed_;  // by shard
-  std::vector<std::vector<wire::OutBlock>> pull_blocks_;  // by shard, as requested
-  std::vector<float*> pull_dest_;                          // by table
+  std::vector<std::vector<wire::OutBlock>> pull_blocks_;             // by shard, as requested
+  std::vector<float*> pull_dest_;                                    // by table
 };
 
 }  // namespace gridsync
