@@ -582,6 +582,13 @@ TEST(WireRowEncodingTest, SizeRuleAtEveryVarintLengthBoundary) {
   EXPECT_EQ(std::vector<uint32_t>(m->blocks[0].rows.begin(), m->blocks[0].rows.end()), rows);
 }
 
+TEST(WireRowEncodingTest, RowIdFrameBytesIsTheSmallerLayout) {
+  EXPECT_EQ(RowIdFrameBytes({}), 0u);
+  EXPECT_EQ(RowIdFrameBytes({0, 1, 2, 130, 1000000}), 7u);
+  EXPECT_EQ(RowIdFrameBytes({0, 0xFFFFFFF0u}), 6u);           // 1 + 5 < 8
+  EXPECT_EQ(RowIdFrameBytes({0x10000000u, 0x20000000u}), 8u);  // 5 + 5 > 8: raw
+}
+
 TEST(WireRowEncodingTest, HugeGapsAndTiesTravelRaw) {
   // Every value needs 5 bytes: 20 bytes against raw's 16.
   const std::vector<uint32_t> huge = {300000000, 600000000, 900000000, 4000000000u};

@@ -11,11 +11,11 @@
 // codec of kernels/cpu/codec.h as ONE payload (a real push encodes one per
 // table and shard, a few header bytes more each).
 //   - ratio = raw value bytes (4 x count) / encoded bytes;
-//   - wire_B = encoded bytes + 4 B per touched grid row: the row ids travel
-//     uncompressed beside every codec's payload (codec.h), the MLP tables
-//     are dense and send none; wire_ratio compares with none's wire_B. For
-//     sparse codecs (topk, randomk) the ids dominate, which is the point of
-//     the column;
+//   - wire_B = encoded bytes + the row-id frames of the touched grid rows
+//     (delta-varint or raw, whichever is smaller, as wire::Encode sends
+//     them beside every codec's payload), the MLP tables are dense and send
+//     none; wire_ratio compares with none's wire_B. For sparse codecs (topk,
+//     randomk) the ids dominate, which is the point of the column;
 //   - time: per repetition, in turn, one memcpy of the buffer (the limit: a
 //     codec reads the same bytes and writes fewer), one Encode and one Decode,
 //     so that the host's background load (this bench often shares its cores
@@ -83,6 +83,7 @@
 #include "common/sharding.h"
 #include "common/status.h"
 #include "common/thread_pool.h"
+#include "common/wire/message.h"
 #include "kernels/cpu/codec.h"
 #include "kernels/model_tables.h"
 #include "server/coordinator.h"
@@ -294,6 +295,7 @@ std::string CodecSettings(const CompressionConfig& c) {
 struct StepGradient {
   std::vector<float> values;
   uint64_t grid_rows = 0;
+  uint64_t row_id_bytes = 0;  // as wire::Encode sends them, one block per level
   uint64_t grid_values = 0;
   uint64_t mlp_values = 0;
 };
@@ -430,6 +432,7 @@ Result<StepGradient> TakeStepGradient(const CompressArgs& args, const Config& co
     SparseRows rows;
     grads.grid.Take(level, &rows);
     out.grid_rows += rows.size();
+    out.row_id_bytes += wire::RowIdFrameBytes(rows.rows);
     out.values.insert(out.values.end(), rows.values.begin(), rows.values.end());
   }
   out.grid_values = out.values.size();
@@ -485,7 +488,7 @@ int RunCodecTable(const CompressArgs& args) {
     return 1;
   }
   const size_t raw_bytes = n * sizeof(float);
-  const uint64_t id_bytes = grad->grid_rows * sizeof(uint32_t);
+  const uint64_t id_bytes = grad->row_id_bytes;
   const uint64_t seed = Mix64(config->training.seed);
 
   std::printf("# gridsync-bench compress: codec table on one step's pushed gradient\n");
@@ -500,9 +503,11 @@ int RunCodecTable(const CompressArgs& args) {
   std::printf("# codecs: %s; encode seed %llu\n", CodecSettings(config->compression).c_str(),
               static_cast<unsigned long long>(seed));
   std::printf(
-      "# wire_B = enc_B + %llu B of row ids (4 B per touched grid row, uncompressed for "
-      "every codec; the dense MLP tables send none)\n",
-      static_cast<unsigned long long>(id_bytes));
+      "# wire_B = enc_B + %llu B of row ids (%.2f B per touched grid row: delta-varint or raw, "
+      "whichever is smaller, one block per level, as wire::Encode sends them; the dense MLP "
+      "tables send none)\n",
+      static_cast<unsigned long long>(id_bytes),
+      grad->grid_rows ? static_cast<double>(id_bytes) / grad->grid_rows : 0.0);
   std::printf(
       "# time: median of %d reps (+%d warm-up) of memcpy, encode, decode in turn, one "
       "thread, the buffer hot in cache as a fresh gradient is; GB/s = %zu B / time; enc/memcpy "
@@ -780,7 +785,10 @@ int RunTrainSweep(const CompressArgs& args) {
       none_push = push;
     }
     const auto num = [](const char* f, double v) { return std::isfinite(v) ? Fmt(f, v) : "-"; };
-    table.AddRow({codec, configs[i].compression.error_feedback ? "on" : "off",
+    table.AddRow({codec,
+                  codec == "none"                         ? "-"
+                  : configs[i].compression.error_feedback ? "on"
+                                                          : "off",
                   configs[i].OptimizerOnWorkers() ? "worker" : "shard", std::to_string(args.steps),
                   num("%.2f", psnr), num("%+.2f", psnr - none_psnr),
                   num("%.0f", ok_workers ? push : NAN), num("%.0f", ok_workers ? pull : NAN),

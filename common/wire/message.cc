@@ -437,6 +437,12 @@ bool KindCarriesValues(Kind kind) {
   return kind == Kind::kPush || kind == Kind::kPullReply || kind == Kind::kInit;
 }
 
+size_t RowIdFrameBytes(const std::vector<uint32_t>& rows) {
+  const size_t raw = rows.size() * sizeof(uint32_t);
+  const size_t varint = DeltaVarintBytes(rows);
+  return varint < raw ? varint : raw;
+}
+
 std::vector<zmq::message_t> Encode(const OutHeader& header, std::vector<OutBlock> blocks) {
   capnp::MallocMessageBuilder builder;
   auto out = builder.initRoot<schema::Header>();

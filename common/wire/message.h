@@ -162,6 +162,10 @@ bool KindCarriesRows(Kind kind);    // push, pull, init (unless dense)
 bool KindCarriesValues(Kind kind);  // push, pullReply, init
 
 std::vector<zmq::message_t> Encode(const OutHeader& header, std::vector<OutBlock> blocks);
+
+// Bytes of the row-id frame Encode writes for these rows (strictly
+// ascending): the smaller of raw and deltaVarint.
+size_t RowIdFrameBytes(const std::vector<uint32_t>& rows);
 std::vector<zmq::message_t> EncodeError(uint64_t request_id, uint32_t shard, const Status& error);
 
 // The decode boundary. `tables` gives the valid table ids and their shapes;
