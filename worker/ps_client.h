@@ -3,6 +3,10 @@
 // initial values, and pulls of parameter rows, each split by the Partition
 // into one message per shard.
 //
+// With compression the client encodes push values and keeps error feedback;
+// with ps.optimizer = worker it also runs Adam (worker/worker_adam.h) and
+// pushes updates instead of gradients (see SetWorkerOptimizer).
+//
 // A pull is two calls, SendPull and ReceivePull, so the caller can compute
 // while the shards answer. Every wait has the configured timeout; the error
 // names the shards that did not answer. A shard's Error reply comes back as
