@@ -280,6 +280,13 @@ TEST(HybridTest, TopkAcrossNodesTrainsWithAdamOnTheSliceOwnersAndFlushes) {
 
 // ---- Malformed input over a real socket ----
 
+// The table shapes wire::Decode checks messages against.
+std::vector<wire::TableShape> ShapesOf(const Partition& partition) {
+  std::vector<wire::TableShape> shapes;
+  for (uint32_t t = 0; t < partition.n_tables(); ++t) shapes.push_back({partition.table(t).rows, partition.table(t).width});
+  return shapes;
+}
+
 class RawClient {
  public:
   explicit RawClient(const std::string& endpoint) : socket_(context_, zmq::socket_type::dealer) {
@@ -309,8 +316,7 @@ TEST(PsShardTest, MalformedInputGetsErrorAndChangesNothing) {
   const ImageTask image = SmallImage();
   auto cluster = Cluster::Start(SmallConfig(1, 1));
   const Partition& partition = *cluster->partition;
-  std::vector<wire::TableShape> shapes;
-  for (uint32_t t = 0; t < partition.n_tables(); ++t) shapes.push_back({partition.table(t).rows, partition.table(t).width});
+  const std::vector<wire::TableShape> shapes = ShapesOf(partition);
   RawClient raw(cluster->shards[0]->endpoint());
 
   auto pull_table0 = [&]() -> std::vector<float> {
@@ -477,8 +483,7 @@ TEST(PsCompressionTest, CompressedPushesTrainAndNeverTouchUntouchedRows) {
 TEST(PsCompressionTest, MalformedCompressedPayloadIsRefusedAndChangesNothing) {
   auto cluster = Cluster::Start(SmallConfig(1, 1));
   const Partition& partition = *cluster->partition;
-  std::vector<wire::TableShape> shapes;
-  for (uint32_t t = 0; t < partition.n_tables(); ++t) shapes.push_back({partition.table(t).rows, partition.table(t).width});
+  const std::vector<wire::TableShape> shapes = ShapesOf(partition);
   RawClient raw(cluster->shards[0]->endpoint());
   auto push = [&](auto mutate) {
     wire::OutHeader h;
@@ -610,8 +615,7 @@ TEST(PsWorkerOptimizerTest, ShardAveragesUpdatesOverThePushesListingTheRow) {
   config.ps.optimizer = OptimizerPlacement::kWorker;
   auto cluster = Cluster::Start(config);
   const Partition& partition = *cluster->partition;
-  std::vector<wire::TableShape> shapes;
-  for (uint32_t t = 0; t < partition.n_tables(); ++t) shapes.push_back({partition.table(t).rows, partition.table(t).width});
+  const std::vector<wire::TableShape> shapes = ShapesOf(partition);
   RawClient raw(cluster->shards[0]->endpoint());
   auto push = [&](uint32_t worker, std::vector<uint32_t> rows, std::vector<float> values,
                   wire::PushValues kind = wire::PushValues::kUpdates) {
@@ -746,8 +750,7 @@ TEST(PsShardTest, RowsOfAnotherShardAreRefused) {
   Config config = SmallConfig(1, 2);
   auto cluster = Cluster::Start(config);
   const Partition& partition = *cluster->partition;
-  std::vector<wire::TableShape> shapes;
-  for (uint32_t t = 0; t < partition.n_tables(); ++t) shapes.push_back({partition.table(t).rows, partition.table(t).width});
+  const std::vector<wire::TableShape> shapes = ShapesOf(partition);
   // Find a table whose first block belongs to shard 1 and send it to shard 0.
   uint32_t table = 0;
   while (partition.Owner(table, 0, 0) != 1) ++table;
