@@ -766,7 +766,7 @@ TEST_F(GlooMultiProcess, SigkilledRankFailsTheOthersWithinTheTimeout) {
   EXPECT_EQ(victim.signal, SIGKILL);
   for (int r = 0; r < 2; ++r) {
     Outcome outcome = Reap(children[static_cast<size_t>(r)], killed + 10s);
-    EXPECT_TRUE(outcome.exited) << "rank " << r;
+    EXPECT_TRUE(outcome.exited) << "rank " << r << " signal " << outcome.signal;
     EXPECT_CONTAINS(outcome.report, "failed after");
     EXPECT_CONTAINS(outcome.report, "gloo AllReduceSum(262144 floats) in group '" + group + "' (rank " +
                                         std::to_string(r) + " of 3)");

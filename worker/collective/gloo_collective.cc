@@ -18,6 +18,7 @@
 #include <spdlog/fmt/fmt.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstring>
 #include <exception>
 #include <mutex>
@@ -56,7 +57,8 @@ class GlooStoreAdapter : public gloo::rendezvous::Store {
 
   void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
 
-  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
     std::vector<std::string> prefixed;
     prefixed.reserve(keys.size());
     for (const auto& key : keys) prefixed.push_back(prefix_ + key);
@@ -88,7 +90,8 @@ Status StatusFromCurrentException(const std::string& what) {
     throw;
   } catch (const gloo::IoException& e) {
     const std::string_view message = e.what();
-    if (message.find("Timed out") != std::string_view::npos || message.find("timed out") != std::string_view::npos) {
+    if (message.find("Timed out") != std::string_view::npos ||
+        message.find("timed out") != std::string_view::npos) {
       return Status::Timeout(fmt::format("{}: {}", what, message));
     }
     return Status::IOError(fmt::format("{}: {}", what, message));
@@ -103,9 +106,7 @@ Status StatusFromCurrentException(const std::string& what) {
   }
 }
 
-void SumFloats(void* c, const void* a, const void* b, size_t n) {
-  gloo::sum<float>(c, a, b, n);
-}
+void SumFloats(void* c, const void* a, const void* b, size_t n) { gloo::sum<float>(c, a, b, n); }
 
 class GlooCollective final : public Collective {
  public:
@@ -128,8 +129,10 @@ class GlooCollective final : public Collective {
   Status AllReduceSumGroup(std::span<const std::span<float>> buffers) override {
     size_t total = 0;
     for (const auto& buffer : buffers) total += buffer.size();
-    const std::string op = fmt::format("AllReduceSumGroup({} buffers, {} floats)", buffers.size(), total);
-    for (const auto& buffer : buffers) GRIDSYNC_RETURN_IF_ERROR(CheckBuffer(op, buffer.data(), buffer.size()));
+    const std::string op =
+        fmt::format("AllReduceSumGroup({} buffers, {} floats)", buffers.size(), total);
+    for (const auto& buffer : buffers)
+      GRIDSYNC_RETURN_IF_ERROR(CheckBuffer(op, buffer.data(), buffer.size()));
     return Guarded(op, Ring(), [&] {
       if (total == 0 || size() == 1) return Status::OK();
       // One packed all-reduce: one ring pass instead of one per buffer.
@@ -142,7 +145,8 @@ class GlooCollective final : public Collective {
       AllReduceLocked(scratch_.data(), total);
       at = 0;
       for (const auto& buffer : buffers) {
-        std::copy_n(scratch_.begin() + static_cast<std::ptrdiff_t>(at), buffer.size(), buffer.begin());
+        std::copy_n(scratch_.begin() + static_cast<std::ptrdiff_t>(at), buffer.size(),
+                    buffer.begin());
         at += buffer.size();
       }
       return Status::OK();
@@ -153,7 +157,8 @@ class GlooCollective final : public Collective {
     const std::string op = "ReduceScatterSum";
     GRIDSYNC_ASSIGN_OR_RETURN(const auto offsets, CheckSliced(op, counts, in, out));
     const auto me = static_cast<size_t>(rank());
-    const std::string described = fmt::format("ReduceScatterSum({} floats, {} to this rank)", offsets.back(), counts[me]);
+    const std::string described =
+        fmt::format("ReduceScatterSum({} floats, {} to this rank)", offsets.back(), counts[me]);
     return Guarded(described, Ring(), [&] {
       if (size() == 1 || offsets.back() == 0) {
         if (counts[me] > 0) std::memcpy(out, in, counts[me] * sizeof(float));
@@ -167,7 +172,8 @@ class GlooCollective final : public Collective {
     const std::string op = "AllGatherV";
     GRIDSYNC_ASSIGN_OR_RETURN(const auto offsets, CheckSliced(op, counts, out, in));
     const auto me = static_cast<size_t>(rank());
-    const std::string described = fmt::format("AllGatherV({} floats, {} from this rank)", offsets.back(), counts[me]);
+    const std::string described =
+        fmt::format("AllGatherV({} floats, {} from this rank)", offsets.back(), counts[me]);
     return Guarded(described, Ring(), [&] {
       if (size() == 1 || offsets.back() == 0) {
         if (counts[me] > 0) std::memcpy(out, in, counts[me] * sizeof(float));
@@ -227,8 +233,8 @@ class GlooCollective final : public Collective {
   Status Guarded(const std::string& op, const std::string& peers, Body&& body) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!broken_.ok()) {
-      return Status(broken_.code(),
-                    fmt::format("{}: the group is broken by an earlier failure: {}", Describe(op), broken_.message()));
+      return Status(broken_.code(), fmt::format("{}: the group is broken by an earlier failure: {}",
+                                                Describe(op), broken_.message()));
     }
     Status status;
     try {
@@ -255,7 +261,8 @@ class GlooCollective final : public Collective {
   // r-1 sends of slice (r-s-2); after size-1 steps it holds the full sum of
   // slice r. Both ends skip empty slices, since both know the counts.
   Status RingReduceScatterLocked(const std::string& op, const float* in, float* out,
-                                 const std::vector<size_t>& counts, const std::vector<size_t>& offsets) {
+                                 const std::vector<size_t>& counts,
+                                 const std::vector<size_t>& offsets) {
     const int n = size();
     const int left = (rank() + n - 1) % n;
     const int right = (rank() + 1) % n;
@@ -267,19 +274,22 @@ class GlooCollective final : public Collective {
     const uint64_t slot = gloo::Slot::build(kReduceScatterSlotPrefix, 0);
     const auto deadline = Clock::now() + timeout();
     auto remaining = [&] {
-      return std::max(std::chrono::milliseconds(1),
-                      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+      return std::max(
+          std::chrono::milliseconds(1),
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
     };
     for (int step = 0; step + 1 < n; ++step) {
       const auto send_slice = static_cast<size_t>((rank() - step - 1 + 2 * n) % n);
       const auto recv_slice = static_cast<size_t>((rank() - step - 2 + 2 * n) % n);
       if (counts[send_slice] > 0) {
-        work->send(right, slot, offsets[send_slice] * sizeof(float), counts[send_slice] * sizeof(float));
+        work->send(right, slot, offsets[send_slice] * sizeof(float),
+                   counts[send_slice] * sizeof(float));
       }
       if (counts[recv_slice] > 0) {
         recv->recv(left, slot, 0, counts[recv_slice] * sizeof(float));
         if (!recv->waitRecv(remaining())) {
-          return Status::IOError(fmt::format("{}: receive from rank {} aborted", Describe(op), left));
+          return Status::IOError(
+              fmt::format("{}: receive from rank {} aborted", Describe(op), left));
         }
         float* acc = work_.data() + offsets[recv_slice];
         for (size_t i = 0; i < counts[recv_slice]; ++i) acc[i] += recv_[i];
@@ -295,24 +305,39 @@ class GlooCollective final : public Collective {
 
   std::mutex mu_;  // serialises operations
   std::shared_ptr<gloo::Context> context_;
-  Status broken_;              // guarded by mu_
+  Status broken_;               // guarded by mu_
   std::vector<float> scratch_;  // guarded by mu_: AllReduceSumGroup's packed buffer
   std::vector<float> work_;     // guarded by mu_: reduce-scatter running sums
   std::vector<float> recv_;     // guarded by mu_: reduce-scatter receive slice
 };
 
+// Gloo's TCP pairs write without MSG_NOSIGNAL: when a peer dies mid
+// collective, the default SIGPIPE would kill this process instead of letting
+// the write fail and Gloo report it (the error that names the group and the
+// rank). Nothing in gridsync wants SIGPIPE (ZeroMQ and Asio handle EPIPE),
+// so it is ignored process-wide, once, before the first Gloo socket exists.
+void IgnoreSigpipe() {
+  static std::once_flag once;
+  std::call_once(once, [] { std::signal(SIGPIPE, SIG_IGN); });
+}
+
 }  // namespace
 
-Result<std::unique_ptr<Collective>> NewGlooCollective(Store* store, int rank, int size, const std::string& group,
+Result<std::unique_ptr<Collective>> NewGlooCollective(Store* store, int rank, int size,
+                                                      const std::string& group,
                                                       const GlooCollectiveOptions& options) {
-  const std::string what = fmt::format("gloo rendezvous of group '{}' (rank {} of {})", group, rank, size);
+  IgnoreSigpipe();
+  const std::string what =
+      fmt::format("gloo rendezvous of group '{}' (rank {} of {})", group, rank, size);
   if (store == nullptr) return Status::InvalidArgument(what + ": no store given");
   if (size < 1 || rank < 0 || rank >= size) {
-    return Status::InvalidArgument(fmt::format("{}: rank must be in 0..size-1 and size at least 1", what));
+    return Status::InvalidArgument(
+        fmt::format("{}: rank must be in 0..size-1 and size at least 1", what));
   }
   if (group.empty()) return Status::InvalidArgument(what + ": the group name is empty");
   if (options.timeout.count() <= 0) {
-    return Status::InvalidArgument(fmt::format("{}: timeout must be positive, got {} ms", what, options.timeout.count()));
+    return Status::InvalidArgument(
+        fmt::format("{}: timeout must be positive, got {} ms", what, options.timeout.count()));
   }
   if (options.hostname.empty() && options.interface.empty()) {
     return Status::InvalidArgument(what + ": set a hostname or an interface to listen on");
@@ -337,18 +362,20 @@ Result<std::unique_ptr<Collective>> NewGlooCollective(Store* store, int rank, in
     // did not join (timeout 0: look, do not wait).
     std::vector<int> missing;
     for (int r = 0; r < size; ++r) {
-      if (r != rank && !store->Get({prefix + std::to_string(r)}, std::chrono::milliseconds(0)).ok()) {
+      if (r != rank &&
+          !store->Get({prefix + std::to_string(r)}, std::chrono::milliseconds(0)).ok()) {
         missing.push_back(r);
       }
     }
-    const std::string where =
-        fmt::format("{} failed (timeout {}, listening on {}){}", what, FormatSeconds(options.timeout),
-                    options.interface.empty() ? options.hostname : "interface " + options.interface,
-                    missing.empty() ? "" : "; ranks that did not join: " + FormatRanks(missing));
+    const std::string where = fmt::format(
+        "{} failed (timeout {}, listening on {}){}", what, FormatSeconds(options.timeout),
+        options.interface.empty() ? options.hostname : "interface " + options.interface,
+        missing.empty() ? "" : "; ranks that did not join: " + FormatRanks(missing));
     if (!adapter.error().ok()) {
       // The store failed (typically a timeout naming the missing key): keep
       // its code.
-      return Status(adapter.error().code(), fmt::format("{}: {}", where, adapter.error().message()));
+      return Status(adapter.error().code(),
+                    fmt::format("{}: {}", where, adapter.error().message()));
     }
     return StatusFromCurrentException(where);
   }
