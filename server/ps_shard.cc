@@ -1,13 +1,13 @@
 #include "server/ps_shard.h"
 
+#include <spdlog/spdlog.h>
+
 #include <atomic>
 #include <map>
 #include <mutex>
 #include <thread>
 #include <utility>
 #include <vector>
-
-#include <spdlog/spdlog.h>
 
 #include "common/thread_pool.h"
 #include "kernels/model_tables.h"
@@ -144,6 +144,7 @@ class PsShardImpl : public PsShard {
     auto decoded = wire::Decode(request->frames, shapes_, options_.limits);
     if (!decoded.ok()) {
       request->message = wire::Message{};
+      request->message.request_id = wire::PeekRequestId(request->frames, options_.limits);
       ReplyError(*request, decoded.status());
       return;
     }
@@ -166,19 +167,22 @@ class PsShardImpl : public PsShard {
       const size_t n = size_t{block.row_count} * block.width;
       auto& values = request->decoded.emplace_back(n);
       Status status = cpu::Decode(block.codec, block.payload.data(), block.payload.size(), n,
-                                   block.codec_seed, values.data());
+                                  block.codec_seed, values.data());
       if (!status.ok()) {
         ReplyError(*request, status.WithContext("block " + std::to_string(i) + " (table " +
-                                                 std::to_string(block.table) + ", codec " +
-                                                 std::string(CodecName(block.codec.codec)) + ")"));
+                                                std::to_string(block.table) + ", codec " +
+                                                std::string(CodecName(block.codec.codec)) + ")"));
         return;
       }
       block.values = values;
     }
     switch (m.kind) {
-      case wire::Kind::kPush: return HandlePush(std::move(request));
-      case wire::Kind::kPull: return HandlePull(std::move(request));
-      case wire::Kind::kInit: return HandleInit(*request);
+      case wire::Kind::kPush:
+        return HandlePush(std::move(request));
+      case wire::Kind::kPull:
+        return HandlePull(std::move(request));
+      case wire::Kind::kInit:
+        return HandleInit(*request);
       case wire::Kind::kStats: {
         wire::OutHeader header;
         header.kind = wire::Kind::kStatsReply;
@@ -198,10 +202,9 @@ class PsShardImpl : public PsShard {
 
   void HandleInit(Request& request) {
     if (applied_ > 0 || !pending_.empty()) {
-      ReplyError(request, Status::InvalidArgument(
-                              "init after training started (shard at version " +
-                              std::to_string(applied_) +
-                              "); allowed: init before the first push"));
+      ReplyError(request, Status::InvalidArgument("init after training started (shard at version " +
+                                                  std::to_string(applied_) +
+                                                  "); allowed: init before the first push"));
       return;
     }
     for (const auto& block : request.message.blocks) store_.Assign(block);
@@ -221,13 +224,13 @@ class PsShardImpl : public PsShard {
     const wire::PushValues expected =
         options_.apply_updates ? wire::PushValues::kUpdates : wire::PushValues::kGradients;
     if (m.push_values != expected) {
-      ReplyError(*request, Status::InvalidArgument(
-                               std::string("push from worker ") + std::to_string(m.worker_rank) +
-                               " carries " + wire::PushValuesName(m.push_values) +
-                               "; allowed: " + wire::PushValuesName(expected) +
-                               " (this shard runs with ps.optimizer on the " +
-                               (options_.apply_updates ? "workers" : "shards") +
-                               "; every process must use the same config)"));
+      ReplyError(*request, Status::InvalidArgument(std::string("push from worker ") +
+                                                   std::to_string(m.worker_rank) + " carries " +
+                                                   wire::PushValuesName(m.push_values) +
+                                                   "; allowed: " + wire::PushValuesName(expected) +
+                                                   " (this shard runs with ps.optimizer on the " +
+                                                   (options_.apply_updates ? "workers" : "shards") +
+                                                   "; every process must use the same config)"));
       return;
     }
     {
@@ -243,10 +246,11 @@ class PsShardImpl : public PsShard {
     }
     const uint64_t ahead = options_.consistency == Consistency::kSsp ? options_.staleness : 0;
     if (m.step < applied_ || m.step > applied_ + ahead) {
-      ReplyError(*request, Status::InvalidArgument(
-                               "push for step " + std::to_string(m.step) + " while the shard is at version " +
-                               std::to_string(applied_) + "; allowed: steps " +
-                               std::to_string(applied_) + ".." + std::to_string(applied_ + ahead)));
+      ReplyError(*request, Status::InvalidArgument("push for step " + std::to_string(m.step) +
+                                                   " while the shard is at version " +
+                                                   std::to_string(applied_) + "; allowed: steps " +
+                                                   std::to_string(applied_) + ".." +
+                                                   std::to_string(applied_ + ahead)));
       return;
     }
     auto& slot = pending_[m.step];
@@ -279,7 +283,7 @@ class PsShardImpl : public PsShard {
     store_.PrepareStep();
     struct Piece {
       uint32_t table;
-      size_t chunk;     // touched-row chunk (summed) ...
+      size_t chunk;                        // touched-row chunk (summed) ...
       const wire::Block* block = nullptr;  // ... or a row range of a single push
       size_t begin = 0, end = 0;
     };
@@ -287,7 +291,8 @@ class PsShardImpl : public PsShard {
     if (pushes.size() == 1) {
       for (const auto& block : pushes[0]->blocks) {
         for (size_t begin = 0; begin < block.row_count; begin += kChunkRows) {
-          pieces.push_back({block.table, 0, &block, begin, std::min<size_t>(block.row_count, begin + kChunkRows)});
+          pieces.push_back({block.table, 0, &block, begin,
+                            std::min<size_t>(block.row_count, begin + kChunkRows)});
         }
       }
       pool_.ParallelFor(pieces.size(), [&](size_t i) {
@@ -359,7 +364,8 @@ class PsShardImpl : public PsShard {
         out.codec = options_.pull_codec;
         out.codec_seed = m.request_id * 0x9E3779B97F4A7C15ull + i;
         out.payload.resize(EncodedSize(out.codec, out.values.size()));
-        cpu::Encode(out.codec, out.values.data(), out.values.size(), out.codec_seed, out.payload.data());
+        cpu::Encode(out.codec, out.values.data(), out.values.size(), out.codec_seed,
+                    out.payload.data());
         out.values.clear();
       });
     }
@@ -398,8 +404,8 @@ class PsShardImpl : public PsShard {
         }
       }
       ReplyError(*it->request,
-                 Status::Timeout("pull for version " + std::to_string(it->request->message.min_version) +
-                                 " waited " +
+                 Status::Timeout("pull for version " +
+                                 std::to_string(it->request->message.min_version) + " waited " +
                                  std::to_string(options_.timeout.count() / 1000.0).substr(0, 5) +
                                  " s; shard " + std::to_string(options_.shard) + " is at version " +
                                  std::to_string(applied_) + ", missing pushes for step " +
@@ -451,7 +457,8 @@ Result<ShardOptions> ShardOptionsFromConfig(const Config& config, uint32_t shard
   options.threads = config.ps.threads;
   options.hyper.learning_rate = static_cast<float>(config.training.learning_rate);
   options.apply_updates = config.OptimizerOnWorkers();
-  options.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.distributed.timeout_s * 1000));
+  options.timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(config.distributed.timeout_s * 1000));
   if (config.compression.pull) {
     GRIDSYNC_ASSIGN_OR_RETURN(options.pull_codec, CodecFromConfig(config.compression));
     options.pull_min_bytes = static_cast<size_t>(config.compression.min_bytes);

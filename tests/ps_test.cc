@@ -360,14 +360,16 @@ TEST(PsShardTest, MalformedInputGetsErrorAndChangesNothing) {
     std::string name;
     std::vector<zmq::message_t> frames;
     std::string expect;  // a piece of the error text
+    // The refusal names the request whenever the header is readable (0: it is not).
+    uint64_t request_id = 7;
   };
   std::vector<Case> cases;
-  cases.push_back({"random bytes", Frames({std::string("\x13\x37garbage-not-capnp-at-all", 25)}), ""});
+  cases.push_back({"random bytes", Frames({std::string("\x13\x37garbage-not-capnp-at-all", 25)}), "", 0});
   {
     auto f = push_with([](auto&, auto&) {});
     std::string header(static_cast<const char*>(f[0].data()), f[0].size() / 2);
     f[0] = zmq::message_t(header.data(), header.size());
-    cases.push_back({"truncated header", std::move(f), ""});
+    cases.push_back({"truncated header", std::move(f), "", 0});
   }
   cases.push_back({"unknown table", push_with([](auto&, auto& b) { b.table = 999; }), "table"});
   cases.push_back({"row out of range", push_with([&](auto&, auto& b) { b.rows = {1, 2, 1u << 30}; }), "row"});
@@ -399,18 +401,19 @@ TEST(PsShardTest, MalformedInputGetsErrorAndChangesNothing) {
       }
     }
     f[0] = zmq::message_t(bytes.data(), bytes.size());
-    if (patched) cases.push_back({"wrong version", std::move(f), ""});
+    if (patched) cases.push_back({"wrong version", std::move(f), "", 0});
   }
   {
     // More frames than any valid message has.
     std::vector<zmq::message_t> f;
     for (uint32_t i = 0; i < wire::Limits{}.max_frames() + 5; ++i) f.emplace_back("x", 1);
-    cases.push_back({"too many frames", std::move(f), "frames"});
+    cases.push_back({"too many frames", std::move(f), "frames", 0});
   }
   for (auto& c : cases) {
     auto reply = raw.Exchange(std::move(c.frames), shapes);
     ASSERT_TRUE(reply.ok()) << c.name << ": " << reply.status().ToString();
     EXPECT_EQ(reply->kind, wire::Kind::kError) << c.name;
+    EXPECT_EQ(reply->request_id, c.request_id) << c.name;
     EXPECT_FALSE(reply->error.ok()) << c.name;
     EXPECT_FALSE(reply->error.message().empty()) << c.name;
     if (!c.expect.empty()) {

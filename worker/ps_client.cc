@@ -421,12 +421,7 @@ Status PsClient::SendPull(uint64_t min_version, const std::vector<TablePullRef>&
 }
 
 uint64_t PsClient::RequestIdOf(const std::vector<zmq::message_t>& frames) const {
-  std::vector<wire::TableShape> shapes;
-  for (uint32_t t = 0; t < partition_.n_tables(); ++t) {
-    shapes.push_back({partition_.table(t).rows, partition_.table(t).width});
-  }
-  auto message = wire::Decode(frames, shapes, limits_);
-  return message.ok() ? message->request_id : 0;
+  return wire::PeekRequestId(frames, limits_);
 }
 
 Result<uint64_t> PsClient::ReceivePull() {

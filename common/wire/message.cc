@@ -226,6 +226,8 @@ Status ParseHeader(const zmq::message_t& frame, const Limits& limits, RawHeader&
           fmt::format("frame 0 (header): protocol version {}; this build speaks version {}",
                       version, kProtocolVersion));
     }
+    // First, so that a refusal of anything below can still name the request.
+    out.request_id = header.getRequestId();
     // Cap'n Proto hands unknown enumerants through as their number.
     out.kind = static_cast<uint16_t>(header.getKind());
     if (out.kind > kLastKind) {
@@ -235,7 +237,6 @@ Status ParseHeader(const zmq::message_t& frame, const Limits& limits, RawHeader&
     }
     out.step = header.getStep();
     out.worker_rank = header.getWorkerRank();
-    out.request_id = header.getRequestId();
     out.shard = header.getShard();
     out.min_version = header.getMinVersion();
     out.num_workers = header.getNumWorkers();
@@ -527,6 +528,14 @@ std::vector<zmq::message_t> EncodeError(uint64_t request_id, uint32_t shard, con
   std::vector<zmq::message_t> frames;
   frames.push_back(FrameFromHeader(builder));
   return frames;
+}
+
+uint64_t PeekRequestId(const std::vector<zmq::message_t>& frames, const Limits& limits) {
+  if (frames.empty()) return 0;
+  RawHeader raw;
+  // The status does not matter: the id is read as soon as the version is.
+  (void)ParseHeader(frames[0], limits, raw);
+  return raw.request_id;
 }
 
 Result<Message> Decode(const std::vector<zmq::message_t>& frames,

@@ -168,6 +168,11 @@ std::vector<zmq::message_t> Encode(const OutHeader& header, std::vector<OutBlock
 size_t RowIdFrameBytes(const std::vector<uint32_t>& rows);
 std::vector<zmq::message_t> EncodeError(uint64_t request_id, uint32_t shard, const Status& error);
 
+// The request id of a message Decode refused, when its header got as far as
+// a readable version (0 otherwise; senders never use 0), so the refusal can
+// name the request it answers.
+uint64_t PeekRequestId(const std::vector<zmq::message_t>& frames, const Limits& limits);
+
 // The decode boundary. `tables` gives the valid table ids and their shapes;
 // rows must be strictly ascending and < rows of the table, col_begin + width
 // <= the table's width, values finite (for pushes and init).
