@@ -36,6 +36,12 @@ cpu::MlpShape MlpShapeFromConfig(const Config& config, uint32_t input_width, int
   return shape;
 }
 
+AdamHyper AdamHyperFromConfig(const TrainingConfig& training) {
+  AdamHyper hyper;
+  hyper.learning_rate = static_cast<float>(training.learning_rate);
+  return hyper;
+}
+
 Result<CodecOptions> CodecFromConfig(const CompressionConfig& compression) {
   GRIDSYNC_ASSIGN_OR_RETURN(const Codec codec, ParseCodec(compression.codec));
   CodecOptions options;
@@ -48,7 +54,8 @@ Result<CodecOptions> CodecFromConfig(const CompressionConfig& compression) {
 }
 
 Result<std::vector<TableInfo>> ImageModelTables(const Config& config) {
-  GRIDSYNC_ASSIGN_OR_RETURN(HashGridLayout layout, HashGridLayout::Make(GridSpecFromConfig(config, 2)));
+  GRIDSYNC_ASSIGN_OR_RETURN(HashGridLayout layout,
+                            HashGridLayout::Make(GridSpecFromConfig(config, 2)));
   return ModelTables(layout, MlpShapeFromConfig(config, layout.output_width(), 3));
 }
 

@@ -455,7 +455,7 @@ Result<ShardOptions> ShardOptionsFromConfig(const Config& config, uint32_t shard
   options.consistency = config.ps.consistency;
   options.staleness = static_cast<uint32_t>(config.ps.staleness);
   options.threads = config.ps.threads;
-  options.hyper.learning_rate = static_cast<float>(config.training.learning_rate);
+  options.hyper = AdamHyperFromConfig(config.training);
   options.apply_updates = config.OptimizerOnWorkers();
   options.timeout =
       std::chrono::milliseconds(static_cast<int64_t>(config.distributed.timeout_s * 1000));

@@ -300,6 +300,16 @@ struct StepGradient {
   uint64_t mlp_values = 0;
 };
 
+// Writes the table's CSV and says where (or why not), as a '#' line.
+bool WriteCsvReport(const Table& table, const std::string& path) {
+  if (auto status = table.WriteCsv(path); !status.ok()) {
+    std::fprintf(stderr, "%s\n", status.ToString().c_str());
+    return false;
+  }
+  std::printf("# csv: %s\n", path.c_str());
+  return true;
+}
+
 float LoadF32(const uint8_t* p) {
   float v;
   std::memcpy(&v, p, sizeof(v));
@@ -611,13 +621,8 @@ int RunCodecTable(const CompressArgs& args) {
 
   const std::string csv = args.csv.empty() ? "out/compress_codecs.csv" : args.csv;
   const std::string png = args.png.empty() ? "out/compress_codecs.png" : args.png;
-  int rc = failures > 0 || total_wrong > 0 ? 1 : 0;
-  if (auto s = table.WriteCsv(csv); !s.ok()) {
-    std::fprintf(stderr, "%s\n", s.ToString().c_str());
-    rc = 1;
-  } else {
-    std::printf("# csv: %s\n", csv.c_str());
-  }
+  const bool csv_written = WriteCsvReport(table, csv);
+  int rc = failures > 0 || total_wrong > 0 || !csv_written ? 1 : 0;
   std::ostringstream gp;
   gp << "set terminal pngcairo size 1400,560 font ',10'\n"
      << "set output " << GnuplotQuote(png) << "\n"
@@ -801,13 +806,8 @@ int RunTrainSweep(const CompressArgs& args) {
 
   const std::string csv = args.csv.empty() ? "out/compress.csv" : args.csv;
   const std::string png = args.png.empty() ? "out/compress.png" : args.png;
-  int rc = failures > 0 || total_wrong > 0 ? 1 : 0;
-  if (auto s = table.WriteCsv(csv); !s.ok()) {
-    std::fprintf(stderr, "%s\n", s.ToString().c_str());
-    rc = 1;
-  } else {
-    std::printf("# csv: %s\n", csv.c_str());
-  }
+  const bool csv_written = WriteCsvReport(table, csv);
+  int rc = failures > 0 || total_wrong > 0 || !csv_written ? 1 : 0;
   if (table.rows() == 0) return 1;
   const int x = table.ColumnOf("push_B/step"), y = table.ColumnOf("psnr_dB");
   std::ostringstream gp;

@@ -1,12 +1,12 @@
 #include "worker/hybrid_trainer.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <bit>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-
-#include <spdlog/spdlog.h>
 
 #include "common/coordinator_client.h"
 #include "common/thread_pool.h"
@@ -20,7 +20,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 // The parameter rows of the model laid end to end: grid rows (all levels),
 // then the rows of each MLP table. "Global row" g maps to (table, row) and to
@@ -99,7 +101,8 @@ Result<TrainReport> TrainImageHybrid(const Config& config, const ImageTask& imag
   const auto& d = config.distributed;
   const auto& t = config.training;
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(d.timeout_s * 1000));
-  GRIDSYNC_ASSIGN_OR_RETURN(std::shared_ptr<HashGridModel> model, HashGridModel::Create(config, 2, 3));
+  GRIDSYNC_ASSIGN_OR_RETURN(std::shared_ptr<HashGridModel> model,
+                            HashGridModel::Create(config, 2, 3));
   GRIDSYNC_ASSIGN_OR_RETURN(PsSession session, JoinPsCluster(config, *model, options.ps));
   const int rank = static_cast<int>(session.rank);
   const auto nodes = d.ResolvedNodes();
@@ -114,8 +117,9 @@ Result<TrainReport> TrainImageHybrid(const Config& config, const ImageTask& imag
     GRIDSYNC_ASSIGN_OR_RETURN(intra, options.intra_group(session, node, local, node_size));
   } else {
     store = std::make_unique<CoordinatorStore>(session.coordinator.get(), "collective/");
-    GRIDSYNC_ASSIGN_OR_RETURN(owned_intra, MakeCollective(ToString(d.collective), store.get(), local, node_size,
-                                                          "intra-" + nodes[static_cast<size_t>(node)].name, timeout));
+    GRIDSYNC_ASSIGN_OR_RETURN(
+        owned_intra, MakeCollective(ToString(d.collective), store.get(), local, node_size,
+                                    "intra-" + nodes[static_cast<size_t>(node)].name, timeout));
     intra = owned_intra.get();
   }
 
@@ -130,8 +134,9 @@ Result<TrainReport> TrainImageHybrid(const Config& config, const ImageTask& imag
   for (int l = 0; l < node_size; ++l) {
     const uint64_t a = bounds[static_cast<size_t>(l)];
     const uint64_t b = bounds[static_cast<size_t>(l) + 1];
-    slice_elements[static_cast<size_t>(l)] = (b == space.rows() ? space.elements() : space.ElementOf(b)) -
-                                             (a == space.rows() ? space.elements() : space.ElementOf(a));
+    slice_elements[static_cast<size_t>(l)] =
+        (b == space.rows() ? space.elements() : space.ElementOf(b)) -
+        (a == space.rows() ? space.elements() : space.ElementOf(a));
   }
 
   ThreadPool pool(t.threads);
@@ -150,7 +155,8 @@ Result<TrainReport> TrainImageHybrid(const Config& config, const ImageTask& imag
     const uint32_t t_index = space.TableOf(global_row);
     const auto& tab = space.tables()[t_index];
     const uint64_t row = global_row - tab.first_row;
-    if (t_index < levels) return model->grid_params().data() + (layout.level(t_index).row_offset + row) * F;
+    if (t_index < levels)
+      return model->grid_params().data() + (layout.level(t_index).row_offset + row) * F;
     return model->mlp_weights()[t_index - levels].data() + row * tab.width;
   };
 
@@ -170,7 +176,8 @@ Result<TrainReport> TrainImageHybrid(const Config& config, const ImageTask& imag
     std::vector<float> mine;
     for (uint32_t l = 0; l < levels; ++l) {
       const uint64_t first = space.tables()[l].first_row;
-      for (uint32_t row : row_set.rows(l)) mine.push_back(BitsToFloat(static_cast<uint32_t>(first + row)));
+      for (uint32_t row : row_set.rows(l))
+        mine.push_back(BitsToFloat(static_cast<uint32_t>(first + row)));
     }
     const float my_count = static_cast<float>(mine.size());
     std::vector<float> counts_f(static_cast<size_t>(node_size));
@@ -187,12 +194,14 @@ Result<TrainReport> TrainImageHybrid(const Config& config, const ImageTask& imag
     }
     for (size_t ti = levels; ti < space.tables().size(); ++ti) {  // MLP rows: always read
       const auto& tab = space.tables()[ti];
-      for (uint64_t g = tab.first_row; g < tab.first_row + tab.rows; ++g) needed_bits[g >> 6] |= uint64_t{1} << (g & 63);
+      for (uint64_t g = tab.first_row; g < tab.first_row + tab.rows; ++g)
+        needed_bits[g >> 6] |= uint64_t{1} << (g & 63);
     }
     // Per local rank, the needed rows inside its slice (ascending).
     std::vector<std::vector<uint64_t>> slice_rows(static_cast<size_t>(node_size));
     for (int l = 0; l < node_size; ++l) {
-      for (uint64_t g = bounds[static_cast<size_t>(l)]; g < bounds[static_cast<size_t>(l) + 1]; ++g) {
+      for (uint64_t g = bounds[static_cast<size_t>(l)]; g < bounds[static_cast<size_t>(l) + 1];
+           ++g) {
         if (needed_bits[g >> 6] >> (g & 63) & 1) slice_rows[static_cast<size_t>(l)].push_back(g);
       }
     }
@@ -218,7 +227,8 @@ Result<TrainReport> TrainImageHybrid(const Config& config, const ImageTask& imag
     std::vector<size_t> value_counts(static_cast<size_t>(node_size));
     for (int l = 0; l < node_size; ++l) {
       size_t n = 0;
-      for (uint64_t g : slice_rows[static_cast<size_t>(l)]) n += space.tables()[space.TableOf(g)].width;
+      for (uint64_t g : slice_rows[static_cast<size_t>(l)])
+        n += space.tables()[space.TableOf(g)].width;
       value_counts[static_cast<size_t>(l)] = n;
     }
     std::vector<float> my_values;
@@ -242,20 +252,22 @@ Result<TrainReport> TrainImageHybrid(const Config& config, const ImageTask& imag
     comm += Since(comm_start);
 
     // 2. This worker's gradient.
-    const double sse = model->AccumulateGradients(positions.data(), targets.data(), count, batch, 1.0f, active,
-                                                  &grads, &pool);
+    const double sse = model->AccumulateGradients(positions.data(), targets.data(), count, batch,
+                                                  1.0f, active, &grads, &pool);
     report.final_loss = sse / static_cast<double>(count * 3);
 
     // 3. Reduce-scatter inside the node: local rank l gets its slice's sum.
     const auto comm2_start = Clock::now();
-    std::memcpy(packed.data(), grads.grid.dense(), uint64_t{layout.total_rows()} * F * sizeof(float));
+    std::memcpy(packed.data(), grads.grid.dense(),
+                uint64_t{layout.total_rows()} * F * sizeof(float));
     size_t offset = layout.total_rows() * F;
     for (const auto& m : grads.mlp) {
       std::memcpy(packed.data() + offset, m.data(), static_cast<size_t>(m.size()) * sizeof(float));
       offset += static_cast<size_t>(m.size());
     }
     grads.Clear(&pool);
-    GRIDSYNC_RETURN_IF_ERROR(intra->ReduceScatterSum(packed.data(), my_grad.data(), slice_elements));
+    GRIDSYNC_RETURN_IF_ERROR(
+        intra->ReduceScatterSum(packed.data(), my_grad.data(), slice_elements));
 
     // 4. Push the slice's non-zero rows.
     std::vector<std::vector<uint32_t>> push_rows(space.tables().size());
@@ -273,39 +285,44 @@ Result<TrainReport> TrainImageHybrid(const Config& config, const ImageTask& imag
     std::vector<TableRowsRef> push;
     for (uint32_t ti = 0; ti < push_rows.size(); ++ti) {
       if (push_rows[ti].empty()) continue;
-      push.push_back({ti, false, push_rows[ti].data(), push_rows[ti].size(), push_values[ti].data()});
+      push.push_back(
+          {ti, false, push_rows[ti].data(), push_rows[ti].size(), push_values[ti].data()});
     }
     GRIDSYNC_RETURN_IF_ERROR(session.ps->Push(wire::Kind::kPush, step, push)
                                  .WithContext(session.me + " step " + std::to_string(step)));
     comm += Since(comm2_start);
     const uint64_t done = step + 1;
-    if (!options.ps.train.quiet && t.log_every > 0 && done % static_cast<uint64_t>(t.log_every) == 0) {
-      spdlog::info("{} step {:>6} loss {:.6f} | pushed {:.2f} MB/step, pulled {:.2f} MB/step", session.me, done,
-                   report.final_loss, session.ps->counters().bytes_pushed / 1e6 / done,
+    if (!options.ps.train.quiet && t.log_every > 0 &&
+        done % static_cast<uint64_t>(t.log_every) == 0) {
+      spdlog::info("{} step {:>6} loss {:.6f} | pushed {:.2f} MB/step, pulled {:.2f} MB/step",
+                   session.me, done, report.final_loss,
+                   session.ps->counters().bytes_pushed / 1e6 / done,
                    session.ps->counters().bytes_pulled / 1e6 / done);
     }
   }
   // Each local rank's slice residuals, delivered as one more step.
-  GRIDSYNC_ASSIGN_OR_RETURN(report.flushed_residuals,
-                            session.ps->FlushResiduals(static_cast<uint64_t>(t.steps),
-                                                         MinVersionFor(config.ps, static_cast<uint64_t>(t.steps))));
+  GRIDSYNC_ASSIGN_OR_RETURN(
+      report.flushed_residuals,
+      session.ps->FlushResiduals(static_cast<uint64_t>(t.steps),
+                                 MinVersionFor(config.ps, static_cast<uint64_t>(t.steps))));
   report.steps = static_cast<uint64_t>(t.steps);
   report.samples = report.steps * batch;
   report.train_seconds = Since(loop_start);
   report.samples_per_second = static_cast<double>(report.samples) / report.train_seconds;
-  report.bytes_pushed_per_step = static_cast<double>(session.ps->counters().bytes_pushed) / report.steps;
-  report.bytes_pulled_per_step = static_cast<double>(session.ps->counters().bytes_pulled) / report.steps;
+  report.bytes_pushed_per_step =
+      static_cast<double>(session.ps->counters().bytes_pushed) / report.steps;
+  report.bytes_pulled_per_step =
+      static_cast<double>(session.ps->counters().bytes_pulled) / report.steps;
   report.comm_seconds = comm;
 
-  GRIDSYNC_RETURN_IF_ERROR(session.coordinator->Barrier("done", static_cast<uint32_t>(d.world_size), session.me, timeout));
+  GRIDSYNC_RETURN_IF_ERROR(session.coordinator->Barrier("done", static_cast<uint32_t>(d.world_size),
+                                                        session.me, timeout));
   if (rank == 0) {
+    GRIDSYNC_RETURN_IF_ERROR(PullAllParams(*session.ps, *model, FinalVersion(config.ps, report)));
     GRIDSYNC_RETURN_IF_ERROR(
-        PullAllParams(*session.ps, *model,
-                      config.ps.consistency == Consistency::kAsync
-                          ? 0
-                          : report.steps + (report.flushed_residuals ? 1 : 0)));
-    GRIDSYNC_RETURN_IF_ERROR(EvaluateAndSave(*model, image, config, options.ps.train.write_png, &pool, &report));
-    if (!options.ps.dump_params.empty()) GRIDSYNC_RETURN_IF_ERROR(WriteParams(options.ps.dump_params, *model));
+        EvaluateAndSave(*model, image, config, options.ps.train.write_png, &pool, &report));
+    if (!options.ps.dump_params.empty())
+      GRIDSYNC_RETURN_IF_ERROR(WriteParams(options.ps.dump_params, *model));
   }
   report.model = std::move(model);
   return report;

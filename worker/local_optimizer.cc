@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kernels/cpu/half.h"
+#include "kernels/model_tables.h"
 
 namespace gridsync {
 namespace {
@@ -14,11 +15,13 @@ inline bool FitsHalf(float g) { return std::isfinite(g) && std::fabs(g) <= kHalf
 }  // namespace
 
 LocalOptimizer::LocalOptimizer(HashGridModel* model, const Config& config)
-    : model_(model), scaler_(config.training.mixed_precision) {
-  hyper_.learning_rate = static_cast<float>(config.training.learning_rate);
+    : model_(model),
+      hyper_(AdamHyperFromConfig(config.training)),
+      scaler_(config.training.mixed_precision) {
   const auto& layout = model->layout();
   grid_state_.resize(layout.n_levels());
-  for (uint32_t l = 0; l < layout.n_levels(); ++l) grid_state_[l].Resize(layout.level(l).rows, layout.features());
+  for (uint32_t l = 0; l < layout.n_levels(); ++l)
+    grid_state_[l].Resize(layout.level(l).rows, layout.features());
   const auto& shape = model->mlp_shape();
   mlp_state_.resize(shape.n_matrices());
   // Column-major weights: a table row is one column of the matrix.

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstring>
 
 #include "common/check.h"
@@ -26,7 +25,11 @@ PsClient::PsClient(const Partition& partition, uint32_t worker_rank, uint32_t nu
       worker_rank_(worker_rank),
       num_workers_(num_workers),
       timeout_(timeout),
-      limits_(limits) {}
+      limits_(limits) {
+  for (uint32_t t = 0; t < partition.n_tables(); ++t) {
+    shapes_.push_back({partition.table(t).rows, partition.table(t).width});
+  }
+}
 
 PsClient::~PsClient() = default;
 
@@ -140,17 +143,13 @@ std::vector<std::vector<wire::OutBlock>> SplitAll(const Partition& partition,
 Status PsClient::AwaitReplies(
     uint64_t request_id, wire::Kind expected,
     const std::function<Status(uint32_t, const wire::Message&)>& on_reply) {
-  std::vector<wire::TableShape> shapes;
-  for (uint32_t t = 0; t < partition_.n_tables(); ++t) {
-    shapes.push_back({partition_.table(t).rows, partition_.table(t).width});
-  }
   std::vector<bool> done(sockets_.size(), false);
   size_t remaining = sockets_.size();
   // Handles one reply; returns true when it answered `request_id`.
   auto handle = [&](uint32_t s, const std::vector<zmq::message_t>& frames,
                     bool* answered) -> Status {
     *answered = false;
-    auto message = wire::Decode(frames, shapes, limits_);
+    auto message = wire::Decode(frames, shapes_, limits_);
     if (!message.ok()) return message.status().WithContext("reply from shard " + std::to_string(s));
     // Request ids start at 1: an Error for request 0 answers a message the
     // shard could not read at all, so it is ours and nothing else will come.
@@ -300,9 +299,11 @@ Result<bool> PsClient::FlushResiduals(uint64_t step, uint64_t min_version) {
     refs.push_back({t, false, h.rows.data(), h.rows.size(), h.values.data()});
   }
   feedback_.Clear();
-  flushing_ = true;
-  const Status status = Push(wire::Kind::kPush, step, refs);
-  flushing_ = false;
+  // What was computed already: no optimizer, no codec.
+  const auto start = Clock::now();
+  const Status status =
+      SendAndAwaitAcks(wire::Kind::kPush, step, SplitAll(partition_, refs, /*with_values=*/true));
+  counters_.push_seconds += Seconds(start);
   GRIDSYNC_RETURN_IF_ERROR(status.WithContext("flushing the error-feedback residuals"));
   return true;
 }
@@ -351,16 +352,21 @@ Status PsClient::Compress(uint64_t step, uint32_t shard, wire::OutBlock* block) 
 
 Status PsClient::Push(wire::Kind kind, uint64_t step, const std::vector<TableRowsRef>& tables) {
   const auto start = Clock::now();
-  // A flush carries what was computed already: no optimizer, no codec.
   const bool updates = kind == wire::Kind::kPush && worker_adam_ != nullptr;
-  auto split =
-      SplitAll(partition_, updates && !flushing_ ? worker_adam_->ToUpdates(tables) : tables,
-               /*with_values=*/true);
-  if (kind == wire::Kind::kPush && codec_.codec != Codec::kNone && !flushing_) {
+  auto split = SplitAll(partition_, updates ? worker_adam_->ToUpdates(tables) : tables,
+                        /*with_values=*/true);
+  if (kind == wire::Kind::kPush && codec_.codec != Codec::kNone) {
     for (uint32_t s = 0; s < split.size(); ++s) {
       for (auto& block : split[s]) GRIDSYNC_RETURN_IF_ERROR(Compress(step, s, &block));
     }
   }
+  const Status status = SendAndAwaitAcks(kind, step, std::move(split));
+  counters_.push_seconds += Seconds(start);
+  return status;
+}
+
+Status PsClient::SendAndAwaitAcks(wire::Kind kind, uint64_t step,
+                                  std::vector<std::vector<wire::OutBlock>> split) {
   const uint64_t request_id = next_request_++;
   for (uint32_t s = 0; s < sockets_.size(); ++s) {
     wire::OutHeader header;
@@ -370,16 +376,16 @@ Status PsClient::Push(wire::Kind kind, uint64_t step, const std::vector<TableRow
     header.request_id = request_id;
     header.shard = s;
     header.num_workers = num_workers_;
-    if (updates) header.push_values = wire::PushValues::kUpdates;
+    if (kind == wire::Kind::kPush && worker_adam_ != nullptr) {
+      header.push_values = wire::PushValues::kUpdates;
+    }
     auto frames = wire::Encode(header, std::move(split[s]));
     for (const auto& f : frames) counters_.bytes_pushed += f.size();
     GRIDSYNC_RETURN_IF_ERROR(
         wire::SendMultipart(sockets_[s], frames).WithContext("push to shard " + std::to_string(s)));
   }
-  Status status = AwaitReplies(request_id, wire::Kind::kPushAck,
-                               [](uint32_t, const wire::Message&) { return Status::OK(); });
-  counters_.push_seconds += Seconds(start);
-  return status;
+  return AwaitReplies(request_id, wire::Kind::kPushAck,
+                      [](uint32_t, const wire::Message&) { return Status::OK(); });
 }
 
 Status PsClient::SendPull(uint64_t min_version, const std::vector<TablePullRef>& tables) {

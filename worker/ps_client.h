@@ -132,6 +132,7 @@ class PsClient {
   uint32_t num_workers_;
   std::chrono::milliseconds timeout_;
   wire::Limits limits_;
+  std::vector<wire::TableShape> shapes_;  // what replies are decoded against
   zmq::context_t context_{1};
   std::vector<zmq::socket_t> sockets_;  // by shard
   std::vector<std::string> endpoints_;
@@ -143,8 +144,11 @@ class PsClient {
   uint64_t codec_seed_ = 0;
   cpu::ErrorFeedback feedback_;
   std::unique_ptr<WorkerAdam> worker_adam_;
-  bool flushing_ = false;
   Status Compress(uint64_t step, uint32_t shard, wire::OutBlock* block);
+
+  // Sends each shard its blocks (kind push or init) and waits for every ack.
+  Status SendAndAwaitAcks(wire::Kind kind, uint64_t step,
+                          std::vector<std::vector<wire::OutBlock>> split);
 
   uint64_t RequestIdOf(const std::vector<zmq::message_t>& frames) const;
 

@@ -59,6 +59,10 @@ struct PsSession {
 // async: 0 (whatever is there).
 uint64_t MinVersionFor(const PsConfig& ps, uint64_t step);
 
+// The version holding every push of a finished run: its steps, plus the
+// flush of error feedback's residuals when there was one; 0 under async.
+uint64_t FinalVersion(const PsConfig& ps, const TrainReport& report);
+
 // Pulls every row of every table into the model (the final parameters, once
 // the shards reached `min_version`).
 Status PullAllParams(PsClient& ps, HashGridModel& model, uint64_t min_version);
