@@ -154,6 +154,15 @@ class PsShardImpl : public PsShard {
       std::lock_guard<std::mutex> lock(stats_mu_);
       stats_.bytes_in += m.bytes;
     }
+    // The kind first: what a block means depends on it, and only requests
+    // reach the checks below.
+    if (m.kind != wire::Kind::kPush && m.kind != wire::Kind::kPull &&
+        m.kind != wire::Kind::kInit && m.kind != wire::Kind::kStats) {
+      ReplyError(*request, Status::InvalidArgument(
+                               std::string("a shard does not accept ") + wire::KindName(m.kind) +
+                               " messages; allowed: push, pull, init, stats"));
+      return;
+    }
     for (const auto& block : m.blocks) {
       if (auto owned = store_.CheckOwnership(block); !owned.ok()) {
         ReplyError(*request, owned);
@@ -194,9 +203,7 @@ class PsShardImpl : public PsShard {
         return;
       }
       default:
-        ReplyError(*request, Status::InvalidArgument(
-                                 std::string("a shard does not accept ") + wire::KindName(m.kind) +
-                                 " messages; allowed: push, pull, init, stats"));
+        return;  // refused above
     }
   }
 

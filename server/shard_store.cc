@@ -35,6 +35,11 @@ uint64_t ShardStore::owned_rows() const {
 }
 
 Status ShardStore::CheckOwnership(const wire::Block& block) const {
+  if (!block.rows_named()) {
+    return Status::InvalidArgument("table " + std::to_string(block.table) + ": a sparse block of " +
+                                   std::to_string(block.row_count) +
+                                   " rows without row ids; allowed: dense blocks or row ids");
+  }
   const Table& table = tables_[block.table];
   const auto& info = partition_.table(block.table);
   if (block.col_begin != table.col_begin || block.width != table.width) {

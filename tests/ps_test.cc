@@ -17,11 +17,14 @@
 #include <random>
 #include <thread>
 
+#include <capnp/message.h>
+#include <capnp/serialize.h>
 #include <gtest/gtest.h>
 
 #include "common/config.h"
 #include "common/coordinator_client.h"
 #include "common/sharding.h"
+#include "common/wire/gridsync.capnp.h"
 #include "common/wire/message.h"
 #include "kernels/model_tables.h"
 #include "server/coordinator.h"
@@ -312,6 +315,27 @@ std::vector<zmq::message_t> Frames(std::initializer_list<std::string> parts) {
   return frames;
 }
 
+// A header of `kind` listing one sparse block of one row and no payload
+// frames: the 144-byte message that used to crash a shard (a stats header
+// whose block passed Decode without row ids, then reached the ownership check).
+std::vector<zmq::message_t> HeaderWithOneSparseBlock(wire::schema::MessageKind kind) {
+  capnp::MallocMessageBuilder builder;
+  auto h = builder.initRoot<wire::schema::Header>();
+  h.setVersion(wire::kProtocolVersion);
+  h.setKind(kind);
+  h.setRequestId(7);
+  h.setNumWorkers(1);
+  auto b = h.initBlocks(1)[0];
+  b.setTable(0);
+  b.setRowCount(1);
+  b.setWidth(2);
+  auto words = capnp::messageToFlatArray(builder);
+  auto bytes = words.asBytes();
+  std::vector<zmq::message_t> frames;
+  frames.emplace_back(bytes.begin(), bytes.size());
+  return frames;
+}
+
 TEST(PsShardTest, MalformedInputGetsErrorAndChangesNothing) {
   const ImageTask image = SmallImage();
   auto cluster = Cluster::Start(SmallConfig(1, 1));
@@ -408,6 +432,27 @@ TEST(PsShardTest, MalformedInputGetsErrorAndChangesNothing) {
     std::vector<zmq::message_t> f;
     for (uint32_t i = 0; i < wire::Limits{}.max_frames() + 5; ++i) f.emplace_back("x", 1);
     cases.push_back({"too many frames", std::move(f), "frames", 0});
+  }
+  // Every kind, with one sparse block and no frames: kinds without blocks
+  // are refused for listing one, the others for the missing frames, and a
+  // pullReply (rows implied) for being no request.
+  using MK = wire::schema::MessageKind;
+  for (MK kind : {MK::PUSH, MK::PUSH_ACK, MK::PULL, MK::PULL_REPLY, MK::ERROR, MK::STATS,
+                  MK::STATS_REPLY, MK::INIT}) {
+    const auto k = static_cast<wire::Kind>(kind);
+    std::string expect = wire::LayoutOf(k).blocks ? (wire::LayoutOf(k).row_ids ? "frames" : "values")
+                                                  : "allowed: none";
+    if (k == wire::Kind::kPullReply) expect = "frames";
+    cases.push_back({std::string("one sparse block on a ") + wire::KindName(k),
+                     HeaderWithOneSparseBlock(kind), expect});
+  }
+  {
+    // A pullReply with its values frame decodes (its rows are the request's),
+    // so the shard refuses it for its kind, before any block is used.
+    auto f = HeaderWithOneSparseBlock(MK::PULL_REPLY);
+    const std::vector<float> values(2, 1.0f);
+    f.emplace_back(values.data(), values.size() * sizeof(float));
+    cases.push_back({"pullReply to a shard", std::move(f), "does not accept pullReply"});
   }
   for (auto& c : cases) {
     auto reply = raw.Exchange(std::move(c.frames), shapes);

@@ -723,6 +723,55 @@ TEST(WireDecodeTest, BitFlipsInAValidHeaderNeverCrash) {
   EXPECT_GT(refused, 0);
 }
 
+// The class of the 144-byte shard crash: a kind that carries no blocks must
+// not declare any, whatever else the header says.
+TEST(WireDecodeTest, KindsWithoutBlocksRefuseAnyBlock) {
+  for (schema::MessageKind kind : {schema::MessageKind::PUSH_ACK, schema::MessageKind::ERROR,
+                                   schema::MessageKind::STATS, schema::MessageKind::STATS_REPLY}) {
+    EXPECT_FALSE(LayoutOf(static_cast<Kind>(kind)).blocks);
+    for (bool dense : {false, true}) {
+      RawBlockSpec block;
+      block.row_count = 1;
+      block.dense = dense;
+      std::vector<zmq::message_t> frames;
+      frames.push_back(RawHeader(kind, {block}));
+      ExpectRefused(Decode(frames, Tables(), Limits{}), StatusCode::kInvalidArgument,
+                    {KindName(static_cast<Kind>(kind)), "1 table block(s)", "allowed: none"});
+    }
+  }
+}
+
+// Validation and use agree: whatever header a fuzzer makes up, a message that
+// decodes has blocks only where its kind allows them, and every block of a
+// kind with row ids names all its rows (so Block::Row never reads past them).
+TEST(WireDecodeTest, EveryDecodedBlockNamesItsRowsWhereItsKindCarriesThem) {
+  std::mt19937 rng(20261130);
+  int decoded = 0;
+  for (int round = 0; round < 4000; ++round) {
+    auto frames = round % 2 ? ValidPush() : ValidPush(/*raw_rows=*/true);
+    auto* bytes = static_cast<unsigned char*>(frames[0].data());
+    const int flips = 1 + static_cast<int>(rng() % 3);
+    for (int f = 0; f < flips; ++f) {
+      bytes[rng() % frames[0].size()] ^= static_cast<unsigned char>(1u << (rng() % 8));
+    }
+    // Sometimes drop payload frames, so kinds with fewer frames can match.
+    const size_t drop = rng() % 4;
+    for (size_t d = 0; d < drop && frames.size() > 1; ++d) frames.pop_back();
+    auto m = Decode(frames, Tables(), Limits{});
+    if (!m.ok()) continue;
+    ++decoded;
+    const KindLayout layout = LayoutOf(m->kind);
+    if (!layout.blocks) EXPECT_TRUE(m->blocks.empty()) << KindName(m->kind);
+    for (const Block& b : m->blocks) {
+      if (layout.row_ids) {
+        ASSERT_TRUE(b.rows_named()) << KindName(m->kind);
+        for (size_t i = 0; i < b.row_count; ++i) EXPECT_LT(b.Row(i), Tables()[b.table].rows);
+      }
+    }
+  }
+  EXPECT_GT(decoded, 0);
+}
+
 TEST(WireDecodeTest, TruncatedHeader) {
   auto frames = ValidPush();
   const size_t size = frames[0].size();

@@ -430,12 +430,22 @@ const char* KindName(Kind kind) {
   return "unknown";
 }
 
-bool KindCarriesRows(Kind kind) {
-  return kind == Kind::kPush || kind == Kind::kPull || kind == Kind::kInit;
-}
-
-bool KindCarriesValues(Kind kind) {
-  return kind == Kind::kPush || kind == Kind::kPullReply || kind == Kind::kInit;
+KindLayout LayoutOf(Kind kind) {
+  switch (kind) {
+    case Kind::kPush:
+    case Kind::kInit:
+      return {.blocks = true, .row_ids = true, .values = true};
+    case Kind::kPull:
+      return {.blocks = true, .row_ids = true, .values = false};
+    case Kind::kPullReply:
+      return {.blocks = true, .row_ids = false, .values = true};
+    case Kind::kPushAck:
+    case Kind::kError:
+    case Kind::kStats:
+    case Kind::kStatsReply:
+      break;
+  }
+  return {};
 }
 
 size_t RowIdFrameBytes(const std::vector<uint32_t>& rows) {
@@ -458,8 +468,11 @@ std::vector<zmq::message_t> Encode(const OutHeader& header, std::vector<OutBlock
   out.setPushValues(static_cast<schema::PushValues>(header.push_values));
   if (header.kind == Kind::kStatsReply) FillStats(header.stats, out.initStats());
 
-  const bool rows = KindCarriesRows(header.kind);
-  const bool values = KindCarriesValues(header.kind);
+  const KindLayout layout = LayoutOf(header.kind);
+  const bool rows = layout.row_ids;
+  const bool values = layout.values;
+  // A sender's bug: the receiver refuses blocks on a kind that has none.
+  if (!layout.blocks) GRIDSYNC_CHECK_EQ(blocks.size(), size_t{0});
   std::vector<zmq::message_t> frames;
   frames.reserve(1 + 2 * blocks.size());
   frames.emplace_back();  // the header, once the blocks are described
@@ -569,8 +582,14 @@ Result<Message> Decode(const std::vector<zmq::message_t>& frames,
   message.push_values = static_cast<PushValues>(raw.push_values);
   const char* kind_name = KindName(message.kind);
 
-  const bool carries_rows = KindCarriesRows(message.kind);
-  const bool carries_values = KindCarriesValues(message.kind);
+  const KindLayout layout = LayoutOf(message.kind);
+  const bool carries_rows = layout.row_ids;
+  const bool carries_values = layout.values;
+  if (!layout.blocks && !raw.blocks.empty()) {
+    return Status::InvalidArgument(
+        fmt::format("a {} lists {} table block(s); allowed: none (this kind carries no rows)",
+                    kind_name, raw.blocks.size()));
+  }
 
   // Header-only checks first, so a wrong frame count is reported against a
   // header already known to make sense.
@@ -705,6 +724,13 @@ Result<Message> Decode(const std::vector<zmq::message_t>& frames,
               row == block.rows[r - 1] ? "duplicates" : "follows", block.rows[r - 1], r - 1));
         }
       }
+    }
+
+    // The invariant every consumer relies on: a kind with row ids on the
+    // wire yields blocks that name all their rows.
+    if (carries_rows && !block.rows_named()) {
+      return Status::Internal(fmt::format("block {} (table {}): {} row ids for rowCount {}", i,
+                                          b.table, block.rows.size(), b.row_count));
     }
 
     if (carries_values && b.codec != 0) {

@@ -31,6 +31,7 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "common/check.h"
 #include "common/status.h"
 #include "kernels/cpu/codec.h"
 
@@ -103,7 +104,17 @@ struct Block {
   uint64_t codec_seed = 0;
   std::span<const uint8_t> payload;
 
-  uint32_t Row(size_t i) const { return dense ? row_begin + static_cast<uint32_t>(i) : rows[i]; }
+  // True when the block names every row it covers: dense, or sparse with its
+  // row ids on the wire. Decode guarantees it for push, pull and init; only
+  // a pullReply's sparse blocks leave it false (their rows are the request's).
+  bool rows_named() const { return dense || rows.size() == row_count; }
+  // The i-th row; only for blocks whose rows_named() (a bug check otherwise,
+  // never reached from network bytes, since Decode establishes it per kind).
+  uint32_t Row(size_t i) const {
+    if (dense) return row_begin + static_cast<uint32_t>(i);
+    GRIDSYNC_CHECK_LT(i, rows.size());
+    return rows[i];
+  }
   bool compressed() const { return codec.codec != Codec::kNone; }
 };
 
@@ -157,9 +168,20 @@ struct OutHeader {
   ShardStats stats;                                 // kStatsReply
 };
 
-// Which payload frames a kind carries after the header, per block.
-bool KindCarriesRows(Kind kind);    // push, pull, init (unless dense)
-bool KindCarriesValues(Kind kind);  // push, pullReply, init
+// What a kind's header may describe and which payload frames follow it: the
+// one table Encode, Decode and every receiver read, so what is validated and
+// what is used cannot disagree. A kind without blocks (pushAck, error, stats,
+// statsReply) is refused if its header lists any; a kind whose rows are not
+// on the wire (pullReply: they are the request's) decodes sparse blocks with
+// no row ids, and Block::rows_named() says so.
+struct KindLayout {
+  bool blocks = false;   // the header may list table blocks
+  bool row_ids = false;  // a row-id frame per sparse block
+  bool values = false;   // a values frame per block
+};
+KindLayout LayoutOf(Kind kind);
+inline bool KindCarriesRows(Kind kind) { return LayoutOf(kind).row_ids; }
+inline bool KindCarriesValues(Kind kind) { return LayoutOf(kind).values; }
 
 std::vector<zmq::message_t> Encode(const OutHeader& header, std::vector<OutBlock> blocks);
 
