@@ -21,6 +21,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/cluster_layout.h"
+
 namespace gridsync {
 
 std::string_view ToString(GradientSync v) {
@@ -73,7 +75,7 @@ std::string_view ToString(CollectiveKind v) {
 
 std::vector<NodeConfig> DistributedConfig::ResolvedNodes() const {
   if (!nodes.empty()) return nodes;
-  return {NodeConfig{"node0", world_size, 1.0}};
+  return {NodeConfig{.name = "node0", .workers = world_size}};
 }
 
 int DistributedConfig::NodeOf(int rank) const {
@@ -823,7 +825,8 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
     r.Double("bucket_mb", &d.bucket_mb, 0.0, /*lo_open=*/true, 4096.0);
     r.Int("adaptive_interval", &d.adaptive_interval, 1, 100000);
     const char* kNodesAllowed =
-        "an array of objects {\"name\": string, \"workers\": integer, \"weight\": number}";
+        "an array of objects {\"name\": string, \"workers\": integer, \"weight\": number, "
+        "\"host\": address, \"shards\": integer}";
     bool nodes_ok = true;
     if (const Json* nodes = r.Array("nodes", kNodesAllowed); nodes != nullptr) {
       for (size_t i = 0; i < nodes->size(); ++i) {
@@ -842,6 +845,13 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
                                .forbid_spaces = true});
         nodes_ok &= nr.Int("workers", &node.workers, 1, 4096);
         nodes_ok &= nr.Double("weight", &node.weight, 0.0, /*lo_open=*/true, 1e6);
+        nodes_ok &= nr.String("host", &node.host,
+                              {.allowed = "the address this node's processes bind and advertise: "
+                                          "a host name or IP address, no spaces, at most 253 "
+                                          "characters",
+                               .max_length = 253,
+                               .forbid_spaces = true});
+        if (nr.Has("shards")) nodes_ok &= nr.Int("shards", &node.shards, 0, 256);
         if (!nr.Has("name")) {
           problems.Add(path + ".name", "missing", "every node needs a name");
           nodes_ok = false;
@@ -955,6 +965,7 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
              {.allowed = "a host name or IP address: non-empty, no spaces, at most 253 characters",
               .max_length = 253,
               .forbid_spaces = true});
+    p.host_given = r.Has("host");
     r.Int("base_port", &p.base_port, 0, 65535);
     r.EnumValue("optimizer", &p.optimizer, std::span<const OptimizerPlacement>(kOptimizerPlacements));
     r.ReportUnknownKeys();
@@ -987,6 +998,10 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
   }
   top.ReportUnknownKeys();
 
+  if (!problems.empty()) return problems.ToStatus();
+  std::vector<ConfigProblem> layout_problems;
+  config.layout = ResolveLayout(config, &layout_problems);
+  for (const auto& p : layout_problems) problems.Add(p.key, p.problem, p.allowed);
   if (!problems.empty()) return problems.ToStatus();
   return config;
 }
@@ -1047,7 +1062,10 @@ nlohmann::json Config::ToJson() const {
   if (!distributed.nodes.empty()) {
     Json nodes = Json::array();
     for (const auto& node : distributed.nodes) {
-      nodes.push_back({{"name", node.name}, {"workers", node.workers}, {"weight", node.weight}});
+      Json item = {{"name", node.name}, {"workers", node.workers}, {"weight", node.weight}};
+      if (!node.host.empty()) item["host"] = node.host;
+      if (node.shards >= 0) item["shards"] = node.shards;
+      nodes.push_back(std::move(item));
     }
     d["nodes"] = nodes;
   }
@@ -1075,7 +1093,8 @@ nlohmann::json Config::ToJson() const {
   // Parse refuses staleness outside ssp (see mp_dim above).
   if (ps.consistency == Consistency::kSsp) p["staleness"] = ps.staleness;
   p["threads"] = ps.threads;
-  p["host"] = ps.host;
+  // Written only when given: in a multi-host cluster it is an error.
+  if (ps.host_given) p["host"] = ps.host;
   p["base_port"] = ps.base_port;
   p["optimizer"] = ToString(ps.optimizer);
 

@@ -73,6 +73,34 @@ struct NodeConfig {
   std::string name;     // non-empty, unique
   int workers = 1;      // 1..4096
   double weight = 1.0;  // (0, 1e6]: share of the global batch under batch_splitting weighted
+  // The address this node's processes bind and advertise (Gloo, shards).
+  // Empty: unset (every node unset means one machine; see ClusterLayout).
+  std::string host;
+  int shards = -1;  // 0..256 PS shards on this node; -1: unset (placed by ClusterLayout)
+};
+
+// Where every process of the cluster lives, resolved once from the config
+// (common/cluster_layout.cc has the rules) and validated with it, so
+// check-config refuses exactly what the binaries would.
+struct ShardPlacement {
+  int node = 0;      // index into ClusterLayout::nodes
+  std::string host;  // the address the shard binds and advertises
+  int port = 0;
+  std::string Endpoint() const;  // "tcp://host:port"
+};
+
+struct ClusterLayout {
+  // More than one machine: every advertised address must be reachable from
+  // the others (no loopback, no 0.0.0.0).
+  bool multi_host = false;
+  std::vector<NodeConfig> nodes;       // distributed.nodes (or one node), host filled in
+  std::vector<ShardPlacement> shards;  // one per PS shard; empty under gradient_sync nccl
+  int coordinator_node = 0;            // the node whose host is master_addr; -1: none of them
+
+  // Index of the node called `name`, or -1.
+  int NodeIndex(std::string_view name) const;
+  // Worker ranks of node n: [first, first + nodes[n].workers).
+  int FirstRank(int n) const;
 };
 
 struct DistributedConfig {
@@ -102,7 +130,8 @@ struct PsConfig {
   Consistency consistency = Consistency::kBsp;
   int staleness = 2;                           // 0..1000; ssp only: max steps ahead of the slowest
   int threads = 2;                             // 1..64 threads per shard
-  std::string host = "127.0.0.1";              // where shards listen
+  std::string host = "127.0.0.1";              // where shards listen on one machine
+  bool host_given = false;                     // ps.host appeared in the config
   int base_port = 0;                           // 0: master_port + 1 + shard; else base_port + shard
   OptimizerPlacement optimizer = OptimizerPlacement::kAuto;
 };
@@ -151,6 +180,9 @@ struct Config {
 
   // Where the config came from, for messages ("configs/local.json").
   std::string source = "<defaults>";
+
+  // Resolved from the sections above by Parse (also for the defaults).
+  ClusterLayout layout;
 
   // Parses JSON text (with // and /* */ comments, UTF-8), applies `overrides`
   // ("training.steps=200", value parsed as JSON, else taken as a string),

@@ -10,6 +10,8 @@ PACKAGES=(
   libzmq3-dev cppzmq-dev capnproto libcapnp-dev libboost-dev libgtest-dev
   nlohmann-json3-dev libspdlog-dev libcli11-dev libeigen3-dev libstb-dev
   libsystemd-dev libgloo-dev
+  # emulated multi-host tests (network namespaces, tc)
+  iproute2
   # the default training image (grace_hopper.jpg, public domain)
   python-matplotlib-data
   # the PyTorch peer of gridsync-bench and its tests

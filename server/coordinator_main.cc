@@ -27,6 +27,9 @@ int main(int argc, char** argv) {
   app.add_option("--set", overrides, "Override a config key: --set distributed.master_port=29600 (repeatable)");
   app.add_option("--port", port, "Listen on this port instead of distributed.master_port (0: any free port)")
       ->check(CLI::Range(0, 65535));
+  std::string bind;
+  app.add_option("--bind", bind,
+                 "Address to listen on instead of distributed.master_addr, e.g. 0.0.0.0");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
   CLI11_PARSE(app, argc, argv);
@@ -48,7 +51,7 @@ int main(int argc, char** argv) {
   });
 
   gridsync::CoordinatorOptions options;
-  options.bind_host = config->distributed.master_addr;
+  options.bind_host = bind.empty() ? config->distributed.master_addr : bind;
   options.port = static_cast<uint16_t>(port >= 0 ? port : config->distributed.master_port);
   // All-reduce clusters have no PS shards to wait for.
   options.expected_shards = config->distributed.gradient_sync == gridsync::GradientSync::kNccl

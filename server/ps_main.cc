@@ -2,20 +2,20 @@
 // tables from the config, binds its ZeroMQ endpoint, registers with the
 // coordinator (which checks its table sizes against the cluster's) and serves
 // until SIGINT/SIGTERM.
+#include <spdlog/spdlog.h>
+#include <systemd/sd-daemon.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <CLI/CLI.hpp>
-#include <systemd/sd-daemon.h>
-#include <spdlog/spdlog.h>
-
 #include "common/config.h"
 #include "common/coordinator_client.h"
+#include "common/host_address.h"
 #include "common/logging.h"
 #include "common/sharding.h"
 #include "kernels/model_tables.h"
@@ -34,9 +34,26 @@ int main(int argc, char** argv) {
   std::string log_level = "info";
   app.add_option("-c,--config", config_path, "JSON config file")->check(CLI::ExistingFile);
   app.add_option("--set", overrides, "Override a config key (repeatable)");
-  app.add_option("--shard", shard, "Shard index, 0..ps.shards-1")->required();
+  app.add_option("--shard", shard, "Shard index, 0..ps.shards-1 (default: GRIDSYNC_SHARD)");
+  std::string host_flag;
+  std::string bind;
+  app.add_option("--host", host_flag,
+                 "Address to advertise (and bind); default: GRIDSYNC_HOST, then the address of "
+                 "interface GRIDSYNC_SOCKET_IFNAME, then the shard's node host in the config");
+  app.add_option("--bind", bind,
+                 "Address to bind instead, e.g. 0.0.0.0 (the advertised one stays)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
   CLI11_PARSE(app, argc, argv);
+  if (app.count("--shard") == 0) {
+    auto from_env = gridsync::IntFromEnv("GRIDSYNC_SHARD", -1, 0, 255);
+    if (!from_env.ok() || *from_env < 0) {
+      std::fprintf(stderr, "%s\n",
+                   from_env.ok() ? "--shard is required (or GRIDSYNC_SHARD)"
+                                 : from_env.status().message().c_str());
+      return gridsync::kConfigErrorExitCode;
+    }
+    shard = *from_env;
+  }
   gridsync::InitLogging("ps-" + std::to_string(shard), log_level);
 
   auto config = gridsync::Config::LoadFile(config_path, overrides);
@@ -47,6 +64,14 @@ int main(int argc, char** argv) {
   if (shard < 0 || shard >= config->ps.shards) {
     std::fprintf(stderr, "--shard %d: out of range; allowed: 0..%d (ps.shards = %d)\n", shard,
                  config->ps.shards - 1, config->ps.shards);
+    return gridsync::kConfigErrorExitCode;
+  }
+  if (config->layout.shards.size() != static_cast<size_t>(config->ps.shards)) {
+    std::fprintf(
+        stderr,
+        "%s: distributed.gradient_sync \"%s\" runs no PS shards; allowed: \"ps\" or \"hybrid\"\n",
+        config_path.c_str(),
+        std::string(gridsync::ToString(config->distributed.gradient_sync)).c_str());
     return gridsync::kConfigErrorExitCode;
   }
   auto tables = gridsync::ImageModelTables(*config);
@@ -68,16 +93,24 @@ int main(int argc, char** argv) {
     return gridsync::kConfigErrorExitCode;
   }
   gridsync::ShardOptions options = *shard_options;
-  const int port = config->ps.base_port > 0 ? config->ps.base_port + shard : d.master_port + 1 + shard;
-  options.endpoint = "tcp://" + config->ps.host + ":" + std::to_string(port);
+  gridsync::ShardPlacement placement = config->layout.shards[static_cast<size_t>(shard)];
+  auto host = gridsync::ResolveProcessHost(host_flag, placement.host, config->layout.multi_host);
+  if (!host.ok()) {
+    std::fprintf(stderr, "shard %d: %s\n", shard, host.status().message().c_str());
+    return gridsync::kConfigErrorExitCode;
+  }
+  placement.host = host->host;
+  const std::string advertised = placement.Endpoint();
+  if (!bind.empty()) placement.host = bind;
+  options.endpoint = placement.Endpoint();
   auto server = gridsync::PsShard::Start(*partition, options);
   if (!server.ok()) {
     spdlog::error("{}", server.status().ToString());
     return 1;
   }
-  spdlog::info("serving {} values of {} tables at {} ({} workers, {}{}, {})",
+  spdlog::info("serving {} values of {} tables at {} (advertised {}, {}; {} workers, {}{}, {})",
                partition->OwnedValues(options.shard), tables->size(), (*server)->endpoint(),
-               options.workers, gridsync::ToString(options.consistency),
+               advertised, host->source, options.workers, gridsync::ToString(options.consistency),
                options.consistency == gridsync::Consistency::kSsp
                    ? " staleness " + std::to_string(options.staleness)
                    : "",
@@ -92,8 +125,8 @@ int main(int argc, char** argv) {
   gridsync::RegisterInfo info;
   info.role = gridsync::Role::kShard;
   info.requested_rank = shard;
-  info.node = "localhost";
-  info.endpoint = (*server)->endpoint();
+  info.node = config->layout.nodes[static_cast<size_t>(placement.node)].name;
+  info.endpoint = advertised;
   info.pid = static_cast<uint32_t>(getpid());
   info.tables = *tables;
   auto registered = (*client)->Register(info, options.timeout);

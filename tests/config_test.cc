@@ -555,7 +555,7 @@ TEST(ConfigToJsonTest, HasEveryKeyWithEnumsAsStrings) {
   EXPECT_EQ(j["distributed"].size(), 13u);
   EXPECT_EQ(j["training"].size(), 10u);
   EXPECT_EQ(j["task"].size(), 3u);
-  EXPECT_EQ(j["ps"].size(), 6u);  // staleness only under ssp
+  EXPECT_EQ(j["ps"].size(), 5u);  // staleness only under ssp, host only when given
   EXPECT_EQ(j["ps"]["consistency"], "bsp");
   EXPECT_EQ(j["ps"]["optimizer"], "auto");
   EXPECT_EQ(j["distributed"]["gradient_sync"], "nccl");

@@ -29,6 +29,12 @@ int main(int argc, char** argv) {
   launch->add_option("--bin-dir", launch_options.bin_dir, "Folder with the gridsync binaries");
   launch->add_option("--worker-arg", launch_options.worker_args, "Extra argument for every worker (repeatable)");
   launch->add_option("--rank0-arg", launch_options.rank0_args, "Extra argument for worker 0 (repeatable)");
+  launch->add_option(
+      "--node", launch_options.node,
+      "Start only this node's processes (distributed.nodes[].name); run once per machine");
+  launch->add_flag("--coordinator", launch_options.coordinator,
+                   "With --node: also run the coordinator here (by default it runs on the node "
+                   "whose host is master_addr)");
   launch->add_option("--grace", launch_options.grace_seconds, "Seconds between SIGTERM and SIGKILL when stopping");
   CLI11_PARSE(app, argc, argv);
   if (launch->parsed()) return gridsync::RunLaunch(launch_options);

@@ -12,11 +12,12 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
+#include <future>
+#include <nlohmann/json.hpp>
 #include <thread>
 
-#include <nlohmann/json.hpp>
-
 #include "common/config.h"
+#include "common/coordinator_client.h"
 
 namespace gridsync {
 namespace {
@@ -52,7 +53,10 @@ std::string FindBinary(const std::string& bin_dir, const std::string& name) {
   return "";
 }
 
-Child Spawn(const std::string& name, const std::vector<std::string>& argv, bool is_worker) {
+using Env = std::vector<std::pair<std::string, std::string>>;
+
+Child Spawn(const std::string& name, const std::vector<std::string>& argv, const Env& env,
+            bool is_worker) {
   Child child;
   child.name = name;
   child.is_worker = is_worker;
@@ -67,6 +71,7 @@ Child Spawn(const std::string& name, const std::vector<std::string>& argv, bool 
     // No orphan if the launcher dies without cleaning up (SIGKILL, crash).
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != parent) _exit(127);
+    for (const auto& [key, value] : env) setenv(key.c_str(), value.c_str(), 1);
     dup2(fds[1], STDOUT_FILENO);
     dup2(fds[1], STDERR_FILENO);
     std::vector<char*> args;
@@ -203,6 +208,38 @@ void PrintSummary(const Child& worker0, const Config& config) {
               comm, train, train > 0 ? 100.0 * comm / train : 0.0);
 }
 
+// The "launch/done" barrier of every node's launcher, with this node's
+// children's output still streamed while it waits. Returns the exit code.
+int WaitForOtherNodes(const Config& config, const std::string& node, std::vector<Child>& children) {
+  const auto& d = config.distributed;
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(d.timeout_s * 1000));
+  std::printf("gridsync launch: node %s is done; waiting up to %.0f s for the other %zu node(s)\n",
+              node.c_str(), d.timeout_s, config.layout.nodes.size() - 1);
+  std::fflush(stdout);
+  auto done = std::async(std::launch::async, [&]() -> Status {
+    GRIDSYNC_ASSIGN_OR_RETURN(
+        auto client,
+        CoordinatorClient::Connect(d.master_addr, static_cast<uint16_t>(d.master_port), timeout));
+    return client->Barrier("launch/done", static_cast<uint32_t>(config.layout.nodes.size()),
+                           "launcher of node " + node, timeout);
+  });
+  while (done.wait_for(std::chrono::milliseconds(0)) != std::future_status::ready) {
+    PumpOutput(children, 100);
+    Reap(children);
+    if (g_interrupted) break;
+  }
+  if (g_interrupted) {
+    std::printf("gridsync launch: interrupted; stopping all processes\n");
+    return 130;
+  }
+  const Status status = done.get();
+  if (!status.ok()) {
+    std::printf("gridsync launch: the other nodes did not finish: %s\n", status.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int RunLaunch(const LaunchOptions& options) {
@@ -240,22 +277,71 @@ int RunLaunch(const LaunchOptions& options) {
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
 
+  const ClusterLayout& layout = config->layout;
+  int node = -1;  // -1: every node (one machine)
+  if (!options.node.empty()) {
+    node = layout.NodeIndex(options.node);
+    if (node < 0) {
+      std::string names;
+      for (const auto& n : layout.nodes) names += (names.empty() ? "" : ", ") + n.name;
+      std::fprintf(stderr, "gridsync launch: --node %s: no such node in %s; allowed: %s\n",
+                   options.node.c_str(), options.config_path.c_str(), names.c_str());
+      return kConfigErrorExitCode;
+    }
+  } else if (layout.multi_host) {
+    std::fprintf(stderr,
+                 "gridsync launch: %s places its nodes on several machines; allowed: run "
+                 "`gridsync launch %s --node NAME` on each machine\n",
+                 options.config_path.c_str(), options.config_path.c_str());
+    return kConfigErrorExitCode;
+  }
+  auto here = [&](int n) { return node < 0 || n == node; };
+  const auto& d = config->distributed;
+  Env base = {{"GRIDSYNC_WORLD_SIZE", std::to_string(d.world_size)},
+              {"GRIDSYNC_MASTER_ADDR", d.master_addr},
+              {"GRIDSYNC_MASTER_PORT", std::to_string(d.master_port)}};
+  auto node_env = [&](int n) {
+    Env env = base;
+    const auto& info = layout.nodes[static_cast<size_t>(n)];
+    env.push_back({"GRIDSYNC_NODE", info.name});
+    return env;
+  };
+
   std::vector<Child> children;
-  auto start = [&](const std::string& name, std::vector<std::string> argv, bool is_worker) {
+  auto start = [&](const std::string& name, std::vector<std::string> argv, const Env& env,
+                   bool is_worker) {
     argv.insert(argv.end(), common.begin(), common.end());
     std::string line;
     for (const auto& a : argv) line += a + " ";
     std::printf("gridsync launch: starting %s: %s\n", name.c_str(), line.c_str());
-    children.push_back(Spawn(name, argv, is_worker));
+    children.push_back(Spawn(name, argv, env, is_worker));
   };
-  start("coordinator", {coordinator}, false);
-  const int shards = config->distributed.gradient_sync == GradientSync::kNccl ? 0 : config->ps.shards;
-  for (int s = 0; s < shards; ++s) start("ps-" + std::to_string(s), {ps, "--shard", std::to_string(s)}, false);
-  for (int w = 0; w < config->distributed.world_size; ++w) {
-    std::vector<std::string> argv = {worker, "--rank", std::to_string(w)};
-    argv.insert(argv.end(), options.worker_args.begin(), options.worker_args.end());
-    if (w == 0) argv.insert(argv.end(), options.rank0_args.begin(), options.rank0_args.end());
-    start("worker-" + std::to_string(w), argv, true);
+  const bool run_coordinator = node < 0 || options.coordinator || layout.coordinator_node == node;
+  if (run_coordinator) {
+    start("coordinator", {coordinator}, node < 0 ? base : node_env(node), false);
+  }
+  for (size_t s = 0; s < layout.shards.size(); ++s) {
+    const int n = layout.shards[s].node;
+    if (!here(n)) continue;
+    Env env = node_env(n);
+    env.push_back({"GRIDSYNC_SHARD", std::to_string(s)});
+    start("ps-" + std::to_string(s), {ps, "--shard", std::to_string(s)}, env, false);
+  }
+  for (int n = 0; n < static_cast<int>(layout.nodes.size()); ++n) {
+    if (!here(n)) continue;
+    const int first = layout.FirstRank(n);
+    for (int local = 0; local < layout.nodes[static_cast<size_t>(n)].workers; ++local) {
+      const int w = first + local;
+      std::vector<std::string> argv = {worker, "--rank", std::to_string(w)};
+      argv.insert(argv.end(), options.worker_args.begin(), options.worker_args.end());
+      if (w == 0) argv.insert(argv.end(), options.rank0_args.begin(), options.rank0_args.end());
+      Env env = node_env(n);
+      env.push_back({"GRIDSYNC_RANK", std::to_string(w)});
+      env.push_back({"GRIDSYNC_LOCAL_RANK", std::to_string(local)});
+      env.push_back({"GRIDSYNC_LOCAL_WORLD_SIZE",
+                     std::to_string(layout.nodes[static_cast<size_t>(n)].workers)});
+      start("worker-" + std::to_string(w), argv, env, true);
+    }
   }
 
   int exit_code = 0;
@@ -287,6 +373,12 @@ int RunLaunch(const LaunchOptions& options) {
       break;
     }
     if (workers_done) break;
+  }
+  if (exit_code == 0 && node >= 0 && layout.nodes.size() > 1) {
+    // This node's workers are done, but other nodes' workers may still
+    // pull from the shards here (rank 0's final pull), and the coordinator
+    // here serves them all: every launcher waits for every other first.
+    exit_code = WaitForOtherNodes(*config, layout.nodes[static_cast<size_t>(node)].name, children);
   }
   StopAll(children, options.grace_seconds);
   if (exit_code == 0) {

@@ -10,6 +10,18 @@
 // SIGKILL after a grace period) and exits non-zero. Children also get
 // PR_SET_PDEATHSIG, so none outlives a launcher that is killed outright.
 //
+// Across machines, in the manner of torchrun: `gridsync launch CONFIG --node
+// NAME` on each machine starts that node's workers, the shards the layout
+// places there, and the coordinator if the node's host is master_addr (the
+// same config file serves every node; common/cluster_layout.h has the
+// rules). Without --node the config must be for one machine, and every
+// process starts here. Each child gets the environment contract:
+//   GRIDSYNC_NODE, GRIDSYNC_HOST (the node's address), GRIDSYNC_WORLD_SIZE,
+//   GRIDSYNC_MASTER_ADDR, GRIDSYNC_MASTER_PORT; workers also GRIDSYNC_RANK,
+//   GRIDSYNC_LOCAL_RANK, GRIDSYNC_LOCAL_WORLD_SIZE; shards GRIDSYNC_SHARD.
+// A GRIDSYNC_HOST or GRIDSYNC_SOCKET_IFNAME already in the launcher's
+// environment wins over the node's host (common/host_address.h).
+//
 // Thread safety: runs on the main thread; installs signal handlers.
 #pragma once
 
@@ -25,6 +37,8 @@ struct LaunchOptions {
   std::vector<std::string> worker_args; // extra arguments for every worker
   std::vector<std::string> rank0_args;  // extra arguments for worker 0 only
   double grace_seconds = 5.0;
+  std::string node;          // --node: this machine's node; empty: every process here
+  bool coordinator = false;  // --coordinator: also run the coordinator here
 };
 
 // Returns the process exit code.

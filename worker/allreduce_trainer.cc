@@ -241,8 +241,8 @@ Result<TrainReport> TrainImageAllReduceWorker(const Config& config, const ImageT
   GRIDSYNC_RETURN_IF_ERROR(coordinator->GetMap(/*wait_complete=*/true, timeout).status());
   CoordinatorStore store(coordinator.get(), "collective/");
   const std::string kind(ToString(d.collective));
-  GRIDSYNC_ASSIGN_OR_RETURN(auto flat,
-                            MakeCollective(kind, &store, rank, d.world_size, "flat", timeout));
+  GRIDSYNC_ASSIGN_OR_RETURN(auto flat, MakeCollective(kind, &store, rank, d.world_size, "flat",
+                                                      timeout, options.endpoint));
   AllReduceGroups groups;
   groups.flat = flat.get();
   std::unique_ptr<Collective> intra, inter;
@@ -253,11 +253,12 @@ Result<TrainReport> TrainImageAllReduceWorker(const Config& config, const ImageT
     for (const auto& n : nodes) slices = std::min(slices, n.workers);
     GRIDSYNC_ASSIGN_OR_RETURN(
         intra, MakeCollective(kind, &store, local, nodes[static_cast<size_t>(node)].workers,
-                              "intra-" + nodes[static_cast<size_t>(node)].name, timeout));
+                              "intra-" + nodes[static_cast<size_t>(node)].name, timeout,
+                              options.endpoint));
     if (local < slices) {
-      GRIDSYNC_ASSIGN_OR_RETURN(inter,
-                                MakeCollective(kind, &store, node, static_cast<int>(nodes.size()),
-                                               "inter-" + std::to_string(local), timeout));
+      GRIDSYNC_ASSIGN_OR_RETURN(
+          inter, MakeCollective(kind, &store, node, static_cast<int>(nodes.size()),
+                                "inter-" + std::to_string(local), timeout, options.endpoint));
     }
     groups.intra = intra.get();
     groups.inter = inter.get();

@@ -24,6 +24,7 @@
 #include "common/config.h"
 #include "common/status.h"
 #include "worker/collective/collective.h"
+#include "worker/collective/factory.h"
 #include "worker/image_task.h"
 #include "worker/trainer.h"
 
@@ -37,6 +38,9 @@ struct AllReduceGroups {
 
 struct AllReduceWorkerOptions {
   TrainOptions train;
+  // Where this rank's collectives listen (Gloo) and which device it drives
+  // (NCCL): set from the cluster layout by the worker binary.
+  CollectiveEndpoint endpoint;
   int throttle_ms = 0;  // test seam: extra compute time per step (a slow worker)
 };
 

@@ -119,7 +119,8 @@ Result<TrainReport> TrainImageHybrid(const Config& config, const ImageTask& imag
     store = std::make_unique<CoordinatorStore>(session.coordinator.get(), "collective/");
     GRIDSYNC_ASSIGN_OR_RETURN(
         owned_intra, MakeCollective(ToString(d.collective), store.get(), local, node_size,
-                                    "intra-" + nodes[static_cast<size_t>(node)].name, timeout));
+                                    "intra-" + nodes[static_cast<size_t>(node)].name, timeout,
+                                    options.endpoint));
     intra = owned_intra.get();
   }
 

@@ -24,6 +24,7 @@
 #include "common/config.h"
 #include "common/status.h"
 #include "worker/collective/collective.h"
+#include "worker/collective/factory.h"
 #include "worker/image_task.h"
 #include "worker/ps_trainer.h"
 #include "worker/trainer.h"
@@ -32,6 +33,8 @@ namespace gridsync {
 
 struct HybridWorkerOptions {
   PsWorkerOptions ps;
+  // Where the intra-node group listens (see AllReduceWorkerOptions).
+  CollectiveEndpoint endpoint;
   // The intra-node group of this worker, created once its rank is known. The
   // default builds it with the configured backend through the coordinator's
   // KV store; tests pass in-process groups.

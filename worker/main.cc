@@ -2,21 +2,23 @@
 // distributed.enable false: one process, local Adam) or as one worker of a
 // cluster with gradient_sync "ps" (the PS shards run Adam). Settings whose
 // feature has not landed are refused with "not supported yet" (exit 2).
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
-
 #include "common/config.h"
 #include "common/logging.h"
-#include "worker/image_task.h"
 #include "worker/allreduce_trainer.h"
 #include "worker/hybrid_trainer.h"
+#include "worker/image_task.h"
 #include "worker/ps_trainer.h"
 #include "worker/trainer.h"
+#include "worker/worker_placement.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"gridsync-worker: trains a hash-grid model"};
@@ -29,7 +31,13 @@ int main(int argc, char** argv) {
   app.add_flag("--standalone", standalone, "Train in this process alone, ignoring the distributed section");
   gridsync::PsWorkerOptions ps_options;
   app.add_option("--rank", ps_options.rank, "Worker rank (default: assigned by the coordinator)");
-  app.add_option("--node", ps_options.node, "Node name reported to the coordinator");
+  std::string node_name;
+  std::string host_flag;
+  app.add_option("--node", node_name,
+                 "This worker's node (distributed.nodes[].name); default: the node of --rank");
+  app.add_option("--host", host_flag,
+                 "Address to bind and advertise; default: GRIDSYNC_HOST, then the address of "
+                 "interface GRIDSYNC_SOCKET_IFNAME, then the node's host in the config");
   app.add_option("--dump-params", ps_options.dump_params,
                  "Rank 0: write the final parameters (raw float32) to this file");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
@@ -46,14 +54,27 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s: %s\n", config_path.c_str(), runnable.message().c_str());
     return gridsync::kConfigErrorExitCode;
   }
+  const bool distributed = !standalone && config->distributed.enable;
+  gridsync::CollectiveEndpoint endpoint;
+  if (distributed) {
+    auto placed = gridsync::PlaceWorker(*config, &ps_options.rank, node_name, host_flag);
+    if (!placed.ok()) {
+      std::fprintf(stderr, "%s: %s\n", config_path.c_str(), placed.status().message().c_str());
+      return gridsync::kConfigErrorExitCode;
+    }
+    ps_options.node = placed->node;
+    ps_options.local_rank = static_cast<uint32_t>(std::max(placed->local_rank, 0));
+    endpoint = placed->endpoint;
+    spdlog::info("worker {} on node {} at {} ({})", ps_options.rank, placed->node,
+                 endpoint.hostname, placed->host_source);
+  }
   auto image = gridsync::ImageTask::Load(config->task.image);
   if (!image.ok()) {
     spdlog::error("task.image: {}", image.status().message());
     return gridsync::kConfigErrorExitCode;
   }
-  spdlog::info("fitting {} ({}x{}) for {} steps", config->task.image, image->width(), image->height(),
-               config->training.steps);
-  const bool distributed = !standalone && config->distributed.enable;
+  spdlog::info("fitting {} ({}x{}) for {} steps", config->task.image, image->width(),
+               image->height(), config->training.steps);
   gridsync::Result<gridsync::TrainReport> report = gridsync::Status::Internal("not run");
   if (!distributed) {
     report = gridsync::TrainImage(*config, *image);
@@ -62,9 +83,11 @@ int main(int argc, char** argv) {
   } else if (config->distributed.gradient_sync == gridsync::GradientSync::kHybrid) {
     gridsync::HybridWorkerOptions options;
     options.ps = ps_options;
+    options.endpoint = endpoint;
     report = gridsync::TrainImageHybrid(*config, *image, options);
   } else {
     gridsync::AllReduceWorkerOptions options;
+    options.endpoint = endpoint;
     report = gridsync::TrainImageAllReduceWorker(*config, *image, ps_options.rank, options);
   }
   if (!report.ok()) {

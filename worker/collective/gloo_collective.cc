@@ -18,17 +18,24 @@
 #include <spdlog/fmt/fmt.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <csignal>
 #include <cstring>
 #include <exception>
 #include <mutex>
 #include <string_view>
+#include <thread>
 #include <utility>
 
 namespace gridsync {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// How long past its timeout a Gloo rendezvous may take before it is
+// abandoned (stated in README and tested): Gloo's connect loop runs its own
+// timers, which can end a little after ours.
+constexpr std::chrono::milliseconds kConnectSlack{5000};
 
 // Slot prefix of our ring reduce-scatter; Gloo's own collectives use
 // 0x01..0x08 (gloo/types.h).
@@ -344,41 +351,100 @@ Result<std::unique_ptr<Collective>> NewGlooCollective(Store* store, int rank, in
   }
 
   const std::string prefix = "gloo/" + group + "/";
-  GlooStoreAdapter adapter(store, prefix, options.timeout);
-  std::shared_ptr<gloo::rendezvous::Context> context;
-  try {
-    gloo::transport::tcp::attr attr;
-    if (!options.interface.empty()) {
-      attr.iface = options.interface;
-    } else {
-      attr.hostname = options.hostname;
-    }
-    auto device = gloo::transport::tcp::CreateDevice(attr);
-    context = std::make_shared<gloo::rendezvous::Context>(rank, size);
-    context->setTimeout(options.timeout);
-    context->connectFullMesh(adapter, device);
-  } catch (...) {
-    // Which peers never published their addresses? Those are the ranks that
-    // did not join (timeout 0: look, do not wait).
-    std::vector<int> missing;
-    for (int r = 0; r < size; ++r) {
-      if (r != rank &&
-          !store->Get({prefix + std::to_string(r)}, std::chrono::milliseconds(0)).ok()) {
-        missing.push_back(r);
+  const std::string listening =
+      options.interface.empty() ? options.hostname : "interface " + options.interface;
+  // Our address under our own key, so that a connect that never completes
+  // can name the peers' addresses (Gloo's own keys hold binary sockaddrs).
+  GRIDSYNC_RETURN_IF_ERROR(
+      store->Set("gloo-hosts/" + group + "/" + std::to_string(rank), listening).WithContext(what));
+
+  // Gloo's connect loop retries refused connections on its own schedule, and
+  // some of its waits ignore the context's timeout; the mesh is built on a
+  // helper thread so this call returns within the timeout plus a fixed slack
+  // whatever Gloo does. On a timeout the helper is abandoned: the caller
+  // fails the worker, and the thread only holds state it shares.
+  struct Mesh {
+    std::shared_ptr<GlooStoreAdapter> adapter;
+    std::shared_ptr<gloo::rendezvous::Context> context;
+    Status status;
+    std::mutex mu;
+    std::condition_variable done_cv;
+    bool done = false;
+    bool abandoned = false;  // the caller gave up: its store may be gone
+  };
+  auto mesh = std::make_shared<Mesh>();
+  mesh->adapter = std::make_shared<GlooStoreAdapter>(store, prefix, options.timeout);
+  std::thread([mesh, rank, size, options, what, listening, prefix, store] {
+    Status status;
+    try {
+      gloo::transport::tcp::attr attr;
+      if (!options.interface.empty()) {
+        attr.iface = options.interface;
+      } else {
+        attr.hostname = options.hostname;
+      }
+      auto device = gloo::transport::tcp::CreateDevice(attr);
+      auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
+      context->setTimeout(options.timeout);
+      context->connectFullMesh(*mesh->adapter, device);
+      std::lock_guard<std::mutex> lock(mesh->mu);
+      mesh->context = std::move(context);
+    } catch (...) {
+      {
+        std::lock_guard<std::mutex> lock(mesh->mu);
+        if (mesh->abandoned) return;
+      }
+      // Which peers never published their addresses? Those are the ranks
+      // that did not join (timeout 0: look, do not wait).
+      std::vector<int> missing;
+      for (int r = 0; r < size; ++r) {
+        if (r != rank &&
+            !store->Get({prefix + std::to_string(r)}, std::chrono::milliseconds(0)).ok()) {
+          missing.push_back(r);
+        }
+      }
+      const std::string where = fmt::format(
+          "{} failed (timeout {}, listening on {}){}", what, FormatSeconds(options.timeout),
+          listening, missing.empty() ? "" : "; ranks that did not join: " + FormatRanks(missing));
+      if (!mesh->adapter->error().ok()) {
+        // The store failed (typically a timeout naming the missing key):
+        // keep its code.
+        status = Status(mesh->adapter->error().code(),
+                        fmt::format("{}: {}", where, mesh->adapter->error().message()));
+      } else {
+        status = StatusFromCurrentException(where);
       }
     }
-    const std::string where = fmt::format(
-        "{} failed (timeout {}, listening on {}){}", what, FormatSeconds(options.timeout),
-        options.interface.empty() ? options.hostname : "interface " + options.interface,
-        missing.empty() ? "" : "; ranks that did not join: " + FormatRanks(missing));
-    if (!adapter.error().ok()) {
-      // The store failed (typically a timeout naming the missing key): keep
-      // its code.
-      return Status(adapter.error().code(),
-                    fmt::format("{}: {}", where, adapter.error().message()));
+    std::lock_guard<std::mutex> lock(mesh->mu);
+    mesh->status = std::move(status);
+    mesh->done = true;
+    mesh->done_cv.notify_all();
+  }).detach();
+
+  std::unique_lock<std::mutex> lock(mesh->mu);
+  const auto limit = options.timeout + kConnectSlack;
+  if (!mesh->done_cv.wait_for(lock, limit, [&] { return mesh->done; })) {
+    mesh->abandoned = true;
+    lock.unlock();
+    // Name every peer with the address it advertised.
+    std::string peers;
+    for (int r = 0; r < size; ++r) {
+      if (r == rank) continue;
+      auto host = store->Get({"gloo-hosts/" + group + "/" + std::to_string(r)},
+                             std::chrono::milliseconds(0));
+      peers += fmt::format("{}rank {} at {}", peers.empty() ? "" : ", ", r,
+                           host.ok() ? host->front() : std::string("(never joined)"));
     }
-    return StatusFromCurrentException(where);
+    return Status::Timeout(fmt::format(
+        "{}: the connections were not all up within {} (timeout {} + {} slack), listening on {}; "
+        "peers: {}; check that each peer's address is reachable from this host "
+        "(distributed.nodes[].host, --host, GRIDSYNC_SOCKET_IFNAME)",
+        what, FormatSeconds(std::chrono::duration_cast<std::chrono::milliseconds>(limit)),
+        FormatSeconds(options.timeout), FormatSeconds(kConnectSlack), listening, peers));
   }
+  if (!mesh->status.ok()) return mesh->status;
+  std::shared_ptr<gloo::rendezvous::Context> context = mesh->context;
+  lock.unlock();
   return std::unique_ptr<Collective>(
       new GlooCollective(rank, size, group, options.timeout, std::move(context)));
 }

@@ -1,0 +1,167 @@
+#include "common/cluster_layout.h"
+
+#include <set>
+
+#include "common/host_address.h"
+
+namespace gridsync {
+
+std::string ShardPlacement::Endpoint() const {
+  // ZeroMQ wants IPv6 literals in brackets.
+  const bool v6 = host.find(':') != std::string::npos;
+  return "tcp://" + (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+int ClusterLayout::NodeIndex(std::string_view name) const {
+  for (size_t n = 0; n < nodes.size(); ++n) {
+    if (nodes[n].name == name) return static_cast<int>(n);
+  }
+  return -1;
+}
+
+int ClusterLayout::FirstRank(int n) const {
+  int first = 0;
+  for (int i = 0; i < n && i < static_cast<int>(nodes.size()); ++i) first += nodes[i].workers;
+  return first;
+}
+
+ClusterLayout ResolveLayout(const Config& config, std::vector<ConfigProblem>* problems) {
+  const DistributedConfig& d = config.distributed;
+  ClusterLayout layout;
+  layout.nodes = d.ResolvedNodes();
+  auto node_key = [&](size_t n, const char* key) {
+    return "distributed.nodes[" + std::to_string(n) + "]." + key;
+  };
+  const size_t count = layout.nodes.size();
+
+  size_t with_host = 0;
+  for (const auto& node : layout.nodes) with_host += node.host.empty() ? 0 : 1;
+  if (with_host != 0 && with_host != count) {
+    for (size_t n = 0; n < count; ++n) {
+      if (!layout.nodes[n].host.empty()) continue;
+      problems->push_back({node_key(n, "host"), "missing while other nodes set one",
+                           "a host for every node (machines of one cluster), or for none (every "
+                           "process on this machine)"});
+    }
+    return layout;
+  }
+  if (IsUnspecifiedHost(d.master_addr)) {
+    problems->push_back(
+        {"distributed.master_addr",
+         "'" + d.master_addr + "' names no machine, so nobody could reach the coordinator",
+         "the coordinator's address (a loopback address when every process runs "
+         "on one machine)"});
+  }
+  if (with_host == 0) {
+    const std::string host = IsLoopbackHost(d.master_addr) ? "127.0.0.1" : d.master_addr;
+    for (auto& node : layout.nodes) node.host = host;
+  }
+  std::set<std::string> hosts;
+  for (const auto& node : layout.nodes) hosts.insert(node.host);
+  // A loopback master_addr means "the coordinator is on this machine": with
+  // one node host, that is still one machine.
+  layout.multi_host =
+      hosts.size() > 1 || (!IsLoopbackHost(d.master_addr) && *hosts.begin() != d.master_addr);
+
+  for (size_t n = 0; n < count; ++n) {
+    const std::string& host = layout.nodes[n].host;
+    if (IsUnspecifiedHost(host)) {
+      problems->push_back({node_key(n, "host"),
+                           "'" + host + "' names no machine: it is what other processes connect to",
+                           "the node's address on the cluster's network (bind-all is a "
+                           "process flag: --bind 0.0.0.0)"});
+    } else if (layout.multi_host && IsLoopbackHost(host)) {
+      problems->push_back({node_key(n, "host"),
+                           "'" + host +
+                               "' is a loopback address in a cluster of several machines "
+                               "(hosts: " +
+                               [&] {
+                                 std::string all;
+                                 for (const auto& h : hosts) all += (all.empty() ? "" : ", ") + h;
+                                 return all;
+                               }() +
+                               "), so the other machines could not reach this node",
+                           "the node's address on the cluster's network"});
+    }
+  }
+  if (layout.multi_host && IsLoopbackHost(d.master_addr)) {
+    problems->push_back({"distributed.master_addr",
+                         "'" + d.master_addr +
+                             "' is a loopback address, but the nodes are on "
+                             "other machines, which could not reach the coordinator",
+                         "the coordinator's address on the cluster's network"});
+  }
+
+  layout.coordinator_node = layout.multi_host ? -1 : 0;
+  for (size_t n = 0; n < count && layout.multi_host; ++n) {
+    if (layout.nodes[n].host == d.master_addr) {
+      layout.coordinator_node = static_cast<int>(n);
+      break;
+    }
+  }
+
+  // Shards.
+  size_t with_shards = 0;
+  int placed = 0;
+  for (const auto& node : layout.nodes) {
+    with_shards += node.shards >= 0 ? 1 : 0;
+    placed += node.shards > 0 ? node.shards : 0;
+  }
+  if (d.gradient_sync == GradientSync::kNccl) {
+    for (size_t n = 0; n < count; ++n) {
+      if (layout.nodes[n].shards > 0) {
+        problems->push_back({node_key(n, "shards"),
+                             std::to_string(layout.nodes[n].shards) +
+                                 " has no effect: gradient_sync \"nccl\" runs no PS shards",
+                             "0 or leave it out, or gradient_sync \"ps\" or \"hybrid\""});
+      }
+    }
+    return layout;
+  }
+  if (layout.multi_host && config.ps.host_given) {
+    problems->push_back({"ps.host",
+                         "'" + config.ps.host +
+                             "' would put every shard on one address, but the "
+                             "cluster spans several machines",
+                         "leave ps.host out; shards listen on their node's host "
+                         "(distributed.nodes[].shards places them)"});
+  }
+  std::vector<int> shard_node;
+  if (with_shards > 0) {
+    if (placed != config.ps.shards) {
+      problems->push_back({"distributed.nodes",
+                           "shards add up to " + std::to_string(placed) + ", but ps.shards is " +
+                               std::to_string(config.ps.shards),
+                           "node shard counts (unset counts as 0) that sum to ps.shards"});
+      return layout;
+    }
+    for (size_t n = 0; n < count; ++n) {
+      for (int s = 0; s < layout.nodes[n].shards; ++s) shard_node.push_back(static_cast<int>(n));
+    }
+  } else {
+    for (int s = 0; s < config.ps.shards; ++s) {
+      shard_node.push_back(layout.multi_host ? s % static_cast<int>(count) : 0);
+    }
+  }
+  const bool one_address = !layout.multi_host && with_shards == 0;
+  for (int s = 0; s < config.ps.shards; ++s) {
+    ShardPlacement placement;
+    placement.node = shard_node[static_cast<size_t>(s)];
+    placement.host = one_address && (config.ps.host_given || with_host == 0)
+                         ? config.ps.host
+                         : layout.nodes[static_cast<size_t>(placement.node)].host;
+    placement.port = config.ps.base_port > 0 ? config.ps.base_port + s : d.master_port + 1 + s;
+    if (placement.port > 65535) {
+      problems->push_back(
+          {config.ps.base_port > 0 ? "ps.base_port" : "distributed.master_port",
+           "shard " + std::to_string(s) + " would listen on port " + std::to_string(placement.port),
+           "ports up to 65535: a base port of at most " +
+               std::to_string(65535 - config.ps.shards + 1)});
+      break;
+    }
+    layout.shards.push_back(std::move(placement));
+  }
+  return layout;
+}
+
+}  // namespace gridsync

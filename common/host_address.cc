@@ -1,0 +1,138 @@
+#include "common/host_address.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <set>
+
+namespace gridsync {
+namespace {
+
+std::string Join(const std::set<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out.empty() ? "none" : out;
+}
+
+using IfAddrs = std::unique_ptr<ifaddrs, void (*)(ifaddrs*)>;
+
+IfAddrs ListInterfaces() {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) list = nullptr;
+  return IfAddrs(list, [](ifaddrs* p) {
+    if (p != nullptr) freeifaddrs(p);
+  });
+}
+
+std::string AddressText(const sockaddr* sa) {
+  char text[INET6_ADDRSTRLEN] = {};
+  if (sa->sa_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(sa)->sin_addr, text, sizeof(text));
+  } else if (sa->sa_family == AF_INET6) {
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr, text, sizeof(text));
+  }
+  return text;
+}
+
+}  // namespace
+
+bool IsLoopbackHost(std::string_view host) {
+  if (host == "localhost" || host == "ip6-localhost" || host == "ip6-loopback") return true;
+  if (host.size() > 10 && host.substr(host.size() - 10) == ".localhost") return true;
+  const std::string s(host);
+  in_addr v4{};
+  if (inet_pton(AF_INET, s.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, s.c_str(), &v6) == 1) return IN6_IS_ADDR_LOOPBACK(&v6);
+  return false;
+}
+
+bool IsUnspecifiedHost(std::string_view host) {
+  const std::string s(host);
+  if (s.empty() || s == "*") return true;
+  in_addr v4{};
+  if (inet_pton(AF_INET, s.c_str(), &v4) == 1) return v4.s_addr == 0;
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, s.c_str(), &v6) == 1) return IN6_IS_ADDR_UNSPECIFIED(&v6);
+  return false;
+}
+
+Result<std::string> InterfaceIpv4(std::string_view name) {
+  IfAddrs list = ListInterfaces();
+  std::set<std::string> seen;
+  for (ifaddrs* a = list.get(); a != nullptr; a = a->ifa_next) {
+    if (a->ifa_name == nullptr) continue;
+    seen.insert(a->ifa_name);
+    if (name != a->ifa_name || a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET)
+      continue;
+    return AddressText(a->ifa_addr);
+  }
+  if (seen.count(std::string(name)) != 0) {
+    return Status::NotFound("interface " + std::string(name) + " has no IPv4 address");
+  }
+  return Status::NotFound("no interface named " + std::string(name) + "; this machine has " +
+                          Join(seen));
+}
+
+std::string InterfaceOf(std::string_view address) {
+  IfAddrs list = ListInterfaces();
+  for (ifaddrs* a = list.get(); a != nullptr; a = a->ifa_next) {
+    if (a->ifa_name == nullptr || a->ifa_addr == nullptr) continue;
+    if (AddressText(a->ifa_addr) == address) return a->ifa_name;
+  }
+  return "";
+}
+
+Result<int> IntFromEnv(const char* name, int fallback, int lo, int hi) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return fallback;
+  char* end = nullptr;
+  errno = 0;
+  const long value = std::strtol(text, &end, 10);
+  if (errno != 0 || *end != '\0' || value < lo || value > hi) {
+    return Status::InvalidArgument(std::string(name) + "=" + text + ": not an integer in " +
+                                   std::to_string(lo) + ".." + std::to_string(hi));
+  }
+  return static_cast<int>(value);
+}
+
+Result<ProcessHost> ResolveProcessHost(std::string_view flag_host, const std::string& node_host,
+                                       bool multi_host) {
+  ProcessHost out;
+  if (!flag_host.empty()) {
+    out = {std::string(flag_host), "--host"};
+  } else if (const char* env = std::getenv("GRIDSYNC_HOST"); env != nullptr && *env != '\0') {
+    out = {env, "GRIDSYNC_HOST"};
+  } else if (const char* ifname = std::getenv("GRIDSYNC_SOCKET_IFNAME");
+             ifname != nullptr && *ifname != '\0') {
+    auto address = InterfaceIpv4(ifname);
+    if (!address.ok()) {
+      return Status::InvalidArgument(
+          "GRIDSYNC_SOCKET_IFNAME=" + std::string(ifname) + ": " + address.status().message() +
+          "; allowed: an interface of this machine with an IPv4 address");
+    }
+    out = {*address, "GRIDSYNC_SOCKET_IFNAME=" + std::string(ifname)};
+  } else {
+    out = {node_host, "the node's host in the config"};
+  }
+  if (IsUnspecifiedHost(out.host)) {
+    return Status::InvalidArgument(out.source + ": '" + out.host +
+                                   "' names no machine, so peers could not reach this process; "
+                                   "allowed: an address of this machine that peers can reach");
+  }
+  if (multi_host && IsLoopbackHost(out.host)) {
+    return Status::InvalidArgument(
+        out.source + ": '" + out.host +
+        "' is a loopback address, but this cluster spans several machines, whose processes could "
+        "not reach it; allowed: an address of this machine on the cluster's network");
+  }
+  return out;
+}
+
+}  // namespace gridsync

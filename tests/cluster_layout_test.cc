@@ -1,0 +1,162 @@
+// Where every process of a cluster lives (common/cluster_layout.h) and how a
+// process picks its address (common/host_address.h): node hosts, shard
+// placement, the coordinator's node, and every refusal check-config shares
+// with the binaries.
+#include "common/cluster_layout.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <string>
+
+#include "common/config.h"
+#include "common/host_address.h"
+
+namespace gridsync {
+namespace {
+
+Config ParseOk(const std::string& text) {
+  auto c = Config::Parse(text, "test");
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  return c.ok() ? *c : Config{};
+}
+
+std::string ErrorOf(const std::string& text) {
+  auto c = Config::Parse(text, "test");
+  EXPECT_FALSE(c.ok()) << "accepted: " << text;
+  return c.ok() ? "" : c.status().message();
+}
+
+bool Contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+std::string TwoHosts(const std::string& sync, const std::string& extra_nodes_a = "",
+                     const std::string& extra_nodes_b = "", const std::string& more = "") {
+  return R"({"distributed": {"enable": true, "world_size": 3, "master_addr": "10.0.0.1",
+      "gradient_sync": ")" +
+         sync + R"(", "nodes": [
+      {"name": "a", "host": "10.0.0.1", "workers": 1)" +
+         extra_nodes_a + R"(},
+      {"name": "b", "host": "10.0.0.2", "workers": 2)" +
+         extra_nodes_b + R"(}]})" + more + "}";
+}
+
+TEST(HostAddressTest, LoopbackAndUnspecified) {
+  for (const char* h : {"127.0.0.1", "127.1.2.3", "::1", "localhost", "node.localhost"}) {
+    EXPECT_TRUE(IsLoopbackHost(h)) << h;
+  }
+  for (const char* h : {"10.0.0.1", "192.168.1.100", "::2", "example.org", "0.0.0.0"}) {
+    EXPECT_FALSE(IsLoopbackHost(h)) << h;
+  }
+  for (const char* h : {"0.0.0.0", "::", "", "*"}) EXPECT_TRUE(IsUnspecifiedHost(h)) << h;
+  EXPECT_FALSE(IsUnspecifiedHost("10.0.0.1"));
+}
+
+TEST(HostAddressTest, InterfaceAddressesAndProcessOverrides) {
+  auto lo = InterfaceIpv4("lo");
+  ASSERT_TRUE(lo.ok()) << lo.status().ToString();
+  EXPECT_EQ(*lo, "127.0.0.1");
+  EXPECT_EQ(InterfaceOf("127.0.0.1"), "lo");
+  auto missing = InterfaceIpv4("no-such-if0");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_TRUE(Contains(missing.status().message(), "lo")) << missing.status().ToString();
+
+  unsetenv("GRIDSYNC_HOST");
+  unsetenv("GRIDSYNC_SOCKET_IFNAME");
+  auto node = ResolveProcessHost("", "10.0.0.2", true);
+  ASSERT_TRUE(node.ok());
+  EXPECT_EQ(node->host, "10.0.0.2");
+  auto flag = ResolveProcessHost("10.0.0.9", "10.0.0.2", true);
+  EXPECT_EQ(flag->host, "10.0.0.9");
+  EXPECT_EQ(flag->source, "--host");
+  setenv("GRIDSYNC_HOST", "10.0.0.7", 1);
+  EXPECT_EQ(ResolveProcessHost("", "10.0.0.2", true)->host, "10.0.0.7");
+  unsetenv("GRIDSYNC_HOST");
+  setenv("GRIDSYNC_SOCKET_IFNAME", "lo", 1);
+  EXPECT_EQ(ResolveProcessHost("", "10.0.0.2", false)->host, "127.0.0.1");
+  // A loopback interface in a multi-host cluster is refused, naming its source.
+  auto refused = ResolveProcessHost("", "10.0.0.2", true);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(Contains(refused.status().message(), "GRIDSYNC_SOCKET_IFNAME=lo"));
+  EXPECT_TRUE(Contains(refused.status().message(), "loopback"));
+  setenv("GRIDSYNC_SOCKET_IFNAME", "no-such-if0", 1);
+  EXPECT_FALSE(ResolveProcessHost("", "10.0.0.2", false).ok());
+  unsetenv("GRIDSYNC_SOCKET_IFNAME");
+  EXPECT_FALSE(ResolveProcessHost("0.0.0.0", "10.0.0.2", false).ok());
+}
+
+TEST(ClusterLayoutTest, OneMachineByDefault) {
+  const Config c =
+      ParseOk(R"({"distributed": {"enable": true, "world_size": 2, "gradient_sync": "ps"},
+                               "ps": {"shards": 3}})");
+  EXPECT_FALSE(c.layout.multi_host);
+  ASSERT_EQ(c.layout.nodes.size(), 1u);
+  EXPECT_EQ(c.layout.nodes[0].host, "127.0.0.1");
+  ASSERT_EQ(c.layout.shards.size(), 3u);
+  EXPECT_EQ(c.layout.shards[2].Endpoint(), "tcp://127.0.0.1:29503");
+  EXPECT_EQ(c.layout.coordinator_node, 0);
+  // The seed configs name a remote master: one machine, the master's address.
+  const Config seed = ParseOk(R"({"distributed": {"enable": true, "world_size": 4,
+                                  "master_addr": "192.168.1.100"}})");
+  EXPECT_FALSE(seed.layout.multi_host);
+  EXPECT_EQ(seed.layout.nodes[0].host, "192.168.1.100");
+  EXPECT_TRUE(seed.layout.shards.empty());  // nccl
+}
+
+TEST(ClusterLayoutTest, TwoHostsSpreadShardsAndFindTheCoordinator) {
+  const Config c = ParseOk(TwoHosts("ps", "", "", R"(, "ps": {"shards": 3, "base_port": 31000})"));
+  EXPECT_TRUE(c.layout.multi_host);
+  EXPECT_EQ(c.layout.coordinator_node, 0);
+  ASSERT_EQ(c.layout.shards.size(), 3u);
+  EXPECT_EQ(c.layout.shards[0].Endpoint(), "tcp://10.0.0.1:31000");
+  EXPECT_EQ(c.layout.shards[1].Endpoint(), "tcp://10.0.0.2:31001");
+  EXPECT_EQ(c.layout.shards[2].Endpoint(), "tcp://10.0.0.1:31002");
+  EXPECT_EQ(c.layout.FirstRank(1), 1);
+  EXPECT_EQ(c.layout.NodeIndex("b"), 1);
+  EXPECT_EQ(c.layout.NodeIndex("c"), -1);
+  // Explicit placement, dealt in node order; it survives the resolved dump.
+  const Config placed = ParseOk(
+      TwoHosts("hybrid", R"(, "shards": 0)", R"(, "shards": 2)", R"(, "ps": {"shards": 2})"));
+  EXPECT_EQ(placed.layout.shards[0].node, 1);
+  EXPECT_EQ(placed.layout.shards[1].host, "10.0.0.2");
+  auto again = Config::Parse(placed.ToJson().dump(), "resolved");
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->layout.shards[1].node, 1);
+}
+
+TEST(ClusterLayoutTest, RefusesWhatOtherMachinesCouldNotReach) {
+  const std::string loop = ErrorOf(R"({"distributed": {"enable": true, "world_size": 2,
+      "master_addr": "10.0.0.1", "nodes": [{"name": "a", "host": "127.0.0.1"},
+      {"name": "b", "host": "10.0.0.2"}]}})");
+  EXPECT_TRUE(Contains(loop, "distributed.nodes[0].host")) << loop;
+  EXPECT_TRUE(Contains(loop, "loopback")) << loop;
+  const std::string master = ErrorOf(R"({"distributed": {"enable": true, "world_size": 2,
+      "master_addr": "127.0.0.1", "nodes": [{"name": "a", "host": "10.0.0.1"},
+      {"name": "b", "host": "10.0.0.2"}]}})");
+  EXPECT_TRUE(Contains(master, "distributed.master_addr")) << master;
+  const std::string any = ErrorOf(R"({"distributed": {"enable": true, "world_size": 1,
+      "nodes": [{"name": "a", "host": "0.0.0.0"}]}})");
+  EXPECT_TRUE(Contains(any, "names no machine")) << any;
+  const std::string half = ErrorOf(R"({"distributed": {"enable": true, "world_size": 2,
+      "master_addr": "10.0.0.1", "nodes": [{"name": "a", "host": "10.0.0.1"}, {"name": "b"}]}})");
+  EXPECT_TRUE(Contains(half, "distributed.nodes[1].host")) << half;
+  const std::string ps_host = ErrorOf(TwoHosts("ps", "", "", R"(, "ps": {"host": "10.0.0.1"})"));
+  EXPECT_TRUE(Contains(ps_host, "ps.host")) << ps_host;
+  const std::string sum =
+      ErrorOf(TwoHosts("ps", R"(, "shards": 1)", "", R"(, "ps": {"shards": 2})"));
+  EXPECT_TRUE(Contains(sum, "add up to 1")) << sum;
+  const std::string nccl = ErrorOf(TwoHosts("nccl", R"(, "shards": 1)"));
+  EXPECT_TRUE(Contains(nccl, "distributed.nodes[0].shards")) << nccl;
+  const std::string port = ErrorOf(R"({"distributed": {"enable": true, "gradient_sync": "ps"},
+      "ps": {"shards": 4, "base_port": 65534}})");
+  EXPECT_TRUE(Contains(port, "ps.base_port")) << port;
+  // One machine on a real address with the coordinator on loopback is fine.
+  const Config local = ParseOk(R"({"distributed": {"enable": true, "world_size": 2,
+      "master_addr": "127.0.0.1", "nodes": [{"name": "a", "host": "10.0.0.1"},
+      {"name": "b", "host": "10.0.0.1"}]}})");
+  EXPECT_FALSE(local.layout.multi_host);
+}
+
+}  // namespace
+}  // namespace gridsync

@@ -1,0 +1,72 @@
+#include "worker/worker_placement.h"
+
+#include <cstdlib>
+
+#include "common/host_address.h"
+
+namespace gridsync {
+
+Result<WorkerPlacement> PlaceWorker(const Config& config, int* rank, std::string_view node_name,
+                                    std::string_view host_flag) {
+  const DistributedConfig& d = config.distributed;
+  const ClusterLayout& layout = config.layout;
+  if (*rank < 0) {
+    GRIDSYNC_ASSIGN_OR_RETURN(*rank, IntFromEnv("GRIDSYNC_RANK", -1, 0, d.world_size - 1));
+  }
+  if (*rank >= d.world_size) {
+    return Status::InvalidArgument("--rank " + std::to_string(*rank) +
+                                   ": out of range; allowed: 0.." +
+                                   std::to_string(d.world_size - 1) + " (distributed.world_size " +
+                                   std::to_string(d.world_size) + ")");
+  }
+  int node = -1;
+  if (!node_name.empty()) {
+    node = layout.NodeIndex(node_name);
+    if (node < 0) {
+      std::string names;
+      for (const auto& n : layout.nodes) names += (names.empty() ? "" : ", ") + n.name;
+      return Status::InvalidArgument("--node " + std::string(node_name) +
+                                     ": no such node; allowed: " + names);
+    }
+  }
+  if (*rank >= 0) {
+    const int of_rank = d.NodeOf(*rank);
+    if (node >= 0 && node != of_rank) {
+      return Status::InvalidArgument(
+          "rank " + std::to_string(*rank) + " belongs to node " +
+          layout.nodes[static_cast<size_t>(of_rank)].name + ", not --node " +
+          std::string(node_name) + "; allowed: ranks " + std::to_string(layout.FirstRank(node)) +
+          ".." +
+          std::to_string(layout.FirstRank(node) + layout.nodes[static_cast<size_t>(node)].workers -
+                         1));
+    }
+    node = of_rank;
+  }
+  if (node < 0) {
+    if (layout.multi_host) {
+      return Status::InvalidArgument(
+          "a worker of a cluster on several machines needs its rank (--rank or GRIDSYNC_RANK) or "
+          "its node (--node) to know which address to use");
+    }
+    node = 0;  // one machine: every node has the same host
+  }
+
+  WorkerPlacement placement;
+  placement.node = layout.nodes[static_cast<size_t>(node)].name;
+  placement.local_rank = *rank >= 0 ? d.LocalRankOf(*rank) : -1;
+  GRIDSYNC_ASSIGN_OR_RETURN(
+      ProcessHost host, ResolveProcessHost(host_flag, layout.nodes[static_cast<size_t>(node)].host,
+                                           layout.multi_host));
+  placement.endpoint.hostname = host.host;
+  placement.endpoint.cuda_device = placement.local_rank;
+  placement.host_source = host.source;
+  if (std::getenv("NCCL_SOCKET_IFNAME") == nullptr) {
+    const char* ifname = std::getenv("GRIDSYNC_SOCKET_IFNAME");
+    const std::string iface =
+        ifname != nullptr && *ifname != '\0' ? ifname : InterfaceOf(host.host);
+    if (!iface.empty()) setenv("NCCL_SOCKET_IFNAME", iface.c_str(), 0);
+  }
+  return placement;
+}
+
+}  // namespace gridsync
