@@ -39,6 +39,7 @@ class PsShardImpl : public PsShard {
       shapes_.push_back({partition_.table(t).rows, partition_.table(t).width});
     }
     stats_.rows_owned = store_.owned_rows();
+    if (options_.pull_codec.codec != Codec::kNone) store_.EnableReplicas(options_.workers);
   }
 
   ~PsShardImpl() override { Stop(); }
@@ -324,6 +325,17 @@ class PsShardImpl : public PsShard {
   }
 
   void HandlePull(std::unique_ptr<Request> request) {
+    const wire::Message& m = request->message;
+    if (store_.replicas_enabled() &&
+        (m.worker_rank >= options_.workers || m.num_workers != options_.workers)) {
+      ReplyError(*request, Status::InvalidArgument(
+                               "pull from worker " + std::to_string(m.worker_rank) + " of " +
+                               std::to_string(m.num_workers) + "; allowed: workers 0.." +
+                               std::to_string(options_.workers - 1) + " of " +
+                               std::to_string(options_.workers) +
+                               " (delta pulls keep a replica per worker)"));
+      return;
+    }
     {
       std::lock_guard<std::mutex> lock(stats_mu_);
       ++stats_.pulls;
@@ -357,22 +369,39 @@ class PsShardImpl : public PsShard {
         pieces.push_back({i, b, std::min<size_t>(in.row_count, b + kChunkRows)});
       }
     }
+    const bool deltas = store_.replicas_enabled();
+    // Delta pulls: which blocks go encoded (as params - replica) and which
+    // whole; decided per block, the same way on every call.
+    std::vector<char> encoded(blocks.size(), 0);
+    for (size_t i = 0; i < blocks.size() && deltas && !m.whole_values; ++i) {
+      encoded[i] = blocks[i].values.size() * sizeof(float) >= options_.pull_min_bytes;
+    }
     pool_.ParallelFor(pieces.size(), [&](size_t k) {
       const Piece& p = pieces[k];
       const wire::Block& in = m.blocks[p.block];
-      store_.Gather(in, p.begin, p.end, blocks[p.block].values.data() + p.begin * in.width);
+      float* out = blocks[p.block].values.data() + p.begin * in.width;
+      if (encoded[p.block]) {
+        store_.GatherDelta(in, m.worker_rank, p.begin, p.end, out);
+      } else {
+        store_.Gather(in, p.begin, p.end, out);
+        if (deltas) store_.AdvanceReplica(in, m.worker_rank, p.begin, p.end, out, /*whole=*/true);
+      }
     });
-    if (options_.pull_codec.codec != Codec::kNone) {
-      // compression.pull: parameters travel encoded too (no error feedback:
-      // the next pull sends fresh values anyway).
+    if (deltas) {
       pool_.ParallelFor(blocks.size(), [&](size_t i) {
+        if (!encoded[i]) return;
         wire::OutBlock& out = blocks[i];
-        if (out.values.size() * sizeof(float) < options_.pull_min_bytes) return;
         out.codec = options_.pull_codec;
         out.codec_seed = m.request_id * 0x9E3779B97F4A7C15ull + i;
         out.payload.resize(EncodedSize(out.codec, out.values.size()));
         cpu::Encode(out.codec, out.values.data(), out.values.size(), out.codec_seed,
                     out.payload.data());
+        // What the worker will add to its replica, added here too.
+        const Status decoded = cpu::Decode(out.codec, out.payload.data(), out.payload.size(),
+                                           out.values.size(), out.codec_seed, out.values.data());
+        GRIDSYNC_CHECK(decoded.ok());  // our own encoding
+        store_.AdvanceReplica(m.blocks[i], m.worker_rank, 0, out.row_count, out.values.data(),
+                              /*whole=*/false);
         out.values.clear();
       });
     }

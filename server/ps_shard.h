@@ -52,7 +52,9 @@ struct ShardOptions {
   bool apply_updates = false;  // pushes carry updates (ps.optimizer resolves to worker)
   std::chrono::milliseconds timeout{30000};
   wire::Limits limits;
-  // compression.pull: encode pull replies of at least pull_min_bytes.
+  // compression.pull: delta pulls (ShardStore::EnableReplicas). Reply
+  // blocks of at least pull_min_bytes carry params - the worker's replica,
+  // encoded; smaller ones carry the parameters whole.
   CodecOptions pull_codec;
   size_t pull_min_bytes = 4096;
 };

@@ -161,6 +161,45 @@ void ShardStore::Assign(const wire::Block& block) {
   for (size_t i = 0; i < block.row_count; ++i) {
     const uint64_t local = partition_.LocalRow(block.table, block.Row(i));
     std::memcpy(table.params.data() + local * w, block.values.data() + i * w, w * sizeof(float));
+    // Every worker starts from the initial values.
+    for (auto& replica : table.replicas) {
+      std::memcpy(replica.data() + local * w, block.values.data() + i * w, w * sizeof(float));
+    }
+  }
+}
+
+void ShardStore::EnableReplicas(uint32_t workers) {
+  replica_workers_ = workers;
+  for (Table& table : tables_) table.replicas.assign(workers, table.params);
+}
+
+void ShardStore::GatherDelta(const wire::Block& request, uint32_t worker, size_t begin, size_t end,
+                             float* out) const {
+  const Table& table = tables_[request.table];
+  const uint32_t w = table.width;
+  const float* params = table.params.data();
+  const float* replica = table.replicas[worker].data();
+  for (size_t i = begin; i < end; ++i) {
+    const uint64_t local = partition_.LocalRow(request.table, request.Row(i));
+    float* dst = out + (i - begin) * w;
+    for (uint32_t f = 0; f < w; ++f) dst[f] = params[local * w + f] - replica[local * w + f];
+  }
+}
+
+void ShardStore::AdvanceReplica(const wire::Block& request, uint32_t worker, size_t begin,
+                                size_t end, const float* delivered, bool whole) {
+  Table& table = tables_[request.table];
+  const uint32_t w = table.width;
+  float* replica = table.replicas[worker].data();
+  for (size_t i = begin; i < end; ++i) {
+    const uint64_t local = partition_.LocalRow(request.table, request.Row(i));
+    const float* src = delivered + (i - begin) * w;
+    float* dst = replica + local * w;
+    if (whole) {
+      for (uint32_t f = 0; f < w; ++f) dst[f] = src[f];
+    } else {
+      for (uint32_t f = 0; f < w; ++f) dst[f] += src[f];
+    }
   }
 }
 

@@ -63,6 +63,23 @@ class ShardStore {
   // out (which points at row `begin`'s slot).
   void Gather(const wire::Block& request, size_t begin, size_t end, float* out) const;
 
+  // Delta pulls (compression.pull): the shard keeps, per worker, a copy of
+  // what that worker's replica holds of this shard's rows, starting from the
+  // initial values (Assign sets every worker's copy). A compressed pull reply
+  // carries params - replica for the requested rows; the shard then adds
+  // what the codec delivered to the copy, exactly as the worker adds it to
+  // its replica, so what a lossy codec held back is sent again by the next
+  // pull of the row (error feedback without a residual buffer). Memory:
+  // (1 + workers) x the partition. Call before Assign.
+  void EnableReplicas(uint32_t workers);
+  bool replicas_enabled() const { return replica_workers_ != 0; }
+  // out = params - replica of `worker`, rows [begin, end) of the request.
+  void GatherDelta(const wire::Block& request, uint32_t worker, size_t begin, size_t end,
+                   float* out) const;
+  // replica of `worker` += delivered (compressed), or = values (sent whole).
+  void AdvanceReplica(const wire::Block& request, uint32_t worker, size_t begin, size_t end,
+                      const float* delivered, bool whole);
+
  private:
   struct Table {
     uint32_t width = 0;      // columns stored (owned)
@@ -75,6 +92,7 @@ class ShardStore {
     std::vector<uint32_t> pushes;        // updates only: pushes that listed the row, per local row
     bool dense_step = false;             // a dense push this step: every row steps (MLP)
     cpu::AdamTable adam;
+    std::vector<std::vector<float>> replicas;  // delta pulls: per worker, what it holds
   };
 
   const Partition& partition_;
@@ -83,6 +101,7 @@ class ShardStore {
   bool apply_updates_;
   std::vector<Table> tables_;
   uint32_t steps_prepared_ = 0;  // an upper bound of any row's step count
+  uint32_t replica_workers_ = 0;
 };
 
 }  // namespace gridsync

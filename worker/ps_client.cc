@@ -388,12 +388,18 @@ Status PsClient::SendAndAwaitAcks(wire::Kind kind, uint64_t step,
                       [](uint32_t, const wire::Message&) { return Status::OK(); });
 }
 
-Status PsClient::SendPull(uint64_t min_version, const std::vector<TablePullRef>& tables) {
+Status PsClient::SendPull(uint64_t min_version, const std::vector<TablePullRef>& tables,
+                          bool whole) {
   std::vector<TableRowsRef> refs;
   pull_dest_.assign(partition_.n_tables(), nullptr);
+  if (delta_pulls_ && replica_.empty()) replica_.resize(partition_.n_tables());
   for (const auto& t : tables) {
     refs.push_back({t.table, t.dense, t.rows, t.row_count, nullptr});
     pull_dest_[t.table] = t.dest;
+    if (delta_pulls_ && replica_[t.table].empty()) {
+      const auto& info = partition_.table(t.table);
+      replica_[t.table].assign(t.dest, t.dest + info.rows * info.width);
+    }
   }
   auto split = SplitAll(partition_, refs, /*with_values=*/false);
   pull_request_ = next_request_++;
@@ -418,6 +424,7 @@ Status PsClient::SendPull(uint64_t min_version, const std::vector<TablePullRef>&
     header.shard = s;
     header.min_version = min_version;
     header.num_workers = num_workers_;
+    header.whole_values = whole;
     auto frames = wire::Encode(header, std::move(split[s]));
     for (const auto& f : frames) counters_.bytes_pulled += f.size();
     GRIDSYNC_RETURN_IF_ERROR(wire::SendMultipart(sockets_[s], frames)
@@ -453,8 +460,14 @@ Result<uint64_t> PsClient::ReceivePull() {
           float* dest = pull_dest_[want.table];
           const uint32_t width = partition_.table(want.table).width;
           const float* values = got.values.data();
+          float* replica = delta_pulls_ ? replica_[want.table].data() : nullptr;
           std::vector<float> decoded;
-          if (got.compressed()) {  // compression.pull
+          if (got.compressed()) {
+            if (replica == nullptr) {
+              return Status::Corruption("shard " + std::to_string(s) +
+                                        " sent an encoded pull reply, but this worker does not "
+                                        "use delta pulls (compression.pull must match)");
+            }
             decoded.resize(size_t{got.row_count} * got.width);
             GRIDSYNC_RETURN_IF_ERROR(
                 cpu::Decode(got.codec, got.payload.data(), got.payload.size(), decoded.size(),
@@ -465,8 +478,19 @@ Result<uint64_t> PsClient::ReceivePull() {
           for (size_t r = 0; r < want.row_count; ++r) {
             const uint32_t row =
                 want.dense ? want.row_begin + static_cast<uint32_t>(r) : want.rows[r];
-            std::memcpy(dest + size_t{row} * width + want.col_begin, values + r * want.width,
-                        want.width * sizeof(float));
+            const size_t at = size_t{row} * width + want.col_begin;
+            const float* src = values + r * want.width;
+            if (replica != nullptr) {
+              // Encoded: a delta against the replica; whole: the values.
+              float* rep = replica + at;
+              if (got.compressed()) {
+                for (uint32_t c = 0; c < want.width; ++c) rep[c] += src[c];
+              } else {
+                std::memcpy(rep, src, want.width * sizeof(float));
+              }
+              src = rep;
+            }
+            std::memcpy(dest + at, src, want.width * sizeof(float));
           }
         }
         version = std::min(version, m.step);

@@ -77,7 +77,10 @@ class PsClient {
   // it counts pushes per worker.
   Status Push(wire::Kind kind, uint64_t step, const std::vector<TableRowsRef>& tables);
 
-  Status SendPull(uint64_t min_version, const std::vector<TablePullRef>& tables);
+  // whole: ask for the parameters themselves even with delta pulls (the
+  // final pull, whose values must be exact).
+  Status SendPull(uint64_t min_version, const std::vector<TablePullRef>& tables,
+                  bool whole = false);
   // Returns the lowest parameter version among the shards' replies.
   Result<uint64_t> ReceivePull();
 
@@ -92,6 +95,11 @@ class PsClient {
   // with step, table and shard per block).
   void SetCompression(const CodecOptions& codec, bool error_feedback, size_t min_bytes,
                       uint64_t seed);
+  // compression.pull: the shards answer pulls with encoded deltas against a
+  // replica of the parameters this client keeps (server/shard_store.h's
+  // delta pulls); the replica starts from the tables' contents at the first
+  // pull of each table, which must be the initial values every worker shares.
+  void SetDeltaPulls(bool on) { delta_pulls_ = on; }
   const cpu::ErrorFeedback& error_feedback() const { return feedback_; }
 
   // After the last step: pushes, as step `step` and uncompressed, everything
@@ -158,6 +166,8 @@ class PsClient {
   std::vector<std::optional<std::vector<zmq::message_t>>> stashed_;  // by shard
   std::vector<std::vector<wire::OutBlock>> pull_blocks_;             // by shard, as requested
   std::vector<float*> pull_dest_;                                    // by table
+  bool delta_pulls_ = false;
+  std::vector<std::vector<float>> replica_;  // delta pulls: by table, what the shards sent
 };
 
 }  // namespace gridsync

@@ -89,7 +89,7 @@ Status PullAllParams(PsClient& ps, HashGridModel& model, uint64_t min_version) {
     all.push_back(
         {levels + static_cast<uint32_t>(i), true, nullptr, 0, model.mlp_weights()[i].data()});
   }
-  GRIDSYNC_RETURN_IF_ERROR(ps.SendPull(min_version, all));
+  GRIDSYNC_RETURN_IF_ERROR(ps.SendPull(min_version, all, /*whole=*/true));
   return ps.ReceivePull().status().WithContext("pulling the final parameters");
 }
 
@@ -131,6 +131,7 @@ Result<PsSession> JoinPsCluster(const Config& config, HashGridModel& model,
   session.ps->SetCompression(codec, config.compression.error_feedback,
                              static_cast<size_t>(config.compression.min_bytes),
                              Mix64(config.training.seed) ^ (uint64_t{session.rank} << 48));
+  session.ps->SetDeltaPulls(config.compression.pull && codec.codec != Codec::kNone);
   if (config.OptimizerOnWorkers())
     session.ps->SetWorkerOptimizer(AdamHyperFromConfig(config.training));
   if (!options.train.quiet) {

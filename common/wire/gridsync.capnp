@@ -113,6 +113,8 @@ struct Header {
   stats @9 :ShardStats;    # kind == statsReply
   numWorkers @10 :UInt32;  # push: workers expected to push this step (BSP/SSP)
   pushValues @11 :PushValues;  # push: gradients or updates
+  wholeValues @12 :Bool;   # pull: parameters whole, never deltas against the
+                           # worker's replica (compression.pull), e.g. the final pull
 }
 
 # ---- Control plane ----

@@ -168,6 +168,7 @@ struct RawHeader {
   uint64_t min_version = 0;
   uint32_t num_workers = 0;
   uint16_t push_values = 0;
+  bool whole_values = false;
   std::vector<RawBlock> blocks;
   uint32_t error_code = 0;
   std::string error_text;
@@ -241,6 +242,7 @@ Status ParseHeader(const zmq::message_t& frame, const Limits& limits, RawHeader&
     out.min_version = header.getMinVersion();
     out.num_workers = header.getNumWorkers();
     out.push_values = static_cast<uint16_t>(header.getPushValues());
+    out.whole_values = header.getWholeValues();
     if (out.push_values > static_cast<uint16_t>(PushValues::kUpdates)) {
       return Status::InvalidArgument(fmt::format(
           "frame 0 (header): pushValues {} unknown; allowed: 0 (gradients) or 1 (updates)",
@@ -466,6 +468,7 @@ std::vector<zmq::message_t> Encode(const OutHeader& header, std::vector<OutBlock
   out.setMinVersion(header.min_version);
   out.setNumWorkers(header.num_workers);
   out.setPushValues(static_cast<schema::PushValues>(header.push_values));
+  out.setWholeValues(header.whole_values);
   if (header.kind == Kind::kStatsReply) FillStats(header.stats, out.initStats());
 
   const KindLayout layout = LayoutOf(header.kind);
@@ -580,6 +583,7 @@ Result<Message> Decode(const std::vector<zmq::message_t>& frames,
   message.min_version = raw.min_version;
   message.num_workers = raw.num_workers;
   message.push_values = static_cast<PushValues>(raw.push_values);
+  message.whole_values = raw.whole_values;
   const char* kind_name = KindName(message.kind);
 
   const KindLayout layout = LayoutOf(message.kind);

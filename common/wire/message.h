@@ -127,6 +127,7 @@ struct Message {
   uint64_t min_version = 0;
   uint32_t num_workers = 0;
   PushValues push_values = PushValues::kGradients;
+  bool whole_values = false;  // kPull: no deltas (gridsync.capnp's wholeValues)
   std::vector<Block> blocks;
   Status error;        // kind == kError: the refusal, code and text
   ShardStats stats;    // kind == kStatsReply
@@ -165,6 +166,7 @@ struct OutHeader {
   uint64_t min_version = 0;
   uint32_t num_workers = 0;
   PushValues push_values = PushValues::kGradients;  // kPush
+  bool whole_values = false;                        // kPull
   ShardStats stats;                                 // kStatsReply
 };
 

@@ -148,7 +148,21 @@ def parse_args(argv):
     p.add_argument("--log-every", type=non_negative_int, default=100,
                    help="progress line on stderr every N steps (0 = never)")
     p.add_argument("--eval-chunk", type=positive_int, default=65536)
+    # PyTorch DDP (gloo) across processes: the all-reduce baseline of
+    # tools/emulate/bench-cluster.sh. The table's gradient is dense, as DDP
+    # all-reduces it; both tables use torch.optim.Adam.
+    p.add_argument("--ddp-rank", type=non_negative_int, default=None)
+    p.add_argument("--ddp-world", type=positive_int, default=1)
+    p.add_argument("--ddp-master", default=None, help="HOST:PORT of rank 0's TCP store")
+    p.add_argument("--ddp-timeout", type=positive_float, default=60.0, help="seconds")
+    p.add_argument("--target-psnr", type=positive_float, default=None,
+                   help="stop once PSNR (checked every --eval-every steps) reaches this")
+    p.add_argument("--eval-every", type=positive_int, default=10)
     a = p.parse_args(argv)
+    if a.ddp_rank is not None and (a.ddp_master is None or a.ddp_rank >= a.ddp_world):
+        die("--ddp-rank needs --ddp-master HOST:PORT and a rank below --ddp-world")
+    if a.batch % a.ddp_world != 0:
+        die("--batch %d does not split over --ddp-world %d" % (a.batch, a.ddp_world))
     if a.log2_hashmap_size > 30:
         die("--log2-hashmap-size must be in 1..30, got %d" % a.log2_hashmap_size)
     if a.n_levels > 64:
@@ -180,8 +194,9 @@ class HashGrid(torch.nn.Module):
 
     PRIME_Y = 2654435761
 
-    def __init__(self, n_levels, n_features, log2_T, base_res, per_level_scale):
+    def __init__(self, n_levels, n_features, log2_T, base_res, per_level_scale, sparse=True):
         super().__init__()
+        self.sparse = sparse
         T = 1 << log2_T
         log2_pls = np.log2(np.float32(per_level_scale))  # float32
         scales, ress, sizes, offsets, hashed = [], [], [], [], []
@@ -231,7 +246,7 @@ class HashGrid(torch.nn.Module):
         # Hashed levels have size T, a power of two dividing 2^32, so
         # ((h mod 2^32) mod T) == h & (T - 1): one mask does both reductions.
         self.hash_mask = T - 1
-        self.table = torch.nn.Embedding(offset, n_features, sparse=True)
+        self.table = torch.nn.Embedding(offset, n_features, sparse=sparse)
         with torch.no_grad():
             self.table.weight.uniform_(-1e-4, 1e-4)
 
@@ -269,7 +284,7 @@ class HashGrid(torch.nn.Module):
         idx, w = self.indices_and_weights(x)
         # Weighted sum of the 4 corners of every (sample, level): one bag each.
         feats = F.embedding_bag(idx, self.table.weight, per_sample_weights=w,
-                                mode="sum", sparse=True)  # (N*L, F)
+                                mode="sum", sparse=self.sparse)  # (N*L, F)
         return feats.view(n, self.n_levels * self.n_features)  # level-major
 
 
@@ -328,9 +343,69 @@ def evaluate_psnr(enc, mlp, img, chunk):
     return float("inf") if mse <= 0 else -10.0 * math.log10(mse), mse
 
 
+def main_ddp(a, img):
+    """Data-parallel training with torch.nn.parallel.DistributedDataParallel
+    over gloo: every rank draws batch/world samples, gradients (dense) are
+    all-reduced in DDP's buckets. Rank 0 evaluates every --eval-every steps
+    (not timed) and all ranks stop once --target-psnr is reached."""
+    import datetime
+    import torch.distributed as dist
+    torch.set_num_threads(a.threads)
+    dist.init_process_group("gloo", init_method="tcp://" + a.ddp_master, rank=a.ddp_rank,
+                            world_size=a.ddp_world,
+                            timeout=datetime.timedelta(seconds=a.ddp_timeout))
+    torch.manual_seed(a.seed)
+    enc = HashGrid(a.n_levels, a.n_features, a.log2_hashmap_size, a.base_resolution,
+                   a.per_level_scale, sparse=False)
+    mlp = make_mlp(a.n_levels * a.n_features, a.n_neurons, a.n_hidden_layers, 3)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(enc, mlp))
+    opt = torch.optim.Adam(model.parameters(), lr=a.lr, betas=(0.9, 0.99), eps=1e-15)
+    gen = torch.Generator().manual_seed(a.seed + 1 + a.ddp_rank)
+    local = a.batch // a.ddp_world
+    n_params = sum(p.numel() for p in model.parameters())
+    log("ddp rank %d of %d: %d parameters (%.1f MB of gradient all-reduced per step)"
+        % (a.ddp_rank, a.ddp_world, n_params, n_params * 4 / 1e6))
+    elapsed, reached_at, reached_step, psnr = 0.0, None, None, float("nan")
+    history = []
+    t0 = time.perf_counter()
+    step = 0
+    for step in range(1, a.steps + 1):
+        xy = torch.rand(local, 2, generator=gen)
+        loss = F.mse_loss(model(xy), sample_targets(img, xy))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if step % a.eval_every == 0 or step == a.steps:
+            elapsed += time.perf_counter() - t0
+            stop = torch.zeros(1)
+            if a.ddp_rank == 0:
+                psnr, _ = evaluate_psnr(enc, mlp, img, a.eval_chunk)
+                history.append([step, elapsed, psnr])
+                log("step %d: %.2f dB after %.2f s" % (step, psnr, elapsed))
+                if a.target_psnr is not None and psnr >= a.target_psnr and reached_at is None:
+                    reached_at, reached_step = elapsed, step
+                    stop[0] = 1
+            dist.broadcast(stop, 0)
+            if stop[0] > 0:
+                break
+            t0 = time.perf_counter()
+    result = {"impl": "torch-ddp-gloo", "torch_version": torch.__version__, "rank": a.ddp_rank,
+              "world": a.ddp_world, "steps": step, "batch": a.batch, "seconds": elapsed,
+              "samples_per_s": step * a.batch / elapsed if elapsed > 0 else None,
+              "psnr": psnr, "target_psnr": a.target_psnr, "seconds_to_target": reached_at,
+              "step_reached": reached_step, "history": history,
+              "grad_bytes_per_step": n_params * 4}
+    sys.stdout.write(json.dumps(result) + "\n")
+    sys.stdout.flush()
+    dist.destroy_process_group()
+    return 0
+
+
 def main(argv=None):
     a = parse_args(sys.argv[1:] if argv is None else argv)
     img = load_image(a.image_raw, a.width, a.height)
+    if a.ddp_rank is not None:
+        return main_ddp(a, img)
 
     torch.set_num_threads(a.threads)
     try:
