@@ -18,6 +18,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -538,9 +539,14 @@ class SectionReader {
     if (section_ == nullptr) return;
     std::string allowed;
     for (const auto& known : known_) allowed += (allowed.empty() ? "" : ", ") + known;
+    // Report the first few unknown keys in full and count the rest, so a
+    // config with 100k stray keys is refused in linear time and a short message.
+    constexpr size_t kMaxReported = 20;
+    size_t unknown = 0;
     for (auto it = section_->begin(); it != section_->end(); ++it) {
       const std::string& key = it.key();
       if (std::find(known_.begin(), known_.end(), key) != known_.end()) continue;
+      if (++unknown > kMaxReported) continue;
       std::string problem = "unknown key";
       // A one- or two-letter slip is the usual cause; naming the intended key saves a search.
       std::string best;
@@ -554,6 +560,11 @@ class SectionReader {
       }
       if (!best.empty()) problem += " (did you mean " + Quote(best) + "?)";
       problems_->Add(Path(key), problem,
+                     (name_.empty() ? "sections " : "keys of " + name_ + ": ") + allowed);
+    }
+    if (unknown > kMaxReported) {
+      problems_->Add(name_.empty() ? "(top level)" : name_,
+                     std::to_string(unknown - kMaxReported) + " more unknown keys (not listed)",
                      (name_.empty() ? "sections " : "keys of " + name_ + ": ") + allowed);
     }
   }
@@ -632,11 +643,9 @@ class DuplicateKeyFinder {
       case Json::parse_event_t::key: {
         Frame& top = frames_.back();
         top.key = parsed.get<std::string>();
-        if (std::find(top.seen.begin(), top.seen.end(), top.key) != top.seen.end()) {
+        if (!top.seen.insert(top.key).second) {
           problems_->Add(Path(), "duplicate key",
                          "each key at most once per object (a JSON parser keeps only the last)");
-        } else {
-          top.seen.push_back(top.key);
         }
         break;
       }
@@ -655,7 +664,9 @@ class DuplicateKeyFinder {
  private:
   struct Frame {
     bool array;
-    std::vector<std::string> seen;  // config objects are small; a linear scan is enough
+    // A hostile config can hold 100k keys in one object: a hash set keeps the
+    // duplicate check linear.
+    std::unordered_set<std::string> seen;
     std::string key;
     size_t index;
   };
@@ -683,6 +694,12 @@ class DuplicateKeyFinder {
 
 // Parses `text` into `root`; false when it is not JSON at all (reported with line and column).
 bool ParseJson(std::string_view text, std::string_view source, Problems* problems, Json* root) {
+  // nlohmann stops at a NUL byte as at the end of input, which would accept
+  // whatever garbage follows it.
+  if (const size_t nul = text.find('\0'); nul != std::string_view::npos) {
+    problems->AddAt(Position(source, text, nul), "a NUL byte (0x00)", kJsonAllowed);
+    return false;
+  }
   if (const size_t bad = FindInvalidUtf8(text); bad != std::string_view::npos) {
     char byte[8];
     std::snprintf(byte, sizeof(byte), "0x%02X", static_cast<unsigned char>(text[bad]));

@@ -2,17 +2,18 @@
 // map, barriers and the KV store on distributed.master_addr:master_port
 // until SIGINT or SIGTERM, then exits 0. A config error exits 2
 // (kConfigErrorExitCode) before anything listens.
+#include <spdlog/spdlog.h>
+#include <systemd/sd-daemon.h>
+
+#include <CLI/CLI.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
 #include <csignal>
 #include <cstdio>
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
-#include <systemd/sd-daemon.h>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/signal_set.hpp>
-#include <spdlog/spdlog.h>
-
+#include "common/cli_parse.h"
 #include "common/config.h"
 #include "common/logging.h"
 #include "server/coordinator.h"
@@ -32,7 +33,7 @@ int main(int argc, char** argv) {
                  "Address to listen on instead of distributed.master_addr, e.g. 0.0.0.0");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
-  CLI11_PARSE(app, argc, argv);
+  GRIDSYNC_PARSE_COMMAND_LINE(app, argc, argv);
   gridsync::InitLogging("coordinator", log_level);
 
   auto config = gridsync::Config::LoadFile(config_path, overrides);

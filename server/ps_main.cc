@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/cli_parse.h"
 #include "common/config.h"
 #include "common/coordinator_client.h"
 #include "common/host_address.h"
@@ -32,7 +33,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> overrides;
   int shard = 0;
   std::string log_level = "info";
-  app.add_option("-c,--config", config_path, "JSON config file")->check(CLI::ExistingFile);
+  app.add_option("-c,--config", config_path, "JSON config file");
   app.add_option("--set", overrides, "Override a config key (repeatable)");
   app.add_option("--shard", shard, "Shard index, 0..ps.shards-1 (default: GRIDSYNC_SHARD)");
   std::string host_flag;
@@ -43,7 +44,7 @@ int main(int argc, char** argv) {
   app.add_option("--bind", bind,
                  "Address to bind instead, e.g. 0.0.0.0 (the advertised one stays)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
-  CLI11_PARSE(app, argc, argv);
+  GRIDSYNC_PARSE_COMMAND_LINE(app, argc, argv);
   if (app.count("--shard") == 0) {
     auto from_env = gridsync::IntFromEnv("GRIDSYNC_SHARD", -1, 0, 255);
     if (!from_env.ok() || *from_env < 0) {

@@ -85,7 +85,7 @@ class PsShardImpl : public PsShard {
           if (!refused.empty()) {
             Request request;
             request.identity = std::move(refused[0]);
-            ReplyError(request, received.status());
+            ReplyError(request, received.status(), /*readable=*/false);
           } else {
             spdlog::warn("shard {}: dropped a message: {}", options_.shard,
                          received.status().ToString());
@@ -124,10 +124,16 @@ class PsShardImpl : public PsShard {
     stats_.bytes_out += bytes;
   }
 
-  void ReplyError(Request& request, const Status& error) {
-    spdlog::warn("shard {}: refused {} from worker {} (request {}): {}", options_.shard,
-                 wire::KindName(request.message.kind), request.message.worker_rank,
-                 request.message.request_id, error.ToString());
+  // readable: the message decoded, so its kind and sender can be named.
+  void ReplyError(Request& request, const Status& error, bool readable = true) {
+    if (readable) {
+      spdlog::warn("shard {}: refused {} from worker {} (request {}): {}", options_.shard,
+                   wire::KindName(request.message.kind), request.message.worker_rank,
+                   request.message.request_id, error.ToString());
+    } else {
+      spdlog::warn("shard {}: refused an unreadable message (request {}): {}", options_.shard,
+                   request.message.request_id, error.ToString());
+    }
     CountError();
     Send(request.identity, wire::EncodeError(request.message.request_id, options_.shard, error));
   }
@@ -146,7 +152,7 @@ class PsShardImpl : public PsShard {
     if (!decoded.ok()) {
       request->message = wire::Message{};
       request->message.request_id = wire::PeekRequestId(request->frames, options_.limits);
-      ReplyError(*request, decoded.status());
+      ReplyError(*request, decoded.status(), /*readable=*/false);
       return;
     }
     request->message = std::move(decoded).value();
@@ -178,6 +184,8 @@ class PsShardImpl : public PsShard {
       auto& values = request->decoded.emplace_back(n);
       Status status = cpu::Decode(block.codec, block.payload.data(), block.payload.size(), n,
                                   block.codec_seed, values.data());
+      // A codec's scale fields can encode any float: bound what they decode to.
+      if (status.ok()) status = wire::CheckValueBounds(values, options_.limits, "payload");
       if (!status.ok()) {
         ReplyError(*request, status.WithContext("block " + std::to_string(i) + " (table " +
                                                 std::to_string(block.table) + ", codec " +

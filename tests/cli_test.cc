@@ -69,4 +69,35 @@ TEST(CliTest, WorkerTrainsStandaloneAndReportsJson) {
   EXPECT_NE(run.output.find("\"psnr_db\""), std::string::npos) << run.output;
 }
 
+// Issue: a missing config or a usage error used to exit 105 (CLI11's code).
+TEST(CliTest, EveryBinaryExits2OnAMissingConfigOrABadFlag) {
+  const std::vector<std::pair<std::string, std::string>> runs = {
+      {"worker/gridsync-worker", "--config /nonexistent/cluster.json"},
+      {"server/gridsync-ps", "--config /nonexistent/cluster.json --shard 0"},
+      {"server/gridsync-coordinator", "--config /nonexistent/cluster.json"},
+      {"tools/gridsync", "launch /nonexistent/cluster.json"},
+      {"tools/gridsync", "check-config /nonexistent/cluster.json"},
+  };
+  for (const auto& [binary, args] : runs) {
+    const ProcessResult run = Execute(binary, args);
+    EXPECT_EQ(run.exit_code, 2) << binary << " " << args << ": " << run.output;
+    EXPECT_NE(run.output.find("/nonexistent/cluster.json"), std::string::npos) << run.output;
+  }
+  for (const char* binary : {"worker/gridsync-worker", "server/gridsync-ps", "tools/gridsync"}) {
+    const ProcessResult run = Execute(binary, "--no-such-flag");
+    EXPECT_EQ(run.exit_code, 2) << binary << ": " << run.output;
+  }
+}
+
+// Issue: an unwritable task.output failed only after the whole run.
+TEST(CliTest, UnwritableOutputIsRefusedBeforeTraining) {
+  const ProcessResult run =
+      Execute("worker/gridsync-worker",
+              "--config configs/local.json --standalone --set training.steps=10000000 "
+              "--set task.output=/proc/gridsync-cannot-write-here");
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_NE(run.output.find("task.output"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("/proc/gridsync-cannot-write-here"), std::string::npos) << run.output;
+}
+
 }  // namespace

@@ -1439,4 +1439,29 @@ TEST_F(WireSocketTest, SendErrors) {
 }
 
 }  // namespace
+// Issue: a finite 3e38 push made Adam's v infinite. Pushes and init values
+// are bounded in magnitude at the decode boundary, and so are values a
+// receiver decodes from a codec's payload.
+TEST(WireDecodeTest, HugeFiniteValuesAreRefused) {
+  for (float huge : {3e38f, -1e16f}) {
+    OutHeader h;
+    h.kind = Kind::kPush;
+    std::vector<OutBlock> blocks(1);
+    blocks[0].table = 1;
+    blocks[0].dense = true;
+    blocks[0].row_count = 2;
+    blocks[0].width = 2;
+    blocks[0].values = {0.5f, huge, 0.25f, 0.125f};
+    auto frames = Encode(h, std::move(blocks));
+    ExpectRefused(Decode(frames, Tables(), Limits{}), StatusCode::kInvalidArgument,
+                  {"index 1", "at most 1e+15"});
+  }
+  const std::vector<float> fine = {1e15f, -1e15f, 0.0f};
+  EXPECT_TRUE(CheckValueBounds(fine, Limits{}, "payload").ok());
+  const std::vector<float> bad = {1.0f, 2e15f};
+  const Status refused = CheckValueBounds(bad, Limits{}, "payload");
+  EXPECT_FALSE(refused.ok());
+  EXPECT_HAS_SUBSTR(refused.message(), "index 1");
+}
+
 }  // namespace gridsync::wire

@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "common/cli_parse.h"
 #include "common/logging.h"
 
 int main(int argc, char** argv) {
@@ -16,7 +17,7 @@ int main(int argc, char** argv) {
   auto pushpull = gridsync::bench::AddPushPullCommand(&app);
   auto allreduce = gridsync::bench::AddAllReduceCommand(&app);
   auto compress = gridsync::bench::AddCompressCommand(&app);
-  CLI11_PARSE(app, argc, argv);
+  GRIDSYNC_PARSE_COMMAND_LINE(app, argc, argv);
   gridsync::InitLogging("bench", "warn");
   if (app.got_subcommand("train")) return train();
   if (app.got_subcommand("pushpull")) return pushpull();

@@ -1,12 +1,12 @@
 // gridsync: the operator CLI. `check-config FILE` validates a config and
 // prints it resolved, with every default filled in; `launch CONFIG` runs a
 // local cluster (coordinator, shards, workers) from one config.
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
-
+#include "common/cli_parse.h"
 #include "common/config.h"
 #include "tools/launch.h"
 
@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
                   "Also check that a single-process run of this config is supported");
   auto* launch = app.add_subcommand("launch", "Run a local cluster (coordinator, PS shards, workers)");
   gridsync::LaunchOptions launch_options;
-  launch->add_option("config", launch_options.config_path, "JSON config file")->required()->check(CLI::ExistingFile);
+  launch->add_option("config", launch_options.config_path, "JSON config file")->required();
   launch->add_option("--set", launch_options.overrides, "Override a key in every process (repeatable)");
   launch->add_option("--bin-dir", launch_options.bin_dir, "Folder with the gridsync binaries");
   launch->add_option("--worker-arg", launch_options.worker_args, "Extra argument for every worker (repeatable)");
@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
                    "With --node: also run the coordinator here (by default it runs on the node "
                    "whose host is master_addr)");
   launch->add_option("--grace", launch_options.grace_seconds, "Seconds between SIGTERM and SIGKILL when stopping");
-  CLI11_PARSE(app, argc, argv);
+  GRIDSYNC_PARSE_COMMAND_LINE(app, argc, argv);
   if (launch->parsed()) return gridsync::RunLaunch(launch_options);
 
   if (check->parsed()) {

@@ -1,11 +1,15 @@
 #include "worker/image_task.h"
 
-#include <algorithm>
-#include <cmath>
-#include <filesystem>
-
 #include <stb_image.h>
 #include <stb_image_write.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
 
 #include "common/counter_rng.h"
 
@@ -85,6 +89,25 @@ double ImageTask::Psnr(const std::vector<float>& prediction) const {
   }
   const double mse = se / static_cast<double>(rgb_.size());
   return mse > 0 ? -10.0 * std::log10(mse) : 99.0;
+}
+
+Status ImageTask::CheckWritableFolder(const std::string& folder) {
+  std::error_code ec;
+  std::filesystem::create_directories(folder, ec);
+  if (ec) {
+    return Status::IOError("cannot create folder '" + folder + "': " + ec.message() +
+                           "; allowed: a folder this process can create and write");
+  }
+  const auto probe =
+      std::filesystem::path(folder) / (".gridsync-write-test-" + std::to_string(::getpid()));
+  std::FILE* f = std::fopen(probe.c_str(), "wb");
+  if (f == nullptr) {
+    return Status::IOError("cannot write in folder '" + folder + "': " + std::strerror(errno) +
+                           "; allowed: a folder this process can write");
+  }
+  std::fclose(f);
+  std::filesystem::remove(probe, ec);
+  return Status::OK();
 }
 
 Status ImageTask::WritePng(const std::string& path, int width, int height,

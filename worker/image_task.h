@@ -44,6 +44,10 @@ class ImageTask {
   // PSNR in dB of a prediction at the pixel centres (width*height x 3).
   double Psnr(const std::vector<float>& prediction) const;
 
+  // Creates `folder` if needed and proves a file can be written in it (a
+  // temporary one, removed again): the check a run makes before training.
+  // (Declared here, with WritePng, the one writer of task.output.)
+  static Status CheckWritableFolder(const std::string& folder);
   static Status WritePng(const std::string& path, int width, int height,
                          const std::vector<float>& rgb);
 

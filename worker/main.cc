@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cli_parse.h"
 #include "common/config.h"
 #include "common/logging.h"
 #include "worker/allreduce_trainer.h"
@@ -26,7 +27,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> overrides;
   bool standalone = false;
   std::string log_level = "info";
-  app.add_option("-c,--config", config_path, "JSON config file")->check(CLI::ExistingFile);
+  app.add_option("-c,--config", config_path, "JSON config file");
   app.add_option("--set", overrides, "Override a config key: --set training.steps=200 (repeatable)");
   app.add_flag("--standalone", standalone, "Train in this process alone, ignoring the distributed section");
   gridsync::PsWorkerOptions ps_options;
@@ -42,7 +43,7 @@ int main(int argc, char** argv) {
                  "Rank 0: write the final parameters (raw float32) to this file");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
-  CLI11_PARSE(app, argc, argv);
+  GRIDSYNC_PARSE_COMMAND_LINE(app, argc, argv);
   gridsync::InitLogging("worker", log_level);
 
   auto config = gridsync::Config::LoadFile(config_path, overrides);
@@ -75,6 +76,16 @@ int main(int argc, char** argv) {
   }
   spdlog::info("fitting {} ({}x{}) for {} steps", config->task.image, image->width(),
                image->height(), config->training.steps);
+  // Rank 0 (or a standalone run) writes the reconstruction at the end: an
+  // unwritable task.output must fail now, not after the whole run.
+  if (!distributed || ps_options.rank <= 0) {
+    if (auto writable = gridsync::ImageTask::CheckWritableFolder(config->task.output);
+        !writable.ok()) {
+      std::fprintf(stderr, "%s: task.output: %s\n", config_path.c_str(),
+                   writable.message().c_str());
+      return gridsync::kConfigErrorExitCode;
+    }
+  }
   gridsync::Result<gridsync::TrainReport> report = gridsync::Status::Internal("not run");
   if (!distributed) {
     report = gridsync::TrainImage(*config, *image);

@@ -369,15 +369,16 @@ Status DecodeDeltaVarint(const zmq::message_t& frame, uint32_t row_count, size_t
 
 constexpr size_t kAllFinite = std::numeric_limits<size_t>::max();
 
-size_t FirstNonFinite(std::span<const float> values) {
+// The first value that is not finite or whose magnitude exceeds max_abs.
+size_t FirstOutOfBounds(std::span<const float> values, float max_abs) {
   // Pushes carry up to hundreds of millions of floats and are almost always
-  // finite: a branch-free pass vectorises, and only a bad push pays for the
-  // second pass that finds the index.
+  // fine: a branch-free pass vectorises (NaN fails the comparison too), and
+  // only a bad push pays for the second pass that finds the index.
   uint32_t bad = 0;
-  for (float v : values) bad |= (std::bit_cast<uint32_t>(v) & 0x7f800000u) == 0x7f800000u;
+  for (float v : values) bad |= !(std::fabs(v) <= max_abs);
   if (bad == 0) return kAllFinite;
   for (size_t i = 0; i < values.size(); ++i) {
-    if (!std::isfinite(values[i])) return i;
+    if (!(std::fabs(values[i]) <= max_abs)) return i;
   }
   return kAllFinite;
 }
@@ -544,6 +545,16 @@ std::vector<zmq::message_t> EncodeError(uint64_t request_id, uint32_t shard, con
   std::vector<zmq::message_t> frames;
   frames.push_back(FrameFromHeader(builder));
   return frames;
+}
+
+Status CheckValueBounds(std::span<const float> values, const Limits& limits,
+                        std::string_view what) {
+  const size_t bad = FirstOutOfBounds(values, limits.max_abs_value);
+  if (bad == kAllFinite) return Status::OK();
+  return Status::InvalidArgument(
+      fmt::format("{}: decoded value {} at index {}; values must be finite and at most {:g} in "
+                  "magnitude",
+                  what, values[bad], bad, double{limits.max_abs_value}));
 }
 
 uint64_t PeekRequestId(const std::vector<zmq::message_t>& frames, const Limits& limits) {
@@ -769,12 +780,15 @@ Result<Message> Decode(const std::vector<zmq::message_t>& frames,
       block.values =
           std::span<const float>(reinterpret_cast<const float*>(words), static_cast<size_t>(count));
       if (check_finite) {
-        const size_t bad = FirstNonFinite(block.values);
+        const size_t bad = FirstOutOfBounds(block.values, limits.max_abs_value);
         if (bad != kAllFinite) {
+          const float v = block.values[bad];
           return Status::InvalidArgument(fmt::format(
-              "{}: value {} at index {} (row index {}, column {}); {} values must be finite",
-              FrameName(f, "values", i, b.table), block.values[bad], bad, bad / b.width,
-              b.col_begin + bad % b.width, kind_name));
+              "{}: value {} at index {} (row index {}, column {}); {} values must be finite "
+              "and at most {:g} in magnitude (Adam squares gradients; larger values would "
+              "overflow its state or the parameters)",
+              FrameName(f, "values", i, b.table), v, bad, bad / b.width,
+              b.col_begin + bad % b.width, kind_name, double{limits.max_abs_value}));
         }
       }
     }

@@ -59,6 +59,9 @@ struct Limits {
   uint32_t max_header_bytes = 64 * 1024;
   uint64_t traversal_limit_words = 64 * 1024 / 8 * 4;  // a few passes over a full header
   int nesting_limit = 8;
+  // Push and init values: finite and at most this in magnitude. A gradient
+  // of 1e15 squares to 1e30, still finite in Adam's v; 3e38 would not be.
+  float max_abs_value = 1e15f;
   uint32_t max_frames() const { return 1 + 2 * max_blocks; }
 };
 
@@ -186,6 +189,11 @@ inline bool KindCarriesRows(Kind kind) { return LayoutOf(kind).row_ids; }
 inline bool KindCarriesValues(Kind kind) { return LayoutOf(kind).values; }
 
 std::vector<zmq::message_t> Encode(const OutHeader& header, std::vector<OutBlock> blocks);
+
+// The bound Decode applies to push and init values (finite, at most
+// limits.max_abs_value in magnitude), for values a receiver decoded from a
+// codec's payload itself. `what` prefixes the message.
+Status CheckValueBounds(std::span<const float> values, const Limits& limits, std::string_view what);
 
 // Bytes of the row-id frame Encode writes for these rows (strictly
 // ascending): the smaller of raw and deltaVarint.

@@ -129,9 +129,9 @@ if [ "$DDP" = 1 ]; then
              --steps 5000 --lr 0.01 --threads 1 --log-every 0 --target-psnr "$TARGET" --eval-every 10
              --ddp-world 2 --ddp-master "$A:29900" --ddp-timeout 600)
   read -r atx arx <<< "$(link_bytes 0)"
-  "$NET" exec "$NAME" 0 /usr/bin/python3 "$PEER" "${peer_args[@]}" --ddp-rank 0 > "$OUT/ddp-a.json" 2> "$OUT/ddp-a.log" &
+  GLOO_SOCKET_IFNAME=eth0 "$NET" exec "$NAME" 0 /usr/bin/python3 "$PEER" "${peer_args[@]}" --ddp-rank 0 > "$OUT/ddp-a.json" 2> "$OUT/ddp-a.log" &
   pa=$!
-  "$NET" exec "$NAME" 1 /usr/bin/python3 "$PEER" "${peer_args[@]}" --ddp-rank 1 > "$OUT/ddp-b.json" 2> "$OUT/ddp-b.log" &
+  GLOO_SOCKET_IFNAME=eth0 "$NET" exec "$NAME" 1 /usr/bin/python3 "$PEER" "${peer_args[@]}" --ddp-rank 1 > "$OUT/ddp-b.json" 2> "$OUT/ddp-b.log" &
   pb=$!
   wait $pa || echo "DDP rank 0 failed: see $OUT/ddp-a.log"; wait $pb || echo "DDP rank 1 failed: see $OUT/ddp-b.log"
   read -r btx brx <<< "$(link_bytes 0)"

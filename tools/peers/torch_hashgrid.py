@@ -237,7 +237,9 @@ class HashGrid(torch.nn.Module):
         self.register_buffer("res", per_corner(ress, torch.int64))
         self.register_buffer("size", per_corner(sizes, torch.int64))
         self.register_buffer("offset", per_corner(offsets, torch.int64))
-        self.register_buffer("hashed", per_corner(hashed, torch.bool))
+        # A plain attribute, not a buffer: DDP broadcasts buffers, and gloo has
+        # no bool type.
+        self.hashed = per_corner(hashed, torch.bool)
         # Corner offsets {0,1}^2 in the order (0,0), (1,0), (0,1), (1,1).
         self.register_buffer("cx", torch.tensor([0, 1, 0, 1], dtype=torch.int64).view(1, 1, 4))
         self.register_buffer("cy", torch.tensor([0, 0, 1, 1], dtype=torch.int64).view(1, 1, 4))
