@@ -319,7 +319,13 @@ struct Connection {
   std::string peer;
   std::array<uint8_t, 4> header{};
   std::vector<capnp::word> body;
+  size_t body_length = 0;    // bytes the current message announced
+  size_t body_received = 0;  // bytes of it received so far
+  uint64_t pending = 0;      // this connection's share of pending_bytes_
   std::deque<std::vector<uint8_t>> outbox;
+  uint64_t outbox_bytes = 0;
+  bool seen_request = false;                       // a first request arrived (the idle check)
+  std::unique_ptr<asio::steady_timer> read_timer;  // a started message must finish
   bool writing = false;
   bool reading = false;
   bool closing = false;  // no more requests; close once the outbox is written
@@ -353,6 +359,9 @@ class CoordinatorImpl final : public Coordinator {
 
   Status Listen();
   void Launch();
+  // Closes the connection with a Timeout error unless the awaited bytes
+  // arrive within options_.read_timeout (cancelled when they do).
+  void ArmReadDeadline(const ConnPtr& conn, const char* what);
   uint16_t port() const override { return port_; }
   void Stop() override;
 
@@ -415,6 +424,7 @@ class CoordinatorImpl final : public Coordinator {
   // ---- io thread only ----
   bool shutting_down_ = false;
   uint64_t next_connection_id_ = 0;
+  uint64_t pending_bytes_ = 0;  // partially received bodies, all connections
   std::set<ConnPtr> connections_;
   ClusterMap map_;
   std::optional<std::string> tables_owner_;  // who defined map_.tables
@@ -555,7 +565,17 @@ void CoordinatorImpl::Accept() {
       conn->peer = opt_ec ? std::string("unknown peer")
                           : fmt::format("{}:{}", remote.address().to_string(), remote.port());
       connections_.insert(conn);
+      conn->read_timer = std::make_unique<asio::steady_timer>(io_);
+      if (connections_.size() > options_.max_connections) {
+        Fail(conn, 0,
+             Status::InvalidArgument(
+                 fmt::format("too many connections: {} open; allowed: at most {} (max_connections)",
+                             connections_.size() - 1, options_.max_connections)));
+        Accept();
+        return;
+      }
       spdlog::debug("coordinator: connection {} from {}", conn->id, conn->peer);
+      ArmReadDeadline(conn, "its first request");
       ReadHeader(conn);
       Accept();
     });
@@ -565,6 +585,7 @@ void CoordinatorImpl::Accept() {
 void CoordinatorImpl::ReadHeader(const ConnPtr& conn) {
   if (conn->closed || conn->closing || conn->reading || shutting_down_) return;
   if (conn->queued.size() >= kMaxQueuedRequests) return;  // resumed by Drain()
+  if (conn->outbox_bytes > options_.max_outbox_bytes) return;  // resumed by WriteNext()
   conn->reading = true;
   asio::async_read(conn->socket, asio::buffer(conn->header), [this, conn](ErrorCode ec, size_t) {
     Guard(conn, "read", [&] {
@@ -601,26 +622,55 @@ void CoordinatorImpl::ReadHeader(const ConnPtr& conn) {
                  length)));
         return;
       }
-      conn->body.resize(length / 8);
+      conn->body_length = length;
+      conn->body_received = 0;
+      conn->body.clear();
+      ArmReadDeadline(conn, "the rest of a message");
       ReadBody(conn);
     });
   });
 }
 
 void CoordinatorImpl::ReadBody(const ConnPtr& conn) {
+  // The body grows as bytes arrive (at most 64 KiB a read), so a length
+  // prefix alone reserves nothing; all partial bodies share one budget.
+  constexpr size_t kChunk = 64 * 1024;
+  const size_t want = std::min(kChunk, conn->body_length - conn->body_received);
+  if (pending_bytes_ + want > options_.max_pending_bytes) {
+    Fail(conn, 0,
+         Status::InvalidArgument(fmt::format(
+             "the coordinator holds {} bytes of unfinished messages; allowed: at most {} over all "
+             "connections (max_pending_bytes); send whole messages",
+             pending_bytes_, options_.max_pending_bytes)));
+    return;
+  }
+  pending_bytes_ += want;
+  conn->pending += want;
+  conn->body.resize((conn->body_received + want) / 8 + 1);
   conn->reading = true;
+  auto* at = reinterpret_cast<uint8_t*>(conn->body.data()) + conn->body_received;
   asio::async_read(
-      conn->socket, asio::buffer(conn->body.data(), conn->body.size() * sizeof(capnp::word)),
-      [this, conn](ErrorCode ec, size_t) {
+      conn->socket, asio::buffer(at, want), [this, conn, want](ErrorCode ec, size_t) {
         Guard(conn, "read", [&] {
           conn->reading = false;
-          if (conn->closed) return;
+          // Refused meanwhile (a deadline): its bytes are being discarded.
+          if (conn->closed || conn->closing) return;
           if (ec) {
             Close(conn, ec == asio::error::eof
                             ? std::string("connection closed by the peer in the middle of a message")
                             : "read failed: " + ec.message());
             return;
           }
+          conn->body_received += want;
+          if (conn->body_received < conn->body_length) {
+            ReadBody(conn);
+            return;
+          }
+          conn->read_timer->cancel();
+          conn->seen_request = true;
+          pending_bytes_ -= conn->pending;  // the message is whole: no longer pending
+          conn->pending = 0;
+          conn->body.resize(conn->body_length / 8);
           uint64_t request_id = 0;
           auto request = DecodeRequest(
               kj::ArrayPtr<const capnp::word>(conn->body.data(), conn->body.size()), &request_id);
@@ -634,6 +684,22 @@ void CoordinatorImpl::ReadBody(const ConnPtr& conn) {
           ReadHeader(conn);
         });
       });
+}
+
+void CoordinatorImpl::ArmReadDeadline(const ConnPtr& conn, const char* what) {
+  conn->read_timer->expires_after(options_.read_timeout);
+  std::weak_ptr<Connection> weak = conn;
+  conn->read_timer->async_wait([this, weak, what](ErrorCode ec) {
+    Guard(nullptr, "read deadline", [&] {
+      auto c = weak.lock();
+      if (ec || !c || c->closed || c->closing) return;
+      Fail(c, 0,
+           Status::Timeout(fmt::format(
+               "{} did not arrive within {} ms (read_timeout); allowed: whole messages, sent "
+               "promptly",
+               what, options_.read_timeout.count())));
+    });
+  });
 }
 
 void CoordinatorImpl::OnRequest(const ConnPtr& conn, Request request) {
@@ -1084,6 +1150,7 @@ void CoordinatorImpl::WakeKvWaiters() {
 
 void CoordinatorImpl::Send(const ConnPtr& conn, std::vector<uint8_t> frame) {
   if (conn->closed) return;
+  conn->outbox_bytes += frame.size();
   conn->outbox.push_back(std::move(frame));
   if (!conn->writing) WriteNext(conn);
 }
@@ -1099,12 +1166,16 @@ void CoordinatorImpl::WriteNext(const ConnPtr& conn) {
   asio::async_write(conn->socket, asio::buffer(conn->outbox.front()), [this, conn](ErrorCode ec, size_t) {
     Guard(conn, "write", [&] {
       if (conn->closed) return;
+      const bool was_full = conn->outbox_bytes > options_.max_outbox_bytes;
+      conn->outbox_bytes -= conn->outbox.front().size();
       conn->outbox.pop_front();
       if (ec) {
         Close(conn, "write failed: " + ec.message());
         return;
       }
       WriteNext(conn);
+      // Reading paused while the peer did not take its replies.
+      if (was_full && conn->outbox_bytes <= options_.max_outbox_bytes) ReadHeader(conn);
     });
   });
 }
@@ -1113,6 +1184,8 @@ void CoordinatorImpl::Fail(const ConnPtr& conn, uint64_t request_id, const Statu
   spdlog::warn("coordinator: connection {} ({}): {} ({}); replying with the error and closing it", conn->id,
                conn->peer, status.message(), StatusCodeName(status.code()));
   Cleanup(conn, "sent a message that was refused: " + status.message());
+  pending_bytes_ -= conn->pending;  // its unfinished message is dropped
+  conn->pending = 0;
   Send(conn, ErrorFrame(request_id, status));
   conn->closing = true;
   if (!conn->writing) Linger(conn);
@@ -1192,7 +1265,11 @@ void CoordinatorImpl::Close(const ConnPtr& conn, const std::string& reason) {
   Cleanup(conn, reason);
   conn->closed = true;
   conn->outbox.clear();
+  conn->outbox_bytes = 0;
+  pending_bytes_ -= conn->pending;
+  conn->pending = 0;
   if (conn->linger_timer) conn->linger_timer->cancel();
+  if (conn->read_timer) conn->read_timer->cancel();
   ErrorCode ignored;
   conn->socket.shutdown(tcp::socket::shutdown_both, ignored);
   conn->socket.close(ignored);

@@ -17,6 +17,7 @@
 // io_context thread.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -31,6 +32,18 @@ struct CoordinatorOptions {
   uint32_t expected_shards = 0;
   uint32_t expected_workers = 0;
   uint32_t max_message_bytes = 16 * 1024 * 1024;
+  // Resource limits against hostile or broken clients (each refusal is an
+  // error reply naming the limit, then a close):
+  uint32_t max_connections = 512;  // beyond: refused at accept (descriptors stay free)
+  // Bytes of partially received messages over all connections: a body is
+  // stored as it arrives, never allocated from the length prefix alone.
+  uint64_t max_pending_bytes = 256ull << 20;
+  // A message must arrive whole within this once its first byte has; a new
+  // connection must send its first request within it too.
+  std::chrono::milliseconds read_timeout{30000};
+  // Replies written but not yet taken by the peer: past this, the
+  // connection's requests are no longer read until it drains.
+  uint64_t max_outbox_bytes = 64ull << 20;
 };
 
 class Coordinator {

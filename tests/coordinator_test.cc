@@ -755,6 +755,86 @@ TEST_F(MalformedInputTest, RandomBytes) {
   ExpectGoodClientUnaffected();
 }
 
+// ---- Resource limits (issue: 300 idle connections exhausted descriptors,
+// 32 length prefixes of 16 MiB held 518 MiB, and nothing timed out) ----
+
+std::unique_ptr<Coordinator> StartWith(CoordinatorOptions options) {
+  options.port = 0;
+  auto started = Coordinator::Start(options);
+  EXPECT_TRUE(started.ok()) << started.status().ToString();
+  return started.ok() ? std::move(started).value() : nullptr;
+}
+
+void ExpectServes(Coordinator& coordinator) {
+  auto client = CoordinatorClient::Connect("127.0.0.1", coordinator.port(), 5s);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  EXPECT_TRUE((*client)->Heartbeat().ok());
+  ASSERT_TRUE((*client)->Set("k", "v").ok());
+  auto got = (*client)->Get({"k"}, 0ms);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->at(0), "v");
+}
+
+TEST(CoordinatorLimitsTest, ConnectionsBeyondTheCapAreRefused) {
+  CoordinatorOptions options;
+  options.max_connections = 4;
+  auto coordinator = StartWith(options);
+  ASSERT_TRUE(coordinator);
+  std::vector<std::unique_ptr<RawConnection>> idle;
+  for (int i = 0; i < 4; ++i) {
+    idle.push_back(std::make_unique<RawConnection>(coordinator->port()));
+    ASSERT_TRUE(idle.back()->connected());
+  }
+  std::this_thread::sleep_for(100ms);  // let the server accept them
+  RawConnection extra(coordinator->port());
+  auto reply = extra.ReadReply(3s);
+  ASSERT_TRUE(reply.decoded) << "eof " << reply.eof << ", timeout " << reply.timeout;
+  EXPECT_TRUE(reply.is_error);
+  EXPECT_NE(reply.text.find("too many connections"), std::string::npos) << reply.text;
+  EXPECT_NE(reply.text.find("at most 4"), std::string::npos) << reply.text;
+  EXPECT_TRUE(extra.WaitForClose(3s));
+  idle.clear();
+  std::this_thread::sleep_for(100ms);
+  ExpectServes(*coordinator);
+}
+
+TEST(CoordinatorLimitsTest, StalledMessagesAndSilentConnectionsTimeOut) {
+  CoordinatorOptions options;
+  options.read_timeout = 300ms;
+  auto coordinator = StartWith(options);
+  ASSERT_TRUE(coordinator);
+  RawConnection stalled(coordinator->port());
+  stalled.Send(LengthPrefix(1u << 20) + std::string(64, 'x'));  // announces 1 MiB, sends 64 B
+  RawConnection silent(coordinator->port());                    // sends nothing at all
+  for (RawConnection* raw : {&stalled, &silent}) {
+    auto reply = raw->ReadReply(5s);
+    ASSERT_TRUE(reply.decoded) << "eof " << reply.eof << ", timeout " << reply.timeout;
+    EXPECT_EQ(reply.code, static_cast<uint32_t>(StatusCode::kTimeout)) << reply.text;
+    EXPECT_NE(reply.text.find("read_timeout"), std::string::npos) << reply.text;
+    EXPECT_TRUE(raw->WaitForClose(3s));
+  }
+  ExpectServes(*coordinator);
+}
+
+TEST(CoordinatorLimitsTest, PartialMessagesShareABoundedBudget) {
+  CoordinatorOptions options;
+  options.max_pending_bytes = 1 << 20;
+  auto coordinator = StartWith(options);
+  ASSERT_TRUE(coordinator);
+  // Each announces the largest allowed message and sends 600 KiB of it: the
+  // second would take the unfinished bytes past 1 MiB.
+  RawConnection a(coordinator->port()), b(coordinator->port());
+  const std::string part = LengthPrefix(16u << 20) + std::string(600 << 10, 'x');
+  a.Send(part);
+  std::this_thread::sleep_for(200ms);
+  b.Send(part);
+  auto reply = b.ReadReply(5s);
+  ASSERT_TRUE(reply.decoded) << "eof " << reply.eof << ", timeout " << reply.timeout;
+  EXPECT_NE(reply.text.find("max_pending_bytes"), std::string::npos) << reply.text;
+  EXPECT_TRUE(b.WaitForClose(3s));
+  ExpectServes(*coordinator);
+}
+
 TEST_F(CoordinatorTest, BarrierWaiterWhoseConnectionClosesIsRemoved) {
   {
     capnp::MallocMessageBuilder message;

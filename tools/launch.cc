@@ -69,7 +69,9 @@ Child Spawn(const std::string& name, const std::vector<std::string>& argv, const
   const pid_t pid = fork();
   if (pid == 0) {
     // No orphan if the launcher dies without cleaning up (SIGKILL, crash).
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    // SIGKILL, not SIGTERM: a stopped child (SIGSTOP, a debugger) would
+    // hold SIGTERM pending forever and outlive the launcher.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(127);
     for (const auto& [key, value] : env) setenv(key.c_str(), value.c_str(), 1);
     dup2(fds[1], STDOUT_FILENO);
@@ -155,7 +157,10 @@ void PumpOutput(std::vector<Child>& children, int timeout_ms) {
 
 void StopAll(std::vector<Child>& children, double grace_seconds) {
   for (auto& c : children) {
-    if (!c.exited && c.pid > 0) kill(c.pid, SIGTERM);
+    if (!c.exited && c.pid > 0) {
+      kill(c.pid, SIGTERM);
+      kill(c.pid, SIGCONT);  // a stopped child acts on SIGTERM only once continued
+    }
   }
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::milliseconds(static_cast<int64_t>(grace_seconds * 1000));
