@@ -10,6 +10,13 @@ if(GRIDSYNC_SANITIZE)
   target_compile_options(gridsync_options INTERFACE -fsanitize=address,undefined -fno-omit-frame-pointer)
   target_link_options(gridsync_options INTERFACE -fsanitize=address,undefined)
 endif()
+if(GRIDSYNC_FUZZ)
+  # Coverage for libFuzzer in everything the targets call; undefined
+  # behaviour aborts, so the fuzzer reports it as a crash.
+  target_compile_options(gridsync_options INTERFACE -fsanitize=fuzzer-no-link
+                         -fno-sanitize-recover=undefined)
+  target_link_options(gridsync_options INTERFACE -fno-sanitize-recover=undefined)
+endif()
 
 # gridsync_add_test(NAME SOURCES... [LIBS ...] [LABELS ...])
 function(gridsync_add_test name)

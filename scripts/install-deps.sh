@@ -12,6 +12,8 @@ PACKAGES=(
   libsystemd-dev libgloo-dev
   # emulated multi-host tests (network namespaces, tc)
   iproute2
+  # libFuzzer targets (scripts/fuzz.sh): clang with its fuzzer and sanitizer runtimes
+  clang-14 libclang-rt-14-dev
   # the default training image (grace_hopper.jpg, public domain)
   python-matplotlib-data
   # the PyTorch peer of gridsync-bench and its tests

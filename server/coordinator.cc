@@ -17,8 +17,15 @@
 // error reply and the connection stays open.
 #include "server/coordinator.h"
 
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+#include <kj/exception.h>
+#include <spdlog/fmt/fmt.h>
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <array>
+#include <boost/asio.hpp>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -35,15 +42,9 @@
 #include <variant>
 #include <vector>
 
-#include <boost/asio.hpp>
-#include <capnp/message.h>
-#include <capnp/serialize.h>
-#include <kj/exception.h>
-#include <spdlog/fmt/fmt.h>
-#include <spdlog/spdlog.h>
-
 #include "common/cluster_map.h"
 #include "common/wire/gridsync.capnp.h"
+#include "server/coord_request.h"
 
 namespace gridsync {
 namespace {
@@ -56,8 +57,6 @@ namespace schema = wire::schema;
 // A connection may have this many decoded requests waiting behind a
 // deferred one before the coordinator stops reading from it.
 constexpr size_t kMaxQueuedRequests = 64;
-// CoordRequest is at most 4 levels deep (request, register, tables, name).
-constexpr int kNestingLimit = 16;
 
 std::string Seconds(uint64_t ms) { return fmt::format("{:.1f} s", static_cast<double>(ms) / 1000.0); }
 
@@ -93,141 +92,6 @@ std::string QuoteJoin(const std::vector<std::string>& items) {
 }
 
 std::string TableSize(const TableInfo& t) { return fmt::format("{} x {}", t.rows, t.width); }
-
-// ---- Decoded requests: the output of the decode boundary ----
-
-struct GetMapRequest {
-  bool wait_complete = false;
-  uint32_t timeout_ms = 0;
-};
-struct BarrierRequest {
-  std::string name;
-  uint32_t count = 0;
-  uint32_t timeout_ms = 0;
-  std::string member;
-};
-struct KvSetRequest {
-  std::string key;
-  std::string value;
-};
-struct KvGetRequest {
-  std::vector<std::string> keys;
-  uint32_t timeout_ms = 0;
-};
-struct HeartbeatRequest {};
-
-struct Request {
-  uint64_t id = 0;
-  std::variant<RegisterInfo, GetMapRequest, BarrierRequest, KvSetRequest, KvGetRequest,
-               HeartbeatRequest>
-      body;
-};
-
-std::string ToString(capnp::Text::Reader text) { return std::string(text.begin(), text.size()); }
-
-constexpr const char* kAllowedRequests =
-    "allowed: register, getMap, barrier, kvSet, kvGet, heartbeat";
-
-// Decodes one frame. Never throws. `request_id` is set as soon as it can be
-// read, so that even a refusal can echo it.
-Result<Request> DecodeRequest(kj::ArrayPtr<const capnp::word> words, uint64_t* request_id) {
-  *request_id = 0;
-  try {
-    capnp::ReaderOptions options;
-    // Each word may be visited a few times (lists of structs); anything more
-    // is a pointer-amplification attack, not a real request.
-    options.traversalLimitInWords = 4 * words.size() + 64;
-    options.nestingLimit = kNestingLimit;
-    capnp::FlatArrayMessageReader reader(words, options);
-    if (reader.getEnd() != words.end()) {
-      return Status::Corruption(fmt::format(
-          "frame holds {} bytes but the Cap'n Proto message in it ends after {}; allowed: exactly "
-          "one flat CoordRequest per frame",
-          words.size() * 8, (reader.getEnd() - words.begin()) * 8));
-    }
-    auto root = reader.getRoot<schema::CoordRequest>();
-    *request_id = root.getRequestId();
-    Request request;
-    request.id = root.getRequestId();
-    switch (root.which()) {
-      case schema::CoordRequest::REGISTER: {
-        if (!root.hasRegister()) {
-          return Status::InvalidArgument(
-              std::string("request carries no body (empty union: register without a "
-                          "RegisterRequest); ") +
-              kAllowedRequests);
-        }
-        auto reg = root.getRegister();
-        RegisterInfo info;
-        switch (reg.getRole()) {
-          case schema::Role::SHARD:
-            info.role = Role::kShard;
-            break;
-          case schema::Role::WORKER:
-            info.role = Role::kWorker;
-            break;
-          case schema::Role::OBSERVER:
-            info.role = Role::kObserver;
-            break;
-          default:
-            return Status::InvalidArgument(
-                fmt::format("register: unknown role {}; allowed: shard, worker, observer",
-                            static_cast<unsigned>(reg.getRole())));
-        }
-        info.requested_rank = reg.getRequestedRank();
-        info.node = ToString(reg.getNode());
-        info.local_rank = reg.getLocalRank();
-        info.endpoint = ToString(reg.getEndpoint());
-        info.pid = reg.getPid();
-        for (auto table : reg.getTables()) {
-          info.tables.push_back(TableInfo{ToString(table.getName()), table.getRows(), table.getWidth()});
-        }
-        request.body = std::move(info);
-        break;
-      }
-      case schema::CoordRequest::GET_MAP: {
-        auto get = root.getGetMap();
-        request.body = GetMapRequest{get.getWaitComplete(), get.getTimeoutMs()};
-        break;
-      }
-      case schema::CoordRequest::BARRIER: {
-        auto barrier = root.getBarrier();
-        request.body = BarrierRequest{ToString(barrier.getName()), barrier.getCount(),
-                                      barrier.getTimeoutMs(), ToString(barrier.getMember())};
-        break;
-      }
-      case schema::CoordRequest::KV_SET: {
-        auto set = root.getKvSet();
-        auto value = set.getValue();
-        request.body = KvSetRequest{ToString(set.getKey()),
-                                    std::string(reinterpret_cast<const char*>(value.begin()), value.size())};
-        break;
-      }
-      case schema::CoordRequest::KV_GET: {
-        auto get = root.getKvGet();
-        KvGetRequest kv;
-        for (auto key : get.getKeys()) kv.keys.push_back(ToString(key));
-        kv.timeout_ms = get.getTimeoutMs();
-        request.body = std::move(kv);
-        break;
-      }
-      case schema::CoordRequest::HEARTBEAT:
-        request.body = HeartbeatRequest{};
-        break;
-      default:
-        return Status::InvalidArgument(fmt::format("unknown request kind {}; {}",
-                                                   static_cast<unsigned>(root.which()), kAllowedRequests));
-    }
-    return request;
-  } catch (const kj::Exception& e) {
-    return Status::Corruption(fmt::format(
-        "request does not decode as a flat Cap'n Proto CoordRequest: {}; allowed: a message built "
-        "from common/wire/gridsync.capnp",
-        e.getDescription().cStr()));
-  } catch (const std::exception& e) {
-    return Status::Corruption(fmt::format("request does not decode as a CoordRequest: {}", e.what()));
-  }
-}
 
 // ---- Encoding replies ----
 

@@ -476,6 +476,94 @@ TEST(PsShardTest, MalformedInputGetsErrorAndChangesNothing) {
   ExpectBitIdentical(FlattenParams(*reports[0]->model), SingleProcessParams(cluster->config, image));
 }
 
+// Black-box fuzzing of a live shard over its real socket: thousands of
+// mutated real messages (bit flips, truncations, dropped and duplicated
+// frames). The shard must stay up and keep answering a good client.
+TEST(PsShardTest, MutatedRealMessagesNeverStopTheShard) {
+  auto cluster = Cluster::Start(SmallConfig(2, 1));
+  const Partition& partition = *cluster->partition;
+  const std::vector<wire::TableShape> shapes = ShapesOf(partition);
+  std::vector<std::vector<zmq::message_t>> seeds;
+  for (wire::Kind kind :
+       {wire::Kind::kPush, wire::Kind::kPull, wire::Kind::kInit, wire::Kind::kStats}) {
+    wire::OutHeader h;
+    h.kind = kind;
+    h.request_id = 5;
+    h.num_workers = 2;
+    std::vector<wire::OutBlock> blocks;
+    if (kind != wire::Kind::kStats) {
+      wire::OutBlock b;
+      b.table = 0;
+      b.width = partition.table(0).width;
+      b.rows = {1, 2, 3, 40};
+      b.row_count = 4;
+      if (wire::KindCarriesValues(kind)) b.values.assign(4 * b.width, 0.25f);
+      blocks.push_back(std::move(b));
+    }
+    seeds.push_back(wire::Encode(h, std::move(blocks)));
+  }
+  std::mt19937 rng(7);
+  zmq::context_t context(1);
+  zmq::socket_t socket(context, zmq::socket_type::dealer);
+  socket.set(zmq::sockopt::linger, 0);
+  socket.connect(cluster->shards[0]->endpoint());
+  int sent = 0;
+  for (int round = 0; round < 3000; ++round) {
+    const auto& seed = seeds[rng() % seeds.size()];
+    std::vector<zmq::message_t> frames;
+    for (const auto& f : seed) frames.emplace_back(f.data(), f.size());
+    switch (rng() % 4) {
+      case 0: {  // bit flips anywhere
+        auto& f = frames[rng() % frames.size()];
+        for (int k = 0; k < 1 + static_cast<int>(rng() % 4) && f.size() > 0; ++k) {
+          static_cast<uint8_t*>(f.data())[rng() % f.size()] ^=
+              static_cast<uint8_t>(1u << (rng() % 8));
+        }
+        break;
+      }
+      case 1: {  // truncate a frame
+        auto& f = frames[rng() % frames.size()];
+        f = zmq::message_t(f.data(), f.size() == 0 ? 0 : rng() % f.size());
+        break;
+      }
+      case 2:  // drop the last frame
+        if (frames.size() > 1) frames.pop_back();
+        break;
+      default:  // duplicate a frame
+        frames.emplace_back(frames.back().data(), frames.back().size());
+    }
+    ASSERT_TRUE(wire::SendMultipart(socket, frames).ok());
+    ++sent;
+    // Drain whatever came back; a push that happens to stay valid waits
+    // for the other worker and gets no reply yet.
+    while (wire::ReceiveMultipart(socket, 0, wire::Limits{}).ok()) {
+    }
+  }
+  // Still serving: stats and a pull from a fresh client.
+  RawClient good(cluster->shards[0]->endpoint());
+  wire::OutHeader stats;
+  stats.kind = wire::Kind::kStats;
+  stats.request_id = 1;
+  auto reply = good.Exchange(wire::Encode(stats, {}), shapes);
+  ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+  EXPECT_EQ(reply->kind, wire::Kind::kStatsReply);
+  EXPECT_GT(cluster->shards[0]->stats().errors, static_cast<uint64_t>(sent) / 4);
+  wire::OutHeader pull;
+  pull.kind = wire::Kind::kPull;
+  pull.request_id = 2;
+  pull.num_workers = 2;
+  wire::OutBlock b;
+  b.table = 0;
+  b.dense = true;
+  b.width = partition.table(0).width;
+  b.row_count = static_cast<uint32_t>(partition.table(0).rows);
+  std::vector<wire::OutBlock> blocks;
+  blocks.push_back(std::move(b));
+  auto pulled = good.Exchange(wire::Encode(pull, std::move(blocks)), shapes);
+  ASSERT_TRUE(pulled.ok()) << pulled.status().ToString();
+  EXPECT_EQ(pulled->kind, wire::Kind::kPullReply);
+}
+
 // compression.pull: shards answer pulls with encoded deltas against each
 // worker's replica (two-way compression). Pulls shrink by the codec's ratio
 // and training stays where pull-uncompressed training goes: what a codec
