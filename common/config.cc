@@ -123,6 +123,18 @@ std::string_view ToString(OptimizerPlacement v) {
   return "?";
 }
 
+std::string_view ToString(SecurityMode v) {
+  switch (v) {
+    case SecurityMode::kAuto:
+      return "auto";
+    case SecurityMode::kCurve:
+      return "curve";
+    case SecurityMode::kOff:
+      return "off";
+  }
+  return "?";
+}
+
 std::string_view ToString(TaskType v) {
   switch (v) {
     case TaskType::kImage:
@@ -156,6 +168,8 @@ constexpr Consistency kConsistencies[] = {Consistency::kBsp, Consistency::kSsp,
                                           Consistency::kAsync};
 constexpr OptimizerPlacement kOptimizerPlacements[] = {
     OptimizerPlacement::kAuto, OptimizerPlacement::kShard, OptimizerPlacement::kWorker};
+constexpr SecurityMode kSecurityModes[] = {SecurityMode::kAuto, SecurityMode::kCurve,
+                                           SecurityMode::kOff};
 constexpr std::string_view kEncodingTypes[] = {"HashGrid"};
 constexpr int kFeaturesPerLevel[] = {1, 2, 4, 8};
 
@@ -1013,12 +1027,32 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
     r.Bool("pull", &c.pull);
     r.ReportUnknownKeys();
   }
+  {
+    SecurityConfig& sec = config.security;
+    SectionReader r(&problems, "security", top.Object("security"));
+    r.EnumValue("mode", &sec.mode, std::span<const SecurityMode>(kSecurityModes));
+    r.String("keys_dir", &sec.keys_dir,
+             {.allowed = "a folder with the keys `gridsync keygen` wrote"});
+    r.ReportUnknownKeys();
+  }
   top.ReportUnknownKeys();
 
   if (!problems.empty()) return problems.ToStatus();
   std::vector<ConfigProblem> layout_problems;
   config.layout = ResolveLayout(config, &layout_problems);
   for (const auto& p : layout_problems) problems.Add(p.key, p.problem, p.allowed);
+  SecurityConfig& sec = config.security;
+  sec.curve = sec.mode == SecurityMode::kCurve ||
+              (sec.mode == SecurityMode::kAuto && config.layout.multi_host);
+  if (sec.curve && sec.keys_dir.empty()) {
+    problems.Add("security.keys_dir",
+                 sec.mode == SecurityMode::kCurve
+                     ? "missing while security.mode is \"curve\""
+                     : "missing: the cluster spans several machines, so its data plane is "
+                       "authenticated and encrypted (security.mode \"auto\")",
+                 "the folder `gridsync keygen DIR` wrote (role keys), or security.mode \"off\" "
+                 "on a trusted network");
+  }
   if (!problems.empty()) return problems.ToStatus();
   return config;
 }
@@ -1123,6 +1157,10 @@ nlohmann::json Config::ToJson() const {
   c["error_feedback"] = compression.error_feedback;
   c["min_bytes"] = compression.min_bytes;
   c["pull"] = compression.pull;
+
+  auto& sec = j["security"];
+  sec["mode"] = ToString(security.mode);
+  if (!security.keys_dir.empty()) sec["keys_dir"] = security.keys_dir;
   return j;
 }
 

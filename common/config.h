@@ -169,6 +169,18 @@ struct CompressionConfig {
   bool pull = false;           // also compress pull replies (no error feedback)
 };
 
+// Authentication and encryption of the data plane (ZeroMQ CURVE with a ZAP
+// handler on every shard; common/wire/curve.h). auto: on whenever the
+// cluster spans machines (ClusterLayout::multi_host), off on one machine.
+enum class SecurityMode { kAuto, kCurve, kOff };
+std::string_view ToString(SecurityMode v);
+
+struct SecurityConfig {
+  SecurityMode mode = SecurityMode::kAuto;
+  std::string keys_dir;  // <role>.key and <role>.pub files (gridsync keygen DIR)
+  bool curve = false;    // resolved: CURVE on
+};
+
 struct Config {
   EncodingConfig encoding;
   NetworkConfig network;
@@ -177,6 +189,7 @@ struct Config {
   TaskConfig task;
   PsConfig ps;
   CompressionConfig compression;
+  SecurityConfig security;
 
   // Where the config came from, for messages ("configs/local.json").
   std::string source = "<defaults>";

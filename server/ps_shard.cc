@@ -45,6 +45,12 @@ class PsShardImpl : public PsShard {
   ~PsShardImpl() override { Stop(); }
 
   Status Bind() {
+    if (options_.curve.on) {
+      // The ZAP handler must exist before the first peer connects.
+      zap_ = std::make_unique<wire::ZapHandler>(context_, options_.curve.allowed_z85,
+                                                "shard " + std::to_string(options_.shard));
+      GRIDSYNC_RETURN_IF_ERROR(wire::ApplyCurveServer(socket_, options_.curve));
+    }
     try {
       socket_.set(zmq::sockopt::linger, 0);
       socket_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.limits.max_frame_bytes));
@@ -61,6 +67,7 @@ class PsShardImpl : public PsShard {
   }
 
   std::string endpoint() const override { return endpoint_; }
+  uint64_t refused_connections() const override { return zap_ ? zap_->refused() : 0; }
 
   wire::ShardStats stats() const override {
     std::lock_guard<std::mutex> lock(stats_mu_);
@@ -469,6 +476,7 @@ class PsShardImpl : public PsShard {
   ThreadPool pool_;
   std::vector<wire::TableShape> shapes_;
   zmq::context_t context_{1};
+  std::unique_ptr<wire::ZapHandler> zap_;  // before socket_: destroyed after it
   zmq::socket_t socket_;
   std::string endpoint_;
   std::thread thread_;
@@ -503,6 +511,7 @@ Result<ShardOptions> ShardOptionsFromConfig(const Config& config, uint32_t shard
   options.apply_updates = config.OptimizerOnWorkers();
   options.timeout =
       std::chrono::milliseconds(static_cast<int64_t>(config.distributed.timeout_s * 1000));
+  GRIDSYNC_ASSIGN_OR_RETURN(options.curve, wire::CurveSettingsFor(config, "shard"));
   if (config.compression.pull) {
     GRIDSYNC_ASSIGN_OR_RETURN(options.pull_codec, CodecFromConfig(config.compression));
     options.pull_min_bytes = static_cast<size_t>(config.compression.min_bytes);

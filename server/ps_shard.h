@@ -36,6 +36,7 @@
 #include "common/config.h"
 #include "common/sharding.h"
 #include "common/status.h"
+#include "common/wire/curve.h"
 #include "common/wire/message.h"
 #include "kernels/adam_math.h"
 
@@ -57,6 +58,8 @@ struct ShardOptions {
   // encoded; smaller ones carry the parameters whole.
   CodecOptions pull_codec;
   size_t pull_min_bytes = 4096;
+  // security: CURVE server with a ZAP handler admitting the listed keys.
+  wire::CurveSettings curve;
 };
 
 // The options of shard `shard` of the cluster `config` describes (endpoint
@@ -71,6 +74,8 @@ class PsShard {
   // The bound endpoint (with the real port when 0 was asked for).
   virtual std::string endpoint() const = 0;
   virtual wire::ShardStats stats() const = 0;
+  // Connections the ZAP handler refused (security.curve), 0 without CURVE.
+  virtual uint64_t refused_connections() const = 0;
   virtual void Stop() = 0;
 };
 

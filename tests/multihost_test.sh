@@ -12,6 +12,8 @@
 #     the rendezvous fail within distributed.timeout_s plus the stated slack
 #     (5 s), naming the peer and its address.
 #  3. Config checks: loopback hosts in a multi-host config are refused.
+# The data plane runs under CURVE (security.mode auto on several machines),
+# with keys from `gridsync keygen`.
 #
 # Needs root for namespaces: exits 77 (ctest: skipped) with the reason
 # otherwise. Cleans up what it created, even on failure.
@@ -28,6 +30,8 @@ trap cleanup EXIT
 A=$("$NET" addr 0)
 B=$("$NET" addr 1)
 GS="$BUILD/tools/gridsync"
+# Two machines: the data plane is authenticated and encrypted (CURVE).
+"$GS" keygen "$WORK/keys" > /dev/null
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
@@ -42,7 +46,8 @@ config() {  # mode extra-json
     "nodes": [{"name": "a", "host": "$A", "workers": 1}, {"name": "b", "host": "$B", "workers": 1}]
   },
   "training": {"batch_size": 4096, "steps": 20, "log_every": 0},
-  "task": {"output": "$WORK/out-$1"}${2:-}
+  "task": {"output": "$WORK/out-$1"},
+  "security": {"keys_dir": "$WORK/keys"}${2:-}
 }
 JSON
 }

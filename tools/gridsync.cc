@@ -1,6 +1,8 @@
 // gridsync: the operator CLI. `check-config FILE` validates a config and
 // prints it resolved, with every default filled in; `launch CONFIG` runs a
 // local cluster (coordinator, shards, workers) from one config.
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <string>
@@ -8,6 +10,7 @@
 
 #include "common/cli_parse.h"
 #include "common/config.h"
+#include "common/wire/curve.h"
 #include "tools/launch.h"
 
 int main(int argc, char** argv) {
@@ -36,8 +39,39 @@ int main(int argc, char** argv) {
                    "With --node: also run the coordinator here (by default it runs on the node "
                    "whose host is master_addr)");
   launch->add_option("--grace", launch_options.grace_seconds, "Seconds between SIGTERM and SIGKILL when stopping");
+  auto* keygen = app.add_subcommand(
+      "keygen",
+      "Write CURVE key pairs for the data plane: DIR/<role>.key (0600) and DIR/<role>.pub");
+  std::string keys_dir;
+  std::vector<std::string> roles = {"shard", "worker", "observer"};
+  keygen->add_option("dir", keys_dir, "Folder for the keys (security.keys_dir)")->required();
+  keygen->add_option("--roles", roles, "Roles to make keys for")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"shard", "worker", "observer"}));
+  bool overwrite = false;
+  keygen->add_flag("--force", overwrite, "Replace existing keys");
   GRIDSYNC_PARSE_COMMAND_LINE(app, argc, argv);
   if (launch->parsed()) return gridsync::RunLaunch(launch_options);
+  if (keygen->parsed()) {
+    for (const auto& role : roles) {
+      const std::string key = keys_dir + "/" + role + ".key";
+      if (!overwrite && ::access(key.c_str(), F_OK) == 0) {
+        std::fprintf(stderr, "gridsync keygen: %s exists; allowed: --force to replace it\n",
+                     key.c_str());
+        return gridsync::kConfigErrorExitCode;
+      }
+      auto pair = gridsync::wire::GenerateCurveKeyPair();
+      gridsync::Status written =
+          pair.ok() ? gridsync::wire::WriteCurveKeyPair(keys_dir, role, *pair) : pair.status();
+      if (!written.ok()) {
+        std::fprintf(stderr, "gridsync keygen: %s\n", written.message().c_str());
+        return 1;
+      }
+      std::printf("%s/%s.key, %s/%s.pub\n", keys_dir.c_str(), role.c_str(), keys_dir.c_str(),
+                  role.c_str());
+    }
+    return 0;
+  }
 
   if (check->parsed()) {
     auto config = gridsync::Config::LoadFile(path, overrides);

@@ -33,11 +33,9 @@ PsClient::PsClient(const Partition& partition, uint32_t worker_rank, uint32_t nu
 
 PsClient::~PsClient() = default;
 
-Result<std::unique_ptr<PsClient>> PsClient::Connect(const ClusterMap& map,
-                                                    const Partition& partition,
-                                                    uint32_t worker_rank, uint32_t num_workers,
-                                                    std::chrono::milliseconds timeout,
-                                                    wire::Limits limits) {
+Result<std::unique_ptr<PsClient>> PsClient::Connect(
+    const ClusterMap& map, const Partition& partition, uint32_t worker_rank, uint32_t num_workers,
+    std::chrono::milliseconds timeout, wire::Limits limits, const wire::CurveSettings& curve) {
   if (map.shards.size() != partition.shards()) {
     return Status::InvalidArgument("the cluster map lists " + std::to_string(map.shards.size()) +
                                    " shards, the partition expects " +
@@ -52,6 +50,7 @@ Result<std::unique_ptr<PsClient>> PsClient::Connect(const ClusterMap& map,
       socket.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(limits.max_frame_bytes));
       socket.set(zmq::sockopt::sndhwm, 0);
       socket.set(zmq::sockopt::rcvhwm, 0);
+      GRIDSYNC_RETURN_IF_ERROR(wire::ApplyCurveClient(socket, curve));
       socket.connect(shard.endpoint);
       client->sockets_.push_back(std::move(socket));
       client->endpoints_.push_back(shard.endpoint);

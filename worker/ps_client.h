@@ -27,6 +27,7 @@
 #include "common/cluster_map.h"
 #include "common/sharding.h"
 #include "common/status.h"
+#include "common/wire/curve.h"
 #include "common/wire/message.h"
 #include "kernels/adam_math.h"
 
@@ -69,7 +70,8 @@ class PsClient {
                                                    const Partition& partition, uint32_t worker_rank,
                                                    uint32_t num_workers,
                                                    std::chrono::milliseconds timeout,
-                                                   wire::Limits limits = {});
+                                                   wire::Limits limits = {},
+                                                   const wire::CurveSettings& curve = {});
   ~PsClient();
 
   // kind push (gradients of `step`) or init (initial values); waits for every

@@ -125,8 +125,11 @@ Result<PsSession> JoinPsCluster(const Config& config, HashGridModel& model,
       Partition partition,
       Partition::Make(session.map.tables, static_cast<uint32_t>(session.map.shards.size()), dim));
   session.partition = std::make_unique<Partition>(std::move(partition));
-  GRIDSYNC_ASSIGN_OR_RETURN(session.ps, PsClient::Connect(session.map, *session.partition,
-                                                          session.rank, workers, timeout));
+  GRIDSYNC_ASSIGN_OR_RETURN(const wire::CurveSettings curve,
+                            wire::CurveSettingsFor(config, "worker"));
+  GRIDSYNC_ASSIGN_OR_RETURN(
+      session.ps, PsClient::Connect(session.map, *session.partition, session.rank, workers, timeout,
+                                    wire::Limits{}, curve));
   GRIDSYNC_ASSIGN_OR_RETURN(const CodecOptions codec, CodecFromConfig(config.compression));
   session.ps->SetCompression(codec, config.compression.error_feedback,
                              static_cast<size_t>(config.compression.min_bytes),

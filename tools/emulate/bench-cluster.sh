@@ -65,11 +65,13 @@ base_config() {  # file
   },
   "ps": {"shards": 2},
   "training": {"batch_size": 16384, "learning_rate": 0.01, "steps": $MAX, "log_every": 0, "threads": 1},
-  "task": {"output": "$OUT/out"}
+  "task": {"output": "$OUT/out"},
+  "security": {"keys_dir": "$OUT/keys"}
 }
 JSON
 }
 base_config "$OUT/base.json"
+rm -rf "$OUT/keys"; "$GS" keygen "$OUT/keys" > /dev/null  # CURVE on the data plane (auto: two machines)
 
 # 1. One process: steps to the target (and the raw image for the peer).
 evals=$(seq -s, 10 10 "$MAX")

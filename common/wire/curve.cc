@@ -1,0 +1,228 @@
+#include "common/wire/curve.h"
+
+#include <spdlog/fmt/fmt.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+namespace gridsync::wire {
+namespace {
+
+bool IsZ85Key(const std::string& text) {
+  if (text.size() != 40) return false;
+  uint8_t raw[32];
+  return zmq_z85_decode(raw, text.c_str()) != nullptr;
+}
+
+Result<std::vector<std::string>> ReadLines(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return Status::NotFound("cannot read key file " + path + ": " + std::strerror(errno) +
+                            "; allowed: a file written by `gridsync keygen`");
+  }
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line) && lines.size() < 8;) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (!line.empty() && line[0] != '#') lines.push_back(line);
+  }
+  return lines;
+}
+
+}  // namespace
+
+Result<CurveKeyPair> GenerateCurveKeyPair() {
+  char pub[41] = {}, sec[41] = {};
+  if (zmq_curve_keypair(pub, sec) != 0) {
+    return Status::Unsupported(std::string("zmq_curve_keypair failed: ") +
+                               zmq_strerror(zmq_errno()) + " (libzmq built without CURVE?)");
+  }
+  return CurveKeyPair{pub, sec};
+}
+
+Status WriteCurveKeyPair(const std::string& dir, const std::string& name,
+                         const CurveKeyPair& keys) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Status::IOError("cannot create " + dir + ": " + ec.message());
+  ::chmod(dir.c_str(), 0700);
+  const std::string key = dir + "/" + name + ".key";
+  const std::string pub = dir + "/" + name + ".pub";
+  {
+    // Created 0600 before the secret is written.
+    const mode_t old = ::umask(0077);
+    std::ofstream out(key, std::ios::trunc);
+    ::umask(old);
+    out << "# gridsync CURVE key pair for role " << name << ": public, then secret (keep private)\n"
+        << keys.public_z85 << "\n"
+        << keys.secret_z85 << "\n";
+    if (!out) return Status::IOError("cannot write " + key);
+  }
+  std::ofstream out(pub, std::ios::trunc);
+  out << "# gridsync CURVE public key for role " << name << "\n" << keys.public_z85 << "\n";
+  if (!out) return Status::IOError("cannot write " + pub);
+  return Status::OK();
+}
+
+Result<CurveKeyPair> LoadCurveKeyPair(const std::string& dir, const std::string& name) {
+  const std::string path = dir + "/" + name + ".key";
+  GRIDSYNC_ASSIGN_OR_RETURN(auto lines, ReadLines(path));
+  if (lines.size() != 2 || !IsZ85Key(lines[0]) || !IsZ85Key(lines[1])) {
+    return Status::InvalidArgument(path +
+                                   ": not a key pair; allowed: two Z85 keys of 40 "
+                                   "characters (public, then secret), as `gridsync keygen` writes");
+  }
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && (st.st_mode & 0077) != 0) {
+    return Status::InvalidArgument(path + ": the secret key is readable by others (mode " +
+                                   std::to_string(st.st_mode & 0777) + " octal " +
+                                   fmt::format("{:o}", st.st_mode & 0777) + "); allowed: 0600");
+  }
+  return CurveKeyPair{lines[0], lines[1]};
+}
+
+Result<std::string> LoadCurvePublicKey(const std::string& dir, const std::string& name) {
+  const std::string path = dir + "/" + name + ".pub";
+  GRIDSYNC_ASSIGN_OR_RETURN(auto lines, ReadLines(path));
+  if (lines.size() != 1 || !IsZ85Key(lines[0])) {
+    return Status::InvalidArgument(path +
+                                   ": not a public key; allowed: one Z85 key of 40 "
+                                   "characters, as `gridsync keygen` writes");
+  }
+  return lines[0];
+}
+
+Result<CurveSettings> CurveSettingsFor(const Config& config, const std::string& role) {
+  CurveSettings settings;
+  if (!config.security.curve) return settings;
+  settings.on = true;
+  const std::string& dir = config.security.keys_dir;
+  auto context = [&](const Status& s) {
+    return Status(s.code(), "security.keys_dir: " + s.message());
+  };
+  auto own = LoadCurveKeyPair(dir, role);
+  if (!own.ok()) return context(own.status());
+  settings.own = *own;
+  if (role == "shard") {
+    for (const char* client : {"worker", "observer"}) {
+      if (!std::filesystem::exists(dir + "/" + client + ".pub")) continue;
+      auto key = LoadCurvePublicKey(dir, client);
+      if (!key.ok()) return context(key.status());
+      settings.allowed_z85.insert(*key);
+    }
+    if (settings.allowed_z85.empty()) {
+      return Status::NotFound("security.keys_dir: " + dir +
+                              " holds neither worker.pub nor observer.pub, so no client could "
+                              "connect; allowed: the public keys `gridsync keygen` wrote");
+    }
+  } else {
+    auto server = LoadCurvePublicKey(dir, "shard");
+    if (!server.ok()) return context(server.status());
+    settings.server_public_z85 = *server;
+  }
+  return settings;
+}
+
+Status ApplyCurveServer(zmq::socket_t& socket, const CurveSettings& settings) {
+  if (!settings.on) return Status::OK();
+  try {
+    socket.set(zmq::sockopt::zap_domain, "gridsync");
+    socket.set(zmq::sockopt::curve_server, true);
+    socket.set(zmq::sockopt::curve_secretkey, settings.own.secret_z85);
+  } catch (const zmq::error_t& e) {
+    return Status::Unsupported(std::string("CURVE server: ") + e.what());
+  }
+  return Status::OK();
+}
+
+Status ApplyCurveClient(zmq::socket_t& socket, const CurveSettings& settings) {
+  if (!settings.on) return Status::OK();
+  try {
+    socket.set(zmq::sockopt::curve_serverkey, settings.server_public_z85);
+    socket.set(zmq::sockopt::curve_publickey, settings.own.public_z85);
+    socket.set(zmq::sockopt::curve_secretkey, settings.own.secret_z85);
+  } catch (const zmq::error_t& e) {
+    return Status::Unsupported(std::string("CURVE client: ") + e.what());
+  }
+  return Status::OK();
+}
+
+ZapHandler::ZapHandler(zmq::context_t& context, std::set<std::string> allowed_z85, std::string who)
+    : socket_(context, zmq::socket_type::rep),
+      allowed_(std::move(allowed_z85)),
+      who_(std::move(who)) {
+  socket_.set(zmq::sockopt::linger, 0);
+  socket_.set(zmq::sockopt::rcvtimeo, 100);
+  socket_.bind("inproc://zeromq.zap.01");
+  thread_ = std::thread([this] { Serve(); });
+}
+
+ZapHandler::~ZapHandler() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+void ZapHandler::Serve() {
+  while (!stop_) {
+    std::vector<zmq::message_t> request;
+    try {
+      zmq::message_t part;
+      if (!socket_.recv(part)) continue;  // timeout: check stop_
+      bool more = part.more();
+      request.push_back(std::move(part));
+      while (more) {
+        zmq::message_t next;
+        (void)socket_.recv(next);
+        more = next.more();
+        request.push_back(std::move(next));
+      }
+    } catch (const zmq::error_t&) {
+      if (stop_) return;
+      continue;
+    }
+    // RFC 27: version, request id, domain, address, identity, mechanism,
+    // then the mechanism's credentials (CURVE: the client's 32-byte key).
+    auto text = [&](size_t i) {
+      return i < request.size() ? request[i].to_string() : std::string();
+    };
+    std::string status = "400", reason;
+    const std::string mechanism = text(5);
+    std::string client = "-";
+    if (request.size() < 6 || text(0) != "1.0") {
+      reason = "malformed ZAP request";
+    } else if (mechanism != "CURVE") {
+      reason = "mechanism " + mechanism + "; allowed: CURVE";
+    } else if (request.size() < 7 || request[6].size() != 32) {
+      reason = "CURVE credentials missing";
+    } else {
+      char z85[41] = {};
+      zmq_z85_encode(z85, static_cast<const uint8_t*>(request[6].data()), 32);
+      client = z85;
+      if (allowed_.count(client) != 0) {
+        status = "200";
+      } else {
+        reason =
+            "client key " + client + " is not listed (allowed: the workers' and observers' keys)";
+      }
+    }
+    if (status != "200") {
+      ++refused_;
+      spdlog::warn("{}: refused a connection from {}: {}", who_, text(3), reason);
+    }
+    std::vector<std::string> reply = {
+        "1.0", text(1), status, status == "200" ? "OK" : reason, status == "200" ? client : "", ""};
+    try {
+      for (size_t i = 0; i < reply.size(); ++i) {
+        socket_.send(zmq::buffer(reply[i]),
+                     i + 1 < reply.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+      }
+    } catch (const zmq::error_t&) {
+    }
+  }
+}
+
+}  // namespace gridsync::wire

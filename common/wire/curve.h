@@ -1,0 +1,78 @@
+// CURVE keys for the data plane (ZeroMQ's CurveZMQ: Curve25519 key exchange,
+// authenticated encryption of every frame) and the ZAP handler a shard runs
+// to admit only listed client keys.
+//
+// Keys are per role: keys_dir holds <role>.key (public and secret key, Z85,
+// mode 0600) and <role>.pub (public key only) for the roles shard, worker
+// and observer; `gridsync keygen DIR` writes them. A machine needs the
+// secret file of the roles it runs and the .pub files of its peers. A shard
+// admits workers and observers; a worker trusts shards by shard.pub.
+//
+// Thread safety: the functions are reentrant; a ZapHandler serves on its own
+// thread and is stopped by its destructor.
+#pragma once
+
+#include <atomic>
+#include <set>
+#include <string>
+#include <thread>
+#include <zmq.hpp>
+
+#include "common/config.h"
+#include "common/status.h"
+
+namespace gridsync::wire {
+
+struct CurveKeyPair {
+  std::string public_z85;  // 40 characters
+  std::string secret_z85;  // 40 characters
+};
+
+Result<CurveKeyPair> GenerateCurveKeyPair();
+// Writes dir/name.key (0600) and dir/name.pub, creating dir (0700).
+Status WriteCurveKeyPair(const std::string& dir, const std::string& name, const CurveKeyPair& keys);
+// Reads dir/name.key, or dir/name.pub (public key only; secret left empty).
+Result<CurveKeyPair> LoadCurveKeyPair(const std::string& dir, const std::string& name);
+Result<std::string> LoadCurvePublicKey(const std::string& dir, const std::string& name);
+
+// What a data-plane socket needs: on, its own key pair, and (clients) the
+// server's public key or (servers) the client keys to admit.
+struct CurveSettings {
+  bool on = false;
+  CurveKeyPair own;
+  std::string server_public_z85;      // client side
+  std::set<std::string> allowed_z85;  // server side
+};
+
+// The settings of a process of `role` ("shard", "worker" or "observer")
+// under config.security: off unless security.curve; a shard loads
+// shard.key and admits worker.pub and observer.pub (each when present, at
+// least one); the others load <role>.key and trust shard.pub.
+Result<CurveSettings> CurveSettingsFor(const Config& config, const std::string& role);
+
+// Applies the settings to a socket before bind/connect.
+Status ApplyCurveServer(zmq::socket_t& socket, const CurveSettings& settings);
+Status ApplyCurveClient(zmq::socket_t& socket, const CurveSettings& settings);
+
+// ZeroMQ's authentication protocol (ZAP, RFC 27) for one context: admits a
+// CURVE client only when its public key is listed, refuses everything else,
+// and logs each refusal with `who` (for example "shard 0").
+class ZapHandler {
+ public:
+  ZapHandler(zmq::context_t& context, std::set<std::string> allowed_z85, std::string who);
+  ~ZapHandler();
+  ZapHandler(const ZapHandler&) = delete;
+  ZapHandler& operator=(const ZapHandler&) = delete;
+  uint64_t refused() const { return refused_.load(); }
+
+ private:
+  void Serve();
+  zmq::socket_t socket_;
+  std::set<std::string> allowed_;
+  std::string who_;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> refused_{0};
+  std::thread thread_;
+};
+
+}  // namespace gridsync::wire

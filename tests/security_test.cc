@@ -1,0 +1,146 @@
+// The data plane under CURVE (security.curve): a shard admits only the
+// listed client keys through its ZAP handler; unknown keys, NULL and PLAIN
+// clients and clients that trust the wrong server key get nothing; good
+// workers train. Keys come from `gridsync keygen`'s format (wire/curve.h).
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "common/wire/curve.h"
+#include "server/in_process_cluster.h"
+#include "tests/test_util.h"
+#include "worker/ps_trainer.h"
+
+namespace gridsync {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string MakeKeys() {
+  const fs::path dir = fs::temp_directory_path() / ("gridsync-keys-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  for (const char* role : {"shard", "worker", "observer"}) {
+    auto pair = wire::GenerateCurveKeyPair();
+    EXPECT_TRUE(pair.ok()) << pair.status().ToString();
+    EXPECT_TRUE(wire::WriteCurveKeyPair(dir.string(), role, *pair).ok());
+  }
+  return dir.string();
+}
+
+// Sends a stats request with these socket settings; true when a reply came.
+bool StatsAnswered(const std::string& endpoint, const std::function<void(zmq::socket_t&)>& setup) {
+  zmq::context_t context(1);
+  zmq::socket_t socket(context, zmq::socket_type::dealer);
+  socket.set(zmq::sockopt::linger, 0);
+  setup(socket);
+  socket.connect(endpoint);
+  wire::OutHeader h;
+  h.kind = wire::Kind::kStats;
+  h.request_id = 3;
+  auto frames = wire::Encode(h, {});
+  if (!wire::SendMultipart(socket, frames).ok()) return false;
+  return wire::ReceiveMultipart(socket, 1500, wire::Limits{}).ok();
+}
+
+TEST(SecurityTest, KeysRoundTripAndSecretFilesArePrivate) {
+  const std::string dir = MakeKeys();
+  auto shard = wire::LoadCurveKeyPair(dir, "shard");
+  ASSERT_TRUE(shard.ok()) << shard.status().ToString();
+  auto pub = wire::LoadCurvePublicKey(dir, "shard");
+  ASSERT_TRUE(pub.ok());
+  EXPECT_EQ(shard->public_z85, *pub);
+  struct stat st {};
+  ASSERT_EQ(::stat((dir + "/shard.key").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  ::chmod((dir + "/worker.key").c_str(), 0644);
+  auto loose = wire::LoadCurveKeyPair(dir, "worker");
+  ASSERT_FALSE(loose.ok());
+  EXPECT_NE(loose.status().message().find("0600"), std::string::npos) << loose.status().ToString();
+  std::ofstream(dir + "/observer.pub") << "not a key\n";
+  EXPECT_FALSE(wire::LoadCurvePublicKey(dir, "observer").ok());
+  fs::remove_all(dir);
+}
+
+TEST(SecurityTest, OnlyListedKeysReachAShardAndGoodWorkersTrain) {
+  const std::string dir = MakeKeys();
+  Config config = testing::SmallDistributedConfig(2, GradientSync::kPs, 6);
+  config.security.curve = true;
+  config.security.keys_dir = dir;
+  auto servers = InProcessCluster::Start(config);
+  ASSERT_TRUE(servers.ok()) << servers.status().ToString();
+  PsShard& shard = (*servers)->shard(0);
+  const std::string endpoint = shard.endpoint();
+  const auto shard_pub = *wire::LoadCurvePublicKey(dir, "shard");
+  const auto observer = *wire::LoadCurveKeyPair(dir, "observer");
+
+  // The observer's listed key gets an answer.
+  EXPECT_TRUE(StatsAnswered(endpoint, [&](zmq::socket_t& s) {
+    s.set(zmq::sockopt::curve_serverkey, shard_pub);
+    s.set(zmq::sockopt::curve_publickey, observer.public_z85);
+    s.set(zmq::sockopt::curve_secretkey, observer.secret_z85);
+  }));
+  const uint64_t refused_before = shard.refused_connections();
+  // An unknown key: refused by the ZAP handler, which counts and logs it.
+  const auto stranger = *wire::GenerateCurveKeyPair();
+  EXPECT_FALSE(StatsAnswered(endpoint, [&](zmq::socket_t& s) {
+    s.set(zmq::sockopt::curve_serverkey, shard_pub);
+    s.set(zmq::sockopt::curve_publickey, stranger.public_z85);
+    s.set(zmq::sockopt::curve_secretkey, stranger.secret_z85);
+  }));
+  EXPECT_GT(shard.refused_connections(), refused_before);
+  // NULL (no security at all), PLAIN, and a client trusting another server key.
+  EXPECT_FALSE(StatsAnswered(endpoint, [](zmq::socket_t&) {}));
+  EXPECT_FALSE(StatsAnswered(endpoint, [](zmq::socket_t& s) {
+    s.set(zmq::sockopt::plain_username, "worker");
+    s.set(zmq::sockopt::plain_password, "guess");
+  }));
+  EXPECT_FALSE(StatsAnswered(endpoint, [&](zmq::socket_t& s) {
+    s.set(zmq::sockopt::curve_serverkey, stranger.public_z85);
+    s.set(zmq::sockopt::curve_publickey, observer.public_z85);
+    s.set(zmq::sockopt::curve_secretkey, observer.secret_z85);
+  }));
+  EXPECT_EQ(shard.stats().pushes, 0u);
+
+  // Good workers (worker.key, trusting shard.pub) train.
+  const ImageTask image = testing::SmallImage();
+  std::vector<Result<TrainReport>> reports(2, Status::Internal("not run"));
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 2; ++w) {
+    threads.emplace_back([&, w] {
+      PsWorkerOptions options;
+      options.rank = w;
+      options.train.quiet = true;
+      options.train.write_png = false;
+      reports[w] = TrainImagePs((*servers)->config(), image, options);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& r : reports) ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(shard.stats().applied_steps, 6u);
+  fs::remove_all(dir);
+}
+
+TEST(SecurityTest, MultiHostConfigsNeedKeysUnlessSecurityIsOff) {
+  const std::string multi = R"({"distributed": {"enable": true, "world_size": 2,
+      "master_addr": "10.0.0.1", "gradient_sync": "ps", "nodes": [
+      {"name": "a", "host": "10.0.0.1"}, {"name": "b", "host": "10.0.0.2"}]})";
+  auto refused = Config::Parse(multi + "}", "multi");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("security.keys_dir"), std::string::npos);
+  auto with_keys =
+      Config::Parse(multi + R"(, "security": {"keys_dir": "/etc/gridsync/keys"}})", "k");
+  ASSERT_TRUE(with_keys.ok()) << with_keys.status().ToString();
+  EXPECT_TRUE(with_keys->security.curve);
+  auto off = Config::Parse(multi + R"(, "security": {"mode": "off"}})", "off");
+  ASSERT_TRUE(off.ok()) << off.status().ToString();
+  EXPECT_FALSE(off->security.curve);
+  auto local = Config::Parse(R"({"distributed": {"enable": true}})", "local");
+  ASSERT_TRUE(local.ok());
+  EXPECT_FALSE(local->security.curve);  // one machine, auto: loopback only
+}
+
+}  // namespace
+}  // namespace gridsync
