@@ -298,8 +298,9 @@ class CoordinatorClient::Impl {
 CoordinatorClient::CoordinatorClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CoordinatorClient::~CoordinatorClient() = default;
 
-Result<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(const std::string& host, uint16_t port,
-                                                                      std::chrono::milliseconds timeout) {
+Result<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
+    const std::string& host, uint16_t port, std::chrono::milliseconds timeout,
+    const wire::ControlAuth& auth, Role role) {
   auto impl = std::make_unique<Impl>(host, port);
   const auto start = Clock::now();
   const auto deadline = start + timeout;
@@ -317,7 +318,41 @@ Result<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(const std:
     }
     std::this_thread::sleep_for(kRetryInterval);
   }
-  return std::unique_ptr<CoordinatorClient>(new CoordinatorClient(std::move(impl)));
+  std::unique_ptr<CoordinatorClient> client(new CoordinatorClient(std::move(impl)));
+  if (auth.on) GRIDSYNC_RETURN_IF_ERROR(client->Authenticate(auth, role));
+  return client;
+}
+
+Status CoordinatorClient::Authenticate(const wire::ControlAuth& auth, Role role) {
+  GRIDSYNC_ASSIGN_OR_RETURN(
+      std::string challenge,
+      impl_->Call<std::string>(
+          "authHello", std::chrono::milliseconds(0),
+          [](schema::CoordRequest::Builder request) { request.setAuthHello(); },
+          [](schema::CoordReply::Reader reply) -> Result<std::string> {
+            if (!reply.isChallenge()) {
+              return Status::Corruption("authHello: the coordinator's reply is not a challenge");
+            }
+            auto bytes = reply.getChallenge();
+            return std::string(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
+          }));
+  std::string nonce, box;
+  GRIDSYNC_RETURN_IF_ERROR(wire::BoxChallenge(auth, challenge, &nonce, &box));
+  auto done = impl_->Call<bool>(
+      "auth", std::chrono::milliseconds(0),
+      [&](schema::CoordRequest::Builder request) {
+        auto a = request.initAuth();
+        a.setRole(ToWire(role));
+        a.setNonce(kj::arrayPtr(reinterpret_cast<const kj::byte*>(nonce.data()), nonce.size()));
+        a.setBox(kj::arrayPtr(reinterpret_cast<const kj::byte*>(box.data()), box.size()));
+      },
+      [](schema::CoordReply::Reader reply) -> Result<bool> {
+        if (!reply.isOk()) return Status::Corruption("auth: the coordinator's reply is not ok");
+        return true;
+      });
+  return done.ok() ? Status::OK()
+                   : done.status().WithContext(std::string("proving the ") + RoleName(role) +
+                                               " key to the coordinator");
 }
 
 Result<CoordinatorClient::Registration> CoordinatorClient::Register(const RegisterInfo& info,

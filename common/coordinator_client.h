@@ -21,6 +21,7 @@
 #include "common/cluster_map.h"
 #include "common/status.h"
 #include "common/store.h"
+#include "common/wire/curve.h"
 
 namespace gridsync {
 
@@ -28,9 +29,12 @@ class CoordinatorClient {
  public:
   // Connects to host:port, retrying until `timeout` (the coordinator may
   // still be starting); the error names the address.
-  static Result<std::unique_ptr<CoordinatorClient>> Connect(const std::string& host,
-                                                            uint16_t port,
-                                                            std::chrono::milliseconds timeout);
+  // With auth.on (security.curve), the connection then proves the role key
+  // (authHello, auth) before anything else; `role` is the one it proves.
+  static Result<std::unique_ptr<CoordinatorClient>> Connect(const std::string& host, uint16_t port,
+                                                            std::chrono::milliseconds timeout,
+                                                            const wire::ControlAuth& auth = {},
+                                                            Role role = Role::kObserver);
   ~CoordinatorClient();
 
   struct Registration {
@@ -55,6 +59,7 @@ class CoordinatorClient {
   Status Heartbeat();
 
  private:
+  Status Authenticate(const wire::ControlAuth& auth, Role role);
   class Impl;
   explicit CoordinatorClient(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

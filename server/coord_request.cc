@@ -20,7 +20,7 @@ constexpr int kNestingLimit = 16;
 std::string ToString(capnp::Text::Reader text) { return std::string(text.begin(), text.size()); }
 
 constexpr const char* kAllowedRequests =
-    "allowed: register, getMap, barrier, kvSet, kvGet, heartbeat";
+    "allowed: register, getMap, barrier, kvSet, kvGet, heartbeat, authHello, auth";
 
 }  // namespace
 
@@ -110,6 +110,34 @@ Result<Request> DecodeRequest(kj::ArrayPtr<const capnp::word> words, uint64_t* r
       case schema::CoordRequest::HEARTBEAT:
         request.body = HeartbeatRequest{};
         break;
+      case schema::CoordRequest::AUTH_HELLO:
+        request.body = AuthHelloRequest{};
+        break;
+      case schema::CoordRequest::AUTH: {
+        auto auth = root.getAuth();
+        AuthRequest a;
+        switch (auth.getRole()) {
+          case schema::Role::SHARD:
+            a.role = Role::kShard;
+            break;
+          case schema::Role::WORKER:
+            a.role = Role::kWorker;
+            break;
+          case schema::Role::OBSERVER:
+            a.role = Role::kObserver;
+            break;
+          default:
+            return Status::InvalidArgument(
+                fmt::format("auth: unknown role {}; allowed: shard, worker, observer",
+                            static_cast<unsigned>(auth.getRole())));
+        }
+        auto nonce = auth.getNonce();
+        auto box = auth.getBox();
+        a.nonce.assign(reinterpret_cast<const char*>(nonce.begin()), nonce.size());
+        a.box.assign(reinterpret_cast<const char*>(box.begin()), box.size());
+        request.body = std::move(a);
+        break;
+      }
       default:
         return Status::InvalidArgument(fmt::format(
             "unknown request kind {}; {}", static_cast<unsigned>(root.which()), kAllowedRequests));

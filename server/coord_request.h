@@ -40,11 +40,17 @@ struct KvGetRequest {
   uint32_t timeout_ms = 0;
 };
 struct HeartbeatRequest {};
+struct AuthHelloRequest {};
+struct AuthRequest {
+  Role role = Role::kWorker;
+  std::string nonce;
+  std::string box;
+};
 
 struct Request {
   uint64_t id = 0;
   std::variant<RegisterInfo, GetMapRequest, BarrierRequest, KvSetRequest, KvGetRequest,
-               HeartbeatRequest>
+               HeartbeatRequest, AuthHelloRequest, AuthRequest>
       body;
 };
 

@@ -189,6 +189,8 @@ struct Connection {
   std::deque<std::vector<uint8_t>> outbox;
   uint64_t outbox_bytes = 0;
   bool seen_request = false;                       // a first request arrived (the idle check)
+  std::string challenge;                           // security: the outstanding authHello challenge
+  std::optional<Role> authenticated;               // security: the role this connection proved
   std::unique_ptr<asio::steady_timer> read_timer;  // a started message must finish
   bool writing = false;
   bool reading = false;
@@ -226,6 +228,9 @@ class CoordinatorImpl final : public Coordinator {
   // Closes the connection with a Timeout error unless the awaited bytes
   // arrive within options_.read_timeout (cancelled when they do).
   void ArmReadDeadline(const ConnPtr& conn, const char* what);
+  // security: handles authHello/auth and refuses anything else before a
+  // connection proved a role key; true when `request` may be dispatched.
+  bool Authenticate(const ConnPtr& conn, Request& request);
   uint16_t port() const override { return port_; }
   void Stop() override;
 
@@ -583,8 +588,61 @@ void CoordinatorImpl::Drain(const ConnPtr& conn) {
   ReadHeader(conn);  // resumes reading if the queue had filled up
 }
 
+bool CoordinatorImpl::Authenticate(const ConnPtr& conn, Request& request) {
+  if (conn->authenticated) {
+    if (auto* reg = std::get_if<RegisterInfo>(&request.body);
+        reg != nullptr && reg->role != *conn->authenticated) {
+      spdlog::warn("coordinator: connection {} ({}) authenticated as {} tried to register as {}",
+                   conn->id, conn->peer, RoleName(*conn->authenticated), RoleName(reg->role));
+      Send(conn, ErrorFrame(request.id,
+                            Status::InvalidArgument(fmt::format(
+                                "this connection proved the {} key; allowed: register "
+                                "as {} only",
+                                RoleName(*conn->authenticated), RoleName(*conn->authenticated)))));
+      return false;
+    }
+    return true;  // a second authHello/auth is refused by Dispatch
+  }
+  if (std::holds_alternative<AuthHelloRequest>(request.body)) {
+    conn->challenge = wire::RandomBytes(32);
+    capnp::MallocMessageBuilder message;
+    auto reply = message.initRoot<schema::CoordReply>();
+    reply.setRequestId(request.id);
+    reply.setChallenge(kj::arrayPtr(reinterpret_cast<const kj::byte*>(conn->challenge.data()),
+                                    conn->challenge.size()));
+    Send(conn, Frame(message));
+    return false;
+  }
+  if (auto* auth = std::get_if<AuthRequest>(&request.body)) {
+    const std::string role = RoleName(auth->role);
+    Status proof =
+        conn->challenge.empty()
+            ? Status::InvalidArgument("auth before authHello; allowed: authHello, then auth")
+            : wire::OpenChallenge(options_.auth, role, conn->challenge, auth->nonce, auth->box);
+    conn->challenge.clear();  // one proof per challenge
+    if (!proof.ok()) {
+      spdlog::warn("coordinator: connection {} ({}) failed to authenticate as {}: {}", conn->id,
+                   conn->peer, role, proof.message());
+      Fail(conn, request.id, proof);
+      return false;
+    }
+    conn->authenticated = auth->role;
+    spdlog::debug("coordinator: connection {} ({}) authenticated as {}", conn->id, conn->peer,
+                  role);
+    Send(conn, OkFrame(request.id));
+    return false;
+  }
+  spdlog::warn("coordinator: connection {} ({}) sent a request before authenticating", conn->id,
+               conn->peer);
+  Fail(conn, request.id,
+       Status::InvalidArgument("unauthenticated connection; allowed first: authHello, then auth "
+                               "with a role key (security.keys_dir)"));
+  return false;
+}
+
 void CoordinatorImpl::Dispatch(const ConnPtr& conn, Request request) {
   const uint64_t id = request.id;
+  if (options_.auth.on && !Authenticate(conn, request)) return;
   std::visit(
       [&](auto& body) {
         using T = std::decay_t<decltype(body)>;
@@ -598,8 +656,16 @@ void CoordinatorImpl::Dispatch(const ConnPtr& conn, Request request) {
           HandleKvSet(conn, id, std::move(body));
         } else if constexpr (std::is_same_v<T, KvGetRequest>) {
           HandleKvGet(conn, id, std::move(body));
+        } else if constexpr (std::is_same_v<T, HeartbeatRequest>) {
+          Send(conn, OkFrame(id));
         } else {
-          Send(conn, OkFrame(id));  // heartbeat
+          // authHello/auth without security, or auth once authenticated.
+          Fail(conn, id,
+               Status::InvalidArgument(options_.auth.on
+                                           ? "this connection is already authenticated"
+                                           : "authentication is off on this coordinator "
+                                             "(security.curve is false); allowed: any other "
+                                             "request"));
         }
       },
       request.body);

@@ -23,6 +23,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "common/wire/curve.h"
 
 namespace gridsync {
 
@@ -44,6 +45,9 @@ struct CoordinatorOptions {
   // Replies written but not yet taken by the peer: past this, the
   // connection's requests are no longer read until it drains.
   uint64_t max_outbox_bytes = 64ull << 20;
+  // security.curve: every connection must prove a role key (authHello, then
+  // auth) before anything else, and may register only as that role.
+  wire::ControlAuth auth;
 };
 
 class Coordinator {

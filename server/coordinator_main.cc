@@ -59,6 +59,12 @@ int main(int argc, char** argv) {
                                 ? 0
                                 : static_cast<uint32_t>(config->ps.shards);
   options.expected_workers = static_cast<uint32_t>(config->distributed.world_size);
+  auto auth = gridsync::wire::ControlAuthFor(*config, "coordinator");
+  if (!auth.ok()) {
+    std::fprintf(stderr, "%s: %s\n", config_path.c_str(), auth.status().message().c_str());
+    return gridsync::kConfigErrorExitCode;
+  }
+  options.auth = *auth;
   auto coordinator = gridsync::Coordinator::Start(options);
   if (!coordinator.ok()) {
     spdlog::error("{}", coordinator.status().message());

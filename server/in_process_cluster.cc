@@ -11,6 +11,7 @@ Result<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(Config config,
   CoordinatorOptions co;
   co.expected_shards = d.gradient_sync == GradientSync::kNccl ? 0 : static_cast<uint32_t>(config.ps.shards);
   co.expected_workers = static_cast<uint32_t>(d.world_size);
+  GRIDSYNC_ASSIGN_OR_RETURN(co.auth, wire::ControlAuthFor(config, "coordinator"));
   GRIDSYNC_ASSIGN_OR_RETURN(cluster->coordinator_, Coordinator::Start(co));
   config.distributed.master_port = cluster->coordinator_->port();
   GRIDSYNC_ASSIGN_OR_RETURN(const std::vector<TableInfo> tables, ImageModelTables(config));
@@ -22,8 +23,10 @@ Result<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(Config config,
   for (int s = 0; s < n; ++s) {
     GRIDSYNC_ASSIGN_OR_RETURN(ShardOptions options, ShardOptionsFromConfig(config, static_cast<uint32_t>(s)));
     GRIDSYNC_ASSIGN_OR_RETURN(std::unique_ptr<PsShard> shard, PsShard::Start(*cluster->partition_, options));
+    GRIDSYNC_ASSIGN_OR_RETURN(const wire::ControlAuth auth, wire::ControlAuthFor(config, "shard"));
     GRIDSYNC_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> client,
-                              CoordinatorClient::Connect("127.0.0.1", cluster->coordinator_->port(), timeout));
+                              CoordinatorClient::Connect("127.0.0.1", cluster->coordinator_->port(),
+                                                         timeout, auth, Role::kShard));
     RegisterInfo info;
     info.role = Role::kShard;
     info.requested_rank = s;

@@ -117,8 +117,14 @@ int main(int argc, char** argv) {
                    : "",
                options.apply_updates ? "updates from the workers' Adam" : "Adam on the shard");
 
-  auto client = gridsync::CoordinatorClient::Connect(d.master_addr, static_cast<uint16_t>(d.master_port),
-                                                     options.timeout);
+  auto auth = gridsync::wire::ControlAuthFor(*config, "shard");
+  if (!auth.ok()) {
+    std::fprintf(stderr, "%s: %s\n", config_path.c_str(), auth.status().message().c_str());
+    return gridsync::kConfigErrorExitCode;
+  }
+  auto client =
+      gridsync::CoordinatorClient::Connect(d.master_addr, static_cast<uint16_t>(d.master_port),
+                                           options.timeout, *auth, gridsync::Role::kShard);
   if (!client.ok()) {
     spdlog::error("cannot reach the coordinator: {}", client.status().ToString());
     return 1;

@@ -2,14 +2,23 @@
 // listed client keys through its ZAP handler; unknown keys, NULL and PLAIN
 // clients and clients that trust the wrong server key get nothing; good
 // workers train. Keys come from `gridsync keygen`'s format (wire/curve.h).
+#include <arpa/inet.h>
+#include <capnp/message.h>
+#include <capnp/serialize.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
+#include "common/coordinator_client.h"
 #include "common/wire/curve.h"
+#include "common/wire/gridsync.capnp.h"
+#include "server/coordinator.h"
 #include "server/in_process_cluster.h"
 #include "tests/test_util.h"
 #include "worker/ps_trainer.h"
@@ -18,11 +27,12 @@ namespace gridsync {
 namespace {
 
 namespace fs = std::filesystem;
+using namespace std::chrono_literals;
 
 std::string MakeKeys() {
   const fs::path dir = fs::temp_directory_path() / ("gridsync-keys-" + std::to_string(::getpid()));
   fs::remove_all(dir);
-  for (const char* role : {"shard", "worker", "observer"}) {
+  for (const char* role : {"coordinator", "shard", "worker", "observer"}) {
     auto pair = wire::GenerateCurveKeyPair();
     EXPECT_TRUE(pair.ok()) << pair.status().ToString();
     EXPECT_TRUE(wire::WriteCurveKeyPair(dir.string(), role, *pair).ok());
@@ -140,6 +150,161 @@ TEST(SecurityTest, MultiHostConfigsNeedKeysUnlessSecurityIsOff) {
   auto local = Config::Parse(R"({"distributed": {"enable": true}})", "local");
   ASSERT_TRUE(local.ok());
   EXPECT_FALSE(local->security.curve);  // one machine, auto: loopback only
+}
+
+// ---- The control plane's key-based challenge ----
+
+// One request/reply exchange on a raw TCP connection (length-prefixed flat
+// Cap'n Proto), so a test can say what a hostile client would.
+class RawCoordConnection {
+ public:
+  explicit RawCoordConnection(uint16_t port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(port);
+    ok_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+    timeval tv{3, 0};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  }
+  ~RawCoordConnection() { ::close(fd_); }
+  // Sends the request and returns the reply's error text ("" when ok) and,
+  // for a challenge, its bytes.
+  bool Exchange(capnp::MessageBuilder& request, std::string* error, std::string* challenge) {
+    auto words = capnp::messageToFlatArray(request);
+    auto bytes = words.asBytes();
+    const uint32_t n = static_cast<uint32_t>(bytes.size());
+    std::string frame(reinterpret_cast<const char*>(&n), 4);
+    frame.append(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
+    if (!ok_ ||
+        ::send(fd_, frame.data(), frame.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(frame.size()))
+      return false;
+    uint32_t len = 0;
+    if (!ReadAll(&len, 4) || len == 0 || len % 8 != 0 || len > (1u << 20)) return false;
+    std::vector<capnp::word> body(len / 8);
+    if (!ReadAll(body.data(), len)) return false;
+    capnp::FlatArrayMessageReader reader(kj::ArrayPtr<const capnp::word>(body.data(), body.size()));
+    auto reply = reader.getRoot<wire::schema::CoordReply>();
+    *error = reply.isError() ? std::string(reply.getError().getText().cStr()) : "";
+    if (reply.isChallenge()) {
+      auto c = reply.getChallenge();
+      challenge->assign(reinterpret_cast<const char*>(c.begin()), c.size());
+    }
+    return true;
+  }
+
+ private:
+  bool ReadAll(void* out, size_t n) {
+    size_t got = 0;
+    while (got < n) {
+      const ssize_t r = ::recv(fd_, static_cast<char*>(out) + got, n - got, 0);
+      if (r <= 0) return false;
+      got += static_cast<size_t>(r);
+    }
+    return true;
+  }
+  int fd_ = -1;
+  bool ok_ = false;
+};
+
+std::string AuthHello(RawCoordConnection& c) {
+  capnp::MallocMessageBuilder m;
+  auto r = m.initRoot<wire::schema::CoordRequest>();
+  r.setRequestId(1);
+  r.setAuthHello();
+  std::string error, challenge;
+  EXPECT_TRUE(c.Exchange(m, &error, &challenge));
+  EXPECT_EQ(error, "");
+  return challenge;
+}
+
+std::string SendAuth(RawCoordConnection& c, wire::schema::Role role, const std::string& nonce,
+                     const std::string& box) {
+  capnp::MallocMessageBuilder m;
+  auto r = m.initRoot<wire::schema::CoordRequest>();
+  r.setRequestId(2);
+  auto a = r.initAuth();
+  a.setRole(role);
+  a.setNonce(kj::arrayPtr(reinterpret_cast<const kj::byte*>(nonce.data()), nonce.size()));
+  a.setBox(kj::arrayPtr(reinterpret_cast<const kj::byte*>(box.data()), box.size()));
+  std::string error, ignored;
+  if (!c.Exchange(m, &error, &ignored)) return "no reply";
+  return error;
+}
+
+TEST(SecurityTest, CoordinatorAdmitsOnlyProvenRoles) {
+  const std::string dir = MakeKeys();
+  Config config;
+  config.security.curve = true;
+  config.security.keys_dir = dir;
+  CoordinatorOptions options;
+  options.expected_shards = 1;
+  options.expected_workers = 1;
+  auto server_auth = wire::ControlAuthFor(config, "coordinator");
+  ASSERT_TRUE(server_auth.ok()) << server_auth.status().ToString();
+  options.auth = *server_auth;
+  auto coordinator = Coordinator::Start(options);
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
+  const uint16_t port = (*coordinator)->port();
+  RegisterInfo shard_info;
+  shard_info.role = Role::kShard;
+  shard_info.requested_rank = 0;
+  shard_info.tables = {{"t", 16, 2}};
+
+  // No authentication: refused before anything is read or changed.
+  auto anonymous = CoordinatorClient::Connect("127.0.0.1", port, 2s);
+  ASSERT_TRUE(anonymous.ok());
+  auto refused = (*anonymous)->Register(shard_info, 2s);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("unauthenticated"), std::string::npos)
+      << refused.status().ToString();
+
+  // A worker's key cannot take a shard's place.
+  auto worker_auth = *wire::ControlAuthFor(config, "worker");
+  auto as_worker = CoordinatorClient::Connect("127.0.0.1", port, 2s, worker_auth, Role::kWorker);
+  ASSERT_TRUE(as_worker.ok()) << as_worker.status().ToString();
+  auto wrong_role = (*as_worker)->Register(shard_info, 2s);
+  ASSERT_FALSE(wrong_role.ok());
+  EXPECT_NE(wrong_role.status().message().find("register as worker only"), std::string::npos)
+      << wrong_role.status().ToString();
+  // Claiming the shard role with the worker's key fails the proof.
+  auto claims_shard = CoordinatorClient::Connect("127.0.0.1", port, 2s, worker_auth, Role::kShard);
+  ASSERT_FALSE(claims_shard.ok());
+  EXPECT_NE(claims_shard.status().message().find("does not open"), std::string::npos)
+      << claims_shard.status().ToString();
+
+  // A replayed proof: valid for one connection's challenge, refused on another.
+  std::string nonce, box;
+  {
+    RawCoordConnection first(port);
+    const std::string challenge = AuthHello(first);
+    ASSERT_EQ(challenge.size(), 32u);
+    ASSERT_TRUE(wire::BoxChallenge(worker_auth, challenge, &nonce, &box).ok());
+    EXPECT_EQ(SendAuth(first, wire::schema::Role::WORKER, nonce, box), "");
+  }
+  {
+    RawCoordConnection second(port);
+    (void)AuthHello(second);
+    const std::string replay = SendAuth(second, wire::schema::Role::WORKER, nonce, box);
+    EXPECT_NE(replay.find("replayed"), std::string::npos) << replay;
+  }
+
+  // The real shard, with its own key, registers; the worker too.
+  auto shard_auth = *wire::ControlAuthFor(config, "shard");
+  auto shard = CoordinatorClient::Connect("127.0.0.1", port, 2s, shard_auth, Role::kShard);
+  ASSERT_TRUE(shard.ok()) << shard.status().ToString();
+  auto registered = (*shard)->Register(shard_info, 2s);
+  ASSERT_TRUE(registered.ok()) << registered.status().ToString();
+  RegisterInfo worker_info = shard_info;
+  worker_info.role = Role::kWorker;
+  auto worker = (*as_worker)->Register(worker_info, 2s);
+  ASSERT_TRUE(worker.ok()) << worker.status().ToString();
+  auto map = (*shard)->GetMap(true, 2s);
+  ASSERT_TRUE(map.ok()) << map.status().ToString();
+  EXPECT_EQ(map->shards.size(), 1u);
+  EXPECT_EQ(map->workers.size(), 1u);
+  fs::remove_all(dir);
 }
 
 }  // namespace

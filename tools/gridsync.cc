@@ -43,11 +43,11 @@ int main(int argc, char** argv) {
       "keygen",
       "Write CURVE key pairs for the data plane: DIR/<role>.key (0600) and DIR/<role>.pub");
   std::string keys_dir;
-  std::vector<std::string> roles = {"shard", "worker", "observer"};
+  std::vector<std::string> roles = {"coordinator", "shard", "worker", "observer"};
   keygen->add_option("dir", keys_dir, "Folder for the keys (security.keys_dir)")->required();
   keygen->add_option("--roles", roles, "Roles to make keys for")
       ->delimiter(',')
-      ->check(CLI::IsMember({"shard", "worker", "observer"}));
+      ->check(CLI::IsMember({"coordinator", "shard", "worker", "observer"}));
   bool overwrite = false;
   keygen->add_flag("--force", overwrite, "Replace existing keys");
   GRIDSYNC_PARSE_COMMAND_LINE(app, argc, argv);

@@ -222,9 +222,11 @@ int WaitForOtherNodes(const Config& config, const std::string& node, std::vector
               node.c_str(), d.timeout_s, config.layout.nodes.size() - 1);
   std::fflush(stdout);
   auto done = std::async(std::launch::async, [&]() -> Status {
+    GRIDSYNC_ASSIGN_OR_RETURN(const wire::ControlAuth control_auth,
+                              wire::ControlAuthFor(config, "observer"));
     GRIDSYNC_ASSIGN_OR_RETURN(
-        auto client,
-        CoordinatorClient::Connect(d.master_addr, static_cast<uint16_t>(d.master_port), timeout));
+        auto client, CoordinatorClient::Connect(d.master_addr, static_cast<uint16_t>(d.master_port),
+                                                timeout, control_auth, Role::kObserver));
     return client->Barrier("launch/done", static_cast<uint32_t>(config.layout.nodes.size()),
                            "launcher of node " + node, timeout);
   });

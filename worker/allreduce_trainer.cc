@@ -223,9 +223,12 @@ Result<TrainReport> TrainImageAllReduceWorker(const Config& config, const ImageT
   const auto& d = config.distributed;
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(d.timeout_s * 1000));
   GRIDSYNC_ASSIGN_OR_RETURN(auto tables, ImageModelTables(config));
+  GRIDSYNC_ASSIGN_OR_RETURN(const wire::ControlAuth control_auth,
+                            wire::ControlAuthFor(config, "worker"));
   GRIDSYNC_ASSIGN_OR_RETURN(
       auto coordinator,
-      CoordinatorClient::Connect(d.master_addr, static_cast<uint16_t>(d.master_port), timeout));
+      CoordinatorClient::Connect(d.master_addr, static_cast<uint16_t>(d.master_port), timeout,
+                                 control_auth, Role::kWorker));
   const auto nodes = d.ResolvedNodes();
   RegisterInfo info;
   info.role = Role::kWorker;

@@ -101,9 +101,12 @@ Result<PsSession> JoinPsCluster(const Config& config, HashGridModel& model,
   const uint32_t levels = model.layout().n_levels();
   const uint32_t workers = static_cast<uint32_t>(d.world_size);
   PsSession session;
+  GRIDSYNC_ASSIGN_OR_RETURN(const wire::ControlAuth control_auth,
+                            wire::ControlAuthFor(config, "worker"));
   GRIDSYNC_ASSIGN_OR_RETURN(
       session.coordinator,
-      CoordinatorClient::Connect(d.master_addr, static_cast<uint16_t>(d.master_port), timeout));
+      CoordinatorClient::Connect(d.master_addr, static_cast<uint16_t>(d.master_port), timeout,
+                                 control_auth, Role::kWorker));
   RegisterInfo info;
   info.role = Role::kWorker;
   info.requested_rank = options.rank;

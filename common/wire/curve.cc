@@ -1,5 +1,6 @@
 #include "common/wire/curve.h"
 
+#include <sodium.h>
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
@@ -125,6 +126,92 @@ Result<CurveSettings> CurveSettingsFor(const Config& config, const std::string& 
     settings.server_public_z85 = *server;
   }
   return settings;
+}
+
+namespace {
+
+bool Z85ToRaw(const std::string& z85, uint8_t raw[32]) {
+  return z85.size() == 40 && zmq_z85_decode(raw, z85.c_str()) != nullptr;
+}
+
+}  // namespace
+
+Result<ControlAuth> ControlAuthFor(const Config& config, const std::string& role) {
+  ControlAuth auth;
+  if (!config.security.curve) return auth;
+  auth.on = true;
+  const std::string& dir = config.security.keys_dir;
+  auto context = [&](const Status& s) {
+    return Status(s.code(), "security.keys_dir: " + s.message());
+  };
+  auto own = LoadCurveKeyPair(dir, role);
+  if (!own.ok()) return context(own.status());
+  auth.own = *own;
+  if (role == "coordinator") {
+    for (const char* r : {"shard", "worker", "observer"}) {
+      if (!std::filesystem::exists(dir + "/" + r + ".pub")) continue;
+      auto key = LoadCurvePublicKey(dir, r);
+      if (!key.ok()) return context(key.status());
+      auth.role_public[r] = *key;
+    }
+  } else {
+    auto coordinator = LoadCurvePublicKey(dir, "coordinator");
+    if (!coordinator.ok()) return context(coordinator.status());
+    auth.coordinator_public = *coordinator;
+  }
+  return auth;
+}
+
+std::string RandomBytes(size_t n) {
+  static const int initialised = sodium_init();  // thread-safe once; >= 0 is fine
+  (void)initialised;
+  std::string out(n, '\0');
+  randombytes_buf(out.data(), n);
+  return out;
+}
+
+Status BoxChallenge(const ControlAuth& auth, const std::string& challenge, std::string* nonce,
+                    std::string* box) {
+  uint8_t pk[32], sk[32];
+  if (!Z85ToRaw(auth.coordinator_public, pk) || !Z85ToRaw(auth.own.secret_z85, sk)) {
+    return Status::InvalidArgument("control-plane keys are not Z85 keys");
+  }
+  *nonce = RandomBytes(crypto_box_NONCEBYTES);
+  box->assign(challenge.size() + crypto_box_MACBYTES, '\0');
+  if (crypto_box_easy(reinterpret_cast<uint8_t*>(box->data()),
+                      reinterpret_cast<const uint8_t*>(challenge.data()), challenge.size(),
+                      reinterpret_cast<const uint8_t*>(nonce->data()), pk, sk) != 0) {
+    return Status::Internal("crypto_box_easy failed");
+  }
+  return Status::OK();
+}
+
+Status OpenChallenge(const ControlAuth& auth, const std::string& role, const std::string& challenge,
+                     const std::string& nonce, const std::string& box) {
+  const auto key = auth.role_public.find(role);
+  if (key == auth.role_public.end()) {
+    return Status::InvalidArgument("no public key for role " + role + " in security.keys_dir");
+  }
+  uint8_t pk[32], sk[32];
+  if (!Z85ToRaw(key->second, pk) || !Z85ToRaw(auth.own.secret_z85, sk)) {
+    return Status::Internal("control-plane keys are not Z85 keys");
+  }
+  if (nonce.size() != crypto_box_NONCEBYTES ||
+      box.size() != challenge.size() + crypto_box_MACBYTES) {
+    return Status::InvalidArgument(
+        fmt::format("auth: nonce of {} bytes and box of {} bytes; allowed: {} and {}", nonce.size(),
+                    box.size(), crypto_box_NONCEBYTES, challenge.size() + crypto_box_MACBYTES));
+  }
+  std::string opened(challenge.size(), '\0');
+  if (crypto_box_open_easy(reinterpret_cast<uint8_t*>(opened.data()),
+                           reinterpret_cast<const uint8_t*>(box.data()), box.size(),
+                           reinterpret_cast<const uint8_t*>(nonce.data()), pk, sk) != 0 ||
+      sodium_memcmp(opened.data(), challenge.data(), challenge.size()) != 0) {
+    return Status::InvalidArgument("auth: the proof does not open with role " + role +
+                                   "'s public key for this connection's challenge (wrong key, "
+                                   "or a replayed proof)");
+  }
+  return Status::OK();
 }
 
 Status ApplyCurveServer(zmq::socket_t& socket, const CurveSettings& settings) {

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <set>
 #include <string>
 #include <thread>
@@ -49,6 +50,26 @@ struct CurveSettings {
 // shard.key and admits worker.pub and observer.pub (each when present, at
 // least one); the others load <role>.key and trust shard.pub.
 Result<CurveSettings> CurveSettingsFor(const Config& config, const std::string& role);
+
+// The control plane's key-based challenge (security.curve), with the same
+// role keys plus coordinator.key: a client proves its role by boxing the
+// coordinator's random challenge with the role's secret key
+// (crypto_box: X25519 + XSalsa20-Poly1305, the primitives of CurveZMQ).
+struct ControlAuth {
+  bool on = false;
+  CurveKeyPair own;                                // the client's role key, or the coordinator's
+  std::string coordinator_public;                  // client side: coordinator.pub
+  std::map<std::string, std::string> role_public;  // coordinator side: role -> .pub
+};
+// role: "shard", "worker", "observer" (a client) or "coordinator".
+Result<ControlAuth> ControlAuthFor(const Config& config, const std::string& role);
+// The client's proof for `challenge`: (nonce, box), or an error.
+Status BoxChallenge(const ControlAuth& auth, const std::string& challenge, std::string* nonce,
+                    std::string* box);
+// The coordinator's check of a proof claimed for `role`.
+Status OpenChallenge(const ControlAuth& auth, const std::string& role, const std::string& challenge,
+                     const std::string& nonce, const std::string& box);
+std::string RandomBytes(size_t n);
 
 // Applies the settings to a socket before bind/connect.
 Status ApplyCurveServer(zmq::socket_t& socket, const CurveSettings& settings);

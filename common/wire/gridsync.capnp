@@ -182,6 +182,16 @@ struct CoordRequest {
       timeoutMs @11 :UInt32;   # 0: do not wait for missing keys
     }
     heartbeat @12 :Void;
+    # security.curve: the first two requests of a connection. authHello asks
+    # for a fresh random challenge; auth proves the role's key pair by
+    # boxing it (libsodium crypto_box: the role's secret key and the
+    # coordinator's public key). A box is good for its connection only.
+    authHello @13 :Void;
+    auth :group {
+      role @14 :Role;
+      nonce @15 :Data;   # crypto_box nonce, 24 bytes
+      box @16 :Data;     # crypto_box of the 32-byte challenge
+    }
   }
 }
 
@@ -196,5 +206,6 @@ struct CoordReply {
     }
     map @5 :ClusterMap;
     values @6 :List(Data);     # kvGet, in key order
+    challenge @7 :Data;        # authHello: 32 random bytes
   }
 }
