@@ -12,6 +12,7 @@ cd "$(dirname "$0")/.."
 SECONDS_PER=${1:-60}
 scripts/install-deps.sh
 BUILD=${GRIDSYNC_FUZZ_BUILD_DIR:-build-fuzz}
+export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
 if [ ! -f "$BUILD/CMakeCache.txt" ]; then
   cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang-14 \
     -DCMAKE_CXX_COMPILER=clang++-14 -DGRIDSYNC_FUZZ=ON -DGRIDSYNC_SANITIZE=ON \

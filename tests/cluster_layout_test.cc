@@ -33,13 +33,16 @@ bool Contains(const std::string& s, const std::string& part) {
 
 std::string TwoHosts(const std::string& sync, const std::string& extra_nodes_a = "",
                      const std::string& extra_nodes_b = "", const std::string& more = "") {
+  // Several machines: CURVE is on by default, so the keys folder is named.
   return R"({"distributed": {"enable": true, "world_size": 3, "master_addr": "10.0.0.1",
       "gradient_sync": ")" +
          sync + R"(", "nodes": [
       {"name": "a", "host": "10.0.0.1", "workers": 1)" +
          extra_nodes_a + R"(},
       {"name": "b", "host": "10.0.0.2", "workers": 2)" +
-         extra_nodes_b + R"(}]})" + more + "}";
+         extra_nodes_b + R"(}]},
+      "security": {"keys_dir": "/etc/gridsync/keys"})" +
+         more + "}";
 }
 
 TEST(HostAddressTest, LoopbackAndUnspecified) {
