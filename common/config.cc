@@ -1028,6 +1028,14 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
     r.ReportUnknownKeys();
   }
   {
+    CheckpointConfig& k = config.checkpoint;
+    SectionReader r(&problems, "checkpoint", top.Object("checkpoint"));
+    r.Int("every_steps", &k.every_steps, 0, 10'000'000);
+    r.String("dir", &k.dir, {.allowed = "a folder for the shards' checkpoints"});
+    r.ReportUnknownKeys();
+    if (!r.Has("dir")) k.dir = config.task.output + "/checkpoints";
+  }
+  {
     SecurityConfig& sec = config.security;
     SectionReader r(&problems, "security", top.Object("security"));
     r.EnumValue("mode", &sec.mode, std::span<const SecurityMode>(kSecurityModes));
@@ -1158,6 +1166,10 @@ nlohmann::json Config::ToJson() const {
   c["min_bytes"] = compression.min_bytes;
   c["pull"] = compression.pull;
 
+  auto& ck = j["checkpoint"];
+  ck["every_steps"] = checkpoint.every_steps;
+  ck["dir"] = checkpoint.dir;
+
   auto& sec = j["security"];
   sec["mode"] = ToString(security.mode);
   if (!security.keys_dir.empty()) sec["keys_dir"] = security.keys_dir;
@@ -1206,6 +1218,19 @@ Status Config::CheckRunnable(bool standalone) const {
           source + ": training.batch_size: " + std::to_string(training.batch_size) +
           " is smaller than distributed.world_size x training.gradient_accumulation; allowed: at "
           "least one sample per micro-batch of every worker");
+    }
+  }
+  if (checkpoint.every_steps > 0) {
+    const bool plain_ps = distributed.enable && !standalone &&
+                          distributed.gradient_sync == GradientSync::kPs &&
+                          ps.consistency != Consistency::kAsync && compression.codec == "none" &&
+                          !OptimizerOnWorkers();
+    if (!plain_ps) {
+      lines.push_back(
+          "checkpoint.every_steps=" + std::to_string(checkpoint.every_steps) +
+          ": not supported yet in this setting; allowed now: gradient_sync ps with consistency "
+          "bsp or ssp, compression codec none and Adam on the shards (the shards hold the whole "
+          "training state there), or 0");
     }
   }
   if (task.type != TaskType::kImage) {

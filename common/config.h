@@ -181,6 +181,14 @@ struct SecurityConfig {
   bool curve = false;    // resolved: CURVE on
 };
 
+// Checkpoints of the PS shards (server/shard_checkpoint.h), for
+// `gridsync launch --resume`.
+struct CheckpointConfig {
+  int every_steps = 0;  // 0: none; else every this many applied steps
+  // Default: <task.output>/checkpoints (Parse fills it in when absent).
+  std::string dir = "out/checkpoints";
+};
+
 struct Config {
   EncodingConfig encoding;
   NetworkConfig network;
@@ -190,6 +198,7 @@ struct Config {
   PsConfig ps;
   CompressionConfig compression;
   SecurityConfig security;
+  CheckpointConfig checkpoint;
 
   // Where the config came from, for messages ("configs/local.json").
   std::string source = "<defaults>";

@@ -22,6 +22,19 @@ std::string ToString(capnp::Text::Reader text) { return std::string(text.begin()
 constexpr const char* kAllowedRequests =
     "allowed: register, getMap, barrier, kvSet, kvGet, heartbeat, authHello, auth";
 
+Result<Role> RoleFromWire(schema::Role role, const char* what) {
+  switch (role) {
+    case schema::Role::SHARD:
+      return Role::kShard;
+    case schema::Role::WORKER:
+      return Role::kWorker;
+    case schema::Role::OBSERVER:
+      return Role::kObserver;
+  }
+  return Status::InvalidArgument(fmt::format(
+      "{}: unknown role {}; allowed: shard, worker, observer", what, static_cast<unsigned>(role)));
+}
+
 }  // namespace
 
 Result<Request> DecodeRequest(kj::ArrayPtr<const capnp::word> words, uint64_t* request_id) {
@@ -53,21 +66,7 @@ Result<Request> DecodeRequest(kj::ArrayPtr<const capnp::word> words, uint64_t* r
         }
         auto reg = root.getRegister();
         RegisterInfo info;
-        switch (reg.getRole()) {
-          case schema::Role::SHARD:
-            info.role = Role::kShard;
-            break;
-          case schema::Role::WORKER:
-            info.role = Role::kWorker;
-            break;
-          case schema::Role::OBSERVER:
-            info.role = Role::kObserver;
-            break;
-          default:
-            return Status::InvalidArgument(
-                fmt::format("register: unknown role {}; allowed: shard, worker, observer",
-                            static_cast<unsigned>(reg.getRole())));
-        }
+        GRIDSYNC_ASSIGN_OR_RETURN(info.role, RoleFromWire(reg.getRole(), "register"));
         info.requested_rank = reg.getRequestedRank();
         info.node = ToString(reg.getNode());
         info.local_rank = reg.getLocalRank();
@@ -116,21 +115,7 @@ Result<Request> DecodeRequest(kj::ArrayPtr<const capnp::word> words, uint64_t* r
       case schema::CoordRequest::AUTH: {
         auto auth = root.getAuth();
         AuthRequest a;
-        switch (auth.getRole()) {
-          case schema::Role::SHARD:
-            a.role = Role::kShard;
-            break;
-          case schema::Role::WORKER:
-            a.role = Role::kWorker;
-            break;
-          case schema::Role::OBSERVER:
-            a.role = Role::kObserver;
-            break;
-          default:
-            return Status::InvalidArgument(
-                fmt::format("auth: unknown role {}; allowed: shard, worker, observer",
-                            static_cast<unsigned>(auth.getRole())));
-        }
+        GRIDSYNC_ASSIGN_OR_RETURN(a.role, RoleFromWire(auth.getRole(), "auth"));
         auto nonce = auth.getNonce();
         auto box = auth.getBox();
         a.nonce.assign(reinterpret_cast<const char*>(nonce.begin()), nonce.size());

@@ -43,6 +43,10 @@ int main(int argc, char** argv) {
                  "interface GRIDSYNC_SOCKET_IFNAME, then the shard's node host in the config");
   app.add_option("--bind", bind,
                  "Address to bind instead, e.g. 0.0.0.0 (the advertised one stays)");
+  uint64_t resume_step = 0;
+  app.add_option(
+      "--resume-step", resume_step,
+      "Start from the checkpoint of this step (checkpoint.dir; gridsync launch --resume)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
   GRIDSYNC_PARSE_COMMAND_LINE(app, argc, argv);
   if (app.count("--shard") == 0) {
@@ -94,6 +98,7 @@ int main(int argc, char** argv) {
     return gridsync::kConfigErrorExitCode;
   }
   gridsync::ShardOptions options = *shard_options;
+  options.resume_step = resume_step;
   gridsync::ShardPlacement placement = config->layout.shards[static_cast<size_t>(shard)];
   auto host = gridsync::ResolveProcessHost(host_flag, placement.host, config->layout.multi_host);
   if (!host.ok()) {

@@ -11,6 +11,7 @@
 
 #include "common/thread_pool.h"
 #include "kernels/model_tables.h"
+#include "server/shard_checkpoint.h"
 #include "server/shard_store.h"
 
 namespace gridsync {
@@ -45,6 +46,16 @@ class PsShardImpl : public PsShard {
   ~PsShardImpl() override { Stop(); }
 
   Status Bind() {
+    if (options_.resume_step > 0) {
+      GRIDSYNC_RETURN_IF_ERROR(LoadShardCheckpoint(options_.checkpoint_dir, options_.shard,
+                                                   options_.resume_step, &store_)
+                                   .WithContext("shard " + std::to_string(options_.shard) +
+                                                ": resuming from step " +
+                                                std::to_string(options_.resume_step)));
+      applied_ = options_.resume_step;
+      spdlog::info("shard {}: resumed from the checkpoint of step {} in {}", options_.shard,
+                   options_.resume_step, options_.checkpoint_dir);
+    }
     if (options_.curve.on) {
       // The ZAP handler must exist before the first peer connects.
       zap_ = std::make_unique<wire::ZapHandler>(context_, options_.curve.allowed_z85,
@@ -293,6 +304,7 @@ class PsShardImpl : public PsShard {
       ApplyStep(ordered);
       pending_.erase(pending_.begin());
       ++applied_;
+      MaybeCheckpoint();
     }
     ServeWaitingPulls();
   }
@@ -337,6 +349,24 @@ class PsShardImpl : public PsShard {
       store_.ApplyTouchedChunk(pieces[i].table, pieces[i].chunk, kChunkRows);
     });
     for (uint32_t t = 0; t < partition_.n_tables(); ++t) store_.FinishTable(t);
+  }
+
+  // After a step: the partition is written every checkpoint_every steps. A
+  // failed write is logged and the run goes on (the previous checkpoint
+  // stays complete); training state is never lost by a full disk.
+  void MaybeCheckpoint() {
+    if (options_.checkpoint_every == 0 || applied_ % options_.checkpoint_every != 0) return;
+    const auto start = Clock::now();
+    const Status written =
+        WriteShardCheckpoint(options_.checkpoint_dir, options_.shard, applied_, store_);
+    if (!written.ok()) {
+      spdlog::error("shard {}: checkpoint at step {} not written: {}", options_.shard,
+                    applied_.load(), written.ToString());
+      return;
+    }
+    spdlog::info("shard {}: checkpoint at step {} written in {:.0f} ms", options_.shard,
+                 applied_.load(),
+                 std::chrono::duration<double, std::milli>(Clock::now() - start).count());
   }
 
   void HandlePull(std::unique_ptr<Request> request) {
@@ -512,6 +542,8 @@ Result<ShardOptions> ShardOptionsFromConfig(const Config& config, uint32_t shard
   options.timeout =
       std::chrono::milliseconds(static_cast<int64_t>(config.distributed.timeout_s * 1000));
   GRIDSYNC_ASSIGN_OR_RETURN(options.curve, wire::CurveSettingsFor(config, "shard"));
+  options.checkpoint_every = static_cast<uint64_t>(config.checkpoint.every_steps);
+  options.checkpoint_dir = config.checkpoint.dir;
   if (config.compression.pull) {
     GRIDSYNC_ASSIGN_OR_RETURN(options.pull_codec, CodecFromConfig(config.compression));
     options.pull_min_bytes = static_cast<size_t>(config.compression.min_bytes);

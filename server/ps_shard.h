@@ -60,6 +60,11 @@ struct ShardOptions {
   size_t pull_min_bytes = 4096;
   // security: CURVE server with a ZAP handler admitting the listed keys.
   wire::CurveSettings curve;
+  // checkpoint.every_steps / dir: write the partition every this many
+  // applied steps (0: never); resume_step > 0: start from that checkpoint.
+  uint64_t checkpoint_every = 0;
+  std::string checkpoint_dir;
+  uint64_t resume_step = 0;
 };
 
 // The options of shard `shard` of the cluster `config` describes (endpoint

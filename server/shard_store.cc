@@ -168,6 +168,62 @@ void ShardStore::Assign(const wire::Block& block) {
   }
 }
 
+namespace {
+
+template <typename T>
+void AppendArray(std::string* out, const std::vector<T>& v) {
+  out->append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+
+template <typename T>
+bool TakeArray(std::string_view* in, std::vector<T>* v) {
+  const size_t bytes = v->size() * sizeof(T);
+  if (in->size() < bytes) return false;
+  std::memcpy(v->data(), in->data(), bytes);
+  in->remove_prefix(bytes);
+  return true;
+}
+
+}  // namespace
+
+void ShardStore::AppendState(std::string* out) const {
+  for (const Table& table : tables_) {
+    AppendArray(out, table.params);
+    if (!apply_updates_) {
+      AppendArray(out, table.adam.m);
+      AppendArray(out, table.adam.v);
+      AppendArray(out, table.adam.step);
+    }
+  }
+}
+
+Status ShardStore::RestoreState(std::string_view data) {
+  const size_t size = data.size();
+  uint32_t max_step = 0;
+  for (Table& table : tables_) {
+    bool ok = TakeArray(&data, &table.params);
+    if (!apply_updates_) {
+      ok = ok && TakeArray(&data, &table.adam.m) && TakeArray(&data, &table.adam.v) &&
+           TakeArray(&data, &table.adam.step);
+      for (uint32_t s : table.adam.step) max_step = std::max(max_step, s);
+    }
+    if (!ok)
+      return Status::Corruption(std::to_string(size) + " bytes: too short for this partition");
+  }
+  if (!data.empty()) {
+    return Status::Corruption(std::to_string(data.size()) + " bytes beyond this partition's state");
+  }
+  // The step-size memo must cover every restored row's next step.
+  steps_prepared_ = max_step;
+  if (!apply_updates_) {
+    for (Table& table : tables_) table.adam.ReserveSteps(hyper_, steps_prepared_ + 1);
+  }
+  for (Table& table : tables_) {
+    for (auto& replica : table.replicas) replica = table.params;
+  }
+  return Status::OK();
+}
+
 void ShardStore::EnableReplicas(uint32_t workers) {
   replica_workers_ = workers;
   for (Table& table : tables_) table.replicas.assign(workers, table.params);

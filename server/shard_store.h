@@ -15,6 +15,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/sharding.h"
@@ -62,6 +64,14 @@ class ShardStore {
   // Values of requested rows [begin, end), packed rows x block.width, into
   // out (which points at row `begin`'s slot).
   void Gather(const wire::Block& request, size_t begin, size_t end, float* out) const;
+
+  // Checkpoints (server/shard_checkpoint.h): the partition's state, every
+  // table's parameters and (Adam on the shard) m, v and per-row step counts,
+  // as raw little-endian arrays; RestoreState refuses data of another size.
+  uint64_t table_rows(uint32_t t) const { return tables_[t].params.size() / tables_[t].width; }
+  uint32_t table_width(uint32_t t) const { return tables_[t].width; }
+  void AppendState(std::string* out) const;
+  Status RestoreState(std::string_view data);
 
   // Delta pulls (compression.pull): the shard keeps, per worker, a copy of
   // what that worker's replica holds of this shard's rows, starting from the

@@ -549,7 +549,7 @@ TEST(ConfigToJsonTest, HasEveryKeyWithEnumsAsStrings) {
   Result<Config> c = Config::LoadFile("configs/distributed_large.json");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   const nlohmann::json j = c->ToJson();
-  EXPECT_EQ(j.size(), 8u);
+  EXPECT_EQ(j.size(), 9u);
   EXPECT_EQ(j["compression"]["codec"], "none");
   EXPECT_EQ(j["encoding"].size(), 6u);
   EXPECT_EQ(j["network"].size(), 2u);

@@ -38,6 +38,8 @@ int main(int argc, char** argv) {
   launch->add_flag("--coordinator", launch_options.coordinator,
                    "With --node: also run the coordinator here (by default it runs on the node "
                    "whose host is master_addr)");
+  launch->add_flag("--resume", launch_options.resume,
+                   "Start from the newest complete checkpoint (checkpoint.dir)");
   launch->add_option("--grace", launch_options.grace_seconds, "Seconds between SIGTERM and SIGKILL when stopping");
   auto* keygen = app.add_subcommand(
       "keygen",

@@ -18,6 +18,7 @@
 
 #include "common/config.h"
 #include "common/coordinator_client.h"
+#include "server/shard_checkpoint.h"
 
 namespace gridsync {
 namespace {
@@ -303,6 +304,21 @@ int RunLaunch(const LaunchOptions& options) {
     return kConfigErrorExitCode;
   }
   auto here = [&](int n) { return node < 0 || n == node; };
+  uint64_t resume_step = 0;
+  if (options.resume) {
+    resume_step = LatestCompleteCheckpoint(config->checkpoint.dir,
+                                           static_cast<uint32_t>(layout.shards.size()));
+    if (resume_step == 0) {
+      std::fprintf(stderr,
+                   "gridsync launch --resume: no complete checkpoint in %s (a step-<s> folder with "
+                   "a manifest from each of the %zu shards); allowed: a run with "
+                   "checkpoint.every_steps > 0 that reached its first checkpoint\n",
+                   config->checkpoint.dir.c_str(), layout.shards.size());
+      return kConfigErrorExitCode;
+    }
+    std::printf("gridsync launch: resuming from the checkpoint of step %llu in %s\n",
+                static_cast<unsigned long long>(resume_step), config->checkpoint.dir.c_str());
+  }
   const auto& d = config->distributed;
   Env base = {{"GRIDSYNC_WORLD_SIZE", std::to_string(d.world_size)},
               {"GRIDSYNC_MASTER_ADDR", d.master_addr},
@@ -332,7 +348,9 @@ int RunLaunch(const LaunchOptions& options) {
     if (!here(n)) continue;
     Env env = node_env(n);
     env.push_back({"GRIDSYNC_SHARD", std::to_string(s)});
-    start("ps-" + std::to_string(s), {ps, "--shard", std::to_string(s)}, env, false);
+    std::vector<std::string> argv = {ps, "--shard", std::to_string(s)};
+    if (resume_step > 0) argv.insert(argv.end(), {"--resume-step", std::to_string(resume_step)});
+    start("ps-" + std::to_string(s), argv, env, false);
   }
   for (int n = 0; n < static_cast<int>(layout.nodes.size()); ++n) {
     if (!here(n)) continue;
@@ -340,6 +358,7 @@ int RunLaunch(const LaunchOptions& options) {
     for (int local = 0; local < layout.nodes[static_cast<size_t>(n)].workers; ++local) {
       const int w = first + local;
       std::vector<std::string> argv = {worker, "--rank", std::to_string(w)};
+      if (resume_step > 0) argv.insert(argv.end(), {"--start-step", std::to_string(resume_step)});
       argv.insert(argv.end(), options.worker_args.begin(), options.worker_args.end());
       if (w == 0) argv.insert(argv.end(), options.rank0_args.begin(), options.rank0_args.end());
       Env env = node_env(n);

@@ -39,6 +39,9 @@ struct LaunchOptions {
   double grace_seconds = 5.0;
   std::string node;          // --node: this machine's node; empty: every process here
   bool coordinator = false;  // --coordinator: also run the coordinator here
+  // --resume: start from the newest checkpoint every shard completed
+  // (checkpoint.dir); shards load it, workers continue at its step.
+  bool resume = false;
 };
 
 // Returns the process exit code.

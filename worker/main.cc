@@ -39,6 +39,9 @@ int main(int argc, char** argv) {
   app.add_option("--host", host_flag,
                  "Address to bind and advertise; default: GRIDSYNC_HOST, then the address of "
                  "interface GRIDSYNC_SOCKET_IFNAME, then the node's host in the config");
+  app.add_option(
+      "--start-step", ps_options.start_step,
+      "Resume at this step: the shards loaded its checkpoint (gridsync launch --resume)");
   app.add_option("--dump-params", ps_options.dump_params,
                  "Rank 0: write the final parameters (raw float32) to this file");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")

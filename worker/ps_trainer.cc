@@ -145,7 +145,7 @@ Result<PsSession> JoinPsCluster(const Config& config, HashGridModel& model,
                  session.me, session.map.shards.size(), session.map.workers.size(),
                  session.map.generation, tables.size());
   }
-  if (session.rank == 0) {
+  if (session.rank == 0 && options.start_step == 0) {
     // Every worker initialises the same model from the seed; rank 0 gives
     // the shards those values, so all start from the single-process state.
     std::vector<TableRowsRef> init;
@@ -240,8 +240,13 @@ Result<TrainReport> TrainImagePs(const Config& config, const ImageTask& image,
   auto interval_start = Clock::now();
   std::vector<SparseRows> touched(levels);
   const auto loop_start = Clock::now();
-  GRIDSYNC_RETURN_IF_ERROR(prepare(0));
-  for (uint64_t step = 0; step < static_cast<uint64_t>(t.steps); ++step) {
+  const uint64_t first_step = options.start_step;
+  if (first_step >= static_cast<uint64_t>(t.steps)) {
+    return Status::InvalidArgument("resuming at step " + std::to_string(first_step) +
+                                   ", but training.steps is " + std::to_string(t.steps));
+  }
+  GRIDSYNC_RETURN_IF_ERROR(prepare(first_step));
+  for (uint64_t step = first_step; step < static_cast<uint64_t>(t.steps); ++step) {
     GRIDSYNC_ASSIGN_OR_RETURN(const uint64_t version, ps->ReceivePull());
     ps->AddPendingUpdates(prepared_steps[step % 2].pulls);
     report.max_staleness =
@@ -303,7 +308,7 @@ Result<TrainReport> TrainImagePs(const Config& config, const ImageTask& image,
       report.flushed_residuals,
       ps->FlushResiduals(static_cast<uint64_t>(t.steps), min_version(t.steps)));
   timed = std::chrono::duration<double>(Clock::now() - loop_start).count();
-  report.steps = static_cast<uint64_t>(t.steps);
+  report.steps = static_cast<uint64_t>(t.steps) - first_step;  // run by this process
   report.samples = report.steps * slice;
   report.train_seconds = timed;
   report.samples_per_second = static_cast<double>(report.steps * batch) / timed;  // global rate

@@ -35,6 +35,10 @@ struct PsWorkerOptions {
   // Rank 0: after the last step, pull every parameter and write them (raw
   // float32, tables in order) to this file; empty: do not.
   std::string dump_params;
+  // Resuming (gridsync launch --resume): the shards loaded the checkpoint of
+  // this step; training continues from it and the shards are not
+  // initialised again.
+  uint64_t start_step = 0;
   // Test seam: sleep this long in every step, to make a slow worker.
   int throttle_ms = 0;
 };

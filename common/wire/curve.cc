@@ -97,24 +97,36 @@ Result<std::string> LoadCurvePublicKey(const std::string& dir, const std::string
   return lines[0];
 }
 
+namespace {
+
+Status InKeysDir(const Status& s) { return Status(s.code(), "security.keys_dir: " + s.message()); }
+
+// The public keys of `roles` that dir holds (absent files are skipped).
+Result<std::map<std::string, std::string>> PresentPublicKeys(
+    const std::string& dir, std::initializer_list<const char*> roles) {
+  std::map<std::string, std::string> keys;
+  for (const char* role : roles) {
+    if (!std::filesystem::exists(dir + "/" + role + ".pub")) continue;
+    auto key = LoadCurvePublicKey(dir, role);
+    if (!key.ok()) return InKeysDir(key.status());
+    keys[role] = *key;
+  }
+  return keys;
+}
+
+}  // namespace
+
 Result<CurveSettings> CurveSettingsFor(const Config& config, const std::string& role) {
   CurveSettings settings;
   if (!config.security.curve) return settings;
   settings.on = true;
   const std::string& dir = config.security.keys_dir;
-  auto context = [&](const Status& s) {
-    return Status(s.code(), "security.keys_dir: " + s.message());
-  };
   auto own = LoadCurveKeyPair(dir, role);
-  if (!own.ok()) return context(own.status());
+  if (!own.ok()) return InKeysDir(own.status());
   settings.own = *own;
   if (role == "shard") {
-    for (const char* client : {"worker", "observer"}) {
-      if (!std::filesystem::exists(dir + "/" + client + ".pub")) continue;
-      auto key = LoadCurvePublicKey(dir, client);
-      if (!key.ok()) return context(key.status());
-      settings.allowed_z85.insert(*key);
-    }
+    GRIDSYNC_ASSIGN_OR_RETURN(auto clients, PresentPublicKeys(dir, {"worker", "observer"}));
+    for (const auto& [name, key] : clients) settings.allowed_z85.insert(key);
     if (settings.allowed_z85.empty()) {
       return Status::NotFound("security.keys_dir: " + dir +
                               " holds neither worker.pub nor observer.pub, so no client could "
@@ -122,7 +134,7 @@ Result<CurveSettings> CurveSettingsFor(const Config& config, const std::string& 
     }
   } else {
     auto server = LoadCurvePublicKey(dir, "shard");
-    if (!server.ok()) return context(server.status());
+    if (!server.ok()) return InKeysDir(server.status());
     settings.server_public_z85 = *server;
   }
   return settings;
@@ -141,22 +153,15 @@ Result<ControlAuth> ControlAuthFor(const Config& config, const std::string& role
   if (!config.security.curve) return auth;
   auth.on = true;
   const std::string& dir = config.security.keys_dir;
-  auto context = [&](const Status& s) {
-    return Status(s.code(), "security.keys_dir: " + s.message());
-  };
   auto own = LoadCurveKeyPair(dir, role);
-  if (!own.ok()) return context(own.status());
+  if (!own.ok()) return InKeysDir(own.status());
   auth.own = *own;
   if (role == "coordinator") {
-    for (const char* r : {"shard", "worker", "observer"}) {
-      if (!std::filesystem::exists(dir + "/" + r + ".pub")) continue;
-      auto key = LoadCurvePublicKey(dir, r);
-      if (!key.ok()) return context(key.status());
-      auth.role_public[r] = *key;
-    }
+    GRIDSYNC_ASSIGN_OR_RETURN(auth.role_public,
+                              PresentPublicKeys(dir, {"shard", "worker", "observer"}));
   } else {
     auto coordinator = LoadCurvePublicKey(dir, "coordinator");
-    if (!coordinator.ok()) return context(coordinator.status());
+    if (!coordinator.ok()) return InKeysDir(coordinator.status());
     auth.coordinator_public = *coordinator;
   }
   return auth;

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Real faults on a real multi-process cluster (gridsync launch, bsp, 2 workers,
+# 2 shards, checkpoints every 50 steps):
+#  1. SIGKILL shard 1 once it wrote the checkpoint of step 150 (of 300); the
+#     launcher fails naming it; `gridsync launch --resume` continues from the
+#     newest complete checkpoint, and the job ends with exactly the parameters
+#     of an uninterrupted run.
+#  2. A crash in the middle of writing a checkpoint (a .tmp file, no manifest)
+#     leaves the previous checkpoint in use.
+#  3. A corrupted checkpoint is refused, naming the file and the checksum.
+#  4. SIGKILL of the coordinator: the run fails within timeout_s and the
+#     checkpoints stay intact (a resume again ends bit for bit).
+set -euo pipefail
+BUILD=${1:?usage: fault_test.sh BUILD_DIR}
+GS="$BUILD/tools/gridsync"
+WORK=$(mktemp -d)
+PORT=$((23000 + ($$ % 1000) * 4))
+cleanup() { pkill -KILL -f "$WORK/cluster.json" 2>/dev/null || true; rm -rf "$WORK"; }
+trap cleanup EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+cat > "$WORK/cluster.json" <<JSON
+{
+  "encoding": {"n_levels": 12, "log2_hashmap_size": 16},
+  "network": {"n_neurons": 32, "n_hidden_layers": 1},
+  "distributed": {"enable": true, "world_size": 2, "master_port": $PORT, "gradient_sync": "ps",
+                  "timeout_s": 20},
+  "ps": {"shards": 2, "threads": 1},
+  "training": {"batch_size": 4096, "steps": 300, "log_every": 0},
+  "task": {"output": "$WORK/out"},
+  "checkpoint": {"every_steps": 50, "dir": "$WORK/ckpt"}
+}
+JSON
+
+# The uninterrupted run (its own checkpoint folder).
+"$GS" launch "$WORK/cluster.json" --set checkpoint.dir="$WORK/ckpt-clean" \
+  --rank0-arg=--dump-params --rank0-arg="$WORK/clean.bin" > "$WORK/clean.log" 2>&1 ||
+  { fail "the uninterrupted run failed"; tail -20 "$WORK/clean.log"; exit 1; }
+
+# 1. Kill shard 1 after its checkpoint of step 150.
+"$GS" launch "$WORK/cluster.json" > "$WORK/faulty.log" 2>&1 &
+launcher=$!
+for _ in $(seq 1 1200); do
+  grep -q "\[ps-1\].*checkpoint at step 150 written" "$WORK/faulty.log" && break
+  sleep 0.1
+done
+if ! pkill -KILL -f "gridsync-ps --shard 1 --config $WORK/cluster.json"; then
+  fail "shard 1 was not running when its checkpoint of step 150 was written"
+fi
+rc=0; wait $launcher || rc=$?
+if [ $rc -eq 0 ]; then
+  fail "the run with a killed shard exited 0 (it finished before the kill?)"
+elif ! grep -q "ps-1 (pid [0-9]*) failed: killed by signal" "$WORK/faulty.log"; then
+  fail "the launcher did not name the killed shard"; tail -5 "$WORK/faulty.log"
+else
+  echo "ok: SIGKILL of shard 1 after step 150: the launcher failed naming it (exit $rc)"
+fi
+ls "$WORK/ckpt" > "$WORK/steps.txt"
+
+# 2. A checkpoint whose writing crashed: data half written, no manifests.
+mkdir -p "$WORK/ckpt/step-999"
+head -c 1000 /dev/urandom > "$WORK/ckpt/step-999/shard-0.bin.tmp"
+
+if "$GS" launch "$WORK/cluster.json" --resume --rank0-arg=--dump-params \
+    --rank0-arg="$WORK/resumed.bin" > "$WORK/resumed.log" 2>&1; then
+  step=$(grep -o "resuming from the checkpoint of step [0-9]*" "$WORK/resumed.log" | grep -o "[0-9]*$")
+  if [ -z "$step" ] || [ "$step" -lt 150 ] || [ "$step" -eq 999 ]; then
+    fail "resumed from step '${step}'; expected 150 or later, never the incomplete 999"
+  elif cmp -s "$WORK/clean.bin" "$WORK/resumed.bin"; then
+    echo "ok: resumed from step $step (checkpoints: $(tr '\n' ' ' < "$WORK/steps.txt")); the final parameters equal the uninterrupted run's, bit for bit"
+  else
+    fail "the resumed run's final parameters differ from the uninterrupted run's"
+  fi
+else
+  fail "gridsync launch --resume failed"; tail -20 "$WORK/resumed.log"
+fi
+
+# 3. A corrupted checkpoint is refused.
+latest=$(ls -d "$WORK"/ckpt/step-* | grep -v step-999 | sort -t- -k2 -n | tail -1)
+printf '\xff' | dd of="$latest/shard-0.bin" bs=1 seek=100 conv=notrunc status=none
+if "$GS" launch "$WORK/cluster.json" --resume > "$WORK/corrupt.log" 2>&1; then
+  fail "a corrupted checkpoint was loaded"
+elif grep -q "checksum" "$WORK/corrupt.log"; then
+  echo "ok: a corrupted checkpoint is refused: $(grep -o 'shard-0.bin: [^;]*' "$WORK/corrupt.log" | head -1)"
+else
+  fail "the refusal of a corrupted checkpoint does not mention its checksum"; tail -5 "$WORK/corrupt.log"
+fi
+
+# 4. Kill the coordinator once a checkpoint exists.
+rm -rf "$WORK/ckpt"
+start=$(date +%s)
+"$GS" launch "$WORK/cluster.json" > "$WORK/coord.log" 2>&1 &
+launcher=$!
+for _ in $(seq 1 1200); do
+  grep -q "checkpoint at step 100 written" "$WORK/coord.log" && break
+  sleep 0.1
+done
+pkill -KILL -f "gridsync-coordinator --config $WORK/cluster.json" || fail "no coordinator to kill"
+rc=0; wait $launcher || rc=$?
+elapsed=$(( $(date +%s) - start ))
+if [ $rc -eq 0 ]; then
+  fail "the run went on without its coordinator"
+elif [ $elapsed -gt 60 ]; then
+  fail "the run took ${elapsed} s to fail without its coordinator; allowed: timeout_s 20 plus startup"
+elif "$GS" launch "$WORK/cluster.json" --resume --rank0-arg=--dump-params \
+    --rank0-arg="$WORK/resumed2.bin" > "$WORK/resumed2.log" 2>&1 && cmp -s "$WORK/clean.bin" "$WORK/resumed2.bin"; then
+  echo "ok: SIGKILL of the coordinator fails the run (exit $rc, ${elapsed} s in all); its checkpoints resume bit for bit"
+else
+  fail "resuming after the coordinator's death failed or differs"; tail -5 "$WORK/resumed2.log"
+fi
+
+if [ $failures -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
+echo "fault: all checks passed"
