@@ -294,6 +294,7 @@ class CoordinatorImpl final : public Coordinator {
   bool shutting_down_ = false;
   uint64_t next_connection_id_ = 0;
   uint64_t pending_bytes_ = 0;  // partially received bodies, all connections
+  bool training_started_ = false;  // the "init" barrier passed: shards hold trained state
   std::set<ConnPtr> connections_;
   ClusterMap map_;
   std::optional<std::string> tables_owner_;  // who defined map_.tables
@@ -741,6 +742,16 @@ void CoordinatorImpl::HandleRegister(const ConnPtr& conn, uint64_t id, RegisterI
     Send(conn, ErrorFrame(id, Status::InvalidArgument(std::move(text))));
   };
 
+  if (shard && training_started_) {
+    // A shard restarted after a crash has fresh parameters at version 0;
+    // joining the running job with them would silently lose training.
+    refuse(fmt::format(
+        "shard {} joined after training started (the workers passed 'init'): a restarted shard "
+        "has fresh parameters, not the job's; allowed: restart the whole job from its newest "
+        "checkpoint (gridsync launch --resume, checkpoint.every_steps)",
+        info.requested_rank));
+    return;
+  }
   uint32_t rank = 0;
   if (info.requested_rank < -1) {
     refuse(fmt::format("{} requested rank {}; allowed: -1 (assign the next free rank) or 0..{}", role,
@@ -935,6 +946,9 @@ void CoordinatorImpl::HandleBarrier(const ConnPtr& conn, uint64_t id, BarrierReq
     barrier.waiters.clear();
     ++barrier.round;
     spdlog::debug("barrier '{}' round {} complete ({} members)", req.name, barrier.round, waiters.size());
+    // The workers passed "init" (ps_trainer.h): the shards hold trained
+    // state from here on, which a restarted shard would not have.
+    if (req.name == "init") training_started_ = true;
     for (const auto& waiter : waiters) Complete(waiter, OkFrame(waiter->request_id));
     return;
   }
@@ -1181,6 +1195,7 @@ void CoordinatorImpl::Cleanup(const ConnPtr& conn, const std::string& reason) {
                    map_.generation, map_.shards.size(), map_.expected_shards, map_.workers.size(),
                    map_.expected_workers);
     }
+    if (map_.shards.empty() && map_.workers.empty()) training_started_ = false;  // a new job
     if (map_.shards.empty() && map_.workers.empty() && tables_owner_) {
       // The job is gone; the next one may bring other tables.
       tables_owner_.reset();

@@ -259,6 +259,42 @@ TEST_F(CoordinatorTest, GenerationBumpsOnJoinAndOnDisconnect) {
   EXPECT_TRUE(back);
 }
 
+// Issue 10: a shard restarted after a crash used to rejoin the running job
+// with fresh parameters. Once the workers passed "init", a shard's
+// registration is refused, pointing at --resume; a new job (everyone left)
+// accepts shards again.
+TEST_F(CoordinatorTest, AShardRestartedDuringTrainingIsRefused) {
+  auto shard = Join(Role::kShard, 0);
+  auto worker = Join(Role::kWorker, 0);
+  ASSERT_TRUE(shard && worker);
+  ASSERT_TRUE(worker->Barrier("init", 1, "worker-0", 2s).ok());
+  shard.reset();  // the shard process dies
+  auto observer = Connect();
+  for (auto start = Clock::now(); Since(start) < 3s;) {
+    auto map = observer->GetMap(false, 0ms);
+    ASSERT_TRUE(map.ok());
+    if (map->shards.empty()) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  auto restarted = Connect();
+  auto refused = restarted->Register(Member(Role::kShard, 0), 2s);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("--resume"), std::string::npos)
+      << refused.status().ToString();
+  // The job ends; the next job's shards register.
+  worker.reset();
+  restarted.reset();
+  std::unique_ptr<CoordinatorClient> next;
+  for (auto start = Clock::now(); Since(start) < 3s && !next;) {
+    auto client = Connect();
+    if (client->Register(Member(Role::kShard, 0), 2s).ok())
+      next = std::move(client);
+    else
+      std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_TRUE(next) << "a new job could not register its shard";
+}
+
 TEST_F(CoordinatorTest, WaitCompleteReturnsWhenTheLastMemberJoins) {
   std::vector<std::unique_ptr<CoordinatorClient>> members;
   for (int r = 0; r < 2; ++r) members.push_back(Join(Role::kShard, r));
