@@ -19,6 +19,14 @@ cleanup() { pkill -KILL -f "$WORK/cluster.json" 2>/dev/null || true; rm -rf "$WO
 trap cleanup EXIT
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+# Waits (at most 120 s) until FILE has a line matching PATTERN.
+wait_for_line() {
+  for _ in $(seq 1 1200); do
+    grep -q "$2" "$1" && return 0
+    sleep 0.1
+  done
+  return 1
+}
 
 cat > "$WORK/cluster.json" <<JSON
 {
@@ -41,10 +49,7 @@ JSON
 # 1. Kill shard 1 after its checkpoint of step 150.
 "$GS" launch "$WORK/cluster.json" > "$WORK/faulty.log" 2>&1 &
 launcher=$!
-for _ in $(seq 1 1200); do
-  grep -q "\[ps-1\].*checkpoint at step 150 written" "$WORK/faulty.log" && break
-  sleep 0.1
-done
+wait_for_line "$WORK/faulty.log" "\[ps-1\].*checkpoint at step 150 written" || true
 if ! pkill -KILL -f "gridsync-ps --shard 1 --config $WORK/cluster.json"; then
   fail "shard 1 was not running when its checkpoint of step 150 was written"
 fi
@@ -92,10 +97,7 @@ rm -rf "$WORK/ckpt"
 start=$(date +%s)
 "$GS" launch "$WORK/cluster.json" > "$WORK/coord.log" 2>&1 &
 launcher=$!
-for _ in $(seq 1 1200); do
-  grep -q "checkpoint at step 100 written" "$WORK/coord.log" && break
-  sleep 0.1
-done
+wait_for_line "$WORK/coord.log" "checkpoint at step 100 written" || true
 pkill -KILL -f "gridsync-coordinator --config $WORK/cluster.json" || fail "no coordinator to kill"
 rc=0; wait $launcher || rc=$?
 elapsed=$(( $(date +%s) - start ))

@@ -309,6 +309,23 @@ class RawClient {
   std::vector<zmq::message_t> reply_;
 };
 
+// A pull of every row of table 0.
+std::vector<zmq::message_t> PullOfTable0(const Partition& partition, uint64_t request_id,
+                                         uint32_t num_workers) {
+  wire::OutHeader h;
+  h.kind = wire::Kind::kPull;
+  h.request_id = request_id;
+  h.num_workers = num_workers;
+  wire::OutBlock b;
+  b.table = 0;
+  b.dense = true;
+  b.width = partition.table(0).width;
+  b.row_count = static_cast<uint32_t>(partition.table(0).rows);
+  std::vector<wire::OutBlock> blocks;
+  blocks.push_back(std::move(b));
+  return wire::Encode(h, std::move(blocks));
+}
+
 std::vector<zmq::message_t> Frames(std::initializer_list<std::string> parts) {
   std::vector<zmq::message_t> frames;
   for (const auto& p : parts) frames.emplace_back(p.data(), p.size());
@@ -344,17 +361,7 @@ TEST(PsShardTest, MalformedInputGetsErrorAndChangesNothing) {
   RawClient raw(cluster->shards[0]->endpoint());
 
   auto pull_table0 = [&]() -> std::vector<float> {
-    wire::OutHeader h;
-    h.kind = wire::Kind::kPull;
-    h.request_id = 99;
-    wire::OutBlock b;
-    b.table = 0;
-    b.dense = true;
-    b.width = partition.table(0).width;
-    b.row_count = static_cast<uint32_t>(partition.table(0).rows);
-    std::vector<wire::OutBlock> blocks;
-    blocks.push_back(std::move(b));
-    auto reply = raw.Exchange(wire::Encode(h, std::move(blocks)), shapes);
+    auto reply = raw.Exchange(PullOfTable0(partition, 99, 0), shapes);
     EXPECT_TRUE(reply.ok()) << reply.status().ToString();
     if (!reply.ok() || reply->blocks.empty()) return {};
     return std::vector<float>(reply->blocks[0].values.begin(), reply->blocks[0].values.end());
@@ -548,18 +555,7 @@ TEST(PsShardTest, MutatedRealMessagesNeverStopTheShard) {
   ASSERT_TRUE(reply.ok()) << reply.status().ToString();
   EXPECT_EQ(reply->kind, wire::Kind::kStatsReply);
   EXPECT_GT(cluster->shards[0]->stats().errors, static_cast<uint64_t>(sent) / 4);
-  wire::OutHeader pull;
-  pull.kind = wire::Kind::kPull;
-  pull.request_id = 2;
-  pull.num_workers = 2;
-  wire::OutBlock b;
-  b.table = 0;
-  b.dense = true;
-  b.width = partition.table(0).width;
-  b.row_count = static_cast<uint32_t>(partition.table(0).rows);
-  std::vector<wire::OutBlock> blocks;
-  blocks.push_back(std::move(b));
-  auto pulled = good.Exchange(wire::Encode(pull, std::move(blocks)), shapes);
+  auto pulled = good.Exchange(PullOfTable0(partition, 2, 2), shapes);
   ASSERT_TRUE(pulled.ok()) << pulled.status().ToString();
   EXPECT_EQ(pulled->kind, wire::Kind::kPullReply);
 }
