@@ -1026,6 +1026,12 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
     r.Int("min_bytes", &c.min_bytes, 0, 1 << 30);
     r.Bool("pull", &c.pull);
     r.ReportUnknownKeys();
+    if (c.pull && c.codec == "none") {
+      problems.Add("compression.pull",
+                   "true has no effect with compression.codec \"none\" (pulls then carry the "
+                   "parameters themselves)",
+                   "false, or a codec (fp16, bf16, int8, qsgd, onebit, topk, randomk)");
+    }
   }
   {
     CheckpointConfig& k = config.checkpoint;

@@ -777,4 +777,12 @@ TEST(ConfigHostileTest, ManyUnknownKeysGiveABoundedReport) {
   EXPECT_LE(std::count(m.begin(), m.end(), '\n'), 25);
 }
 
+// A key never silently does nothing: pull compression needs a codec.
+TEST(ConfigHostileTest, PullCompressionWithoutACodecIsRefused) {
+  auto c = Config::Parse(R"({"compression": {"pull": true}})", "pull.json");
+  ASSERT_FALSE(c.ok());
+  EXPECT_TRUE(Contains(c.status().message(), "compression.pull")) << c.status().message();
+  EXPECT_TRUE(Config::Parse(R"({"compression": {"pull": true, "codec": "onebit"}})", "ok").ok());
+}
+
 }  // namespace gridsync

@@ -76,7 +76,7 @@ rm -rf "$OUT/keys"; "$GS" keygen "$OUT/keys" > /dev/null  # CURVE on the data pl
 # 1. One process: steps to the target (and the raw image for the peer).
 evals=$(seq -s, 10 10 "$MAX")
 "$BENCH" train -c "$OUT/base.json" --steps "$MAX" --eval-steps "$evals" --vs-torch --torch-steps 1 \
-  --json "$OUT/single.json" "${SETS[@]}" > "$OUT/single.txt" 2> "$OUT/single.err"
+  --json "$OUT/single.json" "${SETS[@]}" --set compression.pull=false > "$OUT/single.txt" 2> "$OUT/single.err"
 read -r S SPS1 <<< "$(python3 - "$OUT/single.json" "$TARGET" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))["gridsync"]
@@ -100,9 +100,12 @@ run_gridsync() {  # mode[:codec]
   [[ $1 == *:* ]] && codec=${1#*:}
   local sets=(--set "distributed.gradient_sync=$mode" --set "training.steps=$S" --set "compression.codec=$codec")
   read -r atx arx <<< "$(link_bytes 0)"
-  "$NET" exec "$NAME" 0 "$GS" launch "$OUT/base.json" --node a "${sets[@]}" "${SETS[@]}" > "$OUT/$1-a.log" 2>&1 &
+  local extra=()
+  # compression.pull applies to codec runs only (refused with codec none).
+  if [ "$codec" = none ]; then extra=(--set compression.pull=false); fi
+  "$NET" exec "$NAME" 0 "$GS" launch "$OUT/base.json" --node a "${sets[@]}" "${SETS[@]}" "${extra[@]}" > "$OUT/$1-a.log" 2>&1 &
   local pa=$!
-  "$NET" exec "$NAME" 1 "$GS" launch "$OUT/base.json" --node b "${sets[@]}" "${SETS[@]}" > "$OUT/$1-b.log" 2>&1 &
+  "$NET" exec "$NAME" 1 "$GS" launch "$OUT/base.json" --node b "${sets[@]}" "${SETS[@]}" "${extra[@]}" > "$OUT/$1-b.log" 2>&1 &
   local pb=$! ra=0 rb=0
   wait $pa || ra=$?; wait $pb || rb=$?
   read -r btx brx <<< "$(link_bytes 0)"
