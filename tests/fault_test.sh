@@ -14,7 +14,8 @@ set -euo pipefail
 BUILD=${1:?usage: fault_test.sh BUILD_DIR}
 GS="$BUILD/tools/gridsync"
 WORK=$(mktemp -d)
-PORT=$((23000 + ($$ % 1000) * 4))
+# Below the ephemeral range (32768 and up), clear of ps_test and allreduce_test.
+PORT=$((28000 + ($$ % 1000) * 4))
 cleanup() { pkill -KILL -f "$WORK/cluster.json" 2>/dev/null || true; rm -rf "$WORK"; }
 trap cleanup EXIT
 failures=0

@@ -960,7 +960,9 @@ Launched Launch(const std::string& config_path, const std::vector<std::string>& 
 }
 
 // A port range per test process, so parallel ctest runs do not collide.
-int FreePortBase() { return 20000 + (getpid() % 2000) * 10; }
+// Below the kernel's ephemeral range (32768 and up), where outgoing
+// connections would take a port at random.
+int FreePortBase() { return 20000 + (getpid() % 400) * 10; }
 
 std::string WriteConfig(const Config& c, const std::string& name) {
   const fs::path path = fs::temp_directory_path() / (name + "-" + std::to_string(getpid()) + ".json");
