@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/check.h"
 #include "common/thread_pool.h"
 #include "kernels/model_tables.h"
 #include "server/shard_checkpoint.h"

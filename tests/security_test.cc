@@ -2,12 +2,9 @@
 // listed client keys through its ZAP handler; unknown keys, NULL and PLAIN
 // clients and clients that trust the wrong server key get nothing; good
 // workers train. Keys come from `gridsync keygen`'s format (wire/curve.h).
-#include <arpa/inet.h>
 #include <capnp/message.h>
 #include <capnp/serialize.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -20,6 +17,7 @@
 #include "common/wire/gridsync.capnp.h"
 #include "server/coordinator.h"
 #include "server/in_process_cluster.h"
+#include "tests/raw_coord_connection.h"
 #include "tests/test_util.h"
 #include "worker/ps_trainer.h"
 
@@ -154,72 +152,20 @@ TEST(SecurityTest, MultiHostConfigsNeedKeysUnlessSecurityIsOff) {
 
 // ---- The control plane's key-based challenge ----
 
-// One request/reply exchange on a raw TCP connection (length-prefixed flat
-// Cap'n Proto), so a test can say what a hostile client would.
-class RawCoordConnection {
- public:
-  explicit RawCoordConnection(uint16_t port) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(port);
-    ok_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-    timeval tv{3, 0};
-    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  }
-  ~RawCoordConnection() { ::close(fd_); }
-  // Sends the request and returns the reply's error text ("" when ok) and,
-  // for a challenge, its bytes.
-  bool Exchange(capnp::MessageBuilder& request, std::string* error, std::string* challenge) {
-    auto words = capnp::messageToFlatArray(request);
-    auto bytes = words.asBytes();
-    const uint32_t n = static_cast<uint32_t>(bytes.size());
-    std::string frame(reinterpret_cast<const char*>(&n), 4);
-    frame.append(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
-    if (!ok_ ||
-        ::send(fd_, frame.data(), frame.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(frame.size()))
-      return false;
-    uint32_t len = 0;
-    if (!ReadAll(&len, 4) || len == 0 || len % 8 != 0 || len > (1u << 20)) return false;
-    std::vector<capnp::word> body(len / 8);
-    if (!ReadAll(body.data(), len)) return false;
-    capnp::FlatArrayMessageReader reader(kj::ArrayPtr<const capnp::word>(body.data(), body.size()));
-    auto reply = reader.getRoot<wire::schema::CoordReply>();
-    *error = reply.isError() ? std::string(reply.getError().getText().cStr()) : "";
-    if (reply.isChallenge()) {
-      auto c = reply.getChallenge();
-      challenge->assign(reinterpret_cast<const char*>(c.begin()), c.size());
-    }
-    return true;
-  }
-
- private:
-  bool ReadAll(void* out, size_t n) {
-    size_t got = 0;
-    while (got < n) {
-      const ssize_t r = ::recv(fd_, static_cast<char*>(out) + got, n - got, 0);
-      if (r <= 0) return false;
-      got += static_cast<size_t>(r);
-    }
-    return true;
-  }
-  int fd_ = -1;
-  bool ok_ = false;
-};
-
-std::string AuthHello(RawCoordConnection& c) {
+// authHello on a raw connection: the challenge.
+std::string AuthHello(testing::RawConnection& c) {
   capnp::MallocMessageBuilder m;
   auto r = m.initRoot<wire::schema::CoordRequest>();
   r.setRequestId(1);
   r.setAuthHello();
-  std::string error, challenge;
-  EXPECT_TRUE(c.Exchange(m, &error, &challenge));
-  EXPECT_EQ(error, "");
-  return challenge;
+  EXPECT_TRUE(c.Send(testing::FrameOf(m)));
+  auto reply = c.ReadReply(3s);
+  EXPECT_TRUE(reply.decoded && !reply.is_error) << reply.text;
+  return reply.challenge;
 }
 
-std::string SendAuth(RawCoordConnection& c, wire::schema::Role role, const std::string& nonce,
+// auth on a raw connection: the error text ("" when accepted).
+std::string SendAuth(testing::RawConnection& c, wire::schema::Role role, const std::string& nonce,
                      const std::string& box) {
   capnp::MallocMessageBuilder m;
   auto r = m.initRoot<wire::schema::CoordRequest>();
@@ -228,9 +174,10 @@ std::string SendAuth(RawCoordConnection& c, wire::schema::Role role, const std::
   a.setRole(role);
   a.setNonce(kj::arrayPtr(reinterpret_cast<const kj::byte*>(nonce.data()), nonce.size()));
   a.setBox(kj::arrayPtr(reinterpret_cast<const kj::byte*>(box.data()), box.size()));
-  std::string error, ignored;
-  if (!c.Exchange(m, &error, &ignored)) return "no reply";
-  return error;
+  if (!c.Send(testing::FrameOf(m))) return "no reply";
+  auto reply = c.ReadReply(3s);
+  if (!reply.decoded) return "no reply";
+  return reply.is_error ? reply.text : "";
 }
 
 TEST(SecurityTest, CoordinatorAdmitsOnlyProvenRoles) {
@@ -277,14 +224,14 @@ TEST(SecurityTest, CoordinatorAdmitsOnlyProvenRoles) {
   // A replayed proof: valid for one connection's challenge, refused on another.
   std::string nonce, box;
   {
-    RawCoordConnection first(port);
+    testing::RawConnection first(port);
     const std::string challenge = AuthHello(first);
     ASSERT_EQ(challenge.size(), 32u);
     ASSERT_TRUE(wire::BoxChallenge(worker_auth, challenge, &nonce, &box).ok());
     EXPECT_EQ(SendAuth(first, wire::schema::Role::WORKER, nonce, box), "");
   }
   {
-    RawCoordConnection second(port);
+    testing::RawConnection second(port);
     (void)AuthHello(second);
     const std::string replay = SendAuth(second, wire::schema::Role::WORKER, nonce, box);
     EXPECT_NE(replay.find("replayed"), std::string::npos) << replay;

@@ -31,7 +31,6 @@
 #include <vector>
 #include <zmq.hpp>
 
-#include "common/check.h"
 #include "common/status.h"
 #include "kernels/cpu/codec.h"
 
@@ -111,13 +110,10 @@ struct Block {
   // row ids on the wire. Decode guarantees it for push, pull and init; only
   // a pullReply's sparse blocks leave it false (their rows are the request's).
   bool rows_named() const { return dense || rows.size() == row_count; }
-  // The i-th row; only for blocks whose rows_named() (a bug check otherwise,
-  // never reached from network bytes, since Decode establishes it per kind).
-  uint32_t Row(size_t i) const {
-    if (dense) return row_begin + static_cast<uint32_t>(i);
-    GRIDSYNC_CHECK_LT(i, rows.size());
-    return rows[i];
-  }
+  // The i-th row; only for blocks whose rows_named(). Decode establishes it
+  // for every kind with row ids and ShardStore::CheckOwnership refuses
+  // anything else, so this hot accessor carries no check of its own.
+  uint32_t Row(size_t i) const { return dense ? row_begin + static_cast<uint32_t>(i) : rows[i]; }
   bool compressed() const { return codec.codec != Codec::kNone; }
 };
 
