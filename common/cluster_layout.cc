@@ -107,7 +107,7 @@ ClusterLayout ResolveLayout(const Config& config, std::vector<ConfigProblem>* pr
     with_shards += node.shards >= 0 ? 1 : 0;
     placed += node.shards > 0 ? node.shards : 0;
   }
-  if (d.gradient_sync == GradientSync::kNccl) {
+  if (d.gradient_sync == GradientSyncMode::kNccl) {
     for (size_t n = 0; n < count; ++n) {
       if (layout.nodes[n].shards > 0) {
         problems->push_back({node_key(n, "shards"),

@@ -26,13 +26,13 @@
 
 namespace gridsync {
 
-std::string_view ToString(GradientSync v) {
+std::string_view ToString(GradientSyncMode v) {
   switch (v) {
-    case GradientSync::kNccl:
+    case GradientSyncMode::kNccl:
       return "nccl";
-    case GradientSync::kPs:
+    case GradientSyncMode::kPs:
       return "ps";
-    case GradientSync::kHybrid:
+    case GradientSyncMode::kHybrid:
       return "hybrid";
   }
   return "?";
@@ -153,8 +153,8 @@ using Json = nlohmann::json;
 
 // Parsing goes through the enumerator lists and ToString, so the accepted spellings and the
 // printed ones cannot drift apart.
-constexpr GradientSync kGradientSyncs[] = {GradientSync::kNccl, GradientSync::kPs,
-                                           GradientSync::kHybrid};
+constexpr GradientSyncMode kGradientSyncs[] = {GradientSyncMode::kNccl, GradientSyncMode::kPs,
+                                               GradientSyncMode::kHybrid};
 constexpr BatchSplitting kBatchSplittings[] = {BatchSplitting::kEven, BatchSplitting::kWeighted,
                                                BatchSplitting::kAdaptive};
 constexpr ModelParallelDim kModelParallelDims[] = {
@@ -844,7 +844,7 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
               .forbid_spaces = true});
     r.Int("master_port", &d.master_port, 1, 65535);
     const bool sync_ok = r.EnumValue("gradient_sync", &d.gradient_sync,
-                                     std::span<const GradientSync>(kGradientSyncs));
+                                     std::span<const GradientSyncMode>(kGradientSyncs));
     r.EnumValue("batch_splitting", &d.batch_splitting,
                 std::span<const BatchSplitting>(kBatchSplittings));
     const bool model_parallel_ok = r.Bool("model_parallel", &d.model_parallel);
@@ -929,7 +929,8 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
     }
     // Hierarchical means intra-node reduce then inter-node all-reduce: a collective schedule,
     // which the parameter-server paths (ps, hybrid) do not run.
-    if (hierarchical_ok && sync_ok && d.hierarchical && d.gradient_sync != GradientSync::kNccl) {
+    if (hierarchical_ok && sync_ok && d.hierarchical &&
+        d.gradient_sync != GradientSyncMode::kNccl) {
       problems.Add(
           "distributed.hierarchical",
           "true needs distributed.gradient_sync \"nccl\", got " + Quote(ToString(d.gradient_sync)),
@@ -1198,8 +1199,9 @@ Status Config::CheckRunnable(bool standalone) const {
   std::vector<std::string> lines;
   Status invalid;
   if (!standalone && distributed.enable) {
-    const GradientSync sync = distributed.gradient_sync;
-    if (sync != GradientSync::kNccl && distributed.batch_splitting == BatchSplitting::kAdaptive) {
+    const GradientSyncMode sync = distributed.gradient_sync;
+    if (sync != GradientSyncMode::kNccl &&
+        distributed.batch_splitting == BatchSplitting::kAdaptive) {
       lines.push_back("distributed.batch_splitting=adaptive: not supported yet with "
                       "distributed.gradient_sync=" + std::string(ToString(sync)) +
                       "; allowed now: even, weighted (adaptive runs with nccl)");
@@ -1208,7 +1210,7 @@ Status Config::CheckRunnable(bool standalone) const {
       lines.push_back("training.mixed_precision=true: not supported yet in a multi-process run; "
                       "allowed now: false, or --standalone");
     }
-    if (sync == GradientSync::kPs) {
+    if (sync == GradientSyncMode::kPs) {
       const int split = distributed.world_size * training.gradient_accumulation;
       if (distributed.batch_splitting == BatchSplitting::kEven && training.batch_size % split != 0) {
         invalid = Status::InvalidArgument(
@@ -1228,7 +1230,7 @@ Status Config::CheckRunnable(bool standalone) const {
   }
   if (checkpoint.every_steps > 0) {
     const bool plain_ps = distributed.enable && !standalone &&
-                          distributed.gradient_sync == GradientSync::kPs &&
+                          distributed.gradient_sync == GradientSyncMode::kPs &&
                           ps.consistency != Consistency::kAsync && compression.codec == "none" &&
                           !OptimizerOnWorkers();
     if (!plain_ps) {

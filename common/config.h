@@ -31,7 +31,7 @@ inline constexpr int kConfigErrorExitCode = 2;
 inline constexpr const char* kDefaultImagePath =
     "/usr/share/matplotlib/mpl-data/sample_data/grace_hopper.jpg";
 
-enum class GradientSync { kNccl, kPs, kHybrid };
+enum class GradientSyncMode { kNccl, kPs, kHybrid };
 enum class BatchSplitting { kEven, kWeighted, kAdaptive };
 enum class ModelParallelDim { kRow, kColumn, kBoth };
 enum class TaskType { kImage, kSdf, kNerf };
@@ -44,7 +44,7 @@ enum class Consistency { kBsp, kSsp, kAsync };
 enum class OptimizerPlacement { kAuto, kShard, kWorker };
 enum class CollectiveKind { kAuto, kNccl, kGloo };
 
-std::string_view ToString(GradientSync v);
+std::string_view ToString(GradientSyncMode v);
 std::string_view ToString(BatchSplitting v);
 std::string_view ToString(ModelParallelDim v);
 std::string_view ToString(TaskType v);
@@ -108,7 +108,7 @@ struct DistributedConfig {
   int world_size = 1;                    // 1..65536
   std::string master_addr = "127.0.0.1"; // non-empty host name or address
   int master_port = 29500;               // 1..65535
-  GradientSync gradient_sync = GradientSync::kNccl;
+  GradientSyncMode gradient_sync = GradientSyncMode::kNccl;
   BatchSplitting batch_splitting = BatchSplitting::kEven;
   bool model_parallel = false;
   ModelParallelDim mp_dim = ModelParallelDim::kRow;  // only meaningful with model_parallel

@@ -946,7 +946,7 @@ void CoordinatorImpl::HandleBarrier(const ConnPtr& conn, uint64_t id, BarrierReq
     barrier.waiters.clear();
     ++barrier.round;
     spdlog::debug("barrier '{}' round {} complete ({} members)", req.name, barrier.round, waiters.size());
-    // The workers passed "init" (ps_trainer.h): the shards hold trained
+    // The workers passed "init" (worker/sync/ps_session.h): the shards hold trained
     // state from here on, which a restarted shard would not have.
     if (req.name == "init") training_started_ = true;
     for (const auto& waiter : waiters) Complete(waiter, OkFrame(waiter->request_id));

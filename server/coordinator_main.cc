@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
   options.bind_host = bind.empty() ? config->distributed.master_addr : bind;
   options.port = static_cast<uint16_t>(port >= 0 ? port : config->distributed.master_port);
   // All-reduce clusters have no PS shards to wait for.
-  options.expected_shards = config->distributed.gradient_sync == gridsync::GradientSync::kNccl
+  options.expected_shards = config->distributed.gradient_sync == gridsync::GradientSyncMode::kNccl
                                 ? 0
                                 : static_cast<uint32_t>(config->ps.shards);
   options.expected_workers = static_cast<uint32_t>(config->distributed.world_size);

@@ -9,7 +9,8 @@ Result<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(Config config,
   const auto& d = config.distributed;
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(d.timeout_s * 1000));
   CoordinatorOptions co;
-  co.expected_shards = d.gradient_sync == GradientSync::kNccl ? 0 : static_cast<uint32_t>(config.ps.shards);
+  co.expected_shards =
+      d.gradient_sync == GradientSyncMode::kNccl ? 0 : static_cast<uint32_t>(config.ps.shards);
   co.expected_workers = static_cast<uint32_t>(d.world_size);
   GRIDSYNC_ASSIGN_OR_RETURN(co.auth, wire::ControlAuthFor(config, "coordinator"));
   GRIDSYNC_ASSIGN_OR_RETURN(cluster->coordinator_, Coordinator::Start(co));

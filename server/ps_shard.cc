@@ -274,7 +274,7 @@ class PsShardImpl : public PsShard {
     }
     if (options_.consistency == Consistency::kAsync) {
       std::vector<const wire::Message*> one = {&m};
-      ApplyStep(one);
+      if (!m.skip_step) ApplyStep(one);
       ++applied_;
       Ack(*request);
       return;
@@ -301,8 +301,17 @@ class PsShardImpl : public PsShard {
     while (!pending_.empty() && pending_.begin()->first == applied_ &&
            pending_.begin()->second.size() == options_.workers) {
       std::vector<const wire::Message*> ordered;  // std::map: worker-rank order
-      for (const auto& [rank, held] : pending_.begin()->second) ordered.push_back(&held->message);
-      ApplyStep(ordered);
+      bool skip = false;  // a worker overflowed (mixed precision): no push of the step applies
+      for (const auto& [rank, held] : pending_.begin()->second) {
+        ordered.push_back(&held->message);
+        skip = skip || held->message.skip_step;
+      }
+      if (skip) {
+        spdlog::debug("shard {}: step {} skipped (a worker's gradients overflowed)", options_.shard,
+                      applied_.load());
+      } else {
+        ApplyStep(ordered);
+      }
       pending_.erase(pending_.begin());
       ++applied_;
       MaybeCheckpoint();

@@ -2,6 +2,7 @@
 // (the rank-ordered in-process twin, and real Gloo), flat and hierarchical,
 // batch splitting, and failure handling.
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,19 +14,17 @@
 #include <fstream>
 #include <thread>
 
-#include <gtest/gtest.h>
-
 #include "common/config.h"
 #include "common/store.h"
-#include "worker/allreduce_trainer.h"
+#include "tests/test_util.h"
 #include "worker/batch_split.h"
 #include "worker/collective/factory.h"
 #include "worker/collective/local_collective.h"
 #include "worker/image_task.h"
 #include "worker/model.h"
-#include "worker/ps_trainer.h"
-#include "worker/trainer.h"
-#include "tests/test_util.h"
+#include "worker/params_file.h"
+#include "worker/sync/ps_session.h"
+#include "worker/sync/train.h"
 
 namespace gridsync {
 namespace {
@@ -37,7 +36,7 @@ namespace fs = std::filesystem;
 using std::chrono::milliseconds;
 
 Config SmallConfig(int workers) {
-  Config c = testing::SmallDistributedConfig(workers, GradientSync::kNccl, 8);
+  Config c = testing::SmallDistributedConfig(workers, GradientSyncMode::kNccl, 8);
   c.distributed.bucket_mb = 0.25;  // several buckets per step
   return c;
 }
@@ -54,8 +53,8 @@ TrainReport SingleProcess(Config config, const ImageTask& image) {
   return std::move(report).value();
 }
 
-AllReduceWorkerOptions Quiet() {
-  AllReduceWorkerOptions options;
+WorkerOptions Quiet() {
+  WorkerOptions options;
   options.train.quiet = true;
   options.train.write_png = false;
   return options;
@@ -89,7 +88,7 @@ std::vector<Result<TrainReport>> RunLocal(const Config& config, const ImageTask&
         groups.intra = intra[static_cast<size_t>(node)][static_cast<size_t>(local)].get();
         if (local < slices) groups.inter = inter[static_cast<size_t>(local)][static_cast<size_t>(node)].get();
       }
-      AllReduceWorkerOptions options = Quiet();
+      WorkerOptions options = Quiet();
       if (static_cast<size_t>(r) < throttle_ms.size()) options.throttle_ms = throttle_ms[static_cast<size_t>(r)];
       reports[static_cast<size_t>(r)] = TrainImageAllReduce(config, image, r, groups, options);
     });

@@ -20,7 +20,7 @@ namespace {
 namespace fs = std::filesystem;
 
 struct Fixture {
-  Config config = testing::SmallDistributedConfig(1, GradientSync::kPs, 4);
+  Config config = testing::SmallDistributedConfig(1, GradientSyncMode::kPs, 4);
   std::vector<TableInfo> tables = *ImageModelTables(config);
   Partition partition = *Partition::Make(tables, 2, ModelParallelDim::kRow);
   AdamHyper hyper;

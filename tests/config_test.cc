@@ -56,7 +56,7 @@ TEST(ConfigSeedTest, SmallLoadsWithItsValues) {
   EXPECT_EQ(c->distributed.world_size, 4);
   EXPECT_EQ(c->distributed.master_addr, "192.168.1.100");
   EXPECT_EQ(c->distributed.master_port, 29500);
-  EXPECT_EQ(c->distributed.gradient_sync, GradientSync::kNccl);
+  EXPECT_EQ(c->distributed.gradient_sync, GradientSyncMode::kNccl);
   EXPECT_EQ(c->distributed.batch_splitting, BatchSplitting::kEven);
   EXPECT_FALSE(c->distributed.model_parallel);
   EXPECT_FALSE(c->distributed.hierarchical);
@@ -86,7 +86,7 @@ TEST(ConfigSeedTest, LargeLoadsWithItsValues) {
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->encoding.log2_hashmap_size, 22);
   EXPECT_EQ(c->distributed.world_size, 32);
-  EXPECT_EQ(c->distributed.gradient_sync, GradientSync::kNccl);
+  EXPECT_EQ(c->distributed.gradient_sync, GradientSyncMode::kNccl);
   EXPECT_EQ(c->distributed.batch_splitting, BatchSplitting::kAdaptive);
   EXPECT_TRUE(c->distributed.model_parallel);
   EXPECT_EQ(c->distributed.mp_dim, ModelParallelDim::kBoth);
@@ -154,7 +154,7 @@ TEST(ConfigDefaultsTest, EmptyObjectGivesHeaderDefaults) {
   EXPECT_EQ(c.distributed.world_size, 1);
   EXPECT_EQ(c.distributed.master_addr, "127.0.0.1");
   EXPECT_EQ(c.distributed.master_port, 29500);
-  EXPECT_EQ(c.distributed.gradient_sync, GradientSync::kNccl);
+  EXPECT_EQ(c.distributed.gradient_sync, GradientSyncMode::kNccl);
   EXPECT_EQ(c.distributed.batch_splitting, BatchSplitting::kEven);
   EXPECT_FALSE(c.distributed.model_parallel);
   EXPECT_EQ(c.distributed.mp_dim, ModelParallelDim::kRow);
@@ -741,9 +741,9 @@ TEST(ConfigCheckRunnableTest, BothProblemsReported) {
 }
 
 TEST(ConfigEnumTest, ToStringNames) {
-  EXPECT_EQ(ToString(GradientSync::kNccl), "nccl");
-  EXPECT_EQ(ToString(GradientSync::kPs), "ps");
-  EXPECT_EQ(ToString(GradientSync::kHybrid), "hybrid");
+  EXPECT_EQ(ToString(GradientSyncMode::kNccl), "nccl");
+  EXPECT_EQ(ToString(GradientSyncMode::kPs), "ps");
+  EXPECT_EQ(ToString(GradientSyncMode::kHybrid), "hybrid");
   EXPECT_EQ(ToString(BatchSplitting::kEven), "even");
   EXPECT_EQ(ToString(BatchSplitting::kWeighted), "weighted");
   EXPECT_EQ(ToString(BatchSplitting::kAdaptive), "adaptive");

@@ -19,7 +19,9 @@
 #include "server/in_process_cluster.h"
 #include "tests/raw_coord_connection.h"
 #include "tests/test_util.h"
-#include "worker/ps_trainer.h"
+#include "worker/params_file.h"
+#include "worker/sync/ps_session.h"
+#include "worker/sync/train.h"
 
 namespace gridsync {
 namespace {
@@ -74,7 +76,7 @@ TEST(SecurityTest, KeysRoundTripAndSecretFilesArePrivate) {
 
 TEST(SecurityTest, OnlyListedKeysReachAShardAndGoodWorkersTrain) {
   const std::string dir = MakeKeys();
-  Config config = testing::SmallDistributedConfig(2, GradientSync::kPs, 6);
+  Config config = testing::SmallDistributedConfig(2, GradientSyncMode::kPs, 6);
   config.security.curve = true;
   config.security.keys_dir = dir;
   auto servers = InProcessCluster::Start(config);
@@ -118,11 +120,11 @@ TEST(SecurityTest, OnlyListedKeysReachAShardAndGoodWorkersTrain) {
   std::vector<std::thread> threads;
   for (int w = 0; w < 2; ++w) {
     threads.emplace_back([&, w] {
-      PsWorkerOptions options;
+      WorkerOptions options;
       options.rank = w;
       options.train.quiet = true;
       options.train.write_png = false;
-      reports[w] = TrainImagePs((*servers)->config(), image, options);
+      reports[w] = TrainWorker((*servers)->config(), image, options);
     });
   }
   for (auto& t : threads) t.join();

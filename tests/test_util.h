@@ -31,7 +31,7 @@ inline ImageTask SmallImage() {
 
 // A small model and a distributed run of `workers` on this machine: fast
 // enough to train a few steps in every test.
-inline Config SmallDistributedConfig(int workers, GradientSync sync, int steps) {
+inline Config SmallDistributedConfig(int workers, GradientSyncMode sync, int steps) {
   Config c;
   c.encoding.n_levels = 8;
   c.encoding.log2_hashmap_size = 14;

@@ -2,17 +2,20 @@
 // properties the distributed modes will rely on (thread-count invariance,
 // gradient accumulation equals one batch, mixed-precision skip on overflow,
 // the dynamic-resolution schedule).
-#include <cmath>
-#include <filesystem>
+#include "worker/sync/train.h"
 
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
 
 #include "common/config.h"
 #include "common/thread_pool.h"
 #include "worker/image_task.h"
 #include "worker/local_optimizer.h"
+#include "worker/loss_scaler.h"
 #include "worker/model.h"
-#include "worker/trainer.h"
+#include "worker/sync/local_sync.h"
 
 namespace gridsync {
 namespace {
@@ -141,29 +144,41 @@ TEST(TrainTest, OverflowSkipsStepAndLowersScale) {
   auto model = HashGridModel::Create(config, 2, 3);
   ASSERT_TRUE(model.ok());
   ThreadPool pool(1);
-  LocalOptimizer optimizer(model->get(), config);
-  ModelGradients grads((*model)->layout(), (*model)->mlp_shape());
   const ImageTask image = LoadCrop();
+  const BatchSource source(image, 1);
+  LocalSync sync(config, model->get(), &source, &pool);
+  LossScaler scaler(true);
+  ModelGradients grads((*model)->layout(), (*model)->mlp_shape());
   std::vector<float> pos(64 * 2), target(64 * 3);
   image.SampleBatch(1, 0, 0, 64, pos.data(), target.data());
-  (*model)->AccumulateGradients(pos.data(), target.data(), 64, 64, optimizer.loss_scale(), 8, &grads, &pool);
+  (*model)->AccumulateGradients(pos.data(), target.data(), 64, 64, scaler.scale(), 8, &grads,
+                                &pool);
   grads.mlp[0](0, 0) = std::numeric_limits<float>::infinity();
   const auto grid_before = (*model)->grid_params();
   const auto mlp_before = (*model)->mlp_weights();
-  const float scale_before = optimizer.loss_scale();
-  const auto stats = optimizer.Step(&grads, &pool);
-  EXPECT_FALSE(stats.applied);
-  EXPECT_EQ(optimizer.loss_scale(), scale_before / 2);
+  const float scale_before = scaler.scale();
+  auto outcome = sync.Apply(0, &grads, scaler.scale());
+  ASSERT_TRUE(outcome.ok());
+  EXPECT_FALSE(outcome->finite);
+  EXPECT_FALSE(scaler.Update(outcome->finite));
+  EXPECT_EQ(scaler.scale(), scale_before / 2);
   EXPECT_EQ((*model)->grid_params(), grid_before);
   EXPECT_EQ((*model)->mlp_weights()[0], mlp_before[0]);
   EXPECT_EQ(grads.grid.TouchedRows(0), 0u);  // cleared for the next step
+  EXPECT_EQ(grads.mlp[0].norm(), 0.0f);
   // A value above fp16's range (65504) at the loss scale is an overflow too.
-  (*model)->AccumulateGradients(pos.data(), target.data(), 64, 64, optimizer.loss_scale(), 8, &grads, &pool);
+  (*model)->AccumulateGradients(pos.data(), target.data(), 64, 64, scaler.scale(), 8, &grads,
+                                &pool);
   grads.mlp[1](0, 0) = 1e6f;
-  EXPECT_FALSE(optimizer.Step(&grads, &pool).applied);
+  outcome = sync.Apply(1, &grads, scaler.scale());
+  ASSERT_TRUE(outcome.ok());
+  EXPECT_FALSE(outcome->finite);
   // A clean step applies.
-  (*model)->AccumulateGradients(pos.data(), target.data(), 64, 64, optimizer.loss_scale(), 8, &grads, &pool);
-  EXPECT_TRUE(optimizer.Step(&grads, &pool).applied);
+  (*model)->AccumulateGradients(pos.data(), target.data(), 64, 64, scaler.scale(), 8, &grads,
+                                &pool);
+  outcome = sync.Apply(2, &grads, scaler.scale());
+  ASSERT_TRUE(outcome.ok());
+  EXPECT_TRUE(outcome->finite);
   EXPECT_NE((*model)->grid_params(), grid_before);
 }
 

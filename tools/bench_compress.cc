@@ -92,8 +92,9 @@
 #include "tools/bench.h"
 #include "worker/image_task.h"
 #include "worker/model.h"
-#include "worker/ps_trainer.h"
-#include "worker/trainer.h"
+#include "worker/params_file.h"
+#include "worker/sync/ps_session.h"
+#include "worker/sync/train.h"
 
 namespace gridsync::bench {
 namespace {
@@ -668,11 +669,11 @@ Result<TrainRun> RunCluster(const Config& config, const ImageTask& image) {
   std::vector<std::thread> threads;
   for (int w = 0; w < workers; ++w) {
     threads.emplace_back([&, w] {
-      PsWorkerOptions options;
+      WorkerOptions options;
       options.rank = w;
       options.train.quiet = true;
       options.train.write_png = false;
-      run.reports[w] = TrainImagePs(cluster->config(), image, options);
+      run.reports[w] = TrainWorker(cluster->config(), image, options);
     });
   }
   for (auto& t : threads) t.join();

@@ -7,16 +7,15 @@
 #include <iomanip>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "common/config.h"
 #include "tools/bench.h"
 #include "worker/image_task.h"
-#include "worker/trainer.h"
+#include "worker/sync/train.h"
 
 namespace gridsync::bench {
 namespace {

@@ -190,7 +190,7 @@ void StopAll(std::vector<Child>& children, double grace_seconds) {
 void PrintSummary(const Child& worker0, const Config& config) {
   auto j = nlohmann::json::parse(worker0.summary, nullptr, false);
   if (j.is_discarded()) return;
-  const bool ps = config.distributed.gradient_sync != GradientSync::kNccl;
+  const bool ps = config.distributed.gradient_sync != GradientSyncMode::kNccl;
   std::printf("\n== gridsync launch: %d workers, %d shards, gradient_sync %s (%s), %d steps ==\n",
               config.distributed.world_size, ps ? config.ps.shards : 0,
               std::string(ToString(config.distributed.gradient_sync)).c_str(),

@@ -1,7 +1,9 @@
-// The optimizer of standalone training: Adam on the worker itself, with
-// dynamic loss scaling under mixed precision. Grid levels are updated
-// sparsely (touched rows only, per-row step counts); MLP weights densely.
-// With the PS the same Adam runs on the shards instead.
+// Adam on the worker itself (standalone runs and gradient_sync "nccl", where
+// every worker holds the whole model): grid levels are updated sparsely
+// (rows with a gradient only, per-row step counts), MLP weights densely.
+// With the PS the same Adam runs on the shards instead. Loss scaling is the
+// caller's (TrainLoop's LossScaler): gradients arrive times the loss scale
+// and are multiplied by `grad_scale` = 1 / loss scale here.
 //
 // Thread safety: not thread-safe; parallelism is internal via a ThreadPool.
 #pragma once
@@ -13,7 +15,6 @@
 #include "common/sparse_rows.h"
 #include "common/thread_pool.h"
 #include "kernels/cpu/adam.h"
-#include "worker/loss_scaler.h"
 #include "worker/model.h"
 
 namespace gridsync {
@@ -22,26 +23,27 @@ class LocalOptimizer {
  public:
   LocalOptimizer(HashGridModel* model, const Config& config);
 
-  struct StepStats {
-    bool applied = false;      // false when the loss scaler skipped the step
-    uint64_t grid_rows = 0;    // grid rows updated (touched)
-    float loss_scale = 1.0f;   // the scale the gradients carried
-  };
+  // rows[level]: the level's rows and their gradients (ascending). Updates
+  // them and every MLP weight, zeroes `mlp`, refreshes the model's fp16
+  // working copy. Returns the grid rows updated.
+  uint64_t ApplyRows(const std::vector<SparseRows>& rows, cpu::MlpWeights* mlp, float grad_scale,
+                     ThreadPool* pool);
 
-  // Applies and clears the gradients accumulated at the current loss scale.
-  StepStats Step(ModelGradients* grads, ThreadPool* pool);
+  // The grid gradient as one dense buffer (total_rows x features, e.g. after
+  // an all-reduce): updates the rows whose gradient is not zero and zeroes
+  // them; then the MLP as ApplyRows does. Returns the grid rows updated.
+  uint64_t ApplyDense(float* grid_grad, cpu::MlpWeights* mlp, float grad_scale, ThreadPool* pool);
 
-  float loss_scale() const { return scaler_.scale(); }
-  const LossScaler& scaler() const { return scaler_; }
   const std::vector<cpu::AdamTable>& grid_state() const { return grid_state_; }
 
  private:
+  void ApplyMlp(cpu::MlpWeights* mlp, float grad_scale);
+
   HashGridModel* model_;
   AdamHyper hyper_;
-  LossScaler scaler_;
   std::vector<cpu::AdamTable> grid_state_;  // per level
   std::vector<cpu::AdamTable> mlp_state_;   // per weight matrix
-  std::vector<SparseRows> touched_;         // per level, reused
+  std::vector<std::vector<uint32_t>> nonzero_;  // ApplyDense: per level, reused
 };
 
 }  // namespace gridsync

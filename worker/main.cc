@@ -1,12 +1,15 @@
 // gridsync-worker: trains the configured task, either alone (--standalone, or
 // distributed.enable false: one process, local Adam) or as one worker of a
-// cluster with gradient_sync "ps" (the PS shards run Adam). Settings whose
-// feature has not landed are refused with "not supported yet" (exit 2).
+// cluster in the config's gradient_sync mode (worker/sync/train.h). What
+// cannot run is refused before anything starts (exit 2): the same check
+// `gridsync check-config` runs, then a memory estimate for the batch.
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -14,12 +17,26 @@
 #include "common/cli_parse.h"
 #include "common/config.h"
 #include "common/logging.h"
-#include "worker/allreduce_trainer.h"
-#include "worker/hybrid_trainer.h"
+#include "worker/batch_split.h"
 #include "worker/image_task.h"
-#include "worker/ps_trainer.h"
-#include "worker/trainer.h"
+#include "worker/sync/train.h"
 #include "worker/worker_placement.h"
+
+namespace {
+
+// MemAvailable from /proc/meminfo, in bytes; 0 when unknown.
+uint64_t AvailableMemory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return 0;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"gridsync-worker: trains a hash-grid model"};
@@ -30,7 +47,7 @@ int main(int argc, char** argv) {
   app.add_option("-c,--config", config_path, "JSON config file");
   app.add_option("--set", overrides, "Override a config key: --set training.steps=200 (repeatable)");
   app.add_flag("--standalone", standalone, "Train in this process alone, ignoring the distributed section");
-  gridsync::PsWorkerOptions ps_options;
+  gridsync::WorkerOptions ps_options;
   app.add_option("--rank", ps_options.rank, "Worker rank (default: assigned by the coordinator)");
   std::string node_name;
   std::string host_flag;
@@ -43,7 +60,8 @@ int main(int argc, char** argv) {
       "--start-step", ps_options.start_step,
       "Resume at this step: the shards loaded its checkpoint (gridsync launch --resume)");
   app.add_option("--dump-params", ps_options.dump_params,
-                 "Rank 0: write the final parameters (raw float32) to this file");
+                 "The worker holding the final model (rank 0, or a standalone run): write its "
+                 "parameters (raw float32, tables in order) to this file");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
   GRIDSYNC_PARSE_COMMAND_LINE(app, argc, argv);
@@ -59,7 +77,6 @@ int main(int argc, char** argv) {
     return gridsync::kConfigErrorExitCode;
   }
   const bool distributed = !standalone && config->distributed.enable;
-  gridsync::CollectiveEndpoint endpoint;
   if (distributed) {
     auto placed = gridsync::PlaceWorker(*config, &ps_options.rank, node_name, host_flag);
     if (!placed.ok()) {
@@ -68,9 +85,9 @@ int main(int argc, char** argv) {
     }
     ps_options.node = placed->node;
     ps_options.local_rank = static_cast<uint32_t>(std::max(placed->local_rank, 0));
-    endpoint = placed->endpoint;
+    ps_options.endpoint = placed->endpoint;
     spdlog::info("worker {} on node {} at {} ({})", ps_options.rank, placed->node,
-                 endpoint.hostname, placed->host_source);
+                 ps_options.endpoint.hostname, placed->host_source);
   }
   auto image = gridsync::ImageTask::Load(config->task.image);
   if (!image.ok()) {
@@ -89,20 +106,44 @@ int main(int argc, char** argv) {
       return gridsync::kConfigErrorExitCode;
     }
   }
+  // The largest micro-batch this process computes must fit in memory: refuse
+  // it now, naming the key, rather than die in an allocation mid-run.
+  {
+    uint64_t samples = static_cast<uint64_t>(config->training.batch_size);
+    if (distributed) {
+      const gridsync::BatchSplit split(config->distributed, config->training.batch_size);
+      samples = *std::max_element(split.counts().begin(), split.counts().end());
+      if (config->distributed.batch_splitting == gridsync::BatchSplitting::kAdaptive)
+        samples = static_cast<uint64_t>(config->training.batch_size);  // may shift to one worker
+    }
+    samples = (samples + static_cast<uint64_t>(config->training.gradient_accumulation) - 1) /
+              static_cast<uint64_t>(config->training.gradient_accumulation);
+    const uint64_t need = gridsync::EstimateWorkerBytes(*config, samples);
+    const uint64_t available = AvailableMemory();
+    if (available > 0 && need > available) {
+      std::fprintf(stderr,
+                   "%s: training.batch_size %d needs about %.1f GiB in this worker (%llu samples "
+                   "per micro-batch) but %.1f GiB are available; allowed: a smaller batch_size, "
+                   "more gradient_accumulation or more workers\n",
+                   config_path.c_str(), config->training.batch_size,
+                   static_cast<double>(need) / 1073741824.0,
+                   static_cast<unsigned long long>(samples),
+                   static_cast<double>(available) / 1073741824.0);
+      return gridsync::kConfigErrorExitCode;
+    }
+  }
   gridsync::Result<gridsync::TrainReport> report = gridsync::Status::Internal("not run");
-  if (!distributed) {
-    report = gridsync::TrainImage(*config, *image);
-  } else if (config->distributed.gradient_sync == gridsync::GradientSync::kPs) {
-    report = gridsync::TrainImagePs(*config, *image, ps_options);
-  } else if (config->distributed.gradient_sync == gridsync::GradientSync::kHybrid) {
-    gridsync::HybridWorkerOptions options;
-    options.ps = ps_options;
-    options.endpoint = endpoint;
-    report = gridsync::TrainImageHybrid(*config, *image, options);
-  } else {
-    gridsync::AllReduceWorkerOptions options;
-    options.endpoint = endpoint;
-    report = gridsync::TrainImageAllReduceWorker(*config, *image, ps_options.rank, options);
+  try {
+    if (!distributed) {
+      report = gridsync::TrainImage(*config, *image, {}, ps_options.dump_params);
+    } else {
+      report = gridsync::TrainWorker(*config, *image, ps_options);
+    }
+  } catch (const std::bad_alloc&) {
+    report = gridsync::Status::IOError(
+        "out of memory with training.batch_size " + std::to_string(config->training.batch_size) +
+        " and encoding.log2_hashmap_size " + std::to_string(config->encoding.log2_hashmap_size) +
+        "; allowed: a smaller batch or model, or more workers");
   }
   if (!report.ok()) {
     spdlog::error("training failed: {}", report.status().ToString());
@@ -120,6 +161,8 @@ int main(int argc, char** argv) {
                             {"final_loss", report->final_loss},
                             {"steps", report->steps},
                             {"samples_per_second", report->samples_per_second},
+                            {"samples", report->samples},
+                            {"my_samples", report->my_samples},
                             {"train_seconds", report->train_seconds},
                             {"skipped_steps", report->skipped_steps},
                             {"grid_rows_per_step", report->grid_rows_per_step},
@@ -131,6 +174,7 @@ int main(int argc, char** argv) {
     summary["bytes_pulled_per_step"] = report->bytes_pulled_per_step;
     summary["comm_seconds"] = report->comm_seconds;
     summary["max_staleness"] = report->max_staleness;
+    summary["mean_staleness"] = report->mean_staleness;
     if (report->rank != 0) summary.erase("psnr_db");
   }
   std::printf("%s\n", summary.dump().c_str());

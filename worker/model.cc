@@ -76,17 +76,21 @@ void HashGridModel::RefreshWorkingCopyAll() {
   }
 }
 
-void HashGridModel::RefreshWorkingCopy(const std::vector<SparseRows>& grid_rows) {
+void HashGridModel::RefreshWorkingCopy(uint32_t level, const uint32_t* rows, size_t n) {
   if (!mixed_precision_) return;
   const uint32_t F = layout_.features();
-  for (uint32_t l = 0; l < grid_rows.size(); ++l) {
-    const size_t base = layout_.level(l).row_offset * F;
-    for (uint32_t row : grid_rows[l].rows) {
-      for (uint32_t f = 0; f < F; ++f) grid_half_[base + size_t{row} * F + f] = FloatToHalf(grid_[base + size_t{row} * F + f]);
-    }
+  const size_t base = layout_.level(level).row_offset * F;
+  for (size_t i = 0; i < n; ++i) {
+    const size_t at = base + size_t{rows[i]} * F;
+    for (uint32_t f = 0; f < F; ++f) grid_half_[at + f] = FloatToHalf(grid_[at + f]);
   }
+}
+
+void HashGridModel::RefreshMlpWorkingCopy() {
+  if (!mixed_precision_) return;
   for (size_t i = 0; i < mlp_.size(); ++i) {
-    for (Eigen::Index k = 0; k < mlp_[i].size(); ++k) mlp_working_[i].data()[k] = RoundToHalf(mlp_[i].data()[k]);
+    for (Eigen::Index k = 0; k < mlp_[i].size(); ++k)
+      mlp_working_[i].data()[k] = RoundToHalf(mlp_[i].data()[k]);
   }
 }
 

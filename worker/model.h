@@ -68,9 +68,12 @@ class HashGridModel {
   void Predict(const float* positions, size_t n, uint32_t active_levels, float* out,
                ThreadPool* pool);
 
-  // Re-derives the fp16 working copy after the master weights changed: the
-  // rows of `grid_rows[level]` (level-local ids), and all MLP weights.
-  void RefreshWorkingCopy(const std::vector<SparseRows>& grid_rows);
+  // Re-derives the fp16 working copy after the master weights changed:
+  // rows[0..n) of `level` (level-local ids), or all MLP weights, or
+  // everything. No-ops without mixed precision. Distinct levels may be
+  // refreshed from different threads at once.
+  void RefreshWorkingCopy(uint32_t level, const uint32_t* rows, size_t n);
+  void RefreshMlpWorkingCopy();
   void RefreshWorkingCopyAll();
 
  private:

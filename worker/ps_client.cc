@@ -244,7 +244,11 @@ void PsClient::SetWorkerOptimizer(const AdamHyper& hyper) {
 
 namespace {
 // Residuals are kept per column slice of a table.
-uint32_t FeedbackKey(uint32_t table, uint32_t col_begin) { return table * 256 + col_begin; }
+// One error-feedback key per (table, column slice): both halves whole, so
+// no two slices share residuals however wide a table is.
+uint64_t FeedbackKey(uint32_t table, uint32_t col_begin) {
+  return (uint64_t{table} << 32) | col_begin;
+}
 }  // namespace
 
 void PsClient::AddPendingUpdates(const std::vector<TablePullRef>& tables) const {
@@ -310,7 +314,7 @@ Result<bool> PsClient::FlushResiduals(uint64_t step, uint64_t min_version) {
 Status PsClient::Compress(uint64_t step, uint32_t shard, wire::OutBlock* block) {
   const size_t n = block->values.size();
   if (n == 0 || n > kMaxCodecValues || n * sizeof(float) < min_bytes_) return Status::OK();
-  const uint32_t key = FeedbackKey(block->table, block->col_begin);
+  const uint64_t key = FeedbackKey(block->table, block->col_begin);
   std::vector<uint32_t> dense_rows;
   const uint32_t* rows = block->rows.data();
   if (block->dense) {
@@ -364,8 +368,17 @@ Status PsClient::Push(wire::Kind kind, uint64_t step, const std::vector<TableRow
   return status;
 }
 
+Status PsClient::PushSkipped(uint64_t step) {
+  const auto start = Clock::now();
+  const Status status = SendAndAwaitAcks(wire::Kind::kPush, step,
+                                         std::vector<std::vector<wire::OutBlock>>(sockets_.size()),
+                                         /*skip_step=*/true);
+  counters_.push_seconds += Seconds(start);
+  return status;
+}
+
 Status PsClient::SendAndAwaitAcks(wire::Kind kind, uint64_t step,
-                                  std::vector<std::vector<wire::OutBlock>> split) {
+                                  std::vector<std::vector<wire::OutBlock>> split, bool skip_step) {
   const uint64_t request_id = next_request_++;
   for (uint32_t s = 0; s < sockets_.size(); ++s) {
     wire::OutHeader header;
@@ -375,6 +388,7 @@ Status PsClient::SendAndAwaitAcks(wire::Kind kind, uint64_t step,
     header.request_id = request_id;
     header.shard = s;
     header.num_workers = num_workers_;
+    header.skip_step = skip_step;
     if (kind == wire::Kind::kPush && worker_adam_ != nullptr) {
       header.push_values = wire::PushValues::kUpdates;
     }
@@ -383,8 +397,14 @@ Status PsClient::SendAndAwaitAcks(wire::Kind kind, uint64_t step,
     GRIDSYNC_RETURN_IF_ERROR(
         wire::SendMultipart(sockets_[s], frames).WithContext("push to shard " + std::to_string(s)));
   }
-  return AwaitReplies(request_id, wire::Kind::kPushAck,
-                      [](uint32_t, const wire::Message&) { return Status::OK(); });
+  uint64_t version = UINT64_MAX;
+  GRIDSYNC_RETURN_IF_ERROR(
+      AwaitReplies(request_id, wire::Kind::kPushAck, [&](uint32_t, const wire::Message& ack) {
+        version = std::min(version, ack.step);
+        return Status::OK();
+      }));
+  last_ack_version_ = version == UINT64_MAX ? 0 : version;
+  return Status::OK();
 }
 
 Status PsClient::SendPull(uint64_t min_version, const std::vector<TablePullRef>& tables,

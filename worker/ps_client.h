@@ -79,6 +79,11 @@ class PsClient {
   // it counts pushes per worker.
   Status Push(wire::Kind kind, uint64_t step, const std::vector<TableRowsRef>& tables);
 
+  // Mixed precision: this worker's gradients of `step` overflowed. Every
+  // shard gets an empty push flagged skipStep and applies no push of the
+  // step (bsp, ssp), so the step is skipped on all workers alike.
+  Status PushSkipped(uint64_t step);
+
   // whole: ask for the parameters themselves even with delta pulls (the
   // final pull, whose values must be exact).
   Status SendPull(uint64_t min_version, const std::vector<TablePullRef>& tables,
@@ -87,6 +92,9 @@ class PsClient {
   Result<uint64_t> ReceivePull();
 
   const PsCounters& counters() const { return counters_; }
+  // The lowest parameter version the shards reported in their acks of the
+  // last push (under async: the pushes applied, this one included).
+  uint64_t last_ack_version() const { return last_ack_version_; }
   // Starts the counters over (after the one-off initial push).
   void ResetCounters() { counters_ = PsCounters{}; }
 
@@ -109,7 +117,7 @@ class PsClient {
   // the final parameters lack nothing this worker computed; then forgets the
   // residuals. Under bsp/ssp every worker must flush (the shards count it as
   // a step), and the push waits, as a step would, until the shards reached
-  // `min_version` (ps_trainer.h's MinVersionFor). Returns whether anything
+  // `min_version` (MinVersionFor in worker/sync/ps_session.h). Returns whether anything
   // could have been held (a lossy codec with error feedback); when false
   // nothing is sent.
   Result<bool> FlushResiduals(uint64_t step, uint64_t min_version);
@@ -147,6 +155,7 @@ class PsClient {
   std::vector<zmq::socket_t> sockets_;  // by shard
   std::vector<std::string> endpoints_;
   uint64_t next_request_ = 1;
+  uint64_t last_ack_version_ = 0;
   PsCounters counters_;
   CodecOptions codec_;
   bool use_feedback_ = false;
@@ -158,7 +167,7 @@ class PsClient {
 
   // Sends each shard its blocks (kind push or init) and waits for every ack.
   Status SendAndAwaitAcks(wire::Kind kind, uint64_t step,
-                          std::vector<std::vector<wire::OutBlock>> split);
+                          std::vector<std::vector<wire::OutBlock>> split, bool skip_step = false);
 
   uint64_t RequestIdOf(const std::vector<zmq::message_t>& frames) const;
 

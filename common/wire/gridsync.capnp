@@ -115,6 +115,9 @@ struct Header {
   pushValues @11 :PushValues;  # push: gradients or updates
   wholeValues @12 :Bool;   # pull: parameters whole, never deltas against the
                            # worker's replica (compression.pull), e.g. the final pull
+  skipStep @13 :Bool;      # push: this worker's gradients overflowed under mixed
+                           # precision; the push carries no blocks and the shards
+                           # apply none of the step's pushes (bsp, ssp) or skip it (async)
 }
 
 # ---- Control plane ----

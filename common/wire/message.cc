@@ -169,6 +169,7 @@ struct RawHeader {
   uint32_t num_workers = 0;
   uint16_t push_values = 0;
   bool whole_values = false;
+  bool skip_step = false;
   std::vector<RawBlock> blocks;
   uint32_t error_code = 0;
   std::string error_text;
@@ -243,6 +244,7 @@ Status ParseHeader(const zmq::message_t& frame, const Limits& limits, RawHeader&
     out.num_workers = header.getNumWorkers();
     out.push_values = static_cast<uint16_t>(header.getPushValues());
     out.whole_values = header.getWholeValues();
+    out.skip_step = header.getSkipStep();
     if (out.push_values > static_cast<uint16_t>(PushValues::kUpdates)) {
       return Status::InvalidArgument(fmt::format(
           "frame 0 (header): pushValues {} unknown; allowed: 0 (gradients) or 1 (updates)",
@@ -470,6 +472,7 @@ std::vector<zmq::message_t> Encode(const OutHeader& header, std::vector<OutBlock
   out.setNumWorkers(header.num_workers);
   out.setPushValues(static_cast<schema::PushValues>(header.push_values));
   out.setWholeValues(header.whole_values);
+  out.setSkipStep(header.skip_step);
   if (header.kind == Kind::kStatsReply) FillStats(header.stats, out.initStats());
 
   const KindLayout layout = LayoutOf(header.kind);
@@ -595,6 +598,7 @@ Result<Message> Decode(const std::vector<zmq::message_t>& frames,
   message.num_workers = raw.num_workers;
   message.push_values = static_cast<PushValues>(raw.push_values);
   message.whole_values = raw.whole_values;
+  message.skip_step = raw.skip_step;
   const char* kind_name = KindName(message.kind);
 
   const KindLayout layout = LayoutOf(message.kind);
@@ -604,6 +608,12 @@ Result<Message> Decode(const std::vector<zmq::message_t>& frames,
     return Status::InvalidArgument(
         fmt::format("a {} lists {} table block(s); allowed: none (this kind carries no rows)",
                     kind_name, raw.blocks.size()));
+  }
+  if (raw.skip_step && (message.kind != Kind::kPush || !raw.blocks.empty())) {
+    return Status::InvalidArgument(fmt::format(
+        "a {} with skipStep set lists {} block(s); allowed: skipStep only on a push with no "
+        "blocks (an overflowed step)",
+        kind_name, raw.blocks.size()));
   }
 
   // Header-only checks first, so a wrong frame count is reported against a

@@ -127,6 +127,7 @@ struct Message {
   uint32_t num_workers = 0;
   PushValues push_values = PushValues::kGradients;
   bool whole_values = false;  // kPull: no deltas (gridsync.capnp's wholeValues)
+  bool skip_step = false;     // kPush: an overflowed step (gridsync.capnp's skipStep)
   std::vector<Block> blocks;
   Status error;        // kind == kError: the refusal, code and text
   ShardStats stats;    // kind == kStatsReply
@@ -166,6 +167,7 @@ struct OutHeader {
   uint32_t num_workers = 0;
   PushValues push_values = PushValues::kGradients;  // kPush
   bool whole_values = false;                        // kPull
+  bool skip_step = false;                           // kPush: mixed precision overflow
   ShardStats stats;                                 // kStatsReply
 };
 

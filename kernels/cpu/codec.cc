@@ -898,14 +898,14 @@ Status Decode(const CodecOptions& options, const uint8_t* bytes, size_t size, si
 // ---------------------------------------------------------------------------
 // ErrorFeedback.
 
-const ErrorFeedback::Table* ErrorFeedback::FindTable(uint32_t table) const {
-  const auto it = tables_.find(table);
+const ErrorFeedback::Table* ErrorFeedback::FindTable(uint64_t key) const {
+  const auto it = tables_.find(key);
   return it == tables_.end() ? nullptr : &it->second;
 }
 
-void ErrorFeedback::AddResidual(uint32_t table, const uint32_t* rows, size_t n_rows,
-                                uint32_t width, float* values) const {
-  const Table* t = FindTable(table);
+void ErrorFeedback::AddResidual(uint64_t key, const uint32_t* rows, size_t n_rows, uint32_t width,
+                                float* values) const {
+  const Table* t = FindTable(key);
   if (t == nullptr) return;
   GRIDSYNC_CHECK_EQ(t->width, width);
   for (size_t r = 0; r < n_rows; ++r) {
@@ -916,9 +916,9 @@ void ErrorFeedback::AddResidual(uint32_t table, const uint32_t* rows, size_t n_r
   }
 }
 
-void ErrorFeedback::AddResidualInPlace(uint32_t table, const uint32_t* rows, size_t n,
-                                       float* params, size_t row_stride, size_t col) const {
-  const Table* t = FindTable(table);
+void ErrorFeedback::AddResidualInPlace(uint64_t key, const uint32_t* rows, size_t n, float* params,
+                                       size_t row_stride, size_t col) const {
+  const Table* t = FindTable(key);
   if (t == nullptr || t->row_of_slot.empty()) return;
   const uint32_t width = t->width;
   for (size_t i = 0; i < n; ++i) {
@@ -930,10 +930,10 @@ void ErrorFeedback::AddResidualInPlace(uint32_t table, const uint32_t* rows, siz
   }
 }
 
-void ErrorFeedback::StoreResidual(uint32_t table, const uint32_t* rows, size_t n_rows,
-                                  uint32_t width, const float* corrected, const float* decoded) {
+void ErrorFeedback::StoreResidual(uint64_t key, const uint32_t* rows, size_t n_rows, uint32_t width,
+                                  const float* corrected, const float* decoded) {
   GRIDSYNC_CHECK_GT(width, 0u);
-  Table& t = tables_[table];
+  Table& t = tables_[key];
   if (t.width == 0) t.width = width;
   GRIDSYNC_CHECK_EQ(t.width, width);
   constexpr uint32_t kPageRows = 1u << kPageBits;
@@ -966,18 +966,18 @@ size_t ErrorFeedback::Entries() const {
   return total;
 }
 
-size_t ErrorFeedback::Entries(uint32_t table) const {
-  const Table* t = FindTable(table);
+size_t ErrorFeedback::Entries(uint64_t key) const {
+  const Table* t = FindTable(key);
   return t == nullptr ? 0 : t->row_of_slot.size();
 }
 
-const float* ErrorFeedback::Residual(uint32_t table, uint32_t row) const {
-  const Table* t = FindTable(table);
+const float* ErrorFeedback::Residual(uint64_t key, uint32_t row) const {
+  const Table* t = FindTable(key);
   return t == nullptr ? nullptr : t->Find(row);
 }
 
-std::vector<uint32_t> ErrorFeedback::Rows(uint32_t table) const {
-  const Table* t = FindTable(table);
+std::vector<uint32_t> ErrorFeedback::Rows(uint64_t key) const {
+  const Table* t = FindTable(key);
   if (t == nullptr) return {};
   std::vector<uint32_t> rows = t->row_of_slot;
   std::sort(rows.begin(), rows.end());

@@ -313,26 +313,28 @@ void RandomkIndices(uint64_t seed, size_t n, uint32_t k, uint32_t* indices);
 // another width is a bug (checked).
 class ErrorFeedback {
  public:
+  // Residuals are kept per key: one key per (table, column slice) the
+  // caller pushes (64 bits, so no two slices can share one).
   // values (n_rows x width) += the stored residual of each row; rows with no
   // entry add nothing. Creates no entries.
-  void AddResidual(uint32_t table, const uint32_t* rows, size_t n_rows, uint32_t width,
+  void AddResidual(uint64_t key, const uint32_t* rows, size_t n_rows, uint32_t width,
                    float* values) const;
   // The same into a full parameter array: params[row * row_stride + col + f]
   // += residual(row)[f], for rows[0..n) (or rows 0..n when rows is null).
-  void AddResidualInPlace(uint32_t table, const uint32_t* rows, size_t n, float* params,
+  void AddResidualInPlace(uint64_t key, const uint32_t* rows, size_t n, float* params,
                           size_t row_stride, size_t col) const;
   // residual(row) = corrected - decoded (both n_rows x width), for each row.
   // Rows must be distinct within a call.
-  void StoreResidual(uint32_t table, const uint32_t* rows, size_t n_rows, uint32_t width,
+  void StoreResidual(uint64_t key, const uint32_t* rows, size_t n_rows, uint32_t width,
                      const float* corrected, const float* decoded);
 
   // Rows holding a residual: over all tables, or in one.
   size_t Entries() const;
-  size_t Entries(uint32_t table) const;
+  size_t Entries(uint64_t key) const;
   // The row's `width` residual floats, or null when the row has no entry.
-  const float* Residual(uint32_t table, uint32_t row) const;
+  const float* Residual(uint64_t key, uint32_t row) const;
   // The rows of `table` holding a residual, ascending.
-  std::vector<uint32_t> Rows(uint32_t table) const;
+  std::vector<uint32_t> Rows(uint64_t key) const;
   // Bytes held by residual values (the arenas' capacity).
   size_t ResidualBytes() const;
   // Bytes held by the row index pages.
@@ -355,8 +357,8 @@ class ErrorFeedback {
       return slot == 0 ? nullptr : arena.data() + size_t{slot - 1} * width;
     }
   };
-  const Table* FindTable(uint32_t table) const;
-  std::unordered_map<uint32_t, Table> tables_;
+  const Table* FindTable(uint64_t key) const;
+  std::unordered_map<uint64_t, Table> tables_;
 };
 
 }  // namespace cpu

@@ -1,0 +1,147 @@
+#include "worker/sync/allreduce_sync.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "worker/collective/buckets.h"
+#include "worker/sync/peer_watch.h"
+
+namespace gridsync {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Slice boundaries of n elements cut into `slices` near-equal parts, as
+// counts for `size` ranks (ranks >= slices get none).
+std::vector<size_t> SliceCounts(size_t n, int slices, int size) {
+  std::vector<size_t> counts(static_cast<size_t>(size), 0);
+  for (int s = 0; s < slices; ++s) {
+    counts[static_cast<size_t>(s)] =
+        n / static_cast<size_t>(slices) +
+        (static_cast<size_t>(s) < n % static_cast<size_t>(slices) ? 1 : 0);
+  }
+  return counts;
+}
+
+}  // namespace
+
+Status HierarchicalAllReduce(Collective& intra, Collective* inter, int slices, float* data,
+                             size_t n) {
+  const auto counts = SliceCounts(n, slices, intra.size());
+  const size_t mine = counts[static_cast<size_t>(intra.rank())];
+  std::vector<float> slice(mine);
+  GRIDSYNC_RETURN_IF_ERROR(intra.ReduceScatterSum(data, slice.data(), counts));
+  if (mine > 0) {
+    if (inter == nullptr)
+      return Status::Internal("hierarchical all-reduce: a slice owner has no inter-node group");
+    GRIDSYNC_RETURN_IF_ERROR(inter->AllReduceSum(slice.data(), mine));
+  }
+  return intra.AllGatherV(slice.data(), counts, data);
+}
+
+AllReduceSync::AllReduceSync(const Config& config, HashGridModel* model, int rank,
+                             const AllReduceGroups& groups, CoordinatorClient* coordinator,
+                             const BatchSource* source, const SplitSchedule* split,
+                             ThreadPool* pool)
+    : config_(config),
+      model_(model),
+      groups_(groups),
+      coordinator_(coordinator),
+      source_(source),
+      split_(split),
+      pool_(pool),
+      optimizer_(model, config),
+      hierarchical_(config.distributed.hierarchical && groups.intra != nullptr) {
+  rank_ = static_cast<uint32_t>(rank);
+  me_ = "worker-" + std::to_string(rank);
+  elements_ = model->grid_params().size() + model->mlp_shape().n_params();
+  if (hierarchical_) {
+    packed_.resize(elements_ + 1);  // + the overflow flag
+    const auto nodes = config.distributed.ResolvedNodes();
+    slices_ = nodes.front().workers;
+    for (const auto& node : nodes) slices_ = std::min(slices_, node.workers);
+  }
+}
+
+Result<const StepBatch*> AllReduceSync::Prepare(uint64_t step) {
+  const BatchSplit& split = split_->At(step);
+  source_->Fill(step, split.begin(static_cast<int>(rank_)), split.count(static_cast<int>(rank_)),
+                &batch_);
+  return &batch_;
+}
+
+Status AllReduceSync::AllReduce(uint64_t step, std::vector<std::span<float>>& tensors) {
+  if (!hierarchical_) {
+    BucketOptions buckets;
+    buckets.bucket_bytes = static_cast<size_t>(config_.distributed.bucket_mb * 1024 * 1024);
+    return BucketedAllReduceSum(*groups_.flat, tensors, step, buckets);
+  }
+  size_t total = 0;
+  for (const auto& span : tensors) {
+    std::copy(span.begin(), span.end(), packed_.begin() + static_cast<std::ptrdiff_t>(total));
+    total += span.size();
+  }
+  // Bucket by bucket, so the scratch of each phase stays bounded.
+  const size_t chunk = std::max<size_t>(
+      1, static_cast<size_t>(config_.distributed.bucket_mb * 1024 * 1024) / sizeof(float));
+  for (size_t off = 0; off < total; off += chunk) {
+    GRIDSYNC_RETURN_IF_ERROR(HierarchicalAllReduce(*groups_.intra, groups_.inter, slices_,
+                                                   packed_.data() + off,
+                                                   std::min(chunk, total - off)));
+  }
+  total = 0;
+  for (auto& span : tensors) {
+    std::copy(packed_.begin() + static_cast<std::ptrdiff_t>(total),
+              packed_.begin() + static_cast<std::ptrdiff_t>(total + span.size()), span.begin());
+    total += span.size();
+  }
+  return Status::OK();
+}
+
+Result<SyncOutcome> AllReduceSync::Apply(uint64_t step, ModelGradients* grads, float loss_scale) {
+  const bool mixed = config_.training.mixed_precision;
+  SyncOutcome outcome;
+  std::vector<std::span<float>> tensors = {grads->grid.dense_span()};
+  for (auto& m : grads->mlp) tensors.emplace_back(m.data(), static_cast<size_t>(m.size()));
+  float overflow = 0.0f;  // summed: the number of workers that overflowed
+  if (mixed) {
+    bool fits = true;
+    for (auto& span : tensors) fits = RoundToHalfChecked(span.data(), span.size()) && fits;
+    overflow = fits ? 0.0f : 1.0f;
+    tensors.emplace_back(&overflow, 1);
+  }
+  const auto start = Clock::now();
+  GRIDSYNC_RETURN_IF_ERROR(AllReduce(step, tensors));
+  comm_seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
+  outcome.finite = overflow == 0.0f;
+  if (!outcome.finite) {
+    std::fill(grads->grid.dense_span().begin(), grads->grid.dense_span().end(), 0.0f);
+    grads->grid.ForgetTouched();
+    for (auto& m : grads->mlp) m.setZero();
+    return outcome;
+  }
+  // Every worker holds the same summed gradient and takes the same step.
+  outcome.grid_rows =
+      optimizer_.ApplyDense(grads->grid.mutable_dense(), &grads->mlp, 1.0f / loss_scale, pool_);
+  grads->grid.ForgetTouched();
+  return outcome;
+}
+
+Result<std::vector<double>> AllReduceSync::GatherRates(uint64_t, double mine) {
+  const float rate = static_cast<float>(mine);
+  std::vector<float> rates(static_cast<size_t>(groups_.flat->size()));
+  GRIDSYNC_RETURN_IF_ERROR(groups_.flat->AllGather(&rate, 1, rates.data()));
+  return std::vector<double>(rates.begin(), rates.end());
+}
+
+Status AllReduceSync::CheckPeers() {
+  return coordinator_ ? CheckClusterPeers(*coordinator_) : Status::OK();
+}
+
+void AllReduceSync::FillReport(TrainReport* report) const {
+  report->bytes_pushed_per_step = static_cast<double>(elements_ * sizeof(float));  // all-reduced
+  report->bytes_pulled_per_step = 0;
+  report->comm_seconds = comm_seconds_;
+}
+
+}  // namespace gridsync

@@ -1,0 +1,82 @@
+// gradient_sync "nccl": every worker keeps the whole model, computes the
+// gradient of its share of each global batch, and the gradients are summed
+// across workers by all-reduce over the Collective seam (NCCL on GPUs, Gloo
+// on CPU hosts, LocalCollective in tests), in fixed-order buckets with a
+// cross-rank check per bucket. Every worker then runs the same Adam step
+// (LocalOptimizer), as DDP does.
+//
+// Flat: one all-reduce over all workers. Hierarchical (Horovod's scheme): a
+// reduce-scatter inside each node, an all-reduce across nodes among the
+// local ranks that own the same slice, and an all-gather inside the node.
+// Nodes may have different worker counts: the buffer is cut into S slices,
+// S = the smallest node's worker count, and local ranks >= S own none.
+//
+// Mixed precision: each worker rounds its gradient through fp16 and adds an
+// overflow flag to the all-reduce, so every worker sees the same sum and
+// skips (or applies) the step alike.
+//
+// With a rank-ordered reduction (LocalCollective) and an even split, the
+// parameters equal a single process with gradient_accumulation = workers bit
+// for bit; Gloo's ring and the hierarchical scheme sum in other orders, so
+// they match within float rounding.
+//
+// Thread safety: see gradient_sync.h.
+#pragma once
+
+#include <memory>
+
+#include "common/config.h"
+#include "common/coordinator_client.h"
+#include "common/thread_pool.h"
+#include "worker/collective/collective.h"
+#include "worker/local_optimizer.h"
+#include "worker/sync/gradient_sync.h"
+
+namespace gridsync {
+
+struct AllReduceGroups {
+  Collective* flat = nullptr;   // every worker; always required
+  Collective* intra = nullptr;  // hierarchical: the workers of this node
+  Collective* inter =
+      nullptr;  // hierarchical: this local rank across nodes (null if it owns no slice)
+};
+
+// The hierarchical sum of `data` (in place) over intra-node then inter-node
+// groups, as described above. `slices` = S.
+Status HierarchicalAllReduce(Collective& intra, Collective* inter, int slices, float* data,
+                             size_t n);
+
+class AllReduceSync : public GradientSync {
+ public:
+  // coordinator: watched between steps when given (null in in-process tests).
+  AllReduceSync(const Config& config, HashGridModel* model, int rank, const AllReduceGroups& groups,
+                CoordinatorClient* coordinator, const BatchSource* source,
+                const SplitSchedule* split, ThreadPool* pool);
+
+  Result<const StepBatch*> Prepare(uint64_t step) override;
+  Result<SyncOutcome> Apply(uint64_t step, ModelGradients* grads, float loss_scale) override;
+  Status Finish(uint64_t, TrainReport*) override { return Status::OK(); }
+  Result<std::vector<double>> GatherRates(uint64_t done, double mine) override;
+  Status CheckPeers() override;
+  void FillReport(TrainReport* report) const override;
+
+ private:
+  Status AllReduce(uint64_t step, std::vector<std::span<float>>& tensors);
+
+  const Config& config_;
+  HashGridModel* model_;
+  AllReduceGroups groups_;
+  CoordinatorClient* coordinator_;
+  const BatchSource* source_;
+  const SplitSchedule* split_;
+  ThreadPool* pool_;
+  LocalOptimizer optimizer_;
+  bool hierarchical_;
+  int slices_ = 0;
+  size_t elements_ = 0;        // gradient elements all-reduced per step
+  std::vector<float> packed_;  // hierarchical works on one contiguous buffer
+  StepBatch batch_;
+  double comm_seconds_ = 0;
+};
+
+}  // namespace gridsync

@@ -1,0 +1,272 @@
+#include "worker/sync/hybrid_sync.h"
+
+#include <bit>
+#include <chrono>
+#include <cstring>
+
+#include "kernels/adam_math.h"
+#include "worker/collective/factory.h"
+#include "worker/sync/peer_watch.h"
+
+namespace gridsync {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Row ids travel through float collectives bit for bit.
+float BitsToFloat(uint32_t v) { return std::bit_cast<float>(v); }
+uint32_t FloatToBits(float f) { return std::bit_cast<uint32_t>(f); }
+
+}  // namespace
+
+HybridSync::HybridSync(const Config& config, HashGridModel* model, PsSession session,
+                       const BatchSource* source, const SplitSchedule* split, ThreadPool* pool)
+    : config_(config),
+      model_(model),
+      session_(std::move(session)),
+      source_(source),
+      split_(split),
+      pool_(pool),
+      space_(*model),
+      row_set_(model->layout()) {
+  rank_ = session_.rank;
+  me_ = session_.me;
+}
+
+Result<std::unique_ptr<HybridSync>> HybridSync::Create(const Config& config, HashGridModel* model,
+                                                       PsSession session, const BatchSource* source,
+                                                       const SplitSchedule* split, ThreadPool* pool,
+                                                       const WorkerOptions& options) {
+  const auto& d = config.distributed;
+  std::unique_ptr<HybridSync> sync(
+      new HybridSync(config, model, std::move(session), source, split, pool));
+  const int rank = static_cast<int>(sync->rank_);
+  const auto nodes = d.ResolvedNodes();
+  const int node = d.NodeOf(rank);
+  sync->local_ = d.LocalRankOf(rank);
+  sync->node_size_ = nodes[static_cast<size_t>(node)].workers;
+  if (options.intra_group) {
+    GRIDSYNC_ASSIGN_OR_RETURN(sync->intra_,
+                              options.intra_group(node, sync->local_, sync->node_size_));
+  } else {
+    sync->store_ =
+        std::make_unique<CoordinatorStore>(sync->session_.coordinator.get(), "collective/");
+    GRIDSYNC_ASSIGN_OR_RETURN(
+        sync->owned_intra_,
+        MakeCollective(ToString(d.collective), sync->store_.get(), sync->local_, sync->node_size_,
+                       "intra-" + nodes[static_cast<size_t>(node)].name,
+                       std::chrono::milliseconds(static_cast<int64_t>(d.timeout_s * 1000)),
+                       options.endpoint));
+    sync->intra_ = sync->owned_intra_.get();
+  }
+  const RowSpace& space = sync->space_;
+  sync->bounds_ = space.SliceRows(sync->node_size_);
+  for (int l = 0; l < sync->node_size_; ++l) {
+    sync->slice_elements_.push_back(space.ElementOf(sync->bounds_[static_cast<size_t>(l) + 1]) -
+                                    space.ElementOf(sync->bounds_[static_cast<size_t>(l)]));
+  }
+  sync->packed_.resize(space.elements());
+  sync->my_grad_.resize(sync->slice_elements_[static_cast<size_t>(sync->local_)]);
+  sync->needed_bits_.resize((space.rows() + 63) / 64);
+  return sync;
+}
+
+float* HybridSync::ParamOf(uint64_t global_row) {
+  const uint32_t t = space_.TableOf(global_row);
+  const auto& tab = space_.tables()[t];
+  const uint64_t row = global_row - tab.first_row;
+  const uint32_t levels = model_->layout().n_levels();
+  if (t < levels) {
+    return model_->grid_params().data() +
+           (model_->layout().level(t).row_offset + row) * model_->layout().features();
+  }
+  return model_->mlp_weights()[t - levels].data() + row * tab.width;
+}
+
+Result<const StepBatch*> HybridSync::Prepare(uint64_t step) {
+  const auto& layout = model_->layout();
+  const uint32_t levels = layout.n_levels();
+  const auto& tables = space_.tables();
+  const BatchSplit& split = split_->At(step);
+  const int rank = static_cast<int>(rank_);
+  source_->Fill(step, split.begin(rank), split.count(rank), &batch_);
+  cpu::HashGridLookup(layout, batch_.positions.data(), batch_.count, model_->ActiveLevels(step),
+                      &lookup_, pool_);
+  row_set_.Assign(lookup_, pool_);
+
+  // The node's union of rows to read next, and its fresh values.
+  const auto start = Clock::now();
+  std::vector<float> mine;
+  for (uint32_t l = 0; l < levels; ++l) {
+    const uint64_t first = tables[l].first_row;
+    for (uint32_t row : row_set_.rows(l))
+      mine.push_back(BitsToFloat(static_cast<uint32_t>(first + row)));
+  }
+  const float my_count = static_cast<float>(mine.size());
+  std::vector<float> counts_f(static_cast<size_t>(node_size_));
+  GRIDSYNC_RETURN_IF_ERROR(intra_->AllGather(&my_count, 1, counts_f.data()));
+  std::vector<size_t> counts(counts_f.begin(), counts_f.end());
+  size_t total_ids = 0;
+  for (size_t c : counts) total_ids += c;
+  std::vector<float> all_ids(total_ids);
+  GRIDSYNC_RETURN_IF_ERROR(intra_->AllGatherV(mine.data(), counts, all_ids.data()));
+  std::fill(needed_bits_.begin(), needed_bits_.end(), 0);
+  for (float f : all_ids) {
+    const uint64_t g = FloatToBits(f);
+    needed_bits_[g >> 6] |= uint64_t{1} << (g & 63);
+  }
+  for (size_t ti = levels; ti < tables.size(); ++ti) {  // MLP rows: always read
+    for (uint64_t g = tables[ti].first_row; g < tables[ti].first_row + tables[ti].rows; ++g)
+      needed_bits_[g >> 6] |= uint64_t{1} << (g & 63);
+  }
+  // Per local rank, the needed rows inside its slice (ascending).
+  std::vector<std::vector<uint64_t>> slice_rows(static_cast<size_t>(node_size_));
+  for (int l = 0; l < node_size_; ++l) {
+    for (uint64_t g = bounds_[static_cast<size_t>(l)]; g < bounds_[static_cast<size_t>(l) + 1];
+         ++g) {
+      if (needed_bits_[g >> 6] >> (g & 63) & 1) slice_rows[static_cast<size_t>(l)].push_back(g);
+    }
+  }
+  // Pull mine, per table.
+  std::vector<std::vector<uint32_t>> pull_rows(tables.size());
+  for (uint64_t g : slice_rows[static_cast<size_t>(local_)]) {
+    const uint32_t ti = space_.TableOf(g);
+    pull_rows[ti].push_back(static_cast<uint32_t>(g - tables[ti].first_row));
+  }
+  std::vector<TablePullRef> pulls;
+  for (uint32_t ti = 0; ti < pull_rows.size(); ++ti) {
+    if (pull_rows[ti].empty()) continue;
+    float* dest =
+        ti < levels ? model_->grid_params().data() + layout.level(ti).row_offset * layout.features()
+                    : model_->mlp_weights()[ti - levels].data();
+    pulls.push_back({ti, false, pull_rows[ti].data(), pull_rows[ti].size(), dest});
+  }
+  GRIDSYNC_RETURN_IF_ERROR(session_.ps->SendPull(MinVersionFor(config_.ps, step), pulls));
+  GRIDSYNC_ASSIGN_OR_RETURN(const uint64_t version, session_.ps->ReceivePull());
+  if (config_.ps.consistency != Consistency::kAsync) {
+    const uint64_t stale = step > version ? step - version : 0;
+    staleness_max_ = std::max(staleness_max_, stale);
+    staleness_sum_ += stale;
+    ++staleness_samples_;
+  }
+  session_.ps->AddPendingUpdates(pulls);  // before the node shares them
+  // Share the pulled values inside the node.
+  std::vector<size_t> value_counts(static_cast<size_t>(node_size_));
+  for (int l = 0; l < node_size_; ++l) {
+    size_t n = 0;
+    for (uint64_t g : slice_rows[static_cast<size_t>(l)]) n += tables[space_.TableOf(g)].width;
+    value_counts[static_cast<size_t>(l)] = n;
+  }
+  std::vector<float> my_values;
+  my_values.reserve(value_counts[static_cast<size_t>(local_)]);
+  for (uint64_t g : slice_rows[static_cast<size_t>(local_)]) {
+    const float* p = ParamOf(g);
+    my_values.insert(my_values.end(), p, p + tables[space_.TableOf(g)].width);
+  }
+  size_t total_values = 0;
+  for (size_t c : value_counts) total_values += c;
+  std::vector<float> all_values(total_values);
+  GRIDSYNC_RETURN_IF_ERROR(intra_->AllGatherV(my_values.data(), value_counts, all_values.data()));
+  size_t at = 0;
+  for (int l = 0; l < node_size_; ++l) {
+    for (uint64_t g : slice_rows[static_cast<size_t>(l)]) {
+      const uint32_t ti = space_.TableOf(g);
+      const uint32_t w = tables[ti].width;
+      std::memcpy(ParamOf(g), all_values.data() + at, w * sizeof(float));
+      at += w;
+      if (ti < levels) {
+        const auto row = static_cast<uint32_t>(g - tables[ti].first_row);
+        model_->RefreshWorkingCopy(ti, &row, 1);
+      }
+    }
+  }
+  model_->RefreshMlpWorkingCopy();
+  comm_seconds_ += Since(start);
+  return &batch_;
+}
+
+Result<SyncOutcome> HybridSync::Apply(uint64_t step, ModelGradients* grads, float loss_scale) {
+  const auto& layout = model_->layout();
+  const uint32_t F = layout.features();
+  const auto& tables = space_.tables();
+  SyncOutcome outcome;
+  for (uint32_t l = 0; l < layout.n_levels(); ++l) outcome.grid_rows += grads->grid.TouchedRows(l);
+  // Reduce-scatter inside the node: local rank l gets its slice's sum.
+  const auto start = Clock::now();
+  std::memcpy(packed_.data(), grads->grid.dense(),
+              uint64_t{layout.total_rows()} * F * sizeof(float));
+  size_t offset = uint64_t{layout.total_rows()} * F;
+  for (const auto& m : grads->mlp) {
+    std::memcpy(packed_.data() + offset, m.data(), static_cast<size_t>(m.size()) * sizeof(float));
+    offset += static_cast<size_t>(m.size());
+  }
+  grads->Clear(pool_);
+  if (config_.training.mixed_precision) {
+    float overflow = RoundToHalfChecked(packed_.data(), packed_.size()) ? 0.0f : 1.0f;
+    GRIDSYNC_RETURN_IF_ERROR(intra_->AllReduceSum(&overflow, 1));
+    outcome.finite = overflow == 0.0f;
+  }
+  if (!outcome.finite) {
+    GRIDSYNC_RETURN_IF_ERROR(session_.ps->PushSkipped(step));
+    comm_seconds_ += Since(start);
+    return outcome;
+  }
+  GRIDSYNC_RETURN_IF_ERROR(
+      intra_->ReduceScatterSum(packed_.data(), my_grad_.data(), slice_elements_));
+
+  // Push the slice's non-zero rows, unscaled.
+  const float unscale = 1.0f / loss_scale;
+  std::vector<std::vector<uint32_t>> push_rows(tables.size());
+  std::vector<std::vector<float>> push_values(tables.size());
+  size_t element = 0;
+  for (uint64_t g = bounds_[static_cast<size_t>(local_)];
+       g < bounds_[static_cast<size_t>(local_) + 1]; ++g) {
+    const uint32_t ti = space_.TableOf(g);
+    const uint32_t w = tables[ti].width;
+    float* v = my_grad_.data() + element;
+    element += w;
+    if (!RowHasGradient(v, w)) continue;
+    if (unscale != 1.0f) {
+      for (uint32_t f = 0; f < w; ++f) v[f] *= unscale;
+    }
+    push_rows[ti].push_back(static_cast<uint32_t>(g - tables[ti].first_row));
+    push_values[ti].insert(push_values[ti].end(), v, v + w);
+  }
+  std::vector<TableRowsRef> push;
+  for (uint32_t ti = 0; ti < push_rows.size(); ++ti) {
+    if (push_rows[ti].empty()) continue;
+    push.push_back({ti, false, push_rows[ti].data(), push_rows[ti].size(), push_values[ti].data()});
+  }
+  GRIDSYNC_RETURN_IF_ERROR(session_.ps->Push(wire::Kind::kPush, step, push));
+  comm_seconds_ += Since(start);
+  return outcome;
+}
+
+Status HybridSync::Finish(uint64_t end_step, TrainReport* report) {
+  // Each local rank's slice residuals, delivered as one more step.
+  return FinishPsRun(config_, session_, *model_, end_step, report);
+}
+
+Result<std::vector<double>> HybridSync::GatherRates(uint64_t done, double mine) {
+  return GatherRatesByKv(config_, session_, done, mine);
+}
+
+Status HybridSync::CheckPeers() { return CheckClusterPeers(*session_.coordinator); }
+
+void HybridSync::FillReport(TrainReport* report) const {
+  const auto& c = session_.ps->counters();
+  const double steps = static_cast<double>(std::max<uint64_t>(report->steps, 1));
+  report->bytes_pushed_per_step = static_cast<double>(c.bytes_pushed) / steps;
+  report->bytes_pulled_per_step = static_cast<double>(c.bytes_pulled) / steps;
+  report->comm_seconds = comm_seconds_;
+  report->max_staleness = staleness_max_;
+  report->mean_staleness = staleness_samples_ ? static_cast<double>(staleness_sum_) /
+                                                    static_cast<double>(staleness_samples_)
+                                              : 0.0;
+}
+
+}  // namespace gridsync

@@ -1,0 +1,82 @@
+// gradient_sync "hybrid": a collective inside each node and the sparse PS
+// across nodes, each where it wins. It composes the PS session (ps_session.h)
+// with an intra-node Collective. Every step, on each node:
+//   1. Prepare: the node's workers share the rows their slices will read
+//      (all-gather of row ids) and each local rank pulls, from the PS, the
+//      union's rows that fall in its slice of the parameter rows; an
+//      all-gather inside the node then gives every worker those values;
+//   2. (the loop computes each worker's gradient, in micro-batches);
+//   3. Apply: a reduce-scatter inside the node sums the gradients, so local
+//      rank l holds the node's gradient for its slice of rows, and each local
+//      rank pushes the non-zero rows of its slice. The shards sum the nodes'
+//      pushes and run Adam (bsp: once every push of the step is in).
+// Slices are contiguous ranges of the parameter rows (row_space.h), cut at
+// row boundaries into near-equal parts. Nodes may run different numbers of
+// workers (distributed.nodes).
+//
+// Mixed precision: the node sums an overflow flag with one more all-reduce;
+// a node that overflowed pushes flagged empty pushes and the shards apply
+// none of the step.
+//
+// Thread safety: see gradient_sync.h.
+#pragma once
+
+#include <memory>
+
+#include "common/config.h"
+#include "common/store.h"
+#include "common/thread_pool.h"
+#include "kernels/cpu/hash_encoding.h"
+#include "worker/collective/collective.h"
+#include "worker/sync/gradient_sync.h"
+#include "worker/sync/ps_session.h"
+#include "worker/sync/row_space.h"
+
+namespace gridsync {
+
+class HybridSync : public GradientSync {
+ public:
+  // Joins the node's intra group: options.intra_group when set, else the
+  // configured backend through the coordinator's KV store.
+  static Result<std::unique_ptr<HybridSync>> Create(const Config& config, HashGridModel* model,
+                                                    PsSession session, const BatchSource* source,
+                                                    const SplitSchedule* split, ThreadPool* pool,
+                                                    const WorkerOptions& options);
+
+  Result<const StepBatch*> Prepare(uint64_t step) override;
+  Result<SyncOutcome> Apply(uint64_t step, ModelGradients* grads, float loss_scale) override;
+  Status Finish(uint64_t end_step, TrainReport* report) override;
+  Result<std::vector<double>> GatherRates(uint64_t done, double mine) override;
+  Status CheckPeers() override;
+  void FillReport(TrainReport* report) const override;
+
+ private:
+  HybridSync(const Config& config, HashGridModel* model, PsSession session,
+             const BatchSource* source, const SplitSchedule* split, ThreadPool* pool);
+  float* ParamOf(uint64_t global_row);
+
+  const Config& config_;
+  HashGridModel* model_;
+  PsSession session_;
+  const BatchSource* source_;
+  const SplitSchedule* split_;
+  ThreadPool* pool_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<Collective> owned_intra_;
+  Collective* intra_ = nullptr;
+  int local_ = 0;
+  int node_size_ = 1;
+  RowSpace space_;
+  std::vector<uint64_t> bounds_;        // slice bounds in global rows, per local rank
+  std::vector<size_t> slice_elements_;  // per local rank
+  StepBatch batch_;
+  cpu::GridBatchLookup lookup_;
+  cpu::GridRowSet row_set_;
+  std::vector<float> packed_;
+  std::vector<float> my_grad_;
+  std::vector<uint64_t> needed_bits_;
+  double comm_seconds_ = 0;
+  uint64_t staleness_max_ = 0, staleness_sum_ = 0, staleness_samples_ = 0;
+};
+
+}  // namespace gridsync

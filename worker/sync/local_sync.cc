@@ -1,0 +1,27 @@
+#include "worker/sync/local_sync.h"
+
+namespace gridsync {
+
+LocalSync::LocalSync(const Config& config, HashGridModel* model, const BatchSource* source,
+                     ThreadPool* pool)
+    : config_(config), source_(source), pool_(pool), optimizer_(model, config) {
+  rows_.resize(model->layout().n_levels());
+}
+
+Result<const StepBatch*> LocalSync::Prepare(uint64_t step) {
+  source_->Fill(step, 0, static_cast<uint64_t>(config_.training.batch_size), &batch_);
+  return &batch_;
+}
+
+Result<SyncOutcome> LocalSync::Apply(uint64_t, ModelGradients* grads, float loss_scale) {
+  SyncOutcome outcome;
+  outcome.finite = TakeGradients(grads, config_.training.mixed_precision, &rows_, pool_);
+  if (!outcome.finite) {
+    for (auto& m : grads->mlp) m.setZero();  // the grid's were taken
+    return outcome;
+  }
+  outcome.grid_rows = optimizer_.ApplyRows(rows_, &grads->mlp, 1.0f / loss_scale, pool_);
+  return outcome;
+}
+
+}  // namespace gridsync

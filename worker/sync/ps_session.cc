@@ -1,0 +1,164 @@
+#include "worker/sync/ps_session.h"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <cmath>
+
+#include "common/counter_rng.h"
+#include "kernels/model_tables.h"
+
+namespace gridsync {
+namespace {
+
+std::chrono::milliseconds TimeoutOf(const Config& config) {
+  return std::chrono::milliseconds(static_cast<int64_t>(config.distributed.timeout_s * 1000));
+}
+
+// Every table of the model, whole: what rank 0 initialises the shards with
+// and the final pull fetches.
+template <typename Ref>
+std::vector<Ref> WholeModel(HashGridModel& model) {
+  const auto& layout = model.layout();
+  const uint32_t levels = layout.n_levels();
+  std::vector<Ref> all;
+  for (uint32_t l = 0; l < levels; ++l) {
+    all.push_back({l, true, nullptr, 0,
+                   model.grid_params().data() + layout.level(l).row_offset * layout.features()});
+  }
+  for (size_t i = 0; i < model.mlp_weights().size(); ++i) {
+    all.push_back(
+        {levels + static_cast<uint32_t>(i), true, nullptr, 0, model.mlp_weights()[i].data()});
+  }
+  return all;
+}
+
+}  // namespace
+
+uint64_t MinVersionFor(const PsConfig& ps, uint64_t step) {
+  switch (ps.consistency) {
+    case Consistency::kBsp:
+      return step;
+    case Consistency::kSsp:
+      return step > static_cast<uint64_t>(ps.staleness) ? step - static_cast<uint64_t>(ps.staleness)
+                                                        : 0;
+    case Consistency::kAsync:
+      return 0;
+  }
+  return step;
+}
+
+Status PullAllParams(PsClient& ps, HashGridModel& model, uint64_t min_version) {
+  GRIDSYNC_RETURN_IF_ERROR(
+      ps.SendPull(min_version, WholeModel<TablePullRef>(model), /*whole=*/true));
+  GRIDSYNC_RETURN_IF_ERROR(ps.ReceivePull().status().WithContext("pulling the final parameters"));
+  model.RefreshWorkingCopyAll();
+  return Status::OK();
+}
+
+Result<PsSession> JoinPsCluster(const Config& config, HashGridModel& model,
+                                const WorkerOptions& options) {
+  const auto& d = config.distributed;
+  const auto timeout = TimeoutOf(config);
+  const auto tables = ModelTables(model.layout(), model.mlp_shape());
+  const uint32_t workers = static_cast<uint32_t>(d.world_size);
+  PsSession session;
+  GRIDSYNC_ASSIGN_OR_RETURN(const wire::ControlAuth control_auth,
+                            wire::ControlAuthFor(config, "worker"));
+  GRIDSYNC_ASSIGN_OR_RETURN(
+      session.coordinator,
+      CoordinatorClient::Connect(d.master_addr, static_cast<uint16_t>(d.master_port), timeout,
+                                 control_auth, Role::kWorker));
+  RegisterInfo info;
+  info.role = Role::kWorker;
+  info.requested_rank = options.rank;
+  info.node = options.node;
+  info.local_rank = options.local_rank;
+  info.pid = static_cast<uint32_t>(getpid());
+  info.tables = tables;
+  if (options.rank >= 0) {
+    info.node = d.ResolvedNodes()[static_cast<size_t>(d.NodeOf(options.rank))].name;
+    info.local_rank = static_cast<uint32_t>(d.LocalRankOf(options.rank));
+  }
+  GRIDSYNC_ASSIGN_OR_RETURN(auto registration, session.coordinator->Register(info, timeout));
+  session.rank = registration.rank;
+  session.me = "worker-" + std::to_string(session.rank);
+  GRIDSYNC_ASSIGN_OR_RETURN(session.map,
+                            session.coordinator->GetMap(/*wait_complete=*/true, timeout));
+  const auto dim = d.model_parallel ? d.mp_dim : ModelParallelDim::kRow;
+  GRIDSYNC_ASSIGN_OR_RETURN(
+      Partition partition,
+      Partition::Make(session.map.tables, static_cast<uint32_t>(session.map.shards.size()), dim));
+  session.partition = std::make_unique<Partition>(std::move(partition));
+  GRIDSYNC_ASSIGN_OR_RETURN(const wire::CurveSettings curve,
+                            wire::CurveSettingsFor(config, "worker"));
+  GRIDSYNC_ASSIGN_OR_RETURN(
+      session.ps, PsClient::Connect(session.map, *session.partition, session.rank, workers, timeout,
+                                    wire::Limits{}, curve));
+  GRIDSYNC_ASSIGN_OR_RETURN(const CodecOptions codec, CodecFromConfig(config.compression));
+  session.ps->SetCompression(codec, config.compression.error_feedback,
+                             static_cast<size_t>(config.compression.min_bytes),
+                             Mix64(config.training.seed) ^ (uint64_t{session.rank} << 48));
+  session.ps->SetDeltaPulls(config.compression.pull && codec.codec != Codec::kNone);
+  if (config.OptimizerOnWorkers())
+    session.ps->SetWorkerOptimizer(AdamHyperFromConfig(config.training));
+  if (!options.train.quiet) {
+    spdlog::info("{}: cluster of {} shards and {} workers (map generation {}), {} tables",
+                 session.me, session.map.shards.size(), session.map.workers.size(),
+                 session.map.generation, tables.size());
+  }
+  if (session.rank == 0 && options.start_step == 0) {
+    // Every worker initialises the same model from the seed; rank 0 gives
+    // the shards those values, so all start from the single-process state.
+    GRIDSYNC_RETURN_IF_ERROR(session.ps->Push(wire::Kind::kInit, 0, WholeModel<TableRowsRef>(model))
+                                 .WithContext("initialising the shards"));
+  }
+  GRIDSYNC_RETURN_IF_ERROR(session.coordinator->Barrier("init", workers, session.me, timeout));
+  // Per-step figures should not carry rank 0's one-off initial push.
+  session.ps->ResetCounters();
+  return session;
+}
+
+Status FinishPsRun(const Config& config, PsSession& session, HashGridModel& model,
+                   uint64_t end_step, TrainReport* report) {
+  GRIDSYNC_ASSIGN_OR_RETURN(
+      report->flushed_residuals,
+      session.ps->FlushResiduals(end_step, MinVersionFor(config.ps, end_step)));
+  // Every push of every worker is acknowledged (and, but for bsp/ssp
+  // aggregation, applied) before anyone reads the final parameters.
+  GRIDSYNC_RETURN_IF_ERROR(session.coordinator->Barrier(
+      "done", static_cast<uint32_t>(config.distributed.world_size), session.me, TimeoutOf(config)));
+  if (session.rank != 0) return Status::OK();
+  // The version holding every push: its steps plus the flush, when there
+  // was one; whatever is there under async (all acknowledged by now).
+  const uint64_t final_version = config.ps.consistency == Consistency::kAsync
+                                     ? 0
+                                     : end_step + (report->flushed_residuals ? 1 : 0);
+  return PullAllParams(*session.ps, model, final_version);
+}
+
+Result<std::vector<double>> GatherRatesByKv(const Config& config, PsSession& session, uint64_t done,
+                                            double mine) {
+  const std::string prefix = "rates/" + std::to_string(done) + "/";
+  GRIDSYNC_RETURN_IF_ERROR(session.coordinator->Set(prefix + std::to_string(session.rank),
+                                                    fmt::format("{:.17g}", mine)));
+  std::vector<std::string> keys;
+  for (int r = 0; r < config.distributed.world_size; ++r)
+    keys.push_back(prefix + std::to_string(r));
+  GRIDSYNC_ASSIGN_OR_RETURN(auto values, session.coordinator->Get(keys, TimeoutOf(config)));
+  std::vector<double> rates;
+  for (size_t i = 0; i < values.size(); ++i) {
+    double v = 0;
+    const auto& s = values[i];
+    const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec != std::errc() || end != s.data() + s.size() || !(v >= 0) || !std::isfinite(v)) {
+      return Status::Corruption("adaptive split: worker " + std::to_string(i) +
+                                "'s rate is not a number: '" + s + "'");
+    }
+    rates.push_back(v);
+  }
+  return rates;
+}
+
+}  // namespace gridsync

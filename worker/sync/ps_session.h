@@ -1,0 +1,60 @@
+// A worker's membership of a PS cluster, shared by gradient_sync "ps"
+// (ps_sync.h) and "hybrid" (hybrid_sync.h): joining (registration, the
+// complete cluster map, a connected PS client, rank 0 initialising the
+// shards), the parameter versions each consistency mode reads, and the end
+// of a run (flush, "done" barrier, final pull).
+//
+// Thread safety: a PsSession is used by one worker thread.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/cluster_map.h"
+#include "common/config.h"
+#include "common/coordinator_client.h"
+#include "common/sharding.h"
+#include "common/status.h"
+#include "worker/model.h"
+#include "worker/ps_client.h"
+#include "worker/sync/train_report.h"
+
+namespace gridsync {
+
+struct PsSession {
+  std::unique_ptr<CoordinatorClient> coordinator;
+  uint32_t rank = 0;
+  std::string me;  // "worker-3"
+  ClusterMap map;
+  std::unique_ptr<Partition> partition;  // the client refers to it
+  std::unique_ptr<PsClient> ps;
+};
+
+// Registers with the coordinator (the model's tables checked), waits for
+// the complete cluster map, connects to every shard; rank 0 gives the
+// shards the model's seeded values (unless resuming); every worker then
+// passes the "init" barrier.
+Result<PsSession> JoinPsCluster(const Config& config, HashGridModel& model,
+                                const WorkerOptions& options);
+
+// The parameter version a worker about to compute `step` must read:
+// bsp: step (every push of the steps before); ssp: step - staleness;
+// async: 0 (whatever is there).
+uint64_t MinVersionFor(const PsConfig& ps, uint64_t step);
+
+// Pulls every row of every table into the model (the final parameters, once
+// the shards reached `min_version`), whole values, never deltas.
+Status PullAllParams(PsClient& ps, HashGridModel& model, uint64_t min_version);
+
+// After the last step: delivers what error feedback still holds (one more
+// step), waits at the "done" barrier for every worker's last push, and on
+// rank 0 pulls the final parameters into the model.
+Status FinishPsRun(const Config& config, PsSession& session, HashGridModel& model,
+                   uint64_t end_step, TrainReport* report);
+
+// Adaptive splitting through the coordinator's KV store: every worker's
+// rate after step `done`, in rank order.
+Result<std::vector<double>> GatherRatesByKv(const Config& config, PsSession& session, uint64_t done,
+                                            double mine);
+
+}  // namespace gridsync

@@ -1,0 +1,138 @@
+#include "worker/sync/ps_sync.h"
+
+#include "worker/sync/peer_watch.h"
+
+namespace gridsync {
+
+PsSync::PsSync(const Config& config, HashGridModel* model, PsSession session,
+               const BatchSource* source, const SplitSchedule* split, ThreadPool* pool,
+               const WorkerOptions&)
+    : config_(config),
+      model_(model),
+      session_(std::move(session)),
+      source_(source),
+      split_(split),
+      pool_(pool),
+      steps_(static_cast<uint64_t>(config.training.steps)),
+      prefetch_(config.ps.consistency == Consistency::kSsp && config.ps.staleness > 0),
+      row_set_(model->layout()) {
+  rank_ = session_.rank;
+  me_ = session_.me;
+  touched_.resize(model->layout().n_levels());
+}
+
+Status PsSync::SendPrepare(uint64_t step) {
+  Prepared& p = prepared_[step % 2];
+  const BatchSplit& split = split_->At(step);
+  const int rank = static_cast<int>(rank_);
+  source_->Fill(step, split.begin(rank), split.count(rank), &p.batch);
+  const auto& layout = model_->layout();
+  const uint32_t levels = layout.n_levels();
+  cpu::HashGridLookup(layout, p.batch.positions.data(), p.batch.count, model_->ActiveLevels(step),
+                      &p.lookup, pool_);
+  row_set_.Assign(p.lookup, pool_);
+  p.pulls.clear();
+  for (uint32_t l = 0; l < levels; ++l) {
+    const auto& rows = row_set_.rows(l);
+    if (rows.empty()) continue;
+    p.pulls.push_back(
+        {l, false, rows.data(), rows.size(),
+         model_->grid_params().data() + layout.level(l).row_offset * layout.features()});
+  }
+  for (size_t i = 0; i < model_->mlp_weights().size(); ++i) {
+    p.pulls.push_back(
+        {levels + static_cast<uint32_t>(i), true, nullptr, 0, model_->mlp_weights()[i].data()});
+  }
+  return session_.ps->SendPull(MinVersionFor(config_.ps, step), p.pulls);
+}
+
+Result<const StepBatch*> PsSync::Prepare(uint64_t step) {
+  if (!sent_first_) {
+    GRIDSYNC_RETURN_IF_ERROR(SendPrepare(step));
+    sent_first_ = true;
+  }
+  Prepared& p = prepared_[step % 2];
+  GRIDSYNC_ASSIGN_OR_RETURN(const uint64_t version, session_.ps->ReceivePull());
+  session_.ps->AddPendingUpdates(p.pulls);
+  // The pulled rows are the fp32 masters; the forward pass reads fp16.
+  for (const auto& ref : p.pulls) {
+    if (ref.table < model_->layout().n_levels())
+      model_->RefreshWorkingCopy(ref.table, ref.rows, ref.row_count);
+  }
+  model_->RefreshMlpWorkingCopy();
+  read_version_ = version;
+  if (config_.ps.consistency != Consistency::kAsync) {
+    // Steps of pushes (anyone's) the parameters this step reads lack.
+    RecordStaleness(step > version ? step - version : 0);
+  }
+  // In bsp the next pull can only be answered after this step's push, so
+  // it is sent after the push (Apply); in ssp right away.
+  if (prefetch_ && step + 1 < steps_) GRIDSYNC_RETURN_IF_ERROR(SendPrepare(step + 1));
+  return &p.batch;
+}
+
+Result<SyncOutcome> PsSync::Apply(uint64_t step, ModelGradients* grads, float loss_scale) {
+  const bool mixed = config_.training.mixed_precision;
+  const uint32_t levels = model_->layout().n_levels();
+  SyncOutcome outcome;
+  outcome.finite = TakeGradients(grads, mixed, &touched_, pool_);
+  if (!outcome.finite) {
+    for (auto& m : grads->mlp) m.setZero();
+    GRIDSYNC_RETURN_IF_ERROR(session_.ps->PushSkipped(step));
+  } else {
+    // The shards (or the worker's Adam) take true gradients: unscale the
+    // fp16-rounded values (exact: the scale is a power of two).
+    const float unscale = 1.0f / loss_scale;
+    std::vector<TableRowsRef> push;
+    for (uint32_t l = 0; l < levels; ++l) {
+      SparseRows& rows = touched_[l];
+      outcome.grid_rows += rows.size();
+      if (rows.size() == 0) continue;
+      if (unscale != 1.0f) {
+        for (float& v : rows.values) v *= unscale;
+      }
+      push.push_back({l, false, rows.rows.data(), rows.size(), rows.values.data()});
+    }
+    for (size_t i = 0; i < grads->mlp.size(); ++i) {
+      if (unscale != 1.0f) grads->mlp[i] *= unscale;
+      push.push_back({levels + static_cast<uint32_t>(i), true, nullptr, 0, grads->mlp[i].data()});
+    }
+    // A push carries each row's full width, so dense rows travel values-only
+    // per shard; SplitAll re-packs them per owner.
+    GRIDSYNC_RETURN_IF_ERROR(session_.ps->Push(wire::Kind::kPush, step, push));
+    for (auto& m : grads->mlp) m.setZero();
+  }
+  if (config_.ps.consistency == Consistency::kAsync) {
+    // Versions count single pushes here: staleness is the number of other
+    // workers' pushes applied between this step's read and its own push.
+    const uint64_t ack = session_.ps->last_ack_version();
+    const uint64_t others = ack > read_version_ + 1 ? ack - read_version_ - 1 : 0;
+    RecordStaleness(others);
+  }
+  if (!prefetch_ && step + 1 < steps_) GRIDSYNC_RETURN_IF_ERROR(SendPrepare(step + 1));
+  return outcome;
+}
+
+Status PsSync::Finish(uint64_t end_step, TrainReport* report) {
+  return FinishPsRun(config_, session_, *model_, end_step, report);
+}
+
+Result<std::vector<double>> PsSync::GatherRates(uint64_t done, double mine) {
+  return GatherRatesByKv(config_, session_, done, mine);
+}
+
+Status PsSync::CheckPeers() { return CheckClusterPeers(*session_.coordinator); }
+
+void PsSync::FillReport(TrainReport* report) const {
+  const auto& c = session_.ps->counters();
+  const double steps = static_cast<double>(std::max<uint64_t>(report->steps, 1));
+  report->bytes_pushed_per_step = static_cast<double>(c.bytes_pushed) / steps;
+  report->bytes_pulled_per_step = static_cast<double>(c.bytes_pulled) / steps;
+  report->comm_seconds = c.push_seconds + c.pull_wait_seconds;
+  report->max_staleness = staleness_max_;
+  report->mean_staleness = staleness_samples_ ? static_cast<double>(staleness_sum_) /
+                                                    static_cast<double>(staleness_samples_)
+                                              : 0.0;
+}
+
+}  // namespace gridsync

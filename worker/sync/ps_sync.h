@@ -1,0 +1,80 @@
+// gradient_sync "ps": this worker takes its slice of every global batch,
+// pulls the parameter rows the slice reads (known from the lookup before
+// the forward pass), computes gradients and pushes the touched rows to the
+// PS shards, which run Adam (or, with ps.optimizer worker, applies Adam here
+// and pushes updates). Under bsp and async the pull for step s+1 is sent
+// right after the push of step s (the shards aggregate while this worker
+// prepares the next batch); under ssp it is sent before step s is computed,
+// so the transfer overlaps the whole compute.
+//
+// Mixed precision: the pushed gradients are rounded through fp16 at the
+// loss scale, then unscaled; a worker that overflowed pushes an empty,
+// flagged push (PsClient::PushSkipped) and the shards apply none of the
+// step. Pulled rows refresh the model's fp16 working copy.
+//
+// With bsp and no compression the parameters equal those of one process
+// training with gradient_accumulation = world_size on the same global
+// batches, bit for bit: worker w's slice is micro-batch w, and the shards sum
+// the pushes in worker-rank order, as the local trainer sums micro-batches.
+//
+// Thread safety: see gradient_sync.h.
+#pragma once
+
+#include <array>
+
+#include "common/config.h"
+#include "common/thread_pool.h"
+#include "kernels/cpu/hash_encoding.h"
+#include "worker/sync/gradient_sync.h"
+#include "worker/sync/ps_session.h"
+
+namespace gridsync {
+
+class PsSync : public GradientSync {
+ public:
+  PsSync(const Config& config, HashGridModel* model, PsSession session, const BatchSource* source,
+         const SplitSchedule* split, ThreadPool* pool, const WorkerOptions& options);
+
+  Result<const StepBatch*> Prepare(uint64_t step) override;
+  Result<SyncOutcome> Apply(uint64_t step, ModelGradients* grads, float loss_scale) override;
+  Status Finish(uint64_t end_step, TrainReport* report) override;
+  Result<std::vector<double>> GatherRates(uint64_t done, double mine) override;
+  Status CheckPeers() override;
+  void FillReport(TrainReport* report) const override;
+
+ private:
+  // One step's slice of the global batch and the rows it reads.
+  struct Prepared {
+    StepBatch batch;
+    cpu::GridBatchLookup lookup;
+    std::vector<TablePullRef> pulls;  // valid until this buffer is prepared again
+  };
+  // Samples `step`'s slice, looks up its rows and sends their pull.
+  Status SendPrepare(uint64_t step);
+
+  const Config& config_;
+  HashGridModel* model_;
+  PsSession session_;
+  const BatchSource* source_;
+  const SplitSchedule* split_;
+  ThreadPool* pool_;
+  const uint64_t steps_;
+  // Only ssp allows reading parameters that lack this worker's own last
+  // push; async gains nothing from it but a step of extra staleness.
+  const bool prefetch_;
+  bool sent_first_ = false;
+  cpu::GridRowSet row_set_;
+  // Two buffers: under ssp the next step is prepared (and its pull sent)
+  // before this step's compute, so the reply travels while we work.
+  std::array<Prepared, 2> prepared_;
+  std::vector<SparseRows> touched_;  // per level, reused
+  void RecordStaleness(uint64_t steps) {
+    staleness_max_ = std::max(staleness_max_, steps);
+    staleness_sum_ += steps;
+    ++staleness_samples_;
+  }
+  uint64_t read_version_ = 0;  // the version the current step read
+  uint64_t staleness_sum_ = 0, staleness_max_ = 0, staleness_samples_ = 0;
+};
+
+}  // namespace gridsync

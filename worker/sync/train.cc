@@ -1,0 +1,180 @@
+#include "worker/sync/train.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "common/coordinator_client.h"
+#include "common/thread_pool.h"
+#include "kernels/model_tables.h"
+#include "worker/collective/factory.h"
+#include "worker/sync/hybrid_sync.h"
+#include "worker/sync/local_sync.h"
+#include "worker/sync/ps_sync.h"
+#include "worker/sync/train_loop.h"
+
+namespace gridsync {
+namespace {
+
+std::chrono::milliseconds TimeoutOf(const Config& config) {
+  return std::chrono::milliseconds(static_cast<int64_t>(config.distributed.timeout_s * 1000));
+}
+
+Result<std::shared_ptr<HashGridModel>> MakeModel(const Config& config) {
+  GRIDSYNC_ASSIGN_OR_RETURN(std::unique_ptr<HashGridModel> model,
+                            HashGridModel::Create(config, 2, 3));
+  return std::shared_ptr<HashGridModel>(std::move(model));
+}
+
+// A cluster's all-reduce worker: registers with the coordinator, then
+// builds the flat (and, for hierarchical, intra- and inter-node) groups
+// through the coordinator's KV store with the configured backend.
+Result<TrainReport> TrainAllReduceWorker(const Config& config, const ImageTask& image,
+                                         const WorkerOptions& options) {
+  const auto& d = config.distributed;
+  const auto timeout = TimeoutOf(config);
+  GRIDSYNC_ASSIGN_OR_RETURN(auto tables, ImageModelTables(config));
+  GRIDSYNC_ASSIGN_OR_RETURN(const wire::ControlAuth control_auth,
+                            wire::ControlAuthFor(config, "worker"));
+  GRIDSYNC_ASSIGN_OR_RETURN(
+      auto coordinator,
+      CoordinatorClient::Connect(d.master_addr, static_cast<uint16_t>(d.master_port), timeout,
+                                 control_auth, Role::kWorker));
+  const auto nodes = d.ResolvedNodes();
+  RegisterInfo info;
+  info.role = Role::kWorker;
+  info.requested_rank = options.rank;
+  info.pid = static_cast<uint32_t>(getpid());
+  info.tables = tables;
+  info.node = options.node;
+  if (options.rank >= 0) {
+    info.node = nodes[static_cast<size_t>(d.NodeOf(options.rank))].name;
+    info.local_rank = static_cast<uint32_t>(d.LocalRankOf(options.rank));
+  }
+  GRIDSYNC_ASSIGN_OR_RETURN(auto registration, coordinator->Register(info, timeout));
+  const int rank = static_cast<int>(registration.rank);
+  GRIDSYNC_RETURN_IF_ERROR(coordinator->GetMap(/*wait_complete=*/true, timeout).status());
+  CoordinatorStore store(coordinator.get(), "collective/");
+  const std::string kind(ToString(d.collective));
+  GRIDSYNC_ASSIGN_OR_RETURN(auto flat, MakeCollective(kind, &store, rank, d.world_size, "flat",
+                                                      timeout, options.endpoint));
+  AllReduceGroups groups;
+  groups.flat = flat.get();
+  std::unique_ptr<Collective> intra, inter;
+  if (d.hierarchical) {
+    const int node = d.NodeOf(rank);
+    const int local = d.LocalRankOf(rank);
+    int slices = nodes.front().workers;
+    for (const auto& n : nodes) slices = std::min(slices, n.workers);
+    GRIDSYNC_ASSIGN_OR_RETURN(
+        intra, MakeCollective(kind, &store, local, nodes[static_cast<size_t>(node)].workers,
+                              "intra-" + nodes[static_cast<size_t>(node)].name, timeout,
+                              options.endpoint));
+    if (local < slices) {
+      GRIDSYNC_ASSIGN_OR_RETURN(
+          inter, MakeCollective(kind, &store, node, static_cast<int>(nodes.size()),
+                                "inter-" + std::to_string(local), timeout, options.endpoint));
+    }
+    groups.intra = intra.get();
+    groups.inter = inter.get();
+  }
+  GRIDSYNC_ASSIGN_OR_RETURN(auto model, MakeModel(config));
+  ThreadPool pool(config.training.threads);
+  const BatchSource source(image, config.training.seed);
+  SplitSchedule split(BatchSplit(d, config.training.batch_size));
+  AllReduceSync sync(config, model.get(), rank, groups, coordinator.get(), &source, &split, &pool);
+  auto report = RunTrainLoop(config, image, model, sync, split, pool, options);
+  // Every rank leaves together: a rank that closed its sockets while a peer
+  // still sends its last bucket would fail that peer.
+  if (report.ok()) {
+    GRIDSYNC_RETURN_IF_ERROR(coordinator->Barrier("done", static_cast<uint32_t>(d.world_size),
+                                                  "worker-" + std::to_string(rank), timeout));
+  }
+  return report;
+}
+
+Result<TrainReport> TrainPsWorker(const Config& config, const ImageTask& image,
+                                  const WorkerOptions& options) {
+  GRIDSYNC_ASSIGN_OR_RETURN(auto model, MakeModel(config));
+  GRIDSYNC_ASSIGN_OR_RETURN(PsSession session, JoinPsCluster(config, *model, options));
+  ThreadPool pool(config.training.threads);
+  const BatchSource source(image, config.training.seed);
+  SplitSchedule split(BatchSplit(config.distributed, config.training.batch_size));
+  std::unique_ptr<GradientSync> sync;
+  if (config.distributed.gradient_sync == GradientSyncMode::kHybrid) {
+    GRIDSYNC_ASSIGN_OR_RETURN(sync, HybridSync::Create(config, model.get(), std::move(session),
+                                                       &source, &split, &pool, options));
+  } else {
+    sync = std::make_unique<PsSync>(config, model.get(), std::move(session), &source, &split, &pool,
+                                    options);
+  }
+  return RunTrainLoop(config, image, model, *sync, split, pool, options);
+}
+
+}  // namespace
+
+Result<TrainReport> TrainImage(const Config& config, const ImageTask& image,
+                               const TrainOptions& options, const std::string& dump_params) {
+  GRIDSYNC_ASSIGN_OR_RETURN(auto model, MakeModel(config));
+  ThreadPool pool(config.training.threads);
+  const BatchSource source(image, config.training.seed);
+  DistributedConfig alone;
+  alone.enable = false;
+  alone.world_size = 1;
+  SplitSchedule split(BatchSplit(alone, config.training.batch_size));
+  LocalSync sync(config, model.get(), &source, &pool);
+  WorkerOptions worker;
+  worker.train = options;
+  worker.dump_params = dump_params;
+  return RunTrainLoop(config, image, model, sync, split, pool, worker);
+}
+
+Result<TrainReport> TrainWorker(const Config& config, const ImageTask& image,
+                                const WorkerOptions& options) {
+  switch (config.distributed.gradient_sync) {
+    case GradientSyncMode::kPs:
+    case GradientSyncMode::kHybrid:
+      return TrainPsWorker(config, image, options);
+    case GradientSyncMode::kNccl:
+      return TrainAllReduceWorker(config, image, options);
+  }
+  return Status::Internal("unknown gradient_sync");
+}
+
+Result<TrainReport> TrainImageAllReduce(const Config& config, const ImageTask& image, int rank,
+                                        const AllReduceGroups& groups,
+                                        const WorkerOptions& options) {
+  if (groups.flat == nullptr)
+    return Status::InvalidArgument("all-reduce training needs the flat group");
+  GRIDSYNC_ASSIGN_OR_RETURN(auto model, MakeModel(config));
+  ThreadPool pool(config.training.threads);
+  const BatchSource source(image, config.training.seed);
+  SplitSchedule split(BatchSplit(config.distributed, config.training.batch_size));
+  AllReduceSync sync(config, model.get(), rank, groups, nullptr, &source, &split, &pool);
+  return RunTrainLoop(config, image, model, sync, split, pool, options);
+}
+
+uint64_t EstimateWorkerBytes(const Config& config, uint64_t samples) {
+  const auto& e = config.encoding;
+  const auto& n = config.network;
+  const uint64_t levels = static_cast<uint64_t>(e.n_levels);
+  const uint64_t features = static_cast<uint64_t>(e.n_features_per_level);
+  // Per sample: positions and targets; per level the 4 corners' index and
+  // weight; features and their gradient; the MLP's activations and their
+  // gradients (tiled, so a bound rather than the exact figure).
+  const uint64_t per_sample = 4 * (5 + levels * 4 * 2 + levels * features * 2 +
+                                   static_cast<uint64_t>(n.n_neurons) * 2 + 64);
+  // Per parameter: master, Adam's m and v, the gradient, an fp16 copy.
+  uint64_t rows = 0;
+  for (uint64_t l = 0; l < levels; ++l) {
+    const double res = e.base_resolution * std::pow(e.per_level_scale, static_cast<double>(l));
+    const double dense = res * res;
+    rows += static_cast<uint64_t>(std::min(dense, std::ldexp(1.0, e.log2_hashmap_size)));
+  }
+  const uint64_t params = rows * features + static_cast<uint64_t>(n.n_neurons) *
+                                                static_cast<uint64_t>(n.n_neurons) *
+                                                static_cast<uint64_t>(n.n_hidden_layers + 2);
+  return per_sample * samples + params * 4 * 6;
+}
+
+}  // namespace gridsync

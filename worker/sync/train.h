@@ -1,0 +1,39 @@
+// The entry points of training: each builds the model and the GradientSync
+// of its mode and runs the one TrainLoop (train_loop.h).
+//
+//   TrainImage           standalone: one process, the whole batch, local Adam
+//   TrainWorker          one worker of a cluster, in the config's
+//                        gradient_sync mode (nccl, ps or hybrid); it joins
+//                        through the coordinator at distributed.master_addr
+//   TrainImageAllReduce  nccl mode over groups the caller built (in-process
+//                        tests with LocalCollective)
+//
+// Thread safety: reentrant; one call per worker.
+#pragma once
+
+#include "common/config.h"
+#include "common/status.h"
+#include "worker/image_task.h"
+#include "worker/sync/allreduce_sync.h"
+#include "worker/sync/train_report.h"
+
+namespace gridsync {
+
+Result<TrainReport> TrainImage(const Config& config, const ImageTask& image,
+                               const TrainOptions& options = {},
+                               const std::string& dump_params = "");
+
+Result<TrainReport> TrainWorker(const Config& config, const ImageTask& image,
+                                const WorkerOptions& options);
+
+Result<TrainReport> TrainImageAllReduce(const Config& config, const ImageTask& image, int rank,
+                                        const AllReduceGroups& groups,
+                                        const WorkerOptions& options);
+
+// The memory a worker computing `samples` samples per micro-batch needs,
+// roughly (model, optimizer state, gradient buffers and per-sample
+// scratch); the worker binary refuses a batch that cannot fit before it
+// allocates anything.
+uint64_t EstimateWorkerBytes(const Config& config, uint64_t samples);
+
+}  // namespace gridsync

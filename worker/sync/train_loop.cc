@@ -1,0 +1,213 @@
+#include "worker/sync/train_loop.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <thread>
+
+#include "kernels/cpu/half.h"
+#include "worker/loss_scaler.h"
+#include "worker/params_file.h"
+
+namespace gridsync {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+double EvalPsnr(HashGridModel& model, const ImageTask& image, const std::vector<float>& centres,
+                uint32_t active_levels, ThreadPool* pool, std::vector<float>* prediction) {
+  prediction->resize(centres.size() / 2 * 3);
+  model.Predict(centres.data(), centres.size() / 2, active_levels, prediction->data(), pool);
+  return image.Psnr(*prediction);
+}
+
+std::string FormatSeconds(double s) {
+  if (s < 90) return fmt::format("{:.0f} s", s);
+  if (s < 5400) return fmt::format("{:.0f} min {:02.0f} s", std::floor(s / 60), std::fmod(s, 60));
+  return fmt::format("{:.0f} h {:02.0f} min", std::floor(s / 3600), std::fmod(s / 60, 60));
+}
+
+}  // namespace
+
+Status EvaluateAndSave(HashGridModel& model, const ImageTask& image, const Config& config,
+                       uint64_t steps, bool write_png, ThreadPool* pool, TrainReport* report) {
+  std::vector<float> prediction;
+  report->psnr =
+      EvalPsnr(model, image, image.PixelCentres(), model.ActiveLevels(steps), pool, &prediction);
+  if (!write_png) return Status::OK();
+  report->png_path = (std::filesystem::path(config.task.output) / "reconstruction.png").string();
+  return ImageTask::WritePng(report->png_path, image.width(), image.height(), prediction);
+}
+
+Result<TrainReport> RunTrainLoop(const Config& config, const ImageTask& image,
+                                 std::shared_ptr<HashGridModel> model, GradientSync& sync,
+                                 SplitSchedule& split, ThreadPool& pool,
+                                 const WorkerOptions& options) {
+  const auto& t = config.training;
+  const auto& d = config.distributed;
+  const uint64_t steps = static_cast<uint64_t>(t.steps);
+  const uint64_t first = options.start_step;
+  if (first >= steps) {
+    return Status::InvalidArgument("resuming at step " + std::to_string(first) +
+                                   ", but training.steps is " + std::to_string(steps));
+  }
+  const size_t batch = static_cast<size_t>(t.batch_size);
+  const uint64_t accumulation = static_cast<uint64_t>(t.gradient_accumulation);
+  const bool quiet = options.train.quiet;
+  const bool adaptive = d.enable && d.batch_splitting == BatchSplitting::kAdaptive;
+  LossScaler scaler(t.mixed_precision);
+  ModelGradients grads(model->layout(), model->mlp_shape());
+  // With accumulation each micro-batch sums into `partial` from zero and is
+  // then added to `grads`: the reduction a distributed step performs, so
+  // the two agree bit for bit.
+  std::unique_ptr<ModelGradients> partial;
+  if (accumulation > 1)
+    partial = std::make_unique<ModelGradients>(model->layout(), model->mlp_shape());
+
+  std::vector<uint64_t> eval_steps = options.train.eval_steps;
+  std::sort(eval_steps.begin(), eval_steps.end());
+  size_t next_eval = 0;
+  const std::vector<float> centres =
+      eval_steps.empty() ? std::vector<float>{} : image.PixelCentres();
+  std::vector<float> prediction;
+
+  TrainReport report;
+  report.rank = sync.rank();
+  report.n_params = model->n_params();
+  if (!quiet) {
+    spdlog::info(
+        "{}: {} grid levels, {} grid rows, {} parameters; batch {} in {} micro-batch(es); "
+        "{} thread(s){}",
+        sync.me(), model->layout().n_levels(), model->layout().total_rows(), report.n_params, batch,
+        accumulation, pool.size(), t.mixed_precision ? "; mixed precision" : "");
+  }
+  // A dead peer or coordinator is noticed between steps at this interval,
+  // whatever the consistency mode (async steps never wait for a peer).
+  const auto check_every = std::chrono::milliseconds(
+      std::clamp<int64_t>(static_cast<int64_t>(d.timeout_s * 250), 100, 1000));
+  auto last_check = Clock::now();
+  uint64_t grid_rows = 0, applied = 0;
+  double compute_in_interval = 0;
+  uint64_t samples_in_interval = 0;
+  auto interval_start = Clock::now();
+  const auto loop_start = Clock::now();
+  for (uint64_t step = first; step < steps; ++step) {
+    if (Clock::now() - last_check >= check_every) {
+      GRIDSYNC_RETURN_IF_ERROR(
+          sync.CheckPeers().WithContext(sync.me() + " before step " + std::to_string(step)));
+      last_check = Clock::now();
+    }
+    auto prepared = sync.Prepare(step);
+    if (!prepared.ok())
+      return prepared.status().WithContext(sync.me() + " preparing step " + std::to_string(step));
+    const StepBatch& b = **prepared;
+    const auto compute_start = Clock::now();
+    const uint32_t active = model->ActiveLevels(step);
+    const float scale = scaler.scale();
+    double sse = 0;
+    uint64_t offset = 0;
+    for (uint64_t m = 0; m < accumulation; ++m) {
+      const uint64_t part = b.count / accumulation + (m < b.count % accumulation ? 1 : 0);
+      ModelGradients* target = partial ? partial.get() : &grads;
+      sse +=
+          model->AccumulateGradients(b.positions.data() + offset * 2, b.targets.data() + offset * 3,
+                                     part, batch, scale, active, target, &pool);
+      if (partial) grads.AddFrom(partial.get(), &pool);
+      offset += part;
+    }
+    if (options.throttle_ms > 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(options.throttle_ms));
+    compute_in_interval += Since(compute_start);
+    samples_in_interval += b.count;
+    report.my_samples += b.count;
+    report.final_loss = b.count ? sse / static_cast<double>(b.count * 3) : 0.0;
+
+    auto applied_step = sync.Apply(step, &grads, scale);
+    if (!applied_step.ok())
+      return applied_step.status().WithContext(sync.me() + " step " + std::to_string(step));
+    const SyncOutcome outcome = *applied_step;
+    grid_rows += outcome.grid_rows;
+    if (scaler.Update(outcome.finite)) ++applied;
+
+    const uint64_t done = step + 1;
+    while (next_eval < eval_steps.size() && eval_steps[next_eval] <= done) {
+      if (eval_steps[next_eval] == done && sync.holds_model()) {
+        report.psnr_at[done] = EvalPsnr(*model, image, centres, active, &pool, &prediction);
+      }
+      ++next_eval;
+    }
+    if (adaptive && done % static_cast<uint64_t>(d.adaptive_interval) == 0 && done < steps) {
+      // Samples per second of compute (not communication) on every worker.
+      const double rate =
+          static_cast<double>(samples_in_interval) / std::max(compute_in_interval, 1e-9);
+      GRIDSYNC_ASSIGN_OR_RETURN(const std::vector<double> rates, sync.GatherRates(done, rate));
+      if (split.Rebalance(done, rates) && !quiet && sync.holds_model()) {
+        std::string shares;
+        for (uint64_t c : split.At(done + 1).counts())
+          shares += (shares.empty() ? "" : ", ") + std::to_string(c);
+        spdlog::info("step {}: adaptive split re-balanced to [{}] samples from step {}", done,
+                     shares, done + 1);
+      }
+      compute_in_interval = 0;
+      samples_in_interval = 0;
+    }
+    if (!quiet && t.log_every > 0 &&
+        (done % static_cast<uint64_t>(t.log_every) == 0 || done == steps)) {
+      const double secs = Since(interval_start);
+      const double elapsed = Since(loop_start);
+      const double eta =
+          elapsed / static_cast<double>(done - first) * static_cast<double>(steps - done);
+      TrainReport figures;
+      figures.steps = done - first;
+      sync.FillReport(&figures);
+      std::string extra;
+      if (figures.bytes_pushed_per_step > 0 || figures.bytes_pulled_per_step > 0) {
+        extra =
+            fmt::format(" | pushed {:.2f} MB/step, pulled {:.2f} MB/step",
+                        figures.bytes_pushed_per_step / 1e6, figures.bytes_pulled_per_step / 1e6);
+      }
+      if (figures.max_staleness > 0)
+        extra += fmt::format(", staleness <= {}", figures.max_staleness);
+      if (scaler.enabled()) {
+        extra +=
+            fmt::format(" | loss scale {:g}, {} skipped", scaler.scale(), scaler.skipped_steps());
+      }
+      const uint64_t since_log =
+          std::min<uint64_t>(done - first, static_cast<uint64_t>(t.log_every));
+      spdlog::info(
+          "{} step {}/{} ({:.0f}%) loss {:.6f} | {:.0f} samples/s | {} elapsed, ETA {}{}",
+          sync.me(), done, steps, 100.0 * static_cast<double>(done) / static_cast<double>(steps),
+          report.final_loss, static_cast<double>(since_log) * static_cast<double>(batch) / secs,
+          FormatSeconds(elapsed), FormatSeconds(eta), extra);
+      interval_start = Clock::now();
+    }
+  }
+  GRIDSYNC_RETURN_IF_ERROR(sync.Finish(steps, &report));
+  report.steps = steps - first;
+  report.samples = report.steps * batch;
+  report.train_seconds = Since(loop_start);
+  report.samples_per_second = static_cast<double>(report.samples) / report.train_seconds;
+  report.skipped_steps = scaler.skipped_steps();
+  report.final_loss_scale = scaler.scale();
+  report.grid_rows_per_step =
+      applied ? static_cast<double>(grid_rows) / static_cast<double>(applied) : 0.0;
+  report.split_counts = split.At(steps - 1).counts();
+  sync.FillReport(&report);
+  if (sync.holds_model()) {
+    GRIDSYNC_RETURN_IF_ERROR(
+        EvaluateAndSave(*model, image, config, steps, options.train.write_png, &pool, &report));
+    if (!options.dump_params.empty())
+      GRIDSYNC_RETURN_IF_ERROR(WriteParams(options.dump_params, *model));
+  }
+  report.model = std::move(model);
+  return report;
+}
+
+}  // namespace gridsync

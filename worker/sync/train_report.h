@@ -1,0 +1,85 @@
+// What a training run is asked to do beyond the config (TrainOptions,
+// WorkerOptions) and what it reports (TrainReport): shared by every sync
+// mode, so a field means the same thing in each.
+//
+// Thread safety: plain values.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "worker/collective/factory.h"
+
+namespace gridsync {
+
+class Collective;
+class HashGridModel;
+
+struct TrainOptions {
+  std::vector<uint64_t> eval_steps;  // also evaluate PSNR after these steps (not timed)
+  bool write_png = true;             // task.output/reconstruction.png
+  bool quiet = false;                // no progress log lines
+};
+
+// A worker process's place in a cluster and its run-time options. Standalone
+// runs read only `train` and `dump_params`.
+struct WorkerOptions {
+  TrainOptions train;
+  int rank = -1;  // -1: the coordinator assigns one
+  std::string node = "localhost";
+  uint32_t local_rank = 0;
+  // Where this rank's collectives listen (Gloo) and which device it drives
+  // (NCCL): set from the cluster layout by the worker binary.
+  CollectiveEndpoint endpoint;
+  // The worker that holds the final model (rank 0, or a standalone run)
+  // writes its parameters (raw float32, tables in ModelTables order) here.
+  std::string dump_params;
+  // Resuming (gridsync launch --resume): the shards loaded the checkpoint of
+  // this step; training continues from it and the shards are not
+  // initialised again (ps only).
+  uint64_t start_step = 0;
+  // Test seam: sleep this long in every step, to make a slow worker.
+  int throttle_ms = 0;
+  // Test seam (hybrid): the intra-node group of this worker, given its
+  // rank; the default builds one with the configured backend through the
+  // coordinator's KV store.
+  std::function<Result<Collective*>(int node, int local_rank, int node_size)> intra_group;
+};
+
+struct TrainReport {
+  uint64_t steps = 0;        // run by this process (training.steps - start_step)
+  uint64_t samples = 0;      // global samples over those steps (steps x batch_size), every mode
+  uint64_t my_samples = 0;   // of which this worker computed
+  double train_seconds = 0;  // the loop: sampling, compute, synchronisation
+  double samples_per_second = 0;  // global: samples / train_seconds
+  double final_loss = 0;          // mean squared error of this worker's share of the last step
+  double psnr = 0;  // over the full image after the last step (the worker holding the model)
+  std::map<uint64_t, double> psnr_at;  // step -> PSNR for TrainOptions::eval_steps
+  uint64_t skipped_steps = 0;          // mixed precision: steps skipped for an overflow
+  float final_loss_scale = 1.0f;
+  uint64_t n_params = 0;
+  double grid_rows_per_step = 0;  // mean grid rows this worker's gradient touched per step
+  std::string png_path;
+  std::shared_ptr<HashGridModel> model;  // the trained model (final on rank 0)
+
+  uint32_t rank = 0;
+  double bytes_pushed_per_step = 0;  // ps/hybrid: pushed; nccl: all-reduced
+  double bytes_pulled_per_step = 0;
+  double comm_seconds = 0;  // blocked in synchronisation
+  // ps/hybrid: how stale the parameters a step read were, from the versions
+  // the shards reported: bsp 0; ssp the steps of pushes they lacked; async
+  // the other workers' pushes applied between the read and this step's push.
+  uint64_t max_staleness = 0;
+  double mean_staleness = 0;
+  // ps/hybrid: one more push after the last step delivered what error
+  // feedback still held (PsClient::FlushResiduals); the shards applied steps + 1.
+  bool flushed_residuals = false;
+  std::vector<uint64_t> split_counts;  // samples per worker in the last step
+};
+
+}  // namespace gridsync
