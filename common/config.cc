@@ -927,14 +927,16 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
           "distributed.mp_dim only with distributed.model_parallel: true; remove it or "
           "enable model parallelism");
     }
-    // Hierarchical means intra-node reduce then inter-node all-reduce: a collective schedule,
-    // which the parameter-server paths (ps, hybrid) do not run.
-    if (hierarchical_ok && sync_ok && d.hierarchical &&
-        d.gradient_sync != GradientSyncMode::kNccl) {
-      problems.Add(
-          "distributed.hierarchical",
-          "true needs distributed.gradient_sync \"nccl\", got " + Quote(ToString(d.gradient_sync)),
-          "distributed.hierarchical: true only with distributed.gradient_sync \"nccl\"");
+    // Hierarchical means reduce inside each node first, then across nodes:
+    // nccl's hierarchical all-reduce, and what hybrid always does (a
+    // collective inside the node, the PS across nodes). Plain ps has no
+    // intra-node stage, so the key would do nothing there.
+    if (hierarchical_ok && sync_ok && d.hierarchical && d.gradient_sync == GradientSyncMode::kPs) {
+      problems.Add("distributed.hierarchical",
+                   "true needs a node-level stage, which gradient_sync \"ps\" does not have",
+                   "distributed.hierarchical: true with gradient_sync \"nccl\" (hierarchical "
+                   "all-reduce) or \"hybrid\" (a collective inside each node, the PS across "
+                   "nodes); with \"ps\" set it to false or use \"hybrid\"");
     }
   }
   {
@@ -1200,15 +1202,11 @@ Status Config::CheckRunnable(bool standalone) const {
   Status invalid;
   if (!standalone && distributed.enable) {
     const GradientSyncMode sync = distributed.gradient_sync;
-    if (sync != GradientSyncMode::kNccl &&
-        distributed.batch_splitting == BatchSplitting::kAdaptive) {
-      lines.push_back("distributed.batch_splitting=adaptive: not supported yet with "
-                      "distributed.gradient_sync=" + std::string(ToString(sync)) +
-                      "; allowed now: even, weighted (adaptive runs with nccl)");
-    }
-    if (training.mixed_precision) {
-      lines.push_back("training.mixed_precision=true: not supported yet in a multi-process run; "
-                      "allowed now: false, or --standalone");
+    if (sync == GradientSyncMode::kNccl && compression.codec != "none") {
+      lines.push_back("compression.codec=" + compression.codec +
+                      ": not supported yet with distributed.gradient_sync=nccl (its all-reduce "
+                      "sums fp32); allowed now: none, or gradient_sync ps or hybrid, whose "
+                      "pushes the codec compresses");
     }
     if (sync == GradientSyncMode::kPs) {
       const int split = distributed.world_size * training.gradient_accumulation;

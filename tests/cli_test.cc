@@ -53,12 +53,35 @@ TEST(CliTest, CheckConfigRejectsMissingFile) {
   EXPECT_NE(run.output.find("no-such-file.json"), std::string::npos) << run.output;
 }
 
-TEST(CliTest, WorkerRefusesDistributedUntilSupported) {
-  const ProcessResult run = Execute("worker/gridsync-worker",
-                          "--config configs/distributed_large.json --set distributed.master_addr=127.0.0.1");
+// check-config and the binaries refuse the same settings, with the same words.
+TEST(CliTest, CheckConfigRefusesWhatTheWorkerRefuses) {
+  const std::string args =
+      "configs/distributed_small.json --set distributed.master_addr=127.0.0.1 --set "
+      "compression.codec=onebit";
+  const ProcessResult check = Execute("tools/gridsync", "check-config " + args);
+  EXPECT_EQ(check.exit_code, 2) << check.output;
+  EXPECT_NE(check.output.find("compression.codec=onebit: not supported yet"), std::string::npos)
+      << check.output;
+  const ProcessResult worker = Execute("worker/gridsync-worker", "--config " + args);
+  EXPECT_EQ(worker.exit_code, 2) << worker.output;
+  EXPECT_NE(worker.output.find("compression.codec=onebit: not supported yet"), std::string::npos)
+      << worker.output;
+  // What runs distributed passes both (the worker is not started here).
+  EXPECT_EQ(Execute("tools/gridsync",
+                    "check-config configs/distributed_large.json --set "
+                    "distributed.master_addr=127.0.0.1")
+                .exit_code,
+            0);
+}
+
+TEST(CliTest, WorkerRefusesABatchThatCannotFitInMemory) {
+  const ProcessResult run =
+      Execute("worker/gridsync-worker",
+              "--config configs/local.json --standalone --set training.batch_size=16777216 --set "
+              "encoding.log2_hashmap_size=30 --set training.steps=1");
   EXPECT_EQ(run.exit_code, 2) << run.output;
-  EXPECT_NE(run.output.find("not supported yet"), std::string::npos) << run.output;
-  EXPECT_NE(run.output.find("--standalone"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("training.batch_size 16777216 needs about"), std::string::npos)
+      << run.output;
 }
 
 TEST(CliTest, WorkerTrainsStandaloneAndReportsJson) {

@@ -24,7 +24,8 @@ int main(int argc, char** argv) {
   check->add_option("file", path, "JSON config file")->required();
   check->add_option("--set", overrides, "Override a key: --set distributed.master_addr=127.0.0.1");
   check->add_flag("--standalone", standalone,
-                  "Also check that a single-process run of this config is supported");
+                  "Check a single-process run (gridsync-worker --standalone) instead of the "
+                  "distributed one the config describes");
   auto* launch = app.add_subcommand("launch", "Run a local cluster (coordinator, PS shards, workers)");
   gridsync::LaunchOptions launch_options;
   launch->add_option("config", launch_options.config_path, "JSON config file")->required();
@@ -82,11 +83,11 @@ int main(int argc, char** argv) {
       return gridsync::kConfigErrorExitCode;
     }
     std::printf("%s\n", config->ToJson().dump(2).c_str());
-    if (standalone) {
-      if (auto runnable = config->CheckRunnable(true); !runnable.ok()) {
-        std::fprintf(stderr, "%s: %s\n", path.c_str(), runnable.message().c_str());
-        return gridsync::kConfigErrorExitCode;
-      }
+    // The check the binaries run (Config::CheckRunnable), so check-config
+    // refuses exactly what they refuse.
+    if (auto runnable = config->CheckRunnable(standalone); !runnable.ok()) {
+      std::fprintf(stderr, "%s: %s\n", path.c_str(), runnable.message().c_str());
+      return gridsync::kConfigErrorExitCode;
     }
     std::fprintf(stderr, "%s: OK\n", path.c_str());
   }

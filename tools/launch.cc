@@ -42,7 +42,8 @@ std::string FindBinary(const std::string& bin_dir, const std::string& name) {
   namespace fs = std::filesystem;
   std::vector<fs::path> dirs;
   if (!bin_dir.empty()) {
-    dirs.push_back(bin_dir);
+    // An install's bin folder, or a build tree's root.
+    dirs = {fs::path(bin_dir), fs::path(bin_dir) / "server", fs::path(bin_dir) / "worker"};
   } else {
     const fs::path self = fs::read_symlink("/proc/self/exe").parent_path();
     dirs = {self, self / ".." / "server", self / ".." / "worker"};

@@ -50,7 +50,6 @@ AllReduceSync::AllReduceSync(const Config& config, HashGridModel* model, int ran
       source_(source),
       split_(split),
       pool_(pool),
-      optimizer_(model, config),
       hierarchical_(config.distributed.hierarchical && groups.intra != nullptr) {
   rank_ = static_cast<uint32_t>(rank);
   me_ = "worker-" + std::to_string(rank);
@@ -61,6 +60,25 @@ AllReduceSync::AllReduceSync(const Config& config, HashGridModel* model, int ran
     slices_ = nodes.front().workers;
     for (const auto& node : nodes) slices_ = std::min(slices_, node.workers);
   }
+}
+
+Result<std::unique_ptr<AllReduceSync>> AllReduceSync::Create(
+    const Config& config, HashGridModel* model, int rank, const AllReduceGroups& groups,
+    CoordinatorClient* coordinator, const BatchSource* source, const SplitSchedule* split,
+    ThreadPool* pool) {
+  if (groups.flat == nullptr)
+    return Status::InvalidArgument("all-reduce training needs the flat group");
+  std::unique_ptr<AllReduceSync> sync(
+      new AllReduceSync(config, model, rank, groups, coordinator, source, split, pool));
+  if (config.distributed.model_parallel) {
+    GRIDSYNC_ASSIGN_OR_RETURN(ShardedUpdate sharded,
+                              ShardedUpdate::Make(config, *model, rank, groups.flat->size()));
+    sync->sharded_ = std::make_unique<ShardedUpdate>(std::move(sharded));
+    sync->flat_.resize(sync->elements_);
+  } else {
+    sync->optimizer_ = std::make_unique<LocalOptimizer>(model, config);
+  }
+  return sync;
 }
 
 Result<const StepBatch*> AllReduceSync::Prepare(uint64_t step) {
@@ -111,18 +129,46 @@ Result<SyncOutcome> AllReduceSync::Apply(uint64_t step, ModelGradients* grads, f
     tensors.emplace_back(&overflow, 1);
   }
   const auto start = Clock::now();
+  auto clear = [&] {
+    std::fill(grads->grid.dense_span().begin(), grads->grid.dense_span().end(), 0.0f);
+    grads->grid.ForgetTouched();
+    for (auto& m : grads->mlp) m.setZero();
+  };
+  if (sharded_) {
+    for (uint32_t l = 0; l < model_->layout().n_levels(); ++l)
+      outcome.grid_rows += grads->grid.TouchedRows(l);
+    // The gradient is summed by the sharded update itself (a reduce-scatter)
+    // unless hierarchical, whose all-reduce sums it first.
+    if (hierarchical_) {
+      GRIDSYNC_RETURN_IF_ERROR(AllReduce(step, tensors));
+    } else if (mixed) {
+      GRIDSYNC_RETURN_IF_ERROR(groups_.flat->AllReduceSum(&overflow, 1));
+    }
+    outcome.finite = overflow == 0.0f;
+    if (outcome.finite) {
+      size_t at = 0;
+      for (size_t i = 0; i + (mixed ? 1 : 0) < tensors.size(); ++i) {
+        std::copy(tensors[i].begin(), tensors[i].end(),
+                  flat_.begin() + static_cast<std::ptrdiff_t>(at));
+        at += tensors[i].size();
+      }
+      GRIDSYNC_RETURN_IF_ERROR(
+          sharded_->Step(*groups_.flat, hierarchical_, 1.0f / loss_scale, &flat_, model_));
+    }
+    clear();
+    comm_seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
+    return outcome;
+  }
   GRIDSYNC_RETURN_IF_ERROR(AllReduce(step, tensors));
   comm_seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
   outcome.finite = overflow == 0.0f;
   if (!outcome.finite) {
-    std::fill(grads->grid.dense_span().begin(), grads->grid.dense_span().end(), 0.0f);
-    grads->grid.ForgetTouched();
-    for (auto& m : grads->mlp) m.setZero();
+    clear();
     return outcome;
   }
   // Every worker holds the same summed gradient and takes the same step.
   outcome.grid_rows =
-      optimizer_.ApplyDense(grads->grid.mutable_dense(), &grads->mlp, 1.0f / loss_scale, pool_);
+      optimizer_->ApplyDense(grads->grid.mutable_dense(), &grads->mlp, 1.0f / loss_scale, pool_);
   grads->grid.ForgetTouched();
   return outcome;
 }

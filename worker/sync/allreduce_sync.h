@@ -11,6 +11,9 @@
 // Nodes may have different worker counts: the buffer is cut into S slices,
 // S = the smallest node's worker count, and local ranks >= S own none.
 //
+// distributed.model_parallel: Adam's state and update are sharded across
+// the workers (sharded_update.h) instead of replicated.
+//
 // Mixed precision: each worker rounds its gradient through fp16 and adds an
 // overflow flag to the all-reduce, so every worker sees the same sum and
 // skips (or applies) the step alike.
@@ -31,6 +34,7 @@
 #include "worker/collective/collective.h"
 #include "worker/local_optimizer.h"
 #include "worker/sync/gradient_sync.h"
+#include "worker/sync/sharded_update.h"
 
 namespace gridsync {
 
@@ -49,10 +53,19 @@ Status HierarchicalAllReduce(Collective& intra, Collective* inter, int slices, f
 class AllReduceSync : public GradientSync {
  public:
   // coordinator: watched between steps when given (null in in-process tests).
+  static Result<std::unique_ptr<AllReduceSync>> Create(const Config& config, HashGridModel* model,
+                                                       int rank, const AllReduceGroups& groups,
+                                                       CoordinatorClient* coordinator,
+                                                       const BatchSource* source,
+                                                       const SplitSchedule* split,
+                                                       ThreadPool* pool);
+
+ private:
   AllReduceSync(const Config& config, HashGridModel* model, int rank, const AllReduceGroups& groups,
                 CoordinatorClient* coordinator, const BatchSource* source,
                 const SplitSchedule* split, ThreadPool* pool);
 
+ public:
   Result<const StepBatch*> Prepare(uint64_t step) override;
   Result<SyncOutcome> Apply(uint64_t step, ModelGradients* grads, float loss_scale) override;
   Status Finish(uint64_t, TrainReport*) override { return Status::OK(); }
@@ -70,7 +83,9 @@ class AllReduceSync : public GradientSync {
   const BatchSource* source_;
   const SplitSchedule* split_;
   ThreadPool* pool_;
-  LocalOptimizer optimizer_;
+  std::unique_ptr<LocalOptimizer> optimizer_;  // replicated Adam
+  std::unique_ptr<ShardedUpdate> sharded_;     // model_parallel: this worker's slice of Adam
+  std::vector<float> flat_;                    // model_parallel: the gradient, flat
   bool hierarchical_;
   int slices_ = 0;
   size_t elements_ = 0;        // gradient elements all-reduced per step

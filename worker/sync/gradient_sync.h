@@ -71,6 +71,12 @@ class SplitSchedule {
  public:
   explicit SplitSchedule(BatchSplit split) : current_(std::move(split)), next_(current_) {}
   const BatchSplit& At(uint64_t step) const { return step >= next_from_ ? next_ : current_; }
+  // Before the first step: every step splits by these rates.
+  void ResetAll(const std::vector<double>& samples_per_second) {
+    current_.Rebalance(samples_per_second);
+    next_ = current_;
+    next_from_ = UINT64_MAX;
+  }
   // After step `done` - 1: rebalance by the measured rates (the same vector
   // on every worker). Returns whether the split changed.
   bool Rebalance(uint64_t done, const std::vector<double>& samples_per_second) {

@@ -82,8 +82,10 @@ Result<TrainReport> TrainAllReduceWorker(const Config& config, const ImageTask& 
   ThreadPool pool(config.training.threads);
   const BatchSource source(image, config.training.seed);
   SplitSchedule split(BatchSplit(d, config.training.batch_size));
-  AllReduceSync sync(config, model.get(), rank, groups, coordinator.get(), &source, &split, &pool);
-  auto report = RunTrainLoop(config, image, model, sync, split, pool, options);
+  GRIDSYNC_ASSIGN_OR_RETURN(
+      auto sync, AllReduceSync::Create(config, model.get(), rank, groups, coordinator.get(),
+                                       &source, &split, &pool));
+  auto report = RunTrainLoop(config, image, model, *sync, split, pool, options);
   // Every rank leaves together: a rank that closed its sockets while a peer
   // still sends its last bucket would fail that peer.
   if (report.ok()) {
@@ -144,14 +146,13 @@ Result<TrainReport> TrainWorker(const Config& config, const ImageTask& image,
 Result<TrainReport> TrainImageAllReduce(const Config& config, const ImageTask& image, int rank,
                                         const AllReduceGroups& groups,
                                         const WorkerOptions& options) {
-  if (groups.flat == nullptr)
-    return Status::InvalidArgument("all-reduce training needs the flat group");
   GRIDSYNC_ASSIGN_OR_RETURN(auto model, MakeModel(config));
   ThreadPool pool(config.training.threads);
   const BatchSource source(image, config.training.seed);
   SplitSchedule split(BatchSplit(config.distributed, config.training.batch_size));
-  AllReduceSync sync(config, model.get(), rank, groups, nullptr, &source, &split, &pool);
-  return RunTrainLoop(config, image, model, sync, split, pool, options);
+  GRIDSYNC_ASSIGN_OR_RETURN(auto sync, AllReduceSync::Create(config, model.get(), rank, groups,
+                                                             nullptr, &source, &split, &pool));
+  return RunTrainLoop(config, image, model, *sync, split, pool, options);
 }
 
 uint64_t EstimateWorkerBytes(const Config& config, uint64_t samples) {

@@ -88,6 +88,33 @@ Result<TrainReport> RunTrainLoop(const Config& config, const ImageTask& image,
         sync.me(), model->layout().n_levels(), model->layout().total_rows(), report.n_params, batch,
         accumulation, pool.size(), t.mixed_precision ? "; mixed precision" : "");
   }
+  if (d.enable && d.batch_splitting == BatchSplitting::kWeighted && d.nodes.empty() &&
+      d.world_size > 1) {
+    // weighted without distributed.nodes: each worker's share follows its
+    // speed, measured once on a probe batch before step 0 (adaptive splitting
+    // measures it again during the run).
+    const uint64_t n = std::clamp<uint64_t>(batch / static_cast<size_t>(d.world_size), 1, 4096);
+    StepBatch probe;
+    BatchSource(image, t.seed).Fill(0, 0, n, &probe);
+    ModelGradients scratch(model->layout(), model->mlp_shape());
+    double secs = 0;
+    for (int round = 0; round < 2; ++round) {  // the first warms caches and scratch
+      const auto probe_start = Clock::now();
+      model->AccumulateGradients(probe.positions.data(), probe.targets.data(), n, batch, 1.0f,
+                                 model->ActiveLevels(first), &scratch, &pool);
+      secs = Since(probe_start);
+      scratch.Clear(&pool);
+    }
+    GRIDSYNC_ASSIGN_OR_RETURN(const std::vector<double> rates,
+                              sync.GatherRates(0, static_cast<double>(n) / std::max(secs, 1e-9)));
+    split.ResetAll(rates);
+    if (!quiet && sync.holds_model()) {
+      std::string shares;
+      for (uint64_t c : split.At(first).counts())
+        shares += (shares.empty() ? "" : ", ") + std::to_string(c);
+      spdlog::info("weighted split by measured speed (no distributed.nodes): [{}] samples", shares);
+    }
+  }
   // A dead peer or coordinator is noticed between steps at this interval,
   // whatever the consistency mode (async steps never wait for a peer).
   const auto check_every = std::chrono::milliseconds(
@@ -115,6 +142,7 @@ Result<TrainReport> RunTrainLoop(const Config& config, const ImageTask& image,
     uint64_t offset = 0;
     for (uint64_t m = 0; m < accumulation; ++m) {
       const uint64_t part = b.count / accumulation + (m < b.count % accumulation ? 1 : 0);
+      if (part == 0) continue;  // a share smaller than the micro-batch count
       ModelGradients* target = partial ? partial.get() : &grads;
       sse +=
           model->AccumulateGradients(b.positions.data() + offset * 2, b.targets.data() + offset * 3,
