@@ -1021,11 +1021,9 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
     // for qsgd and randomk, which are unbiased by rescaling, so their
     // residual is (1 - n/k) times what they kept and feeding it back
     // diverges (measured: gridsync-bench compress --train).
-    if (r.Has("error_feedback")) {
-      r.Bool("error_feedback", &c.error_feedback);
-    } else {
-      c.error_feedback = c.codec != "qsgd" && c.codec != "randomk";
-    }
+    // (Read in either case, so the key is known to the unknown-key report.)
+    c.error_feedback = c.codec != "qsgd" && c.codec != "randomk";
+    r.Bool("error_feedback", &c.error_feedback);
     r.Int("min_bytes", &c.min_bytes, 0, 1 << 30);
     r.Bool("pull", &c.pull);
     r.ReportUnknownKeys();

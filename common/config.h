@@ -59,11 +59,17 @@ struct EncodingConfig {
   int log2_hashmap_size = 19;       // 4..30
   int base_resolution = 16;         // 1..1<<20
   double per_level_scale = 1.5;     // 1.0..16.0 (finite)
+
+  // Field by field: what a round trip through ToJson must preserve.
+  bool operator==(const EncodingConfig&) const = default;
 };
 
 struct NetworkConfig {
   int n_neurons = 64;        // 1..1024
   int n_hidden_layers = 2;   // 0..16
+
+  // Field by field: what a round trip through ToJson must preserve.
+  bool operator==(const NetworkConfig&) const = default;
 };
 
 // A node: a machine (or, in tests, a group of processes) whose workers share
@@ -77,6 +83,9 @@ struct NodeConfig {
   // Empty: unset (every node unset means one machine; see ClusterLayout).
   std::string host;
   int shards = -1;  // 0..256 PS shards on this node; -1: unset (placed by ClusterLayout)
+
+  // Field by field: what a round trip through ToJson must preserve.
+  bool operator==(const NodeConfig&) const = default;
 };
 
 // Where every process of the cluster lives, resolved once from the config
@@ -87,6 +96,9 @@ struct ShardPlacement {
   std::string host;  // the address the shard binds and advertises
   int port = 0;
   std::string Endpoint() const;  // "tcp://host:port"
+
+  // Field by field: what a round trip through ToJson must preserve.
+  bool operator==(const ShardPlacement&) const = default;
 };
 
 struct ClusterLayout {
@@ -101,6 +113,9 @@ struct ClusterLayout {
   int NodeIndex(std::string_view name) const;
   // Worker ranks of node n: [first, first + nodes[n].workers).
   int FirstRank(int n) const;
+
+  // Field by field: what a round trip through ToJson must preserve.
+  bool operator==(const ClusterLayout&) const = default;
 };
 
 struct DistributedConfig {
@@ -123,6 +138,9 @@ struct DistributedConfig {
   std::vector<NodeConfig> ResolvedNodes() const;
   int NodeOf(int rank) const;
   int LocalRankOf(int rank) const;
+
+  // Field by field: what a round trip through ToJson must preserve.
+  bool operator==(const DistributedConfig&) const = default;
 };
 
 struct PsConfig {
@@ -134,6 +152,9 @@ struct PsConfig {
   bool host_given = false;                     // ps.host appeared in the config
   int base_port = 0;                           // 0: master_port + 1 + shard; else base_port + shard
   OptimizerPlacement optimizer = OptimizerPlacement::kAuto;
+
+  // Field by field: what a round trip through ToJson must preserve.
+  bool operator==(const PsConfig&) const = default;
 };
 
 struct TrainingConfig {
@@ -147,12 +168,18 @@ struct TrainingConfig {
   uint64_t seed = 1337;
   int threads = 1;                // 1..256
   int log_every = 100;            // 0 = never; >= 0
+
+  // Field by field: what a round trip through ToJson must preserve.
+  bool operator==(const TrainingConfig&) const = default;
 };
 
 struct TaskConfig {
   TaskType type = TaskType::kImage;
   std::string image = kDefaultImagePath;  // path to a JPEG/PNG
   std::string output = "out";             // folder for the reconstruction and reports
+
+  // Field by field: what a round trip through ToJson must preserve.
+  bool operator==(const TaskConfig&) const = default;
 };
 
 // Gradient compression on the PS path (ps pushes; in hybrid, across nodes
@@ -167,6 +194,9 @@ struct CompressionConfig {
   bool error_feedback = true;
   int min_bytes = 4096;        // 0..2^30: smaller blocks travel uncompressed
   bool pull = false;           // also compress pull replies (no error feedback)
+
+  // Field by field: what a round trip through ToJson must preserve.
+  bool operator==(const CompressionConfig&) const = default;
 };
 
 // Authentication and encryption of the data plane (ZeroMQ CURVE with a ZAP
@@ -179,6 +209,9 @@ struct SecurityConfig {
   SecurityMode mode = SecurityMode::kAuto;
   std::string keys_dir;  // <role>.key and <role>.pub files (gridsync keygen DIR)
   bool curve = false;    // resolved: CURVE on
+
+  // Field by field: what a round trip through ToJson must preserve.
+  bool operator==(const SecurityConfig&) const = default;
 };
 
 // Checkpoints of the PS shards (server/shard_checkpoint.h), for
@@ -187,6 +220,9 @@ struct CheckpointConfig {
   int every_steps = 0;  // 0: none; else every this many applied steps
   // Default: <task.output>/checkpoints (Parse fills it in when absent).
   std::string dir = "out/checkpoints";
+
+  // Field by field: what a round trip through ToJson must preserve.
+  bool operator==(const CheckpointConfig&) const = default;
 };
 
 struct Config {
@@ -226,6 +262,9 @@ struct Config {
 
   // ps.optimizer resolved: true when Adam runs on the workers.
   bool OptimizerOnWorkers() const;
+
+  // Field by field: what a round trip through ToJson must preserve.
+  bool operator==(const Config&) const = default;
 };
 
 }  // namespace gridsync

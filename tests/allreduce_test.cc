@@ -125,7 +125,8 @@ TEST(AllReduceTest, HierarchicalTwoNodesOfTwoAndOnePlusThree) {
     auto reports = RunLocal(config, image);
     for (auto& r : reports) ASSERT_TRUE(r.ok()) << r.status().ToString();
     const auto local = SingleProcess(config, image);
-    ExpectWithinRounding(FlattenParams(*reports[0]->model), FlattenParams(*local.model), config.training.steps, 1e-2);
+    ExpectWithinRounding(FlattenParams(*reports[0]->model), FlattenParams(*local.model),
+                         testing::InitialParams(config));
     // All replicas agree exactly: they all received the same sums.
     for (size_t r = 1; r < reports.size(); ++r) {
       ExpectBitIdentical(FlattenParams(*reports[r]->model), FlattenParams(*reports[0]->model));
@@ -156,7 +157,8 @@ TEST(AllReduceTest, GlooFlatMatchesSingleProcess) {
   for (auto& t : threads) t.join();
   for (auto& r : reports) ASSERT_TRUE(r.ok()) << r.status().ToString();
   const auto local = SingleProcess(config, image);
-  ExpectWithinRounding(FlattenParams(*reports[0]->model), FlattenParams(*local.model), config.training.steps, 1e-2);
+  ExpectWithinRounding(FlattenParams(*reports[0]->model), FlattenParams(*local.model),
+                       testing::InitialParams(config));
   ExpectBitIdentical(FlattenParams(*reports[2]->model), FlattenParams(*reports[0]->model));
 }
 
@@ -210,7 +212,8 @@ TEST(AllReduceTest, WeightedSplitTrainsAndKeepsTheBatch) {
   EXPECT_EQ(reports[0]->split_counts, (std::vector<uint64_t>{2000, 500, 500}));
   // Gradients are weighted by samples: the same maths as one process.
   const auto local = SingleProcess(config, image);
-  ExpectWithinRounding(FlattenParams(*reports[0]->model), FlattenParams(*local.model), config.training.steps, 1e-2);
+  ExpectWithinRounding(FlattenParams(*reports[0]->model), FlattenParams(*local.model),
+                       testing::InitialParams(config));
 }
 
 TEST(AllReduceTest, ShapeMismatchGivesAClearError) {

@@ -1,6 +1,7 @@
 // gridsync-bench train: standalone training throughput and quality, and with
 // --vs-torch the same model, image, batches and hyperparameters through the
 // PyTorch peer (tools/peers/torch_hashgrid.py), one thread each, in one run.
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -138,6 +139,16 @@ int RunTrain(const TrainArgs& args) {
       return 1;
     }
     const auto& t = *torch;
+    // A comparison needs the peer's figures: a summary without them is an
+    // error, never a ratio against a made-up throughput.
+    for (const char* key : {"samples_per_s", "psnr", "steps"}) {
+      if (!t.contains(key) || !t[key].is_number() ||
+          (std::string(key) == "samples_per_s" && !(t[key].get<double>() > 0))) {
+        std::fprintf(stderr, "the PyTorch peer's summary lacks a positive '%s': %s\n", key,
+                     t.dump().c_str());
+        return 1;
+      }
+    }
     std::map<uint64_t, double> torch_at;
     if (t.contains("psnr_at")) {
       for (const auto& [k, v] : t["psnr_at"].items()) torch_at[std::stoull(k)] = v.get<double>();
@@ -145,7 +156,12 @@ int RunTrain(const TrainArgs& args) {
     std::printf("%-9s %6d %12.0f %10.2f %12.6f%s\n", "torch", t.value("steps", 0),
                 t.value("samples_per_s", 0.0), t.value("psnr", 0.0), t.value("final_loss", 0.0),
                 FormatPsnrAt(torch_at).c_str());
-    const double ratio = ours->samples_per_second / t.value("samples_per_s", 1.0);
+    const double ratio = ours->samples_per_second / t["samples_per_s"].get<double>();
+    if (!std::isfinite(ratio) || !(ratio > 0)) {
+      std::fprintf(stderr, "no ratio: gridsync %.0f samples/s against torch's %s\n",
+                   ours->samples_per_second, t["samples_per_s"].dump().c_str());
+      return 1;
+    }
     std::printf("ratio gridsync/torch samples/s: %.2fx", ratio);
     if (torch_steps == args.steps) {
       std::printf("; PSNR difference at step %d: %+.2f dB", args.steps, ours->psnr - t.value("psnr", 0.0));
