@@ -1225,15 +1225,16 @@ Status Config::CheckRunnable(bool standalone) const {
     }
   }
   if (checkpoint.every_steps > 0) {
-    const bool plain_ps = distributed.enable && !standalone &&
-                          distributed.gradient_sync == GradientSyncMode::kPs &&
-                          ps.consistency != Consistency::kAsync && compression.codec == "none" &&
-                          !OptimizerOnWorkers();
+    const bool plain_ps =
+        distributed.enable && !standalone && distributed.gradient_sync == GradientSyncMode::kPs &&
+        ps.consistency == Consistency::kBsp && compression.codec == "none" && !OptimizerOnWorkers();
     if (!plain_ps) {
       lines.push_back(
           "checkpoint.every_steps=" + std::to_string(checkpoint.every_steps) +
           ": not supported yet in this setting; allowed now: gradient_sync ps with consistency "
-          "bsp or ssp, compression codec none and Adam on the shards (the shards hold the whole "
+          "bsp (under ssp and async each shard applies pushes as they come, so no version is one "
+          "state of every shard), compression codec none and Adam on the shards (the shards hold "
+          "the whole "
           "training state there), or 0");
     }
   }

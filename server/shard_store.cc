@@ -113,7 +113,8 @@ void ShardStore::ApplyTouchedChunk(uint32_t t, size_t chunk, size_t chunk_rows) 
     return;
   }
   cpu::AdamUpdateIndexed(hyper_, table.touched_rows.data() + begin, end - begin, table.grad.data(),
-                         table.params.data(), &table.adam, /*skip_zero_rows=*/!table.dense_step);
+                         table.params.data(), &table.adam, /*skip_zero_rows=*/!table.dense_step,
+                         lr_scale_);
 }
 
 void ShardStore::FinishTable(uint32_t t) {
@@ -147,7 +148,7 @@ void ShardStore::ApplyDirect(const wire::Block& block, size_t begin, size_t end)
     const float* g = block.values.data() + i * w;
     if (!block.dense && !RowHasGradient(g, w)) continue;  // dense tables always step
     const uint64_t local = partition_.LocalRow(block.table, block.Row(i));
-    const float lr = table.adam.StepSize(hyper_, ++steps[local]);
+    const float lr = table.adam.StepSize(hyper_, ++steps[local]) * lr_scale_;
     for (uint32_t f = 0; f < w; ++f) {
       const size_t at = local * w + f;
       AdamUpdate(hyper_, lr, g[f], &table.params[at], &m[at], &v[at]);
@@ -268,6 +269,31 @@ void ShardStore::Gather(const wire::Block& request, size_t begin, size_t end, fl
     const float* src = params + local * w;
     float* dst = out + (i - begin) * w;
     for (uint32_t f = 0; f < w; ++f) dst[f] = src[f];
+  }
+}
+
+void ShardStore::GatherAhead(const wire::Block& request, size_t begin, size_t end,
+                             float steps_ahead, float* out) const {
+  const Table& table = tables_[request.table];
+  const uint32_t w = table.width;
+  const float* params = table.params.data();
+  const float* m = table.adam.m.data();
+  const float* v = table.adam.v.data();
+  const uint32_t* steps = table.adam.step.data();
+  for (size_t i = begin; i < end; ++i) {
+    const uint64_t local = partition_.LocalRow(request.table, request.Row(i));
+    const uint32_t t = steps[local];
+    const float* src = params + local * w;
+    float* dst = out + (i - begin) * w;
+    if (t == 0) {
+      for (uint32_t f = 0; f < w; ++f) dst[f] = src[f];
+      continue;
+    }
+    const float step = table.adam.StepSizeAt(hyper_, t) * steps_ahead;
+    for (uint32_t f = 0; f < w; ++f) {
+      const size_t at = local * w + f;
+      dst[f] = src[f] - step * m[at] / (sqrtf(v[at]) + hyper_.epsilon);
+    }
   }
 }
 

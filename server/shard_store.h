@@ -59,6 +59,9 @@ class ShardStore {
   // Call before a step's pieces run: readies the step-size memo (see
   // AdamTable::ReserveSteps) for rows stepping once more.
   void PrepareStep();
+  // Multiplies Adam's step size of every later update (ssp and async: 1 /
+  // workers, see ps_shard.cc). 1 leaves every update bit for bit as is.
+  void SetLrScale(float scale) { lr_scale_ = scale; }
   // params[row] = values of the block (initial values).
   void Assign(const wire::Block& block);
   // Values of requested rows [begin, end), packed rows x block.width, into
@@ -83,6 +86,14 @@ class ShardStore {
   // (1 + workers) x the partition. Call before Assign.
   void EnableReplicas(uint32_t workers);
   bool replicas_enabled() const { return replica_workers_ != 0; }
+  // Stale reads (ssp, async): out = params moved `steps_ahead` Adam steps
+  // further along each row's current direction (bias-corrected step size x
+  // m / (sqrt(v) + epsilon)), the look-ahead of DANA (Hakimi et al. 2019):
+  // the worker computes its gradient near the parameters it will be applied
+  // to, not those of `steps_ahead` steps before. Rows never stepped are
+  // sent as they are. Adam on the shard only.
+  void GatherAhead(const wire::Block& request, size_t begin, size_t end, float steps_ahead,
+                   float* out) const;
   // out = params - replica of `worker`, rows [begin, end) of the request.
   void GatherDelta(const wire::Block& request, uint32_t worker, size_t begin, size_t end,
                    float* out) const;
@@ -108,6 +119,7 @@ class ShardStore {
   const Partition& partition_;
   uint32_t shard_;
   AdamHyper hyper_;
+  float lr_scale_ = 1.0f;
   bool apply_updates_;
   std::vector<Table> tables_;
   uint32_t steps_prepared_ = 0;  // an upper bound of any row's step count

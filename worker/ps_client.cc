@@ -407,8 +407,8 @@ Status PsClient::SendAndAwaitAcks(wire::Kind kind, uint64_t step,
   return Status::OK();
 }
 
-Status PsClient::SendPull(uint64_t min_version, const std::vector<TablePullRef>& tables,
-                          bool whole) {
+Status PsClient::SendPull(uint64_t min_version, const std::vector<TablePullRef>& tables, bool whole,
+                          uint64_t for_step) {
   std::vector<TableRowsRef> refs;
   pull_dest_.assign(partition_.n_tables(), nullptr);
   if (delta_pulls_ && replica_.empty()) replica_.resize(partition_.n_tables());
@@ -442,6 +442,7 @@ Status PsClient::SendPull(uint64_t min_version, const std::vector<TablePullRef>&
     header.request_id = pull_request_;
     header.shard = s;
     header.min_version = min_version;
+    header.step = for_step;
     header.num_workers = num_workers_;
     header.whole_values = whole;
     auto frames = wire::Encode(header, std::move(split[s]));

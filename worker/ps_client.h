@@ -86,8 +86,11 @@ class PsClient {
 
   // whole: ask for the parameters themselves even with delta pulls (the
   // final pull, whose values must be exact).
-  Status SendPull(uint64_t min_version, const std::vector<TablePullRef>& tables,
-                  bool whole = false);
+  // for_step: the step whose gradient these rows will compute; under ssp
+  // and async the shards send them looked ahead to the version that
+  // gradient will meet (ShardStore::GatherAhead). 0: as they are.
+  Status SendPull(uint64_t min_version, const std::vector<TablePullRef>& tables, bool whole = false,
+                  uint64_t for_step = 0);
   // Returns the lowest parameter version among the shards' replies.
   Result<uint64_t> ReceivePull();
 

@@ -66,7 +66,7 @@ void AdamUpdateRows(const AdamHyper& hyper, const SparseRows& grad, float grad_s
 }
 
 void AdamUpdateIndexed(const AdamHyper& hyper, const uint32_t* rows, size_t n, float* grad,
-                       float* params, AdamTable* state, bool skip_zero_rows) {
+                       float* params, AdamTable* state, bool skip_zero_rows, float lr_scale) {
   const uint32_t width = state->width;
   float* m = state->m.data();
   float* v = state->v.data();
@@ -81,7 +81,7 @@ void AdamUpdateIndexed(const AdamHyper& hyper, const uint32_t* rows, size_t n, f
     }
     const size_t row = rows[i];
     if (skip_zero_rows && !RowHasGradient(grad + row * width, width)) continue;  // already zero
-    const float lr = state->StepSize(hyper, ++steps[row]);
+    const float lr = state->StepSize(hyper, ++steps[row]) * lr_scale;
     for (uint32_t f = 0; f < width; ++f) {
       const size_t at = row * width + f;
       AdamUpdate(hyper, lr, grad[at], &params[at], &m[at], &v[at]);

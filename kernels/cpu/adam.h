@@ -34,6 +34,13 @@ struct AdamTable {
   // disjoint rows (which then only read it) are safe.
   void ReserveSteps(const AdamHyper& hyper, uint32_t t) { StepSize(hyper, t); }
 
+  // Read-only: the memo when it reaches t, else computed (for readers that
+  // must not extend the memo, such as concurrent pulls).
+  float StepSizeAt(const AdamHyper& hyper, uint32_t t) const {
+    return t < step_size.size() && hyper.learning_rate == step_size_lr ? step_size[t]
+                                                                       : AdamStepSize(hyper, t);
+  }
+
   float StepSize(const AdamHyper& hyper, uint32_t t) {
     if (t >= step_size.size() || hyper.learning_rate != step_size_lr) {
       if (hyper.learning_rate != step_size_lr) step_size.clear();
@@ -63,8 +70,10 @@ void AdamUpdateRows(const AdamHyper& hyper, const SparseRows& grad, float grad_s
 // several pushes): updates rows[0..n) and zeroes their gradient rows, so the
 // buffer is clean for the next step. Row order does not matter.
 // skip_zero_rows: false for dense tables (see AdamUpdateDense).
+// lr_scale multiplies the step size (1: exactly Adam's).
 void AdamUpdateIndexed(const AdamHyper& hyper, const uint32_t* rows, size_t n, float* grad,
-                       float* params, AdamTable* state, bool skip_zero_rows = true);
+                       float* params, AdamTable* state, bool skip_zero_rows = true,
+                       float lr_scale = 1.0f);
 
 // Dense variant: every row of a table whose gradient lies in `grad` (rows x
 // width, row-major), as for MLP weights. Like tiny-cuda-nn's matrix weights,

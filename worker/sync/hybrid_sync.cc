@@ -145,7 +145,8 @@ Result<const StepBatch*> HybridSync::Prepare(uint64_t step) {
                     : model_->mlp_weights()[ti - levels].data();
     pulls.push_back({ti, false, pull_rows[ti].data(), pull_rows[ti].size(), dest});
   }
-  GRIDSYNC_RETURN_IF_ERROR(session_.ps->SendPull(MinVersionFor(config_.ps, step), pulls));
+  GRIDSYNC_RETURN_IF_ERROR(
+      session_.ps->SendPull(MinVersionFor(config_.ps, step), pulls, /*whole=*/false, step));
   GRIDSYNC_ASSIGN_OR_RETURN(const uint64_t version, session_.ps->ReceivePull());
   if (config_.ps.consistency != Consistency::kAsync) {
     const uint64_t stale = step > version ? step - version : 0;

@@ -14,7 +14,6 @@ PsSync::PsSync(const Config& config, HashGridModel* model, PsSession session,
       split_(split),
       pool_(pool),
       steps_(static_cast<uint64_t>(config.training.steps)),
-      prefetch_(config.ps.consistency == Consistency::kSsp && config.ps.staleness > 0),
       row_set_(model->layout()) {
   rank_ = session_.rank;
   me_ = session_.me;
@@ -22,7 +21,7 @@ PsSync::PsSync(const Config& config, HashGridModel* model, PsSession session,
 }
 
 Status PsSync::SendPrepare(uint64_t step) {
-  Prepared& p = prepared_[step % 2];
+  Prepared& p = prepared_;
   const BatchSplit& split = split_->At(step);
   const int rank = static_cast<int>(rank_);
   source_->Fill(step, split.begin(rank), split.count(rank), &p.batch);
@@ -43,7 +42,7 @@ Status PsSync::SendPrepare(uint64_t step) {
     p.pulls.push_back(
         {levels + static_cast<uint32_t>(i), true, nullptr, 0, model_->mlp_weights()[i].data()});
   }
-  return session_.ps->SendPull(MinVersionFor(config_.ps, step), p.pulls);
+  return session_.ps->SendPull(MinVersionFor(config_.ps, step), p.pulls, /*whole=*/false, step);
 }
 
 Result<const StepBatch*> PsSync::Prepare(uint64_t step) {
@@ -51,7 +50,7 @@ Result<const StepBatch*> PsSync::Prepare(uint64_t step) {
     GRIDSYNC_RETURN_IF_ERROR(SendPrepare(step));
     sent_first_ = true;
   }
-  Prepared& p = prepared_[step % 2];
+  Prepared& p = prepared_;
   GRIDSYNC_ASSIGN_OR_RETURN(const uint64_t version, session_.ps->ReceivePull());
   session_.ps->AddPendingUpdates(p.pulls);
   // The pulled rows are the fp32 masters; the forward pass reads fp16.
@@ -65,9 +64,6 @@ Result<const StepBatch*> PsSync::Prepare(uint64_t step) {
     // Steps of pushes (anyone's) the parameters this step reads lack.
     RecordStaleness(step > version ? step - version : 0);
   }
-  // In bsp the next pull can only be answered after this step's push, so
-  // it is sent after the push (Apply); in ssp right away.
-  if (prefetch_ && step + 1 < steps_) GRIDSYNC_RETURN_IF_ERROR(SendPrepare(step + 1));
   return &p.batch;
 }
 
@@ -109,7 +105,10 @@ Result<SyncOutcome> PsSync::Apply(uint64_t step, ModelGradients* grads, float lo
     const uint64_t others = ack > read_version_ + 1 ? ack - read_version_ - 1 : 0;
     RecordStaleness(others);
   }
-  if (!prefetch_ && step + 1 < steps_) GRIDSYNC_RETURN_IF_ERROR(SendPrepare(step + 1));
+  // The next step's pull goes out right after this push: the shards answer
+  // it (bsp: once every worker's push of this step is in; ssp, async: at
+  // once, within the bound) while this worker samples nothing else.
+  if (step + 1 < steps_) GRIDSYNC_RETURN_IF_ERROR(SendPrepare(step + 1));
   return outcome;
 }
 
