@@ -6,7 +6,6 @@
 
 #include "kernels/adam_math.h"
 #include "worker/collective/factory.h"
-#include "worker/sync/peer_watch.h"
 
 namespace gridsync {
 namespace {
@@ -25,17 +24,12 @@ uint32_t FloatToBits(float f) { return std::bit_cast<uint32_t>(f); }
 
 HybridSync::HybridSync(const Config& config, HashGridModel* model, PsSession session,
                        const BatchSource* source, const SplitSchedule* split, ThreadPool* pool)
-    : config_(config),
-      model_(model),
-      session_(std::move(session)),
+    : PsSessionSync(config, model, std::move(session)),
       source_(source),
       split_(split),
       pool_(pool),
       space_(*model),
-      row_set_(model->layout()) {
-  rank_ = session_.rank;
-  me_ = session_.me;
-}
+      row_set_(model->layout()) {}
 
 Result<std::unique_ptr<HybridSync>> HybridSync::Create(const Config& config, HashGridModel* model,
                                                        PsSession session, const BatchSource* source,
@@ -148,12 +142,8 @@ Result<const StepBatch*> HybridSync::Prepare(uint64_t step) {
   GRIDSYNC_RETURN_IF_ERROR(
       session_.ps->SendPull(MinVersionFor(config_.ps, step), pulls, /*whole=*/false, step));
   GRIDSYNC_ASSIGN_OR_RETURN(const uint64_t version, session_.ps->ReceivePull());
-  if (config_.ps.consistency != Consistency::kAsync) {
-    const uint64_t stale = step > version ? step - version : 0;
-    staleness_max_ = std::max(staleness_max_, stale);
-    staleness_sum_ += stale;
-    ++staleness_samples_;
-  }
+  if (config_.ps.consistency != Consistency::kAsync)
+    RecordStaleness(step > version ? step - version : 0);
   session_.ps->AddPendingUpdates(pulls);  // before the node shares them
   // Share the pulled values inside the node.
   std::vector<size_t> value_counts(static_cast<size_t>(node_size_));
@@ -245,29 +235,6 @@ Result<SyncOutcome> HybridSync::Apply(uint64_t step, ModelGradients* grads, floa
   GRIDSYNC_RETURN_IF_ERROR(session_.ps->Push(wire::Kind::kPush, step, push));
   comm_seconds_ += Since(start);
   return outcome;
-}
-
-Status HybridSync::Finish(uint64_t end_step, TrainReport* report) {
-  // Each local rank's slice residuals, delivered as one more step.
-  return FinishPsRun(config_, session_, *model_, end_step, report);
-}
-
-Result<std::vector<double>> HybridSync::GatherRates(uint64_t done, double mine) {
-  return GatherRatesByKv(config_, session_, done, mine);
-}
-
-Status HybridSync::CheckPeers() { return CheckClusterPeers(*session_.coordinator); }
-
-void HybridSync::FillReport(TrainReport* report) const {
-  const auto& c = session_.ps->counters();
-  const double steps = static_cast<double>(std::max<uint64_t>(report->steps, 1));
-  report->bytes_pushed_per_step = static_cast<double>(c.bytes_pushed) / steps;
-  report->bytes_pulled_per_step = static_cast<double>(c.bytes_pulled) / steps;
-  report->comm_seconds = comm_seconds_;
-  report->max_staleness = staleness_max_;
-  report->mean_staleness = staleness_samples_ ? static_cast<double>(staleness_sum_) /
-                                                    static_cast<double>(staleness_samples_)
-                                              : 0.0;
 }
 
 }  // namespace gridsync

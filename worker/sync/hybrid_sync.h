@@ -34,7 +34,7 @@
 
 namespace gridsync {
 
-class HybridSync : public GradientSync {
+class HybridSync : public PsSessionSync {
  public:
   // Joins the node's intra group: options.intra_group when set, else the
   // configured backend through the coordinator's KV store.
@@ -45,19 +45,13 @@ class HybridSync : public GradientSync {
 
   Result<const StepBatch*> Prepare(uint64_t step) override;
   Result<SyncOutcome> Apply(uint64_t step, ModelGradients* grads, float loss_scale) override;
-  Status Finish(uint64_t end_step, TrainReport* report) override;
-  Result<std::vector<double>> GatherRates(uint64_t done, double mine) override;
-  Status CheckPeers() override;
-  void FillReport(TrainReport* report) const override;
 
  private:
   HybridSync(const Config& config, HashGridModel* model, PsSession session,
              const BatchSource* source, const SplitSchedule* split, ThreadPool* pool);
   float* ParamOf(uint64_t global_row);
+  double CommSeconds() const override { return comm_seconds_; }
 
-  const Config& config_;
-  HashGridModel* model_;
-  PsSession session_;
   const BatchSource* source_;
   const SplitSchedule* split_;
   ThreadPool* pool_;
@@ -76,7 +70,6 @@ class HybridSync : public GradientSync {
   std::vector<float> my_grad_;
   std::vector<uint64_t> needed_bits_;
   double comm_seconds_ = 0;
-  uint64_t staleness_max_ = 0, staleness_sum_ = 0, staleness_samples_ = 0;
 };
 
 }  // namespace gridsync

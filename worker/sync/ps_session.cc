@@ -8,6 +8,7 @@
 
 #include "common/counter_rng.h"
 #include "kernels/model_tables.h"
+#include "worker/sync/peer_watch.h"
 
 namespace gridsync {
 namespace {
@@ -159,6 +160,39 @@ Result<std::vector<double>> GatherRatesByKv(const Config& config, PsSession& ses
     rates.push_back(v);
   }
   return rates;
+}
+
+PsSessionSync::PsSessionSync(const Config& config, HashGridModel* model, PsSession session)
+    : config_(config), model_(model), session_(std::move(session)) {
+  rank_ = session_.rank;
+  me_ = session_.me;
+}
+
+Status PsSessionSync::Finish(uint64_t end_step, TrainReport* report) {
+  return FinishPsRun(config_, session_, *model_, end_step, report);
+}
+
+Result<std::vector<double>> PsSessionSync::GatherRates(uint64_t done, double mine) {
+  return GatherRatesByKv(config_, session_, done, mine);
+}
+
+Status PsSessionSync::CheckPeers() { return CheckClusterPeers(*session_.coordinator); }
+
+double PsSessionSync::CommSeconds() const {
+  const auto& c = session_.ps->counters();
+  return c.push_seconds + c.pull_wait_seconds;
+}
+
+void PsSessionSync::FillReport(TrainReport* report) const {
+  const auto& c = session_.ps->counters();
+  const double steps = static_cast<double>(std::max<uint64_t>(report->steps, 1));
+  report->bytes_pushed_per_step = static_cast<double>(c.bytes_pushed) / steps;
+  report->bytes_pulled_per_step = static_cast<double>(c.bytes_pulled) / steps;
+  report->comm_seconds = CommSeconds();
+  report->max_staleness = staleness_max_;
+  report->mean_staleness = staleness_samples_ ? static_cast<double>(staleness_sum_) /
+                                                    static_cast<double>(staleness_samples_)
+                                              : 0.0;
 }
 
 }  // namespace gridsync

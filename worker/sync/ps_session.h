@@ -17,6 +17,7 @@
 #include "common/status.h"
 #include "worker/model.h"
 #include "worker/ps_client.h"
+#include "worker/sync/gradient_sync.h"
 #include "worker/sync/train_report.h"
 
 namespace gridsync {
@@ -56,5 +57,33 @@ Status FinishPsRun(const Config& config, PsSession& session, HashGridModel& mode
 // rate after step `done`, in rank order.
 Result<std::vector<double>> GatherRatesByKv(const Config& config, PsSession& session, uint64_t done,
                                             double mine);
+
+// What ps and hybrid share as GradientSyncs: the session, the end of the
+// run, rates through the KV store, the liveness check, and the report's
+// communication and staleness figures.
+class PsSessionSync : public GradientSync {
+ public:
+  Status Finish(uint64_t end_step, TrainReport* report) override;
+  Result<std::vector<double>> GatherRates(uint64_t done, double mine) override;
+  Status CheckPeers() override;
+  void FillReport(TrainReport* report) const override;
+
+ protected:
+  PsSessionSync(const Config& config, HashGridModel* model, PsSession session);
+  void RecordStaleness(uint64_t steps) {
+    staleness_max_ = std::max(staleness_max_, steps);
+    staleness_sum_ += steps;
+    ++staleness_samples_;
+  }
+  // Seconds blocked in synchronisation (the PS client's, or more).
+  virtual double CommSeconds() const;
+
+  const Config& config_;
+  HashGridModel* model_;
+  PsSession session_;
+
+ private:
+  uint64_t staleness_sum_ = 0, staleness_max_ = 0, staleness_samples_ = 0;
+};
 
 }  // namespace gridsync

@@ -1,22 +1,16 @@
 #include "worker/sync/ps_sync.h"
 
-#include "worker/sync/peer_watch.h"
-
 namespace gridsync {
 
 PsSync::PsSync(const Config& config, HashGridModel* model, PsSession session,
                const BatchSource* source, const SplitSchedule* split, ThreadPool* pool,
                const WorkerOptions&)
-    : config_(config),
-      model_(model),
-      session_(std::move(session)),
+    : PsSessionSync(config, model, std::move(session)),
       source_(source),
       split_(split),
       pool_(pool),
       steps_(static_cast<uint64_t>(config.training.steps)),
       row_set_(model->layout()) {
-  rank_ = session_.rank;
-  me_ = session_.me;
   touched_.resize(model->layout().n_levels());
 }
 
@@ -110,28 +104,6 @@ Result<SyncOutcome> PsSync::Apply(uint64_t step, ModelGradients* grads, float lo
   // once, within the bound) while this worker samples nothing else.
   if (step + 1 < steps_) GRIDSYNC_RETURN_IF_ERROR(SendPrepare(step + 1));
   return outcome;
-}
-
-Status PsSync::Finish(uint64_t end_step, TrainReport* report) {
-  return FinishPsRun(config_, session_, *model_, end_step, report);
-}
-
-Result<std::vector<double>> PsSync::GatherRates(uint64_t done, double mine) {
-  return GatherRatesByKv(config_, session_, done, mine);
-}
-
-Status PsSync::CheckPeers() { return CheckClusterPeers(*session_.coordinator); }
-
-void PsSync::FillReport(TrainReport* report) const {
-  const auto& c = session_.ps->counters();
-  const double steps = static_cast<double>(std::max<uint64_t>(report->steps, 1));
-  report->bytes_pushed_per_step = static_cast<double>(c.bytes_pushed) / steps;
-  report->bytes_pulled_per_step = static_cast<double>(c.bytes_pulled) / steps;
-  report->comm_seconds = c.push_seconds + c.pull_wait_seconds;
-  report->max_staleness = staleness_max_;
-  report->mean_staleness = staleness_samples_ ? static_cast<double>(staleness_sum_) /
-                                                    static_cast<double>(staleness_samples_)
-                                              : 0.0;
 }
 
 }  // namespace gridsync

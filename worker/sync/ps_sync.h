@@ -30,17 +30,13 @@
 
 namespace gridsync {
 
-class PsSync : public GradientSync {
+class PsSync : public PsSessionSync {
  public:
   PsSync(const Config& config, HashGridModel* model, PsSession session, const BatchSource* source,
          const SplitSchedule* split, ThreadPool* pool, const WorkerOptions& options);
 
   Result<const StepBatch*> Prepare(uint64_t step) override;
   Result<SyncOutcome> Apply(uint64_t step, ModelGradients* grads, float loss_scale) override;
-  Status Finish(uint64_t end_step, TrainReport* report) override;
-  Result<std::vector<double>> GatherRates(uint64_t done, double mine) override;
-  Status CheckPeers() override;
-  void FillReport(TrainReport* report) const override;
 
  private:
   // One step's slice of the global batch and the rows it reads.
@@ -52,9 +48,6 @@ class PsSync : public GradientSync {
   // Samples `step`'s slice, looks up its rows and sends their pull.
   Status SendPrepare(uint64_t step);
 
-  const Config& config_;
-  HashGridModel* model_;
-  PsSession session_;
   const BatchSource* source_;
   const SplitSchedule* split_;
   ThreadPool* pool_;
@@ -63,13 +56,7 @@ class PsSync : public GradientSync {
   cpu::GridRowSet row_set_;
   Prepared prepared_;
   std::vector<SparseRows> touched_;  // per level, reused
-  void RecordStaleness(uint64_t steps) {
-    staleness_max_ = std::max(staleness_max_, steps);
-    staleness_sum_ += steps;
-    ++staleness_samples_;
-  }
-  uint64_t read_version_ = 0;  // the version the current step read
-  uint64_t staleness_sum_ = 0, staleness_max_ = 0, staleness_samples_ = 0;
+  uint64_t read_version_ = 0;        // the version the current step read
 };
 
 }  // namespace gridsync
