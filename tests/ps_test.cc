@@ -952,6 +952,71 @@ TEST(PsWorkerOptimizerTest, FlushDeliversExactlyWhatErrorFeedbackHeld) {
               static_cast<uint64_t>(steps) + 1);
 }
 
+// Error feedback keeps residuals per (table, column slice). Under column
+// partitioning a table 512 wide has slices at columns 0 and 256; the old key
+// table * 256 + col_begin gave table t's second slice the key of table t+1's
+// first, so two MLP tables shared residuals. After one topk push of known
+// gradients, every residual must be either the gradient itself (a value topk
+// did not keep) or zero (a kept value), for every slice of every table.
+TEST(PsCompressionTest, WideTablesKeepTheirOwnResidualsUnderColumnPartitioning) {
+  Config config = SmallConfig(1, 2);
+  config.network.n_neurons = 512;
+  config.distributed.model_parallel = true;
+  config.distributed.mp_dim = ModelParallelDim::kColumn;
+  config.compression.codec = "topk";
+  config.compression.ratio = 0.05;
+  config.compression.min_bytes = 0;
+  config.compression.error_feedback = true;
+  config.ps.optimizer = OptimizerPlacement::kShard;
+  auto cluster = Cluster::Start(config);
+  auto model = HashGridModel::Create(cluster->config, 2, 3);
+  ASSERT_TRUE(model.ok());
+  WorkerOptions options;
+  options.rank = 0;
+  options.train.quiet = true;
+  auto session = JoinPsCluster(cluster->config, **model, options);
+  ASSERT_TRUE(session.ok()) << session.status().ToString();
+  PsClient& ps = *session->ps;
+  const uint32_t levels = (*model)->layout().n_levels();
+  const auto& weights = (*model)->mlp_weights();
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<std::vector<float>> grads;
+  std::vector<TableRowsRef> push;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    grads.emplace_back(static_cast<size_t>(weights[i].size()));
+    for (float& g : grads.back()) g = normal(rng);
+    push.push_back({levels + static_cast<uint32_t>(i), true, nullptr, 0, grads.back().data()});
+  }
+  ASSERT_TRUE(ps.Push(wire::Kind::kPush, 0, push).ok());
+  const Partition& partition = *session->partition;
+  size_t wide = 0, checked = 0, equal = 0, wrong = 0;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const uint32_t t = levels + static_cast<uint32_t>(i);
+    const uint32_t width = partition.table(t).width;
+    if (partition.ColumnGroups(t) > 1) ++wide;
+    for (uint32_t g = 0; g < partition.ColumnGroups(t); ++g) {
+      const uint32_t col = partition.ColBegin(t, g);
+      for (uint32_t r = 0; r < partition.table(t).rows; ++r) {
+        const float* residual = ps.PendingUpdate(t, col, r);
+        if (residual == nullptr) continue;
+        for (uint32_t f = 0; f < partition.ColWidth(t); ++f) {
+          const float sent = grads[i][size_t{r} * width + col + f];
+          ++checked;
+          if (residual[f] == sent) {
+            ++equal;
+          } else if (residual[f] != 0.0f) {
+            ++wrong;
+          }
+        }
+      }
+    }
+  }
+  ASSERT_GE(wide, 2u) << "the test needs two consecutive tables cut into column slices";
+  EXPECT_EQ(wrong, 0u) << "residuals of another table or slice: " << wrong << " of " << checked;
+  EXPECT_GT(equal, checked * 9 / 10) << "topk at 5% keeps most values back";
+}
+
 TEST(PsShardTest, RowsOfAnotherShardAreRefused) {
   Config config = SmallConfig(1, 2);
   auto cluster = Cluster::Start(config);
