@@ -10,6 +10,7 @@
 #  3. A corrupted checkpoint is refused, naming the file and the checksum.
 #  4. SIGKILL of the coordinator: the run fails within timeout_s and the
 #     checkpoints stay intact (a resume again ends bit for bit).
+#  5. Async: SIGKILL of a worker makes the other fail within 5 s, naming it.
 set -euo pipefail
 BUILD=${1:?usage: fault_test.sh BUILD_DIR}
 GS="$BUILD/tools/gridsync"
@@ -112,6 +113,34 @@ elif "$GS" launch "$WORK/cluster.json" --resume --rank0-arg=--dump-params \
 else
   fail "resuming after the coordinator's death failed or differs"; tail -5 "$WORK/resumed2.log"
 fi
+
+# 5. Async: a dead worker is noticed by the others between steps (the
+# coordinator's map), within seconds, not at the end of training. The
+# processes are started by hand: gridsync launch would stop everyone itself.
+async_set=(--set ps.consistency=async --set ps.shards=1 --set training.steps=1000000
+           --set checkpoint.every_steps=0 --set training.log_every=50)
+"$BUILD/server/gridsync-coordinator" --config "$WORK/cluster.json" "${async_set[@]}" > "$WORK/a-coord.log" 2>&1 &
+"$BUILD/server/gridsync-ps" --shard 0 --config "$WORK/cluster.json" "${async_set[@]}" > "$WORK/a-ps.log" 2>&1 &
+"$BUILD/worker/gridsync-worker" --rank 0 --config "$WORK/cluster.json" "${async_set[@]}" > "$WORK/a-w0.log" 2>&1 &
+w0=$!
+"$BUILD/worker/gridsync-worker" --rank 1 --config "$WORK/cluster.json" "${async_set[@]}" > "$WORK/a-w1.log" 2>&1 &
+w1=$!
+wait_for_line "$WORK/a-w0.log" "step 100/" || true
+sleep 1
+kill -KILL $w1
+killed=$(date +%s%N)
+rc=0; timeout 60 tail --pid=$w0 -f /dev/null || true; wait $w0 || rc=$?
+noticed_ms=$(( ($(date +%s%N) - killed) / 1000000 ))
+if [ $rc -eq 0 ]; then
+  fail "async worker 0 went on without worker 1"
+elif ! grep -q "lost worker-1" "$WORK/a-w0.log"; then
+  fail "async worker 0 failed without naming worker-1"; tail -3 "$WORK/a-w0.log"
+elif [ $noticed_ms -gt 5000 ]; then
+  fail "async worker 0 noticed worker 1's death after ${noticed_ms} ms; allowed: 5000"
+else
+  echo "ok: async worker 0 noticed worker 1's death in ${noticed_ms} ms: $(grep -o 'lost worker-1[^;]*' "$WORK/a-w0.log" | head -1)"
+fi
+pkill -KILL -f "$WORK/cluster.json" 2>/dev/null || true
 
 if [ $failures -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
 echo "fault: all checks passed"
