@@ -887,19 +887,35 @@ TEST(PsWorkerOptimizerTest, ShardAveragesUpdatesOverThePushesListingTheRow) {
   EXPECT_EQ(AppliedSteps(*adam_cluster->shards[0], 0u), 0u);
 }
 
+// A cluster and one worker joined to it by hand (rank 0), for tests that
+// drive the PS client directly.
+struct OneWorker {
+  std::unique_ptr<Cluster> cluster;
+  Result<std::unique_ptr<HashGridModel>> model = Status::Internal("not made");
+  Result<PsSession> session = Status::Internal("not joined");
+
+  static OneWorker Join(const Config& config) {
+    OneWorker one;
+    one.cluster = Cluster::Start(config);
+    one.model = HashGridModel::Create(one.cluster->config, 2, 3);
+    if (!one.model.ok()) return one;
+    WorkerOptions options;
+    options.rank = 0;
+    options.train.quiet = true;
+    one.session = JoinPsCluster(one.cluster->config, **one.model, options);
+    return one;
+  }
+};
+
 TEST(PsWorkerOptimizerTest, FlushDeliversExactlyWhatErrorFeedbackHeld) {
   Config config = SmallConfig(1, 2);
   config.compression.codec = "topk";
   config.compression.ratio = 0.05;
   config.compression.min_bytes = 0;
-  auto cluster = Cluster::Start(config);
-  auto model = HashGridModel::Create(cluster->config, 2, 3);
-  ASSERT_TRUE(model.ok());
-  WorkerOptions options;
-  options.rank = 0;
-  options.train.quiet = true;
-  auto session = JoinPsCluster(cluster->config, **model, options);
-  ASSERT_TRUE(session.ok()) << session.status().ToString();
+  OneWorker one = OneWorker::Join(config);
+  ASSERT_TRUE(one.session.ok()) << one.session.status().ToString();
+  auto& model = one.model;
+  auto& session = one.session;
   PsClient& ps = *session->ps;
   ASSERT_TRUE(ps.optimizer_on_worker());
   const auto& layout = (*model)->layout();
@@ -947,7 +963,7 @@ TEST(PsWorkerOptimizerTest, FlushDeliversExactlyWhatErrorFeedbackHeld) {
   EXPECT_EQ(ps.error_feedback().Entries(), 0u);
   ASSERT_TRUE(PullAllParams(ps, **model, steps + 1).ok());
   ExpectBitIdentical((*model)->grid_params(), expected);
-  for (auto* shard : cluster->shards)
+  for (auto* shard : one.cluster->shards)
     EXPECT_EQ(AppliedSteps(*shard, static_cast<uint64_t>(steps) + 1),
               static_cast<uint64_t>(steps) + 1);
 }
@@ -968,14 +984,10 @@ TEST(PsCompressionTest, WideTablesKeepTheirOwnResidualsUnderColumnPartitioning) 
   config.compression.min_bytes = 0;
   config.compression.error_feedback = true;
   config.ps.optimizer = OptimizerPlacement::kShard;
-  auto cluster = Cluster::Start(config);
-  auto model = HashGridModel::Create(cluster->config, 2, 3);
-  ASSERT_TRUE(model.ok());
-  WorkerOptions options;
-  options.rank = 0;
-  options.train.quiet = true;
-  auto session = JoinPsCluster(cluster->config, **model, options);
-  ASSERT_TRUE(session.ok()) << session.status().ToString();
+  OneWorker one = OneWorker::Join(config);
+  ASSERT_TRUE(one.session.ok()) << one.session.status().ToString();
+  auto& model = one.model;
+  auto& session = one.session;
   PsClient& ps = *session->ps;
   const uint32_t levels = (*model)->layout().n_levels();
   const auto& weights = (*model)->mlp_weights();
