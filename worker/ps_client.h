@@ -30,6 +30,7 @@
 #include "common/wire/curve.h"
 #include "common/wire/message.h"
 #include "kernels/adam_math.h"
+#include "kernels/cpu/codec.h"
 
 namespace gridsync {
 

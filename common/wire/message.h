@@ -31,8 +31,8 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "common/codec_format.h"
 #include "common/status.h"
-#include "kernels/cpu/codec.h"
 
 namespace gridsync::wire {
 

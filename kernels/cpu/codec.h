@@ -80,60 +80,15 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/codec_format.h"
 #include "common/counter_rng.h"
 #include "common/status.h"
 #include "kernels/host_device.h"
 
 namespace gridsync {
 
-// The numeric values are stable (they may travel in a message's header).
-enum class Codec : uint8_t {
-  kNone = 0,
-  kFp16 = 1,
-  kBf16 = 2,
-  kInt8 = 3,
-  kQsgd = 4,
-  kOnebit = 5,
-  kTopk = 6,
-  kRandomk = 7,
-};
-
-inline constexpr Codec kAllCodecs[] = {Codec::kNone,  Codec::kFp16,   Codec::kBf16,
-                                       Codec::kInt8,  Codec::kQsgd,   Codec::kOnebit,
-                                       Codec::kTopk,  Codec::kRandomk};
-
-// "none", "fp16", "bf16", "int8", "qsgd", "onebit", "topk", "randomk";
-// "unknown" for a value outside the enum.
-std::string_view CodecName(Codec codec);
-// The inverse of CodecName; kInvalidArgument listing the allowed names.
-Result<Codec> ParseCodec(std::string_view name);
-std::ostream& operator<<(std::ostream& os, Codec codec);
-
-struct CodecOptions {
-  Codec codec = Codec::kNone;
-  double ratio = 0.01;   // topk, randomk: fraction of values kept, in (0, 1]
-  int bits = 4;          // qsgd: level bits, 1..8 (s = 2^bits - 1 levels)
-  uint32_t block = 256;  // int8: values per scale, >= 1
-};
-
-// Payloads index values with u32 (topk) and draw them by u32 (randomk).
-inline constexpr size_t kMaxCodecValues = 0xFFFFFFFFu;
-
-// OK when the fields the codec uses are in range; kInvalidArgument naming
-// the field and its allowed range otherwise.
-Status ValidateCodecOptions(const CodecOptions& options);
-
-// Values a payload carries: k for topk and randomk (see above), n for the
-// others. Options must be valid and n <= kMaxCodecValues.
-uint32_t KeptCount(const CodecOptions& options, size_t n);
-
-// Exact payload bytes for n values (the table above). Options must be valid
-// and n <= kMaxCodecValues.
-size_t EncodedSize(const CodecOptions& options, size_t n);
-
-// OK when size == EncodedSize(options, n), else kCorruption naming both (and
-// k for topk/randomk). Options must be valid and n <= kMaxCodecValues.
-Status CheckPayloadSize(const CodecOptions& options, size_t size, size_t n);
+// The codec vocabulary (Codec, CodecOptions, names, sizes) lives in
+// common/codec_format.h: the wire format knows it without the kernels.
 
 // Arithmetic shared, bit for bit, by the CPU codec and its CUDA twins. Host
 // code must run with the default rounding mode (round to nearest even).
