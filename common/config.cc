@@ -89,6 +89,13 @@ int DistributedConfig::NodeOf(int rank) const {
   return static_cast<int>(resolved.size()) - 1;
 }
 
+int DistributedConfig::HierarchicalSlices() const {
+  const auto nodes = ResolvedNodes();
+  int slices = nodes.front().workers;
+  for (const auto& node : nodes) slices = std::min(slices, node.workers);
+  return slices;
+}
+
 int DistributedConfig::LocalRankOf(int rank) const {
   const auto resolved = ResolvedNodes();
   int first = 0;

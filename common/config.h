@@ -12,13 +12,13 @@
 // Thread safety: a Config is an immutable value after loading; share freely.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 
@@ -137,6 +137,13 @@ struct DistributedConfig {
   // The nodes with the default filled in, and where a worker rank lives.
   std::vector<NodeConfig> ResolvedNodes() const;
   int NodeOf(int rank) const;
+  // timeout_s as the duration every wait uses.
+  std::chrono::milliseconds timeout() const {
+    return std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  }
+  // Hierarchical all-reduce: the slices each node's buffer is cut into (the
+  // smallest node's worker count; local ranks at or above it own none).
+  int HierarchicalSlices() const;
   int LocalRankOf(int rank) const;
 
   // Field by field: what a round trip through ToJson must preserve.

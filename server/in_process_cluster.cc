@@ -7,7 +7,7 @@ namespace gridsync {
 Result<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(Config config, int shards_to_start) {
   auto cluster = std::unique_ptr<InProcessCluster>(new InProcessCluster);
   const auto& d = config.distributed;
-  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(d.timeout_s * 1000));
+  const auto timeout = d.timeout();
   CoordinatorOptions co;
   co.expected_shards =
       d.gradient_sync == GradientSyncMode::kNccl ? 0 : static_cast<uint32_t>(config.ps.shards);

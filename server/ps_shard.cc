@@ -617,8 +617,7 @@ Result<ShardOptions> ShardOptionsFromConfig(const Config& config, uint32_t shard
   options.threads = config.ps.threads;
   options.hyper = AdamHyperFromConfig(config.training);
   options.apply_updates = config.OptimizerOnWorkers();
-  options.timeout =
-      std::chrono::milliseconds(static_cast<int64_t>(config.distributed.timeout_s * 1000));
+  options.timeout = config.distributed.timeout();
   GRIDSYNC_ASSIGN_OR_RETURN(options.curve, wire::CurveSettingsFor(config, "shard"));
   options.checkpoint_every = static_cast<uint64_t>(config.checkpoint.every_steps);
   options.checkpoint_dir = config.checkpoint.dir;

@@ -65,11 +65,10 @@ std::vector<Result<TrainReport>> RunLocal(const Config& config, const ImageTask&
                                           std::vector<int> throttle_ms = {}) {
   const auto& d = config.distributed;
   const int world = d.world_size;
-  const auto timeout = milliseconds(static_cast<int64_t>(d.timeout_s * 1000));
+  const auto timeout = d.timeout();
   auto flat = LocalCollective::CreateGroup(world, timeout, "flat");
   const auto nodes = d.ResolvedNodes();
-  int slices = nodes.front().workers;
-  for (const auto& n : nodes) slices = std::min(slices, n.workers);
+  const int slices = d.HierarchicalSlices();
   std::vector<std::vector<std::unique_ptr<LocalCollective>>> intra;
   for (const auto& n : nodes) intra.push_back(LocalCollective::CreateGroup(n.workers, timeout, "intra-" + n.name));
   std::vector<std::vector<std::unique_ptr<LocalCollective>>> inter;

@@ -219,7 +219,7 @@ void PrintSummary(const Child& worker0, const Config& config) {
 // children's output still streamed while it waits. Returns the exit code.
 int WaitForOtherNodes(const Config& config, const std::string& node, std::vector<Child>& children) {
   const auto& d = config.distributed;
-  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(d.timeout_s * 1000));
+  const auto timeout = d.timeout();
   std::printf("gridsync launch: node %s is done; waiting up to %.0f s for the other %zu node(s)\n",
               node.c_str(), d.timeout_s, config.layout.nodes.size() - 1);
   std::fflush(stdout);

@@ -56,9 +56,7 @@ AllReduceSync::AllReduceSync(const Config& config, HashGridModel* model, int ran
   elements_ = model->grid_params().size() + model->mlp_shape().n_params();
   if (hierarchical_) {
     packed_.resize(elements_ + 1);  // + the overflow flag
-    const auto nodes = config.distributed.ResolvedNodes();
-    slices_ = nodes.front().workers;
-    for (const auto& node : nodes) slices_ = std::min(slices_, node.workers);
+    slices_ = config.distributed.HierarchicalSlices();
   }
 }
 

@@ -52,8 +52,7 @@ Result<std::unique_ptr<HybridSync>> HybridSync::Create(const Config& config, Has
     GRIDSYNC_ASSIGN_OR_RETURN(
         sync->owned_intra_,
         MakeCollective(ToString(d.collective), sync->store_.get(), sync->local_, sync->node_size_,
-                       "intra-" + nodes[static_cast<size_t>(node)].name,
-                       std::chrono::milliseconds(static_cast<int64_t>(d.timeout_s * 1000)),
+                       "intra-" + nodes[static_cast<size_t>(node)].name, d.timeout(),
                        options.endpoint));
     sync->intra_ = sync->owned_intra_.get();
   }

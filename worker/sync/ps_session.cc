@@ -13,10 +13,6 @@
 namespace gridsync {
 namespace {
 
-std::chrono::milliseconds TimeoutOf(const Config& config) {
-  return std::chrono::milliseconds(static_cast<int64_t>(config.distributed.timeout_s * 1000));
-}
-
 // Every table of the model, whole: what rank 0 initialises the shards with
 // and the final pull fetches.
 template <typename Ref>
@@ -61,7 +57,7 @@ Status PullAllParams(PsClient& ps, HashGridModel& model, uint64_t min_version) {
 Result<PsSession> JoinPsCluster(const Config& config, HashGridModel& model,
                                 const WorkerOptions& options) {
   const auto& d = config.distributed;
-  const auto timeout = TimeoutOf(config);
+  const auto timeout = d.timeout();
   const auto tables = ModelTables(model.layout(), model.mlp_shape());
   const uint32_t workers = static_cast<uint32_t>(d.world_size);
   PsSession session;
@@ -128,8 +124,9 @@ Status FinishPsRun(const Config& config, PsSession& session, HashGridModel& mode
       session.ps->FlushResiduals(end_step, MinVersionFor(config.ps, end_step)));
   // Every push of every worker is acknowledged (and, but for bsp/ssp
   // aggregation, applied) before anyone reads the final parameters.
-  GRIDSYNC_RETURN_IF_ERROR(session.coordinator->Barrier(
-      "done", static_cast<uint32_t>(config.distributed.world_size), session.me, TimeoutOf(config)));
+  GRIDSYNC_RETURN_IF_ERROR(
+      session.coordinator->Barrier("done", static_cast<uint32_t>(config.distributed.world_size),
+                                   session.me, config.distributed.timeout()));
   if (session.rank != 0) return Status::OK();
   // The version holding every push: its steps plus the flush, when there
   // was one; whatever is there under async (all acknowledged by now).
@@ -147,7 +144,8 @@ Result<std::vector<double>> GatherRatesByKv(const Config& config, PsSession& ses
   std::vector<std::string> keys;
   for (int r = 0; r < config.distributed.world_size; ++r)
     keys.push_back(prefix + std::to_string(r));
-  GRIDSYNC_ASSIGN_OR_RETURN(auto values, session.coordinator->Get(keys, TimeoutOf(config)));
+  GRIDSYNC_ASSIGN_OR_RETURN(auto values,
+                            session.coordinator->Get(keys, config.distributed.timeout()));
   std::vector<double> rates;
   for (size_t i = 0; i < values.size(); ++i) {
     double v = 0;

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "kernels/model_tables.h"
+#include "worker/params_file.h"
 
 namespace gridsync {
 
@@ -56,13 +57,16 @@ Result<ShardedUpdate> ShardedUpdate::Make(const Config& config, const HashGridMo
     }
   }
   u.packed_.resize(space.elements());
+  // Flat offsets where the model's tensors start: the grid, then each MLP matrix.
+  uint64_t next = model.grid_params().size();
+  u.tensor_starts_ = {0};
+  for (const auto& m : model.mlp_weights()) {
+    u.tensor_starts_.push_back(next);
+    next += static_cast<uint64_t>(m.size());
+  }
   u.grad_.resize(u.counts_[static_cast<size_t>(rank)]);
   // Every worker starts from the same seeded model: its slice of it.
-  const std::vector<float> flat = [&] {
-    std::vector<float> all = model.grid_params();
-    for (const auto& m : model.mlp_weights()) all.insert(all.end(), m.data(), m.data() + m.size());
-    return all;
-  }();
+  const std::vector<float> flat = FlattenParams(model);
   for (const Run& run : u.runs_[static_cast<size_t>(rank)]) {
     u.params_.insert(u.params_.end(), flat.begin() + static_cast<std::ptrdiff_t>(run.flat_offset),
                      flat.begin() + static_cast<std::ptrdiff_t>(run.flat_offset + run.length));
@@ -101,27 +105,16 @@ Status ShardedUpdate::Step(Collective& flat_group, bool summed, float grad_scale
   }
   GRIDSYNC_RETURN_IF_ERROR(flat_group.AllGatherV(params_.data(), counts_, packed_.data()));
   // Back into the model: grid, then the MLP matrices, in flat order.
-  const size_t grid = model->grid_params().size();
-  auto& weights = model->mlp_weights();
-  std::vector<float*> bases;
-  std::vector<uint64_t> starts;
-  bases.push_back(model->grid_params().data());
-  starts.push_back(0);
-  uint64_t next = grid;
-  for (auto& m : weights) {
-    bases.push_back(m.data());
-    starts.push_back(next);
-    next += static_cast<uint64_t>(m.size());
-  }
+  std::vector<float*> bases = {model->grid_params().data()};
+  for (auto& m : model->mlp_weights()) bases.push_back(m.data());
   size_t at = 0;
   for (const auto& runs : runs_) {
     for (const Run& run : runs) {
       // A run never crosses a table: find its tensor.
-      size_t k =
-          static_cast<size_t>(std::upper_bound(starts.begin(), starts.end(), run.flat_offset) -
-                              starts.begin()) -
-          1;
-      std::memcpy(bases[k] + (run.flat_offset - starts[k]), packed_.data() + at,
+      const auto k = static_cast<size_t>(
+          std::upper_bound(tensor_starts_.begin(), tensor_starts_.end(), run.flat_offset) -
+          tensor_starts_.begin() - 1);
+      std::memcpy(bases[k] + (run.flat_offset - tensor_starts_[k]), packed_.data() + at,
                   run.length * sizeof(float));
       at += run.length;
     }

@@ -63,6 +63,7 @@ class ShardedUpdate {
   std::vector<size_t> counts_;          // slice elements by owner
   std::vector<LocalTable> tables_;      // this worker's slice, by table
   std::vector<uint32_t> identity_;      // 0..max local rows
+  std::vector<uint64_t> tensor_starts_;  // flat offset of the grid and each MLP matrix
   AdamHyper hyper_;
   std::vector<float> packed_;  // every owner's slice, owner-major
   std::vector<float> grad_;    // this worker's slice of the gradient

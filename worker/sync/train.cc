@@ -16,10 +16,6 @@
 namespace gridsync {
 namespace {
 
-std::chrono::milliseconds TimeoutOf(const Config& config) {
-  return std::chrono::milliseconds(static_cast<int64_t>(config.distributed.timeout_s * 1000));
-}
-
 Result<std::shared_ptr<HashGridModel>> MakeModel(const Config& config) {
   GRIDSYNC_ASSIGN_OR_RETURN(std::unique_ptr<HashGridModel> model,
                             HashGridModel::Create(config, 2, 3));
@@ -32,7 +28,7 @@ Result<std::shared_ptr<HashGridModel>> MakeModel(const Config& config) {
 Result<TrainReport> TrainAllReduceWorker(const Config& config, const ImageTask& image,
                                          const WorkerOptions& options) {
   const auto& d = config.distributed;
-  const auto timeout = TimeoutOf(config);
+  const auto timeout = d.timeout();
   GRIDSYNC_ASSIGN_OR_RETURN(auto tables, ImageModelTables(config));
   GRIDSYNC_ASSIGN_OR_RETURN(const wire::ControlAuth control_auth,
                             wire::ControlAuthFor(config, "worker"));
@@ -64,13 +60,11 @@ Result<TrainReport> TrainAllReduceWorker(const Config& config, const ImageTask& 
   if (d.hierarchical) {
     const int node = d.NodeOf(rank);
     const int local = d.LocalRankOf(rank);
-    int slices = nodes.front().workers;
-    for (const auto& n : nodes) slices = std::min(slices, n.workers);
     GRIDSYNC_ASSIGN_OR_RETURN(
         intra, MakeCollective(kind, &store, local, nodes[static_cast<size_t>(node)].workers,
                               "intra-" + nodes[static_cast<size_t>(node)].name, timeout,
                               options.endpoint));
-    if (local < slices) {
+    if (local < d.HierarchicalSlices()) {
       GRIDSYNC_ASSIGN_OR_RETURN(
           inter, MakeCollective(kind, &store, node, static_cast<int>(nodes.size()),
                                 "inter-" + std::to_string(local), timeout, options.endpoint));
@@ -157,24 +151,18 @@ Result<TrainReport> TrainImageAllReduce(const Config& config, const ImageTask& i
 
 uint64_t EstimateWorkerBytes(const Config& config, uint64_t samples) {
   const auto& e = config.encoding;
-  const auto& n = config.network;
   const uint64_t levels = static_cast<uint64_t>(e.n_levels);
   const uint64_t features = static_cast<uint64_t>(e.n_features_per_level);
   // Per sample: positions and targets; per level the 4 corners' index and
   // weight; features and their gradient; the MLP's activations and their
   // gradients (tiled, so a bound rather than the exact figure).
   const uint64_t per_sample = 4 * (5 + levels * 4 * 2 + levels * features * 2 +
-                                   static_cast<uint64_t>(n.n_neurons) * 2 + 64);
+                                   static_cast<uint64_t>(config.network.n_neurons) * 2 + 64);
   // Per parameter: master, Adam's m and v, the gradient, an fp16 copy.
-  uint64_t rows = 0;
-  for (uint64_t l = 0; l < levels; ++l) {
-    const double res = e.base_resolution * std::pow(e.per_level_scale, static_cast<double>(l));
-    const double dense = res * res;
-    rows += static_cast<uint64_t>(std::min(dense, std::ldexp(1.0, e.log2_hashmap_size)));
+  uint64_t params = 0;
+  if (auto tables = ImageModelTables(config); tables.ok()) {
+    for (const auto& t : *tables) params += t.rows * t.width;
   }
-  const uint64_t params = rows * features + static_cast<uint64_t>(n.n_neurons) *
-                                                static_cast<uint64_t>(n.n_neurons) *
-                                                static_cast<uint64_t>(n.n_hidden_layers + 2);
   return per_sample * samples + params * 4 * 6;
 }
 
