@@ -1208,10 +1208,25 @@ Status Config::CheckRunnable(bool standalone) const {
   if (!standalone && distributed.enable) {
     const GradientSyncMode sync = distributed.gradient_sync;
     if (sync == GradientSyncMode::kNccl && compression.codec != "none") {
-      lines.push_back("compression.codec=" + compression.codec +
-                      ": not supported yet with distributed.gradient_sync=nccl (its all-reduce "
-                      "sums fp32); allowed now: none, or gradient_sync ps or hybrid, whose "
-                      "pushes the codec compresses");
+      const bool half = compression.codec == "fp16" || compression.codec == "bf16";
+      if (!half) {
+        lines.push_back("compression.codec=" + compression.codec +
+                        ": not supported with distributed.gradient_sync=nccl (an all-reduce "
+                        "sums values, which this codec's encoding cannot); allowed: none, fp16, "
+                        "bf16, or gradient_sync ps or hybrid, whose pushes the codec compresses");
+      } else if (distributed.hierarchical || distributed.model_parallel) {
+        lines.push_back(
+            "compression.codec=" + compression.codec +
+            ": not supported yet with distributed.gradient_sync=nccl and " +
+            (distributed.hierarchical ? "distributed.hierarchical" : "distributed.model_parallel") +
+            " (their reduce-scatter and all-gather sum fp32); allowed now: the flat, "
+            "replicated all-reduce, or codec none");
+      }
+      if (compression.pull) {
+        lines.push_back(
+            "compression.pull=true: not supported with distributed.gradient_sync=nccl (an "
+            "all-reduce has no pulls); allowed: false, or gradient_sync ps or hybrid");
+      }
     }
     if (sync == GradientSyncMode::kPs) {
       const int split = distributed.world_size * training.gradient_accumulation;

@@ -8,7 +8,10 @@
 // Values are multiples of 0.25 in [-7.5, 7.5], so sums of up to four ranks
 // are exact in float whatever order a backend sums in: results are compared
 // exactly, and reported as a count of wrong elements (nccl-tests' #wrong).
+#include "worker/collective/collective.h"
+
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -26,15 +29,13 @@
 #include <thread>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "common/coordinator_client.h"
 #include "common/store.h"
 #include "server/coordinator.h"
 #include "worker/collective/buckets.h"
-#include "worker/collective/collective.h"
 #include "worker/collective/factory.h"
 #include "worker/collective/gloo_collective.h"
+#include "worker/collective/half_format.h"
 #include "worker/collective/local_collective.h"
 #include "worker/collective/nccl_collective.h"
 
@@ -309,6 +310,55 @@ TEST_P(CollectiveBackends, BucketedAllReduceOfManyTensorsEqualsPlainSum) {
       EXPECT_TRUE(statuses[static_cast<size_t>(r)].ok()) << statuses[static_cast<size_t>(r)].ToString();
       EXPECT_EQ(wrong[static_cast<size_t>(r)], 0u) << "rank " << r << ", bucket_bytes " << bucket_bytes;
     }
+  }
+}
+
+// 16-bit sums: small integers are exact in fp16 and bf16, so the sum is
+// exact whatever the order; every rank must then hold the same bits, and a
+// value that needs rounding must come back rounded to the format.
+TEST_P(CollectiveBackends, HalfAllReduceSumsSixteenBitValuesOnEveryRank) {
+  constexpr int kSize = 3;
+  HashStore store;
+  auto ranks = MakeGroup(GetParam(), kSize, 10s, UniqueGroup("half"), &store);
+  ASSERT_EQ(ranks.size(), static_cast<size_t>(kSize));
+  for (HalfFormat format : {HalfFormat::kFp16, HalfFormat::kBf16}) {
+    for (size_t n : {size_t{0}, size_t{1}, size_t{1000}, size_t{70001}}) {
+      std::vector<std::vector<uint16_t>> out(kSize);
+      std::vector<Status> statuses(kSize);
+      RunRanks(kSize, [&](int r) {
+        auto& data = out[static_cast<size_t>(r)];
+        data.resize(n);
+        for (size_t i = 0; i < n; ++i)
+          data[i] = FloatToHalf(format, static_cast<float>(r + static_cast<int>(i % 7) - 3));
+        statuses[static_cast<size_t>(r)] =
+            ranks[static_cast<size_t>(r)]->AllReduceSumHalf(data.data(), n, format);
+      });
+      size_t wrong = 0;
+      for (int r = 0; r < kSize; ++r) {
+        ASSERT_TRUE(statuses[static_cast<size_t>(r)].ok())
+            << statuses[static_cast<size_t>(r)].ToString();
+        EXPECT_EQ(out[static_cast<size_t>(r)], out[0]) << "rank " << r << " differs from rank 0";
+      }
+      for (size_t i = 0; i < n; ++i)
+        wrong += HalfToFloat(format, out[0][i]) !=
+                 static_cast<float>(3 * (static_cast<int>(i % 7) - 3) + 3);
+      EXPECT_EQ(wrong, 0u) << ToString(format) << ", n " << n;
+    }
+    // big + 1 is not a 16-bit value (the spacing there is 2) and rounds to
+    // even, big: rank order (Local) rounds twice to big; an order that adds
+    // 1 + 1 first reaches big + 2. Either way every rank holds the same bits.
+    const float big = format == HalfFormat::kFp16 ? 2048.0f : 256.0f;
+    std::vector<std::vector<uint16_t>> out(kSize, std::vector<uint16_t>(1));
+    RunRanks(kSize, [&](int r) {
+      out[static_cast<size_t>(r)][0] = FloatToHalf(format, r == 0 ? big : 1.0f);
+      EXPECT_TRUE(ranks[static_cast<size_t>(r)]
+                      ->AllReduceSumHalf(out[static_cast<size_t>(r)].data(), 1, format)
+                      .ok());
+    });
+    for (int r = 1; r < kSize; ++r) EXPECT_EQ(out[static_cast<size_t>(r)], out[0]);
+    const float sum = HalfToFloat(format, out[0][0]);
+    EXPECT_TRUE(sum == big || sum == big + 2.0f) << sum;
+    if (GetParam() == Backend::kLocal) EXPECT_EQ(sum, big) << "rank order rounds each partial sum";
   }
 }
 

@@ -760,6 +760,27 @@ TEST(ConfigCheckRunnableTest, EveryModeRunsEveryFeature) {
                            .CheckRunnable(false);
   EXPECT_EQ(codec.code(), StatusCode::kUnsupported);
   EXPECT_TRUE(Contains(codec.message(), "compression.codec=onebit")) << codec.message();
+  EXPECT_TRUE(Contains(codec.message(), "allowed: none, fp16, bf16")) << codec.message();
+}
+
+TEST(ConfigCheckRunnableTest, NcclAllReducesInSixteenBitsOnlyWhereItCan) {
+  for (const char* codec : {"fp16", "bf16"}) {
+    const std::string base = std::string(R"({"distributed": {"enable": true, "world_size": 2,
+        "gradient_sync": "nccl")");
+    const std::string tail = std::string(R"(}, "compression": {"codec": ")") + codec + R"("}})";
+    EXPECT_TRUE(ParseOk(base + tail).CheckRunnable(false).ok()) << codec;
+    // Reduce-scatter and all-gather still sum fp32: refused, not ignored.
+    for (const char* key : {"hierarchical", "model_parallel"}) {
+      const Status s = ParseOk(base + ", \"" + key + "\": true" + tail).CheckRunnable(false);
+      EXPECT_EQ(s.code(), StatusCode::kUnsupported) << codec << " " << key;
+      EXPECT_TRUE(Contains(s.message(), std::string("distributed.") + key)) << s.message();
+    }
+    const Status pull = ParseOk(base + std::string(R"(}, "compression": {"codec": ")") + codec +
+                                R"(", "pull": true}})")
+                            .CheckRunnable(false);
+    EXPECT_EQ(pull.code(), StatusCode::kUnsupported) << codec;
+    EXPECT_TRUE(Contains(pull.message(), "compression.pull=true")) << pull.message();
+  }
 }
 
 TEST(ConfigCheckRunnableTest, PsRunsWithEvenSplitsOnly) {
@@ -790,7 +811,7 @@ TEST(ConfigCheckRunnableTest, BothProblemsReported) {
   const Status status = c.CheckRunnable(/*standalone=*/false);
   EXPECT_EQ(status.code(), StatusCode::kUnsupported);
   EXPECT_EQ(CountLines(status.message()), 2u);
-  EXPECT_TRUE(Contains(status.message(), "compression.codec=topk: not supported yet"));
+  EXPECT_TRUE(Contains(status.message(), "compression.codec=topk: not supported with"));
   EXPECT_TRUE(Contains(status.message(), "task.type=nerf: not supported yet"));
 }
 

@@ -31,6 +31,10 @@ Status Collective::CheckRoot(std::string_view op, int root) const {
   return Status::OK();
 }
 
+std::string_view ToString(HalfFormat format) {
+  return format == HalfFormat::kFp16 ? "fp16" : "bf16";
+}
+
 Status Collective::AllGather(const float* in, size_t count, float* out) {
   return AllGatherV(in, std::vector<size_t>(static_cast<size_t>(size_), count), out);
 }

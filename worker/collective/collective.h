@@ -11,7 +11,8 @@
 // MakeCollective (factory.h) picks one by name.
 //
 // Buffers are float32 in host memory (Local, Gloo) or device memory (NCCL;
-// host pointers are accepted there too and staged through the device).
+// host pointers are accepted there too and staged through the device);
+// AllReduceSumHalf sums 16-bit floats (fp16 or bf16), half the bytes.
 // A count of 0 is a valid no-op.
 //
 // Failure: every operation has a timeout, fixed when the collective is
@@ -31,6 +32,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
@@ -40,6 +42,10 @@
 #include "common/status.h"
 
 namespace gridsync {
+
+// The 16-bit float formats AllReduceSumHalf carries.
+enum class HalfFormat { kFp16, kBf16 };
+std::string_view ToString(HalfFormat format);
 
 class Collective {
  public:
@@ -58,6 +64,14 @@ class Collective {
 
   // data[0..n) becomes the element-wise sum over all ranks, in place.
   virtual Status AllReduceSum(float* data, size_t n) = 0;
+
+  // data[0..n) holds 16-bit floats in `format`; it becomes their
+  // element-wise sum over all ranks, in place, in the same format. Each
+  // partial sum is rounded to the format along the backend's reduction order
+  // (as NCCL's ncclHalf/ncclBfloat16 sums do): Local adds in rank order,
+  // Gloo around its ring. The caller scales the values so that no partial
+  // sum overflows (fp16's largest value is 65504); an overflow gives inf.
+  virtual Status AllReduceSumHalf(uint16_t* data, size_t n, HalfFormat format) = 0;
 
   // Sums each buffer across ranks, in place, as one operation where the
   // backend can fuse them (NCCL: one ncclGroup; Gloo: packed into one

@@ -27,6 +27,8 @@
 #include <thread>
 #include <utility>
 
+#include "worker/collective/half_format.h"
+
 namespace gridsync {
 namespace {
 
@@ -115,6 +117,13 @@ Status StatusFromCurrentException(const std::string& what) {
 
 void SumFloats(void* c, const void* a, const void* b, size_t n) { gloo::sum<float>(c, a, b, n); }
 
+// Gloo's reduce functions take a plain function pointer, one per format.
+template <HalfFormat kFormat>
+void SumHalfValues(void* c, const void* a, const void* b, size_t n) {
+  SumHalves(kFormat, static_cast<uint16_t*>(c), static_cast<const uint16_t*>(a),
+            static_cast<const uint16_t*>(b), n);
+}
+
 class GlooCollective final : public Collective {
  public:
   GlooCollective(int rank, int size, std::string group, std::chrono::milliseconds timeout,
@@ -129,6 +138,22 @@ class GlooCollective final : public Collective {
     return Guarded(op, Ring(), [&] {
       if (n == 0 || size() == 1) return Status::OK();
       AllReduceLocked(data, n);
+      return Status::OK();
+    });
+  }
+
+  Status AllReduceSumHalf(uint16_t* data, size_t n, HalfFormat format) override {
+    const std::string op = fmt::format("AllReduceSumHalf({} {} values)", n, ToString(format));
+    GRIDSYNC_RETURN_IF_ERROR(CheckBuffer(op, data, n));
+    return Guarded(op, Ring(), [&] {
+      if (n == 0 || size() == 1) return Status::OK();
+      gloo::AllreduceOptions opts(context_);
+      opts.setOutput(data, n);  // 2-byte elements: the ring moves half the bytes
+      opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+      opts.setReduceFunction(format == HalfFormat::kFp16 ? &SumHalfValues<HalfFormat::kFp16>
+                                                         : &SumHalfValues<HalfFormat::kBf16>);
+      opts.setTimeout(timeout());
+      gloo::allreduce(opts);
       return Status::OK();
     });
   }

@@ -11,15 +11,24 @@
 #include <utility>
 
 #include "common/check.h"
+#include "worker/collective/half_format.h"
 
 namespace gridsync {
 
-enum class LocalOp { kAllReduceSum, kReduceScatterSum, kAllGatherV, kBroadcast, kBarrier };
+enum class LocalOp {
+  kAllReduceSum,
+  kAllReduceSumHalf,
+  kReduceScatterSum,
+  kAllGatherV,
+  kBroadcast,
+  kBarrier
+};
 
 // What one rank asked for in one round; the ranks must agree on it.
 struct LocalCollective::Call {
   LocalOp op = LocalOp::kBarrier;
-  size_t n = 0;                // AllReduceSum, Broadcast
+  size_t n = 0;                // AllReduceSum(Half), Broadcast
+  int format = -1;             // AllReduceSumHalf: the HalfFormat
   std::vector<size_t> counts;  // ReduceScatterSum, AllGatherV
   int root = -1;               // Broadcast
 
@@ -37,6 +46,9 @@ struct LocalCollective::Call {
     switch (op) {
       case LocalOp::kAllReduceSum:
         return fmt::format("AllReduceSum({} floats)", n);
+      case LocalOp::kAllReduceSumHalf:
+        return fmt::format("AllReduceSumHalf({} {} values)", n,
+                           gridsync::ToString(static_cast<HalfFormat>(format)));
       case LocalOp::kReduceScatterSum:
         return fmt::format("ReduceScatterSum(counts [{}])", join(counts));
       case LocalOp::kAllGatherV:
@@ -182,7 +194,7 @@ Status LocalCollective::Run(const Call& call, std::vector<float> contribution,
 
 Status LocalCollective::AllReduceSum(float* data, size_t n) {
   GRIDSYNC_RETURN_IF_ERROR(CheckBuffer("AllReduceSum", data, n));
-  Call call{LocalOp::kAllReduceSum, n, {}, -1};
+  Call call{LocalOp::kAllReduceSum, n, -1, {}, -1};
   return Run(call, std::vector<float>(data, data + n), [&](const std::vector<std::vector<float>>& in) {
     // Rank order, left to right (see the header).
     std::copy(in[0].begin(), in[0].end(), data);
@@ -193,13 +205,30 @@ Status LocalCollective::AllReduceSum(float* data, size_t n) {
   });
 }
 
+Status LocalCollective::AllReduceSumHalf(uint16_t* data, size_t n, HalfFormat format) {
+  GRIDSYNC_RETURN_IF_ERROR(CheckBuffer("AllReduceSumHalf", data, n));
+  Call call{LocalOp::kAllReduceSumHalf, n, static_cast<int>(format), {}, -1};
+  // The hub carries floats: every 16-bit value converts to one exactly.
+  std::vector<float> mine(n);
+  for (size_t i = 0; i < n; ++i) mine[i] = HalfToFloat(format, data[i]);
+  return Run(call, std::move(mine), [&](const std::vector<std::vector<float>>& in) {
+    // Rank order, left to right, each partial sum rounded to the format.
+    for (size_t i = 0; i < n; ++i) {
+      uint16_t acc = FloatToHalf(format, in[0][i]);
+      for (size_t r = 1; r < in.size(); ++r)
+        acc = FloatToHalf(format, HalfToFloat(format, acc) + in[r][i]);
+      data[i] = acc;
+    }
+  });
+}
+
 Status LocalCollective::ReduceScatterSum(const float* in, float* out, const std::vector<size_t>& counts) {
   GRIDSYNC_RETURN_IF_ERROR(CheckCounts("ReduceScatterSum", counts));
   const auto offsets = CollectiveOffsets(counts);
   const size_t mine = counts[static_cast<size_t>(rank())];
   GRIDSYNC_RETURN_IF_ERROR(CheckBuffer("ReduceScatterSum", in, offsets.back()));
   GRIDSYNC_RETURN_IF_ERROR(CheckBuffer("ReduceScatterSum", out, mine));
-  Call call{LocalOp::kReduceScatterSum, 0, counts, -1};
+  Call call{LocalOp::kReduceScatterSum, 0, -1, counts, -1};
   return Run(call, std::vector<float>(in, in + offsets.back()), [&](const std::vector<std::vector<float>>& all) {
     const size_t begin = offsets[static_cast<size_t>(rank())];
     std::copy(all[0].begin() + static_cast<std::ptrdiff_t>(begin),
@@ -217,7 +246,7 @@ Status LocalCollective::AllGatherV(const float* in, const std::vector<size_t>& c
   const size_t mine = counts[static_cast<size_t>(rank())];
   GRIDSYNC_RETURN_IF_ERROR(CheckBuffer("AllGatherV", in, mine));
   GRIDSYNC_RETURN_IF_ERROR(CheckBuffer("AllGatherV", out, offsets.back()));
-  Call call{LocalOp::kAllGatherV, 0, counts, -1};
+  Call call{LocalOp::kAllGatherV, 0, -1, counts, -1};
   return Run(call, std::vector<float>(in, in + mine), [&](const std::vector<std::vector<float>>& all) {
     for (size_t r = 0; r < all.size(); ++r) {
       if (!all[r].empty()) std::memcpy(out + offsets[r], all[r].data(), all[r].size() * sizeof(float));
@@ -228,7 +257,7 @@ Status LocalCollective::AllGatherV(const float* in, const std::vector<size_t>& c
 Status LocalCollective::Broadcast(float* data, size_t n, int root) {
   GRIDSYNC_RETURN_IF_ERROR(CheckRoot("Broadcast", root));
   GRIDSYNC_RETURN_IF_ERROR(CheckBuffer("Broadcast", data, n));
-  Call call{LocalOp::kBroadcast, n, {}, root};
+  Call call{LocalOp::kBroadcast, n, -1, {}, root};
   std::vector<float> contribution;
   if (rank() == root) contribution.assign(data, data + n);
   return Run(call, std::move(contribution), [&](const std::vector<std::vector<float>>& all) {

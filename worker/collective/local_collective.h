@@ -48,6 +48,7 @@ class LocalCollective final : public Collective {
   std::string_view name() const override { return "local"; }
 
   Status AllReduceSum(float* data, size_t n) override;
+  Status AllReduceSumHalf(uint16_t* data, size_t n, HalfFormat format) override;
   Status ReduceScatterSum(const float* in, float* out, const std::vector<size_t>& counts) override;
   Status AllGatherV(const float* in, const std::vector<size_t>& counts, float* out) override;
   Status Broadcast(float* data, size_t n, int root) override;

@@ -151,6 +151,31 @@ class NcclCollective final : public Collective {
     });
   }
 
+  Status AllReduceSumHalf(uint16_t* data, size_t n, HalfFormat format) override {
+    const std::string op = fmt::format("AllReduceSumHalf({} {} values)", n, ToString(format));
+    GRIDSYNC_RETURN_IF_ERROR(CheckBuffer(op, data, n));
+    if (n == 0) return Status::OK();
+    const ncclDataType_t type = format == HalfFormat::kFp16 ? ncclHalf : ncclBfloat16;
+    return Guarded(op, [&]() -> Status {
+      GRIDSYNC_NCCL_CUDA_CHECK(cudaSetDevice(device_));
+      const auto deadline = Clock::now() + timeout();
+      void* buffer = data;
+      if (!IsDevicePointer(data)) {
+        // Staged through the float scratch: n 16-bit values fill n/2 floats.
+        GRIDSYNC_RETURN_IF_ERROR(EnsureScratch((n + 1) / 2));
+        buffer = scratch_;
+        GRIDSYNC_NCCL_CUDA_CHECK(
+            cudaMemcpyAsync(buffer, data, n * sizeof(uint16_t), cudaMemcpyHostToDevice, stream_));
+      }
+      GRIDSYNC_NCCL_CHECK(comm_, ncclAllReduce(buffer, buffer, n, type, ncclSum, comm_, stream_));
+      if (buffer != data) {
+        GRIDSYNC_NCCL_CUDA_CHECK(
+            cudaMemcpyAsync(data, buffer, n * sizeof(uint16_t), cudaMemcpyDeviceToHost, stream_));
+      }
+      return Complete(op, deadline);
+    });
+  }
+
   Status AllReduceSumGroup(std::span<const std::span<float>> buffers) override {
     bool all_device = true;
     size_t total = 0;

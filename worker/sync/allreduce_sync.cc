@@ -76,6 +76,22 @@ Result<std::unique_ptr<AllReduceSync>> AllReduceSync::Create(
   } else {
     sync->optimizer_ = std::make_unique<LocalOptimizer>(model, config);
   }
+  const auto& compression = config.compression;
+  if (compression.codec == "fp16" || compression.codec == "bf16") {
+    // Config::CheckRunnable refuses the codec with hierarchical and
+    // model_parallel; this guards the other callers.
+    if (sync->hierarchical_ || sync->sharded_)
+      return Status::Unsupported(
+          "compression.codec=" + compression.codec +
+          " under gradient_sync nccl: only the flat, replicated all-reduce carries 16 bits");
+    sync->half_ = std::make_unique<HalfAllReduce>(
+        compression.codec == "fp16" ? HalfFormat::kFp16 : HalfFormat::kBf16,
+        compression.error_feedback, static_cast<size_t>(compression.min_bytes),
+        static_cast<size_t>(config.distributed.bucket_mb * 1024 * 1024));
+  } else if (compression.codec != "none") {
+    return Status::Unsupported("compression.codec=" + compression.codec +
+                               " under gradient_sync nccl; allowed: none, fp16, bf16");
+  }
   return sync;
 }
 
@@ -124,7 +140,8 @@ Result<SyncOutcome> AllReduceSync::Apply(uint64_t step, ModelGradients* grads, f
     bool fits = true;
     for (auto& span : tensors) fits = RoundToHalfChecked(span.data(), span.size()) && fits;
     overflow = fits ? 0.0f : 1.0f;
-    tensors.emplace_back(&overflow, 1);
+    // The 16-bit path carries the flag in its own header.
+    if (!half_) tensors.emplace_back(&overflow, 1);
   }
   const auto start = Clock::now();
   auto clear = [&] {
@@ -157,9 +174,14 @@ Result<SyncOutcome> AllReduceSync::Apply(uint64_t step, ModelGradients* grads, f
     comm_seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
     return outcome;
   }
-  GRIDSYNC_RETURN_IF_ERROR(AllReduce(step, tensors));
+  if (half_) {
+    GRIDSYNC_ASSIGN_OR_RETURN(
+        outcome.finite, half_->Run(*groups_.flat, tensors, overflow != 0.0f, loss_scale, pool_));
+  } else {
+    GRIDSYNC_RETURN_IF_ERROR(AllReduce(step, tensors));
+    outcome.finite = overflow == 0.0f;
+  }
   comm_seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
-  outcome.finite = overflow == 0.0f;
   if (!outcome.finite) {
     clear();
     return outcome;
@@ -183,7 +205,9 @@ Status AllReduceSync::CheckPeers() {
 }
 
 void AllReduceSync::FillReport(TrainReport* report) const {
-  report->bytes_pushed_per_step = static_cast<double>(elements_ * sizeof(float));  // all-reduced
+  // All-reduced bytes per step.
+  report->bytes_pushed_per_step = half_ ? static_cast<double>(half_->bytes_per_step())
+                                        : static_cast<double>(elements_ * sizeof(float));
   report->bytes_pulled_per_step = 0;
   report->comm_seconds = comm_seconds_;
 }

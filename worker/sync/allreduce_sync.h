@@ -14,6 +14,9 @@
 // distributed.model_parallel: Adam's state and update are sharded across
 // the workers (sharded_update.h) instead of replicated.
 //
+// compression.codec fp16 or bf16: the flat all-reduce carries 16-bit floats
+// (half_allreduce.h).
+//
 // Mixed precision: each worker rounds its gradient through fp16 and adds an
 // overflow flag to the all-reduce, so every worker sees the same sum and
 // skips (or applies) the step alike.
@@ -34,6 +37,7 @@
 #include "worker/collective/collective.h"
 #include "worker/local_optimizer.h"
 #include "worker/sync/gradient_sync.h"
+#include "worker/sync/half_allreduce.h"
 #include "worker/sync/sharded_update.h"
 
 namespace gridsync {
@@ -86,6 +90,7 @@ class AllReduceSync : public GradientSync {
   std::unique_ptr<LocalOptimizer> optimizer_;  // replicated Adam
   std::unique_ptr<ShardedUpdate> sharded_;     // model_parallel: this worker's slice of Adam
   std::vector<float> flat_;                    // model_parallel: the gradient, flat
+  std::unique_ptr<HalfAllReduce> half_;        // codec fp16/bf16: the 16-bit all-reduce
   bool hierarchical_;
   int slices_ = 0;
   size_t elements_ = 0;        // gradient elements all-reduced per step
