@@ -12,22 +12,26 @@
 // kvGet) gives the server its own timeout and waits that long plus
 // kWaitMargin, so the server's descriptive timeout error (who or what is
 // missing) normally arrives first.
+//
+// The bytes (frames, roles, members, maps, tables, error replies) are
+// common/wire/coord_codec.h's, the same code the coordinator encodes and
+// decodes with; the Fill and Parse lambdas below only pick the union member.
 #include "common/coordinator_client.h"
 
-#include <algorithm>
-#include <cstring>
-#include <limits>
-#include <optional>
-#include <thread>
-#include <utility>
-
-#include <boost/asio.hpp>
 #include <capnp/message.h>
 #include <capnp/serialize.h>
 #include <kj/exception.h>
 #include <spdlog/fmt/fmt.h>
 
-#include "common/wire/gridsync.capnp.h"
+#include <algorithm>
+#include <array>
+#include <boost/asio.hpp>
+#include <limits>
+#include <optional>
+#include <thread>
+#include <utility>
+
+#include "common/wire/coord_codec.h"
 
 namespace gridsync {
 namespace {
@@ -37,6 +41,8 @@ using tcp = asio::ip::tcp;
 using ErrorCode = boost::system::error_code;
 using Clock = std::chrono::steady_clock;
 namespace schema = wire::schema;
+using wire::AsData;
+using wire::AsText;
 
 constexpr auto kWaitMargin = std::chrono::seconds(2);
 // Calls that do not wait on anything still get a deadline.
@@ -53,76 +59,15 @@ uint32_t ToTimeoutMs(std::chrono::milliseconds timeout) {
       std::min<int64_t>(timeout.count(), std::numeric_limits<uint32_t>::max()));
 }
 
-capnp::Text::Reader AsText(const std::string& s) { return capnp::Text::Reader(s.data(), s.size()); }
-std::string ToString(capnp::Text::Reader text) { return std::string(text.begin(), text.size()); }
-
-schema::Role ToWire(Role role) {
-  switch (role) {
-    case Role::kShard:
-      return schema::Role::SHARD;
-    case Role::kWorker:
-      return schema::Role::WORKER;
-    case Role::kObserver:
-      return schema::Role::OBSERVER;
-  }
-  return schema::Role::OBSERVER;
-}
-
-Result<MemberInfo> ParseMember(schema::Member::Reader m) {
-  MemberInfo out;
-  switch (m.getRole()) {
-    case schema::Role::SHARD:
-      out.role = Role::kShard;
-      break;
-    case schema::Role::WORKER:
-      out.role = Role::kWorker;
-      break;
-    default:
-      return Status::Corruption(fmt::format("cluster map member with role {}; allowed: shard, worker",
-                                            static_cast<unsigned>(m.getRole())));
-  }
-  out.rank = m.getRank();
-  out.node = ToString(m.getNode());
-  out.local_rank = m.getLocalRank();
-  out.endpoint = ToString(m.getEndpoint());
-  out.pid = m.getPid();
-  return out;
-}
-
-Result<ClusterMap> ParseMap(schema::ClusterMap::Reader m) {
-  ClusterMap map;
-  map.generation = m.getGeneration();
-  map.expected_shards = m.getExpectedShards();
-  map.expected_workers = m.getExpectedWorkers();
-  for (auto member : m.getShards()) {
-    GRIDSYNC_ASSIGN_OR_RETURN(auto parsed, ParseMember(member));
-    map.shards.push_back(std::move(parsed));
-  }
-  for (auto member : m.getWorkers()) {
-    GRIDSYNC_ASSIGN_OR_RETURN(auto parsed, ParseMember(member));
-    map.workers.push_back(std::move(parsed));
-  }
-  for (auto table : m.getTables()) {
-    map.tables.push_back(TableInfo{ToString(table.getName()), table.getRows(), table.getWidth()});
-  }
-  return map;
-}
-
-Status ErrorFromReply(schema::ErrorInfo::Reader error) {
-  const uint32_t code = error.getCode();
-  std::string text = ToString(error.getText());
-  if (code == 0 || code > static_cast<uint32_t>(StatusCode::kInternal)) {
-    return Status::Internal(fmt::format("coordinator sent error code {} (unknown): {}", code, text));
-  }
-  return Status(static_cast<StatusCode>(code), std::move(text));
-}
-
 }  // namespace
 
 class CoordinatorClient::Impl {
  public:
   Impl(std::string host, uint16_t port)
-      : host_(std::move(host)), port_(port), address_(fmt::format("{}:{}", host_, port_)), socket_(io_) {}
+      : host_(std::move(host)),
+        port_(port),
+        address_(fmt::format("{}:{}", host_, port_)),
+        socket_(io_) {}
   ~Impl() {
     ErrorCode ignored;
     socket_.close(ignored);
@@ -138,8 +83,9 @@ class CoordinatorClient::Impl {
     socket_.close(ignored);
     ec = Run(
         [&](auto handler) {
-          asio::async_connect(socket_, endpoints,
-                              [handler](const ErrorCode& e, const tcp::endpoint&) mutable { handler(e); });
+          asio::async_connect(
+              socket_, endpoints,
+              [handler](const ErrorCode& e, const tcp::endpoint&) mutable { handler(e); });
         },
         deadline);
     if (!ec) socket_.set_option(tcp::no_delay(true), ignored);
@@ -154,8 +100,9 @@ class CoordinatorClient::Impl {
   Result<T> Call(const char* what, std::chrono::milliseconds wait, Fill&& fill, Parse&& parse) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!broken_.ok()) {
-      return Status::IOError(fmt::format("{}: the connection to the coordinator at {} is closed ({}); reconnect",
-                                         what, address_, broken_.message()));
+      return Status::IOError(
+          fmt::format("{}: the connection to the coordinator at {} is closed ({}); reconnect", what,
+                      address_, broken_.message()));
     }
     const uint64_t id = next_request_id_++;
     const auto budget = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -168,32 +115,24 @@ class CoordinatorClient::Impl {
       auto request = message.initRoot<schema::CoordRequest>();
       request.setRequestId(id);
       fill(request);
-      kj::Array<capnp::word> words = capnp::messageToFlatArray(message);
-      auto bytes = words.asBytes();
-      const auto size = static_cast<uint32_t>(bytes.size());
-      frame.resize(4 + bytes.size());
-      frame[0] = static_cast<uint8_t>(size);
-      frame[1] = static_cast<uint8_t>(size >> 8);
-      frame[2] = static_cast<uint8_t>(size >> 16);
-      frame[3] = static_cast<uint8_t>(size >> 24);
-      std::memcpy(frame.data() + 4, bytes.begin(), bytes.size());
+      frame = wire::EncodeFrame(message);
     } catch (const kj::Exception& e) {
-      return Status::InvalidArgument(fmt::format("{}: cannot build the request: {}", what,
-                                                 e.getDescription().cStr()));
+      return Status::InvalidArgument(
+          fmt::format("{}: cannot build the request: {}", what, e.getDescription().cStr()));
     }
 
     auto io_failure = [&](const char* step, const ErrorCode& ec) -> Status {
       Status status;
       if (ec == asio::error::timed_out) {
         status = Status::Timeout(fmt::format(
-            "{}: no reply from the coordinator at {} within {:.1f} s (request {}, {} timed out)", what,
-            address_, SecondsOf(budget), id, step));
+            "{}: no reply from the coordinator at {} within {:.1f} s (request {}, {} timed out)",
+            what, address_, SecondsOf(budget), id, step));
       } else if (ec == asio::error::eof) {
-        status = Status::IOError(fmt::format("{}: the coordinator at {} closed the connection ({})", what,
-                                             address_, step));
+        status = Status::IOError(fmt::format("{}: the coordinator at {} closed the connection ({})",
+                                             what, address_, step));
       } else {
-        status = Status::IOError(
-            fmt::format("{}: {} to the coordinator at {} failed: {}", what, step, address_, ec.message()));
+        status = Status::IOError(fmt::format("{}: {} to the coordinator at {} failed: {}", what,
+                                             step, address_, ec.message()));
       }
       MarkBroken(status);
       return status;
@@ -207,7 +146,7 @@ class CoordinatorClient::Impl {
         deadline);
     if (ec) return io_failure("send", ec);
 
-    std::array<uint8_t, 4> header{};
+    std::array<uint8_t, wire::kFramePrefixBytes> header{};
     ec = Run(
         [&](auto handler) {
           asio::async_read(socket_, asio::buffer(header),
@@ -215,12 +154,12 @@ class CoordinatorClient::Impl {
         },
         deadline);
     if (ec) return io_failure("receive", ec);
-    const uint32_t length = uint32_t{header[0]} | (uint32_t{header[1]} << 8) |
-                            (uint32_t{header[2]} << 16) | (uint32_t{header[3]} << 24);
-    if (length == 0 || length % 8 != 0 || length > kMaxReplyBytes) {
-      Status status = Status::Corruption(fmt::format(
-          "{}: the coordinator at {} sent a reply of {} bytes; allowed: a multiple of 8 from 8 to {}", what,
-          address_, length, kMaxReplyBytes));
+    const uint32_t length = wire::DecodeFramePrefix(header);
+    if (wire::CheckFrameLength(length, kMaxReplyBytes) != wire::FrameLengthCheck::kOk) {
+      Status status =
+          Status::Corruption(fmt::format("{}: the coordinator at {} sent a reply of {} bytes; "
+                                         "allowed: a multiple of 8 from 8 to {}",
+                                         what, address_, length, kMaxReplyBytes));
       MarkBroken(status);
       return status;
     }
@@ -234,24 +173,23 @@ class CoordinatorClient::Impl {
     if (ec) return io_failure("receive", ec);
 
     try {
-      capnp::ReaderOptions options;
-      options.traversalLimitInWords = 4 * body.size() + 64;
-      options.nestingLimit = 16;
-      capnp::FlatArrayMessageReader reader(kj::ArrayPtr<const capnp::word>(body.data(), body.size()),
-                                           options);
+      capnp::FlatArrayMessageReader reader(
+          kj::ArrayPtr<const capnp::word>(body.data(), body.size()),
+          wire::FrameReaderOptions(body.size()));
       auto reply = reader.getRoot<schema::CoordReply>();
       if (reply.getRequestId() != id) {
         Status status = Status::Corruption(fmt::format(
-            "{}: the coordinator at {} answered request {} while request {} was in flight", what, address_,
-            reply.getRequestId(), id));
+            "{}: the coordinator at {} answered request {} while request {} was in flight", what,
+            address_, reply.getRequestId(), id));
         MarkBroken(status);
         return status;
       }
-      if (reply.isError()) return ErrorFromReply(reply.getError());
+      if (reply.isError()) return wire::StatusFromWire(reply.getError());
       return parse(reply);
     } catch (const kj::Exception& e) {
-      Status status = Status::Corruption(fmt::format("{}: the reply from the coordinator at {} does not decode: {}",
-                                                     what, address_, e.getDescription().cStr()));
+      Status status = Status::Corruption(
+          fmt::format("{}: the reply from the coordinator at {} does not decode: {}", what,
+                      address_, e.getDescription().cStr()));
       MarkBroken(status);
       return status;
     }
@@ -312,8 +250,8 @@ Result<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
     const auto now = Clock::now();
     if (now + kRetryInterval >= deadline) {
       return Status::IOError(fmt::format(
-          "cannot connect to the coordinator at {} within {:.1f} s ({} attempt{}): {}", impl->address(),
-          SecondsOf(timeout), attempts, attempts == 1 ? "" : "s",
+          "cannot connect to the coordinator at {} within {:.1f} s ({} attempt{}): {}",
+          impl->address(), SecondsOf(timeout), attempts, attempts == 1 ? "" : "s",
           ec == asio::error::timed_out ? std::string("connect timed out") : ec.message()));
     }
     std::this_thread::sleep_for(kRetryInterval);
@@ -333,8 +271,7 @@ Status CoordinatorClient::Authenticate(const wire::ControlAuth& auth, Role role)
             if (!reply.isChallenge()) {
               return Status::Corruption("authHello: the coordinator's reply is not a challenge");
             }
-            auto bytes = reply.getChallenge();
-            return std::string(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
+            return wire::StringOf(reply.getChallenge());
           }));
   std::string nonce, box;
   GRIDSYNC_RETURN_IF_ERROR(wire::BoxChallenge(auth, challenge, &nonce, &box));
@@ -342,9 +279,9 @@ Status CoordinatorClient::Authenticate(const wire::ControlAuth& auth, Role role)
       "auth", std::chrono::milliseconds(0),
       [&](schema::CoordRequest::Builder request) {
         auto a = request.initAuth();
-        a.setRole(ToWire(role));
-        a.setNonce(kj::arrayPtr(reinterpret_cast<const kj::byte*>(nonce.data()), nonce.size()));
-        a.setBox(kj::arrayPtr(reinterpret_cast<const kj::byte*>(box.data()), box.size()));
+        a.setRole(wire::RoleToWire(role));
+        a.setNonce(AsData(nonce));
+        a.setBox(AsData(box));
       },
       [](schema::CoordReply::Reader reply) -> Result<bool> {
         if (!reply.isOk()) return Status::Corruption("auth: the coordinator's reply is not ok");
@@ -355,24 +292,12 @@ Status CoordinatorClient::Authenticate(const wire::ControlAuth& auth, Role role)
                                                " key to the coordinator");
 }
 
-Result<CoordinatorClient::Registration> CoordinatorClient::Register(const RegisterInfo& info,
-                                                                    std::chrono::milliseconds timeout) {
+Result<CoordinatorClient::Registration> CoordinatorClient::Register(
+    const RegisterInfo& info, std::chrono::milliseconds timeout) {
   return impl_->Call<Registration>(
       "register", timeout,
       [&](schema::CoordRequest::Builder request) {
-        auto reg = request.initRegister();
-        reg.setRole(ToWire(info.role));
-        reg.setRequestedRank(info.requested_rank);
-        reg.setNode(AsText(info.node));
-        reg.setLocalRank(info.local_rank);
-        reg.setEndpoint(AsText(info.endpoint));
-        reg.setPid(info.pid);
-        auto tables = reg.initTables(static_cast<unsigned>(info.tables.size()));
-        for (size_t i = 0; i < info.tables.size(); ++i) {
-          tables[i].setName(AsText(info.tables[i].name));
-          tables[i].setRows(info.tables[i].rows);
-          tables[i].setWidth(info.tables[i].width);
-        }
+        wire::RegisterToWire(info, request.initRegister());
       },
       [](schema::CoordReply::Reader reply) -> Result<Registration> {
         if (!reply.isRegistered()) {
@@ -380,12 +305,14 @@ Result<CoordinatorClient::Registration> CoordinatorClient::Register(const Regist
         }
         Registration registration;
         registration.rank = reply.getRegistered().getRank();
-        GRIDSYNC_ASSIGN_OR_RETURN(registration.map, ParseMap(reply.getRegistered().getMap()));
+        GRIDSYNC_ASSIGN_OR_RETURN(registration.map,
+                                  wire::MapFromWire(reply.getRegistered().getMap()));
         return registration;
       });
 }
 
-Result<ClusterMap> CoordinatorClient::GetMap(bool wait_complete, std::chrono::milliseconds timeout) {
+Result<ClusterMap> CoordinatorClient::GetMap(bool wait_complete,
+                                             std::chrono::milliseconds timeout) {
   return impl_->Call<ClusterMap>(
       "getMap", wait_complete ? timeout : std::chrono::milliseconds(0),
       [&](schema::CoordRequest::Builder request) {
@@ -394,13 +321,14 @@ Result<ClusterMap> CoordinatorClient::GetMap(bool wait_complete, std::chrono::mi
         get.setTimeoutMs(ToTimeoutMs(timeout));
       },
       [](schema::CoordReply::Reader reply) -> Result<ClusterMap> {
-        if (!reply.isMap()) return Status::Corruption("getMap: the coordinator's reply is not a map");
-        return ParseMap(reply.getMap());
+        if (!reply.isMap())
+          return Status::Corruption("getMap: the coordinator's reply is not a map");
+        return wire::MapFromWire(reply.getMap());
       });
 }
 
-Status CoordinatorClient::Barrier(const std::string& name, uint32_t count, const std::string& member,
-                                  std::chrono::milliseconds timeout) {
+Status CoordinatorClient::Barrier(const std::string& name, uint32_t count,
+                                  const std::string& member, std::chrono::milliseconds timeout) {
   auto result = impl_->Call<bool>(
       "barrier", timeout,
       [&](schema::CoordRequest::Builder request) {
@@ -423,7 +351,7 @@ Status CoordinatorClient::Set(const std::string& key, const std::string& value) 
       [&](schema::CoordRequest::Builder request) {
         auto set = request.initKvSet();
         set.setKey(AsText(key));
-        set.setValue(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(value.data()), value.size()));
+        set.setValue(AsData(value));
       },
       [](schema::CoordReply::Reader reply) -> Result<bool> {
         if (!reply.isOk()) return Status::Corruption("kvSet: the coordinator's reply is not ok");
@@ -439,20 +367,20 @@ Result<std::vector<std::string>> CoordinatorClient::Get(const std::vector<std::s
       [&](schema::CoordRequest::Builder request) {
         auto get = request.initKvGet();
         auto list = get.initKeys(static_cast<unsigned>(keys.size()));
-        for (size_t i = 0; i < keys.size(); ++i) list.set(static_cast<unsigned>(i), AsText(keys[i]));
+        for (size_t i = 0; i < keys.size(); ++i)
+          list.set(static_cast<unsigned>(i), AsText(keys[i]));
         get.setTimeoutMs(ToTimeoutMs(timeout));
       },
       [&](schema::CoordReply::Reader reply) -> Result<std::vector<std::string>> {
-        if (!reply.isValues()) return Status::Corruption("kvGet: the coordinator's reply is not values");
+        if (!reply.isValues())
+          return Status::Corruption("kvGet: the coordinator's reply is not values");
         auto values = reply.getValues();
         if (values.size() != keys.size()) {
-          return Status::Corruption(fmt::format("kvGet: asked for {} keys, the coordinator sent {} values",
-                                                keys.size(), values.size()));
+          return Status::Corruption(
+              fmt::format("kvGet: asked for {} keys, the coordinator sent {} values", keys.size(),
+                          values.size()));
         }
-        std::vector<std::string> out;
-        out.reserve(values.size());
-        for (auto value : values) out.emplace_back(reinterpret_cast<const char*>(value.begin()), value.size());
-        return out;
+        return wire::ValuesFromWire(values);
       });
 }
 
@@ -461,7 +389,8 @@ Status CoordinatorClient::Heartbeat() {
       "heartbeat", std::chrono::milliseconds(0),
       [](schema::CoordRequest::Builder request) { request.setHeartbeat(); },
       [](schema::CoordReply::Reader reply) -> Result<bool> {
-        if (!reply.isOk()) return Status::Corruption("heartbeat: the coordinator's reply is not ok");
+        if (!reply.isOk())
+          return Status::Corruption("heartbeat: the coordinator's reply is not ok");
         return true;
       });
   return result.ok() ? Status::OK() : result.status();

@@ -9,10 +9,6 @@
 #include <vector>
 
 #include "common/cluster_map.h"
-#include "common/config.h"
-#include "common/status.h"
-#include "kernels/adam_math.h"
-#include "kernels/cpu/codec.h"
 #include "kernels/cpu/mlp.h"
 #include "kernels/hash_grid_layout.h"
 
@@ -20,18 +16,6 @@ namespace gridsync {
 
 std::vector<TableInfo> ModelTables(const HashGridLayout& layout, const cpu::MlpShape& shape);
 
-// The tables of the image task's model for `config` (2D grid, RGB output).
-Result<std::vector<TableInfo>> ImageModelTables(const Config& config);
-
-// The grid spec and MLP shape `config` describes, for `dims` and `outputs`.
-HashGridSpec GridSpecFromConfig(const Config& config, uint32_t dims);
-cpu::MlpShape MlpShapeFromConfig(const Config& config, uint32_t input_width, int outputs);
-
-// Adam's hyper-parameters for `training` (the learning rate; betas and
-// epsilon are tiny-cuda-nn's, kernels/adam_math.h).
-AdamHyper AdamHyperFromConfig(const TrainingConfig& training);
-
-// The codec the `compression` section describes.
-Result<CodecOptions> CodecFromConfig(const CompressionConfig& compression);
+// The model a config describes, with these tables: spec/run_spec.h.
 
 }  // namespace gridsync

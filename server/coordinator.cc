@@ -9,16 +9,16 @@
 // while waiting is noticed and removed at once. Requests read meanwhile are
 // queued and handled in order once the deferred reply has gone out.
 //
-// The decode boundary is DecodeRequest(): it turns one frame into plain C++
-// values, and every Cap'n Proto exception (bad segment table, pointer out of
-// bounds, traversal limit) becomes a Corruption Status. Handlers then work on
-// validated values only. Framing and decoding errors get an error reply and
-// close that connection; semantic errors (rank taken, tables differ) get an
-// error reply and the connection stays open.
+// The bytes are common/wire/coord_codec.h's, shared with the client: its
+// frame format, its decode boundary wire::DecodeRequest() (one frame into
+// plain C++ values; every Cap'n Proto exception becomes a Corruption Status)
+// and its reply encoders. Handlers work on validated values only. Framing and
+// decoding errors get an error reply and close that connection; semantic
+// errors (rank taken, tables differ) get an error reply and the connection
+// stays open.
 #include "server/coordinator.h"
 
-#include <capnp/message.h>
-#include <capnp/serialize.h>
+#include <capnp/common.h>
 #include <kj/exception.h>
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
@@ -27,7 +27,6 @@
 #include <array>
 #include <boost/asio.hpp>
 #include <chrono>
-#include <cstring>
 #include <deque>
 #include <exception>
 #include <future>
@@ -37,14 +36,14 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <variant>
 #include <vector>
 
 #include "common/cluster_map.h"
-#include "common/wire/gridsync.capnp.h"
-#include "server/coord_request.h"
+#include "common/wire/coord_codec.h"
 
 namespace gridsync {
 namespace {
@@ -52,15 +51,27 @@ namespace {
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 using ErrorCode = boost::system::error_code;
-namespace schema = wire::schema;
+// The decoded requests of the control-plane codec (common/wire/coord_codec.h).
+using wire::AuthHelloRequest;
+using wire::AuthRequest;
+using wire::BarrierRequest;
+using wire::GetMapRequest;
+using wire::HeartbeatRequest;
+using wire::KvGetRequest;
+using wire::KvSetRequest;
+using wire::Request;
 
 // A connection may have this many decoded requests waiting behind a
 // deferred one before the coordinator stops reading from it.
 constexpr size_t kMaxQueuedRequests = 64;
 
-std::string Seconds(uint64_t ms) { return fmt::format("{:.1f} s", static_cast<double>(ms) / 1000.0); }
+std::string Seconds(uint64_t ms) {
+  return fmt::format("{:.1f} s", static_cast<double>(ms) / 1000.0);
+}
 
-std::string MemberName(Role role, uint32_t rank) { return fmt::format("{}-{}", RoleName(role), rank); }
+std::string MemberName(Role role, uint32_t rank) {
+  return fmt::format("{}-{}", RoleName(role), rank);
+}
 
 std::string DescribeMember(const MemberInfo& m) {
   return fmt::format("{} {} (node '{}', pid {})", RoleName(m.role), m.rank, m.node, m.pid);
@@ -93,67 +104,6 @@ std::string QuoteJoin(const std::vector<std::string>& items) {
 
 std::string TableSize(const TableInfo& t) { return fmt::format("{} x {}", t.rows, t.width); }
 
-// ---- Encoding replies ----
-
-capnp::Text::Reader AsText(const std::string& s) { return capnp::Text::Reader(s.data(), s.size()); }
-
-void FillMember(const MemberInfo& m, schema::Member::Builder out) {
-  out.setRole(m.role == Role::kShard ? schema::Role::SHARD : schema::Role::WORKER);
-  out.setRank(m.rank);
-  out.setNode(AsText(m.node));
-  out.setLocalRank(m.local_rank);
-  out.setEndpoint(AsText(m.endpoint));
-  out.setPid(m.pid);
-}
-
-void FillMap(const ClusterMap& map, schema::ClusterMap::Builder out) {
-  out.setGeneration(map.generation);
-  out.setExpectedShards(map.expected_shards);
-  out.setExpectedWorkers(map.expected_workers);
-  auto shards = out.initShards(static_cast<unsigned>(map.shards.size()));
-  for (size_t i = 0; i < map.shards.size(); ++i) FillMember(map.shards[i], shards[i]);
-  auto workers = out.initWorkers(static_cast<unsigned>(map.workers.size()));
-  for (size_t i = 0; i < map.workers.size(); ++i) FillMember(map.workers[i], workers[i]);
-  auto tables = out.initTables(static_cast<unsigned>(map.tables.size()));
-  for (size_t i = 0; i < map.tables.size(); ++i) {
-    tables[i].setName(AsText(map.tables[i].name));
-    tables[i].setRows(map.tables[i].rows);
-    tables[i].setWidth(map.tables[i].width);
-  }
-}
-
-// 4-byte little-endian length, then the flat message.
-std::vector<uint8_t> Frame(capnp::MessageBuilder& message) {
-  kj::Array<capnp::word> words = capnp::messageToFlatArray(message);
-  auto bytes = words.asBytes();
-  const auto size = static_cast<uint32_t>(bytes.size());
-  std::vector<uint8_t> frame(4 + bytes.size());
-  frame[0] = static_cast<uint8_t>(size);
-  frame[1] = static_cast<uint8_t>(size >> 8);
-  frame[2] = static_cast<uint8_t>(size >> 16);
-  frame[3] = static_cast<uint8_t>(size >> 24);
-  std::memcpy(frame.data() + 4, bytes.begin(), bytes.size());
-  return frame;
-}
-
-std::vector<uint8_t> ErrorFrame(uint64_t request_id, const Status& status) {
-  capnp::MallocMessageBuilder message;
-  auto reply = message.initRoot<schema::CoordReply>();
-  reply.setRequestId(request_id);
-  auto error = reply.initError();
-  error.setCode(static_cast<uint32_t>(status.code()));
-  error.setText(AsText(status.message()));
-  return Frame(message);
-}
-
-std::vector<uint8_t> OkFrame(uint64_t request_id) {
-  capnp::MallocMessageBuilder message;
-  auto reply = message.initRoot<schema::CoordReply>();
-  reply.setRequestId(request_id);
-  reply.setOk();
-  return Frame(message);
-}
-
 // ---- Connections and deferred replies ----
 
 struct Connection;
@@ -181,7 +131,7 @@ struct Connection {
   tcp::socket socket;
   uint64_t id;
   std::string peer;
-  std::array<uint8_t, 4> header{};
+  std::array<uint8_t, wire::kFramePrefixBytes> header{};
   std::vector<capnp::word> body;
   size_t body_length = 0;    // bytes the current message announced
   size_t body_received = 0;  // bytes of it received so far
@@ -253,14 +203,14 @@ class CoordinatorImpl final : public Coordinator {
   void HandleKvSet(const ConnPtr& conn, uint64_t id, KvSetRequest req);
   void HandleKvGet(const ConnPtr& conn, uint64_t id, KvGetRequest req);
 
-  std::vector<uint8_t> MapFrame(uint64_t request_id) const;
   std::vector<uint8_t> ValuesFrame(uint64_t request_id, const std::vector<std::string>& keys) const;
   std::vector<std::string> MissingKeys(const std::vector<std::string>& keys) const;
   std::string IncompleteMessage(uint32_t waited_ms) const;
   std::string BarrierTimeoutMessage(const Waiter& w) const;
   std::optional<std::string> TableMismatch(const RegisterInfo& info) const;
 
-  std::shared_ptr<Waiter> Defer(const ConnPtr& conn, Waiter::Kind kind, uint64_t id, uint32_t timeout_ms);
+  std::shared_ptr<Waiter> Defer(const ConnPtr& conn, Waiter::Kind kind, uint64_t id,
+                                uint32_t timeout_ms);
   void Arm(const std::shared_ptr<Waiter>& w);
   void OnTimeout(const std::shared_ptr<Waiter>& w);
   void Detach(const std::shared_ptr<Waiter>& w);
@@ -293,7 +243,7 @@ class CoordinatorImpl final : public Coordinator {
   // ---- io thread only ----
   bool shutting_down_ = false;
   uint64_t next_connection_id_ = 0;
-  uint64_t pending_bytes_ = 0;  // partially received bodies, all connections
+  uint64_t pending_bytes_ = 0;     // partially received bodies, all connections
   bool training_started_ = false;  // the "init" barrier passed: shards hold trained state
   std::set<ConnPtr> connections_;
   ClusterMap map_;
@@ -327,8 +277,9 @@ void CoordinatorImpl::Guard(const ConnPtr& conn, const char* where, F&& body) no
 
 Status CoordinatorImpl::Listen() {
   if (options_.max_message_bytes < 8) {
-    return Status::InvalidArgument(fmt::format(
-        "coordinator: max_message_bytes {} is too small; allowed: >= 8", options_.max_message_bytes));
+    return Status::InvalidArgument(
+        fmt::format("coordinator: max_message_bytes {} is too small; allowed: >= 8",
+                    options_.max_message_bytes));
   }
   ErrorCode ec;
   tcp::endpoint endpoint;
@@ -454,7 +405,7 @@ void CoordinatorImpl::Accept() {
 
 void CoordinatorImpl::ReadHeader(const ConnPtr& conn) {
   if (conn->closed || conn->closing || conn->reading || shutting_down_) return;
-  if (conn->queued.size() >= kMaxQueuedRequests) return;  // resumed by Drain()
+  if (conn->queued.size() >= kMaxQueuedRequests) return;       // resumed by Drain()
   if (conn->outbox_bytes > options_.max_outbox_bytes) return;  // resumed by WriteNext()
   conn->reading = true;
   asio::async_read(conn->socket, asio::buffer(conn->header), [this, conn](ErrorCode ec, size_t) {
@@ -466,31 +417,31 @@ void CoordinatorImpl::ReadHeader(const ConnPtr& conn) {
                                            : "read failed: " + ec.message());
         return;
       }
-      const uint32_t length = uint32_t{conn->header[0]} | (uint32_t{conn->header[1]} << 8) |
-                              (uint32_t{conn->header[2]} << 16) | (uint32_t{conn->header[3]} << 24);
-      if (length == 0) {
-        Fail(conn, 0,
-             Status::InvalidArgument(fmt::format(
-                 "empty message (length prefix 0); allowed: a flat Cap'n Proto CoordRequest of 8 to "
-                 "{} bytes",
-                 options_.max_message_bytes)));
-        return;
-      }
-      if (length > options_.max_message_bytes) {
-        Fail(conn, 0,
-             Status::InvalidArgument(fmt::format(
-                 "message length {} bytes exceeds the limit of {} bytes (max_message_bytes); "
-                 "allowed: 8 to {} bytes, a multiple of 8",
-                 length, options_.max_message_bytes, options_.max_message_bytes)));
-        return;
-      }
-      if (length % 8 != 0) {
-        Fail(conn, 0,
-             Status::Corruption(fmt::format(
-                 "message length {} bytes is not a multiple of 8; allowed: a flat Cap'n Proto "
-                 "message, which is whole 8-byte words",
-                 length)));
-        return;
+      const uint32_t length = wire::DecodeFramePrefix(conn->header);
+      switch (wire::CheckFrameLength(length, options_.max_message_bytes)) {
+        case wire::FrameLengthCheck::kOk:
+          break;
+        case wire::FrameLengthCheck::kEmpty:
+          Fail(conn, 0,
+               Status::InvalidArgument(fmt::format(
+                   "empty message (length prefix 0); allowed: a flat Cap'n Proto CoordRequest of 8 "
+                   "to {} bytes",
+                   options_.max_message_bytes)));
+          return;
+        case wire::FrameLengthCheck::kTooLong:
+          Fail(conn, 0,
+               Status::InvalidArgument(fmt::format(
+                   "message length {} bytes exceeds the limit of {} bytes (max_message_bytes); "
+                   "allowed: 8 to {} bytes, a multiple of 8",
+                   length, options_.max_message_bytes, options_.max_message_bytes)));
+          return;
+        case wire::FrameLengthCheck::kNotWords:
+          Fail(conn, 0,
+               Status::Corruption(fmt::format(
+                   "message length {} bytes is not a multiple of 8; allowed: a flat Cap'n Proto "
+                   "message, which is whole 8-byte words",
+                   length)));
+          return;
       }
       conn->body_length = length;
       conn->body_received = 0;
@@ -519,41 +470,40 @@ void CoordinatorImpl::ReadBody(const ConnPtr& conn) {
   conn->body.resize((conn->body_received + want) / 8 + 1);
   conn->reading = true;
   auto* at = reinterpret_cast<uint8_t*>(conn->body.data()) + conn->body_received;
-  asio::async_read(
-      conn->socket, asio::buffer(at, want), [this, conn, want](ErrorCode ec, size_t) {
-        Guard(conn, "read", [&] {
-          conn->reading = false;
-          // Refused meanwhile (a deadline): its bytes are being discarded.
-          if (conn->closed || conn->closing) return;
-          if (ec) {
-            Close(conn, ec == asio::error::eof
-                            ? std::string("connection closed by the peer in the middle of a message")
-                            : "read failed: " + ec.message());
-            return;
-          }
-          conn->body_received += want;
-          if (conn->body_received < conn->body_length) {
-            ReadBody(conn);
-            return;
-          }
-          conn->read_timer->cancel();
-          conn->seen_request = true;
-          pending_bytes_ -= conn->pending;  // the message is whole: no longer pending
-          conn->pending = 0;
-          conn->body.resize(conn->body_length / 8);
-          uint64_t request_id = 0;
-          auto request = DecodeRequest(
-              kj::ArrayPtr<const capnp::word>(conn->body.data(), conn->body.size()), &request_id);
-          // Shrink big buffers back; keep small ones for the next request.
-          if (conn->body.capacity() > 4096) std::vector<capnp::word>().swap(conn->body);
-          if (!request.ok()) {
-            Fail(conn, request_id, request.status());
-            return;
-          }
-          OnRequest(conn, std::move(request).value());
-          ReadHeader(conn);
-        });
-      });
+  asio::async_read(conn->socket, asio::buffer(at, want), [this, conn, want](ErrorCode ec, size_t) {
+    Guard(conn, "read", [&] {
+      conn->reading = false;
+      // Refused meanwhile (a deadline): its bytes are being discarded.
+      if (conn->closed || conn->closing) return;
+      if (ec) {
+        Close(conn, ec == asio::error::eof
+                        ? std::string("connection closed by the peer in the middle of a message")
+                        : "read failed: " + ec.message());
+        return;
+      }
+      conn->body_received += want;
+      if (conn->body_received < conn->body_length) {
+        ReadBody(conn);
+        return;
+      }
+      conn->read_timer->cancel();
+      conn->seen_request = true;
+      pending_bytes_ -= conn->pending;  // the message is whole: no longer pending
+      conn->pending = 0;
+      conn->body.resize(conn->body_length / 8);
+      uint64_t request_id = 0;
+      auto request = wire::DecodeRequest(
+          kj::ArrayPtr<const capnp::word>(conn->body.data(), conn->body.size()), &request_id);
+      // Shrink big buffers back; keep small ones for the next request.
+      if (conn->body.capacity() > 4096) std::vector<capnp::word>().swap(conn->body);
+      if (!request.ok()) {
+        Fail(conn, request_id, request.status());
+        return;
+      }
+      OnRequest(conn, std::move(request).value());
+      ReadHeader(conn);
+    });
+  });
 }
 
 void CoordinatorImpl::ArmReadDeadline(const ConnPtr& conn, const char* what) {
@@ -595,23 +545,19 @@ bool CoordinatorImpl::Authenticate(const ConnPtr& conn, Request& request) {
         reg != nullptr && reg->role != *conn->authenticated) {
       spdlog::warn("coordinator: connection {} ({}) authenticated as {} tried to register as {}",
                    conn->id, conn->peer, RoleName(*conn->authenticated), RoleName(reg->role));
-      Send(conn, ErrorFrame(request.id,
-                            Status::InvalidArgument(fmt::format(
-                                "this connection proved the {} key; allowed: register "
-                                "as {} only",
-                                RoleName(*conn->authenticated), RoleName(*conn->authenticated)))));
+      Send(conn,
+           wire::EncodeErrorReply(
+               request.id, Status::InvalidArgument(fmt::format(
+                               "this connection proved the {} key; allowed: register "
+                               "as {} only",
+                               RoleName(*conn->authenticated), RoleName(*conn->authenticated)))));
       return false;
     }
     return true;  // a second authHello/auth is refused by Dispatch
   }
   if (std::holds_alternative<AuthHelloRequest>(request.body)) {
     conn->challenge = wire::RandomBytes(32);
-    capnp::MallocMessageBuilder message;
-    auto reply = message.initRoot<schema::CoordReply>();
-    reply.setRequestId(request.id);
-    reply.setChallenge(kj::arrayPtr(reinterpret_cast<const kj::byte*>(conn->challenge.data()),
-                                    conn->challenge.size()));
-    Send(conn, Frame(message));
+    Send(conn, wire::EncodeChallengeReply(request.id, conn->challenge));
     return false;
   }
   if (auto* auth = std::get_if<AuthRequest>(&request.body)) {
@@ -630,7 +576,7 @@ bool CoordinatorImpl::Authenticate(const ConnPtr& conn, Request& request) {
     conn->authenticated = auth->role;
     spdlog::debug("coordinator: connection {} ({}) authenticated as {}", conn->id, conn->peer,
                   role);
-    Send(conn, OkFrame(request.id));
+    Send(conn, wire::EncodeOkReply(request.id));
     return false;
   }
   spdlog::warn("coordinator: connection {} ({}) sent a request before authenticating", conn->id,
@@ -658,7 +604,7 @@ void CoordinatorImpl::Dispatch(const ConnPtr& conn, Request request) {
         } else if constexpr (std::is_same_v<T, KvGetRequest>) {
           HandleKvGet(conn, id, std::move(body));
         } else if constexpr (std::is_same_v<T, HeartbeatRequest>) {
-          Send(conn, OkFrame(id));
+          Send(conn, wire::EncodeOkReply(id));
         } else {
           // authHello/auth without security, or auth once authenticated.
           Fail(conn, id,
@@ -684,21 +630,26 @@ std::optional<std::string> CoordinatorImpl::TableMismatch(const RegisterInfo& in
       return fmt::format(
           "table '{}' ({}) of the cluster (defined by {}) is missing: this {} sent {} tables, the "
           "cluster has {}",
-          cluster[i].name, TableSize(cluster[i]), owner, RoleName(info.role), mine.size(), cluster.size());
+          cluster[i].name, TableSize(cluster[i]), owner, RoleName(info.role), mine.size(),
+          cluster.size());
     }
     if (i >= cluster.size()) {
       return fmt::format(
-          "table '{}' ({}) is not among the cluster's tables (defined by {}): this {} sent {} tables, "
+          "table '{}' ({}) is not among the cluster's tables (defined by {}): this {} sent {} "
+          "tables, "
           "the cluster has {}",
-          mine[i].name, TableSize(mine[i]), owner, RoleName(info.role), mine.size(), cluster.size());
+          mine[i].name, TableSize(mine[i]), owner, RoleName(info.role), mine.size(),
+          cluster.size());
     }
     if (mine[i] == cluster[i]) continue;
     if (mine[i].name == cluster[i].name) {
-      return fmt::format("table '{}' is {} (rows x width) here but {} in the cluster map (defined by {})",
-                         mine[i].name, TableSize(mine[i]), TableSize(cluster[i]), owner);
+      return fmt::format(
+          "table '{}' is {} (rows x width) here but {} in the cluster map (defined by {})",
+          mine[i].name, TableSize(mine[i]), TableSize(cluster[i]), owner);
     }
     return fmt::format(
-        "table {} is '{}' ({}) here but '{}' ({}) in the cluster map (defined by {}); sizes are rows x "
+        "table {} is '{}' ({}) here but '{}' ({}) in the cluster map (defined by {}); sizes are "
+        "rows x "
         "width",
         i, mine[i].name, TableSize(mine[i]), cluster[i].name, TableSize(cluster[i]), owner);
   }
@@ -707,22 +658,17 @@ std::optional<std::string> CoordinatorImpl::TableMismatch(const RegisterInfo& in
 
 void CoordinatorImpl::HandleRegister(const ConnPtr& conn, uint64_t id, RegisterInfo info) {
   if (conn->member || conn->observer) {
-    Send(conn, ErrorFrame(id, Status::InvalidArgument(fmt::format(
-                                  "this connection is already registered as {}; allowed: one "
-                                  "registration per connection",
-                                  conn->member ? DescribeMember(*conn->member) : "an observer"))));
+    Send(conn, wire::EncodeErrorReply(
+                   id, Status::InvalidArgument(fmt::format(
+                           "this connection is already registered as {}; allowed: one "
+                           "registration per connection",
+                           conn->member ? DescribeMember(*conn->member) : "an observer"))));
     return;
   }
   if (info.role == Role::kObserver) {
     conn->observer = true;
     spdlog::info("observer joined (node '{}', pid {}, from {})", info.node, info.pid, conn->peer);
-    capnp::MallocMessageBuilder message;
-    auto reply = message.initRoot<schema::CoordReply>();
-    reply.setRequestId(id);
-    auto registered = reply.initRegistered();
-    registered.setRank(0);
-    FillMap(map_, registered.initMap());
-    Send(conn, Frame(message));
+    Send(conn, wire::EncodeRegisteredReply(id, 0, map_));
     return;
   }
   const bool shard = info.role == Role::kShard;
@@ -739,7 +685,7 @@ void CoordinatorImpl::HandleRegister(const ConnPtr& conn, uint64_t id, RegisterI
   auto refuse = [&](std::string text) {
     spdlog::warn("register refused ({} from node '{}', pid {}, {}): {}", role, info.node, info.pid,
                  conn->peer, text);
-    Send(conn, ErrorFrame(id, Status::InvalidArgument(std::move(text))));
+    Send(conn, wire::EncodeErrorReply(id, Status::InvalidArgument(std::move(text))));
   };
 
   if (shard && training_started_) {
@@ -754,17 +700,17 @@ void CoordinatorImpl::HandleRegister(const ConnPtr& conn, uint64_t id, RegisterI
   }
   uint32_t rank = 0;
   if (info.requested_rank < -1) {
-    refuse(fmt::format("{} requested rank {}; allowed: -1 (assign the next free rank) or 0..{}", role,
-                       info.requested_rank, expected == 0 ? 0 : expected - 1));
+    refuse(fmt::format("{} requested rank {}; allowed: -1 (assign the next free rank) or 0..{}",
+                       role, info.requested_rank, expected == 0 ? 0 : expected - 1));
     return;
   }
   if (info.requested_rank >= 0) {
     rank = static_cast<uint32_t>(info.requested_rank);
     if (rank >= expected) {
-      refuse(expected == 0
-                 ? fmt::format("{} rank {} refused: the cluster expects no {}s ({} = 0)", role, rank, role, key)
-                 : fmt::format("{} rank {} is out of range; allowed: 0..{} ({} = {})", role, rank,
-                               expected - 1, key, expected));
+      refuse(expected == 0 ? fmt::format("{} rank {} refused: the cluster expects no {}s ({} = 0)",
+                                         role, rank, role, key)
+                           : fmt::format("{} rank {} is out of range; allowed: 0..{} ({} = {})",
+                                         role, rank, expected - 1, key, expected));
       return;
     }
     if (const MemberInfo* taken = holder(rank)) {
@@ -808,22 +754,8 @@ void CoordinatorImpl::HandleRegister(const ConnPtr& conn, uint64_t id, RegisterI
                DescribeMember(member), conn->peer, map_.generation, map_.shards.size(),
                map_.expected_shards, map_.workers.size(), map_.expected_workers);
 
-  capnp::MallocMessageBuilder message;
-  auto reply = message.initRoot<schema::CoordReply>();
-  reply.setRequestId(id);
-  auto registered = reply.initRegistered();
-  registered.setRank(rank);
-  FillMap(map_, registered.initMap());
-  Send(conn, Frame(message));
+  Send(conn, wire::EncodeRegisteredReply(id, rank, map_));
   WakeMapWaiters();
-}
-
-std::vector<uint8_t> CoordinatorImpl::MapFrame(uint64_t request_id) const {
-  capnp::MallocMessageBuilder message;
-  auto reply = message.initRoot<schema::CoordReply>();
-  reply.setRequestId(request_id);
-  FillMap(map_, reply.initMap());
-  return Frame(message);
 }
 
 std::string CoordinatorImpl::IncompleteMessage(uint32_t waited_ms) const {
@@ -847,11 +779,11 @@ std::string CoordinatorImpl::IncompleteMessage(uint32_t waited_ms) const {
 
 void CoordinatorImpl::HandleGetMap(const ConnPtr& conn, uint64_t id, const GetMapRequest& req) {
   if (!req.wait_complete || map_.complete()) {
-    Send(conn, MapFrame(id));
+    Send(conn, wire::EncodeMapReply(id, map_));
     return;
   }
   if (req.timeout_ms == 0) {
-    Send(conn, ErrorFrame(id, Status::Timeout(IncompleteMessage(0))));
+    Send(conn, wire::EncodeErrorReply(id, Status::Timeout(IncompleteMessage(0))));
     return;
   }
   auto w = Defer(conn, Waiter::Kind::kMap, id, req.timeout_ms);
@@ -895,19 +827,21 @@ std::string CoordinatorImpl::BarrierTimeoutMessage(const Waiter& w) const {
   std::string missing_text =
       missing.empty() ? fmt::format("{} more member(s), not known to the cluster map", short_by)
                       : Join(missing);
-  return fmt::format("barrier '{}'{} timed out after {}: {} of {} arrived ({}); missing: {}", w.barrier,
-                     round > 0 ? fmt::format(" (round {})", round + 1) : std::string(),
+  return fmt::format("barrier '{}'{} timed out after {}: {} of {} arrived ({}); missing: {}",
+                     w.barrier, round > 0 ? fmt::format(" (round {})", round + 1) : std::string(),
                      Seconds(w.timeout_ms), arrived.size(), count, Join(arrived), missing_text);
 }
 
 void CoordinatorImpl::HandleBarrier(const ConnPtr& conn, uint64_t id, BarrierRequest req) {
   if (req.name.empty()) {
-    Send(conn, ErrorFrame(id, Status::InvalidArgument("barrier: empty name; allowed: a non-empty name")));
+    Send(conn, wire::EncodeErrorReply(
+                   id, Status::InvalidArgument("barrier: empty name; allowed: a non-empty name")));
     return;
   }
   if (req.count == 0) {
-    Send(conn, ErrorFrame(id, Status::InvalidArgument(fmt::format(
-                                  "barrier '{}': count 0; allowed: 1 or more participants", req.name))));
+    Send(conn, wire::EncodeErrorReply(
+                   id, Status::InvalidArgument(fmt::format(
+                           "barrier '{}': count 0; allowed: 1 or more participants", req.name))));
     return;
   }
   std::string member = req.member;
@@ -918,19 +852,21 @@ void CoordinatorImpl::HandleBarrier(const ConnPtr& conn, uint64_t id, BarrierReq
   auto& barrier = barriers_[req.name];
   if (!barrier.waiters.empty()) {
     if (barrier.count != req.count) {
-      Send(conn, ErrorFrame(id, Status::InvalidArgument(fmt::format(
-                                    "barrier '{}': this caller ({}) says {} participants but those "
-                                    "waiting ({}) said {}; allowed: the same count for everyone",
-                                    req.name, member, req.count, barrier.waiters.front()->member,
-                                    barrier.count))));
+      Send(conn, wire::EncodeErrorReply(
+                     id, Status::InvalidArgument(fmt::format(
+                             "barrier '{}': this caller ({}) says {} participants but those "
+                             "waiting ({}) said {}; allowed: the same count for everyone",
+                             req.name, member, req.count, barrier.waiters.front()->member,
+                             barrier.count))));
       return;
     }
     for (const auto& other : barrier.waiters) {
       if (other->member == member) {
-        Send(conn, ErrorFrame(id, Status::InvalidArgument(fmt::format(
-                                      "barrier '{}': member '{}' is already waiting; allowed: "
-                                      "distinct member names",
-                                      req.name, member))));
+        Send(conn, wire::EncodeErrorReply(
+                       id, Status::InvalidArgument(
+                               fmt::format("barrier '{}': member '{}' is already waiting; allowed: "
+                                           "distinct member names",
+                                           req.name, member))));
         return;
       }
     }
@@ -945,11 +881,12 @@ void CoordinatorImpl::HandleBarrier(const ConnPtr& conn, uint64_t id, BarrierReq
     auto waiters = std::move(barrier.waiters);
     barrier.waiters.clear();
     ++barrier.round;
-    spdlog::debug("barrier '{}' round {} complete ({} members)", req.name, barrier.round, waiters.size());
+    spdlog::debug("barrier '{}' round {} complete ({} members)", req.name, barrier.round,
+                  waiters.size());
     // The workers passed "init" (worker/sync/ps_session.h): the shards hold trained
     // state from here on, which a restarted shard would not have.
     if (req.name == "init") training_started_ = true;
-    for (const auto& waiter : waiters) Complete(waiter, OkFrame(waiter->request_id));
+    for (const auto& waiter : waiters) Complete(waiter, wire::EncodeOkReply(waiter->request_id));
     return;
   }
   Arm(w);
@@ -965,25 +902,20 @@ std::vector<std::string> CoordinatorImpl::MissingKeys(const std::vector<std::str
 
 std::vector<uint8_t> CoordinatorImpl::ValuesFrame(uint64_t request_id,
                                                   const std::vector<std::string>& keys) const {
-  capnp::MallocMessageBuilder message;
-  auto reply = message.initRoot<schema::CoordReply>();
-  reply.setRequestId(request_id);
-  auto values = reply.initValues(static_cast<unsigned>(keys.size()));
-  for (size_t i = 0; i < keys.size(); ++i) {
-    const std::string& value = kv_.at(keys[i]);
-    values.set(static_cast<unsigned>(i),
-               capnp::Data::Reader(reinterpret_cast<const kj::byte*>(value.data()), value.size()));
-  }
-  return Frame(message);
+  std::vector<std::string_view> values;
+  values.reserve(keys.size());
+  for (const auto& key : keys) values.push_back(kv_.at(key));
+  return wire::EncodeValuesReply(request_id, values);
 }
 
 void CoordinatorImpl::HandleKvSet(const ConnPtr& conn, uint64_t id, KvSetRequest req) {
   if (req.key.empty()) {
-    Send(conn, ErrorFrame(id, Status::InvalidArgument("kvSet: empty key; allowed: a non-empty key")));
+    Send(conn, wire::EncodeErrorReply(
+                   id, Status::InvalidArgument("kvSet: empty key; allowed: a non-empty key")));
     return;
   }
   kv_[req.key] = std::move(req.value);
-  Send(conn, OkFrame(id));
+  Send(conn, wire::EncodeOkReply(id));
   WakeKvWaiters();
 }
 
@@ -994,9 +926,10 @@ void CoordinatorImpl::HandleKvGet(const ConnPtr& conn, uint64_t id, KvGetRequest
     return;
   }
   if (req.timeout_ms == 0) {
-    Send(conn, ErrorFrame(id, Status::NotFound(fmt::format(
-                                  "kvGet: key{} {} not found (timeout 0 does not wait)",
-                                  missing.size() == 1 ? "" : "s", QuoteJoin(missing)))));
+    Send(conn,
+         wire::EncodeErrorReply(id, Status::NotFound(fmt::format(
+                                        "kvGet: key{} {} not found (timeout 0 does not wait)",
+                                        missing.size() == 1 ? "" : "s", QuoteJoin(missing)))));
     return;
   }
   auto w = Defer(conn, Waiter::Kind::kKv, id, req.timeout_ms);
@@ -1037,12 +970,13 @@ void CoordinatorImpl::OnTimeout(const std::shared_ptr<Waiter>& w) {
       status = Status::Timeout(BarrierTimeoutMessage(*w));  // before Complete() removes it
       break;
     case Waiter::Kind::kKv:
-      status = Status::Timeout(fmt::format("kvGet timed out after {}; missing keys: {}",
-                                           Seconds(w->timeout_ms), QuoteJoin(MissingKeys(w->keys))));
+      status =
+          Status::Timeout(fmt::format("kvGet timed out after {}; missing keys: {}",
+                                      Seconds(w->timeout_ms), QuoteJoin(MissingKeys(w->keys))));
       break;
   }
   spdlog::debug("coordinator: {}", status.message());
-  Complete(w, ErrorFrame(w->request_id, status));
+  Complete(w, wire::EncodeErrorReply(w->request_id, status));
 }
 
 void CoordinatorImpl::Detach(const std::shared_ptr<Waiter>& w) {
@@ -1080,7 +1014,7 @@ void CoordinatorImpl::Complete(const std::shared_ptr<Waiter>& w, std::vector<uin
 void CoordinatorImpl::WakeMapWaiters() {
   if (!map_.complete()) return;
   auto waiters = map_waiters_;
-  for (const auto& w : waiters) Complete(w, MapFrame(w->request_id));
+  for (const auto& w : waiters) Complete(w, wire::EncodeMapReply(w->request_id, map_));
 }
 
 void CoordinatorImpl::WakeKvWaiters() {
@@ -1107,30 +1041,32 @@ void CoordinatorImpl::WriteNext(const ConnPtr& conn) {
     return;
   }
   conn->writing = true;
-  asio::async_write(conn->socket, asio::buffer(conn->outbox.front()), [this, conn](ErrorCode ec, size_t) {
-    Guard(conn, "write", [&] {
-      if (conn->closed) return;
-      const bool was_full = conn->outbox_bytes > options_.max_outbox_bytes;
-      conn->outbox_bytes -= conn->outbox.front().size();
-      conn->outbox.pop_front();
-      if (ec) {
-        Close(conn, "write failed: " + ec.message());
-        return;
-      }
-      WriteNext(conn);
-      // Reading paused while the peer did not take its replies.
-      if (was_full && conn->outbox_bytes <= options_.max_outbox_bytes) ReadHeader(conn);
-    });
-  });
+  asio::async_write(conn->socket, asio::buffer(conn->outbox.front()),
+                    [this, conn](ErrorCode ec, size_t) {
+                      Guard(conn, "write", [&] {
+                        if (conn->closed) return;
+                        const bool was_full = conn->outbox_bytes > options_.max_outbox_bytes;
+                        conn->outbox_bytes -= conn->outbox.front().size();
+                        conn->outbox.pop_front();
+                        if (ec) {
+                          Close(conn, "write failed: " + ec.message());
+                          return;
+                        }
+                        WriteNext(conn);
+                        // Reading paused while the peer did not take its replies.
+                        if (was_full && conn->outbox_bytes <= options_.max_outbox_bytes)
+                          ReadHeader(conn);
+                      });
+                    });
 }
 
 void CoordinatorImpl::Fail(const ConnPtr& conn, uint64_t request_id, const Status& status) {
-  spdlog::warn("coordinator: connection {} ({}): {} ({}); replying with the error and closing it", conn->id,
-               conn->peer, status.message(), StatusCodeName(status.code()));
+  spdlog::warn("coordinator: connection {} ({}): {} ({}); replying with the error and closing it",
+               conn->id, conn->peer, status.message(), StatusCodeName(status.code()));
   Cleanup(conn, "sent a message that was refused: " + status.message());
   pending_bytes_ -= conn->pending;  // its unfinished message is dropped
   conn->pending = 0;
-  Send(conn, ErrorFrame(request_id, status));
+  Send(conn, wire::EncodeErrorReply(request_id, status));
   conn->closing = true;
   if (!conn->writing) Linger(conn);
 }
@@ -1190,17 +1126,20 @@ void CoordinatorImpl::Cleanup(const ConnPtr& conn, const std::string& reason) {
                   members.end());
     ++map_.generation;
     if (!shutting_down_) {
-      spdlog::warn("{} {} left (node '{}', pid {}, {}): {}; cluster map generation {}: {}/{} shards, {}/{} workers",
-                   RoleName(member.role), member.rank, member.node, member.pid, conn->peer, reason,
-                   map_.generation, map_.shards.size(), map_.expected_shards, map_.workers.size(),
-                   map_.expected_workers);
+      spdlog::warn(
+          "{} {} left (node '{}', pid {}, {}): {}; cluster map generation {}: {}/{} shards, {}/{} "
+          "workers",
+          RoleName(member.role), member.rank, member.node, member.pid, conn->peer, reason,
+          map_.generation, map_.shards.size(), map_.expected_shards, map_.workers.size(),
+          map_.expected_workers);
     }
     if (map_.shards.empty() && map_.workers.empty()) training_started_ = false;  // a new job
     if (map_.shards.empty() && map_.workers.empty() && tables_owner_) {
       // The job is gone; the next one may bring other tables.
       tables_owner_.reset();
       map_.tables.clear();
-      if (!shutting_down_) spdlog::info("no shards or workers left; the cluster's tables are forgotten");
+      if (!shutting_down_)
+        spdlog::info("no shards or workers left; the cluster's tables are forgotten");
     }
   }
 }

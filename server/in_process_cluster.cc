@@ -1,13 +1,10 @@
 #include "server/in_process_cluster.h"
 
-#include "kernels/model_tables.h"
-
 namespace gridsync {
 
 Result<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(Config config, int shards_to_start) {
   auto cluster = std::unique_ptr<InProcessCluster>(new InProcessCluster);
   const auto& d = config.distributed;
-  const auto timeout = d.timeout();
   CoordinatorOptions co;
   co.expected_shards =
       d.gradient_sync == GradientSyncMode::kNccl ? 0 : static_cast<uint32_t>(config.ps.shards);
@@ -15,14 +12,17 @@ Result<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(Config config,
   GRIDSYNC_ASSIGN_OR_RETURN(co.auth, wire::ControlAuthFor(config, "coordinator"));
   GRIDSYNC_ASSIGN_OR_RETURN(cluster->coordinator_, Coordinator::Start(co));
   config.distributed.master_port = cluster->coordinator_->port();
-  GRIDSYNC_ASSIGN_OR_RETURN(const std::vector<TableInfo> tables, ImageModelTables(config));
-  const auto dim = d.model_parallel ? d.mp_dim : ModelParallelDim::kRow;
-  GRIDSYNC_ASSIGN_OR_RETURN(Partition partition,
-                            Partition::Make(tables, static_cast<uint32_t>(config.ps.shards), dim));
+  GRIDSYNC_ASSIGN_OR_RETURN(const RunSpec spec, RunSpec::Resolve(config));
+  const auto timeout = spec.sync.timeout;
+  const std::vector<TableInfo>& tables = spec.model.tables;
+  GRIDSYNC_ASSIGN_OR_RETURN(
+      Partition partition,
+      Partition::Make(tables, static_cast<uint32_t>(config.ps.shards), spec.sync.partition_dim));
   cluster->partition_ = std::make_unique<Partition>(std::move(partition));
   const int n = shards_to_start < 0 ? config.ps.shards : shards_to_start;
   for (int s = 0; s < n; ++s) {
-    GRIDSYNC_ASSIGN_OR_RETURN(ShardOptions options, ShardOptionsFromConfig(config, static_cast<uint32_t>(s)));
+    GRIDSYNC_ASSIGN_OR_RETURN(ShardOptions options,
+                              ShardOptionsFor(spec, static_cast<uint32_t>(s)));
     GRIDSYNC_ASSIGN_OR_RETURN(std::unique_ptr<PsShard> shard, PsShard::Start(*cluster->partition_, options));
     GRIDSYNC_ASSIGN_OR_RETURN(const wire::ControlAuth auth, wire::ControlAuthFor(config, "shard"));
     GRIDSYNC_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> client,

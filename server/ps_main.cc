@@ -19,7 +19,6 @@
 #include "common/host_address.h"
 #include "common/logging.h"
 #include "common/sharding.h"
-#include "kernels/model_tables.h"
 #include "server/ps_shard.h"
 
 namespace {
@@ -79,20 +78,21 @@ int main(int argc, char** argv) {
         std::string(gridsync::ToString(config->distributed.gradient_sync)).c_str());
     return gridsync::kConfigErrorExitCode;
   }
-  auto tables = gridsync::ImageModelTables(*config);
-  if (!tables.ok()) {
-    std::fprintf(stderr, "%s\n", tables.status().message().c_str());
+  // Every value derived from the config, once, for the whole run.
+  auto spec = gridsync::RunSpec::Resolve(*config);
+  if (!spec.ok()) {
+    std::fprintf(stderr, "%s\n", spec.status().message().c_str());
     return gridsync::kConfigErrorExitCode;
   }
-  const auto& d = config->distributed;
-  const auto dim = d.model_parallel ? d.mp_dim : gridsync::ModelParallelDim::kRow;
-  auto partition = gridsync::Partition::Make(*tables, static_cast<uint32_t>(config->ps.shards), dim);
+  const auto& tables = spec->model.tables;
+  auto partition = gridsync::Partition::Make(tables, static_cast<uint32_t>(config->ps.shards),
+                                             spec->sync.partition_dim);
   if (!partition.ok()) {
     std::fprintf(stderr, "%s\n", partition.status().message().c_str());
     return gridsync::kConfigErrorExitCode;
   }
 
-  auto shard_options = gridsync::ShardOptionsFromConfig(*config, static_cast<uint32_t>(shard));
+  auto shard_options = gridsync::ShardOptionsFor(*spec, static_cast<uint32_t>(shard));
   if (!shard_options.ok()) {
     std::fprintf(stderr, "%s\n", shard_options.status().message().c_str());
     return gridsync::kConfigErrorExitCode;
@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   spdlog::info("serving {} values of {} tables at {} (advertised {}, {}; {} workers, {}{}, {})",
-               partition->OwnedValues(options.shard), tables->size(), (*server)->endpoint(),
+               partition->OwnedValues(options.shard), tables.size(), (*server)->endpoint(),
                advertised, host->source, options.workers, gridsync::ToString(options.consistency),
                options.consistency == gridsync::Consistency::kSsp
                    ? " staleness " + std::to_string(options.staleness)
@@ -127,6 +127,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s: %s\n", config_path.c_str(), auth.status().message().c_str());
     return gridsync::kConfigErrorExitCode;
   }
+  const auto& d = config->distributed;
   auto client =
       gridsync::CoordinatorClient::Connect(d.master_addr, static_cast<uint16_t>(d.master_port),
                                            options.timeout, *auth, gridsync::Role::kShard);
@@ -140,7 +141,7 @@ int main(int argc, char** argv) {
   info.node = config->layout.nodes[static_cast<size_t>(placement.node)].name;
   info.endpoint = advertised;
   info.pid = static_cast<uint32_t>(getpid());
-  info.tables = *tables;
+  info.tables = tables;
   auto registered = (*client)->Register(info, options.timeout);
   if (!registered.ok()) {
     spdlog::error("registration refused: {}", registered.status().ToString());

@@ -11,7 +11,7 @@
 
 #include "common/check.h"
 #include "common/thread_pool.h"
-#include "kernels/model_tables.h"
+#include "kernels/cpu/codec.h"
 #include "server/shard_checkpoint.h"
 #include "server/shard_store.h"
 
@@ -608,22 +608,23 @@ Result<std::unique_ptr<PsShard>> PsShard::Start(const Partition& partition,
   return std::unique_ptr<PsShard>(std::move(shard));
 }
 
-Result<ShardOptions> ShardOptionsFromConfig(const Config& config, uint32_t shard) {
+Result<ShardOptions> ShardOptionsFor(const RunSpec& spec, uint32_t shard) {
+  const Config& config = spec.config;
   ShardOptions options;
   options.shard = shard;
   options.workers = static_cast<uint32_t>(config.distributed.world_size);
   options.consistency = config.ps.consistency;
   options.staleness = static_cast<uint32_t>(config.ps.staleness);
   options.threads = config.ps.threads;
-  options.hyper = AdamHyperFromConfig(config.training);
-  options.apply_updates = config.OptimizerOnWorkers();
-  options.timeout = config.distributed.timeout();
+  options.hyper = spec.model.adam;
+  options.apply_updates = spec.sync.optimizer_on_workers;
+  options.timeout = spec.sync.timeout;
   GRIDSYNC_ASSIGN_OR_RETURN(options.curve, wire::CurveSettingsFor(config, "shard"));
   options.checkpoint_every = static_cast<uint64_t>(config.checkpoint.every_steps);
   options.checkpoint_dir = config.checkpoint.dir;
-  if (config.compression.pull) {
-    GRIDSYNC_ASSIGN_OR_RETURN(options.pull_codec, CodecFromConfig(config.compression));
-    options.pull_min_bytes = static_cast<size_t>(config.compression.min_bytes);
+  if (spec.compression.delta_pulls) {
+    options.pull_codec = spec.compression.codec;
+    options.pull_min_bytes = spec.compression.min_bytes;
   }
   return options;
 }

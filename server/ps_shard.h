@@ -33,12 +33,12 @@
 #include <memory>
 #include <string>
 
-#include "common/config.h"
 #include "common/sharding.h"
 #include "common/status.h"
 #include "common/wire/curve.h"
 #include "common/wire/message.h"
 #include "kernels/adam_math.h"
+#include "spec/run_spec.h"
 
 namespace gridsync {
 
@@ -67,9 +67,9 @@ struct ShardOptions {
   uint64_t resume_step = 0;
 };
 
-// The options of shard `shard` of the cluster `config` describes (endpoint
-// left at its default: callers choose where to listen).
-Result<ShardOptions> ShardOptionsFromConfig(const Config& config, uint32_t shard);
+// The options of shard `shard` of the run `spec` describes (endpoint left
+// at its default: callers choose where to listen).
+Result<ShardOptions> ShardOptionsFor(const RunSpec& spec, uint32_t shard);
 
 class PsShard {
  public:

@@ -9,7 +9,6 @@
 #include <fstream>
 
 #include "common/sharding.h"
-#include "kernels/model_tables.h"
 #include "server/shard_checkpoint.h"
 #include "server/shard_store.h"
 #include "tests/test_util.h"
@@ -21,7 +20,7 @@ namespace fs = std::filesystem;
 
 struct Fixture {
   Config config = testing::SmallDistributedConfig(1, GradientSyncMode::kPs, 4);
-  std::vector<TableInfo> tables = *ImageModelTables(config);
+  std::vector<TableInfo> tables = testing::SpecOf(config).model.tables;
   Partition partition = *Partition::Make(tables, 2, ModelParallelDim::kRow);
   AdamHyper hyper;
 };

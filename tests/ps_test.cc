@@ -29,7 +29,6 @@
 #include "kernels/cpu/adam.h"
 #include "kernels/cpu/codec.h"
 #include "kernels/cpu/hash_encoding.h"
-#include "kernels/model_tables.h"
 #include "server/coordinator.h"
 #include "server/in_process_cluster.h"
 #include "server/ps_shard.h"
@@ -642,7 +641,7 @@ TEST(PsCompressionTest, CompressedPushesTrainAndNeverTouchUntouchedRows) {
     auto reports = cluster->Train(image);
     for (auto& r : reports) ASSERT_TRUE(r.ok()) << codec << ": " << r.status().ToString();
     // The rows any batch of the run read: the only rows allowed to move.
-    auto initial = HashGridModel::Create(cluster->config, 2, 3);
+    auto initial = HashGridModel::Create(testing::SpecOf(cluster->config).model);
     ASSERT_TRUE(initial.ok());
     const auto& layout = (*initial)->layout();
     std::vector<uint8_t> read(layout.total_rows(), 0);
@@ -891,18 +890,20 @@ TEST(PsWorkerOptimizerTest, ShardAveragesUpdatesOverThePushesListingTheRow) {
 // drive the PS client directly.
 struct OneWorker {
   std::unique_ptr<Cluster> cluster;
+  RunSpec spec;
   Result<std::unique_ptr<HashGridModel>> model = Status::Internal("not made");
   Result<PsSession> session = Status::Internal("not joined");
 
   static OneWorker Join(const Config& config) {
     OneWorker one;
     one.cluster = Cluster::Start(config);
-    one.model = HashGridModel::Create(one.cluster->config, 2, 3);
+    one.spec = testing::SpecOf(one.cluster->config);
+    one.model = HashGridModel::Create(one.spec.model);
     if (!one.model.ok()) return one;
     WorkerOptions options;
     options.rank = 0;
     options.train.quiet = true;
-    one.session = JoinPsCluster(one.cluster->config, **one.model, options);
+    one.session = JoinPsCluster(one.spec, **one.model, options);
     return one;
   }
 };

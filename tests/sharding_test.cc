@@ -1,12 +1,13 @@
 // The partition function: every row has exactly one owner per column group,
 // local rows are unique, and shards are balanced within 5% of the mean.
-#include <set>
+#include "common/sharding.h"
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "common/config.h"
-#include "common/sharding.h"
-#include "kernels/model_tables.h"
+#include "spec/run_spec.h"
 
 namespace gridsync {
 namespace {
@@ -14,9 +15,9 @@ namespace {
 std::vector<TableInfo> SeedTables(int log2_size) {
   Config config;
   config.encoding.log2_hashmap_size = log2_size;
-  auto tables = ImageModelTables(config);
-  EXPECT_TRUE(tables.ok());
-  return *tables;
+  auto spec = RunSpec::Resolve(config);
+  EXPECT_TRUE(spec.ok());
+  return spec->model.tables;
 }
 
 TEST(ShardingTest, SeedConfigsBalanceWithinFivePercent) {

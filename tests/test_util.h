@@ -64,9 +64,16 @@ inline void ExpectBitIdentical(const std::vector<float>& a, const std::vector<fl
                            << b[first];
 }
 
+// The run specification of `config` (RunSpec::Resolve), which must resolve.
+inline RunSpec SpecOf(const Config& config) {
+  auto spec = RunSpec::Resolve(config);
+  EXPECT_TRUE(spec.ok()) << spec.status().ToString();
+  return spec.ok() ? *std::move(spec) : RunSpec{};
+}
+
 // The parameters a model of this config starts from (seeded).
 inline std::vector<float> InitialParams(const Config& config) {
-  auto model = HashGridModel::Create(config, 2, 3);
+  auto model = HashGridModel::Create(SpecOf(config).model);
   EXPECT_TRUE(model.ok()) << model.status().ToString();
   return model.ok() ? FlattenParams(**model) : std::vector<float>{};
 }

@@ -141,12 +141,14 @@ TEST(TrainTest, GradientAccumulationEqualsOneBatch) {
 TEST(TrainTest, OverflowSkipsStepAndLowersScale) {
   Config config = SmallConfig();
   config.training.mixed_precision = true;
-  auto model = HashGridModel::Create(config, 2, 3);
+  const auto spec = RunSpec::Resolve(config);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  auto model = HashGridModel::Create(spec->model);
   ASSERT_TRUE(model.ok());
   ThreadPool pool(1);
   const ImageTask image = LoadCrop();
   const BatchSource source(image, 1);
-  LocalSync sync(config, model->get(), &source, &pool);
+  LocalSync sync(*spec, model->get(), &source, &pool);
   LossScaler scaler(true);
   ModelGradients grads((*model)->layout(), (*model)->mlp_shape());
   std::vector<float> pos(64 * 2), target(64 * 3);
@@ -186,11 +188,11 @@ TEST(TrainTest, DynamicResolutionScheduleUnlocksCoarseToFine) {
   Config config = SmallConfig();
   config.encoding.n_levels = 16;
   config.training.steps = 1000;
-  auto fixed = HashGridModel::Create(config, 2, 3);
+  auto fixed = HashGridModel::Create(RunSpec::Resolve(config)->model);
   ASSERT_TRUE(fixed.ok());
   EXPECT_EQ((*fixed)->ActiveLevels(0), 16u);
   config.training.dynamic_resolution = true;
-  auto dynamic = HashGridModel::Create(config, 2, 3);
+  auto dynamic = HashGridModel::Create(RunSpec::Resolve(config)->model);
   ASSERT_TRUE(dynamic.ok());
   // L0 = ceil(16/4) = 4 levels at first, all 16 by step N = steps/2 = 500.
   EXPECT_EQ((*dynamic)->ActiveLevels(0), 4u);
@@ -204,7 +206,7 @@ TEST(TrainTest, DynamicResolutionScheduleUnlocksCoarseToFine) {
     last = (*dynamic)->ActiveLevels(s);
   }
   config.training.dynamic_resolution_steps = 100;
-  auto quick = HashGridModel::Create(config, 2, 3);
+  auto quick = HashGridModel::Create(RunSpec::Resolve(config)->model);
   EXPECT_EQ((*quick)->ActiveLevels(100), 16u);
 }
 

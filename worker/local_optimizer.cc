@@ -1,11 +1,9 @@
 #include "worker/local_optimizer.h"
 
-#include "kernels/model_tables.h"
-
 namespace gridsync {
 
-LocalOptimizer::LocalOptimizer(HashGridModel* model, const Config& config)
-    : model_(model), hyper_(AdamHyperFromConfig(config.training)) {
+LocalOptimizer::LocalOptimizer(HashGridModel* model, const AdamHyper& hyper)
+    : model_(model), hyper_(hyper) {
   const auto& layout = model->layout();
   grid_state_.resize(layout.n_levels());
   for (uint32_t l = 0; l < layout.n_levels(); ++l)

@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/config.h"
 #include "common/sparse_rows.h"
 #include "common/thread_pool.h"
 #include "kernels/cpu/adam.h"
@@ -21,7 +20,7 @@ namespace gridsync {
 
 class LocalOptimizer {
  public:
-  LocalOptimizer(HashGridModel* model, const Config& config);
+  LocalOptimizer(HashGridModel* model, const AdamHyper& hyper);
 
   // rows[level]: the level's rows and their gradients (ascending). Updates
   // them and every MLP weight, zeroes `mlp`, refreshes the model's fp16

@@ -76,6 +76,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s: %s\n", config_path.c_str(), runnable.message().c_str());
     return gridsync::kConfigErrorExitCode;
   }
+  // Every value derived from the config, once, for the whole run.
+  auto spec = gridsync::RunSpec::Resolve(*config);
+  if (!spec.ok()) {
+    std::fprintf(stderr, "%s\n", spec.status().message().c_str());
+    return gridsync::kConfigErrorExitCode;
+  }
   const bool distributed = !standalone && config->distributed.enable;
   if (distributed) {
     auto placed = gridsync::PlaceWorker(*config, &ps_options.rank, node_name, host_flag);
@@ -118,7 +124,7 @@ int main(int argc, char** argv) {
     }
     samples = (samples + static_cast<uint64_t>(config->training.gradient_accumulation) - 1) /
               static_cast<uint64_t>(config->training.gradient_accumulation);
-    const uint64_t need = gridsync::EstimateWorkerBytes(*config, samples);
+    const uint64_t need = gridsync::EstimateWorkerBytes(*spec, samples);
     const uint64_t available = AvailableMemory();
     if (available > 0 && need > available) {
       std::fprintf(stderr,
@@ -135,9 +141,9 @@ int main(int argc, char** argv) {
   gridsync::Result<gridsync::TrainReport> report = gridsync::Status::Internal("not run");
   try {
     if (!distributed) {
-      report = gridsync::TrainImage(*config, *image, {}, ps_options.dump_params);
+      report = gridsync::TrainImage(*spec, *image, {}, ps_options.dump_params);
     } else {
-      report = gridsync::TrainWorker(*config, *image, ps_options);
+      report = gridsync::TrainWorker(*spec, *image, ps_options);
     }
   } catch (const std::bad_alloc&) {
     report = gridsync::Status::IOError(

@@ -6,7 +6,6 @@
 
 #include "common/check.h"
 #include "kernels/cpu/half.h"
-#include "kernels/model_tables.h"
 
 namespace gridsync {
 namespace {
@@ -33,27 +32,22 @@ void ModelGradients::AddFrom(ModelGradients* other, ThreadPool* pool) {
   }
 }
 
-Result<std::unique_ptr<HashGridModel>> HashGridModel::Create(const Config& config, uint32_t dims,
-                                                              int output_width) {
-  GRIDSYNC_ASSIGN_OR_RETURN(HashGridLayout layout,
-                            HashGridLayout::Make(GridSpecFromConfig(config, dims)));
-  const cpu::MlpShape shape = MlpShapeFromConfig(config, layout.output_width(), output_width);
-  return std::unique_ptr<HashGridModel>(new HashGridModel(std::move(layout), shape, config));
+Result<std::unique_ptr<HashGridModel>> HashGridModel::Create(const ModelSpec& spec) {
+  GRIDSYNC_ASSIGN_OR_RETURN(HashGridLayout layout, HashGridLayout::Make(spec.grid));
+  return std::unique_ptr<HashGridModel>(new HashGridModel(std::move(layout), spec));
 }
 
-HashGridModel::HashGridModel(HashGridLayout layout, cpu::MlpShape shape, const Config& config)
+HashGridModel::HashGridModel(HashGridLayout layout, const ModelSpec& spec)
     : layout_(std::move(layout)),
-      mlp_shape_(shape),
-      mixed_precision_(config.training.mixed_precision),
-      dynamic_resolution_(config.training.dynamic_resolution),
-      dynamic_resolution_steps_(config.training.dynamic_resolution_steps > 0
-                                    ? static_cast<uint64_t>(config.training.dynamic_resolution_steps)
-                                    : std::max<uint64_t>(1, config.training.steps / 2)) {
-  std::mt19937_64 rng(config.training.seed);
+      mlp_shape_(spec.mlp),
+      mixed_precision_(spec.mixed_precision),
+      dynamic_resolution_(spec.dynamic_resolution_steps > 0),
+      dynamic_resolution_steps_(spec.dynamic_resolution_steps) {
+  std::mt19937_64 rng(spec.seed);
   std::uniform_real_distribution<float> init(-1e-4f, 1e-4f);
   grid_.resize(layout_.total_params());
   for (float& p : grid_) p = init(rng);
-  mlp_ = cpu::MakeMlpWeights(mlp_shape_, Mix64Seed(config.training.seed));
+  mlp_ = cpu::MakeMlpWeights(mlp_shape_, Mix64Seed(spec.seed));
   if (mixed_precision_) RefreshWorkingCopyAll();
 }
 

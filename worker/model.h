@@ -17,12 +17,12 @@
 #include <memory>
 #include <vector>
 
-#include "common/config.h"
 #include "common/status.h"
 #include "common/thread_pool.h"
 #include "kernels/cpu/hash_encoding.h"
 #include "kernels/cpu/mlp.h"
 #include "kernels/hash_grid_layout.h"
+#include "spec/run_spec.h"
 
 namespace gridsync {
 
@@ -38,10 +38,9 @@ struct ModelGradients {
 
 class HashGridModel {
  public:
-  // dims: 2 for images, 3 for volumes. Parameters are initialised from
-  // training.seed: grid U(+-1e-4), MLP Xavier-uniform.
-  static Result<std::unique_ptr<HashGridModel>> Create(const Config& config, uint32_t dims,
-                                                        int output_width);
+  // The model `spec` describes (RunSpec::Resolve). Parameters are
+  // initialised from its seed: grid U(+-1e-4), MLP Xavier-uniform.
+  static Result<std::unique_ptr<HashGridModel>> Create(const ModelSpec& spec);
 
   const HashGridLayout& layout() const { return layout_; }
   const cpu::MlpShape& mlp_shape() const { return mlp_shape_; }
@@ -84,7 +83,7 @@ class HashGridModel {
     double sse = 0;
   };
 
-  HashGridModel(HashGridLayout layout, cpu::MlpShape shape, const Config& config);
+  HashGridModel(HashGridLayout layout, const ModelSpec& spec);
   static uint64_t Mix64Seed(uint64_t seed);
   // Lookup and grid forward of n positions into lookup_ and features_.
   void EncodeBatch(const float* positions, size_t n, uint32_t active_levels, ThreadPool* pool);

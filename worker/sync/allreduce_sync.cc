@@ -39,57 +39,58 @@ Status HierarchicalAllReduce(Collective& intra, Collective* inter, int slices, f
   return intra.AllGatherV(slice.data(), counts, data);
 }
 
-AllReduceSync::AllReduceSync(const Config& config, HashGridModel* model, int rank,
+AllReduceSync::AllReduceSync(const RunSpec& spec, HashGridModel* model, int rank,
                              const AllReduceGroups& groups, CoordinatorClient* coordinator,
                              const BatchSource* source, const SplitSchedule* split,
                              ThreadPool* pool)
-    : config_(config),
+    : spec_(spec),
+      config_(spec.config),
       model_(model),
       groups_(groups),
       coordinator_(coordinator),
       source_(source),
       split_(split),
       pool_(pool),
-      hierarchical_(config.distributed.hierarchical && groups.intra != nullptr) {
+      hierarchical_(spec.config.distributed.hierarchical && groups.intra != nullptr) {
   rank_ = static_cast<uint32_t>(rank);
   me_ = "worker-" + std::to_string(rank);
   elements_ = model->grid_params().size() + model->mlp_shape().n_params();
   if (hierarchical_) {
     packed_.resize(elements_ + 1);  // + the overflow flag
-    slices_ = config.distributed.HierarchicalSlices();
+    slices_ = spec.sync.hierarchical_slices;
   }
 }
 
 Result<std::unique_ptr<AllReduceSync>> AllReduceSync::Create(
-    const Config& config, HashGridModel* model, int rank, const AllReduceGroups& groups,
+    const RunSpec& spec, HashGridModel* model, int rank, const AllReduceGroups& groups,
     CoordinatorClient* coordinator, const BatchSource* source, const SplitSchedule* split,
     ThreadPool* pool) {
   if (groups.flat == nullptr)
     return Status::InvalidArgument("all-reduce training needs the flat group");
   std::unique_ptr<AllReduceSync> sync(
-      new AllReduceSync(config, model, rank, groups, coordinator, source, split, pool));
-  if (config.distributed.model_parallel) {
+      new AllReduceSync(spec, model, rank, groups, coordinator, source, split, pool));
+  if (spec.config.distributed.model_parallel) {
     GRIDSYNC_ASSIGN_OR_RETURN(ShardedUpdate sharded,
-                              ShardedUpdate::Make(config, *model, rank, groups.flat->size()));
+                              ShardedUpdate::Make(spec, *model, rank, groups.flat->size()));
     sync->sharded_ = std::make_unique<ShardedUpdate>(std::move(sharded));
     sync->flat_.resize(sync->elements_);
   } else {
-    sync->optimizer_ = std::make_unique<LocalOptimizer>(model, config);
+    sync->optimizer_ = std::make_unique<LocalOptimizer>(model, spec.model.adam);
   }
-  const auto& compression = config.compression;
-  if (compression.codec == "fp16" || compression.codec == "bf16") {
-    // Config::CheckRunnable refuses the codec with hierarchical and
+  using Format = CompressionSpec::AllReduceFormat;
+  const Format format = spec.compression.all_reduce;
+  if (format != Format::kFp32) {
+    // Config::CheckRunnable refuses 16 bits with hierarchical and
     // model_parallel; this guards the other callers.
     if (sync->hierarchical_ || sync->sharded_)
       return Status::Unsupported(
-          "compression.codec=" + compression.codec +
+          "compression.codec=" + spec.config.compression.codec +
           " under gradient_sync nccl: only the flat, replicated all-reduce carries 16 bits");
     sync->half_ = std::make_unique<HalfAllReduce>(
-        compression.codec == "fp16" ? HalfFormat::kFp16 : HalfFormat::kBf16,
-        compression.error_feedback, static_cast<size_t>(compression.min_bytes),
-        static_cast<size_t>(config.distributed.bucket_mb * 1024 * 1024));
-  } else if (compression.codec != "none") {
-    return Status::Unsupported("compression.codec=" + compression.codec +
+        format == Format::kFp16 ? HalfFormat::kFp16 : HalfFormat::kBf16,
+        spec.compression.error_feedback, spec.compression.min_bytes, spec.sync.bucket_bytes);
+  } else if (spec.compression.codec.codec != Codec::kNone) {
+    return Status::Unsupported("compression.codec=" + spec.config.compression.codec +
                                " under gradient_sync nccl; allowed: none, fp16, bf16");
   }
   return sync;
@@ -105,7 +106,7 @@ Result<const StepBatch*> AllReduceSync::Prepare(uint64_t step) {
 Status AllReduceSync::AllReduce(uint64_t step, std::vector<std::span<float>>& tensors) {
   if (!hierarchical_) {
     BucketOptions buckets;
-    buckets.bucket_bytes = static_cast<size_t>(config_.distributed.bucket_mb * 1024 * 1024);
+    buckets.bucket_bytes = spec_.sync.bucket_bytes;
     return BucketedAllReduceSum(*groups_.flat, tensors, step, buckets);
   }
   size_t total = 0;
@@ -114,8 +115,7 @@ Status AllReduceSync::AllReduce(uint64_t step, std::vector<std::span<float>>& te
     total += span.size();
   }
   // Bucket by bucket, so the scratch of each phase stays bounded.
-  const size_t chunk = std::max<size_t>(
-      1, static_cast<size_t>(config_.distributed.bucket_mb * 1024 * 1024) / sizeof(float));
+  const size_t chunk = spec_.sync.bucket_bytes / sizeof(float);
   for (size_t off = 0; off < total; off += chunk) {
     GRIDSYNC_RETURN_IF_ERROR(HierarchicalAllReduce(*groups_.intra, groups_.inter, slices_,
                                                    packed_.data() + off,

@@ -31,9 +31,9 @@
 
 #include <memory>
 
-#include "common/config.h"
 #include "common/coordinator_client.h"
 #include "common/thread_pool.h"
+#include "spec/run_spec.h"
 #include "worker/collective/collective.h"
 #include "worker/local_optimizer.h"
 #include "worker/sync/gradient_sync.h"
@@ -57,7 +57,7 @@ Status HierarchicalAllReduce(Collective& intra, Collective* inter, int slices, f
 class AllReduceSync : public GradientSync {
  public:
   // coordinator: watched between steps when given (null in in-process tests).
-  static Result<std::unique_ptr<AllReduceSync>> Create(const Config& config, HashGridModel* model,
+  static Result<std::unique_ptr<AllReduceSync>> Create(const RunSpec& spec, HashGridModel* model,
                                                        int rank, const AllReduceGroups& groups,
                                                        CoordinatorClient* coordinator,
                                                        const BatchSource* source,
@@ -65,7 +65,7 @@ class AllReduceSync : public GradientSync {
                                                        ThreadPool* pool);
 
  private:
-  AllReduceSync(const Config& config, HashGridModel* model, int rank, const AllReduceGroups& groups,
+  AllReduceSync(const RunSpec& spec, HashGridModel* model, int rank, const AllReduceGroups& groups,
                 CoordinatorClient* coordinator, const BatchSource* source,
                 const SplitSchedule* split, ThreadPool* pool);
 
@@ -80,7 +80,8 @@ class AllReduceSync : public GradientSync {
  private:
   Status AllReduce(uint64_t step, std::vector<std::span<float>>& tensors);
 
-  const Config& config_;
+  const RunSpec& spec_;
+  const Config& config_;  // spec_.config
   HashGridModel* model_;
   AllReduceGroups groups_;
   CoordinatorClient* coordinator_;

@@ -22,22 +22,22 @@ uint32_t FloatToBits(float f) { return std::bit_cast<uint32_t>(f); }
 
 }  // namespace
 
-HybridSync::HybridSync(const Config& config, HashGridModel* model, PsSession session,
+HybridSync::HybridSync(const RunSpec& spec, HashGridModel* model, PsSession session,
                        const BatchSource* source, const SplitSchedule* split, ThreadPool* pool)
-    : PsSessionSync(config, model, std::move(session)),
+    : PsSessionSync(spec, model, std::move(session)),
       source_(source),
       split_(split),
       pool_(pool),
       space_(*model),
       row_set_(model->layout()) {}
 
-Result<std::unique_ptr<HybridSync>> HybridSync::Create(const Config& config, HashGridModel* model,
+Result<std::unique_ptr<HybridSync>> HybridSync::Create(const RunSpec& spec, HashGridModel* model,
                                                        PsSession session, const BatchSource* source,
                                                        const SplitSchedule* split, ThreadPool* pool,
                                                        const WorkerOptions& options) {
-  const auto& d = config.distributed;
+  const auto& d = spec.config.distributed;
   std::unique_ptr<HybridSync> sync(
-      new HybridSync(config, model, std::move(session), source, split, pool));
+      new HybridSync(spec, model, std::move(session), source, split, pool));
   const int rank = static_cast<int>(sync->rank_);
   const auto nodes = d.ResolvedNodes();
   const int node = d.NodeOf(rank);
@@ -52,7 +52,7 @@ Result<std::unique_ptr<HybridSync>> HybridSync::Create(const Config& config, Has
     GRIDSYNC_ASSIGN_OR_RETURN(
         sync->owned_intra_,
         MakeCollective(ToString(d.collective), sync->store_.get(), sync->local_, sync->node_size_,
-                       "intra-" + nodes[static_cast<size_t>(node)].name, d.timeout(),
+                       "intra-" + nodes[static_cast<size_t>(node)].name, spec.sync.timeout,
                        options.endpoint));
     sync->intra_ = sync->owned_intra_.get();
   }

@@ -23,10 +23,10 @@
 
 #include <memory>
 
-#include "common/config.h"
 #include "common/store.h"
 #include "common/thread_pool.h"
 #include "kernels/cpu/hash_encoding.h"
+#include "spec/run_spec.h"
 #include "worker/collective/collective.h"
 #include "worker/sync/gradient_sync.h"
 #include "worker/sync/ps_session.h"
@@ -38,7 +38,7 @@ class HybridSync : public PsSessionSync {
  public:
   // Joins the node's intra group: options.intra_group when set, else the
   // configured backend through the coordinator's KV store.
-  static Result<std::unique_ptr<HybridSync>> Create(const Config& config, HashGridModel* model,
+  static Result<std::unique_ptr<HybridSync>> Create(const RunSpec& spec, HashGridModel* model,
                                                     PsSession session, const BatchSource* source,
                                                     const SplitSchedule* split, ThreadPool* pool,
                                                     const WorkerOptions& options);
@@ -47,7 +47,7 @@ class HybridSync : public PsSessionSync {
   Result<SyncOutcome> Apply(uint64_t step, ModelGradients* grads, float loss_scale) override;
 
  private:
-  HybridSync(const Config& config, HashGridModel* model, PsSession session,
+  HybridSync(const RunSpec& spec, HashGridModel* model, PsSession session,
              const BatchSource* source, const SplitSchedule* split, ThreadPool* pool);
   float* ParamOf(uint64_t global_row);
   double CommSeconds() const override { return comm_seconds_; }

@@ -2,9 +2,9 @@
 
 namespace gridsync {
 
-LocalSync::LocalSync(const Config& config, HashGridModel* model, const BatchSource* source,
+LocalSync::LocalSync(const RunSpec& spec, HashGridModel* model, const BatchSource* source,
                      ThreadPool* pool)
-    : config_(config), source_(source), pool_(pool), optimizer_(model, config) {
+    : config_(spec.config), source_(source), pool_(pool), optimizer_(model, spec.model.adam) {
   rows_.resize(model->layout().n_levels());
 }
 

@@ -14,8 +14,7 @@ namespace gridsync {
 
 class LocalSync : public GradientSync {
  public:
-  LocalSync(const Config& config, HashGridModel* model, const BatchSource* source,
-            ThreadPool* pool);
+  LocalSync(const RunSpec& spec, HashGridModel* model, const BatchSource* source, ThreadPool* pool);
 
   Result<const StepBatch*> Prepare(uint64_t step) override;
   Result<SyncOutcome> Apply(uint64_t step, ModelGradients* grads, float loss_scale) override;

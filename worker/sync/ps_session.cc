@@ -7,7 +7,6 @@
 #include <cmath>
 
 #include "common/counter_rng.h"
-#include "kernels/model_tables.h"
 #include "worker/sync/peer_watch.h"
 
 namespace gridsync {
@@ -54,11 +53,12 @@ Status PullAllParams(PsClient& ps, HashGridModel& model, uint64_t min_version) {
   return Status::OK();
 }
 
-Result<PsSession> JoinPsCluster(const Config& config, HashGridModel& model,
+Result<PsSession> JoinPsCluster(const RunSpec& spec, HashGridModel& model,
                                 const WorkerOptions& options) {
+  const Config& config = spec.config;
   const auto& d = config.distributed;
-  const auto timeout = d.timeout();
-  const auto tables = ModelTables(model.layout(), model.mlp_shape());
+  const auto timeout = spec.sync.timeout;
+  const auto& tables = spec.model.tables;
   const uint32_t workers = static_cast<uint32_t>(d.world_size);
   PsSession session;
   GRIDSYNC_ASSIGN_OR_RETURN(const wire::ControlAuth control_auth,
@@ -83,23 +83,21 @@ Result<PsSession> JoinPsCluster(const Config& config, HashGridModel& model,
   session.me = "worker-" + std::to_string(session.rank);
   GRIDSYNC_ASSIGN_OR_RETURN(session.map,
                             session.coordinator->GetMap(/*wait_complete=*/true, timeout));
-  const auto dim = d.model_parallel ? d.mp_dim : ModelParallelDim::kRow;
   GRIDSYNC_ASSIGN_OR_RETURN(
       Partition partition,
-      Partition::Make(session.map.tables, static_cast<uint32_t>(session.map.shards.size()), dim));
+      Partition::Make(session.map.tables, static_cast<uint32_t>(session.map.shards.size()),
+                      spec.sync.partition_dim));
   session.partition = std::make_unique<Partition>(std::move(partition));
   GRIDSYNC_ASSIGN_OR_RETURN(const wire::CurveSettings curve,
                             wire::CurveSettingsFor(config, "worker"));
   GRIDSYNC_ASSIGN_OR_RETURN(
       session.ps, PsClient::Connect(session.map, *session.partition, session.rank, workers, timeout,
                                     wire::Limits{}, curve));
-  GRIDSYNC_ASSIGN_OR_RETURN(const CodecOptions codec, CodecFromConfig(config.compression));
-  session.ps->SetCompression(codec, config.compression.error_feedback,
-                             static_cast<size_t>(config.compression.min_bytes),
+  const CompressionSpec& compression = spec.compression;
+  session.ps->SetCompression(compression.codec, compression.error_feedback, compression.min_bytes,
                              Mix64(config.training.seed) ^ (uint64_t{session.rank} << 48));
-  session.ps->SetDeltaPulls(config.compression.pull && codec.codec != Codec::kNone);
-  if (config.OptimizerOnWorkers())
-    session.ps->SetWorkerOptimizer(AdamHyperFromConfig(config.training));
+  session.ps->SetDeltaPulls(compression.delta_pulls);
+  if (spec.sync.optimizer_on_workers) session.ps->SetWorkerOptimizer(spec.model.adam);
   if (!options.train.quiet) {
     spdlog::info("{}: cluster of {} shards and {} workers (map generation {}), {} tables",
                  session.me, session.map.shards.size(), session.map.workers.size(),
@@ -117,16 +115,16 @@ Result<PsSession> JoinPsCluster(const Config& config, HashGridModel& model,
   return session;
 }
 
-Status FinishPsRun(const Config& config, PsSession& session, HashGridModel& model,
-                   uint64_t end_step, TrainReport* report) {
+Status FinishPsRun(const RunSpec& spec, PsSession& session, HashGridModel& model, uint64_t end_step,
+                   TrainReport* report) {
+  const Config& config = spec.config;
   GRIDSYNC_ASSIGN_OR_RETURN(
       report->flushed_residuals,
       session.ps->FlushResiduals(end_step, MinVersionFor(config.ps, end_step)));
   // Every push of every worker is acknowledged (and, but for bsp/ssp
   // aggregation, applied) before anyone reads the final parameters.
-  GRIDSYNC_RETURN_IF_ERROR(
-      session.coordinator->Barrier("done", static_cast<uint32_t>(config.distributed.world_size),
-                                   session.me, config.distributed.timeout()));
+  GRIDSYNC_RETURN_IF_ERROR(session.coordinator->Barrier(
+      "done", static_cast<uint32_t>(config.distributed.world_size), session.me, spec.sync.timeout));
   if (session.rank != 0) return Status::OK();
   // The version holding every push: its steps plus the flush, when there
   // was one; whatever is there under async (all acknowledged by now).
@@ -136,16 +134,15 @@ Status FinishPsRun(const Config& config, PsSession& session, HashGridModel& mode
   return PullAllParams(*session.ps, model, final_version);
 }
 
-Result<std::vector<double>> GatherRatesByKv(const Config& config, PsSession& session, uint64_t done,
+Result<std::vector<double>> GatherRatesByKv(const RunSpec& spec, PsSession& session, uint64_t done,
                                             double mine) {
   const std::string prefix = "rates/" + std::to_string(done) + "/";
   GRIDSYNC_RETURN_IF_ERROR(session.coordinator->Set(prefix + std::to_string(session.rank),
                                                     fmt::format("{:.17g}", mine)));
   std::vector<std::string> keys;
-  for (int r = 0; r < config.distributed.world_size; ++r)
+  for (int r = 0; r < spec.config.distributed.world_size; ++r)
     keys.push_back(prefix + std::to_string(r));
-  GRIDSYNC_ASSIGN_OR_RETURN(auto values,
-                            session.coordinator->Get(keys, config.distributed.timeout()));
+  GRIDSYNC_ASSIGN_OR_RETURN(auto values, session.coordinator->Get(keys, spec.sync.timeout));
   std::vector<double> rates;
   for (size_t i = 0; i < values.size(); ++i) {
     double v = 0;
@@ -160,18 +157,18 @@ Result<std::vector<double>> GatherRatesByKv(const Config& config, PsSession& ses
   return rates;
 }
 
-PsSessionSync::PsSessionSync(const Config& config, HashGridModel* model, PsSession session)
-    : config_(config), model_(model), session_(std::move(session)) {
+PsSessionSync::PsSessionSync(const RunSpec& spec, HashGridModel* model, PsSession session)
+    : spec_(spec), config_(spec.config), model_(model), session_(std::move(session)) {
   rank_ = session_.rank;
   me_ = session_.me;
 }
 
 Status PsSessionSync::Finish(uint64_t end_step, TrainReport* report) {
-  return FinishPsRun(config_, session_, *model_, end_step, report);
+  return FinishPsRun(spec_, session_, *model_, end_step, report);
 }
 
 Result<std::vector<double>> PsSessionSync::GatherRates(uint64_t done, double mine) {
-  return GatherRatesByKv(config_, session_, done, mine);
+  return GatherRatesByKv(spec_, session_, done, mine);
 }
 
 Status PsSessionSync::CheckPeers() { return CheckClusterPeers(*session_.coordinator); }

@@ -11,10 +11,10 @@
 #include <string>
 
 #include "common/cluster_map.h"
-#include "common/config.h"
 #include "common/coordinator_client.h"
 #include "common/sharding.h"
 #include "common/status.h"
+#include "spec/run_spec.h"
 #include "worker/model.h"
 #include "worker/ps_client.h"
 #include "worker/sync/gradient_sync.h"
@@ -35,7 +35,7 @@ struct PsSession {
 // the complete cluster map, connects to every shard; rank 0 gives the
 // shards the model's seeded values (unless resuming); every worker then
 // passes the "init" barrier.
-Result<PsSession> JoinPsCluster(const Config& config, HashGridModel& model,
+Result<PsSession> JoinPsCluster(const RunSpec& spec, HashGridModel& model,
                                 const WorkerOptions& options);
 
 // The parameter version a worker about to compute `step` must read:
@@ -50,12 +50,12 @@ Status PullAllParams(PsClient& ps, HashGridModel& model, uint64_t min_version);
 // After the last step: delivers what error feedback still holds (one more
 // step), waits at the "done" barrier for every worker's last push, and on
 // rank 0 pulls the final parameters into the model.
-Status FinishPsRun(const Config& config, PsSession& session, HashGridModel& model,
-                   uint64_t end_step, TrainReport* report);
+Status FinishPsRun(const RunSpec& spec, PsSession& session, HashGridModel& model, uint64_t end_step,
+                   TrainReport* report);
 
 // Adaptive splitting through the coordinator's KV store: every worker's
 // rate after step `done`, in rank order.
-Result<std::vector<double>> GatherRatesByKv(const Config& config, PsSession& session, uint64_t done,
+Result<std::vector<double>> GatherRatesByKv(const RunSpec& spec, PsSession& session, uint64_t done,
                                             double mine);
 
 // What ps and hybrid share as GradientSyncs: the session, the end of the
@@ -69,7 +69,7 @@ class PsSessionSync : public GradientSync {
   void FillReport(TrainReport* report) const override;
 
  protected:
-  PsSessionSync(const Config& config, HashGridModel* model, PsSession session);
+  PsSessionSync(const RunSpec& spec, HashGridModel* model, PsSession session);
   void RecordStaleness(uint64_t steps) {
     staleness_max_ = std::max(staleness_max_, steps);
     staleness_sum_ += steps;
@@ -78,7 +78,8 @@ class PsSessionSync : public GradientSync {
   // Seconds blocked in synchronisation (the PS client's, or more).
   virtual double CommSeconds() const;
 
-  const Config& config_;
+  const RunSpec& spec_;
+  const Config& config_;  // spec_.config
   HashGridModel* model_;
   PsSession session_;
 

@@ -2,14 +2,14 @@
 
 namespace gridsync {
 
-PsSync::PsSync(const Config& config, HashGridModel* model, PsSession session,
+PsSync::PsSync(const RunSpec& spec, HashGridModel* model, PsSession session,
                const BatchSource* source, const SplitSchedule* split, ThreadPool* pool,
                const WorkerOptions&)
-    : PsSessionSync(config, model, std::move(session)),
+    : PsSessionSync(spec, model, std::move(session)),
       source_(source),
       split_(split),
       pool_(pool),
-      steps_(static_cast<uint64_t>(config.training.steps)),
+      steps_(static_cast<uint64_t>(spec.config.training.steps)),
       row_set_(model->layout()) {
   touched_.resize(model->layout().n_levels());
 }

@@ -22,9 +22,9 @@
 // Thread safety: see gradient_sync.h.
 #pragma once
 
-#include "common/config.h"
 #include "common/thread_pool.h"
 #include "kernels/cpu/hash_encoding.h"
+#include "spec/run_spec.h"
 #include "worker/sync/gradient_sync.h"
 #include "worker/sync/ps_session.h"
 
@@ -32,7 +32,7 @@ namespace gridsync {
 
 class PsSync : public PsSessionSync {
  public:
-  PsSync(const Config& config, HashGridModel* model, PsSession session, const BatchSource* source,
+  PsSync(const RunSpec& spec, HashGridModel* model, PsSession session, const BatchSource* source,
          const SplitSchedule* split, ThreadPool* pool, const WorkerOptions& options);
 
   Result<const StepBatch*> Prepare(uint64_t step) override;

@@ -3,21 +3,20 @@
 #include <algorithm>
 #include <cstring>
 
-#include "kernels/model_tables.h"
 #include "worker/params_file.h"
 
 namespace gridsync {
 
-Result<ShardedUpdate> ShardedUpdate::Make(const Config& config, const HashGridModel& model,
-                                          int rank, int workers) {
-  const auto tables = ModelTables(model.layout(), model.mlp_shape());
+Result<ShardedUpdate> ShardedUpdate::Make(const RunSpec& spec, const HashGridModel& model, int rank,
+                                          int workers) {
+  const auto& tables = spec.model.tables;
   GRIDSYNC_ASSIGN_OR_RETURN(
       Partition partition,
-      Partition::Make(tables, static_cast<uint32_t>(workers), config.distributed.mp_dim));
+      Partition::Make(tables, static_cast<uint32_t>(workers), spec.sync.partition_dim));
   const RowSpace space(model);
   ShardedUpdate u;
   u.rank_ = rank;
-  u.hyper_ = AdamHyperFromConfig(config.training);
+  u.hyper_ = spec.model.adam;
   u.runs_.resize(static_cast<size_t>(workers));
   u.counts_.assign(static_cast<size_t>(workers), 0);
   u.tables_.resize(tables.size());

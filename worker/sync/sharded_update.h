@@ -17,10 +17,10 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/config.h"
 #include "common/sharding.h"
 #include "common/status.h"
 #include "kernels/cpu/adam.h"
+#include "spec/run_spec.h"
 #include "worker/collective/collective.h"
 #include "worker/model.h"
 #include "worker/sync/row_space.h"
@@ -29,7 +29,7 @@ namespace gridsync {
 
 class ShardedUpdate {
  public:
-  static Result<ShardedUpdate> Make(const Config& config, const HashGridModel& model, int rank,
+  static Result<ShardedUpdate> Make(const RunSpec& spec, const HashGridModel& model, int rank,
                                     int workers);
 
   // `flat`: the model's gradient laid out as FlattenParams lays out

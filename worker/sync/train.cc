@@ -6,7 +6,6 @@
 
 #include "common/coordinator_client.h"
 #include "common/thread_pool.h"
-#include "kernels/model_tables.h"
 #include "worker/collective/factory.h"
 #include "worker/sync/hybrid_sync.h"
 #include "worker/sync/local_sync.h"
@@ -16,20 +15,20 @@
 namespace gridsync {
 namespace {
 
-Result<std::shared_ptr<HashGridModel>> MakeModel(const Config& config) {
+Result<std::shared_ptr<HashGridModel>> MakeModel(const RunSpec& spec) {
   GRIDSYNC_ASSIGN_OR_RETURN(std::unique_ptr<HashGridModel> model,
-                            HashGridModel::Create(config, 2, 3));
+                            HashGridModel::Create(spec.model));
   return std::shared_ptr<HashGridModel>(std::move(model));
 }
 
 // A cluster's all-reduce worker: registers with the coordinator, then
 // builds the flat (and, for hierarchical, intra- and inter-node) groups
 // through the coordinator's KV store with the configured backend.
-Result<TrainReport> TrainAllReduceWorker(const Config& config, const ImageTask& image,
+Result<TrainReport> TrainAllReduceWorker(const RunSpec& spec, const ImageTask& image,
                                          const WorkerOptions& options) {
+  const Config& config = spec.config;
   const auto& d = config.distributed;
-  const auto timeout = d.timeout();
-  GRIDSYNC_ASSIGN_OR_RETURN(auto tables, ImageModelTables(config));
+  const auto timeout = spec.sync.timeout;
   GRIDSYNC_ASSIGN_OR_RETURN(const wire::ControlAuth control_auth,
                             wire::ControlAuthFor(config, "worker"));
   GRIDSYNC_ASSIGN_OR_RETURN(
@@ -41,7 +40,7 @@ Result<TrainReport> TrainAllReduceWorker(const Config& config, const ImageTask& 
   info.role = Role::kWorker;
   info.requested_rank = options.rank;
   info.pid = static_cast<uint32_t>(getpid());
-  info.tables = tables;
+  info.tables = spec.model.tables;
   info.node = options.node;
   if (options.rank >= 0) {
     info.node = nodes[static_cast<size_t>(d.NodeOf(options.rank))].name;
@@ -64,7 +63,7 @@ Result<TrainReport> TrainAllReduceWorker(const Config& config, const ImageTask& 
         intra, MakeCollective(kind, &store, local, nodes[static_cast<size_t>(node)].workers,
                               "intra-" + nodes[static_cast<size_t>(node)].name, timeout,
                               options.endpoint));
-    if (local < d.HierarchicalSlices()) {
+    if (local < spec.sync.hierarchical_slices) {
       GRIDSYNC_ASSIGN_OR_RETURN(
           inter, MakeCollective(kind, &store, node, static_cast<int>(nodes.size()),
                                 "inter-" + std::to_string(local), timeout, options.endpoint));
@@ -72,14 +71,14 @@ Result<TrainReport> TrainAllReduceWorker(const Config& config, const ImageTask& 
     groups.intra = intra.get();
     groups.inter = inter.get();
   }
-  GRIDSYNC_ASSIGN_OR_RETURN(auto model, MakeModel(config));
+  GRIDSYNC_ASSIGN_OR_RETURN(auto model, MakeModel(spec));
   ThreadPool pool(config.training.threads);
   const BatchSource source(image, config.training.seed);
   SplitSchedule split(BatchSplit(d, config.training.batch_size));
   GRIDSYNC_ASSIGN_OR_RETURN(
-      auto sync, AllReduceSync::Create(config, model.get(), rank, groups, coordinator.get(),
-                                       &source, &split, &pool));
-  auto report = RunTrainLoop(config, image, model, *sync, split, pool, options);
+      auto sync, AllReduceSync::Create(spec, model.get(), rank, groups, coordinator.get(), &source,
+                                       &split, &pool));
+  auto report = RunTrainLoop(spec, image, model, *sync, split, pool, options);
   // Every rank leaves together: a rank that closed its sockets while a peer
   // still sends its last bucket would fail that peer.
   if (report.ok()) {
@@ -89,50 +88,64 @@ Result<TrainReport> TrainAllReduceWorker(const Config& config, const ImageTask& 
   return report;
 }
 
-Result<TrainReport> TrainPsWorker(const Config& config, const ImageTask& image,
+Result<TrainReport> TrainPsWorker(const RunSpec& spec, const ImageTask& image,
                                   const WorkerOptions& options) {
-  GRIDSYNC_ASSIGN_OR_RETURN(auto model, MakeModel(config));
-  GRIDSYNC_ASSIGN_OR_RETURN(PsSession session, JoinPsCluster(config, *model, options));
+  const Config& config = spec.config;
+  GRIDSYNC_ASSIGN_OR_RETURN(auto model, MakeModel(spec));
+  GRIDSYNC_ASSIGN_OR_RETURN(PsSession session, JoinPsCluster(spec, *model, options));
   ThreadPool pool(config.training.threads);
   const BatchSource source(image, config.training.seed);
   SplitSchedule split(BatchSplit(config.distributed, config.training.batch_size));
   std::unique_ptr<GradientSync> sync;
   if (config.distributed.gradient_sync == GradientSyncMode::kHybrid) {
-    GRIDSYNC_ASSIGN_OR_RETURN(sync, HybridSync::Create(config, model.get(), std::move(session),
+    GRIDSYNC_ASSIGN_OR_RETURN(sync, HybridSync::Create(spec, model.get(), std::move(session),
                                                        &source, &split, &pool, options));
   } else {
-    sync = std::make_unique<PsSync>(config, model.get(), std::move(session), &source, &split, &pool,
+    sync = std::make_unique<PsSync>(spec, model.get(), std::move(session), &source, &split, &pool,
                                     options);
   }
-  return RunTrainLoop(config, image, model, *sync, split, pool, options);
+  return RunTrainLoop(spec, image, model, *sync, split, pool, options);
 }
 
 }  // namespace
 
-Result<TrainReport> TrainImage(const Config& config, const ImageTask& image,
+Result<TrainReport> TrainImage(const RunSpec& spec, const ImageTask& image,
                                const TrainOptions& options, const std::string& dump_params) {
-  GRIDSYNC_ASSIGN_OR_RETURN(auto model, MakeModel(config));
+  const Config& config = spec.config;
+  GRIDSYNC_ASSIGN_OR_RETURN(auto model, MakeModel(spec));
   ThreadPool pool(config.training.threads);
   const BatchSource source(image, config.training.seed);
   DistributedConfig alone;
   alone.enable = false;
   alone.world_size = 1;
   SplitSchedule split(BatchSplit(alone, config.training.batch_size));
-  LocalSync sync(config, model.get(), &source, &pool);
+  LocalSync sync(spec, model.get(), &source, &pool);
   WorkerOptions worker;
   worker.train = options;
   worker.dump_params = dump_params;
-  return RunTrainLoop(config, image, model, sync, split, pool, worker);
+  return RunTrainLoop(spec, image, model, sync, split, pool, worker);
+}
+
+Result<TrainReport> TrainImage(const Config& config, const ImageTask& image,
+                               const TrainOptions& options, const std::string& dump_params) {
+  GRIDSYNC_ASSIGN_OR_RETURN(const RunSpec spec, RunSpec::Resolve(config));
+  return TrainImage(spec, image, options, dump_params);
 }
 
 Result<TrainReport> TrainWorker(const Config& config, const ImageTask& image,
                                 const WorkerOptions& options) {
-  switch (config.distributed.gradient_sync) {
+  GRIDSYNC_ASSIGN_OR_RETURN(const RunSpec spec, RunSpec::Resolve(config));
+  return TrainWorker(spec, image, options);
+}
+
+Result<TrainReport> TrainWorker(const RunSpec& spec, const ImageTask& image,
+                                const WorkerOptions& options) {
+  switch (spec.config.distributed.gradient_sync) {
     case GradientSyncMode::kPs:
     case GradientSyncMode::kHybrid:
-      return TrainPsWorker(config, image, options);
+      return TrainPsWorker(spec, image, options);
     case GradientSyncMode::kNccl:
-      return TrainAllReduceWorker(config, image, options);
+      return TrainAllReduceWorker(spec, image, options);
   }
   return Status::Internal("unknown gradient_sync");
 }
@@ -140,16 +153,18 @@ Result<TrainReport> TrainWorker(const Config& config, const ImageTask& image,
 Result<TrainReport> TrainImageAllReduce(const Config& config, const ImageTask& image, int rank,
                                         const AllReduceGroups& groups,
                                         const WorkerOptions& options) {
-  GRIDSYNC_ASSIGN_OR_RETURN(auto model, MakeModel(config));
+  GRIDSYNC_ASSIGN_OR_RETURN(const RunSpec spec, RunSpec::Resolve(config));
+  GRIDSYNC_ASSIGN_OR_RETURN(auto model, MakeModel(spec));
   ThreadPool pool(config.training.threads);
   const BatchSource source(image, config.training.seed);
   SplitSchedule split(BatchSplit(config.distributed, config.training.batch_size));
-  GRIDSYNC_ASSIGN_OR_RETURN(auto sync, AllReduceSync::Create(config, model.get(), rank, groups,
+  GRIDSYNC_ASSIGN_OR_RETURN(auto sync, AllReduceSync::Create(spec, model.get(), rank, groups,
                                                              nullptr, &source, &split, &pool));
-  return RunTrainLoop(config, image, model, *sync, split, pool, options);
+  return RunTrainLoop(spec, image, model, *sync, split, pool, options);
 }
 
-uint64_t EstimateWorkerBytes(const Config& config, uint64_t samples) {
+uint64_t EstimateWorkerBytes(const RunSpec& spec, uint64_t samples) {
+  const Config& config = spec.config;
   const auto& e = config.encoding;
   const uint64_t levels = static_cast<uint64_t>(e.n_levels);
   const uint64_t features = static_cast<uint64_t>(e.n_features_per_level);
@@ -159,10 +174,7 @@ uint64_t EstimateWorkerBytes(const Config& config, uint64_t samples) {
   const uint64_t per_sample = 4 * (5 + levels * 4 * 2 + levels * features * 2 +
                                    static_cast<uint64_t>(config.network.n_neurons) * 2 + 64);
   // Per parameter: master, Adam's m and v, the gradient, an fp16 copy.
-  uint64_t params = 0;
-  if (auto tables = ImageModelTables(config); tables.ok()) {
-    for (const auto& t : *tables) params += t.rows * t.width;
-  }
+  const uint64_t params = spec.model.n_params;
   return per_sample * samples + params * 4 * 6;
 }
 

@@ -8,21 +8,30 @@
 //   TrainImageAllReduce  nccl mode over groups the caller built (in-process
 //                        tests with LocalCollective)
 //
+// Each takes the run's RunSpec (spec/run_spec.h), resolved once by the
+// caller; the Config overloads, for tests and benchmarks, resolve it and
+// call the RunSpec ones.
+//
 // Thread safety: reentrant; one call per worker.
 #pragma once
 
-#include "common/config.h"
 #include "common/status.h"
+#include "spec/run_spec.h"
 #include "worker/image_task.h"
 #include "worker/sync/allreduce_sync.h"
 #include "worker/sync/train_report.h"
 
 namespace gridsync {
 
+Result<TrainReport> TrainImage(const RunSpec& spec, const ImageTask& image,
+                               const TrainOptions& options = {},
+                               const std::string& dump_params = "");
 Result<TrainReport> TrainImage(const Config& config, const ImageTask& image,
                                const TrainOptions& options = {},
                                const std::string& dump_params = "");
 
+Result<TrainReport> TrainWorker(const RunSpec& spec, const ImageTask& image,
+                                const WorkerOptions& options);
 Result<TrainReport> TrainWorker(const Config& config, const ImageTask& image,
                                 const WorkerOptions& options);
 
@@ -34,6 +43,6 @@ Result<TrainReport> TrainImageAllReduce(const Config& config, const ImageTask& i
 // roughly (model, optimizer state, gradient buffers and per-sample
 // scratch); the worker binary refuses a batch that cannot fit before it
 // allocates anything.
-uint64_t EstimateWorkerBytes(const Config& config, uint64_t samples);
+uint64_t EstimateWorkerBytes(const RunSpec& spec, uint64_t samples);
 
 }  // namespace gridsync

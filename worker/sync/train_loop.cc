@@ -46,10 +46,11 @@ Status EvaluateAndSave(HashGridModel& model, const ImageTask& image, const Confi
   return ImageTask::WritePng(report->png_path, image.width(), image.height(), prediction);
 }
 
-Result<TrainReport> RunTrainLoop(const Config& config, const ImageTask& image,
+Result<TrainReport> RunTrainLoop(const RunSpec& spec, const ImageTask& image,
                                  std::shared_ptr<HashGridModel> model, GradientSync& sync,
                                  SplitSchedule& split, ThreadPool& pool,
                                  const WorkerOptions& options) {
+  const Config& config = spec.config;
   const auto& t = config.training;
   const auto& d = config.distributed;
   const uint64_t steps = static_cast<uint64_t>(t.steps);
@@ -117,8 +118,7 @@ Result<TrainReport> RunTrainLoop(const Config& config, const ImageTask& image,
   }
   // A dead peer or coordinator is noticed between steps at this interval,
   // whatever the consistency mode (async steps never wait for a peer).
-  const auto check_every = std::chrono::milliseconds(
-      std::clamp<int64_t>(static_cast<int64_t>(d.timeout_s * 250), 100, 1000));
+  const auto check_every = spec.sync.peer_check_every;
   auto last_check = Clock::now();
   uint64_t grid_rows = 0, applied = 0;
   double compute_in_interval = 0;

@@ -11,9 +11,9 @@
 
 #include <memory>
 
-#include "common/config.h"
 #include "common/status.h"
 #include "common/thread_pool.h"
+#include "spec/run_spec.h"
 #include "worker/image_task.h"
 #include "worker/model.h"
 #include "worker/sync/gradient_sync.h"
@@ -21,7 +21,7 @@
 
 namespace gridsync {
 
-Result<TrainReport> RunTrainLoop(const Config& config, const ImageTask& image,
+Result<TrainReport> RunTrainLoop(const RunSpec& spec, const ImageTask& image,
                                  std::shared_ptr<HashGridModel> model, GradientSync& sync,
                                  SplitSchedule& split, ThreadPool& pool,
                                  const WorkerOptions& options);

@@ -1,0 +1,86 @@
+#include "spec/run_spec.h"
+
+#include <algorithm>
+
+#include "kernels/model_tables.h"
+
+namespace gridsync {
+namespace {
+
+// The image task: 2D positions in, RGB out.
+constexpr uint32_t kImageDims = 2;
+constexpr int kImageOutputs = 3;
+
+Result<ModelSpec> ResolveModel(const Config& config) {
+  ModelSpec m;
+  const auto& e = config.encoding;
+  m.grid.dims = kImageDims;
+  m.grid.n_levels = static_cast<uint32_t>(e.n_levels);
+  m.grid.features = static_cast<uint32_t>(e.n_features_per_level);
+  m.grid.log2_hashmap_size = static_cast<uint32_t>(e.log2_hashmap_size);
+  m.grid.base_resolution = static_cast<uint32_t>(e.base_resolution);
+  m.grid.per_level_scale = static_cast<float>(e.per_level_scale);
+  GRIDSYNC_ASSIGN_OR_RETURN(const HashGridLayout layout, HashGridLayout::Make(m.grid));
+  m.mlp.input_width = static_cast<int>(layout.output_width());
+  m.mlp.hidden_width = config.network.n_neurons;
+  m.mlp.hidden_layers = config.network.n_hidden_layers;
+  m.mlp.output_width = kImageOutputs;
+  m.tables = ModelTables(layout, m.mlp);
+  for (const auto& t : m.tables) m.n_params += t.rows * t.width;
+  m.adam.learning_rate = static_cast<float>(config.training.learning_rate);
+  m.mixed_precision = config.training.mixed_precision;
+  m.seed = config.training.seed;
+  const auto& t = config.training;
+  if (t.dynamic_resolution) {
+    m.dynamic_resolution_steps = t.dynamic_resolution_steps > 0
+                                     ? static_cast<uint64_t>(t.dynamic_resolution_steps)
+                                     : std::max<uint64_t>(1, t.steps / 2);
+  }
+  return m;
+}
+
+}  // namespace
+
+Result<CodecOptions> CodecFromConfig(const CompressionConfig& compression) {
+  GRIDSYNC_ASSIGN_OR_RETURN(const Codec codec, ParseCodec(compression.codec));
+  CodecOptions options;
+  options.codec = codec;
+  options.ratio = compression.ratio;
+  options.bits = compression.bits;
+  options.block = static_cast<uint32_t>(compression.block);
+  GRIDSYNC_RETURN_IF_ERROR(ValidateCodecOptions(options));
+  return options;
+}
+
+Result<RunSpec> RunSpec::Resolve(const Config& config) {
+  RunSpec spec;
+  spec.config = config;
+  auto model = ResolveModel(config);
+  if (!model.ok()) return model.status().WithContext(config.source + ": the model");
+  spec.model = std::move(model).value();
+
+  const auto& d = config.distributed;
+  SyncSpec& s = spec.sync;
+  s.timeout = d.timeout();
+  s.peer_check_every = std::chrono::milliseconds(
+      std::clamp<int64_t>(static_cast<int64_t>(d.timeout_s * 250), 100, 1000));
+  s.bucket_bytes = std::max<size_t>(sizeof(float), static_cast<size_t>(d.bucket_mb * 1024 * 1024));
+  s.hierarchical_slices = d.HierarchicalSlices();
+  s.partition_dim = d.model_parallel ? d.mp_dim : ModelParallelDim::kRow;
+  s.optimizer_on_workers = config.OptimizerOnWorkers();
+
+  CompressionSpec& c = spec.compression;
+  auto codec = CodecFromConfig(config.compression);
+  if (!codec.ok()) return codec.status().WithContext(config.source + ": compression");
+  c.codec = *codec;
+  c.error_feedback = config.compression.error_feedback;
+  c.min_bytes = static_cast<size_t>(config.compression.min_bytes);
+  c.delta_pulls = config.compression.pull && c.codec.codec != Codec::kNone;
+  if (d.gradient_sync == GradientSyncMode::kNccl) {
+    if (c.codec.codec == Codec::kFp16) c.all_reduce = CompressionSpec::AllReduceFormat::kFp16;
+    if (c.codec.codec == Codec::kBf16) c.all_reduce = CompressionSpec::AllReduceFormat::kBf16;
+  }
+  return spec;
+}
+
+}  // namespace gridsync
