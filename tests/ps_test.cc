@@ -77,7 +77,8 @@ struct Cluster {
   }
 
   // Runs every worker as a thread; returns their reports (rank order).
-  std::vector<Result<TrainReport>> Train(const ImageTask& image, std::vector<int> throttle_ms = {}) {
+  std::vector<Result<TrainReport>> Train(const ImageTask& image, std::vector<int> throttle_ms = {},
+                                         uint64_t eval_every = 0) {
     const int workers = config.distributed.world_size;
     std::vector<Result<TrainReport>> reports(workers, Status::Internal("not run"));
     std::vector<std::thread> threads;
@@ -87,6 +88,7 @@ struct Cluster {
         options.rank = w;
         options.train.quiet = true;
         options.train.write_png = false;
+        options.train.eval_every = eval_every;
         if (static_cast<size_t>(w) < throttle_ms.size()) options.throttle_ms = throttle_ms[w];
         reports[w] = TrainWorker(config, image, options);
       });
@@ -134,6 +136,73 @@ TEST(PsClusterTest, BspInProcessMatchesSingleProcessBitForBit) {
   ExpectBitIdentical(FlattenParams(*reports[0]->model), FlattenParams(*local.model));
   EXPECT_EQ(reports[0]->psnr, local.psnr);
   EXPECT_EQ(AppliedSteps(*cluster->shards[0], 12u), 12u);
+}
+
+// Evaluations in the middle of a run (--eval-every, the PSNR-against-time
+// curve): the model holder pulls the whole model first, so every evaluation
+// sees exactly the single process's model at that step, and training goes
+// on unchanged: the final parameters are those of a run without them (with
+// lossy delta pulls, within rounding of them).
+TEST(PsClusterTest, EvaluationsMidRunSeeTheSingleProcessModelAndChangeNothing) {
+  const ImageTask image = SmallImage();
+  for (bool delta_pulls : {false, true}) {
+    SCOPED_TRACE(delta_pulls ? "onebit with delta pulls" : "uncompressed");
+    Config config = SmallConfig(2, 2);
+    if (delta_pulls) {
+      config.compression.codec = "onebit";
+      config.compression.min_bytes = 0;
+      config.compression.pull = true;
+    }
+    std::vector<float> plain;
+    for (uint64_t every : {uint64_t{0}, uint64_t{4}}) {
+      auto cluster = Cluster::Start(config);
+      auto reports = cluster->Train(image, {}, every);
+      for (auto& r : reports) ASSERT_TRUE(r.ok()) << r.status().ToString();
+      if (every == 0) {
+        plain = FlattenParams(*reports[0]->model);
+        EXPECT_TRUE(reports[0]->psnr_curve.empty());
+        continue;
+      }
+      if (!delta_pulls) {
+        ExpectBitIdentical(FlattenParams(*reports[0]->model), plain);
+      } else {
+        // With delta pulls an evaluation's whole pull also makes the model
+        // holder's rows exact where a lossy codec had left them off by its
+        // remainder, so the run differs, slightly.
+        ExpectWithinRounding(FlattenParams(*reports[0]->model), plain,
+                             testing::InitialParams(config), 0.05, 1.0);
+      }
+      ASSERT_EQ(reports[0]->psnr_curve.size(), 3u);  // steps 4, 8, 12 of 12
+      EXPECT_TRUE(reports[1]->psnr_curve.empty()) << "only the model holder evaluates";
+      double last_seconds = 0;
+      for (const auto& point : reports[0]->psnr_curve) {
+        EXPECT_EQ(point.step % 4, 0u);
+        EXPECT_GT(point.seconds, last_seconds);
+        EXPECT_LE(point.seconds, reports[0]->train_seconds);
+        last_seconds = point.seconds;
+      }
+      if (!delta_pulls) {
+        // (With a codec the end of the run flushes the residuals: one more
+        // step after the last evaluation.)
+        EXPECT_EQ(reports[0]->psnr_curve.back().psnr, reports[0]->psnr);
+        // The single process evaluated after the same steps.
+        Config one = cluster->config;
+        one.training.gradient_accumulation = one.distributed.world_size;
+        one.distributed.enable = false;
+        one.distributed.world_size = 1;
+        TrainOptions options;
+        options.quiet = true;
+        options.write_png = false;
+        options.eval_every = 4;
+        auto local = TrainImage(one, image, options);
+        ASSERT_TRUE(local.ok()) << local.status().ToString();
+        ASSERT_EQ(local->psnr_curve.size(), 3u);
+        for (size_t i = 0; i < 3; ++i)
+          EXPECT_EQ(reports[0]->psnr_curve[i].psnr, local->psnr_curve[i].psnr)
+              << "step " << 4 * (i + 1);
+      }
+    }
+  }
 }
 
 TEST(PsClusterTest, ColumnAndBothPartitionsAlsoMatchBitForBit) {

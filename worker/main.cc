@@ -62,6 +62,11 @@ int main(int argc, char** argv) {
   app.add_option("--dump-params", ps_options.dump_params,
                  "The worker holding the final model (rank 0, or a standalone run): write its "
                  "parameters (raw float32, tables in order) to this file");
+  app.add_option("--eval-every", ps_options.train.eval_every,
+                 "The worker holding the model (rank 0, or a standalone run): evaluate PSNR every "
+                 "this many steps, not timed, for the PSNR-against-time curve (psnr_curve in the "
+                 "JSON line); under ps and hybrid each evaluation pulls the whole model first")
+      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 40));
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
   GRIDSYNC_PARSE_COMMAND_LINE(app, argc, argv);
@@ -141,7 +146,7 @@ int main(int argc, char** argv) {
   gridsync::Result<gridsync::TrainReport> report = gridsync::Status::Internal("not run");
   try {
     if (!distributed) {
-      report = gridsync::TrainImage(*spec, *image, {}, ps_options.dump_params);
+      report = gridsync::TrainImage(*spec, *image, ps_options.train, ps_options.dump_params);
     } else {
       report = gridsync::TrainWorker(*spec, *image, ps_options);
     }
@@ -174,6 +179,10 @@ int main(int argc, char** argv) {
                             {"grid_rows_per_step", report->grid_rows_per_step},
                             {"n_params", report->n_params},
                             {"png", report->png_path}};
+  if (!report->psnr_curve.empty()) {
+    auto& curve = summary["psnr_curve"] = nlohmann::json::array();
+    for (const auto& p : report->psnr_curve) curve.push_back({p.step, p.seconds, p.psnr});
+  }
   if (distributed) {
     summary["rank"] = report->rank;
     summary["bytes_pushed_per_step"] = report->bytes_pushed_per_step;

@@ -11,15 +11,16 @@
 # worker and step in each direction (the worker's own count) and on each
 # node's link (interface counters, control traffic included), the share of
 # step time spent in communication, and the speedup against DDP and against
-# one node.
+# one node. Every run's PSNR against training time (evaluated every 10 steps,
+# not timed) goes to curves.csv and, with gnuplot, curves.png.
 #
 # How time-to-target is measured: one process (gridsync-bench train, the
 # same global batches) finds S, the first step (in tens) whose PSNR reaches
 # the target. ps (bsp) and nccl end bit for bit where that process ends, so
-# every gridsync run trains exactly S steps and its training wall time is the
-# time to target; the PSNR it reached is printed next to it (a codec run that
-# ends below the target says so). DDP evaluates every 10 steps (not timed)
-# and stops at the target.
+# every gridsync run trains S steps (a codec run max(S, --max-steps / 2)).
+# Worker 0 evaluates every 10 steps (under ps and hybrid after pulling the
+# whole model), not timed, like DDP; the time to target is the training time
+# of the first evaluation at or above it. DDP stops at the target.
 #
 # Needs root (namespaces). Traffic stays in the namespaces it creates.
 set -euo pipefail
@@ -94,16 +95,22 @@ link_bytes() {  # node -> "tx rx"
 
 RESULTS="$OUT/results.csv"
 echo "run,steps,psnr_db,seconds_to_target,samples_per_s,push_B_per_step,pull_B_per_step,link_a_tx_B_per_step,link_a_rx_B_per_step,comm_share" > "$RESULTS"
+CURVES="$OUT/curves.csv"
+echo "run,step,seconds,psnr_db" > "$CURVES"
 
 run_gridsync() {  # mode[:codec]
   local mode=${1%%:*} codec=none
   [[ $1 == *:* ]] && codec=${1#*:}
-  local sets=(--set "distributed.gradient_sync=$mode" --set "training.steps=$S" --set "compression.codec=$codec")
+  local steps=$S
+  # A lossy codec may need more steps than the bit-exact modes.
+  if [ "$codec" != none ] && [ $((MAX / 2)) -gt "$S" ]; then steps=$((MAX / 2)); fi
+  local sets=(--set "distributed.gradient_sync=$mode" --set "training.steps=$steps" --set "compression.codec=$codec")
   read -r atx arx <<< "$(link_bytes 0)"
   local extra=()
   # compression.pull applies to codec runs only (refused with codec none).
   if [ "$codec" = none ]; then extra=(--set compression.pull=false); fi
-  "$NET" exec "$NAME" 0 "$GS" launch "$OUT/base.json" --node a "${sets[@]}" "${SETS[@]}" "${extra[@]}" > "$OUT/$1-a.log" 2>&1 &
+  "$NET" exec "$NAME" 0 "$GS" launch "$OUT/base.json" --node a "${sets[@]}" "${SETS[@]}" "${extra[@]}" \
+    --rank0-arg=--eval-every --rank0-arg=10 > "$OUT/$1-a.log" 2>&1 &
   local pa=$!
   "$NET" exec "$NAME" 1 "$GS" launch "$OUT/base.json" --node b "${sets[@]}" "${SETS[@]}" "${extra[@]}" > "$OUT/$1-b.log" 2>&1 &
   local pb=$! ra=0 rb=0
@@ -113,12 +120,17 @@ run_gridsync() {  # mode[:codec]
     echo "$1: failed ($ra, $rb); logs in $OUT/$1-a.log, $OUT/$1-b.log"; return
   fi
   grep -E '^\[worker-0\] \{' "$OUT/$1-a.log" | tail -1 | sed 's/^\[worker-0\] //' > "$OUT/$1.json"
-  python3 - "$OUT/$1.json" "$1" "$S" "$TARGET" "$((btx - atx))" "$((brx - arx))" >> "$RESULTS" <<'PY'
+  python3 - "$OUT/$1.json" "$1" "$steps" "$TARGET" "$((btx - atx))" "$((brx - arx))" "$CURVES" >> "$RESULTS" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1])); run, steps, target = sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
 tx, rx = int(sys.argv[5]), int(sys.argv[6])
 t = j["train_seconds"]
-reached = t if j["psnr_db"] >= target else float("nan")
+curve = j.get("psnr_curve", [])
+with open(sys.argv[7], "a") as f:
+    for step, secs, psnr in curve:
+        f.write(f"{run},{step},{secs:.3f},{psnr:.3f}\n")
+hit = [secs for step, secs, psnr in curve if psnr >= target]
+reached = hit[0] if hit else (t if j["psnr_db"] >= target else float("nan"))
 print(f'{run},{steps},{j["psnr_db"]:.2f},{reached:.2f},{j["samples_per_second"]:.0f},'
       f'{j["bytes_pushed_per_step"]:.0f},{j["bytes_pulled_per_step"]:.0f},{tx/steps:.0f},{rx/steps:.0f},'
       f'{j["comm_seconds"]/t:.3f}')
@@ -140,10 +152,13 @@ if [ "$DDP" = 1 ]; then
   pb=$!
   wait $pa || echo "DDP rank 0 failed: see $OUT/ddp-a.log"; wait $pb || echo "DDP rank 1 failed: see $OUT/ddp-b.log"
   read -r btx brx <<< "$(link_bytes 0)"
-  python3 - "$OUT/ddp-a.json" "$((btx - atx))" "$((brx - arx))" >> "$RESULTS" <<'PY'
+  python3 - "$OUT/ddp-a.json" "$((btx - atx))" "$((brx - arx))" "$CURVES" >> "$RESULTS" <<'PY'
 import json, sys
 j = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
 steps = j["steps"]; tx, rx = int(sys.argv[2]), int(sys.argv[3])
+with open(sys.argv[4], "a") as f:
+    for step, secs, psnr in j.get("history", []):
+        f.write(f"ddp-gloo,{step},{secs:.3f},{psnr:.3f}\n")
 reached = j["seconds_to_target"] if j["seconds_to_target"] is not None else float("nan")
 print(f'ddp-gloo,{steps},{j["psnr"]:.2f},{reached:.2f},{j["samples_per_s"]:.0f},'
       f'{j["grad_bytes_per_step"]},{j["grad_bytes_per_step"]},{tx/steps:.0f},{rx/steps:.0f},nan')
@@ -168,4 +183,28 @@ for r in rows:
           f"{float(r['link_a_tx_B_per_step'])/1e6:10.3f} {float(r['link_a_rx_B_per_step'])/1e6:10.3f} "
           f"{float(r['comm_share']):5.2f}")
 PY
-echo "# CSV: $RESULTS"
+# PSNR against training time, one line per run.
+if command -v gnuplot > /dev/null; then
+  runs=$(tail -n +2 "$CURVES" | cut -d, -f1 | awk '!seen[$0]++')
+  plot=""
+  for r in $runs; do
+    grep "^$r," "$CURVES" > "$OUT/curve-$r.csv"
+    plot+="${plot:+, }'$OUT/curve-$r.csv' using 3:4 with linespoints title '$r'"
+  done
+  gnuplot <<GP || echo "# gnuplot failed; the curves are in $CURVES"
+set terminal png size 1000,650
+set output '$OUT/curves.png'
+set datafile separator ','
+set xlabel 'training time (s, evaluations excluded)'
+set ylabel 'PSNR (dB)'
+set title 'PSNR against time, 2 emulated nodes at $RATE'
+set key bottom right
+set grid
+set arrow from graph 0, first $TARGET to graph 1, first $TARGET nohead dashtype 2
+plot $plot
+GP
+  echo "# plot: $OUT/curves.png"
+else
+  echo "# gnuplot not installed: no plot (curves in $CURVES)"
+fi
+echo "# CSV: $RESULTS, curves: $CURVES"

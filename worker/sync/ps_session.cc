@@ -171,6 +171,10 @@ Result<std::vector<double>> PsSessionSync::GatherRates(uint64_t done, double min
   return GatherRatesByKv(spec_, session_, done, mine);
 }
 
+Status PsSessionSync::Snapshot(uint64_t done) {
+  return PullAllParams(*session_.ps, *model_, MinVersionFor(config_.ps, done));
+}
+
 Status PsSessionSync::CheckPeers() { return CheckClusterPeers(*session_.coordinator); }
 
 double PsSessionSync::CommSeconds() const {

@@ -66,6 +66,9 @@ class PsSessionSync : public GradientSync {
   Status Finish(uint64_t end_step, TrainReport* report) override;
   Result<std::vector<double>> GatherRates(uint64_t done, double mine) override;
   Status CheckPeers() override;
+  // A whole pull of every table at the version `done` needs (delta pulls
+  // keep working: the shard sets this worker's replica to what it sent).
+  Status Snapshot(uint64_t done) override;
   void FillReport(TrainReport* report) const override;
 
  protected:

@@ -61,6 +61,14 @@ Result<const StepBatch*> PsSync::Prepare(uint64_t step) {
   return &p.batch;
 }
 
+Status PsSync::Snapshot(uint64_t done) {
+  if (sent_first_ && done < steps_) {
+    GRIDSYNC_RETURN_IF_ERROR(session_.ps->ReceivePull().status());
+    sent_first_ = false;
+  }
+  return PsSessionSync::Snapshot(done);
+}
+
 Result<SyncOutcome> PsSync::Apply(uint64_t step, ModelGradients* grads, float loss_scale) {
   const bool mixed = config_.training.mixed_precision;
   const uint32_t levels = model_->layout().n_levels();

@@ -37,6 +37,9 @@ class PsSync : public PsSessionSync {
 
   Result<const StepBatch*> Prepare(uint64_t step) override;
   Result<SyncOutcome> Apply(uint64_t step, ModelGradients* grads, float loss_scale) override;
+  // The pull Apply sent for the next step is received and dropped first; the
+  // next Prepare sends it again, after the snapshot.
+  Status Snapshot(uint64_t done) override;
 
  private:
   // One step's slice of the global batch and the rows it reads.

@@ -75,8 +75,10 @@ Result<TrainReport> RunTrainLoop(const RunSpec& spec, const ImageTask& image,
   std::vector<uint64_t> eval_steps = options.train.eval_steps;
   std::sort(eval_steps.begin(), eval_steps.end());
   size_t next_eval = 0;
+  const uint64_t eval_every = options.train.eval_every;
   const std::vector<float> centres =
-      eval_steps.empty() ? std::vector<float>{} : image.PixelCentres();
+      eval_steps.empty() && eval_every == 0 ? std::vector<float>{} : image.PixelCentres();
+  double eval_seconds = 0;  // excluded from the training time
   std::vector<float> prediction;
 
   TrainReport report;
@@ -165,11 +167,21 @@ Result<TrainReport> RunTrainLoop(const RunSpec& spec, const ImageTask& image,
     if (scaler.Update(outcome.finite)) ++applied;
 
     const uint64_t done = step + 1;
+    bool evaluate = eval_every > 0 && done % eval_every == 0;
     while (next_eval < eval_steps.size() && eval_steps[next_eval] <= done) {
-      if (eval_steps[next_eval] == done && sync.holds_model()) {
-        report.psnr_at[done] = EvalPsnr(*model, image, centres, active, &pool, &prediction);
-      }
+      evaluate = evaluate || eval_steps[next_eval] == done;
       ++next_eval;
+    }
+    if (evaluate && sync.holds_model()) {
+      const auto eval_start = Clock::now();
+      GRIDSYNC_RETURN_IF_ERROR(sync.Snapshot(done).WithContext(
+          sync.me() + " making the model current for the evaluation after step " +
+          std::to_string(done)));
+      const double psnr = EvalPsnr(*model, image, centres, active, &pool, &prediction);
+      const double trained = Since(loop_start) - eval_seconds;
+      eval_seconds += Since(eval_start);
+      report.psnr_at[done] = psnr;
+      report.psnr_curve.push_back({done, trained, psnr});
     }
     if (adaptive && done % static_cast<uint64_t>(d.adaptive_interval) == 0 && done < steps) {
       // Samples per second of compute (not communication) on every worker.
@@ -220,7 +232,7 @@ Result<TrainReport> RunTrainLoop(const RunSpec& spec, const ImageTask& image,
   GRIDSYNC_RETURN_IF_ERROR(sync.Finish(steps, &report));
   report.steps = steps - first;
   report.samples = report.steps * batch;
-  report.train_seconds = Since(loop_start);
+  report.train_seconds = Since(loop_start) - eval_seconds;
   report.samples_per_second = static_cast<double>(report.samples) / report.train_seconds;
   report.skipped_steps = scaler.skipped_steps();
   report.final_loss_scale = scaler.scale();

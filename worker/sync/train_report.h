@@ -22,6 +22,9 @@ class HashGridModel;
 
 struct TrainOptions {
   std::vector<uint64_t> eval_steps;  // also evaluate PSNR after these steps (not timed)
+  // Also evaluate PSNR every this many steps (not timed; 0: never), for the
+  // PSNR-against-time curve (TrainReport::psnr_curve).
+  uint64_t eval_every = 0;
   bool write_png = true;             // task.output/reconstruction.png
   bool quiet = false;                // no progress log lines
 };
@@ -55,11 +58,19 @@ struct TrainReport {
   uint64_t steps = 0;        // run by this process (training.steps - start_step)
   uint64_t samples = 0;      // global samples over those steps (steps x batch_size), every mode
   uint64_t my_samples = 0;   // of which this worker computed
-  double train_seconds = 0;  // the loop: sampling, compute, synchronisation
+  double train_seconds = 0;  // the loop: sampling, compute, synchronisation (not evaluations)
   double samples_per_second = 0;  // global: samples / train_seconds
   double final_loss = 0;          // mean squared error of this worker's share of the last step
   double psnr = 0;  // over the full image after the last step (the worker holding the model)
-  std::map<uint64_t, double> psnr_at;  // step -> PSNR for TrainOptions::eval_steps
+  std::map<uint64_t, double> psnr_at;  // step -> PSNR for TrainOptions::eval_steps/eval_every
+  // The same evaluations with the training time they took to reach (the
+  // loop's wall time so far, evaluations excluded).
+  struct PsnrPoint {
+    uint64_t step = 0;
+    double seconds = 0;
+    double psnr = 0;
+  };
+  std::vector<PsnrPoint> psnr_curve;
   uint64_t skipped_steps = 0;          // mixed precision: steps skipped for an overflow
   float final_loss_scale = 1.0f;
   uint64_t n_params = 0;
