@@ -96,7 +96,27 @@ std::vector<Result<TrainReport>> RunLocal(const Config& config, const ImageTask&
   return reports;
 }
 
-
+// Runs every worker as a thread over one real Gloo group (flat).
+std::vector<Result<TrainReport>> RunGloo(const Config& config, const ImageTask& image) {
+  const int world = config.distributed.world_size;
+  HashStore store;
+  std::vector<Result<TrainReport>> reports(static_cast<size_t>(world), Status::Internal("not run"));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      auto flat = MakeCollective("gloo", &store, r, world, "flat", milliseconds(20000));
+      if (!flat.ok()) {
+        reports[static_cast<size_t>(r)] = flat.status();
+        return;
+      }
+      AllReduceGroups groups;
+      groups.flat = flat->get();
+      reports[static_cast<size_t>(r)] = TrainImageAllReduce(config, image, r, groups, Quiet());
+    });
+  }
+  for (auto& t : threads) t.join();
+  return reports;
+}
 
 TEST(AllReduceTest, FlatRankOrderedMatchesSingleProcessBitForBit) {
   const ImageTask image = SmallImage();
@@ -137,23 +157,7 @@ TEST(AllReduceTest, GlooFlatMatchesSingleProcess) {
   const ImageTask image = SmallImage();
   Config config = SmallConfig(3);
   config.training.batch_size = 3072;
-  HashStore store;
-  const auto timeout = milliseconds(20000);
-  std::vector<Result<TrainReport>> reports(3, Status::Internal("not run"));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 3; ++r) {
-    threads.emplace_back([&, r] {
-      auto flat = MakeCollective("gloo", &store, r, 3, "flat", timeout);
-      if (!flat.ok()) {
-        reports[static_cast<size_t>(r)] = flat.status();
-        return;
-      }
-      AllReduceGroups groups;
-      groups.flat = flat->get();
-      reports[static_cast<size_t>(r)] = TrainImageAllReduce(config, image, r, groups, Quiet());
-    });
-  }
-  for (auto& t : threads) t.join();
+  auto reports = RunGloo(config, image);
   for (auto& r : reports) ASSERT_TRUE(r.ok()) << r.status().ToString();
   const auto local = SingleProcess(config, image);
   ExpectWithinRounding(FlattenParams(*reports[0]->model), FlattenParams(*local.model),
@@ -194,22 +198,7 @@ TEST(AllReduceTest, SixteenBitAllReduceHalvesTheBytesAndTrainsAsFp32) {
     if (!c.gloo) {
       reports = RunLocal(config, image);
     } else {
-      HashStore store;
-      reports.assign(2, Status::Internal("not run"));
-      std::vector<std::thread> threads;
-      for (int r = 0; r < 2; ++r) {
-        threads.emplace_back([&, r] {
-          auto flat = MakeCollective("gloo", &store, r, 2, "flat16", milliseconds(20000));
-          if (!flat.ok()) {
-            reports[static_cast<size_t>(r)] = flat.status();
-            return;
-          }
-          AllReduceGroups groups;
-          groups.flat = flat->get();
-          reports[static_cast<size_t>(r)] = TrainImageAllReduce(config, image, r, groups, Quiet());
-        });
-      }
-      for (auto& t : threads) t.join();
+      reports = RunGloo(config, image);
     }
     for (auto& r : reports) ASSERT_TRUE(r.ok()) << r.status().ToString();
     ExpectBitIdentical(FlattenParams(*reports[1]->model), FlattenParams(*reports[0]->model));
