@@ -154,15 +154,21 @@ TEST(PsClusterTest, EvaluationsMidRunSeeTheSingleProcessModelAndChangeNothing) {
       config.compression.pull = true;
     }
     std::vector<float> plain;
+    double plain_pulled = 0, plain_pushed = 0;
     for (uint64_t every : {uint64_t{0}, uint64_t{4}}) {
       auto cluster = Cluster::Start(config);
       auto reports = cluster->Train(image, {}, every);
       for (auto& r : reports) ASSERT_TRUE(r.ok()) << r.status().ToString();
       if (every == 0) {
         plain = FlattenParams(*reports[0]->model);
+        plain_pulled = reports[0]->bytes_pulled_per_step;
+        plain_pushed = reports[0]->bytes_pushed_per_step;
         EXPECT_TRUE(reports[0]->psnr_curve.empty());
         continue;
       }
+      // The evaluations' whole pulls are not training traffic.
+      EXPECT_EQ(reports[0]->bytes_pushed_per_step, plain_pushed);
+      if (!delta_pulls) EXPECT_EQ(reports[0]->bytes_pulled_per_step, plain_pulled);
       if (!delta_pulls) {
         ExpectBitIdentical(FlattenParams(*reports[0]->model), plain);
       } else {

@@ -101,6 +101,9 @@ class PsClient {
   uint64_t last_ack_version() const { return last_ack_version_; }
   // Starts the counters over (after the one-off initial push).
   void ResetCounters() { counters_ = PsCounters{}; }
+  // Puts back counters saved before traffic that is not training's (the
+  // whole pulls of a mid-run evaluation).
+  void RestoreCounters(const PsCounters& saved) { counters_ = saved; }
 
   // Compresses the values of pushes (not init) whose block holds at least
   // `min_bytes` of floats. With error feedback, what a lossy codec did not

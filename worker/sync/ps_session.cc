@@ -172,7 +172,12 @@ Result<std::vector<double>> PsSessionSync::GatherRates(uint64_t done, double min
 }
 
 Status PsSessionSync::Snapshot(uint64_t done) {
-  return PullAllParams(*session_.ps, *model_, MinVersionFor(config_.ps, done));
+  // An evaluation's traffic and waiting are not training's: the per-step
+  // byte and communication figures leave them out.
+  const PsCounters saved = session_.ps->counters();
+  Status status = PullAllParams(*session_.ps, *model_, MinVersionFor(config_.ps, done));
+  session_.ps->RestoreCounters(saved);
+  return status;
 }
 
 Status PsSessionSync::CheckPeers() { return CheckClusterPeers(*session_.coordinator); }

@@ -1,5 +1,7 @@
 #include "worker/sync/ps_sync.h"
 
+#include <algorithm>
+
 namespace gridsync {
 
 PsSync::PsSync(const RunSpec& spec, HashGridModel* model, PsSession session,
@@ -62,11 +64,16 @@ Result<const StepBatch*> PsSync::Prepare(uint64_t step) {
 }
 
 Status PsSync::Snapshot(uint64_t done) {
+  PsCounters saved = session_.ps->counters();
   if (sent_first_ && done < steps_) {
     GRIDSYNC_RETURN_IF_ERROR(session_.ps->ReceivePull().status());
     sent_first_ = false;
+    // Its request is sent, and counted, again by the next Prepare.
+    saved.bytes_pulled -= std::min(saved.bytes_pulled, last_request_bytes_);
   }
-  return PsSessionSync::Snapshot(done);
+  Status status = PsSessionSync::Snapshot(done);
+  session_.ps->RestoreCounters(saved);
+  return status;
 }
 
 Result<SyncOutcome> PsSync::Apply(uint64_t step, ModelGradients* grads, float loss_scale) {
@@ -110,7 +117,11 @@ Result<SyncOutcome> PsSync::Apply(uint64_t step, ModelGradients* grads, float lo
   // The next step's pull goes out right after this push: the shards answer
   // it (bsp: once every worker's push of this step is in; ssp, async: at
   // once, within the bound) while this worker samples nothing else.
-  if (step + 1 < steps_) GRIDSYNC_RETURN_IF_ERROR(SendPrepare(step + 1));
+  if (step + 1 < steps_) {
+    const uint64_t before = session_.ps->counters().bytes_pulled;
+    GRIDSYNC_RETURN_IF_ERROR(SendPrepare(step + 1));
+    last_request_bytes_ = session_.ps->counters().bytes_pulled - before;
+  }
   return outcome;
 }
 

@@ -56,6 +56,7 @@ class PsSync : public PsSessionSync {
   ThreadPool* pool_;
   const uint64_t steps_;
   bool sent_first_ = false;
+  uint64_t last_request_bytes_ = 0;  // of the pull Apply sent last (Snapshot)
   cpu::GridRowSet row_set_;
   Prepared prepared_;
   std::vector<SparseRows> touched_;  // per level, reused

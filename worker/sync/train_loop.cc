@@ -173,12 +173,12 @@ Result<TrainReport> RunTrainLoop(const RunSpec& spec, const ImageTask& image,
       ++next_eval;
     }
     if (evaluate && sync.holds_model()) {
+      const double trained = Since(loop_start) - eval_seconds;
       const auto eval_start = Clock::now();
       GRIDSYNC_RETURN_IF_ERROR(sync.Snapshot(done).WithContext(
           sync.me() + " making the model current for the evaluation after step " +
           std::to_string(done)));
       const double psnr = EvalPsnr(*model, image, centres, active, &pool, &prediction);
-      const double trained = Since(loop_start) - eval_seconds;
       eval_seconds += Since(eval_start);
       report.psnr_at[done] = psnr;
       report.psnr_curve.push_back({done, trained, psnr});
