@@ -1247,17 +1247,20 @@ Status Config::CheckRunnable(bool standalone) const {
     }
   }
   if (checkpoint.every_steps > 0) {
-    const bool plain_ps =
-        distributed.enable && !standalone && distributed.gradient_sync == GradientSyncMode::kPs &&
-        ps.consistency == Consistency::kBsp && compression.codec == "none" && !OptimizerOnWorkers();
-    if (!plain_ps) {
+    const bool ps_bsp = distributed.enable && !standalone &&
+                        distributed.gradient_sync == GradientSyncMode::kPs &&
+                        ps.consistency == Consistency::kBsp;
+    if (!ps_bsp) {
       lines.push_back(
           "checkpoint.every_steps=" + std::to_string(checkpoint.every_steps) +
           ": not supported yet in this setting; allowed now: gradient_sync ps with consistency "
           "bsp (under ssp and async each shard applies pushes as they come, so no version is one "
-          "state of every shard), compression codec none and Adam on the shards (the shards hold "
-          "the whole "
-          "training state there), or 0");
+          "state of every shard; nccl and hybrid keep state outside the shards), or 0");
+    } else if (compression.pull) {
+      lines.push_back("checkpoint.every_steps=" + std::to_string(checkpoint.every_steps) +
+                      " with compression.pull=true: not supported yet (the shards' copies of "
+                      "every worker's replica are not checkpointed); allowed now: "
+                      "compression.pull=false, or 0");
     }
   }
   if (task.type != TaskType::kImage) {

@@ -1,68 +1,13 @@
 #include "server/shard_checkpoint.h"
 
-#include <fcntl.h>
-#include <spdlog/fmt/fmt.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <set>
-#include <sstream>
+
+#include "common/checkpoint_files.h"
 
 namespace gridsync {
 namespace {
 
-namespace fs = std::filesystem;
-
-uint64_t Fnv1a64(std::string_view bytes) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : bytes) h = (h ^ c) * 0x100000001b3ull;
-  return h;
-}
-
-std::string StepDir(const std::string& dir, uint64_t step) {
-  return dir + "/step-" + std::to_string(step);
-}
-std::string Base(const std::string& dir, uint64_t step, uint32_t shard) {
-  return StepDir(dir, step) + "/shard-" + std::to_string(shard);
-}
-
-Status SyncPath(const std::string& path, int flags) {
-  const int fd = ::open(path.c_str(), flags);
-  if (fd < 0) return Status::IOError("cannot open " + path + ": " + std::strerror(errno));
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) return Status::IOError("cannot fsync " + path + ": " + std::strerror(errno));
-  return Status::OK();
-}
-
-// Temporary file, fsync, rename, fsync of the folder: the file is either
-// absent or whole.
-Status WriteAtomically(const std::string& path, std::string_view bytes) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    out.flush();
-    if (!out) return Status::IOError("cannot write " + tmp);
-  }
-  GRIDSYNC_RETURN_IF_ERROR(SyncPath(tmp, O_RDONLY));
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return Status::IOError("cannot rename " + tmp + ": " + std::strerror(errno));
-  }
-  return SyncPath(fs::path(path).parent_path().string(), O_RDONLY | O_DIRECTORY);
-}
-
-Result<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound("cannot read " + path + ": " + std::strerror(errno));
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+std::string Part(uint32_t shard) { return "shard-" + std::to_string(shard); }
 
 nlohmann::json Shapes(const ShardStore& store) {
   nlohmann::json shapes = nlohmann::json::array();
@@ -76,86 +21,24 @@ nlohmann::json Shapes(const ShardStore& store) {
 
 Status WriteShardCheckpoint(const std::string& dir, uint32_t shard, uint64_t step,
                             const ShardStore& store) {
-  std::error_code ec;
-  fs::create_directories(StepDir(dir, step), ec);
-  if (ec) return Status::IOError("cannot create " + StepDir(dir, step) + ": " + ec.message());
   std::string data;
   store.AppendState(&data);
-  const std::string base = Base(dir, step, shard);
-  GRIDSYNC_RETURN_IF_ERROR(WriteAtomically(base + ".bin", data));
-  const nlohmann::json manifest = {{"step", step},
-                                   {"shard", shard},
-                                   {"tables", Shapes(store)},
-                                   {"bytes", data.size()},
-                                   {"fnv1a64", fmt::format("{:016x}", Fnv1a64(data))}};
-  GRIDSYNC_RETURN_IF_ERROR(WriteAtomically(base + ".json", manifest.dump()));
-  // Keep this shard's two newest checkpoints.
-  std::set<uint64_t> steps;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("step-", 0) != 0) continue;
-    try {
-      steps.insert(std::stoull(name.substr(5)));
-    } catch (...) {
-    }
-  }
-  while (steps.size() > 2) {
-    const uint64_t old = *steps.begin();
-    steps.erase(steps.begin());
-    for (const char* ext : {".json", ".bin"}) fs::remove(Base(dir, old, shard) + ext, ec);
-    fs::remove(StepDir(dir, old), ec);  // only once every shard removed its files
-  }
-  return Status::OK();
+  return WriteCheckpointPart(dir, step, Part(shard), data, Shapes(store));
 }
 
 Status LoadShardCheckpoint(const std::string& dir, uint32_t shard, uint64_t step,
                            ShardStore* store) {
-  const std::string base = Base(dir, step, shard);
-  GRIDSYNC_ASSIGN_OR_RETURN(const std::string manifest_text, ReadFile(base + ".json"));
-  const auto manifest = nlohmann::json::parse(manifest_text, nullptr, false);
-  if (manifest.is_discarded() || !manifest.is_object()) {
-    return Status::Corruption(base + ".json: not a checkpoint manifest");
-  }
-  if (manifest.value("step", uint64_t{0}) != step || manifest.value("shard", ~0u) != shard) {
-    return Status::Corruption(base + ".json: names another step or shard");
-  }
-  if (manifest.value("tables", nlohmann::json()) != Shapes(*store)) {
-    return Status::InvalidArgument(base + ".json: table shapes " + manifest["tables"].dump() +
-                                   " differ from this shard's " + Shapes(*store).dump() +
-                                   "; allowed: a checkpoint of the same model and partition");
-  }
-  GRIDSYNC_ASSIGN_OR_RETURN(const std::string data, ReadFile(base + ".bin"));
-  const std::string sum = fmt::format("{:016x}", Fnv1a64(data));
-  if (data.size() != manifest.value("bytes", uint64_t{0}) ||
-      sum != manifest.value("fnv1a64", std::string())) {
-    return Status::Corruption(
-        fmt::format("{}.bin: {} bytes with checksum {}; the manifest says {} "
-                    "bytes, {}",
-                    base, data.size(), sum, manifest.value("bytes", 0ull),
-                    manifest.value("fnv1a64", std::string("?"))));
-  }
-  return store->RestoreState(data).WithContext(base + ".bin");
+  GRIDSYNC_ASSIGN_OR_RETURN(const std::string data,
+                            ReadCheckpointPart(dir, step, Part(shard), Shapes(*store)));
+  return store->RestoreState(data).WithContext(dir + "/step-" + std::to_string(step) + "/" +
+                                               Part(shard) + ".bin");
 }
 
-uint64_t LatestCompleteCheckpoint(const std::string& dir, uint32_t shards) {
-  std::error_code ec;
-  uint64_t best = 0;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("step-", 0) != 0) continue;
-    uint64_t step = 0;
-    try {
-      step = std::stoull(name.substr(5));
-    } catch (...) {
-      continue;
-    }
-    bool complete = step > best;
-    for (uint32_t s = 0; s < shards && complete; ++s) {
-      complete = fs::exists(Base(dir, step, s) + ".json", ec);
-    }
-    if (complete) best = step;
-  }
-  return best;
+std::vector<std::string> CheckpointParts(uint32_t shards, uint32_t workers_with_state) {
+  std::vector<std::string> parts;
+  for (uint32_t s = 0; s < shards; ++s) parts.push_back(Part(s));
+  for (uint32_t w = 0; w < workers_with_state; ++w) parts.push_back("worker-" + std::to_string(w));
+  return parts;
 }
 
 }  // namespace gridsync

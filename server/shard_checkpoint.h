@@ -2,20 +2,17 @@
 // Adam's m and v, per-row step counts) every checkpoint.every_steps applied
 // steps, and a restarted job loads them (gridsync launch --resume).
 //
-// Layout: <dir>/step-<s>/shard-<i>.bin and shard-<i>.json (the manifest:
-// step, shard, table shapes, byte count, FNV-1a 64 checksum of the .bin).
-// Each file is written atomically (temporary file, fsync, rename, fsync of
-// the folder), the manifest after the data, so a crash mid-write leaves a
-// .tmp file and no manifest: that step is incomplete and the previous one
-// stays in use. The job's checkpoint at step s is complete when every
-// shard's manifest for s exists; LatestCompleteCheckpoint finds it. Each
-// shard keeps its two newest checkpoints.
+// Files: part shard-<i> of each step (common/checkpoint_files.h: atomic
+// writes, a manifest with the table shapes and a checksum, the two newest
+// steps kept). Workers with state of their own write part worker-<r> of the
+// same steps (worker/worker_checkpoint.h).
 //
 // Thread safety: free functions; the store must not change meanwhile.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "server/shard_store.h"
@@ -28,7 +25,9 @@ Status WriteShardCheckpoint(const std::string& dir, uint32_t shard, uint64_t ste
 // manifest: step, shard, table shapes, size and checksum.
 Status LoadShardCheckpoint(const std::string& dir, uint32_t shard, uint64_t step,
                            ShardStore* store);
-// The newest step with a manifest from every one of `shards` shards; 0: none.
-uint64_t LatestCompleteCheckpoint(const std::string& dir, uint32_t shards);
+// The parts a job's checkpoint step needs: every shard, and every worker
+// when the workers hold training state (RunSpec::sync.worker_state); for
+// LatestCompleteStep.
+std::vector<std::string> CheckpointParts(uint32_t shards, uint32_t workers_with_state);
 
 }  // namespace gridsync

@@ -53,6 +53,9 @@ struct SyncSpec {
   // The PS partition's axis: rows, or mp_dim under model_parallel.
   ModelParallelDim partition_dim = ModelParallelDim::kRow;
   bool optimizer_on_workers = false;  // ps.optimizer resolved
+  // The workers hold training state of their own (Adam's state, or error
+  // feedback's residuals), which their checkpoints must carry.
+  bool worker_state = false;
 };
 
 // compression resolved.

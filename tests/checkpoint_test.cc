@@ -8,10 +8,12 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/checkpoint_files.h"
 #include "common/sharding.h"
 #include "server/shard_checkpoint.h"
 #include "server/shard_store.h"
 #include "tests/test_util.h"
+#include "worker/worker_adam.h"
 
 namespace gridsync {
 namespace {
@@ -60,14 +62,15 @@ TEST(CheckpointTest, StateRoundTripsExactlyAndStepsNeedEveryShard) {
   Train(a, f.partition, 1.0f);
   Train(b, f.partition, 2.0f);
   ASSERT_TRUE(WriteShardCheckpoint(dir, 0, 50, a).ok());
-  EXPECT_EQ(LatestCompleteCheckpoint(dir, 2), 0u) << "shard 1 has not written step 50";
+  EXPECT_EQ(LatestCompleteStep(dir, CheckpointParts(2, 0)), 0u)
+      << "shard 1 has not written step 50";
   ASSERT_TRUE(WriteShardCheckpoint(dir, 1, 50, b).ok());
-  EXPECT_EQ(LatestCompleteCheckpoint(dir, 2), 50u);
+  EXPECT_EQ(LatestCompleteStep(dir, CheckpointParts(2, 0)), 50u);
 
   // A crash while writing step 100: a temporary file, no manifest.
   fs::create_directories(dir + "/step-100");
   std::ofstream(dir + "/step-100/shard-0.bin.tmp") << "half written";
-  EXPECT_EQ(LatestCompleteCheckpoint(dir, 2), 50u);
+  EXPECT_EQ(LatestCompleteStep(dir, CheckpointParts(2, 0)), 50u);
 
   ShardStore restored(f.partition, 0, f.hyper);
   ASSERT_TRUE(LoadShardCheckpoint(dir, 0, 50, &restored).ok());
@@ -106,10 +109,76 @@ TEST(CheckpointTest, StateRoundTripsExactlyAndStepsNeedEveryShard) {
   fs::remove_all(dir);
 }
 
-TEST(CheckpointTest, RefusedWhereTheShardsDoNotHoldTheWholeState) {
-  for (const char* extra :
-       {R"("compression": {"codec": "onebit"})", R"("ps": {"consistency": "async"})",
-        R"("ps": {"optimizer": "worker"})"}) {
+TEST(CheckpointTest, WorkerStateRoundTripsAndStepsNeedEveryWorkerWithState) {
+  // Error feedback and Adam on the worker: a client holding both, filled
+  // through the codec's own path, saved and restored into a fresh one.
+  Config config = testing::SmallDistributedConfig(1, GradientSyncMode::kPs, 4);
+  config.compression.codec = "topk";
+  config.compression.ratio = 0.05;
+  config.compression.min_bytes = 0;
+  const RunSpec spec = testing::SpecOf(config);
+  ASSERT_TRUE(spec.sync.worker_state);
+  const Partition partition = *Partition::Make(spec.model.tables, 2, ModelParallelDim::kRow);
+  cpu::ErrorFeedback feedback;
+  std::vector<uint32_t> rows = {3, 9, 40};  // level 0 has 8 x 8 rows or more
+  std::vector<float> corrected(rows.size() * 2), decoded(rows.size() * 2, 0.0f);
+  for (size_t i = 0; i < corrected.size(); ++i) corrected[i] = 0.25f * static_cast<float>(i + 1);
+  feedback.StoreResidual(uint64_t{5} << 32, rows.data(), rows.size(), 2, corrected.data(),
+                         decoded.data());
+  std::string saved;
+  feedback.AppendState(&saved);
+  cpu::ErrorFeedback restored;
+  std::string_view in = saved;
+  ASSERT_TRUE(restored.RestoreState(&in).ok());
+  EXPECT_TRUE(in.empty());
+  std::string again;
+  restored.AppendState(&again);
+  EXPECT_EQ(again, saved);
+  ASSERT_NE(restored.Residual(uint64_t{5} << 32, 9), nullptr);
+  EXPECT_EQ(restored.Residual(uint64_t{5} << 32, 9)[1], 1.0f);
+  // Truncated or repeated states are refused, never read past their end.
+  for (size_t cut = 0; cut < saved.size(); ++cut) {
+    cpu::ErrorFeedback partial;
+    std::string_view part(saved.data(), cut);
+    EXPECT_FALSE(partial.RestoreState(&part).ok()) << "cut at " << cut;
+  }
+
+  WorkerAdam adam(partition, spec.model.adam);
+  std::vector<float> grad(rows.size() * 2, 0.5f);
+  adam.ToUpdates({{0, false, rows.data(), rows.size(), grad.data()}});
+  std::string adam_state;
+  adam.AppendState(&adam_state);
+  WorkerAdam fresh(partition, spec.model.adam);
+  std::string_view adam_in = adam_state;
+  ASSERT_TRUE(fresh.RestoreState(&adam_in).ok());
+  EXPECT_TRUE(adam_in.empty());
+  // Both take the same next step.
+  const auto a = adam.ToUpdates({{0, false, rows.data(), rows.size(), grad.data()}});
+  const auto b = fresh.ToUpdates({{0, false, rows.data(), rows.size(), grad.data()}});
+  ASSERT_EQ(a.size(), 1u);
+  ASSERT_EQ(b.size(), 1u);
+  for (size_t i = 0; i < rows.size() * 2; ++i) EXPECT_EQ(a[0].values[i], b[0].values[i]);
+
+  // A step is complete only with every worker's part when workers hold state.
+  const std::string dir =
+      (fs::temp_directory_path() / ("gridsync-wckpt-" + std::to_string(::getpid()))).string();
+  fs::remove_all(dir);
+  const nlohmann::json shape = {{"test", 1}};
+  for (const char* part : {"shard-0", "shard-1", "worker-0"})
+    ASSERT_TRUE(WriteCheckpointPart(dir, 10, part, "x", shape).ok());
+  EXPECT_EQ(LatestCompleteStep(dir, CheckpointParts(2, 0)), 10u);
+  EXPECT_EQ(LatestCompleteStep(dir, CheckpointParts(2, 2)), 0u) << "worker 1 has not written";
+  ASSERT_TRUE(WriteCheckpointPart(dir, 10, "worker-1", "y", shape).ok());
+  EXPECT_EQ(LatestCompleteStep(dir, CheckpointParts(2, 2)), 10u);
+  EXPECT_EQ(*ReadCheckpointPart(dir, 10, "worker-1", shape), "y");
+  EXPECT_EQ(ReadCheckpointPart(dir, 10, "worker-1", {{"test", 2}}).status().code(),
+            StatusCode::kInvalidArgument);
+  fs::remove_all(dir);
+}
+
+TEST(CheckpointTest, RefusedWhereNoStepIsOneStateOfTheJob) {
+  for (const char* extra : {R"("ps": {"consistency": "async"})",
+                            R"("compression": {"codec": "onebit", "pull": true})"}) {
     auto c = Config::Parse(std::string(R"({"distributed": {"enable": true, "gradient_sync": "ps"},
         "checkpoint": {"every_steps": 10}, )") +
                                extra + "}",
@@ -119,6 +188,18 @@ TEST(CheckpointTest, RefusedWhereTheShardsDoNotHoldTheWholeState) {
     EXPECT_EQ(runnable.code(), StatusCode::kUnsupported) << extra;
     EXPECT_NE(runnable.message().find("checkpoint.every_steps"), std::string::npos)
         << runnable.ToString();
+  }
+  // The workers' own state is checkpointed too: codecs and Adam on the
+  // workers run with checkpoints.
+  for (const char* extra : {R"("compression": {"codec": "onebit"})",
+                            R"("ps": {"optimizer": "worker"})", R"("task": {"type": "image"})"}) {
+    auto c = Config::Parse(std::string(R"({"distributed": {"enable": true, "gradient_sync": "ps"},
+        "checkpoint": {"every_steps": 10}, )") +
+                               extra + "}",
+                           "ckpt");
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_TRUE(c->CheckRunnable(false).ok())
+        << extra << ": " << c->CheckRunnable(false).ToString();
   }
   auto plain = Config::Parse(R"({"distributed": {"enable": true, "gradient_sync": "ps"},
       "checkpoint": {"every_steps": 10}, "task": {"output": "/tmp/x"}})",

@@ -11,6 +11,10 @@
 #  4. SIGKILL of the coordinator: the run fails within timeout_s and the
 #     checkpoints stay intact (a resume again ends bit for bit).
 #  5. Async: SIGKILL of a worker makes the other fail within 5 s, naming it.
+#  6. With a codec (onebit: Adam and error feedback on the workers), the
+#     workers' own state is in the checkpoints too: SIGKILL of worker 1 after
+#     step 150, and --resume ends bit for bit where the uninterrupted run
+#     ends.
 set -euo pipefail
 BUILD=${1:?usage: fault_test.sh BUILD_DIR}
 GS="$BUILD/tools/gridsync"
@@ -141,6 +145,33 @@ else
   echo "ok: async worker 0 noticed worker 1's death in ${noticed_ms} ms: $(grep -o 'lost worker-1[^;]*' "$WORK/a-w0.log" | head -1)"
 fi
 pkill -KILL -f "$WORK/cluster.json" 2>/dev/null || true
+
+# 6. A codec run: the workers' residuals and Adam state are checkpointed.
+codec_set=(--set compression.codec=onebit --set compression.min_bytes=0)
+rm -rf "$WORK/ckpt" "$WORK/ckpt-clean"
+"$GS" launch "$WORK/cluster.json" "${codec_set[@]}" --set checkpoint.dir="$WORK/ckpt-clean" \
+  --rank0-arg=--dump-params --rank0-arg="$WORK/clean-codec.bin" > "$WORK/clean-codec.log" 2>&1 ||
+  fail "the uninterrupted codec run failed"
+"$GS" launch "$WORK/cluster.json" "${codec_set[@]}" > "$WORK/faulty-codec.log" 2>&1 &
+launcher=$!
+wait_for_line "$WORK/faulty-codec.log" "\[ps-1\].*checkpoint at step 150 written" || true
+sleep 0.2
+pkill -KILL -f "gridsync-worker --rank 1 --config $WORK/cluster.json" ||
+  fail "worker 1 was not running after the checkpoint of step 150"
+rc=0; wait $launcher || rc=$?
+workers_files=$(ls "$WORK"/ckpt/step-*/worker-*.json 2>/dev/null | wc -l)
+if [ $rc -eq 0 ]; then
+  fail "the codec run with a killed worker exited 0"
+elif [ "$workers_files" -eq 0 ]; then
+  fail "the codec run wrote no worker checkpoints"
+elif "$GS" launch "$WORK/cluster.json" "${codec_set[@]}" --resume --rank0-arg=--dump-params \
+    --rank0-arg="$WORK/resumed-codec.bin" > "$WORK/resumed-codec.log" 2>&1 &&
+    cmp -s "$WORK/clean-codec.bin" "$WORK/resumed-codec.bin"; then
+  step=$(grep -o "resuming from the checkpoint of step [0-9]*" "$WORK/resumed-codec.log" | grep -o "[0-9]*$")
+  echo "ok: onebit run (worker-side Adam and residuals): SIGKILL of worker 1, resumed from step $step; the final parameters equal the uninterrupted run's, bit for bit"
+else
+  fail "resuming the codec run failed or differs"; tail -5 "$WORK/resumed-codec.log"
+fi
 
 if [ $failures -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
 echo "fault: all checks passed"

@@ -16,9 +16,11 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "common/checkpoint_files.h"
 #include "common/config.h"
 #include "common/coordinator_client.h"
 #include "server/shard_checkpoint.h"
+#include "spec/run_spec.h"
 
 namespace gridsync {
 namespace {
@@ -307,14 +309,23 @@ int RunLaunch(const LaunchOptions& options) {
   auto here = [&](int n) { return node < 0 || n == node; };
   uint64_t resume_step = 0;
   if (options.resume) {
-    resume_step = LatestCompleteCheckpoint(config->checkpoint.dir,
-                                           static_cast<uint32_t>(layout.shards.size()));
+    auto spec = RunSpec::Resolve(*config);
+    if (!spec.ok()) {
+      std::fprintf(stderr, "gridsync launch: %s\n", spec.status().message().c_str());
+      return kConfigErrorExitCode;
+    }
+    const uint32_t workers_with_state =
+        spec->sync.worker_state ? static_cast<uint32_t>(config->distributed.world_size) : 0;
+    resume_step = LatestCompleteStep(
+        config->checkpoint.dir,
+        CheckpointParts(static_cast<uint32_t>(layout.shards.size()), workers_with_state));
     if (resume_step == 0) {
       std::fprintf(stderr,
                    "gridsync launch --resume: no complete checkpoint in %s (a step-<s> folder with "
-                   "a manifest from each of the %zu shards); allowed: a run with "
+                   "a manifest from each of the %zu shards%s); allowed: a run with "
                    "checkpoint.every_steps > 0 that reached its first checkpoint\n",
-                   config->checkpoint.dir.c_str(), layout.shards.size());
+                   config->checkpoint.dir.c_str(), layout.shards.size(),
+                   workers_with_state ? " and each worker" : "");
       return kConfigErrorExitCode;
     }
     std::printf("gridsync launch: resuming from the checkpoint of step %llu in %s\n",

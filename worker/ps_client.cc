@@ -522,4 +522,28 @@ Result<uint64_t> PsClient::ReceivePull() {
   return version;
 }
 
+void PsClient::AppendState(std::string* out) const {
+  out->push_back(worker_adam_ ? '\1' : '\0');
+  feedback_.AppendState(out);
+  if (worker_adam_) worker_adam_->AppendState(out);
+}
+
+Status PsClient::RestoreState(std::string_view data) {
+  if (data.empty() || (data.front() != '\0' && data.front() != '\1'))
+    return Status::Corruption("not a worker state (no optimizer flag)");
+  const bool adam = data.front() == '\1';
+  if (adam != (worker_adam_ != nullptr)) {
+    return Status::InvalidArgument(std::string("the state was saved with Adam on the ") +
+                                   (adam ? "worker" : "shards") + ", this run has it on the " +
+                                   (worker_adam_ ? "worker" : "shards") +
+                                   "; allowed: the same ps.optimizer and compression.codec");
+  }
+  data.remove_prefix(1);
+  GRIDSYNC_RETURN_IF_ERROR(feedback_.RestoreState(&data));
+  if (worker_adam_) GRIDSYNC_RETURN_IF_ERROR(worker_adam_->RestoreState(&data));
+  if (!data.empty())
+    return Status::Corruption(std::to_string(data.size()) + " bytes beyond the worker's state");
+  return Status::OK();
+}
+
 }  // namespace gridsync

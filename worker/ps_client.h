@@ -128,6 +128,13 @@ class PsClient {
   // could have been held (a lossy codec with error feedback); when false
   // nothing is sent.
   Result<bool> FlushResiduals(uint64_t step, uint64_t min_version);
+
+  // Checkpoints (worker/worker_checkpoint.h): this worker's training state,
+  // the error-feedback residuals and, with Adam on the worker, its state.
+  // RestoreState replaces both; Corruption when `data` is not such a state
+  // or holds Adam's state where this client has none (or the reverse).
+  void AppendState(std::string* out) const;
+  Status RestoreState(std::string_view data);
   // This worker's pending update (error-feedback residual) of a row of the
   // column slice starting at col_begin, or null.
   const float* PendingUpdate(uint32_t table, uint32_t col_begin, uint32_t row) const;

@@ -1,5 +1,7 @@
 #include "worker/worker_adam.h"
 
+#include <cstring>
+
 namespace gridsync {
 
 WorkerAdam::WorkerAdam(const Partition& partition, const AdamHyper& hyper)
@@ -53,6 +55,52 @@ void WorkerAdam::MaskMomentum(uint32_t table, const uint32_t* rows, size_t n, ui
       if (delivered[i * cw + f] != 0.0f) state.m[size_t{rows[i]} * w + col + f] = 0.0f;
     }
   }
+}
+
+namespace {
+
+template <typename T>
+void AppendArray(std::string* out, const std::vector<T>& v) {
+  out->append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+
+template <typename T>
+bool TakeArray(std::string_view* in, std::vector<T>* v) {
+  const size_t bytes = v->size() * sizeof(T);
+  if (in->size() < bytes) return false;
+  std::memcpy(v->data(), in->data(), bytes);
+  in->remove_prefix(bytes);
+  return true;
+}
+
+}  // namespace
+
+void WorkerAdam::AppendState(std::string* out) const {
+  for (const auto& s : state_) {
+    out->push_back(s.step.empty() ? '\0' : '\1');
+    if (s.step.empty()) continue;
+    AppendArray(out, s.m);
+    AppendArray(out, s.v);
+    AppendArray(out, s.step);
+  }
+}
+
+Status WorkerAdam::RestoreState(std::string_view* in) {
+  for (uint32_t t = 0; t < state_.size(); ++t) {
+    cpu::AdamTable& s = state_[t];
+    s = cpu::AdamTable{};
+    if (in->empty() || (in->front() != '\0' && in->front() != '\1'))
+      return Status::Corruption("worker Adam: no state flag for table " + std::to_string(t));
+    const bool has = in->front() == '\1';
+    in->remove_prefix(1);
+    if (!has) continue;
+    const auto& info = partition_.table(t);
+    s.Resize(info.rows, info.width);
+    if (!TakeArray(in, &s.m) || !TakeArray(in, &s.v) || !TakeArray(in, &s.step))
+      return Status::Corruption("worker Adam: the state of table " + std::to_string(t) +
+                                " is shorter than its " + std::to_string(info.rows) + " rows");
+  }
+  return Status::OK();
 }
 
 size_t WorkerAdam::StateBytes() const {

@@ -17,6 +17,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/sharding.h"
@@ -43,6 +45,13 @@ class WorkerAdam {
 
   // Optimizer state bytes held (tables get state on their first push).
   size_t StateBytes() const;
+
+  // Checkpoints (worker/worker_checkpoint.h): per table, whether it has
+  // state, then m, v and the per-row step counts. RestoreState replaces the
+  // state and consumes its bytes from `in`; Corruption when they do not fit
+  // this partition's tables.
+  void AppendState(std::string* out) const;
+  Status RestoreState(std::string_view* in);
 
  private:
   struct Table {

@@ -869,6 +869,79 @@ void ErrorFeedback::StoreResidual(uint64_t key, const uint32_t* rows, size_t n_r
   }
 }
 
+namespace {
+
+template <typename T>
+void PutValue(std::string* out, T v) {
+  out->append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+
+template <typename T>
+bool TakeValue(std::string_view* in, T* v) {
+  if (in->size() < sizeof(T)) return false;
+  std::memcpy(v, in->data(), sizeof(T));
+  in->remove_prefix(sizeof(T));
+  return true;
+}
+
+template <typename T>
+bool TakeValues(std::string_view* in, size_t n, std::vector<T>* v) {
+  if (n > in->size() / sizeof(T)) return false;
+  v->resize(n);
+  std::memcpy(v->data(), in->data(), n * sizeof(T));
+  in->remove_prefix(n * sizeof(T));
+  return true;
+}
+
+}  // namespace
+
+void ErrorFeedback::AppendState(std::string* out) const {
+  std::vector<uint64_t> keys;
+  for (const auto& [key, t] : tables_) keys.push_back(key);
+  std::sort(keys.begin(), keys.end());
+  PutValue<uint64_t>(out, keys.size());
+  for (uint64_t key : keys) {
+    const Table& t = tables_.at(key);
+    PutValue<uint64_t>(out, key);
+    PutValue<uint32_t>(out, t.width);
+    PutValue<uint64_t>(out, t.row_of_slot.size());
+    out->append(reinterpret_cast<const char*>(t.row_of_slot.data()),
+                t.row_of_slot.size() * sizeof(uint32_t));
+    out->append(reinterpret_cast<const char*>(t.arena.data()), t.arena.size() * sizeof(float));
+  }
+}
+
+Status ErrorFeedback::RestoreState(std::string_view* in) {
+  tables_.clear();
+  constexpr uint32_t kPageRows = 1u << kPageBits;
+  uint64_t n_keys = 0;
+  if (!TakeValue(in, &n_keys)) return Status::Corruption("error feedback: no key count");
+  for (uint64_t k = 0; k < n_keys; ++k) {
+    uint64_t key = 0, slots = 0;
+    uint32_t width = 0;
+    if (!TakeValue(in, &key) || !TakeValue(in, &width) || !TakeValue(in, &slots) || width == 0 ||
+        tables_.count(key) != 0) {
+      return Status::Corruption("error feedback: a malformed or repeated table header");
+    }
+    Table& t = tables_[key];
+    t.width = width;
+    if (!TakeValues(in, slots, &t.row_of_slot) || slots > in->size() / sizeof(float) / width ||
+        !TakeValues(in, slots * width, &t.arena)) {
+      return Status::Corruption("error feedback: the state is shorter than its tables");
+    }
+    for (size_t s = 0; s < t.row_of_slot.size(); ++s) {
+      const uint32_t row = t.row_of_slot[s];
+      const size_t page = row >> kPageBits;
+      if (page >= t.pages.size()) t.pages.resize(page + 1);
+      if (!t.pages[page]) t.pages[page] = std::make_unique<uint32_t[]>(kPageRows);
+      uint32_t& slot = t.pages[page][row & (kPageRows - 1)];
+      if (slot != 0) return Status::Corruption("error feedback: a row listed twice");
+      slot = static_cast<uint32_t>(s + 1);
+    }
+  }
+  return Status::OK();
+}
+
 size_t ErrorFeedback::Entries() const {
   size_t total = 0;
   for (const auto& [id, t] : tables_) total += t.row_of_slot.size();

@@ -76,6 +76,7 @@
 #include <cstring>
 #include <iosfwd>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -295,6 +296,13 @@ class ErrorFeedback {
   // Bytes held by the row index pages.
   size_t IndexBytes() const;
   void Clear() { tables_.clear(); }
+
+  // Checkpoints (worker/worker_checkpoint.h): every residual, keys in
+  // ascending order, slots in their order of first touch, so a restored
+  // object equals the saved one. RestoreState replaces everything and
+  // consumes its bytes from `in`; Corruption on a malformed or short state.
+  void AppendState(std::string* out) const;
+  Status RestoreState(std::string_view* in);
 
  private:
   static constexpr uint32_t kPageBits = 12;

@@ -8,6 +8,7 @@
 
 #include "common/counter_rng.h"
 #include "worker/sync/peer_watch.h"
+#include "worker/worker_checkpoint.h"
 
 namespace gridsync {
 namespace {
@@ -98,6 +99,13 @@ Result<PsSession> JoinPsCluster(const RunSpec& spec, HashGridModel& model,
                              Mix64(config.training.seed) ^ (uint64_t{session.rank} << 48));
   session.ps->SetDeltaPulls(compression.delta_pulls);
   if (spec.sync.optimizer_on_workers) session.ps->SetWorkerOptimizer(spec.model.adam);
+  if (options.start_step > 0 && spec.sync.worker_state) {
+    // Resuming: the residuals and Adam's state of the checkpoint's step.
+    GRIDSYNC_RETURN_IF_ERROR(
+        LoadWorkerCheckpoint(spec, session.rank, static_cast<uint32_t>(session.map.shards.size()),
+                             options.start_step, session.ps.get())
+            .WithContext(session.me + " resuming at step " + std::to_string(options.start_step)));
+  }
   if (!options.train.quiet) {
     spdlog::info("{}: cluster of {} shards and {} workers (map generation {}), {} tables",
                  session.me, session.map.shards.size(), session.map.workers.size(),

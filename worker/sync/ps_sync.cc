@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "worker/worker_checkpoint.h"
+
 namespace gridsync {
 
 PsSync::PsSync(const RunSpec& spec, HashGridModel* model, PsSession session,
@@ -106,6 +108,15 @@ Result<SyncOutcome> PsSync::Apply(uint64_t step, ModelGradients* grads, float lo
     // per shard; SplitAll re-packs them per owner.
     GRIDSYNC_RETURN_IF_ERROR(session_.ps->Push(wire::Kind::kPush, step, push));
     for (auto& m : grads->mlp) m.setZero();
+  }
+  // With the shards' partitions at this step, the whole training state
+  // (the shards write theirs once the step is applied).
+  const uint64_t every = static_cast<uint64_t>(config_.checkpoint.every_steps);
+  if (spec_.sync.worker_state && every > 0 && (step + 1) % every == 0) {
+    GRIDSYNC_RETURN_IF_ERROR(
+        WriteWorkerCheckpoint(spec_, rank_, static_cast<uint32_t>(session_.map.shards.size()),
+                              step + 1, *session_.ps)
+            .WithContext(me_ + " writing its checkpoint"));
   }
   if (config_.ps.consistency == Consistency::kAsync) {
     // Versions count single pushes here: staleness is the number of other

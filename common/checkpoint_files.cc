@@ -1,0 +1,151 @@
+#include "common/checkpoint_files.h"
+
+#include <fcntl.h>
+#include <spdlog/fmt/fmt.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace gridsync {
+namespace {
+
+namespace fs = std::filesystem;
+
+uint64_t Fnv1a64(std::string_view bytes) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : bytes) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+std::string StepDir(const std::string& dir, uint64_t step) {
+  return dir + "/step-" + std::to_string(step);
+}
+std::string Base(const std::string& dir, uint64_t step, const std::string& part) {
+  return StepDir(dir, step) + "/" + part;
+}
+
+Status SyncPath(const std::string& path, int flags) {
+  const int fd = ::open(path.c_str(), flags);
+  if (fd < 0) return Status::IOError("cannot open " + path + ": " + std::strerror(errno));
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) return Status::IOError("cannot fsync " + path + ": " + std::strerror(errno));
+  return Status::OK();
+}
+
+// Temporary file, fsync, rename, fsync of the folder: the file is either
+// absent or whole.
+Status WriteAtomically(const std::string& path, std::string_view bytes) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    out.flush();
+    if (!out) return Status::IOError("cannot write " + tmp);
+  }
+  GRIDSYNC_RETURN_IF_ERROR(SyncPath(tmp, O_RDONLY));
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return Status::IOError("cannot rename " + tmp + ": " + std::strerror(errno));
+  }
+  return SyncPath(fs::path(path).parent_path().string(), O_RDONLY | O_DIRECTORY);
+}
+
+Result<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::NotFound("cannot read " + path + ": " + std::strerror(errno));
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The steps that have a folder in `dir`, ascending.
+std::set<uint64_t> Steps(const std::string& dir) {
+  std::set<uint64_t> steps;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("step-", 0) != 0) continue;
+    try {
+      size_t used = 0;
+      const uint64_t step = std::stoull(name.substr(5), &used);
+      if (used == name.size() - 5) steps.insert(step);
+    } catch (...) {
+    }
+  }
+  return steps;
+}
+
+}  // namespace
+
+Status WriteCheckpointPart(const std::string& dir, uint64_t step, const std::string& part,
+                           std::string_view data, const nlohmann::json& shape) {
+  std::error_code ec;
+  fs::create_directories(StepDir(dir, step), ec);
+  if (ec) return Status::IOError("cannot create " + StepDir(dir, step) + ": " + ec.message());
+  const std::string base = Base(dir, step, part);
+  GRIDSYNC_RETURN_IF_ERROR(WriteAtomically(base + ".bin", data));
+  const nlohmann::json manifest = {{"step", step},
+                                   {"part", part},
+                                   {"shape", shape},
+                                   {"bytes", data.size()},
+                                   {"fnv1a64", fmt::format("{:016x}", Fnv1a64(data))}};
+  GRIDSYNC_RETURN_IF_ERROR(WriteAtomically(base + ".json", manifest.dump()));
+  // Keep this part's two newest steps.
+  std::set<uint64_t> steps = Steps(dir);
+  while (steps.size() > 2) {
+    const uint64_t old = *steps.begin();
+    steps.erase(steps.begin());
+    for (const char* ext : {".json", ".bin"}) fs::remove(Base(dir, old, part) + ext, ec);
+    fs::remove(StepDir(dir, old), ec);  // only once every part removed its files
+  }
+  return Status::OK();
+}
+
+Result<std::string> ReadCheckpointPart(const std::string& dir, uint64_t step,
+                                       const std::string& part, const nlohmann::json& shape) {
+  const std::string base = Base(dir, step, part);
+  GRIDSYNC_ASSIGN_OR_RETURN(const std::string manifest_text, ReadFile(base + ".json"));
+  const auto manifest = nlohmann::json::parse(manifest_text, nullptr, false);
+  if (manifest.is_discarded() || !manifest.is_object()) {
+    return Status::Corruption(base + ".json: not a checkpoint manifest");
+  }
+  if (manifest.value("step", uint64_t{0}) != step ||
+      manifest.value("part", std::string()) != part) {
+    return Status::Corruption(base + ".json: names another step or part");
+  }
+  if (manifest.value("shape", nlohmann::json()) != shape) {
+    return Status::InvalidArgument(base + ".json: shape " +
+                                   manifest.value("shape", nlohmann::json()).dump() +
+                                   " differs from this process's " + shape.dump() +
+                                   "; allowed: a checkpoint of the same model and partition");
+  }
+  GRIDSYNC_ASSIGN_OR_RETURN(std::string data, ReadFile(base + ".bin"));
+  const std::string sum = fmt::format("{:016x}", Fnv1a64(data));
+  if (data.size() != manifest.value("bytes", uint64_t{0}) ||
+      sum != manifest.value("fnv1a64", std::string())) {
+    return Status::Corruption(fmt::format(
+        "{}.bin: {} bytes with checksum {}; the manifest says {} bytes, {}", base, data.size(), sum,
+        manifest.value("bytes", uint64_t{0}), manifest.value("fnv1a64", std::string("?"))));
+  }
+  return data;
+}
+
+uint64_t LatestCompleteStep(const std::string& dir, const std::vector<std::string>& parts) {
+  std::error_code ec;
+  uint64_t best = 0;
+  for (uint64_t step : Steps(dir)) {
+    bool complete = true;
+    for (const auto& part : parts) {
+      complete = complete && fs::exists(Base(dir, step, part) + ".json", ec);
+    }
+    if (complete) best = step;
+  }
+  return best;
+}
+
+}  // namespace gridsync

@@ -1,0 +1,45 @@
+// The files of a job's checkpoints, for every process that holds training
+// state: the shards (their partition: server/shard_checkpoint.h) and, when
+// the workers hold state of their own (error-feedback residuals, Adam on
+// the workers), each worker (worker/worker_checkpoint.h).
+//
+// Layout: <dir>/step-<s>/<part>.bin and <part>.json, the manifest (step,
+// part, the caller's shape description, byte count, FNV-1a 64 checksum of
+// the .bin). Each file is written atomically (temporary file, fsync, rename,
+// fsync of the folder), the manifest after the data, so a crash mid-write
+// leaves a .tmp file and no manifest: that step is incomplete for that part
+// and the previous one stays in use. A step is complete when every part the
+// job writes has its manifest there (LatestCompleteStep). Each part keeps
+// its two newest steps.
+//
+// Thread safety: free functions; distinct parts may be written concurrently
+// (by different processes), one part by one writer at a time.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace gridsync {
+
+// Writes `data` as part `part` of step `step` (with `shape`, checked when
+// read back), then removes this part's files of all but its two newest
+// steps (a step folder goes once every part left it).
+Status WriteCheckpointPart(const std::string& dir, uint64_t step, const std::string& part,
+                           std::string_view data, const nlohmann::json& shape);
+
+// Reads part `part` of step `step` after checking its manifest: step, part,
+// `shape` (InvalidArgument when another model or partition wrote it), size
+// and checksum (Corruption, naming the file and both checksums).
+Result<std::string> ReadCheckpointPart(const std::string& dir, uint64_t step,
+                                       const std::string& part, const nlohmann::json& shape);
+
+// The newest step whose folder holds a manifest of every one of `parts`;
+// 0 when there is none.
+uint64_t LatestCompleteStep(const std::string& dir, const std::vector<std::string>& parts);
+
+}  // namespace gridsync
