@@ -503,7 +503,10 @@ class PsShardImpl : public PsShard {
         if (deltas) store_.AdvanceReplica(in, m.worker_rank, p.begin, p.end, out, /*whole=*/true);
       } else {
         store_.Gather(in, p.begin, p.end, out);
-        if (deltas) store_.AdvanceReplica(in, m.worker_rank, p.begin, p.end, out, /*whole=*/true);
+        // An evaluation's values go to a copy of the model, not the
+        // worker's replica.
+        if (deltas && !m.evaluation)
+          store_.AdvanceReplica(in, m.worker_rank, p.begin, p.end, out, /*whole=*/true);
       }
     });
     if (deltas) {

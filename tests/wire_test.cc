@@ -259,6 +259,41 @@ TEST(WireRoundTripTest, PullSparseAndDense) {
   EXPECT_TRUE(m->blocks[1].values.empty());
 }
 
+// An evaluation's pull (whole values, the worker's replica left alone)
+// round-trips; the flag anywhere else is refused at the decode boundary.
+TEST(WireRoundTripTest, EvaluationOnlyOnAWholePull) {
+  // Decodes a header of `kind` with the flags; returns the status and the
+  // decoded evaluation flag.
+  auto pull = [](bool whole, bool evaluation, Kind kind) -> std::pair<Status, bool> {
+    OutHeader h;
+    h.kind = kind;
+    h.whole_values = whole;
+    h.evaluation = evaluation;
+    std::vector<OutBlock> blocks;
+    if (kind == Kind::kPull) {
+      blocks.resize(1);
+      blocks[0].table = 0;
+      blocks[0].dense = true;
+      blocks[0].row_count = 10;
+      blocks[0].width = 2;
+    }
+    auto frames = Encode(h, std::move(blocks));
+    auto m = Decode(frames, Tables(), Limits{});
+    if (!m.ok()) return {m.status(), false};
+    return {Status::OK(), m->evaluation && m->whole_values};
+  };
+  const auto ok = pull(true, true, Kind::kPull);
+  ASSERT_TRUE(ok.first.ok()) << ok.first.ToString();
+  EXPECT_TRUE(ok.second);
+  EXPECT_FALSE(pull(true, false, Kind::kPull).second);
+  for (const auto& bad : {pull(false, true, Kind::kPull), pull(true, true, Kind::kStats)}) {
+    EXPECT_EQ(bad.first.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(bad.first.message().find("evaluation only on a pull of whole values"),
+              std::string::npos)
+        << bad.first.ToString();
+  }
+}
+
 TEST(WireRoundTripTest, PullReplyCarriesOnlyValues) {
   OutHeader h;
   h.kind = Kind::kPullReply;

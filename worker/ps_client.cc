@@ -408,7 +408,8 @@ Status PsClient::SendAndAwaitAcks(wire::Kind kind, uint64_t step,
 }
 
 Status PsClient::SendPull(uint64_t min_version, const std::vector<TablePullRef>& tables, bool whole,
-                          uint64_t for_step) {
+                          uint64_t for_step, bool evaluation) {
+  pull_evaluation_ = evaluation;
   std::vector<TableRowsRef> refs;
   pull_dest_.assign(partition_.n_tables(), nullptr);
   if (delta_pulls_ && replica_.empty()) replica_.resize(partition_.n_tables());
@@ -445,6 +446,7 @@ Status PsClient::SendPull(uint64_t min_version, const std::vector<TablePullRef>&
     header.step = for_step;
     header.num_workers = num_workers_;
     header.whole_values = whole;
+    header.evaluation = evaluation;
     auto frames = wire::Encode(header, std::move(split[s]));
     for (const auto& f : frames) counters_.bytes_pulled += f.size();
     GRIDSYNC_RETURN_IF_ERROR(wire::SendMultipart(sockets_[s], frames)
@@ -480,7 +482,10 @@ Result<uint64_t> PsClient::ReceivePull() {
           float* dest = pull_dest_[want.table];
           const uint32_t width = partition_.table(want.table).width;
           const float* values = got.values.data();
-          float* replica = delta_pulls_ ? replica_[want.table].data() : nullptr;
+          // An evaluation's whole values go to a copy of the model and leave
+          // the replica (what training holds) alone, as the shards do.
+          float* replica =
+              delta_pulls_ && !pull_evaluation_ ? replica_[want.table].data() : nullptr;
           std::vector<float> decoded;
           if (got.compressed()) {
             if (replica == nullptr) {

@@ -90,8 +90,10 @@ class PsClient {
   // for_step: the step whose gradient these rows will compute; under ssp
   // and async the shards send them looked ahead to the version that
   // gradient will meet (ShardStore::GatherAhead). 0: as they are.
+  // evaluation (with whole): a mid-run evaluation's pull; the shards leave
+  // their copy of this worker's replica (delta pulls) as it was.
   Status SendPull(uint64_t min_version, const std::vector<TablePullRef>& tables, bool whole = false,
-                  uint64_t for_step = 0);
+                  uint64_t for_step = 0, bool evaluation = false);
   // Returns the lowest parameter version among the shards' replies.
   Result<uint64_t> ReceivePull();
 
@@ -188,6 +190,7 @@ class PsClient {
   // The outstanding pull (0: none), and its replies that arrived early,
   // while a push waited for its acks.
   uint64_t pull_request_ = 0;
+  bool pull_evaluation_ = false;  // the outstanding pull is an evaluation's
   std::vector<std::optional<std::vector<zmq::message_t>>> stashed_;  // by shard
   std::vector<std::vector<wire::OutBlock>> pull_blocks_;             // by shard, as requested
   std::vector<float*> pull_dest_;                                    // by table

@@ -118,6 +118,8 @@ struct Header {
   skipStep @13 :Bool;      # push: this worker's gradients overflowed under mixed
                            # precision; the push carries no blocks and the shards
                            # apply none of the step's pushes (bsp, ssp) or skip it (async)
+  evaluation @14 :Bool;    # pull (with wholeValues): for an evaluation mid-run; the
+                           # shards leave their copy of the worker's replica alone
 }
 
 # ---- Control plane ----

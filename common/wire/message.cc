@@ -170,6 +170,7 @@ struct RawHeader {
   uint16_t push_values = 0;
   bool whole_values = false;
   bool skip_step = false;
+  bool evaluation = false;
   std::vector<RawBlock> blocks;
   uint32_t error_code = 0;
   std::string error_text;
@@ -245,6 +246,7 @@ Status ParseHeader(const zmq::message_t& frame, const Limits& limits, RawHeader&
     out.push_values = static_cast<uint16_t>(header.getPushValues());
     out.whole_values = header.getWholeValues();
     out.skip_step = header.getSkipStep();
+    out.evaluation = header.getEvaluation();
     if (out.push_values > static_cast<uint16_t>(PushValues::kUpdates)) {
       return Status::InvalidArgument(fmt::format(
           "frame 0 (header): pushValues {} unknown; allowed: 0 (gradients) or 1 (updates)",
@@ -473,6 +475,7 @@ std::vector<zmq::message_t> Encode(const OutHeader& header, std::vector<OutBlock
   out.setPushValues(static_cast<schema::PushValues>(header.push_values));
   out.setWholeValues(header.whole_values);
   out.setSkipStep(header.skip_step);
+  out.setEvaluation(header.evaluation);
   if (header.kind == Kind::kStatsReply) FillStats(header.stats, out.initStats());
 
   const KindLayout layout = LayoutOf(header.kind);
@@ -599,6 +602,7 @@ Result<Message> Decode(const std::vector<zmq::message_t>& frames,
   message.push_values = static_cast<PushValues>(raw.push_values);
   message.whole_values = raw.whole_values;
   message.skip_step = raw.skip_step;
+  message.evaluation = raw.evaluation;
   const char* kind_name = KindName(message.kind);
 
   const KindLayout layout = LayoutOf(message.kind);
@@ -614,6 +618,11 @@ Result<Message> Decode(const std::vector<zmq::message_t>& frames,
         "a {} with skipStep set lists {} block(s); allowed: skipStep only on a push with no "
         "blocks (an overflowed step)",
         kind_name, raw.blocks.size()));
+  }
+  if (raw.evaluation && (message.kind != Kind::kPull || !raw.whole_values)) {
+    return Status::InvalidArgument(fmt::format(
+        "a {} with evaluation set{}; allowed: evaluation only on a pull of whole values", kind_name,
+        raw.whole_values ? "" : " but not wholeValues"));
   }
 
   // Header-only checks first, so a wrong frame count is reported against a

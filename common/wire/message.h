@@ -128,6 +128,7 @@ struct Message {
   PushValues push_values = PushValues::kGradients;
   bool whole_values = false;  // kPull: no deltas (gridsync.capnp's wholeValues)
   bool skip_step = false;     // kPush: an overflowed step (gridsync.capnp's skipStep)
+  bool evaluation = false;    // kPull with whole_values: replicas untouched
   std::vector<Block> blocks;
   Status error;        // kind == kError: the refusal, code and text
   ShardStats stats;    // kind == kStatsReply
@@ -168,6 +169,7 @@ struct OutHeader {
   PushValues push_values = PushValues::kGradients;  // kPush
   bool whole_values = false;                        // kPull
   bool skip_step = false;                           // kPush: mixed precision overflow
+  bool evaluation = false;                          // kPull: whole, replicas untouched
   ShardStats stats;                                 // kStatsReply
 };
 

@@ -107,12 +107,15 @@ class GradientSync {
   // Whether this worker holds the final model after Finish (rank 0).
   bool holds_model() const { return rank_ == 0; }
 
-  // Makes the model current to the parameters after `done` steps (every
-  // push of the steps before, as the final pull would), for an evaluation
-  // in the middle of a run; the next Prepare goes on as if nothing
-  // happened. Called on the model holder only, between Apply(done - 1) and
-  // Prepare(done). Replicas (standalone, nccl) are current already.
-  virtual Status Snapshot(uint64_t /*done*/) { return Status::OK(); }
+  // The model as it stands after `done` steps (every push of the steps
+  // before, as the final pull would see it), for an evaluation in the middle
+  // of a run, which changes nothing in the training. Called on the model
+  // holder only, between Apply(done - 1) and Prepare(done). Null: the
+  // training model itself, current in replicas (standalone, nccl); ps and
+  // hybrid pull the whole model into a copy. Valid until the next call.
+  virtual Result<HashGridModel*> Snapshot(uint64_t /*done*/) {
+    return static_cast<HashGridModel*>(nullptr);
+  }
 
   // The batch this worker computes at `step`, with the parameters it reads
   // current in the model. Valid until the next Prepare.

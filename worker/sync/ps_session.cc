@@ -46,10 +46,11 @@ uint64_t MinVersionFor(const PsConfig& ps, uint64_t step) {
   return step;
 }
 
-Status PullAllParams(PsClient& ps, HashGridModel& model, uint64_t min_version) {
-  GRIDSYNC_RETURN_IF_ERROR(
-      ps.SendPull(min_version, WholeModel<TablePullRef>(model), /*whole=*/true));
-  GRIDSYNC_RETURN_IF_ERROR(ps.ReceivePull().status().WithContext("pulling the final parameters"));
+Status PullAllParams(PsClient& ps, HashGridModel& model, uint64_t min_version, bool evaluation) {
+  GRIDSYNC_RETURN_IF_ERROR(ps.SendPull(min_version, WholeModel<TablePullRef>(model), /*whole=*/true,
+                                       /*for_step=*/0, evaluation));
+  GRIDSYNC_RETURN_IF_ERROR(ps.ReceivePull().status().WithContext(
+      evaluation ? "pulling the parameters for an evaluation" : "pulling the final parameters"));
   model.RefreshWorkingCopyAll();
   return Status::OK();
 }
@@ -179,13 +180,23 @@ Result<std::vector<double>> PsSessionSync::GatherRates(uint64_t done, double min
   return GatherRatesByKv(spec_, session_, done, mine);
 }
 
-Status PsSessionSync::Snapshot(uint64_t done) {
+Result<HashGridModel*> PsSessionSync::Snapshot(uint64_t done) {
+  // A copy: the training model's rows stay as training left them (with
+  // delta pulls and the pending-update view they are not the shards'
+  // values, and must not become them).
+  if (!eval_model_) {
+    eval_model_ = std::make_unique<HashGridModel>(*model_);
+  } else {
+    *eval_model_ = *model_;
+  }
   // An evaluation's traffic and waiting are not training's: the per-step
   // byte and communication figures leave them out.
   const PsCounters saved = session_.ps->counters();
-  Status status = PullAllParams(*session_.ps, *model_, MinVersionFor(config_.ps, done));
+  Status status = PullAllParams(*session_.ps, *eval_model_, MinVersionFor(config_.ps, done),
+                                /*evaluation=*/true);
   session_.ps->RestoreCounters(saved);
-  return status;
+  GRIDSYNC_RETURN_IF_ERROR(status);
+  return eval_model_.get();
 }
 
 Status PsSessionSync::CheckPeers() { return CheckClusterPeers(*session_.coordinator); }

@@ -45,7 +45,10 @@ uint64_t MinVersionFor(const PsConfig& ps, uint64_t step);
 
 // Pulls every row of every table into the model (the final parameters, once
 // the shards reached `min_version`), whole values, never deltas.
-Status PullAllParams(PsClient& ps, HashGridModel& model, uint64_t min_version);
+// evaluation: for a mid-run evaluation into a copy of the model (the shards
+// leave this worker's replica alone).
+Status PullAllParams(PsClient& ps, HashGridModel& model, uint64_t min_version,
+                     bool evaluation = false);
 
 // After the last step: delivers what error feedback still holds (one more
 // step), waits at the "done" barrier for every worker's last push, and on
@@ -66,9 +69,9 @@ class PsSessionSync : public GradientSync {
   Status Finish(uint64_t end_step, TrainReport* report) override;
   Result<std::vector<double>> GatherRates(uint64_t done, double mine) override;
   Status CheckPeers() override;
-  // A whole pull of every table at the version `done` needs (delta pulls
-  // keep working: the shard sets this worker's replica to what it sent).
-  Status Snapshot(uint64_t done) override;
+  // A whole pull of every table, at the version `done` needs, into a copy
+  // of the model (an evaluation pull: training state is left alone).
+  Result<HashGridModel*> Snapshot(uint64_t done) override;
   void FillReport(TrainReport* report) const override;
 
  protected:
@@ -85,6 +88,7 @@ class PsSessionSync : public GradientSync {
   const Config& config_;  // spec_.config
   HashGridModel* model_;
   PsSession session_;
+  std::unique_ptr<HashGridModel> eval_model_;  // Snapshot's copy
 
  private:
   uint64_t staleness_sum_ = 0, staleness_max_ = 0, staleness_samples_ = 0;

@@ -49,7 +49,11 @@ Result<const StepBatch*> PsSync::Prepare(uint64_t step) {
     sent_first_ = true;
   }
   Prepared& p = prepared_;
-  GRIDSYNC_ASSIGN_OR_RETURN(const uint64_t version, session_.ps->ReceivePull());
+  uint64_t version = received_version_;
+  if (!received_) {
+    GRIDSYNC_ASSIGN_OR_RETURN(version, session_.ps->ReceivePull());
+  }
+  received_ = false;
   session_.ps->AddPendingUpdates(p.pulls);
   // The pulled rows are the fp32 masters; the forward pass reads fp16.
   for (const auto& ref : p.pulls) {
@@ -65,17 +69,14 @@ Result<const StepBatch*> PsSync::Prepare(uint64_t step) {
   return &p.batch;
 }
 
-Status PsSync::Snapshot(uint64_t done) {
-  PsCounters saved = session_.ps->counters();
-  if (sent_first_ && done < steps_) {
-    GRIDSYNC_RETURN_IF_ERROR(session_.ps->ReceivePull().status());
-    sent_first_ = false;
-    // Its request is sent, and counted, again by the next Prepare.
-    saved.bytes_pulled -= std::min(saved.bytes_pulled, last_request_bytes_);
+Result<HashGridModel*> PsSync::Snapshot(uint64_t done) {
+  // The pull Apply sent for the next step is received first (one pull at a
+  // time per client); Prepare then takes it as it would have.
+  if (sent_first_ && done < steps_ && !received_) {
+    GRIDSYNC_ASSIGN_OR_RETURN(received_version_, session_.ps->ReceivePull());
+    received_ = true;
   }
-  Status status = PsSessionSync::Snapshot(done);
-  session_.ps->RestoreCounters(saved);
-  return status;
+  return PsSessionSync::Snapshot(done);
 }
 
 Result<SyncOutcome> PsSync::Apply(uint64_t step, ModelGradients* grads, float loss_scale) {
@@ -128,11 +129,7 @@ Result<SyncOutcome> PsSync::Apply(uint64_t step, ModelGradients* grads, float lo
   // The next step's pull goes out right after this push: the shards answer
   // it (bsp: once every worker's push of this step is in; ssp, async: at
   // once, within the bound) while this worker samples nothing else.
-  if (step + 1 < steps_) {
-    const uint64_t before = session_.ps->counters().bytes_pulled;
-    GRIDSYNC_RETURN_IF_ERROR(SendPrepare(step + 1));
-    last_request_bytes_ = session_.ps->counters().bytes_pulled - before;
-  }
+  if (step + 1 < steps_) GRIDSYNC_RETURN_IF_ERROR(SendPrepare(step + 1));
   return outcome;
 }
 

@@ -37,9 +37,7 @@ class PsSync : public PsSessionSync {
 
   Result<const StepBatch*> Prepare(uint64_t step) override;
   Result<SyncOutcome> Apply(uint64_t step, ModelGradients* grads, float loss_scale) override;
-  // The pull Apply sent for the next step is received and dropped first; the
-  // next Prepare sends it again, after the snapshot.
-  Status Snapshot(uint64_t done) override;
+  Result<HashGridModel*> Snapshot(uint64_t done) override;
 
  private:
   // One step's slice of the global batch and the rows it reads.
@@ -56,7 +54,9 @@ class PsSync : public PsSessionSync {
   ThreadPool* pool_;
   const uint64_t steps_;
   bool sent_first_ = false;
-  uint64_t last_request_bytes_ = 0;  // of the pull Apply sent last (Snapshot)
+  // Snapshot received the next step's pull (at this version) for Prepare.
+  bool received_ = false;
+  uint64_t received_version_ = 0;
   cpu::GridRowSet row_set_;
   Prepared prepared_;
   std::vector<SparseRows> touched_;  // per level, reused

@@ -175,10 +175,13 @@ Result<TrainReport> RunTrainLoop(const RunSpec& spec, const ImageTask& image,
     if (evaluate && sync.holds_model()) {
       const double trained = Since(loop_start) - eval_seconds;
       const auto eval_start = Clock::now();
-      GRIDSYNC_RETURN_IF_ERROR(sync.Snapshot(done).WithContext(
-          sync.me() + " making the model current for the evaluation after step " +
-          std::to_string(done)));
-      const double psnr = EvalPsnr(*model, image, centres, active, &pool, &prediction);
+      auto snapshot = sync.Snapshot(done);
+      if (!snapshot.ok()) {
+        return snapshot.status().WithContext(sync.me() + " taking the model for the evaluation " +
+                                             "after step " + std::to_string(done));
+      }
+      HashGridModel& evaluated = *snapshot != nullptr ? **snapshot : *model;
+      const double psnr = EvalPsnr(evaluated, image, centres, active, &pool, &prediction);
       eval_seconds += Since(eval_start);
       report.psnr_at[done] = psnr;
       report.psnr_curve.push_back({done, trained, psnr});
