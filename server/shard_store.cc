@@ -5,6 +5,8 @@
 #include <cstring>
 #include <string>
 
+#include "common/state_bytes.h"
+
 namespace gridsync {
 
 ShardStore::ShardStore(const Partition& partition, uint32_t shard, const AdamHyper& hyper,
@@ -168,24 +170,6 @@ void ShardStore::Assign(const wire::Block& block) {
     }
   }
 }
-
-namespace {
-
-template <typename T>
-void AppendArray(std::string* out, const std::vector<T>& v) {
-  out->append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
-}
-
-template <typename T>
-bool TakeArray(std::string_view* in, std::vector<T>* v) {
-  const size_t bytes = v->size() * sizeof(T);
-  if (in->size() < bytes) return false;
-  std::memcpy(v->data(), in->data(), bytes);
-  in->remove_prefix(bytes);
-  return true;
-}
-
-}  // namespace
 
 void ShardStore::AppendState(std::string* out) const {
   for (const Table& table : tables_) {

@@ -1,6 +1,6 @@
 #include "worker/worker_adam.h"
 
-#include <cstring>
+#include "common/state_bytes.h"
 
 namespace gridsync {
 
@@ -56,24 +56,6 @@ void WorkerAdam::MaskMomentum(uint32_t table, const uint32_t* rows, size_t n, ui
     }
   }
 }
-
-namespace {
-
-template <typename T>
-void AppendArray(std::string* out, const std::vector<T>& v) {
-  out->append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
-}
-
-template <typename T>
-bool TakeArray(std::string_view* in, std::vector<T>* v) {
-  const size_t bytes = v->size() * sizeof(T);
-  if (in->size() < bytes) return false;
-  std::memcpy(v->data(), in->data(), bytes);
-  in->remove_prefix(bytes);
-  return true;
-}
-
-}  // namespace
 
 void WorkerAdam::AppendState(std::string* out) const {
   for (const auto& s : state_) {

@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "common/state_bytes.h"
+
 #if defined(__AVX2__)
 #include <immintrin.h>
 #endif
@@ -869,42 +871,16 @@ void ErrorFeedback::StoreResidual(uint64_t key, const uint32_t* rows, size_t n_r
   }
 }
 
-namespace {
-
-template <typename T>
-void PutValue(std::string* out, T v) {
-  out->append(reinterpret_cast<const char*>(&v), sizeof(T));
-}
-
-template <typename T>
-bool TakeValue(std::string_view* in, T* v) {
-  if (in->size() < sizeof(T)) return false;
-  std::memcpy(v, in->data(), sizeof(T));
-  in->remove_prefix(sizeof(T));
-  return true;
-}
-
-template <typename T>
-bool TakeValues(std::string_view* in, size_t n, std::vector<T>* v) {
-  if (n > in->size() / sizeof(T)) return false;
-  v->resize(n);
-  std::memcpy(v->data(), in->data(), n * sizeof(T));
-  in->remove_prefix(n * sizeof(T));
-  return true;
-}
-
-}  // namespace
-
 void ErrorFeedback::AppendState(std::string* out) const {
   std::vector<uint64_t> keys;
   for (const auto& [key, t] : tables_) keys.push_back(key);
   std::sort(keys.begin(), keys.end());
-  PutValue<uint64_t>(out, keys.size());
+  AppendValue<uint64_t>(out, keys.size());
   for (uint64_t key : keys) {
     const Table& t = tables_.at(key);
-    PutValue<uint64_t>(out, key);
-    PutValue<uint32_t>(out, t.width);
-    PutValue<uint64_t>(out, t.row_of_slot.size());
+    AppendValue<uint64_t>(out, key);
+    AppendValue<uint32_t>(out, t.width);
+    AppendValue<uint64_t>(out, t.row_of_slot.size());
     out->append(reinterpret_cast<const char*>(t.row_of_slot.data()),
                 t.row_of_slot.size() * sizeof(uint32_t));
     out->append(reinterpret_cast<const char*>(t.arena.data()), t.arena.size() * sizeof(float));
@@ -925,8 +901,8 @@ Status ErrorFeedback::RestoreState(std::string_view* in) {
     }
     Table& t = tables_[key];
     t.width = width;
-    if (!TakeValues(in, slots, &t.row_of_slot) || slots > in->size() / sizeof(float) / width ||
-        !TakeValues(in, slots * width, &t.arena)) {
+    if (!TakeArray(in, slots, &t.row_of_slot) || slots > in->size() / sizeof(float) / width ||
+        !TakeArray(in, slots * width, &t.arena)) {
       return Status::Corruption("error feedback: the state is shorter than its tables");
     }
     for (size_t s = 0; s < t.row_of_slot.size(); ++s) {
