@@ -11,6 +11,7 @@
 #include "common/cli_parse.h"
 #include "common/config.h"
 #include "common/wire/curve.h"
+#include "spec/run_spec.h"
 #include "tools/launch.h"
 
 int main(int argc, char** argv) {
@@ -87,6 +88,11 @@ int main(int argc, char** argv) {
     // refuses exactly what they refuse.
     if (auto runnable = config->CheckRunnable(standalone); !runnable.ok()) {
       std::fprintf(stderr, "%s: %s\n", path.c_str(), runnable.message().c_str());
+      return gridsync::kConfigErrorExitCode;
+    }
+    // And the run specification they resolve (the model's shape, the codec).
+    if (auto spec = gridsync::RunSpec::Resolve(*config); !spec.ok()) {
+      std::fprintf(stderr, "%s\n", spec.status().message().c_str());
       return gridsync::kConfigErrorExitCode;
     }
     std::fprintf(stderr, "%s: OK\n", path.c_str());
