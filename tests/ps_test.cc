@@ -307,7 +307,9 @@ TEST(PsClusterTest, MissingShardFailsWithTimeoutNamingIt) {
 
 
 // Hybrid workers as threads: nodes of the given sizes, in-process intra-node groups.
-std::vector<Result<TrainReport>> TrainHybrid(Cluster& cluster, const ImageTask& image, const std::vector<int>& sizes) {
+std::vector<Result<TrainReport>> TrainHybrid(Cluster& cluster, const ImageTask& image,
+                                             const std::vector<int>& sizes,
+                                             uint64_t eval_every = 0) {
   int workers = 0;
   for (int n : sizes) workers += n;
   std::vector<std::vector<std::unique_ptr<LocalCollective>>> intra;
@@ -320,6 +322,7 @@ std::vector<Result<TrainReport>> TrainHybrid(Cluster& cluster, const ImageTask& 
       options.rank = w;
       options.train.quiet = true;
       options.train.write_png = false;
+      options.train.eval_every = eval_every;
       options.intra_group = [&](int node, int local, int) -> Result<Collective*> {
         return static_cast<Collective*>(intra[static_cast<size_t>(node)][static_cast<size_t>(local)].get());
       };
@@ -356,6 +359,27 @@ TEST(HybridTest, NodesOfTwoAndTwoAndOfOneAndThreeMatchSingleProcess) {
     ExpectWithinRounding(FlattenParams(*reports[0]->model),
                          SingleProcessParams(cluster->config, image),
                          testing::InitialParams(cluster->config));
+  }
+}
+
+// The evaluations of a hybrid run (rank 0 pulls the whole model into a
+// copy) see the single process's model and change nothing.
+TEST(HybridTest, EvaluationsMidRunChangeNothing) {
+  const ImageTask image = SmallImage();
+  const std::vector<int> sizes = {2, 2};
+  std::vector<float> plain;
+  for (uint64_t every : {uint64_t{0}, uint64_t{4}}) {
+    auto cluster = Cluster::Start(HybridConfig(sizes));
+    auto reports = TrainHybrid(*cluster, image, sizes, every);
+    for (auto& r : reports) ASSERT_TRUE(r.ok()) << r.status().ToString();
+    if (every == 0) {
+      plain = FlattenParams(*reports[0]->model);
+      continue;
+    }
+    ExpectBitIdentical(FlattenParams(*reports[0]->model), plain);
+    ASSERT_EQ(reports[0]->psnr_curve.size(), 2u);  // steps 4 and 8 of 8
+    EXPECT_EQ(reports[0]->psnr_curve.back().psnr, reports[0]->psnr);
+    EXPECT_TRUE(reports[1]->psnr_curve.empty());
   }
 }
 

@@ -1,7 +1,5 @@
 #include "worker/sync/ps_sync.h"
 
-#include <algorithm>
-
 #include "worker/worker_checkpoint.h"
 
 namespace gridsync {
