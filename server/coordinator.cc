@@ -245,6 +245,9 @@ class CoordinatorImpl final : public Coordinator {
   uint64_t next_connection_id_ = 0;
   uint64_t pending_bytes_ = 0;     // partially received bodies, all connections
   bool training_started_ = false;  // the "init" barrier passed: shards hold trained state
+  // The workers passed "done": members leaving now are the normal end of the
+  // job, not a failure (logged as info, not as a warning).
+  bool job_done_ = false;
   std::set<ConnPtr> connections_;
   ClusterMap map_;
   std::optional<std::string> tables_owner_;  // who defined map_.tables
@@ -886,6 +889,7 @@ void CoordinatorImpl::HandleBarrier(const ConnPtr& conn, uint64_t id, BarrierReq
     // The workers passed "init" (worker/sync/ps_session.h): the shards hold trained
     // state from here on, which a restarted shard would not have.
     if (req.name == "init") training_started_ = true;
+    if (req.name == "done") job_done_ = true;
     for (const auto& waiter : waiters) Complete(waiter, wire::EncodeOkReply(waiter->request_id));
     return;
   }
@@ -1126,14 +1130,18 @@ void CoordinatorImpl::Cleanup(const ConnPtr& conn, const std::string& reason) {
                   members.end());
     ++map_.generation;
     if (!shutting_down_) {
-      spdlog::warn(
-          "{} {} left (node '{}', pid {}, {}): {}; cluster map generation {}: {}/{} shards, {}/{} "
-          "workers",
-          RoleName(member.role), member.rank, member.node, member.pid, conn->peer, reason,
-          map_.generation, map_.shards.size(), map_.expected_shards, map_.workers.size(),
-          map_.expected_workers);
+      spdlog::log(
+          job_done_ ? spdlog::level::info : spdlog::level::warn,
+          "{} {} left{} (node '{}', pid {}, {}): {}; cluster map generation {}: {}/{} shards, "
+          "{}/{} workers",
+          RoleName(member.role), member.rank, job_done_ ? " after the job ended" : "", member.node,
+          member.pid, conn->peer, reason, map_.generation, map_.shards.size(), map_.expected_shards,
+          map_.workers.size(), map_.expected_workers);
     }
-    if (map_.shards.empty() && map_.workers.empty()) training_started_ = false;  // a new job
+    if (map_.shards.empty() && map_.workers.empty()) {  // a new job
+      training_started_ = false;
+      job_done_ = false;
+    }
     if (map_.shards.empty() && map_.workers.empty() && tables_owner_) {
       // The job is gone; the next one may bring other tables.
       tables_owner_.reset();

@@ -997,6 +997,26 @@ TEST_F(CoordinatorBinaryTest, ServesAClientAndExitsZeroOnSigterm) {
   const auto start = Clock::now();
   while (ReadFile(log).find(left) == std::string::npos && Since(start) < 3s) std::this_thread::sleep_for(20ms);
   EXPECT_NE(ReadFile(log).find(left), std::string::npos) << ReadFile(log);
+  EXPECT_NE(ReadFile(log).find("[warning] worker 0 left (node"), std::string::npos)
+      << "leaving in the middle of a job is a warning:\n"
+      << ReadFile(log);
+
+  {
+    // A worker of the next job passes the "done" barrier, then leaves: the
+    // normal end of a job, logged as information.
+    auto worker = CoordinatorClient::Connect("127.0.0.1", port, 2s);
+    ASSERT_TRUE(worker.ok());
+    RegisterInfo info = Member(Role::kWorker, -1);
+    info.node = "node-y";
+    auto reg = (*worker)->Register(info, 2s);
+    ASSERT_TRUE(reg.ok()) << reg.status().ToString();
+    ASSERT_TRUE((*worker)->Barrier("done", 1, "worker-0", 2s).ok());
+  }
+  const std::string ended = "[info] worker 0 left after the job ended (node 'node-y'";
+  const auto again = Clock::now();
+  while (ReadFile(log).find(ended) == std::string::npos && Since(again) < 3s)
+    std::this_thread::sleep_for(20ms);
+  EXPECT_NE(ReadFile(log).find(ended), std::string::npos) << ReadFile(log);
 
   child.Signal(SIGTERM);
   auto code = child.WaitExit(5s);
