@@ -40,8 +40,15 @@ down() {
   done
   for cg in /sys/fs/cgroup/cpu/"${name}"-n*; do
     [ -d "$cg" ] || continue
-    for pid in $(cat "$cg/cgroup.procs" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
-    rmdir "$cg" 2>/dev/null || true
+    # A killed process leaves the group only once it has exited: wait (at
+    # most 5 s) for the group to empty, else rmdir fails and it lingers.
+    for _ in $(seq 1 50); do
+      pids=$(cat "$cg/cgroup.procs" 2>/dev/null || true)
+      [ -z "$pids" ] && break
+      for pid in $pids; do kill -9 "$pid" 2>/dev/null || true; done
+      sleep 0.1
+    done
+    rmdir "$cg" 2>/dev/null || echo "netns-cluster: could not remove $cg (still in use)" >&2
   done
 }
 
