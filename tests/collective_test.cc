@@ -358,7 +358,9 @@ TEST_P(CollectiveBackends, HalfAllReduceSumsSixteenBitValuesOnEveryRank) {
     for (int r = 1; r < kSize; ++r) EXPECT_EQ(out[static_cast<size_t>(r)], out[0]);
     const float sum = HalfToFloat(format, out[0][0]);
     EXPECT_TRUE(sum == big || sum == big + 2.0f) << sum;
-    if (GetParam() == Backend::kLocal) EXPECT_EQ(sum, big) << "rank order rounds each partial sum";
+    if (GetParam() == Backend::kLocal) {
+      EXPECT_EQ(sum, big) << "rank order rounds each partial sum";
+    }
   }
 }
 

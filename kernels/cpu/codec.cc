@@ -847,26 +847,20 @@ void ErrorFeedback::StoreResidual(uint64_t key, const uint32_t* rows, size_t n_r
   Table& t = tables_[key];
   if (t.width == 0) t.width = width;
   GRIDSYNC_CHECK_EQ(t.width, width);
-  constexpr uint32_t kPageRows = 1u << kPageBits;
   for (size_t r = 0; r < n_rows; ++r) {
     const float* c = corrected + r * width;
     const float* d = decoded + r * width;
     const uint32_t row = rows[r];
-    const size_t page = row >> kPageBits;
-    uint32_t* slot = nullptr;
-    if (page < t.pages.size() && t.pages[page]) slot = &t.pages[page][row & (kPageRows - 1)];
-    if (slot == nullptr || *slot == 0) {
+    float* residual = t.Find(row);
+    if (residual == nullptr) {
       bool zero = true;
       for (uint32_t f = 0; f < width; ++f) zero &= (c[f] - d[f]) == 0.0f;
-      if (zero) continue;
-      if (page >= t.pages.size()) t.pages.resize(page + 1);
-      if (!t.pages[page]) t.pages[page] = std::make_unique<uint32_t[]>(kPageRows);  // zeroed
-      slot = &t.pages[page][row & (kPageRows - 1)];
+      if (zero) continue;  // no entry, and no page, for a zero residual
       t.row_of_slot.push_back(row);
-      *slot = static_cast<uint32_t>(t.row_of_slot.size());
+      t.Slot(row) = static_cast<uint32_t>(t.row_of_slot.size());
       t.arena.resize(t.arena.size() + width);
+      residual = t.arena.data() + (t.row_of_slot.size() - 1) * width;
     }
-    float* residual = t.arena.data() + size_t{*slot - 1} * width;
     for (uint32_t f = 0; f < width; ++f) residual[f] = c[f] - d[f];
   }
 }
@@ -889,7 +883,6 @@ void ErrorFeedback::AppendState(std::string* out) const {
 
 Status ErrorFeedback::RestoreState(std::string_view* in) {
   tables_.clear();
-  constexpr uint32_t kPageRows = 1u << kPageBits;
   uint64_t n_keys = 0;
   if (!TakeValue(in, &n_keys)) return Status::Corruption("error feedback: no key count");
   for (uint64_t k = 0; k < n_keys; ++k) {
@@ -906,11 +899,7 @@ Status ErrorFeedback::RestoreState(std::string_view* in) {
       return Status::Corruption("error feedback: the state is shorter than its tables");
     }
     for (size_t s = 0; s < t.row_of_slot.size(); ++s) {
-      const uint32_t row = t.row_of_slot[s];
-      const size_t page = row >> kPageBits;
-      if (page >= t.pages.size()) t.pages.resize(page + 1);
-      if (!t.pages[page]) t.pages[page] = std::make_unique<uint32_t[]>(kPageRows);
-      uint32_t& slot = t.pages[page][row & (kPageRows - 1)];
+      uint32_t& slot = t.Slot(t.row_of_slot[s]);
       if (slot != 0) return Status::Corruption("error feedback: a row listed twice");
       slot = static_cast<uint32_t>(s + 1);
     }

@@ -319,6 +319,16 @@ class ErrorFeedback {
       const uint32_t slot = pages[page][row & ((1u << kPageBits) - 1)];
       return slot == 0 ? nullptr : arena.data() + size_t{slot - 1} * width;
     }
+    float* Find(uint32_t row) {
+      return const_cast<float*>(static_cast<const Table&>(*this).Find(row));
+    }
+    // The row's slot index (0: no entry), its page made when missing.
+    uint32_t& Slot(uint32_t row) {
+      const size_t page = row >> kPageBits;
+      if (page >= pages.size()) pages.resize(page + 1);
+      if (!pages[page]) pages[page] = std::make_unique<uint32_t[]>(size_t{1} << kPageBits);
+      return pages[page][row & ((1u << kPageBits) - 1)];
+    }
   };
   const Table* FindTable(uint64_t key) const;
   std::unordered_map<uint64_t, Table> tables_;

@@ -181,13 +181,12 @@ Result<std::vector<double>> PsSessionSync::GatherRates(uint64_t done, double min
 }
 
 Result<HashGridModel*> PsSessionSync::Snapshot(uint64_t done) {
-  // A copy: the training model's rows stay as training left them (with
-  // delta pulls and the pending-update view they are not the shards'
-  // values, and must not become them).
+  // A model of its own: the training model's rows stay as training left
+  // them (with delta pulls and the pending-update view they are not the
+  // shards' values, and must not become them). The whole pull overwrites
+  // every parameter, so it is made once and never copied.
   if (!eval_model_) {
-    eval_model_ = std::make_unique<HashGridModel>(*model_);
-  } else {
-    *eval_model_ = *model_;
+    GRIDSYNC_ASSIGN_OR_RETURN(eval_model_, HashGridModel::Create(spec_.model));
   }
   // An evaluation's traffic and waiting are not training's: the per-step
   // byte and communication figures leave them out.

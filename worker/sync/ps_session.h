@@ -88,7 +88,7 @@ class PsSessionSync : public GradientSync {
   const Config& config_;  // spec_.config
   HashGridModel* model_;
   PsSession session_;
-  std::unique_ptr<HashGridModel> eval_model_;  // Snapshot's copy
+  std::unique_ptr<HashGridModel> eval_model_;  // what Snapshot pulls into
 
  private:
   uint64_t staleness_sum_ = 0, staleness_max_ = 0, staleness_samples_ = 0;
