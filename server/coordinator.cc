@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <boost/asio.hpp>
 #include <chrono>
 #include <deque>
@@ -167,7 +168,7 @@ struct BarrierState {
 class CoordinatorImpl final : public Coordinator {
  public:
   explicit CoordinatorImpl(const CoordinatorOptions& options)
-      : options_(options), acceptor_(io_), accept_retry_(io_) {
+      : options_(options), acceptor_(io_), accept_retry_(io_), heartbeat_timer_(io_) {
     map_.expected_shards = options.expected_shards;
     map_.expected_workers = options.expected_workers;
   }
@@ -182,9 +183,11 @@ class CoordinatorImpl final : public Coordinator {
   // connection proved a role key; true when `request` may be dispatched.
   bool Authenticate(const ConnPtr& conn, Request& request);
   uint16_t port() const override { return port_; }
+  uint64_t heartbeats() const override { return heartbeats_.load(std::memory_order_relaxed); }
   void Stop() override;
 
  private:
+  void Heartbeat();
   // Runs `body` (a handler's work), turning any exception into a closed
   // connection (or a log line when there is none): nothing escapes Asio.
   template <typename F>
@@ -233,6 +236,8 @@ class CoordinatorImpl final : public Coordinator {
   asio::io_context io_;
   tcp::acceptor acceptor_;
   asio::steady_timer accept_retry_;
+  asio::steady_timer heartbeat_timer_;
+  std::atomic<uint64_t> heartbeats_{0};
   uint16_t port_ = 0;
   std::string address_;
 
@@ -313,8 +318,17 @@ Status CoordinatorImpl::Listen() {
   return Status::OK();
 }
 
+void CoordinatorImpl::Heartbeat() {
+  heartbeats_.fetch_add(1, std::memory_order_relaxed);
+  heartbeat_timer_.expires_after(std::chrono::milliseconds(250));
+  heartbeat_timer_.async_wait([this](const ErrorCode& ec) {
+    if (!ec && !shutting_down_) Heartbeat();
+  });
+}
+
 void CoordinatorImpl::Launch() {
   Accept();
+  Heartbeat();
   thread_ = std::thread([this] {
     for (;;) {
       try {
@@ -349,6 +363,7 @@ void CoordinatorImpl::Shutdown() {
   ErrorCode ignored;
   acceptor_.close(ignored);
   accept_retry_.cancel();
+  heartbeat_timer_.cancel();
   auto cancel = [](std::vector<std::shared_ptr<Waiter>>& waiters) {
     for (auto& w : waiters) {
       w->done = true;

@@ -55,6 +55,9 @@ class Coordinator {
   static Result<std::unique_ptr<Coordinator>> Start(const CoordinatorOptions& options);
   virtual ~Coordinator() = default;
   virtual uint16_t port() const = 0;
+  // Turns of a 250 ms timer on the serving io_context: it stops advancing
+  // when the serving thread hangs (what feeds systemd's watchdog).
+  virtual uint64_t heartbeats() const = 0;
   virtual void Stop() = 0;
 };
 

@@ -3,7 +3,6 @@
 // until SIGINT or SIGTERM, then exits 0. A config error exits 2
 // (kConfigErrorExitCode) before anything listens.
 #include <spdlog/spdlog.h>
-#include <systemd/sd-daemon.h>
 
 #include <CLI/CLI.hpp>
 #include <boost/asio/io_context.hpp>
@@ -16,6 +15,7 @@
 #include "common/cli_parse.h"
 #include "common/config.h"
 #include "common/logging.h"
+#include "ops/service_watchdog.h"
 #include "server/coordinator.h"
 
 int main(int argc, char** argv) {
@@ -73,9 +73,15 @@ int main(int argc, char** argv) {
   spdlog::info("listening on {}:{} (expecting {} shards, {} workers; config {})", options.bind_host,
                (*coordinator)->port(), options.expected_shards, options.expected_workers, config->source);
   // Under systemd (Type=notify) this is when dependents may start.
-  sd_notify(0, "READY=1");
+  gridsync::NotifyReady("serving");
 
-  signals_io.run();  // returns once a signal arrived
+  // Until a signal: systemd's watchdog is fed while the serving thread turns.
+  auto watchdog = gridsync::ServiceWatchdog::FromEnvironment();
+  while (received == 0) {
+    signals_io.run_for(watchdog.interval());
+    if (received == 0) watchdog.Tick((*coordinator)->heartbeats());
+  }
+  gridsync::NotifyStopping();
   spdlog::info("received {}; stopping", received == SIGINT ? "SIGINT" : "SIGTERM");
   (*coordinator)->Stop();
   return 0;

@@ -3,7 +3,6 @@
 // coordinator (which checks its table sizes against the cluster's) and serves
 // until SIGINT/SIGTERM.
 #include <spdlog/spdlog.h>
-#include <systemd/sd-daemon.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -19,6 +18,7 @@
 #include "common/host_address.h"
 #include "common/logging.h"
 #include "common/sharding.h"
+#include "ops/service_watchdog.h"
 #include "server/ps_shard.h"
 
 namespace {
@@ -150,11 +150,21 @@ int main(int argc, char** argv) {
   spdlog::info("registered as shard {} (cluster map generation {})", registered->rank,
                registered->map.generation);
   // Under systemd (Type=notify): serving and registered.
-  sd_notify(0, "READY=1");
+  gridsync::NotifyReady("serving");
 
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
-  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // systemd's watchdog is fed while the shard's serving loop turns.
+  auto watchdog = gridsync::ServiceWatchdog::FromEnvironment();
+  auto next_tick = std::chrono::steady_clock::now();
+  while (!g_stop) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (std::chrono::steady_clock::now() >= next_tick) {
+      watchdog.Tick((*server)->heartbeats());
+      next_tick = std::chrono::steady_clock::now() + watchdog.interval();
+    }
+  }
+  gridsync::NotifyStopping();
   const auto stats = (*server)->stats();
   spdlog::info("stopping: {} pushes, {} pulls, {} errors, {:.1f} MB in, {:.1f} MB out", stats.pushes,
                stats.pulls, stats.errors, stats.bytes_in / 1e6, stats.bytes_out / 1e6);

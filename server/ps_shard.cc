@@ -87,6 +87,7 @@ class PsShardImpl : public PsShard {
 
   std::string endpoint() const override { return endpoint_; }
   uint64_t refused_connections() const override { return zap_ ? zap_->refused() : 0; }
+  uint64_t heartbeats() const override { return heartbeats_.load(std::memory_order_relaxed); }
 
   wire::ShardStats stats() const override {
     std::lock_guard<std::mutex> lock(stats_mu_);
@@ -103,6 +104,7 @@ class PsShardImpl : public PsShard {
  private:
   void Loop() {
     while (!stop_) {
+      heartbeats_.fetch_add(1, std::memory_order_relaxed);
       std::vector<zmq::message_t> refused;
       auto received =
           wire::ReceiveMultipart(socket_, 50, options_.limits, /*envelope_frames=*/1, &refused);
@@ -591,6 +593,7 @@ class PsShardImpl : public PsShard {
   std::string endpoint_;
   std::thread thread_;
   std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> heartbeats_{0};
 
   // Owned by the I/O thread.
   std::atomic<uint64_t> applied_{0};  // written by the I/O thread only

@@ -14,6 +14,7 @@
 #include <poll.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -37,6 +38,7 @@
 #include "common/coordinator_client.h"
 #include "common/store.h"
 #include "common/wire/gridsync.capnp.h"
+#include "ops/service_watchdog.h"
 #include "tests/raw_coord_connection.h"
 
 namespace gridsync {
@@ -1024,6 +1026,104 @@ TEST_F(CoordinatorBinaryTest, ServesAClientAndExitsZeroOnSigterm) {
   EXPECT_EQ(*code, 0) << ReadFile(log);
   EXPECT_NE(ReadFile(log).find("listening on 127.0.0.1:" + std::to_string(port)), std::string::npos)
       << ReadFile(log);
+}
+
+// ---- systemd: readiness and the watchdog, over a real notify socket ----
+
+// A datagram socket standing in for systemd's NOTIFY_SOCKET.
+class NotifySocket {
+ public:
+  explicit NotifySocket(const std::string& path) : path_(path) {
+    fd_ = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+    bound_ = fd_ >= 0 && ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  }
+  ~NotifySocket() {
+    if (fd_ >= 0) ::close(fd_);
+    ::unlink(path_.c_str());
+  }
+  bool bound() const { return bound_; }
+  // The next message, or "" when none arrives within `timeout`.
+  std::string Next(std::chrono::milliseconds timeout) {
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(timeout.count())) <= 0) return "";
+    char buf[4096];
+    const ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
+    return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  bool bound_ = false;
+};
+
+// Sets systemd's variables for the scope of a test.
+class SystemdEnvironment {
+ public:
+  SystemdEnvironment(const std::string& socket, const std::string& watchdog_usec) {
+    ::setenv("NOTIFY_SOCKET", socket.c_str(), 1);
+    ::setenv("WATCHDOG_USEC", watchdog_usec.c_str(), 1);
+    ::unsetenv("WATCHDOG_PID");  // unset: whoever reads it is the service
+  }
+  ~SystemdEnvironment() {
+    ::unsetenv("NOTIFY_SOCKET");
+    ::unsetenv("WATCHDOG_USEC");
+  }
+};
+
+TEST_F(CoordinatorBinaryTest, WatchdogPingsOnlyWhileTheServingLoopTurns) {
+  NotifySocket socket(dir_.path() + "/notify");
+  ASSERT_TRUE(socket.bound());
+  SystemdEnvironment env(dir_.path() + "/notify", "300000");
+  auto watchdog = ServiceWatchdog::FromEnvironment();
+  ASSERT_TRUE(watchdog.enabled());
+  EXPECT_EQ(watchdog.interval(), 100ms);
+  EXPECT_TRUE(watchdog.Tick(7));
+  EXPECT_EQ(socket.Next(1s), "WATCHDOG=1");
+  EXPECT_FALSE(watchdog.Tick(7)) << "a loop that did not turn must not feed the watchdog";
+  EXPECT_EQ(socket.Next(200ms), "");
+  EXPECT_TRUE(watchdog.Tick(8));
+  EXPECT_EQ(socket.Next(1s), "WATCHDOG=1");
+
+  ::unsetenv("WATCHDOG_USEC");
+  EXPECT_FALSE(ServiceWatchdog::FromEnvironment().enabled()) << "outside systemd: no watchdog";
+}
+
+TEST_F(CoordinatorBinaryTest, TellsSystemdItIsReadyFeedsTheWatchdogAndStops) {
+  NotifySocket socket(dir_.path() + "/notify");
+  ASSERT_TRUE(socket.bound());
+  const uint16_t port = UnusedPort();
+  const std::string config =
+      dir_.Write("notify.json",
+                 "{\"distributed\": {\"enable\": true, \"world_size\": 1, \"master_addr\": "
+                 "\"127.0.0.1\", \"gradient_sync\": \"ps\"}, \"ps\": {\"shards\": 1}}");
+  std::optional<Child> child;
+  {
+    SystemdEnvironment env(dir_.path() + "/notify", "600000");  // WatchdogSec=0.6
+    child.emplace(std::vector<std::string>{CoordinatorBinary(), "--config", config, "--port",
+                                           std::to_string(port)},
+                  dir_.path() + "/notify.log");
+  }
+  ASSERT_TRUE(child->started());
+  const std::string ready = socket.Next(5s);
+  EXPECT_EQ(ready.rfind("READY=1", 0), 0u) << "first message: '" << ready << "'\n"
+                                           << ReadFile(dir_.path() + "/notify.log");
+  // A ping every third of the timeout (200 ms) while serving: 5 in 1.5 s.
+  int pings = 0;
+  const auto start = Clock::now();
+  while (Since(start) < 1500ms) pings += socket.Next(300ms) == "WATCHDOG=1";
+  EXPECT_GE(pings, 5);
+  EXPECT_LE(pings, 9);
+  child->Signal(SIGTERM);
+  std::string last;
+  for (std::string m = socket.Next(3s); !m.empty(); m = socket.Next(1s)) last = m;
+  EXPECT_EQ(last, "STOPPING=1");
+  auto code = child->WaitExit(5s);
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(*code, 0);
 }
 
 }  // namespace

@@ -19,6 +19,10 @@ Result<WorkerPlacement> PlaceWorker(const Config& config, int* rank, std::string
                                    std::to_string(d.world_size - 1) + " (distributed.world_size " +
                                    std::to_string(d.world_size) + ")");
   }
+  if (node_name.empty()) {
+    const char* from_env = std::getenv("GRIDSYNC_NODE");
+    if (from_env != nullptr) node_name = from_env;
+  }
   int node = -1;
   if (!node_name.empty()) {
     node = layout.NodeIndex(node_name);
@@ -28,6 +32,20 @@ Result<WorkerPlacement> PlaceWorker(const Config& config, int* rank, std::string
       return Status::InvalidArgument("--node " + std::string(node_name) +
                                      ": no such node; allowed: " + names);
     }
+  }
+  // A systemd unit per local rank (gridsync-worker@<local rank>) knows its
+  // node and local rank, not its global rank: the node's first rank + local.
+  if (*rank < 0 && std::getenv("GRIDSYNC_LOCAL_RANK") != nullptr) {
+    const int at = node >= 0 ? node : 0;
+    if (node < 0 && layout.multi_host) {
+      return Status::InvalidArgument(
+          "GRIDSYNC_LOCAL_RANK needs the worker's node (--node or GRIDSYNC_NODE) in a cluster on "
+          "several machines");
+    }
+    const int workers = layout.nodes[static_cast<size_t>(at)].workers;
+    GRIDSYNC_ASSIGN_OR_RETURN(const int local,
+                              IntFromEnv("GRIDSYNC_LOCAL_RANK", -1, 0, workers - 1));
+    *rank = layout.FirstRank(at) + local;
   }
   if (*rank >= 0) {
     const int of_rank = d.NodeOf(*rank);

@@ -28,7 +28,9 @@ struct WorkerPlacement {
 };
 
 // *rank: the --rank flag (-1 if absent), replaced by GRIDSYNC_RANK when the
-// flag is absent. node_name: --node ("" if absent). Refuses a rank outside
+// flag is absent, or by the node's first rank + GRIDSYNC_LOCAL_RANK when
+// only that is set (systemd's gridsync-worker@<local rank>). node_name:
+// --node, else GRIDSYNC_NODE ("" if neither). Refuses a rank outside
 // the world, a node the config does not name, a rank on another node than
 // --node, and (multi-host) a worker that cannot tell its node.
 Result<WorkerPlacement> PlaceWorker(const Config& config, int* rank, std::string_view node_name,
