@@ -32,6 +32,10 @@ struct MemberInfo {
 
 struct ClusterMap {
   uint64_t generation = 0;
+  // The job the workers in the map belong to. Shards and the coordinator
+  // outlive jobs (systemd units); a job ends when its last worker leaves
+  // after training started, and the next workers start job + 1.
+  uint64_t job = 1;
   uint32_t expected_shards = 0;
   uint32_t expected_workers = 0;
   std::vector<MemberInfo> shards;   // sorted by rank

@@ -1153,7 +1153,12 @@ void CoordinatorImpl::Cleanup(const ConnPtr& conn, const std::string& reason) {
           member.pid, conn->peer, reason, map_.generation, map_.shards.size(), map_.expected_shards,
           map_.workers.size(), map_.expected_workers);
     }
-    if (map_.shards.empty() && map_.workers.empty()) {  // a new job
+    if (map_.workers.empty() && training_started_) {
+      // The job's last worker left: the next workers start a new job, which
+      // long-running shards (systemd units that stay up) serve afresh.
+      spdlog::info("job {} {}; the next workers start job {}", map_.job,
+                   job_done_ ? "ended" : "ended without finishing", map_.job + 1);
+      ++map_.job;
       training_started_ = false;
       job_done_ = false;
     }

@@ -147,8 +147,15 @@ int main(int argc, char** argv) {
     spdlog::error("registration refused: {}", registered.status().ToString());
     return 1;
   }
-  spdlog::info("registered as shard {} (cluster map generation {})", registered->rank,
-               registered->map.generation);
+  spdlog::info("registered as shard {} (cluster map generation {}, job {})", registered->rank,
+               registered->map.generation, registered->map.job);
+  // Job after job: the shard asks the coordinator whether a new job began.
+  gridsync::CoordinatorClient* coordinator = client->get();
+  (*server)->SetJobSource([coordinator]() -> gridsync::Result<uint64_t> {
+    GRIDSYNC_ASSIGN_OR_RETURN(const gridsync::ClusterMap map,
+                              coordinator->GetMap(false, std::chrono::milliseconds(0)));
+    return map.job;
+  });
   // Under systemd (Type=notify): serving and registered.
   gridsync::NotifyReady("serving");
 

@@ -34,20 +34,98 @@ class PsShardImpl : public PsShard {
   PsShardImpl(const Partition& partition, const ShardOptions& options)
       : partition_(partition),
         options_(options),
-        store_(partition_, options.shard, options.hyper, options.apply_updates),
         pool_(options.threads),
         socket_(context_, zmq::socket_type::router) {
     for (uint32_t t = 0; t < partition_.n_tables(); ++t) {
       shapes_.push_back({partition_.table(t).rows, partition_.table(t).width});
     }
-    stats_.rows_owned = store_.owned_rows();
+    NewStore();
+    stats_.rows_owned = store_->owned_rows();
     clock_.assign(options_.workers, 0);
+  }
+
+  // The partition's state as before any job: zero parameters and moments.
+  void NewStore() {
+    store_.reset();  // the old state goes first: never two partitions in memory
+    store_ = std::make_unique<ShardStore>(partition_, options_.shard, options_.hyper,
+                                          options_.apply_updates);
     // ssp and async apply each worker's push as its own Adam step: at
     // learning rate / workers, a round of pushes moves the parameters as far
     // as one bsp step (measured: async at the full rate ended 9 dB lower).
     if (options_.consistency != Consistency::kBsp && options_.workers > 0)
-      store_.SetLrScale(1.0f / static_cast<float>(options_.workers));
-    if (options_.pull_codec.codec != Codec::kNone) store_.EnableReplicas(options_.workers);
+      store_->SetLrScale(1.0f / static_cast<float>(options_.workers));
+    if (options_.pull_codec.codec != Codec::kNone) store_->EnableReplicas(options_.workers);
+  }
+
+  // A long-running shard (a systemd unit) serves job after job. Every worker
+  // message carries its job (the cluster map's): an older job's message is
+  // refused, naming its worker; a newer job, once the coordinator confirms
+  // it began, clears the job before. A message's claim alone never does: a
+  // corrupt or hostile one would wipe a running job. false: refused.
+  bool AdmitJob(Request& request) {
+    const wire::Message& m = request.message;
+    if (m.job == job_) return true;
+    if (m.job < job_) {
+      ReplyError(request,
+                 Status::InvalidArgument(
+                     "worker " + std::to_string(m.worker_rank) + " of job " +
+                     std::to_string(m.job) + " is stale: shard " + std::to_string(options_.shard) +
+                     " serves job " + std::to_string(job_) + " now; allowed: the workers of job " +
+                     std::to_string(job_) + " (stop what is left of the old job)"));
+      return false;
+    }
+    if (Status began = ConfirmJob(m.job); !began.ok()) {
+      ReplyError(request, began);
+      return false;
+    }
+    if (job_ != 0) {
+      for (auto& w : waiting_) {
+        ReplyError(*w.request, Status::IOError("job " + std::to_string(job_) + " ended: job " +
+                                               std::to_string(m.job) + " began"));
+      }
+      waiting_.clear();
+      pending_.clear();
+      NewStore();
+      spdlog::info("shard {}: job {} begins (job {} ended at version {}); the shard starts afresh",
+                   options_.shard, m.job, job_, applied_.load());
+      applied_ = 0;
+      clock_.assign(options_.workers, 0);
+    }
+    job_ = m.job;
+    return true;
+  }
+
+  // Whether job `job` began, as the coordinator says. Asked at most every
+  // 10 ms, so a flood of messages claiming future jobs cannot turn the shard
+  // into a load on the coordinator.
+  Status ConfirmJob(uint64_t job) {
+    std::function<Result<uint64_t>()> source;
+    {
+      std::lock_guard<std::mutex> lock(job_source_mu_);
+      source = job_source_;
+    }
+    if (!source) {
+      if (job_ == 0) return Status::OK();  // a shard outside any cluster: its first job
+      return Status::InvalidArgument("job " + std::to_string(job) + " cannot be confirmed (shard " +
+                                     std::to_string(options_.shard) +
+                                     " has no coordinator); allowed: job " + std::to_string(job_));
+    }
+    const auto now = Clock::now();
+    if (job > confirmed_job_ && now - last_job_query_ >= std::chrono::milliseconds(10)) {
+      last_job_query_ = now;
+      auto current = source();
+      if (!current.ok())
+        return current.status().WithContext("confirming job " + std::to_string(job));
+      confirmed_job_ = *current;
+    }
+    if (job > confirmed_job_) {
+      return Status::InvalidArgument("job " + std::to_string(job) +
+                                     " is not the cluster's: the "
+                                     "coordinator runs job " +
+                                     std::to_string(confirmed_job_) + "; allowed: job " +
+                                     std::to_string(confirmed_job_));
+    }
+    return Status::OK();
   }
 
   ~PsShardImpl() override { Stop(); }
@@ -55,7 +133,7 @@ class PsShardImpl : public PsShard {
   Status Bind() {
     if (options_.resume_step > 0) {
       GRIDSYNC_RETURN_IF_ERROR(LoadShardCheckpoint(options_.checkpoint_dir, options_.shard,
-                                                   options_.resume_step, &store_)
+                                                   options_.resume_step, store_.get())
                                    .WithContext("shard " + std::to_string(options_.shard) +
                                                 ": resuming from step " +
                                                 std::to_string(options_.resume_step)));
@@ -88,6 +166,10 @@ class PsShardImpl : public PsShard {
   std::string endpoint() const override { return endpoint_; }
   uint64_t refused_connections() const override { return zap_ ? zap_->refused() : 0; }
   uint64_t heartbeats() const override { return heartbeats_.load(std::memory_order_relaxed); }
+  void SetJobSource(std::function<Result<uint64_t>()> source) override {
+    std::lock_guard<std::mutex> lock(job_source_mu_);
+    job_source_ = std::move(source);
+  }
 
   wire::ShardStats stats() const override {
     std::lock_guard<std::mutex> lock(stats_mu_);
@@ -198,8 +280,10 @@ class PsShardImpl : public PsShard {
                                " messages; allowed: push, pull, init, stats"));
       return;
     }
+    // Stats are read-only: anyone may ask, whatever its job.
+    if (m.kind != wire::Kind::kStats && !AdmitJob(*request)) return;
     for (const auto& block : m.blocks) {
-      if (auto owned = store_.CheckOwnership(block); !owned.ok()) {
+      if (auto owned = store_->CheckOwnership(block); !owned.ok()) {
         ReplyError(*request, owned);
         return;
       }
@@ -251,7 +335,7 @@ class PsShardImpl : public PsShard {
                                                   "); allowed: init before the first push"));
       return;
     }
-    for (const auto& block : request.message.blocks) store_.Assign(block);
+    for (const auto& block : request.message.blocks) store_->Assign(block);
     Ack(request);
   }
 
@@ -366,7 +450,7 @@ class PsShardImpl : public PsShard {
   // (one worker, or async) skips the summing buffer.
   void ApplyStep(const std::vector<const wire::Message*>& pushes) {
     constexpr size_t kChunkRows = 8192;
-    store_.PrepareStep();
+    store_->PrepareStep();
     struct Piece {
       uint32_t table;
       size_t chunk;                        // touched-row chunk (summed) ...
@@ -382,24 +466,24 @@ class PsShardImpl : public PsShard {
         }
       }
       pool_.ParallelFor(pieces.size(), [&](size_t i) {
-        store_.ApplyDirect(*pieces[i].block, pieces[i].begin, pieces[i].end);
+        store_->ApplyDirect(*pieces[i].block, pieces[i].begin, pieces[i].end);
       });
       return;
     }
     pool_.ParallelFor(partition_.n_tables(), [&](size_t t) {
       for (const wire::Message* m : pushes) {
         for (const auto& block : m->blocks) {
-          if (block.table == t) store_.Accumulate(block);
+          if (block.table == t) store_->Accumulate(block);
         }
       }
     });
     for (uint32_t t = 0; t < partition_.n_tables(); ++t) {
-      for (size_t c = 0; c < store_.TouchedChunks(t, kChunkRows); ++c) pieces.push_back({t, c});
+      for (size_t c = 0; c < store_->TouchedChunks(t, kChunkRows); ++c) pieces.push_back({t, c});
     }
     pool_.ParallelFor(pieces.size(), [&](size_t i) {
-      store_.ApplyTouchedChunk(pieces[i].table, pieces[i].chunk, kChunkRows);
+      store_->ApplyTouchedChunk(pieces[i].table, pieces[i].chunk, kChunkRows);
     });
-    for (uint32_t t = 0; t < partition_.n_tables(); ++t) store_.FinishTable(t);
+    for (uint32_t t = 0; t < partition_.n_tables(); ++t) store_->FinishTable(t);
   }
 
   // After a step: the partition is written every checkpoint_every steps. A
@@ -409,7 +493,7 @@ class PsShardImpl : public PsShard {
     if (options_.checkpoint_every == 0 || applied_ % options_.checkpoint_every != 0) return;
     const auto start = Clock::now();
     const Status written =
-        WriteShardCheckpoint(options_.checkpoint_dir, options_.shard, applied_, store_);
+        WriteShardCheckpoint(options_.checkpoint_dir, options_.shard, applied_, *store_);
     if (!written.ok()) {
       spdlog::error("shard {}: checkpoint at step {} not written: {}", options_.shard,
                     applied_.load(), written.ToString());
@@ -422,7 +506,7 @@ class PsShardImpl : public PsShard {
 
   void HandlePull(std::unique_ptr<Request> request) {
     const wire::Message& m = request->message;
-    if (store_.replicas_enabled() &&
+    if (store_->replicas_enabled() &&
         (m.worker_rank >= options_.workers || m.num_workers != options_.workers)) {
       ReplyError(*request, Status::InvalidArgument(
                                "pull from worker " + std::to_string(m.worker_rank) + " of " +
@@ -486,7 +570,7 @@ class PsShardImpl : public PsShard {
         pieces.push_back({i, b, std::min<size_t>(in.row_count, b + kChunkRows)});
       }
     }
-    const bool deltas = store_.replicas_enabled();
+    const bool deltas = store_->replicas_enabled();
     // Delta pulls: which blocks go encoded (as params - replica) and which
     // whole; decided per block, the same way on every call.
     std::vector<char> encoded(blocks.size(), 0);
@@ -499,16 +583,16 @@ class PsShardImpl : public PsShard {
       const wire::Block& in = m.blocks[p.block];
       float* out = blocks[p.block].values.data() + p.begin * in.width;
       if (encoded[p.block]) {
-        store_.GatherDelta(in, m.worker_rank, p.begin, p.end, out);
+        store_->GatherDelta(in, m.worker_rank, p.begin, p.end, out);
       } else if (ahead > 0) {
-        store_.GatherAhead(in, p.begin, p.end, ahead, out);
-        if (deltas) store_.AdvanceReplica(in, m.worker_rank, p.begin, p.end, out, /*whole=*/true);
+        store_->GatherAhead(in, p.begin, p.end, ahead, out);
+        if (deltas) store_->AdvanceReplica(in, m.worker_rank, p.begin, p.end, out, /*whole=*/true);
       } else {
-        store_.Gather(in, p.begin, p.end, out);
+        store_->Gather(in, p.begin, p.end, out);
         // An evaluation's values go to a copy of the model, not the
         // worker's replica.
         if (deltas && !m.evaluation)
-          store_.AdvanceReplica(in, m.worker_rank, p.begin, p.end, out, /*whole=*/true);
+          store_->AdvanceReplica(in, m.worker_rank, p.begin, p.end, out, /*whole=*/true);
       }
     });
     if (deltas) {
@@ -524,8 +608,8 @@ class PsShardImpl : public PsShard {
         const Status decoded = cpu::Decode(out.codec, out.payload.data(), out.payload.size(),
                                            out.values.size(), out.codec_seed, out.values.data());
         GRIDSYNC_CHECK(decoded.ok());  // our own encoding
-        store_.AdvanceReplica(m.blocks[i], m.worker_rank, 0, out.row_count, out.values.data(),
-                              /*whole=*/false);
+        store_->AdvanceReplica(m.blocks[i], m.worker_rank, 0, out.row_count, out.values.data(),
+                               /*whole=*/false);
         out.values.clear();
       });
     }
@@ -584,7 +668,7 @@ class PsShardImpl : public PsShard {
 
   const Partition& partition_;
   ShardOptions options_;
-  ShardStore store_;
+  std::unique_ptr<ShardStore> store_;  // replaced whole when a new job begins
   ThreadPool pool_;
   std::vector<wire::TableShape> shapes_;
   zmq::context_t context_{1};
@@ -594,12 +678,17 @@ class PsShardImpl : public PsShard {
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> heartbeats_{0};
+  std::mutex job_source_mu_;
+  std::function<Result<uint64_t>()> job_source_;  // guarded by job_source_mu_
 
   // Owned by the I/O thread.
   std::atomic<uint64_t> applied_{0};  // written by the I/O thread only
   std::vector<uint64_t> clock_;       // ssp, async: pushes per worker (its next step)
   std::map<uint64_t, std::map<uint32_t, std::unique_ptr<Request>>> pending_;  // step -> rank
   std::vector<Waiting> waiting_;
+  uint64_t job_ = 0;            // the job served (0: none yet)
+  uint64_t confirmed_job_ = 0;  // the coordinator's job when last asked
+  Clock::time_point last_job_query_{};
 
   mutable std::mutex stats_mu_;
   wire::ShardStats stats_;  // guarded by stats_mu_

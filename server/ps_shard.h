@@ -30,6 +30,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -84,6 +85,11 @@ class PsShard {
   // Turns of the serving loop so far (it turns at least every 50 ms while
   // healthy, idle or not): what feeds systemd's watchdog.
   virtual uint64_t heartbeats() const = 0;
+  // Where the shard learns which job the cluster runs (the coordinator's
+  // map, through the shard's registration): it starts afresh for a newer job
+  // only once this confirms it. Without one, the first job seen is served
+  // and no other. May be called while serving.
+  virtual void SetJobSource(std::function<Result<uint64_t>()> source) = 0;
   virtual void Stop() = 0;
 };
 

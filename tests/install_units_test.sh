@@ -9,7 +9,9 @@
 #  3. a cluster started from the installed units' own ExecStart=, Environment=
 #     and EnvironmentFile= lines (tests/unit_exec.py expands them as systemd
 #     does) trains to the end: coordinator, gridsync-ps@0, @1, gridsync-worker@0,
-#     @1, in the state directory the units name.
+#     @1, in the state directory the units name; then a second job on the
+#     same coordinator and shards ends exactly where the first one ended
+#     (long-running shards start afresh for a new job).
 # Steps 2 skips, saying why, where systemd-analyze is missing.
 set -euo pipefail
 BUILD=${1:?usage: install_units_test.sh BUILD_DIR SOURCE_DIR}
@@ -118,20 +120,30 @@ PY
 start_unit gridsync-coordinator.service "" "$WORK/coordinator.log"
 start_unit gridsync-ps@.service 0 "$WORK/ps0.log"
 start_unit gridsync-ps@.service 1 "$WORK/ps1.log"
-start_unit gridsync-worker@.service 0 "$WORK/worker0.log"
-w0=${pids[-1]}
-start_unit gridsync-worker@.service 1 "$WORK/worker1.log"
-w1=${pids[-1]}
-for w in "$w0" "$w1"; do
-  if ! timeout 120 tail --pid="$w" -f /dev/null; then fail "a worker did not finish in 120 s"; fi
-done
-wait "$w0" || fail "gridsync-worker@0 exited $?: $(tail -3 "$WORK/worker0.log")"
-wait "$w1" || fail "gridsync-worker@1 exited $?: $(tail -3 "$WORK/worker1.log")"
-grep -q '"psnr_db"' "$WORK/worker0.log" || fail "worker 0 printed no summary"
-grep -q 'worker 0 on node' "$WORK/worker0.log" || fail "gridsync-worker@0 did not take rank 0"
-grep -q 'worker 1 on node' "$WORK/worker1.log" || fail "gridsync-worker@1 did not take rank 1"
+run_job() {  # run_job NAME: both workers' units, to the end
+  start_unit gridsync-worker@.service 0 "$WORK/$1-worker0.log"
+  local w0=${pids[-1]}
+  start_unit gridsync-worker@.service 1 "$WORK/$1-worker1.log"
+  local w1=${pids[-1]}
+  for w in "$w0" "$w1"; do
+    timeout 120 tail --pid="$w" -f /dev/null || fail "$1: a worker did not finish in 120 s"
+  done
+  wait "$w0" || fail "$1: gridsync-worker@0 exited $?: $(tail -3 "$WORK/$1-worker0.log")"
+  wait "$w1" || fail "$1: gridsync-worker@1 exited $?: $(tail -3 "$WORK/$1-worker1.log")"
+  grep -q '"psnr_db"' "$WORK/$1-worker0.log" || fail "$1: worker 0 printed no summary"
+  grep -q 'worker 0 on node' "$WORK/$1-worker0.log" || fail "$1: gridsync-worker@0 is not rank 0"
+  grep -q 'worker 1 on node' "$WORK/$1-worker1.log" || fail "$1: gridsync-worker@1 is not rank 1"
+}
+run_job job1
 ls "$state"/out/local/*.png > /dev/null 2>&1 ||
   fail "no reconstruction under the state directory ($state/out/local)"
+# The same coordinator and shards serve a second job (long-running units):
+# the shards start afresh, so it ends exactly where the first one ended.
+run_job job2
+loss() { sed -n 's/.*"final_loss":\([0-9.e-]*\).*/\1/p' "$WORK/$1-worker0.log"; }
+[ -n "$(loss job1)" ] && [ "$(loss job1)" = "$(loss job2)" ] ||
+  fail "the second job on the same shards ended at loss '$(loss job2)', the first at '$(loss job1)'"
+grep -q "job 2 begins" "$WORK/ps0.log" || fail "shard 0 did not log the start of job 2"
 if [ "$failures" -ne 0 ]; then
   for f in "$WORK"/*.log; do echo "== $f"; tail -5 "$f"; done
   echo "install_units_test: $failures failure(s)"

@@ -47,6 +47,7 @@ namespace {
 using testing::ExpectBitIdentical;
 using testing::ExpectWithinRounding;
 using testing::SmallImage;
+using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
 Config SmallConfig(int workers, int shards) {
@@ -439,9 +440,10 @@ class RawClient {
 
 // A pull of every row of table 0.
 std::vector<zmq::message_t> PullOfTable0(const Partition& partition, uint64_t request_id,
-                                         uint32_t num_workers) {
+                                         uint32_t num_workers, uint64_t job = 0) {
   wire::OutHeader h;
   h.kind = wire::Kind::kPull;
+  h.job = job;
   h.request_id = request_id;
   h.num_workers = num_workers;
   wire::OutBlock b;
@@ -625,6 +627,7 @@ TEST(PsShardTest, MutatedRealMessagesNeverStopTheShard) {
     h.kind = kind;
     h.request_id = 5;
     h.num_workers = 2;
+    h.job = 1;  // the cluster's: a mutated job number must change nothing
     std::vector<wire::OutBlock> blocks;
     if (kind != wire::Kind::kStats) {
       wire::OutBlock b;
@@ -690,9 +693,9 @@ TEST(PsShardTest, MutatedRealMessagesNeverStopTheShard) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_GT(cluster->shards[0]->stats().errors, static_cast<uint64_t>(sent) / 4);
-  auto pulled = good.Exchange(PullOfTable0(partition, 2, 2), shapes);
+  auto pulled = good.Exchange(PullOfTable0(partition, 2, 2, /*job=*/1), shapes);
   ASSERT_TRUE(pulled.ok()) << pulled.status().ToString();
-  EXPECT_EQ(pulled->kind, wire::Kind::kPullReply);
+  EXPECT_EQ(pulled->kind, wire::Kind::kPullReply) << pulled->error.ToString();
 }
 
 // compression.pull: shards answer pulls with encoded deltas against each
@@ -980,6 +983,93 @@ TEST(PsWorkerOptimizerTest, ShardAveragesUpdatesOverThePushesListingTheRow) {
   EXPECT_NE(no->error.message().find("carries updates; allowed: gradients"), std::string::npos)
       << no->error.message();
   EXPECT_EQ(AppliedSteps(*adam_cluster->shards[0], 0u), 0u);
+}
+
+// A long-running shard (a systemd unit) serves job after job: once the
+// coordinator's job moved on, the new job's first message starts the shard
+// afresh, an older job's worker is refused by name, and a message claiming a
+// job the coordinator does not run changes nothing.
+TEST(PsShardTest, ANewJobStartsAfreshAndAStaleWorkerIsRefusedByName) {
+  auto cluster = Cluster::Start(SmallConfig(1, 1));
+  const std::vector<wire::TableShape> shapes = ShapesOf(*cluster->partition);
+  RawClient raw(cluster->shards[0]->endpoint());
+  auto send = [&](wire::Kind kind, uint64_t job, uint64_t min_version) {
+    wire::OutHeader h;
+    h.kind = kind;
+    h.request_id = 7;
+    h.num_workers = 1;
+    h.min_version = min_version;
+    h.job = job;
+    wire::OutBlock b;
+    b.table = 0;
+    b.width = 2;
+    b.rows = {1};
+    b.row_count = 1;
+    if (kind != wire::Kind::kPull) b.values = {1.0f, -1.0f};
+    std::vector<wire::OutBlock> blocks;
+    blocks.push_back(std::move(b));
+    return raw.Exchange(wire::Encode(h, std::move(blocks)), shapes);
+  };
+  auto expect_refused = [&](const Result<wire::Message>& reply, const std::string& text) {
+    ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+    ASSERT_EQ(reply->kind, wire::Kind::kError);
+    EXPECT_NE(reply->error.message().find(text), std::string::npos) << reply->error.message();
+  };
+  auto pushed = send(wire::Kind::kPush, 1, 0);
+  ASSERT_TRUE(pushed.ok());
+  ASSERT_EQ(pushed->kind, wire::Kind::kPushAck) << pushed->error.ToString();
+  auto first = send(wire::Kind::kPull, 1, 1);
+  ASSERT_TRUE(first.ok());
+  ASSERT_EQ(first->kind, wire::Kind::kPullReply) << first->error.ToString();
+  EXPECT_NE(first->blocks[0].values[0], 0.0f) << "job 1 stepped row 1";
+  EXPECT_EQ(AppliedSteps(*cluster->shards[0], 1u), 1u);
+
+  // Job 2 has not begun: claiming it changes nothing.
+  expect_refused(send(wire::Kind::kPull, 2, 0), "job 2 is not the cluster's");
+  EXPECT_EQ(cluster->shards[0]->stats().applied_steps, 1u);
+
+  // A worker of job 1 passes 'init' and leaves: the coordinator starts job 2.
+  const uint16_t port = static_cast<uint16_t>(cluster->config.distributed.master_port);
+  {
+    auto worker = CoordinatorClient::Connect("127.0.0.1", port, 2s, {}, Role::kWorker);
+    ASSERT_TRUE(worker.ok()) << worker.status().ToString();
+    RegisterInfo info;
+    info.role = Role::kWorker;
+    info.node = "node0";
+    info.tables = testing::SpecOf(cluster->config).model.tables;
+    auto registered = (*worker)->Register(info, 2s);
+    ASSERT_TRUE(registered.ok()) << registered.status().ToString();
+    ASSERT_TRUE((*worker)->Barrier("init", 1, "worker-0", 2s).ok());
+  }
+  auto observer = CoordinatorClient::Connect("127.0.0.1", port, 2s);
+  ASSERT_TRUE(observer.ok());
+  const auto deadline = std::chrono::steady_clock::now() + 3s;
+  uint64_t job = 1;
+  while (job < 2 && std::chrono::steady_clock::now() < deadline) {
+    auto map = (*observer)->GetMap(false, 0ms);
+    ASSERT_TRUE(map.ok()) << map.status().ToString();
+    job = map->job;
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_EQ(job, 2u) << "the coordinator did not start job 2 when job 1's worker left";
+
+  // Job 2's first message: version 0, parameters as before any job.
+  auto fresh = send(wire::Kind::kPull, 2, 0);
+  ASSERT_TRUE(fresh.ok());
+  ASSERT_EQ(fresh->kind, wire::Kind::kPullReply) << fresh->error.ToString();
+  EXPECT_EQ(fresh->blocks[0].values[0], 0.0f);
+  EXPECT_EQ(fresh->blocks[0].values[1], 0.0f);
+  EXPECT_EQ(cluster->shards[0]->stats().applied_steps, 0u);
+
+  // A worker left over from job 1: refused, by rank and job.
+  expect_refused(send(wire::Kind::kPush, 1, 0), "worker 0 of job 1 is stale");
+  expect_refused(send(wire::Kind::kPush, 1, 0), "serves job 2");
+  EXPECT_EQ(cluster->shards[0]->stats().applied_steps, 0u) << "the stale push changed nothing";
+  // Job 2 trains on.
+  auto next = send(wire::Kind::kPush, 2, 0);
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(next->kind, wire::Kind::kPushAck) << next->error.ToString();
+  EXPECT_EQ(AppliedSteps(*cluster->shards[0], 1u), 1u);
 }
 
 // A cluster and one worker joined to it by hand (rank 0), for tests that

@@ -43,6 +43,7 @@ Result<std::unique_ptr<PsClient>> PsClient::Connect(
   }
   std::unique_ptr<PsClient> client(
       new PsClient(partition, worker_rank, num_workers, timeout, limits));
+  client->job_ = map.job;
   for (const auto& shard : map.shards) {
     try {
       zmq::socket_t socket(client->context_, zmq::socket_type::dealer);
@@ -388,6 +389,7 @@ Status PsClient::SendAndAwaitAcks(wire::Kind kind, uint64_t step,
     header.request_id = request_id;
     header.shard = s;
     header.num_workers = num_workers_;
+    header.job = job_;
     header.skip_step = skip_step;
     if (kind == wire::Kind::kPush && worker_adam_ != nullptr) {
       header.push_values = wire::PushValues::kUpdates;
@@ -445,6 +447,7 @@ Status PsClient::SendPull(uint64_t min_version, const std::vector<TablePullRef>&
     header.min_version = min_version;
     header.step = for_step;
     header.num_workers = num_workers_;
+    header.job = job_;
     header.whole_values = whole;
     header.evaluation = evaluation;
     auto frames = wire::Encode(header, std::move(split[s]));

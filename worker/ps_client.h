@@ -163,6 +163,7 @@ class PsClient {
 
   const Partition& partition_;
   uint32_t worker_rank_;
+  uint64_t job_ = 0;  // the cluster map's job, on every message
   uint32_t num_workers_;
   std::chrono::milliseconds timeout_;
   wire::Limits limits_;

@@ -162,6 +162,7 @@ Result<MemberInfo> MemberFromWire(schema::Member::Reader member) {
 
 void MapToWire(const ClusterMap& map, schema::ClusterMap::Builder out) {
   out.setGeneration(map.generation);
+  out.setJob(map.job);
   out.setExpectedShards(map.expected_shards);
   out.setExpectedWorkers(map.expected_workers);
   MembersToWire(map.shards, out.initShards(static_cast<unsigned>(map.shards.size())));
@@ -172,6 +173,7 @@ void MapToWire(const ClusterMap& map, schema::ClusterMap::Builder out) {
 Result<ClusterMap> MapFromWire(schema::ClusterMap::Reader map) {
   ClusterMap out;
   out.generation = map.getGeneration();
+  out.job = map.getJob();
   out.expected_shards = map.getExpectedShards();
   out.expected_workers = map.getExpectedWorkers();
   for (auto member : map.getShards()) {

@@ -120,6 +120,9 @@ struct Header {
                            # apply none of the step's pushes (bsp, ssp) or skip it (async)
   evaluation @14 :Bool;    # pull (with wholeValues): for an evaluation mid-run; the
                            # shards leave their copy of the worker's replica alone
+  job @15 :UInt64;         # the sender's job (the cluster map's job; 0: none). A
+                           # long-running shard starts afresh for a newer job and
+                           # refuses the messages of an older one
 }
 
 # ---- Control plane ----
@@ -152,6 +155,8 @@ struct ClusterMap {
   shards @3 :List(Member);    # sorted by rank
   workers @4 :List(Member);   # sorted by rank
   tables @5 :List(TableInfo);
+  job @6 :UInt64;             # the job of the workers in the map: a new one begins
+                              # once every worker of the job before has left
 }
 
 struct RegisterRequest {

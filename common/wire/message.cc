@@ -171,6 +171,7 @@ struct RawHeader {
   bool whole_values = false;
   bool skip_step = false;
   bool evaluation = false;
+  uint64_t job = 0;
   std::vector<RawBlock> blocks;
   uint32_t error_code = 0;
   std::string error_text;
@@ -247,6 +248,7 @@ Status ParseHeader(const zmq::message_t& frame, const Limits& limits, RawHeader&
     out.whole_values = header.getWholeValues();
     out.skip_step = header.getSkipStep();
     out.evaluation = header.getEvaluation();
+    out.job = header.getJob();
     if (out.push_values > static_cast<uint16_t>(PushValues::kUpdates)) {
       return Status::InvalidArgument(fmt::format(
           "frame 0 (header): pushValues {} unknown; allowed: 0 (gradients) or 1 (updates)",
@@ -476,6 +478,7 @@ std::vector<zmq::message_t> Encode(const OutHeader& header, std::vector<OutBlock
   out.setWholeValues(header.whole_values);
   out.setSkipStep(header.skip_step);
   out.setEvaluation(header.evaluation);
+  out.setJob(header.job);
   if (header.kind == Kind::kStatsReply) FillStats(header.stats, out.initStats());
 
   const KindLayout layout = LayoutOf(header.kind);
@@ -603,6 +606,7 @@ Result<Message> Decode(const std::vector<zmq::message_t>& frames,
   message.whole_values = raw.whole_values;
   message.skip_step = raw.skip_step;
   message.evaluation = raw.evaluation;
+  message.job = raw.job;
   const char* kind_name = KindName(message.kind);
 
   const KindLayout layout = LayoutOf(message.kind);

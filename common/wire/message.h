@@ -129,6 +129,7 @@ struct Message {
   bool whole_values = false;  // kPull: no deltas (gridsync.capnp's wholeValues)
   bool skip_step = false;     // kPush: an overflowed step (gridsync.capnp's skipStep)
   bool evaluation = false;    // kPull with whole_values: replicas untouched
+  uint64_t job = 0;           // the sender's job (cluster map), 0: none
   std::vector<Block> blocks;
   Status error;        // kind == kError: the refusal, code and text
   ShardStats stats;    // kind == kStatsReply
@@ -170,6 +171,7 @@ struct OutHeader {
   bool whole_values = false;                        // kPull
   bool skip_step = false;                           // kPush: mixed precision overflow
   bool evaluation = false;                          // kPull: whole, replicas untouched
+  uint64_t job = 0;                                 // the sender's job (cluster map)
   ShardStats stats;                                 // kStatsReply
 };
 
