@@ -1050,6 +1050,32 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
     if (!r.Has("dir")) k.dir = config.task.output + "/checkpoints";
   }
   {
+    SectionReader r(&problems, "metrics", top.Object("metrics"));
+    r.Int("port", &config.metrics.port, 0, 65535);
+    r.ReportUnknownKeys();
+    // The metrics ports (coordinator, shards, workers) must neither run past
+    // 65535 nor take the cluster's own (master_port and the shards' after it).
+    const int m = config.metrics.port;
+    const int shards =
+        config.distributed.gradient_sync == GradientSyncMode::kNccl ? 0 : config.ps.shards;
+    const int last = m + shards + config.distributed.world_size;
+    const int own_first = config.distributed.master_port;
+    const int own_last = own_first + shards;
+    if (m > 0 && last > 65535) {
+      problems.Add(
+          "metrics.port",
+          std::to_string(m) + " puts the last worker's metrics at port " + std::to_string(last),
+          "1.." + std::to_string(65535 - shards - config.distributed.world_size) +
+              " (1 + ps.shards + world_size ports from it)");
+    } else if (m > 0 && m <= own_last && last >= own_first) {
+      problems.Add("metrics.port",
+                   std::to_string(m) + ".." + std::to_string(last) +
+                       " overlaps the cluster's ports " + std::to_string(own_first) + ".." +
+                       std::to_string(own_last) + " (master_port, then one per shard)",
+                   "0 (off) or a range clear of them, e.g. " + std::to_string(own_last + 1000));
+    }
+  }
+  {
     SecurityConfig& sec = config.security;
     SectionReader r(&problems, "security", top.Object("security"));
     r.EnumValue("mode", &sec.mode, std::span<const SecurityMode>(kSecurityModes));
@@ -1183,6 +1209,8 @@ nlohmann::json Config::ToJson() const {
   auto& ck = j["checkpoint"];
   ck["every_steps"] = checkpoint.every_steps;
   ck["dir"] = checkpoint.dir;
+
+  j["metrics"]["port"] = metrics.port;
 
   auto& sec = j["security"];
   sec["mode"] = ToString(security.mode);

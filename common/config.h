@@ -232,6 +232,16 @@ struct CheckpointConfig {
   bool operator==(const CheckpointConfig&) const = default;
 };
 
+// Prometheus metrics (ops/metrics.h): every process serves GET /metrics on
+// its own address, the coordinator at `port`, shard s at port + 1 + s,
+// worker r at port + 1 + ps.shards + r. 0: no metrics (each binary's
+// --metrics-port still turns them on).
+struct MetricsConfig {
+  int port = 0;
+
+  bool operator==(const MetricsConfig&) const = default;
+};
+
 struct Config {
   EncodingConfig encoding;
   NetworkConfig network;
@@ -242,6 +252,7 @@ struct Config {
   CompressionConfig compression;
   SecurityConfig security;
   CheckpointConfig checkpoint;
+  MetricsConfig metrics;
 
   // Where the config came from, for messages ("configs/local.json").
   std::string source = "<defaults>";

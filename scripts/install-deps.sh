@@ -9,7 +9,7 @@ PACKAGES=(
   # libraries
   libzmq3-dev cppzmq-dev capnproto libcapnp-dev libboost-dev libgtest-dev
   nlohmann-json3-dev libspdlog-dev libcli11-dev libeigen3-dev libstb-dev
-  libsystemd-dev libgloo-dev libsodium-dev
+  libsystemd-dev libgloo-dev libsodium-dev prometheus-cpp-dev
   # emulated multi-host tests (network namespaces, tc)
   iproute2
   # libFuzzer targets (scripts/fuzz.sh): clang with its fuzzer and sanitizer runtimes

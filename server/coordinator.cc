@@ -184,6 +184,13 @@ class CoordinatorImpl final : public Coordinator {
   bool Authenticate(const ConnPtr& conn, Request& request);
   uint16_t port() const override { return port_; }
   uint64_t heartbeats() const override { return heartbeats_.load(std::memory_order_relaxed); }
+  Result<CoordinatorStats> stats(std::chrono::milliseconds timeout) override;
+  void StoreLocally(const std::string& key, const std::string& value) override {
+    asio::post(io_, [this, key, value] {
+      kv_[key] = value;
+      WakeKvWaiters();
+    });
+  }
   void Stop() override;
 
  private:
@@ -260,6 +267,7 @@ class CoordinatorImpl final : public Coordinator {
   std::map<std::string, BarrierState> barriers_;
   std::map<std::string, std::string> kv_;
   std::vector<std::shared_ptr<Waiter>> kv_waiters_;
+  CoordinatorStats counts_;  // the counters of stats(); the rest is read from the state
 };
 
 template <typename F>
@@ -324,6 +332,29 @@ void CoordinatorImpl::Heartbeat() {
   heartbeat_timer_.async_wait([this](const ErrorCode& ec) {
     if (!ec && !shutting_down_) Heartbeat();
   });
+}
+
+Result<CoordinatorStats> CoordinatorImpl::stats(std::chrono::milliseconds timeout) {
+  auto promise = std::make_shared<std::promise<CoordinatorStats>>();
+  auto future = promise->get_future();
+  asio::post(io_, [this, promise] {
+    CoordinatorStats s = counts_;
+    s.generation = map_.generation;
+    s.job = map_.job;
+    s.shards = static_cast<uint32_t>(map_.shards.size());
+    s.workers = static_cast<uint32_t>(map_.workers.size());
+    s.expected_shards = map_.expected_shards;
+    s.expected_workers = map_.expected_workers;
+    s.connections = connections_.size();
+    s.barrier_waiting = 0;
+    for (const auto& [name, barrier] : barriers_) s.barrier_waiting += barrier.waiters.size();
+    promise->set_value(s);
+  });
+  if (future.wait_for(timeout) != std::future_status::ready) {
+    return Status::Timeout("coordinator: its serving thread did not answer within " +
+                           std::to_string(timeout.count()) + " ms");
+  }
+  return future.get();
 }
 
 void CoordinatorImpl::Launch() {
@@ -701,6 +732,7 @@ void CoordinatorImpl::HandleRegister(const ConnPtr& conn, uint64_t id, RegisterI
     return nullptr;
   };
   auto refuse = [&](std::string text) {
+    ++counts_.registrations_refused;
     spdlog::warn("register refused ({} from node '{}', pid {}, {}): {}", role, info.node, info.pid,
                  conn->peer, text);
     Send(conn, wire::EncodeErrorReply(id, Status::InvalidArgument(std::move(text))));
@@ -768,6 +800,7 @@ void CoordinatorImpl::HandleRegister(const ConnPtr& conn, uint64_t id, RegisterI
     tables_owner_ = DescribeMember(member);
   }
   ++map_.generation;
+  ++counts_.registrations;
   spdlog::info("{} joined from {}; cluster map generation {}: {}/{} shards, {}/{} workers",
                DescribeMember(member), conn->peer, map_.generation, map_.shards.size(),
                map_.expected_shards, map_.workers.size(), map_.expected_workers);
@@ -899,6 +932,7 @@ void CoordinatorImpl::HandleBarrier(const ConnPtr& conn, uint64_t id, BarrierReq
     auto waiters = std::move(barrier.waiters);
     barrier.waiters.clear();
     ++barrier.round;
+    ++counts_.barriers_passed;
     spdlog::debug("barrier '{}' round {} complete ({} members)", req.name, barrier.round,
                   waiters.size());
     // The workers passed "init" (worker/sync/ps_session.h): the shards hold trained
@@ -934,11 +968,13 @@ void CoordinatorImpl::HandleKvSet(const ConnPtr& conn, uint64_t id, KvSetRequest
     return;
   }
   kv_[req.key] = std::move(req.value);
+  ++counts_.kv_sets;
   Send(conn, wire::EncodeOkReply(id));
   WakeKvWaiters();
 }
 
 void CoordinatorImpl::HandleKvGet(const ConnPtr& conn, uint64_t id, KvGetRequest req) {
+  ++counts_.kv_gets;
   auto missing = MissingKeys(req.keys);
   if (missing.empty()) {
     Send(conn, ValuesFrame(id, req.keys));
@@ -986,6 +1022,7 @@ void CoordinatorImpl::OnTimeout(const std::shared_ptr<Waiter>& w) {
       status = Status::Timeout(IncompleteMessage(w->timeout_ms));
       break;
     case Waiter::Kind::kBarrier:
+      ++counts_.barrier_timeouts;
       status = Status::Timeout(BarrierTimeoutMessage(*w));  // before Complete() removes it
       break;
     case Waiter::Kind::kKv:

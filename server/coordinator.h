@@ -50,6 +50,20 @@ struct CoordinatorOptions {
   wire::ControlAuth auth;
 };
 
+// What the control plane holds and has done, for metrics and monitors.
+struct CoordinatorStats {
+  uint64_t generation = 0;
+  uint64_t job = 0;
+  uint32_t shards = 0, expected_shards = 0;
+  uint32_t workers = 0, expected_workers = 0;
+  uint64_t connections = 0;      // open now
+  uint64_t barrier_waiting = 0;  // members waiting at a barrier now
+  uint64_t barriers_passed = 0;  // completed barrier rounds
+  uint64_t barrier_timeouts = 0;
+  uint64_t kv_sets = 0, kv_gets = 0;
+  uint64_t registrations = 0, registrations_refused = 0;
+};
+
 class Coordinator {
  public:
   static Result<std::unique_ptr<Coordinator>> Start(const CoordinatorOptions& options);
@@ -58,6 +72,11 @@ class Coordinator {
   // Turns of a 250 ms timer on the serving io_context: it stops advancing
   // when the serving thread hangs (what feeds systemd's watchdog).
   virtual uint64_t heartbeats() const = 0;
+  // Read on the serving thread (posted to it); fails after `timeout` if
+  // that thread does not answer.
+  virtual Result<CoordinatorStats> stats(std::chrono::milliseconds timeout) = 0;
+  // Sets a key of the store from this process (e.g. its metrics address).
+  virtual void StoreLocally(const std::string& key, const std::string& value) = 0;
   virtual void Stop() = 0;
 };
 

@@ -15,8 +15,10 @@
 #include "common/cli_parse.h"
 #include "common/config.h"
 #include "common/logging.h"
+#include "ops/metrics.h"
 #include "ops/service_watchdog.h"
 #include "server/coordinator.h"
+#include "server/serve_metrics.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"gridsync-coordinator: the control plane (registration, cluster map, barriers, KV store)"};
@@ -31,6 +33,10 @@ int main(int argc, char** argv) {
   std::string bind;
   app.add_option("--bind", bind,
                  "Address to listen on instead of distributed.master_addr, e.g. 0.0.0.0");
+  int metrics_port = -1;
+  app.add_option("--metrics-port", metrics_port,
+                 "Serve Prometheus metrics on this port (0: off; default: from metrics.port)")
+      ->check(CLI::Range(0, 65535));
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
   GRIDSYNC_PARSE_COMMAND_LINE(app, argc, argv);
@@ -72,6 +78,25 @@ int main(int argc, char** argv) {
   }
   spdlog::info("listening on {}:{} (expecting {} shards, {} workers; config {})", options.bind_host,
                (*coordinator)->port(), options.expected_shards, options.expected_workers, config->source);
+  // Metrics, published in the coordinator's own store for the monitor.
+  std::unique_ptr<gridsync::MetricsEndpoint> metrics;
+  const int mport = metrics_port >= 0 ? metrics_port : config->metrics.port;
+  if (mport > 0) {
+    auto started = gridsync::MetricsEndpoint::Start(options.bind_host, static_cast<uint16_t>(mport),
+                                                    {{"role", "coordinator"}, {"rank", "0"}});
+    if (!started.ok()) {
+      spdlog::error("{}", started.status().ToString());
+      return 1;
+    }
+    metrics = std::move(started).value();
+    gridsync::ExposeCoordinatorMetrics(*metrics, **coordinator);
+    const std::string advertised = (options.bind_host == "0.0.0.0" || options.bind_host == "::"
+                                        ? config->distributed.master_addr
+                                        : options.bind_host) +
+                                   ":" + std::to_string(metrics->port());
+    (*coordinator)->StoreLocally("metrics/coordinator/0", advertised);
+    spdlog::info("metrics at http://{}/metrics", advertised);
+  }
   // Under systemd (Type=notify) this is when dependents may start.
   gridsync::NotifyReady("serving");
 
@@ -82,6 +107,7 @@ int main(int argc, char** argv) {
     if (received == 0) watchdog.Tick((*coordinator)->heartbeats());
   }
   gridsync::NotifyStopping();
+  metrics.reset();  // before the coordinator it reads
   spdlog::info("received {}; stopping", received == SIGINT ? "SIGINT" : "SIGTERM");
   (*coordinator)->Stop();
   return 0;

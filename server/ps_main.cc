@@ -18,8 +18,10 @@
 #include "common/host_address.h"
 #include "common/logging.h"
 #include "common/sharding.h"
+#include "ops/metrics.h"
 #include "ops/service_watchdog.h"
 #include "server/ps_shard.h"
+#include "server/serve_metrics.h"
 
 namespace {
 volatile std::sig_atomic_t g_stop = 0;
@@ -46,6 +48,10 @@ int main(int argc, char** argv) {
   app.add_option(
       "--resume-step", resume_step,
       "Start from the checkpoint of this step (checkpoint.dir; gridsync launch --resume)");
+  int metrics_port = -1;
+  app.add_option("--metrics-port", metrics_port,
+                 "Serve Prometheus metrics on this port (0: off; default: from metrics.port)")
+      ->check(CLI::Range(0, 65535));
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
   GRIDSYNC_PARSE_COMMAND_LINE(app, argc, argv);
   if (app.count("--shard") == 0) {
@@ -156,6 +162,28 @@ int main(int argc, char** argv) {
                               coordinator->GetMap(false, std::chrono::milliseconds(0)));
     return map.job;
   });
+  // Metrics on the shard's own address; the monitor finds them in the store.
+  std::unique_ptr<gridsync::MetricsEndpoint> metrics;
+  const int port = metrics_port >= 0 ? metrics_port
+                                     : gridsync::MetricsPortOf(config->metrics.port, "shard", shard,
+                                                               config->ps.shards);
+  if (port > 0) {
+    auto started =
+        gridsync::MetricsEndpoint::Start(host->host, static_cast<uint16_t>(port),
+                                         {{"role", "shard"}, {"rank", std::to_string(shard)}});
+    if (!started.ok()) {
+      spdlog::error("shard {}: {}", shard, started.status().ToString());
+      return 1;
+    }
+    metrics = std::move(started).value();
+    gridsync::ExposeShardMetrics(*metrics, **server);
+    if (auto published =
+            (*client)->Set("metrics/shard/" + std::to_string(shard), metrics->address());
+        !published.ok()) {
+      spdlog::warn("shard {}: metrics address not published: {}", shard, published.ToString());
+    }
+    spdlog::info("metrics at http://{}/metrics", metrics->address());
+  }
   // Under systemd (Type=notify): serving and registered.
   gridsync::NotifyReady("serving");
 
@@ -172,6 +200,7 @@ int main(int argc, char** argv) {
     }
   }
   gridsync::NotifyStopping();
+  metrics.reset();  // before the shard it reads
   const auto stats = (*server)->stats();
   spdlog::info("stopping: {} pushes, {} pulls, {} errors, {:.1f} MB in, {:.1f} MB out", stats.pushes,
                stats.pulls, stats.errors, stats.bytes_in / 1e6, stats.bytes_out / 1e6);

@@ -92,6 +92,7 @@ class PsShardImpl : public PsShard {
       clock_.assign(options_.workers, 0);
     }
     job_ = m.job;
+    job_seen_ = job_;
     return true;
   }
 
@@ -212,6 +213,7 @@ class PsShardImpl : public PsShard {
       request->frames = std::move(frames);
       Handle(std::move(request));
       ExpireWaitingPulls();
+      waiting_count_.store(waiting_.size(), std::memory_order_relaxed);
     }
   }
 
@@ -219,6 +221,16 @@ class PsShardImpl : public PsShard {
     std::lock_guard<std::mutex> lock(stats_mu_);
     ++stats_.errors;
   }
+
+  ServingStats serving_stats() const override {
+    ServingStats s;
+    s.waiting_pulls = waiting_count_.load(std::memory_order_relaxed);
+    s.job = job_seen_.load(std::memory_order_relaxed);
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    s.refusals = refusals_;
+    return s;
+  }
+  const LatencyHistogram& apply_latency() const override { return apply_latency_; }
 
   void Send(zmq::message_t& identity, std::vector<zmq::message_t> frames) {
     uint64_t bytes = 0;
@@ -236,6 +248,10 @@ class PsShardImpl : public PsShard {
 
   // readable: the message decoded, so its kind and sender can be named.
   void ReplyError(Request& request, const Status& error, bool readable = true) {
+    {
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      ++refusals_[readable ? std::string(StatusCodeName(error.code())) : "unreadable"];
+    }
     if (readable) {
       spdlog::warn("shard {}: refused {} from worker {} (request {}): {}", options_.shard,
                    wire::KindName(request.message.kind), request.message.worker_rank,
@@ -449,6 +465,12 @@ class PsShardImpl : public PsShard {
   // Adam in chunks of rows spread over the pool. A step with a single push
   // (one worker, or async) skips the summing buffer.
   void ApplyStep(const std::vector<const wire::Message*>& pushes) {
+    const auto start = Clock::now();
+    ApplyPushes(pushes);
+    apply_latency_.Observe(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+
+  void ApplyPushes(const std::vector<const wire::Message*>& pushes) {
     constexpr size_t kChunkRows = 8192;
     store_->PrepareStep();
     struct Piece {
@@ -692,6 +714,10 @@ class PsShardImpl : public PsShard {
 
   mutable std::mutex stats_mu_;
   wire::ShardStats stats_;  // guarded by stats_mu_
+  std::map<std::string, uint64_t> refusals_;  // by reason; guarded by stats_mu_
+  LatencyHistogram apply_latency_;
+  std::atomic<uint64_t> waiting_count_{0};  // waiting_.size(), for other threads
+  std::atomic<uint64_t> job_seen_{0};       // job_, for other threads
 };
 
 }  // namespace

@@ -31,6 +31,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -39,6 +40,7 @@
 #include "common/wire/curve.h"
 #include "common/wire/message.h"
 #include "kernels/adam_math.h"
+#include "ops/latency_histogram.h"
 #include "spec/run_spec.h"
 
 namespace gridsync {
@@ -72,6 +74,14 @@ struct ShardOptions {
 // at its default: callers choose where to listen).
 Result<ShardOptions> ShardOptionsFor(const RunSpec& spec, uint32_t shard);
 
+// What the shard's serving loop is doing, for metrics (besides
+// wire::ShardStats, which the stats request carries).
+struct ServingStats {
+  uint64_t waiting_pulls = 0;                // pulls held for a version not yet applied
+  uint64_t job = 0;                          // the job served (0: none yet)
+  std::map<std::string, uint64_t> refusals;  // error replies by reason (status code, "unreadable")
+};
+
 class PsShard {
  public:
   static Result<std::unique_ptr<PsShard>> Start(const Partition& partition,
@@ -90,6 +100,9 @@ class PsShard {
   // only once this confirms it. Without one, the first job seen is served
   // and no other. May be called while serving.
   virtual void SetJobSource(std::function<Result<uint64_t>()> source) = 0;
+  virtual ServingStats serving_stats() const = 0;
+  // Seconds per applied step (every push of it summed and stepped).
+  virtual const LatencyHistogram& apply_latency() const = 0;
   virtual void Stop() = 0;
 };
 

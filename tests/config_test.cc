@@ -607,7 +607,21 @@ TEST(ConfigToJsonTest, PrintsExactlyTheKeysTheParserReads) {
     for (const auto& [key, v] : value.items()) printed.insert(key);
     EXPECT_EQ(printed, allowed_keys(section)) << section;
   }
-  EXPECT_EQ(sections.size(), 9u);
+  EXPECT_EQ(sections.size(), 10u);
+}
+
+TEST(ConfigMetricsTest, PortsMustFitAndStayClearOfTheClusters) {
+  const Config ok =
+      ParseOk(R"({"distributed": {"master_port": 29500}, "metrics": {"port": 9400}})");
+  EXPECT_EQ(ok.metrics.port, 9400);
+  for (const char* bad : {R"({"distributed": {"master_port": 29500}, "metrics": {"port": 29499}})",
+                          R"({"metrics": {"port": 65535}})", R"({"metrics": {"port": -1}})",
+                          R"({"metrics": {"prot": 9400}})"}) {
+    auto parsed = Config::Parse(bad, "metrics.json");
+    ASSERT_FALSE(parsed.ok()) << bad;
+    EXPECT_NE(parsed.status().message().find("metrics."), std::string::npos)
+        << parsed.status().message();
+  }
 }
 
 TEST(ConfigToJsonTest, MpDimOmittedWithoutModelParallel) {

@@ -1,6 +1,7 @@
 // gridsync: the operator CLI. `check-config FILE` validates a config and
 // prints it resolved, with every default filled in; `launch CONFIG` runs a
-// local cluster (coordinator, shards, workers) from one config.
+// local cluster (coordinator, shards, workers) from one config; `monitor
+// CONFIG` watches a running one; `keygen DIR` makes CURVE keys.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -13,6 +14,7 @@
 #include "common/wire/curve.h"
 #include "spec/run_spec.h"
 #include "tools/launch.h"
+#include "tools/monitor.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"gridsync: operate a gridsync cluster"};
@@ -43,6 +45,20 @@ int main(int argc, char** argv) {
   launch->add_flag("--resume", launch_options.resume,
                    "Start from the newest complete checkpoint (checkpoint.dir)");
   launch->add_option("--grace", launch_options.grace_seconds, "Seconds between SIGTERM and SIGKILL when stopping");
+  auto* monitor = app.add_subcommand(
+      "monitor", "Watch a running cluster: per worker, shard and the coordinator (--once, --json)");
+  gridsync::MonitorOptions monitor_options;
+  monitor->add_option("config", monitor_options.config_path, "JSON config file")->required();
+  monitor->add_option("--set", monitor_options.overrides, "Override a key (repeatable)");
+  monitor->add_flag("--once", monitor_options.once, "Print one view and exit");
+  monitor->add_flag("--json", monitor_options.json,
+                    "Print the view as JSON (one line per refresh)");
+  monitor->add_option("--interval", monitor_options.interval_seconds, "Seconds between refreshes")
+      ->check(CLI::Range(0.1, 3600.0));
+  monitor
+      ->add_option("--timeout", monitor_options.timeout_seconds,
+                   "Seconds to wait for the coordinator and for each scrape")
+      ->check(CLI::Range(0.1, 600.0));
   auto* keygen = app.add_subcommand(
       "keygen",
       "Write CURVE key pairs for the data plane: DIR/<role>.key (0600) and DIR/<role>.pub");
@@ -56,6 +72,7 @@ int main(int argc, char** argv) {
   keygen->add_flag("--force", overwrite, "Replace existing keys");
   GRIDSYNC_PARSE_COMMAND_LINE(app, argc, argv);
   if (launch->parsed()) return gridsync::RunLaunch(launch_options);
+  if (monitor->parsed()) return gridsync::RunMonitor(monitor_options);
   if (keygen->parsed()) {
     for (const auto& role : roles) {
       const std::string key = keys_dir + "/" + role + ".key";

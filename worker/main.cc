@@ -12,14 +12,17 @@
 #include <new>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/cli_parse.h"
 #include "common/config.h"
 #include "common/logging.h"
+#include "ops/metrics.h"
 #include "worker/batch_split.h"
 #include "worker/image_task.h"
 #include "worker/sync/train.h"
+#include "worker/worker_metrics.h"
 #include "worker/worker_placement.h"
 
 namespace {
@@ -67,6 +70,14 @@ int main(int argc, char** argv) {
                  "this many steps, not timed, for the PSNR-against-time curve (psnr_curve in the "
                  "JSON line); under ps and hybrid each evaluation pulls the whole model first")
       ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 40));
+  int metrics_port = -1;
+  app.add_option("--metrics-port", metrics_port,
+                 "Serve Prometheus metrics on this port (0: off; default: from metrics.port)")
+      ->check(CLI::Range(0, 65535));
+  double metrics_hold = 0;
+  app.add_option("--metrics-hold", metrics_hold,
+                 "After training, keep serving metrics this many seconds (a last scrape)")
+      ->check(CLI::Range(0.0, 3600.0));
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
   GRIDSYNC_PARSE_COMMAND_LINE(app, argc, argv);
@@ -143,6 +154,32 @@ int main(int argc, char** argv) {
       return gridsync::kConfigErrorExitCode;
     }
   }
+  // Metrics: on the worker's own address; the port from metrics.port and the
+  // rank, or any free one when the coordinator assigns the rank (the store
+  // says where).
+  std::unique_ptr<gridsync::MetricsEndpoint> metrics;
+  std::unique_ptr<gridsync::WorkerMetrics> worker_metrics;
+  if (metrics_port > 0 || (metrics_port < 0 && config->metrics.port > 0)) {
+    const int shards = static_cast<int>(config->layout.shards.size());
+    const int port =
+        metrics_port > 0 ? metrics_port
+        : ps_options.rank >= 0
+            ? gridsync::MetricsPortOf(config->metrics.port, "worker", ps_options.rank, shards)
+            : 0;
+    const std::string host = distributed ? ps_options.endpoint.hostname : "127.0.0.1";
+    auto started = gridsync::MetricsEndpoint::Start(
+        host, static_cast<uint16_t>(port),
+        {{"role", "worker"}, {"rank", std::to_string(std::max(ps_options.rank, 0))}});
+    if (!started.ok()) {
+      spdlog::error("{}", started.status().ToString());
+      return 1;
+    }
+    metrics = std::move(started).value();
+    worker_metrics = std::make_unique<gridsync::WorkerMetrics>(*metrics);
+    ps_options.train.observers.push_back(worker_metrics.get());
+    ps_options.metrics_address = metrics->address();
+    spdlog::info("metrics at http://{}/metrics", metrics->address());
+  }
   gridsync::Result<gridsync::TrainReport> report = gridsync::Status::Internal("not run");
   try {
     if (!distributed) {
@@ -193,5 +230,9 @@ int main(int argc, char** argv) {
     if (report->rank != 0) summary.erase("psnr_db");
   }
   std::printf("%s\n", summary.dump().c_str());
+  std::fflush(stdout);
+  if (metrics && metrics_hold > 0) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(metrics_hold));
+  }
   return 0;
 }

@@ -131,6 +131,7 @@ Status AllReduceSync::AllReduce(uint64_t step, std::vector<std::span<float>>& te
 }
 
 Result<SyncOutcome> AllReduceSync::Apply(uint64_t step, ModelGradients* grads, float loss_scale) {
+  ++applies_;
   const bool mixed = config_.training.mixed_precision;
   SyncOutcome outcome;
   std::vector<std::span<float>> tensors = {grads->grid.dense_span()};
@@ -204,10 +205,21 @@ Status AllReduceSync::CheckPeers() {
   return coordinator_ ? CheckClusterPeers(*coordinator_) : Status::OK();
 }
 
+double AllReduceSync::BytesPerStep() const {
+  return half_ ? static_cast<double>(half_->bytes_per_step())
+               : static_cast<double>(elements_ * sizeof(float));
+}
+
+SyncTimes AllReduceSync::times() const {
+  SyncTimes t;
+  t.allreduce_seconds = comm_seconds_;
+  t.bytes_sent = t.bytes_received = BytesPerStep() * static_cast<double>(applies_);
+  return t;
+}
+
 void AllReduceSync::FillReport(TrainReport* report) const {
   // All-reduced bytes per step.
-  report->bytes_pushed_per_step = half_ ? static_cast<double>(half_->bytes_per_step())
-                                        : static_cast<double>(elements_ * sizeof(float));
+  report->bytes_pushed_per_step = BytesPerStep();
   report->bytes_pulled_per_step = 0;
   report->comm_seconds = comm_seconds_;
 }

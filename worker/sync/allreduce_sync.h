@@ -76,8 +76,10 @@ class AllReduceSync : public GradientSync {
   Result<std::vector<double>> GatherRates(uint64_t done, double mine) override;
   Status CheckPeers() override;
   void FillReport(TrainReport* report) const override;
+  SyncTimes times() const override;
 
  private:
+  double BytesPerStep() const;
   Status AllReduce(uint64_t step, std::vector<std::span<float>>& tensors);
 
   const RunSpec& spec_;
@@ -98,6 +100,7 @@ class AllReduceSync : public GradientSync {
   std::vector<float> packed_;  // hierarchical works on one contiguous buffer
   StepBatch batch_;
   double comm_seconds_ = 0;
+  uint64_t applies_ = 0;  // Apply calls: each all-reduces the same bytes
 };
 
 }  // namespace gridsync

@@ -31,6 +31,7 @@
 #include "worker/batch_split.h"
 #include "worker/image_task.h"
 #include "worker/model.h"
+#include "worker/sync/step_observer.h"
 #include "worker/sync/train_report.h"
 
 namespace gridsync {
@@ -139,6 +140,10 @@ class GradientSync {
 
   // Communication figures for the report (bytes, seconds, staleness).
   virtual void FillReport(TrainReport* /*report*/) const {}
+
+  // The same, cumulative and split by phase, for per-step records
+  // (step_observer.h).
+  virtual SyncTimes times() const { return {}; }
 
  protected:
   uint32_t rank_ = 0;

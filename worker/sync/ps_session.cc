@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 
@@ -83,6 +84,10 @@ Result<PsSession> JoinPsCluster(const RunSpec& spec, HashGridModel& model,
   GRIDSYNC_ASSIGN_OR_RETURN(auto registration, session.coordinator->Register(info, timeout));
   session.rank = registration.rank;
   session.me = "worker-" + std::to_string(session.rank);
+  if (!options.metrics_address.empty()) {
+    GRIDSYNC_RETURN_IF_ERROR(session.coordinator->Set(
+        "metrics/worker/" + std::to_string(session.rank), options.metrics_address));
+  }
   GRIDSYNC_ASSIGN_OR_RETURN(session.map,
                             session.coordinator->GetMap(/*wait_complete=*/true, timeout));
   GRIDSYNC_ASSIGN_OR_RETURN(
@@ -203,6 +208,18 @@ Status PsSessionSync::CheckPeers() { return CheckClusterPeers(*session_.coordina
 double PsSessionSync::CommSeconds() const {
   const auto& c = session_.ps->counters();
   return c.push_seconds + c.pull_wait_seconds;
+}
+
+SyncTimes PsSessionSync::times() const {
+  const auto& c = session_.ps->counters();
+  SyncTimes t;
+  t.push_seconds = c.push_seconds;
+  t.pull_wait_seconds = c.pull_wait_seconds;
+  // Hybrid's communication includes its intra-node collective: the rest.
+  t.allreduce_seconds = std::max(0.0, CommSeconds() - c.push_seconds - c.pull_wait_seconds);
+  t.bytes_sent = static_cast<double>(c.bytes_pushed);
+  t.bytes_received = static_cast<double>(c.bytes_pulled);
+  return t;
 }
 
 void PsSessionSync::FillReport(TrainReport* report) const {

@@ -73,6 +73,7 @@ class PsSessionSync : public GradientSync {
   // of the model (an evaluation pull: training state is left alone).
   Result<HashGridModel*> Snapshot(uint64_t done) override;
   void FillReport(TrainReport* report) const override;
+  SyncTimes times() const override;
 
  protected:
   PsSessionSync(const RunSpec& spec, HashGridModel* model, PsSession session);

@@ -48,6 +48,10 @@ Result<TrainReport> TrainAllReduceWorker(const RunSpec& spec, const ImageTask& i
   }
   GRIDSYNC_ASSIGN_OR_RETURN(auto registration, coordinator->Register(info, timeout));
   const int rank = static_cast<int>(registration.rank);
+  if (!options.metrics_address.empty()) {
+    GRIDSYNC_RETURN_IF_ERROR(
+        coordinator->Set("metrics/worker/" + std::to_string(rank), options.metrics_address));
+  }
   GRIDSYNC_RETURN_IF_ERROR(coordinator->GetMap(/*wait_complete=*/true, timeout).status());
   CoordinatorStore store(coordinator.get(), "collective/");
   const std::string kind(ToString(d.collective));

@@ -133,6 +133,8 @@ Result<TrainReport> RunTrainLoop(const RunSpec& spec, const ImageTask& image,
           sync.CheckPeers().WithContext(sync.me() + " before step " + std::to_string(step)));
       last_check = Clock::now();
     }
+    const auto step_begin = Clock::now();
+    const SyncTimes sync_before = sync.times();
     auto prepared = sync.Prepare(step);
     if (!prepared.ok())
       return prepared.status().WithContext(sync.me() + " preparing step " + std::to_string(step));
@@ -154,17 +156,38 @@ Result<TrainReport> RunTrainLoop(const RunSpec& spec, const ImageTask& image,
     }
     if (options.throttle_ms > 0)
       std::this_thread::sleep_for(std::chrono::milliseconds(options.throttle_ms));
-    compute_in_interval += Since(compute_start);
+    const double compute_seconds = Since(compute_start);
+    compute_in_interval += compute_seconds;
     samples_in_interval += b.count;
     report.my_samples += b.count;
     report.final_loss = b.count ? sse / static_cast<double>(b.count * 3) : 0.0;
 
+    const auto apply_start = Clock::now();
     auto applied_step = sync.Apply(step, &grads, scale);
     if (!applied_step.ok())
       return applied_step.status().WithContext(sync.me() + " step " + std::to_string(step));
     const SyncOutcome outcome = *applied_step;
     grid_rows += outcome.grid_rows;
     if (scaler.Update(outcome.finite)) ++applied;
+    StepRecord record;
+    record.step = step;
+    record.first = first;
+    record.steps = steps;
+    record.begin = step_begin;
+    record.prepare_seconds = std::chrono::duration<double>(compute_start - step_begin).count();
+    record.compute_seconds = compute_seconds;
+    record.apply_seconds = Since(apply_start);
+    const SyncTimes sync_after = sync.times();
+    record.sync.push_seconds = sync_after.push_seconds - sync_before.push_seconds;
+    record.sync.pull_wait_seconds = sync_after.pull_wait_seconds - sync_before.pull_wait_seconds;
+    record.sync.allreduce_seconds = sync_after.allreduce_seconds - sync_before.allreduce_seconds;
+    record.sync.bytes_sent = sync_after.bytes_sent - sync_before.bytes_sent;
+    record.sync.bytes_received = sync_after.bytes_received - sync_before.bytes_received;
+    record.samples = b.count;
+    record.global_batch = batch;
+    record.loss = report.final_loss;
+    record.loss_scale = scale;
+    record.skipped = !outcome.finite;
 
     const uint64_t done = step + 1;
     bool evaluate = eval_every > 0 && done % eval_every == 0;
@@ -185,7 +208,10 @@ Result<TrainReport> RunTrainLoop(const RunSpec& spec, const ImageTask& image,
       eval_seconds += Since(eval_start);
       report.psnr_at[done] = psnr;
       report.psnr_curve.push_back({done, trained, psnr});
+      record.psnr = psnr;
+      record.eval_seconds = Since(eval_start);
     }
+    for (StepObserver* observer : options.train.observers) observer->OnStep(record);
     if (adaptive && done % static_cast<uint64_t>(d.adaptive_interval) == 0 && done < steps) {
       // Samples per second of compute (not communication) on every worker.
       const double rate =
@@ -249,6 +275,7 @@ Result<TrainReport> RunTrainLoop(const RunSpec& spec, const ImageTask& image,
     if (!options.dump_params.empty())
       GRIDSYNC_RETURN_IF_ERROR(WriteParams(options.dump_params, *model));
   }
+  for (StepObserver* observer : options.train.observers) observer->OnEnd(report);
   report.model = std::move(model);
   return report;
 }

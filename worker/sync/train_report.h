@@ -14,6 +14,7 @@
 
 #include "common/status.h"
 #include "worker/collective/factory.h"
+#include "worker/sync/step_observer.h"
 
 namespace gridsync {
 
@@ -27,6 +28,8 @@ struct TrainOptions {
   uint64_t eval_every = 0;
   bool write_png = true;             // task.output/reconstruction.png
   bool quiet = false;                // no progress log lines
+  // Told about every step (metrics, timeline, progress line); not owned.
+  std::vector<StepObserver*> observers;
 };
 
 // A worker process's place in a cluster and its run-time options. Standalone
@@ -46,6 +49,9 @@ struct WorkerOptions {
   // this step; training continues from it and the shards are not
   // initialised again (ps only).
   uint64_t start_step = 0;
+  // Where this worker serves its metrics (host:port; empty: nowhere): put
+  // in the coordinator's store as "metrics/worker/<rank>" once registered.
+  std::string metrics_address;
   // Test seam: sleep this long in every step, to make a slow worker.
   int throttle_ms = 0;
   // Test seam (hybrid): the intra-node group of this worker, given its

@@ -1,0 +1,233 @@
+#include "tools/monitor.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+
+#include "common/cluster_map.h"
+#include "common/config.h"
+#include "common/coordinator_client.h"
+#include "common/wire/curve.h"
+#include "ops/metrics_scrape.h"
+
+namespace gridsync {
+namespace {
+
+volatile std::sig_atomic_t g_stop = 0;
+void OnSignal(int) { g_stop = 1; }
+
+// The metrics address a member put in the store, or "" if none.
+std::string AddressOf(CoordinatorClient& coordinator, const std::string& key,
+                      std::chrono::milliseconds timeout) {
+  auto values = coordinator.Get({key}, std::chrono::milliseconds(0));
+  (void)timeout;
+  return values.ok() && !values->empty() ? values->front() : "";
+}
+
+nlohmann::json WorkerView(const ScrapedMetrics& m) {
+  const double prepare =
+      MetricValue(m, "gridsync_worker_phase_seconds_total", {{"phase", "prepare"}});
+  const double compute =
+      MetricValue(m, "gridsync_worker_phase_seconds_total", {{"phase", "compute"}});
+  const double apply = MetricValue(m, "gridsync_worker_phase_seconds_total", {{"phase", "apply"}});
+  const double comm =
+      MetricValue(m, "gridsync_worker_phase_seconds_total", {{"phase", "push"}}) +
+      MetricValue(m, "gridsync_worker_phase_seconds_total", {{"phase", "pull_wait"}}) +
+      MetricValue(m, "gridsync_worker_phase_seconds_total", {{"phase", "allreduce"}});
+  const double steps = MetricValue(m, "gridsync_worker_steps_total");
+  const double total = prepare + compute + apply;
+  nlohmann::json w;
+  w["step"] = steps;
+  w["steps"] = MetricValue(m, "gridsync_worker_steps_planned");
+  w["step_seconds"] = steps > 0 ? total / steps : 0.0;
+  w["comm_share"] = total > 0 ? comm / total : 0.0;
+  w["samples_per_second"] = MetricValue(m, "gridsync_worker_samples_per_second");
+  w["loss"] = MetricValue(m, "gridsync_worker_loss");
+  w["psnr_db"] = MetricValue(m, "gridsync_worker_psnr_db");
+  w["bytes_sent"] = MetricValue(m, "gridsync_worker_bytes_total", {{"direction", "sent"}});
+  w["bytes_received"] = MetricValue(m, "gridsync_worker_bytes_total", {{"direction", "received"}});
+  if (m.count("gridsync_gpu_utilization_ratio")) {
+    w["gpu_utilization"] = MetricValue(m, "gridsync_gpu_utilization_ratio");
+    w["gpu_memory_bytes"] = MetricValue(m, "gridsync_gpu_memory_used_bytes");
+  }
+  return w;
+}
+
+nlohmann::json ShardView(const ScrapedMetrics& m) {
+  nlohmann::json s;
+  s["version"] = MetricValue(m, "gridsync_shard_version");
+  s["job"] = MetricValue(m, "gridsync_shard_job");
+  s["pushes"] = MetricValue(m, "gridsync_shard_pushes_total");
+  s["pulls"] = MetricValue(m, "gridsync_shard_pulls_total");
+  s["bytes_in"] = MetricValue(m, "gridsync_shard_bytes_total", {{"direction", "in"}});
+  s["bytes_out"] = MetricValue(m, "gridsync_shard_bytes_total", {{"direction", "out"}});
+  s["waiting_pulls"] = MetricValue(m, "gridsync_shard_waiting_pulls");
+  s["refusals"] = MetricValue(m, "gridsync_shard_refusals_total");
+  const double n = MetricValue(m, "gridsync_shard_apply_seconds_count");
+  s["apply_seconds_mean"] = n > 0 ? MetricValue(m, "gridsync_shard_apply_seconds_sum") / n : 0.0;
+  return s;
+}
+
+nlohmann::json CoordinatorView(const ScrapedMetrics& m) {
+  nlohmann::json c;
+  c["job"] = MetricValue(m, "gridsync_coordinator_job");
+  c["generation"] = MetricValue(m, "gridsync_coordinator_generation");
+  c["barrier_waiting"] = MetricValue(m, "gridsync_coordinator_barrier_waiting");
+  c["barriers_passed"] = MetricValue(m, "gridsync_coordinator_barriers_passed_total");
+  c["connections"] = MetricValue(m, "gridsync_coordinator_connections");
+  return c;
+}
+
+// One look at the whole cluster.
+Result<nlohmann::json> Snapshot(CoordinatorClient& coordinator, std::chrono::milliseconds timeout) {
+  GRIDSYNC_ASSIGN_OR_RETURN(const ClusterMap map, coordinator.GetMap(false, timeout));
+  nlohmann::json view;
+  view["job"] = map.job;
+  view["generation"] = map.generation;
+  view["shards_expected"] = map.expected_shards;
+  view["workers_expected"] = map.expected_workers;
+  auto member = [&](const std::string& role, uint32_t rank, const std::string& node,
+                    nlohmann::json (*describe)(const ScrapedMetrics&)) {
+    nlohmann::json entry;
+    entry["rank"] = rank;
+    if (!node.empty()) entry["node"] = node;
+    const std::string address =
+        AddressOf(coordinator, "metrics/" + role + "/" + std::to_string(rank), timeout);
+    if (address.empty()) {
+      entry["metrics"] = nullptr;
+      entry["error"] = "no metrics (metrics.port 0 or --metrics-port not set)";
+      return entry;
+    }
+    entry["metrics"] = address;
+    auto scraped = ScrapeMetrics(address, timeout);
+    if (!scraped.ok()) {
+      entry["error"] = scraped.status().message();
+      return entry;
+    }
+    entry.update(describe(*scraped));
+    return entry;
+  };
+  view["coordinator"] = member("coordinator", 0, "", CoordinatorView);
+  view["workers"] = nlohmann::json::array();
+  for (const auto& w : map.workers)
+    view["workers"].push_back(member("worker", w.rank, w.node, WorkerView));
+  view["shards"] = nlohmann::json::array();
+  for (const auto& s : map.shards)
+    view["shards"].push_back(member("shard", s.rank, s.node, ShardView));
+  return view;
+}
+
+std::string Mb(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f", bytes / 1e6);
+  return buf;
+}
+
+double Num(const nlohmann::json& j, const char* key) {
+  return j.contains(key) && j[key].is_number() ? j[key].get<double>() : 0.0;
+}
+
+void PrintTable(const nlohmann::json& view, bool clear) {
+  if (clear) std::printf("\033[H\033[2J");
+  std::printf(
+      "gridsync cluster: job %.0f, map generation %.0f, %zu/%.0f workers, %zu/%.0f shards\n",
+      Num(view, "job"), Num(view, "generation"), view["workers"].size(),
+      Num(view, "workers_expected"), view["shards"].size(), Num(view, "shards_expected"));
+  const auto& c = view["coordinator"];
+  if (c.contains("error")) {
+    std::printf("coordinator: %s\n", c["error"].get<std::string>().c_str());
+  } else {
+    std::printf("coordinator: %.0f connections, %.0f waiting at a barrier, %.0f barriers passed\n",
+                Num(c, "connections"), Num(c, "barrier_waiting"), Num(c, "barriers_passed"));
+  }
+  std::printf("\n%-7s %-10s %11s %9s %6s %12s %10s %7s %9s %9s %s\n", "worker", "node", "step",
+              "step ms", "comm", "samples/s", "loss", "PSNR", "sent MB", "recv MB", "GPU");
+  for (const auto& w : view["workers"]) {
+    if (w.contains("error")) {
+      std::printf("%-7.0f %-10s %s\n", Num(w, "rank"), w.value("node", "").c_str(),
+                  w["error"].get<std::string>().c_str());
+      continue;
+    }
+    const std::string step = std::to_string(static_cast<long>(Num(w, "step"))) + "/" +
+                             std::to_string(static_cast<long>(Num(w, "steps")));
+    const std::string gpu =
+        w.contains("gpu_utilization")
+            ? std::to_string(static_cast<int>(100 * Num(w, "gpu_utilization"))) + "% " +
+                  Mb(Num(w, "gpu_memory_bytes")) + " MB"
+            : "-";
+    std::printf("%-7.0f %-10s %11s %9.1f %5.0f%% %12.0f %10.6f %7.2f %9s %9s %s\n", Num(w, "rank"),
+                w.value("node", "").c_str(), step.c_str(), 1e3 * Num(w, "step_seconds"),
+                100 * Num(w, "comm_share"), Num(w, "samples_per_second"), Num(w, "loss"),
+                Num(w, "psnr_db"), Mb(Num(w, "bytes_sent")).c_str(),
+                Mb(Num(w, "bytes_received")).c_str(), gpu.c_str());
+  }
+  std::printf("\n%-7s %-10s %8s %9s %9s %9s %9s %8s %10s %8s\n", "shard", "node", "version",
+              "pushes", "pulls", "in MB", "out MB", "waiting", "apply ms", "refused");
+  for (const auto& s : view["shards"]) {
+    if (s.contains("error")) {
+      std::printf("%-7.0f %-10s %s\n", Num(s, "rank"), s.value("node", "").c_str(),
+                  s["error"].get<std::string>().c_str());
+      continue;
+    }
+    std::printf("%-7.0f %-10s %8.0f %9.0f %9.0f %9s %9s %8.0f %10.2f %8.0f\n", Num(s, "rank"),
+                s.value("node", "").c_str(), Num(s, "version"), Num(s, "pushes"), Num(s, "pulls"),
+                Mb(Num(s, "bytes_in")).c_str(), Mb(Num(s, "bytes_out")).c_str(),
+                Num(s, "waiting_pulls"), 1e3 * Num(s, "apply_seconds_mean"), Num(s, "refusals"));
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int RunMonitor(const MonitorOptions& options) {
+  auto config = Config::LoadFile(options.config_path, options.overrides);
+  if (!config.ok()) {
+    std::fprintf(stderr, "%s\n", config.status().message().c_str());
+    return kConfigErrorExitCode;
+  }
+  auto auth = wire::ControlAuthFor(*config, "observer");
+  if (!auth.ok()) {
+    std::fprintf(stderr, "%s: %s\n", options.config_path.c_str(), auth.status().message().c_str());
+    return kConfigErrorExitCode;
+  }
+  const auto timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(options.timeout_seconds * 1000));
+  const auto& d = config->distributed;
+  auto coordinator = CoordinatorClient::Connect(d.master_addr, static_cast<uint16_t>(d.master_port),
+                                                timeout, *auth, Role::kObserver);
+  if (!coordinator.ok()) {
+    std::fprintf(stderr, "gridsync monitor: %s\n", coordinator.status().ToString().c_str());
+    return 1;
+  }
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  const bool live = !options.once && !options.json && ::isatty(STDOUT_FILENO);
+  while (!g_stop) {
+    auto view = Snapshot(**coordinator, timeout);
+    if (!view.ok()) {
+      std::fprintf(stderr, "gridsync monitor: %s\n", view.status().ToString().c_str());
+      return 1;
+    }
+    if (options.json) {
+      std::printf("%s\n", view->dump().c_str());
+      std::fflush(stdout);
+    } else {
+      PrintTable(*view, live);
+    }
+    if (options.once) break;
+    const auto until =
+        std::chrono::steady_clock::now() +
+        std::chrono::milliseconds(static_cast<int64_t>(options.interval_seconds * 1000));
+    while (!g_stop && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return 0;
+}
+
+}  // namespace gridsync
