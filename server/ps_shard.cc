@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <atomic>
+#include <cmath>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -29,6 +30,24 @@ struct Request {
   std::vector<std::vector<float>> decoded;  // compressed blocks' values
 };
 
+// ssp and async apply each worker's push as its own Adam step at learning
+// rate / workers, so a round of pushes moves the parameters as far as one bsp
+// step. Adam's averages must then also decay per round as they do per bsp
+// step: with beta1 = 0.9 and beta2 = 0.99 per push, m forgot in 5 rounds and
+// v in 50 what bsp keeps for 10 and 100 steps, and Adam's spirals (a stale
+// push's gradient feeding momentum, v too small to rein it in) came about
+// five times as often (configs/local.json: 35-47 training-loss spikes above
+// 3x in 500 steps, 7-9 with beta^(1 / workers)). Per-row step counts count
+// pushes, so the bias correction follows the same betas.
+AdamHyper PerPushHyper(const ShardOptions& options) {
+  AdamHyper hyper = options.hyper;
+  if (options.consistency == Consistency::kBsp || options.workers <= 1) return hyper;
+  const double per_round = 1.0 / static_cast<double>(options.workers);
+  hyper.beta1 = static_cast<float>(std::pow(static_cast<double>(hyper.beta1), per_round));
+  hyper.beta2 = static_cast<float>(std::pow(static_cast<double>(hyper.beta2), per_round));
+  return hyper;
+}
+
 class PsShardImpl : public PsShard {
  public:
   PsShardImpl(const Partition& partition, const ShardOptions& options)
@@ -42,12 +61,21 @@ class PsShardImpl : public PsShard {
     NewStore();
     stats_.rows_owned = store_->owned_rows();
     clock_.assign(options_.workers, 0);
+    ResetStaleness();
+  }
+
+  // ssp, async: the measured look-ahead starts from one push of every other
+  // worker between a read and a push (CountLanded).
+  void ResetStaleness() {
+    pushes_applied_ = 0;
+    read_at_.assign(options_.workers, 0);
+    landed_.assign(options_.workers, options_.workers > 0 ? options_.workers - 1.0f : 0.0f);
   }
 
   // The partition's state as before any job: zero parameters and moments.
   void NewStore() {
     store_.reset();  // the old state goes first: never two partitions in memory
-    store_ = std::make_unique<ShardStore>(partition_, options_.shard, options_.hyper,
+    store_ = std::make_unique<ShardStore>(partition_, options_.shard, PerPushHyper(options_),
                                           options_.apply_updates);
     // ssp and async apply each worker's push as its own Adam step: at
     // learning rate / workers, a round of pushes moves the parameters as far
@@ -90,6 +118,7 @@ class PsShardImpl : public PsShard {
                    options_.shard, m.job, job_, applied_.load());
       applied_ = 0;
       clock_.assign(options_.workers, 0);
+      ResetStaleness();
     }
     job_ = m.job;
     job_seen_ = job_;
@@ -383,6 +412,7 @@ class PsShardImpl : public PsShard {
     }
     if (options_.consistency == Consistency::kAsync) {
       std::vector<const wire::Message*> one = {&m};
+      CountLanded(m);
       if (!m.skip_step) ApplyStep(one);
       ++clock_[m.worker_rank];
       ++applied_;
@@ -450,6 +480,7 @@ class PsShardImpl : public PsShard {
                                std::to_string(options_.staleness) + " ahead of the slowest)"));
       return;
     }
+    CountLanded(m);
     if (!m.skip_step) {
       std::vector<const wire::Message*> one = {&m};
       ApplyStep(one);
@@ -458,6 +489,17 @@ class PsShardImpl : public PsShard {
     applied_ = *std::min_element(clock_.begin(), clock_.end());
     Ack(*request);
     ServeWaitingPulls();
+  }
+
+  // ssp, async: before a push is applied, the pushes that landed since its
+  // worker's last read (other workers' pushes; the gradient was computed
+  // without them), averaged per worker for LookAhead. Workers that compute
+  // at the same pace race: measured on configs/local.json, half of the
+  // pushes land with none in between and half with one.
+  void CountLanded(const wire::Message& m) {
+    const float landed = static_cast<float>(pushes_applied_ - read_at_[m.worker_rank]);
+    landed_[m.worker_rank] += (landed - landed_[m.worker_rank]) / 16.0f;
+    if (!m.skip_step) ++pushes_applied_;
   }
 
   // Sums the pushes in the given (worker-rank) order, one table per task
@@ -561,13 +603,17 @@ class PsShardImpl : public PsShard {
       return 0.0f;
     }
     // Pushes before this worker's push of m.step lands: its own steps not
-    // pushed yet, and about one from each other worker. Each is an Adam
-    // step at learning rate / workers (ApplyStep's lr scale), so in steps
-    // at the full rate that is pushes / workers.
+    // pushed yet, and as many of the other workers' pushes as landed, on
+    // average, between its earlier reads and pushes (CountLanded). Assuming
+    // one from each looked a push too far ahead for half of the pushes: their
+    // gradients were computed a push away from where they were applied, as
+    // for a read a push stale. Each push is an Adam step at learning rate /
+    // workers (ApplyStep's lr scale), so in steps at the full rate that is
+    // pushes / workers.
     const uint64_t own = m.step > clock_[m.worker_rank] ? m.step - clock_[m.worker_rank] : 0;
     const uint64_t bound = uint64_t{options_.staleness} + 1;
-    const uint64_t pushes = std::min(own, bound) + (options_.workers - 1);
-    return static_cast<float>(pushes) / static_cast<float>(options_.workers);
+    const float pushes = static_cast<float>(std::min(own, bound)) + landed_[m.worker_rank];
+    return pushes / static_cast<float>(options_.workers);
   }
 
   void ReplyPull(Request& request) {
@@ -600,6 +646,10 @@ class PsShardImpl : public PsShard {
       encoded[i] = blocks[i].values.size() * sizeof(float) >= options_.pull_min_bytes;
     }
     const float ahead = LookAhead(m);
+    // A training read: the pushes landing from now on are the ones its
+    // gradient will lack.
+    if (!m.whole_values && m.worker_rank < read_at_.size())
+      read_at_[m.worker_rank] = pushes_applied_;
     pool_.ParallelFor(pieces.size(), [&](size_t k) {
       const Piece& p = pieces[k];
       const wire::Block& in = m.blocks[p.block];
@@ -706,6 +756,9 @@ class PsShardImpl : public PsShard {
   // Owned by the I/O thread.
   std::atomic<uint64_t> applied_{0};  // written by the I/O thread only
   std::vector<uint64_t> clock_;       // ssp, async: pushes per worker (its next step)
+  uint64_t pushes_applied_ = 0;       // ssp, async: pushes applied (not skipped) so far
+  std::vector<uint64_t> read_at_;     // per worker: pushes_applied_ at its last training read
+  std::vector<float> landed_;         // per worker: pushes landing between read and push (mean)
   std::map<uint64_t, std::map<uint32_t, std::unique_ptr<Request>>> pending_;  // step -> rank
   std::vector<Waiting> waiting_;
   uint64_t job_ = 0;            // the job served (0: none yet)
