@@ -48,6 +48,9 @@ int main(int argc, char** argv) {
   app.add_option(
       "--resume-step", resume_step,
       "Start from the checkpoint of this step (checkpoint.dir; gridsync launch --resume)");
+  std::string timeline_path;
+  app.add_option("--timeline", timeline_path,
+                 "Write a Chrome trace of every applied step here (chrome://tracing, Perfetto)");
   int metrics_port = -1;
   app.add_option("--metrics-port", metrics_port,
                  "Serve Prometheus metrics on this port (0: off; default: from metrics.port)")
@@ -105,6 +108,15 @@ int main(int argc, char** argv) {
   }
   gridsync::ShardOptions options = *shard_options;
   options.resume_step = resume_step;
+  if (!timeline_path.empty()) {
+    auto timeline = gridsync::TimelineWriter::Open(timeline_path, "shard " + std::to_string(shard),
+                                                   static_cast<uint32_t>(1000 + shard));
+    if (!timeline.ok()) {
+      std::fprintf(stderr, "%s\n", timeline.status().message().c_str());
+      return gridsync::kConfigErrorExitCode;
+    }
+    options.timeline = std::move(timeline).value();
+  }
   gridsync::ShardPlacement placement = config->layout.shards[static_cast<size_t>(shard)];
   auto host = gridsync::ResolveProcessHost(host_flag, placement.host, config->layout.multi_host);
   if (!host.ok()) {

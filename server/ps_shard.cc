@@ -509,7 +509,13 @@ class PsShardImpl : public PsShard {
   void ApplyStep(const std::vector<const wire::Message*>& pushes) {
     const auto start = Clock::now();
     ApplyPushes(pushes);
-    apply_latency_.Observe(std::chrono::duration<double>(Clock::now() - start).count());
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    apply_latency_.Observe(seconds);
+    if (options_.timeline) {
+      options_.timeline->Span("apply", start, seconds, 0,
+                              {{"version", static_cast<double>(applied_.load())},
+                               {"pushes", static_cast<double>(pushes.size())}});
+    }
   }
 
   void ApplyPushes(const std::vector<const wire::Message*>& pushes) {

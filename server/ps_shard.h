@@ -41,6 +41,7 @@
 #include "common/wire/message.h"
 #include "kernels/adam_math.h"
 #include "ops/latency_histogram.h"
+#include "ops/timeline.h"
 #include "spec/run_spec.h"
 
 namespace gridsync {
@@ -65,6 +66,8 @@ struct ShardOptions {
   wire::CurveSettings curve;
   // checkpoint.every_steps / dir: write the partition every this many
   // applied steps (0: never); resume_step > 0: start from that checkpoint.
+  // --timeline: every applied step as a span on this Chrome trace.
+  std::shared_ptr<TimelineWriter> timeline;
   uint64_t checkpoint_every = 0;
   std::string checkpoint_dir;
   uint64_t resume_step = 0;

@@ -8,7 +8,9 @@
 #     PSNR, bytes each way);
 #  3. each shard's pushes, pulls and version equal what it logs when
 #     stopped; the coordinator reports the members, the job and barriers;
-#  4. a config whose metrics ports overlap the cluster's is refused.
+#  4. a config whose metrics ports overlap the cluster's is refused;
+#  5. --timeline: worker 0's Chrome trace has every step with its prepare,
+#     compute and apply spans, shard 0's every applied step (valid JSON).
 set -euo pipefail
 BUILD=${1:?usage: metrics_monitor_test.sh BUILD_DIR}
 WORK=$(mktemp -d)
@@ -53,13 +55,14 @@ grep -q "metrics.port" "$WORK/overlap.err" || fail "the refusal does not name me
 "$BUILD/server/gridsync-coordinator" --config "$WORK/cluster.json" > "$WORK/coordinator.log" 2>&1 &
 pids+=($!)
 for s in 0 1; do
-  "$BUILD/server/gridsync-ps" --config "$WORK/cluster.json" --shard $s > "$WORK/ps$s.log" 2>&1 &
+  "$BUILD/server/gridsync-ps" --config "$WORK/cluster.json" --shard $s \
+    --timeline "$WORK/shard$s.trace.json" > "$WORK/ps$s.log" 2>&1 &
   pids+=($!)
 done
 shard_pids=("${pids[1]}" "${pids[2]}")
 for r in 0 1; do
   "$BUILD/worker/gridsync-worker" --config "$WORK/cluster.json" --rank $r --metrics-hold 8 \
-    > "$WORK/worker$r.log" 2>&1 &
+    --timeline "$WORK/worker$r.trace.json" > "$WORK/worker$r.log" 2>&1 &
   pids+=($!)
 done
 w0=${pids[3]}
@@ -142,6 +145,22 @@ for s in 0 1; do
   count=$(metric "$WORK/s$s.prom" gridsync_shard_apply_seconds_count)
   same "$count" 150 || fail "shard $s: apply_seconds_count $count, expected 150 steps"
 done
+
+# 5. The timelines.
+python3 - "$WORK/worker0.trace.json" "$WORK/shard0.trace.json" > "$WORK/trace.check" 2>&1 <<'PY' ||
+import json, sys
+worker = json.load(open(sys.argv[1]))
+names = [e["name"] for e in worker if e.get("ph") == "X"]
+steps = [n for n in names if n.startswith("step ")]
+assert len(steps) == 150, f"{len(steps)} step spans in the worker's trace, expected 150"
+for phase in ("prepare", "compute", "apply"):
+    assert names.count(phase) == 150, f"{names.count(phase)} {phase} spans, expected 150"
+assert all(e["dur"] >= 0 and e["ts"] > 0 for e in worker if e.get("ph") == "X")
+shard = json.load(open(sys.argv[2]))
+applies = [e for e in shard if e.get("ph") == "X" and e["name"] == "apply"]
+assert len(applies) == 150, f"{len(applies)} apply spans in the shard's trace, expected 150"
+PY
+  fail "timeline: $(cat "$WORK/trace.check")"
 
 if [ "$failures" -ne 0 ]; then
   for f in "$WORK"/*.log; do echo "== $f"; tail -4 "$f"; done

@@ -19,8 +19,10 @@
 #include "common/config.h"
 #include "common/logging.h"
 #include "ops/metrics.h"
+#include "ops/timeline.h"
 #include "worker/batch_split.h"
 #include "worker/image_task.h"
+#include "worker/step_timeline.h"
 #include "worker/sync/train.h"
 #include "worker/worker_metrics.h"
 #include "worker/worker_placement.h"
@@ -74,6 +76,9 @@ int main(int argc, char** argv) {
   app.add_option("--metrics-port", metrics_port,
                  "Serve Prometheus metrics on this port (0: off; default: from metrics.port)")
       ->check(CLI::Range(0, 65535));
+  std::string timeline_path;
+  app.add_option("--timeline", timeline_path,
+                 "Write a Chrome trace of every step's phases here (chrome://tracing, Perfetto)");
   double metrics_hold = 0;
   app.add_option("--metrics-hold", metrics_hold,
                  "After training, keep serving metrics this many seconds (a last scrape)")
@@ -179,6 +184,20 @@ int main(int argc, char** argv) {
     ps_options.train.observers.push_back(worker_metrics.get());
     ps_options.metrics_address = metrics->address();
     spdlog::info("metrics at http://{}/metrics", metrics->address());
+  }
+  std::unique_ptr<gridsync::TimelineWriter> timeline;
+  std::unique_ptr<gridsync::StepTimeline> step_timeline;
+  if (!timeline_path.empty()) {
+    auto opened = gridsync::TimelineWriter::Open(
+        timeline_path, "worker " + std::to_string(std::max(ps_options.rank, 0)),
+        static_cast<uint32_t>(std::max(ps_options.rank, 0)));
+    if (!opened.ok()) {
+      std::fprintf(stderr, "%s\n", opened.status().message().c_str());
+      return gridsync::kConfigErrorExitCode;
+    }
+    timeline = std::move(opened).value();
+    step_timeline = std::make_unique<gridsync::StepTimeline>(*timeline);
+    ps_options.train.observers.push_back(step_timeline.get());
   }
   gridsync::Result<gridsync::TrainReport> report = gridsync::Status::Internal("not run");
   try {

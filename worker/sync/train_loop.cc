@@ -6,9 +6,11 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <thread>
 
 #include "kernels/cpu/half.h"
+#include "ops/trace_range.h"
 #include "worker/loss_scaler.h"
 #include "worker/params_file.h"
 
@@ -135,10 +137,12 @@ Result<TrainReport> RunTrainLoop(const RunSpec& spec, const ImageTask& image,
     }
     const auto step_begin = Clock::now();
     const SyncTimes sync_before = sync.times();
+    std::optional<TraceRange> phase(std::in_place, "prepare");  // NVTX, for Nsight Systems
     auto prepared = sync.Prepare(step);
     if (!prepared.ok())
       return prepared.status().WithContext(sync.me() + " preparing step " + std::to_string(step));
     const StepBatch& b = **prepared;
+    phase.emplace("compute");
     const auto compute_start = Clock::now();
     const uint32_t active = model->ActiveLevels(step);
     const float scale = scaler.scale();
@@ -162,8 +166,10 @@ Result<TrainReport> RunTrainLoop(const RunSpec& spec, const ImageTask& image,
     report.my_samples += b.count;
     report.final_loss = b.count ? sse / static_cast<double>(b.count * 3) : 0.0;
 
+    phase.emplace("apply");
     const auto apply_start = Clock::now();
     auto applied_step = sync.Apply(step, &grads, scale);
+    phase.reset();
     if (!applied_step.ok())
       return applied_step.status().WithContext(sync.me() + " step " + std::to_string(step));
     const SyncOutcome outcome = *applied_step;
