@@ -13,12 +13,14 @@
 #include <deque>
 #include <filesystem>
 #include <future>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "common/checkpoint_files.h"
 #include "common/config.h"
 #include "common/coordinator_client.h"
+#include "ops/progress_line.h"
 #include "server/shard_checkpoint.h"
 #include "spec/run_spec.h"
 
@@ -94,9 +96,24 @@ Child Spawn(const std::string& name, const std::vector<std::string>& argv, const
   return child;
 }
 
+// Worker 0's progress, drawn below the children's output when stdout is a
+// terminal (the workers then write "@progress" lines instead of step lines).
+std::unique_ptr<ProgressLine> g_progress;
+
 void EmitLine(Child& child, const std::string& line) {
+  static const std::string kProgress = "@progress ";
+  if (line.compare(0, kProgress.size(), kProgress) == 0) {
+    ProgressState state;
+    if (g_progress && child.name == "worker-0" &&
+        ProgressState::FromJson(line.substr(kProgress.size()), &state)) {
+      g_progress->Update(state);
+    }
+    return;
+  }
+  if (g_progress) g_progress->Clear();
   std::printf("[%s] %s\n", child.name.c_str(), line.c_str());
   std::fflush(stdout);
+  if (g_progress) g_progress->Redraw();
   child.tail.push_back(line);
   if (child.tail.size() > 12) child.tail.pop_front();
   if (child.is_worker && !line.empty() && line.front() == '{') child.summary = line;
@@ -335,6 +352,8 @@ int RunLaunch(const LaunchOptions& options) {
   Env base = {{"GRIDSYNC_WORLD_SIZE", std::to_string(d.world_size)},
               {"GRIDSYNC_MASTER_ADDR", d.master_addr},
               {"GRIDSYNC_MASTER_PORT", std::to_string(d.master_port)}};
+  // On a terminal, a progress line for worker 0 instead of its step lines.
+  if (ProgressLine::IsTerminal(stdout)) g_progress = std::make_unique<ProgressLine>(stdout);
   auto node_env = [&](int n) {
     Env env = base;
     const auto& info = layout.nodes[static_cast<size_t>(n)];
@@ -376,6 +395,7 @@ int RunLaunch(const LaunchOptions& options) {
       Env env = node_env(n);
       env.push_back({"GRIDSYNC_RANK", std::to_string(w)});
       env.push_back({"GRIDSYNC_LOCAL_RANK", std::to_string(local)});
+      if (g_progress) env.push_back({"GRIDSYNC_PROGRESS_LINES", "1"});
       env.push_back({"GRIDSYNC_LOCAL_WORLD_SIZE",
                      std::to_string(layout.nodes[static_cast<size_t>(n)].workers)});
       start("worker-" + std::to_string(w), argv, env, true);
@@ -418,6 +438,7 @@ int RunLaunch(const LaunchOptions& options) {
     // here serves them all: every launcher waits for every other first.
     exit_code = WaitForOtherNodes(*config, layout.nodes[static_cast<size_t>(node)].name, children);
   }
+  if (g_progress) g_progress->Finish();
   StopAll(children, options.grace_seconds);
   if (exit_code == 0) {
     for (const auto& c : children) {

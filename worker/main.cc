@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <new>
 #include <nlohmann/json.hpp>
@@ -19,9 +20,11 @@
 #include "common/config.h"
 #include "common/logging.h"
 #include "ops/metrics.h"
+#include "ops/progress_line.h"
 #include "ops/timeline.h"
 #include "worker/batch_split.h"
 #include "worker/image_task.h"
+#include "worker/step_progress.h"
 #include "worker/step_timeline.h"
 #include "worker/sync/train.h"
 #include "worker/worker_metrics.h"
@@ -198,6 +201,22 @@ int main(int argc, char** argv) {
     timeline = std::move(opened).value();
     step_timeline = std::make_unique<gridsync::StepTimeline>(*timeline);
     ps_options.train.observers.push_back(step_timeline.get());
+  }
+  // Progress: a line redrawn on a terminal (instead of periodic step lines),
+  // or "@progress" lines for gridsync launch.
+  std::unique_ptr<gridsync::ProgressLine> progress_line;
+  std::unique_ptr<gridsync::StepProgress> progress;
+  {
+    const char* lines = std::getenv("GRIDSYNC_PROGRESS_LINES");
+    const bool emit = lines != nullptr && std::string(lines) == "1";
+    if (gridsync::ProgressLine::IsTerminal(stderr)) {
+      progress_line = std::make_unique<gridsync::ProgressLine>(stderr);
+      ps_options.train.step_lines = false;
+    }
+    if (progress_line || emit) {
+      progress = std::make_unique<gridsync::StepProgress>(progress_line.get(), emit);
+      ps_options.train.observers.push_back(progress.get());
+    }
   }
   gridsync::Result<gridsync::TrainReport> report = gridsync::Status::Internal("not run");
   try {

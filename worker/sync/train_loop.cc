@@ -233,7 +233,7 @@ Result<TrainReport> RunTrainLoop(const RunSpec& spec, const ImageTask& image,
       compute_in_interval = 0;
       samples_in_interval = 0;
     }
-    if (!quiet && t.log_every > 0 &&
+    if (!quiet && options.train.step_lines && t.log_every > 0 &&
         (done % static_cast<uint64_t>(t.log_every) == 0 || done == steps)) {
       const double secs = Since(interval_start);
       const double elapsed = Since(loop_start);

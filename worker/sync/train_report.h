@@ -28,6 +28,9 @@ struct TrainOptions {
   uint64_t eval_every = 0;
   bool write_png = true;             // task.output/reconstruction.png
   bool quiet = false;                // no progress log lines
+  // Periodic step lines (training.log_every); off while a progress line is
+  // drawn on the terminal instead.
+  bool step_lines = true;
   // Told about every step (metrics, timeline, progress line); not owned.
   std::vector<StepObserver*> observers;
 };
