@@ -183,7 +183,9 @@ int main(int argc, char** argv) {
       return 1;
     }
     metrics = std::move(started).value();
-    worker_metrics = std::make_unique<gridsync::WorkerMetrics>(*metrics);
+    // The GPU of this rank's local rank, when a driver is there (NVML).
+    worker_metrics = std::make_unique<gridsync::WorkerMetrics>(
+        *metrics, distributed ? static_cast<int>(ps_options.local_rank) : 0);
     ps_options.train.observers.push_back(worker_metrics.get());
     ps_options.metrics_address = metrics->address();
     spdlog::info("metrics at http://{}/metrics", metrics->address());

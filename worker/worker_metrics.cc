@@ -6,7 +6,26 @@
 
 namespace gridsync {
 
-WorkerMetrics::WorkerMetrics(MetricsEndpoint& endpoint) {
+WorkerMetrics::~WorkerMetrics() = default;
+
+WorkerMetrics::WorkerMetrics(MetricsEndpoint& endpoint, int gpu) {
+  if (gpu >= 0) {
+    std::string why;
+    gpu_ = GpuStats::Open(static_cast<unsigned>(gpu), &why);
+    if (gpu_) {
+      GpuStats* g = gpu_.get();
+      endpoint.AddGauge("gridsync_gpu_utilization_ratio", "This worker's GPU: busy fraction (NVML)",
+                        [g] {
+                          auto s = g->Read();
+                          return s ? s->utilization : -1.0;
+                        });
+      endpoint.AddGauge("gridsync_gpu_memory_used_bytes", "This worker's GPU: memory in use (NVML)",
+                        [g] {
+                          auto s = g->Read();
+                          return s ? static_cast<double>(s->memory_used) : -1.0;
+                        });
+    }
+  }
   auto read = [this](auto field) {
     return [this, field]() -> double {
       std::lock_guard<std::mutex> lock(mu_);

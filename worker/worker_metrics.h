@@ -13,6 +13,7 @@
 #include <mutex>
 #include <string>
 
+#include "ops/gpu_stats.h"
 #include "ops/latency_histogram.h"
 #include "ops/metrics.h"
 #include "worker/sync/step_observer.h"
@@ -21,8 +22,10 @@ namespace gridsync {
 
 class WorkerMetrics : public StepObserver {
  public:
-  // Registers the worker's metrics on `endpoint` (which must outlive this).
-  explicit WorkerMetrics(MetricsEndpoint& endpoint);
+  // Registers the worker's metrics on `endpoint` (which must outlive this);
+  // with a GPU at `gpu` (NVML's index; -1: none), its utilisation and memory.
+  explicit WorkerMetrics(MetricsEndpoint& endpoint, int gpu = -1);
+  ~WorkerMetrics() override;
 
   void OnStep(const StepRecord& record) override;
   void OnEnd(const TrainReport& report) override;
@@ -35,6 +38,7 @@ class WorkerMetrics : public StepObserver {
   std::map<std::string, double> phase_seconds_;  // by phase
   double bytes_sent_ = 0, bytes_received_ = 0;
   LatencyHistogram step_seconds_;
+  std::unique_ptr<GpuStats> gpu_;
 };
 
 }  // namespace gridsync
