@@ -8,6 +8,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <string>
 
 #include "common/config.h"
 
@@ -24,6 +25,23 @@ inline int ParseCommandLine(CLI::App& app, int argc, char** argv) {
     return kConfigErrorExitCode;
   }
   return -1;
+}
+
+// The operations flags every serving binary shares (ops/): --metrics-port
+// (-1 when absent: metrics.port decides) and, where given, --timeline.
+struct OpsFlags {
+  int metrics_port = -1;
+  std::string timeline;
+};
+inline void AddOpsFlags(CLI::App& app, OpsFlags* flags, const char* timeline_what) {
+  app.add_option("--metrics-port", flags->metrics_port,
+                 "Serve Prometheus metrics on this port (0: off; default: from metrics.port)")
+      ->check(CLI::Range(0, 65535));
+  if (timeline_what != nullptr) {
+    app.add_option("--timeline", flags->timeline,
+                   std::string("Write a Chrome trace of ") + timeline_what +
+                       " here (chrome://tracing, Perfetto)");
+  }
 }
 
 }  // namespace gridsync

@@ -33,10 +33,8 @@ int main(int argc, char** argv) {
   std::string bind;
   app.add_option("--bind", bind,
                  "Address to listen on instead of distributed.master_addr, e.g. 0.0.0.0");
-  int metrics_port = -1;
-  app.add_option("--metrics-port", metrics_port,
-                 "Serve Prometheus metrics on this port (0: off; default: from metrics.port)")
-      ->check(CLI::Range(0, 65535));
+  gridsync::OpsFlags ops;
+  gridsync::AddOpsFlags(app, &ops, nullptr);
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
   GRIDSYNC_PARSE_COMMAND_LINE(app, argc, argv);
@@ -80,7 +78,7 @@ int main(int argc, char** argv) {
                (*coordinator)->port(), options.expected_shards, options.expected_workers, config->source);
   // Metrics, published in the coordinator's own store for the monitor.
   std::unique_ptr<gridsync::MetricsEndpoint> metrics;
-  const int mport = metrics_port >= 0 ? metrics_port : config->metrics.port;
+  const int mport = ops.metrics_port >= 0 ? ops.metrics_port : config->metrics.port;
   if (mport > 0) {
     auto started = gridsync::MetricsEndpoint::Start(options.bind_host, static_cast<uint16_t>(mport),
                                                     {{"role", "coordinator"}, {"rank", "0"}});

@@ -48,13 +48,8 @@ int main(int argc, char** argv) {
   app.add_option(
       "--resume-step", resume_step,
       "Start from the checkpoint of this step (checkpoint.dir; gridsync launch --resume)");
-  std::string timeline_path;
-  app.add_option("--timeline", timeline_path,
-                 "Write a Chrome trace of every applied step here (chrome://tracing, Perfetto)");
-  int metrics_port = -1;
-  app.add_option("--metrics-port", metrics_port,
-                 "Serve Prometheus metrics on this port (0: off; default: from metrics.port)")
-      ->check(CLI::Range(0, 65535));
+  gridsync::OpsFlags ops;
+  gridsync::AddOpsFlags(app, &ops, "every applied step");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
   GRIDSYNC_PARSE_COMMAND_LINE(app, argc, argv);
   if (app.count("--shard") == 0) {
@@ -108,8 +103,8 @@ int main(int argc, char** argv) {
   }
   gridsync::ShardOptions options = *shard_options;
   options.resume_step = resume_step;
-  if (!timeline_path.empty()) {
-    auto timeline = gridsync::TimelineWriter::Open(timeline_path, "shard " + std::to_string(shard),
+  if (!ops.timeline.empty()) {
+    auto timeline = gridsync::TimelineWriter::Open(ops.timeline, "shard " + std::to_string(shard),
                                                    static_cast<uint32_t>(1000 + shard));
     if (!timeline.ok()) {
       std::fprintf(stderr, "%s\n", timeline.status().message().c_str());
@@ -176,9 +171,9 @@ int main(int argc, char** argv) {
   });
   // Metrics on the shard's own address; the monitor finds them in the store.
   std::unique_ptr<gridsync::MetricsEndpoint> metrics;
-  const int port = metrics_port >= 0 ? metrics_port
-                                     : gridsync::MetricsPortOf(config->metrics.port, "shard", shard,
-                                                               config->ps.shards);
+  const int port = ops.metrics_port >= 0 ? ops.metrics_port
+                                         : gridsync::MetricsPortOf(config->metrics.port, "shard",
+                                                                   shard, config->ps.shards);
   if (port > 0) {
     auto started =
         gridsync::MetricsEndpoint::Start(host->host, static_cast<uint16_t>(port),

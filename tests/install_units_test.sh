@@ -16,17 +16,9 @@
 set -euo pipefail
 BUILD=${1:?usage: install_units_test.sh BUILD_DIR SOURCE_DIR}
 SRC=${2:?usage: install_units_test.sh BUILD_DIR SOURCE_DIR}
-WORK=$(mktemp -d)
+source "$SRC/tests/test_lib.sh"
 DEST="$WORK/root"
 PORT=$((25400 + ($$ % 500) * 2))
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 # 1. The layout.
 DESTDIR="$DEST" cmake --install "$BUILD" > "$WORK/install.log" 2>&1 ||
@@ -115,7 +107,7 @@ os.dup2(fd, 1)
 os.dup2(fd, 2)
 os.execve(spec["argv"][0], spec["argv"], env)
 PY
-  pids+=($!)
+  track $!
 }
 start_unit gridsync-coordinator.service "" "$WORK/coordinator.log"
 start_unit gridsync-ps@.service 0 "$WORK/ps0.log"
@@ -144,9 +136,4 @@ loss() { sed -n 's/.*"final_loss":\([0-9.e-]*\).*/\1/p' "$WORK/$1-worker0.log"; 
 [ -n "$(loss job1)" ] && [ "$(loss job1)" = "$(loss job2)" ] ||
   fail "the second job on the same shards ended at loss '$(loss job2)', the first at '$(loss job1)'"
 grep -q "job 2 begins" "$WORK/ps0.log" || fail "shard 0 did not log the start of job 2"
-if [ "$failures" -ne 0 ]; then
-  for f in "$WORK"/*.log; do echo "== $f"; tail -5 "$f"; done
-  echo "install_units_test: $failures failure(s)"
-  exit 1
-fi
-echo "install_units_test: all passed"
+finish install_units_test

@@ -13,17 +13,9 @@
 #     compute and apply spans, shard 0's every applied step (valid JSON).
 set -euo pipefail
 BUILD=${1:?usage: metrics_monitor_test.sh BUILD_DIR}
-WORK=$(mktemp -d)
+source "$(dirname "$0")/test_lib.sh"
 PORT=$((23000 + ($$ % 400) * 4))
 MPORT=$((PORT + 2000))
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 scrape() {  # scrape HOST:PORT -> the metrics text on stdout
   python3 -c 'import sys,urllib.request; print(urllib.request.urlopen("http://"+sys.argv[1]+"/metrics", timeout=5).read().decode())' "$1"
 }
@@ -53,17 +45,17 @@ fi
 grep -q "metrics.port" "$WORK/overlap.err" || fail "the refusal does not name metrics.port: $(cat "$WORK/overlap.err")"
 
 "$BUILD/server/gridsync-coordinator" --config "$WORK/cluster.json" > "$WORK/coordinator.log" 2>&1 &
-pids+=($!)
+track $!
 for s in 0 1; do
   "$BUILD/server/gridsync-ps" --config "$WORK/cluster.json" --shard $s \
     --timeline "$WORK/shard$s.trace.json" > "$WORK/ps$s.log" 2>&1 &
-  pids+=($!)
+  track $!
 done
 shard_pids=("${pids[1]}" "${pids[2]}")
 for r in 0 1; do
   "$BUILD/worker/gridsync-worker" --config "$WORK/cluster.json" --rank $r --metrics-hold 8 \
     --timeline "$WORK/worker$r.trace.json" > "$WORK/worker$r.log" 2>&1 &
-  pids+=($!)
+  track $!
 done
 w0=${pids[3]}
 w1=${pids[4]}
@@ -162,9 +154,4 @@ assert len(applies) == 150, f"{len(applies)} apply spans in the shard's trace, e
 PY
   fail "timeline: $(cat "$WORK/trace.check")"
 
-if [ "$failures" -ne 0 ]; then
-  for f in "$WORK"/*.log; do echo "== $f"; tail -4 "$f"; done
-  echo "metrics_monitor_test: $failures failure(s)"
-  exit 1
-fi
-echo "metrics_monitor_test: all passed"
+finish metrics_monitor_test

@@ -7,11 +7,8 @@
 #     shows the "@progress" lines the workers send it.
 set -euo pipefail
 BUILD=${1:?usage: progress_test.sh BUILD_DIR}
-WORK=$(mktemp -d)
+source "$(dirname "$0")/test_lib.sh"
 PORT=$((22000 + ($$ % 400) * 2))
-trap 'rm -rf "$WORK"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 if ! command -v script > /dev/null; then
   echo "SKIP: script (bsdutils) is not installed; no terminal to test on"
   exit 0
@@ -51,8 +48,4 @@ grep -q '40/40 100%' "$WORK/launch.log" || fail "gridsync launch's progress line
 if grep -q '@progress' "$WORK/launch.log"; then fail "gridsync launch printed its workers' @progress lines"; fi
 grep -q '== gridsync launch' "$WORK/launch.log" || fail "gridsync launch printed no summary"
 
-if [ "$failures" -ne 0 ]; then
-  echo "progress_test: $failures failure(s)"
-  exit 1
-fi
-echo "progress_test: all passed"
+finish progress_test

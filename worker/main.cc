@@ -75,13 +75,8 @@ int main(int argc, char** argv) {
                  "this many steps, not timed, for the PSNR-against-time curve (psnr_curve in the "
                  "JSON line); under ps and hybrid each evaluation pulls the whole model first")
       ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 40));
-  int metrics_port = -1;
-  app.add_option("--metrics-port", metrics_port,
-                 "Serve Prometheus metrics on this port (0: off; default: from metrics.port)")
-      ->check(CLI::Range(0, 65535));
-  std::string timeline_path;
-  app.add_option("--timeline", timeline_path,
-                 "Write a Chrome trace of every step's phases here (chrome://tracing, Perfetto)");
+  gridsync::OpsFlags ops;
+  gridsync::AddOpsFlags(app, &ops, "every step's phases");
   double metrics_hold = 0;
   app.add_option("--metrics-hold", metrics_hold,
                  "After training, keep serving metrics this many seconds (a last scrape)")
@@ -167,10 +162,10 @@ int main(int argc, char** argv) {
   // says where).
   std::unique_ptr<gridsync::MetricsEndpoint> metrics;
   std::unique_ptr<gridsync::WorkerMetrics> worker_metrics;
-  if (metrics_port > 0 || (metrics_port < 0 && config->metrics.port > 0)) {
+  if (ops.metrics_port > 0 || (ops.metrics_port < 0 && config->metrics.port > 0)) {
     const int shards = static_cast<int>(config->layout.shards.size());
     const int port =
-        metrics_port > 0 ? metrics_port
+        ops.metrics_port > 0 ? ops.metrics_port
         : ps_options.rank >= 0
             ? gridsync::MetricsPortOf(config->metrics.port, "worker", ps_options.rank, shards)
             : 0;
@@ -192,9 +187,9 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<gridsync::TimelineWriter> timeline;
   std::unique_ptr<gridsync::StepTimeline> step_timeline;
-  if (!timeline_path.empty()) {
+  if (!ops.timeline.empty()) {
     auto opened = gridsync::TimelineWriter::Open(
-        timeline_path, "worker " + std::to_string(std::max(ps_options.rank, 0)),
+        ops.timeline, "worker " + std::to_string(std::max(ps_options.rank, 0)),
         static_cast<uint32_t>(std::max(ps_options.rank, 0)));
     if (!opened.ok()) {
       std::fprintf(stderr, "%s\n", opened.status().message().c_str());
