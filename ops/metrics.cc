@@ -4,6 +4,7 @@
 #include <prometheus/exposer.h>
 #include <prometheus/metric_family.h>
 
+#include <limits>
 #include <mutex>
 
 namespace gridsync {

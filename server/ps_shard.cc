@@ -13,8 +13,10 @@
 #include "common/check.h"
 #include "common/thread_pool.h"
 #include "kernels/cpu/codec.h"
+#include "server/job_gate.h"
 #include "server/shard_checkpoint.h"
 #include "server/shard_store.h"
+#include "server/stale_reads.h"
 
 namespace gridsync {
 namespace {
@@ -30,46 +32,21 @@ struct Request {
   std::vector<std::vector<float>> decoded;  // compressed blocks' values
 };
 
-// ssp and async apply each worker's push as its own Adam step at learning
-// rate / workers, so a round of pushes moves the parameters as far as one bsp
-// step. Adam's averages must then also decay per round as they do per bsp
-// step: with beta1 = 0.9 and beta2 = 0.99 per push, m forgot in 5 rounds and
-// v in 50 what bsp keeps for 10 and 100 steps, and Adam's spirals (a stale
-// push's gradient feeding momentum, v too small to rein it in) came about
-// five times as often (configs/local.json: 35-47 training-loss spikes above
-// 3x in 500 steps, 7-9 with beta^(1 / workers)). Per-row step counts count
-// pushes, so the bias correction follows the same betas.
-AdamHyper PerPushHyper(const ShardOptions& options) {
-  AdamHyper hyper = options.hyper;
-  if (options.consistency == Consistency::kBsp || options.workers <= 1) return hyper;
-  const double per_round = 1.0 / static_cast<double>(options.workers);
-  hyper.beta1 = static_cast<float>(std::pow(static_cast<double>(hyper.beta1), per_round));
-  hyper.beta2 = static_cast<float>(std::pow(static_cast<double>(hyper.beta2), per_round));
-  return hyper;
-}
-
 class PsShardImpl : public PsShard {
  public:
   PsShardImpl(const Partition& partition, const ShardOptions& options)
       : partition_(partition),
         options_(options),
         pool_(options.threads),
-        socket_(context_, zmq::socket_type::router) {
+        socket_(context_, zmq::socket_type::router),
+        stale_reads_(options),
+        job_gate_(options.shard) {
     for (uint32_t t = 0; t < partition_.n_tables(); ++t) {
       shapes_.push_back({partition_.table(t).rows, partition_.table(t).width});
     }
     NewStore();
     stats_.rows_owned = store_->owned_rows();
     clock_.assign(options_.workers, 0);
-    ResetStaleness();
-  }
-
-  // ssp, async: the measured look-ahead starts from one push of every other
-  // worker between a read and a push (CountLanded).
-  void ResetStaleness() {
-    pushes_applied_ = 0;
-    read_at_.assign(options_.workers, 0);
-    landed_.assign(options_.workers, options_.workers > 0 ? options_.workers - 1.0f : 0.0f);
   }
 
   // The partition's state as before any job: zero parameters and moments.
@@ -85,77 +62,31 @@ class PsShardImpl : public PsShard {
     if (options_.pull_codec.codec != Codec::kNone) store_->EnableReplicas(options_.workers);
   }
 
-  // A long-running shard (a systemd unit) serves job after job. Every worker
-  // message carries its job (the cluster map's): an older job's message is
-  // refused, naming its worker; a newer job, once the coordinator confirms
-  // it began, clears the job before. A message's claim alone never does: a
-  // corrupt or hostile one would wipe a running job. false: refused.
+  // A long-running shard serves job after job (server/job_gate.h): a newer
+  // job's first message clears the job before. false: refused.
   bool AdmitJob(Request& request) {
     const wire::Message& m = request.message;
-    if (m.job == job_) return true;
-    if (m.job < job_) {
-      ReplyError(request,
-                 Status::InvalidArgument(
-                     "worker " + std::to_string(m.worker_rank) + " of job " +
-                     std::to_string(m.job) + " is stale: shard " + std::to_string(options_.shard) +
-                     " serves job " + std::to_string(job_) + " now; allowed: the workers of job " +
-                     std::to_string(job_) + " (stop what is left of the old job)"));
+    const uint64_t before = job_gate_.job();
+    auto verdict = job_gate_.Admit(m.job, m.worker_rank);
+    if (!verdict.ok()) {
+      ReplyError(request, verdict.status());
       return false;
     }
-    if (Status began = ConfirmJob(m.job); !began.ok()) {
-      ReplyError(request, began);
-      return false;
-    }
-    if (job_ != 0) {
+    if (*verdict == JobGate::Verdict::kNewJob) {
       for (auto& w : waiting_) {
-        ReplyError(*w.request, Status::IOError("job " + std::to_string(job_) + " ended: job " +
+        ReplyError(*w.request, Status::IOError("job " + std::to_string(before) + " ended: job " +
                                                std::to_string(m.job) + " began"));
       }
       waiting_.clear();
       pending_.clear();
       NewStore();
       spdlog::info("shard {}: job {} begins (job {} ended at version {}); the shard starts afresh",
-                   options_.shard, m.job, job_, applied_.load());
+                   options_.shard, m.job, before, applied_.load());
       applied_ = 0;
       clock_.assign(options_.workers, 0);
-      ResetStaleness();
+      stale_reads_.Reset();
     }
-    job_ = m.job;
-    job_seen_ = job_;
     return true;
-  }
-
-  // Whether job `job` began, as the coordinator says. Asked at most every
-  // 10 ms, so a flood of messages claiming future jobs cannot turn the shard
-  // into a load on the coordinator.
-  Status ConfirmJob(uint64_t job) {
-    std::function<Result<uint64_t>()> source;
-    {
-      std::lock_guard<std::mutex> lock(job_source_mu_);
-      source = job_source_;
-    }
-    if (!source) {
-      if (job_ == 0) return Status::OK();  // a shard outside any cluster: its first job
-      return Status::InvalidArgument("job " + std::to_string(job) + " cannot be confirmed (shard " +
-                                     std::to_string(options_.shard) +
-                                     " has no coordinator); allowed: job " + std::to_string(job_));
-    }
-    const auto now = Clock::now();
-    if (job > confirmed_job_ && now - last_job_query_ >= std::chrono::milliseconds(10)) {
-      last_job_query_ = now;
-      auto current = source();
-      if (!current.ok())
-        return current.status().WithContext("confirming job " + std::to_string(job));
-      confirmed_job_ = *current;
-    }
-    if (job > confirmed_job_) {
-      return Status::InvalidArgument("job " + std::to_string(job) +
-                                     " is not the cluster's: the "
-                                     "coordinator runs job " +
-                                     std::to_string(confirmed_job_) + "; allowed: job " +
-                                     std::to_string(confirmed_job_));
-    }
-    return Status::OK();
   }
 
   ~PsShardImpl() override { Stop(); }
@@ -197,8 +128,7 @@ class PsShardImpl : public PsShard {
   uint64_t refused_connections() const override { return zap_ ? zap_->refused() : 0; }
   uint64_t heartbeats() const override { return heartbeats_.load(std::memory_order_relaxed); }
   void SetJobSource(std::function<Result<uint64_t>()> source) override {
-    std::lock_guard<std::mutex> lock(job_source_mu_);
-    job_source_ = std::move(source);
+    job_gate_.SetSource(std::move(source));
   }
 
   wire::ShardStats stats() const override {
@@ -254,7 +184,7 @@ class PsShardImpl : public PsShard {
   ServingStats serving_stats() const override {
     ServingStats s;
     s.waiting_pulls = waiting_count_.load(std::memory_order_relaxed);
-    s.job = job_seen_.load(std::memory_order_relaxed);
+    s.job = job_gate_.job();
     std::lock_guard<std::mutex> lock(stats_mu_);
     s.refusals = refusals_;
     return s;
@@ -412,7 +342,7 @@ class PsShardImpl : public PsShard {
     }
     if (options_.consistency == Consistency::kAsync) {
       std::vector<const wire::Message*> one = {&m};
-      CountLanded(m);
+      stale_reads_.OnPush(m);
       if (!m.skip_step) ApplyStep(one);
       ++clock_[m.worker_rank];
       ++applied_;
@@ -480,7 +410,7 @@ class PsShardImpl : public PsShard {
                                std::to_string(options_.staleness) + " ahead of the slowest)"));
       return;
     }
-    CountLanded(m);
+    stale_reads_.OnPush(m);
     if (!m.skip_step) {
       std::vector<const wire::Message*> one = {&m};
       ApplyStep(one);
@@ -489,17 +419,6 @@ class PsShardImpl : public PsShard {
     applied_ = *std::min_element(clock_.begin(), clock_.end());
     Ack(*request);
     ServeWaitingPulls();
-  }
-
-  // ssp, async: before a push is applied, the pushes that landed since its
-  // worker's last read (other workers' pushes; the gradient was computed
-  // without them), averaged per worker for LookAhead. Workers that compute
-  // at the same pace race: measured on configs/local.json, half of the
-  // pushes land with none in between and half with one.
-  void CountLanded(const wire::Message& m) {
-    const float landed = static_cast<float>(pushes_applied_ - read_at_[m.worker_rank]);
-    landed_[m.worker_rank] += (landed - landed_[m.worker_rank]) / 16.0f;
-    if (!m.skip_step) ++pushes_applied_;
   }
 
   // Sums the pushes in the given (worker-rank) order, one table per task
@@ -597,31 +516,6 @@ class PsShardImpl : public PsShard {
     waiting_.push_back({std::move(request), Clock::now() + options_.timeout});
   }
 
-  // Steps of Adam a stale read lags the version its gradient will be
-  // applied to: the pull's step (the step the worker computes) minus the
-  // version served under ssp, bounded by the staleness; the other workers'
-  // pushes that will land first under async (one per worker). Reads that
-  // are not stale, exact reads (the final pull) and shards without Adam
-  // look nowhere ahead.
-  float LookAhead(const wire::Message& m) const {
-    if (m.whole_values || options_.apply_updates || options_.consistency == Consistency::kBsp ||
-        m.worker_rank >= clock_.size()) {
-      return 0.0f;
-    }
-    // Pushes before this worker's push of m.step lands: its own steps not
-    // pushed yet, and as many of the other workers' pushes as landed, on
-    // average, between its earlier reads and pushes (CountLanded). Assuming
-    // one from each looked a push too far ahead for half of the pushes: their
-    // gradients were computed a push away from where they were applied, as
-    // for a read a push stale. Each push is an Adam step at learning rate /
-    // workers (ApplyStep's lr scale), so in steps at the full rate that is
-    // pushes / workers.
-    const uint64_t own = m.step > clock_[m.worker_rank] ? m.step - clock_[m.worker_rank] : 0;
-    const uint64_t bound = uint64_t{options_.staleness} + 1;
-    const float pushes = static_cast<float>(std::min(own, bound)) + landed_[m.worker_rank];
-    return pushes / static_cast<float>(options_.workers);
-  }
-
   void ReplyPull(Request& request) {
     constexpr size_t kChunkRows = 16384;
     const wire::Message& m = request.message;
@@ -651,11 +545,8 @@ class PsShardImpl : public PsShard {
     for (size_t i = 0; i < blocks.size() && deltas && !m.whole_values; ++i) {
       encoded[i] = blocks[i].values.size() * sizeof(float) >= options_.pull_min_bytes;
     }
-    const float ahead = LookAhead(m);
-    // A training read: the pushes landing from now on are the ones its
-    // gradient will lack.
-    if (!m.whole_values && m.worker_rank < read_at_.size())
-      read_at_[m.worker_rank] = pushes_applied_;
+    // Stale reads look ahead (server/stale_reads.h).
+    const float ahead = stale_reads_.OnPull(m, clock_);
     pool_.ParallelFor(pieces.size(), [&](size_t k) {
       const Piece& p = pieces[k];
       const wire::Block& in = m.blocks[p.block];
@@ -756,27 +647,20 @@ class PsShardImpl : public PsShard {
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> heartbeats_{0};
-  std::mutex job_source_mu_;
-  std::function<Result<uint64_t>()> job_source_;  // guarded by job_source_mu_
 
   // Owned by the I/O thread.
   std::atomic<uint64_t> applied_{0};  // written by the I/O thread only
   std::vector<uint64_t> clock_;       // ssp, async: pushes per worker (its next step)
-  uint64_t pushes_applied_ = 0;       // ssp, async: pushes applied (not skipped) so far
-  std::vector<uint64_t> read_at_;     // per worker: pushes_applied_ at its last training read
-  std::vector<float> landed_;         // per worker: pushes landing between read and push (mean)
+  StaleReads stale_reads_;            // ssp, async: the look-ahead's bookkeeping
   std::map<uint64_t, std::map<uint32_t, std::unique_ptr<Request>>> pending_;  // step -> rank
   std::vector<Waiting> waiting_;
-  uint64_t job_ = 0;            // the job served (0: none yet)
-  uint64_t confirmed_job_ = 0;  // the coordinator's job when last asked
-  Clock::time_point last_job_query_{};
+  JobGate job_gate_;
 
   mutable std::mutex stats_mu_;
   wire::ShardStats stats_;  // guarded by stats_mu_
   std::map<std::string, uint64_t> refusals_;  // by reason; guarded by stats_mu_
   LatencyHistogram apply_latency_;
   std::atomic<uint64_t> waiting_count_{0};  // waiting_.size(), for other threads
-  std::atomic<uint64_t> job_seen_{0};       // job_, for other threads
 };
 
 }  // namespace

@@ -13,6 +13,8 @@ if ! command -v script > /dev/null; then
   echo "SKIP: script (bsdutils) is not installed; no terminal to test on"
   exit 0
 fi
+# The default image of configs/local.json, from the source tree.
+cd "$(dirname "$0")/.."
 small="--set training.steps=40 --set training.batch_size=4096 --set encoding.log2_hashmap_size=14"
 small+=" --set training.log_every=10 --set task.output=$WORK/out"
 

@@ -23,10 +23,9 @@ volatile std::sig_atomic_t g_stop = 0;
 void OnSignal(int) { g_stop = 1; }
 
 // The metrics address a member put in the store, or "" if none.
-std::string AddressOf(CoordinatorClient& coordinator, const std::string& key,
-                      std::chrono::milliseconds timeout) {
+std::string AddressOf(CoordinatorClient& coordinator, const std::string& key) {
+  // No wait: a member without metrics never sets its key.
   auto values = coordinator.Get({key}, std::chrono::milliseconds(0));
-  (void)timeout;
   return values.ok() && !values->empty() ? values->front() : "";
 }
 
@@ -98,7 +97,7 @@ Result<nlohmann::json> Snapshot(CoordinatorClient& coordinator, std::chrono::mil
     entry["rank"] = rank;
     if (!node.empty()) entry["node"] = node;
     const std::string address =
-        AddressOf(coordinator, "metrics/" + role + "/" + std::to_string(rank), timeout);
+        AddressOf(coordinator, "metrics/" + role + "/" + std::to_string(rank));
     if (address.empty()) {
       entry["metrics"] = nullptr;
       entry["error"] = "no metrics (metrics.port 0 or --metrics-port not set)";

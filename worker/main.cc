@@ -160,8 +160,10 @@ int main(int argc, char** argv) {
   // Metrics: on the worker's own address; the port from metrics.port and the
   // rank, or any free one when the coordinator assigns the rank (the store
   // says where).
-  std::unique_ptr<gridsync::MetricsEndpoint> metrics;
+  // Declared first, destroyed last: the endpoint (whose scrape threads read
+  // worker_metrics) goes before it.
   std::unique_ptr<gridsync::WorkerMetrics> worker_metrics;
+  std::unique_ptr<gridsync::MetricsEndpoint> metrics;
   if (ops.metrics_port > 0 || (ops.metrics_port < 0 && config->metrics.port > 0)) {
     const int shards = static_cast<int>(config->layout.shards.size());
     const int port =
