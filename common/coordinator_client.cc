@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <array>
 #include <boost/asio.hpp>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <thread>
@@ -94,6 +95,12 @@ class CoordinatorClient::Impl {
 
   const std::string& address() const { return address_; }
 
+  // After a proof: every later frame is sealed (wire::ControlSession).
+  void StartSession(wire::ControlSession session) {
+    std::lock_guard<std::mutex> lock(mu_);
+    session_ = std::move(session);
+  }
+
   // Sends the request `fill` builds and returns `parse` of the reply, or the
   // coordinator's error. `wait` is how long the server may hold the reply.
   template <typename T, typename Fill, typename Parse>
@@ -116,6 +123,7 @@ class CoordinatorClient::Impl {
       request.setRequestId(id);
       fill(request);
       frame = wire::EncodeFrame(message);
+      if (session_) frame = session_->Seal(frame);
     } catch (const kj::Exception& e) {
       return Status::InvalidArgument(
           fmt::format("{}: cannot build the request: {}", what, e.getDescription().cStr()));
@@ -155,7 +163,9 @@ class CoordinatorClient::Impl {
         deadline);
     if (ec) return io_failure("receive", ec);
     const uint32_t length = wire::DecodeFramePrefix(header);
-    if (wire::CheckFrameLength(length, kMaxReplyBytes) != wire::FrameLengthCheck::kOk) {
+    const uint32_t limit =
+        kMaxReplyBytes + (session_ ? static_cast<uint32_t>(wire::ControlSession::kOverhead) : 0u);
+    if (wire::CheckFrameLength(length, limit) != wire::FrameLengthCheck::kOk) {
       Status status =
           Status::Corruption(fmt::format("{}: the coordinator at {} sent a reply of {} bytes; "
                                          "allowed: a multiple of 8 from 8 to {}",
@@ -171,6 +181,18 @@ class CoordinatorClient::Impl {
         },
         deadline);
     if (ec) return io_failure("receive", ec);
+    if (session_) {
+      auto opened = session_->Open(reinterpret_cast<const uint8_t*>(body.data()), length);
+      if (!opened.ok() || opened->empty() || opened->size() % 8 != 0) {
+        Status status = Status::Corruption(
+            fmt::format("{}: a reply from the coordinator at {} did not open: {}", what, address_,
+                        opened.ok() ? "no whole message inside" : opened.status().message()));
+        MarkBroken(status);
+        return status;
+      }
+      body.assign(opened->size() / 8, capnp::word{});
+      std::memcpy(body.data(), opened->data(), opened->size());
+    }
 
     try {
       capnp::FlatArrayMessageReader reader(
@@ -231,6 +253,7 @@ class CoordinatorClient::Impl {
   tcp::socket socket_;
   uint64_t next_request_id_ = 1;
   Status broken_;  // not OK once the connection is unusable
+  std::optional<wire::ControlSession> session_;  // security: frames sealed after the proof
 };
 
 CoordinatorClient::CoordinatorClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -287,9 +310,17 @@ Status CoordinatorClient::Authenticate(const wire::ControlAuth& auth, Role role)
         if (!reply.isOk()) return Status::Corruption("auth: the coordinator's reply is not ok");
         return true;
       });
-  return done.ok() ? Status::OK()
-                   : done.status().WithContext(std::string("proving the ") + RoleName(role) +
-                                               " key to the coordinator");
+  if (!done.ok()) {
+    return done.status().WithContext(std::string("proving the ") + RoleName(role) +
+                                     " key to the coordinator");
+  }
+  // From here on every frame is sealed; only the real coordinator holds the
+  // key to the first reply.
+  GRIDSYNC_ASSIGN_OR_RETURN(wire::ControlSession session,
+                            wire::ControlSession::Derive(auth, auth.coordinator_public, challenge,
+                                                         /*coordinator_side=*/false));
+  impl_->StartSession(std::move(session));
+  return Status::OK();
 }
 
 Result<CoordinatorClient::Registration> CoordinatorClient::Register(

@@ -28,6 +28,7 @@
 #include <atomic>
 #include <boost/asio.hpp>
 #include <chrono>
+#include <cstring>
 #include <deque>
 #include <exception>
 #include <future>
@@ -141,6 +142,7 @@ struct Connection {
   uint64_t outbox_bytes = 0;
   bool seen_request = false;                       // a first request arrived (the idle check)
   std::string challenge;                           // security: the outstanding authHello challenge
+  std::optional<wire::ControlSession> session;     // security: every frame sealed after the proof
   std::optional<Role> authenticated;               // security: the role this connection proved
   std::unique_ptr<asio::steady_timer> read_timer;  // a started message must finish
   bool writing = false;
@@ -467,7 +469,11 @@ void CoordinatorImpl::ReadHeader(const ConnPtr& conn) {
         return;
       }
       const uint32_t length = wire::DecodeFramePrefix(conn->header);
-      switch (wire::CheckFrameLength(length, options_.max_message_bytes)) {
+      // A sealed frame carries the cipher's tag on top of the message.
+      const uint32_t limit =
+          options_.max_message_bytes +
+          (conn->session ? static_cast<uint32_t>(wire::ControlSession::kOverhead) : 0u);
+      switch (wire::CheckFrameLength(length, limit)) {
         case wire::FrameLengthCheck::kOk:
           break;
         case wire::FrameLengthCheck::kEmpty:
@@ -540,6 +546,19 @@ void CoordinatorImpl::ReadBody(const ConnPtr& conn) {
       pending_bytes_ -= conn->pending;  // the message is whole: no longer pending
       conn->pending = 0;
       conn->body.resize(conn->body_length / 8);
+      if (conn->session) {
+        auto opened = conn->session->Open(reinterpret_cast<const uint8_t*>(conn->body.data()),
+                                          conn->body_length);
+        if (!opened.ok() || opened->empty() || opened->size() % 8 != 0) {
+          spdlog::warn(
+              "coordinator: connection {} ({}): {}", conn->id, conn->peer,
+              opened.ok() ? "a sealed frame holds no whole message" : opened.status().message());
+          Close(conn, "a sealed frame did not open");
+          return;
+        }
+        conn->body.assign(opened->size() / 8, capnp::word{});
+        std::memcpy(conn->body.data(), opened->data(), opened->size());
+      }
       uint64_t request_id = 0;
       auto request = wire::DecodeRequest(
           kj::ArrayPtr<const capnp::word>(conn->body.data(), conn->body.size()), &request_id);
@@ -611,6 +630,7 @@ bool CoordinatorImpl::Authenticate(const ConnPtr& conn, Request& request) {
   }
   if (auto* auth = std::get_if<AuthRequest>(&request.body)) {
     const std::string role = RoleName(auth->role);
+    const std::string challenge = conn->challenge;
     Status proof =
         conn->challenge.empty()
             ? Status::InvalidArgument("auth before authHello; allowed: authHello, then auth")
@@ -622,10 +642,17 @@ bool CoordinatorImpl::Authenticate(const ConnPtr& conn, Request& request) {
       Fail(conn, request.id, proof);
       return false;
     }
+    auto session = wire::ControlSession::Derive(options_.auth, options_.auth.role_public.at(role),
+                                                challenge, /*coordinator_side=*/true);
+    if (!session.ok()) {
+      Fail(conn, request.id, session.status());
+      return false;
+    }
     conn->authenticated = auth->role;
     spdlog::debug("coordinator: connection {} ({}) authenticated as {}", conn->id, conn->peer,
                   role);
-    Send(conn, wire::EncodeOkReply(request.id));
+    Send(conn, wire::EncodeOkReply(request.id));  // the last frame in the clear
+    conn->session = std::move(session).value();
     return false;
   }
   spdlog::warn("coordinator: connection {} ({}) sent a request before authenticating", conn->id,
@@ -1084,6 +1111,7 @@ void CoordinatorImpl::WakeKvWaiters() {
 
 void CoordinatorImpl::Send(const ConnPtr& conn, std::vector<uint8_t> frame) {
   if (conn->closed) return;
+  if (conn->session) frame = conn->session->Seal(frame);
   conn->outbox_bytes += frame.size();
   conn->outbox.push_back(std::move(frame));
   if (!conn->writing) WriteNext(conn);

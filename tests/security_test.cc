@@ -256,5 +256,107 @@ TEST(SecurityTest, CoordinatorAdmitsOnlyProvenRoles) {
   fs::remove_all(dir);
 }
 
+// After the proof every control-plane frame is sealed under a key of this
+// connection: a plaintext request is refused (the connection closes), a
+// sealed one is answered sealed, and a frame altered, replayed, reflected
+// or from another connection's key does not open.
+TEST(SecurityTest, ControlPlaneFramesAreSealedAfterTheProof) {
+  const std::string dir = MakeKeys();
+  Config config;
+  config.security.curve = true;
+  config.security.keys_dir = dir;
+  auto server_auth = *wire::ControlAuthFor(config, "coordinator");
+  auto worker_auth = *wire::ControlAuthFor(config, "worker");
+
+  // The session alone.
+  const std::string challenge(32, 'c');
+  auto client = wire::ControlSession::Derive(worker_auth, worker_auth.coordinator_public, challenge,
+                                             /*coordinator_side=*/false);
+  auto server = wire::ControlSession::Derive(server_auth, server_auth.role_public.at("worker"),
+                                             challenge, /*coordinator_side=*/true);
+  ASSERT_TRUE(client.ok() && server.ok());
+  std::vector<uint8_t> frame = {16, 0, 0, 0};
+  for (uint8_t i = 0; i < 16; ++i) frame.push_back(i);
+  const std::vector<uint8_t> sealed = client->Seal(frame);
+  ASSERT_EQ(sealed.size(), frame.size() + wire::ControlSession::kOverhead);
+  EXPECT_EQ(sealed[0], 16 + wire::ControlSession::kOverhead) << "the prefix counts the sealed body";
+  auto opened = server->Open(sealed.data() + 4, sealed.size() - 4);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  EXPECT_EQ(*opened, std::vector<uint8_t>(frame.begin() + 4, frame.end()));
+  EXPECT_FALSE(server->Open(sealed.data() + 4, sealed.size() - 4).ok()) << "a replayed frame";
+  std::vector<uint8_t> next = client->Seal(frame);
+  next[10] ^= 1;
+  EXPECT_FALSE(server->Open(next.data() + 4, next.size() - 4).ok()) << "an altered frame";
+  const std::vector<uint8_t> own = client->Seal(frame);
+  EXPECT_FALSE(client->Open(own.data() + 4, own.size() - 4).ok()) << "a reflected frame";
+  auto other = wire::ControlSession::Derive(server_auth, server_auth.role_public.at("worker"),
+                                            std::string(32, 'd'), true);
+  ASSERT_TRUE(other.ok());
+  const std::vector<uint8_t> fresh = client->Seal(frame);
+  EXPECT_FALSE(other->Open(fresh.data() + 4, fresh.size() - 4).ok()) << "another connection's key";
+
+  // On the wire.
+  CoordinatorOptions options;
+  options.expected_shards = 1;
+  options.expected_workers = 1;
+  options.auth = server_auth;
+  auto coordinator = Coordinator::Start(options);
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
+  const uint16_t port = (*coordinator)->port();
+  auto get_map = [] {
+    capnp::MallocMessageBuilder m;
+    auto r = m.initRoot<wire::schema::CoordRequest>();
+    r.setRequestId(3);
+    r.initGetMap();
+    return testing::FrameOf(m);
+  };
+  auto prove = [&](testing::RawConnection& c) -> Result<wire::ControlSession> {
+    const std::string ch = AuthHello(c);
+    std::string nonce, box;
+    GRIDSYNC_RETURN_IF_ERROR(wire::BoxChallenge(worker_auth, ch, &nonce, &box));
+    if (!SendAuth(c, wire::schema::Role::WORKER, nonce, box).empty())
+      return Status::InvalidArgument("auth refused");
+    return wire::ControlSession::Derive(worker_auth, worker_auth.coordinator_public, ch, false);
+  };
+  {
+    testing::RawConnection plain(port);
+    ASSERT_TRUE(prove(plain).ok());
+    ASSERT_TRUE(plain.Send(get_map()));
+    EXPECT_TRUE(plain.WaitForClose(3s)) << "a plaintext request after the proof must end it";
+  }
+  {
+    testing::RawConnection raw(port);
+    auto session = prove(raw);
+    ASSERT_TRUE(session.ok()) << session.status().ToString();
+    const std::string request = get_map();
+    const std::vector<uint8_t> sealed_request =
+        session->Seal(std::vector<uint8_t>(request.begin(), request.end()));
+    ASSERT_TRUE(raw.Send(std::string(sealed_request.begin(), sealed_request.end())));
+    std::string header, body;
+    const auto deadline = std::chrono::steady_clock::now() + 3s;
+    ASSERT_EQ(raw.Read(4, &header, deadline), testing::RawConnection::Outcome::kData);
+    uint32_t length = 0;
+    std::memcpy(&length, header.data(), 4);
+    ASSERT_LT(length, 1u << 20);
+    ASSERT_EQ(raw.Read(length, &body, deadline), testing::RawConnection::Outcome::kData);
+    auto reply = session->Open(reinterpret_cast<const uint8_t*>(body.data()), body.size());
+    ASSERT_TRUE(reply.ok()) << "the reply is not sealed with this connection's key";
+    std::vector<capnp::word> words(reply->size() / 8);
+    std::memcpy(words.data(), reply->data(), reply->size());
+    capnp::FlatArrayMessageReader reader(
+        kj::ArrayPtr<const capnp::word>(words.data(), words.size()));
+    auto root = reader.getRoot<wire::schema::CoordReply>();
+    EXPECT_EQ(root.getRequestId(), 3u);
+    EXPECT_TRUE(root.isMap());
+  }
+  // And a real client works through it all.
+  auto good = CoordinatorClient::Connect("127.0.0.1", port, 2s, worker_auth, Role::kWorker);
+  ASSERT_TRUE(good.ok()) << good.status().ToString();
+  auto map = (*good)->GetMap(false, 0ms);
+  ASSERT_TRUE(map.ok()) << map.status().ToString();
+  EXPECT_EQ(map->expected_workers, 1u);
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace gridsync

@@ -317,4 +317,72 @@ void ZapHandler::Serve() {
   }
 }
 
+Result<ControlSession> ControlSession::Derive(const ControlAuth& auth,
+                                              const std::string& peer_public_z85,
+                                              const std::string& challenge, bool coordinator_side) {
+  uint8_t pk[32], sk[32], shared[crypto_box_BEFORENMBYTES];
+  if (!Z85ToRaw(peer_public_z85, pk) || !Z85ToRaw(auth.own.secret_z85, sk)) {
+    return Status::Internal("control-plane keys are not Z85 keys");
+  }
+  if (crypto_box_beforenm(shared, pk, sk) != 0) {
+    return Status::InvalidArgument("control plane: the peer's public key is unusable");
+  }
+  // key = BLAKE2b(shared secret, challenge, a label): new for every connection.
+  static constexpr char kLabel[] = "gridsync control plane v1";
+  crypto_generichash_state state;
+  ControlSession session;
+  crypto_generichash_init(&state, nullptr, 0, session.key_.size());
+  crypto_generichash_update(&state, shared, sizeof(shared));
+  crypto_generichash_update(&state, reinterpret_cast<const uint8_t*>(challenge.data()),
+                            challenge.size());
+  crypto_generichash_update(&state, reinterpret_cast<const uint8_t*>(kLabel), sizeof(kLabel) - 1);
+  crypto_generichash_final(&state, session.key_.data(), session.key_.size());
+  sodium_memzero(shared, sizeof(shared));
+  sodium_memzero(sk, sizeof(sk));
+  session.send_direction_ = coordinator_side ? 1 : 2;
+  session.receive_direction_ = coordinator_side ? 2 : 1;
+  return session;
+}
+
+namespace {
+
+std::array<uint8_t, crypto_secretbox_NONCEBYTES> FrameNonce(uint8_t direction, uint64_t count) {
+  std::array<uint8_t, crypto_secretbox_NONCEBYTES> nonce{};
+  nonce[0] = direction;
+  for (int i = 0; i < 8; ++i) nonce[8 + i] = static_cast<uint8_t>(count >> (8 * i));
+  return nonce;
+}
+
+}  // namespace
+
+std::vector<uint8_t> ControlSession::Seal(const std::vector<uint8_t>& frame) {
+  constexpr size_t kPrefix = 4;
+  const size_t body = frame.size() - kPrefix;
+  const size_t sealed = body + crypto_secretbox_MACBYTES;
+  std::vector<uint8_t> out(kPrefix + sealed);
+  const uint32_t length = static_cast<uint32_t>(sealed);
+  for (size_t i = 0; i < kPrefix; ++i) out[i] = static_cast<uint8_t>(length >> (8 * i));
+  const auto nonce = FrameNonce(send_direction_, sent_++);
+  crypto_secretbox_easy(out.data() + kPrefix, frame.data() + kPrefix, body, nonce.data(),
+                        key_.data());
+  return out;
+}
+
+Result<std::vector<uint8_t>> ControlSession::Open(const uint8_t* body, size_t length) {
+  if (length < crypto_secretbox_MACBYTES) {
+    return Status::InvalidArgument(
+        fmt::format("a sealed control-plane frame of {} bytes; allowed: at least {}", length,
+                    crypto_secretbox_MACBYTES));
+  }
+  std::vector<uint8_t> out(length - crypto_secretbox_MACBYTES);
+  const auto nonce = FrameNonce(receive_direction_, received_);
+  if (crypto_secretbox_open_easy(out.data(), body, length, nonce.data(), key_.data()) != 0) {
+    return Status::InvalidArgument(
+        "a control-plane frame does not open with this connection's key (altered, injected, "
+        "reordered or replayed, or a peer without the right key)");
+  }
+  ++received_;
+  return out;
+}
+
 }  // namespace gridsync::wire

@@ -12,6 +12,7 @@
 // thread and is stopped by its destructor.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <map>
 #include <set>
@@ -70,6 +71,33 @@ Status BoxChallenge(const ControlAuth& auth, const std::string& challenge, std::
 Status OpenChallenge(const ControlAuth& auth, const std::string& role, const std::string& challenge,
                      const std::string& nonce, const std::string& box);
 std::string RandomBytes(size_t n);
+
+// The control plane after a proof: every frame is sealed (XSalsa20-Poly1305,
+// crypto_secretbox) under a key both ends derive from their long-term keys
+// (X25519 of the role key and the coordinator key) and the connection's
+// random challenge, so it is secret, and a frame altered, injected,
+// reordered or replayed (from this or an earlier connection) fails to open
+// and ends the connection. Nonces count frames per direction. Only the real
+// coordinator can derive the key, so the client also learns who answers.
+//
+// Thread safety: one per connection, used by its reader and writer in turn.
+class ControlSession {
+ public:
+  // Coordinator side: the role's public key. Client side: coordinator.pub.
+  static Result<ControlSession> Derive(const ControlAuth& auth, const std::string& peer_public_z85,
+                                       const std::string& challenge, bool coordinator_side);
+  static constexpr size_t kOverhead = 16;  // crypto_secretbox_MACBYTES
+
+  // A frame (length prefix + body) sealed: the new prefix, then the sealed body.
+  std::vector<uint8_t> Seal(const std::vector<uint8_t>& frame);
+  // A sealed body (no prefix) opened, or an error when it does not open.
+  Result<std::vector<uint8_t>> Open(const uint8_t* body, size_t length);
+
+ private:
+  std::array<uint8_t, 32> key_{};
+  uint8_t send_direction_ = 0, receive_direction_ = 0;
+  uint64_t sent_ = 0, received_ = 0;
+};
 
 // Applies the settings to a socket before bind/connect.
 Status ApplyCurveServer(zmq::socket_t& socket, const CurveSettings& settings);
