@@ -26,7 +26,6 @@
 #include <algorithm>
 #include <array>
 #include <boost/asio.hpp>
-#include <cstring>
 #include <limits>
 #include <optional>
 #include <thread>
@@ -163,9 +162,8 @@ class CoordinatorClient::Impl {
         deadline);
     if (ec) return io_failure("receive", ec);
     const uint32_t length = wire::DecodeFramePrefix(header);
-    const uint32_t limit =
-        kMaxReplyBytes + (session_ ? static_cast<uint32_t>(wire::ControlSession::kOverhead) : 0u);
-    if (wire::CheckFrameLength(length, limit) != wire::FrameLengthCheck::kOk) {
+    if (wire::CheckFrameLength(length, wire::FrameLimit(kMaxReplyBytes, session_.has_value())) !=
+        wire::FrameLengthCheck::kOk) {
       Status status =
           Status::Corruption(fmt::format("{}: the coordinator at {} sent a reply of {} bytes; "
                                          "allowed: a multiple of 8 from 8 to {}",
@@ -182,16 +180,15 @@ class CoordinatorClient::Impl {
         deadline);
     if (ec) return io_failure("receive", ec);
     if (session_) {
-      auto opened = session_->Open(reinterpret_cast<const uint8_t*>(body.data()), length);
-      if (!opened.ok() || opened->empty() || opened->size() % 8 != 0) {
+      auto opened = wire::OpenSealedBody(*session_, body.data(), length);
+      if (!opened.ok()) {
         Status status = Status::Corruption(
             fmt::format("{}: a reply from the coordinator at {} did not open: {}", what, address_,
-                        opened.ok() ? "no whole message inside" : opened.status().message()));
+                        opened.status().message()));
         MarkBroken(status);
         return status;
       }
-      body.assign(opened->size() / 8, capnp::word{});
-      std::memcpy(body.data(), opened->data(), opened->size());
+      body = std::move(opened).value();
     }
 
     try {
@@ -356,6 +353,11 @@ Result<ClusterMap> CoordinatorClient::GetMap(bool wait_complete,
           return Status::Corruption("getMap: the coordinator's reply is not a map");
         return wire::MapFromWire(reply.getMap());
       });
+}
+
+Result<uint64_t> CoordinatorClient::CurrentJob() {
+  GRIDSYNC_ASSIGN_OR_RETURN(const ClusterMap map, GetMap(false, std::chrono::milliseconds(0)));
+  return map.job;
 }
 
 Status CoordinatorClient::Barrier(const std::string& name, uint32_t count,

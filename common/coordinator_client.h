@@ -46,6 +46,9 @@ class CoordinatorClient {
   // With wait_complete, waits until every expected shard and worker has
   // registered; the timeout error lists the missing ranks by role.
   Result<ClusterMap> GetMap(bool wait_complete, std::chrono::milliseconds timeout);
+  // The cluster's job (the map's), without waiting for members: what a
+  // long-running shard asks when a newer job's message arrives.
+  Result<uint64_t> CurrentJob();
 
   // Blocks until `count` members arrived at barrier `name`. `member` names
   // the caller in the coordinator's "missing" list.

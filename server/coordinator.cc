@@ -28,7 +28,6 @@
 #include <atomic>
 #include <boost/asio.hpp>
 #include <chrono>
-#include <cstring>
 #include <deque>
 #include <exception>
 #include <future>
@@ -469,11 +468,8 @@ void CoordinatorImpl::ReadHeader(const ConnPtr& conn) {
         return;
       }
       const uint32_t length = wire::DecodeFramePrefix(conn->header);
-      // A sealed frame carries the cipher's tag on top of the message.
-      const uint32_t limit =
-          options_.max_message_bytes +
-          (conn->session ? static_cast<uint32_t>(wire::ControlSession::kOverhead) : 0u);
-      switch (wire::CheckFrameLength(length, limit)) {
+      switch (wire::CheckFrameLength(
+          length, wire::FrameLimit(options_.max_message_bytes, conn->session.has_value()))) {
         case wire::FrameLengthCheck::kOk:
           break;
         case wire::FrameLengthCheck::kEmpty:
@@ -547,17 +543,14 @@ void CoordinatorImpl::ReadBody(const ConnPtr& conn) {
       conn->pending = 0;
       conn->body.resize(conn->body_length / 8);
       if (conn->session) {
-        auto opened = conn->session->Open(reinterpret_cast<const uint8_t*>(conn->body.data()),
-                                          conn->body_length);
-        if (!opened.ok() || opened->empty() || opened->size() % 8 != 0) {
-          spdlog::warn(
-              "coordinator: connection {} ({}): {}", conn->id, conn->peer,
-              opened.ok() ? "a sealed frame holds no whole message" : opened.status().message());
+        auto opened = wire::OpenSealedBody(*conn->session, conn->body.data(), conn->body_length);
+        if (!opened.ok()) {
+          spdlog::warn("coordinator: connection {} ({}): {}", conn->id, conn->peer,
+                       opened.status().message());
           Close(conn, "a sealed frame did not open");
           return;
         }
-        conn->body.assign(opened->size() / 8, capnp::word{});
-        std::memcpy(conn->body.data(), opened->data(), opened->size());
+        conn->body = std::move(opened).value();
       }
       uint64_t request_id = 0;
       auto request = wire::DecodeRequest(

@@ -36,11 +36,7 @@ Result<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(Config config,
     info.tables = tables;
     GRIDSYNC_RETURN_IF_ERROR(client->Register(info, timeout).status());
     CoordinatorClient* coordinator = client.get();
-    shard->SetJobSource([coordinator]() -> Result<uint64_t> {
-      GRIDSYNC_ASSIGN_OR_RETURN(const ClusterMap map,
-                                coordinator->GetMap(false, std::chrono::milliseconds(0)));
-      return map.job;
-    });
+    shard->SetJobSource([coordinator] { return coordinator->CurrentJob(); });
     cluster->shards_.push_back(std::move(shard));
     cluster->registrations_.push_back(std::move(client));
   }

@@ -164,11 +164,7 @@ int main(int argc, char** argv) {
                registered->map.generation, registered->map.job);
   // Job after job: the shard asks the coordinator whether a new job began.
   gridsync::CoordinatorClient* coordinator = client->get();
-  (*server)->SetJobSource([coordinator]() -> gridsync::Result<uint64_t> {
-    GRIDSYNC_ASSIGN_OR_RETURN(const gridsync::ClusterMap map,
-                              coordinator->GetMap(false, std::chrono::milliseconds(0)));
-    return map.job;
-  });
+  (*server)->SetJobSource([coordinator] { return coordinator->CurrentJob(); });
   // Metrics on the shard's own address; the monitor finds them in the store.
   std::unique_ptr<gridsync::MetricsEndpoint> metrics;
   const int port = ops.metrics_port >= 0 ? ops.metrics_port

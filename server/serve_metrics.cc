@@ -1,6 +1,9 @@
 #include "server/serve_metrics.h"
 
 #include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
 
 namespace gridsync {
 
@@ -40,28 +43,57 @@ void ExposeShardMetrics(MetricsEndpoint& endpoint, const PsShard& shard) {
                         [s] { return s->apply_latency().Read(); });
 }
 
+namespace {
+
+// One read of the coordinator's serving thread serves every metric of a
+// scrape: the figures are taken again only when 100 ms old.
+class CoordinatorStatsCache {
+ public:
+  explicit CoordinatorStatsCache(Coordinator* coordinator) : coordinator_(coordinator) {}
+  std::optional<CoordinatorStats> Get() {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto now = std::chrono::steady_clock::now();
+    if (!stats_ || now - taken_ > std::chrono::milliseconds(100)) {
+      auto read = coordinator_->stats(std::chrono::milliseconds(1000));
+      stats_ = read.ok() ? std::optional<CoordinatorStats>(*read) : std::nullopt;
+      taken_ = now;
+    }
+    return stats_;
+  }
+
+ private:
+  Coordinator* const coordinator_;
+  std::mutex mu_;
+  std::optional<CoordinatorStats> stats_;
+  std::chrono::steady_clock::time_point taken_{};
+};
+
+}  // namespace
+
 void ExposeCoordinatorMetrics(MetricsEndpoint& endpoint, Coordinator& coordinator) {
-  Coordinator* c = &coordinator;
-  // One read of the serving thread per metric: scrapes are rare.
-  auto stat = [c](auto field) {
-    return [c, field]() -> double {
-      auto s = c->stats(std::chrono::milliseconds(1000));
-      return s.ok() ? static_cast<double>((*s).*field) : -1.0;
+  auto cache = std::make_shared<CoordinatorStatsCache>(&coordinator);
+  // A figure (-1 when the serving thread does not answer).
+  auto stat = [cache](auto field) {
+    return [cache, field]() -> double {
+      auto s = cache->Get();
+      return s ? static_cast<double>((*s).*field) : -1.0;
     };
   };
-  endpoint.AddGauges("gridsync_coordinator_members", "Registered members by role", [c] {
-    auto s = c->stats(std::chrono::milliseconds(1000));
-    if (!s.ok()) return std::vector<MetricSample>{};
-    return std::vector<MetricSample>{{{{"role", "shard"}}, static_cast<double>(s->shards)},
-                                     {{{"role", "worker"}}, static_cast<double>(s->workers)}};
-  });
-  endpoint.AddGauges("gridsync_coordinator_expected_members", "Members the cluster expects", [c] {
-    auto s = c->stats(std::chrono::milliseconds(1000));
-    if (!s.ok()) return std::vector<MetricSample>{};
-    return std::vector<MetricSample>{
-        {{{"role", "shard"}}, static_cast<double>(s->expected_shards)},
-        {{{"role", "worker"}}, static_cast<double>(s->expected_workers)}};
-  });
+  // Two figures as one metric with a label telling them apart.
+  auto pair = [cache](const char* label, const char* a, auto field_a, const char* b, auto field_b) {
+    return [=]() -> std::vector<MetricSample> {
+      auto s = cache->Get();
+      if (!s) return {};
+      return {{{{label, a}}, static_cast<double>((*s).*field_a)},
+              {{{label, b}}, static_cast<double>((*s).*field_b)}};
+    };
+  };
+  endpoint.AddGauges(
+      "gridsync_coordinator_members", "Registered members by role",
+      pair("role", "shard", &CoordinatorStats::shards, "worker", &CoordinatorStats::workers));
+  endpoint.AddGauges("gridsync_coordinator_expected_members", "Members the cluster expects",
+                     pair("role", "shard", &CoordinatorStats::expected_shards, "worker",
+                          &CoordinatorStats::expected_workers));
   endpoint.AddGauge("gridsync_coordinator_generation", "Cluster map generation",
                     stat(&CoordinatorStats::generation));
   endpoint.AddGauge("gridsync_coordinator_job", "The cluster's job", stat(&CoordinatorStats::job));
@@ -74,12 +106,8 @@ void ExposeCoordinatorMetrics(MetricsEndpoint& endpoint, Coordinator& coordinato
   endpoint.AddCounter("gridsync_coordinator_barrier_timeouts_total", "Barrier waits that timed out",
                       stat(&CoordinatorStats::barrier_timeouts));
   endpoint.AddCounters(
-      "gridsync_coordinator_store_operations_total", "Key-value store operations", [c] {
-        auto s = c->stats(std::chrono::milliseconds(1000));
-        if (!s.ok()) return std::vector<MetricSample>{};
-        return std::vector<MetricSample>{{{{"operation", "set"}}, static_cast<double>(s->kv_sets)},
-                                         {{{"operation", "get"}}, static_cast<double>(s->kv_gets)}};
-      });
+      "gridsync_coordinator_store_operations_total", "Key-value store operations",
+      pair("operation", "set", &CoordinatorStats::kv_sets, "get", &CoordinatorStats::kv_gets));
   endpoint.AddCounter("gridsync_coordinator_registrations_total", "Members admitted",
                       stat(&CoordinatorStats::registrations));
   endpoint.AddCounter("gridsync_coordinator_registrations_refused_total", "Registrations refused",

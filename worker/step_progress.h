@@ -24,8 +24,7 @@ class StepProgress : public StepObserver {
       start_ = r.begin;
       started_ = true;
     }
-    const double wall = r.prepare_seconds + r.compute_seconds + r.apply_seconds;
-    const double rate = wall > 0 ? static_cast<double>(r.global_batch) / wall : 0;
+    const double rate = r.samples_per_second();
     // A short moving average: one slow step (an evaluation's pull) does not
     // swing the figure.
     rate_ = rate_ == 0 ? rate : 0.8 * rate_ + 0.2 * rate;

@@ -25,7 +25,7 @@ class StepTimeline : public StepObserver {
     auto after = [&](double seconds) {
       return r.begin + duration_cast<Clock::duration>(duration<double>(seconds));
     };
-    const double wall = r.prepare_seconds + r.compute_seconds + r.apply_seconds;
+    const double wall = r.seconds();
     writer_.Span("step " + std::to_string(r.step), r.begin, wall, 0,
                  {{"samples", static_cast<double>(r.samples)}, {"loss", r.loss}});
     writer_.Span("prepare", r.begin, r.prepare_seconds, 1,

@@ -72,14 +72,13 @@ WorkerMetrics::WorkerMetrics(MetricsEndpoint& endpoint, int gpu) {
 }
 
 void WorkerMetrics::OnStep(const StepRecord& r) {
-  const double wall = r.prepare_seconds + r.compute_seconds + r.apply_seconds;
-  step_seconds_.Observe(wall);
+  step_seconds_.Observe(r.seconds());
   std::lock_guard<std::mutex> lock(mu_);
   steps_done_ = r.step + 1 - r.first;
   steps_planned_ = r.steps;
   skipped_ += r.skipped ? 1 : 0;
   samples_ += static_cast<double>(r.samples);
-  samples_per_second_ = wall > 0 ? static_cast<double>(r.global_batch) / wall : 0;
+  samples_per_second_ = r.samples_per_second();
   loss_ = r.loss;
   loss_scale_ = r.loss_scale;
   if (!std::isnan(r.psnr)) psnr_ = r.psnr;

@@ -68,6 +68,24 @@ FrameLengthCheck CheckFrameLength(uint32_t length, uint32_t max_bytes) {
   return FrameLengthCheck::kOk;
 }
 
+uint32_t FrameLimit(uint32_t max_bytes, bool sealed) {
+  return max_bytes + (sealed ? static_cast<uint32_t>(ControlSession::kOverhead) : 0u);
+}
+
+Result<std::vector<capnp::word>> OpenSealedBody(ControlSession& session, const void* body,
+                                                size_t length) {
+  GRIDSYNC_ASSIGN_OR_RETURN(std::vector<uint8_t> opened,
+                            session.Open(static_cast<const uint8_t*>(body), length));
+  if (opened.empty() || opened.size() % 8 != 0) {
+    return Status::InvalidArgument(
+        fmt::format("a sealed frame holds {} bytes; allowed: a flat message, whole 8-byte words",
+                    opened.size()));
+  }
+  std::vector<capnp::word> words(opened.size() / 8);
+  std::memcpy(words.data(), opened.data(), opened.size());
+  return words;
+}
+
 capnp::ReaderOptions FrameReaderOptions(size_t words) {
   capnp::ReaderOptions options;
   options.traversalLimitInWords = 4 * words + 64;

@@ -36,6 +36,7 @@
 
 #include "common/cluster_map.h"
 #include "common/status.h"
+#include "common/wire/curve.h"
 #include "common/wire/gridsync.capnp.h"
 
 namespace gridsync::wire {
@@ -62,6 +63,14 @@ enum class FrameLengthCheck {
   kNotWords,  // not a multiple of 8: a flat message is whole words
 };
 FrameLengthCheck CheckFrameLength(uint32_t length, uint32_t max_bytes);
+
+// After the key proof (security.curve) frames are sealed
+// (wire::ControlSession): a body may then be the tag's bytes longer, and it
+// opens into the flat message's words. The error says why it did not open
+// (or that no whole message was inside); the connection is then unusable.
+uint32_t FrameLimit(uint32_t max_bytes, bool sealed);
+Result<std::vector<capnp::word>> OpenSealedBody(ControlSession& session, const void* body,
+                                                size_t length);
 
 // Reader limits for a body of `words` words, the same for requests and
 // replies: each word may be visited a few times (lists of structs); anything

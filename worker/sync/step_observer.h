@@ -40,6 +40,13 @@ struct StepRecord {
   bool skipped = false;     // mixed precision: an overflow skipped the step
   double psnr = NAN;        // an evaluation after this step (the model holder)
   double eval_seconds = 0;  // and the time it took (not training time)
+
+  // The step's wall time (evaluations excluded), and the global samples per
+  // second it reached.
+  double seconds() const { return prepare_seconds + compute_seconds + apply_seconds; }
+  double samples_per_second() const {
+    return seconds() > 0 ? static_cast<double>(global_batch) / seconds() : 0.0;
+  }
 };
 
 class StepObserver {
