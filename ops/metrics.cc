@@ -105,8 +105,13 @@ Result<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(const std::strin
   const std::string bind =
       (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
   try {
-    // One thread: scrapes are rare and cheap.
-    impl->exposer = std::make_unique<prometheus::Exposer>(bind, 1);
+    // civetweb's options: a few threads and short timeouts, so clients that
+    // open connections and send nothing (or a request a byte at a time)
+    // hold a thread for half a second, not civetweb's default 30 s, and a
+    // scrape still gets through.
+    impl->exposer = std::make_unique<prometheus::Exposer>(
+        std::vector<std::string>{"listening_ports", bind, "num_threads", "8", "request_timeout_ms",
+                                 "500", "keep_alive_timeout_ms", "500", "linger_timeout_ms", "0"});
   } catch (const std::exception& e) {
     return Status::IOError("metrics: cannot listen on " + bind + ": " + e.what() +
                            "; allowed: a free port (metrics.port, --metrics-port)");

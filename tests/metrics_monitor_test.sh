@@ -8,7 +8,9 @@
 #     PSNR, bytes each way);
 #  3. each shard's pushes, pulls and version equal what it logs when
 #     stopped; the coordinator reports the members, the job and barriers;
-#  4. a config whose metrics ports overlap the cluster's is refused;
+#  4. a config whose metrics ports overlap the cluster's is refused; garbage,
+#     oversized requests and 50 connections that never finish their request
+#     do not stop the coordinator's endpoint from answering a scrape;
 #  5. --timeline: worker 0's Chrome trace has every step with its prepare,
 #     compute and apply spans, shard 0's every applied step (valid JSON).
 set -euo pipefail
@@ -139,6 +141,33 @@ for s in 0 1; do
   count=$(metric "$WORK/s$s.prom" gridsync_shard_apply_seconds_count)
   same "$count" 150 || fail "shard $s: apply_seconds_count $count, expected 150 steps"
 done
+
+# 4. A hostile client at the coordinator's metrics port.
+python3 - "$MPORT" > "$WORK/hostile.check" 2>&1 <<'PY' ||
+import os, socket, sys, urllib.request
+port = int(sys.argv[1])
+def blast(data):
+    try:
+        s = socket.create_connection(("127.0.0.1", port), timeout=2)
+        s.sendall(data)
+        try:
+            s.recv(100)
+        except OSError:
+            pass
+        s.close()
+    except OSError:
+        pass
+blast(os.urandom(5000))
+blast(b"GET /" + b"A" * 200000 + b" HTTP/1.1\r\n\r\n")
+blast(b"GET /metrics HTTP/1.1\r\n" + b"X: y\r\n" * 20000 + b"\r\n")
+blast(b"POST /metrics HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\nabc")
+idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(50)]
+for s in idle:
+    s.send(b"GET /metr")
+body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=20).read().decode()
+assert "gridsync_coordinator_job" in body, "the scrape under attack lacks the coordinator's figures"
+PY
+  fail "the coordinator's metrics endpoint under hostile clients: $(tail -2 "$WORK/hostile.check")"
 
 # 5. The timelines.
 python3 - "$WORK/worker0.trace.json" "$WORK/shard0.trace.json" > "$WORK/trace.check" 2>&1 <<'PY' ||
