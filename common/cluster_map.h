@@ -36,6 +36,11 @@ struct ClusterMap {
   // outlive jobs (systemd units); a job ends when its last worker leaves
   // after training started, and the next workers start job + 1.
   uint64_t job = 1;
+  // Rollbacks of the job: a restarted shard that rejoins from its newest
+  // complete checkpoint moves the epoch, and every process of the job goes
+  // back to resume_step (the checkpoint's) and carries on from there.
+  uint32_t epoch = 0;
+  uint64_t resume_step = 0;
   uint32_t expected_shards = 0;
   uint32_t expected_workers = 0;
   std::vector<MemberInfo> shards;   // sorted by rank
@@ -55,6 +60,18 @@ struct RegisterInfo {
   std::string endpoint;
   uint32_t pid = 0;
   std::vector<TableInfo> tables;  // shards and workers: must match the cluster's
+  // A shard restarted during training: the checkpoint step it loaded and
+  // rejoins the job from (0: a fresh shard).
+  uint64_t rejoin_step = 0;
+};
+
+// Where a job stands: which job, its epoch (rollbacks so far) and the step
+// the latest rollback went back to. What a shard checks a message against
+// and what a worker checks it still follows.
+struct JobState {
+  uint64_t job = 0;
+  uint32_t epoch = 0;
+  uint64_t resume_step = 0;
 };
 
 }  // namespace gridsync

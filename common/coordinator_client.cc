@@ -355,9 +355,9 @@ Result<ClusterMap> CoordinatorClient::GetMap(bool wait_complete,
       });
 }
 
-Result<uint64_t> CoordinatorClient::CurrentJob() {
+Result<JobState> CoordinatorClient::CurrentJob() {
   GRIDSYNC_ASSIGN_OR_RETURN(const ClusterMap map, GetMap(false, std::chrono::milliseconds(0)));
-  return map.job;
+  return JobState{map.job, map.epoch, map.resume_step};
 }
 
 Status CoordinatorClient::Barrier(const std::string& name, uint32_t count,

@@ -46,9 +46,10 @@ class CoordinatorClient {
   // With wait_complete, waits until every expected shard and worker has
   // registered; the timeout error lists the missing ranks by role.
   Result<ClusterMap> GetMap(bool wait_complete, std::chrono::milliseconds timeout);
-  // The cluster's job (the map's), without waiting for members: what a
-  // long-running shard asks when a newer job's message arrives.
-  Result<uint64_t> CurrentJob();
+  // The cluster's job and its epoch (the map's), without waiting for
+  // members: what a shard asks when a message of a newer job or epoch
+  // arrives, and what a waiting worker checks it still follows.
+  Result<JobState> CurrentJob();
 
   // Blocks until `count` members arrived at barrier `name`. `member` names
   // the caller in the coordinator's "missing" list.

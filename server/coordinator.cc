@@ -758,14 +758,38 @@ void CoordinatorImpl::HandleRegister(const ConnPtr& conn, uint64_t id, RegisterI
     Send(conn, wire::EncodeErrorReply(id, Status::InvalidArgument(std::move(text))));
   };
 
-  if (shard && training_started_) {
-    // A shard restarted after a crash has fresh parameters at version 0;
-    // joining the running job with them would silently lose training.
+  if (!shard && info.rejoin_step > 0) {
+    refuse(
+        fmt::format("a worker asked to rejoin at step {}; allowed: rejoin step 0 (only a "
+                    "restarted shard rejoins a running job from its checkpoint)",
+                    info.rejoin_step));
+    return;
+  }
+  // A shard restarted during training rejoins from its checkpoint, and the
+  // whole job rolls back to that step (a new epoch). One with fresh
+  // parameters at version 0 would silently lose training: refused.
+  const bool rejoining = shard && training_started_;
+  if (rejoining && info.rejoin_step == 0) {
     refuse(fmt::format(
-        "shard {} joined after training started (the workers passed 'init'): a restarted shard "
-        "has fresh parameters, not the job's; allowed: restart the whole job from its newest "
-        "checkpoint (gridsync launch --resume, checkpoint.every_steps)",
+        "shard {} joined after training started (the workers passed 'init') with fresh "
+        "parameters, not the job's; allowed: a shard rejoining from the job's newest complete "
+        "checkpoint (checkpoint.every_steps; a restarted gridsync-ps finds it itself once one "
+        "exists), or restart the whole job (gridsync launch --resume)",
         info.requested_rank));
+    return;
+  }
+  if (rejoining && job_done_) {
+    refuse(
+        fmt::format("shard {} asked to rejoin job {} at step {}, but the job's workers passed "
+                    "'done'; allowed: restart the whole job (gridsync launch --resume)",
+                    info.requested_rank, map_.job, info.rejoin_step));
+    return;
+  }
+  if (shard && !rejoining && info.rejoin_step > 0) {
+    refuse(
+        fmt::format("shard {} asked to rejoin job {} from step {}, but the job's training has "
+                    "not started; allowed: rejoin step 0 (a fresh shard)",
+                    info.requested_rank, map_.job, info.rejoin_step));
     return;
   }
   uint32_t rank = 0;
@@ -821,6 +845,14 @@ void CoordinatorImpl::HandleRegister(const ConnPtr& conn, uint64_t id, RegisterI
   }
   ++map_.generation;
   ++counts_.registrations;
+  if (rejoining) {
+    ++map_.epoch;
+    map_.resume_step = info.rejoin_step;
+    spdlog::warn(
+        "{} rejoined job {} from its checkpoint of step {}: epoch {}; every process of the job "
+        "rolls back to step {}",
+        DescribeMember(member), map_.job, info.rejoin_step, map_.epoch, info.rejoin_step);
+  }
   spdlog::info("{} joined from {}; cluster map generation {}: {}/{} shards, {}/{} workers",
                DescribeMember(member), conn->peer, map_.generation, map_.shards.size(),
                map_.expected_shards, map_.workers.size(), map_.expected_workers);
@@ -1217,6 +1249,8 @@ void CoordinatorImpl::Cleanup(const ConnPtr& conn, const std::string& reason) {
       spdlog::info("job {} {}; the next workers start job {}", map_.job,
                    job_done_ ? "ended" : "ended without finishing", map_.job + 1);
       ++map_.job;
+      map_.epoch = 0;
+      map_.resume_step = 0;
       training_started_ = false;
       job_done_ = false;
     }

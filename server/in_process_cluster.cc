@@ -1,5 +1,7 @@
 #include "server/in_process_cluster.h"
 
+#include "server/shard_membership.h"
+
 namespace gridsync {
 
 Result<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(Config config, int shards_to_start) {
@@ -34,9 +36,9 @@ Result<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(Config config,
     info.node = "in-process";
     info.endpoint = shard->endpoint();
     info.tables = tables;
-    GRIDSYNC_RETURN_IF_ERROR(client->Register(info, timeout).status());
-    CoordinatorClient* coordinator = client.get();
-    shard->SetJobSource([coordinator] { return coordinator->CurrentJob(); });
+    GRIDSYNC_RETURN_IF_ERROR(
+        JoinAsShard(*shard, *client, /*registry=*/nullptr, info, /*rejoin_step=*/0, timeout)
+            .status());
     cluster->shards_.push_back(std::move(shard));
     cluster->registrations_.push_back(std::move(client));
   }

@@ -1,31 +1,79 @@
 #include "server/job_gate.h"
 
 #include <string>
+#include <thread>
+#include <utility>
 
 namespace gridsync {
+namespace {
+
+// Jobs in order, and epochs in order within a job.
+std::pair<uint64_t, uint32_t> Position(uint64_t job, uint32_t epoch) { return {job, epoch}; }
+
+std::string Describe(uint64_t job, uint32_t epoch) {
+  return "job " + std::to_string(job) + (epoch > 0 ? ", epoch " + std::to_string(epoch) : "");
+}
+
+}  // namespace
 
 void JobGate::SetSource(Source source) {
   std::lock_guard<std::mutex> lock(source_mu_);
   source_ = std::move(source);
 }
 
-Result<JobGate::Verdict> JobGate::Admit(uint64_t job, uint32_t worker) {
-  const uint64_t current = job_.load(std::memory_order_relaxed);
-  if (job == current) return Verdict::kCurrent;
-  if (job < current) {
-    return Status::InvalidArgument("worker " + std::to_string(worker) + " of job " +
-                                   std::to_string(job) + " is stale: shard " +
-                                   std::to_string(shard_) + " serves job " +
-                                   std::to_string(current) + " now; allowed: the workers of job " +
-                                   std::to_string(current) + " (stop what is left of the old job)");
-  }
-  GRIDSYNC_RETURN_IF_ERROR(Confirm(job));
+void JobGate::Open(uint64_t job, uint32_t epoch) {
   job_.store(job, std::memory_order_relaxed);
-  // The first job of a fresh shard is no new job: there is nothing to clear.
-  return current == 0 ? Verdict::kCurrent : Verdict::kNewJob;
+  epoch_.store(epoch, std::memory_order_relaxed);
+  closed_.store(false, std::memory_order_release);
 }
 
-Status JobGate::Confirm(uint64_t job) {
+Result<JobGate::Admission> JobGate::Admit(uint64_t job, uint32_t epoch, uint32_t worker) {
+  if (closed_.load(std::memory_order_acquire)) {
+    return Status::IOError("shard " + std::to_string(shard_) +
+                           " is rejoining its job from a checkpoint and serves nothing until "
+                           "the coordinator admitted it; allowed: the job's next epoch");
+  }
+  const uint64_t current_job = job_.load(std::memory_order_relaxed);
+  const uint32_t current_epoch = epoch_.load(std::memory_order_relaxed);
+  const auto mine = Position(current_job, current_epoch);
+  const auto claimed = Position(job, epoch);
+  if (claimed == mine) return Admission{};
+  if (claimed < mine) {
+    if (job < current_job) {
+      return Status::InvalidArgument(
+          "worker " + std::to_string(worker) + " of job " + std::to_string(job) +
+          " is stale: shard " + std::to_string(shard_) + " serves job " +
+          std::to_string(current_job) + " now; allowed: the workers of job " +
+          std::to_string(current_job) + " (stop what is left of the old job)");
+    }
+    return Status::InvalidArgument(
+        "worker " + std::to_string(worker) + " of " + Describe(job, epoch) +
+        " is stale: the job rolled back to a checkpoint and shard " + std::to_string(shard_) +
+        " serves epoch " + std::to_string(current_epoch) + " now; allowed: epoch " +
+        std::to_string(current_epoch) + " (the worker rolls back too)");
+  }
+  GRIDSYNC_ASSIGN_OR_RETURN(const JobState state, Confirm(job, epoch));
+  if (claimed > Position(state.job, state.epoch)) {
+    return Status::InvalidArgument(Describe(job, epoch) + " of worker " + std::to_string(worker) +
+                                   " is not the cluster's: the coordinator runs " +
+                                   Describe(state.job, state.epoch) +
+                                   "; allowed: " + Describe(state.job, state.epoch));
+  }
+  Admission moved;
+  if (current_job == 0) {
+    moved.verdict = Verdict::kCurrent;  // a fresh shard's first job: nothing to clear
+  } else if (state.job > current_job) {
+    moved.verdict = Verdict::kNewJob;
+  } else {
+    moved.verdict = Verdict::kRollBack;
+    moved.resume_step = state.resume_step;
+  }
+  job_.store(state.job, std::memory_order_relaxed);
+  epoch_.store(state.epoch, std::memory_order_relaxed);
+  return moved;
+}
+
+Result<JobState> JobGate::Confirm(uint64_t job, uint32_t epoch) {
   Source source;
   {
     std::lock_guard<std::mutex> lock(source_mu_);
@@ -33,24 +81,23 @@ Status JobGate::Confirm(uint64_t job) {
   }
   const uint64_t current = job_.load(std::memory_order_relaxed);
   if (!source) {
-    if (current == 0) return Status::OK();  // a shard outside any cluster: its first job
-    return Status::InvalidArgument("job " + std::to_string(job) + " cannot be confirmed (shard " +
-                                   std::to_string(shard_) + " has no coordinator); allowed: job " +
-                                   std::to_string(current));
+    // A shard outside any cluster serves its first job, as claimed.
+    if (current == 0) return JobState{job, epoch, 0};
+    return Status::InvalidArgument(Describe(job, epoch) + " cannot be confirmed (shard " +
+                                   std::to_string(shard_) + " has no coordinator); allowed: " +
+                                   Describe(current, epoch_.load(std::memory_order_relaxed)));
   }
-  const auto now = std::chrono::steady_clock::now();
-  if (job > confirmed_ && now - last_query_ >= std::chrono::milliseconds(10)) {
-    last_query_ = now;
+  if (Position(job, epoch) > Position(confirmed_.job, confirmed_.epoch)) {
+    // At most one question every 10 ms; a message that needs one waits.
+    constexpr auto kMinInterval = std::chrono::milliseconds(10);
+    const auto next = last_query_ + kMinInterval;
+    if (std::chrono::steady_clock::now() < next) std::this_thread::sleep_until(next);
+    last_query_ = std::chrono::steady_clock::now();
     auto asked = source();
-    if (!asked.ok()) return asked.status().WithContext("confirming job " + std::to_string(job));
+    if (!asked.ok()) return asked.status().WithContext("confirming " + Describe(job, epoch));
     confirmed_ = *asked;
   }
-  if (job > confirmed_) {
-    return Status::InvalidArgument(
-        "job " + std::to_string(job) + " is not the cluster's: the coordinator runs job " +
-        std::to_string(confirmed_) + "; allowed: job " + std::to_string(confirmed_));
-  }
-  return Status::OK();
+  return confirmed_;
 }
 
 }  // namespace gridsync

@@ -1,13 +1,23 @@
-// Which job a long-running shard serves (a systemd unit outlives jobs). Every
-// worker message carries its job, the cluster map's: an older job's message
-// is refused, naming its worker; a newer job is admitted once the
-// coordinator confirms it began, and the shard then starts afresh. A
-// message's claim alone never moves the job: a corrupt or hostile one would
-// wipe a running job. The coordinator is asked at most every 10 ms, so a
-// flood of messages claiming future jobs cannot load it.
+// Which job, and which epoch of it, a shard serves. A long-running shard (a
+// systemd unit) outlives jobs, and a job survives a shard's restart by
+// rolling back to a checkpoint: the coordinator's map then moves the job's
+// epoch. Every worker message carries the job and epoch of the map it
+// follows:
+//   - an older job or epoch is refused, naming the worker and what is
+//     current (the worker then rolls back itself);
+//   - a newer one is admitted once the coordinator confirms it, and the
+//     shard then starts afresh (a new job) or reloads its checkpoint of the
+//     step the job rolled back to (a new epoch).
+// A message's claim alone never moves the gate: a corrupt or hostile one
+// would wipe a running job. The coordinator is asked at most every 10 ms
+// (a message that must wait for the next query waits for it), so a flood of
+// messages claiming the future cannot load it.
 //
-// Thread safety: Admit on the shard's I/O thread only; SetSource and job()
-// from any thread.
+// A restarted shard starts closed: it refuses everything until its
+// registration told it the job and epoch it rejoined (Open).
+//
+// Thread safety: Admit on the shard's I/O thread only; SetSource, Open and
+// the accessors from any thread.
 #pragma once
 
 #include <atomic>
@@ -16,34 +26,52 @@
 #include <functional>
 #include <mutex>
 
+#include "common/cluster_map.h"
 #include "common/status.h"
 
 namespace gridsync {
 
 class JobGate {
  public:
-  using Source = std::function<Result<uint64_t>()>;
+  using Source = std::function<Result<JobState>()>;
 
-  explicit JobGate(uint32_t shard) : shard_(shard) {}
+  // closed: a rejoining shard, which serves nothing until Open.
+  explicit JobGate(uint32_t shard, bool closed = false) : shard_(shard), closed_(closed) {}
 
   // Where the cluster's job is read (the coordinator's map). Without one,
   // the first job seen is served and no other.
   void SetSource(Source source);
+  // The job and epoch a rejoining shard serves from now.
+  void Open(uint64_t job, uint32_t epoch);
 
-  enum class Verdict { kCurrent, kNewJob };
-  // The job of a message from `worker`: the current one, a new one that
-  // began (the caller starts afresh; job() is already the new one), or an
-  // error naming the worker and what is allowed.
-  Result<Verdict> Admit(uint64_t job, uint32_t worker);
+  enum class Verdict {
+    kCurrent,   // the message belongs to what the shard serves
+    kNewJob,    // a newer job began: start afresh, then admit again
+    kRollBack,  // the job rolled back: reload resume_step, then admit again
+  };
+  struct Admission {
+    Verdict verdict = Verdict::kCurrent;
+    uint64_t resume_step = 0;  // kRollBack: the checkpoint step to reload
+  };
+  // The job and epoch of a message from `worker`: what the shard serves; a
+  // move to where the coordinator's map stands (the gate has moved; the
+  // caller acts on it and admits the message again, which may then be
+  // stale); or an error naming the worker and what is allowed.
+  Result<Admission> Admit(uint64_t job, uint32_t epoch, uint32_t worker);
 
   uint64_t job() const { return job_.load(std::memory_order_relaxed); }
+  uint32_t epoch() const { return epoch_.load(std::memory_order_relaxed); }
 
  private:
-  Status Confirm(uint64_t job);
+  // The coordinator's job state, asked again when `job`/`epoch` is newer
+  // than what it said last.
+  Result<JobState> Confirm(uint64_t job, uint32_t epoch);
 
   const uint32_t shard_;
+  std::atomic<bool> closed_;
   std::atomic<uint64_t> job_{0};  // 0: none yet
-  uint64_t confirmed_ = 0;        // the coordinator's job when last asked
+  std::atomic<uint32_t> epoch_{0};
+  JobState confirmed_;  // the coordinator's state when last asked
   std::chrono::steady_clock::time_point last_query_{};
   std::mutex source_mu_;
   Source source_;  // guarded by source_mu_

@@ -22,6 +22,7 @@
 #include "ops/service_watchdog.h"
 #include "server/ps_shard.h"
 #include "server/serve_metrics.h"
+#include "server/shard_membership.h"
 
 namespace {
 volatile std::sig_atomic_t g_stop = 0;
@@ -122,18 +123,6 @@ int main(int argc, char** argv) {
   const std::string advertised = placement.Endpoint();
   if (!bind.empty()) placement.host = bind;
   options.endpoint = placement.Endpoint();
-  auto server = gridsync::PsShard::Start(*partition, options);
-  if (!server.ok()) {
-    spdlog::error("{}", server.status().ToString());
-    return 1;
-  }
-  spdlog::info("serving {} values of {} tables at {} (advertised {}, {}; {} workers, {}{}, {})",
-               partition->OwnedValues(options.shard), tables.size(), (*server)->endpoint(),
-               advertised, host->source, options.workers, gridsync::ToString(options.consistency),
-               options.consistency == gridsync::Consistency::kSsp
-                   ? " staleness " + std::to_string(options.staleness)
-                   : "",
-               options.apply_updates ? "updates from the workers' Adam" : "Adam on the shard");
 
   auto auth = gridsync::wire::ControlAuthFor(*config, "shard");
   if (!auth.ok()) {
@@ -148,6 +137,37 @@ int main(int argc, char** argv) {
     spdlog::error("cannot reach the coordinator: {}", client.status().ToString());
     return 1;
   }
+  gridsync::CoordinatorStore registry(client->get());  // outlives the shard
+  // Restarted during training (systemd's Restart=on-failure, or by hand):
+  // rejoin from the job's newest complete checkpoint, never with fresh
+  // parameters.
+  uint64_t rejoin_step = 0;
+  if (resume_step == 0) {
+    auto found = gridsync::FindRejoinStep(**client, *spec, static_cast<uint32_t>(shard));
+    if (!found.ok()) {
+      spdlog::error("{}", found.status().ToString());
+      return 1;
+    }
+    rejoin_step = *found;
+    if (rejoin_step > 0) {
+      options.resume_step = rejoin_step;
+      options.rejoining = true;
+      spdlog::info("the job is training: rejoining it from the checkpoint of step {}", rejoin_step);
+    }
+  }
+  auto server = gridsync::PsShard::Start(*partition, options);
+  if (!server.ok()) {
+    spdlog::error("{}", server.status().ToString());
+    return 1;
+  }
+  spdlog::info("serving {} values of {} tables at {} (advertised {}, {}; {} workers, {}{}, {})",
+               partition->OwnedValues(options.shard), tables.size(), (*server)->endpoint(),
+               advertised, host->source, options.workers, gridsync::ToString(options.consistency),
+               options.consistency == gridsync::Consistency::kSsp
+                   ? " staleness " + std::to_string(options.staleness)
+                   : "",
+               options.apply_updates ? "updates from the workers' Adam" : "Adam on the shard");
+
   gridsync::RegisterInfo info;
   info.role = gridsync::Role::kShard;
   info.requested_rank = shard;
@@ -155,16 +175,18 @@ int main(int argc, char** argv) {
   info.endpoint = advertised;
   info.pid = static_cast<uint32_t>(getpid());
   info.tables = tables;
-  auto registered = (*client)->Register(info, options.timeout);
+  // Job after job, epoch after epoch: the shard asks the coordinator
+  // whether a new one began, and publishes its checkpoints' steps there.
+  auto registered =
+      gridsync::JoinAsShard(**server, **client, &registry, info, rejoin_step, options.timeout);
   if (!registered.ok()) {
     spdlog::error("registration refused: {}", registered.status().ToString());
     return 1;
   }
-  spdlog::info("registered as shard {} (cluster map generation {}, job {})", registered->rank,
-               registered->map.generation, registered->map.job);
-  // Job after job: the shard asks the coordinator whether a new job began.
-  gridsync::CoordinatorClient* coordinator = client->get();
-  (*server)->SetJobSource([coordinator] { return coordinator->CurrentJob(); });
+  spdlog::info("registered as shard {} (cluster map generation {}, job {}{})", registered->rank,
+               registered->map.generation, registered->map.job,
+               registered->map.epoch > 0 ? ", epoch " + std::to_string(registered->map.epoch)
+                                         : std::string());
   // Metrics on the shard's own address; the monitor finds them in the store.
   std::unique_ptr<gridsync::MetricsEndpoint> metrics;
   const int port = ops.metrics_port >= 0 ? ops.metrics_port

@@ -40,7 +40,8 @@ class PsShardImpl : public PsShard {
         pool_(options.threads),
         socket_(context_, zmq::socket_type::router),
         stale_reads_(options),
-        job_gate_(options.shard) {
+        job_gate_(options.shard, options.rejoining),
+        checkpoints_(options.checkpoint_dir, options.shard, options.checkpoint_every) {
     for (uint32_t t = 0; t < partition_.n_tables(); ++t) {
       shapes_.push_back({partition_.table(t).rows, partition_.table(t).width});
     }
@@ -62,31 +63,83 @@ class PsShardImpl : public PsShard {
     if (options_.pull_codec.codec != Codec::kNone) store_->EnableReplicas(options_.workers);
   }
 
-  // A long-running shard serves job after job (server/job_gate.h): a newer
-  // job's first message clears the job before. false: refused.
+  // A long-running shard serves job after job, and a job survives a
+  // shard's restart by rolling back (server/job_gate.h): a newer job's first
+  // message clears the job before; a newer epoch's reloads the checkpoint
+  // the job went back to. false: refused.
   bool AdmitJob(Request& request) {
     const wire::Message& m = request.message;
-    const uint64_t before = job_gate_.job();
-    auto verdict = job_gate_.Admit(m.job, m.worker_rank);
-    if (!verdict.ok()) {
-      ReplyError(request, verdict.status());
-      return false;
-    }
-    if (*verdict == JobGate::Verdict::kNewJob) {
-      for (auto& w : waiting_) {
-        ReplyError(*w.request, Status::IOError("job " + std::to_string(before) + " ended: job " +
-                                               std::to_string(m.job) + " began"));
+    // The gate moves at most once per coordinator answer; a message that
+    // finds it moved is admitted again against where it now stands.
+    for (int round = 0; round < 3; ++round) {
+      const uint64_t before = job_gate_.job();
+      auto admitted = job_gate_.Admit(m.job, m.epoch, m.worker_rank);
+      if (!admitted.ok()) {
+        ReplyError(request, admitted.status());
+        return false;
       }
-      waiting_.clear();
-      pending_.clear();
-      NewStore();
-      spdlog::info("shard {}: job {} begins (job {} ended at version {}); the shard starts afresh",
-                   options_.shard, m.job, before, applied_.load());
-      applied_ = 0;
-      clock_.assign(options_.workers, 0);
-      stale_reads_.Reset();
+      switch (admitted->verdict) {
+        case JobGate::Verdict::kCurrent:
+          if (!broken_.ok()) {
+            ReplyError(request, broken_);
+            return false;
+          }
+          return true;
+        case JobGate::Verdict::kNewJob:
+          DropInFlight("job " + std::to_string(before) + " ended: job " +
+                       std::to_string(job_gate_.job()) + " began");
+          NewStore();
+          spdlog::info(
+              "shard {}: job {} begins (job {} ended at version {}); the shard starts afresh",
+              options_.shard, job_gate_.job(), before, applied_.load());
+          ResetVersion(0);
+          broken_ = Status::OK();
+          break;
+        case JobGate::Verdict::kRollBack:
+          RollBack(admitted->resume_step);
+          break;
+      }
     }
-    return true;
+    ReplyError(request, Status::IOError("the job moved three times while admitting this message"));
+    return false;
+  }
+
+  // Replies to the pulls held for a version and forgets the pushes held
+  // for a step: what they belonged to is gone.
+  void DropInFlight(const std::string& why) {
+    for (auto& w : waiting_) ReplyError(*w.request, Status::IOError(why));
+    waiting_.clear();
+    pending_.clear();
+  }
+
+  void ResetVersion(uint64_t version) {
+    applied_ = version;
+    clock_.assign(options_.workers, version);
+    stale_reads_.Reset();
+  }
+
+  // A shard restarted and rejoined from its checkpoint of `step`: this one
+  // goes back to the same step, and so does every worker.
+  void RollBack(uint64_t step) {
+    const uint64_t from = applied_.load();
+    const size_t dropped_pulls = waiting_.size(), dropped_steps = pending_.size();
+    DropInFlight("the job rolled back to step " + std::to_string(step) + " (epoch " +
+                 std::to_string(job_gate_.epoch()) + ")");
+    NewStore();
+    ResetVersion(step);
+    broken_ = checkpoints_.RollBack(step, job_gate_.job(), store_.get());
+    if (!broken_.ok()) {
+      broken_ = broken_.WithContext("shard " + std::to_string(options_.shard) +
+                                    " cannot roll back to step " + std::to_string(step));
+      spdlog::error("{}", broken_.ToString());
+      return;
+    }
+    spdlog::warn(
+        "shard {}: job {} rolled back to step {} (epoch {}): a shard rejoined from its "
+        "checkpoint; this one reloaded its own (it was at version {}; {} waiting pulls refused, "
+        "{} held steps dropped)",
+        options_.shard, job_gate_.job(), step, job_gate_.epoch(), from, dropped_pulls,
+        dropped_steps);
   }
 
   ~PsShardImpl() override { Stop(); }
@@ -127,8 +180,13 @@ class PsShardImpl : public PsShard {
   std::string endpoint() const override { return endpoint_; }
   uint64_t refused_connections() const override { return zap_ ? zap_->refused() : 0; }
   uint64_t heartbeats() const override { return heartbeats_.load(std::memory_order_relaxed); }
-  void SetJobSource(std::function<Result<uint64_t>()> source) override {
-    job_gate_.SetSource(std::move(source));
+  void SetControl(ShardControl control) override {
+    job_gate_.SetSource(std::move(control.job_state));
+    checkpoints_.SetRegistry(control.checkpoint_registry);
+  }
+  void Rejoined(uint64_t job, uint32_t epoch) override {
+    checkpoints_.Rejoined(options_.resume_step, job);
+    job_gate_.Open(job, epoch);
   }
 
   wire::ShardStats stats() const override {
@@ -185,6 +243,7 @@ class PsShardImpl : public PsShard {
     ServingStats s;
     s.waiting_pulls = waiting_count_.load(std::memory_order_relaxed);
     s.job = job_gate_.job();
+    s.epoch = job_gate_.epoch();
     std::lock_guard<std::mutex> lock(stats_mu_);
     s.refusals = refusals_;
     return s;
@@ -383,7 +442,7 @@ class PsShardImpl : public PsShard {
       }
       pending_.erase(pending_.begin());
       ++applied_;
-      MaybeCheckpoint();
+      checkpoints_.AfterStep(applied_, job_gate_.job(), *store_);
     }
     ServeWaitingPulls();
   }
@@ -473,24 +532,6 @@ class PsShardImpl : public PsShard {
       store_->ApplyTouchedChunk(pieces[i].table, pieces[i].chunk, kChunkRows);
     });
     for (uint32_t t = 0; t < partition_.n_tables(); ++t) store_->FinishTable(t);
-  }
-
-  // After a step: the partition is written every checkpoint_every steps. A
-  // failed write is logged and the run goes on (the previous checkpoint
-  // stays complete); training state is never lost by a full disk.
-  void MaybeCheckpoint() {
-    if (options_.checkpoint_every == 0 || applied_ % options_.checkpoint_every != 0) return;
-    const auto start = Clock::now();
-    const Status written =
-        WriteShardCheckpoint(options_.checkpoint_dir, options_.shard, applied_, *store_);
-    if (!written.ok()) {
-      spdlog::error("shard {}: checkpoint at step {} not written: {}", options_.shard,
-                    applied_.load(), written.ToString());
-      return;
-    }
-    spdlog::info("shard {}: checkpoint at step {} written in {:.0f} ms", options_.shard,
-                 applied_.load(),
-                 std::chrono::duration<double, std::milli>(Clock::now() - start).count());
   }
 
   void HandlePull(std::unique_ptr<Request> request) {
@@ -655,6 +696,8 @@ class PsShardImpl : public PsShard {
   std::map<uint64_t, std::map<uint32_t, std::unique_ptr<Request>>> pending_;  // step -> rank
   std::vector<Waiting> waiting_;
   JobGate job_gate_;
+  ShardCheckpoints checkpoints_;
+  Status broken_;  // a rollback that failed: every request is refused with it
 
   mutable std::mutex stats_mu_;
   wire::ShardStats stats_;  // guarded by stats_mu_

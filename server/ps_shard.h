@@ -35,8 +35,10 @@
 #include <memory>
 #include <string>
 
+#include "common/cluster_map.h"
 #include "common/sharding.h"
 #include "common/status.h"
+#include "common/store.h"
 #include "common/wire/curve.h"
 #include "common/wire/message.h"
 #include "kernels/adam_math.h"
@@ -71,6 +73,17 @@ struct ShardOptions {
   uint64_t checkpoint_every = 0;
   std::string checkpoint_dir;
   uint64_t resume_step = 0;
+  // A shard restarted during training, rejoining the job from its
+  // checkpoint of resume_step: it refuses every message until Rejoined.
+  bool rejoining = false;
+};
+
+// What a shard asks of its cluster's coordinator (set before or while
+// serving): the job and epoch the cluster runs, and where the checkpoint
+// steps it holds are published (common/checkpoint_registry.h).
+struct ShardControl {
+  std::function<Result<JobState>()> job_state;
+  Store* checkpoint_registry = nullptr;  // outlives the shard
 };
 
 // The options of shard `shard` of the run `spec` describes (endpoint left
@@ -82,6 +95,7 @@ Result<ShardOptions> ShardOptionsFor(const RunSpec& spec, uint32_t shard);
 struct ServingStats {
   uint64_t waiting_pulls = 0;                // pulls held for a version not yet applied
   uint64_t job = 0;                          // the job served (0: none yet)
+  uint32_t epoch = 0;                        // its epoch (rollbacks to a checkpoint)
   std::map<std::string, uint64_t> refusals;  // error replies by reason (status code, "unreadable")
 };
 
@@ -98,11 +112,15 @@ class PsShard {
   // Turns of the serving loop so far (it turns at least every 50 ms while
   // healthy, idle or not): what feeds systemd's watchdog.
   virtual uint64_t heartbeats() const = 0;
-  // Where the shard learns which job the cluster runs (the coordinator's
-  // map, through the shard's registration): it starts afresh for a newer job
-  // only once this confirms it. Without one, the first job seen is served
-  // and no other. May be called while serving.
-  virtual void SetJobSource(std::function<Result<uint64_t>()> source) = 0;
+  // Where the shard learns which job and epoch the cluster runs (the
+  // coordinator's map, through the shard's registration): it starts afresh
+  // for a newer job, or reloads a checkpoint for a newer epoch of its job,
+  // only once this confirms it (server/job_gate.h). Without one, the first
+  // job seen is served and no other. May be called while serving.
+  virtual void SetControl(ShardControl control) = 0;
+  // A rejoining shard (ShardOptions::rejoining) was admitted to `job` at
+  // `epoch`: it serves from now, from its checkpoint of resume_step.
+  virtual void Rejoined(uint64_t job, uint32_t epoch) = 0;
   virtual ServingStats serving_stats() const = 0;
   // Seconds per applied step (every push of it summed and stepped).
   virtual const LatencyHistogram& apply_latency() const = 0;

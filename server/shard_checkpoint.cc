@@ -1,13 +1,17 @@
 #include "server/shard_checkpoint.h"
 
+#include <spdlog/spdlog.h>
+
+#include <chrono>
 #include <nlohmann/json.hpp>
 
 #include "common/checkpoint_files.h"
+#include "common/checkpoint_registry.h"
 
 namespace gridsync {
 namespace {
 
-std::string Part(uint32_t shard) { return "shard-" + std::to_string(shard); }
+std::string Part(uint32_t shard) { return ShardPart(shard); }
 
 nlohmann::json Shapes(const ShardStore& store) {
   nlohmann::json shapes = nlohmann::json::array();
@@ -39,6 +43,54 @@ std::vector<std::string> CheckpointParts(uint32_t shards, uint32_t workers_with_
   for (uint32_t s = 0; s < shards; ++s) parts.push_back(Part(s));
   for (uint32_t w = 0; w < workers_with_state; ++w) parts.push_back("worker-" + std::to_string(w));
   return parts;
+}
+
+std::string ShardPart(uint32_t shard) { return "shard-" + std::to_string(shard); }
+
+void ShardCheckpoints::SetRegistry(Store* registry) {
+  std::lock_guard<std::mutex> lock(registry_mu_);
+  registry_ = registry;
+}
+
+void ShardCheckpoints::Publish(uint64_t job) {
+  std::lock_guard<std::mutex> lock(registry_mu_);
+  if (registry_ == nullptr) return;
+  if (Status published = PublishHeldSteps(*registry_, job, Part(shard_), dir_); !published.ok()) {
+    spdlog::warn("shard {}: the checkpoint steps it holds were not published: {}", shard_,
+                 published.ToString());
+  }
+}
+
+void ShardCheckpoints::AfterStep(uint64_t applied, uint64_t job, const ShardStore& store) {
+  if (every_ == 0 || applied % every_ != 0) return;
+  const auto start = std::chrono::steady_clock::now();
+  const Status written = WriteShardCheckpoint(dir_, shard_, applied, store);
+  if (!written.ok()) {
+    spdlog::error("shard {}: checkpoint at step {} not written: {}", shard_, applied,
+                  written.ToString());
+    return;
+  }
+  spdlog::info(
+      "shard {}: checkpoint at step {} written in {:.0f} ms", shard_, applied,
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  Publish(job);
+}
+
+Status ShardCheckpoints::RollBack(uint64_t step, uint64_t job, ShardStore* store) {
+  if (every_ == 0 || step == 0) {
+    return Status::InvalidArgument(
+        "the job rolled back to step " + std::to_string(step) + ", but shard " +
+        std::to_string(shard_) + " writes no checkpoints (checkpoint.every_steps " +
+        std::to_string(every_) + "); every process needs the same config");
+  }
+  GRIDSYNC_RETURN_IF_ERROR(LoadShardCheckpoint(dir_, shard_, step, store));
+  Rejoined(step, job);
+  return Status::OK();
+}
+
+void ShardCheckpoints::Rejoined(uint64_t step, uint64_t job) {
+  RemoveStepsAfter(dir_, Part(shard_), step);
+  Publish(job);
 }
 
 }  // namespace gridsync

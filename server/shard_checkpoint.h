@@ -7,14 +7,21 @@
 // steps kept). Workers with state of their own write part worker-<r> of the
 // same steps (worker/worker_checkpoint.h).
 //
+// A shard restarted during training rejoins from the newest step every part
+// holds (common/checkpoint_registry.h publishes them) and the job rolls back
+// to it: the other shards reload that step (ShardCheckpoints::RollBack).
+//
 // Thread safety: free functions; the store must not change meanwhile.
+// ShardCheckpoints: the shard's I/O thread, but SetRegistry from any.
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
+#include "common/store.h"
 #include "server/shard_store.h"
 
 namespace gridsync {
@@ -29,5 +36,40 @@ Status LoadShardCheckpoint(const std::string& dir, uint32_t shard, uint64_t step
 // when the workers hold training state (RunSpec::sync.worker_state); for
 // LatestCompleteStep.
 std::vector<std::string> CheckpointParts(uint32_t shards, uint32_t workers_with_state);
+std::string ShardPart(uint32_t shard);  // "shard-<i>"
+
+// One shard's checkpoints during its jobs: written every `every` applied
+// steps, published to the registry (the coordinator's store) when there is
+// one, and reloaded when the job rolls back.
+class ShardCheckpoints {
+ public:
+  ShardCheckpoints(std::string dir, uint32_t shard, uint64_t every)
+      : dir_(std::move(dir)), shard_(shard), every_(every) {}
+
+  // Where the steps held are published (null: nowhere).
+  void SetRegistry(Store* registry);
+
+  // After applied step `applied` - 1: writes the partition when a checkpoint
+  // is due. A failed write is logged and the run goes on (the previous
+  // checkpoint stays complete): a full disk never stops training.
+  void AfterStep(uint64_t applied, uint64_t job, const ShardStore& store);
+
+  // The job rolled back to `step`: loads that checkpoint into `store`
+  // (which holds nothing of the job yet) and forgets this part's later
+  // steps (an abandoned history).
+  Status RollBack(uint64_t step, uint64_t job, ShardStore* store);
+  // A restarted shard loaded `step` and rejoined `job`: its later steps go
+  // (an abandoned history) and what it holds is published.
+  void Rejoined(uint64_t step, uint64_t job);
+
+ private:
+  void Publish(uint64_t job);
+
+  const std::string dir_;
+  const uint32_t shard_;
+  const uint64_t every_;
+  std::mutex registry_mu_;
+  Store* registry_ = nullptr;  // guarded by registry_mu_
+};
 
 }  // namespace gridsync

@@ -44,6 +44,11 @@ int main(int argc, char** argv) {
                    "whose host is master_addr)");
   launch->add_flag("--resume", launch_options.resume,
                    "Start from the newest complete checkpoint (checkpoint.dir)");
+  launch
+      ->add_option("--max-restarts", launch_options.max_restarts,
+                   "Restart a shard that dies during training up to N times in all; it rejoins "
+                   "from the newest complete checkpoint (checkpoint.every_steps > 0)")
+      ->check(CLI::Range(0, 1000));
   launch->add_option("--grace", launch_options.grace_seconds, "Seconds between SIGTERM and SIGKILL when stopping");
   auto* monitor = app.add_subcommand(
       "monitor", "Watch a running cluster: per worker, shard and the coordinator (--once, --json)");

@@ -30,6 +30,8 @@ namespace {
 volatile sig_atomic_t g_interrupted = 0;
 void OnInterrupt(int) { g_interrupted = 1; }
 
+using Env = std::vector<std::pair<std::string, std::string>>;
+
 struct Child {
   std::string name;
   bool is_worker = false;
@@ -40,6 +42,9 @@ struct Child {
   bool exited = false;
   int status = 0;
   std::string summary;    // the worker's JSON summary line
+  std::vector<std::string> argv;  // how it was started (a shard restarts the same way)
+  Env env;
+  int restarts = 0;
 };
 
 std::string FindBinary(const std::string& bin_dir, const std::string& name) {
@@ -59,13 +64,13 @@ std::string FindBinary(const std::string& bin_dir, const std::string& name) {
   return "";
 }
 
-using Env = std::vector<std::pair<std::string, std::string>>;
-
 Child Spawn(const std::string& name, const std::vector<std::string>& argv, const Env& env,
             bool is_worker) {
   Child child;
   child.name = name;
   child.is_worker = is_worker;
+  child.argv = argv;
+  child.env = env;
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) {
     std::perror("gridsync launch: pipe");
@@ -422,6 +427,32 @@ int RunLaunch(const LaunchOptions& options) {
         failed = &c;
         break;
       }
+    }
+    if (failed != nullptr && !failed->is_worker && failed->name.rfind("ps-", 0) == 0 &&
+        failed->restarts < options.max_restarts && config->checkpoint.every_steps > 0) {
+      // As systemd's Restart=on-failure would: the shard rejoins the job
+      // from its newest complete checkpoint, and the job rolls back to it.
+      Child& dead = children[static_cast<size_t>(failed - children.data())];
+      Drain(dead);
+      std::vector<std::string> argv;
+      for (size_t i = 0; i < dead.argv.size(); ++i) {
+        if (dead.argv[i] == "--resume-step") {
+          ++i;  // it finds the step to rejoin from itself
+          continue;
+        }
+        argv.push_back(dead.argv[i]);
+      }
+      const int restarts = dead.restarts + 1;
+      std::printf(
+          "gridsync launch: %s (pid %d) failed: %s; restarting it (%d of %d): it rejoins "
+          "the job from the newest complete checkpoint\n",
+          dead.name.c_str(), dead.pid, Describe(dead.status).c_str(), restarts,
+          options.max_restarts);
+      if (dead.fd >= 0) close(dead.fd);
+      Child fresh = Spawn(dead.name, argv, dead.env, false);
+      fresh.restarts = restarts;
+      dead = std::move(fresh);
+      continue;
     }
     if (failed != nullptr) {
       std::printf("gridsync launch: %s (pid %d) failed: %s; stopping the others\n", failed->name.c_str(),

@@ -42,6 +42,11 @@ struct LaunchOptions {
   // --resume: start from the newest checkpoint every shard completed
   // (checkpoint.dir); shards load it, workers continue at its step.
   bool resume = false;
+  // --max-restarts: a shard that dies during training is restarted up to
+  // this many times (in all), with checkpoints on; it rejoins the job from
+  // the newest complete checkpoint and every process rolls back to it. A
+  // worker's death still ends the run.
+  int max_restarts = 0;
 };
 
 // Returns the process exit code.

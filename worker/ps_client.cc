@@ -44,6 +44,7 @@ Result<std::unique_ptr<PsClient>> PsClient::Connect(
   std::unique_ptr<PsClient> client(
       new PsClient(partition, worker_rank, num_workers, timeout, limits));
   client->job_ = map.job;
+  client->epoch_ = map.epoch;
   for (const auto& shard : map.shards) {
     try {
       zmq::socket_t socket(client->context_, zmq::socket_type::dealer);
@@ -186,7 +187,13 @@ Status PsClient::AwaitReplies(
     }
   }
   const auto deadline = Clock::now() + timeout_;
+  constexpr auto kCheckEvery = std::chrono::milliseconds(1000);
+  auto next_check = Clock::now() + kCheckEvery;
   while (remaining > 0) {
+    if (wait_check_ && Clock::now() >= next_check) {
+      GRIDSYNC_RETURN_IF_ERROR(wait_check_());
+      next_check = Clock::now() + kCheckEvery;
+    }
     std::vector<zmq::pollitem_t> items;
     std::vector<uint32_t> which;
     for (uint32_t s = 0; s < sockets_.size(); ++s) {
@@ -206,7 +213,7 @@ Status PsClient::AwaitReplies(
                              " s (worker " + std::to_string(worker_rank_) + ")");
     }
     try {
-      zmq::poll(items.data(), items.size(), left);
+      zmq::poll(items.data(), items.size(), wait_check_ ? std::min(left, kCheckEvery) : left);
     } catch (const zmq::error_t& e) {
       return Status::IOError(std::string("poll failed: ") + e.what());
     }
@@ -229,6 +236,14 @@ Status PsClient::AwaitReplies(
     }
   }
   return Status::OK();
+}
+
+void PsClient::FollowEpoch(uint32_t epoch) {
+  epoch_ = epoch;
+  pull_request_ = 0;
+  pull_evaluation_ = false;
+  for (auto& stashed : stashed_) stashed.reset();
+  for (auto& blocks : pull_blocks_) blocks.clear();
 }
 
 void PsClient::SetCompression(const CodecOptions& codec, bool error_feedback, size_t min_bytes,
@@ -390,6 +405,7 @@ Status PsClient::SendAndAwaitAcks(wire::Kind kind, uint64_t step,
     header.shard = s;
     header.num_workers = num_workers_;
     header.job = job_;
+    header.epoch = epoch_;
     header.skip_step = skip_step;
     if (kind == wire::Kind::kPush && worker_adam_ != nullptr) {
       header.push_values = wire::PushValues::kUpdates;
@@ -448,6 +464,7 @@ Status PsClient::SendPull(uint64_t min_version, const std::vector<TablePullRef>&
     header.step = for_step;
     header.num_workers = num_workers_;
     header.job = job_;
+    header.epoch = epoch_;
     header.whole_values = whole;
     header.evaluation = evaluation;
     auto frames = wire::Encode(header, std::move(split[s]));

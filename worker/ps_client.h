@@ -97,6 +97,17 @@ class PsClient {
   // Returns the lowest parameter version among the shards' replies.
   Result<uint64_t> ReceivePull();
 
+  // The job rolled back to a checkpoint (a restarted shard rejoined): from
+  // now every message carries `epoch`, and whatever was outstanding is
+  // forgotten (late replies to it are ignored). Error-feedback residuals and
+  // Adam's state are the caller's to restore (RestoreState).
+  void FollowEpoch(uint32_t epoch);
+  uint32_t epoch() const { return epoch_; }
+
+  // Called about once a second while a reply is awaited: an error ends the
+  // wait with it (the job rolled back; nothing will answer what was asked).
+  void SetWaitCheck(std::function<Status()> check) { wait_check_ = std::move(check); }
+
   const PsCounters& counters() const { return counters_; }
   // The lowest parameter version the shards reported in their acks of the
   // last push (under async: the pushes applied, this one included).
@@ -163,7 +174,9 @@ class PsClient {
 
   const Partition& partition_;
   uint32_t worker_rank_;
-  uint64_t job_ = 0;  // the cluster map's job, on every message
+  uint64_t job_ = 0;    // the cluster map's job, on every message
+  uint32_t epoch_ = 0;  // ... and its epoch
+  std::function<Status()> wait_check_;
   uint32_t num_workers_;
   std::chrono::milliseconds timeout_;
   wire::Limits limits_;

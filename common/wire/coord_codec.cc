@@ -181,6 +181,8 @@ Result<MemberInfo> MemberFromWire(schema::Member::Reader member) {
 void MapToWire(const ClusterMap& map, schema::ClusterMap::Builder out) {
   out.setGeneration(map.generation);
   out.setJob(map.job);
+  out.setEpoch(map.epoch);
+  out.setResumeStep(map.resume_step);
   out.setExpectedShards(map.expected_shards);
   out.setExpectedWorkers(map.expected_workers);
   MembersToWire(map.shards, out.initShards(static_cast<unsigned>(map.shards.size())));
@@ -192,6 +194,8 @@ Result<ClusterMap> MapFromWire(schema::ClusterMap::Reader map) {
   ClusterMap out;
   out.generation = map.getGeneration();
   out.job = map.getJob();
+  out.epoch = map.getEpoch();
+  out.resume_step = map.getResumeStep();
   out.expected_shards = map.getExpectedShards();
   out.expected_workers = map.getExpectedWorkers();
   for (auto member : map.getShards()) {
@@ -213,6 +217,7 @@ void RegisterToWire(const RegisterInfo& info, schema::RegisterRequest::Builder o
   out.setLocalRank(info.local_rank);
   out.setEndpoint(AsText(info.endpoint));
   out.setPid(info.pid);
+  out.setRejoinStep(info.rejoin_step);
   TablesToWire(info.tables, out.initTables(static_cast<unsigned>(info.tables.size())));
 }
 
@@ -224,6 +229,7 @@ Result<RegisterInfo> RegisterFromWire(schema::RegisterRequest::Reader reg) {
   info.local_rank = reg.getLocalRank();
   info.endpoint = StringOf(reg.getEndpoint());
   info.pid = reg.getPid();
+  info.rejoin_step = reg.getRejoinStep();
   for (auto table : reg.getTables()) info.tables.push_back(TableFromWire(table));
   return info;
 }

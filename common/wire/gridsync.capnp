@@ -123,6 +123,9 @@ struct Header {
   job @15 :UInt64;         # the sender's job (the cluster map's job; 0: none). A
                            # long-running shard starts afresh for a newer job and
                            # refuses the messages of an older one
+  epoch @16 :UInt32;       # the sender's epoch of its job (the cluster map's): it
+                           # moves when a restarted shard rejoins and the job rolls
+                           # back to a checkpoint; older epochs are refused
 }
 
 # ---- Control plane ----
@@ -157,6 +160,9 @@ struct ClusterMap {
   tables @5 :List(TableInfo);
   job @6 :UInt64;             # the job of the workers in the map: a new one begins
                               # once every worker of the job before has left
+  epoch @7 :UInt32;           # rollbacks of the job so far: a shard that rejoined
+                              # from its checkpoint moved it
+  resumeStep @8 :UInt64;      # the checkpoint step the job rolled back to at this epoch
 }
 
 struct RegisterRequest {
@@ -167,6 +173,8 @@ struct RegisterRequest {
   endpoint @4 :Text;
   pid @5 :UInt32;
   tables @6 :List(TableInfo); # must equal the cluster's tables
+  rejoinStep @7 :UInt64;      # shard: rejoining the running job from its checkpoint of
+                              # this step (0: a fresh shard)
 }
 
 struct CoordRequest {

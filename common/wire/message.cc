@@ -172,6 +172,7 @@ struct RawHeader {
   bool skip_step = false;
   bool evaluation = false;
   uint64_t job = 0;
+  uint32_t epoch = 0;
   std::vector<RawBlock> blocks;
   uint32_t error_code = 0;
   std::string error_text;
@@ -249,6 +250,7 @@ Status ParseHeader(const zmq::message_t& frame, const Limits& limits, RawHeader&
     out.skip_step = header.getSkipStep();
     out.evaluation = header.getEvaluation();
     out.job = header.getJob();
+    out.epoch = header.getEpoch();
     if (out.push_values > static_cast<uint16_t>(PushValues::kUpdates)) {
       return Status::InvalidArgument(fmt::format(
           "frame 0 (header): pushValues {} unknown; allowed: 0 (gradients) or 1 (updates)",
@@ -479,6 +481,7 @@ std::vector<zmq::message_t> Encode(const OutHeader& header, std::vector<OutBlock
   out.setSkipStep(header.skip_step);
   out.setEvaluation(header.evaluation);
   out.setJob(header.job);
+  out.setEpoch(header.epoch);
   if (header.kind == Kind::kStatsReply) FillStats(header.stats, out.initStats());
 
   const KindLayout layout = LayoutOf(header.kind);
@@ -607,6 +610,7 @@ Result<Message> Decode(const std::vector<zmq::message_t>& frames,
   message.skip_step = raw.skip_step;
   message.evaluation = raw.evaluation;
   message.job = raw.job;
+  message.epoch = raw.epoch;
   const char* kind_name = KindName(message.kind);
 
   const KindLayout layout = LayoutOf(message.kind);

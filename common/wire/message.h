@@ -130,6 +130,7 @@ struct Message {
   bool skip_step = false;     // kPush: an overflowed step (gridsync.capnp's skipStep)
   bool evaluation = false;    // kPull with whole_values: replicas untouched
   uint64_t job = 0;           // the sender's job (cluster map), 0: none
+  uint32_t epoch = 0;         // the sender's epoch of the job (cluster map)
   std::vector<Block> blocks;
   Status error;        // kind == kError: the refusal, code and text
   ShardStats stats;    // kind == kStatsReply
@@ -172,6 +173,7 @@ struct OutHeader {
   bool skip_step = false;                           // kPush: mixed precision overflow
   bool evaluation = false;                          // kPull: whole, replicas untouched
   uint64_t job = 0;                                 // the sender's job (cluster map)
+  uint32_t epoch = 0;                               // ... and its epoch (rollbacks)
   ShardStats stats;                                 // kStatsReply
 };
 

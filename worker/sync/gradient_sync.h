@@ -138,6 +138,14 @@ class GradientSync {
   // so no mode waits for the end of training (or a full timeout) to notice.
   virtual Status CheckPeers() { return Status::OK(); }
 
+  // After `failure` of any call above: whether the job rolled back to a
+  // checkpoint (a restarted shard rejoined it), waiting up to the timeout
+  // for that to happen. Returns the step to carry on from, with this
+  // worker's state (and its sync's) as they were at that step; or `failure`
+  // when the job cannot go on. The loop's own state (evaluations, the loss
+  // scale) is the loop's to wind back.
+  virtual Result<uint64_t> Recover(const Status& failure) { return failure; }
+
   // Communication figures for the report (bytes, seconds, staleness).
   virtual void FillReport(TrainReport* /*report*/) const {}
 

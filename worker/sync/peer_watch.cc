@@ -20,10 +20,15 @@ std::string Missing(const std::vector<MemberInfo>& present, uint32_t expected, c
 
 }  // namespace
 
-Status CheckClusterPeers(CoordinatorClient& coordinator) {
+Status CheckClusterPeers(CoordinatorClient& coordinator, uint32_t epoch) {
   auto map = coordinator.GetMap(/*wait_complete=*/false, std::chrono::milliseconds(0));
   if (!map.ok()) {
     return Status::IOError("the coordinator does not answer: " + map.status().message());
+  }
+  if (map->epoch != epoch) {
+    return Status::IOError("the job rolled back to step " + std::to_string(map->resume_step) +
+                           " (epoch " + std::to_string(map->epoch) +
+                           "; this worker followed epoch " + std::to_string(epoch) + ")");
   }
   if (map->complete()) return Status::OK();
   std::string missing = Missing(map->workers, map->expected_workers, "worker");
@@ -31,8 +36,8 @@ Status CheckClusterPeers(CoordinatorClient& coordinator) {
   if (!shards.empty()) missing += (missing.empty() ? "" : ", ") + shards;
   return Status::IOError("the job lost " + missing + " (cluster map generation " +
                          std::to_string(map->generation) +
-                         "); every process of the job "
-                         "must be restarted (gridsync launch --resume with checkpoints)");
+                         "); a shard restarted with checkpoints rejoins the job, otherwise "
+                         "every process of the job must be restarted (gridsync launch --resume)");
 }
 
 }  // namespace gridsync

@@ -13,7 +13,8 @@
 
 namespace gridsync {
 
-// OK while the map is complete; otherwise an error naming who is missing.
-Status CheckClusterPeers(CoordinatorClient& coordinator);
+// OK while the map is complete and at `epoch`; otherwise an error naming
+// who is missing, or the step the job rolled back to.
+Status CheckClusterPeers(CoordinatorClient& coordinator, uint32_t epoch = 0);
 
 }  // namespace gridsync

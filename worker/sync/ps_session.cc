@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <thread>
 
+#include "common/checkpoint_registry.h"
 #include "common/counter_rng.h"
 #include "worker/sync/peer_watch.h"
 #include "worker/worker_checkpoint.h"
@@ -203,7 +205,62 @@ Result<HashGridModel*> PsSessionSync::Snapshot(uint64_t done) {
   return eval_model_.get();
 }
 
-Status PsSessionSync::CheckPeers() { return CheckClusterPeers(*session_.coordinator); }
+Status PsSessionSync::CheckPeers() {
+  return CheckClusterPeers(*session_.coordinator, session_.ps->epoch());
+}
+
+Result<uint64_t> PsSessionSync::FollowRollback(const Status& failure) {
+  if (config_.checkpoint.every_steps <= 0) return failure;
+  const auto deadline = std::chrono::steady_clock::now() + spec_.sync.timeout;
+  const uint32_t mine = session_.ps->epoch();
+  ClusterMap map;
+  for (;;) {
+    auto current =
+        session_.coordinator->GetMap(/*wait_complete=*/false, std::chrono::milliseconds(0));
+    if (!current.ok()) {
+      return failure.WithContext("the coordinator does not answer either (" +
+                                 current.status().message() + ")");
+    }
+    map = std::move(current).value();
+    if (map.job != session_.map.job) {
+      return failure.WithContext("the job ended (the coordinator runs job " +
+                                 std::to_string(map.job) + ")");
+    }
+    // A lost worker takes its part of every step with it: no rollback helps.
+    if (map.workers.size() != map.expected_workers) return failure;
+    if (map.epoch > mine && map.complete()) break;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return failure.WithContext("no restarted shard rejoined the job within " +
+                                 std::to_string(spec_.sync.timeout.count() / 1000) + " s");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const uint64_t step = map.resume_step;
+  spdlog::warn(
+      "{}: {}; the job rolled back to step {} (epoch {}): a shard rejoined from its "
+      "checkpoint, and this worker carries on from there",
+      me_, failure.ToString(), step, map.epoch);
+  session_.ps->FollowEpoch(map.epoch);
+  if (spec_.sync.worker_state) {
+    const uint32_t shards = static_cast<uint32_t>(session_.map.shards.size());
+    GRIDSYNC_RETURN_IF_ERROR(
+        LoadWorkerCheckpoint(spec_, rank_, shards, step, session_.ps.get())
+            .WithContext(me_ + " rolling back to step " + std::to_string(step)));
+    RemoveStepsAfter(config_.checkpoint.dir, "worker-" + std::to_string(rank_), step);
+    PublishCheckpoints();
+  }
+  return step;
+}
+
+void PsSessionSync::PublishCheckpoints() {
+  CoordinatorStore registry(session_.coordinator.get());
+  const Status published = PublishHeldSteps(
+      registry, session_.map.job, "worker-" + std::to_string(rank_), config_.checkpoint.dir);
+  if (!published.ok()) {
+    spdlog::warn("{}: the checkpoint steps it holds were not published: {}", me_,
+                 published.ToString());
+  }
+}
 
 double PsSessionSync::CommSeconds() const {
   const auto& c = session_.ps->counters();

@@ -69,6 +69,7 @@ class PsSessionSync : public GradientSync {
   Status Finish(uint64_t end_step, TrainReport* report) override;
   Result<std::vector<double>> GatherRates(uint64_t done, double mine) override;
   Status CheckPeers() override;
+  // ps: the job rolled back (ps_sync.h); the session's half of it.
   // A whole pull of every table, at the version `done` needs, into a copy
   // of the model (an evaluation pull: training state is left alone).
   Result<HashGridModel*> Snapshot(uint64_t done) override;
@@ -84,6 +85,16 @@ class PsSessionSync : public GradientSync {
   }
   // Seconds blocked in synchronisation (the PS client's, or more).
   virtual double CommSeconds() const;
+
+  // After `failure`: waits (up to the timeout) for the job's epoch to move
+  // past this worker's, with every shard and worker in the map, and then
+  // follows it: the PS client carries the new epoch, and this worker's own
+  // state (error feedback, Adam on the worker) is the checkpoint's. Returns
+  // the step the job went back to; `failure` when checkpoints are off, a
+  // worker or the coordinator is gone, or nobody rejoined in time.
+  Result<uint64_t> FollowRollback(const Status& failure);
+  // After each checkpoint this worker wrote: the steps it holds, published.
+  void PublishCheckpoints();
 
   const RunSpec& spec_;
   const Config& config_;  // spec_.config

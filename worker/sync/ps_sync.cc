@@ -14,6 +14,18 @@ PsSync::PsSync(const RunSpec& spec, HashGridModel* model, PsSession session,
       steps_(static_cast<uint64_t>(spec.config.training.steps)),
       row_set_(model->layout()) {
   touched_.resize(model->layout().n_levels());
+  if (config_.checkpoint.every_steps > 0) {
+    // A shard that died never answers what it was asked: a wait notices the
+    // job rolling back (the shard restarted and rejoined) within a second.
+    CoordinatorClient* coordinator = session_.coordinator.get();
+    const PsClient* ps = session_.ps.get();
+    session_.ps->SetWaitCheck([coordinator, ps]() -> Status {
+      auto state = coordinator->CurrentJob();
+      if (!state.ok() || state->epoch == ps->epoch()) return Status::OK();
+      return Status::IOError("the job rolled back to step " + std::to_string(state->resume_step) +
+                             " (epoch " + std::to_string(state->epoch) + ") during the wait");
+    });
+  }
 }
 
 Status PsSync::SendPrepare(uint64_t step) {
@@ -77,6 +89,14 @@ Result<HashGridModel*> PsSync::Snapshot(uint64_t done) {
   return PsSessionSync::Snapshot(done);
 }
 
+Result<uint64_t> PsSync::Recover(const Status& failure) {
+  GRIDSYNC_ASSIGN_OR_RETURN(const uint64_t step, FollowRollback(failure));
+  // What was prepared or pulled belongs to the abandoned history.
+  sent_first_ = false;
+  received_ = false;
+  return step;
+}
+
 Result<SyncOutcome> PsSync::Apply(uint64_t step, ModelGradients* grads, float loss_scale) {
   const bool mixed = config_.training.mixed_precision;
   const uint32_t levels = model_->layout().n_levels();
@@ -116,6 +136,7 @@ Result<SyncOutcome> PsSync::Apply(uint64_t step, ModelGradients* grads, float lo
         WriteWorkerCheckpoint(spec_, rank_, static_cast<uint32_t>(session_.map.shards.size()),
                               step + 1, *session_.ps)
             .WithContext(me_ + " writing its checkpoint"));
+    PublishCheckpoints();
   }
   if (config_.ps.consistency == Consistency::kAsync) {
     // Versions count single pushes here: staleness is the number of other

@@ -38,6 +38,9 @@ class PsSync : public PsSessionSync {
   Result<const StepBatch*> Prepare(uint64_t step) override;
   Result<SyncOutcome> Apply(uint64_t step, ModelGradients* grads, float loss_scale) override;
   Result<HashGridModel*> Snapshot(uint64_t done) override;
+  // A shard restarted and rejoined from its checkpoint: the job goes back
+  // to that step, and this worker with it (the next pull is sent afresh).
+  Result<uint64_t> Recover(const Status& failure) override;
 
  private:
   // One step's slice of the global batch and the rows it reads.

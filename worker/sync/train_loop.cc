@@ -129,142 +129,178 @@ Result<TrainReport> RunTrainLoop(const RunSpec& spec, const ImageTask& image,
   uint64_t samples_in_interval = 0;
   auto interval_start = Clock::now();
   const auto loop_start = Clock::now();
-  for (uint64_t step = first; step < steps; ++step) {
-    if (Clock::now() - last_check >= check_every) {
-      GRIDSYNC_RETURN_IF_ERROR(
-          sync.CheckPeers().WithContext(sync.me() + " before step " + std::to_string(step)));
-      last_check = Clock::now();
+  // A failure the job survives (a restarted shard rejoined and the job
+  // rolled back to its checkpoint): the sync follows it, and the loop goes
+  // back to that step with its own state as it was there.
+  auto recover = [&](const Status& failure) -> Result<uint64_t> {
+    GRIDSYNC_ASSIGN_OR_RETURN(const uint64_t resumed, sync.Recover(failure));
+    if (resumed >= steps) {
+      return failure.WithContext("the job rolled back to step " + std::to_string(resumed) +
+                                 ", past training.steps " + std::to_string(steps));
     }
-    const auto step_begin = Clock::now();
-    const SyncTimes sync_before = sync.times();
-    std::optional<TraceRange> phase(std::in_place, "prepare");  // NVTX, for Nsight Systems
-    auto prepared = sync.Prepare(step);
-    if (!prepared.ok())
-      return prepared.status().WithContext(sync.me() + " preparing step " + std::to_string(step));
-    const StepBatch& b = **prepared;
-    phase.emplace("compute");
-    const auto compute_start = Clock::now();
-    const uint32_t active = model->ActiveLevels(step);
-    const float scale = scaler.scale();
-    double sse = 0;
-    uint64_t offset = 0;
-    for (uint64_t m = 0; m < accumulation; ++m) {
-      const uint64_t part = b.count / accumulation + (m < b.count % accumulation ? 1 : 0);
-      if (part == 0) continue;  // a share smaller than the micro-batch count
-      ModelGradients* target = partial ? partial.get() : &grads;
-      sse +=
-          model->AccumulateGradients(b.positions.data() + offset * 2, b.targets.data() + offset * 3,
-                                     part, batch, scale, active, target, &pool);
-      if (partial) grads.AddFrom(partial.get(), &pool);
-      offset += part;
-    }
-    if (options.throttle_ms > 0)
-      std::this_thread::sleep_for(std::chrono::milliseconds(options.throttle_ms));
-    const double compute_seconds = Since(compute_start);
-    compute_in_interval += compute_seconds;
-    samples_in_interval += b.count;
-    report.my_samples += b.count;
-    report.final_loss = b.count ? sse / static_cast<double>(b.count * 3) : 0.0;
+    next_eval = static_cast<size_t>(
+        std::upper_bound(eval_steps.begin(), eval_steps.end(), resumed) - eval_steps.begin());
+    std::erase_if(report.psnr_curve, [&](const auto& point) { return point.step > resumed; });
+    std::erase_if(report.psnr_at, [&](const auto& entry) { return entry.first > resumed; });
+    last_check = Clock::now();
+    ++report.rollbacks;
+    return resumed;
+  };
+  uint64_t step = first;
+  for (;;) {
+    for (; step < steps;) {
+      if (Clock::now() - last_check >= check_every) {
+        const Status peers = sync.CheckPeers();
+        if (!peers.ok()) {
+          GRIDSYNC_ASSIGN_OR_RETURN(
+              step, recover(peers.WithContext(sync.me() + " before step " + std::to_string(step))));
+          continue;
+        }
+        last_check = Clock::now();
+      }
+      const auto step_begin = Clock::now();
+      const SyncTimes sync_before = sync.times();
+      std::optional<TraceRange> phase(std::in_place, "prepare");  // NVTX, for Nsight Systems
+      auto prepared = sync.Prepare(step);
+      if (!prepared.ok()) {
+        GRIDSYNC_ASSIGN_OR_RETURN(
+            step, recover(prepared.status().WithContext(sync.me() + " preparing step " +
+                                                        std::to_string(step))));
+        continue;
+      }
+      const StepBatch& b = **prepared;
+      phase.emplace("compute");
+      const auto compute_start = Clock::now();
+      const uint32_t active = model->ActiveLevels(step);
+      const float scale = scaler.scale();
+      double sse = 0;
+      uint64_t offset = 0;
+      for (uint64_t m = 0; m < accumulation; ++m) {
+        const uint64_t part = b.count / accumulation + (m < b.count % accumulation ? 1 : 0);
+        if (part == 0) continue;  // a share smaller than the micro-batch count
+        ModelGradients* target = partial ? partial.get() : &grads;
+        sse += model->AccumulateGradients(b.positions.data() + offset * 2,
+                                          b.targets.data() + offset * 3, part, batch, scale, active,
+                                          target, &pool);
+        if (partial) grads.AddFrom(partial.get(), &pool);
+        offset += part;
+      }
+      if (options.throttle_ms > 0)
+        std::this_thread::sleep_for(std::chrono::milliseconds(options.throttle_ms));
+      const double compute_seconds = Since(compute_start);
+      compute_in_interval += compute_seconds;
+      samples_in_interval += b.count;
+      report.my_samples += b.count;
+      report.final_loss = b.count ? sse / static_cast<double>(b.count * 3) : 0.0;
 
-    phase.emplace("apply");
-    const auto apply_start = Clock::now();
-    auto applied_step = sync.Apply(step, &grads, scale);
-    phase.reset();
-    if (!applied_step.ok())
-      return applied_step.status().WithContext(sync.me() + " step " + std::to_string(step));
-    const SyncOutcome outcome = *applied_step;
-    grid_rows += outcome.grid_rows;
-    if (scaler.Update(outcome.finite)) ++applied;
-    StepRecord record;
-    record.step = step;
-    record.first = first;
-    record.steps = steps;
-    record.begin = step_begin;
-    record.prepare_seconds = std::chrono::duration<double>(compute_start - step_begin).count();
-    record.compute_seconds = compute_seconds;
-    record.apply_seconds = Since(apply_start);
-    const SyncTimes sync_after = sync.times();
-    record.sync.push_seconds = sync_after.push_seconds - sync_before.push_seconds;
-    record.sync.pull_wait_seconds = sync_after.pull_wait_seconds - sync_before.pull_wait_seconds;
-    record.sync.allreduce_seconds = sync_after.allreduce_seconds - sync_before.allreduce_seconds;
-    record.sync.bytes_sent = sync_after.bytes_sent - sync_before.bytes_sent;
-    record.sync.bytes_received = sync_after.bytes_received - sync_before.bytes_received;
-    record.samples = b.count;
-    record.global_batch = batch;
-    record.loss = report.final_loss;
-    record.loss_scale = scale;
-    record.skipped = !outcome.finite;
+      phase.emplace("apply");
+      const auto apply_start = Clock::now();
+      auto applied_step = sync.Apply(step, &grads, scale);
+      phase.reset();
+      if (!applied_step.ok()) {
+        GRIDSYNC_ASSIGN_OR_RETURN(step, recover(applied_step.status().WithContext(
+                                            sync.me() + " step " + std::to_string(step))));
+        continue;
+      }
+      const SyncOutcome outcome = *applied_step;
+      grid_rows += outcome.grid_rows;
+      if (scaler.Update(outcome.finite)) ++applied;
+      StepRecord record;
+      record.step = step;
+      record.first = first;
+      record.steps = steps;
+      record.begin = step_begin;
+      record.prepare_seconds = std::chrono::duration<double>(compute_start - step_begin).count();
+      record.compute_seconds = compute_seconds;
+      record.apply_seconds = Since(apply_start);
+      const SyncTimes sync_after = sync.times();
+      record.sync.push_seconds = sync_after.push_seconds - sync_before.push_seconds;
+      record.sync.pull_wait_seconds = sync_after.pull_wait_seconds - sync_before.pull_wait_seconds;
+      record.sync.allreduce_seconds = sync_after.allreduce_seconds - sync_before.allreduce_seconds;
+      record.sync.bytes_sent = sync_after.bytes_sent - sync_before.bytes_sent;
+      record.sync.bytes_received = sync_after.bytes_received - sync_before.bytes_received;
+      record.samples = b.count;
+      record.global_batch = batch;
+      record.loss = report.final_loss;
+      record.loss_scale = scale;
+      record.skipped = !outcome.finite;
 
-    const uint64_t done = step + 1;
-    bool evaluate = eval_every > 0 && done % eval_every == 0;
-    while (next_eval < eval_steps.size() && eval_steps[next_eval] <= done) {
-      evaluate = evaluate || eval_steps[next_eval] == done;
-      ++next_eval;
-    }
-    if (evaluate && sync.holds_model()) {
-      const double trained = Since(loop_start) - eval_seconds;
-      const auto eval_start = Clock::now();
-      auto snapshot = sync.Snapshot(done);
-      if (!snapshot.ok()) {
-        return snapshot.status().WithContext(sync.me() + " taking the model for the evaluation " +
-                                             "after step " + std::to_string(done));
+      const uint64_t done = step + 1;
+      bool evaluate = eval_every > 0 && done % eval_every == 0;
+      while (next_eval < eval_steps.size() && eval_steps[next_eval] <= done) {
+        evaluate = evaluate || eval_steps[next_eval] == done;
+        ++next_eval;
       }
-      HashGridModel& evaluated = *snapshot != nullptr ? **snapshot : *model;
-      const double psnr = EvalPsnr(evaluated, image, centres, active, &pool, &prediction);
-      eval_seconds += Since(eval_start);
-      report.psnr_at[done] = psnr;
-      report.psnr_curve.push_back({done, trained, psnr});
-      record.psnr = psnr;
-      record.eval_seconds = Since(eval_start);
-    }
-    for (StepObserver* observer : options.train.observers) observer->OnStep(record);
-    if (adaptive && done % static_cast<uint64_t>(d.adaptive_interval) == 0 && done < steps) {
-      // Samples per second of compute (not communication) on every worker.
-      const double rate =
-          static_cast<double>(samples_in_interval) / std::max(compute_in_interval, 1e-9);
-      GRIDSYNC_ASSIGN_OR_RETURN(const std::vector<double> rates, sync.GatherRates(done, rate));
-      if (split.Rebalance(done, rates) && !quiet && sync.holds_model()) {
-        std::string shares;
-        for (uint64_t c : split.At(done + 1).counts())
-          shares += (shares.empty() ? "" : ", ") + std::to_string(c);
-        spdlog::info("step {}: adaptive split re-balanced to [{}] samples from step {}", done,
-                     shares, done + 1);
+      if (evaluate && sync.holds_model()) {
+        const double trained = Since(loop_start) - eval_seconds;
+        const auto eval_start = Clock::now();
+        auto snapshot = sync.Snapshot(done);
+        if (!snapshot.ok()) {
+          GRIDSYNC_ASSIGN_OR_RETURN(step, recover(snapshot.status().WithContext(
+                                              sync.me() + " taking the model for the " +
+                                              "evaluation after step " + std::to_string(done))));
+          continue;
+        }
+        HashGridModel& evaluated = *snapshot != nullptr ? **snapshot : *model;
+        const double psnr = EvalPsnr(evaluated, image, centres, active, &pool, &prediction);
+        eval_seconds += Since(eval_start);
+        report.psnr_at[done] = psnr;
+        report.psnr_curve.push_back({done, trained, psnr});
+        record.psnr = psnr;
+        record.eval_seconds = Since(eval_start);
       }
-      compute_in_interval = 0;
-      samples_in_interval = 0;
-    }
-    if (!quiet && options.train.step_lines && t.log_every > 0 &&
-        (done % static_cast<uint64_t>(t.log_every) == 0 || done == steps)) {
-      const double secs = Since(interval_start);
-      const double elapsed = Since(loop_start);
-      const double eta =
-          elapsed / static_cast<double>(done - first) * static_cast<double>(steps - done);
-      TrainReport figures;
-      figures.steps = done - first;
-      sync.FillReport(&figures);
-      std::string extra;
-      if (figures.bytes_pushed_per_step > 0 || figures.bytes_pulled_per_step > 0) {
-        extra =
-            fmt::format(" | pushed {:.2f} MB/step, pulled {:.2f} MB/step",
-                        figures.bytes_pushed_per_step / 1e6, figures.bytes_pulled_per_step / 1e6);
+      for (StepObserver* observer : options.train.observers) observer->OnStep(record);
+      if (adaptive && done % static_cast<uint64_t>(d.adaptive_interval) == 0 && done < steps) {
+        // Samples per second of compute (not communication) on every worker.
+        const double rate =
+            static_cast<double>(samples_in_interval) / std::max(compute_in_interval, 1e-9);
+        GRIDSYNC_ASSIGN_OR_RETURN(const std::vector<double> rates, sync.GatherRates(done, rate));
+        if (split.Rebalance(done, rates) && !quiet && sync.holds_model()) {
+          std::string shares;
+          for (uint64_t c : split.At(done + 1).counts())
+            shares += (shares.empty() ? "" : ", ") + std::to_string(c);
+          spdlog::info("step {}: adaptive split re-balanced to [{}] samples from step {}", done,
+                       shares, done + 1);
+        }
+        compute_in_interval = 0;
+        samples_in_interval = 0;
       }
-      if (figures.max_staleness > 0)
-        extra += fmt::format(", staleness <= {}", figures.max_staleness);
-      if (scaler.enabled()) {
-        extra +=
-            fmt::format(" | loss scale {:g}, {} skipped", scaler.scale(), scaler.skipped_steps());
+      if (!quiet && options.train.step_lines && t.log_every > 0 &&
+          (done % static_cast<uint64_t>(t.log_every) == 0 || done == steps)) {
+        const double secs = Since(interval_start);
+        const double elapsed = Since(loop_start);
+        const double eta =
+            elapsed / static_cast<double>(done - first) * static_cast<double>(steps - done);
+        TrainReport figures;
+        figures.steps = done - first;
+        sync.FillReport(&figures);
+        std::string extra;
+        if (figures.bytes_pushed_per_step > 0 || figures.bytes_pulled_per_step > 0) {
+          extra =
+              fmt::format(" | pushed {:.2f} MB/step, pulled {:.2f} MB/step",
+                          figures.bytes_pushed_per_step / 1e6, figures.bytes_pulled_per_step / 1e6);
+        }
+        if (figures.max_staleness > 0)
+          extra += fmt::format(", staleness <= {}", figures.max_staleness);
+        if (scaler.enabled()) {
+          extra +=
+              fmt::format(" | loss scale {:g}, {} skipped", scaler.scale(), scaler.skipped_steps());
+        }
+        const uint64_t since_log =
+            std::min<uint64_t>(done - first, static_cast<uint64_t>(t.log_every));
+        spdlog::info(
+            "{} step {}/{} ({:.0f}%) loss {:.6f} | {:.0f} samples/s | {} elapsed, ETA {}{}",
+            sync.me(), done, steps, 100.0 * static_cast<double>(done) / static_cast<double>(steps),
+            report.final_loss, static_cast<double>(since_log) * static_cast<double>(batch) / secs,
+            FormatSeconds(elapsed), FormatSeconds(eta), extra);
+        interval_start = Clock::now();
       }
-      const uint64_t since_log =
-          std::min<uint64_t>(done - first, static_cast<uint64_t>(t.log_every));
-      spdlog::info(
-          "{} step {}/{} ({:.0f}%) loss {:.6f} | {:.0f} samples/s | {} elapsed, ETA {}{}",
-          sync.me(), done, steps, 100.0 * static_cast<double>(done) / static_cast<double>(steps),
-          report.final_loss, static_cast<double>(since_log) * static_cast<double>(batch) / secs,
-          FormatSeconds(elapsed), FormatSeconds(eta), extra);
-      interval_start = Clock::now();
+      ++step;
     }
+    const Status finished = sync.Finish(steps, &report);
+    if (finished.ok()) break;
+    GRIDSYNC_ASSIGN_OR_RETURN(step, recover(finished));
   }
-  GRIDSYNC_RETURN_IF_ERROR(sync.Finish(steps, &report));
   report.steps = steps - first;
   report.samples = report.steps * batch;
   report.train_seconds = Since(loop_start) - eval_seconds;

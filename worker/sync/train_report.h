@@ -81,6 +81,7 @@ struct TrainReport {
   };
   std::vector<PsnrPoint> psnr_curve;
   uint64_t skipped_steps = 0;          // mixed precision: steps skipped for an overflow
+  uint64_t rollbacks = 0;              // times the job went back to a checkpoint (a shard rejoined)
   float final_loss_scale = 1.0f;
   uint64_t n_params = 0;
   double grid_rows_per_step = 0;  // mean grid rows this worker's gradient touched per step

@@ -1,0 +1,102 @@
+#include "common/checkpoint_registry.h"
+
+#include <algorithm>
+#include <charconv>
+#include <filesystem>
+#include <set>
+
+namespace gridsync {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string PartBase(const std::string& dir, uint64_t step, const std::string& part) {
+  return dir + "/step-" + std::to_string(step) + "/" + part;
+}
+
+}  // namespace
+
+std::string CheckpointKey(uint64_t job, const std::string& part) {
+  return "checkpoint/job-" + std::to_string(job) + "/" + part;
+}
+
+std::vector<uint64_t> HeldSteps(const std::string& dir, const std::string& part) {
+  std::vector<uint64_t> steps;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("step-", 0) != 0) continue;
+    uint64_t step = 0;
+    const char* begin = name.data() + 5;
+    const char* end = name.data() + name.size();
+    const auto [used, err] = std::from_chars(begin, end, step);
+    if (err != std::errc() || used != end) continue;
+    if (fs::exists(PartBase(dir, step, part) + ".json", ec)) steps.push_back(step);
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+void RemoveStepsAfter(const std::string& dir, const std::string& part, uint64_t step) {
+  std::error_code ec;
+  for (uint64_t held : HeldSteps(dir, part)) {
+    if (held <= step) continue;
+    // The manifest first: without it the step is incomplete for this part.
+    for (const char* ext : {".json", ".bin"}) fs::remove(PartBase(dir, held, part) + ext, ec);
+    fs::remove(dir + "/step-" + std::to_string(held), ec);  // once every part left it
+  }
+}
+
+Status PublishHeldSteps(Store& store, uint64_t job, const std::string& part,
+                        const std::string& dir) {
+  std::string list;
+  for (uint64_t step : HeldSteps(dir, part))
+    list += (list.empty() ? "" : ",") + std::to_string(step);
+  return store.Set(CheckpointKey(job, part), list);
+}
+
+Result<std::vector<uint64_t>> ParseHeldSteps(std::string_view text, const std::string& part) {
+  std::vector<uint64_t> steps;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t comma = text.find(',', at);
+    if (comma == std::string_view::npos) comma = text.size();
+    uint64_t step = 0;
+    const auto [used, err] = std::from_chars(text.data() + at, text.data() + comma, step);
+    if (err != std::errc() || used != text.data() + comma || step == 0) {
+      return Status::Corruption("checkpoint steps of part " + part + ": '" + std::string(text) +
+                                "' is not a comma-separated list of steps");
+    }
+    steps.push_back(step);
+    at = comma + 1;
+  }
+  return steps;
+}
+
+Result<uint64_t> NewestCommonStep(Store& store, uint64_t job,
+                                  const std::vector<std::string>& parts) {
+  std::vector<std::string> keys;
+  for (const auto& part : parts) keys.push_back(CheckpointKey(job, part));
+  auto values = store.Get(keys, std::chrono::milliseconds(0));
+  if (!values.ok()) {
+    if (values.status().code() == StatusCode::kNotFound) return uint64_t{0};
+    return values.status();
+  }
+  std::set<uint64_t> common;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    GRIDSYNC_ASSIGN_OR_RETURN(const std::vector<uint64_t> held,
+                              ParseHeldSteps((*values)[i], parts[i]));
+    std::set<uint64_t> mine(held.begin(), held.end());
+    if (i == 0) {
+      common = std::move(mine);
+      continue;
+    }
+    std::set<uint64_t> both;
+    std::set_intersection(common.begin(), common.end(), mine.begin(), mine.end(),
+                          std::inserter(both, both.end()));
+    common = std::move(both);
+  }
+  return common.empty() ? uint64_t{0} : *common.rbegin();
+}
+
+}  // namespace gridsync

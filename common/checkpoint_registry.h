@@ -1,0 +1,44 @@
+// Which checkpoint steps each part of a job holds, published in the
+// coordinator's key-value store (the Store seam), so that a shard restarted
+// during training, on whatever machine, finds the newest step every part
+// holds and rejoins the job from it (no shared filesystem is assumed).
+//
+// Keys: "checkpoint/job-<job>/<part>" -> the part's steps on disk, ascending,
+// comma-separated ("100,150"). Each process publishes its own part after
+// every checkpoint it writes and after a rollback (which removes its steps
+// past the one the job went back to: they belong to an abandoned history).
+//
+// Thread safety: free functions; the Store is safe for concurrent use.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "common/store.h"
+
+namespace gridsync {
+
+std::string CheckpointKey(uint64_t job, const std::string& part);
+
+// The steps whose folder in `dir` holds part `part`'s manifest, ascending.
+std::vector<uint64_t> HeldSteps(const std::string& dir, const std::string& part);
+
+// Removes part `part`'s files of every step after `step` (a rollback).
+void RemoveStepsAfter(const std::string& dir, const std::string& part, uint64_t step);
+
+// Publishes the steps part `part` holds in `dir`, for job `job`.
+Status PublishHeldSteps(Store& store, uint64_t job, const std::string& part,
+                        const std::string& dir);
+
+// Parses a published list; Corruption naming the part when it is not one.
+Result<std::vector<uint64_t>> ParseHeldSteps(std::string_view text, const std::string& part);
+
+// The newest step every one of `parts` published for job `job`; 0 when a
+// part published nothing (or no step is common). Does not wait.
+Result<uint64_t> NewestCommonStep(Store& store, uint64_t job,
+                                  const std::vector<std::string>& parts);
+
+}  // namespace gridsync
