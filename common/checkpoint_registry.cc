@@ -99,4 +99,25 @@ Result<uint64_t> NewestCommonStep(Store& store, uint64_t job,
   return common.empty() ? uint64_t{0} : *common.rbegin();
 }
 
+std::vector<std::string> CheckpointParts(uint32_t shards, uint32_t workers_with_state) {
+  std::vector<std::string> parts;
+  for (uint32_t s = 0; s < shards; ++s) parts.push_back("shard-" + std::to_string(s));
+  for (uint32_t w = 0; w < workers_with_state; ++w) parts.push_back("worker-" + std::to_string(w));
+  return parts;
+}
+
+Result<uint64_t> RejoinStep(Store& store, uint64_t job, const std::vector<std::string>& parts,
+                            const std::string& dir, const std::string& own_part) {
+  GRIDSYNC_ASSIGN_OR_RETURN(const uint64_t step, NewestCommonStep(store, job, parts));
+  if (step == 0 || own_part.empty()) return step;
+  const auto held = HeldSteps(dir, own_part);
+  if (std::find(held.begin(), held.end(), step) != held.end()) return step;
+  std::string mine;
+  for (uint64_t s : held) mine += (mine.empty() ? "" : ", ") + std::to_string(s);
+  return Status::NotFound(own_part + " cannot rejoin job " + std::to_string(job) +
+                          ": the job's newest complete checkpoint is step " + std::to_string(step) +
+                          ", but " + dir + " holds its steps [" + mine +
+                          "]; allowed: restart it where its checkpoint.dir is");
+}
+
 }  // namespace gridsync

@@ -41,4 +41,16 @@ Result<std::vector<uint64_t>> ParseHeldSteps(std::string_view text, const std::s
 Result<uint64_t> NewestCommonStep(Store& store, uint64_t job,
                                   const std::vector<std::string>& parts);
 
+// The parts a job's checkpoint step needs: every shard, and every worker
+// when the workers hold training state (RunSpec::sync.worker_state).
+std::vector<std::string> CheckpointParts(uint32_t shards, uint32_t workers_with_state);
+
+// The step a process restarted during job `job` rejoins it from: the newest
+// step every part holds, which its own part (`own_part`, unless empty: a
+// process with nothing on disk) must hold in `dir`; 0 when there is none.
+// NotFound, naming the folder and what it holds, when only the own files
+// are missing.
+Result<uint64_t> RejoinStep(Store& store, uint64_t job, const std::vector<std::string>& parts,
+                            const std::string& dir, const std::string& own_part);
+
 }  // namespace gridsync

@@ -320,6 +320,20 @@ Status CoordinatorClient::Authenticate(const wire::ControlAuth& auth, Role role)
   return Status::OK();
 }
 
+Result<CoordinatorClient::Registration> CoordinatorClient::RegisterAgain(
+    const RegisterInfo& info, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    auto registered = Register(info, timeout);
+    if (registered.ok() || registered.status().code() != StatusCode::kInvalidArgument ||
+        registered.status().message().find("already taken") == std::string::npos ||
+        std::chrono::steady_clock::now() >= deadline) {
+      return registered;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
 Result<CoordinatorClient::Registration> CoordinatorClient::Register(
     const RegisterInfo& info, std::chrono::milliseconds timeout) {
   return impl_->Call<Registration>(

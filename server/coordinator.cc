@@ -342,6 +342,7 @@ Result<CoordinatorStats> CoordinatorImpl::stats(std::chrono::milliseconds timeou
     CoordinatorStats s = counts_;
     s.generation = map_.generation;
     s.job = map_.job;
+    s.epoch = map_.epoch;
     s.shards = static_cast<uint32_t>(map_.shards.size());
     s.workers = static_cast<uint32_t>(map_.workers.size());
     s.expected_shards = map_.expected_shards;
@@ -758,38 +759,28 @@ void CoordinatorImpl::HandleRegister(const ConnPtr& conn, uint64_t id, RegisterI
     Send(conn, wire::EncodeErrorReply(id, Status::InvalidArgument(std::move(text))));
   };
 
-  if (!shard && info.rejoin_step > 0) {
-    refuse(
-        fmt::format("a worker asked to rejoin at step {}; allowed: rejoin step 0 (only a "
-                    "restarted shard rejoins a running job from its checkpoint)",
-                    info.rejoin_step));
-    return;
-  }
-  // A shard restarted during training rejoins from its checkpoint, and the
-  // whole job rolls back to that step (a new epoch). One with fresh
-  // parameters at version 0 would silently lose training: refused.
-  const bool rejoining = shard && training_started_;
-  if (rejoining && info.rejoin_step == 0) {
+  // A shard or worker restarted during training rejoins from the job's
+  // newest complete checkpoint, and the whole job rolls back to that step (a
+  // new epoch). One that starts afresh would silently lose training (a
+  // shard at version 0) or wait for peers long past 'init' (a worker):
+  // refused.
+  const bool rejoining = info.rejoin_step > 0;
+  if (rejoining && (!training_started_ || job_done_)) {
     refuse(fmt::format(
-        "shard {} joined after training started (the workers passed 'init') with fresh "
-        "parameters, not the job's; allowed: a shard rejoining from the job's newest complete "
-        "checkpoint (checkpoint.every_steps; a restarted gridsync-ps finds it itself once one "
-        "exists), or restart the whole job (gridsync launch --resume)",
-        info.requested_rank));
+        "{} {} asked to rejoin job {} from step {}, but the job's training {}; "
+        "allowed: rejoin step 0 (a fresh start){}",
+        role, info.requested_rank, map_.job, info.rejoin_step,
+        training_started_ ? "ended (its workers passed 'done')" : "has not started",
+        training_started_ ? ", or restart the whole job (gridsync launch --resume)" : ""));
     return;
   }
-  if (rejoining && job_done_) {
-    refuse(
-        fmt::format("shard {} asked to rejoin job {} at step {}, but the job's workers passed "
-                    "'done'; allowed: restart the whole job (gridsync launch --resume)",
-                    info.requested_rank, map_.job, info.rejoin_step));
-    return;
-  }
-  if (shard && !rejoining && info.rejoin_step > 0) {
-    refuse(
-        fmt::format("shard {} asked to rejoin job {} from step {}, but the job's training has "
-                    "not started; allowed: rejoin step 0 (a fresh shard)",
-                    info.requested_rank, map_.job, info.rejoin_step));
+  if (!rejoining && training_started_ && (shard || !job_done_)) {
+    refuse(fmt::format(
+        "{} {} joined after training started (the workers passed 'init') with {}, not the "
+        "job's; allowed: a {} rejoining from the job's newest complete checkpoint "
+        "(checkpoint.every_steps: a restarted process finds it itself once one exists), or "
+        "restart the whole job (gridsync launch --resume)",
+        role, info.requested_rank, shard ? "fresh parameters" : "a fresh start", role));
     return;
   }
   uint32_t rank = 0;

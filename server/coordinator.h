@@ -54,6 +54,7 @@ struct CoordinatorOptions {
 struct CoordinatorStats {
   uint64_t generation = 0;
   uint64_t job = 0;
+  uint64_t epoch = 0;  // the job's rollbacks (a shard or worker rejoined)
   uint32_t shards = 0, expected_shards = 0;
   uint32_t workers = 0, expected_workers = 0;
   uint64_t connections = 0;      // open now

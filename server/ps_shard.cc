@@ -135,7 +135,7 @@ class PsShardImpl : public PsShard {
       return;
     }
     spdlog::warn(
-        "shard {}: job {} rolled back to step {} (epoch {}): a shard rejoined from its "
+        "shard {}: job {} rolled back to step {} (epoch {}): a restarted process rejoined from its "
         "checkpoint; this one reloaded its own (it was at version {}; {} waiting pulls refused, "
         "{} held steps dropped)",
         options_.shard, job_gate_.job(), step, job_gate_.epoch(), from, dropped_pulls,

@@ -31,6 +31,9 @@ void ExposeShardMetrics(MetricsEndpoint& endpoint, const PsShard& shard) {
                     [s] { return static_cast<double>(s->serving_stats().waiting_pulls); });
   endpoint.AddGauge("gridsync_shard_job", "The job served (0: none yet)",
                     [s] { return static_cast<double>(s->serving_stats().job); });
+  endpoint.AddGauge("gridsync_shard_epoch",
+                    "The epoch of the job served: rollbacks to a checkpoint so far",
+                    [s] { return static_cast<double>(s->serving_stats().epoch); });
   endpoint.AddCounters("gridsync_shard_refusals_total",
                        "Error replies, by reason (the status code, or unreadable)", [s] {
                          std::vector<MetricSample> out;
@@ -97,6 +100,9 @@ void ExposeCoordinatorMetrics(MetricsEndpoint& endpoint, Coordinator& coordinato
   endpoint.AddGauge("gridsync_coordinator_generation", "Cluster map generation",
                     stat(&CoordinatorStats::generation));
   endpoint.AddGauge("gridsync_coordinator_job", "The cluster's job", stat(&CoordinatorStats::job));
+  endpoint.AddGauge("gridsync_coordinator_epoch",
+                    "The job's epoch: rollbacks to a checkpoint after a rejoin",
+                    stat(&CoordinatorStats::epoch));
   endpoint.AddGauge("gridsync_coordinator_connections", "Open control-plane connections",
                     stat(&CoordinatorStats::connections));
   endpoint.AddGauge("gridsync_coordinator_barrier_waiting", "Members waiting at a barrier now",

@@ -38,13 +38,6 @@ Status LoadShardCheckpoint(const std::string& dir, uint32_t shard, uint64_t step
                                                Part(shard) + ".bin");
 }
 
-std::vector<std::string> CheckpointParts(uint32_t shards, uint32_t workers_with_state) {
-  std::vector<std::string> parts;
-  for (uint32_t s = 0; s < shards; ++s) parts.push_back(Part(s));
-  for (uint32_t w = 0; w < workers_with_state; ++w) parts.push_back("worker-" + std::to_string(w));
-  return parts;
-}
-
 std::string ShardPart(uint32_t shard) { return "shard-" + std::to_string(shard); }
 
 void ShardCheckpoints::SetRegistry(Store* registry) {

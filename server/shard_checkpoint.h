@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "common/checkpoint_registry.h"
 #include "common/status.h"
 #include "common/store.h"
 #include "server/shard_store.h"
@@ -32,10 +33,6 @@ Status WriteShardCheckpoint(const std::string& dir, uint32_t shard, uint64_t ste
 // manifest: step, shard, table shapes, size and checksum.
 Status LoadShardCheckpoint(const std::string& dir, uint32_t shard, uint64_t step,
                            ShardStore* store);
-// The parts a job's checkpoint step needs: every shard, and every worker
-// when the workers hold training state (RunSpec::sync.worker_state); for
-// LatestCompleteStep.
-std::vector<std::string> CheckpointParts(uint32_t shards, uint32_t workers_with_state);
 std::string ShardPart(uint32_t shard);  // "shard-<i>"
 
 // One shard's checkpoints during its jobs: written every `every` applied

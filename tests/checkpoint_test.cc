@@ -9,7 +9,10 @@
 #include <fstream>
 
 #include "common/checkpoint_files.h"
+#include "common/checkpoint_registry.h"
 #include "common/sharding.h"
+#include "common/store.h"
+#include "server/job_gate.h"
 #include "server/shard_checkpoint.h"
 #include "server/shard_store.h"
 #include "tests/test_util.h"
@@ -207,6 +210,102 @@ TEST(CheckpointTest, RefusedWhereNoStepIsOneStateOfTheJob) {
   ASSERT_TRUE(plain.ok());
   EXPECT_TRUE(plain->CheckRunnable(false).ok());
   EXPECT_EQ(plain->checkpoint.dir, "/tmp/x/checkpoints");
+}
+
+TEST(CheckpointRegistryTest, TheNewestStepEveryPartHoldsIsFoundAndGarbageIsRefused) {
+  const std::string dir =
+      (fs::temp_directory_path() / ("gridsync-registry-" + std::to_string(::getpid()))).string();
+  fs::remove_all(dir);
+  HashStore store;
+  // Nothing published: nothing to rejoin from.
+  auto none = NewestCommonStep(store, 1, {"shard-0", "shard-1"});
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_EQ(*none, 0u);
+  // Parts on disk: shard-0 holds 100 and 150, shard-1 100 and 150 and 200
+  // (shard-0 died before writing 200).
+  for (uint64_t step : {100, 150}) {
+    ASSERT_TRUE(WriteCheckpointPart(dir, step, "shard-0", "a", {1}).ok());
+  }
+  for (uint64_t step : {100, 150, 200}) {
+    ASSERT_TRUE(WriteCheckpointPart(dir, step, "shard-1", "b", {1}).ok());
+  }
+  EXPECT_EQ(HeldSteps(dir, "shard-1"), (std::vector<uint64_t>{150, 200}));  // two newest kept
+  ASSERT_TRUE(PublishHeldSteps(store, 1, "shard-0", dir).ok());
+  ASSERT_TRUE(PublishHeldSteps(store, 1, "shard-1", dir).ok());
+  auto common = NewestCommonStep(store, 1, {"shard-0", "shard-1"});
+  ASSERT_TRUE(common.ok()) << common.status().ToString();
+  EXPECT_EQ(*common, 150u);
+  // Another job's steps are not this one's.
+  auto other = NewestCommonStep(store, 2, {"shard-0", "shard-1"});
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(*other, 0u);
+  // A rollback to 150 forgets shard-1's abandoned 200.
+  RemoveStepsAfter(dir, "shard-1", 150);
+  EXPECT_EQ(HeldSteps(dir, "shard-1"), (std::vector<uint64_t>{150}));
+  // A published list that is not one is refused, naming the part.
+  for (const char* bad : {"12,x", "1,,2", "-5", "0", "99999999999999999999999"}) {
+    ASSERT_TRUE(store.Set(CheckpointKey(1, "shard-1"), bad).ok());
+    auto refused = NewestCommonStep(store, 1, {"shard-0", "shard-1"});
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_NE(refused.status().message().find("shard-1"), std::string::npos);
+  }
+  fs::remove_all(dir);
+}
+
+TEST(JobGateTest, EpochsMoveOnlyWhenTheCoordinatorConfirms) {
+  JobState cluster{1, 0, 0};
+  int asked = 0;
+  JobGate gate(0);
+  gate.SetSource([&]() -> Result<JobState> {
+    ++asked;
+    return cluster;
+  });
+  auto first = gate.Admit(1, 0, 0);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(first->verdict, JobGate::Verdict::kCurrent);
+  // A message claiming an epoch the coordinator does not know is refused.
+  auto claimed = gate.Admit(1, 1, 1);
+  ASSERT_FALSE(claimed.ok());
+  EXPECT_NE(claimed.status().message().find("not the cluster's"), std::string::npos)
+      << claimed.status().ToString();
+  EXPECT_EQ(gate.epoch(), 0u);
+  // A shard rejoined from step 150: the first message of epoch 1 rolls back.
+  cluster = {1, 1, 150};
+  auto rolled = gate.Admit(1, 1, 0);
+  ASSERT_TRUE(rolled.ok()) << rolled.status().ToString();
+  EXPECT_EQ(rolled->verdict, JobGate::Verdict::kRollBack);
+  EXPECT_EQ(rolled->resume_step, 150u);
+  EXPECT_EQ(gate.epoch(), 1u);
+  auto again = gate.Admit(1, 1, 0);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->verdict, JobGate::Verdict::kCurrent);
+  // The other worker, still at epoch 0, is refused by name.
+  auto stale = gate.Admit(1, 0, 1);
+  ASSERT_FALSE(stale.ok());
+  EXPECT_NE(stale.status().message().find("worker 1"), std::string::npos);
+  EXPECT_NE(stale.status().message().find("rolled back"), std::string::npos);
+  // A new job starts afresh, at its own epoch 0.
+  cluster = {2, 0, 0};
+  auto next = gate.Admit(2, 0, 0);
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(next->verdict, JobGate::Verdict::kNewJob);
+  EXPECT_EQ(gate.job(), 2u);
+  EXPECT_EQ(gate.epoch(), 0u);
+  EXPECT_GE(asked, 2);
+}
+
+TEST(JobGateTest, ARejoiningShardServesNothingUntilOpened) {
+  JobGate gate(3, /*closed=*/true);
+  gate.SetSource([]() -> Result<JobState> { return JobState{1, 2, 150}; });
+  auto refused = gate.Admit(1, 1, 0);  // queued before the shard died
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("rejoining"), std::string::npos);
+  gate.Open(1, 2);
+  auto old = gate.Admit(1, 1, 0);
+  ASSERT_FALSE(old.ok());
+  auto current = gate.Admit(1, 2, 0);
+  ASSERT_TRUE(current.ok());
+  EXPECT_EQ(current->verdict, JobGate::Verdict::kCurrent);
 }
 
 }  // namespace

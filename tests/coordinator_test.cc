@@ -285,7 +285,7 @@ TEST_F(CoordinatorTest, AShardRestartedDuringTrainingIsRefused) {
   auto restarted = Connect();
   auto refused = restarted->Register(Member(Role::kShard, 0), 2s);
   ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.status().message().find("--resume"), std::string::npos)
+  EXPECT_NE(refused.status().message().find("fresh parameters"), std::string::npos)
       << refused.status().ToString();
   // The job ends; the next job's shards register.
   worker.reset();
@@ -299,6 +299,76 @@ TEST_F(CoordinatorTest, AShardRestartedDuringTrainingIsRefused) {
       std::this_thread::sleep_for(20ms);
   }
   EXPECT_TRUE(next) << "a new job could not register its shard";
+}
+
+TEST_F(CoordinatorTest, AShardRejoiningFromACheckpointMovesTheEpoch) {
+  // Before training, nothing can be rejoined.
+  auto early = Connect();
+  RegisterInfo info = Member(Role::kShard, 0);
+  info.rejoin_step = 50;
+  auto refused = early->Register(info, 2s);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("has not started"), std::string::npos)
+      << refused.status().ToString();
+  early.reset();
+  // Nor by a worker.
+  auto worker_try = Connect();
+  RegisterInfo worker_info = Member(Role::kWorker, 1);
+  worker_info.rejoin_step = 50;
+  EXPECT_FALSE(worker_try->Register(worker_info, 2s).ok());
+  worker_try.reset();
+
+  std::unique_ptr<CoordinatorClient> shard;
+  for (auto start = Clock::now(); Since(start) < 3s && !shard;) {
+    auto client = Connect();
+    if (client->Register(Member(Role::kShard, 0), 2s).ok())
+      shard = std::move(client);
+    else
+      std::this_thread::sleep_for(10ms);
+  }
+  auto worker = Join(Role::kWorker, 0);
+  ASSERT_TRUE(shard && worker);
+  ASSERT_TRUE(worker->Barrier("init", 1, "worker-0", 2s).ok());
+  auto before = worker->CurrentJob();
+  ASSERT_TRUE(before.ok());
+  EXPECT_EQ(before->epoch, 0u);
+  shard.reset();  // the shard process dies
+  std::unique_ptr<CoordinatorClient> rejoined;
+  CoordinatorClient::Registration registration;
+  for (auto start = Clock::now(); Since(start) < 3s && !rejoined;) {
+    auto client = Connect();
+    RegisterInfo again = Member(Role::kShard, 0);
+    again.rejoin_step = 150;
+    auto reg = client->Register(again, 2s);
+    if (reg.ok()) {
+      rejoined = std::move(client);
+      registration = *reg;
+    } else {
+      std::this_thread::sleep_for(10ms);  // the dead one is still registered
+    }
+  }
+  ASSERT_TRUE(rejoined) << "the restarted shard could not rejoin";
+  EXPECT_EQ(registration.map.epoch, 1u);
+  EXPECT_EQ(registration.map.resume_step, 150u);
+  auto after = worker->CurrentJob();
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->job, before->job);
+  EXPECT_EQ(after->epoch, 1u);
+  EXPECT_EQ(after->resume_step, 150u);
+  // The job's end starts the next one at epoch 0.
+  worker.reset();
+  auto observer = Connect();
+  for (auto start = Clock::now(); Since(start) < 3s;) {
+    auto state = observer->CurrentJob();
+    ASSERT_TRUE(state.ok());
+    if (state->job > before->job) {
+      EXPECT_EQ(state->epoch, 0u);
+      EXPECT_EQ(state->resume_step, 0u);
+      return;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  ADD_FAILURE() << "the job did not end when its last worker left";
 }
 
 TEST_F(CoordinatorTest, WaitCompleteReturnsWhenTheLastMemberJoins) {

@@ -15,6 +15,10 @@
 #     workers' own state is in the checkpoints too: SIGKILL of worker 1 after
 #     step 150, and --resume ends bit for bit where the uninterrupted run
 #     ends.
+#  7. Live rejoin: SIGKILL of shard 1 or worker 1 after step 150; the
+#     launcher restarts it, it rejoins from the checkpoint, the job rolls back
+#     without stopping and ends bit for bit as the uninterrupted run (plain
+#     and onebit).
 set -euo pipefail
 BUILD=${1:?usage: fault_test.sh BUILD_DIR}
 GS="$BUILD/tools/gridsync"
@@ -172,6 +176,45 @@ elif "$GS" launch "$WORK/cluster.json" "${codec_set[@]}" --resume --rank0-arg=--
 else
   fail "resuming the codec run failed or differs"; tail -5 "$WORK/resumed-codec.log"
 fi
+
+# 7. Live rejoin: SIGKILL of shard 1 (or worker 1) after the checkpoint of
+# step 150, and the launcher restarts it (--max-restarts, as systemd's
+# Restart=on-failure would). It rejoins from the newest step every part
+# holds, the job rolls back to it without stopping, and it ends bit for bit
+# where the uninterrupted run ends: plain, and with onebit (the workers'
+# residuals and Adam state come back from their checkpoints too).
+for run in plain:ps-1 onebit:ps-1 onebit:worker-1; do
+  victim=${run#*:}; variant=${run%:*}; tag="$variant-$victim"
+  extra=(); clean="$WORK/clean.bin"
+  if [ "$variant" = onebit ]; then extra=("${codec_set[@]}"); clean="$WORK/clean-codec.bin"; fi
+  pattern="gridsync-ps --shard 1 --config $WORK/cluster.json"
+  [ "$victim" = worker-1 ] && pattern="gridsync-worker --rank 1 --config $WORK/cluster.json"
+  log="$WORK/rejoin-$tag.log"
+  rm -rf "$WORK/ckpt"
+  start=$(date +%s)
+  "$GS" launch "$WORK/cluster.json" "${extra[@]}" --max-restarts 1 --rank0-arg=--dump-params \
+    --rank0-arg="$WORK/rejoined-$tag.bin" > "$log" 2>&1 &
+  launcher=$!
+  wait_for_line "$log" "\[ps-1\].*checkpoint at step 150 written" || true
+  pkill -KILL -f "$pattern" || fail "$tag: $victim was not running after the checkpoint of step 150"
+  rc=0; wait $launcher || rc=$?
+  # Every process that lived through it says it rolled back.
+  others=2; [ "$victim" = worker-1 ] && others=1
+  if [ $rc -ne 0 ]; then
+    fail "$tag: the run did not survive the restart of $victim (exit $rc)"
+    grep -v "step [0-9]*/" "$log" | tail -15
+  elif ! grep -q "\[$victim\].*\(rejoining it\|rejoined job\)" "$log" ||
+       ! grep -q "\[ps-0\].*rolled back to step" "$log" ||
+       [ "$(grep -c "\[worker-[01]\].*carries on from there" "$log")" -ne $others ]; then
+    fail "$tag: the restarted $victim, shard 0 and the other workers did not all say they rolled back"
+    grep -v "step [0-9]*/" "$log" | tail -15
+  elif ! cmp -s "$clean" "$WORK/rejoined-$tag.bin"; then
+    fail "$tag: after the live rejoin the final parameters differ from the uninterrupted run's"
+  else
+    step=$(grep -o "rolled back to step [0-9]*" "$log" | head -1 | grep -o "[0-9]*$")
+    echo "ok: $tag: SIGKILL of $victim, restarted by the launcher, rejoined from step $step; the job rolled back and ended bit for bit as the uninterrupted run ($(( $(date +%s) - start )) s in all)"
+  fi
+done
 
 if [ $failures -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
 echo "fault: all checks passed"

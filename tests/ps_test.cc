@@ -1025,7 +1025,7 @@ TEST(PsShardTest, ANewJobStartsAfreshAndAStaleWorkerIsRefusedByName) {
   EXPECT_EQ(AppliedSteps(*cluster->shards[0], 1u), 1u);
 
   // Job 2 has not begun: claiming it changes nothing.
-  expect_refused(send(wire::Kind::kPull, 2, 0), "job 2 is not the cluster's");
+  expect_refused(send(wire::Kind::kPull, 2, 0), "job 2 of worker 0 is not the cluster's");
   EXPECT_EQ(cluster->shards[0]->stats().applied_steps, 1u);
 
   // A worker of job 1 passes 'init' and leaves: the coordinator starts job 2.

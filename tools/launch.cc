@@ -428,15 +428,16 @@ int RunLaunch(const LaunchOptions& options) {
         break;
       }
     }
-    if (failed != nullptr && !failed->is_worker && failed->name.rfind("ps-", 0) == 0 &&
+    if (failed != nullptr && (failed->is_worker || failed->name.rfind("ps-", 0) == 0) &&
         failed->restarts < options.max_restarts && config->checkpoint.every_steps > 0) {
-      // As systemd's Restart=on-failure would: the shard rejoins the job
-      // from its newest complete checkpoint, and the job rolls back to it.
+      // As systemd's Restart=on-failure would: the shard or worker rejoins
+      // the job from its newest complete checkpoint, and the job rolls back
+      // to it.
       Child& dead = children[static_cast<size_t>(failed - children.data())];
       Drain(dead);
       std::vector<std::string> argv;
       for (size_t i = 0; i < dead.argv.size(); ++i) {
-        if (dead.argv[i] == "--resume-step") {
+        if (dead.argv[i] == "--resume-step" || dead.argv[i] == "--start-step") {
           ++i;  // it finds the step to rejoin from itself
           continue;
         }
@@ -449,7 +450,7 @@ int RunLaunch(const LaunchOptions& options) {
           dead.name.c_str(), dead.pid, Describe(dead.status).c_str(), restarts,
           options.max_restarts);
       if (dead.fd >= 0) close(dead.fd);
-      Child fresh = Spawn(dead.name, argv, dead.env, false);
+      Child fresh = Spawn(dead.name, argv, dead.env, dead.is_worker);
       fresh.restarts = restarts;
       dead = std::move(fresh);
       continue;

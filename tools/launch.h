@@ -42,10 +42,10 @@ struct LaunchOptions {
   // --resume: start from the newest checkpoint every shard completed
   // (checkpoint.dir); shards load it, workers continue at its step.
   bool resume = false;
-  // --max-restarts: a shard that dies during training is restarted up to
-  // this many times (in all), with checkpoints on; it rejoins the job from
-  // the newest complete checkpoint and every process rolls back to it. A
-  // worker's death still ends the run.
+  // --max-restarts: a shard or worker that fails during training is
+  // restarted, up to this many times each, with checkpoints on; it rejoins
+  // the job from the newest complete checkpoint and every process rolls
+  // back to it.
   int max_restarts = 0;
 };
 

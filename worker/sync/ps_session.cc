@@ -83,7 +83,25 @@ Result<PsSession> JoinPsCluster(const RunSpec& spec, HashGridModel& model,
     info.node = d.ResolvedNodes()[static_cast<size_t>(d.NodeOf(options.rank))].name;
     info.local_rank = static_cast<uint32_t>(d.LocalRankOf(options.rank));
   }
-  GRIDSYNC_ASSIGN_OR_RETURN(auto registration, session.coordinator->Register(info, timeout));
+  // Restarted during training (the launcher's --max-restarts, a unit's
+  // Restart=): rejoin from the job's newest complete checkpoint.
+  if (options.start_step == 0 && config.checkpoint.every_steps > 0) {
+    GRIDSYNC_ASSIGN_OR_RETURN(
+        const ClusterMap now,
+        session.coordinator->GetMap(/*wait_complete=*/false, std::chrono::milliseconds(0)));
+    CoordinatorStore registry(session.coordinator.get());
+    const auto parts = CheckpointParts(static_cast<uint32_t>(config.ps.shards),
+                                       spec.sync.worker_state ? workers : 0);
+    const std::string own = spec.sync.worker_state && options.rank >= 0
+                                ? "worker-" + std::to_string(options.rank)
+                                : std::string();
+    GRIDSYNC_ASSIGN_OR_RETURN(info.rejoin_step,
+                              RejoinStep(registry, now.job, parts, config.checkpoint.dir, own));
+    session.rejoined_at = info.rejoin_step;
+  }
+  GRIDSYNC_ASSIGN_OR_RETURN(
+      auto registration, session.rejoined_at > 0 ? session.coordinator->RegisterAgain(info, timeout)
+                                                 : session.coordinator->Register(info, timeout));
   session.rank = registration.rank;
   session.me = "worker-" + std::to_string(session.rank);
   if (!options.metrics_address.empty()) {
@@ -107,12 +125,28 @@ Result<PsSession> JoinPsCluster(const RunSpec& spec, HashGridModel& model,
                              Mix64(config.training.seed) ^ (uint64_t{session.rank} << 48));
   session.ps->SetDeltaPulls(compression.delta_pulls);
   if (spec.sync.optimizer_on_workers) session.ps->SetWorkerOptimizer(spec.model.adam);
-  if (options.start_step > 0 && spec.sync.worker_state) {
-    // Resuming: the residuals and Adam's state of the checkpoint's step.
+  const uint64_t start = session.rejoined_at > 0 ? session.rejoined_at : options.start_step;
+  if (start > 0 && spec.sync.worker_state) {
+    // Resuming or rejoining: the residuals and Adam's state of the
+    // checkpoint's step.
     GRIDSYNC_RETURN_IF_ERROR(
         LoadWorkerCheckpoint(spec, session.rank, static_cast<uint32_t>(session.map.shards.size()),
-                             options.start_step, session.ps.get())
-            .WithContext(session.me + " resuming at step " + std::to_string(options.start_step)));
+                             start, session.ps.get())
+            .WithContext(session.me + " resuming at step " + std::to_string(start)));
+  }
+  if (session.rejoined_at > 0) {
+    // The others passed 'init' long ago; the job rolls back to this step.
+    spdlog::warn("{}: rejoined job {} from the checkpoint of step {} (epoch {})", session.me,
+                 session.map.job, session.rejoined_at, session.map.epoch);
+    if (spec.sync.worker_state) {
+      const std::string part = "worker-" + std::to_string(session.rank);
+      RemoveStepsAfter(config.checkpoint.dir, part, session.rejoined_at);
+      CoordinatorStore registry(session.coordinator.get());
+      GRIDSYNC_RETURN_IF_ERROR(
+          PublishHeldSteps(registry, session.map.job, part, config.checkpoint.dir));
+    }
+    session.ps->ResetCounters();
+    return session;
   }
   if (!options.train.quiet) {
     spdlog::info("{}: cluster of {} shards and {} workers (map generation {}), {} tables",
@@ -226,18 +260,17 @@ Result<uint64_t> PsSessionSync::FollowRollback(const Status& failure) {
       return failure.WithContext("the job ended (the coordinator runs job " +
                                  std::to_string(map.job) + ")");
     }
-    // A lost worker takes its part of every step with it: no rollback helps.
-    if (map.workers.size() != map.expected_workers) return failure;
+    // A restarted shard or worker rejoins, and the job's epoch moves.
     if (map.epoch > mine && map.complete()) break;
     if (std::chrono::steady_clock::now() >= deadline) {
-      return failure.WithContext("no restarted shard rejoined the job within " +
+      return failure.WithContext("no restarted process rejoined the job within " +
                                  std::to_string(spec_.sync.timeout.count() / 1000) + " s");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   const uint64_t step = map.resume_step;
   spdlog::warn(
-      "{}: {}; the job rolled back to step {} (epoch {}): a shard rejoined from its "
+      "{}: {}; the job rolled back to step {} (epoch {}): a restarted process rejoined from its "
       "checkpoint, and this worker carries on from there",
       me_, failure.ToString(), step, map.epoch);
   session_.ps->FollowEpoch(map.epoch);

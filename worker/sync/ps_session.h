@@ -29,12 +29,17 @@ struct PsSession {
   ClusterMap map;
   std::unique_ptr<Partition> partition;  // the client refers to it
   std::unique_ptr<PsClient> ps;
+  // > 0: this worker was restarted during training and rejoined the job
+  // from the checkpoint of this step, where its training goes on.
+  uint64_t rejoined_at = 0;
 };
 
 // Registers with the coordinator (the model's tables checked), waits for
 // the complete cluster map, connects to every shard; rank 0 gives the
 // shards the model's seeded values (unless resuming); every worker then
-// passes the "init" barrier.
+// passes the "init" barrier. A worker restarted while its job trains (with
+// checkpoints) rejoins it instead, from the newest complete checkpoint
+// (PsSession::rejoined_at), and the job rolls back to that step.
 Result<PsSession> JoinPsCluster(const RunSpec& spec, HashGridModel& model,
                                 const WorkerOptions& options);
 

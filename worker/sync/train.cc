@@ -97,6 +97,7 @@ Result<TrainReport> TrainPsWorker(const RunSpec& spec, const ImageTask& image,
   const Config& config = spec.config;
   GRIDSYNC_ASSIGN_OR_RETURN(auto model, MakeModel(spec));
   GRIDSYNC_ASSIGN_OR_RETURN(PsSession session, JoinPsCluster(spec, *model, options));
+  const uint64_t rejoined_at = session.rejoined_at;
   ThreadPool pool(config.training.threads);
   const BatchSource source(image, config.training.seed);
   SplitSchedule split(BatchSplit(config.distributed, config.training.batch_size));
@@ -107,6 +108,11 @@ Result<TrainReport> TrainPsWorker(const RunSpec& spec, const ImageTask& image,
   } else {
     sync = std::make_unique<PsSync>(spec, model.get(), std::move(session), &source, &split, &pool,
                                     options);
+  }
+  if (rejoined_at > 0) {
+    WorkerOptions rejoined = options;
+    rejoined.start_step = rejoined_at;
+    return RunTrainLoop(spec, image, model, *sync, split, pool, rejoined);
   }
   return RunTrainLoop(spec, image, model, *sync, split, pool, options);
 }

@@ -143,6 +143,10 @@ Result<TrainReport> RunTrainLoop(const RunSpec& spec, const ImageTask& image,
     std::erase_if(report.psnr_curve, [&](const auto& point) { return point.step > resumed; });
     std::erase_if(report.psnr_at, [&](const auto& entry) { return entry.first > resumed; });
     last_check = Clock::now();
+    // A step that failed while pushing leaves gradients behind (the MLP's
+    // are cleared only once pushed): the step is computed again from zero.
+    grads.Clear(&pool);
+    if (partial) partial->Clear(&pool);
     ++report.rollbacks;
     return resumed;
   };
