@@ -62,6 +62,18 @@ std::string_view ToString(ModelParallelDim v) {
   return "?";
 }
 
+std::string_view ToString(TrainingDevice v) {
+  switch (v) {
+    case TrainingDevice::kAuto:
+      return "auto";
+    case TrainingDevice::kCpu:
+      return "cpu";
+    case TrainingDevice::kCuda:
+      return "cuda";
+  }
+  return "?";
+}
+
 std::string_view ToString(CollectiveKind v) {
   switch (v) {
     case CollectiveKind::kAuto:
@@ -169,6 +181,8 @@ constexpr ModelParallelDim kModelParallelDims[] = {
 constexpr TaskType kTaskTypes[] = {TaskType::kImage, TaskType::kSdf, TaskType::kNerf};
 constexpr std::string_view kCodecNames[] = {"none", "fp16",   "bf16", "int8",
                                             "qsgd", "onebit", "topk", "randomk"};
+constexpr TrainingDevice kTrainingDevices[] = {TrainingDevice::kAuto, TrainingDevice::kCpu,
+                                               TrainingDevice::kCuda};
 constexpr CollectiveKind kCollectiveKinds[] = {CollectiveKind::kAuto, CollectiveKind::kNccl,
                                                CollectiveKind::kGloo};
 constexpr Consistency kConsistencies[] = {Consistency::kBsp, Consistency::kSsp,
@@ -960,6 +974,7 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
     r.Uint64("seed", &t.seed);
     r.Int("threads", &t.threads, 1, 256);
     r.Int("log_every", &t.log_every, 0, std::numeric_limits<int>::max());
+    r.EnumValue("device", &t.device, std::span<const TrainingDevice>(kTrainingDevices));
     r.ReportUnknownKeys();
 
     // Every micro-batch must hold the same whole number of samples (>= 1), or accumulated
@@ -1180,6 +1195,7 @@ nlohmann::json Config::ToJson() const {
   t["seed"] = training.seed;
   t["threads"] = training.threads;
   t["log_every"] = training.log_every;
+  t["device"] = ToString(training.device);
 
   auto& k = j["task"];
   k["type"] = ToString(task.type);
@@ -1289,6 +1305,29 @@ Status Config::CheckRunnable(bool standalone) const {
                       " with compression.pull=true: not supported yet (the shards' copies of "
                       "every worker's replica are not checkpointed); allowed now: "
                       "compression.pull=false, or 0");
+    }
+  }
+  if (training.device == TrainingDevice::kCuda) {
+    // The device trainer runs the whole step on one GPU; the sync modes and
+    // the step's other options move there next.
+    const bool distributed_run = distributed.enable && !standalone;
+    if (distributed_run) {
+      lines.push_back(
+          "training.device=cuda with distributed.gradient_sync " +
+          std::string(ToString(distributed.gradient_sync)) +
+          ": not supported yet (the sync modes train on the CPU; NCCL all-reduces "
+          "host gradients); allowed now: cuda in one process (gridsync-worker --standalone), "
+          "or training.device cpu/auto");
+    }
+    if (training.mixed_precision) {
+      lines.push_back(
+          "training.device=cuda with training.mixed_precision=true: not supported "
+          "yet; allowed now: mixed_precision false (fp32 on the GPU)");
+    }
+    if (training.gradient_accumulation > 1) {
+      lines.push_back("training.device=cuda with training.gradient_accumulation=" +
+                      std::to_string(training.gradient_accumulation) +
+                      ": not supported yet; allowed now: 1");
     }
   }
   if (task.type != TaskType::kImage) {

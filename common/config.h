@@ -43,6 +43,9 @@ enum class Consistency { kBsp, kSsp, kAsync };
 // step, and compressing the update instead loses less for every codec.
 enum class OptimizerPlacement { kAuto, kShard, kWorker };
 enum class CollectiveKind { kAuto, kNccl, kGloo };
+// Where the model trains: auto (CUDA when this build has it and a device is
+// present, else the CPU), cpu, or cuda (kernels/cuda/device_trainer.h).
+enum class TrainingDevice { kAuto, kCpu, kCuda };
 
 std::string_view ToString(GradientSyncMode v);
 std::string_view ToString(BatchSplitting v);
@@ -51,6 +54,7 @@ std::string_view ToString(TaskType v);
 std::string_view ToString(Consistency v);
 std::string_view ToString(OptimizerPlacement v);
 std::string_view ToString(CollectiveKind v);
+std::string_view ToString(TrainingDevice v);
 
 struct EncodingConfig {
   std::string otype = "HashGrid";  // only HashGrid
@@ -129,7 +133,8 @@ struct DistributedConfig {
   ModelParallelDim mp_dim = ModelParallelDim::kRow;  // only meaningful with model_parallel
   bool hierarchical = false;
   double timeout_s = 30.0;  // (0, 3600]: every wait (rendezvous, barrier, pull) gives up after this
-  CollectiveKind collective = CollectiveKind::kAuto;  // auto: NCCL with a GPU, else Gloo
+  // auto: NCCL where the model lives on the GPU, else Gloo (RunSpec resolves it)
+  CollectiveKind collective = CollectiveKind::kAuto;
   double bucket_mb = 25.0;  // (0, 4096]: all-reduce bucket size in MiB
   int adaptive_interval = 20;  // 1..100000: steps between re-splits under batch_splitting adaptive
   std::vector<NodeConfig> nodes;  // empty: one node holding every worker
@@ -175,6 +180,7 @@ struct TrainingConfig {
   uint64_t seed = 1337;
   int threads = 1;                // 1..256
   int log_every = 100;            // 0 = never; >= 0
+  TrainingDevice device = TrainingDevice::kAuto;
 
   // Field by field: what a round trip through ToJson must preserve.
   bool operator==(const TrainingConfig&) const = default;

@@ -77,6 +77,7 @@ Result<RunSpec> RunSpec::Resolve(const Config& config) {
   c.min_bytes = static_cast<size_t>(config.compression.min_bytes);
   c.delta_pulls = config.compression.pull && c.codec.codec != Codec::kNone;
   s.worker_state = s.optimizer_on_workers || (c.codec.codec != Codec::kNone && c.error_feedback);
+  s.collective = config.distributed.collective == CollectiveKind::kNccl ? "nccl" : "gloo";
   if (d.gradient_sync == GradientSyncMode::kNccl) {
     if (c.codec.codec == Codec::kFp16) c.all_reduce = CompressionSpec::AllReduceFormat::kFp16;
     if (c.codec.codec == Codec::kBf16) c.all_reduce = CompressionSpec::AllReduceFormat::kBf16;

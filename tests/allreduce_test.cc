@@ -43,6 +43,7 @@ Config SmallConfig(int workers) {
 
 
 TrainReport SingleProcess(Config config, const ImageTask& image) {
+  config.training.device = TrainingDevice::kCpu;  // the bit-for-bit reference
   config.training.gradient_accumulation = config.distributed.world_size;
   config.distributed = DistributedConfig{};
   TrainOptions options;

@@ -56,6 +56,7 @@ WorkerOptions Quiet(int rank) {
 }
 
 Result<TrainReport> SingleProcess(Config config, const ImageTask& image) {
+  config.training.device = TrainingDevice::kCpu;  // the bit-for-bit reference
   config.training.gradient_accumulation *= config.distributed.world_size;
   config.distributed = DistributedConfig{};
   TrainOptions options;

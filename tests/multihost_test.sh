@@ -74,7 +74,7 @@ for mode in ps nccl hybrid; do
     continue
   fi
   grep -q "ps-1\]" "$WORK/$mode-b.log" || [ "$mode" = nccl ] || fail "$mode: shard 1 did not run on node b"
-  "$BUILD/worker/gridsync-worker" --standalone --config "$WORK/$mode.json" \
+  "$BUILD/worker/gridsync-worker" --standalone --config "$WORK/$mode.json" --set training.device=cpu \
     --set training.gradient_accumulation=2 --log-level warn > "$WORK/$mode-single.json"
   got=$(summary_field "$WORK/$mode-a.log" psnr_db)
   want=$(python3 -c "import json; print(repr(json.load(open('$WORK/$mode-single.json'))['psnr_db']))")

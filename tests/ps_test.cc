@@ -110,6 +110,7 @@ uint64_t AppliedSteps(const PsShard& shard, uint64_t expected) {
 }
 
 TrainReport SingleProcess(Config config, const ImageTask& image) {
+  config.training.device = TrainingDevice::kCpu;  // the bit-for-bit reference
   config.training.gradient_accumulation = config.distributed.world_size;
   config.distributed.enable = false;
   config.distributed.world_size = 1;

@@ -43,6 +43,9 @@ inline Config SmallDistributedConfig(int workers, GradientSyncMode sync, int ste
   c.training.steps = steps;
   c.training.threads = 1;
   c.training.log_every = 0;
+  // The references these runs are compared with bit for bit train on the
+  // CPU, also where a GPU is present (auto would pick it).
+  c.training.device = TrainingDevice::kCpu;
   c.distributed.enable = true;
   c.distributed.world_size = workers;
   c.distributed.gradient_sync = sync;

@@ -52,6 +52,7 @@ Config SmallConfig() {
   config.training.steps = 300;
   config.training.threads = 2;
   config.training.log_every = 0;
+  config.training.device = TrainingDevice::kCpu;  // the CPU's properties, on any host
   config.task.output = (std::filesystem::temp_directory_path() / "gridsync-train-test").string();
   return config;
 }

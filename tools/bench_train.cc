@@ -31,6 +31,7 @@ struct TrainArgs {
   std::vector<uint64_t> eval_steps;
   std::string json_out;
   std::string python = "/usr/bin/python3";
+  std::string device = "cpu";  // training.device: cpu (the default here), cuda or auto
 };
 
 std::string FormatPsnrAt(const std::map<uint64_t, double>& at) {
@@ -89,6 +90,7 @@ int RunTrain(const TrainArgs& args) {
   overrides.push_back("training.steps=" + std::to_string(args.steps));
   overrides.push_back("training.threads=" + std::to_string(args.threads));
   overrides.push_back("training.log_every=0");
+  overrides.push_back("training.device=" + args.device);
   auto config = Config::LoadFile(args.config, overrides);
   if (!config.ok()) {
     std::fprintf(stderr, "%s\n", config.status().message().c_str());
@@ -113,18 +115,20 @@ int RunTrain(const TrainArgs& args) {
     return 1;
   }
   const auto& e = config->encoding;
-  std::printf("# image %s (%dx%d); encoding %d levels x %d features, log2 T %d, base %d, scale %g; "
-              "MLP %d x %d; batch %d; lr %g; threads %d\n",
-              config->task.image.c_str(), image->width(), image->height(), e.n_levels,
-              e.n_features_per_level, e.log2_hashmap_size, e.base_resolution, e.per_level_scale,
-              config->network.n_hidden_layers, config->network.n_neurons,
-              config->training.batch_size, config->training.learning_rate, args.threads);
+  std::printf(
+      "# image %s (%dx%d); encoding %d levels x %d features, log2 T %d, base %d, scale %g; "
+      "MLP %d x %d; batch %d; lr %g; threads %d; training.device %s\n",
+      config->task.image.c_str(), image->width(), image->height(), e.n_levels,
+      e.n_features_per_level, e.log2_hashmap_size, e.base_resolution, e.per_level_scale,
+      config->network.n_hidden_layers, config->network.n_neurons, config->training.batch_size,
+      config->training.learning_rate, args.threads, args.device.c_str());
   std::printf("%-9s %6s %12s %10s %12s %s\n", "impl", "steps", "samples/s", "psnr_dB", "final_loss", "psnr_at");
   std::printf("%-9s %6llu %12.0f %10.2f %12.6f%s\n", "gridsync",
               static_cast<unsigned long long>(ours->steps), ours->samples_per_second, ours->psnr,
               ours->final_loss, FormatPsnrAt(ours->psnr_at).c_str());
   nlohmann::json result = {{"gridsync",
                             {{"steps", ours->steps},
+                             {"device", args.device},
                              {"samples_per_s", ours->samples_per_second},
                              {"psnr", ours->psnr},
                              {"final_loss", ours->final_loss},
@@ -192,6 +196,9 @@ Runner AddTrainCommand(CLI::App* app) {
   cmd->add_option("--eval-steps", args->eval_steps, "Also report PSNR after these steps")->delimiter(',');
   cmd->add_option("--json", args->json_out, "Write the results as JSON to this file");
   cmd->add_option("--python", args->python, "Python interpreter for the peer");
+  cmd->add_option("--device", args->device,
+                  "Where gridsync trains: cpu (default), cuda (fails without a device) or auto")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   return [args] { return RunTrain(*args); };
 }
 

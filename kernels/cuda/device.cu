@@ -15,76 +15,10 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/device_buffer.h"
 
 namespace gridsync::cuda {
 namespace {
-
-// An owning device allocation of `size` elements of T.
-template <typename T>
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() {
-    // Only reached with memory still held on an error path, where a Status
-    // is already on its way out; a second failure here adds nothing to it.
-    if (ptr_ != nullptr) {
-      (void)cudaFree(ptr_);
-      (void)cudaGetLastError();
-    }
-  }
-
-  T* get() const { return ptr_; }
-
-  // Allocates and copies `src` in (nothing is allocated for an empty src).
-  Status Upload(const std::vector<T>& src) {
-    if (src.empty()) return Status::OK();
-    GRIDSYNC_RETURN_IF_ERROR(Allocate(src.size()));
-    GRIDSYNC_CUDA_RETURN_IF_ERROR(
-        cudaMemcpy(ptr_, src.data(), src.size() * sizeof(T), cudaMemcpyHostToDevice));
-    return Status::OK();
-  }
-
-  // Allocates `size` zeroed elements.
-  Status AllocateZeroed(size_t size) {
-    if (size == 0) return Status::OK();
-    GRIDSYNC_RETURN_IF_ERROR(Allocate(size));
-    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMemset(ptr_, 0, size * sizeof(T)));
-    return Status::OK();
-  }
-
-  // Copies the whole buffer into *dst, resized to fit.
-  Status Download(std::vector<T>* dst) const {
-    dst->resize(size_);
-    if (size_ == 0) return Status::OK();
-    GRIDSYNC_CUDA_RETURN_IF_ERROR(
-        cudaMemcpy(dst->data(), ptr_, size_ * sizeof(T), cudaMemcpyDeviceToHost));
-    return Status::OK();
-  }
-
-  Status Free() {
-    T* ptr = ptr_;
-    ptr_ = nullptr;
-    size_ = 0;
-    if (ptr != nullptr) GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaFree(ptr));
-    return Status::OK();
-  }
-
- private:
-  // Takes the pointer only once cudaMalloc succeeded, so the destructor never
-  // frees what a failed call left behind.
-  Status Allocate(size_t size) {
-    void* ptr = nullptr;
-    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMalloc(&ptr, size * sizeof(T)));
-    ptr_ = static_cast<T*>(ptr);
-    size_ = size;
-    return Status::OK();
-  }
-
-  T* ptr_ = nullptr;
-  size_t size_ = 0;
-};
 
 // Waits for the kernel just launched, so that a fault inside it is reported
 // here, as the kernel's, rather than by the copy that follows.

@@ -127,6 +127,16 @@ class GradientSync {
   // clears `grads`.
   virtual Result<SyncOutcome> Apply(uint64_t step, ModelGradients* grads, float loss_scale) = 0;
 
+  // A sync that computes the gradient itself and applies it in one call
+  // (the model on a GPU: device_sync.h). The loop then calls TrainStep,
+  // which returns the batch's sum of squared errors, instead of the model's
+  // AccumulateGradients and Apply.
+  virtual bool trains_steps() const { return false; }
+  virtual Result<double> TrainStep(const StepBatch& /*batch*/, size_t /*global_batch*/,
+                                   uint32_t /*active_levels*/) {
+    return Status::Internal("this sync does not train steps itself");
+  }
+
   // After the last step (training.steps): see the file comment.
   virtual Status Finish(uint64_t end_step, TrainReport* report) = 0;
 

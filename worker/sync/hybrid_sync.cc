@@ -51,7 +51,7 @@ Result<std::unique_ptr<HybridSync>> HybridSync::Create(const RunSpec& spec, Hash
         std::make_unique<CoordinatorStore>(sync->session_.coordinator.get(), "collective/");
     GRIDSYNC_ASSIGN_OR_RETURN(
         sync->owned_intra_,
-        MakeCollective(ToString(d.collective), sync->store_.get(), sync->local_, sync->node_size_,
+        MakeCollective(spec.sync.collective, sync->store_.get(), sync->local_, sync->node_size_,
                        "intra-" + nodes[static_cast<size_t>(node)].name, spec.sync.timeout,
                        options.endpoint));
     sync->intra_ = sync->owned_intra_.get();

@@ -1,12 +1,16 @@
 #include "worker/sync/train.h"
 
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
 
 #include "common/coordinator_client.h"
 #include "common/thread_pool.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/device_trainer.h"
 #include "worker/collective/factory.h"
+#include "worker/sync/device_sync.h"
 #include "worker/sync/hybrid_sync.h"
 #include "worker/sync/local_sync.h"
 #include "worker/sync/ps_sync.h"
@@ -54,7 +58,7 @@ Result<TrainReport> TrainAllReduceWorker(const RunSpec& spec, const ImageTask& i
   }
   GRIDSYNC_RETURN_IF_ERROR(coordinator->GetMap(/*wait_complete=*/true, timeout).status());
   CoordinatorStore store(coordinator.get(), "collective/");
-  const std::string kind(ToString(d.collective));
+  const std::string& kind = spec.sync.collective;
   GRIDSYNC_ASSIGN_OR_RETURN(auto flat, MakeCollective(kind, &store, rank, d.world_size, "flat",
                                                       timeout, options.endpoint));
   AllReduceGroups groups;
@@ -129,10 +133,40 @@ Result<TrainReport> TrainImage(const RunSpec& spec, const ImageTask& image,
   alone.enable = false;
   alone.world_size = 1;
   SplitSchedule split(BatchSplit(alone, config.training.batch_size));
-  LocalSync sync(spec, model.get(), &source, &pool);
   WorkerOptions worker;
   worker.train = options;
   worker.dump_params = dump_params;
+  // Where the model trains, decided once: cuda when asked, or under auto
+  // when the step can run there and a device is present.
+  const TrainingDevice device = config.training.device;
+  std::string why_cpu = "training.device cpu";
+  if (device != TrainingDevice::kCpu) {
+    const bool runnable =
+        !config.training.mixed_precision && config.training.gradient_accumulation == 1;
+    std::string reason;
+    if (device == TrainingDevice::kAuto && !runnable) {
+      why_cpu = "training.device auto: mixed precision and gradient accumulation train on the CPU";
+    } else if (device == TrainingDevice::kAuto && !cuda::Available(&reason)) {
+      why_cpu = "training.device auto: " + reason;
+    } else {
+      // One process: the first device it sees (CUDA_VISIBLE_DEVICES applies).
+      const Result<int> gpu = cuda::DeviceForLocalRank(0);
+      auto trainer = gpu.ok() ? DeviceSync::MakeTrainer(spec, *model, *gpu)
+                              : Result<std::unique_ptr<cuda::DeviceTrainer>>(gpu.status());
+      if (!trainer.ok()) {
+        if (device == TrainingDevice::kCuda)
+          return trainer.status().WithContext("training.device cuda");
+        why_cpu = "training.device auto: the GPU could not be used: " + trainer.status().ToString();
+      } else {
+        DeviceSync sync(spec, model.get(), &source, std::move(trainer).value());
+        if (!options.quiet) spdlog::info("training on {}", sync.me());
+        return RunTrainLoop(spec, image, model, sync, split, pool, worker);
+      }
+    }
+  }
+  if (!options.quiet && device != TrainingDevice::kCpu)
+    spdlog::info("training on the CPU ({})", why_cpu);
+  LocalSync sync(spec, model.get(), &source, &pool);
   return RunTrainLoop(spec, image, model, sync, split, pool, worker);
 }
 

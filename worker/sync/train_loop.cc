@@ -179,7 +179,14 @@ Result<TrainReport> RunTrainLoop(const RunSpec& spec, const ImageTask& image,
       const float scale = scaler.scale();
       double sse = 0;
       uint64_t offset = 0;
-      for (uint64_t m = 0; m < accumulation; ++m) {
+      if (sync.trains_steps()) {
+        // The model is on a GPU: gradient and update in one call there.
+        auto trained = sync.TrainStep(b, batch, active);
+        if (!trained.ok())
+          return trained.status().WithContext(sync.me() + " step " + std::to_string(step));
+        sse = *trained;
+      }
+      for (uint64_t m = 0; m < accumulation && !sync.trains_steps(); ++m) {
         const uint64_t part = b.count / accumulation + (m < b.count % accumulation ? 1 : 0);
         if (part == 0) continue;  // a share smaller than the micro-batch count
         ModelGradients* target = partial ? partial.get() : &grads;
@@ -199,7 +206,8 @@ Result<TrainReport> RunTrainLoop(const RunSpec& spec, const ImageTask& image,
 
       phase.emplace("apply");
       const auto apply_start = Clock::now();
-      auto applied_step = sync.Apply(step, &grads, scale);
+      auto applied_step = sync.trains_steps() ? Result<SyncOutcome>(SyncOutcome{})
+                                              : sync.Apply(step, &grads, scale);
       phase.reset();
       if (!applied_step.ok()) {
         GRIDSYNC_ASSIGN_OR_RETURN(step, recover(applied_step.status().WithContext(

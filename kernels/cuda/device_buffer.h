@@ -1,0 +1,91 @@
+// DeviceBuffer: an owning allocation of device memory, so that an early
+// return on any error frees everything; on success paths callers free
+// explicitly (Free) so that cudaFree's status is checked too. CUDA sources
+// only (it needs cuda_runtime.h).
+//
+// Thread safety: a buffer is owned by one thread at a time.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <vector>
+
+#include "common/status.h"
+#include "kernels/cuda/cuda_check.h"
+
+namespace gridsync::cuda {
+
+// An owning device allocation of `size` elements of T.
+template <typename T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(DeviceBuffer&& other) noexcept : ptr_(other.ptr_), size_(other.size_) {
+    other.ptr_ = nullptr;
+    other.size_ = 0;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() {
+    // Only reached with memory still held on an error path, where a Status
+    // is already on its way out; a second failure here adds nothing to it.
+    if (ptr_ != nullptr) {
+      (void)cudaFree(ptr_);
+      (void)cudaGetLastError();
+    }
+  }
+
+  T* get() const { return ptr_; }
+  size_t size() const { return size_; }
+
+  // Allocates and copies `src` in (nothing is allocated for an empty src).
+  Status Upload(const std::vector<T>& src) {
+    if (src.empty()) return Status::OK();
+    GRIDSYNC_RETURN_IF_ERROR(Allocate(src.size()));
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(ptr_, src.data(), src.size() * sizeof(T), cudaMemcpyHostToDevice));
+    return Status::OK();
+  }
+
+  // Allocates `size` zeroed elements.
+  Status AllocateZeroed(size_t size) {
+    if (size == 0) return Status::OK();
+    GRIDSYNC_RETURN_IF_ERROR(Allocate(size));
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMemset(ptr_, 0, size * sizeof(T)));
+    return Status::OK();
+  }
+
+  // Copies the whole buffer into *dst, resized to fit.
+  Status Download(std::vector<T>* dst) const {
+    dst->resize(size_);
+    if (size_ == 0) return Status::OK();
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(dst->data(), ptr_, size_ * sizeof(T), cudaMemcpyDeviceToHost));
+    return Status::OK();
+  }
+
+  Status Free() {
+    T* ptr = ptr_;
+    ptr_ = nullptr;
+    size_ = 0;
+    if (ptr != nullptr) GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaFree(ptr));
+    return Status::OK();
+  }
+
+ private:
+  // Takes the pointer only once cudaMalloc succeeded, so the destructor never
+  // frees what a failed call left behind.
+  Status Allocate(size_t size) {
+    void* ptr = nullptr;
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMalloc(&ptr, size * sizeof(T)));
+    ptr_ = static_cast<T*>(ptr);
+    size_ = size;
+    return Status::OK();
+  }
+
+  T* ptr_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace gridsync::cuda
