@@ -61,4 +61,20 @@ GRIDSYNC_HOST_DEVICE inline void AdamUpdate(const AdamHyper& h, float step_size,
   *w -= AdamStep(h, step_size, g, m, v);
 }
 
+// One row of `width` values with its own step count (the GPU kernels' unit
+// of work): nothing when its gradient is all zero; otherwise the step count
+// moves and every value takes an Adam step with gradient g * grad_scale.
+// Returns whether the row was updated.
+GRIDSYNC_HOST_DEVICE inline bool AdamUpdateRow(const AdamHyper& h, uint32_t width, const float* g,
+                                               float grad_scale, float* w, float* m, float* v,
+                                               uint32_t* step) {
+  if (!RowHasGradient(g, width)) return false;
+  const uint32_t t = *step + 1;
+  *step = t;
+  const float step_size = AdamStepSize(h, t);
+  for (uint32_t f = 0; f < width; ++f)
+    AdamUpdate(h, step_size, g[f] * grad_scale, &w[f], &m[f], &v[f]);
+  return true;
+}
+
 }  // namespace gridsync

@@ -7,12 +7,6 @@
 
 namespace gridsync::cpu {
 
-int64_t MlpShape::n_params() const {
-  int64_t total = 0;
-  for (int i = 0; i < n_matrices(); ++i) total += int64_t{rows(i)} * cols(i);
-  return total;
-}
-
 MlpWeights MakeMlpWeights(const MlpShape& shape, uint64_t seed) {
   std::mt19937_64 rng(seed);
   MlpWeights w;

@@ -10,10 +10,11 @@
 // disjoint column ranges with separate workspaces.
 #pragma once
 
+#include <Eigen/Core>
 #include <cstdint>
 #include <vector>
 
-#include <Eigen/Core>
+#include "kernels/mlp_shape.h"
 
 namespace gridsync::cpu {
 
@@ -21,17 +22,7 @@ using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMa
 using ConstMatrixMap = Eigen::Map<const Matrix>;
 using MatrixMap = Eigen::Map<Matrix>;
 
-struct MlpShape {
-  int input_width = 32;
-  int hidden_width = 64;
-  int hidden_layers = 2;
-  int output_width = 3;
-
-  int n_matrices() const { return hidden_layers + 1; }
-  int rows(int i) const { return i == hidden_layers ? output_width : hidden_width; }
-  int cols(int i) const { return i == 0 ? input_width : hidden_width; }
-  int64_t n_params() const;
-};
+using ::gridsync::MlpShape;  // kernels/mlp_shape.h
 
 // Weights W[i] of shape rows(i) x cols(i).
 using MlpWeights = std::vector<Matrix>;

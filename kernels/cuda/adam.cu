@@ -34,16 +34,9 @@ __global__ void __launch_bounds__(kBlockSize)
   const size_t stride = size_t{gridDim.x} * blockDim.x;
   for (size_t i = size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n_rows; i += stride) {
     const size_t row = rows[i];
-    const float* g = values + i * width;
-    if (!RowHasGradient(g, width)) continue;
-    const uint32_t t = steps[row] + 1;
-    steps[row] = t;
-    const float step_size = AdamStepSize(hyper, t);
     const size_t base = row * width;
-    for (uint32_t f = 0; f < width; ++f) {
-      AdamUpdate(hyper, step_size, g[f] * grad_scale, &params[base + f], &m[base + f],
-                 &v[base + f]);
-    }
+    AdamUpdateRow(hyper, width, values + i * width, grad_scale, params + base, m + base, v + base,
+                  steps + row);
   }
 }
 

@@ -83,16 +83,11 @@ __global__ void __launch_bounds__(kBlockSize)
                    uint32_t* __restrict__ steps) {
   const size_t stride = size_t{gridDim.x} * blockDim.x;
   for (size_t row = size_t{blockIdx.x} * blockDim.x + threadIdx.x; row < rows; row += stride) {
-    float* g = grad + row * width;
-    if (!RowHasGradient(g, width)) continue;
-    const uint32_t t = steps[row] + 1;
-    steps[row] = t;
-    const float step_size = AdamStepSize(hyper, t);
     const size_t base = row * width;
-    for (uint32_t f = 0; f < width; ++f) {
-      AdamUpdate(hyper, step_size, g[f], &params[base + f], &m[base + f], &v[base + f]);
-      g[f] = 0.0f;
-    }
+    float* g = grad + base;
+    if (!AdamUpdateRow(hyper, width, g, 1.0f, params + base, m + base, v + base, steps + row))
+      continue;
+    for (uint32_t f = 0; f < width; ++f) g[f] = 0.0f;
   }
 }
 
@@ -134,7 +129,7 @@ class PinnedBuffer {
 
 class DeviceTrainerImpl : public DeviceTrainer {
  public:
-  DeviceTrainerImpl(const HashGridLayout& layout, const MlpDims& dims, const AdamHyper& hyper,
+  DeviceTrainerImpl(const HashGridLayout& layout, const MlpShape& dims, const AdamHyper& hyper,
                     int device, size_t max_batch)
       : layout_(layout), dims_(dims), hyper_(hyper), device_(device), max_batch_(max_batch) {}
 
@@ -355,7 +350,7 @@ class DeviceTrainerImpl : public DeviceTrainer {
   }
 
   const HashGridLayout layout_;
-  const MlpDims dims_;
+  const MlpShape dims_;
   const AdamHyper hyper_;
   const int device_;
   const size_t max_batch_;
@@ -390,7 +385,7 @@ Result<int> DeviceForLocalRank(int local_rank) {
 }
 
 Result<std::unique_ptr<DeviceTrainer>> DeviceTrainer::Create(
-    const HashGridLayout& layout, const MlpDims& mlp, const AdamHyper& hyper,
+    const HashGridLayout& layout, const MlpShape& mlp, const AdamHyper& hyper,
     const std::vector<float>& grid, const std::vector<std::vector<float>>& mlp_weights, int device,
     size_t max_batch) {
   std::string reason;

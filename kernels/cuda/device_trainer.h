@@ -30,29 +30,17 @@
 #include "common/status.h"
 #include "kernels/adam_math.h"
 #include "kernels/hash_grid_layout.h"
+#include "kernels/mlp_shape.h"
 
 namespace gridsync::cuda {
 
-// The MLP as kernels/cpu/mlp.h's MlpShape has it (no Eigen here): ReLU
-// hidden layers, a linear output, no biases. Matrix i is rows(i) x cols(i),
-// column-major.
-struct MlpDims {
-  int input_width = 32;
-  int hidden_width = 64;
-  int hidden_layers = 2;
-  int output_width = 3;
-  int n_matrices() const { return hidden_layers + 1; }
-  int rows(int i) const { return i == hidden_layers ? output_width : hidden_width; }
-  int cols(int i) const { return i == 0 ? input_width : hidden_width; }
-};
-
 class DeviceTrainer {
  public:
-  // `grid`: layout.total_params() floats; `mlp`: one column-major matrix per
-  // layer. `device`: the CUDA device (after CUDA_VISIBLE_DEVICES);
+  // `grid`: layout.total_params() floats; `mlp_weights`: one column-major
+  // matrix per layer. `device`: the CUDA device (after CUDA_VISIBLE_DEVICES);
   // `max_batch`: the most samples a Step or Predict call takes.
   static Result<std::unique_ptr<DeviceTrainer>> Create(
-      const HashGridLayout& layout, const MlpDims& mlp, const AdamHyper& hyper,
+      const HashGridLayout& layout, const MlpShape& mlp, const AdamHyper& hyper,
       const std::vector<float>& grid, const std::vector<std::vector<float>>& mlp_weights,
       int device, size_t max_batch);
   virtual ~DeviceTrainer() = default;

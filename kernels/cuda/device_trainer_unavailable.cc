@@ -15,7 +15,7 @@ constexpr char kWithoutCuda[] =
 Result<int> DeviceForLocalRank(int /*local_rank*/) { return Status::Unsupported(kWithoutCuda); }
 
 Result<std::unique_ptr<DeviceTrainer>> DeviceTrainer::Create(
-    const HashGridLayout& /*layout*/, const MlpDims& /*mlp*/, const AdamHyper& /*hyper*/,
+    const HashGridLayout& /*layout*/, const MlpShape& /*mlp*/, const AdamHyper& /*hyper*/,
     const std::vector<float>& /*grid*/, const std::vector<std::vector<float>>& /*mlp_weights*/,
     int /*device*/, size_t /*max_batch*/) {
   return Status::Unsupported(std::string("training.device cuda: ") + kWithoutCuda);

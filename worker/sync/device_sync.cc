@@ -16,16 +16,10 @@ DeviceSync::DeviceSync(const RunSpec& spec, HashGridModel* model, const BatchSou
 Result<std::unique_ptr<cuda::DeviceTrainer>> DeviceSync::MakeTrainer(const RunSpec& spec,
                                                                      const HashGridModel& model,
                                                                      int device) {
-  const cpu::MlpShape& shape = model.mlp_shape();
-  cuda::MlpDims dims;
-  dims.input_width = shape.input_width;
-  dims.hidden_width = shape.hidden_width;
-  dims.hidden_layers = shape.hidden_layers;
-  dims.output_width = shape.output_width;
   std::vector<std::vector<float>> mlp;
   for (const auto& m : model.mlp_weights()) mlp.emplace_back(m.data(), m.data() + m.size());
-  return cuda::DeviceTrainer::Create(model.layout(), dims, spec.model.adam, model.grid_params(),
-                                     mlp, device,
+  return cuda::DeviceTrainer::Create(model.layout(), model.mlp_shape(), spec.model.adam,
+                                     model.grid_params(), mlp, device,
                                      static_cast<size_t>(spec.config.training.batch_size));
 }
 
