@@ -95,13 +95,18 @@ Status WriteCheckpointPart(const std::string& dir, uint64_t step, const std::str
                                    {"bytes", data.size()},
                                    {"fnv1a64", fmt::format("{:016x}", Fnv1a64(data))}};
   GRIDSYNC_RETURN_IF_ERROR(WriteAtomically(base + ".json", manifest.dump()));
-  // Keep this part's two newest steps.
-  std::set<uint64_t> steps = Steps(dir);
-  while (steps.size() > 2) {
-    const uint64_t old = *steps.begin();
-    steps.erase(steps.begin());
-    for (const char* ext : {".json", ".bin"}) fs::remove(Base(dir, old, part) + ext, ec);
-    fs::remove(StepDir(dir, old), ec);  // only once every part removed its files
+  // Keep this step and the newest one before it. This part's files of any
+  // later step belong to another history (an earlier run in the same folder,
+  // or a rollback's abandoned steps) and go too: they would be taken for
+  // the newest checkpoint.
+  uint64_t previous = 0;
+  for (uint64_t s : Steps(dir)) {
+    if (s < step && fs::exists(Base(dir, s, part) + ".json", ec)) previous = s;
+  }
+  for (uint64_t s : Steps(dir)) {
+    if (s == step || s == previous) continue;
+    for (const char* ext : {".json", ".bin"}) fs::remove(Base(dir, s, part) + ext, ec);
+    fs::remove(StepDir(dir, s), ec);  // only once every part removed its files
   }
   return Status::OK();
 }

@@ -10,7 +10,7 @@
 // leaves a .tmp file and no manifest: that step is incomplete for that part
 // and the previous one stays in use. A step is complete when every part the
 // job writes has its manifest there (LatestCompleteStep). Each part keeps
-// its two newest steps.
+// its two newest steps (of its current history: later ones go).
 //
 // Thread safety: free functions; distinct parts may be written concurrently
 // (by different processes), one part by one writer at a time.
@@ -27,8 +27,9 @@
 namespace gridsync {
 
 // Writes `data` as part `part` of step `step` (with `shape`, checked when
-// read back), then removes this part's files of all but its two newest
-// steps (a step folder goes once every part left it).
+// read back), then removes this part's files of every other step but the
+// newest one before it, later steps included (another history's); a step
+// folder goes once every part left it.
 Status WriteCheckpointPart(const std::string& dir, uint64_t step, const std::string& part,
                            std::string_view data, const nlohmann::json& shape);
 

@@ -47,12 +47,25 @@ void RemoveStepsAfter(const std::string& dir, const std::string& part, uint64_t 
   }
 }
 
-Status PublishHeldSteps(Store& store, uint64_t job, const std::string& part,
-                        const std::string& dir) {
+void CheckpointLedger::Wrote(uint64_t step) {
+  if (std::find(steps_.begin(), steps_.end(), step) == steps_.end()) steps_.push_back(step);
+  std::sort(steps_.begin(), steps_.end());
+}
+
+void CheckpointLedger::RolledBack(uint64_t step) {
+  std::erase_if(steps_, [step](uint64_t s) { return s > step; });
+  Wrote(step);
+  RemoveStepsAfter(dir_, part_, step);
+}
+
+Status CheckpointLedger::Publish(Store& store, uint64_t job) const {
+  const auto on_disk = HeldSteps(dir_, part_);
   std::string list;
-  for (uint64_t step : HeldSteps(dir, part))
+  for (uint64_t step : steps_) {
+    if (std::find(on_disk.begin(), on_disk.end(), step) == on_disk.end()) continue;
     list += (list.empty() ? "" : ",") + std::to_string(step);
-  return store.Set(CheckpointKey(job, part), list);
+  }
+  return store.Set(CheckpointKey(job, part_), list);
 }
 
 Result<std::vector<uint64_t>> ParseHeldSteps(std::string_view text, const std::string& part) {

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -29,9 +30,30 @@ std::vector<uint64_t> HeldSteps(const std::string& dir, const std::string& part)
 // Removes part `part`'s files of every step after `step` (a rollback).
 void RemoveStepsAfter(const std::string& dir, const std::string& part, uint64_t step);
 
-// Publishes the steps part `part` holds in `dir`, for job `job`.
-Status PublishHeldSteps(Store& store, uint64_t job, const std::string& part,
-                        const std::string& dir);
+// The steps one part wrote (or loaded) in the job it serves: what it
+// publishes, so that files another job or run left in the same folder are
+// never offered for a rejoin. Steps whose files are gone (kept: the two
+// newest) drop out when published.
+class CheckpointLedger {
+ public:
+  CheckpointLedger(std::string dir, std::string part)
+      : dir_(std::move(dir)), part_(std::move(part)) {}
+  const std::string& part() const { return part_; }
+  // This part wrote (or loaded) `step` in the current job.
+  void Wrote(uint64_t step);
+  // The job went back to `step`, which this part loaded: later steps are
+  // forgotten, here and on disk (RemoveStepsAfter).
+  void RolledBack(uint64_t step);
+  // A new job: nothing of this one counts.
+  void Reset() { steps_.clear(); }
+  // Publishes the steps still on disk for job `job`.
+  Status Publish(Store& store, uint64_t job) const;
+
+ private:
+  const std::string dir_;
+  const std::string part_;
+  std::vector<uint64_t> steps_;  // ascending
+};
 
 // Parses a published list; Corruption naming the part when it is not one.
 Result<std::vector<uint64_t>> ParseHeldSteps(std::string_view text, const std::string& part);

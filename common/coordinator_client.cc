@@ -326,7 +326,7 @@ Result<CoordinatorClient::Registration> CoordinatorClient::RegisterAgain(
   for (;;) {
     auto registered = Register(info, timeout);
     if (registered.ok() || registered.status().code() != StatusCode::kInvalidArgument ||
-        registered.status().message().find("already taken") == std::string::npos ||
+        registered.status().message().find("taken") == std::string::npos ||
         std::chrono::steady_clock::now() >= deadline) {
       return registered;
     }

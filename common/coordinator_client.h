@@ -43,8 +43,9 @@ class CoordinatorClient {
   };
   Result<Registration> Register(const RegisterInfo& info, std::chrono::milliseconds timeout);
   // The same, for a process restarted in its old rank (info.rejoin_step >
-  // 0): while the coordinator still holds the rank for the process that
-  // died (its connection not yet seen closed), asks again, until `timeout`.
+  // 0): while the coordinator still holds the rank (or, asking for any
+  // rank, every rank) for the process that died, its connection not yet seen
+  // closed, asks again until `timeout`.
   Result<Registration> RegisterAgain(const RegisterInfo& info, std::chrono::milliseconds timeout);
 
   // With wait_complete, waits until every expected shard and worker has

@@ -43,6 +43,7 @@
 #include <variant>
 #include <vector>
 
+#include "common/checkpoint_registry.h"
 #include "common/cluster_map.h"
 #include "common/wire/coord_codec.h"
 
@@ -217,6 +218,10 @@ class CoordinatorImpl final : public Coordinator {
   std::vector<uint8_t> ValuesFrame(uint64_t request_id, const std::vector<std::string>& keys) const;
   std::vector<std::string> MissingKeys(const std::vector<std::string>& keys) const;
   std::string IncompleteMessage(uint32_t waited_ms) const;
+  // Why `step` is no step to roll the job back to (nullopt: it is one).
+  std::optional<std::string> CheckRejoinStep(uint64_t step) const;
+  // Whether a part of the running job published a checkpoint step.
+  bool JobHasCheckpoints() const;
   std::string BarrierTimeoutMessage(const Waiter& w) const;
   std::optional<std::string> TableMismatch(const RegisterInfo& info) const;
 
@@ -774,6 +779,16 @@ void CoordinatorImpl::HandleRegister(const ConnPtr& conn, uint64_t id, RegisterI
         training_started_ ? ", or restart the whole job (gridsync launch --resume)" : ""));
     return;
   }
+  if (rejoining) {
+    // The step must be one every part of the job published (the shards at
+    // least): a claim of any other would roll the job to a state nobody
+    // holds, or forward.
+    if (auto bad = CheckRejoinStep(info.rejoin_step)) {
+      refuse(fmt::format("{} {} asked to rejoin job {} from step {}: {}", role, info.requested_rank,
+                         map_.job, info.rejoin_step, *bad));
+      return;
+    }
+  }
   if (!rejoining && training_started_ && (shard || !job_done_)) {
     refuse(fmt::format(
         "{} {} joined after training started (the workers passed 'init') with {}, not the "
@@ -850,6 +865,40 @@ void CoordinatorImpl::HandleRegister(const ConnPtr& conn, uint64_t id, RegisterI
 
   Send(conn, wire::EncodeRegisteredReply(id, rank, map_));
   WakeMapWaiters();
+}
+
+bool CoordinatorImpl::JobHasCheckpoints() const {
+  const std::string prefix = CheckpointKey(map_.job, "");
+  for (auto it = kv_.lower_bound(prefix); it != kv_.end() && it->first.rfind(prefix, 0) == 0;
+       ++it) {
+    if (!it->second.empty()) return true;
+  }
+  return false;
+}
+
+std::optional<std::string> CoordinatorImpl::CheckRejoinStep(uint64_t step) const {
+  const std::string prefix = CheckpointKey(map_.job, "");
+  uint32_t shards = 0;
+  for (auto it = kv_.lower_bound(prefix); it != kv_.end() && it->first.rfind(prefix, 0) == 0;
+       ++it) {
+    const std::string part = it->first.substr(prefix.size());
+    auto held = ParseHeldSteps(it->second, part);
+    if (!held.ok()) return held.status().message();
+    if (std::find(held->begin(), held->end(), step) == held->end()) {
+      return fmt::format(
+          "part {} does not hold it (it published [{}]); allowed: a step every "
+          "part of the job holds",
+          part, it->second);
+    }
+    if (part.rfind("shard-", 0) == 0) ++shards;
+  }
+  if (shards < map_.expected_shards) {
+    return fmt::format(
+        "only {} of {} shards published it; allowed: a step every part of the job "
+        "holds",
+        shards, map_.expected_shards);
+  }
+  return std::nullopt;
 }
 
 std::string CoordinatorImpl::IncompleteMessage(uint32_t waited_ms) const {
@@ -1234,7 +1283,15 @@ void CoordinatorImpl::Cleanup(const ConnPtr& conn, const std::string& reason) {
           member.pid, conn->peer, reason, map_.generation, map_.shards.size(), map_.expected_shards,
           map_.workers.size(), map_.expected_workers);
     }
-    if (map_.workers.empty() && training_started_) {
+    const bool resumable = !job_done_ && JobHasCheckpoints();
+    if (map_.workers.empty() && training_started_ && resumable && !shutting_down_) {
+      // Every worker died before the end, but the job has checkpoints: it
+      // stays open, and workers restarted with the same config rejoin it.
+      spdlog::warn(
+          "job {}: every worker left before the job finished; it has checkpoints, so it stays "
+          "open and restarted workers rejoin it (a fresh job needs a fresh coordinator)",
+          map_.job);
+    } else if (map_.workers.empty() && training_started_) {
       // The job's last worker left: the next workers start a new job, which
       // long-running shards (systemd units that stay up) serve afresh.
       spdlog::info("job {} {}; the next workers start job {}", map_.job,

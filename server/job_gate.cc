@@ -87,15 +87,24 @@ Result<JobState> JobGate::Confirm(uint64_t job, uint32_t epoch) {
                                    std::to_string(shard_) + " has no coordinator); allowed: " +
                                    Describe(current, epoch_.load(std::memory_order_relaxed)));
   }
-  if (Position(job, epoch) > Position(confirmed_.job, confirmed_.epoch)) {
-    // At most one question every 10 ms; a message that needs one waits.
+  const auto claim = Position(job, epoch);
+  if (claim > Position(confirmed_.job, confirmed_.epoch)) {
+    // At most one question every 10 ms; a message that needs one waits. A
+    // claim at or past one the coordinator just denied is denied without
+    // asking (a flood of invented futures costs one question per 10 ms).
     constexpr auto kMinInterval = std::chrono::milliseconds(10);
-    const auto next = last_query_ + kMinInterval;
-    if (std::chrono::steady_clock::now() < next) std::this_thread::sleep_until(next);
+    const auto now = std::chrono::steady_clock::now();
+    if (now < last_query_ + kMinInterval && denied_ && claim >= *denied_) return confirmed_;
+    if (now < last_query_ + kMinInterval) std::this_thread::sleep_until(last_query_ + kMinInterval);
     last_query_ = std::chrono::steady_clock::now();
     auto asked = source();
     if (!asked.ok()) return asked.status().WithContext("confirming " + Describe(job, epoch));
     confirmed_ = *asked;
+    if (claim > Position(confirmed_.job, confirmed_.epoch)) {
+      denied_ = claim;
+    } else {
+      denied_.reset();
+    }
   }
   return confirmed_;
 }

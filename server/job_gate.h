@@ -9,12 +9,14 @@
 //     shard then starts afresh (a new job) or reloads its checkpoint of the
 //     step the job rolled back to (a new epoch).
 // A message's claim alone never moves the gate: a corrupt or hostile one
-// would wipe a running job. The coordinator is asked at most every 10 ms
-// (a message that must wait for the next query waits for it), so a flood of
-// messages claiming the future cannot load it.
+// would wipe a running job. The coordinator is asked at most every 10 ms (a
+// message that must wait for the next question waits for it, unless it
+// claims as much as a claim just denied), so a flood of messages claiming
+// the future costs one question per 10 ms.
 //
-// A restarted shard starts closed: it refuses everything until its
-// registration told it the job and epoch it rejoined (Open).
+// A restarted shard starts closed: it serves nothing until its registration
+// told it the job and epoch it rejoined (Open); the shard holds what arrives
+// meanwhile and admits it then.
 //
 // Thread safety: Admit on the shard's I/O thread only; SetSource, Open and
 // the accessors from any thread.
@@ -25,6 +27,8 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <optional>
+#include <utility>
 
 #include "common/cluster_map.h"
 #include "common/status.h"
@@ -59,6 +63,8 @@ class JobGate {
   // stale); or an error naming the worker and what is allowed.
   Result<Admission> Admit(uint64_t job, uint32_t epoch, uint32_t worker);
 
+  // False while a rejoining shard waits for its registration (Open).
+  bool open() const { return !closed_.load(std::memory_order_acquire); }
   uint64_t job() const { return job_.load(std::memory_order_relaxed); }
   uint32_t epoch() const { return epoch_.load(std::memory_order_relaxed); }
 
@@ -72,6 +78,7 @@ class JobGate {
   std::atomic<uint64_t> job_{0};  // 0: none yet
   std::atomic<uint32_t> epoch_{0};
   JobState confirmed_;  // the coordinator's state when last asked
+  std::optional<std::pair<uint64_t, uint32_t>> denied_;  // the claim it last denied
   std::chrono::steady_clock::time_point last_query_{};
   std::mutex source_mu_;
   Source source_;  // guarded by source_mu_

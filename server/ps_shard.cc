@@ -30,6 +30,7 @@ struct Request {
   std::vector<zmq::message_t> frames;
   wire::Message message;
   std::vector<std::vector<float>> decoded;  // compressed blocks' values
+  bool counted = false;                     // its bytes are in the stats (held and handled again)
 };
 
 class PsShardImpl : public PsShard {
@@ -89,6 +90,7 @@ class PsShardImpl : public PsShard {
           DropInFlight("job " + std::to_string(before) + " ended: job " +
                        std::to_string(job_gate_.job()) + " began");
           NewStore();
+          checkpoints_.NewJob();
           spdlog::info(
               "shard {}: job {} begins (job {} ended at version {}); the shard starts afresh",
               options_.shard, job_gate_.job(), before, applied_.load());
@@ -102,6 +104,26 @@ class PsShardImpl : public PsShard {
     }
     ReplyError(request, Status::IOError("the job moved three times while admitting this message"));
     return false;
+  }
+
+  void Hold(std::unique_ptr<Request> request) {
+    constexpr size_t kMaxHeld = 4096;  // a few per worker are expected
+    if (held_.size() >= kMaxHeld) {
+      ReplyError(*request,
+                 Status::IOError("shard " + std::to_string(options_.shard) +
+                                 " is rejoining its job and holds " + std::to_string(kMaxHeld) +
+                                 " messages already; allowed: retry once it serves"));
+      return;
+    }
+    held_.push_back(std::move(request));
+  }
+
+  // Once the gate opened: what was held, in arrival order.
+  void AdmitHeld() {
+    if (held_.empty() || !job_gate_.open()) return;
+    std::vector<std::unique_ptr<Request>> held = std::move(held_);
+    held_.clear();
+    for (auto& request : held) Handle(std::move(request));
   }
 
   // Replies to the pulls held for a version and forgets the pushes held
@@ -184,9 +206,9 @@ class PsShardImpl : public PsShard {
     job_gate_.SetSource(std::move(control.job_state));
     checkpoints_.SetRegistry(control.checkpoint_registry);
   }
-  void Rejoined(uint64_t job, uint32_t epoch) override {
-    checkpoints_.Rejoined(options_.resume_step, job);
-    job_gate_.Open(job, epoch);
+  void Joined(uint64_t job, uint32_t epoch) override {
+    if (options_.resume_step > 0) checkpoints_.StartedFrom(options_.resume_step, job);
+    if (options_.rejoining) job_gate_.Open(job, epoch);
   }
 
   wire::ShardStats stats() const override {
@@ -220,6 +242,7 @@ class PsShardImpl : public PsShard {
             CountError();
           }
         }
+        AdmitHeld();
         ExpireWaitingPulls();
         continue;
       }
@@ -229,6 +252,7 @@ class PsShardImpl : public PsShard {
       frames.erase(frames.begin());
       request->frames = std::move(frames);
       Handle(std::move(request));
+      AdmitHeld();
       ExpireWaitingPulls();
       waiting_count_.store(waiting_.size(), std::memory_order_relaxed);
     }
@@ -301,7 +325,8 @@ class PsShardImpl : public PsShard {
     }
     request->message = std::move(decoded).value();
     wire::Message& m = request->message;
-    {
+    if (!request->counted) {
+      request->counted = true;
       std::lock_guard<std::mutex> lock(stats_mu_);
       stats_.bytes_in += m.bytes;
     }
@@ -314,6 +339,9 @@ class PsShardImpl : public PsShard {
                                " messages; allowed: push, pull, init, stats"));
       return;
     }
+    // A rejoining shard holds messages until its registration admitted it:
+    // the workers that follow the new epoch already send to it.
+    if (m.kind != wire::Kind::kStats && !job_gate_.open()) return Hold(std::move(request));
     // Stats are read-only: anyone may ask, whatever its job.
     if (m.kind != wire::Kind::kStats && !AdmitJob(*request)) return;
     for (const auto& block : m.blocks) {
@@ -695,6 +723,7 @@ class PsShardImpl : public PsShard {
   StaleReads stale_reads_;            // ssp, async: the look-ahead's bookkeeping
   std::map<uint64_t, std::map<uint32_t, std::unique_ptr<Request>>> pending_;  // step -> rank
   std::vector<Waiting> waiting_;
+  std::vector<std::unique_ptr<Request>> held_;  // arrived before a rejoin was admitted
   JobGate job_gate_;
   ShardCheckpoints checkpoints_;
   Status broken_;  // a rollback that failed: every request is refused with it

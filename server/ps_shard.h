@@ -74,7 +74,7 @@ struct ShardOptions {
   std::string checkpoint_dir;
   uint64_t resume_step = 0;
   // A shard restarted during training, rejoining the job from its
-  // checkpoint of resume_step: it refuses every message until Rejoined.
+  // checkpoint of resume_step: it holds every message until Joined.
   bool rejoining = false;
 };
 
@@ -118,9 +118,10 @@ class PsShard {
   // only once this confirms it (server/job_gate.h). Without one, the first
   // job seen is served and no other. May be called while serving.
   virtual void SetControl(ShardControl control) = 0;
-  // A rejoining shard (ShardOptions::rejoining) was admitted to `job` at
-  // `epoch`: it serves from now, from its checkpoint of resume_step.
-  virtual void Rejoined(uint64_t job, uint32_t epoch) = 0;
+  // The shard registered for `job` at `epoch`: one started from a
+  // checkpoint (resume_step) publishes it, and a rejoining one
+  // (ShardOptions::rejoining) serves from now. Before serving messages.
+  virtual void Joined(uint64_t job, uint32_t epoch) = 0;
   virtual ServingStats serving_stats() const = 0;
   // Seconds per applied step (every push of it summed and stepped).
   virtual const LatencyHistogram& apply_latency() const = 0;

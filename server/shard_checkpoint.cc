@@ -48,7 +48,7 @@ void ShardCheckpoints::SetRegistry(Store* registry) {
 void ShardCheckpoints::Publish(uint64_t job) {
   std::lock_guard<std::mutex> lock(registry_mu_);
   if (registry_ == nullptr) return;
-  if (Status published = PublishHeldSteps(*registry_, job, Part(shard_), dir_); !published.ok()) {
+  if (Status published = ledger_.Publish(*registry_, job); !published.ok()) {
     spdlog::warn("shard {}: the checkpoint steps it holds were not published: {}", shard_,
                  published.ToString());
   }
@@ -63,10 +63,11 @@ void ShardCheckpoints::AfterStep(uint64_t applied, uint64_t job, const ShardStor
                   written.ToString());
     return;
   }
+  ledger_.Wrote(applied);
+  Publish(job);
   spdlog::info(
       "shard {}: checkpoint at step {} written in {:.0f} ms", shard_, applied,
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
-  Publish(job);
 }
 
 Status ShardCheckpoints::RollBack(uint64_t step, uint64_t job, ShardStore* store) {
@@ -77,12 +78,12 @@ Status ShardCheckpoints::RollBack(uint64_t step, uint64_t job, ShardStore* store
         std::to_string(every_) + "); every process needs the same config");
   }
   GRIDSYNC_RETURN_IF_ERROR(LoadShardCheckpoint(dir_, shard_, step, store));
-  Rejoined(step, job);
+  StartedFrom(step, job);
   return Status::OK();
 }
 
-void ShardCheckpoints::Rejoined(uint64_t step, uint64_t job) {
-  RemoveStepsAfter(dir_, Part(shard_), step);
+void ShardCheckpoints::StartedFrom(uint64_t step, uint64_t job) {
+  ledger_.RolledBack(step);
   Publish(job);
 }
 

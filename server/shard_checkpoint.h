@@ -41,7 +41,7 @@ std::string ShardPart(uint32_t shard);  // "shard-<i>"
 class ShardCheckpoints {
  public:
   ShardCheckpoints(std::string dir, uint32_t shard, uint64_t every)
-      : dir_(std::move(dir)), shard_(shard), every_(every) {}
+      : dir_(dir), shard_(shard), every_(every), ledger_(std::move(dir), ShardPart(shard)) {}
 
   // Where the steps held are published (null: nowhere).
   void SetRegistry(Store* registry);
@@ -55,9 +55,12 @@ class ShardCheckpoints {
   // (which holds nothing of the job yet) and forgets this part's later
   // steps (an abandoned history).
   Status RollBack(uint64_t step, uint64_t job, ShardStore* store);
-  // A restarted shard loaded `step` and rejoined `job`: its later steps go
-  // (an abandoned history) and what it holds is published.
-  void Rejoined(uint64_t step, uint64_t job);
+  // The shard started from its checkpoint of `step` (gridsync launch
+  // --resume, or a rejoin) and registered for `job`: its later steps go (an
+  // abandoned history) and what it holds is published.
+  void StartedFrom(uint64_t step, uint64_t job);
+  // A new job began: nothing of the last one is offered for a rejoin.
+  void NewJob() { ledger_.Reset(); }
 
  private:
   void Publish(uint64_t job);
@@ -65,6 +68,7 @@ class ShardCheckpoints {
   const std::string dir_;
   const uint32_t shard_;
   const uint64_t every_;
+  CheckpointLedger ledger_;  // the I/O thread's (StartedFrom: before serving)
   std::mutex registry_mu_;
   Store* registry_ = nullptr;  // guarded by registry_mu_
 };

@@ -31,7 +31,7 @@ Result<CoordinatorClient::Registration> JoinAsShard(PsShard& server, Coordinator
                                                  : coordinator.Register(info, timeout));
   CoordinatorClient* client = &coordinator;
   server.SetControl({[client] { return client->CurrentJob(); }, registry});
-  if (rejoin_step > 0) server.Rejoined(registered.map.job, registered.map.epoch);
+  server.Joined(registered.map.job, registered.map.epoch);
   return registered;
 }
 

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "common/checkpoint_files.h"
 #include "common/checkpoint_registry.h"
@@ -221,17 +222,27 @@ TEST(CheckpointRegistryTest, TheNewestStepEveryPartHoldsIsFoundAndGarbageIsRefus
   auto none = NewestCommonStep(store, 1, {"shard-0", "shard-1"});
   ASSERT_TRUE(none.ok()) << none.status().ToString();
   EXPECT_EQ(*none, 0u);
-  // Parts on disk: shard-0 holds 100 and 150, shard-1 100 and 150 and 200
+  // An earlier run left step 900 in the same folder: the first step this
+  // run writes removes it (another history's), and it is never published.
+  ASSERT_TRUE(WriteCheckpointPart(dir, 900, "shard-0", "old", {1}).ok());
+  // Parts of this job: shard-0 writes 100 and 150, shard-1 100, 150 and 200
   // (shard-0 died before writing 200).
+  CheckpointLedger shard0(dir, "shard-0"), shard1(dir, "shard-1");
   for (uint64_t step : {100, 150}) {
     ASSERT_TRUE(WriteCheckpointPart(dir, step, "shard-0", "a", {1}).ok());
+    shard0.Wrote(step);
   }
+  EXPECT_EQ(HeldSteps(dir, "shard-0"), (std::vector<uint64_t>{100, 150})) << "900 was left";
   for (uint64_t step : {100, 150, 200}) {
     ASSERT_TRUE(WriteCheckpointPart(dir, step, "shard-1", "b", {1}).ok());
+    shard1.Wrote(step);
   }
   EXPECT_EQ(HeldSteps(dir, "shard-1"), (std::vector<uint64_t>{150, 200}));  // two newest kept
-  ASSERT_TRUE(PublishHeldSteps(store, 1, "shard-0", dir).ok());
-  ASSERT_TRUE(PublishHeldSteps(store, 1, "shard-1", dir).ok());
+  ASSERT_TRUE(shard0.Publish(store, 1).ok());
+  ASSERT_TRUE(shard1.Publish(store, 1).ok());
+  auto published = store.Get({CheckpointKey(1, "shard-1")}, std::chrono::milliseconds(0));
+  ASSERT_TRUE(published.ok());
+  EXPECT_EQ(published->at(0), "150,200") << "steps no longer on disk are not offered";
   auto common = NewestCommonStep(store, 1, {"shard-0", "shard-1"});
   ASSERT_TRUE(common.ok()) << common.status().ToString();
   EXPECT_EQ(*common, 150u);
@@ -239,9 +250,21 @@ TEST(CheckpointRegistryTest, TheNewestStepEveryPartHoldsIsFoundAndGarbageIsRefus
   auto other = NewestCommonStep(store, 2, {"shard-0", "shard-1"});
   ASSERT_TRUE(other.ok());
   EXPECT_EQ(*other, 0u);
-  // A rollback to 150 forgets shard-1's abandoned 200.
-  RemoveStepsAfter(dir, "shard-1", 150);
+  // A rollback to 150 forgets shard-1's abandoned 200, on disk and in what
+  // it publishes.
+  shard1.RolledBack(150);
   EXPECT_EQ(HeldSteps(dir, "shard-1"), (std::vector<uint64_t>{150}));
+  ASSERT_TRUE(shard1.Publish(store, 1).ok());
+  published = store.Get({CheckpointKey(1, "shard-1")}, std::chrono::milliseconds(0));
+  ASSERT_TRUE(published.ok());
+  EXPECT_EQ(published->at(0), "150");
+  // A new job offers nothing of the last one.
+  shard1.Reset();
+  ASSERT_TRUE(shard1.Publish(store, 2).ok());
+  ASSERT_TRUE(shard0.Publish(store, 2).ok());
+  auto next_job = NewestCommonStep(store, 2, {"shard-0", "shard-1"});
+  ASSERT_TRUE(next_job.ok());
+  EXPECT_EQ(*next_job, 0u);
   // A published list that is not one is refused, naming the part.
   for (const char* bad : {"12,x", "1,,2", "-5", "0", "99999999999999999999999"}) {
     ASSERT_TRUE(store.Set(CheckpointKey(1, "shard-1"), bad).ok());
@@ -269,7 +292,14 @@ TEST(JobGateTest, EpochsMoveOnlyWhenTheCoordinatorConfirms) {
   EXPECT_NE(claimed.status().message().find("not the cluster's"), std::string::npos)
       << claimed.status().ToString();
   EXPECT_EQ(gate.epoch(), 0u);
+  // The same claim again, at once: denied without asking (a flood of
+  // invented futures costs one question per 10 ms).
+  const int asked_before = asked;
+  EXPECT_FALSE(gate.Admit(1, 1, 1).ok());
+  EXPECT_FALSE(gate.Admit(1, 3, 1).ok());
+  EXPECT_EQ(asked, asked_before);
   // A shard rejoined from step 150: the first message of epoch 1 rolls back.
+  std::this_thread::sleep_for(std::chrono::milliseconds(11));
   cluster = {1, 1, 150};
   auto rolled = gate.Admit(1, 1, 0);
   ASSERT_TRUE(rolled.ok()) << rolled.status().ToString();

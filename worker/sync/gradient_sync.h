@@ -152,8 +152,9 @@ class GradientSync {
   // checkpoint (a restarted shard rejoined it), waiting up to the timeout
   // for that to happen. Returns the step to carry on from, with this
   // worker's state (and its sync's) as they were at that step; or `failure`
-  // when the job cannot go on. The loop's own state (evaluations, the loss
-  // scale) is the loop's to wind back.
+  // when the job cannot go on. The loop winds back its own evaluations and
+  // gradients; the loss scale of mixed precision is not wound back (the run
+  // stays correct, but is no longer bit-identical to an uninterrupted one).
   virtual Result<uint64_t> Recover(const Status& failure) { return failure; }
 
   // Communication figures for the report (bytes, seconds, staleness).

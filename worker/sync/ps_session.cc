@@ -36,6 +36,11 @@ std::vector<Ref> WholeModel(HashGridModel& model) {
 
 }  // namespace
 
+bool SplitSurvivesRollback(const DistributedConfig& d) {
+  if (d.batch_splitting == BatchSplitting::kAdaptive) return false;
+  return d.batch_splitting != BatchSplitting::kWeighted || !d.nodes.empty();
+}
+
 uint64_t MinVersionFor(const PsConfig& ps, uint64_t step) {
   switch (ps.consistency) {
     case Consistency::kBsp:
@@ -85,7 +90,7 @@ Result<PsSession> JoinPsCluster(const RunSpec& spec, HashGridModel& model,
   }
   // Restarted during training (the launcher's --max-restarts, a unit's
   // Restart=): rejoin from the job's newest complete checkpoint.
-  if (options.start_step == 0 && config.checkpoint.every_steps > 0) {
+  if (options.start_step == 0 && config.checkpoint.every_steps > 0 && SplitSurvivesRollback(d)) {
     GRIDSYNC_ASSIGN_OR_RETURN(
         const ClusterMap now,
         session.coordinator->GetMap(/*wait_complete=*/false, std::chrono::milliseconds(0)));
@@ -125,6 +130,13 @@ Result<PsSession> JoinPsCluster(const RunSpec& spec, HashGridModel& model,
                              Mix64(config.training.seed) ^ (uint64_t{session.rank} << 48));
   session.ps->SetDeltaPulls(compression.delta_pulls);
   if (spec.sync.optimizer_on_workers) session.ps->SetWorkerOptimizer(spec.model.adam);
+  if (spec.sync.worker_state && config.checkpoint.every_steps > 0) {
+    session.ledger = std::make_unique<CheckpointLedger>(config.checkpoint.dir,
+                                                        "worker-" + std::to_string(session.rank));
+  }
+  // A rejoin goes where the job's epoch went (another process may have
+  // rejoined from another step a moment before).
+  if (session.rejoined_at > 0) session.rejoined_at = session.map.resume_step;
   const uint64_t start = session.rejoined_at > 0 ? session.rejoined_at : options.start_step;
   if (start > 0 && spec.sync.worker_state) {
     // Resuming or rejoining: the residuals and Adam's state of the
@@ -133,18 +145,16 @@ Result<PsSession> JoinPsCluster(const RunSpec& spec, HashGridModel& model,
         LoadWorkerCheckpoint(spec, session.rank, static_cast<uint32_t>(session.map.shards.size()),
                              start, session.ps.get())
             .WithContext(session.me + " resuming at step " + std::to_string(start)));
+    if (session.ledger) {
+      session.ledger->RolledBack(start);
+      CoordinatorStore registry(session.coordinator.get());
+      GRIDSYNC_RETURN_IF_ERROR(session.ledger->Publish(registry, session.map.job));
+    }
   }
   if (session.rejoined_at > 0) {
     // The others passed 'init' long ago; the job rolls back to this step.
     spdlog::warn("{}: rejoined job {} from the checkpoint of step {} (epoch {})", session.me,
                  session.map.job, session.rejoined_at, session.map.epoch);
-    if (spec.sync.worker_state) {
-      const std::string part = "worker-" + std::to_string(session.rank);
-      RemoveStepsAfter(config.checkpoint.dir, part, session.rejoined_at);
-      CoordinatorStore registry(session.coordinator.get());
-      GRIDSYNC_RETURN_IF_ERROR(
-          PublishHeldSteps(registry, session.map.job, part, config.checkpoint.dir));
-    }
     session.ps->ResetCounters();
     return session;
   }
@@ -245,6 +255,13 @@ Status PsSessionSync::CheckPeers() {
 
 Result<uint64_t> PsSessionSync::FollowRollback(const Status& failure) {
   if (config_.checkpoint.every_steps <= 0) return failure;
+  if (!SplitSurvivesRollback(config_.distributed)) {
+    return failure.WithContext(
+        "no rollback with distributed.batch_splitting " +
+        std::string(ToString(config_.distributed.batch_splitting)) +
+        " measured during the run (a restarted worker would split the batch otherwise); allowed "
+        "for live rejoin: even, or weighted by distributed.nodes");
+  }
   const auto deadline = std::chrono::steady_clock::now() + spec_.sync.timeout;
   const uint32_t mine = session_.ps->epoch();
   ClusterMap map;
@@ -279,16 +296,16 @@ Result<uint64_t> PsSessionSync::FollowRollback(const Status& failure) {
     GRIDSYNC_RETURN_IF_ERROR(
         LoadWorkerCheckpoint(spec_, rank_, shards, step, session_.ps.get())
             .WithContext(me_ + " rolling back to step " + std::to_string(step)));
-    RemoveStepsAfter(config_.checkpoint.dir, "worker-" + std::to_string(rank_), step);
+    if (session_.ledger) session_.ledger->RolledBack(step);
     PublishCheckpoints();
   }
   return step;
 }
 
 void PsSessionSync::PublishCheckpoints() {
+  if (!session_.ledger) return;
   CoordinatorStore registry(session_.coordinator.get());
-  const Status published = PublishHeldSteps(
-      registry, session_.map.job, "worker-" + std::to_string(rank_), config_.checkpoint.dir);
+  const Status published = session_.ledger->Publish(registry, session_.map.job);
   if (!published.ok()) {
     spdlog::warn("{}: the checkpoint steps it holds were not published: {}", me_,
                  published.ToString());

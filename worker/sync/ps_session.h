@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "common/checkpoint_registry.h"
 #include "common/cluster_map.h"
 #include "common/coordinator_client.h"
 #include "common/sharding.h"
@@ -32,6 +33,9 @@ struct PsSession {
   // > 0: this worker was restarted during training and rejoined the job
   // from the checkpoint of this step, where its training goes on.
   uint64_t rejoined_at = 0;
+  // With state of its own (RunSpec::sync.worker_state) and checkpoints on:
+  // the steps of this job it wrote, which it publishes for rejoins.
+  std::unique_ptr<CheckpointLedger> ledger;
 };
 
 // Registers with the coordinator (the model's tables checked), waits for
@@ -42,6 +46,12 @@ struct PsSession {
 // (PsSession::rejoined_at), and the job rolls back to that step.
 Result<PsSession> JoinPsCluster(const RunSpec& spec, HashGridModel& model,
                                 const WorkerOptions& options);
+
+// Whether every worker agrees on the batch split after a rollback or a
+// rejoin: not when it was measured during the run (adaptive, or weighted
+// without distributed.nodes: a restarted worker would start from another
+// split), so those jobs fail rather than roll back.
+bool SplitSurvivesRollback(const DistributedConfig& d);
 
 // The parameter version a worker about to compute `step` must read:
 // bsp: step (every push of the steps before); ssp: step - staleness;
@@ -98,7 +108,8 @@ class PsSessionSync : public GradientSync {
   // the step the job went back to; `failure` when checkpoints are off, a
   // worker or the coordinator is gone, or nobody rejoined in time.
   Result<uint64_t> FollowRollback(const Status& failure);
-  // After each checkpoint this worker wrote: the steps it holds, published.
+  // After each checkpoint this worker wrote: the steps of this job it holds,
+  // published (session_.ledger).
   void PublishCheckpoints();
 
   const RunSpec& spec_;

@@ -136,6 +136,7 @@ Result<SyncOutcome> PsSync::Apply(uint64_t step, ModelGradients* grads, float lo
         WriteWorkerCheckpoint(spec_, rank_, static_cast<uint32_t>(session_.map.shards.size()),
                               step + 1, *session_.ps)
             .WithContext(me_ + " writing its checkpoint"));
+    if (session_.ledger) session_.ledger->Wrote(step + 1);
     PublishCheckpoints();
   }
   if (config_.ps.consistency == Consistency::kAsync) {
