@@ -16,8 +16,10 @@
 set -euo pipefail
 BUILD=${1:?usage: metrics_monitor_test.sh BUILD_DIR}
 source "$(dirname "$0")/test_lib.sh"
-PORT=$((23000 + ($$ % 400) * 4))
-MPORT=$((PORT + 2000))
+# The cluster's ports and the metrics ports (coordinator, 2 shards, 2
+# workers), each block checked free first.
+PORT=$(free_ports 23000 4 400 4)
+MPORT=$(free_ports 25000 8 200 5)
 scrape() {  # scrape HOST:PORT -> the metrics text on stdout
   python3 -c 'import sys,urllib.request; print(urllib.request.urlopen("http://"+sys.argv[1]+"/metrics", timeout=5).read().decode())' "$1"
 }

@@ -6,9 +6,11 @@
 // Thread safety: see device_trainer.h.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -30,10 +32,54 @@ unsigned Blocks(size_t n) {
       std::max<size_t>(1, std::min((n + kBlockSize - 1) / kBlockSize, kMaxBlocks)));
 }
 
+// cuBLAS, loaded when a trainer is made rather than linked: every binary
+// links the kernels, and a CPU host need not have NVIDIA's BLAS (linked, it
+// also broke civetweb's server start in the worker).
+struct CublasApi {
+  decltype(&cublasCreate_v2) create = nullptr;
+  decltype(&cublasDestroy_v2) destroy = nullptr;
+  decltype(&cublasSetStream_v2) set_stream = nullptr;
+  decltype(&cublasSetMathMode) set_math_mode = nullptr;
+  decltype(&cublasSgemm_v2) sgemm = nullptr;
+  decltype(&cublasGetStatusString) status_string = nullptr;
+};
+
+Result<const CublasApi*> LoadCublas() {
+  static CublasApi api;
+  static std::string error;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* library = nullptr;
+    for (const char* name : {"libcublas.so.13", "libcublas.so.12", "libcublas.so"}) {
+      library = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+      if (library != nullptr) break;
+    }
+    if (library == nullptr) {
+      const char* why = dlerror();
+      error = std::string("cannot load cuBLAS (libcublas.so.13): ") + (why ? why : "not found");
+      return;
+    }
+    auto sym = [&](const char* name) { return dlsym(library, name); };
+    api.create = reinterpret_cast<decltype(api.create)>(sym("cublasCreate_v2"));
+    api.destroy = reinterpret_cast<decltype(api.destroy)>(sym("cublasDestroy_v2"));
+    api.set_stream = reinterpret_cast<decltype(api.set_stream)>(sym("cublasSetStream_v2"));
+    api.set_math_mode = reinterpret_cast<decltype(api.set_math_mode)>(sym("cublasSetMathMode"));
+    api.sgemm = reinterpret_cast<decltype(api.sgemm)>(sym("cublasSgemm_v2"));
+    api.status_string = reinterpret_cast<decltype(api.status_string)>(sym("cublasGetStatusString"));
+    if (!api.create || !api.destroy || !api.set_stream || !api.set_math_mode || !api.sgemm ||
+        !api.status_string) {
+      error = "the cuBLAS library found lacks a function the trainer needs";
+    }
+  });
+  if (!error.empty()) return Status::Unsupported(error);
+  return &api;
+}
+
+const CublasApi& Cublas() { return **LoadCublas(); }  // after a successful LoadCublas
+
 Status CublasStatus(cublasStatus_t status, const char* expr) {
   if (status == CUBLAS_STATUS_SUCCESS) return Status::OK();
-  return Status::Internal(std::string(expr) + " failed: " + cublasGetStatusName(status) + ": " +
-                          cublasGetStatusString(status));
+  return Status::Internal(std::string(expr) + " failed: " + Cublas().status_string(status));
 }
 #define GRIDSYNC_CUBLAS_RETURN_IF_ERROR(expr) GRIDSYNC_RETURN_IF_ERROR(CublasStatus((expr), #expr))
 
@@ -134,7 +180,7 @@ class DeviceTrainerImpl : public DeviceTrainer {
       : layout_(layout), dims_(dims), hyper_(hyper), device_(device), max_batch_(max_batch) {}
 
   ~DeviceTrainerImpl() override {
-    if (cublas_ != nullptr) (void)cublasDestroy(cublas_);
+    if (cublas_ != nullptr) (void)Cublas().destroy(cublas_);
     if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
     (void)cudaGetLastError();
   }
@@ -145,10 +191,10 @@ class DeviceTrainerImpl : public DeviceTrainer {
     GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&props, device_));
     name_ = std::string(props.name) + " (device " + std::to_string(device_) + ")";
     GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    GRIDSYNC_CUBLAS_RETURN_IF_ERROR(cublasCreate(&cublas_));
-    GRIDSYNC_CUBLAS_RETURN_IF_ERROR(cublasSetStream(cublas_, stream_));
+    GRIDSYNC_CUBLAS_RETURN_IF_ERROR(Cublas().create(&cublas_));
+    GRIDSYNC_CUBLAS_RETURN_IF_ERROR(Cublas().set_stream(cublas_, stream_));
     // fp32 as the CPU twin computes it: no TF32 tensor-core rounding.
-    GRIDSYNC_CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(cublas_, CUBLAS_PEDANTIC_MATH));
+    GRIDSYNC_CUBLAS_RETURN_IF_ERROR(Cublas().set_math_mode(cublas_, CUBLAS_PEDANTIC_MATH));
 
     const size_t total = layout_.total_params();
     const uint32_t width = layout_.features();
@@ -275,7 +321,7 @@ class DeviceTrainerImpl : public DeviceTrainer {
               int lda, const float* b, int ldb, float beta, float* c, int ldc) {
     const float one = 1.0f;
     GRIDSYNC_CUBLAS_RETURN_IF_ERROR(
-        cublasSgemm(cublas_, ta, tb, m, n, k, &one, a, lda, b, ldb, &beta, c, ldc));
+        Cublas().sgemm(cublas_, ta, tb, m, n, k, &one, a, lda, b, ldb, &beta, c, ldc));
     return Status::OK();
   }
 
@@ -390,6 +436,7 @@ Result<std::unique_ptr<DeviceTrainer>> DeviceTrainer::Create(
     size_t max_batch) {
   std::string reason;
   if (!Available(&reason)) return Status::Unsupported("training.device cuda: " + reason);
+  GRIDSYNC_RETURN_IF_ERROR(LoadCublas().status().WithContext("training.device cuda"));
   if (grid.size() != layout.total_params()) {
     return Status::InvalidArgument("DeviceTrainer: grid has " + std::to_string(grid.size()) +
                                    " parameters; the layout has " +
