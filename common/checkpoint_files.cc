@@ -80,7 +80,31 @@ std::set<uint64_t> Steps(const std::string& dir) {
   return steps;
 }
 
+// Removes part `part`'s files of step `step`, the manifest first (without
+// it the step is incomplete for this part), then the step's folder once
+// every part left it.
+void RemovePart(const std::string& dir, uint64_t step, const std::string& part) {
+  std::error_code ec;
+  for (const char* ext : {".json", ".bin"}) fs::remove(Base(dir, step, part) + ext, ec);
+  fs::remove(StepDir(dir, step), ec);
+}
+
 }  // namespace
+
+std::vector<uint64_t> HeldSteps(const std::string& dir, const std::string& part) {
+  std::vector<uint64_t> held;
+  std::error_code ec;
+  for (uint64_t step : Steps(dir)) {
+    if (fs::exists(Base(dir, step, part) + ".json", ec)) held.push_back(step);
+  }
+  return held;
+}
+
+void RemoveStepsAfter(const std::string& dir, const std::string& part, uint64_t step) {
+  for (uint64_t held : HeldSteps(dir, part)) {
+    if (held > step) RemovePart(dir, held, part);
+  }
+}
 
 Status WriteCheckpointPart(const std::string& dir, uint64_t step, const std::string& part,
                            std::string_view data, const nlohmann::json& shape) {
@@ -99,14 +123,13 @@ Status WriteCheckpointPart(const std::string& dir, uint64_t step, const std::str
   // later step belong to another history (an earlier run in the same folder,
   // or a rollback's abandoned steps) and go too: they would be taken for
   // the newest checkpoint.
+  const std::vector<uint64_t> held = HeldSteps(dir, part);
   uint64_t previous = 0;
-  for (uint64_t s : Steps(dir)) {
-    if (s < step && fs::exists(Base(dir, s, part) + ".json", ec)) previous = s;
+  for (uint64_t s : held) {
+    if (s < step) previous = s;
   }
-  for (uint64_t s : Steps(dir)) {
-    if (s == step || s == previous) continue;
-    for (const char* ext : {".json", ".bin"}) fs::remove(Base(dir, s, part) + ext, ec);
-    fs::remove(StepDir(dir, s), ec);  // only once every part removed its files
+  for (uint64_t s : Steps(dir)) {  // a crash may have left a .bin without its manifest
+    if (s != step && s != previous) RemovePart(dir, s, part);
   }
   return Status::OK();
 }

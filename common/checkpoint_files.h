@@ -39,6 +39,12 @@ Status WriteCheckpointPart(const std::string& dir, uint64_t step, const std::str
 Result<std::string> ReadCheckpointPart(const std::string& dir, uint64_t step,
                                        const std::string& part, const nlohmann::json& shape);
 
+// The steps whose folder in `dir` holds part `part`'s manifest, ascending.
+std::vector<uint64_t> HeldSteps(const std::string& dir, const std::string& part);
+
+// Removes part `part`'s files of every step after `step` (a rollback).
+void RemoveStepsAfter(const std::string& dir, const std::string& part, uint64_t step);
+
 // The newest step whose folder holds a manifest of every one of `parts`;
 // 0 when there is none.
 uint64_t LatestCompleteStep(const std::string& dir, const std::vector<std::string>& parts);

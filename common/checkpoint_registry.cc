@@ -2,49 +2,13 @@
 
 #include <algorithm>
 #include <charconv>
-#include <filesystem>
 #include <set>
 
+#include "common/checkpoint_files.h"
+
 namespace gridsync {
-namespace {
-
-namespace fs = std::filesystem;
-
-std::string PartBase(const std::string& dir, uint64_t step, const std::string& part) {
-  return dir + "/step-" + std::to_string(step) + "/" + part;
-}
-
-}  // namespace
-
 std::string CheckpointKey(uint64_t job, const std::string& part) {
   return "checkpoint/job-" + std::to_string(job) + "/" + part;
-}
-
-std::vector<uint64_t> HeldSteps(const std::string& dir, const std::string& part) {
-  std::vector<uint64_t> steps;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("step-", 0) != 0) continue;
-    uint64_t step = 0;
-    const char* begin = name.data() + 5;
-    const char* end = name.data() + name.size();
-    const auto [used, err] = std::from_chars(begin, end, step);
-    if (err != std::errc() || used != end) continue;
-    if (fs::exists(PartBase(dir, step, part) + ".json", ec)) steps.push_back(step);
-  }
-  std::sort(steps.begin(), steps.end());
-  return steps;
-}
-
-void RemoveStepsAfter(const std::string& dir, const std::string& part, uint64_t step) {
-  std::error_code ec;
-  for (uint64_t held : HeldSteps(dir, part)) {
-    if (held <= step) continue;
-    // The manifest first: without it the step is incomplete for this part.
-    for (const char* ext : {".json", ".bin"}) fs::remove(PartBase(dir, held, part) + ext, ec);
-    fs::remove(dir + "/step-" + std::to_string(held), ec);  // once every part left it
-  }
 }
 
 void CheckpointLedger::Wrote(uint64_t step) {

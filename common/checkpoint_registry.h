@@ -17,18 +17,13 @@
 #include <utility>
 #include <vector>
 
+#include "common/checkpoint_files.h"  // HeldSteps, RemoveStepsAfter
 #include "common/status.h"
 #include "common/store.h"
 
 namespace gridsync {
 
 std::string CheckpointKey(uint64_t job, const std::string& part);
-
-// The steps whose folder in `dir` holds part `part`'s manifest, ascending.
-std::vector<uint64_t> HeldSteps(const std::string& dir, const std::string& part);
-
-// Removes part `part`'s files of every step after `step` (a rollback).
-void RemoveStepsAfter(const std::string& dir, const std::string& part, uint64_t step);
 
 // The steps one part wrote (or loaded) in the job it serves: what it
 // publishes, so that files another job or run left in the same folder are

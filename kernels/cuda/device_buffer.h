@@ -1,4 +1,5 @@
-// DeviceBuffer: an owning allocation of device memory, so that an early
+// DeviceBuffer: an owning allocation of device memory (and PinnedBuffer, of
+// page-locked host memory for asynchronous copies), so that an early
 // return on any error frees everything; on success paths callers free
 // explicitly (Free) so that cudaFree's status is checked too. CUDA sources
 // only (it needs cuda_runtime.h).
@@ -8,6 +9,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <vector>
 
@@ -86,6 +88,31 @@ class DeviceBuffer {
 
   T* ptr_ = nullptr;
   size_t size_ = 0;
+};
+
+// Pinned host memory, for copies that run asynchronously on the stream.
+template <typename T>
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  ~PinnedBuffer() {
+    if (ptr_ != nullptr) {
+      (void)cudaFreeHost(ptr_);
+      (void)cudaGetLastError();
+    }
+  }
+  Status Allocate(size_t size) {
+    void* ptr = nullptr;
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMallocHost(&ptr, std::max<size_t>(size, 1) * sizeof(T)));
+    ptr_ = static_cast<T*>(ptr);
+    return Status::OK();
+  }
+  T* get() const { return ptr_; }
+
+ private:
+  T* ptr_ = nullptr;
 };
 
 }  // namespace gridsync::cuda

@@ -148,31 +148,6 @@ __global__ void DenseAdamKernel(const AdamHyper hyper, float step_size, size_t n
   }
 }
 
-// Pinned host memory, for copies that run asynchronously on the stream.
-template <typename T>
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  ~PinnedBuffer() {
-    if (ptr_ != nullptr) {
-      (void)cudaFreeHost(ptr_);
-      (void)cudaGetLastError();
-    }
-  }
-  Status Allocate(size_t size) {
-    void* ptr = nullptr;
-    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMallocHost(&ptr, std::max<size_t>(size, 1) * sizeof(T)));
-    ptr_ = static_cast<T*>(ptr);
-    return Status::OK();
-  }
-  T* get() const { return ptr_; }
-
- private:
-  T* ptr_ = nullptr;
-};
-
 class DeviceTrainerImpl : public DeviceTrainer {
  public:
   DeviceTrainerImpl(const HashGridLayout& layout, const MlpShape& dims, const AdamHyper& hyper,
