@@ -1307,29 +1307,6 @@ Status Config::CheckRunnable(bool standalone) const {
                       "compression.pull=false, or 0");
     }
   }
-  if (training.device == TrainingDevice::kCuda) {
-    // The device trainer runs the whole step on one GPU; the sync modes and
-    // the step's other options move there next.
-    const bool distributed_run = distributed.enable && !standalone;
-    if (distributed_run) {
-      lines.push_back(
-          "training.device=cuda with distributed.gradient_sync " +
-          std::string(ToString(distributed.gradient_sync)) +
-          ": not supported yet (the sync modes train on the CPU; NCCL all-reduces "
-          "host gradients); allowed now: cuda in one process (gridsync-worker --standalone), "
-          "or training.device cpu/auto");
-    }
-    if (training.mixed_precision) {
-      lines.push_back(
-          "training.device=cuda with training.mixed_precision=true: not supported "
-          "yet; allowed now: mixed_precision false (fp32 on the GPU)");
-    }
-    if (training.gradient_accumulation > 1) {
-      lines.push_back("training.device=cuda with training.gradient_accumulation=" +
-                      std::to_string(training.gradient_accumulation) +
-                      ": not supported yet; allowed now: 1");
-    }
-  }
   if (task.type != TaskType::kImage) {
     lines.push_back("task.type=" + std::string(ToString(task.type)) +
                     ": not supported yet; allowed now: image");

@@ -77,7 +77,24 @@ Result<RunSpec> RunSpec::Resolve(const Config& config) {
   c.min_bytes = static_cast<size_t>(config.compression.min_bytes);
   c.delta_pulls = config.compression.pull && c.codec.codec != Codec::kNone;
   s.worker_state = s.optimizer_on_workers || (c.codec.codec != Codec::kNone && c.error_feedback);
-  s.collective = config.distributed.collective == CollectiveKind::kNccl ? "nccl" : "gloo";
+  // auto: NCCL when the nccl mode's model may train on a GPU and NCCL can
+  // run here (worker/collective/factory.h decides); Gloo while it trains on
+  // the CPU, and for hybrid, whose node-local collectives work on host
+  // buffers: NCCL would copy every bucket to a device and back.
+  switch (config.distributed.collective) {
+    case CollectiveKind::kNccl:
+      s.collective = "nccl";
+      break;
+    case CollectiveKind::kGloo:
+      s.collective = "gloo";
+      break;
+    case CollectiveKind::kAuto:
+      s.collective = config.training.device != TrainingDevice::kCpu &&
+                             d.gradient_sync == GradientSyncMode::kNccl
+                         ? "auto"
+                         : "gloo";
+      break;
+  }
   if (d.gradient_sync == GradientSyncMode::kNccl) {
     if (c.codec.codec == Codec::kFp16) c.all_reduce = CompressionSpec::AllReduceFormat::kFp16;
     if (c.codec.codec == Codec::kBf16) c.all_reduce = CompressionSpec::AllReduceFormat::kBf16;

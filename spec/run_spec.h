@@ -56,9 +56,10 @@ struct SyncSpec {
   // The workers hold training state of their own (Adam's state, or error
   // feedback's residuals), which their checkpoints must carry.
   bool worker_state = false;
-  // The collective's backend: distributed.collective, with auto resolved to
-  // gloo while the sync modes train the model on the CPU (NCCL would copy
-  // every bucket to a GPU and back; it is picked when the model lives there).
+  // The collective's backend: distributed.collective; auto stays "auto"
+  // (NCCL where it can run, worker/collective/factory.h) in nccl mode when
+  // the model may train on a GPU, and is gloo otherwise (NCCL would copy
+  // every host bucket to a GPU and back).
   std::string collective = "gloo";
 };
 

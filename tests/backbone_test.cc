@@ -13,9 +13,11 @@
 #include <filesystem>
 #include <thread>
 
+#include "kernels/cuda/cuda_kernels.h"
 #include "server/in_process_cluster.h"
 #include "tests/test_util.h"
 #include "worker/collective/local_collective.h"
+#include "worker/host_trainer.h"
 #include "worker/params_file.h"
 #include "worker/sync/train.h"
 
@@ -65,8 +67,10 @@ Result<TrainReport> SingleProcess(Config config, const ImageTask& image) {
   return TrainImage(config, image, options);
 }
 
-std::vector<Result<TrainReport>> RunCluster(Mode mode, const Config& config,
-                                            const ImageTask& image) {
+// `twin`: every worker's model trains on the device trainer's CPU twin
+// (worker/host_trainer.h), through the device sync paths.
+std::vector<Result<TrainReport>> RunCluster(Mode mode, const Config& config, const ImageTask& image,
+                                            bool twin = false) {
   const int world = config.distributed.world_size;
   std::vector<Result<TrainReport>> reports(static_cast<size_t>(world), Status::Internal("not run"));
   std::vector<std::thread> threads;
@@ -84,6 +88,15 @@ std::vector<Result<TrainReport>> RunCluster(Mode mode, const Config& config,
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
       WorkerOptions options = Quiet(r);
+      ThreadPool twin_pool(1);
+      if (twin) {
+        options.make_trainer =
+            [&](const RunSpec& spec,
+                const HashGridModel& model) -> Result<std::unique_ptr<cuda::DeviceTrainer>> {
+          GRIDSYNC_ASSIGN_OR_RETURN(auto trainer, HostTrainer::Create(spec, model, &twin_pool));
+          return std::unique_ptr<cuda::DeviceTrainer>(std::move(trainer));
+        };
+      }
       if (mode == Mode::kNccl) {
         AllReduceGroups groups;
         groups.flat = group[static_cast<size_t>(r)].get();
@@ -129,6 +142,81 @@ TEST(BackboneTest, EveryModeAndPrecisionAndAccumulationEndsWhereOneProcessEnds) 
         testing::ExpectWithinRounding(cluster, alone, testing::InitialParams(config),
                                       kRelativeBound, mixed ? 0.05 : 0.001);
       }
+    }
+  }
+}
+
+// The device sync paths (device_allreduce_sync.h, device_staged_sync.h)
+// with the device trainer's CPU twin: the same run as the host paths, bit
+// for bit where the gradient is summed in the same order (one micro-batch:
+// the twin accumulates micro-batches into one buffer, the host loop adds
+// separately summed parts). nccl flat runs the device all-reduce; nccl
+// model_parallel and fp16, ps and hybrid stage their rows through the twin.
+TEST(BackboneTest, TheDevicePathsOnTheCpuTwinEndWhereTheHostPathsEnd) {
+  const ImageTask image = testing::SmallImage();
+  struct Case {
+    Mode mode;
+    bool mixed;
+    int accumulation;
+    const char* variant;
+  };
+  const Case cases[] = {
+      {Mode::kNccl, false, 1, ""},     {Mode::kNccl, true, 1, ""},
+      {Mode::kNccl, false, 2, ""},     {Mode::kNccl, false, 1, "model_parallel"},
+      {Mode::kNccl, false, 1, "fp16"}, {Mode::kPs, false, 1, ""},
+      {Mode::kPs, true, 1, ""},        {Mode::kPs, false, 1, "onebit"},
+      {Mode::kHybrid, false, 1, ""},   {Mode::kHybrid, true, 2, ""},
+  };
+  for (const Case& c : cases) {
+    Config config = BackboneConfig(c.mode, c.mixed, c.accumulation);
+    const std::string variant = c.variant;
+    if (variant == "model_parallel") config.distributed.model_parallel = true;
+    if (variant == "fp16") config.compression.codec = "fp16";
+    if (variant == "onebit") config.compression.codec = "onebit";
+    const std::string what = std::string(Name(c.mode)) + (c.mixed ? " mixed" : " fp32") +
+                             " accumulation " + std::to_string(c.accumulation) + " " + variant;
+    auto host = RunCluster(c.mode, config, image);
+    auto twin = RunCluster(c.mode, config, image, /*twin=*/true);
+    for (auto& r : host) ASSERT_TRUE(r.ok()) << what << " host: " << r.status().ToString();
+    for (auto& r : twin) ASSERT_TRUE(r.ok()) << what << " twin: " << r.status().ToString();
+    EXPECT_EQ(twin[0]->device, "the CPU twin") << what;
+    EXPECT_EQ(host[0]->device, "CPU") << what;
+    EXPECT_EQ(twin[0]->my_samples + twin[1]->my_samples, host[0]->samples) << what;
+    const auto a = FlattenParams(*twin[0]->model);
+    const auto b = FlattenParams(*host[0]->model);
+    if (c.accumulation == 1) {
+      SCOPED_TRACE(what);
+      testing::ExpectBitIdentical(a, b);
+      EXPECT_EQ(twin[0]->psnr, host[0]->psnr) << what;
+    } else {
+      testing::ExpectWithinRounding(a, b, testing::InitialParams(config), kRelativeBound,
+                                    c.mixed ? 0.05 : 0.001);
+    }
+  }
+}
+
+// Every sync mode with the model on a real GPU (both ranks on the devices
+// this host has, local rank modulo their count) ends within rounding of one
+// process on the CPU: atomics in the encoding's backward pass and cuBLAS's
+// order make it inexact. nccl over the in-process collective stages the
+// device gradients through host memory; ps and hybrid stage rows.
+TEST(BackboneTest, EveryModeOnTheGpuEndsNearOneProcess) {
+  std::string reason;
+  if (!cuda::Available(&reason)) GTEST_SKIP() << reason;
+  const ImageTask image = testing::SmallImage();
+  for (Mode mode : {Mode::kNccl, Mode::kPs, Mode::kHybrid}) {
+    for (bool mixed : {false, true}) {
+      Config config = BackboneConfig(mode, mixed, 1);
+      config.training.device = TrainingDevice::kCuda;
+      const std::string what = std::string(Name(mode)) + (mixed ? " mixed" : " fp32");
+      auto reports = RunCluster(mode, config, image);
+      for (auto& r : reports) ASSERT_TRUE(r.ok()) << what << ": " << r.status().ToString();
+      EXPECT_NE(reports[0]->device, "CPU") << what;
+      auto local = SingleProcess(config, image);
+      ASSERT_TRUE(local.ok()) << local.status().ToString();
+      EXPECT_NEAR(reports[0]->psnr, local->psnr, mixed ? 0.3 : 0.1) << what;
+      testing::ExpectWithinRounding(FlattenParams(*reports[0]->model), FlattenParams(*local->model),
+                                    testing::InitialParams(config), 0.05, 0.05);
     }
   }
 }

@@ -10,8 +10,12 @@
 
 #include "common/config.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "spec/run_spec.h"
+#include "worker/host_trainer.h"
 #include "worker/image_task.h"
+#include "worker/sync/device_sync.h"
 #include "worker/sync/train.h"
+#include "worker/sync/train_loop.h"
 
 namespace gridsync {
 namespace {
@@ -54,27 +58,28 @@ TrainOptions Quiet() {
   return options;
 }
 
-TEST(DeviceConfigTest, TheDeviceKeyIsCheckedAndCudaRefusedWhereItCannotRunYet) {
+TEST(DeviceConfigTest, TheDeviceKeyIsCheckedAndCudaAcceptedWithEveryMode) {
   auto bad = Config::Parse(R"({"training": {"device": "gpu"}})", "test.json");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("auto"), std::string::npos) << bad.status().message();
   EXPECT_NE(bad.status().message().find("cuda"), std::string::npos) << bad.status().message();
 
+  // Every sync mode, mixed precision and accumulation run with the model
+  // on the device (the sync paths: device_allreduce_sync.h,
+  // device_staged_sync.h).
   Config alone = Small(TrainingDevice::kCuda);
   EXPECT_TRUE(alone.CheckRunnable(/*standalone=*/true).ok());
-  Config distributed = alone;
-  distributed.distributed.enable = true;
-  distributed.distributed.world_size = 2;
-  const Status refused = distributed.CheckRunnable(false);
-  ASSERT_FALSE(refused.ok());
-  EXPECT_EQ(refused.code(), StatusCode::kUnsupported);
-  EXPECT_NE(refused.message().find("training.device=cuda"), std::string::npos) << refused.message();
-  Config mixed = alone;
-  mixed.training.mixed_precision = true;
-  EXPECT_FALSE(mixed.CheckRunnable(true).ok());
-  Config accumulated = alone;
-  accumulated.training.gradient_accumulation = 2;
-  EXPECT_FALSE(accumulated.CheckRunnable(true).ok());
+  for (GradientSyncMode mode :
+       {GradientSyncMode::kNccl, GradientSyncMode::kPs, GradientSyncMode::kHybrid}) {
+    Config distributed = alone;
+    distributed.distributed.enable = true;
+    distributed.distributed.world_size = 2;
+    distributed.distributed.gradient_sync = mode;
+    distributed.training.mixed_precision = true;
+    distributed.training.gradient_accumulation = 2;
+    const Status runnable = distributed.CheckRunnable(false);
+    EXPECT_TRUE(runnable.ok()) << ToString(mode) << ": " << runnable.ToString();
+  }
   // What the binaries refuse, check-config refuses: the round trip keeps it.
   auto again = Config::Parse(alone.ToJson().dump(), "roundtrip.json");
   ASSERT_TRUE(again.ok()) << again.status().ToString();
@@ -96,6 +101,41 @@ TEST(DeviceConfigTest, WithoutADeviceCudaFailsSayingWhyAndAutoTrainsOnTheCpu) {
   auto cpu = TrainImage(Small(TrainingDevice::kCpu), image, Quiet());
   ASSERT_TRUE(cpu.ok());
   EXPECT_EQ(fallback->psnr, cpu->psnr) << "auto without a device is the CPU, bit for bit";
+}
+
+// A standalone run through DeviceSync, with the device trainer's CPU twin,
+// against the CPU's LocalSync: the same parameters bit for bit, in fp32 and
+// under mixed precision (loss scaling, the fp16 rounding and its overflow
+// check, the working copies).
+TEST(DeviceTrainerTest, TheStandaloneDevicePathOnTheCpuTwinEqualsTheCpu) {
+  const ImageTask image = Pattern();
+  for (bool mixed : {false, true}) {
+    Config config = Small(TrainingDevice::kCpu);
+    config.training.mixed_precision = mixed;
+    auto spec = RunSpec::Resolve(config);
+    ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+    auto cpu = TrainImage(*spec, image, Quiet());
+    ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+
+    auto created = HashGridModel::Create(spec->model);
+    ASSERT_TRUE(created.ok());
+    std::shared_ptr<HashGridModel> model = std::move(created).value();
+    ThreadPool pool(1);
+    auto twin = HostTrainer::Create(*spec, *model, &pool);
+    ASSERT_TRUE(twin.ok()) << twin.status().ToString();
+    const BatchSource source(image, config.training.seed);
+    DeviceSync sync(*spec, model.get(), &source, std::move(twin).value());
+    DistributedConfig alone;
+    SplitSchedule split(BatchSplit(alone, config.training.batch_size));
+    WorkerOptions options;
+    options.train = Quiet();
+    auto device = RunTrainLoop(*spec, image, model, sync, split, pool, options);
+    ASSERT_TRUE(device.ok()) << device.status().ToString();
+    EXPECT_EQ(device->device, "the CPU twin");
+    EXPECT_EQ(model->grid_params(), cpu->model->grid_params()) << (mixed ? "mixed" : "fp32");
+    EXPECT_EQ(device->psnr, cpu->psnr) << (mixed ? "mixed" : "fp32");
+    EXPECT_EQ(device->skipped_steps, cpu->skipped_steps);
+  }
 }
 
 // The GPU twin: the same run on the device ends within rounding of the CPU's
@@ -126,6 +166,27 @@ TEST(DeviceTrainerTest, TrainsAsItsCpuTwinDoesWithinRounding) {
     norm += b[i] * b[i];
   }
   EXPECT_LT(std::sqrt(diff), 0.05 * std::sqrt(norm) + 1e-6) << "grid parameters drifted apart";
+  EXPECT_GT(gpu->kernel_bytes, 0.0);
+  EXPECT_GT(gpu->kernel_seconds, 0.0);
+  EXPECT_GT(gpu->kernel_peak_bytes_per_second, 0.0);
+}
+
+// Mixed precision on the device (fp16 working copies, fp16 gradients at a
+// loss scale) trains as the CPU's mixed precision does, within 0.3 dB.
+TEST(DeviceTrainerTest, MixedPrecisionOnTheDeviceTrainsAsTheCpuDoes) {
+  std::string reason;
+  if (!cuda::Available(&reason)) GTEST_SKIP() << reason;
+  const ImageTask image = Pattern();
+  Config cpu_config = Small(TrainingDevice::kCpu);
+  cpu_config.training.mixed_precision = true;
+  Config gpu_config = cpu_config;
+  gpu_config.training.device = TrainingDevice::kCuda;
+  auto cpu = TrainImage(cpu_config, image, Quiet());
+  ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+  auto gpu = TrainImage(gpu_config, image, Quiet());
+  ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
+  EXPECT_NEAR(gpu->psnr, cpu->psnr, 0.3);
+  EXPECT_GT(gpu->psnr, 15.0) << "the GPU run did not train";
 }
 
 }  // namespace

@@ -126,9 +126,22 @@ int RunTrain(const TrainArgs& args) {
   std::printf("%-9s %6llu %12.0f %10.2f %12.6f%s\n", "gridsync",
               static_cast<unsigned long long>(ours->steps), ours->samples_per_second, ours->psnr,
               ours->final_loss, FormatPsnrAt(ours->psnr_at).c_str());
+  std::printf("trained on: %s\n", ours->device.c_str());
+  if (ours->kernel_seconds > 0 && ours->kernel_peak_bytes_per_second > 0) {
+    // Bytes the encoding and Adam kernels must move (a lower bound) over the
+    // time they took, against the device's memory bandwidth.
+    const double achieved = ours->kernel_bytes / ours->kernel_seconds;
+    std::printf("kernel bandwidth: %.1f GB/s of %.1f GB/s peak (%.0f%%), %.3f s in the kernels\n",
+                achieved / 1e9, ours->kernel_peak_bytes_per_second / 1e9,
+                100.0 * achieved / ours->kernel_peak_bytes_per_second, ours->kernel_seconds);
+  }
   nlohmann::json result = {{"gridsync",
                             {{"steps", ours->steps},
                              {"device", args.device},
+                             {"trained_on", ours->device},
+                             {"kernel_bytes", ours->kernel_bytes},
+                             {"kernel_seconds", ours->kernel_seconds},
+                             {"kernel_peak_bytes_per_second", ours->kernel_peak_bytes_per_second},
                              {"samples_per_s", ours->samples_per_second},
                              {"psnr", ours->psnr},
                              {"final_loss", ours->final_loss},

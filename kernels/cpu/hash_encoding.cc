@@ -211,6 +211,18 @@ void GridGradient::Clear(ThreadPool* pool) {
   });
 }
 
+void GridGradient::AddRows(uint32_t level, const uint32_t* rows, size_t n, const float* values) {
+  const uint32_t F = layout_->features();
+  float* grad = grad_.data() + layout_->level(level).row_offset * F;
+  auto& bits = bits_[level];
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t row = rows[i];
+    float* dst = grad + size_t{row} * F;
+    for (uint32_t f = 0; f < F; ++f) dst[f] += values[i * F + f];
+    bits[row / 64] |= uint64_t{1} << (row % 64);
+  }
+}
+
 void GridGradient::ForgetTouched() {
   for (auto& bits : bits_) std::fill(bits.begin(), bits.end(), 0);
 }

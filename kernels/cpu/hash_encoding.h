@@ -64,6 +64,10 @@ class GridGradient {
   void Take(uint32_t level, SparseRows* out);
   uint64_t TouchedRows(uint32_t level) const;
 
+  // Adds n rows of `level` (level-local ids, values n x features) and marks
+  // them touched: a gradient computed elsewhere (a GPU) joins this one.
+  void AddRows(uint32_t level, const uint32_t* rows, size_t n, const float* values);
+
   // Zeroes touched rows and forgets them.
   void Clear(ThreadPool* pool);
 

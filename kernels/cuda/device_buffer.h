@@ -103,7 +103,13 @@ class PinnedBuffer {
       (void)cudaGetLastError();
     }
   }
+  // Replaces any earlier allocation (its contents are not kept).
   Status Allocate(size_t size) {
+    if (ptr_ != nullptr) {
+      T* old = ptr_;
+      ptr_ = nullptr;
+      GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaFreeHost(old));
+    }
     void* ptr = nullptr;
     GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMallocHost(&ptr, std::max<size_t>(size, 1) * sizeof(T)));
     ptr_ = static_cast<T*>(ptr);

@@ -20,17 +20,10 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/device_trainer.h"
+#include "kernels/cuda/trainer_kernels.h"
 
 namespace gridsync::cuda {
 namespace {
-
-constexpr uint32_t kBlockSize = 256;
-constexpr size_t kMaxBlocks = 65535;
-
-unsigned Blocks(size_t n) {
-  return static_cast<unsigned>(
-      std::max<size_t>(1, std::min((n + kBlockSize - 1) / kBlockSize, kMaxBlocks)));
-}
 
 // cuBLAS, loaded when a trainer is made rather than linked: every binary
 // links the kernels, and a CPU host need not have NVIDIA's BLAS (linked, it
@@ -83,78 +76,20 @@ Status CublasStatus(cublasStatus_t status, const char* expr) {
 }
 #define GRIDSYNC_CUBLAS_RETURN_IF_ERROR(expr) GRIDSYNC_RETURN_IF_ERROR(CublasStatus((expr), #expr))
 
-__global__ void ReluKernel(float* __restrict__ x, size_t n) {
-  const size_t stride = size_t{gridDim.x} * blockDim.x;
-  for (size_t i = size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride)
-    x[i] = fmaxf(x[i], 0.0f);
-}
-
-// delta *= (activation > 0): ReLU passes the gradient where its output was
-// positive.
-__global__ void ReluBackwardKernel(const float* __restrict__ activation, float* __restrict__ delta,
-                                   size_t n) {
-  const size_t stride = size_t{gridDim.x} * blockDim.x;
-  for (size_t i = size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride)
-    delta[i] = activation[i] > 0.0f ? delta[i] : 0.0f;
-}
-
-// dy = (y - t) * dy_scale; *sse += sum (y - t)^2 (a block's partial sum in
-// shared memory, one atomic per block).
-__global__ void __launch_bounds__(kBlockSize)
-    MseKernel(const float* __restrict__ y, const float* __restrict__ t, float dy_scale, size_t n,
-              float* __restrict__ dy, double* __restrict__ sse) {
-  __shared__ double partial[kBlockSize];
-  double mine = 0.0;
-  const size_t stride = size_t{gridDim.x} * blockDim.x;
-  for (size_t i = size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const float d = y[i] - t[i];
-    mine += static_cast<double>(d) * d;
-    dy[i] = d * dy_scale;
-  }
-  partial[threadIdx.x] = mine;
-  __syncthreads();
-  for (uint32_t s = kBlockSize / 2; s > 0; s /= 2) {
-    if (threadIdx.x < s) partial[threadIdx.x] += partial[threadIdx.x + s];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) atomicAdd(sse, partial[0]);
-}
-
-// Adam on every grid row whose gradient is not all zero (the CPU rule:
-// untouched rows keep their step count, m and v), each row with its own step
-// count; the gradient row is zeroed for the next step.
-__global__ void __launch_bounds__(kBlockSize)
-    GridAdamKernel(const AdamHyper hyper, uint32_t width, size_t rows, float* __restrict__ grad,
-                   float* __restrict__ params, float* __restrict__ m, float* __restrict__ v,
-                   uint32_t* __restrict__ steps) {
-  const size_t stride = size_t{gridDim.x} * blockDim.x;
-  for (size_t row = size_t{blockIdx.x} * blockDim.x + threadIdx.x; row < rows; row += stride) {
-    const size_t base = row * width;
-    float* g = grad + base;
-    if (!AdamUpdateRow(hyper, width, g, 1.0f, params + base, m + base, v + base, steps + row))
-      continue;
-    for (uint32_t f = 0; f < width; ++f) g[f] = 0.0f;
-  }
-}
-
-// Adam on every weight of a matrix (the MLP's always step); gradient zeroed.
-__global__ void DenseAdamKernel(const AdamHyper hyper, float step_size, size_t n,
-                                float* __restrict__ grad, float* __restrict__ params,
-                                float* __restrict__ m, float* __restrict__ v) {
-  const size_t stride = size_t{gridDim.x} * blockDim.x;
-  for (size_t i = size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) {
-    AdamUpdate(hyper, step_size, grad[i], &params[i], &m[i], &v[i]);
-    grad[i] = 0.0f;
-  }
-}
-
 class DeviceTrainerImpl : public DeviceTrainer {
  public:
   DeviceTrainerImpl(const HashGridLayout& layout, const MlpShape& dims, const AdamHyper& hyper,
-                    int device, size_t max_batch)
-      : layout_(layout), dims_(dims), hyper_(hyper), device_(device), max_batch_(max_batch) {}
+                    int device, size_t max_batch, bool mixed_precision)
+      : layout_(layout),
+        dims_(dims),
+        hyper_(hyper),
+        device_(device),
+        max_batch_(max_batch),
+        mixed_(mixed_precision) {}
 
   ~DeviceTrainerImpl() override {
+    for (cudaEvent_t e : events_)
+      if (e != nullptr) (void)cudaEventDestroy(e);
     if (cublas_ != nullptr) (void)Cublas().destroy(cublas_);
     if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
     (void)cudaGetLastError();
@@ -165,7 +100,15 @@ class DeviceTrainerImpl : public DeviceTrainer {
     cudaDeviceProp props{};
     GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&props, device_));
     name_ = std::string(props.name) + " (device " + std::to_string(device_) + ")";
+    int clock_khz = 0, bus_bits = 0;
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(
+        cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, device_));
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(
+        cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device_));
+    // Double data rate: two transfers per clock.
+    traffic_.peak_bytes_per_second = 2.0 * clock_khz * 1e3 * bus_bits / 8.0;
     GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    for (cudaEvent_t& e : events_) GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
     GRIDSYNC_CUBLAS_RETURN_IF_ERROR(Cublas().create(&cublas_));
     GRIDSYNC_CUBLAS_RETURN_IF_ERROR(Cublas().set_stream(cublas_, stream_));
     // fp32 as the CPU twin computes it: no TF32 tensor-core rounding.
@@ -178,16 +121,19 @@ class DeviceTrainerImpl : public DeviceTrainer {
     GRIDSYNC_RETURN_IF_ERROR(grid_v_.AllocateZeroed(total));
     GRIDSYNC_RETURN_IF_ERROR(grid_grad_.AllocateZeroed(total));
     GRIDSYNC_RETURN_IF_ERROR(grid_steps_.AllocateZeroed(total / width));
+    if (mixed_) GRIDSYNC_RETURN_IF_ERROR(grid_half_.AllocateZeroed(total));
     for (int i = 0; i < dims_.n_matrices(); ++i) {
       const size_t n = static_cast<size_t>(dims_.rows(i)) * static_cast<size_t>(dims_.cols(i));
       mlp_.emplace_back();
       mlp_m_.emplace_back();
       mlp_v_.emplace_back();
       mlp_grad_.emplace_back();
+      mlp_work_.emplace_back();
       GRIDSYNC_RETURN_IF_ERROR(mlp_.back().Upload(mlp[static_cast<size_t>(i)]));
       GRIDSYNC_RETURN_IF_ERROR(mlp_m_.back().AllocateZeroed(n));
       GRIDSYNC_RETURN_IF_ERROR(mlp_v_.back().AllocateZeroed(n));
       GRIDSYNC_RETURN_IF_ERROR(mlp_grad_.back().AllocateZeroed(n));
+      if (mixed_) GRIDSYNC_RETURN_IF_ERROR(mlp_work_.back().AllocateZeroed(n));
     }
     const size_t b = max_batch_;
     const size_t dims = layout_.spec().dims;
@@ -205,36 +151,194 @@ class DeviceTrainerImpl : public DeviceTrainer {
     for (auto& d : delta_) GRIDSYNC_RETURN_IF_ERROR(d.AllocateZeroed(b * std::max(hidden, out)));
     GRIDSYNC_RETURN_IF_ERROR(y_.AllocateZeroed(b * out));
     GRIDSYNC_RETURN_IF_ERROR(sse_.AllocateZeroed(1));
+    GRIDSYNC_RETURN_IF_ERROR(overflow_.AllocateZeroed(1));
     GRIDSYNC_RETURN_IF_ERROR(positions_host_.Allocate(b * dims));
     GRIDSYNC_RETURN_IF_ERROR(targets_host_.Allocate(b * out));
     GRIDSYNC_RETURN_IF_ERROR(sse_host_.Allocate(1));
-    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+    GRIDSYNC_RETURN_IF_ERROR(overflow_host_.Allocate(1));
+    GRIDSYNC_RETURN_IF_ERROR(RefreshWorkingCopy());
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
     return Status::OK();
   }
 
-  Result<double> Step(const float* positions, const float* targets, size_t n, size_t global_batch,
-                      uint32_t active_levels) override {
-    GRIDSYNC_RETURN_IF_ERROR(CheckBatch(n, "Step"));
+  Result<double> ComputeGradients(const float* positions, const float* targets, size_t n,
+                                  size_t global_batch, uint32_t active_levels,
+                                  float loss_scale) override {
+    GRIDSYNC_RETURN_IF_ERROR(CheckBatch(n, "ComputeGradients"));
     if (n == 0) return 0.0;
     GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
     GRIDSYNC_RETURN_IF_ERROR(UploadBatch(positions, targets, n));
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaEventRecord(events_[0], stream_));
     GRIDSYNC_RETURN_IF_ERROR(Forward(n, active_levels));
     const int out = dims_.output_width;
-    // d(mean squared error)/dy, as worker/model.cc folds it.
-    const float dy_scale = 2.0f / static_cast<float>(global_batch * static_cast<size_t>(out));
+    // d(mean squared error)/dy at the loss scale, as worker/model.cc folds it.
+    const float dy_scale =
+        loss_scale * 2.0f / static_cast<float>(global_batch * static_cast<size_t>(out));
     GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(sse_.get(), 0, sizeof(double), stream_));
-    float* dy = delta_[0].get();
-    MseKernel<<<Blocks(n * out), kBlockSize, 0, stream_>>>(
-        y_.get(), targets_.get(), dy_scale, n * static_cast<size_t>(out), dy, sse_.get());
-    GRIDSYNC_CUDA_RETURN_IF_LAUNCH_ERROR();
+    GRIDSYNC_RETURN_IF_ERROR(SquaredError(y_.get(), targets_.get(), dy_scale,
+                                          n * static_cast<size_t>(out), delta_[0].get(), sse_.get(),
+                                          stream_));
     GRIDSYNC_RETURN_IF_ERROR(Backward(n));
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaEventRecord(events_[1], stream_));
     GRIDSYNC_RETURN_IF_ERROR(HashGridBackward(layout_, positions_.get(), n, active_levels,
                                               d_features_.get(), grid_grad_.get(), stream_));
-    GRIDSYNC_RETURN_IF_ERROR(Adam());
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaEventRecord(events_[2], stream_));
     GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sse_host_.get(), sse_.get(), sizeof(double),
                                                   cudaMemcpyDeviceToHost, stream_));
     GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    // The encoding's traffic: every corner's features read in the forward
+    // pass and read and written (atomically) in the backward pass, plus the
+    // positions and the feature matrices.
+    const double corners = static_cast<double>(1u << layout_.spec().dims);
+    const double per_level = corners * layout_.features() * sizeof(float);
+    const double active = std::min<uint32_t>(active_levels, layout_.n_levels());
+    const double features = static_cast<double>(dims_.input_width) * sizeof(float);
+    const double samples = static_cast<double>(n);
+    const double position = layout_.spec().dims * sizeof(float);
+    float forward_ms = 0, backward_ms = 0;
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&forward_ms, events_[0], events_[1]));
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&backward_ms, events_[1], events_[2]));
+    traffic_.bytes += samples * (active * per_level * (mixed_ ? 0.5 : 1.0) + position + features);
+    traffic_.bytes += samples * (active * per_level * 2 + position + features);
+    // The forward span holds the MLP too: counted as encoding time, it
+    // understates the bandwidth rather than flatter it.
+    traffic_.seconds += (forward_ms + backward_ms) / 1e3;
     return *sse_host_.get();
+  }
+
+  Result<bool> RoundGradientsToHalf() override {
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(overflow_.get(), 0, sizeof(unsigned), stream_));
+    for (const auto& buffer : GradientBuffers())
+      GRIDSYNC_RETURN_IF_ERROR(
+          RoundThroughHalf(buffer.data(), buffer.size(), overflow_.get(), stream_));
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+        overflow_host_.get(), overflow_.get(), sizeof(unsigned), cudaMemcpyDeviceToHost, stream_));
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    return *overflow_host_.get() == 0;
+  }
+
+  std::vector<std::span<float>> GradientBuffers() override {
+    std::vector<std::span<float>> buffers = {{grid_grad_.get(), grid_grad_.size()}};
+    for (auto& g : mlp_grad_) buffers.emplace_back(g.get(), g.size());
+    return buffers;
+  }
+  bool gradients_on_device() const override { return true; }
+
+  Status CopyGradients(const std::vector<std::span<float>>& host, bool to_device) override {
+    const auto device = GradientBuffers();
+    GRIDSYNC_RETURN_IF_ERROR(CheckBufferShapes(host, device, "DeviceTrainer::CopyGradients"));
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    for (size_t i = 0; i < host.size(); ++i) {
+      void* dst = to_device ? static_cast<void*>(device[i].data()) : host[i].data();
+      const void* src = to_device ? static_cast<const void*>(host[i].data()) : device[i].data();
+      GRIDSYNC_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(dst, src, host[i].size_bytes(),
+                          to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, stream_));
+    }
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    return Status::OK();
+  }
+
+  Status ApplyGradients(float loss_scale) override {
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    const float grad_scale = 1.0f / loss_scale;
+    const uint32_t width = layout_.features();
+    const size_t rows = layout_.total_params() / width;
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaEventRecord(events_[3], stream_));
+    GRIDSYNC_RETURN_IF_ERROR(GridAdam(hyper_, width, rows, grad_scale, grid_grad_.get(),
+                                      grid_.get(), grid_m_.get(), grid_v_.get(), grid_steps_.get(),
+                                      stream_));
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaEventRecord(events_[4], stream_));
+    // MLP weights step together: one count, the step size computed here as
+    // the CPU's AdamTable does.
+    ++mlp_step_;
+    const float step_size = AdamStepSize(hyper_, mlp_step_);
+    for (size_t i = 0; i < mlp_.size(); ++i) {
+      GRIDSYNC_RETURN_IF_ERROR(DenseAdam(hyper_, step_size, grad_scale, mlp_[i].size(),
+                                         mlp_grad_[i].get(), mlp_[i].get(), mlp_m_[i].get(),
+                                         mlp_v_[i].get(), stream_));
+    }
+    GRIDSYNC_RETURN_IF_ERROR(RefreshWorkingCopy());
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    float adam_ms = 0;
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&adam_ms, events_[3], events_[4]));
+    // Grid Adam reads every gradient row and its step count: the lower
+    // bound (touched rows also move their parameters, m and v).
+    traffic_.bytes += static_cast<double>(layout_.total_params()) * sizeof(float) * 2 +
+                      static_cast<double>(rows) * sizeof(uint32_t);
+    traffic_.seconds += adam_ms / 1e3;
+    return Status::OK();
+  }
+
+  Status ClearGradients() override {
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    for (const auto& buffer : GradientBuffers())
+      GRIDSYNC_CUDA_RETURN_IF_ERROR(
+          cudaMemsetAsync(buffer.data(), 0, buffer.size_bytes(), stream_));
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    return Status::OK();
+  }
+
+  Status UploadGridRows(const uint32_t* rows, size_t n, const float* values) override {
+    if (n == 0) return Status::OK();
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    const uint32_t width = layout_.features();
+    GRIDSYNC_RETURN_IF_ERROR(StageRows(rows, n));
+    std::memcpy(values_host_.get(), values, n * width * sizeof(float));
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(values_.get(), values_host_.get(),
+                                                  n * width * sizeof(float), cudaMemcpyHostToDevice,
+                                                  stream_));
+    GRIDSYNC_RETURN_IF_ERROR(ScatterRows(rows_.get(), n, width, values_.get(), grid_.get(),
+                                         mixed_ ? grid_half_.get() : nullptr, stream_));
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    return Status::OK();
+  }
+
+  Status TakeGridGradientRows(const uint32_t* rows, size_t n, float* values) override {
+    if (n == 0) return Status::OK();
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    const uint32_t width = layout_.features();
+    GRIDSYNC_RETURN_IF_ERROR(StageRows(rows, n));
+    GRIDSYNC_RETURN_IF_ERROR(
+        TakeRows(rows_.get(), n, width, grid_grad_.get(), values_.get(), stream_));
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(values_host_.get(), values_.get(),
+                                                  n * width * sizeof(float), cudaMemcpyDeviceToHost,
+                                                  stream_));
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    std::memcpy(values, values_host_.get(), n * width * sizeof(float));
+    return Status::OK();
+  }
+
+  Status UploadMlp(const std::vector<std::span<const float>>& weights) override {
+    GRIDSYNC_RETURN_IF_ERROR(
+        CheckMlpShapes(weights.size(), [&](size_t i) { return weights[i].size(); }));
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    for (size_t i = 0; i < mlp_.size(); ++i) {
+      GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(mlp_[i].get(), weights[i].data(),
+                                                    weights[i].size_bytes(), cudaMemcpyHostToDevice,
+                                                    stream_));
+      if (mixed_)
+        GRIDSYNC_RETURN_IF_ERROR(
+            ToHalfValues(mlp_[i].get(), mlp_[i].size(), mlp_work_[i].get(), stream_));
+    }
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    return Status::OK();
+  }
+
+  Status TakeMlpGradients(const std::vector<std::span<float>>& grads) override {
+    GRIDSYNC_RETURN_IF_ERROR(
+        CheckMlpShapes(grads.size(), [&](size_t i) { return grads[i].size(); }));
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    for (size_t i = 0; i < mlp_grad_.size(); ++i) {
+      GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(grads[i].data(), mlp_grad_[i].get(),
+                                                    grads[i].size_bytes(), cudaMemcpyDeviceToHost,
+                                                    stream_));
+      GRIDSYNC_CUDA_RETURN_IF_ERROR(
+          cudaMemsetAsync(mlp_grad_[i].get(), 0, grads[i].size_bytes(), stream_));
+    }
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    return Status::OK();
   }
 
   Status Predict(const float* positions, size_t n, uint32_t active_levels, float* out) override {
@@ -266,6 +370,7 @@ class DeviceTrainerImpl : public DeviceTrainer {
   }
 
   std::string device_name() const override { return name_; }
+  Traffic traffic() const override { return traffic_; }
 
  private:
   Status CheckBatch(size_t n, const char* what) const {
@@ -274,6 +379,62 @@ class DeviceTrainerImpl : public DeviceTrainer {
                                    std::to_string(n) + " samples; allowed: at most " +
                                    std::to_string(max_batch_) + " (the batch it was made for)");
   }
+
+  template <typename SizeOf>
+  Status CheckMlpShapes(size_t count, SizeOf size_of) const {
+    if (count != mlp_.size()) {
+      return Status::InvalidArgument("DeviceTrainer: " + std::to_string(count) +
+                                     " MLP matrices; the model has " + std::to_string(mlp_.size()));
+    }
+    for (size_t i = 0; i < count; ++i) {
+      if (size_of(i) != mlp_[i].size()) {
+        return Status::InvalidArgument("DeviceTrainer: MLP matrix " + std::to_string(i) + " has " +
+                                       std::to_string(size_of(i)) + " values; the model's has " +
+                                       std::to_string(mlp_[i].size()));
+      }
+    }
+    return Status::OK();
+  }
+
+  // Copies n row ids to the device (rows_), growing the staging buffers to
+  // hold n rows; ids past the grid are refused.
+  Status StageRows(const uint32_t* rows, size_t n) {
+    const uint64_t total_rows = layout_.total_rows();
+    for (size_t i = 0; i < n; ++i) {
+      if (rows[i] >= total_rows) {
+        return Status::InvalidArgument("DeviceTrainer: grid row " + std::to_string(rows[i]) +
+                                       "; allowed: below " + std::to_string(total_rows));
+      }
+    }
+    const uint32_t width = layout_.features();
+    if (n > staged_capacity_) {
+      const size_t capacity = std::max(n, staged_capacity_ * 2);
+      GRIDSYNC_RETURN_IF_ERROR(rows_.Free());
+      GRIDSYNC_RETURN_IF_ERROR(values_.Free());
+      GRIDSYNC_RETURN_IF_ERROR(rows_.AllocateZeroed(capacity));
+      GRIDSYNC_RETURN_IF_ERROR(values_.AllocateZeroed(capacity * width));
+      GRIDSYNC_RETURN_IF_ERROR(rows_host_.Allocate(capacity));
+      GRIDSYNC_RETURN_IF_ERROR(values_host_.Allocate(capacity * width));
+      staged_capacity_ = capacity;
+    }
+    std::memcpy(rows_host_.get(), rows, n * sizeof(uint32_t));
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+        rows_.get(), rows_host_.get(), n * sizeof(uint32_t), cudaMemcpyHostToDevice, stream_));
+    return Status::OK();
+  }
+
+  // Mixed precision: the fp16 working copies of the whole grid and MLP.
+  Status RefreshWorkingCopy() {
+    if (!mixed_) return Status::OK();
+    GRIDSYNC_RETURN_IF_ERROR(ToHalfBits(grid_.get(), grid_.size(), grid_half_.get(), stream_));
+    for (size_t i = 0; i < mlp_.size(); ++i)
+      GRIDSYNC_RETURN_IF_ERROR(
+          ToHalfValues(mlp_[i].get(), mlp_[i].size(), mlp_work_[i].get(), stream_));
+    return Status::OK();
+  }
+
+  // The weights the passes read: the fp16 working copy under mixed precision.
+  const float* Weights(size_t i) const { return mixed_ ? mlp_work_[i].get() : mlp_[i].get(); }
 
   Status UploadBatch(const float* positions, const float* targets, size_t n) {
     const size_t dims = layout_.spec().dims;
@@ -303,21 +464,23 @@ class DeviceTrainerImpl : public DeviceTrainer {
   // Encoding, then the MLP: y_ (output_width x n); hidden_ keep the
   // post-ReLU activations for the backward pass.
   Status Forward(size_t n, uint32_t active_levels) {
-    GRIDSYNC_RETURN_IF_ERROR(HashGridForward(layout_, positions_.get(), n, active_levels,
-                                             grid_.get(), features_.get(), stream_));
+    if (mixed_) {
+      GRIDSYNC_RETURN_IF_ERROR(HashGridForwardHalf(layout_, positions_.get(), n, active_levels,
+                                                   grid_half_.get(), features_.get(), stream_));
+    } else {
+      GRIDSYNC_RETURN_IF_ERROR(HashGridForward(layout_, positions_.get(), n, active_levels,
+                                               grid_.get(), features_.get(), stream_));
+    }
     const int cols = static_cast<int>(n);
     const float* input = features_.get();
     for (int i = 0; i < dims_.n_matrices(); ++i) {
       const bool last = i == dims_.hidden_layers;
       float* output = last ? y_.get() : hidden_[static_cast<size_t>(i)].get();
       GRIDSYNC_RETURN_IF_ERROR(Gemm(CUBLAS_OP_N, CUBLAS_OP_N, dims_.rows(i), cols, dims_.cols(i),
-                                    mlp_[static_cast<size_t>(i)].get(), dims_.rows(i), input,
+                                    Weights(static_cast<size_t>(i)), dims_.rows(i), input,
                                     dims_.cols(i), 0.0f, output, dims_.rows(i)));
-      if (!last) {
-        const size_t count = static_cast<size_t>(dims_.rows(i)) * n;
-        ReluKernel<<<Blocks(count), kBlockSize, 0, stream_>>>(output, count);
-        GRIDSYNC_CUDA_RETURN_IF_LAUNCH_ERROR();
-      }
+      if (!last)
+        GRIDSYNC_RETURN_IF_ERROR(Relu(output, static_cast<size_t>(dims_.rows(i)) * n, stream_));
       input = output;
     }
     return Status::OK();
@@ -337,35 +500,13 @@ class DeviceTrainerImpl : public DeviceTrainer {
                                     mlp_grad_[index].get(), rows));
       // d a_{i-1} = W_i^T * delta_i
       float* below = i == 0 ? d_features_.get() : delta_[1 - current].get();
-      GRIDSYNC_RETURN_IF_ERROR(Gemm(CUBLAS_OP_T, CUBLAS_OP_N, inner, cols, rows, mlp_[index].get(),
+      GRIDSYNC_RETURN_IF_ERROR(Gemm(CUBLAS_OP_T, CUBLAS_OP_N, inner, cols, rows, Weights(index),
                                     rows, delta_[current].get(), rows, 0.0f, below, inner));
       if (i > 0) {
-        const size_t count = static_cast<size_t>(inner) * n;
-        ReluBackwardKernel<<<Blocks(count), kBlockSize, 0, stream_>>>(activation, below, count);
-        GRIDSYNC_CUDA_RETURN_IF_LAUNCH_ERROR();
+        GRIDSYNC_RETURN_IF_ERROR(
+            ReluBackward(activation, below, static_cast<size_t>(inner) * n, stream_));
         current = 1 - current;
       }
-    }
-    return Status::OK();
-  }
-
-  Status Adam() {
-    const uint32_t width = layout_.features();
-    const size_t rows = layout_.total_params() / width;
-    GridAdamKernel<<<Blocks(rows), kBlockSize, 0, stream_>>>(hyper_, width, rows, grid_grad_.get(),
-                                                             grid_.get(), grid_m_.get(),
-                                                             grid_v_.get(), grid_steps_.get());
-    GRIDSYNC_CUDA_RETURN_IF_LAUNCH_ERROR();
-    // MLP weights step together: one count, the step size computed here as
-    // the CPU's AdamTable does.
-    ++mlp_step_;
-    const float step_size = AdamStepSize(hyper_, mlp_step_);
-    for (size_t i = 0; i < mlp_.size(); ++i) {
-      const size_t n = mlp_[i].size();
-      DenseAdamKernel<<<Blocks(n), kBlockSize, 0, stream_>>>(hyper_, step_size, n,
-                                                             mlp_grad_[i].get(), mlp_[i].get(),
-                                                             mlp_m_[i].get(), mlp_v_[i].get());
-      GRIDSYNC_CUDA_RETURN_IF_LAUNCH_ERROR();
     }
     return Status::OK();
   }
@@ -375,20 +516,34 @@ class DeviceTrainerImpl : public DeviceTrainer {
   const AdamHyper hyper_;
   const int device_;
   const size_t max_batch_;
+  const bool mixed_;
   std::string name_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
+  // Encoding forward (+MLP), encoding backward, and grid Adam spans.
+  cudaEvent_t events_[5] = {};
+  Traffic traffic_;
   uint32_t mlp_step_ = 0;
 
   DeviceBuffer<float> grid_, grid_m_, grid_v_, grid_grad_;
+  DeviceBuffer<uint16_t> grid_half_;  // mixed precision: fp16 working copy
   DeviceBuffer<uint32_t> grid_steps_;
   std::vector<DeviceBuffer<float>> mlp_, mlp_m_, mlp_v_, mlp_grad_;
+  std::vector<DeviceBuffer<float>> mlp_work_;  // mixed precision: rounded to fp16 values
   DeviceBuffer<float> positions_, targets_, features_, d_features_, y_;
   std::vector<DeviceBuffer<float>> hidden_;
   DeviceBuffer<float> delta_[2];
   DeviceBuffer<double> sse_;
+  DeviceBuffer<unsigned> overflow_;
   PinnedBuffer<float> positions_host_, targets_host_;
   PinnedBuffer<double> sse_host_;
+  PinnedBuffer<unsigned> overflow_host_;
+  // Row staging for the PS modes, grown on demand.
+  size_t staged_capacity_ = 0;
+  DeviceBuffer<uint32_t> rows_;
+  DeviceBuffer<float> values_;
+  PinnedBuffer<uint32_t> rows_host_;
+  PinnedBuffer<float> values_host_;
 };
 
 }  // namespace
@@ -408,7 +563,7 @@ Result<int> DeviceForLocalRank(int local_rank) {
 Result<std::unique_ptr<DeviceTrainer>> DeviceTrainer::Create(
     const HashGridLayout& layout, const MlpShape& mlp, const AdamHyper& hyper,
     const std::vector<float>& grid, const std::vector<std::vector<float>>& mlp_weights, int device,
-    size_t max_batch) {
+    size_t max_batch, bool mixed_precision) {
   std::string reason;
   if (!Available(&reason)) return Status::Unsupported("training.device cuda: " + reason);
   GRIDSYNC_RETURN_IF_ERROR(LoadCublas().status().WithContext("training.device cuda"));
@@ -438,7 +593,8 @@ Result<std::unique_ptr<DeviceTrainer>> DeviceTrainer::Create(
     return Status::InvalidArgument("DeviceTrainer: max_batch " + std::to_string(max_batch) +
                                    "; allowed: 1..2^28");
   }
-  auto trainer = std::make_unique<DeviceTrainerImpl>(layout, mlp, hyper, device, max_batch);
+  auto trainer =
+      std::make_unique<DeviceTrainerImpl>(layout, mlp, hyper, device, max_batch, mixed_precision);
   GRIDSYNC_RETURN_IF_ERROR(
       trainer->Init(grid, mlp_weights)
           .WithContext("training.device cuda: preparing device " + std::to_string(device)));

@@ -1,18 +1,32 @@
 // Training the hash-grid model on one CUDA device (training.device: cuda).
-// The whole model lives in device memory: the grid and MLP parameters and
-// Adam's m, v and step counts. A step copies only the batch in (through
-// pinned host memory, on the trainer's own stream) and runs everything else
+// The whole model lives in device memory: the grid and MLP parameters, their
+// gradients and Adam's m, v and step counts. The batch comes in through
+// pinned host memory on the trainer's own stream; everything else runs
 // there: the encoding forward (kernels/cuda/hash_encoding.cu), the MLP
 // through cuBLAS, the mean squared error and its gradient, the MLP and
 // encoding backward passes, and Adam (grid rows whose gradient is not all
-// zero, each with its own step count; MLP matrices every step), gradients
-// zeroed in place for the next step.
+// zero, each with its own step count; MLP matrices every step).
+//
+// A step is phases, so that each sync mode composes the ones it needs:
+//   standalone:  ComputeGradients, [RoundGradientsToHalf], ApplyGradients
+//   nccl:        ComputeGradients, [Round...], all-reduce GradientBuffers()
+//                in place (device pointers: NCCL reads them directly),
+//                ApplyGradients
+//   ps, hybrid:  UploadGridRows/UploadMlp (what the host pulled), Compute...,
+//                TakeGridGradientRows/TakeMlpGradients (only the rows the
+//                batch touched, staged through pinned memory) for the host
+//                sync to push
+//
+// Mixed precision (training.mixed_precision) as worker/model.cc does it:
+// fp32 master parameters, the forward and backward passes read a working
+// copy rounded to fp16 values, and gradients, computed at the loss scale,
+// are rounded through fp16 with an overflow check (RoundGradientsToHalf).
 //
 // The maths is worker/model.cc's and worker/local_optimizer.cc's in fp32
 // (kernels/adam_math.h is shared), so a run ends within rounding of the CPU
 // run: the encoding's backward pass sums with atomics and cuBLAS orders its
-// sums its own way. Mixed precision and gradient accumulation are not here
-// yet (Config::CheckRunnable refuses them with training.device cuda).
+// sums its own way. worker/host_trainer.h is the CPU twin of this interface,
+// which the tests drive through every sync mode.
 //
 // This header needs no nvcc. Without CUDA in the build, or without a device,
 // Create fails saying which.
@@ -24,6 +38,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -39,17 +54,51 @@ class DeviceTrainer {
   // `grid`: layout.total_params() floats; `mlp_weights`: one column-major
   // matrix per layer. `device`: the CUDA device (after CUDA_VISIBLE_DEVICES);
   // `max_batch`: the most samples a Step or Predict call takes.
+  // `mixed_precision`: see the file comment.
   static Result<std::unique_ptr<DeviceTrainer>> Create(
       const HashGridLayout& layout, const MlpShape& mlp, const AdamHyper& hyper,
       const std::vector<float>& grid, const std::vector<std::vector<float>>& mlp_weights,
-      int device, size_t max_batch);
+      int device, size_t max_batch, bool mixed_precision);
   virtual ~DeviceTrainer() = default;
 
-  // One step on n samples (positions n x dims, targets n x output_width, host
-  // memory) of a global batch of `global_batch`: gradient of the mean squared
-  // error, then Adam. Returns the sum of squared errors of the n samples.
-  virtual Result<double> Step(const float* positions, const float* targets, size_t n,
-                              size_t global_batch, uint32_t active_levels) = 0;
+  // Adds the gradient of the mean squared error of n samples (positions n x
+  // dims, targets n x output_width, host memory) of a global batch of
+  // `global_batch`, times `loss_scale`, to the gradient buffers. Returns the
+  // sum of squared errors of the n samples.
+  virtual Result<double> ComputeGradients(const float* positions, const float* targets, size_t n,
+                                          size_t global_batch, uint32_t active_levels,
+                                          float loss_scale) = 0;
+
+  // Mixed precision: rounds every gradient through fp16; returns whether
+  // all of them fit (no inf, NaN or magnitude above 65504).
+  virtual Result<bool> RoundGradientsToHalf() = 0;
+
+  // The gradient buffers, the grid's (total_params floats) then each MLP
+  // matrix's, for in-place collectives; device memory when
+  // gradients_on_device(). Valid for the trainer's life.
+  virtual std::vector<std::span<float>> GradientBuffers() = 0;
+  virtual bool gradients_on_device() const = 0;
+  // Copies the gradient buffers into `host` (spans of GradientBuffers()'s
+  // sizes, host memory), or, with `to_device`, from it: staging for a
+  // collective that reads host memory (Gloo).
+  virtual Status CopyGradients(const std::vector<std::span<float>>& host, bool to_device) = 0;
+
+  // Adam on the gradient divided by `loss_scale`; the gradients are zeroed.
+  virtual Status ApplyGradients(float loss_scale) = 0;
+  // Zeroes the gradients (a skipped step).
+  virtual Status ClearGradients() = 0;
+
+  // Staging for the PS modes. Rows are global row ids (the layout's
+  // row_offset of the level plus the level-local id), n of them, each
+  // `features` floats in `values` (host memory).
+  // Overwrites those parameter rows (and their fp16 working copy).
+  virtual Status UploadGridRows(const uint32_t* rows, size_t n, const float* values) = 0;
+  // Copies those gradient rows out, then zeroes them.
+  virtual Status TakeGridGradientRows(const uint32_t* rows, size_t n, float* values) = 0;
+  // Overwrites the MLP weights (one column-major matrix per layer).
+  virtual Status UploadMlp(const std::vector<std::span<const float>>& weights) = 0;
+  // Copies the MLP weight gradients out (same shapes), then zeroes them.
+  virtual Status TakeMlpGradients(const std::vector<std::span<float>>& grads) = 0;
 
   // Predictions (n x output_width, host memory) at n positions.
   virtual Status Predict(const float* positions, size_t n, uint32_t active_levels, float* out) = 0;
@@ -58,9 +107,25 @@ class DeviceTrainer {
   virtual Status Download(std::vector<float>* grid,
                           std::vector<std::vector<float>>* mlp_weights) = 0;
 
+  // Memory traffic of the kernels so far, for the bandwidth report: bytes
+  // the encoding and Adam kernels must move (a lower bound: every operand
+  // read or written once), the seconds they took (CUDA events), and the
+  // device's peak (memory clock x bus width x 2). Zeros on the CPU twin.
+  struct Traffic {
+    double bytes = 0;
+    double seconds = 0;
+    double peak_bytes_per_second = 0;
+  };
+  virtual Traffic traffic() const { return {}; }
+
   // "NVIDIA H200 (device 0)": for logs.
   virtual std::string device_name() const = 0;
 };
+
+// Whether `host` has the shapes of `buffers` (InvalidArgument naming `what`
+// and the first mismatch otherwise).
+Status CheckBufferShapes(const std::vector<std::span<float>>& host,
+                         const std::vector<std::span<float>>& buffers, const char* what);
 
 // The device a worker of local rank `local_rank` uses: local_rank modulo the
 // devices this process sees (CUDA_VISIBLE_DEVICES already applied by the

@@ -17,7 +17,7 @@ Result<int> DeviceForLocalRank(int /*local_rank*/) { return Status::Unsupported(
 Result<std::unique_ptr<DeviceTrainer>> DeviceTrainer::Create(
     const HashGridLayout& /*layout*/, const MlpShape& /*mlp*/, const AdamHyper& /*hyper*/,
     const std::vector<float>& /*grid*/, const std::vector<std::vector<float>>& /*mlp_weights*/,
-    int /*device*/, size_t /*max_batch*/) {
+    int /*device*/, size_t /*max_batch*/, bool /*mixed_precision*/) {
   return Status::Unsupported(std::string("training.device cuda: ") + kWithoutCuda);
 }
 

@@ -194,11 +194,15 @@ Result<SyncOutcome> AllReduceSync::Apply(uint64_t step, ModelGradients* grads, f
   return outcome;
 }
 
-Result<std::vector<double>> AllReduceSync::GatherRates(uint64_t, double mine) {
+Result<std::vector<double>> GatherRatesAcross(Collective& flat, double mine) {
   const float rate = static_cast<float>(mine);
-  std::vector<float> rates(static_cast<size_t>(groups_.flat->size()));
-  GRIDSYNC_RETURN_IF_ERROR(groups_.flat->AllGather(&rate, 1, rates.data()));
+  std::vector<float> rates(static_cast<size_t>(flat.size()));
+  GRIDSYNC_RETURN_IF_ERROR(flat.AllGather(&rate, 1, rates.data()));
   return std::vector<double>(rates.begin(), rates.end());
+}
+
+Result<std::vector<double>> AllReduceSync::GatherRates(uint64_t, double mine) {
+  return GatherRatesAcross(*groups_.flat, mine);
 }
 
 Status AllReduceSync::CheckPeers() {

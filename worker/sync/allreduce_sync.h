@@ -54,6 +54,10 @@ struct AllReduceGroups {
 Status HierarchicalAllReduce(Collective& intra, Collective* inter, int slices, float* data,
                              size_t n);
 
+// Every worker's samples per second, given this one's: an all-gather over
+// `flat` (GradientSync::GatherRates of the all-reduce syncs).
+Result<std::vector<double>> GatherRatesAcross(Collective& flat, double mine);
+
 class AllReduceSync : public GradientSync {
  public:
   // coordinator: watched between steps when given (null in in-process tests).

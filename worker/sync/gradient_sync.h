@@ -128,12 +128,15 @@ class GradientSync {
   virtual Result<SyncOutcome> Apply(uint64_t step, ModelGradients* grads, float loss_scale) = 0;
 
   // A sync that computes the gradient itself and applies it in one call
-  // (the model on a GPU: device_sync.h). The loop then calls TrainStep,
-  // which returns the batch's sum of squared errors, instead of the model's
-  // AccumulateGradients and Apply.
+  // (the model on a GPU: device_sync.h). The loop then calls TrainStep
+  // instead of the model's AccumulateGradients and Apply: it computes the
+  // gradient of `batch` (in training.gradient_accumulation micro-batches) at
+  // `loss_scale`, applies it as Apply would, fills *outcome, and returns the
+  // batch's sum of squared errors.
   virtual bool trains_steps() const { return false; }
   virtual Result<double> TrainStep(const StepBatch& /*batch*/, size_t /*global_batch*/,
-                                   uint32_t /*active_levels*/) {
+                                   uint32_t /*active_levels*/, float /*loss_scale*/,
+                                   SyncOutcome* /*outcome*/) {
     return Status::Internal("this sync does not train steps itself");
   }
 

@@ -10,6 +10,8 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/device_trainer.h"
 #include "worker/collective/factory.h"
+#include "worker/sync/device_allreduce_sync.h"
+#include "worker/sync/device_staged_sync.h"
 #include "worker/sync/device_sync.h"
 #include "worker/sync/hybrid_sync.h"
 #include "worker/sync/local_sync.h"
@@ -23,6 +25,27 @@ Result<std::shared_ptr<HashGridModel>> MakeModel(const RunSpec& spec) {
   GRIDSYNC_ASSIGN_OR_RETURN(std::unique_ptr<HashGridModel> model,
                             HashGridModel::Create(spec.model));
   return std::shared_ptr<HashGridModel>(std::move(model));
+}
+
+// The nccl mode's sync: on the host, or with the model on a GPU (the
+// device path where it serves the configuration, else the host sync with
+// its compute staged to the device).
+Result<std::unique_ptr<GradientSync>> MakeAllReduceSync(
+    const RunSpec& spec, HashGridModel* model, int rank, int local_rank,
+    const AllReduceGroups& groups, CoordinatorClient* coordinator, const BatchSource* source,
+    const SplitSchedule* split, ThreadPool* pool, const WorkerOptions& options) {
+  GRIDSYNC_ASSIGN_OR_RETURN(auto trainer,
+                            PickTrainer(spec, *model, local_rank, options, options.train.quiet));
+  if (trainer && DeviceAllReduceSync::Serves(spec)) {
+    return std::unique_ptr<GradientSync>(std::make_unique<DeviceAllReduceSync>(
+        spec, model, rank, groups.flat, coordinator, source, split, std::move(trainer)));
+  }
+  GRIDSYNC_ASSIGN_OR_RETURN(
+      std::unique_ptr<GradientSync> host,
+      AllReduceSync::Create(spec, model, rank, groups, coordinator, source, split, pool));
+  if (!trainer) return host;
+  return std::unique_ptr<GradientSync>(
+      std::make_unique<DeviceStagedSync>(spec, model, std::move(host), std::move(trainer), pool));
 }
 
 // A cluster's all-reduce worker: registers with the coordinator, then
@@ -59,8 +82,14 @@ Result<TrainReport> TrainAllReduceWorker(const RunSpec& spec, const ImageTask& i
   GRIDSYNC_RETURN_IF_ERROR(coordinator->GetMap(/*wait_complete=*/true, timeout).status());
   CoordinatorStore store(coordinator.get(), "collective/");
   const std::string& kind = spec.sync.collective;
-  GRIDSYNC_ASSIGN_OR_RETURN(auto flat, MakeCollective(kind, &store, rank, d.world_size, "flat",
-                                                      timeout, options.endpoint));
+  // NCCL drives the device the model trains on: local rank modulo the
+  // devices this process sees.
+  const int local_rank = d.LocalRankOf(rank);
+  CollectiveEndpoint endpoint = options.endpoint;
+  if (const auto device = cuda::DeviceForLocalRank(local_rank); device.ok())
+    endpoint.cuda_device = *device;
+  GRIDSYNC_ASSIGN_OR_RETURN(
+      auto flat, MakeCollective(kind, &store, rank, d.world_size, "flat", timeout, endpoint));
   AllReduceGroups groups;
   groups.flat = flat.get();
   std::unique_ptr<Collective> intra, inter;
@@ -69,12 +98,11 @@ Result<TrainReport> TrainAllReduceWorker(const RunSpec& spec, const ImageTask& i
     const int local = d.LocalRankOf(rank);
     GRIDSYNC_ASSIGN_OR_RETURN(
         intra, MakeCollective(kind, &store, local, nodes[static_cast<size_t>(node)].workers,
-                              "intra-" + nodes[static_cast<size_t>(node)].name, timeout,
-                              options.endpoint));
+                              "intra-" + nodes[static_cast<size_t>(node)].name, timeout, endpoint));
     if (local < spec.sync.hierarchical_slices) {
       GRIDSYNC_ASSIGN_OR_RETURN(
           inter, MakeCollective(kind, &store, node, static_cast<int>(nodes.size()),
-                                "inter-" + std::to_string(local), timeout, options.endpoint));
+                                "inter-" + std::to_string(local), timeout, endpoint));
     }
     groups.intra = intra.get();
     groups.inter = inter.get();
@@ -84,8 +112,8 @@ Result<TrainReport> TrainAllReduceWorker(const RunSpec& spec, const ImageTask& i
   const BatchSource source(image, config.training.seed);
   SplitSchedule split(BatchSplit(d, config.training.batch_size));
   GRIDSYNC_ASSIGN_OR_RETURN(
-      auto sync, AllReduceSync::Create(spec, model.get(), rank, groups, coordinator.get(), &source,
-                                       &split, &pool));
+      auto sync, MakeAllReduceSync(spec, model.get(), rank, local_rank, groups, coordinator.get(),
+                                   &source, &split, &pool, options));
   auto report = RunTrainLoop(spec, image, model, *sync, split, pool, options);
   // Every rank leaves together: a rank that closed its sockets while a peer
   // still sends its last bucket would fail that peer.
@@ -113,6 +141,14 @@ Result<TrainReport> TrainPsWorker(const RunSpec& spec, const ImageTask& image,
     sync = std::make_unique<PsSync>(spec, model.get(), std::move(session), &source, &split, &pool,
                                     options);
   }
+  GRIDSYNC_ASSIGN_OR_RETURN(
+      auto trainer,
+      PickTrainer(spec, *model, config.distributed.LocalRankOf(static_cast<int>(sync->rank())),
+                  options, options.train.quiet));
+  if (trainer) {
+    sync = std::make_unique<DeviceStagedSync>(spec, model.get(), std::move(sync),
+                                              std::move(trainer), &pool);
+  }
   if (rejoined_at > 0) {
     WorkerOptions rejoined = options;
     rejoined.start_step = rejoined_at;
@@ -136,36 +172,11 @@ Result<TrainReport> TrainImage(const RunSpec& spec, const ImageTask& image,
   WorkerOptions worker;
   worker.train = options;
   worker.dump_params = dump_params;
-  // Where the model trains, decided once: cuda when asked, or under auto
-  // when the step can run there and a device is present.
-  const TrainingDevice device = config.training.device;
-  std::string why_cpu = "training.device cpu";
-  if (device != TrainingDevice::kCpu) {
-    const bool runnable =
-        !config.training.mixed_precision && config.training.gradient_accumulation == 1;
-    std::string reason;
-    if (device == TrainingDevice::kAuto && !runnable) {
-      why_cpu = "training.device auto: mixed precision and gradient accumulation train on the CPU";
-    } else if (device == TrainingDevice::kAuto && !cuda::Available(&reason)) {
-      why_cpu = "training.device auto: " + reason;
-    } else {
-      // One process: the first device it sees (CUDA_VISIBLE_DEVICES applies).
-      const Result<int> gpu = cuda::DeviceForLocalRank(0);
-      auto trainer = gpu.ok() ? DeviceSync::MakeTrainer(spec, *model, *gpu)
-                              : Result<std::unique_ptr<cuda::DeviceTrainer>>(gpu.status());
-      if (!trainer.ok()) {
-        if (device == TrainingDevice::kCuda)
-          return trainer.status().WithContext("training.device cuda");
-        why_cpu = "training.device auto: the GPU could not be used: " + trainer.status().ToString();
-      } else {
-        DeviceSync sync(spec, model.get(), &source, std::move(trainer).value());
-        if (!options.quiet) spdlog::info("training on {}", sync.me());
-        return RunTrainLoop(spec, image, model, sync, split, pool, worker);
-      }
-    }
+  GRIDSYNC_ASSIGN_OR_RETURN(auto trainer, PickTrainer(spec, *model, 0, worker, options.quiet));
+  if (trainer) {
+    DeviceSync sync(spec, model.get(), &source, std::move(trainer));
+    return RunTrainLoop(spec, image, model, sync, split, pool, worker);
   }
-  if (!options.quiet && device != TrainingDevice::kCpu)
-    spdlog::info("training on the CPU ({})", why_cpu);
   LocalSync sync(spec, model.get(), &source, &pool);
   return RunTrainLoop(spec, image, model, sync, split, pool, worker);
 }
@@ -202,8 +213,9 @@ Result<TrainReport> TrainImageAllReduce(const Config& config, const ImageTask& i
   ThreadPool pool(config.training.threads);
   const BatchSource source(image, config.training.seed);
   SplitSchedule split(BatchSplit(config.distributed, config.training.batch_size));
-  GRIDSYNC_ASSIGN_OR_RETURN(auto sync, AllReduceSync::Create(spec, model.get(), rank, groups,
-                                                             nullptr, &source, &split, &pool));
+  GRIDSYNC_ASSIGN_OR_RETURN(
+      auto sync, MakeAllReduceSync(spec, model.get(), rank, config.distributed.LocalRankOf(rank),
+                                   groups, nullptr, &source, &split, &pool, options));
   return RunTrainLoop(spec, image, model, *sync, split, pool, options);
 }
 

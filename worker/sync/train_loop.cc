@@ -179,11 +179,16 @@ Result<TrainReport> RunTrainLoop(const RunSpec& spec, const ImageTask& image,
       const float scale = scaler.scale();
       double sse = 0;
       uint64_t offset = 0;
+      SyncOutcome trained_outcome;
       if (sync.trains_steps()) {
         // The model is on a GPU: gradient and update in one call there.
-        auto trained = sync.TrainStep(b, batch, active);
-        if (!trained.ok())
-          return trained.status().WithContext(sync.me() + " step " + std::to_string(step));
+        auto trained = sync.TrainStep(b, batch, active, scale, &trained_outcome);
+        if (!trained.ok()) {
+          GRIDSYNC_ASSIGN_OR_RETURN(
+              step,
+              recover(trained.status().WithContext(sync.me() + " step " + std::to_string(step))));
+          continue;
+        }
         sse = *trained;
       }
       for (uint64_t m = 0; m < accumulation && !sync.trains_steps(); ++m) {
@@ -206,7 +211,7 @@ Result<TrainReport> RunTrainLoop(const RunSpec& spec, const ImageTask& image,
 
       phase.emplace("apply");
       const auto apply_start = Clock::now();
-      auto applied_step = sync.trains_steps() ? Result<SyncOutcome>(SyncOutcome{})
+      auto applied_step = sync.trains_steps() ? Result<SyncOutcome>(trained_outcome)
                                               : sync.Apply(step, &grads, scale);
       phase.reset();
       if (!applied_step.ok()) {

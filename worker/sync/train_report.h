@@ -20,6 +20,10 @@ namespace gridsync {
 
 class Collective;
 class HashGridModel;
+struct RunSpec;
+namespace cuda {
+class DeviceTrainer;
+}
 
 struct TrainOptions {
   std::vector<uint64_t> eval_steps;  // also evaluate PSNR after these steps (not timed)
@@ -61,6 +65,11 @@ struct WorkerOptions {
   // rank; the default builds one with the configured backend through the
   // coordinator's KV store.
   std::function<Result<Collective*>(int node, int local_rank, int node_size)> intra_group;
+  // Test seam: the trainer this worker's model trains on, as if on a GPU
+  // (tests pass the CPU twin, worker/host_trainer.h); unset: decided by
+  // training.device.
+  std::function<Result<std::unique_ptr<cuda::DeviceTrainer>>(const RunSpec&, const HashGridModel&)>
+      make_trainer;
 };
 
 struct TrainReport {
@@ -101,6 +110,14 @@ struct TrainReport {
   // feedback still held (PsClient::FlushResiduals); the shards applied steps + 1.
   bool flushed_residuals = false;
   std::vector<uint64_t> split_counts;  // samples per worker in the last step
+  // Where the model trained: "CPU", or the device ("NVIDIA H200 (device 0)").
+  std::string device = "CPU";
+  // On a GPU: the bytes the encoding and Adam kernels moved (a lower bound),
+  // the seconds they took, and the device's peak bandwidth
+  // (DeviceTrainer::Traffic).
+  double kernel_bytes = 0;
+  double kernel_seconds = 0;
+  double kernel_peak_bytes_per_second = 0;
 };
 
 }  // namespace gridsync

@@ -1,0 +1,161 @@
+#include "worker/host_trainer.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "worker/sync/gradient_sync.h"
+
+namespace gridsync {
+
+HostTrainer::HostTrainer(std::unique_ptr<HashGridModel> model, const AdamHyper& hyper,
+                         ThreadPool* pool)
+    : model_(std::move(model)),
+      grads_(model_->layout(), model_->mlp_shape()),
+      optimizer_(model_.get(), hyper),
+      pool_(pool) {}
+
+Result<std::unique_ptr<HostTrainer>> HostTrainer::Create(const RunSpec& spec,
+                                                         const HashGridModel& model,
+                                                         ThreadPool* pool) {
+  GRIDSYNC_ASSIGN_OR_RETURN(std::unique_ptr<HashGridModel> copy, HashGridModel::Create(spec.model));
+  copy->grid_params() = model.grid_params();
+  copy->mlp_weights() = model.mlp_weights();
+  copy->RefreshWorkingCopyAll();
+  return std::unique_ptr<HostTrainer>(new HostTrainer(std::move(copy), spec.model.adam, pool));
+}
+
+Result<double> HostTrainer::ComputeGradients(const float* positions, const float* targets, size_t n,
+                                             size_t global_batch, uint32_t active_levels,
+                                             float loss_scale) {
+  return model_->AccumulateGradients(positions, targets, n, global_batch, loss_scale, active_levels,
+                                     &grads_, pool_);
+}
+
+Result<bool> HostTrainer::RoundGradientsToHalf() {
+  bool fits = true;
+  for (const auto& buffer : GradientBuffers())
+    fits = RoundToHalfChecked(buffer.data(), buffer.size()) && fits;
+  return fits;
+}
+
+std::vector<std::span<float>> HostTrainer::GradientBuffers() {
+  std::vector<std::span<float>> buffers = {grads_.grid.dense_span()};
+  for (auto& m : grads_.mlp) buffers.emplace_back(m.data(), static_cast<size_t>(m.size()));
+  return buffers;
+}
+
+Status HostTrainer::CopyGradients(const std::vector<std::span<float>>& host, bool to_device) {
+  const auto buffers = GradientBuffers();
+  GRIDSYNC_RETURN_IF_ERROR(cuda::CheckBufferShapes(host, buffers, "HostTrainer::CopyGradients"));
+  for (size_t i = 0; i < host.size(); ++i) {
+    if (to_device) {
+      std::copy(host[i].begin(), host[i].end(), buffers[i].begin());
+    } else {
+      std::copy(buffers[i].begin(), buffers[i].end(), host[i].begin());
+    }
+  }
+  return Status::OK();
+}
+
+Status HostTrainer::ApplyGradients(float loss_scale) {
+  optimizer_.ApplyDense(grads_.grid.mutable_dense(), &grads_.mlp, 1.0f / loss_scale, pool_);
+  grads_.grid.ForgetTouched();
+  return Status::OK();
+}
+
+Status HostTrainer::ClearGradients() {
+  auto grid = grads_.grid.dense_span();
+  std::fill(grid.begin(), grid.end(), 0.0f);
+  grads_.grid.ForgetTouched();
+  for (auto& m : grads_.mlp) m.setZero();
+  return Status::OK();
+}
+
+std::pair<uint32_t, uint32_t> HostTrainer::Locate(uint32_t row) const {
+  const auto& layout = model_->layout();
+  uint32_t level = 0;
+  while (level + 1 < layout.n_levels() && row >= layout.level(level + 1).row_offset) ++level;
+  return {level, static_cast<uint32_t>(row - layout.level(level).row_offset)};
+}
+
+Status HostTrainer::CheckRows(const uint32_t* rows, size_t n) const {
+  const uint64_t total = model_->layout().total_rows();
+  for (size_t i = 0; i < n; ++i) {
+    if (rows[i] >= total) {
+      return Status::InvalidArgument("HostTrainer: grid row " + std::to_string(rows[i]) +
+                                     "; allowed: below " + std::to_string(total));
+    }
+  }
+  return Status::OK();
+}
+
+Status HostTrainer::UploadGridRows(const uint32_t* rows, size_t n, const float* values) {
+  GRIDSYNC_RETURN_IF_ERROR(CheckRows(rows, n));
+  const uint32_t F = model_->layout().features();
+  float* grid = model_->grid_params().data();
+  for (size_t i = 0; i < n; ++i) {
+    std::memcpy(grid + size_t{rows[i]} * F, values + i * F, F * sizeof(float));
+    const auto [level, local] = Locate(rows[i]);
+    model_->RefreshWorkingCopy(level, &local, 1);
+  }
+  return Status::OK();
+}
+
+Status HostTrainer::TakeGridGradientRows(const uint32_t* rows, size_t n, float* values) {
+  GRIDSYNC_RETURN_IF_ERROR(CheckRows(rows, n));
+  const uint32_t F = model_->layout().features();
+  float* grad = grads_.grid.mutable_dense();
+  for (size_t i = 0; i < n; ++i) {
+    float* row = grad + size_t{rows[i]} * F;
+    std::memcpy(values + i * F, row, F * sizeof(float));
+    std::fill(row, row + F, 0.0f);
+  }
+  return Status::OK();
+}
+
+Status HostTrainer::UploadMlp(const std::vector<std::span<const float>>& weights) {
+  auto& mlp = model_->mlp_weights();
+  if (weights.size() != mlp.size())
+    return Status::InvalidArgument("HostTrainer: " + std::to_string(weights.size()) +
+                                   " MLP matrices; the model has " + std::to_string(mlp.size()));
+  for (size_t i = 0; i < mlp.size(); ++i) {
+    if (weights[i].size() != static_cast<size_t>(mlp[i].size()))
+      return Status::InvalidArgument("HostTrainer: MLP matrix " + std::to_string(i) +
+                                     " has another size than the model's");
+    std::memcpy(mlp[i].data(), weights[i].data(), weights[i].size_bytes());
+  }
+  model_->RefreshMlpWorkingCopy();
+  return Status::OK();
+}
+
+Status HostTrainer::TakeMlpGradients(const std::vector<std::span<float>>& grads) {
+  if (grads.size() != grads_.mlp.size())
+    return Status::InvalidArgument("HostTrainer: " + std::to_string(grads.size()) +
+                                   " MLP gradients; the model has " +
+                                   std::to_string(grads_.mlp.size()));
+  for (size_t i = 0; i < grads.size(); ++i) {
+    auto& m = grads_.mlp[i];
+    if (grads[i].size() != static_cast<size_t>(m.size()))
+      return Status::InvalidArgument("HostTrainer: MLP gradient " + std::to_string(i) +
+                                     " has another size than the model's");
+    std::memcpy(grads[i].data(), m.data(), grads[i].size_bytes());
+    m.setZero();
+  }
+  return Status::OK();
+}
+
+Status HostTrainer::Predict(const float* positions, size_t n, uint32_t active_levels, float* out) {
+  model_->Predict(positions, n, active_levels, out, pool_);
+  return Status::OK();
+}
+
+Status HostTrainer::Download(std::vector<float>* grid, std::vector<std::vector<float>>* mlp) {
+  *grid = model_->grid_params();
+  mlp->clear();
+  for (const auto& m : model_->mlp_weights()) mlp->emplace_back(m.data(), m.data() + m.size());
+  return Status::OK();
+}
+
+}  // namespace gridsync

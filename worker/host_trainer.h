@@ -1,0 +1,57 @@
+// The CPU twin of cuda::DeviceTrainer (kernels/cuda/device_trainer.h): the
+// same phases on a HashGridModel of its own, with worker/model.cc's
+// gradient and LocalOptimizer's dense Adam (the all-reduce mode's rule:
+// rows whose summed gradient is not zero). Tests hand it to the device sync
+// paths (WorkerOptions::make_trainer) so that every line of them runs, and
+// is compared bit for bit with the CPU paths, on machines without a GPU.
+// Its gradient buffers are host memory (gradients_on_device() is false).
+//
+// Thread safety: one trainer per thread; `pool` is used inside calls.
+#pragma once
+
+#include <memory>
+
+#include "common/thread_pool.h"
+#include "kernels/cuda/device_trainer.h"
+#include "spec/run_spec.h"
+#include "worker/local_optimizer.h"
+#include "worker/model.h"
+
+namespace gridsync {
+
+class HostTrainer : public cuda::DeviceTrainer {
+ public:
+  // A trainer holding a copy of `model`'s parameters.
+  static Result<std::unique_ptr<HostTrainer>> Create(const RunSpec& spec,
+                                                     const HashGridModel& model, ThreadPool* pool);
+
+  Result<double> ComputeGradients(const float* positions, const float* targets, size_t n,
+                                  size_t global_batch, uint32_t active_levels,
+                                  float loss_scale) override;
+  Result<bool> RoundGradientsToHalf() override;
+  std::vector<std::span<float>> GradientBuffers() override;
+  bool gradients_on_device() const override { return false; }
+  Status CopyGradients(const std::vector<std::span<float>>& host, bool to_device) override;
+  Status ApplyGradients(float loss_scale) override;
+  Status ClearGradients() override;
+  Status UploadGridRows(const uint32_t* rows, size_t n, const float* values) override;
+  Status TakeGridGradientRows(const uint32_t* rows, size_t n, float* values) override;
+  Status UploadMlp(const std::vector<std::span<const float>>& weights) override;
+  Status TakeMlpGradients(const std::vector<std::span<float>>& grads) override;
+  Status Predict(const float* positions, size_t n, uint32_t active_levels, float* out) override;
+  Status Download(std::vector<float>* grid, std::vector<std::vector<float>>* mlp) override;
+  std::string device_name() const override { return "the CPU twin"; }
+
+ private:
+  HostTrainer(std::unique_ptr<HashGridModel> model, const AdamHyper& hyper, ThreadPool* pool);
+  // The level of global row `row`, and its level-local id.
+  std::pair<uint32_t, uint32_t> Locate(uint32_t row) const;
+  Status CheckRows(const uint32_t* rows, size_t n) const;
+
+  std::unique_ptr<HashGridModel> model_;
+  ModelGradients grads_;
+  LocalOptimizer optimizer_;
+  ThreadPool* pool_;
+};
+
+}  // namespace gridsync

@@ -1,0 +1,127 @@
+#include "worker/sync/device_allreduce_sync.h"
+
+#include <chrono>
+#include <string>
+#include <utility>
+
+#include "worker/sync/allreduce_sync.h"
+#include "worker/sync/device_sync.h"
+#include "worker/sync/peer_watch.h"
+
+namespace gridsync {
+namespace {
+using Clock = std::chrono::steady_clock;
+}  // namespace
+
+bool DeviceAllReduceSync::Serves(const RunSpec& spec) {
+  const auto& d = spec.config.distributed;
+  return !d.hierarchical && !d.model_parallel &&
+         spec.compression.all_reduce == CompressionSpec::AllReduceFormat::kFp32;
+}
+
+DeviceAllReduceSync::DeviceAllReduceSync(const RunSpec& spec, HashGridModel* model, int rank,
+                                         Collective* flat, CoordinatorClient* coordinator,
+                                         const BatchSource* source, const SplitSchedule* split,
+                                         std::unique_ptr<cuda::DeviceTrainer> trainer)
+    : config_(spec.config),
+      model_(model),
+      flat_(flat),
+      coordinator_(coordinator),
+      source_(source),
+      split_(split),
+      trainer_(std::move(trainer)) {
+  rank_ = static_cast<uint32_t>(rank);
+  me_ = "worker-" + std::to_string(rank) + " (" + trainer_->device_name() + ")";
+  const bool stage = trainer_->gradients_on_device() && flat_->name() != "nccl";
+  for (const auto& buffer : trainer_->GradientBuffers()) {
+    elements_ += buffer.size();
+    if (stage) host_.emplace_back(buffer.size());
+  }
+}
+
+Result<const StepBatch*> DeviceAllReduceSync::Prepare(uint64_t step) {
+  const BatchSplit& split = split_->At(step);
+  source_->Fill(step, split.begin(static_cast<int>(rank_)), split.count(static_cast<int>(rank_)),
+                &batch_);
+  return &batch_;
+}
+
+Status DeviceAllReduceSync::AllReduce() {
+  if (host_.empty()) {
+    const auto buffers = trainer_->GradientBuffers();
+    return flat_->AllReduceSumGroup(buffers);
+  }
+  std::vector<std::span<float>> host(host_.begin(), host_.end());
+  GRIDSYNC_RETURN_IF_ERROR(trainer_->CopyGradients(host, /*to_device=*/false));
+  GRIDSYNC_RETURN_IF_ERROR(flat_->AllReduceSumGroup(host));
+  return trainer_->CopyGradients(host, /*to_device=*/true);
+}
+
+Result<double> DeviceAllReduceSync::TrainStep(const StepBatch& batch, size_t global_batch,
+                                              uint32_t active_levels, float loss_scale,
+                                              SyncOutcome* outcome) {
+  ++applies_;
+  GRIDSYNC_ASSIGN_OR_RETURN(
+      const double sse,
+      ComputeBatchGradients(*trainer_, batch, global_batch, active_levels, loss_scale,
+                            static_cast<uint64_t>(config_.training.gradient_accumulation)));
+  const auto start = Clock::now();
+  float overflow = 0.0f;  // summed: the number of workers that overflowed
+  if (config_.training.mixed_precision) {
+    GRIDSYNC_ASSIGN_OR_RETURN(const bool fits, trainer_->RoundGradientsToHalf());
+    overflow = fits ? 0.0f : 1.0f;
+  }
+  Status reduced = AllReduce();
+  if (reduced.ok() && config_.training.mixed_precision) reduced = flat_->AllReduceSum(&overflow, 1);
+  comm_seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
+  if (!reduced.ok()) {
+    (void)trainer_->ClearGradients();  // the step is computed again if the job goes on
+    return reduced;
+  }
+  outcome->finite = overflow == 0.0f;
+  outcome->grid_rows = 0;  // the device does not count the rows it updates
+  GRIDSYNC_RETURN_IF_ERROR(outcome->finite ? trainer_->ApplyGradients(loss_scale)
+                                           : trainer_->ClearGradients());
+  return sse;
+}
+
+Result<SyncOutcome> DeviceAllReduceSync::Apply(uint64_t, ModelGradients*, float) {
+  return Status::Internal("DeviceAllReduceSync::Apply: the device trainer applies its own steps");
+}
+
+Result<HashGridModel*> DeviceAllReduceSync::Snapshot(uint64_t) {
+  GRIDSYNC_RETURN_IF_ERROR(CopyTrainerToModel(*trainer_, model_));
+  return static_cast<HashGridModel*>(nullptr);  // the host model is current now
+}
+
+Status DeviceAllReduceSync::Finish(uint64_t, TrainReport*) {
+  return CopyTrainerToModel(*trainer_, model_);
+}
+
+Result<std::vector<double>> DeviceAllReduceSync::GatherRates(uint64_t, double mine) {
+  return GatherRatesAcross(*flat_, mine);
+}
+
+Status DeviceAllReduceSync::CheckPeers() {
+  return coordinator_ ? CheckClusterPeers(*coordinator_) : Status::OK();
+}
+
+double DeviceAllReduceSync::BytesPerStep() const {
+  return static_cast<double>(elements_ * sizeof(float));
+}
+
+SyncTimes DeviceAllReduceSync::times() const {
+  SyncTimes t;
+  t.allreduce_seconds = comm_seconds_;
+  t.bytes_sent = t.bytes_received = BytesPerStep() * static_cast<double>(applies_);
+  return t;
+}
+
+void DeviceAllReduceSync::FillReport(TrainReport* report) const {
+  report->bytes_pushed_per_step = BytesPerStep();
+  report->bytes_pulled_per_step = 0;
+  report->comm_seconds = comm_seconds_;
+  FillTraffic(*trainer_, report);
+}
+
+}  // namespace gridsync

@@ -1,0 +1,70 @@
+// A host sync (ps, hybrid, or an all-reduce variant that runs on the host)
+// with the model's compute on a GPU. The host model stays what the sync
+// keeps current (pulled rows, the node's share, the host optimizer's
+// result); the device holds a copy of the rows each batch reads:
+//
+//   Prepare(step):  the host sync prepares the batch (pulls its rows); the
+//                   rows the batch reads and the MLP are staged to the device
+//                   through pinned memory (only those rows)
+//   TrainStep:      the gradient is computed on the device; only the touched
+//                   rows and the MLP's gradients come back, into host
+//                   ModelGradients, and the host sync's Apply pushes them
+//                   (codecs, error feedback and mixed precision's fp16 check
+//                   run there, as on the CPU)
+//
+// Everything else (evaluations, the final model, rates, peers, rollback)
+// is the host sync's. Rows the batch does not read may be stale on the
+// device; no step reads them before they are staged again.
+//
+// Thread safety: see gradient_sync.h.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "common/thread_pool.h"
+#include "kernels/cpu/hash_encoding.h"
+#include "kernels/cuda/device_trainer.h"
+#include "spec/run_spec.h"
+#include "worker/sync/gradient_sync.h"
+
+namespace gridsync {
+
+class DeviceStagedSync : public GradientSync {
+ public:
+  DeviceStagedSync(const RunSpec& spec, HashGridModel* model, std::unique_ptr<GradientSync> host,
+                   std::unique_ptr<cuda::DeviceTrainer> trainer, ThreadPool* pool);
+
+  Result<const StepBatch*> Prepare(uint64_t step) override;
+  bool trains_steps() const override { return true; }
+  Result<double> TrainStep(const StepBatch& batch, size_t global_batch, uint32_t active_levels,
+                           float loss_scale, SyncOutcome* outcome) override;
+  Result<SyncOutcome> Apply(uint64_t step, ModelGradients* grads, float loss_scale) override;
+  Result<HashGridModel*> Snapshot(uint64_t done) override { return host_->Snapshot(done); }
+  Status Finish(uint64_t end_step, TrainReport* report) override {
+    return host_->Finish(end_step, report);
+  }
+  Result<std::vector<double>> GatherRates(uint64_t done, double mine) override {
+    return host_->GatherRates(done, mine);
+  }
+  Status CheckPeers() override { return host_->CheckPeers(); }
+  Result<uint64_t> Recover(const Status& failure) override;
+  void FillReport(TrainReport* report) const override;
+  SyncTimes times() const override { return host_->times(); }
+
+ private:
+  const Config& config_;
+  HashGridModel* model_;
+  std::unique_ptr<GradientSync> host_;
+  std::unique_ptr<cuda::DeviceTrainer> trainer_;
+  ThreadPool* pool_;
+  uint64_t step_ = 0;  // of the prepared batch
+  cpu::GridBatchLookup lookup_;
+  cpu::GridRowSet row_set_;
+  std::vector<uint32_t> rows_;       // the prepared batch's rows, global ids, level by level
+  std::vector<size_t> level_begin_;  // rows_[level_begin_[l], level_begin_[l + 1]) is level l
+  std::vector<float> values_;        // staged rows (parameters in, gradients out)
+  ModelGradients grads_;
+};
+
+}  // namespace gridsync
