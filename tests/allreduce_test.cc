@@ -16,10 +16,13 @@
 
 #include "common/config.h"
 #include "common/store.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/device_trainer.h"
 #include "tests/test_util.h"
 #include "worker/batch_split.h"
 #include "worker/collective/factory.h"
 #include "worker/collective/local_collective.h"
+#include "worker/host_trainer.h"
 #include "worker/image_task.h"
 #include "worker/model.h"
 #include "worker/params_file.h"
@@ -97,22 +100,39 @@ std::vector<Result<TrainReport>> RunLocal(const Config& config, const ImageTask&
   return reports;
 }
 
-// Runs every worker as a thread over one real Gloo group (flat).
-std::vector<Result<TrainReport>> RunGloo(const Config& config, const ImageTask& image) {
+// Runs every worker as a thread over one real group (flat) of `kind`
+// ("gloo", or "nccl": rank r on device r).
+// `twin`: the model trains on the device trainer's CPU twin, its gradients
+// staged as a GPU's would be (worker/host_trainer.h).
+std::vector<Result<TrainReport>> RunGloo(const Config& config, const ImageTask& image,
+                                         const std::string& kind = "gloo", bool twin = false) {
   const int world = config.distributed.world_size;
   HashStore store;
   std::vector<Result<TrainReport>> reports(static_cast<size_t>(world), Status::Internal("not run"));
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
-      auto flat = MakeCollective("gloo", &store, r, world, "flat", milliseconds(20000));
+      CollectiveEndpoint endpoint;
+      endpoint.cuda_device = r;
+      auto flat = MakeCollective(kind, &store, r, world, "flat", milliseconds(20000), endpoint);
       if (!flat.ok()) {
         reports[static_cast<size_t>(r)] = flat.status();
         return;
       }
       AllReduceGroups groups;
       groups.flat = flat->get();
-      reports[static_cast<size_t>(r)] = TrainImageAllReduce(config, image, r, groups, Quiet());
+      WorkerOptions options = Quiet();
+      ThreadPool twin_pool(1);
+      if (twin) {
+        options.make_trainer =
+            [&](const RunSpec& spec,
+                const HashGridModel& model) -> Result<std::unique_ptr<cuda::DeviceTrainer>> {
+          GRIDSYNC_ASSIGN_OR_RETURN(auto trainer, HostTrainer::Create(spec, model, &twin_pool,
+                                                                      /*as_if_on_device=*/true));
+          return std::unique_ptr<cuda::DeviceTrainer>(std::move(trainer));
+        };
+      }
+      reports[static_cast<size_t>(r)] = TrainImageAllReduce(config, image, r, groups, options);
     });
   }
   for (auto& t : threads) t.join();
@@ -164,6 +184,51 @@ TEST(AllReduceTest, GlooFlatMatchesSingleProcess) {
   ExpectWithinRounding(FlattenParams(*reports[0]->model), FlattenParams(*local.model),
                        testing::InitialParams(config));
   ExpectBitIdentical(FlattenParams(*reports[2]->model), FlattenParams(*reports[0]->model));
+}
+
+// The device all-reduce over real Gloo, its gradients staged out of the
+// "device" and back (the CPU twin standing in for the GPU): the same
+// parameters as the host path over Gloo, bit for bit.
+TEST(AllReduceTest, TheDeviceAllReduceStagedOverGlooMatchesTheHostPath) {
+  const ImageTask image = SmallImage();
+  for (bool mixed : {false, true}) {
+    Config config = SmallConfig(2);
+    config.training.mixed_precision = mixed;
+    auto host = RunGloo(config, image);
+    auto twin = RunGloo(config, image, "gloo", /*twin=*/true);
+    for (auto& r : host) ASSERT_TRUE(r.ok()) << r.status().ToString();
+    for (auto& r : twin) ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(twin[0]->device, "the CPU twin");
+    ExpectBitIdentical(FlattenParams(*twin[0]->model), FlattenParams(*host[0]->model));
+    ExpectBitIdentical(FlattenParams(*twin[1]->model), FlattenParams(*host[1]->model));
+    EXPECT_EQ(twin[0]->bytes_pushed_per_step, host[0]->bytes_pushed_per_step);
+  }
+}
+
+// The model on GPUs over real collectives: NCCL across two ranks when two
+// devices exist (the all-reduce reads the device gradient buffers), else
+// Gloo across two ranks sharing the one device (the gradients staged
+// through host memory). Within rounding of one CPU process; the replicas
+// stay identical. Skips without a device.
+TEST(AllReduceTest, TheGpuModelOverRealCollectivesMatchesOneProcess) {
+  std::string reason;
+  if (!cuda::Available(&reason)) GTEST_SKIP() << reason;
+  // Local rank 1 maps to device 1 only where there are two.
+  const auto second = cuda::DeviceForLocalRank(1);
+  const bool two_devices = second.ok() && *second == 1;
+  const ImageTask image = SmallImage();
+  for (bool mixed : {false, true}) {
+    Config config = SmallConfig(2);
+    config.training.device = TrainingDevice::kCuda;
+    config.training.mixed_precision = mixed;
+    auto reports = RunGloo(config, image, two_devices ? "nccl" : "gloo");
+    for (auto& r : reports) ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_NE(reports[0]->device, "CPU");
+    const auto local = SingleProcess(config, image);
+    ExpectWithinRounding(FlattenParams(*reports[0]->model), FlattenParams(*local.model),
+                         testing::InitialParams(config), 0.05, 0.05);
+    ExpectBitIdentical(FlattenParams(*reports[1]->model), FlattenParams(*reports[0]->model));
+  }
 }
 
 // compression.codec fp16/bf16 under nccl: half the bytes of the fp32

@@ -18,12 +18,14 @@ HostTrainer::HostTrainer(std::unique_ptr<HashGridModel> model, const AdamHyper& 
 
 Result<std::unique_ptr<HostTrainer>> HostTrainer::Create(const RunSpec& spec,
                                                          const HashGridModel& model,
-                                                         ThreadPool* pool) {
+                                                         ThreadPool* pool, bool as_if_on_device) {
   GRIDSYNC_ASSIGN_OR_RETURN(std::unique_ptr<HashGridModel> copy, HashGridModel::Create(spec.model));
   copy->grid_params() = model.grid_params();
   copy->mlp_weights() = model.mlp_weights();
   copy->RefreshWorkingCopyAll();
-  return std::unique_ptr<HostTrainer>(new HostTrainer(std::move(copy), spec.model.adam, pool));
+  std::unique_ptr<HostTrainer> trainer(new HostTrainer(std::move(copy), spec.model.adam, pool));
+  trainer->as_if_on_device_ = as_if_on_device;
+  return trainer;
 }
 
 Result<double> HostTrainer::ComputeGradients(const float* positions, const float* targets, size_t n,

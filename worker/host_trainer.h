@@ -4,7 +4,9 @@
 // rows whose summed gradient is not zero). Tests hand it to the device sync
 // paths (WorkerOptions::make_trainer) so that every line of them runs, and
 // is compared bit for bit with the CPU paths, on machines without a GPU.
-// Its gradient buffers are host memory (gradients_on_device() is false).
+// Its gradient buffers are host memory; `as_if_on_device` makes it say
+// they are not (gradients_on_device()), so that the syncs take their
+// staging paths (CopyGradients) as they would with a GPU.
 //
 // Thread safety: one trainer per thread; `pool` is used inside calls.
 #pragma once
@@ -23,14 +25,15 @@ class HostTrainer : public cuda::DeviceTrainer {
  public:
   // A trainer holding a copy of `model`'s parameters.
   static Result<std::unique_ptr<HostTrainer>> Create(const RunSpec& spec,
-                                                     const HashGridModel& model, ThreadPool* pool);
+                                                     const HashGridModel& model, ThreadPool* pool,
+                                                     bool as_if_on_device = false);
 
   Result<double> ComputeGradients(const float* positions, const float* targets, size_t n,
                                   size_t global_batch, uint32_t active_levels,
                                   float loss_scale) override;
   Result<bool> RoundGradientsToHalf() override;
   std::vector<std::span<float>> GradientBuffers() override;
-  bool gradients_on_device() const override { return false; }
+  bool gradients_on_device() const override { return as_if_on_device_; }
   Status CopyGradients(const std::vector<std::span<float>>& host, bool to_device) override;
   Status ApplyGradients(float loss_scale) override;
   Status ClearGradients() override;
@@ -52,6 +55,7 @@ class HostTrainer : public cuda::DeviceTrainer {
   ModelGradients grads_;
   LocalOptimizer optimizer_;
   ThreadPool* pool_;
+  bool as_if_on_device_ = false;
 };
 
 }  // namespace gridsync
