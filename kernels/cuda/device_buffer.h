@@ -51,6 +51,15 @@ class DeviceBuffer {
   }
 
   // Allocates `size` zeroed elements.
+  // Zeroed in stream order on `stream`: work later enqueued there sees the
+  // zeros (the overload without a stream zeroes on the legacy default
+  // stream, which a non-blocking stream does not wait for).
+  Status AllocateZeroed(size_t size, cudaStream_t stream) {
+    if (size == 0) return Status::OK();
+    GRIDSYNC_RETURN_IF_ERROR(Allocate(size));
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(ptr_, 0, size * sizeof(T), stream));
+    return Status::OK();
+  }
   Status AllocateZeroed(size_t size) {
     if (size == 0) return Status::OK();
     GRIDSYNC_RETURN_IF_ERROR(Allocate(size));

@@ -88,6 +88,7 @@ class DeviceTrainerImpl : public DeviceTrainer {
         mixed_(mixed_precision) {}
 
   ~DeviceTrainerImpl() override {
+    (void)cudaSetDevice(device_);  // the stream, handle and buffers belong to it
     for (cudaEvent_t e : events_)
       if (e != nullptr) (void)cudaEventDestroy(e);
     if (cublas_ != nullptr) (void)Cublas().destroy(cublas_);
@@ -156,6 +157,9 @@ class DeviceTrainerImpl : public DeviceTrainer {
     GRIDSYNC_RETURN_IF_ERROR(targets_host_.Allocate(b * out));
     GRIDSYNC_RETURN_IF_ERROR(sse_host_.Allocate(1));
     GRIDSYNC_RETURN_IF_ERROR(overflow_host_.Allocate(1));
+    // The uploads and zeroing above ran on the legacy default stream, which
+    // stream_ (non-blocking) does not wait for.
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
     GRIDSYNC_RETURN_IF_ERROR(RefreshWorkingCopy());
     GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
     return Status::OK();
@@ -409,10 +413,12 @@ class DeviceTrainerImpl : public DeviceTrainer {
     const uint32_t width = layout_.features();
     if (n > staged_capacity_) {
       const size_t capacity = std::max(n, staged_capacity_ * 2);
+      staged_capacity_ = 0;  // a failed re-allocation leaves nothing "in capacity"
       GRIDSYNC_RETURN_IF_ERROR(rows_.Free());
       GRIDSYNC_RETURN_IF_ERROR(values_.Free());
-      GRIDSYNC_RETURN_IF_ERROR(rows_.AllocateZeroed(capacity));
-      GRIDSYNC_RETURN_IF_ERROR(values_.AllocateZeroed(capacity * width));
+      // Zeroed on stream_, so the copies enqueued next land after the zeros.
+      GRIDSYNC_RETURN_IF_ERROR(rows_.AllocateZeroed(capacity, stream_));
+      GRIDSYNC_RETURN_IF_ERROR(values_.AllocateZeroed(capacity * width, stream_));
       GRIDSYNC_RETURN_IF_ERROR(rows_host_.Allocate(capacity));
       GRIDSYNC_RETURN_IF_ERROR(values_host_.Allocate(capacity * width));
       staged_capacity_ = capacity;

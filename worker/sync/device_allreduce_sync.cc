@@ -15,8 +15,9 @@ using Clock = std::chrono::steady_clock;
 
 bool DeviceAllReduceSync::Serves(const RunSpec& spec) {
   const auto& d = spec.config.distributed;
-  return !d.hierarchical && !d.model_parallel &&
-         spec.compression.all_reduce == CompressionSpec::AllReduceFormat::kFp32;
+  // Any codec goes to AllReduceSync (16-bit all-reduces run there; it
+  // refuses the others by name).
+  return !d.hierarchical && !d.model_parallel && spec.compression.codec.codec == Codec::kNone;
 }
 
 DeviceAllReduceSync::DeviceAllReduceSync(const RunSpec& spec, HashGridModel* model, int rank,

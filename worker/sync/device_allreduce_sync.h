@@ -6,9 +6,9 @@
 // host memory), then every worker takes the same Adam step on its device.
 // Gradients never leave the device with NCCL.
 //
-// This covers the flat fp32 all-reduce. The hierarchical scheme, the
-// sharded update (distributed.model_parallel) and the 16-bit all-reduce
-// (compression.codec fp16/bf16) run on the host (device_staged_sync.h
+// This covers the flat fp32 all-reduce without a codec. The hierarchical
+// scheme, the sharded update (distributed.model_parallel) and the 16-bit
+// all-reduce (compression.codec fp16/bf16) run on the host (device_staged_sync.h
 // around AllReduceSync).
 //
 // Mixed precision: each worker rounds its gradient through fp16 on the
