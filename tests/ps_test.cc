@@ -913,6 +913,27 @@ TEST(PsWorkerOptimizerTest, TwoWorkersTrainAsWellAsAdamOnTheShard) {
   EXPECT_LT(loss[1], 1.25 * loss[0]) << "shard " << loss[0] << " worker " << loss[1];
 }
 
+// Worker-side Adam, the codec with its error feedback and the pending
+// updates run on the training threads (tables and feedback keys in
+// parallel): the run is the same bit for bit with one thread or three.
+TEST(PsWorkerOptimizerTest, TrainingThreadsChangeNoBitOfACompressedRun) {
+  const ImageTask image = SmallImage();
+  std::vector<std::vector<float>> params;
+  for (int threads : {1, 3}) {
+    Config config = SmallConfig(2, 2);
+    config.training.steps = 20;
+    config.training.threads = threads;
+    config.ps.optimizer = OptimizerPlacement::kWorker;
+    config.compression.codec = "onebit";
+    config.compression.error_feedback = true;
+    auto cluster = Cluster::Start(config);
+    auto reports = cluster->Train(image);
+    for (auto& r : reports) ASSERT_TRUE(r.ok()) << r.status().ToString();
+    params.push_back(FlattenParams(*reports[0]->model));
+  }
+  ExpectBitIdentical(params[0], params[1]);
+}
+
 TEST(PsWorkerOptimizerTest, ShardAveragesUpdatesOverThePushesListingTheRow) {
   Config config = SmallConfig(2, 1);
   config.ps.optimizer = OptimizerPlacement::kWorker;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <map>
 
 #include "common/check.h"
 #include "common/counter_rng.h"
@@ -269,7 +270,9 @@ uint64_t FeedbackKey(uint32_t table, uint32_t col_begin) {
 
 void PsClient::AddPendingUpdates(const std::vector<TablePullRef>& tables) const {
   if (worker_adam_ == nullptr || !use_feedback_) return;
-  for (const TablePullRef& ref : tables) {
+  // Each table writes only its own destination.
+  auto add = [&](size_t i) {
+    const TablePullRef& ref = tables[i];
     const uint32_t width = partition_.table(ref.table).width;
     const size_t n = ref.dense ? partition_.table(ref.table).rows : ref.row_count;
     for (uint32_t g = 0; g < partition_.ColumnGroups(ref.table); ++g) {
@@ -277,6 +280,11 @@ void PsClient::AddPendingUpdates(const std::vector<TablePullRef>& tables) const 
       feedback_.AddResidualInPlace(FeedbackKey(ref.table, col), ref.dense ? nullptr : ref.rows, n,
                                    ref.dest, width, col);
     }
+  };
+  if (pool_ != nullptr && tables.size() > 1) {
+    pool_->ParallelFor(tables.size(), add);
+  } else {
+    for (size_t i = 0; i < tables.size(); ++i) add(i);
   }
 }
 
@@ -327,9 +335,49 @@ Result<bool> PsClient::FlushResiduals(uint64_t step, uint64_t min_version) {
   return true;
 }
 
+bool PsClient::Compresses(const wire::OutBlock& block) const {
+  const size_t n = block.values.size();
+  return n != 0 && n <= kMaxCodecValues && n * sizeof(float) >= min_bytes_;
+}
+
+Status PsClient::CompressAll(uint64_t step, std::vector<std::vector<wire::OutBlock>>* split) {
+  // Blocks that share an error-feedback key (one table's slice, cut by rows
+  // across shards) run in order on one thread; distinct keys in parallel,
+  // their tables made first. The bytes are the same as on one thread.
+  std::map<uint64_t, std::vector<std::pair<uint32_t, wire::OutBlock*>>> by_key;
+  for (uint32_t s = 0; s < split->size(); ++s) {
+    for (auto& block : (*split)[s]) {
+      if (!Compresses(block)) continue;
+      const uint64_t key = FeedbackKey(block.table, block.col_begin);
+      if (use_feedback_) feedback_.Reserve(key, block.width);
+      by_key[key].emplace_back(s, &block);
+    }
+  }
+  std::vector<const std::vector<std::pair<uint32_t, wire::OutBlock*>>*> groups;
+  for (const auto& [key, blocks] : by_key) groups.push_back(&blocks);
+  std::vector<Status> status(groups.size());
+  std::vector<uint64_t> values(groups.size(), 0);
+  auto compress = [&](size_t g) {
+    for (const auto& [shard, block] : *groups[g]) {
+      values[g] += block->values.size();
+      status[g] = Compress(step, shard, block);
+      if (!status[g].ok()) return;
+    }
+  };
+  if (pool_ != nullptr && groups.size() > 1) {
+    pool_->ParallelFor(groups.size(), compress);
+  } else {
+    for (size_t g = 0; g < groups.size(); ++g) compress(g);
+  }
+  for (size_t g = 0; g < groups.size(); ++g) {
+    GRIDSYNC_RETURN_IF_ERROR(status[g]);
+    counters_.values_compressed += values[g];
+  }
+  return Status::OK();
+}
+
 Status PsClient::Compress(uint64_t step, uint32_t shard, wire::OutBlock* block) {
   const size_t n = block->values.size();
-  if (n == 0 || n > kMaxCodecValues || n * sizeof(float) < min_bytes_) return Status::OK();
   const uint64_t key = FeedbackKey(block->table, block->col_begin);
   std::vector<uint32_t> dense_rows;
   const uint32_t* rows = block->rows.data();
@@ -364,7 +412,6 @@ Status PsClient::Compress(uint64_t step, uint32_t shard, wire::OutBlock* block) 
                                  block->width, decoded.data());
     }
   }
-  counters_.values_compressed += n;
   block->values.clear();
   return Status::OK();
 }
@@ -372,13 +419,10 @@ Status PsClient::Compress(uint64_t step, uint32_t shard, wire::OutBlock* block) 
 Status PsClient::Push(wire::Kind kind, uint64_t step, const std::vector<TableRowsRef>& tables) {
   const auto start = Clock::now();
   const bool updates = kind == wire::Kind::kPush && worker_adam_ != nullptr;
-  auto split = SplitAll(partition_, updates ? worker_adam_->ToUpdates(tables) : tables,
+  auto split = SplitAll(partition_, updates ? worker_adam_->ToUpdates(tables, pool_) : tables,
                         /*with_values=*/true);
-  if (kind == wire::Kind::kPush && codec_.codec != Codec::kNone) {
-    for (uint32_t s = 0; s < split.size(); ++s) {
-      for (auto& block : split[s]) GRIDSYNC_RETURN_IF_ERROR(Compress(step, s, &block));
-    }
-  }
+  if (kind == wire::Kind::kPush && codec_.codec != Codec::kNone)
+    GRIDSYNC_RETURN_IF_ERROR(CompressAll(step, &split));
   const Status status = SendAndAwaitAcks(kind, step, std::move(split));
   counters_.push_seconds += Seconds(start);
   return status;

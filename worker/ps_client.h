@@ -27,6 +27,7 @@
 #include "common/cluster_map.h"
 #include "common/sharding.h"
 #include "common/status.h"
+#include "common/thread_pool.h"
 #include "common/wire/curve.h"
 #include "common/wire/message.h"
 #include "kernels/adam_math.h"
@@ -156,6 +157,10 @@ class PsClient {
   // carry its updates rather than gradients; compression and error feedback
   // then apply to the updates.
   void SetWorkerOptimizer(const AdamHyper& hyper);
+  // Worker-side Adam, the codecs with their error feedback, and the pending
+  // updates of pulls run in parallel on `pool` (not owned; it outlives this
+  // client); null: on the calling thread. Results are the same either way.
+  void SetThreadPool(ThreadPool* pool) { pool_ = pool; }
   bool optimizer_on_worker() const { return worker_adam_ != nullptr; }
   // With the optimizer here and error feedback on: adds the updates this
   // worker computed but its codec has not delivered yet (the residuals) to
@@ -193,6 +198,11 @@ class PsClient {
   uint64_t codec_seed_ = 0;
   cpu::ErrorFeedback feedback_;
   std::unique_ptr<WorkerAdam> worker_adam_;
+  ThreadPool* pool_ = nullptr;
+  // Whether a block is compressed (large enough, not too large).
+  bool Compresses(const wire::OutBlock& block) const;
+  // Compresses every block of a push (split by shard), in parallel on pool_.
+  Status CompressAll(uint64_t step, std::vector<std::vector<wire::OutBlock>>* split);
   Status Compress(uint64_t step, uint32_t shard, wire::OutBlock* block);
 
   // Sends each shard its blocks (kind push or init) and waits for every ack.

@@ -10,39 +10,62 @@ WorkerAdam::WorkerAdam(const Partition& partition, const AdamHyper& hyper)
       state_(partition.n_tables()),
       out_(partition.n_tables()) {}
 
-std::vector<TableRowsRef> WorkerAdam::ToUpdates(const std::vector<TableRowsRef>& gradients) {
+std::vector<TableRowsRef> WorkerAdam::ToUpdates(const std::vector<TableRowsRef>& gradients,
+                                                ThreadPool* pool) {
+  // Tables are independent (each has its own state and output buffer), so
+  // they run in parallel; a table listed twice would share them, so then
+  // everything runs on this thread.
+  std::vector<bool> seen(state_.size(), false);
+  bool distinct = true;
+  for (const TableRowsRef& ref : gradients) {
+    distinct = distinct && !seen[ref.table];
+    seen[ref.table] = true;
+  }
+  std::vector<size_t> kept(gradients.size(), 0);
+  auto update = [&](size_t i) { kept[i] = UpdateTable(gradients[i]); };
+  if (pool != nullptr && distinct && gradients.size() > 1) {
+    pool->ParallelFor(gradients.size(), update);
+  } else {
+    for (size_t i = 0; i < gradients.size(); ++i) update(i);
+  }
   std::vector<TableRowsRef> updates;
   updates.reserve(gradients.size());
-  for (const TableRowsRef& ref : gradients) {
-    const auto& info = partition_.table(ref.table);
-    const uint32_t w = info.width;
-    cpu::AdamTable& state = state_[ref.table];
-    if (state.step.empty()) state.Resize(info.rows, w);
+  for (size_t i = 0; i < gradients.size(); ++i) {
+    const TableRowsRef& ref = gradients[i];
+    if (!ref.dense && kept[i] == 0) continue;
     Table& out = out_[ref.table];
-    out.rows.clear();
-    const size_t n = ref.dense ? info.rows : ref.row_count;
-    out.values.resize(n * w);
-    float* m = state.m.data();
-    float* v = state.v.data();
-    size_t kept = 0;
-    for (size_t i = 0; i < n; ++i) {
-      const float* g = ref.values + i * w;
-      if (!ref.dense && !RowHasGradient(g, w)) continue;
-      const uint32_t row = ref.dense ? static_cast<uint32_t>(i) : ref.rows[i];
-      const float lr = state.StepSize(hyper_, ++state.step[row]);
-      float* u = out.values.data() + kept * w;
-      for (uint32_t f = 0; f < w; ++f) {
-        const size_t at = size_t{row} * w + f;
-        u[f] = -AdamStep(hyper_, lr, g[f], &m[at], &v[at]);
-      }
-      if (!ref.dense) out.rows.push_back(row);
-      ++kept;
-    }
-    if (!ref.dense && kept == 0) continue;
     updates.push_back(
-        {ref.table, ref.dense, out.rows.data(), ref.dense ? 0 : kept, out.values.data()});
+        {ref.table, ref.dense, out.rows.data(), ref.dense ? 0 : kept[i], out.values.data()});
   }
   return updates;
+}
+
+size_t WorkerAdam::UpdateTable(const TableRowsRef& ref) {
+  const auto& info = partition_.table(ref.table);
+  const uint32_t w = info.width;
+  cpu::AdamTable& state = state_[ref.table];
+  if (state.step.empty()) state.Resize(info.rows, w);
+  Table& out = out_[ref.table];
+  out.rows.clear();
+  const size_t n = ref.dense ? info.rows : ref.row_count;
+  out.values.resize(n * w);
+  float* m = state.m.data();
+  float* v = state.v.data();
+  size_t kept = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const float* g = ref.values + i * w;
+    if (!ref.dense && !RowHasGradient(g, w)) continue;
+    const uint32_t row = ref.dense ? static_cast<uint32_t>(i) : ref.rows[i];
+    const float lr = state.StepSize(hyper_, ++state.step[row]);
+    float* u = out.values.data() + kept * w;
+    for (uint32_t f = 0; f < w; ++f) {
+      const size_t at = size_t{row} * w + f;
+      u[f] = -AdamStep(hyper_, lr, g[f], &m[at], &v[at]);
+    }
+    if (!ref.dense) out.rows.push_back(row);
+    ++kept;
+  }
+  return kept;
 }
 
 void WorkerAdam::MaskMomentum(uint32_t table, const uint32_t* rows, size_t n, uint32_t col,

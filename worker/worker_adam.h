@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "common/sharding.h"
+#include "common/thread_pool.h"
 #include "kernels/adam_math.h"
 #include "kernels/cpu/adam.h"
 #include "worker/ps_client.h"
@@ -36,7 +37,10 @@ class WorkerAdam {
   // (sparse rows with no gradient dropped), values = -(Adam step). The
   // returned refs point into this object's buffers and stay valid until the
   // next call.
-  std::vector<TableRowsRef> ToUpdates(const std::vector<TableRowsRef>& gradients);
+  // Tables run in parallel on `pool` (null: on this thread); the result is
+  // the same either way.
+  std::vector<TableRowsRef> ToUpdates(const std::vector<TableRowsRef>& gradients,
+                                      ThreadPool* pool = nullptr);
 
   // Momentum factor masking: zeroes m where `delivered` (rows x cw values of
   // columns [col, col+cw)) is non-zero.
@@ -54,6 +58,9 @@ class WorkerAdam {
   Status RestoreState(std::string_view* in);
 
  private:
+  // One table of ToUpdates: fills out_[ref.table]; returns the rows kept.
+  size_t UpdateTable(const TableRowsRef& ref);
+
   struct Table {
     std::vector<uint32_t> rows;  // this push's update rows (sparse)
     std::vector<float> values;   // and their updates

@@ -841,6 +841,13 @@ void ErrorFeedback::AddResidualInPlace(uint64_t key, const uint32_t* rows, size_
   }
 }
 
+void ErrorFeedback::Reserve(uint64_t key, uint32_t width) {
+  GRIDSYNC_CHECK_GT(width, 0u);
+  Table& t = tables_[key];
+  if (t.width == 0) t.width = width;
+  GRIDSYNC_CHECK_EQ(t.width, width);
+}
+
 void ErrorFeedback::StoreResidual(uint64_t key, const uint32_t* rows, size_t n_rows, uint32_t width,
                                   const float* corrected, const float* decoded) {
   GRIDSYNC_CHECK_GT(width, 0u);

@@ -267,6 +267,10 @@ void RandomkIndices(uint64_t seed, size_t n, uint32_t k, uint32_t* indices);
 //
 // A table's row width is fixed by its first StoreResidual; a later call with
 // another width is a bug (checked).
+//
+// Thread safety: const calls may run concurrently; StoreResidual calls on
+// distinct keys may run concurrently once each key is Reserved; anything
+// else needs one thread.
 class ErrorFeedback {
  public:
   // Residuals are kept per key: one key per (table, column slice) the
@@ -279,6 +283,10 @@ class ErrorFeedback {
   // += residual(row)[f], for rows[0..n) (or rows 0..n when rows is null).
   void AddResidualInPlace(uint64_t key, const uint32_t* rows, size_t n, float* params,
                           size_t row_stride, size_t col) const;
+  // Makes the table of `key` (width floats a row) if it is missing, as the
+  // first StoreResidual would: afterwards calls on distinct keys touch
+  // distinct tables and may run on different threads at once.
+  void Reserve(uint64_t key, uint32_t width);
   // residual(row) = corrected - decoded (both n_rows x width), for each row.
   // Rows must be distinct within a call.
   void StoreResidual(uint64_t key, const uint32_t* rows, size_t n_rows, uint32_t width,

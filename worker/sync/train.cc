@@ -131,6 +131,8 @@ Result<TrainReport> TrainPsWorker(const RunSpec& spec, const ImageTask& image,
   GRIDSYNC_ASSIGN_OR_RETURN(PsSession session, JoinPsCluster(spec, *model, options));
   const uint64_t rejoined_at = session.rejoined_at;
   ThreadPool pool(config.training.threads);
+  // Worker-side Adam and the codecs run on the training threads too.
+  session.ps->SetThreadPool(&pool);
   const BatchSource source(image, config.training.seed);
   SplitSchedule split(BatchSplit(config.distributed, config.training.batch_size));
   std::unique_ptr<GradientSync> sync;
