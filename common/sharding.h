@@ -53,7 +53,11 @@ class Partition {
   uint32_t ColumnGroupOf(uint32_t shard, uint32_t t) const { return shard / RowGroups(t); }
 
   uint64_t LocalRow(uint32_t t, uint32_t row) const {
-    return uint64_t{row / kRowBlock / RowGroups(t)} * kRowBlock + row % kRowBlock;
+    // One row group (one shard, or column-only partitions) is the common
+    // case on the hot path: no division then.
+    const uint32_t block = row / kRowBlock;
+    const uint32_t groups = RowGroups(t);
+    return uint64_t{groups == 1 ? block : block / groups} * kRowBlock + row % kRowBlock;
   }
   // Rows of storage shard `shard` allocates for table t (whole blocks).
   uint64_t LocalRows(uint32_t shard, uint32_t t) const;

@@ -268,13 +268,30 @@ class PsShardImpl : public PsShard {
     s.waiting_pulls = waiting_count_.load(std::memory_order_relaxed);
     s.job = job_gate_.job();
     s.epoch = job_gate_.epoch();
+    auto seconds = [](const std::atomic<uint64_t>& ns) {
+      return static_cast<double>(ns.load(std::memory_order_relaxed)) * 1e-9;
+    };
+    s.stages.decode = seconds(stage_ns_[kDecode]);
+    s.stages.apply = seconds(stage_ns_[kApply]);
+    s.stages.gather = seconds(stage_ns_[kGather]);
+    s.stages.encode = seconds(stage_ns_[kEncode]);
+    s.stages.send = seconds(stage_ns_[kSend]);
     std::lock_guard<std::mutex> lock(stats_mu_);
     s.refusals = refusals_;
     return s;
   }
+
+  enum Stage { kDecode, kApply, kGather, kEncode, kSend, kStages };
+  void AddStage(Stage stage, Clock::time_point since) {
+    stage_ns_[stage].fetch_add(
+        static_cast<uint64_t>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - since).count()),
+        std::memory_order_relaxed);
+  }
   const LatencyHistogram& apply_latency() const override { return apply_latency_; }
 
   void Send(zmq::message_t& identity, std::vector<zmq::message_t> frames) {
+    const auto start = Clock::now();
     uint64_t bytes = 0;
     for (const auto& f : frames) bytes += f.size();
     std::vector<zmq::message_t> all;
@@ -284,6 +301,7 @@ class PsShardImpl : public PsShard {
     if (auto status = wire::SendMultipart(socket_, all); !status.ok()) {
       spdlog::warn("shard {}: reply not sent: {}", options_.shard, status.ToString());
     }
+    AddStage(kSend, start);
     std::lock_guard<std::mutex> lock(stats_mu_);
     stats_.bytes_out += bytes;
   }
@@ -316,6 +334,7 @@ class PsShardImpl : public PsShard {
   }
 
   void Handle(std::unique_ptr<Request> request) {
+    const auto start = Clock::now();
     auto decoded = wire::Decode(request->frames, shapes_, options_.limits);
     if (!decoded.ok()) {
       request->message = wire::Message{};
@@ -368,6 +387,7 @@ class PsShardImpl : public PsShard {
       }
       block.values = values;
     }
+    AddStage(kDecode, start);
     switch (m.kind) {
       case wire::Kind::kPush:
         return HandlePush(std::move(request));
@@ -516,6 +536,7 @@ class PsShardImpl : public PsShard {
     const auto start = Clock::now();
     ApplyPushes(pushes);
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    AddStage(kApply, start);
     apply_latency_.Observe(seconds);
     if (options_.timeline) {
       options_.timeline->Span("apply", start, seconds, 0,
@@ -586,6 +607,7 @@ class PsShardImpl : public PsShard {
   }
 
   void ReplyPull(Request& request) {
+    const auto start = Clock::now();
     constexpr size_t kChunkRows = 16384;
     const wire::Message& m = request.message;
     std::vector<wire::OutBlock> blocks(m.blocks.size());
@@ -656,7 +678,11 @@ class PsShardImpl : public PsShard {
     header.step = applied_;
     header.request_id = m.request_id;
     header.shard = options_.shard;
-    Send(request.identity, wire::Encode(header, std::move(blocks)));
+    AddStage(kGather, start);
+    const auto encode_start = Clock::now();
+    auto frames = wire::Encode(header, std::move(blocks));
+    AddStage(kEncode, encode_start);
+    Send(request.identity, std::move(frames));
   }
 
   void ServeWaitingPulls() {
@@ -732,6 +758,7 @@ class PsShardImpl : public PsShard {
   wire::ShardStats stats_;  // guarded by stats_mu_
   std::map<std::string, uint64_t> refusals_;  // by reason; guarded by stats_mu_
   LatencyHistogram apply_latency_;
+  std::atomic<uint64_t> stage_ns_[kStages] = {};  // ServingStats::Stages, in nanoseconds
   std::atomic<uint64_t> waiting_count_{0};  // waiting_.size(), for other threads
 };
 

@@ -97,6 +97,12 @@ struct ServingStats {
   uint64_t job = 0;                          // the job served (0: none yet)
   uint32_t epoch = 0;                        // its epoch (rollbacks to a checkpoint)
   std::map<std::string, uint64_t> refusals;  // error replies by reason (status code, "unreadable")
+  // Where the serving loop's time went, cumulative seconds per stage: wire
+  // and codec decoding with validation; applying pushes; gathering pulled
+  // rows; encoding replies; handing them to ZeroMQ.
+  struct Stages {
+    double decode = 0, apply = 0, gather = 0, encode = 0, send = 0;
+  } stages;
 };
 
 class PsShard {

@@ -378,10 +378,25 @@ class RawZmqPeer {
   Status server_error_;  // guarded by mu_
 };
 
+// Mean microseconds per gridsync iteration spent in each stage (warmup
+// and timed iterations together): the client's request building and reply
+// handling (PsCounters), the shard's serving stages (ServingStats::Stages),
+// and what is left: the sockets, ZeroMQ's I/O threads and wake-ups.
+struct StageMicros {
+  double iteration = 0;
+  double client_encode = 0, shard_decode = 0, apply = 0, gather = 0, shard_encode = 0, send = 0,
+         client_decode = 0;
+  double other() const {
+    return iteration -
+           (client_encode + shard_decode + apply + gather + shard_encode + send + client_decode);
+  }
+};
+
 struct SizeResult {
   SizePlan plan;
   Latency gridsync;
   Latency zmq;
+  StageMicros stages;
   uint64_t wrong = 0;
 };
 
@@ -520,8 +535,26 @@ int RunPushPull(const PushPullArgs& args) {
     result.wrong += CountWrongNeighbours(p, table);
 
     Poison(rows, &table);
+    const auto shard_before = (*shard)->serving_stats().stages;
+    const PsCounters client_before = (*client)->counters();
+    const auto timed_start = Clock::now();
     auto ours = TimeGridsync(**client, rows, grad, args.warmup, p.iters, &step, &table);
     if (!ours.ok()) return Fail(ours.status());
+    {
+      const double n = static_cast<double>(args.warmup + p.iters);
+      const auto shard_after = (*shard)->serving_stats().stages;
+      const PsCounters& client_after = (*client)->counters();
+      auto per = [&](double after, double before) { return (after - before) * 1e6 / n; };
+      StageMicros& st = result.stages;
+      st.iteration = MicrosSince(timed_start) / n;
+      st.client_encode = per(client_after.encode_seconds, client_before.encode_seconds);
+      st.client_decode = per(client_after.decode_seconds, client_before.decode_seconds);
+      st.shard_decode = per(shard_after.decode, shard_before.decode);
+      st.apply = per(shard_after.apply, shard_before.apply);
+      st.gather = per(shard_after.gather, shard_before.gather);
+      st.shard_encode = per(shard_after.encode, shard_before.encode);
+      st.send = per(shard_after.send, shard_before.send);
+    }
     auto theirs = (*raw)->Time(p.n, args.warmup, p.iters);
     if (!theirs.ok()) return Fail(theirs.status());
     result.wrong += CountWrongPushed(p, table, options.hyper, step_size, 1 + args.warmup + p.iters);
@@ -538,6 +571,21 @@ int RunPushPull(const PushPullArgs& args) {
     std::fflush(stdout);
     total_wrong += result.wrong;
     results.push_back(result);
+  }
+  std::printf(
+      "# where a gridsync iteration's time goes (mean us per iteration): client_enc = worker Adam, "
+      "split, codecs, wire encoding of push and pull; shard_dec = wire and codec decoding with "
+      "validation; apply; gather; shard_enc = reply encoding; send = replies handed to ZeroMQ; "
+      "client_dec = reply decoding and copies; other = sockets, I/O threads, wake-ups\n");
+  std::printf("#%9s %10s %10s %10s %10s %10s %10s %10s %10s %10s\n", "size(B)", "iteration",
+              "client_enc", "shard_dec", "apply", "gather", "shard_enc", "send", "client_dec",
+              "other");
+  for (const SizeResult& r : results) {
+    const StageMicros& st = r.stages;
+    std::printf("#%9llu %10.1f %10.1f %10.1f %10.1f %10.1f %10.1f %10.1f %10.1f %10.1f\n",
+                static_cast<unsigned long long>(r.plan.bytes), st.iteration, st.client_encode,
+                st.shard_decode, st.apply, st.gather, st.shard_encode, st.send, st.client_decode,
+                st.other());
   }
   std::printf("# #wrong total: %llu%s\n", static_cast<unsigned long long>(total_wrong),
               total_wrong == 0 ? "" : " (FAILED: pulled values differ from the reference)");

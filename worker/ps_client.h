@@ -64,6 +64,11 @@ struct PsCounters {
   double push_seconds = 0;         // sending pushes and waiting for acks
   double pull_wait_seconds = 0;    // time blocked in ReceivePull
   uint64_t values_compressed = 0;  // gradient values sent through a codec
+  // Where the client's time went: building requests (worker Adam, splitting
+  // by shard, codecs, wire encoding) and handing them to ZeroMQ; decoding
+  // replies and copying pulled values to their destinations.
+  double encode_seconds = 0;
+  double decode_seconds = 0;
 };
 
 class PsClient {

@@ -326,6 +326,19 @@ Status DecodeDeltaVarint(const zmq::message_t& frame, uint32_t row_count, size_t
   for (uint32_t r = 0; r < row_count; ++r) {
     const size_t start = pos;
     uint32_t v = 0;
+    // Most gaps between a batch's rows fit one byte: take it without the
+    // general loop's checks, which a one-byte varint cannot fail.
+    if (pos < size && bytes[pos] < 0x80) {
+      v = bytes[pos++];
+      const uint64_t next = r == 0 ? uint64_t{v} : row + 1 + v;
+      if (next <= std::numeric_limits<uint32_t>::max()) {
+        row = next;
+        ids[r] = static_cast<uint32_t>(row);
+        continue;
+      }
+      pos = start;  // the general path below names the overflow
+      v = 0;
+    }
     for (unsigned shift = 0;; shift += 7) {
       if (pos == size) {
         if (shift == 0) {
@@ -750,9 +763,21 @@ Result<Message> Decode(const std::vector<zmq::message_t>& frames,
         const uint32_t* ids = AlignedWords(frame, message);
         block.rows = std::span<const uint32_t>(ids, b.row_count);
       }
-      // Delta decoding gives ascending ids by construction; both layouts
-      // still pass the same range and order checks.
-      for (size_t r = 0; r < block.rows.size(); ++r) {
+      // Delta decoding gives strictly ascending ids by construction, so
+      // its last id bounds them all; raw ids get a branch-free pass. Only a
+      // failing block pays for the pass below that names the first bad id.
+      bool fine = true;
+      if (block.row_encoding == RowEncoding::kDeltaVarint) {
+        fine = block.rows.empty() || block.rows.back() < shape.rows;
+      } else {
+        uint32_t bad = 0;
+        for (size_t r = 0; r < block.rows.size(); ++r) {
+          bad |= static_cast<uint32_t>(block.rows[r] >= shape.rows);
+          bad |= static_cast<uint32_t>(r > 0 && block.rows[r] <= block.rows[r - 1]);
+        }
+        fine = bad == 0;
+      }
+      for (size_t r = 0; !fine && r < block.rows.size(); ++r) {
         const uint32_t row = block.rows[r];
         if (row >= shape.rows) {
           return Status::InvalidArgument(
