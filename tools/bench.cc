@@ -1,8 +1,9 @@
 // gridsync-bench: benchmarks that measure ours side by side with a peer or
 // the physical limit in one run: `train` (vs PyTorch), `pushpull` (one PS
 // shard vs raw ZeroMQ), `allreduce` (Gloo across processes vs
-// torch.distributed, nccl-tests style) and `compress` (gradient codecs vs
-// memcpy, and their PSNR cost in a ps-mode cluster).
+// torch.distributed, nccl-tests style), `compress` (gradient codecs vs
+// memcpy, and their PSNR cost in a ps-mode cluster) and `load` (many workers
+// against one PS shard: latency, throughput and memory as workers grow).
 #include "tools/bench.h"
 
 #include <CLI/CLI.hpp>
@@ -17,11 +18,13 @@ int main(int argc, char** argv) {
   auto pushpull = gridsync::bench::AddPushPullCommand(&app);
   auto allreduce = gridsync::bench::AddAllReduceCommand(&app);
   auto compress = gridsync::bench::AddCompressCommand(&app);
+  auto load = gridsync::bench::AddLoadCommand(&app);
   GRIDSYNC_PARSE_COMMAND_LINE(app, argc, argv);
   gridsync::InitLogging("bench", "warn");
   if (app.got_subcommand("train")) return train();
   if (app.got_subcommand("pushpull")) return pushpull();
   if (app.got_subcommand("allreduce")) return allreduce();
   if (app.got_subcommand("compress")) return compress();
+  if (app.got_subcommand("load")) return load();
   return 2;
 }

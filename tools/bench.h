@@ -15,5 +15,6 @@ Runner AddTrainCommand(CLI::App* app);
 Runner AddPushPullCommand(CLI::App* app);
 Runner AddAllReduceCommand(CLI::App* app);
 Runner AddCompressCommand(CLI::App* app);
+Runner AddLoadCommand(CLI::App* app);
 
 }  // namespace gridsync::bench
