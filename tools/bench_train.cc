@@ -9,12 +9,14 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "common/config.h"
 #include "tools/bench.h"
+#include "tools/roofline.h"
 #include "worker/image_task.h"
 #include "worker/sync/train.h"
 
@@ -135,6 +137,19 @@ int RunTrain(const TrainArgs& args) {
                 achieved / 1e9, ours->kernel_peak_bytes_per_second / 1e9,
                 100.0 * achieved / ours->kernel_peak_bytes_per_second, ours->kernel_seconds);
   }
+  // The CPU step against this machine's roofline (tools/roofline.h).
+  std::optional<StepWork> work;
+  double peak_flops = 0, bandwidth = 0, step_seconds = 0;
+  if (ours->device == "CPU" && ours->steps > 0) {
+    work = ModelStepWork(*config, ours->grid_rows_per_step);
+    std::fprintf(stderr, "measuring this machine's peaks on %d thread(s)...\n", args.threads);
+    peak_flops = MeasurePeakFlops(config->network.n_neurons,
+                                  std::min(config->training.batch_size, 4096), args.threads);
+    bandwidth = MeasureBandwidth(args.threads);
+    step_seconds = ours->train_seconds / static_cast<double>(ours->steps);
+    std::printf("%s\n",
+                RooflineLine(*work, peak_flops, bandwidth, step_seconds, args.threads).c_str());
+  }
   nlohmann::json result = {{"gridsync",
                             {{"steps", ours->steps},
                              {"device", args.device},
@@ -147,6 +162,15 @@ int RunTrain(const TrainArgs& args) {
                              {"final_loss", ours->final_loss},
                              {"seconds", ours->train_seconds}}}};
   for (const auto& [step, psnr] : ours->psnr_at) result["gridsync"]["psnr_at"][std::to_string(step)] = psnr;
+  if (work) {
+    result["gridsync"]["roofline"] = {
+        {"step_seconds", step_seconds},
+        {"flops", work->flops},
+        {"bytes", work->bytes},
+        {"peak_flops", peak_flops},
+        {"bandwidth", bandwidth},
+        {"fraction", (work->flops / peak_flops + work->bytes / bandwidth) / step_seconds}};
+  }
   int rc = 0;
   if (args.vs_torch) {
     const int torch_steps = args.torch_steps > 0 ? args.torch_steps : args.steps;

@@ -42,6 +42,27 @@ uint64_t LocalOptimizer::ApplyRows(const std::vector<SparseRows>& rows, cpu::Mlp
   return updated;
 }
 
+uint64_t LocalOptimizer::ApplyTouched(ModelGradients* grads, ThreadPool* pool) {
+  const auto& layout = model_->layout();
+  const uint32_t F = layout.features();
+  float* grid = model_->grid_params().data();
+  float* grad = grads->grid.mutable_dense();
+  touched_.resize(layout.n_levels());
+  pool->ParallelFor(layout.n_levels(), [&](size_t l) {
+    const auto level = static_cast<uint32_t>(l);
+    const size_t offset = layout.level(level).row_offset * F;
+    auto& rows = touched_[l];
+    grads->grid.TakeRowIds(level, &rows);
+    cpu::AdamUpdateIndexed(hyper_, rows.data(), rows.size(), grad + offset, grid + offset,
+                           &grid_state_[l]);
+    model_->RefreshWorkingCopy(level, rows.data(), rows.size());
+  });
+  ApplyMlp(&grads->mlp, 1.0f);
+  uint64_t updated = 0;
+  for (const auto& r : touched_) updated += r.size();
+  return updated;
+}
+
 uint64_t LocalOptimizer::ApplyDense(float* grid_grad, cpu::MlpWeights* mlp, float grad_scale,
                                     ThreadPool* pool) {
   const auto& layout = model_->layout();

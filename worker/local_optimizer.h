@@ -28,6 +28,12 @@ class LocalOptimizer {
   uint64_t ApplyRows(const std::vector<SparseRows>& rows, cpu::MlpWeights* mlp, float grad_scale,
                      ThreadPool* pool);
 
+  // The same at grad_scale 1 straight from the gradient's dense buffer: the
+  // touched rows' ids are read from its bitmap and Adam reads (and zeroes)
+  // each row where it lies, with no copy into SparseRows first. Equal to
+  // Take then ApplyRows bit for bit. Clears `grads`.
+  uint64_t ApplyTouched(ModelGradients* grads, ThreadPool* pool);
+
   // The grid gradient as one dense buffer (total_rows x features, e.g. after
   // an all-reduce): updates the rows whose gradient is not zero and zeroes
   // them; then the MLP as ApplyRows does. Returns the grid rows updated.
@@ -43,6 +49,7 @@ class LocalOptimizer {
   std::vector<cpu::AdamTable> grid_state_;  // per level
   std::vector<cpu::AdamTable> mlp_state_;   // per weight matrix
   std::vector<std::vector<uint32_t>> nonzero_;  // ApplyDense: per level, reused
+  std::vector<std::vector<uint32_t>> touched_;  // ApplyTouched: per level, reused
 };
 
 }  // namespace gridsync

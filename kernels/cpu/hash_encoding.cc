@@ -211,6 +211,17 @@ void GridGradient::Clear(ThreadPool* pool) {
   });
 }
 
+void GridGradient::TakeRowIds(uint32_t level, std::vector<uint32_t>* rows) {
+  auto& bits = bits_[level];
+  rows->resize(TouchedRows(level));
+  uint32_t* out = rows->data();
+  for (size_t w = 0; w < bits.size(); ++w) {
+    for (uint64_t word = bits[w]; word != 0; word &= word - 1)
+      *out++ = static_cast<uint32_t>(w * 64 + std::countr_zero(word));
+    bits[w] = 0;
+  }
+}
+
 void GridGradient::AddRows(uint32_t level, const uint32_t* rows, size_t n, const float* values) {
   const uint32_t F = layout_->features();
   float* grad = grad_.data() + layout_->level(level).row_offset * F;

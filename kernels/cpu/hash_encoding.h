@@ -64,6 +64,11 @@ class GridGradient {
   void Take(uint32_t level, SparseRows* out);
   uint64_t TouchedRows(uint32_t level) const;
 
+  // The touched rows of `level` (level-local ids, ascending) into *rows, and
+  // forgets them; their gradient stays in dense() for the caller, which
+  // zeroes it (AdamUpdateIndexed does as it applies it).
+  void TakeRowIds(uint32_t level, std::vector<uint32_t>* rows);
+
   // Adds n rows of `level` (level-local ids, values n x features) and marks
   // them touched: a gradient computed elsewhere (a GPU) joins this one.
   void AddRows(uint32_t level, const uint32_t* rows, size_t n, const float* values);

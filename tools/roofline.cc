@@ -1,0 +1,132 @@
+#include "tools/roofline.h"
+
+#include <Eigen/Dense>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+#include <vector>
+
+namespace gridsync::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Runs fn(thread) on `threads` threads at once; returns the wall seconds.
+template <typename Fn>
+double TimeOnThreads(int threads, Fn&& fn) {
+  std::vector<std::thread> pool;
+  const auto start = Clock::now();
+  for (int t = 0; t < threads; ++t) pool.emplace_back([&, t] { fn(t); });
+  for (auto& th : pool) th.join();
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+}  // namespace
+
+StepWork ModelStepWork(const Config& config, double grid_rows) {
+  const double batch = config.training.batch_size;
+  const double levels = config.encoding.n_levels;
+  const double features = config.encoding.n_features_per_level;
+  const double corners = 4;  // 2-D image fitting: bilinear
+  const double hidden = config.network.n_neurons;
+  const double layers = config.network.n_hidden_layers;
+  const double input = levels * features;
+  const double output = 3;
+  // Weights of the MLP: input x hidden, (layers - 1) x hidden x hidden,
+  // hidden x output.
+  const double weights = input * hidden + (layers - 1) * hidden * hidden + hidden * output;
+  const bool half = config.training.mixed_precision;
+  StepWork w;
+  // GEMMs: forward 2 flops per weight and sample; backward twice that (the
+  // weight gradient and the input gradient).
+  w.flops += 6 * batch * weights;
+  // Encoding: a multiply-add per corner and feature, forward and backward,
+  // plus the corner weights.
+  w.flops += 2 * 2 * batch * levels * corners * features + batch * levels * 8;
+  // Adam: about 12 flops per parameter updated (grid rows touched, MLP).
+  w.flops += 12 * (grid_rows * features + weights);
+
+  const double param_bytes = half ? 2 : 4;
+  // Grid: every corner's features read forward; the gradient scattered
+  // (read and written) backward; the lookup (row id and weight per corner)
+  // written once and read twice.
+  w.bytes += batch * levels * corners * features * param_bytes;
+  w.bytes += batch * levels * corners * features * 4 * 2;
+  w.bytes += batch * levels * corners * 8 * 3;
+  // Samples (positions, targets) and the feature matrix and its gradient.
+  w.bytes += batch * (2 + 3) * 4 + batch * input * 4 * 2 * 2;
+  // Activations: each hidden layer's written forward and read backward, its
+  // gradient written and read.
+  w.bytes += batch * hidden * layers * 4 * 4 + batch * output * 4 * 3;
+  // Adam on touched grid rows: parameter, m and v read and written, the
+  // gradient read and zeroed; the row's step count read and written.
+  w.bytes += grid_rows * (features * 4 * 8 + 8);
+  // MLP weights, their gradients and moments.
+  w.bytes += weights * 4 * 8;
+  return w;
+}
+
+double MeasurePeakFlops(int hidden, int batch, int threads) {
+  using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic>;
+  std::vector<Matrix> a(threads), b(threads), c(threads);
+  for (int t = 0; t < threads; ++t) {
+    a[t] = Matrix::Random(hidden, hidden);
+    b[t] = Matrix::Random(hidden, batch);
+    c[t] = Matrix::Zero(hidden, batch);
+  }
+  const int reps = std::max(1, static_cast<int>(2e9 / (2.0 * hidden * hidden * batch)));
+  std::vector<double> rates;
+  for (int run = 0; run < 5; ++run) {
+    const double seconds = TimeOnThreads(threads, [&](int t) {
+      for (int r = 0; r < reps; ++r) c[t].noalias() = a[t] * b[t];
+    });
+    rates.push_back(2.0 * hidden * hidden * batch * reps * threads / seconds);
+  }
+  return Median(rates);
+}
+
+double MeasureBandwidth(int threads) {
+  const size_t n = size_t{64} << 20 >> 2;  // 64 MiB of floats per array
+  std::vector<std::vector<float>> a(threads), b(threads), c(threads);
+  TimeOnThreads(threads, [&](int t) {  // first touch on the thread that uses them
+    a[t].assign(n, 0.0f);
+    b[t].assign(n, 1.0f);
+    c[t].assign(n, 2.0f);
+  });
+  std::vector<double> rates;
+  for (int run = 0; run < 5; ++run) {
+    const double seconds = TimeOnThreads(threads, [&](int t) {
+      float* x = a[t].data();
+      const float* y = b[t].data();
+      const float* z = c[t].data();
+      for (size_t i = 0; i < n; ++i) x[i] = y[i] + 0.5f * z[i];
+    });
+    rates.push_back(3.0 * 4.0 * static_cast<double>(n) * threads / seconds);
+  }
+  volatile float sink = a[0][n / 2];  // keep the triad
+  (void)sink;
+  return Median(rates);
+}
+
+std::string RooflineLine(const StepWork& work, double peak_flops, double bandwidth, double seconds,
+                         int threads) {
+  const double compute = work.flops / peak_flops;
+  const double memory = work.bytes / bandwidth;
+  const double bound = compute + memory;
+  char line[512];
+  std::snprintf(line, sizeof(line),
+                "roofline (%d thread%s): step %.2f ms measured; model %.3f GFLOP at %.1f GFLOP/s "
+                "(%.2f ms) + %.1f MB at %.1f GB/s (%.2f ms) = %.2f ms; fraction reached %.2f",
+                threads, threads == 1 ? "" : "s", seconds * 1e3, work.flops / 1e9, peak_flops / 1e9,
+                compute * 1e3, work.bytes / 1e6, bandwidth / 1e9, memory * 1e3, bound * 1e3,
+                bound / seconds);
+  return line;
+}
+
+}  // namespace gridsync::bench

@@ -1,0 +1,50 @@
+// The roofline of one training step on this machine, for gridsync-bench
+// train: what the step must compute and move, at what this host can do.
+//
+// The step's work is modelled from the config, not counted by hardware
+// counters: the MLP's GEMMs (forward, and the weight and input gradients),
+// the encoding's interpolation forward and backward, Adam's arithmetic; the
+// bytes every operand must move at least once (the grid rows a batch reads
+// and scatters its gradient into, the lookup, the activations and their
+// gradients, Adam's parameters, moments and gradients of the rows it
+// touched). The peaks are measured here, now: an fp32 GEMM of the MLP's
+// shape through Eigen on `threads` threads, and a STREAM-style triad over
+// arrays far larger than the caches. The roofline time is FLOPs / peak +
+// bytes / bandwidth (compute and memory not overlapped: a bound a step can
+// reach only by overlapping), and the fraction reached is that time over
+// the measured step.
+//
+// Thread safety: the functions are independent; Measure* use `threads`
+// threads of their own and should run on a quiet machine.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/config.h"
+
+namespace gridsync::bench {
+
+struct StepWork {
+  double flops = 0;
+  double bytes = 0;
+};
+
+// The work of one step of `config` (its batch, encoding, MLP, precision),
+// with `grid_rows` the grid rows the step's gradient touched (measured by
+// the run: TrainReport::grid_rows_per_step).
+StepWork ModelStepWork(const Config& config, double grid_rows);
+
+// fp32 FLOP/s of a GEMM of the MLP's shape (hidden x hidden by hidden x
+// batch) on `threads` threads, each on its own matrices; median of a few runs.
+double MeasurePeakFlops(int hidden, int batch, int threads);
+
+// Bytes/s of a triad a[i] = b[i] + s * c[i] over 3 x 64 MiB per thread,
+// counting 3 x 4 bytes per element; median of a few runs.
+double MeasureBandwidth(int threads);
+
+// "roofline (1 thread): ..." line for a step of `seconds`.
+std::string RooflineLine(const StepWork& work, double peak_flops, double bandwidth, double seconds,
+                         int threads);
+
+}  // namespace gridsync::bench
