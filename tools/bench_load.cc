@@ -123,6 +123,7 @@
 #include "common/wire/message.h"
 #include "server/ps_shard.h"
 #include "tools/bench.h"
+#include "tools/bench_shard_map.h"
 #include "worker/ps_client.h"
 
 namespace gridsync::bench {
@@ -447,15 +448,7 @@ WorkerCountResult RunWorkers(const LoadArgs& args, const Partition& partition,
   auto shard = PsShard::Start(partition, options);
   if (!shard.ok()) return fail(shard.status().WithContext("shard"));
 
-  ClusterMap map;
-  map.expected_shards = 1;
-  map.expected_workers = n;
-  MemberInfo member;
-  member.role = Role::kShard;
-  member.node = "127.0.0.1";
-  member.endpoint = (*shard)->endpoint();
-  map.shards.push_back(member);
-  map.tables = tables;
+  const ClusterMap map = OneShardMap((*shard)->endpoint(), tables, n);
   {
     // The initial values, once, as rank 0 of a training run pushes them.
     auto init = PsClient::Connect(map, partition, 0, n, timeout);

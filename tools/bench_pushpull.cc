@@ -55,6 +55,7 @@
 #include "kernels/adam_math.h"
 #include "server/ps_shard.h"
 #include "tools/bench.h"
+#include "tools/bench_shard_map.h"
 #include "worker/ps_client.h"
 
 namespace gridsync::bench {
@@ -453,15 +454,7 @@ int RunPushPull(const PushPullArgs& args) {
   auto shard = PsShard::Start(partition, options);
   if (!shard.ok()) return Fail(shard.status());
 
-  ClusterMap map;
-  map.expected_shards = 1;
-  map.expected_workers = 1;
-  MemberInfo member;
-  member.role = Role::kShard;
-  member.node = "127.0.0.1";
-  member.endpoint = (*shard)->endpoint();
-  map.shards.push_back(member);
-  map.tables = tables;
+  const ClusterMap map = OneShardMap((*shard)->endpoint(), tables, 1);
   auto client = PsClient::Connect(map, partition, 0, 1,
                                   std::chrono::duration_cast<std::chrono::milliseconds>(kTimeout));
   if (!client.ok()) return Fail(client.status());

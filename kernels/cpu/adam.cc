@@ -67,16 +67,19 @@ void AdamUpdateRows(const AdamHyper& hyper, const SparseRows& grad, float grad_s
 
 namespace {
 
-// AdamUpdateIndexed for a width known at compile time (unrolled rows).
+// AdamUpdateIndexed, with the width known at compile time (W > 0: the
+// compiler unrolls the row) or at run time (W = 0: `width`).
 template <uint32_t W>
-void UpdateIndexedFixed(const AdamHyper& hyper, const uint32_t* rows, size_t n, float* grad,
-                        float* params, AdamTable* state, bool skip_zero_rows, float lr_scale) {
+void UpdateIndexed(const AdamHyper& hyper, const uint32_t* rows, size_t n, float* grad,
+                   float* params, AdamTable* state, bool skip_zero_rows, float lr_scale,
+                   uint32_t width) {
+  const uint32_t w = W > 0 ? W : width;
   float* m = state->m.data();
   float* v = state->v.data();
   uint32_t* steps = state->step.data();
   for (size_t i = 0; i < n; ++i) {
     if (i + kPrefetchDistance < n) {
-      const size_t ahead = size_t{rows[i + kPrefetchDistance]} * W;
+      const size_t ahead = size_t{rows[i + kPrefetchDistance]} * w;
       __builtin_prefetch(&params[ahead], 1);
       __builtin_prefetch(&grad[ahead], 1);
       __builtin_prefetch(&m[ahead], 1);
@@ -84,11 +87,11 @@ void UpdateIndexedFixed(const AdamHyper& hyper, const uint32_t* rows, size_t n, 
       __builtin_prefetch(&steps[rows[i + kPrefetchDistance]], 1);
     }
     const size_t row = rows[i];
-    float* g = grad + row * W;
-    if (skip_zero_rows && !RowHasGradient(g, W)) continue;  // already zero
+    float* g = grad + row * w;
+    if (skip_zero_rows && !RowHasGradient(g, w)) continue;  // already zero
     const float lr = state->StepSize(hyper, ++steps[row]) * lr_scale;
-    for (uint32_t f = 0; f < W; ++f) {
-      const size_t at = row * W + f;
+    for (uint32_t f = 0; f < w; ++f) {
+      const size_t at = row * w + f;
       AdamUpdate(hyper, lr, g[f], &params[at], &m[at], &v[at]);
       g[f] = 0.0f;
     }
@@ -99,38 +102,18 @@ void UpdateIndexedFixed(const AdamHyper& hyper, const uint32_t* rows, size_t n, 
 
 void AdamUpdateIndexed(const AdamHyper& hyper, const uint32_t* rows, size_t n, float* grad,
                        float* params, AdamTable* state, bool skip_zero_rows, float lr_scale) {
-  switch (state->width) {
-    case 1:
-      return UpdateIndexedFixed<1>(hyper, rows, n, grad, params, state, skip_zero_rows, lr_scale);
-    case 2:
-      return UpdateIndexedFixed<2>(hyper, rows, n, grad, params, state, skip_zero_rows, lr_scale);
-    case 4:
-      return UpdateIndexedFixed<4>(hyper, rows, n, grad, params, state, skip_zero_rows, lr_scale);
-    case 8:
-      return UpdateIndexedFixed<8>(hyper, rows, n, grad, params, state, skip_zero_rows, lr_scale);
-    default:
-      break;
-  }
   const uint32_t width = state->width;
-  float* m = state->m.data();
-  float* v = state->v.data();
-  uint32_t* steps = state->step.data();
-  for (size_t i = 0; i < n; ++i) {
-    if (i + kPrefetchDistance < n) {
-      const size_t ahead = size_t{rows[i + kPrefetchDistance]} * width;
-      __builtin_prefetch(&params[ahead], 1);
-      __builtin_prefetch(&grad[ahead], 1);
-      __builtin_prefetch(&m[ahead], 1);
-      __builtin_prefetch(&v[ahead], 1);
-    }
-    const size_t row = rows[i];
-    if (skip_zero_rows && !RowHasGradient(grad + row * width, width)) continue;  // already zero
-    const float lr = state->StepSize(hyper, ++steps[row]) * lr_scale;
-    for (uint32_t f = 0; f < width; ++f) {
-      const size_t at = row * width + f;
-      AdamUpdate(hyper, lr, grad[at], &params[at], &m[at], &v[at]);
-      grad[at] = 0.0f;
-    }
+  switch (width) {
+    case 1:
+      return UpdateIndexed<1>(hyper, rows, n, grad, params, state, skip_zero_rows, lr_scale, 1);
+    case 2:
+      return UpdateIndexed<2>(hyper, rows, n, grad, params, state, skip_zero_rows, lr_scale, 2);
+    case 4:
+      return UpdateIndexed<4>(hyper, rows, n, grad, params, state, skip_zero_rows, lr_scale, 4);
+    case 8:
+      return UpdateIndexed<8>(hyper, rows, n, grad, params, state, skip_zero_rows, lr_scale, 8);
+    default:
+      return UpdateIndexed<0>(hyper, rows, n, grad, params, state, skip_zero_rows, lr_scale, width);
   }
 }
 
