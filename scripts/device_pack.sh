@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Packs what a GPU machine needs to run gridsync's GPU checks, for a machine
+# that can install nothing (the workplace's device machine): the GPU test
+# binaries and gridsync-bench, stripped, and the shared libraries they load
+# that such a machine lacks, into .device/ (ignored by git), with
+# scripts/device_run.sh to run there. NCCL, cuBLAS and the CUDA runtime are
+# not packed (hundreds of MB): device_run.sh finds them in the machine's
+# CUDA or Python (nvidia-* wheels) installation.
+#
+# Usage (here, after building build/):
+#   scripts/device_pack.sh [BUILD_DIR]
+# then, on the device machine, in the repository root:
+#   bash scripts/device_run.sh          (writes its logs under $OUT or out/)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+out=.device
+grep -qx '/.device/' .git/info/exclude 2>/dev/null || echo '/.device/' >>.git/info/exclude
+
+targets=(device_trainer_test backbone_test allreduce_test cuda_kernels_test cuda_codec_test gridsync-bench)
+cmake --build "$build" -j"$(nproc)" --target "${targets[@]}"
+
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/lib"
+for t in "${targets[@]}"; do
+  bin=$(find "$build" -type f -name "$t" -perm -u+x | head -1)
+  [[ -n $bin ]] || { echo "device_pack: $t not built in $build" >&2; exit 1; }
+  strip -o "$out/bin/$t" "$bin"
+done
+# The libraries the binaries load, except the C library's own, the
+# compiler's runtime, and what the GPU machine provides (CUDA, NCCL, cuBLAS).
+for bin in "$out"/bin/*; do
+  ldd "$bin" | awk '/=> \// {print $3}'
+done | sort -u | while read -r lib; do
+  case "$(basename "$lib")" in
+    libc.so.*|libm.so.*|libpthread.so.*|libdl.so.*|librt.so.*|ld-linux*|libgcc_s.so.*) continue ;;
+    libnccl.so*|libcublas*|libcudart*|libcuda.so*) continue ;;
+  esac
+  cp -L "$lib" "$out/lib/"
+done
+du -sh "$out"
+echo "device_pack: $out ready; on the device machine run: bash scripts/device_run.sh"
