@@ -23,11 +23,13 @@
 // Thread safety: one GradientSync per worker, used from one thread.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
+#include "common/thread_pool.h"
 #include "worker/batch_split.h"
 #include "worker/image_task.h"
 #include "worker/model.h"
@@ -46,22 +48,39 @@ struct StepBatch {
 };
 
 // Samples [begin, begin + count) of a step's global batch: the same samples
-// whichever worker draws them (the image task's counter-based sampling).
+// whichever worker draws them (the image task's counter-based sampling),
+// drawn in parallel on `pool` when given (each sample depends only on its
+// index, so the batch is the same either way). Fill is called from the
+// thread that owns the pool.
 class BatchSource {
  public:
-  BatchSource(const ImageTask& image, uint64_t seed) : image_(image), seed_(seed) {}
+  BatchSource(const ImageTask& image, uint64_t seed, ThreadPool* pool = nullptr)
+      : image_(image), seed_(seed), pool_(pool) {}
   void Fill(uint64_t step, uint64_t begin, uint64_t count, StepBatch* out) const {
     out->step = step;
     out->begin = begin;
     out->count = count;
     out->positions.resize(count * 2);
     out->targets.resize(count * 3);
-    image_.SampleBatch(seed_, step, begin, count, out->positions.data(), out->targets.data());
+    constexpr uint64_t kChunk = 4096;
+    const uint64_t chunks = (count + kChunk - 1) / kChunk;
+    auto fill = [&](size_t c) {
+      const uint64_t first = c * kChunk;
+      const uint64_t n = std::min(kChunk, count - first);
+      image_.SampleBatch(seed_, step, begin + first, n, out->positions.data() + first * 2,
+                         out->targets.data() + first * 3);
+    };
+    if (pool_ != nullptr && chunks > 1) {
+      pool_->ParallelFor(chunks, fill);
+    } else {
+      for (uint64_t c = 0; c < chunks; ++c) fill(c);
+    }
   }
 
  private:
   const ImageTask& image_;
   uint64_t seed_;
+  ThreadPool* pool_;
 };
 
 // Which share of each step's global batch every worker computes. Adaptive

@@ -109,7 +109,7 @@ Result<TrainReport> TrainAllReduceWorker(const RunSpec& spec, const ImageTask& i
   }
   GRIDSYNC_ASSIGN_OR_RETURN(auto model, MakeModel(spec));
   ThreadPool pool(config.training.threads);
-  const BatchSource source(image, config.training.seed);
+  const BatchSource source(image, config.training.seed, &pool);
   SplitSchedule split(BatchSplit(d, config.training.batch_size));
   GRIDSYNC_ASSIGN_OR_RETURN(
       auto sync, MakeAllReduceSync(spec, model.get(), rank, local_rank, groups, coordinator.get(),
@@ -133,7 +133,7 @@ Result<TrainReport> TrainPsWorker(const RunSpec& spec, const ImageTask& image,
   ThreadPool pool(config.training.threads);
   // Worker-side Adam and the codecs run on the training threads too.
   session.ps->SetThreadPool(&pool);
-  const BatchSource source(image, config.training.seed);
+  const BatchSource source(image, config.training.seed, &pool);
   SplitSchedule split(BatchSplit(config.distributed, config.training.batch_size));
   std::unique_ptr<GradientSync> sync;
   if (config.distributed.gradient_sync == GradientSyncMode::kHybrid) {
@@ -166,7 +166,7 @@ Result<TrainReport> TrainImage(const RunSpec& spec, const ImageTask& image,
   const Config& config = spec.config;
   GRIDSYNC_ASSIGN_OR_RETURN(auto model, MakeModel(spec));
   ThreadPool pool(config.training.threads);
-  const BatchSource source(image, config.training.seed);
+  const BatchSource source(image, config.training.seed, &pool);
   DistributedConfig alone;
   alone.enable = false;
   alone.world_size = 1;
@@ -213,7 +213,7 @@ Result<TrainReport> TrainImageAllReduce(const Config& config, const ImageTask& i
   GRIDSYNC_ASSIGN_OR_RETURN(const RunSpec spec, RunSpec::Resolve(config));
   GRIDSYNC_ASSIGN_OR_RETURN(auto model, MakeModel(spec));
   ThreadPool pool(config.training.threads);
-  const BatchSource source(image, config.training.seed);
+  const BatchSource source(image, config.training.seed, &pool);
   SplitSchedule split(BatchSplit(config.distributed, config.training.batch_size));
   GRIDSYNC_ASSIGN_OR_RETURN(
       auto sync, MakeAllReduceSync(spec, model.get(), rank, config.distributed.LocalRankOf(rank),
