@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -324,10 +325,11 @@ class PsShardImpl : public PsShard {
     Send(request.identity, wire::EncodeError(request.message.request_id, options_.shard, error));
   }
 
-  void Ack(Request& request) {
+  // `version`: the version the ack reports (default: the current one).
+  void Ack(Request& request, std::optional<uint64_t> version = std::nullopt) {
     wire::OutHeader header;
     header.kind = wire::Kind::kPushAck;
-    header.step = applied_;
+    header.step = version.value_or(applied_);
     header.request_id = request.message.request_id;
     header.shard = options_.shard;
     Send(request.identity, wire::Encode(header, {}));
@@ -450,10 +452,14 @@ class PsShardImpl : public PsShard {
     if (options_.consistency == Consistency::kAsync) {
       std::vector<const wire::Message*> one = {&m};
       stale_reads_.OnPush(m);
-      if (!m.skip_step) ApplyStep(one);
       ++clock_[m.worker_rank];
+      // Acknowledged before the apply, with the version the apply makes: the
+      // worker builds its next request while the shard applies, and that
+      // request is served after this apply (one serving loop), so it still
+      // reads its own push.
+      Ack(*request, applied_ + 1);
+      if (!m.skip_step) ApplyStep(one);
       ++applied_;
-      Ack(*request);
       return;
     }
     if (options_.consistency == Consistency::kSsp) return HandleSspPush(std::move(request));
