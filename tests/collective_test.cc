@@ -860,6 +860,20 @@ TEST(MakeCollective, PicksABackendByName) {
   }
 }
 
+// NCCL is loaded at run time, not linked: where its library is installed
+// (this build machine has CUDA's), it loads with every function gridsync
+// calls; elsewhere the reason names the library.
+TEST(NcclCollective, TheLibraryLoadsAtRunTimeOrSaysWhyNot) {
+  const Status loaded = LoadNcclLibrary();
+  if (access("/usr/local/cuda/lib/libnccl.so.2", F_OK) == 0 ||
+      access("/usr/lib/x86_64-linux-gnu/libnccl.so.2", F_OK) == 0) {
+    EXPECT_TRUE(loaded.ok()) << loaded.ToString();
+  } else if (!loaded.ok()) {
+    EXPECT_EQ(loaded.code(), StatusCode::kUnsupported);
+    EXPECT_CONTAINS(loaded.message(), "NCCL");
+  }
+}
+
 TEST(NcclCollective, RunsOnAGpuOrSaysWhyNot) {
   std::string reason;
   if (!NcclAvailable(&reason)) {

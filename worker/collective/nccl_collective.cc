@@ -9,13 +9,16 @@
 #if GRIDSYNC_HAVE_NCCL
 
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <nccl.h>
 
 #include <algorithm>
 #include <cstring>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -23,6 +26,72 @@ namespace gridsync {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// NCCL, loaded when a collective first needs it rather than linked: every
+// binary links the collectives, and a CPU host (or a coordinator, a shard)
+// should not need NVIDIA's library to start.
+struct NcclApi {
+  decltype(&ncclAllGather) AllGather = nullptr;
+  decltype(&ncclAllReduce) AllReduce = nullptr;
+  decltype(&ncclBroadcast) Broadcast = nullptr;
+  decltype(&ncclCommAbort) CommAbort = nullptr;
+  decltype(&ncclCommDestroy) CommDestroy = nullptr;
+  decltype(&ncclCommFinalize) CommFinalize = nullptr;
+  decltype(&ncclCommGetAsyncError) CommGetAsyncError = nullptr;
+  decltype(&ncclCommInitRankConfig) CommInitRankConfig = nullptr;
+  decltype(&ncclGetErrorString) GetErrorString = nullptr;
+  decltype(&ncclGetLastError) GetLastError = nullptr;
+  decltype(&ncclGetUniqueId) GetUniqueId = nullptr;
+  decltype(&ncclGroupEnd) GroupEnd = nullptr;
+  decltype(&ncclGroupStart) GroupStart = nullptr;
+  decltype(&ncclReduce) Reduce = nullptr;
+  decltype(&ncclReduceScatter) ReduceScatter = nullptr;
+};
+
+Result<const NcclApi*> LoadNccl() {
+  static NcclApi api;
+  static std::string error;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* library = nullptr;
+    for (const char* name : {"libnccl.so.2", "libnccl.so"}) {
+      library = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+      if (library != nullptr) break;
+    }
+    if (library == nullptr) {
+      const char* why = dlerror();
+      error = std::string("cannot load NCCL (libnccl.so.2): ") + (why ? why : "not found");
+      return;
+    }
+    bool complete = true;
+    auto load = [&](auto* slot, const char* symbol) {
+      *slot = reinterpret_cast<std::remove_pointer_t<decltype(slot)>>(dlsym(library, symbol));
+      complete = complete && *slot != nullptr;
+    };
+    load(&api.AllGather, "ncclAllGather");
+    load(&api.AllReduce, "ncclAllReduce");
+    load(&api.Broadcast, "ncclBroadcast");
+    load(&api.CommAbort, "ncclCommAbort");
+    load(&api.CommDestroy, "ncclCommDestroy");
+    load(&api.CommFinalize, "ncclCommFinalize");
+    load(&api.CommGetAsyncError, "ncclCommGetAsyncError");
+    load(&api.CommInitRankConfig, "ncclCommInitRankConfig");
+    load(&api.GetErrorString, "ncclGetErrorString");
+    load(&api.GetLastError, "ncclGetLastError");
+    load(&api.GetUniqueId, "ncclGetUniqueId");
+    load(&api.GroupEnd, "ncclGroupEnd");
+    load(&api.GroupStart, "ncclGroupStart");
+    load(&api.Reduce, "ncclReduce");
+    load(&api.ReduceScatter, "ncclReduceScatter");
+    if (!complete)
+      error = "the NCCL library found lacks a function gridsync needs (NCCL 2.18 or newer)";
+  });
+  if (!error.empty()) return Status::Unsupported(error);
+  return &api;
+}
+
+// After a successful LoadNccl (NcclAvailable and NewNcclCollective check it).
+const NcclApi& Nccl() { return **LoadNccl(); }
 
 // ---- Checked calls, in the manner of NCCL's CUDACHECK/NCCLCHECK ----
 //
@@ -39,10 +108,11 @@ Status CudaFailure(cudaError_t error, const char* expr, const char* file, int li
 // A peer's failure (ncclRemoteError) or the network (ncclSystemError) is an
 // I/O error; everything else is internal.
 Status NcclFailure(ncclResult_t result, ncclComm_t comm, const char* expr, const char* file, int line) {
-  const char* last = ncclGetLastError(comm);
-  std::string message = fmt::format("{} failed: {} ({}){} at {}:{}", expr, ncclGetErrorString(result),
-                                    static_cast<int>(result),
-                                    (last != nullptr && *last != '\0') ? fmt::format(": {}", last) : "", file, line);
+  const char* last = Nccl().GetLastError(comm);
+  std::string message =
+      fmt::format("{} failed: {} ({}){} at {}:{}", expr, Nccl().GetErrorString(result),
+                  static_cast<int>(result),
+                  (last != nullptr && *last != '\0') ? fmt::format(": {}", last) : "", file, line);
   if (result == ncclRemoteError || result == ncclSystemError) return Status::IOError(std::move(message));
   if (result == ncclInvalidArgument || result == ncclInvalidUsage) return Status::InvalidArgument(std::move(message));
   return Status::Internal(std::move(message));
@@ -81,10 +151,10 @@ Status WaitComm(ncclComm_t comm, Clock::time_point deadline, const std::string& 
   int round = 0;
   for (;;) {
     ncclResult_t state = ncclSuccess;
-    GRIDSYNC_NCCL_CHECK(comm, ncclCommGetAsyncError(comm, &state));
+    GRIDSYNC_NCCL_CHECK(comm, Nccl().CommGetAsyncError(comm, &state));
     if (state == ncclSuccess) return Status::OK();
     if (state != ncclInProgress) {
-      return NcclFailure(state, comm, "ncclCommGetAsyncError(comm, &state)", __FILE__, __LINE__)
+      return NcclFailure(state, comm, "Nccl().CommGetAsyncError(comm, &state)", __FILE__, __LINE__)
           .WithContext(what);
     }
     if (Clock::now() >= deadline) {
@@ -122,16 +192,16 @@ class NcclCollective final : public Collective {
     if (comm_ != nullptr) {
       bool clean = broken_.ok();
       if (clean) {
-        const ncclResult_t finalized = ncclCommFinalize(comm_);
+        const ncclResult_t finalized = Nccl().CommFinalize(comm_);
         clean = finalized == ncclSuccess || finalized == ncclInProgress;
       }
       if (clean) {
         clean = WaitComm(comm_, Clock::now() + timeout(), "ncclCommFinalize", timeout()).ok();
       }
       if (clean) {
-        (void)ncclCommDestroy(comm_);
+        (void)Nccl().CommDestroy(comm_);
       } else {
-        (void)ncclCommAbort(comm_);
+        (void)Nccl().CommAbort(comm_);
       }
     }
     if (scratch_ != nullptr) (void)cudaFree(scratch_);
@@ -146,7 +216,7 @@ class NcclCollective final : public Collective {
     GRIDSYNC_RETURN_IF_ERROR(CheckBuffer(op, data, n));
     if (n == 0) return Status::OK();
     return Run(op, data, n, data, n, [&](const float* in, float* out) -> Status {
-      GRIDSYNC_NCCL_CHECK(comm_, ncclAllReduce(in, out, n, ncclFloat, ncclSum, comm_, stream_));
+      GRIDSYNC_NCCL_CHECK(comm_, Nccl().AllReduce(in, out, n, ncclFloat, ncclSum, comm_, stream_));
       return Status::OK();
     });
   }
@@ -167,7 +237,8 @@ class NcclCollective final : public Collective {
         GRIDSYNC_NCCL_CUDA_CHECK(
             cudaMemcpyAsync(buffer, data, n * sizeof(uint16_t), cudaMemcpyHostToDevice, stream_));
       }
-      GRIDSYNC_NCCL_CHECK(comm_, ncclAllReduce(buffer, buffer, n, type, ncclSum, comm_, stream_));
+      GRIDSYNC_NCCL_CHECK(comm_,
+                          Nccl().AllReduce(buffer, buffer, n, type, ncclSum, comm_, stream_));
       if (buffer != data) {
         GRIDSYNC_NCCL_CUDA_CHECK(
             cudaMemcpyAsync(data, buffer, n * sizeof(uint16_t), cudaMemcpyDeviceToHost, stream_));
@@ -190,17 +261,18 @@ class NcclCollective final : public Collective {
     return Guarded(op, [&]() -> Status {
       GRIDSYNC_NCCL_CUDA_CHECK(cudaSetDevice(device_));
       const auto deadline = Clock::now() + timeout();
-      GRIDSYNC_NCCL_CHECK(comm_, ncclGroupStart());
+      GRIDSYNC_NCCL_CHECK(comm_, Nccl().GroupStart());
       for (const auto& buffer : buffers) {
         if (buffer.empty()) continue;
-        const ncclResult_t result =
-            ncclAllReduce(buffer.data(), buffer.data(), buffer.size(), ncclFloat, ncclSum, comm_, stream_);
+        const ncclResult_t result = Nccl().AllReduce(buffer.data(), buffer.data(), buffer.size(),
+                                                     ncclFloat, ncclSum, comm_, stream_);
         if (result != ncclSuccess && result != ncclInProgress) {
-          (void)ncclGroupEnd();
-          return NcclFailure(result, comm_, "ncclAllReduce(buffer.data(), ...)", __FILE__, __LINE__);
+          (void)Nccl().GroupEnd();
+          return NcclFailure(result, comm_, "Nccl().AllReduce(buffer.data(), ...)", __FILE__,
+                             __LINE__);
         }
       }
-      GRIDSYNC_NCCL_CHECK(comm_, ncclGroupEnd());
+      GRIDSYNC_NCCL_CHECK(comm_, Nccl().GroupEnd());
       return Complete(op, deadline);
     });
   }
@@ -214,21 +286,23 @@ class NcclCollective final : public Collective {
     const std::string described = fmt::format("ReduceScatterSum({} floats, {} to this rank)", offsets.back(), counts[me]);
     return Run(described, in, offsets.back(), out, counts[me], [&](const float* d_in, float* d_out) -> Status {
       if (even) {
-        GRIDSYNC_NCCL_CHECK(comm_, ncclReduceScatter(d_in, d_out, counts[0], ncclFloat, ncclSum, comm_, stream_));
+        GRIDSYNC_NCCL_CHECK(comm_, Nccl().ReduceScatter(d_in, d_out, counts[0], ncclFloat, ncclSum,
+                                                        comm_, stream_));
         return Status::OK();
       }
       // Uneven slices: one ncclReduce per slice, rooted at its owner, fused.
-      GRIDSYNC_NCCL_CHECK(comm_, ncclGroupStart());
+      GRIDSYNC_NCCL_CHECK(comm_, Nccl().GroupStart());
       for (size_t r = 0; r < counts.size(); ++r) {
         if (counts[r] == 0) continue;
-        const ncclResult_t result = ncclReduce(d_in + offsets[r], d_out, counts[r], ncclFloat, ncclSum,
-                                               static_cast<int>(r), comm_, stream_);
+        const ncclResult_t result = Nccl().Reduce(d_in + offsets[r], d_out, counts[r], ncclFloat,
+                                                  ncclSum, static_cast<int>(r), comm_, stream_);
         if (result != ncclSuccess && result != ncclInProgress) {
-          (void)ncclGroupEnd();
-          return NcclFailure(result, comm_, "ncclReduce(d_in + offsets[r], d_out, ...)", __FILE__, __LINE__);
+          (void)Nccl().GroupEnd();
+          return NcclFailure(result, comm_, "Nccl().Reduce(d_in + offsets[r], d_out, ...)",
+                             __FILE__, __LINE__);
         }
       }
-      GRIDSYNC_NCCL_CHECK(comm_, ncclGroupEnd());
+      GRIDSYNC_NCCL_CHECK(comm_, Nccl().GroupEnd());
       return Status::OK();
     });
   }
@@ -242,22 +316,24 @@ class NcclCollective final : public Collective {
     const std::string described = fmt::format("AllGatherV({} floats, {} from this rank)", offsets.back(), counts[me]);
     return Run(described, in, counts[me], out, offsets.back(), [&](const float* d_in, float* d_out) -> Status {
       if (even) {
-        GRIDSYNC_NCCL_CHECK(comm_, ncclAllGather(d_in, d_out, counts[0], ncclFloat, comm_, stream_));
+        GRIDSYNC_NCCL_CHECK(comm_,
+                            Nccl().AllGather(d_in, d_out, counts[0], ncclFloat, comm_, stream_));
         return Status::OK();
       }
       // Uneven contributions: one ncclBroadcast per rank into its place.
-      GRIDSYNC_NCCL_CHECK(comm_, ncclGroupStart());
+      GRIDSYNC_NCCL_CHECK(comm_, Nccl().GroupStart());
       for (size_t r = 0; r < counts.size(); ++r) {
         if (counts[r] == 0) continue;
         const float* send = r == me ? d_in : d_out + offsets[r];
-        const ncclResult_t result =
-            ncclBroadcast(send, d_out + offsets[r], counts[r], ncclFloat, static_cast<int>(r), comm_, stream_);
+        const ncclResult_t result = Nccl().Broadcast(send, d_out + offsets[r], counts[r], ncclFloat,
+                                                     static_cast<int>(r), comm_, stream_);
         if (result != ncclSuccess && result != ncclInProgress) {
-          (void)ncclGroupEnd();
-          return NcclFailure(result, comm_, "ncclBroadcast(send, d_out + offsets[r], ...)", __FILE__, __LINE__);
+          (void)Nccl().GroupEnd();
+          return NcclFailure(result, comm_, "Nccl().Broadcast(send, d_out + offsets[r], ...)",
+                             __FILE__, __LINE__);
         }
       }
-      GRIDSYNC_NCCL_CHECK(comm_, ncclGroupEnd());
+      GRIDSYNC_NCCL_CHECK(comm_, Nccl().GroupEnd());
       return Status::OK();
     });
   }
@@ -268,7 +344,7 @@ class NcclCollective final : public Collective {
     GRIDSYNC_RETURN_IF_ERROR(CheckBuffer(op, data, n));
     if (n == 0) return Status::OK();
     return Run(op, data, n, data, n, [&](const float* in, float* out) -> Status {
-      GRIDSYNC_NCCL_CHECK(comm_, ncclBroadcast(in, out, n, ncclFloat, root, comm_, stream_));
+      GRIDSYNC_NCCL_CHECK(comm_, Nccl().Broadcast(in, out, n, ncclFloat, root, comm_, stream_));
       return Status::OK();
     });
   }
@@ -280,7 +356,8 @@ class NcclCollective final : public Collective {
       const auto deadline = Clock::now() + timeout();
       GRIDSYNC_RETURN_IF_ERROR(EnsureScratch(1));
       GRIDSYNC_NCCL_CUDA_CHECK(cudaMemsetAsync(scratch_, 0, sizeof(float), stream_));
-      GRIDSYNC_NCCL_CHECK(comm_, ncclAllReduce(scratch_, scratch_, 1, ncclFloat, ncclSum, comm_, stream_));
+      GRIDSYNC_NCCL_CHECK(
+          comm_, Nccl().AllReduce(scratch_, scratch_, 1, ncclFloat, ncclSum, comm_, stream_));
       return Complete("Barrier", deadline);
     });
   }
@@ -299,7 +376,7 @@ class NcclCollective final : public Collective {
     status = Status(status.code(), fmt::format("{}: {}", Describe(op), status.message()));
     if (status.code() != StatusCode::kInvalidArgument) {
       broken_ = status;
-      (void)ncclCommAbort(comm_);
+      (void)Nccl().CommAbort(comm_);
       comm_ = nullptr;
       (void)cudaGetLastError();
     }
@@ -349,9 +426,10 @@ class NcclCollective final : public Collective {
       if (query == cudaSuccess) return Status::OK();
       if (query != cudaErrorNotReady) return CudaFailure(query, "cudaStreamQuery(stream_)", __FILE__, __LINE__);
       ncclResult_t state = ncclSuccess;
-      GRIDSYNC_NCCL_CHECK(comm_, ncclCommGetAsyncError(comm_, &state));
+      GRIDSYNC_NCCL_CHECK(comm_, Nccl().CommGetAsyncError(comm_, &state));
       if (state != ncclSuccess && state != ncclInProgress) {
-        return NcclFailure(state, comm_, "ncclCommGetAsyncError(comm_, &state)", __FILE__, __LINE__);
+        return NcclFailure(state, comm_, "Nccl().CommGetAsyncError(comm_, &state)", __FILE__,
+                           __LINE__);
       }
       if (Clock::now() >= deadline) {
         return Status::Timeout(fmt::format(
@@ -426,7 +504,7 @@ Status CreateChecked(Store* store, int rank, int size, const std::string& group,
   std::memset(&id, 0, sizeof(id));
   const std::string id_key = StoreKey(group, "id");
   if (rank == 0) {
-    GRIDSYNC_NCCL_CHECK(nullptr, ncclGetUniqueId(&id));
+    GRIDSYNC_NCCL_CHECK(nullptr, Nccl().GetUniqueId(&id));
     GRIDSYNC_RETURN_IF_ERROR(
         store->Set(id_key, std::string(id.internal, sizeof(id.internal))).WithContext(what + ": publishing the ncclUniqueId"));
   } else {
@@ -447,15 +525,16 @@ Status CreateChecked(Store* store, int rank, int size, const std::string& group,
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   ncclComm_t comm = nullptr;
-  const ncclResult_t started = ncclCommInitRankConfig(&comm, size, id, rank, &config);
+  const ncclResult_t started = Nccl().CommInitRankConfig(&comm, size, id, rank, &config);
   Status status;
   if (started != ncclSuccess && started != ncclInProgress) {
-    status = NcclFailure(started, comm, "ncclCommInitRankConfig(&comm, size, id, rank, &config)", __FILE__, __LINE__);
+    status = NcclFailure(started, comm, "Nccl().CommInitRankConfig(&comm, size, id, rank, &config)",
+                         __FILE__, __LINE__);
   } else {
     status = WaitComm(comm, deadline, "ncclCommInitRankConfig", options.timeout);
   }
   if (!status.ok()) {
-    if (comm != nullptr) (void)ncclCommAbort(comm);
+    if (comm != nullptr) (void)Nccl().CommAbort(comm);
     const auto missing = MissingRanks(store, group, size, rank);
     return Status(status.code(), fmt::format("{}: {}{}", what, status.message(),
                                              missing.empty() ? "" : "; ranks that did not join: " + FormatRanks(missing)));
@@ -466,7 +545,7 @@ Status CreateChecked(Store* store, int rank, int size, const std::string& group,
   if (own_stream) {
     const cudaError_t created = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
     if (created != cudaSuccess) {
-      (void)ncclCommAbort(comm);
+      (void)Nccl().CommAbort(comm);
       return CudaFailure(created, "cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)", __FILE__, __LINE__)
           .WithContext(what);
     }
@@ -476,6 +555,8 @@ Status CreateChecked(Store* store, int rank, int size, const std::string& group,
 }
 
 }  // namespace
+
+Status LoadNcclLibrary() { return LoadNccl().status(); }
 
 bool NcclAvailable(std::string* reason) {
   int count = 0;
@@ -488,6 +569,10 @@ bool NcclAvailable(std::string* reason) {
                                   cudaGetErrorName(counted), cudaGetErrorString(counted))
                     : "no CUDA device: cudaGetDeviceCount(&count) reports 0 devices";
     }
+    return false;
+  }
+  if (auto loaded = LoadNccl(); !loaded.ok()) {
+    if (reason != nullptr) *reason = loaded.status().message();
     return false;
   }
   return true;
@@ -504,6 +589,7 @@ Result<std::unique_ptr<Collective>> NewNcclCollective(Store* store, int rank, in
   if (options.timeout.count() <= 0) {
     return Status::InvalidArgument(fmt::format("{}: timeout must be positive, got {} ms", what, options.timeout.count()));
   }
+  if (auto loaded = LoadNccl(); !loaded.ok()) return loaded.status().WithContext(what);
   std::unique_ptr<Collective> collective;
   Status status = CreateChecked(store, rank, size, group, options, what, &collective);
   if (!status.ok()) return status;
@@ -525,6 +611,8 @@ bool NcclAvailable(std::string* reason) {
   if (reason != nullptr) *reason = kNoNccl;
   return false;
 }
+
+Status LoadNcclLibrary() { return Status::Unsupported(kNoNccl); }
 
 Result<std::unique_ptr<Collective>> NewNcclCollective(Store*, int rank, int size, const std::string& group,
                                                       const NcclCollectiveOptions&) {

@@ -49,9 +49,13 @@ struct NcclCollectiveOptions {
   cudaStream_t stream = nullptr;
 };
 
-// True when this build has NCCL and a CUDA device is present; otherwise
-// false with *reason (may be null) saying which is missing.
+// True when this build has NCCL, a CUDA device is present and NCCL's library
+// loads; otherwise false with *reason (may be null) saying which is missing.
 bool NcclAvailable(std::string* reason);
+
+// Loads NCCL's library (libnccl.so.2, once, at run time: no binary links
+// it) and every function gridsync calls; Unsupported saying why not.
+Status LoadNcclLibrary();
 
 // Joins group `group` as `rank` of `size` on one device; blocks until the
 // communicator is initialised on every rank, or the timeout.
