@@ -170,10 +170,11 @@ void MakeBatch(const LoadArgs& args, uint32_t worker, uint64_t batch, std::vecto
     (*rows)[i] = static_cast<uint32_t>(row);
     row += 1 + h % kMaxGap;
     for (uint32_t c = 0; c < args.width; ++c) {
-      // Nonzero, in [-0.01, -0.001] U [0.001, 0.01].
-      const float magnitude =
-          0.001f + 0.009f * static_cast<float>((h >> (16 + 8 * c)) & 0xFF) / 255.0f;
-      (*grad)[size_t{i} * args.width + c] = ((h >> (8 + c)) & 1) != 0 ? magnitude : -magnitude;
+      // Nonzero, in [-0.01, -0.001] U [0.001, 0.01]; a hash per column, so
+      // any width shifts within 64 bits.
+      const uint64_t hc = Mix(h ^ (uint64_t{c} << 32));
+      const float magnitude = 0.001f + 0.009f * static_cast<float>((hc >> 16) & 0xFF) / 255.0f;
+      (*grad)[size_t{i} * args.width + c] = ((hc >> 8) & 1) != 0 ? magnitude : -magnitude;
     }
   }
 }

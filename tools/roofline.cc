@@ -40,7 +40,9 @@ StepWork ModelStepWork(const Config& config, double grid_rows) {
   const double output = 3;
   // Weights of the MLP: input x hidden, (layers - 1) x hidden x hidden,
   // hidden x output.
-  const double weights = input * hidden + (layers - 1) * hidden * hidden + hidden * output;
+  const double weights = layers == 0
+                             ? input * output
+                             : input * hidden + (layers - 1) * hidden * hidden + hidden * output;
   const bool half = config.training.mixed_precision;
   StepWork w;
   // GEMMs: forward 2 flops per weight and sample; backward twice that (the

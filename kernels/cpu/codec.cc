@@ -851,7 +851,11 @@ void ErrorFeedback::Reserve(uint64_t key, uint32_t width) {
 void ErrorFeedback::StoreResidual(uint64_t key, const uint32_t* rows, size_t n_rows, uint32_t width,
                                   const float* corrected, const float* decoded) {
   GRIDSYNC_CHECK_GT(width, 0u);
-  Table& t = tables_[key];
+  // A lookup, not operator[], once the key exists: calls on distinct,
+  // Reserved keys then never write the map itself (see Reserve).
+  auto it = tables_.find(key);
+  if (it == tables_.end()) it = tables_.emplace(key, Table{}).first;
+  Table& t = it->second;
   if (t.width == 0) t.width = width;
   GRIDSYNC_CHECK_EQ(t.width, width);
   for (size_t r = 0; r < n_rows; ++r) {

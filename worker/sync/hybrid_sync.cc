@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "kernels/adam_math.h"
+#include "kernels/cuda/device_trainer.h"
 #include "worker/collective/factory.h"
 
 namespace gridsync {
@@ -49,11 +50,15 @@ Result<std::unique_ptr<HybridSync>> HybridSync::Create(const RunSpec& spec, Hash
   } else {
     sync->store_ =
         std::make_unique<CoordinatorStore>(sync->session_.coordinator.get(), "collective/");
+    // NCCL (collective nccl) on the local rank's device, as the model's.
+    CollectiveEndpoint endpoint = options.endpoint;
+    if (const auto device = cuda::DeviceForLocalRank(sync->local_); device.ok())
+      endpoint.cuda_device = *device;
     GRIDSYNC_ASSIGN_OR_RETURN(
         sync->owned_intra_,
         MakeCollective(spec.sync.collective, sync->store_.get(), sync->local_, sync->node_size_,
                        "intra-" + nodes[static_cast<size_t>(node)].name, spec.sync.timeout,
-                       options.endpoint));
+                       endpoint));
     sync->intra_ = sync->owned_intra_.get();
   }
   const RowSpace& space = sync->space_;

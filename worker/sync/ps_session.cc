@@ -181,8 +181,9 @@ Status FinishPsRun(const RunSpec& spec, PsSession& session, HashGridModel& model
   GRIDSYNC_ASSIGN_OR_RETURN(
       report->flushed_residuals,
       session.ps->FlushResiduals(end_step, MinVersionFor(config.ps, end_step)));
-  // Every push of every worker is acknowledged (and, but for bsp/ssp
-  // aggregation, applied) before anyone reads the final parameters.
+  // Every push of every worker is acknowledged before anyone reads the
+  // final parameters; a shard serves a read only after applying what it
+  // acknowledged before it (bsp/ssp also wait for the version asked).
   GRIDSYNC_RETURN_IF_ERROR(session.coordinator->Barrier(
       "done", static_cast<uint32_t>(config.distributed.world_size), session.me, spec.sync.timeout));
   if (session.rank != 0) return Status::OK();

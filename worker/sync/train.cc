@@ -10,6 +10,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/device_trainer.h"
 #include "worker/collective/factory.h"
+#include "worker/collective/nccl_collective.h"
 #include "worker/sync/device_allreduce_sync.h"
 #include "worker/sync/device_staged_sync.h"
 #include "worker/sync/device_sync.h"
@@ -27,15 +28,41 @@ Result<std::shared_ptr<HashGridModel>> MakeModel(const RunSpec& spec) {
   return std::shared_ptr<HashGridModel>(std::move(model));
 }
 
+// The collective backend every rank of an all-reduce job uses, agreed
+// through the store: distributed.collective when it names one; for auto,
+// NCCL only if every rank has its model on its own GPU (a trainer with
+// device buffers, no more workers on its node than devices) and NCCL loads
+// there, else Gloo. One rank's vote for Gloo makes it Gloo for all, so
+// hosts that differ never mix backends.
+Result<std::string> AgreeOnCollective(const RunSpec& spec, const cuda::DeviceTrainer* trainer,
+                                      int node_workers, int rank, const std::string& votes_prefix,
+                                      Store* store) {
+  if (spec.sync.collective != "auto") return spec.sync.collective;
+  std::string reason;
+  const auto last = cuda::DeviceForLocalRank(node_workers - 1);
+  const bool own_gpu = last.ok() && *last == node_workers - 1;  // a device per local rank
+  const bool nccl =
+      trainer != nullptr && trainer->gradients_on_device() && own_gpu && NcclAvailable(&reason);
+  GRIDSYNC_RETURN_IF_ERROR(store->Set(votes_prefix + std::to_string(rank), nccl ? "nccl" : "gloo"));
+  std::vector<std::string> keys;
+  for (int r = 0; r < spec.config.distributed.world_size; ++r)
+    keys.push_back(votes_prefix + std::to_string(r));
+  GRIDSYNC_ASSIGN_OR_RETURN(const auto votes, store->Get(keys, spec.sync.timeout));
+  for (const auto& vote : votes) {
+    if (vote != "nccl") return std::string("gloo");
+  }
+  return std::string("nccl");
+}
+
 // The nccl mode's sync: on the host, or with the model on a GPU (the
 // device path where it serves the configuration, else the host sync with
 // its compute staged to the device).
+// `trainer`: the model's GPU trainer, or null on the CPU (PickTrainer).
 Result<std::unique_ptr<GradientSync>> MakeAllReduceSync(
-    const RunSpec& spec, HashGridModel* model, int rank, int local_rank,
-    const AllReduceGroups& groups, CoordinatorClient* coordinator, const BatchSource* source,
-    const SplitSchedule* split, ThreadPool* pool, const WorkerOptions& options) {
-  GRIDSYNC_ASSIGN_OR_RETURN(auto trainer,
-                            PickTrainer(spec, *model, local_rank, options, options.train.quiet));
+    const RunSpec& spec, HashGridModel* model, int rank,
+    std::unique_ptr<cuda::DeviceTrainer> trainer, const AllReduceGroups& groups,
+    CoordinatorClient* coordinator, const BatchSource* source, const SplitSchedule* split,
+    ThreadPool* pool) {
   if (trainer && DeviceAllReduceSync::Serves(spec)) {
     return std::unique_ptr<GradientSync>(std::make_unique<DeviceAllReduceSync>(
         spec, model, rank, groups.flat, coordinator, source, split, std::move(trainer)));
@@ -81,13 +108,21 @@ Result<TrainReport> TrainAllReduceWorker(const RunSpec& spec, const ImageTask& i
   }
   GRIDSYNC_RETURN_IF_ERROR(coordinator->GetMap(/*wait_complete=*/true, timeout).status());
   CoordinatorStore store(coordinator.get(), "collective/");
-  const std::string& kind = spec.sync.collective;
   // NCCL drives the device the model trains on: local rank modulo the
   // devices this process sees.
   const int local_rank = d.LocalRankOf(rank);
   CollectiveEndpoint endpoint = options.endpoint;
   if (const auto device = cuda::DeviceForLocalRank(local_rank); device.ok())
     endpoint.cuda_device = *device;
+  GRIDSYNC_ASSIGN_OR_RETURN(auto model, MakeModel(spec));
+  GRIDSYNC_ASSIGN_OR_RETURN(auto trainer,
+                            PickTrainer(spec, *model, local_rank, options, options.train.quiet));
+  // Votes are per job: the coordinator's store outlives jobs.
+  GRIDSYNC_ASSIGN_OR_RETURN(const JobState job, coordinator->CurrentJob());
+  GRIDSYNC_ASSIGN_OR_RETURN(
+      const std::string kind,
+      AgreeOnCollective(spec, trainer.get(), nodes[static_cast<size_t>(d.NodeOf(rank))].workers,
+                        rank, "backend/job-" + std::to_string(job.job) + "/", &store));
   GRIDSYNC_ASSIGN_OR_RETURN(
       auto flat, MakeCollective(kind, &store, rank, d.world_size, "flat", timeout, endpoint));
   AllReduceGroups groups;
@@ -107,13 +142,12 @@ Result<TrainReport> TrainAllReduceWorker(const RunSpec& spec, const ImageTask& i
     groups.intra = intra.get();
     groups.inter = inter.get();
   }
-  GRIDSYNC_ASSIGN_OR_RETURN(auto model, MakeModel(spec));
   ThreadPool pool(config.training.threads);
   const BatchSource source(image, config.training.seed, &pool);
   SplitSchedule split(BatchSplit(d, config.training.batch_size));
-  GRIDSYNC_ASSIGN_OR_RETURN(
-      auto sync, MakeAllReduceSync(spec, model.get(), rank, local_rank, groups, coordinator.get(),
-                                   &source, &split, &pool, options));
+  GRIDSYNC_ASSIGN_OR_RETURN(auto sync,
+                            MakeAllReduceSync(spec, model.get(), rank, std::move(trainer), groups,
+                                              coordinator.get(), &source, &split, &pool));
   auto report = RunTrainLoop(spec, image, model, *sync, split, pool, options);
   // Every rank leaves together: a rank that closed its sockets while a peer
   // still sends its last bucket would fail that peer.
@@ -215,9 +249,12 @@ Result<TrainReport> TrainImageAllReduce(const Config& config, const ImageTask& i
   ThreadPool pool(config.training.threads);
   const BatchSource source(image, config.training.seed, &pool);
   SplitSchedule split(BatchSplit(config.distributed, config.training.batch_size));
+  GRIDSYNC_ASSIGN_OR_RETURN(auto trainer,
+                            PickTrainer(spec, *model, config.distributed.LocalRankOf(rank), options,
+                                        options.train.quiet));
   GRIDSYNC_ASSIGN_OR_RETURN(
-      auto sync, MakeAllReduceSync(spec, model.get(), rank, config.distributed.LocalRankOf(rank),
-                                   groups, nullptr, &source, &split, &pool, options));
+      auto sync, MakeAllReduceSync(spec, model.get(), rank, std::move(trainer), groups, nullptr,
+                                   &source, &split, &pool));
   return RunTrainLoop(spec, image, model, *sync, split, pool, options);
 }
 
