@@ -1,0 +1,81 @@
+// gridsync-bench load (bench_load.cc): the many-workers run against one PS
+// shard, split from the command so that each file holds one concern:
+// bench_load_run.cc starts the shard and the W worker threads and measures
+// them (latency, throughput, memory, CPU, drops); bench_load.cc reads the
+// options, sweeps W and reports.
+//
+// Thread safety: RunWorkers starts and joins its own threads; call it from
+// one thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/cluster_map.h"
+#include "common/sharding.h"
+
+namespace gridsync::bench::load {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr uint32_t kMaxGap = 5;  // a batch walks its window in gaps of 1..kMaxGap rows
+constexpr auto kSamplePeriod = std::chrono::milliseconds(50);
+constexpr uint64_t kSlackBytes = uint64_t{8} << 20;  // allocator slack in the memory bound
+
+struct LoadArgs {
+  std::vector<uint32_t> workers = {8, 32, 128};
+  double seconds = 3.0;
+  uint32_t rows = 4096;
+  uint32_t width = 2;
+  uint64_t table_rows = uint64_t{1} << 18;
+  int warmup = 2;
+  int timeout_ms = 10000;
+  uint64_t seed = 1;
+  std::string json_out;
+};
+
+struct Latency {
+  double p50_us = 0;
+  double p99_us = 0;
+};
+
+struct WorkerCountResult {
+  uint32_t workers = 0;
+  double seconds = 0;              // timed phase, measured
+  uint64_t pushes = 0, pulls = 0;  // timed, completed
+  Latency push, pull;
+  double ops_per_s = 0, gbps = 0;
+  uint64_t rss0 = 0, rss_shard = 0, rss_ready = 0, rss_max = 0, rss_end = 0, hwm = 0, rss_after = 0;
+  bool ran = false;  // reached its timed phase
+  bool hwm_reset = false;
+  double self_cpu = 0, other_cpu = 0;  // cores busy over the timed phase: this process, the rest
+  uint64_t memory_bound = 0;           // allowed growth over the timed phase
+  uint64_t max_waiting_pulls = 0;
+  uint64_t shard_pushes = 0, shard_applied = 0, shard_pulls = 0, shard_errors = 0, refusals = 0;
+  uint64_t sent_pushes = 0, sent_pulls = 0;
+  uint64_t dropped = 0, errors = 0;
+  std::string first_error;
+  double push_p99_ratio = 0, pull_p99_ratio = 0, worker_ratio = 0;
+  double little_ratio = 0;  // the mean latency's ratio Little's law predicts
+  bool linear = false;
+
+  // VmHWM only where it was reset at the start of the timed phase.
+  int64_t growth() const {
+    return static_cast<int64_t>(std::max({rss_max, rss_end, hwm_reset ? hwm : 0})) -
+           static_cast<int64_t>(rss_ready);
+  }
+  bool memory_ok() const { return growth() <= static_cast<int64_t>(memory_bound); }
+};
+
+double MiB(double bytes);
+// The initial value of a table cell (known, so pulls can be checked).
+float InitialValue(uint64_t row, uint32_t col);
+// One shard and n worker threads for args.seconds (after args.warmup
+// iterations each): see bench_load.cc's file comment for what is measured.
+WorkerCountResult RunWorkers(const LoadArgs& args, const Partition& partition,
+                             const std::vector<TableInfo>& tables, uint32_t n,
+                             const std::vector<float>& initial);
+
+}  // namespace gridsync::bench::load

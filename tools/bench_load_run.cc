@@ -1,0 +1,430 @@
+// The many-workers run of gridsync-bench load (bench_load.h): one
+// in-process PsShard, W real PsClient threads, and this process's memory
+// and CPU read from /proc while they run.
+//
+// Thread safety: see bench_load.h.
+#include <malloc.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/cluster_map.h"
+#include "common/config.h"
+#include "common/sharding.h"
+#include "common/status.h"
+#include "common/wire/message.h"
+#include "server/ps_shard.h"
+#include "tools/bench_load.h"
+#include "tools/bench_shard_map.h"
+#include "worker/ps_client.h"
+
+namespace gridsync::bench::load {
+namespace {
+
+// SplitMix64's finaliser: the counter-based RNG (a hash of the counter).
+uint64_t Mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+uint64_t Key(uint64_t seed, uint32_t worker, uint64_t batch) {
+  return Mix(seed ^ Mix((uint64_t{worker} << 40) ^ batch));
+}
+
+// Batch `batch` of worker `worker`: args.rows ascending, distinct row ids.
+void MakeBatch(const LoadArgs& args, uint32_t worker, uint64_t batch, std::vector<uint32_t>* rows,
+               std::vector<float>* grad) {
+  const uint64_t key = Key(args.seed, worker, batch);
+  const uint64_t span = uint64_t{args.rows} * kMaxGap;  // the most a batch can cover
+  uint64_t row = key % (args.table_rows - span);
+  for (uint32_t i = 0; i < args.rows; ++i) {
+    const uint64_t h = Mix(key + i + 1);
+    (*rows)[i] = static_cast<uint32_t>(row);
+    row += 1 + h % kMaxGap;
+    for (uint32_t c = 0; c < args.width; ++c) {
+      // Nonzero, in [-0.01, -0.001] U [0.001, 0.01]; a hash per column, so
+      // any width shifts within 64 bits.
+      const uint64_t hc = Mix(h ^ (uint64_t{c} << 32));
+      const float magnitude = 0.001f + 0.009f * static_cast<float>((hc >> 16) & 0xFF) / 255.0f;
+      (*grad)[size_t{i} * args.width + c] = ((hc >> 8) & 1) != 0 ? magnitude : -magnitude;
+    }
+  }
+}
+
+float InitialValueOf(uint64_t row, uint32_t col) {
+  const uint32_t h = static_cast<uint32_t>(Mix(row * 64 + col));
+  return static_cast<float>(h >> 16) / 65536.0f * 1e-2f - 0.5e-2f;
+}
+
+struct Memory {
+  uint64_t rss = 0;  // bytes
+  uint64_t hwm = 0;
+};
+
+Memory ReadMemory() {
+  Memory m;
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    std::istringstream in(line);
+    std::string key;
+    uint64_t kb = 0;
+    in >> key >> kb;
+    if (key == "VmRSS:") m.rss = kb << 10;
+    if (key == "VmHWM:") m.hwm = kb << 10;
+  }
+  return m;
+}
+
+// VmRSS once the allocator returned what it holds free (glibc keeps freed
+// memory in its arenas): for the readings between phases, so a phase's
+// transient buffers (the init push's whole table) do not count as the next
+// phase's memory.
+uint64_t TrimmedRss() {
+#ifdef __GLIBC__
+  malloc_trim(0);
+#endif
+  return ReadMemory().rss;
+}
+
+// Resets VmHWM to the current VmRSS (Linux 4.0+); false where not allowed.
+bool ResetPeak() {
+  std::ofstream clear("/proc/self/clear_refs");
+  clear << "5";
+  clear.flush();
+  return static_cast<bool>(clear);
+}
+
+// CPU seconds: the host's busy time (every core, /proc/stat) and this
+// process's (getrusage). Over the timed phase they tell how much of the
+// cores this run had and how much went to other processes (a compiler
+// sharing the host), which moves the latencies as much as W does.
+struct CpuTimes {
+  double host_busy = 0;
+  double self = 0;
+};
+
+CpuTimes ReadCpu() {
+  CpuTimes t;
+  std::ifstream stat("/proc/stat");
+  std::string cpu;
+  uint64_t user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+  stat >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal;
+  const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
+  if (cpu == "cpu" && tick > 0) {
+    t.host_busy = static_cast<double>(user + nice + system + irq + softirq + steal) / tick;
+  }
+  rusage usage{};
+  if (getrusage(RUSAGE_SELF, &usage) == 0) {
+    auto seconds = [](const timeval& tv) {
+      return static_cast<double>(tv.tv_sec) + static_cast<double>(tv.tv_usec) * 1e-6;
+    };
+    t.self = seconds(usage.ru_utime) + seconds(usage.ru_stime);
+  }
+  return t;
+}
+
+Latency Percentiles(std::vector<float> us) {
+  if (us.empty()) return {std::nan(""), std::nan("")};
+  std::sort(us.begin(), us.end());
+  auto rank = [&](double p) {  // nearest rank
+    const size_t k = static_cast<size_t>(std::ceil(p * static_cast<double>(us.size())));
+    return static_cast<double>(us[std::clamp<size_t>(k, 1, us.size()) - 1]);
+  };
+  return {rank(0.50), rank(0.99)};
+}
+
+// One simulated worker: its buffers (allocated and written before the
+// memory baseline) and what it measured.
+struct Worker {
+  std::vector<float> table;  // the pull destination: the whole table
+  std::vector<uint32_t> rows, next_rows;
+  std::vector<float> grad, next_grad;
+  std::vector<float> push_us, pull_us;       // timed phase
+  uint64_t pushes_sent = 0, pulls_sent = 0;  // every phase; sent = attempted
+  uint64_t timed_pushes = 0, timed_pulls = 0;
+  uint64_t failures = 0;   // pushes or pulls that returned an error (timeouts too)
+  uint64_t bad_pulls = 0;  // pull replies that left a pulled value unwritten
+  std::string first_error;
+};
+
+// Start line for the workers: each reports ready after its warmup and waits
+// (with a deadline) for go; stop ends the timed loops.
+struct Control {
+  std::mutex mu;
+  std::condition_variable cv;
+  uint32_t ready = 0;
+  bool go = false;
+  std::atomic<bool> stop{false};
+};
+
+void Record(Worker* w, const Status& s, const char* what) {
+  ++w->failures;
+  if (w->first_error.empty()) w->first_error = std::string(what) + ": " + s.ToString();
+}
+
+// One iteration: push batch `step`, then pull batch step + 1 (which becomes
+// the next push's batch). Returns false when the worker should give up
+// (repeated failures, so a dead shard does not cost timeout after timeout).
+bool Iterate(const LoadArgs& args, uint32_t rank, PsClient& client, uint64_t step, bool timed,
+             Worker* w) {
+  const auto t0 = Clock::now();
+  ++w->pushes_sent;
+  const Status pushed = client.Push(wire::Kind::kPush, step,
+                                    {{0, false, w->rows.data(), w->rows.size(), w->grad.data()}});
+  const auto t1 = Clock::now();
+  if (!pushed.ok()) Record(w, pushed, "push");
+
+  MakeBatch(args, rank, step + 1, &w->next_rows, &w->next_grad);
+  for (uint32_t row : w->next_rows) {
+    for (uint32_t c = 0; c < args.width; ++c) {
+      w->table[size_t{row} * args.width + c] = std::numeric_limits<float>::quiet_NaN();
+    }
+  }
+  const auto t2 = Clock::now();
+  ++w->pulls_sent;
+  Status pulled =
+      client.SendPull(0, {{0, false, w->next_rows.data(), w->next_rows.size(), w->table.data()}},
+                      /*whole=*/false, /*for_step=*/step + 1);
+  if (pulled.ok()) pulled = client.ReceivePull().status();
+  const auto t3 = Clock::now();
+  if (!pulled.ok()) {
+    Record(w, pulled, "pull");
+  } else {
+    bool written = true;
+    for (uint32_t row : w->next_rows) {
+      for (uint32_t c = 0; c < args.width; ++c) {
+        written = written && std::isfinite(w->table[size_t{row} * args.width + c]);
+      }
+    }
+    if (!written) ++w->bad_pulls;
+  }
+  if (timed) {
+    if (pushed.ok()) {
+      ++w->timed_pushes;
+      w->push_us.push_back(std::chrono::duration<float, std::micro>(t1 - t0).count());
+    }
+    if (pulled.ok()) {
+      ++w->timed_pulls;
+      w->pull_us.push_back(std::chrono::duration<float, std::micro>(t3 - t2).count());
+    }
+  }
+  std::swap(w->rows, w->next_rows);
+  std::swap(w->grad, w->next_grad);
+  return w->failures < 3;
+}
+
+void RunWorker(const LoadArgs& args, const Partition& partition, const ClusterMap& map,
+               uint32_t rank, uint32_t n, Clock::time_point go_deadline, Control* control,
+               Worker* w) {
+  auto signal_ready = [&] {
+    std::lock_guard<std::mutex> lock(control->mu);
+    ++control->ready;
+    control->cv.notify_all();
+  };
+  const auto timeout = std::chrono::milliseconds(args.timeout_ms);
+  auto client = PsClient::Connect(map, partition, rank, n, timeout);
+  if (!client.ok()) {
+    Record(w, client.status(), "connect");
+    signal_ready();
+    return;
+  }
+  uint64_t step = 0;
+  MakeBatch(args, rank, step, &w->rows, &w->grad);
+  bool alive = true;
+  for (int i = 0; i < args.warmup && alive; ++i) {
+    alive = Iterate(args, rank, **client, step++, /*timed=*/false, w);
+  }
+  signal_ready();
+  if (!alive) return;
+  {
+    std::unique_lock<std::mutex> lock(control->mu);
+    if (!control->cv.wait_until(lock, go_deadline, [&] { return control->go; })) {
+      Record(w, Status::Timeout("no start signal"), "start");
+      return;
+    }
+  }
+  while (alive && !control->stop.load(std::memory_order_relaxed)) {
+    alive = Iterate(args, rank, **client, step++, /*timed=*/true, w);
+  }
+}
+
+uint64_t AbsDiff(uint64_t a, uint64_t b) { return a > b ? a - b : b - a; }
+
+}  // namespace
+
+float InitialValue(uint64_t row, uint32_t col) { return InitialValueOf(row, col); }
+
+WorkerCountResult RunWorkers(const LoadArgs& args, const Partition& partition,
+                             const std::vector<TableInfo>& tables, uint32_t n,
+                             const std::vector<float>& initial) {
+  WorkerCountResult r;
+  r.workers = n;
+  auto fail = [&](const Status& s) {
+    ++r.errors;
+    if (r.first_error.empty()) r.first_error = s.ToString();
+    return r;
+  };
+
+  // The workers' buffers first, written, so the readings below see the
+  // shard and the connections, not these.
+  std::vector<Worker> workers(n);
+  for (auto& w : workers) {
+    w.table = initial;
+    w.rows.resize(args.rows);
+    w.next_rows.resize(args.rows);
+    w.grad.resize(size_t{args.rows} * args.width);
+    w.next_grad.resize(w.grad.size());
+    const size_t expected = static_cast<size_t>(args.seconds * 4000) + 64;  // grows if needed
+    w.push_us.reserve(expected);
+    w.pull_us.reserve(expected);
+  }
+  r.rss0 = TrimmedRss();
+
+  const auto timeout = std::chrono::milliseconds(args.timeout_ms);
+  ShardOptions options;
+  options.endpoint = "tcp://127.0.0.1:0";
+  options.workers = n;
+  options.consistency = Consistency::kAsync;
+  options.timeout = timeout;
+  auto shard = PsShard::Start(partition, options);
+  if (!shard.ok()) return fail(shard.status().WithContext("shard"));
+
+  const ClusterMap map = OneShardMap((*shard)->endpoint(), tables, n);
+  {
+    // The initial values, once, as rank 0 of a training run pushes them.
+    auto init = PsClient::Connect(map, partition, 0, n, timeout);
+    if (!init.ok()) return fail(init.status().WithContext("init client"));
+    if (auto s =
+            (*init)->Push(wire::Kind::kInit, 0, {{0, true, nullptr, 0, workers[0].table.data()}});
+        !s.ok()) {
+      return fail(s.WithContext("init"));
+    }
+  }
+  r.rss_shard = TrimmedRss();
+
+  Control control;
+  // Connecting and the warmup: each warmup iteration has two waits of at
+  // most the timeout; the workers share the cores.
+  const auto ready_deadline =
+      Clock::now() + timeout * (2 * args.warmup + 1) + std::chrono::seconds(30);
+  const auto go_deadline = ready_deadline + std::chrono::seconds(10);
+  std::vector<std::thread> threads;
+  threads.reserve(n);
+  for (uint32_t rank = 0; rank < n; ++rank) {
+    threads.emplace_back(RunWorker, std::cref(args), std::cref(partition), std::cref(map), rank, n,
+                         go_deadline, &control, &workers[rank]);
+  }
+  bool all_ready = false;
+  {
+    std::unique_lock<std::mutex> lock(control.mu);
+    all_ready = control.cv.wait_until(lock, ready_deadline, [&] { return control.ready == n; });
+  }
+  if (!all_ready) {
+    ++r.errors;
+    r.first_error = "workers not ready after their warmup by the deadline";
+  }
+  r.rss_ready = r.rss_max = ReadMemory().rss;
+  r.ran = true;
+  r.hwm_reset = ResetPeak();  // VmHWM from here: the timed phase's peak
+  const CpuTimes cpu0 = ReadCpu();
+  const auto start = Clock::now();
+  {
+    std::lock_guard<std::mutex> lock(control.mu);
+    control.go = true;
+  }
+  control.cv.notify_all();
+  const auto end = start + std::chrono::duration_cast<Clock::duration>(
+                               std::chrono::duration<double>(args.seconds));
+  while (Clock::now() < end) {
+    std::this_thread::sleep_for(std::min<Clock::duration>(kSamplePeriod, end - Clock::now()));
+    r.rss_max = std::max(r.rss_max, ReadMemory().rss);
+    r.max_waiting_pulls = std::max(r.max_waiting_pulls, (*shard)->serving_stats().waiting_pulls);
+  }
+  control.stop = true;
+  // Every wait of a worker has a deadline, so these joins end.
+  for (auto& t : threads) t.join();
+  r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const CpuTimes cpu1 = ReadCpu();
+  r.self_cpu = (cpu1.self - cpu0.self) / r.seconds;
+  r.other_cpu =
+      std::max(0.0, (cpu1.host_busy - cpu0.host_busy) - (cpu1.self - cpu0.self)) / r.seconds;
+  const Memory after_load = ReadMemory();
+  r.rss_end = after_load.rss;
+  r.hwm = after_load.hwm;
+  r.rss_max = std::max(r.rss_max, r.rss_end);
+
+  uint64_t sent_pushes = 0, sent_pulls = 0;
+  for (const auto& w : workers) {
+    sent_pushes += w.pushes_sent;
+    sent_pulls += w.pulls_sent;
+  }
+  // Every reply came back unless something failed; then requests may still
+  // sit in the shard's pipes: give it a moment (bounded) to count them.
+  wire::ShardStats stats = (*shard)->stats();
+  const auto settle = Clock::now() + std::chrono::seconds(2);
+  while ((stats.pushes < sent_pushes || stats.pulls < sent_pulls) && Clock::now() < settle) {
+    std::this_thread::sleep_for(kSamplePeriod);
+    stats = (*shard)->stats();
+  }
+  const ServingStats serving = (*shard)->serving_stats();
+  r.shard_pushes = stats.pushes;
+  r.shard_applied = stats.applied_steps;
+  r.shard_pulls = stats.pulls;
+  r.shard_errors = stats.errors;
+  for (const auto& [reason, count] : serving.refusals) r.refusals += count;
+
+  std::vector<float> push_us, pull_us;
+  r.sent_pushes = sent_pushes;
+  r.sent_pulls = sent_pulls;
+  for (auto& w : workers) {
+    r.pushes += w.timed_pushes;
+    r.pulls += w.timed_pulls;
+    r.errors += w.failures + w.bad_pulls;
+    if (r.first_error.empty() && !w.first_error.empty()) r.first_error = w.first_error;
+    push_us.insert(push_us.end(), w.push_us.begin(), w.push_us.end());
+    pull_us.insert(pull_us.end(), w.pull_us.begin(), w.pull_us.end());
+  }
+  r.errors += r.shard_errors + r.refusals;
+  r.dropped = AbsDiff(r.sent_pushes, r.shard_pushes) + AbsDiff(r.sent_pushes, r.shard_applied) +
+              AbsDiff(r.sent_pulls, r.shard_pulls);
+  r.push = Percentiles(std::move(push_us));
+  r.pull = Percentiles(std::move(pull_us));
+  r.ops_per_s = static_cast<double>(r.pushes + r.pulls) / r.seconds;
+  const double bytes_per_row = 2.0 * (sizeof(uint32_t) + args.width * sizeof(float));
+  r.gbps = static_cast<double>(r.pushes) * args.rows * bytes_per_row / r.seconds / 1e9;
+
+  // At most one request per worker in flight; bounded by a push, a pull
+  // request and its reply all at once.
+  const uint64_t in_flight = uint64_t{args.rows} * (2 * sizeof(uint32_t) + 2 * args.width * 4);
+  r.memory_bound = n * in_flight + kSlackBytes;
+
+  (*shard)->Stop();
+  shard->reset();
+  workers.clear();
+  workers.shrink_to_fit();
+  r.rss_after = TrimmedRss();
+  return r;
+}
+
+double MiB(double bytes) { return bytes / (1 << 20); }
+
+}  // namespace gridsync::bench::load
