@@ -6,7 +6,6 @@
 // Thread safety: see device_trainer.h.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <cstring>
@@ -15,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/shared_library.h"
 #include "kernels/adam_math.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -42,27 +42,19 @@ Result<const CublasApi*> LoadCublas() {
   static std::string error;
   static std::once_flag once;
   std::call_once(once, [] {
-    void* library = nullptr;
-    for (const char* name : {"libcublas.so.13", "libcublas.so.12", "libcublas.so"}) {
-      library = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-      if (library != nullptr) break;
-    }
-    if (library == nullptr) {
-      const char* why = dlerror();
-      error = std::string("cannot load cuBLAS (libcublas.so.13): ") + (why ? why : "not found");
+    auto library =
+        SharedLibrary::Open({"libcublas.so.13", "libcublas.so.12", "libcublas.so"}, "cuBLAS");
+    if (!library.ok()) {
+      error = library.status().message();
       return;
     }
-    auto sym = [&](const char* name) { return dlsym(library, name); };
-    api.create = reinterpret_cast<decltype(api.create)>(sym("cublasCreate_v2"));
-    api.destroy = reinterpret_cast<decltype(api.destroy)>(sym("cublasDestroy_v2"));
-    api.set_stream = reinterpret_cast<decltype(api.set_stream)>(sym("cublasSetStream_v2"));
-    api.set_math_mode = reinterpret_cast<decltype(api.set_math_mode)>(sym("cublasSetMathMode"));
-    api.sgemm = reinterpret_cast<decltype(api.sgemm)>(sym("cublasSgemm_v2"));
-    api.status_string = reinterpret_cast<decltype(api.status_string)>(sym("cublasGetStatusString"));
-    if (!api.create || !api.destroy || !api.set_stream || !api.set_math_mode || !api.sgemm ||
-        !api.status_string) {
-      error = "the cuBLAS library found lacks a function the trainer needs";
-    }
+    const bool complete = library->Lookup("cublasCreate_v2", &api.create) &&
+                          library->Lookup("cublasDestroy_v2", &api.destroy) &&
+                          library->Lookup("cublasSetStream_v2", &api.set_stream) &&
+                          library->Lookup("cublasSetMathMode", &api.set_math_mode) &&
+                          library->Lookup("cublasSgemm_v2", &api.sgemm) &&
+                          library->Lookup("cublasGetStatusString", &api.status_string);
+    if (!complete) error = "the cuBLAS library found lacks a function the trainer needs";
   });
   if (!error.empty()) return Status::Unsupported(error);
   return &api;

@@ -2,6 +2,8 @@
 
 #include <spdlog/fmt/fmt.h>
 
+#include "common/shared_library.h"
+
 #ifndef GRIDSYNC_HAVE_NCCL
 #define GRIDSYNC_HAVE_NCCL 0
 #endif
@@ -9,7 +11,6 @@
 #if GRIDSYNC_HAVE_NCCL
 
 #include <cuda_runtime_api.h>
-#include <dlfcn.h>
 #include <nccl.h>
 
 #include <algorithm>
@@ -18,7 +19,6 @@
 #include <mutex>
 #include <string>
 #include <thread>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -53,36 +53,27 @@ Result<const NcclApi*> LoadNccl() {
   static std::string error;
   static std::once_flag once;
   std::call_once(once, [] {
-    void* library = nullptr;
-    for (const char* name : {"libnccl.so.2", "libnccl.so"}) {
-      library = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-      if (library != nullptr) break;
-    }
-    if (library == nullptr) {
-      const char* why = dlerror();
-      error = std::string("cannot load NCCL (libnccl.so.2): ") + (why ? why : "not found");
+    auto library = SharedLibrary::Open({"libnccl.so.2", "libnccl.so"}, "NCCL");
+    if (!library.ok()) {
+      error = library.status().message();
       return;
     }
     bool complete = true;
-    auto load = [&](auto* slot, const char* symbol) {
-      *slot = reinterpret_cast<std::remove_pointer_t<decltype(slot)>>(dlsym(library, symbol));
-      complete = complete && *slot != nullptr;
-    };
-    load(&api.AllGather, "ncclAllGather");
-    load(&api.AllReduce, "ncclAllReduce");
-    load(&api.Broadcast, "ncclBroadcast");
-    load(&api.CommAbort, "ncclCommAbort");
-    load(&api.CommDestroy, "ncclCommDestroy");
-    load(&api.CommFinalize, "ncclCommFinalize");
-    load(&api.CommGetAsyncError, "ncclCommGetAsyncError");
-    load(&api.CommInitRankConfig, "ncclCommInitRankConfig");
-    load(&api.GetErrorString, "ncclGetErrorString");
-    load(&api.GetLastError, "ncclGetLastError");
-    load(&api.GetUniqueId, "ncclGetUniqueId");
-    load(&api.GroupEnd, "ncclGroupEnd");
-    load(&api.GroupStart, "ncclGroupStart");
-    load(&api.Reduce, "ncclReduce");
-    load(&api.ReduceScatter, "ncclReduceScatter");
+    complete = library->Lookup("ncclAllGather", &api.AllGather) && complete;
+    complete = library->Lookup("ncclAllReduce", &api.AllReduce) && complete;
+    complete = library->Lookup("ncclBroadcast", &api.Broadcast) && complete;
+    complete = library->Lookup("ncclCommAbort", &api.CommAbort) && complete;
+    complete = library->Lookup("ncclCommDestroy", &api.CommDestroy) && complete;
+    complete = library->Lookup("ncclCommFinalize", &api.CommFinalize) && complete;
+    complete = library->Lookup("ncclCommGetAsyncError", &api.CommGetAsyncError) && complete;
+    complete = library->Lookup("ncclCommInitRankConfig", &api.CommInitRankConfig) && complete;
+    complete = library->Lookup("ncclGetErrorString", &api.GetErrorString) && complete;
+    complete = library->Lookup("ncclGetLastError", &api.GetLastError) && complete;
+    complete = library->Lookup("ncclGetUniqueId", &api.GetUniqueId) && complete;
+    complete = library->Lookup("ncclGroupEnd", &api.GroupEnd) && complete;
+    complete = library->Lookup("ncclGroupStart", &api.GroupStart) && complete;
+    complete = library->Lookup("ncclReduce", &api.Reduce) && complete;
+    complete = library->Lookup("ncclReduceScatter", &api.ReduceScatter) && complete;
     if (!complete)
       error = "the NCCL library found lacks a function gridsync needs (NCCL 2.18 or newer)";
   });
