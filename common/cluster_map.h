@@ -68,6 +68,11 @@ struct RegisterInfo {
 // Where a job stands: which job, its epoch (rollbacks so far) and the step
 // the latest rollback went back to. What a shard checks a message against
 // and what a worker checks it still follows.
+// Where the workers' collectives keep their rendezvous state in the
+// coordinator's store (CoordinatorStore's prefix); the coordinator drops it
+// when the last worker leaves.
+inline constexpr char kCollectiveStorePrefix[] = "collective/";
+
 struct JobState {
   uint64_t job = 0;
   uint32_t epoch = 0;

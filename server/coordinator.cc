@@ -1302,6 +1302,15 @@ void CoordinatorImpl::Cleanup(const ConnPtr& conn, const std::string& reason) {
       training_started_ = false;
       job_done_ = false;
     }
+    if (map_.workers.empty()) {
+      // Rendezvous state (Gloo's addresses, NCCL's ids, the backend vote)
+      // belongs to the workers that wrote it: the next ones, reusing the
+      // group names, must not find it (a second nccl-mode job on this
+      // coordinator waited for the first job's Gloo peers).
+      const std::string prefix = kCollectiveStorePrefix;
+      auto it = kv_.lower_bound(prefix);
+      while (it != kv_.end() && it->first.rfind(prefix, 0) == 0) it = kv_.erase(it);
+    }
     if (map_.shards.empty() && map_.workers.empty() && tables_owner_) {
       // The job is gone; the next one may bring other tables.
       tables_owner_.reset();

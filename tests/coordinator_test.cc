@@ -266,6 +266,36 @@ TEST_F(CoordinatorTest, GenerationBumpsOnJoinAndOnDisconnect) {
   EXPECT_TRUE(back);
 }
 
+// The collectives' rendezvous state (Gloo's addresses, NCCL's ids, the
+// backend vote) goes when the last worker leaves: the next job's workers
+// reuse the group names, and a second nccl-mode job on a long-lived
+// coordinator used to wait for the first job's Gloo peers. Other keys stay.
+TEST_F(CoordinatorTest, TheLastWorkerLeavingDropsTheCollectivesRendezvousKeys) {
+  auto observer = Connect();
+  ASSERT_TRUE(observer);
+  auto first = Join(Role::kWorker, 0);
+  auto second = Join(Role::kWorker, 1);
+  ASSERT_TRUE(first && second);
+  const std::string gloo = std::string(kCollectiveStorePrefix) + "gloo/flat/0";
+  ASSERT_TRUE(first->Set(gloo, "127.0.0.1:1234").ok());
+  ASSERT_TRUE(first->Set("metrics/worker/0", "127.0.0.1:9100").ok());
+
+  first.reset();  // one worker left: its peers' rendezvous state stays
+  std::this_thread::sleep_for(200ms);
+  EXPECT_TRUE(observer->Get({gloo}, 0ms).ok());
+
+  second.reset();  // the last one
+  bool gone = false;
+  const auto start = Clock::now();
+  while (!gone && Since(start) < 3s) {
+    gone = !observer->Get({gloo}, 0ms).ok();
+    if (!gone) std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_TRUE(gone) << gloo << " outlived the workers";
+  auto other = observer->Get({"metrics/worker/0"}, 0ms);
+  EXPECT_TRUE(other.ok()) << other.status().ToString();
+}
+
 // Issue 10: a shard restarted after a crash used to rejoin the running job
 // with fresh parameters. Once the workers passed "init", a shard's
 // registration is refused, pointing at --resume; a new job (everyone left)

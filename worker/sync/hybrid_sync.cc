@@ -48,8 +48,8 @@ Result<std::unique_ptr<HybridSync>> HybridSync::Create(const RunSpec& spec, Hash
     GRIDSYNC_ASSIGN_OR_RETURN(sync->intra_,
                               options.intra_group(node, sync->local_, sync->node_size_));
   } else {
-    sync->store_ =
-        std::make_unique<CoordinatorStore>(sync->session_.coordinator.get(), "collective/");
+    sync->store_ = std::make_unique<CoordinatorStore>(sync->session_.coordinator.get(),
+                                                      kCollectiveStorePrefix);
     // NCCL (collective nccl) on the local rank's device, as the model's.
     CollectiveEndpoint endpoint = options.endpoint;
     if (const auto device = cuda::DeviceForLocalRank(sync->local_); device.ok())

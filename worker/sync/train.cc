@@ -107,7 +107,7 @@ Result<TrainReport> TrainAllReduceWorker(const RunSpec& spec, const ImageTask& i
         coordinator->Set("metrics/worker/" + std::to_string(rank), options.metrics_address));
   }
   GRIDSYNC_RETURN_IF_ERROR(coordinator->GetMap(/*wait_complete=*/true, timeout).status());
-  CoordinatorStore store(coordinator.get(), "collective/");
+  CoordinatorStore store(coordinator.get(), kCollectiveStorePrefix);
   // NCCL drives the device the model trains on: local rank modulo the
   // devices this process sees.
   const int local_rank = d.LocalRankOf(rank);
