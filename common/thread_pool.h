@@ -47,4 +47,15 @@ class ThreadPool {
   std::atomic<size_t> next_{0};
 };
 
+// pool->ParallelFor(n, fn) where a pool is given (and there is more than
+// one index), else fn(0..n) on the calling thread: for code whose pool is
+// optional.
+inline void ParallelForOn(ThreadPool* pool, size_t n, const std::function<void(size_t)>& fn) {
+  if (pool != nullptr && n > 1) {
+    pool->ParallelFor(n, fn);
+  } else {
+    for (size_t i = 0; i < n; ++i) fn(i);
+  }
+}
+
 }  // namespace gridsync

@@ -11,6 +11,7 @@
 #include "common/config.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "spec/run_spec.h"
+#include "tests/test_util.h"
 #include "worker/host_trainer.h"
 #include "worker/image_task.h"
 #include "worker/sync/device_sync.h"
@@ -37,11 +38,7 @@ ImageTask Pattern() {
 
 Config Small(TrainingDevice device) {
   Config config;
-  config.encoding.n_levels = 8;
-  config.encoding.log2_hashmap_size = 14;
-  config.encoding.base_resolution = 8;
-  config.encoding.per_level_scale = 1.5;
-  config.network.n_neurons = 32;
+  testing::UseSmallModel(&config);
   config.training.batch_size = 2048;
   config.training.steps = 60;
   config.training.log_every = 0;

@@ -33,12 +33,18 @@ inline ImageTask SmallImage() {
 
 // A small model and a distributed run of `workers` on this machine: fast
 // enough to train a few steps in every test.
+// The small model every test trains: 8 levels of 2^14 rows from
+// resolution 8 (scale 1.5, the default), a 32-wide MLP.
+inline void UseSmallModel(Config* c) {
+  c->encoding.n_levels = 8;
+  c->encoding.log2_hashmap_size = 14;
+  c->encoding.base_resolution = 8;
+  c->network.n_neurons = 32;
+}
+
 inline Config SmallDistributedConfig(int workers, GradientSyncMode sync, int steps) {
   Config c;
-  c.encoding.n_levels = 8;
-  c.encoding.log2_hashmap_size = 14;
-  c.encoding.base_resolution = 8;
-  c.network.n_neurons = 32;
+  UseSmallModel(&c);
   c.training.batch_size = 4096;
   c.training.steps = steps;
   c.training.threads = 1;

@@ -11,6 +11,7 @@
 
 #include "common/config.h"
 #include "common/thread_pool.h"
+#include "tests/test_util.h"
 #include "worker/image_task.h"
 #include "worker/local_optimizer.h"
 #include "worker/loss_scaler.h"
@@ -42,11 +43,7 @@ ImageTask LoadCrop() {
 
 Config SmallConfig() {
   Config config;
-  config.encoding.n_levels = 8;
-  config.encoding.log2_hashmap_size = 14;
-  config.encoding.base_resolution = 8;
-  config.encoding.per_level_scale = 1.5;
-  config.network.n_neurons = 32;
+  testing::UseSmallModel(&config);
   config.training.batch_size = 4096;
   config.training.learning_rate = 1e-2;
   config.training.steps = 300;

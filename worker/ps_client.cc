@@ -295,11 +295,7 @@ void PsClient::AddPendingUpdates(const std::vector<TablePullRef>& tables) const 
                                    ref.dest, width, col);
     }
   };
-  if (pool_ != nullptr && tables.size() > 1) {
-    pool_->ParallelFor(tables.size(), add);
-  } else {
-    for (size_t i = 0; i < tables.size(); ++i) add(i);
-  }
+  ParallelForOn(pool_, tables.size(), add);
 }
 
 const float* PsClient::PendingUpdate(uint32_t table, uint32_t col_begin, uint32_t row) const {
@@ -378,11 +374,7 @@ Status PsClient::CompressAll(uint64_t step, std::vector<std::vector<wire::OutBlo
       if (!status[g].ok()) return;
     }
   };
-  if (pool_ != nullptr && groups.size() > 1) {
-    pool_->ParallelFor(groups.size(), compress);
-  } else {
-    for (size_t g = 0; g < groups.size(); ++g) compress(g);
-  }
+  ParallelForOn(pool_, groups.size(), compress);
   for (size_t g = 0; g < groups.size(); ++g) {
     GRIDSYNC_RETURN_IF_ERROR(status[g]);
     counters_.values_compressed += values[g];

@@ -23,11 +23,7 @@ std::vector<TableRowsRef> WorkerAdam::ToUpdates(const std::vector<TableRowsRef>&
   }
   std::vector<size_t> kept(gradients.size(), 0);
   auto update = [&](size_t i) { kept[i] = UpdateTable(gradients[i]); };
-  if (pool != nullptr && distinct && gradients.size() > 1) {
-    pool->ParallelFor(gradients.size(), update);
-  } else {
-    for (size_t i = 0; i < gradients.size(); ++i) update(i);
-  }
+  ParallelForOn(distinct ? pool : nullptr, gradients.size(), update);
   std::vector<TableRowsRef> updates;
   updates.reserve(gradients.size());
   for (size_t i = 0; i < gradients.size(); ++i) {

@@ -70,11 +70,7 @@ class BatchSource {
       image_.SampleBatch(seed_, step, begin + first, n, out->positions.data() + first * 2,
                          out->targets.data() + first * 3);
     };
-    if (pool_ != nullptr && chunks > 1) {
-      pool_->ParallelFor(chunks, fill);
-    } else {
-      for (uint64_t c = 0; c < chunks; ++c) fill(c);
-    }
+    ParallelForOn(pool_, chunks, fill);
   }
 
  private:

@@ -1,13 +1,11 @@
 #include "worker/sync/train.h"
 
-#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
 
 #include "common/coordinator_client.h"
 #include "common/thread_pool.h"
-#include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/device_trainer.h"
 #include "worker/collective/factory.h"
 #include "worker/collective/nccl_collective.h"
@@ -35,14 +33,15 @@ Result<std::shared_ptr<HashGridModel>> MakeModel(const RunSpec& spec) {
 // there, else Gloo. One rank's vote for Gloo makes it Gloo for all, so
 // hosts that differ never mix backends.
 Result<std::string> AgreeOnCollective(const RunSpec& spec, const cuda::DeviceTrainer* trainer,
-                                      int node_workers, int rank, const std::string& votes_prefix,
-                                      Store* store) {
+                                      int node_workers, int rank, Store* store) {
   if (spec.sync.collective != "auto") return spec.sync.collective;
-  std::string reason;
+  // Under kCollectiveStorePrefix: the coordinator drops the votes with the
+  // job's last worker, so the next job votes afresh.
+  const std::string votes_prefix = "backend/";
   const auto last = cuda::DeviceForLocalRank(node_workers - 1);
   const bool own_gpu = last.ok() && *last == node_workers - 1;  // a device per local rank
   const bool nccl =
-      trainer != nullptr && trainer->gradients_on_device() && own_gpu && NcclAvailable(&reason);
+      trainer != nullptr && trainer->gradients_on_device() && own_gpu && NcclAvailable(nullptr);
   GRIDSYNC_RETURN_IF_ERROR(store->Set(votes_prefix + std::to_string(rank), nccl ? "nccl" : "gloo"));
   std::vector<std::string> keys;
   for (int r = 0; r < spec.config.distributed.world_size; ++r)
@@ -117,12 +116,10 @@ Result<TrainReport> TrainAllReduceWorker(const RunSpec& spec, const ImageTask& i
   GRIDSYNC_ASSIGN_OR_RETURN(auto model, MakeModel(spec));
   GRIDSYNC_ASSIGN_OR_RETURN(auto trainer,
                             PickTrainer(spec, *model, local_rank, options, options.train.quiet));
-  // Votes are per job: the coordinator's store outlives jobs.
-  GRIDSYNC_ASSIGN_OR_RETURN(const JobState job, coordinator->CurrentJob());
   GRIDSYNC_ASSIGN_OR_RETURN(
       const std::string kind,
       AgreeOnCollective(spec, trainer.get(), nodes[static_cast<size_t>(d.NodeOf(rank))].workers,
-                        rank, "backend/job-" + std::to_string(job.job) + "/", &store));
+                        rank, &store));
   GRIDSYNC_ASSIGN_OR_RETURN(
       auto flat, MakeCollective(kind, &store, rank, d.world_size, "flat", timeout, endpoint));
   AllReduceGroups groups;
