@@ -187,13 +187,18 @@ TEST(AllReduceTest, GlooFlatMatchesSingleProcess) {
 }
 
 // The device all-reduce over real Gloo, its gradients staged out of the
-// "device" and back (the CPU twin standing in for the GPU): the same
-// parameters as the host path over Gloo, bit for bit.
+// "device" and back bucket by bucket as the backward pass finishes them (the
+// CPU twin standing in for the GPU): the same parameters as the host path
+// over Gloo, bit for bit, in one bucket or one per level.
 TEST(AllReduceTest, TheDeviceAllReduceStagedOverGlooMatchesTheHostPath) {
   const ImageTask image = SmallImage();
-  for (bool mixed : {false, true}) {
+  // bucket_mb 0.001: a bucket per level, each copied out and summed alone.
+  for (const auto& [mixed, bucket_mb] : {std::pair{false, 25.0}, std::pair{true, 25.0},
+                                         std::pair{false, 0.001}, std::pair{true, 0.001}}) {
+    SCOPED_TRACE(::testing::Message() << "mixed " << mixed << ", bucket_mb " << bucket_mb);
     Config config = SmallConfig(2);
     config.training.mixed_precision = mixed;
+    config.distributed.bucket_mb = bucket_mb;
     auto host = RunGloo(config, image);
     auto twin = RunGloo(config, image, "gloo", /*twin=*/true);
     for (auto& r : host) ASSERT_TRUE(r.ok()) << r.status().ToString();

@@ -150,7 +150,8 @@ TEST(BackboneTest, EveryModeAndPrecisionAndAccumulationEndsWhereOneProcessEnds) 
 // with the device trainer's CPU twin: the same run as the host paths, bit
 // for bit where the gradient is summed in the same order (one micro-batch:
 // the twin accumulates micro-batches into one buffer, the host loop adds
-// separately summed parts). nccl flat runs the device all-reduce; nccl
+// separately summed parts). nccl flat runs the device all-reduce, in one
+// grid bucket or one per level ("buckets"); nccl
 // model_parallel and fp16, ps and hybrid stage their rows through the twin.
 TEST(BackboneTest, TheDevicePathsOnTheCpuTwinEndWhereTheHostPathsEnd) {
   const ImageTask image = testing::SmallImage();
@@ -161,11 +162,12 @@ TEST(BackboneTest, TheDevicePathsOnTheCpuTwinEndWhereTheHostPathsEnd) {
     const char* variant;
   };
   const Case cases[] = {
-      {Mode::kNccl, false, 1, ""},     {Mode::kNccl, true, 1, ""},
-      {Mode::kNccl, false, 2, ""},     {Mode::kNccl, false, 1, "model_parallel"},
-      {Mode::kNccl, false, 1, "fp16"}, {Mode::kPs, false, 1, ""},
-      {Mode::kPs, true, 1, ""},        {Mode::kPs, false, 1, "onebit"},
-      {Mode::kHybrid, false, 1, ""},   {Mode::kHybrid, true, 2, ""},
+      {Mode::kNccl, false, 1, ""},       {Mode::kNccl, true, 1, ""},
+      {Mode::kNccl, false, 2, ""},       {Mode::kNccl, false, 1, "model_parallel"},
+      {Mode::kNccl, false, 1, "fp16"},   {Mode::kPs, false, 1, ""},
+      {Mode::kPs, true, 1, ""},          {Mode::kPs, false, 1, "onebit"},
+      {Mode::kHybrid, false, 1, ""},     {Mode::kHybrid, true, 2, ""},
+      {Mode::kNccl, true, 1, "buckets"}, {Mode::kNccl, true, 2, "buckets"},
   };
   for (const Case& c : cases) {
     Config config = BackboneConfig(c.mode, c.mixed, c.accumulation);
@@ -173,6 +175,8 @@ TEST(BackboneTest, TheDevicePathsOnTheCpuTwinEndWhereTheHostPathsEnd) {
     if (variant == "model_parallel") config.distributed.model_parallel = true;
     if (variant == "fp16") config.compression.codec = "fp16";
     if (variant == "onebit") config.compression.codec = "onebit";
+    // A bucket per level: the backward pass reduced level by level.
+    if (variant == "buckets") config.distributed.bucket_mb = 0.001;
     const std::string what = std::string(Name(c.mode)) + (c.mixed ? " mixed" : " fp32") +
                              " accumulation " + std::to_string(c.accumulation) + " " + variant;
     auto host = RunCluster(c.mode, config, image);

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 
 #include "common/config.h"
@@ -133,6 +134,118 @@ TEST(DeviceTrainerTest, TheStandaloneDevicePathOnTheCpuTwinEqualsTheCpu) {
     EXPECT_EQ(device->psnr, cpu->psnr) << (mixed ? "mixed" : "fp32");
     EXPECT_EQ(device->skipped_steps, cpu->skipped_steps);
   }
+}
+
+// The cut the overlapped backward pass uses: the MLP's matrices first, then
+// the grid's levels finest first; every gradient in exactly one bucket;
+// every grid bucket but the last at least the bucket size.
+TEST(DeviceTrainerTest, GradientBucketsHoldEveryGradientOnceFinestLevelsFirst) {
+  Config config = Small(TrainingDevice::kCpu);
+  auto spec = RunSpec::Resolve(config);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  auto model = HashGridModel::Create(spec->model);
+  ASSERT_TRUE(model.ok());
+  ThreadPool pool(1);
+  auto twin = HostTrainer::Create(*spec, **model, &pool);
+  ASSERT_TRUE(twin.ok());
+  const auto buffers = (*twin)->GradientBuffers();
+  const auto& layout = (*model)->layout();
+  ASSERT_GE(layout.n_levels(), 4u);
+  for (size_t bucket_bytes : {size_t{1}, size_t{4096}, size_t{64} << 10, SIZE_MAX}) {
+    SCOPED_TRACE(bucket_bytes);
+    std::vector<std::pair<uint32_t, uint32_t>> groups;
+    const auto buckets = cuda::CutGradientBuckets(layout, buffers, bucket_bytes, &groups);
+    ASSERT_EQ(buckets.size(), groups.size() + 1);
+    ASSERT_EQ(buckets[0].size(), buffers.size() - 1);
+    for (size_t i = 1; i < buffers.size(); ++i) {
+      EXPECT_EQ(buckets[0][i - 1].data(), buffers[i].data());
+      EXPECT_EQ(buckets[0][i - 1].size(), buffers[i].size());
+    }
+    // Grid buckets: contiguous, from the end of the grid down to its start.
+    const float* end = buffers[0].data() + buffers[0].size();
+    uint32_t level_end = layout.n_levels();
+    for (size_t b = 1; b < buckets.size(); ++b) {
+      ASSERT_EQ(buckets[b].size(), 1u);
+      EXPECT_EQ(buckets[b][0].data() + buckets[b][0].size(), end) << "bucket " << b;
+      end = buckets[b][0].data();
+      const auto [begin, stop] = groups[b - 1];
+      EXPECT_EQ(stop, level_end);
+      EXPECT_LT(begin, stop);
+      EXPECT_EQ(buckets[b][0].data(),
+                buffers[0].data() + layout.level(begin).row_offset * layout.features());
+      level_end = begin;
+      if (b + 1 < buckets.size()) EXPECT_GE(buckets[b][0].size_bytes(), bucket_bytes);
+    }
+    EXPECT_EQ(end, buffers[0].data());
+    EXPECT_EQ(level_end, 0u);
+    if (bucket_bytes == 1) EXPECT_EQ(groups.size(), layout.n_levels());
+    if (bucket_bytes == SIZE_MAX) EXPECT_EQ(groups.size(), 1u);
+  }
+}
+
+// The backward pass cut into buckets (BeginGradients, fp16 rounding bucket
+// by bucket, FinishGradients) gives the gradients of the whole pass
+// (ComputeGradients then RoundGradientsToHalf), within the atomics' order.
+TEST(DeviceTrainerTest, AnOverlappedPassGivesTheWholePassGradients) {
+  std::string reason;
+  if (!cuda::Available(&reason)) GTEST_SKIP() << reason;
+  Config config = Small(TrainingDevice::kCuda);
+  config.training.mixed_precision = true;
+  auto spec = RunSpec::Resolve(config);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  auto model = HashGridModel::Create(spec->model);
+  ASSERT_TRUE(model.ok());
+  const ImageTask image = Pattern();
+  const BatchSource source(image, 7);
+  StepBatch batch;
+  source.Fill(0, 0, 2048, &batch);
+  std::vector<std::vector<float>> gradients[2];
+  for (int overlapped = 0; overlapped < 2; ++overlapped) {
+    auto trainer = MakeDeviceTrainer(*spec, **model, 0);
+    ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
+    const auto buckets = (*trainer)->CutBuckets(overlapped ? 4096 : SIZE_MAX);
+    ASSERT_FALSE(buckets.empty());
+    if (overlapped) {
+      ASSERT_TRUE((*trainer)
+                      ->BeginGradients(batch.positions.data(), batch.targets.data(), 2048, 2048, 16,
+                                       1024.0f, true)
+                      .ok());
+      auto finished = (*trainer)->FinishGradients();
+      ASSERT_TRUE(finished.ok()) << finished.status().ToString();
+      EXPECT_TRUE(finished->fits);
+      EXPECT_GT(finished->sse, 0.0);
+    } else {
+      auto sse = (*trainer)->ComputeGradients(batch.positions.data(), batch.targets.data(), 2048,
+                                              2048, 16, 1024.0f);
+      ASSERT_TRUE(sse.ok()) << sse.status().ToString();
+      auto fits = (*trainer)->RoundGradientsToHalf();
+      ASSERT_TRUE(fits.ok() && *fits);
+    }
+    // Read back in one cut, the same for both.
+    const auto whole = (*trainer)->CutBuckets(SIZE_MAX);
+    for (size_t b = 0; b < whole.size(); ++b) {
+      std::vector<std::vector<float>> host;
+      std::vector<std::span<float>> spans;
+      for (const auto& buffer : whole[b]) host.emplace_back(buffer.size());
+      for (auto& h : host) spans.emplace_back(h);
+      ASSERT_TRUE((*trainer)->CopyBucket(b, spans, false).ok());
+      for (auto& h : host) gradients[overlapped].insert(gradients[overlapped].end(), h);
+    }
+  }
+  auto flatten = [](const std::vector<std::vector<float>>& parts) {
+    std::vector<float> all;
+    for (const auto& p : parts) all.insert(all.end(), p.begin(), p.end());
+    return all;
+  };
+  std::vector<float> whole = flatten(gradients[0]), cut = flatten(gradients[1]);
+  ASSERT_EQ(whole.size(), cut.size());
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < whole.size(); ++i) {
+    diff += (whole[i] - cut[i]) * (whole[i] - cut[i]);
+    norm += whole[i] * whole[i];
+  }
+  EXPECT_GT(norm, 0.0);
+  EXPECT_LT(std::sqrt(diff), 1e-3 * std::sqrt(norm));
 }
 
 // The GPU twin: the same run on the device ends within rounding of the CPU's

@@ -1,6 +1,7 @@
 #include "worker/host_trainer.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -25,6 +26,7 @@ Result<std::unique_ptr<HostTrainer>> HostTrainer::Create(const RunSpec& spec,
   copy->RefreshWorkingCopyAll();
   std::unique_ptr<HostTrainer> trainer(new HostTrainer(std::move(copy), spec.model.adam, pool));
   trainer->as_if_on_device_ = as_if_on_device;
+  trainer->CutBuckets(SIZE_MAX);  // the whole grid in one bucket, as the device does
   return trainer;
 }
 
@@ -48,14 +50,36 @@ std::vector<std::span<float>> HostTrainer::GradientBuffers() {
   return buffers;
 }
 
-Status HostTrainer::CopyGradients(const std::vector<std::span<float>>& host, bool to_device) {
-  const auto buffers = GradientBuffers();
-  GRIDSYNC_RETURN_IF_ERROR(cuda::CheckBufferShapes(host, buffers, "HostTrainer::CopyGradients"));
+std::vector<std::vector<std::span<float>>> HostTrainer::CutBuckets(size_t bucket_bytes) {
+  std::vector<std::pair<uint32_t, uint32_t>> groups;
+  buckets_ = cuda::CutGradientBuckets(model_->layout(), GradientBuffers(), bucket_bytes, &groups);
+  return buckets_;
+}
+
+Status HostTrainer::BeginGradients(const float* positions, const float* targets, size_t n,
+                                   size_t global_batch, uint32_t active_levels, float loss_scale,
+                                   bool round_to_half) {
+  finished_ = {};
+  GRIDSYNC_ASSIGN_OR_RETURN(finished_.sse, ComputeGradients(positions, targets, n, global_batch,
+                                                            active_levels, loss_scale));
+  if (round_to_half) {
+    GRIDSYNC_ASSIGN_OR_RETURN(finished_.fits, RoundGradientsToHalf());
+  }
+  return Status::OK();
+}
+
+Status HostTrainer::CopyBucket(size_t b, const std::vector<std::span<float>>& host,
+                               bool to_device) {
+  if (b >= buckets_.size()) {
+    return Status::InvalidArgument("HostTrainer::CopyBucket: bucket " + std::to_string(b) + " of " +
+                                   std::to_string(buckets_.size()));
+  }
+  GRIDSYNC_RETURN_IF_ERROR(cuda::CheckBufferShapes(host, buckets_[b], "HostTrainer::CopyBucket"));
   for (size_t i = 0; i < host.size(); ++i) {
     if (to_device) {
-      std::copy(host[i].begin(), host[i].end(), buffers[i].begin());
+      std::copy(host[i].begin(), host[i].end(), buckets_[b][i].begin());
     } else {
-      std::copy(buffers[i].begin(), buffers[i].end(), host[i].begin());
+      std::copy(buckets_[b][i].begin(), buckets_[b][i].end(), host[i].begin());
     }
   }
   return Status::OK();

@@ -34,7 +34,14 @@ class HostTrainer : public cuda::DeviceTrainer {
   Result<bool> RoundGradientsToHalf() override;
   std::vector<std::span<float>> GradientBuffers() override;
   bool gradients_on_device() const override { return as_if_on_device_; }
-  Status CopyGradients(const std::vector<std::span<float>>& host, bool to_device) override;
+  std::vector<std::vector<std::span<float>>> CutBuckets(size_t bucket_bytes) override;
+  // The whole pass runs here, as ComputeGradients (and RoundGradientsToHalf)
+  // would: every bucket is final when it returns.
+  Status BeginGradients(const float* positions, const float* targets, size_t n, size_t global_batch,
+                        uint32_t active_levels, float loss_scale, bool round_to_half) override;
+  void* BucketReady(size_t) override { return nullptr; }
+  Status CopyBucket(size_t b, const std::vector<std::span<float>>& host, bool to_device) override;
+  Result<Finished> FinishGradients() override { return finished_; }
   Status ApplyGradients(float loss_scale) override;
   Status ClearGradients() override;
   Status UploadGridRows(const uint32_t* rows, size_t n, const float* values) override;
@@ -56,6 +63,8 @@ class HostTrainer : public cuda::DeviceTrainer {
   LocalOptimizer optimizer_;
   ThreadPool* pool_;
   bool as_if_on_device_ = false;
+  std::vector<std::vector<std::span<float>>> buckets_;
+  Finished finished_;
 };
 
 }  // namespace gridsync

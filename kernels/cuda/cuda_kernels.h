@@ -51,6 +51,12 @@ Status HashGridForwardHalf(const HashGridLayout& layout, const float* positions,
 Status HashGridBackward(const HashGridLayout& layout, const float* positions, size_t n,
                         uint32_t active_levels, const float* d_features, float* grad,
                         cudaStream_t stream);
+// The same for levels [level_begin, level_end) only (clipped to the active
+// levels): a backward pass cut into buckets, each reduced while the next is
+// computed. Levels are disjoint rows of grad, so the cut changes no sum.
+Status HashGridBackwardLevels(const HashGridLayout& layout, const float* positions, size_t n,
+                              uint32_t level_begin, uint32_t level_end, uint32_t active_levels,
+                              const float* d_features, float* grad, cudaStream_t stream);
 // Sparse Adam over n_rows rows (values packed n_rows x width).
 Status AdamUpdateRows(const AdamHyper& hyper, uint32_t width, const uint32_t* rows, size_t n_rows,
                       const float* values, float grad_scale, float* params, float* m, float* v,

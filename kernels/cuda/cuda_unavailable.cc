@@ -41,6 +41,13 @@ Status HashGridBackward(const HashGridLayout& /*layout*/, const float* /*positio
   return Unsupported();
 }
 
+Status HashGridBackwardLevels(const HashGridLayout& /*layout*/, const float* /*positions*/,
+                              size_t /*n*/, uint32_t /*level_begin*/, uint32_t /*level_end*/,
+                              uint32_t /*active_levels*/, const float* /*d_features*/,
+                              float* /*grad*/, cudaStream_t /*stream*/) {
+  return Unsupported();
+}
+
 Status AdamUpdateRows(const AdamHyper& /*hyper*/, uint32_t /*width*/, const uint32_t* /*rows*/,
                       size_t /*n_rows*/, const float* /*values*/, float /*grad_scale*/,
                       float* /*params*/, float* /*m*/, float* /*v*/, uint32_t* /*steps*/,

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -83,6 +84,10 @@ class DeviceTrainerImpl : public DeviceTrainer {
     (void)cudaSetDevice(device_);  // the stream, handle and buffers belong to it
     for (cudaEvent_t e : events_)
       if (e != nullptr) (void)cudaEventDestroy(e);
+    for (cudaEvent_t e : bucket_events_)
+      if (e != nullptr) (void)cudaEventDestroy(e);
+    if (copied_ != nullptr) (void)cudaEventDestroy(copied_);
+    if (copy_stream_ != nullptr) (void)cudaStreamDestroy(copy_stream_);
     if (cublas_ != nullptr) (void)Cublas().destroy(cublas_);
     if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
     (void)cudaGetLastError();
@@ -102,6 +107,8 @@ class DeviceTrainerImpl : public DeviceTrainer {
     traffic_.peak_bytes_per_second = 2.0 * clock_khz * 1e3 * bus_bits / 8.0;
     GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     for (cudaEvent_t& e : events_) GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
     GRIDSYNC_CUBLAS_RETURN_IF_ERROR(Cublas().create(&cublas_));
     GRIDSYNC_CUBLAS_RETURN_IF_ERROR(Cublas().set_stream(cublas_, stream_));
     // fp32 as the CPU twin computes it: no TF32 tensor-core rounding.
@@ -154,52 +161,134 @@ class DeviceTrainerImpl : public DeviceTrainer {
     GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
     GRIDSYNC_RETURN_IF_ERROR(RefreshWorkingCopy());
     GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-    return Status::OK();
+    return SetBuckets(SIZE_MAX);  // the whole grid in one bucket
   }
 
   Result<double> ComputeGradients(const float* positions, const float* targets, size_t n,
                                   size_t global_batch, uint32_t active_levels,
                                   float loss_scale) override {
-    GRIDSYNC_RETURN_IF_ERROR(CheckBatch(n, "ComputeGradients"));
-    if (n == 0) return 0.0;
+    GRIDSYNC_RETURN_IF_ERROR(BeginGradients(positions, targets, n, global_batch, active_levels,
+                                            loss_scale, /*round_to_half=*/false));
+    GRIDSYNC_ASSIGN_OR_RETURN(const Finished finished, FinishGradients());
+    return finished.sse;
+  }
+
+  std::vector<std::vector<std::span<float>>> CutBuckets(size_t bucket_bytes) override {
+    // Fails only when the device cannot make an event; BeginGradients then
+    // reports it.
+    if (!SetBuckets(bucket_bytes).ok()) return {};
+    return buckets_;
+  }
+
+  Status BeginGradients(const float* positions, const float* targets, size_t n, size_t global_batch,
+                        uint32_t active_levels, float loss_scale, bool round_to_half) override {
+    GRIDSYNC_RETURN_IF_ERROR(CheckBatch(n, "BeginGradients"));
+    if (bucket_events_.size() != buckets_.size())
+      return Status::Internal("DeviceTrainer: the buckets' events could not be made");
     GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-    GRIDSYNC_RETURN_IF_ERROR(UploadBatch(positions, targets, n));
-    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaEventRecord(events_[0], stream_));
-    GRIDSYNC_RETURN_IF_ERROR(Forward(n, active_levels));
-    const int out = dims_.output_width;
-    // d(mean squared error)/dy at the loss scale, as worker/model.cc folds it.
-    const float dy_scale =
-        loss_scale * 2.0f / static_cast<float>(global_batch * static_cast<size_t>(out));
+    begun_ = {n, active_levels, round_to_half};
+    if (round_to_half)
+      GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(overflow_.get(), 0, sizeof(unsigned), stream_));
     GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(sse_.get(), 0, sizeof(double), stream_));
-    GRIDSYNC_RETURN_IF_ERROR(SquaredError(y_.get(), targets_.get(), dy_scale,
-                                          n * static_cast<size_t>(out), delta_[0].get(), sse_.get(),
-                                          stream_));
-    GRIDSYNC_RETURN_IF_ERROR(Backward(n));
-    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaEventRecord(events_[1], stream_));
-    GRIDSYNC_RETURN_IF_ERROR(HashGridBackward(layout_, positions_.get(), n, active_levels,
-                                              d_features_.get(), grid_grad_.get(), stream_));
-    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaEventRecord(events_[2], stream_));
+    if (n > 0) {
+      GRIDSYNC_RETURN_IF_ERROR(UploadBatch(positions, targets, n));
+      GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaEventRecord(events_[0], stream_));
+      GRIDSYNC_RETURN_IF_ERROR(Forward(n, active_levels));
+      const int out = dims_.output_width;
+      // d(mean squared error)/dy at the loss scale, as worker/model.cc folds it.
+      const float dy_scale =
+          loss_scale * 2.0f / static_cast<float>(global_batch * static_cast<size_t>(out));
+      GRIDSYNC_RETURN_IF_ERROR(SquaredError(y_.get(), targets_.get(), dy_scale,
+                                            n * static_cast<size_t>(out), delta_[0].get(),
+                                            sse_.get(), stream_));
+      GRIDSYNC_RETURN_IF_ERROR(Backward(n));
+      GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaEventRecord(events_[1], stream_));
+    }
+    // The MLP's gradients are final first; then each group of levels.
+    if (round_to_half) {
+      for (auto& g : mlp_grad_)
+        GRIDSYNC_RETURN_IF_ERROR(RoundThroughHalf(g.get(), g.size(), overflow_.get(), stream_));
+    }
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaEventRecord(bucket_events_[0], stream_));
+    for (size_t g = 0; g < level_groups_.size(); ++g) {
+      const auto [begin, end] = level_groups_[g];
+      if (n > 0) {
+        GRIDSYNC_RETURN_IF_ERROR(HashGridBackwardLevels(layout_, positions_.get(), n, begin, end,
+                                                        active_levels, d_features_.get(),
+                                                        grid_grad_.get(), stream_));
+      }
+      if (round_to_half) {
+        const std::span<float> slice = buckets_[g + 1][0];
+        GRIDSYNC_RETURN_IF_ERROR(
+            RoundThroughHalf(slice.data(), slice.size(), overflow_.get(), stream_));
+      }
+      GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaEventRecord(bucket_events_[g + 1], stream_));
+    }
+    if (n > 0) GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaEventRecord(events_[2], stream_));
     GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sse_host_.get(), sse_.get(), sizeof(double),
                                                   cudaMemcpyDeviceToHost, stream_));
+    if (round_to_half)
+      GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(overflow_host_.get(), overflow_.get(),
+                                                    sizeof(unsigned), cudaMemcpyDeviceToHost,
+                                                    stream_));
+    return Status::OK();
+  }
+
+  void* BucketReady(size_t b) override {
+    return b < bucket_events_.size() ? static_cast<void*>(bucket_events_[b]) : nullptr;
+  }
+
+  Status CopyBucket(size_t b, const std::vector<std::span<float>>& host, bool to_device) override {
+    if (b >= bucket_events_.size()) {
+      return Status::InvalidArgument("DeviceTrainer::CopyBucket: bucket " + std::to_string(b) +
+                                     " of " + std::to_string(bucket_events_.size()));
+    }
+    GRIDSYNC_RETURN_IF_ERROR(CheckBufferShapes(host, buckets_[b], "DeviceTrainer::CopyBucket"));
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    // On a stream of their own: the pass goes on with the next bucket.
+    if (!to_device)
+      GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copy_stream_, bucket_events_[b], 0));
+    for (size_t i = 0; i < host.size(); ++i) {
+      float* device = buckets_[b][i].data();
+      GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+          to_device ? static_cast<void*>(device) : host[i].data(),
+          to_device ? static_cast<const void*>(host[i].data()) : device, host[i].size_bytes(),
+          to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, copy_stream_));
+    }
+    if (to_device) {
+      GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaEventRecord(copied_, copy_stream_));
+      GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, copied_, 0));
+    }
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(copy_stream_));
+    return Status::OK();
+  }
+
+  Result<Finished> FinishGradients() override {
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
     GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    Finished finished;
+    finished.sse = *sse_host_.get();
+    finished.fits = !begun_.round_to_half || *overflow_host_.get() == 0;
+    if (begun_.n == 0) return finished;
     // The encoding's traffic: every corner's features read in the forward
     // pass and read and written (atomically) in the backward pass, plus the
     // positions and the feature matrices.
     const double corners = static_cast<double>(1u << layout_.spec().dims);
     const double per_level = corners * layout_.features() * sizeof(float);
-    const double active = std::min<uint32_t>(active_levels, layout_.n_levels());
+    const double active = std::min<uint32_t>(begun_.active_levels, layout_.n_levels());
     const double features = static_cast<double>(dims_.input_width) * sizeof(float);
-    const double samples = static_cast<double>(n);
+    const double samples = static_cast<double>(begun_.n);
     const double position = layout_.spec().dims * sizeof(float);
     float forward_ms = 0, backward_ms = 0;
     GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&forward_ms, events_[0], events_[1]));
     GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&backward_ms, events_[1], events_[2]));
     traffic_.bytes += samples * (active * per_level * (mixed_ ? 0.5 : 1.0) + position + features);
     traffic_.bytes += samples * (active * per_level * 2 + position + features);
-    // The forward span holds the MLP too: counted as encoding time, it
-    // understates the bandwidth rather than flatter it.
+    // The forward span holds the MLP too, and the backward span the buckets'
+    // rounding: counted as encoding time, they understate the bandwidth
+    // rather than flatter it.
     traffic_.seconds += (forward_ms + backward_ms) / 1e3;
-    return *sse_host_.get();
+    return finished;
   }
 
   Result<bool> RoundGradientsToHalf() override {
@@ -220,21 +309,6 @@ class DeviceTrainerImpl : public DeviceTrainer {
     return buffers;
   }
   bool gradients_on_device() const override { return true; }
-
-  Status CopyGradients(const std::vector<std::span<float>>& host, bool to_device) override {
-    const auto device = GradientBuffers();
-    GRIDSYNC_RETURN_IF_ERROR(CheckBufferShapes(host, device, "DeviceTrainer::CopyGradients"));
-    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-    for (size_t i = 0; i < host.size(); ++i) {
-      void* dst = to_device ? static_cast<void*>(device[i].data()) : host[i].data();
-      const void* src = to_device ? static_cast<const void*>(host[i].data()) : device[i].data();
-      GRIDSYNC_CUDA_RETURN_IF_ERROR(
-          cudaMemcpyAsync(dst, src, host[i].size_bytes(),
-                          to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, stream_));
-    }
-    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-    return Status::OK();
-  }
 
   Status ApplyGradients(float loss_scale) override {
     GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
@@ -484,6 +558,24 @@ class DeviceTrainerImpl : public DeviceTrainer {
     return Status::OK();
   }
 
+  // Cuts the gradient buffers (CutGradientBuckets), with one event per
+  // bucket.
+  Status SetBuckets(size_t bucket_bytes) {
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    buckets_ = CutGradientBuckets(layout_, GradientBuffers(), bucket_bytes, &level_groups_);
+    while (bucket_events_.size() > buckets_.size()) {
+      GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaEventDestroy(bucket_events_.back()));
+      bucket_events_.pop_back();
+    }
+    while (bucket_events_.size() < buckets_.size()) {
+      cudaEvent_t event = nullptr;
+      GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+      bucket_events_.push_back(event);
+    }
+    return Status::OK();
+  }
+
   // From dy (delta_[0]): the MLP weight gradients (added) and d_features_.
   Status Backward(size_t n) {
     const int cols = static_cast<int>(n);
@@ -520,6 +612,18 @@ class DeviceTrainerImpl : public DeviceTrainer {
   cublasHandle_t cublas_ = nullptr;
   // Encoding forward (+MLP), encoding backward, and grid Adam spans.
   cudaEvent_t events_[5] = {};
+  // Overlapped passes: the buckets, the levels [begin, end) of each grid
+  // bucket, one event per bucket, and the staging copies' stream.
+  std::vector<std::vector<std::span<float>>> buckets_;
+  std::vector<std::pair<uint32_t, uint32_t>> level_groups_;
+  std::vector<cudaEvent_t> bucket_events_;
+  cudaStream_t copy_stream_ = nullptr;
+  cudaEvent_t copied_ = nullptr;
+  struct Begun {
+    size_t n = 0;
+    uint32_t active_levels = 0;
+    bool round_to_half = false;
+  } begun_;
   Traffic traffic_;
   uint32_t mlp_step_ = 0;
 

@@ -9,9 +9,10 @@
 //
 // A step is phases, so that each sync mode composes the ones it needs:
 //   standalone:  ComputeGradients, [RoundGradientsToHalf], ApplyGradients
-//   nccl:        ComputeGradients, [Round...], all-reduce GradientBuffers()
-//                in place (device pointers: NCCL reads them directly),
-//                ApplyGradients
+//   nccl:        BeginGradients (the last micro-batch), all-reduce each
+//                bucket in place as it is final (device pointers: NCCL reads
+//                them directly, its stream waiting on BucketReady),
+//                FinishGradients, ApplyGradients
 //   ps, hybrid:  UploadGridRows/UploadMlp (what the host pulled), Compute...,
 //                TakeGridGradientRows/TakeMlpGradients (only the rows the
 //                batch touched, staged through pinned memory) for the host
@@ -40,6 +41,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -78,10 +80,37 @@ class DeviceTrainer {
   // gradients_on_device(). Valid for the trainer's life.
   virtual std::vector<std::span<float>> GradientBuffers() = 0;
   virtual bool gradients_on_device() const = 0;
-  // Copies the gradient buffers into `host` (spans of GradientBuffers()'s
-  // sizes, host memory), or, with `to_device`, from it: staging for a
-  // collective that reads host memory (Gloo).
-  virtual Status CopyGradients(const std::vector<std::span<float>>& host, bool to_device) = 0;
+
+  // ---- A backward pass overlapped with its all-reduce (nccl mode) ----
+  // Cuts the gradient buffers into buckets in the order a backward pass
+  // finishes them (CutGradientBuckets below: the MLP's matrices, then the
+  // grid's levels finest first, about `bucket_bytes` each) and returns them;
+  // BeginGradients cuts its passes there from then on (one grid bucket
+  // until the first call).
+  virtual std::vector<std::vector<std::span<float>>> CutBuckets(size_t bucket_bytes) = 0;
+  // ComputeGradients for the last (or only) micro-batch of a step that
+  // returns once the pass is enqueued: bucket b's gradients are final when
+  // BucketReady(b) fires, while the pass goes on with the next bucket. With
+  // `round_to_half`, each bucket is rounded through fp16 before it is final
+  // (what RoundGradientsToHalf does to all). FinishGradients must follow.
+  virtual Status BeginGradients(const float* positions, const float* targets, size_t n,
+                                size_t global_batch, uint32_t active_levels, float loss_scale,
+                                bool round_to_half) = 0;
+  // A cudaEvent_t recorded when bucket b is final, for a collective's
+  // stream to wait on; null when it is final already (the CPU twin).
+  virtual void* BucketReady(size_t b) = 0;
+  // Copies bucket b into `host` (spans of the bucket's sizes, host memory)
+  // once it is final; with `to_device`, back from it, and later phases
+  // (ApplyGradients) wait for that copy. Staging for a collective that
+  // reads host memory (Gloo); the copies run beside the pass.
+  virtual Status CopyBucket(size_t b, const std::vector<std::span<float>>& host,
+                            bool to_device) = 0;
+  struct Finished {
+    double sse = 0;    // of the micro-batch begun
+    bool fits = true;  // with round_to_half: whether every gradient fit fp16
+  };
+  // Waits for the pass begun.
+  virtual Result<Finished> FinishGradients() = 0;
 
   // Adam on the gradient divided by `loss_scale`; the gradients are zeroed.
   virtual Status ApplyGradients(float loss_scale) = 0;
@@ -121,6 +150,17 @@ class DeviceTrainer {
   // "NVIDIA H200 (device 0)": for logs.
   virtual std::string device_name() const = 0;
 };
+
+// The cut of CutBuckets: bucket 0 holds the MLP's matrices (their
+// gradients are final first, before the encoding's backward pass), then one
+// bucket per group of grid levels, finest first, each group at least
+// `bucket_bytes` of gradient (the last may be smaller) so that the bucket
+// reduced last, while nothing is left to overlap it, is the smallest.
+// `buffers` are GradientBuffers(); `level_groups` receives each grid
+// bucket's levels [begin, end).
+std::vector<std::vector<std::span<float>>> CutGradientBuckets(
+    const HashGridLayout& layout, const std::vector<std::span<float>>& buffers, size_t bucket_bytes,
+    std::vector<std::pair<uint32_t, uint32_t>>* level_groups);
 
 // Whether `host` has the shapes of `buffers` (InvalidArgument naming `what`
 // and the first mismatch otherwise).

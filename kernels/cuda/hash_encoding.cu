@@ -158,14 +158,14 @@ __global__ void __launch_bounds__(kBlockSize)
   }
 }
 
-// Launched with gridDim.y = active levels only: switched-off levels get no
-// gradient.
+// Launched with gridDim.y = the levels of [level_begin, active levels) to
+// compute: switched-off levels get no gradient.
 template <uint32_t D, uint32_t F>
 __global__ void __launch_bounds__(kBlockSize)
     BackwardKernel(const GridLevels levels, const float* __restrict__ positions, size_t n,
-                   uint32_t n_levels, const float* __restrict__ d_features,
+                   uint32_t n_levels, uint32_t level_begin, const float* __restrict__ d_features,
                    float* __restrict__ grad) {
-  const uint32_t level = blockIdx.y;
+  const uint32_t level = level_begin + blockIdx.y;
   const size_t width = size_t{n_levels} * F;
   const size_t stride = size_t{gridDim.x} * blockDim.x;
   const GridLevelInfo info = levels.level[level];
@@ -274,9 +274,16 @@ Status HashGridForwardHalf(const HashGridLayout& layout, const float* positions,
 Status HashGridBackward(const HashGridLayout& layout, const float* positions, size_t n,
                         uint32_t active_levels, const float* d_features, float* grad,
                         cudaStream_t stream) {
+  return HashGridBackwardLevels(layout, positions, n, 0, layout.n_levels(), active_levels,
+                                d_features, grad, stream);
+}
+
+Status HashGridBackwardLevels(const HashGridLayout& layout, const float* positions, size_t n,
+                              uint32_t level_begin, uint32_t level_end, uint32_t active_levels,
+                              const float* d_features, float* grad, cudaStream_t stream) {
   const char* name = "cuda::HashGridBackward";
-  const uint32_t active = std::min(active_levels, layout.n_levels());
-  if (n == 0 || active == 0) return Status::OK();
+  const uint32_t end = std::min({level_end, active_levels, layout.n_levels()});
+  if (n == 0 || level_begin >= end) return Status::OK();
   GRIDSYNC_RETURN_IF_ERROR(CheckPointer(name, "positions", positions, alignof(float)));
   GRIDSYNC_RETURN_IF_ERROR(CheckPointer(name, "d_features", d_features, alignof(float)));
   const GridLevels levels = PackLevels(layout);
@@ -286,8 +293,8 @@ Status HashGridBackward(const HashGridLayout& layout, const float* positions, si
       DispatchShape(layout.spec().dims, layout.features(), [&]<uint32_t D, uint32_t F>() {
         status = CheckPointer(name, "grad", grad, RowAlignment<F, float>());
         if (!status.ok()) return;
-        BackwardKernel<D, F><<<GridFor(n, active), kBlockSize, 0, stream>>>(
-            levels, positions, n, n_levels, d_features, grad);
+        BackwardKernel<D, F><<<GridFor(n, end - level_begin), kBlockSize, 0, stream>>>(
+            levels, positions, n, n_levels, level_begin, d_features, grad);
       });
   if (!dispatched) return UnsupportedShape(name, layout);
   GRIDSYNC_RETURN_IF_ERROR(status);

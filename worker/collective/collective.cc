@@ -46,6 +46,14 @@ Status Collective::AllReduceSumGroup(std::span<const std::span<float>> buffers) 
   return Status::OK();
 }
 
+Status Collective::EnqueueAllReduceSumGroup(std::span<const std::span<float>>, void*) {
+  return Status::Unsupported(Describe("EnqueueAllReduceSumGroup") +
+                             ": this backend cannot wait for the device on a stream of its own; "
+                             "only nccl can");
+}
+
+Status Collective::WaitEnqueued() { return Status::OK(); }
+
 std::vector<size_t> CollectiveOffsets(const std::vector<size_t>& counts) {
   std::vector<size_t> offsets(counts.size() + 1, 0);
   for (size_t i = 0; i < counts.size(); ++i) offsets[i + 1] = offsets[i] + counts[i];

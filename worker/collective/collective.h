@@ -79,6 +79,17 @@ class Collective {
   // All ranks pass buffers of the same sizes in the same order.
   virtual Status AllReduceSumGroup(std::span<const std::span<float>> buffers);
 
+  // Overlapping a backward pass with its all-reduce (the device all-reduce
+  // sync): enqueues AllReduceSumGroup of device buffers to start once
+  // `ready` (a cudaEvent_t the producer's stream records; null: at once) has
+  // fired, and returns without waiting; WaitEnqueued waits for all that was
+  // enqueued, within the timeout. Only a backend that reduces device memory
+  // on a stream of its own can (NCCL: enqueues_on_device()); the others
+  // return Unsupported and the caller reduces as each bucket is final.
+  virtual bool enqueues_on_device() const { return false; }
+  virtual Status EnqueueAllReduceSumGroup(std::span<const std::span<float>> buffers, void* ready);
+  virtual Status WaitEnqueued();
+
   // `in` holds sum(counts) elements on every rank, laid out as slices of
   // counts[0], counts[1], ... elements. Rank r receives in `out`
   // (counts[rank()] elements) the element-wise sum over all ranks of slice

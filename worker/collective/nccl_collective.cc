@@ -252,19 +252,45 @@ class NcclCollective final : public Collective {
     return Guarded(op, [&]() -> Status {
       GRIDSYNC_NCCL_CUDA_CHECK(cudaSetDevice(device_));
       const auto deadline = Clock::now() + timeout();
-      GRIDSYNC_NCCL_CHECK(comm_, Nccl().GroupStart());
-      for (const auto& buffer : buffers) {
-        if (buffer.empty()) continue;
-        const ncclResult_t result = Nccl().AllReduce(buffer.data(), buffer.data(), buffer.size(),
-                                                     ncclFloat, ncclSum, comm_, stream_);
-        if (result != ncclSuccess && result != ncclInProgress) {
-          (void)Nccl().GroupEnd();
-          return NcclFailure(result, comm_, "Nccl().AllReduce(buffer.data(), ...)", __FILE__,
-                             __LINE__);
-        }
-      }
-      GRIDSYNC_NCCL_CHECK(comm_, Nccl().GroupEnd());
+      GRIDSYNC_RETURN_IF_ERROR(EnqueueGroup(buffers));
       return Complete(op, deadline);
+    });
+  }
+
+  bool enqueues_on_device() const override { return true; }
+
+  Status EnqueueAllReduceSumGroup(std::span<const std::span<float>> buffers, void* ready) override {
+    size_t total = 0;
+    for (const auto& buffer : buffers) {
+      total += buffer.size();
+      if (!buffer.empty() && !IsDevicePointer(buffer.data())) {
+        return Status::InvalidArgument(
+            Describe("EnqueueAllReduceSumGroup") +
+            ": a buffer is host memory; only device buffers can be enqueued");
+      }
+    }
+    const std::string op =
+        fmt::format("EnqueueAllReduceSumGroup({} buffers, {} floats)", buffers.size(), total);
+    return Guarded(op, [&]() -> Status {
+      GRIDSYNC_NCCL_CUDA_CHECK(cudaSetDevice(device_));
+      if (ready != nullptr)
+        GRIDSYNC_NCCL_CUDA_CHECK(cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(ready), 0));
+      if (total == 0) return Status::OK();
+      GRIDSYNC_RETURN_IF_ERROR(EnqueueGroup(buffers));
+      enqueued_floats_ += total;
+      ++enqueued_groups_;
+      return Status::OK();
+    });
+  }
+
+  Status WaitEnqueued() override {
+    const std::string op =
+        fmt::format("WaitEnqueued({} groups, {} floats)", enqueued_groups_, enqueued_floats_);
+    enqueued_groups_ = 0;
+    enqueued_floats_ = 0;
+    return Guarded(op, [&]() -> Status {
+      GRIDSYNC_NCCL_CUDA_CHECK(cudaSetDevice(device_));
+      return Complete(op, Clock::now() + timeout());
     });
   }
 
@@ -405,6 +431,23 @@ class NcclCollective final : public Collective {
     });
   }
 
+  // One ncclGroup of in-place sums of device buffers on stream_; under mu_.
+  Status EnqueueGroup(std::span<const std::span<float>> buffers) {
+    GRIDSYNC_NCCL_CHECK(comm_, Nccl().GroupStart());
+    for (const auto& buffer : buffers) {
+      if (buffer.empty()) continue;
+      const ncclResult_t result = Nccl().AllReduce(buffer.data(), buffer.data(), buffer.size(),
+                                                   ncclFloat, ncclSum, comm_, stream_);
+      if (result != ncclSuccess && result != ncclInProgress) {
+        (void)Nccl().GroupEnd();
+        return NcclFailure(result, comm_, "Nccl().AllReduce(buffer.data(), ...)", __FILE__,
+                           __LINE__);
+      }
+    }
+    GRIDSYNC_NCCL_CHECK(comm_, Nccl().GroupEnd());
+    return Status::OK();
+  }
+
   // Waits for the enqueued work: first the communicator (calls that returned
   // ncclInProgress), then the stream, watching for asynchronous NCCL errors
   // (a peer that died) and the deadline.
@@ -448,6 +491,9 @@ class NcclCollective final : public Collective {
   }
 
   std::mutex mu_;  // serialises operations
+  // Enqueued and not yet waited for (for WaitEnqueued's message).
+  size_t enqueued_groups_ = 0;
+  size_t enqueued_floats_ = 0;
   const int device_;
   ncclComm_t comm_;  // guarded by mu_; null once aborted
   cudaStream_t stream_;

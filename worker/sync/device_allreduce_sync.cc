@@ -33,10 +33,14 @@ DeviceAllReduceSync::DeviceAllReduceSync(const RunSpec& spec, HashGridModel* mod
       trainer_(std::move(trainer)) {
   rank_ = static_cast<uint32_t>(rank);
   me_ = "worker-" + std::to_string(rank) + " (" + trainer_->device_name() + ")";
-  const bool stage = trainer_->gradients_on_device() && flat_->name() != "nccl";
-  for (const auto& buffer : trainer_->GradientBuffers()) {
-    elements_ += buffer.size();
-    if (stage) host_.emplace_back(buffer.size());
+  for (const auto& buffer : trainer_->GradientBuffers()) elements_ += buffer.size();
+  buckets_ = trainer_->CutBuckets(spec.sync.bucket_bytes);
+  enqueue_ = trainer_->gradients_on_device() && flat_->enqueues_on_device();
+  if (trainer_->gradients_on_device() && !enqueue_) {
+    for (const auto& bucket : buckets_) {
+      host_.emplace_back();
+      for (const auto& buffer : bucket) host_.back().emplace_back(buffer.size());
+    }
   }
 }
 
@@ -47,38 +51,55 @@ Result<const StepBatch*> DeviceAllReduceSync::Prepare(uint64_t step) {
   return &batch_;
 }
 
-Status DeviceAllReduceSync::AllReduce() {
-  if (host_.empty()) {
-    const auto buffers = trainer_->GradientBuffers();
-    return flat_->AllReduceSumGroup(buffers);
+Status DeviceAllReduceSync::ReduceBuckets() {
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    if (enqueue_) {
+      // NCCL's stream waits for the bucket on the device; nothing waits here.
+      GRIDSYNC_RETURN_IF_ERROR(
+          flat_->EnqueueAllReduceSumGroup(buckets_[b], trainer_->BucketReady(b)));
+    } else if (!host_.empty()) {
+      // Gloo reads host memory: each bucket is copied out once final, while
+      // the device computes the next.
+      std::vector<std::span<float>> host(host_[b].begin(), host_[b].end());
+      GRIDSYNC_RETURN_IF_ERROR(trainer_->CopyBucket(b, host, /*to_device=*/false));
+      GRIDSYNC_RETURN_IF_ERROR(flat_->AllReduceSumGroup(host));
+      GRIDSYNC_RETURN_IF_ERROR(trainer_->CopyBucket(b, host, /*to_device=*/true));
+    } else {
+      GRIDSYNC_RETURN_IF_ERROR(flat_->AllReduceSumGroup(buckets_[b]));  // the CPU twin's
+    }
   }
-  std::vector<std::span<float>> host(host_.begin(), host_.end());
-  GRIDSYNC_RETURN_IF_ERROR(trainer_->CopyGradients(host, /*to_device=*/false));
-  GRIDSYNC_RETURN_IF_ERROR(flat_->AllReduceSumGroup(host));
-  return trainer_->CopyGradients(host, /*to_device=*/true);
+  return enqueue_ ? flat_->WaitEnqueued() : Status::OK();
 }
 
 Result<double> DeviceAllReduceSync::TrainStep(const StepBatch& batch, size_t global_batch,
                                               uint32_t active_levels, float loss_scale,
                                               SyncOutcome* outcome) {
   ++applies_;
+  const bool mixed = config_.training.mixed_precision;
+  // The last micro-batch's backward pass is only begun: each bucket is
+  // reduced as soon as it is final.
   GRIDSYNC_ASSIGN_OR_RETURN(
-      const double sse,
+      double sse,
       ComputeBatchGradients(*trainer_, batch, global_batch, active_levels, loss_scale,
-                            static_cast<uint64_t>(config_.training.gradient_accumulation)));
+                            static_cast<uint64_t>(config_.training.gradient_accumulation),
+                            /*begin_last=*/true, /*round_to_half=*/mixed));
   const auto start = Clock::now();
+  Status reduced = ReduceBuckets();
+  // Waited for even after a failure: the pass must end before the buffers
+  // are touched again.
+  const auto finished = trainer_->FinishGradients();
+  if (reduced.ok()) reduced = finished.status();
   float overflow = 0.0f;  // summed: the number of workers that overflowed
-  if (config_.training.mixed_precision) {
-    GRIDSYNC_ASSIGN_OR_RETURN(const bool fits, trainer_->RoundGradientsToHalf());
-    overflow = fits ? 0.0f : 1.0f;
+  if (reduced.ok() && mixed) {
+    overflow = finished->fits ? 0.0f : 1.0f;
+    reduced = flat_->AllReduceSum(&overflow, 1);
   }
-  Status reduced = AllReduce();
-  if (reduced.ok() && config_.training.mixed_precision) reduced = flat_->AllReduceSum(&overflow, 1);
   comm_seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
   if (!reduced.ok()) {
     (void)trainer_->ClearGradients();  // the step is computed again if the job goes on
     return reduced;
   }
+  sse += finished->sse;
   outcome->finite = overflow == 0.0f;
   outcome->grid_rows = 0;  // the device does not count the rows it updates
   GRIDSYNC_RETURN_IF_ERROR(outcome->finite ? trainer_->ApplyGradients(loss_scale)

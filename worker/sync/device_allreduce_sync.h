@@ -1,10 +1,18 @@
 // gradient_sync "nccl" with the model on a GPU: every worker keeps the whole
 // model on its device, computes the gradient of its share of each global
-// batch there, and the gradient buffers are summed across workers in place
-// (one AllReduceSumGroup: with NCCL the device buffers themselves, fused in
-// one ncclGroup on the collective's own stream; with Gloo, staged through
-// host memory), then every worker takes the same Adam step on its device.
-// Gradients never leave the device with NCCL.
+// batch there, and the gradient buffers are summed across workers in place,
+// then every worker takes the same Adam step on its device. Gradients never
+// leave the device with NCCL.
+//
+// The sum overlaps the backward pass: the buffers are cut into buckets
+// (distributed.bucket_mb) in the order the pass finishes them, the MLP's
+// matrices first, then the grid's levels, finest (largest) first. With
+// NCCL, each bucket's ncclGroup is enqueued on the collective's own stream
+// behind the device event that marks it final, so the device reduces one
+// bucket while it computes the next; with Gloo, each bucket is copied out
+// on a copy stream once final and summed on the host while the device goes
+// on. Only the last micro-batch of a step overlaps (the others add into the
+// same buffers).
 //
 // This covers the flat fp32 all-reduce without a codec. The hierarchical
 // scheme, the sharded update (distributed.model_parallel) and the 16-bit
@@ -52,8 +60,9 @@ class DeviceAllReduceSync : public GradientSync {
   SyncTimes times() const override;
 
  private:
-  // Sums the gradient buffers across workers, in place.
-  Status AllReduce();
+  // Sums each bucket across workers, in place, as the backward pass
+  // finishes it.
+  Status ReduceBuckets();
   double BytesPerStep() const;
 
   const Config& config_;
@@ -63,9 +72,14 @@ class DeviceAllReduceSync : public GradientSync {
   const BatchSource* source_;
   const SplitSchedule* split_;
   std::unique_ptr<cuda::DeviceTrainer> trainer_;
+  // The gradient buffers cut into buckets (distributed.bucket_mb), in the
+  // order the backward pass finishes them.
+  std::vector<std::vector<std::span<float>>> buckets_;
+  // NCCL: every bucket enqueued behind the device's event for it.
+  bool enqueue_ = false;
   // Staging for a collective on host memory (Gloo) when the buffers are on
-  // the device; empty otherwise.
-  std::vector<std::vector<float>> host_;
+  // the device, bucket by bucket; empty otherwise.
+  std::vector<std::vector<std::vector<float>>> host_;
   size_t elements_ = 0;  // gradient elements all-reduced per step
   StepBatch batch_;
   double comm_seconds_ = 0;

@@ -50,18 +50,30 @@ Result<std::unique_ptr<cuda::DeviceTrainer>> PickTrainer(const RunSpec& spec,
 
 Result<double> ComputeBatchGradients(cuda::DeviceTrainer& trainer, const StepBatch& batch,
                                      size_t global_batch, uint32_t active_levels, float loss_scale,
-                                     uint64_t accumulation) {
-  double sse = 0;
+                                     uint64_t accumulation, bool begin_last, bool round_to_half) {
+  std::vector<std::pair<uint64_t, uint64_t>> parts;  // offset, count
   uint64_t offset = 0;
   for (uint64_t m = 0; m < accumulation; ++m) {
     const uint64_t part = batch.count / accumulation + (m < batch.count % accumulation ? 1 : 0);
     if (part == 0) continue;  // a share smaller than the micro-batch count
-    GRIDSYNC_ASSIGN_OR_RETURN(const double part_sse,
-                              trainer.ComputeGradients(batch.positions.data() + offset * 2,
-                                                       batch.targets.data() + offset * 3, part,
-                                                       global_batch, active_levels, loss_scale));
-    sse += part_sse;
+    parts.emplace_back(offset, part);
     offset += part;
+  }
+  if (begin_last && parts.empty()) parts.emplace_back(0, 0);
+  double sse = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const auto [begin, count] = parts[i];
+    const float* positions = batch.positions.data() + begin * 2;
+    const float* targets = batch.targets.data() + begin * 3;
+    if (begin_last && i + 1 == parts.size()) {
+      GRIDSYNC_RETURN_IF_ERROR(trainer.BeginGradients(positions, targets, count, global_batch,
+                                                      active_levels, loss_scale, round_to_half));
+      break;
+    }
+    GRIDSYNC_ASSIGN_OR_RETURN(const double part_sse,
+                              trainer.ComputeGradients(positions, targets, count, global_batch,
+                                                       active_levels, loss_scale));
+    sse += part_sse;
   }
   return sse;
 }

@@ -39,10 +39,15 @@ Result<std::unique_ptr<cuda::DeviceTrainer>> PickTrainer(const RunSpec& spec,
 
 // The gradient of `batch` at `loss_scale`, added to the trainer's buffers in
 // training.gradient_accumulation micro-batches, as the loop cuts them on the
-// CPU. Returns the batch's sum of squared errors.
+// CPU. Returns the batch's sum of squared errors. With `begin_last`, the
+// last micro-batch (an empty one if the share is empty) is only begun
+// (BeginGradients, rounding through fp16 with `round_to_half`): the caller
+// reduces its buckets as they are final and calls FinishGradients, whose
+// sum is not in the one returned.
 Result<double> ComputeBatchGradients(cuda::DeviceTrainer& trainer, const StepBatch& batch,
                                      size_t global_batch, uint32_t active_levels, float loss_scale,
-                                     uint64_t accumulation);
+                                     uint64_t accumulation, bool begin_last = false,
+                                     bool round_to_half = false);
 
 // Copies the trainer's parameters into `model` (and its working copy).
 Status CopyTrainerToModel(cuda::DeviceTrainer& trainer, HashGridModel* model);
