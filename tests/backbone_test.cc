@@ -225,5 +225,38 @@ TEST(BackboneTest, EveryModeOnTheGpuEndsNearOneProcess) {
   }
 }
 
+// The GPU's own ways: ps pushes compressed by the codecs' CUDA twins
+// (the PS client's BlockEncoder on the device) end near the same run's
+// pushes compressed on the CPU; nccl with a bucket per level (the
+// all-reduce overlapping the backward pass) ends near one process.
+TEST(BackboneTest, DeviceCodecsAndOverlappedBucketsOnTheGpuEndNearTheCpu) {
+  std::string reason;
+  if (!cuda::Available(&reason)) GTEST_SKIP() << reason;
+  const ImageTask image = testing::SmallImage();
+  {
+    Config config = BackboneConfig(Mode::kPs, false, 1);
+    config.compression.codec = "onebit";
+    auto cpu = RunCluster(Mode::kPs, config, image);
+    config.training.device = TrainingDevice::kCuda;
+    auto gpu = RunCluster(Mode::kPs, config, image);
+    for (auto& r : cpu) ASSERT_TRUE(r.ok()) << "ps onebit cpu: " << r.status().ToString();
+    for (auto& r : gpu) ASSERT_TRUE(r.ok()) << "ps onebit gpu: " << r.status().ToString();
+    EXPECT_NE(gpu[0]->device, "CPU");
+    EXPECT_NEAR(gpu[0]->psnr, cpu[0]->psnr, 0.3);
+  }
+  {
+    Config config = BackboneConfig(Mode::kNccl, false, 1);
+    config.distributed.bucket_mb = 0.001;
+    config.training.device = TrainingDevice::kCuda;
+    auto gpu = RunCluster(Mode::kNccl, config, image);
+    for (auto& r : gpu) ASSERT_TRUE(r.ok()) << "nccl buckets: " << r.status().ToString();
+    auto local = SingleProcess(config, image);
+    ASSERT_TRUE(local.ok()) << local.status().ToString();
+    EXPECT_NEAR(gpu[0]->psnr, local->psnr, 0.1);
+    testing::ExpectWithinRounding(FlattenParams(*gpu[0]->model), FlattenParams(*local->model),
+                                  testing::InitialParams(config), 0.05, 0.05);
+  }
+}
+
 }  // namespace
 }  // namespace gridsync

@@ -8,8 +8,6 @@
 // nvcc at configure time, or no device), so the suite passes on CPU-only CI.
 // One test runs everywhere: without a device the host API answers with a
 // non-OK Status instead of crashing.
-#include "kernels/cuda/codec_kernels.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -25,6 +23,8 @@
 #include <vector>
 
 #include "kernels/cpu/codec.h"
+#include "kernels/cuda/block_codec.h"
+#include "kernels/cuda/codec_kernels.h"
 
 namespace gridsync {
 namespace {
@@ -282,6 +282,49 @@ TEST(CudaCodec, HostApiWithoutDeviceFailsCleanly) {
   EXPECT_FALSE(decoded.ok()) << "no device (" << reason << ") but Decode succeeded";
   EXPECT_NE(encoded.code(), StatusCode::kOk);
   std::cout << "without a device: Encode -> " << encoded.ToString() << "\n";
+}
+
+// The PS pushes' device codec (block_codec.h): for every codec, blocks of
+// growing and shrinking sizes on one BlockCodec (its buffers reused), the
+// CPU's bytes and decoded floats bit for bit; a NaN block gets the CPU's
+// refusal. Without a device, Create says why.
+TEST(CudaCodec, TheBlockCodecWritesTheCpuBytesAndDecodes) {
+  std::string reason;
+  auto codec = cuda::BlockCodec::Create(0);
+  if (!cuda::Available(&reason)) {
+    ASSERT_FALSE(codec.ok());
+    GTEST_SKIP() << reason << " (BlockCodec::Create: " << codec.status().ToString() << ")";
+  }
+  ASSERT_TRUE(codec.ok()) << codec.status().ToString();
+  for (Codec c : kAllCodecs) {
+    for (const CodecOptions& o : OptionSets(c)) {
+      for (size_t n : {size_t{1000}, size_t{100003}, size_t{7}, size_t{0}}) {
+        SCOPED_TRACE(Describe(o, n, Data::kGaussian));
+        const auto x = MakeData(Data::kGaussian, n, n + 3);
+        std::vector<uint8_t> payload(EncodedSize(o, n));
+        std::vector<float> decoded(n);
+        const Status status = (*codec)->Encode(o, x.data(), n, 42, payload.data(), decoded.data());
+        ASSERT_TRUE(status.ok()) << status.ToString();
+        EXPECT_EQ(payload, CpuEncode(o, x, 42));
+        std::vector<float> want(n);
+        ASSERT_TRUE(cpu::Decode(o, payload.data(), payload.size(), n, 42, want.data()).ok());
+        EXPECT_EQ(0, std::memcmp(decoded.data(), want.data(), n * sizeof(float)));
+      }
+    }
+  }
+  CodecOptions onebit;
+  onebit.codec = Codec::kOnebit;
+  std::vector<float> nan(64, std::numeric_limits<float>::quiet_NaN());
+  std::vector<uint8_t> payload(EncodedSize(onebit, nan.size()));
+  std::vector<float> decoded(nan.size());
+  std::vector<uint8_t> cpu_payload(payload.size());
+  cpu::Encode(onebit, nan.data(), nan.size(), 1, cpu_payload.data());
+  const Status want =
+      cpu::Decode(onebit, cpu_payload.data(), cpu_payload.size(), nan.size(), 1, decoded.data());
+  const Status got =
+      (*codec)->Encode(onebit, nan.data(), nan.size(), 1, payload.data(), decoded.data());
+  EXPECT_EQ(got.ok(), want.ok());
+  if (!want.ok()) EXPECT_EQ(got.ToString(), want.ToString());
 }
 
 }  // namespace

@@ -99,6 +99,13 @@ Status HostTrainer::ClearGradients() {
   return Status::OK();
 }
 
+Status HostTrainer::EncodeBlock(const CodecOptions& options, const float* values, size_t n,
+                                uint64_t seed, uint8_t* payload, float* decoded) {
+  cpu::Encode(options, values, n, seed, payload);
+  if (decoded == nullptr) return Status::OK();
+  return cpu::Decode(options, payload, EncodedSize(options, n), n, seed, decoded);
+}
+
 std::pair<uint32_t, uint32_t> HostTrainer::Locate(uint32_t row) const {
   const auto& layout = model_->layout();
   uint32_t level = 0;

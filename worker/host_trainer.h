@@ -48,6 +48,8 @@ class HostTrainer : public cuda::DeviceTrainer {
   Status TakeGridGradientRows(const uint32_t* rows, size_t n, float* values) override;
   Status UploadMlp(const std::vector<std::span<const float>>& weights) override;
   Status TakeMlpGradients(const std::vector<std::span<float>>& grads) override;
+  Status EncodeBlock(const CodecOptions& options, const float* values, size_t n, uint64_t seed,
+                     uint8_t* payload, float* decoded) override;
   Status Predict(const float* positions, size_t n, uint32_t active_levels, float* out) override;
   Status Download(std::vector<float>* grid, std::vector<std::vector<float>>* mlp) override;
   std::string device_name() const override { return "the CPU twin"; }

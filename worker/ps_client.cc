@@ -397,16 +397,26 @@ Status PsClient::Compress(uint64_t step, uint32_t shard, wire::OutBlock* block) 
   block->codec = codec_;
   block->codec_seed = CounterRandom(codec_seed_, step, (uint64_t{block->table} << 32) | shard);
   block->payload.resize(EncodedSize(block->codec, n));
-  cpu::Encode(block->codec, block->values.data(), n, block->codec_seed, block->payload.data());
-  if (use_feedback_) {
-    std::vector<float> decoded(n);
-    // Our own bytes: they decode unless the values were not finite (a
-    // diverged run), which the shard would refuse as well.
+  std::vector<float> decoded(use_feedback_ ? n : 0);
+  // Our own bytes: they decode unless the values were not finite (a
+  // diverged run), which the shard would refuse as well.
+  const auto diverged = [&](const Status& status) {
+    return status.WithContext("table " + std::to_string(block->table) +
+                              ": the values to push do not encode (training diverged?)");
+  };
+  if (block_encoder_) {
     GRIDSYNC_RETURN_IF_ERROR(
-        cpu::Decode(block->codec, block->payload.data(), block->payload.size(), n,
-                    block->codec_seed, decoded.data())
-            .WithContext("table " + std::to_string(block->table) +
-                         ": the values to push do not encode (training diverged?)"));
+        diverged(block_encoder_(block->codec, block->values.data(), n, block->codec_seed,
+                                block->payload.data(), use_feedback_ ? decoded.data() : nullptr)));
+  } else {
+    cpu::Encode(block->codec, block->values.data(), n, block->codec_seed, block->payload.data());
+    if (use_feedback_) {
+      GRIDSYNC_RETURN_IF_ERROR(
+          diverged(cpu::Decode(block->codec, block->payload.data(), block->payload.size(), n,
+                               block->codec_seed, decoded.data())));
+    }
+  }
+  if (use_feedback_) {
     feedback_.StoreResidual(key, rows, block->row_count, block->width, block->values.data(),
                             decoded.data());
     // DGC's momentum factor masking: a sparsifying codec delivers a value

@@ -166,6 +166,15 @@ class PsClient {
   // updates of pulls run in parallel on `pool` (not owned; it outlives this
   // client); null: on the calling thread. Results are the same either way.
   void SetThreadPool(ThreadPool* pool) { pool_ = pool; }
+  // Where a push block's codec runs: as cpu::Encode(options, values, n,
+  // seed, payload) and, when `decoded` is not null, cpu::Decode of the
+  // payload into it, byte for byte (the model's GPU: DeviceTrainer::
+  // EncodeBlock). Called from the pool's threads at once; it must be
+  // thread-safe. Null (the default): the CPU's codecs.
+  using BlockEncoder =
+      std::function<Status(const CodecOptions& options, const float* values, size_t n,
+                           uint64_t seed, uint8_t* payload, float* decoded)>;
+  void SetBlockEncoder(BlockEncoder encoder) { block_encoder_ = std::move(encoder); }
   bool optimizer_on_worker() const { return worker_adam_ != nullptr; }
   // With the optimizer here and error feedback on: adds the updates this
   // worker computed but its codec has not delivered yet (the residuals) to
@@ -201,6 +210,7 @@ class PsClient {
   bool use_feedback_ = false;
   size_t min_bytes_ = 0;
   uint64_t codec_seed_ = 0;
+  BlockEncoder block_encoder_;  // null: the CPU's codecs
   cpu::ErrorFeedback feedback_;
   std::unique_ptr<WorkerAdam> worker_adam_;
   ThreadPool* pool_ = nullptr;

@@ -1,8 +1,9 @@
-// The API of codec_kernels.h for builds without nvcc: every call returns
+// The API of codec_kernels.h and block_codec.h for builds without nvcc: every call returns
 // kUnsupported (Available() comes from cuda_unavailable.cc), so callers and
 // tests compile and fail cleanly everywhere.
 //
 // Thread safety: stateless; any thread.
+#include "kernels/cuda/block_codec.h"
 #include "kernels/cuda/codec_kernels.h"
 
 namespace gridsync::cuda {
@@ -24,6 +25,8 @@ Status Decode(const CodecOptions& /*options*/, const uint8_t* /*bytes*/, size_t 
               size_t /*n*/, uint64_t /*seed*/, float* /*out*/, cudaStream_t /*stream*/) {
   return Unsupported();
 }
+
+Result<std::unique_ptr<BlockCodec>> BlockCodec::Create(int /*device*/) { return Unsupported(); }
 
 namespace host {
 

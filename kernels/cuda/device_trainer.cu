@@ -17,6 +17,7 @@
 
 #include "common/shared_library.h"
 #include "kernels/adam_math.h"
+#include "kernels/cuda/block_codec.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/device_buffer.h"
@@ -110,6 +111,7 @@ class DeviceTrainerImpl : public DeviceTrainer {
     GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
     GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
     GRIDSYNC_CUBLAS_RETURN_IF_ERROR(Cublas().create(&cublas_));
+    GRIDSYNC_ASSIGN_OR_RETURN(block_codec_, BlockCodec::Create(device_));
     GRIDSYNC_CUBLAS_RETURN_IF_ERROR(Cublas().set_stream(cublas_, stream_));
     // fp32 as the CPU twin computes it: no TF32 tensor-core rounding.
     GRIDSYNC_CUBLAS_RETURN_IF_ERROR(Cublas().set_math_mode(cublas_, CUBLAS_PEDANTIC_MATH));
@@ -411,6 +413,11 @@ class DeviceTrainerImpl : public DeviceTrainer {
     return Status::OK();
   }
 
+  Status EncodeBlock(const CodecOptions& options, const float* values, size_t n, uint64_t seed,
+                     uint8_t* payload, float* decoded) override {
+    return block_codec_->Encode(options, values, n, seed, payload, decoded);
+  }
+
   Status Predict(const float* positions, size_t n, uint32_t active_levels, float* out) override {
     GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
     const size_t dims = layout_.spec().dims;
@@ -619,6 +626,7 @@ class DeviceTrainerImpl : public DeviceTrainer {
   std::vector<cudaEvent_t> bucket_events_;
   cudaStream_t copy_stream_ = nullptr;
   cudaEvent_t copied_ = nullptr;
+  std::unique_ptr<BlockCodec> block_codec_;  // the PS pushes' codecs
   struct Begun {
     size_t n = 0;
     uint32_t active_levels = 0;

@@ -46,6 +46,7 @@
 
 #include "common/status.h"
 #include "kernels/adam_math.h"
+#include "kernels/cpu/codec.h"
 #include "kernels/hash_grid_layout.h"
 #include "kernels/mlp_shape.h"
 
@@ -128,6 +129,16 @@ class DeviceTrainer {
   virtual Status UploadMlp(const std::vector<std::span<const float>>& weights) = 0;
   // Copies the MLP weight gradients out (same shapes), then zeroes them.
   virtual Status TakeMlpGradients(const std::vector<std::span<float>>& grads) = 0;
+
+  // Encodes one block of a PS push (compression.codec in ps and hybrid) on
+  // this trainer's device, with the codec's CUDA twin (block_codec.h):
+  // values (n floats, host) into payload (EncodedSize(options, n) bytes),
+  // and into `decoded` (n floats, or null) what the payload decodes to. The
+  // CPU twin runs cpu::Encode and cpu::Decode. Unlike the other calls, this
+  // one may come from several threads at once (the client's training
+  // threads), between steps.
+  virtual Status EncodeBlock(const CodecOptions& options, const float* values, size_t n,
+                             uint64_t seed, uint8_t* payload, float* decoded) = 0;
 
   // Predictions (n x output_width, host memory) at n positions.
   virtual Status Predict(const float* positions, size_t n, uint32_t active_levels, float* out) = 0;

@@ -4,6 +4,7 @@
 #include <string>
 #include <utility>
 
+#include "worker/ps_client.h"
 #include "worker/sync/device_sync.h"
 
 namespace gridsync {
@@ -20,6 +21,20 @@ DeviceStagedSync::DeviceStagedSync(const RunSpec& spec, HashGridModel* model,
       grads_(model->layout(), model->mlp_shape()) {
   rank_ = host_->rank();
   me_ = host_->me() + " (" + trainer_->device_name() + ")";
+  // The pushes' codecs run on the model's device.
+  if (PsClient* ps = host_->ps_client();
+      ps != nullptr && spec.compression.codec.codec != Codec::kNone) {
+    cuda::DeviceTrainer* trainer = trainer_.get();
+    ps->SetBlockEncoder([trainer](const CodecOptions& options, const float* values, size_t n,
+                                  uint64_t seed, uint8_t* payload, float* decoded) {
+      return trainer->EncodeBlock(options, values, n, seed, payload, decoded);
+    });
+  }
+}
+
+DeviceStagedSync::~DeviceStagedSync() {
+  // The client outlives the trainer its encoder calls.
+  if (PsClient* ps = host_->ps_client(); ps != nullptr) ps->SetBlockEncoder(nullptr);
 }
 
 Result<const StepBatch*> DeviceStagedSync::Prepare(uint64_t step) {

@@ -9,8 +9,9 @@
 //   TrainStep:      the gradient is computed on the device; only the touched
 //                   rows and the MLP's gradients come back, into host
 //                   ModelGradients, and the host sync's Apply pushes them
-//                   (codecs, error feedback and mixed precision's fp16 check
-//                   run there, as on the CPU)
+//                   (error feedback and mixed precision's fp16 check run
+//                   there, as on the CPU; the codecs run on the device, the
+//                   PS client's BlockEncoder being the trainer's EncodeBlock)
 //
 // Everything else (evaluations, the final model, rates, peers, rollback)
 // is the host sync's. Rows the batch does not read may be stale on the
@@ -34,6 +35,7 @@ class DeviceStagedSync : public GradientSync {
  public:
   DeviceStagedSync(const RunSpec& spec, HashGridModel* model, std::unique_ptr<GradientSync> host,
                    std::unique_ptr<cuda::DeviceTrainer> trainer, ThreadPool* pool);
+  ~DeviceStagedSync() override;
 
   Result<const StepBatch*> Prepare(uint64_t step) override;
   bool trains_steps() const override { return true; }

@@ -38,6 +38,8 @@
 
 namespace gridsync {
 
+class PsClient;
+
 // The samples one worker computes at one step.
 struct StepBatch {
   uint64_t step = 0;
@@ -174,6 +176,10 @@ class GradientSync {
   // gradients; the loss scale of mixed precision is not wound back (the run
   // stays correct, but is no longer bit-identical to an uninterrupted one).
   virtual Result<uint64_t> Recover(const Status& failure) { return failure; }
+
+  // The PS client this sync pushes through (ps, hybrid), or null: where the
+  // model's device takes over the push codecs (device_staged_sync.h).
+  virtual PsClient* ps_client() { return nullptr; }
 
   // Communication figures for the report (bytes, seconds, staleness).
   virtual void FillReport(TrainReport* /*report*/) const {}

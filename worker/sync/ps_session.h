@@ -90,6 +90,7 @@ class PsSessionSync : public GradientSync {
   Result<HashGridModel*> Snapshot(uint64_t done) override;
   void FillReport(TrainReport* report) const override;
   SyncTimes times() const override;
+  PsClient* ps_client() override { return session_.ps.get(); }
 
  protected:
   PsSessionSync(const RunSpec& spec, HashGridModel* model, PsSession session);
