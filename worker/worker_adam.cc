@@ -36,6 +36,46 @@ std::vector<TableRowsRef> WorkerAdam::ToUpdates(const std::vector<TableRowsRef>&
   return updates;
 }
 
+namespace {
+
+// Rows this far ahead have their Adam state prefetched: a sparse table's
+// rows are scattered over state far larger than the caches.
+constexpr size_t kPrefetchDistance = 16;
+
+// UpdateTable's loop, with the width known at compile time (W > 0: the
+// compiler unrolls the row) or at run time (W = 0: `width`).
+template <uint32_t W>
+size_t UpdateRows(const AdamHyper& hyper, const TableRowsRef& ref, size_t n, uint32_t width,
+                  cpu::AdamTable* state, float* updates, std::vector<uint32_t>* kept_rows) {
+  const uint32_t w = W > 0 ? W : width;
+  float* m = state->m.data();
+  float* v = state->v.data();
+  uint32_t* steps = state->step.data();
+  size_t kept = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (!ref.dense && i + kPrefetchDistance < n) {
+      const uint32_t ahead = ref.rows[i + kPrefetchDistance];
+      __builtin_prefetch(&m[size_t{ahead} * w], 1);
+      __builtin_prefetch(&v[size_t{ahead} * w], 1);
+      __builtin_prefetch(&steps[ahead], 1);
+    }
+    const float* g = ref.values + i * w;
+    if (!ref.dense && !RowHasGradient(g, w)) continue;
+    const uint32_t row = ref.dense ? static_cast<uint32_t>(i) : ref.rows[i];
+    const float lr = state->StepSize(hyper, ++steps[row]);
+    float* u = updates + kept * w;
+    for (uint32_t f = 0; f < w; ++f) {
+      const size_t at = size_t{row} * w + f;
+      u[f] = -AdamStep(hyper, lr, g[f], &m[at], &v[at]);
+    }
+    if (!ref.dense) kept_rows->push_back(row);
+    ++kept;
+  }
+  return kept;
+}
+
+}  // namespace
+
 size_t WorkerAdam::UpdateTable(const TableRowsRef& ref) {
   const auto& info = partition_.table(ref.table);
   const uint32_t w = info.width;
@@ -45,23 +85,20 @@ size_t WorkerAdam::UpdateTable(const TableRowsRef& ref) {
   out.rows.clear();
   const size_t n = ref.dense ? info.rows : ref.row_count;
   out.values.resize(n * w);
-  float* m = state.m.data();
-  float* v = state.v.data();
-  size_t kept = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const float* g = ref.values + i * w;
-    if (!ref.dense && !RowHasGradient(g, w)) continue;
-    const uint32_t row = ref.dense ? static_cast<uint32_t>(i) : ref.rows[i];
-    const float lr = state.StepSize(hyper_, ++state.step[row]);
-    float* u = out.values.data() + kept * w;
-    for (uint32_t f = 0; f < w; ++f) {
-      const size_t at = size_t{row} * w + f;
-      u[f] = -AdamStep(hyper_, lr, g[f], &m[at], &v[at]);
-    }
-    if (!ref.dense) out.rows.push_back(row);
-    ++kept;
+  if (!ref.dense) out.rows.reserve(n);
+  float* u = out.values.data();
+  switch (w) {
+    case 1:
+      return UpdateRows<1>(hyper_, ref, n, w, &state, u, &out.rows);
+    case 2:
+      return UpdateRows<2>(hyper_, ref, n, w, &state, u, &out.rows);
+    case 4:
+      return UpdateRows<4>(hyper_, ref, n, w, &state, u, &out.rows);
+    case 8:
+      return UpdateRows<8>(hyper_, ref, n, w, &state, u, &out.rows);
+    default:
+      return UpdateRows<0>(hyper_, ref, n, w, &state, u, &out.rows);
   }
-  return kept;
 }
 
 void WorkerAdam::MaskMomentum(uint32_t table, const uint32_t* rows, size_t n, uint32_t col,

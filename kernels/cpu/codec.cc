@@ -809,6 +809,31 @@ Status Decode(const CodecOptions& options, const uint8_t* bytes, size_t size, si
 // ---------------------------------------------------------------------------
 // ErrorFeedback.
 
+// Rows this far ahead have their residual prefetched: residuals added
+// since the last sort lie in order of first touch, scattered.
+constexpr size_t kFeedbackPrefetch = 16;
+
+void ErrorFeedback::Table::SortByRow() {
+  // The pages list every row's slot in row order: one pass, no sort.
+  std::vector<uint32_t> rows;
+  rows.reserve(row_of_slot.size());
+  std::vector<float> values(arena.size());
+  for (size_t p = 0; p < pages.size(); ++p) {
+    if (!pages[p]) continue;
+    uint32_t* page = pages[p].get();
+    for (uint32_t i = 0; i < (1u << kPageBits); ++i) {
+      if (page[i] == 0) continue;
+      std::copy_n(arena.data() + size_t{page[i] - 1} * width, width,
+                  values.data() + rows.size() * width);
+      rows.push_back(static_cast<uint32_t>((p << kPageBits) | i));
+      page[i] = static_cast<uint32_t>(rows.size());
+    }
+  }
+  row_of_slot = std::move(rows);
+  arena = std::move(values);
+  sorted = row_of_slot.size();
+}
+
 const ErrorFeedback::Table* ErrorFeedback::FindTable(uint64_t key) const {
   const auto it = tables_.find(key);
   return it == tables_.end() ? nullptr : &it->second;
@@ -820,6 +845,7 @@ void ErrorFeedback::AddResidual(uint64_t key, const uint32_t* rows, size_t n_row
   if (t == nullptr) return;
   GRIDSYNC_CHECK_EQ(t->width, width);
   for (size_t r = 0; r < n_rows; ++r) {
+    if (r + kFeedbackPrefetch < n_rows) t->Prefetch(rows[r + kFeedbackPrefetch]);
     const float* residual = t->Find(rows[r]);
     if (residual == nullptr) continue;
     float* v = values + r * width;
@@ -834,6 +860,11 @@ void ErrorFeedback::AddResidualInPlace(uint64_t key, const uint32_t* rows, size_
   const uint32_t width = t->width;
   for (size_t i = 0; i < n; ++i) {
     const uint32_t row = rows != nullptr ? rows[i] : static_cast<uint32_t>(i);
+    if (rows != nullptr && i + kFeedbackPrefetch < n) {
+      const uint32_t ahead = rows[i + kFeedbackPrefetch];
+      t->Prefetch(ahead);
+      __builtin_prefetch(params + size_t{ahead} * row_stride + col, 1);
+    }
     const float* residual = t->Find(row);
     if (residual == nullptr) continue;
     float* p = params + size_t{row} * row_stride + col;
@@ -859,6 +890,7 @@ void ErrorFeedback::StoreResidual(uint64_t key, const uint32_t* rows, size_t n_r
   if (t.width == 0) t.width = width;
   GRIDSYNC_CHECK_EQ(t.width, width);
   for (size_t r = 0; r < n_rows; ++r) {
+    if (r + kFeedbackPrefetch < n_rows) t.Prefetch(rows[r + kFeedbackPrefetch]);
     const float* c = corrected + r * width;
     const float* d = decoded + r * width;
     const uint32_t row = rows[r];
@@ -867,6 +899,10 @@ void ErrorFeedback::StoreResidual(uint64_t key, const uint32_t* rows, size_t n_r
       bool zero = true;
       for (uint32_t f = 0; f < width; ++f) zero &= (c[f] - d[f]) == 0.0f;
       if (zero) continue;  // no entry, and no page, for a zero residual
+      if (t.sorted == t.row_of_slot.size() &&
+          (t.row_of_slot.empty() || row > t.row_of_slot.back())) {
+        ++t.sorted;
+      }
       t.row_of_slot.push_back(row);
       t.Slot(row) = static_cast<uint32_t>(t.row_of_slot.size());
       t.arena.resize(t.arena.size() + width);
@@ -874,6 +910,7 @@ void ErrorFeedback::StoreResidual(uint64_t key, const uint32_t* rows, size_t n_r
     }
     for (uint32_t f = 0; f < width; ++f) residual[f] = c[f] - d[f];
   }
+  if (t.row_of_slot.size() - t.sorted > t.row_of_slot.size() / 8) t.SortByRow();
 }
 
 void ErrorFeedback::AppendState(std::string* out) const {
@@ -913,6 +950,7 @@ Status ErrorFeedback::RestoreState(std::string_view* in) {
       uint32_t& slot = t.Slot(t.row_of_slot[s]);
       if (slot != 0) return Status::Corruption("error feedback: a row listed twice");
       slot = static_cast<uint32_t>(s + 1);
+      if (t.sorted == s && (s == 0 || t.row_of_slot[s] > t.row_of_slot[s - 1])) ++t.sorted;
     }
   }
   return Status::OK();

@@ -306,7 +306,7 @@ class ErrorFeedback {
   void Clear() { tables_.clear(); }
 
   // Checkpoints (worker/worker_checkpoint.h): every residual, keys in
-  // ascending order, slots in their order of first touch, so a restored
+  // ascending order, slots in their order (see Table::arena), so a restored
   // object equals the saved one. RestoreState replaces everything and
   // consumes its bytes from `in`; Corruption on a malformed or short state.
   void AppendState(std::string* out) const;
@@ -319,7 +319,14 @@ class ErrorFeedback {
     // page (row >> kPageBits) -> per row, slot + 1 (0: no entry)
     std::vector<std::unique_ptr<uint32_t[]>> pages;
     std::vector<uint32_t> row_of_slot;
-    std::vector<float> arena;  // slots x width, in order of first touch
+    // slots x width, in order of first touch, except that StoreResidual
+    // sorts them by row once more than an eighth of them lie past the
+    // longest ascending prefix (`sorted` slots), so that ascending rows read
+    // their residuals in order rather than scattered. `sorted` is a function
+    // of the slot order alone, so a restored table sorts when the saved one
+    // would.
+    std::vector<float> arena;
+    size_t sorted = 0;
 
     const float* Find(uint32_t row) const {
       const size_t page = row >> kPageBits;
@@ -330,6 +337,12 @@ class ErrorFeedback {
     float* Find(uint32_t row) {
       return const_cast<float*>(static_cast<const Table&>(*this).Find(row));
     }
+    // Starts loading the row's residual (a hint: nothing when it has none).
+    void Prefetch(uint32_t row) const {
+      if (const float* residual = Find(row); residual != nullptr) __builtin_prefetch(residual, 1);
+    }
+    // Puts the slots in ascending row order.
+    void SortByRow();
     // The row's slot index (0: no entry), its page made when missing.
     uint32_t& Slot(uint32_t row) {
       const size_t page = row >> kPageBits;

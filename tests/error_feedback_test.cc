@@ -1,0 +1,233 @@
+// Error feedback (kernels/cpu/codec.h's ErrorFeedback): onebit with error
+// feedback delivers the true total, memory only for touched rows, the width
+// fixed per table, and residuals kept through the sorts that put them in
+// row order, checkpointed and restored as they were.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/codec.h"
+
+namespace gridsync {
+namespace {
+
+std::vector<float> Gaussian(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> out(n);
+  for (float& x : out) x = dist(rng);
+  return out;
+}
+
+CodecOptions Options(Codec codec) {
+  CodecOptions options;
+  options.codec = codec;
+  return options;
+}
+
+std::vector<uint8_t> EncodeVec(const CodecOptions& options, const std::vector<float>& x,
+                               uint64_t seed) {
+  std::vector<uint8_t> out(EncodedSize(options, x.size()), 0xAB);
+  cpu::Encode(options, x.data(), x.size(), seed, out.data());
+  return out;
+}
+
+TEST(ErrorFeedbackTest, OnebitCarriesTheResidual) {
+  // 64 rows x 4 of fresh gradients each step, all rows touched. With error
+  // feedback, sum(decoded) = sum(gradients) - final residual exactly (up to
+  // float rounding), so the delivered total tracks the true total; without
+  // it, onebit's error accumulates.
+  const CodecOptions o = Options(Codec::kOnebit);
+  const uint32_t width = 4;
+  std::vector<uint32_t> rows(64);
+  std::iota(rows.begin(), rows.end(), 100u);
+  const size_t n = rows.size() * width;
+  cpu::ErrorFeedback feedback;
+  std::vector<double> sum_grad(n, 0), sum_ef(n, 0), sum_plain(n, 0);
+  std::vector<float> decoded(n), plain(n);
+  float worst_residual = 0.0f;
+  for (int step = 0; step < 300; ++step) {
+    const std::vector<float> grad = Gaussian(n, 7000 + step);
+    std::vector<float> corrected = grad;
+    feedback.AddResidual(3, rows.data(), rows.size(), width, corrected.data());
+    std::vector<uint8_t> bytes = EncodeVec(o, corrected, step);
+    ASSERT_TRUE(cpu::Decode(o, bytes.data(), bytes.size(), n, step, decoded.data()).ok());
+    feedback.StoreResidual(3, rows.data(), rows.size(), width, corrected.data(), decoded.data());
+    bytes = EncodeVec(o, grad, step);
+    ASSERT_TRUE(cpu::Decode(o, bytes.data(), bytes.size(), n, step, plain.data()).ok());
+    for (size_t i = 0; i < n; ++i) {
+      sum_grad[i] += grad[i];
+      sum_ef[i] += decoded[i];
+      sum_plain[i] += plain[i];
+    }
+    for (uint32_t r : rows) {
+      const float* residual = feedback.Residual(3, r);
+      ASSERT_NE(residual, nullptr);
+      for (uint32_t f = 0; f < width; ++f)
+        worst_residual = std::max(worst_residual, std::fabs(residual[f]));
+    }
+  }
+  double err_ef = 0, err_plain = 0, identity = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const float residual = feedback.Residual(3, rows[i / width])[i % width];
+    identity = std::max(identity, std::fabs(sum_ef[i] + residual - sum_grad[i]));
+    err_ef = std::max(err_ef, std::fabs(sum_ef[i] - sum_grad[i]));
+    err_plain = std::max(err_plain, std::fabs(sum_plain[i] - sum_grad[i]));
+  }
+  EXPECT_LT(identity, 1e-3);
+  EXPECT_LT(worst_residual, 10.0f) << "the residual stays bounded";
+  EXPECT_LT(err_ef, 10.0);
+  EXPECT_GT(err_plain, 3 * err_ef) << "error feedback must beat plain onebit";
+  EXPECT_EQ(feedback.Entries(), rows.size());
+}
+
+TEST(ErrorFeedbackTest, MemoryOnlyForTouchedRows) {
+  const uint32_t width = 4;
+  const CodecOptions o = Options(Codec::kOnebit);
+  cpu::ErrorFeedback feedback;
+  EXPECT_EQ(feedback.Entries(), 0u);
+  EXPECT_EQ(feedback.ResidualBytes(), 0u);
+
+  const std::vector<uint32_t> touched = {3, 10, 42};
+  std::vector<float> grad = Gaussian(touched.size() * width, 1);
+  std::vector<float> corrected = grad;
+  // Nothing stored yet: adding changes nothing and creates nothing.
+  feedback.AddResidual(7, touched.data(), touched.size(), width, corrected.data());
+  EXPECT_EQ(corrected, grad);
+  EXPECT_EQ(feedback.Entries(), 0u);
+
+  std::vector<float> decoded(corrected.size());
+  const std::vector<uint8_t> bytes = EncodeVec(o, corrected, 0);
+  ASSERT_TRUE(cpu::Decode(o, bytes.data(), bytes.size(), decoded.size(), 0, decoded.data()).ok());
+  feedback.StoreResidual(7, touched.data(), touched.size(), width, corrected.data(),
+                         decoded.data());
+  EXPECT_EQ(feedback.Entries(), 3u);
+  EXPECT_EQ(feedback.Entries(7), 3u);
+  EXPECT_EQ(feedback.Entries(8), 0u);
+  for (uint32_t row = 0; row < 64; ++row) {
+    const bool was_touched = std::find(touched.begin(), touched.end(), row) != touched.end();
+    EXPECT_EQ(feedback.Residual(7, row) != nullptr, was_touched) << row;
+  }
+  EXPECT_EQ(feedback.Residual(8, 3), nullptr);
+  for (size_t r = 0; r < touched.size(); ++r) {
+    for (uint32_t f = 0; f < width; ++f) {
+      EXPECT_EQ(feedback.Residual(7, touched[r])[f],
+                corrected[r * width + f] - decoded[r * width + f]);
+    }
+  }
+  EXPECT_GE(feedback.ResidualBytes(), 3u * width * sizeof(float));
+  // The index: one page for rows 0..4095, not a slot per table row.
+  EXPECT_LE(feedback.IndexBytes(), 4096u * sizeof(uint32_t) + 256u);
+  EXPECT_EQ(feedback.Rows(7), touched);
+
+  // In place into a parameter array (rows of 6 floats, the slice at column 2).
+  std::vector<float> params(64 * 6, 1.0f);
+  feedback.AddResidualInPlace(7, nullptr, 64, params.data(), 6, 2);
+  for (uint32_t row = 0; row < 64; ++row) {
+    const float* residual = feedback.Residual(7, row);
+    for (uint32_t c = 0; c < 6; ++c) {
+      const bool in_slice = c >= 2 && c < 2 + width;
+      const float want = residual != nullptr && in_slice ? 1.0f + residual[c - 2] : 1.0f;
+      EXPECT_EQ(params[row * 6 + c], want) << row << "," << c;
+    }
+  }
+
+  // A later step touching row 10 and a new row 99: row 10 gets its residual,
+  // row 99 gets nothing, and no entry appears for it until it is stored.
+  const std::vector<uint32_t> next = {10, 99};
+  std::vector<float> values(next.size() * width, 1.0f);
+  feedback.AddResidual(7, next.data(), next.size(), width, values.data());
+  for (uint32_t f = 0; f < width; ++f) {
+    EXPECT_EQ(values[f], 1.0f + feedback.Residual(7, 10)[f]);
+    EXPECT_EQ(values[width + f], 1.0f);
+  }
+  EXPECT_EQ(feedback.Entries(), 3u);
+
+  // A zero residual for a row without an entry stores nothing (lossless
+  // codecs cost no memory); for a row with one it overwrites.
+  const std::vector<float> same(next.size() * width, 2.0f);
+  feedback.StoreResidual(7, next.data(), next.size(), width, same.data(), same.data());
+  EXPECT_EQ(feedback.Entries(), 3u);
+  EXPECT_EQ(feedback.Residual(7, 99), nullptr);
+  for (uint32_t f = 0; f < width; ++f) EXPECT_EQ(feedback.Residual(7, 10)[f], 0.0f);
+
+  // Tables are separate.
+  feedback.StoreResidual(8, next.data(), 1, width, values.data(), same.data());
+  EXPECT_EQ(feedback.Entries(8), 1u);
+  EXPECT_EQ(feedback.Entries(), 4u);
+  feedback.Clear();
+  EXPECT_EQ(feedback.Entries(), 0u);
+}
+
+TEST(ErrorFeedbackDeathTest, WidthIsFixedPerTable) {
+  cpu::ErrorFeedback feedback;
+  const uint32_t row = 1;
+  const std::vector<float> a(8, 1.0f), b(8, 0.0f);
+  feedback.StoreResidual(0, &row, 1, 4, a.data(), b.data());
+  EXPECT_DEATH(feedback.StoreResidual(0, &row, 1, 8, a.data(), b.data()), "t.width == width");
+}
+
+// Batches of random rows, some new, some seen, against a map of what each
+// row's residual must be: the residuals survive every sort into row order
+// (which starts once a table grows by an eighth past its sorted prefix),
+// Rows() stays ascending, and a restored copy, stored into alike, keeps
+// equal to the original byte for byte (it sorts when the original does).
+TEST(ErrorFeedbackTest, ResidualsSurviveTheirSortIntoRowOrderAndACheckpoint) {
+  const uint32_t width = 2;
+  cpu::ErrorFeedback feedback, restored;
+  std::map<uint32_t, std::vector<float>> want;
+  std::mt19937_64 rng(5);
+  for (int step = 0; step < 60; ++step) {
+    std::vector<uint32_t> rows;
+    for (int i = 0; i < 500; ++i) rows.push_back(static_cast<uint32_t>(rng() % (1u << 16)));
+    std::sort(rows.begin(), rows.end());
+    rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+    const std::vector<float> corrected = Gaussian(rows.size() * width, 100 + step);
+    const std::vector<float> decoded(rows.size() * width, 0.25f);
+    feedback.StoreResidual(9, rows.data(), rows.size(), width, corrected.data(), decoded.data());
+    for (size_t r = 0; r < rows.size(); ++r) {
+      want[rows[r]] = {corrected[r * width] - 0.25f, corrected[r * width + 1] - 0.25f};
+    }
+    if (step == 20) {
+      std::string state;
+      feedback.AppendState(&state);
+      std::string_view view(state);
+      ASSERT_TRUE(restored.RestoreState(&view).ok());
+      EXPECT_TRUE(view.empty());
+    }
+    if (step >= 20) {
+      if (step > 20) {
+        restored.StoreResidual(9, rows.data(), rows.size(), width, corrected.data(),
+                               decoded.data());
+      }
+      std::string a, b;
+      feedback.AppendState(&a);
+      restored.AppendState(&b);
+      ASSERT_EQ(a, b) << "step " << step;
+    }
+  }
+  ASSERT_EQ(feedback.Entries(9), want.size());
+  std::vector<uint32_t> rows;
+  for (const auto& [row, values] : want) {
+    rows.push_back(row);
+    const float* residual = feedback.Residual(9, row);
+    ASSERT_NE(residual, nullptr) << row;
+    EXPECT_EQ(residual[0], values[0]) << row;
+    EXPECT_EQ(residual[1], values[1]) << row;
+  }
+  EXPECT_EQ(feedback.Rows(9), rows);
+  // AddResidual reads them where they now lie.
+  std::vector<float> values(rows.size() * width, 1.0f);
+  feedback.AddResidual(9, rows.data(), rows.size(), width, values.data());
+  for (size_t r = 0; r < rows.size(); ++r) EXPECT_EQ(values[r * width], 1.0f + want[rows[r]][0]);
+}
+
+}  // namespace
+}  // namespace gridsync
