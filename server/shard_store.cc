@@ -8,6 +8,14 @@
 #include "common/state_bytes.h"
 
 namespace gridsync {
+namespace {
+
+// Rows this far ahead have their parameters (and Adam's state) prefetched:
+// a sparse request's rows are scattered over tables far larger than the
+// caches.
+constexpr size_t kPrefetchRows = 16;
+
+}  // namespace
 
 ShardStore::ShardStore(const Partition& partition, uint32_t shard, const AdamHyper& hyper,
                        bool apply_updates)
@@ -136,24 +144,55 @@ void ShardStore::ApplyDirect(const wire::Block& block, size_t begin, size_t end)
   Table& table = tables_[block.table];
   const uint32_t w = table.width;
   if (apply_updates_) {
+    float* params = table.params.data();
     for (size_t i = begin; i < end; ++i) {
+      if (i + kPrefetchRows < end) {
+        __builtin_prefetch(
+            params + partition_.LocalRow(block.table, block.Row(i + kPrefetchRows)) * w, 1);
+      }
       const float* u = block.values.data() + i * w;
       float* p = table.params.data() + partition_.LocalRow(block.table, block.Row(i)) * w;
       for (uint32_t f = 0; f < w; ++f) p[f] += u[f];
     }
     return;
   }
-  float* m = table.adam.m.data();
-  float* v = table.adam.v.data();
-  uint32_t* steps = table.adam.step.data();
+  switch (w) {
+    case 1:
+      return AdamRows<1>(block, begin, end, w, &table);
+    case 2:
+      return AdamRows<2>(block, begin, end, w, &table);
+    case 4:
+      return AdamRows<4>(block, begin, end, w, &table);
+    case 8:
+      return AdamRows<8>(block, begin, end, w, &table);
+    default:
+      return AdamRows<0>(block, begin, end, w, &table);
+  }
+}
+
+template <uint32_t W>
+void ShardStore::AdamRows(const wire::Block& block, size_t begin, size_t end, uint32_t width,
+                          Table* table) {
+  const uint32_t w = W > 0 ? W : width;
+  float* params = table->params.data();
+  float* m = table->adam.m.data();
+  float* v = table->adam.v.data();
+  uint32_t* steps = table->adam.step.data();
   for (size_t i = begin; i < end; ++i) {
+    if (i + kPrefetchRows < end) {
+      const uint64_t ahead = partition_.LocalRow(block.table, block.Row(i + kPrefetchRows));
+      __builtin_prefetch(&params[ahead * w], 1);
+      __builtin_prefetch(&m[ahead * w], 1);
+      __builtin_prefetch(&v[ahead * w], 1);
+      __builtin_prefetch(&steps[ahead], 1);
+    }
     const float* g = block.values.data() + i * w;
     if (!block.dense && !RowHasGradient(g, w)) continue;  // dense tables always step
     const uint64_t local = partition_.LocalRow(block.table, block.Row(i));
-    const float lr = table.adam.StepSize(hyper_, ++steps[local]) * lr_scale_;
+    const float lr = table->adam.StepSize(hyper_, ++steps[local]) * lr_scale_;
     for (uint32_t f = 0; f < w; ++f) {
       const size_t at = local * w + f;
-      AdamUpdate(hyper_, lr, g[f], &table.params[at], &m[at], &v[at]);
+      AdamUpdate(hyper_, lr, g[f], &params[at], &m[at], &v[at]);
     }
   }
 }
@@ -249,6 +288,10 @@ void ShardStore::Gather(const wire::Block& request, size_t begin, size_t end, fl
   const uint32_t w = table.width;
   const float* params = table.params.data();
   for (size_t i = begin; i < end; ++i) {
+    if (i + kPrefetchRows < end) {
+      __builtin_prefetch(params +
+                         partition_.LocalRow(request.table, request.Row(i + kPrefetchRows)) * w);
+    }
     const uint64_t local = partition_.LocalRow(request.table, request.Row(i));
     const float* src = params + local * w;
     float* dst = out + (i - begin) * w;

@@ -115,6 +115,10 @@ class ShardStore {
     cpu::AdamTable adam;
     std::vector<std::vector<float>> replicas;  // delta pulls: per worker, what it holds
   };
+  // ApplyDirect's Adam, with the width known at compile time (W > 0: the
+  // row unrolled) or at run time (W = 0: `width`).
+  template <uint32_t W>
+  void AdamRows(const wire::Block& block, size_t begin, size_t end, uint32_t width, Table* table);
 
   const Partition& partition_;
   uint32_t shard_;

@@ -845,7 +845,7 @@ void ErrorFeedback::AddResidual(uint64_t key, const uint32_t* rows, size_t n_row
   if (t == nullptr) return;
   GRIDSYNC_CHECK_EQ(t->width, width);
   for (size_t r = 0; r < n_rows; ++r) {
-    if (r + kFeedbackPrefetch < n_rows) t->Prefetch(rows[r + kFeedbackPrefetch]);
+    t->PrefetchAhead(rows, r, n_rows, kFeedbackPrefetch);
     const float* residual = t->Find(rows[r]);
     if (residual == nullptr) continue;
     float* v = values + r * width;
@@ -860,10 +860,10 @@ void ErrorFeedback::AddResidualInPlace(uint64_t key, const uint32_t* rows, size_
   const uint32_t width = t->width;
   for (size_t i = 0; i < n; ++i) {
     const uint32_t row = rows != nullptr ? rows[i] : static_cast<uint32_t>(i);
-    if (rows != nullptr && i + kFeedbackPrefetch < n) {
-      const uint32_t ahead = rows[i + kFeedbackPrefetch];
-      t->Prefetch(ahead);
-      __builtin_prefetch(params + size_t{ahead} * row_stride + col, 1);
+    if (rows != nullptr) {
+      t->PrefetchAhead(rows, i, n, kFeedbackPrefetch);
+      if (i + kFeedbackPrefetch < n)
+        __builtin_prefetch(params + size_t{rows[i + kFeedbackPrefetch]} * row_stride + col, 1);
     }
     const float* residual = t->Find(row);
     if (residual == nullptr) continue;
@@ -890,7 +890,7 @@ void ErrorFeedback::StoreResidual(uint64_t key, const uint32_t* rows, size_t n_r
   if (t.width == 0) t.width = width;
   GRIDSYNC_CHECK_EQ(t.width, width);
   for (size_t r = 0; r < n_rows; ++r) {
-    if (r + kFeedbackPrefetch < n_rows) t.Prefetch(rows[r + kFeedbackPrefetch]);
+    t.PrefetchAhead(rows, r, n_rows, kFeedbackPrefetch);
     const float* c = corrected + r * width;
     const float* d = decoded + r * width;
     const uint32_t row = rows[r];

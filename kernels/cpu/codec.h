@@ -337,9 +337,22 @@ class ErrorFeedback {
     float* Find(uint32_t row) {
       return const_cast<float*>(static_cast<const Table&>(*this).Find(row));
     }
-    // Starts loading the row's residual (a hint: nothing when it has none).
+    // Starts loading the row's slot in the index (no load waits here).
+    void PrefetchSlot(uint32_t row) const {
+      const size_t page = row >> kPageBits;
+      if (page < pages.size() && pages[page])
+        __builtin_prefetch(&pages[page][row & ((1u << kPageBits) - 1)]);
+    }
+    // Starts loading the row's residual (a hint: nothing when it has none);
+    // reads its slot, which PrefetchSlot should have started loading.
     void Prefetch(uint32_t row) const {
       if (const float* residual = Find(row); residual != nullptr) __builtin_prefetch(residual, 1);
+    }
+    // Both, for the i-th of n rows: the slot of row i + 2 * distance, the
+    // residual of row i + distance.
+    void PrefetchAhead(const uint32_t* rows, size_t i, size_t n, size_t distance) const {
+      if (i + 2 * distance < n) PrefetchSlot(rows[i + 2 * distance]);
+      if (i + distance < n) Prefetch(rows[i + distance]);
     }
     // Puts the slots in ascending row order.
     void SortByRow();
