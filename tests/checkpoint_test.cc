@@ -13,6 +13,7 @@
 #include "common/checkpoint_registry.h"
 #include "common/sharding.h"
 #include "common/store.h"
+#include "kernels/cpu/error_feedback.h"
 #include "server/job_gate.h"
 #include "server/shard_checkpoint.h"
 #include "server/shard_store.h"

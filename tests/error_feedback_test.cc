@@ -1,7 +1,9 @@
-// Error feedback (kernels/cpu/codec.h's ErrorFeedback): onebit with error
+// Error feedback (kernels/cpu/error_feedback.h): onebit with error
 // feedback delivers the true total, memory only for touched rows, the width
-// fixed per table, and residuals kept through the sorts that put them in
-// row order, checkpointed and restored as they were.
+// fixed per table, and residuals kept exactly over many pages, checkpointed
+// and restored as they were.
+#include "kernels/cpu/error_feedback.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -174,12 +176,10 @@ TEST(ErrorFeedbackDeathTest, WidthIsFixedPerTable) {
   EXPECT_DEATH(feedback.StoreResidual(0, &row, 1, 8, a.data(), b.data()), "t.width == width");
 }
 
-// Batches of random rows, some new, some seen, against a map of what each
-// row's residual must be: the residuals survive every sort into row order
-// (which starts once a table grows by an eighth past its sorted prefix),
-// Rows() stays ascending, and a restored copy, stored into alike, keeps
-// equal to the original byte for byte (it sorts when the original does).
-TEST(ErrorFeedbackTest, ResidualsSurviveTheirSortIntoRowOrderAndACheckpoint) {
+// Batches of random rows, some new, some seen, over many pages, against a
+// map of what each row's residual must be; Rows() ascending; a restored
+// copy, stored into alike, keeps equal to the original byte for byte.
+TEST(ErrorFeedbackTest, ResidualsStayExactOverPagesAndThroughACheckpoint) {
   const uint32_t width = 2;
   cpu::ErrorFeedback feedback, restored;
   std::map<uint32_t, std::vector<float>> want;

@@ -28,6 +28,7 @@
 #include "common/wire/message.h"
 #include "kernels/cpu/adam.h"
 #include "kernels/cpu/codec.h"
+#include "kernels/cpu/error_feedback.h"
 #include "kernels/cpu/hash_encoding.h"
 #include "server/coordinator.h"
 #include "server/in_process_cluster.h"

@@ -274,6 +274,9 @@ void PsClient::SetWorkerOptimizer(const AdamHyper& hyper) {
 }
 
 namespace {
+// Pulled rows this far ahead have their destination prefetched.
+constexpr size_t kPullPrefetch = 16;
+
 // Residuals are kept per column slice of a table.
 // One error-feedback key per (table, column slice): both halves whole, so
 // no two slices share residuals however wide a table is.
@@ -585,6 +588,13 @@ Result<uint64_t> PsClient::ReceivePull() {
             values = decoded.data();
           }
           for (size_t r = 0; r < want.row_count; ++r) {
+            // Sparse rows land scattered over the table: start loading the
+            // destination (and replica) rows a few ahead.
+            if (!want.dense && r + kPullPrefetch < want.row_count) {
+              const size_t ahead = size_t{want.rows[r + kPullPrefetch]} * width + want.col_begin;
+              __builtin_prefetch(dest + ahead, 1);
+              if (replica != nullptr) __builtin_prefetch(replica + ahead, 1);
+            }
             const uint32_t row =
                 want.dense ? want.row_begin + static_cast<uint32_t>(r) : want.rows[r];
             const size_t at = size_t{row} * width + want.col_begin;

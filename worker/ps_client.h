@@ -32,6 +32,7 @@
 #include "common/wire/message.h"
 #include "kernels/adam_math.h"
 #include "kernels/cpu/codec.h"
+#include "kernels/cpu/error_feedback.h"
 
 namespace gridsync {
 

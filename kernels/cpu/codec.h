@@ -78,7 +78,6 @@
 #include <memory>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "common/codec_format.h"
@@ -245,128 +244,6 @@ Status Decode(const CodecOptions& options, const uint8_t* bytes, size_t size, si
 // random among k-subsets (Floyd's algorithm over a bitmap), drawn from
 // CounterRandom(seed, 1, j) for j in [n-k, n). Needs k <= n <= kMaxCodecValues.
 void RandomkIndices(uint64_t seed, size_t n, uint32_t k, uint32_t* indices);
-
-// Error feedback for lossy codecs: the part of a gradient that a codec did
-// not deliver (corrected - decoded) is kept per (table, row) and added to the
-// row's next gradient, so that over steps every row receives what it was
-// owed.
-//
-// Memory is kept only for rows that were touched, and a row's residual is
-// only ever added back when that row is touched again (or delivered whole
-// by the final flush, PsClient::FlushResiduals, to rows that earned it).
-// The reason: a sign codec such as onebit sends +-scale for every value it
-// carries; if residual memory were dense, or were flushed into rows the step
-// did not touch, those rows would receive +-scale pushes they never earned,
-// and the shard's skip-untouched Adam (which leaves untouched rows' moments
-// alone) would see them as touched and move them. Storing a zero residual
-// for a row that has no entry is skipped, so lossless codecs cost no memory.
-//
-// Rows find their residual through a paged index (4096 rows a page, pages
-// allocated on first store): one array lookup per row on the hot path, and
-// index memory only for the stretches of a table that were touched.
-//
-// A table's row width is fixed by its first StoreResidual; a later call with
-// another width is a bug (checked).
-//
-// Thread safety: const calls may run concurrently; StoreResidual calls on
-// distinct keys may run concurrently once each key is Reserved; anything
-// else needs one thread.
-class ErrorFeedback {
- public:
-  // Residuals are kept per key: one key per (table, column slice) the
-  // caller pushes (64 bits, so no two slices can share one).
-  // values (n_rows x width) += the stored residual of each row; rows with no
-  // entry add nothing. Creates no entries.
-  void AddResidual(uint64_t key, const uint32_t* rows, size_t n_rows, uint32_t width,
-                   float* values) const;
-  // The same into a full parameter array: params[row * row_stride + col + f]
-  // += residual(row)[f], for rows[0..n) (or rows 0..n when rows is null).
-  void AddResidualInPlace(uint64_t key, const uint32_t* rows, size_t n, float* params,
-                          size_t row_stride, size_t col) const;
-  // Makes the table of `key` (width floats a row) if it is missing, as the
-  // first StoreResidual would: afterwards calls on distinct keys touch
-  // distinct tables and may run on different threads at once.
-  void Reserve(uint64_t key, uint32_t width);
-  // residual(row) = corrected - decoded (both n_rows x width), for each row.
-  // Rows must be distinct within a call.
-  void StoreResidual(uint64_t key, const uint32_t* rows, size_t n_rows, uint32_t width,
-                     const float* corrected, const float* decoded);
-
-  // Rows holding a residual: over all tables, or in one.
-  size_t Entries() const;
-  size_t Entries(uint64_t key) const;
-  // The row's `width` residual floats, or null when the row has no entry.
-  const float* Residual(uint64_t key, uint32_t row) const;
-  // The rows of `table` holding a residual, ascending.
-  std::vector<uint32_t> Rows(uint64_t key) const;
-  // Bytes held by residual values (the arenas' capacity).
-  size_t ResidualBytes() const;
-  // Bytes held by the row index pages.
-  size_t IndexBytes() const;
-  void Clear() { tables_.clear(); }
-
-  // Checkpoints (worker/worker_checkpoint.h): every residual, keys in
-  // ascending order, slots in their order (see Table::arena), so a restored
-  // object equals the saved one. RestoreState replaces everything and
-  // consumes its bytes from `in`; Corruption on a malformed or short state.
-  void AppendState(std::string* out) const;
-  Status RestoreState(std::string_view* in);
-
- private:
-  static constexpr uint32_t kPageBits = 12;
-  struct Table {
-    uint32_t width = 0;
-    // page (row >> kPageBits) -> per row, slot + 1 (0: no entry)
-    std::vector<std::unique_ptr<uint32_t[]>> pages;
-    std::vector<uint32_t> row_of_slot;
-    // slots x width, in order of first touch, except that StoreResidual
-    // sorts them by row once more than an eighth of them lie past the
-    // longest ascending prefix (`sorted` slots), so that ascending rows read
-    // their residuals in order rather than scattered. `sorted` is a function
-    // of the slot order alone, so a restored table sorts when the saved one
-    // would.
-    std::vector<float> arena;
-    size_t sorted = 0;
-
-    const float* Find(uint32_t row) const {
-      const size_t page = row >> kPageBits;
-      if (page >= pages.size() || !pages[page]) return nullptr;
-      const uint32_t slot = pages[page][row & ((1u << kPageBits) - 1)];
-      return slot == 0 ? nullptr : arena.data() + size_t{slot - 1} * width;
-    }
-    float* Find(uint32_t row) {
-      return const_cast<float*>(static_cast<const Table&>(*this).Find(row));
-    }
-    // Starts loading the row's slot in the index (no load waits here).
-    void PrefetchSlot(uint32_t row) const {
-      const size_t page = row >> kPageBits;
-      if (page < pages.size() && pages[page])
-        __builtin_prefetch(&pages[page][row & ((1u << kPageBits) - 1)]);
-    }
-    // Starts loading the row's residual (a hint: nothing when it has none);
-    // reads its slot, which PrefetchSlot should have started loading.
-    void Prefetch(uint32_t row) const {
-      if (const float* residual = Find(row); residual != nullptr) __builtin_prefetch(residual, 1);
-    }
-    // Both, for the i-th of n rows: the slot of row i + 2 * distance, the
-    // residual of row i + distance.
-    void PrefetchAhead(const uint32_t* rows, size_t i, size_t n, size_t distance) const {
-      if (i + 2 * distance < n) PrefetchSlot(rows[i + 2 * distance]);
-      if (i + distance < n) Prefetch(rows[i + distance]);
-    }
-    // Puts the slots in ascending row order.
-    void SortByRow();
-    // The row's slot index (0: no entry), its page made when missing.
-    uint32_t& Slot(uint32_t row) {
-      const size_t page = row >> kPageBits;
-      if (page >= pages.size()) pages.resize(page + 1);
-      if (!pages[page]) pages[page] = std::make_unique<uint32_t[]>(size_t{1} << kPageBits);
-      return pages[page][row & ((1u << kPageBits) - 1)];
-    }
-  };
-  const Table* FindTable(uint64_t key) const;
-  std::unordered_map<uint64_t, Table> tables_;
-};
 
 }  // namespace cpu
 }  // namespace gridsync

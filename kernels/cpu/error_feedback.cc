@@ -1,0 +1,203 @@
+// ErrorFeedback (error_feedback.h).
+//
+// Thread safety: see error_feedback.h.
+#include "kernels/cpu/error_feedback.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "common/check.h"
+#include "common/state_bytes.h"
+
+namespace gridsync::cpu {
+namespace {
+
+// Rows this far ahead have their residual prefetched: a step's rows are
+// spread over tables far larger than the caches.
+constexpr size_t kFeedbackPrefetch = 16;
+
+}  // namespace
+
+float* ErrorFeedback::Table::Insert(uint32_t row) {
+  const size_t p = row >> kPageBits;
+  if (p >= pages.size()) pages.resize(p + 1);
+  Page& page = pages[p];
+  if (!page.values) {
+    page.present = std::make_unique<uint64_t[]>(kPageRows / 64);  // zeroed
+    page.values = std::make_unique<float[]>(size_t{kPageRows} * width);
+    ++pages_made;
+  }
+  const uint32_t i = row & (kPageRows - 1);
+  uint64_t& word = page.present[i >> 6];
+  const uint64_t bit = uint64_t{1} << (i & 63);
+  if ((word & bit) == 0) {
+    word |= bit;
+    ++entries;
+  }
+  return page.values.get() + size_t{i} * width;
+}
+
+const ErrorFeedback::Table* ErrorFeedback::FindTable(uint64_t key) const {
+  const auto it = tables_.find(key);
+  return it == tables_.end() ? nullptr : &it->second;
+}
+
+void ErrorFeedback::AddResidual(uint64_t key, const uint32_t* rows, size_t n_rows, uint32_t width,
+                                float* values) const {
+  const Table* t = FindTable(key);
+  if (t == nullptr) return;
+  GRIDSYNC_CHECK_EQ(t->width, width);
+  for (size_t r = 0; r < n_rows; ++r) {
+    if (r + kFeedbackPrefetch < n_rows) t->Prefetch(rows[r + kFeedbackPrefetch]);
+    const float* residual = t->Find(rows[r]);
+    if (residual == nullptr) continue;
+    float* v = values + r * width;
+    for (uint32_t f = 0; f < width; ++f) v[f] += residual[f];
+  }
+}
+
+void ErrorFeedback::AddResidualInPlace(uint64_t key, const uint32_t* rows, size_t n, float* params,
+                                       size_t row_stride, size_t col) const {
+  const Table* t = FindTable(key);
+  if (t == nullptr || t->entries == 0) return;
+  const uint32_t width = t->width;
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t row = rows != nullptr ? rows[i] : static_cast<uint32_t>(i);
+    if (rows != nullptr && i + kFeedbackPrefetch < n) {
+      const uint32_t ahead = rows[i + kFeedbackPrefetch];
+      t->Prefetch(ahead);
+      __builtin_prefetch(params + size_t{ahead} * row_stride + col, 1);
+    }
+    const float* residual = t->Find(row);
+    if (residual == nullptr) continue;
+    float* p = params + size_t{row} * row_stride + col;
+    for (uint32_t f = 0; f < width; ++f) p[f] += residual[f];
+  }
+}
+
+void ErrorFeedback::Reserve(uint64_t key, uint32_t width) {
+  GRIDSYNC_CHECK_GT(width, 0u);
+  Table& t = tables_[key];
+  if (t.width == 0) t.width = width;
+  GRIDSYNC_CHECK_EQ(t.width, width);
+}
+
+void ErrorFeedback::StoreResidual(uint64_t key, const uint32_t* rows, size_t n_rows, uint32_t width,
+                                  const float* corrected, const float* decoded) {
+  GRIDSYNC_CHECK_GT(width, 0u);
+  // A lookup, not operator[], once the key exists: calls on distinct,
+  // Reserved keys then never write the map itself (see Reserve).
+  auto it = tables_.find(key);
+  if (it == tables_.end()) it = tables_.emplace(key, Table{}).first;
+  Table& t = it->second;
+  if (t.width == 0) t.width = width;
+  GRIDSYNC_CHECK_EQ(t.width, width);
+  for (size_t r = 0; r < n_rows; ++r) {
+    if (r + kFeedbackPrefetch < n_rows) t.Prefetch(rows[r + kFeedbackPrefetch]);
+    const float* c = corrected + r * width;
+    const float* d = decoded + r * width;
+    const uint32_t row = rows[r];
+    float* residual = t.Find(row);
+    if (residual == nullptr) {
+      bool zero = true;
+      for (uint32_t f = 0; f < width; ++f) zero &= (c[f] - d[f]) == 0.0f;
+      if (zero) continue;  // no entry, and no page, for a zero residual
+      residual = t.Insert(row);
+    }
+    for (uint32_t f = 0; f < width; ++f) residual[f] = c[f] - d[f];
+  }
+}
+
+void ErrorFeedback::AppendState(std::string* out) const {
+  std::vector<uint64_t> keys;
+  for (const auto& [key, t] : tables_) keys.push_back(key);
+  std::sort(keys.begin(), keys.end());
+  AppendValue<uint64_t>(out, keys.size());
+  for (uint64_t key : keys) {
+    const Table& t = tables_.at(key);
+    const std::vector<uint32_t> rows = Rows(key);
+    AppendValue<uint64_t>(out, key);
+    AppendValue<uint32_t>(out, t.width);
+    AppendValue<uint64_t>(out, rows.size());
+    out->append(reinterpret_cast<const char*>(rows.data()), rows.size() * sizeof(uint32_t));
+    for (uint32_t row : rows)
+      out->append(reinterpret_cast<const char*>(t.Find(row)), t.width * sizeof(float));
+  }
+}
+
+Status ErrorFeedback::RestoreState(std::string_view* in) {
+  tables_.clear();
+  uint64_t n_keys = 0;
+  if (!TakeValue(in, &n_keys)) return Status::Corruption("error feedback: no key count");
+  for (uint64_t k = 0; k < n_keys; ++k) {
+    uint64_t key = 0, count = 0;
+    uint32_t width = 0;
+    if (!TakeValue(in, &key) || !TakeValue(in, &width) || !TakeValue(in, &count) || width == 0 ||
+        tables_.count(key) != 0) {
+      return Status::Corruption("error feedback: a malformed or repeated table header");
+    }
+    std::vector<uint32_t> rows;
+    std::vector<float> values;
+    if (!TakeArray(in, count, &rows) || count > in->size() / sizeof(float) / width ||
+        !TakeArray(in, count * width, &values)) {
+      return Status::Corruption("error feedback: the state is shorter than its tables");
+    }
+    Table& t = tables_[key];
+    t.width = width;
+    for (size_t r = 0; r < rows.size(); ++r) {
+      if (t.Find(rows[r]) != nullptr)
+        return Status::Corruption("error feedback: a row listed twice");
+      std::copy_n(values.data() + r * width, width, t.Insert(rows[r]));
+    }
+  }
+  return Status::OK();
+}
+
+size_t ErrorFeedback::Entries() const {
+  size_t total = 0;
+  for (const auto& [id, t] : tables_) total += t.entries;
+  return total;
+}
+
+size_t ErrorFeedback::Entries(uint64_t key) const {
+  const Table* t = FindTable(key);
+  return t == nullptr ? 0 : t->entries;
+}
+
+const float* ErrorFeedback::Residual(uint64_t key, uint32_t row) const {
+  const Table* t = FindTable(key);
+  return t == nullptr ? nullptr : t->Find(row);
+}
+
+std::vector<uint32_t> ErrorFeedback::Rows(uint64_t key) const {
+  std::vector<uint32_t> rows;
+  const Table* t = FindTable(key);
+  if (t == nullptr) return rows;
+  rows.reserve(t->entries);
+  for (size_t p = 0; p < t->pages.size(); ++p) {
+    if (!t->pages[p].present) continue;
+    for (uint32_t w = 0; w < kPageRows / 64; ++w) {
+      for (uint64_t bits = t->pages[p].present[w]; bits != 0; bits &= bits - 1) {
+        const auto bit = static_cast<uint32_t>(__builtin_ctzll(bits));
+        rows.push_back(static_cast<uint32_t>((p << kPageBits) + w * 64 + bit));
+      }
+    }
+  }
+  return rows;
+}
+
+size_t ErrorFeedback::ResidualBytes() const {
+  size_t bytes = 0;
+  for (const auto& [id, t] : tables_) bytes += t.pages_made * kPageRows * t.width * sizeof(float);
+  return bytes;
+}
+
+size_t ErrorFeedback::IndexBytes() const {
+  size_t bytes = 0;
+  for (const auto& [id, t] : tables_)
+    bytes += t.pages.capacity() * sizeof(Page) + t.pages_made * kPageRows / 8;
+  return bytes;
+}
+
+}  // namespace gridsync::cpu
