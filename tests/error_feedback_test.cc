@@ -229,5 +229,26 @@ TEST(ErrorFeedbackTest, ResidualsStayExactOverPagesAndThroughACheckpoint) {
   for (size_t r = 0; r < rows.size(); ++r) EXPECT_EQ(values[r * width], 1.0f + want[rows[r]][0]);
 }
 
+// A state of a few bytes that lists rows one per page, in a wide table,
+// would make gigabytes of pages: refused, naming the bound.
+TEST(ErrorFeedbackTest, AStateThatWouldMakeFarMoreMemoryThanItsSizeIsRefused) {
+  const uint32_t width = 64;
+  std::string state;
+  auto append = [&](auto v) { state.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
+  append(uint64_t{1});         // keys
+  append(uint64_t{7});         // key
+  append(width);               // width
+  const uint32_t rows = 2000;  // 2000 pages of 1 MiB from a 0.5 MiB state
+  append(uint64_t{rows});
+  for (uint32_t r = 0; r < rows; ++r) append(r * 4096u * 2u);
+  for (uint32_t i = 0; i < rows * width; ++i) append(1.0f);
+  cpu::ErrorFeedback feedback;
+  std::string_view in(state);
+  const Status status = feedback.RestoreState(&in);
+  ASSERT_FALSE(status.ok());
+  EXPECT_NE(status.message().find("allowed"), std::string::npos) << status.ToString();
+  EXPECT_EQ(feedback.Entries(), 0u);
+}
+
 }  // namespace
 }  // namespace gridsync

@@ -17,6 +17,9 @@ namespace {
 // spread over tables far larger than the caches.
 constexpr size_t kFeedbackPrefetch = 16;
 
+// What RestoreState may allocate whatever the state's size (see there).
+constexpr double kRestoreFloorBytes = 256.0 * (1 << 20);
+
 }  // namespace
 
 float* ErrorFeedback::Table::Insert(uint32_t row) {
@@ -128,6 +131,7 @@ void ErrorFeedback::AppendState(std::string* out) const {
 
 Status ErrorFeedback::RestoreState(std::string_view* in) {
   tables_.clear();
+  const size_t state_bytes = in->size();
   uint64_t n_keys = 0;
   if (!TakeValue(in, &n_keys)) return Status::Corruption("error feedback: no key count");
   for (uint64_t k = 0; k < n_keys; ++k) {
@@ -142,6 +146,21 @@ Status ErrorFeedback::RestoreState(std::string_view* in) {
     if (!TakeArray(in, count, &rows) || count > in->size() / sizeof(float) / width ||
         !TakeArray(in, count * width, &values)) {
       return Status::Corruption("error feedback: the state is shorter than its tables");
+    }
+    // Pages are whole: a state listing one row per page would make memory
+    // far beyond its own size. A real one stays well inside this bound.
+    std::vector<uint32_t> pages(rows.size());
+    for (size_t r = 0; r < rows.size(); ++r) pages[r] = rows[r] >> kPageBits;
+    std::sort(pages.begin(), pages.end());
+    const size_t distinct =
+        static_cast<size_t>(std::unique(pages.begin(), pages.end()) - pages.begin());
+    const double bytes = static_cast<double>(distinct) * kPageRows * width * sizeof(float);
+    if (bytes > std::max(kRestoreFloorBytes, 64.0 * static_cast<double>(state_bytes))) {
+      return Status::Corruption("error feedback: table " + std::to_string(key) + "'s " +
+                                std::to_string(rows.size()) + " rows would take " +
+                                std::to_string(distinct) + " pages of " +
+                                std::to_string(kPageRows) + " rows x " + std::to_string(width) +
+                                " floats; allowed: at most 64 times the state's size or 256 MiB");
     }
     Table& t = tables_[key];
     t.width = width;
