@@ -1,0 +1,453 @@
+// The coordinator engine (coordinator_engine.h): connections. Accepting,
+// reading frames with their deadlines, authenticating, dispatching decoded
+// requests in order, and writing, refusing and closing.
+//
+// Thread safety: see coordinator_engine.h (the io thread only).
+#include "server/coordinator_engine.h"
+
+namespace gridsync {
+namespace coordinator_engine {
+
+// ---- Accepting and reading ----
+
+void CoordinatorImpl::Accept() {
+  acceptor_.async_accept([this](ErrorCode ec, tcp::socket socket) {
+    Guard(nullptr, "accept", [&] {
+      if (shutting_down_ || ec == asio::error::operation_aborted) return;
+      if (ec) {
+        // For example EMFILE: back off instead of spinning.
+        spdlog::warn("coordinator: accept failed: {}; retrying in 100 ms", ec.message());
+        accept_retry_.expires_after(std::chrono::milliseconds(100));
+        accept_retry_.async_wait([this](ErrorCode timer_ec) {
+          Guard(nullptr, "accept retry", [&] {
+            if (!timer_ec && !shutting_down_) Accept();
+          });
+        });
+        return;
+      }
+      auto conn = std::make_shared<Connection>(std::move(socket), ++next_connection_id_);
+      ErrorCode opt_ec;
+      conn->socket.set_option(tcp::no_delay(true), opt_ec);
+      auto remote = conn->socket.remote_endpoint(opt_ec);
+      conn->peer = opt_ec ? std::string("unknown peer")
+                          : fmt::format("{}:{}", remote.address().to_string(), remote.port());
+      connections_.insert(conn);
+      conn->read_timer = std::make_unique<asio::steady_timer>(io_);
+      if (connections_.size() > options_.max_connections) {
+        Fail(conn, 0,
+             Status::InvalidArgument(
+                 fmt::format("too many connections: {} open; allowed: at most {} (max_connections)",
+                             connections_.size() - 1, options_.max_connections)));
+        Accept();
+        return;
+      }
+      spdlog::debug("coordinator: connection {} from {}", conn->id, conn->peer);
+      ArmReadDeadline(conn, "its first request");
+      ReadHeader(conn);
+      Accept();
+    });
+  });
+}
+
+void CoordinatorImpl::ReadHeader(const ConnPtr& conn) {
+  if (conn->closed || conn->closing || conn->reading || shutting_down_) return;
+  if (conn->queued.size() >= kMaxQueuedRequests) return;       // resumed by Drain()
+  if (conn->outbox_bytes > options_.max_outbox_bytes) return;  // resumed by WriteNext()
+  conn->reading = true;
+  asio::async_read(conn->socket, asio::buffer(conn->header), [this, conn](ErrorCode ec, size_t) {
+    Guard(conn, "read", [&] {
+      conn->reading = false;
+      if (conn->closed) return;
+      if (ec) {
+        Close(conn, ec == asio::error::eof ? std::string("connection closed by the peer")
+                                           : "read failed: " + ec.message());
+        return;
+      }
+      const uint32_t length = wire::DecodeFramePrefix(conn->header);
+      switch (wire::CheckFrameLength(
+          length, wire::FrameLimit(options_.max_message_bytes, conn->session.has_value()))) {
+        case wire::FrameLengthCheck::kOk:
+          break;
+        case wire::FrameLengthCheck::kEmpty:
+          Fail(conn, 0,
+               Status::InvalidArgument(fmt::format(
+                   "empty message (length prefix 0); allowed: a flat Cap'n Proto CoordRequest of 8 "
+                   "to {} bytes",
+                   options_.max_message_bytes)));
+          return;
+        case wire::FrameLengthCheck::kTooLong:
+          Fail(conn, 0,
+               Status::InvalidArgument(fmt::format(
+                   "message length {} bytes exceeds the limit of {} bytes (max_message_bytes); "
+                   "allowed: 8 to {} bytes, a multiple of 8",
+                   length, options_.max_message_bytes, options_.max_message_bytes)));
+          return;
+        case wire::FrameLengthCheck::kNotWords:
+          Fail(conn, 0,
+               Status::Corruption(fmt::format(
+                   "message length {} bytes is not a multiple of 8; allowed: a flat Cap'n Proto "
+                   "message, which is whole 8-byte words",
+                   length)));
+          return;
+      }
+      conn->body_length = length;
+      conn->body_received = 0;
+      conn->body.clear();
+      ArmReadDeadline(conn, "the rest of a message");
+      ReadBody(conn);
+    });
+  });
+}
+
+void CoordinatorImpl::ReadBody(const ConnPtr& conn) {
+  // The body grows as bytes arrive (at most 64 KiB a read), so a length
+  // prefix alone reserves nothing; all partial bodies share one budget.
+  constexpr size_t kChunk = 64 * 1024;
+  const size_t want = std::min(kChunk, conn->body_length - conn->body_received);
+  if (pending_bytes_ + want > options_.max_pending_bytes) {
+    Fail(conn, 0,
+         Status::InvalidArgument(fmt::format(
+             "the coordinator holds {} bytes of unfinished messages; allowed: at most {} over all "
+             "connections (max_pending_bytes); send whole messages",
+             pending_bytes_, options_.max_pending_bytes)));
+    return;
+  }
+  pending_bytes_ += want;
+  conn->pending += want;
+  conn->body.resize((conn->body_received + want) / 8 + 1);
+  conn->reading = true;
+  auto* at = reinterpret_cast<uint8_t*>(conn->body.data()) + conn->body_received;
+  asio::async_read(conn->socket, asio::buffer(at, want), [this, conn, want](ErrorCode ec, size_t) {
+    Guard(conn, "read", [&] {
+      conn->reading = false;
+      // Refused meanwhile (a deadline): its bytes are being discarded.
+      if (conn->closed || conn->closing) return;
+      if (ec) {
+        Close(conn, ec == asio::error::eof
+                        ? std::string("connection closed by the peer in the middle of a message")
+                        : "read failed: " + ec.message());
+        return;
+      }
+      conn->body_received += want;
+      if (conn->body_received < conn->body_length) {
+        ReadBody(conn);
+        return;
+      }
+      conn->read_timer->cancel();
+      conn->seen_request = true;
+      pending_bytes_ -= conn->pending;  // the message is whole: no longer pending
+      conn->pending = 0;
+      conn->body.resize(conn->body_length / 8);
+      if (conn->session) {
+        auto opened = wire::OpenSealedBody(*conn->session, conn->body.data(), conn->body_length);
+        if (!opened.ok()) {
+          spdlog::warn("coordinator: connection {} ({}): {}", conn->id, conn->peer,
+                       opened.status().message());
+          Close(conn, "a sealed frame did not open");
+          return;
+        }
+        conn->body = std::move(opened).value();
+      }
+      uint64_t request_id = 0;
+      auto request = wire::DecodeRequest(
+          kj::ArrayPtr<const capnp::word>(conn->body.data(), conn->body.size()), &request_id);
+      // Shrink big buffers back; keep small ones for the next request.
+      if (conn->body.capacity() > 4096) std::vector<capnp::word>().swap(conn->body);
+      if (!request.ok()) {
+        Fail(conn, request_id, request.status());
+        return;
+      }
+      OnRequest(conn, std::move(request).value());
+      ReadHeader(conn);
+    });
+  });
+}
+
+void CoordinatorImpl::ArmReadDeadline(const ConnPtr& conn, const char* what) {
+  conn->read_timer->expires_after(options_.read_timeout);
+  std::weak_ptr<Connection> weak = conn;
+  conn->read_timer->async_wait([this, weak, what](ErrorCode ec) {
+    Guard(nullptr, "read deadline", [&] {
+      auto c = weak.lock();
+      if (ec || !c || c->closed || c->closing) return;
+      Fail(c, 0,
+           Status::Timeout(fmt::format(
+               "{} did not arrive within {} ms (read_timeout); allowed: whole messages, sent "
+               "promptly",
+               what, options_.read_timeout.count())));
+    });
+  });
+}
+
+void CoordinatorImpl::OnRequest(const ConnPtr& conn, Request request) {
+  if (conn->waiter || !conn->queued.empty()) {
+    conn->queued.push_back(std::move(request));
+    return;
+  }
+  Dispatch(conn, std::move(request));
+}
+
+void CoordinatorImpl::Drain(const ConnPtr& conn) {
+  while (!conn->closed && !conn->closing && !conn->waiter && !conn->queued.empty()) {
+    Request request = std::move(conn->queued.front());
+    conn->queued.pop_front();
+    Dispatch(conn, std::move(request));
+  }
+  ReadHeader(conn);  // resumes reading if the queue had filled up
+}
+
+bool CoordinatorImpl::Authenticate(const ConnPtr& conn, Request& request) {
+  if (conn->authenticated) {
+    if (auto* reg = std::get_if<RegisterInfo>(&request.body);
+        reg != nullptr && reg->role != *conn->authenticated) {
+      spdlog::warn("coordinator: connection {} ({}) authenticated as {} tried to register as {}",
+                   conn->id, conn->peer, RoleName(*conn->authenticated), RoleName(reg->role));
+      Send(conn,
+           wire::EncodeErrorReply(
+               request.id, Status::InvalidArgument(fmt::format(
+                               "this connection proved the {} key; allowed: register "
+                               "as {} only",
+                               RoleName(*conn->authenticated), RoleName(*conn->authenticated)))));
+      return false;
+    }
+    return true;  // a second authHello/auth is refused by Dispatch
+  }
+  if (std::holds_alternative<AuthHelloRequest>(request.body)) {
+    conn->challenge = wire::RandomBytes(32);
+    Send(conn, wire::EncodeChallengeReply(request.id, conn->challenge));
+    return false;
+  }
+  if (auto* auth = std::get_if<AuthRequest>(&request.body)) {
+    const std::string role = RoleName(auth->role);
+    const std::string challenge = conn->challenge;
+    Status proof =
+        conn->challenge.empty()
+            ? Status::InvalidArgument("auth before authHello; allowed: authHello, then auth")
+            : wire::OpenChallenge(options_.auth, role, conn->challenge, auth->nonce, auth->box);
+    conn->challenge.clear();  // one proof per challenge
+    if (!proof.ok()) {
+      spdlog::warn("coordinator: connection {} ({}) failed to authenticate as {}: {}", conn->id,
+                   conn->peer, role, proof.message());
+      Fail(conn, request.id, proof);
+      return false;
+    }
+    auto session = wire::ControlSession::Derive(options_.auth, options_.auth.role_public.at(role),
+                                                challenge, /*coordinator_side=*/true);
+    if (!session.ok()) {
+      Fail(conn, request.id, session.status());
+      return false;
+    }
+    conn->authenticated = auth->role;
+    spdlog::debug("coordinator: connection {} ({}) authenticated as {}", conn->id, conn->peer,
+                  role);
+    Send(conn, wire::EncodeOkReply(request.id));  // the last frame in the clear
+    conn->session = std::move(session).value();
+    return false;
+  }
+  spdlog::warn("coordinator: connection {} ({}) sent a request before authenticating", conn->id,
+               conn->peer);
+  Fail(conn, request.id,
+       Status::InvalidArgument("unauthenticated connection; allowed first: authHello, then auth "
+                               "with a role key (security.keys_dir)"));
+  return false;
+}
+
+void CoordinatorImpl::Dispatch(const ConnPtr& conn, Request request) {
+  const uint64_t id = request.id;
+  if (options_.auth.on && !Authenticate(conn, request)) return;
+  std::visit(
+      [&](auto& body) {
+        using T = std::decay_t<decltype(body)>;
+        if constexpr (std::is_same_v<T, RegisterInfo>) {
+          HandleRegister(conn, id, std::move(body));
+        } else if constexpr (std::is_same_v<T, GetMapRequest>) {
+          HandleGetMap(conn, id, body);
+        } else if constexpr (std::is_same_v<T, BarrierRequest>) {
+          HandleBarrier(conn, id, std::move(body));
+        } else if constexpr (std::is_same_v<T, KvSetRequest>) {
+          HandleKvSet(conn, id, std::move(body));
+        } else if constexpr (std::is_same_v<T, KvGetRequest>) {
+          HandleKvGet(conn, id, std::move(body));
+        } else if constexpr (std::is_same_v<T, HeartbeatRequest>) {
+          Send(conn, wire::EncodeOkReply(id));
+        } else {
+          // authHello/auth without security, or auth once authenticated.
+          Fail(conn, id,
+               Status::InvalidArgument(options_.auth.on
+                                           ? "this connection is already authenticated"
+                                           : "authentication is off on this coordinator "
+                                             "(security.curve is false); allowed: any other "
+                                             "request"));
+        }
+      },
+      request.body);
+}
+
+// ---- Writing and closing ----
+
+void CoordinatorImpl::Send(const ConnPtr& conn, std::vector<uint8_t> frame) {
+  if (conn->closed) return;
+  if (conn->session) frame = conn->session->Seal(frame);
+  conn->outbox_bytes += frame.size();
+  conn->outbox.push_back(std::move(frame));
+  if (!conn->writing) WriteNext(conn);
+}
+
+void CoordinatorImpl::WriteNext(const ConnPtr& conn) {
+  if (conn->closed) return;
+  if (conn->outbox.empty()) {
+    conn->writing = false;
+    if (conn->closing) Linger(conn);
+    return;
+  }
+  conn->writing = true;
+  asio::async_write(conn->socket, asio::buffer(conn->outbox.front()),
+                    [this, conn](ErrorCode ec, size_t) {
+                      Guard(conn, "write", [&] {
+                        if (conn->closed) return;
+                        const bool was_full = conn->outbox_bytes > options_.max_outbox_bytes;
+                        conn->outbox_bytes -= conn->outbox.front().size();
+                        conn->outbox.pop_front();
+                        if (ec) {
+                          Close(conn, "write failed: " + ec.message());
+                          return;
+                        }
+                        WriteNext(conn);
+                        // Reading paused while the peer did not take its replies.
+                        if (was_full && conn->outbox_bytes <= options_.max_outbox_bytes)
+                          ReadHeader(conn);
+                      });
+                    });
+}
+
+void CoordinatorImpl::Fail(const ConnPtr& conn, uint64_t request_id, const Status& status) {
+  spdlog::warn("coordinator: connection {} ({}): {} ({}); replying with the error and closing it",
+               conn->id, conn->peer, status.message(), StatusCodeName(status.code()));
+  Cleanup(conn, "sent a message that was refused: " + status.message());
+  pending_bytes_ -= conn->pending;  // its unfinished message is dropped
+  conn->pending = 0;
+  Send(conn, wire::EncodeErrorReply(request_id, status));
+  conn->closing = true;
+  if (!conn->writing) Linger(conn);
+}
+
+// Closing a socket whose receive buffer still holds bytes makes the kernel
+// send a reset, and a reset can discard the error reply before the peer
+// reads it. So: half-close (the peer reads the reply, then EOF), discard
+// what the peer still sends, and close at its EOF, after 500 ms, or after
+// 1 MiB, whichever comes first.
+void CoordinatorImpl::Linger(const ConnPtr& conn) {
+  if (conn->closed || conn->linger_timer) return;
+  ErrorCode ignored;
+  conn->socket.shutdown(tcp::socket::shutdown_send, ignored);
+  conn->linger_timer = std::make_unique<asio::steady_timer>(io_);
+  conn->linger_timer->expires_after(std::chrono::milliseconds(500));
+  conn->linger_timer->async_wait([this, conn](ErrorCode) {
+    Guard(conn, "linger", [&] { Close(conn, "closed after a refused message"); });
+  });
+  conn->discard.resize(4096);
+  DiscardInput(conn);
+}
+
+void CoordinatorImpl::DiscardInput(const ConnPtr& conn) {
+  if (conn->closed) return;
+  conn->socket.async_read_some(asio::buffer(conn->discard), [this, conn](ErrorCode ec, size_t n) {
+    Guard(conn, "linger", [&] {
+      if (conn->closed) return;
+      conn->discarded += n;
+      if (ec || conn->discarded > (size_t{1} << 20)) {
+        Close(conn, "closed after a refused message");
+        return;
+      }
+      DiscardInput(conn);
+    });
+  });
+}
+
+void CoordinatorImpl::Cleanup(const ConnPtr& conn, const std::string& reason) {
+  if (conn->cleaned) return;
+  conn->cleaned = true;
+  conn->queued.clear();
+  if (auto w = conn->waiter) {
+    conn->waiter.reset();
+    w->done = true;
+    w->timer.cancel();
+    Detach(w);
+    if (w->kind == Waiter::Kind::kBarrier && !shutting_down_) {
+      spdlog::info("barrier '{}': {} left while waiting ({})", w->barrier, w->member, reason);
+    }
+  }
+  if (conn->member) {
+    const MemberInfo member = *conn->member;
+    conn->member.reset();
+    auto& members = member.role == Role::kShard ? map_.shards : map_.workers;
+    members.erase(std::remove_if(members.begin(), members.end(),
+                                 [&](const MemberInfo& m) { return m.rank == member.rank; }),
+                  members.end());
+    ++map_.generation;
+    if (!shutting_down_) {
+      spdlog::log(
+          job_done_ ? spdlog::level::info : spdlog::level::warn,
+          "{} {} left{} (node '{}', pid {}, {}): {}; cluster map generation {}: {}/{} shards, "
+          "{}/{} workers",
+          RoleName(member.role), member.rank, job_done_ ? " after the job ended" : "", member.node,
+          member.pid, conn->peer, reason, map_.generation, map_.shards.size(), map_.expected_shards,
+          map_.workers.size(), map_.expected_workers);
+    }
+    const bool resumable = !job_done_ && JobHasCheckpoints();
+    if (map_.workers.empty() && training_started_ && resumable && !shutting_down_) {
+      // Every worker died before the end, but the job has checkpoints: it
+      // stays open, and workers restarted with the same config rejoin it.
+      spdlog::warn(
+          "job {}: every worker left before the job finished; it has checkpoints, so it stays "
+          "open and restarted workers rejoin it (a fresh job needs a fresh coordinator)",
+          map_.job);
+    } else if (map_.workers.empty() && training_started_) {
+      // The job's last worker left: the next workers start a new job, which
+      // long-running shards (systemd units that stay up) serve afresh.
+      spdlog::info("job {} {}; the next workers start job {}", map_.job,
+                   job_done_ ? "ended" : "ended without finishing", map_.job + 1);
+      ++map_.job;
+      map_.epoch = 0;
+      map_.resume_step = 0;
+      training_started_ = false;
+      job_done_ = false;
+    }
+    if (map_.workers.empty()) {
+      // Rendezvous state (Gloo's addresses, NCCL's ids, the backend vote)
+      // belongs to the workers that wrote it: the next ones, reusing the
+      // group names, must not find it (a second nccl-mode job on this
+      // coordinator waited for the first job's Gloo peers).
+      const std::string prefix = kCollectiveStorePrefix;
+      auto it = kv_.lower_bound(prefix);
+      while (it != kv_.end() && it->first.rfind(prefix, 0) == 0) it = kv_.erase(it);
+    }
+    if (map_.shards.empty() && map_.workers.empty() && tables_owner_) {
+      // The job is gone; the next one may bring other tables.
+      tables_owner_.reset();
+      map_.tables.clear();
+      if (!shutting_down_)
+        spdlog::info("no shards or workers left; the cluster's tables are forgotten");
+    }
+  }
+}
+
+void CoordinatorImpl::Close(const ConnPtr& conn, const std::string& reason) {
+  if (conn->closed) return;
+  Cleanup(conn, reason);
+  conn->closed = true;
+  conn->outbox.clear();
+  conn->outbox_bytes = 0;
+  pending_bytes_ -= conn->pending;
+  conn->pending = 0;
+  if (conn->linger_timer) conn->linger_timer->cancel();
+  if (conn->read_timer) conn->read_timer->cancel();
+  ErrorCode ignored;
+  conn->socket.shutdown(tcp::socket::shutdown_both, ignored);
+  conn->socket.close(ignored);
+  connections_.erase(conn);
+  spdlog::debug("coordinator: connection {} ({}) closed: {}", conn->id, conn->peer, reason);
+}
+
+}  // namespace coordinator_engine
+}  // namespace gridsync

@@ -1,0 +1,308 @@
+// The coordinator engine's parts (server/coordinator.h is its interface):
+// the connection and deferred-reply records and the CoordinatorImpl class,
+// whose members are defined in coordinator.cc (listening, the serving
+// thread, stopping), coordinator_connections.cc (accepting, reading,
+// authenticating, dispatching, writing and closing) and
+// coordinator_requests.cc (registration, maps, barriers, the KV store and
+// the replies they defer). Internal to gridsync_coordinator.
+//
+// Thread safety: one Boost.Asio io_context on its own thread. Every piece of state below (members,
+// barriers, KV, waiters, connections) is touched only from that thread, so it needs no locks;
+// Stop() posts the shutdown to it and joins.
+//
+// Per connection: reads continue while a deferred request (getMap with
+// waitComplete, barrier, kvGet) is pending, so that a peer that disconnects
+// while waiting is noticed and removed at once. Requests read meanwhile are
+// queued and handled in order once the deferred reply has gone out.
+//
+// The bytes are common/wire/coord_codec.h's, shared with the client: its
+// frame format, its decode boundary wire::DecodeRequest() (one frame into
+// plain C++ values; every Cap'n Proto exception becomes a Corruption Status)
+// and its reply encoders. Handlers work on validated values only. Framing and
+// decoding errors get an error reply and close that connection; semantic
+// errors (rank taken, tables differ) get an error reply and the connection
+// stays open.
+#pragma once
+
+#include <capnp/common.h>
+#include <kj/exception.h>
+#include <spdlog/fmt/fmt.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <boost/asio.hpp>
+#include <chrono>
+#include <deque>
+#include <exception>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "common/checkpoint_registry.h"
+#include "common/cluster_map.h"
+#include "common/wire/coord_codec.h"
+#include "server/coordinator.h"
+
+namespace gridsync {
+namespace coordinator_engine {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using ErrorCode = boost::system::error_code;
+// The decoded requests of the control-plane codec (common/wire/coord_codec.h).
+using wire::AuthHelloRequest;
+using wire::AuthRequest;
+using wire::BarrierRequest;
+using wire::GetMapRequest;
+using wire::HeartbeatRequest;
+using wire::KvGetRequest;
+using wire::KvSetRequest;
+using wire::Request;
+
+// A connection may have this many decoded requests waiting behind a
+// deferred one before the coordinator stops reading from it.
+inline constexpr size_t kMaxQueuedRequests = 64;
+
+inline std::string Seconds(uint64_t ms) {
+  return fmt::format("{:.1f} s", static_cast<double>(ms) / 1000.0);
+}
+
+inline std::string MemberName(Role role, uint32_t rank) {
+  return fmt::format("{}-{}", RoleName(role), rank);
+}
+
+inline std::string DescribeMember(const MemberInfo& m) {
+  return fmt::format("{} {} (node '{}', pid {})", RoleName(m.role), m.rank, m.node, m.pid);
+}
+
+inline std::string RankList(const std::vector<uint32_t>& ranks) {
+  std::string out = "[";
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (i > 0) out += ", ";
+    out += std::to_string(ranks[i]);
+  }
+  return out + "]";
+}
+
+inline std::string Join(const std::vector<std::string>& items, const char* sep = ", ") {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i > 0) out += sep;
+    out += items[i];
+  }
+  return out;
+}
+
+inline std::string QuoteJoin(const std::vector<std::string>& items) {
+  std::vector<std::string> quoted;
+  quoted.reserve(items.size());
+  for (const auto& s : items) quoted.push_back("'" + s + "'");
+  return Join(quoted);
+}
+
+inline std::string TableSize(const TableInfo& t) { return fmt::format("{} x {}", t.rows, t.width); }
+
+// ---- Connections and deferred replies ----
+
+struct Connection;
+
+// A request whose reply waits for something (members, barrier peers, keys).
+struct Waiter {
+  enum class Kind { kMap, kBarrier, kKv };
+  Waiter(asio::io_context& io, Kind k) : kind(k), timer(io) {}
+  Kind kind;
+  std::weak_ptr<Connection> conn;
+  uint64_t request_id = 0;
+  uint32_t timeout_ms = 0;
+  asio::steady_timer timer;
+  bool done = false;
+  // kBarrier
+  std::string barrier;
+  std::string member;
+  std::optional<Role> member_role;  // from the connection's registration
+  // kKv
+  std::vector<std::string> keys;
+};
+
+struct Connection {
+  Connection(tcp::socket s, uint64_t connection_id) : socket(std::move(s)), id(connection_id) {}
+  tcp::socket socket;
+  uint64_t id;
+  std::string peer;
+  std::array<uint8_t, wire::kFramePrefixBytes> header{};
+  std::vector<capnp::word> body;
+  size_t body_length = 0;    // bytes the current message announced
+  size_t body_received = 0;  // bytes of it received so far
+  uint64_t pending = 0;      // this connection's share of pending_bytes_
+  std::deque<std::vector<uint8_t>> outbox;
+  uint64_t outbox_bytes = 0;
+  bool seen_request = false;                       // a first request arrived (the idle check)
+  std::string challenge;                           // security: the outstanding authHello challenge
+  std::optional<wire::ControlSession> session;     // security: every frame sealed after the proof
+  std::optional<Role> authenticated;               // security: the role this connection proved
+  std::unique_ptr<asio::steady_timer> read_timer;  // a started message must finish
+  bool writing = false;
+  bool reading = false;
+  bool closing = false;  // no more requests; close once the outbox is written
+  bool closed = false;
+  bool cleaned = false;
+  std::deque<Request> queued;        // read while a deferred request was pending
+  std::shared_ptr<Waiter> waiter;    // the deferred request in progress, if any
+  std::optional<MemberInfo> member;  // a shard or worker registered here
+  bool observer = false;
+  // Lingering close after a refusal: see CoordinatorImpl::Linger().
+  std::unique_ptr<asio::steady_timer> linger_timer;
+  std::vector<uint8_t> discard;
+  size_t discarded = 0;
+};
+using ConnPtr = std::shared_ptr<Connection>;
+
+struct BarrierState {
+  uint64_t round = 0;  // completed rounds: a name is reusable
+  uint32_t count = 0;
+  std::vector<std::shared_ptr<Waiter>> waiters;  // arrival order
+};
+
+class CoordinatorImpl final : public Coordinator {
+ public:
+  explicit CoordinatorImpl(const CoordinatorOptions& options)
+      : options_(options), acceptor_(io_), accept_retry_(io_), heartbeat_timer_(io_) {
+    map_.expected_shards = options.expected_shards;
+    map_.expected_workers = options.expected_workers;
+  }
+  ~CoordinatorImpl() override { Stop(); }
+
+  Status Listen();
+  void Launch();
+  // Closes the connection with a Timeout error unless the awaited bytes
+  // arrive within options_.read_timeout (cancelled when they do).
+  void ArmReadDeadline(const ConnPtr& conn, const char* what);
+  // security: handles authHello/auth and refuses anything else before a
+  // connection proved a role key; true when `request` may be dispatched.
+  bool Authenticate(const ConnPtr& conn, Request& request);
+  uint16_t port() const override { return port_; }
+  uint64_t heartbeats() const override { return heartbeats_.load(std::memory_order_relaxed); }
+  Result<CoordinatorStats> stats(std::chrono::milliseconds timeout) override;
+  void StoreLocally(const std::string& key, const std::string& value) override {
+    asio::post(io_, [this, key, value] {
+      kv_[key] = value;
+      WakeKvWaiters();
+    });
+  }
+  void Stop() override;
+
+ private:
+  void Heartbeat();
+  // Runs `body` (a handler's work), turning any exception into a closed
+  // connection (or a log line when there is none): nothing escapes Asio.
+  template <typename F>
+  void Guard(const ConnPtr& conn, const char* where, F&& body) noexcept;
+
+  void Accept();
+  void ReadHeader(const ConnPtr& conn);
+  void ReadBody(const ConnPtr& conn);
+  void OnRequest(const ConnPtr& conn, Request request);
+  void Drain(const ConnPtr& conn);
+  void Dispatch(const ConnPtr& conn, Request request);
+
+  void HandleRegister(const ConnPtr& conn, uint64_t id, RegisterInfo info);
+  void HandleGetMap(const ConnPtr& conn, uint64_t id, const GetMapRequest& req);
+  void HandleBarrier(const ConnPtr& conn, uint64_t id, BarrierRequest req);
+  void HandleKvSet(const ConnPtr& conn, uint64_t id, KvSetRequest req);
+  void HandleKvGet(const ConnPtr& conn, uint64_t id, KvGetRequest req);
+
+  std::vector<uint8_t> ValuesFrame(uint64_t request_id, const std::vector<std::string>& keys) const;
+  std::vector<std::string> MissingKeys(const std::vector<std::string>& keys) const;
+  std::string IncompleteMessage(uint32_t waited_ms) const;
+  // Why `step` is no step to roll the job back to (nullopt: it is one).
+  std::optional<std::string> CheckRejoinStep(uint64_t step) const;
+  // Whether a part of the running job published a checkpoint step.
+  bool JobHasCheckpoints() const;
+  std::string BarrierTimeoutMessage(const Waiter& w) const;
+  std::optional<std::string> TableMismatch(const RegisterInfo& info) const;
+
+  std::shared_ptr<Waiter> Defer(const ConnPtr& conn, Waiter::Kind kind, uint64_t id,
+                                uint32_t timeout_ms);
+  void Arm(const std::shared_ptr<Waiter>& w);
+  void OnTimeout(const std::shared_ptr<Waiter>& w);
+  void Detach(const std::shared_ptr<Waiter>& w);
+  void Complete(const std::shared_ptr<Waiter>& w, std::vector<uint8_t> frame);
+  void WakeMapWaiters();
+  void WakeKvWaiters();
+
+  void Send(const ConnPtr& conn, std::vector<uint8_t> frame);
+  void WriteNext(const ConnPtr& conn);
+  void Fail(const ConnPtr& conn, uint64_t request_id, const Status& status);
+  void Linger(const ConnPtr& conn);
+  void DiscardInput(const ConnPtr& conn);
+  void Cleanup(const ConnPtr& conn, const std::string& reason);
+  void Close(const ConnPtr& conn, const std::string& reason);
+  void Shutdown();
+
+  const CoordinatorOptions options_;
+  // Declared first so that it is destroyed last: sockets and timers below
+  // belong to it.
+  asio::io_context io_;
+  tcp::acceptor acceptor_;
+  asio::steady_timer accept_retry_;
+  asio::steady_timer heartbeat_timer_;
+  std::atomic<uint64_t> heartbeats_{0};
+  uint16_t port_ = 0;
+  std::string address_;
+
+  std::mutex stop_mu_;  // Stop() against Stop()
+  std::thread thread_;
+  std::promise<void> thread_done_;
+
+  // ---- io thread only ----
+  bool shutting_down_ = false;
+  uint64_t next_connection_id_ = 0;
+  uint64_t pending_bytes_ = 0;     // partially received bodies, all connections
+  bool training_started_ = false;  // the "init" barrier passed: shards hold trained state
+  // The workers passed "done": members leaving now are the normal end of the
+  // job, not a failure (logged as info, not as a warning).
+  bool job_done_ = false;
+  std::set<ConnPtr> connections_;
+  ClusterMap map_;
+  std::optional<std::string> tables_owner_;  // who defined map_.tables
+  std::vector<std::shared_ptr<Waiter>> map_waiters_;
+  std::map<std::string, BarrierState> barriers_;
+  std::map<std::string, std::string> kv_;
+  std::vector<std::shared_ptr<Waiter>> kv_waiters_;
+  CoordinatorStats counts_;  // the counters of stats(); the rest is read from the state
+};
+
+template <typename F>
+void CoordinatorImpl::Guard(const ConnPtr& conn, const char* where, F&& body) noexcept {
+  std::string what;
+  try {
+    body();
+    return;
+  } catch (const kj::Exception& e) {
+    what = e.getDescription().cStr();
+  } catch (const std::exception& e) {
+    what = e.what();
+  } catch (...) {
+    what = "unknown exception";
+  }
+  try {
+    spdlog::error("coordinator: internal error in {}: {}", where, what);
+    if (conn) Close(conn, "internal error: " + what);
+  } catch (...) {
+    // Logging or closing failed too (out of memory); nothing more to do.
+  }
+}
+
+}  // namespace coordinator_engine
+}  // namespace gridsync

@@ -1,0 +1,491 @@
+// The coordinator engine (coordinator_engine.h): requests. Registration
+// and the cluster map, barriers, the KV store, and the replies they defer
+// until members, peers or keys arrive or the wait times out.
+//
+// Thread safety: see coordinator_engine.h (the io thread only).
+#include "server/coordinator_engine.h"
+
+namespace gridsync {
+namespace coordinator_engine {
+
+// ---- Requests ----
+
+std::optional<std::string> CoordinatorImpl::TableMismatch(const RegisterInfo& info) const {
+  const auto& mine = info.tables;
+  const auto& cluster = map_.tables;
+  const std::string owner = tables_owner_.value_or("?");
+  const size_t n = std::max(mine.size(), cluster.size());
+  for (size_t i = 0; i < n; ++i) {
+    if (i >= mine.size()) {
+      return fmt::format(
+          "table '{}' ({}) of the cluster (defined by {}) is missing: this {} sent {} tables, the "
+          "cluster has {}",
+          cluster[i].name, TableSize(cluster[i]), owner, RoleName(info.role), mine.size(),
+          cluster.size());
+    }
+    if (i >= cluster.size()) {
+      return fmt::format(
+          "table '{}' ({}) is not among the cluster's tables (defined by {}): this {} sent {} "
+          "tables, "
+          "the cluster has {}",
+          mine[i].name, TableSize(mine[i]), owner, RoleName(info.role), mine.size(),
+          cluster.size());
+    }
+    if (mine[i] == cluster[i]) continue;
+    if (mine[i].name == cluster[i].name) {
+      return fmt::format(
+          "table '{}' is {} (rows x width) here but {} in the cluster map (defined by {})",
+          mine[i].name, TableSize(mine[i]), TableSize(cluster[i]), owner);
+    }
+    return fmt::format(
+        "table {} is '{}' ({}) here but '{}' ({}) in the cluster map (defined by {}); sizes are "
+        "rows x "
+        "width",
+        i, mine[i].name, TableSize(mine[i]), cluster[i].name, TableSize(cluster[i]), owner);
+  }
+  return std::nullopt;
+}
+
+void CoordinatorImpl::HandleRegister(const ConnPtr& conn, uint64_t id, RegisterInfo info) {
+  if (conn->member || conn->observer) {
+    Send(conn, wire::EncodeErrorReply(
+                   id, Status::InvalidArgument(fmt::format(
+                           "this connection is already registered as {}; allowed: one "
+                           "registration per connection",
+                           conn->member ? DescribeMember(*conn->member) : "an observer"))));
+    return;
+  }
+  if (info.role == Role::kObserver) {
+    conn->observer = true;
+    spdlog::info("observer joined (node '{}', pid {}, from {})", info.node, info.pid, conn->peer);
+    Send(conn, wire::EncodeRegisteredReply(id, 0, map_));
+    return;
+  }
+  const bool shard = info.role == Role::kShard;
+  auto& members = shard ? map_.shards : map_.workers;
+  const uint32_t expected = shard ? map_.expected_shards : map_.expected_workers;
+  const char* role = RoleName(info.role);
+  const char* key = shard ? "ps.shards" : "distributed.world_size";
+  auto holder = [&](uint32_t rank) -> const MemberInfo* {
+    for (const auto& m : members) {
+      if (m.rank == rank) return &m;
+    }
+    return nullptr;
+  };
+  auto refuse = [&](std::string text) {
+    ++counts_.registrations_refused;
+    spdlog::warn("register refused ({} from node '{}', pid {}, {}): {}", role, info.node, info.pid,
+                 conn->peer, text);
+    Send(conn, wire::EncodeErrorReply(id, Status::InvalidArgument(std::move(text))));
+  };
+
+  // A shard or worker restarted during training rejoins from the job's
+  // newest complete checkpoint, and the whole job rolls back to that step (a
+  // new epoch). One that starts afresh would silently lose training (a
+  // shard at version 0) or wait for peers long past 'init' (a worker):
+  // refused.
+  const bool rejoining = info.rejoin_step > 0;
+  if (rejoining && (!training_started_ || job_done_)) {
+    refuse(fmt::format(
+        "{} {} asked to rejoin job {} from step {}, but the job's training {}; "
+        "allowed: rejoin step 0 (a fresh start){}",
+        role, info.requested_rank, map_.job, info.rejoin_step,
+        training_started_ ? "ended (its workers passed 'done')" : "has not started",
+        training_started_ ? ", or restart the whole job (gridsync launch --resume)" : ""));
+    return;
+  }
+  if (rejoining) {
+    // The step must be one every part of the job published (the shards at
+    // least): a claim of any other would roll the job to a state nobody
+    // holds, or forward.
+    if (auto bad = CheckRejoinStep(info.rejoin_step)) {
+      refuse(fmt::format("{} {} asked to rejoin job {} from step {}: {}", role, info.requested_rank,
+                         map_.job, info.rejoin_step, *bad));
+      return;
+    }
+  }
+  if (!rejoining && training_started_ && (shard || !job_done_)) {
+    refuse(fmt::format(
+        "{} {} joined after training started (the workers passed 'init') with {}, not the "
+        "job's; allowed: a {} rejoining from the job's newest complete checkpoint "
+        "(checkpoint.every_steps: a restarted process finds it itself once one exists), or "
+        "restart the whole job (gridsync launch --resume)",
+        role, info.requested_rank, shard ? "fresh parameters" : "a fresh start", role));
+    return;
+  }
+  uint32_t rank = 0;
+  if (info.requested_rank < -1) {
+    refuse(fmt::format("{} requested rank {}; allowed: -1 (assign the next free rank) or 0..{}",
+                       role, info.requested_rank, expected == 0 ? 0 : expected - 1));
+    return;
+  }
+  if (info.requested_rank >= 0) {
+    rank = static_cast<uint32_t>(info.requested_rank);
+    if (rank >= expected) {
+      refuse(expected == 0 ? fmt::format("{} rank {} refused: the cluster expects no {}s ({} = 0)",
+                                         role, rank, role, key)
+                           : fmt::format("{} rank {} is out of range; allowed: 0..{} ({} = {})",
+                                         role, rank, expected - 1, key, expected));
+      return;
+    }
+    if (const MemberInfo* taken = holder(rank)) {
+      refuse(fmt::format("{} rank {} is already taken by {}; each rank registers once", role, rank,
+                         DescribeMember(*taken)));
+      return;
+    }
+  } else {
+    bool found = false;
+    for (uint32_t r = 0; r < expected; ++r) {
+      if (!holder(r)) {
+        rank = r;
+        found = true;
+        break;
+      }
+    }
+    if (!found) {
+      refuse(fmt::format("all {} {} ranks taken ({} = {})", expected, role, key, expected));
+      return;
+    }
+  }
+  if (tables_owner_) {
+    if (auto mismatch = TableMismatch(info)) {
+      refuse("table mismatch: " + *mismatch +
+             "; every shard and worker must register the same tables (the same config)");
+      return;
+    }
+  }
+
+  MemberInfo member{info.role, rank, info.node, info.local_rank, info.endpoint, info.pid};
+  auto pos = std::lower_bound(members.begin(), members.end(), rank,
+                              [](const MemberInfo& m, uint32_t r) { return m.rank < r; });
+  members.insert(pos, member);
+  conn->member = member;
+  if (!tables_owner_) {
+    map_.tables = info.tables;
+    tables_owner_ = DescribeMember(member);
+  }
+  ++map_.generation;
+  ++counts_.registrations;
+  if (rejoining) {
+    ++map_.epoch;
+    map_.resume_step = info.rejoin_step;
+    spdlog::warn(
+        "{} rejoined job {} from its checkpoint of step {}: epoch {}; every process of the job "
+        "rolls back to step {}",
+        DescribeMember(member), map_.job, info.rejoin_step, map_.epoch, info.rejoin_step);
+  }
+  spdlog::info("{} joined from {}; cluster map generation {}: {}/{} shards, {}/{} workers",
+               DescribeMember(member), conn->peer, map_.generation, map_.shards.size(),
+               map_.expected_shards, map_.workers.size(), map_.expected_workers);
+
+  Send(conn, wire::EncodeRegisteredReply(id, rank, map_));
+  WakeMapWaiters();
+}
+
+bool CoordinatorImpl::JobHasCheckpoints() const {
+  const std::string prefix = CheckpointKey(map_.job, "");
+  for (auto it = kv_.lower_bound(prefix); it != kv_.end() && it->first.rfind(prefix, 0) == 0;
+       ++it) {
+    if (!it->second.empty()) return true;
+  }
+  return false;
+}
+
+std::optional<std::string> CoordinatorImpl::CheckRejoinStep(uint64_t step) const {
+  const std::string prefix = CheckpointKey(map_.job, "");
+  uint32_t shards = 0;
+  for (auto it = kv_.lower_bound(prefix); it != kv_.end() && it->first.rfind(prefix, 0) == 0;
+       ++it) {
+    const std::string part = it->first.substr(prefix.size());
+    auto held = ParseHeldSteps(it->second, part);
+    if (!held.ok()) return held.status().message();
+    if (std::find(held->begin(), held->end(), step) == held->end()) {
+      return fmt::format(
+          "part {} does not hold it (it published [{}]); allowed: a step every "
+          "part of the job holds",
+          part, it->second);
+    }
+    if (part.rfind("shard-", 0) == 0) ++shards;
+  }
+  if (shards < map_.expected_shards) {
+    return fmt::format(
+        "only {} of {} shards published it; allowed: a step every part of the job "
+        "holds",
+        shards, map_.expected_shards);
+  }
+  return std::nullopt;
+}
+
+std::string CoordinatorImpl::IncompleteMessage(uint32_t waited_ms) const {
+  auto missing = [](const std::vector<MemberInfo>& members, uint32_t expected) {
+    std::vector<uint32_t> ranks;
+    for (uint32_t r = 0; r < expected; ++r) {
+      bool present = std::any_of(members.begin(), members.end(),
+                                 [r](const MemberInfo& m) { return m.rank == r; });
+      if (!present) ranks.push_back(r);
+    }
+    return ranks;
+  };
+  std::vector<std::string> parts;
+  auto shards = missing(map_.shards, map_.expected_shards);
+  auto workers = missing(map_.workers, map_.expected_workers);
+  if (!shards.empty()) parts.push_back("shards " + RankList(shards));
+  if (!workers.empty()) parts.push_back("workers " + RankList(workers));
+  return fmt::format("cluster incomplete after {}: missing {} (expecting {} shards, {} workers)",
+                     Seconds(waited_ms), Join(parts), map_.expected_shards, map_.expected_workers);
+}
+
+void CoordinatorImpl::HandleGetMap(const ConnPtr& conn, uint64_t id, const GetMapRequest& req) {
+  if (!req.wait_complete || map_.complete()) {
+    Send(conn, wire::EncodeMapReply(id, map_));
+    return;
+  }
+  if (req.timeout_ms == 0) {
+    Send(conn, wire::EncodeErrorReply(id, Status::Timeout(IncompleteMessage(0))));
+    return;
+  }
+  auto w = Defer(conn, Waiter::Kind::kMap, id, req.timeout_ms);
+  map_waiters_.push_back(w);
+  Arm(w);
+}
+
+std::string CoordinatorImpl::BarrierTimeoutMessage(const Waiter& w) const {
+  std::vector<std::string> arrived;
+  std::set<std::string> arrived_set;
+  std::set<Role> roles;
+  uint32_t count = 0;
+  uint64_t round = 0;
+  auto it = barriers_.find(w.barrier);
+  if (it != barriers_.end()) {
+    count = it->second.count;
+    round = it->second.round;
+    for (const auto& other : it->second.waiters) {
+      arrived.push_back(other->member);
+      arrived_set.insert(other->member);
+      if (other->member_role) roles.insert(*other->member_role);
+      for (Role r : {Role::kShard, Role::kWorker}) {
+        if (other->member.rfind(std::string(RoleName(r)) + "-", 0) == 0) roles.insert(r);
+      }
+    }
+  }
+  // Missing: the members of the roles present that have not arrived, named
+  // <role>-<rank> like the map's members.
+  std::vector<std::string> missing;
+  for (Role r : roles) {
+    const uint32_t expected = r == Role::kShard ? map_.expected_shards : map_.expected_workers;
+    std::set<uint32_t> ranks;
+    for (uint32_t i = 0; i < expected; ++i) ranks.insert(i);
+    for (const auto& m : r == Role::kShard ? map_.shards : map_.workers) ranks.insert(m.rank);
+    for (uint32_t rank : ranks) {
+      std::string name = MemberName(r, rank);
+      if (!arrived_set.count(name)) missing.push_back(name);
+    }
+  }
+  const size_t short_by = count > arrived.size() ? count - arrived.size() : 0;
+  std::string missing_text =
+      missing.empty() ? fmt::format("{} more member(s), not known to the cluster map", short_by)
+                      : Join(missing);
+  return fmt::format("barrier '{}'{} timed out after {}: {} of {} arrived ({}); missing: {}",
+                     w.barrier, round > 0 ? fmt::format(" (round {})", round + 1) : std::string(),
+                     Seconds(w.timeout_ms), arrived.size(), count, Join(arrived), missing_text);
+}
+
+void CoordinatorImpl::HandleBarrier(const ConnPtr& conn, uint64_t id, BarrierRequest req) {
+  if (req.name.empty()) {
+    Send(conn, wire::EncodeErrorReply(
+                   id, Status::InvalidArgument("barrier: empty name; allowed: a non-empty name")));
+    return;
+  }
+  if (req.count == 0) {
+    Send(conn, wire::EncodeErrorReply(
+                   id, Status::InvalidArgument(fmt::format(
+                           "barrier '{}': count 0; allowed: 1 or more participants", req.name))));
+    return;
+  }
+  std::string member = req.member;
+  if (member.empty()) {
+    member = conn->member ? MemberName(conn->member->role, conn->member->rank)
+                          : fmt::format("connection-{} ({})", conn->id, conn->peer);
+  }
+  auto& barrier = barriers_[req.name];
+  if (!barrier.waiters.empty()) {
+    if (barrier.count != req.count) {
+      Send(conn, wire::EncodeErrorReply(
+                     id, Status::InvalidArgument(fmt::format(
+                             "barrier '{}': this caller ({}) says {} participants but those "
+                             "waiting ({}) said {}; allowed: the same count for everyone",
+                             req.name, member, req.count, barrier.waiters.front()->member,
+                             barrier.count))));
+      return;
+    }
+    for (const auto& other : barrier.waiters) {
+      if (other->member == member) {
+        Send(conn, wire::EncodeErrorReply(
+                       id, Status::InvalidArgument(
+                               fmt::format("barrier '{}': member '{}' is already waiting; allowed: "
+                                           "distinct member names",
+                                           req.name, member))));
+        return;
+      }
+    }
+  }
+  barrier.count = req.count;
+  auto w = Defer(conn, Waiter::Kind::kBarrier, id, req.timeout_ms);
+  w->barrier = req.name;
+  w->member = member;
+  if (conn->member) w->member_role = conn->member->role;
+  barrier.waiters.push_back(w);
+  if (barrier.waiters.size() >= barrier.count) {
+    auto waiters = std::move(barrier.waiters);
+    barrier.waiters.clear();
+    ++barrier.round;
+    ++counts_.barriers_passed;
+    spdlog::debug("barrier '{}' round {} complete ({} members)", req.name, barrier.round,
+                  waiters.size());
+    // The workers passed "init" (worker/sync/ps_session.h): the shards hold trained
+    // state from here on, which a restarted shard would not have.
+    if (req.name == "init") training_started_ = true;
+    if (req.name == "done") job_done_ = true;
+    for (const auto& waiter : waiters) Complete(waiter, wire::EncodeOkReply(waiter->request_id));
+    return;
+  }
+  Arm(w);
+}
+
+std::vector<std::string> CoordinatorImpl::MissingKeys(const std::vector<std::string>& keys) const {
+  std::vector<std::string> missing;
+  for (const auto& key : keys) {
+    if (kv_.find(key) == kv_.end()) missing.push_back(key);
+  }
+  return missing;
+}
+
+std::vector<uint8_t> CoordinatorImpl::ValuesFrame(uint64_t request_id,
+                                                  const std::vector<std::string>& keys) const {
+  std::vector<std::string_view> values;
+  values.reserve(keys.size());
+  for (const auto& key : keys) values.push_back(kv_.at(key));
+  return wire::EncodeValuesReply(request_id, values);
+}
+
+void CoordinatorImpl::HandleKvSet(const ConnPtr& conn, uint64_t id, KvSetRequest req) {
+  if (req.key.empty()) {
+    Send(conn, wire::EncodeErrorReply(
+                   id, Status::InvalidArgument("kvSet: empty key; allowed: a non-empty key")));
+    return;
+  }
+  kv_[req.key] = std::move(req.value);
+  ++counts_.kv_sets;
+  Send(conn, wire::EncodeOkReply(id));
+  WakeKvWaiters();
+}
+
+void CoordinatorImpl::HandleKvGet(const ConnPtr& conn, uint64_t id, KvGetRequest req) {
+  ++counts_.kv_gets;
+  auto missing = MissingKeys(req.keys);
+  if (missing.empty()) {
+    Send(conn, ValuesFrame(id, req.keys));
+    return;
+  }
+  if (req.timeout_ms == 0) {
+    Send(conn,
+         wire::EncodeErrorReply(id, Status::NotFound(fmt::format(
+                                        "kvGet: key{} {} not found (timeout 0 does not wait)",
+                                        missing.size() == 1 ? "" : "s", QuoteJoin(missing)))));
+    return;
+  }
+  auto w = Defer(conn, Waiter::Kind::kKv, id, req.timeout_ms);
+  w->keys = std::move(req.keys);
+  kv_waiters_.push_back(w);
+  Arm(w);
+}
+
+// ---- Deferred replies ----
+
+std::shared_ptr<Waiter> CoordinatorImpl::Defer(const ConnPtr& conn, Waiter::Kind kind, uint64_t id,
+                                               uint32_t timeout_ms) {
+  auto w = std::make_shared<Waiter>(io_, kind);
+  w->conn = conn;
+  w->request_id = id;
+  w->timeout_ms = timeout_ms;
+  conn->waiter = w;
+  return w;
+}
+
+void CoordinatorImpl::Arm(const std::shared_ptr<Waiter>& w) {
+  w->timer.expires_after(std::chrono::milliseconds(w->timeout_ms));
+  w->timer.async_wait([this, w](ErrorCode ec) {
+    Guard(w->conn.lock(), "timer", [&] {
+      if (ec || w->done || shutting_down_) return;  // cancelled or already answered
+      OnTimeout(w);
+    });
+  });
+}
+
+void CoordinatorImpl::OnTimeout(const std::shared_ptr<Waiter>& w) {
+  Status status;
+  switch (w->kind) {
+    case Waiter::Kind::kMap:
+      status = Status::Timeout(IncompleteMessage(w->timeout_ms));
+      break;
+    case Waiter::Kind::kBarrier:
+      ++counts_.barrier_timeouts;
+      status = Status::Timeout(BarrierTimeoutMessage(*w));  // before Complete() removes it
+      break;
+    case Waiter::Kind::kKv:
+      status =
+          Status::Timeout(fmt::format("kvGet timed out after {}; missing keys: {}",
+                                      Seconds(w->timeout_ms), QuoteJoin(MissingKeys(w->keys))));
+      break;
+  }
+  spdlog::debug("coordinator: {}", status.message());
+  Complete(w, wire::EncodeErrorReply(w->request_id, status));
+}
+
+void CoordinatorImpl::Detach(const std::shared_ptr<Waiter>& w) {
+  auto erase = [&](std::vector<std::shared_ptr<Waiter>>& list) {
+    list.erase(std::remove(list.begin(), list.end(), w), list.end());
+  };
+  switch (w->kind) {
+    case Waiter::Kind::kMap:
+      erase(map_waiters_);
+      break;
+    case Waiter::Kind::kKv:
+      erase(kv_waiters_);
+      break;
+    case Waiter::Kind::kBarrier: {
+      auto it = barriers_.find(w->barrier);
+      if (it != barriers_.end()) erase(it->second.waiters);
+      break;
+    }
+  }
+}
+
+void CoordinatorImpl::Complete(const std::shared_ptr<Waiter>& w, std::vector<uint8_t> frame) {
+  if (w->done) return;
+  w->done = true;
+  w->timer.cancel();
+  Detach(w);
+  ConnPtr conn = w->conn.lock();
+  if (!conn || conn->closed) return;
+  if (conn->waiter == w) conn->waiter.reset();
+  Send(conn, std::move(frame));
+  // Handle requests queued behind this one on a fresh stack.
+  asio::post(io_, [this, conn] { Guard(conn, "drain", [&] { Drain(conn); }); });
+}
+
+void CoordinatorImpl::WakeMapWaiters() {
+  if (!map_.complete()) return;
+  auto waiters = map_waiters_;
+  for (const auto& w : waiters) Complete(w, wire::EncodeMapReply(w->request_id, map_));
+}
+
+void CoordinatorImpl::WakeKvWaiters() {
+  auto waiters = kv_waiters_;
+  for (const auto& w : waiters) {
+    if (MissingKeys(w->keys).empty()) Complete(w, ValuesFrame(w->request_id, w->keys));
+  }
+}
+
+}  // namespace coordinator_engine
+}  // namespace gridsync
