@@ -20,32 +20,16 @@
 #include <vector>
 
 #include "common/counter_rng.h"
+#include "tests/codec_test_util.h"
 
 namespace gridsync {
 namespace {
 
 constexpr size_t kSizes[] = {1, 7, 256, 1000, 100003};
 
-std::vector<float> Gaussian(size_t n, uint64_t seed, float stddev = 1.0f) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> dist(0.0f, stddev);
-  std::vector<float> out(n);
-  for (float& x : out) x = dist(rng);
-  return out;
-}
-
-CodecOptions Options(Codec codec) {
-  CodecOptions options;
-  options.codec = codec;
-  return options;
-}
-
-std::vector<uint8_t> EncodeVec(const CodecOptions& options, const std::vector<float>& x,
-                               uint64_t seed) {
-  std::vector<uint8_t> out(EncodedSize(options, x.size()), 0xAB);
-  cpu::Encode(options, x.data(), x.size(), seed, out.data());
-  return out;
-}
+using codec_testing::EncodeVec;
+using codec_testing::Gaussian;
+using codec_testing::Options;
 
 // Decodes into a vector pre-filled with NaN, so unwritten outputs show.
 Status DecodeVec(const CodecOptions& options, const std::vector<uint8_t>& bytes, size_t n,

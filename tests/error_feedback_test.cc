@@ -16,30 +16,14 @@
 #include <vector>
 
 #include "kernels/cpu/codec.h"
+#include "tests/codec_test_util.h"
 
 namespace gridsync {
 namespace {
 
-std::vector<float> Gaussian(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> out(n);
-  for (float& x : out) x = dist(rng);
-  return out;
-}
-
-CodecOptions Options(Codec codec) {
-  CodecOptions options;
-  options.codec = codec;
-  return options;
-}
-
-std::vector<uint8_t> EncodeVec(const CodecOptions& options, const std::vector<float>& x,
-                               uint64_t seed) {
-  std::vector<uint8_t> out(EncodedSize(options, x.size()), 0xAB);
-  cpu::Encode(options, x.data(), x.size(), seed, out.data());
-  return out;
-}
+using codec_testing::EncodeVec;
+using codec_testing::Gaussian;
+using codec_testing::Options;
 
 TEST(ErrorFeedbackTest, OnebitCarriesTheResidual) {
   // 64 rows x 4 of fresh gradients each step, all rows touched. With error
