@@ -1,0 +1,336 @@
+// The strict JSON reading of config_reader.h.
+//
+// Thread safety: see config_reader.h.
+#include "common/config_reader.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+namespace gridsync::config_reader {
+
+// Returns the offset of the first byte that does not belong to well-formed UTF-8 (overlong
+// forms, surrogates and code points past U+10FFFF included), or npos. The JSON lexer checks
+// strings only; comments and --set values would otherwise slip invalid bytes into messages and
+// into the paths a Config hands to the rest of the program.
+size_t FindInvalidUtf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto lead = static_cast<unsigned char>(s[i]);
+    if (lead < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t length = 0;
+    uint32_t code_point = 0;
+    uint32_t smallest = 0;
+    if ((lead & 0xE0) == 0xC0) {
+      length = 2;
+      code_point = lead & 0x1F;
+      smallest = 0x80;
+    } else if ((lead & 0xF0) == 0xE0) {
+      length = 3;
+      code_point = lead & 0x0F;
+      smallest = 0x800;
+    } else if ((lead & 0xF8) == 0xF0) {
+      length = 4;
+      code_point = lead & 0x07;
+      smallest = 0x10000;
+    } else {
+      return i;
+    }
+    if (s.size() - i < length) return i;
+    for (size_t k = 1; k < length; ++k) {
+      const auto next = static_cast<unsigned char>(s[i + k]);
+      if ((next & 0xC0) != 0x80) return i;
+      code_point = (code_point << 6) | (next & 0x3F);
+    }
+    if (code_point < smallest || code_point > 0x10FFFF ||
+        (code_point >= 0xD800 && code_point <= 0xDFFF)) {
+      return i;
+    }
+    i += length;
+  }
+  return std::string_view::npos;
+}
+
+// 1-based line and column of byte `offset`. Columns count code points, as editors do, so a
+// position after Chinese comment text still lands on the right character.
+std::pair<size_t, size_t> LineColumn(std::string_view text, size_t offset) {
+  offset = std::min(offset, text.size());
+  size_t line = 1;
+  size_t column = 1;
+  for (size_t i = 0; i < offset; ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      column = 1;
+    } else if ((static_cast<unsigned char>(text[i]) & 0xC0) != 0x80) {
+      ++column;
+    }
+  }
+  return {line, column};
+}
+
+std::string Position(std::string_view source, std::string_view text, size_t offset) {
+  const auto [line, column] = LineColumn(text, offset);
+  return std::string(source) + ":" + std::to_string(line) + ":" + std::to_string(column);
+}
+
+std::string DumpScalar(const Json& value) {
+  // `replace` keeps a message printable even if a string holds bytes that are not UTF-8.
+  return value.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+// Prints a value the way it was written, bounded in depth and width: the value comes from the
+// user and a message must stay one readable line even for a megabyte of nested arrays.
+void AppendValue(const Json& value, int depth, std::string* out) {
+  if (!value.is_structured()) {
+    *out += DumpScalar(value);
+    return;
+  }
+  const bool object = value.is_object();
+  if (value.empty() || depth == 0) {
+    *out += object ? (value.empty() ? "{}" : "{...}") : (value.empty() ? "[]" : "[...]");
+    return;
+  }
+  *out += object ? '{' : '[';
+  size_t shown = 0;
+  for (auto it = value.begin(); it != value.end(); ++it, ++shown) {
+    if (shown > 0) *out += ", ";
+    if (shown == 4) {
+      *out += "...";
+      break;
+    }
+    if (object) *out += DumpScalar(Json(it.key())) + ": ";
+    AppendValue(*it, depth - 1, out);
+  }
+  *out += object ? '}' : ']';
+}
+
+std::string Describe(const Json& value) {
+  constexpr size_t kMaxChars = 80;
+  std::string text;
+  AppendValue(value, 2, &text);
+  if (text.size() > kMaxChars) {
+    size_t cut = kMaxChars - 3;
+    // Never split a UTF-8 sequence: back up to the start of the cut character.
+    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+    text.resize(cut);
+    text += "...";
+  }
+  return text;
+}
+
+std::string Quote(std::string_view s) { return Describe(Json(std::string(s))); }
+
+std::string TypeName(const Json& value) {
+  switch (value.type()) {
+    case Json::value_t::number_integer:
+    case Json::value_t::number_unsigned:
+      return "integer";
+    case Json::value_t::number_float:
+      return "floating-point number";
+    default:
+      return value.type_name();
+  }
+}
+
+std::string Got(const Json& value) { return Describe(value) + " (" + TypeName(value) + ")"; }
+
+std::string FormatNumber(double v) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), "%g", v);
+  return buffer;
+}
+
+std::string Join(const std::vector<std::string>& lines, std::string_view separator) {
+  std::string out;
+  for (const auto& line : lines) {
+    if (!out.empty()) out += separator;
+    out += line;
+  }
+  return out;
+}
+
+size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+bool EqualsIgnoringCase(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c; };
+           return lower(x) == lower(y);
+         });
+}
+
+// Tracks the key path while nlohmann's DOM parser runs, to catch duplicate keys: the parser
+// itself keeps the last value silently, which would hide a half-edited config.
+class DuplicateKeyFinder {
+ public:
+  explicit DuplicateKeyFinder(Problems* problems) : problems_(problems) {}
+
+  bool operator()(int /*depth*/, Json::parse_event_t event, Json& parsed) {
+    switch (event) {
+      case Json::parse_event_t::object_start:
+        frames_.push_back(Frame{false, {}, {}, 0});
+        break;
+      case Json::parse_event_t::array_start:
+        frames_.push_back(Frame{true, {}, {}, 0});
+        break;
+      case Json::parse_event_t::key: {
+        Frame& top = frames_.back();
+        top.key = parsed.get<std::string>();
+        if (!top.seen.insert(top.key).second) {
+          problems_->Add(Path(), "duplicate key",
+                         "each key at most once per object (a JSON parser keeps only the last)");
+        }
+        break;
+      }
+      case Json::parse_event_t::object_end:
+      case Json::parse_event_t::array_end:
+        frames_.pop_back();
+        ValueDone();
+        break;
+      case Json::parse_event_t::value:
+        ValueDone();
+        break;
+    }
+    return true;  // keep everything; problems are reported, not filtered out
+  }
+
+ private:
+  struct Frame {
+    bool array;
+    // A hostile config can hold 100k keys in one object: a hash set keeps the
+    // duplicate check linear.
+    std::unordered_set<std::string> seen;
+    std::string key;
+    size_t index;
+  };
+
+  void ValueDone() {
+    if (!frames_.empty() && frames_.back().array) ++frames_.back().index;
+  }
+
+  std::string Path() const {
+    std::string path;
+    for (const Frame& frame : frames_) {
+      if (frame.array) {
+        path += "[" + std::to_string(frame.index) + "]";
+      } else {
+        if (!path.empty()) path += ".";
+        path += frame.key;
+      }
+    }
+    return path;
+  }
+
+  Problems* problems_;
+  std::vector<Frame> frames_;
+};
+
+// Parses `text` into `root`; false when it is not JSON at all (reported with line and column).
+bool ParseJson(std::string_view text, std::string_view source, Problems* problems, Json* root) {
+  // nlohmann stops at a NUL byte as at the end of input, which would accept
+  // whatever garbage follows it.
+  if (const size_t nul = text.find('\0'); nul != std::string_view::npos) {
+    problems->AddAt(Position(source, text, nul), "a NUL byte (0x00)", kJsonAllowed);
+    return false;
+  }
+  if (const size_t bad = FindInvalidUtf8(text); bad != std::string_view::npos) {
+    char byte[8];
+    std::snprintf(byte, sizeof(byte), "0x%02X", static_cast<unsigned char>(text[bad]));
+    problems->AddAt(Position(source, text, bad), "invalid UTF-8 (byte " + std::string(byte) + ")",
+                    kJsonAllowed);
+    return false;
+  }
+  try {
+    DuplicateKeyFinder finder(problems);
+    *root = Json::parse(text, std::ref(finder), /*allow_exceptions=*/true,
+                        /*ignore_comments=*/true);
+    return true;
+  } catch (const Json::parse_error& e) {
+    // nlohmann's text is "[json.exception.parse_error.101] parse error at line L, column C:
+    // <detail>"; keep the detail and compute the position ourselves, counting code points.
+    std::string detail = e.what();
+    if (const size_t at = detail.find("parse error at line "); at != std::string::npos) {
+      if (const size_t colon = detail.find(": ", at); colon != std::string::npos) {
+        detail.erase(0, colon + 2);
+      }
+    }
+    const size_t offset = e.byte > 0 ? e.byte - 1 : 0;
+    problems->AddAt(Position(source, text, offset), "invalid JSON: " + detail, kJsonAllowed);
+  } catch (const Json::exception& e) {
+    // Number overflow (1e400) arrives as out_of_range, without a position.
+    std::string detail = e.what();
+    if (const size_t bracket = detail.find("] "); bracket != std::string::npos) {
+      detail.erase(0, bracket + 2);
+    }
+    problems->AddAt(std::string(source), "invalid JSON: " + detail, kJsonAllowed);
+  }
+  return false;
+}
+
+// Applies one "a.b.c=value" to `root`. Missing intermediate sections are created, so a typo in
+// a section name reaches the normal unknown-key check instead of needing its own message.
+void ApplyOverride(const std::string& override_text, Json* root, Problems* problems) {
+  const std::string where = "--set " + Quote(override_text);
+  if (FindInvalidUtf8(override_text) != std::string_view::npos) {
+    problems->Add(where, "not valid UTF-8", kOverrideAllowed);
+    return;
+  }
+  const size_t equals = override_text.find('=');
+  if (equals == std::string::npos) {
+    problems->Add(where, "missing '='", kOverrideAllowed);
+    return;
+  }
+  const std::string_view path = std::string_view(override_text).substr(0, equals);
+  const std::string value_text = override_text.substr(equals + 1);
+
+  std::vector<std::string> keys;
+  for (size_t start = 0;;) {
+    const size_t dot = path.find('.', start);
+    keys.emplace_back(path.substr(start, dot == std::string_view::npos ? dot : dot - start));
+    if (keys.back().empty()) {
+      problems->Add(where, "empty key in path " + Quote(path), kOverrideAllowed);
+      return;
+    }
+    if (dot == std::string_view::npos) break;
+    start = dot + 1;
+  }
+
+  // The value is JSON when it parses ("5", "true", "\"5\""), otherwise the raw text, so that
+  // host names and paths need no quoting on a command line.
+  Json value = Json::parse(value_text, nullptr, /*allow_exceptions=*/false);
+  if (value.is_discarded()) value = value_text;
+
+  Json* node = root;
+  std::string walked;
+  for (size_t i = 0; i + 1 < keys.size(); ++i) {
+    walked += (walked.empty() ? "" : ".") + keys[i];
+    Json& child = (*node)[keys[i]];
+    if (child.is_null()) child = Json::object();
+    if (!child.is_object()) {
+      problems->Add(where, walked + " is " + Got(child) + ", not a section", kOverrideAllowed);
+      return;
+    }
+    node = &child;
+  }
+  (*node)[keys.back()] = std::move(value);
+}
+
+}  // namespace gridsync::config_reader

@@ -1,0 +1,356 @@
+// Reading a JSON config strictly, for Config::Parse (config.cc): JSON text
+// with positions in messages, duplicate keys found, --set overrides, and the
+// readers that check each key's type and range, record every problem rather
+// than stop at the first, and name the keys a section allows when one is
+// unknown. Internal to gridsync_common.
+//
+// Thread safety: Problems and SectionReader belong to one parse on one
+// thread; the functions are pure.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+
+namespace gridsync::config_reader {
+
+using Json = nlohmann::json;
+
+inline constexpr std::string_view kJsonAllowed = "JSON text (UTF-8, // and /* */ comments allowed)";
+inline constexpr std::string_view kOverrideAllowed =
+    "section.key=value with a JSON or plain-string value, for example training.steps=200";
+
+// Returns the offset of the first byte that does not belong to well-formed UTF-8 (overlong
+
+// forms, surrogates and code points past U+10FFFF included), or npos. The JSON lexer checks
+
+// strings only; comments and --set values would otherwise slip invalid bytes into messages and
+
+// into the paths a Config hands to the rest of the program.
+size_t FindInvalidUtf8(std::string_view s);
+std::string Position(std::string_view source, std::string_view text, size_t offset);
+std::string Describe(const Json& value);
+std::string Quote(std::string_view s);
+std::string TypeName(const Json& value);
+std::string Got(const Json& value);
+std::string FormatNumber(double v);
+std::string Join(const std::vector<std::string>& lines, std::string_view separator);
+size_t EditDistance(std::string_view a, std::string_view b);
+bool EqualsIgnoringCase(std::string_view a, std::string_view b);
+
+// Applies one "a.b.c=value" to `root`. Missing intermediate sections are created, so a typo in
+
+template <typename T>
+std::string JoinQuoted(std::span<const T> names) {
+  std::string out;
+  for (const auto& name : names) {
+    if (!out.empty()) out += ", ";
+    out += Quote(name);
+  }
+  return out;
+}
+
+// Collects problems as "<source>: <where>: <problem>; allowed: <what>", one per line.
+class Problems {
+ public:
+  explicit Problems(std::string_view source) : source_(source) {}
+
+  void Add(std::string_view where, std::string_view problem, std::string_view allowed) {
+    std::string line = source_;
+    line += ": ";
+    line += where;
+    line += ": ";
+    line += problem;
+    line += "; allowed: ";
+    line += allowed;
+    lines_.push_back(std::move(line));
+  }
+
+  // For problems located by line and column instead of a key path.
+  void AddAt(std::string position, std::string_view problem, std::string_view allowed) {
+    position += ": ";
+    position += problem;
+    position += "; allowed: ";
+    position += allowed;
+    lines_.push_back(std::move(position));
+  }
+
+  bool empty() const { return lines_.empty(); }
+  Status ToStatus() const {
+    return lines_.empty() ? Status::OK() : Status::InvalidArgument(Join(lines_, "\n"));
+  }
+
+ private:
+  std::string source_;
+  std::vector<std::string> lines_;
+};
+
+// Rules for string keys beyond "is a string".
+struct StringRule {
+  std::string_view allowed;  // what to print after "allowed: "
+  size_t max_length = std::numeric_limits<size_t>::max();
+  bool forbid_spaces = false;  // host names: a space is always a paste accident
+};
+
+// Reads the keys of one section (or of the top level when `name` is empty). Every read records
+// its key, so the list printed for an unknown key is exactly the set of keys the code reads.
+// Each reader returns true when the target holds a valid value (the default when the key is
+// absent) and false after it reported a problem.
+class SectionReader {
+ public:
+  SectionReader(Problems* problems, std::string name, const Json* section)
+      : problems_(problems), name_(std::move(name)), section_(section) {}
+
+  bool Has(std::string_view key) const { return section_ != nullptr && section_->contains(key); }
+
+  std::string Path(std::string_view key) const {
+    return name_.empty() ? std::string(key) : name_ + "." + std::string(key);
+  }
+
+  // A nested array; null when absent, or when it is not an array (reported).
+  const Json* Array(std::string_view key, std::string_view allowed) {
+    const Json* value = Find(key);
+    if (value == nullptr || value->is_array()) return value;
+    problems_->Add(Path(key), "wrong type: expected an array, got " + Got(*value),
+                   std::string(allowed));
+    return nullptr;
+  }
+
+  // A nested section; null when absent, or when it is not an object (reported).
+  const Json* Object(std::string_view key) {
+    const Json* value = Find(key);
+    if (value == nullptr || value->is_object()) return value;
+    problems_->Add(Path(key), "wrong type: expected an object, got " + Got(*value),
+                   "an object {\"key\": value, ...} with the keys of section " + Quote(key));
+    return nullptr;
+  }
+
+  bool Int(std::string_view key, int* out, int lo, int hi) {
+    const Json* value = Find(key);
+    if (value == nullptr) return true;
+    const std::string allowed = "integers " + std::to_string(lo) + ".." + std::to_string(hi);
+    int64_t v = 0;
+    if (!Integer(key, *value, allowed, &v)) return false;
+    if (v < lo || v > hi) {
+      problems_->Add(Path(key), "out of range: " + Describe(*value), allowed);
+      return false;
+    }
+    *out = static_cast<int>(v);
+    return true;
+  }
+
+  bool IntChoice(std::string_view key, int* out, std::span<const int> choices) {
+    const Json* value = Find(key);
+    if (value == nullptr) return true;
+    std::string allowed;
+    for (int choice : choices) allowed += (allowed.empty() ? "" : ", ") + std::to_string(choice);
+    int64_t v = 0;
+    if (!Integer(key, *value, allowed, &v)) return false;
+    if (std::find(choices.begin(), choices.end(), v) == choices.end()) {
+      problems_->Add(Path(key), "not an allowed value: " + Describe(*value), allowed);
+      return false;
+    }
+    *out = static_cast<int>(v);
+    return true;
+  }
+
+  bool Uint64(std::string_view key, uint64_t* out) {
+    const Json* value = Find(key);
+    if (value == nullptr) return true;
+    const std::string allowed =
+        "integers 0.." + std::to_string(std::numeric_limits<uint64_t>::max());
+    if (!value->is_number_integer()) {
+      problems_->Add(Path(key), "wrong type: expected an integer, got " + Got(*value), allowed);
+      return false;
+    }
+    if (!value->is_number_unsigned() && value->get<int64_t>() < 0) {
+      problems_->Add(Path(key), "out of range: " + Describe(*value), allowed);
+      return false;
+    }
+    *out = value->get<uint64_t>();
+    return true;
+  }
+
+  // Accepts integers and floats in [lo, hi], or (lo, hi] when `lo_open`.
+  bool Double(std::string_view key, double* out, double lo, bool lo_open, double hi) {
+    const Json* value = Find(key);
+    if (value == nullptr) return true;
+    const std::string allowed = "finite numbers in " + std::string(lo_open ? "(" : "[") +
+                                FormatNumber(lo) + ", " + FormatNumber(hi) + "]";
+    if (!value->is_number()) {
+      problems_->Add(Path(key), "wrong type: expected a number, got " + Got(*value), allowed);
+      return false;
+    }
+    const double v = value->get<double>();
+    if (!std::isfinite(v) || v < lo || (lo_open && v == lo) || v > hi) {
+      problems_->Add(Path(key), "out of range: " + Describe(*value), allowed);
+      return false;
+    }
+    *out = v;
+    return true;
+  }
+
+  bool Bool(std::string_view key, bool* out) {
+    const Json* value = Find(key);
+    if (value == nullptr) return true;
+    if (!value->is_boolean()) {
+      problems_->Add(Path(key), "wrong type: expected a boolean, got " + Got(*value),
+                     "true, false");
+      return false;
+    }
+    *out = value->get<bool>();
+    return true;
+  }
+
+  bool String(std::string_view key, std::string* out, const StringRule& rule) {
+    const Json* value = Find(key);
+    if (value == nullptr) return true;
+    if (!value->is_string()) {
+      problems_->Add(Path(key), "wrong type: expected a string, got " + Got(*value), rule.allowed);
+      return false;
+    }
+    const auto& s = value->get_ref<const std::string&>();
+    std::string problem;
+    if (s.empty()) {
+      problem = "empty string";
+    } else if (s.find('\0') != std::string::npos) {
+      // The value ends up in C APIs (paths, getaddrinfo) that would silently cut it at the NUL.
+      problem = "contains a NUL character: " + Describe(*value);
+    } else if (rule.forbid_spaces && std::any_of(s.begin(), s.end(), [](char c) {
+                 return static_cast<unsigned char>(c) <= 0x20 || c == 0x7F;
+               })) {
+      problem = "contains a space or control character: " + Describe(*value);
+    } else if (s.size() > rule.max_length) {
+      problem = "too long (" + std::to_string(s.size()) + " characters): " + Describe(*value);
+    }
+    if (!problem.empty()) {
+      problems_->Add(Path(key), problem, rule.allowed);
+      return false;
+    }
+    *out = s;
+    return true;
+  }
+
+  bool StringChoice(std::string_view key, std::string* out,
+                    std::span<const std::string_view> choices) {
+    std::string_view chosen;
+    if (!Choice(
+            key, choices, [](std::string_view s) { return s; }, &chosen))
+      return false;
+    if (!chosen.empty()) *out = std::string(chosen);
+    return true;
+  }
+
+  template <typename Enum>
+  bool EnumValue(std::string_view key, Enum* out, std::span<const Enum> values) {
+    return Choice(
+        key, values, [](Enum v) { return ToString(v); }, out);
+  }
+
+  // Reports every key of the section that no reader asked for. Call after all reads.
+  void ReportUnknownKeys() {
+    if (section_ == nullptr) return;
+    std::string allowed;
+    for (const auto& known : known_) allowed += (allowed.empty() ? "" : ", ") + known;
+    // Report the first few unknown keys in full and count the rest, so a
+    // config with 100k stray keys is refused in linear time and a short message.
+    constexpr size_t kMaxReported = 20;
+    size_t unknown = 0;
+    for (auto it = section_->begin(); it != section_->end(); ++it) {
+      const std::string& key = it.key();
+      if (std::find(known_.begin(), known_.end(), key) != known_.end()) continue;
+      if (++unknown > kMaxReported) continue;
+      std::string problem = "unknown key";
+      // A one- or two-letter slip is the usual cause; naming the intended key saves a search.
+      std::string best;
+      size_t best_distance = 3;
+      for (const auto& known : known_) {
+        const size_t distance = EditDistance(key, known);
+        if (distance < best_distance) {
+          best_distance = distance;
+          best = known;
+        }
+      }
+      if (!best.empty()) problem += " (did you mean " + Quote(best) + "?)";
+      problems_->Add(Path(key), problem,
+                     (name_.empty() ? "sections " : "keys of " + name_ + ": ") + allowed);
+    }
+    if (unknown > kMaxReported) {
+      problems_->Add(name_.empty() ? "(top level)" : name_,
+                     std::to_string(unknown - kMaxReported) + " more unknown keys (not listed)",
+                     (name_.empty() ? "sections " : "keys of " + name_ + ": ") + allowed);
+    }
+  }
+
+ private:
+  const Json* Find(std::string_view key) {
+    known_.emplace_back(key);
+    if (section_ == nullptr) return nullptr;
+    const auto it = section_->find(key);
+    return it == section_->end() ? nullptr : &*it;
+  }
+
+  bool Integer(std::string_view key, const Json& value, const std::string& allowed, int64_t* out) {
+    if (!value.is_number_integer()) {
+      problems_->Add(Path(key), "wrong type: expected an integer, got " + Got(value), allowed);
+      return false;
+    }
+    if (value.is_number_unsigned()) {
+      // Clamp: anything past int64 is out of every int range anyway.
+      const uint64_t u = value.get<uint64_t>();
+      *out = static_cast<int64_t>(
+          std::min<uint64_t>(u, static_cast<uint64_t>(std::numeric_limits<int64_t>::max())));
+    } else {
+      *out = value.get<int64_t>();
+    }
+    return true;
+  }
+
+  template <typename T, typename Name>
+  bool Choice(std::string_view key, std::span<const T> choices, Name name, T* out) {
+    const Json* value = Find(key);
+    if (value == nullptr) return true;
+    std::vector<std::string_view> names;
+    for (const T& choice : choices) names.push_back(name(choice));
+    const std::string allowed = JoinQuoted(std::span<const std::string_view>(names));
+    if (!value->is_string()) {
+      problems_->Add(Path(key), "wrong type: expected a string, got " + Got(*value), allowed);
+      return false;
+    }
+    const auto& s = value->get_ref<const std::string&>();
+    for (const T& choice : choices) {
+      if (name(choice) == s) {
+        *out = choice;
+        return true;
+      }
+    }
+    std::string problem = "unknown value " + Describe(*value);
+    if (std::any_of(names.begin(), names.end(),
+                    [&](std::string_view n) { return EqualsIgnoringCase(n, s); })) {
+      problem += " (values are case-sensitive)";
+    }
+    problems_->Add(Path(key), problem, allowed);
+    return false;
+  }
+
+  Problems* problems_;
+  std::string name_;
+  const Json* section_;
+  std::vector<std::string> known_;
+};
+
+// Parses `text` into `root`; false when it is not JSON at all (reported with line and column).
+bool ParseJson(std::string_view text, std::string_view source, Problems* problems, Json* root);
+
+// a section name reaches the normal unknown-key check instead of needing its own message.
+void ApplyOverride(const std::string& override_text, Json* root, Problems* problems);
+
+}  // namespace gridsync::config_reader
