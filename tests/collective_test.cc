@@ -243,6 +243,27 @@ TEST_P(CollectiveBackends, BarrierWaitsForEveryRank) {
   EXPECT_EQ(early.load(), 0) << "a rank left the barrier before every rank entered it";
 }
 
+// Only NCCL can enqueue a sum behind a device event (the overlapped
+// backward pass); the host backends say so and stay usable.
+TEST_P(CollectiveBackends, EnqueueingBehindADeviceEventIsRefusedNamingNccl) {
+  constexpr int kSize = 2;
+  HashStore store;
+  auto ranks = MakeGroup(GetParam(), kSize, 10s, UniqueGroup("enqueue"), &store);
+  ASSERT_EQ(ranks.size(), static_cast<size_t>(kSize));
+  RunRanks(kSize, [&](int r) {
+    Collective& c = *ranks[static_cast<size_t>(r)];
+    EXPECT_FALSE(c.enqueues_on_device());
+    std::vector<float> data(4, 1.0f);
+    const std::span<float> buffers[] = {data};
+    const Status refused = c.EnqueueAllReduceSumGroup(buffers, nullptr);
+    EXPECT_EQ(refused.code(), StatusCode::kUnsupported) << refused.ToString();
+    EXPECT_NE(refused.message().find("nccl"), std::string::npos) << refused.ToString();
+    EXPECT_TRUE(c.WaitEnqueued().ok());
+    EXPECT_TRUE(c.AllReduceSum(data.data(), data.size()).ok());
+    EXPECT_EQ(data[0], static_cast<float>(kSize));
+  });
+}
+
 TEST_P(CollectiveBackends, BadArgumentsAreRefusedWithoutBreakingTheGroup) {
   constexpr int kSize = 2;
   HashStore store;
