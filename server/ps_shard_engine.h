@@ -1,0 +1,419 @@
+// The parameter-server shard's engine (server/ps_shard.h is its
+// interface): the received-request record and the PsShardImpl class. Its
+// serving loop, replies and lifecycle are defined here; the handling of
+// pushes (bsp, ssp, async) and pulls, with the pulls that wait for a
+// version, is server/ps_shard_requests.cc. Internal to the shard library.
+//
+// Thread safety: see server/ps_shard.h; all state is the I/O thread's but
+// what is marked otherwise.
+#pragma once
+
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "common/check.h"
+#include "common/thread_pool.h"
+#include "kernels/cpu/codec.h"
+#include "server/job_gate.h"
+#include "server/ps_shard.h"
+#include "server/shard_checkpoint.h"
+#include "server/shard_store.h"
+#include "server/stale_reads.h"
+
+namespace gridsync {
+namespace ps_shard_engine {
+
+using Clock = std::chrono::steady_clock;
+
+// A received request: the frames own the bytes the decoded message refers to,
+// so they live together (moving the vector keeps frame addresses stable).
+struct Request {
+  zmq::message_t identity;
+  std::vector<zmq::message_t> frames;
+  wire::Message message;
+  std::vector<std::vector<float>> decoded;  // compressed blocks' values
+  bool counted = false;                     // its bytes are in the stats (held and handled again)
+};
+
+class PsShardImpl : public PsShard {
+ public:
+  PsShardImpl(const Partition& partition, const ShardOptions& options)
+      : partition_(partition),
+        options_(options),
+        pool_(options.threads),
+        socket_(context_, zmq::socket_type::router),
+        stale_reads_(options),
+        job_gate_(options.shard, options.rejoining),
+        checkpoints_(options.checkpoint_dir, options.shard, options.checkpoint_every) {
+    for (uint32_t t = 0; t < partition_.n_tables(); ++t) {
+      shapes_.push_back({partition_.table(t).rows, partition_.table(t).width});
+    }
+    NewStore();
+    stats_.rows_owned = store_->owned_rows();
+    clock_.assign(options_.workers, 0);
+  }
+
+  // The partition's state as before any job: zero parameters and moments.
+  void NewStore() {
+    store_.reset();  // the old state goes first: never two partitions in memory
+    store_ = std::make_unique<ShardStore>(partition_, options_.shard, PerPushHyper(options_),
+                                          options_.apply_updates);
+    // ssp and async apply each worker's push as its own Adam step: at
+    // learning rate / workers, a round of pushes moves the parameters as far
+    // as one bsp step (measured: async at the full rate ended 9 dB lower).
+    if (options_.consistency != Consistency::kBsp && options_.workers > 0)
+      store_->SetLrScale(1.0f / static_cast<float>(options_.workers));
+    if (options_.pull_codec.codec != Codec::kNone) store_->EnableReplicas(options_.workers);
+  }
+
+  // A long-running shard serves job after job, and a job survives a
+  // shard's restart by rolling back (server/job_gate.h): a newer job's first
+  // message clears the job before; a newer epoch's reloads the checkpoint
+  // the job went back to. false: refused.
+  bool AdmitJob(Request& request) {
+    const wire::Message& m = request.message;
+    // The gate moves at most once per coordinator answer; a message that
+    // finds it moved is admitted again against where it now stands.
+    for (int round = 0; round < 3; ++round) {
+      const uint64_t before = job_gate_.job();
+      auto admitted = job_gate_.Admit(m.job, m.epoch, m.worker_rank);
+      if (!admitted.ok()) {
+        ReplyError(request, admitted.status());
+        return false;
+      }
+      switch (admitted->verdict) {
+        case JobGate::Verdict::kCurrent:
+          if (!broken_.ok()) {
+            ReplyError(request, broken_);
+            return false;
+          }
+          return true;
+        case JobGate::Verdict::kNewJob:
+          DropInFlight("job " + std::to_string(before) + " ended: job " +
+                       std::to_string(job_gate_.job()) + " began");
+          NewStore();
+          checkpoints_.NewJob();
+          spdlog::info(
+              "shard {}: job {} begins (job {} ended at version {}); the shard starts afresh",
+              options_.shard, job_gate_.job(), before, applied_.load());
+          ResetVersion(0);
+          broken_ = Status::OK();
+          break;
+        case JobGate::Verdict::kRollBack:
+          RollBack(admitted->resume_step);
+          break;
+      }
+    }
+    ReplyError(request, Status::IOError("the job moved three times while admitting this message"));
+    return false;
+  }
+
+  void Hold(std::unique_ptr<Request> request) {
+    constexpr size_t kMaxHeld = 4096;  // a few per worker are expected
+    if (held_.size() >= kMaxHeld) {
+      ReplyError(*request,
+                 Status::IOError("shard " + std::to_string(options_.shard) +
+                                 " is rejoining its job and holds " + std::to_string(kMaxHeld) +
+                                 " messages already; allowed: retry once it serves"));
+      return;
+    }
+    held_.push_back(std::move(request));
+  }
+
+  // Once the gate opened: what was held, in arrival order.
+  void AdmitHeld() {
+    if (held_.empty() || !job_gate_.open()) return;
+    std::vector<std::unique_ptr<Request>> held = std::move(held_);
+    held_.clear();
+    for (auto& request : held) Handle(std::move(request));
+  }
+
+  // Replies to the pulls held for a version and forgets the pushes held
+  // for a step: what they belonged to is gone.
+  void DropInFlight(const std::string& why) {
+    for (auto& w : waiting_) ReplyError(*w.request, Status::IOError(why));
+    waiting_.clear();
+    pending_.clear();
+  }
+
+  void ResetVersion(uint64_t version) {
+    applied_ = version;
+    clock_.assign(options_.workers, version);
+    stale_reads_.Reset();
+  }
+
+  // A shard restarted and rejoined from its checkpoint of `step`: this one
+  // goes back to the same step, and so does every worker.
+  void RollBack(uint64_t step) {
+    const uint64_t from = applied_.load();
+    const size_t dropped_pulls = waiting_.size(), dropped_steps = pending_.size();
+    DropInFlight("the job rolled back to step " + std::to_string(step) + " (epoch " +
+                 std::to_string(job_gate_.epoch()) + ")");
+    NewStore();
+    ResetVersion(step);
+    broken_ = checkpoints_.RollBack(step, job_gate_.job(), store_.get());
+    if (!broken_.ok()) {
+      broken_ = broken_.WithContext("shard " + std::to_string(options_.shard) +
+                                    " cannot roll back to step " + std::to_string(step));
+      spdlog::error("{}", broken_.ToString());
+      return;
+    }
+    spdlog::warn(
+        "shard {}: job {} rolled back to step {} (epoch {}): a restarted process rejoined from its "
+        "checkpoint; this one reloaded its own (it was at version {}; {} waiting pulls refused, "
+        "{} held steps dropped)",
+        options_.shard, job_gate_.job(), step, job_gate_.epoch(), from, dropped_pulls,
+        dropped_steps);
+  }
+
+  ~PsShardImpl() override { Stop(); }
+
+  Status Bind() {
+    if (options_.resume_step > 0) {
+      GRIDSYNC_RETURN_IF_ERROR(LoadShardCheckpoint(options_.checkpoint_dir, options_.shard,
+                                                   options_.resume_step, store_.get())
+                                   .WithContext("shard " + std::to_string(options_.shard) +
+                                                ": resuming from step " +
+                                                std::to_string(options_.resume_step)));
+      applied_ = options_.resume_step;
+      clock_.assign(options_.workers, options_.resume_step);
+      spdlog::info("shard {}: resumed from the checkpoint of step {} in {}", options_.shard,
+                   options_.resume_step, options_.checkpoint_dir);
+    }
+    if (options_.curve.on) {
+      // The ZAP handler must exist before the first peer connects.
+      zap_ = std::make_unique<wire::ZapHandler>(context_, options_.curve.allowed_z85,
+                                                "shard " + std::to_string(options_.shard));
+      GRIDSYNC_RETURN_IF_ERROR(wire::ApplyCurveServer(socket_, options_.curve));
+    }
+    try {
+      socket_.set(zmq::sockopt::linger, 0);
+      socket_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.limits.max_frame_bytes));
+      socket_.set(zmq::sockopt::rcvhwm, 0);
+      socket_.set(zmq::sockopt::sndhwm, 0);
+      socket_.bind(options_.endpoint);
+      endpoint_ = socket_.get(zmq::sockopt::last_endpoint);
+    } catch (const zmq::error_t& e) {
+      return Status::IOError("shard " + std::to_string(options_.shard) + ": cannot bind " +
+                             options_.endpoint + ": " + e.what());
+    }
+    thread_ = std::thread([this] { Loop(); });
+    return Status::OK();
+  }
+
+  std::string endpoint() const override { return endpoint_; }
+  uint64_t refused_connections() const override { return zap_ ? zap_->refused() : 0; }
+  uint64_t heartbeats() const override { return heartbeats_.load(std::memory_order_relaxed); }
+  void SetControl(ShardControl control) override {
+    job_gate_.SetSource(std::move(control.job_state));
+    checkpoints_.SetRegistry(control.checkpoint_registry);
+  }
+  void Joined(uint64_t job, uint32_t epoch) override {
+    if (options_.resume_step > 0) checkpoints_.StartedFrom(options_.resume_step, job);
+    if (options_.rejoining) job_gate_.Open(job, epoch);
+  }
+
+  wire::ShardStats stats() const override {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    wire::ShardStats copy = stats_;
+    copy.applied_steps = applied_.load();
+    return copy;
+  }
+
+  void Stop() override {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void Loop() {
+    while (!stop_) {
+      heartbeats_.fetch_add(1, std::memory_order_relaxed);
+      std::vector<zmq::message_t> refused;
+      auto received =
+          wire::ReceiveMultipart(socket_, 50, options_.limits, /*envelope_frames=*/1, &refused);
+      if (!received.ok()) {
+        if (received.status().code() != StatusCode::kTimeout) {
+          if (!refused.empty()) {
+            Request request;
+            request.identity = std::move(refused[0]);
+            ReplyError(request, received.status(), /*readable=*/false);
+          } else {
+            spdlog::warn("shard {}: dropped a message: {}", options_.shard,
+                         received.status().ToString());
+            CountError();
+          }
+        }
+        AdmitHeld();
+        ExpireWaitingPulls();
+        continue;
+      }
+      auto request = std::make_unique<Request>();
+      std::vector<zmq::message_t>& frames = *received;
+      request->identity = std::move(frames[0]);
+      frames.erase(frames.begin());
+      request->frames = std::move(frames);
+      Handle(std::move(request));
+      AdmitHeld();
+      ExpireWaitingPulls();
+      waiting_count_.store(waiting_.size(), std::memory_order_relaxed);
+    }
+  }
+
+  void CountError() {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.errors;
+  }
+
+  ServingStats serving_stats() const override {
+    ServingStats s;
+    s.waiting_pulls = waiting_count_.load(std::memory_order_relaxed);
+    s.job = job_gate_.job();
+    s.epoch = job_gate_.epoch();
+    auto seconds = [](const std::atomic<uint64_t>& ns) {
+      return static_cast<double>(ns.load(std::memory_order_relaxed)) * 1e-9;
+    };
+    s.stages.decode = seconds(stage_ns_[kDecode]);
+    s.stages.apply = seconds(stage_ns_[kApply]);
+    s.stages.gather = seconds(stage_ns_[kGather]);
+    s.stages.encode = seconds(stage_ns_[kEncode]);
+    s.stages.send = seconds(stage_ns_[kSend]);
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    s.refusals = refusals_;
+    return s;
+  }
+
+  enum Stage { kDecode, kApply, kGather, kEncode, kSend, kStages };
+  void AddStage(Stage stage, Clock::time_point since) {
+    stage_ns_[stage].fetch_add(
+        static_cast<uint64_t>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - since).count()),
+        std::memory_order_relaxed);
+  }
+  const LatencyHistogram& apply_latency() const override { return apply_latency_; }
+
+  void Send(zmq::message_t& identity, std::vector<zmq::message_t> frames) {
+    const auto start = Clock::now();
+    uint64_t bytes = 0;
+    for (const auto& f : frames) bytes += f.size();
+    std::vector<zmq::message_t> all;
+    all.reserve(frames.size() + 1);
+    all.emplace_back(identity.data(), identity.size());
+    for (auto& f : frames) all.push_back(std::move(f));
+    if (auto status = wire::SendMultipart(socket_, all); !status.ok()) {
+      spdlog::warn("shard {}: reply not sent: {}", options_.shard, status.ToString());
+    }
+    AddStage(kSend, start);
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    stats_.bytes_out += bytes;
+  }
+
+  // readable: the message decoded, so its kind and sender can be named.
+  void ReplyError(Request& request, const Status& error, bool readable = true) {
+    {
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      ++refusals_[readable ? std::string(StatusCodeName(error.code())) : "unreadable"];
+    }
+    if (readable) {
+      spdlog::warn("shard {}: refused {} from worker {} (request {}): {}", options_.shard,
+                   wire::KindName(request.message.kind), request.message.worker_rank,
+                   request.message.request_id, error.ToString());
+    } else {
+      spdlog::warn("shard {}: refused an unreadable message (request {}): {}", options_.shard,
+                   request.message.request_id, error.ToString());
+    }
+    CountError();
+    Send(request.identity, wire::EncodeError(request.message.request_id, options_.shard, error));
+  }
+
+  // `version`: the version the ack reports (default: the current one).
+  void Ack(Request& request, std::optional<uint64_t> version = std::nullopt) {
+    wire::OutHeader header;
+    header.kind = wire::Kind::kPushAck;
+    header.step = version.value_or(applied_);
+    header.request_id = request.message.request_id;
+    header.shard = options_.shard;
+    Send(request.identity, wire::Encode(header, {}));
+  }
+
+  void Handle(std::unique_ptr<Request> request);
+
+  void HandleInit(Request& request);
+
+  void HandlePush(std::unique_ptr<Request> request);
+
+  // Stale synchronous parallel (Ho et al. 2013): each worker's push is
+  // applied as it arrives (one Adam step at learning rate / workers, so a
+  // clock of all workers moves the parameters as far as a bsp step), in the
+  // worker's step order, and no worker may run more than `staleness` steps
+  // ahead of the slowest. The version is the slowest worker's clock: every
+  // push of the steps before it is in. Applying on arrival, rather than
+  // holding a step until every worker's push of it came, lets each worker
+  // read its own last push and everyone else's as early as possible: the
+  // reads are as fresh as the bound allows (measured on configs/local.json:
+  // holding steps lost 15 dB at staleness 1).
+  void HandleSspPush(std::unique_ptr<Request> request);
+
+  // Sums the pushes in the given (worker-rank) order, one table per task
+  // (tables are independent; the order inside a table is fixed), then runs
+  // Adam in chunks of rows spread over the pool. A step with a single push
+  // (one worker, or async) skips the summing buffer.
+  void ApplyStep(const std::vector<const wire::Message*>& pushes);
+
+  void ApplyPushes(const std::vector<const wire::Message*>& pushes);
+
+  void HandlePull(std::unique_ptr<Request> request);
+
+  void ReplyPull(Request& request);
+
+  void ServeWaitingPulls();
+
+  void ExpireWaitingPulls();
+
+  struct Waiting {
+    std::unique_ptr<Request> request;
+    Clock::time_point deadline;
+  };
+
+  const Partition& partition_;
+  ShardOptions options_;
+  std::unique_ptr<ShardStore> store_;  // replaced whole when a new job begins
+  ThreadPool pool_;
+  std::vector<wire::TableShape> shapes_;
+  zmq::context_t context_{1};
+  std::unique_ptr<wire::ZapHandler> zap_;  // before socket_: destroyed after it
+  zmq::socket_t socket_;
+  std::string endpoint_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> heartbeats_{0};
+
+  // Owned by the I/O thread.
+  std::atomic<uint64_t> applied_{0};  // written by the I/O thread only
+  std::vector<uint64_t> clock_;       // ssp, async: pushes per worker (its next step)
+  StaleReads stale_reads_;            // ssp, async: the look-ahead's bookkeeping
+  std::map<uint64_t, std::map<uint32_t, std::unique_ptr<Request>>> pending_;  // step -> rank
+  std::vector<Waiting> waiting_;
+  std::vector<std::unique_ptr<Request>> held_;  // arrived before a rejoin was admitted
+  JobGate job_gate_;
+  ShardCheckpoints checkpoints_;
+  Status broken_;  // a rollback that failed: every request is refused with it
+
+  mutable std::mutex stats_mu_;
+  wire::ShardStats stats_;                    // guarded by stats_mu_
+  std::map<std::string, uint64_t> refusals_;  // by reason; guarded by stats_mu_
+  LatencyHistogram apply_latency_;
+  std::atomic<uint64_t> stage_ns_[kStages] = {};  // ServingStats::Stages, in nanoseconds
+  std::atomic<uint64_t> waiting_count_{0};        // waiting_.size(), for other threads
+};
+
+}  // namespace ps_shard_engine
+}  // namespace gridsync

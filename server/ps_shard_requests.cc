@@ -1,0 +1,396 @@
+// The parameter-server shard's engine (ps_shard_engine.h): requests.
+// Decoding and admitting them; init; pushes under bsp (held until every
+// worker's push of the step is in, then applied together), ssp and async
+// (applied on arrival, acknowledged first); pulls, answered at once or held
+// until the shard reaches the version they ask for, within the timeout.
+//
+// Thread safety: the I/O thread only.
+#include "server/ps_shard_engine.h"
+
+namespace gridsync {
+namespace ps_shard_engine {
+
+void PsShardImpl::Handle(std::unique_ptr<Request> request) {
+  const auto start = Clock::now();
+  auto decoded = wire::Decode(request->frames, shapes_, options_.limits);
+  if (!decoded.ok()) {
+    request->message = wire::Message{};
+    request->message.request_id = wire::PeekRequestId(request->frames, options_.limits);
+    ReplyError(*request, decoded.status(), /*readable=*/false);
+    return;
+  }
+  request->message = std::move(decoded).value();
+  wire::Message& m = request->message;
+  if (!request->counted) {
+    request->counted = true;
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    stats_.bytes_in += m.bytes;
+  }
+  // The kind first: what a block means depends on it, and only requests
+  // reach the checks below.
+  if (m.kind != wire::Kind::kPush && m.kind != wire::Kind::kPull && m.kind != wire::Kind::kInit &&
+      m.kind != wire::Kind::kStats) {
+    ReplyError(*request, Status::InvalidArgument(std::string("a shard does not accept ") +
+                                                 wire::KindName(m.kind) +
+                                                 " messages; allowed: push, pull, init, stats"));
+    return;
+  }
+  // A rejoining shard holds messages until its registration admitted it:
+  // the workers that follow the new epoch already send to it.
+  if (m.kind != wire::Kind::kStats && !job_gate_.open()) return Hold(std::move(request));
+  // Stats are read-only: anyone may ask, whatever its job.
+  if (m.kind != wire::Kind::kStats && !AdmitJob(*request)) return;
+  for (const auto& block : m.blocks) {
+    if (auto owned = store_->CheckOwnership(block); !owned.ok()) {
+      ReplyError(*request, owned);
+      return;
+    }
+  }
+  // Compressed values are decoded (and validated) before anything changes.
+  for (size_t i = 0; i < m.blocks.size(); ++i) {
+    wire::Block& block = m.blocks[i];
+    if (!block.compressed()) continue;
+    const size_t n = size_t{block.row_count} * block.width;
+    auto& values = request->decoded.emplace_back(n);
+    Status status = cpu::Decode(block.codec, block.payload.data(), block.payload.size(), n,
+                                block.codec_seed, values.data());
+    // A codec's scale fields can encode any float: bound what they decode to.
+    if (status.ok()) status = wire::CheckValueBounds(values, options_.limits, "payload");
+    if (!status.ok()) {
+      ReplyError(*request, status.WithContext("block " + std::to_string(i) + " (table " +
+                                              std::to_string(block.table) + ", codec " +
+                                              std::string(CodecName(block.codec.codec)) + ")"));
+      return;
+    }
+    block.values = values;
+  }
+  AddStage(kDecode, start);
+  switch (m.kind) {
+    case wire::Kind::kPush:
+      return HandlePush(std::move(request));
+    case wire::Kind::kPull:
+      return HandlePull(std::move(request));
+    case wire::Kind::kInit:
+      return HandleInit(*request);
+    case wire::Kind::kStats: {
+      wire::OutHeader header;
+      header.kind = wire::Kind::kStatsReply;
+      header.request_id = m.request_id;
+      header.shard = options_.shard;
+      header.step = applied_;
+      header.stats = stats();
+      Send(request->identity, wire::Encode(header, {}));
+      return;
+    }
+    default:
+      return;  // refused above
+  }
+}
+
+void PsShardImpl::HandleInit(Request& request) {
+  if (applied_ > 0 || !pending_.empty()) {
+    ReplyError(request, Status::InvalidArgument("init after training started (shard at version " +
+                                                std::to_string(applied_) +
+                                                "); allowed: init before the first push"));
+    return;
+  }
+  for (const auto& block : request.message.blocks) store_->Assign(block);
+  Ack(request);
+}
+
+void PsShardImpl::HandlePush(std::unique_ptr<Request> request) {
+  const wire::Message& m = request->message;
+  if (m.worker_rank >= options_.workers || m.num_workers != options_.workers) {
+    ReplyError(*request, Status::InvalidArgument(
+                             "push from worker " + std::to_string(m.worker_rank) + " of " +
+                             std::to_string(m.num_workers) + "; allowed: workers 0.." +
+                             std::to_string(options_.workers - 1) + " of " +
+                             std::to_string(options_.workers)));
+    return;
+  }
+  const wire::PushValues expected =
+      options_.apply_updates ? wire::PushValues::kUpdates : wire::PushValues::kGradients;
+  if (m.push_values != expected) {
+    ReplyError(*request, Status::InvalidArgument(std::string("push from worker ") +
+                                                 std::to_string(m.worker_rank) + " carries " +
+                                                 wire::PushValuesName(m.push_values) +
+                                                 "; allowed: " + wire::PushValuesName(expected) +
+                                                 " (this shard runs with ps.optimizer on the " +
+                                                 (options_.apply_updates ? "workers" : "shards") +
+                                                 "; every process must use the same config)"));
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.pushes;
+  }
+  if (options_.consistency == Consistency::kAsync) {
+    std::vector<const wire::Message*> one = {&m};
+    stale_reads_.OnPush(m);
+    ++clock_[m.worker_rank];
+    // Acknowledged before the apply, with the version the apply makes: the
+    // worker builds its next request while the shard applies, and that
+    // request is served after this apply (one serving loop), so it still
+    // reads its own push.
+    Ack(*request, applied_ + 1);
+    if (!m.skip_step) ApplyStep(one);
+    ++applied_;
+    return;
+  }
+  if (options_.consistency == Consistency::kSsp) return HandleSspPush(std::move(request));
+  if (m.step != applied_) {
+    ReplyError(*request, Status::InvalidArgument("push for step " + std::to_string(m.step) +
+                                                 " while the shard is at version " +
+                                                 std::to_string(applied_) + "; allowed: step " +
+                                                 std::to_string(applied_)));
+    return;
+  }
+  auto& slot = pending_[m.step];
+  if (slot.count(m.worker_rank) != 0) {
+    ReplyError(*request,
+               Status::InvalidArgument("second push from worker " + std::to_string(m.worker_rank) +
+                                       " for step " + std::to_string(m.step) +
+                                       "; allowed: one push per worker and step"));
+    return;
+  }
+  Ack(*request);
+  slot.emplace(m.worker_rank, std::move(request));
+  while (!pending_.empty() && pending_.begin()->first == applied_ &&
+         pending_.begin()->second.size() == options_.workers) {
+    std::vector<const wire::Message*> ordered;  // std::map: worker-rank order
+    bool skip = false;  // a worker overflowed (mixed precision): no push of the step applies
+    for (const auto& [rank, held] : pending_.begin()->second) {
+      ordered.push_back(&held->message);
+      skip = skip || held->message.skip_step;
+    }
+    if (skip) {
+      spdlog::debug("shard {}: step {} skipped (a worker's gradients overflowed)", options_.shard,
+                    applied_.load());
+    } else {
+      ApplyStep(ordered);
+    }
+    pending_.erase(pending_.begin());
+    ++applied_;
+    checkpoints_.AfterStep(applied_, job_gate_.job(), *store_);
+  }
+  ServeWaitingPulls();
+}
+
+void PsShardImpl::HandleSspPush(std::unique_ptr<Request> request) {
+  const wire::Message& m = request->message;
+  const uint64_t clock = clock_[m.worker_rank];
+  if (m.step != clock || m.step > applied_ + options_.staleness) {
+    ReplyError(*request, Status::InvalidArgument(
+                             "push for step " + std::to_string(m.step) + " from worker " +
+                             std::to_string(m.worker_rank) + " while the shard is at version " +
+                             std::to_string(applied_) + "; allowed: step " + std::to_string(clock) +
+                             " (each worker's steps in order, at most " +
+                             std::to_string(options_.staleness) + " ahead of the slowest)"));
+    return;
+  }
+  stale_reads_.OnPush(m);
+  if (!m.skip_step) {
+    std::vector<const wire::Message*> one = {&m};
+    ApplyStep(one);
+  }
+  ++clock_[m.worker_rank];
+  applied_ = *std::min_element(clock_.begin(), clock_.end());
+  Ack(*request);
+  ServeWaitingPulls();
+}
+
+void PsShardImpl::ApplyStep(const std::vector<const wire::Message*>& pushes) {
+  const auto start = Clock::now();
+  ApplyPushes(pushes);
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  AddStage(kApply, start);
+  apply_latency_.Observe(seconds);
+  if (options_.timeline) {
+    options_.timeline->Span("apply", start, seconds, 0,
+                            {{"version", static_cast<double>(applied_.load())},
+                             {"pushes", static_cast<double>(pushes.size())}});
+  }
+}
+
+void PsShardImpl::ApplyPushes(const std::vector<const wire::Message*>& pushes) {
+  constexpr size_t kChunkRows = 8192;
+  store_->PrepareStep();
+  struct Piece {
+    uint32_t table;
+    size_t chunk;                        // touched-row chunk (summed) ...
+    const wire::Block* block = nullptr;  // ... or a row range of a single push
+    size_t begin = 0, end = 0;
+  };
+  std::vector<Piece> pieces;
+  if (pushes.size() == 1) {
+    for (const auto& block : pushes[0]->blocks) {
+      for (size_t begin = 0; begin < block.row_count; begin += kChunkRows) {
+        pieces.push_back(
+            {block.table, 0, &block, begin, std::min<size_t>(block.row_count, begin + kChunkRows)});
+      }
+    }
+    pool_.ParallelFor(pieces.size(), [&](size_t i) {
+      store_->ApplyDirect(*pieces[i].block, pieces[i].begin, pieces[i].end);
+    });
+    return;
+  }
+  pool_.ParallelFor(partition_.n_tables(), [&](size_t t) {
+    for (const wire::Message* m : pushes) {
+      for (const auto& block : m->blocks) {
+        if (block.table == t) store_->Accumulate(block);
+      }
+    }
+  });
+  for (uint32_t t = 0; t < partition_.n_tables(); ++t) {
+    for (size_t c = 0; c < store_->TouchedChunks(t, kChunkRows); ++c) pieces.push_back({t, c});
+  }
+  pool_.ParallelFor(pieces.size(), [&](size_t i) {
+    store_->ApplyTouchedChunk(pieces[i].table, pieces[i].chunk, kChunkRows);
+  });
+  for (uint32_t t = 0; t < partition_.n_tables(); ++t) store_->FinishTable(t);
+}
+
+void PsShardImpl::HandlePull(std::unique_ptr<Request> request) {
+  const wire::Message& m = request->message;
+  if (store_->replicas_enabled() &&
+      (m.worker_rank >= options_.workers || m.num_workers != options_.workers)) {
+    ReplyError(*request,
+               Status::InvalidArgument(
+                   "pull from worker " + std::to_string(m.worker_rank) + " of " +
+                   std::to_string(m.num_workers) + "; allowed: workers 0.." +
+                   std::to_string(options_.workers - 1) + " of " +
+                   std::to_string(options_.workers) + " (delta pulls keep a replica per worker)"));
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.pulls;
+  }
+  if (options_.consistency == Consistency::kAsync || request->message.min_version <= applied_) {
+    ReplyPull(*request);
+    return;
+  }
+  waiting_.push_back({std::move(request), Clock::now() + options_.timeout});
+}
+
+void PsShardImpl::ReplyPull(Request& request) {
+  const auto start = Clock::now();
+  constexpr size_t kChunkRows = 16384;
+  const wire::Message& m = request.message;
+  std::vector<wire::OutBlock> blocks(m.blocks.size());
+  struct Piece {
+    size_t block, begin, end;
+  };
+  std::vector<Piece> pieces;
+  for (size_t i = 0; i < m.blocks.size(); ++i) {
+    const wire::Block& in = m.blocks[i];
+    wire::OutBlock& out = blocks[i];
+    out.table = in.table;
+    out.dense = in.dense;
+    out.row_begin = in.row_begin;
+    out.col_begin = in.col_begin;
+    out.width = in.width;
+    out.row_count = in.row_count;
+    out.values.resize(size_t{in.row_count} * in.width);
+    for (size_t b = 0; b < in.row_count; b += kChunkRows) {
+      pieces.push_back({i, b, std::min<size_t>(in.row_count, b + kChunkRows)});
+    }
+  }
+  const bool deltas = store_->replicas_enabled();
+  // Delta pulls: which blocks go encoded (as params - replica) and which
+  // whole; decided per block, the same way on every call.
+  std::vector<char> encoded(blocks.size(), 0);
+  for (size_t i = 0; i < blocks.size() && deltas && !m.whole_values; ++i) {
+    encoded[i] = blocks[i].values.size() * sizeof(float) >= options_.pull_min_bytes;
+  }
+  // Stale reads look ahead (server/stale_reads.h).
+  const float ahead = stale_reads_.OnPull(m, clock_);
+  pool_.ParallelFor(pieces.size(), [&](size_t k) {
+    const Piece& p = pieces[k];
+    const wire::Block& in = m.blocks[p.block];
+    float* out = blocks[p.block].values.data() + p.begin * in.width;
+    if (encoded[p.block]) {
+      store_->GatherDelta(in, m.worker_rank, p.begin, p.end, out);
+    } else if (ahead > 0) {
+      store_->GatherAhead(in, p.begin, p.end, ahead, out);
+      if (deltas) store_->AdvanceReplica(in, m.worker_rank, p.begin, p.end, out, /*whole=*/true);
+    } else {
+      store_->Gather(in, p.begin, p.end, out);
+      // An evaluation's values go to a copy of the model, not the
+      // worker's replica.
+      if (deltas && !m.evaluation)
+        store_->AdvanceReplica(in, m.worker_rank, p.begin, p.end, out, /*whole=*/true);
+    }
+  });
+  if (deltas) {
+    pool_.ParallelFor(blocks.size(), [&](size_t i) {
+      if (!encoded[i]) return;
+      wire::OutBlock& out = blocks[i];
+      out.codec = options_.pull_codec;
+      out.codec_seed = m.request_id * 0x9E3779B97F4A7C15ull + i;
+      out.payload.resize(EncodedSize(out.codec, out.values.size()));
+      cpu::Encode(out.codec, out.values.data(), out.values.size(), out.codec_seed,
+                  out.payload.data());
+      // What the worker will add to its replica, added here too.
+      const Status decoded = cpu::Decode(out.codec, out.payload.data(), out.payload.size(),
+                                         out.values.size(), out.codec_seed, out.values.data());
+      GRIDSYNC_CHECK(decoded.ok());  // our own encoding
+      store_->AdvanceReplica(m.blocks[i], m.worker_rank, 0, out.row_count, out.values.data(),
+                             /*whole=*/false);
+      out.values.clear();
+    });
+  }
+  wire::OutHeader header;
+  header.kind = wire::Kind::kPullReply;
+  header.step = applied_;
+  header.request_id = m.request_id;
+  header.shard = options_.shard;
+  AddStage(kGather, start);
+  const auto encode_start = Clock::now();
+  auto frames = wire::Encode(header, std::move(blocks));
+  AddStage(kEncode, encode_start);
+  Send(request.identity, std::move(frames));
+}
+
+void PsShardImpl::ServeWaitingPulls() {
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    if (it->request->message.min_version <= applied_) {
+      ReplyPull(*it->request);
+      it = waiting_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void PsShardImpl::ExpireWaitingPulls() {
+  if (waiting_.empty()) return;
+  const auto now = Clock::now();
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    if (now < it->deadline) {
+      ++it;
+      continue;
+    }
+    std::string missing;
+    const auto slot = pending_.find(applied_);
+    for (uint32_t w = 0; w < options_.workers; ++w) {
+      const bool in = options_.consistency == Consistency::kBsp
+                          ? slot != pending_.end() && slot->second.count(w) != 0
+                          : clock_[w] > applied_;
+      if (!in) {
+        missing += (missing.empty() ? "" : ", ") + std::to_string(w);
+      }
+    }
+    ReplyError(*it->request,
+               Status::Timeout("pull for version " +
+                               std::to_string(it->request->message.min_version) + " waited " +
+                               std::to_string(options_.timeout.count() / 1000.0).substr(0, 5) +
+                               " s; shard " + std::to_string(options_.shard) + " is at version " +
+                               std::to_string(applied_) + ", missing pushes for step " +
+                               std::to_string(applied_) + " from workers [" + missing + "]"));
+    it = waiting_.erase(it);
+  }
+}
+
+}  // namespace ps_shard_engine
+}  // namespace gridsync
