@@ -152,7 +152,8 @@ TEST(BackboneTest, EveryModeAndPrecisionAndAccumulationEndsWhereOneProcessEnds) 
 // the twin accumulates micro-batches into one buffer, the host loop adds
 // separately summed parts). nccl flat runs the device all-reduce, in one
 // grid bucket or one per level ("buckets"); nccl
-// model_parallel and fp16, ps and hybrid stage their rows through the twin.
+// model_parallel and fp16, ps and hybrid stage their rows through the twin,
+// and encode their pushes through its EncodeBlock (onebit).
 TEST(BackboneTest, TheDevicePathsOnTheCpuTwinEndWhereTheHostPathsEnd) {
   const ImageTask image = testing::SmallImage();
   struct Case {
@@ -162,12 +163,19 @@ TEST(BackboneTest, TheDevicePathsOnTheCpuTwinEndWhereTheHostPathsEnd) {
     const char* variant;
   };
   const Case cases[] = {
-      {Mode::kNccl, false, 1, ""},       {Mode::kNccl, true, 1, ""},
-      {Mode::kNccl, false, 2, ""},       {Mode::kNccl, false, 1, "model_parallel"},
-      {Mode::kNccl, false, 1, "fp16"},   {Mode::kPs, false, 1, ""},
-      {Mode::kPs, true, 1, ""},          {Mode::kPs, false, 1, "onebit"},
-      {Mode::kHybrid, false, 1, ""},     {Mode::kHybrid, true, 2, ""},
-      {Mode::kNccl, true, 1, "buckets"}, {Mode::kNccl, true, 2, "buckets"},
+      {Mode::kNccl, false, 1, ""},
+      {Mode::kNccl, true, 1, ""},
+      {Mode::kNccl, false, 2, ""},
+      {Mode::kNccl, false, 1, "model_parallel"},
+      {Mode::kNccl, false, 1, "fp16"},
+      {Mode::kPs, false, 1, ""},
+      {Mode::kPs, true, 1, ""},
+      {Mode::kPs, false, 1, "onebit"},
+      {Mode::kHybrid, false, 1, ""},
+      {Mode::kHybrid, true, 2, ""},
+      {Mode::kNccl, true, 1, "buckets"},
+      {Mode::kNccl, true, 2, "buckets"},
+      {Mode::kHybrid, false, 1, "onebit"},
   };
   for (const Case& c : cases) {
     Config config = BackboneConfig(c.mode, c.mixed, c.accumulation);
