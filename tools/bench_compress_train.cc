@@ -1,0 +1,230 @@
+// gridsync-bench compress --train (bench_compress.h): a ps-mode cluster in
+// this process per codec, trained and compared with the uncompressed run.
+//
+// Thread safety: one thread (the cluster's workers run on their own).
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/cluster_map.h"
+#include "common/config.h"
+#include "common/coordinator_client.h"
+#include "common/counter_rng.h"
+#include "common/sharding.h"
+#include "common/status.h"
+#include "common/thread_pool.h"
+#include "common/wire/message.h"
+#include "kernels/cpu/codec.h"
+#include "server/coordinator.h"
+#include "server/in_process_cluster.h"
+#include "server/ps_shard.h"
+#include "spec/run_spec.h"
+#include "tools/bench.h"
+#include "tools/bench_compress.h"
+#include "worker/image_task.h"
+#include "worker/model.h"
+#include "worker/params_file.h"
+#include "worker/sync/ps_session.h"
+#include "worker/sync/train.h"
+
+namespace gridsync::bench::compress {
+namespace {
+
+// ---------------------------------------------------------------------------
+// --train.
+
+struct TrainRun {
+  std::vector<Result<TrainReport>> reports;
+  std::vector<uint64_t> applied_steps;  // per shard
+  double wall_seconds = 0;              // cluster start to stop
+};
+
+// One codec's run: a fresh cluster, the workers as threads.
+Result<TrainRun> RunCluster(const Config& config, const ImageTask& image) {
+  const auto start = Clock::now();
+  GRIDSYNC_ASSIGN_OR_RETURN(std::unique_ptr<InProcessCluster> cluster,
+                            InProcessCluster::Start(config));
+  TrainRun run;
+  const int workers = config.distributed.world_size;
+  run.reports.assign(workers, Status::Internal("not run"));
+  std::vector<std::thread> threads;
+  for (int w = 0; w < workers; ++w) {
+    threads.emplace_back([&, w] {
+      WorkerOptions options;
+      options.rank = w;
+      options.train.quiet = true;
+      options.train.write_png = false;
+      run.reports[w] = TrainWorker(cluster->config(), image, options);
+    });
+  }
+  for (auto& t : threads) t.join();
+  run.applied_steps = cluster->AppliedSteps();
+  cluster->Stop();
+  run.wall_seconds = Seconds(start, Clock::now());
+  return run;
+}
+
+}  // namespace
+
+int RunTrainSweep(const CompressArgs& args) {
+  const int batch = args.batch > 0 ? args.batch : kTrainDefaultBatch;
+  std::vector<std::string> codecs =
+      args.codecs.empty() ? SplitList(kTrainCodecsDefault) : args.codecs;
+  // none first: every other row's PSNR difference is against it.
+  std::stable_partition(codecs.begin(), codecs.end(), [](const auto& c) { return c == "none"; });
+  std::vector<Config> configs;
+  for (const auto& codec : codecs) {
+    auto config = LoadConfig(
+        args,
+        {"distributed.enable=true", "distributed.gradient_sync=ps", "ps.consistency=bsp",
+         "distributed.world_size=" + std::to_string(args.workers),
+         "ps.shards=" + std::to_string(args.shards), "training.steps=" + std::to_string(args.steps),
+         "training.batch_size=" + std::to_string(batch),
+         "training.threads=" + std::to_string(args.threads), "training.log_every=0",
+         "compression.codec=" + codec, "compression.ratio=" + Fmt("%.17g", args.ratio),
+         "compression.bits=" + std::to_string(args.bits),
+         "compression.min_bytes=" + std::to_string(args.min_bytes)});
+    Status status = config.ok() ? config->CheckRunnable(false) : config.status();
+    if (status.ok()) status = CodecFromConfig(config->compression).status();
+    if (!status.ok()) {
+      std::fprintf(stderr, "%s\n", status.message().c_str());
+      return kConfigErrorExitCode;
+    }
+    configs.push_back(*config);
+  }
+  auto image = ImageTask::Load(configs.front().task.image);
+  if (!image.ok()) {
+    std::fprintf(stderr, "%s\n", image.status().message().c_str());
+    return kConfigErrorExitCode;
+  }
+  const Config& c0 = configs.front();
+  // The coordinator warns whenever a member leaves, and every run here ends
+  // with all of them leaving; failures still reach stderr, as a worker's or
+  // the cluster's Status below, and as errors.
+  spdlog::set_level(spdlog::level::err);
+  std::printf(
+      "# gridsync-bench compress --train: ps-mode clusters in this process, one per codec\n");
+  std::printf("%s\n", ModelLine(c0, *image).c_str());
+  std::printf(
+      "# %d steps, global batch %d, %d workers x %d threads, %d shards x %d threads, bsp; "
+      "min_bytes %d; %s\n",
+      c0.training.steps, c0.training.batch_size, c0.distributed.world_size, c0.training.threads,
+      c0.ps.shards, c0.ps.threads, c0.compression.min_bytes, CodecSettings(c0.compression).c_str());
+  std::printf(
+      "# psnr: rank 0 after the last step; push/pull_B/step: per worker (mean), whole "
+      "messages of the training steps (the one-off initial push is not counted); "
+      "push_ratio = none's push_B / this push_B (the flush of error feedback's residuals after "
+      "the last step included); ef: error feedback; adam: where Adam ran (ps.optimizer); train_s, "
+      "comm_s: rank 0\n");
+  Table table({{"codec", 8},
+               {"ef", 3},
+               {"adam", 6},
+               {"steps", 6},
+               {"psnr_dB", 8},
+               {"dpsnr_dB", 8},
+               {"push_B/step", 12},
+               {"pull_B/step", 12},
+               {"push_ratio", 10},
+               {"train_s", 8},
+               {"comm_s", 8},
+               {"wall_s", 8},
+               {"#wrong", 7}});
+  table.PrintHeader();
+  double none_psnr = NAN, none_push = NAN;
+  uint64_t total_wrong = 0;
+  int failures = 0;
+  for (size_t i = 0; i < configs.size(); ++i) {
+    const std::string& codec = codecs[i];
+    std::fprintf(stderr, "training %s: %d steps...\n", codec.c_str(), args.steps);
+    auto run = RunCluster(configs[i], *image);
+    if (!run.ok()) {
+      std::fprintf(stderr, "%s: the cluster failed to start: %s\n", codec.c_str(),
+                   run.status().ToString().c_str());
+      ++failures;
+      continue;
+    }
+    uint64_t wrong = 0;
+    const bool have0 = run->reports[0].ok();
+    double push = 0, pull = 0;
+    int ok_workers = 0;
+    for (const auto& r : run->reports) {
+      if (!r.ok()) {
+        std::fprintf(stderr, "%s: a worker failed: %s\n", codec.c_str(),
+                     r.status().ToString().c_str());
+        ++wrong;
+        continue;
+      }
+      push += r->bytes_pushed_per_step;
+      pull += r->bytes_pulled_per_step;
+      ++ok_workers;
+    }
+    // Plus the flush of error feedback's residuals after the last step.
+    const uint64_t expected_steps =
+        static_cast<uint64_t>(args.steps) + (have0 && run->reports[0]->flushed_residuals ? 1 : 0);
+    for (uint64_t applied : run->applied_steps) wrong += applied != expected_steps;
+    const double psnr = have0 ? run->reports[0]->psnr : NAN;
+    wrong += !std::isfinite(psnr);
+    total_wrong += wrong;
+    if (ok_workers > 0) {
+      push /= ok_workers;
+      pull /= ok_workers;
+    }
+    if (codec == "none" && wrong == 0) {
+      none_psnr = psnr;
+      none_push = push;
+    }
+    const auto num = [](const char* f, double v) { return std::isfinite(v) ? Fmt(f, v) : "-"; };
+    table.AddRow({codec,
+                  codec == "none"                         ? "-"
+                  : configs[i].compression.error_feedback ? "on"
+                                                          : "off",
+                  configs[i].OptimizerOnWorkers() ? "worker" : "shard", std::to_string(args.steps),
+                  num("%.2f", psnr), num("%+.2f", psnr - none_psnr),
+                  num("%.0f", ok_workers ? push : NAN), num("%.0f", ok_workers ? pull : NAN),
+                  num("%.2f", none_push / push),
+                  num("%.1f", have0 ? run->reports[0]->train_seconds : NAN),
+                  num("%.1f", have0 ? run->reports[0]->comm_seconds : NAN),
+                  Fmt("%.1f", run->wall_seconds), std::to_string(wrong)});
+  }
+  std::printf("# #wrong total: %llu\n", static_cast<unsigned long long>(total_wrong));
+
+  const std::string csv = args.csv.empty() ? "out/compress.csv" : args.csv;
+  const std::string png = args.png.empty() ? "out/compress.png" : args.png;
+  const bool csv_written = WriteCsvReport(table, csv);
+  int rc = failures > 0 || total_wrong > 0 || !csv_written ? 1 : 0;
+  if (table.rows() == 0) return 1;
+  const int x = table.ColumnOf("push_B/step"), y = table.ColumnOf("psnr_dB");
+  std::ostringstream gp;
+  gp << "set terminal pngcairo size 900,600 font ',10'\n"
+     << "set output " << GnuplotQuote(png) << "\n"
+     << "set datafile separator ','\n"
+     << "set title "
+     << GnuplotQuote("PSNR after " + std::to_string(c0.training.steps) +
+                     " steps vs bytes pushed (" + std::to_string(c0.distributed.world_size) +
+                     " workers, " + std::to_string(c0.ps.shards) + " shards, batch " +
+                     std::to_string(c0.training.batch_size) + ", bsp)")
+     << "\n"
+     << "set xlabel 'bytes pushed per step per worker'\nset ylabel 'PSNR (dB)'\n"
+     << "set logscale x\nset grid\nset offsets graph 0.1, graph 0.1, graph 0.1, graph 0.1\n"
+     << "plot " << GnuplotQuote(csv) << " every ::1 using " << x << ":" << y
+     << " with points pt 7 ps 1.5 notitle, '' every ::1 using " << x << ":" << y
+     << ":1 with labels offset char 0,1 notitle\n";
+  if (!RunGnuplot(gp.str(), png)) rc = 1;
+  return rc;
+}
+
+}  // namespace gridsync::bench::compress
