@@ -151,7 +151,7 @@ void ShardStore::ApplyDirect(const wire::Block& block, size_t begin, size_t end)
             params + partition_.LocalRow(block.table, block.Row(i + kPrefetchRows)) * w, 1);
       }
       const float* u = block.values.data() + i * w;
-      float* p = table.params.data() + partition_.LocalRow(block.table, block.Row(i)) * w;
+      float* p = params + partition_.LocalRow(block.table, block.Row(i)) * w;
       for (uint32_t f = 0; f < w; ++f) p[f] += u[f];
     }
     return;

@@ -408,9 +408,14 @@ Status PsClient::Compress(uint64_t step, uint32_t shard, wire::OutBlock* block) 
                               ": the values to push do not encode (training diverged?)");
   };
   if (block_encoder_) {
+    // The model's device: a refusal of the decode is as above; anything else
+    // is the device's own failure, named as such.
     GRIDSYNC_RETURN_IF_ERROR(
-        diverged(block_encoder_(block->codec, block->values.data(), n, block->codec_seed,
-                                block->payload.data(), use_feedback_ ? decoded.data() : nullptr)));
+        block_encoder_(block->codec, block->values.data(), n, block->codec_seed,
+                       block->payload.data(), use_feedback_ ? decoded.data() : nullptr)
+            .WithContext("table " + std::to_string(block->table) +
+                         ": encoding the push on the model's device (a Corruption means the "
+                         "values are not finite: training diverged?)"));
   } else {
     cpu::Encode(block->codec, block->values.data(), n, block->codec_seed, block->payload.data());
     if (use_feedback_) {
