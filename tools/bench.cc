@@ -11,6 +11,17 @@
 #include "common/cli_parse.h"
 #include "common/logging.h"
 
+namespace gridsync::bench {
+
+Result<Config> LoadStandaloneConfig(const std::string& path,
+                                    const std::vector<std::string>& overrides) {
+  GRIDSYNC_ASSIGN_OR_RETURN(Config config, Config::LoadFile(path, overrides));
+  GRIDSYNC_RETURN_IF_ERROR(config.CheckRunnable(/*standalone=*/true));
+  return config;
+}
+
+}  // namespace gridsync::bench
+
 int main(int argc, char** argv) {
   CLI::App app{"gridsync-bench: side-by-side benchmarks"};
   app.require_subcommand(1);

@@ -6,10 +6,22 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "common/status.h"
 
 namespace gridsync::bench {
 
 using Runner = std::function<int()>;
+
+// A standalone bench's config: `path` with `overrides` applied, refused
+// unless a standalone run could take it (Config::CheckRunnable), as the
+// binaries would. The caller prints a refusal and exits with
+// kConfigErrorExitCode.
+Result<Config> LoadStandaloneConfig(const std::string& path,
+                                    const std::vector<std::string>& overrides);
 
 Runner AddTrainCommand(CLI::App* app);
 Runner AddPushPullCommand(CLI::App* app);

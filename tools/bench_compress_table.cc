@@ -211,13 +211,11 @@ int RunCodecTable(const CompressArgs& args) {
       "compression.bits=" + std::to_string(args.bits),
   };
   if (args.batch > 0) overrides.push_back("training.batch_size=" + std::to_string(args.batch));
-  auto config = LoadConfig(args, overrides);
+  // The user's --set comes last, so it can change anything the flags set.
+  overrides.insert(overrides.end(), args.overrides.begin(), args.overrides.end());
+  auto config = LoadStandaloneConfig(args.config, overrides);
   if (!config.ok()) {
     std::fprintf(stderr, "%s\n", config.status().message().c_str());
-    return kConfigErrorExitCode;
-  }
-  if (auto runnable = config->CheckRunnable(true); !runnable.ok()) {
-    std::fprintf(stderr, "%s\n", runnable.message().c_str());
     return kConfigErrorExitCode;
   }
   std::vector<CodecOptions> codecs;

@@ -93,13 +93,9 @@ int RunTrain(const TrainArgs& args) {
   overrides.push_back("training.threads=" + std::to_string(args.threads));
   overrides.push_back("training.log_every=0");
   overrides.push_back("training.device=" + args.device);
-  auto config = Config::LoadFile(args.config, overrides);
+  auto config = LoadStandaloneConfig(args.config, overrides);
   if (!config.ok()) {
     std::fprintf(stderr, "%s\n", config.status().message().c_str());
-    return kConfigErrorExitCode;
-  }
-  if (auto runnable = config->CheckRunnable(true); !runnable.ok()) {
-    std::fprintf(stderr, "%s\n", runnable.message().c_str());
     return kConfigErrorExitCode;
   }
   auto image = ImageTask::Load(config->task.image);
