@@ -17,7 +17,7 @@ build=${1:-build}
 out=.device
 grep -qx '/.device/' .git/info/exclude 2>/dev/null || echo '/.device/' >>.git/info/exclude
 
-targets=(device_trainer_test backbone_test allreduce_test cuda_kernels_test cuda_codec_test gridsync-bench)
+targets=(device_trainer_test device_push_test backbone_test allreduce_test cuda_kernels_test cuda_codec_test gridsync-bench)
 cmake --build "$build" -j"$(nproc)" --target "${targets[@]}"
 
 rm -rf "$out"

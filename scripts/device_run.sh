@@ -50,6 +50,7 @@ run() {  # name, command...
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >"$logs/gpu.txt" 2>&1 || true
 bin=.device/bin
 run device_trainer_test "$bin/device_trainer_test"
+run device_push_test "$bin/device_push_test"
 run cuda_kernels_test "$bin/cuda_kernels_test"
 run cuda_codec_test "$bin/cuda_codec_test"
 run backbone_gpu "$bin/backbone_test" --gtest_filter='*Gpu*:*Twin*'

@@ -11,6 +11,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <thread>
 
 #include "kernels/cuda/cuda_kernels.h"
@@ -47,6 +49,11 @@ Config BackboneConfig(Mode mode, bool mixed, int accumulation) {
     c.distributed.nodes.push_back(node);
   }
   return c;
+}
+
+std::string ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 WorkerOptions Quiet(int rank) {
@@ -153,7 +160,9 @@ TEST(BackboneTest, EveryModeAndPrecisionAndAccumulationEndsWhereOneProcessEnds) 
 // separately summed parts). nccl flat runs the device all-reduce, in one
 // grid bucket or one per level ("buckets"); nccl
 // model_parallel and fp16, ps and hybrid stage their rows through the twin,
-// and encode their pushes through its EncodeBlock (onebit).
+// and encode their pushes through its EncodeBlock (onebit: Adam on the
+// workers), or, in ps with Adam on the shards, the grid's blocks stay on
+// the twin and are encoded there, residuals included ("onebit shard").
 TEST(BackboneTest, TheDevicePathsOnTheCpuTwinEndWhereTheHostPathsEnd) {
   const ImageTask image = testing::SmallImage();
   struct Case {
@@ -171,6 +180,8 @@ TEST(BackboneTest, TheDevicePathsOnTheCpuTwinEndWhereTheHostPathsEnd) {
       {Mode::kPs, false, 1, ""},
       {Mode::kPs, true, 1, ""},
       {Mode::kPs, false, 1, "onebit"},
+      {Mode::kPs, false, 1, "onebit shard"},
+      {Mode::kPs, true, 1, "onebit shard"},
       {Mode::kHybrid, false, 1, ""},
       {Mode::kHybrid, true, 2, ""},
       {Mode::kNccl, true, 1, "buckets"},
@@ -183,12 +194,40 @@ TEST(BackboneTest, TheDevicePathsOnTheCpuTwinEndWhereTheHostPathsEnd) {
     if (variant == "model_parallel") config.distributed.model_parallel = true;
     if (variant == "fp16") config.compression.codec = "fp16";
     if (variant == "onebit") config.compression.codec = "onebit";
+    if (variant == "onebit shard") {
+      // Adam on the shards: the grid's push blocks are encoded on the
+      // device, through the twin's EncodePushBlock and its residuals, every
+      // block of them (min_bytes 0).
+      config.compression.codec = "onebit";
+      config.compression.min_bytes = 0;
+      config.ps.optimizer = OptimizerPlacement::kShard;
+    }
     // A bucket per level: the backward pass reduced level by level.
     if (variant == "buckets") config.distributed.bucket_mb = 0.001;
     const std::string what = std::string(Name(c.mode)) + (c.mixed ? " mixed" : " fp32") +
                              " accumulation " + std::to_string(c.accumulation) + " " + variant;
-    auto host = RunCluster(c.mode, config, image);
-    auto twin = RunCluster(c.mode, config, image, /*twin=*/true);
+    // "onebit shard" also writes checkpoints (every 4 of the 8 steps): the
+    // workers' residuals, copied back from the twin, are the host's bytes.
+    const std::string checkpoints =
+        (std::filesystem::temp_directory_path() / "gridsync-backbone-ckpt").string();
+    std::filesystem::remove_all(checkpoints);
+    Config host_config = config, twin_config = config;
+    if (variant == "onebit shard") {
+      host_config.checkpoint.every_steps = twin_config.checkpoint.every_steps = 4;
+      host_config.checkpoint.dir = checkpoints + "/host";
+      twin_config.checkpoint.dir = checkpoints + "/twin";
+    }
+    auto host = RunCluster(c.mode, host_config, image);
+    auto twin = RunCluster(c.mode, twin_config, image, /*twin=*/true);
+    if (variant == "onebit shard") {
+      for (const char* part : {"step-4/worker-0.bin", "step-8/worker-1.bin"}) {
+        const std::string a = ReadBytes(host_config.checkpoint.dir + "/" + part);
+        const std::string b = ReadBytes(twin_config.checkpoint.dir + "/" + part);
+        EXPECT_GT(a.size(), 64u) << what << " " << part;
+        EXPECT_TRUE(a == b) << what << " " << part << ": the twin's checkpoint differs";
+      }
+    }
+    std::filesystem::remove_all(checkpoints);
     for (auto& r : host) ASSERT_TRUE(r.ok()) << what << " host: " << r.status().ToString();
     for (auto& r : twin) ASSERT_TRUE(r.ok()) << what << " twin: " << r.status().ToString();
     EXPECT_EQ(twin[0]->device, "the CPU twin") << what;
@@ -234,23 +273,30 @@ TEST(BackboneTest, EveryModeOnTheGpuEndsNearOneProcess) {
 }
 
 // The GPU's own ways: ps pushes compressed by the codecs' CUDA twins
-// (the PS client's BlockEncoder on the device) end near the same run's
-// pushes compressed on the CPU; nccl with a bucket per level (the
+// (the PS client's BlockEncoder on the device, or, with Adam on the
+// shards, the grid's blocks encoded there before the copy) end near the
+// same run's pushes compressed on the CPU; nccl with a bucket per level (the
 // all-reduce overlapping the backward pass) ends near one process.
 TEST(BackboneTest, DeviceCodecsAndOverlappedBucketsOnTheGpuEndNearTheCpu) {
   std::string reason;
   if (!cuda::Available(&reason)) GTEST_SKIP() << reason;
   const ImageTask image = testing::SmallImage();
-  {
+  // Adam on the workers (auto with a codec): blocks encoded after the
+  // copy; on the shards: the grid's blocks encoded before it, with the
+  // residuals on the device.
+  for (OptimizerPlacement optimizer : {OptimizerPlacement::kAuto, OptimizerPlacement::kShard}) {
     Config config = BackboneConfig(Mode::kPs, false, 1);
     config.compression.codec = "onebit";
+    config.compression.min_bytes = 0;
+    config.ps.optimizer = optimizer;
+    const std::string what = "ps onebit, ps.optimizer " + std::string(ToString(optimizer));
     auto cpu = RunCluster(Mode::kPs, config, image);
     config.training.device = TrainingDevice::kCuda;
     auto gpu = RunCluster(Mode::kPs, config, image);
-    for (auto& r : cpu) ASSERT_TRUE(r.ok()) << "ps onebit cpu: " << r.status().ToString();
-    for (auto& r : gpu) ASSERT_TRUE(r.ok()) << "ps onebit gpu: " << r.status().ToString();
+    for (auto& r : cpu) ASSERT_TRUE(r.ok()) << what << " cpu: " << r.status().ToString();
+    for (auto& r : gpu) ASSERT_TRUE(r.ok()) << what << " gpu: " << r.status().ToString();
     EXPECT_NE(gpu[0]->device, "CPU");
-    EXPECT_NEAR(gpu[0]->psnr, cpu[0]->psnr, 0.3);
+    EXPECT_NEAR(gpu[0]->psnr, cpu[0]->psnr, 0.3) << what;
   }
   {
     Config config = BackboneConfig(Mode::kNccl, false, 1);

@@ -106,6 +106,80 @@ Status HostTrainer::EncodeBlock(const CodecOptions& options, const float* values
   return cpu::Decode(options, payload, EncodedSize(options, n), n, seed, decoded);
 }
 
+Result<bool> HostTrainer::PrepareGridPush(const uint32_t* rows, size_t n, bool round_to_half,
+                                          float scale) {
+  GRIDSYNC_RETURN_IF_ERROR(CheckRows(rows, n));
+  const uint32_t F = model_->layout().features();
+  float* grad = grads_.grid.mutable_dense();
+  bool fits = true;
+  for (size_t i = 0; i < n; ++i) {
+    float* row = grad + size_t{rows[i]} * F;
+    if (round_to_half) fits = RoundToHalfChecked(row, F) && fits;
+    if (scale != 1.0f) {
+      for (uint32_t f = 0; f < F; ++f) row[f] *= scale;
+    }
+  }
+  return fits;
+}
+
+Status HostTrainer::FetchPushBlock(const PushBlock& block, float* values) {
+  const auto& layout = model_->layout();
+  GRIDSYNC_RETURN_IF_ERROR(cuda::CheckPushBlock(layout, block));
+  const uint32_t F = layout.features();
+  const float* grad = grads_.grid.dense() + layout.level(block.level).row_offset * F;
+  for (size_t i = 0; i < block.n; ++i) {
+    const float* row = grad + size_t{block.rows[i]} * F + block.col_begin;
+    std::copy(row, row + block.width, values + i * block.width);
+  }
+  return Status::OK();
+}
+
+Status HostTrainer::EncodePushBlock(const PushBlock& block, const CodecOptions& options,
+                                    uint64_t seed, bool feedback, uint8_t* payload) {
+  std::lock_guard<std::mutex> lock(push_mu_);
+  const size_t count = block.n * block.width;
+  std::vector<float> values(count);
+  GRIDSYNC_RETURN_IF_ERROR(FetchPushBlock(block, values.data()));
+  const uint64_t key = PushBlockKey(block.level, block.col_begin);
+  if (feedback) residuals_.AddResidual(key, block.rows, block.n, block.width, values.data());
+  cpu::Encode(options, values.data(), count, seed, payload);
+  if (!feedback) return Status::OK();
+  std::vector<float> decoded(count);
+  GRIDSYNC_RETURN_IF_ERROR(
+      cpu::Decode(options, payload, EncodedSize(options, count), count, seed, decoded.data()));
+  residuals_.StoreResidual(key, block.rows, block.n, block.width, values.data(), decoded.data());
+  return Status::OK();
+}
+
+Status HostTrainer::ZeroGridGradientRows(const uint32_t* rows, size_t n) {
+  GRIDSYNC_RETURN_IF_ERROR(CheckRows(rows, n));
+  const uint32_t F = model_->layout().features();
+  float* grad = grads_.grid.mutable_dense();
+  for (size_t i = 0; i < n; ++i) std::fill_n(grad + size_t{rows[i]} * F, F, 0.0f);
+  return Status::OK();
+}
+
+namespace {
+// dst = src, key for key and entry for entry (through the checkpoint bytes).
+Status CopyFeedback(const cpu::ErrorFeedback& src, cpu::ErrorFeedback* dst) {
+  std::string bytes;
+  src.AppendState(&bytes);
+  std::string_view in = bytes;
+  return dst->RestoreState(&in);
+}
+}  // namespace
+
+Status HostTrainer::CopyResidualsTo(cpu::ErrorFeedback* into) {
+  std::lock_guard<std::mutex> lock(push_mu_);
+  return CopyFeedback(residuals_, into);
+}
+
+Status HostTrainer::LoadResiduals(const cpu::ErrorFeedback& from) {
+  std::lock_guard<std::mutex> lock(push_mu_);
+  GRIDSYNC_RETURN_IF_ERROR(cuda::CheckResiduals(model_->layout(), from));
+  return CopyFeedback(from, &residuals_);
+}
+
 std::pair<uint32_t, uint32_t> HostTrainer::Locate(uint32_t row) const {
   const auto& layout = model_->layout();
   uint32_t level = 0;

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 
 #include "common/thread_pool.h"
 #include "kernels/cuda/device_trainer.h"
@@ -50,6 +51,16 @@ class HostTrainer : public cuda::DeviceTrainer {
   Status TakeMlpGradients(const std::vector<std::span<float>>& grads) override;
   Status EncodeBlock(const CodecOptions& options, const float* values, size_t n, uint64_t seed,
                      uint8_t* payload, float* decoded) override;
+  Result<bool> PrepareGridPush(const uint32_t* rows, size_t n, bool round_to_half,
+                               float scale) override;
+  Status FetchPushBlock(const PushBlock& block, float* values) override;
+  // cpu::Encode, cpu::Decode and a cpu::ErrorFeedback of its own: the
+  // semantics the device's kernels copy. Calls are serialised.
+  Status EncodePushBlock(const PushBlock& block, const CodecOptions& options, uint64_t seed,
+                         bool feedback, uint8_t* payload) override;
+  Status ZeroGridGradientRows(const uint32_t* rows, size_t n) override;
+  Status CopyResidualsTo(cpu::ErrorFeedback* into) override;
+  Status LoadResiduals(const cpu::ErrorFeedback& from) override;
   Status Predict(const float* positions, size_t n, uint32_t active_levels, float* out) override;
   Status Download(std::vector<float>* grid, std::vector<std::vector<float>>* mlp) override;
   std::string device_name() const override { return "the CPU twin"; }
@@ -67,6 +78,8 @@ class HostTrainer : public cuda::DeviceTrainer {
   bool as_if_on_device_ = false;
   std::vector<std::vector<std::span<float>>> buckets_;
   Finished finished_;
+  std::mutex push_mu_;            // EncodePushBlock's calls
+  cpu::ErrorFeedback residuals_;  // EncodePushBlock's (guarded by push_mu_)
 };
 
 }  // namespace gridsync

@@ -31,6 +31,13 @@ struct ModelGradients {
       : grid(layout), mlp(cpu::ZeroMlpWeights(shape)) {}
   cpu::GridGradient grid;  // scaled by the loss scale
   cpu::MlpWeights mlp;     // scaled by the loss scale
+  // ps with a codec on a GPU (DeviceStagedSync): the grid's gradient values
+  // stay on the model's device, already rounded through fp16 (mixed
+  // precision) and unscaled, until the push encodes them there; `grid`
+  // only marks the touched rows (its values are zeros) and `grid_fits`
+  // says whether they all fit fp16.
+  bool grid_on_device = false;
+  bool grid_fits = true;
   void Clear(ThreadPool* pool);
   // this += other, then other is cleared (see GridGradient::AddFrom).
   void AddFrom(ModelGradients* other, ThreadPool* pool);

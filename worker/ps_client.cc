@@ -126,7 +126,7 @@ std::vector<std::vector<wire::OutBlock>> SplitAll(const Partition& partition,
         } else {
           block.rows.insert(block.rows.end(), ref.rows + i, ref.rows + j);
         }
-        if (with_values) {
+        if (with_values && ref.values != nullptr) {
           if (cw == width) {
             block.values.insert(block.values.end(), ref.values + i * width, ref.values + j * width);
           } else {
@@ -305,8 +305,52 @@ const float* PsClient::PendingUpdate(uint32_t table, uint32_t col_begin, uint32_
   return feedback_.Residual(FeedbackKey(table, col_begin), row);
 }
 
+Status PsClient::SetDevicePushSource(DevicePushSource* source,
+                                     const std::vector<uint32_t>& tables) {
+  if (source != nullptr && worker_adam_ != nullptr) {
+    return Status::InvalidArgument(
+        "push values on the model's device: Adam runs on this worker (ps.optimizer worker) and "
+        "needs them here; allowed: ps.optimizer shard");
+  }
+  if (device_source_ != nullptr) GRIDSYNC_RETURN_IF_ERROR(SyncFeedback());
+  device_source_ = source;
+  device_tables_.assign(partition_.n_tables(), false);
+  if (source == nullptr) return Status::OK();
+  for (uint32_t t : tables) {
+    if (t >= partition_.n_tables())
+      return Status::InvalidArgument("device push table " + std::to_string(t) + " of " +
+                                     std::to_string(partition_.n_tables()));
+    device_tables_[t] = true;
+  }
+  return LoadDeviceResiduals();
+}
+
+Status PsClient::LoadDeviceResiduals() {
+  cpu::ErrorFeedback owned;
+  for (uint64_t key : feedback_.Keys())
+    if (DeviceOwned(key)) owned.CopyTableFrom(feedback_, key);
+  return device_source_->LoadResiduals(owned).WithContext("loading the residuals onto the device");
+}
+
+Status PsClient::SyncFeedback() {
+  if (device_source_ == nullptr) return Status::OK();
+  cpu::ErrorFeedback held;
+  GRIDSYNC_RETURN_IF_ERROR(device_source_->CopyResidualsTo(&held).WithContext(
+      "copying the residuals from the model's device"));
+  for (uint64_t key : feedback_.Keys())
+    if (DeviceOwned(key)) feedback_.Erase(key);
+  for (uint64_t key : held.Keys()) {
+    if (!DeviceOwned(key))
+      return Status::Internal("the device holds residuals of table " + std::to_string(key >> 32) +
+                              ", which it does not push");
+    feedback_.CopyTableFrom(held, key);
+  }
+  return Status::OK();
+}
+
 Result<bool> PsClient::FlushResiduals(uint64_t step, uint64_t min_version) {
   if (!use_feedback_) return false;
+  GRIDSYNC_RETURN_IF_ERROR(SyncFeedback());
   // Under bsp a shard refuses a push for a step it has not reached.
   GRIDSYNC_RETURN_IF_ERROR(SendPull(min_version, {}));
   GRIDSYNC_RETURN_IF_ERROR(
@@ -339,6 +383,7 @@ Result<bool> PsClient::FlushResiduals(uint64_t step, uint64_t min_version) {
     refs.push_back({t, false, h.rows.data(), h.rows.size(), h.values.data()});
   }
   feedback_.Clear();
+  if (device_source_ != nullptr) GRIDSYNC_RETURN_IF_ERROR(LoadDeviceResiduals());
   // What was computed already: no optimizer, no codec.
   const auto start = Clock::now();
   const Status status =
@@ -349,20 +394,34 @@ Result<bool> PsClient::FlushResiduals(uint64_t step, uint64_t min_version) {
 }
 
 bool PsClient::Compresses(const wire::OutBlock& block) const {
-  const size_t n = block.values.size();
+  const size_t n = size_t{block.row_count} * block.width;
   return n != 0 && n <= kMaxCodecValues && n * sizeof(float) >= min_bytes_;
 }
 
-Status PsClient::CompressAll(uint64_t step, std::vector<std::vector<wire::OutBlock>>* split) {
+Status PsClient::CompressAll(uint64_t step, const std::vector<bool>& on_device,
+                             std::vector<std::vector<wire::OutBlock>>* split) {
   // Blocks that share an error-feedback key (one table's slice, cut by rows
   // across shards) run in order on one thread; distinct keys in parallel,
   // their tables made first. The bytes are the same as on one thread.
+  const bool codec_on = codec_.codec != Codec::kNone;
   std::map<uint64_t, std::vector<std::pair<uint32_t, wire::OutBlock*>>> by_key;
   for (uint32_t s = 0; s < split->size(); ++s) {
     for (auto& block : (*split)[s]) {
-      if (!Compresses(block)) continue;
+      const bool device = on_device[block.table];
+      if (!codec_on || !Compresses(block)) {
+        if (!device) continue;
+        // Sent as values: they come from the device.
+        block.values.resize(size_t{block.row_count} * block.width);
+        GRIDSYNC_RETURN_IF_ERROR(device_source_
+                                     ->Fetch(block.table, block.col_begin, block.width,
+                                             block.rows.data(), block.row_count,
+                                             block.values.data())
+                                     .WithContext("table " + std::to_string(block.table) +
+                                                  ": copying the push from the model's device"));
+        continue;
+      }
       const uint64_t key = FeedbackKey(block.table, block.col_begin);
-      if (use_feedback_) feedback_.Reserve(key, block.width);
+      if (use_feedback_ && !device) feedback_.Reserve(key, block.width);
       by_key[key].emplace_back(s, &block);
     }
   }
@@ -372,8 +431,8 @@ Status PsClient::CompressAll(uint64_t step, std::vector<std::vector<wire::OutBlo
   std::vector<uint64_t> values(groups.size(), 0);
   auto compress = [&](size_t g) {
     for (const auto& [shard, block] : *groups[g]) {
-      values[g] += block->values.size();
-      status[g] = Compress(step, shard, block);
+      values[g] += size_t{block->row_count} * block->width;
+      status[g] = Compress(step, shard, on_device[block->table], block);
       if (!status[g].ok()) return;
     }
   };
@@ -385,8 +444,8 @@ Status PsClient::CompressAll(uint64_t step, std::vector<std::vector<wire::OutBlo
   return Status::OK();
 }
 
-Status PsClient::Compress(uint64_t step, uint32_t shard, wire::OutBlock* block) {
-  const size_t n = block->values.size();
+Status PsClient::Compress(uint64_t step, uint32_t shard, bool on_device, wire::OutBlock* block) {
+  const size_t n = size_t{block->row_count} * block->width;
   const uint64_t key = FeedbackKey(block->table, block->col_begin);
   std::vector<uint32_t> dense_rows;
   const uint32_t* rows = block->rows.data();
@@ -395,11 +454,21 @@ Status PsClient::Compress(uint64_t step, uint32_t shard, wire::OutBlock* block) 
     for (uint32_t i = 0; i < block->row_count; ++i) dense_rows[i] = block->row_begin + i;
     rows = dense_rows.data();
   }
-  if (use_feedback_)
-    feedback_.AddResidual(key, rows, block->row_count, block->width, block->values.data());
   block->codec = codec_;
   block->codec_seed = CounterRandom(codec_seed_, step, (uint64_t{block->table} << 32) | shard);
   block->payload.resize(EncodedSize(block->codec, n));
+  if (on_device) {
+    // The values, their residuals and the codec stay on the device; only
+    // the payload comes back.
+    return device_source_
+        ->Encode(block->table, block->col_begin, block->width, rows, block->row_count, block->codec,
+                 block->codec_seed, use_feedback_, block->payload.data())
+        .WithContext("table " + std::to_string(block->table) +
+                     ": encoding the push on the model's device (a Corruption means the values "
+                     "are not finite: training diverged?)");
+  }
+  if (use_feedback_)
+    feedback_.AddResidual(key, rows, block->row_count, block->width, block->values.data());
   std::vector<float> decoded(use_feedback_ ? n : 0);
   // Our own bytes: they decode unless the values were not finite (a
   // diverged run), which the shard would refuse as well.
@@ -443,10 +512,23 @@ Status PsClient::Compress(uint64_t step, uint32_t shard, wire::OutBlock* block) 
 Status PsClient::Push(wire::Kind kind, uint64_t step, const std::vector<TableRowsRef>& tables) {
   const auto start = Clock::now();
   const bool updates = kind == wire::Kind::kPush && worker_adam_ != nullptr;
+  std::vector<bool> on_device(partition_.n_tables(), false);
+  bool any_on_device = false;
+  for (const auto& ref : tables) {
+    if (!ref.on_device) continue;
+    if (device_source_ == nullptr || !device_tables_[ref.table] || kind != wire::Kind::kPush ||
+        updates || ref.dense) {
+      return Status::InvalidArgument(
+          "table " + std::to_string(ref.table) +
+          ": a push of values on the model's device needs a DevicePushSource, a gradient push, "
+          "Adam on the shards and sparse rows");
+    }
+    on_device[ref.table] = any_on_device = true;
+  }
   auto split = SplitAll(partition_, updates ? worker_adam_->ToUpdates(tables, pool_) : tables,
                         /*with_values=*/true);
-  if (kind == wire::Kind::kPush && codec_.codec != Codec::kNone)
-    GRIDSYNC_RETURN_IF_ERROR(CompressAll(step, &split));
+  if (kind == wire::Kind::kPush && (codec_.codec != Codec::kNone || any_on_device))
+    GRIDSYNC_RETURN_IF_ERROR(CompressAll(step, on_device, &split));
   counters_.encode_seconds += Seconds(start);
   const Status status = SendAndAwaitAcks(kind, step, std::move(split));
   counters_.push_seconds += Seconds(start);
@@ -628,10 +710,12 @@ Result<uint64_t> PsClient::ReceivePull() {
   return version;
 }
 
-void PsClient::AppendState(std::string* out) const {
+Status PsClient::AppendState(std::string* out) {
+  GRIDSYNC_RETURN_IF_ERROR(SyncFeedback());
   out->push_back(worker_adam_ ? '\1' : '\0');
   feedback_.AppendState(out);
   if (worker_adam_) worker_adam_->AppendState(out);
+  return Status::OK();
 }
 
 Status PsClient::RestoreState(std::string_view data) {
@@ -649,6 +733,7 @@ Status PsClient::RestoreState(std::string_view data) {
   if (worker_adam_) GRIDSYNC_RETURN_IF_ERROR(worker_adam_->RestoreState(&data));
   if (!data.empty())
     return Status::Corruption(std::to_string(data.size()) + " bytes beyond the worker's state");
+  if (device_source_ != nullptr) return LoadDeviceResiduals();
   return Status::OK();
 }
 

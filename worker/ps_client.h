@@ -41,12 +41,41 @@ class WorkerAdam;
 // Rows of one table to send: row ids ascending (ignored when dense: every
 // row) and their values packed in the same order, full table width per row
 // (values[i * width ...] belongs to the i-th row listed).
+// on_device: the values are held by the client's DevicePushSource (values
+// null; push only).
 struct TableRowsRef {
   uint32_t table = 0;
   bool dense = false;
   const uint32_t* rows = nullptr;
   size_t row_count = 0;  // sparse only
   const float* values = nullptr;
+  bool on_device = false;
+};
+
+// Push values that stay on the model's device until they are encoded
+// (DeviceStagedSync: ps with a codec and Adam on the shards): for a table a
+// push marks on_device, the client asks the source for each block's values
+// or, for a block it compresses, for its payload. The source then keeps the
+// error-feedback residuals (as cpu::ErrorFeedback would, under the same
+// keys: (table << 32) | first column); the client's own are a copy, made
+// current by SyncFeedback. Fetch and Encode are called from the client's
+// pool at once (distinct keys); they must be thread-safe.
+class DevicePushSource {
+ public:
+  virtual ~DevicePushSource() = default;
+  // The block's values (n x width: rows of `table`, columns [col_begin,
+  // col_begin + width)) into `values`.
+  virtual Status Fetch(uint32_t table, uint32_t col_begin, uint32_t width, const uint32_t* rows,
+                       size_t n, float* values) = 0;
+  // The same values, encoded as cpu::Encode would into payload
+  // (EncodedSize(options, n x width) bytes); with `feedback`, residuals
+  // added first and kept afterwards.
+  virtual Status Encode(uint32_t table, uint32_t col_begin, uint32_t width, const uint32_t* rows,
+                        size_t n, const CodecOptions& options, uint64_t seed, bool feedback,
+                        uint8_t* payload) = 0;
+  // The residuals held, copied into *into; and replaced by `from`'s.
+  virtual Status CopyResidualsTo(cpu::ErrorFeedback* into) = 0;
+  virtual Status LoadResiduals(const cpu::ErrorFeedback& from) = 0;
 };
 
 // Rows of one table to fetch, written into `dest` (the full table, row-major,
@@ -137,7 +166,16 @@ class PsClient {
   // delta pulls); the replica starts from the tables' contents at the first
   // pull of each table, which must be the initial values every worker shares.
   void SetDeltaPulls(bool on) { delta_pulls_ = on; }
+  // The residuals; with a DevicePushSource, as of the last SyncFeedback.
   const cpu::ErrorFeedback& error_feedback() const { return feedback_; }
+  // Pushes' values on the model's device (see DevicePushSource; not
+  // owned, null: none) for the tables `tables` lists; their residuals are
+  // the source's, the other tables' stay here. Refused with Adam on the
+  // worker (it needs the values here). The residuals of those tables held
+  // now are loaded into it.
+  Status SetDevicePushSource(DevicePushSource* source, const std::vector<uint32_t>& tables = {});
+  // With a DevicePushSource: error_feedback() = the source's residuals.
+  Status SyncFeedback();
 
   // After the last step: pushes, as step `step` and uncompressed, everything
   // error feedback still holds (every row with a residual, full width), so
@@ -153,7 +191,8 @@ class PsClient {
   // the error-feedback residuals and, with Adam on the worker, its state.
   // RestoreState replaces both; Corruption when `data` is not such a state
   // or holds Adam's state where this client has none (or the reverse).
-  void AppendState(std::string* out) const;
+  // (Both keep a DevicePushSource's residuals in step: see SyncFeedback.)
+  Status AppendState(std::string* out);
   Status RestoreState(std::string_view data);
   // This worker's pending update (error-feedback residual) of a row of the
   // column slice starting at col_begin, or null.
@@ -217,9 +256,20 @@ class PsClient {
   ThreadPool* pool_ = nullptr;
   // Whether a block is compressed (large enough, not too large).
   bool Compresses(const wire::OutBlock& block) const;
-  // Compresses every block of a push (split by shard), in parallel on pool_.
-  Status CompressAll(uint64_t step, std::vector<std::vector<wire::OutBlock>>* split);
-  Status Compress(uint64_t step, uint32_t shard, wire::OutBlock* block);
+  // Compresses every block of a push (split by shard), in parallel on pool_;
+  // blocks of the tables `on_device` marks are encoded by device_source_, or
+  // fetched from it when they are not compressed.
+  Status CompressAll(uint64_t step, const std::vector<bool>& on_device,
+                     std::vector<std::vector<wire::OutBlock>>* split);
+  Status Compress(uint64_t step, uint32_t shard, bool on_device, wire::OutBlock* block);
+  DevicePushSource* device_source_ = nullptr;
+  std::vector<bool> device_tables_;  // by table: whose residuals are the source's
+  bool DeviceOwned(uint64_t key) const {
+    const uint64_t table = key >> 32;
+    return table < device_tables_.size() && device_tables_[table];
+  }
+  // The source's residuals = this client's of the tables it owns.
+  Status LoadDeviceResiduals();
 
   // Sends each shard its blocks (kind push or init) and waits for every ack.
   Status SendAndAwaitAcks(wire::Kind kind, uint64_t step,

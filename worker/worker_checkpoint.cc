@@ -24,9 +24,9 @@ nlohmann::json Shape(const RunSpec& spec, uint32_t shards) {
 }  // namespace
 
 Status WriteWorkerCheckpoint(const RunSpec& spec, uint32_t rank, uint32_t shards, uint64_t step,
-                             const PsClient& ps) {
+                             PsClient* ps) {
   std::string data;
-  ps.AppendState(&data);
+  GRIDSYNC_RETURN_IF_ERROR(ps->AppendState(&data));
   return WriteCheckpointPart(spec.config.checkpoint.dir, step, Part(rank), data,
                              Shape(spec, shards));
 }

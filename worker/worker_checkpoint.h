@@ -19,7 +19,7 @@
 namespace gridsync {
 
 Status WriteWorkerCheckpoint(const RunSpec& spec, uint32_t rank, uint32_t shards, uint64_t step,
-                             const PsClient& ps);
+                             PsClient* ps);
 
 // Checks the manifest (the same model, partition and codec, size and
 // checksum) before replacing the client's state.

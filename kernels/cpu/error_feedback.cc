@@ -79,6 +79,33 @@ void ErrorFeedback::AddResidualInPlace(uint64_t key, const uint32_t* rows, size_
   }
 }
 
+void ErrorFeedback::Assign(uint64_t key, uint32_t width, const uint32_t* rows, size_t n,
+                           const float* values) {
+  Reserve(key, width);
+  Table& t = tables_.at(key);
+  for (size_t r = 0; r < n; ++r) std::copy_n(values + r * width, width, t.Insert(rows[r]));
+}
+
+void ErrorFeedback::CopyTableFrom(const ErrorFeedback& other, uint64_t key) {
+  tables_.erase(key);
+  const Table* t = other.FindTable(key);
+  if (t == nullptr) return;
+  Reserve(key, t->width);
+  for (uint32_t row : other.Rows(key)) Assign(key, t->width, &row, 1, t->Find(row));
+}
+
+std::vector<uint64_t> ErrorFeedback::Keys() const {
+  std::vector<uint64_t> keys;
+  for (const auto& [key, t] : tables_) keys.push_back(key);
+  std::sort(keys.begin(), keys.end());
+  return keys;
+}
+
+uint32_t ErrorFeedback::Width(uint64_t key) const {
+  const Table* t = FindTable(key);
+  return t == nullptr ? 0 : t->width;
+}
+
 void ErrorFeedback::Reserve(uint64_t key, uint32_t width) {
   GRIDSYNC_CHECK_GT(width, 0u);
   Table& t = tables_[key];
@@ -113,9 +140,7 @@ void ErrorFeedback::StoreResidual(uint64_t key, const uint32_t* rows, size_t n_r
 }
 
 void ErrorFeedback::AppendState(std::string* out) const {
-  std::vector<uint64_t> keys;
-  for (const auto& [key, t] : tables_) keys.push_back(key);
-  std::sort(keys.begin(), keys.end());
+  const std::vector<uint64_t> keys = Keys();
   AppendValue<uint64_t>(out, keys.size());
   for (uint64_t key : keys) {
     const Table& t = tables_.at(key);

@@ -62,6 +62,20 @@ class ErrorFeedback {
   void StoreResidual(uint64_t key, const uint32_t* rows, size_t n_rows, uint32_t width,
                      const float* corrected, const float* decoded);
 
+  // Makes rows[0..n) entries of `key`'s table (width floats a row, as
+  // Reserve) holding values (n x width), zero or not: how a copy of
+  // residuals kept elsewhere (the model's device, DeviceTrainer::
+  // CopyResidualsTo) is brought here entry for entry.
+  void Assign(uint64_t key, uint32_t width, const uint32_t* rows, size_t n, const float* values);
+
+  // Replaces `key`'s table with a copy of other's (none if other has none).
+  void CopyTableFrom(const ErrorFeedback& other, uint64_t key);
+  void Erase(uint64_t key) { tables_.erase(key); }
+
+  // The keys with a table (Reserved or stored), ascending, and a key's
+  // width (0 when it has no table).
+  std::vector<uint64_t> Keys() const;
+  uint32_t Width(uint64_t key) const;
   // Rows holding a residual: over all tables, or in one.
   size_t Entries() const;
   size_t Entries(uint64_t key) const;

@@ -234,6 +234,11 @@ void GridGradient::AddRows(uint32_t level, const uint32_t* rows, size_t n, const
   }
 }
 
+void GridGradient::MarkRows(uint32_t level, const uint32_t* rows, size_t n) {
+  auto& bits = bits_[level];
+  for (size_t i = 0; i < n; ++i) bits[rows[i] / 64] |= uint64_t{1} << (rows[i] % 64);
+}
+
 void GridGradient::ForgetTouched() {
   for (auto& bits : bits_) std::fill(bits.begin(), bits.end(), 0);
 }

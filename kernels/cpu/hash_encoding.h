@@ -73,6 +73,10 @@ class GridGradient {
   // them touched: a gradient computed elsewhere (a GPU) joins this one.
   void AddRows(uint32_t level, const uint32_t* rows, size_t n, const float* values);
 
+  // Marks n rows of `level` touched and adds nothing: rows whose gradient
+  // is held elsewhere (the model's device, ModelGradients::grid_on_device).
+  void MarkRows(uint32_t level, const uint32_t* rows, size_t n);
+
   // Zeroes touched rows and forgets them.
   void Clear(ThreadPool* pool);
 

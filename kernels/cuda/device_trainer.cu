@@ -22,6 +22,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/device_trainer.h"
+#include "kernels/cuda/push_blocks.h"
 #include "kernels/cuda/trainer_kernels.h"
 
 namespace gridsync::cuda {
@@ -122,6 +123,7 @@ class DeviceTrainerImpl : public DeviceTrainer {
     GRIDSYNC_RETURN_IF_ERROR(grid_m_.AllocateZeroed(total));
     GRIDSYNC_RETURN_IF_ERROR(grid_v_.AllocateZeroed(total));
     GRIDSYNC_RETURN_IF_ERROR(grid_grad_.AllocateZeroed(total));
+    push_blocks_ = PushBlocks::Create(layout_, device_, grid_grad_.get(), stream_);
     GRIDSYNC_RETURN_IF_ERROR(grid_steps_.AllocateZeroed(total / width));
     if (mixed_) GRIDSYNC_RETURN_IF_ERROR(grid_half_.AllocateZeroed(total));
     for (int i = 0; i < dims_.n_matrices(); ++i) {
@@ -418,6 +420,27 @@ class DeviceTrainerImpl : public DeviceTrainer {
     return block_codec_->Encode(options, values, n, seed, payload, decoded);
   }
 
+  Result<bool> PrepareGridPush(const uint32_t* rows, size_t n, bool round_to_half,
+                               float scale) override {
+    return push_blocks_->PrepareGridPush(rows, n, round_to_half, scale);
+  }
+  Status FetchPushBlock(const PushBlock& block, float* values) override {
+    return push_blocks_->FetchPushBlock(block, values);
+  }
+  Status EncodePushBlock(const PushBlock& block, const CodecOptions& options, uint64_t seed,
+                         bool feedback, uint8_t* payload) override {
+    return push_blocks_->EncodePushBlock(block, options, seed, feedback, payload);
+  }
+  Status ZeroGridGradientRows(const uint32_t* rows, size_t n) override {
+    return push_blocks_->ZeroGridGradientRows(rows, n);
+  }
+  Status CopyResidualsTo(cpu::ErrorFeedback* into) override {
+    return push_blocks_->CopyResidualsTo(into);
+  }
+  Status LoadResiduals(const cpu::ErrorFeedback& from) override {
+    return push_blocks_->LoadResiduals(from);
+  }
+
   Status Predict(const float* positions, size_t n, uint32_t active_levels, float* out) override {
     GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
     const size_t dims = layout_.spec().dims;
@@ -627,6 +650,7 @@ class DeviceTrainerImpl : public DeviceTrainer {
   cudaStream_t copy_stream_ = nullptr;
   cudaEvent_t copied_ = nullptr;
   std::unique_ptr<BlockCodec> block_codec_;  // the PS pushes' codecs
+  std::unique_ptr<PushBlocks> push_blocks_;  // ps pushes encoded before the copy
   struct Begun {
     size_t n = 0;
     uint32_t active_levels = 0;

@@ -16,7 +16,9 @@
 //   ps, hybrid:  UploadGridRows/UploadMlp (what the host pulled), Compute...,
 //                TakeGridGradientRows/TakeMlpGradients (only the rows the
 //                batch touched, staged through pinned memory) for the host
-//                sync to push
+//                sync to push; or, in ps with a codec, PrepareGridPush and
+//                the push's blocks encoded here (EncodePushBlock), so that
+//                only payloads are copied
 //
 // Mixed precision (training.mixed_precision) as worker/model.cc does it:
 // fp32 master parameters, the forward and backward passes read a working
@@ -33,7 +35,8 @@
 // Create fails saying which.
 //
 // Thread safety: one trainer per thread; it owns its stream and cuBLAS
-// handle.
+// handle. Exceptions: EncodeBlock, FetchPushBlock and EncodePushBlock may be
+// called from several threads at once (see each).
 #pragma once
 
 #include <cstddef>
@@ -47,6 +50,7 @@
 #include "common/status.h"
 #include "kernels/adam_math.h"
 #include "kernels/cpu/codec.h"
+#include "kernels/cpu/error_feedback.h"
 #include "kernels/hash_grid_layout.h"
 #include "kernels/mlp_shape.h"
 
@@ -140,6 +144,56 @@ class DeviceTrainer {
   virtual Status EncodeBlock(const CodecOptions& options, const float* values, size_t n,
                              uint64_t seed, uint8_t* payload, float* decoded) = 0;
 
+  // ---- ps pushes encoded on the device, before the copy ----
+  // With a codec in ps (optimizer on the shards), a push's grid rows stay
+  // here until they are encoded: only payloads cross to the host, and the
+  // error-feedback residuals live here (the PS client's copy is brought up
+  // to date by CopyResidualsTo before anything reads it). DeviceStagedSync
+  // calls PrepareGridPush after the pass, the PS client's
+  // PsClient::DevicePushSource calls Fetch/EncodePushBlock per block, and
+  // ZeroGridGradientRows ends the step.
+  //
+  // One block of a push: rows (level-local ids, ascending, host memory) of
+  // grid level `level`, the columns [col_begin, col_begin + width). Its
+  // residuals are kept under key (level << 32) | col_begin, the PS client's
+  // key for that slice of table `level` (PushBlockKey).
+  struct PushBlock {
+    uint32_t level = 0;
+    uint32_t col_begin = 0;
+    uint32_t width = 0;
+    const uint32_t* rows = nullptr;
+    size_t n = 0;
+  };
+  static uint64_t PushBlockKey(uint32_t level, uint32_t col_begin) {
+    return (uint64_t{level} << 32) | col_begin;
+  }
+  // Turns the gradient rows (global ids) into what the push carries: with
+  // `round_to_half` each value is rounded through fp16 (returns whether all
+  // fit, as RoundGradientsToHalf), then all are multiplied by `scale` (the
+  // loss scale's inverse, a power of two: exact).
+  virtual Result<bool> PrepareGridPush(const uint32_t* rows, size_t n, bool round_to_half,
+                                       float scale) = 0;
+  // The block's values (n x width floats, host memory): a block the client
+  // sends uncompressed.
+  virtual Status FetchPushBlock(const PushBlock& block, float* values) = 0;
+  // Encodes the block's values into payload (EncodedSize(options, n x
+  // width) bytes, host memory) as cpu::Encode does; with `feedback`, first
+  // adds each row's residual under its key and afterwards keeps what the
+  // payload did not deliver, exactly as cpu::ErrorFeedback's AddResidual and
+  // StoreResidual (a Corruption when the payload does not decode: values
+  // that are not finite).
+  virtual Status EncodePushBlock(const PushBlock& block, const CodecOptions& options, uint64_t seed,
+                                 bool feedback, uint8_t* payload) = 0;
+  // Zeroes those gradient rows (global ids): the push is done.
+  virtual Status ZeroGridGradientRows(const uint32_t* rows, size_t n) = 0;
+  // The residuals EncodePushBlock keeps, copied into *into (replacing what
+  // it held: the same keys and entries, cpu::ErrorFeedback's Reserve for a
+  // key with none), and the reverse, replacing everything held here.
+  virtual Status CopyResidualsTo(cpu::ErrorFeedback* into) = 0;
+  virtual Status LoadResiduals(const cpu::ErrorFeedback& from) = 0;
+  // Fetch/EncodePushBlock may come from several threads at once (the PS
+  // client's pool), with distinct keys; the other calls from the trainer's.
+
   // Predictions (n x output_width, host memory) at n positions.
   virtual Status Predict(const float* positions, size_t n, uint32_t active_levels, float* out) = 0;
 
@@ -177,6 +231,13 @@ std::vector<std::vector<std::span<float>>> CutGradientBuckets(
 // and the first mismatch otherwise).
 Status CheckBufferShapes(const std::vector<std::span<float>>& host,
                          const std::vector<std::span<float>>& buffers, const char* what);
+
+// Whether `block` lies inside the grid (level, columns, rows below the
+// level's size and ascending): InvalidArgument naming what is wrong.
+Status CheckPushBlock(const HashGridLayout& layout, const DeviceTrainer::PushBlock& block);
+// Whether every table of `residuals` (keys (level << 32) | first column)
+// lies inside the grid, rows included: LoadResiduals refuses what does not.
+Status CheckResiduals(const HashGridLayout& layout, const cpu::ErrorFeedback& residuals);
 
 // The device a worker of local rank `local_rank` uses: local_rank modulo the
 // devices this process sees (CUDA_VISIBLE_DEVICES already applied by the

@@ -50,4 +50,47 @@ Status CheckBufferShapes(const std::vector<std::span<float>>& host,
   return Status::OK();
 }
 
+Status CheckPushBlock(const HashGridLayout& layout, const DeviceTrainer::PushBlock& block) {
+  if (block.level >= layout.n_levels() || block.width == 0 ||
+      uint64_t{block.col_begin} + block.width > layout.features()) {
+    return Status::InvalidArgument("push block of level " + std::to_string(block.level) +
+                                   ", columns [" + std::to_string(block.col_begin) + ", +" +
+                                   std::to_string(block.width) +
+                                   "); allowed: " + std::to_string(layout.n_levels()) +
+                                   " levels of " + std::to_string(layout.features()) + " columns");
+  }
+  const uint32_t rows = layout.level(block.level).rows;
+  for (size_t i = 0; i < block.n; ++i) {
+    if (block.rows[i] >= rows || (i > 0 && block.rows[i] <= block.rows[i - 1])) {
+      return Status::InvalidArgument("push block of level " + std::to_string(block.level) +
+                                     ": row " + std::to_string(block.rows[i]) + " at " +
+                                     std::to_string(i) + "; allowed: ascending, below " +
+                                     std::to_string(rows));
+    }
+  }
+  return Status::OK();
+}
+
+Status CheckResiduals(const HashGridLayout& layout, const cpu::ErrorFeedback& residuals) {
+  for (uint64_t key : residuals.Keys()) {
+    const uint64_t level = key >> 32, col = key & 0xffffffffu;
+    const uint32_t width = residuals.Width(key);
+    if (level >= layout.n_levels() || col + width > layout.features()) {
+      return Status::InvalidArgument("residuals of table " + std::to_string(level) + ", columns [" +
+                                     std::to_string(col) + ", +" + std::to_string(width) +
+                                     "); allowed: the grid's " + std::to_string(layout.n_levels()) +
+                                     " levels of " + std::to_string(layout.features()) +
+                                     " columns (a state saved with another model?)");
+    }
+    const std::vector<uint32_t> rows = residuals.Rows(key);
+    const uint32_t level_rows = layout.level(static_cast<uint32_t>(level)).rows;
+    if (!rows.empty() && rows.back() >= level_rows) {
+      return Status::InvalidArgument("residuals of table " + std::to_string(level) + ": row " +
+                                     std::to_string(rows.back()) + "; allowed: below " +
+                                     std::to_string(level_rows));
+    }
+  }
+  return Status::OK();
+}
+
 }  // namespace gridsync::cuda

@@ -8,6 +8,51 @@
 #include "worker/sync/device_sync.h"
 
 namespace gridsync {
+namespace {
+
+// The PS client's blocks of grid levels (tables 0 .. levels - 1, the PS
+// model's numbering) as the trainer's push blocks.
+class TrainerPushSource : public DevicePushSource {
+ public:
+  explicit TrainerPushSource(cuda::DeviceTrainer* trainer) : trainer_(trainer) {}
+  Status Fetch(uint32_t table, uint32_t col_begin, uint32_t width, const uint32_t* rows, size_t n,
+               float* values) override {
+    return trainer_->FetchPushBlock({table, col_begin, width, rows, n}, values);
+  }
+  Status Encode(uint32_t table, uint32_t col_begin, uint32_t width, const uint32_t* rows, size_t n,
+                const CodecOptions& options, uint64_t seed, bool feedback,
+                uint8_t* payload) override {
+    return trainer_->EncodePushBlock({table, col_begin, width, rows, n}, options, seed, feedback,
+                                     payload);
+  }
+  Status CopyResidualsTo(cpu::ErrorFeedback* into) override {
+    return trainer_->CopyResidualsTo(into);
+  }
+  Status LoadResiduals(const cpu::ErrorFeedback& from) override {
+    return trainer_->LoadResiduals(from);
+  }
+
+ private:
+  cuda::DeviceTrainer* trainer_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<DeviceStagedSync>> DeviceStagedSync::Create(
+    const RunSpec& spec, HashGridModel* model, std::unique_ptr<GradientSync> host,
+    std::unique_ptr<cuda::DeviceTrainer> trainer, ThreadPool* pool) {
+  std::unique_ptr<DeviceStagedSync> sync(
+      new DeviceStagedSync(spec, model, std::move(host), std::move(trainer), pool));
+  PsClient* ps = sync->host_->ps_client();
+  if (ps != nullptr && spec.config.distributed.gradient_sync == GradientSyncMode::kPs &&
+      spec.compression.codec.codec != Codec::kNone && !spec.sync.optimizer_on_workers) {
+    sync->push_source_ = std::make_unique<TrainerPushSource>(sync->trainer_.get());
+    std::vector<uint32_t> levels(model->layout().n_levels());
+    for (uint32_t l = 0; l < levels.size(); ++l) levels[l] = l;
+    GRIDSYNC_RETURN_IF_ERROR(ps->SetDevicePushSource(sync->push_source_.get(), levels));
+  }
+  return sync;
+}
 
 DeviceStagedSync::DeviceStagedSync(const RunSpec& spec, HashGridModel* model,
                                    std::unique_ptr<GradientSync> host,
@@ -24,17 +69,21 @@ DeviceStagedSync::DeviceStagedSync(const RunSpec& spec, HashGridModel* model,
   // The pushes' codecs run on the model's device.
   if (PsClient* ps = host_->ps_client();
       ps != nullptr && spec.compression.codec.codec != Codec::kNone) {
-    cuda::DeviceTrainer* trainer = trainer_.get();
-    ps->SetBlockEncoder([trainer](const CodecOptions& options, const float* values, size_t n,
-                                  uint64_t seed, uint8_t* payload, float* decoded) {
-      return trainer->EncodeBlock(options, values, n, seed, payload, decoded);
+    cuda::DeviceTrainer* device = trainer_.get();
+    ps->SetBlockEncoder([device](const CodecOptions& options, const float* values, size_t n,
+                                 uint64_t seed, uint8_t* payload, float* decoded) {
+      return device->EncodeBlock(options, values, n, seed, payload, decoded);
     });
   }
 }
 
 DeviceStagedSync::~DeviceStagedSync() {
-  // The client outlives the trainer its encoder calls.
-  if (PsClient* ps = host_->ps_client(); ps != nullptr) ps->SetBlockEncoder(nullptr);
+  // The client outlives the trainer its encoder and push source call.
+  if (PsClient* ps = host_->ps_client(); ps != nullptr) {
+    ps->SetBlockEncoder(nullptr);
+    // Detaching copies the residuals back; after the run no one reads them.
+    (void)ps->SetDevicePushSource(nullptr);
+  }
 }
 
 Result<const StepBatch*> DeviceStagedSync::Prepare(uint64_t step) {
@@ -72,20 +121,39 @@ Result<double> DeviceStagedSync::TrainStep(const StepBatch& batch, size_t global
       ComputeBatchGradients(*trainer_, batch, global_batch, active_levels, loss_scale,
                             static_cast<uint64_t>(config_.training.gradient_accumulation)));
   // Only the rows the batch read can have a gradient: they come back, and
-  // are zeroed on the device.
-  GRIDSYNC_RETURN_IF_ERROR(
-      trainer_->TakeGridGradientRows(rows_.data(), rows_.size(), values_.data()));
+  // are zeroed on the device; or they stay there for the push to encode.
   const auto& layout = model_->layout();
   const uint32_t F = layout.features();
+  if (encodes_on_device()) {
+    GRIDSYNC_ASSIGN_OR_RETURN(
+        grads_.grid_fits,
+        trainer_->PrepareGridPush(rows_.data(), rows_.size(), config_.training.mixed_precision,
+                                  1.0f / loss_scale));
+    grads_.grid_on_device = true;
+  } else {
+    GRIDSYNC_RETURN_IF_ERROR(
+        trainer_->TakeGridGradientRows(rows_.data(), rows_.size(), values_.data()));
+  }
   for (uint32_t l = 0; l < layout.n_levels(); ++l) {
     const size_t begin = level_begin_[l], end = level_begin_[l + 1];
     const auto& local = row_set_.rows(l);
-    grads_.grid.AddRows(l, local.data(), end - begin, values_.data() + begin * F);
+    if (encodes_on_device()) {
+      grads_.grid.MarkRows(l, local.data(), end - begin);
+    } else {
+      grads_.grid.AddRows(l, local.data(), end - begin, values_.data() + begin * F);
+    }
   }
   std::vector<std::span<float>> mlp;
   for (auto& m : grads_.mlp) mlp.emplace_back(m.data(), static_cast<size_t>(m.size()));
   GRIDSYNC_RETURN_IF_ERROR(trainer_->TakeMlpGradients(mlp));
-  GRIDSYNC_ASSIGN_OR_RETURN(*outcome, host_->Apply(step_, &grads_, loss_scale));
+  auto applied = host_->Apply(step_, &grads_, loss_scale);
+  if (encodes_on_device()) {
+    grads_.grid_on_device = false;
+    grads_.grid_fits = true;
+    // Pushed (or skipped, or failed: the step is computed again).
+    GRIDSYNC_RETURN_IF_ERROR(trainer_->ZeroGridGradientRows(rows_.data(), rows_.size()));
+  }
+  GRIDSYNC_ASSIGN_OR_RETURN(*outcome, std::move(applied));
   return sse;
 }
 

@@ -13,6 +13,17 @@
 //                   there, as on the CPU; the codecs run on the device, the
 //                   PS client's BlockEncoder being the trainer's EncodeBlock)
 //
+// In ps with a codec and Adam on the shards, the grid's rows do not come
+// back: the device rounds and unscales them in place (PrepareGridPush),
+// the host's ModelGradients only marks them (grid_on_device), and the PS
+// client encodes each push block on the device through a DevicePushSource
+// (the trainer's EncodePushBlock), error feedback included, so that only
+// payloads are copied. The residuals then live on the device; the client
+// copies them back for its flush and checkpoints, and loads them there on
+// a restore. hybrid sums a node's gradients on the host before its push,
+// and Adam on the worker needs the values on the host: both keep the path
+// above.
+//
 // Everything else (evaluations, the final model, rates, peers, rollback)
 // is the host sync's. Rows the batch does not read may be stale on the
 // device; no step reads them before they are staged again.
@@ -27,14 +38,16 @@
 #include "kernels/cpu/hash_encoding.h"
 #include "kernels/cuda/device_trainer.h"
 #include "spec/run_spec.h"
+#include "worker/ps_client.h"
 #include "worker/sync/gradient_sync.h"
 
 namespace gridsync {
 
 class DeviceStagedSync : public GradientSync {
  public:
-  DeviceStagedSync(const RunSpec& spec, HashGridModel* model, std::unique_ptr<GradientSync> host,
-                   std::unique_ptr<cuda::DeviceTrainer> trainer, ThreadPool* pool);
+  static Result<std::unique_ptr<DeviceStagedSync>> Create(
+      const RunSpec& spec, HashGridModel* model, std::unique_ptr<GradientSync> host,
+      std::unique_ptr<cuda::DeviceTrainer> trainer, ThreadPool* pool);
   ~DeviceStagedSync() override;
 
   Result<const StepBatch*> Prepare(uint64_t step) override;
@@ -53,8 +66,13 @@ class DeviceStagedSync : public GradientSync {
   Result<uint64_t> Recover(const Status& failure) override;
   void FillReport(TrainReport* report) const override;
   SyncTimes times() const override { return host_->times(); }
+  // Whether the pushes' grid rows are encoded on the device (see above).
+  bool encodes_on_device() const { return push_source_ != nullptr; }
 
  private:
+  DeviceStagedSync(const RunSpec& spec, HashGridModel* model, std::unique_ptr<GradientSync> host,
+                   std::unique_ptr<cuda::DeviceTrainer> trainer, ThreadPool* pool);
+
   const Config& config_;
   HashGridModel* model_;
   std::unique_ptr<GradientSync> host_;
@@ -67,6 +85,7 @@ class DeviceStagedSync : public GradientSync {
   std::vector<size_t> level_begin_;  // rows_[level_begin_[l], level_begin_[l + 1]) is level l
   std::vector<float> values_;        // staged rows (parameters in, gradients out)
   ModelGradients grads_;
+  std::unique_ptr<DevicePushSource> push_source_;  // null: rows come back
 };
 
 }  // namespace gridsync

@@ -101,7 +101,9 @@ Result<SyncOutcome> PsSync::Apply(uint64_t step, ModelGradients* grads, float lo
   const bool mixed = config_.training.mixed_precision;
   const uint32_t levels = model_->layout().n_levels();
   SyncOutcome outcome;
-  outcome.finite = TakeGradients(grads, mixed, &touched_, pool_);
+  // The grid's values may be on the model's device (see ModelGradients).
+  const bool on_device = grads->grid_on_device;
+  outcome.finite = TakeGradients(grads, mixed, &touched_, pool_) && grads->grid_fits;
   if (!outcome.finite) {
     for (auto& m : grads->mlp) m.setZero();
     GRIDSYNC_RETURN_IF_ERROR(session_.ps->PushSkipped(step));
@@ -114,6 +116,10 @@ Result<SyncOutcome> PsSync::Apply(uint64_t step, ModelGradients* grads, float lo
       SparseRows& rows = touched_[l];
       outcome.grid_rows += rows.size();
       if (rows.size() == 0) continue;
+      if (on_device) {
+        push.push_back({l, false, rows.rows.data(), rows.size(), nullptr, /*on_device=*/true});
+        continue;
+      }
       if (unscale != 1.0f) {
         for (float& v : rows.values) v *= unscale;
       }
@@ -134,7 +140,7 @@ Result<SyncOutcome> PsSync::Apply(uint64_t step, ModelGradients* grads, float lo
   if (spec_.sync.worker_state && every > 0 && (step + 1) % every == 0) {
     GRIDSYNC_RETURN_IF_ERROR(
         WriteWorkerCheckpoint(spec_, rank_, static_cast<uint32_t>(session_.map.shards.size()),
-                              step + 1, *session_.ps)
+                              step + 1, session_.ps.get())
             .WithContext(me_ + " writing its checkpoint"));
     if (session_.ledger) session_.ledger->Wrote(step + 1);
     PublishCheckpoints();

@@ -70,8 +70,9 @@ Result<std::unique_ptr<GradientSync>> MakeAllReduceSync(
       std::unique_ptr<GradientSync> host,
       AllReduceSync::Create(spec, model, rank, groups, coordinator, source, split, pool));
   if (!trainer) return host;
-  return std::unique_ptr<GradientSync>(
-      std::make_unique<DeviceStagedSync>(spec, model, std::move(host), std::move(trainer), pool));
+  GRIDSYNC_ASSIGN_OR_RETURN(auto staged, DeviceStagedSync::Create(spec, model, std::move(host),
+                                                                  std::move(trainer), pool));
+  return std::unique_ptr<GradientSync>(std::move(staged));
 }
 
 // A cluster's all-reduce worker: registers with the coordinator, then
@@ -179,8 +180,8 @@ Result<TrainReport> TrainPsWorker(const RunSpec& spec, const ImageTask& image,
       PickTrainer(spec, *model, config.distributed.LocalRankOf(static_cast<int>(sync->rank())),
                   options, options.train.quiet));
   if (trainer) {
-    sync = std::make_unique<DeviceStagedSync>(spec, model.get(), std::move(sync),
-                                              std::move(trainer), &pool);
+    GRIDSYNC_ASSIGN_OR_RETURN(sync, DeviceStagedSync::Create(spec, model.get(), std::move(sync),
+                                                             std::move(trainer), &pool));
   }
   if (rejoined_at > 0) {
     WorkerOptions rejoined = options;

@@ -1,0 +1,235 @@
+// ps pushes encoded on the model's device before the copy (DeviceTrainer's
+// PrepareGridPush ... LoadResiduals): each block's payload is the bytes the
+// CPU's codec writes for the same values with cpu::ErrorFeedback's
+// residuals added, and the residuals kept are the CPU's, entry for entry,
+// over several steps. The same check runs on the CPU twin (every machine)
+// and on a GPU (skipped here with the reason printed); bad blocks and
+// residual states are refused by both.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "common/thread_pool.h"
+#include "kernels/cpu/codec.h"
+#include "kernels/cpu/error_feedback.h"
+#include "kernels/cpu/hash_encoding.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/device_trainer.h"
+#include "spec/run_spec.h"
+#include "tests/test_util.h"
+#include "worker/host_trainer.h"
+#include "worker/image_task.h"
+#include "worker/model.h"
+#include "worker/sync/device_sync.h"
+#include "worker/sync/train_loop.h"
+
+namespace gridsync {
+namespace {
+
+using PushBlock = cuda::DeviceTrainer::PushBlock;
+
+ImageTask Stripes() {
+  const int w = 48, h = 48;
+  std::vector<float> rgb(static_cast<size_t>(w) * h * 3);
+  for (size_t i = 0; i < rgb.size(); ++i) rgb[i] = static_cast<float>((i * 7919) % 97) / 97.0f;
+  return ImageTask::FromPixels(w, h, std::move(rgb));
+}
+
+RunSpec Spec(TrainingDevice device) {
+  Config config;
+  testing::UseSmallModel(&config);
+  config.training.batch_size = 1024;
+  config.training.mixed_precision = true;
+  config.training.device = device;
+  config.task.output = (std::filesystem::temp_directory_path() / "gridsync-push-test").string();
+  auto spec = RunSpec::Resolve(config);
+  EXPECT_TRUE(spec.ok()) << spec.status().ToString();
+  return *spec;
+}
+
+std::string StateOf(const cpu::ErrorFeedback& feedback) {
+  std::string bytes;
+  feedback.AppendState(&bytes);
+  return bytes;
+}
+
+// Three steps of pushes through `trainer`, every level cut into two
+// "shards" by rows and (with two features) two column slices, against the
+// CPU's codec and error feedback on the values the trainer holds.
+void ExpectPushBlocksAreTheCpus(cuda::DeviceTrainer* trainer, const HashGridModel& model,
+                                const CodecOptions& options, const std::string& what) {
+  SCOPED_TRACE(what);
+  const auto& layout = model.layout();
+  const uint32_t F = layout.features();
+  const ImageTask image = Stripes();
+  const BatchSource source(image, 11);
+  ThreadPool pool(1);
+  cpu::ErrorFeedback reference;
+  for (uint64_t step = 0; step < 3; ++step) {
+    StepBatch batch;
+    source.Fill(step, 0, 1024, &batch);
+    auto sse = trainer->ComputeGradients(batch.positions.data(), batch.targets.data(), 1024, 1024,
+                                         layout.n_levels(), 256.0f);
+    ASSERT_TRUE(sse.ok()) << sse.status().ToString();
+    cpu::GridBatchLookup lookup;
+    cpu::HashGridLookup(layout, batch.positions.data(), batch.count, layout.n_levels(), &lookup,
+                        &pool);
+    cpu::GridRowSet rows(layout);
+    rows.Assign(lookup, &pool);
+    std::vector<uint32_t> global;
+    for (uint32_t l = 0; l < layout.n_levels(); ++l)
+      for (uint32_t r : rows.rows(l))
+        global.push_back(static_cast<uint32_t>(layout.level(l).row_offset + r));
+    auto fits = trainer->PrepareGridPush(global.data(), global.size(), true, 1.0f / 256.0f);
+    ASSERT_TRUE(fits.ok()) << fits.status().ToString();
+    EXPECT_TRUE(*fits);
+    size_t nonzero = 0;
+    for (uint32_t l = 0; l < layout.n_levels(); ++l) {
+      const auto& level_rows = rows.rows(l);
+      const size_t half = level_rows.size() / 2;
+      for (size_t part = 0; part < 2; ++part) {
+        const uint32_t* r = level_rows.data() + (part == 0 ? 0 : half);
+        const size_t n = part == 0 ? half : level_rows.size() - half;
+        const uint32_t width = F == 1 ? 1 : F / 2;
+        for (uint32_t col = 0; col < F; col += width) {
+          const PushBlock block{l, col, width, r, n};
+          std::vector<float> values(n * width);
+          ASSERT_TRUE(trainer->FetchPushBlock(block, values.data()).ok());
+          for (float v : values) nonzero += v != 0.0f;
+          const uint64_t key = cuda::DeviceTrainer::PushBlockKey(l, col);
+          const uint64_t seed = step * 1000 + l * 10 + part;
+          reference.AddResidual(key, r, n, width, values.data());
+          std::vector<uint8_t> want(EncodedSize(options, values.size()));
+          std::vector<float> decoded(values.size());
+          cpu::Encode(options, values.data(), values.size(), seed, want.data());
+          ASSERT_TRUE(
+              cpu::Decode(options, want.data(), want.size(), values.size(), seed, decoded.data())
+                  .ok());
+          reference.StoreResidual(key, r, n, width, values.data(), decoded.data());
+          std::vector<uint8_t> got(want.size());
+          const Status encoded = trainer->EncodePushBlock(block, options, seed, true, got.data());
+          ASSERT_TRUE(encoded.ok()) << encoded.ToString();
+          ASSERT_EQ(got, want) << "level " << l << " part " << part << " col " << col << " step "
+                               << step;
+        }
+      }
+    }
+    EXPECT_GT(nonzero, 0u);
+    // Without feedback: the values alone, and the residuals untouched.
+    if (!rows.rows(0).empty()) {
+      const PushBlock block{0, 0, F, rows.rows(0).data(), rows.rows(0).size()};
+      std::vector<float> values(block.n * F);
+      ASSERT_TRUE(trainer->FetchPushBlock(block, values.data()).ok());
+      std::vector<uint8_t> want(EncodedSize(options, values.size())), got(want.size());
+      cpu::Encode(options, values.data(), values.size(), 5, want.data());
+      ASSERT_TRUE(trainer->EncodePushBlock(block, options, 5, false, got.data()).ok());
+      EXPECT_EQ(got, want);
+    }
+    ASSERT_TRUE(trainer->ZeroGridGradientRows(global.data(), global.size()).ok());
+    cpu::ErrorFeedback held;
+    ASSERT_TRUE(trainer->CopyResidualsTo(&held).ok());
+    ASSERT_EQ(StateOf(held), StateOf(reference)) << "step " << step;
+  }
+  EXPECT_GT(reference.Entries(), 0u);
+  // A restore replaces what is held: empty, then the reference again.
+  ASSERT_TRUE(trainer->LoadResiduals(cpu::ErrorFeedback()).ok());
+  cpu::ErrorFeedback held;
+  ASSERT_TRUE(trainer->CopyResidualsTo(&held).ok());
+  EXPECT_EQ(held.Entries(), 0u);
+  ASSERT_TRUE(trainer->LoadResiduals(reference).ok());
+  ASSERT_TRUE(trainer->CopyResidualsTo(&held).ok());
+  EXPECT_EQ(StateOf(held), StateOf(reference));
+}
+
+// What both refuse: blocks outside the grid, rows out of order, residual
+// states of another model; and they stay usable.
+void ExpectBadBlocksAreRefused(cuda::DeviceTrainer* trainer, const HashGridLayout& layout) {
+  const uint32_t F = layout.features();
+  const uint32_t rows_in_level = layout.level(0).rows;
+  const uint32_t ok_rows[] = {1, 2};
+  const uint32_t beyond[] = {1, rows_in_level};
+  const uint32_t unordered[] = {2, 1};
+  float values[16] = {};
+  uint8_t payload[64] = {};
+  CodecOptions onebit;
+  onebit.codec = Codec::kOnebit;
+  const PushBlock bad[] = {
+      {layout.n_levels(), 0, F, ok_rows, 2},  // no such level
+      {0, 0, F + 1, ok_rows, 2},              // wider than a row
+      {0, F, 1, ok_rows, 2},                  // past the last column
+      {0, 0, F, beyond, 2},                   // a row beyond the level
+      {0, 0, F, unordered, 2},                // rows not ascending
+  };
+  for (const PushBlock& block : bad) {
+    const Status fetched = trainer->FetchPushBlock(block, values);
+    EXPECT_EQ(fetched.code(), StatusCode::kInvalidArgument) << fetched.ToString();
+    const Status encoded = trainer->EncodePushBlock(block, onebit, 1, true, payload);
+    EXPECT_EQ(encoded.code(), StatusCode::kInvalidArgument) << encoded.ToString();
+  }
+  const uint32_t global_beyond = static_cast<uint32_t>(layout.total_rows());
+  EXPECT_FALSE(trainer->PrepareGridPush(&global_beyond, 1, false, 1.0f).ok());
+  EXPECT_FALSE(trainer->ZeroGridGradientRows(&global_beyond, 1).ok());
+  cpu::ErrorFeedback other;
+  const float residual[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  other.Assign(uint64_t{layout.n_levels()} << 32, F, ok_rows, 1, residual);  // the MLP's table
+  Status loaded = trainer->LoadResiduals(other);
+  EXPECT_EQ(loaded.code(), StatusCode::kInvalidArgument) << loaded.ToString();
+  EXPECT_NE(loaded.message().find("allowed"), std::string::npos) << loaded.ToString();
+  cpu::ErrorFeedback far;
+  far.Assign(0, F, &rows_in_level, 1, residual);
+  loaded = trainer->LoadResiduals(far);
+  EXPECT_EQ(loaded.code(), StatusCode::kInvalidArgument) << loaded.ToString();
+  // Still usable.
+  EXPECT_TRUE(trainer->FetchPushBlock({0, 0, F, ok_rows, 2}, values).ok());
+}
+
+std::vector<CodecOptions> Codecs() {
+  CodecOptions onebit, topk, qsgd, randomk;
+  onebit.codec = Codec::kOnebit;
+  topk.codec = Codec::kTopk;
+  topk.ratio = 0.2;
+  qsgd.codec = Codec::kQsgd;
+  randomk.codec = Codec::kRandomk;
+  randomk.ratio = 0.3;
+  return {onebit, topk, qsgd, randomk};
+}
+
+TEST(DevicePushTest, TheCpuTwinsPushBlocksAreTheClientsCodecAndErrorFeedback) {
+  const RunSpec spec = Spec(TrainingDevice::kCpu);
+  auto model = HashGridModel::Create(spec.model);
+  ASSERT_TRUE(model.ok());
+  ThreadPool pool(1);
+  for (const CodecOptions& options : Codecs()) {
+    auto trainer = HostTrainer::Create(spec, **model, &pool);
+    ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
+    ExpectPushBlocksAreTheCpus(trainer->get(), **model, options,
+                               std::string(CodecName(options.codec)));
+  }
+  auto trainer = HostTrainer::Create(spec, **model, &pool);
+  ASSERT_TRUE(trainer.ok());
+  ExpectBadBlocksAreRefused(trainer->get(), (*model)->layout());
+}
+
+TEST(DevicePushTest, TheGpusPushBlocksAreTheCpusBytesAndResiduals) {
+  std::string reason;
+  if (!cuda::Available(&reason)) GTEST_SKIP() << reason;
+  const RunSpec spec = Spec(TrainingDevice::kCuda);
+  auto model = HashGridModel::Create(spec.model);
+  ASSERT_TRUE(model.ok());
+  for (const CodecOptions& options : Codecs()) {
+    auto trainer = MakeDeviceTrainer(spec, **model, 0);
+    ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
+    ExpectPushBlocksAreTheCpus(trainer->get(), **model, options,
+                               std::string(CodecName(options.codec)));
+  }
+  auto trainer = MakeDeviceTrainer(spec, **model, 0);
+  ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
+  ExpectBadBlocksAreRefused(trainer->get(), (*model)->layout());
+}
+
+}  // namespace
+}  // namespace gridsync
