@@ -161,8 +161,9 @@ TEST(BackboneTest, EveryModeAndPrecisionAndAccumulationEndsWhereOneProcessEnds) 
 // grid bucket or one per level ("buckets"); nccl
 // model_parallel and fp16, ps and hybrid stage their rows through the twin,
 // and encode their pushes through its EncodeBlock (onebit: Adam on the
-// workers), or, in ps with Adam on the shards, the grid's blocks stay on
-// the twin and are encoded there, residuals included ("onebit shard").
+// workers; hybrid), or, in ps, the grid's blocks stay on the twin and are
+// encoded there, residuals and worker Adam included ("... shard", "...
+// worker").
 TEST(BackboneTest, TheDevicePathsOnTheCpuTwinEndWhereTheHostPathsEnd) {
   const ImageTask image = testing::SmallImage();
   struct Case {
@@ -182,6 +183,8 @@ TEST(BackboneTest, TheDevicePathsOnTheCpuTwinEndWhereTheHostPathsEnd) {
       {Mode::kPs, false, 1, "onebit"},
       {Mode::kPs, false, 1, "onebit shard"},
       {Mode::kPs, true, 1, "onebit shard"},
+      {Mode::kPs, false, 1, "onebit worker"},
+      {Mode::kPs, true, 1, "topk worker"},
       {Mode::kHybrid, false, 1, ""},
       {Mode::kHybrid, true, 2, ""},
       {Mode::kNccl, true, 1, "buckets"},
@@ -194,32 +197,38 @@ TEST(BackboneTest, TheDevicePathsOnTheCpuTwinEndWhereTheHostPathsEnd) {
     if (variant == "model_parallel") config.distributed.model_parallel = true;
     if (variant == "fp16") config.compression.codec = "fp16";
     if (variant == "onebit") config.compression.codec = "onebit";
-    if (variant == "onebit shard") {
-      // Adam on the shards: the grid's push blocks are encoded on the
-      // device, through the twin's EncodePushBlock and its residuals, every
-      // block of them (min_bytes 0).
-      config.compression.codec = "onebit";
+    // In ps, the grid's push blocks stay on the device and are encoded
+    // there (EncodePushBlock, residuals on the device), every block of them
+    // (min_bytes 0); with Adam on the worker it runs there too
+    // (GridWorkerAdam), and topk masks its momentum there.
+    const bool on_device =
+        variant == "onebit shard" || variant == "onebit worker" || variant == "topk worker";
+    if (on_device) {
+      config.compression.codec = variant == "topk worker" ? "topk" : "onebit";
+      config.compression.ratio = 0.25;
       config.compression.min_bytes = 0;
-      config.ps.optimizer = OptimizerPlacement::kShard;
+      config.ps.optimizer =
+          variant == "onebit shard" ? OptimizerPlacement::kShard : OptimizerPlacement::kWorker;
     }
     // A bucket per level: the backward pass reduced level by level.
     if (variant == "buckets") config.distributed.bucket_mb = 0.001;
     const std::string what = std::string(Name(c.mode)) + (c.mixed ? " mixed" : " fp32") +
                              " accumulation " + std::to_string(c.accumulation) + " " + variant;
-    // "onebit shard" also writes checkpoints (every 4 of the 8 steps): the
-    // workers' residuals, copied back from the twin, are the host's bytes.
+    // Those also write checkpoints (every 4 of the 8 steps): the workers'
+    // residuals and Adam's state, copied back from the twin, are the host's
+    // bytes.
     const std::string checkpoints =
         (std::filesystem::temp_directory_path() / "gridsync-backbone-ckpt").string();
     std::filesystem::remove_all(checkpoints);
     Config host_config = config, twin_config = config;
-    if (variant == "onebit shard") {
+    if (on_device) {
       host_config.checkpoint.every_steps = twin_config.checkpoint.every_steps = 4;
       host_config.checkpoint.dir = checkpoints + "/host";
       twin_config.checkpoint.dir = checkpoints + "/twin";
     }
     auto host = RunCluster(c.mode, host_config, image);
     auto twin = RunCluster(c.mode, twin_config, image, /*twin=*/true);
-    if (variant == "onebit shard") {
+    if (on_device) {
       for (const char* part : {"step-4/worker-0.bin", "step-8/worker-1.bin"}) {
         const std::string a = ReadBytes(host_config.checkpoint.dir + "/" + part);
         const std::string b = ReadBytes(twin_config.checkpoint.dir + "/" + part);
@@ -272,18 +281,18 @@ TEST(BackboneTest, EveryModeOnTheGpuEndsNearOneProcess) {
   }
 }
 
-// The GPU's own ways: ps pushes compressed by the codecs' CUDA twins
-// (the PS client's BlockEncoder on the device, or, with Adam on the
-// shards, the grid's blocks encoded there before the copy) end near the
-// same run's pushes compressed on the CPU; nccl with a bucket per level (the
+// The GPU's own ways: ps pushes compressed by the codecs' CUDA twins (the
+// grid's blocks encoded on the device before the copy, the MLP's through
+// the PS client's BlockEncoder) end near the same run's pushes compressed
+// on the CPU; nccl with a bucket per level (the
 // all-reduce overlapping the backward pass) ends near one process.
 TEST(BackboneTest, DeviceCodecsAndOverlappedBucketsOnTheGpuEndNearTheCpu) {
   std::string reason;
   if (!cuda::Available(&reason)) GTEST_SKIP() << reason;
   const ImageTask image = testing::SmallImage();
-  // Adam on the workers (auto with a codec): blocks encoded after the
-  // copy; on the shards: the grid's blocks encoded before it, with the
-  // residuals on the device.
+  // Adam on the workers (auto with a codec) or on the shards: either way
+  // the grid's blocks are encoded on the device before the copy, with the
+  // residuals (and worker Adam's grid state) there.
   for (OptimizerPlacement optimizer : {OptimizerPlacement::kAuto, OptimizerPlacement::kShard}) {
     Config config = BackboneConfig(Mode::kPs, false, 1);
     config.compression.codec = "onebit";

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "common/sharding.h"
 #include "common/thread_pool.h"
 #include "kernels/cpu/codec.h"
 #include "kernels/cpu/error_feedback.h"
@@ -24,8 +25,10 @@
 #include "worker/host_trainer.h"
 #include "worker/image_task.h"
 #include "worker/model.h"
+#include "worker/ps_client.h"
 #include "worker/sync/device_sync.h"
 #include "worker/sync/train_loop.h"
+#include "worker/worker_adam.h"
 
 namespace gridsync {
 namespace {
@@ -59,16 +62,23 @@ std::string StateOf(const cpu::ErrorFeedback& feedback) {
 
 // Three steps of pushes through `trainer`, every level cut into two
 // "shards" by rows and (with two features) two column slices, against the
-// CPU's codec and error feedback on the values the trainer holds.
+// CPU's codec and error feedback on the values the trainer holds; with
+// `worker_adam`, the rows first become updates as WorkerAdam makes them,
+// and m is masked as WorkerAdam masks it.
 void ExpectPushBlocksAreTheCpus(cuda::DeviceTrainer* trainer, const HashGridModel& model,
-                                const CodecOptions& options, const std::string& what) {
-  SCOPED_TRACE(what);
+                                const RunSpec& spec, const CodecOptions& options, bool worker_adam,
+                                const std::string& what) {
+  SCOPED_TRACE(what + (worker_adam ? ", Adam on the worker" : ""));
   const auto& layout = model.layout();
   const uint32_t F = layout.features();
   const ImageTask image = Stripes();
   const BatchSource source(image, 11);
   ThreadPool pool(1);
   cpu::ErrorFeedback reference;
+  const Partition partition = *Partition::Make(spec.model.tables, 1, ModelParallelDim::kRow);
+  WorkerAdam adam(partition, spec.model.adam);
+  const bool mask =
+      worker_adam && (options.codec == Codec::kTopk || options.codec == Codec::kRandomk);
   for (uint64_t step = 0; step < 3; ++step) {
     StepBatch batch;
     source.Fill(step, 0, 1024, &batch);
@@ -89,7 +99,32 @@ void ExpectPushBlocksAreTheCpus(cuda::DeviceTrainer* trainer, const HashGridMode
     EXPECT_TRUE(*fits);
     size_t nonzero = 0;
     for (uint32_t l = 0; l < layout.n_levels(); ++l) {
-      const auto& level_rows = rows.rows(l);
+      std::vector<uint32_t> level_rows = rows.rows(l);
+      if (worker_adam) {
+        std::vector<float> gradient(level_rows.size() * F);
+        ASSERT_TRUE(
+            trainer
+                ->FetchPushBlock({l, 0, F, level_rows.data(), level_rows.size()}, gradient.data())
+                .ok());
+        const auto want = adam.ToUpdates(
+            {TableRowsRef{l, false, level_rows.data(), level_rows.size(), gradient.data()}});
+        std::vector<uint32_t> kept;
+        const Status stepped =
+            trainer->GridWorkerAdam(l, level_rows.data(), level_rows.size(), &kept);
+        ASSERT_TRUE(stepped.ok()) << stepped.ToString();
+        const size_t n_want = want.empty() ? 0 : want[0].row_count;
+        ASSERT_EQ(kept.size(), n_want) << "level " << l;
+        std::vector<float> updates(kept.size() * F);
+        ASSERT_TRUE(
+            trainer->FetchPushBlock({l, 0, F, kept.data(), kept.size()}, updates.data()).ok());
+        for (size_t i = 0; i < kept.size(); ++i) {
+          ASSERT_EQ(kept[i], want[0].rows[i]);
+          for (uint32_t f = 0; f < F; ++f)
+            ASSERT_EQ(updates[i * F + f], want[0].values[i * F + f])
+                << "level " << l << " row " << kept[i];
+        }
+        level_rows = kept;
+      }
       const size_t half = level_rows.size() / 2;
       for (size_t part = 0; part < 2; ++part) {
         const uint32_t* r = level_rows.data() + (part == 0 ? 0 : half);
@@ -110,8 +145,10 @@ void ExpectPushBlocksAreTheCpus(cuda::DeviceTrainer* trainer, const HashGridMode
               cpu::Decode(options, want.data(), want.size(), values.size(), seed, decoded.data())
                   .ok());
           reference.StoreResidual(key, r, n, width, values.data(), decoded.data());
+          if (mask) adam.MaskMomentum(l, r, n, col, width, decoded.data());
           std::vector<uint8_t> got(want.size());
-          const Status encoded = trainer->EncodePushBlock(block, options, seed, true, got.data());
+          const Status encoded =
+              trainer->EncodePushBlock(block, options, seed, true, mask, got.data());
           ASSERT_TRUE(encoded.ok()) << encoded.ToString();
           ASSERT_EQ(got, want) << "level " << l << " part " << part << " col " << col << " step "
                                << step;
@@ -126,7 +163,7 @@ void ExpectPushBlocksAreTheCpus(cuda::DeviceTrainer* trainer, const HashGridMode
       ASSERT_TRUE(trainer->FetchPushBlock(block, values.data()).ok());
       std::vector<uint8_t> want(EncodedSize(options, values.size())), got(want.size());
       cpu::Encode(options, values.data(), values.size(), 5, want.data());
-      ASSERT_TRUE(trainer->EncodePushBlock(block, options, 5, false, got.data()).ok());
+      ASSERT_TRUE(trainer->EncodePushBlock(block, options, 5, false, false, got.data()).ok());
       EXPECT_EQ(got, want);
     }
     ASSERT_TRUE(trainer->ZeroGridGradientRows(global.data(), global.size()).ok());
@@ -135,6 +172,48 @@ void ExpectPushBlocksAreTheCpus(cuda::DeviceTrainer* trainer, const HashGridMode
     ASSERT_EQ(StateOf(held), StateOf(reference)) << "step " << step;
   }
   EXPECT_GT(reference.Entries(), 0u);
+  if (worker_adam) {
+    // Adam's state, level by level, is WorkerAdam's; loaded back it stays.
+    for (uint32_t l = 0; l < layout.n_levels(); ++l) {
+      const cpu::AdamTable& want = *adam.State(l);
+      cpu::AdamTable got;
+      got.Resize(layout.level(l).rows, F);
+      ASSERT_TRUE(trainer->CopyGridAdamState(l, got.m.data(), got.v.data(), got.step.data()).ok());
+      EXPECT_EQ(got.m, want.m) << "level " << l;
+      EXPECT_EQ(got.v, want.v) << "level " << l;
+      EXPECT_EQ(got.step, want.step) << "level " << l;
+      ASSERT_TRUE(trainer->LoadGridAdamState(l, nullptr, nullptr, nullptr).ok());
+      ASSERT_TRUE(trainer->CopyGridAdamState(l, got.m.data(), got.v.data(), got.step.data()).ok());
+      EXPECT_EQ(got.step, std::vector<uint32_t>(got.step.size(), 0u));
+      ASSERT_TRUE(
+          trainer->LoadGridAdamState(l, want.m.data(), want.v.data(), want.step.data()).ok());
+      ASSERT_TRUE(trainer->CopyGridAdamState(l, got.m.data(), got.v.data(), got.step.data()).ok());
+      EXPECT_EQ(got.m, want.m) << "level " << l;
+    }
+  }
+  // The pending updates join uploaded rows: zero rows plus the residuals.
+  {
+    std::vector<uint32_t> global(layout.total_rows());
+    for (uint32_t r = 0; r < global.size(); ++r) global[r] = r;
+    const std::vector<float> zeros(layout.total_params(), 0.0f);
+    ASSERT_TRUE(trainer->UploadGridRows(global.data(), global.size(), zeros.data()).ok());
+    ASSERT_TRUE(trainer->AddResidualsToGridRows(global.data(), global.size()).ok());
+    std::vector<float> grid;
+    std::vector<std::vector<float>> mlp;
+    ASSERT_TRUE(trainer->Download(&grid, &mlp).ok());
+    std::vector<float> want(layout.total_params(), 0.0f);
+    for (uint32_t l = 0; l < layout.n_levels(); ++l) {
+      for (uint32_t col = 0; col < F; ++col) {
+        reference.AddResidualInPlace(cuda::DeviceTrainer::PushBlockKey(l, col), nullptr,
+                                     layout.level(l).rows,
+                                     want.data() + layout.level(l).row_offset * F, F, col);
+      }
+    }
+    size_t entries = 0;
+    for (float v : want) entries += v != 0.0f;
+    EXPECT_GT(entries, 0u);
+    EXPECT_EQ(grid, want);
+  }
   // A restore replaces what is held: empty, then the reference again.
   ASSERT_TRUE(trainer->LoadResiduals(cpu::ErrorFeedback()).ok());
   cpu::ErrorFeedback held;
@@ -167,12 +246,17 @@ void ExpectBadBlocksAreRefused(cuda::DeviceTrainer* trainer, const HashGridLayou
   for (const PushBlock& block : bad) {
     const Status fetched = trainer->FetchPushBlock(block, values);
     EXPECT_EQ(fetched.code(), StatusCode::kInvalidArgument) << fetched.ToString();
-    const Status encoded = trainer->EncodePushBlock(block, onebit, 1, true, payload);
+    const Status encoded = trainer->EncodePushBlock(block, onebit, 1, true, false, payload);
     EXPECT_EQ(encoded.code(), StatusCode::kInvalidArgument) << encoded.ToString();
   }
   const uint32_t global_beyond = static_cast<uint32_t>(layout.total_rows());
   EXPECT_FALSE(trainer->PrepareGridPush(&global_beyond, 1, false, 1.0f).ok());
   EXPECT_FALSE(trainer->ZeroGridGradientRows(&global_beyond, 1).ok());
+  EXPECT_FALSE(trainer->AddResidualsToGridRows(&global_beyond, 1).ok());
+  std::vector<uint32_t> kept;
+  EXPECT_FALSE(trainer->GridWorkerAdam(0, unordered, 2, &kept).ok());
+  EXPECT_FALSE(trainer->GridWorkerAdam(layout.n_levels(), ok_rows, 2, &kept).ok());
+  EXPECT_FALSE(trainer->LoadGridAdamState(layout.n_levels(), nullptr, nullptr, nullptr).ok());
   cpu::ErrorFeedback other;
   const float residual[8] = {1, 2, 3, 4, 5, 6, 7, 8};
   other.Assign(uint64_t{layout.n_levels()} << 32, F, ok_rows, 1, residual);  // the MLP's table
@@ -204,10 +288,12 @@ TEST(DevicePushTest, TheCpuTwinsPushBlocksAreTheClientsCodecAndErrorFeedback) {
   ASSERT_TRUE(model.ok());
   ThreadPool pool(1);
   for (const CodecOptions& options : Codecs()) {
-    auto trainer = HostTrainer::Create(spec, **model, &pool);
-    ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
-    ExpectPushBlocksAreTheCpus(trainer->get(), **model, options,
-                               std::string(CodecName(options.codec)));
+    for (bool worker_adam : {false, true}) {
+      auto trainer = HostTrainer::Create(spec, **model, &pool);
+      ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
+      ExpectPushBlocksAreTheCpus(trainer->get(), **model, spec, options, worker_adam,
+                                 std::string(CodecName(options.codec)));
+    }
   }
   auto trainer = HostTrainer::Create(spec, **model, &pool);
   ASSERT_TRUE(trainer.ok());
@@ -221,10 +307,12 @@ TEST(DevicePushTest, TheGpusPushBlocksAreTheCpusBytesAndResiduals) {
   auto model = HashGridModel::Create(spec.model);
   ASSERT_TRUE(model.ok());
   for (const CodecOptions& options : Codecs()) {
-    auto trainer = MakeDeviceTrainer(spec, **model, 0);
-    ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
-    ExpectPushBlocksAreTheCpus(trainer->get(), **model, options,
-                               std::string(CodecName(options.codec)));
+    for (bool worker_adam : {false, true}) {
+      auto trainer = MakeDeviceTrainer(spec, **model, 0);
+      ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
+      ExpectPushBlocksAreTheCpus(trainer->get(), **model, spec, options, worker_adam,
+                                 std::string(CodecName(options.codec)));
+    }
   }
   auto trainer = MakeDeviceTrainer(spec, **model, 0);
   ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();

@@ -15,7 +15,9 @@ HostTrainer::HostTrainer(std::unique_ptr<HashGridModel> model, const AdamHyper& 
     : model_(std::move(model)),
       grads_(model_->layout(), model_->mlp_shape()),
       optimizer_(model_.get(), hyper),
-      pool_(pool) {}
+      pool_(pool),
+      hyper_(hyper),
+      worker_adam_(model_->layout().n_levels()) {}
 
 Result<std::unique_ptr<HostTrainer>> HostTrainer::Create(const RunSpec& spec,
                                                          const HashGridModel& model,
@@ -135,7 +137,8 @@ Status HostTrainer::FetchPushBlock(const PushBlock& block, float* values) {
 }
 
 Status HostTrainer::EncodePushBlock(const PushBlock& block, const CodecOptions& options,
-                                    uint64_t seed, bool feedback, uint8_t* payload) {
+                                    uint64_t seed, bool feedback, bool mask_momentum,
+                                    uint8_t* payload) {
   std::lock_guard<std::mutex> lock(push_mu_);
   const size_t count = block.n * block.width;
   std::vector<float> values(count);
@@ -148,6 +151,96 @@ Status HostTrainer::EncodePushBlock(const PushBlock& block, const CodecOptions& 
   GRIDSYNC_RETURN_IF_ERROR(
       cpu::Decode(options, payload, EncodedSize(options, count), count, seed, decoded.data()));
   residuals_.StoreResidual(key, block.rows, block.n, block.width, values.data(), decoded.data());
+  if (mask_momentum) {
+    float* m = WorkerAdamOf(block.level).m.data();
+    const uint32_t F = model_->layout().features();
+    for (size_t i = 0; i < block.n; ++i) {
+      for (uint32_t f = 0; f < block.width; ++f) {
+        if (decoded[i * block.width + f] != 0.0f)
+          m[size_t{block.rows[i]} * F + block.col_begin + f] = 0.0f;
+      }
+    }
+  }
+  return Status::OK();
+}
+
+cpu::AdamTable& HostTrainer::WorkerAdamOf(uint32_t level) {
+  cpu::AdamTable& state = worker_adam_[level];
+  if (state.step.empty())
+    state.Resize(model_->layout().level(level).rows, model_->layout().features());
+  return state;
+}
+
+Status HostTrainer::GridWorkerAdam(uint32_t level, const uint32_t* rows, size_t n,
+                                   std::vector<uint32_t>* kept) {
+  const auto& layout = model_->layout();
+  const uint32_t F = layout.features();
+  GRIDSYNC_RETURN_IF_ERROR(cuda::CheckPushBlock(layout, {level, 0, F, rows, n}));
+  std::lock_guard<std::mutex> lock(push_mu_);
+  cpu::AdamTable& state = WorkerAdamOf(level);
+  float* grad = grads_.grid.mutable_dense() + layout.level(level).row_offset * F;
+  kept->clear();
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t row = rows[i];
+    float* g = grad + size_t{row} * F;
+    if (!RowHasGradient(g, F)) continue;
+    const float lr = AdamStepSize(hyper_, ++state.step[row]);
+    for (uint32_t f = 0; f < F; ++f) {
+      const size_t at = size_t{row} * F + f;
+      g[f] = -AdamStep(hyper_, lr, g[f], &state.m[at], &state.v[at]);
+    }
+    kept->push_back(row);
+  }
+  return Status::OK();
+}
+
+Status HostTrainer::AddResidualsToGridRows(const uint32_t* rows, size_t n) {
+  GRIDSYNC_RETURN_IF_ERROR(CheckRows(rows, n));
+  std::lock_guard<std::mutex> lock(push_mu_);
+  const auto& layout = model_->layout();
+  const uint32_t F = layout.features();
+  float* grid = model_->grid_params().data();
+  for (size_t i = 0; i < n; ++i) {
+    const auto [level, local] = Locate(rows[i]);
+    for (uint32_t col = 0; col < F; ++col) {
+      const float* residual = residuals_.Residual(PushBlockKey(level, col), local);
+      if (residual == nullptr) continue;
+      const uint32_t width = residuals_.Width(PushBlockKey(level, col));
+      float* p = grid + size_t{rows[i]} * F + col;
+      for (uint32_t f = 0; f < width; ++f) p[f] += residual[f];
+    }
+    model_->RefreshWorkingCopy(level, &local, 1);
+  }
+  return Status::OK();
+}
+
+Status HostTrainer::CopyGridAdamState(uint32_t level, float* m, float* v, uint32_t* steps) {
+  if (level >= worker_adam_.size())
+    return Status::InvalidArgument("HostTrainer: no level " + std::to_string(level));
+  std::lock_guard<std::mutex> lock(push_mu_);
+  const cpu::AdamTable& state = WorkerAdamOf(level);
+  std::copy(state.m.begin(), state.m.end(), m);
+  std::copy(state.v.begin(), state.v.end(), v);
+  std::copy(state.step.begin(), state.step.end(), steps);
+  return Status::OK();
+}
+
+Status HostTrainer::LoadGridAdamState(uint32_t level, const float* m, const float* v,
+                                      const uint32_t* steps) {
+  if (level >= worker_adam_.size())
+    return Status::InvalidArgument("HostTrainer: no level " + std::to_string(level));
+  std::lock_guard<std::mutex> lock(push_mu_);
+  cpu::AdamTable& state = WorkerAdamOf(level);
+  const size_t values = state.m.size(), rows = state.step.size();
+  if (m == nullptr) {
+    std::fill_n(state.m.begin(), values, 0.0f);
+    std::fill_n(state.v.begin(), values, 0.0f);
+    std::fill_n(state.step.begin(), rows, 0u);
+    return Status::OK();
+  }
+  std::copy_n(m, values, state.m.begin());
+  std::copy_n(v, values, state.v.begin());
+  std::copy_n(steps, rows, state.step.begin());
   return Status::OK();
 }
 

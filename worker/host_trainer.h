@@ -15,6 +15,7 @@
 #include <mutex>
 
 #include "common/thread_pool.h"
+#include "kernels/cpu/adam.h"
 #include "kernels/cuda/device_trainer.h"
 #include "spec/run_spec.h"
 #include "worker/local_optimizer.h"
@@ -57,7 +58,13 @@ class HostTrainer : public cuda::DeviceTrainer {
   // cpu::Encode, cpu::Decode and a cpu::ErrorFeedback of its own: the
   // semantics the device's kernels copy. Calls are serialised.
   Status EncodePushBlock(const PushBlock& block, const CodecOptions& options, uint64_t seed,
-                         bool feedback, uint8_t* payload) override;
+                         bool feedback, bool mask_momentum, uint8_t* payload) override;
+  Status GridWorkerAdam(uint32_t level, const uint32_t* rows, size_t n,
+                        std::vector<uint32_t>* kept) override;
+  Status AddResidualsToGridRows(const uint32_t* rows, size_t n) override;
+  Status CopyGridAdamState(uint32_t level, float* m, float* v, uint32_t* steps) override;
+  Status LoadGridAdamState(uint32_t level, const float* m, const float* v,
+                           const uint32_t* steps) override;
   Status ZeroGridGradientRows(const uint32_t* rows, size_t n) override;
   Status CopyResidualsTo(cpu::ErrorFeedback* into) override;
   Status LoadResiduals(const cpu::ErrorFeedback& from) override;
@@ -80,6 +87,11 @@ class HostTrainer : public cuda::DeviceTrainer {
   Finished finished_;
   std::mutex push_mu_;            // EncodePushBlock's calls
   cpu::ErrorFeedback residuals_;  // EncodePushBlock's (guarded by push_mu_)
+  AdamHyper hyper_;
+  // GridWorkerAdam's state, per level (m, v: rows x features), made zeroed
+  // on first use (guarded by push_mu_: EncodePushBlock masks m).
+  std::vector<cpu::AdamTable> worker_adam_;
+  cpu::AdamTable& WorkerAdamOf(uint32_t level);
 };
 
 }  // namespace gridsync

@@ -31,6 +31,7 @@
 #include "common/wire/curve.h"
 #include "common/wire/message.h"
 #include "kernels/adam_math.h"
+#include "kernels/cpu/adam.h"
 #include "kernels/cpu/codec.h"
 #include "kernels/cpu/error_feedback.h"
 
@@ -53,13 +54,14 @@ struct TableRowsRef {
 };
 
 // Push values that stay on the model's device until they are encoded
-// (DeviceStagedSync: ps with a codec and Adam on the shards): for a table a
-// push marks on_device, the client asks the source for each block's values
-// or, for a block it compresses, for its payload. The source then keeps the
-// error-feedback residuals (as cpu::ErrorFeedback would, under the same
-// keys: (table << 32) | first column); the client's own are a copy, made
-// current by SyncFeedback. Fetch and Encode are called from the client's
-// pool at once (distinct keys); they must be thread-safe.
+// (DeviceStagedSync: ps with a codec): for a table a push marks on_device,
+// the client asks the source for each block's values or, for a block it
+// compresses, for its payload. The source then keeps the error-feedback
+// residuals (as cpu::ErrorFeedback would, under the same keys: (table <<
+// 32) | first column) and, with Adam on the worker, that table's Adam state
+// (WorkerAdam's rule); the client's own copies are made current by
+// SyncFeedback and AppendState. Fetch and Encode are called from the
+// client's pool at once (distinct keys); they must be thread-safe.
 class DevicePushSource {
  public:
   virtual ~DevicePushSource() = default;
@@ -69,10 +71,20 @@ class DevicePushSource {
                        size_t n, float* values) = 0;
   // The same values, encoded as cpu::Encode would into payload
   // (EncodedSize(options, n x width) bytes); with `feedback`, residuals
-  // added first and kept afterwards.
+  // added first and kept afterwards; with `mask_momentum`, Adam's m masked
+  // where the payload delivered (WorkerAdam::MaskMomentum).
   virtual Status Encode(uint32_t table, uint32_t col_begin, uint32_t width, const uint32_t* rows,
                         size_t n, const CodecOptions& options, uint64_t seed, bool feedback,
-                        uint8_t* payload) = 0;
+                        bool mask_momentum, uint8_t* payload) = 0;
+  // Adam on the worker: the gradient rows (ascending, full width) become
+  // updates where they are, WorkerAdam's rule; *kept = the rows that
+  // stepped (the others are left out of the push).
+  virtual Status ToUpdates(uint32_t table, const uint32_t* rows, size_t n,
+                           std::vector<uint32_t>* kept) = 0;
+  // The table's Adam state copied into *state (sized for the table); and
+  // replaced by `state`'s (null: zeros, a table that never stepped).
+  virtual Status CopyAdamState(uint32_t table, cpu::AdamTable* state) = 0;
+  virtual Status LoadAdamState(uint32_t table, const cpu::AdamTable* state) = 0;
   // The residuals held, copied into *into; and replaced by `from`'s.
   virtual Status CopyResidualsTo(cpu::ErrorFeedback* into) = 0;
   virtual Status LoadResiduals(const cpu::ErrorFeedback& from) = 0;
@@ -169,10 +181,9 @@ class PsClient {
   // The residuals; with a DevicePushSource, as of the last SyncFeedback.
   const cpu::ErrorFeedback& error_feedback() const { return feedback_; }
   // Pushes' values on the model's device (see DevicePushSource; not
-  // owned, null: none) for the tables `tables` lists; their residuals are
-  // the source's, the other tables' stay here. Refused with Adam on the
-  // worker (it needs the values here). The residuals of those tables held
-  // now are loaded into it.
+  // owned, null: none) for the tables `tables` lists; their residuals (and
+  // worker Adam's state) are the source's, the other tables' stay here.
+  // What this client holds for those tables now is loaded into it.
   Status SetDevicePushSource(DevicePushSource* source, const std::vector<uint32_t>& tables = {});
   // With a DevicePushSource: error_feedback() = the source's residuals.
   Status SyncFeedback();
@@ -195,7 +206,8 @@ class PsClient {
   Status AppendState(std::string* out);
   Status RestoreState(std::string_view data);
   // This worker's pending update (error-feedback residual) of a row of the
-  // column slice starting at col_begin, or null.
+  // column slice starting at col_begin, or null (with a DevicePushSource, as
+  // of the last SyncFeedback).
   const float* PendingUpdate(uint32_t table, uint32_t col_begin, uint32_t row) const;
 
   // ps.optimizer = worker: Adam runs here (worker/worker_adam.h) and pushes
@@ -221,7 +233,11 @@ class PsClient {
   // freshly pulled rows, so its next gradient sees its own pending updates
   // rather than parameters they have yet to reach; without it Adam keeps
   // pushing a delayed coordinate the same way and the late burst overshoots.
+  // Tables a DevicePushSource owns are left out: their owner adds their
+  // residuals where the rows are read (DeviceTrainer::
+  // AddResidualsToGridRows).
   void AddPendingUpdates(const std::vector<TablePullRef>& tables) const;
+  bool adds_pending_updates() const { return worker_adam_ != nullptr && use_feedback_; }
 
  private:
   PsClient(const Partition& partition, uint32_t worker_rank, uint32_t num_workers,
@@ -268,8 +284,12 @@ class PsClient {
     const uint64_t table = key >> 32;
     return table < device_tables_.size() && device_tables_[table];
   }
-  // The source's residuals = this client's of the tables it owns.
-  Status LoadDeviceResiduals();
+  // The source's residuals (and worker Adam's state) = this client's of
+  // the tables it owns; and this client's Adam state of those tables = the
+  // source's.
+  Status LoadDeviceState();
+  Status SyncAdamState();
+  std::vector<std::vector<uint32_t>> device_kept_;  // by table: a push's rows that stepped
 
   // Sends each shard its blocks (kind push or init) and waits for every ack.
   Status SendAndAwaitAcks(wire::Kind kind, uint64_t step,

@@ -22,13 +22,19 @@ std::vector<TableRowsRef> WorkerAdam::ToUpdates(const std::vector<TableRowsRef>&
     seen[ref.table] = true;
   }
   std::vector<size_t> kept(gradients.size(), 0);
-  auto update = [&](size_t i) { kept[i] = UpdateTable(gradients[i]); };
+  auto update = [&](size_t i) {
+    kept[i] = gradients[i].on_device ? gradients[i].row_count : UpdateTable(gradients[i]);
+  };
   ParallelForOn(distinct ? pool : nullptr, gradients.size(), update);
   std::vector<TableRowsRef> updates;
   updates.reserve(gradients.size());
   for (size_t i = 0; i < gradients.size(); ++i) {
     const TableRowsRef& ref = gradients[i];
     if (!ref.dense && kept[i] == 0) continue;
+    if (ref.on_device) {
+      updates.push_back(ref);
+      continue;
+    }
     Table& out = out_[ref.table];
     updates.push_back(
         {ref.table, ref.dense, out.rows.data(), ref.dense ? 0 : kept[i], out.values.data()});
@@ -99,6 +105,12 @@ size_t WorkerAdam::UpdateTable(const TableRowsRef& ref) {
     default:
       return UpdateRows<0>(hyper_, ref, n, w, &state, u, &out.rows);
   }
+}
+
+cpu::AdamTable* WorkerAdam::State(uint32_t t) {
+  cpu::AdamTable& state = state_[t];
+  if (state.step.empty()) state.Resize(partition_.table(t).rows, partition_.table(t).width);
+  return &state;
 }
 
 void WorkerAdam::MaskMomentum(uint32_t table, const uint32_t* rows, size_t n, uint32_t col,

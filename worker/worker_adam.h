@@ -42,6 +42,13 @@ class WorkerAdam {
   std::vector<TableRowsRef> ToUpdates(const std::vector<TableRowsRef>& gradients,
                                       ThreadPool* pool = nullptr);
 
+  // Refs marked on_device pass through ToUpdates as they are: their Adam
+  // ran on the model's device (PsClient's DevicePushSource::ToUpdates),
+  // whose state is brought here for checkpoints through State.
+  // Table t's state, made (zeroed) if it has none; whether it has one.
+  cpu::AdamTable* State(uint32_t t);
+  bool HasState(uint32_t t) const { return !state_[t].step.empty(); }
+
   // Momentum factor masking: zeroes m where `delivered` (rows x cw values of
   // columns [col, col+cw)) is non-zero.
   void MaskMomentum(uint32_t table, const uint32_t* rows, size_t n, uint32_t col, uint32_t cw,

@@ -123,9 +123,13 @@ class DeviceTrainerImpl : public DeviceTrainer {
     GRIDSYNC_RETURN_IF_ERROR(grid_m_.AllocateZeroed(total));
     GRIDSYNC_RETURN_IF_ERROR(grid_v_.AllocateZeroed(total));
     GRIDSYNC_RETURN_IF_ERROR(grid_grad_.AllocateZeroed(total));
-    push_blocks_ = PushBlocks::Create(layout_, device_, grid_grad_.get(), stream_);
     GRIDSYNC_RETURN_IF_ERROR(grid_steps_.AllocateZeroed(total / width));
     if (mixed_) GRIDSYNC_RETURN_IF_ERROR(grid_half_.AllocateZeroed(total));
+    push_blocks_ =
+        PushBlocks::Create(layout_, hyper_, device_,
+                           {grid_grad_.get(), grid_.get(), mixed_ ? grid_half_.get() : nullptr,
+                            grid_m_.get(), grid_v_.get(), grid_steps_.get()},
+                           stream_);
     for (int i = 0; i < dims_.n_matrices(); ++i) {
       const size_t n = static_cast<size_t>(dims_.rows(i)) * static_cast<size_t>(dims_.cols(i));
       mlp_.emplace_back();
@@ -428,8 +432,22 @@ class DeviceTrainerImpl : public DeviceTrainer {
     return push_blocks_->FetchPushBlock(block, values);
   }
   Status EncodePushBlock(const PushBlock& block, const CodecOptions& options, uint64_t seed,
-                         bool feedback, uint8_t* payload) override {
-    return push_blocks_->EncodePushBlock(block, options, seed, feedback, payload);
+                         bool feedback, bool mask_momentum, uint8_t* payload) override {
+    return push_blocks_->EncodePushBlock(block, options, seed, feedback, mask_momentum, payload);
+  }
+  Status GridWorkerAdam(uint32_t level, const uint32_t* rows, size_t n,
+                        std::vector<uint32_t>* kept) override {
+    return push_blocks_->GridWorkerAdam(level, rows, n, kept);
+  }
+  Status AddResidualsToGridRows(const uint32_t* rows, size_t n) override {
+    return push_blocks_->AddResidualsToGridRows(rows, n);
+  }
+  Status CopyGridAdamState(uint32_t level, float* m, float* v, uint32_t* steps) override {
+    return push_blocks_->CopyGridAdamState(level, m, v, steps);
+  }
+  Status LoadGridAdamState(uint32_t level, const float* m, const float* v,
+                           const uint32_t* steps) override {
+    return push_blocks_->LoadGridAdamState(level, m, v, steps);
   }
   Status ZeroGridGradientRows(const uint32_t* rows, size_t n) override {
     return push_blocks_->ZeroGridGradientRows(rows, n);

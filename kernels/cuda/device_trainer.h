@@ -181,9 +181,27 @@ class DeviceTrainer {
   // adds each row's residual under its key and afterwards keeps what the
   // payload did not deliver, exactly as cpu::ErrorFeedback's AddResidual and
   // StoreResidual (a Corruption when the payload does not decode: values
-  // that are not finite).
+  // that are not finite). With `mask_momentum` (and feedback), worker
+  // Adam's m is zeroed where the payload delivered a value
+  // (WorkerAdam::MaskMomentum, DGC's momentum factor masking).
   virtual Status EncodePushBlock(const PushBlock& block, const CodecOptions& options, uint64_t seed,
-                                 bool feedback, uint8_t* payload) = 0;
+                                 bool feedback, bool mask_momentum, uint8_t* payload) = 0;
+  // Adam on the worker (ps.optimizer worker) for the grid, WorkerAdam's
+  // rule with this trainer's m, v and per-row step counts: the prepared
+  // gradient rows of `level` (level-local ids, ascending) become updates,
+  // -(Adam step), in place; a row whose gradient is all zero does not step
+  // and is left out. *kept = the rows that stepped, ascending.
+  virtual Status GridWorkerAdam(uint32_t level, const uint32_t* rows, size_t n,
+                                std::vector<uint32_t>* kept) = 0;
+  // Adds each residual entry to those parameter rows (global ids) and
+  // their fp16 working copy: the updates this worker has not delivered
+  // yet, on freshly uploaded rows (PsClient::AddPendingUpdates' rule).
+  virtual Status AddResidualsToGridRows(const uint32_t* rows, size_t n) = 0;
+  // Worker Adam's state of `level`: m and v (the level's rows x features)
+  // and the step counts (its rows), copied out; and in (null: zeros).
+  virtual Status CopyGridAdamState(uint32_t level, float* m, float* v, uint32_t* steps) = 0;
+  virtual Status LoadGridAdamState(uint32_t level, const float* m, const float* v,
+                                   const uint32_t* steps) = 0;
   // Zeroes those gradient rows (global ids): the push is done.
   virtual Status ZeroGridGradientRows(const uint32_t* rows, size_t n) = 0;
   // The residuals EncodePushBlock keeps, copied into *into (replacing what

@@ -85,6 +85,56 @@ __global__ void StoreResidualKernel(const uint32_t* __restrict__ rows, size_t n,
   }
 }
 
+// WorkerAdam::UpdateRows on the device: one thread per row; kept[i] says
+// whether row i stepped (its gradient was not all zero).
+__global__ void WorkerAdamKernel(const AdamHyper hyper, const uint32_t* __restrict__ rows, size_t n,
+                                 uint32_t width, float* __restrict__ grad, float* __restrict__ m,
+                                 float* __restrict__ v, uint32_t* __restrict__ steps,
+                                 uint8_t* __restrict__ kept) {
+  GRIDSYNC_FOR_EACH(i, n) {
+    const uint32_t row = rows[i];
+    float* g = grad + size_t{row} * width;
+    if (!RowHasGradient(g, width)) {
+      kept[i] = 0;
+      continue;
+    }
+    const uint32_t t = steps[row] + 1;
+    steps[row] = t;
+    const float lr = AdamStepSize(hyper, t);
+    for (uint32_t f = 0; f < width; ++f) {
+      const size_t at = size_t{row} * width + f;
+      g[f] = -AdamStep(hyper, lr, g[f], &m[at], &v[at]);
+    }
+    kept[i] = 1;
+  }
+}
+
+// WorkerAdam::MaskMomentum: m = 0 where the payload delivered a value.
+__global__ void MaskMomentumKernel(const uint32_t* __restrict__ rows, size_t n, uint32_t features,
+                                   uint32_t col_begin, uint32_t width,
+                                   const float* __restrict__ decoded, float* __restrict__ m) {
+  GRIDSYNC_FOR_EACH(i, n * width) {
+    if (decoded[i] != 0.0f) m[size_t{rows[i / width]} * features + col_begin + i % width] = 0.0f;
+  }
+}
+
+// params += residual for the rows (level-local ids, of one level and
+// column slice) holding an entry; the fp16 copy follows.
+__global__ void AddResidualRowsKernel(const uint32_t* __restrict__ rows, size_t n,
+                                      uint32_t features, uint32_t col_begin, uint32_t width,
+                                      const float* __restrict__ residual,
+                                      const uint8_t* __restrict__ present,
+                                      float* __restrict__ params, uint16_t* __restrict__ half) {
+  GRIDSYNC_FOR_EACH(i, n * width) {
+    const uint32_t row = rows[i / width];
+    if (present[row] == 0) continue;
+    const uint32_t c = static_cast<uint32_t>(i % width);
+    const size_t at = size_t{row} * features + col_begin + c;
+    params[at] += residual[size_t{row} * width + c];
+    if (half != nullptr) half[at] = __half_as_ushort(__float2half_rn(params[at]));
+  }
+}
+
 __global__ void ZeroRowsKernel(const uint32_t* __restrict__ rows, size_t n, uint32_t width,
                                float* __restrict__ grad) {
   GRIDSYNC_FOR_EACH(i, n * width) grad[size_t{rows[i / width]} * width + i % width] = 0.0f;
@@ -94,8 +144,14 @@ __global__ void ZeroRowsKernel(const uint32_t* __restrict__ rows, size_t n, uint
 
 class DevicePushBlocks : public PushBlocks {
  public:
-  DevicePushBlocks(const HashGridLayout& layout, int device, float* grad, cudaStream_t stream)
-      : layout_(layout), device_(device), grad_(grad), stream_(stream) {}
+  DevicePushBlocks(const HashGridLayout& layout, const AdamHyper& hyper, int device,
+                   const Grid& grid, cudaStream_t stream)
+      : layout_(layout),
+        hyper_(hyper),
+        device_(device),
+        grid_(grid),
+        grad_(grid.grad),
+        stream_(stream) {}
 
   Result<bool> PrepareGridPush(const uint32_t* rows, size_t n, bool round_to_half,
                                float scale) override {
@@ -130,7 +186,8 @@ class DevicePushBlocks : public PushBlocks {
   }
 
   Status EncodePushBlock(const DeviceTrainer::PushBlock& block, const CodecOptions& options,
-                         uint64_t seed, bool feedback, uint8_t* payload) override {
+                         uint64_t seed, bool feedback, bool mask_momentum,
+                         uint8_t* payload) override {
     std::lock_guard<std::mutex> lock(mu_);
     Residuals* table = nullptr;
     if (feedback) {
@@ -158,8 +215,107 @@ class DevicePushBlocks : public PushBlocks {
           rows_.get(), block.n, block.width, values_.get(), decoded_.get(), table->values.get(),
           table->present.get());
       GRIDSYNC_CUDA_RETURN_IF_LAUNCH_ERROR();
+      if (mask_momentum) {
+        const uint32_t F = layout_.features();
+        MaskMomentumKernel<<<Blocks(count), kBlockSize, 0, stream_>>>(
+            rows_.get(), block.n, F, block.col_begin, block.width, decoded_.get(),
+            grid_.m + layout_.level(block.level).row_offset * F);
+        GRIDSYNC_CUDA_RETURN_IF_LAUNCH_ERROR();
+      }
     }
     GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    return Status::OK();
+  }
+
+  Status GridWorkerAdam(uint32_t level, const uint32_t* rows, size_t n,
+                        std::vector<uint32_t>* kept) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    const uint32_t F = layout_.features();
+    GRIDSYNC_RETURN_IF_ERROR(CheckPushBlock(layout_, {level, 0, F, rows, n}));
+    kept->clear();
+    if (n == 0) return Status::OK();
+    GRIDSYNC_RETURN_IF_ERROR(StageRows(rows, n));
+    GRIDSYNC_RETURN_IF_ERROR(Grow(&kept_, n));
+    const size_t offset = layout_.level(level).row_offset;
+    WorkerAdamKernel<<<Blocks(n), kBlockSize, 0, stream_>>>(
+        hyper_, rows_.get(), n, F, grad_ + offset * F, grid_.m + offset * F, grid_.v + offset * F,
+        grid_.steps + offset, kept_.get());
+    GRIDSYNC_CUDA_RETURN_IF_LAUNCH_ERROR();
+    std::vector<uint8_t> flags(n);
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(flags.data(), kept_.get(), n, cudaMemcpyDeviceToHost, stream_));
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    for (size_t i = 0; i < n; ++i)
+      if (flags[i] != 0) kept->push_back(rows[i]);
+    return Status::OK();
+  }
+
+  Status AddResidualsToGridRows(const uint32_t* rows, size_t n) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    GRIDSYNC_RETURN_IF_ERROR(CheckGlobalRows(rows, n));
+    if (n == 0 || tables_.empty()) return Status::OK();
+    // Level-local ids, level by level (rows may come in any order).
+    const uint32_t F = layout_.features();
+    std::vector<std::vector<uint32_t>> by_level(layout_.n_levels());
+    for (size_t i = 0; i < n; ++i) {
+      uint32_t l = 0;
+      while (l + 1 < layout_.n_levels() && rows[i] >= layout_.level(l + 1).row_offset) ++l;
+      by_level[l].push_back(static_cast<uint32_t>(rows[i] - layout_.level(l).row_offset));
+    }
+    for (const auto& [key, table] : tables_) {
+      const uint32_t level = static_cast<uint32_t>(key >> 32);
+      const uint32_t col = static_cast<uint32_t>(key & 0xffffffffu);
+      const auto& local = by_level[level];
+      if (local.empty()) continue;
+      GRIDSYNC_RETURN_IF_ERROR(StageRows(local.data(), local.size()));
+      const size_t offset = layout_.level(level).row_offset * F;
+      AddResidualRowsKernel<<<Blocks(local.size() * table.width), kBlockSize, 0, stream_>>>(
+          rows_.get(), local.size(), F, col, table.width, table.values.get(), table.present.get(),
+          grid_.params + offset, grid_.half != nullptr ? grid_.half + offset : nullptr);
+      GRIDSYNC_CUDA_RETURN_IF_LAUNCH_ERROR();
+    }
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    return Status::OK();
+  }
+
+  Status CopyGridAdamState(uint32_t level, float* m, float* v, uint32_t* steps) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    GRIDSYNC_RETURN_IF_ERROR(CheckLevel(level));
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    const size_t rows = layout_.level(level).rows, offset = layout_.level(level).row_offset;
+    const size_t F = layout_.features();
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(m, grid_.m + offset * F, rows * F * sizeof(float), cudaMemcpyDeviceToHost));
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(v, grid_.v + offset * F, rows * F * sizeof(float), cudaMemcpyDeviceToHost));
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(steps, grid_.steps + offset, rows * sizeof(uint32_t), cudaMemcpyDeviceToHost));
+    return Status::OK();
+  }
+
+  Status LoadGridAdamState(uint32_t level, const float* m, const float* v,
+                           const uint32_t* steps) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    GRIDSYNC_RETURN_IF_ERROR(CheckLevel(level));
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    const size_t rows = layout_.level(level).rows, offset = layout_.level(level).row_offset;
+    const size_t F = layout_.features();
+    if (m == nullptr) {
+      GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMemset(grid_.m + offset * F, 0, rows * F * sizeof(float)));
+      GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMemset(grid_.v + offset * F, 0, rows * F * sizeof(float)));
+      GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMemset(grid_.steps + offset, 0, rows * sizeof(uint32_t)));
+      return Status::OK();
+    }
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(grid_.m + offset * F, m, rows * F * sizeof(float), cudaMemcpyHostToDevice));
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(grid_.v + offset * F, v, rows * F * sizeof(float), cudaMemcpyHostToDevice));
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(grid_.steps + offset, steps, rows * sizeof(uint32_t), cudaMemcpyHostToDevice));
     return Status::OK();
   }
 
@@ -273,6 +429,12 @@ class DevicePushBlocks : public PushBlocks {
     return Status::OK();
   }
 
+  Status CheckLevel(uint32_t level) const {
+    if (level < layout_.n_levels()) return Status::OK();
+    return Status::InvalidArgument("grid level " + std::to_string(level) + "; allowed: below " +
+                                   std::to_string(layout_.n_levels()));
+  }
+
   Status CheckGlobalRows(const uint32_t* rows, size_t n) const {
     for (size_t i = 0; i < n; ++i) {
       if (rows[i] >= layout_.total_rows()) {
@@ -312,7 +474,9 @@ class DevicePushBlocks : public PushBlocks {
   }
 
   const HashGridLayout layout_;
+  const AdamHyper hyper_;
   const int device_;
+  const Grid grid_;
   float* const grad_;
   const cudaStream_t stream_;
   std::mutex mu_;
@@ -323,13 +487,14 @@ class DevicePushBlocks : public PushBlocks {
   DeviceBuffer<float> values_, decoded_;
   DeviceBuffer<uint8_t> payload_;
   DeviceBuffer<unsigned> overflow_;
+  DeviceBuffer<uint8_t> kept_;
 };
 
 }  // namespace
 
-std::unique_ptr<PushBlocks> PushBlocks::Create(const HashGridLayout& layout, int device,
-                                               float* grad, cudaStream_t stream) {
-  return std::make_unique<DevicePushBlocks>(layout, device, grad, stream);
+std::unique_ptr<PushBlocks> PushBlocks::Create(const HashGridLayout& layout, const AdamHyper& hyper,
+                                               int device, const Grid& grid, cudaStream_t stream) {
+  return std::make_unique<DevicePushBlocks>(layout, hyper, device, grid, stream);
 }
 
 }  // namespace gridsync::cuda

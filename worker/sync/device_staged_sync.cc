@@ -20,10 +20,21 @@ class TrainerPushSource : public DevicePushSource {
     return trainer_->FetchPushBlock({table, col_begin, width, rows, n}, values);
   }
   Status Encode(uint32_t table, uint32_t col_begin, uint32_t width, const uint32_t* rows, size_t n,
-                const CodecOptions& options, uint64_t seed, bool feedback,
+                const CodecOptions& options, uint64_t seed, bool feedback, bool mask_momentum,
                 uint8_t* payload) override {
     return trainer_->EncodePushBlock({table, col_begin, width, rows, n}, options, seed, feedback,
-                                     payload);
+                                     mask_momentum, payload);
+  }
+  Status ToUpdates(uint32_t table, const uint32_t* rows, size_t n,
+                   std::vector<uint32_t>* kept) override {
+    return trainer_->GridWorkerAdam(table, rows, n, kept);
+  }
+  Status CopyAdamState(uint32_t table, cpu::AdamTable* state) override {
+    return trainer_->CopyGridAdamState(table, state->m.data(), state->v.data(), state->step.data());
+  }
+  Status LoadAdamState(uint32_t table, const cpu::AdamTable* state) override {
+    if (state == nullptr) return trainer_->LoadGridAdamState(table, nullptr, nullptr, nullptr);
+    return trainer_->LoadGridAdamState(table, state->m.data(), state->v.data(), state->step.data());
   }
   Status CopyResidualsTo(cpu::ErrorFeedback* into) override {
     return trainer_->CopyResidualsTo(into);
@@ -45,7 +56,7 @@ Result<std::unique_ptr<DeviceStagedSync>> DeviceStagedSync::Create(
       new DeviceStagedSync(spec, model, std::move(host), std::move(trainer), pool));
   PsClient* ps = sync->host_->ps_client();
   if (ps != nullptr && spec.config.distributed.gradient_sync == GradientSyncMode::kPs &&
-      spec.compression.codec.codec != Codec::kNone && !spec.sync.optimizer_on_workers) {
+      spec.compression.codec.codec != Codec::kNone) {
     sync->push_source_ = std::make_unique<TrainerPushSource>(sync->trainer_.get());
     std::vector<uint32_t> levels(model->layout().n_levels());
     for (uint32_t l = 0; l < levels.size(); ++l) levels[l] = l;
@@ -106,6 +117,13 @@ Result<const StepBatch*> DeviceStagedSync::Prepare(uint64_t step) {
   for (size_t i = 0; i < rows_.size(); ++i)
     std::memcpy(values_.data() + i * F, grid + size_t{rows_[i]} * F, F * sizeof(float));
   GRIDSYNC_RETURN_IF_ERROR(trainer_->UploadGridRows(rows_.data(), rows_.size(), values_.data()));
+  // Worker Adam with error feedback: the updates not delivered yet join the
+  // rows where they are read (the client left them out; see
+  // PsClient::AddPendingUpdates).
+  if (PsClient* ps = host_->ps_client();
+      encodes_on_device() && ps != nullptr && ps->adds_pending_updates()) {
+    GRIDSYNC_RETURN_IF_ERROR(trainer_->AddResidualsToGridRows(rows_.data(), rows_.size()));
+  }
   std::vector<std::span<const float>> mlp;
   for (const auto& m : model_->mlp_weights())
     mlp.emplace_back(m.data(), static_cast<size_t>(m.size()));

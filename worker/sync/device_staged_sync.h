@@ -13,16 +13,17 @@
 //                   there, as on the CPU; the codecs run on the device, the
 //                   PS client's BlockEncoder being the trainer's EncodeBlock)
 //
-// In ps with a codec and Adam on the shards, the grid's rows do not come
-// back: the device rounds and unscales them in place (PrepareGridPush),
-// the host's ModelGradients only marks them (grid_on_device), and the PS
-// client encodes each push block on the device through a DevicePushSource
-// (the trainer's EncodePushBlock), error feedback included, so that only
-// payloads are copied. The residuals then live on the device; the client
-// copies them back for its flush and checkpoints, and loads them there on
-// a restore. hybrid sums a node's gradients on the host before its push,
-// and Adam on the worker needs the values on the host: both keep the path
-// above.
+// In ps with a codec, the grid's rows do not come back: the device rounds
+// and unscales them in place (PrepareGridPush), the host's ModelGradients
+// only marks them (grid_on_device), and the PS client, through a
+// DevicePushSource, has them turned into updates there with Adam on the
+// worker (GridWorkerAdam) and each push block encoded there
+// (EncodePushBlock), error feedback included, so that only payloads are
+// copied. The residuals and worker Adam's grid state then live on the
+// device: the client copies them back for its flush and checkpoints and
+// loads them there on a restore, and the pending updates join freshly
+// uploaded rows there (AddResidualsToGridRows). hybrid sums a node's
+// gradients on the host before its push, and keeps the path above.
 //
 // Everything else (evaluations, the final model, rates, peers, rollback)
 // is the host sync's. Rows the batch does not read may be stale on the

@@ -1,0 +1,184 @@
+// PsClient's pushes (ps_client.h): worker Adam (here or on the model's
+// device), the split among shards, the codecs with their error feedback,
+// and the send.
+//
+// Thread safety: see ps_client.h.
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <string>
+
+#include "common/counter_rng.h"
+#include "worker/ps_client.h"
+#include "worker/ps_client_internal.h"
+#include "worker/worker_adam.h"
+
+namespace gridsync {
+
+using ps_internal::Clock;
+using ps_internal::FeedbackKey;
+using ps_internal::ScopedSeconds;
+using ps_internal::Seconds;
+using ps_internal::SplitAll;
+
+bool PsClient::Compresses(const wire::OutBlock& block) const {
+  const size_t n = size_t{block.row_count} * block.width;
+  return n != 0 && n <= kMaxCodecValues && n * sizeof(float) >= min_bytes_;
+}
+
+Status PsClient::CompressAll(uint64_t step, const std::vector<bool>& on_device,
+                             std::vector<std::vector<wire::OutBlock>>* split) {
+  // Blocks that share an error-feedback key (one table's slice, cut by rows
+  // across shards) run in order on one thread; distinct keys in parallel,
+  // their tables made first. The bytes are the same as on one thread.
+  const bool codec_on = codec_.codec != Codec::kNone;
+  std::map<uint64_t, std::vector<std::pair<uint32_t, wire::OutBlock*>>> by_key;
+  for (uint32_t s = 0; s < split->size(); ++s) {
+    for (auto& block : (*split)[s]) {
+      const bool device = on_device[block.table];
+      if (!codec_on || !Compresses(block)) {
+        if (!device) continue;
+        // Sent as values: they come from the device.
+        block.values.resize(size_t{block.row_count} * block.width);
+        GRIDSYNC_RETURN_IF_ERROR(device_source_
+                                     ->Fetch(block.table, block.col_begin, block.width,
+                                             block.rows.data(), block.row_count,
+                                             block.values.data())
+                                     .WithContext("table " + std::to_string(block.table) +
+                                                  ": copying the push from the model's device"));
+        continue;
+      }
+      const uint64_t key = FeedbackKey(block.table, block.col_begin);
+      if (use_feedback_ && !device) feedback_.Reserve(key, block.width);
+      by_key[key].emplace_back(s, &block);
+    }
+  }
+  std::vector<const std::vector<std::pair<uint32_t, wire::OutBlock*>>*> groups;
+  for (const auto& [key, blocks] : by_key) groups.push_back(&blocks);
+  std::vector<Status> status(groups.size());
+  std::vector<uint64_t> values(groups.size(), 0);
+  auto compress = [&](size_t g) {
+    for (const auto& [shard, block] : *groups[g]) {
+      values[g] += size_t{block->row_count} * block->width;
+      status[g] = Compress(step, shard, on_device[block->table], block);
+      if (!status[g].ok()) return;
+    }
+  };
+  ParallelForOn(pool_, groups.size(), compress);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    GRIDSYNC_RETURN_IF_ERROR(status[g]);
+    counters_.values_compressed += values[g];
+  }
+  return Status::OK();
+}
+
+Status PsClient::Compress(uint64_t step, uint32_t shard, bool on_device, wire::OutBlock* block) {
+  const size_t n = size_t{block->row_count} * block->width;
+  const uint64_t key = FeedbackKey(block->table, block->col_begin);
+  std::vector<uint32_t> dense_rows;
+  const uint32_t* rows = block->rows.data();
+  if (block->dense) {
+    dense_rows.resize(block->row_count);
+    for (uint32_t i = 0; i < block->row_count; ++i) dense_rows[i] = block->row_begin + i;
+    rows = dense_rows.data();
+  }
+  block->codec = codec_;
+  block->codec_seed = CounterRandom(codec_seed_, step, (uint64_t{block->table} << 32) | shard);
+  block->payload.resize(EncodedSize(block->codec, n));
+  if (on_device) {
+    // The values, their residuals and the codec stay on the device; only
+    // the payload comes back.
+    const bool mask = use_feedback_ && worker_adam_ != nullptr &&
+                      (codec_.codec == Codec::kTopk || codec_.codec == Codec::kRandomk);
+    return device_source_
+        ->Encode(block->table, block->col_begin, block->width, rows, block->row_count, block->codec,
+                 block->codec_seed, use_feedback_, mask, block->payload.data())
+        .WithContext("table " + std::to_string(block->table) +
+                     ": encoding the push on the model's device (a Corruption means the values "
+                     "are not finite: training diverged?)");
+  }
+  if (use_feedback_)
+    feedback_.AddResidual(key, rows, block->row_count, block->width, block->values.data());
+  std::vector<float> decoded(use_feedback_ ? n : 0);
+  // Our own bytes: they decode unless the values were not finite (a
+  // diverged run), which the shard would refuse as well.
+  const auto diverged = [&](const Status& status) {
+    return status.WithContext("table " + std::to_string(block->table) +
+                              ": the values to push do not encode (training diverged?)");
+  };
+  if (block_encoder_) {
+    // The model's device: a refusal of the decode is as above; anything else
+    // is the device's own failure, named as such.
+    GRIDSYNC_RETURN_IF_ERROR(
+        block_encoder_(block->codec, block->values.data(), n, block->codec_seed,
+                       block->payload.data(), use_feedback_ ? decoded.data() : nullptr)
+            .WithContext("table " + std::to_string(block->table) +
+                         ": encoding the push on the model's device (a Corruption means the "
+                         "values are not finite: training diverged?)"));
+  } else {
+    cpu::Encode(block->codec, block->values.data(), n, block->codec_seed, block->payload.data());
+    if (use_feedback_) {
+      GRIDSYNC_RETURN_IF_ERROR(
+          diverged(cpu::Decode(block->codec, block->payload.data(), block->payload.size(), n,
+                               block->codec_seed, decoded.data())));
+    }
+  }
+  if (use_feedback_) {
+    feedback_.StoreResidual(key, rows, block->row_count, block->width, block->values.data(),
+                            decoded.data());
+    // DGC's momentum factor masking: a sparsifying codec delivers a value
+    // after many steps; the momentum that built it up would otherwise keep
+    // pushing the same way.
+    if (worker_adam_ != nullptr &&
+        (codec_.codec == Codec::kTopk || codec_.codec == Codec::kRandomk)) {
+      worker_adam_->MaskMomentum(block->table, rows, block->row_count, block->col_begin,
+                                 block->width, decoded.data());
+    }
+  }
+  block->values.clear();
+  return Status::OK();
+}
+
+Status PsClient::Push(wire::Kind kind, uint64_t step, const std::vector<TableRowsRef>& tables) {
+  const auto start = Clock::now();
+  const bool updates = kind == wire::Kind::kPush && worker_adam_ != nullptr;
+  std::vector<bool> on_device(partition_.n_tables(), false);
+  bool any_on_device = false;
+  for (const auto& ref : tables) {
+    if (!ref.on_device) continue;
+    if (device_source_ == nullptr || !device_tables_[ref.table] || kind != wire::Kind::kPush ||
+        ref.dense) {
+      return Status::InvalidArgument(
+          "table " + std::to_string(ref.table) +
+          ": a push of values on the model's device needs a DevicePushSource that owns the "
+          "table, a push of the step and sparse rows");
+    }
+    on_device[ref.table] = any_on_device = true;
+  }
+  std::vector<TableRowsRef> refs = tables;
+  if (updates && any_on_device) {
+    // Adam on the device for its tables: their rows become updates there,
+    // and only the rows that stepped are pushed.
+    device_kept_.resize(partition_.n_tables());
+    for (TableRowsRef& ref : refs) {
+      if (!ref.on_device) continue;
+      std::vector<uint32_t>& kept = device_kept_[ref.table];
+      GRIDSYNC_RETURN_IF_ERROR(
+          device_source_->ToUpdates(ref.table, ref.rows, ref.row_count, &kept)
+              .WithContext("table " + std::to_string(ref.table) + ": Adam on the model's device"));
+      worker_adam_->State(ref.table);  // it has state now, held on the device
+      ref.rows = kept.data();
+      ref.row_count = kept.size();
+    }
+  }
+  auto split = SplitAll(partition_, updates ? worker_adam_->ToUpdates(refs, pool_) : refs,
+                        /*with_values=*/true);
+  if (kind == wire::Kind::kPush && (codec_.codec != Codec::kNone || any_on_device))
+    GRIDSYNC_RETURN_IF_ERROR(CompressAll(step, on_device, &split));
+  counters_.encode_seconds += Seconds(start);
+  const Status status = SendAndAwaitAcks(kind, step, std::move(split));
+  counters_.push_seconds += Seconds(start);
+  return status;
+}
+
+}  // namespace gridsync

@@ -1,0 +1,78 @@
+// ps_internal::SplitAll (ps_client_internal.h).
+//
+// Thread safety: see ps_client_internal.h.
+#include <algorithm>
+
+#include "worker/ps_client_internal.h"
+
+namespace gridsync::ps_internal {
+
+std::vector<std::vector<wire::OutBlock>> SplitAll(const Partition& partition,
+                                                  const std::vector<TableRowsRef>& tables,
+                                                  bool with_values) {
+  const uint32_t shards = partition.shards();
+  std::vector<std::vector<wire::OutBlock>> out(shards);
+  for (const auto& ref : tables) {
+    const uint32_t t = ref.table;
+    const uint32_t width = partition.table(t).width;
+    const uint32_t groups = partition.ColumnGroups(t);
+    const uint32_t cw = partition.ColWidth(t);
+    const size_t n = ref.dense ? partition.table(t).rows : ref.row_count;
+    auto row_at = [&](size_t i) { return ref.dense ? static_cast<uint32_t>(i) : ref.rows[i]; };
+    std::vector<int> index(shards, -1);
+    for (uint32_t g = 0; g < groups; ++g) {
+      const uint32_t col = partition.ColBegin(t, g);
+      // Rows are ascending and ownership changes only at block boundaries,
+      // so each run of rows inside one block moves in bulk.
+      for (size_t i = 0; i < n;) {
+        const uint32_t row = row_at(i);
+        const uint32_t shard = partition.Owner(t, row, g);
+        const uint64_t limit = (uint64_t{row} / kRowBlock + 1) * kRowBlock;
+        size_t j;
+        if (ref.dense) {
+          j = std::min<uint64_t>(n, limit);
+        } else {
+          j = static_cast<size_t>(std::lower_bound(ref.rows + i, ref.rows + n, limit) - ref.rows);
+        }
+        if (index[shard] < 0) {
+          index[shard] = static_cast<int>(out[shard].size());
+          wire::OutBlock block;
+          block.table = t;
+          block.col_begin = col;
+          block.width = cw;
+          out[shard].push_back(std::move(block));
+        }
+        wire::OutBlock& block = out[shard][static_cast<size_t>(index[shard])];
+        if (ref.dense) {
+          for (size_t k = i; k < j; ++k) block.rows.push_back(static_cast<uint32_t>(k));
+        } else {
+          block.rows.insert(block.rows.end(), ref.rows + i, ref.rows + j);
+        }
+        if (with_values && ref.values != nullptr) {
+          if (cw == width) {
+            block.values.insert(block.values.end(), ref.values + i * width, ref.values + j * width);
+          } else {
+            for (size_t k = i; k < j; ++k) {
+              const float* v = ref.values + k * width + col;
+              block.values.insert(block.values.end(), v, v + cw);
+            }
+          }
+        }
+        i = j;
+      }
+    }
+    for (uint32_t s = 0; s < shards; ++s) {
+      if (index[s] < 0) continue;
+      wire::OutBlock& block = out[s][static_cast<size_t>(index[s])];
+      block.row_count = static_cast<uint32_t>(block.rows.size());
+      if (ref.dense && block.rows.back() - block.rows.front() + 1 == block.rows.size()) {
+        block.dense = true;
+        block.row_begin = block.rows.front();
+        block.rows.clear();
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace gridsync::ps_internal

@@ -1,0 +1,183 @@
+// PsClient's training state (ps_client.h): the error-feedback residuals and
+// worker Adam's state, kept here or, for the tables a DevicePushSource
+// owns, on the model's device and copied both ways; pending updates; the
+// final flush; checkpoints.
+//
+// Thread safety: see ps_client.h.
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <string>
+
+#include "common/counter_rng.h"
+#include "worker/ps_client.h"
+#include "worker/ps_client_internal.h"
+#include "worker/worker_adam.h"
+
+namespace gridsync {
+
+using ps_internal::Clock;
+using ps_internal::FeedbackKey;
+using ps_internal::ScopedSeconds;
+using ps_internal::Seconds;
+using ps_internal::SplitAll;
+
+void PsClient::AddPendingUpdates(const std::vector<TablePullRef>& tables) const {
+  if (worker_adam_ == nullptr || !use_feedback_) return;
+  // Each table writes only its own destination.
+  auto add = [&](size_t i) {
+    const TablePullRef& ref = tables[i];
+    const uint32_t width = partition_.table(ref.table).width;
+    const size_t n = ref.dense ? partition_.table(ref.table).rows : ref.row_count;
+    for (uint32_t g = 0; g < partition_.ColumnGroups(ref.table); ++g) {
+      const uint32_t col = partition_.ColBegin(ref.table, g);
+      if (DeviceOwned(FeedbackKey(ref.table, col))) continue;  // added on the device
+      feedback_.AddResidualInPlace(FeedbackKey(ref.table, col), ref.dense ? nullptr : ref.rows, n,
+                                   ref.dest, width, col);
+    }
+  };
+  ParallelForOn(pool_, tables.size(), add);
+}
+
+const float* PsClient::PendingUpdate(uint32_t table, uint32_t col_begin, uint32_t row) const {
+  return feedback_.Residual(FeedbackKey(table, col_begin), row);
+}
+
+Status PsClient::SetDevicePushSource(DevicePushSource* source,
+                                     const std::vector<uint32_t>& tables) {
+  if (device_source_ != nullptr) {
+    GRIDSYNC_RETURN_IF_ERROR(SyncFeedback());
+    GRIDSYNC_RETURN_IF_ERROR(SyncAdamState());
+  }
+  device_source_ = source;
+  device_tables_.assign(partition_.n_tables(), false);
+  if (source == nullptr) return Status::OK();
+  for (uint32_t t : tables) {
+    if (t >= partition_.n_tables())
+      return Status::InvalidArgument("device push table " + std::to_string(t) + " of " +
+                                     std::to_string(partition_.n_tables()));
+    device_tables_[t] = true;
+  }
+  return LoadDeviceState();
+}
+
+Status PsClient::LoadDeviceState() {
+  cpu::ErrorFeedback owned;
+  for (uint64_t key : feedback_.Keys())
+    if (DeviceOwned(key)) owned.CopyTableFrom(feedback_, key);
+  GRIDSYNC_RETURN_IF_ERROR(
+      device_source_->LoadResiduals(owned).WithContext("loading the residuals onto the device"));
+  if (worker_adam_ == nullptr) return Status::OK();
+  for (uint32_t t = 0; t < device_tables_.size(); ++t) {
+    if (!device_tables_[t]) continue;
+    const cpu::AdamTable* state = worker_adam_->HasState(t) ? worker_adam_->State(t) : nullptr;
+    GRIDSYNC_RETURN_IF_ERROR(device_source_->LoadAdamState(t, state).WithContext(
+        "loading table " + std::to_string(t) + "'s Adam state onto the device"));
+  }
+  return Status::OK();
+}
+
+Status PsClient::SyncAdamState() {
+  if (device_source_ == nullptr || worker_adam_ == nullptr) return Status::OK();
+  for (uint32_t t = 0; t < device_tables_.size(); ++t) {
+    if (!device_tables_[t] || !worker_adam_->HasState(t)) continue;
+    GRIDSYNC_RETURN_IF_ERROR(
+        device_source_->CopyAdamState(t, worker_adam_->State(t))
+            .WithContext("copying table " + std::to_string(t) + "'s Adam state from the device"));
+  }
+  return Status::OK();
+}
+
+Status PsClient::SyncFeedback() {
+  if (device_source_ == nullptr) return Status::OK();
+  cpu::ErrorFeedback held;
+  GRIDSYNC_RETURN_IF_ERROR(device_source_->CopyResidualsTo(&held).WithContext(
+      "copying the residuals from the model's device"));
+  for (uint64_t key : feedback_.Keys())
+    if (DeviceOwned(key)) feedback_.Erase(key);
+  for (uint64_t key : held.Keys()) {
+    if (!DeviceOwned(key))
+      return Status::Internal("the device holds residuals of table " + std::to_string(key >> 32) +
+                              ", which it does not push");
+    feedback_.CopyTableFrom(held, key);
+  }
+  return Status::OK();
+}
+
+Result<bool> PsClient::FlushResiduals(uint64_t step, uint64_t min_version) {
+  if (!use_feedback_) return false;
+  GRIDSYNC_RETURN_IF_ERROR(SyncFeedback());
+  // Under bsp a shard refuses a push for a step it has not reached.
+  GRIDSYNC_RETURN_IF_ERROR(SendPull(min_version, {}));
+  GRIDSYNC_RETURN_IF_ERROR(
+      ReceivePull().status().WithContext("waiting to flush the error-feedback residuals"));
+  struct Rows {
+    std::vector<uint32_t> rows;
+    std::vector<float> values;
+  };
+  std::vector<Rows> held(partition_.n_tables());
+  std::vector<TableRowsRef> refs;
+  for (uint32_t t = 0; t < partition_.n_tables(); ++t) {
+    const uint32_t width = partition_.table(t).width;
+    const uint32_t cw = partition_.ColWidth(t);
+    Rows& h = held[t];
+    for (uint32_t g = 0; g < partition_.ColumnGroups(t); ++g) {
+      const auto rows = feedback_.Rows(FeedbackKey(t, partition_.ColBegin(t, g)));
+      h.rows.insert(h.rows.end(), rows.begin(), rows.end());
+    }
+    std::sort(h.rows.begin(), h.rows.end());
+    h.rows.erase(std::unique(h.rows.begin(), h.rows.end()), h.rows.end());
+    if (h.rows.empty()) continue;
+    h.values.assign(h.rows.size() * width, 0.0f);
+    for (uint32_t g = 0; g < partition_.ColumnGroups(t); ++g) {
+      const uint32_t col = partition_.ColBegin(t, g);
+      for (size_t i = 0; i < h.rows.size(); ++i) {
+        const float* r = feedback_.Residual(FeedbackKey(t, col), h.rows[i]);
+        if (r != nullptr) std::memcpy(h.values.data() + i * width + col, r, cw * sizeof(float));
+      }
+    }
+    refs.push_back({t, false, h.rows.data(), h.rows.size(), h.values.data()});
+  }
+  feedback_.Clear();
+  if (device_source_ != nullptr) {
+    const cpu::ErrorFeedback none;
+    GRIDSYNC_RETURN_IF_ERROR(device_source_->LoadResiduals(none));
+  }
+  // What was computed already: no optimizer, no codec.
+  const auto start = Clock::now();
+  const Status status =
+      SendAndAwaitAcks(wire::Kind::kPush, step, SplitAll(partition_, refs, /*with_values=*/true));
+  counters_.push_seconds += Seconds(start);
+  GRIDSYNC_RETURN_IF_ERROR(status.WithContext("flushing the error-feedback residuals"));
+  return true;
+}
+
+Status PsClient::AppendState(std::string* out) {
+  GRIDSYNC_RETURN_IF_ERROR(SyncFeedback());
+  GRIDSYNC_RETURN_IF_ERROR(SyncAdamState());
+  out->push_back(worker_adam_ ? '\1' : '\0');
+  feedback_.AppendState(out);
+  if (worker_adam_) worker_adam_->AppendState(out);
+  return Status::OK();
+}
+
+Status PsClient::RestoreState(std::string_view data) {
+  if (data.empty() || (data.front() != '\0' && data.front() != '\1'))
+    return Status::Corruption("not a worker state (no optimizer flag)");
+  const bool adam = data.front() == '\1';
+  if (adam != (worker_adam_ != nullptr)) {
+    return Status::InvalidArgument(std::string("the state was saved with Adam on the ") +
+                                   (adam ? "worker" : "shards") + ", this run has it on the " +
+                                   (worker_adam_ ? "worker" : "shards") +
+                                   "; allowed: the same ps.optimizer and compression.codec");
+  }
+  data.remove_prefix(1);
+  GRIDSYNC_RETURN_IF_ERROR(feedback_.RestoreState(&data));
+  if (worker_adam_) GRIDSYNC_RETURN_IF_ERROR(worker_adam_->RestoreState(&data));
+  if (!data.empty())
+    return Status::Corruption(std::to_string(data.size()) + " bytes beyond the worker's state");
+  if (device_source_ != nullptr) return LoadDeviceState();
+  return Status::OK();
+}
+
+}  // namespace gridsync
