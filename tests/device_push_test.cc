@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cluster_map.h"
 #include "common/config.h"
 #include "common/sharding.h"
 #include "common/thread_pool.h"
@@ -26,6 +27,7 @@
 #include "worker/image_task.h"
 #include "worker/model.h"
 #include "worker/ps_client.h"
+#include "worker/sync/device_staged_sync.h"
 #include "worker/sync/device_sync.h"
 #include "worker/sync/train_loop.h"
 #include "worker/worker_adam.h"
@@ -317,6 +319,96 @@ TEST(DevicePushTest, TheGpusPushBlocksAreTheCpusBytesAndResiduals) {
   auto trainer = MakeDeviceTrainer(spec, **model, 0);
   ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
   ExpectBadBlocksAreRefused(trainer->get(), (*model)->layout());
+}
+
+// The PS client's side: a worker state restored into a client with a
+// device source puts the grid tables' residuals and Adam state on the
+// device (the MLP's stay in the client), and the client's next state,
+// copied back, is the same bytes; what changes on the device shows in it.
+// No shard is needed: nothing is sent.
+TEST(DevicePushTest, TheClientsStateGoesToTheDeviceAndComesBack) {
+  Config config = testing::SmallDistributedConfig(1, GradientSyncMode::kPs, 4);
+  config.compression.codec = "onebit";
+  config.ps.optimizer = OptimizerPlacement::kWorker;
+  auto resolved = RunSpec::Resolve(config);
+  ASSERT_TRUE(resolved.ok()) << resolved.status().ToString();
+  const RunSpec& spec = *resolved;
+  const Partition partition = *Partition::Make(spec.model.tables, 1, ModelParallelDim::kRow);
+  auto model = HashGridModel::Create(spec.model);
+  ASSERT_TRUE(model.ok());
+  const auto& layout = (*model)->layout();
+  const uint32_t F = layout.features(), levels = layout.n_levels();
+  ClusterMap map;
+  map.expected_shards = 1;
+  MemberInfo shard;
+  shard.role = Role::kShard;
+  shard.endpoint = "tcp://127.0.0.1:9";  // never reached: nothing is sent
+  map.shards.push_back(shard);
+  auto client = PsClient::Connect(map, partition, 0, 1, std::chrono::milliseconds(500));
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  PsClient& ps = **client;
+  ps.SetCompression(spec.compression.codec, true, 0, 1);
+  ps.SetWorkerOptimizer(spec.model.adam);
+
+  // A state: residuals of level 1 and of the first MLP matrix, Adam's state
+  // of level 2 and of the MLP.
+  cpu::ErrorFeedback feedback;
+  const uint32_t rows[] = {3, 17};
+  const std::vector<float> residual = {0.5f, -0.25f, 1.5f, 2.0f, 4.0f, 8.0f, -1.0f, 3.0f};
+  feedback.Assign(uint64_t{1} << 32, F, rows, 2, residual.data());
+  feedback.Assign(uint64_t{levels} << 32, partition.table(levels).width, rows, 1, residual.data());
+  WorkerAdam adam(partition, spec.model.adam);
+  cpu::AdamTable* grid_state = adam.State(2);
+  grid_state->m[5] = 0.125f;
+  grid_state->v[7] = 0.0625f;
+  grid_state->step[3] = 9;
+  adam.State(levels)->m[0] = 2.5f;
+  std::string saved(1, '\1');
+  feedback.AppendState(&saved);
+  adam.AppendState(&saved);
+
+  ThreadPool pool(1);
+  auto trainer = HostTrainer::Create(spec, **model, &pool);
+  ASSERT_TRUE(trainer.ok());
+  auto source = MakeTrainerPushSource(trainer->get());
+  std::vector<uint32_t> grid_tables(levels);
+  for (uint32_t l = 0; l < levels; ++l) grid_tables[l] = l;
+  ASSERT_TRUE(ps.SetDevicePushSource(source.get(), grid_tables).ok());
+  ASSERT_TRUE(ps.RestoreState(saved).ok());
+
+  cpu::ErrorFeedback on_device;
+  ASSERT_TRUE((*trainer)->CopyResidualsTo(&on_device).ok());
+  EXPECT_EQ(on_device.Keys(), std::vector<uint64_t>{uint64_t{1} << 32});
+  ASSERT_NE(on_device.Residual(uint64_t{1} << 32, 17), nullptr);
+  EXPECT_EQ(on_device.Residual(uint64_t{1} << 32, 17)[0], residual[F]);
+  cpu::AdamTable got;
+  got.Resize(layout.level(2).rows, F);
+  ASSERT_TRUE((*trainer)->CopyGridAdamState(2, got.m.data(), got.v.data(), got.step.data()).ok());
+  EXPECT_EQ(got.m, grid_state->m);
+  EXPECT_EQ(got.step, grid_state->step);
+
+  std::string again;
+  ASSERT_TRUE(ps.AppendState(&again).ok());
+  EXPECT_TRUE(again == saved) << "the state did not come back as it went";
+
+  // A change on the device shows in the next state; the MLP's residual,
+  // kept by the client, stays.
+  cpu::ErrorFeedback changed;
+  changed.Assign(uint64_t{1} << 32, F, rows + 1, 1, residual.data() + 4);
+  ASSERT_TRUE((*trainer)->LoadResiduals(changed).ok());
+  again.clear();
+  ASSERT_TRUE(ps.AppendState(&again).ok());
+  EXPECT_FALSE(again == saved);
+  EXPECT_EQ(ps.error_feedback().Residual(uint64_t{1} << 32, 3), nullptr);
+  ASSERT_NE(ps.error_feedback().Residual(uint64_t{1} << 32, 17), nullptr);
+  EXPECT_EQ(ps.error_feedback().Residual(uint64_t{1} << 32, 17)[0], residual[4]);
+  ASSERT_NE(ps.error_feedback().Residual(uint64_t{levels} << 32, 3), nullptr);
+
+  // Detached, the client keeps what the device held.
+  ASSERT_TRUE(ps.SetDevicePushSource(nullptr).ok());
+  std::string detached;
+  ASSERT_TRUE(ps.AppendState(&detached).ok());
+  EXPECT_TRUE(detached == again) << detached.size() << " vs " << again.size();
 }
 
 }  // namespace

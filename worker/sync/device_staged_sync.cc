@@ -49,6 +49,10 @@ class TrainerPushSource : public DevicePushSource {
 
 }  // namespace
 
+std::unique_ptr<DevicePushSource> MakeTrainerPushSource(cuda::DeviceTrainer* trainer) {
+  return std::make_unique<TrainerPushSource>(trainer);
+}
+
 Result<std::unique_ptr<DeviceStagedSync>> DeviceStagedSync::Create(
     const RunSpec& spec, HashGridModel* model, std::unique_ptr<GradientSync> host,
     std::unique_ptr<cuda::DeviceTrainer> trainer, ThreadPool* pool) {
@@ -57,7 +61,7 @@ Result<std::unique_ptr<DeviceStagedSync>> DeviceStagedSync::Create(
   PsClient* ps = sync->host_->ps_client();
   if (ps != nullptr && spec.config.distributed.gradient_sync == GradientSyncMode::kPs &&
       spec.compression.codec.codec != Codec::kNone) {
-    sync->push_source_ = std::make_unique<TrainerPushSource>(sync->trainer_.get());
+    sync->push_source_ = MakeTrainerPushSource(sync->trainer_.get());
     std::vector<uint32_t> levels(model->layout().n_levels());
     for (uint32_t l = 0; l < levels.size(); ++l) levels[l] = l;
     GRIDSYNC_RETURN_IF_ERROR(ps->SetDevicePushSource(sync->push_source_.get(), levels));

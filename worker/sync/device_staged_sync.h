@@ -44,6 +44,10 @@
 
 namespace gridsync {
 
+// The PS client's DevicePushSource backed by `trainer` (not owned): the
+// grid's levels are the PS model's tables 0 .. levels - 1.
+std::unique_ptr<DevicePushSource> MakeTrainerPushSource(cuda::DeviceTrainer* trainer);
+
 class DeviceStagedSync : public GradientSync {
  public:
   static Result<std::unique_ptr<DeviceStagedSync>> Create(
