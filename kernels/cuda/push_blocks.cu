@@ -287,12 +287,13 @@ class DevicePushBlocks : public PushBlocks {
     GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
     const size_t rows = layout_.level(level).rows, offset = layout_.level(level).row_offset;
     const size_t F = layout_.features();
-    GRIDSYNC_CUDA_RETURN_IF_ERROR(
-        cudaMemcpy(m, grid_.m + offset * F, rows * F * sizeof(float), cudaMemcpyDeviceToHost));
-    GRIDSYNC_CUDA_RETURN_IF_ERROR(
-        cudaMemcpy(v, grid_.v + offset * F, rows * F * sizeof(float), cudaMemcpyDeviceToHost));
-    GRIDSYNC_CUDA_RETURN_IF_ERROR(
-        cudaMemcpy(steps, grid_.steps + offset, rows * sizeof(uint32_t), cudaMemcpyDeviceToHost));
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m, grid_.m + offset * F, rows * F * sizeof(float),
+                                                  cudaMemcpyDeviceToHost, stream_));
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(v, grid_.v + offset * F, rows * F * sizeof(float),
+                                                  cudaMemcpyDeviceToHost, stream_));
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+        steps, grid_.steps + offset, rows * sizeof(uint32_t), cudaMemcpyDeviceToHost, stream_));
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
     return Status::OK();
   }
 
@@ -305,17 +306,23 @@ class DevicePushBlocks : public PushBlocks {
     const size_t rows = layout_.level(level).rows, offset = layout_.level(level).row_offset;
     const size_t F = layout_.features();
     if (m == nullptr) {
-      GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMemset(grid_.m + offset * F, 0, rows * F * sizeof(float)));
-      GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMemset(grid_.v + offset * F, 0, rows * F * sizeof(float)));
-      GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMemset(grid_.steps + offset, 0, rows * sizeof(uint32_t)));
+      GRIDSYNC_CUDA_RETURN_IF_ERROR(
+          cudaMemsetAsync(grid_.m + offset * F, 0, rows * F * sizeof(float), stream_));
+      GRIDSYNC_CUDA_RETURN_IF_ERROR(
+          cudaMemsetAsync(grid_.v + offset * F, 0, rows * F * sizeof(float), stream_));
+      GRIDSYNC_CUDA_RETURN_IF_ERROR(
+          cudaMemsetAsync(grid_.steps + offset, 0, rows * sizeof(uint32_t), stream_));
+      GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
       return Status::OK();
     }
-    GRIDSYNC_CUDA_RETURN_IF_ERROR(
-        cudaMemcpy(grid_.m + offset * F, m, rows * F * sizeof(float), cudaMemcpyHostToDevice));
-    GRIDSYNC_CUDA_RETURN_IF_ERROR(
-        cudaMemcpy(grid_.v + offset * F, v, rows * F * sizeof(float), cudaMemcpyHostToDevice));
-    GRIDSYNC_CUDA_RETURN_IF_ERROR(
-        cudaMemcpy(grid_.steps + offset, steps, rows * sizeof(uint32_t), cudaMemcpyHostToDevice));
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(grid_.m + offset * F, m, rows * F * sizeof(float),
+                                                  cudaMemcpyHostToDevice, stream_));
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(grid_.v + offset * F, v, rows * F * sizeof(float),
+                                                  cudaMemcpyHostToDevice, stream_));
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+        grid_.steps + offset, steps, rows * sizeof(uint32_t), cudaMemcpyHostToDevice, stream_));
+    // The copies read host memory the caller may free on return.
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
     return Status::OK();
   }
 
@@ -362,8 +369,9 @@ class DevicePushBlocks : public PushBlocks {
     GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
     for (auto& [key, table] : tables_) {
       GRIDSYNC_CUDA_RETURN_IF_ERROR(
-          cudaMemset(table.values.get(), 0, table.values.size() * sizeof(float)));
-      GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMemset(table.present.get(), 0, table.present.size()));
+          cudaMemsetAsync(table.values.get(), 0, table.values.size() * sizeof(float), stream_));
+      GRIDSYNC_CUDA_RETURN_IF_ERROR(
+          cudaMemsetAsync(table.present.get(), 0, table.present.size(), stream_));
     }
     for (uint64_t key : from.Keys()) {
       const uint32_t width = from.Width(key);
@@ -375,12 +383,15 @@ class DevicePushBlocks : public PushBlocks {
         std::memcpy(values.data() + size_t{row} * width, from.Residual(key, row),
                     width * sizeof(float));
       }
-      GRIDSYNC_CUDA_RETURN_IF_ERROR(
-          cudaMemcpy(table->present.get(), present.data(), present.size(), cudaMemcpyHostToDevice));
-      GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpy(table->values.get(), values.data(),
-                                               values.size() * sizeof(float),
-                                               cudaMemcpyHostToDevice));
+      GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+          table->present.get(), present.data(), present.size(), cudaMemcpyHostToDevice, stream_));
+      GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(table->values.get(), values.data(),
+                                                    values.size() * sizeof(float),
+                                                    cudaMemcpyHostToDevice, stream_));
+      // The host vectors go at the end of this iteration.
+      GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
     }
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
     return Status::OK();
   }
 
