@@ -62,14 +62,9 @@ class DeviceBlockCodec : public BlockCodec {
   }
 
  private:
-  // Grows `buffer` to at least `n` elements (by half again, so that a run's
-  // block sizes settle after a few calls).
   template <typename T>
   Status Grow(DeviceBuffer<T>* buffer, size_t n) {
-    if (buffer->size() >= std::max<size_t>(n, 1)) return Status::OK();
-    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-    GRIDSYNC_RETURN_IF_ERROR(buffer->Free());
-    return buffer->AllocateZeroed(std::max<size_t>(n + n / 2, 1), stream_);
+    return GrowBuffer(buffer, n, stream_);
   }
 
   const int device_;

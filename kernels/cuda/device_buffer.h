@@ -99,6 +99,17 @@ class DeviceBuffer {
   size_t size_ = 0;
 };
 
+// Grows `buffer` to at least `n` elements, zeroed, by half again so that a
+// run's sizes settle after a few calls (what it held is not kept; work on
+// `stream` that used it is waited for first).
+template <typename T>
+Status GrowBuffer(DeviceBuffer<T>* buffer, size_t n, cudaStream_t stream) {
+  if (buffer->size() >= std::max<size_t>(n, 1)) return Status::OK();
+  GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  GRIDSYNC_RETURN_IF_ERROR(buffer->Free());
+  return buffer->AllocateZeroed(std::max<size_t>(n + n / 2, 1), stream);
+}
+
 // Pinned host memory, for copies that run asynchronously on the stream.
 template <typename T>
 class PinnedBuffer {

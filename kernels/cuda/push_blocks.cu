@@ -14,22 +14,11 @@
 #include "kernels/cuda/codec_kernels.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/grid_stride.h"
 #include "kernels/cuda/push_blocks.h"
 
 namespace gridsync::cuda {
 namespace {
-
-constexpr uint32_t kBlockSize = 256;
-constexpr size_t kMaxBlocks = 65535;
-
-unsigned Blocks(size_t n) {
-  return static_cast<unsigned>(
-      std::max<size_t>(1, std::min((n + kBlockSize - 1) / kBlockSize, kMaxBlocks)));
-}
-
-#define GRIDSYNC_FOR_EACH(i, n)                                           \
-  for (size_t i = size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < (n); \
-       i += size_t{gridDim.x} * blockDim.x)
 
 // The CPU's order (PsSync::Apply after TakeGradients): round through fp16
 // with the overflow check on the value before rounding, then scale.
@@ -139,8 +128,6 @@ __global__ void ZeroRowsKernel(const uint32_t* __restrict__ rows, size_t n, uint
                                float* __restrict__ grad) {
   GRIDSYNC_FOR_EACH(i, n * width) grad[size_t{rows[i / width]} * width + i % width] = 0.0f;
 }
-
-#undef GRIDSYNC_FOR_EACH
 
 class DevicePushBlocks : public PushBlocks {
  public:
@@ -475,13 +462,9 @@ class DevicePushBlocks : public PushBlocks {
     return Status::OK();
   }
 
-  // Grows `buffer` to at least `n` elements (by half again).
   template <typename T>
   Status Grow(DeviceBuffer<T>* buffer, size_t n) {
-    if (buffer->size() >= std::max<size_t>(n, 1)) return Status::OK();
-    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-    GRIDSYNC_RETURN_IF_ERROR(buffer->Free());
-    return buffer->AllocateZeroed(std::max<size_t>(n + n / 2, 1), stream_);
+    return GrowBuffer(buffer, n, stream_);
   }
 
   const HashGridLayout layout_;

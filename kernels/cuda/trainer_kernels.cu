@@ -8,22 +8,11 @@
 #include <algorithm>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/grid_stride.h"
 #include "kernels/cuda/trainer_kernels.h"
 
 namespace gridsync::cuda {
 namespace {
-
-constexpr uint32_t kBlockSize = 256;
-constexpr size_t kMaxBlocks = 65535;
-
-unsigned Blocks(size_t n) {
-  return static_cast<unsigned>(
-      std::max<size_t>(1, std::min((n + kBlockSize - 1) / kBlockSize, kMaxBlocks)));
-}
-
-#define GRIDSYNC_FOR_EACH(i, n)                                           \
-  for (size_t i = size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < (n); \
-       i += size_t{gridDim.x} * blockDim.x)
 
 __global__ void ReluKernel(float* __restrict__ x, size_t n) {
   GRIDSYNC_FOR_EACH(i, n) x[i] = fmaxf(x[i], 0.0f);
@@ -115,8 +104,6 @@ __global__ void TakeRowsKernel(const uint32_t* __restrict__ rows, size_t n, uint
     grad[at] = 0.0f;
   }
 }
-
-#undef GRIDSYNC_FOR_EACH
 
 }  // namespace
 
