@@ -45,6 +45,11 @@ const float* PsClient::PendingUpdate(uint32_t table, uint32_t col_begin, uint32_
 
 Status PsClient::SetDevicePushSource(DevicePushSource* source,
                                      const std::vector<uint32_t>& tables) {
+  for (uint32_t t : tables) {
+    if (t >= partition_.n_tables())
+      return Status::InvalidArgument("device push table " + std::to_string(t) +
+                                     "; allowed: below " + std::to_string(partition_.n_tables()));
+  }
   if (device_source_ != nullptr) {
     GRIDSYNC_RETURN_IF_ERROR(SyncFeedback());
     GRIDSYNC_RETURN_IF_ERROR(SyncAdamState());
@@ -52,12 +57,7 @@ Status PsClient::SetDevicePushSource(DevicePushSource* source,
   device_source_ = source;
   device_tables_.assign(partition_.n_tables(), false);
   if (source == nullptr) return Status::OK();
-  for (uint32_t t : tables) {
-    if (t >= partition_.n_tables())
-      return Status::InvalidArgument("device push table " + std::to_string(t) + " of " +
-                                     std::to_string(partition_.n_tables()));
-    device_tables_[t] = true;
-  }
+  for (uint32_t t : tables) device_tables_[t] = true;
   return LoadDeviceState();
 }
 
