@@ -431,6 +431,24 @@ TEST(DevicePushTest, TheClientsStateGoesToTheDeviceAndComesBack) {
   std::string detached;
   ASSERT_TRUE(ps.AppendState(&detached).ok());
   EXPECT_TRUE(detached == again) << detached.size() << " vs " << again.size();
+
+  // States of another model are refused, naming what is allowed: a slice
+  // wider than the table's, and a row beyond it.
+  for (int bad = 0; bad < 2; ++bad) {
+    cpu::ErrorFeedback other;
+    const uint32_t beyond = layout.level(1).rows;
+    if (bad == 0) {
+      other.Assign(uint64_t{1} << 32, F + 1, rows, 1, residual.data());
+    } else {
+      other.Assign(uint64_t{1} << 32, F, &beyond, 1, residual.data());
+    }
+    std::string hostile(1, '\1');
+    other.AppendState(&hostile);
+    adam.AppendState(&hostile);
+    const Status refused = ps.RestoreState(hostile);
+    EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument) << refused.ToString();
+    EXPECT_NE(refused.message().find("allowed"), std::string::npos) << refused.ToString();
+  }
 }
 
 }  // namespace
