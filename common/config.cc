@@ -679,14 +679,15 @@ Status Config::CheckRunnable(bool standalone) const {
   }
   if (checkpoint.every_steps > 0) {
     const bool ps_bsp = distributed.enable && !standalone &&
-                        distributed.gradient_sync == GradientSyncMode::kPs &&
+                        (distributed.gradient_sync == GradientSyncMode::kPs ||
+                         distributed.gradient_sync == GradientSyncMode::kHybrid) &&
                         ps.consistency == Consistency::kBsp;
     if (!ps_bsp) {
       lines.push_back(
           "checkpoint.every_steps=" + std::to_string(checkpoint.every_steps) +
-          ": not supported yet in this setting; allowed now: gradient_sync ps with consistency "
-          "bsp (under ssp and async each shard applies pushes as they come, so no version is one "
-          "state of every shard; nccl and hybrid keep state outside the shards), or 0");
+          ": not supported yet in this setting; allowed now: gradient_sync ps or hybrid with "
+          "consistency bsp (under ssp and async each shard applies pushes as they come, so no "
+          "version is one state of every shard; nccl keeps its state outside the shards), or 0");
     } else if (compression.pull) {
       lines.push_back("checkpoint.every_steps=" + std::to_string(checkpoint.every_steps) +
                       " with compression.pull=true: not supported yet (the shards' copies of "

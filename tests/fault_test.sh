@@ -18,7 +18,8 @@
 #  7. Live rejoin: SIGKILL of shard 1 or worker 1 after step 150; the
 #     launcher restarts it, it rejoins from the checkpoint, the job rolls back
 #     without stopping and ends bit for bit as the uninterrupted run (plain
-#     and onebit).
+#     and onebit; ps, and hybrid, whose node collective is formed again with
+#     the restarted worker, plain and onebit).
 set -euo pipefail
 BUILD=${1:?usage: fault_test.sh BUILD_DIR}
 GS="$BUILD/tools/gridsync"
@@ -183,10 +184,25 @@ fi
 # holds, the job rolls back to it without stopping, and it ends bit for bit
 # where the uninterrupted run ends: plain, and with onebit (the workers'
 # residuals and Adam state come back from their checkpoints too).
-for run in plain:ps-1 onebit:ps-1 onebit:worker-1; do
+# hybrid: both workers on one node, so the restarted worker is one of the
+# node's collective.
+hybrid_set=(--set distributed.gradient_sync=hybrid)
+"$GS" launch "$WORK/cluster.json" "${hybrid_set[@]}" --set checkpoint.dir="$WORK/ckpt-clean" \
+  --rank0-arg=--dump-params --rank0-arg="$WORK/clean-hybrid.bin" > "$WORK/clean-hybrid.log" 2>&1 ||
+  { fail "the uninterrupted hybrid run failed"; tail -20 "$WORK/clean-hybrid.log"; }
+"$GS" launch "$WORK/cluster.json" "${hybrid_set[@]}" "${codec_set[@]}" \
+  --set checkpoint.dir="$WORK/ckpt-clean" --rank0-arg=--dump-params \
+  --rank0-arg="$WORK/clean-hybrid-codec.bin" > "$WORK/clean-hybrid-codec.log" 2>&1 ||
+  { fail "the uninterrupted hybrid onebit run failed"; tail -20 "$WORK/clean-hybrid-codec.log"; }
+for run in plain:ps-1 onebit:ps-1 onebit:worker-1 hybrid:worker-1 hybrid:ps-1 \
+  hybrid-onebit:worker-1; do
   victim=${run#*:}; variant=${run%:*}; tag="$variant-$victim"
   extra=(); clean="$WORK/clean.bin"
   if [ "$variant" = onebit ]; then extra=("${codec_set[@]}"); clean="$WORK/clean-codec.bin"; fi
+  if [ "$variant" = hybrid ]; then extra=("${hybrid_set[@]}"); clean="$WORK/clean-hybrid.bin"; fi
+  if [ "$variant" = hybrid-onebit ]; then
+    extra=("${hybrid_set[@]}" "${codec_set[@]}"); clean="$WORK/clean-hybrid-codec.bin"
+  fi
   pattern="gridsync-ps --shard 1 --config $WORK/cluster.json"
   [ "$victim" = worker-1 ] && pattern="gridsync-worker --rank 1 --config $WORK/cluster.json"
   log="$WORK/rejoin-$tag.log"

@@ -44,6 +44,7 @@ Result<std::unique_ptr<HybridSync>> HybridSync::Create(const RunSpec& spec, Hash
   const int node = d.NodeOf(rank);
   sync->local_ = d.LocalRankOf(rank);
   sync->node_size_ = nodes[static_cast<size_t>(node)].workers;
+  sync->node_name_ = nodes[static_cast<size_t>(node)].name;
   if (options.intra_group) {
     GRIDSYNC_ASSIGN_OR_RETURN(sync->intra_,
                               options.intra_group(node, sync->local_, sync->node_size_));
@@ -51,15 +52,12 @@ Result<std::unique_ptr<HybridSync>> HybridSync::Create(const RunSpec& spec, Hash
     sync->store_ = std::make_unique<CoordinatorStore>(sync->session_.coordinator.get(),
                                                       kCollectiveStorePrefix);
     // NCCL (collective nccl) on the local rank's device, as the model's.
-    CollectiveEndpoint endpoint = options.endpoint;
+    sync->endpoint_ = options.endpoint;
     if (const auto device = cuda::DeviceForLocalRank(sync->local_); device.ok())
-      endpoint.cuda_device = *device;
-    GRIDSYNC_ASSIGN_OR_RETURN(
-        sync->owned_intra_,
-        MakeCollective(spec.sync.collective, sync->store_.get(), sync->local_, sync->node_size_,
-                       "intra-" + nodes[static_cast<size_t>(node)].name, spec.sync.timeout,
-                       endpoint));
-    sync->intra_ = sync->owned_intra_.get();
+      sync->endpoint_.cuda_device = *device;
+    // A worker that rejoins a rolled-back job meets its node under the
+    // job's current epoch.
+    GRIDSYNC_RETURN_IF_ERROR(sync->JoinIntra(sync->session_.ps->epoch()));
   }
   const RowSpace& space = sync->space_;
   sync->bounds_ = space.SliceRows(sync->node_size_);
@@ -71,6 +69,33 @@ Result<std::unique_ptr<HybridSync>> HybridSync::Create(const RunSpec& spec, Hash
   sync->my_grad_.resize(sync->slice_elements_[static_cast<size_t>(sync->local_)]);
   sync->needed_bits_.resize((space.rows() + 63) / 64);
   return sync;
+}
+
+Status HybridSync::JoinIntra(uint32_t epoch) {
+  std::string group = "intra-" + node_name_;
+  if (epoch > 0) group += "-epoch" + std::to_string(epoch);
+  GRIDSYNC_ASSIGN_OR_RETURN(
+      owned_intra_, MakeCollective(spec_.sync.collective, store_.get(), local_, node_size_, group,
+                                   spec_.sync.timeout, endpoint_));
+  intra_ = owned_intra_.get();
+  return Status::OK();
+}
+
+Result<uint64_t> HybridSync::Recover(const Status& failure) {
+  if (owned_intra_ == nullptr) {
+    return failure.WithContext("no rollback with a node collective handed in by the caller");
+  }
+  GRIDSYNC_ASSIGN_OR_RETURN(const uint64_t step, FollowRollback(failure));
+  // The old group goes first: a node member still blocked in it fails at
+  // once and follows the rollback too.
+  intra_ = nullptr;
+  owned_intra_.reset();
+  GRIDSYNC_RETURN_IF_ERROR(JoinIntra(session_.ps->epoch())
+                               .WithContext(me_ +
+                                            " forming its node's collective again after "
+                                            "the rollback to step " +
+                                            std::to_string(step)));
+  return step;
 }
 
 float* HybridSync::ParamOf(uint64_t global_row) {
@@ -208,6 +233,7 @@ Result<SyncOutcome> HybridSync::Apply(uint64_t step, ModelGradients* grads, floa
   if (!outcome.finite) {
     GRIDSYNC_RETURN_IF_ERROR(session_.ps->PushSkipped(step));
     comm_seconds_ += Since(start);
+    GRIDSYNC_RETURN_IF_ERROR(CheckpointIfDue(step));
     return outcome;
   }
   GRIDSYNC_RETURN_IF_ERROR(
@@ -238,6 +264,8 @@ Result<SyncOutcome> HybridSync::Apply(uint64_t step, ModelGradients* grads, floa
   }
   GRIDSYNC_RETURN_IF_ERROR(session_.ps->Push(wire::Kind::kPush, step, push));
   comm_seconds_ += Since(start);
+  // With the shards' partitions at this step, the whole training state.
+  GRIDSYNC_RETURN_IF_ERROR(CheckpointIfDue(step));
   return outcome;
 }
 

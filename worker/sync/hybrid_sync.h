@@ -22,12 +22,14 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "common/store.h"
 #include "common/thread_pool.h"
 #include "kernels/cpu/hash_encoding.h"
 #include "spec/run_spec.h"
 #include "worker/collective/collective.h"
+#include "worker/collective/factory.h"
 #include "worker/sync/gradient_sync.h"
 #include "worker/sync/ps_session.h"
 #include "worker/sync/row_space.h"
@@ -45,11 +47,21 @@ class HybridSync : public PsSessionSync {
 
   Result<const StepBatch*> Prepare(uint64_t step) override;
   Result<SyncOutcome> Apply(uint64_t step, ModelGradients* grads, float loss_scale) override;
+  // A process of the job restarted and rejoined from its checkpoint: the
+  // job goes back to that step, and this worker with it; the node's
+  // collective is formed again (with the restarted worker, if it is one of
+  // the node's) under keys of the new epoch. Not with a collective handed
+  // in (WorkerOptions::intra_group).
+  Result<uint64_t> Recover(const Status& failure) override;
 
  private:
   HybridSync(const RunSpec& spec, HashGridModel* model, PsSession session,
              const BatchSource* source, const SplitSchedule* split, ThreadPool* pool);
   float* ParamOf(uint64_t global_row);
+  // Forms the node's collective through the coordinator's store, as group
+  // "intra-<node>" (epoch 0) or "intra-<node>-epoch<e>": every member of a
+  // rolled-back job meets under the same new keys.
+  Status JoinIntra(uint32_t epoch);
   double CommSeconds() const override { return comm_seconds_; }
 
   const BatchSource* source_;
@@ -58,6 +70,8 @@ class HybridSync : public PsSessionSync {
   std::unique_ptr<Store> store_;
   std::unique_ptr<Collective> owned_intra_;
   Collective* intra_ = nullptr;
+  std::string node_name_;
+  CollectiveEndpoint endpoint_;  // this worker's, for JoinIntra
   int local_ = 0;
   int node_size_ = 1;
   RowSpace space_;

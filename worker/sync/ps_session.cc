@@ -222,6 +222,30 @@ PsSessionSync::PsSessionSync(const RunSpec& spec, HashGridModel* model, PsSessio
     : spec_(spec), config_(spec.config), model_(model), session_(std::move(session)) {
   rank_ = session_.rank;
   me_ = session_.me;
+  if (config_.checkpoint.every_steps > 0) {
+    // A shard that died never answers what it was asked: a wait notices the
+    // job rolling back (the shard restarted and rejoined) within a second.
+    CoordinatorClient* coordinator = session_.coordinator.get();
+    const PsClient* ps = session_.ps.get();
+    session_.ps->SetWaitCheck([coordinator, ps]() -> Status {
+      auto state = coordinator->CurrentJob();
+      if (!state.ok() || state->epoch == ps->epoch()) return Status::OK();
+      return Status::IOError("the job rolled back to step " + std::to_string(state->resume_step) +
+                             " (epoch " + std::to_string(state->epoch) + ") during the wait");
+    });
+  }
+}
+
+Status PsSessionSync::CheckpointIfDue(uint64_t step) {
+  const uint64_t every = static_cast<uint64_t>(config_.checkpoint.every_steps);
+  if (!spec_.sync.worker_state || every == 0 || (step + 1) % every != 0) return Status::OK();
+  GRIDSYNC_RETURN_IF_ERROR(WriteWorkerCheckpoint(spec_, rank_,
+                                                 static_cast<uint32_t>(session_.map.shards.size()),
+                                                 step + 1, session_.ps.get())
+                               .WithContext(me_ + " writing its checkpoint"));
+  if (session_.ledger) session_.ledger->Wrote(step + 1);
+  PublishCheckpoints();
+  return Status::OK();
 }
 
 Status PsSessionSync::Finish(uint64_t end_step, TrainReport* report) {

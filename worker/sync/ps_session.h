@@ -112,6 +112,10 @@ class PsSessionSync : public GradientSync {
   // After each checkpoint this worker wrote: the steps of this job it holds,
   // published (session_.ledger).
   void PublishCheckpoints();
+  // After the push of `step`: with checkpoints on and the workers holding
+  // state of their own, this worker's part of the checkpoint of step + 1
+  // when it is due (the shards write theirs once the step is applied).
+  Status CheckpointIfDue(uint64_t step);
 
   const RunSpec& spec_;
   const Config& config_;  // spec_.config

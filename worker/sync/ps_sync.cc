@@ -1,7 +1,5 @@
 #include "worker/sync/ps_sync.h"
 
-#include "worker/worker_checkpoint.h"
-
 namespace gridsync {
 
 PsSync::PsSync(const RunSpec& spec, HashGridModel* model, PsSession session,
@@ -14,18 +12,6 @@ PsSync::PsSync(const RunSpec& spec, HashGridModel* model, PsSession session,
       steps_(static_cast<uint64_t>(spec.config.training.steps)),
       row_set_(model->layout()) {
   touched_.resize(model->layout().n_levels());
-  if (config_.checkpoint.every_steps > 0) {
-    // A shard that died never answers what it was asked: a wait notices the
-    // job rolling back (the shard restarted and rejoined) within a second.
-    CoordinatorClient* coordinator = session_.coordinator.get();
-    const PsClient* ps = session_.ps.get();
-    session_.ps->SetWaitCheck([coordinator, ps]() -> Status {
-      auto state = coordinator->CurrentJob();
-      if (!state.ok() || state->epoch == ps->epoch()) return Status::OK();
-      return Status::IOError("the job rolled back to step " + std::to_string(state->resume_step) +
-                             " (epoch " + std::to_string(state->epoch) + ") during the wait");
-    });
-  }
 }
 
 Status PsSync::SendPrepare(uint64_t step) {
@@ -134,17 +120,8 @@ Result<SyncOutcome> PsSync::Apply(uint64_t step, ModelGradients* grads, float lo
     GRIDSYNC_RETURN_IF_ERROR(session_.ps->Push(wire::Kind::kPush, step, push));
     for (auto& m : grads->mlp) m.setZero();
   }
-  // With the shards' partitions at this step, the whole training state
-  // (the shards write theirs once the step is applied).
-  const uint64_t every = static_cast<uint64_t>(config_.checkpoint.every_steps);
-  if (spec_.sync.worker_state && every > 0 && (step + 1) % every == 0) {
-    GRIDSYNC_RETURN_IF_ERROR(
-        WriteWorkerCheckpoint(spec_, rank_, static_cast<uint32_t>(session_.map.shards.size()),
-                              step + 1, session_.ps.get())
-            .WithContext(me_ + " writing its checkpoint"));
-    if (session_.ledger) session_.ledger->Wrote(step + 1);
-    PublishCheckpoints();
-  }
+  // With the shards' partitions at this step, the whole training state.
+  GRIDSYNC_RETURN_IF_ERROR(CheckpointIfDue(step));
   if (config_.ps.consistency == Consistency::kAsync) {
     // Versions count single pushes here: staleness is the number of other
     // workers' pushes applied between this step's read and its own push.
