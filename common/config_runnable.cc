@@ -1,0 +1,104 @@
+// What a loaded config can run (config.h: Config::CheckRunnable and the
+// placement of Adam it resolves): combinations of keys each valid on its
+// own that gridsync cannot run, refused alike by the binaries and
+// check-config, each naming what is allowed.
+//
+// Thread safety: const member functions of an immutable config.
+#include <algorithm>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/cluster_layout.h"
+#include "common/config.h"
+#include "common/config_reader.h"
+
+namespace gridsync {
+
+using config_reader::Join;
+
+bool Config::OptimizerOnWorkers() const {
+  switch (ps.optimizer) {
+    case OptimizerPlacement::kShard:
+      return false;
+    case OptimizerPlacement::kWorker:
+      return true;
+    case OptimizerPlacement::kAuto:
+      break;
+  }
+  return compression.codec != "none";
+}
+
+Status Config::CheckRunnable(bool standalone) const {
+  std::vector<std::string> lines;
+  Status invalid;
+  if (!standalone && distributed.enable) {
+    const GradientSyncMode sync = distributed.gradient_sync;
+    if (sync == GradientSyncMode::kNccl && compression.codec != "none") {
+      const bool half = compression.codec == "fp16" || compression.codec == "bf16";
+      if (!half) {
+        lines.push_back("compression.codec=" + compression.codec +
+                        ": not supported with distributed.gradient_sync=nccl (an all-reduce "
+                        "sums values, which this codec's encoding cannot); allowed: none, fp16, "
+                        "bf16, or gradient_sync ps or hybrid, whose pushes the codec compresses");
+      } else if (distributed.hierarchical || distributed.model_parallel) {
+        lines.push_back(
+            "compression.codec=" + compression.codec +
+            ": not supported yet with distributed.gradient_sync=nccl and " +
+            (distributed.hierarchical ? "distributed.hierarchical" : "distributed.model_parallel") +
+            " (their reduce-scatter and all-gather sum fp32); allowed now: the flat, "
+            "replicated all-reduce, or codec none");
+      }
+      if (compression.pull) {
+        lines.push_back(
+            "compression.pull=true: not supported with distributed.gradient_sync=nccl (an "
+            "all-reduce has no pulls); allowed: false, or gradient_sync ps or hybrid");
+      }
+    }
+    if (sync == GradientSyncMode::kPs) {
+      const int split = distributed.world_size * training.gradient_accumulation;
+      if (distributed.batch_splitting == BatchSplitting::kEven &&
+          training.batch_size % split != 0) {
+        invalid = Status::InvalidArgument(
+            source + ": training.batch_size: " + std::to_string(training.batch_size) +
+            " does not split evenly over distributed.world_size " +
+            std::to_string(distributed.world_size) + " x training.gradient_accumulation " +
+            std::to_string(training.gradient_accumulation) + "; allowed: a multiple of " +
+            std::to_string(split));
+      }
+    }
+    if (training.batch_size < distributed.world_size * training.gradient_accumulation) {
+      invalid = Status::InvalidArgument(
+          source + ": training.batch_size: " + std::to_string(training.batch_size) +
+          " is smaller than distributed.world_size x training.gradient_accumulation; allowed: at "
+          "least one sample per micro-batch of every worker");
+    }
+  }
+  if (checkpoint.every_steps > 0) {
+    const bool ps_bsp = distributed.enable && !standalone &&
+                        (distributed.gradient_sync == GradientSyncMode::kPs ||
+                         distributed.gradient_sync == GradientSyncMode::kHybrid) &&
+                        ps.consistency == Consistency::kBsp;
+    if (!ps_bsp) {
+      lines.push_back(
+          "checkpoint.every_steps=" + std::to_string(checkpoint.every_steps) +
+          ": not supported yet in this setting; allowed now: gradient_sync ps or hybrid with "
+          "consistency bsp (under ssp and async each shard applies pushes as they come, so no "
+          "version is one state of every shard; nccl keeps its state outside the shards), or 0");
+    } else if (compression.pull) {
+      lines.push_back("checkpoint.every_steps=" + std::to_string(checkpoint.every_steps) +
+                      " with compression.pull=true: not supported yet (the shards' copies of "
+                      "every worker's replica are not checkpointed); allowed now: "
+                      "compression.pull=false, or 0");
+    }
+  }
+  if (task.type != TaskType::kImage) {
+    lines.push_back("task.type=" + std::string(ToString(task.type)) +
+                    ": not supported yet; allowed now: image");
+  }
+  if (!invalid.ok()) return invalid;
+  if (lines.empty()) return Status::OK();
+  return Status::Unsupported(Join(lines, "\n"));
+}
+
+}  // namespace gridsync
