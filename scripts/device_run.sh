@@ -68,6 +68,13 @@ if [[ -n $image && -f $image ]]; then
     run "bench_train_$device" "$bin/gridsync-bench" train --device "$device" --steps 300 \
       --threads "${BENCH_THREADS:-16}" --set "task.image=$image" --json "$logs/bench_train_$device.json"
   done
+  # ps with codecs on the GPU: the grid's pushes encoded on the device
+  # before the copy, with Adam on the workers (auto) and on the shards.
+  for optimizer in auto shard; do
+    run "bench_compress_cuda_$optimizer" "$bin/gridsync-bench" compress --train \
+      --codecs none,onebit,topk --steps 300 --workers 2 --shards 1 \
+      --set training.device=cuda --set "ps.optimizer=$optimizer" --set "task.image=$image"
+  done
 fi
 echo "== device_run: exit $status" | tee -a "$logs/summary.txt"
 exit $status
