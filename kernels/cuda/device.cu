@@ -16,6 +16,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/device_trainer.h"
 
 namespace gridsync::cuda {
 namespace {
@@ -216,4 +217,16 @@ Status AdamUpdateRows(const AdamHyper& hyper, const SparseRows& grad, float grad
 }
 
 }  // namespace host
+Result<int> DeviceForLocalRank(int local_rank) {
+  std::string reason;
+  if (!Available(&reason)) return Status::Unsupported(reason);
+  int count = 0;
+  GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&count));
+  if (local_rank < 0) {
+    return Status::InvalidArgument("local rank " + std::to_string(local_rank) +
+                                   "; allowed: 0 or more");
+  }
+  return local_rank % count;
+}
+
 }  // namespace gridsync::cuda

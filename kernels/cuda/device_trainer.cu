@@ -15,9 +15,9 @@
 #include <utility>
 #include <vector>
 
-#include "common/shared_library.h"
 #include "kernels/adam_math.h"
 #include "kernels/cuda/block_codec.h"
+#include "kernels/cuda/cublas_api.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/device_buffer.h"
@@ -27,49 +27,6 @@
 
 namespace gridsync::cuda {
 namespace {
-
-// cuBLAS, loaded when a trainer is made rather than linked: every binary
-// links the kernels, and a CPU host need not have NVIDIA's BLAS (linked, it
-// also broke civetweb's server start in the worker).
-struct CublasApi {
-  decltype(&cublasCreate_v2) create = nullptr;
-  decltype(&cublasDestroy_v2) destroy = nullptr;
-  decltype(&cublasSetStream_v2) set_stream = nullptr;
-  decltype(&cublasSetMathMode) set_math_mode = nullptr;
-  decltype(&cublasSgemm_v2) sgemm = nullptr;
-  decltype(&cublasGetStatusString) status_string = nullptr;
-};
-
-Result<const CublasApi*> LoadCublas() {
-  static CublasApi api;
-  static std::string error;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    auto library =
-        SharedLibrary::Open({"libcublas.so.13", "libcublas.so.12", "libcublas.so"}, "cuBLAS");
-    if (!library.ok()) {
-      error = library.status().message();
-      return;
-    }
-    const bool complete = library->Lookup("cublasCreate_v2", &api.create) &&
-                          library->Lookup("cublasDestroy_v2", &api.destroy) &&
-                          library->Lookup("cublasSetStream_v2", &api.set_stream) &&
-                          library->Lookup("cublasSetMathMode", &api.set_math_mode) &&
-                          library->Lookup("cublasSgemm_v2", &api.sgemm) &&
-                          library->Lookup("cublasGetStatusString", &api.status_string);
-    if (!complete) error = "the cuBLAS library found lacks a function the trainer needs";
-  });
-  if (!error.empty()) return Status::Unsupported(error);
-  return &api;
-}
-
-const CublasApi& Cublas() { return **LoadCublas(); }  // after a successful LoadCublas
-
-Status CublasStatus(cublasStatus_t status, const char* expr) {
-  if (status == CUBLAS_STATUS_SUCCESS) return Status::OK();
-  return Status::Internal(std::string(expr) + " failed: " + Cublas().status_string(status));
-}
-#define GRIDSYNC_CUBLAS_RETURN_IF_ERROR(expr) GRIDSYNC_RETURN_IF_ERROR(CublasStatus((expr), #expr))
 
 class DeviceTrainerImpl : public DeviceTrainer {
  public:
@@ -700,18 +657,6 @@ class DeviceTrainerImpl : public DeviceTrainer {
 
 }  // namespace
 
-Result<int> DeviceForLocalRank(int local_rank) {
-  std::string reason;
-  if (!Available(&reason)) return Status::Unsupported(reason);
-  int count = 0;
-  GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&count));
-  if (local_rank < 0) {
-    return Status::InvalidArgument("local rank " + std::to_string(local_rank) +
-                                   "; allowed: 0 or more");
-  }
-  return local_rank % count;
-}
-
 Result<std::unique_ptr<DeviceTrainer>> DeviceTrainer::Create(
     const HashGridLayout& layout, const MlpShape& mlp, const AdamHyper& hyper,
     const std::vector<float>& grid, const std::vector<std::vector<float>>& mlp_weights, int device,
@@ -719,32 +664,7 @@ Result<std::unique_ptr<DeviceTrainer>> DeviceTrainer::Create(
   std::string reason;
   if (!Available(&reason)) return Status::Unsupported("training.device cuda: " + reason);
   GRIDSYNC_RETURN_IF_ERROR(LoadCublas().status().WithContext("training.device cuda"));
-  if (grid.size() != layout.total_params()) {
-    return Status::InvalidArgument("DeviceTrainer: grid has " + std::to_string(grid.size()) +
-                                   " parameters; the layout has " +
-                                   std::to_string(layout.total_params()));
-  }
-  if (mlp.input_width != static_cast<int>(layout.output_width())) {
-    return Status::InvalidArgument("DeviceTrainer: MLP input width " +
-                                   std::to_string(mlp.input_width) + ", encoding output width " +
-                                   std::to_string(layout.output_width()));
-  }
-  if (mlp_weights.size() != static_cast<size_t>(mlp.n_matrices())) {
-    return Status::InvalidArgument("DeviceTrainer: " + std::to_string(mlp_weights.size()) +
-                                   " MLP matrices; expected " + std::to_string(mlp.n_matrices()));
-  }
-  for (int i = 0; i < mlp.n_matrices(); ++i) {
-    const size_t want = static_cast<size_t>(mlp.rows(i)) * static_cast<size_t>(mlp.cols(i));
-    if (mlp_weights[static_cast<size_t>(i)].size() != want) {
-      return Status::InvalidArgument("DeviceTrainer: MLP matrix " + std::to_string(i) + " has " +
-                                     std::to_string(mlp_weights[static_cast<size_t>(i)].size()) +
-                                     " weights; expected " + std::to_string(want));
-    }
-  }
-  if (max_batch == 0 || max_batch > (size_t{1} << 28)) {
-    return Status::InvalidArgument("DeviceTrainer: max_batch " + std::to_string(max_batch) +
-                                   "; allowed: 1..2^28");
-  }
+  GRIDSYNC_RETURN_IF_ERROR(CheckTrainerInputs(layout, mlp, grid, mlp_weights, max_batch));
   auto trainer =
       std::make_unique<DeviceTrainerImpl>(layout, mlp, hyper, device, max_batch, mixed_precision);
   GRIDSYNC_RETURN_IF_ERROR(

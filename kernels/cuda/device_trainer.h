@@ -250,6 +250,13 @@ std::vector<std::vector<std::span<float>>> CutGradientBuckets(
 Status CheckBufferShapes(const std::vector<std::span<float>>& host,
                          const std::vector<std::span<float>>& buffers, const char* what);
 
+// What DeviceTrainer::Create checks of its inputs before touching a
+// device: the grid's size against the layout, the MLP's input width and
+// matrices against its shape, and max_batch within 1..2^28.
+Status CheckTrainerInputs(const HashGridLayout& layout, const MlpShape& mlp,
+                          const std::vector<float>& grid,
+                          const std::vector<std::vector<float>>& mlp_weights, size_t max_batch);
+
 // Whether `block` lies inside the grid (level, columns, rows below the
 // level's size and ascending): InvalidArgument naming what is wrong.
 Status CheckPushBlock(const HashGridLayout& layout, const DeviceTrainer::PushBlock& block);

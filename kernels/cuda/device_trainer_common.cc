@@ -93,4 +93,36 @@ Status CheckResiduals(const HashGridLayout& layout, const cpu::ErrorFeedback& re
   return Status::OK();
 }
 
+Status CheckTrainerInputs(const HashGridLayout& layout, const MlpShape& mlp,
+                          const std::vector<float>& grid,
+                          const std::vector<std::vector<float>>& mlp_weights, size_t max_batch) {
+  if (grid.size() != layout.total_params()) {
+    return Status::InvalidArgument("DeviceTrainer: grid has " + std::to_string(grid.size()) +
+                                   " parameters; the layout has " +
+                                   std::to_string(layout.total_params()));
+  }
+  if (mlp.input_width != static_cast<int>(layout.output_width())) {
+    return Status::InvalidArgument("DeviceTrainer: MLP input width " +
+                                   std::to_string(mlp.input_width) + ", encoding output width " +
+                                   std::to_string(layout.output_width()));
+  }
+  if (mlp_weights.size() != static_cast<size_t>(mlp.n_matrices())) {
+    return Status::InvalidArgument("DeviceTrainer: " + std::to_string(mlp_weights.size()) +
+                                   " MLP matrices; expected " + std::to_string(mlp.n_matrices()));
+  }
+  for (int i = 0; i < mlp.n_matrices(); ++i) {
+    const size_t want = static_cast<size_t>(mlp.rows(i)) * static_cast<size_t>(mlp.cols(i));
+    if (mlp_weights[static_cast<size_t>(i)].size() != want) {
+      return Status::InvalidArgument("DeviceTrainer: MLP matrix " + std::to_string(i) + " has " +
+                                     std::to_string(mlp_weights[static_cast<size_t>(i)].size()) +
+                                     " weights; expected " + std::to_string(want));
+    }
+  }
+  if (max_batch == 0 || max_batch > (size_t{1} << 28)) {
+    return Status::InvalidArgument("DeviceTrainer: max_batch " + std::to_string(max_batch) +
+                                   "; allowed: 1..2^28");
+  }
+  return Status::OK();
+}
+
 }  // namespace gridsync::cuda
