@@ -18,6 +18,11 @@
 // a node that overflowed pushes flagged empty pushes and the shards apply
 // none of the step.
 //
+// Checkpoints and rollback as in ps (bsp): the shards' state, and the
+// workers' own (residuals, worker Adam) when they hold any. A worker or
+// shard restarted mid-run rolls the job back (Recover), and the node's
+// collective is formed again under the new epoch's keys.
+//
 // Thread safety: see gradient_sync.h.
 #pragma once
 

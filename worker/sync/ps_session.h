@@ -77,7 +77,8 @@ Result<std::vector<double>> GatherRatesByKv(const RunSpec& spec, PsSession& sess
                                             double mine);
 
 // What ps and hybrid share as GradientSyncs: the session, the end of the
-// run, rates through the KV store, the liveness check, and the report's
+// run, rates through the KV store, the liveness check, checkpoints of the
+// workers' own state and following a rollback, and the report's
 // communication and staleness figures.
 class PsSessionSync : public GradientSync {
  public:
