@@ -1,0 +1,306 @@
+// The coordinator against hostile input: raw malformed and mutated bytes,
+// too many connections, stalled and partial messages, waiters that go
+// away, and a client connecting to nothing. Each is refused or timed out,
+// naming it, and the coordinator keeps serving.
+#include "tests/coordinator_test_util.h"
+
+namespace gridsync {
+namespace {
+
+// ---- Malformed input on raw sockets ----
+
+class MalformedInputTest : public CoordinatorTest {
+ protected:
+  // Sends `bytes` on a fresh connection and expects an error reply with
+  // `code` whose text contains `needle`, then a closed connection. The
+  // member registered on a good connection must stay, and the server must
+  // keep serving.
+  void ExpectRefused(const std::string& bytes, StatusCode code, const std::string& needle) {
+    RawConnection raw(coordinator_->port());
+    ASSERT_TRUE(raw.connected());
+    raw.Send(bytes);
+    auto reply = raw.ReadReply(3s);
+    ASSERT_TRUE(reply.decoded) << "no decodable reply (eof " << reply.eof << ", timeout "
+                               << reply.timeout << ")";
+    EXPECT_TRUE(reply.is_error);
+    EXPECT_EQ(reply.code, static_cast<uint32_t>(code)) << reply.text;
+    EXPECT_NE(reply.text.find(needle), std::string::npos) << reply.text;
+    EXPECT_TRUE(raw.WaitForClose(3s))
+        << "the server must close a connection that sent a bad message";
+    ExpectGoodClientUnaffected();
+  }
+
+  void ExpectGoodClientUnaffected() {
+    if (!good_) {
+      good_ = Join(Role::kWorker, 0);
+      ASSERT_TRUE(good_);
+    }
+    auto map = good_->GetMap(false, 0ms);
+    ASSERT_TRUE(map.ok()) << map.status().ToString();
+    EXPECT_EQ(map->workers.size(), 1u);
+    EXPECT_EQ(map->generation, 1u) << "nobody else joined or left";
+    ExpectHealthy();
+  }
+
+  std::unique_ptr<CoordinatorClient> good_;
+};
+
+TEST_F(MalformedInputTest, HugeLengthPrefix) {
+  ExpectGoodClientUnaffected();
+  ExpectRefused(LengthPrefix(0xfffffff8u) + std::string(64, 'x'), StatusCode::kInvalidArgument,
+                "exceeds the limit of 16777216 bytes");
+}
+
+TEST_F(MalformedInputTest, LengthNotAMultipleOfEight) {
+  ExpectRefused(LengthPrefix(12) + std::string(12, 'x'), StatusCode::kCorruption,
+                "not a multiple of 8");
+}
+
+TEST_F(MalformedInputTest, ZeroLength) {
+  ExpectRefused(LengthPrefix(0), StatusCode::kInvalidArgument, "empty message");
+}
+
+TEST_F(MalformedInputTest, ValidLengthWithGarbage) {
+  // A segment table announcing ~2.9e9 segments.
+  ExpectRefused(LengthPrefix(64) + std::string(64, '\xab'), StatusCode::kCorruption,
+                "does not decode");
+  // A sound segment table (one segment of 7 words) followed by garbage
+  // pointers.
+  std::string body(8, '\0');
+  body[4] = 7;
+  body += std::string(56, '\xab');
+  ExpectRefused(LengthPrefix(64) + body, StatusCode::kCorruption, "does not decode");
+}
+
+TEST_F(MalformedInputTest, EmptyUnion) {
+  capnp::MallocMessageBuilder message;
+  auto request = message.initRoot<schema::CoordRequest>();
+  request.setRequestId(77);  // union left at its default: register, with no body
+  std::string frame = FrameOf(message);
+  RawConnection raw(coordinator_->port());
+  ASSERT_TRUE(raw.connected());
+  raw.Send(frame);
+  auto reply = raw.ReadReply(3s);
+  ASSERT_TRUE(reply.decoded);
+  EXPECT_TRUE(reply.is_error);
+  EXPECT_EQ(reply.request_id, 77u) << "the refusal echoes the request id";
+  EXPECT_EQ(reply.code, static_cast<uint32_t>(StatusCode::kInvalidArgument));
+  EXPECT_NE(reply.text.find("empty union"), std::string::npos) << reply.text;
+  EXPECT_TRUE(raw.WaitForClose(3s));
+  ExpectGoodClientUnaffected();
+}
+
+TEST_F(MalformedInputTest, TruncatedMessageThenClose) {
+  ExpectGoodClientUnaffected();
+  {
+    RawConnection raw(coordinator_->port());
+    ASSERT_TRUE(raw.connected());
+    raw.Send(LengthPrefix(64) + std::string(10, '\0'));
+    raw.ShutdownWrite();
+    auto reply = raw.ReadReply(3s);
+    EXPECT_TRUE(reply.eof) << "the server closes a connection that ends inside a message";
+  }
+  ExpectGoodClientUnaffected();
+}
+
+TEST_F(MalformedInputTest, RandomBytes) {
+  ExpectGoodClientUnaffected();
+  std::mt19937 rng(20240611);
+  for (int trial = 0; trial < 16; ++trial) {
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    std::string bytes(8 + rng() % 512, '\0');
+    for (auto& c : bytes) c = static_cast<char>(rng());
+    if (trial % 2 == 1) {
+      // A plausible length, so the garbage reaches the decoder.
+      const uint32_t length = static_cast<uint32_t>((bytes.size() - 4) / 8 * 8);
+      bytes.replace(0, 4, LengthPrefix(length));
+    }
+    RawConnection raw(coordinator_->port());
+    ASSERT_TRUE(raw.connected());
+    raw.Send(bytes);
+    raw.ShutdownWrite();
+    // Either an error reply then a close, or a close.
+    auto reply = raw.ReadReply(3s);
+    ASSERT_FALSE(reply.timeout) << "the server neither replied nor closed";
+    if (reply.decoded) {
+      EXPECT_TRUE(reply.is_error);
+      EXPECT_FALSE(reply.text.empty());
+      EXPECT_TRUE(raw.WaitForClose(3s));
+    } else {
+      EXPECT_TRUE(reply.eof);
+    }
+  }
+  ExpectGoodClientUnaffected();
+}
+
+// Black-box fuzzing over real sockets: mutated real requests (bit flips in
+// valid CoordRequests of every kind). Each one gets a reply (an error, or a
+// normal answer when the mutation left it valid) or a close, never a hang,
+// and the registered member and a fresh client are unaffected.
+TEST_F(MalformedInputTest, MutatedRealRequestsNeverStopTheCoordinator) {
+  ExpectGoodClientUnaffected();
+  std::vector<std::string> seeds;
+  for (int which = 0; which < 5; ++which) {
+    capnp::MallocMessageBuilder builder;
+    auto r = builder.initRoot<schema::CoordRequest>();
+    r.setRequestId(100 + which);
+    if (which == 0) {
+      auto get = r.initGetMap();
+      get.setWaitComplete(false);
+    } else if (which == 1) {
+      auto set = r.initKvSet();
+      set.setKey("fuzz");
+      set.setValue(kj::arrayPtr(reinterpret_cast<const kj::byte*>("value"), 5));
+    } else if (which == 2) {
+      auto keys = r.initKvGet().initKeys(2);
+      keys.set(0, "fuzz");
+      keys.set(1, "health");
+    } else if (which == 3) {
+      auto barrier = r.initBarrier();
+      barrier.setName("fuzz-barrier");
+      barrier.setCount(1);
+    } else {
+      r.setHeartbeat();
+    }
+    seeds.push_back(FrameOf(builder));
+  }
+  std::mt19937 rng(20261130);
+  for (int trial = 0; trial < 300; ++trial) {
+    std::string bytes = seeds[rng() % seeds.size()];
+    const int flips = 1 + static_cast<int>(rng() % 3);
+    for (int k = 0; k < flips; ++k) {
+      // Past the length prefix: the decoder, not the framing, is the target.
+      const size_t at = 4 + rng() % (bytes.size() - 4);
+      bytes[at] = static_cast<char>(bytes[at] ^ (1 << (rng() % 8)));
+    }
+    RawConnection raw(coordinator_->port());
+    ASSERT_TRUE(raw.connected());
+    raw.Send(bytes);
+    raw.ShutdownWrite();
+    auto reply = raw.ReadReply(3s);
+    ASSERT_FALSE(reply.timeout) << "trial " << trial << ": neither a reply nor a close";
+  }
+  ExpectGoodClientUnaffected();
+}
+
+// ---- Resource limits (issue: 300 idle connections exhausted descriptors,
+// 32 length prefixes of 16 MiB held 518 MiB, and nothing timed out) ----
+
+std::unique_ptr<Coordinator> StartWith(CoordinatorOptions options) {
+  options.port = 0;
+  auto started = Coordinator::Start(options);
+  EXPECT_TRUE(started.ok()) << started.status().ToString();
+  return started.ok() ? std::move(started).value() : nullptr;
+}
+
+void ExpectServes(Coordinator& coordinator) {
+  auto client = CoordinatorClient::Connect("127.0.0.1", coordinator.port(), 5s);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  EXPECT_TRUE((*client)->Heartbeat().ok());
+  ASSERT_TRUE((*client)->Set("k", "v").ok());
+  auto got = (*client)->Get({"k"}, 0ms);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->at(0), "v");
+}
+
+TEST(CoordinatorLimitsTest, ConnectionsBeyondTheCapAreRefused) {
+  CoordinatorOptions options;
+  options.max_connections = 4;
+  auto coordinator = StartWith(options);
+  ASSERT_TRUE(coordinator);
+  std::vector<std::unique_ptr<RawConnection>> idle;
+  for (int i = 0; i < 4; ++i) {
+    idle.push_back(std::make_unique<RawConnection>(coordinator->port()));
+    ASSERT_TRUE(idle.back()->connected());
+  }
+  std::this_thread::sleep_for(100ms);  // let the server accept them
+  RawConnection extra(coordinator->port());
+  auto reply = extra.ReadReply(3s);
+  ASSERT_TRUE(reply.decoded) << "eof " << reply.eof << ", timeout " << reply.timeout;
+  EXPECT_TRUE(reply.is_error);
+  EXPECT_NE(reply.text.find("too many connections"), std::string::npos) << reply.text;
+  EXPECT_NE(reply.text.find("at most 4"), std::string::npos) << reply.text;
+  EXPECT_TRUE(extra.WaitForClose(3s));
+  idle.clear();
+  std::this_thread::sleep_for(100ms);
+  ExpectServes(*coordinator);
+}
+
+TEST(CoordinatorLimitsTest, StalledMessagesAndSilentConnectionsTimeOut) {
+  CoordinatorOptions options;
+  options.read_timeout = 300ms;
+  auto coordinator = StartWith(options);
+  ASSERT_TRUE(coordinator);
+  RawConnection stalled(coordinator->port());
+  stalled.Send(LengthPrefix(1u << 20) + std::string(64, 'x'));  // announces 1 MiB, sends 64 B
+  RawConnection silent(coordinator->port());                    // sends nothing at all
+  for (RawConnection* raw : {&stalled, &silent}) {
+    auto reply = raw->ReadReply(5s);
+    ASSERT_TRUE(reply.decoded) << "eof " << reply.eof << ", timeout " << reply.timeout;
+    EXPECT_EQ(reply.code, static_cast<uint32_t>(StatusCode::kTimeout)) << reply.text;
+    EXPECT_NE(reply.text.find("read_timeout"), std::string::npos) << reply.text;
+    EXPECT_TRUE(raw->WaitForClose(3s));
+  }
+  ExpectServes(*coordinator);
+}
+
+TEST(CoordinatorLimitsTest, PartialMessagesShareABoundedBudget) {
+  CoordinatorOptions options;
+  options.max_pending_bytes = 1 << 20;
+  auto coordinator = StartWith(options);
+  ASSERT_TRUE(coordinator);
+  // Each announces the largest allowed message and sends 600 KiB of it: the
+  // second would take the unfinished bytes past 1 MiB.
+  RawConnection a(coordinator->port()), b(coordinator->port());
+  const std::string part = LengthPrefix(16u << 20) + std::string(600 << 10, 'x');
+  a.Send(part);
+  std::this_thread::sleep_for(200ms);
+  b.Send(part);
+  auto reply = b.ReadReply(5s);
+  ASSERT_TRUE(reply.decoded) << "eof " << reply.eof << ", timeout " << reply.timeout;
+  EXPECT_NE(reply.text.find("max_pending_bytes"), std::string::npos) << reply.text;
+  EXPECT_TRUE(b.WaitForClose(3s));
+  ExpectServes(*coordinator);
+}
+
+TEST_F(CoordinatorTest, BarrierWaiterWhoseConnectionClosesIsRemoved) {
+  {
+    capnp::MallocMessageBuilder message;
+    auto request = message.initRoot<schema::CoordRequest>();
+    request.setRequestId(1);
+    auto barrier = request.initBarrier();
+    barrier.setName("pair");
+    barrier.setCount(2);
+    barrier.setTimeoutMs(10000);
+    barrier.setMember("ghost");
+    RawConnection raw(coordinator_->port());
+    ASSERT_TRUE(raw.connected());
+    ASSERT_TRUE(raw.Send(FrameOf(message)));
+    auto reply = raw.ReadReply(100ms);
+    EXPECT_TRUE(reply.timeout) << "one of two arrived: the barrier must wait";
+  }  // closes: the ghost leaves the barrier
+  std::this_thread::sleep_for(100ms);
+  auto client = Connect();
+  ASSERT_TRUE(client);
+  Status alone = client->Barrier("pair", 2, "real", 300ms);
+  ASSERT_FALSE(alone.ok()) << "the closed connection must not count as arrived";
+  EXPECT_EQ(alone.code(), StatusCode::kTimeout);
+  EXPECT_NE(alone.message().find("1 of 2 arrived (real)"), std::string::npos) << alone.message();
+  EXPECT_EQ(alone.message().find("ghost"), std::string::npos) << alone.message();
+}
+
+TEST(CoordinatorClientTest, ConnectToNothingFailsWithinTheTimeoutNamingTheAddress) {
+  const uint16_t port = UnusedPort();
+  const auto start = Clock::now();
+  auto client = CoordinatorClient::Connect("127.0.0.1", port, 400ms);
+  const auto took = Since(start);
+  ASSERT_FALSE(client.ok());
+  EXPECT_EQ(client.status().code(), StatusCode::kIOError);
+  EXPECT_NE(client.status().message().find("127.0.0.1:" + std::to_string(port)), std::string::npos)
+      << client.status().message();
+  EXPECT_GE(took, 250ms) << "Connect retries until the timeout";
+  EXPECT_LT(took, 1500ms);
+}
+
+}  // namespace
+}  // namespace gridsync
