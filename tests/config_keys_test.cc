@@ -1,0 +1,390 @@
+// Tests for common/config, continued: --set overrides, ToJson and its round
+// trip, the keys of nodes, the PS, metrics and compression, what a config
+// can run (CheckRunnable), and enum names.
+#include "tests/config_test_util.h"
+
+namespace gridsync {
+namespace {
+
+TEST(ConfigOverrideTest, ValuesParsedAsJsonOrTakenAsStrings) {
+  const Config c = ParseOk(
+      R"({"training": {"steps": 100}})",
+      {"distributed.master_addr=127.0.0.1", "training.steps=5", "training.mixed_precision=true",
+       "training.learning_rate=0.5", "task.output=\"123\"", "task.image=/tmp/a b.png"});
+  EXPECT_EQ(c.distributed.master_addr, "127.0.0.1");
+  EXPECT_EQ(c.training.steps, 5);
+  EXPECT_TRUE(c.training.mixed_precision);
+  EXPECT_DOUBLE_EQ(c.training.learning_rate, 0.5);
+  EXPECT_EQ(c.task.output, "123");
+  EXPECT_EQ(c.task.image, "/tmp/a b.png");
+}
+
+TEST(ConfigOverrideTest, LaterOverrideWinsAndMissingSectionIsCreated) {
+  const Config c = ParseOk("{}", {"network.n_neurons=16", "network.n_neurons=32"});
+  EXPECT_EQ(c.network.n_neurons, 32);
+}
+
+TEST(ConfigOverrideTest, OverrideCanFixAnInvalidFileValue) {
+  const Config c = ParseOk(R"({"distributed": {"world_size": 4}})", {"distributed.enable=true"});
+  EXPECT_TRUE(c.distributed.enable);
+}
+
+TEST(ConfigOverrideTest, MissingEqualsIsAnError) {
+  const std::string msg = ErrorOf("{}", {"training.steps"});
+  EXPECT_TRUE(Contains(msg,
+                       "test.json: --set \"training.steps\": missing '='; allowed: "
+                       "section.key=value"));
+}
+
+TEST(ConfigOverrideTest, EmptyKeySegmentIsAnError) {
+  const std::string msg = ErrorOf("{}", {"training..steps=5"});
+  EXPECT_TRUE(Contains(msg, "--set \"training..steps=5\": empty key in path \"training..steps\""));
+  EXPECT_TRUE(Contains(ErrorOf("{}", {"=5"}), "--set \"=5\": empty key"));
+}
+
+TEST(ConfigOverrideTest, UnknownKeysCaughtByNormalCheck) {
+  const std::string msg = ErrorOf("{}", {"training.stepz=5"});
+  EXPECT_TRUE(Contains(msg, "test.json: training.stepz: unknown key (did you mean \"steps\"?)"));
+  EXPECT_TRUE(Contains(ErrorOf("{}", {"trainig.steps=5"}), "test.json: trainig: unknown key"));
+}
+
+TEST(ConfigOverrideTest, OverrideValuesAreValidated) {
+  const std::string msg = ErrorOf("{}", {"training.steps=abc"});
+  EXPECT_TRUE(Contains(msg,
+                       "training.steps: wrong type: expected an integer, got \"abc\" (string); "
+                       "allowed: integers 1..10000000"));
+}
+
+TEST(ConfigOverrideTest, DescendingIntoAValueIsAnError) {
+  const std::string msg = ErrorOf("{}", {"training.steps=5", "training.steps.x=1"});
+  EXPECT_TRUE(Contains(msg,
+                       "--set \"training.steps.x=1\": training.steps is 5 (integer), not a "
+                       "section"));
+}
+
+TEST(ConfigOverrideTest, InvalidUtf8IsAnError) {
+  EXPECT_TRUE(Contains(ErrorOf("{}", {"task.output=\xff"}), "not valid UTF-8"));
+}
+
+// --- ToJson ------------------------------------------------------------------------------------
+
+// (Which keys it prints: PrintsExactlyTheKeysTheParserReads.)
+TEST(ConfigToJsonTest, EnumsPrintAsStrings) {
+  Result<Config> c = Config::LoadFile("configs/distributed_large.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const nlohmann::json j = c->ToJson();
+  EXPECT_EQ(j["compression"]["codec"], "none");
+  EXPECT_EQ(j["ps"]["consistency"], "bsp");
+  EXPECT_EQ(j["ps"]["optimizer"], "auto");
+  EXPECT_EQ(j["distributed"]["gradient_sync"], "nccl");
+  EXPECT_EQ(j["distributed"]["batch_splitting"], "adaptive");
+  EXPECT_EQ(j["distributed"]["mp_dim"], "both");
+  EXPECT_EQ(j["task"]["type"], "image");
+  EXPECT_EQ(j["encoding"]["log2_hashmap_size"], 22);
+  EXPECT_EQ(j["training"]["seed"], 1337u);
+}
+
+// The keys ToJson prints are exactly the keys Parse reads, per section:
+// both lists come from the code (the parser names what it reads in its
+// unknown-key error), none is kept by hand.
+TEST(ConfigToJsonTest, PrintsExactlyTheKeysTheParserReads) {
+  auto allowed_keys = [](const std::string& section) {
+    const std::string msg = ErrorOf("{\"" + section + "\": {\"zzz\": 1}}");
+    const std::string marker = "allowed: keys of " + section + ": ";
+    const size_t at = msg.find(marker);
+    EXPECT_NE(at, std::string::npos) << msg;
+    std::set<std::string> keys;
+    std::string rest = at == std::string::npos ? "" : msg.substr(at + marker.size());
+    rest = rest.substr(0, rest.find('\n'));
+    size_t start = 0;
+    while (start <= rest.size()) {
+      const size_t comma = rest.find(", ", start);
+      keys.insert(
+          rest.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+      if (comma == std::string::npos) break;
+      start = comma + 2;
+    }
+    return keys;
+  };
+  // Every conditional key switched on: ssp staleness, a given ps.host,
+  // mp_dim with model parallelism, nodes.
+  const Config full = ParseOk(R"({
+      "distributed": {"enable": true, "world_size": 2, "gradient_sync": "ps",
+                      "model_parallel": true, "mp_dim": "column",
+                      "nodes": [{"name": "a", "workers": 1}, {"name": "b", "workers": 1}]},
+      "ps": {"consistency": "ssp", "staleness": 3, "host": "127.0.0.1", "base_port": 26000},
+      "compression": {"codec": "topk"}, "security": {"keys_dir": "/etc/gridsync/keys"}})");
+  const nlohmann::json j = full.ToJson();
+  std::set<std::string> sections;
+  for (const auto& [section, value] : j.items()) {
+    sections.insert(section);
+    std::set<std::string> printed;
+    for (const auto& [key, v] : value.items()) printed.insert(key);
+    EXPECT_EQ(printed, allowed_keys(section)) << section;
+  }
+  EXPECT_EQ(sections.size(), 10u);
+}
+
+TEST(ConfigMetricsTest, PortsMustFitAndStayClearOfTheClusters) {
+  const Config ok =
+      ParseOk(R"({"distributed": {"master_port": 29500}, "metrics": {"port": 9400}})");
+  EXPECT_EQ(ok.metrics.port, 9400);
+  for (const char* bad : {R"({"distributed": {"master_port": 29500}, "metrics": {"port": 29499}})",
+                          R"({"metrics": {"port": 65535}})", R"({"metrics": {"port": -1}})",
+                          R"({"metrics": {"prot": 9400}})"}) {
+    auto parsed = Config::Parse(bad, "metrics.json");
+    ASSERT_FALSE(parsed.ok()) << bad;
+    EXPECT_NE(parsed.status().message().find("metrics."), std::string::npos)
+        << parsed.status().message();
+  }
+}
+
+TEST(ConfigToJsonTest, MpDimOmittedWithoutModelParallel) {
+  const nlohmann::json j = Config{}.ToJson();
+  EXPECT_FALSE(j["distributed"].contains("mp_dim"));
+  EXPECT_TRUE(j["distributed"].contains("model_parallel"));
+}
+
+TEST(ConfigNodesTest, NodesAssignRanksAndMustSumToWorldSize) {
+  const Config c = ParseOk(R"({"distributed": {"enable": true, "world_size": 4, "nodes": [
+      {"name": "a", "workers": 1, "weight": 2.0}, {"name": "b", "workers": 3}]}})");
+  ASSERT_EQ(c.distributed.nodes.size(), 2u);
+  EXPECT_EQ(c.distributed.NodeOf(0), 0);
+  EXPECT_EQ(c.distributed.NodeOf(1), 1);
+  EXPECT_EQ(c.distributed.NodeOf(3), 1);
+  EXPECT_EQ(c.distributed.LocalRankOf(3), 2);
+  EXPECT_EQ(c.distributed.nodes[0].weight, 2.0);
+  EXPECT_EQ(c.distributed.nodes[1].weight, 1.0);
+  EXPECT_EQ(Config::Parse(c.ToJson().dump(), "rt")->distributed.nodes.size(), 2u);
+  const std::string sum = ErrorOf(R"({"distributed": {"enable": true, "world_size": 4,
+      "nodes": [{"name": "a", "workers": 1}]}})");
+  EXPECT_TRUE(Contains(sum, "distributed.nodes")) << sum;
+  EXPECT_TRUE(Contains(sum, "add up to 1")) << sum;
+  const std::string dup = ErrorOf(R"({"distributed": {"enable": true, "world_size": 2,
+      "nodes": [{"name": "a"}, {"name": "a"}]}})");
+  EXPECT_TRUE(Contains(dup, "duplicate node name")) << dup;
+  const std::string type = ErrorOf(R"({"distributed": {"nodes": 3}})");
+  EXPECT_TRUE(Contains(type, "expected an array")) << type;
+  const std::string unknown = ErrorOf(R"({"distributed": {"enable": true, "world_size": 1,
+      "nodes": [{"name": "a", "gpus": 1}]}})");
+  EXPECT_TRUE(Contains(unknown, "distributed.nodes[0].gpus")) << unknown;
+  const Config single = ParseOk(R"({"distributed": {"enable": true, "world_size": 3}})");
+  EXPECT_EQ(single.distributed.ResolvedNodes().size(), 1u);
+  EXPECT_EQ(single.distributed.LocalRankOf(2), 2);
+}
+
+TEST(ConfigPsTest, KeysValidateAndStalenessNeedsSsp) {
+  const Config c =
+      ParseOk(R"({"ps": {"shards": 4, "consistency": "ssp", "staleness": 3, "threads": 2,
+                                      "host": "127.0.0.1", "base_port": 31000}})");
+  EXPECT_EQ(c.ps.shards, 4);
+  EXPECT_EQ(c.ps.consistency, Consistency::kSsp);
+  EXPECT_EQ(c.ps.staleness, 3);
+  EXPECT_EQ(c.ps.base_port, 31000);
+  EXPECT_EQ(c.ToJson()["ps"]["staleness"], 3);
+  const std::string staleness = ErrorOf(R"({"ps": {"consistency": "bsp", "staleness": 2}})");
+  EXPECT_TRUE(Contains(staleness, "ps.staleness")) << staleness;
+  EXPECT_TRUE(Contains(staleness, "ssp")) << staleness;
+  const std::string shards = ErrorOf(R"({"ps": {"shards": 0}})");
+  EXPECT_TRUE(Contains(shards, "ps.shards")) << shards;
+  EXPECT_TRUE(Contains(shards, "1..256")) << shards;
+  const std::string consistency = ErrorOf(R"({"ps": {"consistency": "eventual"}})");
+  EXPECT_TRUE(Contains(consistency, "bsp")) << consistency;
+  const std::string timeout = ErrorOf(R"({"distributed": {"timeout_s": 0}})");
+  EXPECT_TRUE(Contains(timeout, "distributed.timeout_s")) << timeout;
+}
+
+TEST(ConfigPsTest, OptimizerPlacementResolves) {
+  EXPECT_EQ(Config{}.ps.optimizer, OptimizerPlacement::kAuto);
+  EXPECT_FALSE(Config{}.OptimizerOnWorkers());  // codec none: Adam on the shards
+  for (const char* codec : {"fp16", "bf16", "int8", "qsgd", "onebit", "topk", "randomk"}) {
+    Config c = ParseOk(std::string(R"({"compression": {"codec": ")") + codec + R"("}})");
+    EXPECT_TRUE(c.OptimizerOnWorkers()) << codec;
+    c.ps.optimizer = OptimizerPlacement::kShard;
+    EXPECT_FALSE(c.OptimizerOnWorkers()) << codec;
+  }
+  const Config worker = ParseOk(R"({"ps": {"optimizer": "worker"}})");
+  EXPECT_TRUE(worker.OptimizerOnWorkers());
+  EXPECT_EQ(worker.ToJson()["ps"]["optimizer"], "worker");
+  const std::string bad = ErrorOf(R"({"ps": {"optimizer": "server"}})");
+  EXPECT_TRUE(Contains(bad, "ps.optimizer")) << bad;
+  EXPECT_TRUE(Contains(bad, "auto")) << bad;
+  EXPECT_TRUE(Contains(bad, "shard")) << bad;
+  EXPECT_TRUE(Contains(bad, "worker")) << bad;
+}
+
+TEST(ConfigCompressionTest, ErrorFeedbackDefaultFollowsTheCodec) {
+  for (const char* codec : {"none", "fp16", "bf16", "int8", "onebit", "topk"}) {
+    const Config c = ParseOk(std::string(R"({"compression": {"codec": ")") + codec + R"("}})");
+    EXPECT_TRUE(c.compression.error_feedback) << codec;
+  }
+  for (const char* codec : {"qsgd", "randomk"}) {
+    const Config c = ParseOk(std::string(R"({"compression": {"codec": ")") + codec + R"("}})");
+    EXPECT_FALSE(c.compression.error_feedback) << codec;
+    EXPECT_EQ(c.ToJson()["compression"]["error_feedback"], false) << codec;
+    // An explicit value wins, either way.
+    const Config on = ParseOk(
+        std::string(R"({"compression": {"error_feedback": true, "codec": ")") + codec + R"("}})");
+    EXPECT_TRUE(on.compression.error_feedback) << codec;
+  }
+  const Config off = ParseOk(R"({"compression": {"codec": "topk", "error_feedback": false}})");
+  EXPECT_FALSE(off.compression.error_feedback);
+}
+
+TEST(ConfigToJsonTest, RoundTrip) {
+  std::vector<Config> configs = {
+      ParseOk("{}"), ParseOk(R"({"training": {"seed": 18446744073709551615, "learning_rate": 0.1,
+                  "dynamic_resolution": true, "dynamic_resolution_steps": 77},
+                  "encoding": {"per_level_scale": 1.3819128799677045},
+                  "task": {"type": "nerf", "output": "输出"}})")};
+  for (const char* path : {"configs/distributed_small.json", "configs/distributed_medium.json",
+                           "configs/distributed_large.json"}) {
+    Result<Config> c = Config::LoadFile(path);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    configs.push_back(*c);
+  }
+  for (const Config& original : configs) {
+    const std::string text = original.ToJson().dump(2);
+    Result<Config> again = Config::Parse(text, "roundtrip.json");
+    ASSERT_TRUE(again.ok()) << again.status().ToString() << "\n" << text;
+    // Every field, not the printer against itself (only the source name differs).
+    Config reparsed = *again;
+    reparsed.source = original.source;
+    EXPECT_TRUE(reparsed == original) << text;
+    EXPECT_EQ(again->training.seed, original.training.seed);
+    EXPECT_EQ(again->encoding.per_level_scale, original.encoding.per_level_scale);
+    EXPECT_EQ(again->distributed.mp_dim, original.distributed.mp_dim);
+  }
+}
+
+// --- CheckRunnable -------------------------------------------------------------------------------
+
+TEST(ConfigCheckRunnableTest, DefaultConfigRuns) {
+  EXPECT_TRUE(Config{}.CheckRunnable(false).ok());
+  EXPECT_TRUE(Config{}.CheckRunnable(true).ok());
+}
+
+TEST(ConfigCheckRunnableTest, EverySyncModeRuns) {
+  for (const char* sync : {"nccl", "ps", "hybrid"}) {
+    const Config c = ParseOk(
+        std::string(R"({"distributed": {"enable": true, "world_size": 2, "gradient_sync": ")") +
+        sync + "\"}}");
+    EXPECT_TRUE(c.CheckRunnable(/*standalone=*/false).ok()) << sync;
+    EXPECT_TRUE(c.CheckRunnable(/*standalone=*/true).ok()) << sync;
+  }
+}
+
+TEST(ConfigCheckRunnableTest, EveryModeRunsEveryFeature) {
+  for (const char* sync : {"nccl", "ps", "hybrid"}) {
+    for (const char* split : {"even", "weighted", "adaptive"}) {
+      const Config c = ParseOk(std::string(R"({"distributed": {"enable": true, "world_size": 2,
+                                   "gradient_sync": ")") +
+                               sync + R"(", "batch_splitting": ")" + split +
+                               R"("}, "training": {"mixed_precision": true,
+                                   "gradient_accumulation": 2}})");
+      EXPECT_TRUE(c.CheckRunnable(false).ok())
+          << sync << " " << split << ": " << c.CheckRunnable(false).ToString();
+    }
+  }
+  // A codec has nothing to compress in nccl's fp32 all-reduce: refused, not ignored.
+  const Status codec = ParseOk(R"({"distributed": {"enable": true, "gradient_sync": "nccl"},
+                                   "compression": {"codec": "onebit"}})")
+                           .CheckRunnable(false);
+  EXPECT_EQ(codec.code(), StatusCode::kUnsupported);
+  EXPECT_TRUE(Contains(codec.message(), "compression.codec=onebit")) << codec.message();
+  EXPECT_TRUE(Contains(codec.message(), "allowed: none, fp16, bf16")) << codec.message();
+}
+
+TEST(ConfigCheckRunnableTest, NcclAllReducesInSixteenBitsOnlyWhereItCan) {
+  for (const char* codec : {"fp16", "bf16"}) {
+    const std::string base = std::string(R"({"distributed": {"enable": true, "world_size": 2,
+        "gradient_sync": "nccl")");
+    const std::string tail = std::string(R"(}, "compression": {"codec": ")") + codec + R"("}})";
+    EXPECT_TRUE(ParseOk(base + tail).CheckRunnable(false).ok()) << codec;
+    // Reduce-scatter and all-gather still sum fp32: refused, not ignored.
+    for (const char* key : {"hierarchical", "model_parallel"}) {
+      const Status s = ParseOk(base + ", \"" + key + "\": true" + tail).CheckRunnable(false);
+      EXPECT_EQ(s.code(), StatusCode::kUnsupported) << codec << " " << key;
+      EXPECT_TRUE(Contains(s.message(), std::string("distributed.") + key)) << s.message();
+    }
+    const Status pull = ParseOk(base + std::string(R"(}, "compression": {"codec": ")") + codec +
+                                R"(", "pull": true}})")
+                            .CheckRunnable(false);
+    EXPECT_EQ(pull.code(), StatusCode::kUnsupported) << codec;
+    EXPECT_TRUE(Contains(pull.message(), "compression.pull=true")) << pull.message();
+  }
+}
+
+TEST(ConfigCheckRunnableTest, PsRunsWithEvenSplitsOnly) {
+  EXPECT_TRUE(
+      ParseOk(R"({"distributed": {"enable": true, "world_size": 2, "gradient_sync": "ps"}})")
+          .CheckRunnable(false)
+          .ok());
+  const Status uneven =
+      ParseOk(R"({"distributed": {"enable": true, "world_size": 3, "gradient_sync": "ps"},
+                                    "training": {"batch_size": 1000}})")
+          .CheckRunnable(false);
+  EXPECT_EQ(uneven.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(uneven.message(), "training.batch_size: 1000")) << uneven.message();
+  EXPECT_TRUE(Contains(uneven.message(), "a multiple of 3")) << uneven.message();
+}
+
+TEST(ConfigCheckRunnableTest, OnlyImageTaskRuns) {
+  const Config c = ParseOk(R"({"task": {"type": "sdf"}})");
+  for (bool standalone : {false, true}) {
+    const Status status = c.CheckRunnable(standalone);
+    EXPECT_EQ(status.code(), StatusCode::kUnsupported);
+    EXPECT_EQ(status.message(), "task.type=sdf: not supported yet; allowed now: image");
+  }
+}
+
+TEST(ConfigCheckRunnableTest, BothProblemsReported) {
+  const Config c = ParseOk(R"({"distributed": {"enable": true, "gradient_sync": "nccl"},
+                               "compression": {"codec": "topk"}, "task": {"type": "nerf"}})");
+  const Status status = c.CheckRunnable(/*standalone=*/false);
+  EXPECT_EQ(status.code(), StatusCode::kUnsupported);
+  EXPECT_EQ(CountLines(status.message()), 2u);
+  EXPECT_TRUE(Contains(status.message(), "compression.codec=topk: not supported with"));
+  EXPECT_TRUE(Contains(status.message(), "task.type=nerf: not supported yet"));
+}
+
+TEST(ConfigEnumTest, ToStringNames) {
+  EXPECT_EQ(ToString(GradientSyncMode::kNccl), "nccl");
+  EXPECT_EQ(ToString(GradientSyncMode::kPs), "ps");
+  EXPECT_EQ(ToString(GradientSyncMode::kHybrid), "hybrid");
+  EXPECT_EQ(ToString(BatchSplitting::kEven), "even");
+  EXPECT_EQ(ToString(BatchSplitting::kWeighted), "weighted");
+  EXPECT_EQ(ToString(BatchSplitting::kAdaptive), "adaptive");
+  EXPECT_EQ(ToString(ModelParallelDim::kRow), "row");
+  EXPECT_EQ(ToString(ModelParallelDim::kColumn), "column");
+  EXPECT_EQ(ToString(ModelParallelDim::kBoth), "both");
+  EXPECT_EQ(ToString(TaskType::kImage), "image");
+  EXPECT_EQ(ToString(TaskType::kSdf), "sdf");
+  EXPECT_EQ(ToString(TaskType::kNerf), "nerf");
+}
+
+// Checkpoints: ps and hybrid with bsp, where every shard's version is one
+// state; refused elsewhere, naming what is allowed.
+TEST(ConfigCheckRunnableTest, CheckpointsRunWithPsAndHybridUnderBsp) {
+  for (const char* sync : {"ps", "hybrid"}) {
+    const Config c = ParseOk(std::string(R"({"distributed": {"enable": true, "world_size": 2,
+                                 "gradient_sync": ")") +
+                             sync + R"("}, "checkpoint": {"every_steps": 10}})");
+    EXPECT_TRUE(c.CheckRunnable(false).ok()) << sync << ": " << c.CheckRunnable(false).ToString();
+    const Config ssp = ParseOk(std::string(R"({"distributed": {"enable": true, "world_size": 2,
+                                   "gradient_sync": ")") +
+                               sync + R"("}, "ps": {"consistency": "ssp"},
+                                   "checkpoint": {"every_steps": 10}})");
+    const Status refused = ssp.CheckRunnable(false);
+    EXPECT_EQ(refused.code(), StatusCode::kUnsupported) << sync;
+    EXPECT_TRUE(Contains(refused.message(), "allowed now: gradient_sync ps or hybrid"))
+        << refused.message();
+  }
+  const Status nccl = ParseOk(R"({"distributed": {"enable": true, "gradient_sync": "nccl"},
+                                  "checkpoint": {"every_steps": 10}})")
+                          .CheckRunnable(false);
+  EXPECT_EQ(nccl.code(), StatusCode::kUnsupported) << nccl.ToString();
+}
+
+}  // namespace
+}  // namespace gridsync
