@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "worker/sync/gradient_sync.h"
+#include "worker/worker_adam.h"
 
 namespace gridsync {
 
@@ -152,14 +153,8 @@ Status HostTrainer::EncodePushBlock(const PushBlock& block, const CodecOptions& 
       cpu::Decode(options, payload, EncodedSize(options, count), count, seed, decoded.data()));
   residuals_.StoreResidual(key, block.rows, block.n, block.width, values.data(), decoded.data());
   if (mask_momentum) {
-    float* m = WorkerAdamOf(block.level).m.data();
-    const uint32_t F = model_->layout().features();
-    for (size_t i = 0; i < block.n; ++i) {
-      for (uint32_t f = 0; f < block.width; ++f) {
-        if (decoded[i * block.width + f] != 0.0f)
-          m[size_t{block.rows[i]} * F + block.col_begin + f] = 0.0f;
-      }
-    }
+    MaskMomentumRows(WorkerAdamOf(block.level).m.data(), model_->layout().features(), block.rows,
+                     block.n, block.col_begin, block.width, decoded.data());
   }
   return Status::OK();
 }

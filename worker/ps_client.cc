@@ -247,18 +247,8 @@ Status PsClient::SendPull(uint64_t min_version, const std::vector<TablePullRef>&
   pull_request_ = next_request_++;
   for (uint32_t s = 0; s < sockets_.size(); ++s) {
     // Keep what was asked: the reply carries values only, in request order.
-    pull_blocks_[s].clear();
-    for (const auto& b : split[s]) {
-      wire::OutBlock copy;
-      copy.table = b.table;
-      copy.dense = b.dense;
-      copy.row_begin = b.row_begin;
-      copy.col_begin = b.col_begin;
-      copy.width = b.width;
-      copy.row_count = b.row_count;
-      copy.rows = b.rows;
-      pull_blocks_[s].push_back(std::move(copy));
-    }
+    // (A pull's blocks carry no values: the copy is their shape and rows.)
+    pull_blocks_[s] = split[s];
     wire::OutHeader header;
     header.kind = wire::Kind::kPull;
     header.worker_rank = worker_rank_;

@@ -85,11 +85,14 @@ Status PsClient::Compress(uint64_t step, uint32_t shard, bool on_device, wire::O
   block->codec = codec_;
   block->codec_seed = CounterRandom(codec_seed_, step, (uint64_t{block->table} << 32) | shard);
   block->payload.resize(EncodedSize(block->codec, n));
+  // DGC's momentum factor masking: a sparsifying codec delivers a value
+  // after many steps; the momentum that built it up would otherwise keep
+  // pushing the same way.
+  const bool mask = use_feedback_ && worker_adam_ != nullptr &&
+                    (codec_.codec == Codec::kTopk || codec_.codec == Codec::kRandomk);
   if (on_device) {
     // The values, their residuals and the codec stay on the device; only
     // the payload comes back.
-    const bool mask = use_feedback_ && worker_adam_ != nullptr &&
-                      (codec_.codec == Codec::kTopk || codec_.codec == Codec::kRandomk);
     return device_source_
         ->Encode(block->table, block->col_begin, block->width, rows, block->row_count, block->codec,
                  block->codec_seed, use_feedback_, mask, block->payload.data())
@@ -126,11 +129,7 @@ Status PsClient::Compress(uint64_t step, uint32_t shard, bool on_device, wire::O
   if (use_feedback_) {
     feedback_.StoreResidual(key, rows, block->row_count, block->width, block->values.data(),
                             decoded.data());
-    // DGC's momentum factor masking: a sparsifying codec delivers a value
-    // after many steps; the momentum that built it up would otherwise keep
-    // pushing the same way.
-    if (worker_adam_ != nullptr &&
-        (codec_.codec == Codec::kTopk || codec_.codec == Codec::kRandomk)) {
+    if (mask) {
       worker_adam_->MaskMomentum(block->table, rows, block->row_count, block->col_begin,
                                  block->width, decoded.data());
     }

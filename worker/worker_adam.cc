@@ -117,10 +117,14 @@ void WorkerAdam::MaskMomentum(uint32_t table, const uint32_t* rows, size_t n, ui
                               uint32_t cw, const float* delivered) {
   cpu::AdamTable& state = state_[table];
   if (state.m.empty()) return;
-  const uint32_t w = partition_.table(table).width;
+  MaskMomentumRows(state.m.data(), partition_.table(table).width, rows, n, col, cw, delivered);
+}
+
+void MaskMomentumRows(float* m, size_t stride, const uint32_t* rows, size_t n, uint32_t col,
+                      uint32_t cw, const float* delivered) {
   for (size_t i = 0; i < n; ++i) {
     for (uint32_t f = 0; f < cw; ++f) {
-      if (delivered[i * cw + f] != 0.0f) state.m[size_t{rows[i]} * w + col + f] = 0.0f;
+      if (delivered[i * cw + f] != 0.0f) m[size_t{rows[i]} * stride + col + f] = 0.0f;
     }
   }
 }

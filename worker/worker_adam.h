@@ -29,6 +29,12 @@
 
 namespace gridsync {
 
+// DGC's momentum factor masking over a table's m (rows of `stride`
+// floats): m[rows[i] * stride + col + f] = 0 wherever delivered[i * cw + f]
+// (the payload's decoded values, n x cw) is not zero.
+void MaskMomentumRows(float* m, size_t stride, const uint32_t* rows, size_t n, uint32_t col,
+                      uint32_t cw, const float* delivered);
+
 class WorkerAdam {
  public:
   WorkerAdam(const Partition& partition, const AdamHyper& hyper);

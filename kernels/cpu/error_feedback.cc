@@ -90,8 +90,9 @@ void ErrorFeedback::CopyTableFrom(const ErrorFeedback& other, uint64_t key) {
   tables_.erase(key);
   const Table* t = other.FindTable(key);
   if (t == nullptr) return;
-  Reserve(key, t->width);
-  for (uint32_t row : other.Rows(key)) Assign(key, t->width, &row, 1, t->Find(row));
+  Table& mine = tables_[key];
+  mine.width = t->width;
+  for (uint32_t row : other.Rows(key)) std::copy_n(t->Find(row), t->width, mine.Insert(row));
 }
 
 std::vector<uint64_t> ErrorFeedback::Keys() const {

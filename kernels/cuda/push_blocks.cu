@@ -162,6 +162,8 @@ class DevicePushBlocks : public PushBlocks {
 
   Status FetchPushBlock(const DeviceTrainer::PushBlock& block, float* values) override {
     std::lock_guard<std::mutex> lock(mu_);
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    GRIDSYNC_RETURN_IF_ERROR(CheckPushBlock(layout_, block));
     GRIDSYNC_RETURN_IF_ERROR(Gather(block, nullptr));
     const size_t count = block.n * block.width;
     if (count > 0) {
@@ -176,9 +178,11 @@ class DevicePushBlocks : public PushBlocks {
                          uint64_t seed, bool feedback, bool mask_momentum,
                          uint8_t* payload) override {
     std::lock_guard<std::mutex> lock(mu_);
+    // The pool's threads call this: the device first, before Table allocates.
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    GRIDSYNC_RETURN_IF_ERROR(CheckPushBlock(layout_, block));
     Residuals* table = nullptr;
     if (feedback) {
-      GRIDSYNC_RETURN_IF_ERROR(CheckPushBlock(layout_, block));
       GRIDSYNC_ASSIGN_OR_RETURN(
           table, Table(DeviceTrainer::PushBlockKey(block.level, block.col_begin), block.width));
     }
@@ -409,10 +413,9 @@ class DevicePushBlocks : public PushBlocks {
   }
 
   // values_ = the block's values (plus its residuals when `table`); the
-  // block's rows are staged in rows_.
+  // block's rows are staged in rows_. The caller set the device and checked
+  // the block.
   Status Gather(const DeviceTrainer::PushBlock& block, const Residuals* table) {
-    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-    GRIDSYNC_RETURN_IF_ERROR(CheckPushBlock(layout_, block));
     const size_t count = block.n * block.width;
     GRIDSYNC_RETURN_IF_ERROR(Grow(&values_, count));
     if (count == 0) return Status::OK();
