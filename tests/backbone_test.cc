@@ -161,9 +161,9 @@ TEST(BackboneTest, EveryModeAndPrecisionAndAccumulationEndsWhereOneProcessEnds) 
 // grid bucket or one per level ("buckets"); nccl
 // model_parallel and fp16, ps and hybrid stage their rows through the twin,
 // and encode their pushes through its EncodeBlock (onebit: Adam on the
-// workers; hybrid), or, in ps, the grid's blocks stay on the twin and are
-// encoded there, residuals and worker Adam included ("... shard", "...
-// worker").
+// workers), or the grid's blocks stay on the twin and are encoded there,
+// residuals and worker Adam included ("... shard", "... worker"; in hybrid
+// every codec run: the node's sum runs on the twin's gradients).
 TEST(BackboneTest, TheDevicePathsOnTheCpuTwinEndWhereTheHostPathsEnd) {
   const ImageTask image = testing::SmallImage();
   struct Case {
@@ -190,6 +190,9 @@ TEST(BackboneTest, TheDevicePathsOnTheCpuTwinEndWhereTheHostPathsEnd) {
       {Mode::kNccl, true, 1, "buckets"},
       {Mode::kNccl, true, 2, "buckets"},
       {Mode::kHybrid, false, 1, "onebit"},
+      {Mode::kHybrid, true, 1, "onebit shard"},
+      {Mode::kHybrid, false, 1, "onebit worker"},
+      {Mode::kHybrid, true, 1, "topk worker"},
   };
   for (const Case& c : cases) {
     Config config = BackboneConfig(c.mode, c.mixed, c.accumulation);
@@ -281,10 +284,10 @@ TEST(BackboneTest, EveryModeOnTheGpuEndsNearOneProcess) {
   }
 }
 
-// The GPU's own ways: ps pushes compressed by the codecs' CUDA twins (the
-// grid's blocks encoded on the device before the copy, the MLP's through
-// the PS client's BlockEncoder) end near the same run's pushes compressed
-// on the CPU; nccl with a bucket per level (the
+// The GPU's own ways: ps and hybrid pushes compressed by the codecs' CUDA
+// twins (the grid's blocks encoded on the device before the copy, the
+// MLP's through the PS client's BlockEncoder) end near the same run's
+// pushes compressed on the CPU; nccl with a bucket per level (the
 // all-reduce overlapping the backward pass) ends near one process.
 TEST(BackboneTest, DeviceCodecsAndOverlappedBucketsOnTheGpuEndNearTheCpu) {
   std::string reason;
@@ -302,6 +305,22 @@ TEST(BackboneTest, DeviceCodecsAndOverlappedBucketsOnTheGpuEndNearTheCpu) {
     auto cpu = RunCluster(Mode::kPs, config, image);
     config.training.device = TrainingDevice::kCuda;
     auto gpu = RunCluster(Mode::kPs, config, image);
+    for (auto& r : cpu) ASSERT_TRUE(r.ok()) << what << " cpu: " << r.status().ToString();
+    for (auto& r : gpu) ASSERT_TRUE(r.ok()) << what << " gpu: " << r.status().ToString();
+    EXPECT_NE(gpu[0]->device, "CPU");
+    EXPECT_NEAR(gpu[0]->psnr, cpu[0]->psnr, 0.3) << what;
+  }
+  // hybrid: the node's sum on the devices (NCCL's reduce-scatter where the
+  // workers' collective is NCCL; here the in-process one, through pinned
+  // copies), and the slice's blocks encoded there.
+  for (bool mixed : {false, true}) {
+    Config config = BackboneConfig(Mode::kHybrid, mixed, 1);
+    config.compression.codec = "onebit";
+    config.compression.min_bytes = 0;
+    const std::string what = std::string("hybrid onebit") + (mixed ? " mixed" : " fp32");
+    auto cpu = RunCluster(Mode::kHybrid, config, image);
+    config.training.device = TrainingDevice::kCuda;
+    auto gpu = RunCluster(Mode::kHybrid, config, image);
     for (auto& r : cpu) ASSERT_TRUE(r.ok()) << what << " cpu: " << r.status().ToString();
     for (auto& r : gpu) ASSERT_TRUE(r.ok()) << what << " gpu: " << r.status().ToString();
     EXPECT_NE(gpu[0]->device, "CPU");

@@ -353,4 +353,65 @@ Status HostTrainer::Download(std::vector<float>* grid, std::vector<std::vector<f
   return Status::OK();
 }
 
+Result<cuda::DeviceTrainer::NodeExchange> HostTrainer::PackNodeGradients(const uint32_t* rows,
+                                                                         size_t n,
+                                                                         size_t slice_floats,
+                                                                         bool round_to_half, bool) {
+  GRIDSYNC_RETURN_IF_ERROR(CheckRows(rows, n));
+  const uint32_t F = model_->layout().features();
+  size_t mlp_floats = 0;
+  for (const auto& m : grads_.mlp) mlp_floats += static_cast<size_t>(m.size());
+  node_packed_.resize(n * F + mlp_floats);
+  node_slice_.resize(slice_floats);
+  float* grad = grads_.grid.mutable_dense();
+  float* out = node_packed_.data();
+  for (size_t i = 0; i < n; ++i, out += F) {
+    float* row = grad + size_t{rows[i]} * F;
+    std::memcpy(out, row, F * sizeof(float));
+    std::fill_n(row, F, 0.0f);
+  }
+  for (auto& m : grads_.mlp) {
+    std::memcpy(out, m.data(), static_cast<size_t>(m.size()) * sizeof(float));
+    out += m.size();
+    m.setZero();
+  }
+  NodeExchange exchange{node_packed_.data(), node_packed_.size(), node_slice_.data(), true};
+  if (round_to_half) exchange.fits = RoundToHalfChecked(node_packed_.data(), node_packed_.size());
+  return exchange;
+}
+
+Status HostTrainer::UnpackNodeSlice(const uint32_t* rows, size_t n, float* mlp_values,
+                                    size_t mlp_floats) {
+  GRIDSYNC_RETURN_IF_ERROR(CheckRows(rows, n));
+  const uint32_t F = model_->layout().features();
+  if (n * F + mlp_floats != node_slice_.size()) {
+    return Status::InvalidArgument("HostTrainer::UnpackNodeSlice: " + std::to_string(n) +
+                                   " rows and " + std::to_string(mlp_floats) +
+                                   " MLP floats; the slice holds " +
+                                   std::to_string(node_slice_.size()) + " floats");
+  }
+  float* grad = grads_.grid.mutable_dense();
+  for (size_t i = 0; i < n; ++i)
+    std::memcpy(grad + size_t{rows[i]} * F, node_slice_.data() + i * F, F * sizeof(float));
+  std::memcpy(mlp_values, node_slice_.data() + n * F, mlp_floats * sizeof(float));
+  return Status::OK();
+}
+
+Status HostTrainer::GridRowsWithGradient(const uint32_t* rows, size_t n, uint8_t* has) {
+  GRIDSYNC_RETURN_IF_ERROR(CheckRows(rows, n));
+  const uint32_t F = model_->layout().features();
+  const float* grad = grads_.grid.dense();
+  for (size_t i = 0; i < n; ++i) has[i] = RowHasGradient(grad + size_t{rows[i]} * F, F) ? 1 : 0;
+  return Status::OK();
+}
+
+Status HostTrainer::DownloadGridRows(const uint32_t* rows, size_t n, float* values) {
+  GRIDSYNC_RETURN_IF_ERROR(CheckRows(rows, n));
+  const uint32_t F = model_->layout().features();
+  const float* grid = model_->grid_params().data();
+  for (size_t i = 0; i < n; ++i)
+    std::memcpy(values + i * F, grid + size_t{rows[i]} * F, F * sizeof(float));
+  return Status::OK();
+}
+
 }  // namespace gridsync

@@ -68,6 +68,12 @@ class HostTrainer : public cuda::DeviceTrainer {
   Status ZeroGridGradientRows(const uint32_t* rows, size_t n) override;
   Status CopyResidualsTo(cpu::ErrorFeedback* into) override;
   Status LoadResiduals(const cpu::ErrorFeedback& from) override;
+  Result<NodeExchange> PackNodeGradients(const uint32_t* rows, size_t n, size_t slice_floats,
+                                         bool round_to_half, bool host) override;
+  Status UnpackNodeSlice(const uint32_t* rows, size_t n, float* mlp_values,
+                         size_t mlp_floats) override;
+  Status GridRowsWithGradient(const uint32_t* rows, size_t n, uint8_t* has) override;
+  Status DownloadGridRows(const uint32_t* rows, size_t n, float* values) override;
   Status Predict(const float* positions, size_t n, uint32_t active_levels, float* out) override;
   Status Download(std::vector<float>* grid, std::vector<std::vector<float>>* mlp) override;
   std::string device_name() const override { return "the CPU twin"; }
@@ -92,6 +98,7 @@ class HostTrainer : public cuda::DeviceTrainer {
   // on first use (guarded by push_mu_: EncodePushBlock masks m).
   std::vector<cpu::AdamTable> worker_adam_;
   cpu::AdamTable& WorkerAdamOf(uint32_t level);
+  std::vector<float> node_packed_, node_slice_;  // PackNodeGradients' buffers
 };
 
 }  // namespace gridsync

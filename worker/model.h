@@ -38,6 +38,10 @@ struct ModelGradients {
   // says whether they all fit fp16.
   bool grid_on_device = false;
   bool grid_fits = true;
+  // hybrid with a codec on a GPU (HybridSync::SumOnDevice): the grid's and
+  // the MLP's gradients stay on the model's device as computed (at the loss
+  // scale) for the node's sum there; `grid` only marks the touched rows.
+  bool sums_on_device = false;
   void Clear(ThreadPool* pool);
   // this += other, then other is cleared (see GridGradient::AddFrom).
   void AddFrom(ModelGradients* other, ThreadPool* pool);

@@ -22,6 +22,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/device_trainer.h"
+#include "kernels/cuda/node_sum.h"
 #include "kernels/cuda/push_blocks.h"
 #include "kernels/cuda/trainer_kernels.h"
 
@@ -100,6 +101,10 @@ class DeviceTrainerImpl : public DeviceTrainer {
       GRIDSYNC_RETURN_IF_ERROR(mlp_grad_.back().AllocateZeroed(n));
       if (mixed_) GRIDSYNC_RETURN_IF_ERROR(mlp_work_.back().AllocateZeroed(n));
     }
+    std::vector<std::span<float>> mlp_grads;
+    for (auto& g : mlp_grad_) mlp_grads.emplace_back(g.get(), g.size());
+    node_sum_ =
+        NodeSum::Create(layout_, device_, grid_grad_.get(), grid_.get(), mlp_grads, stream_);
     const size_t b = max_batch_;
     const size_t dims = layout_.spec().dims;
     const size_t in = static_cast<size_t>(dims_.input_width);
@@ -416,6 +421,21 @@ class DeviceTrainerImpl : public DeviceTrainer {
     return push_blocks_->LoadResiduals(from);
   }
 
+  Result<NodeExchange> PackNodeGradients(const uint32_t* rows, size_t n, size_t slice_floats,
+                                         bool round_to_half, bool host) override {
+    return node_sum_->PackNodeGradients(rows, n, slice_floats, round_to_half, host);
+  }
+  Status UnpackNodeSlice(const uint32_t* rows, size_t n, float* mlp_values,
+                         size_t mlp_floats) override {
+    return node_sum_->UnpackNodeSlice(rows, n, mlp_values, mlp_floats);
+  }
+  Status GridRowsWithGradient(const uint32_t* rows, size_t n, uint8_t* has) override {
+    return node_sum_->GridRowsWithGradient(rows, n, has);
+  }
+  Status DownloadGridRows(const uint32_t* rows, size_t n, float* values) override {
+    return node_sum_->DownloadGridRows(rows, n, values);
+  }
+
   Status Predict(const float* positions, size_t n, uint32_t active_levels, float* out) override {
     GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
     const size_t dims = layout_.spec().dims;
@@ -626,6 +646,7 @@ class DeviceTrainerImpl : public DeviceTrainer {
   cudaEvent_t copied_ = nullptr;
   std::unique_ptr<BlockCodec> block_codec_;  // the PS pushes' codecs
   std::unique_ptr<PushBlocks> push_blocks_;  // ps pushes encoded before the copy
+  std::unique_ptr<NodeSum> node_sum_;        // hybrid's node sum on the device
   struct Begun {
     size_t n = 0;
     uint32_t active_levels = 0;

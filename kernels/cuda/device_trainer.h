@@ -212,6 +212,38 @@ class DeviceTrainer {
   // Fetch/EncodePushBlock may come from several threads at once (the PS
   // client's pool), with distinct keys; the other calls from the trainer's.
 
+  // ---- hybrid: the node's sum where the gradients are ----
+  // With a codec in hybrid (HybridSync::SumOnDevice), a step's node sum:
+  // PackNodeGradients, the node's reduce-scatter from `packed` into
+  // `slice`, UnpackNodeSlice, GridRowsWithGradient, PrepareGridPush (the
+  // unscale), the push's blocks (EncodePushBlock, as in ps), and
+  // ZeroGridGradientRows.
+  struct NodeExchange {
+    float* packed = nullptr;  // packed_floats
+    size_t packed_floats = 0;
+    float* slice = nullptr;  // the slice_floats asked for
+    bool fits = true;        // with round_to_half: whether every value fit fp16
+  };
+  // Moves gradient rows (global ids, ascending, n) and then every MLP
+  // matrix's gradient into `packed` (n x features + the MLP's floats),
+  // zeroing them here; with round_to_half rounds the packed values through
+  // fp16 (RoundToHalfChecked). Both buffers lie where the gradients do, or,
+  // with `host`, in pinned host memory (a collective that reads host
+  // memory); valid until the next call.
+  virtual Result<NodeExchange> PackNodeGradients(const uint32_t* rows, size_t n,
+                                                 size_t slice_floats, bool round_to_half,
+                                                 bool host) = 0;
+  // The slice (the last PackNodeGradients'): its first n x features floats
+  // become those gradient rows (global ids), and the mlp_floats after them
+  // are copied to mlp_values (host memory).
+  virtual Status UnpackNodeSlice(const uint32_t* rows, size_t n, float* mlp_values,
+                                 size_t mlp_floats) = 0;
+  // has[i] = 1 when gradient row rows[i] (global id) is not all zero
+  // (RowHasGradient), else 0.
+  virtual Status GridRowsWithGradient(const uint32_t* rows, size_t n, uint8_t* has) = 0;
+  // Copies those parameter rows (global ids) out: n x features floats.
+  virtual Status DownloadGridRows(const uint32_t* rows, size_t n, float* values) = 0;
+
   // Predictions (n x output_width, host memory) at n positions.
   virtual Status Predict(const float* positions, size_t n, uint32_t active_levels, float* out) = 0;
 

@@ -105,7 +105,33 @@ __global__ void TakeRowsKernel(const uint32_t* __restrict__ rows, size_t n, uint
   }
 }
 
+__global__ void GatherRowsKernel(const uint32_t* __restrict__ rows, size_t n, uint32_t width,
+                                 const float* __restrict__ src, float* __restrict__ values) {
+  GRIDSYNC_FOR_EACH(i, n * width) values[i] = src[size_t{rows[i / width]} * width + i % width];
+}
+
+__global__ void RowsWithGradientKernel(const uint32_t* __restrict__ rows, size_t n, uint32_t width,
+                                       const float* __restrict__ grad, uint8_t* __restrict__ has) {
+  GRIDSYNC_FOR_EACH(i, n) has[i] = RowHasGradient(grad + size_t{rows[i]} * width, width) ? 1 : 0;
+}
+
 }  // namespace
+
+Status GatherRows(const uint32_t* rows, size_t n, uint32_t width, const float* src, float* values,
+                  cudaStream_t stream) {
+  if (n == 0) return Status::OK();
+  GatherRowsKernel<<<Blocks(n * width), kBlockSize, 0, stream>>>(rows, n, width, src, values);
+  GRIDSYNC_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return Status::OK();
+}
+
+Status RowsWithGradient(const uint32_t* rows, size_t n, uint32_t width, const float* grad,
+                        uint8_t* has, cudaStream_t stream) {
+  if (n == 0) return Status::OK();
+  RowsWithGradientKernel<<<Blocks(n), kBlockSize, 0, stream>>>(rows, n, width, grad, has);
+  GRIDSYNC_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return Status::OK();
+}
 
 Status Relu(float* x, size_t n, cudaStream_t stream) {
   if (n == 0) return Status::OK();

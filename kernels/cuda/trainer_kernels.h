@@ -47,5 +47,11 @@ Status ScatterRows(const uint32_t* rows, size_t n, uint32_t width, const float* 
 // values[i] = grad[rows[i]], then grad[rows[i]] = 0.
 Status TakeRows(const uint32_t* rows, size_t n, uint32_t width, float* grad, float* values,
                 cudaStream_t stream);
+// values[i] = src[rows[i]].
+Status GatherRows(const uint32_t* rows, size_t n, uint32_t width, const float* src, float* values,
+                  cudaStream_t stream);
+// has[i] = whether grad[rows[i]] is not all zero (RowHasGradient).
+Status RowsWithGradient(const uint32_t* rows, size_t n, uint32_t width, const float* grad,
+                        uint8_t* has, cudaStream_t stream);
 
 }  // namespace gridsync::cuda

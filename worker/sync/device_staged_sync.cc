@@ -6,6 +6,7 @@
 
 #include "worker/ps_client.h"
 #include "worker/sync/device_sync.h"
+#include "worker/sync/hybrid_sync.h"
 
 namespace gridsync {
 namespace {
@@ -59,12 +60,24 @@ Result<std::unique_ptr<DeviceStagedSync>> DeviceStagedSync::Create(
   std::unique_ptr<DeviceStagedSync> sync(
       new DeviceStagedSync(spec, model, std::move(host), std::move(trainer), pool));
   PsClient* ps = sync->host_->ps_client();
-  if (ps != nullptr && spec.config.distributed.gradient_sync == GradientSyncMode::kPs &&
-      spec.compression.codec.codec != Codec::kNone) {
-    sync->push_source_ = MakeTrainerPushSource(sync->trainer_.get());
-    std::vector<uint32_t> levels(model->layout().n_levels());
-    for (uint32_t l = 0; l < levels.size(); ++l) levels[l] = l;
-    GRIDSYNC_RETURN_IF_ERROR(ps->SetDevicePushSource(sync->push_source_.get(), levels));
+  const GradientSyncMode mode = spec.config.distributed.gradient_sync;
+  if (ps == nullptr || spec.compression.codec.codec == Codec::kNone) return sync;
+  // hybrid sums the node's gradients where they are, then pushes as ps.
+  HybridSync* hybrid = nullptr;
+  if (mode == GradientSyncMode::kHybrid) {
+    hybrid = dynamic_cast<HybridSync*>(sync->host_.get());
+    if (hybrid == nullptr)
+      return Status::Internal("DeviceStagedSync: gradient_sync hybrid without a HybridSync");
+  } else if (mode != GradientSyncMode::kPs) {
+    return sync;
+  }
+  sync->push_source_ = MakeTrainerPushSource(sync->trainer_.get());
+  std::vector<uint32_t> levels(model->layout().n_levels());
+  for (uint32_t l = 0; l < levels.size(); ++l) levels[l] = l;
+  GRIDSYNC_RETURN_IF_ERROR(ps->SetDevicePushSource(sync->push_source_.get(), levels));
+  if (hybrid != nullptr) {
+    hybrid->SumOnDevice(sync->trainer_.get());
+    sync->hybrid_ = hybrid;
   }
   return sync;
 }
@@ -94,6 +107,7 @@ DeviceStagedSync::DeviceStagedSync(const RunSpec& spec, HashGridModel* model,
 
 DeviceStagedSync::~DeviceStagedSync() {
   // The client outlives the trainer its encoder and push source call.
+  if (hybrid_ != nullptr) hybrid_->SumOnDevice(nullptr);
   if (PsClient* ps = host_->ps_client(); ps != nullptr) {
     ps->SetBlockEncoder(nullptr);
     // Detaching copies the residuals back; after the run no one reads them.
@@ -123,9 +137,10 @@ Result<const StepBatch*> DeviceStagedSync::Prepare(uint64_t step) {
   GRIDSYNC_RETURN_IF_ERROR(trainer_->UploadGridRows(rows_.data(), rows_.size(), values_.data()));
   // Worker Adam with error feedback: the updates not delivered yet join the
   // rows where they are read (the client left them out; see
-  // PsClient::AddPendingUpdates).
+  // PsClient::AddPendingUpdates). hybrid added them to its slice's rows
+  // before the node shared them.
   if (PsClient* ps = host_->ps_client();
-      encodes_on_device() && ps != nullptr && ps->adds_pending_updates()) {
+      encodes_on_device() && hybrid_ == nullptr && ps != nullptr && ps->adds_pending_updates()) {
     GRIDSYNC_RETURN_IF_ERROR(trainer_->AddResidualsToGridRows(rows_.data(), rows_.size()));
   }
   std::vector<std::span<const float>> mlp;
@@ -146,6 +161,18 @@ Result<double> DeviceStagedSync::TrainStep(const StepBatch& batch, size_t global
   // are zeroed on the device; or they stay there for the push to encode.
   const auto& layout = model_->layout();
   const uint32_t F = layout.features();
+  if (hybrid_ != nullptr) {
+    // Every gradient stays here for the node's sum (HybridSync::Apply).
+    for (uint32_t l = 0; l < layout.n_levels(); ++l) {
+      const auto& local = row_set_.rows(l);
+      grads_.grid.MarkRows(l, local.data(), local.size());
+    }
+    grads_.sums_on_device = true;
+    auto applied = host_->Apply(step_, &grads_, loss_scale);
+    grads_.sums_on_device = false;
+    GRIDSYNC_ASSIGN_OR_RETURN(*outcome, std::move(applied));
+    return sse;
+  }
   if (encodes_on_device()) {
     GRIDSYNC_ASSIGN_OR_RETURN(
         grads_.grid_fits,

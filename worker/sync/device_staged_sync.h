@@ -22,8 +22,10 @@
 // copied. The residuals and worker Adam's grid state then live on the
 // device: the client copies them back for its flush and checkpoints and
 // loads them there on a restore, and the pending updates join freshly
-// uploaded rows there (AddResidualsToGridRows). hybrid sums a node's
-// gradients on the host before its push, and keeps the path above.
+// uploaded rows there (AddResidualsToGridRows). In hybrid with a codec,
+// nothing comes back after the pass: the node's sum runs on the device's
+// gradients (HybridSync::SumOnDevice), and the slice each worker pushes is
+// encoded there as in ps.
 //
 // Everything else (evaluations, the final model, rates, peers, rollback)
 // is the host sync's. Rows the batch does not read may be stale on the
@@ -43,6 +45,8 @@
 #include "worker/sync/gradient_sync.h"
 
 namespace gridsync {
+
+class HybridSync;
 
 // The PS client's DevicePushSource backed by `trainer` (not owned): the
 // grid's levels are the PS model's tables 0 .. levels - 1.
@@ -91,6 +95,7 @@ class DeviceStagedSync : public GradientSync {
   std::vector<float> values_;        // staged rows (parameters in, gradients out)
   ModelGradients grads_;
   std::unique_ptr<DevicePushSource> push_source_;  // null: rows come back
+  HybridSync* hybrid_ = nullptr;                   // host_, summing the node on the device
 };
 
 }  // namespace gridsync

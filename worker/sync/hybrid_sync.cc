@@ -61,12 +61,6 @@ Result<std::unique_ptr<HybridSync>> HybridSync::Create(const RunSpec& spec, Hash
   }
   const RowSpace& space = sync->space_;
   sync->bounds_ = space.SliceRows(sync->node_size_);
-  for (int l = 0; l < sync->node_size_; ++l) {
-    sync->slice_elements_.push_back(space.ElementOf(sync->bounds_[static_cast<size_t>(l) + 1]) -
-                                    space.ElementOf(sync->bounds_[static_cast<size_t>(l)]));
-  }
-  sync->packed_.resize(space.elements());
-  sync->my_grad_.resize(sync->slice_elements_[static_cast<size_t>(sync->local_)]);
   sync->needed_bits_.resize((space.rows() + 63) / 64);
   return sync;
 }
@@ -110,6 +104,14 @@ float* HybridSync::ParamOf(uint64_t global_row) {
   return model_->mlp_weights()[t - levels].data() + row * tab.width;
 }
 
+const float* HybridSync::GradientOf(const ModelGradients& grads, uint64_t global_row) const {
+  const uint32_t t = space_.TableOf(global_row);
+  const auto& tab = space_.tables()[t];
+  const uint32_t levels = model_->layout().n_levels();
+  if (t < levels) return grads.grid.dense() + global_row * tab.width;  // grid rows lie end to end
+  return grads.mlp[t - levels].data() + (global_row - tab.first_row) * tab.width;
+}
+
 Result<const StepBatch*> HybridSync::Prepare(uint64_t step) {
   const auto& layout = model_->layout();
   const uint32_t levels = layout.n_levels();
@@ -146,13 +148,21 @@ Result<const StepBatch*> HybridSync::Prepare(uint64_t step) {
     for (uint64_t g = tables[ti].first_row; g < tables[ti].first_row + tables[ti].rows; ++g)
       needed_bits_[g >> 6] |= uint64_t{1} << (g & 63);
   }
-  // Per local rank, the needed rows inside its slice (ascending).
-  std::vector<std::vector<uint64_t>> slice_rows(static_cast<size_t>(node_size_));
+  // Per local rank, the needed rows inside its slice (ascending): what
+  // this step's pulls, all-gather and reduce-scatter carry.
+  auto& slice_rows = slice_rows_;
+  slice_rows.assign(static_cast<size_t>(node_size_), {});
+  const uint64_t grid_rows = layout.total_rows();
+  node_grid_rows_.clear();
+  node_grid_begin_.assign(1, 0);
   for (int l = 0; l < node_size_; ++l) {
     for (uint64_t g = bounds_[static_cast<size_t>(l)]; g < bounds_[static_cast<size_t>(l) + 1];
          ++g) {
-      if (needed_bits_[g >> 6] >> (g & 63) & 1) slice_rows[static_cast<size_t>(l)].push_back(g);
+      if ((needed_bits_[g >> 6] >> (g & 63) & 1) == 0) continue;
+      slice_rows[static_cast<size_t>(l)].push_back(g);
+      if (g < grid_rows) node_grid_rows_.push_back(static_cast<uint32_t>(g));
     }
+    node_grid_begin_.push_back(node_grid_rows_.size());
   }
   // Pull mine, per table.
   std::vector<std::vector<uint32_t>> pull_rows(tables.size());
@@ -175,7 +185,8 @@ Result<const StepBatch*> HybridSync::Prepare(uint64_t step) {
     RecordStaleness(step > version ? step - version : 0);
   session_.ps->AddPendingUpdates(pulls);  // before the node shares them
   // Share the pulled values inside the node.
-  std::vector<size_t> value_counts(static_cast<size_t>(node_size_));
+  auto& value_counts = value_counts_;
+  value_counts.assign(static_cast<size_t>(node_size_), 0);
   for (int l = 0; l < node_size_; ++l) {
     size_t n = 0;
     for (uint64_t g : slice_rows[static_cast<size_t>(l)]) n += tables[space_.TableOf(g)].width;
@@ -187,6 +198,8 @@ Result<const StepBatch*> HybridSync::Prepare(uint64_t step) {
     const float* p = ParamOf(g);
     my_values.insert(my_values.end(), p, p + tables[space_.TableOf(g)].width);
   }
+  if (device_ != nullptr && session_.ps->adds_pending_updates())
+    GRIDSYNC_RETURN_IF_ERROR(AddDevicePendingUpdates(my_values.data()));
   size_t total_values = 0;
   for (size_t c : value_counts) total_values += c;
   std::vector<float> all_values(total_values);
@@ -209,46 +222,56 @@ Result<const StepBatch*> HybridSync::Prepare(uint64_t step) {
   return &batch_;
 }
 
-Result<SyncOutcome> HybridSync::Apply(uint64_t step, ModelGradients* grads, float loss_scale) {
-  const auto& layout = model_->layout();
-  const uint32_t F = layout.features();
-  const auto& tables = space_.tables();
-  SyncOutcome outcome;
-  for (uint32_t l = 0; l < layout.n_levels(); ++l) outcome.grid_rows += grads->grid.TouchedRows(l);
-  // Reduce-scatter inside the node: local rank l gets its slice's sum.
-  const auto start = Clock::now();
-  std::memcpy(packed_.data(), grads->grid.dense(),
-              uint64_t{layout.total_rows()} * F * sizeof(float));
-  size_t offset = uint64_t{layout.total_rows()} * F;
-  for (const auto& m : grads->mlp) {
-    std::memcpy(packed_.data() + offset, m.data(), static_cast<size_t>(m.size()) * sizeof(float));
-    offset += static_cast<size_t>(m.size());
+Status HybridSync::AddDevicePendingUpdates(float* values) {
+  const auto l = static_cast<size_t>(local_);
+  const uint32_t* rows = node_grid_rows_.data() + node_grid_begin_[l];
+  const size_t n = node_grid_begin_[l + 1] - node_grid_begin_[l];
+  if (n == 0) return Status::OK();
+  // The slice's grid rows come first in `values` (they precede the MLP's).
+  GRIDSYNC_RETURN_IF_ERROR(device_->UploadGridRows(rows, n, values));
+  GRIDSYNC_RETURN_IF_ERROR(device_->AddResidualsToGridRows(rows, n));
+  return device_->DownloadGridRows(rows, n, values);
+}
+
+Result<bool> HybridSync::SumOnTheDevice(bool mixed, std::vector<float>* mlp_values) {
+  const auto l = static_cast<size_t>(local_);
+  const uint32_t F = model_->layout().features();
+  // A collective that reads host memory gets the trainer's pinned copies.
+  const bool host = !intra_->enqueues_on_device();
+  GRIDSYNC_ASSIGN_OR_RETURN(
+      const cuda::DeviceTrainer::NodeExchange exchange,
+      device_->PackNodeGradients(node_grid_rows_.data(), node_grid_rows_.size(), value_counts_[l],
+                                 mixed, host));
+  size_t total = 0;
+  for (size_t c : value_counts_) total += c;
+  if (exchange.packed_floats != total) {
+    return Status::Internal(me_ + ": the trainer packed " + std::to_string(exchange.packed_floats) +
+                            " floats for the node's sum; the slices hold " + std::to_string(total));
   }
-  grads->Clear(pool_);
-  if (config_.training.mixed_precision) {
-    float overflow = RoundToHalfChecked(packed_.data(), packed_.size()) ? 0.0f : 1.0f;
+  if (mixed) {
+    float overflow = exchange.fits ? 0.0f : 1.0f;
     GRIDSYNC_RETURN_IF_ERROR(intra_->AllReduceSum(&overflow, 1));
-    outcome.finite = overflow == 0.0f;
-  }
-  if (!outcome.finite) {
-    GRIDSYNC_RETURN_IF_ERROR(session_.ps->PushSkipped(step));
-    comm_seconds_ += Since(start);
-    GRIDSYNC_RETURN_IF_ERROR(CheckpointIfDue(step));
-    return outcome;
+    if (overflow != 0.0f) return false;
   }
   GRIDSYNC_RETURN_IF_ERROR(
-      intra_->ReduceScatterSum(packed_.data(), my_grad_.data(), slice_elements_));
+      intra_->ReduceScatterSum(exchange.packed, exchange.slice, value_counts_));
+  const size_t mine = node_grid_begin_[l + 1] - node_grid_begin_[l];
+  mlp_values->resize(value_counts_[l] - mine * F);
+  GRIDSYNC_RETURN_IF_ERROR(device_->UnpackNodeSlice(node_grid_rows_.data() + node_grid_begin_[l],
+                                                    mine, mlp_values->data(), mlp_values->size()));
+  return true;
+}
 
-  // Push the slice's non-zero rows, unscaled.
-  const float unscale = 1.0f / loss_scale;
+Status HybridSync::PushSlice(uint64_t step, std::span<const uint64_t> rows, float* values,
+                             float unscale, std::vector<TableRowsRef> push) {
+  const auto& tables = space_.tables();
   std::vector<std::vector<uint32_t>> push_rows(tables.size());
   std::vector<std::vector<float>> push_values(tables.size());
   size_t element = 0;
-  for (uint64_t g = bounds_[static_cast<size_t>(local_)];
-       g < bounds_[static_cast<size_t>(local_) + 1]; ++g) {
+  for (uint64_t g : rows) {
     const uint32_t ti = space_.TableOf(g);
     const uint32_t w = tables[ti].width;
-    float* v = my_grad_.data() + element;
+    float* v = values + element;
     element += w;
     if (!RowHasGradient(v, w)) continue;
     if (unscale != 1.0f) {
@@ -257,12 +280,90 @@ Result<SyncOutcome> HybridSync::Apply(uint64_t step, ModelGradients* grads, floa
     push_rows[ti].push_back(static_cast<uint32_t>(g - tables[ti].first_row));
     push_values[ti].insert(push_values[ti].end(), v, v + w);
   }
-  std::vector<TableRowsRef> push;
   for (uint32_t ti = 0; ti < push_rows.size(); ++ti) {
     if (push_rows[ti].empty()) continue;
     push.push_back({ti, false, push_rows[ti].data(), push_rows[ti].size(), push_values[ti].data()});
   }
-  GRIDSYNC_RETURN_IF_ERROR(session_.ps->Push(wire::Kind::kPush, step, push));
+  return session_.ps->Push(wire::Kind::kPush, step, push);
+}
+
+Result<SyncOutcome> HybridSync::Apply(uint64_t step, ModelGradients* grads, float loss_scale) {
+  const auto& layout = model_->layout();
+  const bool mixed = config_.training.mixed_precision;
+  const auto l = static_cast<size_t>(local_);
+  const std::span<const uint64_t> my_rows = slice_rows_[l];
+  SyncOutcome outcome;
+  for (uint32_t level = 0; level < layout.n_levels(); ++level)
+    outcome.grid_rows += grads->grid.TouchedRows(level);
+  const auto start = Clock::now();
+  const float unscale = 1.0f / loss_scale;
+  if (grads->sums_on_device) {
+    if (device_ == nullptr)
+      return Status::Internal(me_ + ": gradients on the device, and no trainer to sum them");
+    grads->Clear(pool_);  // marks only
+    std::vector<float> mlp_values;
+    GRIDSYNC_ASSIGN_OR_RETURN(outcome.finite, SumOnTheDevice(mixed, &mlp_values));
+    if (!outcome.finite) {
+      GRIDSYNC_RETURN_IF_ERROR(session_.ps->PushSkipped(step));
+    } else {
+      // The slice's grid rows stay on the device: those with a gradient
+      // are unscaled there and pushed as on_device refs, encoded there.
+      const uint32_t* rows = node_grid_rows_.data() + node_grid_begin_[l];
+      const size_t n = node_grid_begin_[l + 1] - node_grid_begin_[l];
+      std::vector<uint8_t> has(n);
+      Status pushed = device_->GridRowsWithGradient(rows, n, has.data());
+      std::vector<uint32_t> kept;
+      for (size_t i = 0; i < n; ++i) {
+        if (has[i]) kept.push_back(rows[i]);
+      }
+      std::vector<std::vector<uint32_t>> local(layout.n_levels());
+      for (uint32_t g : kept) {
+        const uint32_t t = space_.TableOf(g);
+        local[t].push_back(static_cast<uint32_t>(g - space_.tables()[t].first_row));
+      }
+      if (pushed.ok())
+        pushed = device_->PrepareGridPush(kept.data(), kept.size(), false, unscale).status();
+      std::vector<TableRowsRef> push;
+      for (uint32_t t = 0; t < local.size(); ++t) {
+        if (!local[t].empty())
+          push.push_back({t, false, local[t].data(), local[t].size(), nullptr, /*on_device=*/true});
+      }
+      if (pushed.ok())
+        pushed = PushSlice(step, my_rows.subspan(n), mlp_values.data(), unscale, std::move(push));
+      // Encoded (or failed: the step is computed again from zero).
+      const Status zeroed = device_->ZeroGridGradientRows(rows, n);
+      GRIDSYNC_RETURN_IF_ERROR(pushed);
+      GRIDSYNC_RETURN_IF_ERROR(zeroed);
+    }
+  } else {
+    // Reduce-scatter inside the node: local rank l gets its slice's sum.
+    size_t total = 0;
+    for (size_t c : value_counts_) total += c;
+    packed_.resize(total);
+    size_t at = 0;
+    for (const auto& rows : slice_rows_) {
+      for (uint64_t g : rows) {
+        const uint32_t w = space_.tables()[space_.TableOf(g)].width;
+        std::memcpy(packed_.data() + at, GradientOf(*grads, g), w * sizeof(float));
+        at += w;
+      }
+    }
+    grads->Clear(pool_);
+    if (mixed) {
+      float overflow = RoundToHalfChecked(packed_.data(), packed_.size()) ? 0.0f : 1.0f;
+      GRIDSYNC_RETURN_IF_ERROR(intra_->AllReduceSum(&overflow, 1));
+      outcome.finite = overflow == 0.0f;
+    }
+    if (!outcome.finite) {
+      GRIDSYNC_RETURN_IF_ERROR(session_.ps->PushSkipped(step));
+    } else {
+      my_grad_.resize(value_counts_[l]);
+      GRIDSYNC_RETURN_IF_ERROR(
+          intra_->ReduceScatterSum(packed_.data(), my_grad_.data(), value_counts_));
+      // Push the slice's non-zero rows, unscaled.
+      GRIDSYNC_RETURN_IF_ERROR(PushSlice(step, my_rows, my_grad_.data(), unscale, {}));
+    }
+  }
   comm_seconds_ += Since(start);
   // With the shards' partitions at this step, the whole training state.
   GRIDSYNC_RETURN_IF_ERROR(CheckpointIfDue(step));

@@ -12,7 +12,20 @@
 //      pushes and run Adam (bsp: once every push of the step is in).
 // Slices are contiguous ranges of the parameter rows (row_space.h), cut at
 // row boundaries into near-equal parts. Nodes may run different numbers of
-// workers (distributed.nodes).
+// workers (distributed.nodes). Only the rows the node read in step 1 can
+// have a gradient, so the reduce-scatter carries those rows alone (and the
+// MLP's), packed in row order: a worker's share of a step is its slice's
+// rows of that union, not the whole grid.
+//
+// With the model on a GPU and a codec (SumOnDevice, DeviceStagedSync), the
+// node's sum runs where the gradients are: the trainer packs the union's
+// gradient rows and the MLP's (device memory for NCCL, pinned host memory
+// for a collective that reads host memory), the reduce-scatter sums them,
+// and the slice's grid rows go back into the trainer's gradient, where the
+// PS client's DevicePushSource encodes the push before the copy (as in ps).
+// Only the slice's MLP values come to the host. The pending updates of
+// worker Adam with error feedback (residuals kept on the device) join the
+// slice's pulled rows on the device before the node shares them.
 //
 // Mixed precision: the node sums an overflow flag with one more all-reduce;
 // a node that overflowed pushes flagged empty pushes and the shards apply
@@ -32,6 +45,7 @@
 #include "common/store.h"
 #include "common/thread_pool.h"
 #include "kernels/cpu/hash_encoding.h"
+#include "kernels/cuda/device_trainer.h"
 #include "spec/run_spec.h"
 #include "worker/collective/collective.h"
 #include "worker/collective/factory.h"
@@ -58,11 +72,29 @@ class HybridSync : public PsSessionSync {
   // the node's) under keys of the new epoch. Not with a collective handed
   // in (WorkerOptions::intra_group).
   Result<uint64_t> Recover(const Status& failure) override;
+  // The node's sum on `trainer`'s gradients (see above), from the next
+  // step on: Apply then expects ModelGradients::sums_on_device. Null: on
+  // the host again.
+  void SumOnDevice(cuda::DeviceTrainer* trainer) { device_ = trainer; }
 
  private:
   HybridSync(const RunSpec& spec, HashGridModel* model, PsSession session,
              const BatchSource* source, const SplitSchedule* split, ThreadPool* pool);
   float* ParamOf(uint64_t global_row);
+  const float* GradientOf(const ModelGradients& grads, uint64_t global_row) const;
+  // The node's sum on the device (SumOnDevice): the union's rows packed by
+  // the trainer, reduce-scattered, and the slice's grid rows left there for
+  // the push. *mlp_values receives the slice's MLP part (host).
+  Result<bool> SumOnTheDevice(bool mixed, std::vector<float>* mlp_values);
+  // Pushes `rows` of this worker's slice (their sums at the loss scale,
+  // row by row in `values`) whose gradient is not all zero, unscaled in
+  // place, with `push`'s refs (the device path's grid rows).
+  Status PushSlice(uint64_t step, std::span<const uint64_t> rows, float* values, float unscale,
+                   std::vector<TableRowsRef> push);
+  // With the residuals on the device: the pending updates join the slice's
+  // grid rows in `values` (laid out as slice_rows_[local_]) before the node
+  // shares them.
+  Status AddDevicePendingUpdates(float* values);
   // Forms the node's collective through the coordinator's store, as group
   // "intra-<node>" (epoch 0) or "intra-<node>-epoch<e>": every member of a
   // rolled-back job meets under the same new keys.
@@ -80,11 +112,20 @@ class HybridSync : public PsSessionSync {
   int local_ = 0;
   int node_size_ = 1;
   RowSpace space_;
-  std::vector<uint64_t> bounds_;        // slice bounds in global rows, per local rank
-  std::vector<size_t> slice_elements_;  // per local rank
+  std::vector<uint64_t> bounds_;  // slice bounds in global rows, per local rank
   StepBatch batch_;
   cpu::GridBatchLookup lookup_;
   cpu::GridRowSet row_set_;
+  // The prepared step's union of rows the node reads, per local rank's
+  // slice (global rows, ascending, the MLP's included), and the floats of
+  // each slice's rows: the reduce-scatter's counts.
+  std::vector<std::vector<uint64_t>> slice_rows_;
+  std::vector<size_t> value_counts_;
+  // The union's grid rows (global ids, ascending) and where each slice's
+  // start among them (node_size_ + 1 entries): the device path's.
+  std::vector<uint32_t> node_grid_rows_;
+  std::vector<size_t> node_grid_begin_;
+  cuda::DeviceTrainer* device_ = nullptr;
   std::vector<float> packed_;
   std::vector<float> my_grad_;
   std::vector<uint64_t> needed_bits_;
