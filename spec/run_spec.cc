@@ -77,10 +77,15 @@ Result<RunSpec> RunSpec::Resolve(const Config& config) {
   c.min_bytes = static_cast<size_t>(config.compression.min_bytes);
   c.delta_pulls = config.compression.pull && c.codec.codec != Codec::kNone;
   s.worker_state = s.optimizer_on_workers || (c.codec.codec != Codec::kNone && c.error_feedback);
-  // auto: NCCL when the nccl mode's model may train on a GPU and NCCL can
-  // run here (worker/collective/factory.h decides); Gloo while it trains on
-  // the CPU, and for hybrid, whose node-local collectives work on host
-  // buffers: NCCL would copy every bucket to a device and back.
+  // auto: NCCL when the model may train on a GPU and NCCL can run here
+  // (the workers agree: worker/sync/train.cc), in nccl mode and in hybrid
+  // with a codec, whose node sum then runs on device buffers; Gloo while it
+  // trains on the CPU, and for hybrid without a codec, whose node-local
+  // collectives work on host buffers: NCCL would copy each to a device and
+  // back.
+  const bool device_sum =
+      d.gradient_sync == GradientSyncMode::kNccl ||
+      (d.gradient_sync == GradientSyncMode::kHybrid && c.codec.codec != Codec::kNone);
   switch (config.distributed.collective) {
     case CollectiveKind::kNccl:
       s.collective = "nccl";
@@ -89,10 +94,7 @@ Result<RunSpec> RunSpec::Resolve(const Config& config) {
       s.collective = "gloo";
       break;
     case CollectiveKind::kAuto:
-      s.collective = config.training.device != TrainingDevice::kCpu &&
-                             d.gradient_sync == GradientSyncMode::kNccl
-                         ? "auto"
-                         : "gloo";
+      s.collective = config.training.device != TrainingDevice::kCpu && device_sum ? "auto" : "gloo";
       break;
   }
   if (d.gradient_sync == GradientSyncMode::kNccl) {

@@ -84,6 +84,47 @@ TEST(DeviceConfigTest, TheDeviceKeyIsCheckedAndCudaAcceptedWithEveryMode) {
   EXPECT_EQ(again->training.device, TrainingDevice::kCuda);
 }
 
+// collective auto stays open (the workers vote: NCCL only where every
+// model is on a GPU of its own) where the gradients can be summed on the
+// device: nccl mode, and hybrid with a codec (its node sum on the device);
+// it is Gloo on the CPU and for hybrid without a codec.
+TEST(DeviceConfigTest, CollectiveAutoIsVotedWhereTheGradientsAreSummedOnTheDevice) {
+  struct Case {
+    GradientSyncMode mode;
+    TrainingDevice device;
+    const char* codec;
+    const char* expected;
+  };
+  const Case cases[] = {
+      {GradientSyncMode::kNccl, TrainingDevice::kAuto, "none", "auto"},
+      {GradientSyncMode::kNccl, TrainingDevice::kCpu, "none", "gloo"},
+      {GradientSyncMode::kHybrid, TrainingDevice::kCuda, "onebit", "auto"},
+      {GradientSyncMode::kHybrid, TrainingDevice::kAuto, "topk", "auto"},
+      {GradientSyncMode::kHybrid, TrainingDevice::kCuda, "none", "gloo"},
+      {GradientSyncMode::kHybrid, TrainingDevice::kCpu, "onebit", "gloo"},
+      {GradientSyncMode::kPs, TrainingDevice::kCuda, "onebit", "gloo"},
+  };
+  for (const Case& c : cases) {
+    Config config = Small(c.device);
+    config.distributed.enable = true;
+    config.distributed.world_size = 2;
+    config.distributed.gradient_sync = c.mode;
+    config.compression.codec = c.codec;
+    auto spec = RunSpec::Resolve(config);
+    ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+    EXPECT_EQ(spec->sync.collective, c.expected)
+        << ToString(c.mode) << " " << ToString(c.device) << " " << c.codec;
+  }
+  Config pinned = Small(TrainingDevice::kCuda);
+  pinned.distributed.enable = true;
+  pinned.distributed.gradient_sync = GradientSyncMode::kHybrid;
+  pinned.distributed.collective = CollectiveKind::kGloo;
+  pinned.compression.codec = "onebit";
+  auto spec = RunSpec::Resolve(pinned);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->sync.collective, "gloo") << "what the config names, it gets";
+}
+
 TEST(DeviceConfigTest, WithoutADeviceCudaFailsSayingWhyAndAutoTrainsOnTheCpu) {
   std::string reason;
   if (cuda::Available(&reason)) GTEST_SKIP() << "a CUDA device is present: " << reason;

@@ -35,7 +35,8 @@ HybridSync::HybridSync(const RunSpec& spec, HashGridModel* model, PsSession sess
 Result<std::unique_ptr<HybridSync>> HybridSync::Create(const RunSpec& spec, HashGridModel* model,
                                                        PsSession session, const BatchSource* source,
                                                        const SplitSchedule* split, ThreadPool* pool,
-                                                       const WorkerOptions& options) {
+                                                       const WorkerOptions& options,
+                                                       std::string collective) {
   const auto& d = spec.config.distributed;
   std::unique_ptr<HybridSync> sync(
       new HybridSync(spec, model, std::move(session), source, split, pool));
@@ -52,6 +53,7 @@ Result<std::unique_ptr<HybridSync>> HybridSync::Create(const RunSpec& spec, Hash
     sync->store_ = std::make_unique<CoordinatorStore>(sync->session_.coordinator.get(),
                                                       kCollectiveStorePrefix);
     // NCCL (collective nccl) on the local rank's device, as the model's.
+    sync->collective_ = std::move(collective);
     sync->endpoint_ = options.endpoint;
     if (const auto device = cuda::DeviceForLocalRank(sync->local_); device.ok())
       sync->endpoint_.cuda_device = *device;
@@ -68,9 +70,9 @@ Result<std::unique_ptr<HybridSync>> HybridSync::Create(const RunSpec& spec, Hash
 Status HybridSync::JoinIntra(uint32_t epoch) {
   std::string group = "intra-" + node_name_;
   if (epoch > 0) group += "-epoch" + std::to_string(epoch);
-  GRIDSYNC_ASSIGN_OR_RETURN(
-      owned_intra_, MakeCollective(spec_.sync.collective, store_.get(), local_, node_size_, group,
-                                   spec_.sync.timeout, endpoint_));
+  GRIDSYNC_ASSIGN_OR_RETURN(owned_intra_,
+                            MakeCollective(collective_, store_.get(), local_, node_size_, group,
+                                           spec_.sync.timeout, endpoint_));
   intra_ = owned_intra_.get();
   return Status::OK();
 }

@@ -58,11 +58,13 @@ namespace gridsync {
 class HybridSync : public PsSessionSync {
  public:
   // Joins the node's intra group: options.intra_group when set, else the
-  // configured backend through the coordinator's KV store.
+  // backend `collective` ("gloo" or "nccl", the job's agreed choice)
+  // through the coordinator's KV store.
   static Result<std::unique_ptr<HybridSync>> Create(const RunSpec& spec, HashGridModel* model,
                                                     PsSession session, const BatchSource* source,
                                                     const SplitSchedule* split, ThreadPool* pool,
-                                                    const WorkerOptions& options);
+                                                    const WorkerOptions& options,
+                                                    std::string collective);
 
   Result<const StepBatch*> Prepare(uint64_t step) override;
   Result<SyncOutcome> Apply(uint64_t step, ModelGradients* grads, float loss_scale) override;
@@ -109,6 +111,7 @@ class HybridSync : public PsSessionSync {
   Collective* intra_ = nullptr;
   std::string node_name_;
   CollectiveEndpoint endpoint_;  // this worker's, for JoinIntra
+  std::string collective_;       // the backend, for JoinIntra
   int local_ = 0;
   int node_size_ = 1;
   RowSpace space_;

@@ -167,18 +167,31 @@ Result<TrainReport> TrainPsWorker(const RunSpec& spec, const ImageTask& image,
   session.ps->SetThreadPool(&pool);
   const BatchSource source(image, config.training.seed, &pool);
   SplitSchedule split(BatchSplit(config.distributed, config.training.batch_size));
+  const int rank = static_cast<int>(session.rank);
+  GRIDSYNC_ASSIGN_OR_RETURN(auto trainer,
+                            PickTrainer(spec, *model, config.distributed.LocalRankOf(rank), options,
+                                        options.train.quiet));
   std::unique_ptr<GradientSync> sync;
   if (config.distributed.gradient_sync == GradientSyncMode::kHybrid) {
+    // The node's collective: with auto, NCCL only where every worker's
+    // model is on a GPU of its own (the node's sum then runs on device
+    // buffers; RunSpec leaves auto only where it can), as in nccl mode.
+    std::string kind = spec.sync.collective;
+    if (!options.intra_group) {
+      CoordinatorStore store(session.coordinator.get(), kCollectiveStorePrefix);
+      const auto nodes = config.distributed.ResolvedNodes();
+      GRIDSYNC_ASSIGN_OR_RETURN(
+          kind,
+          AgreeOnCollective(spec, trainer.get(),
+                            nodes[static_cast<size_t>(config.distributed.NodeOf(rank))].workers,
+                            rank, &store));
+    }
     GRIDSYNC_ASSIGN_OR_RETURN(sync, HybridSync::Create(spec, model.get(), std::move(session),
-                                                       &source, &split, &pool, options));
+                                                       &source, &split, &pool, options, kind));
   } else {
     sync = std::make_unique<PsSync>(spec, model.get(), std::move(session), &source, &split, &pool,
                                     options);
   }
-  GRIDSYNC_ASSIGN_OR_RETURN(
-      auto trainer,
-      PickTrainer(spec, *model, config.distributed.LocalRankOf(static_cast<int>(sync->rank())),
-                  options, options.train.quiet));
   if (trainer) {
     GRIDSYNC_ASSIGN_OR_RETURN(sync, DeviceStagedSync::Create(spec, model.get(), std::move(sync),
                                                              std::move(trainer), &pool));
