@@ -393,7 +393,8 @@ Status HostTrainer::UnpackNodeSlice(const uint32_t* rows, size_t n, float* mlp_v
   float* grad = grads_.grid.mutable_dense();
   for (size_t i = 0; i < n; ++i)
     std::memcpy(grad + size_t{rows[i]} * F, node_slice_.data() + i * F, F * sizeof(float));
-  std::memcpy(mlp_values, node_slice_.data() + n * F, mlp_floats * sizeof(float));
+  if (mlp_floats > 0)  // only the last slices hold MLP rows
+    std::memcpy(mlp_values, node_slice_.data() + n * F, mlp_floats * sizeof(float));
   return Status::OK();
 }
 

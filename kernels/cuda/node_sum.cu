@@ -144,8 +144,9 @@ class NodeSumImpl : public NodeSum {
 
  private:
   // Row ids (global, below the grid's rows) to the device, through pinned
-  // memory, on the stream; the previous call synchronised it, so the
-  // pinned copy is free.
+  // memory, on the stream. A call that failed midway may have left a copy
+  // from the pinned buffer pending: the stream is waited for first (free
+  // after a call that succeeded).
   Status StageRows(const uint32_t* rows, size_t n) {
     const uint64_t total_rows = layout_.total_rows();
     for (size_t i = 0; i < n; ++i) {
@@ -155,6 +156,7 @@ class NodeSumImpl : public NodeSum {
       }
     }
     if (n == 0) return Status::OK();
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
     GRIDSYNC_RETURN_IF_ERROR(GrowBuffer(&rows_, n, stream_));
     GRIDSYNC_RETURN_IF_ERROR(rows_host_.Reserve(n));
     std::memcpy(rows_host_.get(), rows, n * sizeof(uint32_t));

@@ -12,10 +12,10 @@
 //      pushes and run Adam (bsp: once every push of the step is in).
 // Slices are contiguous ranges of the parameter rows (row_space.h), cut at
 // row boundaries into near-equal parts. Nodes may run different numbers of
-// workers (distributed.nodes). Only the rows the node read in step 1 can
-// have a gradient, so the reduce-scatter carries those rows alone (and the
-// MLP's), packed in row order: a worker's share of a step is its slice's
-// rows of that union, not the whole grid.
+// workers (distributed.nodes). Only the rows the node reads in this step
+// (its Prepare) can have a gradient, so the reduce-scatter carries those
+// rows alone (and the MLP's), packed in row order: a worker's share of a
+// step is its slice's rows of that union, not the whole grid.
 //
 // With the model on a GPU and a codec (SumOnDevice, DeviceStagedSync), the
 // node's sum runs where the gradients are: the trainer packs the union's

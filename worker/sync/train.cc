@@ -32,12 +32,21 @@ Result<std::shared_ptr<HashGridModel>> MakeModel(const RunSpec& spec) {
 // device buffers, no more workers on its node than devices) and NCCL loads
 // there, else Gloo. One rank's vote for Gloo makes it Gloo for all, so
 // hosts that differ never mix backends.
+// A worker restarted into a running job (`rejoining`) takes the outcome its
+// peers agreed at their start rather than voting again: a vote of its own
+// could differ (its GPU gone) while they keep the backend they formed.
 Result<std::string> AgreeOnCollective(const RunSpec& spec, const cuda::DeviceTrainer* trainer,
-                                      int node_workers, int rank, Store* store) {
+                                      int node_workers, int rank, Store* store,
+                                      bool rejoining = false) {
   if (spec.sync.collective != "auto") return spec.sync.collective;
   // Under kCollectiveStorePrefix: the coordinator drops the votes with the
   // job's last worker, so the next job votes afresh.
   const std::string votes_prefix = "backend/";
+  const std::string agreed_key = votes_prefix + "agreed";
+  if (rejoining) {
+    GRIDSYNC_ASSIGN_OR_RETURN(const auto agreed, store->Get({agreed_key}, spec.sync.timeout));
+    return agreed[0];
+  }
   const auto last = cuda::DeviceForLocalRank(node_workers - 1);
   const bool own_gpu = last.ok() && *last == node_workers - 1;  // a device per local rank
   const bool nccl =
@@ -47,10 +56,13 @@ Result<std::string> AgreeOnCollective(const RunSpec& spec, const cuda::DeviceTra
   for (int r = 0; r < spec.config.distributed.world_size; ++r)
     keys.push_back(votes_prefix + std::to_string(r));
   GRIDSYNC_ASSIGN_OR_RETURN(const auto votes, store->Get(keys, spec.sync.timeout));
+  std::string kind = "nccl";
   for (const auto& vote : votes) {
-    if (vote != "nccl") return std::string("gloo");
+    if (vote != "nccl") kind = "gloo";
   }
-  return std::string("nccl");
+  // The same value from every rank: whoever writes last writes it again.
+  GRIDSYNC_RETURN_IF_ERROR(store->Set(agreed_key, kind));
+  return kind;
 }
 
 // The nccl mode's sync: on the host, or with the model on a GPU (the
@@ -184,7 +196,7 @@ Result<TrainReport> TrainPsWorker(const RunSpec& spec, const ImageTask& image,
           kind,
           AgreeOnCollective(spec, trainer.get(),
                             nodes[static_cast<size_t>(config.distributed.NodeOf(rank))].workers,
-                            rank, &store));
+                            rank, &store, /*rejoining=*/rejoined_at > 0));
     }
     GRIDSYNC_ASSIGN_OR_RETURN(sync, HybridSync::Create(spec, model.get(), std::move(session),
                                                        &source, &split, &pool, options, kind));
