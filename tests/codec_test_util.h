@@ -1,12 +1,16 @@
 // Helpers the codec and error-feedback tests share: reproducible Gaussian
-// values, codec options by name, and an encode into a fresh vector.
+// values, codec options by name, an encode into a fresh vector, a decode
+// into a NaN-filled one, and the payloads' little-endian words.
 //
 // Thread safety: pure functions.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/codec.h"
@@ -34,5 +38,30 @@ inline std::vector<uint8_t> EncodeVec(const CodecOptions& options, const std::ve
   cpu::Encode(options, x.data(), x.size(), seed, out.data());
   return out;
 }
+
+// Decodes into a vector pre-filled with NaN, so unwritten outputs show.
+inline Status DecodeVec(const CodecOptions& options, const std::vector<uint8_t>& bytes, size_t n,
+                        uint64_t seed, std::vector<float>* out) {
+  out->assign(n, std::numeric_limits<float>::quiet_NaN());
+  return cpu::Decode(options, bytes.data(), bytes.size(), n, seed, out->data());
+}
+
+inline bool Contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// Little-endian words of a payload.
+inline float LoadF32(const uint8_t* p) {
+  float v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+inline uint32_t LoadU32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+inline void StoreF32(uint8_t* p, float v) { std::memcpy(p, &v, 4); }
+inline void StoreU32(uint8_t* p, uint32_t v) { std::memcpy(p, &v, 4); }
 
 }  // namespace gridsync::codec_testing

@@ -72,6 +72,8 @@ struct TableShape {
 
 // gridsync.capnp's RowEncoding: the layout of a sparse block's row-id frame.
 enum class RowEncoding : uint16_t { kRaw = 0, kDeltaVarint = 1 };
+// A 32-bit value takes at most 5 LEB128 bytes; the fifth holds bits 28..31.
+inline constexpr size_t kMaxVarintBytes = 5;
 const char* RowEncodingName(RowEncoding e);
 
 // gridsync.capnp's PushValues.
