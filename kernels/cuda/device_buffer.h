@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "common/status.h"
@@ -139,6 +141,37 @@ class PinnedBuffer {
 
  private:
   T* ptr_ = nullptr;
+};
+
+// Row ids staged to the device through pinned memory on a stream, in a
+// buffer that grows by half again. Stage waits for the stream first: the
+// previous copy out of the pinned ids, or one a call that failed midway
+// left pending, may still read them.
+class StagedRows {
+ public:
+  Status Stage(const uint32_t* rows, size_t n, cudaStream_t stream) {
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    if (n > capacity_) {
+      const size_t capacity = n + n / 2;
+      capacity_ = 0;  // a failed allocation leaves nothing "in capacity"
+      GRIDSYNC_RETURN_IF_ERROR(host_.Allocate(capacity));
+      GRIDSYNC_RETURN_IF_ERROR(device_.Free());
+      GRIDSYNC_RETURN_IF_ERROR(device_.AllocateZeroed(capacity, stream));
+      capacity_ = capacity;
+    }
+    if (n == 0) return Status::OK();
+    std::memcpy(host_.get(), rows, n * sizeof(uint32_t));
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(device_.get(), host_.get(), n * sizeof(uint32_t),
+                                                  cudaMemcpyHostToDevice, stream));
+    return Status::OK();
+  }
+  // The staged ids (device memory), valid until the next Stage.
+  const uint32_t* get() const { return device_.get(); }
+
+ private:
+  DeviceBuffer<uint32_t> device_;
+  PinnedBuffer<uint32_t> host_;
+  size_t capacity_ = 0;
 };
 
 }  // namespace gridsync::cuda

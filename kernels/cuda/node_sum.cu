@@ -143,10 +143,7 @@ class NodeSumImpl : public NodeSum {
   }
 
  private:
-  // Row ids (global, below the grid's rows) to the device, through pinned
-  // memory, on the stream. A call that failed midway may have left a copy
-  // from the pinned buffer pending: the stream is waited for first (free
-  // after a call that succeeded).
+  // Row ids (global, below the grid's rows) to the device (StagedRows).
   Status StageRows(const uint32_t* rows, size_t n) {
     const uint64_t total_rows = layout_.total_rows();
     for (size_t i = 0; i < n; ++i) {
@@ -155,14 +152,7 @@ class NodeSumImpl : public NodeSum {
                                        "; allowed: below " + std::to_string(total_rows));
       }
     }
-    if (n == 0) return Status::OK();
-    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-    GRIDSYNC_RETURN_IF_ERROR(GrowBuffer(&rows_, n, stream_));
-    GRIDSYNC_RETURN_IF_ERROR(rows_host_.Reserve(n));
-    std::memcpy(rows_host_.get(), rows, n * sizeof(uint32_t));
-    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-        rows_.get(), rows_host_.get(), n * sizeof(uint32_t), cudaMemcpyHostToDevice, stream_));
-    return Status::OK();
+    return rows_.Stage(rows, n, stream_);
   }
 
   const HashGridLayout& layout_;
@@ -172,8 +162,7 @@ class NodeSumImpl : public NodeSum {
   std::vector<std::span<float>> mlp_grads_;
   size_t mlp_floats_ = 0;
   cudaStream_t stream_;
-  DeviceBuffer<uint32_t> rows_;
-  GrowingPinned<uint32_t> rows_host_;
+  StagedRows rows_;
   DeviceBuffer<float> packed_, slice_, values_;
   GrowingPinned<float> packed_host_, slice_host_;
   DeviceBuffer<uint8_t> has_;

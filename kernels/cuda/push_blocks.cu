@@ -447,23 +447,7 @@ class DevicePushBlocks : public PushBlocks {
   }
 
   // rows_ = rows[0..n), through pinned memory.
-  Status StageRows(const uint32_t* rows, size_t n) {
-    if (n > staged_rows_) {
-      GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-      const size_t capacity = n + n / 2;
-      GRIDSYNC_RETURN_IF_ERROR(rows_host_.Allocate(capacity));
-      GRIDSYNC_RETURN_IF_ERROR(rows_.Free());
-      GRIDSYNC_RETURN_IF_ERROR(rows_.AllocateZeroed(capacity, stream_));
-      staged_rows_ = capacity;
-    }
-    // The previous copy out of the pinned rows must be done before they
-    // are overwritten.
-    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-    std::memcpy(rows_host_.get(), rows, n * sizeof(uint32_t));
-    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-        rows_.get(), rows_host_.get(), n * sizeof(uint32_t), cudaMemcpyHostToDevice, stream_));
-    return Status::OK();
-  }
+  Status StageRows(const uint32_t* rows, size_t n) { return rows_.Stage(rows, n, stream_); }
 
   template <typename T>
   Status Grow(DeviceBuffer<T>* buffer, size_t n) {
@@ -478,9 +462,7 @@ class DevicePushBlocks : public PushBlocks {
   const cudaStream_t stream_;
   std::mutex mu_;
   std::map<uint64_t, Residuals> tables_;
-  size_t staged_rows_ = 0;
-  DeviceBuffer<uint32_t> rows_;
-  PinnedBuffer<uint32_t> rows_host_;
+  StagedRows rows_;
   DeviceBuffer<float> values_, decoded_;
   DeviceBuffer<uint8_t> payload_;
   DeviceBuffer<unsigned> overflow_;
