@@ -78,14 +78,11 @@ Result<RunSpec> RunSpec::Resolve(const Config& config) {
   c.delta_pulls = config.compression.pull && c.codec.codec != Codec::kNone;
   s.worker_state = s.optimizer_on_workers || (c.codec.codec != Codec::kNone && c.error_feedback);
   // auto: NCCL when the model may train on a GPU and NCCL can run here
-  // (the workers agree: worker/sync/train.cc), in nccl mode and in hybrid
-  // with a codec, whose node sum then runs on device buffers; Gloo while it
-  // trains on the CPU, and for hybrid without a codec, whose node-local
-  // collectives work on host buffers: NCCL would copy each to a device and
-  // back.
+  // (the workers agree: worker/sync/train.cc), in nccl mode and in hybrid,
+  // whose node sum then runs on device buffers; Gloo while it trains on the
+  // CPU (and for ps, which has no collective).
   const bool device_sum =
-      d.gradient_sync == GradientSyncMode::kNccl ||
-      (d.gradient_sync == GradientSyncMode::kHybrid && c.codec.codec != Codec::kNone);
+      d.gradient_sync == GradientSyncMode::kNccl || d.gradient_sync == GradientSyncMode::kHybrid;
   switch (config.distributed.collective) {
     case CollectiveKind::kNccl:
       s.collective = "nccl";

@@ -85,9 +85,8 @@ TEST(DeviceConfigTest, TheDeviceKeyIsCheckedAndCudaAcceptedWithEveryMode) {
 }
 
 // collective auto stays open (the workers vote: NCCL only where every
-// model is on a GPU of its own) where the gradients can be summed on the
-// device: nccl mode, and hybrid with a codec (its node sum on the device);
-// it is Gloo on the CPU and for hybrid without a codec.
+// model is on a GPU of its own) where the gradients are summed on the
+// device: nccl mode and hybrid (its node sum); it is Gloo on the CPU.
 TEST(DeviceConfigTest, CollectiveAutoIsVotedWhereTheGradientsAreSummedOnTheDevice) {
   struct Case {
     GradientSyncMode mode;
@@ -100,7 +99,7 @@ TEST(DeviceConfigTest, CollectiveAutoIsVotedWhereTheGradientsAreSummedOnTheDevic
       {GradientSyncMode::kNccl, TrainingDevice::kCpu, "none", "gloo"},
       {GradientSyncMode::kHybrid, TrainingDevice::kCuda, "onebit", "auto"},
       {GradientSyncMode::kHybrid, TrainingDevice::kAuto, "topk", "auto"},
-      {GradientSyncMode::kHybrid, TrainingDevice::kCuda, "none", "gloo"},
+      {GradientSyncMode::kHybrid, TrainingDevice::kCuda, "none", "auto"},
       {GradientSyncMode::kHybrid, TrainingDevice::kCpu, "onebit", "gloo"},
       {GradientSyncMode::kPs, TrainingDevice::kCuda, "onebit", "gloo"},
   };

@@ -61,14 +61,15 @@ Result<std::unique_ptr<DeviceStagedSync>> DeviceStagedSync::Create(
       new DeviceStagedSync(spec, model, std::move(host), std::move(trainer), pool));
   PsClient* ps = sync->host_->ps_client();
   const GradientSyncMode mode = spec.config.distributed.gradient_sync;
-  if (ps == nullptr || spec.compression.codec.codec == Codec::kNone) return sync;
-  // hybrid sums the node's gradients where they are, then pushes as ps.
+  if (ps == nullptr) return sync;
+  // hybrid sums the node's gradients where they are, then pushes as ps
+  // does with a codec (without one, each block's values are fetched).
   HybridSync* hybrid = nullptr;
   if (mode == GradientSyncMode::kHybrid) {
     hybrid = dynamic_cast<HybridSync*>(sync->host_.get());
     if (hybrid == nullptr)
       return Status::Internal("DeviceStagedSync: gradient_sync hybrid without a HybridSync");
-  } else if (mode != GradientSyncMode::kPs) {
+  } else if (mode != GradientSyncMode::kPs || spec.compression.codec.codec == Codec::kNone) {
     return sync;
   }
   sync->push_source_ = MakeTrainerPushSource(sync->trainer_.get());

@@ -22,10 +22,11 @@
 // copied. The residuals and worker Adam's grid state then live on the
 // device: the client copies them back for its flush and checkpoints and
 // loads them there on a restore, and the pending updates join freshly
-// uploaded rows there (AddResidualsToGridRows). In hybrid with a codec,
-// nothing comes back after the pass: the node's sum runs on the device's
-// gradients (HybridSync::SumOnDevice), and the slice each worker pushes is
-// encoded there as in ps.
+// uploaded rows there (AddResidualsToGridRows). In hybrid, nothing comes
+// back after the pass: the node's sum runs on the device's gradients
+// (HybridSync::SumOnDevice), and the slice each worker pushes is encoded
+// there as in ps with a codec (without one, only the slice's rows with a
+// gradient come back, block by block).
 //
 // Everything else (evaluations, the final model, rates, peers, rollback)
 // is the host sync's. Rows the batch does not read may be stale on the

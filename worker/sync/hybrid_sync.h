@@ -17,13 +17,14 @@
 // rows alone (and the MLP's), packed in row order: a worker's share of a
 // step is its slice's rows of that union, not the whole grid.
 //
-// With the model on a GPU and a codec (SumOnDevice, DeviceStagedSync), the
-// node's sum runs where the gradients are: the trainer packs the union's
+// With the model on a GPU (SumOnDevice, DeviceStagedSync), the node's sum
+// runs where the gradients are: the trainer packs the union's
 // gradient rows and the MLP's (device memory for NCCL, pinned host memory
 // for a collective that reads host memory), the reduce-scatter sums them,
 // and the slice's grid rows go back into the trainer's gradient, where the
-// PS client's DevicePushSource encodes the push before the copy (as in ps).
-// Only the slice's MLP values come to the host. The pending updates of
+// PS client's DevicePushSource encodes the push before the copy (as in ps
+// with a codec; without one it copies out the slice's rows with a
+// gradient). Only those and the slice's MLP values come to the host. The pending updates of
 // worker Adam with error feedback (residuals kept on the device) join the
 // slice's pulled rows on the device before the node shares them.
 //
