@@ -18,6 +18,7 @@
 #include "common/store.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/device_trainer.h"
+#include "tests/single_process.h"
 #include "tests/test_util.h"
 #include "worker/batch_split.h"
 #include "worker/collective/factory.h"
@@ -44,18 +45,7 @@ Config SmallConfig(int workers) {
   return c;
 }
 
-
-TrainReport SingleProcess(Config config, const ImageTask& image) {
-  config.training.device = TrainingDevice::kCpu;  // the bit-for-bit reference
-  config.training.gradient_accumulation = config.distributed.world_size;
-  config.distributed = DistributedConfig{};
-  TrainOptions options;
-  options.quiet = true;
-  options.write_png = false;
-  auto report = TrainImage(config, image, options);
-  EXPECT_TRUE(report.ok()) << report.status().ToString();
-  return std::move(report).value();
-}
+using testing::SingleProcess;
 
 WorkerOptions Quiet() {
   WorkerOptions options;

@@ -17,6 +17,7 @@
 
 #include "kernels/cuda/cuda_kernels.h"
 #include "server/in_process_cluster.h"
+#include "tests/single_process.h"
 #include "tests/test_util.h"
 #include "worker/collective/local_collective.h"
 #include "worker/host_trainer.h"
@@ -64,15 +65,7 @@ WorkerOptions Quiet(int rank) {
   return options;
 }
 
-Result<TrainReport> SingleProcess(Config config, const ImageTask& image) {
-  config.training.device = TrainingDevice::kCpu;  // the bit-for-bit reference
-  config.training.gradient_accumulation *= config.distributed.world_size;
-  config.distributed = DistributedConfig{};
-  TrainOptions options;
-  options.quiet = true;
-  options.write_png = false;
-  return TrainImage(config, image, options);
-}
+using testing::TrainSingleProcess;
 
 // `twin`: every worker's model trains on the device trainer's CPU twin
 // (worker/host_trainer.h), through the device sync paths.
@@ -130,7 +123,7 @@ TEST(BackboneTest, EveryModeAndPrecisionAndAccumulationEndsWhereOneProcessEnds) 
                                  " accumulation " + std::to_string(accumulation);
         auto reports = RunCluster(mode, config, image);
         for (auto& r : reports) ASSERT_TRUE(r.ok()) << what << ": " << r.status().ToString();
-        auto local = SingleProcess(config, image);
+        auto local = TrainSingleProcess(config, image);
         ASSERT_TRUE(local.ok()) << local.status().ToString();
         const auto cluster = FlattenParams(*reports[0]->model);
         const auto alone = FlattenParams(*local->model);
@@ -275,7 +268,7 @@ TEST(BackboneTest, EveryModeOnTheGpuEndsNearOneProcess) {
       auto reports = RunCluster(mode, config, image);
       for (auto& r : reports) ASSERT_TRUE(r.ok()) << what << ": " << r.status().ToString();
       EXPECT_NE(reports[0]->device, "CPU") << what;
-      auto local = SingleProcess(config, image);
+      auto local = TrainSingleProcess(config, image);
       ASSERT_TRUE(local.ok()) << local.status().ToString();
       EXPECT_NEAR(reports[0]->psnr, local->psnr, mixed ? 0.3 : 0.1) << what;
       testing::ExpectWithinRounding(FlattenParams(*reports[0]->model), FlattenParams(*local->model),
@@ -332,7 +325,7 @@ TEST(BackboneTest, DeviceCodecsAndOverlappedBucketsOnTheGpuEndNearTheCpu) {
     config.training.device = TrainingDevice::kCuda;
     auto gpu = RunCluster(Mode::kNccl, config, image);
     for (auto& r : gpu) ASSERT_TRUE(r.ok()) << "nccl buckets: " << r.status().ToString();
-    auto local = SingleProcess(config, image);
+    auto local = TrainSingleProcess(config, image);
     ASSERT_TRUE(local.ok()) << local.status().ToString();
     EXPECT_NEAR(gpu[0]->psnr, local->psnr, 0.1);
     testing::ExpectWithinRounding(FlattenParams(*gpu[0]->model), FlattenParams(*local->model),

@@ -78,15 +78,7 @@ TEST(PsClusterTest, EvaluationsMidRunSeeTheSingleProcessModelAndChangeNothing) {
         // step after the last evaluation.)
         EXPECT_EQ(reports[0]->psnr_curve.back().psnr, reports[0]->psnr);
         // The single process evaluated after the same steps.
-        Config one = cluster->config;
-        one.training.gradient_accumulation = one.distributed.world_size;
-        one.distributed.enable = false;
-        one.distributed.world_size = 1;
-        TrainOptions options;
-        options.quiet = true;
-        options.write_png = false;
-        options.eval_every = 4;
-        auto local = TrainImage(one, image, options);
+        auto local = TrainSingleProcess(cluster->config, image, /*eval_every=*/4);
         ASSERT_TRUE(local.ok()) << local.status().ToString();
         ASSERT_EQ(local->psnr_curve.size(), 3u);
         for (size_t i = 0; i < 3; ++i)
@@ -202,30 +194,13 @@ TEST(PsClusterTest, MissingShardFailsWithTimeoutNamingIt) {
 std::vector<Result<TrainReport>> TrainHybrid(Cluster& cluster, const ImageTask& image,
                                              const std::vector<int>& sizes,
                                              uint64_t eval_every = 0) {
-  int workers = 0;
-  for (int n : sizes) workers += n;
   std::vector<std::vector<std::unique_ptr<LocalCollective>>> intra;
   for (int n : sizes)
     intra.push_back(LocalCollective::CreateGroup(n, std::chrono::seconds(20), "intra"));
-  std::vector<Result<TrainReport>> reports(static_cast<size_t>(workers),
-                                           Status::Internal("not run"));
-  std::vector<std::thread> threads;
-  for (int w = 0; w < workers; ++w) {
-    threads.emplace_back([&, w] {
-      WorkerOptions options;
-      options.rank = w;
-      options.train.quiet = true;
-      options.train.write_png = false;
-      options.train.eval_every = eval_every;
-      options.intra_group = [&](int node, int local, int) -> Result<Collective*> {
-        return static_cast<Collective*>(
-            intra[static_cast<size_t>(node)][static_cast<size_t>(local)].get());
-      };
-      reports[static_cast<size_t>(w)] = TrainWorker(cluster.config, image, options);
-    });
-  }
-  for (auto& t : threads) t.join();
-  return reports;
+  return cluster.Train(image, {}, eval_every, [&](int node, int local, int) -> Result<Collective*> {
+    return static_cast<Collective*>(
+        intra[static_cast<size_t>(node)][static_cast<size_t>(local)].get());
+  });
 }
 
 Config HybridConfig(const std::vector<int>& sizes) {

@@ -33,6 +33,7 @@
 #include "server/coordinator.h"
 #include "server/in_process_cluster.h"
 #include "server/ps_shard.h"
+#include "tests/single_process.h"
 #include "tests/test_util.h"
 #include "worker/collective/local_collective.h"
 #include "worker/image_task.h"
@@ -79,8 +80,10 @@ struct Cluster {
   }
 
   // Runs every worker as a thread; returns their reports (rank order).
+  // `intra_group`: hybrid's node collectives handed in (WorkerOptions).
   std::vector<Result<TrainReport>> Train(const ImageTask& image, std::vector<int> throttle_ms = {},
-                                         uint64_t eval_every = 0) {
+                                         uint64_t eval_every = 0,
+                                         decltype(WorkerOptions::intra_group) intra_group = {}) {
     const int workers = config.distributed.world_size;
     std::vector<Result<TrainReport>> reports(workers, Status::Internal("not run"));
     std::vector<std::thread> threads;
@@ -92,6 +95,7 @@ struct Cluster {
         options.train.write_png = false;
         options.train.eval_every = eval_every;
         if (static_cast<size_t>(w) < throttle_ms.size()) options.throttle_ms = throttle_ms[w];
+        options.intra_group = intra_group;
         reports[w] = TrainWorker(config, image, options);
       });
     }
@@ -110,18 +114,8 @@ inline uint64_t AppliedSteps(const PsShard& shard, uint64_t expected) {
   return shard.stats().applied_steps;
 }
 
-inline TrainReport SingleProcess(Config config, const ImageTask& image) {
-  config.training.device = TrainingDevice::kCpu;  // the bit-for-bit reference
-  config.training.gradient_accumulation = config.distributed.world_size;
-  config.distributed.enable = false;
-  config.distributed.world_size = 1;
-  TrainOptions options;
-  options.quiet = true;
-  options.write_png = false;
-  auto report = TrainImage(config, image, options);
-  EXPECT_TRUE(report.ok()) << report.status().ToString();
-  return std::move(report).value();
-}
+using testing::SingleProcess;
+using testing::TrainSingleProcess;
 
 inline std::vector<float> SingleProcessParams(const Config& config, const ImageTask& image) {
   return FlattenParams(*SingleProcess(config, image).model);

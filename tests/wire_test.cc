@@ -38,24 +38,8 @@ TEST(WireRoundTripTest, PushSparseAndDenseBlocks) {
   h.min_version = 5;
   h.num_workers = 4;
   h.push_values = PushValues::kUpdates;
-  auto frames = ValidPush();
-  // Re-encode with every header field set.
-  {
-    std::vector<OutBlock> blocks(2);
-    blocks[0].table = 0;
-    blocks[0].width = 4;
-    blocks[0].row_count = 3;
-    blocks[0].rows = {1, 5, 999};
-    blocks[0].values = Iota(12);
-    blocks[1].table = 1;
-    blocks[1].dense = true;
-    blocks[1].row_begin = 10;
-    blocks[1].row_count = 20;
-    blocks[1].col_begin = 1;
-    blocks[1].width = 1;
-    blocks[1].values = Iota(20, 100.0f);
-    frames = Encode(h, std::move(blocks));
-  }
+  // ValidPush's blocks with every header field set.
+  auto frames = Encode(h, ValidPushBlocks());
   ASSERT_EQ(frames.size(), 4u);  // header, rows + values, values (dense)
   uint64_t total = 0;
   for (const auto& f : frames) total += f.size();

@@ -58,12 +58,9 @@ inline zmq::message_t FrameOf(const std::vector<T>& v) {
   return zmq::message_t(v.data(), v.size() * sizeof(T));
 }
 
-// A push with a sparse block (table 0) and a dense block (table 1). Its row
-// ids {1, 5, 999} travel deltaVarint unless raw_rows.
-inline std::vector<zmq::message_t> ValidPush(bool raw_rows = false) {
-  OutHeader h;
-  h.kind = Kind::kPush;
-  h.step = 7;
+// ValidPush's blocks: a sparse block (table 0) and a dense block (table 1).
+// Its row ids {1, 5, 999} travel deltaVarint unless raw_rows.
+inline std::vector<OutBlock> ValidPushBlocks(bool raw_rows = false) {
   std::vector<OutBlock> blocks(2);
   blocks[0].table = 0;
   blocks[0].width = 4;
@@ -78,7 +75,15 @@ inline std::vector<zmq::message_t> ValidPush(bool raw_rows = false) {
   blocks[1].col_begin = 1;
   blocks[1].width = 1;
   blocks[1].values = Iota(20, 100.0f);
-  return Encode(h, std::move(blocks));
+  return blocks;
+}
+
+// A push of step 7 with ValidPushBlocks(raw_rows).
+inline std::vector<zmq::message_t> ValidPush(bool raw_rows = false) {
+  OutHeader h;
+  h.kind = Kind::kPush;
+  h.step = 7;
+  return Encode(h, ValidPushBlocks(raw_rows));
 }
 
 struct RawBlockSpec {

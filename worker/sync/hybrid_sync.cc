@@ -106,8 +106,8 @@ float* HybridSync::ParamOf(uint64_t global_row) {
   return model_->mlp_weights()[t - levels].data() + row * tab.width;
 }
 
-const float* HybridSync::GradientOf(const ModelGradients& grads, uint64_t global_row) const {
-  const uint32_t t = space_.TableOf(global_row);
+const float* HybridSync::GradientOf(const ModelGradients& grads, uint32_t t,
+                                    uint64_t global_row) const {
   const auto& tab = space_.tables()[t];
   const uint32_t levels = model_->layout().n_levels();
   if (t < levels) return grads.grid.dense() + global_row * tab.width;  // grid rows lie end to end
@@ -345,8 +345,9 @@ Result<SyncOutcome> HybridSync::Apply(uint64_t step, ModelGradients* grads, floa
     size_t at = 0;
     for (const auto& rows : slice_rows_) {
       for (uint64_t g : rows) {
-        const uint32_t w = space_.tables()[space_.TableOf(g)].width;
-        std::memcpy(packed_.data() + at, GradientOf(*grads, g), w * sizeof(float));
+        const uint32_t t = space_.TableOf(g);
+        const uint32_t w = space_.tables()[t].width;
+        std::memcpy(packed_.data() + at, GradientOf(*grads, t, g), w * sizeof(float));
         at += w;
       }
     }

@@ -84,7 +84,8 @@ class HybridSync : public PsSessionSync {
   HybridSync(const RunSpec& spec, HashGridModel* model, PsSession session,
              const BatchSource* source, const SplitSchedule* split, ThreadPool* pool);
   float* ParamOf(uint64_t global_row);
-  const float* GradientOf(const ModelGradients& grads, uint64_t global_row) const;
+  // The gradient row of `global_row`, which lies in table `t`.
+  const float* GradientOf(const ModelGradients& grads, uint32_t t, uint64_t global_row) const;
   // The node's sum on the device (SumOnDevice): the union's rows packed by
   // the trainer, reduce-scattered, and the slice's grid rows left there for
   // the push. *mlp_values receives the slice's MLP part (host).
