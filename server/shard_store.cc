@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/state_bytes.h"
+#include "kernels/cpu/adam_batch.h"
 
 namespace gridsync {
 namespace {
@@ -183,6 +184,8 @@ void ShardStore::AdamRows(const wire::Block& block, size_t begin, size_t end, ui
   float* m = table->adam.m.data();
   float* v = table->adam.v.data();
   uint32_t* steps = table->adam.step.data();
+  // W = 0 (any width) keeps the row-at-a-time loop; the batch needs W.
+  cpu::AdamRowBatch<(W > 0 ? W : 1)> batch(hyper_);
   for (size_t i = begin; i < end; ++i) {
     if (i + kPrefetchRows < end) {
       const uint64_t ahead = partition_.LocalRow(block.table, block.Row(i + kPrefetchRows));
@@ -195,11 +198,16 @@ void ShardStore::AdamRows(const wire::Block& block, size_t begin, size_t end, ui
     if (!block.dense && !RowHasGradient(g, w)) continue;  // dense tables always step
     const uint64_t local = partition_.LocalRow(block.table, block.Row(i));
     const float lr = table->adam.StepSize(hyper_, ++steps[local]) * lr_scale_;
+    if constexpr (W > 0) {
+      batch.Add(g, 1.0f, lr, &params[local * W], &m[local * W], &v[local * W]);
+      continue;
+    }
     for (uint32_t f = 0; f < w; ++f) {
       const size_t at = local * w + f;
       AdamUpdate(hyper_, lr, g[f], &params[at], &m[at], &v[at]);
     }
   }
+  if constexpr (W > 0) batch.Flush();
 }
 
 void ShardStore::Assign(const wire::Block& block) {

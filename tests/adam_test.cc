@@ -1,11 +1,17 @@
 // Adam: two steps against a hand computation, per-row step counts, untouched
-// rows, and the loss scaler's skip-and-backoff behaviour.
-#include <cmath>
-#include <limits>
+// rows, the batched loops against the row-at-a-time one, and the loss
+// scaler's skip-and-backoff behaviour.
+#include "kernels/cpu/adam.h"
 
 #include <gtest/gtest.h>
 
-#include "kernels/cpu/adam.h"
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
 #include "worker/loss_scaler.h"
 
 namespace gridsync {
@@ -126,6 +132,72 @@ TEST(AdamTest, ZeroGradientRowsAreSkipped) {
   EXPECT_EQ(state.step[1], 1u);
   EXPECT_EQ(state.step[2], 1u);
   EXPECT_NE(params[0], moved_before);
+}
+
+}  // namespace
+}  // namespace gridsync
+
+namespace gridsync {
+namespace {
+
+// The batched loops (cpu/adam_batch.h: rows copied into lanes, sqrt and
+// divide vectorised across rows) must end bit for bit where the
+// row-at-a-time AdamUpdateRow ends: every width, zero-gradient rows
+// skipped, row counts that leave a partly filled batch, a gradient scale,
+// and several steps so that m, v and the step counts carry over.
+TEST(AdamTest, BatchedRowsEndBitForBitWhereRowAtATimeEnds) {
+  AdamHyper hyper;
+  hyper.learning_rate = 3e-3f;
+  for (uint32_t width : {1u, 2u, 3u, 4u, 8u}) {
+    SCOPED_TRACE("width " + std::to_string(width));
+    constexpr uint64_t kRows = 1000;
+    std::mt19937 rng(width);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> init(kRows * width);
+    for (float& x : init) x = normal(rng);
+    std::vector<float> p_rows = init, p_indexed = init, p_ref = init;
+    cpu::AdamTable s_rows, s_indexed, s_ref;
+    s_rows.Resize(kRows, width);
+    s_indexed.Resize(kRows, width);
+    s_ref.Resize(kRows, width);
+    for (int step = 0; step < 5; ++step) {
+      const float scale = step % 2 == 0 ? 1.0f : 1.0f / 1024.0f;
+      SparseRows grad;
+      grad.width = width;
+      std::vector<float> dense(kRows * width, 0.0f);
+      for (uint32_t row = 0; row < kRows; ++row) {
+        if (rng() % 3 == 0) continue;  // untouched
+        grad.rows.push_back(row);
+        const bool zero = rng() % 7 == 0;  // touched, zero gradient: skipped
+        for (uint32_t f = 0; f < width; ++f) {
+          const float g = zero ? 0.0f : normal(rng) * (step % 2 == 0 ? 1.0f : 1024.0f);
+          grad.values.push_back(g);
+          dense[size_t{row} * width + f] = g * scale;
+        }
+      }
+      cpu::AdamUpdateRows(hyper, grad, scale, p_rows.data(), &s_rows);
+      cpu::AdamUpdateIndexed(hyper, grad.rows.data(), grad.rows.size(), dense.data(),
+                             p_indexed.data(), &s_indexed);
+      for (float x : dense) ASSERT_EQ(x, 0.0f) << "AdamUpdateIndexed zeroes its gradient rows";
+      for (size_t i = 0; i < grad.rows.size(); ++i) {
+        const size_t at = size_t{grad.rows[i]} * width;
+        AdamUpdateRow(hyper, width, grad.values.data() + i * width, scale, &p_ref[at], &s_ref.m[at],
+                      &s_ref.v[at], &s_ref.step[grad.rows[i]]);
+      }
+    }
+    auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
+      return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+    };
+    EXPECT_TRUE(same_bits(p_rows, p_ref));
+    EXPECT_TRUE(same_bits(s_rows.m, s_ref.m));
+    EXPECT_TRUE(same_bits(s_rows.v, s_ref.v));
+    EXPECT_EQ(s_rows.step, s_ref.step);
+    EXPECT_TRUE(same_bits(p_indexed, p_ref));
+    EXPECT_TRUE(same_bits(s_indexed.m, s_ref.m));
+    EXPECT_TRUE(same_bits(s_indexed.v, s_ref.v));
+    EXPECT_EQ(s_indexed.step, s_ref.step);
+    EXPECT_FALSE(same_bits(p_ref, init)) << "the steps moved nothing";
+  }
 }
 
 }  // namespace

@@ -279,11 +279,21 @@ constexpr size_t kAllFinite = std::numeric_limits<size_t>::max();
 // The first value that is not finite or whose magnitude exceeds max_abs.
 size_t FirstOutOfBounds(std::span<const float> values, float max_abs) {
   // Pushes carry up to hundreds of millions of floats and are almost always
-  // fine: a branch-free pass vectorises (NaN fails the comparison too), and
-  // only a bad push pays for the second pass that finds the index.
-  uint32_t bad = 0;
-  for (float v : values) bad |= !(std::fabs(v) <= max_abs);
-  if (bad == 0) return kAllFinite;
+  // fine: a branch-free pass vectorises, and only a bad push pays for the
+  // second pass that finds the index. The pass compares magnitudes as
+  // integers (sign bit cleared): for non-negative floats the bit patterns
+  // order as the values do, and NaN's and infinity's exceed every finite
+  // bound's, so one unsigned max decides (a float compare here does not
+  // vectorise with GCC 12).
+  if (max_abs >= 0.0f && std::isfinite(max_abs)) {
+    uint32_t top = 0;
+    for (float v : values) top = std::max(top, std::bit_cast<uint32_t>(v) & 0x7fffffffu);
+    if (top <= std::bit_cast<uint32_t>(max_abs)) return kAllFinite;
+  } else {
+    uint32_t bad = 0;
+    for (float v : values) bad |= !(std::fabs(v) <= max_abs);
+    if (bad == 0) return kAllFinite;
+  }
   for (size_t i = 0; i < values.size(); ++i) {
     if (!(std::fabs(values[i]) <= max_abs)) return i;
   }
