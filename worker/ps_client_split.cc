@@ -6,6 +6,16 @@
 #include "worker/ps_client_internal.h"
 
 namespace gridsync::ps_internal {
+namespace {
+
+// Rows [begin, end) of a table reference, all owned by `shard`.
+struct Run {
+  size_t begin;
+  size_t end;
+  uint32_t shard;
+};
+
+}  // namespace
 
 std::vector<std::vector<wire::OutBlock>> SplitAll(const Partition& partition,
                                                   const std::vector<TableRowsRef>& tables,
@@ -20,10 +30,17 @@ std::vector<std::vector<wire::OutBlock>> SplitAll(const Partition& partition,
     const size_t n = ref.dense ? partition.table(t).rows : ref.row_count;
     auto row_at = [&](size_t i) { return ref.dense ? static_cast<uint32_t>(i) : ref.rows[i]; };
     std::vector<int> index(shards, -1);
+    std::vector<Run> runs;
+    std::vector<size_t> rows_of(shards);
     for (uint32_t g = 0; g < groups; ++g) {
       const uint32_t col = partition.ColBegin(t, g);
       // Rows are ascending and ownership changes only at block boundaries,
-      // so each run of rows inside one block moves in bulk.
+      // so each run of rows inside one block moves in bulk. The runs come
+      // first, so that every shard's block is allocated once at its final
+      // size: growing it run by run copied the rows and values about twice
+      // over (perf: 4% of a pushpull iteration in memmove).
+      runs.clear();
+      std::fill(rows_of.begin(), rows_of.end(), 0);
       for (size_t i = 0; i < n;) {
         const uint32_t row = row_at(i);
         const uint32_t shard = partition.Owner(t, row, g);
@@ -34,6 +51,13 @@ std::vector<std::vector<wire::OutBlock>> SplitAll(const Partition& partition,
         } else {
           j = static_cast<size_t>(std::lower_bound(ref.rows + i, ref.rows + n, limit) - ref.rows);
         }
+        runs.push_back({i, j, shard});
+        rows_of[shard] += j - i;
+        i = j;
+      }
+      const bool values = with_values && ref.values != nullptr;
+      for (uint32_t shard = 0; shard < shards; ++shard) {
+        if (rows_of[shard] == 0) continue;
         if (index[shard] < 0) {
           index[shard] = static_cast<int>(out[shard].size());
           wire::OutBlock block;
@@ -43,12 +67,18 @@ std::vector<std::vector<wire::OutBlock>> SplitAll(const Partition& partition,
           out[shard].push_back(std::move(block));
         }
         wire::OutBlock& block = out[shard][static_cast<size_t>(index[shard])];
+        block.rows.reserve(block.rows.size() + rows_of[shard]);
+        if (values) block.values.reserve(block.values.size() + rows_of[shard] * cw);
+      }
+      for (const Run& run : runs) {
+        const size_t i = run.begin, j = run.end;
+        wire::OutBlock& block = out[run.shard][static_cast<size_t>(index[run.shard])];
         if (ref.dense) {
           for (size_t k = i; k < j; ++k) block.rows.push_back(static_cast<uint32_t>(k));
         } else {
           block.rows.insert(block.rows.end(), ref.rows + i, ref.rows + j);
         }
-        if (with_values && ref.values != nullptr) {
+        if (values) {
           if (cw == width) {
             block.values.insert(block.values.end(), ref.values + i * width, ref.values + j * width);
           } else {
@@ -58,7 +88,6 @@ std::vector<std::vector<wire::OutBlock>> SplitAll(const Partition& partition,
             }
           }
         }
-        i = j;
       }
     }
     for (uint32_t s = 0; s < shards; ++s) {
