@@ -55,6 +55,7 @@
 #include "kernels/adam_math.h"
 #include "server/ps_shard.h"
 #include "tools/bench.h"
+#include "tools/bench_raw_zmq.h"
 #include "tools/bench_shard_map.h"
 #include "worker/ps_client.h"
 
@@ -67,7 +68,6 @@ constexpr uint32_t kWidth = 2;   // floats per row: one hash-grid level
 constexpr uint32_t kStride = 3;  // a batch touches every 3rd row of its region
 constexpr uint64_t kPushBytesPerRow = sizeof(uint32_t) + kWidth * sizeof(float);
 constexpr uint64_t kIterBytesPerRow = 2 * kPushBytesPerRow;  // push + pull
-constexpr size_t kHeaderBytes = 64;  // the raw peer's stand-in for the Cap'n Proto header
 // --iters 0 (auto): small sizes get many iterations so p99 means something,
 // large ones few so the default sweep stays well under two minutes.
 constexpr uint64_t kAutoItersBytes = uint64_t{256} << 20;
@@ -206,179 +206,6 @@ Result<std::vector<double>> TimeGridsync(PsClient& client, const std::vector<uin
   return us;
 }
 
-template <typename F>
-auto RetryOnEintr(F&& f) {
-  for (;;) {
-    try {
-      return f();
-    } catch (const zmq::error_t& e) {
-      if (e.num() != EINTR) throw;
-    }
-  }
-}
-
-// The send buffers outlive every message that refers to them (they are
-// members declared before the context), so ZeroMQ need not free anything.
-void NoFree(void*, void*) {}
-
-// The raw ZeroMQ peer. Thread safety: Start, Time and the destructor from one
-// thread; the echo thread owns server_ between Start and the destructor.
-class RawZmqPeer {
- public:
-  static Result<std::unique_ptr<RawZmqPeer>> Start(uint32_t max_rows) {
-    std::unique_ptr<RawZmqPeer> peer(new RawZmqPeer(max_rows));
-    try {
-      for (zmq::socket_t* s : {&peer->server_, &peer->client_}) {
-        // As PsShard and PsClient set them: no high-water mark, no linger.
-        s->set(zmq::sockopt::linger, 0);
-        s->set(zmq::sockopt::sndhwm, 0);
-        s->set(zmq::sockopt::rcvhwm, 0);
-      }
-      peer->server_.bind("tcp://127.0.0.1:0");
-      peer->client_.connect(peer->server_.get(zmq::sockopt::last_endpoint));
-    } catch (const zmq::error_t& e) {
-      return Status::IOError(std::string("raw ZeroMQ peer: ") + e.what());
-    }
-    // Starting the thread orders the socket setup above before its use there.
-    peer->thread_ = std::thread([p = peer.get()] { p->Serve(); });
-    return peer;
-  }
-
-  ~RawZmqPeer() {
-    stop_ = true;
-    if (thread_.joinable()) thread_.join();
-  }
-
-  // The timed loop on the raw side; returns each iteration's latency (us).
-  Result<std::vector<double>> Time(uint32_t n, int warmup, int iters) {
-    std::vector<double> us;
-    us.reserve(static_cast<size_t>(iters));
-    try {
-      for (int it = 0; it < warmup + iters; ++it) {
-        const auto start = Clock::now();
-        Send(kPushTag, n, /*with_values=*/true);
-        GRIDSYNC_RETURN_IF_ERROR(Expect({kHeaderBytes}));
-        Send(kPullTag, n, /*with_values=*/false);
-        GRIDSYNC_RETURN_IF_ERROR(Expect({kHeaderBytes, size_t{n} * kWidth * sizeof(float)}));
-        if (it >= warmup) us.push_back(MicrosSince(start));
-      }
-    } catch (const zmq::error_t& e) {
-      return Status::IOError(std::string("raw ZeroMQ client: ") + e.what());
-    }
-    return us;
-  }
-
- private:
-  static constexpr char kPushTag = 'P';
-  static constexpr char kPullTag = 'Q';
-
-  explicit RawZmqPeer(uint32_t max_rows)
-      : ids_(max_rows), values_(size_t{max_rows} * kWidth), server_values_(values_.size()) {
-    for (uint32_t i = 0; i < max_rows; ++i) ids_[i] = kStride * i;
-    for (size_t i = 0; i < values_.size(); ++i) values_[i] = server_values_[i] = 0.001f * i;
-    push_header_[0] = kPushTag;
-    pull_header_[0] = kPullTag;
-  }
-
-  void Send(char tag, uint32_t n, bool with_values) {
-    char* header = tag == kPushTag ? push_header_.data() : pull_header_.data();
-    RetryOnEintr([&] {
-      return client_.send(zmq::message_t(header, kHeaderBytes, NoFree), zmq::send_flags::sndmore);
-    });
-    RetryOnEintr([&] {
-      return client_.send(zmq::message_t(ids_.data(), size_t{n} * sizeof(uint32_t), NoFree),
-                          with_values ? zmq::send_flags::sndmore : zmq::send_flags::none);
-    });
-    if (with_values) {
-      RetryOnEintr([&] {
-        return client_.send(
-            zmq::message_t(values_.data(), size_t{n} * kWidth * sizeof(float), NoFree),
-            zmq::send_flags::none);
-      });
-    }
-  }
-
-  // Waits for one reply with frames of the given sizes. A mismatch is a bug
-  // in this file or a failed echo thread, reported rather than timed.
-  Status Expect(const std::vector<size_t>& sizes) {
-    zmq::pollitem_t item{client_.handle(), 0, ZMQ_POLLIN, 0};
-    const int ready = RetryOnEintr([&] {
-      return zmq::poll(&item, 1, std::chrono::duration_cast<std::chrono::milliseconds>(kTimeout));
-    });
-    if (ready == 0) {
-      std::lock_guard<std::mutex> lock(mu_);
-      return server_error_.ok() ? Status::Timeout("raw ZeroMQ peer: no reply") : server_error_;
-    }
-    frames_.clear();
-    RetryOnEintr([&] { return zmq::recv_multipart(client_, std::back_inserter(frames_)); });
-    bool same = frames_.size() == sizes.size();
-    for (size_t i = 0; same && i < sizes.size(); ++i) same = frames_[i].size() == sizes[i];
-    if (!same) return Status::Internal("raw ZeroMQ peer: reply of an unexpected shape");
-    return Status::OK();
-  }
-
-  // The echo thread. No exception leaves it: a failure is recorded and ends
-  // the thread, and the client's wait reports it.
-  void Serve() {
-    std::vector<zmq::message_t> frames;
-    try {
-      while (!stop_) {
-        zmq::pollitem_t item{server_.handle(), 0, ZMQ_POLLIN, 0};
-        // A short poll: the destructor's stop flag is seen within 50 ms.
-        if (RetryOnEintr([&] { return zmq::poll(&item, 1, std::chrono::milliseconds(50)); }) == 0) {
-          continue;
-        }
-        frames.clear();
-        RetryOnEintr([&] { return zmq::recv_multipart(server_, std::back_inserter(frames)); });
-        // [routing id, header, ids] plus values for a push.
-        if (frames.size() < 3 || frames[1].size() != kHeaderBytes) {
-          std::lock_guard<std::mutex> lock(mu_);
-          server_error_ = Status::Internal("raw ZeroMQ peer: request of an unexpected shape");
-          return;
-        }
-        const char tag = *frames[1].data<char>();
-        RetryOnEintr([&] { return server_.send(frames[0], zmq::send_flags::sndmore); });
-        if (tag == kPushTag) {
-          RetryOnEintr([&] {
-            return server_.send(zmq::message_t(ack_.data(), kHeaderBytes, NoFree),
-                                zmq::send_flags::none);
-          });
-          continue;
-        }
-        const size_t n = frames[2].size() / sizeof(uint32_t);
-        RetryOnEintr([&] {
-          return server_.send(zmq::message_t(ack_.data(), kHeaderBytes, NoFree),
-                              zmq::send_flags::sndmore);
-        });
-        RetryOnEintr([&] {
-          return server_.send(
-              zmq::message_t(server_values_.data(), n * kWidth * sizeof(float), NoFree),
-              zmq::send_flags::none);
-        });
-      }
-    } catch (const zmq::error_t& e) {
-      std::lock_guard<std::mutex> lock(mu_);
-      server_error_ = Status::IOError(std::string("raw ZeroMQ echo thread: ") + e.what());
-    }
-  }
-
-  // Buffers first: destroyed after the context, so after ZeroMQ is done.
-  std::vector<uint32_t> ids_;
-  std::vector<float> values_;
-  std::vector<float> server_values_;
-  std::array<char, kHeaderBytes> push_header_{};
-  std::array<char, kHeaderBytes> pull_header_{};
-  std::array<char, kHeaderBytes> ack_{};
-  std::vector<zmq::message_t> frames_;  // the client's last reply
-  zmq::context_t context_{1};
-  zmq::socket_t server_{context_, zmq::socket_type::router};
-  zmq::socket_t client_{context_, zmq::socket_type::dealer};
-  std::thread thread_;
-  std::atomic<bool> stop_{false};
-  std::mutex mu_;
-  Status server_error_;  // guarded by mu_
-};
-
 // Mean microseconds per gridsync iteration spent in each stage (warmup
 // and timed iterations together): the client's request building and reply
 // handling (PsCounters), the shard's serving stages (ServingStats::Stages),
@@ -472,7 +299,7 @@ int RunPushPull(const PushPullArgs& args) {
     return Fail(s.WithContext("init"));
   }
 
-  auto raw = RawZmqPeer::Start(max_n);
+  auto raw = RawZmqPeer::Start(max_n, kWidth, kStride, kTimeout);
   if (!raw.ok()) return Fail(raw.status());
 
   int max_steps = 1;

@@ -1,8 +1,8 @@
+// The NCCL backend (nccl_collective.h). Loading NCCL and the checked CUDA
+// and NCCL calls it is written with live in nccl_api.h.
 #include "worker/collective/nccl_collective.h"
 
 #include <spdlog/fmt/fmt.h>
-
-#include "common/shared_library.h"
 
 #ifndef GRIDSYNC_HAVE_NCCL
 #define GRIDSYNC_HAVE_NCCL 0
@@ -22,148 +22,12 @@
 #include <utility>
 #include <vector>
 
+#include "worker/collective/nccl_api.h"
+
 namespace gridsync {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-// NCCL, loaded when a collective first needs it rather than linked: every
-// binary links the collectives, and a CPU host (or a coordinator, a shard)
-// should not need NVIDIA's library to start.
-struct NcclApi {
-  decltype(&ncclAllGather) AllGather = nullptr;
-  decltype(&ncclAllReduce) AllReduce = nullptr;
-  decltype(&ncclBroadcast) Broadcast = nullptr;
-  decltype(&ncclCommAbort) CommAbort = nullptr;
-  decltype(&ncclCommDestroy) CommDestroy = nullptr;
-  decltype(&ncclCommFinalize) CommFinalize = nullptr;
-  decltype(&ncclCommGetAsyncError) CommGetAsyncError = nullptr;
-  decltype(&ncclCommInitRankConfig) CommInitRankConfig = nullptr;
-  decltype(&ncclGetErrorString) GetErrorString = nullptr;
-  decltype(&ncclGetLastError) GetLastError = nullptr;
-  decltype(&ncclGetUniqueId) GetUniqueId = nullptr;
-  decltype(&ncclGroupEnd) GroupEnd = nullptr;
-  decltype(&ncclGroupStart) GroupStart = nullptr;
-  decltype(&ncclReduce) Reduce = nullptr;
-  decltype(&ncclReduceScatter) ReduceScatter = nullptr;
-};
-
-Result<const NcclApi*> LoadNccl() {
-  static NcclApi api;
-  static std::string error;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    auto library = SharedLibrary::Open({"libnccl.so.2", "libnccl.so"}, "NCCL");
-    if (!library.ok()) {
-      error = library.status().message();
-      return;
-    }
-    bool complete = true;
-    complete = library->Lookup("ncclAllGather", &api.AllGather) && complete;
-    complete = library->Lookup("ncclAllReduce", &api.AllReduce) && complete;
-    complete = library->Lookup("ncclBroadcast", &api.Broadcast) && complete;
-    complete = library->Lookup("ncclCommAbort", &api.CommAbort) && complete;
-    complete = library->Lookup("ncclCommDestroy", &api.CommDestroy) && complete;
-    complete = library->Lookup("ncclCommFinalize", &api.CommFinalize) && complete;
-    complete = library->Lookup("ncclCommGetAsyncError", &api.CommGetAsyncError) && complete;
-    complete = library->Lookup("ncclCommInitRankConfig", &api.CommInitRankConfig) && complete;
-    complete = library->Lookup("ncclGetErrorString", &api.GetErrorString) && complete;
-    complete = library->Lookup("ncclGetLastError", &api.GetLastError) && complete;
-    complete = library->Lookup("ncclGetUniqueId", &api.GetUniqueId) && complete;
-    complete = library->Lookup("ncclGroupEnd", &api.GroupEnd) && complete;
-    complete = library->Lookup("ncclGroupStart", &api.GroupStart) && complete;
-    complete = library->Lookup("ncclReduce", &api.Reduce) && complete;
-    complete = library->Lookup("ncclReduceScatter", &api.ReduceScatter) && complete;
-    if (!complete)
-      error = "the NCCL library found lacks a function gridsync needs (NCCL 2.18 or newer)";
-  });
-  if (!error.empty()) return Status::Unsupported(error);
-  return &api;
-}
-
-// After a successful LoadNccl (NcclAvailable and NewNcclCollective check it).
-const NcclApi& Nccl() { return **LoadNccl(); }
-
-// ---- Checked calls, in the manner of NCCL's CUDACHECK/NCCLCHECK ----
-//
-// A failed call becomes a Status naming the expression, the error and
-// file:line. cudaGetLastError() clears the recorded CUDA error so that the
-// next unrelated check does not report it again.
-
-Status CudaFailure(cudaError_t error, const char* expr, const char* file, int line) {
-  (void)cudaGetLastError();
-  return Status::Internal(fmt::format("{} failed: {}: {} at {}:{}", expr, cudaGetErrorName(error),
-                                      cudaGetErrorString(error), file, line));
-}
-
-// A peer's failure (ncclRemoteError) or the network (ncclSystemError) is an
-// I/O error; everything else is internal.
-Status NcclFailure(ncclResult_t result, ncclComm_t comm, const char* expr, const char* file, int line) {
-  const char* last = Nccl().GetLastError(comm);
-  std::string message =
-      fmt::format("{} failed: {} ({}){} at {}:{}", expr, Nccl().GetErrorString(result),
-                  static_cast<int>(result),
-                  (last != nullptr && *last != '\0') ? fmt::format(": {}", last) : "", file, line);
-  if (result == ncclRemoteError || result == ncclSystemError) return Status::IOError(std::move(message));
-  if (result == ncclInvalidArgument || result == ncclInvalidUsage) return Status::InvalidArgument(std::move(message));
-  return Status::Internal(std::move(message));
-}
-
-#define GRIDSYNC_NCCL_CUDA_CHECK(expr)                                                       \
-  do {                                                                                       \
-    const cudaError_t gridsync_cuda_error_ = (expr);                                         \
-    if (gridsync_cuda_error_ != cudaSuccess)                                                 \
-      return CudaFailure(gridsync_cuda_error_, #expr, __FILE__, __LINE__);                   \
-  } while (0)
-
-// For a non-blocking communicator, ncclInProgress means "enqueued, not yet
-// done": the caller then waits with WaitComm.
-#define GRIDSYNC_NCCL_CHECK(comm, expr)                                                      \
-  do {                                                                                       \
-    const ncclResult_t gridsync_nccl_result_ = (expr);                                       \
-    if (gridsync_nccl_result_ != ncclSuccess && gridsync_nccl_result_ != ncclInProgress)     \
-      return NcclFailure(gridsync_nccl_result_, (comm), #expr, __FILE__, __LINE__);          \
-  } while (0)
-
-void Backoff(int* round) {
-  // Spin briefly, then sleep up to 1 ms: operations are usually short.
-  if (*round < 64) {
-    std::this_thread::yield();
-  } else {
-    std::this_thread::sleep_for(std::chrono::microseconds(std::min(1000, 10 * (*round - 63))));
-  }
-  ++*round;
-}
-
-// Waits until the communicator is no longer ncclInProgress (initialisation,
-// or a call that returned ncclInProgress). Returns Timeout at `deadline`.
-Status WaitComm(ncclComm_t comm, Clock::time_point deadline, const std::string& what,
-                std::chrono::milliseconds timeout) {
-  int round = 0;
-  for (;;) {
-    ncclResult_t state = ncclSuccess;
-    GRIDSYNC_NCCL_CHECK(comm, Nccl().CommGetAsyncError(comm, &state));
-    if (state == ncclSuccess) return Status::OK();
-    if (state != ncclInProgress) {
-      return NcclFailure(state, comm, "Nccl().CommGetAsyncError(comm, &state)", __FILE__, __LINE__)
-          .WithContext(what);
-    }
-    if (Clock::now() >= deadline) {
-      return Status::Timeout(fmt::format("{}: NCCL did not finish within {}", what, FormatSeconds(timeout)));
-    }
-    Backoff(&round);
-  }
-}
-
-bool IsDevicePointer(const void* ptr) {
-  if (ptr == nullptr) return false;
-  cudaPointerAttributes attributes{};
-  if (cudaPointerGetAttributes(&attributes, ptr) != cudaSuccess) {
-    (void)cudaGetLastError();  // unregistered host memory on old runtimes
-    return false;
-  }
-  return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged;
-}
+using namespace nccl_internal;  // NOLINT: this file's own helpers (nccl_api.h)
 
 std::string StoreKey(const std::string& group, const std::string& what) { return "nccl/" + group + "/" + what; }
 
