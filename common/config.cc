@@ -7,6 +7,8 @@
 
 #include "common/config.h"
 
+#include <spdlog/fmt/fmt.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -253,8 +255,8 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
     r.Int("master_port", &d.master_port, 1, 65535);
     const bool sync_ok = r.EnumValue("gradient_sync", &d.gradient_sync,
                                      std::span<const GradientSyncMode>(kGradientSyncs));
-    r.EnumValue("batch_splitting", &d.batch_splitting,
-                std::span<const BatchSplitting>(kBatchSplittings));
+    const bool splitting_ok = r.EnumValue("batch_splitting", &d.batch_splitting,
+                                          std::span<const BatchSplitting>(kBatchSplittings));
     const bool model_parallel_ok = r.Bool("model_parallel", &d.model_parallel);
     const bool mp_dim_ok =
         r.EnumValue("mp_dim", &d.mp_dim, std::span<const ModelParallelDim>(kModelParallelDims));
@@ -267,6 +269,7 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
         "an array of objects {\"name\": string, \"workers\": integer, \"weight\": number, "
         "\"host\": address, \"shards\": integer}";
     bool nodes_ok = true;
+    std::string weight_given;  // the first node that sets a weight
     if (const Json* nodes = r.Array("nodes", kNodesAllowed); nodes != nullptr) {
       for (size_t i = 0; i < nodes->size(); ++i) {
         const std::string path = "distributed.nodes[" + std::to_string(i) + "]";
@@ -284,6 +287,7 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
                                .forbid_spaces = true});
         nodes_ok &= nr.Int("workers", &node.workers, 1, 4096);
         nodes_ok &= nr.Double("weight", &node.weight, 0.0, /*lo_open=*/true, 1e6);
+        if (nr.Has("weight") && weight_given.empty()) weight_given = path + ".weight";
         nodes_ok &= nr.String("host", &node.host,
                               {.allowed = "the address this node's processes bind and advertise: "
                                           "a host name or IP address, no spaces, at most 253 "
@@ -327,6 +331,34 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
       problems.Add("distributed.world_size",
                    std::to_string(d.world_size) + " needs distributed.enable true",
                    "1 while distributed.enable is false");
+    }
+    if (splitting_ok && !weight_given.empty() && d.batch_splitting != BatchSplitting::kWeighted) {
+      problems.Add(weight_given,
+                   "has no effect with batch_splitting " + Quote(ToString(d.batch_splitting)) +
+                       " (only \"weighted\" splits the batch by node weight)",
+                   "node weights only with distributed.batch_splitting \"weighted\"; remove them "
+                   "or split by weight");
+    }
+    if (splitting_ok && r.Has("adaptive_interval") &&
+        d.batch_splitting != BatchSplitting::kAdaptive) {
+      problems.Add("distributed.adaptive_interval",
+                   std::to_string(d.adaptive_interval) + " has no effect with batch_splitting " +
+                       Quote(ToString(d.batch_splitting)),
+                   "distributed.adaptive_interval only with batch_splitting \"adaptive\"");
+    }
+    // The collective runs the all-reduce (nccl) or the reduce inside a node
+    // (hybrid); only the all-reduce is cut into buckets.
+    if (sync_ok && r.Has("collective") && d.gradient_sync == GradientSyncMode::kPs) {
+      problems.Add("distributed.collective",
+                   Quote(ToString(d.collective)) +
+                       " has no effect with gradient_sync \"ps\" (no collective runs)",
+                   "distributed.collective only with gradient_sync \"nccl\" or \"hybrid\"");
+    }
+    if (sync_ok && r.Has("bucket_mb") && d.gradient_sync != GradientSyncMode::kNccl) {
+      problems.Add("distributed.bucket_mb",
+                   fmt::format("{:g} has no effect with gradient_sync {} (no bucketed all-reduce)",
+                               d.bucket_mb, Quote(ToString(d.gradient_sync))),
+                   "distributed.bucket_mb only with gradient_sync \"nccl\"");
     }
     if (model_parallel_ok && mp_dim_ok && r.Has("mp_dim") && !d.model_parallel) {
       problems.Add(
@@ -436,6 +468,27 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
     r.Int("min_bytes", &c.min_bytes, 0, 1 << 30);
     r.Bool("pull", &c.pull);
     r.ReportUnknownKeys();
+    // Each codec option is read by the codecs named here and nothing else.
+    struct CodecKey {
+      const char* key;
+      bool applies;
+      const char* codecs;
+    };
+    const bool none = c.codec == "none";
+    const CodecKey codec_keys[] = {
+        {"ratio", c.codec == "topk" || c.codec == "randomk", "\"topk\" or \"randomk\""},
+        {"bits", c.codec == "qsgd", "\"qsgd\""},
+        {"block", c.codec == "int8", "\"int8\""},
+        {"error_feedback", !none, "a codec other than \"none\""},
+        {"min_bytes", !none, "a codec other than \"none\""},
+    };
+    for (const CodecKey& k : codec_keys) {
+      if (!r.Has(k.key) || k.applies) continue;
+      problems.Add(std::string("compression.") + k.key,
+                   "has no effect with compression.codec " + Quote(c.codec),
+                   std::string("compression.") + k.key + " only with codec " + k.codecs +
+                       "; remove it or pick such a codec");
+    }
     if (c.pull && c.codec == "none") {
       problems.Add("compression.pull",
                    "true has no effect with compression.codec \"none\" (pulls then carry the "

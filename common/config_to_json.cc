@@ -44,13 +44,18 @@ nlohmann::json Config::ToJson() const {
   if (distributed.model_parallel) d["mp_dim"] = ToString(distributed.mp_dim);
   d["hierarchical"] = distributed.hierarchical;
   d["timeout_s"] = distributed.timeout_s;
-  d["collective"] = ToString(distributed.collective);
-  d["bucket_mb"] = distributed.bucket_mb;
-  d["adaptive_interval"] = distributed.adaptive_interval;
+  // Keys that only some modes read are written only there: Parse refuses
+  // them elsewhere (a key never silently does nothing).
+  const GradientSyncMode sync = distributed.gradient_sync;
+  if (sync != GradientSyncMode::kPs) d["collective"] = ToString(distributed.collective);
+  if (sync == GradientSyncMode::kNccl) d["bucket_mb"] = distributed.bucket_mb;
+  const BatchSplitting split = distributed.batch_splitting;
+  if (split == BatchSplitting::kAdaptive) d["adaptive_interval"] = distributed.adaptive_interval;
   if (!distributed.nodes.empty()) {
     Json nodes = Json::array();
     for (const auto& node : distributed.nodes) {
-      Json item = {{"name", node.name}, {"workers", node.workers}, {"weight", node.weight}};
+      Json item = {{"name", node.name}, {"workers", node.workers}};
+      if (split == BatchSplitting::kWeighted) item["weight"] = node.weight;
       if (!node.host.empty()) item["host"] = node.host;
       if (node.shards >= 0) item["shards"] = node.shards;
       nodes.push_back(std::move(item));
@@ -89,11 +94,14 @@ nlohmann::json Config::ToJson() const {
 
   auto& c = j["compression"];
   c["codec"] = compression.codec;
-  c["ratio"] = compression.ratio;
-  c["bits"] = compression.bits;
-  c["block"] = compression.block;
-  c["error_feedback"] = compression.error_feedback;
-  c["min_bytes"] = compression.min_bytes;
+  const std::string& codec = compression.codec;
+  if (codec == "topk" || codec == "randomk") c["ratio"] = compression.ratio;
+  if (codec == "qsgd") c["bits"] = compression.bits;
+  if (codec == "int8") c["block"] = compression.block;
+  if (codec != "none") {
+    c["error_feedback"] = compression.error_feedback;
+    c["min_bytes"] = compression.min_bytes;
+  }
   c["pull"] = compression.pull;
 
   auto& ck = j["checkpoint"];

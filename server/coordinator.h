@@ -42,9 +42,24 @@ struct CoordinatorOptions {
   // A message must arrive whole within this once its first byte has; a new
   // connection must send its first request within it too.
   std::chrono::milliseconds read_timeout{30000};
+  // A peer whose host died or became unreachable (power loss, a cut link:
+  // no FIN, no RST) is noticed within about this long by TCP keepalive
+  // probes (and TCP_USER_TIMEOUT for unacknowledged replies), and its
+  // connection closed, so that its rank frees for a restarted process.
+  // gridsync-coordinator sets it to distributed.timeout_s. 0: off.
+  std::chrono::seconds dead_peer_after{30};
   // Replies written but not yet taken by the peer: past this, the
   // connection's requests are no longer read until it drains.
   uint64_t max_outbox_bytes = 64ull << 20;
+  // The key-value store (rendezvous ids, addresses, votes, checkpoint
+  // lists: small values): past these a kvSet is refused, so that no client
+  // can grow the coordinator without bound.
+  uint64_t max_store_bytes = 256ull << 20;  // keys and values, all of them
+  uint32_t max_store_keys = 1u << 16;
+  // A kvGet's values in one reply: a few small keys hold a rendezvous; a
+  // request naming one large value a thousand times would otherwise make
+  // the coordinator build a reply a thousand values long.
+  uint64_t max_reply_bytes = 64ull << 20;
   // security.curve: every connection must prove a role key (authHello, then
   // auth) before anything else, and may register only as that role.
   wire::ControlAuth auth;

@@ -3,10 +3,43 @@
 // requests in order, and writing, refusing and closing.
 //
 // Thread safety: see coordinator_engine.h (the io thread only).
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
 #include "server/coordinator_engine.h"
 
 namespace gridsync {
 namespace coordinator_engine {
+namespace {
+
+void DetectDeadPeer(tcp::socket& socket, std::chrono::seconds after) {
+  if (after.count() <= 0) return;
+  // Probes start after half the time without traffic, then every eighth,
+  // and four unanswered ones close the connection: about `after` in all.
+  // The kernel answers probes even for a stopped process, so only a dead
+  // host or a cut network trips this, never a slow member.
+  const int total = static_cast<int>(std::min<int64_t>(after.count(), 24 * 3600));
+  const int idle = std::max(1, total / 2);
+  const int interval = std::max(1, total / 8);
+  const int count = 4;
+  const unsigned user_timeout_ms = static_cast<unsigned>(total) * 1000u;
+  const int fd = socket.native_handle();
+  const int on = 1;
+  bool ok = setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on)) == 0;
+  ok = ok && setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle)) == 0;
+  ok = ok && setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval)) == 0;
+  ok = ok && setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count)) == 0;
+  ok = ok && setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms,
+                        sizeof(user_timeout_ms)) == 0;
+  if (!ok) spdlog::warn("coordinator: TCP keepalive not set: {}", std::strerror(errno));
+}
+
+}  // namespace
 
 // ---- Accepting and reading ----
 
@@ -28,6 +61,7 @@ void CoordinatorImpl::Accept() {
       auto conn = std::make_shared<Connection>(std::move(socket), ++next_connection_id_);
       ErrorCode opt_ec;
       conn->socket.set_option(tcp::no_delay(true), opt_ec);
+      DetectDeadPeer(conn->socket, options_.dead_peer_after);
       auto remote = conn->socket.remote_endpoint(opt_ec);
       conn->peer = opt_ec ? std::string("unknown peer")
                           : fmt::format("{}:{}", remote.address().to_string(), remote.port());
@@ -43,6 +77,7 @@ void CoordinatorImpl::Accept() {
       }
       spdlog::debug("coordinator: connection {} from {}", conn->id, conn->peer);
       ArmReadDeadline(conn, "its first request");
+      if (options_.auth.on) ArmAuthDeadline(conn);
       ReadHeader(conn);
       Accept();
     });
@@ -134,7 +169,6 @@ void CoordinatorImpl::ReadBody(const ConnPtr& conn) {
         return;
       }
       conn->read_timer->cancel();
-      conn->seen_request = true;
       pending_bytes_ -= conn->pending;  // the message is whole: no longer pending
       conn->pending = 0;
       conn->body.resize(conn->body_length / 8);
@@ -175,6 +209,25 @@ void CoordinatorImpl::ArmReadDeadline(const ConnPtr& conn, const char* what) {
                "{} did not arrive within {} ms (read_timeout); allowed: whole messages, sent "
                "promptly",
                what, options_.read_timeout.count())));
+    });
+  });
+}
+
+void CoordinatorImpl::ArmAuthDeadline(const ConnPtr& conn) {
+  conn->auth_timer = std::make_unique<asio::steady_timer>(io_);
+  conn->auth_timer->expires_after(options_.read_timeout);
+  std::weak_ptr<Connection> weak = conn;
+  conn->auth_timer->async_wait([this, weak](ErrorCode ec) {
+    Guard(nullptr, "auth deadline", [&] {
+      auto c = weak.lock();
+      if (ec || !c || c->closed || c->closing || c->authenticated) return;
+      spdlog::warn("coordinator: connection {} ({}) did not prove a role key in time", c->id,
+                   c->peer);
+      Fail(c, 0,
+           Status::Timeout(fmt::format(
+               "no key proof within {} ms of connecting (read_timeout); allowed: authHello, then "
+               "auth with a role key, promptly",
+               options_.read_timeout.count())));
     });
   });
 }
@@ -420,7 +473,7 @@ void CoordinatorImpl::Cleanup(const ConnPtr& conn, const std::string& reason) {
       // coordinator waited for the first job's Gloo peers).
       const std::string prefix = kCollectiveStorePrefix;
       auto it = kv_.lower_bound(prefix);
-      while (it != kv_.end() && it->first.rfind(prefix, 0) == 0) it = kv_.erase(it);
+      while (it != kv_.end() && it->first.rfind(prefix, 0) == 0) it = KvErase(it);
     }
     if (map_.shards.empty() && map_.workers.empty() && tables_owner_) {
       // The job is gone; the next one may bring other tables.

@@ -147,11 +147,13 @@ struct Connection {
   uint64_t pending = 0;      // this connection's share of pending_bytes_
   std::deque<std::vector<uint8_t>> outbox;
   uint64_t outbox_bytes = 0;
-  bool seen_request = false;                       // a first request arrived (the idle check)
   std::string challenge;                           // security: the outstanding authHello challenge
   std::optional<wire::ControlSession> session;     // security: every frame sealed after the proof
   std::optional<Role> authenticated;               // security: the role this connection proved
   std::unique_ptr<asio::steady_timer> read_timer;  // a started message must finish
+  // security: the key proof must complete within read_timeout of the
+  // connect, or the slot goes (a silent authHello would hold it forever).
+  std::unique_ptr<asio::steady_timer> auth_timer;
   bool writing = false;
   bool reading = false;
   bool closing = false;  // no more requests; close once the outbox is written
@@ -188,6 +190,7 @@ class CoordinatorImpl final : public Coordinator {
   // Closes the connection with a Timeout error unless the awaited bytes
   // arrive within options_.read_timeout (cancelled when they do).
   void ArmReadDeadline(const ConnPtr& conn, const char* what);
+  void ArmAuthDeadline(const ConnPtr& conn);
   // security: handles authHello/auth and refuses anything else before a
   // connection proved a role key; true when `request` may be dispatched.
   bool Authenticate(const ConnPtr& conn, Request& request);
@@ -196,7 +199,7 @@ class CoordinatorImpl final : public Coordinator {
   Result<CoordinatorStats> stats(std::chrono::milliseconds timeout) override;
   void StoreLocally(const std::string& key, const std::string& value) override {
     asio::post(io_, [this, key, value] {
-      kv_[key] = value;
+      KvPut(key, value);
       WakeKvWaiters();
     });
   }
@@ -222,7 +225,13 @@ class CoordinatorImpl final : public Coordinator {
   void HandleKvSet(const ConnPtr& conn, uint64_t id, KvSetRequest req);
   void HandleKvGet(const ConnPtr& conn, uint64_t id, KvGetRequest req);
 
+  // The values of `keys` (all present), or an error reply when together
+  // they exceed options_.max_reply_bytes.
   std::vector<uint8_t> ValuesFrame(uint64_t request_id, const std::vector<std::string>& keys) const;
+  // kv_ with kv_bytes_ kept in step.
+  void KvPut(const std::string& key, std::string value);
+  std::map<std::string, std::string>::iterator KvErase(
+      std::map<std::string, std::string>::iterator it);
   std::vector<std::string> MissingKeys(const std::vector<std::string>& keys) const;
   std::string IncompleteMessage(uint32_t waited_ms) const;
   // Why `step` is no step to roll the job back to (nullopt: it is one).
@@ -279,6 +288,7 @@ class CoordinatorImpl final : public Coordinator {
   std::vector<std::shared_ptr<Waiter>> map_waiters_;
   std::map<std::string, BarrierState> barriers_;
   std::map<std::string, std::string> kv_;
+  uint64_t kv_bytes_ = 0;  // keys and values in kv_
   std::vector<std::shared_ptr<Waiter>> kv_waiters_;
   CoordinatorStats counts_;  // the counters of stats(); the rest is read from the state
 };

@@ -5,8 +5,11 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <string>
@@ -19,6 +22,7 @@
 #include "ops/service_watchdog.h"
 #include "server/coordinator.h"
 #include "server/serve_metrics.h"
+#include "spec/run_spec.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"gridsync-coordinator: the control plane (registration, cluster map, barriers, KV store)"};
@@ -45,6 +49,16 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", config.status().message().c_str());
     return gridsync::kConfigErrorExitCode;
   }
+  // What `gridsync check-config` refuses, this refuses too, before the
+  // cluster forms around a config its workers would refuse.
+  if (auto runnable = config->CheckRunnable(/*standalone=*/false); !runnable.ok()) {
+    std::fprintf(stderr, "%s: %s\n", config_path.c_str(), runnable.message().c_str());
+    return gridsync::kConfigErrorExitCode;
+  }
+  if (auto spec = gridsync::RunSpec::Resolve(*config); !spec.ok()) {
+    std::fprintf(stderr, "%s\n", spec.status().message().c_str());
+    return gridsync::kConfigErrorExitCode;
+  }
 
   // Installed before the server starts, so a signal is never lost to the
   // default action once we listen.
@@ -63,6 +77,8 @@ int main(int argc, char** argv) {
                                 ? 0
                                 : static_cast<uint32_t>(config->ps.shards);
   options.expected_workers = static_cast<uint32_t>(config->distributed.world_size);
+  options.dead_peer_after = std::chrono::seconds(
+      std::max<int64_t>(1, static_cast<int64_t>(std::ceil(config->distributed.timeout_s))));
   auto auth = gridsync::wire::ControlAuthFor(*config, "coordinator");
   if (!auth.ok()) {
     std::fprintf(stderr, "%s: %s\n", config_path.c_str(), auth.status().message().c_str());

@@ -364,8 +364,32 @@ std::vector<uint8_t> CoordinatorImpl::ValuesFrame(uint64_t request_id,
                                                   const std::vector<std::string>& keys) const {
   std::vector<std::string_view> values;
   values.reserve(keys.size());
-  for (const auto& key : keys) values.push_back(kv_.at(key));
+  uint64_t bytes = 0;
+  for (const auto& key : keys) {
+    values.push_back(kv_.at(key));
+    bytes += values.back().size();
+  }
+  if (bytes > options_.max_reply_bytes) {
+    return wire::EncodeErrorReply(
+        request_id, Status::InvalidArgument(fmt::format(
+                        "kvGet: the {} keys asked for hold {} bytes of values; allowed: at most {} "
+                        "bytes in one reply (ask for fewer keys at a time)",
+                        keys.size(), bytes, options_.max_reply_bytes)));
+  }
   return wire::EncodeValuesReply(request_id, values);
+}
+
+void CoordinatorImpl::KvPut(const std::string& key, std::string value) {
+  auto [it, inserted] = kv_.try_emplace(key);
+  if (inserted) kv_bytes_ += key.size();
+  kv_bytes_ = kv_bytes_ - it->second.size() + value.size();
+  it->second = std::move(value);
+}
+
+std::map<std::string, std::string>::iterator CoordinatorImpl::KvErase(
+    std::map<std::string, std::string>::iterator it) {
+  kv_bytes_ -= it->first.size() + it->second.size();
+  return kv_.erase(it);
 }
 
 void CoordinatorImpl::HandleKvSet(const ConnPtr& conn, uint64_t id, KvSetRequest req) {
@@ -374,7 +398,21 @@ void CoordinatorImpl::HandleKvSet(const ConnPtr& conn, uint64_t id, KvSetRequest
                    id, Status::InvalidArgument("kvSet: empty key; allowed: a non-empty key")));
     return;
   }
-  kv_[req.key] = std::move(req.value);
+  const auto old = kv_.find(req.key);
+  const bool fresh = old == kv_.end();
+  const uint64_t after = kv_bytes_ + req.value.size() + (fresh ? req.key.size() : 0) -
+                         (fresh ? 0 : old->second.size());
+  if ((fresh && kv_.size() >= options_.max_store_keys) || after > options_.max_store_bytes) {
+    Send(conn,
+         wire::EncodeErrorReply(
+             id, Status::InvalidArgument(fmt::format(
+                     "kvSet '{}': the store holds {} keys, {} bytes; with this value it would "
+                     "hold {} keys, {} bytes; allowed: at most {} keys and {} bytes",
+                     req.key.substr(0, 128), kv_.size(), kv_bytes_, kv_.size() + (fresh ? 1 : 0),
+                     after, options_.max_store_keys, options_.max_store_bytes))));
+    return;
+  }
+  KvPut(req.key, std::move(req.value));
   ++counts_.kv_sets;
   Send(conn, wire::EncodeOkReply(id));
   WakeKvWaiters();

@@ -30,8 +30,9 @@ void JobGate::Open(uint64_t job, uint32_t epoch) {
 Result<JobGate::Admission> JobGate::Admit(uint64_t job, uint32_t epoch, uint32_t worker) {
   if (closed_.load(std::memory_order_acquire)) {
     return Status::IOError("shard " + std::to_string(shard_) +
-                           " is rejoining its job from a checkpoint and serves nothing until "
-                           "the coordinator admitted it; allowed: the job's next epoch");
+                           " serves nothing until the coordinator admitted it (registration, "
+                           "or a rejoin from a checkpoint); allowed: the job's current epoch, "
+                           "once the shard is in the cluster map");
   }
   const uint64_t current_job = job_.load(std::memory_order_relaxed);
   const uint32_t current_epoch = epoch_.load(std::memory_order_relaxed);
@@ -56,6 +57,14 @@ Result<JobGate::Admission> JobGate::Admit(uint64_t job, uint32_t epoch, uint32_t
   if (claimed > Position(state.job, state.epoch)) {
     return Status::InvalidArgument(Describe(job, epoch) + " of worker " + std::to_string(worker) +
                                    " is not the cluster's: the coordinator runs " +
+                                   Describe(state.job, state.epoch) +
+                                   "; allowed: " + Describe(state.job, state.epoch));
+  }
+  if (claimed < Position(state.job, state.epoch)) {
+    // Behind the cluster: a fresh shard (job 0) would otherwise take the
+    // claim as its job and mix a finished job's gradients into the next.
+    return Status::InvalidArgument(Describe(job, epoch) + " of worker " + std::to_string(worker) +
+                                   " is stale: the coordinator runs " +
                                    Describe(state.job, state.epoch) +
                                    "; allowed: " + Describe(state.job, state.epoch));
   }

@@ -70,6 +70,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", config.status().message().c_str());
     return gridsync::kConfigErrorExitCode;
   }
+  // What `gridsync check-config` refuses, this refuses too.
+  if (auto runnable = config->CheckRunnable(/*standalone=*/false); !runnable.ok()) {
+    std::fprintf(stderr, "%s: %s\n", config_path.c_str(), runnable.message().c_str());
+    return gridsync::kConfigErrorExitCode;
+  }
   if (shard < 0 || shard >= config->ps.shards) {
     std::fprintf(stderr, "--shard %d: out of range; allowed: 0..%d (ps.shards = %d)\n", shard,
                  config->ps.shards - 1, config->ps.shards);
@@ -155,6 +160,7 @@ int main(int argc, char** argv) {
       spdlog::info("the job is training: rejoining it from the checkpoint of step {}", rejoin_step);
     }
   }
+  options.join_first = true;  // serves once registered (JoinAsShard)
   auto server = gridsync::PsShard::Start(*partition, options);
   if (!server.ok()) {
     spdlog::error("{}", server.status().ToString());

@@ -76,6 +76,10 @@ struct ShardOptions {
   // A shard restarted during training, rejoining the job from its
   // checkpoint of resume_step: it holds every message until Joined.
   bool rejoining = false;
+  // A shard of a cluster (gridsync-ps): it holds every message until
+  // Joined too, so that nothing sent before its registration (when it has
+  // no coordinator to ask) can set its job.
+  bool join_first = false;
 };
 
 // What a shard asks of its cluster's coordinator (set before or while

@@ -51,7 +51,7 @@ class PsShardImpl : public PsShard {
         pool_(options.threads),
         socket_(context_, zmq::socket_type::router),
         stale_reads_(options),
-        job_gate_(options.shard, options.rejoining),
+        job_gate_(options.shard, options.rejoining || options.join_first),
         checkpoints_(options.checkpoint_dir, options.shard, options.checkpoint_every) {
     for (uint32_t t = 0; t < partition_.n_tables(); ++t) {
       shapes_.push_back({partition_.table(t).rows, partition_.table(t).width});
@@ -119,10 +119,10 @@ class PsShardImpl : public PsShard {
   void Hold(std::unique_ptr<Request> request) {
     constexpr size_t kMaxHeld = 4096;  // a few per worker are expected
     if (held_.size() >= kMaxHeld) {
-      ReplyError(*request,
-                 Status::IOError("shard " + std::to_string(options_.shard) +
-                                 " is rejoining its job and holds " + std::to_string(kMaxHeld) +
-                                 " messages already; allowed: retry once it serves"));
+      ReplyError(*request, Status::IOError("shard " + std::to_string(options_.shard) +
+                                           " has not been admitted to its cluster yet and holds " +
+                                           std::to_string(kMaxHeld) +
+                                           " messages already; allowed: retry once it serves"));
       return;
     }
     held_.push_back(std::move(request));
@@ -218,7 +218,7 @@ class PsShardImpl : public PsShard {
   }
   void Joined(uint64_t job, uint32_t epoch) override {
     if (options_.resume_step > 0) checkpoints_.StartedFrom(options_.resume_step, job);
-    if (options_.rejoining) job_gate_.Open(job, epoch);
+    if (options_.rejoining || options_.join_first) job_gate_.Open(job, epoch);
   }
 
   wire::ShardStats stats() const override {
@@ -261,10 +261,36 @@ class PsShardImpl : public PsShard {
       request->identity = std::move(frames[0]);
       frames.erase(frames.begin());
       request->frames = std::move(frames);
-      Handle(std::move(request));
+      HandleGuarded(std::move(request));
       AdmitHeld();
       ExpireWaitingPulls();
       waiting_count_.store(waiting_.size(), std::memory_order_relaxed);
+    }
+  }
+
+  // Handle, with the last line of defence: an allocation that fails (a
+  // request asking for more than this host holds) or any other exception
+  // becomes an error reply to its sender, and the shard keeps serving
+  // instead of terminating on one message.
+  void HandleGuarded(std::unique_ptr<Request> request) {
+    Request reply_to;
+    reply_to.identity.copy(request->identity);
+    reply_to.message.request_id = wire::PeekRequestId(request->frames, options_.limits);
+    std::string what;
+    try {
+      Handle(std::move(request));
+      return;
+    } catch (const std::bad_alloc&) {
+      what = "out of memory serving it (it asked for more than this shard can allocate)";
+    } catch (const std::exception& e) {
+      what = std::string("an internal error serving it: ") + e.what();
+    }
+    spdlog::error("shard {}: request {}: {}", options_.shard, reply_to.message.request_id, what);
+    try {
+      ReplyError(reply_to, Status::Internal("request refused: " + what),
+                 /*readable=*/false);
+    } catch (const std::exception&) {
+      CountError();  // not even the refusal could be built: the sender times out
     }
   }
 

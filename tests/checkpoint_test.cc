@@ -315,6 +315,22 @@ TEST(JobGateTest, EpochsMoveOnlyWhenTheCoordinatorConfirms) {
   ASSERT_FALSE(stale.ok());
   EXPECT_NE(stale.status().message().find("worker 1"), std::string::npos);
   EXPECT_NE(stale.status().message().find("rolled back"), std::string::npos);
+  // A fresh shard (job 0) does not take a claim behind the cluster's as
+  // its job: the coordinator runs job 3, a leftover worker claims job 1.
+  {
+    JobGate fresh(1);
+    fresh.SetSource([]() -> Result<JobState> { return JobState{3, 0, 0}; });
+    auto behind = fresh.Admit(1, 0, 4);
+    ASSERT_FALSE(behind.ok());
+    EXPECT_NE(behind.status().message().find("job 1 of worker 4 is stale: the coordinator runs "
+                                             "job 3"),
+              std::string::npos)
+        << behind.status().ToString();
+    EXPECT_EQ(fresh.job(), 0u);
+    auto current = fresh.Admit(3, 0, 0);
+    ASSERT_TRUE(current.ok()) << current.status().ToString();
+    EXPECT_EQ(fresh.job(), 3u);
+  }
   // A new job starts afresh, at its own epoch 0.
   cluster = {2, 0, 0};
   auto next = gate.Admit(2, 0, 0);
@@ -330,7 +346,7 @@ TEST(JobGateTest, ARejoiningShardServesNothingUntilOpened) {
   gate.SetSource([]() -> Result<JobState> { return JobState{1, 2, 150}; });
   auto refused = gate.Admit(1, 1, 0);  // queued before the shard died
   ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.status().message().find("rejoining"), std::string::npos);
+  EXPECT_NE(refused.status().message().find("rejoin from a checkpoint"), std::string::npos);
   gate.Open(1, 2);
   auto old = gate.Admit(1, 1, 0);
   ASSERT_FALSE(old.ok());

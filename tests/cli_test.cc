@@ -66,6 +66,15 @@ TEST(CliTest, CheckConfigRefusesWhatTheWorkerRefuses) {
   EXPECT_EQ(worker.exit_code, 2) << worker.output;
   EXPECT_NE(worker.output.find("compression.codec=onebit: not supported with"), std::string::npos)
       << worker.output;
+  // The shard and the coordinator refuse it as well, before they serve
+  // (a systemd unit would otherwise run a cluster its workers refuse).
+  for (const auto& [binary, extra] : {std::pair{"server/gridsync-ps", " --shard 0"},
+                                      std::pair{"server/gridsync-coordinator", ""}}) {
+    const ProcessResult run = Execute(binary, "--config " + args + extra);
+    EXPECT_EQ(run.exit_code, 2) << binary << ": " << run.output;
+    EXPECT_NE(run.output.find("compression.codec=onebit: not supported with"), std::string::npos)
+        << binary << ": " << run.output;
+  }
   // What runs distributed passes both (the worker is not started here).
   EXPECT_EQ(Execute("tools/gridsync",
                     "check-config configs/distributed_large.json --set "

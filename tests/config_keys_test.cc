@@ -1,6 +1,9 @@
 // Tests for common/config, continued: --set overrides, ToJson and its round
 // trip, the keys of nodes, the PS, metrics and compression, what a config
-// can run (CheckRunnable), and enum names.
+// can run (CheckRunnable), keys refused where they would do nothing, and
+// enum names.
+#include <map>
+
 #include "tests/config_test_util.h"
 
 namespace gridsync {
@@ -106,23 +109,37 @@ TEST(ConfigToJsonTest, PrintsExactlyTheKeysTheParserReads) {
     }
     return keys;
   };
-  // Every conditional key switched on: ssp staleness, a given ps.host,
-  // mp_dim with model parallelism, nodes.
-  const Config full = ParseOk(R"({
-      "distributed": {"enable": true, "world_size": 2, "gradient_sync": "ps",
-                      "model_parallel": true, "mp_dim": "column",
-                      "nodes": [{"name": "a", "workers": 1}, {"name": "b", "workers": 1}]},
-      "ps": {"consistency": "ssp", "staleness": 3, "host": "127.0.0.1", "base_port": 26000},
-      "compression": {"codec": "topk"}, "security": {"keys_dir": "/etc/gridsync/keys"}})");
-  const nlohmann::json j = full.ToJson();
-  std::set<std::string> sections;
-  for (const auto& [section, value] : j.items()) {
-    sections.insert(section);
-    std::set<std::string> printed;
-    for (const auto& [key, v] : value.items()) printed.insert(key);
-    EXPECT_EQ(printed, allowed_keys(section)) << section;
+  // Conditional keys print only where they apply, so no one config prints
+  // them all: every config below prints only keys the parser reads and
+  // loads again, and together they switch on every conditional key (ssp
+  // staleness, a given ps.host, mp_dim with model parallelism, nodes, node
+  // weights and the bucket size under nccl's weighted split, the adaptive
+  // interval, each codec's own options).
+  const char* configs[] = {
+      R"({"distributed": {"enable": true, "world_size": 2, "gradient_sync": "nccl",
+                          "batch_splitting": "weighted", "model_parallel": true,
+                          "mp_dim": "column",
+                          "nodes": [{"name": "a", "workers": 1}, {"name": "b", "workers": 1}]},
+          "ps": {"consistency": "ssp", "staleness": 3, "host": "127.0.0.1", "base_port": 26000},
+          "compression": {"codec": "topk"}, "security": {"keys_dir": "/etc/gridsync/keys"}})",
+      R"({"distributed": {"batch_splitting": "adaptive", "gradient_sync": "hybrid"},
+          "compression": {"codec": "qsgd"}})",
+      R"({"distributed": {"gradient_sync": "ps"}, "compression": {"codec": "int8"}})",
+  };
+  std::map<std::string, std::set<std::string>> printed;
+  for (const char* text : configs) {
+    const nlohmann::json j = ParseOk(text).ToJson();
+    EXPECT_TRUE(Config::Parse(j.dump(), "printed").ok()) << j.dump();
+    for (const auto& [section, value] : j.items()) {
+      const std::set<std::string> allowed = allowed_keys(section);
+      for (const auto& [key, v] : value.items()) {
+        EXPECT_EQ(allowed.count(key), 1u) << section << "." << key << " is printed, not read";
+        printed[section].insert(key);
+      }
+    }
   }
-  EXPECT_EQ(sections.size(), 10u);
+  for (const auto& [section, keys] : printed) EXPECT_EQ(keys, allowed_keys(section)) << section;
+  EXPECT_EQ(printed.size(), 10u);
 }
 
 TEST(ConfigMetricsTest, PortsMustFitAndStayClearOfTheClusters) {
@@ -147,7 +164,8 @@ TEST(ConfigToJsonTest, MpDimOmittedWithoutModelParallel) {
 
 TEST(ConfigNodesTest, NodesAssignRanksAndMustSumToWorldSize) {
   const Config c = ParseOk(R"({"distributed": {"enable": true, "world_size": 4, "nodes": [
-      {"name": "a", "workers": 1, "weight": 2.0}, {"name": "b", "workers": 3}]}})");
+      {"name": "a", "workers": 1, "weight": 2.0}, {"name": "b", "workers": 3}],
+      "batch_splitting": "weighted"}})");
   ASSERT_EQ(c.distributed.nodes.size(), 2u);
   EXPECT_EQ(c.distributed.NodeOf(0), 0);
   EXPECT_EQ(c.distributed.NodeOf(1), 1);
@@ -416,4 +434,57 @@ TEST(ConfigHostileTest, PullCompressionWithoutACodecIsRefused) {
   EXPECT_TRUE(Config::Parse(R"({"compression": {"pull": true, "codec": "onebit"}})", "ok").ok());
 }
 
+}  // namespace gridsync
+
+namespace gridsync {
+namespace {
+
+// A key that only some settings read is refused under the others, naming
+// the key, the setting that makes it inert and where it applies; where it
+// applies it loads.
+TEST(ConfigKeysTest, KeysThatOnlySomeSettingsReadAreRefusedElsewhere) {
+  struct Case {
+    const char* inert;   // refused
+    const char* active;  // the same key where it applies
+    const char* key;
+  };
+  const Case cases[] = {
+      {R"({"compression": {"codec": "onebit", "ratio": 0.1}})",
+       R"({"compression": {"codec": "topk", "ratio": 0.1}})", "compression.ratio"},
+      {R"({"compression": {"codec": "topk", "bits": 3}})",
+       R"({"compression": {"codec": "qsgd", "bits": 3}})", "compression.bits"},
+      {R"({"compression": {"codec": "qsgd", "block": 64}})",
+       R"({"compression": {"codec": "int8", "block": 64}})", "compression.block"},
+      {R"({"compression": {"error_feedback": false}})",
+       R"({"compression": {"codec": "onebit", "error_feedback": false}})",
+       "compression.error_feedback"},
+      {R"({"compression": {"codec": "none", "min_bytes": 0}})",
+       R"({"compression": {"codec": "fp16", "min_bytes": 0}})", "compression.min_bytes"},
+      {R"({"distributed": {"batch_splitting": "weighted", "adaptive_interval": 5}})",
+       R"({"distributed": {"batch_splitting": "adaptive", "adaptive_interval": 5}})",
+       "distributed.adaptive_interval"},
+      {R"({"distributed": {"gradient_sync": "ps", "collective": "gloo"}})",
+       R"({"distributed": {"gradient_sync": "hybrid", "collective": "gloo"}})",
+       "distributed.collective"},
+      {R"({"distributed": {"gradient_sync": "hybrid", "bucket_mb": 4}})",
+       R"({"distributed": {"gradient_sync": "nccl", "bucket_mb": 4}})", "distributed.bucket_mb"},
+      {R"({"distributed": {"enable": true, "world_size": 2, "batch_splitting": "adaptive",
+           "nodes": [{"name": "a", "workers": 1}, {"name": "b", "workers": 1, "weight": 3}]}})",
+       R"({"distributed": {"enable": true, "world_size": 2, "batch_splitting": "weighted",
+           "nodes": [{"name": "a", "workers": 1}, {"name": "b", "workers": 1, "weight": 3}]}})",
+       "distributed.nodes[1].weight"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.key);
+    const std::string error = ErrorOf(c.inert);
+    EXPECT_NE(error.find(std::string(c.key) + ": "), std::string::npos) << error;
+    EXPECT_NE(error.find("has no effect"), std::string::npos) << error;
+    EXPECT_NE(error.find("allowed: "), std::string::npos) << error;
+    const Config active = ParseOk(c.active);
+    // And what check-config prints for it loads again.
+    EXPECT_TRUE(Config::Parse(active.ToJson().dump(), "printed").ok());
+  }
+}
+
+}  // namespace
 }  // namespace gridsync

@@ -244,6 +244,48 @@ TEST(CoordinatorLimitsTest, StalledMessagesAndSilentConnectionsTimeOut) {
   ExpectServes(*coordinator);
 }
 
+// Issue (review): kvGet named one 16 MiB value a thousand times, and the
+// coordinator built a reply of ~16 GiB; kvSet grew the store without bound.
+TEST(CoordinatorLimitsTest, TheStoreAndKvGetRepliesAreBounded) {
+  CoordinatorOptions options;
+  options.max_store_bytes = 1 << 20;
+  options.max_store_keys = 4;
+  options.max_reply_bytes = 256 << 10;
+  auto coordinator = StartWith(options);
+  ASSERT_TRUE(coordinator);
+  ExpectServes(*coordinator);  // holds key "k"
+  auto client = CoordinatorClient::Connect("127.0.0.1", coordinator->port(), 5s);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  ASSERT_TRUE((*client)->Set("big", std::string(200 << 10, 'x')).ok());
+  auto one = (*client)->Get({"big"}, 0ms);
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  EXPECT_EQ(one->at(0).size(), size_t{200 << 10});
+  // Twice the value is past the reply bound: refused, naming it.
+  auto twice = (*client)->Get({"big", "big"}, 0ms);
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.status().message().find("allowed: at most 262144 bytes in one reply"),
+            std::string::npos)
+      << twice.status().ToString();
+  // A value that would take the store past 1 MiB is refused; replacing a
+  // value counts only the difference.
+  Status grow = (*client)->Set("huge", std::string(900 << 10, 'y'));
+  ASSERT_FALSE(grow.ok());
+  EXPECT_NE(grow.message().find("allowed: at most 4 keys and 1048576 bytes"), std::string::npos)
+      << grow.ToString();
+  EXPECT_TRUE((*client)->Set("big", std::string(800 << 10, 'z')).ok());
+  // The key count is bounded too: "k", "big" and two more.
+  EXPECT_TRUE((*client)->Set("a", "1").ok());
+  EXPECT_TRUE((*client)->Set("b", "2").ok());
+  Status fifth = (*client)->Set("c", "3");
+  EXPECT_FALSE(fifth.ok());
+  EXPECT_NE(fifth.message().find("4 keys"), std::string::npos) << fifth.ToString();
+  // Refusals leave the connection and the coordinator serving.
+  auto still = (*client)->Get({"a", "k"}, 0ms);
+  ASSERT_TRUE(still.ok()) << still.status().ToString();
+  EXPECT_EQ(still->at(0), "1");
+  ExpectServes(*coordinator);
+}
+
 TEST(CoordinatorLimitsTest, PartialMessagesShareABoundedBudget) {
   CoordinatorOptions options;
   options.max_pending_bytes = 1 << 20;

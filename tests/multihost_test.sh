@@ -12,6 +12,8 @@
 #     the rendezvous fail within distributed.timeout_s plus the stated slack
 #     (5 s), naming the peer and its address.
 #  3. Config checks: loopback hosts in a multi-host config are refused.
+#  4. A shard whose link is cut (no FIN, no RST) leaves the coordinator's
+#     cluster map within about distributed.timeout_s.
 # The data plane runs under CURVE (security.mode auto on several machines),
 # with keys from `gridsync keygen`.
 #
@@ -124,6 +126,40 @@ elif ! grep -q "loopback" "$WORK/check.log"; then
 else
   echo "ok: check-config refuses a loopback node host in a multi-host config"
 fi
+
+# 4. A member whose host becomes unreachable (the link cut: no FIN, no RST)
+# leaves the coordinator's cluster map within about distributed.timeout_s
+# (TCP keepalive and TCP_USER_TIMEOUT), so that its rank frees for a
+# restarted process; it used to hold the rank forever.
+config ps ', "ps": {"shards": 2}' 4
+"$NET" exec "$NAME" 0 "$BUILD/server/gridsync-coordinator" --config "$WORK/ps.json" \
+  > "$WORK/dead-coord.log" 2>&1 &
+pc=$!
+"$NET" exec "$NAME" 1 "$BUILD/server/gridsync-ps" --config "$WORK/ps.json" --shard 1 \
+  > "$WORK/dead-ps.log" 2>&1 &
+pp=$!
+for _ in $(seq 1 100); do grep -q "registered as shard 1" "$WORK/dead-ps.log" && break; sleep 0.1; done
+if ! grep -q "registered as shard 1" "$WORK/dead-ps.log"; then
+  fail "dead peer: shard 1 did not register"; tail -5 "$WORK/dead-ps.log" "$WORK/dead-coord.log"
+else
+  ip netns exec "$NAME-hub" ip link set p1 down
+  start=$(date +%s.%N)
+  for _ in $(seq 1 300); do grep -q "shard 1 left" "$WORK/dead-coord.log" && break; sleep 0.1; done
+  end=$(date +%s.%N)
+  ip netns exec "$NAME-hub" ip link set p1 up
+  elapsed=$(python3 -c "print(round($end - $start, 1))")
+  # timeout_s 4: probes after 2 s idle, every 1 s; TCP_USER_TIMEOUT 4 s.
+  if ! grep -q "shard 1 left" "$WORK/dead-coord.log"; then
+    fail "dead peer: the coordinator still holds shard 1 after $elapsed s with its link cut"
+  elif python3 -c "import sys; sys.exit(0 if $elapsed <= 4 * 2 + 2 else 1)"; then
+    echo "ok: a shard whose link was cut left the cluster map after $elapsed s (timeout_s 4; allowed 10 s)"
+  else
+    fail "dead peer: shard 1 left only after $elapsed s; allowed 10 s (timeout_s 4)"
+  fi
+fi
+kill "$pp" "$pc" 2> /dev/null || true
+wait "$pp" 2> /dev/null || true
+wait "$pc" 2> /dev/null || true
 
 if [ $failures -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
 echo "multihost: all checks passed"

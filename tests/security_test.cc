@@ -256,6 +256,42 @@ TEST(SecurityTest, CoordinatorAdmitsOnlyProvenRoles) {
   fs::remove_all(dir);
 }
 
+// Issue (review): authHello, then silence, held a connection slot forever
+// (the read deadline only covers a message in flight), so 512 such peers
+// locked every shard and worker out even with CURVE on. The key proof must
+// now complete within read_timeout of the connect; proven connections stay.
+TEST(SecurityTest, AConnectionThatNeverProvesAKeyLosesItsSlot) {
+  const std::string dir = MakeKeys();
+  Config config;
+  config.security.curve = true;
+  config.security.keys_dir = dir;
+  CoordinatorOptions options;
+  options.read_timeout = 400ms;
+  auto server_auth = wire::ControlAuthFor(config, "coordinator");
+  ASSERT_TRUE(server_auth.ok()) << server_auth.status().ToString();
+  options.auth = *server_auth;
+  auto coordinator = Coordinator::Start(options);
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
+  const uint16_t port = (*coordinator)->port();
+  auto worker_auth = *wire::ControlAuthFor(config, "worker");
+  auto proven = CoordinatorClient::Connect("127.0.0.1", port, 2s, worker_auth, Role::kWorker);
+  ASSERT_TRUE(proven.ok()) << proven.status().ToString();
+
+  testing::RawConnection silent(port);
+  ASSERT_EQ(AuthHello(silent).size(), 32u);
+  auto reply = silent.ReadReply(5s);
+  ASSERT_TRUE(reply.decoded) << "eof " << reply.eof << ", timeout " << reply.timeout;
+  EXPECT_EQ(reply.code, static_cast<uint32_t>(StatusCode::kTimeout)) << reply.text;
+  EXPECT_NE(reply.text.find("no key proof within 400 ms"), std::string::npos) << reply.text;
+  EXPECT_TRUE(silent.WaitForClose(3s));
+
+  // Well past the deadline, the proven connection still serves.
+  std::this_thread::sleep_for(200ms);
+  EXPECT_TRUE((*proven)->Heartbeat().ok());
+  EXPECT_TRUE((*proven)->Set("still", "here").ok());
+  fs::remove_all(dir);
+}
+
 // After the proof every control-plane frame is sealed under a key of this
 // connection: a plaintext request is refused (the connection closes), a
 // sealed one is answered sealed, and a frame altered, replayed, reflected

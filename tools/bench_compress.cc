@@ -162,6 +162,17 @@ bool RunGnuplot(const std::string& script, const std::string& png) {
 }
 
 Result<Config> LoadConfig(const CompressArgs& args, std::vector<std::string> overrides) {
+  // --ratio, --bits and --min-bytes for the codec named in the overrides,
+  // where it reads them: the config refuses a codec option that does nothing.
+  std::string codec = "none";
+  for (const auto& o : overrides) {
+    if (o.starts_with("compression.codec=")) codec = o.substr(o.find('=') + 1);
+  }
+  if (codec == "topk" || codec == "randomk")
+    overrides.push_back("compression.ratio=" + Fmt("%.17g", args.ratio));
+  if (codec == "qsgd") overrides.push_back("compression.bits=" + std::to_string(args.bits));
+  if (codec != "none")
+    overrides.push_back("compression.min_bytes=" + std::to_string(args.min_bytes));
   // The user's --set comes last, so it can change anything the flags set.
   overrides.insert(overrides.end(), args.overrides.begin(), args.overrides.end());
   return Config::LoadFile(args.config, overrides);

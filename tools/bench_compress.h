@@ -165,6 +165,8 @@ std::string GnuplotQuote(const std::string& text);
 // PNG skipped. Returns false only when gnuplot ran and failed.
 bool RunGnuplot(const std::string& script, const std::string& png);
 
+// The config with `overrides`, then --ratio/--bits/--min-bytes where the
+// overrides' codec reads them, then the user's --set.
 Result<Config> LoadConfig(const CompressArgs& args, std::vector<std::string> overrides);
 
 std::string ModelLine(const Config& config, const ImageTask& image);

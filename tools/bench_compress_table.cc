@@ -207,8 +207,6 @@ int RunCodecTable(const CompressArgs& args) {
       "training.steps=" + std::to_string(args.warm_steps),
       "training.threads=" + std::to_string(args.threads),
       "training.log_every=0",
-      "compression.ratio=" + Fmt("%.17g", args.ratio),
-      "compression.bits=" + std::to_string(args.bits),
   };
   if (args.batch > 0) overrides.push_back("training.batch_size=" + std::to_string(args.batch));
   // The user's --set comes last, so it can change anything the flags set.
@@ -220,8 +218,12 @@ int RunCodecTable(const CompressArgs& args) {
   }
   std::vector<CodecOptions> codecs;
   for (const auto& name : args.codecs.empty() ? SplitList(kTableCodecsDefault) : args.codecs) {
+    // --ratio and --bits go to the codecs that read them (set here, not as
+    // overrides: the loaded config's own codec may read neither).
     CompressionConfig c = config->compression;
     c.codec = name;
+    c.ratio = args.ratio;
+    c.bits = args.bits;
     auto options = CodecFromConfig(c);
     if (!options.ok()) {
       std::fprintf(stderr, "%s\n", options.status().message().c_str());

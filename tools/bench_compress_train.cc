@@ -95,9 +95,7 @@ int RunTrainSweep(const CompressArgs& args) {
          "ps.shards=" + std::to_string(args.shards), "training.steps=" + std::to_string(args.steps),
          "training.batch_size=" + std::to_string(batch),
          "training.threads=" + std::to_string(args.threads), "training.log_every=0",
-         "compression.codec=" + codec, "compression.ratio=" + Fmt("%.17g", args.ratio),
-         "compression.bits=" + std::to_string(args.bits),
-         "compression.min_bytes=" + std::to_string(args.min_bytes)});
+         "compression.codec=" + codec});
     Status status = config.ok() ? config->CheckRunnable(false) : config.status();
     if (status.ok()) status = CodecFromConfig(config->compression).status();
     if (!status.ok()) {
@@ -123,7 +121,7 @@ int RunTrainSweep(const CompressArgs& args) {
       "# %d steps, global batch %d, %d workers x %d threads, %d shards x %d threads, bsp; "
       "min_bytes %d; %s\n",
       c0.training.steps, c0.training.batch_size, c0.distributed.world_size, c0.training.threads,
-      c0.ps.shards, c0.ps.threads, c0.compression.min_bytes, CodecSettings(c0.compression).c_str());
+      c0.ps.shards, c0.ps.threads, args.min_bytes, CodecSettings(c0.compression).c_str());
   std::printf(
       "# psnr: rank 0 after the last step; push/pull_B/step: per worker (mean), whole "
       "messages of the training steps (the one-off initial push is not counted); "
