@@ -270,6 +270,17 @@ void PsShardImpl::HandlePull(std::unique_ptr<Request> request) {
     ReplyPull(*request);
     return;
   }
+  // A worker waits with one pull at a time; a peer flooding pulls for a
+  // version far ahead would otherwise grow this list until the timeouts.
+  const size_t max_waiting = std::max<size_t>(4096, size_t{4} * options_.workers);
+  if (waiting_.size() >= max_waiting) {
+    ReplyError(*request,
+               Status::IOError("shard " + std::to_string(options_.shard) + " holds " +
+                               std::to_string(waiting_.size()) +
+                               " pulls waiting for later versions already; allowed: at most " +
+                               std::to_string(max_waiting) + " (a worker waits with one)"));
+    return;
+  }
   waiting_.push_back({std::move(request), Clock::now() + options_.timeout});
 }
 

@@ -322,6 +322,58 @@ TEST(PsShardTest, ANewJobStartsAfreshAndAStaleWorkerIsRefusedByName) {
   EXPECT_EQ(AppliedSteps(*cluster->shards[0], 1u), 1u);
 }
 
+// Issue (review): pulls for a version far ahead were held without bound
+// until their timeouts; a peer could flood them. The shard holds at most
+// max(4096, 4 x workers) and refuses the next by name.
+TEST(PsShardTest, WaitingPullsAreBounded) {
+  auto cluster = Cluster::Start(SmallConfig(1, 1));
+  const std::vector<wire::TableShape> shapes = ShapesOf(*cluster->partition);
+  zmq::context_t context(1);
+  zmq::socket_t socket(context, zmq::socket_type::dealer);
+  socket.set(zmq::sockopt::linger, 0);
+  socket.set(zmq::sockopt::sndhwm, 0);
+  socket.connect(cluster->shards[0]->endpoint());
+  auto pull = [&](uint64_t request_id) {
+    wire::OutHeader h;
+    h.kind = wire::Kind::kPull;
+    h.request_id = request_id;
+    h.num_workers = 1;
+    h.min_version = 1000000;  // never reached: the pull waits
+    h.job = 1;
+    wire::OutBlock b;
+    b.table = 0;
+    b.width = 2;
+    b.rows = {1};
+    b.row_count = 1;
+    std::vector<wire::OutBlock> blocks;
+    blocks.push_back(std::move(b));
+    return wire::Encode(h, std::move(blocks));
+  };
+  constexpr uint64_t kHeld = 4096;
+  for (uint64_t id = 1; id <= kHeld + 1; ++id) {
+    auto frames = pull(id);
+    ASSERT_TRUE(wire::SendMultipart(socket, frames).ok());
+  }
+  // The first reply is the refusal of the one past the bound; the held
+  // ones wait for their version (or their timeout, long after this).
+  auto reply = wire::ReceiveMultipart(socket, 10000, wire::Limits{});
+  ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+  auto decoded = wire::Decode(*reply, shapes, wire::Limits{});
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  ASSERT_EQ(decoded->kind, wire::Kind::kError);
+  EXPECT_EQ(decoded->request_id, kHeld + 1);
+  EXPECT_NE(decoded->error.message().find("pulls waiting for later versions already; allowed: "
+                                          "at most 4096"),
+            std::string::npos)
+      << decoded->error.message();
+  const auto deadline = std::chrono::steady_clock::now() + 2s;
+  while (cluster->shards[0]->serving_stats().waiting_pulls != kHeld &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(cluster->shards[0]->serving_stats().waiting_pulls, kHeld);
+}
+
 TEST(PsShardTest, RowsOfAnotherShardAreRefused) {
   Config config = SmallConfig(1, 2);
   auto cluster = Cluster::Start(config);
