@@ -410,6 +410,10 @@ class PsShardImpl : public PsShard {
     Clock::time_point deadline;
   };
 
+  // The counter of replies pending to `identity` (ShardOptions::
+  // max_unsent_bytes_per_peer), created on first use.
+  std::shared_ptr<wire::UnsentBytes> UnsentTo(const zmq::message_t& identity);
+
   const Partition& partition_;
   ShardOptions options_;
   std::unique_ptr<ShardStore> store_;  // replaced whole when a new job begins
@@ -424,6 +428,8 @@ class PsShardImpl : public PsShard {
   std::atomic<uint64_t> heartbeats_{0};
 
   // Owned by the I/O thread.
+  std::shared_ptr<wire::UnsentBytes> unsent_total_ = std::make_shared<wire::UnsentBytes>();
+  std::map<std::string, std::shared_ptr<wire::UnsentBytes>> unsent_by_peer_;
   std::atomic<uint64_t> applied_{0};  // written by the I/O thread only
   std::vector<uint64_t> clock_;       // ssp, async: pushes per worker (its next step)
   StaleReads stale_reads_;            // ssp, async: the look-ahead's bookkeeping

@@ -284,10 +284,42 @@ void PsShardImpl::HandlePull(std::unique_ptr<Request> request) {
   waiting_.push_back({std::move(request), Clock::now() + options_.timeout});
 }
 
+std::shared_ptr<wire::UnsentBytes> PsShardImpl::UnsentTo(const zmq::message_t& identity) {
+  // Peers come and go (each connection has an identity of its own): drop
+  // the counters nobody holds and nothing is pending on.
+  if (unsent_by_peer_.size() >= 1024) {
+    std::erase_if(unsent_by_peer_, [](const auto& entry) {
+      return entry.second.use_count() == 1 && entry.second->bytes.load() == 0;
+    });
+  }
+  auto& counter = unsent_by_peer_[std::string(identity.data<char>(), identity.size())];
+  if (counter == nullptr) {
+    counter = std::make_shared<wire::UnsentBytes>();
+    counter->total = unsent_total_;
+  }
+  return counter;
+}
+
 void PsShardImpl::ReplyPull(Request& request) {
   const auto start = Clock::now();
   constexpr size_t kChunkRows = 16384;
   const wire::Message& m = request.message;
+  uint64_t reply_bytes = 0;
+  for (const auto& block : m.blocks) reply_bytes += uint64_t{block.row_count} * block.width * 4;
+  std::shared_ptr<wire::UnsentBytes> unsent = UnsentTo(request.identity);
+  const uint64_t mine = unsent->bytes.load(std::memory_order_relaxed);
+  const uint64_t all = unsent_total_->bytes.load(std::memory_order_relaxed);
+  if ((mine > 0 && mine + reply_bytes > options_.max_unsent_bytes_per_peer) ||
+      (all > 0 && all + reply_bytes > options_.max_unsent_bytes)) {
+    ReplyError(request,
+               Status::IOError(fmt::format(
+                   "pull of {} bytes refused: {} bytes of replies to this peer and {} to all "
+                   "peers are not yet written to their sockets; allowed: at most {} per peer "
+                   "and {} in all (read the replies before asking for more)",
+                   reply_bytes, mine, all, options_.max_unsent_bytes_per_peer,
+                   options_.max_unsent_bytes)));
+    return;
+  }
   std::vector<wire::OutBlock> blocks(m.blocks.size());
   struct Piece {
     size_t block, begin, end;
@@ -358,7 +390,7 @@ void PsShardImpl::ReplyPull(Request& request) {
   header.shard = options_.shard;
   AddStage(kGather, start);
   const auto encode_start = Clock::now();
-  auto frames = wire::Encode(header, std::move(blocks));
+  auto frames = wire::Encode(header, std::move(blocks), std::move(unsent));
   AddStage(kEncode, encode_start);
   Send(request.identity, std::move(frames));
 }

@@ -374,6 +374,53 @@ TEST(PsShardTest, WaitingPullsAreBounded) {
   EXPECT_EQ(cluster->shards[0]->serving_stats().waiting_pulls, kHeld);
 }
 
+// Issue (review): a peer that sends pulls and never reads the replies made
+// the shard queue them without bound (ZeroMQ's high-water mark is off).
+// Replies not yet written to a peer's socket are bounded per peer; past
+// the bound its pulls are refused, and a reading client is served.
+TEST(PsShardTest, RepliesAPeerDoesNotReadAreBounded) {
+  constexpr uint64_t kRows = 1 << 16;  // a pull of the table: 512 KiB
+  const std::vector<TableInfo> tables = {{"level", kRows, 2}};
+  auto partition = Partition::Make(tables, 1, ModelParallelDim::kRow);
+  ASSERT_TRUE(partition.ok()) << partition.status().ToString();
+  ShardOptions options;
+  options.endpoint = "tcp://127.0.0.1:0";
+  options.workers = 1;
+  options.consistency = Consistency::kAsync;
+  options.max_unsent_bytes_per_peer = 4 << 20;
+  auto shard = PsShard::Start(*partition, options);
+  ASSERT_TRUE(shard.ok()) << shard.status().ToString();
+  const std::vector<wire::TableShape> shapes = ShapesOf(*partition);
+
+  zmq::context_t context(1);
+  zmq::socket_t greedy(context, zmq::socket_type::dealer);
+  greedy.set(zmq::sockopt::linger, 0);
+  greedy.set(zmq::sockopt::rcvhwm, 1);
+  greedy.set(zmq::sockopt::rcvbuf, 4096);
+  greedy.connect((*shard)->endpoint());
+  // 400 pulls (200 MiB of replies), none read.
+  for (uint64_t id = 1; id <= 400; ++id) {
+    auto frames = PullOfTable0(*partition, id, 1);
+    ASSERT_TRUE(wire::SendMultipart(greedy, frames).ok());
+  }
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  uint64_t refused = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto stats = (*shard)->serving_stats();
+    refused = stats.refusals.count("IOError") ? stats.refusals.at("IOError") : 0;
+    if (refused > 0 && (*shard)->stats().pulls == 400) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_GT(refused, 0u) << "pulls past the per-peer bound must be refused";
+  EXPECT_EQ((*shard)->stats().pulls, 400u);
+  // A client that reads is served meanwhile.
+  RawClient reader((*shard)->endpoint());
+  auto reply = reader.Exchange(PullOfTable0(*partition, 500, 1), shapes);
+  ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+  EXPECT_EQ(reply->kind, wire::Kind::kPullReply) << reply->error.ToString();
+  (*shard)->Stop();
+}
+
 TEST(PsShardTest, RowsOfAnotherShardAreRefused) {
   Config config = SmallConfig(1, 2);
   auto cluster = Cluster::Start(config);

@@ -61,15 +61,26 @@ constexpr size_t kMaxErrorTextBytes = 16 * 1024;
 // Hands `payload` to ZeroMQ without copying: the vector moves to the heap and
 // ZeroMQ frees it (possibly on its I/O thread) once the frame is sent.
 template <typename T>
-zmq::message_t FrameFromVector(std::vector<T>&& payload) {
+zmq::message_t FrameFromVector(std::vector<T>&& payload,
+                               const std::shared_ptr<UnsentBytes>& unsent = nullptr) {
   if (payload.empty()) return zmq::message_t();
-  auto holder = std::make_unique<std::vector<T>>(std::move(payload));
-  void* data = holder->data();
-  const size_t bytes = holder->size() * sizeof(T);
+  struct Holder {
+    std::vector<T> data;
+    std::shared_ptr<UnsentBytes> unsent;
+  };
+  auto holder = std::make_unique<Holder>(Holder{std::move(payload), unsent});
+  void* data = holder->data.data();
+  const size_t bytes = holder->data.size() * sizeof(T);
   zmq::message_t frame(
-      data, bytes, [](void*, void* hint) { delete static_cast<std::vector<T>*>(hint); },
+      data, bytes,
+      [](void*, void* hint) {
+        auto* h = static_cast<Holder*>(hint);
+        if (h->unsent != nullptr) h->unsent->Sub(h->data.size() * sizeof(T));
+        delete h;
+      },
       holder.get());
   holder.release();  // owned by the frame from here on
+  if (unsent != nullptr) unsent->Add(bytes);
   return frame;
 }
 
@@ -211,7 +222,18 @@ size_t RowIdFrameBytes(const std::vector<uint32_t>& rows) {
   return varint < raw ? varint : raw;
 }
 
-std::vector<zmq::message_t> Encode(const OutHeader& header, std::vector<OutBlock> blocks) {
+void UnsentBytes::Add(uint64_t n) {
+  bytes.fetch_add(n, std::memory_order_relaxed);
+  if (total != nullptr) total->Add(n);
+}
+
+void UnsentBytes::Sub(uint64_t n) {
+  bytes.fetch_sub(n, std::memory_order_relaxed);
+  if (total != nullptr) total->Sub(n);
+}
+
+std::vector<zmq::message_t> Encode(const OutHeader& header, std::vector<OutBlock> blocks,
+                                   std::shared_ptr<UnsentBytes> unsent) {
   capnp::MallocMessageBuilder builder;
   auto out = builder.initRoot<schema::Header>();
   out.setVersion(kProtocolVersion);
@@ -275,8 +297,8 @@ std::vector<zmq::message_t> Encode(const OutHeader& header, std::vector<OutBlock
       }
     }
     if (values) {
-      frames.push_back(compressed ? FrameFromVector(std::move(b.payload))
-                                  : FrameFromVector(std::move(b.values)));
+      frames.push_back(compressed ? FrameFromVector(std::move(b.payload), unsent)
+                                  : FrameFromVector(std::move(b.values), unsent));
     }
   }
   frames[0] = FrameFromHeader(builder);

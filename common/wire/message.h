@@ -25,7 +25,9 @@
 // frames it was decoded from (zero copy) and must not outlive them.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -194,7 +196,21 @@ KindLayout LayoutOf(Kind kind);
 inline bool KindCarriesRows(Kind kind) { return LayoutOf(kind).row_ids; }
 inline bool KindCarriesValues(Kind kind) { return LayoutOf(kind).values; }
 
-std::vector<zmq::message_t> Encode(const OutHeader& header, std::vector<OutBlock> blocks);
+// Payload bytes handed to ZeroMQ in frames and not yet released by it
+// (written to the socket, or dropped with it): what a peer that does not
+// read its replies makes the sender hold. Counted into `total` as well,
+// when set (one counter per peer, one for them all). The frames share
+// ownership, so a counter lives as long as the frames it counts.
+struct UnsentBytes {
+  std::atomic<uint64_t> bytes{0};
+  std::shared_ptr<UnsentBytes> total;
+  void Add(uint64_t n);
+  void Sub(uint64_t n);
+};
+
+// `unsent` (optional) counts the payload frames until ZeroMQ releases them.
+std::vector<zmq::message_t> Encode(const OutHeader& header, std::vector<OutBlock> blocks,
+                                   std::shared_ptr<UnsentBytes> unsent = nullptr);
 
 // The bound Decode applies to push and init values (finite, at most
 // limits.max_abs_value in magnitude), for values a receiver decoded from a
