@@ -182,20 +182,35 @@ std::string SendAuth(testing::RawConnection& c, wire::schema::Role role, const s
   return reply.is_error ? reply.text : "";
 }
 
-TEST(SecurityTest, CoordinatorAdmitsOnlyProvenRoles) {
-  const std::string dir = MakeKeys();
+// A config with CURVE on and the keys in `dir`.
+Config SecureConfig(const std::string& dir) {
   Config config;
   config.security.curve = true;
   config.security.keys_dir = dir;
+  return config;
+}
+
+// A coordinator that requires a key proof (its key from config's keys_dir).
+std::unique_ptr<Coordinator> StartSecureCoordinator(const Config& config,
+                                                    CoordinatorOptions options) {
+  auto server_auth = wire::ControlAuthFor(config, "coordinator");
+  EXPECT_TRUE(server_auth.ok()) << server_auth.status().ToString();
+  if (!server_auth.ok()) return nullptr;
+  options.auth = *server_auth;
+  auto coordinator = Coordinator::Start(options);
+  EXPECT_TRUE(coordinator.ok()) << coordinator.status().ToString();
+  return coordinator.ok() ? std::move(coordinator).value() : nullptr;
+}
+
+TEST(SecurityTest, CoordinatorAdmitsOnlyProvenRoles) {
+  const std::string dir = MakeKeys();
+  const Config config = SecureConfig(dir);
   CoordinatorOptions options;
   options.expected_shards = 1;
   options.expected_workers = 1;
-  auto server_auth = wire::ControlAuthFor(config, "coordinator");
-  ASSERT_TRUE(server_auth.ok()) << server_auth.status().ToString();
-  options.auth = *server_auth;
-  auto coordinator = Coordinator::Start(options);
-  ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
-  const uint16_t port = (*coordinator)->port();
+  auto coordinator = StartSecureCoordinator(config, options);
+  ASSERT_TRUE(coordinator);
+  const uint16_t port = coordinator->port();
   RegisterInfo shard_info;
   shard_info.role = Role::kShard;
   shard_info.requested_rank = 0;
@@ -262,17 +277,12 @@ TEST(SecurityTest, CoordinatorAdmitsOnlyProvenRoles) {
 // now complete within read_timeout of the connect; proven connections stay.
 TEST(SecurityTest, AConnectionThatNeverProvesAKeyLosesItsSlot) {
   const std::string dir = MakeKeys();
-  Config config;
-  config.security.curve = true;
-  config.security.keys_dir = dir;
+  const Config config = SecureConfig(dir);
   CoordinatorOptions options;
   options.read_timeout = 400ms;
-  auto server_auth = wire::ControlAuthFor(config, "coordinator");
-  ASSERT_TRUE(server_auth.ok()) << server_auth.status().ToString();
-  options.auth = *server_auth;
-  auto coordinator = Coordinator::Start(options);
-  ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
-  const uint16_t port = (*coordinator)->port();
+  auto coordinator = StartSecureCoordinator(config, options);
+  ASSERT_TRUE(coordinator);
+  const uint16_t port = coordinator->port();
   auto worker_auth = *wire::ControlAuthFor(config, "worker");
   auto proven = CoordinatorClient::Connect("127.0.0.1", port, 2s, worker_auth, Role::kWorker);
   ASSERT_TRUE(proven.ok()) << proven.status().ToString();
