@@ -228,6 +228,9 @@ class CoordinatorImpl final : public Coordinator {
   // The values of `keys` (all present), or an error reply when together
   // they exceed options_.max_reply_bytes.
   std::vector<uint8_t> ValuesFrame(uint64_t request_id, const std::vector<std::string>& keys) const;
+  // The adaptive split's rounds of rates (kv keys "rates/<step>/<rank>")
+  // older than the one before `key`'s, when `key` is one of them.
+  void DropOldRateRounds(const std::string& key);
   // kv_ with kv_bytes_ kept in step.
   void KvPut(const std::string& key, std::string value);
   std::map<std::string, std::string>::iterator KvErase(

@@ -3,6 +3,11 @@
 // until members, peers or keys arrive or the wait times out.
 //
 // Thread safety: see coordinator_engine.h (the io thread only).
+#include <charconv>
+#include <iterator>
+#include <optional>
+#include <string_view>
+
 #include "server/coordinator_engine.h"
 
 namespace gridsync {
@@ -392,12 +397,45 @@ std::map<std::string, std::string>::iterator CoordinatorImpl::KvErase(
   return kv_.erase(it);
 }
 
+void CoordinatorImpl::DropOldRateRounds(const std::string& key) {
+  // The workers' adaptive split writes "rates/<step>/<rank>" every
+  // adaptive_interval steps and never deletes (worker/sync/ps_session.cc).
+  // A round is read by every worker before anyone writes the next, so a new
+  // round's first key retires every round before the previous one (kept for
+  // a worker whose read is still on its way); otherwise a long run would
+  // fill the store's key bound.
+  static constexpr std::string_view kPrefix = "rates/";
+  if (!key.starts_with(kPrefix)) return;
+  auto round_of = [](std::string_view k) -> std::optional<uint64_t> {
+    k.remove_prefix(kPrefix.size());
+    uint64_t round = 0;
+    const auto [end, ec] = std::from_chars(k.data(), k.data() + k.size(), round);
+    if (ec != std::errc() || end == k.data() + k.size() || *end != '/') return std::nullopt;
+    return round;
+  };
+  const auto round = round_of(key);
+  if (!round) return;
+  std::optional<uint64_t> previous;  // the newest round before this one
+  for (auto it = kv_.lower_bound(std::string(kPrefix));
+       it != kv_.end() && it->first.starts_with(kPrefix); ++it) {
+    const auto r = round_of(it->first);
+    if (r && *r < *round && (!previous || *r > *previous)) previous = r;
+  }
+  if (!previous) return;
+  for (auto it = kv_.lower_bound(std::string(kPrefix));
+       it != kv_.end() && it->first.starts_with(kPrefix);) {
+    const auto r = round_of(it->first);
+    it = r && *r < *previous ? KvErase(it) : std::next(it);
+  }
+}
+
 void CoordinatorImpl::HandleKvSet(const ConnPtr& conn, uint64_t id, KvSetRequest req) {
   if (req.key.empty()) {
     Send(conn, wire::EncodeErrorReply(
                    id, Status::InvalidArgument("kvSet: empty key; allowed: a non-empty key")));
     return;
   }
+  DropOldRateRounds(req.key);
   const auto old = kv_.find(req.key);
   const bool fresh = old == kv_.end();
   const uint64_t after = kv_bytes_ + req.value.size() + (fresh ? req.key.size() : 0) -

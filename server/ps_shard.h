@@ -62,9 +62,9 @@ struct ShardOptions {
   // socket (wire::UnsentBytes): a peer that does not read its replies would
   // otherwise make the shard hold them without bound. A pull is refused,
   // by name, when its peer already has replies pending and this one would
-  // take them past the first bound, or when all peers' pending replies
-  // would pass the second. A worker reads each reply before its next pull,
-  // so its own pending bytes are 0 whenever it asks.
+  // take them past the first bound, or all peers' past the second. A worker
+  // reads each reply before its next pull, so its own pending bytes are 0
+  // whenever it asks, and it is never refused.
   uint64_t max_unsent_bytes_per_peer = uint64_t{1} << 30;
   uint64_t max_unsent_bytes = uint64_t{4} << 30;
   wire::Limits limits;

@@ -134,7 +134,7 @@ class PsShardImpl : public PsShard {
     if (held_.empty() || !job_gate_.open()) return;
     std::vector<std::unique_ptr<Request>> held = std::move(held_);
     held_.clear();
-    for (auto& request : held) Handle(std::move(request));
+    for (auto& request : held) HandleGuarded(std::move(request));
   }
 
   // Replies to the pulls held for a version and forgets the pushes held
@@ -400,6 +400,7 @@ class PsShardImpl : public PsShard {
   void HandlePull(std::unique_ptr<Request> request);
 
   void ReplyPull(Request& request);
+  void ReplyPullUnguarded(Request& request);
 
   void ServeWaitingPulls();
 

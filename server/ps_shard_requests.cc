@@ -301,6 +301,19 @@ std::shared_ptr<wire::UnsentBytes> PsShardImpl::UnsentTo(const zmq::message_t& i
 }
 
 void PsShardImpl::ReplyPull(Request& request) {
+  // Pulls are also answered while another request is handled (a push that
+  // completes a version serves the pulls waiting for it): a failure here
+  // is this pull's own error reply, never its trigger's, and the caller
+  // still drops it from the waiting list.
+  try {
+    ReplyPullUnguarded(request);
+  } catch (const std::bad_alloc&) {
+    ReplyError(request, Status::Internal("pull refused: out of memory building its reply (it "
+                                         "asked for more than this shard can allocate)"));
+  }
+}
+
+void PsShardImpl::ReplyPullUnguarded(Request& request) {
   const auto start = Clock::now();
   constexpr size_t kChunkRows = 16384;
   const wire::Message& m = request.message;
@@ -309,8 +322,10 @@ void PsShardImpl::ReplyPull(Request& request) {
   std::shared_ptr<wire::UnsentBytes> unsent = UnsentTo(request.identity);
   const uint64_t mine = unsent->bytes.load(std::memory_order_relaxed);
   const uint64_t all = unsent_total_->bytes.load(std::memory_order_relaxed);
-  if ((mine > 0 && mine + reply_bytes > options_.max_unsent_bytes_per_peer) ||
-      (all > 0 && all + reply_bytes > options_.max_unsent_bytes)) {
+  // A peer with nothing pending has read what it was sent: it is never
+  // refused (under bsp one version serves every worker's pull at once).
+  if (mine > 0 && (mine + reply_bytes > options_.max_unsent_bytes_per_peer ||
+                   all + reply_bytes > options_.max_unsent_bytes)) {
     ReplyError(request,
                Status::IOError(fmt::format(
                    "pull of {} bytes refused: {} bytes of replies to this peer and {} to all "

@@ -286,6 +286,33 @@ TEST(CoordinatorLimitsTest, TheStoreAndKvGetRepliesAreBounded) {
   ExpectServes(*coordinator);
 }
 
+// The adaptive split writes a round of rates every adaptive_interval steps
+// and never deletes them: under the key bound a long run would have been
+// refused. A new round retires every round before the previous one.
+TEST(CoordinatorLimitsTest, OldRoundsOfRatesAreRetired) {
+  CoordinatorOptions options;
+  options.max_store_keys = 8;
+  auto coordinator = StartWith(options);
+  ASSERT_TRUE(coordinator);
+  auto client = CoordinatorClient::Connect("127.0.0.1", coordinator->port(), 5s);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  for (uint64_t step = 20; step <= 2000; step += 20) {  // 100 rounds of 2 workers
+    for (int rank = 0; rank < 2; ++rank) {
+      const std::string key = "rates/" + std::to_string(step) + "/" + std::to_string(rank);
+      ASSERT_TRUE((*client)->Set(key, "1.5").ok()) << key;
+    }
+  }
+  auto latest =
+      (*client)->Get({"rates/1980/0", "rates/1980/1", "rates/2000/0", "rates/2000/1"}, 0ms);
+  ASSERT_TRUE(latest.ok()) << latest.status().ToString();
+  EXPECT_FALSE((*client)->Get({"rates/1960/0"}, 0ms).ok()) << "retired";
+  EXPECT_FALSE((*client)->Get({"rates/20/1"}, 0ms).ok()) << "retired";
+  // Other keys are untouched.
+  ASSERT_TRUE((*client)->Set("ratesx", "kept").ok());
+  ASSERT_TRUE((*client)->Set("rates/2020/0", "1").ok());
+  EXPECT_TRUE((*client)->Get({"ratesx", "rates/2000/1"}, 0ms).ok());
+}
+
 TEST(CoordinatorLimitsTest, PartialMessagesShareABoundedBudget) {
   CoordinatorOptions options;
   options.max_pending_bytes = 1 << 20;
