@@ -276,7 +276,7 @@ class PsShardImpl : public PsShard {
   void HandleGuarded(std::unique_ptr<Request> request) {
     Request reply_to;
     reply_to.identity.copy(request->identity);
-    reply_to.message.request_id = wire::PeekRequestId(request->frames, options_.limits);
+    handling_request_id_ = 0;  // Handle sets it once the message decoded
     std::string what;
     try {
       Handle(std::move(request));
@@ -286,6 +286,7 @@ class PsShardImpl : public PsShard {
     } catch (const std::exception& e) {
       what = std::string("an internal error serving it: ") + e.what();
     }
+    reply_to.message.request_id = handling_request_id_;
     spdlog::error("shard {}: request {}: {}", options_.shard, reply_to.message.request_id, what);
     try {
       ReplyError(reply_to, Status::Internal("request refused: " + what),
@@ -431,6 +432,8 @@ class PsShardImpl : public PsShard {
   // Owned by the I/O thread.
   std::shared_ptr<wire::UnsentBytes> unsent_total_ = std::make_shared<wire::UnsentBytes>();
   std::map<std::string, std::shared_ptr<wire::UnsentBytes>> unsent_by_peer_;
+  size_t unsent_prune_at_ = 1024;     // UnsentTo prunes the map past this size
+  uint64_t handling_request_id_ = 0;  // HandleGuarded: the request Handle decoded last
   std::atomic<uint64_t> applied_{0};  // written by the I/O thread only
   std::vector<uint64_t> clock_;       // ssp, async: pushes per worker (its next step)
   StaleReads stale_reads_;            // ssp, async: the look-ahead's bookkeeping

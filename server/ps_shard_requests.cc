@@ -20,6 +20,7 @@ void PsShardImpl::Handle(std::unique_ptr<Request> request) {
     return;
   }
   request->message = std::move(decoded).value();
+  handling_request_id_ = request->message.request_id;
   wire::Message& m = request->message;
   if (!request->counted) {
     request->counted = true;
@@ -286,11 +287,13 @@ void PsShardImpl::HandlePull(std::unique_ptr<Request> request) {
 
 std::shared_ptr<wire::UnsentBytes> PsShardImpl::UnsentTo(const zmq::message_t& identity) {
   // Peers come and go (each connection has an identity of its own): drop
-  // the counters nobody holds and nothing is pending on.
-  if (unsent_by_peer_.size() >= 1024) {
+  // the counters nobody holds and nothing is pending on, once the map has
+  // doubled since the last pass (not a scan on every pull).
+  if (unsent_by_peer_.size() >= unsent_prune_at_) {
     std::erase_if(unsent_by_peer_, [](const auto& entry) {
       return entry.second.use_count() == 1 && entry.second->bytes.load() == 0;
     });
+    unsent_prune_at_ = std::max<size_t>(1024, 2 * unsent_by_peer_.size());
   }
   auto& counter = unsent_by_peer_[std::string(identity.data<char>(), identity.size())];
   if (counter == nullptr) {
