@@ -77,6 +77,8 @@ std::string_view ToString(TrainingDevice v) {
   return "?";
 }
 
+std::string_view ToString(MlpPrecision v) { return v == MlpPrecision::kBf16 ? "bf16" : "fp32"; }
+
 std::string_view ToString(CollectiveKind v) {
   switch (v) {
     case CollectiveKind::kAuto:
@@ -186,6 +188,7 @@ constexpr std::string_view kCodecNames[] = {"none", "fp16",   "bf16", "int8",
                                             "qsgd", "onebit", "topk", "randomk"};
 constexpr TrainingDevice kTrainingDevices[] = {TrainingDevice::kAuto, TrainingDevice::kCpu,
                                                TrainingDevice::kCuda};
+constexpr MlpPrecision kMlpPrecisions[] = {MlpPrecision::kFp32, MlpPrecision::kBf16};
 constexpr CollectiveKind kCollectiveKinds[] = {CollectiveKind::kAuto, CollectiveKind::kNccl,
                                                CollectiveKind::kGloo};
 constexpr Consistency kConsistencies[] = {Consistency::kBsp, Consistency::kSsp,
@@ -393,8 +396,23 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
     r.Uint64("seed", &t.seed);
     r.Int("threads", &t.threads, 1, 256);
     r.Int("log_every", &t.log_every, 0, std::numeric_limits<int>::max());
-    r.EnumValue("device", &t.device, std::span<const TrainingDevice>(kTrainingDevices));
+    const bool device_ok =
+        r.EnumValue("device", &t.device, std::span<const TrainingDevice>(kTrainingDevices));
+    const bool precision_ok = r.EnumValue("mlp_precision", &t.mlp_precision,
+                                          std::span<const MlpPrecision>(kMlpPrecisions));
     r.ReportUnknownKeys();
+
+    // The GPU trainer multiplies in fp32 (cuBLAS, pedantic math); under
+    // "auto" the device is only known on the worker, and check-config must
+    // refuse what the worker would.
+    if (device_ok && precision_ok && t.mlp_precision == MlpPrecision::kBf16 &&
+        t.device != TrainingDevice::kCpu) {
+      problems.Add("training.mlp_precision",
+                   "\"bf16\" is the CPU trainer's (AVX-512 BF16 or AMX; rounded operands "
+                   "elsewhere), and training.device is \"" +
+                       std::string(ToString(t.device)) + "\"",
+                   "\"bf16\" with training.device \"cpu\"; otherwise \"fp32\"");
+    }
 
     // Every micro-batch must hold the same whole number of samples (>= 1), or accumulated
     // gradients would weight samples unevenly; divisibility implies both.

@@ -46,6 +46,10 @@ enum class CollectiveKind { kAuto, kNccl, kGloo };
 // Where the model trains: auto (CUDA when this build has it and a device is
 // present, else the CPU), cpu, or cuda (kernels/cuda/device_trainer.h).
 enum class TrainingDevice { kAuto, kCpu, kCuda };
+// The format the CPU trainer's MLP multiplies in: fp32, or bf16 operands
+// (weights, activations and their gradients rounded to bfloat16) with fp32
+// sums, native on AVX-512 BF16 and AMX (kernels/cpu/gemm.h).
+enum class MlpPrecision { kFp32, kBf16 };
 
 std::string_view ToString(GradientSyncMode v);
 std::string_view ToString(BatchSplitting v);
@@ -55,6 +59,7 @@ std::string_view ToString(Consistency v);
 std::string_view ToString(OptimizerPlacement v);
 std::string_view ToString(CollectiveKind v);
 std::string_view ToString(TrainingDevice v);
+std::string_view ToString(MlpPrecision v);
 
 struct EncodingConfig {
   std::string otype = "HashGrid";  // only HashGrid
@@ -181,6 +186,7 @@ struct TrainingConfig {
   int threads = 1;                // 1..256
   int log_every = 100;            // 0 = never; >= 0
   TrainingDevice device = TrainingDevice::kAuto;
+  MlpPrecision mlp_precision = MlpPrecision::kFp32;  // bf16 needs device "cpu"
 
   // Field by field: what a round trip through ToJson must preserve.
   bool operator==(const TrainingConfig&) const = default;

@@ -75,6 +75,7 @@ nlohmann::json Config::ToJson() const {
   t["threads"] = training.threads;
   t["log_every"] = training.log_every;
   t["device"] = ToString(training.device);
+  t["mlp_precision"] = ToString(training.mlp_precision);
 
   auto& k = j["task"];
   k["type"] = ToString(task.type);

@@ -29,6 +29,8 @@ Result<ModelSpec> ResolveModel(const Config& config) {
   for (const auto& t : m.tables) m.n_params += t.rows * t.width;
   m.adam.learning_rate = static_cast<float>(config.training.learning_rate);
   m.mixed_precision = config.training.mixed_precision;
+  m.mlp_format = config.training.mlp_precision == MlpPrecision::kBf16 ? cpu::MatmulFormat::kBf16
+                                                                      : cpu::MatmulFormat::kFp32;
   m.seed = config.training.seed;
   const auto& t = config.training;
   if (t.dynamic_resolution) {

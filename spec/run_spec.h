@@ -36,6 +36,7 @@ struct ModelSpec {
   uint64_t n_params = 0;  // grid and MLP together
   AdamHyper adam;
   bool mixed_precision = false;
+  cpu::MatmulFormat mlp_format = cpu::MatmulFormat::kFp32;  // training.mlp_precision
   uint64_t seed = 0;
   // training.dynamic_resolution: the step at which every level is on
   // (training.dynamic_resolution_steps, or half the run when unset); 0 off.

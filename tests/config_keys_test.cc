@@ -486,5 +486,27 @@ TEST(ConfigKeysTest, KeysThatOnlySomeSettingsReadAreRefusedElsewhere) {
   }
 }
 
+// bf16 GEMMs are the CPU trainer's; under "auto" the device is decided on
+// the worker, so the key needs "cpu" said outright.
+TEST(ConfigKeysTest, Bf16MlpNeedsTheCpuTrainer) {
+  for (const char* device : {"auto", "cuda"}) {
+    const std::string error = ErrorOf(
+        std::string(R"({"training": {"mlp_precision": "bf16", "device": ")") + device + R"("}})");
+    EXPECT_NE(error.find("training.mlp_precision: "), std::string::npos) << error;
+    EXPECT_NE(error.find(std::string("training.device is \"") + device), std::string::npos)
+        << error;
+    EXPECT_NE(error.find("allowed: "), std::string::npos) << error;
+  }
+  const Config bf16 = ParseOk(R"({"training": {"mlp_precision": "bf16", "device": "cpu"}})");
+  EXPECT_EQ(bf16.training.mlp_precision, MlpPrecision::kBf16);
+  const auto printed = Config::Parse(bf16.ToJson().dump(), "printed");
+  ASSERT_TRUE(printed.ok()) << printed.status().ToString();
+  EXPECT_EQ(printed->training.mlp_precision, MlpPrecision::kBf16);
+  EXPECT_EQ(ParseOk("{}").training.mlp_precision, MlpPrecision::kFp32);
+  EXPECT_NE(ErrorOf(R"({"training": {"mlp_precision": "fp16", "device": "cpu"}})")
+                .find("training.mlp_precision"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace gridsync

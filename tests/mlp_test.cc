@@ -44,7 +44,7 @@ void CheckGradients(const MlpShape& shape) {
   MlpWeights dw = ZeroMlpWeights(shape);
   Matrix dx_store(shape.input_width, n);
   MatrixMap dx(dx_store.data(), dx_store.rows(), dx_store.cols());
-  MlpBackward(shape, w, xm, ws, c, &dw, &dx);
+  MlpBackward(shape, w, xm, &ws, c, &dw, &dx);
 
   std::vector<bool> base_pattern, up_pattern, down_pattern;
   Loss(shape, w, x, c, &base_pattern);
@@ -87,9 +87,64 @@ void CheckGradients(const MlpShape& shape) {
   EXPECT_LT(kinks, checked / 10) << "too many difference quotients crossed a ReLU kink";
 }
 
-TEST(MlpTest, FiniteDifferenceTwoHiddenLayers) { CheckGradients({32, 64, 2, 3}); }
-TEST(MlpTest, FiniteDifferenceNoHiddenLayer) { CheckGradients({8, 16, 0, 3}); }
-TEST(MlpTest, FiniteDifferenceDeep) { CheckGradients({6, 12, 4, 2}); }
+// Each case runs on both GEMM engines (kernels/cpu/gemm.h); the engine is
+// process-wide, so every test restores the automatic choice.
+class MlpEngineTest : public ::testing::TestWithParam<GemmEngine> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == GemmEngine::kOneDnn && !OneDnnAvailable())
+      GTEST_SKIP() << "this build has no oneDNN (libdnnl-dev); Eigen runs every product";
+    SetGemmEngine(GetParam());
+  }
+  void TearDown() override { SetGemmEngine(GemmEngine::kAuto); }
+};
+
+TEST_P(MlpEngineTest, FiniteDifferenceTwoHiddenLayers) { CheckGradients({32, 64, 2, 3}); }
+TEST_P(MlpEngineTest, FiniteDifferenceNoHiddenLayer) { CheckGradients({8, 16, 0, 3}); }
+TEST_P(MlpEngineTest, FiniteDifferenceDeep) { CheckGradients({6, 12, 4, 2}); }
+
+// bf16 operands keep about 3 significant digits: the outputs and gradients
+// follow fp32's within a few percent of their scale, and differ from them.
+TEST_P(MlpEngineTest, Bf16FollowsFp32WithinItsPrecision) {
+  const MlpShape shape{32, 64, 2, 3};
+  const int n = 300;
+  const MlpWeights w = MakeMlpWeights(shape, 5);
+  std::mt19937_64 rng(6);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  Matrix x(shape.input_width, n), dy(shape.output_width, n);
+  for (Eigen::Index i = 0; i < x.size(); ++i) x.data()[i] = dist(rng);
+  for (Eigen::Index i = 0; i < dy.size(); ++i) dy.data()[i] = dist(rng);
+  const ConstMatrixMap xm(x.data(), x.rows(), x.cols());
+  Matrix y[2];
+  MlpWeights dw[2] = {ZeroMlpWeights(shape), ZeroMlpWeights(shape)};
+  Matrix dx[2] = {Matrix(shape.input_width, n), Matrix(shape.input_width, n)};
+  for (int f = 0; f < 2; ++f) {
+    const MatmulFormat format = f == 0 ? MatmulFormat::kFp32 : MatmulFormat::kBf16;
+    MlpWorkspace ws;
+    MlpForward(shape, w, xm, &ws, &y[f], format);
+    MatrixMap dxm(dx[f].data(), dx[f].rows(), dx[f].cols());
+    MlpBackward(shape, w, xm, &ws, dy, &dw[f], &dxm, format);
+  }
+  // Relative to the matrix's norm (a weight gradient sums 300 terms of
+  // either sign, so single entries can cancel to near zero). Outputs follow
+  // within bf16's 2^-8 several times over. Gradients below the last hidden
+  // layer differ more: activations within bf16's error of zero switch their
+  // ReLU, and each switch moves a whole term (measured ~6% here).
+  auto relative = [](const Matrix& a, const Matrix& b) { return (a - b).norm() / a.norm(); };
+  EXPECT_LE(relative(y[0], y[1]), 0.01f);
+  EXPECT_GT(relative(y[0], y[1]), 0.0f) << "bf16 gave fp32's outputs: were operands rounded?";
+  EXPECT_LE(relative(dx[0], dx[1]), 0.15f);
+  EXPECT_LE(relative(dw[0].back(), dw[1].back()), 0.01f);
+  for (size_t m = 0; m < dw[0].size(); ++m)
+    EXPECT_LE(relative(dw[0][m], dw[1][m]), 0.15f) << "matrix " << m;
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, MlpEngineTest,
+                         ::testing::Values(GemmEngine::kEigen, GemmEngine::kOneDnn),
+                         [](const auto& test) {
+                           return std::string(test.param == GemmEngine::kEigen ? "Eigen"
+                                                                               : "OneDnn");
+                         });
 
 TEST(MlpTest, XavierInitBoundsAndShapes) {
   const MlpShape shape{32, 64, 2, 3};

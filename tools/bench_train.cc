@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "kernels/cpu/gemm.h"
 #include "tools/bench.h"
 #include "tools/roofline.h"
 #include "worker/image_task.h"
@@ -34,6 +35,7 @@ struct TrainArgs {
   std::string json_out;
   std::string python = "/usr/bin/python3";
   std::string device = "cpu";  // training.device: cpu (the default here), cuda or auto
+  std::string gemm = "auto";   // the MLP's GEMM engine: auto, eigen or onednn
 };
 
 std::string FormatPsnrAt(const std::map<uint64_t, double>& at) {
@@ -103,6 +105,12 @@ int RunTrain(const TrainArgs& args) {
     std::fprintf(stderr, "%s\n", image.status().message().c_str());
     return kConfigErrorExitCode;
   }
+  cpu::SetGemmEngine(args.gemm == "eigen"    ? cpu::GemmEngine::kEigen
+                     : args.gemm == "onednn" ? cpu::GemmEngine::kOneDnn
+                                             : cpu::GemmEngine::kAuto);
+  const cpu::MatmulFormat format = config->training.mlp_precision == MlpPrecision::kBf16
+                                       ? cpu::MatmulFormat::kBf16
+                                       : cpu::MatmulFormat::kFp32;
   TrainOptions options;
   options.eval_steps = args.eval_steps;
   options.quiet = true;
@@ -125,6 +133,9 @@ int RunTrain(const TrainArgs& args) {
               static_cast<unsigned long long>(ours->steps), ours->samples_per_second, ours->psnr,
               ours->final_loss, FormatPsnrAt(ours->psnr_at).c_str());
   std::printf("trained on: %s\n", ours->device.c_str());
+  if (ours->device == "CPU")
+    std::printf("MLP GEMMs: %s, %s operands\n", cpu::GemmEngineName(format).c_str(),
+                cpu::MatmulFormatName(format));
   if (ours->kernel_seconds > 0 && ours->kernel_peak_bytes_per_second > 0) {
     // Bytes the encoding and Adam kernels must move (a lower bound) over the
     // time they took, against the device's memory bandwidth.
@@ -139,8 +150,9 @@ int RunTrain(const TrainArgs& args) {
   if (ours->device == "CPU" && ours->steps > 0) {
     work = ModelStepWork(*config, ours->grid_rows_per_step);
     std::fprintf(stderr, "measuring this machine's peaks on %d thread(s)...\n", args.threads);
-    peak_flops = MeasurePeakFlops(config->network.n_neurons,
-                                  std::min(config->training.batch_size, 4096), args.threads);
+    peak_flops =
+        MeasurePeakFlops(config->network.n_neurons, std::min(config->training.batch_size, 4096),
+                         args.threads, format);
     bandwidth = MeasureBandwidth(args.threads);
     step_seconds = ours->train_seconds / static_cast<double>(ours->steps);
     std::printf("%s\n",
@@ -149,6 +161,8 @@ int RunTrain(const TrainArgs& args) {
   nlohmann::json result = {{"gridsync",
                             {{"steps", ours->steps},
                              {"device", args.device},
+                             {"gemm", ours->device == "CPU" ? cpu::GemmEngineName(format) : ""},
+                             {"mlp_precision", cpu::MatmulFormatName(format)},
                              {"trained_on", ours->device},
                              {"kernel_bytes", ours->kernel_bytes},
                              {"kernel_seconds", ours->kernel_seconds},
@@ -232,6 +246,10 @@ Runner AddTrainCommand(CLI::App* app) {
   cmd->add_option("--device", args->device,
                   "Where gridsync trains: cpu (default), cuda (fails without a device) or auto")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+  cmd->add_option(
+         "--gemm", args->gemm,
+         "The CPU MLP's GEMM engine: auto (oneDNN where present, default), eigen or onednn")
+      ->check(CLI::IsMember({"auto", "eigen", "onednn"}));
   return [args] { return RunTrain(*args); };
 }
 

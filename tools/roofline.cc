@@ -74,7 +74,7 @@ StepWork ModelStepWork(const Config& config, double grid_rows) {
   return w;
 }
 
-double MeasurePeakFlops(int hidden, int batch, int threads) {
+double MeasurePeakFlops(int hidden, int batch, int threads, cpu::MatmulFormat format) {
   using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic>;
   std::vector<Matrix> a(threads), b(threads), c(threads);
   for (int t = 0; t < threads; ++t) {
@@ -82,11 +82,16 @@ double MeasurePeakFlops(int hidden, int batch, int threads) {
     b[t] = Matrix::Random(hidden, batch);
     c[t] = Matrix::Zero(hidden, batch);
   }
-  const int reps = std::max(1, static_cast<int>(2e9 / (2.0 * hidden * hidden * batch)));
+  const int reps = std::max(1, static_cast<int>(4e9 / (2.0 * hidden * hidden * batch)));
+  auto product = [&](int t) {
+    cpu::Gemm(format, hidden, batch, hidden, {a[t].data(), hidden}, {b[t].data(), hidden},
+              c[t].data(), hidden, /*accumulate=*/false);
+  };
+  TimeOnThreads(threads, product);  // JIT and caches warm
   std::vector<double> rates;
   for (int run = 0; run < 5; ++run) {
     const double seconds = TimeOnThreads(threads, [&](int t) {
-      for (int r = 0; r < reps; ++r) c[t].noalias() = a[t] * b[t];
+      for (int r = 0; r < reps; ++r) product(t);
     });
     rates.push_back(2.0 * hidden * hidden * batch * reps * threads / seconds);
   }

@@ -7,8 +7,10 @@
 // bytes every operand must move at least once (the grid rows a batch reads
 // and scatters its gradient into, the lookup, the activations and their
 // gradients, Adam's parameters, moments and gradients of the rows it
-// touched). The peaks are measured here, now: an fp32 GEMM of the MLP's
-// shape through Eigen on `threads` threads, and a STREAM-style triad over
+// touched). The peaks are measured here, now: a GEMM of the MLP's shape in
+// the step's format (fp32 or bf16) through the engine the trainer uses
+// (kernels/cpu/gemm.h: oneDNN's AVX-512 or AMX code where present, else
+// Eigen) on `threads` threads, and a STREAM-style triad over
 // arrays far larger than the caches. The roofline time is FLOPs / peak +
 // bytes / bandwidth (compute and memory not overlapped: a bound a step can
 // reach only by overlapping), and the fraction reached is that time over
@@ -22,6 +24,7 @@
 #include <string>
 
 #include "common/config.h"
+#include "kernels/cpu/gemm.h"
 
 namespace gridsync::bench {
 
@@ -35,9 +38,10 @@ struct StepWork {
 // the run: TrainReport::grid_rows_per_step).
 StepWork ModelStepWork(const Config& config, double grid_rows);
 
-// fp32 FLOP/s of a GEMM of the MLP's shape (hidden x hidden by hidden x
-// batch) on `threads` threads, each on its own matrices; median of a few runs.
-double MeasurePeakFlops(int hidden, int batch, int threads);
+// FLOP/s of a GEMM of the MLP's shape (hidden x hidden by hidden x batch)
+// in `format` through cpu::Gemm, on `threads` threads, each on its own
+// matrices; median of a few runs.
+double MeasurePeakFlops(int hidden, int batch, int threads, cpu::MatmulFormat format);
 
 // Bytes/s of a triad a[i] = b[i] + s * c[i] over 3 x 64 MiB per thread,
 // counting 3 x 4 bytes per element; median of a few runs.

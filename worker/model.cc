@@ -41,6 +41,7 @@ HashGridModel::HashGridModel(HashGridLayout layout, const ModelSpec& spec)
     : layout_(std::move(layout)),
       mlp_shape_(spec.mlp),
       mixed_precision_(spec.mixed_precision),
+      mlp_format_(spec.mlp_format),
       dynamic_resolution_(spec.dynamic_resolution_steps > 0),
       dynamic_resolution_steps_(spec.dynamic_resolution_steps) {
   std::mt19937_64 rng(spec.seed);
@@ -118,7 +119,7 @@ double HashGridModel::AccumulateGradients(const float* positions, const float* t
     const size_t begin = c * kMlpChunk;
     const auto cols = static_cast<Eigen::Index>(std::min(kMlpChunk, n - begin));
     cpu::ConstMatrixMap x(features_.data() + begin * in_width, in_width, cols);
-    cpu::MlpForward(mlp_shape_, weights, x, &state.workspace, &state.y);
+    cpu::MlpForward(mlp_shape_, weights, x, &state.workspace, &state.y, mlp_format_);
     const cpu::ConstMatrixMap t(targets + begin * out_width, out_width, cols);
     state.dy = state.y - t;
     state.sse = static_cast<double>(state.dy.squaredNorm());
@@ -126,7 +127,8 @@ double HashGridModel::AccumulateGradients(const float* positions, const float* t
     if (state.dw.size() != mlp_.size()) state.dw = cpu::ZeroMlpWeights(mlp_shape_);
     for (auto& m : state.dw) m.setZero();
     cpu::MatrixMap dx(d_features_.data() + begin * in_width, in_width, cols);
-    cpu::MlpBackward(mlp_shape_, weights, x, state.workspace, state.dy, &state.dw, &dx);
+    cpu::MlpBackward(mlp_shape_, weights, x, &state.workspace, state.dy, &state.dw, &dx,
+                     mlp_format_);
   });
   double sse = 0;
   for (size_t c = 0; c < chunks; ++c) {
@@ -153,7 +155,7 @@ void HashGridModel::Predict(const float* positions, size_t n, uint32_t active_le
       const size_t at = c * kMlpChunk;
       const auto cols = static_cast<Eigen::Index>(std::min(kMlpChunk, count - at));
       cpu::ConstMatrixMap x(features_.data() + at * in_width, in_width, cols);
-      cpu::MlpForward(mlp_shape_, weights, x, &state.workspace, &state.y);
+      cpu::MlpForward(mlp_shape_, weights, x, &state.workspace, &state.y, mlp_format_);
       std::copy_n(state.y.data(), cols * out_width, out + (begin + at) * out_width);
     });
   }

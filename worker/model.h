@@ -102,6 +102,7 @@ class HashGridModel {
   HashGridLayout layout_;
   cpu::MlpShape mlp_shape_;
   bool mixed_precision_;
+  cpu::MatmulFormat mlp_format_;  // training.mlp_precision
   bool dynamic_resolution_;
   uint64_t dynamic_resolution_steps_;
 

@@ -1,6 +1,8 @@
 // A small fully connected network, as tiny-cuda-nn's FullyFusedMLP: ReLU
 // hidden layers of equal width, a linear output layer, no biases (the hash
-// encoding supplies the offsets). CPU forward and backward with Eigen.
+// encoding supplies the offsets). CPU forward and backward; the products go
+// through kernels/cpu/gemm.h (oneDNN where present, else Eigen) in the
+// format given: fp32, or operands rounded to bf16 and summed in fp32.
 //
 // Matrices are column-major with one column per sample, so the encoding's
 // sample-major feature buffer is the input matrix without a copy.
@@ -14,6 +16,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cpu/gemm.h"
 #include "kernels/mlp_shape.h"
 
 namespace gridsync::cpu {
@@ -34,15 +37,18 @@ MlpWeights ZeroMlpWeights(const MlpShape& shape);
 
 struct MlpWorkspace {
   std::vector<Matrix> hidden;  // post-ReLU activations of each hidden layer
+  Matrix delta, prev_delta;    // the backward pass's, kept to reuse their memory
 };
 
 // x: input_width x n. Writes y: output_width x n.
 void MlpForward(const MlpShape& shape, const MlpWeights& w, const ConstMatrixMap& x,
-                MlpWorkspace* ws, Matrix* y);
+                MlpWorkspace* ws, Matrix* y, MatmulFormat format = MatmulFormat::kFp32);
 
 // Adds the weight gradient to *dw and writes dx (input_width x n), given
-// dy = dLoss/dy and the workspace of the matching forward call.
+// dy = dLoss/dy and the workspace of the matching forward call (its
+// activations are read; its backward buffers are overwritten).
 void MlpBackward(const MlpShape& shape, const MlpWeights& w, const ConstMatrixMap& x,
-                 const MlpWorkspace& ws, const Matrix& dy, MlpWeights* dw, MatrixMap* dx);
+                 MlpWorkspace* ws, const Matrix& dy, MlpWeights* dw, MatrixMap* dx,
+                 MatmulFormat format = MatmulFormat::kFp32);
 
 }  // namespace gridsync::cpu

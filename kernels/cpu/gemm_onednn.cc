@@ -1,0 +1,226 @@
+#include "kernels/cpu/gemm_onednn.h"
+
+#include <omp.h>
+
+#include <memory>
+#include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <shared_mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "common/check.h"
+
+namespace gridsync::cpu::onednn {
+namespace {
+
+using dnnl::memory;
+
+// Everything that shapes a primitive. A worker's batch is cut into chunks
+// of one size plus a tail, so a run makes a handful of them.
+struct Key {
+  int m, n, k, lda, ldb, ldc;
+  bool ta, tb, accumulate;
+  MatmulFormat format;
+  bool operator==(const Key&) const = default;
+};
+
+struct KeyHash {
+  size_t operator()(const Key& key) const {
+    size_t h = 0;
+    for (int v : {key.m, key.n, key.k, key.lda, key.ldb, key.ldc, int(key.ta), int(key.tb),
+                  int(key.accumulate), int(key.format)})
+      h = h * 1000003u ^ std::hash<int>()(v);
+    return h;
+  }
+};
+
+struct Primitive {
+  dnnl::matmul matmul;
+  memory::desc src, weights, dst, scratchpad;
+  std::string impl;  // oneDNN's name for the implementation it chose
+};
+
+// Beyond this many shapes (a run whose batches change size every step) the
+// cache starts again rather than grow.
+constexpr size_t kMaxPrimitives = 256;
+
+// oneDNN's OpenMP runtime would start a team of every core inside each of
+// our pool's threads; one thread per call leaves the parallelism to the
+// pool. The setting is per calling thread (libgomp keeps it per thread).
+void OneThreadHere() {
+  thread_local bool set = false;
+  if (!set) {
+    omp_set_num_threads(1);
+    set = true;
+  }
+}
+
+dnnl::engine* EngineOrNull() {
+  static std::unique_ptr<dnnl::engine> engine = []() -> std::unique_ptr<dnnl::engine> {
+    try {
+      if (dnnl::engine::get_count(dnnl::engine::kind::cpu) == 0) return nullptr;
+      return std::make_unique<dnnl::engine>(dnnl::engine::kind::cpu, 0);
+    } catch (const dnnl::error&) {
+      return nullptr;
+    }
+  }();
+  return engine.get();
+}
+
+memory::data_type Type(MatmulFormat format) {
+  return format == MatmulFormat::kBf16 ? memory::data_type::bf16 : memory::data_type::f32;
+}
+
+// oneDNN's matmul is row-major: dst (N x M) = src (N x K) * weights (K x M).
+// A column-major C = op(A) op(B) is the row-major C^T = op(B)^T op(A)^T, and
+// every transpose is only a choice of strides.
+Primitive Make(const Key& key) {
+  OneThreadHere();
+  const memory::dim m = key.m, n = key.n, k = key.k;
+  Primitive p;
+  // src(j, kk) = op(B)(kk, j): stored B(kk, j) at kk + j*ldb, or B(j, kk).
+  p.src = memory::desc({n, k}, Type(key.format),
+                       key.tb ? memory::dims{1, key.ldb} : memory::dims{key.ldb, 1});
+  // weights(kk, i) = op(A)(i, kk): stored A(i, kk) at i + kk*lda, or A(kk, i).
+  p.weights = memory::desc({k, m}, Type(key.format),
+                           key.ta ? memory::dims{1, key.lda} : memory::dims{key.lda, 1});
+  // dst(j, i) = C(i, j) at i + j*ldc.
+  p.dst = memory::desc({n, m}, memory::data_type::f32, memory::dims{key.ldc, 1});
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (key.accumulate) {
+    dnnl::post_ops ops;
+    ops.append_sum(1.0f);
+    attr.set_post_ops(ops);
+  }
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(p.src, p.weights, p.dst), attr,
+                                  *EngineOrNull());
+  p.scratchpad = pd.scratchpad_desc();
+  p.impl = pd.impl_info_str();
+  p.matmul = dnnl::matmul(pd);
+  return p;
+}
+
+class PrimitiveCache {
+ public:
+  // The primitive for `key`, made on first use; null where oneDNN has none.
+  std::shared_ptr<const Primitive> Get(const Key& key) {
+    {
+      std::shared_lock lock(mu_);
+      auto it = primitives_.find(key);
+      if (it != primitives_.end()) return it->second;
+    }
+    std::shared_ptr<const Primitive> made;
+    try {
+      made = std::make_shared<const Primitive>(Make(key));
+    } catch (const dnnl::error&) {
+      made = nullptr;  // unimplemented here: Eigen serves this shape
+    }
+    std::unique_lock lock(mu_);
+    if (primitives_.size() >= kMaxPrimitives) primitives_.clear();
+    return primitives_.emplace(key, std::move(made)).first->second;
+  }
+
+ private:
+  std::shared_mutex mu_;
+  std::unordered_map<Key, std::shared_ptr<const Primitive>, KeyHash> primitives_;
+};
+
+PrimitiveCache& Cache() {
+  static PrimitiveCache cache;
+  return cache;
+}
+
+// The calling thread's stream, scratchpad and bf16 operand buffers.
+struct ThreadState {
+  dnnl::stream stream{*EngineOrNull()};
+  std::vector<uint8_t> scratchpad;
+  std::vector<uint16_t> a16, b16;
+};
+
+ThreadState& State() {
+  thread_local ThreadState state;
+  return state;
+}
+
+// An operand's stored matrix (op(X) is rows x cols) as bf16, densely:
+// leading dimension the stored rows.
+GemmOperand ToBf16(const GemmOperand& x, int rows, int cols, std::vector<uint16_t>* out) {
+  const int stored_rows = x.transposed ? cols : rows;
+  const int stored_cols = x.transposed ? rows : cols;
+  out->resize(size_t(stored_rows) * size_t(stored_cols));
+  if (x.ld == stored_rows) {
+    ToBf16Bits(x.data, out->size(), out->data());
+  } else {
+    for (int j = 0; j < stored_cols; ++j)
+      ToBf16Bits(x.data + size_t(j) * size_t(x.ld), size_t(stored_rows),
+                 out->data() + size_t(j) * size_t(stored_rows));
+  }
+  // The data pointer is read as bf16 below; the type is only a carrier.
+  return GemmOperand{reinterpret_cast<const float*>(out->data()), stored_rows, x.transposed};
+}
+
+}  // namespace
+
+bool Available() { return EngineOrNull() != nullptr; }
+
+bool NativeBf16() {
+  static const bool native = [] {
+    if (!Available()) return false;
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    return (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
+  }();
+  return native;
+}
+
+std::string EngineName(MatmulFormat format) {
+  const dnnl_version_t* v = dnnl_version();
+  std::string name = "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
+                     std::to_string(v->patch);
+  // The implementation a chunk of the MLP's forward pass gets.
+  const Key probe{64, 2048, 64, 64, 64, 64, false, false, false, format};
+  try {
+    OneThreadHere();
+    const Primitive p = Make(probe);
+    name += std::string(" (") + p.impl + ")";
+  } catch (const dnnl::error&) {
+    name += " (no implementation)";
+  }
+  return name;
+}
+
+bool Gemm(MatmulFormat format, int m, int n, int k, const GemmOperand& a, const GemmOperand& b,
+          float* c, int ldc, bool accumulate) {
+  OneThreadHere();
+  ThreadState& state = State();
+  GemmOperand sa = a, sb = b;
+  if (format == MatmulFormat::kBf16) {
+    sa = ToBf16(a, m, k, &state.a16);
+    sb = ToBf16(b, k, n, &state.b16);
+  }
+  const Key key{m, n, k, sa.ld, sb.ld, ldc, sa.transposed, sb.transposed, accumulate, format};
+  const std::shared_ptr<const Primitive> p = Cache().Get(key);
+  if (p == nullptr) return false;
+  const size_t scratchpad_bytes = p->scratchpad.get_size();
+  if (state.scratchpad.size() < scratchpad_bytes) state.scratchpad.resize(scratchpad_bytes);
+  dnnl::engine& engine = *EngineOrNull();
+  // Arguments of the descriptors made above: oneDNN throws here only on a
+  // bug of ours, and C may then be half written, so it is not recoverable.
+  try {
+    memory src(p->src, engine, const_cast<float*>(sb.data));
+    memory weights(p->weights, engine, const_cast<float*>(sa.data));
+    memory dst(p->dst, engine, c);
+    memory scratchpad(p->scratchpad, engine, state.scratchpad.data());
+    p->matmul.execute(state.stream, {{DNNL_ARG_SRC, src},
+                                     {DNNL_ARG_WEIGHTS, weights},
+                                     {DNNL_ARG_DST, dst},
+                                     {DNNL_ARG_SCRATCHPAD, scratchpad}});
+    state.stream.wait();
+  } catch (const dnnl::error& e) {
+    ::gridsync::internal::CheckFailed(__FILE__, __LINE__, e.what());
+  }
+  return true;
+}
+
+}  // namespace gridsync::cpu::onednn

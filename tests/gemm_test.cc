@@ -1,0 +1,177 @@
+// kernels/cpu/gemm.h: oneDNN's products against Eigen's for every transpose,
+// leading dimension and accumulate flag; bf16 as rounded fp32 operands.
+#include "kernels/cpu/gemm.h"
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/codec.h"
+
+namespace gridsync::cpu {
+namespace {
+
+struct Case {
+  int m, n, k;
+  bool ta, tb, accumulate;
+  int pad;  // extra rows in every leading dimension
+};
+
+struct Operands {
+  std::vector<float> a, b, c;
+  int lda, ldb, ldc;
+};
+
+Operands Make(const Case& t, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  Operands o;
+  // Stored shapes: A is m x k (k x m transposed), B is k x n (n x k).
+  const int a_rows = t.ta ? t.k : t.m, a_cols = t.ta ? t.m : t.k;
+  const int b_rows = t.tb ? t.n : t.k, b_cols = t.tb ? t.k : t.n;
+  o.lda = a_rows + t.pad;
+  o.ldb = b_rows + t.pad;
+  o.ldc = t.m + t.pad;
+  o.a.resize(size_t(o.lda) * a_cols);
+  o.b.resize(size_t(o.ldb) * b_cols);
+  o.c.resize(size_t(o.ldc) * t.n);
+  for (float& v : o.a) v = dist(rng);
+  for (float& v : o.b) v = dist(rng);
+  for (float& v : o.c) v = dist(rng);
+  return o;
+}
+
+// C as the definition has it, in double.
+std::vector<double> Reference(const Case& t, const Operands& o) {
+  std::vector<double> c(o.c.begin(), o.c.end());
+  for (int j = 0; j < t.n; ++j) {
+    for (int i = 0; i < t.m; ++i) {
+      double sum = t.accumulate ? c[i + size_t(j) * o.ldc] : 0.0;
+      for (int p = 0; p < t.k; ++p) {
+        const float a = t.ta ? o.a[p + size_t(i) * o.lda] : o.a[i + size_t(p) * o.lda];
+        const float b = t.tb ? o.b[j + size_t(p) * o.ldb] : o.b[p + size_t(j) * o.ldb];
+        sum += double{a} * b;
+      }
+      c[i + size_t(j) * o.ldc] = sum;
+    }
+  }
+  return c;
+}
+
+std::vector<float> Product(MatmulFormat format, GemmEngine engine, const Case& t, Operands o) {
+  SetGemmEngine(engine);
+  Gemm(format, t.m, t.n, t.k, {o.a.data(), o.lda, t.ta}, {o.b.data(), o.ldb, t.tb}, o.c.data(),
+       o.ldc, t.accumulate);
+  SetGemmEngine(GemmEngine::kAuto);
+  return o.c;
+}
+
+std::vector<Case> Cases() {
+  std::vector<Case> cases;
+  // The MLP's shapes (a 2048-column chunk, a ragged tail, the 3-wide output
+  // layer) and odd ones, each with every transpose and accumulate flag.
+  const int shapes[][3] = {{64, 2048, 64}, {64, 77, 32}, {3, 129, 64}, {64, 64, 300},
+                           {32, 64, 2048}, {5, 7, 3},    {1, 1, 1},    {17, 33, 1}};
+  for (const auto& s : shapes)
+    for (int flags = 0; flags < 8; ++flags)
+      cases.push_back({s[0], s[1], s[2], (flags & 1) != 0, (flags & 2) != 0, (flags & 4) != 0,
+                       flags == 5 ? 3 : 0});
+  return cases;
+}
+
+std::string Describe(const Case& t) {
+  return "m " + std::to_string(t.m) + " n " + std::to_string(t.n) + " k " + std::to_string(t.k) +
+         (t.ta ? " A^T" : "") + (t.tb ? " B^T" : "") + (t.accumulate ? " C+=" : " C=") + " pad " +
+         std::to_string(t.pad);
+}
+
+// Every fp32 engine ends within fp32 rounding of the exact product; the
+// padding between columns is never written.
+TEST(GemmTest, EveryEngineComputesTheDefinitionInFp32) {
+  for (GemmEngine engine : {GemmEngine::kEigen, GemmEngine::kOneDnn}) {
+    if (engine == GemmEngine::kOneDnn && !OneDnnAvailable()) {
+      std::printf("oneDNN: not in this build (libdnnl-dev); Eigen only\n");
+      continue;
+    }
+    for (const Case& t : Cases()) {
+      const Operands o = Make(t, 7);
+      const std::vector<double> want = Reference(t, o);
+      const std::vector<float> got = Product(MatmulFormat::kFp32, engine, t, o);
+      for (size_t i = 0; i < got.size(); ++i) {
+        const bool in_matrix = int(i % size_t(o.ldc)) < t.m;
+        if (!in_matrix) {
+          ASSERT_EQ(got[i], o.c[i]) << Describe(t) << ": padding at " << i << " written";
+          continue;
+        }
+        // |sum| <= k, each product's rounding error ~k ulps of 1 at most.
+        ASSERT_NEAR(got[i], want[i], 1e-6 * (t.k + 2) * 4)
+            << Describe(t) << " engine " << int(engine) << " at " << i;
+      }
+    }
+  }
+}
+
+// bf16: the product of the operands rounded to bf16, summed in fp32. Eigen's
+// twin is exactly the fp32 product of pre-rounded operands; oneDNN's native
+// product agrees with it to fp32 rounding of the sums.
+TEST(GemmTest, Bf16IsTheFp32ProductOfRoundedOperands) {
+  for (const Case& t : Cases()) {
+    Operands o = Make(t, 9);
+    Operands rounded = o;
+    RoundToBf16(o.a.data(), o.a.size(), rounded.a.data());
+    RoundToBf16(o.b.data(), o.b.size(), rounded.b.data());
+    const std::vector<float> fp32_of_rounded =
+        Product(MatmulFormat::kFp32, GemmEngine::kEigen, t, rounded);
+    const std::vector<float> twin = Product(MatmulFormat::kBf16, GemmEngine::kEigen, t, o);
+    ASSERT_EQ(0, std::memcmp(twin.data(), fp32_of_rounded.data(), twin.size() * sizeof(float)))
+        << Describe(t);
+    const std::vector<float> exact = Product(MatmulFormat::kFp32, GemmEngine::kEigen, t, o);
+    if (t.k >= 32) {
+      double diff = 0;
+      for (size_t i = 0; i < exact.size(); ++i)
+        diff = std::max(diff, double(std::fabs(exact[i] - twin[i])));
+      EXPECT_GT(diff, 0.0) << Describe(t) << ": rounding to bf16 changed nothing";
+    }
+    if (!NativeBf16Available()) continue;
+    const std::vector<double> want = Reference(t, rounded);
+    const std::vector<float> native = Product(MatmulFormat::kBf16, GemmEngine::kOneDnn, t, o);
+    for (size_t i = 0; i < native.size(); ++i)
+      ASSERT_NEAR(native[i], want[i], 1e-6 * (t.k + 2) * 4) << Describe(t) << " at " << i;
+  }
+  if (!NativeBf16Available())
+    std::printf("native bf16: not on this CPU or build; the rounded-operand twin was checked\n");
+}
+
+TEST(GemmTest, RoundToBf16IsRoundToNearestEven) {
+  const float in[] = {1.0f,
+                      std::bit_cast<float>(0x3f808000u),  // halfway, even below: down
+                      std::bit_cast<float>(0x3f818000u),  // halfway, odd below: up
+                      std::bit_cast<float>(0x3f808001u),  // above halfway: up
+                      -0.0f,
+                      INFINITY,
+                      -3.0e38f};
+  const uint32_t want[] = {0x3f800000u, 0x3f800000u, 0x3f820000u, 0x3f810000u,
+                           0x80000000u, 0x7f800000u, 0xff620000u};
+  float out[7];
+  RoundToBf16(in, 7, out);
+  for (int i = 0; i < 7; ++i) EXPECT_EQ(std::bit_cast<uint32_t>(out[i]), want[i]) << "input " << i;
+  float nan = NAN;
+  RoundToBf16(&nan, 1, out);
+  EXPECT_TRUE(std::isnan(out[0]));
+}
+
+TEST(GemmTest, NamesTheEngineItRuns) {
+  const std::string fp32 = GemmEngineName(MatmulFormat::kFp32);
+  std::printf("fp32: %s\nbf16: %s\n", fp32.c_str(), GemmEngineName(MatmulFormat::kBf16).c_str());
+  EXPECT_EQ(fp32.rfind(OneDnnAvailable() ? "oneDNN" : "Eigen", 0), 0u) << fp32;
+  SetGemmEngine(GemmEngine::kEigen);
+  EXPECT_EQ(GemmEngineName(MatmulFormat::kFp32).rfind("Eigen", 0), 0u);
+  SetGemmEngine(GemmEngine::kAuto);
+}
+
+}  // namespace
+}  // namespace gridsync::cpu
