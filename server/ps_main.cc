@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <string>
@@ -223,11 +224,34 @@ int main(int argc, char** argv) {
   // systemd's watchdog is fed while the shard's serving loop turns.
   auto watchdog = gridsync::ServiceWatchdog::FromEnvironment();
   auto next_tick = std::chrono::steady_clock::now();
+  // The shard's membership lasts as its connection to the coordinator. Once
+  // that is gone (the coordinator died, or a call to it timed out and the
+  // client closed it), the coordinator has dropped this shard and its later
+  // jobs and epochs would be refused here: serving on would only hang the
+  // workers. Asked every few seconds; on loss the shard exits failed, so
+  // that its supervisor (systemd's Restart=on-failure, gridsync launch)
+  // restarts it and it rejoins the job from its newest complete checkpoint.
+  const auto ping_every = std::clamp<std::chrono::milliseconds>(
+      options.timeout / 4, std::chrono::seconds(1), std::chrono::seconds(5));
+  auto next_ping = std::chrono::steady_clock::now() + ping_every;
+  int exit_code = 0;
   while (!g_stop) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    if (std::chrono::steady_clock::now() >= next_tick) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= next_tick) {
       watchdog.Tick((*server)->heartbeats());
-      next_tick = std::chrono::steady_clock::now() + watchdog.interval();
+      next_tick = now + watchdog.interval();
+    }
+    if (now >= next_ping) {
+      if (auto job = (*client)->CurrentJob(); !job.ok() && !g_stop) {
+        spdlog::error(
+            "shard {}: lost the coordinator at {}:{} ({}); exiting so that its supervisor restarts "
+            "this shard and it rejoins the job from its newest complete checkpoint",
+            shard, d.master_addr, d.master_port, job.status().message());
+        exit_code = 1;
+        break;
+      }
+      next_ping = std::chrono::steady_clock::now() + ping_every;
     }
   }
   gridsync::NotifyStopping();
@@ -236,5 +260,5 @@ int main(int argc, char** argv) {
   spdlog::info("stopping: {} pushes, {} pulls, {} errors, {:.1f} MB in, {:.1f} MB out", stats.pushes,
                stats.pulls, stats.errors, stats.bytes_in / 1e6, stats.bytes_out / 1e6);
   (*server)->Stop();
-  return 0;
+  return exit_code;
 }

@@ -20,6 +20,9 @@
 #     without stopping and ends bit for bit as the uninterrupted run (plain
 #     and onebit; ps, and hybrid, whose node collective is formed again with
 #     the restarted worker, plain and onebit).
+#  8. A shard that lost its coordinator (SIGKILL, or SIGSTOP so that calls
+#     time out) exits failed within seconds, naming it, for its supervisor to
+#     restart it into the rejoin of 7.
 set -euo pipefail
 BUILD=${1:?usage: fault_test.sh BUILD_DIR}
 GS="$BUILD/tools/gridsync"
@@ -229,6 +232,39 @@ for run in plain:ps-1 onebit:ps-1 onebit:worker-1 hybrid:worker-1 hybrid:ps-1 \
   else
     step=$(grep -o "rolled back to step [0-9]*" "$log" | head -1 | grep -o "[0-9]*$")
     echo "ok: $tag: SIGKILL of $victim, restarted by the launcher, rejoined from step $step; the job rolled back and ended bit for bit as the uninterrupted run ($(( $(date +%s) - start )) s in all)"
+  fi
+done
+
+# 8. A shard whose coordinator is gone (killed, or frozen so that its calls
+# time out) no longer serves unregistered: it exits failed within seconds,
+# naming the coordinator, for its supervisor to restart it into the rejoin
+# path above. Started by hand, with no workers: the shard serves once it is
+# registered.
+for how in KILL STOP; do
+  lone=(--set ps.shards=1 --set checkpoint.every_steps=0)
+  "$BUILD/server/gridsync-coordinator" --config "$WORK/cluster.json" "${lone[@]}" > "$WORK/l-coord.log" 2>&1 &
+  coord=$!
+  "$BUILD/server/gridsync-ps" --shard 0 --config "$WORK/cluster.json" "${lone[@]}" > "$WORK/l-ps.log" 2>&1 &
+  shard=$!
+  wait_for_line "$WORK/l-ps.log" "registered as shard 0" || fail "$how: shard 0 never registered"
+  kill -$how $coord
+  lost=$(date +%s%N)
+  rc=0; timeout 60 tail --pid=$shard -f /dev/null || true
+  kill -0 $shard 2>/dev/null && { fail "$how: shard 0 still serves 60 s after losing its coordinator"; kill -KILL $shard; }
+  wait $shard || rc=$?
+  exited_ms=$(( ($(date +%s%N) - lost) / 1000000 ))
+  kill -KILL $coord 2>/dev/null || true; wait $coord 2>/dev/null || true
+  # KILL: noticed at the next ask (at most 5 s); STOP: that ask times out
+  # (10 s) first.
+  limit_ms=8000; [ $how = STOP ] && limit_ms=18000
+  if [ $rc -eq 0 ]; then
+    fail "$how: shard 0 exited 0 after losing its coordinator"
+  elif ! grep -q "lost the coordinator at 127.0.0.1:$PORT" "$WORK/l-ps.log"; then
+    fail "$how: shard 0 did not say it lost the coordinator"; tail -3 "$WORK/l-ps.log"
+  elif [ $exited_ms -gt $limit_ms ]; then
+    fail "$how: shard 0 took ${exited_ms} ms to leave; allowed ${limit_ms} ms"
+  else
+    echo "ok: SIG$how of the coordinator: shard 0 exited $rc after ${exited_ms} ms, naming it"
   fi
 done
 
