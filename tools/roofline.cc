@@ -83,9 +83,22 @@ double MeasurePeakFlops(int hidden, int batch, int threads, cpu::MatmulFormat fo
     c[t] = Matrix::Zero(hidden, batch);
   }
   const int reps = std::max(1, static_cast<int>(4e9 / (2.0 * hidden * hidden * batch)));
+  // bf16: operands converted once, as the MLP keeps them (kernels/cpu/mlp.h).
+  std::vector<std::vector<uint16_t>> a16(threads), b16(threads);
+  for (int t = 0; t < threads; ++t) {
+    a16[t].resize(size_t(a[t].size()));
+    b16[t].resize(size_t(b[t].size()));
+    cpu::ToBf16Bits(a[t].data(), a16[t].size(), a16[t].data());
+    cpu::ToBf16Bits(b[t].data(), b16[t].size(), b16[t].data());
+  }
   auto product = [&](int t) {
-    cpu::Gemm(format, hidden, batch, hidden, {a[t].data(), hidden}, {b[t].data(), hidden},
-              c[t].data(), hidden, /*accumulate=*/false);
+    if (format == cpu::MatmulFormat::kBf16) {
+      cpu::GemmBf16(hidden, batch, hidden, {a16[t].data(), hidden}, {b16[t].data(), hidden},
+                    c[t].data(), hidden, /*accumulate=*/false);
+    } else {
+      cpu::Gemm(format, hidden, batch, hidden, {a[t].data(), hidden}, {b[t].data(), hidden},
+                c[t].data(), hidden, /*accumulate=*/false);
+    }
   };
   TimeOnThreads(threads, product);  // JIT and caches warm
   std::vector<double> rates;

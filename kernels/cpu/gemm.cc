@@ -24,16 +24,33 @@ ConstStridedMap Stored(const GemmOperand& x, int rows, int cols) {
                       : ConstStridedMap(x.data, rows, cols, Eigen::OuterStride<>(x.ld));
 }
 
-// Copies an operand's stored matrix rounded to bf16 into `buffer`, densely
-// (leading dimension: its stored rows); returns the operand that reads it.
-GemmOperand RoundedCopy(const GemmOperand& x, int rows, int cols, std::vector<float>* buffer) {
+// An operand's stored matrix (op(X) is rows x cols) converted to bf16 into
+// `out`, densely (leading dimension: its stored rows).
+Bf16Operand Bf16Copy(const GemmOperand& x, int rows, int cols, std::vector<uint16_t>* out) {
   const int stored_rows = x.transposed ? cols : rows;
   const int stored_cols = x.transposed ? rows : cols;
-  buffer->resize(size_t(stored_rows) * size_t(stored_cols));
-  for (int j = 0; j < stored_cols; ++j)
-    RoundToBf16(x.data + size_t(j) * size_t(x.ld), size_t(stored_rows),
-                buffer->data() + size_t(j) * size_t(stored_rows));
-  return GemmOperand{buffer->data(), stored_rows, x.transposed};
+  out->resize(size_t(stored_rows) * size_t(stored_cols));
+  if (x.ld == stored_rows) {
+    ToBf16Bits(x.data, out->size(), out->data());
+  } else {
+    for (int j = 0; j < stored_cols; ++j)
+      ToBf16Bits(x.data + size_t(j) * size_t(x.ld), size_t(stored_rows),
+                 out->data() + size_t(j) * size_t(stored_rows));
+  }
+  return Bf16Operand{out->data(), stored_rows, x.transposed};
+}
+
+// A bf16 operand widened to fp32 (exact), densely.
+GemmOperand Widened(const Bf16Operand& x, int rows, int cols, std::vector<float>* out) {
+  const int stored_rows = x.transposed ? cols : rows;
+  const int stored_cols = x.transposed ? rows : cols;
+  out->resize(size_t(stored_rows) * size_t(stored_cols));
+  for (int j = 0; j < stored_cols; ++j) {
+    const uint16_t* from = x.data + size_t(j) * size_t(x.ld);
+    float* to = out->data() + size_t(j) * size_t(stored_rows);
+    for (int i = 0; i < stored_rows; ++i) to[i] = std::bit_cast<float>(uint32_t{from[i]} << 16);
+  }
+  return GemmOperand{out->data(), stored_rows, x.transposed};
 }
 
 template <typename A, typename B>
@@ -66,24 +83,12 @@ bool UseOneDnn(MatmulFormat format) {
 
 }  // namespace
 
-namespace {
-
-// Branch-free, so that GCC vectorises the loops that call it.
-inline uint32_t Bf16Of(float x) {
-  const uint32_t bits = std::bit_cast<uint32_t>(x);
-  const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
-  const uint32_t quiet_nan = (bits >> 16) | 0x0040u;
-  return (bits & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : rounded;
-}
-
-}  // namespace
-
 void ToBf16Bits(const float* in, size_t n, uint16_t* out) {
-  for (size_t i = 0; i < n; ++i) out[i] = static_cast<uint16_t>(Bf16Of(in[i]));
+  for (size_t i = 0; i < n; ++i) out[i] = Bf16Bits(in[i]);
 }
 
 void RoundToBf16(const float* in, size_t n, float* out) {
-  for (size_t i = 0; i < n; ++i) out[i] = std::bit_cast<float>(Bf16Of(in[i]) << 16);
+  for (size_t i = 0; i < n; ++i) out[i] = std::bit_cast<float>(uint32_t{Bf16Bits(in[i])} << 16);
 }
 
 const char* MatmulFormatName(MatmulFormat format) {
@@ -110,14 +115,27 @@ void Gemm(MatmulFormat format, int m, int n, int k, const GemmOperand& a, const 
       for (int j = 0; j < n; ++j) std::fill_n(c + size_t(j) * size_t(ldc), m, 0.0f);
     return;
   }
-  if (UseOneDnn(format) && onednn::Gemm(format, m, n, k, a, b, c, ldc, accumulate)) return;
-  if (format == MatmulFormat::kFp32) return EigenGemm(m, n, k, a, b, c, ldc, accumulate);
-  // bf16 without native bf16: the operands rounded, multiplied in fp32
-  // (bf16 x bf16 products are exact in fp32, as the native instructions').
-  thread_local std::vector<float> a_rounded, b_rounded;
-  const GemmOperand ra = RoundedCopy(a, m, k, &a_rounded);
-  const GemmOperand rb = RoundedCopy(b, k, n, &b_rounded);
-  EigenGemm(m, n, k, ra, rb, c, ldc, accumulate);
+  if (format == MatmulFormat::kBf16) {
+    thread_local std::vector<uint16_t> a16, b16;
+    return GemmBf16(m, n, k, Bf16Copy(a, m, k, &a16), Bf16Copy(b, k, n, &b16), c, ldc, accumulate);
+  }
+  if (UseOneDnn(format) && onednn::Gemm(m, n, k, a, b, c, ldc, accumulate)) return;
+  EigenGemm(m, n, k, a, b, c, ldc, accumulate);
+}
+
+void GemmBf16(int m, int n, int k, const Bf16Operand& a, const Bf16Operand& b, float* c, int ldc,
+              bool accumulate) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    if (!accumulate)
+      for (int j = 0; j < n; ++j) std::fill_n(c + size_t(j) * size_t(ldc), m, 0.0f);
+    return;
+  }
+  if (UseOneDnn(MatmulFormat::kBf16) && onednn::GemmBf16(m, n, k, a, b, c, ldc, accumulate)) return;
+  // Without native bf16: the operands widened, multiplied in fp32 (bf16 x
+  // bf16 products are exact in fp32, as the native instructions' are).
+  thread_local std::vector<float> a32, b32;
+  EigenGemm(m, n, k, Widened(a, m, k, &a32), Widened(b, k, n, &b32), c, ldc, accumulate);
 }
 
 }  // namespace gridsync::cpu

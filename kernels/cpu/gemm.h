@@ -38,10 +38,23 @@ struct GemmOperand {
   bool transposed = false;
 };
 
+// The same for an operand already in bf16 (its bits, as ToBf16Bits writes).
+struct Bf16Operand {
+  const uint16_t* data = nullptr;
+  int ld = 0;
+  bool transposed = false;
+};
+
 // C (m x n, leading dimension ldc) = op(A) (m x k) * op(B) (k x n), or
-// C += when `accumulate`.
+// C += when `accumulate`. kBf16 rounds the operands to bf16 first.
 void Gemm(MatmulFormat format, int m, int n, int k, const GemmOperand& a, const GemmOperand& b,
           float* c, int ldc, bool accumulate);
+
+// The same with operands in bf16 already (a caller that keeps its operands
+// in bf16 converts each once, not once per product): the products summed in
+// fp32. Eigen's twin widens the operands to fp32 (exactly) and multiplies.
+void GemmBf16(int m, int n, int k, const Bf16Operand& a, const Bf16Operand& b, float* c, int ldc,
+              bool accumulate);
 
 // Forces the engine (kAuto: oneDNN where it serves the format, else Eigen).
 // kOneDnn where oneDNN cannot serve a format falls back to Eigen.
@@ -55,8 +68,18 @@ std::string GemmEngineName(MatmulFormat format);
 bool OneDnnAvailable();
 bool NativeBf16Available();
 
-// bf16 bits of n floats: round to nearest even, overflow to infinity, NaN
-// kept (made quiet), as the CPU's vcvtneps2bf16 does. One vectorised loop.
+// bf16 bits of a float: round to nearest even, overflow to infinity, NaN
+// kept (made quiet), as the CPU's vcvtneps2bf16 does. Branch-free, so that
+// loops calling it vectorise.
+inline uint16_t Bf16Bits(float x) {
+  uint32_t bits;
+  __builtin_memcpy(&bits, &x, sizeof(bits));
+  const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+  const uint32_t quiet_nan = (bits >> 16) | 0x0040u;
+  return static_cast<uint16_t>((bits & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : rounded);
+}
+
+// Bf16Bits of n floats.
 void ToBf16Bits(const float* in, size_t n, uint16_t* out);
 
 // Rounds n floats to the nearest bf16 value as ToBf16Bits does, kept as

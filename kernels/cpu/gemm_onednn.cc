@@ -132,11 +132,10 @@ PrimitiveCache& Cache() {
   return cache;
 }
 
-// The calling thread's stream, scratchpad and bf16 operand buffers.
+// The calling thread's stream and scratchpad.
 struct ThreadState {
   dnnl::stream stream{*EngineOrNull()};
   std::vector<uint8_t> scratchpad;
-  std::vector<uint16_t> a16, b16;
 };
 
 ThreadState& State() {
@@ -144,21 +143,32 @@ ThreadState& State() {
   return state;
 }
 
-// An operand's stored matrix (op(X) is rows x cols) as bf16, densely:
-// leading dimension the stored rows.
-GemmOperand ToBf16(const GemmOperand& x, int rows, int cols, std::vector<uint16_t>* out) {
-  const int stored_rows = x.transposed ? cols : rows;
-  const int stored_cols = x.transposed ? rows : cols;
-  out->resize(size_t(stored_rows) * size_t(stored_cols));
-  if (x.ld == stored_rows) {
-    ToBf16Bits(x.data, out->size(), out->data());
-  } else {
-    for (int j = 0; j < stored_cols; ++j)
-      ToBf16Bits(x.data + size_t(j) * size_t(x.ld), size_t(stored_rows),
-                 out->data() + size_t(j) * size_t(stored_rows));
+// Runs the primitive for `key` on operands at a and b (fp32 or bf16, as the
+// key's format says); false where oneDNN has none for it.
+bool Execute(const Key& key, const void* a, const void* b, float* c) {
+  OneThreadHere();
+  const std::shared_ptr<const Primitive> p = Cache().Get(key);
+  if (p == nullptr) return false;
+  ThreadState& state = State();
+  const size_t scratchpad_bytes = p->scratchpad.get_size();
+  if (state.scratchpad.size() < scratchpad_bytes) state.scratchpad.resize(scratchpad_bytes);
+  dnnl::engine& engine = *EngineOrNull();
+  // Arguments of the descriptors made above: oneDNN throws here only on a
+  // bug of ours, and C may then be half written, so it is not recoverable.
+  try {
+    memory src(p->src, engine, const_cast<void*>(b));
+    memory weights(p->weights, engine, const_cast<void*>(a));
+    memory dst(p->dst, engine, c);
+    memory scratchpad(p->scratchpad, engine, state.scratchpad.data());
+    p->matmul.execute(state.stream, {{DNNL_ARG_SRC, src},
+                                     {DNNL_ARG_WEIGHTS, weights},
+                                     {DNNL_ARG_DST, dst},
+                                     {DNNL_ARG_SCRATCHPAD, scratchpad}});
+    state.stream.wait();
+  } catch (const dnnl::error& e) {
+    ::gridsync::internal::CheckFailed(__FILE__, __LINE__, e.what());
   }
-  // The data pointer is read as bf16 below; the type is only a carrier.
-  return GemmOperand{reinterpret_cast<const float*>(out->data()), stored_rows, x.transposed};
+  return true;
 }
 
 }  // namespace
@@ -190,37 +200,18 @@ std::string EngineName(MatmulFormat format) {
   return name;
 }
 
-bool Gemm(MatmulFormat format, int m, int n, int k, const GemmOperand& a, const GemmOperand& b,
-          float* c, int ldc, bool accumulate) {
-  OneThreadHere();
-  ThreadState& state = State();
-  GemmOperand sa = a, sb = b;
-  if (format == MatmulFormat::kBf16) {
-    sa = ToBf16(a, m, k, &state.a16);
-    sb = ToBf16(b, k, n, &state.b16);
-  }
-  const Key key{m, n, k, sa.ld, sb.ld, ldc, sa.transposed, sb.transposed, accumulate, format};
-  const std::shared_ptr<const Primitive> p = Cache().Get(key);
-  if (p == nullptr) return false;
-  const size_t scratchpad_bytes = p->scratchpad.get_size();
-  if (state.scratchpad.size() < scratchpad_bytes) state.scratchpad.resize(scratchpad_bytes);
-  dnnl::engine& engine = *EngineOrNull();
-  // Arguments of the descriptors made above: oneDNN throws here only on a
-  // bug of ours, and C may then be half written, so it is not recoverable.
-  try {
-    memory src(p->src, engine, const_cast<float*>(sb.data));
-    memory weights(p->weights, engine, const_cast<float*>(sa.data));
-    memory dst(p->dst, engine, c);
-    memory scratchpad(p->scratchpad, engine, state.scratchpad.data());
-    p->matmul.execute(state.stream, {{DNNL_ARG_SRC, src},
-                                     {DNNL_ARG_WEIGHTS, weights},
-                                     {DNNL_ARG_DST, dst},
-                                     {DNNL_ARG_SCRATCHPAD, scratchpad}});
-    state.stream.wait();
-  } catch (const dnnl::error& e) {
-    ::gridsync::internal::CheckFailed(__FILE__, __LINE__, e.what());
-  }
-  return true;
+bool Gemm(int m, int n, int k, const GemmOperand& a, const GemmOperand& b, float* c, int ldc,
+          bool accumulate) {
+  const Key key{
+      m, n, k, a.ld, b.ld, ldc, a.transposed, b.transposed, accumulate, MatmulFormat::kFp32};
+  return Execute(key, a.data, b.data, c);
+}
+
+bool GemmBf16(int m, int n, int k, const Bf16Operand& a, const Bf16Operand& b, float* c, int ldc,
+              bool accumulate) {
+  const Key key{
+      m, n, k, a.ld, b.ld, ldc, a.transposed, b.transposed, accumulate, MatmulFormat::kBf16};
+  return Execute(key, a.data, b.data, c);
 }
 
 }  // namespace gridsync::cpu::onednn

@@ -18,16 +18,20 @@ bool Available();
 // oneDNN sees it.
 bool NativeBf16();
 std::string EngineName(MatmulFormat format);
-// gemm.h's Gemm; false where oneDNN has no implementation for the shape
-// (the caller then takes Eigen).
-bool Gemm(MatmulFormat format, int m, int n, int k, const GemmOperand& a, const GemmOperand& b,
-          float* c, int ldc, bool accumulate);
+// gemm.h's Gemm in fp32 and GemmBf16; false where oneDNN has no
+// implementation for the shape (the caller then takes Eigen).
+bool Gemm(int m, int n, int k, const GemmOperand& a, const GemmOperand& b, float* c, int ldc,
+          bool accumulate);
+bool GemmBf16(int m, int n, int k, const Bf16Operand& a, const Bf16Operand& b, float* c, int ldc,
+              bool accumulate);
 #else
 inline bool Available() { return false; }
 inline bool NativeBf16() { return false; }
 inline std::string EngineName(MatmulFormat) { return "none"; }
-inline bool Gemm(MatmulFormat, int, int, int, const GemmOperand&, const GemmOperand&, float*, int,
-                 bool) {
+inline bool Gemm(int, int, int, const GemmOperand&, const GemmOperand&, float*, int, bool) {
+  return false;
+}
+inline bool GemmBf16(int, int, int, const Bf16Operand&, const Bf16Operand&, float*, int, bool) {
   return false;
 }
 #endif

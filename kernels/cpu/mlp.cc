@@ -1,5 +1,6 @@
 #include "kernels/cpu/mlp.h"
 
+#include <bit>
 #include <cmath>
 #include <random>
 
@@ -37,11 +38,87 @@ void Multiply(MatmulFormat format, const Matrix& w, const float* in, int ld_in, 
        Rows(w), /*accumulate=*/false);
 }
 
+// bf16 activations: the sum rounded after the ReLU, as fp32's activation
+// would be when rounded as an operand.
+void ReluToBf16(const float* sum, size_t n, uint16_t* out) {
+  for (size_t i = 0; i < n; ++i) out[i] = Bf16Bits(sum[i] > 0.0f ? sum[i] : 0.0f);
+}
+
+// The back-propagated gradient through a ReLU whose (bf16) output was `h`.
+void MaskToBf16(const float* prev, const uint16_t* h, size_t n, uint16_t* out) {
+  for (size_t i = 0; i < n; ++i)
+    out[i] = Bf16Bits(std::bit_cast<float>(uint32_t{h[i]} << 16) > 0.0f ? prev[i] : 0.0f);
+}
+
+void ForwardBf16(const MlpShape& shape, const MlpWeights& w, const ConstMatrixMap& x,
+                 MlpWorkspace* ws, Matrix* y) {
+  const int hidden = shape.hidden_layers;
+  const auto n = static_cast<int>(x.cols());
+  ws->weights16.resize(w.size());
+  for (size_t i = 0; i < w.size(); ++i) {
+    ws->weights16[i].resize(size_t(w[i].size()));
+    ToBf16Bits(w[i].data(), ws->weights16[i].size(), ws->weights16[i].data());
+  }
+  ws->x16.resize(size_t(x.size()));
+  ToBf16Bits(x.data(), ws->x16.size(), ws->x16.data());
+  ws->hidden.clear();
+  ws->hidden16.resize(hidden);
+  const uint16_t* in = ws->x16.data();
+  int ld_in = shape.input_width;
+  for (int i = 0; i < hidden; ++i) {
+    const int rows = shape.rows(i);
+    ws->prev_delta.resize(rows, n);  // scratch: the layer's fp32 sums
+    GemmBf16(rows, n, shape.cols(i), {ws->weights16[i].data(), rows}, {in, ld_in},
+             ws->prev_delta.data(), rows, /*accumulate=*/false);
+    ws->hidden16[i].resize(size_t(rows) * size_t(n));
+    ReluToBf16(ws->prev_delta.data(), ws->hidden16[i].size(), ws->hidden16[i].data());
+    in = ws->hidden16[i].data();
+    ld_in = rows;
+  }
+  const int out = shape.rows(hidden);
+  y->resize(out, n);
+  GemmBf16(out, n, shape.cols(hidden), {ws->weights16[hidden].data(), out}, {in, ld_in}, y->data(),
+           out, /*accumulate=*/false);
+}
+
+void BackwardBf16(const MlpShape& shape, MlpWorkspace* ws, const Matrix& dy, MlpWeights* dw,
+                  MatrixMap* dx) {
+  const int hidden = shape.hidden_layers;
+  const auto n = static_cast<int>(dy.cols());
+  GRIDSYNC_CHECK_EQ(ws->weights16.size(), size_t(shape.n_matrices()));
+  int current = 0;
+  ws->delta16[current].resize(size_t(dy.size()));
+  ToBf16Bits(dy.data(), size_t(dy.size()), ws->delta16[current].data());
+  for (int i = hidden; i >= 1; --i) {
+    const uint16_t* delta = ws->delta16[current].data();
+    const uint16_t* input = ws->hidden16[i - 1].data();  // layer i's input, cols(i) x n
+    const uint16_t* weights = ws->weights16[i].data();
+    const int rows = shape.rows(i), cols = shape.cols(i);
+    GemmBf16(rows, cols, n, {delta, rows}, {input, cols, /*transposed=*/true}, (*dw)[i].data(),
+             rows,
+             /*accumulate=*/true);
+    ws->prev_delta.resize(cols, n);
+    GemmBf16(cols, n, rows, {weights, rows, /*transposed=*/true}, {delta, rows},
+             ws->prev_delta.data(), cols, /*accumulate=*/false);
+    current ^= 1;
+    ws->delta16[current].resize(size_t(cols) * size_t(n));
+    MaskToBf16(ws->prev_delta.data(), input, ws->delta16[current].size(),
+               ws->delta16[current].data());
+  }
+  const uint16_t* delta = ws->delta16[current].data();
+  const int rows = shape.rows(0), cols = shape.cols(0);
+  GemmBf16(rows, cols, n, {delta, rows}, {ws->x16.data(), cols, /*transposed=*/true},
+           (*dw)[0].data(), rows, /*accumulate=*/true);
+  GemmBf16(cols, n, rows, {ws->weights16[0].data(), rows, /*transposed=*/true}, {delta, rows},
+           dx->data(), static_cast<int>(dx->rows()), /*accumulate=*/false);
+}
+
 }  // namespace
 
 void MlpForward(const MlpShape& shape, const MlpWeights& w, const ConstMatrixMap& x,
                 MlpWorkspace* ws, Matrix* y, MatmulFormat format) {
   GRIDSYNC_CHECK_EQ(x.rows(), shape.input_width);
+  if (format == MatmulFormat::kBf16) return ForwardBf16(shape, w, x, ws, y);
   const int hidden = shape.hidden_layers;
   const auto n = static_cast<int>(x.cols());
   ws->hidden.resize(hidden);
@@ -62,9 +139,12 @@ void MlpForward(const MlpShape& shape, const MlpWeights& w, const ConstMatrixMap
 void MlpBackward(const MlpShape& shape, const MlpWeights& w, const ConstMatrixMap& x,
                  MlpWorkspace* ws, const Matrix& dy, MlpWeights* dw, MatrixMap* dx,
                  MatmulFormat format) {
+  GRIDSYNC_CHECK_EQ(dy.cols(), x.cols());
+  GRIDSYNC_CHECK_EQ(dx->rows(), shape.cols(0));
+  // bf16: the forward pass kept every operand in bf16, x included.
+  if (format == MatmulFormat::kBf16) return BackwardBf16(shape, ws, dy, dw, dx);
   const int hidden = shape.hidden_layers;
   const auto n = static_cast<int>(x.cols());
-  GRIDSYNC_CHECK_EQ(dy.cols(), x.cols());
   // delta: dLoss/d(layer i's output), rows(i) x n.
   const float* delta = dy.data();
   for (int i = hidden; i >= 1; --i) {
@@ -87,7 +167,6 @@ void MlpBackward(const MlpShape& shape, const MlpWeights& w, const ConstMatrixMa
   const int rows = shape.rows(0), cols = shape.cols(0);
   Gemm(format, rows, cols, n, {delta, rows}, {x.data(), cols, /*transposed=*/true}, (*dw)[0].data(),
        rows, /*accumulate=*/true);
-  GRIDSYNC_CHECK_EQ(dx->rows(), cols);
   Gemm(format, cols, n, rows, {w[0].data(), rows, /*transposed=*/true}, {delta, rows}, dx->data(),
        static_cast<int>(dx->rows()), /*accumulate=*/false);
 }

@@ -36,8 +36,12 @@ MlpWeights MakeMlpWeights(const MlpShape& shape, uint64_t seed);
 MlpWeights ZeroMlpWeights(const MlpShape& shape);
 
 struct MlpWorkspace {
-  std::vector<Matrix> hidden;  // post-ReLU activations of each hidden layer
+  std::vector<Matrix> hidden;  // fp32: post-ReLU activations of each hidden layer
   Matrix delta, prev_delta;    // the backward pass's, kept to reuse their memory
+  // bf16: every operand converted once (weights, input, activations, the
+  // back-propagated gradients), not once per product it enters.
+  std::vector<std::vector<uint16_t>> weights16, hidden16;
+  std::vector<uint16_t> x16, delta16[2];
 };
 
 // x: input_width x n. Writes y: output_width x n.
@@ -45,8 +49,10 @@ void MlpForward(const MlpShape& shape, const MlpWeights& w, const ConstMatrixMap
                 MlpWorkspace* ws, Matrix* y, MatmulFormat format = MatmulFormat::kFp32);
 
 // Adds the weight gradient to *dw and writes dx (input_width x n), given
-// dy = dLoss/dy and the workspace of the matching forward call (its
-// activations are read; its backward buffers are overwritten).
+// dy = dLoss/dy and the workspace of the matching forward call, made in the
+// same format (its activations are read; its backward buffers are
+// overwritten). bf16 reads the weights and x as the forward call converted
+// them.
 void MlpBackward(const MlpShape& shape, const MlpWeights& w, const ConstMatrixMap& x,
                  MlpWorkspace* ws, const Matrix& dy, MlpWeights* dw, MatrixMap* dx,
                  MatmulFormat format = MatmulFormat::kFp32);
