@@ -139,6 +139,43 @@ TEST_P(MlpEngineTest, Bf16FollowsFp32WithinItsPrecision) {
     EXPECT_LE(relative(dw[0][m], dw[1][m]), 0.15f) << "matrix " << m;
 }
 
+// The engines are twins: in either format, oneDNN's outputs and gradients
+// follow Eigen's to fp32 rounding of their sums (same operands, the sums in
+// another order), on a chunk of the size the model uses, with gradients as
+// small as training's (the loss's 1/batch).
+TEST(MlpTest, EnginesAgreeInEveryFormat) {
+  if (!OneDnnAvailable()) GTEST_SKIP() << "this build has no oneDNN (libdnnl-dev)";
+  const MlpShape shape{32, 64, 2, 3};
+  const int n = 2048;
+  const MlpWeights w = MakeMlpWeights(shape, 7);
+  std::mt19937_64 rng(8);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  Matrix x(shape.input_width, n), dy(shape.output_width, n);
+  for (Eigen::Index i = 0; i < x.size(); ++i) x.data()[i] = dist(rng);
+  for (Eigen::Index i = 0; i < dy.size(); ++i) dy.data()[i] = 1e-6f * dist(rng);
+  const ConstMatrixMap xm(x.data(), x.rows(), x.cols());
+  for (MatmulFormat format : {MatmulFormat::kFp32, MatmulFormat::kBf16}) {
+    SCOPED_TRACE(MatmulFormatName(format));
+    Matrix y[2], dx[2];
+    MlpWeights dw[2];
+    for (int e = 0; e < 2; ++e) {
+      SetGemmEngine(e == 0 ? GemmEngine::kEigen : GemmEngine::kOneDnn);
+      MlpWorkspace ws;
+      MlpForward(shape, w, xm, &ws, &y[e], format);
+      dw[e] = ZeroMlpWeights(shape);
+      dx[e].resize(shape.input_width, n);
+      MatrixMap dxm(dx[e].data(), dx[e].rows(), dx[e].cols());
+      MlpBackward(shape, w, xm, &ws, dy, &dw[e], &dxm, format);
+    }
+    SetGemmEngine(GemmEngine::kAuto);
+    auto relative = [](const Matrix& a, const Matrix& b) { return (a - b).norm() / a.norm(); };
+    EXPECT_LE(relative(y[0], y[1]), 1e-5f);
+    EXPECT_LE(relative(dx[0], dx[1]), 1e-3f);
+    for (size_t m = 0; m < dw[0].size(); ++m)
+      EXPECT_LE(relative(dw[0][m], dw[1][m]), 1e-3f) << "matrix " << m;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Engines, MlpEngineTest,
                          ::testing::Values(GemmEngine::kEigen, GemmEngine::kOneDnn),
                          [](const auto& test) {
