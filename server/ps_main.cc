@@ -243,7 +243,13 @@ int main(int argc, char** argv) {
       next_tick = now + watchdog.interval();
     }
     if (now >= next_ping) {
-      if (auto job = (*client)->CurrentJob(); !job.ok() && !g_stop) {
+      if (auto job = (*client)->CurrentJob(); !job.ok()) {
+        // A coordinator stopped along with the whole cluster (a target
+        // stopped, gridsync launch stopping everyone) is no loss: the stop
+        // signal reaches this shard within a moment, so wait for it.
+        for (int i = 0; i < 10 && !g_stop; ++i)
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        if (g_stop) break;
         spdlog::error(
             "shard {}: lost the coordinator at {}:{} ({}); exiting so that its supervisor restarts "
             "this shard and it rejoins the job from its newest complete checkpoint",

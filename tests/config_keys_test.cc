@@ -489,6 +489,10 @@ TEST(ConfigKeysTest, KeysThatOnlySomeSettingsReadAreRefusedElsewhere) {
 // bf16 GEMMs are the CPU trainer's; under "auto" the device is decided on
 // the worker, so the key needs "cpu" said outright.
 TEST(ConfigKeysTest, Bf16MlpNeedsTheCpuTrainer) {
+  EXPECT_NE(
+      ErrorOf(R"({"training": {"mlp_precision": "bf16"}})").find("training.device is \"auto\""),
+      std::string::npos)
+      << "the default device is auto";
   for (const char* device : {"auto", "cuda"}) {
     const std::string error = ErrorOf(
         std::string(R"({"training": {"mlp_precision": "bf16", "device": ")") + device + R"("}})");

@@ -257,8 +257,8 @@ for how in KILL STOP; do
   # KILL: noticed at the next ask (at most 5 s); STOP: that ask times out
   # (10 s) first.
   limit_ms=8000; [ $how = STOP ] && limit_ms=18000
-  if [ $rc -eq 0 ]; then
-    fail "$how: shard 0 exited 0 after losing its coordinator"
+  if [ $rc -ne 1 ]; then
+    fail "$how: shard 0 exited $rc after losing its coordinator; expected 1 (failed, not crashed)"
   elif ! grep -q "lost the coordinator at 127.0.0.1:$PORT" "$WORK/l-ps.log"; then
     fail "$how: shard 0 did not say it lost the coordinator"; tail -3 "$WORK/l-ps.log"
   elif [ $exited_ms -gt $limit_ms ]; then
@@ -267,6 +267,20 @@ for how in KILL STOP; do
     echo "ok: SIG$how of the coordinator: shard 0 exited $rc after ${exited_ms} ms, naming it"
   fi
 done
+# And a shard stopped while its coordinator lives stops cleanly (exit 0).
+"$BUILD/server/gridsync-coordinator" --config "$WORK/cluster.json" "${lone[@]}" > "$WORK/l-coord.log" 2>&1 &
+coord=$!
+"$BUILD/server/gridsync-ps" --shard 0 --config "$WORK/cluster.json" "${lone[@]}" > "$WORK/l-ps.log" 2>&1 &
+shard=$!
+wait_for_line "$WORK/l-ps.log" "registered as shard 0" || fail "TERM: shard 0 never registered"
+kill -TERM $shard
+rc=0; wait $shard || rc=$?
+kill -KILL $coord 2>/dev/null || true; wait $coord 2>/dev/null || true
+if [ $rc -ne 0 ] || grep -q "lost the coordinator" "$WORK/l-ps.log"; then
+  fail "SIGTERM to a shard with a live coordinator: exit $rc"; tail -3 "$WORK/l-ps.log"
+else
+  echo "ok: SIGTERM to shard 0 with its coordinator alive: exit 0"
+fi
 
 if [ $failures -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
 echo "fault: all checks passed"

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -33,11 +34,11 @@ Operands Make(const Case& t, uint64_t seed) {
   // Stored shapes: A is m x k (k x m transposed), B is k x n (n x k).
   const int a_rows = t.ta ? t.k : t.m, a_cols = t.ta ? t.m : t.k;
   const int b_rows = t.tb ? t.n : t.k, b_cols = t.tb ? t.k : t.n;
-  o.lda = a_rows + t.pad;
-  o.ldb = b_rows + t.pad;
-  o.ldc = t.m + t.pad;
-  o.a.resize(size_t(o.lda) * a_cols);
-  o.b.resize(size_t(o.ldb) * b_cols);
+  o.lda = std::max(1, a_rows + t.pad);
+  o.ldb = std::max(1, b_rows + t.pad);
+  o.ldc = std::max(1, t.m + t.pad);
+  o.a.resize(size_t(o.lda) * a_cols + 1);
+  o.b.resize(size_t(o.ldb) * b_cols + 1);
   o.c.resize(size_t(o.ldc) * t.n);
   for (float& v : o.a) v = dist(rng);
   for (float& v : o.b) v = dist(rng);
@@ -75,11 +76,13 @@ std::vector<Case> Cases() {
   // The MLP's shapes (a 2048-column chunk, a ragged tail, the 3-wide output
   // layer) and odd ones, each with every transpose and accumulate flag.
   const int shapes[][3] = {{64, 2048, 64}, {64, 77, 32}, {3, 129, 64}, {64, 64, 300},
-                           {32, 64, 2048}, {5, 7, 3},    {1, 1, 1},    {17, 33, 1}};
+                           {32, 64, 2048}, {5, 7, 3},    {1, 1, 1},    {17, 33, 1},
+                           {0, 5, 4},      {5, 0, 4},    {5, 6, 0}};
   for (const auto& s : shapes)
     for (int flags = 0; flags < 8; ++flags)
-      cases.push_back({s[0], s[1], s[2], (flags & 1) != 0, (flags & 2) != 0, (flags & 4) != 0,
-                       flags == 5 ? 3 : 0});
+      for (int pad : {0, 3})
+        cases.push_back(
+            {s[0], s[1], s[2], (flags & 1) != 0, (flags & 2) != 0, (flags & 4) != 0, pad});
   return cases;
 }
 

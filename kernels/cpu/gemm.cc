@@ -6,6 +6,7 @@
 #include <bit>
 #include <vector>
 
+#include "common/check.h"
 #include "kernels/cpu/gemm_onednn.h"
 
 namespace gridsync::cpu {
@@ -107,8 +108,27 @@ std::string GemmEngineName(MatmulFormat format) {
          (format == MatmulFormat::kBf16 ? " (operands rounded to bf16)" : "");
 }
 
+namespace {
+
+// Every leading dimension covers its stored matrix's rows.
+template <typename Operand>
+void CheckShape(int m, int n, int k, const Operand& a, const Operand& b, int ldc) {
+  GRIDSYNC_CHECK(m >= 0 && n >= 0 && k >= 0);
+  // Values, not std::max's references to temporaries: the check macro
+  // holds on to what it is given.
+  const int a_rows = std::max(1, a.transposed ? k : m);
+  const int b_rows = std::max(1, b.transposed ? n : k);
+  const int c_rows = std::max(1, m);
+  GRIDSYNC_CHECK_GE(a.ld, a_rows);
+  GRIDSYNC_CHECK_GE(b.ld, b_rows);
+  GRIDSYNC_CHECK_GE(ldc, c_rows);
+}
+
+}  // namespace
+
 void Gemm(MatmulFormat format, int m, int n, int k, const GemmOperand& a, const GemmOperand& b,
           float* c, int ldc, bool accumulate) {
+  CheckShape(m, n, k, a, b, ldc);
   if (m == 0 || n == 0) return;
   if (k == 0) {
     if (!accumulate)
@@ -125,6 +145,7 @@ void Gemm(MatmulFormat format, int m, int n, int k, const GemmOperand& a, const 
 
 void GemmBf16(int m, int n, int k, const Bf16Operand& a, const Bf16Operand& b, float* c, int ldc,
               bool accumulate) {
+  CheckShape(m, n, k, a, b, ldc);
   if (m == 0 || n == 0) return;
   if (k == 0) {
     if (!accumulate)

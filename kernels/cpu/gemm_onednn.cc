@@ -1,7 +1,5 @@
 #include "kernels/cpu/gemm_onednn.h"
 
-#include <omp.h>
-
 #include <memory>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -10,6 +8,10 @@
 #include <vector>
 
 #include "common/check.h"
+
+// libgomp's, which oneDNN's OpenMP runtime reads; declared here rather than
+// through <omp.h>, which not every compiler ships without -fopenmp.
+extern "C" void omp_set_num_threads(int);
 
 namespace gridsync::cpu::onednn {
 namespace {
@@ -41,8 +43,9 @@ struct Primitive {
   std::string impl;  // oneDNN's name for the implementation it chose
 };
 
-// Beyond this many shapes (a run whose batches change size every step) the
-// cache starts again rather than grow.
+// Beyond this many shapes (a run whose batches change size every step: the
+// tail chunk's width moves) one entry makes room for each new one, so the
+// cache stays bounded and the chunks' shapes mostly stay.
 constexpr size_t kMaxPrimitives = 256;
 
 // oneDNN's OpenMP runtime would start a team of every core inside each of
@@ -114,11 +117,14 @@ class PrimitiveCache {
     std::shared_ptr<const Primitive> made;
     try {
       made = std::make_shared<const Primitive>(Make(key));
+      // oneDNN's reference code is many times slower than Eigen.
+      if (made->impl.rfind("ref", 0) == 0) made = nullptr;
     } catch (const dnnl::error&) {
       made = nullptr;  // unimplemented here: Eigen serves this shape
     }
     std::unique_lock lock(mu_);
-    if (primitives_.size() >= kMaxPrimitives) primitives_.clear();
+    if (primitives_.size() >= kMaxPrimitives && primitives_.find(key) == primitives_.end())
+      primitives_.erase(primitives_.begin());
     return primitives_.emplace(key, std::move(made)).first->second;
   }
 

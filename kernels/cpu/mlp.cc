@@ -85,7 +85,6 @@ void BackwardBf16(const MlpShape& shape, MlpWorkspace* ws, const Matrix& dy, Mlp
                   MatrixMap* dx) {
   const int hidden = shape.hidden_layers;
   const auto n = static_cast<int>(dy.cols());
-  GRIDSYNC_CHECK_EQ(ws->weights16.size(), size_t(shape.n_matrices()));
   int current = 0;
   ws->delta16[current].resize(size_t(dy.size()));
   ToBf16Bits(dy.data(), size_t(dy.size()), ws->delta16[current].data());
@@ -118,6 +117,12 @@ void BackwardBf16(const MlpShape& shape, MlpWorkspace* ws, const Matrix& dy, Mlp
 void MlpForward(const MlpShape& shape, const MlpWeights& w, const ConstMatrixMap& x,
                 MlpWorkspace* ws, Matrix* y, MatmulFormat format) {
   GRIDSYNC_CHECK_EQ(x.rows(), shape.input_width);
+  GRIDSYNC_CHECK_EQ(w.size(), size_t(shape.n_matrices()));
+  ws->format = format;
+  ws->x = x.data();
+  ws->n = x.cols();
+  ws->weights.clear();
+  for (const Matrix& m : w) ws->weights.push_back(m.data());
   if (format == MatmulFormat::kBf16) return ForwardBf16(shape, w, x, ws, y);
   const int hidden = shape.hidden_layers;
   const auto n = static_cast<int>(x.cols());
@@ -141,6 +146,14 @@ void MlpBackward(const MlpShape& shape, const MlpWeights& w, const ConstMatrixMa
                  MatmulFormat format) {
   GRIDSYNC_CHECK_EQ(dy.cols(), x.cols());
   GRIDSYNC_CHECK_EQ(dx->rows(), shape.cols(0));
+  GRIDSYNC_CHECK_EQ(dx->cols(), x.cols());
+  // The workspace must be the forward call's on these inputs and weights:
+  // its activations (and in bf16 its converted operands) are what is read.
+  GRIDSYNC_CHECK(ws->format == format);
+  GRIDSYNC_CHECK_EQ(ws->n, x.cols());
+  GRIDSYNC_CHECK(ws->x == x.data());
+  GRIDSYNC_CHECK_EQ(ws->weights.size(), w.size());
+  for (size_t i = 0; i < w.size(); ++i) GRIDSYNC_CHECK(ws->weights[i] == w[i].data());
   // bf16: the forward pass kept every operand in bf16, x included.
   if (format == MatmulFormat::kBf16) return BackwardBf16(shape, ws, dy, dw, dx);
   const int hidden = shape.hidden_layers;

@@ -42,6 +42,12 @@ struct MlpWorkspace {
   // back-propagated gradients), not once per product it enters.
   std::vector<std::vector<uint16_t>> weights16, hidden16;
   std::vector<uint16_t> x16, delta16[2];
+  // What the forward call was made with, so that MlpBackward can check
+  // that it continues that call.
+  MatmulFormat format = MatmulFormat::kFp32;
+  const float* x = nullptr;
+  int64_t n = -1;
+  std::vector<const float*> weights;
 };
 
 // x: input_width x n. Writes y: output_width x n.
