@@ -3,7 +3,8 @@
 # that can install nothing (the workplace's device machine): the GPU test
 # binaries and gridsync-bench, stripped, and the shared libraries they load
 # that such a machine lacks, into .device/ (ignored by git), with
-# scripts/device_run.sh to run there. NCCL, cuBLAS and the CUDA runtime are
+# scripts/device_run.sh to run there (as .device/pack.tar.xz, under the
+# device tool's 64 MiB). NCCL, cuBLAS and the CUDA runtime are
 # not packed (hundreds of MB): device_run.sh finds them in the machine's
 # CUDA or Python (nvidia-* wheels) installation.
 #
@@ -38,5 +39,9 @@ done | sort -u | while read -r lib; do
   esac
   cp -L "$lib" "$out/lib/"
 done
+# The device tool carries at most 64 MiB: binaries and libraries (oneDNN
+# alone is 40 MB) travel as one xz archive that device_run.sh unpacks.
+tar -C "$out" -cJf "$out/pack.tar.xz" bin lib
+rm -rf "$out/bin" "$out/lib"
 du -sh "$out"
 echo "device_pack: $out ready; on the device machine run: bash scripts/device_run.sh"

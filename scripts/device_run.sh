@@ -11,6 +11,10 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 logs=${OUT:-out/device}
 mkdir -p "$logs"
+# device_pack.sh's archive, unpacked once.
+if [[ -f .device/pack.tar.xz && ! -d .device/bin ]]; then
+  tar -C .device -xJf .device/pack.tar.xz || { echo "device_run: cannot unpack .device/pack.tar.xz" >&2; exit 1; }
+fi
 libs=$PWD/.device/lib
 for dir in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/nvidia/lib64; do
   [[ -d $dir ]] && libs=$libs:$dir
