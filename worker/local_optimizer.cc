@@ -1,6 +1,17 @@
 #include "worker/local_optimizer.h"
 
 namespace gridsync {
+namespace {
+
+// Levels by falling size: the finest levels hold most of a step's touched
+// rows, and a thread pool that hands them out first ends with the small
+// ones instead of waiting on one large level taken last (levels are
+// independent, so the order changes no result).
+uint32_t CostliestFirst(const HashGridLayout& layout, size_t i) {
+  return layout.n_levels() - 1 - static_cast<uint32_t>(i);
+}
+
+}  // namespace
 
 LocalOptimizer::LocalOptimizer(HashGridModel* model, const AdamHyper& hyper)
     : model_(model), hyper_(hyper) {
@@ -30,11 +41,11 @@ uint64_t LocalOptimizer::ApplyRows(const std::vector<SparseRows>& rows, cpu::Mlp
                                    float grad_scale, ThreadPool* pool) {
   const auto& layout = model_->layout();
   float* grid = model_->grid_params().data();
-  pool->ParallelFor(layout.n_levels(), [&](size_t l) {
-    const auto level = static_cast<uint32_t>(l);
+  pool->ParallelFor(layout.n_levels(), [&](size_t i) {
+    const uint32_t level = CostliestFirst(layout, i);
     float* table = grid + layout.level(level).row_offset * layout.features();
-    cpu::AdamUpdateRows(hyper_, rows[l], grad_scale, table, &grid_state_[l]);
-    model_->RefreshWorkingCopy(level, rows[l].rows.data(), rows[l].rows.size());
+    cpu::AdamUpdateRows(hyper_, rows[level], grad_scale, table, &grid_state_[level]);
+    model_->RefreshWorkingCopy(level, rows[level].rows.data(), rows[level].rows.size());
   });
   ApplyMlp(mlp, grad_scale);
   uint64_t updated = 0;
@@ -48,13 +59,13 @@ uint64_t LocalOptimizer::ApplyTouched(ModelGradients* grads, ThreadPool* pool) {
   float* grid = model_->grid_params().data();
   float* grad = grads->grid.mutable_dense();
   touched_.resize(layout.n_levels());
-  pool->ParallelFor(layout.n_levels(), [&](size_t l) {
-    const auto level = static_cast<uint32_t>(l);
+  pool->ParallelFor(layout.n_levels(), [&](size_t i) {
+    const uint32_t level = CostliestFirst(layout, i);
     const size_t offset = layout.level(level).row_offset * F;
-    auto& rows = touched_[l];
+    auto& rows = touched_[level];
     grads->grid.TakeRowIds(level, &rows);
     cpu::AdamUpdateIndexed(hyper_, rows.data(), rows.size(), grad + offset, grid + offset,
-                           &grid_state_[l]);
+                           &grid_state_[level]);
     model_->RefreshWorkingCopy(level, rows.data(), rows.size());
   });
   ApplyMlp(&grads->mlp, 1.0f);
@@ -68,11 +79,11 @@ uint64_t LocalOptimizer::ApplyDense(float* grid_grad, cpu::MlpWeights* mlp, floa
   const auto& layout = model_->layout();
   const uint32_t F = layout.features();
   float* grid = model_->grid_params().data();
-  pool->ParallelFor(layout.n_levels(), [&](size_t l) {
-    const auto level = static_cast<uint32_t>(l);
+  pool->ParallelFor(layout.n_levels(), [&](size_t i) {
+    const uint32_t level = CostliestFirst(layout, i);
     const auto& info = layout.level(level);
     float* g = grid_grad + info.row_offset * F;
-    auto& rows = nonzero_[l];
+    auto& rows = nonzero_[level];
     rows.clear();
     for (uint32_t r = 0; r < info.rows; ++r) {
       float* row = g + size_t{r} * F;
@@ -84,7 +95,7 @@ uint64_t LocalOptimizer::ApplyDense(float* grid_grad, cpu::MlpWeights* mlp, floa
       }
     }
     cpu::AdamUpdateIndexed(hyper_, rows.data(), rows.size(), g, grid + info.row_offset * F,
-                           &grid_state_[l]);
+                           &grid_state_[level]);
     model_->RefreshWorkingCopy(level, rows.data(), rows.size());
   });
   ApplyMlp(mlp, grad_scale);
