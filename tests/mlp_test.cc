@@ -87,6 +87,17 @@ void CheckGradients(const MlpShape& shape) {
   EXPECT_LT(kinks, checked / 10) << "too many difference quotients crossed a ReLU kink";
 }
 
+// n inputs in [-1, 1] and output gradients in [-dy_scale, dy_scale].
+void RandomInputs(const MlpShape& shape, int n, uint64_t seed, float dy_scale, Matrix* x,
+                  Matrix* dy) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  x->resize(shape.input_width, n);
+  dy->resize(shape.output_width, n);
+  for (Eigen::Index i = 0; i < x->size(); ++i) x->data()[i] = dist(rng);
+  for (Eigen::Index i = 0; i < dy->size(); ++i) dy->data()[i] = dy_scale * dist(rng);
+}
+
 // Each case runs on both GEMM engines (kernels/cpu/gemm.h); the engine is
 // process-wide, so every test restores the automatic choice.
 class MlpEngineTest : public ::testing::TestWithParam<GemmEngine> {
@@ -109,11 +120,8 @@ TEST_P(MlpEngineTest, Bf16FollowsFp32WithinItsPrecision) {
   const MlpShape shape{32, 64, 2, 3};
   const int n = 300;
   const MlpWeights w = MakeMlpWeights(shape, 5);
-  std::mt19937_64 rng(6);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  Matrix x(shape.input_width, n), dy(shape.output_width, n);
-  for (Eigen::Index i = 0; i < x.size(); ++i) x.data()[i] = dist(rng);
-  for (Eigen::Index i = 0; i < dy.size(); ++i) dy.data()[i] = dist(rng);
+  Matrix x, dy;
+  RandomInputs(shape, n, 6, 1.0f, &x, &dy);
   const ConstMatrixMap xm(x.data(), x.rows(), x.cols());
   Matrix y[2];
   MlpWeights dw[2] = {ZeroMlpWeights(shape), ZeroMlpWeights(shape)};
@@ -146,11 +154,8 @@ TEST_P(MlpEngineTest, Bf16FollowsFp32WithinItsPrecision) {
 void CheckEnginesAgree(const MlpShape& shape) {
   const int n = 2048;
   const MlpWeights w = MakeMlpWeights(shape, 7);
-  std::mt19937_64 rng(8);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  Matrix x(shape.input_width, n), dy(shape.output_width, n);
-  for (Eigen::Index i = 0; i < x.size(); ++i) x.data()[i] = dist(rng);
-  for (Eigen::Index i = 0; i < dy.size(); ++i) dy.data()[i] = 1e-6f * dist(rng);
+  Matrix x, dy;
+  RandomInputs(shape, n, 8, 1e-6f, &x, &dy);
   const ConstMatrixMap xm(x.data(), x.rows(), x.cols());
   for (MatmulFormat format : {MatmulFormat::kFp32, MatmulFormat::kBf16}) {
     SCOPED_TRACE(MatmulFormatName(format));

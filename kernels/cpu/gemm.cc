@@ -124,17 +124,22 @@ void CheckShape(int m, int n, int k, const Operand& a, const Operand& b, int ldc
   GRIDSYNC_CHECK_GE(ldc, c_rows);
 }
 
+// The products with nothing to multiply (an empty C, or k = 0: C = 0 or C
+// unchanged); true when it dealt with the call.
+bool Empty(int m, int n, int k, float* c, int ldc, bool accumulate) {
+  if (m == 0 || n == 0) return true;
+  if (k != 0) return false;
+  if (!accumulate)
+    for (int j = 0; j < n; ++j) std::fill_n(c + size_t(j) * size_t(ldc), m, 0.0f);
+  return true;
+}
+
 }  // namespace
 
 void Gemm(MatmulFormat format, int m, int n, int k, const GemmOperand& a, const GemmOperand& b,
           float* c, int ldc, bool accumulate) {
   CheckShape(m, n, k, a, b, ldc);
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    if (!accumulate)
-      for (int j = 0; j < n; ++j) std::fill_n(c + size_t(j) * size_t(ldc), m, 0.0f);
-    return;
-  }
+  if (Empty(m, n, k, c, ldc, accumulate)) return;
   if (format == MatmulFormat::kBf16) {
     thread_local std::vector<uint16_t> a16, b16;
     return GemmBf16(m, n, k, Bf16Copy(a, m, k, &a16), Bf16Copy(b, k, n, &b16), c, ldc, accumulate);
@@ -146,12 +151,7 @@ void Gemm(MatmulFormat format, int m, int n, int k, const GemmOperand& a, const 
 void GemmBf16(int m, int n, int k, const Bf16Operand& a, const Bf16Operand& b, float* c, int ldc,
               bool accumulate) {
   CheckShape(m, n, k, a, b, ldc);
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    if (!accumulate)
-      for (int j = 0; j < n; ++j) std::fill_n(c + size_t(j) * size_t(ldc), m, 0.0f);
-    return;
-  }
+  if (Empty(m, n, k, c, ldc, accumulate)) return;
   if (UseOneDnn(MatmulFormat::kBf16) && onednn::GemmBf16(m, n, k, a, b, c, ldc, accumulate)) return;
   // Without native bf16: the operands widened, multiplied in fp32 (bf16 x
   // bf16 products are exact in fp32, as the native instructions' are).
