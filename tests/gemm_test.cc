@@ -149,6 +149,42 @@ TEST(GemmTest, Bf16IsTheFp32ProductOfRoundedOperands) {
     std::printf("native bf16: not on this CPU or build; the rounded-operand twin was checked\n");
 }
 
+// A hidden layer's bf16 activations: ReLU of the sums, rounded once. The
+// twin (fp32 sums, then rounded) and oneDNN's epilogue agree to one bf16
+// step, on every shape the products take.
+TEST(GemmTest, Bf16ReluIsTheRoundedReluOfTheSums) {
+  for (GemmEngine engine : {GemmEngine::kEigen, GemmEngine::kOneDnn}) {
+    if (engine == GemmEngine::kOneDnn && !NativeBf16Available()) continue;
+    for (const Case& t : Cases()) {
+      if (t.accumulate) continue;
+      Operands o = Make(t, 11);
+      std::vector<uint16_t> a16(o.a.size()), b16(o.b.size());
+      ToBf16Bits(o.a.data(), o.a.size(), a16.data());
+      ToBf16Bits(o.b.data(), o.b.size(), b16.data());
+      Operands rounded = o;
+      RoundToBf16(o.a.data(), o.a.size(), rounded.a.data());
+      RoundToBf16(o.b.data(), o.b.size(), rounded.b.data());
+      const std::vector<double> sums = Reference(t, rounded);
+      std::vector<uint16_t> c(o.c.size(), 0xABCD);
+      SetGemmEngine(engine);
+      GemmBf16Relu(t.m, t.n, t.k, {a16.data(), o.lda, t.ta}, {b16.data(), o.ldb, t.tb}, c.data(),
+                   o.ldc);
+      SetGemmEngine(GemmEngine::kAuto);
+      for (size_t i = 0; i < c.size(); ++i) {
+        if (int(i % size_t(o.ldc)) >= t.m) {
+          ASSERT_EQ(c[i], 0xABCD) << Describe(t) << ": padding at " << i << " written";
+          continue;
+        }
+        const double want = std::max(0.0, sums[i]);
+        const double got = std::bit_cast<float>(uint32_t{c[i]} << 16);
+        ASSERT_GE(got, 0.0) << Describe(t);
+        ASSERT_NEAR(got, want, want / 128 + 1e-5 * (t.k + 2))
+            << Describe(t) << " engine " << int(engine) << " at " << i;
+      }
+    }
+  }
+}
+
 TEST(GemmTest, RoundToBf16IsRoundToNearestEven) {
   const float in[] = {1.0f,
                       std::bit_cast<float>(0x3f808000u),  // halfway, even below: down

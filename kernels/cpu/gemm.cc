@@ -159,4 +159,20 @@ void GemmBf16(int m, int n, int k, const Bf16Operand& a, const Bf16Operand& b, f
   EigenGemm(m, n, k, Widened(a, m, k, &a32), Widened(b, k, n, &b32), c, ldc, accumulate);
 }
 
+void GemmBf16Relu(int m, int n, int k, const Bf16Operand& a, const Bf16Operand& b, uint16_t* c,
+                  int ldc) {
+  if (UseOneDnn(MatmulFormat::kBf16) && m > 0 && n > 0 && k > 0) {
+    CheckShape(m, n, k, a, b, ldc);
+    if (onednn::GemmBf16Relu(m, n, k, a, b, c, ldc)) return;
+  }
+  thread_local std::vector<float> sums;
+  sums.resize(size_t(std::max(1, m)) * size_t(n));
+  GemmBf16(m, n, k, a, b, sums.data(), std::max(1, m), /*accumulate=*/false);
+  for (int j = 0; j < n; ++j) {
+    const float* from = sums.data() + size_t(j) * size_t(m);
+    uint16_t* to = c + size_t(j) * size_t(ldc);
+    for (int i = 0; i < m; ++i) to[i] = Bf16Bits(from[i] > 0.0f ? from[i] : 0.0f);
+  }
+}
+
 }  // namespace gridsync::cpu

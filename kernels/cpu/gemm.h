@@ -56,6 +56,14 @@ void Gemm(MatmulFormat format, int m, int n, int k, const GemmOperand& a, const 
 void GemmBf16(int m, int n, int k, const Bf16Operand& a, const Bf16Operand& b, float* c, int ldc,
               bool accumulate);
 
+// A hidden layer's activations in bf16: C = Bf16Bits(ReLU(op(A) op(B))), the
+// fp32 sums rounded once after the ReLU. oneDNN does the ReLU and the
+// rounding in its kernel's epilogue; Eigen's twin sums into fp32, then
+// rounds. The twins may differ by one bf16 step where the two sums straddle
+// a rounding boundary.
+void GemmBf16Relu(int m, int n, int k, const Bf16Operand& a, const Bf16Operand& b, uint16_t* c,
+                  int ldc);
+
 // Forces the engine (kAuto: oneDNN where it serves the format, else Eigen).
 // kOneDnn where oneDNN cannot serve a format falls back to Eigen.
 void SetGemmEngine(GemmEngine engine);

@@ -24,6 +24,7 @@ struct Key {
   int m, n, k, lda, ldb, ldc;
   bool ta, tb, accumulate;
   MatmulFormat format;
+  bool relu_to_bf16 = false;  // dst = bf16(ReLU(sum)) instead of fp32 sums
   bool operator==(const Key&) const = default;
 };
 
@@ -31,7 +32,7 @@ struct KeyHash {
   size_t operator()(const Key& key) const {
     size_t h = 0;
     for (int v : {key.m, key.n, key.k, key.lda, key.ldb, key.ldc, int(key.ta), int(key.tb),
-                  int(key.accumulate), int(key.format)})
+                  int(key.accumulate), int(key.format), int(key.relu_to_bf16)})
       h = h * 1000003u ^ std::hash<int>()(v);
     return h;
   }
@@ -89,14 +90,15 @@ Primitive Make(const Key& key) {
   p.weights = memory::desc({k, m}, Type(key.format),
                            key.ta ? memory::dims{1, key.lda} : memory::dims{key.lda, 1});
   // dst(j, i) = C(i, j) at i + j*ldc.
-  p.dst = memory::desc({n, m}, memory::data_type::f32, memory::dims{key.ldc, 1});
+  p.dst = memory::desc({n, m}, key.relu_to_bf16 ? memory::data_type::bf16 : memory::data_type::f32,
+                       memory::dims{key.ldc, 1});
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  if (key.accumulate) {
-    dnnl::post_ops ops;
-    ops.append_sum(1.0f);
-    attr.set_post_ops(ops);
-  }
+  dnnl::post_ops ops;
+  if (key.accumulate) ops.append_sum(1.0f);
+  // The ReLU, and the rounding to the bf16 dst, in the kernel's epilogue.
+  if (key.relu_to_bf16) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+  attr.set_post_ops(ops);
   dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(p.src, p.weights, p.dst), attr,
                                   *EngineOrNull());
   p.scratchpad = pd.scratchpad_desc();
@@ -151,7 +153,7 @@ ThreadState& State() {
 
 // Runs the primitive for `key` on operands at a and b (fp32 or bf16, as the
 // key's format says); false where oneDNN has none for it.
-bool Execute(const Key& key, const void* a, const void* b, float* c) {
+bool Execute(const Key& key, const void* a, const void* b, void* c) {
   OneThreadHere();
   const std::shared_ptr<const Primitive> p = Cache().Get(key);
   if (p == nullptr) return false;
@@ -217,6 +219,22 @@ bool GemmBf16(int m, int n, int k, const Bf16Operand& a, const Bf16Operand& b, f
               bool accumulate) {
   const Key key{
       m, n, k, a.ld, b.ld, ldc, a.transposed, b.transposed, accumulate, MatmulFormat::kBf16};
+  return Execute(key, a.data, b.data, c);
+}
+
+bool GemmBf16Relu(int m, int n, int k, const Bf16Operand& a, const Bf16Operand& b, uint16_t* c,
+                  int ldc) {
+  const Key key{m,
+                n,
+                k,
+                a.ld,
+                b.ld,
+                ldc,
+                a.transposed,
+                b.transposed,
+                /*accumulate=*/false,
+                MatmulFormat::kBf16,
+                /*relu_to_bf16=*/true};
   return Execute(key, a.data, b.data, c);
 }
 

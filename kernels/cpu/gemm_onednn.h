@@ -24,6 +24,8 @@ bool Gemm(int m, int n, int k, const GemmOperand& a, const GemmOperand& b, float
           bool accumulate);
 bool GemmBf16(int m, int n, int k, const Bf16Operand& a, const Bf16Operand& b, float* c, int ldc,
               bool accumulate);
+bool GemmBf16Relu(int m, int n, int k, const Bf16Operand& a, const Bf16Operand& b, uint16_t* c,
+                  int ldc);
 #else
 inline bool Available() { return false; }
 inline bool NativeBf16() { return false; }
@@ -32,6 +34,9 @@ inline bool Gemm(int, int, int, const GemmOperand&, const GemmOperand&, float*, 
   return false;
 }
 inline bool GemmBf16(int, int, int, const Bf16Operand&, const Bf16Operand&, float*, int, bool) {
+  return false;
+}
+inline bool GemmBf16Relu(int, int, int, const Bf16Operand&, const Bf16Operand&, uint16_t*, int) {
   return false;
 }
 #endif

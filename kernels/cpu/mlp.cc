@@ -38,12 +38,6 @@ void Multiply(MatmulFormat format, const Matrix& w, const float* in, int ld_in, 
        Rows(w), /*accumulate=*/false);
 }
 
-// bf16 activations: the sum rounded after the ReLU, as fp32's activation
-// would be when rounded as an operand.
-void ReluToBf16(const float* sum, size_t n, uint16_t* out) {
-  for (size_t i = 0; i < n; ++i) out[i] = Bf16Bits(sum[i] > 0.0f ? sum[i] : 0.0f);
-}
-
 // The back-propagated gradient through a ReLU whose (bf16) output was `h`.
 void MaskToBf16(const float* prev, const uint16_t* h, size_t n, uint16_t* out) {
   for (size_t i = 0; i < n; ++i)
@@ -67,11 +61,9 @@ void ForwardBf16(const MlpShape& shape, const MlpWeights& w, const ConstMatrixMa
   int ld_in = shape.input_width;
   for (int i = 0; i < hidden; ++i) {
     const int rows = shape.rows(i);
-    ws->prev_delta.resize(rows, n);  // scratch: the layer's fp32 sums
-    GemmBf16(rows, n, shape.cols(i), {ws->weights16[i].data(), rows}, {in, ld_in},
-             ws->prev_delta.data(), rows, /*accumulate=*/false);
     ws->hidden16[i].resize(size_t(rows) * size_t(n));
-    ReluToBf16(ws->prev_delta.data(), ws->hidden16[i].size(), ws->hidden16[i].data());
+    GemmBf16Relu(rows, n, shape.cols(i), {ws->weights16[i].data(), rows}, {in, ld_in},
+                 ws->hidden16[i].data(), rows);
     in = ws->hidden16[i].data();
     ld_in = rows;
   }
