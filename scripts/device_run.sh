@@ -11,9 +11,18 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 logs=${OUT:-out/device}
 mkdir -p "$logs"
-# device_pack.sh's archive, unpacked once.
-if [[ -f .device/pack.tar.xz && ! -d .device/bin ]]; then
-  tar -C .device -xJf .device/pack.tar.xz || { echo "device_run: cannot unpack .device/pack.tar.xz" >&2; exit 1; }
+# device_pack.sh's archive, unpacked afresh on every run (about a second):
+# binaries left from an older pack, or a half-finished unpack, never run.
+if [[ -f .device/pack.tar.xz ]]; then
+  rm -rf .device/bin .device/lib .device/.unpack
+  mkdir -p .device/.unpack
+  if ! tar -C .device/.unpack -xJf .device/pack.tar.xz ||
+     ! mv .device/.unpack/bin .device/.unpack/lib .device/; then
+    rm -rf .device/bin .device/lib .device/.unpack
+    echo "device_run: cannot unpack .device/pack.tar.xz" >&2
+    exit 1
+  fi
+  rm -rf .device/.unpack
 fi
 libs=$PWD/.device/lib
 for dir in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/nvidia/lib64; do

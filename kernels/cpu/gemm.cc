@@ -161,10 +161,10 @@ void GemmBf16(int m, int n, int k, const Bf16Operand& a, const Bf16Operand& b, f
 
 void GemmBf16Relu(int m, int n, int k, const Bf16Operand& a, const Bf16Operand& b, uint16_t* c,
                   int ldc) {
-  if (UseOneDnn(MatmulFormat::kBf16) && m > 0 && n > 0 && k > 0) {
-    CheckShape(m, n, k, a, b, ldc);
-    if (onednn::GemmBf16Relu(m, n, k, a, b, c, ldc)) return;
-  }
+  CheckShape(m, n, k, a, b, ldc);
+  if (UseOneDnn(MatmulFormat::kBf16) && m > 0 && n > 0 && k > 0 &&
+      onednn::GemmBf16Relu(m, n, k, a, b, c, ldc))
+    return;
   thread_local std::vector<float> sums;
   sums.resize(size_t(std::max(1, m)) * size_t(n));
   GemmBf16(m, n, k, a, b, sums.data(), std::max(1, m), /*accumulate=*/false);

@@ -77,8 +77,9 @@ bool OneDnnAvailable();
 bool NativeBf16Available();
 
 // bf16 bits of a float: round to nearest even, overflow to infinity, NaN
-// kept (made quiet), as the CPU's vcvtneps2bf16 does. Branch-free, so that
-// loops calling it vectorise.
+// kept (made quiet), as the CPU's vcvtneps2bf16 does, except that
+// denormals are kept here where the instruction flushes them to zero.
+// Branch-free, so that loops calling it vectorise.
 inline uint16_t Bf16Bits(float x) {
   uint32_t bits;
   __builtin_memcpy(&bits, &x, sizeof(bits));
