@@ -18,40 +18,45 @@ using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMa
 using ConstStridedMap = Eigen::Map<const Matrix, 0, Eigen::OuterStride<>>;
 using StridedMap = Eigen::Map<Matrix, 0, Eigen::OuterStride<>>;
 
-// An operand's stored matrix (op(X) is rows x cols): as stored it is
-// rows x cols, or cols x rows when read transposed.
+// The shape of an operand as stored, when op(X) is rows x cols: rows x
+// cols, or cols x rows when it is read transposed.
+struct StoredShape {
+  int rows, cols;
+  StoredShape(bool transposed, int op_rows, int op_cols)
+      : rows(transposed ? op_cols : op_rows), cols(transposed ? op_rows : op_cols) {}
+  size_t size() const { return size_t(rows) * size_t(cols); }
+};
+
 ConstStridedMap Stored(const GemmOperand& x, int rows, int cols) {
-  return x.transposed ? ConstStridedMap(x.data, cols, rows, Eigen::OuterStride<>(x.ld))
-                      : ConstStridedMap(x.data, rows, cols, Eigen::OuterStride<>(x.ld));
+  const StoredShape s(x.transposed, rows, cols);
+  return ConstStridedMap(x.data, s.rows, s.cols, Eigen::OuterStride<>(x.ld));
 }
 
 // An operand's stored matrix (op(X) is rows x cols) converted to bf16 into
 // `out`, densely (leading dimension: its stored rows).
 Bf16Operand Bf16Copy(const GemmOperand& x, int rows, int cols, std::vector<uint16_t>* out) {
-  const int stored_rows = x.transposed ? cols : rows;
-  const int stored_cols = x.transposed ? rows : cols;
-  out->resize(size_t(stored_rows) * size_t(stored_cols));
-  if (x.ld == stored_rows) {
+  const StoredShape s(x.transposed, rows, cols);
+  out->resize(s.size());
+  if (x.ld == s.rows) {
     ToBf16Bits(x.data, out->size(), out->data());
   } else {
-    for (int j = 0; j < stored_cols; ++j)
-      ToBf16Bits(x.data + size_t(j) * size_t(x.ld), size_t(stored_rows),
-                 out->data() + size_t(j) * size_t(stored_rows));
+    for (int j = 0; j < s.cols; ++j)
+      ToBf16Bits(x.data + size_t(j) * size_t(x.ld), size_t(s.rows),
+                 out->data() + size_t(j) * size_t(s.rows));
   }
-  return Bf16Operand{out->data(), stored_rows, x.transposed};
+  return Bf16Operand{out->data(), s.rows, x.transposed};
 }
 
 // A bf16 operand widened to fp32 (exact), densely.
 GemmOperand Widened(const Bf16Operand& x, int rows, int cols, std::vector<float>* out) {
-  const int stored_rows = x.transposed ? cols : rows;
-  const int stored_cols = x.transposed ? rows : cols;
-  out->resize(size_t(stored_rows) * size_t(stored_cols));
-  for (int j = 0; j < stored_cols; ++j) {
+  const StoredShape s(x.transposed, rows, cols);
+  out->resize(s.size());
+  for (int j = 0; j < s.cols; ++j) {
     const uint16_t* from = x.data + size_t(j) * size_t(x.ld);
-    float* to = out->data() + size_t(j) * size_t(stored_rows);
-    for (int i = 0; i < stored_rows; ++i) to[i] = std::bit_cast<float>(uint32_t{from[i]} << 16);
+    float* to = out->data() + size_t(j) * size_t(s.rows);
+    for (int i = 0; i < s.rows; ++i) to[i] = std::bit_cast<float>(uint32_t{from[i]} << 16);
   }
-  return GemmOperand{out->data(), stored_rows, x.transposed};
+  return GemmOperand{out->data(), s.rows, x.transposed};
 }
 
 template <typename A, typename B>

@@ -31,11 +31,11 @@ namespace {
 
 int Rows(const Matrix& m) { return static_cast<int>(m.rows()); }
 
-// out (w.rows() x n) = w * in, in being w.cols() x n with leading dimension
-// `ld_in`.
-void Multiply(MatmulFormat format, const Matrix& w, const float* in, int ld_in, int n, float* out) {
-  Gemm(format, Rows(w), n, static_cast<int>(w.cols()), {w.data(), Rows(w)}, {in, ld_in}, out,
-       Rows(w), /*accumulate=*/false);
+// out (w.rows() x n) = w * in in fp32, in being w.cols() x n with leading
+// dimension `ld_in`.
+void Multiply(const Matrix& w, const float* in, int ld_in, int n, float* out) {
+  Gemm(MatmulFormat::kFp32, Rows(w), n, static_cast<int>(w.cols()), {w.data(), Rows(w)},
+       {in, ld_in}, out, Rows(w), /*accumulate=*/false);
 }
 
 // The back-propagated gradient through a ReLU whose (bf16) output was `h`.
@@ -124,13 +124,13 @@ void MlpForward(const MlpShape& shape, const MlpWeights& w, const ConstMatrixMap
   for (int i = 0; i < hidden; ++i) {
     Matrix& h = ws->hidden[i];
     h.resize(shape.rows(i), n);
-    Multiply(format, w[i], in, ld_in, n, h.data());
+    Multiply(w[i], in, ld_in, n, h.data());
     h = h.cwiseMax(0.0f);
     in = h.data();
     ld_in = Rows(h);
   }
   y->resize(shape.rows(hidden), n);
-  Multiply(format, w[hidden], in, ld_in, n, y->data());
+  Multiply(w[hidden], in, ld_in, n, y->data());
 }
 
 void MlpBackward(const MlpShape& shape, const MlpWeights& w, const ConstMatrixMap& x,
@@ -148,6 +148,7 @@ void MlpBackward(const MlpShape& shape, const MlpWeights& w, const ConstMatrixMa
   for (size_t i = 0; i < w.size(); ++i) GRIDSYNC_CHECK(ws->weights[i] == w[i].data());
   // bf16: the forward pass kept every operand in bf16, x included.
   if (format == MatmulFormat::kBf16) return BackwardBf16(shape, ws, dy, dw, dx);
+  constexpr MatmulFormat kFp32 = MatmulFormat::kFp32;
   const int hidden = shape.hidden_layers;
   const auto n = static_cast<int>(x.cols());
   // delta: dLoss/d(layer i's output), rows(i) x n.
@@ -156,11 +157,11 @@ void MlpBackward(const MlpShape& shape, const MlpWeights& w, const ConstMatrixMa
     const Matrix& input = ws->hidden[i - 1];  // layer i's input, cols(i) x n
     const int rows = shape.rows(i), cols = shape.cols(i);
     // dW_i += delta * input^T
-    Gemm(format, rows, cols, n, {delta, rows}, {input.data(), cols, /*transposed=*/true},
+    Gemm(kFp32, rows, cols, n, {delta, rows}, {input.data(), cols, /*transposed=*/true},
          (*dw)[i].data(), rows, /*accumulate=*/true);
     // prev = W_i^T * delta, then ReLU passes it where its output was positive.
     ws->prev_delta.resize(cols, n);
-    Gemm(format, cols, n, rows, {w[i].data(), rows, /*transposed=*/true}, {delta, rows},
+    Gemm(kFp32, cols, n, rows, {w[i].data(), rows, /*transposed=*/true}, {delta, rows},
          ws->prev_delta.data(), cols, /*accumulate=*/false);
     ws->delta.resize(cols, n);
     const float* p = ws->prev_delta.data();
@@ -170,9 +171,9 @@ void MlpBackward(const MlpShape& shape, const MlpWeights& w, const ConstMatrixMa
     delta = d;
   }
   const int rows = shape.rows(0), cols = shape.cols(0);
-  Gemm(format, rows, cols, n, {delta, rows}, {x.data(), cols, /*transposed=*/true}, (*dw)[0].data(),
+  Gemm(kFp32, rows, cols, n, {delta, rows}, {x.data(), cols, /*transposed=*/true}, (*dw)[0].data(),
        rows, /*accumulate=*/true);
-  Gemm(format, cols, n, rows, {w[0].data(), rows, /*transposed=*/true}, {delta, rows}, dx->data(),
+  Gemm(kFp32, cols, n, rows, {w[0].data(), rows, /*transposed=*/true}, {delta, rows}, dx->data(),
        static_cast<int>(dx->rows()), /*accumulate=*/false);
 }
 
