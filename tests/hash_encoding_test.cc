@@ -104,13 +104,14 @@ std::vector<float> RandomVector(size_t n, uint64_t seed, float lo = -1.0f, float
   return v;
 }
 
-// Forward against a direct per-sample evaluation of the definition.
-void CheckForward(uint32_t dims, uint32_t features) {
+// Forward against a direct per-sample evaluation of the definition. The
+// lookup and the forward pass cut a level's samples into ranges of 4096
+// (hash_encoding.cc): 8449 samples make two full ranges and a partial one.
+void CheckForward(uint32_t dims, uint32_t features, size_t n, int threads) {
   const HashGridLayout layout = MakeLayout(dims, 8, features, 10, 4, 1.7f);
-  const size_t n = 257;
   const auto positions = RandomVector(n * dims, 1, 0.0f, 1.0f);
   const auto params = RandomVector(layout.total_params(), 2);
-  ThreadPool pool(2);
+  ThreadPool pool(threads);
   cpu::GridBatchLookup lookup;
   cpu::HashGridLookup(layout, positions.data(), n, layout.n_levels(), &lookup, &pool);
   std::vector<float> features_out(n * layout.output_width());
@@ -154,8 +155,14 @@ void CheckForward(uint32_t dims, uint32_t features) {
   }
 }
 
-TEST(HashEncodingTest, Forward2DMatchesDefinition) { CheckForward(2, 2); }
-TEST(HashEncodingTest, Forward3DMatchesDefinition) { CheckForward(3, 4); }
+TEST(HashEncodingTest, Forward2DMatchesDefinition) { CheckForward(2, 2, 257, 2); }
+TEST(HashEncodingTest, Forward3DMatchesDefinition) { CheckForward(3, 4, 257, 2); }
+TEST(HashEncodingTest, ForwardOverSeveralSampleRangesMatchesDefinition) {
+  for (const int threads : {1, 3}) {
+    CheckForward(2, 2, 8449, threads);
+    CheckForward(3, 1, 8449, threads);
+  }
+}
 
 // The encoding is linear in its parameters, so a central difference of
 // L = sum(c * features) is exact up to float rounding; the check still

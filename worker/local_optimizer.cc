@@ -1,5 +1,7 @@
 #include "worker/local_optimizer.h"
 
+#include <algorithm>
+
 namespace gridsync {
 namespace {
 
@@ -10,6 +12,10 @@ namespace {
 uint32_t CostliestFirst(const HashGridLayout& layout, size_t i) {
   return layout.n_levels() - 1 - static_cast<uint32_t>(i);
 }
+
+// Rows per slice: a multiple of 64 (GridGradient::TakeRowIds takes whole
+// bitmap words). A full 2^19-row level makes 4 slices.
+constexpr uint64_t kRowsPerSlice = uint64_t{1} << 17;
 
 }  // namespace
 
@@ -24,7 +30,18 @@ LocalOptimizer::LocalOptimizer(HashGridModel* model, const AdamHyper& hyper)
   // Column-major weights: a table row is one column of the matrix.
   for (int i = 0; i < shape.n_matrices(); ++i)
     mlp_state_[static_cast<size_t>(i)].Resize(shape.cols(i), shape.rows(i));
-  nonzero_.resize(layout.n_levels());
+  for (uint32_t i = 0; i < layout.n_levels(); ++i) {
+    const uint32_t level = CostliestFirst(layout, i);
+    const uint64_t rows = layout.level(level).rows;
+    for (uint64_t begin = 0; begin < rows; begin += kRowsPerSlice)
+      slices_.push_back({level, begin, std::min(rows, begin + kRowsPerSlice)});
+  }
+  rows_.resize(slices_.size());
+}
+
+void LocalOptimizer::ReserveSteps() {
+  ++applies_;
+  for (auto& state : grid_state_) state.ReserveSteps(hyper_, applies_);
 }
 
 void LocalOptimizer::ApplyMlp(cpu::MlpWeights* mlp, float grad_scale) {
@@ -41,6 +58,7 @@ uint64_t LocalOptimizer::ApplyRows(const std::vector<SparseRows>& rows, cpu::Mlp
                                    float grad_scale, ThreadPool* pool) {
   const auto& layout = model_->layout();
   float* grid = model_->grid_params().data();
+  ++applies_;  // one task per level: no memo to reserve
   pool->ParallelFor(layout.n_levels(), [&](size_t i) {
     const uint32_t level = CostliestFirst(layout, i);
     float* table = grid + layout.level(level).row_offset * layout.features();
@@ -58,19 +76,19 @@ uint64_t LocalOptimizer::ApplyTouched(ModelGradients* grads, ThreadPool* pool) {
   const uint32_t F = layout.features();
   float* grid = model_->grid_params().data();
   float* grad = grads->grid.mutable_dense();
-  touched_.resize(layout.n_levels());
-  pool->ParallelFor(layout.n_levels(), [&](size_t i) {
-    const uint32_t level = CostliestFirst(layout, i);
-    const size_t offset = layout.level(level).row_offset * F;
-    auto& rows = touched_[level];
-    grads->grid.TakeRowIds(level, &rows);
+  ReserveSteps();
+  pool->ParallelFor(slices_.size(), [&](size_t i) {
+    const Slice& slice = slices_[i];
+    const size_t offset = layout.level(slice.level).row_offset * F;
+    auto& rows = rows_[i];
+    grads->grid.TakeRowIds(slice.level, slice.begin, slice.end, &rows);
     cpu::AdamUpdateIndexed(hyper_, rows.data(), rows.size(), grad + offset, grid + offset,
-                           &grid_state_[level]);
-    model_->RefreshWorkingCopy(level, rows.data(), rows.size());
+                           &grid_state_[slice.level]);
+    model_->RefreshWorkingCopy(slice.level, rows.data(), rows.size());
   });
   ApplyMlp(&grads->mlp, 1.0f);
   uint64_t updated = 0;
-  for (const auto& r : touched_) updated += r.size();
+  for (const auto& r : rows_) updated += r.size();
   return updated;
 }
 
@@ -79,13 +97,15 @@ uint64_t LocalOptimizer::ApplyDense(float* grid_grad, cpu::MlpWeights* mlp, floa
   const auto& layout = model_->layout();
   const uint32_t F = layout.features();
   float* grid = model_->grid_params().data();
-  pool->ParallelFor(layout.n_levels(), [&](size_t i) {
-    const uint32_t level = CostliestFirst(layout, i);
+  ReserveSteps();
+  pool->ParallelFor(slices_.size(), [&](size_t i) {
+    const Slice& slice = slices_[i];
+    const uint32_t level = slice.level;
     const auto& info = layout.level(level);
     float* g = grid_grad + info.row_offset * F;
-    auto& rows = nonzero_[level];
+    auto& rows = rows_[i];
     rows.clear();
-    for (uint32_t r = 0; r < info.rows; ++r) {
+    for (auto r = static_cast<uint32_t>(slice.begin); r < slice.end; ++r) {
       float* row = g + size_t{r} * F;
       if (!RowHasGradient(row, F)) continue;
       rows.push_back(r);
@@ -100,7 +120,7 @@ uint64_t LocalOptimizer::ApplyDense(float* grid_grad, cpu::MlpWeights* mlp, floa
   });
   ApplyMlp(mlp, grad_scale);
   uint64_t updated = 0;
-  for (const auto& r : nonzero_) updated += r.size();
+  for (const auto& r : rows_) updated += r.size();
   return updated;
 }
 

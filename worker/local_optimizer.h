@@ -5,7 +5,12 @@
 // caller's (TrainLoop's LossScaler): gradients arrive times the loss scale
 // and are multiplied by `grad_scale` = 1 / loss scale here.
 //
-// Thread safety: not thread-safe; parallelism is internal via a ThreadPool.
+// Parallelism is internal via a ThreadPool, over slices of the levels' rows
+// rather than whole levels: a step's touched rows sit mostly on the few
+// finest levels, so levels alone would leave most of many threads idle.
+// Rows are updated independently, so the slicing changes no result.
+//
+// Thread safety: not thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -43,13 +48,27 @@ class LocalOptimizer {
 
  private:
   void ApplyMlp(cpu::MlpWeights* mlp, float grad_scale);
+  // Extends every level's step-size memo past any row's next step, so that
+  // slices of one level can step it concurrently (AdamTable::StepSize).
+  void ReserveSteps();
+
+  // Rows [begin, end) of a level: the unit of work of ApplyTouched and
+  // ApplyDense, costliest first.
+  struct Slice {
+    uint32_t level;
+    uint64_t begin;
+    uint64_t end;
+  };
 
   HashGridModel* model_;
   AdamHyper hyper_;
   std::vector<cpu::AdamTable> grid_state_;  // per level
   std::vector<cpu::AdamTable> mlp_state_;   // per weight matrix
-  std::vector<std::vector<uint32_t>> nonzero_;  // ApplyDense: per level, reused
-  std::vector<std::vector<uint32_t>> touched_;  // ApplyTouched: per level, reused
+  std::vector<Slice> slices_;
+  // Each Apply call steps a row at most once, so no row's step count passes
+  // the number of calls (the bound ReserveSteps reserves for).
+  uint32_t applies_ = 0;
+  std::vector<std::vector<uint32_t>> rows_;  // per slice, reused
 };
 
 }  // namespace gridsync

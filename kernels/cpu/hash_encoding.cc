@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <functional>
 
 #include "common/check.h"
 #include "kernels/cpu/half.h"
@@ -33,13 +34,34 @@ inline float LoadParam(const uint16_t* p, size_t i) { return HalfToFloat(p[i]); 
 constexpr size_t kPrefetchSamples = 8;
 constexpr size_t kPrefetchRows = 16;
 
+// Samples per task of the lookup and the forward pass. A level alone is too
+// coarse a unit for the pool: a batch's work sits on the few finest levels
+// (the hashed ones miss the caches), so with many threads most would wait
+// on them. Every (level, sample range) writes outputs of its own, so the
+// split changes no result.
+constexpr size_t kSamplesPerTask = 4096;
+
+// Runs fn(level, begin, end) over every level in [0, levels) and its
+// samples [0, n) cut into ranges of kSamplesPerTask, finest (costliest)
+// levels first so that a pool ends on the cheap ones.
+void ForEachLevelRange(uint32_t levels, size_t n, ThreadPool* pool,
+                       const std::function<void(uint32_t, size_t, size_t)>& fn) {
+  const size_t ranges = std::max<size_t>(1, (n + kSamplesPerTask - 1) / kSamplesPerTask);
+  ParallelForOn(pool, size_t{levels} * ranges, [&](size_t task) {
+    const auto level = static_cast<uint32_t>(levels - 1 - task / ranges);
+    const size_t begin = (task % ranges) * kSamplesPerTask;
+    fn(level, begin, std::min(n, begin + kSamplesPerTask));
+  });
+}
+
+// Samples [begin, end) of one level.
 template <uint32_t F, typename P>
-void ForwardLevel(const GridBatchLookup& lookup, uint32_t level, const P* table, size_t out_width,
-                  float* features) {
+void ForwardLevel(const GridBatchLookup& lookup, uint32_t level, size_t begin, size_t end,
+                  const P* table, size_t out_width, float* features) {
   const uint32_t corners = lookup.corners;
   const size_t level_base = lookup.Index(level, 0);
-  const size_t prefetch_end = lookup.n > kPrefetchSamples ? lookup.n - kPrefetchSamples : 0;
-  for (size_t i = 0; i < lookup.n; ++i) {
+  const size_t prefetch_end = end > kPrefetchSamples ? end - kPrefetchSamples : 0;
+  for (size_t i = begin; i < end; ++i) {
     const size_t base = lookup.Index(level, i);
     if (i < prefetch_end) {
       const uint32_t* ahead = &lookup.rows[level_base + (i + kPrefetchSamples) * corners];
@@ -61,21 +83,31 @@ void ForwardImpl(const HashGridLayout& layout, const GridBatchLookup& lookup, co
                  float* features, ThreadPool* pool) {
   const uint32_t width = layout.output_width();
   const uint32_t F = layout.features();
-  pool->ParallelFor(layout.n_levels(), [&](size_t l) {
-    const auto level = static_cast<uint32_t>(l);
-    if (level >= lookup.active_levels) {
-      for (size_t i = 0; i < lookup.n; ++i) std::memset(features + i * width + level * F, 0, F * sizeof(float));
-      return;
-    }
-    const P* table = params + layout.level(level).row_offset * F;
-    switch (F) {
-      case 1: ForwardLevel<1>(lookup, level, table, width, features); break;
-      case 2: ForwardLevel<2>(lookup, level, table, width, features); break;
-      case 4: ForwardLevel<4>(lookup, level, table, width, features); break;
-      case 8: ForwardLevel<8>(lookup, level, table, width, features); break;
-      default: GRIDSYNC_CHECK(false && "features must be 1, 2, 4 or 8");
-    }
-  });
+  ForEachLevelRange(layout.n_levels(), lookup.n, pool,
+                    [&](uint32_t level, size_t begin, size_t end) {
+                      if (level >= lookup.active_levels) {
+                        for (size_t i = begin; i < end; ++i)
+                          std::memset(features + i * width + level * F, 0, F * sizeof(float));
+                        return;
+                      }
+                      const P* table = params + layout.level(level).row_offset * F;
+                      switch (F) {
+                        case 1:
+                          ForwardLevel<1>(lookup, level, begin, end, table, width, features);
+                          break;
+                        case 2:
+                          ForwardLevel<2>(lookup, level, begin, end, table, width, features);
+                          break;
+                        case 4:
+                          ForwardLevel<4>(lookup, level, begin, end, table, width, features);
+                          break;
+                        case 8:
+                          ForwardLevel<8>(lookup, level, begin, end, table, width, features);
+                          break;
+                        default:
+                          GRIDSYNC_CHECK(false && "features must be 1, 2, 4 or 8");
+                      }
+                    });
 }
 
 template <uint32_t F>
@@ -112,13 +144,13 @@ void HashGridLookup(const HashGridLayout& layout, const float* positions, size_t
   const size_t entries = size_t{lookup->active_levels} * n * lookup->corners;
   lookup->rows.resize(entries);
   lookup->weights.resize(entries);
-  pool->ParallelFor(lookup->active_levels, [&](size_t l) {
-    const auto level = static_cast<uint32_t>(l);
-    const size_t at = lookup->Index(level, 0);
+  ForEachLevelRange(lookup->active_levels, n, pool, [&](uint32_t level, size_t begin, size_t end) {
+    const size_t at = lookup->Index(level, begin);
+    const float* p = positions + begin * dims;
     if (dims == 2) {
-      LookupLevel<2>(layout.level(level), positions, n, &lookup->rows[at], &lookup->weights[at]);
+      LookupLevel<2>(layout.level(level), p, end - begin, &lookup->rows[at], &lookup->weights[at]);
     } else {
-      LookupLevel<3>(layout.level(level), positions, n, &lookup->rows[at], &lookup->weights[at]);
+      LookupLevel<3>(layout.level(level), p, end - begin, &lookup->rows[at], &lookup->weights[at]);
     }
   });
 }
@@ -142,16 +174,28 @@ void GridGradient::Accumulate(const GridBatchLookup& lookup, const float* d_feat
                               ThreadPool* pool) {
   const uint32_t F = layout_->features();
   const uint32_t width = layout_->output_width();
+  // One task per level: a row's gradient is summed in sample order, so a
+  // level cannot be cut by samples. Finest levels first (see
+  // ForEachLevelRange).
   pool->ParallelFor(lookup.active_levels, [&](size_t l) {
-    const auto level = static_cast<uint32_t>(l);
+    const auto level = static_cast<uint32_t>(lookup.active_levels - 1 - l);
     float* grad = grad_.data() + layout_->level(level).row_offset * F;
     uint64_t* bits = bits_[level].data();
     switch (F) {
-      case 1: BackwardLevel<1>(lookup, level, d_features, width, grad, bits); break;
-      case 2: BackwardLevel<2>(lookup, level, d_features, width, grad, bits); break;
-      case 4: BackwardLevel<4>(lookup, level, d_features, width, grad, bits); break;
-      case 8: BackwardLevel<8>(lookup, level, d_features, width, grad, bits); break;
-      default: GRIDSYNC_CHECK(false && "features must be 1, 2, 4 or 8");
+      case 1:
+        BackwardLevel<1>(lookup, level, d_features, width, grad, bits);
+        break;
+      case 2:
+        BackwardLevel<2>(lookup, level, d_features, width, grad, bits);
+        break;
+      case 4:
+        BackwardLevel<4>(lookup, level, d_features, width, grad, bits);
+        break;
+      case 8:
+        BackwardLevel<8>(lookup, level, d_features, width, grad, bits);
+        break;
+      default:
+        GRIDSYNC_CHECK(false && "features must be 1, 2, 4 or 8");
     }
   });
 }
@@ -212,10 +256,25 @@ void GridGradient::Clear(ThreadPool* pool) {
 }
 
 void GridGradient::TakeRowIds(uint32_t level, std::vector<uint32_t>* rows) {
+  TakeRowIds(level, 0, layout_->level(level).rows, rows);
+}
+
+void GridGradient::TakeRowIds(uint32_t level, uint64_t begin, uint64_t end,
+                              std::vector<uint32_t>* rows) {
   auto& bits = bits_[level];
-  rows->resize(TouchedRows(level));
+  GRIDSYNC_CHECK_EQ(begin % 64, 0u);
+  GRIDSYNC_CHECK_LE(begin, end);
+  GRIDSYNC_CHECK_LE(end, layout_->level(level).rows);
+  GRIDSYNC_CHECK(end % 64 == 0 || end == layout_->level(level).rows);
+  // A range ends on a word boundary or at the level's last row, so whole
+  // words are taken (the level's last word has no bits past its rows).
+  const size_t first = begin / 64;
+  const size_t last = (end + 63) / 64;
+  size_t count = 0;
+  for (size_t w = first; w < last; ++w) count += std::popcount(bits[w]);
+  rows->resize(count);
   uint32_t* out = rows->data();
-  for (size_t w = 0; w < bits.size(); ++w) {
+  for (size_t w = first; w < last; ++w) {
     for (uint64_t word = bits[w]; word != 0; word &= word - 1)
       *out++ = static_cast<uint32_t>(w * 64 + std::countr_zero(word));
     bits[w] = 0;

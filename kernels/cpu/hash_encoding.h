@@ -68,6 +68,10 @@ class GridGradient {
   // forgets them; their gradient stays in dense() for the caller, which
   // zeroes it (AdamUpdateIndexed does as it applies it).
   void TakeRowIds(uint32_t level, std::vector<uint32_t>* rows);
+  // The same for the level's rows [begin, end) only: begin a multiple of 64
+  // and end one too or the level's row count. Calls on disjoint ranges of
+  // one level may run concurrently (each owns its words of the bitmap).
+  void TakeRowIds(uint32_t level, uint64_t begin, uint64_t end, std::vector<uint32_t>* rows);
 
   // Adds n rows of `level` (level-local ids, values n x features) and marks
   // them touched: a gradient computed elsewhere (a GPU) joins this one.
