@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "common/row_width.h"
 #include "common/state_bytes.h"
 #include "kernels/cpu/adam_batch.h"
 
@@ -149,31 +150,20 @@ void ShardStore::PrepareStep() {
 void ShardStore::ApplyDirect(const wire::Block& block, size_t begin, size_t end) {
   Table& table = tables_[block.table];
   const uint32_t w = table.width;
-  if (apply_updates_) {
+  WithRowWidth(w, [&](auto constant) {
+    if (!apply_updates_) return AdamRows<constant>(block, begin, end, w, &table);
+    const uint32_t width = RowWidth(constant, w);
     float* params = table.params.data();
     for (size_t i = begin; i < end; ++i) {
       if (i + kPrefetchRows < end) {
         __builtin_prefetch(
-            params + partition_.LocalRow(block.table, block.Row(i + kPrefetchRows)) * w, 1);
+            params + partition_.LocalRow(block.table, block.Row(i + kPrefetchRows)) * width, 1);
       }
-      const float* u = block.values.data() + i * w;
-      float* p = params + partition_.LocalRow(block.table, block.Row(i)) * w;
-      for (uint32_t f = 0; f < w; ++f) p[f] += u[f];
+      const float* u = block.values.data() + i * width;
+      float* p = params + partition_.LocalRow(block.table, block.Row(i)) * width;
+      for (uint32_t f = 0; f < width; ++f) p[f] += u[f];
     }
-    return;
-  }
-  switch (w) {
-    case 1:
-      return AdamRows<1>(block, begin, end, w, &table);
-    case 2:
-      return AdamRows<2>(block, begin, end, w, &table);
-    case 4:
-      return AdamRows<4>(block, begin, end, w, &table);
-    case 8:
-      return AdamRows<8>(block, begin, end, w, &table);
-    default:
-      return AdamRows<0>(block, begin, end, w, &table);
-  }
+  });
 }
 
 template <uint32_t W>
@@ -298,18 +288,20 @@ void ShardStore::AdvanceReplica(const wire::Block& request, uint32_t worker, siz
 
 void ShardStore::Gather(const wire::Block& request, size_t begin, size_t end, float* out) const {
   const Table& table = tables_[request.table];
-  const uint32_t w = table.width;
   const float* params = table.params.data();
-  for (size_t i = begin; i < end; ++i) {
-    if (i + kPrefetchRows < end) {
-      __builtin_prefetch(params +
-                         partition_.LocalRow(request.table, request.Row(i + kPrefetchRows)) * w);
+  WithRowWidth(table.width, [&](auto constant) {
+    const uint32_t w = RowWidth(constant, table.width);
+    for (size_t i = begin; i < end; ++i) {
+      if (i + kPrefetchRows < end) {
+        __builtin_prefetch(params +
+                           partition_.LocalRow(request.table, request.Row(i + kPrefetchRows)) * w);
+      }
+      const uint64_t local = partition_.LocalRow(request.table, request.Row(i));
+      const float* src = params + local * w;
+      float* dst = out + (i - begin) * w;
+      for (uint32_t f = 0; f < w; ++f) dst[f] = src[f];
     }
-    const uint64_t local = partition_.LocalRow(request.table, request.Row(i));
-    const float* src = params + local * w;
-    float* dst = out + (i - begin) * w;
-    for (uint32_t f = 0; f < w; ++f) dst[f] = src[f];
-  }
+  });
 }
 
 void ShardStore::GatherAhead(const wire::Block& request, size_t begin, size_t end,

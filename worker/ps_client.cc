@@ -10,6 +10,7 @@
 
 #include "common/check.h"
 #include "common/counter_rng.h"
+#include "common/row_width.h"
 #include "worker/ps_client_internal.h"
 #include "worker/worker_adam.h"
 
@@ -276,6 +277,42 @@ uint64_t PsClient::RequestIdOf(const std::vector<zmq::message_t>& frames) const 
 namespace {
 // Pulled rows this far ahead have their destination prefetched.
 constexpr size_t kPullPrefetch = 16;
+
+// A pull reply block's rows into the table `dest` (rows x width; the block
+// holds columns col_begin.. of each row). With a replica (delta pulls) the
+// values are a delta against it when `encoded`, else the whole values, and
+// the replica's row is what lands in the table.
+void CopyPulledRows(const wire::OutBlock& want, uint32_t width, const float* values, bool encoded,
+                    float* replica, float* dest) {
+  WithRowWidth(want.width, [&](auto constant) {
+    const uint32_t cols = RowWidth(constant, want.width);
+    for (size_t r = 0; r < want.row_count; ++r) {
+      // Sparse rows land scattered over the table: start loading the
+      // destination (and replica) rows a few ahead.
+      if (!want.dense && r + kPullPrefetch < want.row_count) {
+        const size_t ahead = size_t{want.rows[r + kPullPrefetch]} * width + want.col_begin;
+        __builtin_prefetch(dest + ahead, 1);
+        if (replica != nullptr) __builtin_prefetch(replica + ahead, 1);
+      }
+      const uint32_t row = want.dense ? want.row_begin + static_cast<uint32_t>(r) : want.rows[r];
+      const size_t at = size_t{row} * width + want.col_begin;
+      const float* src = values + r * cols;
+      if (replica != nullptr) {
+        float* rep = replica + at;
+        if (encoded) {
+          for (uint32_t c = 0; c < cols; ++c) rep[c] += src[c];
+        } else {
+          for (uint32_t c = 0; c < cols; ++c) rep[c] = src[c];
+        }
+        src = rep;
+      }
+      // Rows are a few floats: a loop, not a call to memcpy per row.
+      float* out = dest + at;
+      for (uint32_t c = 0; c < cols; ++c) out[c] = src[c];
+    }
+  });
+}
+
 }  // namespace
 
 Result<uint64_t> PsClient::ReceivePull() {
@@ -319,32 +356,7 @@ Result<uint64_t> PsClient::ReceivePull() {
                     .WithContext("pull reply from shard " + std::to_string(s)));
             values = decoded.data();
           }
-          for (size_t r = 0; r < want.row_count; ++r) {
-            // Sparse rows land scattered over the table: start loading the
-            // destination (and replica) rows a few ahead.
-            if (!want.dense && r + kPullPrefetch < want.row_count) {
-              const size_t ahead = size_t{want.rows[r + kPullPrefetch]} * width + want.col_begin;
-              __builtin_prefetch(dest + ahead, 1);
-              if (replica != nullptr) __builtin_prefetch(replica + ahead, 1);
-            }
-            const uint32_t row =
-                want.dense ? want.row_begin + static_cast<uint32_t>(r) : want.rows[r];
-            const size_t at = size_t{row} * width + want.col_begin;
-            const float* src = values + r * want.width;
-            if (replica != nullptr) {
-              // Encoded: a delta against the replica; whole: the values.
-              float* rep = replica + at;
-              if (got.compressed()) {
-                for (uint32_t c = 0; c < want.width; ++c) rep[c] += src[c];
-              } else {
-                for (uint32_t c = 0; c < want.width; ++c) rep[c] = src[c];
-              }
-              src = rep;
-            }
-            // Rows are a few floats: a loop, not a call to memcpy per row.
-            float* out = dest + at;
-            for (uint32_t c = 0; c < want.width; ++c) out[c] = src[c];
-          }
+          CopyPulledRows(want, width, values, got.compressed(), replica, dest);
         }
         version = std::min(version, m.step);
         return Status::OK();
