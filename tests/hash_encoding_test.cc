@@ -224,7 +224,8 @@ TEST(HashEncodingTest, FiniteDifferenceGradient3D) { CheckGradient(3); }
 
 TEST(HashEncodingTest, InactiveLevelsOutputZeroAndGetNoGradient) {
   const HashGridLayout layout = MakeLayout(2, 8, 2, 12);
-  const size_t n = 100;
+  // Three of the forward pass's 4096-sample ranges, the last one partial.
+  const size_t n = 8449;
   const auto positions = RandomVector(n * 2, 6, 0.0f, 1.0f);
   const auto params = RandomVector(layout.total_params(), 7);
   ThreadPool pool(2);

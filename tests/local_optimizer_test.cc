@@ -1,8 +1,9 @@
 // The worker's Adam (LocalOptimizer) over slices of the levels' rows: with
-// levels large enough to be cut into several slices, every thread count
-// ends bit for bit where Adam row by row (kernels/adam_math.h) ends,
-// through the bitmap (ApplyTouched) and the dense buffer (ApplyDense), with
-// touched rows on both sides of every slice boundary.
+// levels smaller than a slice, cut into several slices, and ending inside a
+// bitmap word, every thread count ends bit for bit where Adam row by row
+// (kernels/adam_math.h) ends, through the bitmap (ApplyTouched) and the
+// dense buffer (ApplyDense), with touched rows on both sides of every slice
+// boundary; with mixed precision the fp16 working copy follows every row.
 #include "worker/local_optimizer.h"
 
 #include <gtest/gtest.h>
@@ -16,23 +17,28 @@
 
 #include "common/thread_pool.h"
 #include "kernels/adam_math.h"
+#include "kernels/cpu/half.h"
 #include "tests/test_util.h"
 #include "worker/model.h"
 
 namespace gridsync {
 namespace {
 
-// Three hashed levels of 2^18 rows: two slices each (local_optimizer.cc
-// cuts 2^17 rows per slice).
+// local_optimizer.cc cuts 2^17 rows per slice. Three levels: a dense one
+// smaller than a slice, a dense one of two slices whose last bitmap word is
+// partial, and a hashed one of 2^18 rows (two slices).
 Config SlicedConfig() {
   Config config;
   config.encoding.n_levels = 3;
   config.encoding.log2_hashmap_size = 18;
-  config.encoding.base_resolution = 1024;
+  config.encoding.base_resolution = 100;
+  config.encoding.per_level_scale = 3.9;
   config.network.n_neurons = 16;
   config.training.device = TrainingDevice::kCpu;
   return config;
 }
+
+constexpr uint64_t kSliceRows = uint64_t{1} << 17;
 
 // A step's gradient: per level, random rows (duplicates summed, as the
 // backward pass sums them) plus the rows at and around the slice boundary
@@ -53,7 +59,11 @@ StepGradient MakeGradient(const HashGridModel& model, uint64_t seed) {
   for (uint32_t l = 0; l < layout.n_levels(); ++l) {
     const uint32_t rows = static_cast<uint32_t>(layout.level(l).rows);
     std::uniform_int_distribution<uint32_t> row(0, rows - 1);
-    std::vector<uint32_t> ids = {0, 63, 64, 131071, 131072, 131073, rows - 1};
+    std::vector<uint32_t> ids;
+    for (const uint64_t id : {uint64_t{0}, uint64_t{63}, uint64_t{64}, kSliceRows - 1, kSliceRows,
+                              kSliceRows + 1, uint64_t{rows} - 1}) {
+      if (id < rows) ids.push_back(static_cast<uint32_t>(id));
+    }
     for (int i = 0; i < 20000; ++i) ids.push_back(row(rng));
     std::vector<float> values(ids.size() * F);
     for (size_t i = 0; i < ids.size(); ++i) {
@@ -117,44 +127,60 @@ std::unique_ptr<HashGridModel> MakeModel(const Config& config) {
 }
 
 TEST(LocalOptimizerTest, SlicedLevelsEndWhereRowByRowAdamEnds) {
-  const Config config = SlicedConfig();
+  Config config = SlicedConfig();
   const AdamHyper hyper;
-  for (const bool dense : {false, true}) {
-    for (const int threads : {1, 3}) {
-      SCOPED_TRACE(::testing::Message()
-                   << (dense ? "ApplyDense" : "ApplyTouched") << ", " << threads << " threads");
-      auto model = MakeModel(config);
-      ASSERT_NE(model, nullptr);
-      auto expected = MakeModel(config);
-      ASSERT_NE(expected, nullptr);
-      const auto& layout = model->layout();
-      ASSERT_EQ(layout.level(0).rows, uint64_t{1} << 18);
-      std::vector<cpu::AdamTable> expected_state(layout.n_levels());
-      for (uint32_t l = 0; l < layout.n_levels(); ++l)
-        expected_state[l].Resize(layout.level(l).rows, layout.features());
-      ThreadPool pool(threads);
-      LocalOptimizer optimizer(model.get(), hyper);
-      ModelGradients grads(model->layout(), model->mlp_shape());
-      for (uint64_t step = 0; step < 3; ++step) {
-        const StepGradient g = MakeGradient(*model, 100 + step);
-        FillGradients(g, &grads);
-        const uint64_t updated =
-            dense ? optimizer.ApplyDense(grads.grid.mutable_dense(), &grads.mlp, 1.0f, &pool)
-                  : optimizer.ApplyTouched(&grads, &pool);
-        if (dense) grads.grid.ForgetTouched();
-        const RowCounts counts = ReferenceStep(g, expected.get(), &expected_state, hyper);
-        EXPECT_EQ(updated, dense ? counts.updated : counts.touched) << "step " << step;
-        EXPECT_LT(counts.updated, counts.touched) << "the gradient has all-zero rows";
-        // Both paths leave the gradient buffer zeroed for the next step.
-        const auto& buffer = grads.grid.dense_span();
-        EXPECT_TRUE(std::all_of(buffer.begin(), buffer.end(), [](float x) { return x == 0.0f; }))
-            << "step " << step;
-      }
-      testing::ExpectBitIdentical(model->grid_params(), expected->grid_params());
-      for (uint32_t l = 0; l < expected_state.size(); ++l) {
-        EXPECT_EQ(optimizer.grid_state()[l].step, expected_state[l].step) << "level " << l;
-        EXPECT_EQ(optimizer.grid_state()[l].m, expected_state[l].m) << "level " << l;
-        EXPECT_EQ(optimizer.grid_state()[l].v, expected_state[l].v) << "level " << l;
+  for (const bool half : {false, true}) {
+    for (const bool dense : {false, true}) {
+      for (const int threads : {1, 3}) {
+        SCOPED_TRACE(::testing::Message() << (dense ? "ApplyDense" : "ApplyTouched") << ", "
+                                          << threads << " threads" << (half ? ", fp16 copy" : ""));
+        config.training.mixed_precision = half;
+        auto model = MakeModel(config);
+        ASSERT_NE(model, nullptr);
+        auto expected = MakeModel(config);
+        ASSERT_NE(expected, nullptr);
+        const auto& layout = model->layout();
+        ASSERT_LT(layout.level(0).rows, kSliceRows);
+        ASSERT_GT(layout.level(1).rows, kSliceRows);
+        ASSERT_NE(layout.level(1).rows % 64, 0u);
+        ASSERT_TRUE(layout.level(2).hashed);
+        ASSERT_EQ(layout.level(2).rows, 2 * kSliceRows);
+        std::vector<cpu::AdamTable> expected_state(layout.n_levels());
+        for (uint32_t l = 0; l < layout.n_levels(); ++l)
+          expected_state[l].Resize(layout.level(l).rows, layout.features());
+        ThreadPool pool(threads);
+        LocalOptimizer optimizer(model.get(), hyper);
+        ModelGradients grads(model->layout(), model->mlp_shape());
+        for (uint64_t step = 0; step < 3; ++step) {
+          const StepGradient g = MakeGradient(*model, 100 + step);
+          FillGradients(g, &grads);
+          const uint64_t updated =
+              dense ? optimizer.ApplyDense(grads.grid.mutable_dense(), &grads.mlp, 1.0f, &pool)
+                    : optimizer.ApplyTouched(&grads, &pool);
+          if (dense) grads.grid.ForgetTouched();
+          const RowCounts counts = ReferenceStep(g, expected.get(), &expected_state, hyper);
+          EXPECT_EQ(updated, dense ? counts.updated : counts.touched) << "step " << step;
+          EXPECT_LT(counts.updated, counts.touched) << "the gradient has all-zero rows";
+          // Both paths leave the gradient buffer zeroed for the next step.
+          const auto& buffer = grads.grid.dense_span();
+          EXPECT_TRUE(std::all_of(buffer.begin(), buffer.end(), [](float x) { return x == 0.0f; }))
+              << "step " << step;
+        }
+        testing::ExpectBitIdentical(model->grid_params(), expected->grid_params());
+        if (half) {
+          // Every row Adam moved is in the working copy the forward pass reads.
+          const auto& copy = model->grid_working_copy();
+          ASSERT_EQ(copy.size(), model->grid_params().size());
+          size_t stale = 0;
+          for (size_t i = 0; i < copy.size(); ++i)
+            stale += copy[i] != FloatToHalf(model->grid_params()[i]);
+          EXPECT_EQ(stale, 0u) << "fp16 working copy values behind the parameters";
+        }
+        for (uint32_t l = 0; l < expected_state.size(); ++l) {
+          EXPECT_EQ(optimizer.grid_state()[l].step, expected_state[l].step) << "level " << l;
+          EXPECT_EQ(optimizer.grid_state()[l].m, expected_state[l].m) << "level " << l;
+          EXPECT_EQ(optimizer.grid_state()[l].v, expected_state[l].v) << "level " << l;
+        }
       }
     }
   }

@@ -39,7 +39,7 @@ LocalOptimizer::LocalOptimizer(HashGridModel* model, const AdamHyper& hyper)
   rows_.resize(slices_.size());
 }
 
-void LocalOptimizer::ReserveSteps() {
+void LocalOptimizer::BeginApply() {
   ++applies_;
   for (auto& state : grid_state_) state.ReserveSteps(hyper_, applies_);
 }
@@ -58,7 +58,7 @@ uint64_t LocalOptimizer::ApplyRows(const std::vector<SparseRows>& rows, cpu::Mlp
                                    float grad_scale, ThreadPool* pool) {
   const auto& layout = model_->layout();
   float* grid = model_->grid_params().data();
-  ++applies_;  // one task per level: no memo to reserve
+  BeginApply();
   pool->ParallelFor(layout.n_levels(), [&](size_t i) {
     const uint32_t level = CostliestFirst(layout, i);
     float* table = grid + layout.level(level).row_offset * layout.features();
@@ -76,7 +76,7 @@ uint64_t LocalOptimizer::ApplyTouched(ModelGradients* grads, ThreadPool* pool) {
   const uint32_t F = layout.features();
   float* grid = model_->grid_params().data();
   float* grad = grads->grid.mutable_dense();
-  ReserveSteps();
+  BeginApply();
   pool->ParallelFor(slices_.size(), [&](size_t i) {
     const Slice& slice = slices_[i];
     const size_t offset = layout.level(slice.level).row_offset * F;
@@ -97,7 +97,7 @@ uint64_t LocalOptimizer::ApplyDense(float* grid_grad, cpu::MlpWeights* mlp, floa
   const auto& layout = model_->layout();
   const uint32_t F = layout.features();
   float* grid = model_->grid_params().data();
-  ReserveSteps();
+  BeginApply();
   pool->ParallelFor(slices_.size(), [&](size_t i) {
     const Slice& slice = slices_[i];
     const uint32_t level = slice.level;

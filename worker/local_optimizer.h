@@ -27,7 +27,8 @@ class LocalOptimizer {
  public:
   LocalOptimizer(HashGridModel* model, const AdamHyper& hyper);
 
-  // rows[level]: the level's rows and their gradients (ascending). Updates
+  // rows[level]: the level's rows and their gradients (strictly ascending:
+  // each row once, GridGradient::Take's order). Updates
   // them and every MLP weight, zeroes `mlp`, refreshes the model's fp16
   // working copy. Returns the grid rows updated.
   uint64_t ApplyRows(const std::vector<SparseRows>& rows, cpu::MlpWeights* mlp, float grad_scale,
@@ -48,9 +49,10 @@ class LocalOptimizer {
 
  private:
   void ApplyMlp(cpu::MlpWeights* mlp, float grad_scale);
-  // Extends every level's step-size memo past any row's next step, so that
-  // slices of one level can step it concurrently (AdamTable::StepSize).
-  void ReserveSteps();
+  // Every Apply call begins here: counts the call and extends every level's
+  // step-size memo to the count, past any row's next step, so that slices
+  // of one level can step it concurrently (AdamTable::StepSize).
+  void BeginApply();
 
   // Rows [begin, end) of a level: the unit of work of ApplyTouched and
   // ApplyDense, costliest first.
@@ -66,7 +68,7 @@ class LocalOptimizer {
   std::vector<cpu::AdamTable> mlp_state_;   // per weight matrix
   std::vector<Slice> slices_;
   // Each Apply call steps a row at most once, so no row's step count passes
-  // the number of calls (the bound ReserveSteps reserves for).
+  // the number of calls (the bound BeginApply reserves for).
   uint32_t applies_ = 0;
   std::vector<std::vector<uint32_t>> rows_;  // per slice, reused
 };

@@ -59,6 +59,9 @@ class HashGridModel {
 
   std::vector<float>& grid_params() { return grid_; }
   const std::vector<float>& grid_params() const { return grid_; }
+  // The grid's fp16 working copy the forward pass reads (mixed precision
+  // only; empty otherwise).
+  const std::vector<uint16_t>& grid_working_copy() const { return grid_half_; }
   cpu::MlpWeights& mlp_weights() { return mlp_; }
   const cpu::MlpWeights& mlp_weights() const { return mlp_; }
   uint64_t n_params() const { return grid_.size() + mlp_shape_.n_params(); }

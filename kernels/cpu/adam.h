@@ -1,8 +1,10 @@
 // Sparse Adam on the CPU: updates the given rows of a table and nothing else.
 // The same routine serves the standalone trainer and, later, the PS shard.
 //
-// Thread safety: an AdamTable must not be updated from two calls at once;
-// distinct tables may be updated concurrently.
+// Thread safety: an AdamTable must not be updated from two calls at once,
+// except calls on disjoint rows once ReserveSteps has covered every step
+// they reach (StepSize then only reads its memo); distinct tables may be
+// updated concurrently.
 #pragma once
 
 #include <algorithm>

@@ -46,7 +46,7 @@ constexpr size_t kSamplesPerTask = 4096;
 // levels first so that a pool ends on the cheap ones.
 void ForEachLevelRange(uint32_t levels, size_t n, ThreadPool* pool,
                        const std::function<void(uint32_t, size_t, size_t)>& fn) {
-  const size_t ranges = std::max<size_t>(1, (n + kSamplesPerTask - 1) / kSamplesPerTask);
+  const size_t ranges = (n + kSamplesPerTask - 1) / kSamplesPerTask;  // none for no samples
   ParallelForOn(pool, size_t{levels} * ranges, [&](size_t task) {
     const auto level = static_cast<uint32_t>(levels - 1 - task / ranges);
     const size_t begin = (task % ranges) * kSamplesPerTask;
@@ -253,10 +253,6 @@ void GridGradient::Clear(ThreadPool* pool) {
       bits_[l][w] = 0;
     }
   });
-}
-
-void GridGradient::TakeRowIds(uint32_t level, std::vector<uint32_t>* rows) {
-  TakeRowIds(level, 0, layout_->level(level).rows, rows);
 }
 
 void GridGradient::TakeRowIds(uint32_t level, uint64_t begin, uint64_t end,

@@ -2,12 +2,14 @@
 // that tells which rows a batch reads, and the backward pass into a sparse
 // gradient (per level: the rows touched and their values).
 //
-// Work is split across a ThreadPool by level, so every row's gradient is
-// summed in sample order whatever the thread count: results are identical
-// for 1 or N threads.
+// Work is split across a ThreadPool (optional for the free functions): the
+// lookup and the forward pass by (level, range of samples), each writing
+// outputs of its own; the backward pass by level, so every row's gradient
+// is summed in sample order whatever the thread count. Results are
+// identical for 1 or N threads.
 //
 // Thread safety: the free functions are reentrant; a GridGradient must not
-// be used from two calls at once.
+// be used from two calls at once, except TakeRowIds on disjoint ranges.
 #pragma once
 
 #include <cstddef>
@@ -64,13 +66,12 @@ class GridGradient {
   void Take(uint32_t level, SparseRows* out);
   uint64_t TouchedRows(uint32_t level) const;
 
-  // The touched rows of `level` (level-local ids, ascending) into *rows, and
-  // forgets them; their gradient stays in dense() for the caller, which
-  // zeroes it (AdamUpdateIndexed does as it applies it).
-  void TakeRowIds(uint32_t level, std::vector<uint32_t>* rows);
-  // The same for the level's rows [begin, end) only: begin a multiple of 64
-  // and end one too or the level's row count. Calls on disjoint ranges of
-  // one level may run concurrently (each owns its words of the bitmap).
+  // The touched rows among the level's rows [begin, end) (level-local ids,
+  // ascending) into *rows, and forgets them; their gradient stays in
+  // dense() for the caller, which zeroes it (AdamUpdateIndexed does as it
+  // applies it). begin is a multiple of 64, end one too or the level's row
+  // count. Calls on disjoint ranges of one level may run concurrently (each
+  // owns its words of the bitmap).
   void TakeRowIds(uint32_t level, uint64_t begin, uint64_t end, std::vector<uint32_t>* rows);
 
   // Adds n rows of `level` (level-local ids, values n x features) and marks
