@@ -1,6 +1,9 @@
 // gridsync-bench train: standalone training throughput and quality, and with
 // --vs-torch the same model, image, batches and hyperparameters through the
 // PyTorch peer (tools/peers/torch_hashgrid.py), one thread each, in one run.
+// With --scaling the same training on several thread counts, alternated
+// over --repeats rounds in one process: throughput medians and speedups.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -36,7 +39,111 @@ struct TrainArgs {
   std::string python = "/usr/bin/python3";
   std::string device = "cpu";  // training.device: cpu (the default here), cuda or auto
   std::string gemm = "auto";   // the MLP's GEMM engine: auto, eigen or onednn
+  std::vector<int> scaling;    // --scaling: thread counts to compare
+  int repeats = 5;             // --scaling: rounds
 };
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0.0 : n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+void SetGemm(const std::string& gemm) {
+  cpu::SetGemmEngine(gemm == "eigen"    ? cpu::GemmEngine::kEigen
+                     : gemm == "onednn" ? cpu::GemmEngine::kOneDnn
+                                        : cpu::GemmEngine::kAuto);
+}
+
+// --scaling: every thread count in every round, the order reversed every
+// other round so that a host getting slower or faster during the run favours
+// no count. A round's speedups compare runs made back to back, which the
+// host's drift moves less than it moves runs minutes apart; the table gives
+// both the per-round median and the ratio of the throughput medians. The
+// runs must end bit for bit alike (results do not depend on the thread
+// count): a PSNR that differs is reported and fails the command.
+int RunScaling(const TrainArgs& args) {
+  std::vector<Config> configs;
+  for (const int threads : args.scaling) {
+    std::vector<std::string> overrides = args.overrides;
+    overrides.push_back("training.steps=" + std::to_string(args.steps));
+    overrides.push_back("training.threads=" + std::to_string(threads));
+    overrides.push_back("training.log_every=0");
+    overrides.push_back("training.device=" + args.device);
+    auto config = LoadStandaloneConfig(args.config, overrides);
+    if (!config.ok()) {
+      std::fprintf(stderr, "%s\n", config.status().message().c_str());
+      return kConfigErrorExitCode;
+    }
+    configs.push_back(*std::move(config));
+  }
+  auto image = ImageTask::Load(configs[0].task.image);
+  if (!image.ok()) {
+    std::fprintf(stderr, "%s\n", image.status().message().c_str());
+    return kConfigErrorExitCode;
+  }
+  SetGemm(args.gemm);
+  TrainOptions options;
+  options.quiet = true;
+  const size_t counts = configs.size();
+  std::vector<std::vector<double>> rates(counts), speedups(counts);
+  std::vector<double> psnr(counts, 0.0);
+  std::string device;
+  for (int round = 0; round < args.repeats; ++round) {
+    std::vector<double> this_round(counts, 0.0);
+    for (size_t k = 0; k < counts; ++k) {
+      const size_t i = round % 2 == 0 ? k : counts - 1 - k;
+      std::fprintf(stderr, "round %d of %d: %d thread(s), %d steps...\n", round + 1, args.repeats,
+                   args.scaling[i], args.steps);
+      auto run = TrainImage(configs[i], *image, options);
+      if (!run.ok()) {
+        std::fprintf(stderr, "gridsync training failed on %d thread(s): %s\n", args.scaling[i],
+                     run.status().ToString().c_str());
+        return 1;
+      }
+      this_round[i] = run->samples_per_second;
+      rates[i].push_back(run->samples_per_second);
+      if (round == 0) psnr[i] = run->psnr;
+      if (run->psnr != psnr[i] || run->psnr != psnr[0]) {
+        std::fprintf(stderr,
+                     "the runs differ: %d thread(s) ended at %.6f dB, %d thread(s) at %.6f dB; "
+                     "results must not depend on the thread count\n",
+                     args.scaling[i], run->psnr, args.scaling[0], psnr[0]);
+        return 1;
+      }
+      device = run->device;
+    }
+    for (size_t i = 0; i < counts; ++i) speedups[i].push_back(this_round[i] / this_round[0]);
+  }
+  std::printf(
+      "# gridsync-bench train --scaling: %zu thread counts x %d rounds of %d steps in one process "
+      "(order reversed every other round); trained on %s; every run ended at %.2f dB\n",
+      counts, args.repeats, args.steps, device.c_str(), psnr[0]);
+  std::printf("%-8s %14s %-40s %16s %18s\n", "threads", "samples/s_p50", "runs (samples/s)",
+              "speedup_rounds", "speedup_of_p50s");
+  nlohmann::json result = nlohmann::json::array();
+  for (size_t i = 0; i < counts; ++i) {
+    std::string runs;
+    for (double r : rates[i])
+      runs += (runs.empty() ? "" : ",") + std::to_string(std::lround(r / 1000)) + "k";
+    const double p50 = Median(rates[i]);
+    const double round_speedup = Median(speedups[i]);
+    const double p50_speedup = p50 / Median(rates[0]);
+    std::printf("%-8d %14.0f %-40s %16.2f %18.2f\n", args.scaling[i], p50, runs.c_str(),
+                round_speedup, p50_speedup);
+    result.push_back({{"threads", args.scaling[i]},
+                      {"samples_per_s", rates[i]},
+                      {"samples_per_s_median", p50},
+                      {"speedup_median_of_rounds", round_speedup},
+                      {"speedup_of_medians", p50_speedup}});
+  }
+  if (!args.json_out.empty()) {
+    std::ofstream out(args.json_out);
+    out << nlohmann::json{{"scaling", result}}.dump(2) << "\n";
+    if (!out) return 1;
+  }
+  return 0;
+}
 
 std::string FormatPsnrAt(const std::map<uint64_t, double>& at) {
   std::ostringstream out;
@@ -90,6 +197,7 @@ Result<nlohmann::json> RunTorchPeer(const TrainArgs& args, const Config& config,
 }
 
 int RunTrain(const TrainArgs& args) {
+  if (!args.scaling.empty()) return RunScaling(args);
   std::vector<std::string> overrides = args.overrides;
   overrides.push_back("training.steps=" + std::to_string(args.steps));
   overrides.push_back("training.threads=" + std::to_string(args.threads));
@@ -105,9 +213,7 @@ int RunTrain(const TrainArgs& args) {
     std::fprintf(stderr, "%s\n", image.status().message().c_str());
     return kConfigErrorExitCode;
   }
-  cpu::SetGemmEngine(args.gemm == "eigen"    ? cpu::GemmEngine::kEigen
-                     : args.gemm == "onednn" ? cpu::GemmEngine::kOneDnn
-                                             : cpu::GemmEngine::kAuto);
+  SetGemm(args.gemm);
   const cpu::MatmulFormat format = config->training.mlp_precision == MlpPrecision::kBf16
                                        ? cpu::MatmulFormat::kBf16
                                        : cpu::MatmulFormat::kFp32;
@@ -250,6 +356,17 @@ Runner AddTrainCommand(CLI::App* app) {
          "--gemm", args->gemm,
          "The CPU MLP's GEMM engine: auto (oneDNN where present, default), eigen or onednn")
       ->check(CLI::IsMember({"auto", "eigen", "onednn"}));
+  auto* scaling =
+      cmd->add_option("--scaling", args->scaling,
+                      "Compare these thread counts (e.g. 1,2), alternated over --repeats "
+                      "rounds in one process: medians and speedups over the first");
+  scaling->delimiter(',')->check(CLI::Range(1, 1024))->expected(1, 64);
+  cmd->add_option("--repeats", args->repeats, "Rounds for --scaling (default 5)")
+      ->check(CLI::Range(1, 1000))
+      ->needs(scaling);
+  scaling->excludes(cmd->get_option("--vs-torch"))
+      ->excludes(cmd->get_option("--threads"))
+      ->excludes(cmd->get_option("--eval-steps"));
   return [args] { return RunTrain(*args); };
 }
 
