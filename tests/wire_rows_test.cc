@@ -1,6 +1,9 @@
 // The wire's row ids: the smaller of raw and deltaVarint in every kind that
 // carries rows, each malformed deltaVarint frame refused naming it, and
 // Encode's contract with its caller.
+#include <algorithm>
+#include <random>
+
 #include "tests/wire_test_util.h"
 
 namespace gridsync::wire {
@@ -38,6 +41,44 @@ TEST(WireRowEncodingTest, SmallGapsTravelDeltaVarintInEveryKindWithRows) {
     EXPECT_EQ(m->bytes, frames[0].size() + expected.size() + (KindCarriesValues(kind) ? 40u : 0u));
     if (KindCarriesValues(kind)) {
       EXPECT_EQ(b.values[9], 9.5f);
+    }
+  }
+}
+
+// The decoder takes eight one-byte varints at a time where it can: runs of
+// every length around 8, long gaps inside and at the ends of runs, and rows
+// up to the table's end must come back exactly.
+TEST(WireRowEncodingTest, RunsOfOneByteGapsRoundTrip) {
+  std::mt19937 rng(7);
+  const uint32_t table_rows = uint32_t{1} << 22;  // Tables()[2]
+  for (uint32_t count = 1; count <= 70; ++count) {
+    for (int trial = 0; trial < 4; ++trial) {
+      std::vector<uint32_t> rows;
+      uint32_t row = rng() % 300;
+      for (uint32_t i = 0; i < count; ++i) {
+        rows.push_back(row);
+        // Mostly one-byte gaps; now and then one of two or three bytes.
+        const uint32_t pick = rng() % 16;
+        row += 1 + (pick == 0 ? 128 + rng() % 20000 : pick == 1 ? 127 : rng() % 128);
+      }
+      // The last trial ends on the table's last row.
+      if (trial == 3) {
+        const uint32_t shift = table_rows - 1 - rows.back();
+        for (uint32_t& r : rows) r += shift;
+      }
+      std::vector<OutBlock> blocks(1);
+      blocks[0].table = 2;
+      blocks[0].width = 2;
+      blocks[0].row_count = count;
+      blocks[0].rows = rows;
+      blocks[0].values = Iota(2 * count);
+      OutHeader h;
+      h.kind = Kind::kPush;
+      const auto frames = Encode(h, std::move(blocks));
+      auto m = Decode(frames, Tables(), Limits{});
+      ASSERT_TRUE(m.ok()) << "count " << count << ": " << m.status().ToString();
+      EXPECT_EQ(std::vector<uint32_t>(m->blocks[0].rows.begin(), m->blocks[0].rows.end()), rows)
+          << "count " << count << " trial " << trial;
     }
   }
 }
@@ -253,6 +294,17 @@ TEST(WireRowEncodingDecodeTest, GapOverflowing32Bits) {
       Decode(frames, HugeTables(), Limits{}), StatusCode::kInvalidArgument,
       {"frame 1 (row ids of block 0, table 0)", "row at index 1 overflows 32 bits",
        "row 5 + 1 + varint 4294967295 = 4294967301", "allowed: row ids up to 4294967295"});
+}
+
+TEST(WireRowEncodingDecodeTest, OverflowInsideARunOfOneByteGaps) {
+  // 2^32 - 5 (five bytes), then gaps of 1: rows 2^32 - 4 .. 2^32 - 1 fit,
+  // the fifth after the first does not. Nine one-byte varints would be
+  // taken eight at a time; the overflow must still be named where it is.
+  std::vector<uint8_t> bytes = {0xfb, 0xff, 0xff, 0xff, 0x0f};
+  bytes.resize(bytes.size() + 9, 0x00);
+  const auto frames = DeltaRows(10, bytes);
+  ExpectRefused(Decode(frames, HugeTables(), Limits{}), StatusCode::kInvalidArgument,
+                {"row at index 5 overflows 32 bits", "row 4294967295 + 1 + varint 0 = 4294967296"});
 }
 
 TEST(WireRowEncodingDecodeTest, UnknownRowEncoding) {

@@ -210,6 +210,24 @@ Status DecodeDeltaVarint(const zmq::message_t& frame, uint32_t row_count, size_t
   size_t pos = 0;
   uint64_t row = 0;
   for (uint32_t r = 0; r < row_count; ++r) {
+    // Eight one-byte varints at once (a batch's rows are mostly close): no
+    // continuation bit among the next 8 bytes, and the last of the 8 rows,
+    // the largest, within 32 bits. Same ids as the byte loops below.
+    while (r > 0 && r + 8 <= row_count && pos + 8 <= size) {
+      uint64_t word;
+      std::memcpy(&word, bytes + pos, sizeof(word));
+      if ((word & 0x8080808080808080ull) != 0) break;
+      uint64_t next = row;
+      for (int k = 0; k < 8; ++k) {
+        next += 1 + bytes[pos + k];
+        ids[r + k] = static_cast<uint32_t>(next);
+      }
+      if (next > std::numeric_limits<uint32_t>::max()) break;  // the byte loops name it
+      row = next;
+      r += 8;
+      pos += 8;
+    }
+    if (r == row_count) break;
     const size_t start = pos;
     uint32_t v = 0;
     // Most gaps between a batch's rows fit one byte: take it without the
