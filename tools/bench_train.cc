@@ -49,6 +49,17 @@ double Median(std::vector<double> v) {
   return n == 0 ? 0.0 : n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// The config a run on `threads` threads trains with: the file, the --set
+// overrides, then the bench's own settings.
+Result<Config> TrainConfig(const TrainArgs& args, int threads) {
+  std::vector<std::string> overrides = args.overrides;
+  overrides.push_back("training.steps=" + std::to_string(args.steps));
+  overrides.push_back("training.threads=" + std::to_string(threads));
+  overrides.push_back("training.log_every=0");
+  overrides.push_back("training.device=" + args.device);
+  return LoadStandaloneConfig(args.config, overrides);
+}
+
 void SetGemm(const std::string& gemm) {
   cpu::SetGemmEngine(gemm == "eigen"    ? cpu::GemmEngine::kEigen
                      : gemm == "onednn" ? cpu::GemmEngine::kOneDnn
@@ -65,12 +76,7 @@ void SetGemm(const std::string& gemm) {
 int RunScaling(const TrainArgs& args) {
   std::vector<Config> configs;
   for (const int threads : args.scaling) {
-    std::vector<std::string> overrides = args.overrides;
-    overrides.push_back("training.steps=" + std::to_string(args.steps));
-    overrides.push_back("training.threads=" + std::to_string(threads));
-    overrides.push_back("training.log_every=0");
-    overrides.push_back("training.device=" + args.device);
-    auto config = LoadStandaloneConfig(args.config, overrides);
+    auto config = TrainConfig(args, threads);
     if (!config.ok()) {
       std::fprintf(stderr, "%s\n", config.status().message().c_str());
       return kConfigErrorExitCode;
@@ -198,12 +204,7 @@ Result<nlohmann::json> RunTorchPeer(const TrainArgs& args, const Config& config,
 
 int RunTrain(const TrainArgs& args) {
   if (!args.scaling.empty()) return RunScaling(args);
-  std::vector<std::string> overrides = args.overrides;
-  overrides.push_back("training.steps=" + std::to_string(args.steps));
-  overrides.push_back("training.threads=" + std::to_string(args.threads));
-  overrides.push_back("training.log_every=0");
-  overrides.push_back("training.device=" + args.device);
-  auto config = LoadStandaloneConfig(args.config, overrides);
+  auto config = TrainConfig(args, args.threads);
   if (!config.ok()) {
     std::fprintf(stderr, "%s\n", config.status().message().c_str());
     return kConfigErrorExitCode;
