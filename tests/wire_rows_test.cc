@@ -77,6 +77,7 @@ TEST(WireRowEncodingTest, RunsOfOneByteGapsRoundTrip) {
       const auto frames = Encode(h, std::move(blocks));
       auto m = Decode(frames, Tables(), Limits{});
       ASSERT_TRUE(m.ok()) << "count " << count << ": " << m.status().ToString();
+      if (count > 1) EXPECT_EQ(m->blocks[0].row_encoding, RowEncoding::kDeltaVarint);
       EXPECT_EQ(std::vector<uint32_t>(m->blocks[0].rows.begin(), m->blocks[0].rows.end()), rows)
           << "count " << count << " trial " << trial;
     }
@@ -294,6 +295,32 @@ TEST(WireRowEncodingDecodeTest, GapOverflowing32Bits) {
       Decode(frames, HugeTables(), Limits{}), StatusCode::kInvalidArgument,
       {"frame 1 (row ids of block 0, table 0)", "row at index 1 overflows 32 bits",
        "row 5 + 1 + varint 4294967295 = 4294967301", "allowed: row ids up to 4294967295"});
+}
+
+TEST(WireRowEncodingDecodeTest, HandWrittenRunOfOneByteGaps) {
+  // 3, then gaps 1..9 (varints 0..8) and one of 128 (0x80 0x01): ten rows
+  // a fast path would take eight at a time.
+  const auto frames =
+      DeltaRows(11, {0x03, 0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x7f});
+  auto m = Decode(frames, Tables(), Limits{});
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const std::vector<uint32_t> expected = {3, 4, 6, 9, 13, 18, 24, 31, 39, 48, 176};
+  EXPECT_EQ(std::vector<uint32_t>(m->blocks[0].rows.begin(), m->blocks[0].rows.end()), expected);
+}
+
+TEST(WireRowEncodingDecodeTest, MalformedAfterARunOfOneByteGaps) {
+  // A two-byte varint early leaves 9 varints for 10 rows.
+  const auto short_frames = DeltaRows(10, {0x00, 0x80, 0x01, 0, 0, 0, 0, 0, 0, 0});
+  ExpectRefused(Decode(short_frames, Tables(), Limits{}), StatusCode::kCorruption,
+                {"fewer varints than rowCount", "ends after 9 of 10"});
+  // Nine one-byte varints and a trailing byte.
+  const auto trailing = DeltaRows(9, {0, 0, 0, 0, 0, 0, 0, 0, 0, 0});
+  ExpectRefused(Decode(trailing, Tables(), Limits{}), StatusCode::kCorruption,
+                {"1 trailing bytes after rowCount 9 varints"});
+  // A varint truncated right after a run of eight.
+  const auto truncated = DeltaRows(10, {0, 0, 0, 0, 0, 0, 0, 0, 0, 0x80});
+  ExpectRefused(Decode(truncated, Tables(), Limits{}), StatusCode::kCorruption,
+                {"varint 9 at byte 9 truncated"});
 }
 
 TEST(WireRowEncodingDecodeTest, OverflowInsideARunOfOneByteGaps) {

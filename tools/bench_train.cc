@@ -15,6 +15,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/config.h"
@@ -52,6 +53,22 @@ double Median(std::vector<double> v) {
 // The config a run on `threads` threads trains with: the file, the --set
 // overrides, then the bench's own settings.
 Result<Config> TrainConfig(const TrainArgs& args, int threads) {
+  // Keys the bench sets itself: a --set of one would be overridden, so it is
+  // refused rather than silently ignored.
+  const std::pair<const char*, const char*> owned[] = {
+      {"training.steps", "--steps"},
+      {"training.threads", "--threads or --scaling"},
+      {"training.device", "--device"},
+      {"training.log_every", "nothing: the bench trains quietly"}};
+  for (const std::string& o : args.overrides) {
+    const std::string key = o.substr(0, o.find('='));
+    for (const auto& [name, flag] : owned) {
+      if (key == name) {
+        return Status::InvalidArgument("--set " + o + ": gridsync-bench train sets " + name +
+                                       " itself; use " + flag);
+      }
+    }
+  }
   std::vector<std::string> overrides = args.overrides;
   overrides.push_back("training.steps=" + std::to_string(args.steps));
   overrides.push_back("training.threads=" + std::to_string(threads));
@@ -91,6 +108,7 @@ int RunScaling(const TrainArgs& args) {
   SetGemm(args.gemm);
   TrainOptions options;
   options.quiet = true;
+  options.write_png = false;
   const size_t counts = configs.size();
   std::vector<std::vector<double>> rates(counts), speedups(counts);
   std::vector<double> psnr(counts, 0.0);
@@ -146,7 +164,10 @@ int RunScaling(const TrainArgs& args) {
   if (!args.json_out.empty()) {
     std::ofstream out(args.json_out);
     out << nlohmann::json{{"scaling", result}}.dump(2) << "\n";
-    if (!out) return 1;
+    if (!out) {
+      std::fprintf(stderr, "cannot write %s\n", args.json_out.c_str());
+      return 1;
+    }
   }
   return 0;
 }

@@ -213,7 +213,7 @@ Status DecodeDeltaVarint(const zmq::message_t& frame, uint32_t row_count, size_t
     // Eight one-byte varints at once (a batch's rows are mostly close): no
     // continuation bit among the next 8 bytes, and the last of the 8 rows,
     // the largest, within 32 bits. Same ids as the byte loops below.
-    while (r > 0 && r + 8 <= row_count && pos + 8 <= size) {
+    while (r > 0 && row_count - r >= 8 && size - pos >= 8) {  // no wrap-around
       uint64_t word;
       std::memcpy(&word, bytes + pos, sizeof(word));
       if ((word & 0x8080808080808080ull) != 0) break;
