@@ -176,4 +176,32 @@ uint64_t LatestCompleteStep(const std::string& dir, const std::vector<std::strin
   return best;
 }
 
+Status CheckFreshStart(const std::string& dir, const std::vector<std::string>& parts) {
+  std::vector<std::string> held, holders;
+  for (const std::string& part : parts) {
+    const std::vector<uint64_t> steps = HeldSteps(dir, part);
+    if (steps.empty()) continue;
+    std::string list;
+    for (uint64_t s : steps) list += (list.empty() ? "" : ", ") + std::to_string(s);
+    held.push_back(part + " (step " + list + ")");
+    holders.push_back(part);
+  }
+  if (held.empty()) return Status::OK();
+  std::string names;
+  for (const std::string& h : held) names += (names.empty() ? "" : ", ") + h;
+  // The newest step every part that holds files holds: what a resume of
+  // these parts would start from.
+  const uint64_t complete = LatestCompleteStep(dir, holders);
+  return Status::InvalidArgument(fmt::format(
+      "checkpoint.dir {} holds checkpoints of a run that is not being resumed: {}{}; a fresh start "
+      "would delete them with its first checkpoint. Allowed: resume that run (gridsync launch "
+      "--resume{}), or move the folder away or set checkpoint.dir elsewhere to start afresh",
+      dir, names,
+      complete > 0 ? fmt::format("; the newest step they all hold is {}", complete) : std::string(),
+      complete > 0 ? fmt::format(", or --resume-step {} for gridsync-ps and --start-step {} for "
+                                 "gridsync-worker",
+                                 complete, complete)
+                   : std::string()));
+}
+
 }  // namespace gridsync

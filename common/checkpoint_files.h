@@ -49,4 +49,13 @@ void RemoveStepsAfter(const std::string& dir, const std::string& part, uint64_t 
 // 0 when there is none.
 uint64_t LatestCompleteStep(const std::string& dir, const std::vector<std::string>& parts);
 
+// Whether `parts` may start a job afresh in `dir`: a fresh job's first
+// checkpoint removes every other step of each part (WriteCheckpointPart),
+// so a run that was not resumed would lose the checkpoints another run left
+// there (a restart without --resume, a shard restarted by systemd after its
+// coordinator restarted and forgot the job). InvalidArgument naming the
+// folder, the parts' steps and the ways on (resume, or move the folder)
+// when any part holds a step; OK otherwise.
+Status CheckFreshStart(const std::string& dir, const std::vector<std::string>& parts);
+
 }  // namespace gridsync

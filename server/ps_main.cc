@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/checkpoint_files.h"
 #include "common/cli_parse.h"
 #include "common/config.h"
 #include "common/coordinator_client.h"
@@ -23,6 +24,7 @@
 #include "ops/service_watchdog.h"
 #include "server/ps_shard.h"
 #include "server/serve_metrics.h"
+#include "server/shard_checkpoint.h"
 #include "server/shard_membership.h"
 
 namespace {
@@ -159,6 +161,16 @@ int main(int argc, char** argv) {
       options.resume_step = rejoin_step;
       options.rejoining = true;
       spdlog::info("the job is training: rejoining it from the checkpoint of step {}", rejoin_step);
+    }
+  }
+  // Neither resuming nor rejoining: a fresh job, which must not delete the
+  // checkpoints another run left in the folder.
+  if (options.resume_step == 0 && config->checkpoint.every_steps > 0) {
+    const auto fresh = gridsync::CheckFreshStart(
+        config->checkpoint.dir, {gridsync::ShardPart(static_cast<uint32_t>(shard))});
+    if (!fresh.ok()) {
+      spdlog::error("shard {}: {}", shard, fresh.message());
+      return gridsync::kConfigErrorExitCode;
     }
   }
   options.join_first = true;  // serves once registered (JoinAsShard)

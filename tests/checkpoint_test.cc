@@ -181,6 +181,36 @@ TEST(CheckpointTest, WorkerStateRoundTripsAndStepsNeedEveryWorkerWithState) {
   fs::remove_all(dir);
 }
 
+// A fresh job's first checkpoint would remove another run's steps
+// (WriteCheckpointPart keeps one older step of the part's current history),
+// so a fresh start into a folder holding any of its parts' steps is refused,
+// naming them; parts that hold nothing there start freely.
+TEST(CheckpointTest, AFreshStartNeverDeletesAnotherRunsCheckpoints) {
+  const std::string dir =
+      (fs::temp_directory_path() / ("gridsync-fresh-" + std::to_string(::getpid()))).string();
+  fs::remove_all(dir);
+  EXPECT_TRUE(CheckFreshStart(dir, {"shard-0", "worker-0"}).ok()) << "no folder yet";
+  const nlohmann::json shape = {{"test", 1}};
+  for (uint64_t step : {50, 100}) {
+    for (const char* part : {"shard-0", "shard-1"})
+      ASSERT_TRUE(WriteCheckpointPart(dir, step, part, "x", shape).ok());
+  }
+  ASSERT_TRUE(WriteCheckpointPart(dir, 150, "shard-1", "x", shape).ok());  // shard 0 died first
+  EXPECT_TRUE(CheckFreshStart(dir, {"shard-2", "worker-0"}).ok()) << "parts with no files there";
+  const Status refused = CheckFreshStart(dir, {"shard-0", "shard-1", "worker-0"});
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  for (const char* want :
+       {"checkpoint.dir", "shard-0 (step 50, 100)", "shard-1 (step 100, 150)",
+        "the newest step they all hold is 100", "--resume-step 100", "move the folder away"}) {
+    EXPECT_NE(refused.message().find(want), std::string::npos)
+        << want << " in: " << refused.message();
+  }
+  // Refusing touched nothing.
+  EXPECT_EQ(HeldSteps(dir, "shard-0"), (std::vector<uint64_t>{50, 100}));
+  EXPECT_EQ(HeldSteps(dir, "shard-1"), (std::vector<uint64_t>{100, 150}));
+  fs::remove_all(dir);
+}
+
 TEST(CheckpointTest, RefusedWhereNoStepIsOneStateOfTheJob) {
   for (const char* extra : {R"("ps": {"consistency": "async"})",
                             R"("compression": {"codec": "onebit", "pull": true})"}) {

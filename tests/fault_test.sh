@@ -5,6 +5,7 @@
 #     launcher fails naming it; `gridsync launch --resume` continues from the
 #     newest complete checkpoint, and the job ends with exactly the parameters
 #     of an uninterrupted run.
+#     A fresh start into that folder is refused and leaves it intact.
 #  2. A crash in the middle of writing a checkpoint (a .tmp file, no manifest)
 #     leaves the previous checkpoint in use.
 #  3. A corrupted checkpoint is refused, naming the file and the checksum.
@@ -76,6 +77,29 @@ else
   echo "ok: SIGKILL of shard 1 after step 150: the launcher failed naming it (exit $rc)"
 fi
 ls "$WORK/ckpt" > "$WORK/steps.txt"
+
+# 1b. A fresh start (no --resume) into that folder would delete the killed
+# run's checkpoints with its first one: refused (exit 2) before anything
+# starts, naming the folder and the steps; the files stay. A shard started
+# by hand (as systemd restarts one after its coordinator forgot the job)
+# refuses the same way.
+rc=0; "$GS" launch "$WORK/cluster.json" > "$WORK/fresh.log" 2>&1 || rc=$?
+if [ $rc -ne 2 ] || ! grep -q "holds checkpoints of a run that is not being resumed" "$WORK/fresh.log"; then
+  fail "a fresh launch into a folder with another run's checkpoints: exit $rc"; tail -3 "$WORK/fresh.log"
+elif ! diff -q <(ls "$WORK/ckpt") "$WORK/steps.txt" > /dev/null; then
+  fail "the refused fresh launch changed the checkpoint folder: $(ls "$WORK/ckpt" | tr '\n' ' ')"
+else
+  "$BUILD/server/gridsync-coordinator" --config "$WORK/cluster.json" > "$WORK/fresh-coord.log" 2>&1 &
+  coord=$!
+  rc=0; timeout 60 "$BUILD/server/gridsync-ps" --shard 1 --config "$WORK/cluster.json" \
+    > "$WORK/fresh-ps.log" 2>&1 || rc=$?
+  kill -KILL $coord 2>/dev/null || true; wait $coord 2>/dev/null || true
+  if [ $rc -ne 2 ] || ! grep -q "shard 1: checkpoint.dir .* holds checkpoints" "$WORK/fresh-ps.log"; then
+    fail "a fresh shard into that folder: exit $rc"; tail -3 "$WORK/fresh-ps.log"
+  else
+    echo "ok: a fresh start into the killed run's folder is refused (launch and shard, exit 2), its checkpoints intact: $(grep -o 'shard-0 (step [0-9, ]*)' "$WORK/fresh.log")"
+  fi
+fi
 
 # 2. A checkpoint whose writing crashed: data half written, no manifests.
 mkdir -p "$WORK/ckpt/step-999"
@@ -190,9 +214,12 @@ fi
 # hybrid: both workers on one node, so the restarted worker is one of the
 # node's collective.
 hybrid_set=(--set distributed.gradient_sync=hybrid)
+# Each uninterrupted run starts afresh: its folder must hold no other run's.
+rm -rf "$WORK/ckpt-clean"
 "$GS" launch "$WORK/cluster.json" "${hybrid_set[@]}" --set checkpoint.dir="$WORK/ckpt-clean" \
   --rank0-arg=--dump-params --rank0-arg="$WORK/clean-hybrid.bin" > "$WORK/clean-hybrid.log" 2>&1 ||
   { fail "the uninterrupted hybrid run failed"; tail -20 "$WORK/clean-hybrid.log"; }
+rm -rf "$WORK/ckpt-clean"
 "$GS" launch "$WORK/cluster.json" "${hybrid_set[@]}" "${codec_set[@]}" \
   --set checkpoint.dir="$WORK/ckpt-clean" --rank0-arg=--dump-params \
   --rank0-arg="$WORK/clean-hybrid-codec.bin" > "$WORK/clean-hybrid-codec.log" 2>&1 ||

@@ -352,6 +352,22 @@ int RunLaunch(const LaunchOptions& options) {
     }
     std::printf("gridsync launch: resuming from the checkpoint of step %llu in %s\n",
                 static_cast<unsigned long long>(resume_step), config->checkpoint.dir.c_str());
+  } else if (config->checkpoint.every_steps > 0) {
+    // A fresh job here would delete another run's checkpoints (each shard
+    // refuses too; this says it once, before anything starts).
+    std::vector<std::string> parts;
+    for (size_t s = 0; s < layout.shards.size(); ++s) {
+      if (here(layout.shards[s].node)) parts.push_back(ShardPart(static_cast<uint32_t>(s)));
+    }
+    for (int n = 0; n < static_cast<int>(layout.nodes.size()); ++n) {
+      if (!here(n)) continue;
+      for (int local = 0; local < layout.nodes[static_cast<size_t>(n)].workers; ++local)
+        parts.push_back("worker-" + std::to_string(layout.FirstRank(n) + local));
+    }
+    if (const Status fresh = CheckFreshStart(config->checkpoint.dir, parts); !fresh.ok()) {
+      std::fprintf(stderr, "gridsync launch: %s\n", fresh.message().c_str());
+      return kConfigErrorExitCode;
+    }
   }
   const auto& d = config->distributed;
   Env base = {{"GRIDSYNC_WORLD_SIZE", std::to_string(d.world_size)},
