@@ -176,32 +176,36 @@ uint64_t LatestCompleteStep(const std::string& dir, const std::vector<std::strin
   return best;
 }
 
-Status CheckFreshStart(const std::string& dir, const std::vector<std::string>& parts) {
-  std::vector<std::string> held, holders;
+Status CheckFreshStart(const std::string& dir, const std::vector<std::string>& parts,
+                       const std::vector<std::string>& job_parts) {
+  std::vector<std::string> held;
   for (const std::string& part : parts) {
     const std::vector<uint64_t> steps = HeldSteps(dir, part);
     if (steps.empty()) continue;
     std::string list;
     for (uint64_t s : steps) list += (list.empty() ? "" : ", ") + std::to_string(s);
     held.push_back(part + " (step " + list + ")");
-    holders.push_back(part);
   }
   if (held.empty()) return Status::OK();
   std::string names;
   for (const std::string& h : held) names += (names.empty() ? "" : ", ") + h;
-  // The newest step every part that holds files holds: what a resume of
-  // these parts would start from.
-  const uint64_t complete = LatestCompleteStep(dir, holders);
+  // What a resume would start from: the newest step every part of the job
+  // holds here (parts on other machines keep theirs in their own folders).
+  const uint64_t complete = LatestCompleteStep(dir, job_parts);
+  const std::string resume =
+      complete > 0 ? fmt::format(
+                         "resume it from step {}, the newest step every part of the job holds here "
+                         "(gridsync launch --resume; for the units --resume-step {} for "
+                         "gridsync-ps and --start-step {} for gridsync-worker), or ",
+                         complete, complete, complete)
+                   : std::string(
+                         "no step here holds every part of the job, so no resume from this folder "
+                         "alone; ");
   return Status::InvalidArgument(fmt::format(
-      "checkpoint.dir {} holds checkpoints of a run that is not being resumed: {}{}; a fresh start "
-      "would delete them with its first checkpoint. Allowed: resume that run (gridsync launch "
-      "--resume{}), or move the folder away or set checkpoint.dir elsewhere to start afresh",
-      dir, names,
-      complete > 0 ? fmt::format("; the newest step they all hold is {}", complete) : std::string(),
-      complete > 0 ? fmt::format(", or --resume-step {} for gridsync-ps and --start-step {} for "
-                                 "gridsync-worker",
-                                 complete, complete)
-                   : std::string()));
+      "checkpoint.dir {} holds checkpoints this job did not write: {}; starting afresh would "
+      "delete them with its first checkpoint. Allowed: {}move the folder away or set "
+      "checkpoint.dir elsewhere to start afresh",
+      dir, names, resume));
 }
 
 }  // namespace gridsync

@@ -54,8 +54,10 @@ uint64_t LatestCompleteStep(const std::string& dir, const std::vector<std::strin
 // so a run that was not resumed would lose the checkpoints another run left
 // there (a restart without --resume, a shard restarted by systemd after its
 // coordinator restarted and forgot the job). InvalidArgument naming the
-// folder, the parts' steps and the ways on (resume, or move the folder)
-// when any part holds a step; OK otherwise.
-Status CheckFreshStart(const std::string& dir, const std::vector<std::string>& parts);
+// folder, the parts' steps and the ways on when any part holds a step; OK
+// otherwise. `job_parts` (every part of the job, CheckpointParts) decide
+// which step a resume would start from, as `gridsync launch --resume` does.
+Status CheckFreshStart(const std::string& dir, const std::vector<std::string>& parts,
+                       const std::vector<std::string>& job_parts);
 
 }  // namespace gridsync

@@ -50,6 +50,14 @@ Result<std::vector<uint64_t>> ParseHeldSteps(std::string_view text, const std::s
   return steps;
 }
 
+Result<bool> CoordinatorKnowsCheckpoints(Store& store, uint64_t job, const std::string& part) {
+  if (job >= 2) return true;
+  auto listed = store.Get({CheckpointKey(job, part)}, std::chrono::milliseconds(0));
+  if (listed.ok()) return !(*listed)[0].empty();
+  if (listed.status().code() == StatusCode::kNotFound) return false;
+  return listed.status();
+}
+
 Result<uint64_t> NewestCommonStep(Store& store, uint64_t job,
                                   const std::vector<std::string>& parts) {
   std::vector<std::string> keys;

@@ -62,6 +62,17 @@ Result<uint64_t> NewestCommonStep(Store& store, uint64_t job,
 // when the workers hold training state (RunSpec::sync.worker_state).
 std::vector<std::string> CheckpointParts(uint32_t shards, uint32_t workers_with_state);
 
+// Whether a process that is neither resuming nor rejoining job `job` may
+// start afresh over the checkpoints `part` holds in its folder: yes when the
+// coordinator knows them, because it served an earlier job (job >= 2: the
+// files are that job's, which the next one replaces, as long-running shards
+// always did) or its store lists the part's steps for this job (the files
+// are this job's: the process restarted before a step every part holds; the
+// coordinator refuses its registration and a later retry rejoins). No when
+// it knows neither: it started after them (it restarted and forgot the run
+// they belong to), and a fresh start would delete that run's checkpoints.
+Result<bool> CoordinatorKnowsCheckpoints(Store& store, uint64_t job, const std::string& part);
+
 // The step a process restarted during job `job` rejoins it from: the newest
 // step every part holds, which its own part (`own_part`, unless empty: a
 // process with nothing on disk) must hold in `dir`; 0 when there is none.

@@ -25,6 +25,10 @@
 namespace gridsync {
 
 inline constexpr int kConfigErrorExitCode = 2;
+// A process refused to start a job afresh over checkpoints another run left
+// (CheckFreshStart): nothing a restart mends, and distinct from exit 2 so
+// that the units can refuse to restart on it alone (RestartPreventExitStatus).
+inline constexpr int kCheckpointsHeldExitCode = 3;
 
 // The image every demo and benchmark fits unless task.image says otherwise:
 // a public-domain photo shipped by Debian's python-matplotlib-data (512x600).

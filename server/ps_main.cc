@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/checkpoint_files.h"
+#include "common/checkpoint_registry.h"
 #include "common/cli_parse.h"
 #include "common/config.h"
 #include "common/coordinator_client.h"
@@ -163,14 +164,30 @@ int main(int argc, char** argv) {
       spdlog::info("the job is training: rejoining it from the checkpoint of step {}", rejoin_step);
     }
   }
-  // Neither resuming nor rejoining: a fresh job, which must not delete the
-  // checkpoints another run left in the folder.
-  if (options.resume_step == 0 && config->checkpoint.every_steps > 0) {
-    const auto fresh = gridsync::CheckFreshStart(
-        config->checkpoint.dir, {gridsync::ShardPart(static_cast<uint32_t>(shard))});
+  // Neither resuming nor rejoining: a fresh start, which must not delete
+  // checkpoints of a run the coordinator does not know (it restarted).
+  const std::string part = gridsync::ShardPart(static_cast<uint32_t>(shard));
+  if (options.resume_step == 0 && config->checkpoint.every_steps > 0 &&
+      !gridsync::HeldSteps(config->checkpoint.dir, part).empty()) {
+    auto map = (*client)->GetMap(/*wait_complete=*/false, std::chrono::milliseconds(0));
+    auto known = map.ok() ? gridsync::CoordinatorKnowsCheckpoints(registry, map->job, part)
+                          : gridsync::Result<bool>(map.status());
+    if (!known.ok()) {
+      spdlog::error("shard {}: {}", shard, known.status().ToString());
+      return 1;
+    }
+    const auto fresh = *known ? gridsync::Status::OK()
+                              : gridsync::CheckFreshStart(
+                                    config->checkpoint.dir, {part},
+                                    gridsync::CheckpointParts(
+                                        static_cast<uint32_t>(config->ps.shards),
+                                        spec->sync.worker_state
+                                            ? static_cast<uint32_t>(config->distributed.world_size)
+                                            : 0));
     if (!fresh.ok()) {
-      spdlog::error("shard {}: {}", shard, fresh.message());
-      return gridsync::kConfigErrorExitCode;
+      spdlog::error("shard {}: the coordinator at {}:{} knows no job of these checkpoints: {}",
+                    shard, d.master_addr, d.master_port, fresh.message());
+      return gridsync::kCheckpointsHeldExitCode;
     }
   }
   options.join_first = true;  // serves once registered (JoinAsShard)

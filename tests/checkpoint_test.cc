@@ -189,26 +189,46 @@ TEST(CheckpointTest, AFreshStartNeverDeletesAnotherRunsCheckpoints) {
   const std::string dir =
       (fs::temp_directory_path() / ("gridsync-fresh-" + std::to_string(::getpid()))).string();
   fs::remove_all(dir);
-  EXPECT_TRUE(CheckFreshStart(dir, {"shard-0", "worker-0"}).ok()) << "no folder yet";
+  const std::vector<std::string> job = {"shard-0", "shard-1"};
+  EXPECT_TRUE(CheckFreshStart(dir, {"shard-0", "worker-0"}, job).ok()) << "no folder yet";
   const nlohmann::json shape = {{"test", 1}};
   for (uint64_t step : {50, 100}) {
     for (const char* part : {"shard-0", "shard-1"})
       ASSERT_TRUE(WriteCheckpointPart(dir, step, part, "x", shape).ok());
   }
   ASSERT_TRUE(WriteCheckpointPart(dir, 150, "shard-1", "x", shape).ok());  // shard 0 died first
-  EXPECT_TRUE(CheckFreshStart(dir, {"shard-2", "worker-0"}).ok()) << "parts with no files there";
-  const Status refused = CheckFreshStart(dir, {"shard-0", "shard-1", "worker-0"});
+  EXPECT_TRUE(CheckFreshStart(dir, {"shard-2", "worker-0"}, job).ok())
+      << "parts with no files there";
+  const Status refused = CheckFreshStart(dir, {"shard-0", "shard-1", "worker-0"}, job);
   EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
   for (const char* want :
        {"checkpoint.dir", "shard-0 (step 50, 100)", "shard-1 (step 100, 150)",
-        "the newest step they all hold is 100", "--resume-step 100", "move the folder away"}) {
+        "resume it from step 100", "--resume-step 100", "move the folder away"}) {
     EXPECT_NE(refused.message().find(want), std::string::npos)
         << want << " in: " << refused.message();
   }
+  // No step every part of the job holds here: no resume offered.
+  const Status partial = CheckFreshStart(dir, {"shard-0"}, {"shard-0", "shard-1", "worker-0"});
+  EXPECT_NE(partial.message().find("no resume from this folder alone"), std::string::npos)
+      << partial.message();
   // Refusing touched nothing.
   EXPECT_EQ(HeldSteps(dir, "shard-0"), (std::vector<uint64_t>{50, 100}));
   EXPECT_EQ(HeldSteps(dir, "shard-1"), (std::vector<uint64_t>{100, 150}));
   fs::remove_all(dir);
+}
+
+// Which checkpoints the coordinator knows: a store with no key for the part
+// in job 1 (a coordinator that restarted) knows none; a part that published
+// its steps in job 1, or any job from 2 on, is known.
+TEST(CheckpointRegistryTest, TheCoordinatorKnowsTheCheckpointsOfItsJobs) {
+  HashStore store;
+  EXPECT_FALSE(*CoordinatorKnowsCheckpoints(store, 1, "shard-0"));
+  EXPECT_TRUE(*CoordinatorKnowsCheckpoints(store, 2, "shard-0"));
+  ASSERT_TRUE(store.Set(CheckpointKey(1, "shard-1"), "50").ok());
+  EXPECT_TRUE(*CoordinatorKnowsCheckpoints(store, 1, "shard-1"));
+  EXPECT_FALSE(*CoordinatorKnowsCheckpoints(store, 1, "shard-0"));
+  ASSERT_TRUE(store.Set(CheckpointKey(1, "shard-0"), "").ok());  // published, none left
+  EXPECT_FALSE(*CoordinatorKnowsCheckpoints(store, 1, "shard-0"));
 }
 
 TEST(CheckpointTest, RefusedWhereNoStepIsOneStateOfTheJob) {

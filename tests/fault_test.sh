@@ -79,14 +79,15 @@ fi
 ls "$WORK/ckpt" > "$WORK/steps.txt"
 
 # 1b. A fresh start (no --resume) into that folder would delete the killed
-# run's checkpoints with its first one: refused (exit 2) before anything
+# run's checkpoints with its first one: refused (exit 3) before anything
 # starts, naming the folder and the steps; the files stay. A shard started
-# by hand (as systemd restarts one after its coordinator forgot the job)
-# refuses the same way.
+# by hand against a new coordinator (as systemd restarts one after its
+# coordinator restarted and forgot the job) refuses the same way.
+find "$WORK/ckpt" -type f | sort > "$WORK/files.txt"
 rc=0; "$GS" launch "$WORK/cluster.json" > "$WORK/fresh.log" 2>&1 || rc=$?
-if [ $rc -ne 2 ] || ! grep -q "holds checkpoints of a run that is not being resumed" "$WORK/fresh.log"; then
+if [ $rc -ne 3 ] || ! grep -q "holds checkpoints this job did not write" "$WORK/fresh.log"; then
   fail "a fresh launch into a folder with another run's checkpoints: exit $rc"; tail -3 "$WORK/fresh.log"
-elif ! diff -q <(ls "$WORK/ckpt") "$WORK/steps.txt" > /dev/null; then
+elif ! diff -q <(find "$WORK/ckpt" -type f | sort) "$WORK/files.txt" > /dev/null; then
   fail "the refused fresh launch changed the checkpoint folder: $(ls "$WORK/ckpt" | tr '\n' ' ')"
 else
   "$BUILD/server/gridsync-coordinator" --config "$WORK/cluster.json" > "$WORK/fresh-coord.log" 2>&1 &
@@ -94,10 +95,12 @@ else
   rc=0; timeout 60 "$BUILD/server/gridsync-ps" --shard 1 --config "$WORK/cluster.json" \
     > "$WORK/fresh-ps.log" 2>&1 || rc=$?
   kill -KILL $coord 2>/dev/null || true; wait $coord 2>/dev/null || true
-  if [ $rc -ne 2 ] || ! grep -q "shard 1: checkpoint.dir .* holds checkpoints" "$WORK/fresh-ps.log"; then
+  if [ $rc -ne 3 ] || ! grep -q "shard 1: the coordinator at .* knows no job of these checkpoints" "$WORK/fresh-ps.log"; then
     fail "a fresh shard into that folder: exit $rc"; tail -3 "$WORK/fresh-ps.log"
+  elif ! diff -q <(find "$WORK/ckpt" -type f | sort) "$WORK/files.txt" > /dev/null; then
+    fail "the refused fresh shard changed the checkpoint folder"
   else
-    echo "ok: a fresh start into the killed run's folder is refused (launch and shard, exit 2), its checkpoints intact: $(grep -o 'shard-0 (step [0-9, ]*)' "$WORK/fresh.log")"
+    echo "ok: a fresh start into the killed run's folder is refused (launch and shard, exit 3), its checkpoints intact: $(grep -o 'shard-0 (step [0-9, ]*)' "$WORK/fresh.log")"
   fi
 fi
 

@@ -354,19 +354,29 @@ int RunLaunch(const LaunchOptions& options) {
                 static_cast<unsigned long long>(resume_step), config->checkpoint.dir.c_str());
   } else if (config->checkpoint.every_steps > 0) {
     // A fresh job here would delete another run's checkpoints (each shard
-    // refuses too; this says it once, before anything starts).
+    // refuses too; this says it once, before anything starts). The parts are
+    // the ones --resume would need, those of this machine.
+    auto spec = RunSpec::Resolve(*config);
+    if (!spec.ok()) {
+      std::fprintf(stderr, "gridsync launch: %s\n", spec.status().message().c_str());
+      return kConfigErrorExitCode;
+    }
+    const std::vector<std::string> job_parts = CheckpointParts(
+        static_cast<uint32_t>(layout.shards.size()),
+        spec->sync.worker_state ? static_cast<uint32_t>(config->distributed.world_size) : 0);
     std::vector<std::string> parts;
     for (size_t s = 0; s < layout.shards.size(); ++s) {
       if (here(layout.shards[s].node)) parts.push_back(ShardPart(static_cast<uint32_t>(s)));
     }
-    for (int n = 0; n < static_cast<int>(layout.nodes.size()); ++n) {
+    for (int n = 0; spec->sync.worker_state && n < static_cast<int>(layout.nodes.size()); ++n) {
       if (!here(n)) continue;
       for (int local = 0; local < layout.nodes[static_cast<size_t>(n)].workers; ++local)
         parts.push_back("worker-" + std::to_string(layout.FirstRank(n) + local));
     }
-    if (const Status fresh = CheckFreshStart(config->checkpoint.dir, parts); !fresh.ok()) {
+    if (const Status fresh = CheckFreshStart(config->checkpoint.dir, parts, job_parts);
+        !fresh.ok()) {
       std::fprintf(stderr, "gridsync launch: %s\n", fresh.message().c_str());
-      return kConfigErrorExitCode;
+      return kCheckpointsHeldExitCode;
     }
   }
   const auto& d = config->distributed;

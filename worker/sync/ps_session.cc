@@ -103,6 +103,17 @@ Result<PsSession> JoinPsCluster(const RunSpec& spec, HashGridModel& model,
     GRIDSYNC_ASSIGN_OR_RETURN(info.rejoin_step,
                               RejoinStep(registry, now.job, parts, config.checkpoint.dir, own));
     session.rejoined_at = info.rejoin_step;
+    // Starting afresh: its first checkpoint must not delete the files of a
+    // run the coordinator does not know (common/checkpoint_files.h).
+    if (info.rejoin_step == 0 && !own.empty() && !HeldSteps(config.checkpoint.dir, own).empty()) {
+      GRIDSYNC_ASSIGN_OR_RETURN(const bool known,
+                                CoordinatorKnowsCheckpoints(registry, now.job, own));
+      if (!known) {
+        GRIDSYNC_RETURN_IF_ERROR(
+            CheckFreshStart(config.checkpoint.dir, {own}, parts)
+                .WithContext(own + ": the coordinator knows no job of these checkpoints"));
+      }
+    }
   }
   GRIDSYNC_ASSIGN_OR_RETURN(
       auto registration, session.rejoined_at > 0 ? session.coordinator->RegisterAgain(info, timeout)
