@@ -25,6 +25,7 @@
 
 #include "common/check.h"
 #include "common/wire/gridsync.capnp.h"
+#include "common/wire/row_ids.h"
 
 namespace gridsync::wire {
 
@@ -91,70 +92,6 @@ zmq::message_t FrameFromHeader(capnp::MallocMessageBuilder& builder) {
       bytes.begin(), bytes.size(),
       [](void*, void* hint) { delete static_cast<kj::Array<capnp::word>*>(hint); }, holder.get());
   holder.release();
-  return frame;
-}
-
-// ---- deltaVarint row ids (layout in message.h and gridsync.capnp) ----
-
-constexpr size_t kNotAscending = std::numeric_limits<size_t>::max();
-
-// Bytes of `v` as an unsigned LEB128 varint. Branch-free, so that the sizing
-// pass over a million-row block vectorises.
-inline size_t VarintBytes(uint32_t v) {
-  return 1 + size_t{v >= (1u << 7)} + size_t{v >= (1u << 14)} + size_t{v >= (1u << 21)} +
-         size_t{v >= (1u << 28)};
-}
-
-// The exact deltaVarint size of `rows`, or kNotAscending when they are not
-// strictly ascending (the gaps would wrap; such a block goes raw, so that the
-// receiver's order check names the caller's mistake).
-size_t DeltaVarintBytes(const std::vector<uint32_t>& rows) {
-  if (rows.empty()) return 0;
-  size_t bytes = VarintBytes(rows[0]);
-  uint32_t bad = 0;
-  for (size_t i = 1; i < rows.size(); ++i) {
-    bad |= static_cast<uint32_t>(rows[i] <= rows[i - 1]);
-    bytes += VarintBytes(rows[i] - rows[i - 1] - 1);
-  }
-  return bad == 0 ? bytes : kNotAscending;
-}
-
-inline uint8_t* PutVarint(uint32_t v, uint8_t* out) {
-  while (v >= 0x80) {
-    *out++ = static_cast<uint8_t>(v | 0x80);
-    v >>= 7;
-  }
-  *out++ = static_cast<uint8_t>(v);
-  return out;
-}
-
-// `bytes` is DeltaVarintBytes(rows): one exact allocation, no growth.
-std::vector<uint8_t> EncodeDeltaVarint(const std::vector<uint32_t>& rows, size_t bytes) {
-  std::vector<uint8_t> frame(bytes);
-  if (rows.empty()) return frame;
-  uint8_t* out = PutVarint(rows[0], frame.data());
-  const uint32_t* r = rows.data();
-  const size_t n = rows.size();
-  size_t i = 1;
-  // Eight gaps of one byte each at a time (a batch's rows are mostly
-  // close): one test for all eight, which the compiler vectorises. The rows
-  // are strictly ascending (DeltaVarintBytes checked), so no gap wraps.
-  for (; i + 8 <= n; i += 8) {
-    uint32_t gap[8];
-    uint32_t wide = 0;
-    for (int k = 0; k < 8; ++k) {
-      gap[k] = r[i + k] - r[i + k - 1] - 1;
-      wide |= gap[k];
-    }
-    if (wide < 0x80) {
-      for (int k = 0; k < 8; ++k) out[k] = static_cast<uint8_t>(gap[k]);
-      out += 8;
-    } else {
-      for (int k = 0; k < 8; ++k) out = PutVarint(gap[k], out);
-    }
-  }
-  for (; i < n; ++i) out = PutVarint(r[i] - r[i - 1] - 1, out);
-  GRIDSYNC_CHECK_EQ(static_cast<size_t>(out - frame.data()), bytes);
   return frame;
 }
 

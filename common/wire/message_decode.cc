@@ -19,6 +19,7 @@
 
 #include "common/wire/gridsync.capnp.h"
 #include "common/wire/message.h"
+#include "common/wire/row_ids.h"
 
 namespace gridsync::wire {
 namespace {
@@ -187,109 +188,6 @@ const uint32_t* AlignedWords(const zmq::message_t& frame, Message& message) {
   auto& copy = message.owned.emplace_back(frame.size() / sizeof(uint32_t));
   std::memcpy(copy.data(), frame.data(), frame.size());
   return copy.data();
-}
-
-// Expands a deltaVarint row-id frame into `message.owned` and points `rows`
-// at it. Checks the bytes (varint length, 32-bit overflow, truncation, the
-// exact count); range and order are checked by the caller, as for raw ids.
-Status DecodeDeltaVarint(const zmq::message_t& frame, uint32_t row_count, size_t f, size_t block,
-                         uint32_t table, Message& message, std::span<const uint32_t>& rows) {
-  const auto* bytes = static_cast<const uint8_t*>(frame.data());
-  const size_t size = frame.size();
-  auto name = [&] { return FrameName(f, "row ids", block, table); };
-  // Every varint takes at least one byte. Refusing a short frame up front
-  // also bounds the allocation below by 4x the bytes actually received.
-  if (size < row_count) {
-    return Status::Corruption(fmt::format(
-        "{}: deltaVarint, {} bytes hold fewer varints than rowCount {}; allowed: 1 to {} bytes "
-        "per row id ({} to {} bytes)",
-        name(), size, row_count, kMaxVarintBytes, row_count,
-        uint64_t{row_count} * kMaxVarintBytes));
-  }
-  std::vector<uint32_t>& ids = message.owned.emplace_back(row_count);
-  size_t pos = 0;
-  uint64_t row = 0;
-  for (uint32_t r = 0; r < row_count; ++r) {
-    // Eight one-byte varints at once (a batch's rows are mostly close): no
-    // continuation bit among the next 8 bytes, and the last of the 8 rows,
-    // the largest, within 32 bits. Same ids as the byte loops below.
-    while (r > 0 && row_count - r >= 8 && size - pos >= 8) {  // no wrap-around
-      uint64_t word;
-      std::memcpy(&word, bytes + pos, sizeof(word));
-      if ((word & 0x8080808080808080ull) != 0) break;
-      uint64_t next = row;
-      for (int k = 0; k < 8; ++k) {
-        next += 1 + bytes[pos + k];
-        ids[r + k] = static_cast<uint32_t>(next);
-      }
-      if (next > std::numeric_limits<uint32_t>::max()) break;  // the byte loops name it
-      row = next;
-      r += 8;
-      pos += 8;
-    }
-    if (r == row_count) break;
-    const size_t start = pos;
-    uint32_t v = 0;
-    // Most gaps between a batch's rows fit one byte: take it without the
-    // general loop's checks, which a one-byte varint cannot fail.
-    if (pos < size && bytes[pos] < 0x80) {
-      v = bytes[pos++];
-      const uint64_t next = r == 0 ? uint64_t{v} : row + 1 + v;
-      if (next <= std::numeric_limits<uint32_t>::max()) {
-        row = next;
-        ids[r] = static_cast<uint32_t>(row);
-        continue;
-      }
-      pos = start;  // the general path below names the overflow
-      v = 0;
-    }
-    for (unsigned shift = 0;; shift += 7) {
-      if (pos == size) {
-        if (shift == 0) {
-          return Status::Corruption(fmt::format(
-              "{}: deltaVarint, fewer varints than rowCount: the frame ends after {} of {}; "
-              "allowed: exactly rowCount varints",
-              name(), r, row_count));
-        }
-        return Status::Corruption(fmt::format(
-            "{}: deltaVarint, varint {} at byte {} truncated: the frame ends after {} byte(s) with "
-            "the continuation bit set; allowed: a last byte below 0x80",
-            name(), r, start, pos - start));
-      }
-      const uint8_t byte = bytes[pos++];
-      if (shift == 7 * (kMaxVarintBytes - 1) && byte > 0x0f) {
-        if ((byte & 0x80) != 0) {
-          return Status::Corruption(fmt::format(
-              "{}: deltaVarint, varint {} at byte {} longer than {} bytes; allowed: at most {} "
-              "bytes (32 bits)",
-              name(), r, start, kMaxVarintBytes, kMaxVarintBytes));
-        }
-        return Status::Corruption(fmt::format(
-            "{}: deltaVarint, varint {} at byte {} overflows 32 bits (fifth byte 0x{:02x}); "
-            "allowed: a fifth byte of at most 0x0f",
-            name(), r, start, unsigned{byte}));
-      }
-      v |= static_cast<uint32_t>(byte & 0x7f) << shift;
-      if ((byte & 0x80) == 0) break;
-    }
-    const uint64_t next = r == 0 ? uint64_t{v} : row + 1 + v;
-    if (next > std::numeric_limits<uint32_t>::max()) {
-      return Status::InvalidArgument(fmt::format(
-          "{}: deltaVarint, row at index {} overflows 32 bits: row {} + 1 + varint {} = {}; "
-          "allowed: row ids up to {}",
-          name(), r, row, v, next, std::numeric_limits<uint32_t>::max()));
-    }
-    row = next;
-    ids[r] = static_cast<uint32_t>(row);
-  }
-  if (pos != size) {
-    return Status::Corruption(fmt::format(
-        "{}: deltaVarint, {} trailing bytes after rowCount {} varints ({} bytes); allowed: "
-        "exactly rowCount varints and nothing else",
-        name(), size - pos, row_count, pos));
-  }
-  rows = std::span<const uint32_t>(ids.data(), ids.size());
-  return Status::OK();
 }
 
 constexpr size_t kAllFinite = std::numeric_limits<size_t>::max();
@@ -499,8 +397,11 @@ Result<Message> Decode(const std::vector<zmq::message_t>& frames,
       const zmq::message_t& frame = frames[f];
       block.row_encoding = static_cast<RowEncoding>(b.row_encoding);
       if (block.row_encoding == RowEncoding::kDeltaVarint) {
-        GRIDSYNC_RETURN_IF_ERROR(
-            DecodeDeltaVarint(frame, b.row_count, f, i, b.table, message, block.rows));
+        std::vector<uint32_t>& ids = message.owned.emplace_back();
+        GRIDSYNC_RETURN_IF_ERROR(DecodeDeltaVarint(
+            static_cast<const uint8_t*>(frame.data()), frame.size(), b.row_count,
+            [&] { return FrameName(f, "row ids", i, b.table); }, &ids));
+        block.rows = std::span<const uint32_t>(ids.data(), ids.size());
       } else {
         const uint64_t expected = uint64_t{b.row_count} * sizeof(uint32_t);
         if (frame.size() != expected) {

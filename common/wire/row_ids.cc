@@ -1,0 +1,173 @@
+#include "common/wire/row_ids.h"
+
+#include <spdlog/fmt/fmt.h>
+
+#include <cstring>
+
+#include "common/check.h"
+#include "common/wire/message.h"  // kMaxVarintBytes
+
+namespace gridsync::wire {
+
+namespace {
+
+// Bytes of `v` as an unsigned LEB128 varint. Branch-free, so that the sizing
+// pass over a million-row block vectorises.
+inline size_t VarintBytes(uint32_t v) {
+  return 1 + size_t{v >= (1u << 7)} + size_t{v >= (1u << 14)} + size_t{v >= (1u << 21)} +
+         size_t{v >= (1u << 28)};
+}
+
+}  // namespace
+
+size_t DeltaVarintBytes(const std::vector<uint32_t>& rows) {
+  if (rows.empty()) return 0;
+  size_t bytes = VarintBytes(rows[0]);
+  uint32_t bad = 0;
+  for (size_t i = 1; i < rows.size(); ++i) {
+    bad |= static_cast<uint32_t>(rows[i] <= rows[i - 1]);
+    bytes += VarintBytes(rows[i] - rows[i - 1] - 1);
+  }
+  return bad == 0 ? bytes : kNotAscending;
+}
+
+namespace {
+
+inline uint8_t* PutVarint(uint32_t v, uint8_t* out) {
+  while (v >= 0x80) {
+    *out++ = static_cast<uint8_t>(v | 0x80);
+    v >>= 7;
+  }
+  *out++ = static_cast<uint8_t>(v);
+  return out;
+}
+
+}  // namespace
+
+std::vector<uint8_t> EncodeDeltaVarint(const std::vector<uint32_t>& rows, size_t bytes) {
+  std::vector<uint8_t> frame(bytes);
+  if (rows.empty()) return frame;
+  uint8_t* out = PutVarint(rows[0], frame.data());
+  const uint32_t* r = rows.data();
+  const size_t n = rows.size();
+  size_t i = 1;
+  // Eight gaps of one byte each at a time (a batch's rows are mostly
+  // close): one test for all eight, which the compiler vectorises. The rows
+  // are strictly ascending (DeltaVarintBytes checked), so no gap wraps.
+  for (; i + 8 <= n; i += 8) {
+    uint32_t gap[8];
+    uint32_t wide = 0;
+    for (int k = 0; k < 8; ++k) {
+      gap[k] = r[i + k] - r[i + k - 1] - 1;
+      wide |= gap[k];
+    }
+    if (wide < 0x80) {
+      for (int k = 0; k < 8; ++k) out[k] = static_cast<uint8_t>(gap[k]);
+      out += 8;
+    } else {
+      for (int k = 0; k < 8; ++k) out = PutVarint(gap[k], out);
+    }
+  }
+  for (; i < n; ++i) out = PutVarint(r[i] - r[i - 1] - 1, out);
+  GRIDSYNC_CHECK_EQ(static_cast<size_t>(out - frame.data()), bytes);
+  return frame;
+}
+
+Status DecodeDeltaVarint(const uint8_t* bytes, size_t size, uint32_t row_count,
+                         const std::function<std::string()>& name, std::vector<uint32_t>* out) {
+  // Every varint takes at least one byte. Refusing a short frame up front
+  // also bounds the allocation below by 4x the bytes actually received.
+  if (size < row_count) {
+    return Status::Corruption(fmt::format(
+        "{}: deltaVarint, {} bytes hold fewer varints than rowCount {}; allowed: 1 to {} bytes "
+        "per row id ({} to {} bytes)",
+        name(), size, row_count, kMaxVarintBytes, row_count,
+        uint64_t{row_count} * kMaxVarintBytes));
+  }
+  std::vector<uint32_t>& ids = *out;
+  ids.assign(row_count, 0);
+  size_t pos = 0;
+  uint64_t row = 0;
+  for (uint32_t r = 0; r < row_count; ++r) {
+    // Eight one-byte varints at once (a batch's rows are mostly close): no
+    // continuation bit among the next 8 bytes, and the last of the 8 rows,
+    // the largest, within 32 bits. Same ids as the byte loops below.
+    while (r > 0 && row_count - r >= 8 && size - pos >= 8) {  // no wrap-around
+      uint64_t word;
+      std::memcpy(&word, bytes + pos, sizeof(word));
+      if ((word & 0x8080808080808080ull) != 0) break;
+      uint64_t next = row;
+      for (int k = 0; k < 8; ++k) {
+        next += 1 + bytes[pos + k];
+        ids[r + k] = static_cast<uint32_t>(next);
+      }
+      if (next > std::numeric_limits<uint32_t>::max()) break;  // the byte loops name it
+      row = next;
+      r += 8;
+      pos += 8;
+    }
+    if (r == row_count) break;
+    const size_t start = pos;
+    uint32_t v = 0;
+    // Most gaps between a batch's rows fit one byte: take it without the
+    // general loop's checks, which a one-byte varint cannot fail.
+    if (pos < size && bytes[pos] < 0x80) {
+      v = bytes[pos++];
+      const uint64_t next = r == 0 ? uint64_t{v} : row + 1 + v;
+      if (next <= std::numeric_limits<uint32_t>::max()) {
+        row = next;
+        ids[r] = static_cast<uint32_t>(row);
+        continue;
+      }
+      pos = start;  // the general path below names the overflow
+      v = 0;
+    }
+    for (unsigned shift = 0;; shift += 7) {
+      if (pos == size) {
+        if (shift == 0) {
+          return Status::Corruption(fmt::format(
+              "{}: deltaVarint, fewer varints than rowCount: the frame ends after {} of {}; "
+              "allowed: exactly rowCount varints",
+              name(), r, row_count));
+        }
+        return Status::Corruption(fmt::format(
+            "{}: deltaVarint, varint {} at byte {} truncated: the frame ends after {} byte(s) with "
+            "the continuation bit set; allowed: a last byte below 0x80",
+            name(), r, start, pos - start));
+      }
+      const uint8_t byte = bytes[pos++];
+      if (shift == 7 * (kMaxVarintBytes - 1) && byte > 0x0f) {
+        if ((byte & 0x80) != 0) {
+          return Status::Corruption(fmt::format(
+              "{}: deltaVarint, varint {} at byte {} longer than {} bytes; allowed: at most {} "
+              "bytes (32 bits)",
+              name(), r, start, kMaxVarintBytes, kMaxVarintBytes));
+        }
+        return Status::Corruption(fmt::format(
+            "{}: deltaVarint, varint {} at byte {} overflows 32 bits (fifth byte 0x{:02x}); "
+            "allowed: a fifth byte of at most 0x0f",
+            name(), r, start, unsigned{byte}));
+      }
+      v |= static_cast<uint32_t>(byte & 0x7f) << shift;
+      if ((byte & 0x80) == 0) break;
+    }
+    const uint64_t next = r == 0 ? uint64_t{v} : row + 1 + v;
+    if (next > std::numeric_limits<uint32_t>::max()) {
+      return Status::InvalidArgument(fmt::format(
+          "{}: deltaVarint, row at index {} overflows 32 bits: row {} + 1 + varint {} = {}; "
+          "allowed: row ids up to {}",
+          name(), r, row, v, next, std::numeric_limits<uint32_t>::max()));
+    }
+    row = next;
+    ids[r] = static_cast<uint32_t>(row);
+  }
+  if (pos != size) {
+    return Status::Corruption(fmt::format(
+        "{}: deltaVarint, {} trailing bytes after rowCount {} varints ({} bytes); allowed: "
+        "exactly rowCount varints and nothing else",
+        name(), size - pos, row_count, pos));
+  }
+  return Status::OK();
+}
+
+}  // namespace gridsync::wire
