@@ -18,6 +18,15 @@ inline size_t VarintBytes(uint32_t v) {
          size_t{v >= (1u << 28)};
 }
 
+inline uint8_t* PutVarint(uint32_t v, uint8_t* out) {
+  while (v >= 0x80) {
+    *out++ = static_cast<uint8_t>(v | 0x80);
+    v >>= 7;
+  }
+  *out++ = static_cast<uint8_t>(v);
+  return out;
+}
+
 }  // namespace
 
 size_t DeltaVarintBytes(const std::vector<uint32_t>& rows) {
@@ -30,19 +39,6 @@ size_t DeltaVarintBytes(const std::vector<uint32_t>& rows) {
   }
   return bad == 0 ? bytes : kNotAscending;
 }
-
-namespace {
-
-inline uint8_t* PutVarint(uint32_t v, uint8_t* out) {
-  while (v >= 0x80) {
-    *out++ = static_cast<uint8_t>(v | 0x80);
-    v >>= 7;
-  }
-  *out++ = static_cast<uint8_t>(v);
-  return out;
-}
-
-}  // namespace
 
 std::vector<uint8_t> EncodeDeltaVarint(const std::vector<uint32_t>& rows, size_t bytes) {
   std::vector<uint8_t> frame(bytes);
