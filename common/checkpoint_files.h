@@ -50,7 +50,8 @@ void RemoveStepsAfter(const std::string& dir, const std::string& part, uint64_t 
 uint64_t LatestCompleteStep(const std::string& dir, const std::vector<std::string>& parts);
 
 // Whether `parts` may start a job afresh in `dir`: a fresh job's first
-// checkpoint removes every other step of each part (WriteCheckpointPart),
+// checkpoint removes each part's later steps and all but the newest earlier
+// one (WriteCheckpointPart),
 // so a run that was not resumed would lose the checkpoints another run left
 // there (a restart without --resume, a shard restarted by systemd after its
 // coordinator restarted and forgot the job). InvalidArgument naming the

@@ -58,6 +58,15 @@ Result<bool> CoordinatorKnowsCheckpoints(Store& store, uint64_t job, const std::
   return listed.status();
 }
 
+Status CheckFreshStartAgainst(Store& store, uint64_t job, const std::string& dir,
+                              const std::string& part, const std::vector<std::string>& job_parts) {
+  if (HeldSteps(dir, part).empty()) return Status::OK();
+  GRIDSYNC_ASSIGN_OR_RETURN(const bool known, CoordinatorKnowsCheckpoints(store, job, part));
+  if (known) return Status::OK();
+  return CheckFreshStart(dir, {part}, job_parts)
+      .WithContext(part + ": the coordinator knows no job of these checkpoints");
+}
+
 Result<uint64_t> NewestCommonStep(Store& store, uint64_t job,
                                   const std::vector<std::string>& parts) {
   std::vector<std::string> keys;

@@ -73,6 +73,15 @@ std::vector<std::string> CheckpointParts(uint32_t shards, uint32_t workers_with_
 // they belong to), and a fresh start would delete that run's checkpoints.
 Result<bool> CoordinatorKnowsCheckpoints(Store& store, uint64_t job, const std::string& part);
 
+// What a process starting job `job` afresh runs: OK when `part` holds no
+// checkpoint in `dir` or the coordinator knows them; else CheckFreshStart's
+// refusal (common/checkpoint_files.h; `job_parts`: CheckpointParts of the
+// job), prefixed with who refuses. One window is not covered: a part killed
+// between writing its first checkpoint of job 1 and publishing it holds
+// files the coordinator does not know, and is refused like a stranger's.
+Status CheckFreshStartAgainst(Store& store, uint64_t job, const std::string& dir,
+                              const std::string& part, const std::vector<std::string>& job_parts);
+
 // The step a process restarted during job `job` rejoins it from: the newest
 // step every part holds, which its own part (`own_part`, unless empty: a
 // process with nothing on disk) must hold in `dir`; 0 when there is none.

@@ -166,28 +166,24 @@ int main(int argc, char** argv) {
   }
   // Neither resuming nor rejoining: a fresh start, which must not delete
   // checkpoints of a run the coordinator does not know (it restarted).
-  const std::string part = gridsync::ShardPart(static_cast<uint32_t>(shard));
-  if (options.resume_step == 0 && config->checkpoint.every_steps > 0 &&
-      !gridsync::HeldSteps(config->checkpoint.dir, part).empty()) {
+  if (options.resume_step == 0 && config->checkpoint.every_steps > 0) {
     auto map = (*client)->GetMap(/*wait_complete=*/false, std::chrono::milliseconds(0));
-    auto known = map.ok() ? gridsync::CoordinatorKnowsCheckpoints(registry, map->job, part)
-                          : gridsync::Result<bool>(map.status());
-    if (!known.ok()) {
-      spdlog::error("shard {}: {}", shard, known.status().ToString());
-      return 1;
-    }
-    const auto fresh = *known ? gridsync::Status::OK()
-                              : gridsync::CheckFreshStart(
-                                    config->checkpoint.dir, {part},
-                                    gridsync::CheckpointParts(
-                                        static_cast<uint32_t>(config->ps.shards),
-                                        spec->sync.worker_state
-                                            ? static_cast<uint32_t>(config->distributed.world_size)
-                                            : 0));
+    const gridsync::Status fresh =
+        map.ok() ? gridsync::CheckFreshStartAgainst(
+                       registry, map->job, config->checkpoint.dir,
+                       gridsync::ShardPart(static_cast<uint32_t>(shard)),
+                       gridsync::CheckpointParts(
+                           static_cast<uint32_t>(config->ps.shards),
+                           spec->sync.worker_state
+                               ? static_cast<uint32_t>(config->distributed.world_size)
+                               : 0))
+                 : map.status();
     if (!fresh.ok()) {
-      spdlog::error("shard {}: the coordinator at {}:{} knows no job of these checkpoints: {}",
-                    shard, d.master_addr, d.master_port, fresh.message());
-      return gridsync::kCheckpointsHeldExitCode;
+      spdlog::error("shard {} (coordinator {}:{}): {}", shard, d.master_addr, d.master_port,
+                    fresh.message());
+      return fresh.code() == gridsync::StatusCode::kInvalidArgument
+                 ? gridsync::kCheckpointsHeldExitCode
+                 : 1;
     }
   }
   options.join_first = true;  // serves once registered (JoinAsShard)

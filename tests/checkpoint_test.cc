@@ -219,16 +219,40 @@ TEST(CheckpointTest, AFreshStartNeverDeletesAnotherRunsCheckpoints) {
 
 // Which checkpoints the coordinator knows: a store with no key for the part
 // in job 1 (a coordinator that restarted) knows none; a part that published
-// its steps in job 1, or any job from 2 on, is known.
+// its steps in job 1, or any job from 2 on, is known. A fresh start is
+// refused over files it does not know, and only those.
 TEST(CheckpointRegistryTest, TheCoordinatorKnowsTheCheckpointsOfItsJobs) {
   HashStore store;
-  EXPECT_FALSE(*CoordinatorKnowsCheckpoints(store, 1, "shard-0"));
-  EXPECT_TRUE(*CoordinatorKnowsCheckpoints(store, 2, "shard-0"));
+  auto knows = [&](uint64_t job, const char* part) {
+    auto known = CoordinatorKnowsCheckpoints(store, job, part);
+    EXPECT_TRUE(known.ok()) << known.status().ToString();
+    return known.ok() && *known;
+  };
+  EXPECT_FALSE(knows(1, "shard-0"));
+  EXPECT_TRUE(knows(2, "shard-0"));
   ASSERT_TRUE(store.Set(CheckpointKey(1, "shard-1"), "50").ok());
-  EXPECT_TRUE(*CoordinatorKnowsCheckpoints(store, 1, "shard-1"));
-  EXPECT_FALSE(*CoordinatorKnowsCheckpoints(store, 1, "shard-0"));
+  EXPECT_TRUE(knows(1, "shard-1"));
+  EXPECT_FALSE(knows(1, "shard-0"));
   ASSERT_TRUE(store.Set(CheckpointKey(1, "shard-0"), "").ok());  // published, none left
-  EXPECT_FALSE(*CoordinatorKnowsCheckpoints(store, 1, "shard-0"));
+  EXPECT_FALSE(knows(1, "shard-0"));
+
+  // What a shard or a worker holding state runs when it starts afresh.
+  const std::string dir =
+      (fs::temp_directory_path() / ("gridsync-against-" + std::to_string(::getpid()))).string();
+  fs::remove_all(dir);
+  const std::vector<std::string> job = {"shard-0", "worker-0"};
+  EXPECT_TRUE(CheckFreshStartAgainst(store, 1, dir, "worker-0", job).ok()) << "no files";
+  ASSERT_TRUE(WriteCheckpointPart(dir, 50, "worker-0", "x", {{"test", 1}}).ok());
+  const Status stranger = CheckFreshStartAgainst(store, 1, dir, "worker-0", job);
+  EXPECT_EQ(stranger.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(stranger.message().find("worker-0: the coordinator knows no job of these checkpoints"),
+            std::string::npos)
+      << stranger.message();
+  EXPECT_TRUE(CheckFreshStartAgainst(store, 2, dir, "worker-0", job).ok()) << "an earlier job's";
+  ASSERT_TRUE(store.Set(CheckpointKey(1, "worker-0"), "50").ok());
+  EXPECT_TRUE(CheckFreshStartAgainst(store, 1, dir, "worker-0", job).ok()) << "this job's";
+  EXPECT_EQ(HeldSteps(dir, "worker-0"), std::vector<uint64_t>{50});
+  fs::remove_all(dir);
 }
 
 TEST(CheckpointTest, RefusedWhereNoStepIsOneStateOfTheJob) {

@@ -95,7 +95,7 @@ else
   rc=0; timeout 60 "$BUILD/server/gridsync-ps" --shard 1 --config "$WORK/cluster.json" \
     > "$WORK/fresh-ps.log" 2>&1 || rc=$?
   kill -KILL $coord 2>/dev/null || true; wait $coord 2>/dev/null || true
-  if [ $rc -ne 3 ] || ! grep -q "shard 1: the coordinator at .* knows no job of these checkpoints" "$WORK/fresh-ps.log"; then
+  if [ $rc -ne 3 ] || ! grep -q "shard 1 (coordinator .*): shard-1: the coordinator knows no job of these checkpoints" "$WORK/fresh-ps.log"; then
     fail "a fresh shard into that folder: exit $rc"; tail -3 "$WORK/fresh-ps.log"
   elif ! diff -q <(find "$WORK/ckpt" -type f | sort) "$WORK/files.txt" > /dev/null; then
     fail "the refused fresh shard changed the checkpoint folder"

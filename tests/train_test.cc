@@ -98,11 +98,11 @@ TEST(TrainTest, ThreadCountDoesNotChangeAnyBit) {
   config.training.threads = 1;
   auto one = TrainImage(config, image, Quiet());
   config.training.threads = 3;
-  auto two = TrainImage(config, image, Quiet());
-  ASSERT_TRUE(one.ok() && two.ok());
-  EXPECT_EQ(one->model->grid_params(), two->model->grid_params());
+  auto three = TrainImage(config, image, Quiet());
+  ASSERT_TRUE(one.ok() && three.ok());
+  EXPECT_EQ(one->model->grid_params(), three->model->grid_params());
   for (size_t i = 0; i < one->model->mlp_weights().size(); ++i) {
-    EXPECT_EQ(one->model->mlp_weights()[i], two->model->mlp_weights()[i]) << "matrix " << i;
+    EXPECT_EQ(one->model->mlp_weights()[i], three->model->mlp_weights()[i]) << "matrix " << i;
   }
 }
 

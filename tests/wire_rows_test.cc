@@ -298,8 +298,8 @@ TEST(WireRowEncodingDecodeTest, GapOverflowing32Bits) {
 }
 
 TEST(WireRowEncodingDecodeTest, HandWrittenRunOfOneByteGaps) {
-  // 3, then gaps 1..9 (varints 0..8) and one of 128 (0x80 0x01): ten rows
-  // a fast path would take eight at a time.
+  // 3, then gaps 1..9 (varints 0..8) and one of 128 (varint 127, 0x7f):
+  // eleven one-byte varints, eight of which the decoder takes at once.
   const auto frames =
       DeltaRows(11, {0x03, 0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x7f});
   auto m = Decode(frames, Tables(), Limits{});
@@ -313,6 +313,11 @@ TEST(WireRowEncodingDecodeTest, MalformedAfterARunOfOneByteGaps) {
   const auto short_frames = DeltaRows(10, {0x00, 0x80, 0x01, 0, 0, 0, 0, 0, 0, 0});
   ExpectRefused(Decode(short_frames, Tables(), Limits{}), StatusCode::kCorruption,
                 {"fewer varints than rowCount", "ends after 9 of 10"});
+  // Eight one-byte varints taken at once, then a two-byte one, then one
+  // more, and the frame ends a varint short.
+  const auto after_run = DeltaRows(12, {0, 0, 0, 0, 0, 0, 0, 0, 0, 0x80, 0x01, 0});
+  ExpectRefused(Decode(after_run, Tables(), Limits{}), StatusCode::kCorruption,
+                {"fewer varints than rowCount", "ends after 11 of 12"});
   // Nine one-byte varints and a trailing byte.
   const auto trailing = DeltaRows(9, {0, 0, 0, 0, 0, 0, 0, 0, 0, 0});
   ExpectRefused(Decode(trailing, Tables(), Limits{}), StatusCode::kCorruption,

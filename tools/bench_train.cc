@@ -4,6 +4,7 @@
 // With --scaling the same training on several thread counts, alternated
 // over --repeats rounds in one process: throughput medians and speedups.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -59,7 +60,7 @@ Result<Config> TrainConfig(const TrainArgs& args, int threads) {
       {"training.steps", "--steps"},
       {"training.threads", "--threads or --scaling"},
       {"training.device", "--device"},
-      {"training.log_every", "nothing: the bench trains quietly"}};
+      {"training.log_every", "no flag: the bench trains quietly"}};
   for (const std::string& o : args.overrides) {
     const std::string key = o.substr(0, o.find('='));
     for (const auto& [name, flag] : owned) {
@@ -128,7 +129,9 @@ int RunScaling(const TrainArgs& args) {
       this_round[i] = run->samples_per_second;
       rates[i].push_back(run->samples_per_second);
       if (round == 0) psnr[i] = run->psnr;
-      if (run->psnr != psnr[i] || run->psnr != psnr[0]) {
+      // Bit for bit (a diverged run's NaN equals itself here).
+      const auto bits = [](double x) { return std::bit_cast<uint64_t>(x); };
+      if (bits(run->psnr) != bits(psnr[i]) || bits(run->psnr) != bits(psnr[0])) {
         std::fprintf(stderr,
                      "the runs differ: %d thread(s) ended at %.6f dB, %d thread(s) at %.6f dB; "
                      "results must not depend on the thread count\n",

@@ -282,20 +282,20 @@ constexpr size_t kPullPrefetch = 16;
 // holds columns col_begin.. of each row). With a replica (delta pulls) the
 // values are a delta against it when `encoded`, else the whole values, and
 // the replica's row is what lands in the table.
-void CopyPulledRows(const wire::OutBlock& want, uint32_t width, const float* values, bool encoded,
-                    float* replica, float* dest) {
+void CopyPulledRows(const wire::OutBlock& want, uint32_t table_width, const float* values,
+                    bool encoded, float* replica, float* dest) {
   WithRowWidth(want.width, [&](auto constant) {
     const uint32_t cols = RowWidth(constant, want.width);
     for (size_t r = 0; r < want.row_count; ++r) {
       // Sparse rows land scattered over the table: start loading the
       // destination (and replica) rows a few ahead.
       if (!want.dense && r + kPullPrefetch < want.row_count) {
-        const size_t ahead = size_t{want.rows[r + kPullPrefetch]} * width + want.col_begin;
+        const size_t ahead = size_t{want.rows[r + kPullPrefetch]} * table_width + want.col_begin;
         __builtin_prefetch(dest + ahead, 1);
         if (replica != nullptr) __builtin_prefetch(replica + ahead, 1);
       }
       const uint32_t row = want.dense ? want.row_begin + static_cast<uint32_t>(r) : want.rows[r];
-      const size_t at = size_t{row} * width + want.col_begin;
+      const size_t at = size_t{row} * table_width + want.col_begin;
       const float* src = values + r * cols;
       if (replica != nullptr) {
         float* rep = replica + at;

@@ -103,23 +103,22 @@ Result<PsSession> JoinPsCluster(const RunSpec& spec, HashGridModel& model,
     GRIDSYNC_ASSIGN_OR_RETURN(info.rejoin_step,
                               RejoinStep(registry, now.job, parts, config.checkpoint.dir, own));
     session.rejoined_at = info.rejoin_step;
-    // Starting afresh: its first checkpoint must not delete the files of a
-    // run the coordinator does not know (common/checkpoint_files.h).
-    if (info.rejoin_step == 0 && !own.empty() && !HeldSteps(config.checkpoint.dir, own).empty()) {
-      GRIDSYNC_ASSIGN_OR_RETURN(const bool known,
-                                CoordinatorKnowsCheckpoints(registry, now.job, own));
-      if (!known) {
-        GRIDSYNC_RETURN_IF_ERROR(
-            CheckFreshStart(config.checkpoint.dir, {own}, parts)
-                .WithContext(own + ": the coordinator knows no job of these checkpoints"));
-      }
-    }
   }
   GRIDSYNC_ASSIGN_OR_RETURN(
       auto registration, session.rejoined_at > 0 ? session.coordinator->RegisterAgain(info, timeout)
                                                  : session.coordinator->Register(info, timeout));
   session.rank = registration.rank;
   session.me = "worker-" + std::to_string(session.rank);
+  // Starting afresh (whatever the split, whoever chose the rank): its first
+  // checkpoint must not delete the files of a run the coordinator does not
+  // know (common/checkpoint_registry.h).
+  if (spec.sync.worker_state && config.checkpoint.every_steps > 0 && options.start_step == 0 &&
+      session.rejoined_at == 0) {
+    CoordinatorStore registry(session.coordinator.get());
+    GRIDSYNC_RETURN_IF_ERROR(
+        CheckFreshStartAgainst(registry, registration.map.job, config.checkpoint.dir, session.me,
+                               CheckpointParts(static_cast<uint32_t>(config.ps.shards), workers)));
+  }
   if (!options.metrics_address.empty()) {
     GRIDSYNC_RETURN_IF_ERROR(session.coordinator->Set(
         "metrics/worker/" + std::to_string(session.rank), options.metrics_address));
