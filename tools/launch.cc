@@ -329,18 +329,23 @@ int RunLaunch(const LaunchOptions& options) {
     return kConfigErrorExitCode;
   }
   auto here = [&](int n) { return node < 0 || n == node; };
-  uint64_t resume_step = 0;
-  if (options.resume) {
+  // The parts a checkpoint step needs on disk, for --resume and for the
+  // fresh-start check below.
+  uint32_t workers_with_state = 0;
+  std::vector<std::string> job_parts;
+  if (options.resume || config->checkpoint.every_steps > 0) {
     auto spec = RunSpec::Resolve(*config);
     if (!spec.ok()) {
       std::fprintf(stderr, "gridsync launch: %s\n", spec.status().message().c_str());
       return kConfigErrorExitCode;
     }
-    const uint32_t workers_with_state =
+    workers_with_state =
         spec->sync.worker_state ? static_cast<uint32_t>(config->distributed.world_size) : 0;
-    resume_step = LatestCompleteStep(
-        config->checkpoint.dir,
-        CheckpointParts(static_cast<uint32_t>(layout.shards.size()), workers_with_state));
+    job_parts = CheckpointParts(static_cast<uint32_t>(layout.shards.size()), workers_with_state);
+  }
+  uint64_t resume_step = 0;
+  if (options.resume) {
+    resume_step = LatestCompleteStep(config->checkpoint.dir, job_parts);
     if (resume_step == 0) {
       std::fprintf(stderr,
                    "gridsync launch --resume: no complete checkpoint in %s (a step-<s> folder with "
@@ -356,19 +361,11 @@ int RunLaunch(const LaunchOptions& options) {
     // A fresh job here would delete another run's checkpoints (each shard
     // refuses too; this says it once, before anything starts). The parts are
     // the ones --resume would need, those of this machine.
-    auto spec = RunSpec::Resolve(*config);
-    if (!spec.ok()) {
-      std::fprintf(stderr, "gridsync launch: %s\n", spec.status().message().c_str());
-      return kConfigErrorExitCode;
-    }
-    const std::vector<std::string> job_parts = CheckpointParts(
-        static_cast<uint32_t>(layout.shards.size()),
-        spec->sync.worker_state ? static_cast<uint32_t>(config->distributed.world_size) : 0);
     std::vector<std::string> parts;
     for (size_t s = 0; s < layout.shards.size(); ++s) {
       if (here(layout.shards[s].node)) parts.push_back(ShardPart(static_cast<uint32_t>(s)));
     }
-    for (int n = 0; spec->sync.worker_state && n < static_cast<int>(layout.nodes.size()); ++n) {
+    for (int n = 0; workers_with_state > 0 && n < static_cast<int>(layout.nodes.size()); ++n) {
       if (!here(n)) continue;
       for (int local = 0; local < layout.nodes[static_cast<size_t>(n)].workers; ++local)
         parts.push_back("worker-" + std::to_string(layout.FirstRank(n) + local));

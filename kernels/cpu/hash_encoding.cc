@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "common/check.h"
+#include "common/row_width.h"
 #include "kernels/cpu/half.h"
 
 namespace gridsync::cpu {
@@ -41,14 +42,32 @@ constexpr size_t kPrefetchRows = 16;
 // split changes no result.
 constexpr size_t kSamplesPerTask = 4096;
 
+// The i-th level to hand a pool: finest (costliest) first, so that the pool
+// ends on the cheap ones.
+inline uint32_t FinestFirst(uint32_t levels, size_t i) {
+  return levels - 1 - static_cast<uint32_t>(i);
+}
+
+// Checks the features per level once: the kernels are instantiated for the
+// widths a hash grid has.
+template <typename Fn>
+void WithFeatures(uint32_t F, Fn&& fn) {
+  WithRowWidth(F, [&](auto width) {
+    if constexpr (width == 0) {
+      GRIDSYNC_CHECK(false && "features must be 1, 2, 4 or 8");
+    } else {
+      fn(width);
+    }
+  });
+}
+
 // Runs fn(level, begin, end) over every level in [0, levels) and its
-// samples [0, n) cut into ranges of kSamplesPerTask, finest (costliest)
-// levels first so that a pool ends on the cheap ones.
+// samples [0, n) cut into ranges of kSamplesPerTask, FinestFirst.
 void ForEachLevelRange(uint32_t levels, size_t n, ThreadPool* pool,
                        const std::function<void(uint32_t, size_t, size_t)>& fn) {
   const size_t ranges = (n + kSamplesPerTask - 1) / kSamplesPerTask;  // none for no samples
   ParallelForOn(pool, size_t{levels} * ranges, [&](size_t task) {
-    const auto level = static_cast<uint32_t>(levels - 1 - task / ranges);
+    const uint32_t level = FinestFirst(levels, task / ranges);
     const size_t begin = (task % ranges) * kSamplesPerTask;
     fn(level, begin, std::min(n, begin + kSamplesPerTask));
   });
@@ -83,31 +102,17 @@ void ForwardImpl(const HashGridLayout& layout, const GridBatchLookup& lookup, co
                  float* features, ThreadPool* pool) {
   const uint32_t width = layout.output_width();
   const uint32_t F = layout.features();
-  ForEachLevelRange(layout.n_levels(), lookup.n, pool,
-                    [&](uint32_t level, size_t begin, size_t end) {
-                      if (level >= lookup.active_levels) {
-                        for (size_t i = begin; i < end; ++i)
-                          std::memset(features + i * width + level * F, 0, F * sizeof(float));
-                        return;
-                      }
-                      const P* table = params + layout.level(level).row_offset * F;
-                      switch (F) {
-                        case 1:
-                          ForwardLevel<1>(lookup, level, begin, end, table, width, features);
-                          break;
-                        case 2:
-                          ForwardLevel<2>(lookup, level, begin, end, table, width, features);
-                          break;
-                        case 4:
-                          ForwardLevel<4>(lookup, level, begin, end, table, width, features);
-                          break;
-                        case 8:
-                          ForwardLevel<8>(lookup, level, begin, end, table, width, features);
-                          break;
-                        default:
-                          GRIDSYNC_CHECK(false && "features must be 1, 2, 4 or 8");
-                      }
-                    });
+  ForEachLevelRange(
+      layout.n_levels(), lookup.n, pool, [&](uint32_t level, size_t begin, size_t end) {
+        if (level >= lookup.active_levels) {
+          for (size_t i = begin; i < end; ++i)
+            std::memset(features + i * width + level * F, 0, F * sizeof(float));
+          return;
+        }
+        const P* table = params + layout.level(level).row_offset * F;
+        WithFeatures(
+            F, [&](auto f) { ForwardLevel<f>(lookup, level, begin, end, table, width, features); });
+      });
 }
 
 template <uint32_t F>
@@ -175,28 +180,13 @@ void GridGradient::Accumulate(const GridBatchLookup& lookup, const float* d_feat
   const uint32_t F = layout_->features();
   const uint32_t width = layout_->output_width();
   // One task per level: a row's gradient is summed in sample order, so a
-  // level cannot be cut by samples. Finest levels first (see
-  // ForEachLevelRange).
+  // level cannot be cut by samples.
   pool->ParallelFor(lookup.active_levels, [&](size_t l) {
-    const auto level = static_cast<uint32_t>(lookup.active_levels - 1 - l);
+    const uint32_t level = FinestFirst(lookup.active_levels, l);
     float* grad = grad_.data() + layout_->level(level).row_offset * F;
     uint64_t* bits = bits_[level].data();
-    switch (F) {
-      case 1:
-        BackwardLevel<1>(lookup, level, d_features, width, grad, bits);
-        break;
-      case 2:
-        BackwardLevel<2>(lookup, level, d_features, width, grad, bits);
-        break;
-      case 4:
-        BackwardLevel<4>(lookup, level, d_features, width, grad, bits);
-        break;
-      case 8:
-        BackwardLevel<8>(lookup, level, d_features, width, grad, bits);
-        break;
-      default:
-        GRIDSYNC_CHECK(false && "features must be 1, 2, 4 or 8");
-    }
+    WithFeatures(F,
+                 [&](auto f) { BackwardLevel<f>(lookup, level, d_features, width, grad, bits); });
   });
 }
 
@@ -228,7 +218,8 @@ void GridGradient::ExtractImpl(uint32_t level, SparseRows* out) {
   rows = out->rows.data() + first;
   float* values = out->values.data() + first * F;
   for (size_t i = 0; i < count; ++i) {
-    if (i + kPrefetchRows < count) __builtin_prefetch(grad + size_t{rows[i + kPrefetchRows]} * F, 1);
+    if (i + kPrefetchRows < count)
+      __builtin_prefetch(grad + size_t{rows[i + kPrefetchRows]} * F, 1);
     float* g = grad + size_t{rows[i]} * F;
     std::memcpy(values + i * F, g, F * sizeof(float));
     if constexpr (kClear) std::memset(g, 0, F * sizeof(float));
