@@ -38,23 +38,6 @@ Status SyncPath(const std::string& path, int flags) {
   return Status::OK();
 }
 
-// Temporary file, fsync, rename, fsync of the folder: the file is either
-// absent or whole.
-Status WriteAtomically(const std::string& path, std::string_view bytes) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    out.flush();
-    if (!out) return Status::IOError("cannot write " + tmp);
-  }
-  GRIDSYNC_RETURN_IF_ERROR(SyncPath(tmp, O_RDONLY));
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return Status::IOError("cannot rename " + tmp + ": " + std::strerror(errno));
-  }
-  return SyncPath(fs::path(path).parent_path().string(), O_RDONLY | O_DIRECTORY);
-}
-
 Result<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::NotFound("cannot read " + path + ": " + std::strerror(errno));
@@ -91,6 +74,21 @@ void RemovePart(const std::string& dir, uint64_t step, const std::string& part) 
 
 }  // namespace
 
+Status WriteFileAtomically(const std::string& path, std::string_view bytes) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    out.flush();
+    if (!out) return Status::IOError("cannot write " + tmp);
+  }
+  GRIDSYNC_RETURN_IF_ERROR(SyncPath(tmp, O_RDONLY));
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return Status::IOError("cannot rename " + tmp + ": " + std::strerror(errno));
+  }
+  return SyncPath(fs::path(path).parent_path().string(), O_RDONLY | O_DIRECTORY);
+}
+
 std::vector<uint64_t> HeldSteps(const std::string& dir, const std::string& part) {
   std::vector<uint64_t> held;
   std::error_code ec;
@@ -112,13 +110,13 @@ Status WriteCheckpointPart(const std::string& dir, uint64_t step, const std::str
   fs::create_directories(StepDir(dir, step), ec);
   if (ec) return Status::IOError("cannot create " + StepDir(dir, step) + ": " + ec.message());
   const std::string base = Base(dir, step, part);
-  GRIDSYNC_RETURN_IF_ERROR(WriteAtomically(base + ".bin", data));
+  GRIDSYNC_RETURN_IF_ERROR(WriteFileAtomically(base + ".bin", data));
   const nlohmann::json manifest = {{"step", step},
                                    {"part", part},
                                    {"shape", shape},
                                    {"bytes", data.size()},
                                    {"fnv1a64", fmt::format("{:016x}", Fnv1a64(data))}};
-  GRIDSYNC_RETURN_IF_ERROR(WriteAtomically(base + ".json", manifest.dump()));
+  GRIDSYNC_RETURN_IF_ERROR(WriteFileAtomically(base + ".json", manifest.dump()));
   // Keep this step and the newest one before it. This part's files of any
   // later step belong to another history (an earlier run in the same folder,
   // or a rollback's abandoned steps) and go too: they would be taken for

@@ -26,6 +26,11 @@
 
 namespace gridsync {
 
+// Writes `bytes` to `path` through a temporary file (path + ".tmp"), fsync,
+// rename and an fsync of the folder: afterwards the file is either its old
+// version or whole, whatever crashes. The folder must exist.
+Status WriteFileAtomically(const std::string& path, std::string_view bytes);
+
 // Writes `data` as part `part` of step `step` (with `shape`, checked when
 // read back), then removes this part's files of every other step but the
 // newest one before it, later steps included (another history's); a step

@@ -69,7 +69,8 @@ std::vector<std::string> CheckpointParts(uint32_t shards, uint32_t workers_with_
 // always did) or its store lists the part's steps for this job (the files
 // are this job's: the process restarted before a step every part holds; the
 // coordinator refuses its registration and a later retry rejoins). No when
-// it knows neither: it started after them (it restarted and forgot the run
+// it knows neither: it started after them (it lost its state file,
+// server/coordinator_state.h, or was started with --fresh, and forgot the run
 // they belong to), and a fresh start would delete that run's checkpoints.
 Result<bool> CoordinatorKnowsCheckpoints(Store& store, uint64_t job, const std::string& part);
 

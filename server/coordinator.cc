@@ -42,6 +42,115 @@ Status CoordinatorImpl::Listen() {
   return Status::OK();
 }
 
+Status CoordinatorImpl::Restore() {
+  if (options_.state_file.empty()) return Status::OK();
+  const std::string& path = options_.state_file;
+  std::optional<CoordinatorState> loaded;
+  if (!options_.fresh_state) {
+    GRIDSYNC_ASSIGN_OR_RETURN(loaded, LoadCoordinatorState(path));
+  }
+  if (!loaded) {
+    // Logged once written, below.
+  } else if (loaded->expected_shards != map_.expected_shards ||
+             loaded->expected_workers != map_.expected_workers) {
+    // Another cluster's shape cannot rejoin its job: the next job starts.
+    map_.job = loaded->job + 1;
+    map_.generation = loaded->generation + 1;
+    spdlog::warn(
+        "coordinator: {} holds job {} of a cluster of {} shards and {} workers; this one expects "
+        "{} and {}, so it cannot rejoin that job: starting job {}",
+        path, loaded->job, loaded->expected_shards, loaded->expected_workers, map_.expected_shards,
+        map_.expected_workers, map_.job);
+  } else {
+    map_.job = loaded->job;
+    map_.epoch = loaded->epoch;
+    map_.resume_step = loaded->resume_step;
+    // Past every generation a client of the previous run saw.
+    map_.generation = loaded->generation + 1;
+    training_started_ = loaded->training_started;
+    job_done_ = loaded->job_done;
+    for (const auto& [key, value] : loaded->checkpoints) KvPut(key, value);
+    // Every member left with the previous run: what Cleanup does when the
+    // last worker leaves, the job stays open only with checkpoints.
+    if (training_started_ && !job_done_ && JobHasCheckpoints()) {
+      spdlog::warn(
+          "coordinator: restored job {} (epoch {}) from {}: its training was under way and it "
+          "has checkpoints, so restarted shards and workers rejoin it from its newest complete "
+          "step",
+          map_.job, map_.epoch, path);
+    } else if (training_started_) {
+      spdlog::info("coordinator: job {} in {} {}; starting job {}", map_.job, path,
+                   job_done_ ? "ended" : "has no checkpoint to rejoin from", map_.job + 1);
+      AdvanceJob();
+    } else {
+      spdlog::info("coordinator: restored job {} from {} (its training had not started)", map_.job,
+                   path);
+    }
+  }
+  // Written now: a folder that cannot be written fails here, not later.
+  persisted_ = PersistentState();
+  if (Status saved = SaveCoordinatorState(path, *persisted_); !saved.ok()) {
+    return Status::IOError("coordinator: cannot keep its state in " + path + ": " +
+                           saved.message() + "; allowed: a folder it can write (checkpoint.dir)");
+  }
+  if (!loaded) {
+    spdlog::info("coordinator: starting at job 1; its job is kept in {}{}", path,
+                 options_.fresh_state ? " (--fresh: what it held is forgotten)" : "");
+  }
+  return Status::OK();
+}
+
+void CoordinatorImpl::AdvanceJob() {
+  ++map_.job;
+  map_.epoch = 0;
+  map_.resume_step = 0;
+  training_started_ = false;
+  job_done_ = false;
+}
+
+CoordinatorState CoordinatorImpl::PersistentState() const {
+  CoordinatorState s;
+  s.job = map_.job;
+  s.epoch = map_.epoch;
+  s.resume_step = map_.resume_step;
+  s.generation = map_.generation;
+  s.training_started = training_started_;
+  s.job_done = job_done_;
+  s.expected_shards = map_.expected_shards;
+  s.expected_workers = map_.expected_workers;
+  // What the parts published, as a restart reads it back; anything else a
+  // client wrote under the prefix is left out (the file must stay loadable).
+  const std::string prefix = CheckpointKey(map_.job, "");
+  size_t bytes = 0;
+  for (auto it = kv_.lower_bound(prefix); it != kv_.end() && it->first.rfind(prefix, 0) == 0;
+       ++it) {
+    if (CheckpointEntryProblem(map_.job, it->first, it->second)) continue;
+    bytes += it->first.size() + it->second.size();
+    if (s.checkpoints.size() == kMaxCoordinatorStateKeys || bytes > kMaxCoordinatorStateBytes / 2)
+      break;
+    s.checkpoints.emplace(it->first, it->second);
+  }
+  return s;
+}
+
+void CoordinatorImpl::Persist() {
+  // Shutting down, every member leaves: that is no state to come back to.
+  if (options_.state_file.empty() || shutting_down_) return;
+  CoordinatorState state = PersistentState();
+  if (persisted_ && state == *persisted_) return;
+  if (Status saved = SaveCoordinatorState(options_.state_file, state); !saved.ok()) {
+    // Serving goes on; a restart would forget what changed since.
+    if (saved.message() != persist_error_) {
+      persist_error_ = saved.message();
+      spdlog::error("coordinator: cannot keep its state in {}: {}; a restart would forget job {}",
+                    options_.state_file, saved.message(), map_.job);
+    }
+    return;
+  }
+  persist_error_.clear();
+  persisted_ = std::move(state);
+}
+
 void CoordinatorImpl::Heartbeat() {
   heartbeats_.fetch_add(1, std::memory_order_relaxed);
   heartbeat_timer_.expires_after(std::chrono::milliseconds(250));
@@ -132,6 +241,7 @@ void CoordinatorImpl::Shutdown() {
 
 Result<std::unique_ptr<Coordinator>> Coordinator::Start(const CoordinatorOptions& options) {
   auto impl = std::make_unique<coordinator_engine::CoordinatorImpl>(options);
+  GRIDSYNC_RETURN_IF_ERROR(impl->Restore());
   GRIDSYNC_RETURN_IF_ERROR(impl->Listen());
   impl->Launch();
   return std::unique_ptr<Coordinator>(std::move(impl));

@@ -60,6 +60,15 @@ struct CoordinatorOptions {
   // request naming one large value a thousand times would otherwise make
   // the coordinator build a reply a thousand values long.
   uint64_t max_reply_bytes = 64ull << 20;
+  // The file the coordinator keeps its job in across its own restarts
+  // (server/coordinator_state.h): read at Start, rewritten whenever the job,
+  // its epoch, the generation or the job's checkpoint registry changes, and
+  // always before a reply that depends on the change goes out. Empty: a
+  // restart forgets the job. gridsync-coordinator sets it to
+  // <checkpoint.dir>/coordinator-state.json when checkpoints are on.
+  std::string state_file;
+  // Start at job 1 whatever state_file holds (and overwrite it).
+  bool fresh_state = false;
   // security.curve: every connection must prove a role key (authHello, then
   // auth) before anything else, and may register only as that role.
   wire::ControlAuth auth;

@@ -339,6 +339,7 @@ void CoordinatorImpl::Dispatch(const ConnPtr& conn, Request request) {
 // ---- Writing and closing ----
 
 void CoordinatorImpl::Send(const ConnPtr& conn, std::vector<uint8_t> frame) {
+  Persist();
   if (conn->closed) return;
   if (conn->session) frame = conn->session->Seal(frame);
   conn->outbox_bytes += frame.size();
@@ -460,11 +461,7 @@ void CoordinatorImpl::Cleanup(const ConnPtr& conn, const std::string& reason) {
       // long-running shards (systemd units that stay up) serve afresh.
       spdlog::info("job {} {}; the next workers start job {}", map_.job,
                    job_done_ ? "ended" : "ended without finishing", map_.job + 1);
-      ++map_.job;
-      map_.epoch = 0;
-      map_.resume_step = 0;
-      training_started_ = false;
-      job_done_ = false;
+      AdvanceJob();
     }
     if (map_.workers.empty()) {
       // Rendezvous state (Gloo's addresses, NCCL's ids, the backend vote)
@@ -482,6 +479,7 @@ void CoordinatorImpl::Cleanup(const ConnPtr& conn, const std::string& reason) {
       if (!shutting_down_)
         spdlog::info("no shards or workers left; the cluster's tables are forgotten");
     }
+    Persist();
   }
 }
 

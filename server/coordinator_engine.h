@@ -53,6 +53,7 @@
 #include "common/cluster_map.h"
 #include "common/wire/coord_codec.h"
 #include "server/coordinator.h"
+#include "server/coordinator_state.h"
 
 namespace gridsync {
 namespace coordinator_engine {
@@ -185,6 +186,9 @@ class CoordinatorImpl final : public Coordinator {
   }
   ~CoordinatorImpl() override { Stop(); }
 
+  // Loads options_.state_file (unless fresh_state) into the job, before
+  // anything listens; a file that does not decode fails Start.
+  Status Restore();
   Status Listen();
   void Launch();
   // Closes the connection with a Timeout error unless the awaited bytes
@@ -253,6 +257,15 @@ class CoordinatorImpl final : public Coordinator {
   void WakeMapWaiters();
   void WakeKvWaiters();
 
+  // The next job: no epoch, no training yet (its workers all left).
+  void AdvanceJob();
+  // What options_.state_file keeps (server/coordinator_state.h).
+  CoordinatorState PersistentState() const;
+  // Rewrites options_.state_file when PersistentState() changed; every Send
+  // calls it first, so nothing is acknowledged that a restart would forget.
+  void Persist();
+
+  // Persist(), then queues `frame`.
   void Send(const ConnPtr& conn, std::vector<uint8_t> frame);
   void WriteNext(const ConnPtr& conn);
   void Fail(const ConnPtr& conn, uint64_t request_id, const Status& status);
@@ -294,6 +307,8 @@ class CoordinatorImpl final : public Coordinator {
   uint64_t kv_bytes_ = 0;  // keys and values in kv_
   std::vector<std::shared_ptr<Waiter>> kv_waiters_;
   CoordinatorStats counts_;  // the counters of stats(); the rest is read from the state
+  std::optional<CoordinatorState> persisted_;  // state_file's contents as last written
+  std::string persist_error_;                  // the last failure to write it, logged once
 };
 
 template <typename F>

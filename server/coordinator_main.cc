@@ -1,7 +1,9 @@
 // gridsync-coordinator: the control plane. Serves registration, the cluster
 // map, barriers and the KV store on distributed.master_addr:master_port
 // until SIGINT or SIGTERM, then exits 0. A config error exits 2
-// (kConfigErrorExitCode) before anything listens.
+// (kConfigErrorExitCode) before anything listens. With checkpoints on, it
+// keeps its job in <checkpoint.dir>/coordinator-state.json and, restarted,
+// serves that job again (server/coordinator_state.h); --fresh forgets it.
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -37,6 +39,10 @@ int main(int argc, char** argv) {
   std::string bind;
   app.add_option("--bind", bind,
                  "Address to listen on instead of distributed.master_addr, e.g. 0.0.0.0");
+  bool fresh = false;
+  app.add_flag("--fresh", fresh,
+               "Start at job 1, forgetting the job a previous run of this coordinator kept in "
+               "<checkpoint.dir>/coordinator-state.json (gridsync launch starts every run so)");
   gridsync::OpsFlags ops;
   gridsync::AddOpsFlags(app, &ops, nullptr);
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
@@ -85,6 +91,18 @@ int main(int argc, char** argv) {
     return gridsync::kConfigErrorExitCode;
   }
   options.auth = *auth;
+  // With checkpoints, the job survives this process: restarted, it serves
+  // the same job and its restarted shards and workers rejoin it.
+  if (config->checkpoint.every_steps > 0) {
+    options.state_file = config->checkpoint.dir + "/coordinator-state.json";
+    options.fresh_state = fresh;
+  } else if (fresh) {
+    std::fprintf(stderr,
+                 "%s: --fresh: this coordinator keeps no job to forget (checkpoint.every_steps "
+                 "is 0); allowed: --fresh with checkpoint.every_steps > 0\n",
+                 config_path.c_str());
+    return gridsync::kConfigErrorExitCode;
+  }
   auto coordinator = gridsync::Coordinator::Start(options);
   if (!coordinator.ok()) {
     spdlog::error("{}", coordinator.status().message());

@@ -10,7 +10,11 @@
 #     leaves the previous checkpoint in use.
 #  3. A corrupted checkpoint is refused, naming the file and the checksum.
 #  4. SIGKILL of the coordinator: the run fails within timeout_s and the
-#     checkpoints stay intact (a resume again ends bit for bit).
+#     checkpoints stay intact (a resume again ends bit for bit). 4b. With
+#     --max-restarts, the launcher restarts it; it serves the job it kept
+#     (checkpoint.dir/coordinator-state.json), the shards and workers that
+#     failed without it are restarted and rejoin, and the job ends bit for
+#     bit as the uninterrupted run.
 #  5. Async: SIGKILL of a worker makes the other fail within 5 s, naming it.
 #  6. With a codec (onebit: Adam and error feedback on the workers), the
 #     workers' own state is in the checkpoints too: SIGKILL of worker 1 after
@@ -34,10 +38,12 @@ cleanup() { pkill -KILL -f "$WORK/cluster.json" 2>/dev/null || true; rm -rf "$WO
 trap cleanup EXIT
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-# Waits (at most 120 s) until FILE has a line matching PATTERN.
+# Waits (at most 120 s) until FILE has a line matching PATTERN, or until
+# process PID (optional) is gone.
 wait_for_line() {
   for _ in $(seq 1 1200); do
     grep -q "$2" "$1" && return 0
+    if [ -n "${3:-}" ] && ! kill -0 "$3" 2>/dev/null; then grep -q "$2" "$1"; return; fi
     sleep 0.1
   done
   return 1
@@ -76,21 +82,24 @@ elif ! grep -q "ps-1 (pid [0-9]*) failed: killed by signal" "$WORK/faulty.log"; 
 else
   echo "ok: SIGKILL of shard 1 after step 150: the launcher failed naming it (exit $rc)"
 fi
-ls "$WORK/ckpt" > "$WORK/steps.txt"
+ls "$WORK/ckpt" | grep "^step-" > "$WORK/steps.txt"
 
 # 1b. A fresh start (no --resume) into that folder would delete the killed
 # run's checkpoints with its first one: refused (exit 3) before anything
 # starts, naming the folder and the steps; the files stay. A shard started
-# by hand against a new coordinator (as systemd restarts one after its
-# coordinator restarted and forgot the job) refuses the same way.
+# by hand against a new coordinator that forgot the job (--fresh) refuses
+# the same way; against one restarted with the job it kept, it rejoins.
 find "$WORK/ckpt" -type f | sort > "$WORK/files.txt"
+# (A copy as the killed run left it, for the restarted coordinator below:
+# --fresh rewrites the coordinator's state file.)
+cp -r "$WORK/ckpt" "$WORK/ckpt-kept"
 rc=0; "$GS" launch "$WORK/cluster.json" > "$WORK/fresh.log" 2>&1 || rc=$?
 if [ $rc -ne 3 ] || ! grep -q "holds checkpoints this job did not write" "$WORK/fresh.log"; then
   fail "a fresh launch into a folder with another run's checkpoints: exit $rc"; tail -3 "$WORK/fresh.log"
 elif ! diff -q <(find "$WORK/ckpt" -type f | sort) "$WORK/files.txt" > /dev/null; then
   fail "the refused fresh launch changed the checkpoint folder: $(ls "$WORK/ckpt" | tr '\n' ' ')"
 else
-  "$BUILD/server/gridsync-coordinator" --config "$WORK/cluster.json" > "$WORK/fresh-coord.log" 2>&1 &
+  "$BUILD/server/gridsync-coordinator" --fresh --config "$WORK/cluster.json" > "$WORK/fresh-coord.log" 2>&1 &
   coord=$!
   rc=0; timeout 60 "$BUILD/server/gridsync-ps" --shard 1 --config "$WORK/cluster.json" \
     > "$WORK/fresh-ps.log" 2>&1 || rc=$?
@@ -103,6 +112,23 @@ else
     echo "ok: a fresh start into the killed run's folder is refused (launch and shard, exit 3), its checkpoints intact: $(grep -o 'shard-0 (step [0-9, ]*)' "$WORK/fresh.log")"
   fi
 fi
+# The coordinator that served the killed run kept its job: restarted
+# (without --fresh), a shard started afresh rejoins it from the newest step
+# every part holds. On the copy: rejoining removes the shard's later steps.
+kept=(--set checkpoint.dir="$WORK/ckpt-kept")
+"$BUILD/server/gridsync-coordinator" --config "$WORK/cluster.json" "${kept[@]}" > "$WORK/kept-coord.log" 2>&1 &
+coord=$!
+"$BUILD/server/gridsync-ps" --shard 1 --config "$WORK/cluster.json" "${kept[@]}" > "$WORK/kept-ps.log" 2>&1 &
+shard=$!
+if wait_for_line "$WORK/kept-ps.log" "rejoining it from the checkpoint of step" $shard &&
+   grep -q "restored job 1 (epoch 0) from $WORK/ckpt-kept/coordinator-state.json" "$WORK/kept-coord.log"; then
+  echo "ok: a restarted coordinator serves the job it kept: $(grep -o 'rejoining it from the checkpoint of step [0-9]*' "$WORK/kept-ps.log")"
+else
+  fail "a shard did not rejoin the job a restarted coordinator kept"
+  tail -n 3 "$WORK/kept-coord.log" "$WORK/kept-ps.log"
+fi
+kill -KILL $shard $coord 2>/dev/null || true; wait $shard $coord 2>/dev/null || true
+rm -rf "$WORK/ckpt-kept"
 
 # 2. A checkpoint whose writing crashed: data half written, no manifests.
 mkdir -p "$WORK/ckpt/step-999"
@@ -139,7 +165,7 @@ start=$(date +%s)
 "$GS" launch "$WORK/cluster.json" > "$WORK/coord.log" 2>&1 &
 launcher=$!
 wait_for_line "$WORK/coord.log" "checkpoint at step 100 written" || true
-pkill -KILL -f "gridsync-coordinator --config $WORK/cluster.json" || fail "no coordinator to kill"
+pkill -KILL -f "gridsync-coordinator --fresh --config $WORK/cluster.json" || fail "no coordinator to kill"
 rc=0; wait $launcher || rc=$?
 elapsed=$(( $(date +%s) - start ))
 if [ $rc -eq 0 ]; then
@@ -151,6 +177,32 @@ elif "$GS" launch "$WORK/cluster.json" --resume --rank0-arg=--dump-params \
   echo "ok: SIGKILL of the coordinator fails the run (exit $rc, ${elapsed} s in all); its checkpoints resume bit for bit"
 else
   fail "resuming after the coordinator's death failed or differs"; tail -5 "$WORK/resumed2.log"
+fi
+
+# 4b. The same kill under --max-restarts (as systemd's Restart=on-failure
+# would): the coordinator comes back with the job it kept; the shards and
+# workers, which fail without it, are restarted and rejoin from the newest
+# complete checkpoint; the job ends bit for bit as the uninterrupted run.
+rm -rf "$WORK/ckpt"
+start=$(date +%s)
+"$GS" launch "$WORK/cluster.json" --max-restarts 2 --rank0-arg=--dump-params \
+  --rank0-arg="$WORK/coord-restarted.bin" > "$WORK/coord-restart.log" 2>&1 &
+launcher=$!
+wait_for_line "$WORK/coord-restart.log" "\[ps-1\].*checkpoint at step 150 written" || true
+pkill -KILL -f "gridsync-coordinator --fresh --config $WORK/cluster.json" || fail "4b: no coordinator to kill"
+rc=0; wait $launcher || rc=$?
+if [ $rc -ne 0 ]; then
+  fail "4b: the run did not survive the coordinator's restart (exit $rc)"
+  grep -v "step [0-9]*/" "$WORK/coord-restart.log" | tail -15
+elif ! grep -q "\[coordinator\].*restored job 1 (epoch 0)" "$WORK/coord-restart.log" ||
+     [ "$(grep -c "\[ps-[01]\].*rejoining it from the checkpoint" "$WORK/coord-restart.log")" -ne 2 ]; then
+  fail "4b: the restarted coordinator did not restore the job, or the shards did not rejoin it"
+  grep -v "step [0-9]*/" "$WORK/coord-restart.log" | tail -15
+elif ! cmp -s "$WORK/clean.bin" "$WORK/coord-restarted.bin"; then
+  fail "4b: after the coordinator's restart the final parameters differ from the uninterrupted run's"
+else
+  step=$(grep -o "rolled back to step [0-9]*" "$WORK/coord-restart.log" | head -1 | grep -o "[0-9]*$")
+  echo "ok: SIGKILL of the coordinator under --max-restarts: it came back with its job, every process rejoined from step $step, and the job ended bit for bit as the uninterrupted run ($(( $(date +%s) - start )) s in all)"
 fi
 
 # 5. Async: a dead worker is noticed by the others between steps (the

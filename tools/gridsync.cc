@@ -46,8 +46,9 @@ int main(int argc, char** argv) {
                    "Start from the newest complete checkpoint (checkpoint.dir)");
   launch
       ->add_option("--max-restarts", launch_options.max_restarts,
-                   "Restart a shard or worker that fails during training, up to N times each; it "
-                   "rejoins from the newest complete checkpoint (checkpoint.every_steps > 0)")
+                   "Restart a shard, worker or the coordinator that fails during training, up to "
+                   "N times each; shards and workers rejoin from the newest complete checkpoint, "
+                   "the coordinator serves the job it kept (checkpoint.every_steps > 0)")
       ->check(CLI::Range(0, 1000));
   launch->add_option("--grace", launch_options.grace_seconds, "Seconds between SIGTERM and SIGKILL when stopping");
   auto* monitor = app.add_subcommand(

@@ -400,7 +400,11 @@ int RunLaunch(const LaunchOptions& options) {
   };
   const bool run_coordinator = node < 0 || options.coordinator || layout.coordinator_node == node;
   if (run_coordinator) {
-    start("coordinator", {coordinator}, node < 0 ? base : node_env(node), false);
+    // Each launch starts a job of its own (afresh, or --resume); a restart
+    // below serves the job this coordinator kept.
+    std::vector<std::string> argv = {coordinator};
+    if (config->checkpoint.every_steps > 0) argv.push_back("--fresh");
+    start("coordinator", argv, node < 0 ? base : node_env(node), false);
   }
   for (size_t s = 0; s < layout.shards.size(); ++s) {
     const int n = layout.shards[s].node;
@@ -451,12 +455,14 @@ int RunLaunch(const LaunchOptions& options) {
         break;
       }
     }
-    if (failed != nullptr && (failed->is_worker || failed->name.rfind("ps-", 0) == 0) &&
-        failed->restarts < options.max_restarts && config->checkpoint.every_steps > 0) {
+    if (failed != nullptr && failed->restarts < options.max_restarts &&
+        config->checkpoint.every_steps > 0) {
       // As systemd's Restart=on-failure would: the shard or worker rejoins
       // the job from its newest complete checkpoint, and the job rolls back
-      // to it.
+      // to it; the coordinator serves the job it kept, and the others, which
+      // fail without it, rejoin it once restarted.
       Child& dead = children[static_cast<size_t>(failed - children.data())];
+      const bool is_coordinator = dead.name == "coordinator";
       Drain(dead);
       std::vector<std::string> argv;
       for (size_t i = 0; i < dead.argv.size(); ++i) {
@@ -464,14 +470,16 @@ int RunLaunch(const LaunchOptions& options) {
           ++i;  // it finds the step to rejoin from itself
           continue;
         }
+        if (dead.argv[i] == "--fresh") continue;  // the job it kept, not a new one
         argv.push_back(dead.argv[i]);
       }
       const int restarts = dead.restarts + 1;
-      std::printf(
-          "gridsync launch: %s (pid %d) failed: %s; restarting it (%d of %d): it rejoins "
-          "the job from the newest complete checkpoint\n",
-          dead.name.c_str(), dead.pid, Describe(dead.status).c_str(), restarts,
-          options.max_restarts);
+      std::printf("gridsync launch: %s (pid %d) failed: %s; restarting it (%d of %d): %s\n",
+                  dead.name.c_str(), dead.pid, Describe(dead.status).c_str(), restarts,
+                  options.max_restarts,
+                  is_coordinator ? "it serves the job it kept in checkpoint.dir, and the "
+                                   "processes restarted after it rejoin that job"
+                                 : "it rejoins the job from the newest complete checkpoint");
       if (dead.fd >= 0) close(dead.fd);
       Child fresh = Spawn(dead.name, argv, dead.env, dead.is_worker);
       fresh.restarts = restarts;

@@ -42,10 +42,11 @@ struct LaunchOptions {
   // --resume: start from the newest checkpoint every shard completed
   // (checkpoint.dir); shards load it, workers continue at its step.
   bool resume = false;
-  // --max-restarts: a shard or worker that fails during training is
-  // restarted, up to this many times each, with checkpoints on; it rejoins
-  // the job from the newest complete checkpoint and every process rolls
-  // back to it.
+  // --max-restarts: a shard, worker or coordinator that fails during
+  // training is restarted, up to this many times each, with checkpoints on;
+  // a shard or worker rejoins the job from the newest complete checkpoint
+  // and every process rolls back to it; the coordinator serves the job it
+  // kept (server/coordinator_state.h), and the others rejoin it.
   int max_restarts = 0;
 };
 

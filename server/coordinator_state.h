@@ -1,0 +1,73 @@
+// What a coordinator keeps across its own restarts: the job it serves, the
+// job's epoch and generation, whether its training started or finished, and
+// the job's checkpoint registry (the steps each part published,
+// common/checkpoint_registry.h). With these a restarted coordinator is, to
+// the shards and workers restarted after it, the coordinator whose members
+// all died: a job with checkpoints stays open and they rejoin it from its
+// newest complete step (the ordinary rejoin), instead of a new job 1 that
+// every part holding checkpoints must refuse.
+//
+// Members, tables, barriers and the rest of the store are not kept: every
+// member's connection died with the coordinator, and what they wrote there
+// (rendezvous, rates, metrics addresses) belongs to processes that are gone.
+//
+// The file is JSON, written atomically (common/checkpoint_files.h) and
+// decoded strictly: anything but the fields below, in their types and
+// ranges, is refused with the file and the field named.
+//
+// Thread safety: free functions; one writer per file.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace gridsync {
+
+struct CoordinatorState {
+  uint64_t job = 1;
+  uint32_t epoch = 0;
+  uint64_t resume_step = 0;
+  uint64_t generation = 0;
+  bool training_started = false;
+  bool job_done = false;
+  // The cluster the state belongs to: another shape cannot rejoin its job.
+  uint32_t expected_shards = 0;
+  uint32_t expected_workers = 0;
+  // Keys CheckpointKey(job, part) and their values (a part's steps).
+  std::map<std::string, std::string> checkpoints;
+
+  bool operator==(const CoordinatorState&) const = default;
+};
+
+// Bounds of a state file: far above any real cluster's (a key per part).
+inline constexpr uint64_t kMaxCoordinatorStateBytes = 16ull << 20;
+inline constexpr size_t kMaxCoordinatorStateKeys = 1u << 16;
+
+// A checkpoint registry entry of a state file: at most this many bytes of
+// key and value (a part's name and a few steps take tens).
+inline constexpr size_t kMaxCheckpointEntryBytes = 4096;
+
+// Why `key` = `value` is no checkpoint registry entry of job `job` that a
+// state file keeps (nullopt: it is one): the key CheckpointKey(job, part)
+// with a part, the value a list of steps (ParseHeldSteps), both within
+// kMaxCheckpointEntryBytes. The decoder refuses such an entry; the
+// coordinator leaves out what a client wrote there, rather than keep it into
+// a file its next start would refuse.
+std::optional<std::string> CheckpointEntryProblem(uint64_t job, const std::string& key,
+                                                  const std::string& value);
+
+std::string EncodeCoordinatorState(const CoordinatorState& state);
+// `what` names the source in errors (the file's path).
+Result<CoordinatorState> DecodeCoordinatorState(std::string_view bytes, const std::string& what);
+
+// nullopt when `path` does not exist; Corruption when it does not decode.
+Result<std::optional<CoordinatorState>> LoadCoordinatorState(const std::string& path);
+// Creates the folder if needed, then writes atomically.
+Status SaveCoordinatorState(const std::string& path, const CoordinatorState& state);
+
+}  // namespace gridsync
