@@ -29,6 +29,11 @@ inline constexpr int kConfigErrorExitCode = 2;
 // (CheckFreshStart): nothing a restart mends, and distinct from exit 2 so
 // that the units can refuse to restart on it alone (RestartPreventExitStatus).
 inline constexpr int kCheckpointsHeldExitCode = 3;
+// A worker lost its coordinator during a job it can rejoin (checkpoints on,
+// gradient_sync ps or hybrid): restarted once the coordinator is back with
+// the job it kept, it rejoins. The worker unit restarts on it alone
+// (RestartForceExitStatus), as on a crash.
+inline constexpr int kCoordinatorLostExitCode = 4;
 
 // The image every demo and benchmark fits unless task.image says otherwise:
 // a public-domain photo shipped by Debian's python-matplotlib-data (512x600).

@@ -12,6 +12,8 @@ std::string_view StatusCodeName(StatusCode code) {
     case StatusCode::kTimeout: return "Timeout";
     case StatusCode::kUnsupported: return "Unsupported";
     case StatusCode::kInternal: return "Internal";
+    case StatusCode::kUnavailable:
+      return "Unavailable";
   }
   return "Unknown";
 }

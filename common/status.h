@@ -26,6 +26,9 @@ enum class StatusCode : int {
   kTimeout = 5,
   kUnsupported = 6,  // accepted by the schema, not implemented yet
   kInternal = 7,
+  // A peer the process depends on is gone (its coordinator). Never sent on
+  // the wire (the decoders read codes above kInternal as Internal).
+  kUnavailable = 8,
 };
 
 std::string_view StatusCodeName(StatusCode code);
@@ -43,6 +46,7 @@ class Status {
   static Status Timeout(std::string msg) { return {StatusCode::kTimeout, std::move(msg)}; }
   static Status Unsupported(std::string msg) { return {StatusCode::kUnsupported, std::move(msg)}; }
   static Status Internal(std::string msg) { return {StatusCode::kInternal, std::move(msg)}; }
+  static Status Unavailable(std::string msg) { return {StatusCode::kUnavailable, std::move(msg)}; }
 
   bool ok() const { return state_ == nullptr; }
   StatusCode code() const { return ok() ? StatusCode::kOk : state_->code; }

@@ -2,6 +2,14 @@
 // thread and its heartbeat, stats, stopping.
 //
 // Thread safety: see coordinator_engine.h.
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
 #include "server/coordinator_engine.h"
 
 namespace gridsync {
@@ -45,42 +53,61 @@ Status CoordinatorImpl::Listen() {
 Status CoordinatorImpl::Restore() {
   if (options_.state_file.empty()) return Status::OK();
   const std::string& path = options_.state_file;
+  {
+    // One coordinator per state file: a second one (another launch, a unit
+    // next to it) would overwrite the job the first keeps.
+    std::error_code ec;
+    const auto folder = std::filesystem::path(path).parent_path();
+    if (!folder.empty()) std::filesystem::create_directories(folder, ec);
+    const std::string lock = path + ".lock";
+    lock_fd_ = ::open(lock.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0640);
+    if (lock_fd_ < 0) {
+      return Status::IOError(fmt::format(
+          "coordinator: cannot keep its state in {}: cannot open {}: {}; allowed: a folder it "
+          "can write (checkpoint.dir)",
+          path, lock, std::strerror(errno)));
+    }
+    if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+      return Status::IOError(fmt::format(
+          "coordinator: another coordinator keeps its job in {} (it holds {}); allowed: one "
+          "coordinator per checkpoint.dir",
+          path, lock));
+    }
+  }
   std::optional<CoordinatorState> loaded;
   if (!options_.fresh_state) {
     GRIDSYNC_ASSIGN_OR_RETURN(loaded, LoadCoordinatorState(path));
   }
-  if (!loaded) {
-    // Logged once written, below.
-  } else if (loaded->expected_shards != map_.expected_shards ||
-             loaded->expected_workers != map_.expected_workers) {
-    // Another cluster's shape cannot rejoin its job: the next job starts.
-    map_.job = loaded->job + 1;
-    map_.generation = loaded->generation + 1;
+  if (loaded && (loaded->expected_shards != map_.expected_shards ||
+                 loaded->expected_workers != map_.expected_workers)) {
+    // Another cluster's shape cannot rejoin its job, and its checkpoints are
+    // no job's of this coordinator: job 1, so that the parts holding them
+    // refuse to start afresh over them (CheckFreshStartAgainst).
     spdlog::warn(
         "coordinator: {} holds job {} of a cluster of {} shards and {} workers; this one expects "
-        "{} and {}, so it cannot rejoin that job: starting job {}",
+        "{} and {}, so it cannot rejoin that job: starting at job 1 as if new",
         path, loaded->job, loaded->expected_shards, loaded->expected_workers, map_.expected_shards,
-        map_.expected_workers, map_.job);
-  } else {
+        map_.expected_workers);
+    loaded.reset();
+  }
+  if (loaded) {
     map_.job = loaded->job;
     map_.epoch = loaded->epoch;
     map_.resume_step = loaded->resume_step;
-    // Past every generation a client of the previous run saw.
-    map_.generation = loaded->generation + 1;
     training_started_ = loaded->training_started;
     job_done_ = loaded->job_done;
     for (const auto& [key, value] : loaded->checkpoints) KvPut(key, value);
     // Every member left with the previous run: what Cleanup does when the
-    // last worker leaves, the job stays open only with checkpoints.
-    if (training_started_ && !job_done_ && JobHasCheckpoints()) {
+    // last worker leaves, the job stays open only with a step to rejoin.
+    if (training_started_ && !job_done_ && JobHasCompleteStep()) {
       spdlog::warn(
           "coordinator: restored job {} (epoch {}) from {}: its training was under way and it "
-          "has checkpoints, so restarted shards and workers rejoin it from its newest complete "
-          "step",
+          "has a complete checkpoint, so restarted shards and workers rejoin it from its newest "
+          "complete step",
           map_.job, map_.epoch, path);
     } else if (training_started_) {
       spdlog::info("coordinator: job {} in {} {}; starting job {}", map_.job, path,
-                   job_done_ ? "ended" : "has no checkpoint to rejoin from", map_.job + 1);
+                   job_done_ ? "ended" : "has no complete checkpoint to rejoin from", map_.job + 1);
       AdvanceJob();
     } else {
       spdlog::info("coordinator: restored job {} from {} (its training had not started)", map_.job,
@@ -113,22 +140,19 @@ CoordinatorState CoordinatorImpl::PersistentState() const {
   s.job = map_.job;
   s.epoch = map_.epoch;
   s.resume_step = map_.resume_step;
-  s.generation = map_.generation;
   s.training_started = training_started_;
   s.job_done = job_done_;
   s.expected_shards = map_.expected_shards;
   s.expected_workers = map_.expected_workers;
-  // What the parts published, as a restart reads it back; anything else a
-  // client wrote under the prefix is left out (the file must stay loadable).
+  // What the cluster's parts published, as a restart reads it back; anything
+  // else a client wrote under the prefix is left out.
   const std::string prefix = CheckpointKey(map_.job, "");
-  size_t bytes = 0;
   for (auto it = kv_.lower_bound(prefix); it != kv_.end() && it->first.rfind(prefix, 0) == 0;
        ++it) {
-    if (CheckpointEntryProblem(map_.job, it->first, it->second)) continue;
-    bytes += it->first.size() + it->second.size();
-    if (s.checkpoints.size() == kMaxCoordinatorStateKeys || bytes > kMaxCoordinatorStateBytes / 2)
-      break;
-    s.checkpoints.emplace(it->first, it->second);
+    if (!CheckpointEntryProblem(map_.job, map_.expected_shards, map_.expected_workers, it->first,
+                                it->second)) {
+      s.checkpoints.emplace(it->first, it->second);
+    }
   }
   return s;
 }
@@ -138,17 +162,31 @@ void CoordinatorImpl::Persist() {
   if (options_.state_file.empty() || shutting_down_) return;
   CoordinatorState state = PersistentState();
   if (persisted_ && state == *persisted_) return;
-  if (Status saved = SaveCoordinatorState(options_.state_file, state); !saved.ok()) {
-    // Serving goes on; a restart would forget what changed since.
-    if (saved.message() != persist_error_) {
-      persist_error_ = saved.message();
-      spdlog::error("coordinator: cannot keep its state in {}: {}; a restart would forget job {}",
-                    options_.state_file, saved.message(), map_.job);
-    }
+  Status saved;
+  try {
+    saved = SaveCoordinatorState(options_.state_file, state);
+  } catch (const std::exception& e) {
+    saved = Status::Internal(e.what());
+  }
+  if (saved.ok()) {
+    persist_error_.clear();
+    persisted_ = std::move(state);
     return;
   }
-  persist_error_.clear();
-  persisted_ = std::move(state);
+  // The file on disk no longer says what this coordinator serves: removed,
+  // so that a restart starts as new (and the fresh-start guard protects the
+  // checkpoints) instead of reopening a job this one left. Serving goes on.
+  persisted_.reset();
+  std::error_code ec;
+  std::filesystem::remove(options_.state_file, ec);
+  if (saved.message() != persist_error_) {
+    persist_error_ = saved.message();
+    spdlog::error("coordinator: cannot keep its state in {}: {}; {}: a restart would forget job {}",
+                  options_.state_file, saved.message(),
+                  ec ? "the old file could not be removed either (" + ec.message() + ")"
+                     : "the old file is removed",
+                  map_.job);
+  }
 }
 
 void CoordinatorImpl::Heartbeat() {
@@ -241,8 +279,10 @@ void CoordinatorImpl::Shutdown() {
 
 Result<std::unique_ptr<Coordinator>> Coordinator::Start(const CoordinatorOptions& options) {
   auto impl = std::make_unique<coordinator_engine::CoordinatorImpl>(options);
-  GRIDSYNC_RETURN_IF_ERROR(impl->Restore());
+  // Listening first: a coordinator that cannot take its port never touches
+  // the state file of the one that has it.
   GRIDSYNC_RETURN_IF_ERROR(impl->Listen());
+  GRIDSYNC_RETURN_IF_ERROR(impl->Restore());
   impl->Launch();
   return std::unique_ptr<Coordinator>(std::move(impl));
 }

@@ -448,13 +448,14 @@ void CoordinatorImpl::Cleanup(const ConnPtr& conn, const std::string& reason) {
           member.pid, conn->peer, reason, map_.generation, map_.shards.size(), map_.expected_shards,
           map_.workers.size(), map_.expected_workers);
     }
-    const bool resumable = !job_done_ && JobHasCheckpoints();
+    const bool resumable = !job_done_ && JobHasCompleteStep();
     if (map_.workers.empty() && training_started_ && resumable && !shutting_down_) {
-      // Every worker died before the end, but the job has checkpoints: it
-      // stays open, and workers restarted with the same config rejoin it.
+      // Every worker died before the end, but the job has a complete
+      // checkpoint: it stays open, and workers restarted with the same
+      // config rejoin it.
       spdlog::warn(
-          "job {}: every worker left before the job finished; it has checkpoints, so it stays "
-          "open and restarted workers rejoin it (a fresh job needs a fresh coordinator)",
+          "job {}: every worker left before the job finished; it has a complete checkpoint, so "
+          "it stays open and restarted workers rejoin it (a fresh job needs a fresh coordinator)",
           map_.job);
     } else if (map_.workers.empty() && training_started_) {
       // The job's last worker left: the next workers start a new job, which

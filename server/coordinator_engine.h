@@ -184,10 +184,14 @@ class CoordinatorImpl final : public Coordinator {
     map_.expected_shards = options.expected_shards;
     map_.expected_workers = options.expected_workers;
   }
-  ~CoordinatorImpl() override { Stop(); }
+  ~CoordinatorImpl() override {
+    Stop();
+    if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the state file's lock
+  }
 
-  // Loads options_.state_file (unless fresh_state) into the job, before
-  // anything listens; a file that does not decode fails Start.
+  // Locks options_.state_file (one coordinator per file) and loads it
+  // (unless fresh_state) into the job, before the serving thread starts; a
+  // file that does not decode, or is another coordinator's, fails Start.
   Status Restore();
   Status Listen();
   void Launch();
@@ -243,8 +247,9 @@ class CoordinatorImpl final : public Coordinator {
   std::string IncompleteMessage(uint32_t waited_ms) const;
   // Why `step` is no step to roll the job back to (nullopt: it is one).
   std::optional<std::string> CheckRejoinStep(uint64_t step) const;
-  // Whether a part of the running job published a checkpoint step.
-  bool JobHasCheckpoints() const;
+  // Whether the running job has a step to rejoin from (one CheckRejoinStep
+  // accepts: every part that published holds it, every shard published).
+  bool JobHasCompleteStep() const;
   std::string BarrierTimeoutMessage(const Waiter& w) const;
   std::optional<std::string> TableMismatch(const RegisterInfo& info) const;
 
@@ -263,6 +268,7 @@ class CoordinatorImpl final : public Coordinator {
   CoordinatorState PersistentState() const;
   // Rewrites options_.state_file when PersistentState() changed; every Send
   // calls it first, so nothing is acknowledged that a restart would forget.
+  // A failed write removes the file (a restart then starts as new).
   void Persist();
 
   // Persist(), then queues `frame`.
@@ -309,6 +315,7 @@ class CoordinatorImpl final : public Coordinator {
   CoordinatorStats counts_;  // the counters of stats(); the rest is read from the state
   std::optional<CoordinatorState> persisted_;  // state_file's contents as last written
   std::string persist_error_;                  // the last failure to write it, logged once
+  int lock_fd_ = -1;                           // flock of state_file + ".lock"
 };
 
 template <typename F>

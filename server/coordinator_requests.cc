@@ -187,11 +187,16 @@ void CoordinatorImpl::HandleRegister(const ConnPtr& conn, uint64_t id, RegisterI
   WakeMapWaiters();
 }
 
-bool CoordinatorImpl::JobHasCheckpoints() const {
+bool CoordinatorImpl::JobHasCompleteStep() const {
   const std::string prefix = CheckpointKey(map_.job, "");
+  std::set<uint64_t> published;
   for (auto it = kv_.lower_bound(prefix); it != kv_.end() && it->first.rfind(prefix, 0) == 0;
        ++it) {
-    if (!it->second.empty()) return true;
+    auto held = ParseHeldSteps(it->second, it->first.substr(prefix.size()));
+    if (held.ok()) published.insert(held->begin(), held->end());
+  }
+  for (uint64_t step : published) {
+    if (!CheckRejoinStep(step)) return true;
   }
   return false;
 }

@@ -3,13 +3,13 @@
 #include <spdlog/fmt/fmt.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 #include <vector>
 
 #include "common/checkpoint_files.h"
@@ -22,23 +22,51 @@ using Json = nlohmann::json;
 
 constexpr const char* kFormat = "gridsync-coordinator-state";
 constexpr uint64_t kVersion = 1;
+constexpr const char* kHowToForget =
+    "the file is written by gridsync-coordinator; remove it, or start the coordinator with "
+    "--fresh, to forget the job it names";
 
 Status Bad(const std::string& what, const std::string& field, const std::string& problem,
            const std::string& allowed) {
   return Status::Corruption(
-      fmt::format("{}: {} {}; allowed: {} (the file is written by "
-                  "gridsync-coordinator; remove it, or start the "
-                  "coordinator with --fresh, to forget the job it names)",
-                  what, field, problem, allowed));
+      fmt::format("{}: {} {}; allowed: {} ({})", what, field, problem, allowed, kHowToForget));
+}
+
+// A value for an error message: scalars as written (cut short), arrays and
+// objects by their type (never dumped whole: they may be huge).
+std::string Show(const Json& value) {
+  if (value.is_structured()) return std::string("a JSON ") + value.type_name();
+  std::string text = value.dump(-1, ' ', false, Json::error_handler_t::replace);
+  if (text.size() > 64) text = text.substr(0, 64) + "...";
+  return text;
+}
+
+// The part a checkpoint key names ("shard-<s>" or "worker-<w>", canonical
+// decimal) is one of the cluster's.
+bool IsClusterPart(std::string_view part, uint32_t shards, uint32_t workers) {
+  uint32_t limit = 0;
+  if (part.rfind("shard-", 0) == 0) {
+    part.remove_prefix(6);
+    limit = shards;
+  } else if (part.rfind("worker-", 0) == 0) {
+    part.remove_prefix(7);
+    limit = workers;
+  } else {
+    return false;
+  }
+  uint32_t index = 0;
+  const auto [end, err] = std::from_chars(part.data(), part.data() + part.size(), index);
+  return err == std::errc() && end == part.data() + part.size() && index < limit &&
+         part == std::to_string(index);
 }
 
 Result<uint64_t> Unsigned(const Json& doc, const std::string& what, const char* field,
                           uint64_t max) {
   const auto it = doc.find(field);
-  if (it == doc.end())
-    return Bad(what, field, "is missing", "an integer 0.." + std::to_string(max));
+  const std::string allowed = "an integer 0.." + std::to_string(max);
+  if (it == doc.end()) return Bad(what, field, "is missing", allowed);
   if (!it->is_number_unsigned() || it->get<uint64_t>() > max) {
-    return Bad(what, field, "is " + it->dump(), "an integer 0.." + std::to_string(max));
+    return Bad(what, field, "is " + Show(*it), allowed);
   }
   return it->get<uint64_t>();
 }
@@ -46,23 +74,27 @@ Result<uint64_t> Unsigned(const Json& doc, const std::string& what, const char* 
 Result<bool> Boolean(const Json& doc, const std::string& what, const char* field) {
   const auto it = doc.find(field);
   if (it == doc.end() || !it->is_boolean()) {
-    return Bad(what, field, it == doc.end() ? "is missing" : "is " + it->dump(), "true or false");
+    return Bad(what, field, it == doc.end() ? "is missing" : "is " + Show(*it), "true or false");
   }
   return it->get<bool>();
 }
 
 }  // namespace
 
-std::optional<std::string> CheckpointEntryProblem(uint64_t job, const std::string& key,
+std::optional<std::string> CheckpointEntryProblem(uint64_t job, uint32_t shards, uint32_t workers,
+                                                  const std::string& key,
                                                   const std::string& value) {
   const std::string prefix = CheckpointKey(job, "");
-  if (key.rfind(prefix, 0) != 0 || key.size() == prefix.size()) {
-    return "is no checkpoint key of job " + std::to_string(job) + "; allowed: '" + prefix +
-           "<part>'";
+  if (key.rfind(prefix, 0) != 0 ||
+      !IsClusterPart(std::string_view(key).substr(prefix.size()), shards, workers)) {
+    return fmt::format(
+        "is no checkpoint key of a part of job {}; allowed: '{}shard-<s>' (s < {}) or "
+        "'{}worker-<w>' (w < {})",
+        job, prefix, shards, prefix, workers);
   }
-  if (key.size() + value.size() > kMaxCheckpointEntryBytes) {
-    return fmt::format("holds {} bytes with its steps; allowed: at most {}",
-                       key.size() + value.size(), kMaxCheckpointEntryBytes);
+  if (value.size() > kMaxCheckpointStepsBytes) {
+    return fmt::format("has {} bytes of steps; allowed: at most {}", value.size(),
+                       kMaxCheckpointStepsBytes);
   }
   if (auto parsed = ParseHeldSteps(value, key.substr(prefix.size())); !parsed.ok()) {
     return "has steps '" + value + "' (" + parsed.status().message() +
@@ -79,13 +111,14 @@ std::string EncodeCoordinatorState(const CoordinatorState& state) {
                     {"job", state.job},
                     {"epoch", state.epoch},
                     {"resume_step", state.resume_step},
-                    {"generation", state.generation},
                     {"training_started", state.training_started},
                     {"job_done", state.job_done},
                     {"expected_shards", state.expected_shards},
                     {"expected_workers", state.expected_workers},
                     {"checkpoints", std::move(checkpoints)}};
-  return doc.dump(1) + "\n";
+  // Keys are part names and values steps (CheckpointEntryProblem): plain
+  // ASCII; a replacement character, never an exception, for anything else.
+  return doc.dump(1, ' ', false, Json::error_handler_t::replace) + "\n";
 }
 
 Result<CoordinatorState> DecodeCoordinatorState(std::string_view bytes, const std::string& what) {
@@ -94,10 +127,19 @@ Result<CoordinatorState> DecodeCoordinatorState(std::string_view bytes, const st
                fmt::format("at most {}", kMaxCoordinatorStateBytes));
   }
   // A key twice in one object would be kept silently by the parser (the
-  // last one): refused, as a hand edit or damage.
+  // last one): refused, as a hand edit or damage. Nothing nests deeper than
+  // the checkpoints object: deeper values are dropped as they are read (the
+  // parser itself does not recurse) and the file refused.
   std::vector<std::set<std::string>> keys;
   std::string duplicate;
-  auto watch = [&](int /*depth*/, Json::parse_event_t event, Json& parsed) {
+  bool too_deep = false;
+  auto watch = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    const bool starts =
+        event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start;
+    if (starts && depth >= 2) {
+      too_deep = true;
+      return false;
+    }
     if (event == Json::parse_event_t::object_start) keys.emplace_back();
     if (event == Json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
     if (event == Json::parse_event_t::key && !keys.empty() &&
@@ -107,20 +149,25 @@ Result<CoordinatorState> DecodeCoordinatorState(std::string_view bytes, const st
     return true;
   };
   const Json doc = Json::parse(bytes.begin(), bytes.end(), watch, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) return Bad(what, "the file", "is not JSON", "the JSON this writes");
-  if (!duplicate.empty()) return Bad(what, "key '" + duplicate + "'", "appears twice", "once");
+  if (doc.is_discarded()) return Bad(what, "the file", "is not JSON", "the JSON it writes");
+  if (too_deep) {
+    return Bad(what, "a value", "nests deeper than the checkpoints object",
+               "numbers, true or false and strings in the two objects it writes");
+  }
+  if (!duplicate.empty()) {
+    return Bad(what, "key " + Show(Json(duplicate)), "appears twice", "once");
+  }
   if (!doc.is_object()) return Bad(what, "the file", "is not a JSON object", "an object");
-  const std::set<std::string> known = {
-      "format",     "version",          "job",      "epoch",           "resume_step",
-      "generation", "training_started", "job_done", "expected_shards", "expected_workers",
-      "checkpoints"};
+  const std::set<std::string> known = {"format",          "version",     "job",
+                                       "epoch",           "resume_step", "job_done",
+                                       "expected_shards", "checkpoints", "expected_workers",
+                                       "training_started"};
   for (const auto& [key, value] : doc.items()) {
-    if (!known.count(key))
-      return Bad(what, "key '" + key + "'", "is unknown", "the keys it writes");
+    if (!known.count(key)) return Bad(what, "key " + Show(Json(key)), "is unknown", "its keys");
   }
   const auto format = doc.find("format");
   if (format == doc.end() || !format->is_string() || format->get<std::string>() != kFormat) {
-    return Bad(what, "format", format == doc.end() ? "is missing" : "is " + format->dump(),
+    return Bad(what, "format", format == doc.end() ? "is missing" : "is " + Show(*format),
                std::string("\"") + kFormat + "\"");
   }
   GRIDSYNC_ASSIGN_OR_RETURN(const uint64_t version, Unsigned(doc, what, "version", kVersion));
@@ -128,14 +175,14 @@ Result<CoordinatorState> DecodeCoordinatorState(std::string_view bytes, const st
     return Bad(what, "version", "is " + std::to_string(version), std::to_string(kVersion));
   }
   constexpr uint64_t kU32 = std::numeric_limits<uint32_t>::max();
-  constexpr uint64_t kU64 = std::numeric_limits<uint64_t>::max();
   CoordinatorState state;
-  GRIDSYNC_ASSIGN_OR_RETURN(state.job, Unsigned(doc, what, "job", kU64 - 1));
+  GRIDSYNC_ASSIGN_OR_RETURN(state.job, Unsigned(doc, what, "job", kMaxCoordinatorJob));
   if (state.job == 0) return Bad(what, "job", "is 0", "1 or more");
-  GRIDSYNC_ASSIGN_OR_RETURN(const uint64_t epoch, Unsigned(doc, what, "epoch", kU32 - 1));
+  GRIDSYNC_ASSIGN_OR_RETURN(const uint64_t epoch,
+                            Unsigned(doc, what, "epoch", kMaxCoordinatorEpoch));
   state.epoch = static_cast<uint32_t>(epoch);
-  GRIDSYNC_ASSIGN_OR_RETURN(state.resume_step, Unsigned(doc, what, "resume_step", kU64));
-  GRIDSYNC_ASSIGN_OR_RETURN(state.generation, Unsigned(doc, what, "generation", kU64 - 1));
+  GRIDSYNC_ASSIGN_OR_RETURN(
+      state.resume_step, Unsigned(doc, what, "resume_step", std::numeric_limits<uint64_t>::max()));
   GRIDSYNC_ASSIGN_OR_RETURN(state.training_started, Boolean(doc, what, "training_started"));
   GRIDSYNC_ASSIGN_OR_RETURN(state.job_done, Boolean(doc, what, "job_done"));
   GRIDSYNC_ASSIGN_OR_RETURN(const uint64_t shards, Unsigned(doc, what, "expected_shards", kU32));
@@ -147,20 +194,13 @@ Result<CoordinatorState> DecodeCoordinatorState(std::string_view bytes, const st
     return Bad(what, "checkpoints", checkpoints == doc.end() ? "is missing" : "is not an object",
                "an object of the job's checkpoint keys and their steps");
   }
-  if (checkpoints->size() > kMaxCoordinatorStateKeys) {
-    return Bad(what, "checkpoints", fmt::format("holds {} keys", checkpoints->size()),
-               fmt::format("at most {}", kMaxCoordinatorStateKeys));
-  }
   for (const auto& [key, value] : checkpoints->items()) {
-    const std::string field = "checkpoints key '" + key + "'";
-    if (!value.is_string()) return Bad(what, field, "has " + value.dump(), "a list of steps");
+    const std::string field = "checkpoints key " + Show(Json(key));
+    if (!value.is_string()) return Bad(what, field, "has " + Show(value), "a list of steps");
     const std::string steps = value.get<std::string>();
-    if (auto problem = CheckpointEntryProblem(state.job, key, steps)) {
-      return Status::Corruption(
-          fmt::format("{}: {} {} (the file is written by "
-                      "gridsync-coordinator; remove it, or start the "
-                      "coordinator with --fresh, to forget the job it names)",
-                      what, field, *problem));
+    if (auto problem = CheckpointEntryProblem(state.job, state.expected_shards,
+                                              state.expected_workers, key, steps)) {
+      return Status::Corruption(fmt::format("{}: {} {} ({})", what, field, *problem, kHowToForget));
     }
     state.checkpoints[key] = steps;
   }
@@ -173,18 +213,18 @@ Result<std::optional<CoordinatorState>> LoadCoordinatorState(const std::string& 
     if (ec) return Status::IOError("cannot look for " + path + ": " + ec.message());
     return std::optional<CoordinatorState>();
   }
-  const auto size = std::filesystem::file_size(path, ec);
-  if (ec) return Status::IOError("cannot read " + path + ": " + ec.message());
-  if (size > kMaxCoordinatorStateBytes) {
-    return Bad(path, "the file", fmt::format("holds {} bytes", size),
-               fmt::format("at most {}", kMaxCoordinatorStateBytes));
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    return Bad(path, "the path", "is no regular file", "the file it writes");
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::IOError("cannot read " + path + ": " + std::strerror(errno));
-  std::ostringstream bytes;
-  bytes << in.rdbuf();
-  if (!in && !in.eof()) return Status::IOError("cannot read " + path);
-  GRIDSYNC_ASSIGN_OR_RETURN(CoordinatorState state, DecodeCoordinatorState(bytes.str(), path));
+  // At most one byte past the bound: a file that grew meanwhile is refused
+  // by size, never read whole.
+  std::string bytes(kMaxCoordinatorStateBytes + 1, '\0');
+  in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (in.bad()) return Status::IOError("cannot read " + path);
+  bytes.resize(static_cast<size_t>(in.gcount()));
+  GRIDSYNC_ASSIGN_OR_RETURN(CoordinatorState state, DecodeCoordinatorState(bytes, path));
   return std::optional<CoordinatorState>(std::move(state));
 }
 

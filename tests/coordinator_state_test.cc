@@ -74,12 +74,12 @@ TEST_F(CoordinatorStateTest, TheFileRoundTripsAndDamageIsRefusedByName) {
   state.job = 7;
   state.epoch = 2;
   state.resume_step = 150;
-  state.generation = 41;
   state.training_started = true;
   state.expected_shards = 2;
   state.expected_workers = 3;
   state.checkpoints = {{CheckpointKey(7, "shard-0"), "100,150"},
-                       {CheckpointKey(7, "shard-1"), "150"}};
+                       {CheckpointKey(7, "shard-1"), "150"},
+                       {CheckpointKey(7, "worker-2"), ""}};
   const std::string good = EncodeCoordinatorState(state);
   auto decoded = DecodeCoordinatorState(good, "f");
   ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
@@ -92,6 +92,7 @@ TEST_F(CoordinatorStateTest, TheFileRoundTripsAndDamageIsRefusedByName) {
     EXPECT_NE(at, std::string::npos) << from;
     return at == std::string::npos ? s : s.replace(at, from.size(), to);
   };
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
   const std::vector<std::pair<std::string, std::string>> damaged = {
       {"", "is not JSON"},
       {good.substr(0, good.size() / 2), "is not JSON"},
@@ -99,26 +100,33 @@ TEST_F(CoordinatorStateTest, TheFileRoundTripsAndDamageIsRefusedByName) {
       {replace("\"job\": 7", "\"job\": 0"), "job is 0"},
       {replace("\"job\": 7", "\"job\": -7"), "job is -7"},
       {replace("\"job\": 7", "\"job\": \"7\""), "job is \"7\""},
+      {replace("\"job\": 7", "\"job\": [7]"), "job is a JSON array"},
+      {replace("\"job\": 7", "\"job\": " + deep), "nests deeper than the checkpoints object"},
       {replace("\"epoch\": 2", "\"epoch\": 4294967296"), "epoch is 4294967296"},
       {replace("\"version\": 1", "\"version\": 2"), "version is 2"},
       {replace("\"gridsync-coordinator-state\"", "\"other\""), "format is \"other\""},
       {replace("\"job_done\": false", "\"job_done\": 0"), "job_done is 0"},
       {replace("\"job_done\": false", "\"job_done\": false, \"extra\": 1"),
-       "key 'extra' is unknown"},
+       "key \"extra\" is unknown"},
       {replace("\"job_done\": false", "\"job_done\": false, \"job\": 7"),
-       "key 'job' appears twice"},
+       "key \"job\" appears twice"},
       {replace("checkpoint/job-7/shard-1", "checkpoint/job-6/shard-1"),
-       "is no checkpoint key of job 7"},
+       "is no checkpoint key of a part of job 7"},
+      {replace("checkpoint/job-7/shard-1", "checkpoint/job-7/shard-2"), "(s < 2)"},
+      {replace("checkpoint/job-7/shard-1", "checkpoint/job-7/shard-01"),
+       "is no checkpoint key of a part"},
+      {replace("checkpoint/job-7/shard-1", "checkpoint/job-7/\xff"), "is not JSON"},
       {replace("\"150\"", "\"15x\""), "has steps '15x'"},
       {replace("\"150\"", "150"), "has 150"},
-      {replace("\"generation\": 41,", ""), "generation is missing"},
+      {replace("\"resume_step\": 150,", ""), "resume_step is missing"},
       {std::string(kMaxCoordinatorStateBytes + 1, ' '), "holds"},
   };
   for (const auto& [bytes, words] : damaged) {
     auto refused = DecodeCoordinatorState(bytes, "the-file");
     ASSERT_FALSE(refused.ok()) << bytes.substr(0, 300);
     EXPECT_NE(refused.status().message().find(words), std::string::npos)
-        << refused.status().ToString();
+        << refused.status().message().substr(0, 500);
+    EXPECT_LT(refused.status().message().size(), 1000u) << "a message echoing the file";
     EXPECT_NE(refused.status().message().find("the-file"), std::string::npos);
     EXPECT_NE(refused.status().message().find("--fresh"), std::string::npos);
   }
@@ -129,14 +137,18 @@ TEST_F(CoordinatorStateTest, ARestartedCoordinatorServesTheJobItKeptAndItsPartsR
   ASSERT_TRUE(first);
   {
     // What a client wrote under the prefix that is no part's steps is not
-    // kept: the file must stay one the next start accepts.
+    // kept: the file must stay one the next start accepts, with every part.
     auto client = Connect(*first);
     ASSERT_TRUE(client->Set(CheckpointKey(1, "junk"), "not steps").ok());
     ASSERT_TRUE(client->Set(CheckpointKey(1, ""), "100").ok());
-    ASSERT_TRUE(client->Set(CheckpointKey(1, "long"), std::string(5000, '1')).ok());
+    ASSERT_TRUE(client->Set(CheckpointKey(1, "shard-2"), "150").ok());
+    ASSERT_TRUE(client->Set(CheckpointKey(1, "shard-01"), "150").ok());
+    ASSERT_TRUE(client->Set(CheckpointKey(1, "\xff\xfe"), "150").ok()) << "not UTF-8";
+    std::string long_steps;
+    for (int i = 1; i < 600; ++i) long_steps += std::to_string(i) + ",";
+    ASSERT_TRUE(client->Set(CheckpointKey(1, "worker-0"), long_steps + "150").ok());
+    ASSERT_TRUE(client->Heartbeat().ok()) << "the coordinator still answers";
   }
-  auto before = first->stats(2s);
-  ASSERT_TRUE(before.ok());
   first->Stop();  // as if killed: stopping keeps the job as it was
   first.reset();
 
@@ -147,12 +159,11 @@ TEST_F(CoordinatorStateTest, ARestartedCoordinatorServesTheJobItKeptAndItsPartsR
   auto map = observer->GetMap(false, 0ms);
   ASSERT_TRUE(map.ok());
   EXPECT_EQ(map->job, 1u);
-  EXPECT_GT(map->generation, before->generation) << "a generation the old clients saw";
   EXPECT_TRUE(map->shards.empty() && map->workers.empty());
   auto registry = observer->Get({CheckpointKey(1, "shard-0"), CheckpointKey(1, "shard-1")}, 0ms);
   ASSERT_TRUE(registry.ok()) << registry.status().ToString();
   EXPECT_EQ(*registry, (std::vector<std::string>{"100,150", "150"}));
-  for (const std::string part : {"junk", "", "long"}) {
+  for (const std::string part : {"junk", "", "shard-2", "shard-01", "\xff\xfe", "worker-0"}) {
     EXPECT_FALSE(observer->Get({CheckpointKey(1, part)}, 0ms).ok()) << "kept '" << part << "'";
   }
 
@@ -182,44 +193,58 @@ TEST_F(CoordinatorStateTest, ARestartedCoordinatorServesTheJobItKeptAndItsPartsR
   EXPECT_EQ((*kept)->epoch, 3u);
   EXPECT_EQ((*kept)->resume_step, 150u);
   EXPECT_TRUE((*kept)->training_started);
+  // One coordinator per state file: a second one is refused, naming it.
+  auto twin = StartCoordinator();
+  ASSERT_FALSE(twin.ok());
+  EXPECT_NE(twin.status().message().find("another coordinator keeps its job in " + path_),
+            std::string::npos)
+      << twin.status().ToString();
 }
 
-TEST_F(CoordinatorStateTest, AJobWithoutCheckpointsOrAnotherShapeIsNotRejoined) {
+TEST_F(CoordinatorStateTest, AJobWithoutACompleteStepOrOfAnotherShapeIsNotRejoined) {
+  auto restart = [&](std::unique_ptr<Coordinator> coordinator, uint32_t shards = 2) {
+    coordinator->Stop();
+    coordinator.reset();
+    auto started = StartCoordinator(/*fresh=*/false, shards);
+    EXPECT_TRUE(started.ok()) << started.status().ToString();
+    return started.ok() ? std::move(started).value() : nullptr;
+  };
   // Training started, nothing published: nothing to rejoin, the next job.
-  auto first = RunJob({});
-  ASSERT_TRUE(first);
-  first->Stop();
-  first.reset();
-  {
-    auto started = StartCoordinator();
-    ASSERT_TRUE(started.ok()) << started.status().ToString();
-    auto client = Connect(**started);
-    auto job = client->CurrentJob();
-    ASSERT_TRUE(job.ok());
-    EXPECT_EQ(job->job, 2u);
-    EXPECT_TRUE(Register(*client, Member(Role::kShard, 0)).ok()) << "a fresh job's shard";
-  }
-  // A job with checkpoints, but the cluster now has 3 shards: job 2.
-  first = RunJob({"150", "150"});
-  ASSERT_TRUE(first);
-  first->Stop();
-  first.reset();
-  {
-    auto started = StartCoordinator(/*fresh=*/false, /*shards=*/3);
-    ASSERT_TRUE(started.ok()) << started.status().ToString();
-    auto job = Connect(**started)->CurrentJob();
-    ASSERT_TRUE(job.ok());
-    EXPECT_EQ(job->job, 2u);
-  }
+  auto coordinator = restart(RunJob({}));
+  ASSERT_TRUE(coordinator);
+  auto client = Connect(*coordinator);
+  auto job = client->CurrentJob();
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->job, 2u);
+  EXPECT_TRUE(Register(*client, Member(Role::kShard, 0)).ok()) << "a fresh job's shard";
+  client.reset();
+  coordinator.reset();
+  // Only shard 0 published its first step: no step every part holds.
+  coordinator = restart(RunJob({"50"}));
+  ASSERT_TRUE(coordinator);
+  job = Connect(*coordinator)->CurrentJob();
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->job, 2u) << "a job nobody can rejoin stayed open";
+  coordinator.reset();
+  // A job with a complete step, but the cluster now has 3 shards: as new
+  // (job 1, so that the old run's parts refuse to start afresh over its
+  // checkpoints).
+  coordinator = restart(RunJob({"150", "150"}), /*shards=*/3);
+  ASSERT_TRUE(coordinator);
+  job = Connect(*coordinator)->CurrentJob();
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->job, 1u);
+  EXPECT_EQ(job->epoch, 0u);
+  coordinator.reset();
   // --fresh forgets a job that could be rejoined.
-  first = RunJob({"150", "150"});
+  auto first = RunJob({"150", "150"});
   ASSERT_TRUE(first);
   first->Stop();
   first.reset();
   auto started = StartCoordinator(/*fresh=*/true);
   ASSERT_TRUE(started.ok()) << started.status().ToString();
-  auto client = Connect(**started);
-  auto job = client->CurrentJob();
+  client = Connect(**started);
+  job = client->CurrentJob();
   ASSERT_TRUE(job.ok());
   EXPECT_EQ(job->job, 1u);
   EXPECT_EQ(job->epoch, 0u);
@@ -247,6 +272,26 @@ TEST_F(CoordinatorStateTest, ADamagedOrUnwritableStateFailsStartNamingTheFile) {
             std::string::npos)
       << unwritable.status().ToString();
   std::filesystem::remove(dir_);
+}
+
+TEST_F(CoordinatorStateTest, AFailedWriteRemovesTheFileARestartWouldTrust) {
+  auto started = StartCoordinator(/*fresh=*/true);
+  ASSERT_TRUE(started.ok()) << started.status().ToString();
+  auto coordinator = std::move(started).value();
+  ASSERT_TRUE(std::filesystem::exists(path_));
+  // The temporary file's name taken by a folder: the next write fails.
+  std::filesystem::create_directories(path_ + ".tmp");
+  auto worker = Connect(*coordinator);
+  ASSERT_TRUE(worker->Register(Member(Role::kWorker, 0), 2s).ok());
+  ASSERT_TRUE(worker->Barrier("init", 1, "worker-0", 2s).ok()) << "serving goes on";
+  EXPECT_FALSE(std::filesystem::exists(path_)) << "a file that no longer says what it serves";
+  // Writable again: the next change writes it whole.
+  std::filesystem::remove(path_ + ".tmp");
+  ASSERT_TRUE(worker->Set(CheckpointKey(1, "shard-0"), "50").ok());
+  auto kept = LoadCoordinatorState(path_);
+  ASSERT_TRUE(kept.ok() && kept->has_value()) << kept.status().ToString();
+  EXPECT_TRUE((*kept)->training_started);
+  EXPECT_EQ((*kept)->checkpoints.size(), 1u);
 }
 
 }  // namespace

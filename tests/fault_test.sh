@@ -14,7 +14,9 @@
 #     --max-restarts, the launcher restarts it; it serves the job it kept
 #     (checkpoint.dir/coordinator-state.json), the shards and workers that
 #     failed without it are restarted and rejoin, and the job ends bit for
-#     bit as the uninterrupted run.
+#     bit as the uninterrupted run. 4c. Under systemd's rules by hand: the
+#     shards exit 1, the workers 4 (the code their unit restarts on); all
+#     started again, they rejoin and the job ends bit for bit.
 #  5. Async: SIGKILL of a worker makes the other fail within 5 s, naming it.
 #  6. With a codec (onebit: Adam and error feedback on the workers), the
 #     workers' own state is in the checkpoints too: SIGKILL of worker 1 after
@@ -202,8 +204,61 @@ elif ! cmp -s "$WORK/clean.bin" "$WORK/coord-restarted.bin"; then
   fail "4b: after the coordinator's restart the final parameters differ from the uninterrupted run's"
 else
   step=$(grep -o "rolled back to step [0-9]*" "$WORK/coord-restart.log" | head -1 | grep -o "[0-9]*$")
+  # 150 once its every part published it before the kill, else 100.
+  [ "$step" = 150 ] || [ "$step" = 100 ] || fail "4b: rolled back to step '$step'; expected 100 or 150"
   echo "ok: SIGKILL of the coordinator under --max-restarts: it came back with its job, every process rejoined from step $step, and the job ended bit for bit as the uninterrupted run ($(( $(date +%s) - start )) s in all)"
 fi
+
+# 4c. The same under systemd's rules, processes started by hand: without
+# their coordinator the shards exit 1 and the workers exit 4
+# (kCoordinatorLostExitCode, on which the worker unit restarts them,
+# RestartForceExitStatus=4); started again (the coordinator without
+# --fresh), every process rejoins and the job ends bit for bit as the
+# uninterrupted run.
+rm -rf "$WORK/ckpt"
+start_units() {  # start_units TAG: coordinator, 2 shards, 2 workers
+  "$BUILD/server/gridsync-coordinator" --config "$WORK/cluster.json" > "$WORK/u-coord-$1.log" 2>&1 &
+  coord=$!
+  pids=()
+  for s in 0 1; do
+    "$BUILD/server/gridsync-ps" --shard $s --config "$WORK/cluster.json" > "$WORK/u-ps$s-$1.log" 2>&1 &
+    pids+=($!)
+  done
+  for r in 0 1; do
+    "$BUILD/worker/gridsync-worker" --rank $r --config "$WORK/cluster.json" --dump-params \
+      "$WORK/units-$1-$r.bin" > "$WORK/u-w$r-$1.log" 2>&1 &
+    pids+=($!)
+  done
+}
+start_units first
+wait_for_line "$WORK/u-ps1-first.log" "checkpoint at step 150 written" || true
+kill -KILL $coord
+codes=()
+for pid in "${pids[@]}"; do
+  rc=0; timeout 60 tail --pid=$pid -f /dev/null || true; wait $pid || rc=$?; codes+=($rc)
+done
+if [ "${codes[*]}" != "1 1 4 4" ]; then
+  fail "4c: without their coordinator shards and workers exited ${codes[*]}; expected 1 1 4 4"
+  tail -n 2 "$WORK/u-w0-first.log" "$WORK/u-ps0-first.log"
+else
+  start_units again
+  rc=0
+  for pid in "${pids[@]:2}"; do wait $pid || rc=$?; done
+  kill -TERM $coord "${pids[@]:0:2}" 2>/dev/null || true
+  wait $coord "${pids[@]:0:2}" 2>/dev/null || true
+  if [ $rc -ne 0 ]; then
+    fail "4c: the restarted processes did not finish the job (exit $rc)"
+    tail -n 3 "$WORK/u-coord-again.log" "$WORK/u-w0-again.log"
+  elif ! grep -q "restored job 1" "$WORK/u-coord-again.log" ||
+       ! grep -q "rejoining it from the checkpoint of step" "$WORK/u-ps0-again.log"; then
+    fail "4c: the coordinator did not restore its job, or shard 0 did not rejoin it"
+  elif ! cmp -s "$WORK/clean.bin" "$WORK/units-again-0.bin"; then
+    fail "4c: after the units' restarts the final parameters differ from the uninterrupted run's"
+  else
+    echo "ok: the coordinator SIGKILLed under systemd's rules: shards exited 1, workers 4 ($(grep -o 'the coordinator is gone' "$WORK/u-w1-first.log" | head -1)); started again they rejoined and the job ended bit for bit as the uninterrupted run"
+  fi
+fi
+pkill -KILL -f "$WORK/cluster.json" 2>/dev/null || true
 
 # 5. Async: a dead worker is noticed by the others between steps (the
 # coordinator's map), within seconds, not at the end of training. The

@@ -232,6 +232,17 @@ int main(int argc, char** argv) {
   }
   if (!report.ok()) {
     spdlog::error("training failed: {}", report.status().ToString());
+    if (distributed && report.status().code() == gridsync::StatusCode::kUnavailable &&
+        config->checkpoint.every_steps > 0 &&
+        config->distributed.gradient_sync != gridsync::GradientSyncMode::kNccl) {
+      // The job lives on in its checkpoints and the coordinator's state: a
+      // restart rejoins it once the coordinator is back.
+      spdlog::error(
+          "exit {}: the coordinator is gone; restarted (its unit does so on this code) "
+          "this worker rejoins the job from its newest complete checkpoint",
+          gridsync::kCoordinatorLostExitCode);
+      return gridsync::kCoordinatorLostExitCode;
+    }
     return 1;
   }
   if (distributed && report->rank != 0) {

@@ -23,7 +23,7 @@ std::string Missing(const std::vector<MemberInfo>& present, uint32_t expected, c
 Status CheckClusterPeers(CoordinatorClient& coordinator, uint32_t epoch) {
   auto map = coordinator.GetMap(/*wait_complete=*/false, std::chrono::milliseconds(0));
   if (!map.ok()) {
-    return Status::IOError("the coordinator does not answer: " + map.status().message());
+    return Status::Unavailable("the coordinator does not answer: " + map.status().message());
   }
   if (map->epoch != epoch) {
     return Status::IOError("the job rolled back to step " + std::to_string(map->resume_step) +

@@ -304,8 +304,9 @@ Result<uint64_t> PsSessionSync::FollowRollback(const Status& failure) {
     auto current =
         session_.coordinator->GetMap(/*wait_complete=*/false, std::chrono::milliseconds(0));
     if (!current.ok()) {
-      return failure.WithContext("the coordinator does not answer either (" +
-                                 current.status().message() + ")");
+      return Status::Unavailable(failure.message())
+          .WithContext("the coordinator does not answer either (" + current.status().message() +
+                       ")");
     }
     map = std::move(current).value();
     if (map.job != session_.map.job) {
