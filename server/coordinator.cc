@@ -162,6 +162,9 @@ void CoordinatorImpl::Persist() {
   if (options_.state_file.empty() || shutting_down_) return;
   CoordinatorState state = PersistentState();
   if (persisted_ && state == *persisted_) return;
+  // The same state failed already: no write (and fsync) per reply on a full
+  // disk; the next change tries again.
+  if (unsaved_ && state == *unsaved_) return;
   Status saved;
   try {
     saved = SaveCoordinatorState(options_.state_file, state);
@@ -170,6 +173,7 @@ void CoordinatorImpl::Persist() {
   }
   if (saved.ok()) {
     persist_error_.clear();
+    unsaved_.reset();
     persisted_ = std::move(state);
     return;
   }
@@ -177,6 +181,7 @@ void CoordinatorImpl::Persist() {
   // so that a restart starts as new (and the fresh-start guard protects the
   // checkpoints) instead of reopening a job this one left. Serving goes on.
   persisted_.reset();
+  unsaved_ = std::move(state);
   std::error_code ec;
   std::filesystem::remove(options_.state_file, ec);
   if (saved.message() != persist_error_) {

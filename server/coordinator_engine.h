@@ -314,6 +314,7 @@ class CoordinatorImpl final : public Coordinator {
   std::vector<std::shared_ptr<Waiter>> kv_waiters_;
   CoordinatorStats counts_;  // the counters of stats(); the rest is read from the state
   std::optional<CoordinatorState> persisted_;  // state_file's contents as last written
+  std::optional<CoordinatorState> unsaved_;    // the state whose write failed last
   std::string persist_error_;                  // the last failure to write it, logged once
   int lock_fd_ = -1;                           // flock of state_file + ".lock"
 };
