@@ -34,7 +34,7 @@ ImageTask LoadCrop() {
     for (int x = 0; x < w; ++x) {
       for (int c = 0; c < 3; ++c) {
         rgb[(static_cast<size_t>(y) * w + x) * 3 + c] =
-            full->pixels()[(static_cast<size_t>(y0 + y) * full->width() + x0 + x) * 3 + c];
+            full->Channel((static_cast<size_t>(y0 + y) * full->width() + x0 + x) * 3 + c);
       }
     }
   }

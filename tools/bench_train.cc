@@ -188,9 +188,10 @@ Result<nlohmann::json> RunTorchPeer(const TrainArgs& args, const Config& config,
   std::filesystem::create_directories(dir);
   const auto raw = dir / "image.f32";
   {
+    const std::vector<float> pixels = image.Floats();
     std::ofstream out(raw, std::ios::binary);
-    out.write(reinterpret_cast<const char*>(image.pixels().data()),
-              static_cast<std::streamsize>(image.pixels().size() * sizeof(float)));
+    out.write(reinterpret_cast<const char*>(pixels.data()),
+              static_cast<std::streamsize>(pixels.size() * sizeof(float)));
     if (!out) return Status::IOError("cannot write " + raw.string());
   }
   std::string eval;

@@ -14,26 +14,64 @@
 #include "common/counter_rng.h"
 
 namespace gridsync {
+namespace {
+
+constexpr std::array<float, 256> MakeByteValues() {
+  std::array<float, 256> values{};
+  for (int i = 0; i < 256; ++i) values[i] = static_cast<float>(i) / 255.0f;
+  return values;
+}
+
+inline float Value(float c, const std::array<float, 256>&) { return c; }
+inline float Value(uint8_t c, const std::array<float, 256>& table) { return table[c]; }
+
+// Samples ahead whose pixels are prefetched: a batch's positions are
+// uniform over the image, so its pixel rows are as scattered as the grid's.
+constexpr size_t kPrefetchSamples = 8;
+
+}  // namespace
+
+const std::array<float, 256> ImageTask::kByteValue = MakeByteValues();
 
 Result<ImageTask> ImageTask::Load(const std::string& path) {
   int w = 0, h = 0, channels = 0;
+  // The dimensions first: a small file can claim a huge image, and decoding
+  // it would take the memory before anything could refuse.
+  if (stbi_info(path.c_str(), &w, &h, &channels) == 0) {
+    return Status::IOError("cannot load image '" + path + "': " + stbi_failure_reason() +
+                           "; allowed: JPEG, PNG, BMP, TGA, GIF or PNM files");
+  }
+  const uint64_t pixels = uint64_t(w) * uint64_t(h);
+  if (w <= 0 || h <= 0 || pixels > kMaxPixels) {
+    return Status::InvalidArgument("image '" + path + "' is " + std::to_string(w) + " x " +
+                                   std::to_string(h) + " pixels; allowed: at most " +
+                                   std::to_string(kMaxPixels) + " pixels");
+  }
   unsigned char* data = stbi_load(path.c_str(), &w, &h, &channels, 3);
   if (data == nullptr) {
     return Status::IOError("cannot load image '" + path + "': " + stbi_failure_reason() +
                            "; allowed: JPEG, PNG, BMP, TGA, GIF or PNM files");
   }
-  std::vector<float> rgb(static_cast<size_t>(w) * h * 3);
-  for (size_t i = 0; i < rgb.size(); ++i) rgb[i] = static_cast<float>(data[i]) / 255.0f;
+  ImageTask task;
+  task.width_ = w;
+  task.height_ = h;
+  task.bytes_.assign(data, data + size_t(w) * size_t(h) * 3);
   stbi_image_free(data);
-  return FromPixels(w, h, std::move(rgb));
+  return task;
 }
 
 ImageTask ImageTask::FromPixels(int width, int height, std::vector<float> rgb) {
   ImageTask task;
   task.width_ = width;
   task.height_ = height;
-  task.rgb_ = std::move(rgb);
+  task.floats_ = std::move(rgb);
   return task;
+}
+
+std::vector<float> ImageTask::Floats() const {
+  std::vector<float> out(pixel_count() * 3);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = Channel(i);
+  return out;
 }
 
 void ImageTask::Target(float u, float v, float* rgb) const {
@@ -47,50 +85,95 @@ void ImageTask::Target(float u, float v, float* rgb) const {
   const int x1 = std::clamp(static_cast<int>(fx) + 1, 0, width_ - 1);
   const int y0 = std::clamp(static_cast<int>(fy), 0, height_ - 1);
   const int y1 = std::clamp(static_cast<int>(fy) + 1, 0, height_ - 1);
-  const float* p00 = &rgb_[(static_cast<size_t>(y0) * width_ + x0) * 3];
-  const float* p01 = &rgb_[(static_cast<size_t>(y0) * width_ + x1) * 3];
-  const float* p10 = &rgb_[(static_cast<size_t>(y1) * width_ + x0) * 3];
-  const float* p11 = &rgb_[(static_cast<size_t>(y1) * width_ + x1) * 3];
+  const size_t p00 = (static_cast<size_t>(y0) * width_ + x0) * 3;
+  const size_t p01 = (static_cast<size_t>(y0) * width_ + x1) * 3;
+  const size_t p10 = (static_cast<size_t>(y1) * width_ + x0) * 3;
+  const size_t p11 = (static_cast<size_t>(y1) * width_ + x1) * 3;
   for (int c = 0; c < 3; ++c) {
-    const float top = p00[c] + (p01[c] - p00[c]) * ax;
-    const float bottom = p10[c] + (p11[c] - p10[c]) * ax;
+    const float c00 = Channel(p00 + c), c01 = Channel(p01 + c);
+    const float c10 = Channel(p10 + c), c11 = Channel(p11 + c);
+    const float top = c00 + (c01 - c00) * ax;
+    const float bottom = c10 + (c11 - c10) * ax;
     rgb[c] = top + (bottom - top) * ay;
+  }
+}
+
+template <typename T>
+void ImageTask::SampleRange(const T* channels, uint64_t seed, uint64_t step, uint64_t begin,
+                            size_t count, float* positions, float* targets) const {
+  // Positions first, so that the pixels of samples ahead can be prefetched.
+  for (size_t i = 0; i < count; ++i) {
+    CounterUniform2(seed, step, begin + i, &positions[2 * i], &positions[2 * i + 1]);
+  }
+  const float fw = static_cast<float>(width_), fh = static_cast<float>(height_);
+  for (size_t i = 0; i < count; ++i) {
+    if (i + kPrefetchSamples < count) {
+      const float* ahead = &positions[2 * (i + kPrefetchSamples)];
+      // The pixel left of and above the sample (clamped as Target clamps)
+      // and the row below: Target's four reads are on these two rows.
+      const int x0 = std::clamp(static_cast<int>(ahead[0] * fw - 0.5f), 0, width_ - 1);
+      const int y0 = std::clamp(static_cast<int>(ahead[1] * fh - 0.5f), 0, height_ - 1);
+      const int y1 = std::min(y0 + 1, height_ - 1);
+      __builtin_prefetch(&channels[(static_cast<size_t>(y0) * width_ + x0) * 3]);
+      __builtin_prefetch(&channels[(static_cast<size_t>(y1) * width_ + x0) * 3]);
+    }
+    const float x = positions[2 * i] * fw - 0.5f;
+    const float y = positions[2 * i + 1] * fh - 0.5f;
+    const float fx = std::floor(x);
+    const float fy = std::floor(y);
+    const float ax = x - fx;
+    const float ay = y - fy;
+    const int x0 = std::clamp(static_cast<int>(fx), 0, width_ - 1);
+    const int x1 = std::clamp(static_cast<int>(fx) + 1, 0, width_ - 1);
+    const int y0 = std::clamp(static_cast<int>(fy), 0, height_ - 1);
+    const int y1 = std::clamp(static_cast<int>(fy) + 1, 0, height_ - 1);
+    const T* p00 = &channels[(static_cast<size_t>(y0) * width_ + x0) * 3];
+    const T* p01 = &channels[(static_cast<size_t>(y0) * width_ + x1) * 3];
+    const T* p10 = &channels[(static_cast<size_t>(y1) * width_ + x0) * 3];
+    const T* p11 = &channels[(static_cast<size_t>(y1) * width_ + x1) * 3];
+    float* rgb = targets + 3 * i;
+    for (int c = 0; c < 3; ++c) {
+      const float c00 = Value(p00[c], kByteValue), c01 = Value(p01[c], kByteValue);
+      const float c10 = Value(p10[c], kByteValue), c11 = Value(p11[c], kByteValue);
+      const float top = c00 + (c01 - c00) * ax;
+      const float bottom = c10 + (c11 - c10) * ax;
+      rgb[c] = top + (bottom - top) * ay;
+    }
   }
 }
 
 void ImageTask::SampleBatch(uint64_t seed, uint64_t step, uint64_t begin, size_t count,
                             float* positions, float* targets) const {
+  if (bytes_.empty()) {
+    SampleRange(floats_.data(), seed, step, begin, count, positions, targets);
+  } else {
+    SampleRange(bytes_.data(), seed, step, begin, count, positions, targets);
+  }
+}
+
+void ImageTask::PixelCentres(uint64_t begin, size_t count, float* positions) const {
+  const uint64_t w = static_cast<uint64_t>(width_);
   for (size_t i = 0; i < count; ++i) {
-    float u, v;
-    CounterUniform2(seed, step, begin + i, &u, &v);
-    positions[2 * i] = u;
-    positions[2 * i + 1] = v;
-    Target(u, v, targets + 3 * i);
+    const uint64_t p = begin + i;
+    positions[2 * i] = (static_cast<float>(p % w) + 0.5f) / static_cast<float>(width_);
+    positions[2 * i + 1] = (static_cast<float>(p / w) + 0.5f) / static_cast<float>(height_);
   }
 }
 
-std::vector<float> ImageTask::PixelCentres() const {
-  std::vector<float> pos(static_cast<size_t>(width_) * height_ * 2);
-  for (int y = 0; y < height_; ++y) {
-    for (int x = 0; x < width_; ++x) {
-      const size_t i = static_cast<size_t>(y) * width_ + x;
-      pos[2 * i] = (static_cast<float>(x) + 0.5f) / static_cast<float>(width_);
-      pos[2 * i + 1] = (static_cast<float>(y) + 0.5f) / static_cast<float>(height_);
-    }
-  }
-  return pos;
-}
-
-double ImageTask::Psnr(const std::vector<float>& prediction) const {
-  double se = 0;
-  for (size_t i = 0; i < rgb_.size(); ++i) {
-    const double d = std::clamp(prediction[i], 0.0f, 1.0f) - rgb_[i];
+double ImageTask::AddSquaredError(double se, uint64_t begin, size_t count,
+                                  const float* prediction) const {
+  const size_t first = begin * 3;
+  for (size_t i = 0; i < count * 3; ++i) {
+    const double d = std::clamp(prediction[i], 0.0f, 1.0f) - Channel(first + i);
     se += d * d;
   }
-  const double mse = se / static_cast<double>(rgb_.size());
-  return mse > 0 ? -10.0 * std::log10(mse) : 99.0;
+  return se;
 }
 
+double ImageTask::PsnrOf(double squared_error) const {
+  const double mse = squared_error / static_cast<double>(pixel_count() * 3);
+  return mse > 0 ? -10.0 * std::log10(mse) : 99.0;
+}
 Status ImageTask::CheckWritableFolder(const std::string& folder) {
   std::error_code ec;
   std::filesystem::create_directories(folder, ec);
@@ -110,17 +193,17 @@ Status ImageTask::CheckWritableFolder(const std::string& folder) {
   return Status::OK();
 }
 
+uint8_t ImageTask::ToByte(float value) {
+  return static_cast<uint8_t>(std::lround(std::clamp(value, 0.0f, 1.0f) * 255.0f));
+}
+
 Status ImageTask::WritePng(const std::string& path, int width, int height,
-                           const std::vector<float>& rgb) {
+                           const std::vector<uint8_t>& rgb) {
   std::error_code ec;
   const auto parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
   if (ec) return Status::IOError("cannot create folder '" + parent.string() + "': " + ec.message());
-  std::vector<unsigned char> bytes(rgb.size());
-  for (size_t i = 0; i < rgb.size(); ++i) {
-    bytes[i] = static_cast<unsigned char>(std::lround(std::clamp(rgb[i], 0.0f, 1.0f) * 255.0f));
-  }
-  if (!stbi_write_png(path.c_str(), width, height, 3, bytes.data(), width * 3)) {
+  if (!stbi_write_png(path.c_str(), width, height, 3, rgb.data(), width * 3)) {
     return Status::IOError("cannot write PNG '" + path + "'");
   }
   return Status::OK();

@@ -8,9 +8,16 @@
 // Evaluation runs at every pixel centre; PSNR is over all pixels and
 // channels with predictions clamped to [0,1].
 //
+// A loaded image is kept as its 8-bit channels (3 bytes a pixel, a quarter
+// of floats): every worker holds the whole image, and a large one must not
+// cost 12 bytes a pixel. A channel reads as byte / 255.0f (a table of the
+// 256 values), exactly the float it was converted to before. Images made
+// from floats (tests) keep their floats.
+//
 // Thread safety: const methods may be called concurrently.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -21,14 +28,25 @@ namespace gridsync {
 
 class ImageTask {
  public:
-  // Loads a JPEG/PNG/BMP/... through stb_image; RGB, values scaled to [0,1].
+  // The most pixels a loaded image may have: 2^28 (e.g. 16384 x 16384),
+  // 768 MiB of channels in every worker. stb_image's own bound is lower for
+  // some formats; over this, Load refuses before decoding anything.
+  static constexpr uint64_t kMaxPixels = uint64_t{1} << 28;
+
+  // Loads a JPEG/PNG/BMP/... through stb_image; RGB, 8 bits a channel.
   static Result<ImageTask> Load(const std::string& path);
   // An image from memory (H x W x 3 floats, row 0 at the top); for tests.
   static ImageTask FromPixels(int width, int height, std::vector<float> rgb);
 
   int width() const { return width_; }
   int height() const { return height_; }
-  const std::vector<float>& pixels() const { return rgb_; }
+  uint64_t pixel_count() const { return uint64_t(width_) * uint64_t(height_); }
+  // Channel i of the H x W x 3 row-major channels, in [0, 1].
+  float Channel(size_t i) const { return bytes_.empty() ? floats_[i] : kByteValue[bytes_[i]]; }
+  // Every channel as a float (H x W x 3): for peers that want the image.
+  std::vector<float> Floats() const;
+  // The bytes of memory the image holds.
+  uint64_t memory_bytes() const { return bytes_.size() + floats_.size() * sizeof(float); }
 
   // Samples [begin, begin + count) of the global batch of `step`:
   // positions (count x 2) and targets (count x 3).
@@ -38,23 +56,38 @@ class ImageTask {
   // Bilinear lookup, clamped at the edges.
   void Target(float u, float v, float* rgb) const;
 
-  // Positions of all pixel centres, row-major (width*height x 2).
-  std::vector<float> PixelCentres() const;
+  // Centres of pixels [begin, begin + count) in row-major order (count x 2).
+  void PixelCentres(uint64_t begin, size_t count, float* positions) const;
 
-  // PSNR in dB of a prediction at the pixel centres (width*height x 3).
-  double Psnr(const std::vector<float>& prediction) const;
+  // `sum` plus the squared errors of predictions (count x 3) at pixels
+  // [begin, begin + count), clamped to [0,1], added one by one in pixel and
+  // channel order: consecutive ranges, each added onto the sum so far, give
+  // the whole image's sum bit for bit.
+  double AddSquaredError(double sum, uint64_t begin, size_t count, const float* prediction) const;
+  // PSNR in dB of a squared error summed over every pixel.
+  double PsnrOf(double squared_error) const;
 
   // Creates `folder` if needed and proves a file can be written in it (a
   // temporary one, removed again): the check a run makes before training.
   // (Declared here, with WritePng, the one writer of task.output.)
   static Status CheckWritableFolder(const std::string& folder);
+  // A prediction's channel as the PNG's byte.
+  static uint8_t ToByte(float value);
+  // Writes H x W x 3 bytes as a PNG.
   static Status WritePng(const std::string& path, int width, int height,
-                         const std::vector<float>& rgb);
+                         const std::vector<uint8_t>& rgb);
 
  private:
+  static const std::array<float, 256> kByteValue;  // byte / 255.0f
+
+  template <typename T>
+  void SampleRange(const T* channels, uint64_t seed, uint64_t step, uint64_t begin, size_t count,
+                   float* positions, float* targets) const;
+
   int width_ = 0;
   int height_ = 0;
-  std::vector<float> rgb_;
+  std::vector<uint8_t> bytes_;  // loaded images
+  std::vector<float> floats_;   // FromPixels
 };
 
 }  // namespace gridsync

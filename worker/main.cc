@@ -143,17 +143,21 @@ int main(int argc, char** argv) {
     }
     samples = (samples + static_cast<uint64_t>(config->training.gradient_accumulation) - 1) /
               static_cast<uint64_t>(config->training.gradient_accumulation);
-    const uint64_t need = gridsync::EstimateWorkerBytes(*spec, samples);
+    // The image (held) and its reconstruction (written at the end) count too.
+    const uint64_t image_bytes = image->memory_bytes() + image->pixel_count() * 3;
+    const uint64_t need = gridsync::EstimateWorkerBytes(*spec, samples) + image_bytes;
     const uint64_t available = AvailableMemory();
     if (available > 0 && need > available) {
       std::fprintf(stderr,
                    "%s: training.batch_size %d needs about %.1f GiB in this worker (%llu samples "
-                   "per micro-batch) but %.1f GiB are available; allowed: a smaller batch_size, "
-                   "more gradient_accumulation or more workers\n",
+                   "per micro-batch, %.1f GiB of it task.image's %dx%d pixels) but %.1f GiB are "
+                   "available; allowed: a smaller batch_size or image, more "
+                   "gradient_accumulation or more workers\n",
                    config_path.c_str(), config->training.batch_size,
                    static_cast<double>(need) / 1073741824.0,
                    static_cast<unsigned long long>(samples),
-                   static_cast<double>(available) / 1073741824.0);
+                   static_cast<double>(image_bytes) / 1073741824.0, image->width(),
+                   image->height(), static_cast<double>(available) / 1073741824.0);
       return gridsync::kConfigErrorExitCode;
     }
   }

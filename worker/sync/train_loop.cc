@@ -23,11 +23,31 @@ double Since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-double EvalPsnr(HashGridModel& model, const ImageTask& image, const std::vector<float>& centres,
-                uint32_t active_levels, ThreadPool* pool, std::vector<float>* prediction) {
-  prediction->resize(centres.size() / 2 * 3);
-  model.Predict(centres.data(), centres.size() / 2, active_levels, prediction->data(), pool);
-  return image.Psnr(*prediction);
+// Pixels predicted at a time: a multiple of the model's own chunk, so every
+// pixel is predicted exactly as one call over the whole image would, while
+// the positions and predictions held stay bounded (5 MiB) at any image size.
+constexpr size_t kEvalPixels = size_t{1} << 18;
+
+// PSNR of the model at every pixel centre; with `png`, the reconstruction's
+// bytes too (H x W x 3).
+double EvalPsnr(HashGridModel& model, const ImageTask& image, uint32_t active_levels,
+                ThreadPool* pool, std::vector<uint8_t>* png) {
+  const uint64_t pixels = image.pixel_count();
+  const size_t chunk = static_cast<size_t>(std::min<uint64_t>(kEvalPixels, pixels));
+  std::vector<float> positions(chunk * 2), prediction(chunk * 3);
+  if (png != nullptr) png->resize(pixels * 3);
+  double se = 0;
+  for (uint64_t begin = 0; begin < pixels; begin += chunk) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(chunk, pixels - begin));
+    image.PixelCentres(begin, n, positions.data());
+    model.Predict(positions.data(), n, active_levels, prediction.data(), pool);
+    se = image.AddSquaredError(se, begin, n, prediction.data());
+    if (png != nullptr) {
+      uint8_t* out = png->data() + begin * 3;
+      for (size_t i = 0; i < n * 3; ++i) out[i] = ImageTask::ToByte(prediction[i]);
+    }
+  }
+  return image.PsnrOf(se);
 }
 
 std::string FormatSeconds(double s) {
@@ -40,12 +60,12 @@ std::string FormatSeconds(double s) {
 
 Status EvaluateAndSave(HashGridModel& model, const ImageTask& image, const Config& config,
                        uint64_t steps, bool write_png, ThreadPool* pool, TrainReport* report) {
-  std::vector<float> prediction;
+  std::vector<uint8_t> png;
   report->psnr =
-      EvalPsnr(model, image, image.PixelCentres(), model.ActiveLevels(steps), pool, &prediction);
+      EvalPsnr(model, image, model.ActiveLevels(steps), pool, write_png ? &png : nullptr);
   if (!write_png) return Status::OK();
   report->png_path = (std::filesystem::path(config.task.output) / "reconstruction.png").string();
-  return ImageTask::WritePng(report->png_path, image.width(), image.height(), prediction);
+  return ImageTask::WritePng(report->png_path, image.width(), image.height(), png);
 }
 
 Result<TrainReport> RunTrainLoop(const RunSpec& spec, const ImageTask& image,
@@ -78,10 +98,7 @@ Result<TrainReport> RunTrainLoop(const RunSpec& spec, const ImageTask& image,
   std::sort(eval_steps.begin(), eval_steps.end());
   size_t next_eval = 0;
   const uint64_t eval_every = options.train.eval_every;
-  const std::vector<float> centres =
-      eval_steps.empty() && eval_every == 0 ? std::vector<float>{} : image.PixelCentres();
   double eval_seconds = 0;  // excluded from the training time
-  std::vector<float> prediction;
 
   TrainReport report;
   report.rank = sync.rank();
@@ -259,7 +276,7 @@ Result<TrainReport> RunTrainLoop(const RunSpec& spec, const ImageTask& image,
           continue;
         }
         HashGridModel& evaluated = *snapshot != nullptr ? **snapshot : *model;
-        const double psnr = EvalPsnr(evaluated, image, centres, active, &pool, &prediction);
+        const double psnr = EvalPsnr(evaluated, image, active, &pool, nullptr);
         eval_seconds += Since(eval_start);
         report.psnr_at[done] = psnr;
         report.psnr_curve.push_back({done, trained, psnr});

@@ -1,0 +1,206 @@
+// ImageTask: images kept as bytes read exactly as the floats they were
+// converted to, sampling and evaluation by ranges agree with the whole, and
+// images that cannot be trained on are refused, naming why.
+#include "worker/image_task.h"
+
+#include <gtest/gtest.h>
+#include <stb_image.h>
+#include <stb_image_write.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "common/counter_rng.h"
+
+namespace gridsync {
+namespace {
+
+std::string TempPath(const std::string& name) {
+  return (std::filesystem::temp_directory_path() /
+          ("gridsync-image-test-" + std::to_string(::getpid()) + "-" + name))
+      .string();
+}
+
+// A PNG whose header claims width x height pixels and holds no pixel data:
+// the dimensions are all a refusal needs to read.
+std::string HeaderOnlyPng(uint32_t width, uint32_t height) {
+  const auto be32 = [](uint32_t v) {
+    return std::string{char(v >> 24), char(v >> 16), char(v >> 8), char(v)};
+  };
+  std::string png = "\x89PNG\r\n\x1a\n";
+  png += be32(13) + "IHDR" + be32(width) + be32(height) + std::string("\x08\x02\x00\x00\x00", 5);
+  png += be32(0);  // CRC (stb_image does not check it)
+  return png;
+}
+
+void WriteFile(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out << bytes;
+}
+
+TEST(ImageTaskTest, LoadedChannelsAreTheBytesOver255) {
+  auto image = ImageTask::Load(kDefaultImagePath);
+  ASSERT_TRUE(image.ok()) << image.status().ToString();
+  int w = 0, h = 0, channels = 0;
+  unsigned char* data = stbi_load(kDefaultImagePath, &w, &h, &channels, 3);
+  ASSERT_NE(data, nullptr);
+  ASSERT_EQ(image->width(), w);
+  ASSERT_EQ(image->height(), h);
+  EXPECT_EQ(image->memory_bytes(), uint64_t(w) * h * 3);  // a quarter of floats
+  const std::vector<float> floats = image->Floats();
+  ASSERT_EQ(floats.size(), size_t(w) * h * 3);
+  size_t wrong = 0;
+  for (size_t i = 0; i < floats.size(); ++i) {
+    const float want = static_cast<float>(data[i]) / 255.0f;
+    const float channel = image->Channel(i);
+    wrong += std::memcmp(&floats[i], &want, sizeof(float)) != 0;
+    wrong += std::memcmp(&channel, &want, sizeof(float)) != 0;
+  }
+  stbi_image_free(data);
+  EXPECT_EQ(wrong, 0u);
+}
+
+// The batch's targets are Target() of its positions, bit for bit, for an
+// image of bytes and for the same image as floats; the positions are the
+// counter-based draws.
+TEST(ImageTaskTest, SampleBatchIsTargetAtTheDrawnPositions) {
+  auto loaded = ImageTask::Load(kDefaultImagePath);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  const ImageTask as_floats =
+      ImageTask::FromPixels(loaded->width(), loaded->height(), loaded->Floats());
+  for (const ImageTask* image : std::vector<const ImageTask*>{&*loaded, &as_floats}) {
+    const size_t n = 5000;
+    std::vector<float> positions(n * 2), targets(n * 3);
+    image->SampleBatch(7, 3, 1000, n, positions.data(), targets.data());
+    size_t wrong = 0;
+    for (size_t i = 0; i < n; ++i) {
+      float u, v, rgb[3];
+      CounterUniform2(7, 3, 1000 + i, &u, &v);
+      wrong += positions[2 * i] != u || positions[2 * i + 1] != v;
+      image->Target(u, v, rgb);
+      wrong += std::memcmp(rgb, &targets[3 * i], sizeof(rgb)) != 0;
+    }
+    EXPECT_EQ(wrong, 0u);
+  }
+  // Both kinds give the same targets.
+  std::vector<float> p1(200), t1(300), p2(200), t2(300);
+  loaded->SampleBatch(1, 2, 0, 100, p1.data(), t1.data());
+  as_floats.SampleBatch(1, 2, 0, 100, p2.data(), t2.data());
+  EXPECT_EQ(t1, t2);
+}
+
+// Edges clamp: a 2 x 1 image sampled at its corners and past its centres.
+TEST(ImageTaskTest, TargetClampsAtTheEdges) {
+  const ImageTask image = ImageTask::FromPixels(2, 1, {0, 0, 0, 1, 0.5f, 0.25f});
+  float rgb[3];
+  image.Target(0.0f, 0.0f, rgb);
+  EXPECT_EQ(rgb[0], 0.0f);
+  image.Target(0.999f, 0.999f, rgb);
+  EXPECT_EQ(rgb[0], 1.0f);
+  EXPECT_EQ(rgb[1], 0.5f);
+  image.Target(0.5f, 0.5f, rgb);  // halfway between the two centres
+  EXPECT_FLOAT_EQ(rgb[0], 0.5f);
+  EXPECT_FLOAT_EQ(rgb[2], 0.125f);
+}
+
+TEST(ImageTaskTest, CentresAndErrorsByRangeAgreeWithTheWhole) {
+  const int w = 7, h = 5;
+  std::vector<float> rgb(size_t(w) * h * 3);
+  for (size_t i = 0; i < rgb.size(); ++i) rgb[i] = static_cast<float>(i % 11) / 10.0f;
+  const ImageTask image = ImageTask::FromPixels(w, h, rgb);
+  ASSERT_EQ(image.pixel_count(), uint64_t(w) * h);
+  std::vector<float> all(size_t(w) * h * 2);
+  image.PixelCentres(0, w * h, all.data());
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      const size_t i = size_t(y) * w + x;
+      EXPECT_EQ(all[2 * i], (static_cast<float>(x) + 0.5f) / w);
+      EXPECT_EQ(all[2 * i + 1], (static_cast<float>(y) + 0.5f) / h);
+    }
+  }
+  // A range crossing rows equals that part of the whole.
+  std::vector<float> part(2 * 9);
+  image.PixelCentres(5, 9, part.data());
+  EXPECT_TRUE(std::equal(part.begin(), part.end(), all.begin() + 10));
+
+  // Predictions out of [0, 1] are clamped; ranges add up to the whole.
+  std::vector<float> prediction(rgb.size());
+  for (size_t i = 0; i < prediction.size(); ++i)
+    prediction[i] = static_cast<float>(i % 7) / 4.0f - 0.3f;
+  double whole = 0;
+  for (size_t i = 0; i < rgb.size(); ++i) {
+    const double d = std::clamp(prediction[i], 0.0f, 1.0f) - rgb[i];
+    whole += d * d;
+  }
+  EXPECT_EQ(image.AddSquaredError(0, 0, w * h, prediction.data()), whole);
+  const double split = image.AddSquaredError(0, 0, 12, prediction.data());
+  EXPECT_EQ(image.AddSquaredError(split, 12, w * h - 12, prediction.data() + 36), whole);
+  EXPECT_EQ(image.AddSquaredError(1.5, 0, 0, prediction.data()), 1.5);  // nothing added
+  EXPECT_EQ(image.PsnrOf(whole), -10.0 * std::log10(whole / (w * h * 3)));
+  EXPECT_EQ(image.PsnrOf(0), 99.0);  // a perfect fit
+}
+
+TEST(ImageTaskTest, OtherPixelFormatsLoadAsRgb) {
+  // Grey, grey + alpha and RGBA: three 8-bit channels each, alpha dropped.
+  const int w = 3, h = 2;
+  for (int comp : {1, 2, 4}) {
+    std::vector<unsigned char> px(size_t(w) * h * comp);
+    for (size_t i = 0; i < px.size(); ++i) px[i] = static_cast<unsigned char>(40 * i + 3);
+    const std::string path = TempPath("fmt" + std::to_string(comp) + ".png");
+    ASSERT_NE(stbi_write_png(path.c_str(), w, h, comp, px.data(), w * comp), 0);
+    auto image = ImageTask::Load(path);
+    std::filesystem::remove(path);
+    ASSERT_TRUE(image.ok()) << comp << ": " << image.status().ToString();
+    EXPECT_EQ(image->width(), w);
+    EXPECT_EQ(image->height(), h);
+    const size_t p = 4;  // pixel (1, 1)
+    const int grey = comp == 1 || comp == 2;
+    EXPECT_EQ(image->Channel(p * 3), px[p * comp] / 255.0f) << comp;
+    EXPECT_EQ(image->Channel(p * 3 + 2), px[p * comp + (grey ? 0 : 2)] / 255.0f) << comp;
+  }
+}
+
+TEST(ImageTaskTest, RefusesWhatCannotBeTrainedOn) {
+  // A few hundred bytes claiming more pixels than a worker may hold: refused
+  // from the header, naming the size and the limit, before any decoding.
+  const std::string huge = TempPath("huge.png");
+  WriteFile(huge, HeaderOnlyPng(1u << 15, (1u << 13) + 1));
+  auto image = ImageTask::Load(huge);
+  ASSERT_FALSE(image.ok());
+  EXPECT_EQ(image.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(image.status().message().find("32768 x 8193 pixels"), std::string::npos)
+      << image.status().message();
+  EXPECT_NE(image.status().message().find("at most 268435456 pixels"), std::string::npos);
+
+  // At the limit the header passes, and the missing pixel data is refused.
+  WriteFile(huge, HeaderOnlyPng(1u << 15, 1u << 13));
+  image = ImageTask::Load(huge);
+  ASSERT_FALSE(image.ok());
+  EXPECT_EQ(image.status().code(), StatusCode::kIOError);
+  std::filesystem::remove(huge);
+
+  for (const std::string& bytes : {std::string(), std::string("not an image at all"),
+                                   HeaderOnlyPng(0, 5), std::string("\x89PNG\r\n\x1a\n")}) {
+    const std::string path = TempPath("bad.png");
+    WriteFile(path, bytes);
+    image = ImageTask::Load(path);
+    std::filesystem::remove(path);
+    ASSERT_FALSE(image.ok()) << bytes.size();
+    EXPECT_NE(image.status().message().find("allowed:"), std::string::npos)
+        << image.status().message();
+  }
+  image = ImageTask::Load(TempPath("missing.png"));
+  ASSERT_FALSE(image.ok());
+  EXPECT_NE(image.status().message().find("cannot load image"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gridsync
