@@ -83,6 +83,43 @@ TEST(CliTest, CheckConfigRefusesWhatTheWorkerRefuses) {
             0);
 }
 
+// task.image: check-config loads it as the worker does and refuses it with
+// the worker's words; a file missing on this machine is refused for a run
+// here, and only named for a cluster of other machines.
+TEST(CliTest, CheckConfigRefusesTheImagesTheWorkerRefuses) {
+  const std::string missing = "/nonexistent/gridsync-no-such-image.png";
+  for (const std::string& extra : {std::string(""), std::string(" --standalone")}) {
+    const ProcessResult check = Execute(
+        "tools/gridsync", "check-config configs/local.json --set task.image=" + missing + extra);
+    EXPECT_EQ(check.exit_code, 2) << check.output;
+    EXPECT_NE(check.output.find("task.image: cannot load image '" + missing + "'"),
+              std::string::npos)
+        << check.output;
+  }
+  const ProcessResult worker = Execute(
+      "worker/gridsync-worker",
+      "--config configs/local.json --standalone --set training.steps=1 --set task.image=" +
+          missing);
+  EXPECT_EQ(worker.exit_code, 2) << worker.output;
+  EXPECT_NE(worker.output.find("task.image: cannot load image '" + missing + "'"),
+            std::string::npos)
+      << worker.output;
+  // Not a file of this machine's: the seed configs' cluster (192.168.1.100).
+  const ProcessResult remote =
+      Execute("tools/gridsync",
+              "check-config configs/distributed_small.json --set task.image=" + missing);
+  EXPECT_EQ(remote.exit_code, 0) << remote.output;
+  EXPECT_NE(remote.output.find("note: task.image '" + missing + "' is not on this machine"),
+            std::string::npos)
+      << remote.output;
+  // A file that is here but is no image is refused wherever the workers are.
+  const ProcessResult damaged = Execute(
+      "tools/gridsync", "check-config configs/distributed_small.json --set task.image=README.md");
+  EXPECT_EQ(damaged.exit_code, 2) << damaged.output;
+  EXPECT_NE(damaged.output.find("task.image: cannot load image 'README.md'"), std::string::npos)
+      << damaged.output;
+}
+
 TEST(CliTest, WorkerRefusesABatchThatCannotFitInMemory) {
   const ProcessResult run =
       Execute("worker/gridsync-worker",

@@ -180,6 +180,14 @@ TEST(ImageTaskTest, RefusesWhatCannotBeTrainedOn) {
       << image.status().message();
   EXPECT_NE(image.status().message().find("at most 268435456 pixels"), std::string::npos);
 
+  // Far over stb_image's own PNG limit (2^30 decoded bytes), which it
+  // reports as an unknown type: the size is named all the same.
+  WriteFile(huge, HeaderOnlyPng(60000, 60000));
+  image = ImageTask::Load(huge);
+  ASSERT_FALSE(image.ok());
+  EXPECT_NE(image.status().message().find("60000 x 60000 pixels"), std::string::npos)
+      << image.status().message();
+
   // At the limit the header passes, and the missing pixel data is refused.
   WriteFile(huge, HeaderOnlyPng(1u << 15, 1u << 13));
   image = ImageTask::Load(huge);

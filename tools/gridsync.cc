@@ -6,15 +6,18 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "common/cli_parse.h"
 #include "common/config.h"
+#include "common/host_address.h"
 #include "common/wire/curve.h"
 #include "spec/run_spec.h"
 #include "tools/launch.h"
 #include "tools/monitor.h"
+#include "worker/image_task.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"gridsync: operate a gridsync cluster"};
@@ -29,13 +32,17 @@ int main(int argc, char** argv) {
   check->add_flag("--standalone", standalone,
                   "Check a single-process run (gridsync-worker --standalone) instead of the "
                   "distributed one the config describes");
-  auto* launch = app.add_subcommand("launch", "Run a local cluster (coordinator, PS shards, workers)");
+  auto* launch =
+      app.add_subcommand("launch", "Run a local cluster (coordinator, PS shards, workers)");
   gridsync::LaunchOptions launch_options;
   launch->add_option("config", launch_options.config_path, "JSON config file")->required();
-  launch->add_option("--set", launch_options.overrides, "Override a key in every process (repeatable)");
+  launch->add_option("--set", launch_options.overrides,
+                     "Override a key in every process (repeatable)");
   launch->add_option("--bin-dir", launch_options.bin_dir, "Folder with the gridsync binaries");
-  launch->add_option("--worker-arg", launch_options.worker_args, "Extra argument for every worker (repeatable)");
-  launch->add_option("--rank0-arg", launch_options.rank0_args, "Extra argument for worker 0 (repeatable)");
+  launch->add_option("--worker-arg", launch_options.worker_args,
+                     "Extra argument for every worker (repeatable)");
+  launch->add_option("--rank0-arg", launch_options.rank0_args,
+                     "Extra argument for worker 0 (repeatable)");
   launch->add_option(
       "--node", launch_options.node,
       "Start only this node's processes (distributed.nodes[].name); run once per machine");
@@ -50,7 +57,8 @@ int main(int argc, char** argv) {
                    "N times each; shards and workers rejoin from the newest complete checkpoint, "
                    "the coordinator serves the job it kept (checkpoint.every_steps > 0)")
       ->check(CLI::Range(0, 1000));
-  launch->add_option("--grace", launch_options.grace_seconds, "Seconds between SIGTERM and SIGKILL when stopping");
+  launch->add_option("--grace", launch_options.grace_seconds,
+                     "Seconds between SIGTERM and SIGKILL when stopping");
   auto* monitor = app.add_subcommand(
       "monitor", "Watch a running cluster: per worker, shard and the coordinator (--once, --json)");
   gridsync::MonitorOptions monitor_options;
@@ -117,6 +125,24 @@ int main(int argc, char** argv) {
     if (auto spec = gridsync::RunSpec::Resolve(*config); !spec.ok()) {
       std::fprintf(stderr, "%s\n", spec.status().message().c_str());
       return gridsync::kConfigErrorExitCode;
+    }
+    // And the image the workers load (the same Load: its refusals, word for
+    // word). Only a machine that runs workers must hold it: one missing here
+    // is refused for a run on this machine alone (--standalone, or a cluster
+    // on loopback), and named otherwise.
+    std::error_code exists_error;
+    if (std::filesystem::exists(config->task.image, exists_error) || standalone ||
+        !config->distributed.enable || gridsync::IsLoopbackHost(config->distributed.master_addr)) {
+      if (auto image = gridsync::ImageTask::Load(config->task.image); !image.ok()) {
+        std::fprintf(stderr, "%s: task.image: %s\n", path.c_str(),
+                     image.status().message().c_str());
+        return gridsync::kConfigErrorExitCode;
+      }
+    } else {
+      std::fprintf(stderr,
+                   "%s: note: task.image '%s' is not on this machine; every machine that runs "
+                   "workers must hold it (a worker refuses to start without it)\n",
+                   path.c_str(), config->task.image.c_str());
     }
     std::fprintf(stderr, "%s: OK\n", path.c_str());
   }

@@ -29,6 +29,28 @@ inline float Value(uint8_t c, const std::array<float, 256>& table) { return tabl
 // uniform over the image, so its pixel rows are as scattered as the grid's.
 constexpr size_t kPrefetchSamples = 8;
 
+// The dimensions in a PNG's header (signature, then the IHDR chunk), if
+// the file starts as a PNG does.
+bool PngDimensions(const std::string& path, uint32_t* width, uint32_t* height) {
+  unsigned char head[24] = {};
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return false;
+  const size_t got = std::fread(head, 1, sizeof(head), f);
+  std::fclose(f);
+  static const unsigned char kSignature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+  if (got < sizeof(head) || std::memcmp(head, kSignature, 8) != 0 ||
+      std::memcmp(head + 12, "IHDR", 4) != 0) {
+    return false;
+  }
+  const auto be32 = [&](int at) {
+    return uint32_t{head[at]} << 24 | uint32_t{head[at + 1]} << 16 | uint32_t{head[at + 2]} << 8 |
+           uint32_t{head[at + 3]};
+  };
+  *width = be32(16);
+  *height = be32(20);
+  return true;
+}
+
 }  // namespace
 
 const std::array<float, 256> ImageTask::kByteValue = MakeByteValues();
@@ -37,16 +59,29 @@ Result<ImageTask> ImageTask::Load(const std::string& path) {
   int w = 0, h = 0, channels = 0;
   // The dimensions first: a small file can claim a huge image, and decoding
   // it would take the memory before anything could refuse.
+  const auto too_large = [&](uint64_t width, uint64_t height) {
+    return Status::InvalidArgument("image '" + path + "' is " + std::to_string(width) + " x " +
+                                   std::to_string(height) + " pixels; allowed: at most " +
+                                   std::to_string(kMaxPixels) + " pixels");
+  };
+  if (std::FILE* f = std::fopen(path.c_str(), "rb"); f == nullptr) {
+    return Status::IOError("cannot load image '" + path + "': " + std::strerror(errno) +
+                           "; allowed: a readable JPEG, PNG, BMP, TGA, GIF or PNM file");
+  } else {
+    std::fclose(f);
+  }
   if (stbi_info(path.c_str(), &w, &h, &channels) == 0) {
+    // stb_image refuses a PNG over 2^30 decoded bytes as "unknown image
+    // type" (the last format it tried): name the size instead.
+    uint32_t png_width = 0, png_height = 0;
+    if (PngDimensions(path, &png_width, &png_height) &&
+        uint64_t(png_width) * png_height > kMaxPixels) {
+      return too_large(png_width, png_height);
+    }
     return Status::IOError("cannot load image '" + path + "': " + stbi_failure_reason() +
                            "; allowed: JPEG, PNG, BMP, TGA, GIF or PNM files");
   }
-  const uint64_t pixels = uint64_t(w) * uint64_t(h);
-  if (w <= 0 || h <= 0 || pixels > kMaxPixels) {
-    return Status::InvalidArgument("image '" + path + "' is " + std::to_string(w) + " x " +
-                                   std::to_string(h) + " pixels; allowed: at most " +
-                                   std::to_string(kMaxPixels) + " pixels");
-  }
+  if (w <= 0 || h <= 0 || uint64_t(w) * uint64_t(h) > kMaxPixels) return too_large(w, h);
   unsigned char* data = stbi_load(path.c_str(), &w, &h, &channels, 3);
   if (data == nullptr) {
     return Status::IOError("cannot load image '" + path + "': " + stbi_failure_reason() +
