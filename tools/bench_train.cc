@@ -177,7 +177,8 @@ int RunScaling(const TrainArgs& args) {
 
 std::string FormatPsnrAt(const std::map<uint64_t, double>& at) {
   std::ostringstream out;
-  for (const auto& [step, psnr] : at) out << " @" << step << ":" << std::fixed << std::setprecision(2) << psnr;
+  for (const auto& [step, psnr] : at)
+    out << " @" << step << ":" << std::fixed << std::setprecision(2) << psnr;
   return out.str();
 }
 
@@ -200,13 +201,13 @@ Result<nlohmann::json> RunTorchPeer(const TrainArgs& args, const Config& config,
   std::ostringstream cmd;
   cmd << args.python << " " << GRIDSYNC_SOURCE_DIR << "/tools/peers/torch_hashgrid.py"
       << " --image-raw " << raw << " --width " << image.width() << " --height " << image.height()
-      << " --steps " << steps << " --batch " << config.training.batch_size
-      << " --lr " << config.training.learning_rate << " --seed " << config.training.seed
-      << " --threads " << args.threads << " --n-levels " << e.n_levels << " --n-features "
-      << e.n_features_per_level << " --log2-hashmap-size " << e.log2_hashmap_size
-      << " --base-resolution " << e.base_resolution << " --per-level-scale " << e.per_level_scale
-      << " --n-neurons " << config.network.n_neurons << " --n-hidden-layers "
-      << config.network.n_hidden_layers << (eval.empty() ? "" : " --eval-steps " + eval);
+      << " --steps " << steps << " --batch " << config.training.batch_size << " --lr "
+      << config.training.learning_rate << " --seed " << config.training.seed << " --threads "
+      << args.threads << " --n-levels " << e.n_levels << " --n-features " << e.n_features_per_level
+      << " --log2-hashmap-size " << e.log2_hashmap_size << " --base-resolution "
+      << e.base_resolution << " --per-level-scale " << e.per_level_scale << " --n-neurons "
+      << config.network.n_neurons << " --n-hidden-layers " << config.network.n_hidden_layers
+      << (eval.empty() ? "" : " --eval-steps " + eval);
   std::fprintf(stderr, "running the PyTorch peer: %s\n", cmd.str().c_str());
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.str().c_str(), "r"), pclose);
   if (!pipe) return Status::IOError("cannot start " + args.python);
@@ -223,7 +224,8 @@ Result<nlohmann::json> RunTorchPeer(const TrainArgs& args, const Config& config,
   const int rc = pclose(pipe.release());
   if (rc != 0) return Status::Internal("the PyTorch peer exited with status " + std::to_string(rc));
   auto parsed = nlohmann::json::parse(last, nullptr, false);
-  if (parsed.is_discarded()) return Status::Corruption("the PyTorch peer printed no JSON summary: " + last);
+  if (parsed.is_discarded())
+    return Status::Corruption("the PyTorch peer printed no JSON summary: " + last);
   return parsed;
 }
 
@@ -260,7 +262,8 @@ int RunTrain(const TrainArgs& args) {
       e.n_features_per_level, e.log2_hashmap_size, e.base_resolution, e.per_level_scale,
       config->network.n_hidden_layers, config->network.n_neurons, config->training.batch_size,
       config->training.learning_rate, args.threads, args.device.c_str());
-  std::printf("%-9s %6s %12s %10s %12s %s\n", "impl", "steps", "samples/s", "psnr_dB", "final_loss", "psnr_at");
+  std::printf("%-9s %6s %12s %10s %12s %s\n", "impl", "steps", "samples/s", "psnr_dB", "final_loss",
+              "psnr_at");
   std::printf("%-9s %6llu %12.0f %10.2f %12.6f%s\n", "gridsync",
               static_cast<unsigned long long>(ours->steps), ours->samples_per_second, ours->psnr,
               ours->final_loss, FormatPsnrAt(ours->psnr_at).c_str());
@@ -278,6 +281,7 @@ int RunTrain(const TrainArgs& args) {
   }
   // The CPU step against this machine's roofline (tools/roofline.h).
   std::optional<StepWork> work;
+  std::optional<GridLines> lines;
   double peak_flops = 0, bandwidth = 0, step_seconds = 0;
   if (ours->device == "CPU" && ours->steps > 0) {
     work = ModelStepWork(*config, ours->grid_rows_per_step);
@@ -289,6 +293,14 @@ int RunTrain(const TrainArgs& args) {
     step_seconds = ours->train_seconds / static_cast<double>(ours->steps);
     std::printf("%s\n",
                 RooflineLine(*work, peak_flops, bandwidth, step_seconds, args.threads).c_str());
+    auto measured = MeasureGridLines(*config, *image, 4);
+    if (!measured.ok()) {
+      std::fprintf(stderr, "gridsync-bench train: %s\n", measured.status().ToString().c_str());
+      return 1;
+    }
+    lines = *measured;
+    std::printf("%s\n",
+                LineRooflineLine(*work, *lines, peak_flops, bandwidth, step_seconds).c_str());
   }
   nlohmann::json result = {{"gridsync",
                             {{"steps", ours->steps},
@@ -303,7 +315,8 @@ int RunTrain(const TrainArgs& args) {
                              {"psnr", ours->psnr},
                              {"final_loss", ours->final_loss},
                              {"seconds", ours->train_seconds}}}};
-  for (const auto& [step, psnr] : ours->psnr_at) result["gridsync"]["psnr_at"][std::to_string(step)] = psnr;
+  for (const auto& [step, psnr] : ours->psnr_at)
+    result["gridsync"]["psnr_at"][std::to_string(step)] = psnr;
   if (work) {
     result["gridsync"]["roofline"] = {
         {"step_seconds", step_seconds},
@@ -312,6 +325,16 @@ int RunTrain(const TrainArgs& args) {
         {"peak_flops", peak_flops},
         {"bandwidth", bandwidth},
         {"fraction", (work->flops / peak_flops + work->bytes / bandwidth) / step_seconds}};
+  }
+  if (work && lines) {
+    const double line_bytes = LineBytes(*work, *lines);
+    result["gridsync"]["roofline_lines"] = {
+        {"grid_rows", lines->rows},
+        {"grid_lines", lines->wide_lines},
+        {"grid_bytes_at_lines", lines->bytes()},
+        {"grid_bytes_at_rows", work->grid_bytes},
+        {"bytes", line_bytes},
+        {"fraction", (work->flops / peak_flops + line_bytes / bandwidth) / step_seconds}};
   }
   int rc = 0;
   if (args.vs_torch) {
@@ -347,7 +370,8 @@ int RunTrain(const TrainArgs& args) {
     }
     std::printf("ratio gridsync/torch samples/s: %.2fx", ratio);
     if (torch_steps == args.steps) {
-      std::printf("; PSNR difference at step %d: %+.2f dB", args.steps, ours->psnr - t.value("psnr", 0.0));
+      std::printf("; PSNR difference at step %d: %+.2f dB", args.steps,
+                  ours->psnr - t.value("psnr", 0.0));
     }
     std::printf(" (torch %s)\n", t.value("torch_version", std::string("?")).c_str());
     result["torch"] = t;
@@ -365,14 +389,18 @@ int RunTrain(const TrainArgs& args) {
 
 Runner AddTrainCommand(CLI::App* app) {
   auto args = std::make_shared<TrainArgs>();
-  auto* cmd = app->add_subcommand("train", "Standalone training throughput and PSNR (optionally vs PyTorch)");
+  auto* cmd = app->add_subcommand(
+      "train", "Standalone training throughput and PSNR (optionally vs PyTorch)");
   cmd->add_option("-c,--config", args->config, "JSON config (encoding, network, training)");
   cmd->add_option("--set", args->overrides, "Override a config key (repeatable)");
   cmd->add_option("--steps", args->steps, "Training steps")->check(CLI::PositiveNumber);
-  cmd->add_option("--threads", args->threads, "Threads for each implementation")->check(CLI::PositiveNumber);
-  cmd->add_flag("--vs-torch", args->vs_torch, "Also run the PyTorch peer on the same image and settings");
+  cmd->add_option("--threads", args->threads, "Threads for each implementation")
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--vs-torch", args->vs_torch,
+                "Also run the PyTorch peer on the same image and settings");
   cmd->add_option("--torch-steps", args->torch_steps, "Steps for the peer (default: --steps)");
-  cmd->add_option("--eval-steps", args->eval_steps, "Also report PSNR after these steps")->delimiter(',');
+  cmd->add_option("--eval-steps", args->eval_steps, "Also report PSNR after these steps")
+      ->delimiter(',');
   cmd->add_option("--json", args->json_out, "Write the results as JSON to this file");
   cmd->add_option("--python", args->python, "Python interpreter for the peer");
   cmd->add_option("--device", args->device,

@@ -3,9 +3,15 @@
 #include <Eigen/Dense>
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <thread>
 #include <vector>
+
+#include "common/thread_pool.h"
+#include "kernels/cpu/hash_encoding.h"
+#include "kernels/hash_grid_layout.h"
+#include "spec/run_spec.h"
 
 namespace gridsync::bench {
 namespace {
@@ -56,22 +62,104 @@ StepWork ModelStepWork(const Config& config, double grid_rows) {
 
   const double param_bytes = half ? 2 : 4;
   // Grid: every corner's features read forward; the gradient scattered
-  // (read and written) backward; the lookup (row id and weight per corner)
-  // written once and read twice.
-  w.bytes += batch * levels * corners * features * param_bytes;
-  w.bytes += batch * levels * corners * features * 4 * 2;
+  // (read and written) backward; Adam on touched grid rows: parameter, m
+  // and v read and written, the gradient read and zeroed; the row's step
+  // count read and written.
+  w.grid_bytes += batch * levels * corners * features * param_bytes;
+  w.grid_bytes += batch * levels * corners * features * 4 * 2;
+  w.grid_bytes += grid_rows * (features * 4 * 8 + 8);
+  w.bytes += w.grid_bytes;
+  // The lookup (row id and weight per corner) written once and read twice.
   w.bytes += batch * levels * corners * 8 * 3;
   // Samples (positions, targets) and the feature matrix and its gradient.
   w.bytes += batch * (2 + 3) * 4 + batch * input * 4 * 2 * 2;
   // Activations: each hidden layer's written forward and read backward, its
   // gradient written and read.
   w.bytes += batch * hidden * layers * 4 * 4 + batch * output * 4 * 3;
-  // Adam on touched grid rows: parameter, m and v read and written, the
-  // gradient read and zeroed; the row's step count read and written.
-  w.bytes += grid_rows * (features * 4 * 8 + 8);
   // MLP weights, their gradients and moments.
   w.bytes += weights * 4 * 8;
   return w;
+}
+
+double GridLines::bytes() const {
+  // Parameters, gradient, m, v: each line read and written back; the step
+  // counts likewise.
+  return 64.0 * 2 * (4 * wide_lines + count_lines);
+}
+
+Result<GridLines> MeasureGridLines(const Config& config, const ImageTask& image, int steps) {
+  GRIDSYNC_ASSIGN_OR_RETURN(const RunSpec spec, RunSpec::Resolve(config));
+  GRIDSYNC_ASSIGN_OR_RETURN(const HashGridLayout layout, HashGridLayout::Make(spec.model.grid));
+  const size_t batch = static_cast<size_t>(config.training.batch_size);
+  const uint64_t run = static_cast<uint64_t>(std::max(config.training.steps, 1));
+  const uint32_t dims = layout.spec().dims;
+  const uint64_t row_bytes = uint64_t{layout.features()} * sizeof(float);
+  ThreadPool pool(1);
+  std::vector<float> positions(batch * dims), targets(batch * 3);
+  cpu::GridBatchLookup lookup;
+  std::vector<uint8_t> touched;
+  GridLines sum;
+  const int samples = std::max(steps, 1);
+  for (int k = 0; k < samples; ++k) {
+    const uint64_t step = run * static_cast<uint64_t>(k) / static_cast<uint64_t>(samples);
+    image.SampleBatch(config.training.seed, step, 0, batch, positions.data(), targets.data());
+    // Every level on: the full model's step (dynamic resolution switches
+    // levels on during the first part of a run only).
+    cpu::HashGridLookup(layout, positions.data(), batch, layout.n_levels(), &lookup, &pool);
+    for (uint32_t l = 0; l < layout.n_levels(); ++l) {
+      const GridLevelInfo& level = layout.level(l);
+      touched.assign(level.rows, 0);
+      const size_t base = lookup.Index(l, 0);
+      for (size_t i = 0; i < batch * lookup.corners; ++i) touched[lookup.rows[base + i]] = 1;
+      // Lines of the level's rows in arrays that start the level on a line
+      // (the whole tables are aligned; a level's start is within a line).
+      uint64_t last_wide = UINT64_MAX, last_count = UINT64_MAX;
+      for (uint64_t row = 0; row < level.rows; ++row) {
+        if (!touched[row]) continue;
+        sum.rows += 1;
+        const uint64_t wide = (level.row_offset + row) * row_bytes / 64;
+        const uint64_t count = (level.row_offset + row) * 4 / 64;
+        sum.wide_lines += wide != last_wide;
+        sum.count_lines += count != last_count;
+        last_wide = wide;
+        last_count = count;
+      }
+    }
+  }
+  // A line holds at most 64 / row_bytes rows (or parts of a row wider than
+  // a line), and each touched row is in a line: anything else is a bug here.
+  const double per_line = std::max(1.0, 64.0 / static_cast<double>(row_bytes));
+  if (sum.wide_lines > sum.rows || sum.wide_lines * per_line < sum.rows ||
+      sum.count_lines > sum.rows || sum.count_lines * 16 < sum.rows) {
+    return Status::Internal("grid lines miscounted: " + std::to_string(sum.rows) + " rows in " +
+                            std::to_string(sum.wide_lines) + " and " +
+                            std::to_string(sum.count_lines) + " lines");
+  }
+  sum.rows /= samples;
+  sum.wide_lines /= samples;
+  sum.count_lines /= samples;
+  return sum;
+}
+
+double LineBytes(const StepWork& work, const GridLines& lines) {
+  return work.bytes - work.grid_bytes + lines.bytes();
+}
+
+std::string LineRooflineLine(const StepWork& work, const GridLines& lines, double peak_flops,
+                             double bandwidth, double seconds) {
+  const double bytes = LineBytes(work, lines);
+  const double compute = work.flops / peak_flops;
+  const double memory = bytes / bandwidth;
+  char line[512];
+  std::snprintf(line, sizeof(line),
+                "roofline at 64-byte lines: %.0f grid rows a step in %.0f lines (%.1f rows a "
+                "line); grid %.1f MB at lines against %.1f MB at rows; %.1f MB at %.1f GB/s "
+                "(%.2f ms) + compute %.2f ms = %.2f ms; fraction reached %.2f",
+                lines.rows, lines.wide_lines, lines.rows / std::max(lines.wide_lines, 1.0),
+                lines.bytes() / 1e6, work.grid_bytes / 1e6, bytes / 1e6, bandwidth / 1e9,
+                memory * 1e3, compute * 1e3, (compute + memory) * 1e3,
+                (compute + memory) / seconds);
+  return line;
 }
 
 double MeasurePeakFlops(int hidden, int batch, int threads, cpu::MatmulFormat format) {

@@ -24,14 +24,41 @@
 #include <string>
 
 #include "common/config.h"
+#include "common/status.h"
 #include "kernels/cpu/gemm.h"
+#include "worker/image_task.h"
 
 namespace gridsync::bench {
 
 struct StepWork {
   double flops = 0;
   double bytes = 0;
+  // The part of `bytes` that reads and writes grid rows (the forward's
+  // corners, the backward scatter, Adam on the touched rows), counted at the
+  // bytes a row holds.
+  double grid_bytes = 0;
 };
+
+// What a step's touched grid rows occupy when memory moves whole 64-byte
+// lines, measured on the step's real lookups.
+struct GridLines {
+  double rows = 0;         // touched grid rows a step, mean
+  double wide_lines = 0;   // 64-byte lines of a features-wide float array holding them
+  double count_lines = 0;  // lines of a 4-byte-per-row array (Adam's step counts)
+  double bytes() const;    // the grid's traffic at lines (see MeasureGridLines)
+};
+
+// Samples the batches of `steps` of `config`'s run (the first, spread over
+// training.steps), looks their positions up in the grid and counts the
+// distinct rows and lines they touch. The grid's traffic at lines is then
+// each such line of the parameters, the gradient, m and v (and of the step
+// counts) read once and written back once a step: what a step moves when
+// the caches keep every line it touches between its phases but none from
+// one step to the next (levels small enough to stay cached cost less). With
+// an eighth or more of a level's rows touched, most lines of its arrays
+// hold a touched row, which is why the row-counted model is a bound no
+// scattered step reaches.
+Result<GridLines> MeasureGridLines(const Config& config, const ImageTask& image, int steps);
 
 // The work of one step of `config` (its batch, encoding, MLP, precision),
 // with `grid_rows` the grid rows the step's gradient touched (measured by
@@ -50,5 +77,11 @@ double MeasureBandwidth(int threads);
 // "roofline (1 thread): ..." line for a step of `seconds`.
 std::string RooflineLine(const StepWork& work, double peak_flops, double bandwidth, double seconds,
                          int threads);
+// "roofline at 64-byte lines: ..." line: `work` with its grid bytes counted
+// at lines instead.
+std::string LineRooflineLine(const StepWork& work, const GridLines& lines, double peak_flops,
+                             double bandwidth, double seconds);
+// The step's bytes with the grid's counted at lines.
+double LineBytes(const StepWork& work, const GridLines& lines);
 
 }  // namespace gridsync::bench
