@@ -111,6 +111,30 @@ TEST(ImageTaskTest, TargetClampsAtTheEdges) {
   EXPECT_FLOAT_EQ(rgb[2], 0.125f);
 }
 
+// A loaded (byte) image clamps at its edges as the same image in floats.
+TEST(ImageTaskTest, ByteImageEdgesAreTheFloatImages) {
+  const unsigned char px[] = {0, 10, 20, 255, 128, 64, 7, 7, 7, 200, 100, 50};  // 2 x 2
+  const std::string path = TempPath("edges.png");
+  ASSERT_NE(stbi_write_png(path.c_str(), 2, 2, 3, px, 6), 0);
+  auto bytes = ImageTask::Load(path);
+  std::filesystem::remove(path);
+  ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+  const ImageTask floats = ImageTask::FromPixels(2, 2, bytes->Floats());
+  for (float u : {0.0f, 1e-7f, 0.25f, 0.5f, 0.75f, 0.99999994f}) {
+    for (float v : {0.0f, 0.3f, 0.99999994f}) {
+      float a[3], b[3];
+      bytes->Target(u, v, a);
+      floats.Target(u, v, b);
+      EXPECT_EQ(std::memcmp(a, b, sizeof(a)), 0) << u << ", " << v;
+    }
+  }
+  float corner[3];
+  bytes->Target(0.0f, 0.0f, corner);
+  EXPECT_EQ(corner[1], 10 / 255.0f);
+  bytes->Target(0.99999994f, 0.99999994f, corner);
+  EXPECT_EQ(corner[0], 200 / 255.0f);
+}
+
 TEST(ImageTaskTest, CentresAndErrorsByRangeAgreeWithTheWhole) {
   const int w = 7, h = 5;
   std::vector<float> rgb(size_t(w) * h * 3);
@@ -178,7 +202,8 @@ TEST(ImageTaskTest, RefusesWhatCannotBeTrainedOn) {
   EXPECT_EQ(image.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(image.status().message().find("32768 x 8193 pixels"), std::string::npos)
       << image.status().message();
-  EXPECT_NE(image.status().message().find("at most 268435456 pixels"), std::string::npos);
+  EXPECT_NE(image.status().message().find("at most 268435456 pixels"), std::string::npos)
+      << image.status().message();
 
   // Far over stb_image's own PNG limit (2^30 decoded bytes), which it
   // reports as an unknown type: the size is named all the same.
@@ -188,12 +213,35 @@ TEST(ImageTaskTest, RefusesWhatCannotBeTrainedOn) {
   EXPECT_NE(image.status().message().find("60000 x 60000 pixels"), std::string::npos)
       << image.status().message();
 
+  // A side over stb_image's 2^24, however few pixels in all.
+  WriteFile(huge, HeaderOnlyPng(1u << 25, 2));
+  image = ImageTask::Load(huge);
+  ASSERT_FALSE(image.ok());
+  EXPECT_NE(image.status().message().find("33554432 x 2 pixels"), std::string::npos)
+      << image.status().message();
+  EXPECT_NE(image.status().message().find("16777216 pixels a side"), std::string::npos);
+
   // At the limit the header passes, and the missing pixel data is refused.
   WriteFile(huge, HeaderOnlyPng(1u << 15, 1u << 13));
   image = ImageTask::Load(huge);
   ASSERT_FALSE(image.ok());
   EXPECT_EQ(image.status().code(), StatusCode::kIOError);
+  // stb gives no reason for this damage; the message still says one.
+  EXPECT_NE(image.status().message().find("': truncated or corrupt; allowed:"), std::string::npos)
+      << image.status().message();
   std::filesystem::remove(huge);
+
+  // Formats stb decodes but the task does not take, by their signatures.
+  for (const auto& [bytes, format] : std::vector<std::pair<std::string, std::string>>{
+           {"8BPS\x00\x01rest", "PSD"},
+           {"#?RADIANCE\n", "Radiance HDR"},
+           {"#?RGBE\n", "Radiance HDR"},
+           {"\x53\x80\xF6\x34rest", "Softimage PIC"}}) {
+    image = ImageTask::Decode(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "x");
+    ASSERT_FALSE(image.ok()) << format;
+    EXPECT_NE(image.status().message().find(format + " is not supported"), std::string::npos)
+        << image.status().message();
+  }
 
   for (const std::string& bytes : {std::string(), std::string("not an image at all"),
                                    HeaderOnlyPng(0, 5), std::string("\x89PNG\r\n\x1a\n")}) {

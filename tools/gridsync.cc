@@ -127,12 +127,15 @@ int main(int argc, char** argv) {
       return gridsync::kConfigErrorExitCode;
     }
     // And the image the workers load (the same Load: its refusals, word for
-    // word). Only a machine that runs workers must hold it: one missing here
-    // is refused for a run on this machine alone (--standalone, or a cluster
-    // on loopback), and named otherwise.
+    // word; the whole file is decoded, as a worker decodes it). Only a
+    // machine that runs workers must hold it: one missing here is refused
+    // for a run on this machine (--standalone, or a coordinator on loopback
+    // or on one of this machine's addresses), and named otherwise.
     std::error_code exists_error;
+    const std::string& master = config->distributed.master_addr;
     if (std::filesystem::exists(config->task.image, exists_error) || standalone ||
-        !config->distributed.enable || gridsync::IsLoopbackHost(config->distributed.master_addr)) {
+        !config->distributed.enable || gridsync::IsLoopbackHost(master) ||
+        !gridsync::InterfaceOf(master).empty()) {
       if (auto image = gridsync::ImageTask::Load(config->task.image); !image.ok()) {
         std::fprintf(stderr, "%s: task.image: %s\n", path.c_str(),
                      image.status().message().c_str());
@@ -140,9 +143,10 @@ int main(int argc, char** argv) {
       }
     } else {
       std::fprintf(stderr,
-                   "%s: note: task.image '%s' is not on this machine; every machine that runs "
-                   "workers must hold it (a worker refuses to start without it)\n",
-                   path.c_str(), config->task.image.c_str());
+                   "%s: note: task.image '%s' is not on this machine%s%s; every machine that "
+                   "runs workers must hold it (a worker refuses to start without it)\n",
+                   path.c_str(), config->task.image.c_str(), exists_error ? ": " : "",
+                   exists_error ? exists_error.message().c_str() : "");
     }
     std::fprintf(stderr, "%s: OK\n", path.c_str());
   }

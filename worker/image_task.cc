@@ -22,26 +22,21 @@ constexpr std::array<float, 256> MakeByteValues() {
   return values;
 }
 
-inline float Value(float c, const std::array<float, 256>&) { return c; }
-inline float Value(uint8_t c, const std::array<float, 256>& table) { return table[c]; }
+constexpr std::array<float, 256> kByteValues = MakeByteValues();
+
+inline float Value(float c) { return c; }
+inline float Value(uint8_t c) { return kByteValues[c]; }
 
 // Samples ahead whose pixels are prefetched: a batch's positions are
 // uniform over the image, so its pixel rows are as scattered as the grid's.
 constexpr size_t kPrefetchSamples = 8;
 
 // The dimensions in a PNG's header (signature, then the IHDR chunk), if
-// the file starts as a PNG does.
-bool PngDimensions(const std::string& path, uint32_t* width, uint32_t* height) {
-  unsigned char head[24] = {};
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) return false;
-  const size_t got = std::fread(head, 1, sizeof(head), f);
-  std::fclose(f);
+// the bytes start as a PNG does.
+bool PngDimensions(const uint8_t* head, size_t size, uint32_t* width, uint32_t* height) {
   static const unsigned char kSignature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
-  if (got < sizeof(head) || std::memcmp(head, kSignature, 8) != 0 ||
-      std::memcmp(head + 12, "IHDR", 4) != 0) {
+  if (size < 24 || std::memcmp(head, kSignature, 8) != 0 || std::memcmp(head + 12, "IHDR", 4) != 0)
     return false;
-  }
   const auto be32 = [&](int at) {
     return uint32_t{head[at]} << 24 | uint32_t{head[at + 1]} << 16 | uint32_t{head[at + 2]} << 8 |
            uint32_t{head[at + 3]};
@@ -51,47 +46,139 @@ bool PngDimensions(const std::string& path, uint32_t* width, uint32_t* height) {
   return true;
 }
 
+// Formats stb_image decodes but gridsync does not take (their decoders see
+// little use and the most fixes): refused by their signatures before stb
+// tries them. The rest (JPEG, PNG, BMP, GIF, PNM, TGA) go to stb.
+const char* RefusedFormat(const uint8_t* data, size_t size) {
+  const auto starts = [&](const char* magic, size_t n) {
+    return size >= n && std::memcmp(data, magic, n) == 0;
+  };
+  if (starts("8BPS", 4)) return "PSD";
+  if (starts("#?RADIANCE", 10) || starts("#?RGBE", 6)) return "Radiance HDR";
+  if (starts("\x53\x80\xF6\x34", 4)) return "Softimage PIC";
+  return nullptr;
+}
+
+constexpr const char* kAllowedFormats = "JPEG, PNG, BMP, TGA, GIF or PNM";
+
+// stb_image's bound on either side (STBI_MAX_DIMENSIONS).
+constexpr uint64_t kMaxSide = uint64_t{1} << 24;
+
+// The bilinear lookup at (u, v), clamped at the edges: one definition for
+// Target and the batches, which must agree bit for bit.
+template <typename T>
+inline void Bilinear(const T* channels, int width, int height, float u, float v, float* rgb) {
+  const float x = u * static_cast<float>(width) - 0.5f;
+  const float y = v * static_cast<float>(height) - 0.5f;
+  const float fx = std::floor(x);
+  const float fy = std::floor(y);
+  const float ax = x - fx;
+  const float ay = y - fy;
+  const int x0 = std::clamp(static_cast<int>(fx), 0, width - 1);
+  const int x1 = std::clamp(static_cast<int>(fx) + 1, 0, width - 1);
+  const int y0 = std::clamp(static_cast<int>(fy), 0, height - 1);
+  const int y1 = std::clamp(static_cast<int>(fy) + 1, 0, height - 1);
+  const T* p00 = &channels[(static_cast<size_t>(y0) * width + x0) * 3];
+  const T* p01 = &channels[(static_cast<size_t>(y0) * width + x1) * 3];
+  const T* p10 = &channels[(static_cast<size_t>(y1) * width + x0) * 3];
+  const T* p11 = &channels[(static_cast<size_t>(y1) * width + x1) * 3];
+  for (int c = 0; c < 3; ++c) {
+    const float c00 = Value(p00[c]), c01 = Value(p01[c]);
+    const float c10 = Value(p10[c]), c11 = Value(p11[c]);
+    const float top = c00 + (c01 - c00) * ax;
+    const float bottom = c10 + (c11 - c10) * ax;
+    rgb[c] = top + (bottom - top) * ay;
+  }
+}
+
 }  // namespace
 
-const std::array<float, 256> ImageTask::kByteValue = MakeByteValues();
+const std::array<float, 256> ImageTask::kByteValue = kByteValues;
 
 Result<ImageTask> ImageTask::Load(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) {
+    return Status::IOError("cannot load image '" + path + "': " + std::strerror(errno) +
+                           "; allowed: a readable " + kAllowedFormats + " file");
+  }
+  std::vector<uint8_t> bytes;
+  uint8_t buffer[1 << 16];
+  for (size_t got; (got = std::fread(buffer, 1, sizeof(buffer), f)) > 0;) {
+    if (bytes.size() + got > kMaxFileBytes) {
+      std::fclose(f);
+      return Status::InvalidArgument("image '" + path + "' is over " +
+                                     std::to_string(kMaxFileBytes) + " bytes; allowed: at most " +
+                                     std::to_string(kMaxFileBytes) + " bytes");
+    }
+    bytes.insert(bytes.end(), buffer, buffer + got);
+  }
+  const bool failed = std::ferror(f) != 0;
+  const int error = errno;
+  std::fclose(f);
+  if (failed) {
+    return Status::IOError("cannot load image '" + path + "': " + std::strerror(error) +
+                           "; allowed: a readable " + kAllowedFormats + " file");
+  }
+  return Decode(bytes.data(), bytes.size(), path);
+}
+
+Result<ImageTask> ImageTask::Decode(const uint8_t* data, size_t size, const std::string& name) {
+  const auto refuse = [&](const std::string& why) {
+    return Status::IOError("cannot load image '" + name + "': " + why +
+                           "; allowed: " + kAllowedFormats + " files");
+  };
+  const auto too_large = [&](uint64_t width, uint64_t height) {
+    return Status::InvalidArgument("image '" + name + "' is " + std::to_string(width) + " x " +
+                                   std::to_string(height) + " pixels; allowed: 1 to " +
+                                   std::to_string(kMaxSide) + " pixels a side, at most " +
+                                   std::to_string(kMaxPixels) + " pixels");
+  };
+  const auto fits = [](uint64_t width, uint64_t height) {
+    return width > 0 && height > 0 && width <= kMaxSide && height <= kMaxSide &&
+           width * height <= kMaxPixels;
+  };
+  // stb says "" for some damage (a chunk type it read as zeros).
+  const auto reason = [] {
+    const char* why = stbi_failure_reason();
+    return why != nullptr && *why != '\0' ? std::string(why) : std::string("truncated or corrupt");
+  };
+  if (size > kMaxFileBytes) {
+    return Status::InvalidArgument("image '" + name + "' is " + std::to_string(size) +
+                                   " bytes; allowed: at most " + std::to_string(kMaxFileBytes) +
+                                   " bytes");
+  }
+  if (const char* format = RefusedFormat(data, size)) {
+    return refuse(std::string(format) + " is not supported");
+  }
+  const int len = static_cast<int>(size);
   int w = 0, h = 0, channels = 0;
   // The dimensions first: a small file can claim a huge image, and decoding
   // it would take the memory before anything could refuse.
-  const auto too_large = [&](uint64_t width, uint64_t height) {
-    return Status::InvalidArgument("image '" + path + "' is " + std::to_string(width) + " x " +
-                                   std::to_string(height) + " pixels; allowed: at most " +
-                                   std::to_string(kMaxPixels) + " pixels");
-  };
-  if (std::FILE* f = std::fopen(path.c_str(), "rb"); f == nullptr) {
-    return Status::IOError("cannot load image '" + path + "': " + std::strerror(errno) +
-                           "; allowed: a readable JPEG, PNG, BMP, TGA, GIF or PNM file");
-  } else {
-    std::fclose(f);
-  }
-  if (stbi_info(path.c_str(), &w, &h, &channels) == 0) {
+  if (stbi_info_from_memory(data, len, &w, &h, &channels) == 0) {
     // stb_image refuses a PNG over 2^30 decoded bytes as "unknown image
     // type" (the last format it tried): name the size instead.
     uint32_t png_width = 0, png_height = 0;
-    if (PngDimensions(path, &png_width, &png_height) &&
-        uint64_t(png_width) * png_height > kMaxPixels) {
+    if (PngDimensions(data, size, &png_width, &png_height) && !fits(png_width, png_height)) {
       return too_large(png_width, png_height);
     }
-    return Status::IOError("cannot load image '" + path + "': " + stbi_failure_reason() +
-                           "; allowed: JPEG, PNG, BMP, TGA, GIF or PNM files");
+    return refuse(reason());
   }
-  if (w <= 0 || h <= 0 || uint64_t(w) * uint64_t(h) > kMaxPixels) return too_large(w, h);
-  unsigned char* data = stbi_load(path.c_str(), &w, &h, &channels, 3);
-  if (data == nullptr) {
-    return Status::IOError("cannot load image '" + path + "': " + stbi_failure_reason() +
-                           "; allowed: JPEG, PNG, BMP, TGA, GIF or PNM files");
-  }
+  if (w <= 0 || h <= 0 || !fits(uint64_t(w), uint64_t(h)))
+    return too_large(std::max(w, 0), std::max(h, 0));
+  int width = 0, height = 0;
+  unsigned char* pixels = stbi_load_from_memory(data, len, &width, &height, &channels, 3);
+  if (pixels == nullptr) return refuse(reason());
   ImageTask task;
-  task.width_ = w;
-  task.height_ = h;
-  task.bytes_.assign(data, data + size_t(w) * size_t(h) * 3);
-  stbi_image_free(data);
+  task.width_ = width;
+  task.height_ = height;
+  // What stb decoded may differ from what its header claimed (it decides
+  // again while decoding): the decoded size counts, within the same bound.
+  if (width <= 0 || height <= 0 || !fits(uint64_t(width), uint64_t(height))) {
+    stbi_image_free(pixels);
+    return too_large(std::max(width, 0), std::max(height, 0));
+  }
+  task.bytes_.assign(pixels, pixels + size_t(width) * size_t(height) * 3);
+  stbi_image_free(pixels);
   return task;
 }
 
@@ -110,26 +197,10 @@ std::vector<float> ImageTask::Floats() const {
 }
 
 void ImageTask::Target(float u, float v, float* rgb) const {
-  const float x = u * static_cast<float>(width_) - 0.5f;
-  const float y = v * static_cast<float>(height_) - 0.5f;
-  const float fx = std::floor(x);
-  const float fy = std::floor(y);
-  const float ax = x - fx;
-  const float ay = y - fy;
-  const int x0 = std::clamp(static_cast<int>(fx), 0, width_ - 1);
-  const int x1 = std::clamp(static_cast<int>(fx) + 1, 0, width_ - 1);
-  const int y0 = std::clamp(static_cast<int>(fy), 0, height_ - 1);
-  const int y1 = std::clamp(static_cast<int>(fy) + 1, 0, height_ - 1);
-  const size_t p00 = (static_cast<size_t>(y0) * width_ + x0) * 3;
-  const size_t p01 = (static_cast<size_t>(y0) * width_ + x1) * 3;
-  const size_t p10 = (static_cast<size_t>(y1) * width_ + x0) * 3;
-  const size_t p11 = (static_cast<size_t>(y1) * width_ + x1) * 3;
-  for (int c = 0; c < 3; ++c) {
-    const float c00 = Channel(p00 + c), c01 = Channel(p01 + c);
-    const float c10 = Channel(p10 + c), c11 = Channel(p11 + c);
-    const float top = c00 + (c01 - c00) * ax;
-    const float bottom = c10 + (c11 - c10) * ax;
-    rgb[c] = top + (bottom - top) * ay;
+  if (bytes_.empty()) {
+    Bilinear(floats_.data(), width_, height_, u, v, rgb);
+  } else {
+    Bilinear(bytes_.data(), width_, height_, u, v, rgb);
   }
 }
 
@@ -152,28 +223,7 @@ void ImageTask::SampleRange(const T* channels, uint64_t seed, uint64_t step, uin
       __builtin_prefetch(&channels[(static_cast<size_t>(y0) * width_ + x0) * 3]);
       __builtin_prefetch(&channels[(static_cast<size_t>(y1) * width_ + x0) * 3]);
     }
-    const float x = positions[2 * i] * fw - 0.5f;
-    const float y = positions[2 * i + 1] * fh - 0.5f;
-    const float fx = std::floor(x);
-    const float fy = std::floor(y);
-    const float ax = x - fx;
-    const float ay = y - fy;
-    const int x0 = std::clamp(static_cast<int>(fx), 0, width_ - 1);
-    const int x1 = std::clamp(static_cast<int>(fx) + 1, 0, width_ - 1);
-    const int y0 = std::clamp(static_cast<int>(fy), 0, height_ - 1);
-    const int y1 = std::clamp(static_cast<int>(fy) + 1, 0, height_ - 1);
-    const T* p00 = &channels[(static_cast<size_t>(y0) * width_ + x0) * 3];
-    const T* p01 = &channels[(static_cast<size_t>(y0) * width_ + x1) * 3];
-    const T* p10 = &channels[(static_cast<size_t>(y1) * width_ + x0) * 3];
-    const T* p11 = &channels[(static_cast<size_t>(y1) * width_ + x1) * 3];
-    float* rgb = targets + 3 * i;
-    for (int c = 0; c < 3; ++c) {
-      const float c00 = Value(p00[c], kByteValue), c01 = Value(p01[c], kByteValue);
-      const float c10 = Value(p10[c], kByteValue), c11 = Value(p11[c], kByteValue);
-      const float top = c00 + (c01 - c00) * ax;
-      const float bottom = c10 + (c11 - c10) * ax;
-      rgb[c] = top + (bottom - top) * ay;
-    }
+    Bilinear(channels, width_, height_, positions[2 * i], positions[2 * i + 1], targets + 3 * i);
   }
 }
 

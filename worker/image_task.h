@@ -29,19 +29,28 @@ namespace gridsync {
 class ImageTask {
  public:
   // The most pixels a loaded image may have: 2^28 (e.g. 16384 x 16384),
-  // 768 MiB of channels in every worker. stb_image's own bound is lower for
-  // some formats; over this, Load refuses before decoding anything.
+  // 768 MiB of channels in every worker, and at most 2^24 a side (stb_image's
+  // bound). stb_image's own total bound is lower for some formats; over
+  // either, Decode refuses from the header, before decoding anything.
   static constexpr uint64_t kMaxPixels = uint64_t{1} << 28;
 
-  // Loads a JPEG/PNG/BMP/... through stb_image; RGB, 8 bits a channel.
+  // The largest image file: stb_image reads at most 2^31 - 1 bytes.
+  static constexpr uint64_t kMaxFileBytes = (uint64_t{1} << 31) - 1;
+
+  // Loads a JPEG/PNG/BMP/TGA/GIF/PNM file: its bytes, then Decode.
   static Result<ImageTask> Load(const std::string& path);
+  // The one decode boundary for images (a file's bytes; `name` for
+  // messages): formats outside the list are refused by their signature, the
+  // size from the header before anything is decoded, then stb_image decodes
+  // to RGB, 8 bits a channel (grey and alpha channels become RGB).
+  static Result<ImageTask> Decode(const uint8_t* data, size_t size, const std::string& name);
   // An image from memory (H x W x 3 floats, row 0 at the top); for tests.
   static ImageTask FromPixels(int width, int height, std::vector<float> rgb);
 
   int width() const { return width_; }
   int height() const { return height_; }
   uint64_t pixel_count() const { return uint64_t(width_) * uint64_t(height_); }
-  // Channel i of the H x W x 3 row-major channels, in [0, 1].
+  // Channel i of the H x W x 3 row-major channels (in [0, 1] when loaded).
   float Channel(size_t i) const { return bytes_.empty() ? floats_[i] : kByteValue[bytes_[i]]; }
   // Every channel as a float (H x W x 3): for peers that want the image.
   std::vector<float> Floats() const;

@@ -53,8 +53,10 @@ int main(int argc, char** argv) {
   bool standalone = false;
   std::string log_level = "info";
   app.add_option("-c,--config", config_path, "JSON config file");
-  app.add_option("--set", overrides, "Override a config key: --set training.steps=200 (repeatable)");
-  app.add_flag("--standalone", standalone, "Train in this process alone, ignoring the distributed section");
+  app.add_option("--set", overrides,
+                 "Override a config key: --set training.steps=200 (repeatable)");
+  app.add_flag("--standalone", standalone,
+               "Train in this process alone, ignoring the distributed section");
   gridsync::WorkerOptions ps_options;
   app.add_option("--rank", ps_options.rank, "Worker rank (default: assigned by the coordinator)");
   std::string node_name;
@@ -143,8 +145,12 @@ int main(int argc, char** argv) {
     }
     samples = (samples + static_cast<uint64_t>(config->training.gradient_accumulation) - 1) /
               static_cast<uint64_t>(config->training.gradient_accumulation);
-    // The image (held) and its reconstruction (written at the end) count too.
-    const uint64_t image_bytes = image->memory_bytes() + image->pixel_count() * 3;
+    // The image (held) counts too, and on the process that writes the
+    // reconstruction at the end its bytes and the PNG encoder's (about as
+    // many again).
+    const bool writes_png = !distributed || ps_options.rank <= 0;
+    const uint64_t image_bytes =
+        image->memory_bytes() + (writes_png ? image->pixel_count() * 3 * 2 : 0);
     const uint64_t need = gridsync::EstimateWorkerBytes(*spec, samples) + image_bytes;
     const uint64_t available = AvailableMemory();
     if (available > 0 && need > available) {
@@ -156,8 +162,8 @@ int main(int argc, char** argv) {
                    config_path.c_str(), config->training.batch_size,
                    static_cast<double>(need) / 1073741824.0,
                    static_cast<unsigned long long>(samples),
-                   static_cast<double>(image_bytes) / 1073741824.0, image->width(),
-                   image->height(), static_cast<double>(available) / 1073741824.0);
+                   static_cast<double>(image_bytes) / 1073741824.0, image->width(), image->height(),
+                   static_cast<double>(available) / 1073741824.0);
       return gridsync::kConfigErrorExitCode;
     }
   }
@@ -250,12 +256,14 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (distributed && report->rank != 0) {
-    spdlog::info("worker {} done: {:.0f} samples/s (cluster), pushed {:.2f} MB/step, pulled {:.2f} MB/step, {:.2f} s in communication",
-                 report->rank, report->samples_per_second, report->bytes_pushed_per_step / 1e6,
-                 report->bytes_pulled_per_step / 1e6, report->comm_seconds);
+    spdlog::info(
+        "worker {} done: {:.0f} samples/s (cluster), pushed {:.2f} MB/step, pulled {:.2f} MB/step, "
+        "{:.2f} s in communication",
+        report->rank, report->samples_per_second, report->bytes_pushed_per_step / 1e6,
+        report->bytes_pulled_per_step / 1e6, report->comm_seconds);
   } else {
-    spdlog::info("done: PSNR {:.2f} dB, loss {:.6f}, {:.0f} samples/s, reconstruction {}", report->psnr,
-                 report->final_loss, report->samples_per_second, report->png_path);
+    spdlog::info("done: PSNR {:.2f} dB, loss {:.6f}, {:.0f} samples/s, reconstruction {}",
+                 report->psnr, report->final_loss, report->samples_per_second, report->png_path);
   }
   nlohmann::json summary = {{"psnr_db", report->psnr},
                             {"final_loss", report->final_loss},

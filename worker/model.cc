@@ -15,7 +15,6 @@ namespace {
 // the result, is the same for any number of threads.
 constexpr size_t kMlpChunk = 2048;
 // Positions per evaluation pass, which bounds the lookup scratch memory.
-constexpr size_t kPredictChunk = 1 << 16;
 
 }  // namespace
 
@@ -58,7 +57,8 @@ uint32_t HashGridModel::ActiveLevels(uint64_t step) const {
   const uint32_t levels = layout_.n_levels();
   if (!dynamic_resolution_) return levels;
   const uint32_t first = std::max<uint32_t>(1, (levels + 3) / 4);
-  const double progress = std::min(1.0, static_cast<double>(step) / static_cast<double>(dynamic_resolution_steps_));
+  const double progress =
+      std::min(1.0, static_cast<double>(step) / static_cast<double>(dynamic_resolution_steps_));
   return first + static_cast<uint32_t>(std::floor((levels - first) * progress));
 }
 

@@ -77,6 +77,10 @@ class HashGridModel {
                              size_t global_batch, float loss_scale, uint32_t active_levels,
                              ModelGradients* grads, ThreadPool* pool);
 
+  // Positions Predict encodes at a time, from the first it is given: a
+  // caller that predicts in pieces starting at multiples of this gets the
+  // same predictions as one call.
+  static constexpr size_t kPredictChunk = size_t{1} << 16;
   // Predictions (n x output_width) at positions (n x dims).
   void Predict(const float* positions, size_t n, uint32_t active_levels, float* out,
                ThreadPool* pool);
@@ -109,10 +113,10 @@ class HashGridModel {
   bool dynamic_resolution_;
   uint64_t dynamic_resolution_steps_;
 
-  std::vector<float> grid_;        // fp32 master
+  std::vector<float> grid_;          // fp32 master
   std::vector<uint16_t> grid_half_;  // fp16 working copy (mixed precision only)
-  cpu::MlpWeights mlp_;            // fp32 master
-  cpu::MlpWeights mlp_working_;    // rounded to fp16 (mixed precision only)
+  cpu::MlpWeights mlp_;              // fp32 master
+  cpu::MlpWeights mlp_working_;      // rounded to fp16 (mixed precision only)
 
   // Scratch reused across calls.
   cpu::GridBatchLookup lookup_;

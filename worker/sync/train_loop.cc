@@ -27,9 +27,10 @@ double Since(Clock::time_point t) {
 // pixel is predicted exactly as one call over the whole image would, while
 // the positions and predictions held stay bounded (5 MiB) at any image size.
 constexpr size_t kEvalPixels = size_t{1} << 18;
+static_assert(kEvalPixels % HashGridModel::kPredictChunk == 0);
 
-// PSNR of the model at every pixel centre; with `png`, the reconstruction's
-// bytes too (H x W x 3).
+}  // namespace
+
 double EvalPsnr(HashGridModel& model, const ImageTask& image, uint32_t active_levels,
                 ThreadPool* pool, std::vector<uint8_t>* png) {
   const uint64_t pixels = image.pixel_count();
@@ -49,6 +50,8 @@ double EvalPsnr(HashGridModel& model, const ImageTask& image, uint32_t active_le
   }
   return image.PsnrOf(se);
 }
+
+namespace {
 
 std::string FormatSeconds(double s) {
   if (s < 90) return fmt::format("{:.0f} s", s);

@@ -29,6 +29,12 @@ Result<TrainReport> RunTrainLoop(const RunSpec& spec, const ImageTask& image,
 // Fills report->psnr from the model's prediction at every pixel centre (with
 // the levels active after `steps`) and, when write_png, writes it to
 // task.output/reconstruction.png (report->png_path).
+// PSNR of `model` at every pixel centre of `image`, predicted in pieces of
+// bounded memory, bit for bit what one Predict over every centre gives; with
+// `png`, the reconstruction's bytes too (H x W x 3).
+double EvalPsnr(HashGridModel& model, const ImageTask& image, uint32_t active_levels,
+                ThreadPool* pool, std::vector<uint8_t>* png);
+
 Status EvaluateAndSave(HashGridModel& model, const ImageTask& image, const Config& config,
                        uint64_t steps, bool write_png, ThreadPool* pool, TrainReport* report);
 
