@@ -135,6 +135,67 @@ TEST(ImageTaskTest, ByteImageEdgesAreTheFloatImages) {
   EXPECT_EQ(corner[0], 200 / 255.0f);
 }
 
+Result<ImageTask> DecodeString(const std::string& bytes) {
+  return ImageTask::Decode(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "x");
+}
+
+// What stb_image 2.27 gets wrong on a few bytes (found by image_decode_fuzz;
+// fuzz/corpus/image_decode_fuzz/regress-*) is refused before stb reads it.
+TEST(ImageTaskTest, RefusesTheFilesStbMishandles) {
+  const auto refused = [](const std::string& bytes, const std::string& why) {
+    auto image = DecodeString(bytes);
+    ASSERT_FALSE(image.ok()) << why;
+    EXPECT_NE(image.status().message().find(why), std::string::npos) << image.status().message();
+    EXPECT_NE(image.status().message().find("allowed:"), std::string::npos);
+  };
+  // JPEG: a Huffman table of 16 x 19 = 304 codes (stb writes past 256),
+  // also behind fill bytes before SOI, which stb skips.
+  const std::string dht = "\xFF\xC4" + std::string("\x01\x33\x00", 3) + std::string(16, '\x13') +
+                          std::string(304, '\x01') + "\xFF\xD9";
+  refused("\xFF\xD8" + dht, "JPEG Huffman table of 304 codes (at most 256)");
+  refused("\xFF\xFF\xFF\xD8" + dht, "JPEG Huffman table of 304 codes");
+  refused(std::string("\xFF\xD8\xFF\xC4\x00\x10\x00\xFF\xD9", 9), "JPEG Huffman table cut short");
+  // PNM: 16-bit grey (stb reads twice its buffer), data shorter than the
+  // header says (stb keeps the rest uninitialised), integers stb overflows.
+  refused(std::string("P5 3 1 1023\n") + std::string(6, '\x01'), "16-bit grey PNM");
+  refused("P6\n4 4\n255\n\x01\x02\x03", "PNM pixel data of 3 bytes, 48 needed (truncated)");
+  refused("P5 99999999999 1 255\n", "PNM width over 16777216");
+  // PNG: a chunk longer than the file (stb grows its buffer to the claim
+  // first), and rows past stb's 2^30 raw bytes (its int sizes overflow).
+  std::string idat = HeaderOnlyPng(1, 1);
+  idat += std::string("\x40\x00\x00\x01IDAT", 8) + "tiny";
+  refused(idat, "PNG chunk 'IDAT' claims 1073741825 bytes");
+  std::string rgba16 = HeaderOnlyPng(16384, 16384);
+  rgba16[24] = 16;  // bit depth
+  rgba16[25] = 6;   // RGBA
+  refused(rgba16, "PNG rows of 2147500032 raw bytes");
+  // What is well formed still decodes: a P6 with its data, 16-bit too.
+  auto pnm = DecodeString("P6\n1 1\n255\n\x10\x20\x30");
+  ASSERT_TRUE(pnm.ok()) << pnm.status().ToString();
+  EXPECT_EQ(pnm->Channel(2), 0x30 / 255.0f);
+  pnm = DecodeString(std::string("P6 1 1 65535\n\x10\x00\x20\x00\x30\x00", 19));
+  ASSERT_TRUE(pnm.ok()) << pnm.status().ToString();
+}
+
+// A top-down BMP (negative height in its header) loads the right way up.
+TEST(ImageTaskTest, TopDownBmpLoads) {
+  const auto le32 = [](int32_t v) {
+    return std::string{char(v), char(v >> 8), char(v >> 16), char(v >> 24)};
+  };
+  std::string bmp = "BM" + le32(54 + 16) + le32(0) + le32(54);
+  bmp += le32(40) + le32(2) + le32(-2) + std::string("\x01\x00\x18\x00", 4) + le32(0) + le32(16) +
+         le32(2835) + le32(2835) + le32(0) + le32(0);
+  // Rows top first, pixels as B, G, R, each row padded to 8 bytes.
+  bmp += std::string("\x01\x02\x03\x04\x05\x06\x00\x00", 8);
+  bmp += std::string("\x07\x08\x09\x0a\x0b\x0c\x00\x00", 8);
+  auto image = DecodeString(bmp);
+  ASSERT_TRUE(image.ok()) << image.status().ToString();
+  EXPECT_EQ(image->width(), 2);
+  EXPECT_EQ(image->height(), 2);
+  EXPECT_EQ(image->Channel(0), 3 / 255.0f);  // top-left red
+  EXPECT_EQ(image->Channel(6), 9 / 255.0f);  // bottom-left red
+}
+
 TEST(ImageTaskTest, CentresAndErrorsByRangeAgreeWithTheWhole) {
   const int w = 7, h = 5;
   std::vector<float> rgb(size_t(w) * h * 3);

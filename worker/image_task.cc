@@ -6,12 +6,15 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 
 #include "common/counter_rng.h"
+#include "common/host_memory.h"
+#include "worker/image_precheck.h"
 
 namespace gridsync {
 namespace {
@@ -150,6 +153,9 @@ Result<ImageTask> ImageTask::Decode(const uint8_t* data, size_t size, const std:
   if (const char* format = RefusedFormat(data, size)) {
     return refuse(std::string(format) + " is not supported");
   }
+  if (Status checked = image_precheck::CheckStructure(data, size); !checked.ok()) {
+    return refuse(checked.message());
+  }
   const int len = static_cast<int>(size);
   int w = 0, h = 0, channels = 0;
   // The dimensions first: a small file can claim a huge image, and decoding
@@ -163,8 +169,21 @@ Result<ImageTask> ImageTask::Decode(const uint8_t* data, size_t size, const std:
     }
     return refuse(reason());
   }
+  // stb_image gives a top-down BMP's height as it is stored, negative (its
+  // loader takes the absolute value).
+  if (h < 0 && data[0] == 'B' && data[1] == 'M' && h != INT_MIN) h = -h;
   if (w <= 0 || h <= 0 || !fits(uint64_t(w), uint64_t(h)))
     return too_large(std::max(w, 0), std::max(h, 0));
+  // What the decoder takes for that size, before it takes it: a file of a
+  // few bytes can claim 2^28 pixels, which GIF's decoder alone would hold at
+  // 12 bytes each.
+  const uint64_t need = image_precheck::DecodeBytes(data, size, uint64_t(w) * uint64_t(h));
+  if (const uint64_t available = AvailableMemoryBytes(); available > 0 && need > available) {
+    return Status::InvalidArgument(
+        "image '" + name + "' is " + std::to_string(w) + " x " + std::to_string(h) +
+        " pixels: decoding it takes about " + std::to_string(need >> 20) + " MiB, " +
+        std::to_string(available >> 20) + " MiB are available; allowed: a smaller image");
+  }
   int width = 0, height = 0;
   unsigned char* pixels = stbi_load_from_memory(data, len, &width, &height, &channels, 3);
   if (pixels == nullptr) return refuse(reason());

@@ -18,6 +18,7 @@
 
 #include "common/cli_parse.h"
 #include "common/config.h"
+#include "common/host_memory.h"
 #include "common/logging.h"
 #include "ops/metrics.h"
 #include "ops/progress_line.h"
@@ -29,22 +30,6 @@
 #include "worker/sync/train.h"
 #include "worker/worker_metrics.h"
 #include "worker/worker_placement.h"
-
-namespace {
-
-// MemAvailable from /proc/meminfo, in bytes; 0 when unknown.
-uint64_t AvailableMemory() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  uint64_t kib = 0;
-  std::string unit;
-  while (in >> key >> kib >> unit) {
-    if (key == "MemAvailable:") return kib * 1024;
-  }
-  return 0;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"gridsync-worker: trains a hash-grid model"};
@@ -152,7 +137,7 @@ int main(int argc, char** argv) {
     const uint64_t image_bytes =
         image->memory_bytes() + (writes_png ? image->pixel_count() * 3 * 2 : 0);
     const uint64_t need = gridsync::EstimateWorkerBytes(*spec, samples) + image_bytes;
-    const uint64_t available = AvailableMemory();
+    const uint64_t available = gridsync::AvailableMemoryBytes();
     if (available > 0 && need > available) {
       std::fprintf(stderr,
                    "%s: training.batch_size %d needs about %.1f GiB in this worker (%llu samples "

@@ -14,6 +14,13 @@
 #define STBI_ONLY_TGA
 #define STBI_ONLY_GIF
 #define STBI_ONLY_PNM
+// Zeroed allocations: stb 2.27 keeps parts it never wrote as pixels (a
+// progressive JPEG's coefficients without their scan), which would
+// otherwise be heap garbage, and differ between workers.
+#include <cstdlib>
+#define STBI_MALLOC(size) std::calloc(1, size)
+#define STBI_REALLOC(p, size) std::realloc(p, size)
+#define STBI_FREE(p) std::free(p)
 #define STB_IMAGE_IMPLEMENTATION
 #include <stb_image.h>
 #define STB_IMAGE_WRITE_IMPLEMENTATION

@@ -1,0 +1,35 @@
+// Checks of an image file's structure that stb_image 2.27 (Debian's
+// libstb-dev, compiled into gridsync_image) does not make, run by
+// ImageTask::Decode before stb reads anything. Each closes a defect the
+// image_decode_fuzz campaign found in stb, reachable from a few bytes:
+// - JPEG: a Huffman table whose 16 counts sum past 256 (stb writes past its
+//   tables, in stbi_info already);
+// - PNG: a chunk claiming more bytes than the file holds (stb reallocates to
+//   the claim first), and rows whose raw bytes pass 2^30 (stb's int sizes
+//   overflow);
+// - PNM: integers past 2^24 (stb's parser overflows), 16-bit grey (stb's
+//   conversion reads twice its buffer), and pixel data shorter than the
+//   header says (stb keeps the uninitialised rest as the image).
+// And for every format the memory the decoder takes for the header's size
+// (GIF 12 bytes a pixel, progressive JPEG up to 16 before our copy), so a
+// file of a few bytes claiming a huge image is refused by what it needs,
+// against what this machine has.
+//
+// Thread safety: pure functions (and a read of /proc/meminfo).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/status.h"
+
+namespace gridsync::image_precheck {
+
+// OK, or what is wrong (the caller adds the file's name and what is allowed).
+Status CheckStructure(const uint8_t* data, size_t size);
+
+// Bytes decoding `pixels` pixels of this file's format takes at its peak
+// (stb's buffers and the task's copy).
+uint64_t DecodeBytes(const uint8_t* data, size_t size, uint64_t pixels);
+
+}  // namespace gridsync::image_precheck
