@@ -442,7 +442,8 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
     TaskConfig& k = config.task;
     SectionReader r(&problems, "task", top.Object("task"));
     r.EnumValue("type", &k.type, std::span<const TaskType>(kTaskTypes));
-    r.String("image", &k.image, {.allowed = "a non-empty path to a JPEG or PNG image"});
+    r.String("image", &k.image,
+             {.allowed = "a non-empty path to a JPEG, PNG, BMP, TGA, GIF or PNM image"});
     r.String("output", &k.output, {.allowed = "a non-empty folder path"});
     r.ReportUnknownKeys();
   }

@@ -203,7 +203,7 @@ struct TrainingConfig {
 
 struct TaskConfig {
   TaskType type = TaskType::kImage;
-  std::string image = kDefaultImagePath;  // path to a JPEG/PNG
+  std::string image = kDefaultImagePath;  // path to a JPEG/PNG/BMP/TGA/GIF/PNM
   std::string output = "out";             // folder for the reconstruction and reports
 
   // Field by field: what a round trip through ToJson must preserve.
