@@ -169,6 +169,18 @@ TEST(ImageTaskTest, RefusesTheFilesStbMishandles) {
   rgba16[24] = 16;  // bit depth
   rgba16[25] = 6;   // RGBA
   refused(rgba16, "PNG rows of 2147500032 raw bytes");
+  // The same behind an (iPhone) CgBI chunk, which stb takes before IHDR.
+  refused(rgba16.substr(0, 8) + std::string("\x00\x00\x00\x00" "CgBI" "\x00\x00\x00\x00", 12) +
+              rgba16.substr(8),
+          "PNG rows of 2147500032 raw bytes");
+  // 8-bit RGBA at the pixel limit fits stb's sizes (2^30 + a byte a row):
+  // not refused here (the header-only file then fails as truncated).
+  std::string rgba8 = HeaderOnlyPng(16384, 16384);
+  rgba8[25] = 6;
+  auto at_limit = DecodeString(rgba8);
+  ASSERT_FALSE(at_limit.ok());
+  EXPECT_EQ(at_limit.status().message().find("PNG rows"), std::string::npos)
+      << at_limit.status().message();
   // What is well formed still decodes: a P6 with its data, 16-bit too.
   auto pnm = DecodeString("P6\n1 1\n255\n\x10\x20\x30");
   ASSERT_TRUE(pnm.ok()) << pnm.status().ToString();

@@ -1,5 +1,6 @@
 #include "worker/image_precheck.h"
 
+#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -64,11 +65,12 @@ Status CheckJpeg(const uint8_t* data, size_t size, size_t pos) {
   return Status::OK();
 }
 
-// PNG: the chunks after the signature, each within the file; IHDR's rows
-// within stb's 2^30 raw bytes.
+// PNG: the chunks after the signature, each within the file; the first
+// IHDR's rows within what stb's int sizes hold. (stb takes CgBI chunks
+// before IHDR, so IHDR need not be the first chunk.)
 Status CheckPng(const uint8_t* data, size_t size) {
   size_t pos = 8;
-  bool first = true;
+  bool seen_header = false;
   while (pos + 8 <= size) {
     const uint64_t length = Be32(data + pos);
     const std::string type(reinterpret_cast<const char*>(data + pos + 4), 4);
@@ -77,26 +79,26 @@ Status CheckPng(const uint8_t* data, size_t size) {
                                      " bytes, " + std::to_string(size - pos) +
                                      " remain in the file (truncated or corrupt)");
     }
-    if (first && type == "IHDR" && length >= 13) {
+    if (!seen_header && type == "IHDR" && length >= 13) {
+      seen_header = true;
       const uint64_t width = Be32(data + pos + 8), height = Be32(data + pos + 12);
       const uint64_t depth = data[pos + 16], color = data[pos + 17];
-      const uint64_t channels = color == 0   ? 1
-                                : color == 2 ? 3
-                                : color == 3 ? 1
-                                : color == 4 ? 2
-                                             : 4;
-      const uint64_t row = 1 + (width * channels * depth + 7) / 8;
+      // stb's components before palette expansion: grey 1, RGB 3, palette
+      // 1, grey + alpha 2, RGBA 4.
+      const uint64_t channels = (color & 2 ? 3 : 1) + (color & 4 ? 1 : 0) - (color == 3 ? 2 : 0);
+      // stb's first guess of the inflated size, which it passes as an int:
+      // bytes a line per component x rows x components + a filter byte a row.
+      const uint64_t raw = (width * depth + 7) / 8 * height * channels + height;
       // Sizes past ImageTask's bounds (2^24 a side, 2^28 pixels) are left to
       // its refusal, which names them.
       const bool sized = width <= (uint64_t{1} << 24) && height <= (uint64_t{1} << 24) &&
                          width * height <= (uint64_t{1} << 28);
-      if (sized && height * row > (uint64_t{1} << 30)) {
-        return Status::InvalidArgument("PNG rows of " + std::to_string(height * row) +
-                                       " raw bytes (" + std::to_string(depth) + "-bit, " +
-                                       std::to_string(channels) + " channels); at most 2^30");
+      if (sized && raw > uint64_t{INT32_MAX}) {
+        return Status::InvalidArgument("PNG rows of " + std::to_string(raw) + " raw bytes (" +
+                                       std::to_string(depth) + "-bit, " + std::to_string(channels) +
+                                       " channels); at most " + std::to_string(INT32_MAX));
       }
     }
-    first = false;
     if (type == "IEND") break;
     pos += 12 + length;
   }

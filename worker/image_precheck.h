@@ -5,8 +5,8 @@
 // - JPEG: a Huffman table whose 16 counts sum past 256 (stb writes past its
 //   tables, in stbi_info already);
 // - PNG: a chunk claiming more bytes than the file holds (stb reallocates to
-//   the claim first), and rows whose raw bytes pass 2^30 (stb's int sizes
-//   overflow);
+//   the claim first), and rows whose raw bytes pass 2^31 - 1 (stb's int
+//   sizes overflow), wherever IHDR is (stb takes CgBI chunks before it);
 // - PNM: integers past 2^24 (stb's parser overflows), 16-bit grey (stb's
 //   conversion reads twice its buffer), and pixel data shorter than the
 //   header says (stb keeps the uninitialised rest as the image).
