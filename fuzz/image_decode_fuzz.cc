@@ -50,8 +50,9 @@ bool TooLargeToFuzz(const uint8_t* data, size_t size) {
   if (stbi_info_from_memory(data, static_cast<int>(size), &w, &h, &channels) == 0) return false;
   if (w <= 0 || h <= 0) return false;
   const uint64_t pixels = uint64_t(w) * uint64_t(h);
-  constexpr uint64_t kMaxSide = uint64_t{1} << 24;
-  if (uint64_t(w) > kMaxSide || uint64_t(h) > kMaxSide || pixels > gridsync::ImageTask::kMaxPixels)
+  using gridsync::ImageTask;
+  if (uint64_t(w) > ImageTask::kMaxSide || uint64_t(h) > ImageTask::kMaxSide ||
+      pixels > ImageTask::kMaxPixels)
     return false;  // Decode refuses it from the header
   return pixels > MaxDecodedPixels();
 }
@@ -69,7 +70,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   const ImageTask& task = image.value();
   if (task.width() <= 0 || task.height() <= 0) __builtin_trap();
-  if (task.width() > (1 << 24) || task.height() > (1 << 24)) __builtin_trap();
+  if (uint64_t(task.width()) > ImageTask::kMaxSide || uint64_t(task.height()) > ImageTask::kMaxSide)
+    __builtin_trap();
   const uint64_t pixels = task.pixel_count();
   if (pixels > ImageTask::kMaxPixels) __builtin_trap();
   if (task.memory_bytes() != pixels * 3) __builtin_trap();

@@ -97,7 +97,7 @@ Result<GridLines> MeasureGridLines(const Config& config, const ImageTask& image,
   ThreadPool pool(1);
   std::vector<float> positions(batch * dims), targets(batch * 3);
   cpu::GridBatchLookup lookup;
-  std::vector<uint8_t> touched;
+  cpu::GridRowSet touched(layout);
   GridLines sum;
   const int samples = std::max(steps, 1);
   for (int k = 0; k < samples; ++k) {
@@ -106,19 +106,16 @@ Result<GridLines> MeasureGridLines(const Config& config, const ImageTask& image,
     // Every level on: the full model's step (dynamic resolution switches
     // levels on during the first part of a run only).
     cpu::HashGridLookup(layout, positions.data(), batch, layout.n_levels(), &lookup, &pool);
+    touched.Assign(lookup, &pool);  // each level's rows, ascending
     for (uint32_t l = 0; l < layout.n_levels(); ++l) {
-      const GridLevelInfo& level = layout.level(l);
-      touched.assign(level.rows, 0);
-      const size_t base = lookup.Index(l, 0);
-      for (size_t i = 0; i < batch * lookup.corners; ++i) touched[lookup.rows[base + i]] = 1;
+      const uint64_t offset = layout.level(l).row_offset;
       // Lines of the level's rows in arrays that start the level on a line
       // (the whole tables are aligned; a level's start is within a line).
       uint64_t last_wide = UINT64_MAX, last_count = UINT64_MAX;
-      for (uint64_t row = 0; row < level.rows; ++row) {
-        if (!touched[row]) continue;
+      for (const uint32_t row : touched.rows(l)) {
         sum.rows += 1;
-        const uint64_t wide = (level.row_offset + row) * row_bytes / 64;
-        const uint64_t count = (level.row_offset + row) * 4 / 64;
+        const uint64_t wide = (offset + row) * row_bytes / 64;
+        const uint64_t count = (offset + row) * 4 / 64;
         sum.wide_lines += wide != last_wide;
         sum.count_lines += count != last_count;
         last_wide = wide;

@@ -4,8 +4,12 @@
 #include <cstring>
 #include <string>
 
+#include "worker/image_task.h"
+
 namespace gridsync::image_precheck {
 namespace {
+
+constexpr const char* kPngSignature = "\x89PNG\r\n\x1a\n";
 
 bool StartsWith(const uint8_t* data, size_t size, const char* magic, size_t n) {
   return size >= n && std::memcmp(data, magic, n) == 0;
@@ -91,8 +95,8 @@ Status CheckPng(const uint8_t* data, size_t size) {
       const uint64_t raw = (width * depth + 7) / 8 * height * channels + height;
       // Sizes past ImageTask's bounds (2^24 a side, 2^28 pixels) are left to
       // its refusal, which names them.
-      const bool sized = width <= (uint64_t{1} << 24) && height <= (uint64_t{1} << 24) &&
-                         width * height <= (uint64_t{1} << 28);
+      const bool sized = width <= ImageTask::kMaxSide && height <= ImageTask::kMaxSide &&
+                         width * height <= ImageTask::kMaxPixels;
       if (sized && raw > uint64_t{INT32_MAX}) {
         return Status::InvalidArgument("PNG rows of " + std::to_string(raw) + " raw bytes (" +
                                        std::to_string(depth) + "-bit, " + std::to_string(channels) +
@@ -132,8 +136,8 @@ Status CheckPnm(const uint8_t* data, size_t size) {
     return Status::OK();
   };
   uint64_t width = 0, height = 0, maxval = 0;
-  GRIDSYNC_RETURN_IF_ERROR(integer("width", uint64_t{1} << 24, &width));
-  GRIDSYNC_RETURN_IF_ERROR(integer("height", uint64_t{1} << 24, &height));
+  GRIDSYNC_RETURN_IF_ERROR(integer("width", ImageTask::kMaxSide, &width));
+  GRIDSYNC_RETURN_IF_ERROR(integer("height", ImageTask::kMaxSide, &height));
   GRIDSYNC_RETURN_IF_ERROR(integer("maxval", 65535, &maxval));
   const uint64_t channels = data[1] == '5' ? 1 : 3;
   if (channels == 1 && maxval > 255) {
@@ -151,9 +155,25 @@ Status CheckPnm(const uint8_t* data, size_t size) {
 
 }  // namespace
 
+const char* RefusedFormat(const uint8_t* data, size_t size) {
+  if (StartsWith(data, size, "8BPS", 4)) return "PSD";
+  if (StartsWith(data, size, "#?RADIANCE", 10) || StartsWith(data, size, "#?RGBE", 6))
+    return "Radiance HDR";
+  if (StartsWith(data, size, "\x53\x80\xF6\x34", 4)) return "Softimage PIC";
+  return nullptr;
+}
+
+bool PngDimensions(const uint8_t* data, size_t size, uint32_t* width, uint32_t* height) {
+  if (!StartsWith(data, size, kPngSignature, 8) || size < 24 || std::memcmp(data + 12, "IHDR", 4))
+    return false;
+  *width = Be32(data + 16);
+  *height = Be32(data + 20);
+  return true;
+}
+
 Status CheckStructure(const uint8_t* data, size_t size) {
   if (const size_t start = JpegStart(data, size); start > 0) return CheckJpeg(data, size, start);
-  if (StartsWith(data, size, "\x89PNG\r\n\x1a\n", 8)) return CheckPng(data, size);
+  if (StartsWith(data, size, kPngSignature, 8)) return CheckPng(data, size);
   if (StartsWith(data, size, "P5", 2) || StartsWith(data, size, "P6", 2))
     return CheckPnm(data, size);
   return Status::OK();
@@ -168,7 +188,7 @@ uint64_t DecodeBytes(const uint8_t* data, size_t size, uint64_t pixels) {
   uint64_t per_pixel = 6 + 3;
   if (StartsWith(data, size, "GIF8", 4)) per_pixel = 12 + 3;
   if (JpegStart(data, size) > 0) per_pixel = 16 + 3;
-  if (StartsWith(data, size, "\x89PNG", 4)) per_pixel = 8 + 4 + 3 + 3;
+  if (StartsWith(data, size, kPngSignature, 8)) per_pixel = 8 + 4 + 3 + 3;
   return pixels * per_pixel;
 }
 

@@ -25,8 +25,17 @@
 
 namespace gridsync::image_precheck {
 
+// The format's name when the bytes are one stb_image decodes but the task
+// does not take (PSD, Radiance HDR, Softimage PIC), else nullptr.
+const char* RefusedFormat(const uint8_t* data, size_t size);
+
 // OK, or what is wrong (the caller adds the file's name and what is allowed).
 Status CheckStructure(const uint8_t* data, size_t size);
+
+// The dimensions in a PNG's header (signature, then IHDR first), if the
+// bytes start as a PNG does: stb refuses a PNG over its own bounds as
+// "unknown image type", so the caller names the size from here.
+bool PngDimensions(const uint8_t* data, size_t size, uint32_t* width, uint32_t* height);
 
 // Bytes decoding `pixels` pixels of this file's format takes at its peak
 // (stb's buffers and the task's copy).

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <climits>
 #include <cmath>
@@ -34,38 +35,7 @@ inline float Value(uint8_t c) { return kByteValues[c]; }
 // uniform over the image, so its pixel rows are as scattered as the grid's.
 constexpr size_t kPrefetchSamples = 8;
 
-// The dimensions in a PNG's header (signature, then the IHDR chunk), if
-// the bytes start as a PNG does.
-bool PngDimensions(const uint8_t* head, size_t size, uint32_t* width, uint32_t* height) {
-  static const unsigned char kSignature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
-  if (size < 24 || std::memcmp(head, kSignature, 8) != 0 || std::memcmp(head + 12, "IHDR", 4) != 0)
-    return false;
-  const auto be32 = [&](int at) {
-    return uint32_t{head[at]} << 24 | uint32_t{head[at + 1]} << 16 | uint32_t{head[at + 2]} << 8 |
-           uint32_t{head[at + 3]};
-  };
-  *width = be32(16);
-  *height = be32(20);
-  return true;
-}
-
-// Formats stb_image decodes but gridsync does not take (their decoders see
-// little use and the most fixes): refused by their signatures before stb
-// tries them. The rest (JPEG, PNG, BMP, GIF, PNM, TGA) go to stb.
-const char* RefusedFormat(const uint8_t* data, size_t size) {
-  const auto starts = [&](const char* magic, size_t n) {
-    return size >= n && std::memcmp(data, magic, n) == 0;
-  };
-  if (starts("8BPS", 4)) return "PSD";
-  if (starts("#?RADIANCE", 10) || starts("#?RGBE", 6)) return "Radiance HDR";
-  if (starts("\x53\x80\xF6\x34", 4)) return "Softimage PIC";
-  return nullptr;
-}
-
 constexpr const char* kAllowedFormats = "JPEG, PNG, BMP, TGA, GIF or PNM";
-
-// stb_image's bound on either side (STBI_MAX_DIMENSIONS).
-constexpr uint64_t kMaxSide = uint64_t{1} << 24;
 
 // The bilinear lookup at (u, v), clamped at the edges: one definition for
 // Target and the batches, which must agree bit for bit.
@@ -96,7 +66,7 @@ inline void Bilinear(const T* channels, int width, int height, float u, float v,
 
 }  // namespace
 
-const std::array<float, 256> ImageTask::kByteValue = kByteValues;
+float ImageTask::Channel(size_t i) const { return bytes_.empty() ? floats_[i] : Value(bytes_[i]); }
 
 Result<ImageTask> ImageTask::Load(const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
@@ -150,7 +120,7 @@ Result<ImageTask> ImageTask::Decode(const uint8_t* data, size_t size, const std:
                                    " bytes; allowed: at most " + std::to_string(kMaxFileBytes) +
                                    " bytes");
   }
-  if (const char* format = RefusedFormat(data, size)) {
+  if (const char* format = image_precheck::RefusedFormat(data, size)) {
     return refuse(std::string(format) + " is not supported");
   }
   if (Status checked = image_precheck::CheckStructure(data, size); !checked.ok()) {
@@ -164,7 +134,8 @@ Result<ImageTask> ImageTask::Decode(const uint8_t* data, size_t size, const std:
     // stb_image refuses a PNG over 2^30 decoded bytes as "unknown image
     // type" (the last format it tried): name the size instead.
     uint32_t png_width = 0, png_height = 0;
-    if (PngDimensions(data, size, &png_width, &png_height) && !fits(png_width, png_height)) {
+    if (image_precheck::PngDimensions(data, size, &png_width, &png_height) &&
+        !fits(png_width, png_height)) {
       return too_large(png_width, png_height);
     }
     return refuse(reason());

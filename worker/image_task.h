@@ -17,7 +17,6 @@
 // Thread safety: const methods may be called concurrently.
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -33,6 +32,7 @@ class ImageTask {
   // bound). stb_image's own total bound is lower for some formats; over
   // either, Decode refuses from the header, before decoding anything.
   static constexpr uint64_t kMaxPixels = uint64_t{1} << 28;
+  static constexpr uint64_t kMaxSide = uint64_t{1} << 24;
 
   // The largest image file: stb_image reads at most 2^31 - 1 bytes.
   static constexpr uint64_t kMaxFileBytes = (uint64_t{1} << 31) - 1;
@@ -51,7 +51,7 @@ class ImageTask {
   int height() const { return height_; }
   uint64_t pixel_count() const { return uint64_t(width_) * uint64_t(height_); }
   // Channel i of the H x W x 3 row-major channels (in [0, 1] when loaded).
-  float Channel(size_t i) const { return bytes_.empty() ? floats_[i] : kByteValue[bytes_[i]]; }
+  float Channel(size_t i) const;
   // Every channel as a float (H x W x 3): for peers that want the image.
   std::vector<float> Floats() const;
   // The bytes of memory the image holds.
@@ -87,8 +87,6 @@ class ImageTask {
                          const std::vector<uint8_t>& rgb);
 
  private:
-  static const std::array<float, 256> kByteValue;  // byte / 255.0f
-
   template <typename T>
   void SampleRange(const T* channels, uint64_t seed, uint64_t step, uint64_t begin, size_t count,
                    float* positions, float* targets) const;
