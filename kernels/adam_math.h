@@ -47,10 +47,25 @@ GRIDSYNC_HOST_DEVICE inline bool RowHasGradient(const float* g, uint32_t width) 
 // the parameter. A worker-side optimizer (ps.optimizer = worker) sends the
 // negated step and the shard adds it: w + (-d) equals w - d exactly, so one
 // worker ends bit for bit where Adam on the shard would.
+//
+// The two moment updates are fused multiply-adds, spelled out, wherever the
+// hardware has them (FMA on x86-64-v3, every CUDA GPU): the compiler would
+// contract them anyway, but which products it fuses is its choice per call
+// site, and the vectorised CPU batch (cpu/adam_batch.h) must produce the
+// same bits as every scalar copy. Without FMA they stay a multiply and an
+// add, in every copy alike.
+GRIDSYNC_HOST_DEVICE inline float AdamFma(float a, float b, float c) {
+#if defined(__CUDA_ARCH__) || defined(__FMA__)
+  return fmaf(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
+
 GRIDSYNC_HOST_DEVICE inline float AdamStep(const AdamHyper& h, float step_size, float g, float* m,
                                            float* v) {
-  const float m_new = h.beta1 * *m + (1.0f - h.beta1) * g;
-  const float v_new = h.beta2 * *v + (1.0f - h.beta2) * g * g;
+  const float m_new = AdamFma(h.beta1, *m, (1.0f - h.beta1) * g);
+  const float v_new = AdamFma(h.beta2, *v, (1.0f - h.beta2) * g * g);
   *m = m_new;
   *v = v_new;
   return step_size * m_new / (sqrtf(v_new) + h.epsilon);

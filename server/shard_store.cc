@@ -89,19 +89,21 @@ void ShardStore::Accumulate(const wire::Block& block) {
   Table& table = tables_[block.table];
   const uint32_t w = table.width;
   if (block.dense) table.dense_step = true;
-  for (size_t i = 0; i < block.row_count; ++i) {
-    const uint64_t local = partition_.LocalRow(block.table, block.Row(i));
-    float* g = table.grad.data() + local * w;
-    const float* v = block.values.data() + i * w;
-    for (uint32_t f = 0; f < w; ++f) g[f] += v[f];
-    if (apply_updates_) ++table.pushes[local];
-    uint64_t& word = table.touched[local >> 6];
-    const uint64_t bit = uint64_t{1} << (local & 63);
-    if ((word & bit) == 0) {
-      word |= bit;
-      table.touched_rows.push_back(static_cast<uint32_t>(local));
+  WithLocalRows(block, [&](auto local_of) {
+    for (size_t i = 0; i < block.row_count; ++i) {
+      const uint64_t local = local_of(i);
+      float* g = table.grad.data() + local * w;
+      const float* v = block.values.data() + i * w;
+      for (uint32_t f = 0; f < w; ++f) g[f] += v[f];
+      if (apply_updates_) ++table.pushes[local];
+      uint64_t& word = table.touched[local >> 6];
+      const uint64_t bit = uint64_t{1} << (local & 63);
+      if ((word & bit) == 0) {
+        word |= bit;
+        table.touched_rows.push_back(static_cast<uint32_t>(local));
+      }
     }
-  }
+  });
 }
 
 size_t ShardStore::TouchedChunks(uint32_t t, size_t chunk_rows) const {
@@ -150,35 +152,35 @@ void ShardStore::PrepareStep() {
 void ShardStore::ApplyDirect(const wire::Block& block, size_t begin, size_t end) {
   Table& table = tables_[block.table];
   const uint32_t w = table.width;
-  WithRowWidth(w, [&](auto constant) {
-    if (!apply_updates_) return AdamRows<constant>(block, begin, end, w, &table);
-    const uint32_t width = RowWidth(constant, w);
-    float* params = table.params.data();
-    for (size_t i = begin; i < end; ++i) {
-      if (i + kPrefetchRows < end) {
-        __builtin_prefetch(
-            params + partition_.LocalRow(block.table, block.Row(i + kPrefetchRows)) * width, 1);
+  WithLocalRows(block, [&](auto local_of) {
+    WithRowWidth(w, [&](auto constant) {
+      if (!apply_updates_) return AdamRows<constant>(block, local_of, begin, end, w, &table);
+      const uint32_t width = RowWidth(constant, w);
+      float* params = table.params.data();
+      for (size_t i = begin; i < end; ++i) {
+        if (i + kPrefetchRows < end)
+          __builtin_prefetch(params + local_of(i + kPrefetchRows) * width, 1);
+        const float* u = block.values.data() + i * width;
+        float* p = params + local_of(i) * width;
+        for (uint32_t f = 0; f < width; ++f) p[f] += u[f];
       }
-      const float* u = block.values.data() + i * width;
-      float* p = params + partition_.LocalRow(block.table, block.Row(i)) * width;
-      for (uint32_t f = 0; f < width; ++f) p[f] += u[f];
-    }
+    });
   });
 }
 
-template <uint32_t W>
-void ShardStore::AdamRows(const wire::Block& block, size_t begin, size_t end, uint32_t width,
-                          Table* table) {
+template <uint32_t W, typename LocalOf>
+void ShardStore::AdamRows(const wire::Block& block, LocalOf local_of, size_t begin, size_t end,
+                          uint32_t width, Table* table) {
   const uint32_t w = W > 0 ? W : width;
   float* params = table->params.data();
   float* m = table->adam.m.data();
   float* v = table->adam.v.data();
   uint32_t* steps = table->adam.step.data();
   // W = 0 (any width) keeps the row-at-a-time loop; the batch needs W.
-  cpu::AdamRowBatch<(W > 0 ? W : 1)> batch(hyper_);
+  cpu::AdamRowBatch<(W > 0 ? W : 1)> batch(hyper_, params, m, v);
   for (size_t i = begin; i < end; ++i) {
     if (i + kPrefetchRows < end) {
-      const uint64_t ahead = partition_.LocalRow(block.table, block.Row(i + kPrefetchRows));
+      const uint64_t ahead = local_of(i + kPrefetchRows);
       __builtin_prefetch(&params[ahead * w], 1);
       __builtin_prefetch(&m[ahead * w], 1);
       __builtin_prefetch(&v[ahead * w], 1);
@@ -186,10 +188,10 @@ void ShardStore::AdamRows(const wire::Block& block, size_t begin, size_t end, ui
     }
     const float* g = block.values.data() + i * w;
     if (!block.dense && !RowHasGradient(g, w)) continue;  // dense tables always step
-    const uint64_t local = partition_.LocalRow(block.table, block.Row(i));
+    const uint64_t local = local_of(i);
     const float lr = table->adam.StepSize(hyper_, ++steps[local]) * lr_scale_;
     if constexpr (W > 0) {
-      batch.Add(g, 1.0f, lr, &params[local * W], &m[local * W], &v[local * W]);
+      batch.Add(g, 1.0f, lr, local);
       continue;
     }
     for (uint32_t f = 0; f < w; ++f) {
@@ -289,18 +291,16 @@ void ShardStore::AdvanceReplica(const wire::Block& request, uint32_t worker, siz
 void ShardStore::Gather(const wire::Block& request, size_t begin, size_t end, float* out) const {
   const Table& table = tables_[request.table];
   const float* params = table.params.data();
-  WithRowWidth(table.width, [&](auto constant) {
-    const uint32_t w = RowWidth(constant, table.width);
-    for (size_t i = begin; i < end; ++i) {
-      if (i + kPrefetchRows < end) {
-        __builtin_prefetch(params +
-                           partition_.LocalRow(request.table, request.Row(i + kPrefetchRows)) * w);
+  WithLocalRows(request, [&](auto local_of) {
+    WithRowWidth(table.width, [&](auto constant) {
+      const uint32_t w = RowWidth(constant, table.width);
+      for (size_t i = begin; i < end; ++i) {
+        if (i + kPrefetchRows < end) __builtin_prefetch(params + local_of(i + kPrefetchRows) * w);
+        const float* src = params + local_of(i) * w;
+        float* dst = out + (i - begin) * w;
+        for (uint32_t f = 0; f < w; ++f) dst[f] = src[f];
       }
-      const uint64_t local = partition_.LocalRow(request.table, request.Row(i));
-      const float* src = params + local * w;
-      float* dst = out + (i - begin) * w;
-      for (uint32_t f = 0; f < w; ++f) dst[f] = src[f];
-    }
+    });
   });
 }
 

@@ -117,8 +117,21 @@ class ShardStore {
   };
   // ApplyDirect's Adam, with the width known at compile time (W > 0: the
   // row unrolled) or at run time (W = 0: `width`).
-  template <uint32_t W>
-  void AdamRows(const wire::Block& block, size_t begin, size_t end, uint32_t width, Table* table);
+  template <uint32_t W, typename LocalOf>
+  void AdamRows(const wire::Block& block, LocalOf local_of, size_t begin, size_t end,
+                uint32_t width, Table* table);
+  // Calls f(local_of), where local_of(i) is the local row of the block's
+  // i-th row. A sparse block on a table with one row group (one shard, or
+  // columns only) maps each row to itself; the hot loops get that mapping
+  // as its own type, so they load the id and index with it, nothing more.
+  template <typename F>
+  void WithLocalRows(const wire::Block& block, F&& f) const {
+    if (!block.dense && partition_.RowGroups(block.table) == 1) {
+      f([ids = block.rows.data()](size_t i) -> uint64_t { return ids[i]; });
+    } else {
+      f([this, &block](size_t i) { return partition_.LocalRow(block.table, block.Row(i)); });
+    }
+  }
 
   const Partition& partition_;
   uint32_t shard_;

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "common/row_width.h"
+#include "kernels/cpu/adam_batch.h"
 #include "worker/loss_scaler.h"
 
 namespace gridsync {
@@ -140,8 +142,9 @@ TEST(AdamTest, ZeroGradientRowsAreSkipped) {
 namespace gridsync {
 namespace {
 
-// The batched loops (cpu/adam_batch.h: rows copied into lanes, sqrt and
-// divide vectorised across rows) must end bit for bit where the
+// The batched loops (cpu/adam_batch.h: rows loaded 8/width to a vector
+// register, sqrt and divide vectorised across rows) must end bit for bit
+// where the
 // row-at-a-time AdamUpdateRow ends: every width, zero-gradient rows
 // skipped, row counts that leave a partly filled batch, a gradient scale,
 // and several steps so that m, v and the step counts carry over.
@@ -198,6 +201,64 @@ TEST(AdamTest, BatchedRowsEndBitForBitWhereRowAtATimeEnds) {
     EXPECT_EQ(s_indexed.step, s_ref.step);
     EXPECT_FALSE(same_bits(p_ref, init)) << "the steps moved nothing";
   }
+}
+
+// The worker-side optimizer's use of the batch (kNegatedStep: -step into a
+// buffer, parameters untouched) must end bit for bit where AdamStep row by
+// row ends, including the sign of a zero step, for every width the batch
+// takes and for partly filled batches; the in-place form (the buffer is
+// the gradient itself, as HostTrainer::GridWorkerAdam uses it) too.
+TEST(AdamTest, BatchedNegatedStepsEndBitForBitWhereAdamStepEnds) {
+  AdamHyper hyper;
+  hyper.learning_rate = 7e-3f;
+  auto run = [&](auto constant) {
+    constexpr uint32_t W = decltype(constant)::value;
+    SCOPED_TRACE("width " + std::to_string(W));
+    constexpr uint32_t kRows = 517;  // not a multiple of a batch
+    std::mt19937 rng(W + 100);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> m_ref(kRows * W, 0.0f), v_ref(kRows * W, 0.0f);
+    std::vector<float> m_out = m_ref, v_out = m_ref, m_in = m_ref, v_in = m_ref;
+    for (int step = 1; step <= 4; ++step) {
+      std::vector<uint32_t> rows;
+      for (uint32_t r = 0; r < kRows; ++r) {
+        if (rng() % 4 != 0) rows.push_back(r);
+      }
+      std::vector<float> grad(kRows * W);
+      for (float& g : grad) g = rng() % 9 == 0 ? 0.0f : normal(rng);
+      const float lr = AdamStepSize(hyper, static_cast<uint32_t>(step));
+      std::vector<float> want(rows.size() * W), got(rows.size() * W, 1.0f);
+      std::vector<float> in_place = grad;
+      cpu::AdamRowBatch<W, cpu::AdamBatchOut::kNegatedStep> out(hyper, got.data(), m_out.data(),
+                                                                v_out.data());
+      cpu::AdamRowBatch<W, cpu::AdamBatchOut::kNegatedStep> self(hyper, in_place.data(),
+                                                                 m_in.data(), v_in.data());
+      for (size_t i = 0; i < rows.size(); ++i) {
+        const uint32_t r = rows[i];
+        for (uint32_t f = 0; f < W; ++f) {
+          const size_t at = size_t{r} * W + f;
+          want[i * W + f] = -AdamStep(hyper, lr, grad[at], &m_ref[at], &v_ref[at]);
+        }
+        out.Add(grad.data() + size_t{r} * W, 1.0f, lr, r, i * W);
+        self.Add(in_place.data() + size_t{r} * W, 1.0f, lr, r, size_t{r} * W);
+      }
+      out.Flush();
+      self.Flush();
+      ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << "step " << step;
+      for (size_t i = 0; i < rows.size(); ++i) {
+        ASSERT_EQ(std::memcmp(in_place.data() + size_t{rows[i]} * W, want.data() + i * W, W * 4), 0)
+            << "in place, step " << step << ", row " << rows[i];
+      }
+      ASSERT_EQ(std::memcmp(m_out.data(), m_ref.data(), m_ref.size() * 4), 0);
+      ASSERT_EQ(std::memcmp(v_out.data(), v_ref.data(), v_ref.size() * 4), 0);
+      ASSERT_EQ(std::memcmp(m_in.data(), m_ref.data(), m_ref.size() * 4), 0);
+      ASSERT_EQ(std::memcmp(v_in.data(), v_ref.data(), v_ref.size() * 4), 0);
+    }
+  };
+  run(RowWidthConstant<1>{});
+  run(RowWidthConstant<2>{});
+  run(RowWidthConstant<4>{});
+  run(RowWidthConstant<8>{});
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 #include <string>
 #include <utility>
 
+#include "common/row_width.h"
+#include "kernels/cpu/adam_batch.h"
 #include "worker/sync/gradient_sync.h"
 #include "worker/worker_adam.h"
 
@@ -175,17 +177,29 @@ Status HostTrainer::GridWorkerAdam(uint32_t level, const uint32_t* rows, size_t 
   cpu::AdamTable& state = WorkerAdamOf(level);
   float* grad = grads_.grid.mutable_dense() + layout.level(level).row_offset * F;
   kept->clear();
-  for (size_t i = 0; i < n; ++i) {
-    const uint32_t row = rows[i];
-    float* g = grad + size_t{row} * F;
-    if (!RowHasGradient(g, F)) continue;
-    const float lr = AdamStepSize(hyper_, ++state.step[row]);
-    for (uint32_t f = 0; f < F; ++f) {
-      const size_t at = size_t{row} * F + f;
-      g[f] = -AdamStep(hyper_, lr, g[f], &state.m[at], &state.v[at]);
+  // The update replaces the gradient in place: the batch takes a copy of
+  // each row's gradient when it queues the row.
+  WithRowWidth(F, [&](auto constant) {
+    constexpr uint32_t W = decltype(constant)::value;
+    cpu::AdamRowBatch<(W > 0 ? W : 1), cpu::AdamBatchOut::kNegatedStep> batch(
+        hyper_, grad, state.m.data(), state.v.data());
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t row = rows[i];
+      float* g = grad + size_t{row} * F;
+      if (!RowHasGradient(g, F)) continue;
+      const float lr = state.StepSize(hyper_, ++state.step[row]);
+      if constexpr (W > 0) {
+        batch.Add(g, 1.0f, lr, row, size_t{row} * W);
+      } else {
+        for (uint32_t f = 0; f < F; ++f) {
+          const size_t at = size_t{row} * F + f;
+          g[f] = -AdamStep(hyper_, lr, g[f], &state.m[at], &state.v[at]);
+        }
+      }
+      kept->push_back(row);
     }
-    kept->push_back(row);
-  }
+    if constexpr (W > 0) batch.Flush();
+  });
   return Status::OK();
 }
 

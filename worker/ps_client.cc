@@ -286,6 +286,22 @@ void CopyPulledRows(const wire::OutBlock& want, uint32_t table_width, const floa
                     bool encoded, float* replica, float* dest) {
   WithRowWidth(want.width, [&](auto constant) {
     const uint32_t cols = RowWidth(constant, want.width);
+    if (!want.dense && replica == nullptr) {
+      // The common case (sparse rows, whole values) as its own loop: the
+      // general one's per-row tests cost more than the copy of a row.
+      const uint32_t* rows = want.rows.data();
+      const size_t n = want.row_count;
+      for (size_t r = 0; r < n; ++r) {
+        if (r + kPullPrefetch < n) {
+          __builtin_prefetch(dest + size_t{rows[r + kPullPrefetch]} * table_width + want.col_begin,
+                             1);
+        }
+        const float* src = values + r * cols;
+        float* out = dest + size_t{rows[r]} * table_width + want.col_begin;
+        for (uint32_t c = 0; c < cols; ++c) out[c] = src[c];
+      }
+      return;
+    }
     for (size_t r = 0; r < want.row_count; ++r) {
       // Sparse rows land scattered over the table: start loading the
       // destination (and replica) rows a few ahead.

@@ -1,6 +1,7 @@
 #include "worker/worker_adam.h"
 
 #include "common/state_bytes.h"
+#include "kernels/cpu/adam_batch.h"
 
 namespace gridsync {
 
@@ -57,6 +58,8 @@ size_t UpdateRows(const AdamHyper& hyper, const TableRowsRef& ref, size_t n, uin
   float* m = state->m.data();
   float* v = state->v.data();
   uint32_t* steps = state->step.data();
+  // W = 0 (any width) keeps the row-at-a-time loop; the batch needs W.
+  cpu::AdamRowBatch<(W > 0 ? W : 1), cpu::AdamBatchOut::kNegatedStep> batch(hyper, updates, m, v);
   size_t kept = 0;
   for (size_t i = 0; i < n; ++i) {
     if (!ref.dense && i + kPrefetchDistance < n) {
@@ -69,14 +72,19 @@ size_t UpdateRows(const AdamHyper& hyper, const TableRowsRef& ref, size_t n, uin
     if (!ref.dense && !RowHasGradient(g, w)) continue;
     const uint32_t row = ref.dense ? static_cast<uint32_t>(i) : ref.rows[i];
     const float lr = state->StepSize(hyper, ++steps[row]);
-    float* u = updates + kept * w;
-    for (uint32_t f = 0; f < w; ++f) {
-      const size_t at = size_t{row} * w + f;
-      u[f] = -AdamStep(hyper, lr, g[f], &m[at], &v[at]);
+    if constexpr (W > 0) {
+      batch.Add(g, 1.0f, lr, row, kept * W);
+    } else {
+      float* u = updates + kept * w;
+      for (uint32_t f = 0; f < w; ++f) {
+        const size_t at = size_t{row} * w + f;
+        u[f] = -AdamStep(hyper, lr, g[f], &m[at], &v[at]);
+      }
     }
     if (!ref.dense) kept_rows->push_back(row);
     ++kept;
   }
+  if constexpr (W > 0) batch.Flush();
   return kept;
 }
 

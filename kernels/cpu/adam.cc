@@ -24,7 +24,7 @@ void UpdateRowsFixed(const AdamHyper& hyper, const SparseRows& grad, float grad_
   float* v = state->v.data();
   uint32_t* steps = state->step.data();
   const size_t n = grad.rows.size();
-  AdamRowBatch<W> batch(hyper);
+  AdamRowBatch<W> batch(hyper, params, m, v);
   for (size_t i = 0; i < n; ++i) {
     // Touched rows of a hashed level are scattered over the table; the
     // hardware prefetcher cannot guess them, but we know them in advance.
@@ -38,7 +38,7 @@ void UpdateRowsFixed(const AdamHyper& hyper, const SparseRows& grad, float grad_
     const size_t row = rows[i];
     if (!RowHasGradient(values + i * W, W)) continue;
     const float lr = state->StepSize(hyper, ++steps[row]);
-    batch.Add(values + i * W, grad_scale, lr, &params[row * W], &m[row * W], &v[row * W]);
+    batch.Add(values + i * W, grad_scale, lr, row);
   }
   batch.Flush();
 }
@@ -82,7 +82,7 @@ void UpdateIndexed(const AdamHyper& hyper, const uint32_t* rows, size_t n, float
   float* v = state->v.data();
   uint32_t* steps = state->step.data();
   // W = 0 (any width) keeps the row-at-a-time loop; the batch needs W.
-  AdamRowBatch<(W > 0 ? W : 1)> batch(hyper);
+  AdamRowBatch<(W > 0 ? W : 1)> batch(hyper, params, m, v);
   for (size_t i = 0; i < n; ++i) {
     if (i + kPrefetchDistance < n) {
       const size_t ahead = size_t{rows[i + kPrefetchDistance]} * w;
@@ -97,7 +97,7 @@ void UpdateIndexed(const AdamHyper& hyper, const uint32_t* rows, size_t n, float
     if (skip_zero_rows && !RowHasGradient(g, w)) continue;  // already zero
     const float lr = state->StepSize(hyper, ++steps[row]) * lr_scale;
     if constexpr (W > 0) {
-      batch.Add(g, 1.0f, lr, &params[row * W], &m[row * W], &v[row * W]);
+      batch.Add(g, 1.0f, lr, row);
       for (uint32_t f = 0; f < W; ++f) g[f] = 0.0f;
       continue;
     }
