@@ -9,6 +9,10 @@
 // n rows; the rows are every 3rd row of a region, like a batch's sparse,
 // ascending touched rows.
 //
+// The pushes hand their buffers to the client (TableRowsRef::give_*), as
+// the ps training loop does, so that the push's rows and values become its
+// frames without a copy; the raw side sends its buffers without a copy too.
+//
 // Raw side: a DEALER client and a ROUTER echo thread in this process (own
 // context). Per iteration [64 B header, ids, values] -> 64 B ack, then
 // [64 B header, ids] -> [64 B header, values]: the same payload and round
@@ -80,6 +84,7 @@ struct PushPullArgs {
   uint64_t max_bytes = uint64_t{64} << 20;
   int iters = 0;  // 0: auto
   int warmup = 5;
+  int shard_threads = ShardOptions{}.threads;
   std::string json_out;
 };
 
@@ -191,11 +196,19 @@ Status Pull(PsClient& client, const std::vector<uint32_t>& rows, std::vector<flo
 Result<std::vector<double>> TimeGridsync(PsClient& client, const std::vector<uint32_t>& rows,
                                          const std::vector<float>& grad, int warmup, int iters,
                                          uint64_t* step, std::vector<float>* table) {
-  const std::vector<TableRowsRef> push = {{0, false, rows.data(), rows.size(), grad.data()}};
   const std::vector<TablePullRef> pull = {{0, false, rows.data(), rows.size(), table->data()}};
   std::vector<double> us;
   us.reserve(static_cast<size_t>(iters));
+  std::vector<uint32_t> push_rows;
+  std::vector<float> push_grad;
   for (int it = 0; it < warmup + iters; ++it) {
+    // Untimed: the step's gradient in buffers of its own, which the client
+    // takes as the push's frames (zero copy), as the ps training loop hands
+    // over its touched rows (TableRowsRef::give_*).
+    push_rows = rows;
+    push_grad = grad;
+    const std::vector<TableRowsRef> push = {{0, false, push_rows.data(), push_rows.size(),
+                                             push_grad.data(), false, &push_rows, &push_grad}};
     const auto start = Clock::now();
     GRIDSYNC_RETURN_IF_ERROR(client.Push(wire::Kind::kPush, (*step)++, push));
     GRIDSYNC_RETURN_IF_ERROR(client.SendPull(0, pull));
@@ -277,6 +290,7 @@ int RunPushPull(const PushPullArgs& args) {
   options.endpoint = "tcp://127.0.0.1:0";
   options.workers = 1;
   options.consistency = Consistency::kAsync;
+  options.threads = args.shard_threads;
   options.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(kTimeout);
   auto shard = PsShard::Start(partition, options);
   if (!shard.ok()) return Fail(shard.status());
@@ -461,6 +475,9 @@ Runner AddPushPullCommand(CLI::App* app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--warmup", args->warmup, "Untimed iterations per size")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--shard-threads", args->shard_threads,
+                  "The shard's threads for apply and gather (ps.threads)")
+      ->check(CLI::Range(1, 64));
   cmd->add_option("--json", args->json_out, "Write the results as JSON to this file");
   return [args] { return RunPushPull(*args); };
 }

@@ -44,6 +44,13 @@ class WorkerAdam;
 // (values[i * width ...] belongs to the i-th row listed).
 // on_device: the values are held by the client's DevicePushSource (values
 // null; push only).
+// give_rows, give_values (optional, push only): the vectors that hold rows
+// and values (data() == rows / values), which the client may take instead
+// of copying them: when all of the table goes to one shard whole (one
+// shard, or one owner of every listed row, and no column split), they
+// become the message's frames, which ZeroMQ frees once sent. A vector
+// taken is left empty; one not taken is left as it was. Either way the
+// caller refills it before its next use.
 struct TableRowsRef {
   uint32_t table = 0;
   bool dense = false;
@@ -51,6 +58,8 @@ struct TableRowsRef {
   size_t row_count = 0;  // sparse only
   const float* values = nullptr;
   bool on_device = false;
+  std::vector<uint32_t>* give_rows = nullptr;
+  std::vector<float>* give_values = nullptr;
 };
 
 // Push values that stay on the model's device until they are encoded

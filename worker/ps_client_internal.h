@@ -37,7 +37,9 @@ class ScopedSeconds {
 // One pass over each table deals its rows to their owners: in every column
 // group, rows go to the shard Partition::Owner names; a dense table becomes a
 // dense block where a shard's rows are contiguous. Refs without values (a
-// pull, or values on the model's device) make blocks without values.
+// pull, or values on the model's device) make blocks without values. A ref
+// that offers its vectors (TableRowsRef::give_*) and goes to one shard whole
+// gives them to its block instead of being copied.
 std::vector<std::vector<wire::OutBlock>> SplitAll(const Partition& partition,
                                                   const std::vector<TableRowsRef>& tables,
                                                   bool with_values);

@@ -56,6 +56,36 @@ std::vector<std::vector<wire::OutBlock>> SplitAll(const Partition& partition,
         i = j;
       }
       const bool values = with_values && ref.values != nullptr;
+      // Zero copy: a table that goes to one shard whole takes the caller's
+      // vectors (TableRowsRef::give_*) as they are.
+      const bool one_owner = cw == width && !runs.empty() &&
+                             std::all_of(runs.begin(), runs.end(), [&](const Run& run) {
+                               return run.shard == runs.front().shard;
+                             });
+      if (one_owner && values && ref.give_values != nullptr && index[runs.front().shard] < 0 &&
+          ref.give_values->data() == ref.values && ref.give_values->size() >= n * width &&
+          (ref.dense || (ref.give_rows != nullptr && ref.give_rows->data() == ref.rows &&
+                         ref.give_rows->size() >= n))) {
+        const uint32_t shard = runs.front().shard;
+        index[shard] = static_cast<int>(out[shard].size());
+        wire::OutBlock block;
+        block.table = t;
+        block.col_begin = col;
+        block.width = cw;
+        if (ref.dense) {
+          block.rows.resize(n);
+          for (size_t k = 0; k < n; ++k) block.rows[k] = static_cast<uint32_t>(k);
+        } else {
+          block.rows = std::move(*ref.give_rows);
+          ref.give_rows->clear();
+          block.rows.resize(n);  // never grows: at least n were given
+        }
+        block.values = std::move(*ref.give_values);
+        ref.give_values->clear();
+        block.values.resize(n * width);
+        out[shard].push_back(std::move(block));
+        continue;
+      }
       for (uint32_t shard = 0; shard < shards; ++shard) {
         if (rows_of[shard] == 0) continue;
         if (index[shard] < 0) {

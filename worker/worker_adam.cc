@@ -37,8 +37,10 @@ std::vector<TableRowsRef> WorkerAdam::ToUpdates(const std::vector<TableRowsRef>&
       continue;
     }
     Table& out = out_[ref.table];
-    updates.push_back(
-        {ref.table, ref.dense, out.rows.data(), ref.dense ? 0 : kept[i], out.values.data()});
+    // The client may take the buffers (zero copy): UpdateTable sizes them
+    // afresh every call.
+    updates.push_back({ref.table, ref.dense, out.rows.data(), ref.dense ? 0 : kept[i],
+                       out.values.data(), false, ref.dense ? nullptr : &out.rows, &out.values});
   }
   return updates;
 }

@@ -42,7 +42,8 @@ class WorkerAdam {
   // The update rows for `gradients`: same tables, rows in the same order
   // (sparse rows with no gradient dropped), values = -(Adam step). The
   // returned refs point into this object's buffers and stay valid until the
-  // next call.
+  // next call; they offer those buffers to the client (TableRowsRef::give_*),
+  // which the next call sizes afresh.
   // Tables run in parallel on `pool` (null: on this thread); the result is
   // the same either way.
   std::vector<TableRowsRef> ToUpdates(const std::vector<TableRowsRef>& gradients,

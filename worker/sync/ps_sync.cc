@@ -109,7 +109,10 @@ Result<SyncOutcome> PsSync::Apply(uint64_t step, ModelGradients* grads, float lo
       if (unscale != 1.0f) {
         for (float& v : rows.values) v *= unscale;
       }
-      push.push_back({l, false, rows.rows.data(), rows.size(), rows.values.data()});
+      // The client may take the vectors (zero copy); TakeGradients refills
+      // them next step.
+      push.push_back({l, false, rows.rows.data(), rows.size(), rows.values.data(), false,
+                      &rows.rows, &rows.values});
     }
     for (size_t i = 0; i < grads->mlp.size(); ++i) {
       if (unscale != 1.0f) grads->mlp[i] *= unscale;
