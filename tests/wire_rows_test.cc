@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <random>
 
+#include "common/wire/row_ids.h"
 #include "tests/wire_test_util.h"
 
 namespace gridsync::wire {
@@ -116,6 +117,36 @@ TEST(WireRowEncodingTest, RowIdFrameBytesIsTheSmallerLayout) {
   EXPECT_EQ(RowIdFrameBytes({0, 1, 2, 130, 1000000}), 7u);
   EXPECT_EQ(RowIdFrameBytes({0, 0xFFFFFFF0u}), 6u);            // 1 + 5 < 8
   EXPECT_EQ(RowIdFrameBytes({0x10000000u, 0x20000000u}), 8u);  // 5 + 5 > 8: raw
+}
+
+// The sizing pass (32-bit sums over chunks, vectorised) against a
+// one-varint-at-a-time count, over gaps of every varint length, and a tie
+// anywhere makes the rows not ascending.
+TEST(WireRowEncodingTest, DeltaVarintBytesCountsEveryVarint) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<uint32_t> rows;
+    uint64_t row = rng() % 300;
+    size_t want = 0;
+    auto varint = [](uint64_t v) {
+      return v < (1u << 7) ? 1 : v < (1u << 14) ? 2 : v < (1u << 21) ? 3 : v < (1u << 28) ? 4 : 5;
+    };
+    while (rows.size() < 5000 && row <= 0xFFFFFFFFu) {
+      want += rows.empty() ? varint(row) : varint(row - rows.back() - 1);
+      rows.push_back(static_cast<uint32_t>(row));
+      const int length = static_cast<int>(rng() % 40);  // mostly one byte, sometimes more
+      const uint64_t gap = length < 30   ? rng() % 128
+                           : length < 36 ? rng() % (1u << 14)
+                           : length < 39 ? rng() % (1u << 21)
+                                         : rng() % (1u << 26);
+      row += 1 + gap;
+    }
+    ASSERT_EQ(DeltaVarintBytes(rows), want) << "trial " << trial;
+    ASSERT_EQ(EncodeDeltaVarint(rows, want).size(), want);
+    std::vector<uint32_t> tie = rows;
+    tie[tie.size() / 2 + trial] = tie[tie.size() / 2 + trial - 1];
+    EXPECT_EQ(DeltaVarintBytes(tie), kNotAscending);
+  }
 }
 
 TEST(WireRowEncodingTest, HugeGapsAndTiesTravelRaw) {

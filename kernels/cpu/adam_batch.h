@@ -75,7 +75,7 @@ class AdamRowBatch {
     for (uint32_t f = 0; f < W; ++f) lanes[f] = g[f] * grad_scale;
     lr_[rows_] = step_size;
     at_[rows_] = row * W;
-    out_at_[rows_] = kApply ? row * W : out_at;
+    if constexpr (!kApply) out_at_[rows_] = out_at;
     if (++rows_ == kRows) Flush();
   }
 
@@ -92,7 +92,7 @@ class AdamRowBatch {
     for (; r < rows_; ++r) {
       for (uint32_t f = 0; f < W; ++f) {
         const uint64_t at = at_[r] + f;
-        float* out = target_ + out_at_[r] + f;
+        float* out = target_ + OutAt(r)[0] + f;
         if constexpr (kApply) {
           AdamUpdate(hyper_, lr_[r], g_[r * W + f], out, &m_[at], &v_[at]);
         } else {
@@ -104,6 +104,10 @@ class AdamRowBatch {
   }
 
  private:
+  // Where queued rows from `first` on go in target: with kApply, where
+  // they are in m and v (the parameters have the same layout).
+  const uint64_t* OutAt(uint32_t first) const { return (kApply ? at_ : out_at_) + first; }
+
 #ifdef GRIDSYNC_ADAM_AVX2
   struct Constants {
     explicit Constants(const AdamHyper& h)
@@ -174,7 +178,7 @@ class AdamRowBatch {
                                       _mm256_add_ps(_mm256_sqrt_ps(v), c.epsilon));
     Store(at, m_, m);
     Store(at, v_, v);
-    const uint64_t* out_at = out_at_ + first;
+    const uint64_t* out_at = OutAt(first);
     if constexpr (kApply) {
       Store(out_at, target_, _mm256_sub_ps(Load(out_at, target_), step));
     } else {
@@ -189,9 +193,9 @@ class AdamRowBatch {
   float* const v_;
   uint32_t rows_ = 0;
   alignas(64) float g_[kLanes] = {};
-  float lr_[kRows + 4] = {};     // StepSizes reads up to 4 from a row on
-  uint64_t at_[kRows] = {};      // index of each queued row's first value in m and v
-  uint64_t out_at_[kRows] = {};  // ... and in target
+  float lr_[kRows + 4] = {};                  // StepSizes reads up to 4 from a row on
+  uint64_t at_[kRows] = {};                   // index of each queued row's first value in m and v
+  uint64_t out_at_[kApply ? 1 : kRows] = {};  // ... and in target (kNegatedStep)
 };
 
 }  // namespace gridsync::cpu
