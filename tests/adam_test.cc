@@ -110,6 +110,32 @@ TEST(LossScalerTest, DisabledNeverScales) {
 namespace gridsync {
 namespace {
 
+// RowHasGradient tests magnitude bits on the CPU; it must say what g != 0
+// says for every value: +-0 none, NaN, infinities, the smallest subnormal
+// and ordinary values one, in any position of any width.
+TEST(AdamTest, RowHasGradientIsAnyValueUnequalToZero) {
+  const float values[] = {0.0f,
+                          -0.0f,
+                          std::numeric_limits<float>::quiet_NaN(),
+                          -std::numeric_limits<float>::quiet_NaN(),
+                          std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::denorm_min(),
+                          -std::numeric_limits<float>::denorm_min(),
+                          1.0f,
+                          -3e-38f};
+  for (uint32_t width = 1; width <= 8; ++width) {
+    for (float x : values) {
+      for (uint32_t at = 0; at < width; ++at) {
+        std::vector<float> row(width, at % 2 == 0 ? 0.0f : -0.0f);
+        row[at] = x;
+        EXPECT_EQ(RowHasGradient(row.data(), width), x != 0.0f)
+            << "width " << width << ", value " << x << " at " << at;
+      }
+    }
+  }
+}
+
 TEST(AdamTest, ZeroGradientRowsAreSkipped) {
   AdamHyper hyper;
   cpu::AdamTable state;
