@@ -67,8 +67,10 @@ GRIDSYNC_HOST_DEVICE inline bool RowHasGradient(const float* g, uint32_t width) 
 // hardware has them (FMA on x86-64-v3, every CUDA GPU): the compiler would
 // contract them anyway, but which products it fuses is its choice per call
 // site, and the vectorised CPU batch (cpu/adam_batch.h) must produce the
-// same bits as every scalar copy. Without FMA they stay a multiply and an
-// add, in every copy alike.
+// same bits as every scalar copy. A CPU build without FMA
+// (GRIDSYNC_CPU_ARCH="") multiplies and adds, in every copy alike; its
+// results then differ from the GPU's in the last bits (the CPU/GPU twin
+// tests compare with a tolerance).
 GRIDSYNC_HOST_DEVICE inline float AdamFma(float a, float b, float c) {
 #if defined(__CUDA_ARCH__) || defined(__FMA__)
   return fmaf(a, b, c);

@@ -188,6 +188,37 @@ TEST(WorkerAdamTest, UpdatesAreTheNegatedAdamStepAndZeroRowsAreDropped) {
   EXPECT_GT(adam.StateBytes(), 0u);
 }
 
+// A table listed twice in one call steps twice, in list order, and each
+// listing gets its own rows and updates: the second must not overwrite the
+// first's (they shared one output buffer).
+TEST(WorkerAdamTest, ATableListedTwiceGetsTheUpdatesOfEachListing) {
+  const std::vector<TableInfo> tables = {{"grid", 100, 2}};
+  auto partition = Partition::Make(tables, 1, ModelParallelDim::kRow);
+  ASSERT_TRUE(partition.ok());
+  AdamHyper hyper;
+  WorkerAdam twice(*partition, hyper), apart(*partition, hyper);
+  std::vector<uint32_t> rows_a(100), rows_b = {5, 60};
+  for (uint32_t i = 0; i < 100; ++i) rows_a[i] = i;
+  std::vector<float> grad_a(200), grad_b = {0.5f, -0.25f, 1.0f, 2.0f};
+  for (size_t i = 0; i < grad_a.size(); ++i) grad_a[i] = 0.01f * static_cast<float>(i + 1);
+  const auto both = twice.ToUpdates({{0, false, rows_a.data(), rows_a.size(), grad_a.data()},
+                                     {0, false, rows_b.data(), rows_b.size(), grad_b.data()}});
+  ASSERT_EQ(both.size(), 2u);
+  const auto first = apart.ToUpdates({{0, false, rows_a.data(), rows_a.size(), grad_a.data()}});
+  const std::vector<uint32_t> first_rows(first[0].rows, first[0].rows + first[0].row_count);
+  const std::vector<float> first_values(first[0].values, first[0].values + first[0].row_count * 2);
+  const auto second = apart.ToUpdates({{0, false, rows_b.data(), rows_b.size(), grad_b.data()}});
+  ASSERT_EQ(both[0].row_count, first_rows.size());
+  EXPECT_EQ(std::vector<uint32_t>(both[0].rows, both[0].rows + both[0].row_count), first_rows);
+  EXPECT_EQ(std::vector<float>(both[0].values, both[0].values + both[0].row_count * 2),
+            first_values);
+  ASSERT_EQ(both[1].row_count, second[0].row_count);
+  EXPECT_EQ(std::vector<uint32_t>(both[1].rows, both[1].rows + both[1].row_count),
+            std::vector<uint32_t>(second[0].rows, second[0].rows + second[0].row_count));
+  EXPECT_EQ(std::vector<float>(both[1].values, both[1].values + both[1].row_count * 2),
+            std::vector<float>(second[0].values, second[0].values + second[0].row_count * 2));
+}
+
 TEST(PsWorkerOptimizerTest, OneWorkerEndsBitForBitWhereAdamOnTheShardEnds) {
   const ImageTask image = SmallImage();
   std::vector<std::vector<float>> params;

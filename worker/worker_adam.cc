@@ -1,5 +1,7 @@
 #include "worker/worker_adam.h"
 
+#include <utility>
+
 #include "common/state_bytes.h"
 #include "kernels/cpu/adam_batch.h"
 
@@ -23,8 +25,13 @@ std::vector<TableRowsRef> WorkerAdam::ToUpdates(const std::vector<TableRowsRef>&
     seen[ref.table] = true;
   }
   std::vector<size_t> kept(gradients.size(), 0);
+  // A table listed again overwrites the table's output buffer, so then each
+  // listing's output is moved to a buffer of its own before the next runs.
+  repeated_.clear();
+  if (!distinct) repeated_.resize(gradients.size());
   auto update = [&](size_t i) {
     kept[i] = gradients[i].on_device ? gradients[i].row_count : UpdateTable(gradients[i]);
+    if (!distinct && !gradients[i].on_device) std::swap(repeated_[i], out_[gradients[i].table]);
   };
   ParallelForOn(distinct ? pool : nullptr, gradients.size(), update);
   std::vector<TableRowsRef> updates;
@@ -36,7 +43,7 @@ std::vector<TableRowsRef> WorkerAdam::ToUpdates(const std::vector<TableRowsRef>&
       updates.push_back(ref);
       continue;
     }
-    Table& out = out_[ref.table];
+    Table& out = distinct ? out_[ref.table] : repeated_[i];
     // The client may take the buffers (zero copy): UpdateTable sizes them
     // afresh every call.
     updates.push_back({ref.table, ref.dense, out.rows.data(), ref.dense ? 0 : kept[i],

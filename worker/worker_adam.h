@@ -42,8 +42,9 @@ class WorkerAdam {
   // The update rows for `gradients`: same tables, rows in the same order
   // (sparse rows with no gradient dropped), values = -(Adam step). The
   // returned refs point into this object's buffers and stay valid until the
-  // next call; they offer those buffers to the client (TableRowsRef::give_*),
-  // which the next call sizes afresh.
+  // next call, unless the client took them: they offer those buffers
+  // (TableRowsRef::give_*), which the next call sizes afresh. A table listed
+  // twice steps twice, in list order, each listing with its own updates.
   // Tables run in parallel on `pool` (null: on this thread); the result is
   // the same either way.
   std::vector<TableRowsRef> ToUpdates(const std::vector<TableRowsRef>& gradients,
@@ -83,6 +84,7 @@ class WorkerAdam {
   AdamHyper hyper_;
   std::vector<cpu::AdamTable> state_;  // per table, empty until first used
   std::vector<Table> out_;             // per table
+  std::vector<Table> repeated_;        // per listing, when ToUpdates lists a table twice
 };
 
 }  // namespace gridsync
