@@ -178,13 +178,24 @@ void ShardStore::AdamRows(const wire::Block& block, LocalOf local_of, size_t beg
   uint32_t* steps = table->adam.step.data();
   // W = 0 (any width) keeps the row-at-a-time loop; the batch needs W.
   cpu::AdamRowBatch<(W > 0 ? W : 1)> batch(hyper_, params, m, v);
+  // A row ahead is prefetched when it starts a cache line of the
+  // parameters the rows before it did not touch: close rows (a batch's
+  // coarse levels, or a push sorted by row) share lines, and four
+  // prefetches for every row cost more than the loads they hide there.
+  // Nothing goes unprefetched: m and v have the parameters' layout, and a
+  // line of step counts (16 rows) begins where a parameter line does.
+  uint64_t prefetched_line = UINT64_MAX;
   for (size_t i = begin; i < end; ++i) {
     if (i + kPrefetchRows < end) {
       const uint64_t ahead = local_of(i + kPrefetchRows);
-      __builtin_prefetch(&params[ahead * w], 1);
-      __builtin_prefetch(&m[ahead * w], 1);
-      __builtin_prefetch(&v[ahead * w], 1);
-      __builtin_prefetch(&steps[ahead], 1);
+      const uint64_t line = ahead * w * sizeof(float) / 64;
+      if (line != prefetched_line) {
+        prefetched_line = line;
+        __builtin_prefetch(&params[ahead * w], 1);
+        __builtin_prefetch(&m[ahead * w], 1);
+        __builtin_prefetch(&v[ahead * w], 1);
+        __builtin_prefetch(&steps[ahead], 1);
+      }
     }
     const float* g = block.values.data() + i * w;
     if (!block.dense && !RowHasGradient(g, w)) continue;  // dense tables always step
