@@ -182,8 +182,11 @@ void ShardStore::AdamRows(const wire::Block& block, LocalOf local_of, size_t beg
   // parameters the rows before it did not touch: close rows (a batch's
   // coarse levels, or a push sorted by row) share lines, and four
   // prefetches for every row cost more than the loads they hide there.
-  // Nothing goes unprefetched: m and v have the parameters' layout, and a
-  // line of step counts (16 rows) begins where a parameter line does.
+  // Lines are counted from the arrays' starts: m and v have the
+  // parameters' layout, and a line of step counts (16 rows) begins where a
+  // counted parameter line does. (The arrays are only 16-byte aligned, so a
+  // counted line may straddle two real ones; the other is its neighbour,
+  // which the hardware prefetcher fetches on an ascending walk.)
   uint64_t prefetched_line = UINT64_MAX;
   for (size_t i = begin; i < end; ++i) {
     if (i + kPrefetchRows < end) {

@@ -8,6 +8,15 @@
 namespace gridsync::ps_internal {
 namespace {
 
+// The first `n` elements of *given, taken whole; *given is left empty.
+template <typename T>
+std::vector<T> TakeFirst(std::vector<T>* given, size_t n) {
+  std::vector<T> taken = std::move(*given);
+  given->clear();
+  taken.resize(n);
+  return taken;
+}
+
 // Rows [begin, end) of a table reference, all owned by `shard`.
 struct Run {
   size_t begin;
@@ -56,36 +65,16 @@ std::vector<std::vector<wire::OutBlock>> SplitAll(const Partition& partition,
         i = j;
       }
       const bool values = with_values && ref.values != nullptr;
-      // Zero copy: a table that goes to one shard whole takes the caller's
-      // vectors (TableRowsRef::give_*) as they are.
-      const bool one_owner = cw == width && !runs.empty() &&
-                             std::all_of(runs.begin(), runs.end(), [&](const Run& run) {
-                               return run.shard == runs.front().shard;
-                             });
-      if (one_owner && values && ref.give_values != nullptr && index[runs.front().shard] < 0 &&
+      // Zero copy: a table that goes to one shard whole (one column group,
+      // one owner) takes the caller's vectors (TableRowsRef::give_*) as its
+      // block's rows and values instead of copying them run by run.
+      const bool give =
+          values && cw == width && ref.give_values != nullptr &&
           ref.give_values->data() == ref.values && ref.give_values->size() >= n * width &&
           (ref.dense || (ref.give_rows != nullptr && ref.give_rows->data() == ref.rows &&
-                         ref.give_rows->size() >= n))) {
-        const uint32_t shard = runs.front().shard;
-        index[shard] = static_cast<int>(out[shard].size());
-        wire::OutBlock block;
-        block.table = t;
-        block.col_begin = col;
-        block.width = cw;
-        if (ref.dense) {
-          block.rows.resize(n);
-          for (size_t k = 0; k < n; ++k) block.rows[k] = static_cast<uint32_t>(k);
-        } else {
-          block.rows = std::move(*ref.give_rows);
-          ref.give_rows->clear();
-          block.rows.resize(n);  // never grows: at least n were given
-        }
-        block.values = std::move(*ref.give_values);
-        ref.give_values->clear();
-        block.values.resize(n * width);
-        out[shard].push_back(std::move(block));
-        continue;
-      }
+                         ref.give_rows->size() >= n)) &&
+          std::all_of(runs.begin(), runs.end(),
+                      [&](const Run& run) { return run.shard == runs.front().shard; });
       for (uint32_t shard = 0; shard < shards; ++shard) {
         if (rows_of[shard] == 0) continue;
         if (index[shard] < 0) {
@@ -97,6 +86,13 @@ std::vector<std::vector<wire::OutBlock>> SplitAll(const Partition& partition,
           out[shard].push_back(std::move(block));
         }
         wire::OutBlock& block = out[shard][static_cast<size_t>(index[shard])];
+        if (give) {
+          // Never grows: at least n rows were given. A dense table's ids
+          // are still counted out below.
+          if (!ref.dense) block.rows = TakeFirst(ref.give_rows, n);
+          block.values = TakeFirst(ref.give_values, n * width);
+          continue;
+        }
         block.rows.reserve(block.rows.size() + rows_of[shard]);
         if (values) block.values.reserve(block.values.size() + rows_of[shard] * cw);
       }
@@ -105,10 +101,10 @@ std::vector<std::vector<wire::OutBlock>> SplitAll(const Partition& partition,
         wire::OutBlock& block = out[run.shard][static_cast<size_t>(index[run.shard])];
         if (ref.dense) {
           for (size_t k = i; k < j; ++k) block.rows.push_back(static_cast<uint32_t>(k));
-        } else {
+        } else if (!give) {
           block.rows.insert(block.rows.end(), ref.rows + i, ref.rows + j);
         }
-        if (values) {
+        if (values && !give) {
           if (cw == width) {
             block.values.insert(block.values.end(), ref.values + i * width, ref.values + j * width);
           } else {
