@@ -34,7 +34,7 @@ Status LoadShardCheckpoint(const std::string& dir, uint32_t shard, uint64_t step
                            ShardStore* store) {
   GRIDSYNC_ASSIGN_OR_RETURN(const std::string data,
                             ReadCheckpointPart(dir, step, Part(shard), Shapes(*store)));
-  return store->RestoreState(data).WithContext(dir + "/step-" + std::to_string(step) + "/" +
+  return store->RestoreState(data, step).WithContext(dir + "/step-" + std::to_string(step) + "/" +
                                                Part(shard) + ".bin");
 }
 

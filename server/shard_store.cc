@@ -240,14 +240,18 @@ void ShardStore::AppendState(std::string* out) const {
   }
 }
 
-Status ShardStore::RestoreState(std::string_view data) {
+Status ShardStore::RestoreState(std::string_view data, uint64_t step) {
   const size_t size = data.size();
   uint32_t max_step = 0;
-  for (Table& table : tables_) {
+  for (uint32_t t = 0; t < tables_.size(); ++t) {
+    Table& table = tables_[t];
     bool ok = TakeArray(&data, &table.params);
     if (!apply_updates_) {
       ok = ok && TakeArray(&data, &table.adam.m) && TakeArray(&data, &table.adam.v) &&
            TakeArray(&data, &table.adam.step);
+      if (ok)
+        GRIDSYNC_RETURN_IF_ERROR(
+            cpu::CheckStepCounts(table.adam, step, "table " + std::to_string(t)));
       for (uint32_t s : table.adam.step) max_step = std::max(max_step, s);
     }
     if (!ok)

@@ -70,11 +70,13 @@ class ShardStore {
 
   // Checkpoints (server/shard_checkpoint.h): the partition's state, every
   // table's parameters and (Adam on the shard) m, v and per-row step counts,
-  // as raw little-endian arrays; RestoreState refuses data of another size.
+  // as raw little-endian arrays; RestoreState refuses data of another size,
+  // and step counts above `step` (the checkpoint's: a row steps at most once
+  // a step, so a larger count is a damaged or forged file).
   uint64_t table_rows(uint32_t t) const { return tables_[t].params.size() / tables_[t].width; }
   uint32_t table_width(uint32_t t) const { return tables_[t].width; }
   void AppendState(std::string* out) const;
-  Status RestoreState(std::string_view data);
+  Status RestoreState(std::string_view data, uint64_t step);
 
   // Delta pulls (compression.pull): the shard keeps, per worker, a copy of
   // what that worker's replica holds of this shard's rows, starting from the

@@ -57,6 +57,22 @@ TEST(AdamTest, TwoStepsMatchHandComputation) {
   EXPECT_EQ(state.m[2], 0.0f);
 }
 
+// A step count beyond the memo (a long run, or a hostile checkpoint's
+// count) is computed with the same bits, and sizes no allocation: a memo
+// grown to 2^32 steps would take 16 GiB and minutes of pow() calls.
+TEST(AdamTest, StepSizesBeyondTheMemoAreComputedNotMemoised) {
+  AdamHyper hyper;
+  hyper.beta2 = 0.9999999f;  // bias correction still moving at 2^16 steps
+  cpu::AdamTable state;
+  for (uint32_t t : {1u, 2u, 1000u, cpu::AdamTable::kMemoSteps - 1, cpu::AdamTable::kMemoSteps,
+                     uint32_t{1} << 24, UINT32_MAX - 1, UINT32_MAX}) {
+    EXPECT_EQ(state.StepSize(hyper, t), AdamStepSize(hyper, t)) << "step " << t;
+    EXPECT_EQ(state.StepSizeAt(hyper, t), AdamStepSize(hyper, t)) << "step " << t;
+  }
+  state.ReserveSteps(hyper, UINT32_MAX);
+  EXPECT_EQ(state.StepSize(hyper, 7), AdamStepSize(hyper, 7));
+}
+
 TEST(AdamTest, GradScaleUnscalesGradients) {
   AdamHyper hyper;
   cpu::AdamTable a, b;

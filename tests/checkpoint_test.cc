@@ -106,6 +106,19 @@ TEST(CheckpointTest, StateRoundTripsExactlyAndStepsNeedEveryShard) {
   EXPECT_NE(corrupt.message().find("checksum"), std::string::npos) << corrupt.ToString();
   EXPECT_NE(corrupt.message().find("shard-1.bin"), std::string::npos) << corrupt.ToString();
 
+  // Step counts above the checkpoint's step cannot come from training (a row
+  // steps at most once a step): refused, naming the row, whatever the
+  // checksum says.
+  std::string state;
+  a.AppendState(&state);  // every trained row has stepped twice
+  ShardStore forged(f.partition, 0, f.hyper);
+  const Status beyond = forged.RestoreState(state, 1);
+  EXPECT_EQ(beyond.code(), StatusCode::kInvalidArgument) << beyond.ToString();
+  EXPECT_NE(beyond.message().find("step count 2, beyond the checkpoint's step 1"),
+            std::string::npos)
+      << beyond.ToString();
+  EXPECT_TRUE(forged.RestoreState(state, 2).ok());
+
   // Only the two newest checkpoints of a shard are kept.
   ASSERT_TRUE(WriteShardCheckpoint(dir, 0, 150, a).ok());
   ASSERT_TRUE(WriteShardCheckpoint(dir, 0, 200, a).ok());
@@ -155,7 +168,12 @@ TEST(CheckpointTest, WorkerStateRoundTripsAndStepsNeedEveryWorkerWithState) {
   adam.AppendState(&adam_state);
   WorkerAdam fresh(partition, spec.model.adam);
   std::string_view adam_in = adam_state;
-  ASSERT_TRUE(fresh.RestoreState(&adam_in).ok());
+  std::string_view early = adam_state;
+  const Status beyond = WorkerAdam(partition, spec.model.adam).RestoreState(&early, 0);
+  EXPECT_EQ(beyond.code(), StatusCode::kInvalidArgument) << beyond.ToString();
+  EXPECT_NE(beyond.message().find("row 3 has Adam step count 1"), std::string::npos)
+      << beyond.ToString();
+  ASSERT_TRUE(fresh.RestoreState(&adam_in, 1).ok());
   EXPECT_TRUE(adam_in.empty());
   // Both take the same next step.
   const auto a = adam.ToUpdates({{0, false, rows.data(), rows.size(), grad.data()}});

@@ -396,7 +396,9 @@ TEST(DevicePushTest, TheClientsStateGoesToTheDeviceAndComesBack) {
   std::vector<uint32_t> grid_tables(levels);
   for (uint32_t l = 0; l < levels; ++l) grid_tables[l] = l;
   ASSERT_TRUE(ps.SetDevicePushSource(source.get(), grid_tables).ok());
-  ASSERT_TRUE(ps.RestoreState(saved).ok());
+  ASSERT_EQ(ps.RestoreState(saved, 8).code(), StatusCode::kInvalidArgument)
+      << "level 2's row 3 stepped 9 times";
+  ASSERT_TRUE(ps.RestoreState(saved, 9).ok());
 
   cpu::ErrorFeedback on_device;
   ASSERT_TRUE((*trainer)->CopyResidualsTo(&on_device).ok());
@@ -445,7 +447,7 @@ TEST(DevicePushTest, TheClientsStateGoesToTheDeviceAndComesBack) {
     std::string hostile(1, '\1');
     other.AppendState(&hostile);
     adam.AppendState(&hostile);
-    const Status refused = ps.RestoreState(hostile);
+    const Status refused = ps.RestoreState(hostile, 9);
     EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument) << refused.ToString();
     EXPECT_NE(refused.message().find("allowed"), std::string::npos) << refused.ToString();
   }

@@ -210,10 +210,12 @@ class PsClient {
   // Checkpoints (worker/worker_checkpoint.h): this worker's training state,
   // the error-feedback residuals and, with Adam on the worker, its state.
   // RestoreState replaces both; Corruption when `data` is not such a state
-  // or holds Adam's state where this client has none (or the reverse).
+  // or holds Adam's state where this client has none (or the reverse);
+  // InvalidArgument when a row's Adam step count exceeds `step`, the
+  // checkpoint's (a row steps at most once a step).
   // (Both keep a DevicePushSource's residuals in step: see SyncFeedback.)
   Status AppendState(std::string* out);
-  Status RestoreState(std::string_view data);
+  Status RestoreState(std::string_view data, uint64_t step);
   // This worker's pending update (error-feedback residual) of a row of the
   // column slice starting at col_begin, or null (with a DevicePushSource, as
   // of the last SyncFeedback).

@@ -161,7 +161,7 @@ Status PsClient::AppendState(std::string* out) {
   return Status::OK();
 }
 
-Status PsClient::RestoreState(std::string_view data) {
+Status PsClient::RestoreState(std::string_view data, uint64_t step) {
   if (data.empty() || (data.front() != '\0' && data.front() != '\1'))
     return Status::Corruption("not a worker state (no optimizer flag)");
   const bool adam = data.front() == '\1';
@@ -194,7 +194,7 @@ Status PsClient::RestoreState(std::string_view data) {
           "and distributed.model_parallel)");
     }
   }
-  if (worker_adam_) GRIDSYNC_RETURN_IF_ERROR(worker_adam_->RestoreState(&data));
+  if (worker_adam_) GRIDSYNC_RETURN_IF_ERROR(worker_adam_->RestoreState(&data, step));
   if (!data.empty())
     return Status::Corruption(std::to_string(data.size()) + " bytes beyond the worker's state");
   if (device_source_ != nullptr) return LoadDeviceState();

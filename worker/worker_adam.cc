@@ -156,7 +156,7 @@ void WorkerAdam::AppendState(std::string* out) const {
   }
 }
 
-Status WorkerAdam::RestoreState(std::string_view* in) {
+Status WorkerAdam::RestoreState(std::string_view* in, uint64_t step) {
   for (uint32_t t = 0; t < state_.size(); ++t) {
     cpu::AdamTable& s = state_[t];
     s = cpu::AdamTable{};
@@ -170,6 +170,8 @@ Status WorkerAdam::RestoreState(std::string_view* in) {
     if (!TakeArray(in, &s.m) || !TakeArray(in, &s.v) || !TakeArray(in, &s.step))
       return Status::Corruption("worker Adam: the state of table " + std::to_string(t) +
                                 " is shorter than its " + std::to_string(info.rows) + " rows");
+    GRIDSYNC_RETURN_IF_ERROR(
+        cpu::CheckStepCounts(s, step, "worker Adam: table " + std::to_string(t)));
   }
   return Status::OK();
 }

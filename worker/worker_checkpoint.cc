@@ -36,7 +36,7 @@ Status LoadWorkerCheckpoint(const RunSpec& spec, uint32_t rank, uint32_t shards,
   const std::string& dir = spec.config.checkpoint.dir;
   GRIDSYNC_ASSIGN_OR_RETURN(const std::string data,
                             ReadCheckpointPart(dir, step, Part(rank), Shape(spec, shards)));
-  return ps->RestoreState(data).WithContext(dir + "/step-" + std::to_string(step) + "/" +
+  return ps->RestoreState(data, step).WithContext(dir + "/step-" + std::to_string(step) + "/" +
                                             Part(rank) + ".bin");
 }
 

@@ -45,16 +45,32 @@ void UpdateRowsFixed(const AdamHyper& hyper, const SparseRows& grad, float grad_
 
 }  // namespace
 
-void AdamUpdateRows(const AdamHyper& hyper, const SparseRows& grad, float grad_scale,
-                    float* params, AdamTable* state) {
+Status CheckStepCounts(const AdamTable& state, uint64_t step, const std::string& what) {
+  const auto beyond = std::find_if(state.step.begin(), state.step.end(),
+                                   [step](uint32_t count) { return count > step; });
+  if (beyond == state.step.end()) return Status::OK();
+  return Status::InvalidArgument(
+      what + ": row " + std::to_string(beyond - state.step.begin()) + " has Adam step count " +
+      std::to_string(*beyond) + ", beyond the checkpoint's step " + std::to_string(step) +
+      "; allowed: at most the step (a row steps at most once a step), so the file is damaged "
+      "or not this run's");
+}
+
+void AdamUpdateRows(const AdamHyper& hyper, const SparseRows& grad, float grad_scale, float* params,
+                    AdamTable* state) {
   GRIDSYNC_CHECK_EQ(grad.width, state->width);
   GRIDSYNC_CHECK_EQ(grad.values.size(), grad.rows.size() * grad.width);
   switch (grad.width) {
-    case 1: return UpdateRowsFixed<1>(hyper, grad, grad_scale, params, state);
-    case 2: return UpdateRowsFixed<2>(hyper, grad, grad_scale, params, state);
-    case 4: return UpdateRowsFixed<4>(hyper, grad, grad_scale, params, state);
-    case 8: return UpdateRowsFixed<8>(hyper, grad, grad_scale, params, state);
-    default: break;
+    case 1:
+      return UpdateRowsFixed<1>(hyper, grad, grad_scale, params, state);
+    case 2:
+      return UpdateRowsFixed<2>(hyper, grad, grad_scale, params, state);
+    case 4:
+      return UpdateRowsFixed<4>(hyper, grad, grad_scale, params, state);
+    case 8:
+      return UpdateRowsFixed<8>(hyper, grad, grad_scale, params, state);
+    default:
+      break;
   }
   const uint32_t width = grad.width;
   for (size_t i = 0; i < grad.rows.size(); ++i) {

@@ -9,9 +9,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "common/sparse_rows.h"
+#include "common/status.h"
 #include "kernels/adam_math.h"
 
 namespace gridsync::cpu {
@@ -32,8 +34,13 @@ struct AdamTable {
 
   // AdamStepSize(hyper, t), memoised: rows of one batch carry many different
   // step counts, and two pow() calls per row would cost more than the update.
+  // The memo covers steps below kMemoSteps; later steps (runs that long, or
+  // a hostile checkpoint's counts) are computed, with the same bits: a step
+  // count must never size an allocation.
+  static constexpr uint32_t kMemoSteps = uint32_t{1} << 16;
+
   // Extends the memo to step t so that concurrent StepSize calls on
-  // disjoint rows (which then only read it) are safe.
+  // disjoint rows (which then only read it, or compute past it) are safe.
   void ReserveSteps(const AdamHyper& hyper, uint32_t t) { StepSize(hyper, t); }
 
   // Read-only: the memo when it reaches t, else computed (for readers that
@@ -44,14 +51,15 @@ struct AdamTable {
   }
 
   float StepSize(const AdamHyper& hyper, uint32_t t) {
-    if (t >= step_size.size() || hyper.learning_rate != step_size_lr) {
-      if (hyper.learning_rate != step_size_lr) step_size.clear();
-      step_size_lr = hyper.learning_rate;
-      const size_t first = step_size.size();
-      step_size.resize(std::max<size_t>(t + 1, 2 * step_size.size()));
-      for (size_t k = first; k < step_size.size(); ++k) {
-        step_size[k] = k == 0 ? 0.0f : AdamStepSize(hyper, static_cast<uint32_t>(k));
-      }
+    if (t < step_size.size() && hyper.learning_rate == step_size_lr) return step_size[t];
+    if (t >= kMemoSteps) return AdamStepSize(hyper, t);
+    if (hyper.learning_rate != step_size_lr) step_size.clear();
+    step_size_lr = hyper.learning_rate;
+    const size_t first = step_size.size();
+    step_size.resize(
+        std::min<size_t>(kMemoSteps, std::max<size_t>(size_t{t} + 1, 2 * step_size.size())));
+    for (size_t k = first; k < step_size.size(); ++k) {
+      step_size[k] = k == 0 ? 0.0f : AdamStepSize(hyper, static_cast<uint32_t>(k));
     }
     return step_size[t];
   }
@@ -61,12 +69,18 @@ struct AdamTable {
   float step_size_lr = 0.0f;
 };
 
+// Status of a restored state's step counts: InvalidArgument naming `what`,
+// the first row and its count when a count exceeds `step`, the step of the
+// checkpoint it came from (a row steps at most once a step, so a larger
+// count is a damaged or forged file).
+Status CheckStepCounts(const AdamTable& state, uint64_t step, const std::string& what);
+
 // Applies Adam to `grad.rows` of `params` (rows x width) whose gradient is
 // not all zero (see kernels/adam_math.h), each gradient multiplied by
 // `grad_scale` first (1/loss_scale for mixed precision,
 // 1/samples for a sum of per-sample gradients).
-void AdamUpdateRows(const AdamHyper& hyper, const SparseRows& grad, float grad_scale,
-                    float* params, AdamTable* state);
+void AdamUpdateRows(const AdamHyper& hyper, const SparseRows& grad, float grad_scale, float* params,
+                    AdamTable* state);
 
 // Variant for gradients kept in a dense per-row buffer (a PS shard summing
 // several pushes): updates rows[0..n) and zeroes their gradient rows, so the
