@@ -19,6 +19,7 @@
 #include "common/config.h"
 #include "common/coordinator_client.h"
 #include "common/host_address.h"
+#include "common/host_memory.h"
 #include "common/logging.h"
 #include "common/sharding.h"
 #include "ops/metrics.h"
@@ -27,6 +28,7 @@
 #include "server/serve_metrics.h"
 #include "server/shard_checkpoint.h"
 #include "server/shard_membership.h"
+#include "server/shard_store.h"
 
 namespace {
 volatile std::sig_atomic_t g_stop = 0;
@@ -113,6 +115,28 @@ int main(int argc, char** argv) {
   }
   gridsync::ShardOptions options = *shard_options;
   options.resume_step = resume_step;
+  // As the worker does (worker/main.cc): a partition larger than this
+  // machine's memory is refused by name before it is allocated, rather
+  // than abort in the allocation or wake the OOM killer.
+  const uint64_t need = gridsync::ShardStore::BytesFor(
+      *partition, options.shard, options.apply_updates,
+      options.pull_codec.codec != gridsync::Codec::kNone ? options.workers : 0);
+  if (const uint64_t available = gridsync::AvailableMemoryBytes();
+      available > 0 && need > available) {
+    std::fprintf(
+        stderr,
+        "%s: shard %d's partition needs about %.1f GiB (%llu values of %zu tables: "
+        "parameters, gradients%s%s) but %.1f GiB are available; allowed: fewer "
+        "encoding.n_levels, n_features_per_level or log2_hashmap_size, or more ps.shards\n",
+        config_path.c_str(), shard, static_cast<double>(need) / 1073741824.0,
+        static_cast<unsigned long long>(partition->OwnedValues(options.shard)), tables.size(),
+        options.apply_updates ? "" : ", Adam's m, v and step counts",
+        options.pull_codec.codec != gridsync::Codec::kNone
+            ? ", a replica per worker (compression.pull)"
+            : "",
+        static_cast<double>(available) / 1073741824.0);
+    return gridsync::kConfigErrorExitCode;
+  }
   if (!ops.timeline.empty()) {
     auto timeline = gridsync::TimelineWriter::Open(ops.timeline, "shard " + std::to_string(shard),
                                                    static_cast<uint32_t>(1000 + shard));
@@ -288,8 +312,9 @@ int main(int argc, char** argv) {
   gridsync::NotifyStopping();
   metrics.reset();  // before the shard it reads
   const auto stats = (*server)->stats();
-  spdlog::info("stopping: {} pushes, {} pulls, {} errors, {:.1f} MB in, {:.1f} MB out", stats.pushes,
-               stats.pulls, stats.errors, stats.bytes_in / 1e6, stats.bytes_out / 1e6);
+  spdlog::info("stopping: {} pushes, {} pulls, {} errors, {:.1f} MB in, {:.1f} MB out",
+               stats.pushes, stats.pulls, stats.errors, stats.bytes_in / 1e6,
+               stats.bytes_out / 1e6);
   (*server)->Stop();
   return exit_code;
 }

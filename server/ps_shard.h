@@ -51,7 +51,7 @@ namespace gridsync {
 struct ShardOptions {
   uint32_t shard = 0;
   std::string endpoint = "tcp://127.0.0.1:0";  // port 0: any free port
-  uint32_t workers = 1;                         // pushes expected per step
+  uint32_t workers = 1;                        // pushes expected per step
   Consistency consistency = Consistency::kBsp;
   uint32_t staleness = 0;
   int threads = 2;
@@ -67,6 +67,10 @@ struct ShardOptions {
   // whenever it asks, and it is never refused.
   uint64_t max_unsent_bytes_per_peer = uint64_t{1} << 30;
   uint64_t max_unsent_bytes = uint64_t{4} << 30;
+  // Pulls held for the next version (bsp, ssp), with the row ids they
+  // ask for: at most this many bytes together (a worker holds one, while
+  // the others' pushes of the step come in).
+  uint64_t max_waiting_pull_bytes = uint64_t{1} << 30;
   wire::Limits limits;
   // compression.pull: delta pulls (ShardStore::EnableReplicas). Reply
   // blocks of at least pull_min_bytes carry params - the worker's replica,

@@ -411,6 +411,10 @@ class PsShardImpl : public PsShard {
     std::unique_ptr<Request> request;
     Clock::time_point deadline;
   };
+  // What a held request keeps in memory (ShardOptions::max_waiting_pull_bytes).
+  static uint64_t HeldBytes(const Request& request);
+  // Peers with replies not yet written to their sockets.
+  size_t PeersWithUnsentBytes() const;
 
   // The counter of replies pending to `identity` (ShardOptions::
   // max_unsent_bytes_per_peer), created on first use.

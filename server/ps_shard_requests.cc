@@ -267,22 +267,62 @@ void PsShardImpl::HandlePull(std::unique_ptr<Request> request) {
     std::lock_guard<std::mutex> lock(stats_mu_);
     ++stats_.pulls;
   }
-  if (options_.consistency == Consistency::kAsync || request->message.min_version <= applied_) {
+  const uint64_t min_version = request->message.min_version;
+  if (options_.consistency == Consistency::kAsync || min_version <= applied_) {
     ReplyPull(*request);
     return;
   }
-  // A worker waits with one pull at a time; a peer flooding pulls for a
-  // version far ahead would otherwise grow this list until the timeouts.
+  // No worker asks beyond the next version: under bsp a worker pulls for
+  // step s + 1 once its push of step s is in, and that version is the
+  // next; under ssp it asks s + 1 - staleness after a push of step s that
+  // was at most applied + staleness. A pull for a later one would only be
+  // held, with its rows, until the timeout.
+  if (min_version > applied_ + 1) {
+    ReplyError(*request,
+               Status::InvalidArgument("pull for version " + std::to_string(min_version) +
+                                       " while shard " + std::to_string(options_.shard) +
+                                       " is at version " + std::to_string(applied_) +
+                                       "; allowed: at most " + std::to_string(applied_ + 1) +
+                                       " (the next; no worker reads further ahead)"));
+    return;
+  }
+  // A worker waits with one pull at a time; a peer flooding pulls would
+  // otherwise grow this list, and the rows it holds, until the timeouts.
   const size_t max_waiting = std::max<size_t>(4096, size_t{4} * options_.workers);
-  if (waiting_.size() >= max_waiting) {
+  // Summed here rather than kept: pulls wait rarely and briefly, and the
+  // count bound comes first, so a flood costs a scan of at most max_waiting.
+  uint64_t held = HeldBytes(*request);
+  if (waiting_.size() < max_waiting) {
+    for (const Waiting& w : waiting_) held += HeldBytes(*w.request);
+  }
+  if (waiting_.size() >= max_waiting || held > options_.max_waiting_pull_bytes) {
     ReplyError(*request,
                Status::IOError("shard " + std::to_string(options_.shard) + " holds " +
                                std::to_string(waiting_.size()) +
-                               " pulls waiting for later versions already; allowed: at most " +
-                               std::to_string(max_waiting) + " (a worker waits with one)"));
+                               " pulls waiting for later versions already, and with this one " +
+                               std::to_string(held) + " bytes of them; allowed: at most " +
+                               std::to_string(max_waiting) + " pulls and " +
+                               std::to_string(options_.max_waiting_pull_bytes) +
+                               " bytes (a worker waits with one)"));
     return;
   }
   waiting_.push_back({std::move(request), Clock::now() + options_.timeout});
+}
+
+uint64_t PsShardImpl::HeldBytes(const Request& request) {
+  // Its frames, and the row ids decoded from them (an upper bound: raw ids
+  // are read in place).
+  uint64_t bytes = 0;
+  for (const auto& frame : request.frames) bytes += frame.size();
+  for (const auto& block : request.message.blocks) bytes += block.rows.size() * sizeof(uint32_t);
+  return bytes;
+}
+
+size_t PsShardImpl::PeersWithUnsentBytes() const {
+  size_t peers = 0;
+  for (const auto& [identity, counter] : unsent_by_peer_)
+    peers += counter->bytes.load(std::memory_order_relaxed) > 0 ? 1 : 0;
+  return peers;
 }
 
 std::shared_ptr<wire::UnsentBytes> PsShardImpl::UnsentTo(const zmq::message_t& identity) {
@@ -325,10 +365,13 @@ void PsShardImpl::ReplyPullUnguarded(Request& request) {
   std::shared_ptr<wire::UnsentBytes> unsent = UnsentTo(request.identity);
   const uint64_t mine = unsent->bytes.load(std::memory_order_relaxed);
   const uint64_t all = unsent_total_->bytes.load(std::memory_order_relaxed);
-  // A peer with nothing pending has read what it was sent: it is never
-  // refused (under bsp one version serves every worker's pull at once).
-  if (mine > 0 && (mine + reply_bytes > options_.max_unsent_bytes_per_peer ||
-                   all + reply_bytes > options_.max_unsent_bytes)) {
+  // A peer with nothing pending has read what it was sent: it is refused
+  // only past the bound for all peers, and only when more peers than the
+  // run has workers hold replies (under bsp one version serves every
+  // worker's pull at once; peers that never read theirs are not workers).
+  const bool over_all = all + reply_bytes > options_.max_unsent_bytes;
+  if ((mine > 0 && (mine + reply_bytes > options_.max_unsent_bytes_per_peer || over_all)) ||
+      (mine == 0 && over_all && PeersWithUnsentBytes() >= options_.workers)) {
     ReplyError(request,
                Status::IOError(fmt::format(
                    "pull of {} bytes refused: {} bytes of replies to this peer and {} to all "

@@ -234,5 +234,45 @@ TEST(ErrorFeedbackTest, AStateThatWouldMakeFarMoreMemoryThanItsSizeIsRefused) {
   EXPECT_EQ(feedback.Entries(), 0u);
 }
 
+// The bound holds over every table together, and counts the page index:
+// 300 keys of one row each at row 2^32 - 1 (about 8 KB of state) made 16 MiB
+// of index and a 16 KiB page per key, 4.8 GiB in all, when each table was
+// checked on its own.
+TEST(ErrorFeedbackTest, TheMemoryBoundHoldsOverAllTablesAndCountsTheIndex) {
+  std::string state;
+  auto append = [&](auto v) { state.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
+  const uint64_t keys = 300;
+  append(keys);
+  for (uint64_t k = 0; k < keys; ++k) {
+    append(k << 32);      // key
+    append(uint32_t{1});  // width
+    append(uint64_t{1});  // rows
+    append(UINT32_MAX);   // the row
+    append(0.5f);         // its residual
+  }
+  cpu::ErrorFeedback feedback;
+  std::string_view in(state);
+  const Status status = feedback.RestoreState(&in);
+  ASSERT_EQ(status.code(), StatusCode::kCorruption) << status.ToString();
+  EXPECT_NE(status.message().find("over all its tables"), std::string::npos) << status.ToString();
+  EXPECT_EQ(feedback.Entries(), 0u);
+  EXPECT_EQ(feedback.IndexBytes() + feedback.ResidualBytes(), 0u);
+
+  // The caller's admission runs before a table is allocated, and its error
+  // is the state's.
+  std::string_view again(state);
+  std::vector<uint64_t> asked;
+  const Status refused =
+      feedback.RestoreState(&again, [&](uint64_t key, uint32_t width, uint32_t max_row) {
+        asked.push_back(key);
+        EXPECT_EQ(width, 1u);
+        EXPECT_EQ(max_row, UINT32_MAX);
+        return Status::InvalidArgument("row " + std::to_string(max_row) + " beyond the table");
+      });
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument) << refused.ToString();
+  EXPECT_EQ(asked, std::vector<uint64_t>{0});
+  EXPECT_EQ(feedback.IndexBytes() + feedback.ResidualBytes(), 0u);
+}
+
 }  // namespace
 }  // namespace gridsync

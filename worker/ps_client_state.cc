@@ -172,27 +172,26 @@ Status PsClient::RestoreState(std::string_view data, uint64_t step) {
                                    "; allowed: the same ps.optimizer and compression.codec");
   }
   data.remove_prefix(1);
-  GRIDSYNC_RETURN_IF_ERROR(feedback_.RestoreState(&data));
   // Every residual table must be a column slice this client pushes, rows
   // inside its table: a state of another model would otherwise meet the
-  // first push's width check.
-  for (uint64_t key : feedback_.Keys()) {
+  // first push's width check. Asked before the table is allocated, so that
+  // a forged key or row sizes no memory.
+  const auto admit = [this](uint64_t key, uint32_t width, uint32_t max_row) -> Status {
     const uint64_t t = key >> 32, col = key & 0xffffffffu;
-    const uint32_t width = feedback_.Width(key);
     const bool slice = t < partition_.n_tables() &&
                        width == partition_.ColWidth(static_cast<uint32_t>(t)) && col % width == 0 &&
                        col / width < partition_.ColumnGroups(static_cast<uint32_t>(t));
-    const std::vector<uint32_t> rows = slice ? feedback_.Rows(key) : std::vector<uint32_t>{};
-    if (!slice ||
-        (!rows.empty() && rows.back() >= partition_.table(static_cast<uint32_t>(t)).rows)) {
-      feedback_.Clear();
-      return Status::InvalidArgument(
-          "the worker state holds residuals of table " + std::to_string(t) + ", columns [" +
-          std::to_string(col) + ", +" + std::to_string(width) + ")" +
-          (slice ? " with a row beyond the table" : "") +
-          "; allowed: the column slices and rows of this run's tables (the same model, ps.shards "
-          "and distributed.model_parallel)");
-    }
+    if (slice && max_row < partition_.table(static_cast<uint32_t>(t)).rows) return Status::OK();
+    return Status::InvalidArgument(
+        "the worker state holds residuals of table " + std::to_string(t) + ", columns [" +
+        std::to_string(col) + ", +" + std::to_string(width) + ")" +
+        (slice ? " with a row beyond the table" : "") +
+        "; allowed: the column slices and rows of this run's tables (the same model, ps.shards "
+        "and distributed.model_parallel)");
+  };
+  if (Status restored = feedback_.RestoreState(&data, admit); !restored.ok()) {
+    feedback_.Clear();
+    return restored;
   }
   if (worker_adam_) GRIDSYNC_RETURN_IF_ERROR(worker_adam_->RestoreState(&data, step));
   if (!data.empty())

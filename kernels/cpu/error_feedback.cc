@@ -155,9 +155,12 @@ void ErrorFeedback::AppendState(std::string* out) const {
   }
 }
 
-Status ErrorFeedback::RestoreState(std::string_view* in) {
+Status ErrorFeedback::RestoreState(std::string_view* in, const AdmitTable& admit) {
   tables_.clear();
   const size_t state_bytes = in->size();
+  const double allowed_bytes =
+      std::max(kRestoreFloorBytes, 64.0 * static_cast<double>(state_bytes));
+  double total_bytes = 0;  // pages and page index of the tables so far
   uint64_t n_keys = 0;
   if (!TakeValue(in, &n_keys)) return Status::Corruption("error feedback: no key count");
   for (uint64_t k = 0; k < n_keys; ++k) {
@@ -173,20 +176,35 @@ Status ErrorFeedback::RestoreState(std::string_view* in) {
         !TakeArray(in, count * width, &values)) {
       return Status::Corruption("error feedback: the state is shorter than its tables");
     }
-    // Pages are whole: a state listing one row per page would make memory
-    // far beyond its own size. A real one stays well inside this bound.
+    const uint32_t max_row = rows.empty() ? 0 : *std::max_element(rows.begin(), rows.end());
+    if (admit) {
+      if (Status admitted = admit(key, width, max_row); !admitted.ok()) {
+        tables_.clear();
+        return admitted;
+      }
+    }
+    // Pages are whole, and the index reaches the largest row: a state
+    // listing one row per page, or one row far out, would make memory far
+    // beyond its own size. A real one stays well inside this bound, which
+    // holds for the tables together (each alone within it is not enough).
     std::vector<uint32_t> pages(rows.size());
     for (size_t r = 0; r < rows.size(); ++r) pages[r] = rows[r] >> kPageBits;
     std::sort(pages.begin(), pages.end());
     const size_t distinct =
         static_cast<size_t>(std::unique(pages.begin(), pages.end()) - pages.begin());
-    const double bytes = static_cast<double>(distinct) * kPageRows * width * sizeof(float);
-    if (bytes > std::max(kRestoreFloorBytes, 64.0 * static_cast<double>(state_bytes))) {
-      return Status::Corruption("error feedback: table " + std::to_string(key) + "'s " +
-                                std::to_string(rows.size()) + " rows would take " +
-                                std::to_string(distinct) + " pages of " +
-                                std::to_string(kPageRows) + " rows x " + std::to_string(width) +
-                                " floats; allowed: at most 64 times the state's size or 256 MiB");
+    const double index =
+        rows.empty() ? 0.0 : static_cast<double>((max_row >> kPageBits) + 1) * sizeof(Page);
+    total_bytes += static_cast<double>(distinct) * kPageRows * width * sizeof(float) + index;
+    if (total_bytes > allowed_bytes) {
+      tables_.clear();
+      return Status::Corruption(
+          "error feedback: with table " + std::to_string(key) + " (" + std::to_string(rows.size()) +
+          " rows over " + std::to_string(distinct) + " pages of " + std::to_string(kPageRows) +
+          " rows x " + std::to_string(width) + " floats, largest row " + std::to_string(max_row) +
+          ") the state's residuals would take " +
+          std::to_string(static_cast<uint64_t>(total_bytes)) +
+          " bytes; allowed: at most 64 times the state's size (" + std::to_string(state_bytes) +
+          " bytes) or 256 MiB, over all its tables");
     }
     Table& t = tables_[key];
     t.width = width;

@@ -31,6 +31,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -93,9 +94,15 @@ class ErrorFeedback {
   // in ascending order, so a restored object equals the saved one.
   // RestoreState replaces everything and consumes its bytes from `in` (rows
   // in any order, as older checkpoints listed them by first touch);
-  // Corruption on a malformed or short state.
+  // Corruption on a malformed or short state, or one whose pages and index
+  // would take over 64 times its size (at least 256 MiB allowed) over all
+  // its tables together. `admit`, when given, is asked about each table
+  // (key, width, largest row) before anything of it is allocated, and its
+  // error refuses the state: a state file is input, and a key or row no
+  // table of the run has must not size memory first and be refused later.
+  using AdmitTable = std::function<Status(uint64_t key, uint32_t width, uint32_t max_row)>;
   void AppendState(std::string* out) const;
-  Status RestoreState(std::string_view* in);
+  Status RestoreState(std::string_view* in, const AdmitTable& admit = nullptr);
 
  private:
   static constexpr uint32_t kPageBits = 12;
