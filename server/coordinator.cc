@@ -217,6 +217,10 @@ Result<CoordinatorStats> CoordinatorImpl::stats(std::chrono::milliseconds timeou
     s.connections = connections_.size();
     s.barrier_waiting = 0;
     for (const auto& [name, barrier] : barriers_) s.barrier_waiting += barrier.waiters.size();
+    s.barriers = barriers_.size();
+    s.pending_bytes = pending_bytes_;
+    s.queued_bytes = queued_bytes_;
+    for (const auto& conn : connections_) s.queued_requests += conn->queued.size();
     promise->set_value(s);
   });
   if (future.wait_for(timeout) != std::future_status::ready) {

@@ -36,8 +36,11 @@ struct CoordinatorOptions {
   // Resource limits against hostile or broken clients (each refusal is an
   // error reply naming the limit, then a close):
   uint32_t max_connections = 512;  // beyond: refused at accept (descriptors stay free)
-  // Bytes of partially received messages over all connections: a body is
-  // stored as it arrives, never allocated from the length prefix alone.
+  // Bytes of partially received messages and of requests read while an
+  // earlier one on their connection waits (a barrier, a kvGet), over all
+  // connections: a body is stored as it arrives, never allocated from the
+  // length prefix alone, and one connection's waiting requests may hold at
+  // most a quarter of it (past either, that connection is refused).
   uint64_t max_pending_bytes = 256ull << 20;
   // A message must arrive whole within this once its first byte has; a new
   // connection must send its first request within it too.
@@ -60,6 +63,12 @@ struct CoordinatorOptions {
   // request naming one large value a thousand times would otherwise make
   // the coordinator build a reply a thousand values long.
   uint64_t max_reply_bytes = 64ull << 20;
+  // Barriers: a name (and a member's name) longer than this, or a new name
+  // while this many barriers have members waiting, is refused. A barrier is
+  // forgotten once nobody waits at it (its round completed, its members
+  // timed out or left), so these bound what barriers hold at any time.
+  uint32_t max_barrier_name_bytes = 1024;
+  uint32_t max_barriers = 1024;
   // The file the coordinator keeps its job in across its own restarts
   // (server/coordinator_state.h): read at Start, rewritten whenever the job,
   // its epoch, the generation or the job's checkpoint registry changes, and
@@ -85,6 +94,10 @@ struct CoordinatorStats {
   uint64_t barrier_waiting = 0;  // members waiting at a barrier now
   uint64_t barriers_passed = 0;  // completed barrier rounds
   uint64_t barrier_timeouts = 0;
+  uint64_t barriers = 0;         // barrier names with members waiting now
+  uint64_t pending_bytes = 0;    // partially received messages now
+  uint64_t queued_requests = 0;  // read while an earlier request waits, now
+  uint64_t queued_bytes = 0;     // their frames' bytes
   uint64_t kv_sets = 0, kv_gets = 0;
   uint64_t registrations = 0, registrations_refused = 0;
 };

@@ -136,15 +136,17 @@ void CoordinatorImpl::ReadHeader(const ConnPtr& conn) {
 
 void CoordinatorImpl::ReadBody(const ConnPtr& conn) {
   // The body grows as bytes arrive (at most 64 KiB a read), so a length
-  // prefix alone reserves nothing; all partial bodies share one budget.
+  // prefix alone reserves nothing; all partial bodies share one budget with
+  // the requests queued behind waiting ones (OnRequest).
   constexpr size_t kChunk = 64 * 1024;
   const size_t want = std::min(kChunk, conn->body_length - conn->body_received);
-  if (pending_bytes_ + want > options_.max_pending_bytes) {
+  if (pending_bytes_ + queued_bytes_ + want > options_.max_pending_bytes) {
     Fail(conn, 0,
          Status::InvalidArgument(fmt::format(
-             "the coordinator holds {} bytes of unfinished messages; allowed: at most {} over all "
-             "connections (max_pending_bytes); send whole messages",
-             pending_bytes_, options_.max_pending_bytes)));
+             "the coordinator holds {} bytes of unfinished messages and {} bytes of queued "
+             "requests; allowed: at most {} over all connections (max_pending_bytes); send whole "
+             "messages",
+             pending_bytes_, queued_bytes_, options_.max_pending_bytes)));
     return;
   }
   pending_bytes_ += want;
@@ -191,7 +193,7 @@ void CoordinatorImpl::ReadBody(const ConnPtr& conn) {
         Fail(conn, request_id, request.status());
         return;
       }
-      OnRequest(conn, std::move(request).value());
+      OnRequest(conn, std::move(request).value(), conn->body_length);
       ReadHeader(conn);
     });
   });
@@ -232,21 +234,49 @@ void CoordinatorImpl::ArmAuthDeadline(const ConnPtr& conn) {
   });
 }
 
-void CoordinatorImpl::OnRequest(const ConnPtr& conn, Request request) {
-  if (conn->waiter || !conn->queued.empty()) {
-    conn->queued.push_back(std::move(request));
+void CoordinatorImpl::OnRequest(const ConnPtr& conn, Request request, uint64_t bytes) {
+  if (!conn->waiter && conn->queued.empty()) {
+    Dispatch(conn, std::move(request));
     return;
   }
-  Dispatch(conn, std::move(request));
+  // Queued behind a waiting request (a barrier may wait many minutes): its
+  // bytes stay in the pending budget until it is handled. Once whole they
+  // used to leave it, and two connections each holding a barrier queued 64
+  // kvSets of 15 MB: 1.9 GB. Past the budget the connection is refused (it
+  // pipelines, which CoordinatorClient never does); others keep theirs.
+  const uint64_t held = pending_bytes_ + queued_bytes_;
+  if (conn->queued_bytes + bytes > QueuedShare() || held + bytes > options_.max_pending_bytes) {
+    Fail(conn, request.id,
+         Status::InvalidArgument(fmt::format(
+             "request {} ({} bytes) arrived while an earlier request on this connection waits, "
+             "with {} bytes of requests already queued behind it; the coordinator holds {} bytes "
+             "of queued requests and unfinished messages; allowed: at most {} bytes queued per "
+             "connection (a quarter of max_pending_bytes) and {} in all (max_pending_bytes); send "
+             "the next request once the waiting one is answered",
+             request.id, bytes, conn->queued_bytes, held, QueuedShare(),
+             options_.max_pending_bytes)));
+    return;
+  }
+  conn->queued_bytes += bytes;
+  queued_bytes_ += bytes;
+  conn->queued.push_back(QueuedRequest{std::move(request), bytes});
 }
 
 void CoordinatorImpl::Drain(const ConnPtr& conn) {
   while (!conn->closed && !conn->closing && !conn->waiter && !conn->queued.empty()) {
-    Request request = std::move(conn->queued.front());
+    QueuedRequest next = std::move(conn->queued.front());
     conn->queued.pop_front();
-    Dispatch(conn, std::move(request));
+    conn->queued_bytes -= next.bytes;
+    queued_bytes_ -= next.bytes;
+    Dispatch(conn, std::move(next.request));
   }
   ReadHeader(conn);  // resumes reading if the queue had filled up
+}
+
+void CoordinatorImpl::ClearQueue(const ConnPtr& conn) {
+  queued_bytes_ -= conn->queued_bytes;
+  conn->queued_bytes = 0;
+  conn->queued.clear();
 }
 
 bool CoordinatorImpl::Authenticate(const ConnPtr& conn, Request& request) {
@@ -421,7 +451,7 @@ void CoordinatorImpl::DiscardInput(const ConnPtr& conn) {
 void CoordinatorImpl::Cleanup(const ConnPtr& conn, const std::string& reason) {
   if (conn->cleaned) return;
   conn->cleaned = true;
-  conn->queued.clear();
+  ClearQueue(conn);
   if (auto w = conn->waiter) {
     conn->waiter.reset();
     w->done = true;

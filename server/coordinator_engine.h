@@ -13,7 +13,12 @@
 // Per connection: reads continue while a deferred request (getMap with
 // waitComplete, barrier, kvGet) is pending, so that a peer that disconnects
 // while waiting is noticed and removed at once. Requests read meanwhile are
-// queued and handled in order once the deferred reply has gone out.
+// queued and handled in order once the deferred reply has gone out. Their
+// bytes stay in the max_pending_bytes budget until they are handled (a
+// connection may queue a quarter of it), so that a waiting connection
+// cannot pile up decoded requests outside every bound; past the budget the
+// connection is refused (CoordinatorClient never queues: it sends one
+// request at a time).
 //
 // The bytes are common/wire/coord_codec.h's, shared with the client: its
 // frame format, its decode boundary wire::DecodeRequest() (one frame into
@@ -72,8 +77,17 @@ using wire::KvSetRequest;
 using wire::Request;
 
 // A connection may have this many decoded requests waiting behind a
-// deferred one before the coordinator stops reading from it.
+// deferred one before the coordinator stops reading from it (their bytes
+// are bounded separately: QueuedShare()).
 inline constexpr size_t kMaxQueuedRequests = 64;
+
+// A request read while an earlier one on its connection waits, with the
+// bytes of the frame it came in (what it counts against max_pending_bytes:
+// its decoded strings are no larger).
+struct QueuedRequest {
+  Request request;
+  uint64_t bytes = 0;
+};
 
 inline std::string Seconds(uint64_t ms) {
   return fmt::format("{:.1f} s", static_cast<double>(ms) / 1000.0);
@@ -160,7 +174,8 @@ struct Connection {
   bool closing = false;  // no more requests; close once the outbox is written
   bool closed = false;
   bool cleaned = false;
-  std::deque<Request> queued;        // read while a deferred request was pending
+  std::deque<QueuedRequest> queued;  // read while a deferred request was pending
+  uint64_t queued_bytes = 0;         // their frames' bytes (its share of queued_bytes_)
   std::shared_ptr<Waiter> waiter;    // the deferred request in progress, if any
   std::optional<MemberInfo> member;  // a shard or worker registered here
   bool observer = false;
@@ -171,10 +186,12 @@ struct Connection {
 };
 using ConnPtr = std::shared_ptr<Connection>;
 
+// A barrier with members waiting. It is erased once none waits (the round
+// completed, or its members timed out or left): a name is reusable, and the
+// next arrival starts a new round, as before; only live barriers are held.
 struct BarrierState {
-  uint64_t round = 0;  // completed rounds: a name is reusable
   uint32_t count = 0;
-  std::vector<std::shared_ptr<Waiter>> waiters;  // arrival order
+  std::vector<std::shared_ptr<Waiter>> waiters;  // arrival order, never empty
 };
 
 class CoordinatorImpl final : public Coordinator {
@@ -223,13 +240,23 @@ class CoordinatorImpl final : public Coordinator {
   void Accept();
   void ReadHeader(const ConnPtr& conn);
   void ReadBody(const ConnPtr& conn);
-  void OnRequest(const ConnPtr& conn, Request request);
+  // `bytes`: the frame's, counted against max_pending_bytes while queued.
+  void OnRequest(const ConnPtr& conn, Request request, uint64_t bytes);
+  // What one connection's queued requests may hold: a quarter of
+  // max_pending_bytes, so that no single waiting connection takes the whole
+  // budget from the others.
+  uint64_t QueuedShare() const { return options_.max_pending_bytes / 4; }
+  // Drops `conn`'s queued requests and their bytes from queued_bytes_.
+  void ClearQueue(const ConnPtr& conn);
   void Drain(const ConnPtr& conn);
   void Dispatch(const ConnPtr& conn, Request request);
 
   void HandleRegister(const ConnPtr& conn, uint64_t id, RegisterInfo info);
   void HandleGetMap(const ConnPtr& conn, uint64_t id, const GetMapRequest& req);
   void HandleBarrier(const ConnPtr& conn, uint64_t id, BarrierRequest req);
+  // Why `req` is no barrier to wait at (empty, over-long names, a zero
+  // count, one name too many), or nullopt.
+  std::optional<Status> BarrierProblem(const BarrierRequest& req) const;
   void HandleKvSet(const ConnPtr& conn, uint64_t id, KvSetRequest req);
   void HandleKvGet(const ConnPtr& conn, uint64_t id, KvGetRequest req);
 
@@ -300,6 +327,7 @@ class CoordinatorImpl final : public Coordinator {
   bool shutting_down_ = false;
   uint64_t next_connection_id_ = 0;
   uint64_t pending_bytes_ = 0;     // partially received bodies, all connections
+  uint64_t queued_bytes_ = 0;      // queued requests' frames, all connections
   bool training_started_ = false;  // the "init" barrier passed: shards hold trained state
   // The workers passed "done": members leaving now are the normal end of the
   // job, not a failure (logged as info, not as a warning).

@@ -264,11 +264,9 @@ std::string CoordinatorImpl::BarrierTimeoutMessage(const Waiter& w) const {
   std::set<std::string> arrived_set;
   std::set<Role> roles;
   uint32_t count = 0;
-  uint64_t round = 0;
   auto it = barriers_.find(w.barrier);
   if (it != barriers_.end()) {
     count = it->second.count;
-    round = it->second.round;
     for (const auto& other : it->second.waiters) {
       arrived.push_back(other->member);
       arrived_set.insert(other->member);
@@ -295,21 +293,47 @@ std::string CoordinatorImpl::BarrierTimeoutMessage(const Waiter& w) const {
   std::string missing_text =
       missing.empty() ? fmt::format("{} more member(s), not known to the cluster map", short_by)
                       : Join(missing);
-  return fmt::format("barrier '{}'{} timed out after {}: {} of {} arrived ({}); missing: {}",
-                     w.barrier, round > 0 ? fmt::format(" (round {})", round + 1) : std::string(),
-                     Seconds(w.timeout_ms), arrived.size(), count, Join(arrived), missing_text);
+  return fmt::format("barrier '{}' timed out after {}: {} of {} arrived ({}); missing: {}",
+                     w.barrier, Seconds(w.timeout_ms), arrived.size(), count, Join(arrived),
+                     missing_text);
+}
+
+std::optional<Status> CoordinatorImpl::BarrierProblem(const BarrierRequest& req) const {
+  // Names are echoed in errors and logs: at most their first 128 bytes.
+  const std::string name = req.name.substr(0, 128);
+  const uint32_t most = options_.max_barrier_name_bytes;
+  if (req.name.empty()) {
+    return Status::InvalidArgument("barrier: empty name; allowed: a non-empty name");
+  }
+  // A barrier's name and its members' are held while they wait (and were
+  // kept forever: 1000 names of 1 MB took the coordinator past 1 GB).
+  if (req.name.size() > most) {
+    return Status::InvalidArgument(fmt::format(
+        "barrier '{}...': name of {} bytes; allowed: 1 to {} bytes (max_barrier_name_bytes)", name,
+        req.name.size(), most));
+  }
+  if (req.member.size() > most) {
+    return Status::InvalidArgument(
+        fmt::format("barrier '{}': member name of {} bytes; allowed: at most {} bytes "
+                    "(max_barrier_name_bytes)",
+                    name, req.member.size(), most));
+  }
+  if (req.count == 0) {
+    return Status::InvalidArgument(
+        fmt::format("barrier '{}': count 0; allowed: 1 or more participants", name));
+  }
+  if (barriers_.size() >= options_.max_barriers && !barriers_.contains(req.name)) {
+    return Status::InvalidArgument(fmt::format(
+        "barrier '{}': {} barriers already have members waiting; allowed: at most {} at once "
+        "(max_barriers); wait at one of those, or once one completes",
+        name, barriers_.size(), options_.max_barriers));
+  }
+  return std::nullopt;
 }
 
 void CoordinatorImpl::HandleBarrier(const ConnPtr& conn, uint64_t id, BarrierRequest req) {
-  if (req.name.empty()) {
-    Send(conn, wire::EncodeErrorReply(
-                   id, Status::InvalidArgument("barrier: empty name; allowed: a non-empty name")));
-    return;
-  }
-  if (req.count == 0) {
-    Send(conn, wire::EncodeErrorReply(
-                   id, Status::InvalidArgument(fmt::format(
-                           "barrier '{}': count 0; allowed: 1 or more participants", req.name))));
+  if (auto problem = BarrierProblem(req)) {
+    Send(conn, wire::EncodeErrorReply(id, *problem));
     return;
   }
   std::string member = req.member;
@@ -317,8 +341,8 @@ void CoordinatorImpl::HandleBarrier(const ConnPtr& conn, uint64_t id, BarrierReq
     member = conn->member ? MemberName(conn->member->role, conn->member->rank)
                           : fmt::format("connection-{} ({})", conn->id, conn->peer);
   }
-  auto& barrier = barriers_[req.name];
-  if (!barrier.waiters.empty()) {
+  if (auto it = barriers_.find(req.name); it != barriers_.end()) {
+    const BarrierState& barrier = it->second;
     if (barrier.count != req.count) {
       Send(conn, wire::EncodeErrorReply(
                      id, Status::InvalidArgument(fmt::format(
@@ -339,6 +363,10 @@ void CoordinatorImpl::HandleBarrier(const ConnPtr& conn, uint64_t id, BarrierReq
       }
     }
   }
+  // Created here, with its first waiter; erased when its last goes
+  // (below, or Detach()).
+  auto it = barriers_.try_emplace(req.name).first;
+  BarrierState& barrier = it->second;
   barrier.count = req.count;
   auto w = Defer(conn, Waiter::Kind::kBarrier, id, req.timeout_ms);
   w->barrier = req.name;
@@ -346,12 +374,13 @@ void CoordinatorImpl::HandleBarrier(const ConnPtr& conn, uint64_t id, BarrierReq
   if (conn->member) w->member_role = conn->member->role;
   barrier.waiters.push_back(w);
   if (barrier.waiters.size() >= barrier.count) {
+    // The round is complete: its members are answered and the name is
+    // forgotten, so the next arrival starts a new round (a completed barrier
+    // never lets a later caller through).
     auto waiters = std::move(barrier.waiters);
-    barrier.waiters.clear();
-    ++barrier.round;
+    barriers_.erase(it);
     ++counts_.barriers_passed;
-    spdlog::debug("barrier '{}' round {} complete ({} members)", req.name, barrier.round,
-                  waiters.size());
+    spdlog::debug("barrier '{}' complete ({} members)", req.name, waiters.size());
     // The workers passed "init" (worker/sync/ps_session.h): the shards hold trained
     // state from here on, which a restarted shard would not have.
     if (req.name == "init") training_started_ = true;
@@ -535,8 +564,12 @@ void CoordinatorImpl::Detach(const std::shared_ptr<Waiter>& w) {
       erase(kv_waiters_);
       break;
     case Waiter::Kind::kBarrier: {
+      // The last waiter gone (timed out, left): the barrier is forgotten.
       auto it = barriers_.find(w->barrier);
-      if (it != barriers_.end()) erase(it->second.waiters);
+      if (it != barriers_.end()) {
+        erase(it->second.waiters);
+        if (it->second.waiters.empty()) barriers_.erase(it);
+      }
       break;
     }
   }

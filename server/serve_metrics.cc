@@ -107,6 +107,13 @@ void ExposeCoordinatorMetrics(MetricsEndpoint& endpoint, Coordinator& coordinato
                     stat(&CoordinatorStats::connections));
   endpoint.AddGauge("gridsync_coordinator_barrier_waiting", "Members waiting at a barrier now",
                     stat(&CoordinatorStats::barrier_waiting));
+  endpoint.AddGauge("gridsync_coordinator_barriers", "Barriers with members waiting now",
+                    stat(&CoordinatorStats::barriers));
+  endpoint.AddGauges("gridsync_coordinator_held_request_bytes",
+                     "Bytes of requests held (max_pending_bytes): unfinished ones and those "
+                     "queued behind a waiting one",
+                     pair("kind", "unfinished", &CoordinatorStats::pending_bytes, "queued",
+                          &CoordinatorStats::queued_bytes));
   endpoint.AddCounter("gridsync_coordinator_barriers_passed_total", "Completed barrier rounds",
                       stat(&CoordinatorStats::barriers_passed));
   endpoint.AddCounter("gridsync_coordinator_barrier_timeouts_total", "Barrier waits that timed out",

@@ -332,6 +332,194 @@ TEST(CoordinatorLimitsTest, PartialMessagesShareABoundedBudget) {
   ExpectServes(*coordinator);
 }
 
+// ---- Requests queued behind a waiting one, and barriers (review: two
+// connections each holding a barrier queued 64 kvSets of 15 MB, 1.93 GB;
+// 2000 count-1 barriers of unique 1 MB names were kept forever, 2.45 GB) ----
+
+std::string BarrierFrame(uint64_t id, const std::string& name, uint32_t count, uint32_t timeout_ms,
+                         const std::string& member = "") {
+  capnp::MallocMessageBuilder message;
+  auto request = message.initRoot<schema::CoordRequest>();
+  request.setRequestId(id);
+  auto barrier = request.initBarrier();
+  barrier.setName(capnp::Text::Reader(name.data(), name.size()));
+  barrier.setCount(count);
+  barrier.setTimeoutMs(timeout_ms);
+  if (!member.empty()) barrier.setMember(capnp::Text::Reader(member.data(), member.size()));
+  return FrameOf(message);
+}
+
+std::string KvSetFrame(uint64_t id, const std::string& key, size_t value_bytes) {
+  capnp::MallocMessageBuilder message;
+  auto request = message.initRoot<schema::CoordRequest>();
+  request.setRequestId(id);
+  auto set = request.initKvSet();
+  set.setKey(capnp::Text::Reader(key.data(), key.size()));
+  const std::string value(value_bytes, 'x');
+  set.setValue(
+      capnp::Data::Reader(reinterpret_cast<const capnp::byte*>(value.data()), value.size()));
+  return FrameOf(message);
+}
+
+// The coordinator's stats once `done` holds of them (or the last read,
+// after 3 s).
+template <typename Done>
+CoordinatorStats StatsOnce(Coordinator& coordinator, Done done) {
+  const auto deadline = Clock::now() + 3s;
+  for (;;) {
+    auto stats = coordinator.stats(2s);
+    EXPECT_TRUE(stats.ok()) << stats.status().ToString();
+    if (!stats.ok()) return {};
+    if (done(*stats) || Clock::now() > deadline) return *stats;
+    std::this_thread::sleep_for(10ms);
+  }
+}
+
+TEST(CoordinatorLimitsTest, RequestsQueuedBehindAWaitingOneShareTheBudget) {
+  CoordinatorOptions options;
+  options.max_pending_bytes = 2 << 20;  // a connection may queue 512 KiB
+  auto coordinator = StartWith(options);
+  ASSERT_TRUE(coordinator);
+  constexpr size_t kValue = 240 << 10;
+  // One connection waits at a barrier and queues two kvSets behind it: held,
+  // and counted.
+  RawConnection a(coordinator->port());
+  ASSERT_TRUE(a.Send(BarrierFrame(1, "hold-a", 2, 10000)));
+  ASSERT_TRUE(a.Send(KvSetFrame(2, "a2", kValue) + KvSetFrame(3, "a3", kValue)));
+  auto held = StatsOnce(*coordinator, [](const auto& s) { return s.queued_requests == 2; });
+  EXPECT_EQ(held.queued_requests, 2u);
+  EXPECT_GT(held.queued_bytes, 2 * kValue);
+  EXPECT_LE(held.queued_bytes, options.max_pending_bytes / 4);
+  EXPECT_TRUE(a.ReadReply(50ms).timeout) << "the barrier waits, and the kvSets behind it";
+  // A third would take its queue past a quarter of the budget: refused,
+  // naming both bounds, and the connection closed with its queue.
+  ASSERT_TRUE(a.Send(KvSetFrame(4, "a4", kValue)));
+  auto refused = a.ReadReply(3s);
+  ASSERT_TRUE(refused.decoded) << "eof " << refused.eof << ", timeout " << refused.timeout;
+  EXPECT_EQ(refused.request_id, 4u);
+  EXPECT_EQ(refused.code, static_cast<uint32_t>(StatusCode::kInvalidArgument)) << refused.text;
+  EXPECT_NE(refused.text.find("allowed: at most 524288 bytes queued per connection"),
+            std::string::npos)
+      << refused.text;
+  EXPECT_NE(refused.text.find("2097152 in all (max_pending_bytes)"), std::string::npos)
+      << refused.text;
+  EXPECT_TRUE(a.WaitForClose(3s));
+  auto freed = StatsOnce(*coordinator, [](const auto& s) { return s.queued_bytes == 0; });
+  EXPECT_EQ(freed.queued_bytes, 0u);
+  EXPECT_EQ(freed.queued_requests, 0u);
+  EXPECT_EQ(freed.barriers, 0u) << "its barrier left with it";
+
+  // Four connections each within their share hold most of the budget
+  // together; a fifth past it is refused, and the four keep waiting.
+  std::vector<std::unique_ptr<RawConnection>> holders;
+  for (int c = 0; c < 4; ++c) {
+    holders.push_back(std::make_unique<RawConnection>(coordinator->port()));
+    const std::string n = std::to_string(c);
+    ASSERT_TRUE(holders.back()->Send(BarrierFrame(1, "hold-" + n, 2, 10000) +
+                                     KvSetFrame(2, n + "/2", kValue) +
+                                     KvSetFrame(3, n + "/3", kValue)));
+  }
+  held = StatsOnce(*coordinator, [](const auto& s) { return s.queued_requests == 8; });
+  EXPECT_EQ(held.queued_requests, 8u);
+  EXPECT_LE(held.queued_bytes + held.pending_bytes, options.max_pending_bytes);
+  RawConnection fifth(coordinator->port());
+  ASSERT_TRUE(fifth.Send(BarrierFrame(1, "hold-5", 2, 10000) + KvSetFrame(2, "5/2", kValue)));
+  refused = fifth.ReadReply(3s);
+  ASSERT_TRUE(refused.decoded) << "eof " << refused.eof << ", timeout " << refused.timeout;
+  EXPECT_NE(refused.text.find("max_pending_bytes"), std::string::npos) << refused.text;
+  EXPECT_TRUE(fifth.WaitForClose(3s));
+  // A good client still gets small requests through.
+  ExpectServes(*coordinator);
+  held = StatsOnce(*coordinator, [](const auto& s) { return s.barrier_waiting == 4; });
+  EXPECT_EQ(held.barrier_waiting, 4u);
+  EXPECT_EQ(held.queued_requests, 8u);
+  holders.clear();
+  freed = StatsOnce(*coordinator, [](const auto& s) { return s.queued_bytes == 0; });
+  EXPECT_EQ(freed.queued_bytes, 0u);
+  EXPECT_EQ(freed.barriers, 0u);
+}
+
+TEST(CoordinatorLimitsTest, BarriersAreForgottenOnceNobodyWaits) {
+  CoordinatorOptions options;
+  options.max_barriers = 4;
+  auto coordinator = StartWith(options);
+  ASSERT_TRUE(coordinator);
+  auto client = CoordinatorClient::Connect("127.0.0.1", coordinator->port(), 5s);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  // Many more completed names than max_barriers: each is forgotten.
+  for (int i = 0; i < 100; ++i) {
+    const std::string name = "once-" + std::to_string(i) + std::string(1000, 'n');
+    ASSERT_TRUE((*client)->Barrier(name, 1, "", 2s).ok()) << i;
+  }
+  auto stats = StatsOnce(*coordinator, [](const auto&) { return true; });
+  EXPECT_EQ(stats.barriers, 0u);
+  EXPECT_EQ(stats.barriers_passed, 100u);
+  // A round of two completes and is forgotten; the name then starts a new
+  // round that waits again (and times out alone, and is forgotten).
+  auto other = CoordinatorClient::Connect("127.0.0.1", coordinator->port(), 5s);
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  Status first;
+  std::thread t([&] { first = (*other)->Barrier("pair", 2, "w1", 3s); });
+  EXPECT_TRUE((*client)->Barrier("pair", 2, "w0", 3s).ok());
+  t.join();
+  EXPECT_TRUE(first.ok()) << first.ToString();
+  EXPECT_EQ(StatsOnce(*coordinator, [](const auto&) { return true; }).barriers, 0u);
+  Status alone = (*client)->Barrier("pair", 2, "w0", 200ms);
+  EXPECT_EQ(alone.code(), StatusCode::kTimeout) << alone.ToString();
+  EXPECT_NE(alone.message().find("barrier 'pair' timed out after 0.2 s: 1 of 2 arrived (w0)"),
+            std::string::npos)
+      << alone.message();
+  EXPECT_EQ(StatsOnce(*coordinator, [](const auto&) { return true; }).barriers, 0u);
+  // A waiter whose connection closes takes its barrier with it.
+  {
+    RawConnection raw(coordinator->port());
+    ASSERT_TRUE(raw.Send(BarrierFrame(1, "ghost", 2, 10000)));
+    EXPECT_EQ(StatsOnce(*coordinator, [](const auto& s) { return s.barriers == 1; }).barriers, 1u);
+  }
+  EXPECT_EQ(StatsOnce(*coordinator, [](const auto& s) { return s.barriers == 0; }).barriers, 0u);
+  ExpectServes(*coordinator);
+}
+
+TEST(CoordinatorLimitsTest, BarrierNamesAndLiveBarriersAreBounded) {
+  CoordinatorOptions options;
+  options.max_barriers = 2;
+  auto coordinator = StartWith(options);
+  ASSERT_TRUE(coordinator);
+  auto client = CoordinatorClient::Connect("127.0.0.1", coordinator->port(), 5s);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  EXPECT_TRUE((*client)->Barrier(std::string(1024, 'n'), 1, "", 2s).ok()) << "at the limit";
+  Status long_name = (*client)->Barrier(std::string(1 << 20, 'n'), 1, "", 2s);
+  EXPECT_EQ(long_name.code(), StatusCode::kInvalidArgument) << long_name.ToString();
+  EXPECT_NE(long_name.message().find(
+                "name of 1048576 bytes; allowed: 1 to 1024 bytes (max_barrier_name_bytes)"),
+            std::string::npos)
+      << long_name.message().substr(0, 400);
+  EXPECT_LT(long_name.message().size(), 1024u) << "the name is not echoed whole";
+  Status long_member = (*client)->Barrier("b", 1, std::string(1025, 'm'), 2s);
+  EXPECT_NE(long_member.message().find("member name of 1025 bytes; allowed: at most 1024 bytes"),
+            std::string::npos)
+      << long_member.message().substr(0, 400);
+  // Two barriers with members waiting: a third name is refused until one
+  // of them completes; its members wait on.
+  RawConnection a(coordinator->port()), b(coordinator->port());
+  ASSERT_TRUE(a.Send(BarrierFrame(1, "a", 2, 10000)));
+  ASSERT_TRUE(b.Send(BarrierFrame(1, "b", 2, 10000)));
+  ASSERT_EQ(StatsOnce(*coordinator, [](const auto& s) { return s.barriers == 2; }).barriers, 2u);
+  Status third = (*client)->Barrier("c", 1, "", 2s);
+  EXPECT_EQ(third.code(), StatusCode::kInvalidArgument) << third.ToString();
+  EXPECT_NE(third.message().find("2 barriers already have members waiting; allowed: at most 2 at "
+                                 "once (max_barriers)"),
+            std::string::npos)
+      << third.message();
+  EXPECT_TRUE((*client)->Barrier("a", 2, "", 2s).ok()) << "joining a live one is fine";
+  auto passed = a.ReadReply(3s);
+  ASSERT_TRUE(passed.decoded);
+  EXPECT_FALSE(passed.is_error) << passed.text;
+  EXPECT_TRUE((*client)->Barrier("c", 1, "", 2s).ok()) << "'a' completed: room again";
+  EXPECT_TRUE((*client)->Heartbeat().ok());
+  ExpectServes(*coordinator);
+}
+
 TEST_F(CoordinatorTest, BarrierWaiterWhoseConnectionClosesIsRemoved) {
   {
     capnp::MallocMessageBuilder message;
