@@ -6,10 +6,10 @@
 
 #include <cerrno>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <set>
-#include <sstream>
 
 namespace gridsync {
 namespace {
@@ -38,14 +38,6 @@ Status SyncPath(const std::string& path, int flags) {
   return Status::OK();
 }
 
-Result<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound("cannot read " + path + ": " + std::strerror(errno));
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // The steps that have a folder in `dir`, ascending.
 std::set<uint64_t> Steps(const std::string& dir) {
   std::set<uint64_t> steps;
@@ -72,6 +64,109 @@ void RemovePart(const std::string& dir, uint64_t step, const std::string& part) 
   fs::remove(StepDir(dir, step), ec);
 }
 
+// A checkpoint's manifest, as WriteCheckpointPart writes it.
+struct Manifest {
+  uint64_t step = 0;
+  std::string part;
+  nlohmann::json shape;
+  uint64_t bytes = 0;
+  std::string fnv1a64;
+};
+
+// Nothing a manifest holds nests deeper than the callers' shapes do (a
+// worker's: manifest, shape, tables, a table's [rows, width]); deeper
+// values are dropped while parsing (the parser itself does not recurse) and
+// the file refused, so that comparing or printing the shape cannot recurse
+// as deep as a forged file nests.
+constexpr int kMaxManifestDepth = 8;
+
+// A JSON value for an error message, cut short: a forged manifest's shape
+// may be as large as the file.
+std::string Cut(const nlohmann::json& value) {
+  std::string text = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (text.size() > 200) text = text.substr(0, 200) + "...";
+  return text;
+}
+
+// What a value is, for an error message: "a string ("5")", "an array",
+// "the number -1".
+std::string Described(const nlohmann::json& value) {
+  if (value.is_number()) return "the number " + Cut(value);
+  if (value.is_string()) return "a string (" + Cut(value) + ")";
+  if (value.is_null()) return "null";
+  const std::string type = value.type_name();
+  return (type[0] == 'a' || type[0] == 'o' ? "an " : "a ") + type;
+}
+
+Status BadField(const std::string& what, const std::string& field, const std::string& problem,
+                const std::string& allowed) {
+  return Status::Corruption(
+      fmt::format("{}: {} {}; allowed: {} (the manifest WriteCheckpointPart writes)", what, field,
+                  problem, allowed));
+}
+
+// The member `field` of `doc`; a refusal naming the file and the field when
+// it is missing or `is_allowed` refuses its type. Never throws: every access
+// of a manifest's bytes goes through here (a wrong type would otherwise throw
+// nlohmann::json::type_error, which aborts the process).
+template <typename IsAllowed>
+Result<const nlohmann::json*> Field(const nlohmann::json& doc, const std::string& what,
+                                    const char* field, IsAllowed is_allowed, const char* allowed) {
+  const auto it = doc.find(field);
+  if (it == doc.end()) return BadField(what, field, "is missing", allowed);
+  if (!is_allowed(*it)) {
+    return BadField(what, field, "is " + Described(*it), allowed);
+  }
+  return &*it;
+}
+
+Result<Manifest> DecodeManifest(std::string_view text, const std::string& what) {
+  bool too_deep = false;
+  auto watch = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json&) {
+    const bool starts = event == nlohmann::json::parse_event_t::object_start ||
+                        event == nlohmann::json::parse_event_t::array_start;
+    if (starts && depth >= kMaxManifestDepth) too_deep = true;
+    return !too_deep;
+  };
+  const auto doc =
+      nlohmann::json::parse(text.begin(), text.end(), watch, /*allow_exceptions=*/false);
+  if (too_deep) {
+    return BadField(what, "a value", fmt::format("nests deeper than {} levels", kMaxManifestDepth),
+                    "the shapes gridsync writes");
+  }
+  if (doc.is_discarded()) return BadField(what, "the file", "is not JSON", "a JSON object");
+  if (!doc.is_object()) {
+    return BadField(what, "the file", "is " + Described(doc), "a JSON object");
+  }
+  const auto is_unsigned = [](const nlohmann::json& v) { return v.is_number_unsigned(); };
+  const auto is_string = [](const nlohmann::json& v) { return v.is_string(); };
+  const auto is_checksum = [](const nlohmann::json& v) {
+    if (!v.is_string()) return false;
+    const auto& s = v.get_ref<const std::string&>();
+    return s.size() == 16 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
+  };
+  const auto is_any = [](const nlohmann::json&) { return true; };
+  const char* const kUnsigned = "an unsigned integer";
+  Manifest m;
+  GRIDSYNC_ASSIGN_OR_RETURN(const nlohmann::json* step,
+                            Field(doc, what, "step", is_unsigned, kUnsigned));
+  GRIDSYNC_ASSIGN_OR_RETURN(const nlohmann::json* part,
+                            Field(doc, what, "part", is_string, "a string"));
+  GRIDSYNC_ASSIGN_OR_RETURN(const nlohmann::json* shape,
+                            Field(doc, what, "shape", is_any, "any JSON value"));
+  GRIDSYNC_ASSIGN_OR_RETURN(const nlohmann::json* bytes,
+                            Field(doc, what, "bytes", is_unsigned, kUnsigned));
+  GRIDSYNC_ASSIGN_OR_RETURN(
+      const nlohmann::json* sum,
+      Field(doc, what, "fnv1a64", is_checksum, "a string of 16 lowercase hex digits"));
+  m.step = step->get<uint64_t>();
+  m.part = part->get<std::string>();
+  m.shape = *shape;
+  m.bytes = bytes->get<uint64_t>();
+  m.fnv1a64 = sum->get<std::string>();
+  return m;
+}
+
 }  // namespace
 
 Status WriteFileAtomically(const std::string& path, std::string_view bytes) {
@@ -87,6 +182,57 @@ Status WriteFileAtomically(const std::string& path, std::string_view bytes) {
     return Status::IOError("cannot rename " + tmp + ": " + std::strerror(errno));
   }
   return SyncPath(fs::path(path).parent_path().string(), O_RDONLY | O_DIRECTORY);
+}
+
+Result<uint64_t> FileSize(const std::string& path) {
+  std::error_code ec;
+  const fs::file_status status = fs::status(path, ec);
+  if (!fs::exists(status)) return Status::NotFound("cannot read " + path + ": no such file");
+  if (ec) return Status::IOError("cannot look at " + path + ": " + ec.message());
+  if (!fs::is_regular_file(status)) {
+    return Status::IOError(path + " is no regular file; allowed: a file gridsync wrote");
+  }
+  const uintmax_t size = fs::file_size(path, ec);
+  if (ec) return Status::IOError("cannot take the size of " + path + ": " + ec.message());
+  return static_cast<uint64_t>(size);
+}
+
+Result<std::string> ReadFileOfSize(const std::string& path, uint64_t size) {
+  std::string bytes;
+  try {
+    bytes.resize(size);
+  } catch (const std::exception&) {  // std::bad_alloc, or std::length_error past max_size()
+    return Status::IOError(fmt::format("{}: {} bytes do not fit in memory", path, size));
+  }
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::IOError("cannot read " + path + ": " + std::strerror(errno));
+  uint64_t got = 0;
+  bool more = false;
+  int error = 0;
+  // Until `size` bytes or the end, then one byte more: a file that grew
+  // since its size was taken is refused too, never cut short silently.
+  while (error == 0) {
+    char extra = 0;
+    char* const at = got < size ? bytes.data() + got : &extra;
+    const size_t want = got < size ? static_cast<size_t>(size - got) : 1;
+    const ssize_t n = ::read(fd, at, want);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) error = errno;
+    if (n <= 0) break;
+    if (got == size) {
+      more = true;
+      break;
+    }
+    got += static_cast<uint64_t>(n);
+  }
+  ::close(fd);
+  if (error != 0) return Status::IOError("cannot read " + path + ": " + std::strerror(error));
+  if (got != size || more) {
+    return Status::IOError(
+        fmt::format("{}: {} bytes where its size said {} (it changed while read)", path,
+                    more ? "more" : std::to_string(got), size));
+  }
+  return bytes;
 }
 
 std::vector<uint64_t> HeldSteps(const std::string& dir, const std::string& part) {
@@ -110,13 +256,22 @@ Status WriteCheckpointPart(const std::string& dir, uint64_t step, const std::str
   fs::create_directories(StepDir(dir, step), ec);
   if (ec) return Status::IOError("cannot create " + StepDir(dir, step) + ": " + ec.message());
   const std::string base = Base(dir, step, part);
+  const std::string manifest = nlohmann::json{{"step", step},
+                                              {"part", part},
+                                              {"shape", shape},
+                                              {"bytes", data.size()},
+                                              {"fnv1a64", fmt::format("{:016x}", Fnv1a64(data))}}
+                                   .dump();
+  // Checked before anything is written: a manifest the reader would refuse
+  // would leave a checkpoint nobody can load.
+  if (manifest.size() > kMaxManifestBytes) {
+    return Status::InvalidArgument(
+        fmt::format("{}.json: {} bytes of manifest; allowed: at most {} (a shape that large is "
+                    "no model gridsync trains)",
+                    base, manifest.size(), kMaxManifestBytes));
+  }
   GRIDSYNC_RETURN_IF_ERROR(WriteFileAtomically(base + ".bin", data));
-  const nlohmann::json manifest = {{"step", step},
-                                   {"part", part},
-                                   {"shape", shape},
-                                   {"bytes", data.size()},
-                                   {"fnv1a64", fmt::format("{:016x}", Fnv1a64(data))}};
-  GRIDSYNC_RETURN_IF_ERROR(WriteFileAtomically(base + ".json", manifest.dump()));
+  GRIDSYNC_RETURN_IF_ERROR(WriteFileAtomically(base + ".json", manifest));
   // Keep this step and the newest one before it. This part's files of any
   // later step belong to another history (an earlier run in the same folder,
   // or a rollback's abandoned steps) and go too: they would be taken for
@@ -133,30 +288,48 @@ Status WriteCheckpointPart(const std::string& dir, uint64_t step, const std::str
 }
 
 Result<std::string> ReadCheckpointPart(const std::string& dir, uint64_t step,
-                                       const std::string& part, const nlohmann::json& shape) {
+                                       const std::string& part, const nlohmann::json& shape,
+                                       std::optional<uint64_t> state_bytes) {
   const std::string base = Base(dir, step, part);
-  GRIDSYNC_ASSIGN_OR_RETURN(const std::string manifest_text, ReadFile(base + ".json"));
-  const auto manifest = nlohmann::json::parse(manifest_text, nullptr, false);
-  if (manifest.is_discarded() || !manifest.is_object()) {
-    return Status::Corruption(base + ".json: not a checkpoint manifest");
+  const std::string json_path = base + ".json", bin_path = base + ".bin";
+  // Sizes first, from the file system: nothing is read, nor memory taken,
+  // for a file that is not the size its reader expects.
+  GRIDSYNC_ASSIGN_OR_RETURN(const uint64_t manifest_size, FileSize(json_path));
+  if (manifest_size > kMaxManifestBytes) {
+    return BadField(json_path, "the file", fmt::format("holds {} bytes", manifest_size),
+                    fmt::format("at most {}", kMaxManifestBytes));
   }
-  if (manifest.value("step", uint64_t{0}) != step ||
-      manifest.value("part", std::string()) != part) {
-    return Status::Corruption(base + ".json: names another step or part");
+  GRIDSYNC_ASSIGN_OR_RETURN(const std::string text, ReadFileOfSize(json_path, manifest_size));
+  GRIDSYNC_ASSIGN_OR_RETURN(const Manifest manifest, DecodeManifest(text, json_path));
+  if (manifest.step != step) {
+    return BadField(json_path, "step", fmt::format("is {}", manifest.step),
+                    fmt::format("{}, the step of its folder", step));
   }
-  if (manifest.value("shape", nlohmann::json()) != shape) {
-    return Status::InvalidArgument(base + ".json: shape " +
-                                   manifest.value("shape", nlohmann::json()).dump() +
-                                   " differs from this process's " + shape.dump() +
+  if (manifest.part != part) {
+    return BadField(json_path, "part", "is " + Cut(manifest.part),
+                    Cut(part) + ", the part its name says");
+  }
+  if (manifest.shape != shape) {
+    return Status::InvalidArgument(json_path + ": shape " + Cut(manifest.shape) +
+                                   " differs from this process's " + Cut(shape) +
                                    "; allowed: a checkpoint of the same model and partition");
   }
-  GRIDSYNC_ASSIGN_OR_RETURN(std::string data, ReadFile(base + ".bin"));
+  GRIDSYNC_ASSIGN_OR_RETURN(const uint64_t size, FileSize(bin_path));
+  if (size != manifest.bytes) {
+    return Status::Corruption(
+        fmt::format("{}: {} bytes; the manifest says {}", bin_path, size, manifest.bytes));
+  }
+  if (state_bytes && manifest.bytes != *state_bytes) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: {} bytes; this process's state is {} bytes; allowed: a checkpoint of the same "
+        "model, partition and optimizer placement",
+        bin_path, manifest.bytes, *state_bytes));
+  }
+  GRIDSYNC_ASSIGN_OR_RETURN(std::string data, ReadFileOfSize(bin_path, size));
   const std::string sum = fmt::format("{:016x}", Fnv1a64(data));
-  if (data.size() != manifest.value("bytes", uint64_t{0}) ||
-      sum != manifest.value("fnv1a64", std::string())) {
-    return Status::Corruption(fmt::format(
-        "{}.bin: {} bytes with checksum {}; the manifest says {} bytes, {}", base, data.size(), sum,
-        manifest.value("bytes", uint64_t{0}), manifest.value("fnv1a64", std::string("?"))));
+  if (sum != manifest.fnv1a64) {
+    return Status::Corruption(
+        fmt::format("{}: checksum {}; the manifest says {}", bin_path, sum, manifest.fnv1a64));
   }
   return data;
 }

@@ -12,12 +12,20 @@
 // job writes has its manifest there (LatestCompleteStep). Each part keeps
 // its two newest steps (of its current history: later ones go).
 //
+// Reading trusts no byte of the files: sizes are taken from the file system
+// and checked (the manifest against kMaxManifestBytes, the .bin against the
+// manifest and the caller's state size) before anything is read or
+// allocated, every manifest field is checked for presence and type, and
+// every refusal is a Status naming the file, the field and what is allowed
+// (a checkpoint folder is input, never a reason to abort).
+//
 // Thread safety: free functions; distinct parts may be written concurrently
 // (by different processes), one part by one writer at a time.
 #pragma once
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,6 +33,23 @@
 #include "common/status.h"
 
 namespace gridsync {
+
+// The most bytes a manifest holds: far above any model's shape (a pair of
+// numbers per table), so that a forged or damaged one is refused by its size
+// before it is read. WriteCheckpointPart refuses to write a larger one.
+inline constexpr uint64_t kMaxManifestBytes = uint64_t{1} << 20;
+
+// The size of regular file `path`, taken without reading it: NotFound when
+// it does not exist, IOError naming it when it is no regular file or cannot
+// be looked at.
+Result<uint64_t> FileSize(const std::string& path);
+
+// Exactly `size` bytes of `path`: the size FileSize returned and the caller
+// checked, so that no file is read, nor memory taken for it, before it is
+// known to be the size its reader expects. IOError naming the file when it
+// holds fewer or more bytes by then (it changed meanwhile; never a silently
+// short string), cannot be read, or `size` bytes do not fit in memory.
+Result<std::string> ReadFileOfSize(const std::string& path, uint64_t size);
 
 // Writes `bytes` to `path` through a temporary file (path + ".tmp"), fsync,
 // rename and an fsync of the folder: afterwards the file is either its old
@@ -38,11 +63,16 @@ Status WriteFileAtomically(const std::string& path, std::string_view bytes);
 Status WriteCheckpointPart(const std::string& dir, uint64_t step, const std::string& part,
                            std::string_view data, const nlohmann::json& shape);
 
-// Reads part `part` of step `step` after checking its manifest: step, part,
-// `shape` (InvalidArgument when another model or partition wrote it), size
-// and checksum (Corruption, naming the file and both checksums).
+// Reads part `part` of step `step` after checking its manifest: its size,
+// its fields' presence and types (Corruption naming the field, what it is
+// and what is allowed), step, part, `shape` (InvalidArgument when another
+// model or partition wrote it), then the .bin's size against the manifest's
+// `bytes` (Corruption naming both) and `state_bytes` (the size of the
+// caller's state, when it knows it: InvalidArgument naming both), all before
+// the .bin is read; then its checksum (Corruption, naming both checksums).
 Result<std::string> ReadCheckpointPart(const std::string& dir, uint64_t step,
-                                       const std::string& part, const nlohmann::json& shape);
+                                       const std::string& part, const nlohmann::json& shape,
+                                       std::optional<uint64_t> state_bytes = std::nullopt);
 
 // The steps whose folder in `dir` holds part `part`'s manifest, ascending.
 std::vector<uint64_t> HeldSteps(const std::string& dir, const std::string& part);

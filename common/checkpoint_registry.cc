@@ -33,6 +33,16 @@ Status CheckpointLedger::Publish(Store& store, uint64_t job) const {
 }
 
 Result<std::vector<uint64_t>> ParseHeldSteps(std::string_view text, const std::string& part) {
+  // Any client may write under the prefix: the text is echoed cut short,
+  // and a trailing comma (an empty last step) is refused like an empty one.
+  auto refuse = [&] {
+    const std::string shown =
+        text.size() > 64 ? std::string(text.substr(0, 64)) + "..." : std::string(text);
+    return Status::Corruption("checkpoint steps of part " + part + ": '" + shown +
+                              "' is not a comma-separated list of steps; allowed: steps of 1 or "
+                              "more in decimal, e.g. \"100,150\"");
+  };
+  if (!text.empty() && text.back() == ',') return refuse();
   std::vector<uint64_t> steps;
   size_t at = 0;
   while (at < text.size()) {
@@ -40,10 +50,7 @@ Result<std::vector<uint64_t>> ParseHeldSteps(std::string_view text, const std::s
     if (comma == std::string_view::npos) comma = text.size();
     uint64_t step = 0;
     const auto [used, err] = std::from_chars(text.data() + at, text.data() + comma, step);
-    if (err != std::errc() || used != text.data() + comma || step == 0) {
-      return Status::Corruption("checkpoint steps of part " + part + ": '" + std::string(text) +
-                                "' is not a comma-separated list of steps");
-    }
+    if (err != std::errc() || used != text.data() + comma || step == 0) return refuse();
     steps.push_back(step);
     at = comma + 1;
   }

@@ -50,7 +50,8 @@ class CheckpointLedger {
   std::vector<uint64_t> steps_;  // ascending
 };
 
-// Parses a published list; Corruption naming the part when it is not one.
+// Parses a published list ("100,150"; empty: no step); Corruption naming
+// the part and the text (cut short) when it is not one.
 Result<std::vector<uint64_t>> ParseHeldSteps(std::string_view text, const std::string& part);
 
 // The newest step every one of `parts` published for job `job`; 0 when a

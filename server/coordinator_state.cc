@@ -2,11 +2,8 @@
 
 #include <spdlog/fmt/fmt.h>
 
-#include <cerrno>
 #include <charconv>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -71,6 +68,14 @@ Result<uint64_t> Unsigned(const Json& doc, const std::string& what, const char* 
   return it->get<uint64_t>();
 }
 
+// Refused by its size alone, before it is read (LoadCoordinatorState) or
+// parsed (DecodeCoordinatorState).
+Status CheckStateSize(const std::string& what, uint64_t size) {
+  if (size <= kMaxCoordinatorStateBytes) return Status::OK();
+  return Bad(what, "the file", fmt::format("holds {} bytes", size),
+             fmt::format("at most {}", kMaxCoordinatorStateBytes));
+}
+
 Result<bool> Boolean(const Json& doc, const std::string& what, const char* field) {
   const auto it = doc.find(field);
   if (it == doc.end() || !it->is_boolean()) {
@@ -122,10 +127,7 @@ std::string EncodeCoordinatorState(const CoordinatorState& state) {
 }
 
 Result<CoordinatorState> DecodeCoordinatorState(std::string_view bytes, const std::string& what) {
-  if (bytes.size() > kMaxCoordinatorStateBytes) {
-    return Bad(what, "the file", fmt::format("holds {} bytes", bytes.size()),
-               fmt::format("at most {}", kMaxCoordinatorStateBytes));
-  }
+  GRIDSYNC_RETURN_IF_ERROR(CheckStateSize(what, bytes.size()));
   // A key twice in one object would be kept silently by the parser (the
   // last one): refused, as a hand edit or damage. Nothing nests deeper than
   // the checkpoints object: deeper values are dropped as they are read (the
@@ -216,14 +218,12 @@ Result<std::optional<CoordinatorState>> LoadCoordinatorState(const std::string& 
   if (!std::filesystem::is_regular_file(path, ec)) {
     return Bad(path, "the path", "is no regular file", "the file it writes");
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::IOError("cannot read " + path + ": " + std::strerror(errno));
-  // At most one byte past the bound: a file that grew meanwhile is refused
-  // by size, never read whole.
-  std::string bytes(kMaxCoordinatorStateBytes + 1, '\0');
-  in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  if (in.bad()) return Status::IOError("cannot read " + path);
-  bytes.resize(static_cast<size_t>(in.gcount()));
+  // The size first (common/checkpoint_files.h, as a checkpoint's files): a
+  // file past the bound is refused unread, and one that changed size
+  // meanwhile is refused, never read whole or cut short.
+  GRIDSYNC_ASSIGN_OR_RETURN(const uint64_t size, FileSize(path));
+  GRIDSYNC_RETURN_IF_ERROR(CheckStateSize(path, size));
+  GRIDSYNC_ASSIGN_OR_RETURN(const std::string bytes, ReadFileOfSize(path, size));
   GRIDSYNC_ASSIGN_OR_RETURN(CoordinatorState state, DecodeCoordinatorState(bytes, path));
   return std::optional<CoordinatorState>(std::move(state));
 }

@@ -70,7 +70,8 @@ std::string EncodeCoordinatorState(const CoordinatorState& state);
 // `what` names the source in errors (the file's path).
 Result<CoordinatorState> DecodeCoordinatorState(std::string_view bytes, const std::string& what);
 
-// nullopt when `path` does not exist; Corruption when it does not decode.
+// nullopt when `path` does not exist; Corruption when it does not decode,
+// or is larger than kMaxCoordinatorStateBytes (refused by its size, unread).
 Result<std::optional<CoordinatorState>> LoadCoordinatorState(const std::string& path);
 // Creates the folder if needed, then writes atomically.
 Status SaveCoordinatorState(const std::string& path, const CoordinatorState& state);

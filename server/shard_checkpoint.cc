@@ -32,10 +32,11 @@ Status WriteShardCheckpoint(const std::string& dir, uint32_t shard, uint64_t ste
 
 Status LoadShardCheckpoint(const std::string& dir, uint32_t shard, uint64_t step,
                            ShardStore* store) {
-  GRIDSYNC_ASSIGN_OR_RETURN(const std::string data,
-                            ReadCheckpointPart(dir, step, Part(shard), Shapes(*store)));
-  return store->RestoreState(data, step).WithContext(dir + "/step-" + std::to_string(step) + "/" +
-                                               Part(shard) + ".bin");
+  GRIDSYNC_ASSIGN_OR_RETURN(
+      const std::string data,
+      ReadCheckpointPart(dir, step, Part(shard), Shapes(*store), store->StateBytes()));
+  return store->RestoreState(data, step)
+      .WithContext(dir + "/step-" + std::to_string(step) + "/" + Part(shard) + ".bin");
 }
 
 std::string ShardPart(uint32_t shard) { return "shard-" + std::to_string(shard); }

@@ -30,7 +30,8 @@ namespace gridsync {
 Status WriteShardCheckpoint(const std::string& dir, uint32_t shard, uint64_t step,
                             const ShardStore& store);
 // Loads step `step` of shard `shard` into `store`, after checking the
-// manifest: step, shard, table shapes, size and checksum.
+// manifest: step, shard, table shapes, size (the .bin's and the store's
+// state size, before it is read) and checksum.
 Status LoadShardCheckpoint(const std::string& dir, uint32_t shard, uint64_t step,
                            ShardStore* store);
 std::string ShardPart(uint32_t shard);  // "shard-<i>"

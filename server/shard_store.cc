@@ -255,6 +255,18 @@ void ShardStore::AppendState(std::string* out) const {
   }
 }
 
+uint64_t ShardStore::StateBytes() const {
+  uint64_t bytes = 0;
+  for (const Table& table : tables_) {
+    bytes += table.params.size() * sizeof(float);
+    if (!apply_updates_) {
+      bytes += (table.adam.m.size() + table.adam.v.size()) * sizeof(float) +
+               table.adam.step.size() * sizeof(uint32_t);
+    }
+  }
+  return bytes;
+}
+
 Status ShardStore::RestoreState(std::string_view data, uint64_t step) {
   const size_t size = data.size();
   uint32_t max_step = 0;

@@ -82,6 +82,9 @@ class ShardStore {
   uint32_t table_width(uint32_t t) const { return tables_[t].width; }
   void AppendState(std::string* out) const;
   Status RestoreState(std::string_view data, uint64_t step);
+  // The bytes AppendState appends: fixed by the partition and where Adam
+  // runs, so that a checkpoint of another size is refused before it is read.
+  uint64_t StateBytes() const;
 
   // Delta pulls (compression.pull): the shard keeps, per worker, a copy of
   // what that worker's replica holds of this shard's rows, starting from the

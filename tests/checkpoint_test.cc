@@ -359,7 +359,7 @@ TEST(CheckpointRegistryTest, TheNewestStepEveryPartHoldsIsFoundAndGarbageIsRefus
   ASSERT_TRUE(next_job.ok());
   EXPECT_EQ(*next_job, 0u);
   // A published list that is not one is refused, naming the part.
-  for (const char* bad : {"12,x", "1,,2", "-5", "0", "99999999999999999999999"}) {
+  for (const char* bad : {"12,x", "1,,2", "-5", "0", "99999999999999999999999", "100,"}) {
     ASSERT_TRUE(store.Set(CheckpointKey(1, "shard-1"), bad).ok());
     auto refused = NewestCommonStep(store, 1, {"shard-0", "shard-1"});
     ASSERT_FALSE(refused.ok()) << bad;

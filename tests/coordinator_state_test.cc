@@ -3,6 +3,7 @@
 // kept, so that restarted shards and workers rejoin it.
 #include "server/coordinator_state.h"
 
+#include <spdlog/fmt/fmt.h>
 #include <unistd.h>
 
 #include "tests/coordinator_test_util.h"
@@ -272,6 +273,22 @@ TEST_F(CoordinatorStateTest, ADamagedOrUnwritableStateFailsStartNamingTheFile) {
             std::string::npos)
       << unwritable.status().ToString();
   std::filesystem::remove(dir_);
+}
+
+TEST_F(CoordinatorStateTest, AFileBeyondTheBoundIsRefusedUnread) {
+  // 4 GiB of holes: refused by the size the file system reports, neither
+  // read nor cut to the bound.
+  std::filesystem::create_directories(dir_);
+  std::ofstream(path_) << "{";
+  std::filesystem::resize_file(path_, uint64_t{4} << 30);
+  auto refused = LoadCoordinatorState(path_);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kCorruption);
+  EXPECT_NE(refused.status().message().find(
+                fmt::format("{}: the file holds 4294967296 bytes; allowed: at most {}", path_,
+                            kMaxCoordinatorStateBytes)),
+            std::string::npos)
+      << refused.status().ToString();
 }
 
 TEST_F(CoordinatorStateTest, AFailedWriteRemovesTheFileARestartWouldTrust) {

@@ -34,10 +34,12 @@ Status WriteWorkerCheckpoint(const RunSpec& spec, uint32_t rank, uint32_t shards
 Status LoadWorkerCheckpoint(const RunSpec& spec, uint32_t rank, uint32_t shards, uint64_t step,
                             PsClient* ps) {
   const std::string& dir = spec.config.checkpoint.dir;
+  // No state size to check against: the residuals' rows, and which tables
+  // Adam stepped, vary with training. RestoreState checks what it takes.
   GRIDSYNC_ASSIGN_OR_RETURN(const std::string data,
                             ReadCheckpointPart(dir, step, Part(rank), Shape(spec, shards)));
-  return ps->RestoreState(data, step).WithContext(dir + "/step-" + std::to_string(step) + "/" +
-                                            Part(rank) + ".bin");
+  return ps->RestoreState(data, step)
+      .WithContext(dir + "/step-" + std::to_string(step) + "/" + Part(rank) + ".bin");
 }
 
 }  // namespace gridsync

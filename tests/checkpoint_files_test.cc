@@ -1,0 +1,183 @@
+// Reading a checkpoint's files trusts none of their bytes
+// (common/checkpoint_files.h): a .bin of another size than its manifest (or
+// the shard's state) says is refused before it is read, and a manifest that
+// is no JSON object, lacks a field or holds one of the wrong type is refused
+// with a Status naming the file and the field, never an exception (one
+// aborted gridsync-ps at startup). Sizes are made with sparse files: a
+// refusal that read them would take seconds and gigabytes.
+#include "common/checkpoint_files.h"
+
+#include <gtest/gtest.h>
+#include <spdlog/fmt/fmt.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <optional>
+
+#include "common/sharding.h"
+#include "server/shard_checkpoint.h"
+#include "server/shard_store.h"
+#include "tests/test_util.h"
+
+namespace gridsync {
+namespace {
+
+namespace fs = std::filesystem;
+
+class CheckpointFilesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = (fs::temp_directory_path() /
+            ("gridsync-ckpt-files-" + std::to_string(::getpid()) + "-" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name()))
+               .string();
+    fs::remove_all(dir_);
+    ASSERT_TRUE(WriteCheckpointPart(dir_, 5, "shard-0", data_, shape_).ok());
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string Path(const char* ext) const { return dir_ + "/step-5/shard-0" + ext; }
+  Result<std::string> Read() const { return ReadCheckpointPart(dir_, 5, "shard-0", shape_); }
+  void WriteManifest(const std::string& text) const { std::ofstream(Path(".json")) << text; }
+
+  std::string dir_;
+  const std::string data_ = "sixteen bytes!!!";
+  const nlohmann::json shape_ = nlohmann::json::array({{8, 2}});
+};
+
+TEST_F(CheckpointFilesTest, TheFilesRoundTrip) {
+  auto read = Read();
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(*read, data_);
+}
+
+TEST_F(CheckpointFilesTest, ABinLargerThanItsManifestSaysIsRefusedUnread) {
+  // 5 GiB of holes: read, it would take seconds and more memory than the
+  // test has; refused by its size, it takes neither.
+  fs::resize_file(Path(".bin"), uint64_t{5} << 30);
+  const auto refused = Read();
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kCorruption);
+  EXPECT_NE(refused.status().message().find("shard-0.bin: 5368709120 bytes; the manifest says 16"),
+            std::string::npos)
+      << refused.status().ToString();
+}
+
+TEST_F(CheckpointFilesTest, ABinShorterThanItsManifestSaysIsRefused) {
+  fs::resize_file(Path(".bin"), 9);
+  const auto refused = Read();
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kCorruption);
+  EXPECT_NE(refused.status().message().find("shard-0.bin: 9 bytes; the manifest says 16"),
+            std::string::npos)
+      << refused.status().ToString();
+}
+
+TEST_F(CheckpointFilesTest, ABinOfAnotherSizeThanTheShardsStateIsRefusedUnread) {
+  const Config config = testing::SmallDistributedConfig(1, GradientSyncMode::kPs, 4);
+  const Partition partition =
+      *Partition::Make(testing::SpecOf(config).model.tables, 2, ModelParallelDim::kRow);
+  ShardStore store(partition, 0, AdamHyper{});
+  ASSERT_TRUE(WriteShardCheckpoint(dir_, 0, 7, store).ok());
+  const std::string base = dir_ + "/step-7/shard-0";
+  std::ifstream in(base + ".json");
+  auto manifest = nlohmann::json::parse(in);
+  // A manifest and a .bin that agree with each other on 6 GiB, not with the
+  // partition: refused before the 6 GiB are read.
+  const uint64_t huge = uint64_t{6} << 30;
+  manifest["bytes"] = huge;
+  std::ofstream(base + ".json") << manifest.dump();
+  fs::resize_file(base + ".bin", huge);
+  ShardStore loaded(partition, 0, AdamHyper{});
+  const Status refused = LoadShardCheckpoint(dir_, 0, 7, &loaded);
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument) << refused.ToString();
+  EXPECT_NE(refused.message().find(fmt::format("shard-0.bin: {} bytes; this process's state is {} "
+                                               "bytes",
+                                               huge, store.StateBytes())),
+            std::string::npos)
+      << refused.ToString();
+  std::string state;
+  store.AppendState(&state);
+  EXPECT_EQ(store.StateBytes(), state.size());
+}
+
+TEST_F(CheckpointFilesTest, ManifestsOfTheWrongShapeAreRefusedNamingTheField) {
+  const std::string good = fmt::format(
+      R"({{"step":5,"part":"shard-0","shape":[[8,2]],"bytes":16,"fnv1a64":"{}"}})",
+      nlohmann::json::parse(std::ifstream(Path(".json")))["fnv1a64"].get<std::string>());
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string text = good;
+    const size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return text.replace(at, from.size(), to);
+  };
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const std::vector<std::pair<std::string, std::string>> damaged = {
+      {with(R"("step":5)", R"("step":"5")"),
+       R"(step is a string ("5"); allowed: an unsigned integer)"},
+      {with(R"("step":5)", R"("step":-5)"), "step is the number -5; allowed: an unsigned integer"},
+      {with(R"("step":5,)", ""), "step is missing; allowed: an unsigned integer"},
+      {with(R"("step":5)", R"("step":6)"), "step is 6; allowed: 5"},
+      {with(R"("part":"shard-0")", R"("part":0)"), "part is the number 0; allowed: a string"},
+      {with(R"("part":"shard-0")", R"("part":"shard-1")"), R"(part is "shard-1")"},
+      {with(R"("shape":[[8,2]],)", ""), "shape is missing"},
+      {with(R"("bytes":16)", R"("bytes":16.0)"), "bytes is the number 16.0"},
+      {with(R"("bytes":16)", R"("bytes":null)"), "bytes is null; allowed: an unsigned integer"},
+      {with(R"("bytes":16,)", ""), "bytes is missing"},
+      {with(R"("fnv1a64":")", R"("fnv1a64":7,"x":")"), "fnv1a64 is the number 7"},
+      {with(R"("fnv1a64":")", R"("fnv1a64":"7)"), "fnv1a64 is a string (\"7"},
+      {with(R"("shape":[[8,2]])", R"("shape":)" + deep), "nests deeper than 8 levels"},
+      {"[5, \"shard-0\"]", "the file is an array; allowed: a JSON object"},
+      {"\"shard-0\"", "the file is a string"},
+      {good.substr(0, good.size() - 1), "the file is not JSON"},
+      {"", "the file is not JSON"},
+  };
+  for (const auto& [text, words] : damaged) {
+    WriteManifest(text);
+    std::optional<Result<std::string>> refused;
+    EXPECT_NO_THROW(refused.emplace(Read())) << text.substr(0, 200);
+    ASSERT_TRUE(refused.has_value());
+    ASSERT_FALSE(refused->ok()) << text.substr(0, 200);
+    const std::string& message = refused->status().message();
+    EXPECT_NE(message.find(Path(".json") + ": "), std::string::npos) << message;
+    EXPECT_NE(message.find(words), std::string::npos) << message;
+    EXPECT_NE(message.find("allowed: "), std::string::npos) << message;
+    EXPECT_LT(message.size(), 1000u) << "a message echoing the file";
+  }
+  WriteManifest(good);
+  EXPECT_TRUE(Read().ok()) << "the table's manifests differ from a good one only as they say";
+}
+
+TEST_F(CheckpointFilesTest, AManifestBeyondTheBoundIsRefusedUnread) {
+  fs::resize_file(Path(".json"), uint64_t{3} << 30);
+  const auto refused = Read();
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(
+      refused.status().message().find(fmt::format(
+          "shard-0.json: the file holds 3221225472 bytes; allowed: at most {}", kMaxManifestBytes)),
+      std::string::npos)
+      << refused.status().ToString();
+}
+
+TEST_F(CheckpointFilesTest, AFileThatChangedSinceItsSizeWasTakenIsRefused) {
+  const std::string path = Path(".bin");
+  auto read = ReadFileOfSize(path, 16);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(*read, data_);
+  const auto shorter = ReadFileOfSize(path, 17);
+  ASSERT_FALSE(shorter.ok());
+  EXPECT_NE(shorter.status().message().find(path + ": 16 bytes where its size said 17"),
+            std::string::npos)
+      << shorter.status().ToString();
+  const auto longer = ReadFileOfSize(path, 15);
+  ASSERT_FALSE(longer.ok());
+  EXPECT_NE(longer.status().message().find(path + ": more bytes where its size said 15"),
+            std::string::npos)
+      << longer.status().ToString();
+  EXPECT_EQ(FileSize(dir_ + "/nothing").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(FileSize(dir_).status().code(), StatusCode::kIOError) << "a folder";
+}
+
+}  // namespace
+}  // namespace gridsync
