@@ -499,6 +499,49 @@ TEST(PsShardTest, BytesOfWaitingPullsAreBounded) {
   (*shard)->Stop();
 }
 
+// Issue (review): a peer with nothing pending was never refused, so N
+// identities that each ask once and never read made the shard hold N full
+// replies, past the bound for all peers. Once more peers than the run has
+// workers hold replies, a fresh peer is refused past that bound too.
+TEST(PsShardTest, RepliesOfManyPeersThatDoNotReadAreBounded) {
+  constexpr uint64_t kRows = 1 << 21;  // a pull of the table: 16 MiB
+  const std::vector<TableInfo> tables = {{"level", kRows, 2}};
+  auto partition = Partition::Make(tables, 1, ModelParallelDim::kRow);
+  ASSERT_TRUE(partition.ok()) << partition.status().ToString();
+  ShardOptions options;
+  options.endpoint = "tcp://127.0.0.1:0";
+  options.workers = 1;
+  options.consistency = Consistency::kAsync;
+  options.max_unsent_bytes = 40 << 20;  // two replies and a half
+  auto shard = PsShard::Start(*partition, options);
+  ASSERT_TRUE(shard.ok()) << shard.status().ToString();
+  zmq::context_t context(1);
+  constexpr int kPeers = 8;
+  std::vector<zmq::socket_t> greedy;
+  for (int p = 0; p < kPeers; ++p) {
+    zmq::socket_t& s = greedy.emplace_back(context, zmq::socket_type::dealer);
+    s.set(zmq::sockopt::linger, 0);
+    s.set(zmq::sockopt::rcvhwm, 1);
+    s.set(zmq::sockopt::rcvbuf, 4096);
+    s.connect((*shard)->endpoint());
+    auto frames = PullOfTable0(*partition, static_cast<uint64_t>(p + 1), 1);
+    ASSERT_TRUE(wire::SendMultipart(s, frames).ok());
+  }
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  uint64_t refused = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto stats = (*shard)->serving_stats();
+    refused = stats.refusals.count("IOError") ? stats.refusals.at("IOError") : 0;
+    if ((*shard)->stats().pulls == kPeers) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_EQ((*shard)->stats().pulls, static_cast<uint64_t>(kPeers));
+  // At most 40 MiB + one reply pending: 3 of the 8 replies, the rest refused
+  // (the sockets' kernel buffers take a little of each).
+  EXPECT_GE(refused, static_cast<uint64_t>(kPeers - 4)) << "fresh peers past the bound for all";
+  (*shard)->Stop();
+}
+
 TEST(PsShardTest, RowsOfAnotherShardAreRefused) {
   Config config = SmallConfig(1, 2);
   auto cluster = Cluster::Start(config);
