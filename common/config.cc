@@ -7,7 +7,10 @@
 
 #include "common/config.h"
 
+#include <fcntl.h>
 #include <spdlog/fmt/fmt.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -322,8 +325,8 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
       for (const auto& node : d.nodes) total += node.workers;
       if (total != d.world_size) {
         problems.Add("distributed.nodes",
-                     "workers add up to " + std::to_string(total) + ", but distributed.world_size is " +
-                         std::to_string(d.world_size),
+                     "workers add up to " + std::to_string(total) +
+                         ", but distributed.world_size is " + std::to_string(d.world_size),
                      "node worker counts that sum to distributed.world_size");
       }
     }
@@ -461,7 +464,8 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
               .forbid_spaces = true});
     p.host_given = r.Has("host");
     r.Int("base_port", &p.base_port, 0, 65535);
-    r.EnumValue("optimizer", &p.optimizer, std::span<const OptimizerPlacement>(kOptimizerPlacements));
+    r.EnumValue("optimizer", &p.optimizer,
+                std::span<const OptimizerPlacement>(kOptimizerPlacements));
     r.ReportUnknownKeys();
     if (consistency_ok && staleness_ok && r.Has("staleness") &&
         p.consistency != Consistency::kSsp) {
@@ -539,8 +543,12 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
       problems.Add(
           "metrics.port",
           std::to_string(m) + " puts the last worker's metrics at port " + std::to_string(last),
-          "1.." + std::to_string(65535 - shards - config.distributed.world_size) +
-              " (1 + ps.shards + world_size ports from it)");
+          65535 - shards - config.distributed.world_size >= 1
+              ? "1.." + std::to_string(65535 - shards - config.distributed.world_size) +
+                    " (1 + ps.shards + world_size ports from it), or 0 (off)"
+              : "0 (off): 1 + ps.shards + world_size = " +
+                    std::to_string(1 + shards + config.distributed.world_size) +
+                    " ports do not fit below 65536");
     } else if (m > 0 && m <= own_last && last >= own_first) {
       problems.Add("metrics.port",
                    std::to_string(m) + ".." + std::to_string(last) +
@@ -581,17 +589,50 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
 
 Result<Config> Config::LoadFile(const std::string& path,
                                 const std::vector<std::string>& overrides) {
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"),
-                                                       &std::fclose);
-  if (file == nullptr) {
+  // Non-blocking: opening a FIFO for reading blocks until a writer comes,
+  // and a config path must never hang a unit at startup. Only a regular
+  // file of bounded size is read: /dev/zero or a FIFO would otherwise grow
+  // the text until the process aborts, or wait forever, saying nothing.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
     return Status::IOError("cannot open config " + path + ": " +
                            std::generic_category().message(errno));
   }
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(::fdopen(fd, "rb"), &std::fclose);
+  if (file == nullptr) {
+    ::close(fd);
+    return Status::IOError("cannot open config " + path + ": " +
+                           std::generic_category().message(errno));
+  }
+  struct stat info {};
+  if (::fstat(fd, &info) != 0) {
+    return Status::IOError("cannot read config " + path + ": " +
+                           std::generic_category().message(errno));
+  }
+  if (!S_ISREG(info.st_mode)) {
+    const char* what = S_ISDIR(info.st_mode)    ? "a directory"
+                       : S_ISFIFO(info.st_mode) ? "a FIFO"
+                       : S_ISCHR(info.st_mode)  ? "a character device"
+                       : S_ISBLK(info.st_mode)  ? "a block device"
+                       : S_ISSOCK(info.st_mode) ? "a socket"
+                                                : "not a file";
+    return Status::IOError("cannot read config " + path + ": it is " + what +
+                           "; allowed: a regular JSON file");
+  }
+  const auto too_large = [&](uint64_t bytes) {
+    return Status::InvalidArgument("config " + path + ": " + std::to_string(bytes) +
+                                   " bytes; allowed: at most " + std::to_string(kMaxConfigBytes) +
+                                   " (a config is a few KiB of JSON)");
+  };
+  if (static_cast<uint64_t>(info.st_size) > kMaxConfigBytes) return too_large(info.st_size);
   std::string text;
   char buffer[1 << 16];
   size_t n = 0;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), file.get())) > 0) text.append(buffer, n);
-  // fopen succeeds on a directory on Linux; the read is what fails (EISDIR).
+  while ((n = std::fread(buffer, 1, sizeof(buffer), file.get())) > 0) {
+    text.append(buffer, n);
+    // It may have grown since fstat.
+    if (text.size() > kMaxConfigBytes) return too_large(text.size());
+  }
   if (std::ferror(file.get())) {
     return Status::IOError("cannot read config " + path + ": " +
                            std::generic_category().message(errno));

@@ -72,19 +72,19 @@ std::string_view ToString(MlpPrecision v);
 
 struct EncodingConfig {
   std::string otype = "HashGrid";  // only HashGrid
-  int n_levels = 16;                // 1..32
-  int n_features_per_level = 2;     // 1, 2, 4 or 8
-  int log2_hashmap_size = 19;       // 4..30
-  int base_resolution = 16;         // 1..1<<20
-  double per_level_scale = 1.5;     // 1.0..16.0 (finite)
+  int n_levels = 16;               // 1..32
+  int n_features_per_level = 2;    // 1, 2, 4 or 8
+  int log2_hashmap_size = 19;      // 4..30
+  int base_resolution = 16;        // 1..1<<20
+  double per_level_scale = 1.5;    // 1.0..16.0 (finite)
 
   // Field by field: what a round trip through ToJson must preserve.
   bool operator==(const EncodingConfig&) const = default;
 };
 
 struct NetworkConfig {
-  int n_neurons = 64;        // 1..1024
-  int n_hidden_layers = 2;   // 0..16
+  int n_neurons = 64;       // 1..1024
+  int n_hidden_layers = 2;  // 0..16
 
   // Field by field: what a round trip through ToJson must preserve.
   bool operator==(const NetworkConfig&) const = default;
@@ -138,9 +138,9 @@ struct ClusterLayout {
 
 struct DistributedConfig {
   bool enable = false;
-  int world_size = 1;                    // 1..65536
-  std::string master_addr = "127.0.0.1"; // non-empty host name or address
-  int master_port = 29500;               // 1..65535
+  int world_size = 1;                     // 1..65536
+  std::string master_addr = "127.0.0.1";  // non-empty host name or address
+  int master_port = 29500;                // 1..65535
   GradientSyncMode gradient_sync = GradientSyncMode::kNccl;
   BatchSplitting batch_splitting = BatchSplitting::kEven;
   bool model_parallel = false;
@@ -149,7 +149,7 @@ struct DistributedConfig {
   double timeout_s = 30.0;  // (0, 3600]: every wait (rendezvous, barrier, pull) gives up after this
   // auto: NCCL where the model lives on the GPU, else Gloo (RunSpec resolves it)
   CollectiveKind collective = CollectiveKind::kAuto;
-  double bucket_mb = 25.0;  // (0, 4096]: all-reduce bucket size in MiB
+  double bucket_mb = 25.0;     // (0, 4096]: all-reduce bucket size in MiB
   int adaptive_interval = 20;  // 1..100000: steps between re-splits under batch_splitting adaptive
   std::vector<NodeConfig> nodes;  // empty: one node holding every worker
 
@@ -170,13 +170,13 @@ struct DistributedConfig {
 };
 
 struct PsConfig {
-  int shards = 1;                              // 1..256 PS shard processes
+  int shards = 1;  // 1..256 PS shard processes
   Consistency consistency = Consistency::kBsp;
-  int staleness = 2;                           // 0..1000; ssp only: max steps ahead of the slowest
-  int threads = 2;                             // 1..64 threads per shard
-  std::string host = "127.0.0.1";              // where shards listen on one machine
-  bool host_given = false;                     // ps.host appeared in the config
-  int base_port = 0;                           // 0: master_port + 1 + shard; else base_port + shard
+  int staleness = 2;               // 0..1000; ssp only: max steps ahead of the slowest
+  int threads = 2;                 // 1..64 threads per shard
+  std::string host = "127.0.0.1";  // where shards listen on one machine
+  bool host_given = false;         // ps.host appeared in the config
+  int base_port = 0;               // 0: master_port + 1 + shard; else base_port + shard
   OptimizerPlacement optimizer = OptimizerPlacement::kAuto;
 
   // Field by field: what a round trip through ToJson must preserve.
@@ -184,16 +184,16 @@ struct PsConfig {
 };
 
 struct TrainingConfig {
-  int batch_size = 16384;         // 1..1<<24; samples per optimizer step (global)
-  double learning_rate = 1e-2;    // (0, 10], finite
+  int batch_size = 16384;       // 1..1<<24; samples per optimizer step (global)
+  double learning_rate = 1e-2;  // (0, 10], finite
   bool mixed_precision = false;
   int gradient_accumulation = 1;  // 1..1024, must divide batch_size
   bool dynamic_resolution = false;
   int dynamic_resolution_steps = 0;  // 0 = steps/2; step by which every level is on
-  int steps = 1000;               // 1..10'000'000
+  int steps = 1000;                  // 1..10'000'000
   uint64_t seed = 1337;
-  int threads = 1;                // 1..256
-  int log_every = 100;            // 0 = never; >= 0
+  int threads = 1;      // 1..256
+  int log_every = 100;  // 0 = never; >= 0
   TrainingDevice device = TrainingDevice::kAuto;
   MlpPrecision mlp_precision = MlpPrecision::kFp32;  // bf16 needs device "cpu"
 
@@ -220,8 +220,8 @@ struct CompressionConfig {
   // Keep the compression residual of touched rows and add it back. Unset:
   // true, except for the unbiased qsgd and randomk.
   bool error_feedback = true;
-  int min_bytes = 4096;        // 0..2^30: smaller blocks travel uncompressed
-  bool pull = false;           // also compress pull replies (no error feedback)
+  int min_bytes = 4096;  // 0..2^30: smaller blocks travel uncompressed
+  bool pull = false;     // also compress pull replies (no error feedback)
 
   // Field by field: what a round trip through ToJson must preserve.
   bool operator==(const CompressionConfig&) const = default;
@@ -287,6 +287,8 @@ struct Config {
   // line, each as "<source>: <key.path>: <problem>; allowed: <what>".
   static Result<Config> Parse(std::string_view text, std::string_view source,
                               const std::vector<std::string>& overrides = {});
+  // The largest config file LoadFile reads.
+  static constexpr uint64_t kMaxConfigBytes = uint64_t{16} << 20;
   static Result<Config> LoadFile(const std::string& path,
                                  const std::vector<std::string>& overrides = {});
 

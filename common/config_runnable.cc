@@ -31,7 +31,9 @@ bool Config::OptimizerOnWorkers() const {
 
 Status Config::CheckRunnable(bool standalone) const {
   std::vector<std::string> lines;
-  Status invalid;
+  // Values no run can use (InvalidArgument), every one at once; the
+  // caller names the file.
+  std::vector<std::string> invalid;
   if (!standalone && distributed.enable) {
     const GradientSyncMode sync = distributed.gradient_sync;
     if (sync == GradientSyncMode::kNccl && compression.codec != "none") {
@@ -59,17 +61,17 @@ Status Config::CheckRunnable(bool standalone) const {
       const int split = distributed.world_size * training.gradient_accumulation;
       if (distributed.batch_splitting == BatchSplitting::kEven &&
           training.batch_size % split != 0) {
-        invalid = Status::InvalidArgument(
-            source + ": training.batch_size: " + std::to_string(training.batch_size) +
-            " does not split evenly over distributed.world_size " +
-            std::to_string(distributed.world_size) + " x training.gradient_accumulation " +
-            std::to_string(training.gradient_accumulation) + "; allowed: a multiple of " +
-            std::to_string(split));
+        invalid.push_back("training.batch_size: " + std::to_string(training.batch_size) +
+                          " does not split evenly over distributed.world_size " +
+                          std::to_string(distributed.world_size) +
+                          " x training.gradient_accumulation " +
+                          std::to_string(training.gradient_accumulation) +
+                          "; allowed: a multiple of " + std::to_string(split));
       }
     }
     if (training.batch_size < distributed.world_size * training.gradient_accumulation) {
-      invalid = Status::InvalidArgument(
-          source + ": training.batch_size: " + std::to_string(training.batch_size) +
+      invalid.push_back(
+          "training.batch_size: " + std::to_string(training.batch_size) +
           " is smaller than distributed.world_size x training.gradient_accumulation; allowed: at "
           "least one sample per micro-batch of every worker");
     }
@@ -96,7 +98,7 @@ Status Config::CheckRunnable(bool standalone) const {
     lines.push_back("task.type=" + std::string(ToString(task.type)) +
                     ": not supported yet; allowed now: image");
   }
-  if (!invalid.ok()) return invalid;
+  if (!invalid.empty()) return Status::InvalidArgument(Join(invalid, "\n"));
   if (lines.empty()) return Status::OK();
   return Status::Unsupported(Join(lines, "\n"));
 }

@@ -171,13 +171,23 @@ class CoordinatorClient::Impl {
       MarkBroken(status);
       return status;
     }
-    std::vector<capnp::word> body(length / 8);
-    ec = Run(
-        [&](auto handler) {
-          asio::async_read(socket_, asio::buffer(body.data(), length),
-                           [handler](const ErrorCode& e, size_t) mutable { handler(e); });
-        },
-        deadline);
+    // The body grows as its bytes arrive (1 MiB at a time): a peer that
+    // announces the largest reply and then trickles must not cost that
+    // much memory up front, on every connection it answers.
+    constexpr size_t kReadChunk = size_t{1} << 20;
+    std::vector<capnp::word> body;
+    for (size_t read = 0; read < length && !ec;) {
+      const size_t chunk = std::min<size_t>(kReadChunk, length - read);
+      body.resize((read + chunk) / 8);
+      ec = Run(
+          [&](auto handler) {
+            asio::async_read(socket_,
+                             asio::buffer(reinterpret_cast<uint8_t*>(body.data()) + read, chunk),
+                             [handler](const ErrorCode& e, size_t) mutable { handler(e); });
+          },
+          deadline);
+      read += chunk;
+    }
     if (ec) return io_failure("receive", ec);
     if (session_) {
       auto opened = wire::OpenSealedBody(*session_, body.data(), length);
@@ -249,7 +259,7 @@ class CoordinatorClient::Impl {
   asio::io_context io_;
   tcp::socket socket_;
   uint64_t next_request_id_ = 1;
-  Status broken_;  // not OK once the connection is unusable
+  Status broken_;                                // not OK once the connection is unusable
   std::optional<wire::ControlSession> session_;  // security: frames sealed after the proof
 };
 

@@ -2,6 +2,12 @@
 // JSON syntax and every kind of validation problem. Overrides, ToJson and
 // what can run: config_keys_test.cc. Runs with the repository root as
 // working directory.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
 #include "tests/config_test_util.h"
 
 namespace gridsync {
@@ -455,6 +461,60 @@ TEST(ConfigValidationTest, AllProblemsReportedTogether) {
 }
 
 // --- Overrides ----------------------------------------------------------------------------------
+
+// Issue (review): /dev/zero as the config grew the text to 4 GB and
+// aborted in bad_alloc; a FIFO hung every binary at startup, saying
+// nothing. Only a regular file of at most kMaxConfigBytes is read.
+// Issue (review): CheckRunnable reported only the last of its invalid
+// values, each prefixed with the file the caller names again; and the
+// metrics.port refusal offered "allowed: 1..-2" when no port fits.
+TEST(ConfigTest, EveryUnrunnableValueIsReportedOnceAndPortRangesMakeSense) {
+  Result<Config> c =
+      Config::LoadFile("configs/distributed_small.json",
+                       {"distributed.gradient_sync=ps", "distributed.world_size=3",
+                        "training.batch_size=2", "training.gradient_accumulation=1"});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const Status runnable = c->CheckRunnable(/*standalone=*/false);
+  ASSERT_EQ(runnable.code(), StatusCode::kInvalidArgument) << runnable.ToString();
+  EXPECT_EQ(CountLines(runnable.message()), 2u) << runnable.message();
+  EXPECT_TRUE(Contains(runnable.message(), "does not split evenly"));
+  EXPECT_TRUE(Contains(runnable.message(), "is smaller than distributed.world_size"));
+  EXPECT_EQ(runnable.message().find("configs/"), std::string::npos) << runnable.message();
+
+  const std::string ports = ErrorOf(R"({"distributed": {"enable": true, "world_size": 65536},
+      "training": {"batch_size": 65536}, "metrics": {"port": 39600}})");
+  EXPECT_TRUE(Contains(ports, "allowed: 0 (off): 1 + ps.shards + world_size ="));
+  EXPECT_EQ(ports.find("1..-"), std::string::npos) << ports;
+}
+
+TEST(ConfigTest, OnlyARegularFileOfBoundedSizeIsRead) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("gridsync-cfg-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string fifo = (dir / "fifo.json").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string large = (dir / "large.json").string();
+  { std::ofstream(large) << "{}"; }
+  fs::resize_file(large, Config::kMaxConfigBytes + 1);  // sparse
+  struct Case {
+    std::string path, expect;
+  };
+  for (const Case& c :
+       {Case{fifo, "it is a FIFO; allowed: a regular JSON file"},
+        Case{"/dev/zero", "it is a character device; allowed: a regular JSON file"},
+        Case{dir.string(), "it is a directory; allowed: a regular JSON file"},
+        Case{large, std::to_string(Config::kMaxConfigBytes + 1) + " bytes; allowed: at most " +
+                        std::to_string(Config::kMaxConfigBytes)}}) {
+    const Result<Config> loaded = Config::LoadFile(c.path);
+    ASSERT_FALSE(loaded.ok()) << c.path;
+    EXPECT_NE(loaded.status().message().find(c.expect), std::string::npos)
+        << loaded.status().ToString();
+    EXPECT_NE(loaded.status().message().find(c.path), std::string::npos)
+        << loaded.status().ToString();
+  }
+  fs::remove_all(dir);
+}
 
 }  // namespace
 }  // namespace gridsync

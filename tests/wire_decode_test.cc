@@ -315,6 +315,23 @@ TEST(WireDecodeTest, NaNAndInfInPushOrInit) {
   }
 }
 
+// Issue (review): a pull reply's NaN, inf or 3e38 went into the worker's
+// model unchecked (the next push's refusal then blamed the worker's own
+// gradients). A pull reply's values are bounded as a push's are.
+TEST(WireDecodeTest, NaNAndHugeValuesInAPullReply) {
+  for (const float bad :
+       {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(), 3e38f}) {
+    std::vector<zmq::message_t> frames;
+    frames.push_back(RawHeader(schema::MessageKind::PULL_REPLY, {{0, 3, true, 0, 0, 4}}));
+    auto values = Iota(12);
+    values[9] = bad;
+    frames.push_back(FrameOf(values));
+    ExpectRefused(Decode(frames, Tables(), Limits{}), StatusCode::kInvalidArgument,
+                  {"frame 1 (values of block 0, table 0)", "at index 9", "row index 2, column 1",
+                   "pullReply values must be finite", "parameters a shard serves"});
+  }
+}
+
 TEST(WireDecodeTest, TooManyBlocks) {
   Limits limits;
   limits.max_blocks = 2;

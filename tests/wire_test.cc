@@ -191,9 +191,11 @@ TEST(WireRoundTripTest, PullReplyCarriesOnlyValues) {
   EXPECT_EQ(m->blocks[0].values[11], 8.0f);
 }
 
-TEST(WireRoundTripTest, PullReplyDoesNotCheckFiniteness) {
-  // Only gradients and initial values are checked: a diverged model's
-  // parameters are still the shard's answer, and the worker decides.
+TEST(WireRoundTripTest, PullReplyValuesAreBoundedAsPushesAre) {
+  // A shard's parameters only ever take finite, bounded pushes, so a
+  // non-finite value in a reply is damage or a peer that is no shard: the
+  // worker would copy it into its model, and its next push be refused as
+  // if its own gradients were wrong. Refused here, naming the reply.
   OutHeader h;
   h.kind = Kind::kPullReply;
   std::vector<OutBlock> blocks(1);
@@ -204,8 +206,9 @@ TEST(WireRoundTripTest, PullReplyDoesNotCheckFiniteness) {
   blocks[0].values = {std::numeric_limits<float>::quiet_NaN(), 1.0f};
   const auto frames = Encode(h, std::move(blocks));
   auto m = Decode(frames, Tables(), Limits{});
-  ASSERT_TRUE(m.ok()) << m.status().ToString();
-  EXPECT_TRUE(std::isnan(m->blocks[0].values[0]));
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("pullReply values must be finite"), std::string::npos)
+      << m.status().ToString();
 }
 
 TEST(WireRoundTripTest, InitSparseAndDense) {

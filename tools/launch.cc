@@ -36,12 +36,12 @@ struct Child {
   std::string name;
   bool is_worker = false;
   pid_t pid = -1;
-  int fd = -1;            // read end of its stdout+stderr
-  std::string partial;    // an unfinished output line
+  int fd = -1;                   // read end of its stdout+stderr
+  std::string partial;           // an unfinished output line
   std::deque<std::string> tail;  // last lines, for failure reports
   bool exited = false;
   int status = 0;
-  std::string summary;    // the worker's JSON summary line
+  std::string summary;            // the worker's JSON summary line
   std::vector<std::string> argv;  // how it was started (a shard restarts the same way)
   Env env;
   int restarts = 0;
@@ -224,19 +224,22 @@ void PrintSummary(const Child& worker0, const Config& config) {
               config.training.steps);
   std::printf("PSNR               %.2f dB\n", j.value("psnr_db", 0.0));
   std::printf("reconstruction     %s\n", j.value("png", std::string("-")).c_str());
-  std::printf("throughput         %.0f samples/s (global batch %d)\n", j.value("samples_per_second", 0.0),
-              config.training.batch_size);
+  std::printf("throughput         %.0f samples/s (global batch %d)\n",
+              j.value("samples_per_second", 0.0), config.training.batch_size);
   if (ps) {
-    std::printf("pushed per step    %.2f MB (worker 0)\n", j.value("bytes_pushed_per_step", 0.0) / 1e6);
-    std::printf("pulled per step    %.2f MB (worker 0)\n", j.value("bytes_pulled_per_step", 0.0) / 1e6);
+    std::printf("pushed per step    %.2f MB (worker 0)\n",
+                j.value("bytes_pushed_per_step", 0.0) / 1e6);
+    std::printf("pulled per step    %.2f MB (worker 0)\n",
+                j.value("bytes_pulled_per_step", 0.0) / 1e6);
   } else {
     std::printf("all-reduced/step   %.2f MB per worker (dense gradient)\n",
                 j.value("bytes_pushed_per_step", 0.0) / 1e6);
   }
   const double train = j.value("train_seconds", 0.0);
   const double comm = j.value("comm_seconds", 0.0);
-  std::printf("communication      %.2f s of %.2f s training (%.0f%%, worker 0 blocked in communication)\n",
-              comm, train, train > 0 ? 100.0 * comm / train : 0.0);
+  std::printf(
+      "communication      %.2f s of %.2f s training (%.0f%%, worker 0 blocked in communication)\n",
+      comm, train, train > 0 ? 100.0 * comm / train : 0.0);
 }
 
 // The "launch/done" barrier of every node's launcher, with this node's
@@ -282,21 +285,24 @@ int RunLaunch(const LaunchOptions& options) {
     return kConfigErrorExitCode;
   }
   if (!config->distributed.enable) {
-    std::fprintf(stderr, "%s: distributed.enable is false; allowed: launch needs a distributed config "
-                         "(use gridsync-worker --standalone to train in one process)\n",
+    std::fprintf(stderr,
+                 "%s: distributed.enable is false; allowed: launch needs a distributed config "
+                 "(use gridsync-worker --standalone to train in one process)\n",
                  options.config_path.c_str());
     return kConfigErrorExitCode;
   }
   if (auto runnable = config->CheckRunnable(false); !runnable.ok()) {
-    std::fprintf(stderr, "%s\n", runnable.message().c_str());
+    std::fprintf(stderr, "%s: %s\n", options.config_path.c_str(), runnable.message().c_str());
     return kConfigErrorExitCode;
   }
   const std::string coordinator = FindBinary(options.bin_dir, "gridsync-coordinator");
   const std::string ps = FindBinary(options.bin_dir, "gridsync-ps");
   const std::string worker = FindBinary(options.bin_dir, "gridsync-worker");
   if (coordinator.empty() || ps.empty() || worker.empty()) {
-    std::fprintf(stderr, "gridsync launch: cannot find gridsync-coordinator, gridsync-ps and gridsync-worker "
-                         "next to this executable; pass --bin-dir\n");
+    std::fprintf(
+        stderr,
+        "gridsync launch: cannot find gridsync-coordinator, gridsync-ps and gridsync-worker "
+        "next to this executable; pass --bin-dir\n");
     return 1;
   }
   std::vector<std::string> common = {"--config", options.config_path};
@@ -487,9 +493,10 @@ int RunLaunch(const LaunchOptions& options) {
       continue;
     }
     if (failed != nullptr) {
-      std::printf("gridsync launch: %s (pid %d) failed: %s; stopping the others\n", failed->name.c_str(),
-                  failed->pid, Describe(failed->status).c_str());
-      for (const auto& line : failed->tail) std::printf("gridsync launch:   %s| %s\n", failed->name.c_str(), line.c_str());
+      std::printf("gridsync launch: %s (pid %d) failed: %s; stopping the others\n",
+                  failed->name.c_str(), failed->pid, Describe(failed->status).c_str());
+      for (const auto& line : failed->tail)
+        std::printf("gridsync launch:   %s| %s\n", failed->name.c_str(), line.c_str());
       exit_code = 1;
       break;
     }

@@ -370,6 +370,11 @@ Result<uint64_t> PsClient::ReceivePull() {
                 cpu::Decode(got.codec, got.payload.data(), got.payload.size(), decoded.size(),
                             got.codec_seed, decoded.data())
                     .WithContext("pull reply from shard " + std::to_string(s)));
+            // A codec's scale fields can encode any float: bound the deltas
+            // as the plain values are bounded at decode.
+            GRIDSYNC_RETURN_IF_ERROR(
+                wire::CheckValueBounds(decoded, limits_, "pull reply delta")
+                    .WithContext("pull reply from shard " + std::to_string(s)));
             values = decoded.data();
           }
           CopyPulledRows(want, width, values, got.compressed(), replica, dest);

@@ -378,7 +378,10 @@ Result<Message> Decode(const std::vector<zmq::message_t>& frames,
                     frames.size() > expected_frames ? "extra frames" : "frames missing"));
   }
 
-  const bool check_finite = message.kind == Kind::kPush || message.kind == Kind::kInit;
+  // Pull replies too: a worker copies them into its model, and a shard's
+  // parameters stay within what pushes may carry.
+  const bool check_finite = message.kind == Kind::kPush || message.kind == Kind::kInit ||
+                            message.kind == Kind::kPullReply;
   message.blocks.reserve(raw.blocks.size());
   size_t next = 1;
   for (size_t i = 0; i < raw.blocks.size(); ++i) {
@@ -486,10 +489,13 @@ Result<Message> Decode(const std::vector<zmq::message_t>& frames,
           const float v = block.values[bad];
           return Status::InvalidArgument(fmt::format(
               "{}: value {} at index {} (row index {}, column {}); {} values must be finite "
-              "and at most {:g} in magnitude (Adam squares gradients; larger values would "
-              "overflow its state or the parameters)",
+              "and at most {:g} in magnitude ({})",
               FrameName(f, "values", i, b.table), v, bad, bad / b.width,
-              b.col_begin + bad % b.width, kind_name, double{limits.max_abs_value}));
+              b.col_begin + bad % b.width, kind_name, double{limits.max_abs_value},
+              message.kind == Kind::kPullReply
+                  ? "parameters a shard serves; it holds no other"
+                  : "Adam squares gradients; larger values would overflow its state or the "
+                    "parameters"));
         }
       }
     }
