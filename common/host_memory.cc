@@ -1,18 +1,91 @@
 #include "common/host_memory.h"
 
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
+#include <vector>
 
 namespace gridsync {
+namespace {
+
+// A cgroup file's number; "max" (v2) or no file is no limit.
+bool ReadBytes(const std::filesystem::path& path, uint64_t* out) {
+  std::ifstream in(path);
+  std::string word;
+  if (!(in >> word) || word == "max") return false;
+  try {
+    *out = std::stoull(word);
+  } catch (const std::exception&) {
+    return false;
+  }
+  return true;
+}
+
+// The headroom of the cgroup at `dir` (relative to `mount`) and of each
+// ancestor: the least of limit - usage over those with a limit.
+uint64_t Headroom(const std::filesystem::path& mount, std::string dir, const char* limit_file,
+                  const char* usage_file) {
+  uint64_t headroom = UINT64_MAX;
+  for (;;) {
+    const std::filesystem::path at = mount / std::filesystem::path(dir).relative_path();
+    uint64_t limit = 0, usage = 0;
+    // v1 reports "no limit" as a number near 2^63 (rounded to a page).
+    if (ReadBytes(at / limit_file, &limit) && limit < (uint64_t{1} << 62)) {
+      ReadBytes(at / usage_file, &usage);
+      headroom = std::min(headroom, limit > usage ? limit - usage : 0);
+    }
+    if (dir.empty() || dir == "/") break;
+    const size_t slash = dir.find_last_of('/');
+    dir = slash == std::string::npos || slash == 0 ? "/" : dir.substr(0, slash);
+  }
+  return headroom;
+}
+
+}  // namespace
+
+uint64_t AvailableMemoryBytesFrom(const std::string& meminfo, const std::string& proc_cgroup,
+                                  const std::string& cgroup_root) {
+  uint64_t available = 0;
+  {
+    std::ifstream in(meminfo);
+    std::string key, unit;
+    uint64_t kib = 0;
+    while (in >> key >> kib >> unit) {
+      if (key == "MemAvailable:") {
+        available = kib * 1024;
+        break;
+      }
+    }
+  }
+  if (available == 0) return 0;
+  // Lines "id:controllers:path"; v1's memory controller, or v2's "0::".
+  std::ifstream in(proc_cgroup);
+  std::string line;
+  const std::filesystem::path root(cgroup_root);
+  while (std::getline(in, line)) {
+    const size_t a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+    std::vector<std::string> names;
+    std::stringstream split(controllers);
+    for (std::string name; std::getline(split, name, ',');) names.push_back(name);
+    if (std::find(names.begin(), names.end(), "memory") != names.end()) {
+      available = std::min(available, Headroom(root / "memory", path, "memory.limit_in_bytes",
+                                               "memory.usage_in_bytes"));
+    } else if (line.rfind("0::", 0) == 0) {
+      for (const char* mount : {"", "unified"}) {
+        available =
+            std::min(available, Headroom(root / mount, path, "memory.max", "memory.current"));
+      }
+    }
+  }
+  return available;
+}
 
 uint64_t AvailableMemoryBytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key, unit;
-  uint64_t kib = 0;
-  while (in >> key >> kib >> unit) {
-    if (key == "MemAvailable:") return kib * 1024;
-  }
-  return 0;
+  return AvailableMemoryBytesFrom("/proc/meminfo", "/proc/self/cgroup", "/sys/fs/cgroup");
 }
 
 }  // namespace gridsync

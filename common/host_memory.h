@@ -1,15 +1,27 @@
 // What this machine can still give a process: the kernel's MemAvailable
-// (/proc/meminfo). Checks that refuse a run before it allocates compare
-// their estimates with it.
+// (/proc/meminfo), and no more than the headroom of the process's memory
+// cgroup (v1 memory.limit_in_bytes - usage, v2 memory.max - current, of its
+// own cgroup and every ancestor): a systemd unit with MemoryMax= is killed
+// by its cgroup long before the machine runs out. Checks that refuse a run
+// before it allocates compare their estimates with it.
 //
-// Thread safety: reads a file; safe from any thread.
+// Thread safety: reads files; safe from any thread.
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace gridsync {
 
-// Bytes of MemAvailable, or 0 when it cannot be read (then no check refuses).
+// Bytes available to this process, or 0 when MemAvailable cannot be read
+// (then no check refuses).
 uint64_t AvailableMemoryBytes();
+
+// The same from the given files (tests): `meminfo` as /proc/meminfo,
+// `proc_cgroup` as /proc/self/cgroup, cgroup filesystems under
+// `cgroup_root` (/sys/fs/cgroup: v1 controllers in sub-folders, v2 at the
+// root or under unified/).
+uint64_t AvailableMemoryBytesFrom(const std::string& meminfo, const std::string& proc_cgroup,
+                                  const std::string& cgroup_root);
 
 }  // namespace gridsync
