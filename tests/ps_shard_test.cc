@@ -7,6 +7,43 @@ namespace gridsync {
 namespace {
 
 // ---- Malformed input over a real socket ----
+// One shard serving one table of `rows` rows x 2 floats for one worker,
+// its options adjusted by `adjust`. The partition outlives the shard
+// (which refers to it).
+struct OneTableShard {
+  std::unique_ptr<Partition> partition;
+  std::unique_ptr<PsShard> shard;
+};
+template <typename Adjust>
+OneTableShard StartOneTableShard(uint64_t rows, Consistency consistency, Adjust adjust) {
+  OneTableShard one;
+  const std::vector<TableInfo> tables = {{"level", rows, 2}};
+  auto partition = Partition::Make(tables, 1, ModelParallelDim::kRow);
+  EXPECT_TRUE(partition.ok()) << partition.status().ToString();
+  if (!partition.ok()) return one;
+  one.partition = std::make_unique<Partition>(std::move(partition).value());
+  ShardOptions options;
+  options.endpoint = "tcp://127.0.0.1:0";
+  options.workers = 1;
+  options.consistency = consistency;
+  adjust(options);
+  auto shard = PsShard::Start(*one.partition, options);
+  EXPECT_TRUE(shard.ok()) << shard.status().ToString();
+  if (shard.ok()) one.shard = std::move(shard).value();
+  return one;
+}
+
+// A DEALER that reads nothing: one reply fills its queue, and its socket
+// buffer is small, so what the shard sends it stays unsent.
+zmq::socket_t GreedyDealer(zmq::context_t& context, const std::string& endpoint) {
+  zmq::socket_t socket(context, zmq::socket_type::dealer);
+  socket.set(zmq::sockopt::linger, 0);
+  socket.set(zmq::sockopt::rcvhwm, 1);
+  socket.set(zmq::sockopt::rcvbuf, 4096);
+  socket.connect(endpoint);
+  return socket;
+}
+
 TEST(PsShardTest, MalformedInputGetsErrorAndChangesNothing) {
   const ImageTask image = SmallImage();
   auto cluster = Cluster::Start(SmallConfig(1, 1));
@@ -397,25 +434,16 @@ TEST(PsShardTest, WaitingPullsAreBounded) {
 // Replies not yet written to a peer's socket are bounded per peer; past
 // the bound its pulls are refused, and a reading client is served.
 TEST(PsShardTest, RepliesAPeerDoesNotReadAreBounded) {
-  constexpr uint64_t kRows = 1 << 16;  // a pull of the table: 512 KiB
-  const std::vector<TableInfo> tables = {{"level", kRows, 2}};
-  auto partition = Partition::Make(tables, 1, ModelParallelDim::kRow);
-  ASSERT_TRUE(partition.ok()) << partition.status().ToString();
-  ShardOptions options;
-  options.endpoint = "tcp://127.0.0.1:0";
-  options.workers = 1;
-  options.consistency = Consistency::kAsync;
-  options.max_unsent_bytes_per_peer = 4 << 20;
-  auto shard = PsShard::Start(*partition, options);
-  ASSERT_TRUE(shard.ok()) << shard.status().ToString();
+  // A pull of the table: 512 KiB.
+  OneTableShard one = StartOneTableShard(
+      1 << 16, Consistency::kAsync, [](ShardOptions& o) { o.max_unsent_bytes_per_peer = 4 << 20; });
+  ASSERT_NE(one.shard, nullptr);
+  const Partition* partition = one.partition.get();
+  PsShard* shard = one.shard.get();
   const std::vector<wire::TableShape> shapes = ShapesOf(*partition);
 
   zmq::context_t context(1);
-  zmq::socket_t greedy(context, zmq::socket_type::dealer);
-  greedy.set(zmq::sockopt::linger, 0);
-  greedy.set(zmq::sockopt::rcvhwm, 1);
-  greedy.set(zmq::sockopt::rcvbuf, 4096);
-  greedy.connect((*shard)->endpoint());
+  zmq::socket_t greedy = GreedyDealer(context, shard->endpoint());
   // 400 pulls (200 MiB of replies), none read.
   for (uint64_t id = 1; id <= 400; ++id) {
     auto frames = PullOfTable0(*partition, id, 1);
@@ -424,19 +452,19 @@ TEST(PsShardTest, RepliesAPeerDoesNotReadAreBounded) {
   const auto deadline = std::chrono::steady_clock::now() + 20s;
   uint64_t refused = 0;
   while (std::chrono::steady_clock::now() < deadline) {
-    auto stats = (*shard)->serving_stats();
+    auto stats = shard->serving_stats();
     refused = stats.refusals.count("IOError") ? stats.refusals.at("IOError") : 0;
-    if (refused > 0 && (*shard)->stats().pulls == 400) break;
+    if (refused > 0 && shard->stats().pulls == 400) break;
     std::this_thread::sleep_for(20ms);
   }
   EXPECT_GT(refused, 0u) << "pulls past the per-peer bound must be refused";
-  EXPECT_EQ((*shard)->stats().pulls, 400u);
+  EXPECT_EQ(shard->stats().pulls, 400u);
   // A client that reads is served meanwhile.
-  RawClient reader((*shard)->endpoint());
+  RawClient reader(shard->endpoint());
   auto reply = reader.Exchange(PullOfTable0(*partition, 500, 1), shapes);
   ASSERT_TRUE(reply.ok()) << reply.status().ToString();
   EXPECT_EQ(reply->kind, wire::Kind::kPullReply) << reply->error.ToString();
-  (*shard)->Stop();
+  shard->Stop();
 }
 
 // Issue (review): 150 held pulls naming every row of the large levels took
@@ -445,22 +473,16 @@ TEST(PsShardTest, RepliesAPeerDoesNotReadAreBounded) {
 // are still served when their version comes.
 TEST(PsShardTest, BytesOfWaitingPullsAreBounded) {
   constexpr uint32_t kRows = 1 << 16;
-  const std::vector<TableInfo> tables = {{"level", kRows, 2}};
-  auto partition = Partition::Make(tables, 1, ModelParallelDim::kRow);
-  ASSERT_TRUE(partition.ok()) << partition.status().ToString();
-  ShardOptions options;
-  options.endpoint = "tcp://127.0.0.1:0";
-  options.workers = 1;
-  options.consistency = Consistency::kBsp;
   // Each pull counts 2^16 raw ids twice (frame and rows): 512 KiB; two fit.
-  options.max_waiting_pull_bytes = 3 << 19;
-  auto shard = PsShard::Start(*partition, options);
-  ASSERT_TRUE(shard.ok()) << shard.status().ToString();
-  const std::vector<wire::TableShape> shapes = ShapesOf(*partition);
+  OneTableShard one = StartOneTableShard(
+      kRows, Consistency::kBsp, [](ShardOptions& o) { o.max_waiting_pull_bytes = 3 << 19; });
+  ASSERT_NE(one.shard, nullptr);
+  PsShard* shard = one.shard.get();
+  const std::vector<wire::TableShape> shapes = ShapesOf(*one.partition);
   zmq::context_t context(1);
   zmq::socket_t socket(context, zmq::socket_type::dealer);
   socket.set(zmq::sockopt::linger, 0);
-  socket.connect((*shard)->endpoint());
+  socket.connect(shard->endpoint());
   auto pull = [&](uint64_t request_id) {
     wire::OutHeader h;
     h.kind = wire::Kind::kPull;
@@ -491,12 +513,11 @@ TEST(PsShardTest, BytesOfWaitingPullsAreBounded) {
             std::string::npos)
       << refused->error.message();
   const auto deadline = std::chrono::steady_clock::now() + 2s;
-  while ((*shard)->serving_stats().waiting_pulls != 2 &&
-         std::chrono::steady_clock::now() < deadline) {
+  while (shard->serving_stats().waiting_pulls != 2 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(10ms);
   }
-  EXPECT_EQ((*shard)->serving_stats().waiting_pulls, 2u);
-  (*shard)->Stop();
+  EXPECT_EQ(shard->serving_stats().waiting_pulls, 2u);
+  shard->Stop();
 }
 
 // Issue (review): a peer with nothing pending was never refused, so N
@@ -504,42 +525,33 @@ TEST(PsShardTest, BytesOfWaitingPullsAreBounded) {
 // replies, past the bound for all peers. Once more peers than the run has
 // workers hold replies, a fresh peer is refused past that bound too.
 TEST(PsShardTest, RepliesOfManyPeersThatDoNotReadAreBounded) {
-  constexpr uint64_t kRows = 1 << 21;  // a pull of the table: 16 MiB
-  const std::vector<TableInfo> tables = {{"level", kRows, 2}};
-  auto partition = Partition::Make(tables, 1, ModelParallelDim::kRow);
-  ASSERT_TRUE(partition.ok()) << partition.status().ToString();
-  ShardOptions options;
-  options.endpoint = "tcp://127.0.0.1:0";
-  options.workers = 1;
-  options.consistency = Consistency::kAsync;
-  options.max_unsent_bytes = 40 << 20;  // two replies and a half
-  auto shard = PsShard::Start(*partition, options);
-  ASSERT_TRUE(shard.ok()) << shard.status().ToString();
+  // A pull of the table: 16 MiB; two replies and a half in all.
+  OneTableShard one = StartOneTableShard(1 << 21, Consistency::kAsync,
+                                         [](ShardOptions& o) { o.max_unsent_bytes = 40 << 20; });
+  ASSERT_NE(one.shard, nullptr);
+  const Partition* partition = one.partition.get();
+  PsShard* shard = one.shard.get();
   zmq::context_t context(1);
   constexpr int kPeers = 8;
   std::vector<zmq::socket_t> greedy;
   for (int p = 0; p < kPeers; ++p) {
-    zmq::socket_t& s = greedy.emplace_back(context, zmq::socket_type::dealer);
-    s.set(zmq::sockopt::linger, 0);
-    s.set(zmq::sockopt::rcvhwm, 1);
-    s.set(zmq::sockopt::rcvbuf, 4096);
-    s.connect((*shard)->endpoint());
+    zmq::socket_t& s = greedy.emplace_back(GreedyDealer(context, shard->endpoint()));
     auto frames = PullOfTable0(*partition, static_cast<uint64_t>(p + 1), 1);
     ASSERT_TRUE(wire::SendMultipart(s, frames).ok());
   }
   const auto deadline = std::chrono::steady_clock::now() + 20s;
   uint64_t refused = 0;
   while (std::chrono::steady_clock::now() < deadline) {
-    auto stats = (*shard)->serving_stats();
+    auto stats = shard->serving_stats();
     refused = stats.refusals.count("IOError") ? stats.refusals.at("IOError") : 0;
-    if ((*shard)->stats().pulls == kPeers) break;
+    if (shard->stats().pulls == kPeers) break;
     std::this_thread::sleep_for(20ms);
   }
-  EXPECT_EQ((*shard)->stats().pulls, static_cast<uint64_t>(kPeers));
+  EXPECT_EQ(shard->stats().pulls, static_cast<uint64_t>(kPeers));
   // At most 40 MiB + one reply pending: 3 of the 8 replies, the rest refused
   // (the sockets' kernel buffers take a little of each).
   EXPECT_GE(refused, static_cast<uint64_t>(kPeers - 4)) << "fresh peers past the bound for all";
-  (*shard)->Stop();
+  shard->Stop();
 }
 
 TEST(PsShardTest, RowsOfAnotherShardAreRefused) {
