@@ -28,7 +28,6 @@
 #include "server/serve_metrics.h"
 #include "server/shard_checkpoint.h"
 #include "server/shard_membership.h"
-#include "server/shard_store.h"
 
 namespace {
 volatile std::sig_atomic_t g_stop = 0;
@@ -118,9 +117,7 @@ int main(int argc, char** argv) {
   // As the worker does (worker/main.cc): a partition larger than this
   // machine's memory is refused by name before it is allocated, rather
   // than abort in the allocation or wake the OOM killer.
-  const uint64_t need = gridsync::ShardStore::BytesFor(
-      *partition, options.shard, options.apply_updates,
-      options.pull_codec.codec != gridsync::Codec::kNone ? options.workers : 0);
+  const uint64_t need = gridsync::ShardStoreBytes(*partition, options);
   if (const uint64_t available = gridsync::AvailableMemoryBytes();
       available > 0 && need > available) {
     std::fprintf(
@@ -131,9 +128,7 @@ int main(int argc, char** argv) {
         config_path.c_str(), shard, static_cast<double>(need) / 1073741824.0,
         static_cast<unsigned long long>(partition->OwnedValues(options.shard)), tables.size(),
         options.apply_updates ? "" : ", Adam's m, v and step counts",
-        options.pull_codec.codec != gridsync::Codec::kNone
-            ? ", a replica per worker (compression.pull)"
-            : "",
+        gridsync::ReplicaWorkers(options) > 0 ? ", a replica per worker (compression.pull)" : "",
         static_cast<double>(available) / 1073741824.0);
     return gridsync::kConfigErrorExitCode;
   }

@@ -15,6 +15,15 @@ Result<std::unique_ptr<PsShard>> PsShard::Start(const Partition& partition,
   return std::unique_ptr<PsShard>(std::move(shard));
 }
 
+uint32_t ReplicaWorkers(const ShardOptions& options) {
+  return options.pull_codec.codec != Codec::kNone ? options.workers : 0;
+}
+
+uint64_t ShardStoreBytes(const Partition& partition, const ShardOptions& options) {
+  return ShardStore::BytesFor(partition, options.shard, options.apply_updates,
+                              ReplicaWorkers(options));
+}
+
 Result<ShardOptions> ShardOptionsFor(const RunSpec& spec, uint32_t shard) {
   const Config& config = spec.config;
   ShardOptions options;

@@ -107,6 +107,14 @@ struct ShardControl {
 // at its default: callers choose where to listen).
 Result<ShardOptions> ShardOptionsFor(const RunSpec& spec, uint32_t shard);
 
+// What the shard's store allocates for `partition` under `options`
+// (ShardStore::BytesFor with a replica per worker for delta pulls, as the
+// shard makes them): gridsync-ps checks it against the memory available.
+uint64_t ShardStoreBytes(const Partition& partition, const ShardOptions& options);
+// The workers whose replicas the store keeps: all of them with delta pulls
+// (pull_codec set), else none.
+uint32_t ReplicaWorkers(const ShardOptions& options);
+
 // What the shard's serving loop is doing, for metrics (besides
 // wire::ShardStats, which the stats request carries).
 struct ServingStats {

@@ -72,7 +72,8 @@ class PsShardImpl : public PsShard {
     // as one bsp step (measured: async at the full rate ended 9 dB lower).
     if (options_.consistency != Consistency::kBsp && options_.workers > 0)
       store_->SetLrScale(1.0f / static_cast<float>(options_.workers));
-    if (options_.pull_codec.codec != Codec::kNone) store_->EnableReplicas(options_.workers);
+    if (const uint32_t workers = ReplicaWorkers(options_); workers > 0)
+      store_->EnableReplicas(workers);
   }
 
   // A long-running shard serves job after job, and a job survives a
