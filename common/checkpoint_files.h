@@ -30,6 +30,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/file_bytes.h"
 #include "common/status.h"
 
 namespace gridsync {
@@ -38,18 +39,6 @@ namespace gridsync {
 // numbers per table), so that a forged or damaged one is refused by its size
 // before it is read. WriteCheckpointPart refuses to write a larger one.
 inline constexpr uint64_t kMaxManifestBytes = uint64_t{1} << 20;
-
-// The size of regular file `path`, taken without reading it: NotFound when
-// it does not exist, IOError naming it when it is no regular file or cannot
-// be looked at.
-Result<uint64_t> FileSize(const std::string& path);
-
-// Exactly `size` bytes of `path`: the size FileSize returned and the caller
-// checked, so that no file is read, nor memory taken for it, before it is
-// known to be the size its reader expects. IOError naming the file when it
-// holds fewer or more bytes by then (it changed meanwhile; never a silently
-// short string), cannot be read, or `size` bytes do not fit in memory.
-Result<std::string> ReadFileOfSize(const std::string& path, uint64_t size);
 
 // Writes `bytes` to `path` through a temporary file (path + ".tmp"), fsync,
 // rename and an fsync of the folder: afterwards the file is either its old

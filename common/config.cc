@@ -7,10 +7,8 @@
 
 #include "common/config.h"
 
-#include <fcntl.h>
 #include <spdlog/fmt/fmt.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -29,6 +27,7 @@
 
 #include "common/cluster_layout.h"
 #include "common/config_reader.h"
+#include "common/file_bytes.h"
 
 namespace gridsync {
 
@@ -589,24 +588,14 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
 
 Result<Config> Config::LoadFile(const std::string& path,
                                 const std::vector<std::string>& overrides) {
-  // Non-blocking: opening a FIFO for reading blocks until a writer comes,
-  // and a config path must never hang a unit at startup. Only a regular
-  // file of bounded size is read: /dev/zero or a FIFO would otherwise grow
-  // the text until the process aborts, or wait forever, saying nothing.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) {
-    return Status::IOError("cannot open config " + path + ": " +
-                           std::generic_category().message(errno));
-  }
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(::fdopen(fd, "rb"), &std::fclose);
-  if (file == nullptr) {
-    ::close(fd);
-    return Status::IOError("cannot open config " + path + ": " +
-                           std::generic_category().message(errno));
-  }
+  // Looked at without opening it (opening a FIFO for reading blocks until a
+  // writer comes, and a config path must never hang a unit at startup),
+  // then read only as a regular file of bounded size: /dev/zero or a FIFO
+  // would otherwise grow the text until the process aborts, or wait
+  // forever, saying nothing.
   struct stat info {};
-  if (::fstat(fd, &info) != 0) {
-    return Status::IOError("cannot read config " + path + ": " +
+  if (::stat(path.c_str(), &info) != 0) {
+    return Status::IOError("cannot open config " + path + ": " +
                            std::generic_category().message(errno));
   }
   if (!S_ISREG(info.st_mode)) {
@@ -619,24 +608,14 @@ Result<Config> Config::LoadFile(const std::string& path,
     return Status::IOError("cannot read config " + path + ": it is " + what +
                            "; allowed: a regular JSON file");
   }
-  const auto too_large = [&](uint64_t bytes) {
-    return Status::InvalidArgument("config " + path + ": " + std::to_string(bytes) +
+  if (static_cast<uint64_t>(info.st_size) > kMaxConfigBytes) {
+    return Status::InvalidArgument("config " + path + ": " + std::to_string(info.st_size) +
                                    " bytes; allowed: at most " + std::to_string(kMaxConfigBytes) +
                                    " (a config is a few KiB of JSON)");
-  };
-  if (static_cast<uint64_t>(info.st_size) > kMaxConfigBytes) return too_large(info.st_size);
-  std::string text;
-  char buffer[1 << 16];
-  size_t n = 0;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), file.get())) > 0) {
-    text.append(buffer, n);
-    // It may have grown since fstat.
-    if (text.size() > kMaxConfigBytes) return too_large(text.size());
   }
-  if (std::ferror(file.get())) {
-    return Status::IOError("cannot read config " + path + ": " +
-                           std::generic_category().message(errno));
-  }
+  // Exactly the size taken: a file that grows meanwhile is refused, never
+  // read on without bound.
+  GRIDSYNC_ASSIGN_OR_RETURN(const std::string text, ReadFileOfSize(path, info.st_size));
   return Parse(text, path, overrides);
 }
 

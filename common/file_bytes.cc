@@ -1,0 +1,70 @@
+// Reading a file whose size is checked first (file_bytes.h).
+#include "common/file_bytes.h"
+
+#include <fcntl.h>
+#include <spdlog/fmt/fmt.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+
+namespace gridsync {
+
+namespace fs = std::filesystem;
+
+Result<uint64_t> FileSize(const std::string& path) {
+  std::error_code ec;
+  const fs::file_status status = fs::status(path, ec);
+  if (!fs::exists(status)) return Status::NotFound("cannot read " + path + ": no such file");
+  if (ec) return Status::IOError("cannot look at " + path + ": " + ec.message());
+  if (!fs::is_regular_file(status)) {
+    return Status::IOError(path + " is no regular file; allowed: a file gridsync wrote");
+  }
+  const uintmax_t size = fs::file_size(path, ec);
+  if (ec) return Status::IOError("cannot take the size of " + path + ": " + ec.message());
+  return static_cast<uint64_t>(size);
+}
+
+Result<std::string> ReadFileOfSize(const std::string& path, uint64_t size) {
+  std::string bytes;
+  try {
+    bytes.resize(size);
+  } catch (const std::exception&) {  // std::bad_alloc, or std::length_error past max_size()
+    return Status::IOError(fmt::format("{}: {} bytes do not fit in memory", path, size));
+  }
+  // Non-blocking: had the file become a FIFO since FileSize, the open
+  // would wait for a writer (for a regular file the flag changes nothing).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return Status::IOError("cannot read " + path + ": " + std::strerror(errno));
+  uint64_t got = 0;
+  bool more = false;
+  int error = 0;
+  // Until `size` bytes or the end, then one byte more: a file that grew
+  // since its size was taken is refused too, never cut short silently.
+  while (error == 0) {
+    char extra = 0;
+    char* const at = got < size ? bytes.data() + got : &extra;
+    const size_t want = got < size ? static_cast<size_t>(size - got) : 1;
+    const ssize_t n = ::read(fd, at, want);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) error = errno;
+    if (n <= 0) break;
+    if (got == size) {
+      more = true;
+      break;
+    }
+    got += static_cast<uint64_t>(n);
+  }
+  ::close(fd);
+  if (error != 0) return Status::IOError("cannot read " + path + ": " + std::strerror(error));
+  if (got != size || more) {
+    return Status::IOError(
+        fmt::format("{}: {} bytes where its size said {} (it changed while read)", path,
+                    more ? "more" : std::to_string(got), size));
+  }
+  return bytes;
+}
+
+}  // namespace gridsync

@@ -1,0 +1,29 @@
+// Reading a file whose size is checked first: its size from the file
+// system without opening it (so a FIFO is never waited on), then exactly
+// that many bytes, so that no file is read, nor memory taken for it, before
+// its reader knows it is the size it expects. For every file that is input
+// (checkpoints, the coordinator's state, configs).
+//
+// Thread safety: free functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+
+namespace gridsync {
+
+// The size of regular file `path`, taken without reading it: NotFound when
+// it does not exist, IOError naming it when it is no regular file or cannot
+// be looked at.
+Result<uint64_t> FileSize(const std::string& path);
+
+// Exactly `size` bytes of `path`: the size FileSize returned and the caller
+// checked, so that no file is read, nor memory taken for it, before it is
+// known to be the size its reader expects. IOError naming the file when it
+// holds fewer or more bytes by then (it changed meanwhile; never a silently
+// short string), cannot be read, or `size` bytes do not fit in memory.
+Result<std::string> ReadFileOfSize(const std::string& path, uint64_t size);
+
+}  // namespace gridsync
