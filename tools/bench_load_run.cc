@@ -4,8 +4,6 @@
 //
 // Thread safety: see bench_load.h.
 #include <malloc.h>
-#include <sys/resource.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -30,6 +28,7 @@
 #include "common/status.h"
 #include "common/wire/message.h"
 #include "server/ps_shard.h"
+#include "tools/bench_cpu.h"
 #include "tools/bench_load.h"
 #include "tools/bench_shard_map.h"
 #include "worker/ps_client.h"
@@ -111,35 +110,6 @@ bool ResetPeak() {
   clear << "5";
   clear.flush();
   return static_cast<bool>(clear);
-}
-
-// CPU seconds: the host's busy time (every core, /proc/stat) and this
-// process's (getrusage). Over the timed phase they tell how much of the
-// cores this run had and how much went to other processes (a compiler
-// sharing the host), which moves the latencies as much as W does.
-struct CpuTimes {
-  double host_busy = 0;
-  double self = 0;
-};
-
-CpuTimes ReadCpu() {
-  CpuTimes t;
-  std::ifstream stat("/proc/stat");
-  std::string cpu;
-  uint64_t user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
-  stat >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal;
-  const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
-  if (cpu == "cpu" && tick > 0) {
-    t.host_busy = static_cast<double>(user + nice + system + irq + softirq + steal) / tick;
-  }
-  rusage usage{};
-  if (getrusage(RUSAGE_SELF, &usage) == 0) {
-    auto seconds = [](const timeval& tv) {
-      return static_cast<double>(tv.tv_sec) + static_cast<double>(tv.tv_usec) * 1e-6;
-    };
-    t.self = seconds(usage.ru_utime) + seconds(usage.ru_stime);
-  }
-  return t;
 }
 
 Latency Percentiles(std::vector<float> us) {
@@ -364,9 +334,11 @@ WorkerCountResult RunWorkers(const LoadArgs& args, const Partition& partition,
   for (auto& t : threads) t.join();
   r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   const CpuTimes cpu1 = ReadCpu();
-  r.self_cpu = (cpu1.self - cpu0.self) / r.seconds;
-  r.other_cpu =
-      std::max(0.0, (cpu1.host_busy - cpu0.host_busy) - (cpu1.self - cpu0.self)) / r.seconds;
+  // Cores busy: this process's, and the rest of the host's (a compiler
+  // sharing the host moves the latencies as much as W does).
+  const CpuUse cpu = CpuBetween(cpu0, cpu1);
+  r.self_cpu = cpu.self_seconds / r.seconds;
+  r.other_cpu = cpu.other_seconds / r.seconds;
   const Memory after_load = ReadMemory();
   r.rss_end = after_load.rss;
   r.hwm = after_load.hwm;

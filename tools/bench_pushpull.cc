@@ -22,6 +22,13 @@
 // 8 B values) + pull (4 B id asked + 8 B values returned); message headers
 // are not counted. GB/s = those bytes / median iteration time.
 //
+// CPU (the last table): each side's CPU per iteration, every thread of
+// this process with the kernel's TCP work in their system calls, and the
+// cores it kept busy, beside the rest of the host's. cpu_ceiling = zmq_p50
+// x cores / gridsync_cpu bounds the ratio any overlap of gridsync's work
+// could reach on this host: when it is below a target, the work itself
+// must shrink, not only be spread over the cores.
+//
 // Correctness on every run (#wrong, must be 0): the table is initialised
 // with known values, and every size gets a region of rows of its own that no
 // other size touches. Before the timed iterations, one push of known
@@ -59,6 +66,7 @@
 #include "kernels/adam_math.h"
 #include "server/ps_shard.h"
 #include "tools/bench.h"
+#include "tools/bench_cpu.h"
 #include "tools/bench_raw_zmq.h"
 #include "tools/bench_shard_map.h"
 #include "worker/ps_client.h"
@@ -233,13 +241,42 @@ struct StageMicros {
   }
 };
 
+// CPU per iteration (mean us over warmup and timed iterations, every
+// thread of this process: the client, the shard's, ZeroMQ's I/O threads and
+// the kernel's TCP work they do in their system calls) and the cores that
+// kept busy; `other` is the rest of the host's CPU over the same time.
+struct CpuMicros {
+  double self = 0, other = 0, wall = 0;
+  double cores() const { return wall > 0 ? self / wall : 0; }
+};
+
 struct SizeResult {
   SizePlan plan;
   Latency gridsync;
   Latency zmq;
   StageMicros stages;
+  CpuMicros gridsync_cpu, zmq_cpu;
   uint64_t wrong = 0;
 };
+
+// Measures fn's CPU and wall time per iteration into *out.
+template <typename Fn>
+auto WithCpu(int iterations, CpuMicros* out, Fn&& fn) {
+  const CpuTimes before = ReadCpu();
+  const auto start = Clock::now();
+  auto result = fn();
+  const double wall = MicrosSince(start);
+  const CpuUse use = CpuBetween(before, ReadCpu());
+  const double n = static_cast<double>(iterations);
+  *out = {use.self_seconds * 1e6 / n, use.other_seconds * 1e6 / n, wall / n};
+  return result;
+}
+
+// The ratio no schedule of gridsync's measured CPU work could beat on
+// `cores`: its iteration cannot take less than cpu / cores.
+double CpuCeiling(const SizeResult& r, int cores) {
+  return r.gridsync_cpu.self > 0 ? r.zmq.p50_us * cores / r.gridsync_cpu.self : 0;
+}
 
 double GBps(const SizePlan& p, double us) {
   return static_cast<double>(p.n * kIterBytesPerRow) / (us * 1e-6) / 1e9;
@@ -371,16 +408,18 @@ int RunPushPull(const PushPullArgs& args) {
     Poison(rows, &table);
     const auto shard_before = (*shard)->serving_stats().stages;
     const PsCounters client_before = (*client)->counters();
-    const auto timed_start = Clock::now();
-    auto ours = TimeGridsync(**client, rows, grad, args.warmup, p.iters, &step, &table);
+    const int iterations = args.warmup + p.iters;
+    auto ours = WithCpu(iterations, &result.gridsync_cpu, [&] {
+      return TimeGridsync(**client, rows, grad, args.warmup, p.iters, &step, &table);
+    });
     if (!ours.ok()) return Fail(ours.status());
     {
-      const double n = static_cast<double>(args.warmup + p.iters);
+      const double n = static_cast<double>(iterations);
       const auto shard_after = (*shard)->serving_stats().stages;
       const PsCounters& client_after = (*client)->counters();
       auto per = [&](double after, double before) { return (after - before) * 1e6 / n; };
       StageMicros& st = result.stages;
-      st.iteration = MicrosSince(timed_start) / n;
+      st.iteration = result.gridsync_cpu.wall;
       st.client_encode = per(client_after.encode_seconds, client_before.encode_seconds);
       st.client_decode = per(client_after.decode_seconds, client_before.decode_seconds);
       st.shard_decode = per(shard_after.decode, shard_before.decode);
@@ -389,7 +428,8 @@ int RunPushPull(const PushPullArgs& args) {
       st.shard_encode = per(shard_after.encode, shard_before.encode);
       st.send = per(shard_after.send, shard_before.send);
     }
-    auto theirs = (*raw)->Time(p.n, args.warmup, p.iters);
+    auto theirs = WithCpu(iterations, &result.zmq_cpu,
+                          [&] { return (*raw)->Time(p.n, args.warmup, p.iters); });
     if (!theirs.ok()) return Fail(theirs.status());
     result.wrong += CountWrongPushed(p, table, options.hyper, step_size, 1 + args.warmup + p.iters);
 
@@ -421,6 +461,23 @@ int RunPushPull(const PushPullArgs& args) {
                 st.shard_decode, st.apply, st.gather, st.shard_encode, st.send, st.client_decode,
                 st.other());
   }
+  const int cores = OnlineCores();
+  std::printf(
+      "# CPU per iteration (mean us, warmup included: this process's threads, user + system, "
+      "so the kernel's TCP work in their calls too); cores = cpu / wall; other = the rest of "
+      "the host's cores meanwhile; cpu_ceiling = zmq_p50 x %d cores / gridsync_cpu, the ratio "
+      "no schedule of this work on this host's %d cores could beat\n",
+      cores, cores);
+  std::printf("#%9s %13s %14s %10s %13s %14s %10s %12s\n", "size(B)", "gridsync_cpu",
+              "gridsync_cores", "other", "zmq_cpu", "zmq_cores", "other", "cpu_ceiling");
+  for (const SizeResult& r : results) {
+    std::printf("#%9llu %13.1f %14.2f %10.2f %13.1f %14.2f %10.2f %12.3f\n",
+                static_cast<unsigned long long>(r.plan.bytes), r.gridsync_cpu.self,
+                r.gridsync_cpu.cores(),
+                r.gridsync_cpu.wall > 0 ? r.gridsync_cpu.other / r.gridsync_cpu.wall : 0,
+                r.zmq_cpu.self, r.zmq_cpu.cores(),
+                r.zmq_cpu.wall > 0 ? r.zmq_cpu.other / r.zmq_cpu.wall : 0, CpuCeiling(r, cores));
+  }
   std::printf("# #wrong total: %llu%s\n", static_cast<unsigned long long>(total_wrong),
               total_wrong == 0 ? "" : " (FAILED: pulled values differ from the reference)");
 
@@ -450,6 +507,11 @@ int RunPushPull(const PushPullArgs& args) {
                              {"zmq_p99_us", r.zmq.p99_us},
                              {"zmq_gbps", zmq_gbps},
                              {"ratio", ours_gbps / zmq_gbps},
+                             {"gridsync_cpu_us", r.gridsync_cpu.self},
+                             {"gridsync_cores", r.gridsync_cpu.cores()},
+                             {"zmq_cpu_us", r.zmq_cpu.self},
+                             {"zmq_cores", r.zmq_cpu.cores()},
+                             {"cpu_ceiling", CpuCeiling(r, OnlineCores())},
                              {"wrong", r.wrong}});
     }
     std::ofstream file(args.json_out);

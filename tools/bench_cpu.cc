@@ -1,0 +1,43 @@
+// CPU time for the benches (bench_cpu.h).
+#include "tools/bench_cpu.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <fstream>
+#include <string>
+
+namespace gridsync::bench {
+
+CpuTimes ReadCpu() {
+  CpuTimes t;
+  std::ifstream stat("/proc/stat");
+  std::string cpu;
+  uint64_t user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+  stat >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal;
+  const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
+  if (cpu == "cpu" && tick > 0) {
+    t.host_busy = static_cast<double>(user + nice + system + irq + softirq + steal) / tick;
+  }
+  rusage usage{};
+  if (getrusage(RUSAGE_SELF, &usage) == 0) {
+    auto seconds = [](const timeval& tv) {
+      return static_cast<double>(tv.tv_sec) + static_cast<double>(tv.tv_usec) * 1e-6;
+    };
+    t.self = seconds(usage.ru_utime) + seconds(usage.ru_stime);
+  }
+  return t;
+}
+
+CpuUse CpuBetween(const CpuTimes& before, const CpuTimes& after) {
+  CpuUse use;
+  use.self_seconds = after.self - before.self;
+  use.other_seconds = std::max(0.0, (after.host_busy - before.host_busy) - use.self_seconds);
+  return use;
+}
+
+int OnlineCores() { return static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN))); }
+
+}  // namespace gridsync::bench

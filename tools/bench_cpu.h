@@ -1,0 +1,30 @@
+// CPU time for the benches: what this process and the whole host spent,
+// read before and after a timed phase. Over the phase they tell how many
+// cores the measured work kept busy (so how far it is from what the cores
+// could give) and how much of the host went to other processes (a build or
+// a neighbour on the VM), which moves latencies as much as the code does.
+//
+// Thread safety: ReadCpu is reentrant.
+#pragma once
+
+namespace gridsync::bench {
+
+struct CpuTimes {
+  double host_busy = 0;  // seconds every core of the host was busy (/proc/stat)
+  double self = 0;       // seconds this process's threads ran, user + system (getrusage)
+};
+
+CpuTimes ReadCpu();
+
+// The cores' worth of CPU between two readings, `seconds` apart: this
+// process's, and the rest of the host's (never negative).
+struct CpuUse {
+  double self_seconds = 0;
+  double other_seconds = 0;
+};
+CpuUse CpuBetween(const CpuTimes& before, const CpuTimes& after);
+
+// The host's online cores (at least 1).
+int OnlineCores();
+
+}  // namespace gridsync::bench
