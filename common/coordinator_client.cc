@@ -174,8 +174,10 @@ class CoordinatorClient::Impl {
     // The body grows as its bytes arrive (1 MiB at a time): a peer that
     // announces the largest reply and then trickles must not cost that
     // much memory up front, on every connection it answers.
+    // Words as uint64_t: capnp::word is not copyable under clang, so a
+    // vector of it cannot grow.
     constexpr size_t kReadChunk = size_t{1} << 20;
-    std::vector<capnp::word> body;
+    std::vector<uint64_t> body;
     for (size_t read = 0; read < length && !ec;) {
       const size_t chunk = std::min<size_t>(kReadChunk, length - read);
       body.resize((read + chunk) / 8);
@@ -189,6 +191,9 @@ class CoordinatorClient::Impl {
       read += chunk;
     }
     if (ec) return io_failure("receive", ec);
+    kj::ArrayPtr<const capnp::word> words(reinterpret_cast<const capnp::word*>(body.data()),
+                                          body.size());
+    std::vector<capnp::word> opened_body;  // a sealed reply's plain text
     if (session_) {
       auto opened = wire::OpenSealedBody(*session_, body.data(), length);
       if (!opened.ok()) {
@@ -198,13 +203,12 @@ class CoordinatorClient::Impl {
         MarkBroken(status);
         return status;
       }
-      body = std::move(opened).value();
+      opened_body = std::move(opened).value();
+      words = kj::ArrayPtr<const capnp::word>(opened_body.data(), opened_body.size());
     }
 
     try {
-      capnp::FlatArrayMessageReader reader(
-          kj::ArrayPtr<const capnp::word>(body.data(), body.size()),
-          wire::FrameReaderOptions(body.size()));
+      capnp::FlatArrayMessageReader reader(words, wire::FrameReaderOptions(words.size()));
       auto reply = reader.getRoot<schema::CoordReply>();
       if (reply.getRequestId() != id) {
         Status status = Status::Corruption(fmt::format(
