@@ -37,12 +37,15 @@ void AppendArray(std::string* out, const std::vector<T>& v) {
   out->append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
 }
 
-// Fills `v` (already sized) from the front of `in`.
+// Fills `v` (already sized) from the front of `in`. An empty `v` (a table
+// of which a shard owns no rows) takes nothing: its data() may be null,
+// which memcpy must never be given, even for no bytes.
 template <typename T>
 bool TakeArray(std::string_view* in, std::vector<T>* v) {
   static_assert(std::is_trivially_copyable_v<T>);
   const size_t bytes = v->size() * sizeof(T);
   if (in->size() < bytes) return false;
+  if (bytes == 0) return true;
   std::memcpy(v->data(), in->data(), bytes);
   in->remove_prefix(bytes);
   return true;

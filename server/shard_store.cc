@@ -1,7 +1,10 @@
 #include "server/shard_store.h"
 
+#include <spdlog/fmt/fmt.h>
+
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -255,6 +258,19 @@ void ShardStore::AppendState(std::string* out) const {
   }
 }
 
+Status ShardStore::CheckParams(uint32_t t) const {
+  const Table& table = tables_[t];
+  const float bound = wire::Limits{}.max_abs_value;
+  const auto bad = std::find_if(table.params.begin(), table.params.end(),
+                                [bound](float x) { return !(std::fabs(x) <= bound); });
+  if (bad == table.params.end()) return Status::OK();
+  const size_t at = static_cast<size_t>(bad - table.params.begin());
+  return Status::Corruption(fmt::format(
+      "table {}: parameter {} of local row {}, column {} is {}; allowed: finite and at most {:g} "
+      "in magnitude (what pushes and pulls carry), so the file is damaged or not this run's",
+      t, at, at / table.width, table.col_begin + at % table.width, *bad, double{bound}));
+}
+
 uint64_t ShardStore::StateBytes() const {
   uint64_t bytes = 0;
   for (const Table& table : tables_) {
@@ -276,13 +292,15 @@ Status ShardStore::RestoreState(std::string_view data, uint64_t step) {
     if (!apply_updates_) {
       ok = ok && TakeArray(&data, &table.adam.m) && TakeArray(&data, &table.adam.v) &&
            TakeArray(&data, &table.adam.step);
-      if (ok)
-        GRIDSYNC_RETURN_IF_ERROR(
-            cpu::CheckStepCounts(table.adam, step, "table " + std::to_string(t)));
-      for (uint32_t s : table.adam.step) max_step = std::max(max_step, s);
     }
     if (!ok)
       return Status::Corruption(std::to_string(size) + " bytes: too short for this partition");
+    GRIDSYNC_RETURN_IF_ERROR(CheckParams(t));
+    if (apply_updates_) continue;
+    const std::string what = "table " + std::to_string(t);
+    GRIDSYNC_RETURN_IF_ERROR(cpu::CheckStepCounts(table.adam, step, what));
+    GRIDSYNC_RETURN_IF_ERROR(cpu::CheckMoments(table.adam, what));
+    for (uint32_t s : table.adam.step) max_step = std::max(max_step, s);
   }
   if (!data.empty()) {
     return Status::Corruption(std::to_string(data.size()) + " bytes beyond this partition's state");

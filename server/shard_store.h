@@ -76,8 +76,13 @@ class ShardStore {
   // Checkpoints (server/shard_checkpoint.h): the partition's state, every
   // table's parameters and (Adam on the shard) m, v and per-row step counts,
   // as raw little-endian arrays; RestoreState refuses data of another size,
-  // and step counts above `step` (the checkpoint's: a row steps at most once
-  // a step, so a larger count is a damaged or forged file).
+  // step counts above `step` (the checkpoint's: a row steps at most once
+  // a step, so a larger count is a damaged or forged file), and values no
+  // training makes: parameters beyond the wire's bound (wire::Limits::
+  // max_abs_value, which pushes and pulls are held to) or not finite, m not
+  // finite, v not finite or negative. A refused state leaves the store
+  // partly overwritten: the caller must not serve it (gridsync-ps does not
+  // start; a shard whose rollback fails is broken).
   uint64_t table_rows(uint32_t t) const { return tables_[t].params.size() / tables_[t].width; }
   uint32_t table_width(uint32_t t) const { return tables_[t].width; }
   void AppendState(std::string* out) const;
@@ -112,6 +117,9 @@ class ShardStore {
                       const float* delivered, bool whole);
 
  private:
+  // RestoreState's refusal of table t's parameters beyond the wire's bound.
+  Status CheckParams(uint32_t t) const;
+
   struct Table {
     uint32_t width = 0;      // columns stored (owned)
     uint32_t col_begin = 0;  // first owned column

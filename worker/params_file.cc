@@ -1,6 +1,9 @@
 #include "worker/params_file.h"
 
+#include <cstring>
 #include <fstream>
+
+#include "common/file_bytes.h"
 
 namespace gridsync {
 
@@ -20,15 +23,19 @@ Status WriteParams(const std::string& path, const HashGridModel& model) {
 }
 
 Result<std::vector<float>> ReadParams(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) return Status::IOError("cannot read " + path);
-  const auto size = static_cast<size_t>(in.tellg());
-  if (size % sizeof(float) != 0)
-    return Status::Corruption(path + ": " + std::to_string(size) + " bytes, not whole float32s");
+  // The size from the file system first: a folder, a FIFO or a device is
+  // refused by name before it is opened (a FIFO would be waited on, a folder
+  // seemed to hold 2^63 - 1 bytes, /dev/zero none), and nothing is
+  // allocated for a size that cannot hold whole float32s.
+  GRIDSYNC_ASSIGN_OR_RETURN(const uint64_t size, FileSize(path));
+  if (size % sizeof(float) != 0) {
+    return Status::Corruption(path + ": " + std::to_string(size) +
+                              " bytes, not whole float32s; allowed: a multiple of 4 bytes (what "
+                              "--dump-params writes)");
+  }
+  GRIDSYNC_ASSIGN_OR_RETURN(const std::string bytes, ReadFileOfSize(path, size));
   std::vector<float> flat(size / sizeof(float));
-  in.seekg(0);
-  in.read(reinterpret_cast<char*>(flat.data()), static_cast<std::streamsize>(size));
-  if (!in) return Status::IOError("cannot read " + path);
+  if (size > 0) std::memcpy(flat.data(), bytes.data(), size);
   return flat;
 }
 

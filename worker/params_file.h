@@ -15,6 +15,9 @@ namespace gridsync {
 
 std::vector<float> FlattenParams(const HashGridModel& model);
 Status WriteParams(const std::string& path, const HashGridModel& model);
+// The floats of a regular file of whole float32s; IOError naming the file
+// when it is not one (a folder, a FIFO, a device) or cannot be read,
+// Corruption when its size is not a multiple of 4.
 Result<std::vector<float>> ReadParams(const std::string& path);
 
 }  // namespace gridsync

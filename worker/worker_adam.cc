@@ -166,12 +166,21 @@ Status WorkerAdam::RestoreState(std::string_view* in, uint64_t step) {
     in->remove_prefix(1);
     if (!has) continue;
     const auto& info = partition_.table(t);
+    // The bytes first: a state of a few bytes flagging every table must not
+    // make the whole model's Adam state before it is refused.
+    const uint64_t bytes =
+        info.rows * info.width * 2 * sizeof(float) + info.rows * sizeof(uint32_t);
+    if (in->size() < bytes)
+      return Status::Corruption("worker Adam: the state of table " + std::to_string(t) +
+                                " is shorter than its " + std::to_string(info.rows) + " rows (" +
+                                std::to_string(in->size()) +
+                                " bytes left; allowed: " + std::to_string(bytes) + ")");
     s.Resize(info.rows, info.width);
     if (!TakeArray(in, &s.m) || !TakeArray(in, &s.v) || !TakeArray(in, &s.step))
-      return Status::Corruption("worker Adam: the state of table " + std::to_string(t) +
-                                " is shorter than its " + std::to_string(info.rows) + " rows");
-    GRIDSYNC_RETURN_IF_ERROR(
-        cpu::CheckStepCounts(s, step, "worker Adam: table " + std::to_string(t)));
+      return Status::Internal("worker Adam: table " + std::to_string(t) + " was sized wrong");
+    const std::string what = "worker Adam: table " + std::to_string(t);
+    GRIDSYNC_RETURN_IF_ERROR(cpu::CheckStepCounts(s, step, what));
+    GRIDSYNC_RETURN_IF_ERROR(cpu::CheckMoments(s, what));
   }
   return Status::OK();
 }

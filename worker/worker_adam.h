@@ -68,8 +68,9 @@ class WorkerAdam {
   // Checkpoints (worker/worker_checkpoint.h): per table, whether it has
   // state, then m, v and the per-row step counts. RestoreState replaces the
   // state and consumes its bytes from `in`; Corruption when they do not fit
-  // this partition's tables; InvalidArgument when a row's step count
-  // exceeds `step`, the checkpoint's.
+  // this partition's tables (checked before a table's state is made) or
+  // hold moments no training makes (cpu::CheckMoments); InvalidArgument
+  // when a row's step count exceeds `step`, the checkpoint's.
   void AppendState(std::string* out) const;
   Status RestoreState(std::string_view* in, uint64_t step);
 

@@ -1,5 +1,7 @@
 #include "kernels/cpu/adam.h"
 
+#include <cmath>
+
 #include "common/check.h"
 #include "kernels/cpu/adam_batch.h"
 
@@ -54,6 +56,22 @@ Status CheckStepCounts(const AdamTable& state, uint64_t step, const std::string&
       std::to_string(*beyond) + ", beyond the checkpoint's step " + std::to_string(step) +
       "; allowed: at most the step (a row steps at most once a step), so the file is damaged "
       "or not this run's");
+}
+
+Status CheckMoments(const AdamTable& state, const std::string& what) {
+  const auto bad_m = std::find_if(state.m.begin(), state.m.end(),
+                                  [](float x) { return !std::isfinite(x); });
+  const auto bad_v = std::find_if(state.v.begin(), state.v.end(),
+                                  [](float x) { return !std::isfinite(x) || x < 0.0f; });
+  const bool m_bad = bad_m != state.m.end();
+  if (!m_bad && bad_v == state.v.end()) return Status::OK();
+  const size_t at = m_bad ? bad_m - state.m.begin() : bad_v - state.v.begin();
+  const size_t width = state.width == 0 ? 1 : state.width;
+  return Status::Corruption(what + ": Adam's " + (m_bad ? "m" : "v") + " at row " +
+                            std::to_string(at / width) + ", column " + std::to_string(at % width) +
+                            " is " + std::to_string(m_bad ? *bad_m : *bad_v) + "; allowed: " +
+                            (m_bad ? "a finite value" : "a finite value of at least 0") +
+                            " (what training makes), so the file is damaged or not this run's");
 }
 
 void AdamUpdateRows(const AdamHyper& hyper, const SparseRows& grad, float grad_scale, float* params,

@@ -75,6 +75,12 @@ struct AdamTable {
 // count is a damaged or forged file).
 Status CheckStepCounts(const AdamTable& state, uint64_t step, const std::string& what);
 
+// Status of a restored state's moments: Corruption naming `what`, the row,
+// the column and the value when an m is not finite or a v is not finite
+// and at least 0 (v is a mean of squares). Training never makes either, and
+// a step from one would turn the row's parameters into NaN without a word.
+Status CheckMoments(const AdamTable& state, const std::string& what);
+
 // Applies Adam to `grad.rows` of `params` (rows x width) whose gradient is
 // not all zero (see kernels/adam_math.h), each gradient multiplied by
 // `grad_scale` first (1/loss_scale for mixed precision,

@@ -4,6 +4,7 @@
 #include "kernels/cpu/error_feedback.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -176,6 +177,18 @@ Status ErrorFeedback::RestoreState(std::string_view* in, const AdmitTable& admit
         !TakeArray(in, count * width, &values)) {
       return Status::Corruption("error feedback: the state is shorter than its tables");
     }
+    // A residual is what a codec held back of a bounded gradient: never
+    // NaN or infinite, which would go into every later push of the row.
+    const auto bad =
+        std::find_if(values.begin(), values.end(), [](float x) { return !std::isfinite(x); });
+    if (bad != values.end()) {
+      tables_.clear();
+      const size_t at = static_cast<size_t>(bad - values.begin());
+      return Status::Corruption("error feedback: table " + std::to_string(key >> 32) +
+                                " (columns from " + std::to_string(key & 0xffffffffu) + "), row " +
+                                std::to_string(rows[at / width]) + " holds the residual " +
+                                std::to_string(*bad) + "; allowed: finite values");
+    }
     const uint32_t max_row = rows.empty() ? 0 : *std::max_element(rows.begin(), rows.end());
     if (admit) {
       if (Status admitted = admit(key, width, max_row); !admitted.ok()) {
@@ -209,8 +222,11 @@ Status ErrorFeedback::RestoreState(std::string_view* in, const AdmitTable& admit
     Table& t = tables_[key];
     t.width = width;
     for (size_t r = 0; r < rows.size(); ++r) {
-      if (t.Find(rows[r]) != nullptr)
-        return Status::Corruption("error feedback: a row listed twice");
+      if (t.Find(rows[r]) != nullptr) {
+        tables_.clear();
+        return Status::Corruption("error feedback: table " + std::to_string(key) + " lists row " +
+                                  std::to_string(rows[r]) + " twice; allowed: distinct rows");
+      }
       std::copy_n(values.data() + r * width, width, t.Insert(rows[r]));
     }
   }

@@ -94,8 +94,9 @@ class ErrorFeedback {
   // in ascending order, so a restored object equals the saved one.
   // RestoreState replaces everything and consumes its bytes from `in` (rows
   // in any order, as older checkpoints listed them by first touch);
-  // Corruption on a malformed or short state, or one whose pages and index
-  // would take over 64 times its size (at least 256 MiB allowed) over all
+  // Corruption on a malformed or short state, a residual that is not
+  // finite, a row listed twice, or one whose pages and index would take
+  // over 64 times its size (at least 256 MiB allowed) over all
   // its tables together. `admit`, when given, is asked about each table
   // (key, width, largest row) before anything of it is allocated, and its
   // error refuses the state: a state file is input, and a key or row no
