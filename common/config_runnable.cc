@@ -77,18 +77,38 @@ Status Config::CheckRunnable(bool standalone) const {
     }
   }
   if (checkpoint.every_steps > 0) {
-    const bool ps_bsp = distributed.enable && !standalone &&
+    const std::string every = "checkpoint.every_steps=" + std::to_string(checkpoint.every_steps);
+    const bool distributed_run = distributed.enable && !standalone;
+    const bool ps_bsp = distributed_run &&
                         (distributed.gradient_sync == GradientSyncMode::kPs ||
                          distributed.gradient_sync == GradientSyncMode::kHybrid) &&
                         ps.consistency == Consistency::kBsp;
-    if (!ps_bsp) {
-      lines.push_back(
-          "checkpoint.every_steps=" + std::to_string(checkpoint.every_steps) +
-          ": not supported yet in this setting; allowed now: gradient_sync ps or hybrid with "
-          "consistency bsp (under ssp and async each shard applies pushes as they come, so no "
-          "version is one state of every shard; nccl keeps its state outside the shards), or 0");
+    const bool nccl = distributed_run && distributed.gradient_sync == GradientSyncMode::kNccl;
+    const bool half = compression.codec == "fp16" || compression.codec == "bf16";
+    if (nccl) {
+      // Each worker checkpoints its model and Adam state from the host
+      // (worker/worker_checkpoint.h).
+      if (training.device != TrainingDevice::kCpu) {
+        lines.push_back(every + " under distributed.gradient_sync=nccl with training.device=" +
+                        std::string(ToString(training.device)) +
+                        ": not supported yet (a model trained on a GPU keeps its state there, "
+                        "which is not checkpointed; auto may pick one); allowed now: "
+                        "training.device=cpu, or 0");
+      } else if (half && compression.error_feedback) {
+        lines.push_back(every + " with compression.codec=" + compression.codec +
+                        " and compression.error_feedback=true under "
+                        "distributed.gradient_sync=nccl: not supported yet (the 16-bit "
+                        "all-reduce's residuals are not checkpointed); allowed now: "
+                        "compression.error_feedback=false, compression.codec=none, or 0");
+      }
+    } else if (!ps_bsp) {
+      lines.push_back(every +
+                      ": not supported yet in this setting; allowed now: gradient_sync ps or "
+                      "hybrid with consistency bsp (under ssp and async each shard applies "
+                      "pushes as they come, so no version is one state of every shard), or nccl "
+                      "with training.device=cpu, or 0 (a standalone run keeps no checkpoints)");
     } else if (compression.pull) {
-      lines.push_back("checkpoint.every_steps=" + std::to_string(checkpoint.every_steps) +
+      lines.push_back(every +
                       " with compression.pull=true: not supported yet (the shards' copies of "
                       "every worker's replica are not checkpointed); allowed now: "
                       "compression.pull=false, or 0");

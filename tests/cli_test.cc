@@ -144,6 +144,18 @@ TEST(CliTest, ShardRefusesAPartitionThatCannotFitInMemory) {
   EXPECT_NE(run.output.find("allowed: fewer encoding.n_levels"), std::string::npos) << run.output;
 }
 
+// A standalone run keeps no checkpoints: --start-step there trained a fresh
+// model from that step without a word. Refused, before any training.
+TEST(CliTest, WorkerRefusesToResumeAStandaloneRun) {
+  const ProcessResult run = Execute("worker/gridsync-worker",
+                                    "--config configs/local.json --standalone --start-step 5 "
+                                    "--set training.steps=10 --set training.batch_size=1024");
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_NE(run.output.find("--start-step 5: a standalone run keeps no checkpoints"),
+            std::string::npos)
+      << run.output;
+}
+
 TEST(CliTest, WorkerTrainsStandaloneAndReportsJson) {
   const ProcessResult run =
       Execute("worker/gridsync-worker",

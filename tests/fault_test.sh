@@ -30,6 +30,10 @@
 #  8. A shard that lost its coordinator (SIGKILL, or SIGSTOP so that calls
 #     time out) exits failed within seconds, naming it, for its supervisor to
 #     restart it into the rejoin of 7.
+#  9. gradient_sync nccl (no shards: every worker checkpoints its model and
+#     Adam state): SIGKILL of worker 1 after its checkpoint of step 150; the
+#     launcher fails naming it, and --resume ends bit for bit where the
+#     uninterrupted run ends.
 set -euo pipefail
 BUILD=${1:?usage: fault_test.sh BUILD_DIR}
 GS="$BUILD/tools/gridsync"
@@ -417,6 +421,31 @@ if [ $rc -ne 0 ] || grep -q "lost the coordinator" "$WORK/l-ps.log"; then
   fail "SIGTERM to a shard with a live coordinator: exit $rc"; tail -3 "$WORK/l-ps.log"
 else
   echo "ok: SIGTERM to shard 0 with its coordinator alive: exit 0"
+fi
+
+# 9. gradient_sync nccl: the workers' parts are the whole training state.
+nccl_set=(--set distributed.gradient_sync=nccl --set training.device=cpu)
+rm -rf "$WORK/ckpt" "$WORK/ckpt-clean"
+"$GS" launch "$WORK/cluster.json" "${nccl_set[@]}" --set checkpoint.dir="$WORK/ckpt-clean" \
+  --rank0-arg=--dump-params --rank0-arg="$WORK/clean-nccl.bin" > "$WORK/clean-nccl.log" 2>&1 ||
+  { fail "the uninterrupted nccl run failed"; tail -20 "$WORK/clean-nccl.log"; }
+"$GS" launch "$WORK/cluster.json" "${nccl_set[@]}" > "$WORK/faulty-nccl.log" 2>&1 &
+launcher=$!
+wait_for_line "$WORK/faulty-nccl.log" "\[worker-1\].*checkpoint at step 150 written" $launcher || true
+pkill -KILL -f "gridsync-worker --rank 1 --config $WORK/cluster.json" ||
+  fail "nccl: worker 1 was not running after its checkpoint of step 150"
+rc=0; wait $launcher || rc=$?
+if [ $rc -eq 0 ]; then
+  fail "the nccl run with a killed worker exited 0 (it finished before the kill?)"
+elif ! grep -q "worker-1 (pid [0-9]*) failed: killed by signal" "$WORK/faulty-nccl.log"; then
+  fail "nccl: the launcher did not name the killed worker"; tail -5 "$WORK/faulty-nccl.log"
+elif "$GS" launch "$WORK/cluster.json" "${nccl_set[@]}" --resume --rank0-arg=--dump-params \
+    --rank0-arg="$WORK/resumed-nccl.bin" > "$WORK/resumed-nccl.log" 2>&1 &&
+    cmp -s "$WORK/clean-nccl.bin" "$WORK/resumed-nccl.bin"; then
+  step=$(grep -o "resuming from the checkpoint of step [0-9]*" "$WORK/resumed-nccl.log" | grep -o "[0-9]*$")
+  echo "ok: nccl run: SIGKILL of worker 1, resumed from step $step; the final parameters equal the uninterrupted run's, bit for bit"
+else
+  fail "resuming the nccl run failed or differs"; tail -5 "$WORK/resumed-nccl.log"
 fi
 
 if [ $failures -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi

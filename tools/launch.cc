@@ -358,7 +358,7 @@ int RunLaunch(const LaunchOptions& options) {
                    "a manifest from each of the %zu shards%s); allowed: a run with "
                    "checkpoint.every_steps > 0 that reached its first checkpoint\n",
                    config->checkpoint.dir.c_str(), layout.shards.size(),
-                   workers_with_state ? " and each worker" : "");
+                   workers_with_state ? " and each of the workers" : "");
       return kConfigErrorExitCode;
     }
     std::printf("gridsync launch: resuming from the checkpoint of step %llu in %s\n",

@@ -124,4 +124,31 @@ uint64_t LocalOptimizer::ApplyDense(float* grid_grad, cpu::MlpWeights* mlp, floa
   return updated;
 }
 
+void LocalOptimizer::AppendState(std::string* out) const {
+  for (const auto& state : grid_state_) cpu::AppendAdamTable(state, out);
+  for (const auto& state : mlp_state_) cpu::AppendAdamTable(state, out);
+}
+
+Status LocalOptimizer::RestoreState(std::string_view* in, uint64_t step) {
+  for (size_t l = 0; l < grid_state_.size(); ++l) {
+    GRIDSYNC_RETURN_IF_ERROR(cpu::TakeAdamTable(
+        in, step, "Adam state of grid level " + std::to_string(l), &grid_state_[l]));
+  }
+  for (size_t i = 0; i < mlp_state_.size(); ++i) {
+    GRIDSYNC_RETURN_IF_ERROR(cpu::TakeAdamTable(
+        in, step, "Adam state of MLP matrix " + std::to_string(i), &mlp_state_[i]));
+  }
+  // No count exceeds `step` (checked), so `step` bounds the next apply's
+  // counts as the calls did (BeginApply reserves the step sizes from it).
+  applies_ = static_cast<uint32_t>(std::min<uint64_t>(step, UINT32_MAX - 1));
+  return Status::OK();
+}
+
+uint64_t LocalOptimizer::StateBytes() const {
+  uint64_t bytes = 0;
+  for (const auto& state : grid_state_) bytes += cpu::AdamTableBytes(state);
+  for (const auto& state : mlp_state_) bytes += cpu::AdamTableBytes(state);
+  return bytes;
+}
+
 }  // namespace gridsync

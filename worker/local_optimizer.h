@@ -14,9 +14,12 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/sparse_rows.h"
+#include "common/status.h"
 #include "common/thread_pool.h"
 #include "kernels/cpu/adam.h"
 #include "worker/model.h"
@@ -46,6 +49,15 @@ class LocalOptimizer {
   uint64_t ApplyDense(float* grid_grad, cpu::MlpWeights* mlp, float grad_scale, ThreadPool* pool);
 
   const std::vector<cpu::AdamTable>& grid_state() const { return grid_state_; }
+
+  // Adam's state (every level's and MLP matrix's m, v and step counts) as
+  // checkpoint bytes, and back: RestoreState takes StateBytes() from the
+  // front of *in (sizes from the model, never from the bytes) and refuses
+  // step counts beyond `step`, the checkpoint's; afterwards the optimizer
+  // is as it was after `step` applies.
+  void AppendState(std::string* out) const;
+  Status RestoreState(std::string_view* in, uint64_t step);
+  uint64_t StateBytes() const;
 
  private:
   void ApplyMlp(cpu::MlpWeights* mlp, float grad_scale);

@@ -53,7 +53,8 @@ int main(int argc, char** argv) {
                  "interface GRIDSYNC_SOCKET_IFNAME, then the node's host in the config");
   app.add_option(
       "--start-step", ps_options.start_step,
-      "Resume at this step: the shards loaded its checkpoint (gridsync launch --resume)");
+      "Resume at this step from its checkpoint (the shards', and this worker's where it holds "
+      "state: under nccl the whole model; gridsync launch --resume passes it)");
   app.add_option("--dump-params", ps_options.dump_params,
                  "The worker holding the final model (rank 0, or a standalone run): write its "
                  "parameters (raw float32, tables in order) to this file");
@@ -89,6 +90,14 @@ int main(int argc, char** argv) {
     return gridsync::kConfigErrorExitCode;
   }
   const bool distributed = !standalone && config->distributed.enable;
+  if (!distributed && ps_options.start_step > 0) {
+    // A run in one process keeps no checkpoints to resume from.
+    std::fprintf(stderr,
+                 "%s: --start-step %llu: a standalone run keeps no checkpoints to resume from; "
+                 "allowed: --start-step only for a worker of a cluster that wrote checkpoints\n",
+                 config_path.c_str(), static_cast<unsigned long long>(ps_options.start_step));
+    return gridsync::kConfigErrorExitCode;
+  }
   if (distributed) {
     auto placed = gridsync::PlaceWorker(*config, &ps_options.rank, node_name, host_flag);
     if (!placed.ok()) {

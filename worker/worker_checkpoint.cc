@@ -1,8 +1,13 @@
 #include "worker/worker_checkpoint.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "common/checkpoint_files.h"
+#include "common/state_bytes.h"
+#include "common/wire/message.h"
 
 namespace gridsync {
 namespace {
@@ -19,6 +24,48 @@ nlohmann::json Shape(const RunSpec& spec, uint32_t shards) {
           {"partition", ToString(spec.sync.partition_dim)},
           {"optimizer", spec.sync.optimizer_on_workers ? "worker" : "shard"},
           {"codec", spec.config.compression.codec}};
+}
+
+// What an nccl worker's part depends on: the tables, and how model_parallel
+// cuts Adam's state among the workers.
+nlohmann::json AllReduceShape(const RunSpec& spec, uint32_t workers) {
+  nlohmann::json tables = nlohmann::json::array();
+  for (const auto& t : spec.model.tables) tables.push_back({t.rows, t.width});
+  const bool sharded = spec.config.distributed.model_parallel;
+  return {{"tables", tables},
+          {"gradient_sync", "nccl"},
+          {"workers", workers},
+          {"model_parallel", sharded},
+          {"partition", sharded ? ToString(spec.sync.partition_dim) : "none"}};
+}
+
+// Training makes finite parameters, far below what the wire carries
+// (wire::Limits::max_abs_value); anything else is a damaged or forged file.
+Status CheckParams(const HashGridModel& model) {
+  const float bound = wire::Limits{}.max_abs_value;
+  auto check = [&](const float* p, size_t n, const std::string& where) {
+    const float* bad =
+        std::find_if(p, p + n, [bound](float x) { return !(std::fabs(x) <= bound); });
+    if (bad == p + n) return Status::OK();
+    return Status::Corruption(where + ", parameter " + std::to_string(bad - p) + ", is " +
+                              std::to_string(*bad) +
+                              "; allowed: finite and at most 1e15 in magnitude, so the file is "
+                              "damaged or not this run's");
+  };
+  GRIDSYNC_RETURN_IF_ERROR(
+      check(model.grid_params().data(), model.grid_params().size(), "the grid"));
+  for (size_t i = 0; i < model.mlp_weights().size(); ++i) {
+    const auto& m = model.mlp_weights()[i];
+    GRIDSYNC_RETURN_IF_ERROR(
+        check(m.data(), static_cast<size_t>(m.size()), "MLP matrix " + std::to_string(i)));
+  }
+  return Status::OK();
+}
+
+uint64_t ParamBytes(const HashGridModel& model) { return model.n_params() * sizeof(float); }
+
+uint64_t OptimizerBytes(const AllReduceState& state) {
+  return state.sharded != nullptr ? state.sharded->StateBytes() : state.replicated->StateBytes();
 }
 
 }  // namespace
@@ -40,6 +87,56 @@ Status LoadWorkerCheckpoint(const RunSpec& spec, uint32_t rank, uint32_t shards,
                             ReadCheckpointPart(dir, step, Part(rank), Shape(spec, shards)));
   return ps->RestoreState(data, step)
       .WithContext(dir + "/step-" + std::to_string(step) + "/" + Part(rank) + ".bin");
+}
+
+Status WriteAllReduceCheckpoint(const RunSpec& spec, uint32_t rank, uint32_t workers, uint64_t step,
+                                const AllReduceState& state) {
+  std::string data;
+  data.reserve(ParamBytes(*state.model) + OptimizerBytes(state));
+  AppendArray(&data, state.model->grid_params());
+  for (const auto& m : state.model->mlp_weights()) {
+    data.append(reinterpret_cast<const char*>(m.data()),
+                static_cast<size_t>(m.size()) * sizeof(float));
+  }
+  if (state.sharded != nullptr) {
+    state.sharded->AppendState(&data);
+  } else {
+    state.replicated->AppendState(&data);
+  }
+  return WriteCheckpointPart(spec.config.checkpoint.dir, step, Part(rank), data,
+                             AllReduceShape(spec, workers));
+}
+
+Status LoadAllReduceCheckpoint(const RunSpec& spec, uint32_t rank, uint32_t workers, uint64_t step,
+                               const AllReduceState& state) {
+  const std::string& dir = spec.config.checkpoint.dir;
+  const std::string file = dir + "/step-" + std::to_string(step) + "/" + Part(rank) + ".bin";
+  // Every size is the model's and the optimizer's: the file is refused by
+  // its size before anything of it is read.
+  GRIDSYNC_ASSIGN_OR_RETURN(const std::string data,
+                            ReadCheckpointPart(dir, step, Part(rank), AllReduceShape(spec, workers),
+                                               ParamBytes(*state.model) + OptimizerBytes(state)));
+  std::string_view in(data);
+  HashGridModel& model = *state.model;
+  bool whole = TakeArray(&in, &model.grid_params());
+  for (auto& m : model.mlp_weights()) {
+    const size_t bytes = static_cast<size_t>(m.size()) * sizeof(float);
+    whole = whole && in.size() >= bytes;
+    if (!whole) break;
+    std::memcpy(m.data(), in.data(), bytes);
+    in.remove_prefix(bytes);
+  }
+  if (!whole) return Status::Corruption(file + ": shorter than the model's parameters");
+  GRIDSYNC_RETURN_IF_ERROR(CheckParams(model).WithContext(file));
+  model.RefreshWorkingCopyAll();
+  GRIDSYNC_RETURN_IF_ERROR((state.sharded != nullptr ? state.sharded->RestoreState(&in, step, model)
+                                                     : state.replicated->RestoreState(&in, step))
+                               .WithContext(file));
+  if (!in.empty()) {
+    return Status::Corruption(file + ": " + std::to_string(in.size()) +
+                              " bytes after the model and its Adam state");
+  }
+  return Status::OK();
 }
 
 }  // namespace gridsync

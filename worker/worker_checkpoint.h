@@ -1,12 +1,20 @@
-// Checkpoints of a worker's own training state: the error-feedback residuals
-// and, with Adam on the workers, its m, v and step counts (PsClient::
-// AppendState). Written as part worker-<rank> of the same steps the shards
-// checkpoint (common/checkpoint_files.h), after the worker's push of the
-// step before, so that with the shards' partitions they are the whole
-// training state at that step; a resumed worker (gridsync launch --resume,
-// --start-step) loads its part before its first step.
+// Checkpoints of a worker's own training state, as part worker-<rank> of a
+// step (common/checkpoint_files.h); a resumed worker (gridsync launch
+// --resume, --start-step) loads its part before its first step.
 //
-// Thread safety: free functions; the client must not change meanwhile.
+// Under ps and hybrid: the error-feedback residuals and, with Adam on the
+// workers, its m, v and step counts (PsClient::AppendState), written after
+// the worker's push of the step before, so that with the shards' partitions
+// they are the whole training state at that step.
+//
+// Under nccl there are no shards: every worker holds the whole model, so
+// its part is the model's parameters and its Adam state (the replicated
+// optimizer's, or its model_parallel slice's), written after the step's
+// update. Each worker writes its own part, so a worker restores exactly
+// what it held, whatever slice of Adam that is.
+//
+// Thread safety: free functions; the client, model and optimizer must not
+// change meanwhile.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +22,10 @@
 
 #include "common/status.h"
 #include "spec/run_spec.h"
+#include "worker/local_optimizer.h"
+#include "worker/model.h"
 #include "worker/ps_client.h"
+#include "worker/sync/sharded_update.h"
 
 namespace gridsync {
 
@@ -25,5 +36,20 @@ Status WriteWorkerCheckpoint(const RunSpec& spec, uint32_t rank, uint32_t shards
 // checksum) before replacing the client's state.
 Status LoadWorkerCheckpoint(const RunSpec& spec, uint32_t rank, uint32_t shards, uint64_t step,
                             PsClient* ps);
+
+// The nccl worker's part. Exactly one of `replicated` and `sharded` is set
+// (distributed.model_parallel picks). Load checks the manifest (the same
+// tables, worker count, model_parallel and mp_dim, size and checksum) and
+// the size against the model and optimizer before reading, then replaces
+// the parameters (and their fp16 working copy) and Adam's state.
+struct AllReduceState {
+  HashGridModel* model = nullptr;
+  LocalOptimizer* replicated = nullptr;
+  ShardedUpdate* sharded = nullptr;
+};
+Status WriteAllReduceCheckpoint(const RunSpec& spec, uint32_t rank, uint32_t workers, uint64_t step,
+                                const AllReduceState& state);
+Status LoadAllReduceCheckpoint(const RunSpec& spec, uint32_t rank, uint32_t workers, uint64_t step,
+                               const AllReduceState& state);
 
 }  // namespace gridsync

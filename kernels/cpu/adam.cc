@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "common/check.h"
+#include "common/state_bytes.h"
 #include "kernels/cpu/adam_batch.h"
 
 namespace gridsync::cpu {
@@ -58,20 +59,42 @@ Status CheckStepCounts(const AdamTable& state, uint64_t step, const std::string&
       "or not this run's");
 }
 
+void AppendAdamTable(const AdamTable& state, std::string* out) {
+  AppendArray(out, state.m);
+  AppendArray(out, state.v);
+  AppendArray(out, state.step);
+}
+
+Status TakeAdamTable(std::string_view* in, uint64_t step, const std::string& what,
+                     AdamTable* state) {
+  if (in->size() < AdamTableBytes(*state) || !TakeArray(in, &state->m) ||
+      !TakeArray(in, &state->v) || !TakeArray(in, &state->step)) {
+    return Status::Corruption(what + ": the Adam state is shorter than its " +
+                              std::to_string(state->step.size()) + " rows x " +
+                              std::to_string(state->width) + " values");
+  }
+  GRIDSYNC_RETURN_IF_ERROR(CheckStepCounts(*state, step, what));
+  return CheckMoments(*state, what);
+}
+
+uint64_t AdamTableBytes(const AdamTable& state) {
+  return (state.m.size() + state.v.size()) * sizeof(float) + state.step.size() * sizeof(uint32_t);
+}
+
 Status CheckMoments(const AdamTable& state, const std::string& what) {
-  const auto bad_m = std::find_if(state.m.begin(), state.m.end(),
-                                  [](float x) { return !std::isfinite(x); });
+  const auto bad_m =
+      std::find_if(state.m.begin(), state.m.end(), [](float x) { return !std::isfinite(x); });
   const auto bad_v = std::find_if(state.v.begin(), state.v.end(),
                                   [](float x) { return !std::isfinite(x) || x < 0.0f; });
   const bool m_bad = bad_m != state.m.end();
   if (!m_bad && bad_v == state.v.end()) return Status::OK();
   const size_t at = m_bad ? bad_m - state.m.begin() : bad_v - state.v.begin();
   const size_t width = state.width == 0 ? 1 : state.width;
-  return Status::Corruption(what + ": Adam's " + (m_bad ? "m" : "v") + " at row " +
-                            std::to_string(at / width) + ", column " + std::to_string(at % width) +
-                            " is " + std::to_string(m_bad ? *bad_m : *bad_v) + "; allowed: " +
-                            (m_bad ? "a finite value" : "a finite value of at least 0") +
-                            " (what training makes), so the file is damaged or not this run's");
+  return Status::Corruption(
+      what + ": Adam's " + (m_bad ? "m" : "v") + " at row " + std::to_string(at / width) +
+      ", column " + std::to_string(at % width) + " is " + std::to_string(m_bad ? *bad_m : *bad_v) +
+      "; allowed: " + (m_bad ? "a finite value" : "a finite value of at least 0") +
+      " (what training makes), so the file is damaged or not this run's");
 }
 
 void AdamUpdateRows(const AdamHyper& hyper, const SparseRows& grad, float grad_scale, float* params,

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/sparse_rows.h"
@@ -80,6 +81,17 @@ Status CheckStepCounts(const AdamTable& state, uint64_t step, const std::string&
 // and at least 0 (v is a mean of squares). Training never makes either, and
 // a step from one would turn the row's parameters into NaN without a word.
 Status CheckMoments(const AdamTable& state, const std::string& what);
+
+// A table's m, v and step counts as checkpoint bytes (common/state_bytes.h),
+// and back into a table of the same size (`state`, already Resize'd: the
+// reader knows every size, so nothing is allocated from the bytes).
+// TakeAdamTable: Corruption naming `what` when too few bytes remain, then
+// CheckStepCounts' refusal for counts beyond the checkpoint's `step` and
+// CheckMoments'.
+void AppendAdamTable(const AdamTable& state, std::string* out);
+Status TakeAdamTable(std::string_view* in, uint64_t step, const std::string& what,
+                     AdamTable* state);
+uint64_t AdamTableBytes(const AdamTable& state);
 
 // Applies Adam to `grad.rows` of `params` (rows x width) whose gradient is
 // not all zero (see kernels/adam_math.h), each gradient multiplied by

@@ -1,5 +1,7 @@
 #include "worker/sync/allreduce_sync.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <chrono>
 
@@ -64,7 +66,7 @@ AllReduceSync::AllReduceSync(const RunSpec& spec, HashGridModel* model, int rank
 Result<std::unique_ptr<AllReduceSync>> AllReduceSync::Create(
     const RunSpec& spec, HashGridModel* model, int rank, const AllReduceGroups& groups,
     CoordinatorClient* coordinator, const BatchSource* source, const SplitSchedule* split,
-    ThreadPool* pool) {
+    ThreadPool* pool, uint64_t start_step) {
   if (groups.flat == nullptr)
     return Status::InvalidArgument("all-reduce training needs the flat group");
   std::unique_ptr<AllReduceSync> sync(
@@ -93,7 +95,71 @@ Result<std::unique_ptr<AllReduceSync>> AllReduceSync::Create(
     return Status::Unsupported("compression.codec=" + spec.config.compression.codec +
                                " under gradient_sync nccl; allowed: none, fp16, bf16");
   }
+  GRIDSYNC_RETURN_IF_ERROR(sync->StartCheckpoints(start_step));
   return sync;
+}
+
+AllReduceState AllReduceSync::State() { return {model_, optimizer_.get(), sharded_.get()}; }
+
+Status AllReduceSync::StartCheckpoints(uint64_t start_step) {
+  const auto& checkpoint = config_.checkpoint;
+  if (checkpoint.every_steps <= 0) {
+    if (start_step == 0) return Status::OK();
+    return Status::InvalidArgument(
+        me_ + ": resuming at step " + std::to_string(start_step) +
+        " under gradient_sync nccl takes the model and its Adam state from that step's "
+        "checkpoint, but checkpoint.every_steps is 0; allowed: start at step 0, or resume a run "
+        "that wrote checkpoints");
+  }
+  // Config::CheckRunnable refuses the rest; this guards the other callers.
+  if (half_ && spec_.compression.error_feedback) {
+    return Status::Unsupported(
+        "checkpoint.every_steps with compression.codec=" + config_.compression.codec +
+        " and error feedback under gradient_sync nccl: the residuals are not checkpointed");
+  }
+  const uint32_t workers = static_cast<uint32_t>(groups_.flat->size());
+  ledger_ = std::make_unique<CheckpointLedger>(checkpoint.dir, me_);
+  if (start_step > 0) {
+    GRIDSYNC_RETURN_IF_ERROR(
+        LoadAllReduceCheckpoint(spec_, rank_, workers, start_step, State())
+            .WithContext(me_ + " resuming at step " + std::to_string(start_step)));
+    ledger_->RolledBack(start_step);  // later steps are another history's
+    PublishCheckpoints();
+    return Status::OK();
+  }
+  if (coordinator_ == nullptr) return Status::OK();
+  // Starting afresh: the first checkpoint must not delete the files of a
+  // run the coordinator does not know (common/checkpoint_registry.h).
+  GRIDSYNC_ASSIGN_OR_RETURN(const JobState job, coordinator_->CurrentJob());
+  CoordinatorStore registry(coordinator_);
+  return CheckFreshStartAgainst(registry, job.job, checkpoint.dir, me_,
+                                CheckpointParts(0, workers));
+}
+
+Status AllReduceSync::CheckpointIfDue(uint64_t step) {
+  const uint64_t every = static_cast<uint64_t>(std::max(0, config_.checkpoint.every_steps));
+  if (!ledger_ || every == 0 || (step + 1) % every != 0) return Status::OK();
+  const auto start = Clock::now();
+  GRIDSYNC_RETURN_IF_ERROR(WriteAllReduceCheckpoint(spec_, rank_,
+                                                    static_cast<uint32_t>(groups_.flat->size()),
+                                                    step + 1, State())
+                               .WithContext(me_ + " writing its checkpoint"));
+  ledger_->Wrote(step + 1);
+  PublishCheckpoints();
+  spdlog::info("{}: checkpoint at step {} written in {:.0f} ms", me_, step + 1,
+               std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+  return Status::OK();
+}
+
+void AllReduceSync::PublishCheckpoints() {
+  if (!ledger_ || coordinator_ == nullptr) return;
+  auto job = coordinator_->CurrentJob();
+  CoordinatorStore registry(coordinator_);
+  const Status published = job.ok() ? ledger_->Publish(registry, job->job) : job.status();
+  if (!published.ok()) {
+    spdlog::warn("{}: the checkpoint steps it holds were not published: {}", me_,
+                 published.ToString());
+  }
 }
 
 Result<const StepBatch*> AllReduceSync::Prepare(uint64_t step) {
@@ -131,6 +197,14 @@ Status AllReduceSync::AllReduce(uint64_t step, std::vector<std::span<float>>& te
 }
 
 Result<SyncOutcome> AllReduceSync::Apply(uint64_t step, ModelGradients* grads, float loss_scale) {
+  GRIDSYNC_ASSIGN_OR_RETURN(const SyncOutcome outcome, ApplyStep(step, grads, loss_scale));
+  // After the update: the part holds the model and Adam's state at step + 1.
+  GRIDSYNC_RETURN_IF_ERROR(CheckpointIfDue(step));
+  return outcome;
+}
+
+Result<SyncOutcome> AllReduceSync::ApplyStep(uint64_t step, ModelGradients* grads,
+                                             float loss_scale) {
   ++applies_;
   const bool mixed = config_.training.mixed_precision;
   SyncOutcome outcome;

@@ -21,6 +21,13 @@
 // overflow flag to the all-reduce, so every worker sees the same sum and
 // skips (or applies) the step alike.
 //
+// checkpoint.every_steps: each worker writes part worker-<rank> (the model
+// and its Adam state, worker/worker_checkpoint.h) after every that many
+// steps' update and publishes the steps it holds; started at a step > 0
+// (gridsync launch --resume, --start-step) it loads that step's part
+// first. There is no live rejoin: a worker lost mid-run fails its peers'
+// collectives, and the job resumes whole.
+//
 // With a rank-ordered reduction (LocalCollective) and an even split, the
 // parameters equal a single process with gradient_accumulation = workers bit
 // for bit; Gloo's ring and the hierarchical scheme sum in other orders, so
@@ -31,6 +38,7 @@
 
 #include <memory>
 
+#include "common/checkpoint_registry.h"
 #include "common/coordinator_client.h"
 #include "common/thread_pool.h"
 #include "spec/run_spec.h"
@@ -39,6 +47,7 @@
 #include "worker/sync/gradient_sync.h"
 #include "worker/sync/half_allreduce.h"
 #include "worker/sync/sharded_update.h"
+#include "worker/worker_checkpoint.h"
 
 namespace gridsync {
 
@@ -60,13 +69,15 @@ Result<std::vector<double>> GatherRatesAcross(Collective& flat, double mine);
 
 class AllReduceSync : public GradientSync {
  public:
-  // coordinator: watched between steps when given (null in in-process tests).
+  // coordinator: watched between steps, and told the checkpoint steps
+  // this worker holds, when given (null in in-process tests). start_step >
+  // 0: resume there from this worker's checkpoint of that step.
   static Result<std::unique_ptr<AllReduceSync>> Create(const RunSpec& spec, HashGridModel* model,
                                                        int rank, const AllReduceGroups& groups,
                                                        CoordinatorClient* coordinator,
                                                        const BatchSource* source,
-                                                       const SplitSchedule* split,
-                                                       ThreadPool* pool);
+                                                       const SplitSchedule* split, ThreadPool* pool,
+                                                       uint64_t start_step = 0);
 
  private:
   AllReduceSync(const RunSpec& spec, HashGridModel* model, int rank, const AllReduceGroups& groups,
@@ -85,6 +96,14 @@ class AllReduceSync : public GradientSync {
  private:
   double BytesPerStep() const;
   Status AllReduce(uint64_t step, std::vector<std::span<float>>& tensors);
+  Result<SyncOutcome> ApplyStep(uint64_t step, ModelGradients* grads, float loss_scale);
+  // Checkpoints (checkpoint.every_steps): the resume at start_step, or the
+  // fresh start's check that no unknown run's files would be replaced;
+  // then a part after every that many steps.
+  Status StartCheckpoints(uint64_t start_step);
+  Status CheckpointIfDue(uint64_t step);
+  AllReduceState State();
+  void PublishCheckpoints();
 
   const RunSpec& spec_;
   const Config& config_;  // spec_.config
@@ -98,6 +117,7 @@ class AllReduceSync : public GradientSync {
   std::unique_ptr<ShardedUpdate> sharded_;     // model_parallel: this worker's slice of Adam
   std::vector<float> flat_;                    // model_parallel: the gradient, flat
   std::unique_ptr<HalfAllReduce> half_;        // codec fp16/bf16: the 16-bit all-reduce
+  std::unique_ptr<CheckpointLedger> ledger_;   // checkpoint.every_steps > 0
   bool hierarchical_;
   int slices_ = 0;
   size_t elements_ = 0;        // gradient elements all-reduced per step

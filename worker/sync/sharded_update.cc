@@ -65,12 +65,17 @@ Result<ShardedUpdate> ShardedUpdate::Make(const RunSpec& spec, const HashGridMod
   }
   u.grad_.resize(u.counts_[static_cast<size_t>(rank)]);
   // Every worker starts from the same seeded model: its slice of it.
-  const std::vector<float> flat = FlattenParams(model);
-  for (const Run& run : u.runs_[static_cast<size_t>(rank)]) {
-    u.params_.insert(u.params_.end(), flat.begin() + static_cast<std::ptrdiff_t>(run.flat_offset),
-                     flat.begin() + static_cast<std::ptrdiff_t>(run.flat_offset + run.length));
-  }
+  u.SliceParams(model);
   return u;
+}
+
+void ShardedUpdate::SliceParams(const HashGridModel& model) {
+  const std::vector<float> flat = FlattenParams(model);
+  params_.clear();
+  for (const Run& run : runs_[static_cast<size_t>(rank_)]) {
+    params_.insert(params_.end(), flat.begin() + static_cast<std::ptrdiff_t>(run.flat_offset),
+                   flat.begin() + static_cast<std::ptrdiff_t>(run.flat_offset + run.length));
+  }
 }
 
 Status ShardedUpdate::Step(Collective& flat_group, bool summed, float grad_scale,
@@ -120,6 +125,28 @@ Status ShardedUpdate::Step(Collective& flat_group, bool summed, float grad_scale
   }
   if (model->mixed_precision()) model->RefreshWorkingCopyAll();
   return Status::OK();
+}
+
+void ShardedUpdate::AppendState(std::string* out) const {
+  for (const auto& table : tables_) cpu::AppendAdamTable(table.adam, out);
+}
+
+Status ShardedUpdate::RestoreState(std::string_view* in, uint64_t step,
+                                   const HashGridModel& model) {
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    GRIDSYNC_RETURN_IF_ERROR(cpu::TakeAdamTable(
+        in, step, "Adam state of this worker's slice of table " + std::to_string(t),
+        &tables_[t].adam));
+  }
+  // Adam steps this copy of the slice's parameters, not the model's.
+  SliceParams(model);
+  return Status::OK();
+}
+
+uint64_t ShardedUpdate::StateBytes() const {
+  uint64_t bytes = 0;
+  for (const auto& table : tables_) bytes += cpu::AdamTableBytes(table.adam);
+  return bytes;
 }
 
 }  // namespace gridsync

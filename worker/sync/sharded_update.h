@@ -15,6 +15,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/sharding.h"
@@ -40,6 +42,13 @@ class ShardedUpdate {
   Status Step(Collective& flat_group, bool summed, float grad_scale, std::vector<float>* flat,
               HashGridModel* model);
 
+  // This worker's slice of Adam's state as checkpoint bytes, and back, as
+  // LocalOptimizer's (sizes from the partition, step counts at most `step`);
+  // RestoreState takes the slice's parameters from `model`, restored first.
+  void AppendState(std::string* out) const;
+  Status RestoreState(std::string_view* in, uint64_t step, const HashGridModel& model);
+  uint64_t StateBytes() const;
+
   // Elements of Adam state this worker holds (for reports and tests).
   uint64_t owned_elements() const { return counts_[static_cast<size_t>(rank_)]; }
 
@@ -57,12 +66,14 @@ class ShardedUpdate {
     cpu::AdamTable adam;
   };
   ShardedUpdate() = default;
+  // params_ = this worker's slice of the model's parameters.
+  void SliceParams(const HashGridModel& model);
 
   int rank_ = 0;
-  std::vector<std::vector<Run>> runs_;  // by owner, in slice order
-  std::vector<size_t> counts_;          // slice elements by owner
-  std::vector<LocalTable> tables_;      // this worker's slice, by table
-  std::vector<uint32_t> identity_;      // 0..max local rows
+  std::vector<std::vector<Run>> runs_;   // by owner, in slice order
+  std::vector<size_t> counts_;           // slice elements by owner
+  std::vector<LocalTable> tables_;       // this worker's slice, by table
+  std::vector<uint32_t> identity_;       // 0..max local rows
   std::vector<uint64_t> tensor_starts_;  // flat offset of the grid and each MLP matrix
   AdamHyper hyper_;
   std::vector<float> packed_;  // every owner's slice, owner-major

@@ -73,14 +73,20 @@ Result<std::unique_ptr<GradientSync>> MakeAllReduceSync(
     const RunSpec& spec, HashGridModel* model, int rank,
     std::unique_ptr<cuda::DeviceTrainer> trainer, const AllReduceGroups& groups,
     CoordinatorClient* coordinator, const BatchSource* source, const SplitSchedule* split,
-    ThreadPool* pool) {
+    ThreadPool* pool, uint64_t start_step) {
   if (trainer && DeviceAllReduceSync::Serves(spec)) {
+    // Config::CheckRunnable refuses checkpoints with the model on a GPU.
+    if (start_step > 0 || spec.config.checkpoint.every_steps > 0) {
+      return Status::Unsupported(
+          "checkpoints under gradient_sync nccl with the model on a GPU; allowed: "
+          "training.device=cpu");
+    }
     return std::unique_ptr<GradientSync>(std::make_unique<DeviceAllReduceSync>(
         spec, model, rank, groups.flat, coordinator, source, split, std::move(trainer)));
   }
-  GRIDSYNC_ASSIGN_OR_RETURN(
-      std::unique_ptr<GradientSync> host,
-      AllReduceSync::Create(spec, model, rank, groups, coordinator, source, split, pool));
+  GRIDSYNC_ASSIGN_OR_RETURN(std::unique_ptr<GradientSync> host,
+                            AllReduceSync::Create(spec, model, rank, groups, coordinator, source,
+                                                  split, pool, start_step));
   if (!trainer) return host;
   GRIDSYNC_ASSIGN_OR_RETURN(auto staged, DeviceStagedSync::Create(spec, model, std::move(host),
                                                                   std::move(trainer), pool));
@@ -155,9 +161,9 @@ Result<TrainReport> TrainAllReduceWorker(const RunSpec& spec, const ImageTask& i
   ThreadPool pool(config.training.threads);
   const BatchSource source(image, config.training.seed, &pool);
   SplitSchedule split(BatchSplit(d, config.training.batch_size));
-  GRIDSYNC_ASSIGN_OR_RETURN(auto sync,
-                            MakeAllReduceSync(spec, model.get(), rank, std::move(trainer), groups,
-                                              coordinator.get(), &source, &split, &pool));
+  GRIDSYNC_ASSIGN_OR_RETURN(
+      auto sync, MakeAllReduceSync(spec, model.get(), rank, std::move(trainer), groups,
+                                   coordinator.get(), &source, &split, &pool, options.start_step));
   auto report = RunTrainLoop(spec, image, model, *sync, split, pool, options);
   // Every rank leaves together: a rank that closed its sockets while a peer
   // still sends its last bucket would fail that peer.
@@ -277,7 +283,7 @@ Result<TrainReport> TrainImageAllReduce(const Config& config, const ImageTask& i
                                         options.train.quiet));
   GRIDSYNC_ASSIGN_OR_RETURN(
       auto sync, MakeAllReduceSync(spec, model.get(), rank, std::move(trainer), groups, nullptr,
-                                   &source, &split, &pool));
+                                   &source, &split, &pool, options.start_step));
   return RunTrainLoop(spec, image, model, *sync, split, pool, options);
 }
 
