@@ -33,7 +33,8 @@
 #  9. gradient_sync nccl (no shards: every worker checkpoints its model and
 #     Adam state): SIGKILL of worker 1 after its checkpoint of step 150; the
 #     launcher fails naming it, and --resume ends bit for bit where the
-#     uninterrupted run ends.
+#     uninterrupted run ends. 9b. No live rejoin: --max-restarts is refused,
+#     and a worker restarted afresh into the running job is refused.
 set -euo pipefail
 BUILD=${1:?usage: fault_test.sh BUILD_DIR}
 GS="$BUILD/tools/gridsync"
@@ -446,6 +447,36 @@ elif "$GS" launch "$WORK/cluster.json" "${nccl_set[@]}" --resume --rank0-arg=--d
   echo "ok: nccl run: SIGKILL of worker 1, resumed from step $step; the final parameters equal the uninterrupted run's, bit for bit"
 else
   fail "resuming the nccl run failed or differs"; tail -5 "$WORK/resumed-nccl.log"
+fi
+
+# 9b. A restarted nccl worker cannot rejoin its peers: --max-restarts is
+# refused before anything starts, and a worker started afresh into the
+# running job (as a unit's restart would) is refused by the coordinator,
+# leaving the job's checkpoints alone.
+rc=0; "$GS" launch "$WORK/cluster.json" "${nccl_set[@]}" --max-restarts 2 > "$WORK/nccl-restarts.log" 2>&1 || rc=$?
+if [ $rc -ne 2 ] || ! grep -q "not supported with gradient_sync nccl" "$WORK/nccl-restarts.log"; then
+  fail "nccl: --max-restarts: exit $rc"; tail -3 "$WORK/nccl-restarts.log"
+else
+  echo "ok: nccl: --max-restarts refused (exit 2)"
+fi
+rm -rf "$WORK/ckpt"
+"$BUILD/server/gridsync-coordinator" --config "$WORK/cluster.json" "${nccl_set[@]}" > "$WORK/n-coord.log" 2>&1 &
+coord=$!
+"$BUILD/worker/gridsync-worker" --rank 0 --config "$WORK/cluster.json" "${nccl_set[@]}" > "$WORK/n-w0.log" 2>&1 &
+w0=$!
+"$BUILD/worker/gridsync-worker" --rank 1 --config "$WORK/cluster.json" "${nccl_set[@]}" > "$WORK/n-w1.log" 2>&1 &
+w1=$!
+wait_for_line "$WORK/n-w1.log" "checkpoint at step 100 written" $w1 || true
+kill -KILL $w1 2>/dev/null || true; wait $w1 2>/dev/null || true
+rc=0; "$BUILD/worker/gridsync-worker" --rank 1 --config "$WORK/cluster.json" "${nccl_set[@]}" > "$WORK/n-w1b.log" 2>&1 || rc=$?
+wait $w0 2>/dev/null || true
+kill -KILL $coord 2>/dev/null || true; wait $coord 2>/dev/null || true
+if [ $rc -eq 0 ] || ! grep -q "joined after training started" "$WORK/n-w1b.log"; then
+  fail "nccl: a worker started afresh into the running job: exit $rc"; tail -3 "$WORK/n-w1b.log"
+elif [ ! -f "$WORK/ckpt/step-100/worker-1.json" ]; then
+  fail "nccl: the refused fresh worker left the job's checkpoint of step 100 missing"
+else
+  echo "ok: nccl: a worker started afresh into the running job is refused (exit $rc); the checkpoints stay"
 fi
 
 if [ $failures -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi

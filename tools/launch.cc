@@ -317,6 +317,19 @@ int RunLaunch(const LaunchOptions& options) {
   sigaction(SIGTERM, &action, nullptr);
 
   const ClusterLayout& layout = config->layout;
+  if (options.max_restarts > 0 && config->checkpoint.every_steps > 0 &&
+      config->distributed.gradient_sync == GradientSyncMode::kNccl) {
+    // A restarted nccl worker cannot rejoin its peers' collectives, and the
+    // coordinator refuses a fresh start into the running job: the restarts
+    // would only fail again.
+    std::fprintf(stderr,
+                 "gridsync launch: --max-restarts %d: not supported with gradient_sync nccl (its "
+                 "workers do not rejoin a running job); allowed: --max-restarts 0, and after a "
+                 "failure gridsync launch %s --resume, which restarts the whole job from its "
+                 "newest complete checkpoint\n",
+                 options.max_restarts, options.config_path.c_str());
+    return kConfigErrorExitCode;
+  }
   int node = -1;  // -1: every node (one machine)
   if (!options.node.empty()) {
     node = layout.NodeIndex(options.node);

@@ -164,6 +164,11 @@ Result<TrainReport> TrainAllReduceWorker(const RunSpec& spec, const ImageTask& i
   GRIDSYNC_ASSIGN_OR_RETURN(
       auto sync, MakeAllReduceSync(spec, model.get(), rank, std::move(trainer), groups,
                                    coordinator.get(), &source, &split, &pool, options.start_step));
+  // As under ps: past 'init' the coordinator refuses a fresh worker into
+  // this job (a restarted one would train a fresh model beside its peers'
+  // checkpoints), and ends the job once every worker left.
+  GRIDSYNC_RETURN_IF_ERROR(coordinator->Barrier("init", static_cast<uint32_t>(d.world_size),
+                                                "worker-" + std::to_string(rank), timeout));
   auto report = RunTrainLoop(spec, image, model, *sync, split, pool, options);
   // Every rank leaves together: a rank that closed its sockets while a peer
   // still sends its last bucket would fail that peer.
