@@ -14,13 +14,12 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "common/checkpoint_files.h"
 #include "common/config.h"
+#include "tests/allreduce_test_util.h"
 #include "tests/test_util.h"
-#include "worker/collective/local_collective.h"
 #include "worker/image_task.h"
 #include "worker/params_file.h"
 #include "worker/sync/train.h"
@@ -49,27 +48,11 @@ Config CheckpointedConfig(const std::string& dir, bool model_parallel) {
   return c;
 }
 
-// Every worker as a thread over rank-ordered in-process groups, from
-// `start_step`; the reports in rank order.
+// Every worker from `start_step`, as threads (tests/allreduce_test_util.h).
 std::vector<Result<TrainReport>> RunWorkers(const Config& config, const ImageTask& image,
                                             uint64_t start_step) {
-  const int world = config.distributed.world_size;
-  auto flat = LocalCollective::CreateGroup(world, config.distributed.timeout(), "flat");
-  std::vector<Result<TrainReport>> reports(static_cast<size_t>(world), Status::Internal("not run"));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      AllReduceGroups groups;
-      groups.flat = flat[static_cast<size_t>(r)].get();
-      WorkerOptions options;
-      options.train.quiet = true;
-      options.train.write_png = false;
-      options.start_step = start_step;
-      reports[static_cast<size_t>(r)] = TrainImageAllReduce(config, image, r, groups, options);
-    });
-  }
-  for (auto& t : threads) t.join();
-  return reports;
+  return testing::RunLocal(config, image,
+                           [start_step](int, WorkerOptions* o) { o->start_step = start_step; });
 }
 
 TEST(AllReduceCheckpointTest, AResumedRunEndsBitForBitWhereTheUninterruptedOneEnds) {

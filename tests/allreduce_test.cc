@@ -18,6 +18,7 @@
 #include "common/store.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/device_trainer.h"
+#include "tests/allreduce_test_util.h"
 #include "tests/single_process.h"
 #include "tests/test_util.h"
 #include "worker/batch_split.h"
@@ -45,6 +46,7 @@ Config SmallConfig(int workers) {
   return c;
 }
 
+using testing::RunLocal;
 using testing::SingleProcess;
 
 WorkerOptions Quiet() {
@@ -52,42 +54,6 @@ WorkerOptions Quiet() {
   options.train.quiet = true;
   options.train.write_png = false;
   return options;
-}
-
-// Runs every worker as a thread over in-process groups.
-std::vector<Result<TrainReport>> RunLocal(const Config& config, const ImageTask& image,
-                                          std::vector<int> throttle_ms = {}) {
-  const auto& d = config.distributed;
-  const int world = d.world_size;
-  const auto timeout = d.timeout();
-  auto flat = LocalCollective::CreateGroup(world, timeout, "flat");
-  const auto nodes = d.ResolvedNodes();
-  const int slices = d.HierarchicalSlices();
-  std::vector<std::vector<std::unique_ptr<LocalCollective>>> intra;
-  for (const auto& n : nodes) intra.push_back(LocalCollective::CreateGroup(n.workers, timeout, "intra-" + n.name));
-  std::vector<std::vector<std::unique_ptr<LocalCollective>>> inter;
-  for (int l = 0; l < slices; ++l) {
-    inter.push_back(LocalCollective::CreateGroup(static_cast<int>(nodes.size()), timeout, "inter-" + std::to_string(l)));
-  }
-  std::vector<Result<TrainReport>> reports(static_cast<size_t>(world), Status::Internal("not run"));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      AllReduceGroups groups;
-      groups.flat = flat[static_cast<size_t>(r)].get();
-      if (d.hierarchical) {
-        const int node = d.NodeOf(r);
-        const int local = d.LocalRankOf(r);
-        groups.intra = intra[static_cast<size_t>(node)][static_cast<size_t>(local)].get();
-        if (local < slices) groups.inter = inter[static_cast<size_t>(local)][static_cast<size_t>(node)].get();
-      }
-      WorkerOptions options = Quiet();
-      if (static_cast<size_t>(r) < throttle_ms.size()) options.throttle_ms = throttle_ms[static_cast<size_t>(r)];
-      reports[static_cast<size_t>(r)] = TrainImageAllReduce(config, image, r, groups, options);
-    });
-  }
-  for (auto& t : threads) t.join();
-  return reports;
 }
 
 // Runs every worker as a thread over one real group (flat) of `kind`
@@ -148,7 +114,8 @@ TEST(AllReduceTest, HierarchicalTwoNodesOfTwoAndOnePlusThree) {
     config.distributed.hierarchical = true;
     for (size_t n = 0; n < sizes.size(); ++n) {
       NodeConfig node;
-      node.name = std::string("node") + std::to_string(n);  // (a GCC 12 -Wrestrict false positive on "n" + ...)
+      node.name = std::string("node") +
+                  std::to_string(n);  // (a GCC 12 -Wrestrict false positive on "n" + ...)
       node.workers = sizes[n];
       config.distributed.nodes.push_back(node);
     }
@@ -308,7 +275,9 @@ TEST(AllReduceTest, AdaptiveMovesSamplesToTheFasterWorker) {
   config.distributed.batch_splitting = BatchSplitting::kAdaptive;
   config.distributed.adaptive_interval = 3;
   config.training.steps = 10;
-  auto reports = RunLocal(config, image, {0, 60});  // worker 1 is slow
+  auto reports = RunLocal(config, image, [](int r, WorkerOptions* o) {
+    if (r == 1) o->throttle_ms = 60;  // worker 1 is slow
+  });
   for (auto& r : reports) ASSERT_TRUE(r.ok()) << r.status().ToString();
   const auto& counts = reports[0]->split_counts;
   ASSERT_EQ(counts.size(), 2u);
@@ -400,11 +369,13 @@ TEST(AllReduceProcessTest, KilledWorkerMakesTheOthersFailWithinTheTimeout) {
   fs::create_directories(tmp);
   const std::string path = (tmp / "config.json").string();
   std::ofstream(path) << config.ToJson().dump(2);
-  const pid_t coordinator = Spawn({dir + "/server/gridsync-coordinator", "--config", path}, (tmp / "c.log").string());
+  const pid_t coordinator =
+      Spawn({dir + "/server/gridsync-coordinator", "--config", path}, (tmp / "c.log").string());
   std::vector<pid_t> workers;
   for (int r = 0; r < 3; ++r) {
-    workers.push_back(Spawn({dir + "/worker/gridsync-worker", "--config", path, "--rank", std::to_string(r)},
-                            (tmp / ("w" + std::to_string(r) + ".log")).string()));
+    workers.push_back(
+        Spawn({dir + "/worker/gridsync-worker", "--config", path, "--rank", std::to_string(r)},
+              (tmp / ("w" + std::to_string(r) + ".log")).string()));
   }
   // Let them rendezvous and train a few steps, then kill worker 2 outright.
   std::this_thread::sleep_for(std::chrono::seconds(4));
@@ -432,7 +403,8 @@ TEST(AllReduceProcessTest, KilledWorkerMakesTheOthersFailWithinTheTimeout) {
     const std::string log = ReadFile((tmp / ("w" + std::to_string(r) + ".log")).string());
     EXPECT_NE(log.find("training failed"), std::string::npos) << log;
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
   EXPECT_LT(seconds, 3.0 + 10.0);
   kill(coordinator, SIGTERM);
   waitpid(coordinator, &status, 0);
