@@ -33,7 +33,8 @@
 #  9. gradient_sync nccl (no shards: every worker checkpoints its model and
 #     Adam state): SIGKILL of worker 1 after its checkpoint of step 150; the
 #     launcher fails naming it, and --resume ends bit for bit where the
-#     uninterrupted run ends. 9b. No live rejoin: --max-restarts is refused,
+#     uninterrupted run ends. 9b. No live rejoin: --max-restarts restarts
+#     the whole job from the newest complete checkpoint (bit for bit again),
 #     and a worker restarted afresh into the running job is refused.
 set -euo pipefail
 BUILD=${1:?usage: fault_test.sh BUILD_DIR}
@@ -449,15 +450,33 @@ else
   fail "resuming the nccl run failed or differs"; tail -5 "$WORK/resumed-nccl.log"
 fi
 
-# 9b. A restarted nccl worker cannot rejoin its peers: --max-restarts is
-# refused before anything starts, and a worker started afresh into the
-# running job (as a unit's restart would) is refused by the coordinator,
-# leaving the job's checkpoints alone.
-rc=0; "$GS" launch "$WORK/cluster.json" "${nccl_set[@]}" --max-restarts 2 > "$WORK/nccl-restarts.log" 2>&1 || rc=$?
-if [ $rc -ne 2 ] || ! grep -q "not supported with gradient_sync nccl" "$WORK/nccl-restarts.log"; then
-  fail "nccl: --max-restarts: exit $rc"; tail -3 "$WORK/nccl-restarts.log"
+# 9b. A restarted nccl worker cannot rejoin its peers: with --max-restarts
+# the launcher restarts the whole job from the newest complete checkpoint,
+# and it ends bit for bit where the uninterrupted run ends; a worker started
+# afresh into the running job (as a unit's restart would) is refused by the
+# coordinator, leaving the job's checkpoints alone.
+rc=0; "$GS" launch "$WORK/cluster.json" "${nccl_set[@]}" --set checkpoint.every_steps=0 \
+  --max-restarts 1 > "$WORK/restarts-off.log" 2>&1 || rc=$?
+if [ $rc -ne 2 ] || ! grep -q "no checkpoint to rejoin from" "$WORK/restarts-off.log"; then
+  fail "--max-restarts without checkpoints: exit $rc"; tail -3 "$WORK/restarts-off.log"
 else
-  echo "ok: nccl: --max-restarts refused (exit 2)"
+  echo "ok: --max-restarts without checkpoints is refused (exit 2): nothing to restart from"
+fi
+rm -rf "$WORK/ckpt"
+"$GS" launch "$WORK/cluster.json" "${nccl_set[@]}" --max-restarts 1 --rank0-arg=--dump-params \
+  --rank0-arg="$WORK/restarted-nccl.bin" > "$WORK/restarted-nccl.log" 2>&1 &
+launcher=$!
+wait_for_line "$WORK/restarted-nccl.log" "\[worker-1\].*checkpoint at step 150 written" $launcher || true
+pkill -KILL -f "gridsync-worker --rank 1 --config $WORK/cluster.json" ||
+  fail "nccl --max-restarts: worker 1 was not running after its checkpoint of step 150"
+rc=0; wait $launcher || rc=$?
+if [ $rc -ne 0 ] || ! grep -q "restarting the whole job (1 of 1) from the checkpoint of step" "$WORK/restarted-nccl.log"; then
+  fail "nccl --max-restarts: exit $rc"; grep "gridsync launch:" "$WORK/restarted-nccl.log" | tail -5
+elif ! cmp -s "$WORK/clean-nccl.bin" "$WORK/restarted-nccl.bin"; then
+  fail "nccl --max-restarts: the restarted job's parameters differ from the uninterrupted run's"
+else
+  step=$(grep -o "restarting the whole job (1 of 1) from the checkpoint of step [0-9]*" "$WORK/restarted-nccl.log" | grep -o "[0-9]*$")
+  echo "ok: nccl --max-restarts: SIGKILL of worker 1, the whole job restarted from step $step and ended bit for bit as the uninterrupted run"
 fi
 rm -rf "$WORK/ckpt"
 "$BUILD/server/gridsync-coordinator" --config "$WORK/cluster.json" "${nccl_set[@]}" > "$WORK/n-coord.log" 2>&1 &

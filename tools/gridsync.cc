@@ -55,7 +55,8 @@ int main(int argc, char** argv) {
       ->add_option("--max-restarts", launch_options.max_restarts,
                    "Restart a shard, worker or the coordinator that fails during training, up to "
                    "N times each; shards and workers rejoin from the newest complete checkpoint, "
-                   "the coordinator serves the job it kept (checkpoint.every_steps > 0)")
+                   "the coordinator serves the job it kept (checkpoint.every_steps > 0); under "
+                   "gradient_sync nccl the whole job restarts from that checkpoint, N times")
       ->check(CLI::Range(0, 1000));
   launch->add_option("--grace", launch_options.grace_seconds,
                      "Seconds between SIGTERM and SIGKILL when stopping");

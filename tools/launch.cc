@@ -317,17 +317,28 @@ int RunLaunch(const LaunchOptions& options) {
   sigaction(SIGTERM, &action, nullptr);
 
   const ClusterLayout& layout = config->layout;
-  if (options.max_restarts > 0 && config->checkpoint.every_steps > 0 &&
-      config->distributed.gradient_sync == GradientSyncMode::kNccl) {
-    // A restarted nccl worker cannot rejoin its peers' collectives, and the
-    // coordinator refuses a fresh start into the running job: the restarts
-    // would only fail again.
+  if (options.max_restarts > 0 && config->checkpoint.every_steps <= 0) {
+    // A restarted process rejoins from a checkpoint; without any, a restart
+    // could only train afresh beside the others (the coordinator refuses it).
     std::fprintf(stderr,
-                 "gridsync launch: --max-restarts %d: not supported with gradient_sync nccl (its "
-                 "workers do not rejoin a running job); allowed: --max-restarts 0, and after a "
-                 "failure gridsync launch %s --resume, which restarts the whole job from its "
-                 "newest complete checkpoint\n",
-                 options.max_restarts, options.config_path.c_str());
+                 "gridsync launch: --max-restarts %d with checkpoint.every_steps 0: a restarted "
+                 "process has no checkpoint to rejoin from; allowed: checkpoint.every_steps > 0, "
+                 "or --max-restarts 0\n",
+                 options.max_restarts);
+    return kConfigErrorExitCode;
+  }
+  // Under nccl a restarted worker cannot rejoin its peers' collectives, so
+  // --max-restarts restarts the whole job from its newest complete
+  // checkpoint (below): only a launcher that runs every process can.
+  const bool whole_job_restarts = options.max_restarts > 0 && config->checkpoint.every_steps > 0 &&
+                                  config->distributed.gradient_sync == GradientSyncMode::kNccl;
+  if (whole_job_restarts && !options.node.empty()) {
+    std::fprintf(stderr,
+                 "gridsync launch: --max-restarts %d with --node %s: not supported with "
+                 "gradient_sync nccl (a failed nccl worker restarts the whole job, which the "
+                 "launcher of one node cannot); allowed: --max-restarts 0, and after a failure "
+                 "gridsync launch %s --resume on every node\n",
+                 options.max_restarts, options.node.c_str(), options.config_path.c_str());
     return kConfigErrorExitCode;
   }
   int node = -1;  // -1: every node (one machine)
@@ -418,40 +429,45 @@ int RunLaunch(const LaunchOptions& options) {
     children.push_back(Spawn(name, argv, env, is_worker));
   };
   const bool run_coordinator = node < 0 || options.coordinator || layout.coordinator_node == node;
-  if (run_coordinator) {
-    // Each launch starts a job of its own (afresh, or --resume); a restart
-    // below serves the job this coordinator kept.
-    std::vector<std::string> argv = {coordinator};
-    if (config->checkpoint.every_steps > 0) argv.push_back("--fresh");
-    start("coordinator", argv, node < 0 ? base : node_env(node), false);
-  }
-  for (size_t s = 0; s < layout.shards.size(); ++s) {
-    const int n = layout.shards[s].node;
-    if (!here(n)) continue;
-    Env env = node_env(n);
-    env.push_back({"GRIDSYNC_SHARD", std::to_string(s)});
-    std::vector<std::string> argv = {ps, "--shard", std::to_string(s)};
-    if (resume_step > 0) argv.insert(argv.end(), {"--resume-step", std::to_string(resume_step)});
-    start("ps-" + std::to_string(s), argv, env, false);
-  }
-  for (int n = 0; n < static_cast<int>(layout.nodes.size()); ++n) {
-    if (!here(n)) continue;
-    const int first = layout.FirstRank(n);
-    for (int local = 0; local < layout.nodes[static_cast<size_t>(n)].workers; ++local) {
-      const int w = first + local;
-      std::vector<std::string> argv = {worker, "--rank", std::to_string(w)};
-      if (resume_step > 0) argv.insert(argv.end(), {"--start-step", std::to_string(resume_step)});
-      argv.insert(argv.end(), options.worker_args.begin(), options.worker_args.end());
-      if (w == 0) argv.insert(argv.end(), options.rank0_args.begin(), options.rank0_args.end());
-      Env env = node_env(n);
-      env.push_back({"GRIDSYNC_RANK", std::to_string(w)});
-      env.push_back({"GRIDSYNC_LOCAL_RANK", std::to_string(local)});
-      if (g_progress) env.push_back({"GRIDSYNC_PROGRESS_LINES", "1"});
-      env.push_back({"GRIDSYNC_LOCAL_WORLD_SIZE",
-                     std::to_string(layout.nodes[static_cast<size_t>(n)].workers)});
-      start("worker-" + std::to_string(w), argv, env, true);
+  // The job's processes, from `from_step` (0: afresh).
+  auto start_job = [&](uint64_t from_step) {
+    if (run_coordinator) {
+      // Each launch starts a job of its own (afresh, or --resume); a restart
+      // below serves the job this coordinator kept.
+      std::vector<std::string> argv = {coordinator};
+      if (config->checkpoint.every_steps > 0) argv.push_back("--fresh");
+      start("coordinator", argv, node < 0 ? base : node_env(node), false);
     }
-  }
+    for (size_t s = 0; s < layout.shards.size(); ++s) {
+      const int n = layout.shards[s].node;
+      if (!here(n)) continue;
+      Env env = node_env(n);
+      env.push_back({"GRIDSYNC_SHARD", std::to_string(s)});
+      std::vector<std::string> argv = {ps, "--shard", std::to_string(s)};
+      if (from_step > 0) argv.insert(argv.end(), {"--resume-step", std::to_string(from_step)});
+      start("ps-" + std::to_string(s), argv, env, false);
+    }
+    for (int n = 0; n < static_cast<int>(layout.nodes.size()); ++n) {
+      if (!here(n)) continue;
+      const int first = layout.FirstRank(n);
+      for (int local = 0; local < layout.nodes[static_cast<size_t>(n)].workers; ++local) {
+        const int w = first + local;
+        std::vector<std::string> argv = {worker, "--rank", std::to_string(w)};
+        if (from_step > 0) argv.insert(argv.end(), {"--start-step", std::to_string(from_step)});
+        argv.insert(argv.end(), options.worker_args.begin(), options.worker_args.end());
+        if (w == 0) argv.insert(argv.end(), options.rank0_args.begin(), options.rank0_args.end());
+        Env env = node_env(n);
+        env.push_back({"GRIDSYNC_RANK", std::to_string(w)});
+        env.push_back({"GRIDSYNC_LOCAL_RANK", std::to_string(local)});
+        if (g_progress) env.push_back({"GRIDSYNC_PROGRESS_LINES", "1"});
+        env.push_back({"GRIDSYNC_LOCAL_WORLD_SIZE",
+                       std::to_string(layout.nodes[static_cast<size_t>(n)].workers)});
+        start("worker-" + std::to_string(w), argv, env, true);
+      }
+    }
+  };
+  start_job(resume_step);
+  int job_restarts = 0;
 
   int exit_code = 0;
   for (;;) {
@@ -473,6 +489,36 @@ int RunLaunch(const LaunchOptions& options) {
         failed = &c;
         break;
       }
+    }
+    if (failed != nullptr && whole_job_restarts) {
+      const std::string who = failed->name;
+      const std::string how = Describe(failed->status);
+      const pid_t pid = failed->pid;
+      const std::deque<std::string> tail = failed->tail;
+      StopAll(children, options.grace_seconds);
+      const uint64_t step = LatestCompleteStep(config->checkpoint.dir, job_parts);
+      if (job_restarts < options.max_restarts && step > 0) {
+        ++job_restarts;
+        std::printf(
+            "gridsync launch: %s (pid %d) failed: %s; restarting the whole job (%d of %d) from "
+            "the checkpoint of step %llu (gradient_sync nccl: its workers do not rejoin a "
+            "running job)\n",
+            who.c_str(), pid, how.c_str(), job_restarts, options.max_restarts,
+            static_cast<unsigned long long>(step));
+        for (auto& c : children) {
+          if (c.fd >= 0) close(c.fd);
+        }
+        children.clear();
+        start_job(step);
+        continue;
+      }
+      std::printf(
+          "gridsync launch: %s (pid %d) failed: %s; %s; stopping\n", who.c_str(), pid, how.c_str(),
+          step == 0 ? "no complete checkpoint to restart the job from" : "no restarts left");
+      for (const auto& line : tail)
+        std::printf("gridsync launch:   %s| %s\n", who.c_str(), line.c_str());
+      exit_code = 1;
+      break;
     }
     if (failed != nullptr && failed->restarts < options.max_restarts &&
         config->checkpoint.every_steps > 0) {
