@@ -110,12 +110,19 @@ void CoordinatorImpl::HandleRegister(const ConnPtr& conn, uint64_t id, RegisterI
     }
   }
   if (!rejoining && training_started_ && (shard || !job_done_)) {
+    // A cluster without shards is gradient_sync nccl, whose workers do not
+    // rejoin: only the whole job restarts.
     refuse(fmt::format(
         "{} {} joined after training started (the workers passed 'init') with {}, not the "
-        "job's; allowed: a {} rejoining from the job's newest complete checkpoint "
-        "(checkpoint.every_steps: a restarted process finds it itself once one exists), or "
-        "restart the whole job (gridsync launch --resume)",
-        role, info.requested_rank, shard ? "fresh parameters" : "a fresh start", role));
+        "job's; allowed: {}",
+        role, info.requested_rank, shard ? "fresh parameters" : "a fresh start",
+        map_.expected_shards == 0
+            ? "restart the whole job from its newest complete checkpoint (gridsync launch "
+              "--resume, or --max-restarts: nccl workers do not rejoin a running job)"
+            : fmt::format("a {} rejoining from the job's newest complete checkpoint "
+                          "(checkpoint.every_steps: a restarted process finds it itself once "
+                          "one exists), or restart the whole job (gridsync launch --resume)",
+                          role)));
     return;
   }
   uint32_t rank = 0;
