@@ -485,8 +485,12 @@ void CoordinatorImpl::Cleanup(const ConnPtr& conn, const std::string& reason) {
       // config rejoin it.
       spdlog::warn(
           "job {}: every worker left before the job finished; it has a complete checkpoint, so "
-          "it stays open and restarted workers rejoin it (a fresh job needs a fresh coordinator)",
-          map_.job);
+          "it stays open and {} (a fresh job needs a fresh coordinator)",
+          map_.job,
+          map_.expected_shards == 0
+              ? "the whole job restarts from it (nccl workers do not rejoin: gridsync launch "
+                "--resume, or this coordinator with --fresh and --start-step on every worker)"
+              : "restarted workers rejoin it");
     } else if (map_.workers.empty() && training_started_) {
       // The job's last worker left: the next workers start a new job, which
       // long-running shards (systemd units that stay up) serve afresh.
