@@ -41,7 +41,10 @@ Status LoadWorkerCheckpoint(const RunSpec& spec, uint32_t rank, uint32_t shards,
 // (distributed.model_parallel picks). Load checks the manifest (the same
 // tables, worker count, model_parallel and mp_dim, size and checksum) and
 // the size against the model and optimizer before reading, then replaces
-// the parameters (and their fp16 working copy) and Adam's state.
+// the parameters (and their fp16 working copy) and Adam's state. A refusal
+// found in the bytes themselves (values training never makes) may come
+// after part of them was taken: the caller must not train on after one (a
+// worker that cannot resume exits).
 struct AllReduceState {
   HashGridModel* model = nullptr;
   LocalOptimizer* replicated = nullptr;
