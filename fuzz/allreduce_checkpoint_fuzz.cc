@@ -235,7 +235,6 @@ bool StateIsSane(const Run& run, const std::string& state, uint64_t step) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  namespace fs = std::filesystem;
   fuzz::FuzzInput in(data, size);
   const uint8_t mode = in.Take<uint8_t>();
   Run& run = RunOf(mode % kRuns);
@@ -245,15 +244,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   const std::string& dir = run.spec.config.checkpoint.dir;
   const std::string part = "worker-" + std::to_string(run.rank);
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) fs::remove_all(entry.path(), ec);
+  fuzz::EmptyDir(dir);
   std::string bin;
   if (raw) {
-    const std::string base = dir + "/step-" + std::to_string(step) + "/" + part;
-    fs::create_directories(dir + "/step-" + std::to_string(step), ec);
     bin = in.Rest();
-    fuzz::WriteBytes(base + ".json", manifest);
-    fuzz::WriteBytes(base + ".bin", bin);
+    fuzz::WriteRawPart(dir, step, part, manifest, bin);
   } else {
     bin = run.base;
     while (in.left() > 0) {
@@ -271,7 +266,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (!StateIsSane(run, bin, step)) __builtin_trap();
   // What it saves is the very bytes it read.
-  fs::remove_all(dir + "/step-" + std::to_string(step), ec);
+  fuzz::EmptyDir(dir);
   if (!WriteAllReduceCheckpoint(run.spec, run.rank, run.workers, step, run.State()).ok())
     __builtin_trap();
   if (ReadAll(dir + "/step-" + std::to_string(step) + "/" + part + ".bin") != bin) __builtin_trap();

@@ -9,6 +9,7 @@
 
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -44,6 +45,24 @@ inline const std::string& ScratchDir(const char* name) {
 inline void WriteBytes(const std::string& path, std::string_view bytes) {
   std::ofstream(path, std::ios::binary | std::ios::trunc)
       .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// Empties `dir` (the scratch folder): each input starts from no files.
+inline void EmptyDir(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec))
+    std::filesystem::remove_all(entry.path(), ec);
+}
+
+// Part `part` of step `step` in `dir` as raw bytes: the manifest and the
+// .bin the reader finds, whatever they hold.
+inline void WriteRawPart(const std::string& dir, uint64_t step, const std::string& part,
+                         std::string_view manifest, std::string_view bin) {
+  const std::string folder = dir + "/step-" + std::to_string(step);
+  std::error_code ec;
+  std::filesystem::create_directories(folder, ec);
+  WriteBytes(folder + "/" + part + ".json", manifest);
+  WriteBytes(folder + "/" + part + ".bin", bin);
 }
 
 }  // namespace gridsync::fuzz

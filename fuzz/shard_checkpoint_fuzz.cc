@@ -132,7 +132,6 @@ bool ValuesAreSane(const std::string& state, const ShardStore& store) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  namespace fs = std::filesystem;
   fuzz::FuzzInput in(data, size);
   const uint8_t mode = in.Take<uint8_t>();
   const size_t layout = mode % 3;
@@ -143,15 +142,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint32_t shard = Layouts()[layout].shard;
 
   const std::string& dir = fuzz::ScratchDir("shard-checkpoint");
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) fs::remove_all(entry.path(), ec);
+  fuzz::EmptyDir(dir);
   std::string bin;
   if (raw) {
-    const std::string base = dir + "/step-" + std::to_string(step) + "/" + ShardPart(shard);
-    fs::create_directories(dir + "/step-" + std::to_string(step), ec);
     bin = in.Rest();
-    fuzz::WriteBytes(base + ".json", manifest);
-    fuzz::WriteBytes(base + ".bin", bin);
+    fuzz::WriteRawPart(dir, step, ShardPart(shard), manifest, bin);
   } else {
     bin = BaseState(layout, updates);
     while (in.left() > 0) {

@@ -164,7 +164,6 @@ bool StateIsSane(const Run& run, const PsClient& ps, const std::string& state, u
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  namespace fs = std::filesystem;
   fuzz::FuzzInput in(data, size);
   const uint8_t mode = in.Take<uint8_t>();
   Run& run = RunOf(mode % kRuns);
@@ -174,13 +173,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string bin = in.Rest();
 
   const std::string& dir = run.spec.config.checkpoint.dir;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) fs::remove_all(entry.path(), ec);
+  fuzz::EmptyDir(dir);
   if (raw) {
-    const std::string base = dir + "/step-" + std::to_string(step) + "/worker-0";
-    fs::create_directories(dir + "/step-" + std::to_string(step), ec);
-    fuzz::WriteBytes(base + ".json", manifest);
-    fuzz::WriteBytes(base + ".bin", bin);
+    fuzz::WriteRawPart(dir, step, "worker-0", manifest, bin);
   } else if (!WriteCheckpointPart(dir, step, "worker-0", bin, run.shape).ok()) {
     __builtin_trap();
   }
