@@ -261,10 +261,9 @@ void ShardStore::AppendState(std::string* out) const {
 Status ShardStore::CheckParams(uint32_t t) const {
   const Table& table = tables_[t];
   const float bound = wire::Limits{}.max_abs_value;
-  const auto bad = std::find_if(table.params.begin(), table.params.end(),
-                                [bound](float x) { return !(std::fabs(x) <= bound); });
-  if (bad == table.params.end()) return Status::OK();
-  const size_t at = static_cast<size_t>(bad - table.params.begin());
+  const size_t at = wire::FirstOutOfBounds(table.params, bound);
+  if (at == table.params.size()) return Status::OK();
+  const float* bad = &table.params[at];
   return Status::Corruption(fmt::format(
       "table {}: parameter {} of local row {}, column {} is {}; allowed: finite and at most {:g} "
       "in magnitude (what pushes and pulls carry), so the file is damaged or not this run's",

@@ -44,11 +44,10 @@ nlohmann::json AllReduceShape(const RunSpec& spec, uint32_t workers) {
 Status CheckParams(const HashGridModel& model) {
   const float bound = wire::Limits{}.max_abs_value;
   auto check = [&](const float* p, size_t n, const std::string& where) {
-    const float* bad =
-        std::find_if(p, p + n, [bound](float x) { return !(std::fabs(x) <= bound); });
-    if (bad == p + n) return Status::OK();
-    return Status::Corruption(where + ", parameter " + std::to_string(bad - p) + ", is " +
-                              std::to_string(*bad) +
+    const size_t at = wire::FirstOutOfBounds({p, n}, bound);
+    if (at == n) return Status::OK();
+    return Status::Corruption(where + ", parameter " + std::to_string(at) + ", is " +
+                              std::to_string(p[at]) +
                               "; allowed: finite and at most 1e15 in magnitude, so the file is "
                               "damaged or not this run's");
   };

@@ -212,6 +212,11 @@ struct UnsentBytes {
 std::vector<zmq::message_t> Encode(const OutHeader& header, std::vector<OutBlock> blocks,
                                    std::shared_ptr<UnsentBytes> unsent = nullptr);
 
+// The index of the first of `values` that is not finite or exceeds max_abs
+// in magnitude; values.size() when there is none. Vectorised: only a span
+// with a bad value pays for the second pass that finds it.
+size_t FirstOutOfBounds(std::span<const float> values, float max_abs);
+
 // The bound Decode applies to push and init values (finite, at most
 // limits.max_abs_value in magnitude), for values a receiver decoded from a
 // codec's payload itself. `what` prefixes the message.

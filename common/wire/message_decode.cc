@@ -190,9 +190,8 @@ const uint32_t* AlignedWords(const zmq::message_t& frame, Message& message) {
   return copy.data();
 }
 
-constexpr size_t kAllFinite = std::numeric_limits<size_t>::max();
+}  // namespace
 
-// The first value that is not finite or whose magnitude exceeds max_abs.
 size_t FirstOutOfBounds(std::span<const float> values, float max_abs) {
   // Pushes carry up to hundreds of millions of floats and are almost always
   // fine: a branch-free pass vectorises, and only a bad push pays for the
@@ -204,24 +203,22 @@ size_t FirstOutOfBounds(std::span<const float> values, float max_abs) {
   if (max_abs >= 0.0f && std::isfinite(max_abs)) {
     uint32_t top = 0;
     for (float v : values) top = std::max(top, std::bit_cast<uint32_t>(v) & 0x7fffffffu);
-    if (top <= std::bit_cast<uint32_t>(max_abs)) return kAllFinite;
+    if (top <= std::bit_cast<uint32_t>(max_abs)) return values.size();
   } else {
     uint32_t bad = 0;
     for (float v : values) bad |= !(std::fabs(v) <= max_abs);
-    if (bad == 0) return kAllFinite;
+    if (bad == 0) return values.size();
   }
   for (size_t i = 0; i < values.size(); ++i) {
     if (!(std::fabs(values[i]) <= max_abs)) return i;
   }
-  return kAllFinite;
+  return values.size();
 }
-
-}  // namespace
 
 Status CheckValueBounds(std::span<const float> values, const Limits& limits,
                         std::string_view what) {
   const size_t bad = FirstOutOfBounds(values, limits.max_abs_value);
-  if (bad == kAllFinite) return Status::OK();
+  if (bad == values.size()) return Status::OK();
   return Status::InvalidArgument(
       fmt::format("{}: decoded value {} at index {}; values must be finite and at most {:g} in "
                   "magnitude",
@@ -485,7 +482,7 @@ Result<Message> Decode(const std::vector<zmq::message_t>& frames,
           std::span<const float>(reinterpret_cast<const float*>(words), static_cast<size_t>(count));
       if (check_finite) {
         const size_t bad = FirstOutOfBounds(block.values, limits.max_abs_value);
-        if (bad != kAllFinite) {
+        if (bad != block.values.size()) {
           const float v = block.values[bad];
           return Status::InvalidArgument(fmt::format(
               "{}: value {} at index {} (row index {}, column {}); {} values must be finite "

@@ -119,6 +119,12 @@ Status AllReduceSync::StartCheckpoints(uint64_t start_step) {
   }
   const uint32_t workers = static_cast<uint32_t>(groups_.flat->size());
   ledger_ = std::make_unique<CheckpointLedger>(checkpoint.dir, me_);
+  // The job this worker publishes its steps under: nccl workers never move
+  // to another (no rejoin), so it is asked once.
+  if (coordinator_ != nullptr) {
+    GRIDSYNC_ASSIGN_OR_RETURN(const JobState job, coordinator_->CurrentJob());
+    job_ = job.job;
+  }
   if (start_step > 0) {
     GRIDSYNC_RETURN_IF_ERROR(
         LoadAllReduceCheckpoint(spec_, rank_, workers, start_step, State())
@@ -130,10 +136,8 @@ Status AllReduceSync::StartCheckpoints(uint64_t start_step) {
   if (coordinator_ == nullptr) return Status::OK();
   // Starting afresh: the first checkpoint must not delete the files of a
   // run the coordinator does not know (common/checkpoint_registry.h).
-  GRIDSYNC_ASSIGN_OR_RETURN(const JobState job, coordinator_->CurrentJob());
   CoordinatorStore registry(coordinator_);
-  return CheckFreshStartAgainst(registry, job.job, checkpoint.dir, me_,
-                                CheckpointParts(0, workers));
+  return CheckFreshStartAgainst(registry, job_, checkpoint.dir, me_, CheckpointParts(0, workers));
 }
 
 Status AllReduceSync::CheckpointIfDue(uint64_t step) {
@@ -153,9 +157,8 @@ Status AllReduceSync::CheckpointIfDue(uint64_t step) {
 
 void AllReduceSync::PublishCheckpoints() {
   if (!ledger_ || coordinator_ == nullptr) return;
-  auto job = coordinator_->CurrentJob();
   CoordinatorStore registry(coordinator_);
-  const Status published = job.ok() ? ledger_->Publish(registry, job->job) : job.status();
+  const Status published = ledger_->Publish(registry, job_);
   if (!published.ok()) {
     spdlog::warn("{}: the checkpoint steps it holds were not published: {}", me_,
                  published.ToString());
