@@ -29,6 +29,11 @@
 // could reach on this host: when it is below a target, the work itself
 // must shrink, not only be spread over the cores.
 //
+// Memory floor (the table after it): the least memory work of an iteration
+// for any design with fp32 Adam on the shard, run bare on this host's cores
+// (bench_memory_floor.h); floor_ceiling = zmq_p50 / floor bounds the ratio
+// of any design, however it overlaps and whatever it sends.
+//
 // Correctness on every run (#wrong, must be 0): the table is initialised
 // with known values, and every size gets a region of rows of its own that no
 // other size touches. Before the timed iterations, one push of known
@@ -67,6 +72,7 @@
 #include "server/ps_shard.h"
 #include "tools/bench.h"
 #include "tools/bench_cpu.h"
+#include "tools/bench_memory_floor.h"
 #include "tools/bench_raw_zmq.h"
 #include "tools/bench_shard_map.h"
 #include "worker/ps_client.h"
@@ -256,6 +262,7 @@ struct SizeResult {
   Latency zmq;
   StageMicros stages;
   CpuMicros gridsync_cpu, zmq_cpu;
+  MemoryFloor floor;
   uint64_t wrong = 0;
 };
 
@@ -276,6 +283,12 @@ auto WithCpu(int iterations, CpuMicros* out, Fn&& fn) {
 // `cores`: its iteration cannot take less than cpu / cores.
 double CpuCeiling(const SizeResult& r, int cores) {
   return r.gridsync_cpu.self > 0 ? r.zmq.p50_us * cores / r.gridsync_cpu.self : 0;
+}
+
+// The ratio no design with fp32 Adam on the shard reaches on this host:
+// its iteration cannot take less than the memory floor (bench_memory_floor.h).
+double FloorCeiling(const SizeResult& r) {
+  return r.floor.total_us > 0 ? r.zmq.p50_us / r.floor.total_us : 0;
 }
 
 double GBps(const SizePlan& p, double us) {
@@ -432,6 +445,7 @@ int RunPushPull(const PushPullArgs& args) {
                           [&] { return (*raw)->Time(p.n, args.warmup, p.iters); });
     if (!theirs.ok()) return Fail(theirs.status());
     result.wrong += CountWrongPushed(p, table, options.hyper, step_size, 1 + args.warmup + p.iters);
+    result.floor = MeasureMemoryFloor(p.n, kStride, kWidth, OnlineCores(), p.iters);
 
     result.gridsync = Percentiles(*ours);
     result.zmq = Percentiles(*theirs);
@@ -478,6 +492,22 @@ int RunPushPull(const PushPullArgs& args) {
                 r.zmq_cpu.self, r.zmq_cpu.cores(),
                 r.zmq_cpu.wall > 0 ? r.zmq_cpu.other / r.zmq_cpu.wall : 0, CpuCeiling(r, cores));
   }
+  std::printf(
+      "# memory floor (median us per iteration, %d threads, no sockets: bench_memory_floor.h): "
+      "apply = gradients read, fp32 parameters and Adam moments read and written; gather = "
+      "the pulled rows into the reply; scatter = the reply into the worker's table; beside "
+      "them the same stages measured above (means); floor_ceiling = zmq_p50 / floor_total, the "
+      "ratio no design with fp32 Adam state reaches on this host\n",
+      cores);
+  std::printf("#%9s %11s %11s %12s %12s %13s %11s %11s %13s\n", "size(B)", "floor_apply",
+              "shard_apply", "floor_gather", "shard_gather", "floor_scatter", "client_dec",
+              "floor_total", "floor_ceiling");
+  for (const SizeResult& r : results) {
+    std::printf("#%9llu %11.1f %11.1f %12.1f %12.1f %13.1f %11.1f %11.1f %13.3f\n",
+                static_cast<unsigned long long>(r.plan.bytes), r.floor.apply_us, r.stages.apply,
+                r.floor.gather_us, r.stages.gather, r.floor.scatter_us, r.stages.client_decode,
+                r.floor.total_us, FloorCeiling(r));
+  }
   std::printf("# #wrong total: %llu%s\n", static_cast<unsigned long long>(total_wrong),
               total_wrong == 0 ? "" : " (FAILED: pulled values differ from the reference)");
 
@@ -512,6 +542,8 @@ int RunPushPull(const PushPullArgs& args) {
                              {"zmq_cpu_us", r.zmq_cpu.self},
                              {"zmq_cores", r.zmq_cpu.cores()},
                              {"cpu_ceiling", CpuCeiling(r, OnlineCores())},
+                             {"memory_floor_us", r.floor.total_us},
+                             {"floor_ceiling", FloorCeiling(r)},
                              {"wrong", r.wrong}});
     }
     std::ofstream file(args.json_out);
