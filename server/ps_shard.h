@@ -71,6 +71,12 @@ struct ShardOptions {
   // ask for: at most this many bytes together (a worker holds one, while
   // the others' pushes of the step come in).
   uint64_t max_waiting_pull_bytes = uint64_t{1} << 30;
+  // A pull reply of more values than this goes in parts of about this
+  // many bytes (gridsync.capnp's partRow): the shard gathers the next part
+  // while ZeroMQ sends this one and the worker copies it into its model,
+  // instead of each waiting for the whole reply. 0: always whole. Replies
+  // with encoded blocks (compression.pull) always go whole.
+  uint64_t reply_part_bytes = uint64_t{256} << 10;
   wire::Limits limits;
   // compression.pull: delta pulls (ShardStore::EnableReplicas). Reply
   // blocks of at least pull_min_bytes carry params - the worker's replica,

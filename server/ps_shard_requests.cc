@@ -357,7 +357,6 @@ void PsShardImpl::ReplyPull(Request& request) {
 }
 
 void PsShardImpl::ReplyPullUnguarded(Request& request) {
-  const auto start = Clock::now();
   constexpr size_t kChunkRows = 16384;
   const wire::Message& m = request.message;
   uint64_t reply_bytes = 0;
@@ -381,79 +380,133 @@ void PsShardImpl::ReplyPullUnguarded(Request& request) {
                    options_.max_unsent_bytes)));
     return;
   }
-  std::vector<wire::OutBlock> blocks(m.blocks.size());
-  struct Piece {
-    size_t block, begin, end;
-  };
-  std::vector<Piece> pieces;
-  for (size_t i = 0; i < m.blocks.size(); ++i) {
-    const wire::Block& in = m.blocks[i];
-    wire::OutBlock& out = blocks[i];
-    out.table = in.table;
-    out.dense = in.dense;
-    out.row_begin = in.row_begin;
-    out.col_begin = in.col_begin;
-    out.width = in.width;
-    out.row_count = in.row_count;
-    out.values.resize(size_t{in.row_count} * in.width);
-    for (size_t b = 0; b < in.row_count; b += kChunkRows) {
-      pieces.push_back({i, b, std::min<size_t>(in.row_count, b + kChunkRows)});
-    }
-  }
   const bool deltas = store_->replicas_enabled();
   // Delta pulls: which blocks go encoded (as params - replica) and which
   // whole; decided per block, the same way on every call.
-  std::vector<char> encoded(blocks.size(), 0);
-  for (size_t i = 0; i < blocks.size() && deltas && !m.whole_values; ++i) {
-    encoded[i] = blocks[i].values.size() * sizeof(float) >= options_.pull_min_bytes;
+  std::vector<char> encoded(m.blocks.size(), 0);
+  bool any_encoded = false;
+  for (size_t i = 0; i < m.blocks.size() && deltas && !m.whole_values; ++i) {
+    encoded[i] = uint64_t{m.blocks[i].row_count} * m.blocks[i].width * sizeof(float) >=
+                 options_.pull_min_bytes;
+    any_encoded = any_encoded || encoded[i];
   }
   // Stale reads look ahead (server/stale_reads.h).
   const float ahead = stale_reads_.OnPull(m, clock_);
-  pool_.ParallelFor(pieces.size(), [&](size_t k) {
-    const Piece& p = pieces[k];
-    const wire::Block& in = m.blocks[p.block];
-    float* out = blocks[p.block].values.data() + p.begin * in.width;
-    if (encoded[p.block]) {
-      store_->GatherDelta(in, m.worker_rank, p.begin, p.end, out);
-    } else if (ahead > 0) {
-      store_->GatherAhead(in, p.begin, p.end, ahead, out);
-      if (deltas) store_->AdvanceReplica(in, m.worker_rank, p.begin, p.end, out, /*whole=*/true);
-    } else {
-      store_->Gather(in, p.begin, p.end, out);
-      // An evaluation's values go to a copy of the model, not the
-      // worker's replica.
-      if (deltas && !m.evaluation)
-        store_->AdvanceReplica(in, m.worker_rank, p.begin, p.end, out, /*whole=*/true);
+  const uint64_t part_bytes =
+      any_encoded || options_.reply_part_bytes == 0 ? UINT64_MAX : options_.reply_part_bytes;
+  // Every part is gathered here, before any other request is served, so
+  // the parts together are one version of the rows, as a whole reply is.
+  uint64_t flat = 0;  // rows of the request before the part's first
+  size_t block = 0;   // the request's block the part starts in ...
+  uint32_t row = 0;   // ... and its row there
+  do {
+    const auto part_start = Clock::now();
+    struct Slice {
+      size_t block;
+      uint32_t begin, end;
+    };
+    std::vector<Slice> slices;
+    uint64_t bytes = 0;
+    const uint64_t part_first = flat;
+    // Whole blocks while they fit, then the rows of the next that do (at
+    // least one row a part); blocks of no rows ride along where they are.
+    while (block < m.blocks.size() && (bytes < part_bytes || slices.empty())) {
+      const wire::Block& in = m.blocks[block];
+      if (in.row_count == 0) {
+        slices.push_back({block, 0, 0});
+        ++block;
+        continue;
+      }
+      const uint64_t row_bytes = uint64_t{in.width} * sizeof(float);
+      const uint64_t room = bytes < part_bytes ? part_bytes - bytes : 0;
+      const uint32_t left = in.row_count - row;  // >= 1
+      const uint32_t fit = static_cast<uint32_t>(
+          std::clamp<uint64_t>(row_bytes == 0 ? left : room / row_bytes, 1, left));
+      const uint32_t end = row + fit;
+      slices.push_back({block, row, end});
+      bytes += uint64_t{end - row} * row_bytes;
+      flat += end - row;
+      row = end;
+      if (row < in.row_count) break;  // the block was cut: the part is full
+      ++block;
+      row = 0;
     }
-  });
-  if (deltas) {
-    pool_.ParallelFor(blocks.size(), [&](size_t i) {
-      if (!encoded[i]) return;
-      wire::OutBlock& out = blocks[i];
-      out.codec = options_.pull_codec;
-      out.codec_seed = m.request_id * 0x9E3779B97F4A7C15ull + i;
-      out.payload.resize(EncodedSize(out.codec, out.values.size()));
-      cpu::Encode(out.codec, out.values.data(), out.values.size(), out.codec_seed,
-                  out.payload.data());
-      // What the worker will add to its replica, added here too.
-      const Status decoded = cpu::Decode(out.codec, out.payload.data(), out.payload.size(),
-                                         out.values.size(), out.codec_seed, out.values.data());
-      GRIDSYNC_CHECK(decoded.ok());  // our own encoding
-      store_->AdvanceReplica(m.blocks[i], m.worker_rank, 0, out.row_count, out.values.data(),
-                             /*whole=*/false);
-      out.values.clear();
+    // Blocks of no rows right after the part's end ride along too: the
+    // last part then ends exactly at the request's end.
+    while (block < m.blocks.size() && m.blocks[block].row_count == 0) {
+      slices.push_back({block, 0, 0});
+      ++block;
+    }
+    std::vector<wire::OutBlock> blocks(slices.size());
+    struct Piece {
+      size_t slice, begin, end;  // rows of the slice's request block
+    };
+    std::vector<Piece> pieces;
+    for (size_t k = 0; k < slices.size(); ++k) {
+      const Slice& sl = slices[k];
+      const wire::Block& in = m.blocks[sl.block];
+      wire::OutBlock& out = blocks[k];
+      out.table = in.table;
+      out.dense = in.dense;
+      out.row_begin = in.row_begin + sl.begin;
+      out.col_begin = in.col_begin;
+      out.width = in.width;
+      out.row_count = sl.end - sl.begin;
+      out.values.resize(size_t{out.row_count} * in.width);
+      for (size_t b = sl.begin; b < sl.end; b += kChunkRows) {
+        pieces.push_back({k, b, std::min<size_t>(sl.end, b + kChunkRows)});
+      }
+    }
+    pool_.ParallelFor(pieces.size(), [&](size_t k) {
+      const Piece& p = pieces[k];
+      const Slice& sl = slices[p.slice];
+      const wire::Block& in = m.blocks[sl.block];
+      float* out = blocks[p.slice].values.data() + (p.begin - sl.begin) * in.width;
+      if (encoded[sl.block]) {
+        store_->GatherDelta(in, m.worker_rank, p.begin, p.end, out);
+      } else if (ahead > 0) {
+        store_->GatherAhead(in, p.begin, p.end, ahead, out);
+        if (deltas) store_->AdvanceReplica(in, m.worker_rank, p.begin, p.end, out, /*whole=*/true);
+      } else {
+        store_->Gather(in, p.begin, p.end, out);
+        // An evaluation's values go to a copy of the model, not the
+        // worker's replica.
+        if (deltas && !m.evaluation)
+          store_->AdvanceReplica(in, m.worker_rank, p.begin, p.end, out, /*whole=*/true);
+      }
     });
-  }
-  wire::OutHeader header;
-  header.kind = wire::Kind::kPullReply;
-  header.step = applied_;
-  header.request_id = m.request_id;
-  header.shard = options_.shard;
-  AddStage(kGather, start);
-  const auto encode_start = Clock::now();
-  auto frames = wire::Encode(header, std::move(blocks), std::move(unsent));
-  AddStage(kEncode, encode_start);
-  Send(request.identity, std::move(frames));
+    if (any_encoded) {
+      // One part (see part_bytes): slice i is the request's block i, whole.
+      pool_.ParallelFor(blocks.size(), [&](size_t i) {
+        if (!encoded[i]) return;
+        wire::OutBlock& out = blocks[i];
+        out.codec = options_.pull_codec;
+        out.codec_seed = m.request_id * 0x9E3779B97F4A7C15ull + i;
+        out.payload.resize(EncodedSize(out.codec, out.values.size()));
+        cpu::Encode(out.codec, out.values.data(), out.values.size(), out.codec_seed,
+                    out.payload.data());
+        // What the worker will add to its replica, added here too.
+        const Status decoded = cpu::Decode(out.codec, out.payload.data(), out.payload.size(),
+                                           out.values.size(), out.codec_seed, out.values.data());
+        GRIDSYNC_CHECK(decoded.ok());  // our own encoding
+        store_->AdvanceReplica(m.blocks[i], m.worker_rank, 0, out.row_count, out.values.data(),
+                               /*whole=*/false);
+        out.values.clear();
+      });
+    }
+    wire::OutHeader header;
+    header.kind = wire::Kind::kPullReply;
+    header.step = applied_;
+    header.request_id = m.request_id;
+    header.shard = options_.shard;
+    header.part_row = part_first;
+    header.more_parts = block < m.blocks.size();
+    AddStage(kGather, part_start);
+    const auto encode_start = Clock::now();
+    auto frames = wire::Encode(header, std::move(blocks), unsent);
+    AddStage(kEncode, encode_start);
+    Send(request.identity, std::move(frames));
+  } while (block < m.blocks.size());
 }
 
 void PsShardImpl::ServeWaitingPulls() {

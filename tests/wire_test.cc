@@ -162,6 +162,34 @@ TEST(WireRoundTripTest, EvaluationOnlyOnAWholePull) {
   }
 }
 
+// A pull reply's part fields round-trip; on any other kind they are
+// refused at the decode boundary.
+TEST(WireRoundTripTest, PartsOnlyInAPullReply) {
+  auto decode = [](Kind kind, uint64_t part_row, bool more) -> Result<Message> {
+    OutHeader h;
+    h.kind = kind;
+    h.part_row = part_row;
+    h.more_parts = more;
+    static std::vector<zmq::message_t> frames;  // the decoded spans point into them
+    frames = Encode(h, {});
+    return Decode(frames, Tables(), Limits{});
+  };
+  auto ok = decode(Kind::kPullReply, 12345678901ull, true);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->part_row, 12345678901ull);
+  EXPECT_TRUE(ok->more_parts);
+  for (Kind kind : {Kind::kPush, Kind::kPull, Kind::kPushAck, Kind::kStats, Kind::kInit}) {
+    for (const auto& [row, more] : {std::pair<uint64_t, bool>{1, false}, {0, true}}) {
+      auto bad = decode(kind, row, more);
+      ASSERT_FALSE(bad.ok()) << KindName(kind);
+      EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+      EXPECT_NE(bad.status().message().find("allowed: parts only in a pullReply"),
+                std::string::npos)
+          << bad.status().ToString();
+    }
+  }
+}
+
 TEST(WireRoundTripTest, PullReplyCarriesOnlyValues) {
   OutHeader h;
   h.kind = Kind::kPullReply;

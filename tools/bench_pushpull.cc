@@ -99,6 +99,7 @@ struct PushPullArgs {
   int iters = 0;  // 0: auto
   int warmup = 5;
   int shard_threads = ShardOptions{}.threads;
+  uint64_t reply_part_bytes = ShardOptions{}.reply_part_bytes;
   std::string json_out;
 };
 
@@ -341,6 +342,7 @@ int RunPushPull(const PushPullArgs& args) {
   options.workers = 1;
   options.consistency = Consistency::kAsync;
   options.threads = args.shard_threads;
+  options.reply_part_bytes = args.reply_part_bytes;
   options.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(kTimeout);
   auto shard = PsShard::Start(partition, options);
   if (!shard.ok()) return Fail(shard.status());
@@ -374,12 +376,14 @@ int RunPushPull(const PushPullArgs& args) {
   }
 
   std::printf(
-      "# gridsync-bench pushpull: 1 PS shard (async, Adam on arrival, %d threads) and a raw "
+      "# gridsync-bench pushpull: 1 PS shard (async, Adam on arrival, %d threads, pull replies "
+      "in parts of %llu bytes, 0 = whole) and a raw "
       "ZeroMQ DEALER/ROUTER peer on tcp://127.0.0.1; table %llu rows x %u floats; one row in "
       "%u of a region per size; warmup %d; iters %s; bytes per iteration = %llu x rows (push "
       "ids + values, pull ids + values; headers not counted); GB/s = 1e9 B/s at the median; "
       "ratio = gridsync_GB/s / zmq_GB/s\n",
-      options.threads, static_cast<unsigned long long>(table_rows), kWidth, kStride, args.warmup,
+      options.threads, static_cast<unsigned long long>(options.reply_part_bytes),
+      static_cast<unsigned long long>(table_rows), kWidth, kStride, args.warmup,
       args.iters > 0 ? std::to_string(args.iters).c_str() : "auto (256 MiB / size, 20..1000)",
       static_cast<unsigned long long>(kIterBytesPerRow));
   std::printf("#%9s %9s %6s %16s %16s %13s %16s %12s %12s %9s %6s %6s\n", "size(B)", "rows",
@@ -516,6 +520,7 @@ int RunPushPull(const PushPullArgs& args) {
     out["settings"] = {{"shards", 1},
                        {"consistency", "async"},
                        {"shard_threads", options.threads},
+                       {"reply_part_bytes", options.reply_part_bytes},
                        {"table_rows", table_rows},
                        {"width", kWidth},
                        {"row_stride", kStride},
@@ -572,6 +577,9 @@ Runner AddPushPullCommand(CLI::App* app) {
   cmd->add_option("--shard-threads", args->shard_threads,
                   "The shard's threads for apply and gather (ps.threads)")
       ->check(CLI::Range(1, 64));
+  cmd->add_option("--reply-part-bytes", args->reply_part_bytes,
+                  "Pull replies go in parts of about this many bytes (0: whole)")
+      ->transform(CLI::AsSizeValue(false));
   cmd->add_option("--json", args->json_out, "Write the results as JSON to this file");
   return [args] { return RunPushPull(*args); };
 }

@@ -65,12 +65,14 @@ Result<std::unique_ptr<PsClient>> PsClient::Connect(
   }
   client->pull_blocks_.resize(client->sockets_.size());
   client->stashed_.resize(client->sockets_.size());
+  client->stashed_bytes_.resize(client->sockets_.size());
+  client->pull_cursor_.resize(client->sockets_.size());
+  client->pull_bytes_.resize(client->sockets_.size());
   return client;
 }
 
-Status PsClient::AwaitReplies(
-    uint64_t request_id, wire::Kind expected,
-    const std::function<Status(uint32_t, const wire::Message&)>& on_reply) {
+Status PsClient::AwaitReplies(uint64_t request_id, wire::Kind expected,
+                              const ReplyHandler& on_reply) {
   std::vector<bool> done(sockets_.size(), false);
   size_t remaining = sockets_.size();
   // Handles one reply; returns true when it answered `request_id`.
@@ -98,20 +100,25 @@ Status PsClient::AwaitReplies(
                                 wire::KindName(expected));
     }
     counters_.bytes_pulled += expected == wire::Kind::kPullReply ? message->bytes : 0;
-    GRIDSYNC_RETURN_IF_ERROR(on_reply(s, *message));
-    *answered = true;
+    bool more = false;
+    GRIDSYNC_RETURN_IF_ERROR(on_reply(s, *message, &more));
+    *answered = !more;
     return Status::OK();
   };
-  // Pull replies that arrived while waiting for something else.
+  // Pull replies that arrived while waiting for something else, in order.
   for (uint32_t s = 0; s < sockets_.size(); ++s) {
-    if (request_id != pull_request_ || !stashed_[s].has_value()) continue;
-    bool answered = false;
-    const Status status = handle(s, *stashed_[s], &answered);
-    stashed_[s].reset();
-    GRIDSYNC_RETURN_IF_ERROR(status);
-    if (answered) {
-      done[s] = true;
-      --remaining;
+    if (request_id != pull_request_) continue;
+    std::vector<std::vector<zmq::message_t>> stashed;
+    stashed.swap(stashed_[s]);
+    stashed_bytes_[s] = 0;
+    for (const auto& frames : stashed) {
+      bool answered = false;
+      GRIDSYNC_RETURN_IF_ERROR(handle(s, frames, &answered));
+      if (answered) {
+        done[s] = true;
+        --remaining;
+        break;  // the parts after the last are no reply to anything
+      }
     }
   }
   const auto deadline = Clock::now() + timeout_;
@@ -153,7 +160,18 @@ Status PsClient::AwaitReplies(
       if (request_id != pull_request_ && pull_request_ != 0 &&
           RequestIdOf(*frames) == pull_request_) {
         // The reply to the outstanding pull, early: keep it for ReceivePull.
-        stashed_[s] = std::move(*frames);
+        uint64_t bytes = 0;
+        for (const auto& f : *frames) bytes += f.size();
+        stashed_bytes_[s] += bytes;
+        if (stashed_bytes_[s] > kMaxStashFactor * pull_bytes_[s] + kStashSlackBytes) {
+          return Status::Corruption(
+              "shard " + std::to_string(s) + " sent " + std::to_string(stashed_bytes_[s]) +
+              " bytes of replies to pull " + std::to_string(pull_request_) +
+              " before it was read; " + "allowed: at most " +
+              std::to_string(kMaxStashFactor * pull_bytes_[s] + kStashSlackBytes) +
+              " (the pull asked for " + std::to_string(pull_bytes_[s]) + " bytes of values)");
+        }
+        stashed_[s].push_back(std::move(*frames));
         continue;
       }
       bool answered = false;
@@ -170,7 +188,8 @@ void PsClient::FollowEpoch(uint32_t epoch) {
   epoch_ = epoch;
   pull_request_ = 0;
   pull_evaluation_ = false;
-  for (auto& stashed : stashed_) stashed.reset();
+  for (auto& stashed : stashed_) stashed.clear();
+  std::fill(stashed_bytes_.begin(), stashed_bytes_.end(), 0);
   for (auto& blocks : pull_blocks_) blocks.clear();
 }
 
@@ -220,11 +239,11 @@ Status PsClient::SendAndAwaitAcks(wire::Kind kind, uint64_t step,
         wire::SendMultipart(sockets_[s], frames).WithContext("push to shard " + std::to_string(s)));
   }
   uint64_t version = UINT64_MAX;
-  GRIDSYNC_RETURN_IF_ERROR(
-      AwaitReplies(request_id, wire::Kind::kPushAck, [&](uint32_t, const wire::Message& ack) {
-        version = std::min(version, ack.step);
-        return Status::OK();
-      }));
+  GRIDSYNC_RETURN_IF_ERROR(AwaitReplies(request_id, wire::Kind::kPushAck,
+                                        [&](uint32_t, const wire::Message& ack, bool*) {
+                                          version = std::min(version, ack.step);
+                                          return Status::OK();
+                                        }));
   last_ack_version_ = version == UINT64_MAX ? 0 : version;
   return Status::OK();
 }
@@ -250,6 +269,11 @@ Status PsClient::SendPull(uint64_t min_version, const std::vector<TablePullRef>&
     // Keep what was asked: the reply carries values only, in request order.
     // (A pull's blocks carry no values: the copy is their shape and rows.)
     pull_blocks_[s] = split[s];
+    pull_cursor_[s] = {};
+    pull_bytes_[s] = 0;
+    for (const auto& b : split[s]) pull_bytes_[s] += uint64_t{b.row_count} * b.width * 4;
+    stashed_[s].clear();
+    stashed_bytes_[s] = 0;
     wire::OutHeader header;
     header.kind = wire::Kind::kPull;
     header.worker_rank = worker_rank_;
@@ -278,19 +302,20 @@ namespace {
 // Pulled rows this far ahead have their destination prefetched.
 constexpr size_t kPullPrefetch = 16;
 
-// A pull reply block's rows into the table `dest` (rows x width; the block
-// holds columns col_begin.. of each row). With a replica (delta pulls) the
-// values are a delta against it when `encoded`, else the whole values, and
-// the replica's row is what lands in the table.
-void CopyPulledRows(const wire::OutBlock& want, uint32_t table_width, const float* values,
-                    bool encoded, float* replica, float* dest) {
+// Rows [first, first + count) of a pulled block into the table `dest` (rows
+// x width; the block holds columns col_begin.. of each row). With a replica
+// (delta pulls) the values are a delta against it when `encoded`, else the
+// whole values, and the replica's row is what lands in the table.
+void CopyPulledRows(const wire::OutBlock& want, uint32_t first, uint32_t count,
+                    uint32_t table_width, const float* values, bool encoded, float* replica,
+                    float* dest) {
   WithRowWidth(want.width, [&](auto constant) {
     const uint32_t cols = RowWidth(constant, want.width);
     if (!want.dense && replica == nullptr) {
       // The common case (sparse rows, whole values) as its own loop: the
       // general one's per-row tests cost more than the copy of a row.
-      const uint32_t* rows = want.rows.data();
-      const size_t n = want.row_count;
+      const uint32_t* rows = want.rows.data() + first;
+      const size_t n = count;
       for (size_t r = 0; r < n; ++r) {
         if (r + kPullPrefetch < n) {
           __builtin_prefetch(dest + size_t{rows[r + kPullPrefetch]} * table_width + want.col_begin,
@@ -302,15 +327,16 @@ void CopyPulledRows(const wire::OutBlock& want, uint32_t table_width, const floa
       }
       return;
     }
-    for (size_t r = 0; r < want.row_count; ++r) {
+    for (size_t r = 0; r < count; ++r) {
+      const size_t k = first + r;  // the row's index in the block
       // Sparse rows land scattered over the table: start loading the
       // destination (and replica) rows a few ahead.
-      if (!want.dense && r + kPullPrefetch < want.row_count) {
-        const size_t ahead = size_t{want.rows[r + kPullPrefetch]} * table_width + want.col_begin;
+      if (!want.dense && r + kPullPrefetch < count) {
+        const size_t ahead = size_t{want.rows[k + kPullPrefetch]} * table_width + want.col_begin;
         __builtin_prefetch(dest + ahead, 1);
         if (replica != nullptr) __builtin_prefetch(replica + ahead, 1);
       }
-      const uint32_t row = want.dense ? want.row_begin + static_cast<uint32_t>(r) : want.rows[r];
+      const uint32_t row = want.dense ? want.row_begin + static_cast<uint32_t>(k) : want.rows[k];
       const size_t at = size_t{row} * table_width + want.col_begin;
       const float* src = values + r * cols;
       if (replica != nullptr) {
@@ -331,57 +357,90 @@ void CopyPulledRows(const wire::OutBlock& want, uint32_t table_width, const floa
 
 }  // namespace
 
+Status PsClient::TakePullPart(uint32_t s, const wire::Message& m, bool* more) {
+  const auto& asked = pull_blocks_[s];
+  PartCursor& at = pull_cursor_[s];
+  const std::string shard = "shard " + std::to_string(s);
+  if (m.part_row != at.flat) {
+    return Status::Corruption(shard + " sent a part of its pull reply from row " +
+                              std::to_string(m.part_row) + "; allowed: row " +
+                              std::to_string(at.flat) + ", where the parts before it end");
+  }
+  for (size_t i = 0; i < m.blocks.size(); ++i) {
+    const auto& got = m.blocks[i];
+    if (at.block == asked.size()) {
+      return Status::Corruption(shard + " answered more blocks than the " +
+                                std::to_string(asked.size()) + " requested");
+    }
+    const auto& want = asked[at.block];
+    const uint32_t left = want.row_count - at.row;
+    // A part continues the request's blocks in order: each of its blocks
+    // holds rows of the next requested block, none past its end, and only
+    // a requested block of no rows is answered by a block of none.
+    if (got.table != want.table || got.width != want.width || got.col_begin != want.col_begin ||
+        got.row_count > left || (got.row_count == 0 && left != 0)) {
+      return Status::Corruption(
+          shard + " answered block " + std::to_string(at.block) + " (rows " +
+          std::to_string(at.row) + ".." + std::to_string(want.row_count) + " of table " +
+          std::to_string(want.table) + ", " + std::to_string(want.width) + " columns from " +
+          std::to_string(want.col_begin) + ") with " + std::to_string(got.row_count) +
+          " rows of table " + std::to_string(got.table) + ", " + std::to_string(got.width) +
+          " columns from " + std::to_string(got.col_begin) +
+          "; allowed: the requested block's next 1.." + std::to_string(left) + " rows");
+    }
+    float* dest = pull_dest_[want.table];
+    const uint32_t width = partition_.table(want.table).width;
+    const float* values = got.values.data();
+    // An evaluation's whole values go to a copy of the model and leave
+    // the replica (what training holds) alone, as the shards do.
+    float* replica = delta_pulls_ && !pull_evaluation_ ? replica_[want.table].data() : nullptr;
+    std::vector<float> decoded;
+    if (got.compressed()) {
+      if (replica == nullptr) {
+        return Status::Corruption(shard +
+                                  " sent an encoded pull reply, but this worker does not "
+                                  "use delta pulls (compression.pull must match)");
+      }
+      decoded.resize(size_t{got.row_count} * got.width);
+      GRIDSYNC_RETURN_IF_ERROR(cpu::Decode(got.codec, got.payload.data(), got.payload.size(),
+                                           decoded.size(), got.codec_seed, decoded.data())
+                                   .WithContext("pull reply from " + shard));
+      // A codec's scale fields can encode any float: bound the deltas
+      // as the plain values are bounded at decode.
+      GRIDSYNC_RETURN_IF_ERROR(wire::CheckValueBounds(decoded, limits_, "pull reply delta")
+                                   .WithContext("pull reply from " + shard));
+      values = decoded.data();
+    }
+    CopyPulledRows(want, at.row, got.row_count, width, values, got.compressed(), replica, dest);
+    at.row += got.row_count;
+    at.flat += got.row_count;
+    if (at.row == want.row_count) {
+      ++at.block;
+      at.row = 0;
+    }
+  }
+  const bool all = at.block == asked.size();
+  if (m.more_parts == all) {
+    return Status::Corruption(
+        shard + (all ? " announced more parts of its pull reply after its last requested row"
+                     : " ended its pull reply at row " + std::to_string(at.flat) + " of block " +
+                           std::to_string(at.block) + " of " + std::to_string(asked.size()) +
+                           "; allowed: every requested row"));
+  }
+  *more = m.more_parts;
+  return Status::OK();
+}
+
 Result<uint64_t> PsClient::ReceivePull() {
   const auto start = Clock::now();
   uint64_t version = UINT64_MAX;
   const uint64_t request = pull_request_;
-  Status status =
-      AwaitReplies(request, wire::Kind::kPullReply, [&](uint32_t s, const wire::Message& m) {
-        const auto& asked = pull_blocks_[s];
-        if (m.blocks.size() != asked.size()) {
-          return Status::Corruption("shard " + std::to_string(s) + " answered " +
-                                    std::to_string(m.blocks.size()) + " blocks for " +
-                                    std::to_string(asked.size()) + " requested");
-        }
-        for (size_t i = 0; i < asked.size(); ++i) {
-          const auto& want = asked[i];
-          const auto& got = m.blocks[i];
-          if (got.table != want.table || got.row_count != want.row_count ||
-              got.width != want.width || got.col_begin != want.col_begin) {
-            return Status::Corruption("shard " + std::to_string(s) + " answered block " +
-                                      std::to_string(i) + " with a different shape than requested");
-          }
-          float* dest = pull_dest_[want.table];
-          const uint32_t width = partition_.table(want.table).width;
-          const float* values = got.values.data();
-          // An evaluation's whole values go to a copy of the model and leave
-          // the replica (what training holds) alone, as the shards do.
-          float* replica =
-              delta_pulls_ && !pull_evaluation_ ? replica_[want.table].data() : nullptr;
-          std::vector<float> decoded;
-          if (got.compressed()) {
-            if (replica == nullptr) {
-              return Status::Corruption("shard " + std::to_string(s) +
-                                        " sent an encoded pull reply, but this worker does not "
-                                        "use delta pulls (compression.pull must match)");
-            }
-            decoded.resize(size_t{got.row_count} * got.width);
-            GRIDSYNC_RETURN_IF_ERROR(
-                cpu::Decode(got.codec, got.payload.data(), got.payload.size(), decoded.size(),
-                            got.codec_seed, decoded.data())
-                    .WithContext("pull reply from shard " + std::to_string(s)));
-            // A codec's scale fields can encode any float: bound the deltas
-            // as the plain values are bounded at decode.
-            GRIDSYNC_RETURN_IF_ERROR(
-                wire::CheckValueBounds(decoded, limits_, "pull reply delta")
-                    .WithContext("pull reply from shard " + std::to_string(s)));
-            values = decoded.data();
-          }
-          CopyPulledRows(want, width, values, got.compressed(), replica, dest);
-        }
-        version = std::min(version, m.step);
-        return Status::OK();
-      });
+  Status status = AwaitReplies(request, wire::Kind::kPullReply,
+                               [&](uint32_t s, const wire::Message& m, bool* more) {
+                                 GRIDSYNC_RETURN_IF_ERROR(TakePullPart(s, m, more));
+                                 version = std::min(version, m.step);
+                                 return Status::OK();
+                               });
   counters_.pull_wait_seconds += Seconds(start);
   pull_request_ = 0;
   if (!status.ok()) return status;

@@ -253,10 +253,14 @@ class PsClient {
  private:
   PsClient(const Partition& partition, uint32_t worker_rank, uint32_t num_workers,
            std::chrono::milliseconds timeout, wire::Limits limits);
-  // Waits for the reply to request `request_id` from every shard in
-  // `shards`; calls on_reply(shard, message, frames) for each.
-  Status AwaitReplies(uint64_t request_id, wire::Kind expected,
-                      const std::function<Status(uint32_t, const wire::Message&)>& on_reply);
+  // Waits for the reply to request `request_id` from every shard; calls
+  // on_reply(shard, message, &more) for each message of it. A reply in
+  // parts (pull replies) sets *more until its last part.
+  using ReplyHandler = std::function<Status(uint32_t, const wire::Message&, bool* more)>;
+  Status AwaitReplies(uint64_t request_id, wire::Kind expected, const ReplyHandler& on_reply);
+  // One part of the reply to the outstanding pull from shard s, checked to
+  // continue the parts before it, into the pull's destinations.
+  Status TakePullPart(uint32_t s, const wire::Message& m, bool* more);
 
   const Partition& partition_;
   uint32_t worker_rank_;
@@ -308,13 +312,27 @@ class PsClient {
 
   uint64_t RequestIdOf(const std::vector<zmq::message_t>& frames) const;
 
-  // The outstanding pull (0: none), and its replies that arrived early,
-  // while a push waited for its acks.
+  // The outstanding pull (0: none), and the parts of its replies that
+  // arrived early, while a push waited for its acks: in order, at most
+  // kMaxStashFactor x the reply's values + kStashSlackBytes a shard (a
+  // shard that sends more is refused, not buffered).
+  static constexpr uint64_t kMaxStashFactor = 2;
+  static constexpr uint64_t kStashSlackBytes = uint64_t{1} << 20;
   uint64_t pull_request_ = 0;
   bool pull_evaluation_ = false;  // the outstanding pull is an evaluation's
-  std::vector<std::optional<std::vector<zmq::message_t>>> stashed_;  // by shard
-  std::vector<std::vector<wire::OutBlock>> pull_blocks_;             // by shard, as requested
-  std::vector<float*> pull_dest_;                                    // by table
+  std::vector<std::vector<std::vector<zmq::message_t>>> stashed_;  // by shard, in arrival order
+  std::vector<uint64_t> stashed_bytes_;                            // by shard
+  std::vector<std::vector<wire::OutBlock>> pull_blocks_;           // by shard, as requested
+  // Where the next part of shard s's pull reply must start: the request's
+  // block and row within it, and the row counted over all its blocks.
+  struct PartCursor {
+    size_t block = 0;
+    uint32_t row = 0;
+    uint64_t flat = 0;
+  };
+  std::vector<PartCursor> pull_cursor_;  // by shard
+  std::vector<uint64_t> pull_bytes_;     // by shard: the values the pull asked for
+  std::vector<float*> pull_dest_;        // by table
   bool delta_pulls_ = false;
   std::vector<std::vector<float>> replica_;  // delta pulls: by table, what the shards sent
 };

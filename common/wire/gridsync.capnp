@@ -126,6 +126,14 @@ struct Header {
   epoch @16 :UInt32;       # the sender's epoch of its job (the cluster map's): it
                            # moves when a restarted shard rejoins and the job rolls
                            # back to a checkpoint; older epochs are refused
+  partRow @17 :UInt64;     # pullReply: the reply may come in parts, in order, so
+                           # the shard gathers the next while this one travels and
+                           # the worker copies this one in. Its first row counted
+                           # over the request's blocks in order (0 for the first
+                           # part); a part's blocks continue the request's blocks
+                           # from there (the first may resume one cut by the part
+                           # before, the last may be cut). Other kinds: 0
+  moreParts @18 :Bool;     # pullReply: more parts of this reply follow. Other kinds: false
 }
 
 # ---- Control plane ----

@@ -207,6 +207,8 @@ std::vector<zmq::message_t> Encode(const OutHeader& header, std::vector<OutBlock
   out.setEvaluation(header.evaluation);
   out.setJob(header.job);
   out.setEpoch(header.epoch);
+  out.setPartRow(header.part_row);
+  out.setMoreParts(header.more_parts);
   if (header.kind == Kind::kStatsReply) FillStats(header.stats, out.initStats());
 
   const KindLayout layout = LayoutOf(header.kind);

@@ -135,6 +135,12 @@ struct Message {
   bool evaluation = false;    // kPull with whole_values: replicas untouched
   uint64_t job = 0;           // the sender's job (cluster map), 0: none
   uint32_t epoch = 0;         // the sender's epoch of the job (cluster map)
+  // kPullReply in parts (gridsync.capnp's partRow, moreParts): the part's
+  // first row over the request's blocks, and whether more parts follow.
+  // Decode refuses them set on any other kind; the receiver checks that
+  // the parts continue each other (PsClient::ReceivePull).
+  uint64_t part_row = 0;
+  bool more_parts = false;
   std::vector<Block> blocks;
   Status error;        // kind == kError: the refusal, code and text
   ShardStats stats;    // kind == kStatsReply
@@ -178,6 +184,8 @@ struct OutHeader {
   bool evaluation = false;                          // kPull: whole, replicas untouched
   uint64_t job = 0;                                 // the sender's job (cluster map)
   uint32_t epoch = 0;                               // ... and its epoch (rollbacks)
+  uint64_t part_row = 0;                            // kPullReply: see Message
+  bool more_parts = false;                          // kPullReply: see Message
   ShardStats stats;                                 // kStatsReply
 };
 

@@ -60,6 +60,8 @@ struct RawHeader {
   bool evaluation = false;
   uint64_t job = 0;
   uint32_t epoch = 0;
+  uint64_t part_row = 0;
+  bool more_parts = false;
   std::vector<RawBlock> blocks;
   uint32_t error_code = 0;
   std::string error_text;
@@ -138,6 +140,8 @@ Status ParseHeader(const zmq::message_t& frame, const Limits& limits, RawHeader&
     out.evaluation = header.getEvaluation();
     out.job = header.getJob();
     out.epoch = header.getEpoch();
+    out.part_row = header.getPartRow();
+    out.more_parts = header.getMoreParts();
     if (out.push_values > static_cast<uint16_t>(PushValues::kUpdates)) {
       return Status::InvalidArgument(fmt::format(
           "frame 0 (header): pushValues {} unknown; allowed: 0 (gradients) or 1 (updates)",
@@ -267,6 +271,8 @@ Result<Message> Decode(const std::vector<zmq::message_t>& frames,
   message.evaluation = raw.evaluation;
   message.job = raw.job;
   message.epoch = raw.epoch;
+  message.part_row = raw.part_row;
+  message.more_parts = raw.more_parts;
   const char* kind_name = KindName(message.kind);
 
   const KindLayout layout = LayoutOf(message.kind);
@@ -287,6 +293,13 @@ Result<Message> Decode(const std::vector<zmq::message_t>& frames,
     return Status::InvalidArgument(fmt::format(
         "a {} with evaluation set{}; allowed: evaluation only on a pull of whole values", kind_name,
         raw.whole_values ? "" : " but not wholeValues"));
+  }
+
+  if ((raw.part_row != 0 || raw.more_parts) && message.kind != Kind::kPullReply) {
+    return Status::InvalidArgument(fmt::format(
+        "a {} with partRow {} and moreParts {}; allowed: parts only in a pullReply (other kinds: "
+        "partRow 0, moreParts false)",
+        kind_name, raw.part_row, raw.more_parts));
   }
 
   // Header-only checks first, so a wrong frame count is reported against a

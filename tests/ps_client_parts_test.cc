@@ -1,0 +1,363 @@
+// Pull replies in parts (ShardOptions::reply_part_bytes, gridsync.capnp's
+// partRow and moreParts): a real shard's parts land exactly as its whole
+// reply does, and a client refuses, by name, parts from a shard that does
+// not continue what it asked for, without crashing or buffering without
+// bound.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+#include <zmq.hpp>
+
+#include "common/sharding.h"
+#include "common/wire/message.h"
+#include "server/ps_shard.h"
+#include "tools/bench_shard_map.h"
+#include "worker/ps_client.h"
+
+namespace gridsync {
+namespace {
+
+constexpr auto kTimeout = std::chrono::milliseconds(10000);
+
+// Three tables: two sparse grid levels of different widths and a small
+// dense one (an MLP layer), so that parts cut blocks and span them.
+const std::vector<TableInfo> kTables = {{"level0", 3000, 2}, {"level1", 1000, 4}, {"mlp", 40, 8}};
+
+float InitialValue(uint32_t table, uint64_t i) {
+  return static_cast<float>((i * 2654435761u + table * 977) % 1000) / 1000.0f - 0.5f;
+}
+
+struct Served {
+  std::unique_ptr<PsShard> shard;
+  std::unique_ptr<PsClient> client;
+  std::vector<std::vector<float>> model;  // by table: the client's pull destination
+};
+
+Served Serve(const Partition& partition, uint64_t reply_part_bytes) {
+  Served s;
+  ShardOptions options;
+  options.endpoint = "tcp://127.0.0.1:0";
+  options.workers = 1;
+  options.consistency = Consistency::kAsync;
+  options.reply_part_bytes = reply_part_bytes;
+  auto shard = PsShard::Start(partition, options);
+  EXPECT_TRUE(shard.ok()) << shard.status().ToString();
+  if (!shard.ok()) return s;
+  s.shard = std::move(shard).value();
+  auto client = PsClient::Connect(bench::OneShardMap(s.shard->endpoint(), kTables, 1), partition, 0,
+                                  1, kTimeout);
+  EXPECT_TRUE(client.ok()) << client.status().ToString();
+  if (!client.ok()) return s;
+  s.client = std::move(client).value();
+  for (uint32_t t = 0; t < kTables.size(); ++t) {
+    std::vector<float> init(kTables[t].rows * kTables[t].width);
+    for (size_t i = 0; i < init.size(); ++i) init[i] = InitialValue(t, i);
+    const Status status =
+        s.client->Push(wire::Kind::kInit, 0, {{t, true, nullptr, 0, init.data()}});
+    EXPECT_TRUE(status.ok()) << status.ToString();
+    // A value a pull that skipped a row would leave behind.
+    s.model.emplace_back(init.size(), -7.0f);
+  }
+  return s;
+}
+
+TEST(PsClientPartsTest, PartsLandExactlyAsAWholeReply) {
+  auto partition = Partition::Make(kTables, 1, ModelParallelDim::kRow);
+  ASSERT_TRUE(partition.ok()) << partition.status().ToString();
+  // 100 bytes: parts of a dozen rows, cutting every block many times.
+  Served parts = Serve(*partition, 100);
+  Served whole = Serve(*partition, 0);
+  ASSERT_NE(parts.client, nullptr);
+  ASSERT_NE(whole.client, nullptr);
+
+  std::vector<uint32_t> rows0, rows1;
+  for (uint32_t r = 1; r < 3000; r += 3) rows0.push_back(r);
+  for (uint32_t r = 0; r < 1000; r += 7) rows1.push_back(r);
+  std::vector<float> grad0(rows0.size() * 2, 0.25f), grad1(rows1.size() * 4, -0.5f);
+  for (Served* s : {&parts, &whole}) {
+    const Status pushed = s->client->Push(wire::Kind::kPush, 0,
+                                          {{0, false, rows0.data(), rows0.size(), grad0.data()},
+                                           {1, false, rows1.data(), rows1.size(), grad1.data()}});
+    ASSERT_TRUE(pushed.ok()) << pushed.ToString();
+    const std::vector<TablePullRef> pull = {
+        {0, false, rows0.data(), rows0.size(), s->model[0].data()},
+        {1, false, rows1.data(), rows1.size(), s->model[1].data()},
+        {2, true, nullptr, 0, s->model[2].data()}};
+    ASSERT_TRUE(s->client->SendPull(0, pull).ok());
+    auto version = s->client->ReceivePull();
+    ASSERT_TRUE(version.ok()) << version.status().ToString();
+    EXPECT_EQ(*version, 1u);
+  }
+  for (uint32_t t = 0; t < kTables.size(); ++t) {
+    ASSERT_EQ(parts.model[t].size(), whole.model[t].size());
+    EXPECT_EQ(std::memcmp(parts.model[t].data(), whole.model[t].data(),
+                          parts.model[t].size() * sizeof(float)),
+              0)
+        << "table " << t;
+  }
+  // The pulled rows moved (the push was applied), the others were not written.
+  EXPECT_NE(parts.model[0][1 * 2], InitialValue(0, 2));
+  EXPECT_EQ(parts.model[0][2 * 2], -7.0f);
+  EXPECT_EQ(parts.model[2][5], InitialValue(2, 5));
+
+  // And the shard did send parts: a raw pull of table 0 whole comes back in
+  // messages that continue each other, the last without moreParts.
+  zmq::context_t context(1);
+  zmq::socket_t dealer(context, zmq::socket_type::dealer);
+  dealer.set(zmq::sockopt::linger, 0);
+  dealer.connect(parts.shard->endpoint());
+  wire::OutHeader h;
+  h.kind = wire::Kind::kPull;
+  h.request_id = 99;
+  h.num_workers = 1;
+  h.job = bench::OneShardMap(parts.shard->endpoint(), kTables, 1).job;  // the clients' job
+  wire::OutBlock b;
+  b.table = 0;
+  b.dense = true;
+  b.width = 2;
+  b.row_count = 3000;
+  std::vector<wire::OutBlock> blocks;
+  blocks.push_back(std::move(b));
+  auto frames = wire::Encode(h, std::move(blocks));
+  ASSERT_TRUE(wire::SendMultipart(dealer, frames).ok());
+  const std::vector<wire::TableShape> shapes = {{3000, 2}, {1000, 4}, {40, 8}};
+  uint64_t next_row = 0;
+  int messages = 0;
+  bool more = true;
+  while (more) {
+    auto reply = wire::ReceiveMultipart(dealer, 5000, wire::Limits{});
+    ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+    auto m = wire::Decode(*reply, shapes, wire::Limits{});
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    ASSERT_EQ(m->kind, wire::Kind::kPullReply);
+    ASSERT_EQ(m->part_row, next_row);
+    ASSERT_EQ(m->blocks.size(), 1u);
+    EXPECT_LE(m->blocks[0].values.size() * sizeof(float), 100u + 8u);
+    next_row += m->blocks[0].row_count;
+    more = m->more_parts;
+    ++messages;
+  }
+  EXPECT_EQ(next_row, 3000u);
+  EXPECT_GT(messages, 100);
+}
+
+// A fake shard: a ROUTER that answers the client's pull with what the test
+// writes, so the client meets parts no real shard sends.
+class FakeShard {
+ public:
+  FakeShard() : router_(context_, zmq::socket_type::router) {
+    router_.set(zmq::sockopt::linger, 0);
+    router_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(wire::Limits{}.max_frame_bytes));
+    router_.bind("tcp://127.0.0.1:*");
+  }
+  std::string endpoint() { return router_.get(zmq::sockopt::last_endpoint); }
+
+  // The next request: its sender's identity and request id.
+  Result<uint64_t> Receive() {
+    GRIDSYNC_ASSIGN_OR_RETURN(auto frames,
+                              wire::ReceiveMultipart(router_, 5000, wire::Limits{}, 1));
+    identity_ = std::move(frames[0]);
+    frames.erase(frames.begin());
+    return wire::PeekRequestId(frames, wire::Limits{});
+  }
+
+  // A pullReply part: one block of table 0, `rows` rows of width 2.
+  void SendPart(uint64_t request_id, uint64_t part_row, bool more, uint32_t rows,
+                uint32_t table = 0) {
+    wire::OutHeader h;
+    h.kind = wire::Kind::kPullReply;
+    h.request_id = request_id;
+    h.step = 1;
+    h.part_row = part_row;
+    h.more_parts = more;
+    wire::OutBlock b;
+    b.table = table;
+    b.width = 2;
+    b.row_count = rows;
+    b.values.assign(size_t{rows} * 2, 0.5f);
+    std::vector<wire::OutBlock> blocks;
+    blocks.push_back(std::move(b));
+    SendFrames(wire::Encode(h, std::move(blocks)));
+  }
+  void SendAck(uint64_t request_id) {
+    wire::OutHeader h;
+    h.kind = wire::Kind::kPushAck;
+    h.request_id = request_id;
+    SendFrames(wire::Encode(h, {}));
+  }
+  void SendFrames(std::vector<zmq::message_t> frames) {
+    zmq::message_t identity;
+    identity.copy(identity_);
+    frames.insert(frames.begin(), std::move(identity));
+    EXPECT_TRUE(wire::SendMultipart(router_, frames).ok());
+  }
+
+ private:
+  zmq::context_t context_{1};
+  zmq::socket_t router_;
+  zmq::message_t identity_;
+};
+
+struct Hostile {
+  std::unique_ptr<Partition> partition;
+  FakeShard fake;
+  std::unique_ptr<PsClient> client;
+  std::vector<uint32_t> rows;  // the pull's: 10 rows of table 0
+  std::vector<float> dest;
+};
+
+std::unique_ptr<Hostile> ConnectToFake() {
+  auto h = std::make_unique<Hostile>();
+  const std::vector<TableInfo> tables = {{"level0", 1000, 2}, {"level1", 1000, 2}};
+  auto partition = Partition::Make(tables, 1, ModelParallelDim::kRow);
+  EXPECT_TRUE(partition.ok());
+  if (!partition.ok()) return nullptr;
+  h->partition = std::make_unique<Partition>(std::move(partition).value());
+  auto client = PsClient::Connect(bench::OneShardMap(h->fake.endpoint(), tables, 1), *h->partition,
+                                  0, 1, kTimeout);
+  EXPECT_TRUE(client.ok()) << client.status().ToString();
+  if (!client.ok()) return nullptr;
+  h->client = std::move(client).value();
+  for (uint32_t r = 0; r < 10; ++r) h->rows.push_back(r * 5);
+  h->dest.assign(1000 * 2, -7.0f);
+  return h;
+}
+
+// Sends the pull, lets `answer` reply to it as the fake shard, and returns
+// what ReceivePull makes of that.
+template <typename Answer>
+Status PullFromFake(Hostile& h, Answer answer) {
+  Status sent = h.client->SendPull(0, {{0, false, h.rows.data(), h.rows.size(), h.dest.data()}});
+  if (!sent.ok()) return sent;
+  auto request = h.fake.Receive();
+  if (!request.ok()) return request.status();
+  answer(*request);
+  return h.client->ReceivePull().status();
+}
+
+TEST(PsClientPartsTest, AFakeShardsValidPartsLand) {
+  auto h = ConnectToFake();
+  ASSERT_NE(h, nullptr);
+  // The harness itself: parts that continue each other are taken.
+  const Status status = PullFromFake(*h, [&](uint64_t id) {
+    h->fake.SendPart(id, 0, true, 4);
+    h->fake.SendPart(id, 4, true, 3);
+    h->fake.SendPart(id, 7, false, 3);
+  });
+  EXPECT_TRUE(status.ok()) << status.ToString();
+  for (uint32_t r : h->rows) EXPECT_EQ(h->dest[r * 2], 0.5f) << "row " << r;
+  EXPECT_EQ(h->dest[1 * 2], -7.0f);
+}
+
+TEST(PsClientPartsTest, PartsThatDoNotContinueTheRequestAreRefusedByName) {
+  struct Case {
+    const char* name;
+    std::function<void(FakeShard&, uint64_t)> answer;
+    const char* expect;
+  };
+  const std::vector<Case> cases = {
+      {"gap",
+       [](FakeShard& f, uint64_t id) {
+         f.SendPart(id, 0, true, 4);
+         f.SendPart(id, 5, false, 5);
+       },
+       "from row 5; allowed: row 4"},
+      {"repeat",
+       [](FakeShard& f, uint64_t id) {
+         f.SendPart(id, 0, true, 4);
+         f.SendPart(id, 0, false, 10);
+       },
+       "from row 0; allowed: row 4"},
+      {"too many rows",
+       [](FakeShard& f, uint64_t id) {
+         f.SendPart(id, 0, true, 4);
+         f.SendPart(id, 4, false, 7);
+       },
+       "allowed: the requested block's next 1..6 rows"},
+      {"another table",
+       [](FakeShard& f, uint64_t id) { f.SendPart(id, 0, false, 10, /*table=*/1); },
+       "rows of table 1"},
+      {"ends early",
+       [](FakeShard& f, uint64_t id) {
+         f.SendPart(id, 0, true, 4);
+         f.SendPart(id, 4, false, 2);
+       },
+       "ended its pull reply at row 6"},
+      {"more after the last row", [](FakeShard& f, uint64_t id) { f.SendPart(id, 0, true, 10); },
+       "announced more parts of its pull reply after its last requested row"},
+  };
+  for (const Case& c : cases) {
+    auto h = ConnectToFake();
+    ASSERT_NE(h, nullptr);
+    const Status status = PullFromFake(*h, [&](uint64_t id) { c.answer(h->fake, id); });
+    EXPECT_EQ(status.code(), StatusCode::kCorruption) << c.name << ": " << status.ToString();
+    EXPECT_NE(status.message().find(c.expect), std::string::npos)
+        << c.name << ": " << status.ToString();
+  }
+}
+
+TEST(PsClientPartsTest, EarlyPartsAreBoundedWhileAPushWaits) {
+  auto h = ConnectToFake();
+  ASSERT_NE(h, nullptr);
+  ASSERT_TRUE(
+      h->client->SendPull(0, {{0, false, h->rows.data(), h->rows.size(), h->dest.data()}}).ok());
+  auto pull = h->fake.Receive();
+  ASSERT_TRUE(pull.ok()) << pull.status().ToString();
+  std::vector<uint32_t> rows = {1, 2};
+  std::vector<float> grad(4, 0.1f);
+  Status pushed;
+  std::thread pusher([&] {
+    pushed = h->client->Push(wire::Kind::kPush, 0, {{0, false, rows.data(), 2, grad.data()}});
+  });
+  auto push = h->fake.Receive();
+  ASSERT_TRUE(push.ok()) << push.status().ToString();
+  // The pull asked for 80 bytes of values; parts of the pull flood in
+  // while the push waits for its ack, and no ack ever comes.
+  for (int i = 0; i < 5; ++i) {
+    wire::OutHeader header;
+    header.kind = wire::Kind::kPullReply;
+    header.request_id = *pull;
+    header.more_parts = true;
+    std::vector<zmq::message_t> frames = wire::Encode(header, {});
+    frames.emplace_back(300 * 1024);
+    h->fake.SendFrames(std::move(frames));
+  }
+  pusher.join();
+  EXPECT_EQ(pushed.code(), StatusCode::kCorruption) << pushed.ToString();
+  EXPECT_NE(pushed.message().find("before it was read"), std::string::npos) << pushed.ToString();
+}
+
+TEST(PsClientPartsTest, EarlyPartsWaitForTheirPull) {
+  auto h = ConnectToFake();
+  ASSERT_NE(h, nullptr);
+  ASSERT_TRUE(
+      h->client->SendPull(0, {{0, false, h->rows.data(), h->rows.size(), h->dest.data()}}).ok());
+  auto pull = h->fake.Receive();
+  ASSERT_TRUE(pull.ok()) << pull.status().ToString();
+  std::vector<uint32_t> rows = {1, 2};
+  std::vector<float> grad(4, 0.1f);
+  Status pushed;
+  std::thread pusher([&] {
+    pushed = h->client->Push(wire::Kind::kPush, 0, {{0, false, rows.data(), 2, grad.data()}});
+  });
+  auto push = h->fake.Receive();
+  ASSERT_TRUE(push.ok()) << push.status().ToString();
+  // Two parts arrive before the ack; the pull takes them, in order, after.
+  h->fake.SendPart(*pull, 0, true, 6);
+  h->fake.SendPart(*pull, 6, true, 2);
+  h->fake.SendAck(*push);
+  pusher.join();
+  ASSERT_TRUE(pushed.ok()) << pushed.ToString();
+  EXPECT_EQ(h->dest[h->rows[0] * 2], -7.0f);  // not before ReceivePull
+  h->fake.SendPart(*pull, 8, false, 2);
+  auto version = h->client->ReceivePull();
+  ASSERT_TRUE(version.ok()) << version.status().ToString();
+  for (uint32_t r : h->rows) EXPECT_EQ(h->dest[r * 2], 0.5f) << "row " << r;
+}
+
+}  // namespace
+}  // namespace gridsync
