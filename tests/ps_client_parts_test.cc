@@ -92,6 +92,16 @@ TEST(PsClientPartsTest, PartsLandExactlyAsAWholeReply) {
     ASSERT_TRUE(version.ok()) << version.status().ToString();
     EXPECT_EQ(*version, 1u);
   }
+  // A requested block of no rows between two that are cut into parts.
+  for (Served* s : {&parts, &whole}) {
+    const std::vector<TablePullRef> pull = {
+        {0, false, rows0.data(), rows0.size(), s->model[0].data()},
+        {1, false, rows1.data(), 0, s->model[1].data()},
+        {2, true, nullptr, 0, s->model[2].data()}};
+    ASSERT_TRUE(s->client->SendPull(0, pull).ok());
+    auto version = s->client->ReceivePull();
+    ASSERT_TRUE(version.ok()) << version.status().ToString();
+  }
   for (uint32_t t = 0; t < kTables.size(); ++t) {
     ASSERT_EQ(parts.model[t].size(), whole.model[t].size());
     EXPECT_EQ(std::memcmp(parts.model[t].data(), whole.model[t].data(),
