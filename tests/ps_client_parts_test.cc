@@ -310,60 +310,75 @@ TEST(PsClientPartsTest, PartsThatDoNotContinueTheRequestAreRefusedByName) {
   }
 }
 
+// The client sends its pull, then a push, from a thread of its own, which
+// waits for its ack; the fake shard has received both. The push's status
+// is in `pushed` once `pusher` is joined.
+struct PushBehindPull {
+  uint64_t pull = 0, push = 0;
+  std::vector<uint32_t> rows = {1, 2};
+  std::vector<float> grad = std::vector<float>(4, 0.1f);
+  Status pushed;
+  std::thread pusher;
+  // A test that stopped early still waits for the push (it fails by the
+  // client's timeout at the latest) instead of ending with a live thread.
+  ~PushBehindPull() {
+    if (pusher.joinable()) pusher.join();
+  }
+};
+
+void StartPushBehindPull(Hostile& h, PushBehindPull* p) {
+  ASSERT_TRUE(
+      h.client->SendPull(0, {{0, false, h.rows.data(), h.rows.size(), h.dest.data()}}).ok());
+  auto pull = h.fake.Receive();
+  ASSERT_TRUE(pull.ok()) << pull.status().ToString();
+  p->pull = *pull;
+  p->pusher = std::thread([&h, p] {
+    p->pushed =
+        h.client->Push(wire::Kind::kPush, 0, {{0, false, p->rows.data(), 2, p->grad.data()}});
+  });
+  auto push = h.fake.Receive();
+  ASSERT_TRUE(push.ok()) << push.status().ToString();
+  p->push = *push;
+}
+
 TEST(PsClientPartsTest, EarlyPartsAreBoundedWhileAPushWaits) {
   auto h = ConnectToFake();
   ASSERT_NE(h, nullptr);
-  ASSERT_TRUE(
-      h->client->SendPull(0, {{0, false, h->rows.data(), h->rows.size(), h->dest.data()}}).ok());
-  auto pull = h->fake.Receive();
-  ASSERT_TRUE(pull.ok()) << pull.status().ToString();
-  std::vector<uint32_t> rows = {1, 2};
-  std::vector<float> grad(4, 0.1f);
-  Status pushed;
-  std::thread pusher([&] {
-    pushed = h->client->Push(wire::Kind::kPush, 0, {{0, false, rows.data(), 2, grad.data()}});
-  });
-  auto push = h->fake.Receive();
-  ASSERT_TRUE(push.ok()) << push.status().ToString();
+  PushBehindPull p;
+  StartPushBehindPull(*h, &p);
+  ASSERT_TRUE(p.pusher.joinable());
   // The pull asked for 80 bytes of values; parts of the pull flood in
   // while the push waits for its ack, and no ack ever comes.
   for (int i = 0; i < 5; ++i) {
     wire::OutHeader header;
     header.kind = wire::Kind::kPullReply;
-    header.request_id = *pull;
+    header.request_id = p.pull;
     header.more_parts = true;
     std::vector<zmq::message_t> frames = wire::Encode(header, {});
     frames.emplace_back(300 * 1024);
     h->fake.SendFrames(std::move(frames));
   }
-  pusher.join();
-  EXPECT_EQ(pushed.code(), StatusCode::kCorruption) << pushed.ToString();
-  EXPECT_NE(pushed.message().find("before it was read"), std::string::npos) << pushed.ToString();
+  p.pusher.join();
+  EXPECT_EQ(p.pushed.code(), StatusCode::kCorruption) << p.pushed.ToString();
+  EXPECT_NE(p.pushed.message().find("before it was read"), std::string::npos)
+      << p.pushed.ToString();
 }
 
 TEST(PsClientPartsTest, EarlyPartsWaitForTheirPull) {
   auto h = ConnectToFake();
   ASSERT_NE(h, nullptr);
-  ASSERT_TRUE(
-      h->client->SendPull(0, {{0, false, h->rows.data(), h->rows.size(), h->dest.data()}}).ok());
-  auto pull = h->fake.Receive();
-  ASSERT_TRUE(pull.ok()) << pull.status().ToString();
-  std::vector<uint32_t> rows = {1, 2};
-  std::vector<float> grad(4, 0.1f);
-  Status pushed;
-  std::thread pusher([&] {
-    pushed = h->client->Push(wire::Kind::kPush, 0, {{0, false, rows.data(), 2, grad.data()}});
-  });
-  auto push = h->fake.Receive();
-  ASSERT_TRUE(push.ok()) << push.status().ToString();
+  PushBehindPull p;
+  StartPushBehindPull(*h, &p);
+  ASSERT_TRUE(p.pusher.joinable());
+  const uint64_t pull = p.pull;
   // Two parts arrive before the ack; the pull takes them, in order, after.
-  h->fake.SendPart(*pull, 0, true, 6);
-  h->fake.SendPart(*pull, 6, true, 2);
-  h->fake.SendAck(*push);
-  pusher.join();
-  ASSERT_TRUE(pushed.ok()) << pushed.ToString();
+  h->fake.SendPart(pull, 0, true, 6);
+  h->fake.SendPart(pull, 6, true, 2);
+  h->fake.SendAck(p.push);
+  p.pusher.join();
+  ASSERT_TRUE(p.pushed.ok()) << p.pushed.ToString();
   EXPECT_EQ(h->dest[h->rows[0] * 2], -7.0f);  // not before ReceivePull
-  h->fake.SendPart(*pull, 8, false, 2);
+  h->fake.SendPart(pull, 8, false, 2);
   auto version = h->client->ReceivePull();
   ASSERT_TRUE(version.ok()) << version.status().ToString();
   for (uint32_t r : h->rows) EXPECT_EQ(h->dest[r * 2], 0.5f) << "row " << r;
