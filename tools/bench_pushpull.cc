@@ -468,7 +468,9 @@ int RunPushPull(const PushPullArgs& args) {
       "# where a gridsync iteration's time goes (mean us per iteration): client_enc = worker Adam, "
       "split, codecs, wire encoding of push and pull; shard_dec = wire and codec decoding with "
       "validation; apply; gather; shard_enc = reply encoding; send = replies handed to ZeroMQ; "
-      "client_dec = reply decoding and copies; other = sockets, I/O threads, wake-ups\n");
+      "client_dec = reply decoding and copies; other = sockets, I/O threads, wake-ups (the "
+      "rest of the iteration: with pull replies in parts, gather, send and client_dec overlap "
+      "the sockets and each other, so other can fall below 0)\n");
   std::printf("#%9s %10s %10s %10s %10s %10s %10s %10s %10s %10s\n", "size(B)", "iteration",
               "client_enc", "shard_dec", "apply", "gather", "shard_enc", "send", "client_dec",
               "other");
