@@ -151,7 +151,11 @@ class PsClient {
   // their copy of this worker's replica (delta pulls) as it was.
   Status SendPull(uint64_t min_version, const std::vector<TablePullRef>& tables, bool whole = false,
                   uint64_t for_step = 0, bool evaluation = false);
-  // Returns the lowest parameter version among the shards' replies.
+  // Returns the lowest parameter version among the shards' replies. A
+  // shard may answer in parts (ShardOptions::reply_part_bytes); each is
+  // copied into the destinations as it arrives, and a part that does not
+  // continue the one before is refused naming the shard and rows. The
+  // destinations are written only here, never while a push waits.
   Result<uint64_t> ReceivePull();
 
   // The job rolled back to a checkpoint (a restarted shard rejoined): from
