@@ -155,7 +155,9 @@ class PsClient {
   // shard may answer in parts (ShardOptions::reply_part_bytes); each is
   // copied into the destinations as it arrives, and a part that does not
   // continue the one before is refused naming the shard and rows. The
-  // destinations are written only here, never while a push waits.
+  // destinations are written only here, never while a push waits; after
+  // an error they may be partly written (parts and blocks are copied as
+  // they arrive), so the caller must not train on them.
   Result<uint64_t> ReceivePull();
 
   // The job rolled back to a checkpoint (a restarted shard rejoined): from
