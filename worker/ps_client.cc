@@ -67,7 +67,6 @@ Result<std::unique_ptr<PsClient>> PsClient::Connect(
   client->stashed_.resize(client->sockets_.size());
   client->stashed_bytes_.resize(client->sockets_.size());
   client->pull_cursor_.resize(client->sockets_.size());
-  client->pull_bytes_.resize(client->sockets_.size());
   return client;
 }
 
@@ -163,13 +162,15 @@ Status PsClient::AwaitReplies(uint64_t request_id, wire::Kind expected,
         uint64_t bytes = 0;
         for (const auto& f : *frames) bytes += f.size();
         stashed_bytes_[s] += bytes;
-        if (stashed_bytes_[s] > kMaxStashFactor * pull_bytes_[s] + kStashSlackBytes) {
+        uint64_t asked = 0;  // the values the pull asked this shard for
+        for (const auto& b : pull_blocks_[s]) asked += uint64_t{b.row_count} * b.width * 4;
+        if (stashed_bytes_[s] > kMaxStashFactor * asked + kStashSlackBytes) {
           return Status::Corruption(
               "shard " + std::to_string(s) + " sent " + std::to_string(stashed_bytes_[s]) +
               " bytes of replies to pull " + std::to_string(pull_request_) +
               " before it was read; " + "allowed: at most " +
-              std::to_string(kMaxStashFactor * pull_bytes_[s] + kStashSlackBytes) +
-              " (the pull asked for " + std::to_string(pull_bytes_[s]) + " bytes of values)");
+              std::to_string(kMaxStashFactor * asked + kStashSlackBytes) + " (the pull asked for " +
+              std::to_string(asked) + " bytes of values)");
         }
         stashed_[s].push_back(std::move(*frames));
         continue;
@@ -270,8 +271,6 @@ Status PsClient::SendPull(uint64_t min_version, const std::vector<TablePullRef>&
     // (A pull's blocks carry no values: the copy is their shape and rows.)
     pull_blocks_[s] = split[s];
     pull_cursor_[s] = {};
-    pull_bytes_[s] = 0;
-    for (const auto& b : split[s]) pull_bytes_[s] += uint64_t{b.row_count} * b.width * 4;
     stashed_[s].clear();
     stashed_bytes_[s] = 0;
     wire::OutHeader header;
@@ -360,16 +359,17 @@ void CopyPulledRows(const wire::OutBlock& want, uint32_t first, uint32_t count,
 Status PsClient::TakePullPart(uint32_t s, const wire::Message& m, bool* more) {
   const auto& asked = pull_blocks_[s];
   PartCursor& at = pull_cursor_[s];
-  const std::string shard = "shard " + std::to_string(s);
+  // Named only when something is refused: no string built per part.
+  const auto shard = [s] { return "shard " + std::to_string(s); };
   if (m.part_row != at.flat) {
-    return Status::Corruption(shard + " sent a part of its pull reply from row " +
+    return Status::Corruption(shard() + " sent a part of its pull reply from row " +
                               std::to_string(m.part_row) + "; allowed: row " +
                               std::to_string(at.flat) + ", where the parts before it end");
   }
   for (size_t i = 0; i < m.blocks.size(); ++i) {
     const auto& got = m.blocks[i];
     if (at.block == asked.size()) {
-      return Status::Corruption(shard + " answered more blocks than the " +
+      return Status::Corruption(shard() + " answered more blocks than the " +
                                 std::to_string(asked.size()) + " requested");
     }
     const auto& want = asked[at.block];
@@ -380,7 +380,7 @@ Status PsClient::TakePullPart(uint32_t s, const wire::Message& m, bool* more) {
     if (got.table != want.table || got.width != want.width || got.col_begin != want.col_begin ||
         got.row_count > left || (got.row_count == 0 && left != 0)) {
       return Status::Corruption(
-          shard + " answered block " + std::to_string(at.block) + " (rows " +
+          shard() + " answered block " + std::to_string(at.block) + " (rows " +
           std::to_string(at.row) + ".." + std::to_string(want.row_count) + " of table " +
           std::to_string(want.table) + ", " + std::to_string(want.width) + " columns from " +
           std::to_string(want.col_begin) + ") with " + std::to_string(got.row_count) +
@@ -397,18 +397,18 @@ Status PsClient::TakePullPart(uint32_t s, const wire::Message& m, bool* more) {
     std::vector<float> decoded;
     if (got.compressed()) {
       if (replica == nullptr) {
-        return Status::Corruption(shard +
+        return Status::Corruption(shard() +
                                   " sent an encoded pull reply, but this worker does not "
                                   "use delta pulls (compression.pull must match)");
       }
       decoded.resize(size_t{got.row_count} * got.width);
       GRIDSYNC_RETURN_IF_ERROR(cpu::Decode(got.codec, got.payload.data(), got.payload.size(),
                                            decoded.size(), got.codec_seed, decoded.data())
-                                   .WithContext("pull reply from " + shard));
+                                   .WithContext("pull reply from " + shard()));
       // A codec's scale fields can encode any float: bound the deltas
       // as the plain values are bounded at decode.
       GRIDSYNC_RETURN_IF_ERROR(wire::CheckValueBounds(decoded, limits_, "pull reply delta")
-                                   .WithContext("pull reply from " + shard));
+                                   .WithContext("pull reply from " + shard()));
       values = decoded.data();
     }
     CopyPulledRows(want, at.row, got.row_count, width, values, got.compressed(), replica, dest);
@@ -422,10 +422,10 @@ Status PsClient::TakePullPart(uint32_t s, const wire::Message& m, bool* more) {
   const bool all = at.block == asked.size();
   if (m.more_parts == all) {
     return Status::Corruption(
-        shard + (all ? " announced more parts of its pull reply after its last requested row"
-                     : " ended its pull reply at row " + std::to_string(at.flat) + " of block " +
-                           std::to_string(at.block) + " of " + std::to_string(asked.size()) +
-                           "; allowed: every requested row"));
+        shard() + (all ? " announced more parts of its pull reply after its last requested row"
+                       : " ended its pull reply at row " + std::to_string(at.flat) + " of block " +
+                             std::to_string(at.block) + " of " + std::to_string(asked.size()) +
+                             "; allowed: every requested row"));
   }
   *more = m.more_parts;
   return Status::OK();

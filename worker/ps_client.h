@@ -320,7 +320,7 @@ class PsClient {
 
   // The outstanding pull (0: none), and the parts of its replies that
   // arrived early, while a push waited for its acks: in order, at most
-  // kMaxStashFactor x the reply's values + kStashSlackBytes a shard (a
+  // kMaxStashFactor x the pull's values + kStashSlackBytes a shard (a
   // shard that sends more is refused, not buffered).
   static constexpr uint64_t kMaxStashFactor = 2;
   static constexpr uint64_t kStashSlackBytes = uint64_t{1} << 20;
@@ -337,7 +337,6 @@ class PsClient {
     uint64_t flat = 0;
   };
   std::vector<PartCursor> pull_cursor_;  // by shard
-  std::vector<uint64_t> pull_bytes_;     // by shard: the values the pull asked for
   std::vector<float*> pull_dest_;        // by table
   bool delta_pulls_ = false;
   std::vector<std::vector<float>> replica_;  // delta pulls: by table, what the shards sent
