@@ -82,7 +82,9 @@ TEST(WireDecodeTest, EveryDecodedBlockNamesItsRowsWhereItsKindCarriesThem) {
     if (!m.ok()) continue;
     ++decoded;
     const KindLayout layout = LayoutOf(m->kind);
-    if (!layout.blocks) EXPECT_TRUE(m->blocks.empty()) << KindName(m->kind);
+    if (!layout.blocks) {
+      EXPECT_TRUE(m->blocks.empty()) << KindName(m->kind);
+    }
     for (const Block& b : m->blocks) {
       if (layout.row_ids) {
         ASSERT_TRUE(b.rows_named()) << KindName(m->kind);

@@ -78,7 +78,9 @@ TEST(WireRowEncodingTest, RunsOfOneByteGapsRoundTrip) {
       const auto frames = Encode(h, std::move(blocks));
       auto m = Decode(frames, Tables(), Limits{});
       ASSERT_TRUE(m.ok()) << "count " << count << ": " << m.status().ToString();
-      if (count > 1) EXPECT_EQ(m->blocks[0].row_encoding, RowEncoding::kDeltaVarint);
+      if (count > 1) {
+        EXPECT_EQ(m->blocks[0].row_encoding, RowEncoding::kDeltaVarint);
+      }
       EXPECT_EQ(std::vector<uint32_t>(m->blocks[0].rows.begin(), m->blocks[0].rows.end()), rows)
           << "count " << count << " trial " << trial;
     }
@@ -142,10 +144,62 @@ TEST(WireRowEncodingTest, DeltaVarintBytesCountsEveryVarint) {
       row += 1 + gap;
     }
     ASSERT_EQ(DeltaVarintBytes(rows), want) << "trial " << trial;
-    ASSERT_EQ(EncodeDeltaVarint(rows, want).size(), want);
+    UninitVector<uint8_t> frame;
+    ASSERT_EQ(EncodeDeltaVarintIfSmaller(rows, &frame), want < 4 * rows.size());
+    ASSERT_EQ(frame.size(), want);
+    UninitVector<uint32_t> back;
+    ASSERT_TRUE(DecodeDeltaVarint(
+                    frame.data(), frame.size(), static_cast<uint32_t>(rows.size()),
+                    [] { return std::string("frame"); }, &back)
+                    .ok());
+    ASSERT_TRUE(std::equal(back.begin(), back.end(), rows.begin(), rows.end()))
+        << "trial " << trial;
     std::vector<uint32_t> tie = rows;
     tie[tie.size() / 2 + trial] = tie[tie.size() / 2 + trial - 1];
     EXPECT_EQ(DeltaVarintBytes(tie), kNotAscending);
+    EXPECT_FALSE(EncodeDeltaVarintIfSmaller(tie, &frame));
+  }
+}
+
+// The one-pass encoder against the sizing pass at every position of the
+// eight-row steps and the tail: gaps of one byte (the vector path), a wide
+// gap anywhere, a tie, a descent and a wrap past 2^32 - 1 within a one-byte
+// gap, which only the order check catches.
+TEST(WireRowEncodingTest, EncodeDeltaVarintIfSmallerAtEveryPosition) {
+  for (size_t n = 1; n <= 27; ++n) {
+    for (size_t at = 0; at < n; ++at) {
+      for (int kind = 0; kind < 5; ++kind) {
+        std::vector<uint32_t> rows(n);
+        for (size_t i = 0; i < n; ++i) rows[i] = static_cast<uint32_t>(1000 + 3 * i);
+        if (kind == 1) {
+          for (size_t i = at; i < n; ++i) rows[i] += 70000;  // a 3-byte gap
+        } else if (kind == 2 && at > 0) {
+          rows[at] = rows[at - 1];  // a tie
+        } else if (kind == 3 && at > 0) {
+          rows[at] = rows[at - 1] - 1;  // a descent
+        } else if (kind == 4) {
+          // The rows end at 2^32 - 1, and the next wraps to 0 + a small gap.
+          for (size_t i = 0; i < n; ++i) {
+            rows[i] = static_cast<uint32_t>(0xFFFFFFFFull - 2 * (at - std::min(at, i))) +
+                      (i > at ? static_cast<uint32_t>(2 * (i - at)) : 0u);
+          }
+        }
+        const size_t bytes = DeltaVarintBytes(rows);
+        const bool smaller = bytes != kNotAscending && bytes < 4 * n;
+        UninitVector<uint8_t> frame;
+        ASSERT_EQ(EncodeDeltaVarintIfSmaller(rows, &frame), smaller)
+            << "n " << n << " at " << at << " kind " << kind;
+        if (!smaller) continue;
+        ASSERT_EQ(frame.size(), bytes) << "n " << n << " at " << at << " kind " << kind;
+        UninitVector<uint32_t> back;
+        ASSERT_TRUE(DecodeDeltaVarint(
+                        frame.data(), frame.size(), static_cast<uint32_t>(n),
+                        [] { return std::string("frame"); }, &back)
+                        .ok());
+        ASSERT_TRUE(std::equal(back.begin(), back.end(), rows.begin(), rows.end()))
+            << "n " << n << " at " << at << " kind " << kind;
+      }
+    }
   }
 }
 

@@ -162,6 +162,46 @@ TEST(WireRoundTripTest, EvaluationOnlyOnAWholePull) {
   }
 }
 
+// EncodeCopy writes the same frames as Encode and leaves the blocks whole:
+// raw and deltaVarint row ids, values and a dense block.
+TEST(WireRoundTripTest, EncodeCopyKeepsTheBlocks) {
+  OutHeader h;
+  h.kind = Kind::kPush;
+  h.request_id = 7;
+  std::vector<OutBlock> blocks = ValidPushBlocks();
+  OutBlock raw = blocks[0];
+  raw.raw_rows = true;
+  raw.table = 0;
+  blocks.push_back(raw);
+  const std::vector<OutBlock> before = blocks;
+  const auto copied = EncodeCopy(h, blocks);
+  const auto moved = Encode(h, before);
+  ASSERT_EQ(copied.size(), moved.size());
+  for (size_t i = 0; i < copied.size(); ++i) {
+    EXPECT_EQ(copied[i].to_string_view(), moved[i].to_string_view()) << "frame " << i;
+  }
+  ASSERT_EQ(blocks.size(), before.size());
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    EXPECT_EQ(blocks[i].rows, before[i].rows) << i;
+    EXPECT_EQ(blocks[i].values, before[i].values) << i;
+  }
+  // A pull's rows as deltaVarint: the request decodes to the kept rows.
+  OutHeader pull;
+  pull.kind = Kind::kPull;
+  pull.request_id = 8;
+  std::vector<OutBlock> asked(1);
+  asked[0].table = 0;
+  asked[0].width = 4;
+  asked[0].rows = {2, 3, 4, 40, 41, 900};
+  asked[0].row_count = 6;
+  const auto frames = EncodeCopy(pull, asked);
+  ASSERT_EQ(asked[0].rows.size(), 6u);
+  auto decoded = Decode(frames, Tables(), Limits{});
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  ASSERT_EQ(decoded->blocks.size(), 1u);
+  for (uint32_t i = 0; i < 6; ++i) EXPECT_EQ(decoded->blocks[0].Row(i), asked[0].rows[i]) << i;
+}
+
 // A pull reply's part fields round-trip; on any other kind they are
 // refused at the decode boundary.
 TEST(WireRoundTripTest, PartsOnlyInAPullReply) {

@@ -268,8 +268,9 @@ Status PsClient::SendPull(uint64_t min_version, const std::vector<TablePullRef>&
   pull_request_ = next_request_++;
   for (uint32_t s = 0; s < sockets_.size(); ++s) {
     // Keep what was asked: the reply carries values only, in request order.
-    // (A pull's blocks carry no values: the copy is their shape and rows.)
-    pull_blocks_[s] = split[s];
+    // The request is written from the kept blocks (their rows go as
+    // deltaVarint, so no row is copied for it).
+    pull_blocks_[s] = std::move(split[s]);
     pull_cursor_[s] = {};
     stashed_[s].clear();
     stashed_bytes_[s] = 0;
@@ -285,7 +286,7 @@ Status PsClient::SendPull(uint64_t min_version, const std::vector<TablePullRef>&
     header.epoch = epoch_;
     header.whole_values = whole;
     header.evaluation = evaluation;
-    auto frames = wire::Encode(header, std::move(split[s]));
+    auto frames = wire::EncodeCopy(header, pull_blocks_[s]);
     for (const auto& f : frames) counters_.bytes_pulled += f.size();
     GRIDSYNC_RETURN_IF_ERROR(wire::SendMultipart(sockets_[s], frames)
                                  .WithContext("pull from shard " + std::to_string(s)));

@@ -61,12 +61,12 @@ constexpr size_t kMaxErrorTextBytes = 16 * 1024;
 
 // Hands `payload` to ZeroMQ without copying: the vector moves to the heap and
 // ZeroMQ frees it (possibly on its I/O thread) once the frame is sent.
-template <typename T>
-zmq::message_t FrameFromVector(std::vector<T>&& payload,
+template <typename T, typename Alloc>
+zmq::message_t FrameFromVector(std::vector<T, Alloc>&& payload,
                                const std::shared_ptr<UnsentBytes>& unsent = nullptr) {
   if (payload.empty()) return zmq::message_t();
   struct Holder {
-    std::vector<T> data;
+    std::vector<T, Alloc> data;
     std::shared_ptr<UnsentBytes> unsent;
   };
   auto holder = std::make_unique<Holder>(Holder{std::move(payload), unsent});
@@ -189,8 +189,26 @@ void UnsentBytes::Sub(uint64_t n) {
   if (total != nullptr) total->Sub(n);
 }
 
-std::vector<zmq::message_t> Encode(const OutHeader& header, std::vector<OutBlock> blocks,
-                                   std::shared_ptr<UnsentBytes> unsent) {
+namespace {
+
+// A payload frame: a block's own vector moved in (zero copy), a const
+// one's copied, so that the caller keeps it.
+template <typename T>
+zmq::message_t PayloadFrame(std::vector<T>& data, const std::shared_ptr<UnsentBytes>& unsent) {
+  return FrameFromVector(std::move(data), unsent);
+}
+template <typename T>
+zmq::message_t PayloadFrame(const std::vector<T>& data,
+                            const std::shared_ptr<UnsentBytes>& unsent) {
+  std::vector<T> copy = data;
+  return FrameFromVector(std::move(copy), unsent);
+}
+
+// Encode (Block = OutBlock: the vectors are moved into the frames) and
+// EncodeCopy (Block = const OutBlock: they are copied).
+template <typename Block>
+std::vector<zmq::message_t> EncodeBlocks(const OutHeader& header, std::span<Block> blocks,
+                                         const std::shared_ptr<UnsentBytes>& unsent) {
   capnp::MallocMessageBuilder builder;
   auto out = builder.initRoot<schema::Header>();
   out.setVersion(kProtocolVersion);
@@ -222,7 +240,7 @@ std::vector<zmq::message_t> Encode(const OutHeader& header, std::vector<OutBlock
 
   auto list = out.initBlocks(static_cast<unsigned>(blocks.size()));
   for (size_t i = 0; i < blocks.size(); ++i) {
-    OutBlock& b = blocks[i];
+    Block& b = blocks[i];
     // A mismatch here is the sender's bug; sent anyway, the receiver would
     // refuse the whole message with no hint of which local code is wrong.
     if (rows && !b.dense) GRIDSYNC_CHECK_EQ(b.rows.size(), size_t{b.row_count});
@@ -247,21 +265,33 @@ std::vector<zmq::message_t> Encode(const OutHeader& header, std::vector<OutBlock
     }
     if (rows && !b.dense) {
       // Pick the smaller layout; a tie goes raw (zero copy on both ends).
-      const size_t varint_bytes = b.raw_rows ? kNotAscending : DeltaVarintBytes(b.rows);
-      if (varint_bytes < b.rows.size() * sizeof(uint32_t)) {
+      UninitVector<uint8_t> varints;
+      if (!b.raw_rows && EncodeDeltaVarintIfSmaller(b.rows, &varints)) {
         block.setRowEncoding(schema::RowEncoding::DELTA_VARINT);
-        frames.push_back(FrameFromVector(EncodeDeltaVarint(b.rows, varint_bytes)));
+        frames.push_back(FrameFromVector(std::move(varints)));
       } else {
-        frames.push_back(FrameFromVector(std::move(b.rows)));
+        frames.push_back(PayloadFrame(b.rows, nullptr));
       }
     }
     if (values) {
-      frames.push_back(compressed ? FrameFromVector(std::move(b.payload), unsent)
-                                  : FrameFromVector(std::move(b.values), unsent));
+      frames.push_back(compressed ? PayloadFrame(b.payload, unsent)
+                                  : PayloadFrame(b.values, unsent));
     }
   }
   frames[0] = FrameFromHeader(builder);
   return frames;
+}
+
+}  // namespace
+
+std::vector<zmq::message_t> Encode(const OutHeader& header, std::vector<OutBlock> blocks,
+                                   std::shared_ptr<UnsentBytes> unsent) {
+  return EncodeBlocks(header, std::span<OutBlock>(blocks), unsent);
+}
+
+std::vector<zmq::message_t> EncodeCopy(const OutHeader& header,
+                                       const std::vector<OutBlock>& blocks) {
+  return EncodeBlocks(header, std::span<const OutBlock>(blocks), nullptr);
 }
 
 std::vector<zmq::message_t> EncodeError(uint64_t request_id, uint32_t shard, const Status& error) {

@@ -35,6 +35,7 @@
 
 #include "common/codec_format.h"
 #include "common/status.h"
+#include "common/uninit_vector.h"
 
 namespace gridsync::wire {
 
@@ -148,7 +149,7 @@ struct Message {
 
   // Backing store for frames that had to be copied for alignment, and for
   // row ids expanded from deltaVarint. Moving a Message keeps spans valid.
-  std::vector<std::vector<uint32_t>> owned;
+  std::vector<UninitVector<uint32_t>> owned;
 };
 
 // A block to send. Payload vectors are moved into the frames (zero copy).
@@ -219,6 +220,13 @@ struct UnsentBytes {
 // `unsent` (optional) counts the payload frames until ZeroMQ releases them.
 std::vector<zmq::message_t> Encode(const OutHeader& header, std::vector<OutBlock> blocks,
                                    std::shared_ptr<UnsentBytes> unsent = nullptr);
+// The same frames, the blocks left as they are: what must travel as the
+// caller's own bytes (raw row ids, values, payloads) is copied, deltaVarint
+// row ids are written from them. For a request whose blocks the sender
+// keeps (a pull remembers what it asked), so that the common case, rows
+// sent as deltaVarint, copies no row at all.
+std::vector<zmq::message_t> EncodeCopy(const OutHeader& header,
+                                       const std::vector<OutBlock>& blocks);
 
 // The index of the first of `values` that is not finite or exceeds max_abs
 // in magnitude; values.size() when there is none. Vectorised: only a span

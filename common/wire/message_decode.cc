@@ -377,14 +377,14 @@ Result<Message> Decode(const std::vector<zmq::message_t>& frames,
     expected_frames += (carries_rows && !b.dense ? 1 : 0) + (carries_values ? 1 : 0);
   }
   if (frames.size() != expected_frames) {
-    const char* layout = carries_rows && carries_values
-                             ? "per block [row ids unless dense] [values]"
-                         : carries_rows   ? "per block [row ids unless dense]"
-                         : carries_values ? "per block [values]"
-                                          : "nothing (this kind has no payload)";
+    const char* expected_layout = carries_rows && carries_values
+                                      ? "per block [row ids unless dense] [values]"
+                                  : carries_rows   ? "per block [row ids unless dense]"
+                                  : carries_values ? "per block [values]"
+                                                   : "nothing (this kind has no payload)";
     return Status::InvalidArgument(
         fmt::format("{} frames, expected {} for a {} with {} block(s): the header, then {} ({})",
-                    frames.size(), expected_frames, kind_name, raw.blocks.size(), layout,
+                    frames.size(), expected_frames, kind_name, raw.blocks.size(), expected_layout,
                     frames.size() > expected_frames ? "extra frames" : "frames missing"));
   }
 
@@ -410,7 +410,7 @@ Result<Message> Decode(const std::vector<zmq::message_t>& frames,
       const zmq::message_t& frame = frames[f];
       block.row_encoding = static_cast<RowEncoding>(b.row_encoding);
       if (block.row_encoding == RowEncoding::kDeltaVarint) {
-        std::vector<uint32_t>& ids = message.owned.emplace_back();
+        UninitVector<uint32_t>& ids = message.owned.emplace_back();
         GRIDSYNC_RETURN_IF_ERROR(DecodeDeltaVarint(
             static_cast<const uint8_t*>(frame.data()), frame.size(), b.row_count,
             [&] { return FrameName(f, "row ids", i, b.table); }, &ids));

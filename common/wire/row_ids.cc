@@ -56,37 +56,72 @@ size_t DeltaVarintBytes(const std::vector<uint32_t>& rows) {
   return bad == 0 ? bytes : kNotAscending;
 }
 
-std::vector<uint8_t> EncodeDeltaVarint(const std::vector<uint32_t>& rows, size_t bytes) {
-  std::vector<uint8_t> frame(bytes);
-  if (rows.empty()) return frame;
-  uint8_t* out = PutVarint(rows[0], frame.data());
-  const uint32_t* r = rows.data();
+bool EncodeDeltaVarintIfSmaller(const std::vector<uint32_t>& rows, UninitVector<uint8_t>* out) {
   const size_t n = rows.size();
+  const size_t raw = n * sizeof(uint32_t);
+  if (n == 0) return false;  // 0 bytes either way: a tie goes raw
+  // Room for the varints up to raw's size, then one more step of at most
+  // 8 five-byte varints (or the tail's 7): the size check runs once a step.
+  out->resize(raw + 8 * kMaxVarintBytes);
+  uint8_t* const begin = out->data();
+  uint8_t* const full = begin + raw;
+  uint8_t* o = PutVarint(rows[0], begin);
+  const uint32_t* r = rows.data();
+  uint32_t bad = 0;
   size_t i = 1;
-  // Eight gaps of one byte each at a time (a batch's rows are mostly
-  // close): one test for all eight, which the compiler vectorises. The rows
-  // are strictly ascending (DeltaVarintBytes checked), so no gap wraps.
+  // Eight rows a step (a batch's rows are mostly close): when all eight
+  // gaps fit in one byte and the rows ascend, they are stored as 8 bytes.
   for (; i + 8 <= n; i += 8) {
+#ifdef __AVX2__
+    const __m256i cur = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + i));
+    const __m256i prev = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + i - 1));
+    const __m256i gap = _mm256_sub_epi32(_mm256_sub_epi32(cur, prev), _mm256_set1_epi32(1));
+    // Unsigned cur > prev, as a signed compare with the sign bits flipped:
+    // a one-byte gap can still wrap past 2^32 - 1.
+    const __m256i flip = _mm256_set1_epi32(static_cast<int32_t>(0x80000000u));
+    const __m256i ascending =
+        _mm256_cmpgt_epi32(_mm256_xor_si256(cur, flip), _mm256_xor_si256(prev, flip));
+    if (_mm256_testz_si256(gap, _mm256_set1_epi32(~0x7F)) &&
+        _mm256_movemask_epi8(ascending) == -1) {
+      const __m128i words =
+          _mm_packus_epi32(_mm256_castsi256_si128(gap), _mm256_extracti128_si256(gap, 1));
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(o), _mm_packus_epi16(words, words));
+      o += 8;
+    } else {
+      for (int k = 0; k < 8; ++k) {
+        bad |= static_cast<uint32_t>(r[i + k] <= r[i + k - 1]);
+        o = PutVarint(r[i + k] - r[i + k - 1] - 1, o);
+      }
+    }
+#else
     uint32_t gap[8];
     uint32_t wide = 0;
     for (int k = 0; k < 8; ++k) {
       gap[k] = r[i + k] - r[i + k - 1] - 1;
       wide |= gap[k];
+      bad |= static_cast<uint32_t>(r[i + k] <= r[i + k - 1]);
     }
     if (wide < 0x80) {
-      for (int k = 0; k < 8; ++k) out[k] = static_cast<uint8_t>(gap[k]);
-      out += 8;
+      for (int k = 0; k < 8; ++k) o[k] = static_cast<uint8_t>(gap[k]);
+      o += 8;
     } else {
-      for (int k = 0; k < 8; ++k) out = PutVarint(gap[k], out);
+      for (int k = 0; k < 8; ++k) o = PutVarint(gap[k], o);
     }
+#endif
+    if (o >= full) return false;  // raw is no larger
   }
-  for (; i < n; ++i) out = PutVarint(r[i] - r[i - 1] - 1, out);
-  GRIDSYNC_CHECK_EQ(static_cast<size_t>(out - frame.data()), bytes);
-  return frame;
+  for (; i < n; ++i) {
+    bad |= static_cast<uint32_t>(r[i] <= r[i - 1]);
+    o = PutVarint(r[i] - r[i - 1] - 1, o);
+  }
+  const size_t bytes = static_cast<size_t>(o - begin);
+  if (bad != 0 || bytes >= raw) return false;
+  out->resize(bytes);
+  return true;
 }
 
 Status DecodeDeltaVarint(const uint8_t* bytes, size_t size, uint32_t row_count,
-                         const std::function<std::string()>& name, std::vector<uint32_t>* out) {
+                         const std::function<std::string()>& name, UninitVector<uint32_t>* out) {
   // Every varint takes at least one byte. Refusing a short frame up front
   // also bounds the allocation below by 4x the bytes actually received.
   if (size < row_count) {
@@ -96,8 +131,8 @@ Status DecodeDeltaVarint(const uint8_t* bytes, size_t size, uint32_t row_count,
         name(), size, row_count, kMaxVarintBytes, row_count,
         uint64_t{row_count} * kMaxVarintBytes));
   }
-  std::vector<uint32_t>& ids = *out;
-  ids.assign(row_count, 0);
+  UninitVector<uint32_t>& ids = *out;
+  ids.resize(row_count);  // every id is written below, or the decode fails
   size_t pos = 0;
   uint64_t row = 0;
   for (uint32_t r = 0; r < row_count; ++r) {

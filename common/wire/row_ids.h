@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/uninit_vector.h"
 
 namespace gridsync::wire {
 
@@ -25,14 +26,18 @@ inline constexpr size_t kNotAscending = std::numeric_limits<size_t>::max();
 // receiver's order check names the caller's mistake).
 size_t DeltaVarintBytes(const std::vector<uint32_t>& rows);
 
-// `bytes` is DeltaVarintBytes(rows): one exact allocation, no growth.
-std::vector<uint8_t> EncodeDeltaVarint(const std::vector<uint32_t>& rows, size_t bytes);
+// Writes the deltaVarint frame of `rows` into *out and returns true when
+// the rows are strictly ascending and it is smaller than raw ids (4 bytes a
+// row); else returns false and the block goes raw (*out is then
+// unspecified). One pass: it sizes and writes together, giving up as soon
+// as the varints reach raw's size, so a block never pays for both layouts.
+bool EncodeDeltaVarintIfSmaller(const std::vector<uint32_t>& rows, UninitVector<uint8_t>* out);
 
 // Expands `size` bytes of untrusted input into exactly `row_count` ids in
 // *out. Checks the bytes (varint length, 32-bit overflow, truncation, the
 // exact count), each refusal prefixed with name(); range and order are the
 // caller's to check, as for raw ids.
 Status DecodeDeltaVarint(const uint8_t* bytes, size_t size, uint32_t row_count,
-                         const std::function<std::string()>& name, std::vector<uint32_t>* out);
+                         const std::function<std::string()>& name, UninitVector<uint32_t>* out);
 
 }  // namespace gridsync::wire
