@@ -253,8 +253,8 @@ TEST(BatchSplitTest, EvenWeightedAndAdaptiveKeepTheGlobalBatch) {
   EXPECT_EQ(even.counts(), (std::vector<uint64_t>{251, 250, 250, 250}));
   EXPECT_EQ(even.begin(3), 751u);
   config.distributed.batch_splitting = BatchSplitting::kWeighted;
-  config.distributed.nodes = {{.name = "fast", .workers = 1, .weight = 3.0},
-                              {.name = "slow", .workers = 3}};
+  config.distributed.nodes = {{.name = "fast", .workers = 1, .weight = 3.0, .host = ""},
+                              {.name = "slow", .workers = 3, .host = ""}};
   BatchSplit weighted(config.distributed, 1000);
   // Node "fast" takes 3/4 of the batch; "slow" splits 1/4 over three workers.
   EXPECT_EQ(weighted.count(0), 750u);
@@ -291,8 +291,8 @@ TEST(AllReduceTest, WeightedSplitTrainsAndKeepsTheBatch) {
   Config config = SmallConfig(3);
   config.training.batch_size = 3000;
   config.distributed.batch_splitting = BatchSplitting::kWeighted;
-  config.distributed.nodes = {{.name = "a", .workers = 1, .weight = 2.0},
-                              {.name = "b", .workers = 2}};
+  config.distributed.nodes = {{.name = "a", .workers = 1, .weight = 2.0, .host = ""},
+                              {.name = "b", .workers = 2, .host = ""}};
   auto reports = RunLocal(config, image);
   for (auto& r : reports) ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(reports[0]->split_counts, (std::vector<uint64_t>{2000, 500, 500}));

@@ -214,12 +214,18 @@ TEST(DeviceTrainerTest, GradientBucketsHoldEveryGradientOnceFinestLevelsFirst) {
       EXPECT_EQ(buckets[b][0].data(),
                 buffers[0].data() + layout.level(begin).row_offset * layout.features());
       level_end = begin;
-      if (b + 1 < buckets.size()) EXPECT_GE(buckets[b][0].size_bytes(), bucket_bytes);
+      if (b + 1 < buckets.size()) {
+        EXPECT_GE(buckets[b][0].size_bytes(), bucket_bytes);
+      }
     }
     EXPECT_EQ(end, buffers[0].data());
     EXPECT_EQ(level_end, 0u);
-    if (bucket_bytes == 1) EXPECT_EQ(groups.size(), layout.n_levels());
-    if (bucket_bytes == SIZE_MAX) EXPECT_EQ(groups.size(), 1u);
+    if (bucket_bytes == 1) {
+      EXPECT_EQ(groups.size(), layout.n_levels());
+    }
+    if (bucket_bytes == SIZE_MAX) {
+      EXPECT_EQ(groups.size(), 1u);
+    }
   }
 }
 

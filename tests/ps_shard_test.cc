@@ -1,6 +1,11 @@
 // One PS shard against what it must refuse: malformed and mutated messages
 // over a real socket, a stale job's worker, rows another shard owns. Each
 // gets an Error naming it and the shard keeps serving.
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+
+#include <cstring>
+
 #include "tests/ps_test_util.h"
 
 namespace gridsync {
@@ -122,18 +127,19 @@ TEST(PsShardTest, MalformedInputGetsErrorAndChangesNothing) {
     cases.push_back({"missing frame", std::move(f), "frame"});
   }
   {
-    // A header from a future protocol version.
+    // A header from a future protocol version: the real header, its
+    // version field changed.
     auto f = push_with([](auto&, auto&) {});
-    std::string bytes(static_cast<const char*>(f[0].data()), f[0].size());
-    bool patched = false;
-    for (size_t i = 0; i + 1 < bytes.size() && !patched; ++i) {
-      if (bytes[i] == 1 && bytes[i + 1] == 0 && i % 2 == 0 && i >= 16) {
-        bytes[i] = 9;
-        patched = true;
-      }
-    }
-    f[0] = zmq::message_t(bytes.data(), bytes.size());
-    if (patched) cases.push_back({"wrong version", std::move(f), "", 0});
+    kj::Array<capnp::word> words = kj::heapArray<capnp::word>(f[0].size() / sizeof(capnp::word));
+    std::memcpy(words.begin(), f[0].data(), words.size() * sizeof(capnp::word));
+    capnp::FlatArrayMessageReader reader(words);
+    capnp::MallocMessageBuilder builder;
+    builder.setRoot(reader.getRoot<wire::schema::Header>());
+    builder.getRoot<wire::schema::Header>().setVersion(
+        static_cast<uint16_t>(wire::kProtocolVersion + 7));
+    const auto flat = capnp::messageToFlatArray(builder);
+    f[0] = zmq::message_t(flat.asBytes().begin(), flat.asBytes().size());
+    cases.push_back({"wrong version", std::move(f), "protocol version", 0});
   }
   {
     // More frames than any valid message has.

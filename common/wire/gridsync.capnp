@@ -23,7 +23,9 @@
 using Cxx = import "/capnp/c++.capnp";
 $Cxx.namespace("gridsync::wire::schema");
 
-const protocolVersion :UInt16 = 1;
+# 2: pull replies may come in parts (Header.partRow, moreParts), which a
+# version-1 worker would take for a short reply.
+const protocolVersion :UInt16 = 2;
 
 struct ErrorInfo {
   code @0 :UInt32;   # gridsync::StatusCode

@@ -39,7 +39,9 @@
 
 namespace gridsync::wire {
 
-inline constexpr uint16_t kProtocolVersion = 1;
+// gridsync.capnp's protocolVersion: a peer of another version is refused
+// at the decode boundary, naming both.
+inline constexpr uint16_t kProtocolVersion = 2;
 
 enum class Kind : uint16_t {
   kPush = 0,

@@ -117,7 +117,9 @@ Status ParseHeader(const zmq::message_t& frame, const Limits& limits, RawHeader&
     const uint16_t version = header.getVersion();
     if (version != kProtocolVersion) {
       return Status::InvalidArgument(
-          fmt::format("frame 0 (header): protocol version {}; this build speaks version {}",
+          fmt::format("frame 0 (header): protocol version {}; allowed: version {}, the one "
+                      "this build speaks (every worker and shard of a run must be the same "
+                      "gridsync release)",
                       version, kProtocolVersion));
     }
     // First, so that a refusal of anything below can still name the request.
