@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "tools/bench_stats.h"
 
 namespace gridsync::bench::allreduce {
 
@@ -82,15 +83,6 @@ inline double AlgBw(uint64_t bytes, double us) {
 }
 
 inline double BusBw(double algbw, int ranks) { return algbw * 2.0 * (ranks - 1) / ranks; }
-
-// As Python's statistics.median (the peer's): the mean of the two middle
-// values for an even count.
-inline double Median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const size_t mid = v.size() / 2;
-  return v.size() % 2 == 1 ? v[mid] : (v[mid - 1] + v[mid]) / 2.0;
-}
 
 // The split of a size's iterations into rounds (the peer does the same).
 inline int RoundsFor(const SizePlan& p, int rounds) { return std::min(rounds, p.iters); }

@@ -92,6 +92,7 @@
 #include "server/ps_shard.h"
 #include "spec/run_spec.h"
 #include "tools/bench.h"
+#include "tools/bench_stats.h"
 #include "worker/image_task.h"
 #include "worker/model.h"
 #include "worker/params_file.h"
@@ -103,13 +104,6 @@ namespace compress {
 
 double Seconds(Clock::time_point start, Clock::time_point end) {
   return std::chrono::duration<double>(end - start).count();
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t mid = v.size() / 2;
-  return v.size() % 2 == 1 ? v[mid] : 0.5 * (v[mid - 1] + v[mid]);
 }
 
 std::string Fmt(const char* format, double value) {

@@ -39,6 +39,7 @@
 #include "server/ps_shard.h"
 #include "spec/run_spec.h"
 #include "tools/bench.h"
+#include "tools/bench_stats.h"
 #include "worker/image_task.h"
 #include "worker/model.h"
 #include "worker/params_file.h"
@@ -150,8 +151,6 @@ class Table {
 };
 
 double Seconds(Clock::time_point start, Clock::time_point end);
-
-double Median(std::vector<double> v);
 
 std::string Fmt(const char* format, double value);
 

@@ -9,6 +9,7 @@
 #include "common/check.h"
 #include "common/row_width.h"
 #include "common/thread_pool.h"
+#include "tools/bench_stats.h"
 
 namespace gridsync::bench {
 namespace {
@@ -18,11 +19,6 @@ using Clock = std::chrono::steady_clock;
 // Rows per pool index: the shard's apply chunk (ps_shard_requests.cc), so
 // the floor splits the work as finely as the shard does.
 constexpr size_t kChunkRows = 8192;
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 double MicrosSince(Clock::time_point start) {
   return std::chrono::duration<double, std::micro>(Clock::now() - start).count();

@@ -22,6 +22,7 @@
 #include "common/config.h"
 #include "kernels/cpu/gemm.h"
 #include "tools/bench.h"
+#include "tools/bench_stats.h"
 #include "tools/roofline.h"
 #include "worker/image_task.h"
 #include "worker/sync/train.h"
@@ -44,12 +45,6 @@ struct TrainArgs {
   std::vector<int> scaling;    // --scaling: thread counts to compare
   int repeats = 5;             // --scaling: rounds
 };
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n == 0 ? 0.0 : n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // The config a run on `threads` threads trains with: the file, the --set
 // overrides, then the bench's own settings.

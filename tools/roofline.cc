@@ -12,16 +12,12 @@
 #include "kernels/cpu/hash_encoding.h"
 #include "kernels/hash_grid_layout.h"
 #include "spec/run_spec.h"
+#include "tools/bench_stats.h"
 
 namespace gridsync::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // Runs fn(thread) on `threads` threads at once; returns the wall seconds.
 template <typename Fn>

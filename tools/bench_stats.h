@@ -1,0 +1,21 @@
+// Statistics every gridsync-bench subcommand reports with, so that a
+// "median" means the same in every table and in the Python peers' output.
+//
+// Thread safety: pure functions.
+#pragma once
+
+#include <algorithm>
+#include <vector>
+
+namespace gridsync::bench {
+
+// As Python's statistics.median (the torch peers'): the middle value, or
+// the mean of the two middle values for an even count; 0 for none.
+inline double Median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const size_t mid = v.size() / 2;
+  return v.size() % 2 == 1 ? v[mid] : (v[mid - 1] + v[mid]) / 2.0;
+}
+
+}  // namespace gridsync::bench
