@@ -4,7 +4,10 @@
 // not continue what it asked for, without crashing or buffering without
 // bound.
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <signal.h>
 
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -382,6 +385,50 @@ TEST(PsClientPartsTest, EarlyPartsWaitForTheirPull) {
   auto version = h->client->ReceivePull();
   ASSERT_TRUE(version.ok()) << version.status().ToString();
   for (uint32_t r : h->rows) EXPECT_EQ(h->dest[r * 2], 0.5f) << "row " << r;
+}
+
+// A signal that lands while the client waits in poll (a profiler's, a
+// supervisor's; libFuzzer's timer found it) is no failure: the waits go on.
+// The handler is installed without SA_RESTART, so every signal that lands
+// in a wait interrupts it with EINTR.
+TEST(PsClientSignalTest, SignalsDuringWaitsAreNoFailure) {
+  struct sigaction quiet {};
+  quiet.sa_handler = [](int) {};
+  sigemptyset(&quiet.sa_mask);
+  quiet.sa_flags = 0;
+  struct sigaction before {};
+  ASSERT_EQ(sigaction(SIGUSR2, &quiet, &before), 0);
+  auto partition = Partition::Make(kTables, 1, ModelParallelDim::kRow);
+  ASSERT_TRUE(partition.ok()) << partition.status().ToString();
+  Served s = Serve(*partition, 100);
+  ASSERT_NE(s.client, nullptr);
+  std::vector<uint32_t> rows;
+  for (uint32_t r = 0; r < 3000; r += 2) rows.push_back(r);
+  std::vector<float> grad(rows.size() * 2, 0.125f);
+  const pthread_t waiter = pthread_self();
+  std::atomic<bool> stop{false};
+  std::atomic<int> sent{0};
+  std::thread signaller([&] {
+    while (!stop.load()) {
+      pthread_kill(waiter, SIGUSR2);
+      sent.fetch_add(1);
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  });
+  Status failed;
+  for (int i = 0; i < 200 && failed.ok(); ++i) {
+    failed = s.client->Push(wire::Kind::kPush, static_cast<uint64_t>(i),
+                            {{0, false, rows.data(), rows.size(), grad.data()}});
+    if (!failed.ok()) break;
+    failed = s.client->SendPull(0, {{0, false, rows.data(), rows.size(), s.model[0].data()}});
+    if (!failed.ok()) break;
+    failed = s.client->ReceivePull().status();
+  }
+  stop.store(true);
+  signaller.join();
+  sigaction(SIGUSR2, &before, nullptr);
+  EXPECT_TRUE(failed.ok()) << failed.ToString();
+  EXPECT_GT(sent.load(), 100);
 }
 
 }  // namespace

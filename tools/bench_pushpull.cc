@@ -32,7 +32,9 @@
 // Memory floor (the table after it): the least memory work of an iteration
 // for any design with fp32 Adam on the shard, run bare on this host's cores
 // (bench_memory_floor.h); floor_ceiling = zmq_p50 / floor bounds the ratio
-// of any design, however it overlaps and whatever it sends.
+// of any design, however it overlaps and whatever it sends;
+// floor_cpu_ceiling adds the sockets' CPU for the values to that work on
+// the same cores (an estimate, charged by bytes).
 //
 // Correctness on every run (#wrong, must be 0): the table is initialised
 // with known values, and every size gets a region of rows of its own that no
@@ -292,6 +294,17 @@ double FloorCeiling(const SizeResult& r) {
   return r.floor.total_us > 0 ? r.zmq.p50_us / r.floor.total_us : 0;
 }
 
+// The ratio no design reaches when the memory floor and the sockets share
+// this host's `cores`: the floor's work (floor_total on every core) plus
+// raw ZeroMQ's CPU for the values' share of its bytes (the row ids could
+// shrink to nothing; the values cannot), overlapped perfectly. An
+// estimate: it charges the sockets by bytes.
+double FloorCpuCeiling(const SizeResult& r, int cores) {
+  constexpr double kValueShare = static_cast<double>(2 * kWidth * sizeof(float)) / kIterBytesPerRow;
+  const double cpu = r.floor.total_us * cores + r.zmq_cpu.self * kValueShare;
+  return cpu > 0 ? r.zmq.p50_us * cores / cpu : 0;
+}
+
 double GBps(const SizePlan& p, double us) {
   return static_cast<double>(p.n * kIterBytesPerRow) / (us * 1e-6) / 1e9;
 }
@@ -503,16 +516,20 @@ int RunPushPull(const PushPullArgs& args) {
       "apply = gradients read, fp32 parameters and Adam moments read and written; gather = "
       "the pulled rows into the reply; scatter = the reply into the worker's table; beside "
       "them the same stages measured above (means); floor_ceiling = zmq_p50 / floor_total, the "
-      "ratio no design with fp32 Adam state reaches on this host\n",
-      cores);
-  std::printf("#%9s %11s %11s %12s %12s %13s %11s %11s %13s\n", "size(B)", "floor_apply",
+      "ratio no design with fp32 Adam state reaches on this host; floor_cpu_ceiling = zmq_p50 x "
+      "%d cores / (floor_total x %d cores + zmq_cpu x %.3f), an estimate of the ratio no design "
+      "reaches when that work and the sockets' share for the values (%.3f of the bytes) share "
+      "these cores\n",
+      cores, cores, cores, 2.0 * kWidth * sizeof(float) / kIterBytesPerRow,
+      2.0 * kWidth * sizeof(float) / kIterBytesPerRow);
+  std::printf("#%9s %11s %11s %12s %12s %13s %11s %11s %13s %17s\n", "size(B)", "floor_apply",
               "shard_apply", "floor_gather", "shard_gather", "floor_scatter", "client_dec",
-              "floor_total", "floor_ceiling");
+              "floor_total", "floor_ceiling", "floor_cpu_ceiling");
   for (const SizeResult& r : results) {
-    std::printf("#%9llu %11.1f %11.1f %12.1f %12.1f %13.1f %11.1f %11.1f %13.3f\n",
+    std::printf("#%9llu %11.1f %11.1f %12.1f %12.1f %13.1f %11.1f %11.1f %13.3f %17.3f\n",
                 static_cast<unsigned long long>(r.plan.bytes), r.floor.apply_us, r.stages.apply,
                 r.floor.gather_us, r.stages.gather, r.floor.scatter_us, r.stages.client_decode,
-                r.floor.total_us, FloorCeiling(r));
+                r.floor.total_us, FloorCeiling(r), FloorCpuCeiling(r, cores));
   }
   std::printf("# #wrong total: %llu%s\n", static_cast<unsigned long long>(total_wrong),
               total_wrong == 0 ? "" : " (FAILED: pulled values differ from the reference)");
@@ -551,6 +568,7 @@ int RunPushPull(const PushPullArgs& args) {
                              {"cpu_ceiling", CpuCeiling(r, OnlineCores())},
                              {"memory_floor_us", r.floor.total_us},
                              {"floor_ceiling", FloorCeiling(r)},
+                             {"floor_cpu_ceiling", FloorCpuCeiling(r, OnlineCores())},
                              {"wrong", r.wrong}});
     }
     std::ofstream file(args.json_out);

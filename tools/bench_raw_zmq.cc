@@ -6,6 +6,8 @@
 #include <string>
 #include <zmq_addon.hpp>
 
+#include "common/wire/message.h"
+
 namespace gridsync::bench {
 namespace {
 
@@ -13,17 +15,6 @@ using Clock = std::chrono::steady_clock;
 
 double MicrosSince(Clock::time_point start) {
   return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
-}
-
-template <typename F>
-auto RetryOnEintr(F&& f) {
-  for (;;) {
-    try {
-      return f();
-    } catch (const zmq::error_t& e) {
-      if (e.num() != EINTR) throw;
-    }
-  }
 }
 
 // The send buffers outlive every message that refers to them (they are
@@ -91,15 +82,15 @@ RawZmqPeer::RawZmqPeer(uint32_t max_rows, uint32_t width, uint32_t stride,
 
 void RawZmqPeer::Send(char tag, uint32_t n, bool with_values) {
   char* header = tag == kPushTag ? push_header_.data() : pull_header_.data();
-  RetryOnEintr([&] {
+  wire::RetryOnEintr([&] {
     return client_.send(zmq::message_t(header, kHeaderBytes, NoFree), zmq::send_flags::sndmore);
   });
-  RetryOnEintr([&] {
+  wire::RetryOnEintr([&] {
     return client_.send(zmq::message_t(ids_.data(), size_t{n} * sizeof(uint32_t), NoFree),
                         with_values ? zmq::send_flags::sndmore : zmq::send_flags::none);
   });
   if (with_values) {
-    RetryOnEintr([&] {
+    wire::RetryOnEintr([&] {
       return client_.send(
           zmq::message_t(values_.data(), size_t{n} * width_ * sizeof(float), NoFree),
           zmq::send_flags::none);
@@ -109,7 +100,7 @@ void RawZmqPeer::Send(char tag, uint32_t n, bool with_values) {
 
 Status RawZmqPeer::Expect(const std::vector<size_t>& sizes) {
   zmq::pollitem_t item{client_.handle(), 0, ZMQ_POLLIN, 0};
-  const int ready = RetryOnEintr([&] {
+  const int ready = wire::RetryOnEintr([&] {
     return zmq::poll(&item, 1, std::chrono::duration_cast<std::chrono::milliseconds>(timeout_));
   });
   if (ready == 0) {
@@ -117,7 +108,7 @@ Status RawZmqPeer::Expect(const std::vector<size_t>& sizes) {
     return server_error_.ok() ? Status::Timeout("raw ZeroMQ peer: no reply") : server_error_;
   }
   frames_.clear();
-  RetryOnEintr([&] { return zmq::recv_multipart(client_, std::back_inserter(frames_)); });
+  wire::RetryOnEintr([&] { return zmq::recv_multipart(client_, std::back_inserter(frames_)); });
   bool same = frames_.size() == sizes.size();
   for (size_t i = 0; same && i < sizes.size(); ++i) same = frames_[i].size() == sizes[i];
   if (!same) return Status::Internal("raw ZeroMQ peer: reply of an unexpected shape");
@@ -130,11 +121,12 @@ void RawZmqPeer::Serve() {
     while (!stop_) {
       zmq::pollitem_t item{server_.handle(), 0, ZMQ_POLLIN, 0};
       // A short poll: the destructor's stop flag is seen within 50 ms.
-      if (RetryOnEintr([&] { return zmq::poll(&item, 1, std::chrono::milliseconds(50)); }) == 0) {
+      if (wire::RetryOnEintr([&] { return zmq::poll(&item, 1, std::chrono::milliseconds(50)); }) ==
+          0) {
         continue;
       }
       frames.clear();
-      RetryOnEintr([&] { return zmq::recv_multipart(server_, std::back_inserter(frames)); });
+      wire::RetryOnEintr([&] { return zmq::recv_multipart(server_, std::back_inserter(frames)); });
       // [routing id, header, ids] plus values for a push.
       if (frames.size() < 3 || frames[1].size() != kHeaderBytes) {
         std::lock_guard<std::mutex> lock(mu_);
@@ -142,20 +134,20 @@ void RawZmqPeer::Serve() {
         return;
       }
       const char tag = *frames[1].data<char>();
-      RetryOnEintr([&] { return server_.send(frames[0], zmq::send_flags::sndmore); });
+      wire::RetryOnEintr([&] { return server_.send(frames[0], zmq::send_flags::sndmore); });
       if (tag == kPushTag) {
-        RetryOnEintr([&] {
+        wire::RetryOnEintr([&] {
           return server_.send(zmq::message_t(ack_.data(), kHeaderBytes, NoFree),
                               zmq::send_flags::none);
         });
         continue;
       }
       const size_t n = frames[2].size() / sizeof(uint32_t);
-      RetryOnEintr([&] {
+      wire::RetryOnEintr([&] {
         return server_.send(zmq::message_t(ack_.data(), kHeaderBytes, NoFree),
                             zmq::send_flags::sndmore);
       });
-      RetryOnEintr([&] {
+      wire::RetryOnEintr([&] {
         return server_.send(
             zmq::message_t(server_values_.data(), n * width_ * sizeof(float), NoFree),
             zmq::send_flags::none);

@@ -4,6 +4,7 @@
 #include "worker/ps_client.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -149,6 +150,9 @@ Status PsClient::AwaitReplies(uint64_t request_id, wire::Kind expected,
     try {
       zmq::poll(items.data(), items.size(), wait_check_ ? std::min(left, kCheckEvery) : left);
     } catch (const zmq::error_t& e) {
+      // A signal is no failure: wait again for what is left of the time
+      // (pull_reply_fuzz found a pull refused this way by libFuzzer's timer).
+      if (e.num() == EINTR) continue;
       return Status::IOError(std::string("poll failed: ") + e.what());
     }
     for (size_t k = 0; k < items.size(); ++k) {

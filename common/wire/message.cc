@@ -105,18 +105,6 @@ void FillStats(const ShardStats& in, schema::ShardStats::Builder out) {
   out.setBytesOut(in.bytes_out);
 }
 
-// ZeroMQ calls return EINTR when a signal lands; that is not a failure.
-template <typename Fn>
-auto RetryOnEintr(Fn&& fn) {
-  for (;;) {
-    try {
-      return fn();
-    } catch (const zmq::error_t& e) {
-      if (e.num() != EINTR) throw;
-    }
-  }
-}
-
 }  // namespace
 
 const char* RowEncodingName(RowEncoding e) {

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -218,6 +219,21 @@ struct UnsentBytes {
   void Add(uint64_t n);
   void Sub(uint64_t n);
 };
+
+// Calls fn() again while it throws EINTR: a signal landing in a ZeroMQ call
+// (a profiler's, a supervisor's, a fuzzer's timer) is not a failure. Any
+// other zmq::error_t is the caller's; a call with a timeout should recompute
+// it on the next try (this retries with the same arguments).
+template <typename Fn>
+auto RetryOnEintr(Fn&& fn) {
+  for (;;) {
+    try {
+      return fn();
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) throw;
+    }
+  }
+}
 
 // `unsent` (optional) counts the payload frames until ZeroMQ releases them.
 std::vector<zmq::message_t> Encode(const OutHeader& header, std::vector<OutBlock> blocks,
