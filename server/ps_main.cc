@@ -307,9 +307,12 @@ int main(int argc, char** argv) {
   gridsync::NotifyStopping();
   metrics.reset();  // before the shard it reads
   const auto stats = (*server)->stats();
-  spdlog::info("stopping: {} pushes, {} pulls, {} errors, {:.1f} MB in, {:.1f} MB out",
-               stats.pushes, stats.pulls, stats.errors, stats.bytes_in / 1e6,
-               stats.bytes_out / 1e6);
+  const auto serving = (*server)->serving_stats();
+  spdlog::info(
+      "stopping: {} pushes, {} pulls ({} answered in {} parts), {} errors, {:.1f} MB in, {:.1f} "
+      "MB out",
+      stats.pushes, stats.pulls, serving.pulls_in_parts, serving.reply_parts, stats.errors,
+      stats.bytes_in / 1e6, stats.bytes_out / 1e6);
   (*server)->Stop();
   return exit_code;
 }

@@ -124,9 +124,13 @@ uint32_t ReplicaWorkers(const ShardOptions& options);
 // What the shard's serving loop is doing, for metrics (besides
 // wire::ShardStats, which the stats request carries).
 struct ServingStats {
-  uint64_t waiting_pulls = 0;                // pulls held for a version not yet applied
-  uint64_t job = 0;                          // the job served (0: none yet)
-  uint32_t epoch = 0;                        // its epoch (rollbacks to a checkpoint)
+  uint64_t waiting_pulls = 0;  // pulls held for a version not yet applied
+  uint64_t job = 0;            // the job served (0: none yet)
+  uint32_t epoch = 0;          // its epoch (rollbacks to a checkpoint)
+  // Pulls answered in more than one part (ShardOptions::reply_part_bytes),
+  // and the messages of those replies.
+  uint64_t pulls_in_parts = 0;
+  uint64_t reply_parts = 0;
   std::map<std::string, uint64_t> refusals;  // error replies by reason (status code, "unreadable")
   // Where the serving loop's time went, cumulative seconds per stage: wire
   // and codec decoding with validation; applying pushes; gathering pulled

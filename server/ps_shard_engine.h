@@ -307,6 +307,8 @@ class PsShardImpl : public PsShard {
     s.waiting_pulls = waiting_count_.load(std::memory_order_relaxed);
     s.job = job_gate_.job();
     s.epoch = job_gate_.epoch();
+    s.pulls_in_parts = pulls_in_parts_.load(std::memory_order_relaxed);
+    s.reply_parts = reply_parts_.load(std::memory_order_relaxed);
     auto seconds = [](const std::atomic<uint64_t>& ns) {
       return static_cast<double>(ns.load(std::memory_order_relaxed)) * 1e-9;
     };
@@ -455,6 +457,8 @@ class PsShardImpl : public PsShard {
   LatencyHistogram apply_latency_;
   std::atomic<uint64_t> stage_ns_[kStages] = {};  // ServingStats::Stages, in nanoseconds
   std::atomic<uint64_t> waiting_count_{0};        // waiting_.size(), for other threads
+  std::atomic<uint64_t> pulls_in_parts_{0};       // ServingStats::pulls_in_parts
+  std::atomic<uint64_t> reply_parts_{0};          // ServingStats::reply_parts
 };
 
 }  // namespace ps_shard_engine

@@ -399,6 +399,7 @@ void PsShardImpl::ReplyPullUnguarded(Request& request) {
   uint64_t flat = 0;  // rows of the request before the part's first
   size_t block = 0;   // the request's block the part starts in ...
   uint32_t row = 0;   // ... and its row there
+  uint64_t parts = 0;
   do {
     const auto part_start = Clock::now();
     struct Slice {
@@ -506,7 +507,12 @@ void PsShardImpl::ReplyPullUnguarded(Request& request) {
     auto frames = wire::Encode(header, std::move(blocks), unsent);
     AddStage(kEncode, encode_start);
     Send(request.identity, std::move(frames));
+    ++parts;
   } while (block < m.blocks.size());
+  if (parts > 1) {
+    pulls_in_parts_.fetch_add(1, std::memory_order_relaxed);
+    reply_parts_.fetch_add(parts, std::memory_order_relaxed);
+  }
 }
 
 void PsShardImpl::ServeWaitingPulls() {

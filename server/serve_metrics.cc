@@ -29,6 +29,12 @@ void ExposeShardMetrics(MetricsEndpoint& endpoint, const PsShard& shard) {
                     stat(&wire::ShardStats::applied_steps));
   endpoint.AddGauge("gridsync_shard_waiting_pulls", "Pulls held for a version not yet applied",
                     [s] { return static_cast<double>(s->serving_stats().waiting_pulls); });
+  endpoint.AddCounter("gridsync_shard_pulls_in_parts_total",
+                      "Pulls answered in more than one part (replies of more than 256 KiB)",
+                      [s] { return static_cast<double>(s->serving_stats().pulls_in_parts); });
+  endpoint.AddCounter("gridsync_shard_reply_parts_total",
+                      "Messages of the pull replies sent in parts",
+                      [s] { return static_cast<double>(s->serving_stats().reply_parts); });
   endpoint.AddGauge("gridsync_shard_job", "The job served (0: none yet)",
                     [s] { return static_cast<double>(s->serving_stats().job); });
   endpoint.AddGauge("gridsync_shard_epoch",

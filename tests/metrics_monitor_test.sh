@@ -138,6 +138,9 @@ for s in 0 1; do
     fail "shard $s: pushes_total $(metric "$WORK/s$s.prom" gridsync_shard_pushes_total), logged '$pushes'"
   same "$(metric "$WORK/s$s.prom" gridsync_shard_pulls_total)" "${pulls:-x}" ||
     fail "shard $s: pulls_total differs from the log"
+  in_parts=$(echo "$line" | sed -n 's/.* pulls (\([0-9]*\) answered in \([0-9]*\) parts).*/\1/p')
+  same "$(metric "$WORK/s$s.prom" gridsync_shard_pulls_in_parts_total)" "${in_parts:-x}" ||
+    fail "shard $s: pulls_in_parts_total $(metric "$WORK/s$s.prom" gridsync_shard_pulls_in_parts_total), logged '$in_parts'"
   same "$(metric "$WORK/s$s.prom" gridsync_shard_version)" 150 ||
     fail "shard $s: version $(metric "$WORK/s$s.prom" gridsync_shard_version), expected 150"
   count=$(metric "$WORK/s$s.prom" gridsync_shard_apply_seconds_count)

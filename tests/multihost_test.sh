@@ -7,7 +7,8 @@
 #     where one process ends (gridsync-worker --standalone with
 #     gradient_accumulation = world size): the same PSNR to the last digit
 #     for ps and nccl (bit-identical models); within 0.01 dB for hybrid,
-#     whose node reduce-scatter sums in another order.
+#     whose node reduce-scatter sums in another order. Under ps, the pull
+#     replies of node b's shard cross the link in parts.
 #  2. A worker that advertises an address the other node cannot reach makes
 #     the rendezvous fail within distributed.timeout_s plus the stated slack
 #     (5 s), naming the peer and its address.
@@ -37,10 +38,12 @@ GS="$BUILD/tools/gridsync"
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
-config() {  # mode extra-json
+config() {  # mode extra-json [timeout_s] [encoding-json]
+  local encoding=${4:-}
+  if [ -z "$encoding" ]; then encoding='{"n_levels": 8, "log2_hashmap_size": 14}'; fi
   cat > "$WORK/$1.json" <<JSON
 {
-  "encoding": {"n_levels": 8, "log2_hashmap_size": 14},
+  "encoding": $encoding,
   "network": {"n_neurons": 32, "n_hidden_layers": 1},
   "distributed": {
     "enable": true, "world_size": 2, "master_addr": "$A", "master_port": 29700,
@@ -60,7 +63,10 @@ summary_field() { grep -E '^\[worker-0\] \{' "$1" | tail -1 | sed 's/^\[worker-0
 for mode in ps nccl hybrid; do
   extra=""
   if [ "$mode" != nccl ]; then extra=', "ps": {"shards": 2}'; fi
-  config "$mode" "$extra"
+  # ps: levels enough that a shard's pull reply exceeds a part (256 KiB).
+  encoding='{"n_levels": 8, "log2_hashmap_size": 14}'
+  if [ "$mode" = ps ]; then encoding='{"n_levels": 16, "log2_hashmap_size": 14}'; fi
+  config "$mode" "$extra" 30 "$encoding"
   start=$(date +%s.%N)
   "$NET" exec "$NAME" 0 "$GS" launch "$WORK/$mode.json" --node a > "$WORK/$mode-a.log" 2>&1 &
   pa=$!
@@ -76,6 +82,17 @@ for mode in ps nccl hybrid; do
     continue
   fi
   grep -q "ps-1\]" "$WORK/$mode-b.log" || [ "$mode" = nccl ] || fail "$mode: shard 1 did not run on node b"
+  if [ "$mode" = ps ]; then
+    # The pull replies crossed the link in parts (more than 256 KiB of
+    # values a shard), and the model below still ends bit for bit.
+    parts=$(sed -n 's/.*\[ps-1\].*pulls (\([0-9]*\) answered in \([0-9]*\) parts).*/\1 \2/p' \
+      "$WORK/$mode-b.log" | tail -1)
+    if [ "${parts%% *}" -gt 0 ] 2>/dev/null; then
+      echo "ok: ps: shard 1 on node b answered ${parts%% *} pulls in ${parts##* } parts"
+    else
+      fail "ps: shard 1 on node b answered no pull in parts (stop line: '${parts:-none}')"
+    fi
+  fi
   "$BUILD/worker/gridsync-worker" --standalone --config "$WORK/$mode.json" --set training.device=cpu \
     --set training.gradient_accumulation=2 --log-level warn > "$WORK/$mode-single.json"
   got=$(summary_field "$WORK/$mode-a.log" psnr_db)
