@@ -88,6 +88,9 @@ constexpr uint32_t kWidth = 2;   // floats per row: one hash-grid level
 constexpr uint32_t kStride = 3;  // a batch touches every 3rd row of its region
 constexpr uint64_t kPushBytesPerRow = sizeof(uint32_t) + kWidth * sizeof(float);
 constexpr uint64_t kIterBytesPerRow = 2 * kPushBytesPerRow;  // push + pull
+// The values' share of those bytes (pushed and pulled): what no row-id
+// encoding can shrink.
+constexpr double kValueShare = static_cast<double>(2 * kWidth * sizeof(float)) / kIterBytesPerRow;
 // --iters 0 (auto): small sizes get many iterations so p99 means something,
 // large ones few so the default sweep stays well under two minutes.
 constexpr uint64_t kAutoItersBytes = uint64_t{256} << 20;
@@ -300,7 +303,6 @@ double FloorCeiling(const SizeResult& r) {
 // shrink to nothing; the values cannot), overlapped perfectly. An
 // estimate: it charges the sockets by bytes.
 double FloorCpuCeiling(const SizeResult& r, int cores) {
-  constexpr double kValueShare = static_cast<double>(2 * kWidth * sizeof(float)) / kIterBytesPerRow;
   const double cpu = r.floor.total_us * cores + r.zmq_cpu.self * kValueShare;
   return cpu > 0 ? r.zmq.p50_us * cores / cpu : 0;
 }
@@ -520,8 +522,7 @@ int RunPushPull(const PushPullArgs& args) {
       "%d cores / (floor_total x %d cores + zmq_cpu x %.3f), an estimate of the ratio no design "
       "reaches when that work and the sockets' share for the values (%.3f of the bytes) share "
       "these cores\n",
-      cores, cores, cores, 2.0 * kWidth * sizeof(float) / kIterBytesPerRow,
-      2.0 * kWidth * sizeof(float) / kIterBytesPerRow);
+      cores, cores, cores, kValueShare, kValueShare);
   std::printf("#%9s %11s %11s %12s %12s %13s %11s %11s %13s %17s\n", "size(B)", "floor_apply",
               "shard_apply", "floor_gather", "shard_gather", "floor_scatter", "client_dec",
               "floor_total", "floor_ceiling", "floor_cpu_ceiling");

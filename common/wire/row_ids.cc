@@ -68,6 +68,11 @@ bool EncodeDeltaVarintIfSmaller(const std::vector<uint32_t>& rows, UninitVector<
   uint8_t* o = PutVarint(rows[0], begin);
   const uint32_t* r = rows.data();
   uint32_t bad = 0;
+  // Row j's gap as a varint of any length, noting a row that does not ascend.
+  const auto put_gap = [&](size_t j) {
+    bad |= static_cast<uint32_t>(r[j] <= r[j - 1]);
+    o = PutVarint(r[j] - r[j - 1] - 1, o);
+  };
   size_t i = 1;
   // Eight rows a step (a batch's rows are mostly close): when all eight
   // gaps fit in one byte and the rows ascend, they are stored as 8 bytes.
@@ -88,10 +93,7 @@ bool EncodeDeltaVarintIfSmaller(const std::vector<uint32_t>& rows, UninitVector<
       _mm_storel_epi64(reinterpret_cast<__m128i*>(o), _mm_packus_epi16(words, words));
       o += 8;
     } else {
-      for (int k = 0; k < 8; ++k) {
-        bad |= static_cast<uint32_t>(r[i + k] <= r[i + k - 1]);
-        o = PutVarint(r[i + k] - r[i + k - 1] - 1, o);
-      }
+      for (size_t k = 0; k < 8; ++k) put_gap(i + k);
     }
 #else
     uint32_t gap[8];
@@ -110,10 +112,7 @@ bool EncodeDeltaVarintIfSmaller(const std::vector<uint32_t>& rows, UninitVector<
 #endif
     if (o >= full) return false;  // raw is no larger
   }
-  for (; i < n; ++i) {
-    bad |= static_cast<uint32_t>(r[i] <= r[i - 1]);
-    o = PutVarint(r[i] - r[i - 1] - 1, o);
-  }
+  for (; i < n; ++i) put_gap(i);
   const size_t bytes = static_cast<size_t>(o - begin);
   if (bad != 0 || bytes >= raw) return false;
   out->resize(bytes);
