@@ -1,5 +1,6 @@
 // gridsync-bench pushpull's raw side: a DEALER client and a ROUTER echo
-// thread (own context) moving the same payload in the same round trips as a
+// thread, each with a ZeroMQ context of its own (as a worker and a shard
+// have), moving the same payload in the same round trips as a
 // PS push and pull, without decode, validation, apply and gather: the
 // practical limit the bench compares gridsync against. Per iteration
 // [64 B header, ids, values] -> 64 B ack, then [64 B header, ids] ->
@@ -60,9 +61,15 @@ class RawZmqPeer {
   std::array<char, kHeaderBytes> pull_header_{};
   std::array<char, kHeaderBytes> ack_{};
   std::vector<zmq::message_t> frames_;  // the client's last reply
-  zmq::context_t context_{1};
-  zmq::socket_t server_{context_, zmq::socket_type::router};
-  zmq::socket_t client_{context_, zmq::socket_type::dealer};
+  // One context (and so one I/O thread) per side, as a shard and a worker
+  // have in their own processes (PsShard and PsClient each own one). A
+  // shared context would let one I/O thread carry both ends of the
+  // connection: one thread wake-up fewer each way, which on this VM took
+  // ~150 us off a small iteration that gridsync's topology cannot have.
+  zmq::context_t server_context_{1};
+  zmq::context_t client_context_{1};
+  zmq::socket_t server_{server_context_, zmq::socket_type::router};
+  zmq::socket_t client_{client_context_, zmq::socket_type::dealer};
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::mutex mu_;
