@@ -8,6 +8,8 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "common/config.h"
@@ -25,6 +27,27 @@ inline int ParseCommandLine(CLI::App& app, int argc, char** argv) {
     return kConfigErrorExitCode;
   }
   return -1;
+}
+
+// CLI::Range for floating-point flags that also refuses NaN and the
+// infinities: CLI::Range only compares, and NaN compares false both ways,
+// so `--interval nan` passed it (and refreshed as fast as it could).
+inline CLI::Validator FiniteRange(double lo, double hi) {
+  char range[96];
+  std::snprintf(range, sizeof(range), "%g to %g", lo, hi);
+  const std::string allowed = range;
+  return CLI::Validator(
+      [lo, hi, allowed](std::string& input) -> std::string {
+        double value = 0;
+        if (!CLI::detail::lexical_cast(input, value)) {
+          return "Value " + input + " is not a number; allowed: " + allowed;
+        }
+        if (!std::isfinite(value) || value < lo || value > hi) {
+          return "Value " + input + " not in range; allowed: a finite number from " + allowed;
+        }
+        return std::string();
+      },
+      "FLOAT in [" + allowed + "]");
 }
 
 // The operations flags every serving binary shares (ops/): --metrics-port

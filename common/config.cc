@@ -95,7 +95,10 @@ std::string_view ToString(CollectiveKind v) {
 
 std::vector<NodeConfig> DistributedConfig::ResolvedNodes() const {
   if (!nodes.empty()) return nodes;
-  return {NodeConfig{.name = "node0", .workers = world_size}};
+  NodeConfig only;
+  only.name = "node0";
+  only.workers = world_size;
+  return {only};
 }
 
 int DistributedConfig::NodeOf(int rank) const {
@@ -109,9 +112,9 @@ int DistributedConfig::NodeOf(int rank) const {
 }
 
 int DistributedConfig::HierarchicalSlices() const {
-  const auto nodes = ResolvedNodes();
-  int slices = nodes.front().workers;
-  for (const auto& node : nodes) slices = std::min(slices, node.workers);
+  const auto resolved = ResolvedNodes();
+  int slices = resolved.front().workers;
+  for (const auto& node : resolved) slices = std::min(slices, node.workers);
   return slices;
 }
 
@@ -174,6 +177,10 @@ std::string_view ToString(TaskType v) {
 }
 
 namespace {
+
+// Paths the binaries open or create: longer ones fail in the kernel
+// (ENAMETOOLONG) only once a run reaches them, and would be echoed whole.
+constexpr size_t kMaxPathBytes = 4095;
 
 using Json = nlohmann::json;
 
@@ -445,8 +452,12 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
     SectionReader r(&problems, "task", top.Object("task"));
     r.EnumValue("type", &k.type, std::span<const TaskType>(kTaskTypes));
     r.String("image", &k.image,
-             {.allowed = "a non-empty path to a JPEG, PNG, BMP, TGA, GIF or PNM image"});
-    r.String("output", &k.output, {.allowed = "a non-empty folder path"});
+             {.allowed = "a non-empty path to a JPEG, PNG, BMP, TGA, GIF or PNM image, at most "
+                         "4095 bytes (PATH_MAX)",
+              .max_length = kMaxPathBytes});
+    r.String("output", &k.output,
+             {.allowed = "a non-empty folder path of at most 4095 bytes (PATH_MAX)",
+              .max_length = kMaxPathBytes});
     r.ReportUnknownKeys();
   }
   {
@@ -522,7 +533,9 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
     CheckpointConfig& k = config.checkpoint;
     SectionReader r(&problems, "checkpoint", top.Object("checkpoint"));
     r.Int("every_steps", &k.every_steps, 0, 10'000'000);
-    r.String("dir", &k.dir, {.allowed = "a folder for the shards' checkpoints"});
+    r.String("dir", &k.dir,
+             {.allowed = "a folder for the shards' checkpoints, at most 4095 bytes (PATH_MAX)",
+              .max_length = kMaxPathBytes});
     r.ReportUnknownKeys();
     if (!r.Has("dir")) k.dir = config.task.output + "/checkpoints";
   }
@@ -561,7 +574,8 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
     SectionReader r(&problems, "security", top.Object("security"));
     r.EnumValue("mode", &sec.mode, std::span<const SecurityMode>(kSecurityModes));
     r.String("keys_dir", &sec.keys_dir,
-             {.allowed = "a folder with the keys `gridsync keygen` wrote"});
+             {.allowed = "a folder with the keys `gridsync keygen` wrote, at most 4095 bytes",
+              .max_length = kMaxPathBytes});
     r.ReportUnknownKeys();
   }
   top.ReportUnknownKeys();

@@ -194,6 +194,15 @@ class SectionReader {
       problems_->Add(Path(key), "out of range: " + Describe(*value), allowed);
       return false;
     }
+    // Above an open 0 the kernels take these as floats: a value below the
+    // smallest normal float becomes 0 or a denormal there (a learning rate
+    // of 5e-324 trained nothing, without a word).
+    if (lo_open && lo == 0.0 && v < std::numeric_limits<float>::min()) {
+      problems_->Add(Path(key), "too small for a float: " + Describe(*value),
+                     allowed + ", at least " + FormatNumber(std::numeric_limits<float>::min()) +
+                         " (the smallest normal float)");
+      return false;
+    }
     *out = v;
     return true;
   }

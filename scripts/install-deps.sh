@@ -9,7 +9,7 @@ PACKAGES=(
   # libraries
   libzmq3-dev cppzmq-dev capnproto libcapnp-dev libboost-dev libgtest-dev
   nlohmann-json3-dev libspdlog-dev libcli11-dev libeigen3-dev libstb-dev
-  libsystemd-dev libgloo-dev libsodium-dev prometheus-cpp-dev
+  libsystemd-dev libgloo-dev libsodium-dev prometheus-cpp-dev zlib1g-dev
   # the MLP's GEMMs on AVX-512 and AMX (run-time dispatch; Eigen without it)
   libdnnl-dev
   # emulated multi-host tests (network namespaces, tc)

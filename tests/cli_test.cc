@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace {
 
@@ -128,6 +130,47 @@ TEST(CliTest, WorkerRefusesABatchThatCannotFitInMemory) {
   EXPECT_EQ(run.exit_code, 2) << run.output;
   EXPECT_NE(run.output.find("training.batch_size 16777216 needs about"), std::string::npos)
       << run.output;
+}
+
+// A grid too large for this machine whatever the batch (a hostile probe:
+// check-config said OK, the worker blamed training.batch_size and
+// gridsync-bench train aborted in std::bad_alloc): the three refuse it
+// with the same words, naming the encoding's keys.
+TEST(CliTest, AModelThatCannotFitIsRefusedAlikeByCheckConfigWorkerAndBench) {
+  const std::string sets =
+      " --set encoding.n_levels=32 --set encoding.n_features_per_level=8 --set "
+      "encoding.log2_hashmap_size=30 --set encoding.base_resolution=2048 --set "
+      "encoding.per_level_scale=1.1";
+  const std::string why = "the model needs about";
+  for (const auto& [binary, args] : std::vector<std::pair<std::string, std::string>>{
+           {"tools/gridsync", "check-config configs/local.json --standalone" + sets},
+           {"worker/gridsync-worker",
+            "--config configs/local.json --standalone --set training.steps=1" + sets},
+           {"tools/gridsync-bench", "train --config configs/local.json --steps 1" + sets}}) {
+    const ProcessResult run = Execute(binary, args);
+    EXPECT_EQ(run.exit_code, 2) << binary << ": " << run.output;
+    EXPECT_NE(run.output.find(why), std::string::npos) << binary << ": " << run.output;
+    EXPECT_NE(run.output.find("allowed: fewer encoding.n_levels"), std::string::npos)
+        << binary << ": " << run.output;
+  }
+}
+
+// CLI11's Range compares, and NaN compares false both ways: `monitor
+// --interval nan` refreshed as fast as it could, `launch --grace nan`
+// killed at once. Floating-point flags refuse what is not a finite number.
+TEST(CliTest, FloatingPointFlagsRefuseNaNAndInfinity) {
+  for (const auto& [binary, args] : std::vector<std::pair<std::string, std::string>>{
+           {"tools/gridsync", "monitor configs/local.json --interval nan --once"},
+           {"tools/gridsync", "monitor configs/local.json --timeout inf --once"},
+           {"tools/gridsync", "launch configs/local.json --grace nan"},
+           {"tools/gridsync", "launch configs/local.json --grace -5"},
+           {"worker/gridsync-worker", "--config configs/local.json --metrics-hold nan"},
+           {"worker/gridsync-worker", "--config configs/local.json --rank -2"}}) {
+    const ProcessResult run = Execute(binary, args);
+    EXPECT_EQ(run.exit_code, 2) << binary << " " << args << ": " << run.output;
+    EXPECT_NE(run.output.find("not in range"), std::string::npos)
+        << binary << " " << args << ": " << run.output;
+  }
 }
 
 // Issue (review): every encoding value in range, together ~5G rows of 8

@@ -296,6 +296,13 @@ TEST(ConfigValidationTest, FloatRangesIncludingOpenBound) {
                "training.learning_rate: out of range: 0; allowed: finite numbers in (0, 10]"));
   EXPECT_TRUE(Contains(ErrorOf(R"({"training": {"learning_rate": 10.5}})"),
                        "training.learning_rate: out of range: 10.5"));
+  // Above an open 0, nothing a float turns into 0 or a denormal (the
+  // kernels hold these as floats: 5e-324 trained nothing).
+  EXPECT_TRUE(Contains(ErrorOf(R"({"training": {"learning_rate": 5e-324}})"),
+                       "training.learning_rate: too small for a float"));
+  EXPECT_TRUE(
+      Contains(ErrorOf(R"({"compression": {"ratio": 1e-39}})"), "the smallest normal float"));
+  EXPECT_EQ(ParseOk(R"({"training": {"learning_rate": 1e-37}})").training.learning_rate, 1e-37);
   EXPECT_TRUE(
       Contains(ErrorOf(R"({"encoding": {"per_level_scale": 0.5}})"),
                "encoding.per_level_scale: out of range: 0.5; allowed: finite numbers in [1, 16]"));

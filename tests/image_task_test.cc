@@ -6,9 +6,13 @@
 #include <gtest/gtest.h>
 #include <stb_image.h>
 #include <stb_image_write.h>
+#include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -29,16 +33,22 @@ std::string TempPath(const std::string& name) {
       .string();
 }
 
+std::string Be32(uint32_t v) { return std::string{char(v >> 24), char(v >> 16), char(v >> 8), char(v)}; }
+
+// A PNG chunk: length, type, data and the CRC of type and data.
+std::string PngChunk(const std::string& type, const std::string& data) {
+  const std::string body = type + data;
+  const uLong crc = crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(body.data()),
+                          static_cast<uInt>(body.size()));
+  return Be32(static_cast<uint32_t>(data.size())) + body + Be32(static_cast<uint32_t>(crc));
+}
+
 // A PNG whose header claims width x height pixels and holds no pixel data:
 // the dimensions are all a refusal needs to read.
-std::string HeaderOnlyPng(uint32_t width, uint32_t height) {
-  const auto be32 = [](uint32_t v) {
-    return std::string{char(v >> 24), char(v >> 16), char(v >> 8), char(v)};
-  };
-  std::string png = "\x89PNG\r\n\x1a\n";
-  png += be32(13) + "IHDR" + be32(width) + be32(height) + std::string("\x08\x02\x00\x00\x00", 5);
-  png += be32(0);  // CRC (stb_image does not check it)
-  return png;
+std::string HeaderOnlyPng(uint32_t width, uint32_t height, uint8_t depth = 8, uint8_t color = 2) {
+  return "\x89PNG\r\n\x1a\n" +
+         PngChunk("IHDR", Be32(width) + Be32(height) +
+                              std::string{char(depth), char(color), '\0', '\0', '\0'});
 }
 
 void WriteFile(const std::string& path, const std::string& bytes) {
@@ -165,18 +175,20 @@ TEST(ImageTaskTest, RefusesTheFilesStbMishandles) {
   std::string idat = HeaderOnlyPng(1, 1);
   idat += std::string("\x40\x00\x00\x01IDAT", 8) + "tiny";
   refused(idat, "PNG chunk 'IDAT' claims 1073741825 bytes");
-  std::string rgba16 = HeaderOnlyPng(16384, 16384);
-  rgba16[24] = 16;  // bit depth
-  rgba16[25] = 6;   // RGBA
+  const std::string rgba16 = HeaderOnlyPng(16384, 16384, /*depth=*/16, /*color=*/6);
   refused(rgba16, "PNG rows of 2147500032 raw bytes");
   // The same behind an (iPhone) CgBI chunk, which stb takes before IHDR.
-  refused(rgba16.substr(0, 8) + std::string("\x00\x00\x00\x00" "CgBI" "\x00\x00\x00\x00", 12) +
-              rgba16.substr(8),
+  refused(rgba16.substr(0, 8) + PngChunk("CgBI", "") + rgba16.substr(8),
           "PNG rows of 2147500032 raw bytes");
+  // stb skips the CRCs: a damaged chunk would be decoded as it now reads.
+  std::string damaged = HeaderOnlyPng(1, 1);
+  damaged[20] ^= 1;  // a bit of the width
+  refused(damaged, "PNG chunk 'IHDR' at byte 8 fails its CRC");
+  // PNM: maxval 0 (the format allows 1 to 65535; stb divides by it).
+  refused("P6\n1 1\n0\n\x01\x02\x03", "PNM maxval 0");
   // 8-bit RGBA at the pixel limit fits stb's sizes (2^30 + a byte a row):
   // not refused here (the header-only file then fails as truncated).
-  std::string rgba8 = HeaderOnlyPng(16384, 16384);
-  rgba8[25] = 6;
+  const std::string rgba8 = HeaderOnlyPng(16384, 16384, 8, 6);
   auto at_limit = DecodeString(rgba8);
   ASSERT_FALSE(at_limit.ok());
   EXPECT_EQ(at_limit.status().message().find("PNG rows"), std::string::npos)
@@ -329,6 +341,29 @@ TEST(ImageTaskTest, RefusesWhatCannotBeTrainedOn) {
   image = ImageTask::Load(TempPath("missing.png"));
   ASSERT_FALSE(image.ok());
   EXPECT_NE(image.status().message().find("cannot load image"), std::string::npos);
+}
+
+// Only a regular file is opened: a FIFO would wait for a writer forever and
+// a device would be read without end (both seen by a hostile probe: the
+// worker and check-config hung on a FIFO, /dev/zero took 2 GiB first).
+TEST(ImageTaskTest, RefusesWhatIsNoRegularFileWithoutOpeningIt) {
+  const std::string fifo = TempPath("image.fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  const auto start = std::chrono::steady_clock::now();
+  auto image = ImageTask::Load(fifo);
+  std::filesystem::remove(fifo);
+  ASSERT_FALSE(image.ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_NE(image.status().message().find("is a FIFO; allowed: a regular"), std::string::npos)
+      << image.status().message();
+  for (const auto& [path, what] : std::vector<std::pair<std::string, std::string>>{
+           {"/dev/zero", "a character device"},
+           {std::filesystem::temp_directory_path().string(), "a folder"}}) {
+    image = ImageTask::Load(path);
+    ASSERT_FALSE(image.ok()) << path;
+    EXPECT_NE(image.status().message().find("is " + what + "; allowed:"), std::string::npos)
+        << image.status().message();
+  }
 }
 
 }  // namespace

@@ -7,6 +7,9 @@
 #include "tools/bench.h"
 
 #include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+#include <new>
 
 #include "common/cli_parse.h"
 #include "common/logging.h"
@@ -32,10 +35,23 @@ int main(int argc, char** argv) {
   auto load = gridsync::bench::AddLoadCommand(&app);
   GRIDSYNC_PARSE_COMMAND_LINE(app, argc, argv);
   gridsync::InitLogging("bench", "warn");
-  if (app.got_subcommand("train")) return train();
-  if (app.got_subcommand("pushpull")) return pushpull();
-  if (app.got_subcommand("allreduce")) return allreduce();
-  if (app.got_subcommand("compress")) return compress();
-  if (app.got_subcommand("load")) return load();
+  // The last line of defence: a size the checks before a run did not bound
+  // (a --max-bytes past this machine's memory, say) ends the command with
+  // a word, not std::terminate's abort.
+  try {
+    if (app.got_subcommand("train")) return train();
+    if (app.got_subcommand("pushpull")) return pushpull();
+    if (app.got_subcommand("allreduce")) return allreduce();
+    if (app.got_subcommand("compress")) return compress();
+    if (app.got_subcommand("load")) return load();
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr,
+                 "gridsync-bench: out of memory: the run asked for more than this machine can "
+                 "allocate; allowed: smaller sizes, a smaller model or batch\n");
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gridsync-bench: %s\n", e.what());
+    return 1;
+  }
   return 2;
 }

@@ -83,6 +83,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/cli_parse.h"
 #include "common/coordinator_client.h"
 #include "common/status.h"
 #include "server/coordinator.h"
@@ -403,7 +404,7 @@ Runner AddAllReduceCommand(CLI::App* app) {
       ->check(CLI::Range(1, allreduce::kMaxIters));
   cmd->add_option("--timeout", args->timeout_s,
                   "Seconds for rendezvous and for each operation, on both sides")
-      ->check(CLI::Range(0.001, 86400.0));
+      ->check(gridsync::FiniteRange(0.001, 86400.0));
   cmd->add_option("--json", args->json_out, "Write the results as JSON to this file");
   cmd->add_option("--python", args->python, "Python interpreter for the PyTorch peer");
   return [args] { return allreduce::RunAllReduce(*args); };

@@ -78,6 +78,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/cli_parse.h"
 #include "common/cluster_map.h"
 #include "common/config.h"
 #include "common/coordinator_client.h"
@@ -219,7 +220,7 @@ Runner AddCompressCommand(CLI::App* app) {
                       "; with --train: " + compress::kTrainCodecsDefault + ")")
       ->delimiter(',');
   cmd->add_option("--ratio", args->ratio, "topk/randomk fraction of values kept")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(gridsync::FiniteRange(0.0, 1.0));
   cmd->add_option("--bits", args->bits, "qsgd level bits")->check(CLI::Range(1, 8));
   cmd->add_option("--batch", args->batch,
                   "Global batch (default: training.batch_size; with --train: 4096)")

@@ -5,8 +5,10 @@
 // over --repeats rounds in one process: throughput medians and speedups.
 #include <algorithm>
 #include <bit>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -21,11 +23,13 @@
 
 #include "common/config.h"
 #include "kernels/cpu/gemm.h"
+#include "spec/run_spec.h"
 #include "tools/bench.h"
 #include "tools/bench_stats.h"
 #include "tools/roofline.h"
 #include "worker/image_task.h"
 #include "worker/sync/train.h"
+#include "worker/worker_precheck.h"
 
 namespace gridsync::bench {
 namespace {
@@ -73,6 +77,36 @@ Result<Config> TrainConfig(const TrainArgs& args, int threads) {
   return LoadStandaloneConfig(args.config, overrides);
 }
 
+// What must hold before any training starts, so that a run of minutes does
+// not end in an allocation failure or an unwritable --json: the worker's
+// memory check (worker_precheck.h, as gridsync-worker and check-config
+// run it), --eval-steps within the run, and the --json file writable.
+Status CheckBeforeTraining(const TrainArgs& args, const Config& config, const ImageTask& image) {
+  GRIDSYNC_ASSIGN_OR_RETURN(const RunSpec spec, RunSpec::Resolve(config));
+  GRIDSYNC_RETURN_IF_ERROR(
+      CheckWorkerMemory(spec, image, /*distributed=*/false, /*writes_png=*/false));
+  for (const uint64_t step : args.eval_steps) {
+    if (step == 0 || step > static_cast<uint64_t>(args.steps)) {
+      return Status::InvalidArgument("--eval-steps " + std::to_string(step) +
+                                     ": no such step; allowed: 1.." + std::to_string(args.steps) +
+                                     " (--steps)");
+    }
+  }
+  if (!args.json_out.empty()) {
+    // Opened for appending: the check neither truncates an existing file
+    // nor leaves one that was not there.
+    const bool existed = std::filesystem::exists(args.json_out);
+    std::ofstream probe(args.json_out, std::ios::app);
+    if (!probe) {
+      return Status::IOError("--json " + args.json_out + ": cannot write it: " +
+                             std::strerror(errno) + "; allowed: a file in a writable folder");
+    }
+    probe.close();
+    if (!existed) std::filesystem::remove(args.json_out);
+  }
+  return Status::OK();
+}
+
 void SetGemm(const std::string& gemm) {
   cpu::SetGemmEngine(gemm == "eigen"    ? cpu::GemmEngine::kEigen
                      : gemm == "onednn" ? cpu::GemmEngine::kOneDnn
@@ -100,6 +134,12 @@ int RunScaling(const TrainArgs& args) {
   if (!image.ok()) {
     std::fprintf(stderr, "%s\n", image.status().message().c_str());
     return kConfigErrorExitCode;
+  }
+  for (const Config& config : configs) {
+    if (Status fits = CheckBeforeTraining(args, config, *image); !fits.ok()) {
+      std::fprintf(stderr, "gridsync-bench train: %s\n", fits.message().c_str());
+      return kConfigErrorExitCode;
+    }
   }
   SetGemm(args.gemm);
   TrainOptions options;
@@ -234,6 +274,10 @@ int RunTrain(const TrainArgs& args) {
   auto image = ImageTask::Load(config->task.image);
   if (!image.ok()) {
     std::fprintf(stderr, "%s\n", image.status().message().c_str());
+    return kConfigErrorExitCode;
+  }
+  if (Status fits = CheckBeforeTraining(args, *config, *image); !fits.ok()) {
+    std::fprintf(stderr, "gridsync-bench train: %s\n", fits.message().c_str());
     return kConfigErrorExitCode;
   }
   SetGemm(args.gemm);
@@ -375,7 +419,10 @@ int RunTrain(const TrainArgs& args) {
   if (!args.json_out.empty()) {
     std::ofstream out(args.json_out);
     out << result.dump(2) << "\n";
-    if (!out) rc = 1;
+    if (!out) {
+      std::fprintf(stderr, "gridsync-bench train: cannot write %s\n", args.json_out.c_str());
+      rc = 1;
+    }
   }
   return rc;
 }
@@ -388,9 +435,9 @@ Runner AddTrainCommand(CLI::App* app) {
       "train", "Standalone training throughput and PSNR (optionally vs PyTorch)");
   cmd->add_option("-c,--config", args->config, "JSON config (encoding, network, training)");
   cmd->add_option("--set", args->overrides, "Override a config key (repeatable)");
-  cmd->add_option("--steps", args->steps, "Training steps")->check(CLI::PositiveNumber);
+  cmd->add_option("--steps", args->steps, "Training steps")->check(CLI::Range(1, 100000000));
   cmd->add_option("--threads", args->threads, "Threads for each implementation")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 1024));
   cmd->add_flag("--vs-torch", args->vs_torch,
                 "Also run the PyTorch peer on the same image and settings");
   cmd->add_option("--torch-steps", args->torch_steps, "Steps for the peer (default: --steps)");

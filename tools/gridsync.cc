@@ -18,6 +18,7 @@
 #include "tools/launch.h"
 #include "tools/monitor.h"
 #include "worker/image_task.h"
+#include "worker/worker_precheck.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"gridsync: operate a gridsync cluster"};
@@ -58,8 +59,10 @@ int main(int argc, char** argv) {
                    "the coordinator serves the job it kept (checkpoint.every_steps > 0); under "
                    "gradient_sync nccl the whole job restarts from that checkpoint, N times")
       ->check(CLI::Range(0, 1000));
-  launch->add_option("--grace", launch_options.grace_seconds,
-                     "Seconds between SIGTERM and SIGKILL when stopping");
+  launch
+      ->add_option("--grace", launch_options.grace_seconds,
+                   "Seconds between SIGTERM and SIGKILL when stopping")
+      ->check(gridsync::FiniteRange(0.0, 3600.0));
   auto* monitor = app.add_subcommand(
       "monitor", "Watch a running cluster: per worker, shard and the coordinator (--once, --json)");
   gridsync::MonitorOptions monitor_options;
@@ -69,11 +72,11 @@ int main(int argc, char** argv) {
   monitor->add_flag("--json", monitor_options.json,
                     "Print the view as JSON (one line per refresh)");
   monitor->add_option("--interval", monitor_options.interval_seconds, "Seconds between refreshes")
-      ->check(CLI::Range(0.1, 3600.0));
+      ->check(gridsync::FiniteRange(0.1, 3600.0));
   monitor
       ->add_option("--timeout", monitor_options.timeout_seconds,
                    "Seconds to wait for the coordinator and for each scrape")
-      ->check(CLI::Range(0.1, 600.0));
+      ->check(gridsync::FiniteRange(0.1, 600.0));
   auto* keygen = app.add_subcommand(
       "keygen",
       "Write CURVE key pairs for the data plane: DIR/<role>.key (0600) and DIR/<role>.pub");
@@ -123,7 +126,8 @@ int main(int argc, char** argv) {
       return gridsync::kConfigErrorExitCode;
     }
     // And the run specification they resolve (the model's shape, the codec).
-    if (auto spec = gridsync::RunSpec::Resolve(*config); !spec.ok()) {
+    auto spec = gridsync::RunSpec::Resolve(*config);
+    if (!spec.ok()) {
       std::fprintf(stderr, "%s\n", spec.status().message().c_str());
       return gridsync::kConfigErrorExitCode;
     }
@@ -137,9 +141,25 @@ int main(int argc, char** argv) {
     if (std::filesystem::exists(config->task.image, exists_error) || standalone ||
         !config->distributed.enable || gridsync::IsLoopbackHost(master) ||
         !gridsync::InterfaceOf(master).empty()) {
-      if (auto image = gridsync::ImageTask::Load(config->task.image); !image.ok()) {
+      auto image = gridsync::ImageTask::Load(config->task.image);
+      if (!image.ok()) {
         std::fprintf(stderr, "%s: task.image: %s\n", path.c_str(),
                      image.status().message().c_str());
+        return gridsync::kConfigErrorExitCode;
+      }
+      // And what a worker checks before it trains (worker_precheck.h): its
+      // model and largest micro-batch in this machine's memory, as rank 0
+      // holds them (it also writes the reconstruction), and task.output a
+      // folder it can write (created here as the worker creates it).
+      const bool distributed = !standalone && config->distributed.enable;
+      if (auto fits = gridsync::CheckWorkerMemory(*spec, *image, distributed, /*writes_png=*/true);
+          !fits.ok()) {
+        std::fprintf(stderr, "%s: %s\n", path.c_str(), fits.message().c_str());
+        return gridsync::kConfigErrorExitCode;
+      }
+      if (auto writable = gridsync::ImageTask::CheckWritableFolder(config->task.output);
+          !writable.ok()) {
+        std::fprintf(stderr, "%s: task.output: %s\n", path.c_str(), writable.message().c_str());
         return gridsync::kConfigErrorExitCode;
       }
     } else {

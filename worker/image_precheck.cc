@@ -1,5 +1,7 @@
 #include "worker/image_precheck.h"
 
+#include <zlib.h>
+
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -83,6 +85,15 @@ Status CheckPng(const uint8_t* data, size_t size) {
                                      " bytes, " + std::to_string(size - pos) +
                                      " remain in the file (truncated or corrupt)");
     }
+    // stb_image skips the CRCs; a chunk whose bytes do not match its CRC
+    // is damaged, and decoding it anyway trains on whatever it now says.
+    const uint32_t stored = Be32(data + pos + 8 + length);
+    const uLong computed =
+        crc32(crc32(0L, Z_NULL, 0), data + pos + 4, static_cast<uInt>(length + 4));
+    if (stored != static_cast<uint32_t>(computed)) {
+      return Status::InvalidArgument("PNG chunk '" + type + "' at byte " + std::to_string(pos) +
+                                     " fails its CRC (corrupt)");
+    }
     if (!seen_header && type == "IHDR" && length >= 13) {
       seen_header = true;
       const uint64_t width = Be32(data + pos + 8), height = Be32(data + pos + 12);
@@ -139,6 +150,7 @@ Status CheckPnm(const uint8_t* data, size_t size) {
   GRIDSYNC_RETURN_IF_ERROR(integer("width", ImageTask::kMaxSide, &width));
   GRIDSYNC_RETURN_IF_ERROR(integer("height", ImageTask::kMaxSide, &height));
   GRIDSYNC_RETURN_IF_ERROR(integer("maxval", 65535, &maxval));
+  if (maxval == 0) return Status::InvalidArgument("PNM maxval 0, where the format has 1 to 65535");
   const uint64_t channels = data[1] == '5' ? 1 : 3;
   if (channels == 1 && maxval > 255) {
     return Status::InvalidArgument("16-bit grey PNM (P5 with maxval " + std::to_string(maxval) +

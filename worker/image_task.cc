@@ -2,6 +2,7 @@
 
 #include <stb_image.h>
 #include <stb_image_write.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <filesystem>
 
 #include "common/counter_rng.h"
+#include "common/file_bytes.h"
 #include "common/host_memory.h"
 #include "worker/image_precheck.h"
 
@@ -69,30 +71,36 @@ inline void Bilinear(const T* channels, int width, int height, float u, float v,
 float ImageTask::Channel(size_t i) const { return bytes_.empty() ? floats_[i] : Value(bytes_[i]); }
 
 Result<ImageTask> ImageTask::Load(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) {
+  // Looked at before it is opened: opening a FIFO waits for a writer
+  // forever, and a device (/dev/zero) reads without end; only a regular
+  // file of bounded size is read, and only as many bytes as it has.
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) {
     return Status::IOError("cannot load image '" + path + "': " + std::strerror(errno) +
                            "; allowed: a readable " + kAllowedFormats + " file");
   }
-  std::vector<uint8_t> bytes;
-  uint8_t buffer[1 << 16];
-  for (size_t got; (got = std::fread(buffer, 1, sizeof(buffer), f)) > 0;) {
-    if (bytes.size() + got > kMaxFileBytes) {
-      std::fclose(f);
-      return Status::InvalidArgument("image '" + path + "' is over " +
-                                     std::to_string(kMaxFileBytes) + " bytes; allowed: at most " +
-                                     std::to_string(kMaxFileBytes) + " bytes");
-    }
-    bytes.insert(bytes.end(), buffer, buffer + got);
+  if (!S_ISREG(info.st_mode)) {
+    const char* what = S_ISDIR(info.st_mode)    ? "a folder"
+                       : S_ISFIFO(info.st_mode) ? "a FIFO"
+                       : S_ISCHR(info.st_mode)  ? "a character device"
+                       : S_ISBLK(info.st_mode)  ? "a block device"
+                       : S_ISSOCK(info.st_mode) ? "a socket"
+                                                : "no regular file";
+    return Status::InvalidArgument("image '" + path + "' is " + what + "; allowed: a regular " +
+                                   kAllowedFormats + " file");
   }
-  const bool failed = std::ferror(f) != 0;
-  const int error = errno;
-  std::fclose(f);
-  if (failed) {
-    return Status::IOError("cannot load image '" + path + "': " + std::strerror(error) +
+  const uint64_t size = static_cast<uint64_t>(info.st_size);
+  if (size > kMaxFileBytes) {
+    return Status::InvalidArgument("image '" + path + "' is " + std::to_string(size) +
+                                   " bytes; allowed: at most " + std::to_string(kMaxFileBytes) +
+                                   " bytes");
+  }
+  auto bytes = ReadFileOfSize(path, size);
+  if (!bytes.ok()) {
+    return Status::IOError("cannot load image '" + path + "': " + bytes.status().message() +
                            "; allowed: a readable " + kAllowedFormats + " file");
   }
-  return Decode(bytes.data(), bytes.size(), path);
+  return Decode(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size(), path);
 }
 
 Result<ImageTask> ImageTask::Decode(const uint8_t* data, size_t size, const std::string& name) {

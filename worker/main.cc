@@ -18,18 +18,17 @@
 
 #include "common/cli_parse.h"
 #include "common/config.h"
-#include "common/host_memory.h"
 #include "common/logging.h"
 #include "ops/metrics.h"
 #include "ops/progress_line.h"
 #include "ops/timeline.h"
-#include "worker/batch_split.h"
 #include "worker/image_task.h"
 #include "worker/step_progress.h"
 #include "worker/step_timeline.h"
 #include "worker/sync/train.h"
 #include "worker/worker_metrics.h"
 #include "worker/worker_placement.h"
+#include "worker/worker_precheck.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"gridsync-worker: trains a hash-grid model"};
@@ -43,7 +42,8 @@ int main(int argc, char** argv) {
   app.add_flag("--standalone", standalone,
                "Train in this process alone, ignoring the distributed section");
   gridsync::WorkerOptions ps_options;
-  app.add_option("--rank", ps_options.rank, "Worker rank (default: assigned by the coordinator)");
+  app.add_option("--rank", ps_options.rank, "Worker rank (default: assigned by the coordinator)")
+      ->check(CLI::Range(0, 1 << 20));  // the config's workers bound it once it is loaded
   std::string node_name;
   std::string host_flag;
   app.add_option("--node", node_name,
@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
   double metrics_hold = 0;
   app.add_option("--metrics-hold", metrics_hold,
                  "After training, keep serving metrics this many seconds (a last scrape)")
-      ->check(CLI::Range(0.0, 3600.0));
+      ->check(gridsync::FiniteRange(0.0, 3600.0));
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
   GRIDSYNC_PARSE_COMMAND_LINE(app, argc, argv);
@@ -127,39 +127,14 @@ int main(int argc, char** argv) {
       return gridsync::kConfigErrorExitCode;
     }
   }
-  // The largest micro-batch this process computes must fit in memory: refuse
-  // it now, naming the key, rather than die in an allocation mid-run.
-  {
-    uint64_t samples = static_cast<uint64_t>(config->training.batch_size);
-    if (distributed) {
-      const gridsync::BatchSplit split(config->distributed, config->training.batch_size);
-      samples = *std::max_element(split.counts().begin(), split.counts().end());
-      if (config->distributed.batch_splitting == gridsync::BatchSplitting::kAdaptive)
-        samples = static_cast<uint64_t>(config->training.batch_size);  // may shift to one worker
-    }
-    samples = (samples + static_cast<uint64_t>(config->training.gradient_accumulation) - 1) /
-              static_cast<uint64_t>(config->training.gradient_accumulation);
-    // The image (held) counts too, and on the process that writes the
-    // reconstruction at the end its bytes and the PNG encoder's (about as
-    // many again).
-    const bool writes_png = !distributed || ps_options.rank <= 0;
-    const uint64_t image_bytes =
-        image->memory_bytes() + (writes_png ? image->pixel_count() * 3 * 2 : 0);
-    const uint64_t need = gridsync::EstimateWorkerBytes(*spec, samples) + image_bytes;
-    const uint64_t available = gridsync::AvailableMemoryBytes();
-    if (available > 0 && need > available) {
-      std::fprintf(stderr,
-                   "%s: training.batch_size %d needs about %.1f GiB in this worker (%llu samples "
-                   "per micro-batch, %.1f GiB of it task.image's %dx%d pixels) but %.1f GiB are "
-                   "available; allowed: a smaller batch_size or image, more "
-                   "gradient_accumulation or more workers\n",
-                   config_path.c_str(), config->training.batch_size,
-                   static_cast<double>(need) / 1073741824.0,
-                   static_cast<unsigned long long>(samples),
-                   static_cast<double>(image_bytes) / 1073741824.0, image->width(), image->height(),
-                   static_cast<double>(available) / 1073741824.0);
-      return gridsync::kConfigErrorExitCode;
-    }
+  // The model and the largest micro-batch this process computes must fit
+  // in memory: refuse them now, naming the keys, rather than die in an
+  // allocation mid-run (the same check as check-config's).
+  if (auto fits = gridsync::CheckWorkerMemory(*spec, *image, distributed,
+                                              !distributed || ps_options.rank <= 0);
+      !fits.ok()) {
+    std::fprintf(stderr, "%s: %s\n", config_path.c_str(), fits.message().c_str());
+    return gridsync::kConfigErrorExitCode;
   }
   // Metrics: on the worker's own address; the port from metrics.port and the
   // rank, or any free one when the coordinator assigns the rank (the store

@@ -292,19 +292,4 @@ Result<TrainReport> TrainImageAllReduce(const Config& config, const ImageTask& i
   return RunTrainLoop(spec, image, model, *sync, split, pool, options);
 }
 
-uint64_t EstimateWorkerBytes(const RunSpec& spec, uint64_t samples) {
-  const Config& config = spec.config;
-  const auto& e = config.encoding;
-  const uint64_t levels = static_cast<uint64_t>(e.n_levels);
-  const uint64_t features = static_cast<uint64_t>(e.n_features_per_level);
-  // Per sample: positions and targets; per level the 4 corners' index and
-  // weight; features and their gradient; the MLP's activations and their
-  // gradients (tiled, so a bound rather than the exact figure).
-  const uint64_t per_sample = 4 * (5 + levels * 4 * 2 + levels * features * 2 +
-                                   static_cast<uint64_t>(config.network.n_neurons) * 2 + 64);
-  // Per parameter: master, Adam's m and v, the gradient, an fp16 copy.
-  const uint64_t params = spec.model.n_params;
-  return per_sample * samples + params * 4 * 6;
-}
-
 }  // namespace gridsync

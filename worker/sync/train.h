@@ -39,10 +39,4 @@ Result<TrainReport> TrainImageAllReduce(const Config& config, const ImageTask& i
                                         const AllReduceGroups& groups,
                                         const WorkerOptions& options);
 
-// The memory a worker computing `samples` samples per micro-batch needs,
-// roughly (model, optimizer state, gradient buffers and per-sample
-// scratch); the worker binary refuses a batch that cannot fit before it
-// allocates anything.
-uint64_t EstimateWorkerBytes(const RunSpec& spec, uint64_t samples);
-
 }  // namespace gridsync
