@@ -7,17 +7,21 @@ namespace gridsync {
 
 Result<HashGridLayout> HashGridLayout::Make(const HashGridSpec& spec) {
   if (spec.dims < 2 || spec.dims > kMaxGridDims)
-    return Status::InvalidArgument("hash grid dims " + std::to_string(spec.dims) + "; allowed: 2 or 3");
+    return Status::InvalidArgument("hash grid dims " + std::to_string(spec.dims) +
+                                   "; allowed: 2 or 3");
   if (spec.n_levels < 1 || spec.n_levels > kMaxGridLevels)
-    return Status::InvalidArgument("hash grid n_levels " + std::to_string(spec.n_levels) + "; allowed: 1..32");
+    return Status::InvalidArgument("hash grid n_levels " + std::to_string(spec.n_levels) +
+                                   "; allowed: 1..32");
   if (spec.features != 1 && spec.features != 2 && spec.features != 4 && spec.features != 8)
     return Status::InvalidArgument("hash grid features " + std::to_string(spec.features) +
                                    "; allowed: 1, 2, 4 or 8");
   if (spec.log2_hashmap_size < 3 || spec.log2_hashmap_size > 30)
     return Status::InvalidArgument("hash grid log2_hashmap_size " +
                                    std::to_string(spec.log2_hashmap_size) + "; allowed: 3..30");
-  if (spec.base_resolution < 1 || !(spec.per_level_scale >= 1.0f) || !std::isfinite(spec.per_level_scale))
-    return Status::InvalidArgument("hash grid base_resolution must be >= 1 and per_level_scale >= 1");
+  if (spec.base_resolution < 1 || !(spec.per_level_scale >= 1.0f) ||
+      !std::isfinite(spec.per_level_scale))
+    return Status::InvalidArgument(
+        "hash grid base_resolution must be >= 1 and per_level_scale >= 1");
 
   HashGridLayout layout;
   layout.spec_ = spec;
@@ -30,7 +34,9 @@ Result<HashGridLayout> HashGridLayout::Make(const HashGridSpec& spec) {
     if (!(info.scale < 65535.0f))
       return Status::InvalidArgument("hash grid level " + std::to_string(l) + " has scale " +
                                      std::to_string(info.scale) +
-                                     "; allowed: below 65535 (lower per_level_scale or n_levels)");
+                                     "; allowed: below 65535 (a level's scale is base_resolution "
+                                     "x per_level_scale^level: lower base_resolution, "
+                                     "per_level_scale or n_levels)");
     info.resolution = GridLevelResolution(info.scale);
     double dense_rows = std::pow(static_cast<double>(info.resolution), spec.dims);
     if (dense_rows <= static_cast<double>(table)) {

@@ -299,11 +299,17 @@ int RunLaunch(const LaunchOptions& options) {
   const std::string ps = FindBinary(options.bin_dir, "gridsync-ps");
   const std::string worker = FindBinary(options.bin_dir, "gridsync-worker");
   if (coordinator.empty() || ps.empty() || worker.empty()) {
-    std::fprintf(
-        stderr,
-        "gridsync launch: cannot find gridsync-coordinator, gridsync-ps and gridsync-worker "
-        "next to this executable; pass --bin-dir\n");
-    return 1;
+    if (options.bin_dir.empty()) {
+      std::fprintf(stderr,
+                   "gridsync launch: cannot find gridsync-coordinator, gridsync-ps and "
+                   "gridsync-worker next to this executable; pass --bin-dir\n");
+    } else {
+      std::fprintf(stderr,
+                   "gridsync launch: --bin-dir %s: cannot find gridsync-coordinator, gridsync-ps "
+                   "and gridsync-worker there; allowed: the folder that holds all three\n",
+                   options.bin_dir.c_str());
+    }
+    return kConfigErrorExitCode;
   }
   std::vector<std::string> common = {"--config", options.config_path};
   for (const auto& o : options.overrides) {
