@@ -126,6 +126,22 @@ std::string Describe(const Json& value) {
 
 std::string Quote(std::string_view s) { return Describe(Json(std::string(s))); }
 
+namespace {
+
+// A parser's message quotes the token it stopped at, which can be a number
+// of 100,000 digits: at most 200 characters of it, cut on a character.
+std::string Shortened(std::string text) {
+  constexpr size_t kMaxChars = 200;
+  if (text.size() <= kMaxChars) return text;
+  size_t cut = kMaxChars - 3;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  const size_t total = text.size();
+  text.resize(cut);
+  return text + "... (" + std::to_string(total) + " characters)";
+}
+
+}  // namespace
+
 std::string TypeName(const Json& value) {
   switch (value.type()) {
     case Json::value_t::number_integer:
@@ -273,14 +289,15 @@ bool ParseJson(std::string_view text, std::string_view source, Problems* problem
       }
     }
     const size_t offset = e.byte > 0 ? e.byte - 1 : 0;
-    problems->AddAt(Position(source, text, offset), "invalid JSON: " + detail, kJsonAllowed);
+    problems->AddAt(Position(source, text, offset), "invalid JSON: " + Shortened(detail),
+                    kJsonAllowed);
   } catch (const Json::exception& e) {
     // Number overflow (1e400) arrives as out_of_range, without a position.
     std::string detail = e.what();
     if (const size_t bracket = detail.find("] "); bracket != std::string::npos) {
       detail.erase(0, bracket + 2);
     }
-    problems->AddAt(std::string(source), "invalid JSON: " + detail, kJsonAllowed);
+    problems->AddAt(std::string(source), "invalid JSON: " + Shortened(detail), kJsonAllowed);
   }
   return false;
 }

@@ -290,6 +290,15 @@ TEST(ConfigValidationTest, OutOfRangeLowAndHigh) {
                        "training.steps: out of range: 18446744073709551615"));
 }
 
+// The parser's message quotes the token it stopped at: a number of 100,000
+// digits is cut, not echoed whole.
+TEST(ConfigValidationTest, AHugeTokenIsNotEchoedWhole) {
+  const std::string text = R"({"training": {"steps": )" + std::string(100000, '9') + "}}";
+  const std::string error = ErrorOf(text);
+  EXPECT_TRUE(Contains(error, "invalid JSON")) << error.substr(0, 300);
+  EXPECT_LT(error.size(), 1000u);
+}
+
 TEST(ConfigValidationTest, FloatRangesIncludingOpenBound) {
   EXPECT_TRUE(
       Contains(ErrorOf(R"({"training": {"learning_rate": 0}})"),

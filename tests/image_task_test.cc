@@ -33,7 +33,9 @@ std::string TempPath(const std::string& name) {
       .string();
 }
 
-std::string Be32(uint32_t v) { return std::string{char(v >> 24), char(v >> 16), char(v >> 8), char(v)}; }
+std::string Be32(uint32_t v) {
+  return std::string{char(v >> 24), char(v >> 16), char(v >> 8), char(v)};
+}
 
 // A PNG chunk: length, type, data and the CRC of type and data.
 std::string PngChunk(const std::string& type, const std::string& data) {
@@ -341,6 +343,23 @@ TEST(ImageTaskTest, RefusesWhatCannotBeTrainedOn) {
   image = ImageTask::Load(TempPath("missing.png"));
   ASSERT_FALSE(image.ok());
   EXPECT_NE(image.status().message().find("cannot load image"), std::string::npos);
+}
+
+// A damaged file of a format stb knows is named by its format, not by
+// stb's last guess ("unknown image type").
+TEST(ImageTaskTest, ADamagedFileIsNamedByItsFormat) {
+  const std::string path = TempPath("cut.jpg");
+  {
+    std::ifstream in(kDefaultImagePath, std::ios::binary);
+    std::string head(200, '\0');
+    in.read(head.data(), static_cast<std::streamsize>(head.size()));
+    WriteFile(path, head);
+  }
+  auto image = ImageTask::Load(path);
+  std::filesystem::remove(path);
+  ASSERT_FALSE(image.ok());
+  EXPECT_NE(image.status().message().find("truncated or corrupt JPEG"), std::string::npos)
+      << image.status().message();
 }
 
 // Only a regular file is opened: a FIFO would wait for a writer forever and

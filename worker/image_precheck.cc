@@ -175,6 +175,15 @@ const char* RefusedFormat(const uint8_t* data, size_t size) {
   return nullptr;
 }
 
+const char* SignatureFormat(const uint8_t* data, size_t size) {
+  if (JpegStart(data, size) > 0) return "JPEG";
+  if (StartsWith(data, size, kPngSignature, 8)) return "PNG";
+  if (StartsWith(data, size, "GIF8", 4)) return "GIF";
+  if (StartsWith(data, size, "BM", 2)) return "BMP";
+  if (StartsWith(data, size, "P5", 2) || StartsWith(data, size, "P6", 2)) return "PNM";
+  return nullptr;
+}
+
 bool PngDimensions(const uint8_t* data, size_t size, uint32_t* width, uint32_t* height) {
   if (!StartsWith(data, size, kPngSignature, 8) || size < 24 || std::memcmp(data + 12, "IHDR", 4))
     return false;

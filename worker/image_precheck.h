@@ -29,6 +29,11 @@ namespace gridsync::image_precheck {
 // does not take (PSD, Radiance HDR, Softimage PIC), else nullptr.
 const char* RefusedFormat(const uint8_t* data, size_t size);
 
+// The format the bytes start as, by signature ("JPEG", "PNG", "GIF",
+// "BMP", "PNM"), else nullptr: stb names a damaged file of a format it
+// knows by its last guess ("unknown image type"), so the caller names it.
+const char* SignatureFormat(const uint8_t* data, size_t size);
+
 // OK, or what is wrong (the caller adds the file's name and what is allowed).
 Status CheckStructure(const uint8_t* data, size_t size);
 

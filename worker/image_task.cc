@@ -119,9 +119,17 @@ Result<ImageTask> ImageTask::Decode(const uint8_t* data, size_t size, const std:
            width * height <= kMaxPixels;
   };
   // stb says "" for some damage (a chunk type it read as zeros).
-  const auto reason = [] {
+  const auto reason = [&] {
     const char* why = stbi_failure_reason();
-    return why != nullptr && *why != '\0' ? std::string(why) : std::string("truncated or corrupt");
+    std::string text =
+        why != nullptr && *why != '\0' ? std::string(why) : std::string("truncated or corrupt");
+    // stb tries every decoder and keeps the last one's complaint: a damaged
+    // file of a format it knows then reads as "unknown image type".
+    if (const char* format = image_precheck::SignatureFormat(data, size);
+        format != nullptr && text == "unknown image type") {
+      text = std::string("truncated or corrupt ") + format;
+    }
+    return text;
   };
   if (size > kMaxFileBytes) {
     return Status::InvalidArgument("image '" + name + "' is " + std::to_string(size) +
