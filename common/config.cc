@@ -613,13 +613,7 @@ Result<Config> Config::LoadFile(const std::string& path,
                            std::generic_category().message(errno));
   }
   if (!S_ISREG(info.st_mode)) {
-    const char* what = S_ISDIR(info.st_mode)    ? "a directory"
-                       : S_ISFIFO(info.st_mode) ? "a FIFO"
-                       : S_ISCHR(info.st_mode)  ? "a character device"
-                       : S_ISBLK(info.st_mode)  ? "a block device"
-                       : S_ISSOCK(info.st_mode) ? "a socket"
-                                                : "not a file";
-    return Status::IOError("cannot read config " + path + ": it is " + what +
+    return Status::IOError("cannot read config " + path + ": it is " + FileKindName(info.st_mode) +
                            "; allowed: a regular JSON file");
   }
   if (static_cast<uint64_t>(info.st_size) > kMaxConfigBytes) {

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <spdlog/fmt/fmt.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,6 +14,16 @@
 namespace gridsync {
 
 namespace fs = std::filesystem;
+
+const char* FileKindName(unsigned int st_mode) {
+  return S_ISREG(st_mode)    ? "a regular file"
+         : S_ISDIR(st_mode)  ? "a folder"
+         : S_ISFIFO(st_mode) ? "a FIFO"
+         : S_ISCHR(st_mode)  ? "a character device"
+         : S_ISBLK(st_mode)  ? "a block device"
+         : S_ISSOCK(st_mode) ? "a socket"
+                             : "no regular file";
+}
 
 Result<uint64_t> FileSize(const std::string& path) {
   std::error_code ec;

@@ -14,6 +14,11 @@
 
 namespace gridsync {
 
+// What a file of this st_mode is, for a refusal that names it: "a folder",
+// "a FIFO", "a character device", "a block device", "a socket", "a regular
+// file" or "no regular file".
+const char* FileKindName(unsigned int st_mode);
+
 // The size of regular file `path`, taken without reading it: NotFound when
 // it does not exist, IOError naming it when it is no regular file or cannot
 // be looked at.

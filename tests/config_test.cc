@@ -519,7 +519,7 @@ TEST(ConfigTest, OnlyARegularFileOfBoundedSizeIsRead) {
   for (const Case& c :
        {Case{fifo, "it is a FIFO; allowed: a regular JSON file"},
         Case{"/dev/zero", "it is a character device; allowed: a regular JSON file"},
-        Case{dir.string(), "it is a directory; allowed: a regular JSON file"},
+        Case{dir.string(), "it is a folder; allowed: a regular JSON file"},
         Case{large, std::to_string(Config::kMaxConfigBytes + 1) + " bytes; allowed: at most " +
                         std::to_string(Config::kMaxConfigBytes)}}) {
     const Result<Config> loaded = Config::LoadFile(c.path);

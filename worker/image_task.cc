@@ -80,14 +80,8 @@ Result<ImageTask> ImageTask::Load(const std::string& path) {
                            "; allowed: a readable " + kAllowedFormats + " file");
   }
   if (!S_ISREG(info.st_mode)) {
-    const char* what = S_ISDIR(info.st_mode)    ? "a folder"
-                       : S_ISFIFO(info.st_mode) ? "a FIFO"
-                       : S_ISCHR(info.st_mode)  ? "a character device"
-                       : S_ISBLK(info.st_mode)  ? "a block device"
-                       : S_ISSOCK(info.st_mode) ? "a socket"
-                                                : "no regular file";
-    return Status::InvalidArgument("image '" + path + "' is " + what + "; allowed: a regular " +
-                                   kAllowedFormats + " file");
+    return Status::InvalidArgument("image '" + path + "' is " + FileKindName(info.st_mode) +
+                                   "; allowed: a regular " + kAllowedFormats + " file");
   }
   const uint64_t size = static_cast<uint64_t>(info.st_size);
   if (size > kMaxFileBytes) {
