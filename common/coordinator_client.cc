@@ -210,6 +210,18 @@ class CoordinatorClient::Impl {
     try {
       capnp::FlatArrayMessageReader reader(words, wire::FrameReaderOptions(words.size()));
       auto reply = reader.getRoot<schema::CoordReply>();
+      // Request 0 is the coordinator refusing the connection itself (a
+      // frame it could not take: its length, a budget, a deadline) before
+      // it knew which request it held: its own words say why, and the
+      // connection is closed behind it.
+      if (reply.getRequestId() == 0 && reply.isError() && id != 0) {
+        const Status refused = wire::StatusFromWire(reply.getError());
+        Status status(refused.code(), fmt::format("{}: the coordinator at {} refused this "
+                                                  "connection: {}",
+                                                  what, address_, refused.message()));
+        MarkBroken(status);
+        return status;
+      }
       if (reply.getRequestId() != id) {
         Status status = Status::Corruption(fmt::format(
             "{}: the coordinator at {} answered request {} while request {} was in flight", what,

@@ -2,6 +2,7 @@
 
 #include <systemd/sd-daemon.h>
 
+#include <csignal>
 #include <string>
 
 namespace gridsync {
@@ -34,5 +35,11 @@ bool ServiceWatchdog::Tick(uint64_t progress) {
 void NotifyReady(const char* status) { sd_notifyf(0, "READY=1\nSTATUS=%s", status); }
 
 void NotifyStopping() { sd_notify(0, "STOPPING=1"); }
+
+void IgnoreHangup() {
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  sigaction(SIGHUP, &ignore, nullptr);
+}
 
 }  // namespace gridsync

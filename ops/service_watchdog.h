@@ -37,6 +37,12 @@ class ServiceWatchdog {
   bool first_ = true;
 };
 
+// SIGHUP ignored: gridsync's services read their config once, at start, so
+// there is nothing to reload, and the default action (terminate) let a
+// closed terminal or a log rotator's `kill -HUP` end a shard or worker and
+// with it the job. Call first thing in main.
+void IgnoreHangup();
+
 // READY=1 (Type=notify): the process serves. A no-op outside systemd.
 void NotifyReady(const char* status);
 // STOPPING=1, so systemd does not count the shutdown as a hang.

@@ -125,6 +125,15 @@ void CoordinatorImpl::ReadHeader(const ConnPtr& conn) {
                    length)));
           return;
       }
+      conn->stranger_message = Stranger(*conn);
+      if (conn->stranger_message && length > kStrangerMessageBytes) {
+        Fail(conn, 0,
+             Status::InvalidArgument(fmt::format(
+                 "message length {} bytes from a connection that has not registered; allowed: "
+                 "at most {} bytes until it registers as a shard or worker (or proves its key)",
+                 length, kStrangerMessageBytes)));
+        return;
+      }
       conn->body_length = length;
       conn->body_received = 0;
       conn->body.clear();
@@ -149,7 +158,17 @@ void CoordinatorImpl::ReadBody(const ConnPtr& conn) {
              pending_bytes_, queued_bytes_, options_.max_pending_bytes)));
     return;
   }
+  if (conn->stranger_message && stranger_pending_bytes_ + want > StrangerPendingShare()) {
+    Fail(conn, 0,
+         Status::InvalidArgument(fmt::format(
+             "connections that have not registered hold {} bytes of unfinished messages; "
+             "allowed: at most {} in all (half of max_pending_bytes, the rest kept for the "
+             "members); send whole messages",
+             stranger_pending_bytes_, StrangerPendingShare())));
+    return;
+  }
   pending_bytes_ += want;
+  if (conn->stranger_message) stranger_pending_bytes_ += want;
   conn->pending += want;
   conn->body.resize((conn->body_received + want) / 8 + 1);
   conn->reading = true;
@@ -171,8 +190,7 @@ void CoordinatorImpl::ReadBody(const ConnPtr& conn) {
         return;
       }
       conn->read_timer->cancel();
-      pending_bytes_ -= conn->pending;  // the message is whole: no longer pending
-      conn->pending = 0;
+      ReleasePending(*conn);  // the message is whole: no longer pending
       conn->body.resize(conn->body_length / 8);
       if (conn->session) {
         auto opened = wire::OpenSealedBody(*conn->session, conn->body.data(), conn->body_length);
@@ -408,8 +426,7 @@ void CoordinatorImpl::Fail(const ConnPtr& conn, uint64_t request_id, const Statu
   spdlog::warn("coordinator: connection {} ({}): {} ({}); replying with the error and closing it",
                conn->id, conn->peer, status.message(), StatusCodeName(status.code()));
   Cleanup(conn, "sent a message that was refused: " + status.message());
-  pending_bytes_ -= conn->pending;  // its unfinished message is dropped
-  conn->pending = 0;
+  ReleasePending(*conn);  // its unfinished message is dropped
   Send(conn, wire::EncodeErrorReply(request_id, status));
   conn->closing = true;
   if (!conn->writing) Linger(conn);
@@ -524,8 +541,7 @@ void CoordinatorImpl::Close(const ConnPtr& conn, const std::string& reason) {
   conn->closed = true;
   conn->outbox.clear();
   conn->outbox_bytes = 0;
-  pending_bytes_ -= conn->pending;
-  conn->pending = 0;
+  ReleasePending(*conn);
   if (conn->linger_timer) conn->linger_timer->cancel();
   if (conn->read_timer) conn->read_timer->cancel();
   ErrorCode ignored;

@@ -160,6 +160,9 @@ struct Connection {
   size_t body_length = 0;    // bytes the current message announced
   size_t body_received = 0;  // bytes of it received so far
   uint64_t pending = 0;      // this connection's share of pending_bytes_
+  // The message being read came before the connection registered or proved
+  // a key: its bytes count in stranger_pending_bytes_ too.
+  bool stranger_message = false;
   std::deque<std::vector<uint8_t>> outbox;
   uint64_t outbox_bytes = 0;
   std::string challenge;                           // security: the outstanding authHello challenge
@@ -246,6 +249,25 @@ class CoordinatorImpl final : public Coordinator {
   // max_pending_bytes, so that no single waiting connection takes the whole
   // budget from the others.
   uint64_t QueuedShare() const { return options_.max_pending_bytes / 4; }
+  // Connections that have neither registered as a member nor proved a key
+  // (strangers) send small requests: registration, key proofs, the
+  // monitor's reads, Gloo's rendezvous keys. A stranger's message is at
+  // most kStrangerMessageBytes, and strangers' unfinished messages together
+  // take at most half of max_pending_bytes, so that anyone who can
+  // connect cannot fill the budget and have the members' next requests
+  // refused (a hostile probe: 16 connections each holding 16 MiB of an
+  // unfinished message had both workers refused and the job stopped).
+  static constexpr uint64_t kStrangerMessageBytes = uint64_t{1} << 20;
+  uint64_t StrangerPendingShare() const { return options_.max_pending_bytes / 2; }
+  static bool Stranger(const Connection& conn) {
+    return !conn.member.has_value() && !conn.authenticated.has_value();
+  }
+  // Takes the connection's unfinished message out of the budgets.
+  void ReleasePending(Connection& conn) {
+    pending_bytes_ -= conn.pending;
+    if (conn.stranger_message) stranger_pending_bytes_ -= conn.pending;
+    conn.pending = 0;
+  }
   // Drops `conn`'s queued requests and their bytes from queued_bytes_.
   void ClearQueue(const ConnPtr& conn);
   void Drain(const ConnPtr& conn);
@@ -326,7 +348,10 @@ class CoordinatorImpl final : public Coordinator {
   // ---- io thread only ----
   bool shutting_down_ = false;
   uint64_t next_connection_id_ = 0;
-  uint64_t pending_bytes_ = 0;     // partially received bodies, all connections
+  uint64_t pending_bytes_ = 0;  // partially received bodies, all connections
+  // The part of pending_bytes_ sent by connections that have neither
+  // registered nor proved a key (StrangerPendingShare).
+  uint64_t stranger_pending_bytes_ = 0;
   uint64_t queued_bytes_ = 0;      // queued requests' frames, all connections
   bool training_started_ = false;  // the "init" barrier passed: shards hold trained state
   // The workers passed "done": members leaving now are the normal end of the

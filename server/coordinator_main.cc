@@ -27,14 +27,18 @@
 #include "spec/run_spec.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"gridsync-coordinator: the control plane (registration, cluster map, barriers, KV store)"};
+  gridsync::IgnoreHangup();  // nothing to reload: the config is read once
+  CLI::App app{
+      "gridsync-coordinator: the control plane (registration, cluster map, barriers, KV store)"};
   std::string config_path;
   std::vector<std::string> overrides;
   int port = -1;
   std::string log_level = "info";
   app.add_option("-c,--config", config_path, "JSON config file")->required();
-  app.add_option("--set", overrides, "Override a config key: --set distributed.master_port=29600 (repeatable)");
-  app.add_option("--port", port, "Listen on this port instead of distributed.master_port (0: any free port)")
+  app.add_option("--set", overrides,
+                 "Override a config key: --set distributed.master_port=29600 (repeatable)");
+  app.add_option("--port", port,
+                 "Listen on this port instead of distributed.master_port (0: any free port)")
       ->check(CLI::Range(0, 65535));
   std::string bind;
   app.add_option("--bind", bind,
@@ -109,7 +113,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   spdlog::info("listening on {}:{} (expecting {} shards, {} workers; config {})", options.bind_host,
-               (*coordinator)->port(), options.expected_shards, options.expected_workers, config->source);
+               (*coordinator)->port(), options.expected_shards, options.expected_workers,
+               config->source);
   // Metrics, published in the coordinator's own store for the monitor.
   std::unique_ptr<gridsync::MetricsEndpoint> metrics;
   const int mport = ops.metrics_port >= 0 ? ops.metrics_port : config->metrics.port;

@@ -35,6 +35,7 @@ void OnSignal(int) { g_stop = 1; }
 }  // namespace
 
 int main(int argc, char** argv) {
+  gridsync::IgnoreHangup();  // nothing to reload: the config is read once
   CLI::App app{"gridsync-ps: one parameter-server shard"};
   std::string config_path = "configs/local.json";
   std::vector<std::string> overrides;

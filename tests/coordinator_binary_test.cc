@@ -189,6 +189,15 @@ TEST_F(CoordinatorBinaryTest, ServesAClientAndExitsZeroOnSigterm) {
     std::this_thread::sleep_for(20ms);
   EXPECT_NE(ReadFile(log).find(ended), std::string::npos) << ReadFile(log);
 
+  // SIGHUP (a closed terminal, a log rotator) does not end a service that
+  // has nothing to reload: it keeps serving (a hostile probe's SIGHUP ended
+  // a shard and a worker, and with them the job).
+  child.Signal(SIGHUP);
+  EXPECT_FALSE(child.WaitExit(300ms).has_value()) << "SIGHUP ended the coordinator";
+  auto after_hup = CoordinatorClient::Connect("127.0.0.1", port, 2s);
+  ASSERT_TRUE(after_hup.ok()) << after_hup.status().ToString();
+  EXPECT_TRUE((*after_hup)->Heartbeat().ok());
+
   child.Signal(SIGTERM);
   auto code = child.WaitExit(5s);
   ASSERT_TRUE(code.has_value()) << "gridsync-coordinator did not exit on SIGTERM";

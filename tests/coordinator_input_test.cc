@@ -315,21 +315,64 @@ TEST(CoordinatorLimitsTest, OldRoundsOfRatesAreRetired) {
 
 TEST(CoordinatorLimitsTest, PartialMessagesShareABoundedBudget) {
   CoordinatorOptions options;
-  options.max_pending_bytes = 1 << 20;
+  options.max_pending_bytes = 2 << 20;
   auto coordinator = StartWith(options);
   ASSERT_TRUE(coordinator);
-  // Each announces the largest allowed message and sends 600 KiB of it: the
-  // second would take the unfinished bytes past 1 MiB.
+  // Each announces the largest message a connection that has not registered
+  // may send (1 MiB) and sends 600 KiB of it: the second would take the
+  // unfinished bytes of such connections past half the budget.
   RawConnection a(coordinator->port()), b(coordinator->port());
-  const std::string part = LengthPrefix(16u << 20) + std::string(600 << 10, 'x');
+  const std::string part = LengthPrefix(1u << 20) + std::string(600 << 10, 'x');
   a.Send(part);
   std::this_thread::sleep_for(200ms);
   b.Send(part);
   auto reply = b.ReadReply(5s);
   ASSERT_TRUE(reply.decoded) << "eof " << reply.eof << ", timeout " << reply.timeout;
+  EXPECT_NE(reply.text.find("have not registered hold"), std::string::npos) << reply.text;
   EXPECT_NE(reply.text.find("max_pending_bytes"), std::string::npos) << reply.text;
   EXPECT_TRUE(b.WaitForClose(3s));
   ExpectServes(*coordinator);
+  // Past 1 MiB, such a connection is refused at the length prefix.
+  RawConnection c(coordinator->port());
+  c.Send(LengthPrefix(16u << 20));
+  reply = c.ReadReply(5s);
+  ASSERT_TRUE(reply.decoded) << "eof " << reply.eof << ", timeout " << reply.timeout;
+  EXPECT_NE(reply.text.find("until it registers"), std::string::npos) << reply.text;
+}
+
+// A hostile probe: 16 connections each holding 16 MiB of an unfinished
+// message filled the budget, the workers' next requests were refused and
+// the job stopped. Connections that have not registered now hold at most
+// half of it, so a registered member's requests still get through however
+// many strangers hold their share.
+TEST(CoordinatorLimitsTest, StrangersCannotCrowdOutRegisteredMembers) {
+  CoordinatorOptions options;
+  options.max_pending_bytes = 2 << 20;
+  options.expected_shards = 1;
+  options.expected_workers = 1;
+  auto coordinator = StartWith(options);
+  ASSERT_TRUE(coordinator);
+  auto member = CoordinatorClient::Connect("127.0.0.1", coordinator->port(), 5s);
+  ASSERT_TRUE(member.ok()) << member.status().ToString();
+  ASSERT_TRUE((*member)->Register(Member(Role::kWorker, 0), 2s).ok());
+  // Strangers take all the share they may (and one more is refused).
+  std::vector<std::unique_ptr<RawConnection>> strangers;
+  for (int c = 0; c < 3; ++c) {
+    strangers.push_back(std::make_unique<RawConnection>(coordinator->port()));
+    strangers.back()->Send(LengthPrefix(1u << 20) + std::string(400 << 10, 'x'));
+    std::this_thread::sleep_for(100ms);
+  }
+  auto refused = strangers.back()->ReadReply(3s);
+  ASSERT_TRUE(refused.decoded) << "eof " << refused.eof << ", timeout " << refused.timeout;
+  EXPECT_NE(refused.text.find("have not registered hold"), std::string::npos) << refused.text;
+  // The member sends a request larger than what is left of the strangers'
+  // share: served.
+  const std::string value(900 << 10, 'm');
+  ASSERT_TRUE((*member)->Set("member/big", value).ok());
+  auto got = (*member)->Get({"member/big"}, 0ms);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->at(0).size(), value.size());
+  EXPECT_TRUE((*member)->Heartbeat().ok());
 }
 
 // ---- Requests queued behind a waiting one, and barriers (review: two
@@ -488,10 +531,11 @@ TEST(CoordinatorLimitsTest, BarrierNamesAndLiveBarriersAreBounded) {
   auto client = CoordinatorClient::Connect("127.0.0.1", coordinator->port(), 5s);
   ASSERT_TRUE(client.ok()) << client.status().ToString();
   EXPECT_TRUE((*client)->Barrier(std::string(1024, 'n'), 1, "", 2s).ok()) << "at the limit";
-  Status long_name = (*client)->Barrier(std::string(1 << 20, 'n'), 1, "", 2s);
+  // (64 KiB: a connection that has not registered sends at most 1 MiB.)
+  Status long_name = (*client)->Barrier(std::string(1 << 16, 'n'), 1, "", 2s);
   EXPECT_EQ(long_name.code(), StatusCode::kInvalidArgument) << long_name.ToString();
   EXPECT_NE(long_name.message().find(
-                "name of 1048576 bytes; allowed: 1 to 1024 bytes (max_barrier_name_bytes)"),
+                "name of 65536 bytes; allowed: 1 to 1024 bytes (max_barrier_name_bytes)"),
             std::string::npos)
       << long_name.message().substr(0, 400);
   EXPECT_LT(long_name.message().size(), 1024u) << "the name is not echoed whole";

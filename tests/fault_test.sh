@@ -416,6 +416,14 @@ coord=$!
 "$BUILD/server/gridsync-ps" --shard 0 --config "$WORK/cluster.json" "${lone[@]}" > "$WORK/l-ps.log" 2>&1 &
 shard=$!
 wait_for_line "$WORK/l-ps.log" "registered as shard 0" || fail "TERM: shard 0 never registered"
+# SIGHUP first: nothing to reload, so the shard serves on (it used to die).
+kill -HUP $shard
+sleep 0.3
+if kill -0 $shard 2>/dev/null; then
+  echo "ok: SIGHUP to a shard: still serving"
+else
+  fail "SIGHUP ended shard 0"
+fi
 kill -TERM $shard
 rc=0; wait $shard || rc=$?
 kill -KILL $coord 2>/dev/null || true; wait $coord 2>/dev/null || true

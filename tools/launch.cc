@@ -321,6 +321,9 @@ int RunLaunch(const LaunchOptions& options) {
   action.sa_handler = OnInterrupt;
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
+  // A closed terminal stops the cluster the way Ctrl-C does (its children
+  // ignore SIGHUP: ops/service_watchdog.h), instead of leaving them behind.
+  sigaction(SIGHUP, &action, nullptr);
 
   const ClusterLayout& layout = config->layout;
   if (options.max_restarts > 0 && config->checkpoint.every_steps <= 0) {

@@ -21,6 +21,7 @@
 #include "common/logging.h"
 #include "ops/metrics.h"
 #include "ops/progress_line.h"
+#include "ops/service_watchdog.h"
 #include "ops/timeline.h"
 #include "worker/image_task.h"
 #include "worker/step_progress.h"
@@ -31,6 +32,7 @@
 #include "worker/worker_precheck.h"
 
 int main(int argc, char** argv) {
+  gridsync::IgnoreHangup();  // nothing to reload: the config is read once
   CLI::App app{"gridsync-worker: trains a hash-grid model"};
   std::string config_path = "configs/local.json";
   std::vector<std::string> overrides;
