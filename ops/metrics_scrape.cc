@@ -25,19 +25,49 @@ Result<ScrapedMetrics> ScrapeMetrics(const std::string& address,
     host = host.substr(1, host.size() - 2);
   const std::string port = address.substr(colon + 1);
   try {
+    // Asynchronous, under one deadline for the whole exchange: beast's
+    // tcp_stream applies expires_after to asynchronous operations only, so
+    // the blocking connect/write/read it replaced waited for as long as an
+    // endpoint that accepts and never answers kept the connection open (a
+    // hostile probe held `gridsync monitor --once` 40 s, past its SIGTERM).
+    // run_for bounds the name lookup too.
     asio::io_context io;
     asio::ip::tcp::resolver resolver(io);
     beast::tcp_stream stream(io);
-    stream.expires_after(timeout);
-    stream.connect(resolver.resolve(host, port));
     http::request<http::empty_body> request(http::verb::get, "/metrics", 11);
     request.set(http::field::host, host);
     request.set(http::field::user_agent, "gridsync-monitor");
-    http::write(stream, request);
     beast::flat_buffer buffer;
     http::response_parser<http::string_body> parser;
     parser.body_limit(64u << 20);  // a hostile endpoint cannot exhaust us
-    http::read(stream, buffer, parser);
+    beast::error_code failed;
+    const char* stage = "resolving";
+    bool done = false;
+    resolver.async_resolve(host, port, [&](beast::error_code ec, auto results) {
+      if (ec) return void(failed = ec);
+      stage = "connecting";
+      stream.expires_after(timeout);
+      stream.async_connect(results, [&](beast::error_code ec2, const auto&) {
+        if (ec2) return void(failed = ec2);
+        stage = "sending the request";
+        http::async_write(stream, request, [&](beast::error_code ec3, size_t) {
+          if (ec3) return void(failed = ec3);
+          stage = "reading the reply";
+          http::async_read(stream, buffer, parser, [&](beast::error_code ec4, size_t) {
+            failed = ec4;
+            done = !ec4;
+          });
+        });
+      });
+    });
+    io.run_for(timeout);
+    if (!done) {
+      if (!failed || failed == beast::error::timeout) {
+        return Status::Timeout("metrics at " + address + ": no reply within " +
+                               std::to_string(timeout.count()) + " ms (" + stage + ")");
+      }
+      return Status::IOError("metrics at " + address + ": " + stage + ": " + failed.message());
+    }
     beast::error_code ignored;
     stream.socket().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
     const auto& response = parser.get();

@@ -1,0 +1,116 @@
+// ScrapeMetrics (ops/metrics_scrape.h) against real sockets on 127.0.0.1:
+// a good endpoint is read, and one that accepts and then never answers, or
+// answers a byte at a time forever, costs the scrape its timeout and no
+// more (a hostile probe held `gridsync monitor --once` 40 s, past SIGTERM:
+// beast's deadline did not apply to the blocking calls it used).
+#include "ops/metrics_scrape.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+
+namespace gridsync {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+// A listener on 127.0.0.1 whose one thread serves each connection with
+// `serve(fd)` until stopped.
+class FakeEndpoint {
+ public:
+  template <typename Serve>
+  explicit FakeEndpoint(Serve serve) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    EXPECT_EQ(::listen(fd_, 8), 0);
+    socklen_t len = sizeof(addr);
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this, serve] {
+      for (;;) {
+        const int conn = ::accept(fd_, nullptr, nullptr);
+        if (conn < 0) return;  // the listener was shut down
+        serve(conn, stop_);
+        ::close(conn);
+      }
+    });
+  }
+  ~FakeEndpoint() {
+    stop_ = true;
+    ::shutdown(fd_, SHUT_RDWR);
+    thread_.join();
+    ::close(fd_);
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+void ReadRequest(int fd) {
+  char buffer[4096];
+  (void)::recv(fd, buffer, sizeof(buffer), 0);
+}
+
+TEST(MetricsScrapeTest, ReadsAGoodEndpoint) {
+  FakeEndpoint endpoint([](int fd, const std::atomic<bool>&) {
+    ReadRequest(fd);
+    const std::string body = "# TYPE up gauge\nup{role=\"worker\"} 1\nsteps 42\n";
+    const std::string reply =
+        "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    (void)::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL);
+  });
+  auto scraped = ScrapeMetrics(endpoint.address(), 2000ms);
+  ASSERT_TRUE(scraped.ok()) << scraped.status().ToString();
+  EXPECT_EQ(MetricValue(*scraped, "steps"), 42);
+  EXPECT_EQ(MetricValue(*scraped, "up", {{"role", "worker"}}), 1);
+}
+
+TEST(MetricsScrapeTest, AnEndpointThatNeverAnswersCostsTheTimeout) {
+  FakeEndpoint endpoint([](int fd, const std::atomic<bool>& stop) {
+    ReadRequest(fd);
+    while (!stop) std::this_thread::sleep_for(10ms);  // holds the connection, says nothing
+  });
+  const auto start = Clock::now();
+  auto scraped = ScrapeMetrics(endpoint.address(), 300ms);
+  const auto took = Clock::now() - start;
+  ASSERT_FALSE(scraped.ok());
+  EXPECT_EQ(scraped.status().code(), StatusCode::kTimeout) << scraped.status().ToString();
+  EXPECT_NE(scraped.status().message().find("reading the reply"), std::string::npos)
+      << scraped.status().message();
+  EXPECT_LT(took, 2s);
+}
+
+TEST(MetricsScrapeTest, AReplyTrickledForeverCostsTheTimeout) {
+  FakeEndpoint endpoint([](int fd, const std::atomic<bool>& stop) {
+    ReadRequest(fd);
+    const std::string head = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+    (void)::send(fd, head.data(), head.size(), MSG_NOSIGNAL);
+    while (!stop) {
+      if (::send(fd, "1\r\nx\r\n", 6, MSG_NOSIGNAL) < 0) return;
+      std::this_thread::sleep_for(20ms);
+    }
+  });
+  const auto start = Clock::now();
+  auto scraped = ScrapeMetrics(endpoint.address(), 300ms);
+  ASSERT_FALSE(scraped.ok());
+  EXPECT_EQ(scraped.status().code(), StatusCode::kTimeout) << scraped.status().ToString();
+  EXPECT_LT(Clock::now() - start, 2s);
+}
+
+}  // namespace
+}  // namespace gridsync
