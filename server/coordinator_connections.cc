@@ -423,8 +423,10 @@ void CoordinatorImpl::WriteNext(const ConnPtr& conn) {
 }
 
 void CoordinatorImpl::Fail(const ConnPtr& conn, uint64_t request_id, const Status& status) {
-  spdlog::warn("coordinator: connection {} ({}): {} ({}); replying with the error and closing it",
-               conn->id, conn->peer, status.message(), StatusCodeName(status.code()));
+  if (refusal_log_.Allow()) {
+    spdlog::warn("coordinator: connection {} ({}): {} ({}); replying with the error and closing it",
+                 conn->id, conn->peer, status.message(), StatusCodeName(status.code()));
+  }
   Cleanup(conn, "sent a message that was refused: " + status.message());
   ReleasePending(*conn);  // its unfinished message is dropped
   Send(conn, wire::EncodeErrorReply(request_id, status));

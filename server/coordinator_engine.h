@@ -56,6 +56,7 @@
 
 #include "common/checkpoint_registry.h"
 #include "common/cluster_map.h"
+#include "common/logging.h"
 #include "common/wire/coord_codec.h"
 #include "server/coordinator.h"
 #include "server/coordinator_state.h"
@@ -348,6 +349,7 @@ class CoordinatorImpl final : public Coordinator {
   // ---- io thread only ----
   bool shutting_down_ = false;
   uint64_t next_connection_id_ = 0;
+  LogBudget refusal_log_{"refused connections"};
   uint64_t pending_bytes_ = 0;  // partially received bodies, all connections
   // The part of pending_bytes_ sent by connections that have neither
   // registered nor proved a key (StrangerPendingShare).

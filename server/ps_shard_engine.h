@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/check.h"
+#include "common/logging.h"
 #include "common/thread_pool.h"
 #include "kernels/cpu/codec.h"
 #include "server/job_gate.h"
@@ -353,7 +354,9 @@ class PsShardImpl : public PsShard {
       std::lock_guard<std::mutex> lock(stats_mu_);
       ++refusals_[readable ? std::string(StatusCodeName(error.code())) : "unreadable"];
     }
-    if (readable) {
+    if (!refusal_log_.Allow()) {
+      // counted (refusals_, the metrics); the budget logs how many
+    } else if (readable) {
       spdlog::warn("shard {}: refused {} from worker {} (request {}): {}", options_.shard,
                    wire::KindName(request.message.kind), request.message.worker_rank,
                    request.message.request_id, error.ToString());
@@ -454,6 +457,7 @@ class PsShardImpl : public PsShard {
   mutable std::mutex stats_mu_;
   wire::ShardStats stats_;                    // guarded by stats_mu_
   std::map<std::string, uint64_t> refusals_;  // by reason; guarded by stats_mu_
+  LogBudget refusal_log_{"refusals"};         // the serving thread's
   LatencyHistogram apply_latency_;
   std::atomic<uint64_t> stage_ns_[kStages] = {};  // ServingStats::Stages, in nanoseconds
   std::atomic<uint64_t> waiting_count_{0};        // waiting_.size(), for other threads
