@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -53,6 +54,8 @@ nlohmann::json WorkerView(const ScrapedMetrics& m) {
   w["bytes_received"] = MetricValue(m, "gridsync_worker_bytes_total", {{"direction", "received"}});
   if (m.count("gridsync_gpu_utilization_ratio")) {
     w["gpu_utilization"] = MetricValue(m, "gridsync_gpu_utilization_ratio");
+    const double ratio = w["gpu_utilization"].get<double>();
+    w["gpu_utilization_percent"] = std::isfinite(ratio) ? std::clamp(100 * ratio, 0.0, 100.0) : 0.0;
     w["gpu_memory_bytes"] = MetricValue(m, "gridsync_gpu_memory_used_bytes");
   }
   return w;
@@ -128,8 +131,20 @@ std::string Mb(double bytes) {
   return buf;
 }
 
+// A figure from a scrape, bounded for the table: the endpoints are peers'
+// (and without security anyone's), and a loss of 1e308 printed as a
+// 300-digit field, a step of NaN converted to an integer undefined. Not a
+// finite number: NaN (printed "nan"); beyond +-1e15: clamped there.
 double Num(const nlohmann::json& j, const char* key) {
-  return j.contains(key) && j[key].is_number() ? j[key].get<double>() : 0.0;
+  if (!j.contains(key) || !j[key].is_number()) return 0.0;
+  const double v = j[key].get<double>();
+  return std::isfinite(v) ? std::clamp(v, -1e15, 1e15) : std::nan("");
+}
+
+// Num as a whole count (steps): NaN counts as 0.
+long Count(const nlohmann::json& j, const char* key) {
+  const double v = Num(j, key);
+  return std::isnan(v) ? 0 : static_cast<long>(v);
 }
 
 void PrintTable(const nlohmann::json& view, bool clear) {
@@ -153,13 +168,12 @@ void PrintTable(const nlohmann::json& view, bool clear) {
                   w["error"].get<std::string>().c_str());
       continue;
     }
-    const std::string step = std::to_string(static_cast<long>(Num(w, "step"))) + "/" +
-                             std::to_string(static_cast<long>(Num(w, "steps")));
-    const std::string gpu =
-        w.contains("gpu_utilization")
-            ? std::to_string(static_cast<int>(100 * Num(w, "gpu_utilization"))) + "% " +
-                  Mb(Num(w, "gpu_memory_bytes")) + " MB"
-            : "-";
+    const std::string step =
+        std::to_string(Count(w, "step")) + "/" + std::to_string(Count(w, "steps"));
+    const std::string gpu = w.contains("gpu_utilization")
+                                ? std::to_string(Count(w, "gpu_utilization_percent")) + "% " +
+                                      Mb(Num(w, "gpu_memory_bytes")) + " MB"
+                                : "-";
     std::printf("%-7.0f %-10s %11s %9.1f %5.0f%% %12.0f %10.6f %7.2f %9s %9s %s\n", Num(w, "rank"),
                 w.value("node", "").c_str(), step.c_str(), 1e3 * Num(w, "step_seconds"),
                 100 * Num(w, "comm_share"), Num(w, "samples_per_second"), Num(w, "loss"),
