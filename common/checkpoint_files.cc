@@ -1,5 +1,6 @@
 #include "common/checkpoint_files.h"
 
+#include <algorithm>
 #include <fcntl.h>
 #include <spdlog/fmt/fmt.h>
 #include <unistd.h>
@@ -200,7 +201,8 @@ void RemoveStepsAfter(const std::string& dir, const std::string& part, uint64_t 
 }
 
 Status WriteCheckpointPart(const std::string& dir, uint64_t step, const std::string& part,
-                           std::string_view data, const nlohmann::json& shape) {
+                           std::string_view data, const nlohmann::json& shape,
+                           const std::vector<uint64_t>& keep) {
   std::error_code ec;
   fs::create_directories(StepDir(dir, step), ec);
   if (ec) return Status::IOError("cannot create " + StepDir(dir, step) + ": " + ec.message());
@@ -221,17 +223,26 @@ Status WriteCheckpointPart(const std::string& dir, uint64_t step, const std::str
   }
   GRIDSYNC_RETURN_IF_ERROR(WriteFileAtomically(base + ".bin", data));
   GRIDSYNC_RETURN_IF_ERROR(WriteFileAtomically(base + ".json", manifest));
-  // Keep this step and the newest one before it. This part's files of any
-  // later step belong to another history (an earlier run in the same folder,
-  // or a rollback's abandoned steps) and go too: they would be taken for
-  // the newest checkpoint.
+  // Keep this step and the newest one before it, and what the coordinator
+  // last acknowledged (`keep`): with the coordinator down, the steps written
+  // since were never published, and removing the published ones left the
+  // job nothing to roll back to (fault_test 4b on a fast host: killed after
+  // step 150, the shards wrote 200 and 250 before they noticed, and
+  // restarted found only those). This part's files of any later step belong
+  // to another history (an earlier run in the same folder, or a rollback's
+  // abandoned steps) and go too: they would be taken for the newest
+  // checkpoint.
   const std::vector<uint64_t> held = HeldSteps(dir, part);
   uint64_t previous = 0;
   for (uint64_t s : held) {
     if (s < step) previous = s;
   }
+  const auto kept = [&](uint64_t s) {
+    return s == step || s == previous ||
+           (s < step && std::find(keep.begin(), keep.end(), s) != keep.end());
+  };
   for (uint64_t s : Steps(dir)) {  // a crash may have left a .bin without its manifest
-    if (s != step && s != previous) RemovePart(dir, s, part);
+    if (!kept(s)) RemovePart(dir, s, part);
   }
   return Status::OK();
 }

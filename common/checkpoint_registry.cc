@@ -18,18 +18,24 @@ void CheckpointLedger::Wrote(uint64_t step) {
 
 void CheckpointLedger::RolledBack(uint64_t step) {
   std::erase_if(steps_, [step](uint64_t s) { return s > step; });
+  std::erase_if(published_, [step](uint64_t s) { return s > step; });
   Wrote(step);
   RemoveStepsAfter(dir_, part_, step);
 }
 
-Status CheckpointLedger::Publish(Store& store, uint64_t job) const {
+Status CheckpointLedger::Publish(Store& store, uint64_t job) {
   const auto on_disk = HeldSteps(dir_, part_);
   std::string list;
+  std::vector<uint64_t> listed;
   for (uint64_t step : steps_) {
     if (std::find(on_disk.begin(), on_disk.end(), step) == on_disk.end()) continue;
     list += (list.empty() ? "" : ",") + std::to_string(step);
+    listed.push_back(step);
   }
-  return store.Set(CheckpointKey(job, part_), list);
+  Status set = store.Set(CheckpointKey(job, part_), list);
+  publish_failed_ = !set.ok();
+  if (set.ok()) published_ = std::move(listed);
+  return set;
 }
 
 Result<std::vector<uint64_t>> ParseHeldSteps(std::string_view text, const std::string& part) {

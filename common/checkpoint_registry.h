@@ -42,12 +42,21 @@ class CheckpointLedger {
   // A new job: nothing of this one counts.
   void Reset() { steps_.clear(); }
   // Publishes the steps still on disk for job `job`.
-  Status Publish(Store& store, uint64_t job) const;
+  Status Publish(Store& store, uint64_t job);
+  // What the writer must leave on disk (WriteCheckpointPart's `keep`):
+  // while the last Publish failed (the coordinator is down), the steps it
+  // last acknowledged, which is where the job rolls back to; nothing
+  // otherwise (the two newest steps are kept anyway).
+  std::vector<uint64_t> Unacknowledged() const {
+    return publish_failed_ ? published_ : std::vector<uint64_t>{};
+  }
 
  private:
   const std::string dir_;
   const std::string part_;
-  std::vector<uint64_t> steps_;  // ascending
+  std::vector<uint64_t> steps_;      // ascending
+  std::vector<uint64_t> published_;  // the last list acknowledged, ascending
+  bool publish_failed_ = false;      // the last Publish was refused or unanswered
 };
 
 // Parses a published list ("100,150"; empty: no step); Corruption naming

@@ -24,10 +24,10 @@ nlohmann::json Shapes(const ShardStore& store) {
 }  // namespace
 
 Status WriteShardCheckpoint(const std::string& dir, uint32_t shard, uint64_t step,
-                            const ShardStore& store) {
+                            const ShardStore& store, const std::vector<uint64_t>& keep) {
   std::string data;
   store.AppendState(&data);
-  return WriteCheckpointPart(dir, step, Part(shard), data, Shapes(store));
+  return WriteCheckpointPart(dir, step, Part(shard), data, Shapes(store), keep);
 }
 
 Status LoadShardCheckpoint(const std::string& dir, uint32_t shard, uint64_t step,
@@ -58,7 +58,14 @@ void ShardCheckpoints::Publish(uint64_t job) {
 void ShardCheckpoints::AfterStep(uint64_t applied, uint64_t job, const ShardStore& store) {
   if (every_ == 0 || applied % every_ != 0) return;
   const auto start = std::chrono::steady_clock::now();
-  const Status written = WriteShardCheckpoint(dir_, shard_, applied, store);
+  // What the coordinator last acknowledged stays on disk (see
+  // WriteCheckpointPart): read under the lock Publish writes it under.
+  std::vector<uint64_t> keep;
+  {
+    std::lock_guard<std::mutex> lock(registry_mu_);
+    keep = ledger_.Unacknowledged();
+  }
+  const Status written = WriteShardCheckpoint(dir_, shard_, applied, store, keep);
   if (!written.ok()) {
     spdlog::error("shard {}: checkpoint at step {} not written: {}", shard_, applied,
                   written.ToString());

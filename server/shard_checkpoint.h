@@ -27,8 +27,9 @@
 
 namespace gridsync {
 
+// `keep`: steps to leave on disk (WriteCheckpointPart).
 Status WriteShardCheckpoint(const std::string& dir, uint32_t shard, uint64_t step,
-                            const ShardStore& store);
+                            const ShardStore& store, const std::vector<uint64_t>& keep = {});
 // Loads step `step` of shard `shard` into `store`, after checking the
 // manifest: step, shard, table shapes, size (the .bin's and the store's
 // state size, before it is read) and checksum.

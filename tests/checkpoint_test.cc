@@ -199,6 +199,59 @@ TEST(CheckpointTest, WorkerStateRoundTripsAndStepsNeedEveryWorkerWithState) {
   fs::remove_all(dir);
 }
 
+// fault_test 4b on a fast host: the coordinator was killed after step 150;
+// the shards wrote 200 and 250 before they noticed, could not publish
+// them, and keeping only the two newest removed 150, the newest step the
+// coordinator knew every part held: restarted, none could rejoin. What the
+// coordinator last acknowledged (the ledger's published list) now stays on
+// disk until a newer list is acknowledged.
+// A coordinator that is gone: every request fails, as CoordinatorStore's do.
+class GoneStore : public Store {
+ public:
+  Status Set(const std::string&, const std::string&) override {
+    return Status::IOError("kvSet: the coordinator closed the connection");
+  }
+  Result<std::vector<std::string>> Get(const std::vector<std::string>&,
+                                       std::chrono::milliseconds) override {
+    return Status::IOError("kvGet: the coordinator closed the connection");
+  }
+};
+
+TEST(CheckpointTest, StepsTheCoordinatorLastAcknowledgedStayOnDisk) {
+  const std::string dir =
+      (fs::temp_directory_path() / ("gridsync-keep-" + std::to_string(::getpid()))).string();
+  fs::remove_all(dir);
+  HashStore registry;
+  GoneStore gone;
+  CheckpointLedger ledger(dir, "shard-0");
+  const nlohmann::json shape = {{"test", 1}};
+  const auto write = [&](uint64_t step, Store& store) {
+    ASSERT_TRUE(
+        WriteCheckpointPart(dir, step, "shard-0", "x", shape, ledger.Unacknowledged()).ok());
+    ledger.Wrote(step);
+    (void)ledger.Publish(store, 1);
+  };
+  for (uint64_t step : {50, 100, 150}) write(step, registry);
+  EXPECT_EQ(HeldSteps(dir, "shard-0"), (std::vector<uint64_t>{100, 150}));
+  // The coordinator is gone: 200 and 250 are written, never acknowledged;
+  // 150, the newest it acknowledged, stays (100 went with the write of 200,
+  // made while the last publish had succeeded).
+  write(200, gone);
+  write(250, gone);
+  EXPECT_EQ(HeldSteps(dir, "shard-0"), (std::vector<uint64_t>{150, 200, 250}));
+  auto newest = NewestCommonStep(registry, 1, {"shard-0"});
+  ASSERT_TRUE(newest.ok()) << newest.status().ToString();
+  EXPECT_EQ(*newest, 150u);
+  // A third unacknowledged step: still those, and the newest two.
+  write(300, gone);
+  EXPECT_EQ(HeldSteps(dir, "shard-0"), (std::vector<uint64_t>{150, 250, 300}));
+  // Acknowledged again: the next write keeps the newest two only.
+  write(350, registry);
+  write(400, registry);
+  EXPECT_EQ(HeldSteps(dir, "shard-0"), (std::vector<uint64_t>{350, 400}));
+  fs::remove_all(dir);
+}
+
 // A fresh job's first checkpoint would remove another run's steps
 // (WriteCheckpointPart keeps one older step of the part's current history),
 // so a fresh start into a folder holding any of its parts' steps is refused,

@@ -70,11 +70,11 @@ uint64_t OptimizerBytes(const AllReduceState& state) {
 }  // namespace
 
 Status WriteWorkerCheckpoint(const RunSpec& spec, uint32_t rank, uint32_t shards, uint64_t step,
-                             PsClient* ps) {
+                             PsClient* ps, const std::vector<uint64_t>& keep) {
   std::string data;
   GRIDSYNC_RETURN_IF_ERROR(ps->AppendState(&data));
   return WriteCheckpointPart(spec.config.checkpoint.dir, step, Part(rank), data,
-                             Shape(spec, shards));
+                             Shape(spec, shards), keep);
 }
 
 Status LoadWorkerCheckpoint(const RunSpec& spec, uint32_t rank, uint32_t shards, uint64_t step,
@@ -89,7 +89,7 @@ Status LoadWorkerCheckpoint(const RunSpec& spec, uint32_t rank, uint32_t shards,
 }
 
 Status WriteAllReduceCheckpoint(const RunSpec& spec, uint32_t rank, uint32_t workers, uint64_t step,
-                                const AllReduceState& state) {
+                                const AllReduceState& state, const std::vector<uint64_t>& keep) {
   std::string data;
   data.reserve(ParamBytes(*state.model) + OptimizerBytes(state));
   AppendArray(&data, state.model->grid_params());
@@ -103,7 +103,7 @@ Status WriteAllReduceCheckpoint(const RunSpec& spec, uint32_t rank, uint32_t wor
     state.replicated->AppendState(&data);
   }
   return WriteCheckpointPart(spec.config.checkpoint.dir, step, Part(rank), data,
-                             AllReduceShape(spec, workers));
+                             AllReduceShape(spec, workers), keep);
 }
 
 Status LoadAllReduceCheckpoint(const RunSpec& spec, uint32_t rank, uint32_t workers, uint64_t step,

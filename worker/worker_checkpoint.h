@@ -29,8 +29,9 @@
 
 namespace gridsync {
 
+// `keep`: steps to leave on disk (WriteCheckpointPart), here and below.
 Status WriteWorkerCheckpoint(const RunSpec& spec, uint32_t rank, uint32_t shards, uint64_t step,
-                             PsClient* ps);
+                             PsClient* ps, const std::vector<uint64_t>& keep = {});
 
 // Checks the manifest (the same model, partition and codec, size and
 // checksum) before replacing the client's state.
@@ -51,7 +52,8 @@ struct AllReduceState {
   ShardedUpdate* sharded = nullptr;
 };
 Status WriteAllReduceCheckpoint(const RunSpec& spec, uint32_t rank, uint32_t workers, uint64_t step,
-                                const AllReduceState& state);
+                                const AllReduceState& state,
+                                const std::vector<uint64_t>& keep = {});
 Status LoadAllReduceCheckpoint(const RunSpec& spec, uint32_t rank, uint32_t workers, uint64_t step,
                                const AllReduceState& state);
 

@@ -144,9 +144,10 @@ Status AllReduceSync::CheckpointIfDue(uint64_t step) {
   const uint64_t every = static_cast<uint64_t>(std::max(0, config_.checkpoint.every_steps));
   if (!ledger_ || every == 0 || (step + 1) % every != 0) return Status::OK();
   const auto start = Clock::now();
+  // What the coordinator last acknowledged stays on disk (WriteCheckpointPart).
   GRIDSYNC_RETURN_IF_ERROR(WriteAllReduceCheckpoint(spec_, rank_,
                                                     static_cast<uint32_t>(groups_.flat->size()),
-                                                    step + 1, State())
+                                                    step + 1, State(), ledger_->Unacknowledged())
                                .WithContext(me_ + " writing its checkpoint"));
   ledger_->Wrote(step + 1);
   PublishCheckpoints();

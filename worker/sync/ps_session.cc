@@ -249,9 +249,12 @@ PsSessionSync::PsSessionSync(const RunSpec& spec, HashGridModel* model, PsSessio
 Status PsSessionSync::CheckpointIfDue(uint64_t step) {
   const uint64_t every = static_cast<uint64_t>(config_.checkpoint.every_steps);
   if (!spec_.sync.worker_state || every == 0 || (step + 1) % every != 0) return Status::OK();
+  // What the coordinator last acknowledged stays on disk (WriteCheckpointPart).
+  const std::vector<uint64_t> keep =
+      session_.ledger ? session_.ledger->Unacknowledged() : std::vector<uint64_t>{};
   GRIDSYNC_RETURN_IF_ERROR(WriteWorkerCheckpoint(spec_, rank_,
                                                  static_cast<uint32_t>(session_.map.shards.size()),
-                                                 step + 1, session_.ps.get())
+                                                 step + 1, session_.ps.get(), keep)
                                .WithContext(me_ + " writing its checkpoint"));
   if (session_.ledger) session_.ledger->Wrote(step + 1);
   PublishCheckpoints();
