@@ -49,9 +49,9 @@ Status WriteFileAtomically(const std::string& path, std::string_view bytes);
 // read back), then removes this part's files of every other step but the
 // newest one before it and the steps in `keep` up to `step`, later steps
 // included (another history's); a step folder goes once every part left it.
-// `keep`: the steps the coordinator last acknowledged for this part
-// (CheckpointLedger::published): while it cannot be told of newer ones (it
-// is down) they are what the job can roll back to, so they stay on disk.
+// `keep`: the steps the coordinator last acknowledged for this part while
+// it cannot be told of newer ones (CheckpointLedger::Unacknowledged): they
+// are what the job can roll back to, so they stay on disk.
 Status WriteCheckpointPart(const std::string& dir, uint64_t step, const std::string& part,
                            std::string_view data, const nlohmann::json& shape,
                            const std::vector<uint64_t>& keep = {});

@@ -110,18 +110,26 @@ void AppendValue(const Json& value, int depth, std::string* out) {
   *out += object ? '}' : ']';
 }
 
+namespace {
+
+// `text` cut to at most `max_chars` bytes with "..." and `tail` after the
+// cut, never inside a UTF-8 sequence (the cut backs up to the start of the
+// character it falls in); unchanged when it fits.
+std::string CutText(std::string text, size_t max_chars, const std::string& tail = "") {
+  if (text.size() <= max_chars) return text;
+  size_t cut = max_chars - 3;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  text.resize(cut);
+  text.append("...").append(tail);
+  return text;
+}
+
+}  // namespace
+
 std::string Describe(const Json& value) {
-  constexpr size_t kMaxChars = 80;
   std::string text;
   AppendValue(value, 2, &text);
-  if (text.size() > kMaxChars) {
-    size_t cut = kMaxChars - 3;
-    // Never split a UTF-8 sequence: back up to the start of the cut character.
-    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
-    text.resize(cut);
-    text += "...";
-  }
-  return text;
+  return CutText(std::move(text), 80);
 }
 
 std::string Quote(std::string_view s) { return Describe(Json(std::string(s))); }
@@ -129,15 +137,9 @@ std::string Quote(std::string_view s) { return Describe(Json(std::string(s))); }
 namespace {
 
 // A parser's message quotes the token it stopped at, which can be a number
-// of 100,000 digits: at most 200 characters of it, cut on a character.
-std::string Shortened(std::string text) {
-  constexpr size_t kMaxChars = 200;
-  if (text.size() <= kMaxChars) return text;
-  size_t cut = kMaxChars - 3;
-  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
-  const size_t total = text.size();
-  text.resize(cut);
-  return text + "... (" + std::to_string(total) + " characters)";
+// of 100,000 digits: at most 200 characters of it.
+std::string Shortened(const std::string& text) {
+  return CutText(text, 200, " (" + std::to_string(text.size()) + " characters)");
 }
 
 }  // namespace
@@ -246,7 +248,9 @@ class DuplicateKeyFinder {
     std::string path;
     for (const Frame& frame : frames_) {
       if (frame.array) {
-        path += "[" + std::to_string(frame.index) + "]";
+        // Appended piece by piece: "[" + to_string(...) trips GCC 12's
+        // -Wrestrict false positive.
+        path.append("[").append(std::to_string(frame.index)).append("]");
       } else {
         if (!path.empty()) path += ".";
         path += frame.key;

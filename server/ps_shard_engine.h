@@ -354,15 +354,17 @@ class PsShardImpl : public PsShard {
       std::lock_guard<std::mutex> lock(stats_mu_);
       ++refusals_[readable ? std::string(StatusCodeName(error.code())) : "unreadable"];
     }
-    if (!refusal_log_.Allow()) {
-      // counted (refusals_, the metrics); the budget logs how many
-    } else if (readable) {
-      spdlog::warn("shard {}: refused {} from worker {} (request {}): {}", options_.shard,
-                   wire::KindName(request.message.kind), request.message.worker_rank,
-                   request.message.request_id, error.ToString());
-    } else {
-      spdlog::warn("shard {}: refused an unreadable message (request {}): {}", options_.shard,
-                   request.message.request_id, error.ToString());
+    // Every refusal is counted (refusals_, the metrics); the budget bounds
+    // the lines.
+    if (refusal_log_.Allow()) {
+      if (readable) {
+        spdlog::warn("shard {}: refused {} from worker {} (request {}): {}", options_.shard,
+                     wire::KindName(request.message.kind), request.message.worker_rank,
+                     request.message.request_id, error.ToString());
+      } else {
+        spdlog::warn("shard {}: refused an unreadable message (request {}): {}", options_.shard,
+                     request.message.request_id, error.ToString());
+      }
     }
     CountError();
     Send(request.identity, wire::EncodeError(request.message.request_id, options_.shard, error));

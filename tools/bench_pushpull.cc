@@ -17,9 +17,10 @@
 // with a context (an I/O thread) of its own, as the shard and the client
 // have: until 2026-12-02 they shared one, so one I/O thread carried both
 // ends, which saved two thread wake-ups an iteration at small sizes and
-// serialised both ends' socket copies at large ones. Per iteration [64 B header, ids, values] -> 64
-// B ack, then [64 B header, ids] -> [64 B header, values]: the same payload and round trips without
-// decode, validation, apply and gather.
+// serialised both ends' socket copies at large ones. Per iteration
+// [64 B header, ids, values] -> 64 B ack, then [64 B header, ids] ->
+// [64 B header, values]: the same payload and round trips without decode,
+// validation, apply and gather.
 //
 // Bytes counted per iteration, on both sides: 24 per row = push (4 B id +
 // 8 B values) + pull (4 B id asked + 8 B values returned); message headers

@@ -54,8 +54,6 @@ nlohmann::json WorkerView(const ScrapedMetrics& m) {
   w["bytes_received"] = MetricValue(m, "gridsync_worker_bytes_total", {{"direction", "received"}});
   if (m.count("gridsync_gpu_utilization_ratio")) {
     w["gpu_utilization"] = MetricValue(m, "gridsync_gpu_utilization_ratio");
-    const double ratio = w["gpu_utilization"].get<double>();
-    w["gpu_utilization_percent"] = std::isfinite(ratio) ? std::clamp(100 * ratio, 0.0, 100.0) : 0.0;
     w["gpu_memory_bytes"] = MetricValue(m, "gridsync_gpu_memory_used_bytes");
   }
   return w;
@@ -147,6 +145,12 @@ long Count(const nlohmann::json& j, const char* key) {
   return std::isnan(v) ? 0 : static_cast<long>(v);
 }
 
+// A ratio in [0, 1] as a whole percentage; NaN counts as 0.
+int Percent(const nlohmann::json& j, const char* key) {
+  const double v = Num(j, key);
+  return std::isnan(v) ? 0 : static_cast<int>(100 * std::clamp(v, 0.0, 1.0));
+}
+
 void PrintTable(const nlohmann::json& view, bool clear) {
   if (clear) std::printf("\033[H\033[2J");
   std::printf(
@@ -171,7 +175,7 @@ void PrintTable(const nlohmann::json& view, bool clear) {
     const std::string step =
         std::to_string(Count(w, "step")) + "/" + std::to_string(Count(w, "steps"));
     const std::string gpu = w.contains("gpu_utilization")
-                                ? std::to_string(Count(w, "gpu_utilization_percent")) + "% " +
+                                ? std::to_string(Percent(w, "gpu_utilization")) + "% " +
                                       Mb(Num(w, "gpu_memory_bytes")) + " MB"
                                 : "-";
     std::printf("%-7.0f %-10s %11s %9.1f %5.0f%% %12.0f %10.6f %7.2f %9s %9s %s\n", Num(w, "rank"),
