@@ -67,11 +67,7 @@ void CoordinatorImpl::Accept() {
                           : fmt::format("{}:{}", remote.address().to_string(), remote.port());
       connections_.insert(conn);
       conn->read_timer = std::make_unique<asio::steady_timer>(io_);
-      if (connections_.size() > options_.max_connections) {
-        Fail(conn, 0,
-             Status::InvalidArgument(
-                 fmt::format("too many connections: {} open; allowed: at most {} (max_connections)",
-                             connections_.size() - 1, options_.max_connections)));
+      if (!MakeRoomFor(conn)) {
         Accept();
         return;
       }
@@ -82,6 +78,38 @@ void CoordinatorImpl::Accept() {
       Accept();
     });
   });
+}
+
+bool CoordinatorImpl::MakeRoomFor(const ConnPtr& fresh) {
+  // Refused and evicted connections linger for their error reply (Linger)
+  // and no longer count.
+  size_t open = 0;
+  ConnPtr idlest;
+  for (const ConnPtr& c : connections_) {
+    if (c->closed || c->closing) continue;
+    ++open;
+    if (c != fresh && Stranger(*c) && (!idlest || c->last_heard < idlest->last_heard)) idlest = c;
+  }
+  if (open <= options_.max_connections) return true;
+  if (idlest) {
+    const auto idle_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::steady_clock::now() - idlest->last_heard)
+                             .count();
+    Fail(idlest, 0,
+         Status::IOError(fmt::format(
+             "closed to make room for a new connection: {} open, at most {} (max_connections), "
+             "and this one has neither registered nor proved a key and was heard from last {} ms "
+             "ago, longer than any other such connection; allowed: register (or prove a key) "
+             "promptly after connecting",
+             open, options_.max_connections, idle_ms)));
+    return true;
+  }
+  Fail(fresh, 0,
+       Status::InvalidArgument(fmt::format(
+           "too many connections: {} open, all of them registered members or proven keys; "
+           "allowed: at most {} (max_connections)",
+           open - 1, options_.max_connections)));
+  return false;
 }
 
 void CoordinatorImpl::ReadHeader(const ConnPtr& conn) {
@@ -211,6 +239,7 @@ void CoordinatorImpl::ReadBody(const ConnPtr& conn) {
         Fail(conn, request_id, request.status());
         return;
       }
+      conn->last_heard = std::chrono::steady_clock::now();
       OnRequest(conn, std::move(request).value(), conn->body_length);
       ReadHeader(conn);
     });

@@ -164,6 +164,9 @@ struct Connection {
   // The message being read came before the connection registered or proved
   // a key: its bytes count in stranger_pending_bytes_ too.
   bool stranger_message = false;
+  // When it connected or last sent a whole message: at max_connections the
+  // stranger idle longest makes room for a new connection.
+  std::chrono::steady_clock::time_point last_heard = std::chrono::steady_clock::now();
   std::deque<std::vector<uint8_t>> outbox;
   uint64_t outbox_bytes = 0;
   std::string challenge;                           // security: the outstanding authHello challenge
@@ -263,6 +266,15 @@ class CoordinatorImpl final : public Coordinator {
   static bool Stranger(const Connection& conn) {
     return !conn.member.has_value() && !conn.authenticated.has_value();
   }
+  // At max_connections, a new connection takes the slot of the stranger
+  // heard from longest ago (closed with an error naming why), and is
+  // refused only when every open connection is a member or proved a key.
+  // Before, strangers that connected and stayed silent locked every new
+  // member out until read_timeout (30 s) closed them, wave after wave; a
+  // member registering now is the stranger heard from last, so a flood
+  // has to open max_connections connections within its registration's
+  // round trip to push it out. false: `fresh` was refused.
+  bool MakeRoomFor(const ConnPtr& fresh);
   // Takes the connection's unfinished message out of the budgets.
   void ReleasePending(Connection& conn) {
     pending_bytes_ -= conn.pending;
@@ -281,6 +293,11 @@ class CoordinatorImpl final : public Coordinator {
   // count, one name too many), or nullopt.
   std::optional<Status> BarrierProblem(const BarrierRequest& req) const;
   void HandleKvSet(const ConnPtr& conn, uint64_t id, KvSetRequest req);
+  // Why `conn` may not set `key`: metrics/<role>/<rank> names the address
+  // the monitor scrapes, so only the connection registered as that member
+  // writes it (a stranger could otherwise point the monitor anywhere, or
+  // forge a member's figures). nullopt: it may.
+  static std::optional<Status> MetricsKeyProblem(const Connection& conn, const std::string& key);
   void HandleKvGet(const ConnPtr& conn, uint64_t id, KvGetRequest req);
 
   // The values of `keys` (all present), or an error reply when together

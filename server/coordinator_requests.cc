@@ -470,10 +470,34 @@ void CoordinatorImpl::DropOldRateRounds(const std::string& key) {
   }
 }
 
+std::optional<Status> CoordinatorImpl::MetricsKeyProblem(const Connection& conn,
+                                                         const std::string& key) {
+  constexpr std::string_view kPrefix = "metrics/";
+  if (key.compare(0, kPrefix.size(), kPrefix) != 0) return std::nullopt;
+  if (conn.member) {
+    const std::string own =
+        fmt::format("metrics/{}/{}", RoleName(conn.member->role), conn.member->rank);
+    if (key == own) return std::nullopt;
+    return Status::InvalidArgument(fmt::format(
+        "kvSet '{}': this connection is registered as {} {} and may publish only its own "
+        "metrics address; allowed: '{}'",
+        key.substr(0, 128), RoleName(conn.member->role), conn.member->rank, own));
+  }
+  return Status::InvalidArgument(fmt::format(
+      "kvSet '{}': metrics/<role>/<rank> is written only by that member's own connection, once "
+      "registered (the monitor scrapes what it names); allowed: register first, or a key outside "
+      "metrics/",
+      key.substr(0, 128)));
+}
+
 void CoordinatorImpl::HandleKvSet(const ConnPtr& conn, uint64_t id, KvSetRequest req) {
   if (req.key.empty()) {
     Send(conn, wire::EncodeErrorReply(
                    id, Status::InvalidArgument("kvSet: empty key; allowed: a non-empty key")));
+    return;
+  }
+  if (auto refused = MetricsKeyProblem(*conn, req.key)) {
+    Send(conn, wire::EncodeErrorReply(id, *refused));
     return;
   }
   DropOldRateRounds(req.key);

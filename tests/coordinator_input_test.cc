@@ -203,25 +203,67 @@ void ExpectServes(Coordinator& coordinator) {
   EXPECT_EQ(got->at(0), "v");
 }
 
-TEST(CoordinatorLimitsTest, ConnectionsBeyondTheCapAreRefused) {
+std::string KvSetFrame(uint64_t id, const std::string& key, size_t value_bytes);
+
+// A hostile probe: connections that connect and stay silent filled
+// max_connections, and every new member was refused until read_timeout
+// closed them (30 s), wave after wave. A new connection now takes the slot
+// of the stranger heard from longest ago.
+TEST(CoordinatorLimitsTest, AFullCoordinatorClosesTheStrangerIdleLongest) {
   CoordinatorOptions options;
   options.max_connections = 4;
+  options.expected_shards = 1;
+  options.expected_workers = 1;
   auto coordinator = StartWith(options);
   ASSERT_TRUE(coordinator);
   std::vector<std::unique_ptr<RawConnection>> idle;
   for (int i = 0; i < 4; ++i) {
     idle.push_back(std::make_unique<RawConnection>(coordinator->port()));
     ASSERT_TRUE(idle.back()->connected());
+    std::this_thread::sleep_for(30ms);  // accepted in this order
   }
-  std::this_thread::sleep_for(100ms);  // let the server accept them
+  auto member = CoordinatorClient::Connect("127.0.0.1", coordinator->port(), 5s);
+  ASSERT_TRUE(member.ok()) << member.status().ToString();
+  ASSERT_TRUE((*member)->Register(Member(Role::kWorker, 0), 2s).ok());
+  auto evicted = idle[0]->ReadReply(3s);
+  ASSERT_TRUE(evicted.decoded) << "eof " << evicted.eof << ", timeout " << evicted.timeout;
+  EXPECT_EQ(evicted.code, static_cast<uint32_t>(StatusCode::kIOError)) << evicted.text;
+  EXPECT_NE(evicted.text.find("closed to make room"), std::string::npos) << evicted.text;
+  EXPECT_NE(evicted.text.find("at most 4 (max_connections)"), std::string::npos) << evicted.text;
+  EXPECT_TRUE(idle[0]->WaitForClose(3s));
+  // The others keep their slots: one that speaks is served.
+  idle[1]->Send(KvSetFrame(5, "k", 3));
+  auto served = idle[1]->ReadReply(3s);
+  ASSERT_TRUE(served.decoded) << "eof " << served.eof << ", timeout " << served.timeout;
+  EXPECT_FALSE(served.is_error) << served.text;
+  EXPECT_TRUE((*member)->Heartbeat().ok());
+}
+
+// When every open connection is a member, a new one is refused (the
+// descriptors stay free), and nobody is closed for it.
+TEST(CoordinatorLimitsTest, ConnectionsBeyondTheCapAreRefusedWhenAllAreMembers) {
+  CoordinatorOptions options;
+  options.max_connections = 2;
+  options.expected_shards = 1;
+  options.expected_workers = 2;
+  auto coordinator = StartWith(options);
+  ASSERT_TRUE(coordinator);
+  std::vector<std::unique_ptr<CoordinatorClient>> members;
+  for (int rank = 0; rank < 2; ++rank) {
+    auto client = CoordinatorClient::Connect("127.0.0.1", coordinator->port(), 5s);
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
+    ASSERT_TRUE((*client)->Register(Member(Role::kWorker, rank), 2s).ok());
+    members.push_back(std::move(client).value());
+  }
   RawConnection extra(coordinator->port());
   auto reply = extra.ReadReply(3s);
   ASSERT_TRUE(reply.decoded) << "eof " << reply.eof << ", timeout " << reply.timeout;
   EXPECT_TRUE(reply.is_error);
   EXPECT_NE(reply.text.find("too many connections"), std::string::npos) << reply.text;
-  EXPECT_NE(reply.text.find("at most 4"), std::string::npos) << reply.text;
+  EXPECT_NE(reply.text.find("at most 2"), std::string::npos) << reply.text;
   EXPECT_TRUE(extra.WaitForClose(3s));
-  idle.clear();
+  for (auto& m : members) EXPECT_TRUE(m->Heartbeat().ok());
+  members.pop_back();
   std::this_thread::sleep_for(100ms);
   ExpectServes(*coordinator);
 }

@@ -165,6 +165,28 @@ TEST_F(CoordinatorTest, TheLastWorkerLeavingDropsTheCollectivesRendezvousKeys) {
   EXPECT_TRUE(other.ok()) << other.status().ToString();
 }
 
+// A hostile probe: without security anyone who could connect set
+// metrics/worker/0 and the monitor scraped (and showed) whatever that
+// address served. metrics/<role>/<rank> is now the registered member's own.
+TEST_F(CoordinatorTest, OnlyTheMemberItselfPublishesItsMetricsAddress) {
+  auto stranger = Connect();
+  auto worker = Join(Role::kWorker, 0);
+  ASSERT_TRUE(stranger && worker);
+  const Status forged = stranger->Set("metrics/worker/0", "127.0.0.1:1");
+  EXPECT_FALSE(forged.ok());
+  EXPECT_NE(forged.message().find("only by that member's own connection"), std::string::npos)
+      << forged.ToString();
+  const Status other = worker->Set("metrics/worker/1", "127.0.0.1:1");
+  EXPECT_FALSE(other.ok());
+  EXPECT_NE(other.message().find("allowed: 'metrics/worker/0'"), std::string::npos)
+      << other.ToString();
+  ASSERT_TRUE(worker->Set("metrics/worker/0", "127.0.0.1:9100").ok());
+  auto got = stranger->Get({"metrics/worker/0"}, 0ms);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->at(0), "127.0.0.1:9100");
+  EXPECT_TRUE(stranger->Set("other/key", "v").ok()) << "keys outside metrics/ stay open";
+}
+
 // Issue 10: a shard restarted after a crash used to rejoin the running job
 // with fresh parameters. Once the workers passed "init", a shard's
 // registration is refused, pointing at --resume; a new job (everyone left)
