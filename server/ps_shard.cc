@@ -4,6 +4,8 @@
 // Thread safety: see server/ps_shard.h.
 #include "server/ps_shard.h"
 
+#include <algorithm>
+
 #include "server/ps_shard_engine.h"
 
 namespace gridsync {
@@ -24,6 +26,16 @@ uint64_t ShardStoreBytes(const Partition& partition, const ShardOptions& options
                               ReplicaWorkers(options));
 }
 
+wire::ConnectionLimits ShardConnectionLimits(uint32_t workers) {
+  wire::ConnectionLimits limits;
+  const uint64_t w = workers;
+  limits.max_connections = static_cast<uint32_t>(
+      std::max<uint64_t>(limits.max_connections, std::min<uint64_t>(4 * w + 64, UINT32_MAX)));
+  limits.max_connections_per_address = static_cast<uint32_t>(std::max<uint64_t>(
+      limits.max_connections_per_address, std::min<uint64_t>(2 * w + 16, UINT32_MAX)));
+  return limits;
+}
+
 Result<ShardOptions> ShardOptionsFor(const RunSpec& spec, uint32_t shard) {
   const Config& config = spec.config;
   ShardOptions options;
@@ -35,6 +47,7 @@ Result<ShardOptions> ShardOptionsFor(const RunSpec& spec, uint32_t shard) {
   options.hyper = spec.model.adam;
   options.apply_updates = spec.sync.optimizer_on_workers;
   options.timeout = spec.sync.timeout;
+  options.connections = ShardConnectionLimits(options.workers);
   GRIDSYNC_ASSIGN_OR_RETURN(options.curve, wire::CurveSettingsFor(config, "shard"));
   options.checkpoint_every = static_cast<uint64_t>(config.checkpoint.every_steps);
   options.checkpoint_dir = config.checkpoint.dir;

@@ -39,6 +39,7 @@
 #include "common/sharding.h"
 #include "common/status.h"
 #include "common/store.h"
+#include "common/wire/connection_cap.h"
 #include "common/wire/curve.h"
 #include "common/wire/message.h"
 #include "kernels/adam_math.h"
@@ -85,6 +86,10 @@ struct ShardOptions {
   size_t pull_min_bytes = 4096;
   // security: CURVE server with a ZAP handler admitting the listed keys.
   wire::CurveSettings curve;
+  // Connections beyond these are shut down as they arrive
+  // (ShardConnectionLimits: room for the cluster's workers several times
+  // over, all of them behind one address).
+  wire::ConnectionLimits connections;
   // checkpoint.every_steps / dir: write the partition every this many
   // applied steps (0: never); resume_step > 0: start from that checkpoint.
   // --timeline: every applied step as a span on this Chrome trace.
@@ -112,6 +117,12 @@ struct ShardControl {
 // The options of shard `shard` of the run `spec` describes (endpoint left
 // at its default: callers choose where to listen).
 Result<ShardOptions> ShardOptionsFor(const RunSpec& spec, uint32_t shard);
+
+// The connection caps of a shard serving `workers`: the defaults
+// (wire::ConnectionLimits), raised to 4 connections a worker (plus 64) in
+// all and 2 a worker (plus 16) from one address, so that every worker,
+// observer and restarted process of the cluster fits whatever its hosts.
+wire::ConnectionLimits ShardConnectionLimits(uint32_t workers);
 
 // What the shard's store allocates for `partition` under `options`
 // (ShardStore::BytesFor with a replica per worker for delta pulls, as the
@@ -148,8 +159,11 @@ class PsShard {
   // The bound endpoint (with the real port when 0 was asked for).
   virtual std::string endpoint() const = 0;
   virtual wire::ShardStats stats() const = 0;
-  // Connections the ZAP handler refused (security.curve), 0 without CURVE.
+  // Connections refused: by the ZAP handler (security.curve) and beyond
+  // ShardOptions::connections.
   virtual uint64_t refused_connections() const = 0;
+  // TCP connections open now (as the connection cap counts them).
+  virtual uint32_t open_connections() const = 0;
   // Turns of the serving loop so far (it turns at least every 50 ms while
   // healthy, idle or not): what feeds systemd's watchdog.
   virtual uint64_t heartbeats() const = 0;

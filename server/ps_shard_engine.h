@@ -23,6 +23,7 @@
 #include "common/check.h"
 #include "common/logging.h"
 #include "common/thread_pool.h"
+#include "common/wire/connection_cap.h"
 #include "kernels/cpu/codec.h"
 #include "server/job_gate.h"
 #include "server/ps_shard.h"
@@ -197,6 +198,10 @@ class PsShardImpl : public PsShard {
                                                 "shard " + std::to_string(options_.shard));
       GRIDSYNC_RETURN_IF_ERROR(wire::ApplyCurveServer(socket_, options_.curve));
     }
+    auto capped = wire::ConnectionCap::Attach(context_, socket_, options_.connections,
+                                              "shard " + std::to_string(options_.shard));
+    if (!capped.ok()) return capped.status();
+    capped_ = std::move(capped).value();
     try {
       socket_.set(zmq::sockopt::linger, 0);
       socket_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.limits.max_frame_bytes));
@@ -213,7 +218,10 @@ class PsShardImpl : public PsShard {
   }
 
   std::string endpoint() const override { return endpoint_; }
-  uint64_t refused_connections() const override { return zap_ ? zap_->refused() : 0; }
+  uint64_t refused_connections() const override {
+    return (zap_ ? zap_->refused() : 0) + (capped_ ? capped_->refused() : 0);
+  }
+  uint32_t open_connections() const override { return capped_ ? capped_->open() : 0; }
   uint64_t heartbeats() const override { return heartbeats_.load(std::memory_order_relaxed); }
   void SetControl(ShardControl control) override {
     job_gate_.SetSource(std::move(control.job_state));
@@ -434,7 +442,8 @@ class PsShardImpl : public PsShard {
   ThreadPool pool_;
   std::vector<wire::TableShape> shapes_;
   zmq::context_t context_{1};
-  std::unique_ptr<wire::ZapHandler> zap_;  // before socket_: destroyed after it
+  std::unique_ptr<wire::ZapHandler> zap_;        // before socket_: destroyed after it
+  std::unique_ptr<wire::ConnectionCap> capped_;  // likewise
   zmq::socket_t socket_;
   std::string endpoint_;
   std::thread thread_;

@@ -47,6 +47,12 @@ void ExposeShardMetrics(MetricsEndpoint& endpoint, const PsShard& shard) {
                            out.push_back({{{"reason", reason}}, static_cast<double>(n)});
                          return out;
                        });
+  endpoint.AddGauge("gridsync_shard_connections", "TCP connections open to the shard's socket",
+                    [s] { return static_cast<double>(s->open_connections()); });
+  endpoint.AddCounter(
+      "gridsync_shard_refused_connections_total",
+      "Connections refused: keys the ZAP handler did not admit, and connections past the caps",
+      [s] { return static_cast<double>(s->refused_connections()); });
   endpoint.AddHistogram("gridsync_shard_apply_seconds",
                         "Time to apply a step (every push of it summed and stepped)",
                         [s] { return s->apply_latency().Read(); });

@@ -273,6 +273,7 @@ WorkerCountResult RunWorkers(const LoadArgs& args, const Partition& partition,
   ShardOptions options;
   options.endpoint = "tcp://127.0.0.1:0";
   options.workers = n;
+  options.connections = ShardConnectionLimits(n);
   options.consistency = Consistency::kAsync;
   options.timeout = timeout;
   auto shard = PsShard::Start(partition, options);
