@@ -88,7 +88,11 @@ struct ShardOptions {
   wire::CurveSettings curve;
   // Connections beyond these are shut down as they arrive
   // (ShardConnectionLimits: room for the cluster's workers several times
-  // over, all of them behind one address).
+  // over, all of them behind one address), and so are those that send more
+  // than they complete as messages; the unread-byte bounds left at 0 are
+  // derived from the partition (twice the largest message a worker sends
+  // the shard, plus 64 MiB, per connection; 2 workers + 2 such messages,
+  // plus 256 MiB, in all).
   wire::ConnectionLimits connections;
   // checkpoint.every_steps / dir: write the partition every this many
   // applied steps (0: never); resume_step > 0: start from that checkpoint.
@@ -164,6 +168,9 @@ class PsShard {
   virtual uint64_t refused_connections() const = 0;
   // TCP connections open now (as the connection cap counts them).
   virtual uint32_t open_connections() const = 0;
+  // The most bytes one connection sent that the shard has not read as
+  // whole messages, at the last look (every 10 ms; wire::ConnectionCap).
+  virtual uint64_t largest_unread_bytes() const = 0;
   // Turns of the serving loop so far (it turns at least every 50 ms while
   // healthy, idle or not): what feeds systemd's watchdog.
   virtual uint64_t heartbeats() const = 0;

@@ -198,7 +198,7 @@ class PsShardImpl : public PsShard {
                                                 "shard " + std::to_string(options_.shard));
       GRIDSYNC_RETURN_IF_ERROR(wire::ApplyCurveServer(socket_, options_.curve));
     }
-    auto capped = wire::ConnectionCap::Attach(context_, socket_, options_.connections,
+    auto capped = wire::ConnectionCap::Attach(context_, socket_, ConnectionLimits(),
                                               "shard " + std::to_string(options_.shard));
     if (!capped.ok()) return capped.status();
     capped_ = std::move(capped).value();
@@ -222,6 +222,7 @@ class PsShardImpl : public PsShard {
     return (zap_ ? zap_->refused() : 0) + (capped_ ? capped_->refused() : 0);
   }
   uint32_t open_connections() const override { return capped_ ? capped_->open() : 0; }
+  uint64_t largest_unread_bytes() const override { return capped_ ? capped_->largest_unread() : 0; }
   uint64_t heartbeats() const override { return heartbeats_.load(std::memory_order_relaxed); }
   void SetControl(ShardControl control) override {
     job_gate_.SetSource(std::move(control.job_state));
@@ -239,6 +240,26 @@ class PsShardImpl : public PsShard {
     return copy;
   }
 
+  // options_.connections, with the unread-byte bounds it leaves at 0
+  // derived from the largest message a worker sends this shard (init: every
+  // row it owns, ids and values): a worker has at most two messages in
+  // flight, and all of them together one more each.
+  wire::ConnectionLimits ConnectionLimits() const {
+    wire::ConnectionLimits limits = options_.connections;
+    uint64_t largest = partition_.OwnedValues(options_.shard) * sizeof(float) + (uint64_t{1} << 20);
+    for (uint32_t t = 0; t < partition_.n_tables(); ++t) {
+      largest += partition_.OwnedRows(options_.shard, t) * sizeof(uint32_t);
+    }
+    if (limits.max_unread_bytes_per_connection == 0) {
+      limits.max_unread_bytes_per_connection = 2 * largest + (uint64_t{64} << 20);
+    }
+    if (limits.max_unread_bytes == 0) {
+      limits.max_unread_bytes =
+          (2 * uint64_t{options_.workers} + 2) * largest + (uint64_t{256} << 20);
+    }
+    return limits;
+  }
+
   void Stop() override {
     stop_ = true;
     if (thread_.joinable()) thread_.join();
@@ -249,8 +270,10 @@ class PsShardImpl : public PsShard {
     while (!stop_) {
       heartbeats_.fetch_add(1, std::memory_order_relaxed);
       std::vector<zmq::message_t> refused;
-      auto received =
-          wire::ReceiveMultipart(socket_, 50, options_.limits, /*envelope_frames=*/1, &refused);
+      wire::TakenBytes taken{.curve = options_.curve.on};
+      auto received = wire::ReceiveMultipart(socket_, 50, options_.limits, /*envelope_frames=*/1,
+                                             &refused, &taken);
+      capped_->Taken(taken.fd, taken.bytes);
       if (!received.ok()) {
         if (received.status().code() != StatusCode::kTimeout) {
           if (!refused.empty()) {

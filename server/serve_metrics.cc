@@ -49,6 +49,10 @@ void ExposeShardMetrics(MetricsEndpoint& endpoint, const PsShard& shard) {
                        });
   endpoint.AddGauge("gridsync_shard_connections", "TCP connections open to the shard's socket",
                     [s] { return static_cast<double>(s->open_connections()); });
+  endpoint.AddGauge("gridsync_shard_largest_unread_bytes",
+                    "The most bytes one connection sent that the shard has not read as whole "
+                    "messages (an unfinished message; cut past the bound)",
+                    [s] { return static_cast<double>(s->largest_unread_bytes()); });
   endpoint.AddCounter(
       "gridsync_shard_refused_connections_total",
       "Connections refused: keys the ZAP handler did not admit, and connections past the caps",

@@ -173,6 +173,20 @@ inline std::vector<zmq::message_t> Frames(std::initializer_list<std::string> par
   return frames;
 }
 
+// Sends `times` messages of frames of assorted sizes on `socket` (a DEALER
+// connected to a shard), short and long ZMTP frames and an empty one, and
+// reads each reply (an error: they are no gridsync messages); false when a
+// reply did not come.
+inline bool ExchangeAssortedFrames(zmq::socket_t& socket, int times) {
+  for (int i = 0; i < times; ++i) {
+    auto frames = Frames({std::string(10, 'a'), std::string(255, 'b'), std::string(256, 'c'),
+                          std::string(70000 + i, 'd'), std::string()});
+    if (!wire::SendMultipart(socket, frames).ok()) return false;
+    if (!wire::ReceiveMultipart(socket, 3000, wire::Limits{}).ok()) return false;
+  }
+  return true;
+}
+
 // A header of `kind` listing one sparse block of one row and no payload
 // frames: the 144-byte message that used to crash a shard (a stats header
 // whose block passed Decode without row ids, then reached the ownership check).

@@ -17,6 +17,7 @@
 #include "common/wire/gridsync.capnp.h"
 #include "server/coordinator.h"
 #include "server/in_process_cluster.h"
+#include "tests/ps_test_util.h"
 #include "tests/raw_coord_connection.h"
 #include "tests/test_util.h"
 #include "worker/params_file.h"
@@ -130,6 +131,33 @@ TEST(SecurityTest, OnlyListedKeysReachAShardAndGoodWorkersTrain) {
   for (auto& t : threads) t.join();
   for (auto& r : reports) ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(shard.stats().applied_steps, 6u);
+  fs::remove_all(dir);
+}
+
+// Under CURVE each frame crosses the wire in a MESSAGE box: what the shard
+// counts as taken from a connection (wire::WireFrameBytes) must match it
+// exactly, or the connection's unread bytes drift until it is cut off.
+TEST(SecurityTest, WhatIsTakenUnderCurveMatchesTheWireExactly) {
+  const std::string dir = MakeKeys();
+  Config config = testing::SmallDistributedConfig(1, GradientSyncMode::kPs, 6);
+  config.security.curve = true;
+  config.security.keys_dir = dir;
+  auto servers = InProcessCluster::Start(config);
+  ASSERT_TRUE(servers.ok()) << servers.status().ToString();
+  PsShard& shard = (*servers)->shard(0);
+  const auto observer = *wire::LoadCurveKeyPair(dir, "observer");
+  zmq::context_t context(1);
+  zmq::socket_t socket(context, zmq::socket_type::dealer);
+  socket.set(zmq::sockopt::linger, 0);
+  socket.set(zmq::sockopt::curve_serverkey, *wire::LoadCurvePublicKey(dir, "shard"));
+  socket.set(zmq::sockopt::curve_publickey, observer.public_z85);
+  socket.set(zmq::sockopt::curve_secretkey, observer.secret_z85);
+  socket.connect(shard.endpoint());
+  ASSERT_TRUE(ExchangeAssortedFrames(socket, 200));
+  std::this_thread::sleep_for(60ms);  // a few sweeps
+  // What is left: the greeting and the CURVE handshake's commands.
+  EXPECT_GT(shard.largest_unread_bytes(), 64u);
+  EXPECT_LT(shard.largest_unread_bytes(), 1024u);
   fs::remove_all(dir);
 }
 

@@ -1,21 +1,38 @@
-// A cap on the TCP connections a listening ZeroMQ socket holds, in all and
-// per peer address. ZeroMQ accepts every connection and keeps each one's
-// buffers (about 90 KiB) whatever the application does: a hostile probe
-// opened 10,500 connections to a shard and grew it to 968 MB. A socket
-// monitor reports each accepted and each closed connection; past either
-// cap the new connection is shut down at once (its peer reads EOF), and
-// the connections already served keep their slots. Without CURVE nothing
-// else stands between a peer and the shard's memory, and with CURVE a
-// connection holds its buffers during the handshake too.
+// Caps on what the connections to a listening ZeroMQ socket make its
+// process hold.
+// - Connections, in all and per peer address. ZeroMQ accepts every
+//   connection and keeps each one's buffers (about 90 KiB) whatever the
+//   application does: a hostile probe opened 10,500 connections to a shard
+//   and grew it to 968 MB. A socket monitor reports each accepted and each
+//   closed connection; past either cap the new connection is shut down at
+//   once (its peer reads EOF), and those already served keep their slots.
+// - Bytes a connection delivered that the application has not taken as
+//   whole messages. ZeroMQ keeps the frames of an unfinished multipart
+//   message inside its pipe, where neither ZMQ_MAXMSGSIZE (a frame's
+//   bound) nor the high-water mark (which counts whole messages) sees
+//   them: one connection streaming frames that never end grew a shard to
+//   617 MB and on. Every 10 ms the bytes each connection's TCP socket
+//   received (TCP_INFO) are set against what the application took from it
+//   (Taken, by the descriptor ZMQ_SRCFD names); a connection past its
+//   bound, or the one holding most while all of them together are past
+//   theirs, is shut down.
+// Without CURVE nothing else stands between a peer and the process's
+// memory; with CURVE no bytes pass before the key, but a connection holds
+// its buffers during the handshake.
 //
-// Thread safety: the constructor attaches the monitor to a socket that is
-// not bound yet and not used by another thread meanwhile; the cap serves
-// on its own thread, and the destructor stops it. Counters are atomic.
+// Thread safety: Attach runs on a socket that is not bound yet and not used
+// by another thread meanwhile; the cap serves on its own thread, and the
+// destructor stops it. Taken may be called from any thread; counters are
+// atomic.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <zmq.hpp>
@@ -28,6 +45,10 @@ namespace gridsync::wire {
 struct ConnectionLimits {
   uint32_t max_connections = 1024;             // in all
   uint32_t max_connections_per_address = 256;  // from one peer address
+  // Bytes received and not yet taken as whole messages: per connection,
+  // and over all of them. 0: unbounded.
+  uint64_t max_unread_bytes_per_connection = 0;
+  uint64_t max_unread_bytes = 0;
 };
 
 class ConnectionCap {
@@ -42,8 +63,15 @@ class ConnectionCap {
   ConnectionCap(const ConnectionCap&) = delete;
   ConnectionCap& operator=(const ConnectionCap&) = delete;
 
+  // The application took a message of about `bytes` wire bytes from the
+  // connection on descriptor `fd` (wire::TakenBytes).
+  void Taken(int fd, uint64_t bytes);
+
   uint64_t refused() const { return refused_.load(std::memory_order_relaxed); }
   uint32_t open() const { return open_.load(std::memory_order_relaxed); }
+  // The most unread bytes one connection held at the last sweep (its
+  // handshake's bytes included: about 100, or 500 under CURVE).
+  uint64_t largest_unread() const { return largest_unread_.load(std::memory_order_relaxed); }
 
  private:
   ConnectionCap(zmq::context_t& context, const std::string& monitor_endpoint,
@@ -51,6 +79,15 @@ class ConnectionCap {
   void Serve();
   void OnAccepted(int fd);
   void OnClosed(int fd);
+  // Shuts down the connections that hold more unread bytes than allowed.
+  void Sweep();
+  // Every 10 ms, or 20 us a connection when more are open (one getsockopt
+  // each): what arrives in between passes the bound unseen (~15 MB on
+  // loopback at 10 ms).
+  std::chrono::microseconds SweepInterval() const {
+    return std::chrono::microseconds(std::max<uint64_t>(10000, 20 * uint64_t{open()}));
+  }
+  void Shut(int fd, const std::string& why);
 
   const ConnectionLimits limits_;
   const std::string who_;
@@ -59,9 +96,14 @@ class ConnectionCap {
   // and the open connections per address.
   std::map<int, std::string> address_of_;
   std::map<std::string, uint32_t> per_address_;
+  std::map<int, bool> shut_;  // descriptors shut down, until they close
+  std::chrono::steady_clock::time_point last_sweep_{};
+  std::mutex taken_mu_;
+  std::map<int, uint64_t> taken_;  // guarded by taken_mu_: bytes taken per descriptor
   LogBudget refusal_log_{"refused connections"};
   std::atomic<uint32_t> open_{0};
   std::atomic<uint64_t> refused_{0};
+  std::atomic<uint64_t> largest_unread_{0};
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

@@ -304,9 +304,15 @@ std::vector<zmq::message_t> EncodeError(uint64_t request_id, uint32_t shard, con
   return frames;
 }
 
-Result<std::vector<zmq::message_t>> ReceiveMultipart(
-    zmq::socket_t& socket, int timeout_ms, const Limits& limits, int envelope_frames,
-    std::vector<zmq::message_t>* refused_envelope) {
+uint64_t WireFrameBytes(uint64_t size, bool curve) {
+  const uint64_t body = curve ? size + 33 : size;
+  return body + (body > 255 ? 9 : 2);
+}
+
+Result<std::vector<zmq::message_t>> ReceiveMultipart(zmq::socket_t& socket, int timeout_ms,
+                                                     const Limits& limits, int envelope_frames,
+                                                     std::vector<zmq::message_t>* refused_envelope,
+                                                     TakenBytes* taken) {
   GRIDSYNC_CHECK_GE(envelope_frames, 0);
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + std::chrono::milliseconds(std::max(timeout_ms, 0));
@@ -334,6 +340,11 @@ Result<std::vector<zmq::message_t>> ReceiveMultipart(
       }
     }
 
+    // The envelope (a ROUTER's routing id) never crossed the wire.
+    if (taken != nullptr) {
+      taken->fd = zmq_msg_get(first.handle(), ZMQ_SRCFD);
+      taken->bytes = envelope_frames > 0 ? 0 : WireFrameBytes(first.size(), taken->curve);
+    }
     const size_t allowed = static_cast<size_t>(envelope_frames) + limits.max_frames();
     size_t count = 1;
     bool more = first.more();
@@ -346,6 +357,12 @@ Result<std::vector<zmq::message_t>> ReceiveMultipart(
       RetryOnEintr([&] { return socket.recv(part, zmq::recv_flags::none); });
       more = part.more();
       ++count;
+      if (taken != nullptr && count > static_cast<size_t>(envelope_frames)) {
+        taken->bytes += WireFrameBytes(part.size(), taken->curve);
+        // A ROUTER's routing id frame may carry no descriptor; the frames
+        // that crossed the wire do.
+        if (taken->fd < 0) taken->fd = zmq_msg_get(part.handle(), ZMQ_SRCFD);
+      }
       if (count <= allowed) frames.push_back(std::move(part));
     }
     if (count > allowed) {

@@ -283,9 +283,25 @@ Result<Message> Decode(std::vector<zmq::message_t>&& frames, const std::vector<T
 // the first returned frame. When a message is refused for its frame count,
 // its envelope is moved to *refused_envelope (if given), so a ROUTER can
 // still address the Error reply to the sender.
+//
+// *taken (if given) says which connection the message came from (its
+// descriptor, ZMQ_SRCFD) and how many bytes it took off the wire (its
+// frames past the envelope with their ZMTP framing, refused ones too), for
+// wire::ConnectionCap's count of what each connection holds unread.
+struct TakenBytes {
+  bool curve = false;  // in: the socket runs CURVE (each frame boxed)
+  int fd = -1;
+  uint64_t bytes = 0;
+};
+// A frame of `size` bytes on the wire: ZMTP 3.0 framing (a flags byte and
+// a length of 1 byte, or of 8 past 255), under CURVE around its MESSAGE
+// box ("\x07MESSAGE", an 8-byte nonce, a flags byte, a 16-byte MAC).
+// Exact: what is taken must never exceed what was received, or a peer
+// could bank credit for an unfinished message.
+uint64_t WireFrameBytes(uint64_t size, bool curve);
 Result<std::vector<zmq::message_t>> ReceiveMultipart(
     zmq::socket_t& socket, int timeout_ms, const Limits& limits, int envelope_frames = 0,
-    std::vector<zmq::message_t>* refused_envelope = nullptr);
+    std::vector<zmq::message_t>* refused_envelope = nullptr, TakenBytes* taken = nullptr);
 // Sends all frames; ZeroMQ owns them afterwards.
 Status SendMultipart(zmq::socket_t& socket, std::vector<zmq::message_t>& frames);
 
