@@ -1,11 +1,14 @@
 #include "ops/metrics.h"
 
 #include <prometheus/collectable.h>
-#include <prometheus/exposer.h>
 #include <prometheus/metric_family.h>
+#include <prometheus/text_serializer.h>
 
 #include <limits>
+#include <memory>
 #include <mutex>
+
+#include "ops/metrics_http.h"
 
 namespace gridsync {
 namespace {
@@ -90,8 +93,8 @@ std::function<std::vector<MetricSample>()> One(std::function<double()> read) {
 
 struct MetricsEndpoint::Impl {
   std::string host;
-  std::unique_ptr<prometheus::Exposer> exposer;
   std::shared_ptr<CallbackCollectable> collectable;
+  std::unique_ptr<MetricsHttpServer> server;  // last: stopped before the collectable goes
 };
 
 MetricsEndpoint::MetricsEndpoint(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -102,29 +105,25 @@ Result<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(const std::strin
                                                                 MetricLabels labels) {
   auto impl = std::make_unique<Impl>();
   impl->host = host;
-  const std::string bind =
-      (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
-  try {
-    // civetweb's options: a few threads and short timeouts, so clients that
-    // open connections and send nothing (or a request a byte at a time)
-    // hold a thread for half a second, not civetweb's default 30 s, and a
-    // scrape still gets through.
-    impl->exposer = std::make_unique<prometheus::Exposer>(
-        std::vector<std::string>{"listening_ports", bind, "num_threads", "8", "request_timeout_ms",
-                                 "500", "keep_alive_timeout_ms", "500", "linger_timeout_ms", "0"});
-  } catch (const std::exception& e) {
-    return Status::IOError("metrics: cannot listen on " + bind + ": " + e.what() +
+  impl->collectable = std::make_shared<CallbackCollectable>(std::move(labels));
+  // Asynchronous (ops/metrics_http.h): civetweb's thread per connection let
+  // 200 connections that sent nothing hold every thread, and no scrape got
+  // through while they came.
+  std::shared_ptr<CallbackCollectable> collectable = impl->collectable;
+  auto server = MetricsHttpServer::Start(host, port, [collectable] {
+    return prometheus::TextSerializer().Serialize(collectable->Collect());
+  });
+  if (!server.ok()) {
+    const std::string bind = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
+                             std::to_string(port);
+    return Status::IOError("metrics: cannot listen on " + bind + ": " + server.status().message() +
                            "; allowed: a free port (metrics.port, --metrics-port)");
   }
-  impl->collectable = std::make_shared<CallbackCollectable>(std::move(labels));
-  impl->exposer->RegisterCollectable(impl->collectable);
+  impl->server = std::move(server).value();
   return std::unique_ptr<MetricsEndpoint>(new MetricsEndpoint(std::move(impl)));
 }
 
-uint16_t MetricsEndpoint::port() const {
-  const auto ports = impl_->exposer->GetListeningPorts();
-  return ports.empty() ? 0 : static_cast<uint16_t>(ports.front());
-}
+uint16_t MetricsEndpoint::port() const { return impl_->server->port(); }
 
 std::string MetricsEndpoint::address() const { return impl_->host + ":" + std::to_string(port()); }
 

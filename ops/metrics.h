@@ -1,7 +1,8 @@
-// A Prometheus endpoint (prometheus-cpp's Exposer: GET /metrics) whose
-// values are read at scrape time through callbacks: the serving and
-// training paths keep their own counters and pay nothing per metric, and a
-// scrape always sees the current figures.
+// A Prometheus endpoint (GET /metrics: prometheus-cpp's data model and text
+// format, served by ops/metrics_http.h) whose values are read at scrape
+// time through callbacks: the serving and training paths keep their own
+// counters and pay nothing per metric, and a scrape always sees the
+// current figures.
 //
 // Every process of a cluster can run one (metrics.port in the config, or
 // --metrics-port): the coordinator at the port, shard s at port + 1 + s,
@@ -10,7 +11,7 @@
 // `gridsync monitor` finds it.
 //
 // Thread safety: Add* before or after Start, from one thread; callbacks run
-// on the exposer's threads and must be thread-safe.
+// on the server's thread and must be thread-safe.
 #pragma once
 
 #include <cstdint>

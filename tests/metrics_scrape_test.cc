@@ -8,6 +8,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -15,6 +16,9 @@
 #include <chrono>
 #include <string>
 #include <thread>
+#include <vector>
+
+#include "ops/metrics.h"
 
 namespace gridsync {
 namespace {
@@ -110,6 +114,93 @@ TEST(MetricsScrapeTest, AReplyTrickledForeverCostsTheTimeout) {
   ASSERT_FALSE(scraped.ok());
   EXPECT_EQ(scraped.status().code(), StatusCode::kTimeout) << scraped.status().ToString();
   EXPECT_LT(Clock::now() - start, 2s);
+}
+
+// ---- The endpoint side (ops/metrics.h, ops/metrics_http.h) ----
+
+// A TCP connection to 127.0.0.1:port; -1 when it failed.
+int Connect(uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Sends `request` on a new connection and returns what comes back until
+// the server closes it (at most 2 s).
+std::string Exchange(uint16_t port, const std::string& request) {
+  const int fd = Connect(port);
+  if (fd < 0) return "";
+  (void)::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+  std::string reply;
+  const auto deadline = Clock::now() + 2s;
+  char buffer[4096];
+  while (Clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    const ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
+    if (n <= 0) break;
+    reply.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return reply;
+}
+
+std::unique_ptr<MetricsEndpoint> StartEndpoint() {
+  auto endpoint = MetricsEndpoint::Start("127.0.0.1", 0, {{"role", "test"}});
+  EXPECT_TRUE(endpoint.ok()) << endpoint.status().ToString();
+  if (!endpoint.ok()) return nullptr;
+  (*endpoint)->AddGauge("gridsync_test_value", "A figure", [] { return 7.0; });
+  return std::move(endpoint).value();
+}
+
+// A hostile probe: 200 connections that sent nothing held every thread of
+// civetweb's pool (8, each until its 500 ms request timeout), and no scrape
+// got through while they came.
+TEST(MetricsEndpointTest, ConnectionsThatSendNothingDoNotBlockAScrape) {
+  auto endpoint = StartEndpoint();
+  ASSERT_NE(endpoint, nullptr);
+  std::vector<int> idle;
+  for (int i = 0; i < 400; ++i) {  // past the 256 the server keeps open
+    const int fd = Connect(endpoint->port());
+    ASSERT_GE(fd, 0);
+    idle.push_back(fd);
+  }
+  for (int round = 0; round < 5; ++round) {
+    const auto start = Clock::now();
+    auto scraped = ScrapeMetrics(endpoint->address(), 2000ms);
+    ASSERT_TRUE(scraped.ok()) << scraped.status().ToString();
+    EXPECT_EQ(MetricValue(*scraped, "gridsync_test_value", {{"role", "test"}}), 7);
+    EXPECT_LT(Clock::now() - start, 1s);
+  }
+  for (int fd : idle) ::close(fd);
+}
+
+TEST(MetricsEndpointTest, OnlyGetOfMetricsIsServedAndRequestsAreBounded) {
+  auto endpoint = StartEndpoint();
+  ASSERT_NE(endpoint, nullptr);
+  const uint16_t port = endpoint->port();
+  const std::string ok = Exchange(port, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(ok.rfind("HTTP/1.1 200", 0), 0u) << ok;
+  EXPECT_NE(ok.find("gridsync_test_value{role=\"test\"} 7"), std::string::npos) << ok;
+  const std::string other = Exchange(port, "GET /admin HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(other.rfind("HTTP/1.1 404", 0), 0u) << other;
+  const std::string post = Exchange(port, "POST /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(post.rfind("HTTP/1.1 405", 0), 0u) << post;
+  // A header past 8 KiB, and a body: closed without a reply.
+  EXPECT_EQ(Exchange(port, "GET /metrics HTTP/1.1\r\nX: " + std::string(10000, 'a') + "\r\n\r\n"),
+            "");
+  EXPECT_EQ(Exchange(port, "GET /metrics HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello"), "");
+  EXPECT_EQ(Exchange(port, "garbage\r\n\r\n"), "");
+  // Still serving.
+  auto scraped = ScrapeMetrics(endpoint->address(), 2000ms);
+  ASSERT_TRUE(scraped.ok()) << scraped.status().ToString();
 }
 
 }  // namespace

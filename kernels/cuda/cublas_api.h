@@ -1,7 +1,7 @@
 // cuBLAS for the device trainer's MLP, loaded when a trainer is made rather
 // than linked: every binary links the kernels, and a CPU host need not have
-// NVIDIA's BLAS (linked, it also broke civetweb's server start in the
-// worker). CUDA sources only (it needs cublas_v2.h).
+// NVIDIA's BLAS (linked, it also broke the metrics server's start in the
+// worker, when that was civetweb). CUDA sources only (it needs cublas_v2.h).
 //
 //   GRIDSYNC_RETURN_IF_ERROR(LoadCublas().status());
 //   GRIDSYNC_CUBLAS_RETURN_IF_ERROR(Cublas().sgemm(handle, ...));

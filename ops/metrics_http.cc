@@ -1,0 +1,171 @@
+#include "ops/metrics_http.h"
+
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <list>
+#include <thread>
+#include <utility>
+
+namespace gridsync {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+// One connection: a request read under the deadline, one reply, close.
+struct Session {
+  explicit Session(tcp::socket s) : socket(std::move(s)), timer(socket.get_executor()) {}
+  tcp::socket socket;
+  asio::steady_timer timer;
+  beast::flat_buffer buffer;
+  http::request_parser<http::empty_body> parser;
+  http::response<http::string_body> reply;
+  std::list<std::shared_ptr<Session>>::iterator at;  // in Impl::open_
+  bool closed = false;
+};
+
+}  // namespace
+
+class MetricsHttpServer::Impl {
+ public:
+  Impl(std::function<std::string()> render, MetricsHttpLimits limits)
+      : render_(std::move(render)), limits_(limits), acceptor_(io_) {}
+
+  Status Listen(const std::string& host, uint16_t port) {
+    beast::error_code ec;
+    tcp::resolver resolver(io_);
+    const auto found = resolver.resolve(host, std::to_string(port), ec);
+    if (ec || found.empty()) return Status::IOError("cannot resolve '" + host + "'");
+    const tcp::endpoint endpoint = found.begin()->endpoint();
+    acceptor_.open(endpoint.protocol(), ec);
+    if (!ec) acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
+    if (!ec) acceptor_.bind(endpoint, ec);
+    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) return Status::IOError(ec.message());
+    port_ = acceptor_.local_endpoint(ec).port();
+    Accept();
+    thread_ = std::thread([this] { io_.run(); });
+    return Status::OK();
+  }
+
+  void Stop() {
+    asio::post(io_, [this] {
+      beast::error_code ignored;
+      acceptor_.close(ignored);
+      while (!open_.empty()) Close(open_.front());
+      io_.stop();
+    });
+    if (thread_.joinable()) thread_.join();
+  }
+
+  uint16_t port() const { return port_; }
+  uint64_t evicted() const { return evicted_.load(std::memory_order_relaxed); }
+
+ private:
+  void Accept() {
+    acceptor_.async_accept([this](beast::error_code ec, tcp::socket socket) {
+      if (ec == asio::error::operation_aborted) return;
+      if (!ec) Serve(std::move(socket));
+      // Errors such as EMFILE: the next accept tries again (the oldest
+      // connection's close frees a descriptor).
+      Accept();
+    });
+  }
+
+  void Serve(tcp::socket socket) {
+    if (open_.size() >= limits_.max_connections) {
+      evicted_.fetch_add(1, std::memory_order_relaxed);
+      Close(open_.front());
+    }
+    auto session = std::make_shared<Session>(std::move(socket));
+    session->at = open_.insert(open_.end(), session);
+    session->parser.header_limit(8 * 1024);
+    session->parser.body_limit(0);
+    session->timer.expires_after(limits_.request_timeout);
+    session->timer.async_wait([this, session](beast::error_code ec) {
+      if (!ec) Close(session);  // no whole request in time
+    });
+    http::async_read(session->socket, session->buffer, session->parser,
+                     [this, session](beast::error_code ec, size_t) {
+                       if (session->closed) return;
+                       if (ec) return Close(session);  // malformed, oversized or gone
+                       Reply(session);
+                     });
+  }
+
+  void Reply(const std::shared_ptr<Session>& session) {
+    const auto& request = session->parser.get();
+    auto& reply = session->reply;
+    reply.version(request.version());
+    reply.keep_alive(false);
+    reply.set(http::field::server, "gridsync");
+    const bool head = request.method() == http::verb::head;
+    if (request.target() != "/metrics") {
+      reply.result(http::status::not_found);
+      reply.set(http::field::content_type, "text/plain");
+      reply.body() = "not found; allowed: GET /metrics\n";
+    } else if (request.method() != http::verb::get && !head) {
+      reply.result(http::status::method_not_allowed);
+      reply.set(http::field::allow, "GET, HEAD");
+      reply.body() = "allowed: GET or HEAD\n";
+    } else {
+      reply.result(http::status::ok);
+      reply.set(http::field::content_type, "text/plain; version=0.0.4");
+      try {
+        reply.body() = render_();
+      } catch (const std::exception& e) {
+        reply.result(http::status::internal_server_error);
+        reply.body() = std::string("metrics could not be read: ") + e.what() + "\n";
+      }
+    }
+    reply.prepare_payload();
+    if (head) reply.body().clear();  // the length stays the GET's
+    http::async_write(session->socket, reply,
+                      [this, session](beast::error_code, size_t) { Close(session); });
+  }
+
+  // By value: erasing the session from open_ may drop a caller's reference.
+  void Close(std::shared_ptr<Session> session) {
+    if (session->closed) return;
+    session->closed = true;
+    beast::error_code ignored;
+    session->timer.cancel();
+    session->socket.shutdown(tcp::socket::shutdown_both, ignored);
+    session->socket.close(ignored);
+    open_.erase(session->at);
+  }
+
+  std::function<std::string()> render_;
+  const MetricsHttpLimits limits_;
+  asio::io_context io_;
+  tcp::acceptor acceptor_;
+  uint16_t port_ = 0;
+  std::list<std::shared_ptr<Session>> open_;  // the server thread's, oldest first
+  std::atomic<uint64_t> evicted_{0};
+  std::thread thread_;
+};
+
+Result<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
+    const std::string& host, uint16_t port, std::function<std::string()> render,
+    MetricsHttpLimits limits) {
+  auto impl = std::make_unique<Impl>(std::move(render), limits);
+  GRIDSYNC_RETURN_IF_ERROR(impl->Listen(host, port));
+  return std::unique_ptr<MetricsHttpServer>(new MetricsHttpServer(std::move(impl)));
+}
+
+MetricsHttpServer::MetricsHttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+MetricsHttpServer::~MetricsHttpServer() { impl_->Stop(); }
+uint16_t MetricsHttpServer::port() const { return impl_->port(); }
+uint64_t MetricsHttpServer::evicted() const { return impl_->evicted(); }
+
+}  // namespace gridsync
