@@ -114,6 +114,14 @@ TEST(SecurityTest, OnlyListedKeysReachAShardAndGoodWorkersTrain) {
     s.set(zmq::sockopt::curve_secretkey, observer.secret_z85);
   }));
   EXPECT_EQ(shard.stats().pushes, 0u);
+  // Refused handshakes close their connections, and the connection cap
+  // counts them closed (else refusals would fill it). The cluster's own
+  // workers have not connected yet.
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (shard.open_connections() != 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(shard.open_connections(), 0u);
 
   // Good workers (worker.key, trusting shard.pub) train.
   const ImageTask image = testing::SmallImage();
