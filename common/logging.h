@@ -32,22 +32,29 @@ class LogBudget {
 
   // Whether this line may be logged now.
   bool Allow() {
-    const auto now = std::chrono::steady_clock::now();
-    if (now - window_start_ >= window_) {
-      if (suppressed_ > 0) {
-        spdlog::warn("{} more {} in the last {} s not logged one by one", suppressed_, what_,
-                     std::chrono::duration_cast<std::chrono::seconds>(now - window_start_).count());
-      }
-      window_start_ = now;
-      used_ = 0;
-      suppressed_ = 0;
-    }
+    Tick();
     if (used_ < burst_) {
       ++used_;
       return true;
     }
     ++suppressed_;
     return false;
+  }
+
+  // Opens the next window once this one is over, logging the count of the
+  // lines it held back; a caller that may go quiet calls it now and then,
+  // so that the count does not wait for the next line (which may never
+  // come).
+  void Tick() {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - window_start_ < window_) return;
+    if (suppressed_ > 0) {
+      spdlog::warn("{} more {} in the last {} s not logged one by one", suppressed_, what_,
+                   std::chrono::duration_cast<std::chrono::seconds>(now - window_start_).count());
+    }
+    window_start_ = now;
+    used_ = 0;
+    suppressed_ = 0;
   }
 
  private:

@@ -84,13 +84,19 @@ bool CoordinatorImpl::MakeRoomFor(const ConnPtr& fresh) {
   // Refused and evicted connections linger for their error reply (Linger)
   // and no longer count.
   size_t open = 0;
-  ConnPtr idlest;
+  ConnPtr silent, idlest;  // oldest of the strangers that never spoke; idlest of the others
   for (const ConnPtr& c : connections_) {
     if (c->closed || c->closing) continue;
     ++open;
-    if (c != fresh && Stranger(*c) && (!idlest || c->last_heard < idlest->last_heard)) idlest = c;
+    if (c == fresh || !Stranger(*c)) continue;
+    if (!c->heard) {
+      if (!silent || c->last_heard < silent->last_heard) silent = c;
+    } else if (!c->waiter && c->queued.empty()) {
+      if (!idlest || c->last_heard < idlest->last_heard) idlest = c;
+    }
   }
   if (open <= options_.max_connections) return true;
+  if (silent) idlest = silent;
   if (idlest) {
     const auto idle_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                              std::chrono::steady_clock::now() - idlest->last_heard)
@@ -98,10 +104,12 @@ bool CoordinatorImpl::MakeRoomFor(const ConnPtr& fresh) {
     Fail(idlest, 0,
          Status::IOError(fmt::format(
              "closed to make room for a new connection: {} open, at most {} (max_connections), "
-             "and this one has neither registered nor proved a key and was heard from last {} ms "
-             "ago, longer than any other such connection; allowed: register (or prove a key) "
-             "promptly after connecting",
-             open, options_.max_connections, idle_ms)));
+             "and this one has neither registered nor proved a key and {} {} ms ago, longer "
+             "than any other such connection; allowed: register (or prove a key) promptly after "
+             "connecting",
+             open, options_.max_connections,
+             idlest->heard ? "was heard from last" : "sent no whole message since it connected",
+             idle_ms)));
     return true;
   }
   Fail(fresh, 0,
@@ -240,6 +248,7 @@ void CoordinatorImpl::ReadBody(const ConnPtr& conn) {
         return;
       }
       conn->last_heard = std::chrono::steady_clock::now();
+      conn->heard = true;
       OnRequest(conn, std::move(request).value(), conn->body_length);
       ReadHeader(conn);
     });

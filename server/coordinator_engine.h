@@ -167,6 +167,7 @@ struct Connection {
   // When it connected or last sent a whole message: at max_connections the
   // stranger idle longest makes room for a new connection.
   std::chrono::steady_clock::time_point last_heard = std::chrono::steady_clock::now();
+  bool heard = false;  // it sent a whole message
   std::deque<std::vector<uint8_t>> outbox;
   uint64_t outbox_bytes = 0;
   std::string challenge;                           // security: the outstanding authHello challenge
@@ -266,14 +267,16 @@ class CoordinatorImpl final : public Coordinator {
   static bool Stranger(const Connection& conn) {
     return !conn.member.has_value() && !conn.authenticated.has_value();
   }
-  // At max_connections, a new connection takes the slot of the stranger
-  // heard from longest ago (closed with an error naming why), and is
-  // refused only when every open connection is a member or proved a key.
-  // Before, strangers that connected and stayed silent locked every new
-  // member out until read_timeout (30 s) closed them, wave after wave; a
-  // member registering now is the stranger heard from last, so a flood
-  // has to open max_connections connections within its registration's
-  // round trip to push it out. false: `fresh` was refused.
+  // At max_connections, a new connection takes the slot of a stranger
+  // (closed with an error naming why): one that never sent a whole
+  // message, the oldest first, else one with no request waiting, heard
+  // from longest ago; it is refused only when every open connection is a
+  // member, proved a key, or waits for an answer (the multi-node
+  // launcher's barrier). Before, strangers that connected and stayed
+  // silent locked every new member out until read_timeout (30 s) closed
+  // them, wave after wave; and silent ones going first keeps `gridsync
+  // monitor` (a stranger that speaks) through a flood of them. false:
+  // `fresh` was refused.
   bool MakeRoomFor(const ConnPtr& fresh);
   // Takes the connection's unfinished message out of the budgets.
   void ReleasePending(Connection& conn) {

@@ -204,6 +204,7 @@ void ExpectServes(Coordinator& coordinator) {
 }
 
 std::string KvSetFrame(uint64_t id, const std::string& key, size_t value_bytes);
+std::string KvGetFrame(uint64_t id, const std::string& key, uint32_t timeout_ms);
 
 // A hostile probe: connections that connect and stay silent filled
 // max_connections, and every new member was refused until read_timeout
@@ -237,6 +238,40 @@ TEST(CoordinatorLimitsTest, AFullCoordinatorClosesTheStrangerIdleLongest) {
   ASSERT_TRUE(served.decoded) << "eof " << served.eof << ", timeout " << served.timeout;
   EXPECT_FALSE(served.is_error) << served.text;
   EXPECT_TRUE((*member)->Heartbeat().ok());
+}
+
+// A hostile probe: a flood of silent connections evicted `gridsync
+// monitor`, a stranger that speaks. Silent strangers go first now, and a
+// stranger waiting for an answer (the multi-node launcher at its barrier)
+// is never closed for room.
+TEST(CoordinatorLimitsTest, SilentStrangersGoBeforeOnesThatSpeak) {
+  CoordinatorOptions options;
+  options.max_connections = 4;
+  auto coordinator = StartWith(options);
+  ASSERT_TRUE(coordinator);
+  auto monitor = CoordinatorClient::Connect("127.0.0.1", coordinator->port(), 5s);
+  ASSERT_TRUE(monitor.ok()) << monitor.status().ToString();
+  ASSERT_TRUE((*monitor)->Heartbeat().ok());
+  // A stranger waiting up to 5 s for a key nobody sets yet.
+  RawConnection waiting(coordinator->port());
+  waiting.Send(KvGetFrame(9, "launch/done", 5000));
+  std::this_thread::sleep_for(100ms);
+  std::vector<std::unique_ptr<RawConnection>> silent;
+  for (int i = 0; i < 12; ++i) {
+    silent.push_back(std::make_unique<RawConnection>(coordinator->port()));
+    std::this_thread::sleep_for(10ms);
+  }
+  std::this_thread::sleep_for(100ms);
+  EXPECT_TRUE((*monitor)->Heartbeat().ok()) << "the stranger that speaks was closed";
+  ASSERT_TRUE((*monitor)->Set("launch/done", "1").ok());
+  auto answered = waiting.ReadReply(3s);
+  ASSERT_TRUE(answered.decoded) << "eof " << answered.eof << ", timeout " << answered.timeout;
+  EXPECT_FALSE(answered.is_error) << answered.text;
+  // The silent ones made room for each other, the oldest first.
+  auto evicted = silent[0]->ReadReply(3s);
+  ASSERT_TRUE(evicted.decoded) << "eof " << evicted.eof << ", timeout " << evicted.timeout;
+  EXPECT_NE(evicted.text.find("sent no whole message since it connected"), std::string::npos)
+      << evicted.text;
 }
 
 // When every open connection is a member, a new one is refused (the
@@ -443,6 +478,16 @@ std::string KvSetFrame(uint64_t id, const std::string& key, size_t value_bytes) 
   const std::string value(value_bytes, 'x');
   set.setValue(
       capnp::Data::Reader(reinterpret_cast<const capnp::byte*>(value.data()), value.size()));
+  return FrameOf(message);
+}
+
+std::string KvGetFrame(uint64_t id, const std::string& key, uint32_t timeout_ms) {
+  capnp::MallocMessageBuilder message;
+  auto request = message.initRoot<schema::CoordRequest>();
+  request.setRequestId(id);
+  auto get = request.initKvGet();
+  get.initKeys(1).set(0, capnp::Text::Reader(key.data(), key.size()));
+  get.setTimeoutMs(timeout_ms);
   return FrameOf(message);
 }
 

@@ -1,8 +1,11 @@
 // LogBudget (common/logging.h): a peer refused in a tight loop gets `burst`
 // lines a window, the rest counted, and a new window opens the budget again.
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
 
 #include <chrono>
+#include <memory>
+#include <sstream>
 #include <thread>
 
 #include "common/logging.h"
@@ -20,6 +23,26 @@ TEST(LogBudgetTest, AllowsABurstAWindowThenCounts) {
   EXPECT_TRUE(budget.Allow());
   EXPECT_TRUE(budget.Allow());
   EXPECT_FALSE(budget.Allow());
+}
+
+// A hostile probe: the attacker's lines used the budget, then the peer
+// went quiet, and the count of what was held back (a worker's connection
+// shut down among them) was never logged. Tick logs it once the window is
+// over, with no further line needed.
+TEST(LogBudgetTest, TickLogsTheHeldBackCountWithoutANewLine) {
+  std::ostringstream out;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out);
+  auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>("budget", sink));
+  LogBudget budget("refusals", /*burst=*/1, std::chrono::milliseconds(100));
+  EXPECT_TRUE(budget.Allow());
+  for (int i = 0; i < 5; ++i) EXPECT_FALSE(budget.Allow());
+  budget.Tick();
+  EXPECT_EQ(out.str(), "") << "the window is not over";
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  budget.Tick();
+  spdlog::set_default_logger(previous);
+  EXPECT_NE(out.str().find("5 more refusals"), std::string::npos) << out.str();
 }
 
 }  // namespace

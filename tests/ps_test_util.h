@@ -173,6 +173,32 @@ inline std::vector<zmq::message_t> Frames(std::initializer_list<std::string> par
   return frames;
 }
 
+// One shard serving one table of `rows` rows x 2 floats for one worker,
+// its options adjusted by `adjust`. The partition outlives the shard
+// (which refers to it).
+struct OneTableShard {
+  std::unique_ptr<Partition> partition;
+  std::unique_ptr<PsShard> shard;
+};
+template <typename Adjust>
+OneTableShard StartOneTableShard(uint64_t rows, Consistency consistency, Adjust adjust) {
+  OneTableShard one;
+  const std::vector<TableInfo> tables = {{"level", rows, 2}};
+  auto partition = Partition::Make(tables, 1, ModelParallelDim::kRow);
+  EXPECT_TRUE(partition.ok()) << partition.status().ToString();
+  if (!partition.ok()) return one;
+  one.partition = std::make_unique<Partition>(std::move(partition).value());
+  ShardOptions options;
+  options.endpoint = "tcp://127.0.0.1:0";
+  options.workers = 1;
+  options.consistency = consistency;
+  adjust(options);
+  auto shard = PsShard::Start(*one.partition, options);
+  EXPECT_TRUE(shard.ok()) << shard.status().ToString();
+  if (shard.ok()) one.shard = std::move(shard).value();
+  return one;
+}
+
 // Sends `times` messages of frames of assorted sizes on `socket` (a DEALER
 // connected to a shard), short and long ZMTP frames and an empty one, and
 // reads each reply (an error: they are no gridsync messages); false when a

@@ -106,25 +106,77 @@ void ConnectionCap::OnAccepted(int fd) {
   // A descriptor closed and reused before its events were read reports the
   // newer connection's address for both; its closed event then takes back
   // what this one counted, so the counts stay whole.
-  if (address_of_.count(fd) != 0) OnClosed(fd);
+  if (open_at_.count(fd) != 0) OnClosed(fd);
+  const auto now = Clock::now();
+  {
+    // Fresh: messages of an earlier connection on this descriptor, read
+    // after it closed, must not count as this one's (a peer could bank
+    // them as credit for an unfinished message). This one's own first
+    // messages, if read before this event, count as unread instead: at
+    // most a message or two, within the per-connection bound.
+    std::lock_guard<std::mutex> lock(taken_mu_);
+    taken_[fd] = Progress{0, 0, now};
+  }
   const std::string address = PeerAddress(fd);
-  address_of_[fd] = address;
+  open_at_[fd] = Open{address, now, false};
   const uint32_t from_address = ++per_address_[address];
   const uint32_t open = open_.fetch_add(1, std::memory_order_relaxed) + 1;
-  if (open <= limits_.max_connections && from_address <= limits_.max_connections_per_address) {
+  const bool address_full = from_address > limits_.max_connections_per_address;
+  if (!address_full && open <= limits_.max_connections) return;
+  const std::string why = fmt::format(
+      "{} open ({} from {}); allowed: at most {} in all and {} from one address", open,
+      from_address, address, limits_.max_connections, limits_.max_connections_per_address);
+  std::string idle;
+  if (const int victim = Evictable(fd, address_full ? address : std::string(), &idle);
+      victim >= 0) {
+    Shut(victim,
+         fmt::format("a connection from {} to make room for a new one ({}): {}",
+                     open_at_[victim].address, idle, why),
+         cap_log_);
     return;
   }
-  Shut(fd, fmt::format("a connection from {}: {} open ({} from that address); allowed: at most "
-                       "{} in all and {} from one address",
-                       address, open, from_address, limits_.max_connections,
-                       limits_.max_connections_per_address));
+  Shut(fd, fmt::format("a new connection from {}: {}", address, why), cap_log_);
 }
 
-void ConnectionCap::Shut(int fd, const std::string& why) {
-  if (shut_.count(fd) != 0) return;
-  shut_[fd] = true;
+int ConnectionCap::Evictable(int fresh, const std::string& address, std::string* idle_for) {
+  std::map<int, Progress> progress;
+  {
+    std::lock_guard<std::mutex> lock(taken_mu_);
+    progress = taken_;
+  }
+  const auto now = Clock::now();
+  int silent = -1, idle = -1;
+  Clock::time_point silent_since{}, idle_since{};
+  for (const auto& [fd, conn] : open_at_) {
+    if (fd == fresh || conn.shut || (!address.empty() && conn.address != address)) continue;
+    const auto it = progress.find(fd);
+    const Progress p = it == progress.end() ? Progress{0, 0, conn.accepted} : it->second;
+    if (p.messages == 0) {
+      if (silent < 0 || conn.accepted < silent_since) silent = fd, silent_since = conn.accepted;
+    } else if (now - p.last >= limits_.idle_after) {
+      if (idle < 0 || p.last < idle_since) idle = fd, idle_since = p.last;
+    }
+  }
+  auto ms = [&](Clock::time_point since) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(now - since).count();
+  };
+  if (silent >= 0) {
+    *idle_for = fmt::format("no whole message since it connected {} ms ago", ms(silent_since));
+    return silent;
+  }
+  if (idle >= 0) {
+    *idle_for = fmt::format("no whole message for {} ms; allowed idle: {} ms", ms(idle_since),
+                            limits_.idle_after.count());
+  }
+  return idle;
+}
+
+void ConnectionCap::Shut(int fd, const std::string& why, LogBudget& log) {
+  const auto it = open_at_.find(fd);
+  if (it == open_at_.end() || it->second.shut) return;
+  it->second.shut = true;
   refused_.fetch_add(1, std::memory_order_relaxed);
-  if (refusal_log_.Allow()) spdlog::warn("{}: shut down {}", who_, why);
+  if (log.Allow()) spdlog::warn("{}: shut down {}", who_, why);
   // ZeroMQ owns the descriptor: shutting it down makes its engine read EOF
   // and close it (dropping what it held), which reports the close that
   // takes it off the counts.
@@ -134,21 +186,27 @@ void ConnectionCap::Shut(int fd, const std::string& why) {
 void ConnectionCap::Taken(int fd, uint64_t bytes) {
   if (fd < 0) return;
   std::lock_guard<std::mutex> lock(taken_mu_);
-  taken_[fd] += bytes;
+  Progress& p = taken_[fd];
+  p.bytes += bytes;
+  ++p.messages;
+  p.last = Clock::now();
 }
 
 void ConnectionCap::Sweep() {
-  last_sweep_ = std::chrono::steady_clock::now();
+  last_sweep_ = Clock::now();
+  cap_log_.Tick();
+  unread_log_.Tick();
   struct Held {
     int fd;
     uint64_t bytes;
+    Clock::time_point last;  // the last whole message
   };
   std::vector<Held> held;
   uint64_t total = 0;
   {
     std::lock_guard<std::mutex> lock(taken_mu_);
-    for (const auto& [fd, address] : address_of_) {
-      if (shut_.count(fd) != 0) continue;
+    for (const auto& [fd, conn] : open_at_) {
+      if (conn.shut) continue;
       tcp_info info{};
       socklen_t length = sizeof(info);
       if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &length) != 0 ||
@@ -156,10 +214,10 @@ void ConnectionCap::Sweep() {
         continue;  // not TCP, or closed meanwhile
       }
       const auto it = taken_.find(fd);
-      const uint64_t taken = it == taken_.end() ? 0 : it->second;
+      const Progress p = it == taken_.end() ? Progress{0, 0, conn.accepted} : it->second;
       const uint64_t unread =
-          info.tcpi_bytes_received > taken ? info.tcpi_bytes_received - taken : 0;
-      held.push_back({fd, unread});
+          info.tcpi_bytes_received > p.bytes ? info.tcpi_bytes_received - p.bytes : 0;
+      held.push_back({fd, unread, p.last});
       total += unread;
     }
   }
@@ -169,31 +227,39 @@ void ConnectionCap::Sweep() {
   const uint64_t per = limits_.max_unread_bytes_per_connection;
   for (const Held& h : held) {
     if (per == 0 || h.bytes <= per) continue;
-    Shut(h.fd, fmt::format("a connection from {}: it sent {} bytes not yet read as whole "
-                           "messages (an unfinished multipart message); allowed: at most {}",
-                           address_of_[h.fd], h.bytes, per));
+    Shut(h.fd,
+         fmt::format("a connection from {}: it sent {} bytes not yet read as whole messages (an "
+                     "unfinished multipart message); allowed: at most {}",
+                     open_at_[h.fd].address, h.bytes, per),
+         unread_log_);
     total -= h.bytes;
   }
-  // All together past theirs: the largest holders go first.
-  std::sort(held.begin(), held.end(),
-            [](const Held& a, const Held& b) { return a.bytes > b.bytes; });
+  if (limits_.max_unread_bytes == 0 || total <= limits_.max_unread_bytes) return;
+  // All together past theirs: those stuck longest go first (see the header).
+  constexpr uint64_t kHolding = 64 << 10;
+  std::sort(held.begin(), held.end(), [](const Held& a, const Held& b) { return a.last < b.last; });
+  const auto now = Clock::now();
   for (const Held& h : held) {
-    if (limits_.max_unread_bytes == 0 || total <= limits_.max_unread_bytes) break;
-    if (shut_.count(h.fd) != 0) continue;
-    Shut(h.fd, fmt::format("a connection from {}: connections hold {} bytes not yet read as whole "
-                           "messages, this one {}, the most; allowed: at most {} in all",
-                           address_of_[h.fd], total, h.bytes, limits_.max_unread_bytes));
+    if (total <= limits_.max_unread_bytes) break;
+    if (h.bytes <= kHolding || open_at_[h.fd].shut) continue;
+    Shut(h.fd,
+         fmt::format("a connection from {}: connections hold {} bytes not yet read as whole "
+                     "messages, this one {} with no whole message for {} ms, the longest; "
+                     "allowed: at most {} in all",
+                     open_at_[h.fd].address, total, h.bytes,
+                     std::chrono::duration_cast<std::chrono::milliseconds>(now - h.last).count(),
+                     limits_.max_unread_bytes),
+         unread_log_);
     total -= h.bytes;
   }
 }
 
 void ConnectionCap::OnClosed(int fd) {
-  const auto it = address_of_.find(fd);
-  if (it == address_of_.end()) return;  // accepted before the monitor started
-  const auto count = per_address_.find(it->second);
+  const auto it = open_at_.find(fd);
+  if (it == open_at_.end()) return;  // accepted before the monitor started
+  const auto count = per_address_.find(it->second.address);
   if (count != per_address_.end() && --count->second == 0) per_address_.erase(count);
-  address_of_.erase(it);
-  shut_.erase(fd);
+  open_at_.erase(it);
   {
     std::lock_guard<std::mutex> lock(taken_mu_);
     taken_.erase(fd);

@@ -4,8 +4,12 @@
 //   connection and keeps each one's buffers (about 90 KiB) whatever the
 //   application does: a hostile probe opened 10,500 connections to a shard
 //   and grew it to 968 MB. A socket monitor reports each accepted and each
-//   closed connection; past either cap the new connection is shut down at
-//   once (its peer reads EOF), and those already served keep their slots.
+//   closed connection. Past either cap a connection is shut down at once
+//   (its peer reads EOF): one that never sent a whole message, the oldest
+//   first, else one idle for `idle_after`, the longest idle first, else the
+//   new one. Refusing the new one always let connections held open lock a
+//   restarted worker out; the serving workers send every step, so they are
+//   neither.
 // - Bytes a connection delivered that the application has not taken as
 //   whole messages. ZeroMQ keeps the frames of an unfinished multipart
 //   message inside its pipe, where neither ZMQ_MAXMSGSIZE (a frame's
@@ -14,8 +18,12 @@
 //   617 MB and on. Every 10 ms the bytes each connection's TCP socket
 //   received (TCP_INFO) are set against what the application took from it
 //   (Taken, by the descriptor ZMQ_SRCFD names); a connection past its
-//   bound, or the one holding most while all of them together are past
-//   theirs, is shut down.
+//   bound is shut down, and while all of them together are past theirs,
+//   those holding more than 64 KiB whose last whole message is oldest
+//   (an unfinished message stops a connection's messages; a worker's
+//   in-flight push is younger than its previous step). Shutting the
+//   largest holder first cut off a worker whose push came just after a
+//   thousand unfinished messages had brought the total to its bound.
 // Without CURVE nothing else stands between a peer and the process's
 // memory; with CURVE no bytes pass before the key, but a connection holds
 // its buffers during the handshake.
@@ -49,6 +57,9 @@ struct ConnectionLimits {
   // and over all of them. 0: unbounded.
   uint64_t max_unread_bytes_per_connection = 0;
   uint64_t max_unread_bytes = 0;
+  // A connection that sent no whole message for this long may be shut
+  // down to make room (past the connection caps).
+  std::chrono::milliseconds idle_after{30000};
 };
 
 class ConnectionCap {
@@ -87,20 +98,38 @@ class ConnectionCap {
   std::chrono::microseconds SweepInterval() const {
     return std::chrono::microseconds(std::max<uint64_t>(10000, 20 * uint64_t{open()}));
   }
-  void Shut(int fd, const std::string& why);
+  void Shut(int fd, const std::string& why, LogBudget& log);
+  // The connection to shut down for a new one (`fresh`) past a cap, among
+  // those from `address` (empty: all), or -1: see the header's comment.
+  // *idle_for says how long it sent nothing.
+  int Evictable(int fresh, const std::string& address, std::string* idle_for);
+
+  using Clock = std::chrono::steady_clock;
+  // What the application took from a connection (guarded by taken_mu_).
+  struct Progress {
+    uint64_t bytes = 0;
+    uint64_t messages = 0;
+    Clock::time_point last;  // of the last whole message, or the accept
+  };
+  struct Open {
+    std::string address;
+    Clock::time_point accepted;
+    bool shut = false;  // shut down, not yet reported closed
+  };
 
   const ConnectionLimits limits_;
   const std::string who_;
   zmq::socket_t events_;  // the monitor's PAIR end
-  // The serving thread's: each open connection's descriptor and address,
-  // and the open connections per address.
-  std::map<int, std::string> address_of_;
+  // The serving thread's: each open connection, by descriptor, and the
+  // open connections per address.
+  std::map<int, Open> open_at_;
   std::map<std::string, uint32_t> per_address_;
-  std::map<int, bool> shut_;  // descriptors shut down, until they close
-  std::chrono::steady_clock::time_point last_sweep_{};
+  Clock::time_point last_sweep_{};
   std::mutex taken_mu_;
-  std::map<int, uint64_t> taken_;  // guarded by taken_mu_: bytes taken per descriptor
-  LogBudget refusal_log_{"refused connections"};
+  std::map<int, Progress> taken_;  // guarded by taken_mu_
+  // Separate budgets: a flood of one kind must not hide the other's lines.
+  LogBudget cap_log_{"connections shut down past the connection caps"};
+  LogBudget unread_log_{"connections shut down for unread bytes"};
   std::atomic<uint32_t> open_{0};
   std::atomic<uint64_t> refused_{0};
   std::atomic<uint64_t> largest_unread_{0};
