@@ -201,22 +201,31 @@ void ConnectionCap::Sweep() {
     uint64_t bytes;
     Clock::time_point last;  // the last whole message
   };
+  // Each socket's bytes received first, without the lock (the serving
+  // loop takes it for every message); then what was taken, which may by
+  // then include a later message: unread is at worst underestimated for a
+  // sweep, never a worker's in-flight bytes counted twice.
+  std::vector<std::pair<int, uint64_t>> received;
+  received.reserve(open_at_.size());
+  for (const auto& [fd, conn] : open_at_) {
+    if (conn.shut) continue;
+    tcp_info info{};
+    socklen_t length = sizeof(info);
+    if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &length) != 0 ||
+        length < offsetof(tcp_info, tcpi_bytes_received) + sizeof(info.tcpi_bytes_received)) {
+      continue;  // not TCP, or closed meanwhile
+    }
+    received.emplace_back(fd, info.tcpi_bytes_received);
+  }
   std::vector<Held> held;
+  held.reserve(received.size());
   uint64_t total = 0;
   {
     std::lock_guard<std::mutex> lock(taken_mu_);
-    for (const auto& [fd, conn] : open_at_) {
-      if (conn.shut) continue;
-      tcp_info info{};
-      socklen_t length = sizeof(info);
-      if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &length) != 0 ||
-          length < offsetof(tcp_info, tcpi_bytes_received) + sizeof(info.tcpi_bytes_received)) {
-        continue;  // not TCP, or closed meanwhile
-      }
+    for (const auto& [fd, bytes] : received) {
       const auto it = taken_.find(fd);
-      const Progress p = it == taken_.end() ? Progress{0, 0, conn.accepted} : it->second;
-      const uint64_t unread =
-          info.tcpi_bytes_received > p.bytes ? info.tcpi_bytes_received - p.bytes : 0;
+      const Progress p = it == taken_.end() ? Progress{0, 0, open_at_[fd].accepted} : it->second;
+      const uint64_t unread = bytes > p.bytes ? bytes - p.bytes : 0;
       held.push_back({fd, unread, p.last});
       total += unread;
     }
