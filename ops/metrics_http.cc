@@ -10,6 +10,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <list>
+#include <string_view>
 #include <thread>
 #include <utility>
 
@@ -39,7 +40,7 @@ struct Session {
 class MetricsHttpServer::Impl {
  public:
   Impl(std::function<std::string()> render, MetricsHttpLimits limits)
-      : render_(std::move(render)), limits_(limits), acceptor_(io_) {}
+      : render_(std::move(render)), limits_(limits), acceptor_(io_), retry_(io_) {}
 
   Status Listen(const std::string& host, uint16_t port) {
     beast::error_code ec;
@@ -62,6 +63,7 @@ class MetricsHttpServer::Impl {
     asio::post(io_, [this] {
       beast::error_code ignored;
       acceptor_.close(ignored);
+      retry_.cancel();
       while (!open_.empty()) Close(open_.front());
       io_.stop();
     });
@@ -75,10 +77,12 @@ class MetricsHttpServer::Impl {
   void Accept() {
     acceptor_.async_accept([this](beast::error_code ec, tcp::socket socket) {
       if (ec == asio::error::operation_aborted) return;
-      if (!ec) Serve(std::move(socket));
-      // Errors such as EMFILE: the next accept tries again (the oldest
-      // connection's close frees a descriptor).
-      Accept();
+      if (!ec) return Serve(std::move(socket)), Accept();
+      // Errors such as EMFILE: try again in 100 ms rather than spin.
+      retry_.expires_after(std::chrono::milliseconds(100));
+      retry_.async_wait([this](beast::error_code timer_ec) {
+        if (!timer_ec) Accept();
+      });
     });
   }
 
@@ -110,7 +114,10 @@ class MetricsHttpServer::Impl {
     reply.keep_alive(false);
     reply.set(http::field::server, "gridsync");
     const bool head = request.method() == http::verb::head;
-    if (request.target() != "/metrics") {
+    // The path without a query: Prometheus adds one for a scrape config's
+    // `params`, which a single endpoint has no use for.
+    const std::string_view target(request.target().data(), request.target().size());
+    if (target.substr(0, target.find('?')) != "/metrics") {
       reply.result(http::status::not_found);
       reply.set(http::field::content_type, "text/plain");
       reply.body() = "not found; allowed: GET /metrics\n";
@@ -149,6 +156,7 @@ class MetricsHttpServer::Impl {
   const MetricsHttpLimits limits_;
   asio::io_context io_;
   tcp::acceptor acceptor_;
+  asio::steady_timer retry_;  // after a failed accept
   uint16_t port_ = 0;
   std::list<std::shared_ptr<Session>> open_;  // the server thread's, oldest first
   std::atomic<uint64_t> evicted_{0};

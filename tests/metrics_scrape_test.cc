@@ -189,6 +189,8 @@ TEST(MetricsEndpointTest, OnlyGetOfMetricsIsServedAndRequestsAreBounded) {
   const std::string ok = Exchange(port, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
   EXPECT_EQ(ok.rfind("HTTP/1.1 200", 0), 0u) << ok;
   EXPECT_NE(ok.find("gridsync_test_value{role=\"test\"} 7"), std::string::npos) << ok;
+  const std::string query = Exchange(port, "GET /metrics?job=x HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(query.rfind("HTTP/1.1 200", 0), 0u) << "Prometheus' params add a query: " << query;
   const std::string other = Exchange(port, "GET /admin HTTP/1.1\r\nHost: x\r\n\r\n");
   EXPECT_EQ(other.rfind("HTTP/1.1 404", 0), 0u) << other;
   const std::string post = Exchange(port, "POST /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
