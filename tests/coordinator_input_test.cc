@@ -206,23 +206,35 @@ void ExpectServes(Coordinator& coordinator) {
 std::string KvSetFrame(uint64_t id, const std::string& key, size_t value_bytes);
 std::string KvGetFrame(uint64_t id, const std::string& key, uint32_t timeout_ms);
 
+// A coordinator of one shard and `workers` workers that keeps at most
+// `max_connections` connections open.
+CoordinatorOptions CappedAt(uint32_t max_connections, uint32_t workers) {
+  CoordinatorOptions options;
+  options.max_connections = max_connections;
+  options.expected_shards = 1;
+  options.expected_workers = workers;
+  return options;
+}
+
+// `n` connections that send nothing, accepted in this order.
+std::vector<std::unique_ptr<RawConnection>> SilentConnections(uint16_t port, int n) {
+  std::vector<std::unique_ptr<RawConnection>> silent;
+  for (int i = 0; i < n; ++i) {
+    silent.push_back(std::make_unique<RawConnection>(port));
+    EXPECT_TRUE(silent.back()->connected());
+    std::this_thread::sleep_for(20ms);
+  }
+  return silent;
+}
+
 // A hostile probe: connections that connect and stay silent filled
 // max_connections, and every new member was refused until read_timeout
 // closed them (30 s), wave after wave. A new connection now takes the slot
 // of the stranger heard from longest ago.
 TEST(CoordinatorLimitsTest, AFullCoordinatorClosesTheStrangerIdleLongest) {
-  CoordinatorOptions options;
-  options.max_connections = 4;
-  options.expected_shards = 1;
-  options.expected_workers = 1;
-  auto coordinator = StartWith(options);
+  auto coordinator = StartWith(CappedAt(4, 1));
   ASSERT_TRUE(coordinator);
-  std::vector<std::unique_ptr<RawConnection>> idle;
-  for (int i = 0; i < 4; ++i) {
-    idle.push_back(std::make_unique<RawConnection>(coordinator->port()));
-    ASSERT_TRUE(idle.back()->connected());
-    std::this_thread::sleep_for(30ms);  // accepted in this order
-  }
+  auto idle = SilentConnections(coordinator->port(), 4);
   auto member = CoordinatorClient::Connect("127.0.0.1", coordinator->port(), 5s);
   ASSERT_TRUE(member.ok()) << member.status().ToString();
   ASSERT_TRUE((*member)->Register(Member(Role::kWorker, 0), 2s).ok());
@@ -245,9 +257,7 @@ TEST(CoordinatorLimitsTest, AFullCoordinatorClosesTheStrangerIdleLongest) {
 // stranger waiting for an answer (the multi-node launcher at its barrier)
 // is never closed for room.
 TEST(CoordinatorLimitsTest, SilentStrangersGoBeforeOnesThatSpeak) {
-  CoordinatorOptions options;
-  options.max_connections = 4;
-  auto coordinator = StartWith(options);
+  auto coordinator = StartWith(CappedAt(4, 1));
   ASSERT_TRUE(coordinator);
   auto monitor = CoordinatorClient::Connect("127.0.0.1", coordinator->port(), 5s);
   ASSERT_TRUE(monitor.ok()) << monitor.status().ToString();
@@ -256,11 +266,7 @@ TEST(CoordinatorLimitsTest, SilentStrangersGoBeforeOnesThatSpeak) {
   RawConnection waiting(coordinator->port());
   waiting.Send(KvGetFrame(9, "launch/done", 5000));
   std::this_thread::sleep_for(100ms);
-  std::vector<std::unique_ptr<RawConnection>> silent;
-  for (int i = 0; i < 12; ++i) {
-    silent.push_back(std::make_unique<RawConnection>(coordinator->port()));
-    std::this_thread::sleep_for(10ms);
-  }
+  auto silent = SilentConnections(coordinator->port(), 12);
   std::this_thread::sleep_for(100ms);
   EXPECT_TRUE((*monitor)->Heartbeat().ok()) << "the stranger that speaks was closed";
   ASSERT_TRUE((*monitor)->Set("launch/done", "1").ok());
@@ -277,11 +283,7 @@ TEST(CoordinatorLimitsTest, SilentStrangersGoBeforeOnesThatSpeak) {
 // When every open connection is a member, a new one is refused (the
 // descriptors stay free), and nobody is closed for it.
 TEST(CoordinatorLimitsTest, ConnectionsBeyondTheCapAreRefusedWhenAllAreMembers) {
-  CoordinatorOptions options;
-  options.max_connections = 2;
-  options.expected_shards = 1;
-  options.expected_workers = 2;
-  auto coordinator = StartWith(options);
+  auto coordinator = StartWith(CappedAt(2, 2));
   ASSERT_TRUE(coordinator);
   std::vector<std::unique_ptr<CoordinatorClient>> members;
   for (int rank = 0; rank < 2; ++rank) {
