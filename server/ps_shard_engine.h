@@ -198,7 +198,7 @@ class PsShardImpl : public PsShard {
                                                 "shard " + std::to_string(options_.shard));
       GRIDSYNC_RETURN_IF_ERROR(wire::ApplyCurveServer(socket_, options_.curve));
     }
-    auto capped = wire::ConnectionCap::Attach(context_, socket_, ConnectionLimits(),
+    auto capped = wire::ConnectionCap::Attach(context_, socket_, ConnectionCaps(),
                                               "shard " + std::to_string(options_.shard));
     if (!capped.ok()) return capped.status();
     capped_ = std::move(capped).value();
@@ -244,7 +244,7 @@ class PsShardImpl : public PsShard {
   // derived from the largest message a worker sends this shard (init: every
   // row it owns, ids and values): a worker has at most two messages in
   // flight, and all of them together one more each.
-  wire::ConnectionLimits ConnectionLimits() const {
+  wire::ConnectionLimits ConnectionCaps() const {
     wire::ConnectionLimits limits = options_.connections;
     uint64_t largest = partition_.OwnedValues(options_.shard) * sizeof(float) + (uint64_t{1} << 20);
     for (uint32_t t = 0; t < partition_.n_tables(); ++t) {

@@ -75,12 +75,24 @@ TEST(SecurityTest, KeysRoundTripAndSecretFilesArePrivate) {
   fs::remove_all(dir);
 }
 
-TEST(SecurityTest, OnlyListedKeysReachAShardAndGoodWorkersTrain) {
-  const std::string dir = MakeKeys();
-  Config config = testing::SmallDistributedConfig(2, GradientSyncMode::kPs, 6);
+// A config with CURVE on and the keys in `dir`.
+Config SecureConfig(const std::string& dir) {
+  Config config;
   config.security.curve = true;
   config.security.keys_dir = dir;
-  auto servers = InProcessCluster::Start(config);
+  return config;
+}
+
+// A small ps cluster of `workers` workers under CURVE with the keys in dir.
+Config CurveConfig(const std::string& dir, int workers) {
+  Config config = testing::SmallDistributedConfig(workers, GradientSyncMode::kPs, 6);
+  config.security = SecureConfig(dir).security;
+  return config;
+}
+
+TEST(SecurityTest, OnlyListedKeysReachAShardAndGoodWorkersTrain) {
+  const std::string dir = MakeKeys();
+  auto servers = InProcessCluster::Start(CurveConfig(dir, 2));
   ASSERT_TRUE(servers.ok()) << servers.status().ToString();
   PsShard& shard = (*servers)->shard(0);
   const std::string endpoint = shard.endpoint();
@@ -147,10 +159,7 @@ TEST(SecurityTest, OnlyListedKeysReachAShardAndGoodWorkersTrain) {
 // exactly, or the connection's unread bytes drift until it is cut off.
 TEST(SecurityTest, WhatIsTakenUnderCurveMatchesTheWireExactly) {
   const std::string dir = MakeKeys();
-  Config config = testing::SmallDistributedConfig(1, GradientSyncMode::kPs, 6);
-  config.security.curve = true;
-  config.security.keys_dir = dir;
-  auto servers = InProcessCluster::Start(config);
+  auto servers = InProcessCluster::Start(CurveConfig(dir, 1));
   ASSERT_TRUE(servers.ok()) << servers.status().ToString();
   PsShard& shard = (*servers)->shard(0);
   const auto observer = *wire::LoadCurveKeyPair(dir, "observer");
@@ -216,14 +225,6 @@ std::string SendAuth(testing::RawConnection& c, wire::schema::Role role, const s
   auto reply = c.ReadReply(3s);
   if (!reply.decoded) return "no reply";
   return reply.is_error ? reply.text : "";
-}
-
-// A config with CURVE on and the keys in `dir`.
-Config SecureConfig(const std::string& dir) {
-  Config config;
-  config.security.curve = true;
-  config.security.keys_dir = dir;
-  return config;
 }
 
 // A coordinator that requires a key proof (its key from config's keys_dir).

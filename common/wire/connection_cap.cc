@@ -131,7 +131,7 @@ void ConnectionCap::OnAccepted(int fd) {
       victim >= 0) {
     Shut(victim,
          fmt::format("a connection from {} to make room for a new one ({}): {}",
-                     open_at_[victim].address, idle, why),
+                     open_at_.at(victim).address, idle, why),
          cap_log_);
     return;
   }
@@ -139,18 +139,14 @@ void ConnectionCap::OnAccepted(int fd) {
 }
 
 int ConnectionCap::Evictable(int fresh, const std::string& address, std::string* idle_for) {
-  std::map<int, Progress> progress;
-  {
-    std::lock_guard<std::mutex> lock(taken_mu_);
-    progress = taken_;
-  }
   const auto now = Clock::now();
   int silent = -1, idle = -1;
   Clock::time_point silent_since{}, idle_since{};
+  std::lock_guard<std::mutex> lock(taken_mu_);  // rare: only past a cap
   for (const auto& [fd, conn] : open_at_) {
     if (fd == fresh || conn.shut || (!address.empty() && conn.address != address)) continue;
-    const auto it = progress.find(fd);
-    const Progress p = it == progress.end() ? Progress{0, 0, conn.accepted} : it->second;
+    const auto it = taken_.find(fd);
+    const Progress p = it == taken_.end() ? Progress{0, 0, conn.accepted} : it->second;
     if (p.messages == 0) {
       if (silent < 0 || conn.accepted < silent_since) silent = fd, silent_since = conn.accepted;
     } else if (now - p.last >= limits_.idle_after) {
@@ -205,7 +201,12 @@ void ConnectionCap::Sweep() {
   // loop takes it for every message); then what was taken, which may by
   // then include a later message: unread is at worst underestimated for a
   // sweep, never a worker's in-flight bytes counted twice.
-  std::vector<std::pair<int, uint64_t>> received;
+  struct Received {
+    int fd;
+    uint64_t bytes;
+    Clock::time_point accepted;
+  };
+  std::vector<Received> received;
   received.reserve(open_at_.size());
   for (const auto& [fd, conn] : open_at_) {
     if (conn.shut) continue;
@@ -215,16 +216,16 @@ void ConnectionCap::Sweep() {
         length < offsetof(tcp_info, tcpi_bytes_received) + sizeof(info.tcpi_bytes_received)) {
       continue;  // not TCP, or closed meanwhile
     }
-    received.emplace_back(fd, info.tcpi_bytes_received);
+    received.push_back({fd, info.tcpi_bytes_received, conn.accepted});
   }
   std::vector<Held> held;
   held.reserve(received.size());
   uint64_t total = 0;
   {
     std::lock_guard<std::mutex> lock(taken_mu_);
-    for (const auto& [fd, bytes] : received) {
+    for (const auto& [fd, bytes, accepted] : received) {
       const auto it = taken_.find(fd);
-      const Progress p = it == taken_.end() ? Progress{0, 0, open_at_[fd].accepted} : it->second;
+      const Progress p = it == taken_.end() ? Progress{0, 0, accepted} : it->second;
       const uint64_t unread = bytes > p.bytes ? bytes - p.bytes : 0;
       held.push_back({fd, unread, p.last});
       total += unread;
@@ -239,7 +240,7 @@ void ConnectionCap::Sweep() {
     Shut(h.fd,
          fmt::format("a connection from {}: it sent {} bytes not yet read as whole messages (an "
                      "unfinished multipart message); allowed: at most {}",
-                     open_at_[h.fd].address, h.bytes, per),
+                     open_at_.at(h.fd).address, h.bytes, per),
          unread_log_);
     total -= h.bytes;
   }
@@ -250,12 +251,12 @@ void ConnectionCap::Sweep() {
   const auto now = Clock::now();
   for (const Held& h : held) {
     if (total <= limits_.max_unread_bytes) break;
-    if (h.bytes <= kHolding || open_at_[h.fd].shut) continue;
+    if (h.bytes <= kHolding || open_at_.at(h.fd).shut) continue;
     Shut(h.fd,
          fmt::format("a connection from {}: connections hold {} bytes not yet read as whole "
                      "messages, this one {} with no whole message for {} ms, the longest; "
                      "allowed: at most {} in all",
-                     open_at_[h.fd].address, total, h.bytes,
+                     open_at_.at(h.fd).address, total, h.bytes,
                      std::chrono::duration_cast<std::chrono::milliseconds>(now - h.last).count(),
                      limits_.max_unread_bytes),
          unread_log_);
