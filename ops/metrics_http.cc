@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <array>
 #include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -31,9 +32,17 @@ struct Session {
   beast::flat_buffer buffer;
   http::request_parser<http::empty_body> parser;
   http::response<http::string_body> reply;
+  std::array<char, 4096> drain;                      // what a refused client still sends
   std::list<std::shared_ptr<Session>>::iterator at;  // in Impl::open_
   bool closed = false;
 };
+
+// The parser's own verdicts on the bytes, not a connection that closed
+// or was cut off before a whole request came.
+bool IsMalformed(const beast::error_code& ec) {
+  return ec.category() == http::make_error_code(http::error::bad_target).category() &&
+         ec != http::error::end_of_stream && ec != http::error::partial_message;
+}
 
 }  // namespace
 
@@ -99,12 +108,27 @@ class MetricsHttpServer::Impl {
     session->timer.async_wait([this, session](beast::error_code ec) {
       if (!ec) Close(session);  // no whole request in time
     });
-    http::async_read(session->socket, session->buffer, session->parser,
-                     [this, session](beast::error_code ec, size_t) {
-                       if (session->closed) return;
-                       if (ec) return Close(session);  // malformed, oversized or gone
-                       Reply(session);
-                     });
+    http::async_read(
+        session->socket, session->buffer, session->parser,
+        [this, session](beast::error_code ec, size_t) {
+          if (session->closed) return;
+          if (ec == http::error::header_limit) {
+            return Refuse(session, http::status::request_header_fields_too_large,
+                          "the request's header is over 8 KiB; allowed: GET "
+                          "/metrics with at most 8 KiB of header\n");
+          }
+          if (ec == http::error::body_limit) {
+            return Refuse(session, http::status::payload_too_large,
+                          "a request body is not allowed; allowed: GET or HEAD "
+                          "/metrics without a body\n");
+          }
+          if (IsMalformed(ec)) {
+            return Refuse(session, http::status::bad_request,
+                          "malformed HTTP request (" + ec.message() + "); allowed: GET /metrics\n");
+          }
+          if (ec) return Close(session);  // gone, or cut off mid-request
+          Reply(session);
+        });
   }
 
   void Reply(const std::shared_ptr<Session>& session) {
@@ -139,6 +163,39 @@ class MetricsHttpServer::Impl {
     if (head) reply.body().clear();  // the length stays the GET's
     http::async_write(session->socket, reply,
                       [this, session](beast::error_code, size_t) { Close(session); });
+  }
+
+  // A request that cannot be served gets its status line and a body that
+  // says what is allowed (a scraper misconfigured by hand sees why). The
+  // connection then lingers: our side is shut for sending and what the
+  // client still sends is read and dropped until it closes or the request
+  // deadline passes, because closing with unread bytes resets the
+  // connection and the client may lose the reply.
+  void Refuse(const std::shared_ptr<Session>& session, http::status status, std::string why) {
+    auto& reply = session->reply;
+    reply.version(11);
+    reply.keep_alive(false);
+    reply.result(status);
+    reply.set(http::field::server, "gridsync");
+    reply.set(http::field::content_type, "text/plain");
+    reply.body() = std::move(why);
+    reply.prepare_payload();
+    http::async_write(session->socket, reply, [this, session](beast::error_code ec, size_t) {
+      if (session->closed) return;
+      if (ec) return Close(session);
+      beast::error_code ignored;
+      session->socket.shutdown(tcp::socket::shutdown_send, ignored);
+      Drain(session);
+    });
+  }
+
+  void Drain(const std::shared_ptr<Session>& session) {
+    session->socket.async_read_some(
+        asio::buffer(session->drain), [this, session](beast::error_code ec, size_t) {
+          if (session->closed) return;
+          if (ec) return Close(session);  // the client closed, or the deadline did
+          Drain(session);
+        });
   }
 
   // By value: erasing the session from open_ may drop a caller's reference.

@@ -8,10 +8,10 @@
 // `max_connections` are open, and past that the oldest one is closed for
 // the new one (a scraper's connection is the newest, so a flood must open
 // max_connections connections within its round trip to push it out).
-// Requests are bounded (8 KiB of header, no body; past that, or
-// malformed, the connection closes without a reply); anything but GET or
-// HEAD of /metrics (a query ignored) is answered 404 or 405; every reply
-// closes its connection.
+// Requests are bounded (8 KiB of header, no body): past that they are
+// answered 431 or 413, a malformed one 400, each naming what is allowed;
+// anything but GET or HEAD of /metrics (a query ignored) is answered 404
+// or 405; every reply closes its connection.
 //
 // Thread safety: Start and the destructor from one thread; `render` runs
 // on the server's thread.

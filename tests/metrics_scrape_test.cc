@@ -195,11 +195,19 @@ TEST(MetricsEndpointTest, OnlyGetOfMetricsIsServedAndRequestsAreBounded) {
   EXPECT_EQ(other.rfind("HTTP/1.1 404", 0), 0u) << other;
   const std::string post = Exchange(port, "POST /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
   EXPECT_EQ(post.rfind("HTTP/1.1 405", 0), 0u) << post;
-  // A header past 8 KiB, and a body: closed without a reply.
-  EXPECT_EQ(Exchange(port, "GET /metrics HTTP/1.1\r\nX: " + std::string(10000, 'a') + "\r\n\r\n"),
-            "");
-  EXPECT_EQ(Exchange(port, "GET /metrics HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello"), "");
-  EXPECT_EQ(Exchange(port, "garbage\r\n\r\n"), "");
+  // A header past 8 KiB, a body, and garbage: refused with a status line
+  // and what is allowed, the whole reply read although the client's
+  // request was not.
+  const std::string large =
+      Exchange(port, "GET /metrics HTTP/1.1\r\nX: " + std::string(100000, 'a') + "\r\n\r\n");
+  EXPECT_EQ(large.rfind("HTTP/1.1 431", 0), 0u) << large;
+  EXPECT_NE(large.find("allowed: GET /metrics with at most 8 KiB"), std::string::npos) << large;
+  const std::string body =
+      Exchange(port, "GET /metrics HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello");
+  EXPECT_EQ(body.rfind("HTTP/1.1 413", 0), 0u) << body;
+  const std::string garbage = Exchange(port, "garbage\r\n\r\n");
+  EXPECT_EQ(garbage.rfind("HTTP/1.1 400", 0), 0u) << garbage;
+  EXPECT_NE(garbage.find("allowed: GET /metrics"), std::string::npos) << garbage;
   // Still serving.
   auto scraped = ScrapeMetrics(endpoint->address(), 2000ms);
   ASSERT_TRUE(scraped.ok()) << scraped.status().ToString();
