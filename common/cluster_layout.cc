@@ -63,6 +63,18 @@ ClusterLayout ResolveLayout(const Config& config, std::vector<ConfigProblem>* pr
   layout.multi_host =
       hosts.size() > 1 || (!IsLoopbackHost(d.master_addr) && *hosts.begin() != d.master_addr);
 
+  // Named in the loopback problems below, built once (a config of 20,000
+  // loopback nodes built it per node: gigabytes) and cut short.
+  std::string all_hosts;
+  size_t listed = 0;
+  for (const auto& h : hosts) {
+    if (listed == 8) {
+      all_hosts += " and " + std::to_string(hosts.size() - listed) + " more";
+      break;
+    }
+    all_hosts += (all_hosts.empty() ? "" : ", ") + h;
+    ++listed;
+  }
   for (size_t n = 0; n < count; ++n) {
     const std::string& host = layout.nodes[n].host;
     if (IsUnspecifiedHost(host)) {
@@ -75,12 +87,7 @@ ClusterLayout ResolveLayout(const Config& config, std::vector<ConfigProblem>* pr
                            "'" + host +
                                "' is a loopback address in a cluster of several machines "
                                "(hosts: " +
-                               [&] {
-                                 std::string all;
-                                 for (const auto& h : hosts) all += (all.empty() ? "" : ", ") + h;
-                                 return all;
-                               }() +
-                               "), so the other machines could not reach this node",
+                               all_hosts + "), so the other machines could not reach this node",
                            "the node's address on the cluster's network"});
     }
   }
@@ -144,6 +151,15 @@ ClusterLayout ResolveLayout(const Config& config, std::vector<ConfigProblem>* pr
     }
   }
   const bool one_address = !layout.multi_host && with_shards == 0;
+  if (one_address && (config.ps.host_given || with_host == 0) &&
+      IsUnspecifiedHost(config.ps.host)) {
+    problems->push_back(
+        {"ps.host",
+         "'" + config.ps.host + "' names no machine: it is the address the workers connect to",
+         "the shards' address on this machine, e.g. 127.0.0.1 (bind-all is a "
+         "process flag: --bind 0.0.0.0)"});
+    return layout;
+  }
   for (int s = 0; s < config.ps.shards; ++s) {
     ShardPlacement placement;
     placement.node = shard_node[static_cast<size_t>(s)];
@@ -162,6 +178,39 @@ ClusterLayout ResolveLayout(const Config& config, std::vector<ConfigProblem>* pr
     layout.shards.push_back(std::move(placement));
   }
   return layout;
+}
+
+void CheckPorts(const Config& config, std::vector<ConfigProblem>* problems) {
+  const DistributedConfig& d = config.distributed;
+  const char* shard_key = config.ps.base_port > 0 ? "ps.base_port" : "distributed.master_port";
+  for (size_t s = 0; s < config.layout.shards.size(); ++s) {
+    if (config.layout.shards[s].port == d.master_port) {
+      problems->push_back({shard_key,
+                           "shard " + std::to_string(s) + " would listen on port " +
+                               std::to_string(d.master_port) +
+                               ", distributed.master_port, where the coordinator listens",
+                           "a ps.base_port whose ps.shards ports leave master_port out, or 0 "
+                           "(shards at master_port + 1 on)"});
+      return;
+    }
+  }
+  const int m = config.metrics.port;
+  if (m <= 0) return;
+  const int shards = static_cast<int>(config.layout.shards.size());
+  const int last = m + shards + d.world_size;
+  std::vector<int> taken = {d.master_port};
+  for (const auto& shard : config.layout.shards) taken.push_back(shard.port);
+  for (size_t i = 0; i < taken.size(); ++i) {
+    if (taken[i] < m || taken[i] > last) continue;
+    problems->push_back({"metrics.port",
+                         std::to_string(m) + ".." + std::to_string(last) +
+                             " (the coordinator's, then one per " +
+                             "shard and per worker) takes port " + std::to_string(taken[i]) + ", " +
+                             (i == 0 ? std::string("distributed.master_port")
+                                     : "shard " + std::to_string(i - 1) + "'s"),
+                         "0 (off) or a range clear of master_port and the shards' ports"});
+    return;
+  }
 }
 
 }  // namespace gridsync

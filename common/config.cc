@@ -181,6 +181,8 @@ namespace {
 // Paths the binaries open or create: longer ones fail in the kernel
 // (ENAMETOOLONG) only once a run reaches them, and would be echoed whole.
 constexpr size_t kMaxPathBytes = 4095;
+// distributed.world_size; also bounds distributed.nodes, one worker each.
+constexpr int kMaxWorldSize = 65536;
 
 using Json = nlohmann::json;
 
@@ -258,7 +260,7 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
     DistributedConfig& d = config.distributed;
     SectionReader r(&problems, "distributed", top.Object("distributed"));
     const bool enable_ok = r.Bool("enable", &d.enable);
-    const bool world_size_ok = r.Int("world_size", &d.world_size, 1, 65536);
+    const bool world_size_ok = r.Int("world_size", &d.world_size, 1, kMaxWorldSize);
     // 253 is the longest DNS name; an IP address is far shorter.
     r.String("master_addr", &d.master_addr,
              {.allowed = "a host name or IP address: non-empty, no spaces, at most 253 characters",
@@ -273,16 +275,31 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
     const bool mp_dim_ok =
         r.EnumValue("mp_dim", &d.mp_dim, std::span<const ModelParallelDim>(kModelParallelDims));
     const bool hierarchical_ok = r.Bool("hierarchical", &d.hierarchical);
-    r.Double("timeout_s", &d.timeout_s, 0.0, /*lo_open=*/true, 3600.0);
+    // At least a millisecond: timeouts are kept in whole milliseconds, and
+    // less would become 0 ms ("cannot connect within 0.0 s").
+    r.Double("timeout_s", &d.timeout_s, 0.001, /*lo_open=*/false, 3600.0);
     r.EnumValue("collective", &d.collective, std::span<const CollectiveKind>(kCollectiveKinds));
-    r.Double("bucket_mb", &d.bucket_mb, 0.0, /*lo_open=*/true, 4096.0);
+    // At least 1 KiB: smaller buckets only multiply the all-reduces (1e-30
+    // made 4-byte buckets, 7.6M all-reduces a step, and no step ended).
+    r.Double("bucket_mb", &d.bucket_mb, 0.001, /*lo_open=*/false, 4096.0);
     r.Int("adaptive_interval", &d.adaptive_interval, 1, 100000);
     const char* kNodesAllowed =
         "an array of objects {\"name\": string, \"workers\": integer, \"weight\": number, "
         "\"host\": address, \"shards\": integer}";
     bool nodes_ok = true;
     std::string weight_given;  // the first node that sets a weight
-    if (const Json* nodes = r.Array("nodes", kNodesAllowed); nodes != nullptr) {
+    std::unordered_set<std::string> node_names;
+    const Json* nodes = r.Array("nodes", kNodesAllowed);
+    // Each node has a worker, so no more nodes than the largest world size;
+    // checked first, since every node is read and compared below.
+    if (nodes != nullptr && nodes->size() > static_cast<size_t>(kMaxWorldSize)) {
+      problems.Add(
+          "distributed.nodes", std::to_string(nodes->size()) + " nodes",
+          "at most " + std::to_string(kMaxWorldSize) + " nodes (each has at least one worker)");
+      nodes_ok = false;
+      nodes = nullptr;
+    }
+    if (nodes != nullptr) {
       for (size_t i = 0; i < nodes->size(); ++i) {
         const std::string path = "distributed.nodes[" + std::to_string(i) + "]";
         const Json& item = (*nodes)[i];
@@ -306,17 +323,15 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
                                           "characters",
                                .max_length = 253,
                                .forbid_spaces = true});
-        if (nr.Has("shards")) nodes_ok &= nr.Int("shards", &node.shards, 0, 256);
+        nodes_ok &= nr.Int("shards", &node.shards, 0, 256);  // absent: placed by ClusterLayout
         if (!nr.Has("name")) {
           problems.Add(path + ".name", "missing", "every node needs a name");
           nodes_ok = false;
         }
         nr.ReportUnknownKeys();
-        for (const auto& earlier : d.nodes) {
-          if (earlier.name == node.name && !node.name.empty()) {
-            problems.Add(path + ".name", "duplicate node name " + Quote(node.name), "unique names");
-            nodes_ok = false;
-          }
+        if (!node.name.empty() && !node_names.insert(node.name).second) {
+          problems.Add(path + ".name", "duplicate node name " + Quote(node.name), "unique names");
+          nodes_ok = false;
         }
         d.nodes.push_back(node);
       }
@@ -543,14 +558,12 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
     SectionReader r(&problems, "metrics", top.Object("metrics"));
     r.Int("port", &config.metrics.port, 0, 65535);
     r.ReportUnknownKeys();
-    // The metrics ports (coordinator, shards, workers) must neither run past
-    // 65535 nor take the cluster's own (master_port and the shards' after it).
+    // The metrics ports (coordinator, shards, workers) must not run past
+    // 65535.
     const int m = config.metrics.port;
     const int shards =
         config.distributed.gradient_sync == GradientSyncMode::kNccl ? 0 : config.ps.shards;
     const int last = m + shards + config.distributed.world_size;
-    const int own_first = config.distributed.master_port;
-    const int own_last = own_first + shards;
     if (m > 0 && last > 65535) {
       problems.Add(
           "metrics.port",
@@ -561,13 +574,9 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
               : "0 (off): 1 + ps.shards + world_size = " +
                     std::to_string(1 + shards + config.distributed.world_size) +
                     " ports do not fit below 65536");
-    } else if (m > 0 && m <= own_last && last >= own_first) {
-      problems.Add("metrics.port",
-                   std::to_string(m) + ".." + std::to_string(last) +
-                       " overlaps the cluster's ports " + std::to_string(own_first) + ".." +
-                       std::to_string(own_last) + " (master_port, then one per shard)",
-                   "0 (off) or a range clear of them, e.g. " + std::to_string(own_last + 1000));
     }
+    // Overlaps with the cluster's own ports: CheckPorts, once the shards
+    // are placed.
   }
   {
     SecurityConfig& sec = config.security;
@@ -583,6 +592,7 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
   if (!problems.empty()) return problems.ToStatus();
   std::vector<ConfigProblem> layout_problems;
   config.layout = ResolveLayout(config, &layout_problems);
+  if (layout_problems.empty()) CheckPorts(config, &layout_problems);
   for (const auto& p : layout_problems) problems.Add(p.key, p.problem, p.allowed);
   SecurityConfig& sec = config.security;
   sec.curve = sec.mode == SecurityMode::kCurve ||

@@ -71,7 +71,7 @@ class Problems {
     line += problem;
     line += "; allowed: ";
     line += allowed;
-    lines_.push_back(std::move(line));
+    Keep(std::move(line));
   }
 
   // For problems located by line and column instead of a key path.
@@ -80,17 +80,36 @@ class Problems {
     position += problem;
     position += "; allowed: ";
     position += allowed;
-    lines_.push_back(std::move(position));
+    Keep(std::move(position));
   }
 
   bool empty() const { return lines_.empty(); }
   Status ToStatus() const {
-    return lines_.empty() ? Status::OK() : Status::InvalidArgument(Join(lines_, "\n"));
+    if (lines_.empty()) return Status::OK();
+    std::string all = Join(lines_, "\n");
+    if (unlisted_ > 0) {
+      all += "\n" + source_ + ": " + std::to_string(unlisted_) +
+             " more problems not listed (the first " + std::to_string(kMaxListed) + " are)";
+    }
+    return Status::InvalidArgument(all);
   }
 
  private:
+  // A hostile file can hold a problem per byte (1.5M duplicate keys made
+  // 184 MB of messages); the first ones say what to fix.
+  static constexpr size_t kMaxListed = 50;
+
+  void Keep(std::string line) {
+    if (lines_.size() < kMaxListed) {
+      lines_.push_back(std::move(line));
+    } else {
+      ++unlisted_;
+    }
+  }
+
   std::string source_;
   std::vector<std::string> lines_;
+  size_t unlisted_ = 0;
 };
 
 // Rules for string keys beyond "is a string".

@@ -207,6 +207,10 @@ class PsShardImpl : public PsShard {
       socket_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.limits.max_frame_bytes));
       socket_.set(zmq::sockopt::rcvhwm, 0);
       socket_.set(zmq::sockopt::sndhwm, 0);
+      // IPv6 hosts too (ps.host "::1", a node's IPv6 address): without it
+      // ZeroMQ binds IPv4 only, and an IPv6 literal fails with "No such
+      // device". IPv4 addresses bind as before.
+      socket_.set(zmq::sockopt::ipv6, 1);
       socket_.bind(options_.endpoint);
       endpoint_ = socket_.get(zmq::sockopt::last_endpoint);
     } catch (const zmq::error_t& e) {

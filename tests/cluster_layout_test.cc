@@ -161,5 +161,59 @@ TEST(ClusterLayoutTest, RefusesWhatOtherMachinesCouldNotReach) {
   EXPECT_FALSE(local.layout.multi_host);
 }
 
+// A hostile probe: ps.host 0.0.0.0 passed check-config and the shards then
+// refused it, blaming "the node's host"; a ps.base_port on master_port and
+// metrics ports on a shard's passed and failed to bind at run time, while a
+// metrics range clear of the shards (at ps.base_port) was refused.
+TEST(ClusterLayoutTest, PortsAndTheShardsAddressAreCheckedAsTheBinariesUseThem) {
+  const std::string local = R"({"distributed": {"enable": true, "gradient_sync": "ps",
+      "master_port": 41000}, "ps": {"shards": 2)";
+  for (const char* host : {"0.0.0.0", "::"}) {
+    const std::string any = ErrorOf(local + R"(, "host": ")" + host + R"("}})");
+    EXPECT_TRUE(Contains(any, "ps.host: '" + std::string(host) + "' names no machine")) << any;
+  }
+  const Config v6 = ParseOk(local + R"(, "host": "::1"}})");
+  EXPECT_EQ(v6.layout.shards[0].Endpoint(), "tcp://[::1]:41001");
+  const std::string on_master = ErrorOf(local + R"(, "base_port": 40999}})");
+  EXPECT_TRUE(Contains(on_master, "ps.base_port: shard 1 would listen on port 41000")) << on_master;
+  const std::string metrics =
+      ErrorOf(local + R"(, "base_port": 50000}, "metrics": {"port": 49998}})");
+  EXPECT_TRUE(Contains(metrics, "metrics.port: 49998..50001")) << metrics;
+  EXPECT_TRUE(Contains(metrics, "takes port 50000, shard 0's")) << metrics;
+  const std::string coordinator = ErrorOf(local + R"(}, "metrics": {"port": 40998}})");
+  EXPECT_TRUE(Contains(coordinator, "takes port 41000, distributed.master_port")) << coordinator;
+  // Clear of the shards, which are not after master_port here.
+  const Config clear = ParseOk(local + R"(, "base_port": 50000}, "metrics": {"port": 41001}})");
+  EXPECT_EQ(clear.metrics.port, 41001);
+}
+
+// 20,000 loopback nodes built the list of every host into every node's
+// problem (gigabytes, then std::bad_alloc); thousands of nodes of one name
+// compared each with every earlier one and reported each pair.
+TEST(ClusterLayoutTest, ManyBadNodesGiveABoundedReport) {
+  auto nodes = [](int count, bool same_name) {
+    std::string text = R"({"distributed": {"enable": true, "master_addr": "10.0.0.1",
+        "world_size": )" +
+                       std::to_string(count) + R"(, "nodes": [)";
+    for (int n = 0; n < count; ++n) {
+      text += std::string(n ? "," : "") + R"({"name": ")" +
+              (same_name ? std::string("n") : "n" + std::to_string(n)) + R"(", "host": "127.0.)" +
+              std::to_string(n / 250) + "." + std::to_string(n % 250 + 1) + R"("})";
+    }
+    return text + "]}}";
+  };
+  for (const bool same_name : {false, true}) {
+    const std::string report = ErrorOf(nodes(20000, same_name));
+    EXPECT_LT(report.size(), 64u * 1024) << report.substr(0, 2000);
+    EXPECT_TRUE(Contains(report, "more problems not listed (the first 50 are)"))
+        << report.substr(0, 2000);
+  }
+  EXPECT_TRUE(Contains(ErrorOf(nodes(20000, false)), "and 19992 more)"));
+  std::string too_many = R"({"distributed": {"nodes": [)";
+  for (int n = 0; n <= 65536; ++n) too_many += n ? ",{}" : "{}";
+  const std::string count = ErrorOf(too_many + "]}}");
+  EXPECT_TRUE(Contains(count, "distributed.nodes: 65537 nodes; allowed: at most 65536")) << count;
+}
+
 }  // namespace
 }  // namespace gridsync

@@ -210,6 +210,22 @@ TEST(ConfigPsTest, KeysValidateAndStalenessNeedsSsp) {
   EXPECT_TRUE(Contains(consistency, "bsp")) << consistency;
   const std::string timeout = ErrorOf(R"({"distributed": {"timeout_s": 0}})");
   EXPECT_TRUE(Contains(timeout, "distributed.timeout_s")) << timeout;
+  // Below a millisecond it became 0 ms; buckets below 1 KiB made millions
+  // of all-reduces a step, and no step ended.
+  const std::string tiny = ErrorOf(R"({"distributed": {"timeout_s": 0.0001}})");
+  EXPECT_TRUE(Contains(tiny,
+                       "distributed.timeout_s: out of range: 0.0001; allowed: finite "
+                       "numbers in [0.001, 3600]"))
+      << tiny;
+  const std::string bucket = ErrorOf(R"({"distributed": {"gradient_sync": "nccl",
+      "bucket_mb": 1e-30}})");
+  EXPECT_TRUE(Contains(bucket,
+                       "distributed.bucket_mb: out of range: 1e-30; allowed: finite "
+                       "numbers in [0.001, 4096]"))
+      << bucket;
+  // An unknown key of a node lists every key a node takes.
+  const std::string node = ErrorOf(R"({"distributed": {"nodes": [{"name": "a", "shard": 1}]}})");
+  EXPECT_TRUE(Contains(node, "\"shards\"")) << node;
 }
 
 TEST(ConfigPsTest, OptimizerPlacementResolves) {

@@ -55,6 +55,7 @@ Result<std::unique_ptr<PsClient>> PsClient::Connect(
       socket.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(limits.max_frame_bytes));
       socket.set(zmq::sockopt::sndhwm, 0);
       socket.set(zmq::sockopt::rcvhwm, 0);
+      socket.set(zmq::sockopt::ipv6, 1);  // a shard on an IPv6 address (see the shard's bind)
       GRIDSYNC_RETURN_IF_ERROR(wire::ApplyCurveClient(socket, curve));
       socket.connect(shard.endpoint);
       client->sockets_.push_back(std::move(socket));
