@@ -5,6 +5,7 @@
 #include "common/cluster_layout.h"
 
 #include <gtest/gtest.h>
+#include <spdlog/fmt/fmt.h>
 #include <stdlib.h>
 
 #include <string>
@@ -196,9 +197,8 @@ TEST(ClusterLayoutTest, ManyBadNodesGiveABoundedReport) {
         "world_size": )" +
                        std::to_string(count) + R"(, "nodes": [)";
     for (int n = 0; n < count; ++n) {
-      text += std::string(n ? "," : "") + R"({"name": ")" +
-              (same_name ? std::string("n") : "n" + std::to_string(n)) + R"(", "host": "127.0.)" +
-              std::to_string(n / 250) + "." + std::to_string(n % 250 + 1) + R"("})";
+      text += fmt::format(R"({}{{"name": "n{}", "host": "127.0.{}.{}"}})", n ? "," : "",
+                          same_name ? "" : std::to_string(n), n / 250, n % 250 + 1);
     }
     return text + "]}}";
   };
