@@ -2,10 +2,12 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
 
+#include "worker/image_data_checks.h"
 #include "worker/image_task.h"
 
 namespace gridsync::image_precheck {
@@ -34,9 +36,17 @@ uint32_t Be32(const uint8_t* p) {
 // entropy-coded data (where 0xFF is followed by 0x00 or a restart marker);
 // each DHT table's counts must sum to at most 256 and fit its segment.
 Status CheckJpeg(const uint8_t* data, size_t size, size_t pos) {
+  image_data_checks::JpegFrame frame;
+  uint64_t entropy_bytes = 0;  // after each SOS, up to the next marker
+  bool in_scan = false;
+  const auto ends = [&] {
+    return frame.marker != 0 ? image_data_checks::CheckJpegFrame(frame, entropy_bytes)
+                             : Status::OK();
+  };
   while (pos + 1 < size) {
     if (data[pos] != 0xFF) {
       ++pos;  // entropy-coded data, or fill
+      entropy_bytes += in_scan ? 1 : 0;
       continue;
     }
     const uint8_t marker = data[pos + 1];
@@ -44,13 +54,28 @@ Status CheckJpeg(const uint8_t* data, size_t size, size_t pos) {
       ++pos;  // fill byte, stuffed 0xFF, restart marker, TEM: no length
       continue;
     }
-    if (marker == 0xD9) return Status::OK();  // EOI
-    if (pos + 4 > size) return Status::OK();  // truncated: stb says so
+    in_scan = false;
+    if (marker == 0xD9) return ends();  // EOI
+    if (pos + 4 > size) return ends();  // truncated: stb says so
     const size_t length = size_t{data[pos + 2]} << 8 | data[pos + 3];
     if (length < 2)
       return Status::InvalidArgument("JPEG marker segment of length " + std::to_string(length));
     const size_t begin = pos + 4, end = pos + 2 + length;
-    if (marker == 0xC4) {  // DHT: tables of (class/id, 16 counts, values)
+    const bool sof =
+        marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC;
+    if (sof && frame.marker == 0 && begin + 6 <= std::min(end, size)) {
+      frame.marker = marker;
+      frame.precision = data[begin];
+      frame.height = uint32_t{data[begin + 1]} << 8 | data[begin + 2];
+      frame.width = uint32_t{data[begin + 3]} << 8 | data[begin + 4];
+      for (size_t c = 0, at = begin + 6; c < data[begin + 5] && at + 3 <= std::min(end, size);
+           ++c, at += 3) {
+        frame.components.push_back(
+            {std::max(1, data[at + 1] >> 4), std::max(1, data[at + 1] & 15)});
+      }
+    }
+    in_scan = marker == 0xDA;  // SOS: entropy-coded data follows its header
+    if (marker == 0xC4) {      // DHT: tables of (class/id, 16 counts, values)
       size_t at = begin;
       while (at < end && at < size) {
         if (at + 17 > end || at + 17 > size) {
@@ -68,7 +93,7 @@ Status CheckJpeg(const uint8_t* data, size_t size, size_t pos) {
     }
     pos = end;
   }
-  return Status::OK();
+  return ends();
 }
 
 // PNG: the chunks after the signature, each within the file; the first
@@ -77,6 +102,7 @@ Status CheckJpeg(const uint8_t* data, size_t size, size_t pos) {
 Status CheckPng(const uint8_t* data, size_t size) {
   size_t pos = 8;
   bool seen_header = false;
+  int palettes = 0;
   while (pos + 8 <= size) {
     const uint64_t length = Be32(data + pos);
     const std::string type(reinterpret_cast<const char*>(data + pos + 4), 4);
@@ -113,6 +139,12 @@ Status CheckPng(const uint8_t* data, size_t size) {
                                        std::to_string(depth) + "-bit, " + std::to_string(channels) +
                                        " channels); at most " + std::to_string(INT32_MAX));
       }
+    }
+    // The standard allows one; stb takes the last, and the palette check
+    // (image_data_checks::PngWithSentinelPalette) pads each.
+    if (type == "PLTE" && ++palettes > 1) {
+      return Status::InvalidArgument("PNG with a second PLTE chunk at byte " + std::to_string(pos) +
+                                     "; allowed: one palette");
     }
     if (type == "IEND") break;
     pos += 12 + length;
@@ -172,6 +204,11 @@ const char* RefusedFormat(const uint8_t* data, size_t size) {
   if (StartsWith(data, size, "#?RADIANCE", 10) || StartsWith(data, size, "#?RGBE", 6))
     return "Radiance HDR";
   if (StartsWith(data, size, "\x53\x80\xF6\x34", 4)) return "Softimage PIC";
+  // stb reads binary P5 and P6 only.
+  if (size >= 3 && data[0] == 'P' && data[1] >= '1' && data[1] <= '4' &&
+      std::strchr(" \t\n\r#", data[2]) != nullptr && data[2] != 0) {
+    return data[1] == '4' ? "1-bit PNM (P4)" : "ASCII PNM (P1 to P3)";
+  }
   return nullptr;
 }
 
@@ -197,6 +234,11 @@ Status CheckStructure(const uint8_t* data, size_t size) {
   if (StartsWith(data, size, kPngSignature, 8)) return CheckPng(data, size);
   if (StartsWith(data, size, "P5", 2) || StartsWith(data, size, "P6", 2))
     return CheckPnm(data, size);
+  if (StartsWith(data, size, "BM", 2)) return image_data_checks::CheckBmp(data, size);
+  if (StartsWith(data, size, "GIF8", 4)) return image_data_checks::CheckGif(data, size);
+  // No signature: stb tries TGA last.
+  if (SignatureFormat(data, size) == nullptr && RefusedFormat(data, size) == nullptr)
+    return image_data_checks::CheckTga(data, size);
   return Status::OK();
 }
 

@@ -7,6 +7,8 @@
 // - PNG: a chunk claiming more bytes than the file holds (stb reallocates to
 //   the claim first), and rows whose raw bytes pass 2^31 - 1 (stb's int
 //   sizes overflow), wherever IHDR is (stb takes CgBI chunks before it);
+// - BMP, TGA, GIF and JPEG data shorter than the header promises, and
+//   palette indices past the palette: image_data_checks.h;
 // - PNM: integers past 2^24 (stb's parser overflows), 16-bit grey (stb's
 //   conversion reads twice its buffer), and pixel data shorter than the
 //   header says (stb keeps the uninitialised rest as the image).
@@ -26,7 +28,8 @@
 namespace gridsync::image_precheck {
 
 // The format's name when the bytes are one stb_image decodes but the task
-// does not take (PSD, Radiance HDR, Softimage PIC), else nullptr.
+// does not take (PSD, Radiance HDR, Softimage PIC, ASCII or 1-bit PNM),
+// else nullptr.
 const char* RefusedFormat(const uint8_t* data, size_t size);
 
 // The format the bytes start as, by signature ("JPEG", "PNG", "GIF",

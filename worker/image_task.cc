@@ -17,6 +17,7 @@
 #include "common/counter_rng.h"
 #include "common/file_bytes.h"
 #include "common/host_memory.h"
+#include "worker/image_data_checks.h"
 #include "worker/image_precheck.h"
 
 namespace gridsync {
@@ -165,9 +166,30 @@ Result<ImageTask> ImageTask::Decode(const uint8_t* data, size_t size, const std:
         " pixels: decoding it takes about " + std::to_string(need >> 20) + " MiB, " +
         std::to_string(available >> 20) + " MiB are available; allowed: a smaller image");
   }
+  // A palette PNG is decoded with its palette padded by a colour it does
+  // not hold: a pixel of that colour indexes past the palette, where stb
+  // would read its uninitialised stack (image_data_checks.h).
+  uint8_t sentinel[3] = {};
+  uint32_t entries = 0;
+  const std::vector<uint8_t> padded =
+      image_data_checks::PngWithSentinelPalette(data, size, sentinel, &entries);
   int width = 0, height = 0;
-  unsigned char* pixels = stbi_load_from_memory(data, len, &width, &height, &channels, 3);
+  unsigned char* pixels =
+      padded.empty() ? stbi_load_from_memory(data, len, &width, &height, &channels, 3)
+                     : stbi_load_from_memory(padded.data(), static_cast<int>(padded.size()), &width,
+                                             &height, &channels, 3);
   if (pixels == nullptr) return refuse(reason());
+  if (!padded.empty() && width > 0 && height > 0) {
+    const size_t count = size_t(width) * size_t(height);
+    for (size_t i = 0; i < count; ++i) {
+      if (std::memcmp(pixels + 3 * i, sentinel, 3) == 0) {
+        stbi_image_free(pixels);
+        return refuse("PNG pixel (" + std::to_string(i % size_t(width)) + ", " +
+                      std::to_string(i / size_t(width)) + ") indexes past the palette's " +
+                      std::to_string(entries) + " entries (corrupt)");
+      }
+    }
+  }
   ImageTask task;
   task.width_ = width;
   task.height_ = height;

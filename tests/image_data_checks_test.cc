@@ -1,0 +1,165 @@
+// Image files whose data does not hold what their header promises
+// (worker/image_data_checks.h): palette indices past the palette, which
+// stb 2.27 expands from its uninitialised stack, and files cut short or
+// with a patched size, which stb decodes as zeros. Each case was a file of
+// a hostile probe that trained; each is refused naming the format and what
+// is missing, and its well-formed twin still loads.
+#include "worker/image_data_checks.h"
+
+#include <gtest/gtest.h>
+#include <stb_image_write.h>
+#include <zlib.h>
+
+#include <string>
+#include <vector>
+
+#include "worker/image_task.h"
+
+namespace gridsync {
+namespace {
+
+Result<ImageTask> DecodeString(const std::string& bytes) {
+  return ImageTask::Decode(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "x");
+}
+
+void ExpectRefused(const std::string& bytes, const std::string& why) {
+  auto image = DecodeString(bytes);
+  ASSERT_FALSE(image.ok()) << why;
+  EXPECT_NE(image.status().message().find(why), std::string::npos) << image.status().message();
+}
+
+std::string Be32(uint32_t v) {
+  return std::string{char(v >> 24), char(v >> 16), char(v >> 8), char(v)};
+}
+std::string Le16(uint32_t v) { return std::string{char(v), char(v >> 8)}; }
+std::string Le32(uint32_t v) { return Le16(v) + Le16(v >> 16); }
+
+std::string PngChunk(const std::string& type, const std::string& data) {
+  const std::string body = type + data;
+  const uLong crc = crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(body.data()),
+                          static_cast<uInt>(body.size()));
+  return Be32(static_cast<uint32_t>(data.size())) + body + Be32(static_cast<uint32_t>(crc));
+}
+
+// An 8-bit palette PNG of one row holding `indices`, with `palette` (RGB
+// triples) as its PLTE.
+std::string PalettePng(const std::string& palette, const std::string& indices) {
+  const std::string raw = '\0' + indices;  // filter: none
+  std::vector<Bytef> packed(compressBound(raw.size()));
+  uLongf packed_size = packed.size();
+  EXPECT_EQ(
+      compress(packed.data(), &packed_size, reinterpret_cast<const Bytef*>(raw.data()), raw.size()),
+      Z_OK);
+  const std::string header = Be32(static_cast<uint32_t>(indices.size())) + Be32(1) +
+                             std::string{8, 3, 0, 0, 0};  // 8-bit, palette
+  return "\x89PNG\r\n\x1a\n" + PngChunk("IHDR", header) + PngChunk("PLTE", palette) +
+         PngChunk("IDAT", std::string(reinterpret_cast<char*>(packed.data()), packed_size)) +
+         PngChunk("IEND", "");
+}
+
+// A bottom-up BMP, 40-byte header, `bits` a pixel, the palette (BGRA
+// entries) and rows given.
+std::string Bmp(int width, int height, int bits, const std::string& palette,
+                const std::string& rows) {
+  const uint32_t offset = 54 + static_cast<uint32_t>(palette.size());
+  return "BM" + Le32(offset + static_cast<uint32_t>(rows.size())) + Le32(0) + Le32(offset) +
+         Le32(40) + Le32(width) + Le32(height) + Le16(1) + Le16(bits) + Le32(0) +
+         Le32(static_cast<uint32_t>(rows.size())) + Le32(2835) + Le32(2835) + Le32(0) + Le32(0) +
+         palette + rows;
+}
+
+// An uncompressed (type 2) or RLE (type 10) 24-bit TGA header.
+std::string TgaHeader(int type, int width, int height) {
+  return std::string{0, 0, char(type), 0, 0, 0, 0, 0, 0, 0, 0, 0} + Le16(width) + Le16(height) +
+         std::string{24, 0};
+}
+
+TEST(ImageDataChecksTest, APaletteIndexPastThePaletteIsRefused) {
+  const std::string two = std::string("\x10\x20\x30\x40\x50\x60", 6);
+  // 5 of a 2-entry palette: stb expanded it from its stack, a different
+  // colour each run.
+  ExpectRefused(PalettePng(two, std::string("\x00\x01\x05\x01", 4)),
+                "PNG pixel (2, 0) indexes past the palette's 2 entries (corrupt)");
+  auto png = DecodeString(PalettePng(two, std::string("\x00\x01\x01\x00", 4)));
+  ASSERT_TRUE(png.ok()) << png.status().ToString();
+  EXPECT_EQ(png->Channel(3), 0x40 / 255.0f);  // pixel 1 is entry 1
+  // The sentinel the check pads with is a colour the palette does not hold,
+  // even when the palette holds the first candidates.
+  const std::string crowded = std::string("\x01\x02\x03\x02\x03\x04", 6);
+  auto shifted = DecodeString(PalettePng(crowded, std::string("\x01\x00", 2)));
+  ASSERT_TRUE(shifted.ok()) << shifted.status().ToString();
+  EXPECT_EQ(shifted->Channel(0), 2 / 255.0f);
+  ExpectRefused(PalettePng(crowded, std::string("\x01\x02", 2)),
+                "PNG pixel (1, 0) indexes past the palette's 2 entries");
+  // A second PLTE: the standard allows one.
+  std::string twice = PalettePng(two, std::string("\x00", 1));
+  twice.insert(twice.find("IDAT") - 4, PngChunk("PLTE", two));
+  ExpectRefused(twice, "PNG with a second PLTE chunk");
+
+  // BMP, 8 bits, 2 entries, index 4 at pixel 1 of the stored row.
+  const std::string palette = std::string("\x30\x20\x10\x00\x60\x50\x40\x00", 8);
+  ExpectRefused(Bmp(2, 1, 8, palette, std::string("\x01\x04\x00\x00", 4)),
+                "BMP pixel 1 of stored row 0 is palette index 4, past the palette's 2 entries");
+  auto bmp = DecodeString(Bmp(2, 1, 8, palette, std::string("\x01\x00\x00\x00", 4)));
+  ASSERT_TRUE(bmp.ok()) << bmp.status().ToString();
+  EXPECT_EQ(bmp->Channel(0), 0x40 / 255.0f);  // entry 1's red
+  // 4 bits: the low nibble of the first byte is pixel 1.
+  ExpectRefused(Bmp(2, 1, 4, palette, std::string("\x13\x00\x00\x00", 4)),
+                "BMP pixel 1 of stored row 0 is palette index 3");
+  ASSERT_TRUE(DecodeString(Bmp(2, 1, 4, palette, std::string("\x10\x00\x00\x00", 4))).ok());
+}
+
+TEST(ImageDataChecksTest, AFileShorterThanItsHeaderSaysIsRefused) {
+  // A BMP header alone, and a top-down BMP claiming 16000 x 16000.
+  ExpectRefused(Bmp(64, 48, 24, "", ""),
+                "BMP cut short: 64 x 48 pixels of 24 bits needs 9270 bytes, the file has 54");
+  ExpectRefused(Bmp(16000, -16000, 24, "", std::string(100, '\x01')),
+                "BMP cut short: 16000 x 16000 pixels of 24 bits needs 768000054 bytes");
+  ExpectRefused(Bmp(2, 1, 12, "", std::string(8, '\x01')), "BMP of 12 bits a pixel");
+  // TGA: header only; RLE packets for 4 of 268M pixels.
+  ExpectRefused(TgaHeader(2, 64, 48),
+                "TGA cut short: 64 x 48 pixels needs 9234 bytes, the file has 18");
+  ExpectRefused(TgaHeader(10, 16384, 16384) + std::string("\x83\x01\x02\x03", 4),
+                "TGA cut short: RLE data for 268435456 pixels (4 covered)");
+  auto tga = DecodeString(TgaHeader(10, 4, 1) + std::string("\x83\x01\x02\x03", 4));
+  ASSERT_TRUE(tga.ok()) << tga.status().ToString();
+  EXPECT_EQ(tga->Channel(9), 3 / 255.0f);  // the run's red (stored B, G, R)
+  // GIF: the first image's data blocks run past the end.
+  const std::string gif = std::string("GIF89a", 6) + Le16(1) + Le16(1) +
+                          std::string("\x80\x00\x00", 3) + std::string(6, '\x7f') +
+                          std::string("\x2c\x00\x00\x00\x00\x01\x00\x01\x00\x00\x02", 11);
+  ExpectRefused(gif + std::string("\x02\x44", 2), "GIF cut short: the first image's data needs");
+  // Clear, pixel 0, end: 3-bit codes 4, 0, 5, first bits lowest.
+  auto whole = DecodeString(gif + std::string("\x02\x44\x01\x00\x3b", 5));
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+
+  // JPEG: a real 64 x 64 file, and the same with its frame patched to
+  // 8000 x 8000 pixels (stb decoded its data, then zeros).
+  std::vector<unsigned char> pixels(64 * 64 * 3);
+  for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<unsigned char>(i * 7);
+  std::string jpeg;
+  ASSERT_NE(stbi_write_jpg_to_func(
+                [](void* out, void* data, int size) {
+                  static_cast<std::string*>(out)->append(static_cast<char*>(data), size);
+                },
+                &jpeg, 64, 64, 3, pixels.data(), 90),
+            0);
+  ASSERT_TRUE(DecodeString(jpeg).ok());
+  const size_t sof = jpeg.find("\xFF\xC0");
+  ASSERT_NE(sof, std::string::npos);
+  std::string patched = jpeg;
+  patched.replace(sof + 5, 4, std::string("\x1f\x40\x1f\x40", 4));
+  ExpectRefused(patched, "JPEG of 8000 x 8000 pixels holds");
+  ExpectRefused(patched, "its 1000000 blocks of one component need at least 125000");
+  // Processes stb does not decode are named.
+  std::string lossless = jpeg;
+  lossless[sof + 1] = '\xC3';
+  ExpectRefused(lossless, "a lossless JPEG is not supported");
+  std::string twelve = jpeg;
+  twelve[sof + 4] = 12;
+  ExpectRefused(twelve, "a JPEG of 12-bit samples is not supported");
+  ExpectRefused("P3\n1 1\n255\n1 2 3\n", "ASCII PNM (P1 to P3) is not supported");
+}
+
+}  // namespace
+}  // namespace gridsync
