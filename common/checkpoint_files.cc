@@ -1,10 +1,10 @@
 #include "common/checkpoint_files.h"
 
-#include <algorithm>
 #include <fcntl.h>
 #include <spdlog/fmt/fmt.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <exception>
@@ -172,15 +172,28 @@ Result<Manifest> DecodeManifest(std::string_view text, const std::string& what) 
 
 Status WriteFileAtomically(const std::string& path, std::string_view bytes) {
   const std::string tmp = path + ".tmp";
+  // What a failed write left is removed (a regular file only: a folder in
+  // its place is someone else's).
+  const auto failed = [&](Status status) {
+    std::error_code ec;
+    if (fs::is_regular_file(fs::symlink_status(tmp, ec))) fs::remove(tmp, ec);
+    return status;
+  };
   {
+    errno = 0;
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     out.flush();
-    if (!out) return Status::IOError("cannot write " + tmp);
+    if (!out) {
+      const int error = errno;
+      out.close();
+      return failed(Status::IOError("cannot write " + tmp +
+                                    (error != 0 ? std::string(": ") + std::strerror(error) : "")));
+    }
   }
-  GRIDSYNC_RETURN_IF_ERROR(SyncPath(tmp, O_RDONLY));
+  if (Status synced = SyncPath(tmp, O_RDONLY); !synced.ok()) return failed(synced);
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return Status::IOError("cannot rename " + tmp + ": " + std::strerror(errno));
+    return failed(Status::IOError("cannot rename " + tmp + ": " + std::strerror(errno)));
   }
   return SyncPath(fs::path(path).parent_path().string(), O_RDONLY | O_DIRECTORY);
 }

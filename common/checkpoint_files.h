@@ -50,8 +50,10 @@ Status WriteFileAtomically(const std::string& path, std::string_view bytes);
 // newest one before it and the steps in `keep` up to `step`, later steps
 // included (another history's); a step folder goes once every part left it.
 // `keep`: the steps the coordinator last acknowledged for this part while
-// it cannot be told of newer ones (CheckpointLedger::Unacknowledged): they
-// are what the job can roll back to, so they stay on disk.
+// it cannot be told of newer ones, and the newest step every part holds
+// (CheckpointLedger::MustKeep): they are what the job can roll back to, so
+// they stay on disk. A failed write removes its temporary file (a full
+// disk kept the partial one, and every later write failed too).
 Status WriteCheckpointPart(const std::string& dir, uint64_t step, const std::string& part,
                            std::string_view data, const nlohmann::json& shape,
                            const std::vector<uint64_t>& keep = {});

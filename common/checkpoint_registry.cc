@@ -19,6 +19,7 @@ void CheckpointLedger::Wrote(uint64_t step) {
 void CheckpointLedger::RolledBack(uint64_t step) {
   std::erase_if(steps_, [step](uint64_t s) { return s > step; });
   std::erase_if(published_, [step](uint64_t s) { return s > step; });
+  common_ = std::min(common_, step);
   Wrote(step);
   RemoveStepsAfter(dir_, part_, step);
 }
@@ -34,8 +35,20 @@ Status CheckpointLedger::Publish(Store& store, uint64_t job) {
   }
   Status set = store.Set(CheckpointKey(job, part_), list);
   publish_failed_ = !set.ok();
-  if (set.ok()) published_ = std::move(listed);
+  if (!set.ok()) return set;
+  published_ = std::move(listed);
+  if (!job_parts_.empty()) {
+    // Unanswered: the last answer stands (a step every part held then is
+    // still one they hold, since each keeps it in turn).
+    if (auto common = NewestCommonStep(store, job, job_parts_); common.ok()) common_ = *common;
+  }
   return set;
+}
+
+std::vector<uint64_t> CheckpointLedger::MustKeep() const {
+  std::vector<uint64_t> keep = publish_failed_ ? published_ : std::vector<uint64_t>{};
+  if (common_ > 0) keep.push_back(common_);
+  return keep;
 }
 
 Result<std::vector<uint64_t>> ParseHeldSteps(std::string_view text, const std::string& part) {

@@ -40,16 +40,27 @@ class CheckpointLedger {
   // forgotten, here and on disk (RemoveStepsAfter).
   void RolledBack(uint64_t step);
   // A new job: nothing of this one counts.
-  void Reset() { steps_.clear(); }
-  // Publishes the steps still on disk for job `job`.
-  Status Publish(Store& store, uint64_t job);
-  // What the writer must leave on disk (WriteCheckpointPart's `keep`):
-  // while the last Publish failed (the coordinator is down), the steps it
-  // last acknowledged, which is where the job rolls back to; nothing
-  // otherwise (the two newest steps are kept anyway).
-  std::vector<uint64_t> Unacknowledged() const {
-    return publish_failed_ ? published_ : std::vector<uint64_t>{};
+  void Reset() {
+    steps_.clear();
+    common_ = 0;
   }
+  // The parts a step of the job needs (CheckpointParts): with them,
+  // Publish also learns the newest step every part holds.
+  void SetJobParts(std::vector<std::string> parts) { job_parts_ = std::move(parts); }
+  // Publishes the steps still on disk for job `job`, then reads the newest
+  // step every one of the job's parts published.
+  Status Publish(Store& store, uint64_t job);
+  // What the writer must leave on disk (WriteCheckpointPart's `keep`; the
+  // two newest steps are kept anyway):
+  //  - the newest step every part held at the last Publish: when another
+  //    part's writes fail (its disk is full), this part's newer steps are
+  //    not complete, and pruning the older ones left no complete step at
+  //    all (a hostile probe: shard 1's writes failed from step 150, shard 0
+  //    removed its 50 and 100 as it wrote 250 and 300, and the restarted
+  //    shard 1 and `--resume` found nothing to start from);
+  //  - while the last Publish failed (the coordinator is down), every step
+  //    it last acknowledged, since the job rolls back to one of them.
+  std::vector<uint64_t> MustKeep() const;
 
  private:
   const std::string dir_;
@@ -57,6 +68,8 @@ class CheckpointLedger {
   std::vector<uint64_t> steps_;      // ascending
   std::vector<uint64_t> published_;  // the last list acknowledged, ascending
   bool publish_failed_ = false;      // the last Publish was refused or unanswered
+  std::vector<std::string> job_parts_;
+  uint64_t common_ = 0;  // the newest step every part held at the last Publish
 };
 
 // Parses a published list ("100,150"; empty: no step); Corruption naming

@@ -100,6 +100,9 @@ struct ShardOptions {
   std::shared_ptr<TimelineWriter> timeline;
   uint64_t checkpoint_every = 0;
   std::string checkpoint_dir;
+  // The parts a checkpoint step of the job needs (CheckpointParts): the
+  // newest step they all hold is never pruned.
+  std::vector<std::string> checkpoint_parts;
   uint64_t resume_step = 0;
   // A shard restarted during training, rejoining the job from its
   // checkpoint of resume_step: it holds every message until Joined.

@@ -55,7 +55,8 @@ class PsShardImpl : public PsShard {
         socket_(context_, zmq::socket_type::router),
         stale_reads_(options),
         job_gate_(options.shard, options.rejoining || options.join_first),
-        checkpoints_(options.checkpoint_dir, options.shard, options.checkpoint_every) {
+        checkpoints_(options.checkpoint_dir, options.shard, options.checkpoint_every,
+                     options.checkpoint_parts) {
     for (uint32_t t = 0; t < partition_.n_tables(); ++t) {
       shapes_.push_back({partition_.table(t).rows, partition_.table(t).width});
     }

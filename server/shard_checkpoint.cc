@@ -63,7 +63,7 @@ void ShardCheckpoints::AfterStep(uint64_t applied, uint64_t job, const ShardStor
   std::vector<uint64_t> keep;
   {
     std::lock_guard<std::mutex> lock(registry_mu_);
-    keep = ledger_.Unacknowledged();
+    keep = ledger_.MustKeep();
   }
   const Status written = WriteShardCheckpoint(dir_, shard_, applied, store, keep);
   if (!written.ok()) {

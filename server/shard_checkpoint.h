@@ -42,8 +42,12 @@ std::string ShardPart(uint32_t shard);  // "shard-<i>"
 // one, and reloaded when the job rolls back.
 class ShardCheckpoints {
  public:
-  ShardCheckpoints(std::string dir, uint32_t shard, uint64_t every)
-      : dir_(dir), shard_(shard), every_(every), ledger_(std::move(dir), ShardPart(shard)) {}
+  // `job_parts`: the parts a step of the job needs (CheckpointParts).
+  ShardCheckpoints(std::string dir, uint32_t shard, uint64_t every,
+                   std::vector<std::string> job_parts)
+      : dir_(dir), shard_(shard), every_(every), ledger_(std::move(dir), ShardPart(shard)) {
+    ledger_.SetJobParts(std::move(job_parts));
+  }
 
   // Where the steps held are published (null: nowhere).
   void SetRegistry(Store* registry);

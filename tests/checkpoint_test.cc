@@ -226,8 +226,7 @@ TEST(CheckpointTest, StepsTheCoordinatorLastAcknowledgedStayOnDisk) {
   CheckpointLedger ledger(dir, "shard-0");
   const nlohmann::json shape = {{"test", 1}};
   const auto write = [&](uint64_t step, Store& store) {
-    ASSERT_TRUE(
-        WriteCheckpointPart(dir, step, "shard-0", "x", shape, ledger.Unacknowledged()).ok());
+    ASSERT_TRUE(WriteCheckpointPart(dir, step, "shard-0", "x", shape, ledger.MustKeep()).ok());
     ledger.Wrote(step);
     (void)ledger.Publish(store, 1);
   };
@@ -256,6 +255,45 @@ TEST(CheckpointTest, StepsTheCoordinatorLastAcknowledgedStayOnDisk) {
 // (WriteCheckpointPart keeps one older step of the part's current history),
 // so a fresh start into a folder holding any of its parts' steps is refused,
 // naming them; parts that hold nothing there start freely.
+// A hostile probe: shard 1's disk filled up from step 150 (its writes
+// failed, logged, and training went on), while shard 0 wrote 250 and 300
+// and removed its 50 and 100: no step was complete any more, so neither a
+// restarted shard 1 nor `gridsync launch --resume` had anything to start
+// from. The newest step every part holds now stays.
+TEST(CheckpointTest, TheNewestStepEveryPartHoldsStaysWhileAnotherPartCannotWrite) {
+  const std::string dir =
+      (fs::temp_directory_path() / ("gridsync-common-" + std::to_string(::getpid()))).string();
+  fs::remove_all(dir);
+  HashStore registry;
+  const std::vector<std::string> parts = {"shard-0", "shard-1"};
+  CheckpointLedger first(dir, "shard-0"), second(dir, "shard-1");
+  first.SetJobParts(parts);
+  second.SetJobParts(parts);
+  const nlohmann::json shape = {{"test", 1}};
+  const auto write = [&](CheckpointLedger& ledger, uint64_t step) {
+    ASSERT_TRUE(WriteCheckpointPart(dir, step, ledger.part(), "x", shape, ledger.MustKeep()).ok());
+    ledger.Wrote(step);
+    ASSERT_TRUE(ledger.Publish(registry, 1).ok());
+  };
+  for (uint64_t step : {50, 100}) {
+    write(first, step);
+    write(second, step);
+  }
+  for (uint64_t step : {150, 200, 250, 300}) write(first, step);  // shard 1 writes nothing
+  EXPECT_EQ(HeldSteps(dir, "shard-0"), (std::vector<uint64_t>{100, 250, 300}));
+  EXPECT_EQ(LatestCompleteStep(dir, parts), 100u);
+  auto common = NewestCommonStep(registry, 1, parts);
+  ASSERT_TRUE(common.ok()) << common.status().ToString();
+  EXPECT_EQ(*common, 100u);
+  // Shard 1 writes again: once both hold 350, the old step may go.
+  write(second, 350);
+  write(first, 350);
+  write(first, 400);
+  EXPECT_EQ(HeldSteps(dir, "shard-0"), (std::vector<uint64_t>{350, 400}));
+  EXPECT_EQ(LatestCompleteStep(dir, parts), 350u);
+  fs::remove_all(dir);
+}
+
 TEST(CheckpointTest, AFreshStartNeverDeletesAnotherRunsCheckpoints) {
   const std::string dir =
       (fs::temp_directory_path() / ("gridsync-fresh-" + std::to_string(::getpid()))).string();

@@ -119,6 +119,7 @@ Status AllReduceSync::StartCheckpoints(uint64_t start_step) {
   }
   const uint32_t workers = static_cast<uint32_t>(groups_.flat->size());
   ledger_ = std::make_unique<CheckpointLedger>(checkpoint.dir, me_);
+  ledger_->SetJobParts(CheckpointParts(0, workers));
   // The job this worker publishes its steps under: nccl workers never move
   // to another (no rejoin), so it is asked once.
   if (coordinator_ != nullptr) {
@@ -147,7 +148,7 @@ Status AllReduceSync::CheckpointIfDue(uint64_t step) {
   // What the coordinator last acknowledged stays on disk (WriteCheckpointPart).
   GRIDSYNC_RETURN_IF_ERROR(WriteAllReduceCheckpoint(spec_, rank_,
                                                     static_cast<uint32_t>(groups_.flat->size()),
-                                                    step + 1, State(), ledger_->Unacknowledged())
+                                                    step + 1, State(), ledger_->MustKeep())
                                .WithContext(me_ + " writing its checkpoint"));
   ledger_->Wrote(step + 1);
   PublishCheckpoints();

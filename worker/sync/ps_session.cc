@@ -143,6 +143,7 @@ Result<PsSession> JoinPsCluster(const RunSpec& spec, HashGridModel& model,
   if (spec.sync.worker_state && config.checkpoint.every_steps > 0) {
     session.ledger = std::make_unique<CheckpointLedger>(config.checkpoint.dir,
                                                         "worker-" + std::to_string(session.rank));
+    session.ledger->SetJobParts(CheckpointParts(static_cast<uint32_t>(config.ps.shards), workers));
   }
   // A rejoin goes where the job's epoch went (another process may have
   // rejoined from another step a moment before).
@@ -251,7 +252,7 @@ Status PsSessionSync::CheckpointIfDue(uint64_t step) {
   if (!spec_.sync.worker_state || every == 0 || (step + 1) % every != 0) return Status::OK();
   // What the coordinator last acknowledged stays on disk (WriteCheckpointPart).
   const std::vector<uint64_t> keep =
-      session_.ledger ? session_.ledger->Unacknowledged() : std::vector<uint64_t>{};
+      session_.ledger ? session_.ledger->MustKeep() : std::vector<uint64_t>{};
   GRIDSYNC_RETURN_IF_ERROR(WriteWorkerCheckpoint(spec_, rank_,
                                                  static_cast<uint32_t>(session_.map.shards.size()),
                                                  step + 1, session_.ps.get(), keep)
