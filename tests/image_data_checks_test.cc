@@ -116,6 +116,11 @@ TEST(ImageDataChecksTest, AFileShorterThanItsHeaderSaysIsRefused) {
   ExpectRefused(Bmp(16000, -16000, 24, "", std::string(100, '\x01')),
                 "BMP cut short: 16000 x 16000 pixels of 24 bits needs 768000054 bytes");
   ExpectRefused(Bmp(2, 1, 12, "", std::string(8, '\x01')), "BMP of 12 bits a pixel");
+  // A negative compression field passes stb's checks as uncompressed
+  // (image_decode_fuzz: 68 bytes claiming 3329 x 33012 pixels).
+  std::string negative = Bmp(3329, -33012, 24, "", std::string(14, '\x01'));
+  negative.replace(30, 4, std::string("\xd0\x89\x3d\xf6", 4));
+  ExpectRefused(negative, "BMP cut short: 3329 x 33012 pixels of 24 bits");
   // TGA: header only; RLE packets for 4 of 268M pixels.
   ExpectRefused(TgaHeader(2, 64, 48),
                 "TGA cut short: 64 x 48 pixels needs 9234 bytes, the file has 18");

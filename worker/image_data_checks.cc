@@ -44,7 +44,8 @@ Status CheckBmp(const uint8_t* data, size_t size) {
   if (size < std::max<uint64_t>(header_end, 14 + 12))
     return CutShort("BMP", "a header of " + std::to_string(hsz) + " bytes", header_end, size);
   int64_t width = 0, height = 0;
-  uint32_t bits = 0, compression = 0;
+  uint32_t bits = 0;
+  int32_t compression = 0;  // signed, as stb reads it: a negative one passes its checks
   if (hsz == 12) {
     width = Le16(data + 18);
     height = Le16(data + 20);
@@ -53,7 +54,7 @@ Status CheckBmp(const uint8_t* data, size_t size) {
     width = Le32(data + 18);  // unsigned to stb
     height = static_cast<int32_t>(Le32(data + 22));
     bits = Le16(data + 28);
-    compression = Le32(data + 30);
+    compression = static_cast<int32_t>(Le32(data + 30));
     if (compression == 1 || compression == 2 || compression >= 4) return Status::OK();  // stb: no
   }
   height = height < 0 ? -height : height;  // a top-down BMP's rows are stored negative
