@@ -20,6 +20,27 @@
 #include "worker/image_task.h"
 #include "worker/worker_precheck.h"
 
+namespace {
+
+// The keys each role loads at its start (control plane and data plane),
+// when the cluster runs under CURVE on this one machine: a missing or
+// damaged key file fails check-config as it would fail the process.
+gridsync::Status CheckRoleKeys(const gridsync::Config& config) {
+  if (!config.security.curve || config.layout.multi_host) return gridsync::Status::OK();
+  for (const char* role : {"coordinator", "shard", "worker"}) {
+    if (auto auth = gridsync::wire::ControlAuthFor(config, role); !auth.ok()) return auth.status();
+  }
+  if (config.distributed.gradient_sync != gridsync::GradientSyncMode::kNccl) {
+    for (const char* role : {"shard", "worker"}) {
+      if (auto curve = gridsync::wire::CurveSettingsFor(config, role); !curve.ok())
+        return curve.status();
+    }
+  }
+  return gridsync::Status::OK();
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"gridsync: operate a gridsync cluster"};
   app.require_subcommand(1);
@@ -138,9 +159,27 @@ int main(int argc, char** argv) {
     // or on one of this machine's addresses), and named otherwise.
     std::error_code exists_error;
     const std::string& master = config->distributed.master_addr;
-    if (std::filesystem::exists(config->task.image, exists_error) || standalone ||
-        !config->distributed.enable || gridsync::IsLoopbackHost(master) ||
-        !gridsync::InterfaceOf(master).empty()) {
+    const bool on_this_machine = standalone || !config->distributed.enable ||
+                                 gridsync::IsLoopbackHost(master) ||
+                                 !gridsync::InterfaceOf(master).empty();
+    if (on_this_machine && !standalone && config->distributed.enable) {
+      // What the coordinator, shards and workers read at their start: every
+      // role's keys when the whole cluster is here (a machine of several
+      // holds its own roles' only), and the checkpoint folder.
+      if (auto keys = CheckRoleKeys(*config); !keys.ok()) {
+        std::fprintf(stderr, "%s: %s\n", path.c_str(), keys.message().c_str());
+        return gridsync::kConfigErrorExitCode;
+      }
+      if (config->checkpoint.every_steps > 0) {
+        if (auto writable = gridsync::ImageTask::CheckWritableFolder(config->checkpoint.dir);
+            !writable.ok()) {
+          std::fprintf(stderr, "%s: checkpoint.dir: %s\n", path.c_str(),
+                       writable.message().c_str());
+          return gridsync::kConfigErrorExitCode;
+        }
+      }
+    }
+    if (std::filesystem::exists(config->task.image, exists_error) || on_this_machine) {
       auto image = gridsync::ImageTask::Load(config->task.image);
       if (!image.ok()) {
         std::fprintf(stderr, "%s: task.image: %s\n", path.c_str(),
