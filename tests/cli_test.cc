@@ -239,4 +239,27 @@ TEST(CliTest, UnwritableOutputIsRefusedBeforeTraining) {
   EXPECT_NE(run.output.find("/proc/gridsync-cannot-write-here"), std::string::npos) << run.output;
 }
 
+// A hostile probe: check-config said OK to CURVE without its keys and to a
+// checkpoint folder nobody can create, and the processes then exited 2 or
+// 1. Both are refused by check-config now, naming the file or folder.
+TEST(CliTest, CheckConfigRefusesMissingKeysAndAnUnwritableCheckpointFolder) {
+  const ProcessResult keys =
+      Execute("tools/gridsync",
+              "check-config configs/local.json --set security.mode=curve --set "
+              "security.keys_dir=/nonexistent-gridsync-keys");
+  EXPECT_EQ(keys.exit_code, 2) << keys.output;
+  EXPECT_NE(keys.output.find("cannot read key file /nonexistent-gridsync-keys/coordinator.key"),
+            std::string::npos)
+      << keys.output;
+  const ProcessResult checkpoints =
+      Execute("tools/gridsync",
+              "check-config configs/local.json --set checkpoint.every_steps=2 --set "
+              "checkpoint.dir=/proc/gridsync-cannot-write-here");
+  EXPECT_EQ(checkpoints.exit_code, 2) << checkpoints.output;
+  EXPECT_NE(checkpoints.output.find("checkpoint.dir: cannot create folder "
+                                    "'/proc/gridsync-cannot-write-here'"),
+            std::string::npos)
+      << checkpoints.output;
+}
+
 }  // namespace
