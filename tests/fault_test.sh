@@ -26,7 +26,8 @@
 #     launcher restarts it, it rejoins from the checkpoint, the job rolls back
 #     without stopping and ends bit for bit as the uninterrupted run (plain
 #     and onebit; ps, and hybrid, whose node collective is formed again with
-#     the restarted worker, plain and onebit).
+#     the restarted worker, plain and onebit; and hybrid with both workers
+#     killed at once, whose restarted workers vote on the backend again).
 #  8. A shard that lost its coordinator (SIGKILL, or SIGSTOP so that calls
 #     time out) exits failed within seconds, naming it, for its supervisor to
 #     restart it into the rejoin of 7.
@@ -341,7 +342,7 @@ rm -rf "$WORK/ckpt-clean"
   --rank0-arg="$WORK/clean-hybrid-codec.bin" > "$WORK/clean-hybrid-codec.log" 2>&1 ||
   { fail "the uninterrupted hybrid onebit run failed"; tail -20 "$WORK/clean-hybrid-codec.log"; }
 for run in plain:ps-1 onebit:ps-1 onebit:worker-1 hybrid:worker-1 hybrid:ps-1 \
-  hybrid-onebit:worker-1; do
+  hybrid-onebit:worker-1 hybrid:workers; do
   victim=${run#*:}; variant=${run%:*}; tag="$variant-$victim"
   extra=(); clean="$WORK/clean.bin"
   if [ "$variant" = onebit ]; then extra=("${codec_set[@]}"); clean="$WORK/clean-codec.bin"; fi
@@ -351,6 +352,9 @@ for run in plain:ps-1 onebit:ps-1 onebit:worker-1 hybrid:worker-1 hybrid:ps-1 \
   fi
   pattern="gridsync-ps --shard 1 --config $WORK/cluster.json"
   [ "$victim" = worker-1 ] && pattern="gridsync-worker --rank 1 --config $WORK/cluster.json"
+  # Both at once: the coordinator drops the collective's keys with the last
+  # worker, the outcome of the backend vote (collective auto) included.
+  [ "$victim" = workers ] && pattern="gridsync-worker --rank [01] --config $WORK/cluster.json"
   log="$WORK/rejoin-$tag.log"
   rm -rf "$WORK/ckpt"
   start=$(date +%s)
@@ -362,10 +366,16 @@ for run in plain:ps-1 onebit:ps-1 onebit:worker-1 hybrid:worker-1 hybrid:ps-1 \
   rc=0; wait $launcher || rc=$?
   # Every process that lived through it says it rolled back.
   others=2; [ "$victim" = worker-1 ] && others=1
+  said=$victim
+  if [ "$victim" = workers ]; then
+    # Whichever rejoins first may see the other's rejoin as a rollback and
+    # carry on from there: 0 or 1 of them says so.
+    said=worker-1; others=$(grep -c "\[worker-[01]\].*carries on from there" "$log" || true)
+  fi
   if [ $rc -ne 0 ]; then
     fail "$tag: the run did not survive the restart of $victim (exit $rc)"
     grep -v "step [0-9]*/" "$log" | tail -15
-  elif ! grep -q "\[$victim\].*\(rejoining it\|rejoined job\)" "$log" ||
+  elif ! grep -q "\[$said\].*\(rejoining it\|rejoined job\)" "$log" ||
        ! grep -q "\[ps-0\].*rolled back to step" "$log" ||
        [ "$(grep -c "\[worker-[01]\].*carries on from there" "$log")" -ne $others ]; then
     fail "$tag: the restarted $victim, shard 0 and the other workers did not all say they rolled back"

@@ -1,5 +1,6 @@
 #include "worker/sync/train.h"
 
+#include <spdlog/fmt/fmt.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -44,8 +45,19 @@ Result<std::string> AgreeOnCollective(const RunSpec& spec, const cuda::DeviceTra
   const std::string votes_prefix = "backend/";
   const std::string agreed_key = votes_prefix + "agreed";
   if (rejoining) {
-    GRIDSYNC_ASSIGN_OR_RETURN(const auto agreed, store->Get({agreed_key}, spec.sync.timeout));
-    return agreed[0];
+    // The outcome is gone only when every worker left the job (the
+    // coordinator drops the votes with the last one) or the coordinator
+    // restarted (its store is not kept): then every worker of the job is
+    // starting over here, and they vote again. Waiting for it instead lost
+    // the run (a hostile probe: hybrid with collective auto, both workers
+    // killed, or the coordinator: "missing keys: 'collective/backend/agreed'"
+    // until the restarts ran out).
+    auto agreed = store->Get({agreed_key}, std::chrono::milliseconds(0));
+    if (agreed.ok()) return (*agreed)[0];
+    // Absent: NotFound from the coordinator's store at timeout 0, Timeout
+    // from the in-memory one.
+    const StatusCode code = agreed.status().code();
+    if (code != StatusCode::kNotFound && code != StatusCode::kTimeout) return agreed.status();
   }
   const auto last = cuda::DeviceForLocalRank(node_workers - 1);
   const bool own_gpu = last.ok() && *last == node_workers - 1;  // a device per local rank
@@ -55,9 +67,23 @@ Result<std::string> AgreeOnCollective(const RunSpec& spec, const cuda::DeviceTra
   std::vector<std::string> keys;
   for (int r = 0; r < spec.config.distributed.world_size; ++r)
     keys.push_back(votes_prefix + std::to_string(r));
-  GRIDSYNC_ASSIGN_OR_RETURN(const auto votes, store->Get(keys, spec.sync.timeout));
+  auto votes = store->Get(keys, spec.sync.timeout);
+  if (!votes.ok() && votes.status().code() == StatusCode::kTimeout) {
+    // Name the ranks, not the keys.
+    std::string missing;
+    for (int r = 0; r < spec.config.distributed.world_size; ++r) {
+      if (!store->Get({keys[static_cast<size_t>(r)]}, std::chrono::milliseconds(0)).ok())
+        missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    }
+    return Status::Timeout("rank " + std::to_string(rank) +
+                           ": the vote on the collective backend (distributed.collective auto) "
+                           "waited " +
+                           fmt::format("{:.1f}", spec.sync.timeout.count() / 1000.0) +
+                           " s; no vote from ranks [" + missing + "]");
+  }
+  if (!votes.ok()) return votes.status();
   std::string kind = "nccl";
-  for (const auto& vote : votes) {
+  for (const auto& vote : *votes) {
     if (vote != "nccl") kind = "gloo";
   }
   // The same value from every rank: whoever writes last writes it again.
