@@ -256,14 +256,10 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
     r.Int("n_hidden_layers", &n.n_hidden_layers, 0, 16);
     r.ReportUnknownKeys();
   }
-  // What the distributed section resolved, for the sections only a
-  // distributed part reads (ps, compression).
-  bool enable_known = false, sync_known = false;
   {
     DistributedConfig& d = config.distributed;
     SectionReader r(&problems, "distributed", top.Object("distributed"));
     const bool enable_ok = r.Bool("enable", &d.enable);
-    enable_known = enable_ok;
     const bool world_size_ok = r.Int("world_size", &d.world_size, 1, kMaxWorldSize);
     // 253 is the longest DNS name; an IP address is far shorter.
     r.String("master_addr", &d.master_addr,
@@ -271,9 +267,8 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
               .max_length = 253,
               .forbid_spaces = true});
     r.Int("master_port", &d.master_port, 1, 65535);
-    sync_known = r.EnumValue("gradient_sync", &d.gradient_sync,
-                             std::span<const GradientSyncMode>(kGradientSyncs));
-    const bool sync_ok = sync_known;
+    const bool sync_ok = r.EnumValue("gradient_sync", &d.gradient_sync,
+                                     std::span<const GradientSyncMode>(kGradientSyncs));
     const bool splitting_ok = r.EnumValue("batch_splitting", &d.batch_splitting,
                                           std::span<const BatchSplitting>(kBatchSplittings));
     const bool model_parallel_ok = r.Bool("model_parallel", &d.model_parallel);
@@ -482,8 +477,7 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
   }
   {
     PsConfig& p = config.ps;
-    const Json* section = top.Object("ps");
-    SectionReader r(&problems, "ps", section);
+    SectionReader r(&problems, "ps", top.Object("ps"));
     r.Int("shards", &p.shards, 1, 256);
     const bool consistency_ok =
         r.EnumValue("consistency", &p.consistency, std::span<const Consistency>(kConsistencies));
@@ -498,16 +492,6 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
     r.EnumValue("optimizer", &p.optimizer,
                 std::span<const OptimizerPlacement>(kOptimizerPlacements));
     r.ReportUnknownKeys();
-    // Only shards read this section (a hostile probe: ps.consistency async
-    // under nccl was taken and did nothing, while the mirror case,
-    // distributed.collective under ps, was refused).
-    const DistributedConfig& d = config.distributed;
-    if (enable_known && sync_known && section != nullptr && !section->empty() && d.enable &&
-        d.gradient_sync == GradientSyncMode::kNccl) {
-      problems.Add("ps." + section->begin().key(),
-                   "has no effect with gradient_sync \"nccl\" (no PS shards run)",
-                   "the ps section only with gradient_sync \"ps\" or \"hybrid\"");
-    }
     if (consistency_ok && staleness_ok && r.Has("staleness") &&
         p.consistency != Consistency::kSsp) {
       problems.Add("ps.staleness",

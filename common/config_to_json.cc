@@ -82,19 +82,16 @@ nlohmann::json Config::ToJson() const {
   k["image"] = task.image;
   k["output"] = task.output;
 
-  // Parse refuses the section where no shard runs (gradient_sync nccl).
-  if (!distributed.enable || distributed.gradient_sync != GradientSyncMode::kNccl) {
-    auto& p = j["ps"];
-    p["shards"] = ps.shards;
-    p["consistency"] = ToString(ps.consistency);
-    // Parse refuses staleness outside ssp (see mp_dim above).
-    if (ps.consistency == Consistency::kSsp) p["staleness"] = ps.staleness;
-    p["threads"] = ps.threads;
-    // Written only when given: in a multi-host cluster it is an error.
-    if (ps.host_given) p["host"] = ps.host;
-    p["base_port"] = ps.base_port;
-    p["optimizer"] = ToString(ps.optimizer);
-  }
+  auto& p = j["ps"];
+  p["shards"] = ps.shards;
+  p["consistency"] = ToString(ps.consistency);
+  // Parse refuses staleness outside ssp (see mp_dim above).
+  if (ps.consistency == Consistency::kSsp) p["staleness"] = ps.staleness;
+  p["threads"] = ps.threads;
+  // Written only when given: in a multi-host cluster it is an error.
+  if (ps.host_given) p["host"] = ps.host;
+  p["base_port"] = ps.base_port;
+  p["optimizer"] = ToString(ps.optimizer);
 
   auto& c = j["compression"];
   c["codec"] = compression.codec;

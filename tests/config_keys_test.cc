@@ -77,8 +77,8 @@ TEST(ConfigToJsonTest, EnumsPrintAsStrings) {
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   const nlohmann::json j = c->ToJson();
   EXPECT_EQ(j["compression"]["codec"], "none");
-  // No shard runs under nccl: the ps section is not printed (Parse refuses it).
-  EXPECT_FALSE(j.contains("ps"));
+  EXPECT_EQ(j["ps"]["consistency"], "bsp");
+  EXPECT_EQ(j["ps"]["optimizer"], "auto");
   EXPECT_EQ(j["distributed"]["gradient_sync"], "nccl");
   EXPECT_EQ(j["distributed"]["batch_splitting"], "adaptive");
   EXPECT_EQ(j["distributed"]["mp_dim"], "both");
@@ -120,10 +120,8 @@ TEST(ConfigToJsonTest, PrintsExactlyTheKeysTheParserReads) {
                           "batch_splitting": "weighted", "model_parallel": true,
                           "mp_dim": "column",
                           "nodes": [{"name": "a", "workers": 1}, {"name": "b", "workers": 1}]},
+          "ps": {"consistency": "ssp", "staleness": 3, "host": "127.0.0.1", "base_port": 26000},
           "compression": {"codec": "topk"}, "security": {"keys_dir": "/etc/gridsync/keys"}})",
-      R"({"distributed": {"enable": true, "gradient_sync": "ps"},
-          "ps": {"consistency": "ssp", "staleness": 3, "host": "127.0.0.1", "base_port": 26000,
-                 "optimizer": "worker"}})",
       R"({"distributed": {"batch_splitting": "adaptive", "gradient_sync": "hybrid"},
           "compression": {"codec": "qsgd"}})",
       R"({"distributed": {"gradient_sync": "ps"}, "compression": {"codec": "int8"}})",
@@ -225,14 +223,6 @@ TEST(ConfigPsTest, KeysValidateAndStalenessNeedsSsp) {
                        "distributed.bucket_mb: out of range: 1e-30; allowed: finite "
                        "numbers in [0.001, 4096]"))
       << bucket;
-  // The ps section under nccl, where no shard runs (it was taken and did
-  // nothing, while distributed.collective under ps was refused).
-  const std::string ps = ErrorOf(R"({"distributed": {"enable": true, "gradient_sync": "nccl"},
-      "ps": {"consistency": "async"}})");
-  EXPECT_TRUE(Contains(ps,
-                       "ps.consistency: has no effect with gradient_sync \"nccl\" (no PS "
-                       "shards run)"))
-      << ps;
   // An unknown key of a node lists every key a node takes.
   const std::string node = ErrorOf(R"({"distributed": {"nodes": [{"name": "a", "shard": 1}]}})");
   EXPECT_TRUE(Contains(node, "\"shards\"")) << node;
