@@ -65,6 +65,16 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s: %s\n", config_path.c_str(), runnable.message().c_str());
     return gridsync::kConfigErrorExitCode;
   }
+  // One process trains alone: there is no cluster to coordinate (it served
+  // "0 shards, 1 worker" forever, while launch and the shards refused it).
+  if (!config->distributed.enable) {
+    std::fprintf(stderr,
+                 "%s: distributed.enable is false: one process trains alone and no coordinator "
+                 "runs; allowed: distributed.enable true for a cluster (gridsync-worker "
+                 "--standalone trains in one process)\n",
+                 config_path.c_str());
+    return gridsync::kConfigErrorExitCode;
+  }
   if (auto spec = gridsync::RunSpec::Resolve(*config); !spec.ok()) {
     std::fprintf(stderr, "%s\n", spec.status().message().c_str());
     return gridsync::kConfigErrorExitCode;

@@ -79,11 +79,12 @@ TEST(CliTest, CheckConfigRefusesWhatTheWorkerRefuses) {
         << binary << ": " << run.output;
   }
   // What runs distributed passes both (the worker is not started here).
-  EXPECT_EQ(Execute("tools/gridsync",
-                    "check-config configs/distributed_large.json --set "
-                    "distributed.master_addr=127.0.0.1")
-                .exit_code,
-            0);
+  // (The large seed's 32 workers do not fit one 24 GiB machine together:
+  // AClusterThatCannotFitOneMachineIsRefusedAlike.)
+  const ProcessResult medium = Execute("tools/gridsync",
+                                       "check-config configs/distributed_medium.json --set "
+                                       "distributed.master_addr=127.0.0.1");
+  EXPECT_EQ(medium.exit_code, 0) << medium.output;
 }
 
 // task.image: check-config loads it as the worker does and refuses it with
@@ -260,6 +261,29 @@ TEST(CliTest, CheckConfigRefusesMissingKeysAndAnUnwritableCheckpointFolder) {
                                     "'/proc/gridsync-cannot-write-here'"),
             std::string::npos)
       << checkpoints.output;
+}
+
+// Each process checks itself against the machine's memory; a one-machine
+// cluster is checked whole, by check-config and launch alike (a hostile
+// probe: 32 workers of 0.9 GiB passed on a 23 GiB machine).
+TEST(CliTest, AClusterThatCannotFitOneMachineIsRefusedAlike) {
+  const std::string args = "configs/local.json --set distributed.world_size=4096";
+  const std::string words = "the 4096 workers and 2 shards this machine runs need about";
+  const ProcessResult check = Execute("tools/gridsync", "check-config " + args);
+  EXPECT_EQ(check.exit_code, 2) << check.output;
+  EXPECT_NE(check.output.find(words), std::string::npos) << check.output;
+  const ProcessResult launch = Execute("tools/gridsync", "launch " + args);
+  EXPECT_EQ(launch.exit_code, 2) << launch.output;
+  EXPECT_NE(launch.output.find(words), std::string::npos) << launch.output;
+  // A coordinator for a config that runs one process alone served
+  // "0 shards, 1 worker" forever.
+  const ProcessResult alone = Execute(
+      "server/gridsync-coordinator",
+      "--config configs/local.json --set distributed.enable=false --set distributed.world_size=1");
+  EXPECT_EQ(alone.exit_code, 2) << alone.output;
+  EXPECT_NE(alone.output.find("distributed.enable is false: one process trains alone"),
+            std::string::npos)
+      << alone.output;
 }
 
 }  // namespace

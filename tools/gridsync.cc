@@ -196,6 +196,17 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "%s: %s\n", path.c_str(), fits.message().c_str());
         return gridsync::kConfigErrorExitCode;
       }
+      // And, on one machine, every process of the cluster at once, as
+      // `gridsync launch` starts them.
+      if (distributed && on_this_machine && !config->layout.multi_host) {
+        const int shards = static_cast<int>(config->layout.shards.size());
+        if (auto together = gridsync::CheckMachineMemory(
+                *spec, *image, config->distributed.world_size, shards, shards, /*writes_png=*/true);
+            !together.ok()) {
+          std::fprintf(stderr, "%s: %s\n", path.c_str(), together.message().c_str());
+          return gridsync::kConfigErrorExitCode;
+        }
+      }
       if (auto writable = gridsync::ImageTask::CheckWritableFolder(config->task.output);
           !writable.ok()) {
         std::fprintf(stderr, "%s: task.output: %s\n", path.c_str(), writable.message().c_str());

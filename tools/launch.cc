@@ -23,6 +23,8 @@
 #include "ops/progress_line.h"
 #include "server/shard_checkpoint.h"
 #include "spec/run_spec.h"
+#include "worker/image_task.h"
+#include "worker/worker_precheck.h"
 
 namespace gridsync {
 namespace {
@@ -368,6 +370,25 @@ int RunLaunch(const LaunchOptions& options) {
     return kConfigErrorExitCode;
   }
   auto here = [&](int n) { return node < 0 || n == node; };
+  // Every process this machine starts, in its memory together (each one
+  // checks itself alone). The image as the workers load it; one they
+  // refuse is theirs to name.
+  if (auto spec = RunSpec::Resolve(*config); spec.ok()) {
+    if (auto image = ImageTask::Load(config->task.image); image.ok()) {
+      int workers = 0, shards = 0;
+      for (int n = 0; n < static_cast<int>(layout.nodes.size()); ++n)
+        workers += here(n) ? layout.nodes[static_cast<size_t>(n)].workers : 0;
+      for (const auto& shard : layout.shards) shards += here(shard.node) ? 1 : 0;
+      const Status together =
+          CheckMachineMemory(*spec, *image, workers, shards, static_cast<int>(layout.shards.size()),
+                             /*writes_png=*/here(0));
+      if (!together.ok()) {
+        std::fprintf(stderr, "gridsync launch: %s: %s\n", options.config_path.c_str(),
+                     together.message().c_str());
+        return kConfigErrorExitCode;
+      }
+    }
+  }
   // The parts a checkpoint step needs on disk, for --resume and for the
   // fresh-start check below.
   uint32_t workers_with_state = 0;

@@ -80,4 +80,27 @@ Status CheckWorkerMemory(const RunSpec& spec, const ImageTask& image, bool distr
       image.height(), static_cast<double>(available) / kGiB));
 }
 
+Status CheckMachineMemory(const RunSpec& spec, const ImageTask& image, int workers, int shards,
+                          int total_shards, bool writes_png) {
+  const uint64_t available = AvailableMemoryBytes();
+  if (available == 0 || workers + shards <= 1) return Status::OK();
+  const uint64_t worker =
+      EstimateWorkerBytes(spec, LargestMicroBatch(spec.config, true)) + image.memory_bytes();
+  // A shard's share: parameters, m and v in fp32.
+  const uint64_t shard =
+      total_shards > 0 ? spec.model.n_params * 4 * 3 / static_cast<uint64_t>(total_shards) : 0;
+  const uint64_t need = worker * static_cast<uint64_t>(workers) +
+                        shard * static_cast<uint64_t>(shards) +
+                        (writes_png ? image.pixel_count() * 3 * 2 : 0);
+  if (need <= available) return Status::OK();
+  return Status::InvalidArgument(fmt::format(
+      "the {} workers and {} shards this machine runs need about {:.1f} GiB together ({:.2f} GiB "
+      "a worker: the model, its Adam state and a micro-batch of {} samples; {:.2f} GiB a shard) "
+      "but {:.1f} GiB are available; allowed: fewer workers on this machine (distributed.nodes "
+      "over several machines), a smaller model or training.batch_size",
+      workers, shards, static_cast<double>(need) / kGiB, static_cast<double>(worker) / kGiB,
+      LargestMicroBatch(spec.config, true), static_cast<double>(shard) / kGiB,
+      static_cast<double>(available) / kGiB));
+}
+
 }  // namespace gridsync
