@@ -122,7 +122,15 @@ Status PsClient::AwaitReplies(uint64_t request_id, wire::Kind expected,
       }
     }
   }
-  const auto deadline = Clock::now() + timeout_;
+  // A shard answers a pull it held for `timeout` with an error naming the
+  // workers whose pushes are missing; waiting exactly as long, the worker
+  // gave up first and blamed the shards (a hostile probe: worker 1 frozen,
+  // worker 0 reported "no pullReply from shards [0, 1]"). The grace lets
+  // the shard's answer arrive.
+  const auto waited = timeout_ + std::clamp<std::chrono::milliseconds>(
+                                     timeout_ / 4, std::chrono::milliseconds(1000),
+                                     std::chrono::milliseconds(5000));
+  const auto deadline = Clock::now() + waited;
   constexpr auto kCheckEvery = std::chrono::milliseconds(1000);
   auto next_check = Clock::now() + kCheckEvery;
   while (remaining > 0) {
@@ -145,8 +153,8 @@ Status PsClient::AwaitReplies(uint64_t request_id, wire::Kind expected,
         missing += (missing.empty() ? "" : ", ") + std::to_string(s) + " (" + endpoints_[s] + ")";
       return Status::Timeout("no " + std::string(wire::KindName(expected)) + " from shards [" +
                              missing + "] within " +
-                             std::to_string(timeout_.count() / 1000.0).substr(0, 5) +
-                             " s (worker " + std::to_string(worker_rank_) + ")");
+                             std::to_string(waited.count() / 1000.0).substr(0, 5) + " s (worker " +
+                             std::to_string(worker_rank_) + ")");
     }
     try {
       zmq::poll(items.data(), items.size(), wait_check_ ? std::min(left, kCheckEvery) : left);
