@@ -13,15 +13,15 @@
 #include <set>
 
 namespace gridsync {
-namespace {
 
-namespace fs = std::filesystem;
-
-uint64_t Fnv1a64(std::string_view bytes) {
-  uint64_t h = 0xcbf29ce484222325ull;
+uint64_t Fnv1a64(std::string_view bytes, uint64_t h) {
   for (unsigned char c : bytes) h = (h ^ c) * 0x100000001b3ull;
   return h;
 }
+
+namespace {
+
+namespace fs = std::filesystem;
 
 std::string StepDir(const std::string& dir, uint64_t step) {
   return dir + "/step-" + std::to_string(step);

@@ -35,6 +35,11 @@
 
 namespace gridsync {
 
+// FNV-1a 64 of `bytes`, continuing from `h` (the checksum of the .bin files,
+// and of state compared across processes).
+inline constexpr uint64_t kFnv1a64Start = 0xcbf29ce484222325ull;
+uint64_t Fnv1a64(std::string_view bytes, uint64_t h = kFnv1a64Start);
+
 // The most bytes a manifest holds: far above any model's shape (a pair of
 // numbers per table), so that a forged or damaged one is refused by its size
 // before it is read. WriteCheckpointPart refuses to write a larger one.

@@ -132,7 +132,7 @@ Status AllReduceSync::StartCheckpoints(uint64_t start_step) {
             .WithContext(me_ + " resuming at step " + std::to_string(start_step)));
     ledger_->RolledBack(start_step);  // later steps are another history's
     PublishCheckpoints();
-    return Status::OK();
+    return CheckReplicasAgree(start_step);
   }
   if (coordinator_ == nullptr) return Status::OK();
   // Starting afresh: the first checkpoint must not delete the files of a
@@ -155,6 +155,43 @@ Status AllReduceSync::CheckpointIfDue(uint64_t step) {
   spdlog::info("{}: checkpoint at step {} written in {:.0f} ms", me_, step + 1,
                std::chrono::duration<double, std::milli>(Clock::now() - start).count());
   return Status::OK();
+}
+
+// Every rank all-reduces the same gradient from here on, so replicas that
+// start apart never meet again, and nothing else would say so (a hostile
+// probe: another step's model in worker 1's file of step 150, checksum and
+// shape intact, resumed with exit 0 and a diverged result). Each rank
+// publishes a checksum of its parameters and compares every rank's.
+Status AllReduceSync::CheckReplicasAgree(uint64_t step) {
+  if (coordinator_ == nullptr) return Status::OK();
+  uint64_t h = Fnv1a64(std::string_view(reinterpret_cast<const char*>(model_->grid_params().data()),
+                                        model_->grid_params().size() * sizeof(float)));
+  for (const auto& m : model_->mlp_weights()) {
+    h = Fnv1a64(std::string_view(reinterpret_cast<const char*>(m.data()),
+                                 static_cast<size_t>(m.size()) * sizeof(float)),
+                h);
+  }
+  CoordinatorStore registry(coordinator_);
+  const std::string prefix = fmt::format("checkpoint/job-{}/restored-{}/", job_, step);
+  GRIDSYNC_RETURN_IF_ERROR(registry.Set(prefix + me_, fmt::format("{:016x}", h)));
+  const uint32_t workers = static_cast<uint32_t>(groups_.flat->size());
+  std::vector<std::string> keys;
+  for (uint32_t r = 0; r < workers; ++r) keys.push_back(prefix + "worker-" + std::to_string(r));
+  GRIDSYNC_ASSIGN_OR_RETURN(const auto sums, registry.Get(keys, spec_.sync.timeout));
+  std::string apart;
+  uint32_t first = 0;  // the first rank apart
+  for (uint32_t r = workers; r-- > 1;) {
+    if (sums[r] == sums[0]) continue;
+    apart = std::to_string(r) + (apart.empty() ? "" : ", ") + apart;
+    first = r;
+  }
+  if (apart.empty()) return Status::OK();
+  return Status::InvalidArgument(fmt::format(
+      "{}: resuming at step {}, the parameters restored by workers [{}] differ from worker 0's "
+      "(checksums {} against {}): their checkpoint files in {} are not one replica of one run "
+      "(another run's or another step's); allowed: every worker's files of step {} as that run "
+      "wrote them",
+      me_, step, apart, sums[first], sums[0], config_.checkpoint.dir, step));
 }
 
 void AllReduceSync::PublishCheckpoints() {

@@ -104,6 +104,9 @@ class AllReduceSync : public GradientSync {
   Status CheckpointIfDue(uint64_t step);
   AllReduceState State();
   void PublishCheckpoints();
+  // After a resume at `step`: every rank's restored parameters must be the
+  // same replica (see the .cc).
+  Status CheckReplicasAgree(uint64_t step);
 
   const RunSpec& spec_;
   const Config& config_;  // spec_.config
