@@ -34,7 +34,9 @@
 #  9. gradient_sync nccl (no shards: every worker checkpoints its model and
 #     Adam state): SIGKILL of worker 1 after its checkpoint of step 150; the
 #     launcher fails naming it, and --resume ends bit for bit where the
-#     uninterrupted run ends. 9b. No live rejoin: --max-restarts restarts
+#     uninterrupted run ends. 9a. A resume whose workers' files are not one
+#     replica (one from another step) is refused, naming the worker. 9b. No
+#     live rejoin: --max-restarts restarts
 #     the whole job from the newest complete checkpoint (bit for bit again),
 #     and a worker restarted afresh into the running job is refused.
 set -euo pipefail
@@ -466,6 +468,27 @@ elif "$GS" launch "$WORK/cluster.json" "${nccl_set[@]}" --resume --rank0-arg=--d
   echo "ok: nccl run: SIGKILL of worker 1, resumed from step $step; the final parameters equal the uninterrupted run's, bit for bit"
 else
   fail "resuming the nccl run failed or differs"; tail -5 "$WORK/resumed-nccl.log"
+fi
+
+# 9a. Replicas that would resume apart: worker 1's file of the clean run's
+# step 300 replaced by its step 250 (checksum intact, manifest step set to
+# 300). Every worker compares its restored parameters with worker 0's and
+# refuses, naming worker 1; it resumed with exit 0 and diverged before.
+held=$(ls "$WORK/ckpt-clean" | grep -c '^step-' || true)
+if [ -f "$WORK/ckpt-clean/step-250/worker-1.bin" ] && [ -f "$WORK/ckpt-clean/step-300/worker-1.json" ]; then
+  cp "$WORK/ckpt-clean/step-250/worker-1.bin" "$WORK/ckpt-clean/step-300/worker-1.bin"
+  sed 's/"step":250/"step":300/' "$WORK/ckpt-clean/step-250/worker-1.json" \
+    > "$WORK/ckpt-clean/step-300/worker-1.json"
+  rc=0; "$GS" launch "$WORK/cluster.json" "${nccl_set[@]}" --set checkpoint.dir="$WORK/ckpt-clean" \
+    --set training.steps=400 --resume > "$WORK/apart-nccl.log" 2>&1 || rc=$?
+  if [ $rc -ne 0 ] && grep -q "the parameters restored by workers \[1\] differ from worker 0's" \
+      "$WORK/apart-nccl.log"; then
+    echo "ok: nccl --resume with worker 1's file of another step: refused (exit $rc), naming worker 1"
+  else
+    fail "nccl --resume with replicas apart: exit $rc"; grep -v "step [0-9]*/" "$WORK/apart-nccl.log" | tail -5
+  fi
+else
+  fail "nccl: the uninterrupted run did not keep steps 250 and 300 ($held step folders)"
 fi
 
 # 9b. A restarted nccl worker cannot rejoin its peers: with --max-restarts
