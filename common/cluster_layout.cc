@@ -184,7 +184,10 @@ void CheckPorts(const Config& config, std::vector<ConfigProblem>* problems) {
   const DistributedConfig& d = config.distributed;
   const char* shard_key = config.ps.base_port > 0 ? "ps.base_port" : "distributed.master_port";
   for (size_t s = 0; s < config.layout.shards.size(); ++s) {
-    if (config.layout.shards[s].port == d.master_port) {
+    // Across machines only the coordinator's own (master_addr) can clash.
+    const bool coordinators_machine =
+        !config.layout.multi_host || config.layout.shards[s].host == d.master_addr;
+    if (coordinators_machine && config.layout.shards[s].port == d.master_port) {
       problems->push_back({shard_key,
                            "shard " + std::to_string(s) + " would listen on port " +
                                std::to_string(d.master_port) +

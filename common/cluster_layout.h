@@ -42,10 +42,10 @@ struct ConfigProblem {
 ClusterLayout ResolveLayout(const Config& config, std::vector<ConfigProblem>* problems);
 
 // The ports of `config` with its layout resolved: no shard on the
-// coordinator's port (master_port), and the metrics endpoints' range
-// (metrics.port, one more per shard and per worker) clear of both. Every
-// machine's processes count, since ports do not tell machines apart in one
-// config. Problems are appended to *problems.
+// coordinator's machine on its port (master_port), and the metrics
+// endpoints' range (metrics.port, one more per shard and per worker) clear
+// of both; for the metrics every machine's ports count (each machine's
+// processes take their offsets from the same metrics.port). Problems are appended to *problems.
 void CheckPorts(const Config& config, std::vector<ConfigProblem>* problems);
 
 }  // namespace gridsync

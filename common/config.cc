@@ -265,7 +265,8 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
     r.String("master_addr", &d.master_addr,
              {.allowed = "a host name or IP address: non-empty, no spaces, at most 253 characters",
               .max_length = 253,
-              .forbid_spaces = true});
+              .forbid_spaces = true,
+              .host = true});
     r.Int("master_port", &d.master_port, 1, 65535);
     const bool sync_ok = r.EnumValue("gradient_sync", &d.gradient_sync,
                                      std::span<const GradientSyncMode>(kGradientSyncs));
@@ -322,7 +323,8 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
                                           "a host name or IP address, no spaces, at most 253 "
                                           "characters",
                                .max_length = 253,
-                               .forbid_spaces = true});
+                               .forbid_spaces = true,
+                               .host = true});
         nodes_ok &= nr.Int("shards", &node.shards, 0, 256);  // absent: placed by ClusterLayout
         if (!nr.Has("name")) {
           problems.Add(path + ".name", "missing", "every node needs a name");
@@ -486,7 +488,8 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
     r.String("host", &p.host,
              {.allowed = "a host name or IP address: non-empty, no spaces, at most 253 characters",
               .max_length = 253,
-              .forbid_spaces = true});
+              .forbid_spaces = true,
+              .host = true});
     p.host_given = r.Has("host");
     r.Int("base_port", &p.base_port, 0, 65535);
     r.EnumValue("optimizer", &p.optimizer,

@@ -117,6 +117,9 @@ struct StringRule {
   std::string_view allowed;  // what to print after "allowed: "
   size_t max_length = std::numeric_limits<size_t>::max();
   bool forbid_spaces = false;  // host names: a space is always a paste accident
+  // Hosts: no URL brackets around an IPv6 address ("[::1]" failed to bind
+  // as tcp://[[::1]]:port, or to resolve, after check-config passed it).
+  bool host = false;
 };
 
 // Reads the keys of one section (or of the top level when `name` is empty). Every read records
@@ -256,6 +259,10 @@ class SectionReader {
                  return static_cast<unsigned char>(c) <= 0x20 || c == 0x7F;
                })) {
       problem = "contains a space or control character: " + Describe(*value);
+    } else if (rule.host && s.find_first_of("[]") != std::string::npos) {
+      problem = "brackets in " + Describe(*value) +
+                " (an IPv6 address is written bare, e.g. ::1; they are added where an endpoint "
+                "needs them)";
     } else if (s.size() > rule.max_length) {
       problem = "too long (" + std::to_string(s.size()) + " characters): " + Describe(*value);
     }

@@ -42,24 +42,57 @@ std::string AddressText(const sockaddr* sa) {
 
 }  // namespace
 
+namespace {
+
+// A numeric address as the resolver takes it (ZeroMQ and Asio resolve
+// through getaddrinfo): IPv4 in every form inet_aton reads ("0", "0x0",
+// "127.1"), IPv6, an IPv4-mapped IPv6 address as its IPv4 one, and one
+// trailing dot (a fully qualified name). A hostile probe passed "0" and
+// "::ffff:0.0.0.0" for 0.0.0.0, which bound every interface.
+enum class Numeric { kNone, kV4, kV6 };
+Numeric ParseNumeric(std::string_view host, in_addr* v4, in6_addr* v6) {
+  std::string s(host);
+  if (!s.empty() && s.back() == '.') s.pop_back();
+  if (s.empty()) return Numeric::kNone;
+  if (inet_aton(s.c_str(), v4) != 0) return Numeric::kV4;
+  if (inet_pton(AF_INET6, s.c_str(), v6) != 1) return Numeric::kNone;
+  if (IN6_IS_ADDR_V4MAPPED(v6)) {
+    std::memcpy(&v4->s_addr, v6->s6_addr + 12, 4);
+    return Numeric::kV4;
+  }
+  return Numeric::kV6;
+}
+
+}  // namespace
+
 bool IsLoopbackHost(std::string_view host) {
   if (host == "localhost" || host == "ip6-localhost" || host == "ip6-loopback") return true;
   if (host.size() > 10 && host.substr(host.size() - 10) == ".localhost") return true;
-  const std::string s(host);
   in_addr v4{};
-  if (inet_pton(AF_INET, s.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
   in6_addr v6{};
-  if (inet_pton(AF_INET6, s.c_str(), &v6) == 1) return IN6_IS_ADDR_LOOPBACK(&v6);
+  switch (ParseNumeric(host, &v4, &v6)) {
+    case Numeric::kV4:
+      return (ntohl(v4.s_addr) >> 24) == 127;
+    case Numeric::kV6:
+      return IN6_IS_ADDR_LOOPBACK(&v6);
+    case Numeric::kNone:
+      return false;
+  }
   return false;
 }
 
 bool IsUnspecifiedHost(std::string_view host) {
-  const std::string s(host);
-  if (s.empty() || s == "*") return true;
+  if (host.empty() || host == "*") return true;
   in_addr v4{};
-  if (inet_pton(AF_INET, s.c_str(), &v4) == 1) return v4.s_addr == 0;
   in6_addr v6{};
-  if (inet_pton(AF_INET6, s.c_str(), &v6) == 1) return IN6_IS_ADDR_UNSPECIFIED(&v6);
+  switch (ParseNumeric(host, &v4, &v6)) {
+    case Numeric::kV4:
+      return v4.s_addr == 0;
+    case Numeric::kV6:
+      return IN6_IS_ADDR_UNSPECIFIED(&v6);
+    case Numeric::kNone:
+      return false;
+  }
   return false;
 }
 

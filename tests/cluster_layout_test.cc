@@ -47,13 +47,19 @@ std::string TwoHosts(const std::string& sync, const std::string& extra_nodes_a =
 }
 
 TEST(HostAddressTest, LoopbackAndUnspecified) {
-  for (const char* h : {"127.0.0.1", "127.1.2.3", "::1", "localhost", "node.localhost"}) {
+  // Every spelling the resolver takes (a hostile probe bound every
+  // interface with ps.host "0" and "::ffff:0.0.0.0").
+  for (const char* h : {"127.0.0.1", "127.1.2.3", "::1", "localhost", "node.localhost", "127.1",
+                        "0x7f000001", "::ffff:127.0.0.1", "127.0.0.1."}) {
     EXPECT_TRUE(IsLoopbackHost(h)) << h;
   }
   for (const char* h : {"10.0.0.1", "192.168.1.100", "::2", "example.org", "0.0.0.0"}) {
     EXPECT_FALSE(IsLoopbackHost(h)) << h;
   }
-  for (const char* h : {"0.0.0.0", "::", "", "*"}) EXPECT_TRUE(IsUnspecifiedHost(h)) << h;
+  for (const char* h : {"0.0.0.0", "::", "", "*", "0", "0x0", "00", "0.0", "0.0.0.0.",
+                        "::ffff:0.0.0.0", "0:0:0:0:0:0:0:0"}) {
+    EXPECT_TRUE(IsUnspecifiedHost(h)) << h;
+  }
   EXPECT_FALSE(IsUnspecifiedHost("10.0.0.1"));
 }
 
@@ -175,6 +181,12 @@ TEST(ClusterLayoutTest, PortsAndTheShardsAddressAreCheckedAsTheBinariesUseThem) 
   }
   const Config v6 = ParseOk(local + R"(, "host": "::1"}})");
   EXPECT_EQ(v6.layout.shards[0].Endpoint(), "tcp://[::1]:41001");
+  const std::string bracketed = ErrorOf(local + R"(, "host": "[::1]"}})");
+  EXPECT_TRUE(Contains(bracketed, "ps.host: brackets in \"[::1]\"")) << bracketed;
+  // Across machines only a shard on the coordinator's can take its port.
+  const Config apart = ParseOk(TwoHosts("ps", R"(, "shards": 0)", R"(, "shards": 2)",
+                                        R"(, "ps": {"shards": 2, "base_port": 29500})"));
+  EXPECT_EQ(apart.layout.shards[0].host, "10.0.0.2");
   const std::string on_master = ErrorOf(local + R"(, "base_port": 40999}})");
   EXPECT_TRUE(Contains(on_master, "ps.base_port: shard 1 would listen on port 41000")) << on_master;
   const std::string metrics =

@@ -28,6 +28,8 @@
 #     and onebit; ps, and hybrid, whose node collective is formed again with
 #     the restarted worker, plain and onebit; and hybrid with both workers
 #     killed at once, whose restarted workers vote on the backend again).
+#     7b. A frozen shard (SIGSTOP) is killed by the launcher's watchdog and
+#     restarted into the same rejoin.
 #  8. A shard that lost its coordinator (SIGKILL, or SIGSTOP so that calls
 #     time out) exits failed within seconds, naming it, for its supervisor to
 #     restart it into the rejoin of 7.
@@ -389,6 +391,31 @@ for run in plain:ps-1 onebit:ps-1 onebit:worker-1 hybrid:worker-1 hybrid:ps-1 \
     echo "ok: $tag: SIGKILL of $victim, restarted by the launcher, rejoined from step $step; the job rolled back and ended bit for bit as the uninterrupted run ($(( $(date +%s) - start )) s in all)"
   fi
 done
+
+# 7b. A frozen shard (SIGSTOP: its serving loop stops turning, its
+# connections stay up) under --max-restarts: the launcher's watchdog, as
+# systemd's WatchdogSec would, kills it for want of pings within 1.5 x
+# timeout_s (4 s here); it is restarted, rejoins, and the job ends bit for
+# bit. Before, the launcher restarted the workers instead until it ran out.
+log="$WORK/frozen-ps-1.log"
+rm -rf "$WORK/ckpt"
+start=$(date +%s)
+"$GS" launch "$WORK/cluster.json" --set distributed.timeout_s=4 --max-restarts 1 \
+  --rank0-arg=--dump-params --rank0-arg="$WORK/frozen.bin" > "$log" 2>&1 &
+launcher=$!
+wait_for_line "$log" "\[ps-1\].*checkpoint at step 150 written" || true
+pkill -STOP -f "gridsync-ps --shard 1 --config $WORK/cluster.json" ||
+  fail "frozen shard: ps-1 was not running after the checkpoint of step 150"
+rc=0; wait $launcher || rc=$?
+if [ $rc -ne 0 ]; then
+  fail "frozen shard: the run did not survive (exit $rc)"; grep -v "step [0-9]*/" "$log" | tail -12
+elif ! grep -q "ps-1 (pid [0-9]*) sent no watchdog ping for 6 s" "$log"; then
+  fail "frozen shard: the launcher did not name the shard whose pings stopped"
+elif ! cmp -s "$WORK/clean.bin" "$WORK/frozen.bin"; then
+  fail "frozen shard: the final parameters differ from the uninterrupted run's"
+else
+  echo "ok: SIGSTOP of ps-1: the launcher's watchdog killed it after 6 s without a ping, it rejoined and the job ended bit for bit ($(( $(date +%s) - start )) s in all)"
+fi
 
 # 8. A shard whose coordinator is gone (killed, or frozen so that its calls
 # time out) no longer serves unregistered: it exits failed within seconds,

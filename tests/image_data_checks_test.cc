@@ -124,6 +124,9 @@ TEST(ImageDataChecksTest, AFileShorterThanItsHeaderSaysIsRefused) {
   // TGA: header only; RLE packets for 4 of 268M pixels.
   ExpectRefused(TgaHeader(2, 64, 48),
                 "TGA cut short: 64 x 48 pixels needs 9234 bytes, the file has 18");
+  // 17 bytes pass stb's TGA test, which reads bytes 0 to 16 only.
+  ExpectRefused(TgaHeader(2, 256, 256).substr(0, 17),
+                "TGA cut short: a header needs 18 bytes, the file has 17");
   ExpectRefused(TgaHeader(10, 16384, 16384) + std::string("\x83\x01\x02\x03", 4),
                 "TGA cut short: RLE data for 268435456 pixels (4 covered)");
   auto tga = DecodeString(TgaHeader(10, 4, 1) + std::string("\x83\x01\x02\x03", 4));

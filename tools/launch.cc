@@ -23,31 +23,18 @@
 #include "ops/progress_line.h"
 #include "server/shard_checkpoint.h"
 #include "spec/run_spec.h"
+#include "tools/launch_children.h"
+#include "tools/launch_watchdog.h"
 #include "worker/image_task.h"
 #include "worker/worker_precheck.h"
 
 namespace gridsync {
 namespace {
 
+using namespace launch_detail;  // NOLINT: the launcher's own helpers
+
 volatile sig_atomic_t g_interrupted = 0;
 void OnInterrupt(int) { g_interrupted = 1; }
-
-using Env = std::vector<std::pair<std::string, std::string>>;
-
-struct Child {
-  std::string name;
-  bool is_worker = false;
-  pid_t pid = -1;
-  int fd = -1;                   // read end of its stdout+stderr
-  std::string partial;           // an unfinished output line
-  std::deque<std::string> tail;  // last lines, for failure reports
-  bool exited = false;
-  int status = 0;
-  std::string summary;            // the worker's JSON summary line
-  std::vector<std::string> argv;  // how it was started (a shard restarts the same way)
-  Env env;
-  int restarts = 0;
-};
 
 std::string FindBinary(const std::string& bin_dir, const std::string& name) {
   namespace fs = std::filesystem;
@@ -64,154 +51,6 @@ std::string FindBinary(const std::string& bin_dir, const std::string& name) {
     if (::access(candidate.c_str(), X_OK) == 0) return fs::weakly_canonical(candidate).string();
   }
   return "";
-}
-
-Child Spawn(const std::string& name, const std::vector<std::string>& argv, const Env& env,
-            bool is_worker) {
-  Child child;
-  child.name = name;
-  child.is_worker = is_worker;
-  child.argv = argv;
-  child.env = env;
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) {
-    std::perror("gridsync launch: pipe");
-    return child;
-  }
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid == 0) {
-    // No orphan if the launcher dies without cleaning up (SIGKILL, crash).
-    // SIGKILL, not SIGTERM: a stopped child (SIGSTOP, a debugger) would
-    // hold SIGTERM pending forever and outlive the launcher.
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(127);
-    for (const auto& [key, value] : env) setenv(key.c_str(), value.c_str(), 1);
-    dup2(fds[1], STDOUT_FILENO);
-    dup2(fds[1], STDERR_FILENO);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execv(args[0], args.data());
-    std::fprintf(stderr, "cannot run %s: %s\n", args[0], std::strerror(errno));
-    _exit(127);
-  }
-  close(fds[1]);
-  child.pid = pid;
-  child.fd = fds[0];
-  fcntl(child.fd, F_SETFL, fcntl(child.fd, F_GETFL) | O_NONBLOCK);
-  return child;
-}
-
-// Worker 0's progress, drawn below the children's output when stdout is a
-// terminal (the workers then write "@progress" lines instead of step lines).
-std::unique_ptr<ProgressLine> g_progress;
-
-void EmitLine(Child& child, const std::string& line) {
-  static const std::string kProgress = "@progress ";
-  if (line.compare(0, kProgress.size(), kProgress) == 0) {
-    ProgressState state;
-    if (g_progress && child.name == "worker-0" &&
-        ProgressState::FromJson(line.substr(kProgress.size()), &state)) {
-      g_progress->Update(state);
-    }
-    return;
-  }
-  if (g_progress) g_progress->Clear();
-  std::printf("[%s] %s\n", child.name.c_str(), line.c_str());
-  std::fflush(stdout);
-  if (g_progress) g_progress->Redraw();
-  child.tail.push_back(line);
-  if (child.tail.size() > 12) child.tail.pop_front();
-  if (child.is_worker && !line.empty() && line.front() == '{') child.summary = line;
-}
-
-void Drain(Child& child) {
-  if (child.fd < 0) return;
-  char buf[8192];
-  for (;;) {
-    const ssize_t n = read(child.fd, buf, sizeof(buf));
-    if (n > 0) {
-      child.partial.append(buf, static_cast<size_t>(n));
-      size_t pos;
-      while ((pos = child.partial.find('\n')) != std::string::npos) {
-        EmitLine(child, child.partial.substr(0, pos));
-        child.partial.erase(0, pos + 1);
-      }
-      continue;
-    }
-    if (n == 0) {  // EOF
-      if (!child.partial.empty()) EmitLine(child, child.partial);
-      child.partial.clear();
-      close(child.fd);
-      child.fd = -1;
-    }
-    return;
-  }
-}
-
-std::string Describe(int status) {
-  if (WIFEXITED(status)) return "exit status " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return std::string("killed by signal ") + strsignal(WTERMSIG(status));
-  return "status " + std::to_string(status);
-}
-
-bool Failed(const Child& c) { return !WIFEXITED(c.status) || WEXITSTATUS(c.status) != 0; }
-
-void Reap(std::vector<Child>& children) {
-  for (auto& c : children) {
-    if (c.exited || c.pid <= 0) continue;
-    int status = 0;
-    if (waitpid(c.pid, &status, WNOHANG) == c.pid) {
-      c.exited = true;
-      c.status = status;
-      Drain(c);
-    }
-  }
-}
-
-void PumpOutput(std::vector<Child>& children, int timeout_ms) {
-  std::vector<pollfd> fds;
-  for (auto& c : children) {
-    if (c.fd >= 0) fds.push_back({c.fd, POLLIN, 0});
-  }
-  if (fds.empty()) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(timeout_ms));
-  } else {
-    poll(fds.data(), fds.size(), timeout_ms);
-  }
-  for (auto& c : children) Drain(c);
-}
-
-void StopAll(std::vector<Child>& children, double grace_seconds) {
-  for (auto& c : children) {
-    if (!c.exited && c.pid > 0) {
-      kill(c.pid, SIGTERM);
-      kill(c.pid, SIGCONT);  // a stopped child acts on SIGTERM only once continued
-    }
-  }
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::milliseconds(static_cast<int64_t>(grace_seconds * 1000));
-  for (;;) {
-    Reap(children);
-    bool all = true;
-    for (const auto& c : children) all = all && (c.exited || c.pid <= 0);
-    if (all) break;
-    if (std::chrono::steady_clock::now() > deadline) {
-      for (auto& c : children) {
-        if (!c.exited && c.pid > 0) {
-          std::printf("gridsync launch: %s (pid %d) did not stop within %.0f s; killing it\n",
-                      c.name.c_str(), c.pid, grace_seconds);
-          kill(c.pid, SIGKILL);
-          waitpid(c.pid, &c.status, 0);
-          c.exited = true;
-        }
-      }
-      break;
-    }
-    PumpOutput(children, 50);
-  }
-  for (auto& c : children) Drain(c);
 }
 
 void PrintSummary(const Child& worker0, const Config& config) {
@@ -450,13 +289,28 @@ int RunLaunch(const LaunchOptions& options) {
   };
 
   std::vector<Child> children;
-  auto start = [&](const std::string& name, std::vector<std::string> argv, const Env& env,
+  const auto watchdog = LaunchWatchdogTimeout(*config);
+  auto start = [&](const std::string& name, std::vector<std::string> argv, Env env,
                    bool is_worker) {
     argv.insert(argv.end(), common.begin(), common.end());
     std::string line;
     for (const auto& a : argv) line += a + " ";
     std::printf("gridsync launch: starting %s: %s\n", name.c_str(), line.c_str());
+    // The servers ping as under systemd's WatchdogSec (workers do not).
+    std::shared_ptr<NotifySocket> notify;
+    if (!is_worker) {
+      if (auto opened = NotifySocket::Open(name); opened.ok()) {
+        notify = std::move(opened).value();
+        env.push_back({"NOTIFY_SOCKET", notify->address()});
+        env.push_back({"WATCHDOG_USEC", std::to_string(watchdog.count() * 1000)});
+      } else {
+        std::printf("gridsync launch: %s runs without a watchdog: %s\n", name.c_str(),
+                    opened.status().ToString().c_str());
+      }
+    }
     children.push_back(Spawn(name, argv, env, is_worker));
+    children.back().notify = std::move(notify);
+    children.back().pinged = std::chrono::steady_clock::now();
   };
   const bool run_coordinator = node < 0 || options.coordinator || layout.coordinator_node == node;
   // The job's processes, from `from_step` (0: afresh).
@@ -503,6 +357,21 @@ int RunLaunch(const LaunchOptions& options) {
   for (;;) {
     PumpOutput(children, 100);
     Reap(children);
+    // A server whose serving loop stopped turning (hung, or stopped) is
+    // killed, as systemd's watchdog would, and restarted below like any
+    // failed server.
+    for (auto& c : children) {
+      if (c.exited || !c.notify) continue;
+      const auto now = std::chrono::steady_clock::now();
+      if (c.notify->Pinged()) c.pinged = now;
+      if (now - c.pinged <= watchdog) continue;
+      std::printf(
+          "gridsync launch: %s (pid %d) sent no watchdog ping for %.0f s (its serving "
+          "loop does not turn: hung or stopped); killing it\n",
+          c.name.c_str(), c.pid, watchdog.count() / 1000.0);
+      kill(c.pid, SIGKILL);
+      c.pinged = now;  // reaped as failed on the next turn
+    }
     if (g_interrupted) {
       std::printf("gridsync launch: interrupted; stopping all processes\n");
       exit_code = 130;
@@ -578,6 +447,8 @@ int RunLaunch(const LaunchOptions& options) {
       if (dead.fd >= 0) close(dead.fd);
       Child fresh = Spawn(dead.name, argv, dead.env, dead.is_worker);
       fresh.restarts = restarts;
+      fresh.notify = dead.notify;
+      fresh.pinged = std::chrono::steady_clock::now();
       dead = std::move(fresh);
       continue;
     }

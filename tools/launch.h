@@ -32,10 +32,10 @@ namespace gridsync {
 
 struct LaunchOptions {
   std::string config_path;
-  std::vector<std::string> overrides;   // --set key=value, passed to every process
-  std::string bin_dir;                  // empty: next to this executable (build tree or install)
-  std::vector<std::string> worker_args; // extra arguments for every worker
-  std::vector<std::string> rank0_args;  // extra arguments for worker 0 only
+  std::vector<std::string> overrides;    // --set key=value, passed to every process
+  std::string bin_dir;                   // empty: next to this executable (build tree or install)
+  std::vector<std::string> worker_args;  // extra arguments for every worker
+  std::vector<std::string> rank0_args;   // extra arguments for worker 0 only
   double grace_seconds = 5.0;
   std::string node;          // --node: this machine's node; empty: every process here
   bool coordinator = false;  // --coordinator: also run the coordinator here

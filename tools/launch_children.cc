@@ -1,0 +1,163 @@
+#include "tools/launch_children.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+namespace gridsync::launch_detail {
+
+Child Spawn(const std::string& name, const std::vector<std::string>& argv, const Env& env,
+            bool is_worker) {
+  Child child;
+  child.name = name;
+  child.is_worker = is_worker;
+  child.argv = argv;
+  child.env = env;
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    std::perror("gridsync launch: pipe");
+    return child;
+  }
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    // No orphan if the launcher dies without cleaning up (SIGKILL, crash).
+    // SIGKILL, not SIGTERM: a stopped child (SIGSTOP, a debugger) would
+    // hold SIGTERM pending forever and outlive the launcher.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
+    for (const auto& [key, value] : env) setenv(key.c_str(), value.c_str(), 1);
+    dup2(fds[1], STDOUT_FILENO);
+    dup2(fds[1], STDERR_FILENO);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    std::fprintf(stderr, "cannot run %s: %s\n", args[0], std::strerror(errno));
+    _exit(127);
+  }
+  close(fds[1]);
+  child.pid = pid;
+  child.fd = fds[0];
+  fcntl(child.fd, F_SETFL, fcntl(child.fd, F_GETFL) | O_NONBLOCK);
+  return child;
+}
+
+std::unique_ptr<ProgressLine> g_progress;
+
+void EmitLine(Child& child, const std::string& line) {
+  static const std::string kProgress = "@progress ";
+  if (line.compare(0, kProgress.size(), kProgress) == 0) {
+    ProgressState state;
+    if (g_progress && child.name == "worker-0" &&
+        ProgressState::FromJson(line.substr(kProgress.size()), &state)) {
+      g_progress->Update(state);
+    }
+    return;
+  }
+  if (g_progress) g_progress->Clear();
+  std::printf("[%s] %s\n", child.name.c_str(), line.c_str());
+  std::fflush(stdout);
+  if (g_progress) g_progress->Redraw();
+  child.tail.push_back(line);
+  if (child.tail.size() > 12) child.tail.pop_front();
+  if (child.is_worker && !line.empty() && line.front() == '{') child.summary = line;
+}
+
+void Drain(Child& child) {
+  if (child.fd < 0) return;
+  char buf[8192];
+  for (;;) {
+    const ssize_t n = read(child.fd, buf, sizeof(buf));
+    if (n > 0) {
+      child.partial.append(buf, static_cast<size_t>(n));
+      size_t pos;
+      while ((pos = child.partial.find('\n')) != std::string::npos) {
+        EmitLine(child, child.partial.substr(0, pos));
+        child.partial.erase(0, pos + 1);
+      }
+      continue;
+    }
+    if (n == 0) {  // EOF
+      if (!child.partial.empty()) EmitLine(child, child.partial);
+      child.partial.clear();
+      close(child.fd);
+      child.fd = -1;
+    }
+    return;
+  }
+}
+
+std::string Describe(int status) {
+  if (WIFEXITED(status)) return "exit status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return std::string("killed by signal ") + strsignal(WTERMSIG(status));
+  return "status " + std::to_string(status);
+}
+
+bool Failed(const Child& c) { return !WIFEXITED(c.status) || WEXITSTATUS(c.status) != 0; }
+
+void Reap(std::vector<Child>& children) {
+  for (auto& c : children) {
+    if (c.exited || c.pid <= 0) continue;
+    int status = 0;
+    if (waitpid(c.pid, &status, WNOHANG) == c.pid) {
+      c.exited = true;
+      c.status = status;
+      Drain(c);
+    }
+  }
+}
+
+void PumpOutput(std::vector<Child>& children, int timeout_ms) {
+  std::vector<pollfd> fds;
+  for (auto& c : children) {
+    if (c.fd >= 0) fds.push_back({c.fd, POLLIN, 0});
+  }
+  if (fds.empty()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(timeout_ms));
+  } else {
+    poll(fds.data(), fds.size(), timeout_ms);
+  }
+  for (auto& c : children) Drain(c);
+}
+
+void StopAll(std::vector<Child>& children, double grace_seconds) {
+  for (auto& c : children) {
+    if (!c.exited && c.pid > 0) {
+      kill(c.pid, SIGTERM);
+      kill(c.pid, SIGCONT);  // a stopped child acts on SIGTERM only once continued
+    }
+  }
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(static_cast<int64_t>(grace_seconds * 1000));
+  for (;;) {
+    Reap(children);
+    bool all = true;
+    for (const auto& c : children) all = all && (c.exited || c.pid <= 0);
+    if (all) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      for (auto& c : children) {
+        if (!c.exited && c.pid > 0) {
+          std::printf("gridsync launch: %s (pid %d) did not stop within %.0f s; killing it\n",
+                      c.name.c_str(), c.pid, grace_seconds);
+          kill(c.pid, SIGKILL);
+          waitpid(c.pid, &c.status, 0);
+          c.exited = true;
+        }
+      }
+      break;
+    }
+    PumpOutput(children, 50);
+  }
+  for (auto& c : children) Drain(c);
+}
+
+}  // namespace gridsync::launch_detail

@@ -1,0 +1,65 @@
+// The processes `gridsync launch` starts (tools/launch.h): spawning each
+// with its environment and no orphan left behind, streaming its output
+// with a prefix (worker 0's progress drawn below on a terminal), reaping,
+// describing how it ended, and stopping them all.
+//
+// Thread safety: the launcher's one thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ops/progress_line.h"
+#include "tools/launch_watchdog.h"
+
+namespace gridsync::launch_detail {
+
+using Env = std::vector<std::pair<std::string, std::string>>;
+
+struct Child {
+  std::string name;
+  bool is_worker = false;
+  pid_t pid = -1;
+  int fd = -1;                   // read end of its stdout+stderr
+  std::string partial;           // an unfinished output line
+  std::deque<std::string> tail;  // last lines, for failure reports
+  bool exited = false;
+  int status = 0;
+  std::string summary;            // the worker's JSON summary line
+  std::vector<std::string> argv;  // how it was started (a shard restarts the same way)
+  Env env;
+  int restarts = 0;
+  // A server's watchdog (launch_watchdog.h): its socket, kept across
+  // restarts, and when it last pinged (or started).
+  std::shared_ptr<NotifySocket> notify;
+  std::chrono::steady_clock::time_point pinged;
+};
+
+// Worker 0's progress, drawn below the children's output when stdout is a
+// terminal (the workers then write "@progress" lines instead of step lines).
+extern std::unique_ptr<ProgressLine> g_progress;
+
+// Forks and runs argv[0] with `env` added, its stdout and stderr into a
+// pipe the launcher reads; the child dies with the launcher.
+Child Spawn(const std::string& name, const std::vector<std::string>& argv, const Env& env,
+            bool is_worker);
+// Reads what the child wrote, line by line, each printed with its prefix.
+void Drain(Child& child);
+// "exit status N" or "killed by signal S".
+std::string Describe(int status);
+bool Failed(const Child& c);
+// Marks the children that exited (without waiting).
+void Reap(std::vector<Child>& children);
+// Waits up to timeout_ms for output, and prints it.
+void PumpOutput(std::vector<Child>& children, int timeout_ms);
+// SIGTERM (and SIGCONT) to all, SIGKILL to those still there after
+// grace_seconds.
+void StopAll(std::vector<Child>& children, double grace_seconds);
+
+}  // namespace gridsync::launch_detail
