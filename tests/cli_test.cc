@@ -30,6 +30,14 @@ ProcessResult Execute(const std::string& binary, const std::string& args) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
+// The binary exits 2 (a config it refuses) and says `words`.
+void ExpectRefused(const std::string& binary, const std::string& args, const std::string& words) {
+  const ProcessResult run = Execute(binary, args);
+  EXPECT_EQ(run.exit_code, 2) << binary << " " << args << ": " << run.output;
+  EXPECT_NE(run.output.find(words), std::string::npos)
+      << binary << " " << args << ": " << run.output;
+}
+
 TEST(CliTest, CheckConfigAcceptsEverySeedConfigAsIs) {
   for (const char* name :
        {"distributed_small", "distributed_medium", "distributed_large", "local"}) {
@@ -244,23 +252,14 @@ TEST(CliTest, UnwritableOutputIsRefusedBeforeTraining) {
 // checkpoint folder nobody can create, and the processes then exited 2 or
 // 1. Both are refused by check-config now, naming the file or folder.
 TEST(CliTest, CheckConfigRefusesMissingKeysAndAnUnwritableCheckpointFolder) {
-  const ProcessResult keys =
-      Execute("tools/gridsync",
-              "check-config configs/local.json --set security.mode=curve --set "
-              "security.keys_dir=/nonexistent-gridsync-keys");
-  EXPECT_EQ(keys.exit_code, 2) << keys.output;
-  EXPECT_NE(keys.output.find("cannot read key file /nonexistent-gridsync-keys/coordinator.key"),
-            std::string::npos)
-      << keys.output;
-  const ProcessResult checkpoints =
-      Execute("tools/gridsync",
-              "check-config configs/local.json --set checkpoint.every_steps=2 --set "
-              "checkpoint.dir=/proc/gridsync-cannot-write-here");
-  EXPECT_EQ(checkpoints.exit_code, 2) << checkpoints.output;
-  EXPECT_NE(checkpoints.output.find("checkpoint.dir: cannot create folder "
-                                    "'/proc/gridsync-cannot-write-here'"),
-            std::string::npos)
-      << checkpoints.output;
+  ExpectRefused("tools/gridsync",
+                "check-config configs/local.json --set security.mode=curve --set "
+                "security.keys_dir=/nonexistent-gridsync-keys",
+                "cannot read key file /nonexistent-gridsync-keys/coordinator.key");
+  ExpectRefused("tools/gridsync",
+                "check-config configs/local.json --set checkpoint.every_steps=2 --set "
+                "checkpoint.dir=/proc/gridsync-cannot-write-here",
+                "checkpoint.dir: cannot create folder '/proc/gridsync-cannot-write-here'");
 }
 
 // Each process checks itself against the machine's memory; a one-machine
@@ -269,21 +268,14 @@ TEST(CliTest, CheckConfigRefusesMissingKeysAndAnUnwritableCheckpointFolder) {
 TEST(CliTest, AClusterThatCannotFitOneMachineIsRefusedAlike) {
   const std::string args = "configs/local.json --set distributed.world_size=4096";
   const std::string words = "the 4096 workers and 2 shards this machine runs need about";
-  const ProcessResult check = Execute("tools/gridsync", "check-config " + args);
-  EXPECT_EQ(check.exit_code, 2) << check.output;
-  EXPECT_NE(check.output.find(words), std::string::npos) << check.output;
-  const ProcessResult launch = Execute("tools/gridsync", "launch " + args);
-  EXPECT_EQ(launch.exit_code, 2) << launch.output;
-  EXPECT_NE(launch.output.find(words), std::string::npos) << launch.output;
+  ExpectRefused("tools/gridsync", "check-config " + args, words);
+  ExpectRefused("tools/gridsync", "launch " + args, words);
   // A coordinator for a config that runs one process alone served
   // "0 shards, 1 worker" forever.
-  const ProcessResult alone = Execute(
+  ExpectRefused(
       "server/gridsync-coordinator",
-      "--config configs/local.json --set distributed.enable=false --set distributed.world_size=1");
-  EXPECT_EQ(alone.exit_code, 2) << alone.output;
-  EXPECT_NE(alone.output.find("distributed.enable is false: one process trains alone"),
-            std::string::npos)
-      << alone.output;
+      "--config configs/local.json --set distributed.enable=false --set distributed.world_size=1",
+      "distributed.enable is false: one process trains alone");
 }
 
 }  // namespace
