@@ -159,6 +159,14 @@ TEST(ImageDataChecksTest, AFileShorterThanItsHeaderSaysIsRefused) {
   patched.replace(sof + 5, 4, std::string("\x1f\x40\x1f\x40", 4));
   ExpectRefused(patched, "JPEG of 8000 x 8000 pixels holds");
   ExpectRefused(patched, "its 1000000 blocks of one component need at least 125000");
+  // Cut short with an EOI put back: stb decoded the rest from zero bits,
+  // and the bytes still cleared a bit a block; the scan's codes do not.
+  const size_t sos = jpeg.find("\xFF\xDA");
+  ASSERT_NE(sos, std::string::npos);
+  const size_t data_at = sos + 2 + (size_t{uint8_t(jpeg[sos + 2])} << 8 | uint8_t(jpeg[sos + 3]));
+  const std::string cut = jpeg.substr(0, data_at + (jpeg.size() - data_at) / 3) + "\xFF\xD9";
+  ExpectRefused(cut, "JPEG scan 1 holds");
+  ExpectRefused(cut, "of 16 MCUs");  // 4:2:0: 16 x 16 pixels an MCU
   // Processes stb does not decode are named.
   std::string lossless = jpeg;
   lossless[sof + 1] = '\xC3';

@@ -215,7 +215,7 @@ Status CheckJpegFrame(const JpegFrame& frame, uint64_t entropy_bytes) {
     const bool arithmetic = m >= 0xC9;
     const bool lossless = m == 0xC3 || m == 0xC7 || m == 0xCB || m == 0xCF;
     const char* process = lossless ? "lossless" : arithmetic ? "arithmetic-coded" : "hierarchical";
-    return Status::InvalidArgument(std::string("a ") + process +
+    return Status::InvalidArgument(std::string(arithmetic && !lossless ? "an " : "a ") + process +
                                    " JPEG is not supported (only baseline, extended and "
                                    "progressive Huffman-coded ones are)");
   }

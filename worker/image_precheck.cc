@@ -9,6 +9,7 @@
 
 #include "worker/image_data_checks.h"
 #include "worker/image_task.h"
+#include "worker/jpeg_scan_check.h"
 
 namespace gridsync::image_precheck {
 namespace {
@@ -39,9 +40,12 @@ Status CheckJpeg(const uint8_t* data, size_t size, size_t pos) {
   image_data_checks::JpegFrame frame;
   uint64_t entropy_bytes = 0;  // after each SOS, up to the next marker
   bool in_scan = false;
+  const size_t start = pos;
   const auto ends = [&] {
-    return frame.marker != 0 ? image_data_checks::CheckJpegFrame(frame, entropy_bytes)
-                             : Status::OK();
+    if (frame.marker == 0) return Status::OK();
+    GRIDSYNC_RETURN_IF_ERROR(image_data_checks::CheckJpegFrame(frame, entropy_bytes));
+    // Sequential frames: every scan's blocks, code by code.
+    return jpeg_scan_check::CheckSequentialScans(data, size, start);
   };
   while (pos + 1 < size) {
     if (data[pos] != 0xFF) {

@@ -1,0 +1,239 @@
+#include "worker/jpeg_scan_check.h"
+
+#include <algorithm>
+#include <array>
+#include <string>
+#include <vector>
+
+namespace gridsync::jpeg_scan_check {
+namespace {
+
+// A Huffman table as JPEG's DHT gives it: for each length, the first code
+// and the index of its first symbol.
+struct Huffman {
+  bool defined = false;
+  std::array<int32_t, 17> max_code{};  // the largest code of each length, -1: none
+  std::array<int32_t, 17> offset{};    // symbol index = code + offset[length]
+  std::vector<uint8_t> symbols;
+};
+
+Huffman BuildHuffman(const uint8_t* counts, const uint8_t* symbols, size_t n) {
+  Huffman h;
+  h.defined = true;
+  h.symbols.assign(symbols, symbols + n);
+  int32_t code = 0;
+  int32_t index = 0;
+  for (int length = 1; length <= 16; ++length) {
+    const int32_t count = counts[length - 1];
+    h.offset[length] = index - code;
+    h.max_code[length] = count > 0 ? code + count - 1 : -1;
+    index += count;
+    code = (code + count) << 1;
+  }
+  return h;
+}
+
+// Entropy-coded bits, with 0xFF00 stuffing; a marker ends the data (stb
+// then reads zeros, which is what is checked against).
+class Bits {
+ public:
+  Bits(const uint8_t* data, size_t size, size_t pos) : data_(data), size_(size), pos_(pos) {}
+  // -1 when the data ended (a marker, or the end of the file).
+  int Bit() {
+    if (left_ == 0) {
+      if (ended_ || pos_ >= size_) return ended_ = true, -1;
+      uint8_t byte = data_[pos_];
+      if (byte == 0xFF) {
+        if (pos_ + 1 < size_ && data_[pos_ + 1] == 0x00) {
+          pos_ += 2;
+        } else {
+          ended_ = true;  // a marker: restart, EOI or another segment
+          return -1;
+        }
+      } else {
+        ++pos_;
+      }
+      current_ = byte;
+      left_ = 8;
+    }
+    --left_;
+    return (current_ >> left_) & 1;
+  }
+  bool Skip(int n) {
+    for (int i = 0; i < n; ++i) {
+      if (Bit() < 0) return false;
+    }
+    return true;
+  }
+  // Decodes one symbol; -1 at the end of the data, -2 for a code the table
+  // lacks (stb refuses that itself).
+  int Decode(const Huffman& h) {
+    int32_t code = 0;
+    for (int length = 1; length <= 16; ++length) {
+      const int bit = Bit();
+      if (bit < 0) return -1;
+      code = (code << 1) | bit;
+      if (h.max_code[length] >= 0 && code <= h.max_code[length]) {
+        const int32_t index = code + h.offset[length];
+        if (index < 0 || static_cast<size_t>(index) >= h.symbols.size()) return -2;
+        return h.symbols[static_cast<size_t>(index)];
+      }
+    }
+    return -2;
+  }
+  // At a restart marker: the next byte boundary, past FF Dn.
+  bool Restart() {
+    left_ = 0;
+    ended_ = false;
+    while (pos_ < size_ && data_[pos_] != 0xFF) ++pos_;
+    if (pos_ + 1 >= size_ || data_[pos_ + 1] < 0xD0 || data_[pos_ + 1] > 0xD7) return false;
+    pos_ += 2;
+    return true;
+  }
+  size_t pos() const { return pos_; }
+
+ private:
+  const uint8_t* data_;
+  size_t size_;
+  size_t pos_;
+  uint8_t current_ = 0;
+  int left_ = 0;
+  bool ended_ = false;
+};
+
+struct Component {
+  int id = 0, h = 1, v = 1;
+  int dc = 0, ac = 0;  // table selectors of the current scan
+};
+
+// One block: a DC difference, then AC codes up to EOB or the 64th
+// coefficient. 1: decoded; 0: the data ended; -1: a code stb refuses.
+int Block(Bits& bits, const Huffman& dc, const Huffman& ac) {
+  const int s = bits.Decode(dc);
+  if (s < 0) return s == -1 ? 0 : -1;
+  if (!bits.Skip(s)) return 0;
+  for (int k = 1; k < 64;) {
+    const int rs = bits.Decode(ac);
+    if (rs < 0) return rs == -1 ? 0 : -1;
+    const int r = rs >> 4, size = rs & 15;
+    if (size == 0) {
+      if (r != 15) break;  // EOB
+      k += 16;
+      continue;
+    }
+    k += r;
+    if (!bits.Skip(size)) return 0;
+    ++k;
+  }
+  return 1;
+}
+
+}  // namespace
+
+Status CheckSequentialScans(const uint8_t* data, size_t size, size_t pos) {
+  Huffman tables[2][4];  // [DC, AC][id]
+  std::vector<Component> frame;
+  uint32_t width = 0, height = 0, restart_interval = 0;
+  int scans = 0;
+  while (pos + 4 <= size) {
+    if (data[pos] != 0xFF) return Status::OK();  // not at a marker: stb's to judge
+    const uint8_t marker = data[pos + 1];
+    if (marker == 0xFF) {
+      ++pos;
+      continue;
+    }
+    if (marker == 0xD9) return Status::OK();  // EOI
+    const size_t length = size_t{data[pos + 2]} << 8 | data[pos + 3];
+    const size_t begin = pos + 4, end = pos + 2 + length;
+    if (length < 2 || end > size) return Status::OK();
+    if ((marker >= 0xC2 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC)) {
+      return Status::OK();  // progressive and the rest: not walked
+    }
+    if (marker == 0xC0 || marker == 0xC1) {
+      if (length < 8) return Status::OK();
+      height = uint32_t{data[begin + 1]} << 8 | data[begin + 2];
+      width = uint32_t{data[begin + 3]} << 8 | data[begin + 4];
+      const int n = data[begin + 5];
+      frame.clear();
+      for (int c = 0; c < n && begin + 6 + 3 * c + 3 <= end; ++c) {
+        const uint8_t* p = data + begin + 6 + 3 * c;
+        frame.push_back({p[0], std::max(1, p[1] >> 4), std::max(1, p[1] & 15)});
+      }
+    } else if (marker == 0xC4) {
+      for (size_t at = begin; at + 17 <= end;) {
+        const int cls = data[at] >> 4, id = data[at] & 15;
+        size_t n = 0;
+        for (int i = 1; i <= 16; ++i) n += data[at + i];
+        if (cls > 1 || id > 3 || at + 17 + n > end) return Status::OK();
+        tables[cls][id] = BuildHuffman(data + at + 1, data + at + 17, n);
+        at += 17 + n;
+      }
+    } else if (marker == 0xDD && length >= 4) {
+      restart_interval = uint32_t{data[begin]} << 8 | data[begin + 1];
+    } else if (marker == 0xDA) {
+      if (frame.empty() || width == 0 || height == 0 || length < 3) return Status::OK();
+      const int n = data[begin];
+      std::vector<Component*> in_scan;
+      for (int c = 0; c < n && begin + 1 + 2 * c + 2 <= end; ++c) {
+        const uint8_t* p = data + begin + 1 + 2 * c;
+        auto it = std::find_if(frame.begin(), frame.end(),
+                               [&](const Component& f) { return f.id == p[0]; });
+        if (it == frame.end()) return Status::OK();
+        it->dc = p[1] >> 4;
+        it->ac = p[1] & 15;
+        if (it->dc > 3 || it->ac > 3 || !tables[0][it->dc].defined || !tables[1][it->ac].defined)
+          return Status::OK();
+        in_scan.push_back(&*it);
+      }
+      if (in_scan.empty()) return Status::OK();
+      int h_max = 1, v_max = 1;
+      for (const auto& c : frame) {
+        h_max = std::max(h_max, c.h);
+        v_max = std::max(v_max, c.v);
+      }
+      // MCUs and the blocks of each: interleaved, each component's h x v;
+      // one component alone, its own blocks one at a time.
+      uint64_t mcus = 0;
+      if (in_scan.size() == 1) {
+        const Component& c = *in_scan[0];
+        const uint64_t w = (uint64_t{width} * c.h + h_max - 1) / h_max;
+        const uint64_t hh = (uint64_t{height} * c.v + v_max - 1) / v_max;
+        mcus = ((w + 7) / 8) * ((hh + 7) / 8);
+      } else {
+        mcus = ((width + 8 * h_max - 1) / (8 * h_max)) *
+               uint64_t{(height + 8 * v_max - 1) / (8 * v_max)};
+      }
+      ++scans;
+      Bits bits(data, size, end);
+      for (uint64_t m = 0; m < mcus; ++m) {
+        if (restart_interval > 0 && m > 0 && m % restart_interval == 0 && !bits.Restart()) {
+          return Status::OK();  // a missing restart marker: stb's to judge
+        }
+        for (const Component* c : in_scan) {
+          const int blocks = in_scan.size() == 1 ? 1 : c->h * c->v;
+          for (int b = 0; b < blocks; ++b) {
+            const int decoded = Block(bits, tables[0][c->dc], tables[1][c->ac]);
+            if (decoded < 0) return Status::OK();  // a code stb refuses itself
+            if (decoded == 0) {
+              return Status::InvalidArgument("JPEG scan " + std::to_string(scans) + " holds " +
+                                             std::to_string(m) + " of " + std::to_string(mcus) +
+                                             " MCUs (its coded data ends at byte " +
+                                             std::to_string(bits.pos()) + "; truncated)");
+            }
+          }
+        }
+      }
+      // Past the scan's data to its next marker.
+      pos = bits.pos();
+      while (pos + 1 < size && !(data[pos] == 0xFF && data[pos + 1] != 0x00 &&
+                                 (data[pos + 1] < 0xD0 || data[pos + 1] > 0xD7))) {
+        ++pos;
+      }
+      continue;
+    }
+    pos = end;
+  }
+  return Status::OK();
+}
+
+}  // namespace gridsync::jpeg_scan_check
