@@ -30,7 +30,8 @@ Status CheckpointLedger::Publish(Store& store, uint64_t job) {
   std::vector<uint64_t> listed;
   for (uint64_t step : steps_) {
     if (std::find(on_disk.begin(), on_disk.end(), step) == on_disk.end()) continue;
-    list += (list.empty() ? "" : ",") + std::to_string(step);
+    if (!list.empty()) list += ',';
+    list += std::to_string(step);
     listed.push_back(step);
   }
   Status set = store.Set(CheckpointKey(job, part_), list);
@@ -40,7 +41,10 @@ Status CheckpointLedger::Publish(Store& store, uint64_t job) {
   if (!job_parts_.empty()) {
     // Unanswered: the last answer stands (a step every part held then is
     // still one they hold, since each keeps it in turn).
-    if (auto common = NewestCommonStep(store, job, job_parts_); common.ok()) common_ = *common;
+    // 0 (a part's list not in the store yet: a restarted coordinator's is
+    // empty) is no answer either; only a rollback lowers it.
+    if (auto common = NewestCommonStep(store, job, job_parts_); common.ok() && *common > 0)
+      common_ = *common;
   }
   return set;
 }

@@ -167,6 +167,19 @@ TEST(ImageDataChecksTest, AFileShorterThanItsHeaderSaysIsRefused) {
   const std::string cut = jpeg.substr(0, data_at + (jpeg.size() - data_at) / 3) + "\xFF\xD9";
   ExpectRefused(cut, "JPEG scan 1 holds");
   ExpectRefused(cut, "of 16 MCUs");  // 4:2:0: 16 x 16 pixels an MCU
+  // A restart interval whose markers are missing: stb stops at the first
+  // and keeps the rest as allocated.
+  std::string no_restarts = jpeg;
+  no_restarts.insert(sos, std::string("\xFF\xDD\x00\x04\x00\x01", 6));
+  ExpectRefused(no_restarts, "holds 1 of 16 MCUs (no restart marker after MCU 1");
+  // A frame component no scan decodes (a fourth, declared in SOF0 only).
+  std::string uncovered = jpeg;
+  const size_t sof0 = uncovered.find("\xFF\xC0");
+  ASSERT_NE(sof0, std::string::npos);
+  uncovered[sof0 + 3] = static_cast<char>(uint8_t(uncovered[sof0 + 3]) + 3);  // length
+  uncovered[sof0 + 9] = 4;                                                    // Nf
+  uncovered.insert(sof0 + 10 + 9, std::string("\x04\x11\x00", 3));
+  ExpectRefused(uncovered, "JPEG component 4 of 4 is in no scan");
   // Processes stb does not decode are named.
   std::string lossless = jpeg;
   lossless[sof + 1] = '\xC3';

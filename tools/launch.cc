@@ -363,8 +363,14 @@ int RunLaunch(const LaunchOptions& options) {
     for (auto& c : children) {
       if (c.exited || !c.notify) continue;
       const auto now = std::chrono::steady_clock::now();
-      if (c.notify->Pinged()) c.pinged = now;
-      if (now - c.pinged <= watchdog) continue;
+      if (c.notify->Pinged()) {
+        c.pinged = now;
+        c.armed = true;
+      }
+      // Armed by the first ping, as systemd counts from READY=1: before it
+      // the server is starting (loading a checkpoint, registering), and
+      // each of its waits there is bounded by timeout_s already.
+      if (!c.armed || now - c.pinged <= watchdog) continue;
       std::printf(
           "gridsync launch: %s (pid %d) sent no watchdog ping for %.0f s (its serving "
           "loop does not turn: hung or stopped); killing it\n",

@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -34,7 +35,13 @@ Child Spawn(const std::string& name, const std::vector<std::string>& argv, const
     // hold SIGTERM pending forever and outlive the launcher.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(127);
+    // The launcher's own watchdog settings (it may run under systemd) are
+    // not the child's: a WATCHDOG_PID of the launcher turned a server's
+    // pings off. A watched child gets its own below.
+    for (const char* key : {"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"}) unsetenv(key);
     for (const auto& [key, value] : env) setenv(key.c_str(), value.c_str(), 1);
+    if (std::getenv("WATCHDOG_USEC") != nullptr)
+      setenv("WATCHDOG_PID", std::to_string(getpid()).c_str(), 1);
     dup2(fds[1], STDOUT_FILENO);
     dup2(fds[1], STDERR_FILENO);
     std::vector<char*> args;

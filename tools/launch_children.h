@@ -39,6 +39,7 @@ struct Child {
   // restarts, and when it last pinged (or started).
   std::shared_ptr<NotifySocket> notify;
   std::chrono::steady_clock::time_point pinged;
+  bool armed = false;  // pinged at least once
 };
 
 // Worker 0's progress, drawn below the children's output when stdout is a

@@ -44,8 +44,11 @@ class Bits {
       if (ended_ || pos_ >= size_) return ended_ = true, -1;
       uint8_t byte = data_[pos_];
       if (byte == 0xFF) {
-        if (pos_ + 1 < size_ && data_[pos_ + 1] == 0x00) {
-          pos_ += 2;
+        // Fill bytes (more 0xFF) before the stuffed 0x00, as stb skips them.
+        size_t next = pos_ + 1;
+        while (next < size_ && data_[next] == 0xFF) ++next;
+        if (next < size_ && data_[next] == 0x00) {
+          pos_ = next + 1;
         } else {
           ended_ = true;  // a marker: restart, EOI or another segment
           return -1;
@@ -111,6 +114,7 @@ struct Component {
 int Block(Bits& bits, const Huffman& dc, const Huffman& ac) {
   const int s = bits.Decode(dc);
   if (s < 0) return s == -1 ? 0 : -1;
+  if (s > 15) return -1;  // stb: "bad huffman code"
   if (!bits.Skip(s)) return 0;
   for (int k = 1; k < 64;) {
     const int rs = bits.Decode(ac);
@@ -135,6 +139,19 @@ Status CheckSequentialScans(const uint8_t* data, size_t size, size_t pos) {
   std::vector<Component> frame;
   uint32_t width = 0, height = 0, restart_interval = 0;
   int scans = 0;
+  bool progressive = false;
+  // Frame components some scan decodes (progressive: a first DC scan): stb
+  // converts the others from buffers nothing wrote.
+  std::vector<bool> covered;
+  const auto all_covered = [&]() -> Status {
+    for (size_t c = 0; c < frame.size(); ++c) {
+      if (c < covered.size() && covered[c]) continue;
+      return Status::InvalidArgument(
+          "JPEG component " + std::to_string(frame[c].id) + " of " + std::to_string(frame.size()) +
+          " is in no " + (progressive ? "first DC scan" : "scan") + " (nothing to decode it from)");
+    }
+    return Status::OK();
+  };
   while (pos + 4 <= size) {
     if (data[pos] != 0xFF) return Status::OK();  // not at a marker: stb's to judge
     const uint8_t marker = data[pos + 1];
@@ -142,14 +159,15 @@ Status CheckSequentialScans(const uint8_t* data, size_t size, size_t pos) {
       ++pos;
       continue;
     }
-    if (marker == 0xD9) return Status::OK();  // EOI
+    if (marker == 0xD9) return all_covered();  // EOI
     const size_t length = size_t{data[pos + 2]} << 8 | data[pos + 3];
     const size_t begin = pos + 4, end = pos + 2 + length;
     if (length < 2 || end > size) return Status::OK();
-    if ((marker >= 0xC2 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC)) {
-      return Status::OK();  // progressive and the rest: not walked
+    if (marker >= 0xC3 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC) {
+      return Status::OK();  // processes stb does not decode: refused elsewhere
     }
-    if (marker == 0xC0 || marker == 0xC1) {
+    if (marker == 0xC0 || marker == 0xC1 || marker == 0xC2) {
+      progressive = marker == 0xC2;
       if (length < 8) return Status::OK();
       height = uint32_t{data[begin + 1]} << 8 | data[begin + 2];
       width = uint32_t{data[begin + 3]} << 8 | data[begin + 4];
@@ -159,6 +177,7 @@ Status CheckSequentialScans(const uint8_t* data, size_t size, size_t pos) {
         const uint8_t* p = data + begin + 6 + 3 * c;
         frame.push_back({p[0], std::max(1, p[1] >> 4), std::max(1, p[1] & 15)});
       }
+      covered.assign(frame.size(), false);
     } else if (marker == 0xC4) {
       for (size_t at = begin; at + 17 <= end;) {
         const int cls = data[at] >> 4, id = data[at] & 15;
@@ -173,17 +192,31 @@ Status CheckSequentialScans(const uint8_t* data, size_t size, size_t pos) {
     } else if (marker == 0xDA) {
       if (frame.empty() || width == 0 || height == 0 || length < 3) return Status::OK();
       const int n = data[begin];
+      if (begin + 1 + 2 * size_t(n) + 3 > end) return Status::OK();
+      // Spectral selection start and successive approximation high bit.
+      const uint8_t ss = data[begin + 1 + 2 * n], ah = data[begin + 3 + 2 * n] >> 4;
       std::vector<Component*> in_scan;
-      for (int c = 0; c < n && begin + 1 + 2 * c + 2 <= end; ++c) {
+      for (int c = 0; c < n; ++c) {
         const uint8_t* p = data + begin + 1 + 2 * c;
         auto it = std::find_if(frame.begin(), frame.end(),
                                [&](const Component& f) { return f.id == p[0]; });
         if (it == frame.end()) return Status::OK();
+        if (!progressive || (ss == 0 && ah == 0)) covered[size_t(it - frame.begin())] = true;
+        if (progressive) continue;  // its data is not walked
         it->dc = p[1] >> 4;
         it->ac = p[1] & 15;
         if (it->dc > 3 || it->ac > 3 || !tables[0][it->dc].defined || !tables[1][it->ac].defined)
           return Status::OK();
         in_scan.push_back(&*it);
+      }
+      if (progressive) {  // past its data to the next marker
+        pos = end;
+        while (pos + 1 < size &&
+               !(data[pos] == 0xFF && data[pos + 1] != 0x00 && data[pos + 1] != 0xFF &&
+                 (data[pos + 1] < 0xD0 || data[pos + 1] > 0xD7))) {
+          ++pos;
+        }
+        continue;
       }
       if (in_scan.empty()) return Status::OK();
       int h_max = 1, v_max = 1;
@@ -206,8 +239,12 @@ Status CheckSequentialScans(const uint8_t* data, size_t size, size_t pos) {
       ++scans;
       Bits bits(data, size, end);
       for (uint64_t m = 0; m < mcus; ++m) {
+        // stb stops at a missing restart marker and keeps what it decoded.
         if (restart_interval > 0 && m > 0 && m % restart_interval == 0 && !bits.Restart()) {
-          return Status::OK();  // a missing restart marker: stb's to judge
+          return Status::InvalidArgument("JPEG scan " + std::to_string(scans) + " holds " +
+                                         std::to_string(m) + " of " + std::to_string(mcus) +
+                                         " MCUs (no restart marker after MCU " + std::to_string(m) +
+                                         "; truncated or corrupt)");
         }
         for (const Component* c : in_scan) {
           const int blocks = in_scan.size() == 1 ? 1 : c->h * c->v;
@@ -233,7 +270,7 @@ Status CheckSequentialScans(const uint8_t* data, size_t size, size_t pos) {
     }
     pos = end;
   }
-  return Status::OK();
+  return all_covered();
 }
 
 }  // namespace gridsync::jpeg_scan_check
