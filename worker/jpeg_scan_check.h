@@ -6,8 +6,11 @@
 // image_data_checks::CheckJpegFrame passes it. This walks each scan's
 // Huffman codes block by block, as a decoder does without dequantising or
 // transforming, and refuses a scan whose data ends before its last block.
-// Baseline and extended sequential Huffman frames (SOF0, SOF1) only: a
-// progressive file's scans are not walked.
+// Baseline and extended sequential Huffman frames (SOF0, SOF1) are walked;
+// a progressive file's scans are not, but for every frame it checks that
+// each component is in a scan (progressive: a first DC scan), since stb
+// converts the others from a buffer nothing wrote, and that a restart
+// interval's markers are there (stb stops at a missing one).
 //
 // Thread safety: a pure function.
 #pragma once
