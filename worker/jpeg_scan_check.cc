@@ -85,11 +85,18 @@ class Bits {
     return -2;
   }
   // At a restart marker: the next byte boundary, past FF Dn.
+  // The marker must follow the interval's last block at once (its byte
+  // padded): stb reads no further for it, stops decoding when it is not
+  // there, and on the way shifted by 32 bits (image_decode_fuzz: an
+  // interval of 3 MCUs whose data ran on past them).
   bool Restart() {
     left_ = 0;
     ended_ = false;
-    while (pos_ < size_ && data_[pos_] != 0xFF) ++pos_;
-    if (pos_ + 1 >= size_ || data_[pos_ + 1] < 0xD0 || data_[pos_ + 1] > 0xD7) return false;
+    while (pos_ + 1 < size_ && data_[pos_] == 0xFF && data_[pos_ + 1] == 0xFF) ++pos_;  // fill
+    if (pos_ + 1 >= size_ || data_[pos_] != 0xFF || data_[pos_ + 1] < 0xD0 ||
+        data_[pos_ + 1] > 0xD7) {
+      return false;
+    }
     pos_ += 2;
     return true;
   }
@@ -153,7 +160,10 @@ Status CheckSequentialScans(const uint8_t* data, size_t size, size_t pos) {
     return Status::OK();
   };
   while (pos + 4 <= size) {
-    if (data[pos] != 0xFF) return Status::OK();  // not at a marker: stb's to judge
+    if (data[pos] != 0xFF) {  // bytes between segments, which stb skips too
+      ++pos;
+      continue;
+    }
     const uint8_t marker = data[pos + 1];
     if (marker == 0xFF) {
       ++pos;
@@ -250,7 +260,15 @@ Status CheckSequentialScans(const uint8_t* data, size_t size, size_t pos) {
           const int blocks = in_scan.size() == 1 ? 1 : c->h * c->v;
           for (int b = 0; b < blocks; ++b) {
             const int decoded = Block(bits, tables[0][c->dc], tables[1][c->ac]);
-            if (decoded < 0) return Status::OK();  // a code stb refuses itself
+            // A code the table lacks, or a DC size past 15: stb refuses the
+            // file too, but on its way there shifts by 32 bits (undefined
+            // behaviour, image_decode_fuzz), so it is refused here first.
+            if (decoded < 0) {
+              return Status::InvalidArgument("JPEG scan " + std::to_string(scans) + " MCU " +
+                                             std::to_string(m) +
+                                             ": a Huffman code its table does not hold "
+                                             "(corrupt)");
+            }
             if (decoded == 0) {
               return Status::InvalidArgument("JPEG scan " + std::to_string(scans) + " holds " +
                                              std::to_string(m) + " of " + std::to_string(mcus) +
