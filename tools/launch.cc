@@ -209,10 +209,12 @@ int RunLaunch(const LaunchOptions& options) {
     return kConfigErrorExitCode;
   }
   auto here = [&](int n) { return node < 0 || n == node; };
+  // Resolved once, for the memory check and the checkpoint parts below.
+  const auto spec = RunSpec::Resolve(*config);
   // Every process this machine starts, in its memory together (each one
   // checks itself alone). The image as the workers load it; one they
   // refuse is theirs to name.
-  if (auto spec = RunSpec::Resolve(*config); spec.ok()) {
+  if (spec.ok()) {
     if (auto image = ImageTask::Load(config->task.image); image.ok()) {
       int workers = 0, shards = 0;
       for (int n = 0; n < static_cast<int>(layout.nodes.size()); ++n)
@@ -233,7 +235,6 @@ int RunLaunch(const LaunchOptions& options) {
   uint32_t workers_with_state = 0;
   std::vector<std::string> job_parts;
   if (options.resume || config->checkpoint.every_steps > 0) {
-    auto spec = RunSpec::Resolve(*config);
     if (!spec.ok()) {
       std::fprintf(stderr, "gridsync launch: %s\n", spec.status().message().c_str());
       return kConfigErrorExitCode;
