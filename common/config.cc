@@ -589,6 +589,17 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
              {.allowed = "a folder with the keys `gridsync keygen` wrote, at most 4095 bytes",
               .max_length = kMaxPathBytes});
     r.ReportUnknownKeys();
+    // Under "off" no key is ever loaded: a keys_dir there reads as if the
+    // data plane were secured, which it is not.
+    if (sec.mode == SecurityMode::kOff && r.Has("keys_dir")) {
+      problems.Add("security.keys_dir",
+                   Quote(sec.keys_dir) +
+                       " has no effect with security.mode \"off\" (no key is "
+                       "loaded and the data plane is neither authenticated nor "
+                       "encrypted)",
+                   "security.keys_dir only with security.mode \"curve\" or \"auto\"; remove it "
+                   "or turn CURVE on");
+    }
   }
   top.ReportUnknownKeys();
 

@@ -76,6 +76,22 @@ Status Config::CheckRunnable(bool standalone) const {
           "least one sample per micro-batch of every worker");
     }
   }
+  // A single process sends no gradient and pulls nothing, so a codec
+  // would do nothing there: refused, as a key that silently does nothing
+  // is. (--standalone runs a distributed config alone on purpose: its
+  // compression section stays for the cluster.)
+  if (!distributed.enable) {
+    if (compression.codec != "none") {
+      invalid.push_back("compression.codec: \"" + compression.codec +
+                        "\" has no effect with distributed.enable false (a single process "
+                        "compresses nothing); allowed: \"none\", or distributed.enable true");
+    }
+    if (compression.pull) {
+      invalid.push_back(
+          "compression.pull: true has no effect with distributed.enable false (a single "
+          "process pulls nothing); allowed: false, or distributed.enable true");
+    }
+  }
   if (checkpoint.every_steps > 0) {
     const std::string every = "checkpoint.every_steps=" + std::to_string(checkpoint.every_steps);
     const bool distributed_run = distributed.enable && !standalone;

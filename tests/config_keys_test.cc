@@ -329,6 +329,32 @@ TEST(ConfigCheckRunnableTest, EveryModeRunsEveryFeature) {
   EXPECT_TRUE(Contains(codec.message(), "allowed: none, fp16, bf16")) << codec.message();
 }
 
+TEST(ConfigCheckRunnableTest, KeysThatDoNothingOnOneProcessOrWithoutCurveAreRefused) {
+  // One process (distributed.enable false) sends and pulls nothing.
+  const Status codec = ParseOk(R"({"compression": {"codec": "topk"}})").CheckRunnable(false);
+  EXPECT_EQ(codec.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(codec.message(),
+                       "compression.codec: \"topk\" has no effect with "
+                       "distributed.enable false"))
+      << codec.message();
+  const Status pull =
+      ParseOk(R"({"compression": {"codec": "fp16", "pull": true}})").CheckRunnable(false);
+  EXPECT_TRUE(Contains(pull.message(), "compression.pull: true has no effect")) << pull.message();
+  // The same section serves a cluster, and a distributed config run alone.
+  const Config cluster = ParseOk(R"({"distributed": {"enable": true, "gradient_sync": "ps"},
+                                     "compression": {"codec": "topk", "pull": true}})");
+  EXPECT_TRUE(cluster.CheckRunnable(false).ok()) << cluster.CheckRunnable(false).ToString();
+  EXPECT_TRUE(cluster.CheckRunnable(true).ok()) << cluster.CheckRunnable(true).ToString();
+  // Under security.mode "off" no key is loaded.
+  const std::string keys = ErrorOf(R"({"security": {"mode": "off", "keys_dir": "/etc/k"}})");
+  EXPECT_TRUE(Contains(keys,
+                       "security.keys_dir: \"/etc/k\" has no effect with security.mode "
+                       "\"off\""))
+      << keys;
+  ParseOk(R"({"security": {"mode": "curve", "keys_dir": "/etc/k"}})");
+  ParseOk(R"({"security": {"mode": "auto", "keys_dir": "/etc/k"}})");
+}
+
 TEST(ConfigCheckRunnableTest, NcclAllReducesInSixteenBitsOnlyWhereItCan) {
   for (const char* codec : {"fp16", "bf16"}) {
     const std::string base = std::string(R"({"distributed": {"enable": true, "world_size": 2,
