@@ -12,6 +12,8 @@
 #include <fstream>
 #include <set>
 
+#include "common/checkpoint_run.h"
+
 namespace gridsync {
 
 uint64_t Fnv1a64(std::string_view bytes, uint64_t h) {
@@ -72,6 +74,7 @@ struct Manifest {
   nlohmann::json shape;
   uint64_t bytes = 0;
   std::string fnv1a64;
+  std::string run;  // "": written before runs were named
 };
 
 // Nothing a manifest holds nests deeper than the callers' shapes do (a
@@ -165,6 +168,13 @@ Result<Manifest> DecodeManifest(std::string_view text, const std::string& what) 
   m.shape = *shape;
   m.bytes = bytes->get<uint64_t>();
   m.fnv1a64 = sum->get<std::string>();
+  // Optional: manifests written before runs were named have none.
+  if (const auto it = doc.find("run"); it != doc.end()) {
+    if (!it->is_string() || !IsRunId(it->get_ref<const std::string&>())) {
+      return BadField(what, "run", "is " + Described(*it), "up to 64 lowercase hex digits");
+    }
+    m.run = it->get<std::string>();
+  }
   return m;
 }
 
@@ -215,17 +225,18 @@ void RemoveStepsAfter(const std::string& dir, const std::string& part, uint64_t 
 
 Status WriteCheckpointPart(const std::string& dir, uint64_t step, const std::string& part,
                            std::string_view data, const nlohmann::json& shape,
-                           const std::vector<uint64_t>& keep) {
+                           const std::vector<uint64_t>& keep, const std::string& run) {
   std::error_code ec;
   fs::create_directories(StepDir(dir, step), ec);
   if (ec) return Status::IOError("cannot create " + StepDir(dir, step) + ": " + ec.message());
   const std::string base = Base(dir, step, part);
-  const std::string manifest = nlohmann::json{{"step", step},
-                                              {"part", part},
-                                              {"shape", shape},
-                                              {"bytes", data.size()},
-                                              {"fnv1a64", fmt::format("{:016x}", Fnv1a64(data))}}
-                                   .dump();
+  const std::string manifest = nlohmann::json{
+      {"step", step},
+      {"part", part},
+      {"shape", shape},
+      {"bytes", data.size()},
+      {"fnv1a64", fmt::format("{:016x}", Fnv1a64(data))},
+      {"run", run}}.dump();
   // Checked before anything is written: a manifest the reader would refuse
   // would leave a checkpoint nobody can load.
   if (manifest.size() > kMaxManifestBytes) {
@@ -262,7 +273,7 @@ Status WriteCheckpointPart(const std::string& dir, uint64_t step, const std::str
 
 Result<std::string> ReadCheckpointPart(const std::string& dir, uint64_t step,
                                        const std::string& part, const nlohmann::json& shape,
-                                       std::optional<uint64_t> state_bytes) {
+                                       std::optional<uint64_t> state_bytes, std::string* run) {
   const std::string base = Base(dir, step, part);
   const std::string json_path = base + ".json", bin_path = base + ".bin";
   // Sizes first, from the file system: nothing is read, nor memory taken,
@@ -304,6 +315,7 @@ Result<std::string> ReadCheckpointPart(const std::string& dir, uint64_t step,
     return Status::Corruption(
         fmt::format("{}: checksum {}; the manifest says {}", bin_path, sum, manifest.fnv1a64));
   }
+  if (run != nullptr) *run = manifest.run;
   return data;
 }
 

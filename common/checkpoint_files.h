@@ -59,9 +59,11 @@ Status WriteFileAtomically(const std::string& path, std::string_view bytes);
 // (CheckpointLedger::MustKeep): they are what the job can roll back to, so
 // they stay on disk. A failed write removes its temporary file (a full
 // disk kept the partial one, and every later write failed too).
+// `run`: the run the part belongs to (common/checkpoint_run.h), in the
+// manifest.
 Status WriteCheckpointPart(const std::string& dir, uint64_t step, const std::string& part,
                            std::string_view data, const nlohmann::json& shape,
-                           const std::vector<uint64_t>& keep = {});
+                           const std::vector<uint64_t>& keep = {}, const std::string& run = "");
 
 // Reads part `part` of step `step` after checking its manifest: its size,
 // its fields' presence and types (Corruption naming the field, what it is
@@ -70,9 +72,12 @@ Status WriteCheckpointPart(const std::string& dir, uint64_t step, const std::str
 // `bytes` (Corruption naming both) and `state_bytes` (the size of the
 // caller's state, when it knows it: InvalidArgument naming both), all before
 // the .bin is read; then its checksum (Corruption, naming both checksums).
+// `run` (unless null) receives the manifest's run: "" where it names none
+// (written before runs were named); one that is not IsRunId is refused.
 Result<std::string> ReadCheckpointPart(const std::string& dir, uint64_t step,
                                        const std::string& part, const nlohmann::json& shape,
-                                       std::optional<uint64_t> state_bytes = std::nullopt);
+                                       std::optional<uint64_t> state_bytes = std::nullopt,
+                                       std::string* run = nullptr);
 
 // The steps whose folder in `dir` holds part `part`'s manifest, ascending.
 std::vector<uint64_t> HeldSteps(const std::string& dir, const std::string& part);

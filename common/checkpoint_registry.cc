@@ -5,6 +5,7 @@
 #include <set>
 
 #include "common/checkpoint_files.h"
+#include "common/checkpoint_run.h"
 
 namespace gridsync {
 std::string CheckpointKey(uint64_t job, const std::string& part) {
@@ -38,6 +39,11 @@ Status CheckpointLedger::Publish(Store& store, uint64_t job) {
   publish_failed_ = !set.ok();
   if (!set.ok()) return set;
   published_ = std::move(listed);
+  // The first part keeps the job's run in the store (a restarted
+  // coordinator's is empty), for the parts that have not read it yet.
+  if (run_known_ && !run_.empty() && !job_parts_.empty() && job_parts_.front() == part_) {
+    GRIDSYNC_RETURN_IF_ERROR(PublishRun(store, job, run_));
+  }
   if (!job_parts_.empty()) {
     // Unanswered: the last answer stands (a step every part held then is
     // still one they hold, since each keeps it in turn).
@@ -47,6 +53,15 @@ Status CheckpointLedger::Publish(Store& store, uint64_t job) {
       common_ = *common;
   }
   return set;
+}
+
+Result<std::string> CheckpointLedger::RunForWriting(Store* store, uint64_t job,
+                                                    std::chrono::milliseconds timeout) {
+  if (run_known_) return run_;
+  if (store == nullptr) return std::string();
+  GRIDSYNC_ASSIGN_OR_RETURN(std::string run, FreshRun(*store, job, job_parts_, part_, timeout));
+  SetRun(std::move(run));
+  return run_;
 }
 
 std::vector<uint64_t> CheckpointLedger::MustKeep() const {

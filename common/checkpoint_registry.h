@@ -11,6 +11,7 @@
 // Thread safety: free functions; the Store is safe for concurrent use.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -43,10 +44,25 @@ class CheckpointLedger {
   void Reset() {
     steps_.clear();
     common_ = 0;
+    run_.clear();
+    run_known_ = false;
   }
+  // The run this part's checkpoints belong to (common/checkpoint_run.h):
+  // the one its loaded files name (a resume, a rejoin, a rollback)...
+  void SetRun(std::string run) {
+    run_ = std::move(run);
+    run_known_ = true;
+  }
+  bool run_known() const { return run_known_; }
+  const std::string& run() const { return run_; }
+  // ... or, before the first checkpoint of a job started afresh, the one
+  // its first part makes (FreshRun; up to `timeout` for it). Without a
+  // store (one process, in-process tests) the files name none.
+  Result<std::string> RunForWriting(Store* store, uint64_t job, std::chrono::milliseconds timeout);
   // The parts a step of the job needs (CheckpointParts): with them,
   // Publish also learns the newest step every part holds.
   void SetJobParts(std::vector<std::string> parts) { job_parts_ = std::move(parts); }
+  const std::vector<std::string>& job_parts() const { return job_parts_; }
   // Publishes the steps still on disk for job `job`, then reads the newest
   // step every one of the job's parts published.
   Status Publish(Store& store, uint64_t job);
@@ -70,6 +86,8 @@ class CheckpointLedger {
   bool publish_failed_ = false;      // the last Publish was refused or unanswered
   std::vector<std::string> job_parts_;
   uint64_t common_ = 0;  // the newest step every part held at the last Publish
+  std::string run_;
+  bool run_known_ = false;
 };
 
 // Parses a published list ("100,150"; empty: no step); Corruption naming

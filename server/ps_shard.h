@@ -186,7 +186,9 @@ class PsShard {
   // The shard registered for `job` at `epoch`: one started from a
   // checkpoint (resume_step) publishes it, and a rejoining one
   // (ShardOptions::rejoining) serves from now. Before serving messages.
-  virtual void Joined(uint64_t job, uint32_t epoch) = 0;
+  // An error (its files belong to another run than the job's:
+  // common/checkpoint_run.h) leaves it unfit to serve: the caller exits.
+  virtual Status Joined(uint64_t job, uint32_t epoch) = 0;
   virtual ServingStats serving_stats() const = 0;
   // Seconds per applied step (every push of it summed and stepped).
   virtual const LatencyHistogram& apply_latency() const = 0;

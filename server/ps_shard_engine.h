@@ -56,7 +56,7 @@ class PsShardImpl : public PsShard {
         stale_reads_(options),
         job_gate_(options.shard, options.rejoining || options.join_first),
         checkpoints_(options.checkpoint_dir, options.shard, options.checkpoint_every,
-                     options.checkpoint_parts) {
+                     options.checkpoint_parts, options.timeout) {
     for (uint32_t t = 0; t < partition_.n_tables(); ++t) {
       shapes_.push_back({partition_.table(t).rows, partition_.table(t).width});
     }
@@ -183,11 +183,13 @@ class PsShardImpl : public PsShard {
 
   Status Bind() {
     if (options_.resume_step > 0) {
+      std::string run;
       GRIDSYNC_RETURN_IF_ERROR(LoadShardCheckpoint(options_.checkpoint_dir, options_.shard,
-                                                   options_.resume_step, store_.get())
+                                                   options_.resume_step, store_.get(), &run)
                                    .WithContext("shard " + std::to_string(options_.shard) +
                                                 ": resuming from step " +
                                                 std::to_string(options_.resume_step)));
+      checkpoints_.Loaded(std::move(run));
       applied_ = options_.resume_step;
       clock_.assign(options_.workers, options_.resume_step);
       spdlog::info("shard {}: resumed from the checkpoint of step {} in {}", options_.shard,
@@ -233,9 +235,14 @@ class PsShardImpl : public PsShard {
     job_gate_.SetSource(std::move(control.job_state));
     checkpoints_.SetRegistry(control.checkpoint_registry);
   }
-  void Joined(uint64_t job, uint32_t epoch) override {
-    if (options_.resume_step > 0) checkpoints_.StartedFrom(options_.resume_step, job);
+  Status Joined(uint64_t job, uint32_t epoch) override {
+    if (options_.resume_step > 0) {
+      GRIDSYNC_RETURN_IF_ERROR(
+          checkpoints_.StartedFrom(options_.resume_step, job, options_.rejoining)
+              .WithContext("shard " + std::to_string(options_.shard)));
+    }
     if (options_.rejoining || options_.join_first) job_gate_.Open(job, epoch);
+    return Status::OK();
   }
 
   wire::ShardStats stats() const override {

@@ -7,6 +7,7 @@
 
 #include "common/checkpoint_files.h"
 #include "common/checkpoint_registry.h"
+#include "common/checkpoint_run.h"
 
 namespace gridsync {
 namespace {
@@ -24,17 +25,18 @@ nlohmann::json Shapes(const ShardStore& store) {
 }  // namespace
 
 Status WriteShardCheckpoint(const std::string& dir, uint32_t shard, uint64_t step,
-                            const ShardStore& store, const std::vector<uint64_t>& keep) {
+                            const ShardStore& store, const std::vector<uint64_t>& keep,
+                            const std::string& run) {
   std::string data;
   store.AppendState(&data);
-  return WriteCheckpointPart(dir, step, Part(shard), data, Shapes(store), keep);
+  return WriteCheckpointPart(dir, step, Part(shard), data, Shapes(store), keep, run);
 }
 
-Status LoadShardCheckpoint(const std::string& dir, uint32_t shard, uint64_t step,
-                           ShardStore* store) {
+Status LoadShardCheckpoint(const std::string& dir, uint32_t shard, uint64_t step, ShardStore* store,
+                           std::string* run) {
   GRIDSYNC_ASSIGN_OR_RETURN(
       const std::string data,
-      ReadCheckpointPart(dir, step, Part(shard), Shapes(*store), store->StateBytes()));
+      ReadCheckpointPart(dir, step, Part(shard), Shapes(*store), store->StateBytes(), run));
   return store->RestoreState(data, step)
       .WithContext(dir + "/step-" + std::to_string(step) + "/" + Part(shard) + ".bin");
 }
@@ -61,11 +63,14 @@ void ShardCheckpoints::AfterStep(uint64_t applied, uint64_t job, const ShardStor
   // What the coordinator last acknowledged stays on disk (see
   // WriteCheckpointPart): read under the lock Publish writes it under.
   std::vector<uint64_t> keep;
+  Result<std::string> run = std::string();
   {
     std::lock_guard<std::mutex> lock(registry_mu_);
     keep = ledger_.MustKeep();
+    run = ledger_.RunForWriting(registry_, job, timeout_);
   }
-  const Status written = WriteShardCheckpoint(dir_, shard_, applied, store, keep);
+  const Status written =
+      run.ok() ? WriteShardCheckpoint(dir_, shard_, applied, store, keep, *run) : run.status();
   if (!written.ok()) {
     spdlog::error("shard {}: checkpoint at step {} not written: {}", shard_, applied,
                   written.ToString());
@@ -85,12 +90,45 @@ Status ShardCheckpoints::RollBack(uint64_t step, uint64_t job, ShardStore* store
         std::to_string(shard_) + " writes no checkpoints (checkpoint.every_steps " +
         std::to_string(every_) + "); every process needs the same config");
   }
-  GRIDSYNC_RETURN_IF_ERROR(LoadShardCheckpoint(dir_, shard_, step, store));
-  StartedFrom(step, job);
+  std::string run;
+  GRIDSYNC_RETURN_IF_ERROR(LoadShardCheckpoint(dir_, shard_, step, store, &run));
+  {
+    std::lock_guard<std::mutex> lock(registry_mu_);
+    if (ledger_.run_known() && run != ledger_.run()) {
+      return Status::InvalidArgument(
+          dir_ + "/step-" + std::to_string(step) + "/" + Part(shard_) + ".json names run " +
+          (run.empty() ? "none" : run) + ", but this shard serves run " +
+          (ledger_.run().empty() ? "none" : ledger_.run()) +
+          " (another run's files were put in its place); allowed: the files this run wrote");
+    }
+    ledger_.SetRun(std::move(run));
+  }
+  Published(step, job);
   return Status::OK();
 }
 
-void ShardCheckpoints::StartedFrom(uint64_t step, uint64_t job) {
+Status ShardCheckpoints::StartedFrom(uint64_t step, uint64_t job, bool rejoined) {
+  Store* registry = nullptr;
+  std::string run;
+  std::vector<std::string> parts;
+  {
+    std::lock_guard<std::mutex> lock(registry_mu_);
+    registry = registry_;
+    run = ledger_.run();
+    parts = ledger_.job_parts();
+  }
+  // Outside the lock: the wait for the other parts may take timeout_.
+  if (registry != nullptr) {
+    GRIDSYNC_RETURN_IF_ERROR(
+        rejoined
+            ? CheckRejoinedRun(*registry, job, step, Part(shard_), run, dir_)
+            : AgreeOnResumedRun(*registry, job, step, parts, Part(shard_), run, dir_, timeout_));
+  }
+  Published(step, job);
+  return Status::OK();
+}
+
+void ShardCheckpoints::Published(uint64_t step, uint64_t job) {
   ledger_.RolledBack(step);
   Publish(job);
 }

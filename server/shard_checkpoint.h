@@ -15,6 +15,7 @@
 // ShardCheckpoints: the shard's I/O thread, but SetRegistry from any.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -28,13 +29,16 @@
 namespace gridsync {
 
 // `keep`: steps to leave on disk (WriteCheckpointPart).
+// `run`: the run it belongs to (common/checkpoint_run.h).
 Status WriteShardCheckpoint(const std::string& dir, uint32_t shard, uint64_t step,
-                            const ShardStore& store, const std::vector<uint64_t>& keep = {});
+                            const ShardStore& store, const std::vector<uint64_t>& keep = {},
+                            const std::string& run = "");
 // Loads step `step` of shard `shard` into `store`, after checking the
 // manifest: step, shard, table shapes, size (the .bin's and the store's
-// state size, before it is read) and checksum.
-Status LoadShardCheckpoint(const std::string& dir, uint32_t shard, uint64_t step,
-                           ShardStore* store);
+// state size, before it is read) and checksum. `run` (unless null)
+// receives the run the files name.
+Status LoadShardCheckpoint(const std::string& dir, uint32_t shard, uint64_t step, ShardStore* store,
+                           std::string* run = nullptr);
 std::string ShardPart(uint32_t shard);  // "shard-<i>"
 
 // One shard's checkpoints during its jobs: written every `every` applied
@@ -42,10 +46,16 @@ std::string ShardPart(uint32_t shard);  // "shard-<i>"
 // one, and reloaded when the job rolls back.
 class ShardCheckpoints {
  public:
-  // `job_parts`: the parts a step of the job needs (CheckpointParts).
+  // `job_parts`: the parts a step of the job needs (CheckpointParts);
+  // `timeout`: how long the first checkpoint of a fresh job waits for the
+  // job's run (common/checkpoint_run.h).
   ShardCheckpoints(std::string dir, uint32_t shard, uint64_t every,
-                   std::vector<std::string> job_parts)
-      : dir_(dir), shard_(shard), every_(every), ledger_(std::move(dir), ShardPart(shard)) {
+                   std::vector<std::string> job_parts, std::chrono::milliseconds timeout)
+      : dir_(dir),
+        shard_(shard),
+        every_(every),
+        timeout_(timeout),
+        ledger_(std::move(dir), ShardPart(shard)) {
     ledger_.SetJobParts(std::move(job_parts));
   }
 
@@ -59,21 +69,29 @@ class ShardCheckpoints {
 
   // The job rolled back to `step`: loads that checkpoint into `store`
   // (which holds nothing of the job yet) and forgets this part's later
-  // steps (an abandoned history).
+  // steps (an abandoned history). Files of another run than the one this
+  // shard serves are refused.
   Status RollBack(uint64_t step, uint64_t job, ShardStore* store);
-  // The shard started from its checkpoint of `step` (gridsync launch
-  // --resume, or a rejoin) and registered for `job`: its later steps go (an
-  // abandoned history) and what it holds is published.
-  void StartedFrom(uint64_t step, uint64_t job);
+  // The shard loaded its checkpoint of `step`, which names run `run`, before
+  // it registered (gridsync launch --resume, or a rejoin).
+  void Loaded(std::string run) { ledger_.SetRun(std::move(run)); }
+  // ... and registered for `job`: the run is checked against the other
+  // parts' (a resume: AgreeOnResumedRun, waiting for them) or the job's (a
+  // rejoin: CheckRejoinedRun), then its later steps go (an abandoned
+  // history) and what it holds is published. A refusal leaves the shard
+  // unfit to serve the job.
+  Status StartedFrom(uint64_t step, uint64_t job, bool rejoined);
   // A new job began: nothing of the last one is offered for a rejoin.
   void NewJob() { ledger_.Reset(); }
 
  private:
   void Publish(uint64_t job);
+  void Published(uint64_t step, uint64_t job);
 
   const std::string dir_;
   const uint32_t shard_;
   const uint64_t every_;
+  const std::chrono::milliseconds timeout_;
   CheckpointLedger ledger_;  // the I/O thread's (StartedFrom: before serving)
   std::mutex registry_mu_;
   Store* registry_ = nullptr;  // guarded by registry_mu_

@@ -70,20 +70,22 @@ uint64_t OptimizerBytes(const AllReduceState& state) {
 }  // namespace
 
 Status WriteWorkerCheckpoint(const RunSpec& spec, uint32_t rank, uint32_t shards, uint64_t step,
-                             PsClient* ps, const std::vector<uint64_t>& keep) {
+                             PsClient* ps, const std::vector<uint64_t>& keep,
+                             const std::string& run) {
   std::string data;
   GRIDSYNC_RETURN_IF_ERROR(ps->AppendState(&data));
   return WriteCheckpointPart(spec.config.checkpoint.dir, step, Part(rank), data,
-                             Shape(spec, shards), keep);
+                             Shape(spec, shards), keep, run);
 }
 
 Status LoadWorkerCheckpoint(const RunSpec& spec, uint32_t rank, uint32_t shards, uint64_t step,
-                            PsClient* ps) {
+                            PsClient* ps, std::string* run) {
   const std::string& dir = spec.config.checkpoint.dir;
   // No state size to check against: the residuals' rows, and which tables
   // Adam stepped, vary with training. RestoreState checks what it takes.
-  GRIDSYNC_ASSIGN_OR_RETURN(const std::string data,
-                            ReadCheckpointPart(dir, step, Part(rank), Shape(spec, shards)));
+  GRIDSYNC_ASSIGN_OR_RETURN(
+      const std::string data,
+      ReadCheckpointPart(dir, step, Part(rank), Shape(spec, shards), std::nullopt, run));
   return ps->RestoreState(data, step)
       .WithContext(dir + "/step-" + std::to_string(step) + "/" + Part(rank) + ".bin");
 }

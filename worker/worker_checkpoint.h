@@ -29,14 +29,17 @@
 
 namespace gridsync {
 
-// `keep`: steps to leave on disk (WriteCheckpointPart), here and below.
+// `keep`: steps to leave on disk (WriteCheckpointPart), here and below;
+// `run`: the run the part belongs to (common/checkpoint_run.h).
 Status WriteWorkerCheckpoint(const RunSpec& spec, uint32_t rank, uint32_t shards, uint64_t step,
-                             PsClient* ps, const std::vector<uint64_t>& keep = {});
+                             PsClient* ps, const std::vector<uint64_t>& keep = {},
+                             const std::string& run = "");
 
 // Checks the manifest (the same model, partition and codec, size and
-// checksum) before replacing the client's state.
+// checksum) before replacing the client's state. `run` (unless null)
+// receives the run the files name.
 Status LoadWorkerCheckpoint(const RunSpec& spec, uint32_t rank, uint32_t shards, uint64_t step,
-                            PsClient* ps);
+                            PsClient* ps, std::string* run = nullptr);
 
 // The nccl worker's part. Exactly one of `replicated` and `sharded` is set
 // (distributed.model_parallel picks). Load checks the manifest (the same

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "common/checkpoint_registry.h"
+#include "common/checkpoint_run.h"
 #include "common/counter_rng.h"
 #include "worker/sync/peer_watch.h"
 #include "worker/worker_checkpoint.h"
@@ -152,13 +153,23 @@ Result<PsSession> JoinPsCluster(const RunSpec& spec, HashGridModel& model,
   if (start > 0 && spec.sync.worker_state) {
     // Resuming or rejoining: the residuals and Adam's state of the
     // checkpoint's step.
+    std::string run;
     GRIDSYNC_RETURN_IF_ERROR(
         LoadWorkerCheckpoint(spec, session.rank, static_cast<uint32_t>(session.map.shards.size()),
-                             start, session.ps.get())
+                             start, session.ps.get(), &run)
             .WithContext(session.me + " resuming at step " + std::to_string(start)));
     if (session.ledger) {
-      session.ledger->RolledBack(start);
+      // Its files and the other parts' must be one run's (common/checkpoint_run.h).
       CoordinatorStore registry(session.coordinator.get());
+      const CheckpointLedger& ledger = *session.ledger;
+      GRIDSYNC_RETURN_IF_ERROR(session.rejoined_at > 0
+                                   ? CheckRejoinedRun(registry, session.map.job, start,
+                                                      ledger.part(), run, config.checkpoint.dir)
+                                   : AgreeOnResumedRun(registry, session.map.job, start,
+                                                       ledger.job_parts(), ledger.part(), run,
+                                                       config.checkpoint.dir, timeout));
+      session.ledger->SetRun(std::move(run));
+      session.ledger->RolledBack(start);
       GRIDSYNC_RETURN_IF_ERROR(session.ledger->Publish(registry, session.map.job));
     }
   }
@@ -253,9 +264,15 @@ Status PsSessionSync::CheckpointIfDue(uint64_t step) {
   // What the coordinator last acknowledged stays on disk (WriteCheckpointPart).
   const std::vector<uint64_t> keep =
       session_.ledger ? session_.ledger->MustKeep() : std::vector<uint64_t>{};
+  std::string run;
+  if (session_.ledger) {
+    CoordinatorStore registry(session_.coordinator.get());
+    GRIDSYNC_ASSIGN_OR_RETURN(
+        run, session_.ledger->RunForWriting(&registry, session_.map.job, spec_.sync.timeout));
+  }
   GRIDSYNC_RETURN_IF_ERROR(WriteWorkerCheckpoint(spec_, rank_,
                                                  static_cast<uint32_t>(session_.map.shards.size()),
-                                                 step + 1, session_.ps.get(), keep)
+                                                 step + 1, session_.ps.get(), keep, run)
                                .WithContext(me_ + " writing its checkpoint"));
   if (session_.ledger) session_.ledger->Wrote(step + 1);
   PublishCheckpoints();
@@ -333,10 +350,23 @@ Result<uint64_t> PsSessionSync::FollowRollback(const Status& failure) {
   session_.ps->FollowEpoch(map.epoch);
   if (spec_.sync.worker_state) {
     const uint32_t shards = static_cast<uint32_t>(session_.map.shards.size());
+    std::string run;
     GRIDSYNC_RETURN_IF_ERROR(
-        LoadWorkerCheckpoint(spec_, rank_, shards, step, session_.ps.get())
+        LoadWorkerCheckpoint(spec_, rank_, shards, step, session_.ps.get(), &run)
             .WithContext(me_ + " rolling back to step " + std::to_string(step)));
-    if (session_.ledger) session_.ledger->RolledBack(step);
+    if (session_.ledger) {
+      if (session_.ledger->run_known() && run != session_.ledger->run()) {
+        return Status::InvalidArgument(fmt::format(
+            "{} rolling back to step {}: {}/step-{}/{}.json names run {}, but this worker "
+            "serves run {} (another run's files were put in its place); allowed: the files "
+            "this run wrote",
+            me_, step, config_.checkpoint.dir, step, session_.ledger->part(),
+            run.empty() ? "none" : run,
+            session_.ledger->run().empty() ? "none" : session_.ledger->run()));
+      }
+      session_.ledger->SetRun(std::move(run));
+      session_.ledger->RolledBack(step);
+    }
     PublishCheckpoints();
   }
   return step;

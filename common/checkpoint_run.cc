@@ -1,0 +1,90 @@
+#include "common/checkpoint_run.h"
+
+#include <spdlog/fmt/fmt.h>
+
+#include <random>
+
+namespace gridsync {
+namespace {
+
+std::string RunKey(uint64_t job) { return fmt::format("checkpoint-run/job-{}", job); }
+
+std::string Shown(const std::string& run) { return run.empty() ? "none (an older gridsync)" : run; }
+
+}  // namespace
+
+std::string NewRunId() {
+  std::random_device source;  // /dev/urandom on Linux
+  std::string run;
+  for (int i = 0; i < 4; ++i) run += fmt::format("{:08x}", static_cast<uint32_t>(source()));
+  return run;
+}
+
+bool IsRunId(const std::string& run) {
+  return run.size() <= 64 && run.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+Result<std::string> FreshRun(Store& store, uint64_t job, const std::vector<std::string>& job_parts,
+                             const std::string& part, std::chrono::milliseconds timeout) {
+  if (job_parts.empty() || job_parts.front() == part) {
+    std::string run = NewRunId();
+    GRIDSYNC_RETURN_IF_ERROR(PublishRun(store, job, run));
+    return run;
+  }
+  auto got = store.Get({RunKey(job)}, timeout);
+  if (!got.ok()) {
+    return got.status().WithContext(
+        fmt::format("{}: job {}'s run identity, which {} publishes for every part's checkpoints",
+                    part, job, job_parts.front()));
+  }
+  if (!IsRunId((*got)[0])) {
+    return Status::Corruption(fmt::format("{}: job {}'s run identity is '{}'; allowed: {}", part,
+                                          job, (*got)[0].substr(0, 80),
+                                          "up to 64 lowercase hex digits"));
+  }
+  return (*got)[0];
+}
+
+Status PublishRun(Store& store, uint64_t job, const std::string& run) {
+  return store.Set(RunKey(job), run);
+}
+
+Status AgreeOnResumedRun(Store& store, uint64_t job, uint64_t step,
+                         const std::vector<std::string>& job_parts, const std::string& part,
+                         const std::string& run, const std::string& dir,
+                         std::chrono::milliseconds timeout) {
+  const std::string prefix = fmt::format("checkpoint-run/job-{}/resumed-{}/", job, step);
+  GRIDSYNC_RETURN_IF_ERROR(store.Set(prefix + part, run));
+  if (job_parts.empty()) return Status::OK();
+  if (job_parts.front() == part) GRIDSYNC_RETURN_IF_ERROR(PublishRun(store, job, run));
+  std::vector<std::string> keys;
+  for (const auto& p : job_parts) keys.push_back(prefix + p);
+  GRIDSYNC_ASSIGN_OR_RETURN(const auto runs, store.Get(keys, timeout));
+  std::string apart;
+  for (size_t i = 1; i < runs.size(); ++i) {
+    if (runs[i] == runs[0]) continue;
+    apart += fmt::format("{}{} (run {})", apart.empty() ? "" : ", ", job_parts[i], Shown(runs[i]));
+  }
+  if (apart.empty()) return Status::OK();
+  return Status::InvalidArgument(fmt::format(
+      "{}: resuming at step {}, the files of {} in {}/step-{} belong to another run than {}'s "
+      "(run {}): a step's parts must all be one run's (another run's files were copied in, or "
+      "two runs shared the folder); allowed: every part's files of step {} as one run wrote them",
+      part, step, apart, dir, step, job_parts.front(), Shown(runs[0]), step));
+}
+
+Status CheckRejoinedRun(Store& store, uint64_t job, uint64_t step, const std::string& part,
+                        const std::string& run, const std::string& dir) {
+  auto got = store.Get({RunKey(job)}, std::chrono::milliseconds(0));
+  if (!got.ok()) {
+    return got.status().code() == StatusCode::kNotFound ? Status::OK() : got.status();
+  }
+  if ((*got)[0] == run) return Status::OK();
+  return Status::InvalidArgument(fmt::format(
+      "{} cannot rejoin job {} from {}/step-{}: its files there belong to run {}, the job is run "
+      "{} (another run's files were copied in, or two runs shared the folder); allowed: the "
+      "files this run wrote",
+      part, job, dir, step, Shown(run), Shown((*got)[0])));
+}
+
+}  // namespace gridsync
