@@ -6,6 +6,7 @@
 #     newest complete checkpoint, and the job ends with exactly the parameters
 #     of an uninterrupted run.
 #     A fresh start into that folder is refused and leaves it intact.
+#     1c. A resume of a step whose parts two runs wrote is refused.
 #  2. A crash in the middle of writing a checkpoint (a .tmp file, no manifest)
 #     leaves the previous checkpoint in use.
 #  3. A corrupted checkpoint is refused, naming the file and the checksum.
@@ -142,6 +143,25 @@ else
 fi
 kill -KILL $shard $coord 2>/dev/null || true; wait $shard $coord 2>/dev/null || true
 rm -rf "$WORK/ckpt-kept"
+
+# 1c. A step whose parts belong to different runs: shard 1's files of step
+# 150 taken from another run (checksums intact). Every part publishes the run
+# its files name and compares (common/checkpoint_run.h): refused, naming the
+# part and both runs; it resumed with exit 0 and mixed two runs before.
+"$GS" launch "$WORK/cluster.json" --set checkpoint.dir="$WORK/ckpt-other" \
+  --set training.steps=150 > "$WORK/other.log" 2>&1 || fail "the other run failed"
+cp -r "$WORK/ckpt" "$WORK/ckpt-mixed"
+cp "$WORK/ckpt-other/step-150/shard-1.bin" "$WORK/ckpt-other/step-150/shard-1.json" \
+  "$WORK/ckpt-mixed/step-150/"
+rc=0; "$GS" launch "$WORK/cluster.json" --set checkpoint.dir="$WORK/ckpt-mixed" --resume \
+  > "$WORK/mixed.log" 2>&1 || rc=$?
+if [ $rc -ne 0 ] && grep -q "the files of shard-1 (run [0-9a-f]*) in $WORK/ckpt-mixed/step-150 belong to another run than shard-0's" \
+    "$WORK/mixed.log"; then
+  echo "ok: --resume with shard 1's files of another run: refused (exit $rc), naming shard-1"
+else
+  fail "--resume with parts of two runs: exit $rc"; grep -v "step [0-9]*/" "$WORK/mixed.log" | tail -5
+fi
+rm -rf "$WORK/ckpt-other" "$WORK/ckpt-mixed"
 
 # 2. A checkpoint whose writing crashed: data half written, no manifests.
 mkdir -p "$WORK/ckpt/step-999"
