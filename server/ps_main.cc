@@ -232,7 +232,7 @@ int main(int argc, char** argv) {
   auto registered =
       gridsync::JoinAsShard(**server, **client, &registry, info, rejoin_step, options.timeout);
   if (!registered.ok()) {
-    spdlog::error("registration refused: {}", registered.status().ToString());
+    spdlog::error("cannot join the cluster's job: {}", registered.status().ToString());
     return 1;
   }
   spdlog::info("registered as shard {} (cluster map generation {}, job {}{})", registered->rank,

@@ -238,8 +238,7 @@ class PsShardImpl : public PsShard {
   Status Joined(uint64_t job, uint32_t epoch) override {
     if (options_.resume_step > 0) {
       GRIDSYNC_RETURN_IF_ERROR(
-          checkpoints_.StartedFrom(options_.resume_step, job, options_.rejoining)
-              .WithContext("shard " + std::to_string(options_.shard)));
+          checkpoints_.StartedFrom(options_.resume_step, job, options_.rejoining));
     }
     if (options_.rejoining || options_.join_first) job_gate_.Open(job, epoch);
     return Status::OK();
