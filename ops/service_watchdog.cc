@@ -2,7 +2,9 @@
 
 #include <systemd/sd-daemon.h>
 
+#include <condition_variable>
 #include <csignal>
+#include <mutex>
 #include <string>
 
 namespace gridsync {
@@ -30,6 +32,27 @@ bool ServiceWatchdog::Tick(uint64_t progress) {
   last_progress_ = progress;
   sd_notify(0, "WATCHDOG=1");
   return true;
+}
+
+WatchdogPinger::WatchdogPinger(ServiceWatchdog watchdog) {
+  if (!watchdog.enabled()) return;
+  thread_ = std::jthread([watchdog](std::stop_token stop) mutable {
+    std::mutex mu;
+    std::condition_variable_any wake;
+    uint64_t beat = 0;
+    std::unique_lock<std::mutex> lock(mu);
+    while (!stop.stop_requested()) {
+      watchdog.Tick(++beat);
+      wake.wait_for(lock, stop, watchdog.interval(), [] { return false; });
+    }
+  });
+}
+
+WatchdogPinger::~WatchdogPinger() {
+  if (thread_.joinable()) {
+    thread_.request_stop();
+    thread_.join();
+  }
 }
 
 void NotifyReady(const char* status) { sd_notifyf(0, "READY=1\nSTATUS=%s", status); }

@@ -9,10 +9,12 @@
 // at least every interval().
 //
 // Thread safety: one thread calls Tick; the counter may be read from any.
+// WatchdogPinger runs a thread of its own.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <thread>
 
 namespace gridsync {
 
@@ -35,6 +37,27 @@ class ServiceWatchdog {
   std::chrono::microseconds timeout_{0};
   uint64_t last_progress_ = 0;
   bool first_ = true;
+};
+
+// A liveness ping, for a process whose every wait ends by a timeout of its
+// own (a worker: a peer or shard that never answers fails the call, naming
+// it), so that a hang ends the process anyway: a thread sends WATCHDOG=1
+// every interval while the process runs. What it catches is a process that
+// stopped turning altogether (SIGSTOP, a frozen cgroup, a paused machine),
+// which its peers only see as a timeout naming it, and which nothing else
+// would replace (a hostile probe: a SIGSTOPped worker was never restarted;
+// the launcher restarted the other worker, which had only reported it,
+// until --max-restarts ran out). A server's serving loop feeds Tick instead.
+class WatchdogPinger {
+ public:
+  // Starts pinging when `watchdog` is enabled; does nothing otherwise.
+  explicit WatchdogPinger(ServiceWatchdog watchdog);
+  ~WatchdogPinger();  // stops pinging
+  WatchdogPinger(const WatchdogPinger&) = delete;
+  WatchdogPinger& operator=(const WatchdogPinger&) = delete;
+
+ private:
+  std::jthread thread_;
 };
 
 // SIGHUP ignored: gridsync's services read their config once, at start, so

@@ -290,27 +290,28 @@ int RunLaunch(const LaunchOptions& options) {
   };
 
   std::vector<Child> children;
-  const auto watchdog = LaunchWatchdogTimeout(*config);
+  const auto server_watchdog = LaunchWatchdogTimeout(*config);
+  const auto worker_watchdog = LaunchWorkerWatchdogTimeout(*config);
   auto start = [&](const std::string& name, std::vector<std::string> argv, Env env,
                    bool is_worker) {
     argv.insert(argv.end(), common.begin(), common.end());
     std::string line;
     for (const auto& a : argv) line += a + " ";
     std::printf("gridsync launch: starting %s: %s\n", name.c_str(), line.c_str());
-    // The servers ping as under systemd's WatchdogSec (workers do not).
+    // Every child pings as under systemd's WatchdogSec.
     std::shared_ptr<NotifySocket> notify;
-    if (!is_worker) {
-      if (auto opened = NotifySocket::Open(name); opened.ok()) {
-        notify = std::move(opened).value();
-        env.push_back({"NOTIFY_SOCKET", notify->address()});
-        env.push_back({"WATCHDOG_USEC", std::to_string(watchdog.count() * 1000)});
-      } else {
-        std::printf("gridsync launch: %s runs without a watchdog: %s\n", name.c_str(),
-                    opened.status().ToString().c_str());
-      }
+    const auto watchdog = is_worker ? worker_watchdog : server_watchdog;
+    if (auto opened = NotifySocket::Open(name); opened.ok()) {
+      notify = std::move(opened).value();
+      env.push_back({"NOTIFY_SOCKET", notify->address()});
+      env.push_back({"WATCHDOG_USEC", std::to_string(watchdog.count() * 1000)});
+    } else {
+      std::printf("gridsync launch: %s runs without a watchdog: %s\n", name.c_str(),
+                  opened.status().ToString().c_str());
     }
     children.push_back(Spawn(name, argv, env, is_worker));
     children.back().notify = std::move(notify);
+    children.back().watchdog = watchdog;
     children.back().pinged = std::chrono::steady_clock::now();
   };
   const bool run_coordinator = node < 0 || options.coordinator || layout.coordinator_node == node;
@@ -358,9 +359,9 @@ int RunLaunch(const LaunchOptions& options) {
   for (;;) {
     PumpOutput(children, 100);
     Reap(children);
-    // A server whose serving loop stopped turning (hung, or stopped) is
-    // killed, as systemd's watchdog would, and restarted below like any
-    // failed server.
+    // A server whose serving loop stopped turning (hung, or stopped), or a
+    // worker that stopped, is killed, as systemd's watchdog would, and
+    // restarted below like any failed process.
     for (auto& c : children) {
       if (c.exited || !c.notify) continue;
       const auto now = std::chrono::steady_clock::now();
@@ -371,11 +372,12 @@ int RunLaunch(const LaunchOptions& options) {
       // Armed by the first ping, as systemd counts from READY=1: before it
       // the server is starting (loading a checkpoint, registering), and
       // each of its waits there is bounded by timeout_s already.
-      if (!c.armed || now - c.pinged <= watchdog) continue;
+      if (!c.armed || now - c.pinged <= c.watchdog) continue;
       std::printf(
-          "gridsync launch: %s (pid %d) sent no watchdog ping for %.0f s (its serving "
-          "loop does not turn: hung or stopped); killing it\n",
-          c.name.c_str(), c.pid, watchdog.count() / 1000.0);
+          "gridsync launch: %s (pid %d) sent no watchdog ping for %.0f s (%s); killing it\n",
+          c.name.c_str(), c.pid, c.watchdog.count() / 1000.0,
+          c.is_worker ? "it does not run: stopped or frozen"
+                      : "its serving loop does not turn: hung or stopped");
       kill(c.pid, SIGKILL);
       c.pinged = now;  // reaped as failed on the next turn
     }
@@ -455,6 +457,7 @@ int RunLaunch(const LaunchOptions& options) {
       Child fresh = Spawn(dead.name, argv, dead.env, dead.is_worker);
       fresh.restarts = restarts;
       fresh.notify = dead.notify;
+      fresh.watchdog = dead.watchdog;
       fresh.pinged = std::chrono::steady_clock::now();
       dead = std::move(fresh);
       continue;

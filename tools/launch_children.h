@@ -39,7 +39,8 @@ struct Child {
   // restarts, and when it last pinged (or started).
   std::shared_ptr<NotifySocket> notify;
   std::chrono::steady_clock::time_point pinged;
-  bool armed = false;  // pinged at least once
+  bool armed = false;                     // pinged at least once
+  std::chrono::milliseconds watchdog{0};  // the longest time allowed between pings
 };
 
 // Worker 0's progress, drawn below the children's output when stdout is a

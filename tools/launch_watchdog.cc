@@ -50,4 +50,10 @@ std::chrono::milliseconds LaunchWatchdogTimeout(const Config& config) {
   return std::max(one_and_a_half, std::chrono::milliseconds(3000));
 }
 
+std::chrono::milliseconds LaunchWorkerWatchdogTimeout(const Config& config) {
+  const auto half =
+      std::chrono::milliseconds(static_cast<int64_t>(config.distributed.timeout_s * 500.0));
+  return std::max(half, std::chrono::milliseconds(3000));
+}
+
 }  // namespace gridsync

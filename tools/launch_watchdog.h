@@ -1,6 +1,6 @@
-// systemd's service watchdog for the servers `gridsync launch` starts: the
-// coordinator and the shards send WATCHDOG=1 while their serving loops turn
-// (ops/service_watchdog.h); under systemd a unit that stops pinging is
+// systemd's service watchdog for the processes `gridsync launch` starts: the
+// coordinator and the shards send WATCHDOG=1 while their serving loops turn,
+// the workers while they run (ops/service_watchdog.h); under systemd a unit that stops pinging is
 // restarted (WatchdogSec=), and under the launcher nothing noticed (a
 // hostile probe: a SIGSTOPped shard was never replaced; the launcher
 // restarted the workers instead until --max-restarts ran out). Each
@@ -46,5 +46,10 @@ class NotifySocket {
 // then timeout_s for a restarted process to rejoin), so the replacement
 // rejoins before they give up. A ping comes every third of it.
 std::chrono::milliseconds LaunchWatchdogTimeout(const Config& config);
+// A worker's: timeout_s / 2, at least 3 s. A worker pings from a thread of
+// its own while it runs (WatchdogPinger), so only a stopped one misses a
+// ping; killed before its peers' waits on it time out (timeout_s), it is
+// restarted into the rejoin before they give up on it.
+std::chrono::milliseconds LaunchWorkerWatchdogTimeout(const Config& config);
 
 }  // namespace gridsync

@@ -33,6 +33,9 @@
 
 int main(int argc, char** argv) {
   gridsync::IgnoreHangup();  // nothing to reload: the config is read once
+  // Under a watchdog (systemd's WatchdogSec, gridsync launch), pings while
+  // the process runs: a stopped worker is replaced, not only reported.
+  const gridsync::WatchdogPinger pinger(gridsync::ServiceWatchdog::FromEnvironment());
   CLI::App app{"gridsync-worker: trains a hash-grid model"};
   std::string config_path = "configs/local.json";
   std::vector<std::string> overrides;
