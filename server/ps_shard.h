@@ -150,6 +150,12 @@ struct ServingStats {
   uint64_t pulls_in_parts = 0;
   uint64_t reply_parts = 0;
   std::map<std::string, uint64_t> refusals;  // error replies by reason (status code, "unreadable")
+  // Checkpoints written and failed (a failed write is logged and training
+  // goes on: these make a full disk visible to an operator's alert), and
+  // the newest step written (0: none).
+  uint64_t checkpoints_written = 0;
+  uint64_t checkpoint_failures = 0;
+  uint64_t checkpoint_step = 0;
   // Where the serving loop's time went, cumulative seconds per stage: wire
   // and codec decoding with validation; applying pushes; gathering pulled
   // rows; encoding replies; handing them to ZeroMQ.

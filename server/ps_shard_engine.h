@@ -352,6 +352,10 @@ class PsShardImpl : public PsShard {
     s.epoch = job_gate_.epoch();
     s.pulls_in_parts = pulls_in_parts_.load(std::memory_order_relaxed);
     s.reply_parts = reply_parts_.load(std::memory_order_relaxed);
+    const ShardCheckpoints::Counts written = checkpoints_.counts();
+    s.checkpoints_written = written.written;
+    s.checkpoint_failures = written.failed;
+    s.checkpoint_step = written.newest_step;
     auto seconds = [](const std::atomic<uint64_t>& ns) {
       return static_cast<double>(ns.load(std::memory_order_relaxed)) * 1e-9;
     };

@@ -40,6 +40,14 @@ void ExposeShardMetrics(MetricsEndpoint& endpoint, const PsShard& shard) {
   endpoint.AddGauge("gridsync_shard_epoch",
                     "The epoch of the job served: rollbacks to a checkpoint so far",
                     [s] { return static_cast<double>(s->serving_stats().epoch); });
+  endpoint.AddCounter("gridsync_shard_checkpoints_total", "Checkpoints this shard wrote",
+                      [s] { return static_cast<double>(s->serving_stats().checkpoints_written); });
+  endpoint.AddCounter(
+      "gridsync_shard_checkpoint_failures_total",
+      "Checkpoints this shard failed to write (training goes on; the previous one stays)",
+      [s] { return static_cast<double>(s->serving_stats().checkpoint_failures); });
+  endpoint.AddGauge("gridsync_shard_checkpoint_step", "The newest step it wrote (0: none)",
+                    [s] { return static_cast<double>(s->serving_stats().checkpoint_step); });
   endpoint.AddCounters("gridsync_shard_refusals_total",
                        "Error replies, by reason (the status code, or unreadable)", [s] {
                          std::vector<MetricSample> out;

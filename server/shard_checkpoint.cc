@@ -72,10 +72,13 @@ void ShardCheckpoints::AfterStep(uint64_t applied, uint64_t job, const ShardStor
   const Status written =
       run.ok() ? WriteShardCheckpoint(dir_, shard_, applied, store, keep, *run) : run.status();
   if (!written.ok()) {
+    failed_.fetch_add(1, std::memory_order_relaxed);
     spdlog::error("shard {}: checkpoint at step {} not written: {}", shard_, applied,
                   written.ToString());
     return;
   }
+  written_.fetch_add(1, std::memory_order_relaxed);
+  newest_step_.store(applied, std::memory_order_relaxed);
   ledger_.Wrote(applied);
   Publish(job);
   spdlog::info(

@@ -15,6 +15,7 @@
 // ShardCheckpoints: the shard's I/O thread, but SetRegistry from any.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <mutex>
@@ -84,6 +85,15 @@ class ShardCheckpoints {
   // A new job began: nothing of the last one is offered for a rejoin.
   void NewJob() { ledger_.Reset(); }
 
+  // What AfterStep wrote and failed to write so far (any thread).
+  struct Counts {
+    uint64_t written = 0, failed = 0, newest_step = 0;
+  };
+  Counts counts() const {
+    return {written_.load(std::memory_order_relaxed), failed_.load(std::memory_order_relaxed),
+            newest_step_.load(std::memory_order_relaxed)};
+  }
+
  private:
   void Publish(uint64_t job);
   void Published(uint64_t step, uint64_t job);
@@ -93,6 +103,7 @@ class ShardCheckpoints {
   const uint64_t every_;
   const std::chrono::milliseconds timeout_;
   CheckpointLedger ledger_;  // the I/O thread's (StartedFrom: before serving)
+  std::atomic<uint64_t> written_{0}, failed_{0}, newest_step_{0};
   std::mutex registry_mu_;
   Store* registry_ = nullptr;  // guarded by registry_mu_
 };

@@ -156,5 +156,33 @@ TEST(CheckpointRunTest, ARejoinAndARollbackRefuseAnotherRunsFiles) {
   fs::remove_all(dir);
 }
 
+// A failed write is logged and training goes on, so it is counted for the
+// shard's metrics (gridsync_shard_checkpoint_failures_total), and so is
+// every written one with the newest step. The first checkpoint of a fresh
+// job also makes the job's run (shard 0) and writes it.
+TEST(CheckpointRunTest, AShardCountsItsWrittenAndFailedCheckpoints) {
+  const std::string dir = TempDir("run-counts");
+  auto partition = Partition::Make({{"t", 64, 2}}, 1, ModelParallelDim::kRow);
+  ASSERT_TRUE(partition.ok());
+  ShardStore state(*partition, 0, AdamHyper{});
+  HashStore store;
+  ShardCheckpoints checkpoints(dir, 0, 50, {"shard-0"}, milliseconds(0));
+  checkpoints.SetRegistry(&store);
+  checkpoints.AfterStep(49, 1, state);  // not due
+  checkpoints.AfterStep(50, 1, state);
+  fs::create_directories(dir);
+  std::ofstream(dir + "/step-100") << "a file where the step's folder goes";
+  checkpoints.AfterStep(100, 1, state);
+  const ShardCheckpoints::Counts counts = checkpoints.counts();
+  EXPECT_EQ(counts.written, 1u);
+  EXPECT_EQ(counts.failed, 1u);
+  EXPECT_EQ(counts.newest_step, 50u);
+  std::string run;
+  ShardStore restored(*partition, 0, AdamHyper{});
+  ASSERT_TRUE(LoadShardCheckpoint(dir, 0, 50, &restored, &run).ok());
+  EXPECT_TRUE(IsRunId(run) && run.size() == 32) << run;
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace gridsync
