@@ -140,6 +140,21 @@ TEST(ImageDataChecksTest, AFileShorterThanItsHeaderSaysIsRefused) {
   // Clear, pixel 0, end: 3-bit codes 4, 0, 5, first bits lowest.
   auto whole = DecodeString(gif + std::string("\x02\x44\x01\x00\x3b", 5));
   ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  // The frame's codes (gif_raster_check.h), 2 x 1 and 3 x 1 pixels, the
+  // 2-entry table: clear, 0, 1, end (3-bit codes 4, 0, 1, 5) draws indices 0
+  // and 1; clear, 0, 3, end draws index 3, which the table lacks (stb drew
+  // it from entries it never loaded: transparent black).
+  const auto frame = [](int width) {
+    return std::string("GIF89a", 6) + Le16(3) + Le16(1) + std::string("\x80\x00\x00", 3) +
+           std::string("\x00\x00\x00\xff\xff\xff", 6) + std::string("\x2c\0\0\0\0", 5) +
+           Le16(width) + Le16(1) + std::string("\x00\x02", 2);
+  };
+  ASSERT_TRUE(DecodeString(frame(2) + std::string("\x02\x44\x0a\x00\x3b", 5)).ok());
+  ExpectRefused(frame(2) + std::string("\x02\xc4\x0a\x00\x3b", 5),
+                "GIF frame indexes entry 3 (in pixels 1 to 1) past its colour table's 2 entries");
+  // Cut short with the terminator put back: 2 of 3 pixels coded.
+  ExpectRefused(frame(3) + std::string("\x02\x44\x0a\x00\x3b", 5),
+                "GIF frame's data codes 2 of its 3 pixels (cut short");
 
   // JPEG: a real 64 x 64 file, and the same with its frame patched to
   // 8000 x 8000 pixels (stb decoded its data, then zeros).

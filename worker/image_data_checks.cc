@@ -7,6 +7,8 @@
 #include <set>
 #include <string>
 
+#include "worker/gif_raster_check.h"
+
 namespace gridsync::image_data_checks {
 namespace {
 
@@ -201,8 +203,17 @@ Status CheckGif(const uint8_t* data, size_t size) {
       GRIDSYNC_RETURN_IF_ERROR(blocks("an extension's data"));
     } else if (kind == 0x2C) {  // image: descriptor, local table, LZW size, data
       if (pos + 10 > size) return CutShort("GIF", "an image descriptor", pos + 10, size);
-      pos += 10 + table(data[pos + 9]) + 1;
-      return blocks("the first image's data");
+      const uint8_t* d = data + pos;
+      const uint64_t pixels = uint64_t{static_cast<uint32_t>(d[5] | d[6] << 8)} *
+                              static_cast<uint32_t>(d[7] | d[8] << 8);
+      // The frame's table: its own, else the global one (stb refuses none).
+      const uint8_t flags = (d[9] & 0x80) ? d[9] : data[10];
+      const uint32_t entries = (flags & 0x80) ? 2u << (flags & 7) : 0;
+      pos += 10 + table(d[9]);
+      const size_t lzw = pos++;
+      GRIDSYNC_RETURN_IF_ERROR(blocks("the first image's data"));
+      if (entries == 0) return Status::OK();
+      return gif_raster_check::CheckRaster(data, size, lzw, entries, pixels);
     } else {
       return Status::OK();  // trailer or unknown: stb refuses a GIF without an image
     }

@@ -36,7 +36,9 @@ Status CheckBmp(const uint8_t* data, size_t size);
 Status CheckTga(const uint8_t* data, size_t size);
 
 // GIF: the blocks up to and through the first image's data (the frame stb
-// decodes), each within the file.
+// decodes), each within the file; then that frame's LZW codes
+// (gif_raster_check.h): every index within its colour table, and every
+// pixel of the frame coded.
 Status CheckGif(const uint8_t* data, size_t size);
 
 // JPEG, given the frame header and the bytes of entropy-coded data: a
