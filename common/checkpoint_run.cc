@@ -2,16 +2,23 @@
 
 #include <spdlog/fmt/fmt.h>
 
+#include <algorithm>
 #include <random>
 
 namespace gridsync {
 namespace {
 
-std::string RunKey(uint64_t job) { return fmt::format("checkpoint-run/job-{}", job); }
-
-std::string Shown(const std::string& run) { return run.empty() ? "none (an older gridsync)" : run; }
+// A store value is shown as it is only when it is a run (a hostile one
+// could be anything, of any length).
+std::string Shown(const std::string& run) {
+  if (run.empty()) return "none (an older gridsync)";
+  if (IsRunId(run)) return run;
+  return fmt::format("'{}' (not a run identity)", run.substr(0, 40));
+}
 
 }  // namespace
+
+std::string RunKey(uint64_t job) { return fmt::format("checkpoint-run/job-{}", job); }
 
 std::string NewRunId() {
   std::random_device source;  // /dev/urandom on Linux
@@ -60,17 +67,29 @@ Status AgreeOnResumedRun(Store& store, uint64_t job, uint64_t step,
   std::vector<std::string> keys;
   for (const auto& p : job_parts) keys.push_back(prefix + p);
   GRIDSYNC_ASSIGN_OR_RETURN(const auto runs, store.Get(keys, timeout));
+  // The parts apart from the most common run (the first part's on a tie):
+  // a foreign file is named, whichever part holds it.
+  size_t common = 0, most = 0;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const auto n = static_cast<size_t>(std::count(runs.begin(), runs.end(), runs[i]));
+    if (n > most) most = n, common = i;
+  }
   std::string apart;
-  for (size_t i = 1; i < runs.size(); ++i) {
-    if (runs[i] == runs[0]) continue;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    if (runs[i] == runs[common]) continue;
     apart += fmt::format("{}{} (run {})", apart.empty() ? "" : ", ", job_parts[i], Shown(runs[i]));
   }
   if (apart.empty()) return Status::OK();
+  std::string with;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    if (runs[i] == runs[common]) with += (with.empty() ? "" : ", ") + job_parts[i];
+  }
   return Status::InvalidArgument(fmt::format(
-      "{}: resuming at step {}, the files of {} in {}/step-{} belong to another run than {}'s "
-      "(run {}): a step's parts must all be one run's (another run's files were copied in, or "
-      "two runs shared the folder); allowed: every part's files of step {} as one run wrote them",
-      part, step, apart, dir, step, job_parts.front(), Shown(runs[0]), step));
+      "{}: resuming at step {}, the files of {} in {}/step-{} belong to another run than those "
+      "of {} (run {}): a step's parts must all be one run's (another run's files were copied "
+      "in, or two runs shared the folder); allowed: every part's files of step {} as one run "
+      "wrote them",
+      part, step, apart, dir, step, with, Shown(runs[common]), step));
 }
 
 Status CheckRejoinedRun(Store& store, uint64_t job, uint64_t step, const std::string& part,

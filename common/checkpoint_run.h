@@ -32,6 +32,10 @@ namespace gridsync {
 // 32 lowercase hex digits from the system's random source.
 std::string NewRunId();
 
+// The store key of job `job`'s run (the coordinator keeps it with the job:
+// server/coordinator_state.h).
+std::string RunKey(uint64_t job);
+
 // Whether `run` is one a manifest may carry: "" or up to 64 lowercase hex
 // digits.
 bool IsRunId(const std::string& run);

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "common/checkpoint_run.h"
 #include "server/coordinator_engine.h"
 
 namespace gridsync {
@@ -97,6 +98,7 @@ Status CoordinatorImpl::Restore() {
     training_started_ = loaded->training_started;
     job_done_ = loaded->job_done;
     for (const auto& [key, value] : loaded->checkpoints) KvPut(key, value);
+    if (!loaded->run.empty()) KvPut(RunKey(map_.job), loaded->run);
     // Every member left with the previous run: what Cleanup does when the
     // last worker leaves, the job stays open only with a step to rejoin.
     if (training_started_ && !job_done_ && JobHasCompleteStep()) {
@@ -153,6 +155,9 @@ CoordinatorState CoordinatorImpl::PersistentState() const {
                                 it->second)) {
       s.checkpoints.emplace(it->first, it->second);
     }
+  }
+  if (const auto run = kv_.find(RunKey(map_.job)); run != kv_.end() && IsRunId(run->second)) {
+    s.run = run->second;
   }
   return s;
 }

@@ -11,6 +11,7 @@
 
 #include "common/checkpoint_files.h"
 #include "common/checkpoint_registry.h"
+#include "common/checkpoint_run.h"
 
 namespace gridsync {
 namespace {
@@ -120,7 +121,8 @@ std::string EncodeCoordinatorState(const CoordinatorState& state) {
                     {"job_done", state.job_done},
                     {"expected_shards", state.expected_shards},
                     {"expected_workers", state.expected_workers},
-                    {"checkpoints", std::move(checkpoints)}};
+                    {"checkpoints", std::move(checkpoints)},
+                    {"run", state.run}};
   // Keys are part names and values steps (CheckpointEntryProblem): plain
   // ASCII; a replacement character, never an exception, for anything else.
   return doc.dump(1, ' ', false, Json::error_handler_t::replace) + "\n";
@@ -160,10 +162,17 @@ Result<CoordinatorState> DecodeCoordinatorState(std::string_view bytes, const st
     return Bad(what, "key " + Show(Json(duplicate)), "appears twice", "once");
   }
   if (!doc.is_object()) return Bad(what, "the file", "is not a JSON object", "an object");
-  const std::set<std::string> known = {"format",          "version",     "job",
-                                       "epoch",           "resume_step", "job_done",
-                                       "expected_shards", "checkpoints", "expected_workers",
-                                       "training_started"};
+  const std::set<std::string> known = {"format",
+                                       "version",
+                                       "job",
+                                       "epoch",
+                                       "resume_step",
+                                       "job_done",
+                                       "expected_shards",
+                                       "checkpoints",
+                                       "expected_workers",
+                                       "training_started",
+                                       "run"};
   for (const auto& [key, value] : doc.items()) {
     if (!known.count(key)) return Bad(what, "key " + Show(Json(key)), "is unknown", "its keys");
   }
@@ -205,6 +214,13 @@ Result<CoordinatorState> DecodeCoordinatorState(std::string_view bytes, const st
       return Status::Corruption(fmt::format("{}: {} {} ({})", what, field, *problem, kHowToForget));
     }
     state.checkpoints[key] = steps;
+  }
+  // Optional: files written before runs were named have none.
+  if (const auto run = doc.find("run"); run != doc.end()) {
+    if (!run->is_string() || !IsRunId(run->get<std::string>())) {
+      return Bad(what, "run", "is " + Show(*run), "up to 64 lowercase hex digits");
+    }
+    state.run = run->get<std::string>();
   }
   return state;
 }

@@ -41,6 +41,10 @@ struct CoordinatorState {
   // Keys CheckpointKey(job, part) of the cluster's parts (shard-<s>,
   // worker-<w>) and their values (the part's steps).
   std::map<std::string, std::string> checkpoints;
+  // The job's checkpoint run (RunKey, common/checkpoint_run.h), "" when none
+  // was published: kept so that a part rejoining after a restart of the
+  // coordinator is still checked against it.
+  std::string run;
 
   bool operator==(const CoordinatorState&) const = default;
 };

@@ -4,7 +4,8 @@
 
 namespace gridsync {
 
-Result<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(Config config, int shards_to_start) {
+Result<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(Config config,
+                                                                  int shards_to_start) {
   auto cluster = std::unique_ptr<InProcessCluster>(new InProcessCluster);
   const auto& d = config.distributed;
   CoordinatorOptions co;
@@ -25,7 +26,8 @@ Result<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(Config config,
   for (int s = 0; s < n; ++s) {
     GRIDSYNC_ASSIGN_OR_RETURN(ShardOptions options,
                               ShardOptionsFor(spec, static_cast<uint32_t>(s)));
-    GRIDSYNC_ASSIGN_OR_RETURN(std::unique_ptr<PsShard> shard, PsShard::Start(*cluster->partition_, options));
+    GRIDSYNC_ASSIGN_OR_RETURN(std::unique_ptr<PsShard> shard,
+                              PsShard::Start(*cluster->partition_, options));
     GRIDSYNC_ASSIGN_OR_RETURN(const wire::ControlAuth auth, wire::ControlAuthFor(config, "shard"));
     GRIDSYNC_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> client,
                               CoordinatorClient::Connect("127.0.0.1", cluster->coordinator_->port(),
@@ -36,11 +38,14 @@ Result<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(Config config,
     info.node = "in-process";
     info.endpoint = shard->endpoint();
     info.tables = tables;
+    // A registry as gridsync-ps has: the checkpoints' steps and run go
+    // through the coordinator's store, as the workers' do.
+    auto registry = std::make_unique<CoordinatorStore>(client.get());
     GRIDSYNC_RETURN_IF_ERROR(
-        JoinAsShard(*shard, *client, /*registry=*/nullptr, info, /*rejoin_step=*/0, timeout)
-            .status());
+        JoinAsShard(*shard, *client, registry.get(), info, /*rejoin_step=*/0, timeout).status());
     cluster->shards_.push_back(std::move(shard));
     cluster->registrations_.push_back(std::move(client));
+    cluster->registries_.push_back(std::move(registry));
   }
   cluster->config_ = std::move(config);
   return cluster;
@@ -57,6 +62,7 @@ std::vector<uint64_t> InProcessCluster::AppliedSteps() const {
 void InProcessCluster::Stop() {
   for (auto& shard : shards_) shard->Stop();
   shards_.clear();
+  registries_.clear();
   registrations_.clear();
   if (coordinator_) coordinator_->Stop();
   coordinator_.reset();

@@ -41,7 +41,9 @@ class InProcessCluster {
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<Partition> partition_;  // shards refer to it
   std::vector<std::unique_ptr<PsShard>> shards_;
-  std::vector<std::unique_ptr<CoordinatorClient>> registrations_;  // a shard's membership lasts as its connection
+  std::vector<std::unique_ptr<CoordinatorClient>>
+      registrations_;  // a shard's membership lasts as its connection
+  std::vector<std::unique_ptr<CoordinatorStore>> registries_;  // each shard's checkpoint registry
 };
 
 }  // namespace gridsync

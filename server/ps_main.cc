@@ -227,6 +227,20 @@ int main(int argc, char** argv) {
   info.endpoint = advertised;
   info.pid = static_cast<uint32_t>(getpid());
   info.tables = tables;
+  // Files of a checkpoint are checked to be of one run with the other
+  // shards' (a resume) or the job's (a rejoin) before registering, which
+  // would move the job's epoch and roll every process back.
+  if (options.resume_step > 0) {
+    auto map = (*client)->GetMap(/*wait_complete=*/false, std::chrono::milliseconds(0));
+    const gridsync::Status run =
+        map.ok() ? (*server)->CheckStartRun(registry, map->job) : map.status();
+    if (!run.ok()) {
+      spdlog::error("shard {}: {}", shard, run.ToString());
+      return run.code() == gridsync::StatusCode::kInvalidArgument
+                 ? gridsync::kCheckpointsHeldExitCode
+                 : 1;
+    }
+  }
   // Job after job, epoch after epoch: the shard asks the coordinator
   // whether a new one began, and publishes its checkpoints' steps there.
   auto registered =

@@ -191,10 +191,15 @@ class PsShard {
   virtual void SetControl(ShardControl control) = 0;
   // The shard registered for `job` at `epoch`: one started from a
   // checkpoint (resume_step) publishes it, and a rejoining one
-  // (ShardOptions::rejoining) serves from now. Before serving messages.
-  // An error (its files belong to another run than the job's:
-  // common/checkpoint_run.h) leaves it unfit to serve: the caller exits.
-  virtual Status Joined(uint64_t job, uint32_t epoch) = 0;
+  // (ShardOptions::rejoining) serves from now; one that starts afresh
+  // makes the job's checkpoint run (shard 0: common/checkpoint_run.h).
+  // Before serving messages.
+  virtual void Joined(uint64_t job, uint32_t epoch) = 0;
+  // Before registering for `job`: a shard started from a checkpoint
+  // checks the run its files name against the other shards' (a resume) or
+  // the job's (a rejoin). InvalidArgument: another run's files, which no
+  // restart mends (gridsync-ps exits kCheckpointsHeldExitCode).
+  virtual Status CheckStartRun(Store& registry, uint64_t job) = 0;
   virtual ServingStats serving_stats() const = 0;
   // Seconds per applied step (every push of it summed and stepped).
   virtual const LatencyHistogram& apply_latency() const = 0;

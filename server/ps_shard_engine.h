@@ -105,7 +105,7 @@ class PsShardImpl : public PsShard {
           DropInFlight("job " + std::to_string(before) + " ended: job " +
                        std::to_string(job_gate_.job()) + " began");
           NewStore();
-          checkpoints_.NewJob();
+          checkpoints_.NewJob(job_gate_.job());
           spdlog::info(
               "shard {}: job {} begins (job {} ended at version {}); the shard starts afresh",
               options_.shard, job_gate_.job(), before, applied_.load());
@@ -235,13 +235,17 @@ class PsShardImpl : public PsShard {
     job_gate_.SetSource(std::move(control.job_state));
     checkpoints_.SetRegistry(control.checkpoint_registry);
   }
-  Status Joined(uint64_t job, uint32_t epoch) override {
+  Status CheckStartRun(Store& registry, uint64_t job) override {
+    if (options_.resume_step == 0) return Status::OK();
+    return checkpoints_.CheckStartRun(registry, job, options_.resume_step, options_.rejoining);
+  }
+  void Joined(uint64_t job, uint32_t epoch) override {
     if (options_.resume_step > 0) {
-      GRIDSYNC_RETURN_IF_ERROR(
-          checkpoints_.StartedFrom(options_.resume_step, job, options_.rejoining));
+      checkpoints_.StartedFrom(options_.resume_step, job);
+    } else {
+      checkpoints_.JobStarted(job);
     }
     if (options_.rejoining || options_.join_first) job_gate_.Open(job, epoch);
-    return Status::OK();
   }
 
   wire::ShardStats stats() const override {

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <nlohmann/json.hpp>
 
@@ -67,7 +68,8 @@ void ShardCheckpoints::AfterStep(uint64_t applied, uint64_t job, const ShardStor
   {
     std::lock_guard<std::mutex> lock(registry_mu_);
     keep = ledger_.MustKeep();
-    run = ledger_.RunForWriting(registry_, job, timeout_);
+    // Made by shard 0 when the job started (JobStarted): a short wait.
+    run = ledger_.RunForWriting(registry_, job, std::min(timeout_, kRunWait));
   }
   const Status written =
       run.ok() ? WriteShardCheckpoint(dir_, shard_, applied, store, keep, *run) : run.status();
@@ -110,25 +112,38 @@ Status ShardCheckpoints::RollBack(uint64_t step, uint64_t job, ShardStore* store
   return Status::OK();
 }
 
-Status ShardCheckpoints::StartedFrom(uint64_t step, uint64_t job, bool rejoined) {
-  Store* registry = nullptr;
+Status ShardCheckpoints::CheckStartRun(Store& registry, uint64_t job, uint64_t step,
+                                       bool rejoined) {
   std::string run;
-  std::vector<std::string> parts;
+  std::vector<std::string> shards;
   {
     std::lock_guard<std::mutex> lock(registry_mu_);
-    registry = registry_;
     run = ledger_.run();
-    parts = ledger_.job_parts();
+    for (const auto& part : ledger_.job_parts()) {
+      if (part.starts_with("shard-")) shards.push_back(part);
+    }
   }
-  // Outside the lock: the wait for the other parts may take timeout_.
-  if (registry != nullptr) {
-    GRIDSYNC_RETURN_IF_ERROR(
-        rejoined
-            ? CheckRejoinedRun(*registry, job, step, Part(shard_), run, dir_)
-            : AgreeOnResumedRun(*registry, job, step, parts, Part(shard_), run, dir_, timeout_));
+  // The shards start together; workers holding state compare themselves
+  // with every part once they load theirs (worker/sync/ps_session.cc).
+  return rejoined
+             ? CheckRejoinedRun(registry, job, step, Part(shard_), run, dir_)
+             : AgreeOnResumedRun(registry, job, step, shards, Part(shard_), run, dir_, timeout_);
+}
+
+void ShardCheckpoints::StartedFrom(uint64_t step, uint64_t job) { Published(step, job); }
+
+void ShardCheckpoints::JobStarted(uint64_t job) {
+  if (every_ == 0) return;
+  std::lock_guard<std::mutex> lock(registry_mu_);
+  const auto& parts = ledger_.job_parts();
+  if (registry_ == nullptr || ledger_.run_known() || parts.empty() || parts.front() != Part(shard_))
+    return;
+  if (auto run = ledger_.RunForWriting(registry_, job, std::chrono::milliseconds(0)); !run.ok()) {
+    spdlog::warn(
+        "shard {}: job {}'s run identity was not published: {}; its first checkpoint "
+        "publishes it again",
+        shard_, job, run.status().ToString());
   }
-  Published(step, job);
-  return Status::OK();
 }
 
 void ShardCheckpoints::Published(uint64_t step, uint64_t job) {

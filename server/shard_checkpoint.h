@@ -76,14 +76,27 @@ class ShardCheckpoints {
   // The shard loaded its checkpoint of `step`, which names run `run`, before
   // it registered (gridsync launch --resume, or a rejoin).
   void Loaded(std::string run) { ledger_.SetRun(std::move(run)); }
-  // ... and registered for `job`: the run is checked against the other
-  // parts' (a resume: AgreeOnResumedRun, waiting for them) or the job's (a
-  // rejoin: CheckRejoinedRun), then its later steps go (an abandoned
-  // history) and what it holds is published. A refusal leaves the shard
-  // unfit to serve the job.
-  Status StartedFrom(uint64_t step, uint64_t job, bool rejoined);
+  // Before it registers for `job` (a registration moves the job's epoch,
+  // and every process rolls back): the run its files name checked against
+  // the other shards' (a resume: AgreeOnResumedRun, waiting up to the
+  // timeout for them) or the job's (a rejoin: CheckRejoinedRun).
+  // InvalidArgument: files of another run, which no restart mends.
+  Status CheckStartRun(Store& registry, uint64_t job, uint64_t step, bool rejoined);
+  // ... registered for `job`: its later steps go (an abandoned history) and
+  // what it holds is published.
+  void StartedFrom(uint64_t step, uint64_t job);
+  // A job started afresh (registered, or NewJob): shard 0 makes the job's
+  // run and publishes it, so the other parts find it at their first
+  // checkpoint without waiting on the serving loop.
+  void JobStarted(uint64_t job);
   // A new job began: nothing of the last one is offered for a rejoin.
-  void NewJob() { ledger_.Reset(); }
+  void NewJob(uint64_t job) {
+    {
+      std::lock_guard<std::mutex> lock(registry_mu_);
+      ledger_.Reset();
+    }
+    JobStarted(job);
+  }
 
   // What AfterStep wrote and failed to write so far (any thread).
   struct Counts {
@@ -102,6 +115,8 @@ class ShardCheckpoints {
   const uint32_t shard_;
   const uint64_t every_;
   const std::chrono::milliseconds timeout_;
+  // How long a part waits for the run shard 0 published when the job began.
+  static constexpr std::chrono::milliseconds kRunWait{2000};
   CheckpointLedger ledger_;  // the I/O thread's (StartedFrom: before serving)
   std::atomic<uint64_t> written_{0}, failed_{0}, newest_step_{0};
   std::mutex registry_mu_;

@@ -111,13 +111,22 @@ TEST(CheckpointRunTest, AResumeOfPartsOfDifferentRunsIsRefusedByEveryPart) {
   for (const Status& s : resume({"aa", "bb", "aa"}, 1)) {
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
     for (const char* want : {"resuming at step 300", "the files of shard-1 (run bb)",
-                             "/ck/step-300", "than shard-0's (run aa)"}) {
+                             "/ck/step-300", "than those of shard-0, worker-0 (run aa)"}) {
       EXPECT_TRUE(Contains(s.message(), want)) << want << " in: " << s.message();
     }
   }
-  // A part of an older gridsync (no run) is apart too.
+  // A part of an older gridsync (no run) is apart too, and the foreign
+  // part is named whichever it is, shard 0 included.
   for (const Status& s : resume({"aa", "aa", ""}, 1)) {
     EXPECT_TRUE(Contains(s.message(), "worker-0 (run none")) << s.message();
+  }
+  for (const Status& s : resume({"bb", "aa", "aa"}, 1)) {
+    EXPECT_TRUE(Contains(s.message(), "the files of shard-0 (run bb)")) << s.message();
+  }
+  // A hostile store value is not shown whole.
+  for (const Status& s : resume({"aa", std::string(5000, 'x'), "aa"}, 1)) {
+    EXPECT_TRUE(Contains(s.message(), "(not a run identity)")) << s.message();
+    EXPECT_LT(s.message().size(), 1000u);
   }
   // A part that never comes: the wait names it.
   HashStore store;
@@ -181,6 +190,28 @@ TEST(CheckpointRunTest, AShardCountsItsWrittenAndFailedCheckpoints) {
   ShardStore restored(*partition, 0, AdamHyper{});
   ASSERT_TRUE(LoadShardCheckpoint(dir, 0, 50, &restored, &run).ok());
   EXPECT_TRUE(IsRunId(run) && run.size() == 32) << run;
+
+  // Two shards of job 2: shard 0 makes the run when the job starts, and
+  // shard 1's first checkpoint takes it from the store without waiting.
+  const std::vector<std::string> parts = {"shard-0", "shard-1"};
+  auto two = Partition::Make({{"t", 64, 2}}, 2, ModelParallelDim::kRow);
+  ASSERT_TRUE(two.ok());
+  ShardStore second_state(*two, 1, AdamHyper{});
+  ShardCheckpoints first(dir, 0, 50, parts, milliseconds(60000));
+  ShardCheckpoints second(dir, 1, 50, parts, milliseconds(60000));
+  first.SetRegistry(&store);
+  second.SetRegistry(&store);
+  first.NewJob(2);
+  const auto start = std::chrono::steady_clock::now();
+  second.AfterStep(250, 2, second_state);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+  std::string second_run;
+  ShardStore second_restored(*two, 1, AdamHyper{});
+  ASSERT_TRUE(LoadShardCheckpoint(dir, 1, 250, &second_restored, &second_run).ok());
+  auto published = store.Get({"checkpoint-run/job-2"}, milliseconds(0));
+  ASSERT_TRUE(published.ok());
+  EXPECT_EQ(second_run, (*published)[0]);
+  EXPECT_NE(second_run, run);  // another job, another run
   fs::remove_all(dir);
 }
 

@@ -6,6 +6,7 @@
 #include <spdlog/fmt/fmt.h>
 #include <unistd.h>
 
+#include "common/checkpoint_run.h"
 #include "tests/coordinator_test_util.h"
 
 namespace gridsync {
@@ -81,6 +82,7 @@ TEST_F(CoordinatorStateTest, TheFileRoundTripsAndDamageIsRefusedByName) {
   state.checkpoints = {{CheckpointKey(7, "shard-0"), "100,150"},
                        {CheckpointKey(7, "shard-1"), "150"},
                        {CheckpointKey(7, "worker-2"), ""}};
+  state.run = "0123456789abcdef0123456789abcdef";
   const std::string good = EncodeCoordinatorState(state);
   auto decoded = DecodeCoordinatorState(good, "f");
   ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
@@ -121,7 +123,14 @@ TEST_F(CoordinatorStateTest, TheFileRoundTripsAndDamageIsRefusedByName) {
       {replace("\"150\"", "150"), "has 150"},
       {replace("\"resume_step\": 150,", ""), "resume_step is missing"},
       {std::string(kMaxCoordinatorStateBytes + 1, ' '), "holds"},
+      {replace("0123456789abcdef0123456789abcdef", "../x"), "run is \"../x\""},
+      {replace("\"0123456789abcdef0123456789abcdef\"", "7"), "run is 7"},
   };
+  // A file written before runs were named has none.
+  auto older =
+      DecodeCoordinatorState(replace(" \"run\": \"0123456789abcdef0123456789abcdef\",\n", ""), "f");
+  ASSERT_TRUE(older.ok()) << older.status().ToString();
+  EXPECT_EQ(older->run, "");
   for (const auto& [bytes, words] : damaged) {
     auto refused = DecodeCoordinatorState(bytes, "the-file");
     ASSERT_FALSE(refused.ok()) << bytes.substr(0, 300);
@@ -148,6 +157,7 @@ TEST_F(CoordinatorStateTest, ARestartedCoordinatorServesTheJobItKeptAndItsPartsR
     std::string long_steps;
     for (int i = 1; i < 600; ++i) long_steps += std::to_string(i) + ",";
     ASSERT_TRUE(client->Set(CheckpointKey(1, "worker-0"), long_steps + "150").ok());
+    ASSERT_TRUE(client->Set(RunKey(1), "00ff00ff00ff00ff00ff00ff00ff00ff").ok());
     ASSERT_TRUE(client->Heartbeat().ok()) << "the coordinator still answers";
   }
   first->Stop();  // as if killed: stopping keeps the job as it was
@@ -164,6 +174,11 @@ TEST_F(CoordinatorStateTest, ARestartedCoordinatorServesTheJobItKeptAndItsPartsR
   auto registry = observer->Get({CheckpointKey(1, "shard-0"), CheckpointKey(1, "shard-1")}, 0ms);
   ASSERT_TRUE(registry.ok()) << registry.status().ToString();
   EXPECT_EQ(*registry, (std::vector<std::string>{"100,150", "150"}));
+  // The job's checkpoint run is kept too: a part rejoining is checked
+  // against it (common/checkpoint_run.h).
+  auto run = observer->Get({RunKey(1)}, 0ms);
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  EXPECT_EQ((*run)[0], "00ff00ff00ff00ff00ff00ff00ff00ff");
   for (const std::string part : {"junk", "", "shard-2", "shard-01", "\xff\xfe", "worker-0"}) {
     EXPECT_FALSE(observer->Get({CheckpointKey(1, part)}, 0ms).ok()) << "kept '" << part << "'";
   }

@@ -155,7 +155,7 @@ cp "$WORK/ckpt-other/step-150/shard-1.bin" "$WORK/ckpt-other/step-150/shard-1.js
   "$WORK/ckpt-mixed/step-150/"
 rc=0; "$GS" launch "$WORK/cluster.json" --set checkpoint.dir="$WORK/ckpt-mixed" --resume \
   > "$WORK/mixed.log" 2>&1 || rc=$?
-if [ $rc -ne 0 ] && grep -q "the files of shard-1 (run [0-9a-f]*) in $WORK/ckpt-mixed/step-150 belong to another run than shard-0's" \
+if [ $rc -ne 0 ] && grep -q "the files of shard-1 (run [0-9a-f]*) in $WORK/ckpt-mixed/step-150 belong to another run than those of shard-0 (run" \
     "$WORK/mixed.log"; then
   echo "ok: --resume with shard 1's files of another run: refused (exit $rc), naming shard-1"
 else

@@ -267,8 +267,10 @@ Status PsSessionSync::CheckpointIfDue(uint64_t step) {
   std::string run;
   if (session_.ledger) {
     CoordinatorStore registry(session_.coordinator.get());
-    GRIDSYNC_ASSIGN_OR_RETURN(
-        run, session_.ledger->RunForWriting(&registry, session_.map.job, spec_.sync.timeout));
+    GRIDSYNC_ASSIGN_OR_RETURN(run,
+                              session_.ledger->RunForWriting(
+                                  &registry, session_.map.job,
+                                  std::min(spec_.sync.timeout, std::chrono::milliseconds(2000))));
   }
   GRIDSYNC_RETURN_IF_ERROR(WriteWorkerCheckpoint(spec_, rank_,
                                                  static_cast<uint32_t>(session_.map.shards.size()),
