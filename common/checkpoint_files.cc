@@ -319,6 +319,33 @@ Result<std::string> ReadCheckpointPart(const std::string& dir, uint64_t step,
   return data;
 }
 
+Status CheckStepIsOneRun(const std::string& dir, uint64_t step,
+                         const std::vector<std::string>& parts) {
+  std::vector<std::string> present, runs;
+  for (const auto& part : parts) {
+    const std::string json_path = Base(dir, step, part) + ".json";
+    std::error_code ec;
+    if (!fs::exists(json_path, ec)) continue;
+    GRIDSYNC_ASSIGN_OR_RETURN(const uint64_t size, FileSize(json_path));
+    if (size > kMaxManifestBytes) {
+      return BadField(json_path, "the file", fmt::format("holds {} bytes", size),
+                      fmt::format("at most {}", kMaxManifestBytes));
+    }
+    GRIDSYNC_ASSIGN_OR_RETURN(const std::string text, ReadFileOfSize(json_path, size));
+    GRIDSYNC_ASSIGN_OR_RETURN(const Manifest manifest, DecodeManifest(text, json_path));
+    present.push_back(part);
+    runs.push_back(manifest.run);
+  }
+  std::string with, common_run;
+  const std::string apart = RunsApart(present, runs, &with, &common_run);
+  if (apart.empty()) return Status::OK();
+  return Status::InvalidArgument(fmt::format(
+      "the files of {} in {} belong to another run than those of {} (run {}): a step's parts "
+      "must all be one run's (another run's files were copied in, or two runs shared the "
+      "folder); allowed: every part's files of the step as one run wrote them",
+      apart, StepDir(dir, step), with, common_run));
+}
+
 uint64_t LatestCompleteStep(const std::string& dir, const std::vector<std::string>& parts) {
   std::error_code ec;
   uint64_t best = 0;

@@ -89,6 +89,13 @@ void RemoveStepsAfter(const std::string& dir, const std::string& part, uint64_t 
 // 0 when there is none.
 uint64_t LatestCompleteStep(const std::string& dir, const std::vector<std::string>& parts);
 
+// Whether the manifests of `parts` in step `step`'s folder (those there)
+// all name one run (common/checkpoint_run.h): InvalidArgument naming the
+// parts apart otherwise, or a manifest that cannot be read. gridsync launch
+// --resume asks it before anything starts; every part checks again.
+Status CheckStepIsOneRun(const std::string& dir, uint64_t step,
+                         const std::vector<std::string>& parts);
+
 // Whether `parts` may start a job afresh in `dir`: a fresh job's first
 // checkpoint removes each part's later steps and all but the newest earlier
 // one (WriteCheckpointPart),

@@ -31,6 +31,28 @@ bool IsRunId(const std::string& run) {
   return run.size() <= 64 && run.find_first_not_of("0123456789abcdef") == std::string::npos;
 }
 
+std::string RunsApart(const std::vector<std::string>& parts, const std::vector<std::string>& runs,
+                      std::string* common, std::string* common_run) {
+  // The parts apart from the most common run (the first part's on a tie):
+  // a foreign file is named, whichever part holds it.
+  size_t most_at = 0, most = 0;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const auto n = static_cast<size_t>(std::count(runs.begin(), runs.end(), runs[i]));
+    if (n > most) most = n, most_at = i;
+  }
+  std::string apart;
+  common->clear();
+  for (size_t i = 0; i < runs.size() && i < parts.size(); ++i) {
+    if (runs[i] == runs[most_at]) {
+      *common += (common->empty() ? "" : ", ") + parts[i];
+    } else {
+      apart += fmt::format("{}{} (run {})", apart.empty() ? "" : ", ", parts[i], Shown(runs[i]));
+    }
+  }
+  *common_run = runs.empty() ? "" : Shown(runs[most_at]);
+  return apart;
+}
+
 Result<std::string> FreshRun(Store& store, uint64_t job, const std::vector<std::string>& job_parts,
                              const std::string& part, std::chrono::milliseconds timeout) {
   if (job_parts.empty() || job_parts.front() == part) {
@@ -67,29 +89,15 @@ Status AgreeOnResumedRun(Store& store, uint64_t job, uint64_t step,
   std::vector<std::string> keys;
   for (const auto& p : job_parts) keys.push_back(prefix + p);
   GRIDSYNC_ASSIGN_OR_RETURN(const auto runs, store.Get(keys, timeout));
-  // The parts apart from the most common run (the first part's on a tie):
-  // a foreign file is named, whichever part holds it.
-  size_t common = 0, most = 0;
-  for (size_t i = 0; i < runs.size(); ++i) {
-    const auto n = static_cast<size_t>(std::count(runs.begin(), runs.end(), runs[i]));
-    if (n > most) most = n, common = i;
-  }
-  std::string apart;
-  for (size_t i = 0; i < runs.size(); ++i) {
-    if (runs[i] == runs[common]) continue;
-    apart += fmt::format("{}{} (run {})", apart.empty() ? "" : ", ", job_parts[i], Shown(runs[i]));
-  }
+  std::string with, common_run;
+  const std::string apart = RunsApart(job_parts, runs, &with, &common_run);
   if (apart.empty()) return Status::OK();
-  std::string with;
-  for (size_t i = 0; i < runs.size(); ++i) {
-    if (runs[i] == runs[common]) with += (with.empty() ? "" : ", ") + job_parts[i];
-  }
   return Status::InvalidArgument(fmt::format(
       "{}: resuming at step {}, the files of {} in {}/step-{} belong to another run than those "
       "of {} (run {}): a step's parts must all be one run's (another run's files were copied "
       "in, or two runs shared the folder); allowed: every part's files of step {} as one run "
       "wrote them",
-      part, step, apart, dir, step, with, Shown(runs[common]), step));
+      part, step, apart, dir, step, with, common_run, step));
 }
 
 Status CheckRejoinedRun(Store& store, uint64_t job, uint64_t step, const std::string& part,

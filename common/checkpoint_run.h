@@ -40,6 +40,13 @@ std::string RunKey(uint64_t job);
 // digits.
 bool IsRunId(const std::string& run);
 
+// Parts of one step and the runs their files name (runs[i]: parts[i]'s):
+// empty when all are one run's; else the parts apart from the most common
+// run (the first part's on a tie), "shard-1 (run ...), ...", with *common
+// set to the parts of that run and *common_run to it (shown).
+std::string RunsApart(const std::vector<std::string>& parts, const std::vector<std::string>& runs,
+                      std::string* common, std::string* common_run);
+
 // The run part `part` writes into job `job`'s checkpoints when the job
 // started afresh: the first of `job_parts` makes it (and publishes it); the
 // others wait up to `timeout` for it, and the error names the part that has

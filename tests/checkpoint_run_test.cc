@@ -52,6 +52,19 @@ TEST(CheckpointRunTest, TheManifestNamesTheRunAndAForgedOneIsRefused) {
   std::ofstream(json) << manifest.dump();
   ASSERT_TRUE(ReadCheckpointPart(dir, 50, "shard-0", shape, std::nullopt, &got).ok());
   EXPECT_EQ(got, "");
+  // One step's manifests, as gridsync launch --resume reads them.
+  ASSERT_TRUE(WriteCheckpointPart(dir, 60, "shard-0", "x", shape, {}, run).ok());
+  ASSERT_TRUE(WriteCheckpointPart(dir, 60, "shard-1", "x", shape, {}, run).ok());
+  ASSERT_TRUE(WriteCheckpointPart(dir, 60, "worker-0", "x", shape, {}, run).ok());
+  EXPECT_TRUE(CheckStepIsOneRun(dir, 60, {"shard-0", "shard-1", "worker-0", "worker-1"}).ok());
+  ASSERT_TRUE(WriteCheckpointPart(dir, 60, "shard-0", "x", shape, {}, "ab").ok());
+  const Status mixed = CheckStepIsOneRun(dir, 60, {"shard-0", "shard-1", "worker-0"});
+  EXPECT_EQ(mixed.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(mixed.message(), "the files of shard-0 (run ab) in " + dir +
+                                            "/step-60 belong to another run than those of "
+                                            "shard-1, worker-0 (run " +
+                                            run + ")"))
+      << mixed.message();
   for (const nlohmann::json& bad :
        {nlohmann::json(7), nlohmann::json("../etc"), nlohmann::json(std::string(65, 'a'))}) {
     manifest["run"] = bad;

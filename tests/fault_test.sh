@@ -145,9 +145,11 @@ kill -KILL $shard $coord 2>/dev/null || true; wait $shard $coord 2>/dev/null || 
 rm -rf "$WORK/ckpt-kept"
 
 # 1c. A step whose parts belong to different runs: shard 1's files of step
-# 150 taken from another run (checksums intact). Every part publishes the run
-# its files name and compares (common/checkpoint_run.h): refused, naming the
-# part and both runs; it resumed with exit 0 and mixed two runs before.
+# 150 taken from another run (checksums intact). The launcher reads the
+# runs the manifests name (common/checkpoint_run.h; every part compares
+# them again through the coordinator, across machines): refused with exit 3
+# before anything starts, naming the part and both runs; it resumed with
+# exit 0 and mixed two runs before.
 "$GS" launch "$WORK/cluster.json" --set checkpoint.dir="$WORK/ckpt-other" \
   --set training.steps=150 > "$WORK/other.log" 2>&1 || fail "the other run failed"
 cp -r "$WORK/ckpt" "$WORK/ckpt-mixed"
@@ -155,7 +157,7 @@ cp "$WORK/ckpt-other/step-150/shard-1.bin" "$WORK/ckpt-other/step-150/shard-1.js
   "$WORK/ckpt-mixed/step-150/"
 rc=0; "$GS" launch "$WORK/cluster.json" --set checkpoint.dir="$WORK/ckpt-mixed" --resume \
   > "$WORK/mixed.log" 2>&1 || rc=$?
-if [ $rc -ne 0 ] && grep -q "the files of shard-1 (run [0-9a-f]*) in $WORK/ckpt-mixed/step-150 belong to another run than those of shard-0 (run" \
+if [ $rc -eq 3 ] && grep -q "the files of shard-1 (run [0-9a-f]*) in $WORK/ckpt-mixed/step-150 belong to another run than those of shard-0 (run" \
     "$WORK/mixed.log"; then
   echo "ok: --resume with shard 1's files of another run: refused (exit $rc), naming shard-1"
 else

@@ -255,6 +255,14 @@ int RunLaunch(const LaunchOptions& options) {
                    workers_with_state ? " and each of the workers" : "");
       return kConfigErrorExitCode;
     }
+    // Parts of two runs in one step: refused before anything starts (each
+    // part refuses too, across machines).
+    if (const Status one = CheckStepIsOneRun(config->checkpoint.dir, resume_step, job_parts);
+        !one.ok()) {
+      std::fprintf(stderr, "gridsync launch --resume: step %llu: %s\n",
+                   static_cast<unsigned long long>(resume_step), one.message().c_str());
+      return kCheckpointsHeldExitCode;
+    }
     std::printf("gridsync launch: resuming from the checkpoint of step %llu in %s\n",
                 static_cast<unsigned long long>(resume_step), config->checkpoint.dir.c_str());
   } else if (config->checkpoint.every_steps > 0) {
