@@ -178,6 +178,19 @@ Result<Manifest> DecodeManifest(std::string_view text, const std::string& what) 
   return m;
 }
 
+// The manifest at `json_path`, its size checked first, from the file
+// system: nothing is read, nor memory taken, for a file larger than any
+// manifest.
+Result<Manifest> ReadManifest(const std::string& json_path) {
+  GRIDSYNC_ASSIGN_OR_RETURN(const uint64_t size, FileSize(json_path));
+  if (size > kMaxManifestBytes) {
+    return BadField(json_path, "the file", fmt::format("holds {} bytes", size),
+                    fmt::format("at most {}", kMaxManifestBytes));
+  }
+  GRIDSYNC_ASSIGN_OR_RETURN(const std::string text, ReadFileOfSize(json_path, size));
+  return DecodeManifest(text, json_path);
+}
+
 }  // namespace
 
 Status WriteFileAtomically(const std::string& path, std::string_view bytes) {
@@ -276,15 +289,7 @@ Result<std::string> ReadCheckpointPart(const std::string& dir, uint64_t step,
                                        std::optional<uint64_t> state_bytes, std::string* run) {
   const std::string base = Base(dir, step, part);
   const std::string json_path = base + ".json", bin_path = base + ".bin";
-  // Sizes first, from the file system: nothing is read, nor memory taken,
-  // for a file that is not the size its reader expects.
-  GRIDSYNC_ASSIGN_OR_RETURN(const uint64_t manifest_size, FileSize(json_path));
-  if (manifest_size > kMaxManifestBytes) {
-    return BadField(json_path, "the file", fmt::format("holds {} bytes", manifest_size),
-                    fmt::format("at most {}", kMaxManifestBytes));
-  }
-  GRIDSYNC_ASSIGN_OR_RETURN(const std::string text, ReadFileOfSize(json_path, manifest_size));
-  GRIDSYNC_ASSIGN_OR_RETURN(const Manifest manifest, DecodeManifest(text, json_path));
+  GRIDSYNC_ASSIGN_OR_RETURN(const Manifest manifest, ReadManifest(json_path));
   if (manifest.step != step) {
     return BadField(json_path, "step", fmt::format("is {}", manifest.step),
                     fmt::format("{}, the step of its folder", step));
@@ -326,13 +331,7 @@ Status CheckStepIsOneRun(const std::string& dir, uint64_t step,
     const std::string json_path = Base(dir, step, part) + ".json";
     std::error_code ec;
     if (!fs::exists(json_path, ec)) continue;
-    GRIDSYNC_ASSIGN_OR_RETURN(const uint64_t size, FileSize(json_path));
-    if (size > kMaxManifestBytes) {
-      return BadField(json_path, "the file", fmt::format("holds {} bytes", size),
-                      fmt::format("at most {}", kMaxManifestBytes));
-    }
-    GRIDSYNC_ASSIGN_OR_RETURN(const std::string text, ReadFileOfSize(json_path, size));
-    GRIDSYNC_ASSIGN_OR_RETURN(const Manifest manifest, DecodeManifest(text, json_path));
+    GRIDSYNC_ASSIGN_OR_RETURN(const Manifest manifest, ReadManifest(json_path));
     present.push_back(part);
     runs.push_back(manifest.run);
   }

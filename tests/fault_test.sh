@@ -419,53 +419,38 @@ done
 # systemd's WatchdogSec would, kills it for want of pings within 1.5 x
 # timeout_s (4 s here); it is restarted, rejoins, and the job ends bit for
 # bit. Before, the launcher restarted the workers instead until it ran out.
-log="$WORK/frozen-ps-1.log"
-rm -rf "$WORK/ckpt"
-start=$(date +%s)
-"$GS" launch "$WORK/cluster.json" --set distributed.timeout_s=4 --max-restarts 1 \
-  --rank0-arg=--dump-params --rank0-arg="$WORK/frozen.bin" > "$log" 2>&1 &
-launcher=$!
-wait_for_line "$log" "\[ps-1\].*checkpoint at step 150 written" || true
-pkill -STOP -f "gridsync-ps --shard 1 --config $WORK/cluster.json" ||
-  fail "frozen shard: ps-1 was not running after the checkpoint of step 150"
-rc=0; wait $launcher || rc=$?
-if [ $rc -ne 0 ]; then
-  fail "frozen shard: the run did not survive (exit $rc)"; grep -v "step [0-9]*/" "$log" | tail -12
-elif ! grep -q "ps-1 (pid [0-9]*) sent no watchdog ping for 6 s" "$log"; then
-  fail "frozen shard: the launcher did not name the shard whose pings stopped"
-elif ! cmp -s "$WORK/clean.bin" "$WORK/frozen.bin"; then
-  fail "frozen shard: the final parameters differ from the uninterrupted run's"
-else
-  echo "ok: SIGSTOP of ps-1: the launcher's watchdog killed it after 6 s without a ping, it rejoined and the job ended bit for bit ($(( $(date +%s) - start )) s in all)"
-fi
-
-# 7c. A frozen worker (SIGSTOP): a worker pings from a thread of its own
-# while it runs, so the launcher kills it within timeout_s / 2 (at least 3
-# s), before the other worker's wait on it times out; restarted, it rejoins
-# and the job ends bit for bit. Before, the launcher restarted worker 0,
-# which had only reported it, until --max-restarts ran out.
-log="$WORK/frozen-worker-1.log"
-rm -rf "$WORK/ckpt"
-start=$(date +%s)
-"$GS" launch "$WORK/cluster.json" --set distributed.timeout_s=6 --max-restarts 1 \
-  --rank0-arg=--dump-params --rank0-arg="$WORK/frozen-w.bin" > "$log" 2>&1 &
-launcher=$!
-wait_for_line "$log" "\[ps-1\].*checkpoint at step 150 written" || true
-pkill -STOP -f "gridsync-worker --rank 1 --config $WORK/cluster.json" ||
-  fail "frozen worker: worker 1 was not running after the checkpoint of step 150"
-rc=0; wait $launcher || rc=$?
-if [ $rc -ne 0 ]; then
-  fail "frozen worker: the run did not survive (exit $rc)"; grep -v "step [0-9]*/" "$log" | tail -12
-elif ! grep -q "worker-1 (pid [0-9]*) sent no watchdog ping for 3 s (it does not run" "$log"; then
-  fail "frozen worker: the launcher did not name the worker whose pings stopped"
-  grep "gridsync launch" "$log" | tail -5
-elif grep -q "worker-0 (pid [0-9]*) failed" "$log"; then
-  fail "frozen worker: worker 0 failed too (the watchdog came after its wait timed out)"
-elif ! cmp -s "$WORK/clean.bin" "$WORK/frozen-w.bin"; then
-  fail "frozen worker: the final parameters differ from the uninterrupted run's"
-else
-  echo "ok: SIGSTOP of worker-1: the launcher's watchdog killed it after 3 s without a ping, it rejoined and the job ended bit for bit ($(( $(date +%s) - start )) s in all)"
-fi
+# 7c. A frozen worker: a worker pings from a thread of its own while it
+# runs, so the launcher kills it within timeout_s / 2 (at least 3 s; 6 s
+# here), before the other worker's wait on it times out; restarted, it
+# rejoins and the job ends bit for bit. Before, the launcher restarted
+# worker 0, which had only reported it, until --max-restarts ran out.
+# frozen NAME PROCESS_PATTERN TIMEOUT_S KILLED_AFTER_S
+frozen() {
+  local log="$WORK/frozen-$1.log" start rc=0
+  rm -rf "$WORK/ckpt"
+  start=$(date +%s)
+  "$GS" launch "$WORK/cluster.json" --set distributed.timeout_s=$3 --max-restarts 1 \
+    --rank0-arg=--dump-params --rank0-arg="$WORK/frozen-$1.bin" > "$log" 2>&1 &
+  local launcher=$!
+  wait_for_line "$log" "\[ps-1\].*checkpoint at step 150 written" || true
+  pkill -STOP -f "$2 --config $WORK/cluster.json" ||
+    fail "frozen $1: it was not running after the checkpoint of step 150"
+  wait $launcher || rc=$?
+  if [ $rc -ne 0 ]; then
+    fail "frozen $1: the run did not survive (exit $rc)"; grep -v "step [0-9]*/" "$log" | tail -12
+  elif ! grep -q "$1 (pid [0-9]*) sent no watchdog ping for $4 s" "$log"; then
+    fail "frozen $1: the launcher did not name the process whose pings stopped"
+    grep "gridsync launch" "$log" | tail -5
+  elif [ "$1" = worker-1 ] && grep -q "worker-0 (pid [0-9]*) failed" "$log"; then
+    fail "frozen $1: worker 0 failed too (the watchdog came after its wait timed out)"
+  elif ! cmp -s "$WORK/clean.bin" "$WORK/frozen-$1.bin"; then
+    fail "frozen $1: the final parameters differ from the uninterrupted run's"
+  else
+    echo "ok: SIGSTOP of $1: the launcher's watchdog killed it after $4 s without a ping, it rejoined and the job ended bit for bit ($(( $(date +%s) - start )) s in all)"
+  fi
+}
+frozen ps-1 "gridsync-ps --shard 1" 4 6
+frozen worker-1 "gridsync-worker --rank 1" 6 3
 
 # 8. A shard whose coordinator is gone (killed, or frozen so that its calls
 # time out) no longer serves unregistered: it exits failed within seconds,
