@@ -146,10 +146,15 @@ Status AllReduceSync::CheckpointIfDue(uint64_t step) {
   if (!ledger_ || every == 0 || (step + 1) % every != 0) return Status::OK();
   const auto start = Clock::now();
   // What the coordinator last acknowledged stays on disk (WriteCheckpointPart).
-  GRIDSYNC_RETURN_IF_ERROR(WriteAllReduceCheckpoint(spec_, rank_,
-                                                    static_cast<uint32_t>(groups_.flat->size()),
-                                                    step + 1, State(), ledger_->MustKeep())
-                               .WithContext(me_ + " writing its checkpoint"));
+  // A failed write is logged and training goes on, as on the shards: the
+  // previous complete step stays (MustKeep), and a full disk never stops a run.
+  if (Status written =
+          WriteAllReduceCheckpoint(spec_, rank_, static_cast<uint32_t>(groups_.flat->size()),
+                                   step + 1, State(), ledger_->MustKeep());
+      !written.ok()) {
+    spdlog::error("{}: checkpoint at step {} not written: {}", me_, step + 1, written.ToString());
+    return Status::OK();
+  }
   ledger_->Wrote(step + 1);
   PublishCheckpoints();
   spdlog::info("{}: checkpoint at step {} written in {:.0f} ms", me_, step + 1,

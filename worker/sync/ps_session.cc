@@ -264,18 +264,23 @@ Status PsSessionSync::CheckpointIfDue(uint64_t step) {
   // What the coordinator last acknowledged stays on disk (WriteCheckpointPart).
   const std::vector<uint64_t> keep =
       session_.ledger ? session_.ledger->MustKeep() : std::vector<uint64_t>{};
-  std::string run;
+  // A failed write is logged and training goes on, as on the shards: the
+  // previous complete step stays (MustKeep), and a full disk never stops a run.
+  Result<std::string> run = std::string();
   if (session_.ledger) {
     CoordinatorStore registry(session_.coordinator.get());
-    GRIDSYNC_ASSIGN_OR_RETURN(run,
-                              session_.ledger->RunForWriting(
-                                  &registry, session_.map.job,
-                                  std::min(spec_.sync.timeout, std::chrono::milliseconds(2000))));
+    run = session_.ledger->RunForWriting(
+        &registry, session_.map.job, std::min(spec_.sync.timeout, std::chrono::milliseconds(2000)));
   }
-  GRIDSYNC_RETURN_IF_ERROR(WriteWorkerCheckpoint(spec_, rank_,
-                                                 static_cast<uint32_t>(session_.map.shards.size()),
-                                                 step + 1, session_.ps.get(), keep, run)
-                               .WithContext(me_ + " writing its checkpoint"));
+  const Status written =
+      run.ok()
+          ? WriteWorkerCheckpoint(spec_, rank_, static_cast<uint32_t>(session_.map.shards.size()),
+                                  step + 1, session_.ps.get(), keep, *run)
+          : run.status();
+  if (!written.ok()) {
+    spdlog::error("{}: checkpoint at step {} not written: {}", me_, step + 1, written.ToString());
+    return Status::OK();
+  }
   if (session_.ledger) session_.ledger->Wrote(step + 1);
   PublishCheckpoints();
   return Status::OK();
