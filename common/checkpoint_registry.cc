@@ -25,6 +25,18 @@ void CheckpointLedger::RolledBack(uint64_t step) {
   RemoveStepsAfter(dir_, part_, step);
 }
 
+Status CheckpointLedger::RolledBackTo(uint64_t step, std::string run, const char* who) {
+  if (run_known_ && run != run_) {
+    return Status::InvalidArgument(
+        dir_ + "/step-" + std::to_string(step) + "/" + part_ + ".json names run " +
+        DescribeRun(run) + ", but this " + who + " serves run " + DescribeRun(run_) +
+        " (another run's files were put in its place); allowed: the files this run wrote");
+  }
+  SetRun(std::move(run));
+  RolledBack(step);
+  return Status::OK();
+}
+
 Status CheckpointLedger::Publish(Store& store, uint64_t job) {
   const auto on_disk = HeldSteps(dir_, part_);
   std::string list;

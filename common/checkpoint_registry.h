@@ -40,6 +40,11 @@ class CheckpointLedger {
   // The job went back to `step`, which this part loaded: later steps are
   // forgotten, here and on disk (RemoveStepsAfter).
   void RolledBack(uint64_t step);
+  // ... from files that name run `run`: refused (InvalidArgument naming the
+  // manifest under `dir`, and `who`, "shard" or "worker") when the part
+  // serves another run, since another run's files were put in place of its
+  // own; else RolledBack(step) with that run.
+  Status RolledBackTo(uint64_t step, std::string run, const char* who);
   // A new job: nothing of this one counts.
   void Reset() {
     steps_.clear();

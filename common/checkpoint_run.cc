@@ -6,17 +6,14 @@
 #include <random>
 
 namespace gridsync {
-namespace {
 
 // A store value is shown as it is only when it is a run (a hostile one
 // could be anything, of any length).
-std::string Shown(const std::string& run) {
+std::string DescribeRun(const std::string& run) {
   if (run.empty()) return "none (an older gridsync)";
   if (IsRunId(run)) return run;
   return fmt::format("'{}' (not a run identity)", run.substr(0, 40));
 }
-
-}  // namespace
 
 std::string RunKey(uint64_t job) { return fmt::format("checkpoint-run/job-{}", job); }
 
@@ -46,10 +43,11 @@ std::string RunsApart(const std::vector<std::string>& parts, const std::vector<s
     if (runs[i] == runs[most_at]) {
       *common += (common->empty() ? "" : ", ") + parts[i];
     } else {
-      apart += fmt::format("{}{} (run {})", apart.empty() ? "" : ", ", parts[i], Shown(runs[i]));
+      apart +=
+          fmt::format("{}{} (run {})", apart.empty() ? "" : ", ", parts[i], DescribeRun(runs[i]));
     }
   }
-  *common_run = runs.empty() ? "" : Shown(runs[most_at]);
+  *common_run = runs.empty() ? "" : DescribeRun(runs[most_at]);
   return apart;
 }
 
@@ -111,7 +109,7 @@ Status CheckRejoinedRun(Store& store, uint64_t job, uint64_t step, const std::st
       "{} cannot rejoin job {} from {}/step-{}: its files there belong to run {}, the job is run "
       "{} (another run's files were copied in, or two runs shared the folder); allowed: the "
       "files this run wrote",
-      part, job, dir, step, Shown(run), Shown((*got)[0])));
+      part, job, dir, step, DescribeRun(run), DescribeRun((*got)[0])));
 }
 
 }  // namespace gridsync

@@ -32,6 +32,14 @@ namespace gridsync {
 // 32 lowercase hex digits from the system's random source.
 std::string NewRunId();
 
+// How long a part waits, at its first checkpoint of a fresh job, for the
+// run shard 0 published when the job started.
+inline constexpr std::chrono::milliseconds kRunWait{2000};
+
+// `run` as messages show it: "none (an older gridsync)" for "", a value
+// that is no run identity cut short.
+std::string DescribeRun(const std::string& run);
+
 // The store key of job `job`'s run (the coordinator keeps it with the job:
 // server/coordinator_state.h).
 std::string RunKey(uint64_t job);

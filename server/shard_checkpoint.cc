@@ -99,16 +99,9 @@ Status ShardCheckpoints::RollBack(uint64_t step, uint64_t job, ShardStore* store
   GRIDSYNC_RETURN_IF_ERROR(LoadShardCheckpoint(dir_, shard_, step, store, &run));
   {
     std::lock_guard<std::mutex> lock(registry_mu_);
-    if (ledger_.run_known() && run != ledger_.run()) {
-      return Status::InvalidArgument(
-          dir_ + "/step-" + std::to_string(step) + "/" + Part(shard_) + ".json names run " +
-          (run.empty() ? "none" : run) + ", but this shard serves run " +
-          (ledger_.run().empty() ? "none" : ledger_.run()) +
-          " (another run's files were put in its place); allowed: the files this run wrote");
-    }
-    ledger_.SetRun(std::move(run));
+    GRIDSYNC_RETURN_IF_ERROR(ledger_.RolledBackTo(step, std::move(run), "shard"));
   }
-  Published(step, job);
+  Publish(job);
   return Status::OK();
 }
 
@@ -130,7 +123,10 @@ Status ShardCheckpoints::CheckStartRun(Store& registry, uint64_t job, uint64_t s
              : AgreeOnResumedRun(registry, job, step, shards, Part(shard_), run, dir_, timeout_);
 }
 
-void ShardCheckpoints::StartedFrom(uint64_t step, uint64_t job) { Published(step, job); }
+void ShardCheckpoints::StartedFrom(uint64_t step, uint64_t job) {
+  ledger_.RolledBack(step);
+  Publish(job);
+}
 
 void ShardCheckpoints::JobStarted(uint64_t job) {
   if (every_ == 0) return;
@@ -144,11 +140,6 @@ void ShardCheckpoints::JobStarted(uint64_t job) {
         "publishes it again",
         shard_, job, run.status().ToString());
   }
-}
-
-void ShardCheckpoints::Published(uint64_t step, uint64_t job) {
-  ledger_.RolledBack(step);
-  Publish(job);
 }
 
 }  // namespace gridsync

@@ -109,14 +109,11 @@ class ShardCheckpoints {
 
  private:
   void Publish(uint64_t job);
-  void Published(uint64_t step, uint64_t job);
 
   const std::string dir_;
   const uint32_t shard_;
   const uint64_t every_;
   const std::chrono::milliseconds timeout_;
-  // How long a part waits for the run shard 0 published when the job began.
-  static constexpr std::chrono::milliseconds kRunWait{2000};
   CheckpointLedger ledger_;  // the I/O thread's (StartedFrom: before serving)
   std::atomic<uint64_t> written_{0}, failed_{0}, newest_step_{0};
   std::mutex registry_mu_;

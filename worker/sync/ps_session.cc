@@ -269,8 +269,8 @@ Status PsSessionSync::CheckpointIfDue(uint64_t step) {
   Result<std::string> run = std::string();
   if (session_.ledger) {
     CoordinatorStore registry(session_.coordinator.get());
-    run = session_.ledger->RunForWriting(
-        &registry, session_.map.job, std::min(spec_.sync.timeout, std::chrono::milliseconds(2000)));
+    run = session_.ledger->RunForWriting(&registry, session_.map.job,
+                                         std::min(spec_.sync.timeout, kRunWait));
   }
   const Status written =
       run.ok()
@@ -362,17 +362,8 @@ Result<uint64_t> PsSessionSync::FollowRollback(const Status& failure) {
         LoadWorkerCheckpoint(spec_, rank_, shards, step, session_.ps.get(), &run)
             .WithContext(me_ + " rolling back to step " + std::to_string(step)));
     if (session_.ledger) {
-      if (session_.ledger->run_known() && run != session_.ledger->run()) {
-        return Status::InvalidArgument(fmt::format(
-            "{} rolling back to step {}: {}/step-{}/{}.json names run {}, but this worker "
-            "serves run {} (another run's files were put in its place); allowed: the files "
-            "this run wrote",
-            me_, step, config_.checkpoint.dir, step, session_.ledger->part(),
-            run.empty() ? "none" : run,
-            session_.ledger->run().empty() ? "none" : session_.ledger->run()));
-      }
-      session_.ledger->SetRun(std::move(run));
-      session_.ledger->RolledBack(step);
+      GRIDSYNC_RETURN_IF_ERROR(session_.ledger->RolledBackTo(step, std::move(run), "worker")
+                                   .WithContext(me_ + " rolling back"));
     }
     PublishCheckpoints();
   }
