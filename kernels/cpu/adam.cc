@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "common/check.h"
+#include "common/prefetch.h"
 #include "common/state_bytes.h"
 #include "kernels/cpu/adam_batch.h"
 
@@ -12,9 +13,11 @@ namespace {
 
 // Rows ahead to prefetch. With the update vectorised (adam_batch.h) a row
 // costs a few ns and a touched row of a large level misses to DRAM, so the
-// lead must cover ~100 ns: 48 measured 2% faster than 16 in
-// `gridsync-bench train` (3 alternating runs).
-constexpr size_t kPrefetchDistance = 48;
+// lead must cover well over 100 ns for five streams at once. Into L2
+// (common/prefetch.h), 128 rows measured faster than 48, 96, 160 and 256 in
+// `gridsync-bench train` (single thread, alternating runs, 2026-12-02);
+// into L1 the best was 48.
+constexpr size_t kPrefetchDistance = 128;
 
 // Width as a template parameter lets the compiler unroll and keep the row in
 // registers; the hash grid's widths are 1, 2, 4 or 8.
@@ -33,10 +36,10 @@ void UpdateRowsFixed(const AdamHyper& hyper, const SparseRows& grad, float grad_
     // hardware prefetcher cannot guess them, but we know them in advance.
     if (i + kPrefetchDistance < n) {
       const size_t ahead = rows[i + kPrefetchDistance];
-      __builtin_prefetch(&params[ahead * W], 1);
-      __builtin_prefetch(&m[ahead * W], 1);
-      __builtin_prefetch(&v[ahead * W], 1);
-      __builtin_prefetch(&steps[ahead], 1);
+      PrefetchRowForWrite(&params[ahead * W]);
+      PrefetchRowForWrite(&m[ahead * W]);
+      PrefetchRowForWrite(&v[ahead * W]);
+      PrefetchRowForWrite(&steps[ahead]);
     }
     const size_t row = rows[i];
     if (!RowHasGradient(values + i * W, W)) continue;
@@ -143,11 +146,11 @@ void UpdateIndexed(const AdamHyper& hyper, const uint32_t* rows, size_t n, float
   for (size_t i = 0; i < n; ++i) {
     if (i + kPrefetchDistance < n) {
       const size_t ahead = size_t{rows[i + kPrefetchDistance]} * w;
-      __builtin_prefetch(&params[ahead], 1);
-      __builtin_prefetch(&grad[ahead], 1);
-      __builtin_prefetch(&m[ahead], 1);
-      __builtin_prefetch(&v[ahead], 1);
-      __builtin_prefetch(&steps[rows[i + kPrefetchDistance]], 1);
+      PrefetchRowForWrite(&params[ahead]);
+      PrefetchRowForWrite(&grad[ahead]);
+      PrefetchRowForWrite(&m[ahead]);
+      PrefetchRowForWrite(&v[ahead]);
+      PrefetchRowForWrite(&steps[rows[i + kPrefetchDistance]]);
     }
     const size_t row = rows[i];
     float* g = grad + row * w;
