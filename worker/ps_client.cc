@@ -11,6 +11,7 @@
 
 #include "common/check.h"
 #include "common/counter_rng.h"
+#include "common/prefetch.h"
 #include "common/row_width.h"
 #include "worker/ps_client_internal.h"
 #include "worker/worker_adam.h"
@@ -331,8 +332,8 @@ void CopyPulledRows(const wire::OutBlock& want, uint32_t first, uint32_t count,
       const size_t n = count;
       for (size_t r = 0; r < n; ++r) {
         if (r + kPullPrefetch < n) {
-          __builtin_prefetch(dest + size_t{rows[r + kPullPrefetch]} * table_width + want.col_begin,
-                             1);
+          PrefetchRowForWrite(dest + size_t{rows[r + kPullPrefetch]} * table_width +
+                              want.col_begin);
         }
         const float* src = values + r * cols;
         float* out = dest + size_t{rows[r]} * table_width + want.col_begin;
@@ -346,8 +347,8 @@ void CopyPulledRows(const wire::OutBlock& want, uint32_t first, uint32_t count,
       // destination (and replica) rows a few ahead.
       if (!want.dense && r + kPullPrefetch < count) {
         const size_t ahead = size_t{want.rows[k + kPullPrefetch]} * table_width + want.col_begin;
-        __builtin_prefetch(dest + ahead, 1);
-        if (replica != nullptr) __builtin_prefetch(replica + ahead, 1);
+        PrefetchRowForWrite(dest + ahead);
+        if (replica != nullptr) PrefetchRowForWrite(replica + ahead);
       }
       const uint32_t row = want.dense ? want.row_begin + static_cast<uint32_t>(k) : want.rows[k];
       const size_t at = size_t{row} * table_width + want.col_begin;

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "common/prefetch.h"
 #include "common/state_bytes.h"
 #include "kernels/cpu/adam_batch.h"
 
@@ -73,9 +74,9 @@ size_t UpdateRows(const AdamHyper& hyper, const TableRowsRef& ref, size_t n, uin
   for (size_t i = 0; i < n; ++i) {
     if (!ref.dense && i + kPrefetchDistance < n) {
       const uint32_t ahead = ref.rows[i + kPrefetchDistance];
-      __builtin_prefetch(&m[size_t{ahead} * w], 1);
-      __builtin_prefetch(&v[size_t{ahead} * w], 1);
-      __builtin_prefetch(&steps[ahead], 1);
+      PrefetchRowForWrite(&m[size_t{ahead} * w]);
+      PrefetchRowForWrite(&v[size_t{ahead} * w]);
+      PrefetchRowForWrite(&steps[ahead]);
     }
     const float* g = ref.values + i * w;
     if (!ref.dense && !RowHasGradient(g, w)) continue;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/check.h"
+#include "common/prefetch.h"
 #include "common/state_bytes.h"
 
 namespace gridsync::cpu {
@@ -71,7 +72,7 @@ void ErrorFeedback::AddResidualInPlace(uint64_t key, const uint32_t* rows, size_
     if (rows != nullptr && i + kFeedbackPrefetch < n) {
       const uint32_t ahead = rows[i + kFeedbackPrefetch];
       t->Prefetch(ahead);
-      __builtin_prefetch(params + size_t{ahead} * row_stride + col, 1);
+      PrefetchRowForWrite(params + size_t{ahead} * row_stride + col);
     }
     const float* residual = t->Find(row);
     if (residual == nullptr) continue;
