@@ -31,8 +31,8 @@ bool TakeValue(std::string_view* in, T* v) {
 }
 
 // The elements of `v`, without their count (the reader knows it).
-template <typename T>
-void AppendArray(std::string* out, const std::vector<T>& v) {
+template <typename T, typename A>
+void AppendArray(std::string* out, const std::vector<T, A>& v) {
   static_assert(std::is_trivially_copyable_v<T>);
   out->append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
 }
@@ -40,8 +40,8 @@ void AppendArray(std::string* out, const std::vector<T>& v) {
 // Fills `v` (already sized) from the front of `in`. An empty `v` (a table
 // of which a shard owns no rows) takes nothing: its data() may be null,
 // which memcpy must never be given, even for no bytes.
-template <typename T>
-bool TakeArray(std::string_view* in, std::vector<T>* v) {
+template <typename T, typename A>
+bool TakeArray(std::string_view* in, std::vector<T, A>* v) {
   static_assert(std::is_trivially_copyable_v<T>);
   const size_t bytes = v->size() * sizeof(T);
   if (in->size() < bytes) return false;
@@ -53,8 +53,8 @@ bool TakeArray(std::string_view* in, std::vector<T>* v) {
 
 // Resizes `v` to n elements taken from the front of `in` (n checked against
 // what remains before anything is allocated).
-template <typename T>
-bool TakeArray(std::string_view* in, size_t n, std::vector<T>* v) {
+template <typename T, typename A>
+bool TakeArray(std::string_view* in, size_t n, std::vector<T, A>* v) {
   if (n > in->size() / sizeof(T)) return false;
   v->resize(n);
   return TakeArray(in, v);

@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/huge_pages.h"
 #include "common/sharding.h"
 #include "common/sparse_rows.h"
 #include "common/status.h"
@@ -124,14 +125,14 @@ class ShardStore {
     uint32_t width = 0;      // columns stored (owned)
     uint32_t col_begin = 0;  // first owned column
     uint32_t column_group = 0;
-    std::vector<float> params;
-    std::vector<float> grad;
+    HugePageVector<float> params;  // common/huge_pages.h: read and written at scattered rows
+    HugePageVector<float> grad;
     std::vector<uint64_t> touched;       // one bit per local row
     std::vector<uint32_t> touched_rows;  // the same rows as a list: no scan of the bitmap
     std::vector<uint32_t> pushes;        // updates only: pushes that listed the row, per local row
     bool dense_step = false;             // a dense push this step: every row steps (MLP)
     cpu::AdamTable adam;
-    std::vector<std::vector<float>> replicas;  // delta pulls: per worker, what it holds
+    std::vector<HugePageVector<float>> replicas;  // delta pulls: per worker, what it holds
   };
   // ApplyDirect's Adam, with the width known at compile time (W > 0: the
   // row unrolled) or at run time (W = 0: `width`).

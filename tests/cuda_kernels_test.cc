@@ -295,11 +295,11 @@ TEST(CudaAdamTest, SparseRowsMatchCpu) {
     cpu::AdamUpdateRows(hyper, grad, kGradScale, cpu_params.data(), &state);
   }
 
-  EXPECT_EQ(gpu_steps, state.step);
+  EXPECT_EQ(gpu_steps, std::vector<uint32_t>(state.step.begin(), state.step.end()));
   EXPECT_EQ(gpu_steps[3], 4u);
   ExpectAllNear(gpu_params, cpu_params, 1e-5f, "params");
-  ExpectAllNear(gpu_m, state.m, 1e-6f, "m");
-  ExpectAllNear(gpu_v, state.v, 1e-6f, "v");
+  ExpectAllNear(gpu_m, {state.m.begin(), state.m.end()}, 1e-6f, "m");
+  ExpectAllNear(gpu_v, {state.v.begin(), state.v.end()}, 1e-6f, "v");
   size_t changed = 0;
   for (uint32_t row = 0; row < kRows; ++row) {
     if (touched[row]) continue;

@@ -5,6 +5,7 @@
 #include <random>
 
 #include "common/check.h"
+#include "common/huge_pages.h"
 #include "kernels/cpu/half.h"
 
 namespace gridsync {
@@ -46,6 +47,9 @@ HashGridModel::HashGridModel(HashGridLayout layout, const ModelSpec& spec)
   std::mt19937_64 rng(spec.seed);
   std::uniform_real_distribution<float> init(-1e-4f, 1e-4f);
   grid_.resize(layout_.total_params());
+  // Read and written at scattered rows: on huge pages (common/huge_pages.h;
+  // the vector is the model's public face, so its pages are collapsed).
+  AdviseHugePages(grid_.data(), grid_.size() * sizeof(float));
   for (float& p : grid_) p = init(rng);
   mlp_ = cpu::MakeMlpWeights(mlp_shape_, Mix64Seed(spec.seed));
   if (mixed_precision_) RefreshWorkingCopyAll();

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/huge_pages.h"
 #include "common/sparse_rows.h"
 #include "common/status.h"
 #include "kernels/adam_math.h"
@@ -22,9 +23,10 @@ namespace gridsync::cpu {
 // Optimizer state of one table of rows x width parameters.
 struct AdamTable {
   uint32_t width = 0;
-  std::vector<float> m;
-  std::vector<float> v;
-  std::vector<uint32_t> step;  // per row
+  // On huge pages (common/huge_pages.h): touched at scattered rows.
+  HugePageVector<float> m;
+  HugePageVector<float> v;
+  HugePageVector<uint32_t> step;  // per row
 
   void Resize(uint64_t rows, uint32_t row_width) {
     width = row_width;

@@ -17,6 +17,7 @@
 #include <span>
 #include <vector>
 
+#include "common/huge_pages.h"
 #include "common/sparse_rows.h"
 #include "common/thread_pool.h"
 #include "kernels/hash_grid_layout.h"
@@ -104,8 +105,8 @@ class GridGradient {
   void ExtractImpl(uint32_t level, SparseRows* out);
 
   const HashGridLayout* layout_;
-  std::vector<float> grad_;                   // total_rows x features
-  std::vector<std::vector<uint64_t>> bits_;   // per level: one bit per row
+  HugePageVector<float> grad_;               // total_rows x features (common/huge_pages.h)
+  std::vector<std::vector<uint64_t>> bits_;  // per level: one bit per row
 };
 
 // The distinct rows a batch reads, per level, ascending: what a worker pulls
