@@ -177,8 +177,7 @@ void ShardStore::ApplyDirect(const wire::Block& block, size_t begin, size_t end)
       const uint32_t width = RowWidth(constant, w);
       float* params = table.params.data();
       for (size_t i = begin; i < end; ++i) {
-        if (i + kPrefetchRows < end)
-          PrefetchRowForWrite(params + local_of(i + kPrefetchRows) * width);
+        if (i + kPrefetchRows < end) PrefetchRow(params + local_of(i + kPrefetchRows) * width);
         const float* u = block.values.data() + i * width;
         float* p = params + local_of(i) * width;
         for (uint32_t f = 0; f < width; ++f) p[f] += u[f];
@@ -213,10 +212,10 @@ void ShardStore::AdamRows(const wire::Block& block, LocalOf local_of, size_t beg
       const uint64_t line = ahead * w * sizeof(float) / 64;
       if (line != prefetched_line) {
         prefetched_line = line;
-        PrefetchRowForWrite(&params[ahead * w]);
-        PrefetchRowForWrite(&m[ahead * w]);
-        PrefetchRowForWrite(&v[ahead * w]);
-        PrefetchRowForWrite(&steps[ahead]);
+        PrefetchRow(&params[ahead * w]);
+        PrefetchRow(&m[ahead * w]);
+        PrefetchRow(&v[ahead * w]);
+        PrefetchRow(&steps[ahead]);
       }
     }
     const float* g = block.values.data() + i * w;
@@ -358,7 +357,7 @@ void ShardStore::Gather(const wire::Block& request, size_t begin, size_t end, fl
     WithRowWidth(table.width, [&](auto constant) {
       const uint32_t w = RowWidth(constant, table.width);
       for (size_t i = begin; i < end; ++i) {
-        if (i + kPrefetchRows < end) PrefetchRowForRead(params + local_of(i + kPrefetchRows) * w);
+        if (i + kPrefetchRows < end) PrefetchRow(params + local_of(i + kPrefetchRows) * w);
         const float* src = params + local_of(i) * w;
         float* dst = out + (i - begin) * w;
         for (uint32_t f = 0; f < w; ++f) dst[f] = src[f];

@@ -332,8 +332,7 @@ void CopyPulledRows(const wire::OutBlock& want, uint32_t first, uint32_t count,
       const size_t n = count;
       for (size_t r = 0; r < n; ++r) {
         if (r + kPullPrefetch < n) {
-          PrefetchRowForWrite(dest + size_t{rows[r + kPullPrefetch]} * table_width +
-                              want.col_begin);
+          PrefetchRow(dest + size_t{rows[r + kPullPrefetch]} * table_width + want.col_begin);
         }
         const float* src = values + r * cols;
         float* out = dest + size_t{rows[r]} * table_width + want.col_begin;
@@ -347,8 +346,8 @@ void CopyPulledRows(const wire::OutBlock& want, uint32_t first, uint32_t count,
       // destination (and replica) rows a few ahead.
       if (!want.dense && r + kPullPrefetch < count) {
         const size_t ahead = size_t{want.rows[k + kPullPrefetch]} * table_width + want.col_begin;
-        PrefetchRowForWrite(dest + ahead);
-        if (replica != nullptr) PrefetchRowForWrite(replica + ahead);
+        PrefetchRow(dest + ahead);
+        if (replica != nullptr) PrefetchRow(replica + ahead);
       }
       const uint32_t row = want.dense ? want.row_begin + static_cast<uint32_t>(k) : want.rows[k];
       const size_t at = size_t{row} * table_width + want.col_begin;

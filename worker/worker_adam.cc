@@ -74,9 +74,9 @@ size_t UpdateRows(const AdamHyper& hyper, const TableRowsRef& ref, size_t n, uin
   for (size_t i = 0; i < n; ++i) {
     if (!ref.dense && i + kPrefetchDistance < n) {
       const uint32_t ahead = ref.rows[i + kPrefetchDistance];
-      PrefetchRowForWrite(&m[size_t{ahead} * w]);
-      PrefetchRowForWrite(&v[size_t{ahead} * w]);
-      PrefetchRowForWrite(&steps[ahead]);
+      PrefetchRow(&m[size_t{ahead} * w]);
+      PrefetchRow(&v[size_t{ahead} * w]);
+      PrefetchRow(&steps[ahead]);
     }
     const float* g = ref.values + i * w;
     if (!ref.dense && !RowHasGradient(g, w)) continue;

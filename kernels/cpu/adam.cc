@@ -36,10 +36,10 @@ void UpdateRowsFixed(const AdamHyper& hyper, const SparseRows& grad, float grad_
     // hardware prefetcher cannot guess them, but we know them in advance.
     if (i + kPrefetchDistance < n) {
       const size_t ahead = rows[i + kPrefetchDistance];
-      PrefetchRowForWrite(&params[ahead * W]);
-      PrefetchRowForWrite(&m[ahead * W]);
-      PrefetchRowForWrite(&v[ahead * W]);
-      PrefetchRowForWrite(&steps[ahead]);
+      PrefetchRow(&params[ahead * W]);
+      PrefetchRow(&m[ahead * W]);
+      PrefetchRow(&v[ahead * W]);
+      PrefetchRow(&steps[ahead]);
     }
     const size_t row = rows[i];
     if (!RowHasGradient(values + i * W, W)) continue;
@@ -146,11 +146,11 @@ void UpdateIndexed(const AdamHyper& hyper, const uint32_t* rows, size_t n, float
   for (size_t i = 0; i < n; ++i) {
     if (i + kPrefetchDistance < n) {
       const size_t ahead = size_t{rows[i + kPrefetchDistance]} * w;
-      PrefetchRowForWrite(&params[ahead]);
-      PrefetchRowForWrite(&grad[ahead]);
-      PrefetchRowForWrite(&m[ahead]);
-      PrefetchRowForWrite(&v[ahead]);
-      PrefetchRowForWrite(&steps[rows[i + kPrefetchDistance]]);
+      PrefetchRow(&params[ahead]);
+      PrefetchRow(&grad[ahead]);
+      PrefetchRow(&m[ahead]);
+      PrefetchRow(&v[ahead]);
+      PrefetchRow(&steps[rows[i + kPrefetchDistance]]);
     }
     const size_t row = rows[i];
     float* g = grad + row * w;

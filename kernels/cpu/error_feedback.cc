@@ -72,7 +72,7 @@ void ErrorFeedback::AddResidualInPlace(uint64_t key, const uint32_t* rows, size_
     if (rows != nullptr && i + kFeedbackPrefetch < n) {
       const uint32_t ahead = rows[i + kFeedbackPrefetch];
       t->Prefetch(ahead);
-      PrefetchRowForWrite(params + size_t{ahead} * row_stride + col);
+      PrefetchRow(params + size_t{ahead} * row_stride + col);
     }
     const float* residual = t->Find(row);
     if (residual == nullptr) continue;

@@ -133,7 +133,7 @@ class ErrorFeedback {
     void Prefetch(uint32_t row) const {
       const size_t p = row >> kPageBits;
       if (p < pages.size() && pages[p].values)
-        PrefetchRowForWrite(pages[p].values.get() + size_t{row & (kPageRows - 1)} * width);
+        PrefetchRow(pages[p].values.get() + size_t{row & (kPageRows - 1)} * width);
     }
     // The row's residual, made an entry (zero) if it was not one.
     float* Insert(uint32_t row);

@@ -87,7 +87,7 @@ void ForwardLevel(const GridBatchLookup& lookup, uint32_t level, size_t begin, s
     const size_t base = lookup.Index(level, i);
     if (i < prefetch_end) {
       const uint32_t* ahead = &lookup.rows[level_base + (i + kPrefetchSamples) * corners];
-      for (uint32_t k = 0; k < corners; ++k) PrefetchRowForRead(table + size_t{ahead[k]} * F);
+      for (uint32_t k = 0; k < corners; ++k) PrefetchRow(table + size_t{ahead[k]} * F);
     }
     float acc[F] = {};
     for (uint32_t k = 0; k < corners; ++k) {
@@ -128,7 +128,7 @@ void BackwardLevel(const GridBatchLookup& lookup, uint32_t level, const float* d
     const size_t base = lookup.Index(level, i);
     if (i < prefetch_end) {
       const uint32_t* ahead = &lookup.rows[level_base + (i + kPrefetchSamples) * corners];
-      for (uint32_t k = 0; k < corners; ++k) PrefetchRowForWrite(grad + size_t{ahead[k]} * F);
+      for (uint32_t k = 0; k < corners; ++k) PrefetchRow(grad + size_t{ahead[k]} * F);
     }
     const float* d = d_features + i * in_width + level * F;
     for (uint32_t k = 0; k < corners; ++k) {
