@@ -40,10 +40,13 @@ inline constexpr size_t kHugePageBytes = size_t{2} << 20;
 // a range without a whole aligned huge page, or when the kernel refused).
 size_t AdviseHugePages(void* data, size_t bytes);
 
-// Allocations of at least one huge page are 2 MiB-aligned, rounded up to
-// whole huge pages and advised before use; smaller ones come from
-// std::allocator. The rounding is address space: the tail's last huge page
-// is backed only once written.
+// Allocations of at least one huge page are 2 MiB-aligned and their whole
+// huge pages advised before use; smaller ones come from std::allocator.
+// The block is rounded up to whole huge pages (aligned_alloc wants a
+// multiple of the alignment), but the part past the last whole page is not
+// advised: it stays on small pages, so a table uses the memory of its size
+// (what memory checks such as ShardStore::BytesFor count), not up to 2 MiB
+// more.
 template <typename T>
 struct HugePageAllocator {
   using value_type = T;
@@ -52,13 +55,13 @@ struct HugePageAllocator {
   HugePageAllocator(const HugePageAllocator<U>&) noexcept {}
 
   T* allocate(size_t n) {
-    if (n > SIZE_MAX / sizeof(T)) throw std::bad_array_new_length();
+    if (n > (SIZE_MAX - kHugePageBytes) / sizeof(T)) throw std::bad_array_new_length();
     const size_t bytes = n * sizeof(T);
     if (bytes < kHugePageBytes) return std::allocator<T>().allocate(n);
     const size_t rounded = (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
     void* p = std::aligned_alloc(kHugePageBytes, rounded);
     if (p == nullptr) throw std::bad_alloc();
-    AdviseHugePages(p, rounded);
+    AdviseHugePages(p, bytes);
     return static_cast<T*>(p);
   }
   void deallocate(T* p, size_t n) noexcept {

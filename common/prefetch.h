@@ -18,9 +18,10 @@
 namespace gridsync {
 
 // For rows the loop will read or write. The read hint for both: x86 has no
-// write prefetch into L2, and the write hint compiles to prefetchw (into
-// L1, the stall above) wherever the target has PRFCHW (-march=native on
-// most x86 CPUs), where the default x86-64-v3 build gives prefetcht1.
+// write prefetch into L2, and a write hint compiles to prefetchw (into L1,
+// the stall above) wherever the target has PRFCHW (-march=native on most
+// x86 CPUs). (The loops used __builtin_prefetch(p, 1) before: prefetcht0
+// in the default x86-64-v3 build.)
 inline void PrefetchRow(const void* p) { __builtin_prefetch(p, 0, 2); }
 
 }  // namespace gridsync

@@ -237,11 +237,11 @@ TEST(AdamTest, BatchedRowsEndBitForBitWhereRowAtATimeEnds) {
     EXPECT_TRUE(same_bits(p_rows, p_ref));
     EXPECT_TRUE(same_bits(s_rows.m, s_ref.m));
     EXPECT_TRUE(same_bits(s_rows.v, s_ref.v));
-    EXPECT_TRUE(s_rows.step == s_ref.step);
+    EXPECT_EQ(s_rows.step, s_ref.step);
     EXPECT_TRUE(same_bits(p_indexed, p_ref));
     EXPECT_TRUE(same_bits(s_indexed.m, s_ref.m));
     EXPECT_TRUE(same_bits(s_indexed.v, s_ref.v));
-    EXPECT_TRUE(s_indexed.step == s_ref.step);
+    EXPECT_EQ(s_indexed.step, s_ref.step);
     EXPECT_FALSE(same_bits(p_ref, init)) << "the steps moved nothing";
   }
 }

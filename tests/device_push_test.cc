@@ -206,7 +206,7 @@ void ExpectPushBlocksAreTheCpus(cuda::DeviceTrainer* trainer, const HashGridMode
       ASSERT_TRUE(trainer->CopyGridAdamState(l, got.m.data(), got.v.data(), got.step.data()).ok());
       ExpectClose(got.m, want.m, exact, "m of level " + std::to_string(l));
       ExpectClose(got.v, want.v, exact, "v of level " + std::to_string(l));
-      EXPECT_TRUE(got.step == want.step) << "level " << l;
+      EXPECT_EQ(got.step, want.step) << "level " << l;
       ASSERT_TRUE(trainer->LoadGridAdamState(l, nullptr, nullptr, nullptr).ok());
       ASSERT_TRUE(trainer->CopyGridAdamState(l, got.m.data(), got.v.data(), got.step.data()).ok());
       EXPECT_TRUE(std::all_of(got.step.begin(), got.step.end(), [](uint32_t s) { return s == 0; }));

@@ -46,10 +46,12 @@ HashGridModel::HashGridModel(HashGridLayout layout, const ModelSpec& spec)
       dynamic_resolution_steps_(spec.dynamic_resolution_steps) {
   std::mt19937_64 rng(spec.seed);
   std::uniform_real_distribution<float> init(-1e-4f, 1e-4f);
-  grid_.resize(layout_.total_params());
   // Read and written at scattered rows: on huge pages (common/huge_pages.h;
-  // the vector is the model's public face, so its pages are collapsed).
-  AdviseHugePages(grid_.data(), grid_.size() * sizeof(float));
+  // the vector is the model's public face, so it is advised between its
+  // allocation and its first write, which then faults huge pages directly).
+  grid_.reserve(layout_.total_params());
+  AdviseHugePages(grid_.data(), grid_.capacity() * sizeof(float));
+  grid_.resize(layout_.total_params());
   for (float& p : grid_) p = init(rng);
   mlp_ = cpu::MakeMlpWeights(mlp_shape_, Mix64Seed(spec.seed));
   if (mixed_precision_) RefreshWorkingCopyAll();

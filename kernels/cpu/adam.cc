@@ -13,7 +13,7 @@ namespace {
 
 // Rows ahead to prefetch. With the update vectorised (adam_batch.h) a row
 // costs a few ns and a touched row of a large level misses to DRAM, so the
-// lead must cover well over 100 ns for five streams at once. Into L2
+// lead must cover well over 100 ns for four or five streams at once. Into L2
 // (common/prefetch.h), 128 rows measured faster than 48, 96, 160 and 256 in
 // `gridsync-bench train` (single thread, alternating runs, 2026-12-02);
 // into L1 the best was 48.
