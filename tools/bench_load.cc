@@ -20,9 +20,14 @@
 // are the rows it pushes next. A batch is --rows sorted, distinct row ids:
 // a random window of the table walked with random gaps of 1..5 rows (mean 3,
 // like pushpull's every 3rd row), the window and the gaps drawn from a
-// counter-based RNG keyed by (worker, batch), so every worker and iteration
-// touches different rows and workers' batches overlap at random, as a hash
-// grid's batches do. Gradients are small, nonzero and drawn the same way.
+// counter-based RNG. 64 such batches are made before the run (making them
+// in the loop cost the host as much CPU as the shard's Adam, which a worker
+// on its own host would not take from the shard) and every iteration of
+// every worker picks one at random, so workers' batches overlap at random,
+// as a hash grid's batches do. Gradients are small, nonzero and drawn the
+// same way. The workers share one ZeroMQ context with one I/O thread
+// (--client-io-threads; 0 gives each its own, as separate processes have):
+// W contexts would put W more threads on the host's cores.
 // --warmup untimed iterations per worker come first (connections made,
 // buffers grown); then all W start together.
 //
@@ -174,15 +179,22 @@ int RunLoad(const LoadArgs& args) {
     for (uint32_t c = 0; c < args.width; ++c) initial[row * args.width + c] = InitialValue(row, c);
   }
   const double push_bytes = args.rows * (sizeof(uint32_t) + args.width * 4.0);
+  const std::string io = args.client_io_threads > 0
+                             ? "one context for all workers, " +
+                                   std::to_string(args.client_io_threads) + " I/O thread(s)"
+                             : "a context and an I/O thread per worker";
 
   std::printf(
       "# gridsync-bench load: 1 PS shard (async: each push one Adam step on arrival, pulls never "
       "wait; %d shard threads) in this process on tcp://127.0.0.1, W PsClient workers on W "
-      "threads; table %llu rows x %u floats; %u rows per push and per pull (sorted distinct ids, "
-      "a random window walked in gaps of 1..%u, per worker and iteration); %.1f s per W after %d "
+      "threads (ZeroMQ I/O: %s); table %llu rows x %u floats; %u rows per push and per pull "
+      "(sorted distinct ids, "
+      "a random window walked in gaps of 1..%u; %u such batches made before the run, each "
+      "iteration "
+      "picking one at random); %.1f s per W after %d "
       "warmup iterations per worker; timeout %d ms; %u cores\n",
-      ShardOptions{}.threads, static_cast<unsigned long long>(args.table_rows), args.width,
-      args.rows, kMaxGap, args.seconds, args.warmup, args.timeout_ms,
+      ShardOptions{}.threads, io.c_str(), static_cast<unsigned long long>(args.table_rows),
+      args.width, args.rows, kMaxGap, load::kBatchPool, args.seconds, args.warmup, args.timeout_ms,
       std::thread::hardware_concurrency());
   std::printf(
       "# per iteration: Push (send + ack; push_*) then SendPull + ReceivePull of the next batch "
@@ -304,6 +316,7 @@ int RunLoad(const LoadArgs& args) {
                        {"warmup", args.warmup},
                        {"timeout_ms", args.timeout_ms},
                        {"seed", args.seed},
+                       {"client_io_threads", args.client_io_threads},
                        {"cores", std::thread::hardware_concurrency()},
                        {"payload_bytes_per_iteration", 2 * push_bytes}};
     out["rows"] = nlohmann::json::array();
@@ -379,6 +392,10 @@ Runner AddLoadCommand(CLI::App* app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--timeout-ms", args->timeout_ms, "Timeout of every push and pull wait");
   cmd->add_option("--seed", args->seed, "Seed of the batches' row ids and gradients");
+  cmd->add_option("--client-io-threads", args->client_io_threads,
+                  "ZeroMQ I/O threads of one context all workers share (as one process running "
+                  "many workers would); 0: a context per worker")
+      ->check(CLI::Range(0, 64));
   cmd->add_option("--json", args->json_out, "Write the results as JSON to this file");
   return [args] { return RunLoad(*args); };
 }

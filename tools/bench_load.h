@@ -21,6 +21,10 @@ namespace gridsync::bench::load {
 using Clock = std::chrono::steady_clock;
 
 constexpr uint32_t kMaxGap = 5;  // a batch walks its window in gaps of 1..kMaxGap rows
+// Batches made before the run; each iteration of a worker picks one at
+// random (row windows spread over the table: with 4096-row batches, 64 of
+// them touch most rows of a 2^18-row table).
+constexpr uint32_t kBatchPool = 64;
 constexpr auto kSamplePeriod = std::chrono::milliseconds(50);
 constexpr uint64_t kSlackBytes = uint64_t{8} << 20;  // allocator slack in the memory bound
 
@@ -33,6 +37,9 @@ struct LoadArgs {
   int warmup = 2;
   int timeout_ms = 10000;
   uint64_t seed = 1;
+  // The workers' ZeroMQ I/O threads: > 0, one context with that many shared
+  // by every worker; 0, a context (and an I/O thread) per worker.
+  int client_io_threads = 1;
   std::string json_out;
 };
 

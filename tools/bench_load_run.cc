@@ -48,24 +48,42 @@ uint64_t Key(uint64_t seed, uint32_t worker, uint64_t batch) {
   return Mix(seed ^ Mix((uint64_t{worker} << 40) ^ batch));
 }
 
-// Batch `batch` of worker `worker`: args.rows ascending, distinct row ids.
-void MakeBatch(const LoadArgs& args, uint32_t worker, uint64_t batch, std::vector<uint32_t>* rows,
-               std::vector<float>* grad) {
-  const uint64_t key = Key(args.seed, worker, batch);
+// A push's row ids and gradients (the pull of the step before asks for the
+// same rows).
+struct Batch {
+  std::vector<uint32_t> rows;
+  std::vector<float> grad;
+};
+
+// Batch `index` of the pool: args.rows ascending, distinct row ids, in a
+// random window walked in gaps of 1..kMaxGap, and nonzero gradients.
+Batch MakeBatch(const LoadArgs& args, uint64_t index) {
+  Batch b;
+  b.rows.resize(args.rows);
+  b.grad.resize(size_t{args.rows} * args.width);
+  const uint64_t key = Mix(args.seed ^ Mix(index));
   const uint64_t span = uint64_t{args.rows} * kMaxGap;  // the most a batch can cover
   uint64_t row = key % (args.table_rows - span);
   for (uint32_t i = 0; i < args.rows; ++i) {
     const uint64_t h = Mix(key + i + 1);
-    (*rows)[i] = static_cast<uint32_t>(row);
+    b.rows[i] = static_cast<uint32_t>(row);
     row += 1 + h % kMaxGap;
     for (uint32_t c = 0; c < args.width; ++c) {
       // Nonzero, in [-0.01, -0.001] U [0.001, 0.01]; a hash per column, so
       // any width shifts within 64 bits.
       const uint64_t hc = Mix(h ^ (uint64_t{c} << 32));
       const float magnitude = 0.001f + 0.009f * static_cast<float>((hc >> 16) & 0xFF) / 255.0f;
-      (*grad)[size_t{i} * args.width + c] = ((hc >> 8) & 1) != 0 ? magnitude : -magnitude;
+      b.grad[size_t{i} * args.width + c] = ((hc >> 8) & 1) != 0 ? magnitude : -magnitude;
     }
   }
+  return b;
+}
+
+// The batch worker `worker` pushes at `step` (and pulls at step - 1): a
+// random pick from the pool, so workers do not move in step.
+const Batch& PickBatch(const LoadArgs& args, const std::vector<Batch>& pool, uint32_t worker,
+                       uint64_t step) {
+  return pool[Key(args.seed, worker, step) % pool.size()];
 }
 
 float InitialValueOf(uint64_t row, uint32_t col) {
@@ -125,9 +143,7 @@ Latency Percentiles(std::vector<float> us) {
 // One simulated worker: its buffers (allocated and written before the
 // memory baseline) and what it measured.
 struct Worker {
-  std::vector<float> table;  // the pull destination: the whole table
-  std::vector<uint32_t> rows, next_rows;
-  std::vector<float> grad, next_grad;
+  std::vector<float> table;                  // the pull destination: the whole table
   std::vector<float> push_us, pull_us;       // timed phase
   uint64_t pushes_sent = 0, pulls_sent = 0;  // every phase; sent = attempted
   uint64_t timed_pushes = 0, timed_pulls = 0;
@@ -154,17 +170,19 @@ void Record(Worker* w, const Status& s, const char* what) {
 // One iteration: push batch `step`, then pull batch step + 1 (which becomes
 // the next push's batch). Returns false when the worker should give up
 // (repeated failures, so a dead shard does not cost timeout after timeout).
-bool Iterate(const LoadArgs& args, uint32_t rank, PsClient& client, uint64_t step, bool timed,
-             Worker* w) {
+bool Iterate(const LoadArgs& args, const std::vector<Batch>& pool, uint32_t rank, PsClient& client,
+             uint64_t step, bool timed, Worker* w) {
+  const Batch& batch = PickBatch(args, pool, rank, step);
   const auto t0 = Clock::now();
   ++w->pushes_sent;
-  const Status pushed = client.Push(wire::Kind::kPush, step,
-                                    {{0, false, w->rows.data(), w->rows.size(), w->grad.data()}});
+  const Status pushed =
+      client.Push(wire::Kind::kPush, step,
+                  {{0, false, batch.rows.data(), batch.rows.size(), batch.grad.data()}});
   const auto t1 = Clock::now();
   if (!pushed.ok()) Record(w, pushed, "push");
 
-  MakeBatch(args, rank, step + 1, &w->next_rows, &w->next_grad);
-  for (uint32_t row : w->next_rows) {
+  const Batch& next = PickBatch(args, pool, rank, step + 1);
+  for (uint32_t row : next.rows) {
     for (uint32_t c = 0; c < args.width; ++c) {
       w->table[size_t{row} * args.width + c] = std::numeric_limits<float>::quiet_NaN();
     }
@@ -172,7 +190,7 @@ bool Iterate(const LoadArgs& args, uint32_t rank, PsClient& client, uint64_t ste
   const auto t2 = Clock::now();
   ++w->pulls_sent;
   Status pulled =
-      client.SendPull(0, {{0, false, w->next_rows.data(), w->next_rows.size(), w->table.data()}},
+      client.SendPull(0, {{0, false, next.rows.data(), next.rows.size(), w->table.data()}},
                       /*whole=*/false, /*for_step=*/step + 1);
   if (pulled.ok()) pulled = client.ReceivePull().status();
   const auto t3 = Clock::now();
@@ -180,7 +198,7 @@ bool Iterate(const LoadArgs& args, uint32_t rank, PsClient& client, uint64_t ste
     Record(w, pulled, "pull");
   } else {
     bool written = true;
-    for (uint32_t row : w->next_rows) {
+    for (uint32_t row : next.rows) {
       for (uint32_t c = 0; c < args.width; ++c) {
         written = written && std::isfinite(w->table[size_t{row} * args.width + c]);
       }
@@ -197,31 +215,28 @@ bool Iterate(const LoadArgs& args, uint32_t rank, PsClient& client, uint64_t ste
       w->pull_us.push_back(std::chrono::duration<float, std::micro>(t3 - t2).count());
     }
   }
-  std::swap(w->rows, w->next_rows);
-  std::swap(w->grad, w->next_grad);
   return w->failures < 3;
 }
 
-void RunWorker(const LoadArgs& args, const Partition& partition, const ClusterMap& map,
-               uint32_t rank, uint32_t n, Clock::time_point go_deadline, Control* control,
-               Worker* w) {
+void RunWorker(const LoadArgs& args, const std::vector<Batch>& pool, const Partition& partition,
+               const ClusterMap& map, std::shared_ptr<zmq::context_t> context, uint32_t rank,
+               uint32_t n, Clock::time_point go_deadline, Control* control, Worker* w) {
   auto signal_ready = [&] {
     std::lock_guard<std::mutex> lock(control->mu);
     ++control->ready;
     control->cv.notify_all();
   };
   const auto timeout = std::chrono::milliseconds(args.timeout_ms);
-  auto client = PsClient::Connect(map, partition, rank, n, timeout);
+  auto client = PsClient::Connect(map, partition, rank, n, timeout, {}, {}, std::move(context));
   if (!client.ok()) {
     Record(w, client.status(), "connect");
     signal_ready();
     return;
   }
   uint64_t step = 0;
-  MakeBatch(args, rank, step, &w->rows, &w->grad);
   bool alive = true;
   for (int i = 0; i < args.warmup && alive; ++i) {
-    alive = Iterate(args, rank, **client, step++, /*timed=*/false, w);
+    alive = Iterate(args, pool, rank, **client, step++, /*timed=*/false, w);
   }
   signal_ready();
   if (!alive) return;
@@ -233,7 +248,7 @@ void RunWorker(const LoadArgs& args, const Partition& partition, const ClusterMa
     }
   }
   while (alive && !control->stop.load(std::memory_order_relaxed)) {
-    alive = Iterate(args, rank, **client, step++, /*timed=*/true, w);
+    alive = Iterate(args, pool, rank, **client, step++, /*timed=*/true, w);
   }
 }
 
@@ -255,14 +270,15 @@ WorkerCountResult RunWorkers(const LoadArgs& args, const Partition& partition,
   };
 
   // The workers' buffers first, written, so the readings below see the
-  // shard and the connections, not these.
+  // shard and the connections, not these. The batches are made here, not
+  // in the workers' loops: making them cost as much CPU as the shard's Adam,
+  // and a worker on its own host would not take it from the shard.
+  std::vector<Batch> pool;
+  pool.reserve(kBatchPool);
+  for (uint32_t i = 0; i < kBatchPool; ++i) pool.push_back(MakeBatch(args, i));
   std::vector<Worker> workers(n);
   for (auto& w : workers) {
     w.table = initial;
-    w.rows.resize(args.rows);
-    w.next_rows.resize(args.rows);
-    w.grad.resize(size_t{args.rows} * args.width);
-    w.next_grad.resize(w.grad.size());
     const size_t expected = static_cast<size_t>(args.seconds * 4000) + 64;  // grows if needed
     w.push_us.reserve(expected);
     w.pull_us.reserve(expected);
@@ -298,11 +314,15 @@ WorkerCountResult RunWorkers(const LoadArgs& args, const Partition& partition,
   const auto ready_deadline =
       Clock::now() + timeout * (2 * args.warmup + 1) + std::chrono::seconds(30);
   const auto go_deadline = ready_deadline + std::chrono::seconds(10);
+  std::shared_ptr<zmq::context_t> context;
+  if (args.client_io_threads > 0) {
+    context = std::make_shared<zmq::context_t>(args.client_io_threads);
+  }
   std::vector<std::thread> threads;
   threads.reserve(n);
   for (uint32_t rank = 0; rank < n; ++rank) {
-    threads.emplace_back(RunWorker, std::cref(args), std::cref(partition), std::cref(map), rank, n,
-                         go_deadline, &control, &workers[rank]);
+    threads.emplace_back(RunWorker, std::cref(args), std::cref(pool), std::cref(partition),
+                         std::cref(map), context, rank, n, go_deadline, &control, &workers[rank]);
   }
   bool all_ready = false;
   {

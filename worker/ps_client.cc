@@ -39,7 +39,8 @@ PsClient::~PsClient() = default;
 
 Result<std::unique_ptr<PsClient>> PsClient::Connect(
     const ClusterMap& map, const Partition& partition, uint32_t worker_rank, uint32_t num_workers,
-    std::chrono::milliseconds timeout, wire::Limits limits, const wire::CurveSettings& curve) {
+    std::chrono::milliseconds timeout, wire::Limits limits, const wire::CurveSettings& curve,
+    std::shared_ptr<zmq::context_t> context) {
   if (map.shards.size() != partition.shards()) {
     return Status::InvalidArgument("the cluster map lists " + std::to_string(map.shards.size()) +
                                    " shards, the partition expects " +
@@ -49,9 +50,10 @@ Result<std::unique_ptr<PsClient>> PsClient::Connect(
       new PsClient(partition, worker_rank, num_workers, timeout, limits));
   client->job_ = map.job;
   client->epoch_ = map.epoch;
+  client->context_ = context ? std::move(context) : std::make_shared<zmq::context_t>(1);
   for (const auto& shard : map.shards) {
     try {
-      zmq::socket_t socket(client->context_, zmq::socket_type::dealer);
+      zmq::socket_t socket(*client->context_, zmq::socket_type::dealer);
       socket.set(zmq::sockopt::linger, 0);
       socket.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(limits.max_frame_bytes));
       socket.set(zmq::sockopt::sndhwm, 0);

@@ -124,12 +124,13 @@ struct PsCounters {
 
 class PsClient {
  public:
-  static Result<std::unique_ptr<PsClient>> Connect(const ClusterMap& map,
-                                                   const Partition& partition, uint32_t worker_rank,
-                                                   uint32_t num_workers,
-                                                   std::chrono::milliseconds timeout,
-                                                   wire::Limits limits = {},
-                                                   const wire::CurveSettings& curve = {});
+  // `context`: a ZeroMQ context to share with other clients of this process
+  // (it must outlive none of them: each holds a reference); null, the
+  // client makes its own, with one I/O thread.
+  static Result<std::unique_ptr<PsClient>> Connect(
+      const ClusterMap& map, const Partition& partition, uint32_t worker_rank, uint32_t num_workers,
+      std::chrono::milliseconds timeout, wire::Limits limits = {},
+      const wire::CurveSettings& curve = {}, std::shared_ptr<zmq::context_t> context = {});
   ~PsClient();
 
   // kind push (gradients of `step`) or init (initial values); waits for every
@@ -277,7 +278,11 @@ class PsClient {
   std::chrono::milliseconds timeout_;
   wire::Limits limits_;
   std::vector<wire::TableShape> shapes_;  // what replies are decoded against
-  zmq::context_t context_{1};
+  // Null until Connect: the caller's context when it shares one among the
+  // clients of a process (one I/O thread for all of them, as a process that
+  // simulates many workers wants), else the client's own. Declared before
+  // the sockets, so they close before it goes.
+  std::shared_ptr<zmq::context_t> context_;
   std::vector<zmq::socket_t> sockets_;  // by shard
   std::vector<std::string> endpoints_;
   uint64_t next_request_ = 1;
