@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "tools/bench_pipe.h"
 #include "tools/bench_stats.h"
 
 namespace gridsync::bench::allreduce {
@@ -90,39 +91,6 @@ inline int RoundIters(const SizePlan& p, int rounds, int j) {
   return p.iters / rounds + (j < p.iters % rounds ? 1 : 0);
 }
 inline int RoundWarmup(int warmup, int j) { return j == 0 ? warmup : std::min(1, warmup); }
-
-inline std::string Errno(const char* what) {
-  return std::string(what) + ": " + std::strerror(errno);
-}
-
-// Writes all of `text`, retrying on EINTR and short writes.
-inline bool WriteAll(int fd, std::string_view text) {
-  while (!text.empty()) {
-    const ssize_t n = write(fd, text.data(), text.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    text.remove_prefix(static_cast<size_t>(n));
-  }
-  return true;
-}
-
-// Reads exactly `size` bytes; false on EOF or error.
-inline bool ReadAll(int fd, void* data, size_t size) {
-  auto* at = static_cast<char*>(data);
-  while (size > 0) {
-    const ssize_t n = read(fd, at, size);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    at += n;
-    size -= static_cast<size_t>(n);
-  }
-  return true;
-}
-
-inline void CloseFd(int* fd) {
-  if (*fd >= 0) close(*fd);
-  *fd = -1;
-}
 
 // gridsync's side: one forked process per rank, each joining a Gloo group
 // through the coordinator and timing its all-reduces.

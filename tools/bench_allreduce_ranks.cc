@@ -259,18 +259,9 @@ class ForkedRanks final : public GridsyncRanks {
     return "gridsync rank " + std::to_string(r) + " of " + std::to_string(size_);
   }
 
-  static std::string DescribeExit(int wstatus) {
-    if (wstatus == -1) return "could not be waited for";
-    if (WIFSIGNALED(wstatus)) return "was killed by signal " + std::to_string(WTERMSIG(wstatus));
-    return "exited with status " + std::to_string(WEXITSTATUS(wstatus));
-  }
-
   // Waits for the child; returns its wait status (-1 if waitpid failed).
   static int Reap(RankChild* c) {
-    int wstatus = -1;
-    while (waitpid(c->pid, &wstatus, 0) < 0) {
-      if (errno != EINTR) return -1;
-    }
+    const int wstatus = ReapChild(c->pid);
     c->reaped = true;
     return wstatus;
   }

@@ -39,34 +39,36 @@
 // for a 4 B id and gets 4 x width B back (headers not counted; 24 B per row
 // at width 2, as pushpull counts).
 //
-// Memory: the shard runs in this process, so its memory is read as this
-// process's VmRSS and VmHWM (/proc/self/status). The workers' own buffers
-// (each holds a whole copy of the table, as a training worker's model does:
-// PsClient's pulls write into the whole table) are allocated and written
-// before the first reading. Readings per W (the ones between phases after
-// malloc_trim, so a phase's freed transients are not the next one's):
-//   - rss0: before the shard starts;
+// Memory: the shard runs in a process of its own (bench_load_shard.h),
+// forked for each W before this process starts a thread or allocates the
+// workers' buffers, so its VmRSS and VmHWM (read by the child from
+// /proc/self/status, asked over a pipe) are the shard's alone, as on a host
+// of its own: the workers' threads, their ZeroMQ context and their copies
+// of the table (each holds a whole one, as a training worker's model does:
+// PsClient's pulls write into the whole table) are this process's.
+// Readings per W (the ones between phases after malloc_trim, so a phase's
+// freed transients are not the next one's):
+//   - rss0: the child before the shard starts;
 //   - shard = after it started and took the initial values - rss0: its
 //     state (parameters, gradient buffer and Adam's state, some 4-5 x the
 //     table's bytes), its threads and ZeroMQ context;
 //   - perW = (ready - rss0 - shard) / W, ready = all W clients connected and
-//     warmed up: per worker a PsClient with its own ZeroMQ context (an I/O
-//     thread), one TCP connection with ZeroMQ's buffers at each end, the
-//     threads' stacks and the malloc arenas of the message buffers; the
-//     worker's and the shard's halves cannot be told apart in one process;
+//     warmed up: per worker the shard's end of one TCP connection (ZeroMQ's
+//     pipe and buffers) and the malloc arenas of the messages;
 //   - grow = the most of VmRSS sampled every 50 ms and VmHWM (reset through
 //     /proc/self/clear_refs when the timed phase starts; left out where the
 //     kernel refuses) over the timed phase, minus ready: what "bounded" is
 //     about, since a queue or a leak grows with the operations served;
-//   - after: once the shard and the workers are gone.
+//   - after: once the W clients closed their connections.
 // Besides memory the shard's serving_stats() are sampled: pulls held
 // waiting (none under async; "wait") and refusals. The shard keeps no queue
 // of its own under async: a push is applied and acked in the I/O thread's
 // turn; what waits is in ZeroMQ's pipes, and since every worker waits for
 // its reply before sending again at most W requests are in flight.
-// The CPU the timed phase had is printed too: cores busy in this process
-// (getrusage) and in the rest of the host (/proc/stat), since a build
-// sharing the cores moves the latencies as much as W does.
+// The CPU the timed phase had is printed too: cores busy in the shard's
+// process and in this one (getrusage) and in the rest of the host
+// (/proc/stat), since a build sharing the cores moves the latencies as
+// much as W does.
 //
 // Targets, evaluated on every run:
 //   - nothing dropped: #drop = |pushes the workers sent - the shard's
@@ -93,8 +95,8 @@
 // (the memory and p99 targets are reported, not required), 1 otherwise, 2
 // on bad arguments.
 //
-// Caveat for small hosts: W worker threads, W ZeroMQ I/O threads and the
-// shard's threads share the host's cores; with many more threads than cores
+// Caveat for small hosts: W worker threads, their ZeroMQ I/O thread and the
+// shard's process share the host's cores; with many more threads than cores
 // the latency is mostly queueing (a closed loop: latency ~ W x the time
 // the shard and the clients spend per operation, Little's law), so p99 is
 // compared with linear growth, and the scheduler's time slices add to p99.
@@ -143,6 +145,54 @@ using load::MiB;
 using load::RunWorkers;
 using load::WorkerCountResult;
 
+// The ratios of row r against `base` (W_min's; its ops_per_s 0 when it did
+// not run: the ratios are then NaN and the verdict FAIL).
+void Ratios(const WorkerCountResult& base, uint32_t w_min, WorkerCountResult* r) {
+  r->worker_ratio = static_cast<double>(r->workers) / w_min;
+  const double nan = std::nan("");
+  r->little_ratio = base.ops_per_s > 0 ? r->worker_ratio * base.ops_per_s / r->ops_per_s : nan;
+  r->push_p99_ratio = base.ops_per_s > 0 ? r->push.p99_us / base.push.p99_us : nan;
+  r->pull_p99_ratio = base.ops_per_s > 0 ? r->pull.p99_us / base.pull.p99_us : nan;
+  // A tiny tolerance: the base row's own ratios are exactly 1.
+  r->linear = r->push_p99_ratio <= r->worker_ratio * (1 + 1e-9) &&
+              r->pull_p99_ratio <= r->worker_ratio * (1 + 1e-9);
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Per W (in `workers`' order): the median over the rounds that ran of the
+// latencies and the throughput; `round` holds how many rounds ran (0: none,
+// and the rest is zeros).
+std::vector<WorkerCountResult> MediansByWorkers(const std::vector<WorkerCountResult>& results,
+                                                const std::vector<uint32_t>& workers) {
+  std::vector<WorkerCountResult> medians;
+  for (uint32_t n : workers) {
+    std::vector<double> push50, push99, pull50, pull99, ops;
+    for (const auto& r : results) {
+      if (r.workers != n || !r.ran) continue;
+      push50.push_back(r.push.p50_us);
+      push99.push_back(r.push.p99_us);
+      pull50.push_back(r.pull.p50_us);
+      pull99.push_back(r.pull.p99_us);
+      ops.push_back(r.ops_per_s);
+    }
+    WorkerCountResult m;
+    m.workers = n;
+    m.round = static_cast<int>(ops.size());
+    if (!ops.empty()) {
+      m.push = {Median(push50), Median(push99)};
+      m.pull = {Median(pull50), Median(pull99)};
+      m.ops_per_s = Median(ops);
+    }
+    medians.push_back(m);
+  }
+  return medians;
+}
+
 int BadArgs(const std::string& why) {
   std::fprintf(stderr, "gridsync-bench load: %s\n", why.c_str());
   return 2;
@@ -153,6 +203,9 @@ int RunLoad(const LoadArgs& args) {
   for (uint32_t w : args.workers) {
     if (w == 0 || w > 1024) {
       return BadArgs("--workers " + std::to_string(w) + "; allowed: 1..1024 each");
+    }
+    if (std::count(args.workers.begin(), args.workers.end(), w) > 1) {
+      return BadArgs("--workers lists " + std::to_string(w) + " twice; allowed: distinct counts");
     }
   }
   if (args.rows == 0 || args.width == 0) return BadArgs("--rows and --width must be >= 1");
@@ -202,56 +255,61 @@ int RunLoad(const LoadArgs& args) {
       "payload (%.0f B push + %.0f B pull per iteration; headers not counted) / s\n",
       push_bytes, push_bytes);
   std::printf(
-      "# memory (MiB, of this whole process: the shard is in-process; the workers' table copies "
-      "are allocated before rss0): rss0 before the shard; shard = after its start and the init "
-      "push - rss0; perW_KiB = (ready - rss0 - shard) / W, ready = all W clients connected and "
-      "warmed up; grow = max(VmRSS sampled every 50 ms, VmHWM) over the timed phase - ready; "
-      "bound = W x (push + pull request + pull reply) + %.0f; after = VmRSS once the shard and "
-      "the workers are gone (malloc_trim)\n",
+      "# memory (MiB, of the shard's process: forked before the workers' buffers and threads): "
+      "rss0 before the shard started; shard = after its start and the init push - rss0; "
+      "perW_KiB = (ready - rss0 - shard) / W, ready = all W clients connected and warmed up; "
+      "grow = max(VmRSS sampled every 50 ms, VmHWM) over the timed phase - ready; bound = W x "
+      "(push + pull request + pull reply) + %.0f; after = VmRSS once the W clients closed "
+      "(malloc_trim)\n",
       MiB(kSlackBytes));
   std::printf(
       "# #drop = |pushes sent - shard's pushes| + |pushes sent - shard's applied steps| + |pulls "
       "sent - shard's pulls|; #err = failed or timed-out pushes and pulls + pulls leaving a row "
       "unwritten + shard errors and refusals; wait = most pulls the shard held; cpu = cores busy "
-      "in this process, other = in the rest of the host, over the timed phase; p99x = p99(W) / "
+      "in the shard's process, wcpu = in the workers' (this one), other = in the rest of the "
+      "host, over the timed phase; p99x = p99(W) / "
       "p99(W=%u), push and pull; Wx = W / %u; linear = both p99x <= Wx; Lx = Wx x kops/s(W=%u) / "
       "kops/s(W), the latency ratio a closed loop's queueing gives (Little's law; information: "
       "above Wx when W gets less throughput, e.g. cores taken by other processes)\n",
       w_min, w_min, w_min);
   std::printf(
-      "#%5s %5s %7s %9s %9s %9s %9s %7s %6s %6s %6s %8s %8s %6s %6s %6s %4s %5s %5s %5s %5s "
-      "%9s %9s %6s %6s %6s\n",
-      "W", "secs", "iters", "push_p50", "push_p99", "pull_p50", "pull_p99", "kops/s", "GB/s",
-      "rss0", "shard", "perW_KiB", "grow", "bound", "hwm", "after", "wait", "#drop", "#err", "cpu",
-      "other", "p99x_push", "p99x_pull", "Wx", "linear", "Lx");
+      "#%4s %6s %5s %7s %9s %9s %9s %9s %7s %6s %6s %6s %8s %8s %6s %6s %6s %4s %5s %5s %5s "
+      "%5s %5s %9s %9s %6s %6s %6s\n",
+      "round", "W", "secs", "iters", "push_p50", "push_p99", "pull_p50", "pull_p99", "kops/s",
+      "GB/s", "rss0", "shard", "perW_KiB", "grow", "bound", "hwm", "after", "wait", "#drop", "#err",
+      "cpu", "wcpu", "other", "p99x_push", "p99x_pull", "Wx", "linear", "Lx");
   std::fflush(stdout);
 
-  // The rows are printed once all ran: the ratios need W_min's row.
+  // The rows are printed once all ran: the ratios need W_min's row. Each
+  // round runs every W, starting one W later than the round before, so no
+  // W always runs first (on a host whose neighbours come and go).
   std::vector<WorkerCountResult> results;
-  for (uint32_t n : args.workers) {
-    std::fprintf(stderr, "gridsync-bench load: %u workers...\n", n);
-    results.push_back(RunWorkers(args, partition, tables, n, initial));
+  for (int round = 0; round < args.rounds; ++round) {
+    for (size_t i = 0; i < args.workers.size(); ++i) {
+      const uint32_t n = args.workers[(i + static_cast<size_t>(round)) % args.workers.size()];
+      std::fprintf(stderr, "gridsync-bench load: round %d, %u workers...\n", round + 1, n);
+      results.push_back(RunWorkers(args, partition, tables, n, initial));
+      results.back().round = round;
+    }
   }
-  const WorkerCountResult* base =
-      &*std::find_if(results.begin(), results.end(),
-                     [&](const WorkerCountResult& r) { return r.workers == w_min; });
-  bool all_linear = true, all_memory = true;
+  std::stable_sort(results.begin(), results.end(),
+                   [](const WorkerCountResult& a, const WorkerCountResult& b) {
+                     return a.round != b.round ? a.round < b.round : a.workers < b.workers;
+                   });
+  bool all_memory = true;
   uint64_t dropped = 0, errors = 0;
   for (auto& r : results) {
     if (!r.ran) {  // failed before its timed phase: the details line says why
-      std::printf("%6u did not run\n", r.workers);
-      all_linear = all_memory = false;
+      std::printf("%5d %6u did not run\n", r.round + 1, r.workers);
+      all_memory = false;
       errors += r.errors;
       continue;
     }
-    r.worker_ratio = static_cast<double>(r.workers) / w_min;
-    r.little_ratio = r.worker_ratio * base->ops_per_s / r.ops_per_s;
-    r.push_p99_ratio = r.push.p99_us / base->push.p99_us;
-    r.pull_p99_ratio = r.pull.p99_us / base->pull.p99_us;
-    // A tiny tolerance: the base row's own ratios are exactly 1.
-    r.linear = r.push_p99_ratio <= r.worker_ratio * (1 + 1e-9) &&
-               r.pull_p99_ratio <= r.worker_ratio * (1 + 1e-9);
-    all_linear = all_linear && r.linear;
+    // Against W_min's row of the same round: side by side.
+    const auto base = std::find_if(results.begin(), results.end(), [&](const auto& b) {
+      return b.round == r.round && b.workers == w_min;
+    });
+    Ratios(base->ran ? *base : WorkerCountResult{}, w_min, &r);
     all_memory = all_memory && r.memory_ok();
     dropped += r.dropped;
     errors += r.errors;
@@ -259,25 +317,51 @@ int RunLoad(const LoadArgs& args) {
     const double per_worker_kib =
         (static_cast<double>(r.rss_ready) - static_cast<double>(r.rss_shard)) / 1024.0 / r.workers;
     std::printf(
-        "%6u %5.2f %7llu %9.0f %9.0f %9.0f %9.0f %7.2f %6.3f %6.1f %6.1f %8.0f %8.2f %6.1f %6.1f "
-        "%6.1f %4llu %5llu %5llu %5.2f %5.2f %9.2f %9.2f %6.1f %6s %6.1f\n",
-        r.workers, r.seconds, static_cast<unsigned long long>(r.pushes), r.push.p50_us,
+        "%5d %6u %5.2f %7llu %9.0f %9.0f %9.0f %9.0f %7.2f %6.3f %6.1f %6.1f %8.0f %8.2f %6.1f "
+        "%6.1f %6.1f %4llu %5llu %5llu %5.2f %5.2f %5.2f %9.2f %9.2f %6.1f %6s %6.1f\n",
+        r.round + 1, r.workers, r.seconds, static_cast<unsigned long long>(r.pushes), r.push.p50_us,
         r.push.p99_us, r.pull.p50_us, r.pull.p99_us, r.ops_per_s / 1e3, r.gbps,
         MiB(static_cast<double>(r.rss0)), shard_mib, per_worker_kib,
         MiB(static_cast<double>(r.growth())), MiB(static_cast<double>(r.memory_bound)),
         MiB(static_cast<double>(r.hwm)), MiB(static_cast<double>(r.rss_after)),
         static_cast<unsigned long long>(r.max_waiting_pulls),
         static_cast<unsigned long long>(r.dropped), static_cast<unsigned long long>(r.errors),
-        r.self_cpu, r.other_cpu, r.push_p99_ratio, r.pull_p99_ratio, r.worker_ratio,
+        r.shard_cpu, r.worker_cpu, r.other_cpu, r.push_p99_ratio, r.pull_p99_ratio, r.worker_ratio,
         r.linear ? "PASS" : "FAIL", r.little_ratio);
   }
-  // Details after the table, so the rows stay one block.
+  // The medians over the rounds, per W: what the p99 verdict reads.
+  const std::vector<WorkerCountResult> medians = MediansByWorkers(results, args.workers);
+  bool all_linear = true;
+  std::printf(
+      "# medians over %d round(s), per W (p50, p99 and kops/s each the median of its "
+      "rounds; ratios from these medians):\n",
+      args.rounds);
+  std::printf("#%5s %4s %9s %9s %9s %9s %7s %9s %9s %6s %6s %6s\n", "W", "runs", "push_p50",
+              "push_p99", "pull_p50", "pull_p99", "kops/s", "p99x_push", "p99x_pull", "Wx",
+              "linear", "Lx");
+  const auto median_base = std::find_if(medians.begin(), medians.end(),
+                                        [&](const auto& m) { return m.workers == w_min; });
+  for (auto m : medians) {
+    if (m.round == 0) {  // no round of this W ran (round holds the count here)
+      std::printf("%6u %4d did not run\n", m.workers, 0);
+      all_linear = false;
+      continue;
+    }
+    Ratios(median_base->round > 0 ? *median_base : WorkerCountResult{}, w_min, &m);
+    all_linear = all_linear && m.linear;
+    std::printf("%6u %4d %9.0f %9.0f %9.0f %9.0f %7.2f %9.2f %9.2f %6.1f %6s %6.1f\n", m.workers,
+                m.round, m.push.p50_us, m.push.p99_us, m.pull.p50_us, m.pull.p99_us,
+                m.ops_per_s / 1e3, m.push_p99_ratio, m.pull_p99_ratio, m.worker_ratio,
+                m.linear ? "PASS" : "FAIL", m.little_ratio);
+  }
+  // Details after the tables, so the rows stay one block.
   for (const auto& r : results) {
     std::printf(
-        "# W=%u: shard counted pushes %llu, applied steps %llu, pulls %llu, errors %llu, refusals "
+        "# round %d, W=%u: shard counted pushes %llu, applied steps %llu, pulls %llu, errors %llu, "
+        "refusals "
         "%llu; workers sent pushes %llu, pulls %llu (warmup included; timed: %llu each); VmHWM "
         "%s%s%s\n",
-        r.workers, static_cast<unsigned long long>(r.shard_pushes),
+        r.round + 1, r.workers, static_cast<unsigned long long>(r.shard_pushes),
         static_cast<unsigned long long>(r.shard_applied),
         static_cast<unsigned long long>(r.shard_pulls),
         static_cast<unsigned long long>(r.shard_errors),
@@ -293,9 +377,9 @@ int RunLoad(const LoadArgs& args) {
                                   [&](const WorkerCountResult& r) { return r.workers == w_max; });
   std::printf(
       "# targets: nothing dropped: %s (#drop %llu, #err %llu over all W); memory bounded: %s "
-      "(grow within bound for every W; per added worker %.0f KiB at W=%u: its client's ZeroMQ "
-      "context and threads, one TCP connection's buffers on each side, malloc arenas of its "
-      "messages; not growing with the operations); p99 no faster than linear in W: %s\n",
+      "(grow within bound for every W; per added worker %.0f KiB of the shard's at W=%u: its "
+      "connection's ZeroMQ pipe and buffers, malloc arenas of its messages; not growing with "
+      "the operations); p99 no faster than linear in W: %s\n",
       dropped == 0 && errors == 0 ? "PASS" : "FAIL", static_cast<unsigned long long>(dropped),
       static_cast<unsigned long long>(errors), all_memory ? "PASS" : "FAIL",
       (static_cast<double>(top.rss_ready) - static_cast<double>(top.rss_shard)) / 1024.0 /
@@ -321,7 +405,8 @@ int RunLoad(const LoadArgs& args) {
                        {"payload_bytes_per_iteration", 2 * push_bytes}};
     out["rows"] = nlohmann::json::array();
     for (const auto& r : results) {
-      out["rows"].push_back({{"workers", r.workers},
+      out["rows"].push_back({{"round", r.round + 1},
+                             {"workers", r.workers},
                              {"ran", r.ran},
                              {"seconds", r.seconds},
                              {"pushes", r.pushes},
@@ -339,7 +424,8 @@ int RunLoad(const LoadArgs& args) {
                              {"rss_end_bytes", r.rss_end},
                              {"hwm_bytes", r.hwm},
                              {"hwm_reset", r.hwm_reset},
-                             {"cpu_self_cores", r.self_cpu},
+                             {"cpu_shard_cores", r.shard_cpu},
+                             {"cpu_workers_cores", r.worker_cpu},
                              {"cpu_other_cores", r.other_cpu},
                              {"rss_after_bytes", r.rss_after},
                              {"growth_bytes", r.growth()},
@@ -361,6 +447,16 @@ int RunLoad(const LoadArgs& args) {
                              {"worker_ratio", r.worker_ratio},
                              {"little_ratio", r.little_ratio},
                              {"p99_linear", r.linear}});
+    }
+    out["medians"] = nlohmann::json::array();
+    for (const auto& m : medians) {
+      out["medians"].push_back({{"workers", m.workers},
+                                {"rounds", m.round},
+                                {"push_p50_us", m.push.p50_us},
+                                {"push_p99_us", m.push.p99_us},
+                                {"pull_p50_us", m.pull.p50_us},
+                                {"pull_p99_us", m.pull.p99_us},
+                                {"ops_per_s", m.ops_per_s}});
     }
     out["targets"] = {{"nothing_dropped", dropped == 0 && errors == 0},
                       {"memory_bounded", all_memory},
@@ -384,7 +480,10 @@ Runner AddLoadCommand(CLI::App* app) {
   cmd->add_option("--workers", args->workers,
                   "Worker counts to run, one shard each (e.g. 8,32,128)")
       ->delimiter(',');
-  cmd->add_option("--seconds", args->seconds, "Timed seconds per worker count");
+  cmd->add_option("--seconds", args->seconds, "Timed seconds per worker count and round");
+  cmd->add_option("--rounds", args->rounds,
+                  "Rounds of the whole sweep; the p99 verdict reads each W's median over them")
+      ->check(CLI::Range(1, 100));
   cmd->add_option("--rows", args->rows, "Rows per push and per pull");
   cmd->add_option("--width", args->width, "Floats per row (a hash-grid level: 2)");
   cmd->add_option("--table-rows", args->table_rows, "Rows of the table");

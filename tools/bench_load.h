@@ -31,6 +31,7 @@ constexpr uint64_t kSlackBytes = uint64_t{8} << 20;  // allocator slack in the m
 struct LoadArgs {
   std::vector<uint32_t> workers = {8, 32, 128};
   double seconds = 3.0;
+  int rounds = 3;  // sweeps of every W; the p99 verdict reads the medians
   uint32_t rows = 4096;
   uint32_t width = 2;
   uint64_t table_rows = uint64_t{1} << 18;
@@ -50,6 +51,7 @@ struct Latency {
 
 struct WorkerCountResult {
   uint32_t workers = 0;
+  int round = 0;                   // which sweep (from 0)
   double seconds = 0;              // timed phase, measured
   uint64_t pushes = 0, pulls = 0;  // timed, completed
   Latency push, pull;
@@ -57,8 +59,10 @@ struct WorkerCountResult {
   uint64_t rss0 = 0, rss_shard = 0, rss_ready = 0, rss_max = 0, rss_end = 0, hwm = 0, rss_after = 0;
   bool ran = false;  // reached its timed phase
   bool hwm_reset = false;
-  double self_cpu = 0, other_cpu = 0;  // cores busy over the timed phase: this process, the rest
-  uint64_t memory_bound = 0;           // allowed growth over the timed phase
+  // Cores busy over the timed phase: the shard's process, this one (the
+  // workers), the rest of the host.
+  double shard_cpu = 0, worker_cpu = 0, other_cpu = 0;
+  uint64_t memory_bound = 0;  // allowed growth over the timed phase
   uint64_t max_waiting_pulls = 0;
   uint64_t shard_pushes = 0, shard_applied = 0, shard_pulls = 0, shard_errors = 0, refusals = 0;
   uint64_t sent_pushes = 0, sent_pulls = 0;

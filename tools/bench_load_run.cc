@@ -1,10 +1,8 @@
-// The many-workers run of gridsync-bench load (bench_load.h): one
-// in-process PsShard, W real PsClient threads, and this process's memory
-// and CPU read from /proc while they run.
+// The many-workers run of gridsync-bench load (bench_load.h): one PsShard
+// in a forked process (bench_load_shard.h), W real PsClient threads here,
+// and the shard's memory and CPU read from its /proc while they run.
 //
 // Thread safety: see bench_load.h.
-#include <malloc.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -24,12 +22,14 @@
 
 #include "common/cluster_map.h"
 #include "common/config.h"
+#include "common/huge_pages.h"
 #include "common/sharding.h"
 #include "common/status.h"
 #include "common/wire/message.h"
 #include "server/ps_shard.h"
 #include "tools/bench_cpu.h"
 #include "tools/bench_load.h"
+#include "tools/bench_load_shard.h"
 #include "tools/bench_shard_map.h"
 #include "worker/ps_client.h"
 
@@ -91,45 +91,6 @@ float InitialValueOf(uint64_t row, uint32_t col) {
   return static_cast<float>(h >> 16) / 65536.0f * 1e-2f - 0.5e-2f;
 }
 
-struct Memory {
-  uint64_t rss = 0;  // bytes
-  uint64_t hwm = 0;
-};
-
-Memory ReadMemory() {
-  Memory m;
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    std::istringstream in(line);
-    std::string key;
-    uint64_t kb = 0;
-    in >> key >> kb;
-    if (key == "VmRSS:") m.rss = kb << 10;
-    if (key == "VmHWM:") m.hwm = kb << 10;
-  }
-  return m;
-}
-
-// VmRSS once the allocator returned what it holds free (glibc keeps freed
-// memory in its arenas): for the readings between phases, so a phase's
-// transient buffers (the init push's whole table) do not count as the next
-// phase's memory.
-uint64_t TrimmedRss() {
-#ifdef __GLIBC__
-  malloc_trim(0);
-#endif
-  return ReadMemory().rss;
-}
-
-// Resets VmHWM to the current VmRSS (Linux 4.0+); false where not allowed.
-bool ResetPeak() {
-  std::ofstream clear("/proc/self/clear_refs");
-  clear << "5";
-  clear.flush();
-  return static_cast<bool>(clear);
-}
-
 Latency Percentiles(std::vector<float> us) {
   if (us.empty()) return {std::nan(""), std::nan("")};
   std::sort(us.begin(), us.end());
@@ -143,7 +104,10 @@ Latency Percentiles(std::vector<float> us) {
 // One simulated worker: its buffers (allocated and written before the
 // memory baseline) and what it measured.
 struct Worker {
-  std::vector<float> table;                  // the pull destination: the whole table
+  // The pull destination: the whole table, on huge pages as the training
+  // worker's grid (worker/model.cc): W tables of 4 KiB pages would spend
+  // the host's TLB on the bench, not on the shard.
+  HugePageVector<float> table;
   std::vector<float> push_us, pull_us;       // timed phase
   uint64_t pushes_sent = 0, pulls_sent = 0;  // every phase; sent = attempted
   uint64_t timed_pushes = 0, timed_pulls = 0;
@@ -269,31 +233,23 @@ WorkerCountResult RunWorkers(const LoadArgs& args, const Partition& partition,
     return r;
   };
 
-  // The workers' buffers first, written, so the readings below see the
-  // shard and the connections, not these. The batches are made here, not
-  // in the workers' loops: making them cost as much CPU as the shard's Adam,
-  // and a worker on its own host would not take it from the shard.
+  // The shard first, while this process has one thread, and before the
+  // workers' buffers, which the child would otherwise count as its own.
+  const auto timeout = std::chrono::milliseconds(args.timeout_ms);
+  auto shard = ShardProcess::Fork(partition, n, timeout);
+  if (!shard.ok()) return fail(shard.status());
+  r.rss0 = (*shard)->at_start().rss;
+
   std::vector<Batch> pool;
   pool.reserve(kBatchPool);
   for (uint32_t i = 0; i < kBatchPool; ++i) pool.push_back(MakeBatch(args, i));
   std::vector<Worker> workers(n);
   for (auto& w : workers) {
-    w.table = initial;
+    w.table.assign(initial.begin(), initial.end());
     const size_t expected = static_cast<size_t>(args.seconds * 4000) + 64;  // grows if needed
     w.push_us.reserve(expected);
     w.pull_us.reserve(expected);
   }
-  r.rss0 = TrimmedRss();
-
-  const auto timeout = std::chrono::milliseconds(args.timeout_ms);
-  ShardOptions options;
-  options.endpoint = "tcp://127.0.0.1:0";
-  options.workers = n;
-  options.connections = ShardConnectionLimits(n);
-  options.consistency = Consistency::kAsync;
-  options.timeout = timeout;
-  auto shard = PsShard::Start(partition, options);
-  if (!shard.ok()) return fail(shard.status().WithContext("shard"));
 
   const ClusterMap map = OneShardMap((*shard)->endpoint(), tables, n);
   {
@@ -306,24 +262,38 @@ WorkerCountResult RunWorkers(const LoadArgs& args, const Partition& partition,
       return fail(s.WithContext("init"));
     }
   }
-  r.rss_shard = TrimmedRss();
+  auto with_shard = (*shard)->TrimAndRead();
+  if (!with_shard.ok()) return fail(with_shard.status());
+  r.rss_shard = with_shard->rss;
 
+  std::shared_ptr<zmq::context_t> context;
+  if (args.client_io_threads > 0) {
+    context = std::make_shared<zmq::context_t>(args.client_io_threads);
+  }
   Control control;
   // Connecting and the warmup: each warmup iteration has two waits of at
   // most the timeout; the workers share the cores.
   const auto ready_deadline =
       Clock::now() + timeout * (2 * args.warmup + 1) + std::chrono::seconds(30);
   const auto go_deadline = ready_deadline + std::chrono::seconds(10);
-  std::shared_ptr<zmq::context_t> context;
-  if (args.client_io_threads > 0) {
-    context = std::make_shared<zmq::context_t>(args.client_io_threads);
-  }
   std::vector<std::thread> threads;
   threads.reserve(n);
   for (uint32_t rank = 0; rank < n; ++rank) {
     threads.emplace_back(RunWorker, std::cref(args), std::cref(pool), std::cref(partition),
                          std::cref(map), context, rank, n, go_deadline, &control, &workers[rank]);
   }
+  // Every wait of a worker has a deadline, so these joins end.
+  auto join = [&] {
+    control.stop = true;
+    {
+      std::lock_guard<std::mutex> lock(control.mu);
+      control.go = true;  // a worker still at the start line leaves at once
+    }
+    control.cv.notify_all();
+    for (auto& t : threads) {
+      if (t.joinable()) t.join();
+    }
+  };
   bool all_ready = false;
   {
     std::unique_lock<std::mutex> lock(control.mu);
@@ -333,10 +303,17 @@ WorkerCountResult RunWorkers(const LoadArgs& args, const Partition& partition,
     ++r.errors;
     r.first_error = "workers not ready after their warmup by the deadline";
   }
-  r.rss_ready = r.rss_max = ReadMemory().rss;
+  // VmHWM from here: the timed phase's peak.
+  auto ready = (*shard)->ResetPeak();
+  if (!ready.ok()) {
+    join();
+    return fail(ready.status());
+  }
+  r.rss_ready = r.rss_max = ready->rss;
+  r.hwm_reset = ready->hwm_reset;
   r.ran = true;
-  r.hwm_reset = ResetPeak();  // VmHWM from here: the timed phase's peak
   const CpuTimes cpu0 = ReadCpu();
+  const double shard_cpu0 = ready->cpu_seconds;
   const auto start = Clock::now();
   {
     std::lock_guard<std::mutex> lock(control.mu);
@@ -345,25 +322,24 @@ WorkerCountResult RunWorkers(const LoadArgs& args, const Partition& partition,
   control.cv.notify_all();
   const auto end = start + std::chrono::duration_cast<Clock::duration>(
                                std::chrono::duration<double>(args.seconds));
-  while (Clock::now() < end) {
+  Status sampling;
+  while (Clock::now() < end && sampling.ok()) {
     std::this_thread::sleep_for(std::min<Clock::duration>(kSamplePeriod, end - Clock::now()));
-    r.rss_max = std::max(r.rss_max, ReadMemory().rss);
-    r.max_waiting_pulls = std::max(r.max_waiting_pulls, (*shard)->serving_stats().waiting_pulls);
+    auto reading = (*shard)->Read();
+    if (!reading.ok()) {
+      sampling = reading.status();
+      break;
+    }
+    r.rss_max = std::max(r.rss_max, reading->rss);
+    r.max_waiting_pulls = std::max(r.max_waiting_pulls, reading->waiting_pulls);
   }
-  control.stop = true;
-  // Every wait of a worker has a deadline, so these joins end.
-  for (auto& t : threads) t.join();
+  join();
   r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   const CpuTimes cpu1 = ReadCpu();
-  // Cores busy: this process's, and the rest of the host's (a compiler
-  // sharing the host moves the latencies as much as W does).
-  const CpuUse cpu = CpuBetween(cpu0, cpu1);
-  r.self_cpu = cpu.self_seconds / r.seconds;
-  r.other_cpu = cpu.other_seconds / r.seconds;
-  const Memory after_load = ReadMemory();
-  r.rss_end = after_load.rss;
-  r.hwm = after_load.hwm;
-  r.rss_max = std::max(r.rss_max, r.rss_end);
+  if (!sampling.ok()) {
+    r.ran = false;  // no figures: the details line says why
+    return fail(sampling);
+  }
 
   uint64_t sent_pushes = 0, sent_pulls = 0;
   for (const auto& w : workers) {
@@ -372,18 +348,29 @@ WorkerCountResult RunWorkers(const LoadArgs& args, const Partition& partition,
   }
   // Every reply came back unless something failed; then requests may still
   // sit in the shard's pipes: give it a moment (bounded) to count them.
-  wire::ShardStats stats = (*shard)->stats();
+  auto last = (*shard)->Read();
   const auto settle = Clock::now() + std::chrono::seconds(2);
-  while ((stats.pushes < sent_pushes || stats.pulls < sent_pulls) && Clock::now() < settle) {
+  while (last.ok() && (last->pushes < sent_pushes || last->pulls < sent_pulls) &&
+         Clock::now() < settle) {
     std::this_thread::sleep_for(kSamplePeriod);
-    stats = (*shard)->stats();
+    last = (*shard)->Read();
   }
-  const ServingStats serving = (*shard)->serving_stats();
-  r.shard_pushes = stats.pushes;
-  r.shard_applied = stats.applied_steps;
-  r.shard_pulls = stats.pulls;
-  r.shard_errors = stats.errors;
-  for (const auto& [reason, count] : serving.refusals) r.refusals += count;
+  if (!last.ok()) return fail(last.status());
+  // Cores busy: the shard's process, this one (the workers), and the rest
+  // of the host (a compiler sharing the host moves the latencies as much as
+  // W does).
+  const CpuUse cpu = CpuBetween(cpu0, cpu1);
+  r.shard_cpu = (last->cpu_seconds - shard_cpu0) / r.seconds;
+  r.worker_cpu = cpu.self_seconds / r.seconds;
+  r.other_cpu = std::max(0.0, cpu.other_seconds / r.seconds - r.shard_cpu);
+  r.rss_end = last->rss;
+  r.hwm = last->hwm;
+  r.rss_max = std::max(r.rss_max, r.rss_end);
+  r.shard_pushes = last->pushes;
+  r.shard_applied = last->applied_steps;
+  r.shard_pulls = last->pulls;
+  r.shard_errors = last->errors;
+  r.refusals = last->refusals;
 
   std::vector<float> push_us, pull_us;
   r.sent_pushes = sent_pushes;
@@ -410,11 +397,16 @@ WorkerCountResult RunWorkers(const LoadArgs& args, const Partition& partition,
   const uint64_t in_flight = uint64_t{args.rows} * (2 * sizeof(uint32_t) + 2 * args.width * 4);
   r.memory_bound = n * in_flight + kSlackBytes;
 
-  (*shard)->Stop();
-  shard->reset();
+  // The workers' clients close with their threads' ends; their context
+  // with the last reference.
+  context.reset();
   workers.clear();
   workers.shrink_to_fit();
-  r.rss_after = TrimmedRss();
+  // What the shard keeps once its W connections closed (they close a
+  // moment after the clients).
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  if (auto after = (*shard)->TrimAndRead(); after.ok()) r.rss_after = after->rss;
+  if (auto s = (*shard)->Stop(); !s.ok()) return fail(s);
   return r;
 }
 

@@ -1,0 +1,67 @@
+// Pipes and child processes for the benches that fork their peers
+// (allreduce's ranks, load's shard): whole reads and writes that retry on
+// EINTR, and a child's exit in words.
+//
+// Thread safety: reentrant; a descriptor is used by one thread at a time.
+#pragma once
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+namespace gridsync::bench {
+
+inline std::string Errno(const char* what) {
+  return std::string(what) + ": " + std::strerror(errno);
+}
+
+// Writes all of `text`, retrying on EINTR and short writes.
+inline bool WriteAll(int fd, std::string_view text) {
+  while (!text.empty()) {
+    const ssize_t n = write(fd, text.data(), text.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    text.remove_prefix(static_cast<size_t>(n));
+  }
+  return true;
+}
+
+// Reads exactly `size` bytes; false on EOF or error.
+inline bool ReadAll(int fd, void* data, size_t size) {
+  auto* at = static_cast<char*>(data);
+  while (size > 0) {
+    const ssize_t n = read(fd, at, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    at += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+inline void CloseFd(int* fd) {
+  if (*fd >= 0) close(*fd);
+  *fd = -1;
+}
+
+// How a child ended, from its wait status (-1: it could not be waited for).
+inline std::string DescribeExit(int wstatus) {
+  if (wstatus == -1) return "could not be waited for";
+  if (WIFSIGNALED(wstatus)) return "was killed by signal " + std::to_string(WTERMSIG(wstatus));
+  return "exited with status " + std::to_string(WEXITSTATUS(wstatus));
+}
+
+// Waits for child `pid`; returns its wait status (-1 if waitpid failed).
+inline int ReapChild(pid_t pid) {
+  int wstatus = -1;
+  while (waitpid(pid, &wstatus, 0) < 0) {
+    if (errno != EINTR) return -1;
+  }
+  return wstatus;
+}
+
+}  // namespace gridsync::bench
