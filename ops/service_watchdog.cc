@@ -2,6 +2,7 @@
 
 #include <systemd/sd-daemon.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <csignal>
 #include <mutex>
@@ -36,16 +37,31 @@ bool ServiceWatchdog::Tick(uint64_t progress) {
 
 WatchdogPinger::WatchdogPinger(ServiceWatchdog watchdog) {
   if (!watchdog.enabled()) return;
-  thread_ = std::jthread([watchdog](std::stop_token stop) mutable {
-    std::mutex mu;
-    std::condition_variable_any wake;
-    uint64_t beat = 0;
-    std::unique_lock<std::mutex> lock(mu);
+  timeout_ = watchdog.timeout();
+  thread_ = std::jthread([this](std::stop_token stop) {
+    std::unique_lock<std::mutex> lock(mu_);
     while (!stop.stop_requested()) {
-      watchdog.Tick(++beat);
-      wake.wait_for(lock, stop, watchdog.interval(), [] { return false; });
+      if (retuned_) {
+        sd_notifyf(0, "WATCHDOG=1\nWATCHDOG_USEC=%llu",
+                   static_cast<unsigned long long>(timeout_.count()));
+        retuned_ = false;
+      } else {
+        sd_notify(0, "WATCHDOG=1");
+      }
+      const auto third = std::max(timeout_ / 3, std::chrono::microseconds(1000));
+      wake_.wait_for(lock, stop, third, [this] { return retuned_; });
     }
   });
+}
+
+void WatchdogPinger::Retune(std::chrono::microseconds timeout) {
+  if (!enabled() || timeout.count() <= 0) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    timeout_ = timeout;
+    retuned_ = true;
+  }
+  wake_.notify_all();
 }
 
 WatchdogPinger::~WatchdogPinger() {
@@ -53,6 +69,11 @@ WatchdogPinger::~WatchdogPinger() {
     thread_.request_stop();
     thread_.join();
   }
+}
+
+std::chrono::microseconds WorkerWatchdogTimeout(double timeout_s) {
+  const auto half = std::chrono::microseconds(static_cast<int64_t>(timeout_s * 5e5));
+  return std::max(half, std::chrono::microseconds(3'000'000));
 }
 
 void NotifyReady(const char* status) { sd_notifyf(0, "READY=1\nSTATUS=%s", status); }

@@ -13,7 +13,9 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <mutex>
 #include <thread>
 
 namespace gridsync {
@@ -25,6 +27,7 @@ class ServiceWatchdog {
   static ServiceWatchdog FromEnvironment();
 
   bool enabled() const { return timeout_.count() > 0; }
+  std::chrono::microseconds timeout() const { return timeout_; }
   // How often to call Tick: a third of the timeout, so one late ping is not
   // fatal.
   std::chrono::milliseconds interval() const;
@@ -56,9 +59,28 @@ class WatchdogPinger {
   WatchdogPinger(const WatchdogPinger&) = delete;
   WatchdogPinger& operator=(const WatchdogPinger&) = delete;
 
+  bool enabled() const { return thread_.joinable(); }
+  // Replaces the unit's WatchdogSec= with `timeout` (WATCHDOG_USEC=, sent
+  // with a ping; systemd 236 and later) and pings every third of it from
+  // now on; does nothing when not enabled. For a timeout the process learns
+  // after it started (a worker's, from its config: WorkerWatchdogTimeout).
+  void Retune(std::chrono::microseconds timeout);
+
  private:
-  std::jthread thread_;
+  std::mutex mu_;
+  std::condition_variable_any wake_;
+  std::chrono::microseconds timeout_{0};  // guarded by mu_
+  bool retuned_ = false;                  // guarded by mu_: a new timeout to announce
+  std::jthread thread_;                   // last: starts once the above exist
 };
+
+// A worker's watchdog timeout: distributed.timeout_s / 2, at least 3 s. A
+// worker pings from a thread of its own while it runs (WatchdogPinger), so
+// only a stopped one misses a ping; killed before its peers' waits on it
+// time out (timeout_s), it is restarted into the rejoin before they give up
+// on it. gridsync launch gives its workers this; under systemd the worker
+// retunes the unit's WatchdogSec= to it once it read its config.
+std::chrono::microseconds WorkerWatchdogTimeout(double timeout_s);
 
 // SIGHUP ignored: gridsync's services read their config once, at start, so
 // there is nothing to reload, and the default action (terminate) let a

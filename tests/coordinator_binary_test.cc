@@ -270,6 +270,31 @@ TEST_F(CoordinatorBinaryTest, WatchdogPingsOnlyWhileTheServingLoopTurns) {
   EXPECT_FALSE(ServiceWatchdog::FromEnvironment().enabled()) << "outside systemd: no watchdog";
 }
 
+// A worker's unit has a fixed WatchdogSec=; the worker retunes it to its
+// config's timeout (WorkerWatchdogTimeout) and pings at a third of that.
+TEST_F(CoordinatorBinaryTest, WorkerPingerRetunesTheWatchdogToItsTimeout) {
+  NotifySocket socket(dir_.path() + "/notify");
+  ASSERT_TRUE(socket.bound());
+  SystemdEnvironment env(dir_.path() + "/notify", "15000000");  // the unit's 15 s
+  WatchdogPinger pinger(ServiceWatchdog::FromEnvironment());
+  ASSERT_TRUE(pinger.enabled());
+  EXPECT_EQ(socket.Next(1s), "WATCHDOG=1");
+  EXPECT_EQ(WorkerWatchdogTimeout(30.0), 15s);
+  EXPECT_EQ(WorkerWatchdogTimeout(120.0), 60s);
+  EXPECT_EQ(WorkerWatchdogTimeout(1.0), 3s) << "at least 3 s";
+  pinger.Retune(300ms);
+  EXPECT_EQ(socket.Next(1s), "WATCHDOG=1\nWATCHDOG_USEC=300000");
+  // Every third of the new timeout from now on (the old one: every 5 s).
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(socket.Next(1s), "WATCHDOG=1");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+
+  ::unsetenv("WATCHDOG_USEC");
+  WatchdogPinger outside(ServiceWatchdog::FromEnvironment());
+  EXPECT_FALSE(outside.enabled());
+  outside.Retune(300ms);  // outside systemd: nothing to tell
+}
+
 TEST_F(CoordinatorBinaryTest, TellsSystemdItIsReadyFeedsTheWatchdogAndStops) {
   NotifySocket socket(dir_.path() + "/notify");
   ASSERT_TRUE(socket.bound());

@@ -9,6 +9,8 @@
 #include <cstring>
 #include <string_view>
 
+#include "ops/service_watchdog.h"
+
 namespace gridsync {
 
 Result<std::unique_ptr<NotifySocket>> NotifySocket::Open(const std::string& name) {
@@ -51,9 +53,8 @@ std::chrono::milliseconds LaunchWatchdogTimeout(const Config& config) {
 }
 
 std::chrono::milliseconds LaunchWorkerWatchdogTimeout(const Config& config) {
-  const auto half =
-      std::chrono::milliseconds(static_cast<int64_t>(config.distributed.timeout_s * 500.0));
-  return std::max(half, std::chrono::milliseconds(3000));
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+      WorkerWatchdogTimeout(config.distributed.timeout_s));
 }
 
 }  // namespace gridsync

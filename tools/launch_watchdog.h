@@ -46,10 +46,8 @@ class NotifySocket {
 // then timeout_s for a restarted process to rejoin), so the replacement
 // rejoins before they give up. A ping comes every third of it.
 std::chrono::milliseconds LaunchWatchdogTimeout(const Config& config);
-// A worker's: timeout_s / 2, at least 3 s. A worker pings from a thread of
-// its own while it runs (WatchdogPinger), so only a stopped one misses a
-// ping; killed before its peers' waits on it time out (timeout_s), it is
-// restarted into the rejoin before they give up on it.
+// A worker's: WorkerWatchdogTimeout (ops/service_watchdog.h), the one a
+// worker under systemd retunes its unit's WatchdogSec= to.
 std::chrono::milliseconds LaunchWorkerWatchdogTimeout(const Config& config);
 
 }  // namespace gridsync

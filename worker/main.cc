@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
   gridsync::IgnoreHangup();  // nothing to reload: the config is read once
   // Under a watchdog (systemd's WatchdogSec, gridsync launch), pings while
   // the process runs: a stopped worker is replaced, not only reported.
-  const gridsync::WatchdogPinger pinger(gridsync::ServiceWatchdog::FromEnvironment());
+  gridsync::WatchdogPinger pinger(gridsync::ServiceWatchdog::FromEnvironment());
   CLI::App app{"gridsync-worker: trains a hash-grid model"};
   std::string config_path = "configs/local.json";
   std::vector<std::string> overrides;
@@ -95,6 +95,10 @@ int main(int argc, char** argv) {
     return gridsync::kConfigErrorExitCode;
   }
   const bool distributed = !standalone && config->distributed.enable;
+  // The unit's WatchdogSec= is fixed; the kill must come before the peers'
+  // waits on a stopped worker give up (distributed.timeout_s), whatever
+  // timeout_s this config has: retuned to it, as gridsync launch sets it.
+  pinger.Retune(gridsync::WorkerWatchdogTimeout(config->distributed.timeout_s));
   if (!distributed && ps_options.start_step > 0) {
     // A run in one process keeps no checkpoints to resume from.
     std::fprintf(stderr,
