@@ -44,8 +44,8 @@ Status CheckJpeg(const uint8_t* data, size_t size, size_t pos) {
   const auto ends = [&] {
     if (frame.marker == 0) return Status::OK();
     GRIDSYNC_RETURN_IF_ERROR(image_data_checks::CheckJpegFrame(frame, entropy_bytes));
-    // Sequential frames: every scan's blocks, code by code.
-    return jpeg_scan_check::CheckSequentialScans(data, size, start);
+    // Every scan's blocks, code by code (sequential and progressive).
+    return jpeg_scan_check::CheckScans(data, size, start);
   };
   while (pos + 1 < size) {
     if (data[pos] != 0xFF) {

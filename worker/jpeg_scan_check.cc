@@ -2,114 +2,16 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "worker/image_task.h"
+#include "worker/jpeg_bits.h"
+#include "worker/jpeg_progressive_scan.h"
+
 namespace gridsync::jpeg_scan_check {
 namespace {
-
-// A Huffman table as JPEG's DHT gives it: for each length, the first code
-// and the index of its first symbol.
-struct Huffman {
-  bool defined = false;
-  std::array<int32_t, 17> max_code{};  // the largest code of each length, -1: none
-  std::array<int32_t, 17> offset{};    // symbol index = code + offset[length]
-  std::vector<uint8_t> symbols;
-};
-
-Huffman BuildHuffman(const uint8_t* counts, const uint8_t* symbols, size_t n) {
-  Huffman h;
-  h.defined = true;
-  h.symbols.assign(symbols, symbols + n);
-  int32_t code = 0;
-  int32_t index = 0;
-  for (int length = 1; length <= 16; ++length) {
-    const int32_t count = counts[length - 1];
-    h.offset[length] = index - code;
-    h.max_code[length] = count > 0 ? code + count - 1 : -1;
-    index += count;
-    code = (code + count) << 1;
-  }
-  return h;
-}
-
-// Entropy-coded bits, with 0xFF00 stuffing; a marker ends the data (stb
-// then reads zeros, which is what is checked against).
-class Bits {
- public:
-  Bits(const uint8_t* data, size_t size, size_t pos) : data_(data), size_(size), pos_(pos) {}
-  // -1 when the data ended (a marker, or the end of the file).
-  int Bit() {
-    if (left_ == 0) {
-      if (ended_ || pos_ >= size_) return ended_ = true, -1;
-      uint8_t byte = data_[pos_];
-      if (byte == 0xFF) {
-        // Fill bytes (more 0xFF) before the stuffed 0x00, as stb skips them.
-        size_t next = pos_ + 1;
-        while (next < size_ && data_[next] == 0xFF) ++next;
-        if (next < size_ && data_[next] == 0x00) {
-          pos_ = next + 1;
-        } else {
-          ended_ = true;  // a marker: restart, EOI or another segment
-          return -1;
-        }
-      } else {
-        ++pos_;
-      }
-      current_ = byte;
-      left_ = 8;
-    }
-    --left_;
-    return (current_ >> left_) & 1;
-  }
-  bool Skip(int n) {
-    for (int i = 0; i < n; ++i) {
-      if (Bit() < 0) return false;
-    }
-    return true;
-  }
-  // Decodes one symbol; -1 at the end of the data, -2 for a code the table
-  // lacks (stb refuses that itself).
-  int Decode(const Huffman& h) {
-    int32_t code = 0;
-    for (int length = 1; length <= 16; ++length) {
-      const int bit = Bit();
-      if (bit < 0) return -1;
-      code = (code << 1) | bit;
-      if (h.max_code[length] >= 0 && code <= h.max_code[length]) {
-        const int32_t index = code + h.offset[length];
-        if (index < 0 || static_cast<size_t>(index) >= h.symbols.size()) return -2;
-        return h.symbols[static_cast<size_t>(index)];
-      }
-    }
-    return -2;
-  }
-  // At a restart marker: the next byte boundary, past FF Dn.
-  // The marker must follow the interval's last block at once (its byte
-  // padded): stb reads no further for it, stops decoding when it is not
-  // there, and on the way shifted by 32 bits (image_decode_fuzz: an
-  // interval of 3 MCUs whose data ran on past them).
-  bool Restart() {
-    left_ = 0;
-    ended_ = false;
-    while (pos_ + 1 < size_ && data_[pos_] == 0xFF && data_[pos_ + 1] == 0xFF) ++pos_;  // fill
-    if (pos_ + 1 >= size_ || data_[pos_] != 0xFF || data_[pos_ + 1] < 0xD0 ||
-        data_[pos_ + 1] > 0xD7) {
-      return false;
-    }
-    pos_ += 2;
-    return true;
-  }
-  size_t pos() const { return pos_; }
-
- private:
-  const uint8_t* data_;
-  size_t size_;
-  size_t pos_;
-  uint8_t current_ = 0;
-  int left_ = 0;
-  bool ended_ = false;
-};
 
 struct Component {
   int id = 0, h = 1, v = 1;
@@ -141,7 +43,7 @@ int Block(Bits& bits, const Huffman& dc, const Huffman& ac) {
 
 }  // namespace
 
-Status CheckSequentialScans(const uint8_t* data, size_t size, size_t pos) {
+Status CheckScans(const uint8_t* data, size_t size, size_t pos) {
   Huffman tables[2][4];  // [DC, AC][id]
   std::vector<Component> frame;
   uint32_t width = 0, height = 0, restart_interval = 0;
@@ -150,6 +52,7 @@ Status CheckSequentialScans(const uint8_t* data, size_t size, size_t pos) {
   // Frame components some scan decodes (progressive: a first DC scan): stb
   // converts the others from buffers nothing wrote.
   std::vector<bool> covered;
+  std::optional<ProgressiveFrame> progressive_frame;  // its scans' state
   const auto all_covered = [&]() -> Status {
     for (size_t c = 0; c < frame.size(); ++c) {
       if (c < covered.size() && covered[c]) continue;
@@ -157,7 +60,7 @@ Status CheckSequentialScans(const uint8_t* data, size_t size, size_t pos) {
           "JPEG component " + std::to_string(frame[c].id) + " of " + std::to_string(frame.size()) +
           " is in no " + (progressive ? "first DC scan" : "scan") + " (nothing to decode it from)");
     }
-    return Status::OK();
+    return progressive_frame ? progressive_frame->Complete() : Status::OK();
   };
   while (pos + 4 <= size) {
     if (data[pos] != 0xFF) {  // bytes between segments, which stb skips too
@@ -188,6 +91,15 @@ Status CheckSequentialScans(const uint8_t* data, size_t size, size_t pos) {
         frame.push_back({p[0], std::max(1, p[1] >> 4), std::max(1, p[1] & 15)});
       }
       covered.assign(frame.size(), false);
+      progressive_frame.reset();
+      // Past ImageTask's pixel bound the size is refused by name after this
+      // check; the walk would keep 8 bytes a block for nothing.
+      if (progressive && uint64_t{width} * height > ImageTask::kMaxPixels) return Status::OK();
+      if (progressive) {
+        std::vector<ProgressiveFrame::Component> shapes;
+        for (const auto& c : frame) shapes.push_back({c.id, c.h, c.v});
+        progressive_frame.emplace(width, height, std::move(shapes));
+      }
     } else if (marker == 0xC4) {
       for (size_t at = begin; at + 17 <= end;) {
         const int cls = data[at] >> 4, id = data[at] & 15;
@@ -203,8 +115,10 @@ Status CheckSequentialScans(const uint8_t* data, size_t size, size_t pos) {
       if (frame.empty() || width == 0 || height == 0 || length < 3) return Status::OK();
       const int n = data[begin];
       if (begin + 1 + 2 * size_t(n) + 3 > end) return Status::OK();
-      // Spectral selection start and successive approximation high bit.
-      const uint8_t ss = data[begin + 1 + 2 * n], ah = data[begin + 3 + 2 * n] >> 4;
+      // Spectral selection and successive approximation.
+      const uint8_t ss = data[begin + 1 + 2 * n], se = data[begin + 2 + 2 * n];
+      const uint8_t ah = data[begin + 3 + 2 * n] >> 4, al = data[begin + 3 + 2 * n] & 15;
+      ProgressiveFrame::ScanHeader header{{}, ss, se, ah, al};
       std::vector<Component*> in_scan;
       for (int c = 0; c < n; ++c) {
         const uint8_t* p = data + begin + 1 + 2 * c;
@@ -212,15 +126,24 @@ Status CheckSequentialScans(const uint8_t* data, size_t size, size_t pos) {
                                [&](const Component& f) { return f.id == p[0]; });
         if (it == frame.end()) return Status::OK();
         if (!progressive || (ss == 0 && ah == 0)) covered[size_t(it - frame.begin())] = true;
-        if (progressive) continue;  // its data is not walked
         it->dc = p[1] >> 4;
         it->ac = p[1] & 15;
+        if (progressive) {
+          if (it->dc > 3 || it->ac > 3) return Status::OK();
+          header.components.push_back({size_t(it - frame.begin()), it->dc, it->ac});
+          continue;
+        }
         if (it->dc > 3 || it->ac > 3 || !tables[0][it->dc].defined || !tables[1][it->ac].defined)
           return Status::OK();
         in_scan.push_back(&*it);
       }
-      if (progressive) {  // past its data to the next marker
-        pos = end;
+      if (progressive) {
+        ++scans;
+        Bits bits(data, size, end);
+        GRIDSYNC_RETURN_IF_ERROR(
+            progressive_frame->Scan(scans, header, tables, restart_interval, bits));
+        // Past its data to the next marker.
+        pos = std::max(end, bits.pos());
         while (pos + 1 < size &&
                !(data[pos] == 0xFF && data[pos + 1] != 0x00 && data[pos + 1] != 0xFF &&
                  (data[pos + 1] < 0xD0 || data[pos + 1] > 0xD7))) {

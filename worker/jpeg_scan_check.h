@@ -6,10 +6,11 @@
 // image_data_checks::CheckJpegFrame passes it. This walks each scan's
 // Huffman codes block by block, as a decoder does without dequantising or
 // transforming, and refuses a scan whose data ends before its last block.
-// Baseline and extended sequential Huffman frames (SOF0, SOF1) are walked;
-// a progressive file's scans are not, but for every frame it checks that
-// each component is in a scan (progressive: a first DC scan), since stb
-// converts the others from a buffer nothing wrote, and that a restart
+// Baseline and extended sequential Huffman frames (SOF0, SOF1) are walked
+// here, progressive ones (SOF2) by jpeg_progressive_scan.h, which also
+// wants every coefficient sent to its last bit. For every frame it checks
+// that each component is in a scan (progressive: a first DC scan), since
+// stb converts the others from a buffer nothing wrote, and that a restart
 // interval's markers are there (stb stops at a missing one).
 //
 // Thread safety: a pure function.
@@ -22,10 +23,11 @@
 
 namespace gridsync::jpeg_scan_check {
 
-// `start`: the byte after SOI. OK when the frame is not sequential Huffman,
-// or when every scan decodes all its blocks; InvalidArgument naming the
-// scan and how far its data went otherwise. Damage stb itself refuses
+// `start`: the byte after SOI. OK when the frame is not Huffman-coded
+// (refused elsewhere), or when every scan decodes all its blocks (and a
+// progressive frame's scans send every coefficient); InvalidArgument naming
+// the scan and how far its data went, or what was never sent, otherwise. Damage stb itself refuses
 // (a bad Huffman code, missing tables) is left to stb: OK.
-Status CheckSequentialScans(const uint8_t* data, size_t size, size_t start);
+Status CheckScans(const uint8_t* data, size_t size, size_t start);
 
 }  // namespace gridsync::jpeg_scan_check

@@ -1,0 +1,128 @@
+// The progressive half of the JPEG scan checks (worker/
+// jpeg_progressive_scan.h) on real files: libjpeg's progressive scripts
+// (DC first and refinement, AC first and refinement scans, end-of-band
+// runs; 4:4:4, 4:2:0 with a restart interval, 4:2:2 with optimised tables,
+// grey) decode, and the same files cut short, with an EOI put back, are
+// refused wherever the cut falls: inside a scan's data, or between scans.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "worker/image_task.h"
+
+namespace gridsync {
+namespace {
+
+const char* const kFiles[] = {
+    "fuzz/corpus/image_decode_fuzz/jpeg-progressive-ycc444.jpg",
+    "fuzz/corpus/image_decode_fuzz/jpeg-progressive-grey.jpg",
+    "fuzz/corpus/image_decode_fuzz/jpeg-progressive-420-restart.jpg",
+    "fuzz/corpus/image_decode_fuzz/jpeg-progressive-422-optimized.jpg",
+};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+Result<ImageTask> Decode(const std::string& bytes) {
+  return ImageTask::Decode(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "x");
+}
+
+// Where each scan's header starts (FF DA).
+std::vector<size_t> Scans(const std::string& jpeg) {
+  std::vector<size_t> at;
+  for (size_t p = jpeg.find("\xFF\xDA"); p != std::string::npos; p = jpeg.find("\xFF\xDA", p + 2))
+    at.push_back(p);
+  return at;
+}
+
+TEST(JpegProgressiveTest, EncodersFilesDecode) {
+  for (const char* path : kFiles) {
+    const std::string jpeg = ReadFile(path);
+    ASSERT_FALSE(jpeg.empty()) << path << " (run from the source folder)";
+    ASSERT_NE(jpeg.find("\xFF\xC2"), std::string::npos) << path << " is not progressive";
+    EXPECT_GE(Scans(jpeg).size(), 2u) << path;
+    auto image = Decode(jpeg);
+    EXPECT_TRUE(image.ok()) << path << ": " << image.status().ToString();
+  }
+}
+
+TEST(JpegProgressiveTest, ACutInsideAScanIsRefused) {
+  for (const char* path : kFiles) {
+    const std::string jpeg = ReadFile(path);
+    ASSERT_FALSE(jpeg.empty()) << path;
+    const std::vector<size_t> scans = Scans(jpeg);
+    // Halfway into each scan's data: from its header's end to the next
+    // marker (a DHT between scans, the next scan, or EOI).
+    for (size_t s = 0; s < scans.size(); ++s) {
+      const size_t data =
+          scans[s] + 2 + (size_t{uint8_t(jpeg[scans[s] + 2])} << 8 | uint8_t(jpeg[scans[s] + 3]));
+      size_t next = data;
+      while (next + 1 < jpeg.size() &&
+             !(uint8_t(jpeg[next]) == 0xFF && jpeg[next + 1] != 0 &&
+               uint8_t(jpeg[next + 1]) != 0xFF &&
+               (uint8_t(jpeg[next + 1]) < 0xD0 || uint8_t(jpeg[next + 1]) > 0xD7))) {
+        ++next;
+      }
+      if (next <= data + 4) continue;  // too little data to cut into
+      const std::string cut = jpeg.substr(0, data + (next - data) / 2) + "\xFF\xD9";
+      auto image = Decode(cut);
+      ASSERT_FALSE(image.ok()) << path << " cut in scan " << s + 1;
+      EXPECT_NE(image.status().message().find("JPEG progressive scan " + std::to_string(s + 1)),
+                std::string::npos)
+          << path << ": " << image.status().message();
+      EXPECT_NE(image.status().message().find("truncated"), std::string::npos)
+          << image.status().message();
+    }
+  }
+}
+
+TEST(JpegProgressiveTest, ACutBetweenScansIsRefused) {
+  for (const char* path : kFiles) {
+    const std::string jpeg = ReadFile(path);
+    ASSERT_FALSE(jpeg.empty()) << path;
+    const std::vector<size_t> scans = Scans(jpeg);
+    // Every whole scan kept, the rest gone: some coefficient never reaches
+    // its last bit (the last scan of libjpeg's scripts is a refinement).
+    for (size_t kept = 1; kept < scans.size(); ++kept) {
+      const std::string cut = jpeg.substr(0, scans[kept]) + "\xFF\xD9";
+      auto image = Decode(cut);
+      ASSERT_FALSE(image.ok()) << path << " after " << kept << " scans";
+      EXPECT_NE(image.status().message().find("progressive JPEG ends before its scans sent"),
+                std::string::npos)
+          << path << ": " << image.status().message();
+    }
+  }
+}
+
+TEST(JpegProgressiveTest, EveryCutIsRefused) {
+  for (const char* path : kFiles) {
+    const std::string jpeg = ReadFile(path);
+    ASSERT_FALSE(jpeg.empty()) << path;
+    const size_t eoi = jpeg.rfind("\xFF\xD9");
+    ASSERT_NE(eoi, std::string::npos);
+    for (size_t at = 200; at < eoi; at += 37) {
+      auto image = Decode(jpeg.substr(0, at) + "\xFF\xD9");
+      EXPECT_FALSE(image.ok()) << path << " cut at byte " << at << " of " << jpeg.size();
+    }
+  }
+}
+
+TEST(JpegProgressiveTest, AFlippedBitInAScanIsNotACrash) {
+  // Damage inside the data: refused or decoded, never a crash or a hang.
+  const std::string jpeg = ReadFile(kFiles[2]);
+  ASSERT_FALSE(jpeg.empty());
+  const size_t first = Scans(jpeg).front();
+  for (size_t at = first + 20; at + 2 < jpeg.size(); at += 29) {
+    std::string flipped = jpeg;
+    flipped[at] = static_cast<char>(uint8_t(flipped[at]) ^ 0x10);
+    (void)Decode(flipped);
+  }
+}
+
+}  // namespace
+}  // namespace gridsync

@@ -1,0 +1,226 @@
+#include "worker/jpeg_progressive_scan.h"
+
+#include <algorithm>
+#include <string>
+
+namespace gridsync::jpeg_scan_check {
+namespace {
+
+// What a block's walk returned, read as the caller's answer.
+constexpr int kWalked = 1, kEnded = 0, kCorrupt = -1;
+
+int Ended(int decoded) { return decoded == -1 ? kEnded : kCorrupt; }
+
+std::string Bands(const ProgressiveFrame::ScanHeader& scan) {
+  return (scan.ss == 0 ? std::string("DC")
+                       : "AC " + std::to_string(scan.ss) + "-" + std::to_string(scan.se)) +
+         (scan.ah == 0 ? ", first" : ", refining") + " to bit " + std::to_string(scan.al);
+}
+
+}  // namespace
+
+ProgressiveFrame::ProgressiveFrame(uint32_t width, uint32_t height,
+                                   std::vector<Component> components)
+    : width_(width), height_(height), components_(std::move(components)) {
+  for (const auto& c : components_) {
+    h_max_ = std::max(h_max_, c.h);
+    v_max_ = std::max(v_max_, c.v);
+  }
+  nonzero_.resize(components_.size());
+  std::array<int, 64> none;
+  none.fill(-1);
+  lowest_bit_.assign(components_.size(), none);
+}
+
+uint64_t ProgressiveFrame::ComponentBlocks(size_t c) const {
+  const uint64_t w = (uint64_t{width_} * components_[c].h + h_max_ - 1) / h_max_;
+  const uint64_t h = (uint64_t{height_} * components_[c].v + v_max_ - 1) / v_max_;
+  return ((w + 7) / 8) * ((h + 7) / 8);
+}
+
+int ProgressiveFrame::AcFirstBlock(Bits& bits, const Huffman& ac, const ScanHeader& scan,
+                                   uint64_t* nonzero) {
+  if (eob_run_ > 0) {
+    --eob_run_;
+    return kWalked;
+  }
+  for (int k = scan.ss; k <= scan.se;) {
+    const int rs = bits.Decode(ac);
+    if (rs < 0) return Ended(rs);
+    const int r = rs >> 4, s = rs & 15;
+    if (s == 0) {
+      if (r < 15) {  // an end-of-band run: this block and (1 << r) - 1 + bits more
+        uint32_t run = (1u << r) - 1;
+        for (int i = r - 1; i >= 0; --i) {
+          const int bit = bits.Bit();
+          if (bit < 0) return kEnded;
+          run += static_cast<uint32_t>(bit) << i;
+        }
+        eob_run_ = run;
+        break;
+      }
+      k += 16;  // sixteen zeros
+      continue;
+    }
+    k += r;
+    if (!bits.Skip(s)) return kEnded;
+    if (k < 64) *nonzero |= uint64_t{1} << k;
+    ++k;
+  }
+  return kWalked;
+}
+
+int ProgressiveFrame::AcRefineBlock(Bits& bits, const Huffman& ac, const ScanHeader& scan,
+                                    uint64_t* nonzero) {
+  // A correction bit for each coefficient already nonzero in [from, se].
+  auto corrections = [&](int from) {
+    for (int k = from; k <= scan.se; ++k) {
+      if ((*nonzero >> k & 1) != 0 && bits.Bit() < 0) return false;
+    }
+    return true;
+  };
+  if (eob_run_ > 0) {
+    --eob_run_;
+    return corrections(scan.ss) ? kWalked : kEnded;
+  }
+  int k = scan.ss;
+  while (k <= scan.se) {
+    const int rs = bits.Decode(ac);
+    if (rs < 0) return Ended(rs);
+    int r = rs >> 4;
+    const int s = rs & 15;
+    if (s == 0) {
+      if (r < 15) {  // end of band: the rest of this block's corrections, then the run
+        uint32_t run = (1u << r) - 1;
+        for (int i = r - 1; i >= 0; --i) {
+          const int bit = bits.Bit();
+          if (bit < 0) return kEnded;
+          run += static_cast<uint32_t>(bit) << i;
+        }
+        eob_run_ = run;
+        return corrections(k) ? kWalked : kEnded;
+      }
+      // r == 15: sixteen zeros skipped (the loop below places a zero).
+    } else {
+      if (s != 1) return kCorrupt;        // stb: "bad huffman code"
+      if (bits.Bit() < 0) return kEnded;  // the new coefficient's sign
+    }
+    // Past r zero coefficients, correcting the nonzero ones on the way;
+    // the new coefficient (if any) goes at the next zero.
+    while (k <= scan.se) {
+      const int at = k++;
+      if ((*nonzero >> at & 1) != 0) {
+        if (bits.Bit() < 0) return kEnded;
+      } else {
+        if (r == 0) {
+          if (s != 0) *nonzero |= uint64_t{1} << at;
+          break;
+        }
+        --r;
+      }
+    }
+  }
+  return kWalked;
+}
+
+Status ProgressiveFrame::Scan(int number, const ScanHeader& scan, const Huffman (&tables)[2][4],
+                              uint32_t restart_interval, Bits& bits) {
+  // Headers stb refuses itself ("bad SOS", "can't merge dc and ac").
+  if (scan.components.empty() || scan.ss > scan.se || scan.se > 63 || scan.ah > 13 ||
+      scan.al > 13 || (scan.ss == 0 && scan.se != 0) ||
+      (scan.ss > 0 && scan.components.size() != 1)) {
+    return Status::OK();
+  }
+  for (const auto& sc : scan.components) {
+    if (sc.index >= components_.size()) return Status::OK();
+    if (scan.ss == 0 && scan.ah == 0 && !tables[0][sc.dc].defined) return Status::OK();
+    if (scan.ss > 0 && !tables[1][sc.ac].defined) return Status::OK();
+  }
+  // What the scan sends: its band, from bit ah down to al (a refinement
+  // counts only where the bits before it were sent).
+  for (const auto& sc : scan.components) {
+    for (int k = scan.ss; k <= scan.se; ++k) {
+      int& lowest = lowest_bit_[sc.index][static_cast<size_t>(k)];
+      if (scan.ah == 0 || lowest == scan.ah) lowest = scan.al;
+    }
+  }
+
+  const bool interleaved = scan.components.size() > 1;
+  const uint64_t mcus = interleaved ? ((width_ + 8 * h_max_ - 1) / (8 * h_max_)) *
+                                          uint64_t{(height_ + 8 * v_max_ - 1) / (8 * v_max_)}
+                                    : ComponentBlocks(scan.components[0].index);
+  std::vector<uint64_t>* nonzero = nullptr;
+  if (scan.ss > 0) {
+    nonzero = &nonzero_[scan.components[0].index];
+    if (nonzero->empty()) nonzero->assign(mcus, 0);
+  }
+  const auto where = [&](uint64_t m) {
+    return "JPEG progressive scan " + std::to_string(number) + " (" + Bands(scan) + ") holds " +
+           std::to_string(m) + " of " + std::to_string(mcus) + (interleaved ? " MCUs" : " blocks");
+  };
+  eob_run_ = 0;
+  for (uint64_t m = 0; m < mcus; ++m) {
+    // stb stops at a missing restart marker and keeps what it decoded.
+    if (restart_interval > 0 && m > 0 && m % restart_interval == 0) {
+      if (!bits.Restart()) {
+        return Status::InvalidArgument(where(m) + " (no restart marker after " + std::to_string(m) +
+                                       "; truncated or corrupt)");
+      }
+      eob_run_ = 0;
+    }
+    int walked = kWalked;
+    for (const auto& sc : scan.components) {
+      const int blocks = interleaved ? components_[sc.index].h * components_[sc.index].v : 1;
+      for (int b = 0; b < blocks && walked == kWalked; ++b) {
+        if (scan.ss > 0) {
+          walked = scan.ah == 0 ? AcFirstBlock(bits, tables[1][sc.ac], scan, &(*nonzero)[m])
+                                : AcRefineBlock(bits, tables[1][sc.ac], scan, &(*nonzero)[m]);
+        } else if (scan.ah == 0) {
+          const int s = bits.Decode(tables[0][sc.dc]);
+          walked = s < 0 ? Ended(s) : s > 15 ? kCorrupt : bits.Skip(s) ? kWalked : kEnded;
+        } else {
+          walked = bits.Bit() < 0 ? kEnded : kWalked;
+        }
+      }
+    }
+    // A code the table lacks: stb refuses the file too, but walking on
+    // would read past what it decodes, so it is refused here first.
+    if (walked == kCorrupt) {
+      return Status::InvalidArgument("JPEG progressive scan " + std::to_string(number) + " (" +
+                                     Bands(scan) + "), " + (interleaved ? "MCU " : "block ") +
+                                     std::to_string(m) +
+                                     ": a Huffman code its table does not hold (corrupt)");
+    }
+    if (walked == kEnded) {
+      return Status::InvalidArgument(where(m) + " (its coded data ends at byte " +
+                                     std::to_string(bits.pos()) + "; truncated)");
+    }
+  }
+  return Status::OK();
+}
+
+Status ProgressiveFrame::Complete() const {
+  for (size_t c = 0; c < components_.size(); ++c) {
+    // The first coefficient short of its last bit, and how far the run of
+    // such coefficients goes: "coefficients 6-63 ... never sent".
+    for (int k = 0; k < 64; ++k) {
+      const int lowest = lowest_bit_[c][static_cast<size_t>(k)];
+      if (lowest == 0) continue;
+      int last = k;
+      while (last + 1 < 64 && lowest_bit_[c][static_cast<size_t>(last + 1)] == lowest) ++last;
+      const std::string which =
+          (k == last ? "coefficient " + std::to_string(k)
+                     : "coefficients " + std::to_string(k) + "-" + std::to_string(last)) +
+          " (zig-zag order) of component " + std::to_string(components_[c].id);
+      return Status::InvalidArgument(
+          "progressive JPEG ends before its scans sent " + which +
+          (lowest < 0 ? ": never sent" : " below bit " + std::to_string(lowest)) +
+          " (a file cut at a scan boundary decodes blurred or without colour; allowed: a "
+          "progressive JPEG whose scans send every coefficient to its last bit, as encoders "
+          "write them, or a baseline one)");
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace gridsync::jpeg_scan_check
