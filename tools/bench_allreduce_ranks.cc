@@ -128,35 +128,23 @@ class ForkedRanks final : public GridsyncRanks {
     std::fflush(stdout);  // (the children _exit, but flushing first costs nothing)
     std::fflush(stderr);
     for (int r = 0; r < args.ranks; ++r) {
-      int control[2];
-      int report[2];
-      // CLOEXEC: the peer, started later through popen, must not hold them.
-      if (pipe2(control, O_CLOEXEC) != 0) return Status::IOError(Errno("pipe"));
-      if (pipe2(report, O_CLOEXEC) != 0) {
-        close(control[0]);
-        close(control[1]);
-        return Status::IOError(Errno("pipe"));
-      }
-      const pid_t pid = fork();
-      if (pid == 0) {
-        // The parent's ends, including earlier ranks': a rank holding
-        // another's control pipe open would hide the parent closing it.
-        for (auto& c : ranks->children_) {
-          CloseFd(&c.control_fd);
-          CloseFd(&c.report_fd);
-        }
-        close(control[1]);
-        close(report[0]);
-        RankProcess(args, plans, r, parent, control[0], report[1]);
-      }
-      close(control[0]);
-      close(report[1]);
-      if (pid < 0) {
-        close(control[1]);
-        close(report[0]);
-        return Status::IOError(Errno("fork"));
-      }
-      ranks->children_.push_back({pid, control[1], report[0], {}, false, false});
+      GRIDSYNC_ASSIGN_OR_RETURN(const PipedChild forked, ForkPiped(
+                                                             [&](int control_fd, int report_fd) {
+                                                               RankProcess(args, plans, r, parent,
+                                                                           control_fd, report_fd);
+                                                             },
+                                                             [&] {
+                                                               // The parent's ends, including
+                                                               // earlier ranks': a rank holding
+                                                               // another's control pipe open would
+                                                               // hide the parent closing it.
+                                                               for (auto& c : ranks->children_) {
+                                                                 CloseFd(&c.control_fd);
+                                                                 CloseFd(&c.report_fd);
+                                                               }
+                                                             }));
+      ranks->children_.push_back(
+          {forked.pid, forked.control_fd, forked.report_fd, {}, false, false});
     }
     return std::unique_ptr<GridsyncRanks>(std::move(ranks));
   }

@@ -21,14 +21,17 @@ CpuTimes ReadCpu() {
   if (cpu == "cpu" && tick > 0) {
     t.host_busy = static_cast<double>(user + nice + system + irq + softirq + steal) / tick;
   }
-  rusage usage{};
-  if (getrusage(RUSAGE_SELF, &usage) == 0) {
-    auto seconds = [](const timeval& tv) {
-      return static_cast<double>(tv.tv_sec) + static_cast<double>(tv.tv_usec) * 1e-6;
-    };
-    t.self = seconds(usage.ru_utime) + seconds(usage.ru_stime);
-  }
+  t.self = SelfCpuSeconds();
   return t;
+}
+
+double SelfCpuSeconds() {
+  rusage usage{};
+  if (getrusage(RUSAGE_SELF, &usage) != 0) return 0;
+  auto seconds = [](const timeval& tv) {
+    return static_cast<double>(tv.tv_sec) + static_cast<double>(tv.tv_usec) * 1e-6;
+  };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
 }
 
 CpuUse CpuBetween(const CpuTimes& before, const CpuTimes& after) {

@@ -15,6 +15,9 @@ struct CpuTimes {
 };
 
 CpuTimes ReadCpu();
+// Seconds this process's threads ran, user + system (getrusage); 0 when
+// it cannot be read.
+double SelfCpuSeconds();
 
 // The cores' worth of CPU between two readings, `seconds` apart: this
 // process's, and the rest of the host's (never negative).

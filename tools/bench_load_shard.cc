@@ -2,10 +2,8 @@
 #include "tools/bench_load_shard.h"
 
 #include <dirent.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <sys/prctl.h>
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,6 +18,7 @@
 #endif
 
 #include "server/ps_shard.h"
+#include "tools/bench_cpu.h"
 #include "tools/bench_pipe.h"
 
 namespace gridsync::bench::load {
@@ -63,13 +62,7 @@ ShardReading ReadSelf(const PsShard* shard) {
     if (key == "VmRSS:") r.rss = kb << 10;
     if (key == "VmHWM:") r.hwm = kb << 10;
   }
-  rusage usage{};
-  if (getrusage(RUSAGE_SELF, &usage) == 0) {
-    auto seconds = [](const timeval& tv) {
-      return static_cast<double>(tv.tv_sec) + static_cast<double>(tv.tv_usec) * 1e-6;
-    };
-    r.cpu_seconds = seconds(usage.ru_utime) + seconds(usage.ru_stime);
-  }
+  r.cpu_seconds = SelfCpuSeconds();
   return r;
 }
 
@@ -177,34 +170,20 @@ Result<std::unique_ptr<ShardProcess>> ShardProcess::Fork(const Partition& partit
   // A child gone mid-run is reported from the failed write (EPIPE), not
   // by a SIGPIPE that ends the bench without a word.
   std::signal(SIGPIPE, SIG_IGN);
-  int control[2];
-  int report[2];
-  if (pipe2(control, O_CLOEXEC) != 0) return Status::IOError(Errno("pipe"));
-  if (pipe2(report, O_CLOEXEC) != 0) {
-    close(control[0]);
-    close(control[1]);
-    return Status::IOError(Errno("pipe"));
-  }
   std::fflush(stdout);
   std::fflush(stderr);
 #ifdef __GLIBC__
   malloc_trim(0);  // less of this process's memory for the child to start with
 #endif
   const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid == 0) {
-    close(control[1]);
-    close(report[0]);
-    ShardMain(partition, workers, timeout, parent, control[0], report[1]);
-  }
-  close(control[0]);
-  close(report[1]);
-  if (pid < 0) {
-    close(control[1]);
-    close(report[0]);
-    return Status::IOError(Errno("fork"));
-  }
-  std::unique_ptr<ShardProcess> child(new ShardProcess(pid, control[1], report[0], timeout));
+  GRIDSYNC_ASSIGN_OR_RETURN(const PipedChild forked, ForkPiped(
+                                                         [&](int control_fd, int report_fd) {
+                                                           ShardMain(partition, workers, timeout,
+                                                                     parent, control_fd, report_fd);
+                                                         },
+                                                         [] {}));
+  std::unique_ptr<ShardProcess> child(
+      new ShardProcess(forked.pid, forked.control_fd, forked.report_fd, timeout));
   GRIDSYNC_ASSIGN_OR_RETURN(const std::string line, child->ReadLine("its endpoint"));
   std::istringstream in(line);
   std::string word;

@@ -5,6 +5,7 @@
 // Thread safety: reentrant; a descriptor is used by one thread at a time.
 #pragma once
 
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,6 +13,8 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+
+#include "common/status.h"
 
 namespace gridsync::bench {
 
@@ -62,6 +65,47 @@ inline int ReapChild(pid_t pid) {
     if (errno != EINTR) return -1;
   }
   return wstatus;
+}
+
+// A forked child and the parent's ends of its two pipes: control (the
+// parent writes) and report (the child writes).
+struct PipedChild {
+  pid_t pid = -1;
+  int control_fd = -1;
+  int report_fd = -1;
+};
+
+// Forks with two close-on-exec pipes (a peer started later through popen
+// must not hold them). In the child, `child(control_read, report_write)`
+// runs and must not return (it ends with _exit); `in_child_first` runs
+// before it (closing descriptors the child must not hold). Call while this
+// process runs one thread.
+template <typename Child, typename First>
+Result<PipedChild> ForkPiped(Child&& child, First&& in_child_first) {
+  int control[2];
+  int report[2];
+  if (pipe2(control, O_CLOEXEC) != 0) return Status::IOError(Errno("pipe"));
+  if (pipe2(report, O_CLOEXEC) != 0) {
+    close(control[0]);
+    close(control[1]);
+    return Status::IOError(Errno("pipe"));
+  }
+  const pid_t pid = fork();
+  if (pid == 0) {
+    in_child_first();
+    close(control[1]);
+    close(report[0]);
+    child(control[0], report[1]);
+    _exit(1);  // (child must not return)
+  }
+  close(control[0]);
+  close(report[1]);
+  if (pid < 0) {
+    close(control[1]);
+    close(report[0]);
+    return Status::IOError(Errno("fork"));
+  }
+  return PipedChild{pid, control[1], report[0]};
 }
 
 }  // namespace gridsync::bench

@@ -11,6 +11,19 @@ constexpr int kWalked = 1, kEnded = 0, kCorrupt = -1;
 
 int Ended(int decoded) { return decoded == -1 ? kEnded : kCorrupt; }
 
+// An end-of-band run of class r (< 15): the blocks after this one it
+// covers, (1 << r) - 1 + r more bits; false when the data ended.
+bool ReadEobRun(Bits& bits, int r, uint32_t* run) {
+  uint32_t more = (1u << r) - 1;
+  for (int i = r - 1; i >= 0; --i) {
+    const int bit = bits.Bit();
+    if (bit < 0) return false;
+    more += static_cast<uint32_t>(bit) << i;
+  }
+  *run = more;
+  return true;
+}
+
 std::string Bands(const ProgressiveFrame::ScanHeader& scan) {
   return (scan.ss == 0 ? std::string("DC")
                        : "AC " + std::to_string(scan.ss) + "-" + std::to_string(scan.se)) +
@@ -49,14 +62,8 @@ int ProgressiveFrame::AcFirstBlock(Bits& bits, const Huffman& ac, const ScanHead
     if (rs < 0) return Ended(rs);
     const int r = rs >> 4, s = rs & 15;
     if (s == 0) {
-      if (r < 15) {  // an end-of-band run: this block and (1 << r) - 1 + bits more
-        uint32_t run = (1u << r) - 1;
-        for (int i = r - 1; i >= 0; --i) {
-          const int bit = bits.Bit();
-          if (bit < 0) return kEnded;
-          run += static_cast<uint32_t>(bit) << i;
-        }
-        eob_run_ = run;
+      if (r < 15) {  // an end-of-band run: this block and more
+        if (!ReadEobRun(bits, r, &eob_run_)) return kEnded;
         break;
       }
       k += 16;  // sixteen zeros
@@ -91,13 +98,7 @@ int ProgressiveFrame::AcRefineBlock(Bits& bits, const Huffman& ac, const ScanHea
     const int s = rs & 15;
     if (s == 0) {
       if (r < 15) {  // end of band: the rest of this block's corrections, then the run
-        uint32_t run = (1u << r) - 1;
-        for (int i = r - 1; i >= 0; --i) {
-          const int bit = bits.Bit();
-          if (bit < 0) return kEnded;
-          run += static_cast<uint32_t>(bit) << i;
-        }
-        eob_run_ = run;
+        if (!ReadEobRun(bits, r, &eob_run_)) return kEnded;
         return corrections(k) ? kWalked : kEnded;
       }
       // r == 15: sixteen zeros skipped (the loop below places a zero).
