@@ -2,7 +2,6 @@
 // process per rank, driven through pipes.
 //
 // Thread safety: see bench_allreduce.h.
-#include <fcntl.h>
 #include <poll.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
