@@ -195,6 +195,15 @@ TEST(ImageDataChecksTest, AFileShorterThanItsHeaderSaysIsRefused) {
   uncovered[sof0 + 9] = 4;                                                    // Nf
   uncovered.insert(sof0 + 10 + 9, std::string("\x04\x11\x00", 3));
   ExpectRefused(uncovered, "JPEG component 4 of 4 is in no scan");
+  // Its Huffman tables gone: stb decoded the scan from zeroed tables (a
+  // flat grey image).
+  std::string no_tables = jpeg;
+  for (size_t dht = no_tables.find("\xFF\xC4"); dht != std::string::npos;
+       dht = no_tables.find("\xFF\xC4")) {
+    no_tables.erase(dht,
+                    2 + (size_t{uint8_t(no_tables[dht + 2])} << 8 | uint8_t(no_tables[dht + 3])));
+  }
+  ExpectRefused(no_tables, "JPEG scan 1 uses Huffman table DC 0, which no DHT before it defines");
   // Processes stb does not decode are named.
   std::string lossless = jpeg;
   lossless[sof + 1] = '\xC3';

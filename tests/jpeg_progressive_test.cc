@@ -112,6 +112,65 @@ TEST(JpegProgressiveTest, EveryCutIsRefused) {
   }
 }
 
+// The bytes of scan s: from the DHT segments just before it (the tables it
+// was coded with) to the end of its data.
+std::string ScanWithTables(const std::string& jpeg, size_t s) {
+  const std::vector<size_t> scans = Scans(jpeg);
+  size_t from = scans[s];
+  const size_t before = s > 0 ? scans[s - 1] : 0;
+  for (size_t p = jpeg.find("\xFF\xC4", before); p != std::string::npos && p < scans[s];
+       p = jpeg.find("\xFF\xC4", p + 2)) {
+    from = std::min(from, p);
+  }
+  const size_t header =
+      2 + (size_t{uint8_t(jpeg[scans[s] + 2])} << 8 | uint8_t(jpeg[scans[s] + 3]));
+  size_t end = scans[s] + header;
+  while (end + 1 < jpeg.size() &&
+         !(uint8_t(jpeg[end]) == 0xFF && jpeg[end + 1] != 0 && uint8_t(jpeg[end + 1]) != 0xFF &&
+           (uint8_t(jpeg[end + 1]) < 0xD0 || uint8_t(jpeg[end + 1]) > 0xD7))) {
+    ++end;
+  }
+  return jpeg.substr(from, end - from);
+}
+
+TEST(JpegProgressiveTest, AFirstDcScanAtTheEndClearsWhatCameBefore) {
+  // stb clears a block at its first DC scan, AC coefficients included: the
+  // first scan again (at full precision) just before EOI decodes an image
+  // without detail, and no later scan sends the AC coefficients again.
+  for (const char* path : kFiles) {
+    const std::string jpeg = ReadFile(path);
+    ASSERT_FALSE(jpeg.empty()) << path;
+    std::string again = ScanWithTables(jpeg, 0);
+    const size_t sos = again.find("\xFF\xDA");
+    ASSERT_NE(sos, std::string::npos);
+    const size_t n = uint8_t(again[sos + 4]);
+    again[sos + 5 + 2 * n + 2] = 0;  // Ah = Al = 0: the DC at full precision at once
+    const size_t eoi = jpeg.rfind("\xFF\xD9");
+    const std::string attacked = jpeg.substr(0, eoi) + again + jpeg.substr(eoi);
+    auto image = Decode(attacked);
+    ASSERT_FALSE(image.ok()) << path;
+    EXPECT_NE(image.status().message().find("coefficients 1-63 (zig-zag order)"), std::string::npos)
+        << path << ": " << image.status().message();
+  }
+}
+
+TEST(JpegProgressiveTest, ThousandsOfScansAreRefused) {
+  // Each scan walks every block; no encoder writes more than a few dozen.
+  const std::string jpeg = ReadFile(kFiles[0]);
+  ASSERT_FALSE(jpeg.empty());
+  // The first DC scan again and again (it reads no earlier scan's state).
+  const std::string first = ScanWithTables(jpeg, 0);
+  const size_t eoi = jpeg.rfind("\xFF\xD9");
+  std::string many = jpeg.substr(0, eoi);
+  for (int i = 0; i < 300; ++i) many += first;
+  many += jpeg.substr(eoi);
+  auto image = Decode(many);
+  ASSERT_FALSE(image.ok());
+  EXPECT_NE(image.status().message().find("progressive JPEG of more than 256 scans"),
+            std::string::npos)
+      << image.status().message();
+}
+
 TEST(JpegProgressiveTest, AFlippedBitInAScanIsNotACrash) {
   // Damage inside the data: refused or decoded, never a crash or a hang.
   const std::string jpeg = ReadFile(kFiles[2]);

@@ -1,9 +1,10 @@
 // gridsync-bench load: many workers against ONE PS shard (issue 14, item 2).
-// For each --workers count W: a fresh real PsShard in this process and W
-// real PsClients, each on its own thread, pushing and pulling sparse rows as
-// fast as their acks and replies come back, for --seconds. Reported per W:
-// throughput, p50/p99 latency of a push and of a pull, the process's memory
-// while the shard serves W workers, and whether anything was dropped.
+// For each --workers count W (and each of --rounds sweeps): a fresh real
+// PsShard in a process of its own and W real PsClients in this one, each on
+// its own thread, pushing and pulling sparse rows as fast as their acks and
+// replies come back, for --seconds. Reported per W: throughput, p50/p99
+// latency of a push and of a pull, the shard's memory while it serves W
+// workers, and whether anything was dropped.
 //
 // Consistency: async, as pushpull runs it. Every push is one Adam step
 // applied on arrival and pulls never wait, so what is measured is the
@@ -173,7 +174,12 @@ std::vector<WorkerCountResult> MediansByWorkers(const std::vector<WorkerCountRes
   for (uint32_t n : workers) {
     std::vector<double> push50, push99, pull50, pull99, ops;
     for (const auto& r : results) {
-      if (r.workers != n || !r.ran) continue;
+      // Rows without figures: no timed operation succeeded (NaN
+      // percentiles, which would also break the sort).
+      if (r.workers != n || !r.ran || !(r.ops_per_s > 0) || !std::isfinite(r.push.p99_us) ||
+          !std::isfinite(r.pull.p99_us)) {
+        continue;
+      }
       push50.push_back(r.push.p50_us);
       push99.push_back(r.push.p99_us);
       pull50.push_back(r.pull.p50_us);
@@ -216,7 +222,9 @@ int RunLoad(const LoadArgs& args) {
                    std::to_string(uint64_t{args.rows} * kMaxGap) + ") and below 2^32");
   }
   if (!(args.seconds > 0 && args.seconds <= 600)) return BadArgs("--seconds: allowed (0, 600]");
-  if (args.timeout_ms <= 0) return BadArgs("--timeout-ms must be > 0");
+  if (args.timeout_ms <= 0 || args.timeout_ms > 3'600'000) {
+    return BadArgs("--timeout-ms " + std::to_string(args.timeout_ms) + "; allowed: 1..3600000");
+  }
 
   const std::vector<TableInfo> tables = {{"level", args.table_rows, args.width}};
   auto made = Partition::Make(tables, 1, ModelParallelDim::kRow);
@@ -239,7 +247,7 @@ int RunLoad(const LoadArgs& args) {
 
   std::printf(
       "# gridsync-bench load: 1 PS shard (async: each push one Adam step on arrival, pulls never "
-      "wait; %d shard threads) in this process on tcp://127.0.0.1, W PsClient workers on W "
+      "wait; %d shard threads) in a process of its own on tcp://127.0.0.1, W PsClient workers on W "
       "threads (ZeroMQ I/O: %s); table %llu rows x %u floats; %u rows per push and per pull "
       "(sorted distinct ids, "
       "a random window walked in gaps of 1..%u; %u such batches made before the run, each "
@@ -373,8 +381,13 @@ int RunLoad(const LoadArgs& args) {
         r.first_error.empty() ? "" : "; first error: ", r.first_error.c_str());
   }
   const uint32_t w_max = *std::max_element(args.workers.begin(), args.workers.end());
-  const auto& top = *std::find_if(results.begin(), results.end(),
-                                  [&](const WorkerCountResult& r) { return r.workers == w_max; });
+  // The first round of W_max that ran (none: the figure reads 0).
+  const auto top_at = std::find_if(results.begin(), results.end(), [&](const WorkerCountResult& r) {
+    return r.workers == w_max && r.ran;
+  });
+  WorkerCountResult top;
+  if (top_at != results.end()) top = *top_at;
+  top.workers = w_max;
   std::printf(
       "# targets: nothing dropped: %s (#drop %llu, #err %llu over all W); memory bounded: %s "
       "(grow within bound for every W; per added worker %.0f KiB of the shard's at W=%u: its "

@@ -269,6 +269,8 @@ WorkerCountResult RunWorkers(const LoadArgs& args, const Partition& partition,
   std::shared_ptr<zmq::context_t> context;
   if (args.client_io_threads > 0) {
     context = std::make_shared<zmq::context_t>(args.client_io_threads);
+    // A socket per worker; ZeroMQ's default cap is 1023 a context.
+    context->set(zmq::ctxopt::max_sockets, static_cast<int>(n) + 16);
   }
   Control control;
   // Connecting and the warmup: each warmup iteration has two waits of at
@@ -355,7 +357,10 @@ WorkerCountResult RunWorkers(const LoadArgs& args, const Partition& partition,
     std::this_thread::sleep_for(kSamplePeriod);
     last = (*shard)->Read();
   }
-  if (!last.ok()) return fail(last.status());
+  if (!last.ok()) {
+    r.ran = false;  // no figures: the details line says why
+    return fail(last.status());
+  }
   // Cores busy: the shard's process, this one (the workers), and the rest
   // of the host (a compiler sharing the host moves the latencies as much as
   // W does).
@@ -405,7 +410,9 @@ WorkerCountResult RunWorkers(const LoadArgs& args, const Partition& partition,
   // What the shard keeps once its W connections closed (they close a
   // moment after the clients).
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  if (auto after = (*shard)->TrimAndRead(); after.ok()) r.rss_after = after->rss;
+  auto after = (*shard)->TrimAndRead();
+  if (!after.ok()) return fail(after.status());  // how the shard process ended, named
+  r.rss_after = after->rss;
   if (auto s = (*shard)->Stop(); !s.ok()) return fail(s);
   return r;
 }

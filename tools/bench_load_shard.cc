@@ -162,7 +162,14 @@ bool ReadCommand(int fd, std::string* pending, std::string* command) {
 Result<std::unique_ptr<ShardProcess>> ShardProcess::Fork(const Partition& partition,
                                                          uint32_t workers,
                                                          std::chrono::milliseconds timeout) {
-  if (const int threads = CountThreads(); threads != 1) {
+  // A thread just joined may stay listed a moment longer: wait for it
+  // (up to a second) before calling it one still running.
+  int threads = CountThreads();
+  for (int i = 0; i < 100 && threads != 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    threads = CountThreads();
+  }
+  if (threads != 1) {
     return Status::Internal("cannot fork the shard process: this process runs " +
                             std::to_string(threads) +
                             " threads (allowed: 1, so that no lock is copied held)");

@@ -67,6 +67,17 @@ class Bits {
     --left_;
     return (current_ >> left_) & 1;
   }
+  // n bits, most significant first, into *value; false when the data ended.
+  bool Value(int n, int32_t* value) {
+    int32_t v = 0;
+    for (int i = 0; i < n; ++i) {
+      const int bit = Bit();
+      if (bit < 0) return false;
+      v = (v << 1) | bit;
+    }
+    *value = v;
+    return true;
+  }
   bool Skip(int n) {
     for (int i = 0; i < n; ++i) {
       if (Bit() < 0) return false;

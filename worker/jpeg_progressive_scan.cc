@@ -1,6 +1,7 @@
 #include "worker/jpeg_progressive_scan.h"
 
 #include <algorithm>
+#include <bit>
 #include <string>
 
 namespace gridsync::jpeg_scan_check {
@@ -70,8 +71,14 @@ int ProgressiveFrame::AcFirstBlock(Bits& bits, const Huffman& ac, const ScanHead
       continue;
     }
     k += r;
-    if (!bits.Skip(s)) return kEnded;
-    if (k < 64) *nonzero |= uint64_t{1} << k;
+    int32_t magnitude = 0;
+    if (!bits.Value(s, &magnitude)) return kEnded;
+    // The coefficient as stb stores it: extended, shifted by al, in a
+    // short (which a large al can wrap to 0); a run past 63 lands on 63
+    // (stb's de-zig-zag table is padded with 63s).
+    const int32_t extended = magnitude < (1 << (s - 1)) ? magnitude - (1 << s) + 1 : magnitude;
+    const auto stored = static_cast<int16_t>(extended * (1 << scan.al));
+    if (stored != 0) *nonzero |= uint64_t{1} << std::min(k, 63);
     ++k;
   }
   return kWalked;
@@ -79,12 +86,13 @@ int ProgressiveFrame::AcFirstBlock(Bits& bits, const Huffman& ac, const ScanHead
 
 int ProgressiveFrame::AcRefineBlock(Bits& bits, const Huffman& ac, const ScanHeader& scan,
                                     uint64_t* nonzero) {
-  // A correction bit for each coefficient already nonzero in [from, se].
+  // A correction bit for each coefficient already nonzero in [from, se]
+  // (counted at once: a long end-of-band run costs a step a block).
   auto corrections = [&](int from) {
-    for (int k = from; k <= scan.se; ++k) {
-      if ((*nonzero >> k & 1) != 0 && bits.Bit() < 0) return false;
-    }
-    return true;
+    if (from > scan.se) return true;
+    const uint64_t upto = scan.se == 63 ? ~uint64_t{0} : (uint64_t{1} << (scan.se + 1)) - 1;
+    const uint64_t band = upto & ~((uint64_t{1} << from) - 1);
+    return bits.Skip(std::popcount(*nonzero & band));
   };
   if (eob_run_ > 0) {
     --eob_run_;
@@ -134,8 +142,24 @@ Status ProgressiveFrame::Scan(int number, const ScanHeader& scan, const Huffman 
   }
   for (const auto& sc : scan.components) {
     if (sc.index >= components_.size()) return Status::OK();
-    if (scan.ss == 0 && scan.ah == 0 && !tables[0][sc.dc].defined) return Status::OK();
-    if (scan.ss > 0 && !tables[1][sc.ac].defined) return Status::OK();
+    // stb decodes from an empty (zeroed) table, whatever the data says.
+    const bool dc_missing = scan.ss == 0 && scan.ah == 0 && !tables[0][sc.dc].defined;
+    if (dc_missing || (scan.ss > 0 && !tables[1][sc.ac].defined)) {
+      return Status::InvalidArgument(
+          "JPEG progressive scan " + std::to_string(number) + " (" + Bands(scan) +
+          ") uses Huffman table " +
+          (dc_missing ? "DC " + std::to_string(sc.dc) : "AC " + std::to_string(sc.ac)) +
+          ", which no DHT before it defines (a Motion-JPEG frame relying on the standard "
+          "tables is not supported)");
+    }
+  }
+  // A first DC scan clears its blocks in stb, AC coefficients included:
+  // whatever earlier scans sent of them is gone.
+  if (scan.ss == 0 && scan.ah == 0) {
+    for (const auto& sc : scan.components) {
+      std::fill(lowest_bit_[sc.index].begin() + 1, lowest_bit_[sc.index].end(), -1);
+      std::fill(nonzero_[sc.index].begin(), nonzero_[sc.index].end(), 0);
+    }
   }
   // What the scan sends: its band, from bit ah down to al (a refinement
   // counts only where the bits before it were sent).

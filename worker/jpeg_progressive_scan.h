@@ -13,10 +13,15 @@
 // without dequantising or transforming, and refuses a scan whose data ends
 // before its last block. At the end of the file every coefficient of every
 // component must have been sent, down to its last bit of successive
-// approximation: the scripts of libjpeg, mozjpeg and jpegtran do so, and a
-// file that stops short decodes to a blurred or colourless image.
-// Damage stb itself refuses (a bad Huffman code, a missing table, a scan
-// header it calls corrupt) is left to stb: OK.
+// approximation. The standard lets a script stop short (libjpeg's
+// validate_script allows it), but the default scripts of libjpeg, mozjpeg
+// and jpegtran never do, and such a file cannot be told from one cut at a
+// scan boundary, which decodes blurred or without colour: gridsync refuses
+// it, saying so. A first DC scan clears its blocks in stb, AC included, so
+// what earlier scans sent of them counts as unsent again. A scan using a
+// Huffman table no DHT defined is refused (stb decodes it from a zeroed
+// table). Damage stb itself refuses (a bad Huffman code, a scan header it
+// calls corrupt) is left to stb: OK.
 //
 // Thread safety: a ProgressiveFrame is used by one thread.
 #pragma once

@@ -13,6 +13,8 @@
 namespace gridsync::jpeg_scan_check {
 namespace {
 
+constexpr int kMaxProgressiveScans = 256;
+
 struct Component {
   int id = 0, h = 1, v = 1;
   int dc = 0, ac = 0;  // table selectors of the current scan
@@ -95,6 +97,12 @@ Status CheckScans(const uint8_t* data, size_t size, size_t pos) {
       // Past ImageTask's pixel bound the size is refused by name after this
       // check; the walk would keep 8 bytes a block for nothing.
       if (progressive && uint64_t{width} * height > ImageTask::kMaxPixels) return Status::OK();
+      // Frames stb refuses ("bad component count", "bad H", "bad V"): left
+      // to it, before the walk keeps a bit set per block of 255 components.
+      const bool stb_frame = (frame.size() == 1 || frame.size() == 3 || frame.size() == 4) &&
+                             std::all_of(frame.begin(), frame.end(),
+                                         [](const Component& c) { return c.h <= 4 && c.v <= 4; });
+      if (progressive && !stb_frame) return Status::OK();
       if (progressive) {
         std::vector<ProgressiveFrame::Component> shapes;
         for (const auto& c : frame) shapes.push_back({c.id, c.h, c.v});
@@ -133,12 +141,27 @@ Status CheckScans(const uint8_t* data, size_t size, size_t pos) {
           header.components.push_back({size_t(it - frame.begin()), it->dc, it->ac});
           continue;
         }
-        if (it->dc > 3 || it->ac > 3 || !tables[0][it->dc].defined || !tables[1][it->ac].defined)
-          return Status::OK();
+        if (it->dc > 3 || it->ac > 3) return Status::OK();  // stb: "bad DC huff"
+        // stb decodes from an empty (zeroed) table: a flat grey image.
+        if (!tables[0][it->dc].defined || !tables[1][it->ac].defined) {
+          return Status::InvalidArgument(
+              "JPEG scan " + std::to_string(scans + 1) + " uses Huffman table " +
+              (tables[0][it->dc].defined ? "AC " + std::to_string(it->ac)
+                                         : "DC " + std::to_string(it->dc)) +
+              ", which no DHT before it defines (a Motion-JPEG frame relying on the standard "
+              "tables is not supported)");
+        }
         in_scan.push_back(&*it);
       }
       if (progressive) {
-        ++scans;
+        // Each scan walks every block of its components; encoders write
+        // about ten. stb has no bound, so a file of thousands of scans of
+        // end-of-band runs would cost minutes here and in stb.
+        if (++scans > kMaxProgressiveScans) {
+          return Status::InvalidArgument(
+              "progressive JPEG of more than " + std::to_string(kMaxProgressiveScans) +
+              " scans; allowed: at most " + std::to_string(kMaxProgressiveScans));
+        }
         Bits bits(data, size, end);
         GRIDSYNC_RETURN_IF_ERROR(
             progressive_frame->Scan(scans, header, tables, restart_interval, bits));

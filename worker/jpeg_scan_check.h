@@ -26,8 +26,9 @@ namespace gridsync::jpeg_scan_check {
 // `start`: the byte after SOI. OK when the frame is not Huffman-coded
 // (refused elsewhere), or when every scan decodes all its blocks (and a
 // progressive frame's scans send every coefficient); InvalidArgument naming
-// the scan and how far its data went, or what was never sent, otherwise. Damage stb itself refuses
-// (a bad Huffman code, missing tables) is left to stb: OK.
+// the scan and how far its data went, a Huffman table no DHT defined, or
+// what was never sent, otherwise. Damage stb itself refuses (a bad Huffman
+// code, a frame or scan header it calls corrupt) is left to stb: OK.
 Status CheckScans(const uint8_t* data, size_t size, size_t start);
 
 }  // namespace gridsync::jpeg_scan_check
