@@ -126,6 +126,7 @@
 
 #include "common/cluster_map.h"
 #include "common/config.h"
+#include "common/host_memory.h"
 #include "common/sharding.h"
 #include "common/status.h"
 #include "common/wire/message.h"
@@ -235,6 +236,29 @@ int RunLoad(const LoadArgs& args) {
   // The shards and clients keep references to it: it stays put from here.
   const Partition partition = std::move(made).value();
   const uint32_t w_min = *std::min_element(args.workers.begin(), args.workers.end());
+  {
+    // Refused by name before anything is allocated, as gridsync-ps and the
+    // worker refuse a partition past the machine's memory: the shard's
+    // state, and a copy of the table for each worker (and the initial one).
+    const uint32_t w_top = *std::max_element(args.workers.begin(), args.workers.end());
+    ShardOptions shard_options;
+    shard_options.workers = w_top;
+    const double table_bytes = static_cast<double>(args.table_rows) * args.width * sizeof(float);
+    const double need = static_cast<double>(ShardStoreBytes(partition, shard_options)) +
+                        (w_top + 2.0) * table_bytes;
+    if (const uint64_t available = AvailableMemoryBytes();
+        available > 0 && need > static_cast<double>(available)) {
+      char why[512];
+      std::snprintf(why, sizeof(why),
+                    "--table-rows %llu x --width %u with %u workers needs about %.1f GiB (the "
+                    "shard's parameters, gradients and Adam state, and a copy of the table for "
+                    "each worker) but %.1f GiB are available; allowed: a smaller table or fewer "
+                    "workers",
+                    static_cast<unsigned long long>(args.table_rows), args.width, w_top,
+                    need / 1073741824.0, static_cast<double>(available) / 1073741824.0);
+      return BadArgs(why);
+    }
+  }
   std::vector<float> initial(args.table_rows * args.width);
   for (uint64_t row = 0; row < args.table_rows; ++row) {
     for (uint32_t c = 0; c < args.width; ++c) initial[row * args.width + c] = InitialValue(row, c);
