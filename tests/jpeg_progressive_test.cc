@@ -40,6 +40,21 @@ std::vector<size_t> Scans(const std::string& jpeg) {
   return at;
 }
 
+// Where the data of the scan whose header starts at `sos` begins, and
+// where data starting at `at` ends: the next marker (a DHT between scans,
+// the next scan, or EOI), skipping stuffed bytes and restart markers.
+size_t DataStart(const std::string& jpeg, size_t sos) {
+  return sos + 2 + (size_t{uint8_t(jpeg[sos + 2])} << 8 | uint8_t(jpeg[sos + 3]));
+}
+size_t DataEnd(const std::string& jpeg, size_t at) {
+  while (at + 1 < jpeg.size() &&
+         !(uint8_t(jpeg[at]) == 0xFF && jpeg[at + 1] != 0 && uint8_t(jpeg[at + 1]) != 0xFF &&
+           (uint8_t(jpeg[at + 1]) < 0xD0 || uint8_t(jpeg[at + 1]) > 0xD7))) {
+    ++at;
+  }
+  return at;
+}
+
 TEST(JpegProgressiveTest, EncodersFilesDecode) {
   for (const char* path : kFiles) {
     const std::string jpeg = ReadFile(path);
@@ -56,18 +71,10 @@ TEST(JpegProgressiveTest, ACutInsideAScanIsRefused) {
     const std::string jpeg = ReadFile(path);
     ASSERT_FALSE(jpeg.empty()) << path;
     const std::vector<size_t> scans = Scans(jpeg);
-    // Halfway into each scan's data: from its header's end to the next
-    // marker (a DHT between scans, the next scan, or EOI).
+    // Halfway into each scan's data.
     for (size_t s = 0; s < scans.size(); ++s) {
-      const size_t data =
-          scans[s] + 2 + (size_t{uint8_t(jpeg[scans[s] + 2])} << 8 | uint8_t(jpeg[scans[s] + 3]));
-      size_t next = data;
-      while (next + 1 < jpeg.size() &&
-             !(uint8_t(jpeg[next]) == 0xFF && jpeg[next + 1] != 0 &&
-               uint8_t(jpeg[next + 1]) != 0xFF &&
-               (uint8_t(jpeg[next + 1]) < 0xD0 || uint8_t(jpeg[next + 1]) > 0xD7))) {
-        ++next;
-      }
+      const size_t data = DataStart(jpeg, scans[s]);
+      const size_t next = DataEnd(jpeg, data);
       if (next <= data + 4) continue;  // too little data to cut into
       const std::string cut = jpeg.substr(0, data + (next - data) / 2) + "\xFF\xD9";
       auto image = Decode(cut);
@@ -122,14 +129,7 @@ std::string ScanWithTables(const std::string& jpeg, size_t s) {
        p = jpeg.find("\xFF\xC4", p + 2)) {
     from = std::min(from, p);
   }
-  const size_t header =
-      2 + (size_t{uint8_t(jpeg[scans[s] + 2])} << 8 | uint8_t(jpeg[scans[s] + 3]));
-  size_t end = scans[s] + header;
-  while (end + 1 < jpeg.size() &&
-         !(uint8_t(jpeg[end]) == 0xFF && jpeg[end + 1] != 0 && uint8_t(jpeg[end + 1]) != 0xFF &&
-           (uint8_t(jpeg[end + 1]) < 0xD0 || uint8_t(jpeg[end + 1]) > 0xD7))) {
-    ++end;
-  }
+  const size_t end = DataEnd(jpeg, DataStart(jpeg, scans[s]));
   return jpeg.substr(from, end - from);
 }
 

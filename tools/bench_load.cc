@@ -167,11 +167,16 @@ double Median(std::vector<double> v) {
 }
 
 // Per W (in `workers`' order): the median over the rounds that ran of the
-// latencies and the throughput; `round` holds how many rounds ran (0: none,
+// latencies and the throughput, and how many rounds ran (0: none,
 // and the rest is zeros).
-std::vector<WorkerCountResult> MediansByWorkers(const std::vector<WorkerCountResult>& results,
-                                                const std::vector<uint32_t>& workers) {
-  std::vector<WorkerCountResult> medians;
+struct MedianRow {
+  WorkerCountResult row;  // the medians, and the ratios computed from them
+  int runs = 0;           // rounds of this W with figures
+};
+
+std::vector<MedianRow> MediansByWorkers(const std::vector<WorkerCountResult>& results,
+                                        const std::vector<uint32_t>& workers) {
+  std::vector<MedianRow> medians;
   for (uint32_t n : workers) {
     std::vector<double> push50, push99, pull50, pull99, ops;
     for (const auto& r : results) {
@@ -187,13 +192,13 @@ std::vector<WorkerCountResult> MediansByWorkers(const std::vector<WorkerCountRes
       pull99.push_back(r.pull.p99_us);
       ops.push_back(r.ops_per_s);
     }
-    WorkerCountResult m;
-    m.workers = n;
-    m.round = static_cast<int>(ops.size());
+    MedianRow m;
+    m.row.workers = n;
+    m.runs = static_cast<int>(ops.size());
     if (!ops.empty()) {
-      m.push = {Median(push50), Median(push99)};
-      m.pull = {Median(pull50), Median(pull99)};
-      m.ops_per_s = Median(ops);
+      m.row.push = {Median(push50), Median(push99)};
+      m.row.pull = {Median(pull50), Median(pull99)};
+      m.row.ops_per_s = Median(ops);
     }
     medians.push_back(m);
   }
@@ -271,13 +276,11 @@ int RunLoad(const LoadArgs& args) {
 
   std::printf(
       "# gridsync-bench load: 1 PS shard (async: each push one Adam step on arrival, pulls never "
-      "wait; %d shard threads) in a process of its own on tcp://127.0.0.1, W PsClient workers on W "
-      "threads (ZeroMQ I/O: %s); table %llu rows x %u floats; %u rows per push and per pull "
-      "(sorted distinct ids, "
-      "a random window walked in gaps of 1..%u; %u such batches made before the run, each "
-      "iteration "
-      "picking one at random); %.1f s per W after %d "
-      "warmup iterations per worker; timeout %d ms; %u cores\n",
+      "wait; %d shard threads) in a process of its own on tcp://127.0.0.1, W PsClient workers "
+      "on W threads (ZeroMQ I/O: %s); table %llu rows x %u floats; %u rows per push and per "
+      "pull (sorted distinct ids, a random window walked in gaps of 1..%u; %u such batches made "
+      "before the run, each iteration picking one at random); %.1f s per W after %d warmup "
+      "iterations per worker; timeout %d ms; %u cores\n",
       ShardOptions{}.threads, io.c_str(), static_cast<unsigned long long>(args.table_rows),
       args.width, args.rows, kMaxGap, load::kBatchPool, args.seconds, args.warmup, args.timeout_ms,
       std::thread::hardware_concurrency());
@@ -362,7 +365,7 @@ int RunLoad(const LoadArgs& args) {
         r.linear ? "PASS" : "FAIL", r.little_ratio);
   }
   // The medians over the rounds, per W: what the p99 verdict reads.
-  const std::vector<WorkerCountResult> medians = MediansByWorkers(results, args.workers);
+  std::vector<MedianRow> medians = MediansByWorkers(results, args.workers);
   bool all_linear = true;
   std::printf(
       "# medians over %d round(s), per W (p50, p99 and kops/s each the median of its "
@@ -371,20 +374,20 @@ int RunLoad(const LoadArgs& args) {
   std::printf("#%5s %4s %9s %9s %9s %9s %7s %9s %9s %6s %6s %6s\n", "W", "runs", "push_p50",
               "push_p99", "pull_p50", "pull_p99", "kops/s", "p99x_push", "p99x_pull", "Wx",
               "linear", "Lx");
-  const auto median_base = std::find_if(medians.begin(), medians.end(),
-                                        [&](const auto& m) { return m.workers == w_min; });
-  for (auto m : medians) {
-    if (m.round == 0) {  // no round of this W ran (round holds the count here)
+  const MedianRow& median_base = *std::find_if(
+      medians.begin(), medians.end(), [&](const auto& m) { return m.row.workers == w_min; });
+  for (auto& [m, runs] : medians) {
+    if (runs == 0) {
       std::printf("%6u %4d did not run\n", m.workers, 0);
       all_linear = false;
       continue;
     }
-    Ratios(median_base->round > 0 ? *median_base : WorkerCountResult{}, w_min, &m);
+    Ratios(median_base.runs > 0 ? median_base.row : WorkerCountResult{}, w_min, &m);
     all_linear = all_linear && m.linear;
     std::printf("%6u %4d %9.0f %9.0f %9.0f %9.0f %7.2f %9.2f %9.2f %6.1f %6s %6.1f\n", m.workers,
-                m.round, m.push.p50_us, m.push.p99_us, m.pull.p50_us, m.pull.p99_us,
-                m.ops_per_s / 1e3, m.push_p99_ratio, m.pull_p99_ratio, m.worker_ratio,
-                m.linear ? "PASS" : "FAIL", m.little_ratio);
+                runs, m.push.p50_us, m.push.p99_us, m.pull.p50_us, m.pull.p99_us, m.ops_per_s / 1e3,
+                m.push_p99_ratio, m.pull_p99_ratio, m.worker_ratio, m.linear ? "PASS" : "FAIL",
+                m.little_ratio);
   }
   // Details after the tables, so the rows stay one block.
   for (const auto& r : results) {
@@ -486,9 +489,9 @@ int RunLoad(const LoadArgs& args) {
                              {"p99_linear", r.linear}});
     }
     out["medians"] = nlohmann::json::array();
-    for (const auto& m : medians) {
+    for (const auto& [m, runs] : medians) {
       out["medians"].push_back({{"workers", m.workers},
-                                {"rounds", m.round},
+                                {"rounds", runs},
                                 {"push_p50_us", m.push.p50_us},
                                 {"push_p99_us", m.push.p99_us},
                                 {"pull_p50_us", m.pull.p50_us},

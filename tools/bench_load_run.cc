@@ -101,8 +101,8 @@ Latency Percentiles(std::vector<float> us) {
   return {rank(0.50), rank(0.99)};
 }
 
-// One simulated worker: its buffers (allocated and written before the
-// memory baseline) and what it measured.
+// One simulated worker: its buffers (allocated and written before its
+// client connects) and what it measured.
 struct Worker {
   // The pull destination: the whole table, on huge pages as the training
   // worker's grid (worker/model.cc): W tables of 4 KiB pages would spend
@@ -351,6 +351,9 @@ WorkerCountResult RunWorkers(const LoadArgs& args, const Partition& partition,
   // Every reply came back unless something failed; then requests may still
   // sit in the shard's pipes: give it a moment (bounded) to count them.
   auto last = (*shard)->Read();
+  // The shard's CPU over the same window as the host's (cpu1 was read just
+  // before): not the settling below.
+  const double shard_cpu1 = last.ok() ? last->cpu_seconds : 0;
   const auto settle = Clock::now() + std::chrono::seconds(2);
   while (last.ok() && (last->pushes < sent_pushes || last->pulls < sent_pulls) &&
          Clock::now() < settle) {
@@ -365,7 +368,7 @@ WorkerCountResult RunWorkers(const LoadArgs& args, const Partition& partition,
   // of the host (a compiler sharing the host moves the latencies as much as
   // W does).
   const CpuUse cpu = CpuBetween(cpu0, cpu1);
-  r.shard_cpu = (last->cpu_seconds - shard_cpu0) / r.seconds;
+  r.shard_cpu = (shard_cpu1 - shard_cpu0) / r.seconds;
   r.worker_cpu = cpu.self_seconds / r.seconds;
   r.other_cpu = std::max(0.0, cpu.other_seconds / r.seconds - r.shard_cpu);
   r.rss_end = last->rss;

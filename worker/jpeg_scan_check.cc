@@ -15,6 +15,17 @@ namespace {
 
 constexpr int kMaxProgressiveScans = 256;
 
+// Past a scan's data, from `pos`, to the next marker: an FF neither stuffed
+// (FF 00) nor a restart (FF D0-D7). Fill bytes (FF FF) before it are left
+// to the caller's loop, which skips them.
+size_t NextMarker(const uint8_t* data, size_t size, size_t pos) {
+  while (pos + 1 < size && !(data[pos] == 0xFF && data[pos + 1] != 0x00 &&
+                             (data[pos + 1] < 0xD0 || data[pos + 1] > 0xD7))) {
+    ++pos;
+  }
+  return pos;
+}
+
 struct Component {
   int id = 0, h = 1, v = 1;
   int dc = 0, ac = 0;  // table selectors of the current scan
@@ -165,13 +176,7 @@ Status CheckScans(const uint8_t* data, size_t size, size_t pos) {
         Bits bits(data, size, end);
         GRIDSYNC_RETURN_IF_ERROR(
             progressive_frame->Scan(scans, header, tables, restart_interval, bits));
-        // Past its data to the next marker.
-        pos = std::max(end, bits.pos());
-        while (pos + 1 < size &&
-               !(data[pos] == 0xFF && data[pos + 1] != 0x00 && data[pos + 1] != 0xFF &&
-                 (data[pos + 1] < 0xD0 || data[pos + 1] > 0xD7))) {
-          ++pos;
-        }
+        pos = NextMarker(data, size, std::max(end, bits.pos()));
         continue;
       }
       if (in_scan.empty()) return Status::OK();
@@ -224,12 +229,7 @@ Status CheckScans(const uint8_t* data, size_t size, size_t pos) {
           }
         }
       }
-      // Past the scan's data to its next marker.
-      pos = bits.pos();
-      while (pos + 1 < size && !(data[pos] == 0xFF && data[pos + 1] != 0x00 &&
-                                 (data[pos + 1] < 0xD0 || data[pos + 1] > 0xD7))) {
-        ++pos;
-      }
+      pos = NextMarker(data, size, bits.pos());
       continue;
     }
     pos = end;
