@@ -1,0 +1,163 @@
+// ShardStore's readers of scattered rows (server/shard_store.h): the stale
+// read's look-ahead, the delta pull's params - replica and the replica's
+// advance equal a row-at-a-time reference built from the store's own
+// checkpoint bytes, for every row width (the compile-time ones and a
+// run-time one) and for partitions whose local rows are the global ids (one
+// shard) or not (rows spread over two shards), on requests long enough for
+// the prefetching loops to run ahead.
+#include "server/shard_store.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/sharding.h"
+#include "kernels/adam_math.h"
+
+namespace gridsync {
+namespace {
+
+struct Arrays {
+  std::vector<float> params, m, v;
+  std::vector<uint32_t> steps;
+};
+
+// Table 0's arrays out of AppendState (params, m, v, step counts: the
+// checkpoint's layout, shard_store.h).
+Arrays ReadTable0(const ShardStore& store) {
+  std::string bytes;
+  store.AppendState(&bytes);
+  const size_t values = store.table_rows(0) * store.table_width(0);
+  Arrays a;
+  a.params.resize(values);
+  a.m.resize(values);
+  a.v.resize(values);
+  a.steps.resize(store.table_rows(0));
+  size_t at = 0;
+  for (auto* array : {&a.params, &a.m, &a.v}) {
+    std::memcpy(array->data(), bytes.data() + at, values * sizeof(float));
+    at += values * sizeof(float);
+  }
+  std::memcpy(a.steps.data(), bytes.data() + at, a.steps.size() * sizeof(uint32_t));
+  return a;
+}
+
+// Ascending rows of table 0 that `shard` owns, about one in `gap`.
+std::vector<uint32_t> OwnedRows(const Partition& partition, uint32_t shard, uint32_t gap,
+                                std::mt19937* rng) {
+  std::vector<uint32_t> rows;
+  std::uniform_int_distribution<uint32_t> step(1, 2 * gap - 1);
+  for (uint32_t r = step(*rng); r < partition.table(0).rows; r += step(*rng)) {
+    if (partition.Owner(0, r, 0) == shard) rows.push_back(r);
+  }
+  return rows;
+}
+
+wire::Block SparseBlock(uint32_t width, const std::vector<uint32_t>& rows,
+                        const std::vector<float>& values) {
+  wire::Block block;
+  block.table = 0;
+  block.width = width;
+  block.row_count = static_cast<uint32_t>(rows.size());
+  block.rows = rows;
+  block.values = values;
+  return block;
+}
+
+class ShardStoreReadsTest : public ::testing::TestWithParam<std::tuple<uint32_t, uint32_t>> {};
+
+TEST_P(ShardStoreReadsTest, ScatteredReadersMatchARowAtATimeReference) {
+  const auto [width, shards] = GetParam();
+  const std::vector<TableInfo> tables = {{"level", 5 * kRowBlock + 123, width}};
+  const Partition partition = *Partition::Make(tables, shards, ModelParallelDim::kRow);
+  const uint32_t shard = shards - 1;
+  AdamHyper hyper;
+  ShardStore store(partition, shard, hyper);
+  store.EnableReplicas(2);
+  std::mt19937 rng(7 + width * 10 + shards);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+
+  // Initial values, then a few pushes over overlapping random rows: rows
+  // step different numbers of times and some never (t = 0 is sent as is).
+  const std::vector<uint32_t> all = OwnedRows(partition, shard, 1, &rng);
+  std::vector<float> init(all.size() * width);
+  for (float& x : init) x = value(rng);
+  store.Assign(SparseBlock(width, all, init));
+  for (int push = 0; push < 4; ++push) {
+    const std::vector<uint32_t> rows = OwnedRows(partition, shard, 3, &rng);
+    std::vector<float> grad(rows.size() * width);
+    for (float& x : grad) x = value(rng);
+    store.PrepareStep();
+    store.ApplyDirect(SparseBlock(width, rows, grad), 0, rows.size());
+  }
+  const Arrays a = ReadTable0(store);
+
+  const std::vector<uint32_t> asked = OwnedRows(partition, shard, 2, &rng);
+  ASSERT_GT(asked.size(), 1000u);
+  const wire::Block request = SparseBlock(width, asked, {});
+  // Ranges that start and end off chunk boundaries.
+  const size_t begin = 5, end = asked.size() - 3;
+  const float ahead = 1.5f;
+  std::vector<float> got((end - begin) * width);
+  store.GatherAhead(request, begin, end, ahead, got.data());
+  int stepped = 0;
+  for (size_t i = begin; i < end; ++i) {
+    const uint64_t local = partition.LocalRow(0, asked[i]);
+    const uint32_t t = a.steps[local];
+    stepped += t > 0;
+    for (uint32_t f = 0; f < width; ++f) {
+      const size_t at = local * width + f;
+      const float want = t == 0 ? a.params[at]
+                                : a.params[at] - AdamStepSize(hyper, t) * ahead * a.m[at] /
+                                                     (sqrtf(a.v[at]) + hyper.epsilon);
+      ASSERT_EQ(got[(i - begin) * width + f], want) << "row " << asked[i] << " column " << f;
+    }
+  }
+  EXPECT_GT(stepped, 100);
+  EXPECT_LT(stepped, static_cast<int>(end - begin));
+
+  // Delta pulls: replica 1 starts at the initial values, so params - replica
+  // is what the pushes moved; advancing it by half that, twice (the second
+  // time whole), leaves delta half, then zero.
+  std::vector<float> delta((end - begin) * width);
+  store.GatherDelta(request, 1, begin, end, delta.data());
+  for (size_t i = begin; i < end; ++i) {
+    const uint64_t local = partition.LocalRow(0, asked[i]);
+    const size_t k = std::lower_bound(all.begin(), all.end(), asked[i]) - all.begin();
+    for (uint32_t f = 0; f < width; ++f) {
+      ASSERT_EQ(delta[(i - begin) * width + f], a.params[local * width + f] - init[k * width + f])
+          << "row " << asked[i];
+    }
+  }
+  std::vector<float> half(delta);
+  for (float& x : half) x *= 0.5f;
+  store.AdvanceReplica(request, 1, begin, end, half.data(), /*whole=*/false);
+  std::vector<float> rest((end - begin) * width);
+  store.GatherDelta(request, 1, begin, end, rest.data());
+  for (size_t j = 0; j < rest.size(); ++j) {
+    const size_t i = begin + j / width;
+    const size_t k = std::lower_bound(all.begin(), all.end(), asked[i]) - all.begin();
+    const float replica = init[k * width + j % width] + half[j];
+    ASSERT_EQ(rest[j], a.params[partition.LocalRow(0, asked[i]) * width + j % width] - replica);
+  }
+  std::vector<float> whole((end - begin) * width);
+  store.Gather(request, begin, end, whole.data());
+  store.AdvanceReplica(request, 1, begin, end, whole.data(), /*whole=*/true);
+  store.GatherDelta(request, 1, begin, end, rest.data());
+  for (float x : rest) ASSERT_EQ(x, 0.0f);
+  // Worker 0's replica was never advanced.
+  store.GatherDelta(request, 0, begin, end, rest.data());
+  EXPECT_EQ(rest, delta);
+}
+
+INSTANTIATE_TEST_SUITE_P(WidthsAndShards, ShardStoreReadsTest,
+                         ::testing::Combine(::testing::Values(1u, 2u, 3u, 8u),
+                                            ::testing::Values(1u, 2u)));
+
+}  // namespace
+}  // namespace gridsync
