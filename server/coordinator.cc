@@ -130,6 +130,20 @@ Status CoordinatorImpl::Restore() {
 }
 
 void CoordinatorImpl::AdvanceJob() {
+  // The ended job's checkpoint registry and run identity: no later job reads
+  // them (a job's parts read only their own job's keys, and a fresh start
+  // of job 2 on is checked against the files, CoordinatorKnowsCheckpoints),
+  // and a long-running coordinator serving job after job would otherwise
+  // keep a few keys per job until its store's key bound refused the next
+  // job's.
+  for (const std::string& prefix :
+       {CheckpointKey(map_.job, ""), RunKey(map_.job) + "/", RunKey(map_.job)}) {
+    auto it = kv_.lower_bound(prefix);
+    while (it != kv_.end() && it->first.rfind(prefix, 0) == 0 &&
+           (prefix.back() == '/' || it->first == prefix)) {
+      it = KvErase(it);
+    }
+  }
   ++map_.job;
   map_.epoch = 0;
   map_.resume_step = 0;

@@ -559,10 +559,16 @@ void CoordinatorImpl::Cleanup(const ConnPtr& conn, const std::string& reason) {
       // Rendezvous state (Gloo's addresses, NCCL's ids, the backend vote)
       // belongs to the workers that wrote it: the next ones, reusing the
       // group names, must not find it (a second nccl-mode job on this
-      // coordinator waited for the first job's Gloo peers).
-      const std::string prefix = kCollectiveStorePrefix;
-      auto it = kv_.lower_bound(prefix);
-      while (it != kv_.end() && it->first.rfind(prefix, 0) == 0) it = KvErase(it);
+      // coordinator waited for the first job's Gloo peers). So do the
+      // adaptive split's rounds ("rates/<step>/<rank>", the last two kept
+      // by DropOldRateRounds): the next job's workers, reaching the same
+      // step, read the old job's rates without waiting, and with another
+      // world size some of them fresh ones, so their splits disagreed.
+      for (const std::string prefix :
+           {std::string(kCollectiveStorePrefix), std::string("rates/")}) {
+        auto it = kv_.lower_bound(prefix);
+        while (it != kv_.end() && it->first.rfind(prefix, 0) == 0) it = KvErase(it);
+      }
     }
     if (map_.shards.empty() && map_.workers.empty() && tables_owner_) {
       // The job is gone; the next one may bring other tables.

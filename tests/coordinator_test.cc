@@ -165,6 +165,49 @@ TEST_F(CoordinatorTest, TheLastWorkerLeavingDropsTheCollectivesRendezvousKeys) {
   EXPECT_TRUE(other.ok()) << other.status().ToString();
 }
 
+// A long-running coordinator serves job after job: an ended job's checkpoint
+// registry, run identity and adaptive-split rounds go with it (they piled up
+// a few keys a job until the store's key bound refused a later job's, and
+// the next job's workers read the old rounds' rates without waiting). The
+// next job's keys, and keys of no job, stay.
+TEST_F(CoordinatorTest, AnEndedJobsKeysGoWithIt) {
+  auto observer = Connect();
+  ASSERT_TRUE(observer);
+  auto worker = Join(Role::kWorker, 0);
+  ASSERT_TRUE(worker);
+  ASSERT_TRUE(worker->Barrier("init", 1, "worker-0", 2s).ok());
+  auto job = worker->CurrentJob();
+  ASSERT_TRUE(job.ok());
+  const uint64_t first = job->job;
+  const std::vector<std::string> ended = {
+      CheckpointKey(first, "shard-0"), CheckpointKey(first, "worker-0"),
+      "checkpoint-run/job-" + std::to_string(first),
+      "checkpoint-run/job-" + std::to_string(first) + "/resumed-100/shard-0", "rates/100/0"};
+  const std::vector<std::string> kept = {
+      CheckpointKey(first + 1, "shard-0"),
+      "checkpoint-run/job-" + std::to_string(first) + "0",  // job 10's, not job 1's
+      "metrics/worker/0"};
+  for (const auto& key : ended) ASSERT_TRUE(worker->Set(key, "100").ok()) << key;
+  for (const auto& key : kept) ASSERT_TRUE(worker->Set(key, "100").ok()) << key;
+  ASSERT_TRUE(worker->Barrier("done", 1, "worker-0", 2s).ok());
+  worker.reset();  // the job's last worker leaves: job 2 starts
+  bool advanced = false;
+  for (auto start = Clock::now(); Since(start) < 3s && !advanced;) {
+    auto now = observer->CurrentJob();
+    ASSERT_TRUE(now.ok());
+    advanced = now->job == first + 1;
+    if (!advanced) std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_TRUE(advanced) << "job " << first << " did not end with its last worker";
+  for (const auto& key : ended) {
+    EXPECT_FALSE(observer->Get({key}, 0ms).ok()) << key << " outlived its job";
+  }
+  for (const auto& key : kept) {
+    auto got = observer->Get({key}, 0ms);
+    EXPECT_TRUE(got.ok()) << key << ": " << got.status().ToString();
+  }
+}
+
 // A hostile probe: without security anyone who could connect set
 // metrics/worker/0 and the monitor scraped (and showed) whatever that
 // address served. metrics/<role>/<rank> is now the registered member's own.
