@@ -269,6 +269,29 @@ TEST(BatchSplitTest, EvenWeightedAndAdaptiveKeepTheGlobalBatch) {
   EXPECT_EQ(adaptive.count(1), 1u);
 }
 
+// Every worker keeps at least one sample; what that floor deals beyond the
+// batch is taken back from the largest shares, ties to the lower rank. A
+// hostile config of 65536 one-worker nodes took the linear search per
+// sample (and a node lookup per rank) over a minute in check-config.
+TEST(BatchSplitTest, TheOneSampleFloorIsTakenBackFromTheLargestShares) {
+  EXPECT_EQ(BatchSplit::Apportion(10, {100, 1, 1, 1, 1, 1, 1, 1, 1, 1}),
+            (std::vector<uint64_t>(10, 1)));
+  EXPECT_EQ(BatchSplit::Apportion(7, {10, 10, 0.01, 0.01, 0.01, 0.01}),
+            (std::vector<uint64_t>{1, 2, 1, 1, 1, 1}));  // 3, 3 to 2, 3 to 2, 2 to 1, 2
+  Config config = SmallConfig(1);
+  const int n = 65536;
+  config.distributed.world_size = n;
+  config.distributed.batch_splitting = BatchSplitting::kWeighted;
+  config.distributed.nodes.assign(n, {.name = "n", .workers = 1, .weight = 1e-6, .host = ""});
+  config.distributed.nodes[0].weight = 1e6;
+  BatchSplit split(config.distributed, 2 * n);
+  uint64_t total = 0;
+  for (int r = 0; r < n; ++r) total += split.count(r);
+  EXPECT_EQ(total, uint64_t{2} * n);
+  EXPECT_EQ(split.count(0), uint64_t{n} + 1);
+  EXPECT_EQ(split.count(n - 1), 1u);
+}
+
 TEST(AllReduceTest, AdaptiveMovesSamplesToTheFasterWorker) {
   const ImageTask image = SmallImage();
   Config config = SmallConfig(2);
