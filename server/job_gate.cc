@@ -1,7 +1,6 @@
 #include "server/job_gate.h"
 
 #include <string>
-#include <thread>
 #include <utility>
 
 namespace gridsync {
@@ -27,7 +26,8 @@ void JobGate::Open(uint64_t job, uint32_t epoch) {
   closed_.store(false, std::memory_order_release);
 }
 
-Result<JobGate::Admission> JobGate::Admit(uint64_t job, uint32_t epoch, uint32_t worker) {
+Result<JobGate::Admission> JobGate::Admit(uint64_t job, uint32_t epoch, uint32_t worker,
+                                          Clock::time_point received) {
   if (closed_.load(std::memory_order_acquire)) {
     return Status::IOError("shard " + std::to_string(shard_) +
                            " serves nothing until the coordinator admitted it (registration, "
@@ -53,7 +53,11 @@ Result<JobGate::Admission> JobGate::Admit(uint64_t job, uint32_t epoch, uint32_t
         " serves epoch " + std::to_string(current_epoch) + " now; allowed: epoch " +
         std::to_string(current_epoch) + " (the worker rolls back too)");
   }
-  GRIDSYNC_ASSIGN_OR_RETURN(const JobState state, Confirm(job, epoch));
+  Clock::time_point retry_at;
+  GRIDSYNC_ASSIGN_OR_RETURN(const std::optional<JobState> confirmed,
+                            Confirm(job, epoch, received, &retry_at));
+  if (!confirmed) return Admission{Verdict::kWait, 0, retry_at};
+  const JobState& state = *confirmed;
   if (claimed > Position(state.job, state.epoch)) {
     return Status::InvalidArgument(Describe(job, epoch) + " of worker " + std::to_string(worker) +
                                    " is not the cluster's: the coordinator runs " +
@@ -82,7 +86,9 @@ Result<JobGate::Admission> JobGate::Admit(uint64_t job, uint32_t epoch, uint32_t
   return moved;
 }
 
-Result<JobState> JobGate::Confirm(uint64_t job, uint32_t epoch) {
+Result<std::optional<JobState>> JobGate::Confirm(uint64_t job, uint32_t epoch,
+                                                 Clock::time_point received,
+                                                 Clock::time_point* retry_at) {
   Source source;
   {
     std::lock_guard<std::mutex> lock(source_mu_);
@@ -91,31 +97,28 @@ Result<JobState> JobGate::Confirm(uint64_t job, uint32_t epoch) {
   const uint64_t current = job_.load(std::memory_order_relaxed);
   if (!source) {
     // A shard outside any cluster serves its first job, as claimed.
-    if (current == 0) return JobState{job, epoch, 0};
+    if (current == 0) return std::optional<JobState>(JobState{job, epoch, 0});
     return Status::InvalidArgument(Describe(job, epoch) + " cannot be confirmed (shard " +
                                    std::to_string(shard_) + " has no coordinator); allowed: " +
                                    Describe(current, epoch_.load(std::memory_order_relaxed)));
   }
   const auto claim = Position(job, epoch);
-  if (claim > Position(confirmed_.job, confirmed_.epoch)) {
-    // At most one question every 10 ms; a message that needs one waits. A
-    // claim at or past one the coordinator just denied is denied without
-    // asking (a flood of invented futures costs one question per 10 ms).
-    constexpr auto kMinInterval = std::chrono::milliseconds(10);
-    const auto now = std::chrono::steady_clock::now();
-    if (now < last_query_ + kMinInterval && denied_ && claim >= *denied_) return confirmed_;
-    if (now < last_query_ + kMinInterval) std::this_thread::sleep_until(last_query_ + kMinInterval);
-    last_query_ = std::chrono::steady_clock::now();
-    auto asked = source();
-    if (!asked.ok()) return asked.status().WithContext("confirming " + Describe(job, epoch));
-    confirmed_ = *asked;
-    if (claim > Position(confirmed_.job, confirmed_.epoch)) {
-      denied_ = claim;
-    } else {
-      denied_.reset();
-    }
+  if (claim <= Position(confirmed_.job, confirmed_.epoch)) return std::optional(confirmed_);
+  // The coordinator answered after this message arrived: the worker read
+  // its claim from the coordinator's map before sending it, and the map
+  // only moves forward, so that answer stands for it.
+  if (last_query_ && *last_query_ >= received) return std::optional(confirmed_);
+  constexpr auto kMinInterval = std::chrono::milliseconds(10);
+  const auto now = Clock::now();
+  if (last_query_ && now < *last_query_ + kMinInterval) {
+    *retry_at = *last_query_ + kMinInterval;
+    return std::optional<JobState>();
   }
-  return confirmed_;
+  last_query_ = now;
+  auto asked = source();
+  if (!asked.ok()) return asked.status().WithContext("confirming " + Describe(job, epoch));
+  confirmed_ = *asked;
+  return std::optional(confirmed_);
 }
 
 }  // namespace gridsync

@@ -9,10 +9,14 @@
 //     shard then starts afresh (a new job) or reloads its checkpoint of the
 //     step the job rolled back to (a new epoch).
 // A message's claim alone never moves the gate: a corrupt or hostile one
-// would wipe a running job. The coordinator is asked at most every 10 ms (a
-// message that must wait for the next question waits for it, unless it
-// claims as much as a claim just denied), so a flood of messages claiming
-// the future costs one question per 10 ms.
+// would wipe a running job. The coordinator is asked at most every 10 ms,
+// and a claim is judged by the first answer given after the message
+// arrived: one the coordinator was asked after is refused on that answer;
+// one that arrived since waits (kWait: the caller sets it aside, and its
+// serving loop goes on) until the next question may be asked. A flood of
+// messages claiming the future, however they vary, costs one question per
+// 10 ms and never stalls the serving loop (it slept until the next
+// question, 10 ms per message, when each claim was lower than the last).
 //
 // A restarted shard starts closed: it serves nothing until its registration
 // told it the job and epoch it rejoined (Open); the shard holds what arrives
@@ -52,16 +56,21 @@ class JobGate {
     kCurrent,   // the message belongs to what the shard serves
     kNewJob,    // a newer job began: start afresh, then admit again
     kRollBack,  // the job rolled back: reload resume_step, then admit again
+    kWait,      // ask again at retry_at: the coordinator was asked too recently
   };
+  using Clock = std::chrono::steady_clock;
   struct Admission {
     Verdict verdict = Verdict::kCurrent;
-    uint64_t resume_step = 0;  // kRollBack: the checkpoint step to reload
+    uint64_t resume_step = 0;      // kRollBack: the checkpoint step to reload
+    Clock::time_point retry_at{};  // kWait
   };
-  // The job and epoch of a message from `worker`: what the shard serves; a
-  // move to where the coordinator's map stands (the gate has moved; the
-  // caller acts on it and admits the message again, which may then be
-  // stale); or an error naming the worker and what is allowed.
-  Result<Admission> Admit(uint64_t job, uint32_t epoch, uint32_t worker);
+  // The job and epoch of a message from `worker` that arrived at
+  // `received`: what the shard serves; a move to where the coordinator's
+  // map stands (the gate has moved; the caller acts on it and admits the
+  // message again, which may then be stale); kWait; or an error naming the
+  // worker and what is allowed.
+  Result<Admission> Admit(uint64_t job, uint32_t epoch, uint32_t worker,
+                          Clock::time_point received = Clock::now());
 
   // False while a rejoining shard waits for its registration (Open).
   bool open() const { return !closed_.load(std::memory_order_acquire); }
@@ -70,16 +79,17 @@ class JobGate {
 
  private:
   // The coordinator's job state, asked again when `job`/`epoch` is newer
-  // than what it said last.
-  Result<JobState> Confirm(uint64_t job, uint32_t epoch);
+  // than what it said last and it was last asked before `received`; null
+  // when it was asked less than 10 ms ago (*retry_at: when it may be).
+  Result<std::optional<JobState>> Confirm(uint64_t job, uint32_t epoch, Clock::time_point received,
+                                          Clock::time_point* retry_at);
 
   const uint32_t shard_;
   std::atomic<bool> closed_;
   std::atomic<uint64_t> job_{0};  // 0: none yet
   std::atomic<uint32_t> epoch_{0};
-  JobState confirmed_;  // the coordinator's state when last asked
-  std::optional<std::pair<uint64_t, uint32_t>> denied_;  // the claim it last denied
-  std::chrono::steady_clock::time_point last_query_{};
+  JobState confirmed_;                           // the coordinator's state when last asked
+  std::optional<Clock::time_point> last_query_;  // when it was last asked
   std::mutex source_mu_;
   Source source_;  // guarded by source_mu_
 };

@@ -42,8 +42,9 @@ struct Request {
   zmq::message_t identity;
   std::vector<zmq::message_t> frames;
   wire::Message message;
-  std::vector<std::vector<float>> decoded;  // compressed blocks' values
-  bool counted = false;                     // its bytes are in the stats (held and handled again)
+  std::vector<std::vector<float>> decoded;    // compressed blocks' values
+  bool counted = false;                       // its bytes are in the stats (held and handled again)
+  Clock::time_point received = Clock::now();  // judged against the coordinator's answers (JobGate)
 };
 
 class PsShardImpl : public PsShard {
@@ -83,18 +84,24 @@ class PsShardImpl : public PsShard {
   // shard's restart by rolling back (server/job_gate.h): a newer job's first
   // message clears the job before; a newer epoch's reloads the checkpoint
   // the job went back to. false: refused.
-  bool AdmitJob(Request& request) {
+  // A claim the coordinator cannot be asked about yet is set aside
+  // (Defer) and the request left empty: false then too.
+  bool AdmitJob(std::unique_ptr<Request>& owned) {
+    Request& request = *owned;
     const wire::Message& m = request.message;
     // The gate moves at most once per coordinator answer; a message that
     // finds it moved is admitted again against where it now stands.
     for (int round = 0; round < 3; ++round) {
       const uint64_t before = job_gate_.job();
-      auto admitted = job_gate_.Admit(m.job, m.epoch, m.worker_rank);
+      auto admitted = job_gate_.Admit(m.job, m.epoch, m.worker_rank, request.received);
       if (!admitted.ok()) {
         ReplyError(request, admitted.status());
         return false;
       }
       switch (admitted->verdict) {
+        case JobGate::Verdict::kWait:
+          Defer(std::move(owned), admitted->retry_at);
+          return false;
         case JobGate::Verdict::kCurrent:
           if (!broken_.ok()) {
             ReplyError(request, broken_);
@@ -131,6 +138,38 @@ class PsShardImpl : public PsShard {
       return;
     }
     held_.push_back(std::move(request));
+  }
+
+  // Requests whose claim waits for the coordinator's next answer; handled
+  // again once it may be asked (AdmitDeferred), without holding up the rest.
+  void Defer(std::unique_ptr<Request> request, Clock::time_point retry_at) {
+    constexpr size_t kMaxDeferred = 4096;  // a few per worker at a job's move are expected
+    if (deferred_.size() >= kMaxDeferred) {
+      ReplyError(*request,
+                 Status::IOError("shard " + std::to_string(options_.shard) + " holds " +
+                                 std::to_string(kMaxDeferred) +
+                                 " messages whose job or epoch awaits the coordinator's answer; "
+                                 "allowed: retry, or the job and epoch the shard serves"));
+      return;
+    }
+    deferred_until_ = deferred_.empty() ? retry_at : std::min(deferred_until_, retry_at);
+    deferred_.push_back(std::move(request));
+  }
+
+  void AdmitDeferred() {
+    if (deferred_.empty() || Clock::now() < deferred_until_) return;
+    std::vector<std::unique_ptr<Request>> deferred = std::move(deferred_);
+    deferred_.clear();
+    for (auto& request : deferred) HandleGuarded(std::move(request));
+  }
+
+  // How long the serving loop may wait for a message: until a deferred
+  // claim may be asked about, at most 50 ms.
+  int ReceiveTimeoutMs() const {
+    if (deferred_.empty()) return 50;
+    const auto left =
+        std::chrono::ceil<std::chrono::milliseconds>(deferred_until_ - Clock::now()).count();
+    return static_cast<int>(std::clamp<int64_t>(left, 1, 50));
   }
 
   // Once the gate opened: what was held, in arrival order.
@@ -286,8 +325,8 @@ class PsShardImpl : public PsShard {
       heartbeats_.fetch_add(1, std::memory_order_relaxed);
       std::vector<zmq::message_t> refused;
       wire::TakenBytes taken{.curve = options_.curve.on};
-      auto received = wire::ReceiveMultipart(socket_, 50, options_.limits, /*envelope_frames=*/1,
-                                             &refused, &taken);
+      auto received = wire::ReceiveMultipart(socket_, ReceiveTimeoutMs(), options_.limits,
+                                             /*envelope_frames=*/1, &refused, &taken);
       capped_->Taken(taken.fd, taken.bytes);
       if (!received.ok()) {
         if (received.status().code() != StatusCode::kTimeout) {
@@ -302,6 +341,7 @@ class PsShardImpl : public PsShard {
           }
         }
         AdmitHeld();
+        AdmitDeferred();
         ExpireWaitingPulls();
         continue;
       }
@@ -312,6 +352,7 @@ class PsShardImpl : public PsShard {
       request->frames = std::move(frames);
       HandleGuarded(std::move(request));
       AdmitHeld();
+      AdmitDeferred();
       ExpireWaitingPulls();
       waiting_count_.store(waiting_.size(), std::memory_order_relaxed);
     }
@@ -502,7 +543,9 @@ class PsShardImpl : public PsShard {
   StaleReads stale_reads_;            // ssp, async: the look-ahead's bookkeeping
   std::map<uint64_t, std::map<uint32_t, std::unique_ptr<Request>>> pending_;  // step -> rank
   std::vector<Waiting> waiting_;
-  std::vector<std::unique_ptr<Request>> held_;  // arrived before a rejoin was admitted
+  std::vector<std::unique_ptr<Request>> held_;      // arrived before a rejoin was admitted
+  std::vector<std::unique_ptr<Request>> deferred_;  // claims awaiting the coordinator (Defer)
+  Clock::time_point deferred_until_{};
   JobGate job_gate_;
   ShardCheckpoints checkpoints_;
   Status broken_;  // a rollback that failed: every request is refused with it

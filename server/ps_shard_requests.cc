@@ -40,7 +40,7 @@ void PsShardImpl::Handle(std::unique_ptr<Request> request) {
   // the workers that follow the new epoch already send to it.
   if (m.kind != wire::Kind::kStats && !job_gate_.open()) return Hold(std::move(request));
   // Stats are read-only: anyone may ask, whatever its job.
-  if (m.kind != wire::Kind::kStats && !AdmitJob(*request)) return;
+  if (m.kind != wire::Kind::kStats && !AdmitJob(request)) return;
   for (const auto& block : m.blocks) {
     if (auto owned = store_->CheckOwnership(block); !owned.ok()) {
       ReplyError(*request, owned);

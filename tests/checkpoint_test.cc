@@ -470,18 +470,40 @@ TEST(JobGateTest, EpochsMoveOnlyWhenTheCoordinatorConfirms) {
   auto first = gate.Admit(1, 0, 0);
   ASSERT_TRUE(first.ok()) << first.status().ToString();
   EXPECT_EQ(first->verdict, JobGate::Verdict::kCurrent);
-  // A message claiming an epoch the coordinator does not know is refused.
+  // A message claiming an epoch the coordinator does not know is refused
+  // (asked about once the 10 ms since the last question have passed).
+  std::this_thread::sleep_for(std::chrono::milliseconds(11));
   auto claimed = gate.Admit(1, 1, 1);
   ASSERT_FALSE(claimed.ok());
   EXPECT_NE(claimed.status().message().find("not the cluster's"), std::string::npos)
       << claimed.status().ToString();
   EXPECT_EQ(gate.epoch(), 0u);
-  // The same claim again, at once: denied without asking (a flood of
-  // invented futures costs one question per 10 ms).
+  // Claims that arrived before that answer are refused on it, whatever
+  // they claim; ones that arrived since wait for the next question (10 ms
+  // later), without asking and without sleeping: a flood of invented
+  // futures costs one question per 10 ms and never holds up the shard.
   const int asked_before = asked;
-  EXPECT_FALSE(gate.Admit(1, 1, 1).ok());
-  EXPECT_FALSE(gate.Admit(1, 3, 1).ok());
+  const auto earlier = JobGate::Clock::now() - std::chrono::seconds(1);
+  EXPECT_FALSE(gate.Admit(1, 1, 1, earlier).ok());
+  EXPECT_FALSE(gate.Admit(1, 7, 1, earlier).ok());
+  for (uint32_t epoch : {3u, 2u, 1u}) {
+    const auto start = JobGate::Clock::now();
+    auto later = gate.Admit(1, epoch, 1);
+    ASSERT_TRUE(later.ok()) << later.status().ToString();
+    EXPECT_EQ(later->verdict, JobGate::Verdict::kWait);
+    EXPECT_GT(later->retry_at, start);
+    EXPECT_LE(later->retry_at, start + std::chrono::milliseconds(10));
+    EXPECT_LT(JobGate::Clock::now() - start, std::chrono::milliseconds(5)) << "it slept";
+  }
   EXPECT_EQ(asked, asked_before);
+  // Once the next question may be asked, a waiting claim is asked about
+  // and refused on the answer.
+  std::this_thread::sleep_for(std::chrono::milliseconds(11));
+  const auto waited = JobGate::Clock::now() - std::chrono::milliseconds(5);
+  EXPECT_FALSE(gate.Admit(1, 3, 1, waited).ok());
+  EXPECT_EQ(asked, asked_before + 1);
+  EXPECT_FALSE(gate.Admit(1, 2, 1, waited).ok());
+  EXPECT_EQ(asked, asked_before + 1);
   // A shard rejoined from step 150: the first message of epoch 1 rolls back.
   std::this_thread::sleep_for(std::chrono::milliseconds(11));
   cluster = {1, 1, 150};
@@ -516,6 +538,7 @@ TEST(JobGateTest, EpochsMoveOnlyWhenTheCoordinatorConfirms) {
   }
   // A new job starts afresh, at its own epoch 0.
   cluster = {2, 0, 0};
+  std::this_thread::sleep_for(std::chrono::milliseconds(11));
   auto next = gate.Admit(2, 0, 0);
   ASSERT_TRUE(next.ok());
   EXPECT_EQ(next->verdict, JobGate::Verdict::kNewJob);
