@@ -45,6 +45,7 @@ struct Request {
   std::vector<std::vector<float>> decoded;    // compressed blocks' values
   bool counted = false;                       // its bytes are in the stats (held and handled again)
   Clock::time_point received = Clock::now();  // judged against the coordinator's answers (JobGate)
+  std::string role;  // under CURVE, the role the sender's key proved (ZAP's User-Id)
 };
 
 class PsShardImpl : public PsShard {
@@ -348,6 +349,9 @@ class PsShardImpl : public PsShard {
       auto request = std::make_unique<Request>();
       std::vector<zmq::message_t>& frames = *received;
       request->identity = std::move(frames[0]);
+      // The peer's metadata rides on the frames its connection delivered,
+      // not on the identity ROUTER made up.
+      if (options_.curve.on && frames.size() > 1) request->role = wire::CurveRoleOf(frames[1]);
       frames.erase(frames.begin());
       request->frames = std::move(frames);
       HandleGuarded(std::move(request));

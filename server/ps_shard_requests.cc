@@ -36,6 +36,17 @@ void PsShardImpl::Handle(std::unique_ptr<Request> request) {
                                                  " messages; allowed: push, pull, init, stats"));
     return;
   }
+  // Under CURVE a key proves a role: an observer's (gridsync monitor, on
+  // machines that hold no worker key) reads stats and changes nothing.
+  if (options_.curve.on && request->role != "worker" && m.kind != wire::Kind::kStats) {
+    ReplyError(*request,
+               Status::InvalidArgument(
+                   std::string("a ") + wire::KindName(m.kind) + " from a client whose key is " +
+                   (request->role.empty() ? "of no role" : "the " + request->role + "'s") +
+                   "; allowed: push, pull and init from the workers' key, "
+                   "stats from any admitted key"));
+    return;
+  }
   // A rejoining shard holds messages until its registration admitted it:
   // the workers that follow the new epoch already send to it.
   if (m.kind != wire::Kind::kStats && !job_gate_.open()) return Hold(std::move(request));

@@ -125,6 +125,39 @@ TEST(SecurityTest, OnlyListedKeysReachAShardAndGoodWorkersTrain) {
     s.set(zmq::sockopt::curve_publickey, observer.public_z85);
     s.set(zmq::sockopt::curve_secretkey, observer.secret_z85);
   }));
+  // The observer's key (gridsync monitor's) reads stats and changes
+  // nothing: a push, an init or a pull under it is refused, naming the role.
+  // A hostile probe: an observer's push of worker 0's step 0 was applied,
+  // and the real worker's was then refused as a second one.
+  for (const wire::Kind kind : {wire::Kind::kPush, wire::Kind::kInit, wire::Kind::kPull}) {
+    zmq::context_t context(1);
+    zmq::socket_t socket(context, zmq::socket_type::dealer);
+    socket.set(zmq::sockopt::linger, 0);
+    socket.set(zmq::sockopt::curve_serverkey, shard_pub);
+    socket.set(zmq::sockopt::curve_publickey, observer.public_z85);
+    socket.set(zmq::sockopt::curve_secretkey, observer.secret_z85);
+    socket.connect(endpoint);
+    wire::OutHeader h;
+    h.kind = kind;
+    h.request_id = 11;
+    wire::OutBlock b;
+    b.table = 0;
+    b.width = testing::SpecOf((*servers)->config()).model.tables[0].width;
+    b.rows = {0};
+    b.row_count = 1;
+    if (kind != wire::Kind::kPull) b.values.assign(b.width, 0.5f);
+    std::vector<wire::OutBlock> blocks;
+    blocks.push_back(std::move(b));
+    auto request = wire::Encode(h, std::move(blocks));
+    ASSERT_TRUE(wire::SendMultipart(socket, request).ok());
+    auto frames = wire::ReceiveMultipart(socket, 3000, wire::Limits{});
+    ASSERT_TRUE(frames.ok()) << frames.status().ToString();
+    auto reply = wire::Decode(*frames, {}, wire::Limits{});
+    ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+    ASSERT_EQ(reply->kind, wire::Kind::kError) << wire::KindName(kind);
+    EXPECT_NE(reply->error.message().find("the observer's"), std::string::npos)
+        << reply->error.message();
+  }
   EXPECT_EQ(shard.stats().pushes, 0u);
   // Refused handshakes close their connections, and the connection cap
   // counts them closed (else refusals would fill it). The cluster's own

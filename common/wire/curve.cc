@@ -126,7 +126,12 @@ Result<CurveSettings> CurveSettingsFor(const Config& config, const std::string& 
   settings.own = *own;
   if (role == "shard") {
     GRIDSYNC_ASSIGN_OR_RETURN(auto clients, PresentPublicKeys(dir, {"worker", "observer"}));
-    for (const auto& [name, key] : clients) settings.allowed_z85.insert(key);
+    // A key listed for both roles is a worker's (the map keeps the first).
+    for (const char* role : {"worker", "observer"}) {
+      if (const auto it = clients.find(role); it != clients.end()) {
+        settings.allowed_z85.emplace(it->second, role);
+      }
+    }
     if (settings.allowed_z85.empty()) {
       return Status::NotFound("security.keys_dir: " + dir +
                               " holds neither worker.pub nor observer.pub, so no client could "
@@ -243,7 +248,14 @@ Status ApplyCurveClient(zmq::socket_t& socket, const CurveSettings& settings) {
   return Status::OK();
 }
 
-ZapHandler::ZapHandler(zmq::context_t& context, std::set<std::string> allowed_z85, std::string who)
+std::string CurveRoleOf(const zmq::message_t& received) {
+  // zmq_msg_gets takes a non-const message; it only reads its metadata.
+  const char* role = zmq_msg_gets(const_cast<zmq_msg_t*>(received.handle()), "User-Id");
+  return role == nullptr ? std::string() : std::string(role);
+}
+
+ZapHandler::ZapHandler(zmq::context_t& context, std::map<std::string, std::string> allowed_z85,
+                       std::string who)
     : socket_(context, zmq::socket_type::rep),
       allowed_(std::move(allowed_z85)),
       who_(std::move(who)) {
@@ -283,7 +295,7 @@ void ZapHandler::Serve() {
     };
     std::string status = "400", reason;
     const std::string mechanism = text(5);
-    std::string client = "-";
+    std::string client = "-", role;
     if (request.size() < 6 || text(0) != "1.0") {
       reason = "malformed ZAP request";
     } else if (mechanism != "CURVE") {
@@ -294,8 +306,9 @@ void ZapHandler::Serve() {
       char z85[41] = {};
       zmq_z85_encode(z85, static_cast<const uint8_t*>(request[6].data()), 32);
       client = z85;
-      if (allowed_.count(client) != 0) {
+      if (const auto it = allowed_.find(client); it != allowed_.end()) {
         status = "200";
+        role = it->second;
       } else {
         reason =
             "client key " + client + " is not listed (allowed: the workers' and observers' keys)";
@@ -305,8 +318,8 @@ void ZapHandler::Serve() {
       ++refused_;
       spdlog::warn("{}: refused a connection from {}: {}", who_, text(3), reason);
     }
-    std::vector<std::string> reply = {
-        "1.0", text(1), status, status == "200" ? "OK" : reason, status == "200" ? client : "", ""};
+    std::vector<std::string> reply = {"1.0", text(1), status, status == "200" ? "OK" : reason,
+                                      role,  ""};
     try {
       for (size_t i = 0; i < reply.size(); ++i) {
         socket_.send(zmq::buffer(reply[i]),

@@ -42,9 +42,16 @@ Result<std::string> LoadCurvePublicKey(const std::string& dir, const std::string
 struct CurveSettings {
   bool on = false;
   CurveKeyPair own;
-  std::string server_public_z85;      // client side
-  std::set<std::string> allowed_z85;  // server side
+  std::string server_public_z85;  // client side
+  // Server side: the client keys to admit, each with its role ("worker",
+  // "observer"), which ZAP hands ZeroMQ as the connection's User-Id, so
+  // that every message a client sends names the role its key proves.
+  std::map<std::string, std::string> allowed_z85;
 };
+
+// The role a CURVE client's key proved (its ZAP User-Id), read from a
+// message it sent; empty without CURVE.
+std::string CurveRoleOf(const zmq::message_t& received);
 
 // The settings of a process of `role` ("shard", "worker" or "observer")
 // under config.security: off unless security.curve; a shard loads
@@ -104,11 +111,13 @@ Status ApplyCurveServer(zmq::socket_t& socket, const CurveSettings& settings);
 Status ApplyCurveClient(zmq::socket_t& socket, const CurveSettings& settings);
 
 // ZeroMQ's authentication protocol (ZAP, RFC 27) for one context: admits a
-// CURVE client only when its public key is listed, refuses everything else,
-// and logs each refusal with `who` (for example "shard 0").
+// CURVE client only when its public key is listed, with the key's role as
+// the connection's User-Id, refuses everything else, and logs each refusal
+// with `who` (for example "shard 0").
 class ZapHandler {
  public:
-  ZapHandler(zmq::context_t& context, std::set<std::string> allowed_z85, std::string who);
+  ZapHandler(zmq::context_t& context, std::map<std::string, std::string> allowed_z85,
+             std::string who);
   ~ZapHandler();
   ZapHandler(const ZapHandler&) = delete;
   ZapHandler& operator=(const ZapHandler&) = delete;
@@ -117,7 +126,7 @@ class ZapHandler {
  private:
   void Serve();
   zmq::socket_t socket_;
-  std::set<std::string> allowed_;
+  std::map<std::string, std::string> allowed_;  // key -> role
   std::string who_;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> refused_{0};
