@@ -41,7 +41,7 @@ void PsShardImpl::Handle(std::unique_ptr<Request> request) {
   if (options_.curve.on && request->role != "worker" && m.kind != wire::Kind::kStats) {
     ReplyError(*request,
                Status::InvalidArgument(
-                   std::string("a ") + wire::KindName(m.kind) + " from a client whose key is " +
+                   std::string(wire::KindName(m.kind)) + " from a client whose key is " +
                    (request->role.empty() ? "of no role" : "the " + request->role + "'s") +
                    "; allowed: push, pull and init from the workers' key, "
                    "stats from any admitted key"));
