@@ -386,6 +386,10 @@ class CoordinatorImpl final : public Coordinator {
   std::map<std::string, BarrierState> barriers_;
   std::map<std::string, std::string> kv_;
   uint64_t kv_bytes_ = 0;  // keys and values in kv_
+  // The keys of kv_ an unregistered connection wrote last, and their bytes
+  // (keys and values): held to 1/16 of the store's bounds.
+  std::set<std::string> stranger_keys_;
+  uint64_t stranger_bytes_ = 0;
   std::vector<std::shared_ptr<Waiter>> kv_waiters_;
   CoordinatorStats counts_;  // the counters of stats(); the rest is read from the state
   std::optional<CoordinatorState> persisted_;  // state_file's contents as last written

@@ -435,6 +435,7 @@ void CoordinatorImpl::KvPut(const std::string& key, std::string value) {
 std::map<std::string, std::string>::iterator CoordinatorImpl::KvErase(
     std::map<std::string, std::string>::iterator it) {
   kv_bytes_ -= it->first.size() + it->second.size();
+  if (stranger_keys_.erase(it->first) != 0) stranger_bytes_ -= it->first.size() + it->second.size();
   return kv_.erase(it);
 }
 
@@ -514,6 +515,33 @@ void CoordinatorImpl::HandleKvSet(const ConnPtr& conn, uint64_t id, KvSetRequest
                      req.key.substr(0, 128), kv_.size(), kv_bytes_, kv_.size() + (fresh ? 1 : 0),
                      after, options_.max_store_keys, options_.max_store_bytes))));
     return;
+  }
+  // A connection that never registered writes within its share, and the
+  // key counts as its own until a member writes it.
+  const bool stranger = !conn->member;
+  const bool strangers_key = stranger_keys_.count(req.key) != 0;
+  if (stranger && (fresh || strangers_key)) {
+    const uint64_t before = strangers_key ? req.key.size() + old->second.size() : 0;
+    const uint64_t stranger_after = stranger_bytes_ - before + req.key.size() + req.value.size();
+    const uint64_t stranger_keys = stranger_keys_.size() + (fresh ? 1 : 0);
+    if (stranger_keys > options_.max_store_keys / 16 ||
+        stranger_after > options_.max_store_bytes / 16) {
+      Send(conn, wire::EncodeErrorReply(
+                     id, Status::InvalidArgument(fmt::format(
+                             "kvSet '{}': connections that did not register hold {} keys, {} "
+                             "bytes of the store; with this value they would hold {} keys, {} "
+                             "bytes; allowed: at most {} keys and {} bytes (1/16 of the store: "
+                             "the rest is the registered members'), or register first",
+                             req.key.substr(0, 128), stranger_keys_.size(), stranger_bytes_,
+                             stranger_keys, stranger_after, options_.max_store_keys / 16,
+                             options_.max_store_bytes / 16))));
+      return;
+    }
+    stranger_bytes_ = stranger_after;
+    stranger_keys_.insert(req.key);
+  } else if (!stranger && strangers_key) {
+    stranger_bytes_ -= req.key.size() + old->second.size();
+    stranger_keys_.erase(req.key);
   }
   KvPut(req.key, std::move(req.value));
   ++counts_.kv_sets;

@@ -208,6 +208,32 @@ TEST_F(CoordinatorTest, AnEndedJobsKeysGoWithIt) {
   }
 }
 
+// A hostile probe filled the store from a connection that never
+// registered (65536 one-byte keys in 4 s), and every later member's kvSet
+// (checkpoint lists, rendezvous, metrics) was refused. Unregistered
+// connections now share 1/16 of the store; the members keep the rest.
+TEST_F(CoordinatorTest, UnregisteredConnectionsCannotFillTheMembersStore) {
+  auto stranger = Connect();
+  ASSERT_TRUE(stranger);
+  const uint32_t share = CoordinatorOptions{}.max_store_keys / 16;
+  for (uint32_t i = 0; i < share; ++i) {
+    ASSERT_TRUE(stranger->Set("junk/" + std::to_string(i), "x").ok()) << i;
+  }
+  auto refused = stranger->Set("junk/more", "x");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.message().find("connections that did not register hold " +
+                                   std::to_string(share) + " keys"),
+            std::string::npos)
+      << refused.ToString();
+  EXPECT_TRUE(stranger->Set("junk/0", "y").ok()) << "its own key stays writable";
+  auto member = Join(Role::kWorker, 0);
+  ASSERT_TRUE(member);
+  EXPECT_TRUE(member->Set(CheckpointKey(1, "worker-0"), "100").ok());
+  // A key a member wrote leaves the strangers' share.
+  ASSERT_TRUE(member->Set("junk/1", "z").ok());
+  EXPECT_TRUE(stranger->Set("junk/more", "x").ok());
+}
+
 // A hostile probe: without security anyone who could connect set
 // metrics/worker/0 and the monitor scraped (and showed) whatever that
 // address served. metrics/<role>/<rank> is now the registered member's own.
