@@ -60,9 +60,12 @@ struct CoordinatorOptions {
   uint64_t max_store_bytes = 256ull << 20;  // keys and values, all of them
   uint32_t max_store_keys = 1u << 16;
   // Of those, what connections that never registered (observers, tools)
-  // may hold together: 1/16 of each bound, so that the registered members
-  // always have the rest (a probe that filled the store from an
-  // unregistered connection had every later member's kvSet refused).
+  // may hold together (at most the bounds above): 1/16 of the defaults, so
+  // that the registered members always have the rest (a probe that filled
+  // the store from an unregistered connection had every later member's
+  // kvSet refused).
+  uint32_t max_unregistered_store_keys = 1u << 12;
+  uint64_t max_unregistered_store_bytes = 16ull << 20;
   // A kvGet's values in one reply: a few small keys hold a rendezvous; a
   // request naming one large value a thousand times would otherwise make
   // the coordinator build a reply a thousand values long.

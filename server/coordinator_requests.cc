@@ -524,17 +524,19 @@ void CoordinatorImpl::HandleKvSet(const ConnPtr& conn, uint64_t id, KvSetRequest
     const uint64_t before = strangers_key ? req.key.size() + old->second.size() : 0;
     const uint64_t stranger_after = stranger_bytes_ - before + req.key.size() + req.value.size();
     const uint64_t stranger_keys = stranger_keys_.size() + (fresh ? 1 : 0);
-    if (stranger_keys > options_.max_store_keys / 16 ||
-        stranger_after > options_.max_store_bytes / 16) {
+    const uint64_t max_keys =
+        std::min<uint64_t>(options_.max_unregistered_store_keys, options_.max_store_keys);
+    const uint64_t max_bytes =
+        std::min(options_.max_unregistered_store_bytes, options_.max_store_bytes);
+    if (stranger_keys > max_keys || stranger_after > max_bytes) {
       Send(conn, wire::EncodeErrorReply(
                      id, Status::InvalidArgument(fmt::format(
                              "kvSet '{}': connections that did not register hold {} keys, {} "
                              "bytes of the store; with this value they would hold {} keys, {} "
-                             "bytes; allowed: at most {} keys and {} bytes (1/16 of the store: "
-                             "the rest is the registered members'), or register first",
+                             "bytes; allowed: at most {} keys and {} bytes (the rest of the store "
+                             "is the registered members'), or register first",
                              req.key.substr(0, 128), stranger_keys_.size(), stranger_bytes_,
-                             stranger_keys, stranger_after, options_.max_store_keys / 16,
-                             options_.max_store_bytes / 16))));
+                             stranger_keys, stranger_after, max_keys, max_bytes))));
       return;
     }
     stranger_bytes_ = stranger_after;

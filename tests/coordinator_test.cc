@@ -211,11 +211,11 @@ TEST_F(CoordinatorTest, AnEndedJobsKeysGoWithIt) {
 // A hostile probe filled the store from a connection that never
 // registered (65536 one-byte keys in 4 s), and every later member's kvSet
 // (checkpoint lists, rendezvous, metrics) was refused. Unregistered
-// connections now share 1/16 of the store; the members keep the rest.
+// connections now share 1/16 of it; the members keep the rest.
 TEST_F(CoordinatorTest, UnregisteredConnectionsCannotFillTheMembersStore) {
   auto stranger = Connect();
   ASSERT_TRUE(stranger);
-  const uint32_t share = CoordinatorOptions{}.max_store_keys / 16;
+  const uint32_t share = CoordinatorOptions{}.max_unregistered_store_keys;
   for (uint32_t i = 0; i < share; ++i) {
     ASSERT_TRUE(stranger->Set("junk/" + std::to_string(i), "x").ok()) << i;
   }
