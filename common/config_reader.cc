@@ -134,6 +134,15 @@ std::string Describe(const Json& value) {
 
 std::string Quote(std::string_view s) { return Describe(Json(std::string(s))); }
 
+std::string KeyText(std::string_view key) {
+  const bool plain =
+      !key.empty() && key.size() <= 64 && std::all_of(key.begin(), key.end(), [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+               c == '_' || c == '-';
+      });
+  return plain ? std::string(key) : Quote(key);
+}
+
 namespace {
 
 // A parser's message quotes the token it stopped at, which can be a number
@@ -199,7 +208,10 @@ bool EqualsIgnoringCase(std::string_view a, std::string_view b) {
 // itself keeps the last value silently, which would hide a half-edited config.
 class DuplicateKeyFinder {
  public:
-  explicit DuplicateKeyFinder(Problems* problems) : problems_(problems) {}
+  // prefix: where the parsed text sits (a --set value's "--set '...': a.b"),
+  // before the paths inside it.
+  explicit DuplicateKeyFinder(Problems* problems, std::string prefix = "")
+      : problems_(problems), prefix_(std::move(prefix)) {}
 
   bool operator()(int /*depth*/, Json::parse_event_t event, Json& parsed) {
     switch (event) {
@@ -213,7 +225,9 @@ class DuplicateKeyFinder {
         Frame& top = frames_.back();
         top.key = parsed.get<std::string>();
         if (!top.seen.insert(top.key).second) {
-          problems_->Add(Path(), "duplicate key",
+          // Past the listed problems only the count grows: no path (O(depth)
+          // each) for a million nested duplicates.
+          problems_->Add(problems_->listing() ? Path() : std::string(), "duplicate key",
                          "each key at most once per object (a JSON parser keeps only the last)");
         }
         break;
@@ -253,13 +267,15 @@ class DuplicateKeyFinder {
         path.append("[").append(std::to_string(frame.index)).append("]");
       } else {
         if (!path.empty()) path += ".";
-        path += frame.key;
+        path += KeyText(frame.key);
       }
     }
-    return path;
+    if (prefix_.empty()) return path;
+    return path.empty() || path[0] == '[' ? prefix_ + path : prefix_ + "." + path;
   }
 
   Problems* problems_;
+  std::string prefix_;
   std::vector<Frame> frames_;
 };
 
@@ -338,6 +354,13 @@ void ApplyOverride(const std::string& override_text, Json* root, Problems* probl
   // host names and paths need no quoting on a command line.
   Json value = Json::parse(value_text, nullptr, /*allow_exceptions=*/false);
   if (value.is_discarded()) value = value_text;
+  if (value.is_structured()) {
+    // Duplicate keys in an object or array value, as in a file.
+    std::string at;
+    for (const auto& key : keys) at += (at.empty() ? "" : ".") + KeyText(key);
+    DuplicateKeyFinder finder(problems, where + ": " + at);
+    (void)Json::parse(value_text, std::ref(finder), /*allow_exceptions=*/false);
+  }
 
   Json* node = root;
   std::string walked;
@@ -351,7 +374,28 @@ void ApplyOverride(const std::string& override_text, Json* root, Problems* probl
     }
     node = &child;
   }
-  (*node)[keys.back()] = std::move(value);
+  // An object value merges into the section it names, key by key and as
+  // deep as both are objects: `--set training={"threads":1}` sets one key
+  // (replacing the section dropped the file's other training keys without
+  // a word). Anything else replaces what the file holds. A work list, not
+  // recursion: both sides may nest deeply.
+  std::vector<std::pair<Json*, Json*>> merges = {{&(*node)[keys.back()], &value}};
+  while (!merges.empty()) {
+    auto [target, from] = merges.back();
+    merges.pop_back();
+    if (!target->is_object() || !from->is_object()) {
+      *target = std::move(*from);
+      continue;
+    }
+    for (auto it = from->begin(); it != from->end(); ++it) {
+      Json& child = (*target)[it.key()];
+      if (child.is_object() && it->is_object()) {
+        merges.emplace_back(&child, &*it);
+      } else {
+        child = std::move(*it);
+      }
+    }
+  }
 }
 
 }  // namespace gridsync::config_reader

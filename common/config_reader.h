@@ -39,14 +39,18 @@ size_t FindInvalidUtf8(std::string_view s);
 std::string Position(std::string_view source, std::string_view text, size_t offset);
 std::string Describe(const Json& value);
 std::string Quote(std::string_view s);
+// A key as a message names it: as written when it is a plain name (letters,
+// digits, '_', '-', at most 64 of them), else quoted with JSON escapes and
+// cut like a value, so that a NUL, a newline or an escape sequence in a
+// hostile key can neither cut nor forge a message line, and a megabyte key
+// prints as 80 characters.
+std::string KeyText(std::string_view key);
 std::string TypeName(const Json& value);
 std::string Got(const Json& value);
 std::string FormatNumber(double v);
 std::string Join(const std::vector<std::string>& lines, std::string_view separator);
 size_t EditDistance(std::string_view a, std::string_view b);
 bool EqualsIgnoringCase(std::string_view a, std::string_view b);
-
-// Applies one "a.b.c=value" to `root`. Missing intermediate sections are created, so a typo in
 
 template <typename T>
 std::string JoinQuoted(std::span<const T> names) {
@@ -84,6 +88,9 @@ class Problems {
   }
 
   bool empty() const { return lines_.empty(); }
+  // Whether the next problem will be listed (past the first kMaxListed only
+  // their count is kept): callers skip building costly locations.
+  bool listing() const { return lines_.size() < kMaxListed; }
   Status ToStatus() const {
     if (lines_.empty()) return Status::OK();
     std::string all = Join(lines_, "\n");
@@ -134,7 +141,7 @@ class SectionReader {
   bool Has(std::string_view key) const { return section_ != nullptr && section_->contains(key); }
 
   std::string Path(std::string_view key) const {
-    return name_.empty() ? std::string(key) : name_ + "." + std::string(key);
+    return name_.empty() ? KeyText(key) : name_ + "." + KeyText(key);
   }
 
   // A nested array; null when absent, or when it is not an array (reported).
@@ -308,6 +315,12 @@ class SectionReader {
       std::string best;
       size_t best_distance = 3;
       for (const auto& known : known_) {
+        // Lengths 3 or more apart are 3 or more edits apart: no quadratic
+        // distance for a megabyte key.
+        if (key.size() >= known.size() + best_distance ||
+            known.size() >= key.size() + best_distance) {
+          continue;
+        }
         const size_t distance = EditDistance(key, known);
         if (distance < best_distance) {
           best_distance = distance;
@@ -385,7 +398,10 @@ class SectionReader {
 // Parses `text` into `root`; false when it is not JSON at all (reported with line and column).
 bool ParseJson(std::string_view text, std::string_view source, Problems* problems, Json* root);
 
-// a section name reaches the normal unknown-key check instead of needing its own message.
+// Applies one "a.b.c=value" to `root`. Missing intermediate sections are created, so a typo in
+// a section name reaches the normal unknown-key check instead of needing its own message. An
+// object value merges into an object it lands on (key by key, as deep as both are objects);
+// duplicate keys in a value are refused as in a file.
 void ApplyOverride(const std::string& override_text, Json* root, Problems* problems);
 
 }  // namespace gridsync::config_reader

@@ -468,6 +468,68 @@ TEST(ConfigHostileTest, ManyUnknownKeysGiveABoundedReport) {
   EXPECT_LE(std::count(m.begin(), m.end(), '\n'), 25);
 }
 
+// Hostile probes: a key holding a NUL cut every binary's printed report
+// at that key (printf), a newline forged a line, a 15 MB key was echoed
+// whole (and its edit distance to every known key took 8 s), and a million
+// nested duplicate keys took minutes (a path built per duplicate).
+TEST(ConfigHostileTest, HostileKeysAreQuotedShortAndCheap) {
+  // The keys hold JSON escapes: a backslash, then u0000 or n.
+  auto nul = Config::Parse(R"({"encoding": {"n_levels\)"
+                           "u0000\": 1, \"a\\nb: OK\": 2}, \"training\": {\"steps\": 0}}",
+                           "k.json");
+  ASSERT_FALSE(nul.ok());
+  const std::string& m = nul.status().message();
+  EXPECT_EQ(m.find('\0'), std::string::npos);
+  EXPECT_TRUE(Contains(m, R"(encoding."n_levels\)"
+                          "u0000\": unknown key"))
+      << m;
+  EXPECT_TRUE(Contains(m, R"(encoding."a\nb: OK": unknown key)")) << m;
+  EXPECT_TRUE(Contains(m, "training.steps: out of range")) << m;
+  EXPECT_EQ(std::count(m.begin(), m.end(), '\n'), 2) << m;
+
+  const std::string long_key(4 << 20, 'k');
+  const auto start = std::chrono::steady_clock::now();
+  auto big = Config::Parse(R"({"training": {")" + long_key + R"(": 1, ")" + long_key +
+                               R"(": 2}, "network": {")" + long_key + R"(": 1}})",
+                           "big.json");
+  ASSERT_FALSE(big.ok());
+  EXPECT_LT(big.status().message().size(), 2000u);
+  EXPECT_TRUE(Contains(big.status().message(), "duplicate key")) << big.status().message();
+  EXPECT_TRUE(Contains(big.status().message(), "unknown key")) << big.status().message();
+
+  constexpr int kDepth = 20000;
+  std::string deep = R"({"training": )";
+  for (int i = 0; i < kDepth; ++i) deep += R"({"a": 1, "a": )";
+  deep += "1" + std::string(kDepth, '}') + "}";
+  auto nested = Config::Parse(deep, "deep.json");
+  ASSERT_FALSE(nested.ok());
+  EXPECT_TRUE(Contains(nested.status().message(), "more problems not listed"));
+  // Quadratic, the nested duplicates alone took about 2 s here; linear,
+  // all of this takes a fraction of that even under sanitizers.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+}
+
+// --set with an object value: duplicate keys are refused as in a file, and
+// the value merges into the section instead of dropping the file's other
+// keys of it without a word.
+TEST(ConfigOverrideTest, AnObjectValueMergesAndItsDuplicatesAreRefused) {
+  const Config c = ParseOk(R"({"training": {"batch_size": 1024, "learning_rate": 0.5}})",
+                           {R"(training={"threads": 1, "steps": 7})"});
+  EXPECT_EQ(c.training.batch_size, 1024);
+  EXPECT_DOUBLE_EQ(c.training.learning_rate, 0.5);
+  EXPECT_EQ(c.training.threads, 1);
+  EXPECT_EQ(c.training.steps, 7);
+  auto twice = Config::Parse("{}", "o.json", {R"(training={"steps": 3, "steps": 4})"});
+  ASSERT_FALSE(twice.ok());
+  EXPECT_TRUE(Contains(twice.status().message(), "training.steps: duplicate key"))
+      << twice.status().message();
+  auto nodes = Config::Parse("{}", "o.json",
+                             {R"(distributed.nodes=[{"name": "a", "name": "b", "workers": 1}])"});
+  ASSERT_FALSE(nodes.ok());
+  EXPECT_TRUE(Contains(nodes.status().message(), "distributed.nodes[0].name: duplicate key"))
+      << nodes.status().message();
+}
+
 // A key never silently does nothing: pull compression needs a codec.
 TEST(ConfigHostileTest, PullCompressionWithoutACodecIsRefused) {
   auto c = Config::Parse(R"({"compression": {"pull": true}})", "pull.json");
