@@ -171,8 +171,12 @@ ClusterLayout ResolveLayout(const Config& config, std::vector<ConfigProblem>* pr
       problems->push_back(
           {config.ps.base_port > 0 ? "ps.base_port" : "distributed.master_port",
            "shard " + std::to_string(s) + " would listen on port " + std::to_string(placement.port),
-           "ports up to 65535: a base port of at most " +
-               std::to_string(65535 - config.ps.shards + 1)});
+           config.ps.base_port > 0
+               ? "ports up to 65535: a base port of at most " +
+                     std::to_string(65535 - config.ps.shards + 1)
+               : "ports up to 65535: shards listen from master_port + 1, so a master_port of "
+                 "at most " +
+                     std::to_string(65535 - config.ps.shards) + " (or ps.base_port)"});
       break;
     }
     layout.shards.push_back(std::move(placement));

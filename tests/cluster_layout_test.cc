@@ -189,6 +189,16 @@ TEST(ClusterLayoutTest, PortsAndTheShardsAddressAreCheckedAsTheBinariesUseThem) 
   EXPECT_EQ(apart.layout.shards[0].host, "10.0.0.2");
   const std::string on_master = ErrorOf(local + R"(, "base_port": 40999}})");
   EXPECT_TRUE(Contains(on_master, "ps.base_port: shard 1 would listen on port 41000")) << on_master;
+  // Past 65535: the bound named is the key's own (master_port's was given
+  // as base_port's, one too high).
+  const std::string high = ErrorOf(
+      R"({"distributed": {"enable": true, "world_size": 2, "gradient_sync": "ps",
+          "master_port": 65534}, "ps": {"shards": 2}})");
+  EXPECT_TRUE(Contains(high, "distributed.master_port: shard 1 would listen on port 65536"))
+      << high;
+  EXPECT_TRUE(Contains(high, "a master_port of at most 65533")) << high;
+  const std::string high_base = ErrorOf(local + R"(, "base_port": 65535}})");
+  EXPECT_TRUE(Contains(high_base, "a base port of at most 65534")) << high_base;
   const std::string metrics =
       ErrorOf(local + R"(, "base_port": 50000}, "metrics": {"port": 49998}})");
   EXPECT_TRUE(Contains(metrics, "metrics.port: 49998..50001")) << metrics;
