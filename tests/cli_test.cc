@@ -270,6 +270,11 @@ TEST(CliTest, AClusterThatCannotFitOneMachineIsRefusedAlike) {
   const std::string words = "the 4096 workers and 2 shards this machine runs need about";
   ExpectRefused("tools/gridsync", "check-config " + args, words);
   ExpectRefused("tools/gridsync", "launch " + args, words);
+  // An image the workers would refuse, before anything starts (launch
+  // started the coordinator and shards, and exited 1 after the workers
+  // exited 2).
+  ExpectRefused("tools/gridsync", "launch configs/local.json --set task.image=/etc/passwd",
+                "task.image: cannot load image '/etc/passwd'");
   // A coordinator for a config that runs one process alone served
   // "0 shards, 1 worker" forever.
   ExpectRefused(

@@ -212,14 +212,21 @@ int RunLaunch(const LaunchOptions& options) {
   // Resolved once, for the memory check and the checkpoint parts below.
   const auto spec = RunSpec::Resolve(*config);
   // Every process this machine starts, in its memory together (each one
-  // checks itself alone). The image as the workers load it; one they
-  // refuse is theirs to name.
+  // checks itself alone). The image as the workers load it: one they would
+  // refuse is refused here, before anything starts (the workers exited 2
+  // after the coordinator and shards had started, and launch with 1).
   if (spec.ok()) {
-    if (auto image = ImageTask::Load(config->task.image); image.ok()) {
-      int workers = 0, shards = 0;
-      for (int n = 0; n < static_cast<int>(layout.nodes.size()); ++n)
-        workers += here(n) ? layout.nodes[static_cast<size_t>(n)].workers : 0;
-      for (const auto& shard : layout.shards) shards += here(shard.node) ? 1 : 0;
+    int workers = 0, shards = 0;
+    for (int n = 0; n < static_cast<int>(layout.nodes.size()); ++n)
+      workers += here(n) ? layout.nodes[static_cast<size_t>(n)].workers : 0;
+    for (const auto& shard : layout.shards) shards += here(shard.node) ? 1 : 0;
+    auto image = ImageTask::Load(config->task.image);
+    if (!image.ok() && workers > 0) {
+      std::fprintf(stderr, "gridsync launch: %s: task.image: %s\n", options.config_path.c_str(),
+                   image.status().message().c_str());
+      return kConfigErrorExitCode;
+    }
+    if (image.ok()) {
       const Status together =
           CheckMachineMemory(*spec, *image, workers, shards, static_cast<int>(layout.shards.size()),
                              /*writes_png=*/here(0));
