@@ -52,7 +52,9 @@ Result<std::unique_ptr<ConnectionCap>> ConnectionCap::Attach(zmq::context_t& con
   const std::string endpoint =
       "inproc://gridsync.connections." + std::to_string(next_monitor.fetch_add(1));
   if (zmq_socket_monitor(socket.handle(), endpoint.c_str(),
-                         ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0) {
+                         ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED |
+                             ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                             ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) != 0) {
     return Status::IOError(who + ": cannot monitor its connections: " + zmq_strerror(zmq_errno()));
   }
   try {
@@ -99,7 +101,55 @@ void ConnectionCap::Serve() {
     std::memcpy(&value, static_cast<const char*>(head.data()) + 2, sizeof(value));
     if (event == ZMQ_EVENT_ACCEPTED) OnAccepted(value);
     if (event == ZMQ_EVENT_DISCONNECTED) OnClosed(value);
+    if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL ||
+        event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
+      OnHandshakeFailed(event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL, value);
+    }
   }
+}
+
+namespace {
+
+// What ZeroMQ's handshake error codes mean to whoever set the peer up.
+std::string HandshakeProblem(bool protocol, int code) {
+  if (!protocol)
+    return fmt::format("the connection failed before it spoke ZMTP ({})", zmq_strerror(code));
+  switch (code) {
+    case ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
+      return "its security mechanism is not this server's (one side runs security.mode curve, "
+             "the other no security)";
+    case ZMQ_PROTOCOL_ERROR_ZMTP_UNSPECIFIED:
+    case ZMQ_PROTOCOL_ERROR_ZMTP_UNEXPECTED_COMMAND:
+    case ZMQ_PROTOCOL_ERROR_ZMTP_INVALID_SEQUENCE:
+    case ZMQ_PROTOCOL_ERROR_ZMTP_KEY_EXCHANGE:
+    case ZMQ_PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_UNSPECIFIED:
+    case ZMQ_PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_MESSAGE:
+    case ZMQ_PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_HELLO:
+    case ZMQ_PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_INITIATE:
+    case ZMQ_PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_ERROR:
+    case ZMQ_PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_READY:
+    case ZMQ_PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_WELCOME:
+    case ZMQ_PROTOCOL_ERROR_ZMTP_INVALID_METADATA:
+      return fmt::format("a malformed or unexpected ZMTP handshake (protocol error 0x{:x})", code);
+    case ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC:
+      return "its CURVE handshake does not verify (a wrong server key: security.keys_dir's "
+             "shard.pub)";
+    default:
+      return fmt::format("ZeroMQ protocol error 0x{:x}", code);
+  }
+}
+
+}  // namespace
+
+void ConnectionCap::OnHandshakeFailed(bool protocol, int code) {
+  // ZeroMQ names the listening endpoint, not the peer: the reason waits
+  // for the connection's closing, which follows it (one connection's
+  // events come in order), to be logged with the peer's address: the next
+  // connection to close without a whole message, which is that one unless
+  // another closed as quietly in between.
+  refused_.fetch_add(1, std::memory_order_relaxed);
+  if (handshake_failures_.size() < 64)
+    handshake_failures_.push_back(HandshakeProblem(protocol, code));
 }
 
 void ConnectionCap::OnAccepted(int fd) {
@@ -267,6 +317,22 @@ void ConnectionCap::Sweep() {
 void ConnectionCap::OnClosed(int fd) {
   const auto it = open_at_.find(fd);
   if (it == open_at_.end()) return;  // accepted before the monitor started
+  if (!handshake_failures_.empty()) {
+    uint64_t messages = 0;
+    {
+      std::lock_guard<std::mutex> lock(taken_mu_);
+      if (const auto t = taken_.find(fd); t != taken_.end()) messages = t->second.messages;
+    }
+    if (messages == 0) {
+      if (handshake_log_.Allow()) {
+        spdlog::warn(
+            "{}: refused a connection from {} in its handshake: {}; allowed: peers "
+            "with this cluster's security settings (security.mode, keys_dir)",
+            who_, it->second.address, handshake_failures_.front());
+      }
+      handshake_failures_.pop_front();
+    }
+  }
   const auto count = per_address_.find(it->second.address);
   if (count != per_address_.end() && --count->second == 0) per_address_.erase(count);
   open_at_.erase(it);

@@ -38,6 +38,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -90,6 +91,10 @@ class ConnectionCap {
   void Serve();
   void OnAccepted(int fd);
   void OnClosed(int fd);
+  // A peer's handshake failed (ZMTP protocol error `code`, or an errno
+  // without `protocol`): counted, and logged with its address when its
+  // connection closes.
+  void OnHandshakeFailed(bool protocol, int code);
   // Shuts down the connections that hold more unread bytes than allowed.
   void Sweep();
   // Every 10 ms, or 20 us a connection when more are open (one getsockopt
@@ -130,6 +135,8 @@ class ConnectionCap {
   // Separate budgets: a flood of one kind must not hide the other's lines.
   LogBudget cap_log_{"connections shut down past the connection caps"};
   LogBudget unread_log_{"connections shut down for unread bytes"};
+  LogBudget handshake_log_{"connections refused in their handshake"};
+  std::deque<std::string> handshake_failures_;  // reasons awaiting their connection's close
   std::atomic<uint32_t> open_{0};
   std::atomic<uint64_t> refused_{0};
   std::atomic<uint64_t> largest_unread_{0};
