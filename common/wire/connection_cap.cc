@@ -51,10 +51,12 @@ Result<std::unique_ptr<ConnectionCap>> ConnectionCap::Attach(zmq::context_t& con
   // in-process clusters).
   const std::string endpoint =
       "inproc://gridsync.connections." + std::to_string(next_monitor.fetch_add(1));
-  if (zmq_socket_monitor(socket.handle(), endpoint.c_str(),
-                         ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED |
-                             ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
-                             ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) != 0) {
+  // Handshakes that failed on the protocol: a peer that hung up
+  // mid-handshake, or one shut down here past a cap (NO_DETAIL), is no
+  // refusal of its own.
+  if (zmq_socket_monitor(
+          socket.handle(), endpoint.c_str(),
+          ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) != 0) {
     return Status::IOError(who + ": cannot monitor its connections: " + zmq_strerror(zmq_errno()));
   }
   try {
@@ -101,19 +103,14 @@ void ConnectionCap::Serve() {
     std::memcpy(&value, static_cast<const char*>(head.data()) + 2, sizeof(value));
     if (event == ZMQ_EVENT_ACCEPTED) OnAccepted(value);
     if (event == ZMQ_EVENT_DISCONNECTED) OnClosed(value);
-    if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL ||
-        event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
-      OnHandshakeFailed(event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL, value);
-    }
+    if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) OnHandshakeFailed(value);
   }
 }
 
 namespace {
 
 // What ZeroMQ's handshake error codes mean to whoever set the peer up.
-std::string HandshakeProblem(bool protocol, int code) {
-  if (!protocol)
-    return fmt::format("the connection failed before it spoke ZMTP ({})", zmq_strerror(code));
+std::string HandshakeProblem(int code) {
   switch (code) {
     case ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
       return "its security mechanism is not this server's (one side runs security.mode curve, "
@@ -141,15 +138,14 @@ std::string HandshakeProblem(bool protocol, int code) {
 
 }  // namespace
 
-void ConnectionCap::OnHandshakeFailed(bool protocol, int code) {
+void ConnectionCap::OnHandshakeFailed(int code) {
   // ZeroMQ names the listening endpoint, not the peer: the reason waits
   // for the connection's closing, which follows it (one connection's
   // events come in order), to be logged with the peer's address: the next
   // connection to close without a whole message, which is that one unless
   // another closed as quietly in between.
   refused_.fetch_add(1, std::memory_order_relaxed);
-  if (handshake_failures_.size() < 64)
-    handshake_failures_.push_back(HandshakeProblem(protocol, code));
+  if (handshake_failures_.size() < 64) handshake_failures_.push_back(HandshakeProblem(code));
 }
 
 void ConnectionCap::OnAccepted(int fd) {

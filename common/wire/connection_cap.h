@@ -91,10 +91,9 @@ class ConnectionCap {
   void Serve();
   void OnAccepted(int fd);
   void OnClosed(int fd);
-  // A peer's handshake failed (ZMTP protocol error `code`, or an errno
-  // without `protocol`): counted, and logged with its address when its
-  // connection closes.
-  void OnHandshakeFailed(bool protocol, int code);
+  // A peer's handshake failed on ZMTP protocol error `code`: counted, and
+  // logged with its address when its connection closes.
+  void OnHandshakeFailed(int code);
   // Shuts down the connections that hold more unread bytes than allowed.
   void Sweep();
   // Every 10 ms, or 20 us a connection when more are open (one getsockopt
