@@ -262,11 +262,14 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
     const bool enable_ok = r.Bool("enable", &d.enable);
     const bool world_size_ok = r.Int("world_size", &d.world_size, 1, kMaxWorldSize);
     // 253 is the longest DNS name; an IP address is far shorter.
-    r.String("master_addr", &d.master_addr,
-             {.allowed = "a host name or IP address: non-empty, no spaces, at most 253 characters",
-              .max_length = 253,
-              .forbid_spaces = true,
-              .host = true});
+    r.String(
+        "master_addr", &d.master_addr,
+        {.allowed =
+             "an IP address or a host name (RFC 1123: letters, digits, '-' and dots), without a "
+             "port, at most 253 characters",
+         .max_length = 253,
+         .forbid_spaces = true,
+         .host = true});
     r.Int("master_port", &d.master_port, 1, 65535);
     const bool sync_ok = r.EnumValue("gradient_sync", &d.gradient_sync,
                                      std::span<const GradientSyncMode>(kGradientSyncs));
@@ -320,8 +323,8 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
         if (nr.Has("weight") && weight_given.empty()) weight_given = path + ".weight";
         nodes_ok &= nr.String("host", &node.host,
                               {.allowed = "the address this node's processes bind and advertise: "
-                                          "a host name or IP address, no spaces, at most 253 "
-                                          "characters",
+                                          "an IP address or a host name (RFC 1123), without a "
+                                          "port, at most 253 characters",
                                .max_length = 253,
                                .forbid_spaces = true,
                                .host = true});
@@ -485,11 +488,14 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
         r.EnumValue("consistency", &p.consistency, std::span<const Consistency>(kConsistencies));
     const bool staleness_ok = r.Int("staleness", &p.staleness, 0, 1000);
     r.Int("threads", &p.threads, 1, 64);
-    r.String("host", &p.host,
-             {.allowed = "a host name or IP address: non-empty, no spaces, at most 253 characters",
-              .max_length = 253,
-              .forbid_spaces = true,
-              .host = true});
+    r.String(
+        "host", &p.host,
+        {.allowed =
+             "an IP address or a host name (RFC 1123: letters, digits, '-' and dots), without a "
+             "port, at most 253 characters",
+         .max_length = 253,
+         .forbid_spaces = true,
+         .host = true});
     p.host_given = r.Has("host");
     r.Int("base_port", &p.base_port, 0, 65535);
     r.EnumValue("optimizer", &p.optimizer,

@@ -3,7 +3,10 @@
 // Thread safety: see config_reader.h.
 #include "common/config_reader.h"
 
+#include <arpa/inet.h>
+
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -133,6 +136,53 @@ std::string Describe(const Json& value) {
 }
 
 std::string Quote(std::string_view s) { return Describe(Json(std::string(s))); }
+
+std::string HostSyntaxProblem(std::string_view s) {
+  const auto all_of = [](std::string_view text, auto pred) {
+    return std::all_of(text.begin(), text.end(), pred);
+  };
+  const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  if (const size_t colon = s.find(':'); colon != std::string_view::npos) {
+    if (s.find(':', colon + 1) == std::string_view::npos && colon + 1 < s.size() &&
+        all_of(s.substr(colon + 1), digit)) {
+      return "a host with a port: the port goes in its own key (master_port, ps.base_port)";
+    }
+    const std::string_view address = s.substr(0, s.find('%'));
+    const std::string_view zone =
+        address.size() < s.size() ? s.substr(address.size() + 1) : std::string_view("-");
+    in6_addr parsed{};
+    const bool zone_ok = !zone.empty() && all_of(zone, [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+    });
+    if (inet_pton(AF_INET6, std::string(address).c_str(), &parsed) == 1 && zone_ok) return "";
+    return "not an IPv6 address (it holds ':')";
+  }
+  if (all_of(s, [&](char c) { return digit(c) || c == '.'; })) {
+    in_addr parsed{};
+    if (inet_pton(AF_INET, std::string(s).c_str(), &parsed) == 1) return "";
+    return "not an IPv4 address (four numbers 0-255 joined by dots)";
+  }
+  std::string_view name = s;
+  if (name.size() > 1 && name.back() == '.') name.remove_suffix(1);  // fully qualified
+  for (size_t start = 0; start <= name.size();) {
+    const size_t dot = std::min(name.find('.', start), name.size());
+    const std::string_view label = name.substr(start, dot - start);
+    if (label.empty() || label.size() > 63) {
+      return "not a host name (labels between dots of 1 to 63 characters)";
+    }
+    if (!all_of(label, [](char c) {
+          return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                 c == '-';
+        })) {
+      return "not a host name (letters, digits and '-' between dots: RFC 1123)";
+    }
+    if (label.front() == '-' || label.back() == '-') {
+      return "not a host name (a label neither starts nor ends with '-')";
+    }
+    start = dot + 1;
+  }
+  return "";
+}
 
 std::string KeyText(std::string_view key) {
   const bool plain =

@@ -45,6 +45,9 @@ std::string Quote(std::string_view s);
 // hostile key can neither cut nor forge a message line, and a megabyte key
 // prints as 80 characters.
 std::string KeyText(std::string_view key);
+// Why `s` is no IPv4 or IPv6 literal (a zone after '%' allowed) and no
+// RFC 1123 host name; empty when it is one.
+std::string HostSyntaxProblem(std::string_view s);
 std::string TypeName(const Json& value);
 std::string Got(const Json& value);
 std::string FormatNumber(double v);
@@ -272,6 +275,12 @@ class SectionReader {
                 "needs them)";
     } else if (s.size() > rule.max_length) {
       problem = "too long (" + std::to_string(s.size()) + " characters): " + Describe(*value);
+    } else if (rule.host) {
+      // A name no resolver takes passed here, and the binaries then failed
+      // (the coordinator exit 1, a shard retrying until its timeout).
+      if (std::string why = HostSyntaxProblem(s); !why.empty()) {
+        problem = Describe(*value) + " is " + why;
+      }
     }
     if (!problem.empty()) {
       problems_->Add(Path(key), problem, rule.allowed);
