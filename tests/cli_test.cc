@@ -262,6 +262,20 @@ TEST(CliTest, CheckConfigRefusesMissingKeysAndAnUnwritableCheckpointFolder) {
                 "checkpoint.dir: cannot create folder '/proc/gridsync-cannot-write-here'");
 }
 
+// A single process serves metrics on worker 0's port of metrics.port (it
+// took any free port, so metrics.port did nothing there).
+TEST(CliTest, AStandaloneWorkerServesMetricsOnItsConfiguredPort) {
+  const ProcessResult run =
+      Execute("worker/gridsync-worker",
+              "--config configs/local.json --standalone --set metrics.port=38400 --set "
+              "training.steps=3 --set training.batch_size=1024 --set task.output=" +
+                  ::testing::TempDir() + "/standalone-metrics");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  // Worker 0 of a cluster of 2 shards: metrics.port + 1 + 2 + 0.
+  EXPECT_NE(run.output.find("metrics at http://127.0.0.1:38403/metrics"), std::string::npos)
+      << run.output;
+}
+
 // Each process checks itself against the machine's memory; a one-machine
 // cluster is checked whole, by check-config and launch alike (a hostile
 // probe: 32 workers of 0.9 GiB passed on a 23 GiB machine).

@@ -154,11 +154,14 @@ int main(int argc, char** argv) {
   std::unique_ptr<gridsync::MetricsEndpoint> metrics;
   if (ops.metrics_port > 0 || (ops.metrics_port < 0 && config->metrics.port > 0)) {
     const int shards = static_cast<int>(config->layout.shards.size());
+    // A single process (standalone, or distributed.enable false) serves
+    // worker 0's port: it ignored metrics.port and took any free one.
     const int port =
         ops.metrics_port > 0 ? ops.metrics_port
         : ps_options.rank >= 0
             ? gridsync::MetricsPortOf(config->metrics.port, "worker", ps_options.rank, shards)
-            : 0;
+        : !distributed ? gridsync::MetricsPortOf(config->metrics.port, "worker", 0, shards)
+                       : 0;
     const std::string host = distributed ? ps_options.endpoint.hostname : "127.0.0.1";
     auto started = gridsync::MetricsEndpoint::Start(
         host, static_cast<uint16_t>(port),
