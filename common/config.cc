@@ -253,8 +253,15 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
     NetworkConfig& n = config.network;
     SectionReader r(&problems, "network", top.Object("network"));
     r.Int("n_neurons", &n.n_neurons, 1, 1024);
-    r.Int("n_hidden_layers", &n.n_hidden_layers, 0, 16);
+    const bool layers_ok = r.Int("n_hidden_layers", &n.n_hidden_layers, 0, 16);
     r.ReportUnknownKeys();
+    // Without a hidden layer the MLP is one linear map: no width to set.
+    if (layers_ok && n.n_hidden_layers == 0 && r.Has("n_neurons")) {
+      problems.Add("network.n_neurons",
+                   std::to_string(n.n_neurons) +
+                       " has no effect with network.n_hidden_layers 0 (no hidden layer)",
+                   "network.n_neurons only with hidden layers");
+    }
   }
   {
     DistributedConfig& d = config.distributed;

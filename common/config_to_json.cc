@@ -28,7 +28,8 @@ nlohmann::json Config::ToJson() const {
   e["per_level_scale"] = encoding.per_level_scale;
 
   auto& n = j["network"];
-  n["n_neurons"] = network.n_neurons;
+  // Parse refuses a width without hidden layers.
+  if (network.n_hidden_layers > 0) n["n_neurons"] = network.n_neurons;
   n["n_hidden_layers"] = network.n_hidden_layers;
 
   auto& d = j["distributed"];

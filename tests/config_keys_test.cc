@@ -509,6 +509,16 @@ TEST(ConfigHostileTest, HostileKeysAreQuotedShortAndCheap) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
 }
 
+// An MLP without hidden layers has no width: n_neurons there did nothing.
+TEST(ConfigKeysTest, AWidthWithoutHiddenLayersIsRefused) {
+  const std::string msg = ErrorOf(R"({"network": {"n_neurons": 1024, "n_hidden_layers": 0}})");
+  EXPECT_TRUE(Contains(msg, "network.n_neurons: 1024 has no effect with network.n_hidden_layers 0"))
+      << msg;
+  const Config linear = ParseOk(R"({"network": {"n_hidden_layers": 0}})");
+  EXPECT_FALSE(linear.ToJson()["network"].contains("n_neurons"));
+  EXPECT_TRUE(Config::Parse(linear.ToJson().dump(), "printed").ok());
+}
+
 // --set with an object value: duplicate keys are refused as in a file, and
 // the value merges into the section instead of dropping the file's other
 // keys of it without a word.
