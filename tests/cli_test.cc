@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cuda/cuda_kernels.h"
+
 namespace {
 
 struct ProcessResult {
@@ -260,6 +262,19 @@ TEST(CliTest, CheckConfigRefusesMissingKeysAndAnUnwritableCheckpointFolder) {
                 "check-config configs/local.json --set checkpoint.every_steps=2 --set "
                 "checkpoint.dir=/proc/gridsync-cannot-write-here",
                 "checkpoint.dir: cannot create folder '/proc/gridsync-cannot-write-here'");
+}
+
+// training.device cuda on a machine without a usable GPU: check-config said
+// OK and the worker exited 1 once training began. Now both refuse it before
+// anything runs, naming the key and what runs here.
+TEST(CliTest, CudaWithoutADeviceIsRefusedBeforeTraining) {
+  std::string reason;
+  if (gridsync::cuda::Available(&reason)) GTEST_SKIP() << "this machine has a CUDA device";
+  const std::string words = "training.device: \"cuda\", but this machine has no CUDA device";
+  ExpectRefused("tools/gridsync", "check-config configs/local.json --set training.device=cuda",
+                words);
+  ExpectRefused("worker/gridsync-worker",
+                "--config configs/local.json --standalone --set training.device=cuda", words);
 }
 
 // A single process serves metrics on worker 0's port of metrics.port (it

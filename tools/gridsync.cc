@@ -179,6 +179,16 @@ int main(int argc, char** argv) {
         }
       }
     }
+    // The workers of a run wholly on this machine would find no GPU for
+    // training.device cuda (of a cluster on several, their machines are
+    // not this one).
+    if (standalone || !config->distributed.enable ||
+        (on_this_machine && !config->layout.multi_host)) {
+      if (auto device = gridsync::CheckTrainingDevice(*config); !device.ok()) {
+        std::fprintf(stderr, "%s: %s\n", path.c_str(), device.message().c_str());
+        return gridsync::kConfigErrorExitCode;
+      }
+    }
     if (std::filesystem::exists(config->task.image, exists_error) || on_this_machine) {
       auto image = gridsync::ImageTask::Load(config->task.image);
       if (!image.ok()) {

@@ -136,6 +136,10 @@ int main(int argc, char** argv) {
       return gridsync::kConfigErrorExitCode;
     }
   }
+  if (auto device = gridsync::CheckTrainingDevice(*config); !device.ok()) {
+    std::fprintf(stderr, "%s: %s\n", config_path.c_str(), device.message().c_str());
+    return gridsync::kConfigErrorExitCode;
+  }
   // The model and the largest micro-batch this process computes must fit
   // in memory: refuse them now, naming the keys, rather than die in an
   // allocation mid-run (the same check as check-config's).

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "common/host_memory.h"
+#include "kernels/cuda/cuda_kernels.h"
 #include "worker/batch_split.h"
 
 namespace gridsync {
@@ -101,6 +102,15 @@ Status CheckMachineMemory(const RunSpec& spec, const ImageTask& image, int worke
       workers, shards, static_cast<double>(need) / kGiB, static_cast<double>(worker) / kGiB,
       LargestMicroBatch(spec.config, true), static_cast<double>(shard) / kGiB,
       static_cast<double>(available) / kGiB));
+}
+
+Status CheckTrainingDevice(const Config& config) {
+  if (config.training.device != TrainingDevice::kCuda) return Status::OK();
+  std::string reason;
+  if (cuda::Available(&reason)) return Status::OK();
+  return Status::InvalidArgument(
+      "training.device: \"cuda\", but this machine has " + reason +
+      "; allowed here: \"auto\" (the GPU where there is one, else the CPU) or \"cpu\"");
 }
 
 }  // namespace gridsync
