@@ -48,7 +48,10 @@ Result<std::string> ReadFileOfSize(const std::string& path, uint64_t size) {
   // Non-blocking: had the file become a FIFO since FileSize, the open
   // would wait for a writer (for a regular file the flag changes nothing).
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return Status::IOError("cannot read " + path + ": " + std::strerror(errno));
+  if (fd < 0) {
+    return Status::IOError("cannot read " + path + ": " + std::strerror(errno) +
+                           "; allowed: a file this process may read");
+  }
   uint64_t got = 0;
   bool more = false;
   int error = 0;
@@ -69,11 +72,15 @@ Result<std::string> ReadFileOfSize(const std::string& path, uint64_t size) {
     got += static_cast<uint64_t>(n);
   }
   ::close(fd);
-  if (error != 0) return Status::IOError("cannot read " + path + ": " + std::strerror(error));
+  if (error != 0) {
+    return Status::IOError("cannot read " + path + ": " + std::strerror(error) +
+                           "; allowed: a readable regular file");
+  }
   if (got != size || more) {
-    return Status::IOError(
-        fmt::format("{}: {} bytes where its size said {} (it changed while read)", path,
-                    more ? "more" : std::to_string(got), size));
+    return Status::IOError(fmt::format(
+        "{}: {} bytes where its size said {} (it changed while read, or is a kernel file whose "
+        "size says nothing); allowed: a regular file that holds still while it is read",
+        path, more ? "more" : std::to_string(got), size));
   }
   return bytes;
 }
