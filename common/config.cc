@@ -222,6 +222,16 @@ using config_reader::Quote;
 using config_reader::SectionReader;
 using config_reader::StringRule;
 
+// master_addr and ps.host (a node's host says where it binds as well). 253
+// is the longest DNS name; an IP address is far shorter.
+constexpr StringRule kHostRule{
+    .allowed =
+        "an IP address or a host name (RFC 1123: letters, digits, '-' and dots), without "
+        "a port, at most 253 characters",
+    .max_length = 253,
+    .forbid_spaces = true,
+    .host = true};
+
 Result<Config> Config::Parse(std::string_view text, std::string_view source,
                              const std::vector<std::string>& overrides) {
   Problems problems(source);
@@ -268,15 +278,7 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
     SectionReader r(&problems, "distributed", top.Object("distributed"));
     const bool enable_ok = r.Bool("enable", &d.enable);
     const bool world_size_ok = r.Int("world_size", &d.world_size, 1, kMaxWorldSize);
-    // 253 is the longest DNS name; an IP address is far shorter.
-    r.String(
-        "master_addr", &d.master_addr,
-        {.allowed =
-             "an IP address or a host name (RFC 1123: letters, digits, '-' and dots), without a "
-             "port, at most 253 characters",
-         .max_length = 253,
-         .forbid_spaces = true,
-         .host = true});
+    r.String("master_addr", &d.master_addr, kHostRule);
     r.Int("master_port", &d.master_port, 1, 65535);
     const bool sync_ok = r.EnumValue("gradient_sync", &d.gradient_sync,
                                      std::span<const GradientSyncMode>(kGradientSyncs));
@@ -495,14 +497,7 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
         r.EnumValue("consistency", &p.consistency, std::span<const Consistency>(kConsistencies));
     const bool staleness_ok = r.Int("staleness", &p.staleness, 0, 1000);
     r.Int("threads", &p.threads, 1, 64);
-    r.String(
-        "host", &p.host,
-        {.allowed =
-             "an IP address or a host name (RFC 1123: letters, digits, '-' and dots), without a "
-             "port, at most 253 characters",
-         .max_length = 253,
-         .forbid_spaces = true,
-         .host = true});
+    r.String("host", &p.host, kHostRule);
     p.host_given = r.Has("host");
     r.Int("base_port", &p.base_port, 0, 65535);
     r.EnumValue("optimizer", &p.optimizer,

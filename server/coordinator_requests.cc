@@ -518,12 +518,14 @@ void CoordinatorImpl::HandleKvSet(const ConnPtr& conn, uint64_t id, KvSetRequest
   }
   // A connection that never registered writes within its share, and the
   // key counts as its own until a member writes it.
+  // A member's key it overwrites becomes its own too (an overwrite with a
+  // large value would otherwise grow the store outside the share).
   const bool stranger = !conn->member;
   const bool strangers_key = stranger_keys_.count(req.key) != 0;
-  if (stranger && (fresh || strangers_key)) {
+  if (stranger) {
     const uint64_t before = strangers_key ? req.key.size() + old->second.size() : 0;
     const uint64_t stranger_after = stranger_bytes_ - before + req.key.size() + req.value.size();
-    const uint64_t stranger_keys = stranger_keys_.size() + (fresh ? 1 : 0);
+    const uint64_t stranger_keys = stranger_keys_.size() + (strangers_key ? 0 : 1);
     const uint64_t max_keys =
         std::min<uint64_t>(options_.max_unregistered_store_keys, options_.max_store_keys);
     const uint64_t max_bytes =

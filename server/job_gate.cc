@@ -107,16 +107,18 @@ Result<std::optional<JobState>> JobGate::Confirm(uint64_t job, uint32_t epoch,
   // The coordinator answered after this message arrived: the worker read
   // its claim from the coordinator's map before sending it, and the map
   // only moves forward, so that answer stands for it.
-  if (last_query_ && *last_query_ >= received) return std::optional(confirmed_);
-  constexpr auto kMinInterval = std::chrono::milliseconds(10);
+  if (last_answer_ && *last_answer_ >= received) return std::optional(confirmed_);
   const auto now = Clock::now();
-  if (last_query_ && now < *last_query_ + kMinInterval) {
-    *retry_at = *last_query_ + kMinInterval;
+  if (last_query_ && now < *last_query_ + min_interval_) {
+    *retry_at = *last_query_ + min_interval_;
     return std::optional<JobState>();
   }
+  // A question that fails is no answer: the claims waiting with this one
+  // wait for the next question rather than be judged on the old state.
   last_query_ = now;
   auto asked = source();
   if (!asked.ok()) return asked.status().WithContext("confirming " + Describe(job, epoch));
+  last_answer_ = now;
   confirmed_ = *asked;
   return std::optional(confirmed_);
 }

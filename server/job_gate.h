@@ -44,7 +44,11 @@ class JobGate {
   using Source = std::function<Result<JobState>()>;
 
   // closed: a rejoining shard, which serves nothing until Open.
-  explicit JobGate(uint32_t shard, bool closed = false) : shard_(shard), closed_(closed) {}
+  // min_interval: the least time between two questions to the coordinator
+  // (tests lengthen it to stay clear of a busy machine's scheduling).
+  explicit JobGate(uint32_t shard, bool closed = false,
+                   std::chrono::milliseconds min_interval = std::chrono::milliseconds(10))
+      : shard_(shard), closed_(closed), min_interval_(min_interval) {}
 
   // Where the cluster's job is read (the coordinator's map). Without one,
   // the first job seen is served and no other.
@@ -88,8 +92,10 @@ class JobGate {
   std::atomic<bool> closed_;
   std::atomic<uint64_t> job_{0};  // 0: none yet
   std::atomic<uint32_t> epoch_{0};
-  JobState confirmed_;                           // the coordinator's state when last asked
-  std::optional<Clock::time_point> last_query_;  // when it was last asked
+  JobState confirmed_;  // the coordinator's state when last asked
+  const std::chrono::milliseconds min_interval_;
+  std::optional<Clock::time_point> last_query_;   // when it was last asked
+  std::optional<Clock::time_point> last_answer_;  // when it last answered (confirmed_)
   std::mutex source_mu_;
   Source source_;  // guarded by source_mu_
 };

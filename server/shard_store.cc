@@ -21,6 +21,30 @@ namespace {
 // caches.
 constexpr size_t kPrefetchRows = 16;
 
+// Prefetches row i + kPrefetchRows's parameters, m, v and step count when
+// it starts a cache line of the parameters the rows before it did not
+// touch: close rows (a batch's coarse levels, or a push sorted by row)
+// share lines, and four prefetches for every row cost more than the loads
+// they hide there. Lines are counted from the arrays' starts: m and v have
+// the parameters' layout, and a line of step counts (16 rows) begins where
+// a counted parameter line does. (The arrays are only 16-byte aligned, so
+// a counted line may straddle two real ones; the other is its neighbour,
+// which the hardware prefetcher fetches on an ascending walk.)
+template <typename LocalOf>
+inline void PrefetchAdamRowAhead(LocalOf local_of, size_t i, size_t end, uint32_t w,
+                                 const float* params, const float* m, const float* v,
+                                 const uint32_t* steps, uint64_t* prefetched_line) {
+  if (i + kPrefetchRows >= end) return;
+  const uint64_t ahead = local_of(i + kPrefetchRows);
+  const uint64_t line = ahead * w * sizeof(float) / 64;
+  if (line == *prefetched_line) return;
+  *prefetched_line = line;
+  PrefetchRow(params + ahead * w);
+  PrefetchRow(m + ahead * w);
+  PrefetchRow(v + ahead * w);
+  PrefetchRow(steps + ahead);
+}
+
 }  // namespace
 
 ShardStore::ShardStore(const Partition& partition, uint32_t shard, const AdamHyper& hyper,
@@ -196,28 +220,9 @@ void ShardStore::AdamRows(const wire::Block& block, LocalOf local_of, size_t beg
   uint32_t* steps = table->adam.step.data();
   // W = 0 (any width) keeps the row-at-a-time loop; the batch needs W.
   cpu::AdamRowBatch<(W > 0 ? W : 1)> batch(hyper_, params, m, v);
-  // A row ahead is prefetched when it starts a cache line of the
-  // parameters the rows before it did not touch: close rows (a batch's
-  // coarse levels, or a push sorted by row) share lines, and four
-  // prefetches for every row cost more than the loads they hide there.
-  // Lines are counted from the arrays' starts: m and v have the
-  // parameters' layout, and a line of step counts (16 rows) begins where a
-  // counted parameter line does. (The arrays are only 16-byte aligned, so a
-  // counted line may straddle two real ones; the other is its neighbour,
-  // which the hardware prefetcher fetches on an ascending walk.)
   uint64_t prefetched_line = UINT64_MAX;
   for (size_t i = begin; i < end; ++i) {
-    if (i + kPrefetchRows < end) {
-      const uint64_t ahead = local_of(i + kPrefetchRows);
-      const uint64_t line = ahead * w * sizeof(float) / 64;
-      if (line != prefetched_line) {
-        prefetched_line = line;
-        PrefetchRow(&params[ahead * w]);
-        PrefetchRow(&m[ahead * w]);
-        PrefetchRow(&v[ahead * w]);
-        PrefetchRow(&steps[ahead]);
-      }
-    }
+    PrefetchAdamRowAhead(local_of, i, end, w, params, m, v, steps, &prefetched_line);
     const float* g = block.values.data() + i * w;
     if (!block.dense && !RowHasGradient(g, w)) continue;  // dense tables always step
     const uint64_t local = local_of(i);
@@ -388,22 +393,10 @@ void ShardStore::GatherAhead(const wire::Block& request, size_t begin, size_t en
   WithLocalRows(request, [&](auto local_of) {
     WithRowWidth(table.width, [&](auto constant) {
       const uint32_t w = RowWidth(constant, table.width);
-      // Four arrays read at scattered rows, as Adam reads them: prefetched
-      // a line at a time (see AdamRows). Without it a stale pull of 4096
-      // rows took half as long again as the push's Adam (load bench).
+      // Four arrays read at scattered rows, as Adam reads them.
       uint64_t prefetched_line = UINT64_MAX;
       for (size_t i = begin; i < end; ++i) {
-        if (i + kPrefetchRows < end) {
-          const uint64_t ahead = local_of(i + kPrefetchRows);
-          const uint64_t line = ahead * w * sizeof(float) / 64;
-          if (line != prefetched_line) {
-            prefetched_line = line;
-            PrefetchRow(params + ahead * w);
-            PrefetchRow(m + ahead * w);
-            PrefetchRow(v + ahead * w);
-            PrefetchRow(steps + ahead);
-          }
-        }
+        PrefetchAdamRowAhead(local_of, i, end, w, params, m, v, steps, &prefetched_line);
         const uint64_t local = local_of(i);
         const uint32_t t = steps[local];
         const float* src = params + local * w;

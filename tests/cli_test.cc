@@ -270,11 +270,12 @@ TEST(CliTest, CheckConfigRefusesMissingKeysAndAnUnwritableCheckpointFolder) {
 TEST(CliTest, CudaWithoutADeviceIsRefusedBeforeTraining) {
   std::string reason;
   if (gridsync::cuda::Available(&reason)) GTEST_SKIP() << "this machine has a CUDA device";
-  const std::string words = "training.device: \"cuda\", but this machine has no CUDA device";
+  const std::string words = "training.device: \"cuda\", but CUDA is unavailable here";
   ExpectRefused("tools/gridsync", "check-config configs/local.json --set training.device=cuda",
                 words);
   ExpectRefused("worker/gridsync-worker",
                 "--config configs/local.json --standalone --set training.device=cuda", words);
+  ExpectRefused("tools/gridsync", "launch configs/local.json --set training.device=cuda", words);
 }
 
 // A single process serves metrics on worker 0's port of metrics.port (it

@@ -220,6 +220,11 @@ int RunLaunch(const LaunchOptions& options) {
     for (int n = 0; n < static_cast<int>(layout.nodes.size()); ++n)
       workers += here(n) ? layout.nodes[static_cast<size_t>(n)].workers : 0;
     for (const auto& shard : layout.shards) shards += here(shard.node) ? 1 : 0;
+    if (auto device = CheckTrainingDevice(*config); !device.ok() && workers > 0) {
+      std::fprintf(stderr, "gridsync launch: %s: %s\n", options.config_path.c_str(),
+                   device.message().c_str());
+      return kConfigErrorExitCode;
+    }
     auto image = ImageTask::Load(config->task.image);
     if (!image.ok() && workers > 0) {
       std::fprintf(stderr, "gridsync launch: %s: task.image: %s\n", options.config_path.c_str(),

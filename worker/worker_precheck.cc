@@ -109,7 +109,7 @@ Status CheckTrainingDevice(const Config& config) {
   std::string reason;
   if (cuda::Available(&reason)) return Status::OK();
   return Status::InvalidArgument(
-      "training.device: \"cuda\", but this machine has " + reason +
+      "training.device: \"cuda\", but CUDA is unavailable here (" + reason + ")" +
       "; allowed here: \"auto\" (the GPU where there is one, else the CPU) or \"cpu\"");
 }
 

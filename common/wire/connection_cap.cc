@@ -238,6 +238,7 @@ void ConnectionCap::Sweep() {
   last_sweep_ = Clock::now();
   cap_log_.Tick();
   unread_log_.Tick();
+  handshake_log_.Tick();
   struct Held {
     int fd;
     uint64_t bytes;
