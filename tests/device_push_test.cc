@@ -378,8 +378,15 @@ TEST(DevicePushTest, TheClientsStateGoesToTheDeviceAndComesBack) {
   cpu::ErrorFeedback feedback;
   const uint32_t rows[] = {3, 17};
   const std::vector<float> residual = {0.5f, -0.25f, 1.5f, 2.0f, 4.0f, 8.0f, -1.0f, 3.0f};
+  ASSERT_LE(size_t{2} * F, residual.size()) << "the residuals below are read as 2 rows of F";
+  ASSERT_LE(size_t{4} + F, residual.size());
   feedback.Assign(uint64_t{1} << 32, F, rows, 2, residual.data());
-  feedback.Assign(uint64_t{levels} << 32, partition.table(levels).width, rows, 1, residual.data());
+  // The MLP row is as wide as its table: a row read past `residual` was
+  // whatever lay beyond it, now and then not finite (and rightly refused).
+  const uint32_t mlp_width = partition.table(levels).width;
+  std::vector<float> mlp_residual(mlp_width);
+  for (uint32_t f = 0; f < mlp_width; ++f) mlp_residual[f] = 0.125f * static_cast<float>(f + 1);
+  feedback.Assign(uint64_t{levels} << 32, mlp_width, rows, 1, mlp_residual.data());
   WorkerAdam adam(partition, spec.model.adam);
   cpu::AdamTable* grid_state = adam.State(2);
   grid_state->m[5] = 0.125f;
@@ -397,8 +404,9 @@ TEST(DevicePushTest, TheClientsStateGoesToTheDeviceAndComesBack) {
   std::vector<uint32_t> grid_tables(levels);
   for (uint32_t l = 0; l < levels; ++l) grid_tables[l] = l;
   ASSERT_TRUE(ps.SetDevicePushSource(source.get(), grid_tables).ok());
-  ASSERT_EQ(ps.RestoreState(saved, 8).code(), StatusCode::kInvalidArgument)
-      << "level 2's row 3 stepped 9 times";
+  const Status early = ps.RestoreState(saved, 8);
+  ASSERT_EQ(early.code(), StatusCode::kInvalidArgument)
+      << "level 2's row 3 stepped 9 times: " << early.ToString();
   ASSERT_TRUE(ps.RestoreState(saved, 9).ok());
 
   cpu::ErrorFeedback on_device;
