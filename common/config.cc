@@ -216,6 +216,7 @@ constexpr int kFeaturesPerLevel[] = {1, 2, 4, 8};
 using config_reader::ApplyOverride;
 using config_reader::Got;
 using config_reader::Join;
+using config_reader::KeyText;
 using config_reader::ParseJson;
 using config_reader::Problems;
 using config_reader::Quote;
@@ -226,11 +227,50 @@ using config_reader::StringRule;
 // is the longest DNS name; an IP address is far shorter.
 constexpr StringRule kHostRule{
     .allowed =
-        "an IP address or a host name (RFC 1123: letters, digits, '-' and dots), without "
-        "a port, at most 253 characters",
+        "an IP address or a host name (letters, digits, '-' and '_' between dots), "
+        "without a port, at most 253 characters",
     .max_length = 253,
     .forbid_spaces = true,
     .host = true};
+
+namespace {
+
+// Keys set in the text that the run's mode does not read (Config::notes).
+std::vector<std::string> InertSectionNotes(const Json& root, const DistributedConfig& d) {
+  std::vector<std::string> lines;
+  const auto keys_of = [&root](std::string_view section, std::string_view except) {
+    std::string keys;
+    const auto it = root.find(section);
+    if (it == root.end() || !it->is_object()) return keys;
+    for (const auto& [key, value] : it->items()) {
+      if (key == except) continue;
+      keys += (keys.empty() ? "" : ", ") + std::string(section) + "." + KeyText(key);
+    }
+    return keys;
+  };
+  if (!d.enable) {
+    if (std::string keys = keys_of("distributed", "enable"); !keys.empty()) {
+      lines.push_back(keys +
+                      ": not read with distributed.enable false (one process trains); "
+                      "read with distributed.enable true");
+    }
+    if (std::string keys = keys_of("ps", ""); !keys.empty()) {
+      lines.push_back(keys +
+                      ": not read with distributed.enable false (no shards run); read "
+                      "with distributed.enable true and gradient_sync \"ps\" or "
+                      "\"hybrid\"");
+    }
+  } else if (d.gradient_sync == GradientSyncMode::kNccl) {
+    if (std::string keys = keys_of("ps", ""); !keys.empty()) {
+      lines.push_back(keys +
+                      ": not read with distributed.gradient_sync \"nccl\" (no shards "
+                      "run); read with gradient_sync \"ps\" or \"hybrid\"");
+    }
+  }
+  return lines;
+}
+
+}  // namespace
 
 Result<Config> Config::Parse(std::string_view text, std::string_view source,
                              const std::vector<std::string>& overrides) {
@@ -332,8 +372,9 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
         if (nr.Has("weight") && weight_given.empty()) weight_given = path + ".weight";
         nodes_ok &= nr.String("host", &node.host,
                               {.allowed = "the address this node's processes bind and advertise: "
-                                          "an IP address or a host name (RFC 1123), without a "
-                                          "port, at most 253 characters",
+                                          "an IP address or a host name (letters, digits, '-' "
+                                          "and '_' between dots), without a port, at most 253 "
+                                          "characters",
                                .max_length = 253,
                                .forbid_spaces = true,
                                .host = true});
@@ -612,6 +653,7 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
   top.ReportUnknownKeys();
 
   if (!problems.empty()) return problems.ToStatus();
+  config.notes.lines = InertSectionNotes(root, config.distributed);
   std::vector<ConfigProblem> layout_problems;
   config.layout = ResolveLayout(config, &layout_problems);
   if (layout_problems.empty()) CheckPorts(config, &layout_problems);

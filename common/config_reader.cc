@@ -142,6 +142,9 @@ std::string HostSyntaxProblem(std::string_view s) {
     return std::all_of(text.begin(), text.end(), pred);
   };
   const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  if (s.find("://") != std::string_view::npos) {
+    return "an endpoint URL: only its host goes here (gridsync adds the scheme and port)";
+  }
   if (const size_t colon = s.find(':'); colon != std::string_view::npos) {
     if (s.find(':', colon + 1) == std::string_view::npos && colon + 1 < s.size() &&
         all_of(s.substr(colon + 1), digit)) {
@@ -172,9 +175,9 @@ std::string HostSyntaxProblem(std::string_view s) {
     }
     if (!all_of(label, [](char c) {
           return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                 c == '-';
+                 c == '-' || c == '_';
         })) {
-      return "not a host name (letters, digits and '-' between dots: RFC 1123)";
+      return "not a host name (letters, digits, '-' and '_' between dots)";
     }
     if (label.front() == '-' || label.back() == '-') {
       return "not a host name (a label neither starts nor ends with '-')";
@@ -409,7 +412,9 @@ void ApplyOverride(const std::string& override_text, Json* root, Problems* probl
     std::string at;
     for (const auto& key : keys) at += (at.empty() ? "" : ".") + KeyText(key);
     DuplicateKeyFinder finder(problems, where + ": " + at);
-    (void)Json::parse(value_text, std::ref(finder), /*allow_exceptions=*/false);
+    // Parsed for the finder's callbacks only (GCC warns on a (void) cast).
+    [[maybe_unused]] const Json walked_for_duplicates =
+        Json::parse(value_text, std::ref(finder), /*allow_exceptions=*/false);
   }
 
   Json* node = root;

@@ -29,11 +29,8 @@ inline constexpr std::string_view kOverrideAllowed =
     "section.key=value with a JSON or plain-string value, for example training.steps=200";
 
 // Returns the offset of the first byte that does not belong to well-formed UTF-8 (overlong
-
 // forms, surrogates and code points past U+10FFFF included), or npos. The JSON lexer checks
-
 // strings only; comments and --set values would otherwise slip invalid bytes into messages and
-
 // into the paths a Config hands to the rest of the program.
 size_t FindInvalidUtf8(std::string_view s);
 std::string Position(std::string_view source, std::string_view text, size_t offset);
@@ -46,7 +43,8 @@ std::string Quote(std::string_view s);
 // prints as 80 characters.
 std::string KeyText(std::string_view key);
 // Why `s` is no IPv4 or IPv6 literal (a zone after '%' allowed) and no
-// RFC 1123 host name; empty when it is one.
+// host name (RFC 1123, and '_' as in container service names, which the
+// resolver takes); empty when it is one.
 std::string HostSyntaxProblem(std::string_view s);
 std::string TypeName(const Json& value);
 std::string Got(const Json& value);

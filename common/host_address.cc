@@ -11,6 +11,8 @@
 #include <memory>
 #include <set>
 
+#include "common/config_reader.h"
+
 namespace gridsync {
 namespace {
 
@@ -135,6 +137,18 @@ Result<int> IntFromEnv(const char* name, int fallback, int lo, int hi) {
   return static_cast<int>(value);
 }
 
+const char* const kHostAllowed =
+    "allowed: an IP address or a host name (letters, digits, '-' and '_' between dots), without a "
+    "port or scheme";
+
+Status CheckBindHost(std::string_view host) {
+  if (std::string why = config_reader::HostSyntaxProblem(host); !why.empty()) {
+    return Status::InvalidArgument("--bind: " + config_reader::Quote(host) + " is " + why + "; " +
+                                   kHostAllowed + " (0.0.0.0 or :: binds every interface)");
+  }
+  return Status::OK();
+}
+
 Result<ProcessHost> ResolveProcessHost(std::string_view flag_host, const std::string& node_host,
                                        bool multi_host) {
   ProcessHost out;
@@ -153,6 +167,15 @@ Result<ProcessHost> ResolveProcessHost(std::string_view flag_host, const std::st
     out = {*address, "GRIDSYNC_SOCKET_IFNAME=" + std::string(ifname)};
   } else {
     out = {node_host, "the node's host in the config"};
+  }
+  // The config's host passed the config's rule; a flag or the environment
+  // is held to the same one, so that "10.0.0.7:29500" or "tcp://..." is
+  // named here rather than failing in ZeroMQ's bind or a peer's connect.
+  if (out.source == "--host" || out.source == "GRIDSYNC_HOST") {
+    if (std::string why = config_reader::HostSyntaxProblem(out.host); !why.empty()) {
+      return Status::InvalidArgument(out.source + ": " + config_reader::Quote(out.host) + " is " +
+                                     why + "; " + kHostAllowed);
+    }
   }
   if (IsUnspecifiedHost(out.host)) {
     return Status::InvalidArgument(out.source + ": '" + out.host +

@@ -9,6 +9,8 @@
 //   3. GRIDSYNC_SOCKET_IFNAME (an interface name, as NCCL_SOCKET_IFNAME): the
 //      interface's first IPv4 address;
 //   4. its node's `host` in the config (distributed.nodes[].host).
+// A flag's or the environment's host must have a host's syntax, as the
+// config's do (config_reader::HostSyntaxProblem).
 // In a multi-host cluster the result must be reachable from other machines:
 // a loopback or unspecified address is refused, naming where it came from.
 //
@@ -43,6 +45,13 @@ struct ProcessHost {
 // resolved host; `multi_host` whether the cluster spans machines.
 Result<ProcessHost> ResolveProcessHost(std::string_view flag_host, const std::string& node_host,
                                        bool multi_host);
+
+// The syntax every host string meets (config_reader::HostSyntaxProblem),
+// as "allowed: ..." for messages.
+extern const char* const kHostAllowed;
+
+// Checks a --bind address (0.0.0.0 and :: allowed) as the config's hosts are.
+Status CheckBindHost(std::string_view host);
 
 // An integer from the environment variable `name` (the launcher's contract:
 // GRIDSYNC_RANK, GRIDSYNC_SHARD...): `fallback` when unset, InvalidArgument

@@ -12,4 +12,8 @@ void InitLogging(const std::string& name, const std::string& level) {
   spdlog::set_default_logger(logger);
 }
 
+void LogConfigNotes(const std::string& source, const std::vector<std::string>& lines) {
+  for (const auto& line : lines) spdlog::info("{}: note: {}", source, line);
+}
+
 }  // namespace gridsync

@@ -10,12 +10,17 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace gridsync {
 
 // `name` prefixes every line ("worker", "ps-0"); `level` is an spdlog level
 // name ("info", "debug"). Logs go to stderr so stdout stays parseable.
 void InitLogging(const std::string& name, const std::string& level = "info");
+
+// Config::notes, one info line each ("<source>: note: ..."), after the
+// config loaded: what the file sets that this run does not read.
+void LogConfigNotes(const std::string& source, const std::vector<std::string>& lines);
 
 // A budget for lines a peer can cause: at most `burst` a `window`; the rest
 // are counted, and the count is logged in one line once the next window

@@ -19,6 +19,7 @@
 
 #include "common/cli_parse.h"
 #include "common/config.h"
+#include "common/host_address.h"
 #include "common/logging.h"
 #include "ops/metrics.h"
 #include "ops/service_watchdog.h"
@@ -59,6 +60,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", config.status().message().c_str());
     return gridsync::kConfigErrorExitCode;
   }
+  gridsync::LogConfigNotes(config_path, config->notes.lines);
   // What `gridsync check-config` refuses, this refuses too, before the
   // cluster forms around a config its workers would refuse.
   if (auto runnable = config->CheckRunnable(/*standalone=*/false); !runnable.ok()) {
@@ -89,6 +91,12 @@ int main(int argc, char** argv) {
     if (!ec) received = signal_number;
   });
 
+  if (!bind.empty()) {
+    if (auto checked = gridsync::CheckBindHost(bind); !checked.ok()) {
+      std::fprintf(stderr, "%s\n", checked.message().c_str());
+      return gridsync::kConfigErrorExitCode;
+    }
+  }
   gridsync::CoordinatorOptions options;
   options.bind_host = bind.empty() ? config->distributed.master_addr : bind;
   options.port = static_cast<uint16_t>(port >= 0 ? port : config->distributed.master_port);

@@ -76,6 +76,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", config.status().message().c_str());
     return gridsync::kConfigErrorExitCode;
   }
+  gridsync::LogConfigNotes(config_path, config->notes.lines);
   // What `gridsync check-config` refuses, this refuses too.
   if (auto runnable = config->CheckRunnable(/*standalone=*/false); !runnable.ok()) {
     std::fprintf(stderr, "%s: %s\n", config_path.c_str(), runnable.message().c_str());
@@ -150,7 +151,13 @@ int main(int argc, char** argv) {
   }
   placement.host = host->host;
   const std::string advertised = placement.Endpoint();
-  if (!bind.empty()) placement.host = bind;
+  if (!bind.empty()) {
+    if (auto checked = gridsync::CheckBindHost(bind); !checked.ok()) {
+      std::fprintf(stderr, "shard %d: %s\n", shard, checked.message().c_str());
+      return gridsync::kConfigErrorExitCode;
+    }
+    placement.host = bind;
+  }
   options.endpoint = placement.Endpoint();
 
   auto auth = gridsync::wire::ControlAuthFor(*config, "shard");

@@ -94,6 +94,26 @@ TEST(HostAddressTest, InterfaceAddressesAndProcessOverrides) {
   EXPECT_FALSE(ResolveProcessHost("", "10.0.0.2", false).ok());
   unsetenv("GRIDSYNC_SOCKET_IFNAME");
   EXPECT_FALSE(ResolveProcessHost("0.0.0.0", "10.0.0.2", false).ok());
+  // A flag or GRIDSYNC_HOST is held to the config's host syntax, naming
+  // its source and what is allowed.
+  for (const char* bad : {"10.0.0.9:29500", "tcp://10.0.0.9", "not a host", "a..b"}) {
+    auto refused_flag = ResolveProcessHost(bad, "10.0.0.2", false);
+    ASSERT_FALSE(refused_flag.ok()) << bad;
+    EXPECT_TRUE(Contains(refused_flag.status().message(), "--host: "))
+        << refused_flag.status().ToString();
+    EXPECT_TRUE(Contains(refused_flag.status().message(), "allowed: an IP address"));
+    setenv("GRIDSYNC_HOST", bad, 1);
+    auto refused_env = ResolveProcessHost("", "10.0.0.2", false);
+    unsetenv("GRIDSYNC_HOST");
+    ASSERT_FALSE(refused_env.ok()) << bad;
+    EXPECT_TRUE(Contains(refused_env.status().message(), "GRIDSYNC_HOST: "));
+  }
+  EXPECT_TRUE(Contains(ResolveProcessHost("10.0.0.9:29500", "", false).status().message(),
+                       "the port goes in its own key"));
+  EXPECT_EQ(ResolveProcessHost("gridsync_ps_1", "10.0.0.2", true)->host, "gridsync_ps_1");
+  EXPECT_TRUE(CheckBindHost("0.0.0.0").ok());
+  EXPECT_TRUE(CheckBindHost("::").ok());
+  EXPECT_TRUE(Contains(CheckBindHost("0.0.0.0:1").message(), "--bind: "));
 }
 
 TEST(ClusterLayoutTest, OneMachineByDefault) {

@@ -338,6 +338,9 @@ TEST(MakeCollective, PicksABackendByName) {
 // calls; elsewhere the reason names the library.
 TEST(NcclCollective, TheLibraryLoadsAtRunTimeOrSaysWhyNot) {
   const Status loaded = LoadNcclLibrary();
+  // A build without NCCL refuses whatever the machine has installed.
+  if (!loaded.ok() && loaded.message().find("no NCCL support") != std::string::npos)
+    GTEST_SKIP() << loaded.ToString();
   if (access("/usr/local/cuda/lib/libnccl.so.2", F_OK) == 0 ||
       access("/usr/lib/x86_64-linux-gnu/libnccl.so.2", F_OK) == 0) {
     EXPECT_TRUE(loaded.ok()) << loaded.ToString();

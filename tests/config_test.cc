@@ -390,7 +390,7 @@ TEST(ConfigValidationTest, MasterAddrRules) {
   EXPECT_TRUE(Contains(ErrorOf(R"({"distributed": {"master_addr": "127.0.0.1:29500"}})"),
                        "the port goes in its own key"));
   for (const char* good : {"10.0.0.1", "::1", "fe80::1%eth0", "node-1.example.com",
-                           "node-1.example.com.", "localhost", "2001:db8::7"}) {
+                           "node-1.example.com.", "localhost", "2001:db8::7", "gridsync_ps_1"}) {
     EXPECT_EQ(ParseOk(std::string(R"({"distributed": {"master_addr": ")") + good + "\"}}")
                   .distributed.master_addr,
               good);
@@ -473,6 +473,36 @@ TEST(ConfigCombinationTest, WorldSizeNeedsEnable) {
                        "allowed: 1 while distributed.enable is false"));
   EXPECT_EQ(ParseOk(R"({"distributed": {"enable": true, "world_size": 4}})").distributed.world_size,
             4);
+}
+
+TEST(ConfigCombinationTest, KeysTheModeDoesNotReadAreNotedNotRefused) {
+  // One file runs every mode by a --set, so a ps section under nccl is said,
+  // not refused; the note names the keys and what would read them.
+  const Config nccl = ParseOk(
+      R"({"distributed": {"enable": true, "world_size": 2, "gradient_sync": "nccl"},
+          "ps": {"shards": 2, "threads": 2}})");
+  ASSERT_EQ(nccl.notes.lines.size(), 1u);
+  EXPECT_TRUE(Contains(nccl.notes.lines[0],
+                       "ps.shards, ps.threads: not read with "
+                       "distributed.gradient_sync \"nccl\""))
+      << nccl.notes.lines[0];
+  EXPECT_TRUE(Contains(nccl.notes.lines[0], "read with gradient_sync \"ps\" or \"hybrid\""));
+
+  const Config single = ParseOk(R"({"distributed": {"master_port": 29600}, "ps": {"shards": 2}})");
+  ASSERT_EQ(single.notes.lines.size(), 2u);
+  EXPECT_TRUE(Contains(single.notes.lines[0],
+                       "distributed.master_port: not read with "
+                       "distributed.enable false"))
+      << single.notes.lines[0];
+  EXPECT_TRUE(Contains(single.notes.lines[1], "ps.shards: not read"));
+
+  // Keys the mode reads give no note; notes do not change what is equal.
+  const Config ps = ParseOk(
+      R"({"distributed": {"enable": true, "world_size": 2, "gradient_sync": "ps"},
+          "ps": {"shards": 2}})");
+  EXPECT_TRUE(ps.notes.lines.empty());
+  EXPECT_TRUE(ParseOk(R"({"distributed": {"enable": false}})").notes.lines.empty());
+  EXPECT_EQ(ParseOk(R"({"ps": {"shards": 1}})"), ParseOk("{}"));
 }
 
 TEST(ConfigCombinationTest, NoFollowUpErrorWhenAPartIsInvalid) {

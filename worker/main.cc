@@ -84,6 +84,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", config.status().message().c_str());
     return gridsync::kConfigErrorExitCode;
   }
+  gridsync::LogConfigNotes(config_path, config->notes.lines);
   if (auto runnable = config->CheckRunnable(standalone); !runnable.ok()) {
     std::fprintf(stderr, "%s: %s\n", config_path.c_str(), runnable.message().c_str());
     return gridsync::kConfigErrorExitCode;
