@@ -270,6 +270,35 @@ std::vector<std::string> InertSectionNotes(const Json& root, const DistributedCo
   return lines;
 }
 
+// Keys whose value the resolved cluster makes a no-op (Config::notes): read,
+// but they change nothing in this run.
+std::vector<std::string> InertValueNotes(const Config& c) {
+  std::vector<std::string> lines;
+  const DistributedConfig& d = c.distributed;
+  if (!c.security.curve && !c.security.keys_dir.empty()) {
+    lines.push_back(
+        "security.keys_dir: not read: the cluster runs on one machine, so security.mode "
+        "\"auto\" leaves the data plane unencrypted; read when distributed.nodes span "
+        "machines, or with security.mode \"curve\"");
+  }
+  if (d.enable && d.model_parallel) {
+    if (d.gradient_sync == GradientSyncMode::kNccl && d.world_size == 1) {
+      lines.push_back(
+          "distributed.model_parallel: one worker holds all of Adam's state, as without it; "
+          "it shards that state with distributed.world_size above 1");
+    } else if (d.gradient_sync != GradientSyncMode::kNccl && c.layout.shards.size() == 1) {
+      lines.push_back(
+          "distributed.model_parallel: one PS shard holds every table whole, as without it; "
+          "it splits the tables with ps.shards (or the nodes' shards) above 1");
+    } else if (d.gradient_sync != GradientSyncMode::kNccl && d.mp_dim == ModelParallelDim::kRow) {
+      lines.push_back(
+          "distributed.model_parallel: with mp_dim \"row\" the PS tables are split by rows, "
+          "as without it; mp_dim \"column\" or \"both\" split them otherwise");
+    }
+  }
+  return lines;
+}
+
 }  // namespace
 
 Result<Config> Config::Parse(std::string_view text, std::string_view source,
@@ -671,6 +700,7 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
                  "on a trusted network");
   }
   if (!problems.empty()) return problems.ToStatus();
+  for (std::string& line : InertValueNotes(config)) config.notes.lines.push_back(std::move(line));
   return config;
 }
 

@@ -505,6 +505,30 @@ TEST(ConfigCombinationTest, KeysTheModeDoesNotReadAreNotedNotRefused) {
   EXPECT_EQ(ParseOk(R"({"ps": {"shards": 1}})"), ParseOk("{}"));
 }
 
+TEST(ConfigCombinationTest, ValuesTheClusterMakesANoOpAreNoted) {
+  const auto only_note = [](const Config& c, const std::string& text) {
+    EXPECT_EQ(c.notes.lines.size(), 1u);
+    EXPECT_TRUE(!c.notes.lines.empty() && Contains(c.notes.lines[0], text))
+        << (c.notes.lines.empty() ? "no note" : c.notes.lines[0]);
+  };
+  only_note(ParseOk(R"({"security": {"keys_dir": "/etc/gridsync/keys"}})"),
+            "security.keys_dir: not read: the cluster runs on one machine");
+  const std::string ps =
+      R"({"distributed": {"enable": true, "world_size": 2, "gradient_sync": "ps",
+                          "model_parallel": true)";
+  only_note(ParseOk(ps + R"(}, "ps": {"shards": 2}})"),
+            "with mp_dim \"row\" the PS tables are split by rows, as without it");
+  only_note(ParseOk(ps + R"(, "mp_dim": "column"}, "ps": {"shards": 1}})"),
+            "one PS shard holds every table whole");
+  EXPECT_TRUE(ParseOk(ps + R"(, "mp_dim": "column"}, "ps": {"shards": 2}})").notes.lines.empty());
+  only_note(
+      ParseOk(R"({"distributed": {"enable": true, "world_size": 1, "model_parallel": true}})"),
+      "one worker holds all of Adam's state");
+  EXPECT_TRUE(
+      ParseOk(R"({"distributed": {"enable": true, "world_size": 2, "model_parallel": true}})")
+          .notes.lines.empty());
+}
+
 TEST(ConfigCombinationTest, NoFollowUpErrorWhenAPartIsInvalid) {
   // batch_size is invalid on its own; the divisibility check must not pile on.
   const std::string msg =
