@@ -13,6 +13,7 @@
 #include <string>
 
 #include "common/config.h"
+#include "common/config_reader.h"
 
 namespace gridsync {
 
@@ -48,6 +49,21 @@ inline CLI::Validator FiniteRange(double lo, double hi) {
         return std::string();
       },
       "FLOAT in [" + allowed + "]");
+}
+
+// A flag holding a host (--host, --bind): the syntax the config's hosts
+// meet (config_reader::HostSyntaxProblem), so "10.0.0.7:29500", "tcp://..."
+// or an empty value is refused here rather than failing in a bind or a
+// peer's connect, or silently falling back to the config's host.
+inline CLI::Validator HostSyntax() {
+  return CLI::Validator(
+      [](std::string& input) -> std::string {
+        const std::string why = config_reader::HostSyntaxProblem(input);
+        if (why.empty()) return std::string();
+        return config_reader::Quote(input) + " is " + why +
+               "; allowed: " + config_reader::kHostSyntax;
+      },
+      "HOST");
 }
 
 // The operations flags every serving binary shares (ops/): --metrics-port

@@ -235,66 +235,68 @@ constexpr StringRule kHostRule{
 
 namespace {
 
-// Keys set in the text that the run's mode does not read (Config::notes).
+// Keys set in the text, to other values than their defaults, that the run's
+// mode does not use (Config::notes). Their defaults are left out, so the
+// resolved config check-config prints (every key of a section) loads again
+// without notes.
 std::vector<std::string> InertSectionNotes(const Json& root, const DistributedConfig& d) {
+  static const Json defaults = Config{}.ToJson();
   std::vector<std::string> lines;
   const auto keys_of = [&root](std::string_view section, std::string_view except) {
     std::string keys;
     const auto it = root.find(section);
     if (it == root.end() || !it->is_object()) return keys;
+    const Json& defaults_of = defaults[std::string(section)];
     for (const auto& [key, value] : it->items()) {
       if (key == except) continue;
+      if (const auto d = defaults_of.find(key); d != defaults_of.end() && *d == value) continue;
       keys += (keys.empty() ? "" : ", ") + std::string(section) + "." + KeyText(key);
     }
     return keys;
   };
+  // "Still checked": they are validated as in the modes that use them, so
+  // the --set that switches modes finds the file runnable.
   if (!d.enable) {
     if (std::string keys = keys_of("distributed", "enable"); !keys.empty()) {
       lines.push_back(keys +
-                      ": not read with distributed.enable false (one process trains); "
-                      "read with distributed.enable true");
+                      ": no effect with distributed.enable false (one process trains; still "
+                      "checked); used with distributed.enable true");
     }
     if (std::string keys = keys_of("ps", ""); !keys.empty()) {
       lines.push_back(keys +
-                      ": not read with distributed.enable false (no shards run); read "
-                      "with distributed.enable true and gradient_sync \"ps\" or "
-                      "\"hybrid\"");
+                      ": no effect with distributed.enable false (no shards run; still "
+                      "checked); used with distributed.enable true and gradient_sync \"ps\" "
+                      "or \"hybrid\"");
     }
   } else if (d.gradient_sync == GradientSyncMode::kNccl) {
     if (std::string keys = keys_of("ps", ""); !keys.empty()) {
       lines.push_back(keys +
-                      ": not read with distributed.gradient_sync \"nccl\" (no shards "
-                      "run); read with gradient_sync \"ps\" or \"hybrid\"");
+                      ": no effect with distributed.gradient_sync \"nccl\" (no shards run; "
+                      "still checked); used with gradient_sync \"ps\" or \"hybrid\"");
     }
   }
   return lines;
 }
 
 // Keys whose value the resolved cluster makes a no-op (Config::notes): read,
-// but they change nothing in this run.
+// but they change nothing in this run. Only where nothing else (a refusal,
+// a checkpoint's manifest, the device path) depends on them either.
 std::vector<std::string> InertValueNotes(const Config& c) {
   std::vector<std::string> lines;
   const DistributedConfig& d = c.distributed;
   if (!c.security.curve && !c.security.keys_dir.empty()) {
     lines.push_back(
-        "security.keys_dir: not read: the cluster runs on one machine, so security.mode "
-        "\"auto\" leaves the data plane unencrypted; read when distributed.nodes span "
-        "machines, or with security.mode \"curve\"");
+        "security.keys_dir: no effect: the cluster runs on one machine, so security.mode "
+        "\"auto\" leaves the data plane unencrypted and loads no key; used when "
+        "distributed.nodes span machines, or with security.mode \"curve\"");
   }
-  if (d.enable && d.model_parallel) {
-    if (d.gradient_sync == GradientSyncMode::kNccl && d.world_size == 1) {
-      lines.push_back(
-          "distributed.model_parallel: one worker holds all of Adam's state, as without it; "
-          "it shards that state with distributed.world_size above 1");
-    } else if (d.gradient_sync != GradientSyncMode::kNccl && c.layout.shards.size() == 1) {
-      lines.push_back(
-          "distributed.model_parallel: one PS shard holds every table whole, as without it; "
-          "it splits the tables with ps.shards (or the nodes' shards) above 1");
-    } else if (d.gradient_sync != GradientSyncMode::kNccl && d.mp_dim == ModelParallelDim::kRow) {
-      lines.push_back(
-          "distributed.model_parallel: with mp_dim \"row\" the PS tables are split by rows, "
-          "as without it; mp_dim \"column\" or \"both\" split them otherwise");
-    }
+  // Under ps and hybrid model_parallel only picks the PS partition's axis
+  // (RunSpec's partition_dim), and "row" is the axis without it.
+  if (d.enable && d.model_parallel && d.gradient_sync != GradientSyncMode::kNccl &&
+      d.mp_dim == ModelParallelDim::kRow) {
+    lines.push_back(
+        "distributed.model_parallel: with mp_dim \"row\" the PS tables are split by rows, as "
+        "without it; mp_dim \"column\" or \"both\" split them otherwise");
   }
   return lines;
 }

@@ -142,13 +142,20 @@ std::string HostSyntaxProblem(std::string_view s) {
     return std::all_of(text.begin(), text.end(), pred);
   };
   const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  if (s.empty()) return "empty";
+  if (s.size() > 253) {
+    return "too long (" + std::to_string(s.size()) + " characters; a DNS name has at most 253)";
+  }
   if (s.find("://") != std::string_view::npos) {
     return "an endpoint URL: only its host goes here (gridsync adds the scheme and port)";
   }
   if (const size_t colon = s.find(':'); colon != std::string_view::npos) {
     if (s.find(':', colon + 1) == std::string_view::npos && colon + 1 < s.size() &&
         all_of(s.substr(colon + 1), digit)) {
-      return "a host with a port: the port goes in its own key (master_port, ps.base_port)";
+      return "a host with a port: the port is set apart (master_port, ps.base_port, --port)";
+    }
+    if (s.front() == '[') {
+      return "an IPv6 address in brackets (a URL's form): write it without them";
     }
     const std::string_view address = s.substr(0, s.find('%'));
     const std::string_view zone =

@@ -46,6 +46,10 @@ std::string KeyText(std::string_view key);
 // host name (RFC 1123, and '_' as in container service names, which the
 // resolver takes); empty when it is one.
 std::string HostSyntaxProblem(std::string_view s);
+// What that syntax allows, for "allowed: ..." in messages.
+inline constexpr const char* kHostSyntax =
+    "an IP address or a host name (letters, digits, '-' and '_' between dots), without a port or "
+    "scheme";
 std::string TypeName(const Json& value);
 std::string Got(const Json& value);
 std::string FormatNumber(double v);

@@ -137,18 +137,6 @@ Result<int> IntFromEnv(const char* name, int fallback, int lo, int hi) {
   return static_cast<int>(value);
 }
 
-const char* const kHostAllowed =
-    "allowed: an IP address or a host name (letters, digits, '-' and '_' between dots), without a "
-    "port or scheme";
-
-Status CheckBindHost(std::string_view host) {
-  if (std::string why = config_reader::HostSyntaxProblem(host); !why.empty()) {
-    return Status::InvalidArgument("--bind: " + config_reader::Quote(host) + " is " + why + "; " +
-                                   kHostAllowed + " (0.0.0.0 or :: binds every interface)");
-  }
-  return Status::OK();
-}
-
 Result<ProcessHost> ResolveProcessHost(std::string_view flag_host, const std::string& node_host,
                                        bool multi_host) {
   ProcessHost out;
@@ -174,7 +162,7 @@ Result<ProcessHost> ResolveProcessHost(std::string_view flag_host, const std::st
   if (out.source == "--host" || out.source == "GRIDSYNC_HOST") {
     if (std::string why = config_reader::HostSyntaxProblem(out.host); !why.empty()) {
       return Status::InvalidArgument(out.source + ": " + config_reader::Quote(out.host) + " is " +
-                                     why + "; " + kHostAllowed);
+                                     why + "; allowed: " + config_reader::kHostSyntax);
     }
   }
   if (IsUnspecifiedHost(out.host)) {

@@ -46,13 +46,6 @@ struct ProcessHost {
 Result<ProcessHost> ResolveProcessHost(std::string_view flag_host, const std::string& node_host,
                                        bool multi_host);
 
-// The syntax every host string meets (config_reader::HostSyntaxProblem),
-// as "allowed: ..." for messages.
-extern const char* const kHostAllowed;
-
-// Checks a --bind address (0.0.0.0 and :: allowed) as the config's hosts are.
-Status CheckBindHost(std::string_view host);
-
 // An integer from the environment variable `name` (the launcher's contract:
 // GRIDSYNC_RANK, GRIDSYNC_SHARD...): `fallback` when unset, InvalidArgument
 // naming the variable when it is not an integer in [lo, hi].

@@ -19,7 +19,6 @@
 
 #include "common/cli_parse.h"
 #include "common/config.h"
-#include "common/host_address.h"
 #include "common/logging.h"
 #include "ops/metrics.h"
 #include "ops/service_watchdog.h"
@@ -43,7 +42,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 65535));
   std::string bind;
   app.add_option("--bind", bind,
-                 "Address to listen on instead of distributed.master_addr, e.g. 0.0.0.0");
+                 "Address to listen on instead of distributed.master_addr, e.g. 0.0.0.0")
+      ->check(gridsync::HostSyntax());
   bool fresh = false;
   app.add_flag("--fresh", fresh,
                "Start at job 1, forgetting the job a previous run of this coordinator kept in "
@@ -91,12 +91,6 @@ int main(int argc, char** argv) {
     if (!ec) received = signal_number;
   });
 
-  if (!bind.empty()) {
-    if (auto checked = gridsync::CheckBindHost(bind); !checked.ok()) {
-      std::fprintf(stderr, "%s\n", checked.message().c_str());
-      return gridsync::kConfigErrorExitCode;
-    }
-  }
   gridsync::CoordinatorOptions options;
   options.bind_host = bind.empty() ? config->distributed.master_addr : bind;
   options.port = static_cast<uint16_t>(port >= 0 ? port : config->distributed.master_port);

@@ -48,9 +48,10 @@ int main(int argc, char** argv) {
   std::string bind;
   app.add_option("--host", host_flag,
                  "Address to advertise (and bind); default: GRIDSYNC_HOST, then the address of "
-                 "interface GRIDSYNC_SOCKET_IFNAME, then the shard's node host in the config");
-  app.add_option("--bind", bind,
-                 "Address to bind instead, e.g. 0.0.0.0 (the advertised one stays)");
+                 "interface GRIDSYNC_SOCKET_IFNAME, then the shard's node host in the config")
+      ->check(gridsync::HostSyntax());
+  app.add_option("--bind", bind, "Address to bind instead, e.g. 0.0.0.0 (the advertised one stays)")
+      ->check(gridsync::HostSyntax());
   uint64_t resume_step = 0;
   app.add_option(
       "--resume-step", resume_step,
@@ -151,13 +152,7 @@ int main(int argc, char** argv) {
   }
   placement.host = host->host;
   const std::string advertised = placement.Endpoint();
-  if (!bind.empty()) {
-    if (auto checked = gridsync::CheckBindHost(bind); !checked.ok()) {
-      std::fprintf(stderr, "shard %d: %s\n", shard, checked.message().c_str());
-      return gridsync::kConfigErrorExitCode;
-    }
-    placement.host = bind;
-  }
+  if (!bind.empty()) placement.host = bind;
   options.endpoint = placement.Endpoint();
 
   auto auth = gridsync::wire::ControlAuthFor(*config, "shard");

@@ -10,6 +10,7 @@
 
 #include <string>
 
+#include "common/cli_parse.h"
 #include "common/config.h"
 #include "common/host_address.h"
 
@@ -109,11 +110,46 @@ TEST(HostAddressTest, InterfaceAddressesAndProcessOverrides) {
     EXPECT_TRUE(Contains(refused_env.status().message(), "GRIDSYNC_HOST: "));
   }
   EXPECT_TRUE(Contains(ResolveProcessHost("10.0.0.9:29500", "", false).status().message(),
-                       "the port goes in its own key"));
+                       "a host with a port"));
   EXPECT_EQ(ResolveProcessHost("gridsync_ps_1", "10.0.0.2", true)->host, "gridsync_ps_1");
-  EXPECT_TRUE(CheckBindHost("0.0.0.0").ok());
-  EXPECT_TRUE(CheckBindHost("::").ok());
-  EXPECT_TRUE(Contains(CheckBindHost("0.0.0.0:1").message(), "--bind: "));
+}
+
+// --host and --bind take what the config's hosts take (0.0.0.0 and :: are
+// a bind's; the advertised host refuses them later, naming why), and refuse
+// the rest at parse time, an empty value included (it fell back silently).
+TEST(ClusterLayoutTest, HostFlagsHaveAHostsSyntax) {
+  const auto parse = [](const std::string& value) -> std::string {
+    CLI::App app;
+    std::string bind;
+    app.add_option("--bind", bind)->check(HostSyntax());
+    std::vector<std::string> args = {value, "--bind"};  // CLI11 reads them from the back
+    try {
+      app.parse(args);
+    } catch (const CLI::ParseError& e) {
+      return e.what();
+    }
+    EXPECT_EQ(bind, value);
+    return "";
+  };
+  for (const char* good : {"0.0.0.0", "::", "fe80::1%lo", "gridsync_ps_1", "localhost.", "10.0.0.7",
+                           "node-3.cluster.local"}) {
+    EXPECT_EQ(parse(good), "") << good;
+  }
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"", "is empty"},
+      {"0.0.0.0:1", "a host with a port"},
+      {"[::1]", "without them"},
+      {"tcp://10.0.0.7", "an endpoint URL"},
+      {std::string(254, 'a'), "too long (254 characters"},
+      {std::string(63, 'a') + "." + std::string(63, 'b') + "." + std::string(63, 'c') + "." +
+           std::string(63, 'd') + ".eeee",
+       "too long"},
+      {"a..b", "labels between dots"}};
+  for (const auto& [value, why] : bad) {
+    const std::string error = parse(value);
+    EXPECT_TRUE(Contains(error, why)) << value.substr(0, 40) << ": " << error;
+    EXPECT_TRUE(Contains(error, "allowed: an IP address")) << error;
+  }
 }
 
 TEST(ClusterLayoutTest, OneMachineByDefault) {

@@ -55,7 +55,8 @@ int main(int argc, char** argv) {
                  "This worker's node (distributed.nodes[].name); default: the node of --rank");
   app.add_option("--host", host_flag,
                  "Address to bind and advertise; default: GRIDSYNC_HOST, then the address of "
-                 "interface GRIDSYNC_SOCKET_IFNAME, then the node's host in the config");
+                 "interface GRIDSYNC_SOCKET_IFNAME, then the node's host in the config")
+      ->check(gridsync::HostSyntax());
   app.add_option(
       "--start-step", ps_options.start_step,
       "Resume at this step from its checkpoint (the shards', and this worker's where it holds "
