@@ -249,7 +249,8 @@ std::vector<std::string> InertSectionNotes(const Json& root, const DistributedCo
     const Json& defaults_of = defaults[std::string(section)];
     for (const auto& [key, value] : it->items()) {
       if (key == except) continue;
-      if (const auto d = defaults_of.find(key); d != defaults_of.end() && *d == value) continue;
+      const auto default_value = defaults_of.find(key);
+      if (default_value != defaults_of.end() && *default_value == value) continue;
       keys += (keys.empty() ? "" : ", ") + std::string(section) + "." + KeyText(key);
     }
     return keys;
@@ -684,7 +685,6 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
   top.ReportUnknownKeys();
 
   if (!problems.empty()) return problems.ToStatus();
-  config.notes.lines = InertSectionNotes(root, config.distributed);
   std::vector<ConfigProblem> layout_problems;
   config.layout = ResolveLayout(config, &layout_problems);
   if (layout_problems.empty()) CheckPorts(config, &layout_problems);
@@ -702,6 +702,7 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
                  "on a trusted network");
   }
   if (!problems.empty()) return problems.ToStatus();
+  config.notes.lines = InertSectionNotes(root, config.distributed);
   for (std::string& line : InertValueNotes(config)) config.notes.lines.push_back(std::move(line));
   return config;
 }

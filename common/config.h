@@ -282,12 +282,14 @@ struct Config {
   // Resolved from the sections above by Parse (also for the defaults).
   ClusterLayout layout;
 
-  // What the text sets that this run does not read: said (by check-config
-  // and every binary at its start) rather than refused, because one file
-  // runs every mode by a --set of distributed.gradient_sync or enable (the
-  // README's promise; configs/local.json has a ps section). Each line names
-  // the keys, why they are not read, and what would read them. About the
-  // text, not the settings: equality ignores it.
+  // What the text sets, to other values than the defaults, that has no
+  // effect in this run: said (by check-config and every binary at its
+  // start) rather than refused, because one file runs every mode by a --set
+  // of distributed.gradient_sync or enable (the README's promise;
+  // configs/local.json has a ps section); still checked as in the modes
+  // that use it. Each line names the keys, why they have no effect, and
+  // what would use them. About the text, not the settings: equality
+  // ignores it.
   struct Notes {
     std::vector<std::string> lines;
     bool operator==(const Notes&) const { return true; }

@@ -19,7 +19,7 @@ namespace gridsync {
 void InitLogging(const std::string& name, const std::string& level = "info");
 
 // Config::notes, one info line each ("<source>: note: ..."), after the
-// config loaded: what the file sets that this run does not read.
+// config loaded: what the file sets that has no effect in this run.
 void LogConfigNotes(const std::string& source, const std::vector<std::string>& lines);
 
 // A budget for lines a peer can cause: at most `burst` a `window`; the rest
