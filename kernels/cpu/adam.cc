@@ -51,6 +51,19 @@ void UpdateRowsFixed(const AdamHyper& hyper, const SparseRows& grad, float grad_
 
 }  // namespace
 
+float AdamTable::ExtendMemo(const AdamHyper& hyper, uint32_t t) {
+  if (t >= kMemoSteps) return AdamStepSize(hyper, t);
+  if (hyper.learning_rate != step_size_lr) step_size.clear();
+  step_size_lr = hyper.learning_rate;
+  const size_t first = step_size.size();
+  step_size.resize(
+      std::min<size_t>(kMemoSteps, std::max<size_t>(size_t{t} + 1, 2 * step_size.size())));
+  for (size_t k = first; k < step_size.size(); ++k) {
+    step_size[k] = k == 0 ? 0.0f : AdamStepSize(hyper, static_cast<uint32_t>(k));
+  }
+  return step_size[t];
+}
+
 Status CheckStepCounts(const AdamTable& state, uint64_t step, const std::string& what) {
   const auto beyond = std::find_if(state.step.begin(), state.step.end(),
                                    [step](uint32_t count) { return count > step; });
