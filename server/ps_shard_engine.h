@@ -360,6 +360,38 @@ class PsShardImpl : public PsShard {
       ExpireWaitingPulls();
       waiting_count_.store(waiting_.size(), std::memory_order_relaxed);
     }
+    RefuseOutstanding();
+  }
+
+  // At Stop: every request still owed a reply (a pull waiting for its
+  // version, a message held before a rejoin was admitted or set aside for
+  // the coordinator's answer) gets one saying the shard stops, so that its
+  // worker learns why at once (and, with checkpoints, waits for the
+  // restarted shard to rejoin) instead of at its timeout. The replies get
+  // a bounded linger to leave before the socket closes.
+  void RefuseOutstanding() {
+    const size_t owed = waiting_.size() + held_.size() + deferred_.size();
+    if (owed == 0) return;
+    // IOError, not Unavailable: that code stays off the wire (common/status.h).
+    const Status stopping = Status::IOError(
+        "shard " + std::to_string(options_.shard) +
+        " is stopping (its process was asked to end) and serves no more; a restarted shard "
+        "rejoins the job from its checkpoint");
+    for (auto& w : waiting_) ReplyError(*w.request, stopping);
+    for (auto& request : held_) ReplyError(*request, stopping);
+    for (auto& request : deferred_) ReplyError(*request, stopping);
+    waiting_.clear();
+    held_.clear();
+    deferred_.clear();
+    waiting_count_.store(0, std::memory_order_relaxed);
+    spdlog::info("shard {}: stopping; told the senders of {} outstanding request(s)",
+                 options_.shard, owed);
+    try {
+      socket_.set(zmq::sockopt::linger,
+                  static_cast<int>(std::min<int64_t>(1000, options_.timeout.count())));
+    } catch (const zmq::error_t&) {
+      // The replies may then be dropped at close: their senders time out.
+    }
   }
 
   // Handle, with the last line of defence: an allocation that fails (a

@@ -409,6 +409,57 @@ TEST(PsShardTest, WaitingPullsAreBounded) {
   EXPECT_EQ(cluster->shards[0]->serving_stats().waiting_pulls, kHeld);
 }
 
+// A stopping shard used to leave the pulls waiting for their version
+// unanswered: their workers learned of it only at their timeouts. Each now
+// gets a reply naming the shard and why, before the socket closes.
+TEST(PsShardTest, AStoppingShardAnswersThePullsWaitingOnIt) {
+  auto cluster = Cluster::Start(SmallConfig(1, 1));
+  const std::vector<wire::TableShape> shapes = ShapesOf(*cluster->partition);
+  zmq::context_t context(1);
+  zmq::socket_t socket(context, zmq::socket_type::dealer);
+  socket.set(zmq::sockopt::linger, 0);
+  socket.connect(cluster->shards[0]->endpoint());
+  constexpr uint64_t kPulls = 3;
+  for (uint64_t id = 1; id <= kPulls; ++id) {
+    wire::OutHeader h;
+    h.kind = wire::Kind::kPull;
+    h.request_id = id;
+    h.num_workers = 1;
+    h.min_version = 1;  // the next: nobody pushes, so each pull waits
+    h.job = 1;
+    wire::OutBlock b;
+    b.table = 0;
+    b.width = 2;
+    b.rows = {1};
+    b.row_count = 1;
+    std::vector<wire::OutBlock> blocks;
+    blocks.push_back(std::move(b));
+    auto frames = wire::Encode(h, std::move(blocks));
+    ASSERT_TRUE(wire::SendMultipart(socket, frames).ok());
+  }
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (cluster->shards[0]->serving_stats().waiting_pulls != kPulls &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_EQ(cluster->shards[0]->serving_stats().waiting_pulls, kPulls);
+  const auto stopped_at = std::chrono::steady_clock::now();
+  cluster->shards[0]->Stop();
+  for (uint64_t id = 1; id <= kPulls; ++id) {
+    auto reply = wire::ReceiveMultipart(socket, 5000, wire::Limits{});
+    ASSERT_TRUE(reply.ok()) << "pull " << id << ": " << reply.status().ToString();
+    auto decoded = wire::Decode(*reply, shapes, wire::Limits{});
+    ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+    ASSERT_EQ(decoded->kind, wire::Kind::kError);
+    EXPECT_EQ(decoded->request_id, id);
+    EXPECT_EQ(decoded->error.code(), StatusCode::kIOError);
+    EXPECT_NE(decoded->error.message().find("shard 0 is stopping"), std::string::npos)
+        << decoded->error.message();
+  }
+  // At the stop, not at a wait's timeout.
+  EXPECT_LT(std::chrono::steady_clock::now() - stopped_at, 10s);
+}
+
 // Issue (review): a peer that sends pulls and never reads the replies made
 // the shard queue them without bound (ZeroMQ's high-water mark is off).
 // Replies not yet written to a peer's socket are bounded per peer; past
