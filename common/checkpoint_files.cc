@@ -311,7 +311,8 @@ Result<std::string> ReadCheckpointPart(const std::string& dir, uint64_t step,
   if (state_bytes && manifest.bytes != *state_bytes) {
     return Status::InvalidArgument(fmt::format(
         "{}: {} bytes; this process's state is {} bytes; allowed: a checkpoint of the same "
-        "model, partition and optimizer placement",
+        "model, partition, optimizer placement and compression.pull (with it the shards keep "
+        "each worker's replica)",
         bin_path, manifest.bytes, *state_bytes));
   }
   GRIDSYNC_ASSIGN_OR_RETURN(std::string data, ReadFileOfSize(bin_path, size));

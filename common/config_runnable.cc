@@ -123,11 +123,6 @@ Status Config::CheckRunnable(bool standalone) const {
                       "hybrid with consistency bsp (under ssp and async each shard applies "
                       "pushes as they come, so no version is one state of every shard), or nccl "
                       "with training.device=cpu, or 0 (a standalone run keeps no checkpoints)");
-    } else if (compression.pull) {
-      lines.push_back(every +
-                      " with compression.pull=true: not supported yet (the shards' copies of "
-                      "every worker's replica are not checkpointed); allowed now: "
-                      "compression.pull=false, or 0");
     }
   }
   if (task.type != TaskType::kImage) {

@@ -13,8 +13,9 @@
 // reached: nothing is sent), on a model of a few hundred parameters, so that
 // a whole state is a few KiB of input.
 // Input: [u8 mode][u64 step][u16 manifest length][manifest][rest]
-//   mode % 4: the run (kRuns: Adam on the workers or the shards, rows or
-//   column slices over two shards); mode & 4: the files are the input's, the
+//   mode % 6: the run (kRuns: Adam on the workers or the shards, rows or
+//   column slices over two shards, or rows with delta pulls, whose states
+//   carry the worker's replicas); mode & 8: the files are the input's, the
 //   manifest's text and the rest as the .bin; otherwise the rest is the
 //   state, written with its manifest by WriteCheckpointPart (checksum and
 //   all: a forged file).
@@ -43,7 +44,7 @@ namespace {
 using namespace gridsync;
 
 constexpr uint32_t kShards = 2;
-constexpr int kRuns = 4;
+constexpr int kRuns = 6;
 
 // One run: its spec, partition, the shape its checkpoints carry, and two
 // clients (the one fuzzed and the one its saved state is loaded into).
@@ -69,6 +70,7 @@ std::unique_ptr<PsClient> MakeClient(const Run& run) {
   const CompressionSpec& c = run.spec.compression;
   (*client)->SetCompression(c.codec, c.error_feedback, c.min_bytes, 1);
   if (run.spec.sync.optimizer_on_workers) (*client)->SetWorkerOptimizer(run.spec.model.adam);
+  (*client)->SetDeltaPulls(c.delta_pulls);
   return std::move(*client);
 }
 
@@ -91,6 +93,7 @@ Run& RunOf(int which) {
   c.compression.ratio = 0.25;
   c.compression.min_bytes = 0;
   c.ps.optimizer = which % 2 == 0 ? OptimizerPlacement::kWorker : OptimizerPlacement::kShard;
+  c.compression.pull = which / 2 == 2;
   if (which / 2 == 1) {
     c.distributed.model_parallel = true;
     c.distributed.mp_dim = ModelParallelDim::kColumn;
@@ -167,7 +170,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::FuzzInput in(data, size);
   const uint8_t mode = in.Take<uint8_t>();
   Run& run = RunOf(mode % kRuns);
-  const bool raw = (mode & 4) != 0;
+  const bool raw = (mode & 8) != 0;
   const uint64_t step = in.Take<uint64_t>();
   const std::string manifest = in.Bytes(in.Take<uint16_t>());
   const std::string bin = in.Rest();

@@ -260,25 +260,35 @@ void ShardStore::AppendState(std::string* out) const {
       AppendArray(out, table.adam.v);
       AppendArray(out, table.adam.step);
     }
+    // Delta pulls: each worker's replica as this shard knows it, so that a
+    // rollback puts both ends of every delta back where they were at the
+    // step (the worker keeps its own in its state) and a run resumed or
+    // rolled back ends bit for bit as an uninterrupted one.
+    for (const auto& replica : table.replicas) AppendArray(out, replica);
   }
 }
 
 Status ShardStore::CheckParams(uint32_t t) const {
   const Table& table = tables_[t];
   const float bound = wire::Limits{}.max_abs_value;
-  const size_t at = wire::FirstOutOfBounds(table.params, bound);
-  if (at == table.params.size()) return Status::OK();
-  const float* bad = &table.params[at];
-  return Status::Corruption(fmt::format(
-      "table {}: parameter {} of local row {}, column {} is {}; allowed: finite and at most {:g} "
-      "in magnitude (what pushes and pulls carry), so the file is damaged or not this run's",
-      t, at, at / table.width, table.col_begin + at % table.width, *bad, double{bound}));
+  for (size_t r = 0; r <= table.replicas.size(); ++r) {
+    // r = 0: the parameters; then worker r - 1's replica.
+    const HugePageVector<float>& values = r == 0 ? table.params : table.replicas[r - 1];
+    const size_t at = wire::FirstOutOfBounds(values, bound);
+    if (at == values.size()) continue;
+    return Status::Corruption(fmt::format(
+        "table {}: {} {} of local row {}, column {} is {}; allowed: finite and at most {:g} "
+        "in magnitude (what pushes and pulls carry), so the file is damaged or not this run's",
+        t, r == 0 ? "parameter" : fmt::format("worker {}'s replica value", r - 1), at,
+        at / table.width, table.col_begin + at % table.width, values[at], double{bound}));
+  }
+  return Status::OK();
 }
 
 uint64_t ShardStore::StateBytes() const {
   uint64_t bytes = 0;
   for (const Table& table : tables_) {
-    bytes += table.params.size() * sizeof(float);
+    bytes += (1 + table.replicas.size()) * table.params.size() * sizeof(float);
     if (!apply_updates_) {
       bytes += (table.adam.m.size() + table.adam.v.size()) * sizeof(float) +
                table.adam.step.size() * sizeof(uint32_t);
@@ -297,8 +307,13 @@ Status ShardStore::RestoreState(std::string_view data, uint64_t step) {
       ok = ok && TakeArray(&data, &table.adam.m) && TakeArray(&data, &table.adam.v) &&
            TakeArray(&data, &table.adam.step);
     }
-    if (!ok)
-      return Status::Corruption(std::to_string(size) + " bytes: too short for this partition");
+    for (auto& replica : table.replicas) ok = ok && TakeArray(&data, &replica);
+    if (!ok) {
+      return Status::Corruption(
+          std::to_string(size) + " bytes: too short for this partition" +
+          (replica_workers_ > 0 ? " with a replica of the parameters per worker (compression.pull)"
+                                : ""));
+    }
     GRIDSYNC_RETURN_IF_ERROR(CheckParams(t));
     if (apply_updates_) continue;
     const std::string what = "table " + std::to_string(t);
@@ -313,9 +328,6 @@ Status ShardStore::RestoreState(std::string_view data, uint64_t step) {
   steps_prepared_ = max_step;
   if (!apply_updates_) {
     for (Table& table : tables_) table.adam.ReserveSteps(hyper_, steps_prepared_ + 1);
-  }
-  for (Table& table : tables_) {
-    for (auto& replica : table.replicas) replica = table.params;
   }
   return Status::OK();
 }

@@ -75,11 +75,12 @@ class ShardStore {
   void Gather(const wire::Block& request, size_t begin, size_t end, float* out) const;
 
   // Checkpoints (server/shard_checkpoint.h): the partition's state, every
-  // table's parameters and (Adam on the shard) m, v and per-row step counts,
-  // as raw little-endian arrays; RestoreState refuses data of another size,
+  // table's parameters, (Adam on the shard) m, v and per-row step counts
+  // and (delta pulls) every worker's replica, as raw little-endian arrays;
+  // RestoreState refuses data of another size,
   // step counts above `step` (the checkpoint's: a row steps at most once
   // a step, so a larger count is a damaged or forged file), and values no
-  // training makes: parameters beyond the wire's bound (wire::Limits::
+  // training makes: parameters or replicas beyond the wire's bound (wire::Limits::
   // max_abs_value, which pushes and pulls are held to) or not finite, m not
   // finite, v not finite or negative. A refused state leaves the store
   // partly overwritten: the caller must not serve it (gridsync-ps does not
@@ -88,8 +89,9 @@ class ShardStore {
   uint32_t table_width(uint32_t t) const { return tables_[t].width; }
   void AppendState(std::string* out) const;
   Status RestoreState(std::string_view data, uint64_t step);
-  // The bytes AppendState appends: fixed by the partition and where Adam
-  // runs, so that a checkpoint of another size is refused before it is read.
+  // The bytes AppendState appends: fixed by the partition, where Adam runs
+  // and the replicas, so that a checkpoint of another size is refused before
+  // it is read.
   uint64_t StateBytes() const;
 
   // Delta pulls (compression.pull): the shard keeps, per worker, a copy of

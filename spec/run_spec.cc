@@ -78,9 +78,10 @@ Result<RunSpec> RunSpec::Resolve(const Config& config) {
   c.error_feedback = config.compression.error_feedback;
   c.min_bytes = static_cast<size_t>(config.compression.min_bytes);
   c.delta_pulls = config.compression.pull && c.codec.codec != Codec::kNone;
-  // Under nccl every worker holds the whole model and its Adam state.
+  // Under nccl every worker holds the whole model and its Adam state; with
+  // delta pulls a worker holds its replica of the parameters.
   s.worker_state = s.optimizer_on_workers || (c.codec.codec != Codec::kNone && c.error_feedback) ||
-                   d.gradient_sync == GradientSyncMode::kNccl;
+                   c.delta_pulls || d.gradient_sync == GradientSyncMode::kNccl;
   // auto: NCCL when the model may train on a GPU and NCCL can run here
   // (the workers agree: worker/sync/train.cc), in nccl mode and in hybrid,
   // whose node sum then runs on device buffers; Gloo while it trains on the

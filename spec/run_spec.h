@@ -55,7 +55,7 @@ struct SyncSpec {
   ModelParallelDim partition_dim = ModelParallelDim::kRow;
   bool optimizer_on_workers = false;  // ps.optimizer resolved
   // The workers hold training state of their own (Adam's state, or error
-  // feedback's residuals; under nccl the whole model), which their
+  // feedback's residuals, delta pulls' replicas; under nccl the whole model), which their
   // checkpoints must carry.
   bool worker_state = false;
   // The collective's backend: distributed.collective; auto stays "auto"

@@ -365,8 +365,7 @@ TEST(CheckpointRegistryTest, TheCoordinatorKnowsTheCheckpointsOfItsJobs) {
 }
 
 TEST(CheckpointTest, RefusedWhereNoStepIsOneStateOfTheJob) {
-  for (const char* extra : {R"("ps": {"consistency": "async"})",
-                            R"("compression": {"codec": "onebit", "pull": true})"}) {
+  for (const char* extra : {R"("ps": {"consistency": "async"})"}) {
     auto c = Config::Parse(std::string(R"({"distributed": {"enable": true, "gradient_sync": "ps"},
         "checkpoint": {"every_steps": 10}, )") +
                                extra + "}",
@@ -377,9 +376,10 @@ TEST(CheckpointTest, RefusedWhereNoStepIsOneStateOfTheJob) {
     EXPECT_NE(runnable.message().find("checkpoint.every_steps"), std::string::npos)
         << runnable.ToString();
   }
-  // The workers' own state is checkpointed too: codecs and Adam on the
-  // workers run with checkpoints.
+  // The workers' own state is checkpointed too: codecs, delta pulls (both
+  // ends keep their replicas) and Adam on the workers run with checkpoints.
   for (const char* extra : {R"("compression": {"codec": "onebit"})",
+                            R"("compression": {"codec": "onebit", "pull": true})",
                             R"("ps": {"optimizer": "worker"})", R"("task": {"type": "image"})"}) {
     auto c = Config::Parse(std::string(R"({"distributed": {"enable": true, "gradient_sync": "ps"},
         "checkpoint": {"every_steps": 10}, )") +

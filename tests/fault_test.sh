@@ -26,7 +26,8 @@
 #  7. Live rejoin: SIGKILL of shard 1 or worker 1 after step 150; the
 #     launcher restarts it, it rejoins from the checkpoint, the job rolls back
 #     without stopping and ends bit for bit as the uninterrupted run (plain
-#     and onebit; ps, and hybrid, whose node collective is formed again with
+#     and onebit, and onebit with compression.pull, whose delta pulls'
+#     replicas both ends checkpoint; ps, and hybrid, whose node collective is formed again with
 #     the restarted worker, plain and onebit; and hybrid with both workers
 #     killed at once, whose restarted workers vote on the backend again).
 #     7b. A frozen shard (SIGSTOP) is killed by the launcher's watchdog and
@@ -367,11 +368,19 @@ rm -rf "$WORK/ckpt-clean"
   --set checkpoint.dir="$WORK/ckpt-clean" --rank0-arg=--dump-params \
   --rank0-arg="$WORK/clean-hybrid-codec.bin" > "$WORK/clean-hybrid-codec.log" 2>&1 ||
   { fail "the uninterrupted hybrid onebit run failed"; tail -20 "$WORK/clean-hybrid-codec.log"; }
-for run in plain:ps-1 onebit:ps-1 onebit:worker-1 hybrid:worker-1 hybrid:ps-1 \
-  hybrid-onebit:worker-1 hybrid:workers; do
+# compression.pull: the shards answer pulls with deltas against a replica
+# of each worker's parameters; both ends checkpoint theirs.
+pull_set=("${codec_set[@]}" --set compression.pull=true)
+rm -rf "$WORK/ckpt-clean"
+"$GS" launch "$WORK/cluster.json" "${pull_set[@]}" --set checkpoint.dir="$WORK/ckpt-clean" \
+  --rank0-arg=--dump-params --rank0-arg="$WORK/clean-pull.bin" > "$WORK/clean-pull.log" 2>&1 ||
+  { fail "the uninterrupted onebit run with delta pulls failed"; tail -20 "$WORK/clean-pull.log"; }
+for run in plain:ps-1 onebit:ps-1 onebit:worker-1 pull:ps-1 pull:worker-1 hybrid:worker-1 \
+  hybrid:ps-1 hybrid-onebit:worker-1 hybrid:workers; do
   victim=${run#*:}; variant=${run%:*}; tag="$variant-$victim"
   extra=(); clean="$WORK/clean.bin"
   if [ "$variant" = onebit ]; then extra=("${codec_set[@]}"); clean="$WORK/clean-codec.bin"; fi
+  if [ "$variant" = pull ]; then extra=("${pull_set[@]}"); clean="$WORK/clean-pull.bin"; fi
   if [ "$variant" = hybrid ]; then extra=("${hybrid_set[@]}"); clean="$WORK/clean-hybrid.bin"; fi
   if [ "$variant" = hybrid-onebit ]; then
     extra=("${hybrid_set[@]}" "${codec_set[@]}"); clean="$WORK/clean-hybrid-codec.bin"

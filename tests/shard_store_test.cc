@@ -145,6 +145,26 @@ TEST_P(ShardStoreReadsTest, ScatteredReadersMatchARowAtATimeReference) {
     const float replica = init[k * width + j % width] + half[j];
     ASSERT_EQ(rest[j], a.params[partition.LocalRow(0, asked[i]) * width + j % width] - replica);
   }
+  // A checkpoint keeps every worker's replica: a store restored from this
+  // one's state answers the same deltas, so a rollback puts both ends of
+  // each delta back where they were (restoring used to set every replica to
+  // the parameters, and the workers' replicas no longer matched).
+  {
+    std::string state;
+    store.AppendState(&state);
+    EXPECT_EQ(state.size(), store.StateBytes());
+    ShardStore restored(partition, shard, hyper);
+    restored.EnableReplicas(2);
+    ASSERT_TRUE(restored.RestoreState(state, 4).ok());
+    for (uint32_t worker : {0u, 1u}) {
+      std::vector<float> mine(rest.size()), theirs(rest.size());
+      store.GatherDelta(request, worker, begin, end, mine.data());
+      restored.GatherDelta(request, worker, begin, end, theirs.data());
+      EXPECT_EQ(mine, theirs) << "worker " << worker;
+    }
+    ShardStore without(partition, shard, hyper);  // no replicas: another size
+    EXPECT_FALSE(without.RestoreState(state, 4).ok());
+  }
   std::vector<float> whole((end - begin) * width);
   store.Gather(request, begin, end, whole.data());
   store.AdvanceReplica(request, 1, begin, end, whole.data(), /*whole=*/true);

@@ -343,6 +343,13 @@ class PsClient {
   };
   std::vector<PartCursor> pull_cursor_;  // by shard
   std::vector<float*> pull_dest_;        // by table
+  // Worker states (AppendState): the flags byte's bits.
+  static constexpr uint8_t kStateAdam = 1;
+  static constexpr uint8_t kStateReplicas = 2;
+  // RestoreState's part for delta pulls: replica_ from `data`, or an error
+  // with replica_ as it was.
+  Status RestoreReplicas(std::string_view* data);
+
   bool delta_pulls_ = false;
   std::vector<std::vector<float>> replica_;  // delta pulls: by table, what the shards sent
 };

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "common/counter_rng.h"
+#include "common/state_bytes.h"
 #include "worker/ps_client.h"
 #include "worker/ps_client_internal.h"
 #include "worker/worker_adam.h"
@@ -155,21 +156,41 @@ Result<bool> PsClient::FlushResiduals(uint64_t step, uint64_t min_version) {
 Status PsClient::AppendState(std::string* out) {
   GRIDSYNC_RETURN_IF_ERROR(SyncFeedback());
   GRIDSYNC_RETURN_IF_ERROR(SyncAdamState());
-  out->push_back(worker_adam_ ? '\1' : '\0');
+  // The first byte's bits: 1, Adam on the worker; 2, delta pulls' replicas.
+  out->push_back(
+      static_cast<char>((worker_adam_ ? kStateAdam : 0) | (delta_pulls_ ? kStateReplicas : 0)));
   feedback_.AppendState(out);
   if (worker_adam_) worker_adam_->AppendState(out);
+  if (delta_pulls_) {
+    // Per table: whether it was pulled yet (its replica starts at its first
+    // pull), then its rows x width values. The shards keep their copies in
+    // theirs (ShardStore::AppendState), written after the same pulls.
+    for (uint32_t t = 0; t < partition_.n_tables(); ++t) {
+      const bool held = t < replica_.size() && !replica_[t].empty();
+      out->push_back(held ? '\1' : '\0');
+      if (held) AppendArray(out, replica_[t]);
+    }
+  }
   return Status::OK();
 }
 
 Status PsClient::RestoreState(std::string_view data, uint64_t step) {
-  if (data.empty() || (data.front() != '\0' && data.front() != '\1'))
-    return Status::Corruption("not a worker state (no optimizer flag)");
-  const bool adam = data.front() == '\1';
+  const uint8_t flags = data.empty() ? 0xff : static_cast<uint8_t>(data.front());
+  if ((flags & ~(kStateAdam | kStateReplicas)) != 0)
+    return Status::Corruption("not a worker state (no valid flags byte)");
+  const bool adam = (flags & kStateAdam) != 0;
   if (adam != (worker_adam_ != nullptr)) {
     return Status::InvalidArgument(std::string("the state was saved with Adam on the ") +
                                    (adam ? "worker" : "shards") + ", this run has it on the " +
                                    (worker_adam_ ? "worker" : "shards") +
                                    "; allowed: the same ps.optimizer and compression.codec");
+  }
+  const bool replicas = (flags & kStateReplicas) != 0;
+  if (replicas != delta_pulls_) {
+    return Status::InvalidArgument(
+        std::string("the state was saved ") + (replicas ? "with" : "without") +
+        " delta pulls' replicas, this run has " + (delta_pulls_ ? "them" : "none") +
+        "; allowed: the same compression.pull and compression.codec");
   }
   data.remove_prefix(1);
   // Every residual table must be a column slice this client pushes, rows
@@ -194,9 +215,40 @@ Status PsClient::RestoreState(std::string_view data, uint64_t step) {
     return restored;
   }
   if (worker_adam_) GRIDSYNC_RETURN_IF_ERROR(worker_adam_->RestoreState(&data, step));
+  if (delta_pulls_) GRIDSYNC_RETURN_IF_ERROR(RestoreReplicas(&data));
   if (!data.empty())
     return Status::Corruption(std::to_string(data.size()) + " bytes beyond the worker's state");
   if (device_source_ != nullptr) return LoadDeviceState();
+  return Status::OK();
+}
+
+Status PsClient::RestoreReplicas(std::string_view* data) {
+  std::vector<std::vector<float>> restored(partition_.n_tables());
+  const float bound = wire::Limits{}.max_abs_value;
+  for (uint32_t t = 0; t < partition_.n_tables(); ++t) {
+    if (data->empty() || static_cast<uint8_t>(data->front()) > 1)
+      return Status::Corruption("the worker state's replica of table " + std::to_string(t) +
+                                " has no valid presence byte");
+    const bool held = data->front() == '\1';
+    data->remove_prefix(1);
+    if (!held) continue;
+    const auto& info = partition_.table(t);
+    // Sized by the partition, never by the bytes.
+    if (!TakeArray(data, uint64_t{info.rows} * info.width, &restored[t])) {
+      return Status::Corruption("the worker state's replica of table " + std::to_string(t) +
+                                " is shorter than its " + std::to_string(info.rows) + " rows x " +
+                                std::to_string(info.width) + " values");
+    }
+    const size_t at = wire::FirstOutOfBounds(restored[t], bound);
+    if (at != restored[t].size()) {
+      return Status::Corruption(
+          "the worker state's replica of table " + std::to_string(t) + ": row " +
+          std::to_string(at / info.width) + ", column " + std::to_string(at % info.width) + " is " +
+          std::to_string(restored[t][at]) +
+          "; allowed: finite values within the wire's bound (what pulls carry)");
+    }
+  }
+  replica_ = std::move(restored);
   return Status::OK();
 }
 
