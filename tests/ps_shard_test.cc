@@ -23,6 +23,34 @@ zmq::socket_t GreedyDealer(zmq::context_t& context, const std::string& endpoint)
   return socket;
 }
 
+// A DEALER that reads what it is sent and queues what it sends without bound.
+zmq::socket_t ReadingDealer(zmq::context_t& context, const std::string& endpoint) {
+  zmq::socket_t socket(context, zmq::socket_type::dealer);
+  socket.set(zmq::sockopt::linger, 0);
+  socket.set(zmq::sockopt::sndhwm, 0);
+  socket.connect(endpoint);
+  return socket;
+}
+
+// A pull of row 1 of table 0 (width 2) by worker 0 of job 1, for
+// `min_version` (1: the next; nobody pushes, so the pull waits).
+std::vector<zmq::message_t> PullOfRowOne(uint64_t request_id, uint64_t min_version) {
+  wire::OutHeader h;
+  h.kind = wire::Kind::kPull;
+  h.request_id = request_id;
+  h.num_workers = 1;
+  h.min_version = min_version;
+  h.job = 1;
+  wire::OutBlock b;
+  b.table = 0;
+  b.width = 2;
+  b.rows = {1};
+  b.row_count = 1;
+  std::vector<wire::OutBlock> blocks;
+  blocks.push_back(std::move(b));
+  return wire::Encode(h, std::move(blocks));
+}
+
 TEST(PsShardTest, MalformedInputGetsErrorAndChangesNothing) {
   const ImageTask image = SmallImage();
   auto cluster = Cluster::Start(SmallConfig(1, 1));
@@ -347,25 +375,9 @@ TEST(PsShardTest, WaitingPullsAreBounded) {
   auto cluster = Cluster::Start(SmallConfig(1, 1));
   const std::vector<wire::TableShape> shapes = ShapesOf(*cluster->partition);
   zmq::context_t context(1);
-  zmq::socket_t socket(context, zmq::socket_type::dealer);
-  socket.set(zmq::sockopt::linger, 0);
-  socket.set(zmq::sockopt::sndhwm, 0);
-  socket.connect(cluster->shards[0]->endpoint());
-  auto pull = [&](uint64_t request_id, uint64_t min_version = 1) {
-    wire::OutHeader h;
-    h.kind = wire::Kind::kPull;
-    h.request_id = request_id;
-    h.num_workers = 1;
-    h.min_version = min_version;  // 1: the next; nobody pushes, so the pull waits
-    h.job = 1;
-    wire::OutBlock b;
-    b.table = 0;
-    b.width = 2;
-    b.rows = {1};
-    b.row_count = 1;
-    std::vector<wire::OutBlock> blocks;
-    blocks.push_back(std::move(b));
-    return wire::Encode(h, std::move(blocks));
+  zmq::socket_t socket = ReadingDealer(context, cluster->shards[0]->endpoint());
+  auto pull = [](uint64_t request_id, uint64_t min_version = 1) {
+    return PullOfRowOne(request_id, min_version);
   };
   auto next_error = [&]() -> Result<wire::Message> {
     auto reply = wire::ReceiveMultipart(socket, 10000, wire::Limits{});
@@ -416,25 +428,10 @@ TEST(PsShardTest, AStoppingShardAnswersThePullsWaitingOnIt) {
   auto cluster = Cluster::Start(SmallConfig(1, 1));
   const std::vector<wire::TableShape> shapes = ShapesOf(*cluster->partition);
   zmq::context_t context(1);
-  zmq::socket_t socket(context, zmq::socket_type::dealer);
-  socket.set(zmq::sockopt::linger, 0);
-  socket.connect(cluster->shards[0]->endpoint());
+  zmq::socket_t socket = ReadingDealer(context, cluster->shards[0]->endpoint());
   constexpr uint64_t kPulls = 3;
   for (uint64_t id = 1; id <= kPulls; ++id) {
-    wire::OutHeader h;
-    h.kind = wire::Kind::kPull;
-    h.request_id = id;
-    h.num_workers = 1;
-    h.min_version = 1;  // the next: nobody pushes, so each pull waits
-    h.job = 1;
-    wire::OutBlock b;
-    b.table = 0;
-    b.width = 2;
-    b.rows = {1};
-    b.row_count = 1;
-    std::vector<wire::OutBlock> blocks;
-    blocks.push_back(std::move(b));
-    auto frames = wire::Encode(h, std::move(blocks));
+    auto frames = PullOfRowOne(id, 1);  // the next version: nobody pushes, so each pull waits
     ASSERT_TRUE(wire::SendMultipart(socket, frames).ok());
   }
   const auto deadline = std::chrono::steady_clock::now() + 5s;

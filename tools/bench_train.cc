@@ -1,6 +1,7 @@
 // gridsync-bench train: standalone training throughput and quality, and with
 // --vs-torch the same model, image, batches and hyperparameters through the
-// PyTorch peer (tools/peers/torch_hashgrid.py), one thread each, in one run.
+// PyTorch peer (tools/peers/torch_hashgrid.py), one thread each, in one run
+// (with --torch-rounds, alternated over rounds: medians and their ratio).
 // With --scaling the same training on several thread counts, alternated
 // over --repeats rounds in one process: throughput medians and speedups.
 #include <algorithm>
@@ -40,7 +41,8 @@ struct TrainArgs {
   int steps = 500;
   int threads = 1;
   bool vs_torch = false;
-  int torch_steps = 0;  // 0: same as steps
+  int torch_steps = 0;   // 0: same as steps
+  int torch_rounds = 1;  // --vs-torch: rounds of both, alternating which goes first
   std::vector<uint64_t> eval_steps;
   std::string json_out;
   std::string python = "/usr/bin/python3";
@@ -415,6 +417,53 @@ int RunTrain(const TrainArgs& args) {
     std::printf(" (torch %s)\n", t.value("torch_version", std::string("?")).c_str());
     result["torch"] = t;
     result["ratio_samples_per_s"] = ratio;
+    if (args.torch_rounds > 1) {
+      // More rounds, each pair in the other order from the one before, so
+      // that a noisy neighbour or a warm cache favours neither side: the
+      // ratio of the medians is the figure to quote.
+      std::vector<double> ours_rates = {ours->samples_per_second};
+      std::vector<double> torch_rates = {t["samples_per_s"].get<double>()};
+      for (int round = 1; round < args.torch_rounds; ++round) {
+        for (int side = 0; side < 2; ++side) {
+          if ((side == 0) == (round % 2 == 1)) {
+            std::fprintf(stderr, "round %d of %d: the PyTorch peer...\n", round + 1,
+                         args.torch_rounds);
+            auto again = RunTorchPeer(args, *config, *image, torch_steps);
+            const double rate = again.ok() ? again->value("samples_per_s", 0.0) : std::nan("");
+            if (!(rate > 0)) {
+              std::fprintf(stderr, "round %d: the PyTorch peer gave no throughput: %s\n", round + 1,
+                           again.ok() ? again->dump().c_str() : again.status().ToString().c_str());
+              return 1;
+            }
+            torch_rates.push_back(rate);
+          } else {
+            std::fprintf(stderr, "round %d of %d: gridsync...\n", round + 1, args.torch_rounds);
+            auto again = TrainImage(*config, *image, options);
+            if (!again.ok()) {
+              std::fprintf(stderr, "round %d: gridsync training failed: %s\n", round + 1,
+                           again.status().ToString().c_str());
+              return 1;
+            }
+            ours_rates.push_back(again->samples_per_second);
+          }
+        }
+      }
+      auto list = [](const std::vector<double>& v) {
+        std::string out;
+        for (double x : v)
+          out += (out.empty() ? "" : ",") + std::to_string(std::lround(x / 1e3)) + "k";
+        return out;
+      };
+      const double ours_median = Median(ours_rates), torch_median = Median(torch_rates);
+      std::printf(
+          "rounds %d (alternating order): gridsync samples/s %s, median %.0f; torch %s, median "
+          "%.0f; ratio of the medians %.2fx\n",
+          args.torch_rounds, list(ours_rates).c_str(), ours_median, list(torch_rates).c_str(),
+          torch_median, ours_median / torch_median);
+      result["rounds"] = {{"gridsync_samples_per_s", ours_rates},
+                          {"torch_samples_per_s", torch_rates},
+                          {"ratio_of_medians", ours_median / torch_median}};
+    }
   }
   if (!args.json_out.empty()) {
     std::ofstream out(args.json_out);
@@ -441,6 +490,12 @@ Runner AddTrainCommand(CLI::App* app) {
   cmd->add_flag("--vs-torch", args->vs_torch,
                 "Also run the PyTorch peer on the same image and settings");
   cmd->add_option("--torch-steps", args->torch_steps, "Steps for the peer (default: --steps)");
+  cmd->add_option("--torch-rounds", args->torch_rounds,
+                  "With --vs-torch: rounds of both, each pair in the other order from the one "
+                  "before; prints every round's throughput and the ratio of the medians "
+                  "(default 1)")
+      ->check(CLI::Range(1, 100))
+      ->needs(cmd->get_option("--vs-torch"));
   cmd->add_option("--eval-steps", args->eval_steps, "Also report PSNR after these steps")
       ->delimiter(',');
   cmd->add_option("--json", args->json_out, "Write the results as JSON to this file");
