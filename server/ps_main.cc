@@ -21,6 +21,7 @@
 #include "common/host_address.h"
 #include "common/host_memory.h"
 #include "common/logging.h"
+#include "common/message_heap.h"
 #include "common/sharding.h"
 #include "ops/metrics.h"
 #include "ops/service_watchdog.h"
@@ -35,6 +36,8 @@ void OnSignal(int) { g_stop = 1; }
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (!gridsync::TuneHeapForMessages())
+    spdlog::warn("gridsync-ps: the C library kept its heap thresholds (messages are mapped)");
   gridsync::IgnoreHangup();  // nothing to reload: the config is read once
   CLI::App app{"gridsync-ps: one parameter-server shard"};
   std::string config_path = "configs/local.json";

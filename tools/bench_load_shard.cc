@@ -13,6 +13,8 @@
 #include <sstream>
 #include <string>
 #include <thread>
+
+#include "common/message_heap.h"
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
@@ -115,6 +117,9 @@ bool ReadCommand(int fd, std::string* pending, std::string* command) {
 #ifdef __GLIBC__
   malloc_trim(0);
 #endif
+  // As gridsync-ps does (common/message_heap.h).
+  if (!TuneHeapForMessages())
+    std::fprintf(stderr, "load shard: the heap thresholds were refused\n");
   const ShardReading before = ReadSelf(nullptr);
   ShardOptions options;
   options.endpoint = "tcp://127.0.0.1:0";

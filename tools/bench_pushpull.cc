@@ -71,6 +71,7 @@
 
 #include "common/cluster_map.h"
 #include "common/config.h"
+#include "common/message_heap.h"
 #include "common/sharding.h"
 #include "common/status.h"
 #include "common/wire/message.h"
@@ -109,6 +110,10 @@ struct PushPullArgs {
   int warmup = 5;
   int shard_threads = ShardOptions{}.threads;
   uint64_t reply_part_bytes = ShardOptions{}.reply_part_bytes;
+  // The process's heap as gridsync-ps tunes it (common/message_heap.h). The
+  // client shares this process, so it gets it too, which gridsync-worker
+  // does not (there it slowed training); off by default.
+  bool tune_heap = false;
   std::string json_out;
 };
 
@@ -321,6 +326,10 @@ int Fail(const Status& status) {
 }
 
 int RunPushPull(const PushPullArgs& args) {
+  if (args.tune_heap && !TuneHeapForMessages()) {
+    std::fprintf(stderr, "gridsync-bench pushpull: the C library refused the heap thresholds\n");
+    return 1;
+  }
   if (args.min_bytes < kPushBytesPerRow || args.max_bytes < args.min_bytes) {
     return Fail(Status::InvalidArgument("--min-bytes " + std::to_string(args.min_bytes) +
                                         ", --max-bytes " + std::to_string(args.max_bytes) +
@@ -602,6 +611,9 @@ Runner AddPushPullCommand(CLI::App* app) {
   cmd->add_option("--shard-threads", args->shard_threads,
                   "The shard's threads for apply and gather (ps.threads)")
       ->check(CLI::Range(1, 64));
+  cmd->add_flag("--tune-heap", args->tune_heap,
+                "Tune the heap for messages as gridsync-ps does (the in-process client too, "
+                "which gridsync-worker does not)");
   cmd->add_option("--reply-part-bytes", args->reply_part_bytes,
                   "Pull replies go in parts of about this many bytes (0: whole)")
       ->transform(CLI::AsSizeValue(false));

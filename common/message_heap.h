@@ -1,0 +1,40 @@
+// The process's heap tuned for wire messages of megabytes: glibc keeps
+// them in its arenas instead of mapping and unmapping each one.
+//
+// Why: glibc serves an allocation above its mmap threshold (128 KiB at
+// first, then the size of the largest mapped block freed, until a threshold
+// is set by hand) with a fresh mmap and returns it with munmap on free. A
+// push or pull of a few MiB is built, handed to ZeroMQ and freed on its I/O
+// thread every step, so each one took fresh zeroed pages: a page fault per
+// 4 KiB, expensive under virtualisation. In `gridsync-bench pushpull` over
+// 1-64 MiB (one table for all sizes) gridsync moved 0.46-0.58 GB/s with
+// the default, 1.2-1.5 GB/s at sizes up to 16 MiB with the thresholds below
+// (2026-12-03, 2-core EPYC VM, alternated runs).
+//
+// Where: gridsync-ps (and the load bench's shard). Not gridsync-worker:
+// the standalone trainer fell from 0.88M to 0.64M samples/s a step with it
+// (its large per-step buffers no longer came from fresh mappings, which
+// took huge pages), more than its pushes gain.
+//
+// The cost: freed message memory stays in the process (up to kTrimBytes at
+// the heap's top, and what the bins hold), so the resident size follows
+// the peak of messages in flight, which the shard's caps bound.
+//
+// Thread safety: call once at the start of main, before other threads.
+#pragma once
+
+#include <cstddef>
+
+namespace gridsync {
+
+// Blocks up to this size come from the arenas (glibc's upper bound for a
+// fixed threshold on 64-bit hosts).
+constexpr size_t kMessageMmapThreshold = size_t{32} << 20;
+// Free space at the heap's top kept rather than returned to the system.
+constexpr size_t kTrimBytes = size_t{256} << 20;
+
+// Sets both thresholds (glibc only; elsewhere a no-op). Returns false when
+// the C library refused either: the process runs on with its defaults.
+bool TuneHeapForMessages();
+
+}  // namespace gridsync
