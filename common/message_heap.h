@@ -7,9 +7,10 @@
 // push or pull of a few MiB is built, handed to ZeroMQ and freed on its I/O
 // thread every step, so each one took fresh zeroed pages: a page fault per
 // 4 KiB, expensive under virtualisation. In `gridsync-bench pushpull` over
-// 1-64 MiB (one table for all sizes) gridsync moved 0.46-0.58 GB/s with
-// the default, 1.2-1.5 GB/s at sizes up to 16 MiB with the thresholds below
-// (2026-12-03, 2-core EPYC VM, alternated runs).
+// 1-64 MiB (one table for all sizes; shard and client in one process, both
+// tuned by --tune-heap) gridsync moved 0.34-0.54 GB/s with the defaults and
+// 1.1-1.9 GB/s at sizes up to 16 MiB with the thresholds below (2026-12-03,
+// 2-core EPYC VM, runs back to back).
 //
 // Where: gridsync-ps (and the load bench's shard). Not gridsync-worker:
 // the standalone trainer fell from 0.88M to 0.64M samples/s a step with it

@@ -424,8 +424,12 @@ int RunTrain(const TrainArgs& args) {
       std::vector<double> ours_rates = {ours->samples_per_second};
       std::vector<double> torch_rates = {t["samples_per_s"].get<double>()};
       for (int round = 1; round < args.torch_rounds; ++round) {
+        // Round 1 (the first) ran gridsync first; odd rounds from 1 on
+        // (counted from 0) run the peer first.
+        const bool torch_first = round % 2 == 1;
         for (int side = 0; side < 2; ++side) {
-          if ((side == 0) == (round % 2 == 1)) {
+          const bool torch_now = (side == 0) == torch_first;
+          if (torch_now) {
             std::fprintf(stderr, "round %d of %d: the PyTorch peer...\n", round + 1,
                          args.torch_rounds);
             auto again = RunTorchPeer(args, *config, *image, torch_steps);
