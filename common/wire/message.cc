@@ -319,7 +319,13 @@ Result<std::vector<zmq::message_t>> ReceiveMultipart(zmq::socket_t& socket, int 
   std::vector<zmq::message_t> frames;
   try {
     zmq::message_t first;
-    for (;;) {
+    // A message already queued is taken without polling: zmq_poll makes a
+    // poll(2) call even when the socket is readable, and a busy shard or a
+    // client whose reply arrived first would pay one per message.
+    bool have =
+        RetryOnEintr([&] { return socket.recv(first, zmq::recv_flags::dontwait); }).has_value();
+    while (!have) {
+      if (timeout_ms == 0) return Status::Timeout("no message within 0 ms");
       long wait = -1;
       if (timeout_ms >= 0) {
         wait = std::max<long>(
@@ -333,7 +339,10 @@ Result<std::vector<zmq::message_t>> ReceiveMultipart(zmq::socket_t& socket, int 
         // dontwait: a readable socket can still come up empty (another thread
         // sharing it, or a spurious wakeup); then wait again.
         auto got = RetryOnEintr([&] { return socket.recv(first, zmq::recv_flags::dontwait); });
-        if (got.has_value()) break;
+        if (got.has_value()) {
+          have = true;
+          break;
+        }
       }
       if (timeout_ms >= 0 && Clock::now() >= deadline) {
         return Status::Timeout(fmt::format("no message within {} ms", timeout_ms));
