@@ -40,13 +40,26 @@ inline constexpr size_t kHugePageBytes = size_t{2} << 20;
 // a range without a whole aligned huge page, or when the kernel refused).
 size_t AdviseHugePages(void* data, size_t bytes);
 
-// Allocations of at least one huge page are 2 MiB-aligned and their whole
-// huge pages advised before use; smaller ones come from std::allocator.
-// The block is rounded up to whole huge pages (aligned_alloc wants a
-// multiple of the alignment), but the part past the last whole page is not
-// advised: it stays on small pages, so a table uses the memory of its size
-// (what memory checks such as ShardStore::BytesFor count), not up to 2 MiB
-// more.
+// Maps `bytes` (at least one huge page) at a 2 MiB boundary, straight from
+// the kernel, and advises its whole huge pages; throws std::bad_alloc when
+// the kernel refuses. UnmapHugeBlock returns it.
+//
+// Why not malloc: where the block comes from would then follow malloc's
+// thresholds. A process that raises glibc's mmap threshold for its wire
+// messages (common/message_heap.h) got these tables from the heap, as
+// memory already written on small pages, and its trainer slowed by some
+// 8-10% (`gridsync-bench train`, GLIBC_TUNABLES with the same thresholds,
+// alternated runs, 2026-12-03). A fresh mapping is faulted in on huge pages
+// from its first write, whatever the heap does.
+void* MapHugeBlock(size_t bytes);
+void UnmapHugeBlock(void* block, size_t bytes) noexcept;
+
+// Allocations of at least one huge page are 2 MiB-aligned mappings of
+// their own (MapHugeBlock), whole huge pages advised before use; smaller
+// ones come from std::allocator. The mapping covers the block's size
+// rounded to small pages, and the part past the last whole huge page stays
+// on small pages, so a table uses the memory of its size (what memory
+// checks such as ShardStore::BytesFor count), not up to 2 MiB more.
 template <typename T>
 struct HugePageAllocator {
   using value_type = T;
@@ -58,15 +71,11 @@ struct HugePageAllocator {
     if (n > (SIZE_MAX - kHugePageBytes) / sizeof(T)) throw std::bad_array_new_length();
     const size_t bytes = n * sizeof(T);
     if (bytes < kHugePageBytes) return std::allocator<T>().allocate(n);
-    const size_t rounded = (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
-    void* p = std::aligned_alloc(kHugePageBytes, rounded);
-    if (p == nullptr) throw std::bad_alloc();
-    AdviseHugePages(p, bytes);
-    return static_cast<T*>(p);
+    return static_cast<T*>(MapHugeBlock(bytes));
   }
   void deallocate(T* p, size_t n) noexcept {
     if (n * sizeof(T) < kHugePageBytes) return std::allocator<T>().deallocate(p, n);
-    std::free(p);
+    UnmapHugeBlock(p, n * sizeof(T));
   }
   template <typename U>
   bool operator==(const HugePageAllocator<U>&) const noexcept {

@@ -4,12 +4,16 @@
 #include "common/huge_pages.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <fstream>
 #include <numeric>
 #include <string>
 #include <vector>
+
+#include "common/message_heap.h"
 
 namespace gridsync {
 namespace {
@@ -60,6 +64,34 @@ TEST(HugePages, AdviceCoversOnlyWholeAlignedHugePages) {
   // The part past the last whole huge page is not advised (it would cost up
   // to 2 MiB more than the table's size).
   EXPECT_EQ(AdviseHugePages(buffer.data(), 2 * kHugePageBytes + 4096), 2 * kHugePageBytes);
+}
+
+// A process tuned for wire messages (common/message_heap.h: gridsync-ps,
+// and any process that calls it) keeps freed blocks of many MiB in its
+// heap. A table taken from there would start on memory already written on
+// small pages; a mapping of its own starts empty and faults in on huge
+// pages.
+TEST(HugePages, LargeBlocksAreFreshMappingsWhateverTheHeapKeeps) {
+  ASSERT_TRUE(TuneHeapForMessages());
+  const size_t bytes = 3 * kHugePageBytes;
+  {
+    std::vector<char> written(bytes + kHugePageBytes, 1);  // freed into the heap, written
+    EXPECT_EQ(written.back(), 1);
+  }
+  HugePageAllocator<char> allocator;
+  char* block = allocator.allocate(bytes);
+  EXPECT_TRUE(HugeAligned(block));
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> resident((bytes + page - 1) / page);
+  ASSERT_EQ(mincore(block, bytes, resident.data()), 0);
+  size_t present = 0;
+  for (unsigned char r : resident) present += r & 1;
+  EXPECT_EQ(present, 0u) << "of " << resident.size()
+                         << " pages: the block reused memory the heap kept, written on small "
+                            "pages";
+  block[bytes - 1] = 7;  // the whole block is usable
+  EXPECT_EQ(block[bytes - 1], 7);
+  allocator.deallocate(block, bytes);
 }
 
 }  // namespace
