@@ -70,6 +70,7 @@ Result<RunSpec> RunSpec::Resolve(const Config& config) {
   s.hierarchical_slices = d.HierarchicalSlices();
   s.partition_dim = d.model_parallel ? d.mp_dim : ModelParallelDim::kRow;
   s.optimizer_on_workers = config.OptimizerOnWorkers();
+  s.ps_messages = d.enable && d.gradient_sync != GradientSyncMode::kNccl;
 
   CompressionSpec& c = spec.compression;
   auto codec = CodecFromConfig(config.compression);

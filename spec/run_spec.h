@@ -54,6 +54,10 @@ struct SyncSpec {
   // The PS partition's axis: rows, or mp_dim under model_parallel.
   ModelParallelDim partition_dim = ModelParallelDim::kRow;
   bool optimizer_on_workers = false;  // ps.optimizer resolved
+  // A distributed worker exchanges pushes and pulls of up to many MiB with
+  // PS shards (gradient_sync ps or hybrid), so its heap is tuned for them
+  // (common/message_heap.h).
+  bool ps_messages = false;
   // The workers hold training state of their own (Adam's state, or error
   // feedback's residuals, delta pulls' replicas; under nccl the whole model), which their
   // checkpoints must carry.

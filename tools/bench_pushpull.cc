@@ -110,10 +110,10 @@ struct PushPullArgs {
   int warmup = 5;
   int shard_threads = ShardOptions{}.threads;
   uint64_t reply_part_bytes = ShardOptions{}.reply_part_bytes;
-  // The process's heap as gridsync-ps tunes it (common/message_heap.h). The
-  // client shares this process, so it gets it too, which gridsync-worker
-  // does not (there it slowed training); off by default.
-  bool tune_heap = false;
+  // The process's heap as gridsync-ps and a ps or hybrid gridsync-worker
+  // tune it (common/message_heap.h); --default-heap leaves glibc's
+  // thresholds, to see what the tuning is worth.
+  bool default_heap = false;
   std::string json_out;
 };
 
@@ -326,7 +326,7 @@ int Fail(const Status& status) {
 }
 
 int RunPushPull(const PushPullArgs& args) {
-  if (args.tune_heap && !TuneHeapForMessages()) {
+  if (!args.default_heap && !TuneHeapForMessages()) {
     std::fprintf(stderr, "gridsync-bench pushpull: the C library refused the heap thresholds\n");
     return 1;
   }
@@ -405,12 +405,13 @@ int RunPushPull(const PushPullArgs& args) {
 
   std::printf(
       "# gridsync-bench pushpull: 1 PS shard (async, Adam on arrival, %d threads, pull replies "
-      "in parts of %llu bytes, 0 = whole) and a raw "
+      "in parts of %llu bytes, 0 = whole; heap %s) and a raw "
       "ZeroMQ DEALER/ROUTER peer on tcp://127.0.0.1; table %llu rows x %u floats; one row in "
       "%u of a region per size; warmup %d; iters %s; bytes per iteration = %llu x rows (push "
       "ids + values, pull ids + values; headers not counted); GB/s = 1e9 B/s at the median; "
       "ratio = gridsync_GB/s / zmq_GB/s\n",
       options.threads, static_cast<unsigned long long>(options.reply_part_bytes),
+      args.default_heap ? "glibc's defaults" : "tuned for messages as gridsync-ps and -worker",
       static_cast<unsigned long long>(table_rows), kWidth, kStride, args.warmup,
       args.iters > 0 ? std::to_string(args.iters).c_str() : "auto (256 MiB / size, 20..1000)",
       static_cast<unsigned long long>(kIterBytesPerRow));
@@ -554,6 +555,7 @@ int RunPushPull(const PushPullArgs& args) {
                        {"consistency", "async"},
                        {"shard_threads", options.threads},
                        {"reply_part_bytes", options.reply_part_bytes},
+                       {"heap", args.default_heap ? "default" : "tuned"},
                        {"table_rows", table_rows},
                        {"width", kWidth},
                        {"row_stride", kStride},
@@ -611,9 +613,9 @@ Runner AddPushPullCommand(CLI::App* app) {
   cmd->add_option("--shard-threads", args->shard_threads,
                   "The shard's threads for apply and gather (ps.threads)")
       ->check(CLI::Range(1, 64));
-  cmd->add_flag("--tune-heap", args->tune_heap,
-                "Tune the heap for messages as gridsync-ps does (the in-process client too, "
-                "which gridsync-worker does not)");
+  cmd->add_flag("--default-heap", args->default_heap,
+                "Leave glibc's heap thresholds as they are (gridsync-ps and a ps or hybrid "
+                "gridsync-worker tune them for messages: common/message_heap.h)");
   cmd->add_option("--reply-part-bytes", args->reply_part_bytes,
                   "Pull replies go in parts of about this many bytes (0: whole)")
       ->transform(CLI::AsSizeValue(false));

@@ -19,6 +19,7 @@
 #include "common/cli_parse.h"
 #include "common/config.h"
 #include "common/logging.h"
+#include "common/message_heap.h"
 #include "ops/metrics.h"
 #include "ops/progress_line.h"
 #include "ops/service_watchdog.h"
@@ -97,6 +98,12 @@ int main(int argc, char** argv) {
     return gridsync::kConfigErrorExitCode;
   }
   const bool distributed = !standalone && config->distributed.enable;
+  // Pushes and pulls of a few MiB every step: mapped fresh and unmapped
+  // each time with glibc's defaults (common/message_heap.h). Before the
+  // trainer and the clients allocate; its tables map their own memory
+  // (common/huge_pages.h), so the trainer keeps its huge pages.
+  if (distributed && spec->sync.ps_messages && !gridsync::TuneHeapForMessages())
+    spdlog::warn("the C library kept its heap thresholds (PS messages are mapped)");
   // The unit's WatchdogSec= is fixed; the kill must come before the peers'
   // waits on a stopped worker give up (distributed.timeout_s), whatever
   // timeout_s this config has: retuned to it, as gridsync launch sets it.
