@@ -28,6 +28,8 @@ uintptr_t MappedBytes(size_t bytes) { return (bytes + SmallPage() - 1) & ~(Small
 }  // namespace
 
 void* MapHugeBlock(size_t bytes) {
+  // No host maps half the address space; the sums below cannot wrap.
+  if (bytes > SIZE_MAX / 2) throw std::bad_alloc();
   const uintptr_t length = MappedBytes(bytes);
   // Over-map by a huge page, then give back the head before the first
   // 2 MiB boundary and the tail past the block.
