@@ -376,16 +376,13 @@ TEST(PsShardTest, WaitingPullsAreBounded) {
   const std::vector<wire::TableShape> shapes = ShapesOf(*cluster->partition);
   zmq::context_t context(1);
   zmq::socket_t socket = ReadingDealer(context, cluster->shards[0]->endpoint());
-  auto pull = [](uint64_t request_id, uint64_t min_version = 1) {
-    return PullOfRowOne(request_id, min_version);
-  };
   auto next_error = [&]() -> Result<wire::Message> {
     auto reply = wire::ReceiveMultipart(socket, 10000, wire::Limits{});
     if (!reply.ok()) return reply.status();
     return wire::Decode(*reply, shapes, wire::Limits{});
   };
   {
-    auto frames = pull(1, 1000000);  // far ahead: refused, not held
+    auto frames = PullOfRowOne(1, 1000000);  // far ahead: refused, not held
     ASSERT_TRUE(wire::SendMultipart(socket, frames).ok());
     auto far = next_error();
     ASSERT_TRUE(far.ok()) << far.status().ToString();
@@ -399,7 +396,7 @@ TEST(PsShardTest, WaitingPullsAreBounded) {
   }
   constexpr uint64_t kHeld = 4096;
   for (uint64_t id = 1; id <= kHeld + 1; ++id) {
-    auto frames = pull(id);
+    auto frames = PullOfRowOne(id, 1);
     ASSERT_TRUE(wire::SendMultipart(socket, frames).ok());
   }
   // The first reply is the refusal of the one past the bound; the held

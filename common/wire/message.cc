@@ -321,11 +321,17 @@ Result<std::vector<zmq::message_t>> ReceiveMultipart(zmq::socket_t& socket, int 
     zmq::message_t first;
     // A message already queued is taken without polling: zmq_poll makes a
     // poll(2) call even when the socket is readable, and a busy shard or a
-    // client whose reply arrived first would pay one per message.
-    bool have =
-        RetryOnEintr([&] { return socket.recv(first, zmq::recv_flags::dontwait); }).has_value();
-    while (!have) {
-      if (timeout_ms == 0) return Status::Timeout("no message within 0 ms");
+    // client whose reply arrived first would pay one per message. A
+    // readable socket can still come up empty (another thread sharing it,
+    // or a spurious wakeup); then it waits again.
+    auto take = [&] {
+      return RetryOnEintr([&] { return socket.recv(first, zmq::recv_flags::dontwait); })
+          .has_value();
+    };
+    while (!take()) {
+      if (timeout_ms >= 0 && Clock::now() >= deadline) {
+        return Status::Timeout(fmt::format("no message within {} ms", timeout_ms));
+      }
       long wait = -1;
       if (timeout_ms >= 0) {
         wait = std::max<long>(
@@ -333,20 +339,7 @@ Result<std::vector<zmq::message_t>> ReceiveMultipart(zmq::socket_t& socket, int 
             std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
       }
       zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
-      const int ready =
-          RetryOnEintr([&] { return zmq::poll(&item, 1, std::chrono::milliseconds(wait)); });
-      if (ready > 0 && (item.revents & ZMQ_POLLIN) != 0) {
-        // dontwait: a readable socket can still come up empty (another thread
-        // sharing it, or a spurious wakeup); then wait again.
-        auto got = RetryOnEintr([&] { return socket.recv(first, zmq::recv_flags::dontwait); });
-        if (got.has_value()) {
-          have = true;
-          break;
-        }
-      }
-      if (timeout_ms >= 0 && Clock::now() >= deadline) {
-        return Status::Timeout(fmt::format("no message within {} ms", timeout_ms));
-      }
+      RetryOnEintr([&] { return zmq::poll(&item, 1, std::chrono::milliseconds(wait)); });
     }
 
     // The envelope (a ROUTER's routing id) never crossed the wire.
