@@ -127,7 +127,8 @@ int RunTrainSweep(const CompressArgs& args) {
       "messages of the training steps (the one-off initial push is not counted); "
       "push_ratio = none's push_B / this push_B (the flush of error feedback's residuals after "
       "the last step included); ef: error feedback; adam: where Adam ran (ps.optimizer); train_s, "
-      "comm_s: rank 0\n");
+      "comm_s: rank 0; of those, adam_s: worker Adam, codec_s: codecs with error feedback "
+      "(both in comm_s)\n");
   Table table({{"codec", 8},
                {"ef", 3},
                {"adam", 6},
@@ -139,6 +140,8 @@ int RunTrainSweep(const CompressArgs& args) {
                {"push_ratio", 10},
                {"train_s", 8},
                {"comm_s", 8},
+               {"adam_s", 7},
+               {"codec_s", 8},
                {"wall_s", 8},
                {"#wrong", 7}});
   table.PrintHeader();
@@ -196,6 +199,8 @@ int RunTrainSweep(const CompressArgs& args) {
                   num("%.2f", none_push / push),
                   num("%.1f", have0 ? run->reports[0]->train_seconds : NAN),
                   num("%.1f", have0 ? run->reports[0]->comm_seconds : NAN),
+                  num("%.2f", have0 ? run->reports[0]->worker_adam_seconds : NAN),
+                  num("%.2f", have0 ? run->reports[0]->codec_seconds : NAN),
                   Fmt("%.1f", run->wall_seconds), std::to_string(wrong)});
   }
   std::printf("# #wrong total: %llu\n", static_cast<unsigned long long>(total_wrong));

@@ -170,10 +170,16 @@ Status PsClient::Push(wire::Kind kind, uint64_t step, const std::vector<TableRow
       ref.row_count = kept.size();
     }
   }
-  auto split = SplitAll(partition_, updates ? worker_adam_->ToUpdates(refs, pool_) : refs,
-                        /*with_values=*/true);
-  if (kind == wire::Kind::kPush && (codec_.codec != Codec::kNone || any_on_device))
+  std::vector<TableRowsRef> updated;
+  if (updates) {
+    const ScopedSeconds timed(&counters_.adam_seconds);
+    updated = worker_adam_->ToUpdates(refs, pool_);
+  }
+  auto split = SplitAll(partition_, updates ? updated : refs, /*with_values=*/true);
+  if (kind == wire::Kind::kPush && (codec_.codec != Codec::kNone || any_on_device)) {
+    const ScopedSeconds timed(&counters_.codec_seconds);
     GRIDSYNC_RETURN_IF_ERROR(CompressAll(step, on_device, &split));
+  }
   counters_.encode_seconds += Seconds(start);
   const Status status = SendAndAwaitAcks(kind, step, std::move(split));
   counters_.push_seconds += Seconds(start);

@@ -403,6 +403,8 @@ void PsSessionSync::FillReport(TrainReport* report) const {
   report->bytes_pushed_per_step = static_cast<double>(c.bytes_pushed) / steps;
   report->bytes_pulled_per_step = static_cast<double>(c.bytes_pulled) / steps;
   report->comm_seconds = CommSeconds();
+  report->worker_adam_seconds = c.adam_seconds;
+  report->codec_seconds = c.codec_seconds;
   report->max_staleness = staleness_max_;
   report->mean_staleness = staleness_samples_ ? static_cast<double>(staleness_sum_) /
                                                     static_cast<double>(staleness_samples_)

@@ -30,8 +30,8 @@ struct TrainOptions {
   // Also evaluate PSNR every this many steps (not timed; 0: never), for the
   // PSNR-against-time curve (TrainReport::psnr_curve).
   uint64_t eval_every = 0;
-  bool write_png = true;             // task.output/reconstruction.png
-  bool quiet = false;                // no progress log lines
+  bool write_png = true;  // task.output/reconstruction.png
+  bool quiet = false;     // no progress log lines
   // Periodic step lines (training.log_every); off while a progress line is
   // drawn on the terminal instead.
   bool step_lines = true;
@@ -89,8 +89,8 @@ struct TrainReport {
     double psnr = 0;
   };
   std::vector<PsnrPoint> psnr_curve;
-  uint64_t skipped_steps = 0;          // mixed precision: steps skipped for an overflow
-  uint64_t rollbacks = 0;              // times the job went back to a checkpoint (a shard rejoined)
+  uint64_t skipped_steps = 0;  // mixed precision: steps skipped for an overflow
+  uint64_t rollbacks = 0;      // times the job went back to a checkpoint (a shard rejoined)
   float final_loss_scale = 1.0f;
   uint64_t n_params = 0;
   double grid_rows_per_step = 0;  // mean grid rows this worker's gradient touched per step
@@ -101,6 +101,10 @@ struct TrainReport {
   double bytes_pushed_per_step = 0;  // ps/hybrid: pushed; nccl: all-reduced
   double bytes_pulled_per_step = 0;
   double comm_seconds = 0;  // blocked in synchronisation
+  // ps/hybrid, for benchmarks: of comm_seconds, worker Adam and the codecs
+  // with their error feedback.
+  double worker_adam_seconds = 0;
+  double codec_seconds = 0;
   // ps/hybrid: how stale the parameters a step read were, from the versions
   // the shards reported: bsp 0; ssp the steps of pushes they lacked; async
   // the other workers' pushes applied between the read and this step's push.
