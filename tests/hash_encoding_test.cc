@@ -1,14 +1,15 @@
 // Hash encoding: level geometry and hash values against hand-computed cases,
 // forward against a direct evaluation, and finite-difference gradients.
+#include "kernels/cpu/hash_encoding.h"
+
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <random>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "common/thread_pool.h"
 #include "kernels/cpu/half.h"
-#include "kernels/cpu/hash_encoding.h"
 #include "kernels/hash_grid_layout.h"
 
 namespace gridsync {
@@ -26,9 +27,10 @@ TEST(HashGridLayoutTest, SeedSmallLevelsMatchHandComputation) {
   // scale_l = 16 * 1.5^l - 1, res = ceil(scale) + 1; dense while res^2 <= 2^19,
   // padded to a multiple of 8 (e.g. 54^2 = 2916 -> 2920).
   const HashGridLayout layout = MakeLayout(2, 16, 2, 19);
-  const uint32_t expected_res[16] = {16, 24, 36, 54, 81, 122, 183, 274,
+  const uint32_t expected_res[16] = {16,  24,  36,  54,   81,   122,  183,  274,
                                      411, 616, 923, 1384, 2076, 3114, 4671, 7007};
-  const uint32_t expected_rows[10] = {256, 576, 1296, 2920, 6568, 14888, 33496, 75080, 168928, 379456};
+  const uint32_t expected_rows[10] = {256,   576,   1296,  2920,   6568,
+                                      14888, 33496, 75080, 168928, 379456};
   uint64_t offset = 0;
   for (uint32_t l = 0; l < 16; ++l) {
     const auto& level = layout.level(l);
@@ -215,12 +217,45 @@ void CheckGradient(uint32_t dims) {
   for (uint64_t i = 0; i < layout.total_params(); ++i) nonzero += grad.dense()[i] != 0.0f;
   EXPECT_LE(nonzero, touched_total * 2);
   grad.Clear(&pool);
-  for (uint32_t level = 0; level < layout.n_levels(); ++level) EXPECT_EQ(grad.TouchedRows(level), 0u);
+  for (uint32_t level = 0; level < layout.n_levels(); ++level)
+    EXPECT_EQ(grad.TouchedRows(level), 0u);
   for (uint64_t i = 0; i < layout.total_params(); ++i) ASSERT_EQ(grad.dense()[i], 0.0f);
 }
 
 TEST(HashEncodingTest, FiniteDifferenceGradient2D) { CheckGradient(2); }
 TEST(HashEncodingTest, FiniteDifferenceGradient3D) { CheckGradient(3); }
+
+// Take hands over what Extract reads, then leaves the level as untouched:
+// its rows and the dense buffer at zero, for the smallest, the usual and
+// the widest row.
+TEST(HashEncodingTest, TakeEqualsExtractAndClearsTheLevel) {
+  for (uint32_t features : {1u, 2u, 8u}) {
+    const HashGridLayout layout = MakeLayout(2, 5, features, 9, 4, 1.8f);
+    const size_t n = 200;
+    const auto positions = RandomVector(n * 2, 11, 0.0f, 1.0f);
+    const auto c = RandomVector(n * layout.output_width(), 12);
+    ThreadPool pool(2);
+    cpu::GridBatchLookup lookup;
+    cpu::HashGridLookup(layout, positions.data(), n, layout.n_levels(), &lookup, &pool);
+    cpu::GridGradient grad(layout);
+    grad.Accumulate(lookup, c.data(), &pool);
+    for (uint32_t level = 0; level < layout.n_levels(); ++level) {
+      SparseRows read, taken;
+      grad.Extract(level, &read);
+      ASSERT_GT(read.size(), 0u) << level;
+      grad.Take(level, &taken);
+      EXPECT_EQ(taken.width, features);
+      EXPECT_EQ(taken.rows, read.rows) << "features " << features << " level " << level;
+      ASSERT_EQ(taken.values.size(), read.rows.size() * features);
+      for (size_t i = 0; i < taken.values.size(); ++i) {
+        ASSERT_EQ(taken.values[i], read.values[i]) << "features " << features << " at " << i;
+      }
+      EXPECT_EQ(grad.TouchedRows(level), 0u);
+    }
+    for (uint64_t i = 0; i < layout.total_params(); ++i)
+      ASSERT_EQ(grad.dense()[i], 0.0f) << "features " << features << " at " << i;
+  }
+}
 
 TEST(HashEncodingTest, InactiveLevelsOutputZeroAndGetNoGradient) {
   const HashGridLayout layout = MakeLayout(2, 8, 2, 12);
@@ -237,8 +272,10 @@ TEST(HashEncodingTest, InactiveLevelsOutputZeroAndGetNoGradient) {
     for (uint32_t l = 0; l < 8; ++l) {
       for (uint32_t f = 0; f < 2; ++f) {
         const float v = out[i * 16 + l * 2 + f];
-        if (l >= 3) EXPECT_EQ(v, 0.0f);
-        else EXPECT_NE(v, 0.0f);
+        if (l >= 3)
+          EXPECT_EQ(v, 0.0f);
+        else
+          EXPECT_NE(v, 0.0f);
       }
     }
   }
@@ -246,8 +283,10 @@ TEST(HashEncodingTest, InactiveLevelsOutputZeroAndGetNoGradient) {
   cpu::GridGradient grad(layout);
   grad.Accumulate(lookup, ones.data(), &pool);
   for (uint32_t l = 0; l < 8; ++l) {
-    if (l < 3) EXPECT_GT(grad.TouchedRows(l), 0u);
-    else EXPECT_EQ(grad.TouchedRows(l), 0u);
+    if (l < 3)
+      EXPECT_GT(grad.TouchedRows(l), 0u);
+    else
+      EXPECT_EQ(grad.TouchedRows(l), 0u);
   }
 }
 

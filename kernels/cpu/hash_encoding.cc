@@ -220,13 +220,22 @@ void GridGradient::ExtractImpl(uint32_t level, SparseRows* out) {
   }
   rows = out->rows.data() + first;
   float* values = out->values.data() + first * F;
-  for (size_t i = 0; i < count; ++i) {
-    if (i + kPrefetchRows < count)
-      __builtin_prefetch(grad + size_t{rows[i + kPrefetchRows]} * F, 1);
-    float* g = grad + size_t{rows[i]} * F;
-    std::memcpy(values + i * F, g, F * sizeof(float));
-    if constexpr (kClear) std::memset(g, 0, F * sizeof(float));
-  }
+  // The width as a constant: memcpy and memset of a run-time width were a
+  // libc call per row of 8 bytes (perf: 5.6% of a ps run's samples in
+  // memmove under this loop).
+  WithRowWidth(F, [&](auto constant) {
+    const uint32_t w = RowWidth(constant, F);
+    for (size_t i = 0; i < count; ++i) {
+      if (i + kPrefetchRows < count)
+        __builtin_prefetch(grad + size_t{rows[i + kPrefetchRows]} * w, 1);
+      float* g = grad + size_t{rows[i]} * w;
+      float* v = values + i * w;
+      for (uint32_t f = 0; f < w; ++f) v[f] = g[f];
+      if constexpr (kClear) {
+        for (uint32_t f = 0; f < w; ++f) g[f] = 0.0f;
+      }
+    }
+  });
 }
 
 void GridGradient::Extract(uint32_t level, SparseRows* out) const {
