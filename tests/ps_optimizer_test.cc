@@ -2,6 +2,8 @@
 // compressed pushes that never touch untouched rows, malformed payloads
 // refused, worker Adam's updates, their averaging on the shard, the final
 // flush of error feedback, and residuals per column slice.
+#include <numeric>
+
 #include "tests/ps_test_util.h"
 
 namespace gridsync {
@@ -413,6 +415,63 @@ TEST(PsWorkerOptimizerTest, FlushDeliversExactlyWhatErrorFeedbackHeld) {
   for (auto* shard : one.cluster->shards)
     EXPECT_EQ(AppliedSteps(*shard, static_cast<uint64_t>(steps) + 1),
               static_cast<uint64_t>(steps) + 1);
+}
+
+// The pending view of a sparse pull: every pulled row gets its residual,
+// in levels of 16384 rows, which AddPendingUpdates cuts into slices.
+TEST(PsWorkerOptimizerTest, ASparsePullsPendingViewAddsEveryRowsResidual) {
+  Config config = testing::SmallDistributedConfig(1, GradientSyncMode::kPs, 14);
+  config.ps.shards = 2;
+  config.task.output = (fs::temp_directory_path() / "gridsync-ps-test").string();
+  config.compression.codec = "onebit";
+  config.compression.min_bytes = 0;
+  OneWorker one = OneWorker::Join(config);
+  ASSERT_TRUE(one.session.ok()) << one.session.status().ToString();
+  auto& model = one.model;
+  PsClient& ps = *one.session->ps;
+  ASSERT_TRUE(ps.optimizer_on_worker());
+  const auto& layout = (*model)->layout();
+  const uint32_t F = layout.features();
+  std::mt19937 rng(4);
+  std::normal_distribution<float> normal(0.0f, 1e-3f);
+  std::vector<std::vector<uint32_t>> rows(layout.n_levels());
+  std::vector<std::vector<float>> values(layout.n_levels());
+  std::vector<TableRowsRef> push;
+  uint32_t largest = 0;
+  for (uint32_t l = 0; l < layout.n_levels(); ++l) {
+    largest = std::max<uint32_t>(largest, static_cast<uint32_t>(layout.level(l).rows));
+    for (uint32_t r = 0; r < layout.level(l).rows; r += 2) rows[l].push_back(r);
+    for (size_t i = 0; i < rows[l].size() * F; ++i) values[l].push_back(normal(rng));
+    push.push_back({l, false, rows[l].data(), rows[l].size(), values[l].data()});
+  }
+  ASSERT_GT(largest, 8192u);  // two slices at least
+  ASSERT_TRUE(ps.Push(wire::Kind::kPush, 0, push).ok());
+  ASSERT_GT(ps.error_feedback().Entries(), 0u);
+  // Every row of every level, as sparse rows.
+  std::vector<std::vector<uint32_t>> every(layout.n_levels());
+  std::vector<TablePullRef> pulls;
+  for (uint32_t l = 0; l < layout.n_levels(); ++l) {
+    every[l].resize(layout.level(l).rows);
+    std::iota(every[l].begin(), every[l].end(), 0u);
+    pulls.push_back({l, false, every[l].data(), every[l].size(),
+                     (*model)->grid_params().data() + layout.level(l).row_offset * F});
+  }
+  ASSERT_TRUE(ps.SendPull(1, pulls).ok());
+  ASSERT_TRUE(ps.ReceivePull().ok());
+  std::vector<float> expected = (*model)->grid_params();
+  size_t with_residual = 0;
+  for (uint32_t l = 0; l < layout.n_levels(); ++l) {
+    for (uint32_t r = 0; r < layout.level(l).rows; ++r) {
+      const float* residual = ps.PendingUpdate(l, 0, r);
+      if (residual == nullptr) continue;
+      ++with_residual;
+      for (uint32_t f = 0; f < F; ++f)
+        expected[(layout.level(l).row_offset + r) * F + f] += residual[f];
+    }
+  }
+  EXPECT_GT(with_residual, 8192u);
+  ps.AddPendingUpdates(pulls);
+  ExpectBitIdentical((*model)->grid_params(), expected);
 }
 
 // Error feedback keeps residuals per (table, column slice). Under column

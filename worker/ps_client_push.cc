@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common/counter_rng.h"
+#include "common/uninit_vector.h"
 #include "worker/ps_client.h"
 #include "worker/ps_client_internal.h"
 #include "worker/worker_adam.h"
@@ -102,7 +103,11 @@ Status PsClient::Compress(uint64_t step, uint32_t shard, bool on_device, wire::O
   }
   if (use_feedback_)
     feedback_.AddResidual(key, rows, block->row_count, block->width, block->values.data());
-  std::vector<float> decoded(use_feedback_ ? n : 0);
+  // The CPU's Decode writes every value (zeros included), so the buffer is
+  // not zeroed first (a pass over memory as large as the block); the
+  // device's encoder gets it zeroed.
+  UninitVector<float> decoded(use_feedback_ ? n : 0);
+  if (block_encoder_) std::fill(decoded.begin(), decoded.end(), 0.0f);
   // Our own bytes: they decode unless the values were not finite (a
   // diverged run), which the shard would refuse as well.
   const auto diverged = [&](const Status& status) {

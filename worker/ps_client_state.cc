@@ -25,19 +25,36 @@ using ps_internal::SplitAll;
 
 void PsClient::AddPendingUpdates(const std::vector<TablePullRef>& tables) const {
   if (worker_adam_ == nullptr || !use_feedback_) return;
-  // Each table writes only its own destination.
-  auto add = [&](size_t i) {
-    const TablePullRef& ref = tables[i];
-    const uint32_t width = partition_.table(ref.table).width;
+  // Each piece writes only its own rows of its table's destination. Sparse
+  // tables go in slices of rows: a grid's finest levels hold most of the
+  // rows, and whole tables left one thread alone with the last of them.
+  constexpr size_t kSliceRows = 8192;
+  struct Piece {
+    const TablePullRef* ref;
+    size_t begin, end;
+  };
+  std::vector<Piece> pieces;
+  for (const TablePullRef& ref : tables) {
     const size_t n = ref.dense ? partition_.table(ref.table).rows : ref.row_count;
+    if (ref.dense) {
+      pieces.push_back({&ref, 0, n});
+      continue;
+    }
+    for (size_t begin = 0; begin < n; begin += kSliceRows)
+      pieces.push_back({&ref, begin, std::min(n, begin + kSliceRows)});
+  }
+  auto add = [&](size_t i) {
+    const TablePullRef& ref = *pieces[i].ref;
+    const uint32_t width = partition_.table(ref.table).width;
+    const size_t n = pieces[i].end - pieces[i].begin;
+    const uint32_t* rows = ref.dense ? nullptr : ref.rows + pieces[i].begin;
     for (uint32_t g = 0; g < partition_.ColumnGroups(ref.table); ++g) {
       const uint32_t col = partition_.ColBegin(ref.table, g);
       if (DeviceOwned(FeedbackKey(ref.table, col))) continue;  // added on the device
-      feedback_.AddResidualInPlace(FeedbackKey(ref.table, col), ref.dense ? nullptr : ref.rows, n,
-                                   ref.dest, width, col);
+      feedback_.AddResidualInPlace(FeedbackKey(ref.table, col), rows, n, ref.dest, width, col);
     }
   };
-  ParallelForOn(pool_, tables.size(), add);
+  ParallelForOn(pool_, pieces.size(), add);
 }
 
 const float* PsClient::PendingUpdate(uint32_t table, uint32_t col_begin, uint32_t row) const {
