@@ -279,6 +279,10 @@ int main(int argc, char** argv) {
     summary["bytes_pushed_per_step"] = report->bytes_pushed_per_step;
     summary["bytes_pulled_per_step"] = report->bytes_pulled_per_step;
     summary["comm_seconds"] = report->comm_seconds;
+    // Of comm_seconds under ps and hybrid: worker Adam and the codecs with
+    // their error feedback (0 where they do not run).
+    summary["worker_adam_seconds"] = report->worker_adam_seconds;
+    summary["codec_seconds"] = report->codec_seconds;
     summary["max_staleness"] = report->max_staleness;
     summary["mean_staleness"] = report->mean_staleness;
     if (report->rank != 0) summary.erase("psnr_db");
