@@ -169,17 +169,30 @@ TEST(HashEncodingTest, ForwardOverSeveralSampleRangesMatchesDefinition) {
 // The encoding is linear in its parameters, so a central difference of
 // L = sum(c * features) is exact up to float rounding; the check still
 // catches wrong rows, weights, levels or missing touches.
+// The gradient of L = sum(c * features) over n random positions, with its
+// lookup and c.
+struct BatchGradient {
+  BatchGradient(const HashGridLayout& layout, uint32_t dims, size_t n, uint64_t positions_seed,
+                uint64_t c_seed, ThreadPool* pool)
+      : c(RandomVector(n * layout.output_width(), c_seed)), grad(layout) {
+    const auto positions = RandomVector(n * dims, positions_seed, 0.0f, 1.0f);
+    cpu::HashGridLookup(layout, positions.data(), n, layout.n_levels(), &lookup, pool);
+    grad.Accumulate(lookup, c.data(), pool);
+  }
+  std::vector<float> c;
+  cpu::GridBatchLookup lookup;
+  cpu::GridGradient grad;
+};
+
 void CheckGradient(uint32_t dims) {
   const HashGridLayout layout = MakeLayout(dims, 6, 2, 9, 4, 1.8f);
   const size_t n = 64;
-  const auto positions = RandomVector(n * dims, 3, 0.0f, 1.0f);
   auto params = RandomVector(layout.total_params(), 4);
-  const auto c = RandomVector(n * layout.output_width(), 5);
   ThreadPool pool(1);
-  cpu::GridBatchLookup lookup;
-  cpu::HashGridLookup(layout, positions.data(), n, layout.n_levels(), &lookup, &pool);
-  cpu::GridGradient grad(layout);
-  grad.Accumulate(lookup, c.data(), &pool);
+  BatchGradient batch(layout, dims, n, 3, 5, &pool);
+  const auto& c = batch.c;
+  const auto& lookup = batch.lookup;
+  auto& grad = batch.grad;
 
   auto loss = [&]() {
     std::vector<float> out(n * layout.output_width());
@@ -231,14 +244,9 @@ TEST(HashEncodingTest, FiniteDifferenceGradient3D) { CheckGradient(3); }
 TEST(HashEncodingTest, TakeEqualsExtractAndClearsTheLevel) {
   for (uint32_t features : {1u, 2u, 8u}) {
     const HashGridLayout layout = MakeLayout(2, 5, features, 9, 4, 1.8f);
-    const size_t n = 200;
-    const auto positions = RandomVector(n * 2, 11, 0.0f, 1.0f);
-    const auto c = RandomVector(n * layout.output_width(), 12);
     ThreadPool pool(2);
-    cpu::GridBatchLookup lookup;
-    cpu::HashGridLookup(layout, positions.data(), n, layout.n_levels(), &lookup, &pool);
-    cpu::GridGradient grad(layout);
-    grad.Accumulate(lookup, c.data(), &pool);
+    BatchGradient batch(layout, 2, 200, 11, 12, &pool);
+    cpu::GridGradient& grad = batch.grad;
     for (uint32_t level = 0; level < layout.n_levels(); ++level) {
       SparseRows read, taken;
       grad.Extract(level, &read);
