@@ -120,8 +120,8 @@ struct PsCounters {
   // replies and copying pulled values to their destinations.
   double encode_seconds = 0;
   double decode_seconds = 0;
-  // Parts of encode_seconds (for benchmarks): worker Adam, and the codecs
-  // with their error feedback.
+  // Parts of encode_seconds (for benchmarks): worker Adam (here or on the
+  // model's device), and the codecs with their error feedback.
   double adam_seconds = 0;
   double codec_seconds = 0;
 };

@@ -163,6 +163,7 @@ Status PsClient::Push(wire::Kind kind, uint64_t step, const std::vector<TableRow
   if (updates && any_on_device) {
     // Adam on the device for its tables: their rows become updates there,
     // and only the rows that stepped are pushed.
+    const ScopedSeconds timed(&counters_.adam_seconds);
     device_kept_.resize(partition_.n_tables());
     for (TableRowsRef& ref : refs) {
       if (!ref.on_device) continue;
