@@ -39,11 +39,11 @@ inline std::vector<uint8_t> EncodeVec(const CodecOptions& options, const std::ve
   return out;
 }
 
-// Decodes into a vector pre-filled with NaN, so unwritten outputs show.
+// Decodes into a vector pre-filled with NaN, so unwritten outputs show:
+// round trips check every output finite, and callers of Decode rely on it
+// writing every value (they decode into unzeroed buffers).
 inline Status DecodeVec(const CodecOptions& options, const std::vector<uint8_t>& bytes, size_t n,
                         uint64_t seed, std::vector<float>* out) {
-  // NaN first: round trips check every output finite, so a value Decode
-  // left unwritten fails them (callers decode into unzeroed buffers).
   out->assign(n, std::numeric_limits<float>::quiet_NaN());
   return cpu::Decode(options, bytes.data(), bytes.size(), n, seed, out->data());
 }

@@ -420,9 +420,7 @@ TEST(PsWorkerOptimizerTest, FlushDeliversExactlyWhatErrorFeedbackHeld) {
 // The pending view of a sparse pull: every pulled row gets its residual,
 // in levels of 16384 rows, which AddPendingUpdates cuts into slices.
 TEST(PsWorkerOptimizerTest, ASparsePullsPendingViewAddsEveryRowsResidual) {
-  Config config = testing::SmallDistributedConfig(1, GradientSyncMode::kPs, 14);
-  config.ps.shards = 2;
-  config.task.output = (fs::temp_directory_path() / "gridsync-ps-test").string();
+  Config config = SmallConfig(1, 2);
   config.compression.codec = "onebit";
   config.compression.min_bytes = 0;
   OneWorker one = OneWorker::Join(config);
