@@ -2,6 +2,9 @@
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 
+#include <cstdlib>
+#include <string_view>
+
 namespace gridsync {
 
 void InitLogging(const std::string& name, const std::string& level) {
@@ -13,7 +16,15 @@ void InitLogging(const std::string& name, const std::string& level) {
 }
 
 void LogConfigNotes(const std::string& source, const std::vector<std::string>& lines) {
-  for (const auto& line : lines) spdlog::info("{}: note: {}", source, line);
+  const char* shown = std::getenv(kConfigNotesShownEnv);
+  const bool once_elsewhere = shown != nullptr && std::string_view(shown) == "1";
+  for (const auto& line : lines) {
+    if (once_elsewhere) {
+      spdlog::debug("{}: note: {}", source, line);
+    } else {
+      spdlog::info("{}: note: {}", source, line);
+    }
+  }
 }
 
 }  // namespace gridsync

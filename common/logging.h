@@ -19,7 +19,11 @@ namespace gridsync {
 void InitLogging(const std::string& name, const std::string& level = "info");
 
 // Config::notes, one info line each ("<source>: note: ..."), after the
-// config loaded: what the file sets that has no effect in this run.
+// config loaded: what the file sets that has no effect in this run. With
+// kConfigNotesShownEnv set to 1 (gridsync launch sets it for its children,
+// having printed the notes once itself), the lines go out at debug level:
+// under launch every process would otherwise repeat them.
+inline constexpr char kConfigNotesShownEnv[] = "GRIDSYNC_CONFIG_NOTES_SHOWN";
 void LogConfigNotes(const std::string& source, const std::vector<std::string>& lines);
 
 // A budget for lines a peer can cause: at most `burst` a `window`; the rest

@@ -564,7 +564,7 @@ void CoordinatorImpl::Cleanup(const ConnPtr& conn, const std::string& reason) {
       // by DropOldRateRounds): the next job's workers, reaching the same
       // step, read the old job's rates without waiting, and with another
       // world size some of them fresh ones, so their splits disagreed.
-      for (const std::string prefix :
+      for (const std::string& prefix :
            {std::string(kCollectiveStorePrefix), std::string("rates/")}) {
         auto it = kv_.lower_bound(prefix);
         while (it != kv_.end() && it->first.rfind(prefix, 0) == 0) it = KvErase(it);

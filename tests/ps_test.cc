@@ -326,6 +326,9 @@ bool ProcessesWithArgument(const std::string& needle) {
 TEST(PsLaunchTest, MultiProcessBspMatchesSingleProcessBitForBit) {
   Config config = SmallConfig(2, 2);
   config.distributed.master_port = FreePortBase();
+  // A key with no effect under ps with mp_dim "row" (a config note): launch
+  // prints the note once, not once per process.
+  config.distributed.model_parallel = true;
   config.task.image = kDefaultImagePath;
   config.task.output =
       (fs::temp_directory_path() / ("gridsync-launch-" + std::to_string(getpid()))).string();
@@ -336,6 +339,13 @@ TEST(PsLaunchTest, MultiProcessBspMatchesSingleProcessBitForBit) {
   EXPECT_NE(run.output.find("[ps-1]"), std::string::npos);
   EXPECT_NE(run.output.find("[worker-1]"), std::string::npos);
   EXPECT_NE(run.output.find("pushed per step"), std::string::npos) << run.output;
+  const std::string note = "note: distributed.model_parallel";
+  const size_t first_note = run.output.find(note);
+  ASSERT_NE(first_note, std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find(note, first_note + 1), std::string::npos) << "the note repeats:\n"
+                                                                      << run.output;
+  EXPECT_NE(run.output.find("gridsync launch: " + path + ": " + note), std::string::npos)
+      << run.output;
   auto params = ReadParams(dump);
   ASSERT_TRUE(params.ok()) << params.status().ToString();
   auto image = ImageTask::Load(kDefaultImagePath);

@@ -20,6 +20,7 @@
 #include "common/checkpoint_files.h"
 #include "common/config.h"
 #include "common/coordinator_client.h"
+#include "common/logging.h"
 #include "ops/progress_line.h"
 #include "server/shard_checkpoint.h"
 #include "spec/run_spec.h"
@@ -136,6 +137,11 @@ int RunLaunch(const LaunchOptions& options) {
     std::fprintf(stderr, "%s: %s\n", options.config_path.c_str(), runnable.message().c_str());
     return kConfigErrorExitCode;
   }
+  // The notes once, here: every child loads the same file with the same
+  // overrides, so each would log the same lines (kConfigNotesShownEnv).
+  for (const auto& note : config->notes.lines)
+    std::fprintf(stderr, "gridsync launch: %s: note: %s\n", options.config_path.c_str(),
+                 note.c_str());
   const std::string coordinator = FindBinary(options.bin_dir, "gridsync-coordinator");
   const std::string ps = FindBinary(options.bin_dir, "gridsync-ps");
   const std::string worker = FindBinary(options.bin_dir, "gridsync-worker");
@@ -299,7 +305,8 @@ int RunLaunch(const LaunchOptions& options) {
   const auto& d = config->distributed;
   Env base = {{"GRIDSYNC_WORLD_SIZE", std::to_string(d.world_size)},
               {"GRIDSYNC_MASTER_ADDR", d.master_addr},
-              {"GRIDSYNC_MASTER_PORT", std::to_string(d.master_port)}};
+              {"GRIDSYNC_MASTER_PORT", std::to_string(d.master_port)},
+              {kConfigNotesShownEnv, "1"}};
   // On a terminal, a progress line for worker 0 instead of its step lines.
   if (ProgressLine::IsTerminal(stdout)) g_progress = std::make_unique<ProgressLine>(stdout);
   auto node_env = [&](int n) {
