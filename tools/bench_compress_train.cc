@@ -24,6 +24,7 @@
 #include "common/config.h"
 #include "common/coordinator_client.h"
 #include "common/counter_rng.h"
+#include "common/message_heap.h"
 #include "common/sharding.h"
 #include "common/status.h"
 #include "common/thread_pool.h"
@@ -110,6 +111,15 @@ int RunTrainSweep(const CompressArgs& args) {
     return kConfigErrorExitCode;
   }
   const Config& c0 = configs.front();
+  // The shards and workers exchange messages of megabytes, as gridsync-ps
+  // and a ps worker do, so the heap is tuned as theirs is
+  // (common/message_heap.h): the runs then compare what a deployment runs.
+  if (!TuneHeapForMessages()) {
+    std::fprintf(stderr,
+                 "gridsync-bench compress --train: the C library refused the heap "
+                 "thresholds\n");
+    return 1;
+  }
   // The coordinator warns whenever a member leaves, and every run here ends
   // with all of them leaving; failures still reach stderr, as a worker's or
   // the cluster's Status below, and as errors.
@@ -119,7 +129,7 @@ int RunTrainSweep(const CompressArgs& args) {
   std::printf("%s\n", ModelLine(c0, *image).c_str());
   std::printf(
       "# %d steps, global batch %d, %d workers x %d threads, %d shards x %d threads, bsp; "
-      "min_bytes %d; %s\n",
+      "min_bytes %d; %s; heap tuned for messages as gridsync-ps and -worker\n",
       c0.training.steps, c0.training.batch_size, c0.distributed.world_size, c0.training.threads,
       c0.ps.shards, c0.ps.threads, args.min_bytes, CodecSettings(c0.compression).c_str());
   std::printf(
