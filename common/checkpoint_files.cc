@@ -289,6 +289,14 @@ Result<std::string> ReadCheckpointPart(const std::string& dir, uint64_t step,
                                        std::optional<uint64_t> state_bytes, std::string* run) {
   const std::string base = Base(dir, step, part);
   const std::string json_path = base + ".json", bin_path = base + ".bin";
+  // A step the folder does not hold: say which it does, so the resume can
+  // be pointed at one (a mistyped --resume-step named only the file).
+  if (std::error_code ec; !fs::exists(json_path, ec) && !ec) {
+    const std::vector<uint64_t> held = HeldSteps(dir, part);
+    return Status::NotFound(fmt::format(
+        "{}: no checkpoint of step {} for {} in {}; allowed: a step it holds ({})", json_path, step,
+        part, dir, held.empty() ? "none" : fmt::format("{}", fmt::join(held, ", "))));
+  }
   GRIDSYNC_ASSIGN_OR_RETURN(const Manifest manifest, ReadManifest(json_path));
   if (manifest.step != step) {
     return BadField(json_path, "step", fmt::format("is {}", manifest.step),

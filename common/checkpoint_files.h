@@ -65,7 +65,8 @@ Status WriteCheckpointPart(const std::string& dir, uint64_t step, const std::str
                            std::string_view data, const nlohmann::json& shape,
                            const std::vector<uint64_t>& keep = {}, const std::string& run = "");
 
-// Reads part `part` of step `step` after checking its manifest: its size,
+// Reads part `part` of step `step` after checking its manifest (NotFound
+// listing the steps `dir` holds of `part` when it has no manifest): its size,
 // its fields' presence and types (Corruption naming the field, what it is
 // and what is allowed), step, part, `shape` (InvalidArgument when another
 // model or partition wrote it), then the .bin's size against the manifest's

@@ -9,6 +9,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 
@@ -49,6 +50,23 @@ inline CLI::Validator FiniteRange(double lo, double hi) {
         return std::string();
       },
       "FLOAT in [" + allowed + "]");
+}
+
+// A flag holding a training step (--resume-step, --start-step): digits
+// only, at most training.steps' bound. CLI11 reads an unsigned flag with
+// strtoull, so "-1" became 18446744073709551615 and a value past 2^64 was
+// clamped, and the error that followed named a step nobody typed.
+inline CLI::Validator StepNumber() {
+  constexpr uint64_t kMaxStep = 10'000'000;  // training.steps' bound (common/config.cc)
+  const std::string allowed = "a step from 0 to " + std::to_string(kMaxStep);
+  return CLI::Validator(
+      [allowed](std::string& input) -> std::string {
+        const bool digits = !input.empty() && input.size() <= 8 &&
+                            input.find_first_not_of("0123456789") == std::string::npos;
+        if (digits && std::stoull(input) <= kMaxStep) return std::string();
+        return "Value " + config_reader::Quote(input) + " is not a step; allowed: " + allowed;
+      },
+      "STEP");
 }
 
 // A flag holding a host (--host, --bind): the syntax the config's hosts

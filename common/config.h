@@ -316,6 +316,13 @@ struct Config {
   // in one process and ignores the distributed section.
   Status CheckRunnable(bool standalone) const;
 
+  // notes.lines, and with `standalone` (gridsync-worker --standalone,
+  // check-config --standalone) on a distributed config one more: its
+  // cluster's sections stay in the file but do nothing in the one process
+  // (a hostile probe: --standalone with compression.codec onebit trained
+  // without a word, where distributed.enable false refuses the codec).
+  std::vector<std::string> NotesFor(bool standalone) const;
+
   // ps.optimizer resolved: true when Adam runs on the workers.
   bool OptimizerOnWorkers() const;
 

@@ -29,6 +29,22 @@ bool Config::OptimizerOnWorkers() const {
   return compression.codec != "none";
 }
 
+std::vector<std::string> Config::NotesFor(bool standalone) const {
+  std::vector<std::string> lines = notes.lines;
+  if (standalone && distributed.enable) {
+    std::string line =
+        "--standalone: one process trains, so distributed.*, ps.* and compression.* have no "
+        "effect in this run";
+    if (compression.codec != "none" || compression.pull) {
+      line += " (compression.codec \"" + compression.codec + "\"" +
+              (compression.pull ? ", compression.pull true" : "") + ": nothing is compressed)";
+    }
+    line += "; used without --standalone, by the cluster the file describes";
+    lines.push_back(std::move(line));
+  }
+  return lines;
+}
+
 Status Config::CheckRunnable(bool standalone) const {
   std::vector<std::string> lines;
   // Values no run can use (InvalidArgument), every one at once; the

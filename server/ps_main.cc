@@ -57,8 +57,9 @@ int main(int argc, char** argv) {
       ->check(gridsync::HostSyntax());
   uint64_t resume_step = 0;
   app.add_option(
-      "--resume-step", resume_step,
-      "Start from the checkpoint of this step (checkpoint.dir; gridsync launch --resume)");
+         "--resume-step", resume_step,
+         "Start from the checkpoint of this step (checkpoint.dir; gridsync launch --resume)")
+      ->check(gridsync::StepNumber());
   gridsync::OpsFlags ops;
   gridsync::AddOpsFlags(app, &ops, "every applied step");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");

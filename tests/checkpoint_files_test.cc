@@ -52,6 +52,24 @@ TEST_F(CheckpointFilesTest, TheFilesRoundTrip) {
   EXPECT_EQ(*read, data_);
 }
 
+// A step the folder does not hold (a mistyped --resume-step) is NotFound
+// naming the steps it does hold, not only a missing file.
+TEST_F(CheckpointFilesTest, AStepNotHeldNamesTheHeldSteps) {
+  ASSERT_TRUE(WriteCheckpointPart(dir_, 9, "shard-0", data_, shape_).ok());
+  ASSERT_TRUE(WriteCheckpointPart(dir_, 7, "shard-1", data_, shape_).ok());  // not shard-0's
+  const auto refused = ReadCheckpointPart(dir_, 6, "shard-0", shape_);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(refused.status().message().find("no checkpoint of step 6 for shard-0 in " + dir_ +
+                                            "; allowed: a step it holds (5, 9)"),
+            std::string::npos)
+      << refused.status().ToString();
+  const auto none = ReadCheckpointPart(dir_ + "/empty", 6, "shard-0", shape_);
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("allowed: a step it holds (none)"), std::string::npos)
+      << none.status().ToString();
+}
+
 TEST_F(CheckpointFilesTest, ABinLargerThanItsManifestSaysIsRefusedUnread) {
   // 5 GiB of holes: read, it would take seconds and more memory than the
   // test has; refused by its size, it takes neither.

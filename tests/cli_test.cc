@@ -184,6 +184,27 @@ TEST(CliTest, FloatingPointFlagsRefuseNaNAndInfinity) {
   }
 }
 
+// A hostile probe: `gridsync-ps --resume-step -1` went looking for the
+// checkpoint of step 18446744073709551615 (CLI11 reads unsigned flags with
+// strtoull), and a value past 2^64 was clamped. Step flags take digits up
+// to training.steps' bound, and the refusal names what was typed.
+TEST(CliTest, StepFlagsRefuseSignsAndOverflow) {
+  for (const auto& [binary, args] : std::vector<std::pair<std::string, std::string>>{
+           {"server/gridsync-ps", "--config configs/local.json --shard 0 --resume-step -1"},
+           {"server/gridsync-ps",
+            "--config configs/local.json --shard 0 --resume-step 18446744073709551616"},
+           {"worker/gridsync-worker", "--config configs/local.json --rank 0 --start-step -50"},
+           {"worker/gridsync-worker", "--config configs/local.json --rank 0 --start-step 1e3"},
+           {"worker/gridsync-worker", "--config configs/local.json --eval-every 10000001"}}) {
+    const ProcessResult run = Execute(binary, args);
+    EXPECT_EQ(run.exit_code, 2) << binary << " " << args << ": " << run.output;
+    const std::string typed = args.substr(args.rfind(' ') + 1);
+    EXPECT_NE(run.output.find("Value \"" + typed + "\" is not a step; allowed: a step from 0"),
+              std::string::npos)
+        << binary << " " << args << ": " << run.output;
+  }
+}
+
 // Issue (review): every encoding value in range, together ~5G rows of 8
 // floats: the shard registered, then aborted in an uncaught bad_alloc. It
 // is refused before anything is allocated or connected, naming the keys.
@@ -196,6 +217,28 @@ TEST(CliTest, ShardRefusesAPartitionThatCannotFitInMemory) {
   EXPECT_EQ(run.exit_code, 2) << run.output;
   EXPECT_NE(run.output.find("shard 0's partition needs about"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("allowed: fewer encoding.n_levels"), std::string::npos) << run.output;
+}
+
+// A hostile probe: --standalone on a cluster's config with a codec trained
+// without a word, where distributed.enable false refuses the codec (it
+// would compress nothing). --standalone keeps the cluster's sections on
+// purpose (one file for both runs), so they are noted, by check-config and
+// the worker alike.
+TEST(CliTest, StandaloneNotesTheClusterSectionsItIgnores) {
+  const std::string sets =
+      " --standalone --set compression.codec=onebit --set training.steps=2 --set "
+      "training.batch_size=1024 --set task.output=/tmp/gridsync-cli-test";
+  for (const auto& [binary, args] : std::vector<std::pair<std::string, std::string>>{
+           {"tools/gridsync", "check-config configs/local.json" + sets},
+           {"worker/gridsync-worker", "--config configs/local.json" + sets}}) {
+    const ProcessResult run = Execute(binary, args);
+    EXPECT_EQ(run.exit_code, 0) << binary << ": " << run.output;
+    EXPECT_NE(run.output.find("note: --standalone: one process trains, so distributed.*, ps.* "
+                              "and compression.* have no effect in this run (compression.codec "
+                              "\"onebit\": nothing is compressed)"),
+              std::string::npos)
+        << binary << ": " << run.output;
+  }
 }
 
 // A standalone run keeps no checkpoints: --start-step there trained a fresh

@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
       return gridsync::kConfigErrorExitCode;
     }
     std::printf("%s\n", config->ToJson().dump(2).c_str());
-    for (const auto& note : config->notes.lines)
+    for (const auto& note : config->NotesFor(standalone))
       std::fprintf(stderr, "%s: note: %s\n", path.c_str(), note.c_str());
     // The check the binaries run (Config::CheckRunnable), so check-config
     // refuses exactly what they refuse.

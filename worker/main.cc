@@ -59,9 +59,10 @@ int main(int argc, char** argv) {
                  "interface GRIDSYNC_SOCKET_IFNAME, then the node's host in the config")
       ->check(gridsync::HostSyntax());
   app.add_option(
-      "--start-step", ps_options.start_step,
-      "Resume at this step from its checkpoint (the shards', and this worker's where it holds "
-      "state: under nccl the whole model; gridsync launch --resume passes it)");
+         "--start-step", ps_options.start_step,
+         "Resume at this step from its checkpoint (the shards', and this worker's where it holds "
+         "state: under nccl the whole model; gridsync launch --resume passes it)")
+      ->check(gridsync::StepNumber());
   app.add_option("--dump-params", ps_options.dump_params,
                  "The worker holding the final model (rank 0, or a standalone run): write its "
                  "parameters (raw float32, tables in order) to this file");
@@ -69,7 +70,7 @@ int main(int argc, char** argv) {
                  "The worker holding the model (rank 0, or a standalone run): evaluate PSNR every "
                  "this many steps, not timed, for the PSNR-against-time curve (psnr_curve in the "
                  "JSON line); under ps and hybrid each evaluation pulls the whole model first")
-      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 40));
+      ->check(gridsync::StepNumber());
   gridsync::OpsFlags ops;
   gridsync::AddOpsFlags(app, &ops, "every step's phases");
   double metrics_hold = 0;
@@ -86,7 +87,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", config.status().message().c_str());
     return gridsync::kConfigErrorExitCode;
   }
-  gridsync::LogConfigNotes(config_path, config->notes.lines);
+  gridsync::LogConfigNotes(config_path, config->NotesFor(standalone));
   if (auto runnable = config->CheckRunnable(standalone); !runnable.ok()) {
     std::fprintf(stderr, "%s: %s\n", config_path.c_str(), runnable.message().c_str());
     return gridsync::kConfigErrorExitCode;

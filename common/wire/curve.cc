@@ -127,9 +127,9 @@ Result<CurveSettings> CurveSettingsFor(const Config& config, const std::string& 
   if (role == "shard") {
     GRIDSYNC_ASSIGN_OR_RETURN(auto clients, PresentPublicKeys(dir, {"worker", "observer"}));
     // A key listed for both roles is a worker's (the map keeps the first).
-    for (const char* role : {"worker", "observer"}) {
-      if (const auto it = clients.find(role); it != clients.end()) {
-        settings.allowed_z85.emplace(it->second, role);
+    for (const char* client : {"worker", "observer"}) {
+      if (const auto it = clients.find(client); it != clients.end()) {
+        settings.allowed_z85.emplace(it->second, client);
       }
     }
     if (settings.allowed_z85.empty()) {
