@@ -1,5 +1,7 @@
 #include "common/cluster_map.h"
 
+#include <map>
+
 namespace gridsync {
 
 const char* RoleName(Role role) {
@@ -12,6 +14,23 @@ const char* RoleName(Role role) {
       return "observer";
   }
   return "unknown-role";
+}
+
+std::optional<std::string> SettingsMismatch(const std::vector<Setting>& mine,
+                                            const std::vector<Setting>& reference,
+                                            const std::string& owner) {
+  std::map<std::string, std::pair<const std::string*, const std::string*>> by_key;
+  for (const Setting& s : mine) by_key[s.key].first = &s.value;
+  for (const Setting& s : reference) by_key[s.key].second = &s.value;
+  std::string out;
+  for (const auto& [key, values] : by_key) {
+    const auto [here, there] = values;
+    if (here != nullptr && there != nullptr && *here == *there) continue;
+    out += (out.empty() ? "" : "; ") + key + ": " + (here ? *here : std::string("(not sent)")) +
+           " here, " + (there ? *there : std::string("(not sent)")) + " for " + owner;
+  }
+  if (out.empty()) return std::nullopt;
+  return out;
 }
 
 }  // namespace gridsync

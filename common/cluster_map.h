@@ -5,7 +5,9 @@
 // Thread safety: plain values.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +22,27 @@ struct TableInfo {
   uint32_t width = 0;
   bool operator==(const TableInfo&) const = default;
 };
+
+// One setting a process runs with, as the coordinator compares it at
+// registration (spec/cluster_settings.h): a config key and its value as
+// JSON text.
+struct Setting {
+  std::string key;
+  std::string value;
+  bool operator==(const Setting&) const = default;
+};
+
+// Bounds the coordinator's decoder holds a registration's settings to.
+inline constexpr size_t kMaxSettings = 128;
+inline constexpr size_t kMaxSettingKeyBytes = 128;
+inline constexpr size_t kMaxSettingValueBytes = 4096;
+
+// Where `mine` differs from `reference` (spec/cluster_settings.h): "key: A
+// here, B for <owner>" for each key whose value differs or that only one
+// of them has, joined by "; " (nullopt when they agree).
+std::optional<std::string> SettingsMismatch(const std::vector<Setting>& mine,
+                                            const std::vector<Setting>& reference,
+                                            const std::string& owner);
 
 struct MemberInfo {
   Role role = Role::kWorker;
@@ -63,6 +86,11 @@ struct RegisterInfo {
   // A shard restarted during training: the checkpoint step it loaded and
   // rejoins the job from (0: a fresh shard).
   uint64_t rejoin_step = 0;
+  // Settings that must agree (spec/cluster_settings.h): `shared` across
+  // every shard and worker while any is registered, `job` across the
+  // workers of one job (workers only).
+  std::vector<Setting> shared_settings;
+  std::vector<Setting> job_settings;
 };
 
 // Where a job stands: which job, its epoch (rollbacks so far) and the step

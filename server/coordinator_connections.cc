@@ -556,6 +556,9 @@ void CoordinatorImpl::Cleanup(const ConnPtr& conn, const std::string& reason) {
       AdvanceJob();
     }
     if (map_.workers.empty()) {
+      // The next job's first worker defines its settings.
+      job_settings_.clear();
+      job_settings_owner_.reset();
       // Rendezvous state (Gloo's addresses, NCCL's ids, the backend vote)
       // belongs to the workers that wrote it: the next ones, reusing the
       // group names, must not find it (a second nccl-mode job on this
@@ -574,6 +577,8 @@ void CoordinatorImpl::Cleanup(const ConnPtr& conn, const std::string& reason) {
       // The job is gone; the next one may bring other tables.
       tables_owner_.reset();
       map_.tables.clear();
+      shared_settings_.clear();
+      shared_settings_owner_.reset();
       if (!shutting_down_)
         spdlog::info("no shards or workers left; the cluster's tables are forgotten");
     }

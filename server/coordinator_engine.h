@@ -382,6 +382,13 @@ class CoordinatorImpl final : public Coordinator {
   std::set<ConnPtr> connections_;
   ClusterMap map_;
   std::optional<std::string> tables_owner_;  // who defined map_.tables
+  // The settings every member must share (spec/cluster_settings.h) and who
+  // defined them: the first shard or worker, forgotten with the tables; the
+  // job's, from its first worker, forgotten when no worker is left.
+  std::vector<Setting> shared_settings_;
+  std::optional<std::string> shared_settings_owner_;
+  std::vector<Setting> job_settings_;
+  std::optional<std::string> job_settings_owner_;
   std::vector<std::shared_ptr<Waiter>> map_waiters_;
   std::map<std::string, BarrierState> barriers_;
   std::map<std::string, std::string> kv_;

@@ -166,6 +166,27 @@ void CoordinatorImpl::HandleRegister(const ConnPtr& conn, uint64_t id, RegisterI
       return;
     }
   }
+  // Settings a member must share with the cluster (all members) and with
+  // its job (workers): each key that differs, with both values.
+  if (shared_settings_owner_) {
+    if (auto mismatch =
+            SettingsMismatch(info.shared_settings, shared_settings_, *shared_settings_owner_)) {
+      refuse(
+          fmt::format("settings differ from the cluster's: {}; allowed: the values of the "
+                      "config every shard and worker of the cluster runs",
+                      *mismatch));
+      return;
+    }
+  }
+  if (!shard && job_settings_owner_) {
+    if (auto mismatch = SettingsMismatch(info.job_settings, job_settings_, *job_settings_owner_)) {
+      refuse(
+          fmt::format("settings differ from job {}'s: {}; allowed: the values of the config "
+                      "every worker of the job runs",
+                      map_.job, *mismatch));
+      return;
+    }
+  }
 
   MemberInfo member{info.role, rank, info.node, info.local_rank, info.endpoint, info.pid};
   auto pos = std::lower_bound(members.begin(), members.end(), rank,
@@ -175,6 +196,14 @@ void CoordinatorImpl::HandleRegister(const ConnPtr& conn, uint64_t id, RegisterI
   if (!tables_owner_) {
     map_.tables = info.tables;
     tables_owner_ = DescribeMember(member);
+  }
+  if (!shared_settings_owner_) {
+    shared_settings_ = info.shared_settings;
+    shared_settings_owner_ = DescribeMember(member);
+  }
+  if (!shard && !job_settings_owner_) {
+    job_settings_ = info.job_settings;
+    job_settings_owner_ = DescribeMember(member);
   }
   ++map_.generation;
   ++counts_.registrations;

@@ -1,6 +1,7 @@
 #include "server/in_process_cluster.h"
 
 #include "server/shard_membership.h"
+#include "spec/cluster_settings.h"
 
 namespace gridsync {
 
@@ -38,6 +39,7 @@ Result<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(Config config,
     info.node = "in-process";
     info.endpoint = shard->endpoint();
     info.tables = tables;
+    info.shared_settings = SharedSettings(spec);
     // A registry as gridsync-ps has: the checkpoints' steps and run go
     // through the coordinator's store, as the workers' do.
     auto registry = std::make_unique<CoordinatorStore>(client.get());

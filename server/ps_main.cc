@@ -29,6 +29,7 @@
 #include "server/serve_metrics.h"
 #include "server/shard_checkpoint.h"
 #include "server/shard_membership.h"
+#include "spec/cluster_settings.h"
 
 namespace {
 volatile std::sig_atomic_t g_stop = 0;
@@ -233,6 +234,7 @@ int main(int argc, char** argv) {
   info.endpoint = advertised;
   info.pid = static_cast<uint32_t>(getpid());
   info.tables = tables;
+  info.shared_settings = gridsync::SharedSettings(*spec);
   // Files of a checkpoint are checked to be of one run with the other
   // shards' (a resume) or the job's (a rejoin) before registering, which
   // would move the job's epoch and roll every process back.

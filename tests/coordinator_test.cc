@@ -102,6 +102,93 @@ TEST_F(CoordinatorTest, TableMismatchIsRefusedNamingTableAndSizes) {
   EXPECT_EQ(good->map.workers.size(), 1u);
 }
 
+// A hostile probe: a worker started with another training.batch_size (or
+// seed, or image) trained to exit 0 beside the others, and one with another
+// ps.consistency failed 14 steps in without naming the key. The first member
+// defines the settings (spec/cluster_settings.h); a later one that differs
+// is refused naming each key and both values. The shared settings hold
+// while any member is registered; a job's from its first worker until no
+// worker is left.
+TEST_F(CoordinatorTest, SettingsMismatchIsRefusedNamingKeysAndValues) {
+  const std::vector<Setting> shared = {{"ps.consistency", "\"bsp\""},
+                                       {"training.learning_rate", "0.01"}};
+  auto member = [&](Role role, int32_t rank, std::vector<Setting> shared_settings,
+                    std::vector<Setting> job) {
+    RegisterInfo info = Member(role, rank);
+    info.shared_settings = std::move(shared_settings);
+    info.job_settings = std::move(job);
+    return info;
+  };
+  auto shard = Connect();
+  ASSERT_TRUE(shard);
+  ASSERT_TRUE(shard->Register(member(Role::kShard, 0, shared, {}), 2s).ok());
+
+  auto worker0 = Connect();
+  ASSERT_TRUE(worker0);
+  const std::vector<Setting> async = {{"ps.consistency", "\"async\""},
+                                      {"training.learning_rate", "0.01"}};
+  auto refused = worker0->Register(member(Role::kWorker, 0, async, {}), 2s);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("settings differ from the cluster's: ps.consistency: "
+                                            "\"async\" here, \"bsp\" for shard 0"),
+            std::string::npos)
+      << refused.status().message();
+  EXPECT_EQ(refused.status().message().find("learning_rate"), std::string::npos)
+      << "names only what differs: " << refused.status().message();
+  auto missing = worker0->Register(member(Role::kWorker, 0, {shared[0]}, {}), 2s);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("training.learning_rate: (not sent) here, 0.01"),
+            std::string::npos)
+      << missing.status().message();
+
+  const std::vector<Setting> batch_1024 = {{"training.batch_size", "1024"}, {"training.seed", "1"}};
+  ASSERT_TRUE(worker0->Register(member(Role::kWorker, 0, shared, batch_1024), 2s).ok());
+  auto worker1 = Connect();
+  ASSERT_TRUE(worker1);
+  const std::vector<Setting> batch_2048 = {{"training.batch_size", "2048"}, {"training.seed", "1"}};
+  auto other_batch = worker1->Register(member(Role::kWorker, 1, shared, batch_2048), 2s);
+  ASSERT_FALSE(other_batch.ok());
+  EXPECT_NE(other_batch.status().message().find(
+                "settings differ from job 1's: training.batch_size: 2048 here, 1024 for worker 0"),
+            std::string::npos)
+      << other_batch.status().message();
+  // A shard sends no job settings: only the workers of a job must agree.
+  auto shard1 = Connect();
+  ASSERT_TRUE(shard1);
+  EXPECT_TRUE(shard1->Register(member(Role::kShard, 1, shared, {}), 2s).ok());
+
+  // Every worker gone: the next job may run another batch, still with the
+  // shards' shared settings.
+  worker0.reset();
+  auto observer = Connect();
+  ASSERT_TRUE(observer);
+  for (auto start = Clock::now(); Since(start) < 2s;) {
+    auto map = observer->GetMap(false, 0ms);
+    ASSERT_TRUE(map.ok());
+    if (map->workers.empty()) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  auto next_job = worker1->Register(member(Role::kWorker, 1, shared, batch_2048), 2s);
+  EXPECT_TRUE(next_job.ok()) << next_job.status().ToString();
+  auto still_shared = Connect();
+  ASSERT_TRUE(still_shared);
+  EXPECT_FALSE(still_shared->Register(member(Role::kWorker, 0, async, batch_2048), 2s).ok());
+
+  // The coordinator keeps the first member's settings for the cluster's
+  // life: the decoder bounds them.
+  auto flood = Connect();
+  ASSERT_TRUE(flood);
+  std::vector<Setting> many(kMaxSettings + 1, Setting{"k", "v"});
+  auto too_many = flood->Register(member(Role::kWorker, 2, many, {}), 2s);
+  ASSERT_FALSE(too_many.ok());
+  EXPECT_NE(
+      too_many.status().message().find("sharedSettings has 129 entries; allowed: at most 128"),
+      std::string::npos)
+      << too_many.status().message();
+  ExpectHealthy();
+}
+
 TEST_F(CoordinatorTest, GenerationBumpsOnJoinAndOnDisconnect) {
   auto observer = Connect();
   ASSERT_TRUE(observer);

@@ -251,7 +251,9 @@ struct OneWorker {
     WorkerOptions options;
     options.rank = 0;
     options.train.quiet = true;
-    one.session = JoinPsCluster(one.spec, **one.model, options);
+    // One worker: the image is its job's alone (sent as its pixels' digest).
+    static const ImageTask image = ImageTask::FromPixels(2, 2, std::vector<float>(12, 0.5f));
+    one.session = JoinPsCluster(one.spec, image, **one.model, options);
     return one;
   }
 };

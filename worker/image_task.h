@@ -54,6 +54,10 @@ class ImageTask {
   float Channel(size_t i) const;
   // Every channel as a float (H x W x 3): for peers that want the image.
   std::vector<float> Floats() const;
+  // "WxH, fnv1a64 <16 hex digits>" of its pixels: what the coordinator
+  // compares between workers (spec/cluster_settings.h), whose paths to the
+  // same image may differ.
+  std::string Digest() const;
   // The bytes of memory the image holds.
   uint64_t memory_bytes() const { return bytes_.size() + floats_.size() * sizeof(float); }
 

@@ -32,6 +32,39 @@ void TablesToWire(const std::vector<TableInfo>& tables,
   for (size_t i = 0; i < tables.size(); ++i) TableToWire(tables[i], out[static_cast<unsigned>(i)]);
 }
 
+void SettingsToWire(const std::vector<Setting>& settings,
+                    capnp::List<schema::Setting>::Builder out) {
+  for (size_t i = 0; i < settings.size(); ++i) {
+    out[static_cast<unsigned>(i)].setKey(AsText(settings[i].key));
+    out[static_cast<unsigned>(i)].setValue(AsText(settings[i].value));
+  }
+}
+
+// A registration's settings, bounded: the coordinator keeps the first
+// registrant's for the cluster's life.
+Result<std::vector<Setting>> SettingsFromWire(capnp::List<schema::Setting>::Reader in,
+                                              const char* field) {
+  if (in.size() > kMaxSettings) {
+    return Status::InvalidArgument(fmt::format("register: {} has {} entries; allowed: at most {}",
+                                               field, in.size(), kMaxSettings));
+  }
+  std::vector<Setting> out;
+  out.reserve(in.size());
+  for (auto s : in) {
+    Setting setting{StringOf(s.getKey()), StringOf(s.getValue())};
+    if (setting.key.empty() || setting.key.size() > kMaxSettingKeyBytes ||
+        setting.value.size() > kMaxSettingValueBytes) {
+      return Status::InvalidArgument(fmt::format(
+          "register: {} has a key of {} bytes with a value of {}; allowed: keys of 1 to {} "
+          "bytes, values of at most {}",
+          field, setting.key.size(), setting.value.size(), kMaxSettingKeyBytes,
+          kMaxSettingValueBytes));
+    }
+    out.push_back(std::move(setting));
+  }
+  return out;
+}
+
 void MembersToWire(const std::vector<MemberInfo>& members,
                    capnp::List<schema::Member>::Builder out) {
   for (size_t i = 0; i < members.size(); ++i) {
@@ -219,6 +252,10 @@ void RegisterToWire(const RegisterInfo& info, schema::RegisterRequest::Builder o
   out.setPid(info.pid);
   out.setRejoinStep(info.rejoin_step);
   TablesToWire(info.tables, out.initTables(static_cast<unsigned>(info.tables.size())));
+  SettingsToWire(info.shared_settings,
+                 out.initSharedSettings(static_cast<unsigned>(info.shared_settings.size())));
+  SettingsToWire(info.job_settings,
+                 out.initJobSettings(static_cast<unsigned>(info.job_settings.size())));
 }
 
 Result<RegisterInfo> RegisterFromWire(schema::RegisterRequest::Reader reg) {
@@ -231,6 +268,10 @@ Result<RegisterInfo> RegisterFromWire(schema::RegisterRequest::Reader reg) {
   info.pid = reg.getPid();
   info.rejoin_step = reg.getRejoinStep();
   for (auto table : reg.getTables()) info.tables.push_back(TableFromWire(table));
+  GRIDSYNC_ASSIGN_OR_RETURN(info.shared_settings,
+                            SettingsFromWire(reg.getSharedSettings(), "sharedSettings"));
+  GRIDSYNC_ASSIGN_OR_RETURN(info.job_settings,
+                            SettingsFromWire(reg.getJobSettings(), "jobSettings"));
   return info;
 }
 

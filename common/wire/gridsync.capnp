@@ -185,6 +185,13 @@ struct RegisterRequest {
   tables @6 :List(TableInfo); # must equal the cluster's tables
   rejoinStep @7 :UInt64;      # shard: rejoining the running job from its checkpoint of
                               # this step (0: a fresh shard)
+  sharedSettings @8 :List(Setting);  # must equal the cluster's (spec/cluster_settings.h)
+  jobSettings @9 :List(Setting);     # workers: must equal the job's
+}
+
+struct Setting {
+  key @0 :Text;               # a config key
+  value @1 :Text;             # its value, as JSON text
 }
 
 struct CoordRequest {

@@ -11,6 +11,7 @@
 #include "common/checkpoint_registry.h"
 #include "common/checkpoint_run.h"
 #include "common/counter_rng.h"
+#include "spec/cluster_settings.h"
 #include "worker/sync/peer_watch.h"
 #include "worker/worker_checkpoint.h"
 
@@ -64,7 +65,7 @@ Status PullAllParams(PsClient& ps, HashGridModel& model, uint64_t min_version, b
   return Status::OK();
 }
 
-Result<PsSession> JoinPsCluster(const RunSpec& spec, HashGridModel& model,
+Result<PsSession> JoinPsCluster(const RunSpec& spec, const ImageTask& image, HashGridModel& model,
                                 const WorkerOptions& options) {
   const Config& config = spec.config;
   const auto& d = config.distributed;
@@ -85,6 +86,8 @@ Result<PsSession> JoinPsCluster(const RunSpec& spec, HashGridModel& model,
   info.local_rank = options.local_rank;
   info.pid = static_cast<uint32_t>(getpid());
   info.tables = tables;
+  info.shared_settings = SharedSettings(spec);
+  info.job_settings = JobSettings(spec, image.Digest());
   if (options.rank >= 0) {
     info.node = d.ResolvedNodes()[static_cast<size_t>(d.NodeOf(options.rank))].name;
     info.local_rank = static_cast<uint32_t>(d.LocalRankOf(options.rank));

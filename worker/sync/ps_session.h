@@ -38,13 +38,14 @@ struct PsSession {
   std::unique_ptr<CheckpointLedger> ledger;
 };
 
-// Registers with the coordinator (the model's tables checked), waits for
+// Registers with the coordinator (the model's tables and the settings of
+// spec/cluster_settings.h, `image` by its pixels, checked), waits for
 // the complete cluster map, connects to every shard; rank 0 gives the
 // shards the model's seeded values (unless resuming); every worker then
 // passes the "init" barrier. A worker restarted while its job trains (with
 // checkpoints) rejoins it instead, from the newest complete checkpoint
 // (PsSession::rejoined_at), and the job rolls back to that step.
-Result<PsSession> JoinPsCluster(const RunSpec& spec, HashGridModel& model,
+Result<PsSession> JoinPsCluster(const RunSpec& spec, const ImageTask& image, HashGridModel& model,
                                 const WorkerOptions& options);
 
 // Whether every worker agrees on the batch split after a rollback or a

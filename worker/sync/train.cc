@@ -8,6 +8,7 @@
 #include "common/coordinator_client.h"
 #include "common/thread_pool.h"
 #include "kernels/cuda/device_trainer.h"
+#include "spec/cluster_settings.h"
 #include "worker/collective/factory.h"
 #include "worker/collective/nccl_collective.h"
 #include "worker/sync/device_allreduce_sync.h"
@@ -139,6 +140,8 @@ Result<TrainReport> TrainAllReduceWorker(const RunSpec& spec, const ImageTask& i
   info.requested_rank = options.rank;
   info.pid = static_cast<uint32_t>(getpid());
   info.tables = spec.model.tables;
+  info.shared_settings = SharedSettings(spec);
+  info.job_settings = JobSettings(spec, image.Digest());
   info.node = options.node;
   if (options.rank >= 0) {
     info.node = nodes[static_cast<size_t>(d.NodeOf(options.rank))].name;
@@ -209,7 +212,7 @@ Result<TrainReport> TrainPsWorker(const RunSpec& spec, const ImageTask& image,
                                   const WorkerOptions& options) {
   const Config& config = spec.config;
   GRIDSYNC_ASSIGN_OR_RETURN(auto model, MakeModel(spec));
-  GRIDSYNC_ASSIGN_OR_RETURN(PsSession session, JoinPsCluster(spec, *model, options));
+  GRIDSYNC_ASSIGN_OR_RETURN(PsSession session, JoinPsCluster(spec, image, *model, options));
   const uint64_t rejoined_at = session.rejoined_at;
   ThreadPool pool(config.training.threads);
   // Worker-side Adam and the codecs run on the training threads too.
