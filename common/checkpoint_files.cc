@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <spdlog/fmt/fmt.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -279,7 +280,23 @@ Status WriteCheckpointPart(const std::string& dir, uint64_t step, const std::str
            (s < step && std::find(keep.begin(), keep.end(), s) != keep.end());
   };
   for (uint64_t s : Steps(dir)) {  // a crash may have left a .bin without its manifest
-    if (!kept(s)) RemovePart(dir, s, part);
+    if (kept(s)) continue;
+    // Another run's step (a job before this one, in the same folder) goes
+    // as this run's older ones do, but not without a word: started by
+    // hand or by units on a folder of an ended job, a fresh job replaced
+    // its checkpoints silently (a hostile probe; gridsync launch refuses to
+    // start afresh there, CheckFreshStart).
+    if (!run.empty()) {
+      if (auto other = ReadManifest(Base(dir, s, part) + ".json");
+          other.ok() && other->run != run) {
+        spdlog::warn(
+            "{}: removing {}'s checkpoint of step {} of another run ({}): this run ({}) keeps "
+            "its own two newest steps there; to keep a run's checkpoints, give the next run "
+            "another checkpoint.dir",
+            dir, part, s, other->run.empty() ? "unnamed" : other->run, run);
+      }
+    }
+    RemovePart(dir, s, part);
   }
   return Status::OK();
 }

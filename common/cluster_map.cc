@@ -17,8 +17,7 @@ const char* RoleName(Role role) {
 }
 
 std::optional<std::string> SettingsMismatch(const std::vector<Setting>& mine,
-                                            const std::vector<Setting>& reference,
-                                            const std::string& owner) {
+                                            const std::vector<Setting>& reference) {
   std::map<std::string, std::pair<const std::string*, const std::string*>> by_key;
   for (const Setting& s : mine) by_key[s.key].first = &s.value;
   for (const Setting& s : reference) by_key[s.key].second = &s.value;
@@ -27,7 +26,7 @@ std::optional<std::string> SettingsMismatch(const std::vector<Setting>& mine,
     const auto [here, there] = values;
     if (here != nullptr && there != nullptr && *here == *there) continue;
     out += (out.empty() ? "" : "; ") + key + ": " + (here ? *here : std::string("(not sent)")) +
-           " here, " + (there ? *there : std::string("(not sent)")) + " for " + owner;
+           " here, " + (there ? *there : std::string("(not sent)")) + " there";
   }
   if (out.empty()) return std::nullopt;
   return out;

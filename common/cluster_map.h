@@ -38,11 +38,10 @@ inline constexpr size_t kMaxSettingKeyBytes = 128;
 inline constexpr size_t kMaxSettingValueBytes = 4096;
 
 // Where `mine` differs from `reference` (spec/cluster_settings.h): "key: A
-// here, B for <owner>" for each key whose value differs or that only one
-// of them has, joined by "; " (nullopt when they agree).
+// here, B there" for each key whose value differs or that only one of them
+// has ("(not sent)"), joined by "; " (nullopt when they agree).
 std::optional<std::string> SettingsMismatch(const std::vector<Setting>& mine,
-                                            const std::vector<Setting>& reference,
-                                            const std::string& owner);
+                                            const std::vector<Setting>& reference);
 
 struct MemberInfo {
   Role role = Role::kWorker;

@@ -169,21 +169,20 @@ void CoordinatorImpl::HandleRegister(const ConnPtr& conn, uint64_t id, RegisterI
   // Settings a member must share with the cluster (all members) and with
   // its job (workers): each key that differs, with both values.
   if (shared_settings_owner_) {
-    if (auto mismatch =
-            SettingsMismatch(info.shared_settings, shared_settings_, *shared_settings_owner_)) {
+    if (auto mismatch = SettingsMismatch(info.shared_settings, shared_settings_)) {
       refuse(
-          fmt::format("settings differ from the cluster's: {}; allowed: the values of the "
-                      "config every shard and worker of the cluster runs",
-                      *mismatch));
+          fmt::format("settings differ from the cluster's (set by {}): {}; allowed: the values "
+                      "of the config every shard and worker of the cluster runs",
+                      *shared_settings_owner_, *mismatch));
       return;
     }
   }
   if (!shard && job_settings_owner_) {
-    if (auto mismatch = SettingsMismatch(info.job_settings, job_settings_, *job_settings_owner_)) {
+    if (auto mismatch = SettingsMismatch(info.job_settings, job_settings_)) {
       refuse(
-          fmt::format("settings differ from job {}'s: {}; allowed: the values of the config "
-                      "every worker of the job runs",
-                      map_.job, *mismatch));
+          fmt::format("settings differ from job {}'s (set by {}): {}; allowed: the values of "
+                      "the config every worker of the job runs",
+                      map_.job, *job_settings_owner_, *mismatch));
       return;
     }
   }

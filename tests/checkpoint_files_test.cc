@@ -9,11 +9,14 @@
 
 #include <gtest/gtest.h>
 #include <spdlog/fmt/fmt.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <sstream>
 
 #include "common/sharding.h"
 #include "server/shard_checkpoint.h"
@@ -68,6 +71,31 @@ TEST_F(CheckpointFilesTest, AStepNotHeldNamesTheHeldSteps) {
   ASSERT_FALSE(none.ok());
   EXPECT_NE(none.status().message().find("allowed: a step it holds (none)"), std::string::npos)
       << none.status().ToString();
+}
+
+// A fresh run in a folder of an ended one replaces its checkpoints as it
+// writes its own (a new job under units on a long-running coordinator);
+// each step of another run that goes is logged, naming both runs. Steps of
+// its own run go without a word.
+TEST_F(CheckpointFilesTest, RemovingAnotherRunsStepIsLogged) {
+  std::ostringstream out;
+  auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+      "ckpt", std::make_shared<spdlog::sinks::ostream_sink_mt>(out)));
+  ASSERT_TRUE(WriteCheckpointPart(dir_, 7, "shard-0", data_, shape_, {}, "aaaa").ok());
+  ASSERT_TRUE(WriteCheckpointPart(dir_, 10, "shard-0", data_, shape_, {}, "bbbb").ok());
+  EXPECT_EQ(out.str().find("of step 7"), std::string::npos) << "step 7 is kept: " << out.str();
+  ASSERT_TRUE(WriteCheckpointPart(dir_, 20, "shard-0", data_, shape_, {}, "bbbb").ok());
+  ASSERT_TRUE(WriteCheckpointPart(dir_, 30, "shard-0", data_, shape_, {}, "bbbb").ok());
+  spdlog::set_default_logger(previous);
+  const std::string log = out.str();
+  EXPECT_NE(log.find("removing shard-0's checkpoint of step 5 of another run (unnamed): this "
+                     "run (bbbb)"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("checkpoint of step 7 of another run (aaaa)"), std::string::npos) << log;
+  EXPECT_EQ(log.find("step 10"), std::string::npos) << "its own run's step: " << log;
+  EXPECT_EQ(HeldSteps(dir_, "shard-0"), (std::vector<uint64_t>{20, 30}));
 }
 
 TEST_F(CheckpointFilesTest, ABinLargerThanItsManifestSaysIsRefusedUnread) {

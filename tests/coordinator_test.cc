@@ -130,8 +130,9 @@ TEST_F(CoordinatorTest, SettingsMismatchIsRefusedNamingKeysAndValues) {
   auto refused = worker0->Register(member(Role::kWorker, 0, async, {}), 2s);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(refused.status().message().find("settings differ from the cluster's: ps.consistency: "
-                                            "\"async\" here, \"bsp\" for shard 0"),
+  EXPECT_NE(refused.status().message().find(
+                "settings differ from the cluster's (set by shard 0 (node 'node-a', pid 1001)): "
+                "ps.consistency: \"async\" here, \"bsp\" there"),
             std::string::npos)
       << refused.status().message();
   EXPECT_EQ(refused.status().message().find("learning_rate"), std::string::npos)
@@ -150,7 +151,8 @@ TEST_F(CoordinatorTest, SettingsMismatchIsRefusedNamingKeysAndValues) {
   auto other_batch = worker1->Register(member(Role::kWorker, 1, shared, batch_2048), 2s);
   ASSERT_FALSE(other_batch.ok());
   EXPECT_NE(other_batch.status().message().find(
-                "settings differ from job 1's: training.batch_size: 2048 here, 1024 for worker 0"),
+                "settings differ from job 1's (set by worker 0 (node 'node-a', pid 1001)): "
+                "training.batch_size: 2048 here, 1024 there"),
             std::string::npos)
       << other_batch.status().message();
   // A shard sends no job settings: only the workers of a job must agree.

@@ -6,6 +6,7 @@
 
 #include <cstring>
 
+#include "spec/cluster_settings.h"
 #include "tests/ps_test_util.h"
 
 namespace gridsync {
@@ -332,6 +333,7 @@ TEST(PsShardTest, ANewJobStartsAfreshAndAStaleWorkerIsRefusedByName) {
     info.role = Role::kWorker;
     info.node = "node0";
     info.tables = testing::SpecOf(cluster->config).model.tables;
+    info.shared_settings = SharedSettings(testing::SpecOf(cluster->config));
     auto registered = (*worker)->Register(info, 2s);
     ASSERT_TRUE(registered.ok()) << registered.status().ToString();
     ASSERT_TRUE((*worker)->Barrier("init", 1, "worker-0", 2s).ok());
