@@ -57,7 +57,7 @@ inline CLI::Validator FiniteRange(double lo, double hi) {
 // strtoull, so "-1" became 18446744073709551615 and a value past 2^64 was
 // clamped, and the error that followed named a step nobody typed.
 inline CLI::Validator StepNumber() {
-  constexpr uint64_t kMaxStep = 10'000'000;  // training.steps' bound (common/config.cc)
+  constexpr uint64_t kMaxStep = kMaxTrainingSteps;
   const std::string allowed = "a step from 0 to " + std::to_string(kMaxStep);
   return CLI::Validator(
       [allowed](std::string& input) -> std::string {

@@ -502,8 +502,8 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
     const bool accumulation_ok = r.Int("gradient_accumulation", &t.gradient_accumulation, 1, 1024);
     const bool dynamic_ok = r.Bool("dynamic_resolution", &t.dynamic_resolution);
     const bool dynamic_steps_ok =
-        r.Int("dynamic_resolution_steps", &t.dynamic_resolution_steps, 0, 10'000'000);
-    r.Int("steps", &t.steps, 1, 10'000'000);
+        r.Int("dynamic_resolution_steps", &t.dynamic_resolution_steps, 0, kMaxTrainingSteps);
+    r.Int("steps", &t.steps, 1, kMaxTrainingSteps);
     r.Uint64("seed", &t.seed);
     r.Int("threads", &t.threads, 1, 256);
     r.Int("log_every", &t.log_every, 0, std::numeric_limits<int>::max());
@@ -631,7 +631,7 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
   {
     CheckpointConfig& k = config.checkpoint;
     SectionReader r(&problems, "checkpoint", top.Object("checkpoint"));
-    r.Int("every_steps", &k.every_steps, 0, 10'000'000);
+    r.Int("every_steps", &k.every_steps, 0, kMaxTrainingSteps);
     r.String("dir", &k.dir,
              {.allowed = "a folder for the shards' checkpoints, at most 4095 bytes (PATH_MAX)",
               .max_length = kMaxPathBytes});

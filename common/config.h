@@ -24,6 +24,10 @@
 
 namespace gridsync {
 
+// The most steps a run (training.steps), a checkpoint cadence or a step
+// flag (--resume-step, --start-step) may name.
+inline constexpr int kMaxTrainingSteps = 10'000'000;
+
 inline constexpr int kConfigErrorExitCode = 2;
 // A process refused to start a job afresh over checkpoints another run left
 // (CheckFreshStart), or to start from checkpoint files of another run than
@@ -191,7 +195,7 @@ struct TrainingConfig {
   int gradient_accumulation = 1;  // 1..1024, must divide batch_size
   bool dynamic_resolution = false;
   int dynamic_resolution_steps = 0;  // 0 = steps/2; step by which every level is on
-  int steps = 1000;                  // 1..10'000'000
+  int steps = 1000;                  // 1..kMaxTrainingSteps
   uint64_t seed = 1337;
   int threads = 1;      // 1..256
   int log_every = 100;  // 0 = never; >= 0

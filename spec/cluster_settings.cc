@@ -2,7 +2,6 @@
 
 #include <nlohmann/json.hpp>
 #include <set>
-#include <string_view>
 
 namespace gridsync {
 namespace {
@@ -22,6 +21,18 @@ void AddSection(const Json& config, const std::string& name, const std::set<std:
   }
 }
 
+// The keys of "distributed" and "training" the shards act on too: shared,
+// so the job's lists leave them out.
+const std::set<std::string> kSharedDistributed = {"enable", "gradient_sync", "world_size",
+                                                  "model_parallel", "mp_dim"};
+const std::set<std::string> kSharedTraining = {"learning_rate"};
+
+// Sets a and b together.
+std::set<std::string> Union(std::set<std::string> a, const std::set<std::string>& b) {
+  a.insert(b.begin(), b.end());
+  return a;
+}
+
 }  // namespace
 
 std::vector<Setting> SharedSettings(const RunSpec& spec) {
@@ -31,9 +42,8 @@ std::vector<Setting> SharedSettings(const RunSpec& spec) {
   // ps: all but where this shard listens and how many threads it has.
   AddSection(config, "ps", {}, {"base_port", "threads"}, &out);
   AddSection(config, "compression", {}, {}, &out);
-  AddSection(config, "distributed",
-             {"enable", "gradient_sync", "world_size", "model_parallel", "mp_dim"}, {}, &out);
-  AddSection(config, "training", {"learning_rate"}, {}, &out);
+  AddSection(config, "distributed", kSharedDistributed, {}, &out);
+  AddSection(config, "training", kSharedTraining, {}, &out);
   AddSection(config, "checkpoint", {"every_steps"}, {}, &out);
   // Resolved: "auto" places Adam by the codec, and a shard and a worker
   // must place it alike.
@@ -44,11 +54,12 @@ std::vector<Setting> SharedSettings(const RunSpec& spec) {
 std::vector<Setting> JobSettings(const RunSpec& spec, const std::string& image_digest) {
   const Json config = spec.config.ToJson();
   std::vector<Setting> out;
-  AddSection(config, "training", {}, {"learning_rate", "device", "threads", "log_every"}, &out);
-  AddSection(config, "distributed", {},
-             {"enable", "gradient_sync", "world_size", "model_parallel", "mp_dim", "master_addr",
-              "master_port", "timeout_s"},
+  // Per host: the device, threads, the log cadence, the coordinator's
+  // address as this host reaches it, the timeouts.
+  AddSection(config, "training", {}, Union(kSharedTraining, {"device", "threads", "log_every"}),
              &out);
+  AddSection(config, "distributed", {},
+             Union(kSharedDistributed, {"master_addr", "master_port", "timeout_s"}), &out);
   AddSection(config, "task", {"type"}, {}, &out);
   out.push_back({"task.image (its pixels)", image_digest});
   return out;
