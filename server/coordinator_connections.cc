@@ -228,6 +228,9 @@ void CoordinatorImpl::ReadBody(const ConnPtr& conn) {
       conn->read_timer->cancel();
       ReleasePending(*conn);  // the message is whole: no longer pending
       conn->body.resize(conn->body_length / 8);
+      kj::ArrayPtr<const capnp::word> words(reinterpret_cast<const capnp::word*>(conn->body.data()),
+                                            conn->body.size());
+      std::vector<capnp::word> opened_words;  // a sealed frame's plain text
       if (conn->session) {
         auto opened = wire::OpenSealedBody(*conn->session, conn->body.data(), conn->body_length);
         if (!opened.ok()) {
@@ -236,13 +239,13 @@ void CoordinatorImpl::ReadBody(const ConnPtr& conn) {
           Close(conn, "a sealed frame did not open");
           return;
         }
-        conn->body = std::move(opened).value();
+        opened_words = std::move(opened).value();
+        words = kj::ArrayPtr<const capnp::word>(opened_words.data(), opened_words.size());
       }
       uint64_t request_id = 0;
-      auto request = wire::DecodeRequest(
-          kj::ArrayPtr<const capnp::word>(conn->body.data(), conn->body.size()), &request_id);
+      auto request = wire::DecodeRequest(words, &request_id);
       // Shrink big buffers back; keep small ones for the next request.
-      if (conn->body.capacity() > 4096) std::vector<capnp::word>().swap(conn->body);
+      if (conn->body.capacity() > 4096) std::vector<uint64_t>().swap(conn->body);
       if (!request.ok()) {
         Fail(conn, request_id, request.status());
         return;

@@ -157,7 +157,9 @@ struct Connection {
   uint64_t id;
   std::string peer;
   std::array<uint8_t, wire::kFramePrefixBytes> header{};
-  std::vector<capnp::word> body;
+  // The message's words: capnp::word itself cannot be copied or moved, which
+  // clang holds against vector::resize, so they are kept as their integers.
+  std::vector<uint64_t> body;
   size_t body_length = 0;    // bytes the current message announced
   size_t body_received = 0;  // bytes of it received so far
   uint64_t pending = 0;      // this connection's share of pending_bytes_

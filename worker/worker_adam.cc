@@ -57,7 +57,7 @@ namespace {
 
 // Rows this far ahead have their Adam state prefetched: a sparse table's
 // rows are scattered over state far larger than the caches.
-constexpr size_t kPrefetchDistance = 16;
+constexpr size_t kPrefetchDistance = 96;
 
 // UpdateTable's loop, with the width known at compile time (W > 0: the
 // compiler unrolls the row) or at run time (W = 0: `width`).

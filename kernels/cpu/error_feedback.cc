@@ -17,7 +17,7 @@ namespace {
 
 // Rows this far ahead have their residual prefetched: a step's rows are
 // spread over tables far larger than the caches.
-constexpr size_t kFeedbackPrefetch = 16;
+constexpr size_t kFeedbackPrefetch = 96;
 
 // What RestoreState may allocate whatever the state's size (see there).
 constexpr double kRestoreFloorBytes = 256.0 * (1 << 20);
