@@ -21,7 +21,9 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "common/cluster_map.h"
 #include "common/status.h"
 #include "common/wire/curve.h"
 
@@ -88,6 +90,14 @@ struct CoordinatorOptions {
   // security.curve: every connection must prove a role key (authHello, then
   // auth) before anything else, and may register only as that role.
   wire::ControlAuth auth;
+  // The settings every shard and worker must share (spec/cluster_settings.h
+  // SharedSettings) and the source to name in a refusal. gridsync-
+  // coordinator sets them from its own config, so that a member whose
+  // config differs is refused even when it is the first to register (the
+  // rest would otherwise be refused, naming it). Empty: the first member
+  // to register defines them, until no member is left.
+  std::vector<Setting> shared_settings;
+  std::string shared_settings_source;
 };
 
 // What the control plane holds and has done, for metrics and monitors.

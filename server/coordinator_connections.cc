@@ -580,8 +580,7 @@ void CoordinatorImpl::Cleanup(const ConnPtr& conn, const std::string& reason) {
       // The job is gone; the next one may bring other tables.
       tables_owner_.reset();
       map_.tables.clear();
-      shared_settings_.clear();
-      shared_settings_owner_.reset();
+      ResetSharedSettings();
       if (!shutting_down_)
         spdlog::info("no shards or workers left; the cluster's tables are forgotten");
     }

@@ -210,6 +210,7 @@ class CoordinatorImpl final : public Coordinator {
       : options_(options), acceptor_(io_), accept_retry_(io_), heartbeat_timer_(io_) {
     map_.expected_shards = options.expected_shards;
     map_.expected_workers = options.expected_workers;
+    ResetSharedSettings();
   }
   ~CoordinatorImpl() override {
     Stop();
@@ -389,6 +390,12 @@ class CoordinatorImpl final : public Coordinator {
   // job's, from its first worker, forgotten when no worker is left.
   std::vector<Setting> shared_settings_;
   std::optional<std::string> shared_settings_owner_;
+  // To the options' settings, or to none (the next member defines them).
+  void ResetSharedSettings() {
+    shared_settings_ = options_.shared_settings;
+    shared_settings_owner_.reset();
+    if (!shared_settings_.empty()) shared_settings_owner_ = options_.shared_settings_source;
+  }
   std::vector<Setting> job_settings_;
   std::optional<std::string> job_settings_owner_;
   std::vector<std::shared_ptr<Waiter>> map_waiters_;

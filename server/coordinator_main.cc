@@ -24,6 +24,7 @@
 #include "ops/service_watchdog.h"
 #include "server/coordinator.h"
 #include "server/serve_metrics.h"
+#include "spec/cluster_settings.h"
 #include "spec/run_spec.h"
 
 int main(int argc, char** argv) {
@@ -77,7 +78,8 @@ int main(int argc, char** argv) {
                  config_path.c_str());
     return gridsync::kConfigErrorExitCode;
   }
-  if (auto spec = gridsync::RunSpec::Resolve(*config); !spec.ok()) {
+  auto spec = gridsync::RunSpec::Resolve(*config);
+  if (!spec.ok()) {
     std::fprintf(stderr, "%s\n", spec.status().message().c_str());
     return gridsync::kConfigErrorExitCode;
   }
@@ -107,6 +109,10 @@ int main(int argc, char** argv) {
     return gridsync::kConfigErrorExitCode;
   }
   options.auth = *auth;
+  // This config is the cluster's: a member whose shared settings differ is
+  // refused, naming this file, whichever registers first.
+  options.shared_settings = gridsync::SharedSettings(*spec);
+  options.shared_settings_source = "the coordinator's config " + config_path;
   // With checkpoints, the job survives this process: restarted, it serves
   // the same job and its restarted shards and workers rejoin it.
   if (config->checkpoint.every_steps > 0) {

@@ -1,6 +1,9 @@
 // gridsync-coordinator as a child process: its exit codes, serving a client
 // until SIGTERM, and systemd's readiness and watchdog over a real notify
 // socket.
+#include "common/config.h"
+#include "spec/cluster_settings.h"
+#include "spec/run_spec.h"
 #include "tests/coordinator_test_util.h"
 
 namespace gridsync {
@@ -141,6 +144,13 @@ TEST_F(CoordinatorBinaryTest, ServesAClientAndExitsZeroOnSigterm) {
               log);
   ASSERT_TRUE(child.started());
 
+  // What a shard or worker running this config registers with.
+  auto loaded = Config::LoadFile(config);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  auto spec = RunSpec::Resolve(*loaded);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  const std::vector<Setting> shared = SharedSettings(*spec);
+
   auto client = CoordinatorClient::Connect("127.0.0.1", port, 5s);
   ASSERT_TRUE(client.ok()) << client.status().ToString() << "\n" << ReadFile(log);
   auto map = (*client)->GetMap(false, 0ms);
@@ -154,6 +164,15 @@ TEST_F(CoordinatorBinaryTest, ServesAClientAndExitsZeroOnSigterm) {
     RegisterInfo info = Member(Role::kWorker, -1);
     info.node = "node-x";
     info.pid = 4242;
+    // The coordinator's config defines the cluster's settings: a member
+    // without them is refused, though it registers first.
+    auto bare = (*worker)->Register(info, 2s);
+    ASSERT_FALSE(bare.ok()) << "a first member without the config's settings was let in";
+    EXPECT_NE(bare.status().message().find("(set by the coordinator's config " + config +
+                                           "): checkpoint.every_steps: (not sent) here, 0 there"),
+              std::string::npos)
+        << bare.status().message();
+    info.shared_settings = shared;
     auto reg = (*worker)->Register(info, 2s);
     ASSERT_TRUE(reg.ok()) << reg.status().ToString();
     EXPECT_EQ(reg->rank, 0u);
@@ -179,6 +198,7 @@ TEST_F(CoordinatorBinaryTest, ServesAClientAndExitsZeroOnSigterm) {
     ASSERT_TRUE(worker.ok());
     RegisterInfo info = Member(Role::kWorker, -1);
     info.node = "node-y";
+    info.shared_settings = shared;
     auto reg = (*worker)->Register(info, 2s);
     ASSERT_TRUE(reg.ok()) << reg.status().ToString();
     ASSERT_TRUE((*worker)->Barrier("done", 1, "worker-0", 2s).ok());

@@ -191,6 +191,56 @@ TEST_F(CoordinatorTest, SettingsMismatchIsRefusedNamingKeysAndValues) {
   ExpectHealthy();
 }
 
+// With the coordinator's own settings (gridsync-coordinator sets them from
+// its config), the first member to register does not define them: an odd
+// first member is refused, naming the coordinator's config, and the
+// reference outlives every member.
+TEST_F(CoordinatorTest, TheCoordinatorsSettingsAreTheReferenceFromTheStart) {
+  CoordinatorOptions options;
+  options.expected_shards = 1;
+  options.expected_workers = 1;
+  options.shared_settings = {{"ps.consistency", "\"bsp\""}, {"training.learning_rate", "0.01"}};
+  options.shared_settings_source = "the coordinator's config cluster.json";
+  coordinator_.reset();
+  auto started = Coordinator::Start(options);
+  ASSERT_TRUE(started.ok()) << started.status().ToString();
+  coordinator_ = std::move(started).value();
+
+  auto member = [&](Role role, int32_t rank, std::vector<Setting> shared) {
+    RegisterInfo info = Member(role, rank);
+    info.shared_settings = std::move(shared);
+    return info;
+  };
+  const std::vector<Setting> async = {{"ps.consistency", "\"async\""},
+                                      {"training.learning_rate", "0.01"}};
+  for (int round = 0; round < 2; ++round) {
+    // Round 1: after every member left, the reference is still the config's.
+    auto odd = Connect();
+    ASSERT_TRUE(odd);
+    auto refused = odd->Register(member(Role::kWorker, 0, async), 2s);
+    ASSERT_FALSE(refused.ok()) << "round " << round << ": the first member was not refused";
+    EXPECT_NE(refused.status().message().find(
+                  "settings differ from the cluster's (set by the coordinator's config "
+                  "cluster.json): ps.consistency: \"async\" here, \"bsp\" there"),
+              std::string::npos)
+        << refused.status().message();
+    auto shard = Connect();
+    ASSERT_TRUE(shard);
+    auto joined = shard->Register(member(Role::kShard, 0, options.shared_settings), 2s);
+    ASSERT_TRUE(joined.ok()) << "round " << round << ": " << joined.status().ToString();
+    shard.reset();
+    auto observer = Connect();
+    ASSERT_TRUE(observer);
+    for (auto start = Clock::now(); Since(start) < 2s;) {
+      auto map = observer->GetMap(false, 0ms);
+      ASSERT_TRUE(map.ok());
+      if (map->shards.empty()) break;
+      std::this_thread::sleep_for(10ms);
+    }
+  }
+  ExpectHealthy();
+}
+
 TEST_F(CoordinatorTest, GenerationBumpsOnJoinAndOnDisconnect) {
   auto observer = Connect();
   ASSERT_TRUE(observer);
