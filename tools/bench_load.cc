@@ -134,6 +134,7 @@
 #include "tools/bench.h"
 #include "tools/bench_load.h"
 #include "tools/bench_shard_map.h"
+#include "tools/cpu_groups.h"
 #include "worker/ps_client.h"
 
 namespace gridsync::bench {
@@ -269,6 +270,14 @@ int RunLoad(const LoadArgs& args) {
     for (uint32_t c = 0; c < args.width; ++c) initial[row * args.width + c] = InitialValue(row, c);
   }
   const double push_bytes = args.rows * (sizeof(uint32_t) + args.width * 4.0);
+  std::unique_ptr<CpuGroups> groups;
+  if (args.shard_host) {
+    auto made = CpuGroups::Make({"shard", "workers"});
+    if (!made.ok()) return BadArgs("--shard-host: " + made.status().message());
+    groups = std::move(made).value();
+    if (Status joined = groups->Join("workers", ::getpid()); !joined.ok())
+      return BadArgs("--shard-host: " + joined.message());
+  }
   const std::string io = args.client_io_threads > 0
                              ? "one context for all workers, " +
                                    std::to_string(args.client_io_threads) + " I/O thread(s)"
@@ -280,10 +289,15 @@ int RunLoad(const LoadArgs& args) {
       "on W threads (ZeroMQ I/O: %s); table %llu rows x %u floats; %u rows per push and per "
       "pull (sorted distinct ids, a random window walked in gaps of 1..%u; %u such batches made "
       "before the run, each iteration picking one at random); %.1f s per W after %d warmup "
-      "iterations per worker; timeout %d ms; %u cores\n",
+      "iterations per worker; timeout %d ms; %u cores; %s\n",
       ShardOptions{}.threads, io.c_str(), static_cast<unsigned long long>(args.table_rows),
       args.width, args.rows, kMaxGap, load::kBatchPool, args.seconds, args.warmup, args.timeout_ms,
-      std::thread::hardware_concurrency());
+      std::thread::hardware_concurrency(),
+      groups ? ("--shard-host: the shard's process and the workers' in CPU groups of equal "
+                "shares under " +
+                groups->path() + " (under contention each has half the cores)")
+                   .c_str()
+             : "the shard and the workers share the cores");
   std::printf(
       "# per iteration: Push (send + ack; push_*) then SendPull + ReceivePull of the next batch "
       "(pull_*); p50/p99 by nearest rank over all workers; kops/s = (pushes + pulls) / s; GB/s = "
@@ -323,7 +337,7 @@ int RunLoad(const LoadArgs& args) {
     for (size_t i = 0; i < args.workers.size(); ++i) {
       const uint32_t n = args.workers[(i + static_cast<size_t>(round)) % args.workers.size()];
       std::fprintf(stderr, "gridsync-bench load: round %d, %u workers...\n", round + 1, n);
-      results.push_back(RunWorkers(args, partition, tables, n, initial));
+      results.push_back(RunWorkers(args, partition, tables, n, initial, groups.get()));
       results.back().round = round;
     }
   }
@@ -441,6 +455,7 @@ int RunLoad(const LoadArgs& args) {
                        {"timeout_ms", args.timeout_ms},
                        {"seed", args.seed},
                        {"client_io_threads", args.client_io_threads},
+                       {"shard_host", args.shard_host},
                        {"cores", std::thread::hardware_concurrency()},
                        {"payload_bytes_per_iteration", 2 * push_bytes}};
     out["rows"] = nlohmann::json::array();
@@ -535,6 +550,9 @@ Runner AddLoadCommand(CLI::App* app) {
                   "ZeroMQ I/O threads of one context all workers share (as one process running "
                   "many workers would); 0: a context per worker")
       ->check(CLI::Range(0, 64));
+  cmd->add_flag("--shard-host", args->shard_host,
+                "Emulate the shard's own host: its process and the workers' in cgroup v1 CPU "
+                "groups of equal shares (root)");
   cmd->add_option("--json", args->json_out, "Write the results as JSON to this file");
   return [args] { return RunLoad(*args); };
 }

@@ -16,6 +16,10 @@
 #include "common/cluster_map.h"
 #include "common/sharding.h"
 
+namespace gridsync::bench {
+class CpuGroups;
+}
+
 namespace gridsync::bench::load {
 
 using Clock = std::chrono::steady_clock;
@@ -41,6 +45,9 @@ struct LoadArgs {
   // The workers' ZeroMQ I/O threads: > 0, one context with that many shared
   // by every worker; 0, a context (and an I/O thread) per worker.
   int client_io_threads = 1;
+  // Emulate the shard's own host: the shard's process and this one (the
+  // workers) in CPU groups of equal shares (tools/cpu_groups.h).
+  bool shard_host = false;
   std::string json_out;
 };
 
@@ -85,8 +92,9 @@ double MiB(double bytes);
 float InitialValue(uint64_t row, uint32_t col);
 // One shard and n worker threads for args.seconds (after args.warmup
 // iterations each): see bench_load.cc's file comment for what is measured.
+// With `groups` (args.shard_host), the shard's process joins its "shard".
 WorkerCountResult RunWorkers(const LoadArgs& args, const Partition& partition,
                              const std::vector<TableInfo>& tables, uint32_t n,
-                             const std::vector<float>& initial);
+                             const std::vector<float>& initial, CpuGroups* groups);
 
 }  // namespace gridsync::bench::load

@@ -31,6 +31,7 @@
 #include "tools/bench_load.h"
 #include "tools/bench_load_shard.h"
 #include "tools/bench_shard_map.h"
+#include "tools/cpu_groups.h"
 #include "worker/ps_client.h"
 
 namespace gridsync::bench::load {
@@ -224,7 +225,7 @@ float InitialValue(uint64_t row, uint32_t col) { return InitialValueOf(row, col)
 
 WorkerCountResult RunWorkers(const LoadArgs& args, const Partition& partition,
                              const std::vector<TableInfo>& tables, uint32_t n,
-                             const std::vector<float>& initial) {
+                             const std::vector<float>& initial, CpuGroups* groups) {
   WorkerCountResult r;
   r.workers = n;
   auto fail = [&](const Status& s) {
@@ -238,6 +239,10 @@ WorkerCountResult RunWorkers(const LoadArgs& args, const Partition& partition,
   const auto timeout = std::chrono::milliseconds(args.timeout_ms);
   auto shard = ShardProcess::Fork(partition, n, timeout);
   if (!shard.ok()) return fail(shard.status());
+  if (groups != nullptr) {
+    if (Status joined = groups->Join("shard", (*shard)->pid()); !joined.ok())
+      return fail(joined.WithContext("the shard's CPU group"));
+  }
   r.rss0 = (*shard)->at_start().rss;
 
   std::vector<Batch> pool;
