@@ -75,6 +75,64 @@ TEST(SecurityTest, KeysRoundTripAndSecretFilesArePrivate) {
   fs::remove_all(dir);
 }
 
+// Key files are input: what is no small regular file is refused before it
+// is read (a probe's /dev/zero took gigabytes, a FIFO hung check-config),
+// a pair must be one pair and match its .pub, and the public keys that
+// decide who is admitted must not be writable by others.
+TEST(SecurityTest, KeyFilesAreRefusedUnlessSmallRegularAndConsistent) {
+  const std::string dir = MakeKeys();
+  auto expect_refused = [&](const Status& status, const std::string& what) {
+    ASSERT_FALSE(status.ok()) << what << " was taken";
+    EXPECT_NE(status.message().find(what), std::string::npos) << status.ToString();
+  };
+  const std::string worker_key = dir + "/worker.key";
+  const auto good_lines = [&] {
+    std::ifstream in(worker_key);
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    return lines;
+  }();
+  ASSERT_EQ(good_lines.size(), 3u);
+  ASSERT_TRUE(wire::LoadCurveKeyPair(dir, "worker").ok());
+
+  fs::rename(worker_key, worker_key + ".kept");
+  fs::create_symlink("/dev/zero", worker_key);
+  expect_refused(wire::LoadCurveKeyPair(dir, "worker").status(), "is a character device");
+  fs::remove(worker_key);
+  ASSERT_EQ(::mkfifo(worker_key.c_str(), 0600), 0);
+  expect_refused(wire::LoadCurveKeyPair(dir, "worker").status(), "is a FIFO");
+  fs::remove(worker_key);
+  {
+    std::ofstream big(worker_key);
+    big << std::string(5000, '#') << "\n";
+  }
+  ::chmod(worker_key.c_str(), 0600);
+  expect_refused(wire::LoadCurveKeyPair(dir, "worker").status(), "holds 5001 bytes");
+
+  // Swapped halves, and another role's pair under this role's name.
+  {
+    std::ofstream swapped(worker_key, std::ios::trunc);
+    swapped << good_lines[0] << "\n" << good_lines[2] << "\n" << good_lines[1] << "\n";
+  }
+  expect_refused(wire::LoadCurveKeyPair(dir, "worker").status(),
+                 "the first key is not the public key of the second");
+  fs::copy_file(dir + "/shard.key", worker_key, fs::copy_options::overwrite_existing);
+  expect_refused(wire::LoadCurveKeyPair(dir, "worker").status(),
+                 "its public key is not the one " + dir + "/worker.pub holds");
+  fs::remove(worker_key);
+  fs::rename(worker_key + ".kept", worker_key);
+  ASSERT_TRUE(wire::LoadCurveKeyPair(dir, "worker").ok());
+
+  ::chmod((dir + "/worker.pub").c_str(), 0666);
+  expect_refused(wire::LoadCurvePublicKey(dir, "worker").status(), "writable by others (mode 666)");
+  ::chmod((dir + "/worker.pub").c_str(), 0644);
+  ::chmod(dir.c_str(), 0777);
+  expect_refused(wire::LoadCurvePublicKey(dir, "worker").status(), "writable by others (mode 777)");
+  ::chmod(dir.c_str(), 0700);
+  EXPECT_TRUE(wire::LoadCurvePublicKey(dir, "worker").ok());
+  fs::remove_all(dir);
+}
+
 // A config with CURVE on and the keys in `dir`.
 Config SecureConfig(const std::string& dir) {
   Config config;

@@ -9,7 +9,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <vector>
+
+#include "common/file_bytes.h"
 
 namespace gridsync::wire {
 namespace {
@@ -20,18 +23,49 @@ bool IsZ85Key(const std::string& text) {
   return zmq_z85_decode(raw, text.c_str()) != nullptr;
 }
 
+// A key file is a few lines (keygen writes under 200 bytes); a bigger one,
+// or one that is no regular file (a FIFO, /dev/zero), is refused before it
+// is opened: reading either whole hung check-config and took gigabytes.
+constexpr uint64_t kMaxKeyFileBytes = 4096;
+
 Result<std::vector<std::string>> ReadLines(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
     return Status::NotFound("cannot read key file " + path + ": " + std::strerror(errno) +
                             "; allowed: a file written by `gridsync keygen`");
   }
+  if (!S_ISREG(st.st_mode)) {
+    return Status::InvalidArgument("key file " + path + " is " + FileKindName(st.st_mode) +
+                                   "; allowed: a regular file written by `gridsync keygen`");
+  }
+  const auto size = static_cast<uint64_t>(st.st_size);
+  if (size > kMaxKeyFileBytes) {
+    return Status::InvalidArgument("key file " + path + " holds " + std::to_string(size) +
+                                   " bytes; allowed: at most " + std::to_string(kMaxKeyFileBytes) +
+                                   ", as `gridsync keygen` writes");
+  }
+  GRIDSYNC_ASSIGN_OR_RETURN(const std::string text, ReadFileOfSize(path, size));
   std::vector<std::string> lines;
+  std::istringstream in(text);
   for (std::string line; std::getline(in, line) && lines.size() < 8;) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (!line.empty() && line[0] != '#') lines.push_back(line);
   }
   return lines;
+}
+
+// Public keys decide who a shard and the coordinator admit: a file, or its
+// folder, that others may write lets them add themselves.
+Status CheckNotWritableByOthers(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return Status::OK();  // reported by its reader
+  if ((st.st_mode & 0022) != 0) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: writable by others (mode {:o}), who could put their own key in place; allowed: "
+        "writable by its owner only (such as 0644 for a public key, 0700 for the folder)",
+        path, st.st_mode & 0777));
+  }
+  return Status::OK();
 }
 
 }  // namespace
@@ -83,11 +117,33 @@ Result<CurveKeyPair> LoadCurveKeyPair(const std::string& dir, const std::string&
                                    std::to_string(st.st_mode & 0777) + " octal " +
                                    fmt::format("{:o}", st.st_mode & 0777) + "); allowed: 0600");
   }
+  // The public half must be the secret's: a pair with its lines swapped, or
+  // halves from two pairs, passed here and failed at the first handshake.
+  char derived[41] = {};
+  if (zmq_curve_public(derived, lines[1].c_str()) != 0 || lines[0] != derived) {
+    return Status::InvalidArgument(path +
+                                   ": the first key is not the public key of the second (swapped "
+                                   "lines, or halves of two pairs); allowed: a pair as `gridsync "
+                                   "keygen` writes it, public then secret");
+  }
+  // And the role's public file, which the other side admits, must name it.
+  const std::string pub = dir + "/" + name + ".pub";
+  if (std::filesystem::exists(pub)) {
+    GRIDSYNC_ASSIGN_OR_RETURN(const std::string listed, LoadCurvePublicKey(dir, name));
+    if (listed != lines[0]) {
+      return Status::InvalidArgument(path + ": its public key is not the one " + pub +
+                                     " holds, which the others admit role " + name +
+                                     " by; allowed: the pair and the .pub `gridsync keygen` "
+                                     "wrote together");
+    }
+  }
   return CurveKeyPair{lines[0], lines[1]};
 }
 
 Result<std::string> LoadCurvePublicKey(const std::string& dir, const std::string& name) {
   const std::string path = dir + "/" + name + ".pub";
+  GRIDSYNC_RETURN_IF_ERROR(CheckNotWritableByOthers(dir));
+  GRIDSYNC_RETURN_IF_ERROR(CheckNotWritableByOthers(path));
   GRIDSYNC_ASSIGN_OR_RETURN(auto lines, ReadLines(path));
   if (lines.size() != 1 || !IsZ85Key(lines[0])) {
     return Status::InvalidArgument(path +
