@@ -285,6 +285,18 @@ std::vector<std::string> InertSectionNotes(const Json& root, const DistributedCo
 std::vector<std::string> InertValueNotes(const Config& c) {
   std::vector<std::string> lines;
   const DistributedConfig& d = c.distributed;
+  if (!d.enable && c.security.mode == SecurityMode::kCurve) {
+    lines.push_back(
+        "security.mode \"curve\": no effect with distributed.enable false (one process trains "
+        "and opens no connection, so no key is loaded); used with distributed.enable true");
+  }
+  // hybrid reduces inside each node before the PS whatever the key says.
+  if (d.enable && d.hierarchical && d.gradient_sync == GradientSyncMode::kHybrid) {
+    lines.push_back(
+        "distributed.hierarchical: true changes nothing under gradient_sync \"hybrid\", which "
+        "always reduces inside each node first (a collective there, the PS across nodes); used "
+        "with gradient_sync \"nccl\" (its hierarchical all-reduce)");
+  }
   if (!c.security.curve && !c.security.keys_dir.empty()) {
     lines.push_back(
         "security.keys_dir: no effect: the cluster runs on one machine, so security.mode "

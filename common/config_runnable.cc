@@ -33,8 +33,8 @@ std::vector<std::string> Config::NotesFor(bool standalone) const {
   std::vector<std::string> lines = notes.lines;
   if (standalone && distributed.enable) {
     std::string line =
-        "--standalone: one process trains, so distributed.*, ps.* and compression.* have no "
-        "effect in this run";
+        "--standalone: one process trains, so distributed.*, ps.*, compression.* and "
+        "security.* have no effect in this run";
     if (compression.codec != "none" || compression.pull) {
       line += " (compression.codec \"" + compression.codec + "\"" +
               (compression.pull ? ", compression.pull true" : "") + ": nothing is compressed)";

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <filesystem>
@@ -83,6 +84,25 @@ Result<std::string> ReadFileOfSize(const std::string& path, uint64_t size) {
         path, more ? "more" : std::to_string(got), size));
   }
   return bytes;
+}
+
+Status CheckWritableFolder(const std::string& folder) {
+  std::error_code ec;
+  std::filesystem::create_directories(folder, ec);
+  if (ec) {
+    return Status::IOError("cannot create folder '" + folder + "': " + ec.message() +
+                           "; allowed: a folder this process can create and write");
+  }
+  const auto probe =
+      std::filesystem::path(folder) / (".gridsync-write-test-" + std::to_string(::getpid()));
+  std::FILE* f = std::fopen(probe.c_str(), "wb");
+  if (f == nullptr) {
+    return Status::IOError("cannot write in folder '" + folder + "': " + std::strerror(errno) +
+                           "; allowed: a folder this process can write");
+  }
+  std::fclose(f);
+  std::filesystem::remove(probe, ec);
+  return Status::OK();
 }
 
 }  // namespace gridsync

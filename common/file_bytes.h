@@ -31,4 +31,10 @@ Result<uint64_t> FileSize(const std::string& path);
 // short string), cannot be read, or `size` bytes do not fit in memory.
 Result<std::string> ReadFileOfSize(const std::string& path, uint64_t size);
 
+// Creates `folder` if needed and proves a file can be written in it (a
+// temporary one, removed again): the check every process makes at its
+// start for the folders it will write (task.output, checkpoint.dir), so a
+// folder it cannot use is refused then rather than at its first write.
+Status CheckWritableFolder(const std::string& folder);
+
 }  // namespace gridsync

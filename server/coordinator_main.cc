@@ -19,6 +19,7 @@
 
 #include "common/cli_parse.h"
 #include "common/config.h"
+#include "common/file_bytes.h"
 #include "common/logging.h"
 #include "ops/metrics.h"
 #include "ops/service_watchdog.h"
@@ -77,6 +78,14 @@ int main(int argc, char** argv) {
                  "--standalone trains in one process)\n",
                  config_path.c_str());
     return gridsync::kConfigErrorExitCode;
+  }
+  // Its state file goes there: refused now, as check-config refuses it.
+  if (config->checkpoint.every_steps > 0) {
+    if (auto writable = gridsync::CheckWritableFolder(config->checkpoint.dir); !writable.ok()) {
+      std::fprintf(stderr, "%s: checkpoint.dir: %s\n", config_path.c_str(),
+                   writable.message().c_str());
+      return gridsync::kConfigErrorExitCode;
+    }
   }
   auto spec = gridsync::RunSpec::Resolve(*config);
   if (!spec.ok()) {

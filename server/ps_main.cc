@@ -18,6 +18,7 @@
 #include "common/cli_parse.h"
 #include "common/config.h"
 #include "common/coordinator_client.h"
+#include "common/file_bytes.h"
 #include "common/host_address.h"
 #include "common/host_memory.h"
 #include "common/logging.h"
@@ -63,7 +64,8 @@ int main(int argc, char** argv) {
       ->check(gridsync::StepNumber());
   gridsync::OpsFlags ops;
   gridsync::AddOpsFlags(app, &ops, "every applied step");
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
   GRIDSYNC_PARSE_COMMAND_LINE(app, argc, argv);
   if (app.count("--shard") == 0) {
     auto from_env = gridsync::IntFromEnv("GRIDSYNC_SHARD", -1, 0, 255);
@@ -87,6 +89,26 @@ int main(int argc, char** argv) {
   if (auto runnable = config->CheckRunnable(/*standalone=*/false); !runnable.ok()) {
     std::fprintf(stderr, "%s: %s\n", config_path.c_str(), runnable.message().c_str());
     return gridsync::kConfigErrorExitCode;
+  }
+  // As the coordinator refuses it: one process trains alone, no shard runs
+  // (the shard used to log that the cluster's keys had no effect, then use
+  // them to look for a coordinator).
+  if (!config->distributed.enable) {
+    std::fprintf(stderr,
+                 "%s: distributed.enable is false: one process trains alone and no PS shard "
+                 "runs; allowed: distributed.enable true for a cluster (gridsync-worker "
+                 "--standalone trains in one process)\n",
+                 config_path.c_str());
+    return gridsync::kConfigErrorExitCode;
+  }
+  // Refused now, as check-config refuses it, not at the first checkpoint
+  // (a file there had every step's checkpoint fail while the job ran on).
+  if (config->checkpoint.every_steps > 0) {
+    if (auto writable = gridsync::CheckWritableFolder(config->checkpoint.dir); !writable.ok()) {
+      std::fprintf(stderr, "%s: checkpoint.dir: %s\n", config_path.c_str(),
+                   writable.message().c_str());
+      return gridsync::kConfigErrorExitCode;
+    }
   }
   if (shard < 0 || shard >= config->ps.shards) {
     std::fprintf(stderr, "--shard %d: out of range; allowed: 0..%d (ps.shards = %d)\n", shard,

@@ -233,9 +233,9 @@ TEST(CliTest, StandaloneNotesTheClusterSectionsItIgnores) {
            {"worker/gridsync-worker", "--config configs/local.json" + sets}}) {
     const ProcessResult run = Execute(binary, args);
     EXPECT_EQ(run.exit_code, 0) << binary << ": " << run.output;
-    EXPECT_NE(run.output.find("note: --standalone: one process trains, so distributed.*, ps.* "
-                              "and compression.* have no effect in this run (compression.codec "
-                              "\"onebit\": nothing is compressed)"),
+    EXPECT_NE(run.output.find("note: --standalone: one process trains, so distributed.*, ps.*, "
+                              "compression.* and security.* have no effect in this run "
+                              "(compression.codec \"onebit\": nothing is compressed)"),
               std::string::npos)
         << binary << ": " << run.output;
   }
@@ -305,6 +305,26 @@ TEST(CliTest, CheckConfigRefusesMissingKeysAndAnUnwritableCheckpointFolder) {
                 "check-config configs/local.json --set checkpoint.every_steps=2 --set "
                 "checkpoint.dir=/proc/gridsync-cannot-write-here",
                 "checkpoint.dir: cannot create folder '/proc/gridsync-cannot-write-here'");
+}
+
+// A hostile probe: check-config refused a checkpoint.dir that is a file, but
+// gridsync-ps served the job with every checkpoint failing; the shard also
+// took any --log-level (silencing even its fatal error) and a config with
+// distributed.enable false. Each binary refuses them at its start now.
+TEST(CliTest, EveryBinaryRefusesTheCheckpointFolderCheckConfigRefuses) {
+  const std::string sets =
+      " --set checkpoint.every_steps=2 --set checkpoint.dir=configs/local.json";
+  const std::string words = "checkpoint.dir: cannot create folder 'configs/local.json'";
+  ExpectRefused("tools/gridsync", "check-config configs/local.json" + sets, words);
+  ExpectRefused("server/gridsync-ps", "--config configs/local.json --shard 0" + sets, words);
+  ExpectRefused("server/gridsync-coordinator", "--config configs/local.json" + sets, words);
+  ExpectRefused("worker/gridsync-worker", "--config configs/local.json --rank 0" + sets, words);
+  ExpectRefused("server/gridsync-ps",
+                "--config configs/local.json --shard 0 --set distributed.enable=false --set "
+                "distributed.world_size=1",
+                "distributed.enable is false: one process trains alone and no PS shard runs");
+  ExpectRefused("server/gridsync-ps", "--config configs/local.json --shard 0 --log-level bogus",
+                "bogus");
 }
 
 // training.device cuda on a machine without a usable GPU: check-config said

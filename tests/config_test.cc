@@ -450,8 +450,22 @@ TEST(ConfigCombinationTest, HierarchicalNeedsANodeLevelStage) {
                        "gradient_sync \"ps\" does not have; allowed: distributed.hierarchical: "
                        "true with gradient_sync \"nccl\""))
       << msg;
-  EXPECT_TRUE(ParseOk(R"({"distributed": {"hierarchical": true, "gradient_sync": "hybrid"}})")
-                  .distributed.hierarchical);
+  const Config hybrid = ParseOk(
+      R"({"distributed": {"enable": true, "hierarchical": true, "gradient_sync": "hybrid"}})");
+  EXPECT_TRUE(hybrid.distributed.hierarchical);
+  // hybrid is hierarchical by construction: the key is noted as changing
+  // nothing (a probe found two runs equal bit for bit, without a word).
+  ASSERT_EQ(hybrid.notes.lines.size(), 1u);
+  EXPECT_TRUE(Contains(hybrid.notes.lines[0],
+                       "distributed.hierarchical: true changes nothing under gradient_sync "
+                       "\"hybrid\""))
+      << hybrid.notes.lines[0];
+  // Nor does security without a cluster.
+  const Config single = ParseOk(R"({"security": {"mode": "curve", "keys_dir": "/nonexistent"}})");
+  ASSERT_FALSE(single.notes.lines.empty());
+  EXPECT_TRUE(Contains(single.notes.lines[0],
+                       "security.mode \"curve\": no effect with distributed.enable false"))
+      << single.notes.lines[0];
   EXPECT_TRUE(ParseOk(R"({"distributed": {"hierarchical": true}})").distributed.hierarchical);
 }
 

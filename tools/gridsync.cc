@@ -12,6 +12,7 @@
 
 #include "common/cli_parse.h"
 #include "common/config.h"
+#include "common/file_bytes.h"
 #include "common/host_address.h"
 #include "common/wire/curve.h"
 #include "spec/run_spec.h"
@@ -173,7 +174,7 @@ int main(int argc, char** argv) {
         return gridsync::kConfigErrorExitCode;
       }
       if (config->checkpoint.every_steps > 0) {
-        if (auto writable = gridsync::ImageTask::CheckWritableFolder(config->checkpoint.dir);
+        if (auto writable = gridsync::CheckWritableFolder(config->checkpoint.dir);
             !writable.ok()) {
           std::fprintf(stderr, "%s: checkpoint.dir: %s\n", path.c_str(),
                        writable.message().c_str());
@@ -219,7 +220,7 @@ int main(int argc, char** argv) {
           return gridsync::kConfigErrorExitCode;
         }
       }
-      if (auto writable = gridsync::ImageTask::CheckWritableFolder(config->task.output);
+      if (auto writable = gridsync::CheckWritableFolder(config->task.output);
           !writable.ok()) {
         std::fprintf(stderr, "%s: task.output: %s\n", path.c_str(), writable.message().c_str());
         return gridsync::kConfigErrorExitCode;

@@ -296,25 +296,6 @@ double ImageTask::PsnrOf(double squared_error) const {
   const double mse = squared_error / static_cast<double>(pixel_count() * 3);
   return mse > 0 ? -10.0 * std::log10(mse) : 99.0;
 }
-Status ImageTask::CheckWritableFolder(const std::string& folder) {
-  std::error_code ec;
-  std::filesystem::create_directories(folder, ec);
-  if (ec) {
-    return Status::IOError("cannot create folder '" + folder + "': " + ec.message() +
-                           "; allowed: a folder this process can create and write");
-  }
-  const auto probe =
-      std::filesystem::path(folder) / (".gridsync-write-test-" + std::to_string(::getpid()));
-  std::FILE* f = std::fopen(probe.c_str(), "wb");
-  if (f == nullptr) {
-    return Status::IOError("cannot write in folder '" + folder + "': " + std::strerror(errno) +
-                           "; allowed: a folder this process can write");
-  }
-  std::fclose(f);
-  std::filesystem::remove(probe, ec);
-  return Status::OK();
-}
-
 uint8_t ImageTask::ToByte(float value) {
   return static_cast<uint8_t>(std::lround(std::clamp(value, 0.0f, 1.0f) * 255.0f));
 }

@@ -80,10 +80,6 @@ class ImageTask {
   // PSNR in dB of a squared error summed over every pixel.
   double PsnrOf(double squared_error) const;
 
-  // Creates `folder` if needed and proves a file can be written in it (a
-  // temporary one, removed again): the check a run makes before training.
-  // (Declared here, with WritePng, the one writer of task.output.)
-  static Status CheckWritableFolder(const std::string& folder);
   // A prediction's channel as the PNG's byte.
   static uint8_t ToByte(float value);
   // Writes H x W x 3 bytes as a PNG.

@@ -18,6 +18,7 @@
 
 #include "common/cli_parse.h"
 #include "common/config.h"
+#include "common/file_bytes.h"
 #include "common/logging.h"
 #include "common/message_heap.h"
 #include "ops/metrics.h"
@@ -138,9 +139,17 @@ int main(int argc, char** argv) {
                image->height(), config->training.steps);
   // Rank 0 (or a standalone run) writes the reconstruction at the end: an
   // unwritable task.output must fail now, not after the whole run.
+  // Each worker writes its part of every checkpoint: refused now, as
+  // check-config refuses it (standalone runs keep none: CheckRunnable).
+  if (distributed && config->checkpoint.every_steps > 0) {
+    if (auto writable = gridsync::CheckWritableFolder(config->checkpoint.dir); !writable.ok()) {
+      std::fprintf(stderr, "%s: checkpoint.dir: %s\n", config_path.c_str(),
+                   writable.message().c_str());
+      return gridsync::kConfigErrorExitCode;
+    }
+  }
   if (!distributed || ps_options.rank <= 0) {
-    if (auto writable = gridsync::ImageTask::CheckWritableFolder(config->task.output);
-        !writable.ok()) {
+    if (auto writable = gridsync::CheckWritableFolder(config->task.output); !writable.ok()) {
       std::fprintf(stderr, "%s: task.output: %s\n", config_path.c_str(),
                    writable.message().c_str());
       return gridsync::kConfigErrorExitCode;

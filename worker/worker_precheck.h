@@ -1,6 +1,6 @@
 // What a worker checks before it trains, beyond the config itself: that its
 // model, optimizer state and largest micro-batch fit in this machine's
-// memory (task.output's folder: ImageTask::CheckWritableFolder). One place for gridsync-worker,
+// memory (task.output's folder: CheckWritableFolder). One place for gridsync-worker,
 // gridsync-bench train and `gridsync check-config`, so that the three refuse the same runs in the
 // same words (a hostile probe found check-config saying OK to a grid of 1.4 TiB that the worker
 // refused and the bench died on with std::bad_alloc).
