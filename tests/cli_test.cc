@@ -339,6 +339,13 @@ TEST(CliTest, CudaWithoutADeviceIsRefusedBeforeTraining) {
   ExpectRefused("worker/gridsync-worker",
                 "--config configs/local.json --standalone --set training.device=cuda", words);
   ExpectRefused("tools/gridsync", "launch configs/local.json --set training.device=cuda", words);
+  // So is NCCL as the collective, which needs a GPU as well.
+  const std::string nccl =
+      " --set distributed.gradient_sync=nccl --set distributed.collective=nccl";
+  const std::string nccl_words = "distributed.collective: \"nccl\", but CUDA is unavailable here";
+  ExpectRefused("tools/gridsync", "check-config configs/local.json" + nccl, nccl_words);
+  ExpectRefused("worker/gridsync-worker", "--config configs/local.json --rank 0" + nccl,
+                nccl_words);
 }
 
 // A single process serves metrics on worker 0's port of metrics.port (it

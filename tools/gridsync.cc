@@ -174,8 +174,7 @@ int main(int argc, char** argv) {
         return gridsync::kConfigErrorExitCode;
       }
       if (config->checkpoint.every_steps > 0) {
-        if (auto writable = gridsync::CheckWritableFolder(config->checkpoint.dir);
-            !writable.ok()) {
+        if (auto writable = gridsync::CheckWritableFolder(config->checkpoint.dir); !writable.ok()) {
           std::fprintf(stderr, "%s: checkpoint.dir: %s\n", path.c_str(),
                        writable.message().c_str());
           return gridsync::kConfigErrorExitCode;
@@ -187,7 +186,7 @@ int main(int argc, char** argv) {
     // not this one).
     if (standalone || !config->distributed.enable ||
         (on_this_machine && !config->layout.multi_host)) {
-      if (auto device = gridsync::CheckTrainingDevice(*config); !device.ok()) {
+      if (auto device = gridsync::CheckTrainingDevice(*config, standalone); !device.ok()) {
         std::fprintf(stderr, "%s: %s\n", path.c_str(), device.message().c_str());
         return gridsync::kConfigErrorExitCode;
       }
@@ -220,8 +219,7 @@ int main(int argc, char** argv) {
           return gridsync::kConfigErrorExitCode;
         }
       }
-      if (auto writable = gridsync::CheckWritableFolder(config->task.output);
-          !writable.ok()) {
+      if (auto writable = gridsync::CheckWritableFolder(config->task.output); !writable.ok()) {
         std::fprintf(stderr, "%s: task.output: %s\n", path.c_str(), writable.message().c_str());
         return gridsync::kConfigErrorExitCode;
       }

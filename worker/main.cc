@@ -155,7 +155,7 @@ int main(int argc, char** argv) {
       return gridsync::kConfigErrorExitCode;
     }
   }
-  if (auto device = gridsync::CheckTrainingDevice(*config); !device.ok()) {
+  if (auto device = gridsync::CheckTrainingDevice(*config, standalone); !device.ok()) {
     std::fprintf(stderr, "%s: %s\n", config_path.c_str(), device.message().c_str());
     return gridsync::kConfigErrorExitCode;
   }

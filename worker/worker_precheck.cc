@@ -104,10 +104,20 @@ Status CheckMachineMemory(const RunSpec& spec, const ImageTask& image, int worke
       static_cast<double>(available) / kGiB));
 }
 
-Status CheckTrainingDevice(const Config& config) {
-  if (config.training.device != TrainingDevice::kCuda) return Status::OK();
+Status CheckTrainingDevice(const Config& config, bool standalone) {
+  const DistributedConfig& d = config.distributed;
+  // NCCL's collectives need a GPU too (a probe's workers failed at NCCL's
+  // init, after check-config said OK).
+  const bool nccl_collective = !standalone && d.enable && d.collective == CollectiveKind::kNccl &&
+                               d.gradient_sync != GradientSyncMode::kPs;
+  if (config.training.device != TrainingDevice::kCuda && !nccl_collective) return Status::OK();
   std::string reason;
   if (cuda::Available(&reason)) return Status::OK();
+  if (config.training.device != TrainingDevice::kCuda) {
+    return Status::InvalidArgument(
+        "distributed.collective: \"nccl\", but CUDA is unavailable here (" + reason + ")" +
+        "; allowed here: \"auto\" (NCCL where the model is on a GPU, else Gloo) or \"gloo\"");
+  }
   return Status::InvalidArgument(
       "training.device: \"cuda\", but CUDA is unavailable here (" + reason + ")" +
       "; allowed here: \"auto\" (the GPU where there is one, else the CPU) or \"cpu\"");

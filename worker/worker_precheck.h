@@ -53,10 +53,12 @@ Status CheckWorkerMemory(const RunSpec& spec, const ImageTask& image, bool distr
 Status CheckMachineMemory(const RunSpec& spec, const ImageTask& image, int workers, int shards,
                           int total_shards, bool writes_png);
 
-// OK unless training.device is "cuda" and this machine has no usable CUDA
-// device: then InvalidArgument naming the key, why, and what runs here
-// ("auto" trains on the CPU where no GPU is). The worker found it only
-// when training began, and exited 1 after check-config said OK.
-Status CheckTrainingDevice(const Config& config);
+// OK unless training.device is "cuda", or (in a cluster run, not
+// `standalone`) distributed.collective is "nccl" under nccl or hybrid, and
+// this machine has no usable CUDA device: then InvalidArgument naming the
+// key, why, and what runs here ("auto" trains on the CPU where no GPU is).
+// The worker found it only when training began, and exited 1 after
+// check-config said OK.
+Status CheckTrainingDevice(const Config& config, bool standalone = false);
 
 }  // namespace gridsync
