@@ -100,6 +100,11 @@ class CoordinatorClient::Impl {
     session_ = std::move(session);
   }
 
+  void SetReplyTimeout(std::chrono::milliseconds timeout) {
+    std::lock_guard<std::mutex> lock(mu_);
+    reply_timeout_ = std::max(timeout, std::chrono::milliseconds(1));
+  }
+
   // Sends the request `fill` builds and returns `parse` of the reply, or the
   // coordinator's error. `wait` is how long the server may hold the reply.
   template <typename T, typename Fill, typename Parse>
@@ -112,7 +117,7 @@ class CoordinatorClient::Impl {
     }
     const uint64_t id = next_request_id_++;
     const auto budget = std::chrono::duration_cast<std::chrono::milliseconds>(
-        wait.count() > 0 ? wait + kWaitMargin : std::chrono::milliseconds(kIoTimeout));
+        wait.count() > 0 ? wait + kWaitMargin : reply_timeout_);
     const auto deadline = Clock::now() + budget;
 
     std::vector<uint8_t> frame;
@@ -164,10 +169,19 @@ class CoordinatorClient::Impl {
     const uint32_t length = wire::DecodeFramePrefix(header);
     if (wire::CheckFrameLength(length, wire::FrameLimit(kMaxReplyBytes, session_.has_value())) !=
         wire::FrameLengthCheck::kOk) {
-      Status status =
-          Status::Corruption(fmt::format("{}: the coordinator at {} sent a reply of {} bytes; "
-                                         "allowed: a multiple of 8 from 8 to {}",
-                                         what, address_, length, kMaxReplyBytes));
+      // Printable bytes where a length belongs: another protocol answered
+      // (an HTTP server says "HTTP").
+      const bool text = std::all_of(header.begin(), header.end(),
+                                    [](uint8_t c) { return c >= 0x20 && c < 0x7f; });
+      const std::string shown(header.begin(), header.end());
+      Status status = Status::Corruption(fmt::format(
+          "{}: the coordinator at {} sent a reply of {} bytes{}; allowed: a multiple of 8 from 8 "
+          "to {}",
+          what, address_, length,
+          text ? " (its first bytes read \"" + shown +
+                     "\": another protocol answered; is this a gridsync coordinator's port?)"
+               : std::string(),
+          kMaxReplyBytes));
       MarkBroken(status);
       return status;
     }
@@ -272,6 +286,7 @@ class CoordinatorClient::Impl {
   uint16_t port_;
   std::string address_;
   std::mutex mu_;  // one call at a time; guards everything below
+  std::chrono::milliseconds reply_timeout_ = kIoTimeout;
   asio::io_context io_;
   tcp::socket socket_;
   uint64_t next_request_id_ = 1;
@@ -377,6 +392,10 @@ Result<CoordinatorClient::Registration> CoordinatorClient::Register(
                                   wire::MapFromWire(reply.getRegistered().getMap()));
         return registration;
       });
+}
+
+void CoordinatorClient::SetReplyTimeout(std::chrono::milliseconds timeout) {
+  impl_->SetReplyTimeout(timeout);
 }
 
 Result<ClusterMap> CoordinatorClient::GetMap(bool wait_complete,

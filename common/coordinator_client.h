@@ -67,6 +67,12 @@ class CoordinatorClient {
 
   Status Heartbeat();
 
+  // How long a call that waits on nothing (getMap without wait_complete,
+  // set, heartbeat) may take for its reply: 10 s unless set. A monitor
+  // sets its --timeout, so a peer that accepts and never answers is named
+  // within it.
+  void SetReplyTimeout(std::chrono::milliseconds timeout);
+
  private:
   Status Authenticate(const wire::ControlAuth& auth, Role role);
   class Impl;

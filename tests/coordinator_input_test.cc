@@ -2,6 +2,11 @@
 // too many connections, stalled and partial messages, waiters that go
 // away, and a client connecting to nothing. Each is refused or timed out,
 // naming it, and the coordinator keeps serving.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include "tests/coordinator_test_util.h"
 
 namespace gridsync {
@@ -690,6 +695,33 @@ TEST(CoordinatorClientTest, ConnectToNothingFailsWithinTheTimeoutNamingTheAddres
       << client.status().message();
   EXPECT_GE(took, 250ms) << "Connect retries until the timeout";
   EXPECT_LT(took, 1500ms);
+}
+
+// A peer that accepts and never answers (a probe's hung listener) is named
+// within the reply timeout a client sets (gridsync monitor --timeout), not
+// the default 10 s.
+TEST(CoordinatorClientTest, ASetReplyTimeoutBoundsACallThatWaitsOnNothing) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(listener, 4), 0);  // the kernel accepts; nobody answers
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  auto client = CoordinatorClient::Connect("127.0.0.1", ntohs(addr.sin_port), 2s);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  (*client)->SetReplyTimeout(300ms);
+  const auto start = Clock::now();
+  auto map = (*client)->GetMap(false, 0ms);
+  const auto took = Since(start);
+  ASSERT_FALSE(map.ok());
+  EXPECT_EQ(map.status().code(), StatusCode::kTimeout) << map.status().ToString();
+  EXPECT_NE(map.status().message().find("within 0.3 s"), std::string::npos)
+      << map.status().ToString();
+  EXPECT_LT(took, 3s);
+  ::close(listener);
 }
 
 }  // namespace

@@ -222,6 +222,9 @@ int RunMonitor(const MonitorOptions& options) {
     std::fprintf(stderr, "gridsync monitor: %s\n", coordinator.status().ToString().c_str());
     return 1;
   }
+  // Every reply within --timeout too (a peer that accepted and never
+  // answered held the monitor 10 s whatever --timeout said).
+  (*coordinator)->SetReplyTimeout(timeout);
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
   const bool live = !options.once && !options.json && ::isatty(STDOUT_FILENO);
