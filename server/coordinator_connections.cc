@@ -418,8 +418,9 @@ void CoordinatorImpl::Dispatch(const ConnPtr& conn, Request request) {
                Status::InvalidArgument(options_.auth.on
                                            ? "this connection is already authenticated"
                                            : "authentication is off on this coordinator "
-                                             "(security.curve is false); allowed: any other "
-                                             "request"));
+                                             "(its config's security.mode resolves to off); "
+                                             "allowed: any other request, or the same "
+                                             "security.mode on every process"));
         }
       },
       request.body);

@@ -291,6 +291,15 @@ TEST(CliTest, UnwritableOutputIsRefusedBeforeTraining) {
   EXPECT_EQ(run.exit_code, 2) << run.output;
   EXPECT_NE(run.output.find("task.output"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("/proc/gridsync-cannot-write-here"), std::string::npos) << run.output;
+  // --dump-params too (a probe trained 60000 steps before it was refused).
+  ExpectRefused("worker/gridsync-worker",
+                "--config configs/local.json --standalone --set training.steps=10000000 "
+                "--dump-params /proc/gridsync-no-folder/params.bin",
+                "--dump-params /proc/gridsync-no-folder/params.bin: cannot create folder");
+  ExpectRefused("worker/gridsync-worker",
+                "--config configs/local.json --standalone --set training.steps=10000000 "
+                "--dump-params configs",
+                "--dump-params configs: is a folder");
 }
 
 // A hostile probe: check-config said OK to CURVE without its keys and to a

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <new>
 #include <nlohmann/json.hpp>
@@ -144,6 +145,22 @@ int main(int argc, char** argv) {
   if (distributed && config->checkpoint.every_steps > 0) {
     if (auto writable = gridsync::CheckWritableFolder(config->checkpoint.dir); !writable.ok()) {
       std::fprintf(stderr, "%s: checkpoint.dir: %s\n", config_path.c_str(),
+                   writable.message().c_str());
+      return gridsync::kConfigErrorExitCode;
+    }
+  }
+  // --dump-params likewise: it is written after the whole run.
+  if (!ps_options.dump_params.empty() && (!distributed || ps_options.rank <= 0)) {
+    const std::string folder = std::filesystem::path(ps_options.dump_params).parent_path().string();
+    std::error_code ec;
+    if (std::filesystem::is_directory(ps_options.dump_params, ec)) {
+      std::fprintf(stderr, "--dump-params %s: is a folder; allowed: a file to write\n",
+                   ps_options.dump_params.c_str());
+      return gridsync::kConfigErrorExitCode;
+    }
+    if (auto writable = gridsync::CheckWritableFolder(folder.empty() ? "." : folder);
+        !writable.ok()) {
+      std::fprintf(stderr, "--dump-params %s: %s\n", ps_options.dump_params.c_str(),
                    writable.message().c_str());
       return gridsync::kConfigErrorExitCode;
     }

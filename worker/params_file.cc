@@ -1,5 +1,6 @@
 #include "worker/params_file.h"
 
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 
@@ -18,7 +19,7 @@ Status WriteParams(const std::string& path, const HashGridModel& model) {
   std::ofstream out(path, std::ios::binary);
   out.write(reinterpret_cast<const char*>(flat.data()),
             static_cast<std::streamsize>(flat.size() * sizeof(float)));
-  if (!out) return Status::IOError("cannot write " + path);
+  if (!out) return Status::IOError("cannot write " + path + ": " + std::strerror(errno));
   return Status::OK();
 }
 
