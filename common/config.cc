@@ -290,6 +290,11 @@ std::vector<std::string> InertValueNotes(const Config& c) {
         "security.mode \"curve\": no effect with distributed.enable false (one process trains "
         "and opens no connection, so no key is loaded); used with distributed.enable true");
   }
+  if (c.checkpoint.every_steps > c.training.steps) {
+    lines.push_back("checkpoint.every_steps " + std::to_string(c.checkpoint.every_steps) +
+                    " is more than training.steps " + std::to_string(c.training.steps) +
+                    ": this run writes no checkpoint; used with every_steps up to the steps");
+  }
   // hybrid reduces inside each node before the PS whatever the key says.
   if (d.enable && d.hierarchical && d.gradient_sync == GradientSyncMode::kHybrid) {
     lines.push_back(

@@ -2,14 +2,17 @@
 // and the worker refusing what is not supported yet. Runs the real binaries.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "common/wire/curve.h"
 #include "kernels/cuda/cuda_kernels.h"
 
 namespace {
@@ -334,6 +337,29 @@ TEST(CliTest, EveryBinaryRefusesTheCheckpointFolderCheckConfigRefuses) {
                 "distributed.enable is false: one process trains alone and no PS shard runs");
   ExpectRefused("server/gridsync-ps", "--config configs/local.json --shard 0 --log-level bogus",
                 "bogus");
+}
+
+// keygen checks everything before it writes (a probe's repeated role, or a
+// folder named like a key file, left a mix of new and old keys), and its
+// keys load as a pair.
+TEST(CliTest, KeygenRefusesBeforeWritingAnything) {
+  const std::string dir = ::testing::TempDir() + "/keygen-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  ExpectRefused("tools/gridsync", "keygen " + dir + " --roles worker --roles worker",
+                "--roles lists worker twice");
+  EXPECT_FALSE(std::filesystem::exists(dir)) << "a refused keygen made " << dir;
+  const ProcessResult made = Execute("tools/gridsync", "keygen " + dir);
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  auto before = gridsync::wire::LoadCurveKeyPair(dir, "shard");
+  ASSERT_TRUE(before.ok()) << before.status().ToString();
+  std::filesystem::remove(dir + "/worker.key");
+  std::filesystem::create_directory(dir + "/worker.key");
+  ExpectRefused("tools/gridsync", "keygen " + dir + " --force",
+                dir + "/worker.key is a folder; allowed: a regular file, or none");
+  auto after = gridsync::wire::LoadCurveKeyPair(dir, "shard");
+  ASSERT_TRUE(after.ok()) << after.status().ToString();
+  EXPECT_EQ(after->secret_z85, before->secret_z85) << "a refused keygen replaced shard.key";
+  std::filesystem::remove_all(dir);
 }
 
 // training.device cuda on a machine without a usable GPU: check-config said

@@ -469,6 +469,19 @@ TEST(ConfigCombinationTest, HierarchicalNeedsANodeLevelStage) {
   EXPECT_TRUE(ParseOk(R"({"distributed": {"hierarchical": true}})").distributed.hierarchical);
 }
 
+// A probe: an interval longer than the run was taken without a word, and
+// the run wrote no checkpoint.
+TEST(ConfigCombinationTest, ACheckpointIntervalPastTheRunIsNoted) {
+  const Config c = ParseOk(R"({"training": {"steps": 5}, "checkpoint": {"every_steps": 1000000}})");
+  ASSERT_EQ(c.notes.lines.size(), 1u);
+  EXPECT_TRUE(Contains(c.notes.lines[0],
+                       "checkpoint.every_steps 1000000 is more than "
+                       "training.steps 5: this run writes no checkpoint"))
+      << c.notes.lines[0];
+  EXPECT_TRUE(ParseOk(R"({"training": {"steps": 5}, "checkpoint": {"every_steps": 5}})")
+                  .notes.lines.empty());
+}
+
 TEST(ConfigCombinationTest, DynamicResolutionStepsNeedDynamicResolution) {
   const std::string msg = ErrorOf(R"({"training": {"dynamic_resolution_steps": 500}})");
   EXPECT_TRUE(Contains(msg,

@@ -2,11 +2,13 @@
 // prints it resolved, with every default filled in; `launch CONFIG` runs a
 // local cluster (coordinator, shards, workers) from one config; `monitor
 // CONFIG` watches a running one; `keygen DIR` makes CURVE keys.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -38,6 +40,73 @@ gridsync::Status CheckRoleKeys(const gridsync::Config& config) {
     }
   }
   return gridsync::Status::OK();
+}
+
+}  // namespace
+
+namespace {
+
+// Every check first, then every pair written into a staging folder and
+// moved into place: a refusal or a failed write leaves DIR as it was (a
+// probe's repeated role, or a folder named like a key file, left a mix of
+// new and old keys).
+int RunKeygen(const std::string& keys_dir, const std::vector<std::string>& roles, bool overwrite) {
+  std::set<std::string> seen;
+  for (const auto& role : roles) {
+    if (!seen.insert(role).second) {
+      std::fprintf(stderr, "gridsync keygen: --roles lists %s twice; allowed: each role once\n",
+                   role.c_str());
+      return gridsync::kConfigErrorExitCode;
+    }
+    for (const char* ext : {".key", ".pub"}) {
+      const std::string path = keys_dir + "/" + role + ext;
+      struct stat st {};
+      if (::lstat(path.c_str(), &st) != 0) continue;
+      if (!S_ISREG(st.st_mode)) {
+        std::fprintf(stderr, "gridsync keygen: %s is %s; allowed: a regular file, or none\n",
+                     path.c_str(), gridsync::FileKindName(st.st_mode));
+        return gridsync::kConfigErrorExitCode;
+      }
+      if (!overwrite) {
+        std::fprintf(stderr, "gridsync keygen: %s exists; allowed: --force to replace it\n",
+                     path.c_str());
+        return gridsync::kConfigErrorExitCode;
+      }
+    }
+  }
+  const std::string staging = keys_dir + "/.keygen-" + std::to_string(::getpid());
+  std::error_code ec;
+  auto fail = [&](const std::string& why) {
+    std::filesystem::remove_all(staging, ec);
+    std::fprintf(stderr, "gridsync keygen: %s (nothing in %s was changed)\n", why.c_str(),
+                 keys_dir.c_str());
+    return 1;
+  };
+  for (const auto& role : roles) {
+    auto pair = gridsync::wire::GenerateCurveKeyPair();
+    gridsync::Status written =
+        pair.ok() ? gridsync::wire::WriteCurveKeyPair(staging, role, *pair) : pair.status();
+    if (!written.ok()) return fail(written.message());
+  }
+  ::chmod(keys_dir.c_str(), 0700);
+  for (const auto& role : roles) {
+    for (const char* ext : {".key", ".pub"}) {
+      const std::string name = role + ext;
+      std::filesystem::rename(staging + "/" + name, keys_dir + "/" + name, ec);
+      if (ec) {
+        std::fprintf(stderr,
+                     "gridsync keygen: cannot move %s into %s: %s (the roles before %s have "
+                     "their new keys; run it again with --force)\n",
+                     name.c_str(), keys_dir.c_str(), ec.message().c_str(), role.c_str());
+        std::filesystem::remove_all(staging, ec);
+        return 1;
+      }
+    }
+    std::printf("%s/%s.key, %s/%s.pub\n", keys_dir.c_str(), role.c_str(), keys_dir.c_str(),
+                role.c_str());
+  }
+  std::filesystem::remove_all(staging, ec);
+  return 0;
 }
 
 }  // namespace
@@ -113,26 +182,7 @@ int main(int argc, char** argv) {
   GRIDSYNC_PARSE_COMMAND_LINE(app, argc, argv);
   if (launch->parsed()) return gridsync::RunLaunch(launch_options);
   if (monitor->parsed()) return gridsync::RunMonitor(monitor_options);
-  if (keygen->parsed()) {
-    for (const auto& role : roles) {
-      const std::string key = keys_dir + "/" + role + ".key";
-      if (!overwrite && ::access(key.c_str(), F_OK) == 0) {
-        std::fprintf(stderr, "gridsync keygen: %s exists; allowed: --force to replace it\n",
-                     key.c_str());
-        return gridsync::kConfigErrorExitCode;
-      }
-      auto pair = gridsync::wire::GenerateCurveKeyPair();
-      gridsync::Status written =
-          pair.ok() ? gridsync::wire::WriteCurveKeyPair(keys_dir, role, *pair) : pair.status();
-      if (!written.ok()) {
-        std::fprintf(stderr, "gridsync keygen: %s\n", written.message().c_str());
-        return 1;
-      }
-      std::printf("%s/%s.key, %s/%s.pub\n", keys_dir.c_str(), role.c_str(), keys_dir.c_str(),
-                  role.c_str());
-    }
-    return 0;
-  }
+  if (keygen->parsed()) return RunKeygen(keys_dir, roles, overwrite);
 
   if (check->parsed()) {
     auto config = gridsync::Config::LoadFile(path, overrides);
