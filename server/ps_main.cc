@@ -33,8 +33,8 @@
 #include "spec/cluster_settings.h"
 
 namespace {
-volatile std::sig_atomic_t g_stop = 0;
-void OnSignal(int) { g_stop = 1; }
+volatile std::sig_atomic_t g_stop = 0;  // the stop signal's number
+void OnSignal(int signal_number) { g_stop = signal_number; }
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -339,10 +339,13 @@ int main(int argc, char** argv) {
         for (int i = 0; i < 10 && !g_stop; ++i)
           std::this_thread::sleep_for(std::chrono::milliseconds(100));
         if (g_stop) break;
-        spdlog::error(
-            "shard {}: lost the coordinator at {}:{} ({}); exiting so that its supervisor restarts "
-            "this shard and it rejoins the job from its newest complete checkpoint",
-            shard, d.master_addr, d.master_port, job.status().message());
+        spdlog::error("shard {}: lost the coordinator at {}:{} ({}); exiting so that {}", shard,
+                      d.master_addr, d.master_port, job.status().message(),
+                      config->checkpoint.every_steps > 0
+                          ? "its supervisor restarts this shard and it rejoins the job from "
+                            "its newest complete checkpoint"
+                          : "the job ends: it keeps no checkpoints (checkpoint.every_steps is "
+                            "0), so a restarted shard cannot rejoin it");
         exit_code = 1;
         break;
       }
@@ -354,8 +357,11 @@ int main(int argc, char** argv) {
   const auto stats = (*server)->stats();
   const auto serving = (*server)->serving_stats();
   spdlog::info(
-      "stopping: {} pushes, {} pulls ({} answered in {} parts), {} errors, {:.1f} MB in, {:.1f} "
+      "stopping{}: {} pushes, {} pulls ({} answered in {} parts), {} errors, {:.1f} MB in, {:.1f} "
       "MB out",
+      g_stop == SIGTERM  ? " (received SIGTERM)"
+      : g_stop == SIGINT ? " (received SIGINT)"
+                         : "",
       stats.pushes, stats.pulls, serving.pulls_in_parts, serving.reply_parts, stats.errors,
       stats.bytes_in / 1e6, stats.bytes_out / 1e6);
   (*server)->Stop();

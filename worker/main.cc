@@ -4,9 +4,11 @@
 // cannot run is refused before anything starts (exit 2): the same check
 // `gridsync check-config` runs, then a memory estimate for the batch.
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -34,8 +36,33 @@
 #include "worker/worker_placement.h"
 #include "worker/worker_precheck.h"
 
+namespace {
+
+// A stop signal is named in the log, then its default action ends the
+// process as before (a worker has nothing to save: the shards and the
+// checkpoints hold the run). Only write(2) and signal calls here, which
+// are async-signal-safe. A probe saw workers vanish on SIGTERM without a
+// line.
+template <size_t N>
+void SayAndDie(int signal_number, const char (&line)[N]) {
+  [[maybe_unused]] const ssize_t written = ::write(STDERR_FILENO, line, N - 1);
+  std::signal(signal_number, SIG_DFL);
+  std::raise(signal_number);
+}
+
+extern "C" void OnStopSignal(int signal_number) {
+  if (signal_number == SIGTERM)
+    SayAndDie(signal_number, "gridsync-worker: received SIGTERM; exiting\n");
+  else
+    SayAndDie(signal_number, "gridsync-worker: received SIGINT; exiting\n");
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   gridsync::IgnoreHangup();  // nothing to reload: the config is read once
+  std::signal(SIGTERM, OnStopSignal);
+  std::signal(SIGINT, OnStopSignal);
   // Under a watchdog (systemd's WatchdogSec, gridsync launch), pings while
   // the process runs: a stopped worker is replaced, not only reported.
   gridsync::WatchdogPinger pinger(gridsync::ServiceWatchdog::FromEnvironment());
