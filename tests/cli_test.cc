@@ -283,6 +283,8 @@ TEST(CliTest, EveryBinaryExits2OnAMissingConfigOrABadFlag) {
     const ProcessResult run = Execute(binary, "--no-such-flag");
     EXPECT_EQ(run.exit_code, 2) << binary << ": " << run.output;
   }
+  ExpectRefused("tools/gridsync", "chek-config configs/local.json",
+                "no subcommand 'chek-config'; allowed: check-config, launch, monitor, keygen");
 }
 
 // Issue: an unwritable task.output failed only after the whole run.

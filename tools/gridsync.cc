@@ -179,6 +179,20 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"coordinator", "shard", "worker", "observer"}));
   bool overwrite = false;
   keygen->add_flag("--force", overwrite, "Replace existing keys");
+  // CLI11 answers a misspelt subcommand with "A subcommand is required";
+  // name it, and what is allowed.
+  const auto known = [&app](const std::string& name) {
+    for (const CLI::App* sub : app.get_subcommands({}))
+      if (sub->check_name(name)) return true;
+    return false;
+  };
+  if (argc > 1 && argv[1][0] != '-' && !known(argv[1])) {
+    std::fprintf(stderr,
+                 "gridsync: no subcommand '%s'; allowed: check-config, launch, monitor, keygen "
+                 "(gridsync --help)\n",
+                 argv[1]);
+    return gridsync::kConfigErrorExitCode;
+  }
   GRIDSYNC_PARSE_COMMAND_LINE(app, argc, argv);
   if (launch->parsed()) return gridsync::RunLaunch(launch_options);
   if (monitor->parsed()) return gridsync::RunMonitor(monitor_options);
