@@ -69,6 +69,20 @@ inline CLI::Validator StepNumber() {
       "STEP");
 }
 
+// A flag holding an index (--shard, --rank): digits only, from 0 to `hi`.
+// CLI11 read an empty --shard as 0, so `--shard ''` served as shard 0.
+inline CLI::Validator IndexNumber(int hi) {
+  const std::string allowed = "an index from 0 to " + std::to_string(hi);
+  return CLI::Validator(
+      [allowed, hi](std::string& input) -> std::string {
+        const bool digits = !input.empty() && input.size() <= 9 &&
+                            input.find_first_not_of("0123456789") == std::string::npos;
+        if (digits && std::stoll(input) <= hi) return std::string();
+        return "Value " + config_reader::Quote(input) + " is not an index; allowed: " + allowed;
+      },
+      "INDEX");
+}
+
 // A flag holding a host (--host, --bind): the syntax the config's hosts
 // meet (config_reader::HostSyntaxProblem), so "10.0.0.7:29500", "tcp://..."
 // or an empty value is refused here rather than failing in a bind or a

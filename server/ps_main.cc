@@ -48,7 +48,8 @@ int main(int argc, char** argv) {
   std::string log_level = "info";
   app.add_option("-c,--config", config_path, "JSON config file");
   app.add_option("--set", overrides, "Override a config key (repeatable)");
-  app.add_option("--shard", shard, "Shard index, 0..ps.shards-1 (default: GRIDSYNC_SHARD)");
+  app.add_option("--shard", shard, "Shard index, 0..ps.shards-1 (default: GRIDSYNC_SHARD)")
+      ->check(gridsync::IndexNumber(255));
   std::string host_flag;
   std::string bind;
   app.add_option("--host", host_flag,

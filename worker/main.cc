@@ -78,7 +78,7 @@ int main(int argc, char** argv) {
                "Train in this process alone, ignoring the distributed section");
   gridsync::WorkerOptions ps_options;
   app.add_option("--rank", ps_options.rank, "Worker rank (default: assigned by the coordinator)")
-      ->check(CLI::Range(0, 1 << 20));  // the config's workers bound it once it is loaded
+      ->check(gridsync::IndexNumber(1 << 20));  // the config's workers bound it once loaded
   std::string node_name;
   std::string host_flag;
   app.add_option("--node", node_name,
@@ -138,6 +138,14 @@ int main(int argc, char** argv) {
   // waits on a stopped worker give up (distributed.timeout_s), whatever
   // timeout_s this config has: retuned to it, as gridsync launch sets it.
   pinger.Retune(gridsync::WorkerWatchdogTimeout(config->distributed.timeout_s));
+  if (!distributed && ps_options.rank >= 0) {
+    // One process is the whole run: no rank to take (it was ignored).
+    std::fprintf(stderr,
+                 "%s: --rank %d: a run in one process has no ranks; allowed: --rank only for a "
+                 "worker of a cluster (distributed.enable true, without --standalone)\n",
+                 config_path.c_str(), ps_options.rank);
+    return gridsync::kConfigErrorExitCode;
+  }
   if (!distributed && ps_options.start_step > 0) {
     // A run in one process keeps no checkpoints to resume from.
     std::fprintf(stderr,
