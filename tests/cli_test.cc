@@ -178,13 +178,19 @@ TEST(CliTest, FloatingPointFlagsRefuseNaNAndInfinity) {
            {"tools/gridsync", "monitor configs/local.json --timeout inf --once"},
            {"tools/gridsync", "launch configs/local.json --grace nan"},
            {"tools/gridsync", "launch configs/local.json --grace -5"},
-           {"worker/gridsync-worker", "--config configs/local.json --metrics-hold nan"},
-           {"worker/gridsync-worker", "--config configs/local.json --rank -2"}}) {
+           {"worker/gridsync-worker", "--config configs/local.json --metrics-hold nan"}}) {
     const ProcessResult run = Execute(binary, args);
     EXPECT_EQ(run.exit_code, 2) << binary << " " << args << ": " << run.output;
     EXPECT_NE(run.output.find("not in range"), std::string::npos)
         << binary << " " << args << ": " << run.output;
   }
+  // Indices take digits only (an empty --shard served as shard 0).
+  ExpectRefused("worker/gridsync-worker", "--config configs/local.json --rank -2",
+                "--rank: Value \"-2\" is not an index");
+  ExpectRefused("server/gridsync-ps", "--config configs/local.json --shard ''",
+                "--shard: Value \"\" is not an index");
+  ExpectRefused("worker/gridsync-worker", "--config configs/local.json --standalone --rank 3",
+                "--rank 3: a run in one process has no ranks");
 }
 
 // A hostile probe: `gridsync-ps --resume-step -1` went looking for the
