@@ -319,6 +319,12 @@ struct Config {
   // kUnsupported Status naming the key. `standalone` means the caller trains
   // in one process and ignores the distributed section.
   Status CheckRunnable(bool standalone) const;
+  // What a process of a cluster (the coordinator, a PS shard, a cluster's
+  // worker) refuses at its start beyond CheckRunnable, as check-config
+  // does: distributed.enable false, where no `role` runs, and with
+  // checkpoints on a checkpoint.dir it cannot create and write (refused
+  // then rather than at every checkpoint while the job runs on).
+  Status CheckClusterProcess(std::string_view role) const;
 
   // notes.lines, and with `standalone` (gridsync-worker --standalone,
   // check-config --standalone) on a distributed config one more: its

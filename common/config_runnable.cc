@@ -12,6 +12,7 @@
 #include "common/cluster_layout.h"
 #include "common/config.h"
 #include "common/config_reader.h"
+#include "common/file_bytes.h"
 
 namespace gridsync {
 
@@ -43,6 +44,20 @@ std::vector<std::string> Config::NotesFor(bool standalone) const {
     lines.push_back(std::move(line));
   }
   return lines;
+}
+
+Status Config::CheckClusterProcess(std::string_view role) const {
+  if (!distributed.enable) {
+    return Status::InvalidArgument(
+        "distributed.enable is false: one process trains alone and no " + std::string(role) +
+        " runs; allowed: distributed.enable true for a cluster (gridsync-worker --standalone "
+        "trains in one process)");
+  }
+  if (checkpoint.every_steps > 0) {
+    if (Status writable = CheckWritableFolder(checkpoint.dir); !writable.ok())
+      return Status(writable.code(), "checkpoint.dir: " + writable.message());
+  }
+  return Status::OK();
 }
 
 Status Config::CheckRunnable(bool standalone) const {

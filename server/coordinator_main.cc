@@ -70,22 +70,11 @@ int main(int argc, char** argv) {
     return gridsync::kConfigErrorExitCode;
   }
   // One process trains alone: there is no cluster to coordinate (it served
-  // "0 shards, 1 worker" forever, while launch and the shards refused it).
-  if (!config->distributed.enable) {
-    std::fprintf(stderr,
-                 "%s: distributed.enable is false: one process trains alone and no coordinator "
-                 "runs; allowed: distributed.enable true for a cluster (gridsync-worker "
-                 "--standalone trains in one process)\n",
-                 config_path.c_str());
+  // "0 shards, 1 worker" forever, while launch and the shards refused it);
+  // and its state file goes to checkpoint.dir.
+  if (auto cluster = config->CheckClusterProcess("coordinator"); !cluster.ok()) {
+    std::fprintf(stderr, "%s: %s\n", config_path.c_str(), cluster.message().c_str());
     return gridsync::kConfigErrorExitCode;
-  }
-  // Its state file goes there: refused now, as check-config refuses it.
-  if (config->checkpoint.every_steps > 0) {
-    if (auto writable = gridsync::CheckWritableFolder(config->checkpoint.dir); !writable.ok()) {
-      std::fprintf(stderr, "%s: checkpoint.dir: %s\n", config_path.c_str(),
-                   writable.message().c_str());
-      return gridsync::kConfigErrorExitCode;
-    }
   }
   auto spec = gridsync::RunSpec::Resolve(*config);
   if (!spec.ok()) {

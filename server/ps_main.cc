@@ -91,25 +91,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s: %s\n", config_path.c_str(), runnable.message().c_str());
     return gridsync::kConfigErrorExitCode;
   }
-  // As the coordinator refuses it: one process trains alone, no shard runs
-  // (the shard used to log that the cluster's keys had no effect, then use
-  // them to look for a coordinator).
-  if (!config->distributed.enable) {
-    std::fprintf(stderr,
-                 "%s: distributed.enable is false: one process trains alone and no PS shard "
-                 "runs; allowed: distributed.enable true for a cluster (gridsync-worker "
-                 "--standalone trains in one process)\n",
-                 config_path.c_str());
+  // As the coordinator: no shard runs without a cluster (the shard used to
+  // use the cluster's keys it noted as inert), and checkpoint.dir as
+  // check-config checks it.
+  if (auto cluster = config->CheckClusterProcess("PS shard"); !cluster.ok()) {
+    std::fprintf(stderr, "%s: %s\n", config_path.c_str(), cluster.message().c_str());
     return gridsync::kConfigErrorExitCode;
-  }
-  // Refused now, as check-config refuses it, not at the first checkpoint
-  // (a file there had every step's checkpoint fail while the job ran on).
-  if (config->checkpoint.every_steps > 0) {
-    if (auto writable = gridsync::CheckWritableFolder(config->checkpoint.dir); !writable.ok()) {
-      std::fprintf(stderr, "%s: checkpoint.dir: %s\n", config_path.c_str(),
-                   writable.message().c_str());
-      return gridsync::kConfigErrorExitCode;
-    }
   }
   if (shard < 0 || shard >= config->ps.shards) {
     std::fprintf(stderr, "--shard %d: out of range; allowed: 0..%d (ps.shards = %d)\n", shard,

@@ -175,12 +175,11 @@ int main(int argc, char** argv) {
                image->height(), config->training.steps);
   // Rank 0 (or a standalone run) writes the reconstruction at the end: an
   // unwritable task.output must fail now, not after the whole run.
-  // Each worker writes its part of every checkpoint: refused now, as
-  // check-config refuses it (standalone runs keep none: CheckRunnable).
-  if (distributed && config->checkpoint.every_steps > 0) {
-    if (auto writable = gridsync::CheckWritableFolder(config->checkpoint.dir); !writable.ok()) {
-      std::fprintf(stderr, "%s: checkpoint.dir: %s\n", config_path.c_str(),
-                   writable.message().c_str());
+  // Each worker writes its part of every checkpoint (standalone runs keep
+  // none: CheckRunnable).
+  if (distributed) {
+    if (auto cluster = config->CheckClusterProcess("worker"); !cluster.ok()) {
+      std::fprintf(stderr, "%s: %s\n", config_path.c_str(), cluster.message().c_str());
       return gridsync::kConfigErrorExitCode;
     }
   }
