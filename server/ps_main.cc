@@ -344,14 +344,15 @@ int main(int argc, char** argv) {
   metrics.reset();  // before the shard it reads
   const auto stats = (*server)->stats();
   const auto serving = (*server)->serving_stats();
+  // The counts first, as log readers parse them; then why it stops.
   spdlog::info(
-      "stopping{}: {} pushes, {} pulls ({} answered in {} parts), {} errors, {:.1f} MB in, {:.1f} "
-      "MB out",
-      g_stop == SIGTERM  ? " (received SIGTERM)"
-      : g_stop == SIGINT ? " (received SIGINT)"
-                         : "",
+      "stopping: {} pushes, {} pulls ({} answered in {} parts), {} errors, {:.1f} MB in, {:.1f} "
+      "MB out{}",
       stats.pushes, stats.pulls, serving.pulls_in_parts, serving.reply_parts, stats.errors,
-      stats.bytes_in / 1e6, stats.bytes_out / 1e6);
+      stats.bytes_in / 1e6, stats.bytes_out / 1e6,
+      g_stop == SIGTERM  ? "; received SIGTERM"
+      : g_stop == SIGINT ? "; received SIGINT"
+                         : "");
   (*server)->Stop();
   return exit_code;
 }
