@@ -19,7 +19,6 @@
 
 #include "common/cli_parse.h"
 #include "common/config.h"
-#include "common/file_bytes.h"
 #include "common/logging.h"
 #include "ops/metrics.h"
 #include "ops/service_watchdog.h"

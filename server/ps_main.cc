@@ -18,7 +18,6 @@
 #include "common/cli_parse.h"
 #include "common/config.h"
 #include "common/coordinator_client.h"
-#include "common/file_bytes.h"
 #include "common/host_address.h"
 #include "common/host_memory.h"
 #include "common/logging.h"

@@ -163,14 +163,7 @@ TEST_F(CoordinatorTest, SettingsMismatchIsRefusedNamingKeysAndValues) {
   // Every worker gone: the next job may run another batch, still with the
   // shards' shared settings.
   worker0.reset();
-  auto observer = Connect();
-  ASSERT_TRUE(observer);
-  for (auto start = Clock::now(); Since(start) < 2s;) {
-    auto map = observer->GetMap(false, 0ms);
-    ASSERT_TRUE(map.ok());
-    if (map->workers.empty()) break;
-    std::this_thread::sleep_for(10ms);
-  }
+  ASSERT_TRUE(WaitForMap([](const ClusterMap& map) { return map.workers.empty(); }, 2s));
   auto next_job = worker1->Register(member(Role::kWorker, 1, shared, batch_2048), 2s);
   EXPECT_TRUE(next_job.ok()) << next_job.status().ToString();
   auto still_shared = Connect();
@@ -229,14 +222,7 @@ TEST_F(CoordinatorTest, TheCoordinatorsSettingsAreTheReferenceFromTheStart) {
     auto joined = shard->Register(member(Role::kShard, 0, options.shared_settings), 2s);
     ASSERT_TRUE(joined.ok()) << "round " << round << ": " << joined.status().ToString();
     shard.reset();
-    auto observer = Connect();
-    ASSERT_TRUE(observer);
-    for (auto start = Clock::now(); Since(start) < 2s;) {
-      auto map = observer->GetMap(false, 0ms);
-      ASSERT_TRUE(map.ok());
-      if (map->shards.empty()) break;
-      std::this_thread::sleep_for(10ms);
-    }
+    ASSERT_TRUE(WaitForMap([](const ClusterMap& map) { return map.shards.empty(); }, 2s));
   }
   ExpectHealthy();
 }
@@ -409,13 +395,7 @@ TEST_F(CoordinatorTest, AShardRestartedDuringTrainingIsRefused) {
   ASSERT_TRUE(shard && worker);
   ASSERT_TRUE(worker->Barrier("init", 1, "worker-0", 2s).ok());
   shard.reset();  // the shard process dies
-  auto observer = Connect();
-  for (auto start = Clock::now(); Since(start) < 3s;) {
-    auto map = observer->GetMap(false, 0ms);
-    ASSERT_TRUE(map.ok());
-    if (map->shards.empty()) break;
-    std::this_thread::sleep_for(10ms);
-  }
+  ASSERT_TRUE(WaitForMap([](const ClusterMap& map) { return map.shards.empty(); }, 3s));
   auto restarted = Connect();
   auto refused = restarted->Register(Member(Role::kShard, 0), 2s);
   ASSERT_FALSE(refused.ok());

@@ -26,6 +26,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -125,6 +126,22 @@ class CoordinatorTest : public ::testing::Test {
     if (!reg.ok()) return nullptr;
     if (got) *got = reg->rank;
     return client;
+  }
+
+  // Polls the map until `done` holds it (a member's departure is seen when
+  // its connection closes) or `within` passes; false on a failed read.
+  bool WaitForMap(const std::function<bool(const ClusterMap&)>& done,
+                  std::chrono::milliseconds within) {
+    auto observer = Connect();
+    if (!observer) return false;
+    for (auto start = Clock::now(); Since(start) < within;) {
+      auto map = observer->GetMap(false, 0ms);
+      EXPECT_TRUE(map.ok()) << map.status().ToString();
+      if (!map.ok()) return false;
+      if (done(*map)) break;
+      std::this_thread::sleep_for(10ms);
+    }
+    return true;
   }
 
   // The server still serves a well-behaved client.
