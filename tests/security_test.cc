@@ -20,7 +20,9 @@
 #include "tests/ps_test_util.h"
 #include "tests/raw_coord_connection.h"
 #include "tests/test_util.h"
+#include "tools/bench_shard_map.h"
 #include "worker/params_file.h"
+#include "worker/ps_client.h"
 #include "worker/sync/ps_session.h"
 #include "worker/sync/train.h"
 
@@ -242,6 +244,61 @@ TEST(SecurityTest, OnlyListedKeysReachAShardAndGoodWorkersTrain) {
   for (auto& t : threads) t.join();
   for (auto& r : reports) ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(shard.stats().applied_steps, 6u);
+  fs::remove_all(dir);
+}
+
+// A client whose handshakes fail hears nothing from the shard, so its
+// timeout must say why (a hostile probe's worker with the wrong shard.pub
+// reported only "no pushAck from shards [0]"): a wrong server key, a key
+// the shard does not admit, and nothing listening are told apart.
+TEST(SecurityTest, AClientWhoseHandshakesFailIsToldWhy) {
+  const std::string dir = MakeKeys();
+  const std::vector<TableInfo> tables = {{"level0", 1000, 2}};
+  auto partition = Partition::Make(tables, 1, ModelParallelDim::kRow);
+  ASSERT_TRUE(partition.ok()) << partition.status().ToString();
+  ShardOptions options;
+  options.endpoint = "tcp://127.0.0.1:0";
+  options.workers = 1;
+  options.consistency = Consistency::kAsync;
+  auto shard_curve = wire::CurveSettingsFor(SecureConfig(dir), "shard");
+  ASSERT_TRUE(shard_curve.ok()) << shard_curve.status().ToString();
+  options.curve = *shard_curve;
+  auto shard = PsShard::Start(*partition, options);
+  ASSERT_TRUE(shard.ok()) << shard.status().ToString();
+  auto good = wire::CurveSettingsFor(SecureConfig(dir), "worker");
+  ASSERT_TRUE(good.ok()) << good.status().ToString();
+  const auto stranger = *wire::GenerateCurveKeyPair();
+
+  // The push's error, with these client settings, against `endpoint`.
+  auto push_error = [&](const wire::CurveSettings& curve, const std::string& endpoint) {
+    auto client = PsClient::Connect(bench::OneShardMap(endpoint, tables, 1), *partition, 0, 1,
+                                    300ms, wire::Limits{}, curve);
+    EXPECT_TRUE(client.ok()) << client.status().ToString();
+    if (!client.ok()) return std::string();
+    const Status pushed = (*client)->PushSkipped(0);
+    EXPECT_EQ(pushed.code(), StatusCode::kTimeout) << pushed.ToString();
+    return pushed.ToString();
+  };
+  auto expect_words = [](const std::string& error, const std::vector<std::string>& words) {
+    for (const auto& word : words)
+      EXPECT_NE(error.find(word), std::string::npos) << "missing \"" << word << "\" in " << error;
+  };
+
+  wire::CurveSettings wrong_server = *good;
+  wrong_server.server_public_z85 = stranger.public_z85;
+  expect_words(push_error(wrong_server, (*shard)->endpoint()),
+               {"no pushAck from shards [0", "failed their handshake and none completed",
+                "security.keys_dir's shard.pub here is likely not its public key"});
+
+  wire::CurveSettings unknown_client = *good;
+  unknown_client.own = stranger;
+  expect_words(push_error(unknown_client, (*shard)->endpoint()),
+               {"it refused this process's key (ZAP status 400)"});
+
+  // A port nothing listens on: the shard's, once it is gone.
+  const std::string gone = (*shard)->endpoint();
+  shard->reset();
+  expect_words(push_error(*good, gone), {"no TCP connection to shard 0 (" + gone + ") was ever"});
   fs::remove_all(dir);
 }
 

@@ -272,9 +272,9 @@ int RunLoad(const LoadArgs& args) {
   const double push_bytes = args.rows * (sizeof(uint32_t) + args.width * 4.0);
   std::unique_ptr<CpuGroups> groups;
   if (args.shard_host) {
-    auto made = CpuGroups::Make({"shard", "workers"});
-    if (!made.ok()) return BadArgs("--shard-host: " + made.status().message());
-    groups = std::move(made).value();
+    auto cpu_groups = CpuGroups::Make({"shard", "workers"});
+    if (!cpu_groups.ok()) return BadArgs("--shard-host: " + cpu_groups.status().message());
+    groups = std::move(cpu_groups).value();
     if (Status joined = groups->Join("workers", ::getpid()); !joined.ok())
       return BadArgs("--shard-host: " + joined.message());
   }

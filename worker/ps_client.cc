@@ -3,6 +3,8 @@
 // Thread safety: see ps_client.h.
 #include "worker/ps_client.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -60,7 +62,10 @@ Result<std::unique_ptr<PsClient>> PsClient::Connect(
       socket.set(zmq::sockopt::rcvhwm, 0);
       socket.set(zmq::sockopt::ipv6, 1);  // a shard on an IPv6 address (see the shard's bind)
       GRIDSYNC_RETURN_IF_ERROR(wire::ApplyCurveClient(socket, curve));
+      auto watch = wire::HandshakeWatch::Attach(*client->context_, socket);
+      if (!watch.ok()) return watch.status().WithContext("shard " + std::to_string(shard.rank));
       socket.connect(shard.endpoint);
+      client->handshakes_.push_back(std::move(*watch));
       client->sockets_.push_back(std::move(socket));
       client->endpoints_.push_back(shard.endpoint);
     } catch (const zmq::error_t& e) {
@@ -68,11 +73,30 @@ Result<std::unique_ptr<PsClient>> PsClient::Connect(
                              shard.endpoint + ": " + e.what());
     }
   }
+  client->curve_ = curve.on;
+  client->handshake_failure_logged_.assign(client->sockets_.size(), false);
   client->pull_blocks_.resize(client->sockets_.size());
   client->stashed_.resize(client->sockets_.size());
   client->stashed_bytes_.resize(client->sockets_.size());
   client->pull_cursor_.resize(client->sockets_.size());
   return client;
+}
+
+void PsClient::WatchHandshakes() {
+  for (uint32_t s = 0; s < handshakes_.size(); ++s) {
+    if (!handshakes_[s]->Poll() || handshake_failure_logged_[s]) continue;
+    const std::string why = DescribeSilentShard(s);
+    if (why.empty()) continue;
+    // Once per shard: the reconnects repeat the failure every 100 ms.
+    handshake_failure_logged_[s] = true;
+    spdlog::warn("worker {}: {}", worker_rank_, why);
+  }
+}
+
+std::string PsClient::DescribeSilentShard(uint32_t s) {
+  handshakes_[s]->Poll();
+  return handshakes_[s]->Explain("shard " + std::to_string(s) + " (" + endpoints_[s] + ")",
+                                 curve_ ? "security.keys_dir's shard.pub" : "");
 }
 
 Status PsClient::AwaitReplies(uint64_t request_id, wire::Kind expected,
@@ -137,8 +161,9 @@ Status PsClient::AwaitReplies(uint64_t request_id, wire::Kind expected,
   constexpr auto kCheckEvery = std::chrono::milliseconds(1000);
   auto next_check = Clock::now() + kCheckEvery;
   while (remaining > 0) {
-    if (wait_check_ && Clock::now() >= next_check) {
-      GRIDSYNC_RETURN_IF_ERROR(wait_check_());
+    if (Clock::now() >= next_check) {
+      WatchHandshakes();
+      if (wait_check_) GRIDSYNC_RETURN_IF_ERROR(wait_check_());
       next_check = Clock::now() + kCheckEvery;
     }
     std::vector<zmq::pollitem_t> items;
@@ -151,16 +176,19 @@ Status PsClient::AwaitReplies(uint64_t request_id, wire::Kind expected,
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) {
-      std::string missing;
-      for (uint32_t s : which)
+      std::string missing, why;
+      for (uint32_t s : which) {
         missing += (missing.empty() ? "" : ", ") + std::to_string(s) + " (" + endpoints_[s] + ")";
+        const std::string explained = DescribeSilentShard(s);
+        if (!explained.empty()) why += "; " + explained;
+      }
       return Status::Timeout("no " + std::string(wire::KindName(expected)) + " from shards [" +
                              missing + "] within " +
                              std::to_string(waited.count() / 1000.0).substr(0, 5) + " s (worker " +
-                             std::to_string(worker_rank_) + ")");
+                             std::to_string(worker_rank_) + ")" + why);
     }
     try {
-      zmq::poll(items.data(), items.size(), wait_check_ ? std::min(left, kCheckEvery) : left);
+      zmq::poll(items.data(), items.size(), std::min(left, kCheckEvery));
     } catch (const zmq::error_t& e) {
       // A signal is no failure: wait again for what is left of the time
       // (pull_reply_fuzz found a pull refused this way by libFuzzer's timer).

@@ -29,6 +29,7 @@
 #include "common/status.h"
 #include "common/thread_pool.h"
 #include "common/wire/curve.h"
+#include "common/wire/handshake_watch.h"
 #include "common/wire/message.h"
 #include "kernels/adam_math.h"
 #include "kernels/cpu/adam.h"
@@ -289,6 +290,15 @@ class PsClient {
   std::shared_ptr<zmq::context_t> context_;
   std::vector<zmq::socket_t> sockets_;  // by shard
   std::vector<std::string> endpoints_;
+  // By shard: what each socket's handshakes did, for the error when a
+  // shard never answers (a wrong shard.pub shows only as silence).
+  std::vector<std::unique_ptr<wire::HandshakeWatch>> handshakes_;
+  bool curve_ = false;
+  // Explains a silent shard: "shard s (endpoint)" and what its handshakes
+  // tell; logs a handshake failure the first time one is seen.
+  std::string DescribeSilentShard(uint32_t s);
+  void WatchHandshakes();
+  std::vector<bool> handshake_failure_logged_;
   uint64_t next_request_ = 1;
   uint64_t last_ack_version_ = 0;
   PsCounters counters_;
