@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -227,6 +228,17 @@ std::string TypeName(const Json& value) {
 
 std::string Got(const Json& value) { return Describe(value) + " (" + TypeName(value) + ")"; }
 
+std::string NotAnInteger(const Json& value) {
+  if (value.is_number_float()) {
+    const double v = value.get<double>();
+    // Integer literals the parser could not hold: past 2^64 or below -2^63.
+    if (std::isfinite(v) && (v >= 18446744073709551616.0 || v <= -9223372036854775808.0) &&
+        v == std::floor(v))
+      return "out of range: " + Describe(value) + " (past 64-bit integers)";
+  }
+  return "wrong type: expected an integer, got " + Got(value);
+}
+
 std::string FormatNumber(double v) {
   char buffer[32];
   std::snprintf(buffer, sizeof(buffer), "%g", v);
@@ -339,6 +351,34 @@ class DuplicateKeyFinder {
   std::vector<Frame> frames_;
 };
 
+// A SAX handler that keeps nothing but where the first error begins: the
+// byte offset of the token it stopped at.
+class ErrorPositionFinder : public nlohmann::json_sax<Json> {
+ public:
+  bool found = false;
+  size_t offset = 0;
+
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return true; }
+  bool key(string_t&) override { return true; }
+  bool end_object() override { return true; }
+  bool start_array(std::size_t) override { return true; }
+  bool end_array() override { return true; }
+  bool parse_error(std::size_t position, const std::string& token,
+                   const nlohmann::detail::exception&) override {
+    // `position` counts the bytes read, the token's included.
+    found = true;
+    offset = position >= token.size() ? position - token.size() : 0;
+    return false;
+  }
+};
+
 // Parses `text` into `root`; false when it is not JSON at all (reported with line and column).
 bool ParseJson(std::string_view text, std::string_view source, Problems* problems, Json* root) {
   // nlohmann stops at a NUL byte as at the end of input, which would accept
@@ -372,12 +412,23 @@ bool ParseJson(std::string_view text, std::string_view source, Problems* problem
     problems->AddAt(Position(source, text, offset), "invalid JSON: " + Shortened(detail),
                     kJsonAllowed);
   } catch (const Json::exception& e) {
-    // Number overflow (1e400) arrives as out_of_range, without a position.
+    // Number overflow (1e400) arrives as out_of_range, without a position:
+    // the DOM parser drops the one its SAX layer had. A SAX pass finds it.
     std::string detail = e.what();
     if (const size_t bracket = detail.find("] "); bracket != std::string::npos) {
       detail.erase(0, bracket + 2);
     }
-    problems->AddAt(std::string(source), "invalid JSON: " + Shortened(detail), kJsonAllowed);
+    ErrorPositionFinder finder;
+    (void)Json::sax_parse(text, &finder, nlohmann::detail::input_format_t::json,
+                          /*strict=*/true, /*ignore_comments=*/true);
+    const std::string where =
+        finder.found ? Position(source, text, finder.offset) : std::string(source);
+    problems->AddAt(where,
+                    "invalid JSON: " + Shortened(detail) +
+                        (detail.find("number overflow") != std::string::npos
+                             ? " (past the largest double, about 1.8e308)"
+                             : ""),
+                    kJsonAllowed);
   }
   return false;
 }

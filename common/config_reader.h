@@ -52,6 +52,11 @@ inline constexpr const char* kHostSyntax =
     "scheme";
 std::string TypeName(const Json& value);
 std::string Got(const Json& value);
+// What is wrong with `value` where an integer is expected: "wrong type:
+// expected an integer, got ...", or, for a whole number past 64-bit
+// integers (which the parser can only read as floating point), "out of
+// range: ... (past 64-bit integers)".
+std::string NotAnInteger(const Json& value);
 std::string FormatNumber(double v);
 std::string Join(const std::vector<std::string>& lines, std::string_view separator);
 size_t EditDistance(std::string_view a, std::string_view b);
@@ -202,7 +207,7 @@ class SectionReader {
     const std::string allowed =
         "integers 0.." + std::to_string(std::numeric_limits<uint64_t>::max());
     if (!value->is_number_integer()) {
-      problems_->Add(Path(key), "wrong type: expected an integer, got " + Got(*value), allowed);
+      problems_->Add(Path(key), NotAnInteger(*value), allowed);
       return false;
     }
     if (!value->is_number_unsigned() && value->get<int64_t>() < 0) {
@@ -359,7 +364,7 @@ class SectionReader {
 
   bool Integer(std::string_view key, const Json& value, const std::string& allowed, int64_t* out) {
     if (!value.is_number_integer()) {
-      problems_->Add(Path(key), "wrong type: expected an integer, got " + Got(value), allowed);
+      problems_->Add(Path(key), NotAnInteger(value), allowed);
       return false;
     }
     if (value.is_number_unsigned()) {

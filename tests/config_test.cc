@@ -188,8 +188,26 @@ TEST(ConfigSyntaxTest, TrailingGarbageAndEmptyInputAreInvalid) {
   EXPECT_TRUE(Contains(ErrorOf(""), "invalid JSON"));
 }
 
-TEST(ConfigSyntaxTest, NumberOverflowIsInvalidJson) {
-  EXPECT_TRUE(Contains(ErrorOf(R"({"training": {"learning_rate": 1e400}})"), "1e400"));
+TEST(ConfigSyntaxTest, NumberOverflowIsInvalidJsonAtItsPosition) {
+  // A comment naming the same number first: the position is the token's.
+  const std::string msg =
+      ErrorOf("{\n  // 1e400 is too big\n  \"training\": {\"learning_rate\": -1e400}}");
+  EXPECT_TRUE(Contains(msg, "test.json:3:33: invalid JSON: number overflow parsing '-1e400'"))
+      << msg;
+  EXPECT_TRUE(Contains(msg, "past the largest double")) << msg;
+}
+
+// The parser reads an integer past 64 bits as floating point: that is a
+// range problem, not the user's choice of type.
+TEST(ConfigSyntaxTest, IntegersPast64BitsAreOutOfRange) {
+  for (const char* literal : {"18446744073709551616", "-9223372036854775809"}) {
+    const std::string msg = ErrorOf(std::string(R"({"training": {"steps": )") + literal + "}}");
+    EXPECT_TRUE(Contains(msg, "training.steps: out of range:")) << msg;
+    EXPECT_TRUE(Contains(msg, "(past 64-bit integers)")) << msg;
+  }
+  // A float literal stays a wrong type.
+  EXPECT_TRUE(
+      Contains(ErrorOf(R"({"training": {"steps": 1.5e10}})"), "wrong type: expected an integer"));
 }
 
 TEST(ConfigSyntaxTest, InvalidUtf8ReportedEvenInComments) {
