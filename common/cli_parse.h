@@ -83,6 +83,17 @@ inline CLI::Validator IndexNumber(int hi) {
       "INDEX");
 }
 
+// A flag whose empty value would silently mean "not given" (--bin-dir ''
+// searched next to the executable; --node '' ran every node's processes).
+inline CLI::Validator NotEmpty(const std::string& allowed) {
+  return CLI::Validator(
+      [allowed](std::string& input) -> std::string {
+        if (!input.empty()) return std::string();
+        return "Value \"\" is empty; allowed: " + allowed;
+      },
+      "TEXT");
+}
+
 // A flag holding a host (--host, --bind): the syntax the config's hosts
 // meet (config_reader::HostSyntaxProblem), so "10.0.0.7:29500", "tcp://..."
 // or an empty value is refused here rather than failing in a bind or a

@@ -193,6 +193,18 @@ TEST(CliTest, FloatingPointFlagsRefuseNaNAndInfinity) {
                 "--rank 3: a run in one process has no ranks");
 }
 
+// A flag never silently does nothing: `launch --coordinator` without
+// --node (every process runs here anyway), and an empty --bin-dir or
+// --node, which read as "not given".
+TEST(CliTest, LaunchFlagsThatWouldDoNothingAreRefused) {
+  ExpectRefused("tools/gridsync", "launch configs/local.json --coordinator",
+                "--coordinator requires --node");
+  ExpectRefused("tools/gridsync", "launch configs/local.json --bin-dir ''",
+                "--bin-dir: Value \"\" is empty; allowed: the folder that holds");
+  ExpectRefused("tools/gridsync", "launch configs/local.json --node ''",
+                "--node: Value \"\" is empty; allowed: a name from distributed.nodes[].name");
+}
+
 // A hostile probe: `gridsync-ps --resume-step -1` went looking for the
 // checkpoint of step 18446744073709551615 (CLI11 reads unsigned flags with
 // strtoull), and a value past 2^64 was clamped. Step flags take digits up

@@ -130,17 +130,26 @@ int main(int argc, char** argv) {
   launch->add_option("config", launch_options.config_path, "JSON config file")->required();
   launch->add_option("--set", launch_options.overrides,
                      "Override a key in every process (repeatable)");
-  launch->add_option("--bin-dir", launch_options.bin_dir, "Folder with the gridsync binaries");
+  launch->add_option("--bin-dir", launch_options.bin_dir, "Folder with the gridsync binaries")
+      ->check(gridsync::NotEmpty(
+          "the folder that holds gridsync-coordinator, gridsync-ps and gridsync-worker"));
   launch->add_option("--worker-arg", launch_options.worker_args,
                      "Extra argument for every worker (repeatable)");
   launch->add_option("--rank0-arg", launch_options.rank0_args,
                      "Extra argument for worker 0 (repeatable)");
-  launch->add_option(
-      "--node", launch_options.node,
-      "Start only this node's processes (distributed.nodes[].name); run once per machine");
-  launch->add_flag("--coordinator", launch_options.coordinator,
-                   "With --node: also run the coordinator here (by default it runs on the node "
-                   "whose host is master_addr)");
+  auto* node_option =
+      launch
+          ->add_option(
+              "--node", launch_options.node,
+              "Start only this node's processes (distributed.nodes[].name); run once per machine")
+          ->check(gridsync::NotEmpty("a name from distributed.nodes[].name"));
+  // Without --node every process runs here, the coordinator included: the
+  // flag would do nothing.
+  launch
+      ->add_flag("--coordinator", launch_options.coordinator,
+                 "With --node: also run the coordinator here (by default it runs on the node "
+                 "whose host is master_addr)")
+      ->needs(node_option);
   launch->add_flag("--resume", launch_options.resume,
                    "Start from the newest complete checkpoint (checkpoint.dir)");
   launch
