@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
@@ -203,6 +204,28 @@ TEST(CliTest, LaunchFlagsThatWouldDoNothingAreRefused) {
                 "--bin-dir: Value \"\" is empty; allowed: the folder that holds");
   ExpectRefused("tools/gridsync", "launch configs/local.json --node ''",
                 "--node: Value \"\" is empty; allowed: a name from distributed.nodes[].name");
+}
+
+// Under --json a program reads stdout: an error is a JSON line there too
+// (it went to stderr alone, so a reader saw only the end of its input).
+TEST(CliTest, MonitorJsonErrorsAreJsonLines) {
+  for (const auto& [args, code] : std::vector<std::pair<std::string, int>>{
+           {"monitor /nonexistent.json --json --once", 2},
+           // Port 1 of loopback: nothing listens there.
+           {"monitor configs/local.json --set distributed.master_port=1 --json --once "
+            "--timeout 0.5",
+            1}}) {
+    const ProcessResult run = Execute("tools/gridsync", args);
+    EXPECT_EQ(run.exit_code, code) << args << ": " << run.output;
+    const size_t at = run.output.find("{\"error\":");
+    ASSERT_NE(at, std::string::npos) << args << ": " << run.output;
+    const std::string line = run.output.substr(at, run.output.find('\n', at) - at);
+    const auto parsed = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    ASSERT_FALSE(parsed.is_discarded()) << line;
+    EXPECT_EQ(parsed["error"]["exit_code"], code) << line;
+    EXPECT_TRUE(parsed["error"]["message"].is_string()) << line;
+    EXPECT_EQ(parsed["error"]["code"], "IOError") << line;
+  }
 }
 
 // A hostile probe: `gridsync-ps --resume-step -1` went looking for the

@@ -203,15 +203,30 @@ void PrintTable(const nlohmann::json& view, bool clear) {
 }  // namespace
 
 int RunMonitor(const MonitorOptions& options) {
+  // An error goes to stderr as text and, under --json, to stdout as one
+  // JSON line as well: a program reading the view lines must not take the
+  // end of its input for a quiet cluster.
+  auto fail = [&](const Status& status, const std::string& text, int exit_code) {
+    std::fprintf(stderr, "%s\n", text.c_str());
+    if (options.json) {
+      nlohmann::json error;
+      error["error"] = {{"code", std::string(StatusCodeName(status.code()))},
+                        {"message", text},
+                        {"exit_code", exit_code}};
+      std::printf("%s\n",
+                  error.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+      std::fflush(stdout);
+    }
+    return exit_code;
+  };
   auto config = Config::LoadFile(options.config_path, options.overrides);
   if (!config.ok()) {
-    std::fprintf(stderr, "%s\n", config.status().message().c_str());
-    return kConfigErrorExitCode;
+    return fail(config.status(), config.status().message(), kConfigErrorExitCode);
   }
   auto auth = wire::ControlAuthFor(*config, "observer");
   if (!auth.ok()) {
-    std::fprintf(stderr, "%s: %s\n", options.config_path.c_str(), auth.status().message().c_str());
-    return kConfigErrorExitCode;
+    return fail(auth.status(), options.config_path + ": " + auth.status().message(),
+                kConfigErrorExitCode);
   }
   const auto timeout =
       std::chrono::milliseconds(static_cast<int64_t>(options.timeout_seconds * 1000));
@@ -219,8 +234,7 @@ int RunMonitor(const MonitorOptions& options) {
   auto coordinator = CoordinatorClient::Connect(d.master_addr, static_cast<uint16_t>(d.master_port),
                                                 timeout, *auth, Role::kObserver);
   if (!coordinator.ok()) {
-    std::fprintf(stderr, "gridsync monitor: %s\n", coordinator.status().ToString().c_str());
-    return 1;
+    return fail(coordinator.status(), "gridsync monitor: " + coordinator.status().ToString(), 1);
   }
   // Every reply within --timeout too (a peer that accepted and never
   // answered held the monitor 10 s whatever --timeout said).
@@ -230,10 +244,7 @@ int RunMonitor(const MonitorOptions& options) {
   const bool live = !options.once && !options.json && ::isatty(STDOUT_FILENO);
   while (!g_stop) {
     auto view = Snapshot(**coordinator, timeout);
-    if (!view.ok()) {
-      std::fprintf(stderr, "gridsync monitor: %s\n", view.status().ToString().c_str());
-      return 1;
-    }
+    if (!view.ok()) return fail(view.status(), "gridsync monitor: " + view.status().ToString(), 1);
     if (options.json) {
       std::printf("%s\n", view->dump().c_str());
       std::fflush(stdout);
