@@ -1,5 +1,7 @@
 #include "ops/service_watchdog.h"
 
+#include <pthread.h>
+#include <spdlog/spdlog.h>
 #include <systemd/sd-daemon.h>
 
 #include <algorithm>
@@ -7,6 +9,7 @@
 #include <csignal>
 #include <mutex>
 #include <string>
+#include <thread>
 
 namespace gridsync {
 
@@ -81,9 +84,29 @@ void NotifyReady(const char* status) { sd_notifyf(0, "READY=1\nSTATUS=%s", statu
 void NotifyStopping() { sd_notify(0, "STOPPING=1"); }
 
 void IgnoreHangup() {
-  struct sigaction ignore {};
-  ignore.sa_handler = SIG_IGN;
-  sigaction(SIGHUP, &ignore, nullptr);
+  // Blocked, not SIG_IGN, so that a thread of its own can take it with
+  // sigwait and say so: an operator's `kill -HUP` (expecting a reload) or a
+  // closed terminal left no trace. Blocked signals interrupt no system call
+  // (a handler would, and ZeroMQ's polls then fail with EINTR). The mask is
+  // inherited by every thread started later, hence "first thing in main".
+  sigset_t hangup;
+  sigemptyset(&hangup);
+  sigaddset(&hangup, SIGHUP);
+  if (pthread_sigmask(SIG_BLOCK, &hangup, nullptr) != 0) {
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    sigaction(SIGHUP, &ignore, nullptr);
+    return;
+  }
+  std::thread([hangup] {
+    for (;;) {
+      int signal = 0;
+      if (sigwait(&hangup, &signal) != 0) continue;
+      spdlog::warn(
+          "received SIGHUP; ignored: the config is read once, at start (restart the process to "
+          "apply a changed config)");
+    }
+  }).detach();
 }
 
 }  // namespace gridsync

@@ -85,7 +85,8 @@ std::chrono::microseconds WorkerWatchdogTimeout(double timeout_s);
 // SIGHUP ignored: gridsync's services read their config once, at start, so
 // there is nothing to reload, and the default action (terminate) let a
 // closed terminal or a log rotator's `kill -HUP` end a shard or worker and
-// with it the job. Call first thing in main.
+// with it the job. Each SIGHUP is logged (a warning) by a thread of its
+// own. Call first thing in main, before any thread starts.
 void IgnoreHangup();
 
 // READY=1 (Type=notify): the process serves. A no-op outside systemd.

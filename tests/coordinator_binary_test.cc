@@ -217,6 +217,12 @@ TEST_F(CoordinatorBinaryTest, ServesAClientAndExitsZeroOnSigterm) {
   auto after_hup = CoordinatorClient::Connect("127.0.0.1", port, 2s);
   ASSERT_TRUE(after_hup.ok()) << after_hup.status().ToString();
   EXPECT_TRUE((*after_hup)->Heartbeat().ok());
+  // ... and says so, once per signal (it was silent).
+  const std::string hup_line = "received SIGHUP; ignored: the config is read once";
+  const auto hup_at = Clock::now();
+  while (ReadFile(log).find(hup_line) == std::string::npos && Since(hup_at) < 3s)
+    std::this_thread::sleep_for(20ms);
+  EXPECT_NE(ReadFile(log).find(hup_line), std::string::npos) << ReadFile(log);
 
   child.Signal(SIGTERM);
   auto code = child.WaitExit(5s);
