@@ -295,6 +295,10 @@ TEST(SecurityTest, AClientWhoseHandshakesFailIsToldWhy) {
   expect_words(push_error(unknown_client, (*shard)->endpoint()),
                {"it refused this process's key (ZAP status 400)"});
 
+  // No security at all against a CURVE shard.
+  expect_words(push_error(wire::CurveSettings{}, (*shard)->endpoint()),
+               {"failed their handshake", "or it expects security.mode curve"});
+
   // A port nothing listens on: the shard's, once it is gone.
   const std::string gone = (*shard)->endpoint();
   shard->reset();
