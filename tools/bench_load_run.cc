@@ -274,8 +274,10 @@ WorkerCountResult RunWorkers(const LoadArgs& args, const Partition& partition,
   std::shared_ptr<zmq::context_t> context;
   if (args.client_io_threads > 0) {
     context = std::make_shared<zmq::context_t>(args.client_io_threads);
-    // A socket per worker; ZeroMQ's default cap is 1023 a context.
-    context->set(zmq::ctxopt::max_sockets, static_cast<int>(n) + 16);
+    // Three sockets per worker (its DEALER, and the pair of its handshake
+    // monitor: wire/handshake_watch.h); ZeroMQ's default cap is 1023 a
+    // context.
+    context->set(zmq::ctxopt::max_sockets, 3 * static_cast<int>(n) + 16);
   }
   Control control;
   // Connecting and the warmup: each warmup iteration has two waits of at

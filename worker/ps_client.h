@@ -291,7 +291,8 @@ class PsClient {
   std::vector<zmq::socket_t> sockets_;  // by shard
   std::vector<std::string> endpoints_;
   // By shard: what each socket's handshakes did, for the error when a
-  // shard never answers (a wrong shard.pub shows only as silence).
+  // shard never answers (a wrong shard.pub shows only as silence); null
+  // where the context had no sockets left for one.
   std::vector<std::unique_ptr<wire::HandshakeWatch>> handshakes_;
   bool curve_ = false;
   // Explains a silent shard: "shard s (endpoint)" and what its handshakes
