@@ -433,6 +433,32 @@ bool ParseJson(std::string_view text, std::string_view source, Problems* problem
   return false;
 }
 
+// Whether `text` is a JSON number by its grammar, whatever its size:
+// -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? (a loop, not std::regex,
+// whose recursion a value of 100,000 digits would take past the stack).
+bool IsJsonNumber(std::string_view text) {
+  size_t i = 0;
+  const auto digits = [&] {
+    const size_t from = i;
+    while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i;
+    return i - from;
+  };
+  if (i < text.size() && text[i] == '-') ++i;
+  const size_t first = i;
+  const size_t whole = digits();
+  if (whole == 0 || (whole > 1 && text[first] == '0')) return false;
+  if (i < text.size() && text[i] == '.') {
+    ++i;
+    if (digits() == 0) return false;
+  }
+  if (i < text.size() && (text[i] == 'e' || text[i] == 'E')) {
+    ++i;
+    if (i < text.size() && (text[i] == '+' || text[i] == '-')) ++i;
+    if (digits() == 0) return false;
+  }
+  return i == text.size();
+}
+
 // Applies one "a.b.c=value" to `root`. Missing intermediate sections are created, so a typo in
 // a section name reaches the normal unknown-key check instead of needing its own message.
 void ApplyOverride(const std::string& override_text, Json* root, Problems* problems) {
@@ -464,7 +490,18 @@ void ApplyOverride(const std::string& override_text, Json* root, Problems* probl
   // The value is JSON when it parses ("5", "true", "\"5\""), otherwise the raw text, so that
   // host names and paths need no quoting on a command line.
   Json value = Json::parse(value_text, nullptr, /*allow_exceptions=*/false);
-  if (value.is_discarded()) value = value_text;
+  if (value.is_discarded()) {
+    // A JSON number that did not parse overflowed (1e400): taken as text it
+    // would be called a string.
+    if (IsJsonNumber(value_text)) {
+      problems->Add(where,
+                    "number overflow: " + Shortened(value_text) +
+                        " is past the largest double (about 1.8e308)",
+                    "finite numbers");
+      return;
+    }
+    value = value_text;
+  }
   if (value.is_structured()) {
     // Duplicate keys in an object or array value, as in a file.
     std::string at;

@@ -195,6 +195,13 @@ TEST(ConfigSyntaxTest, NumberOverflowIsInvalidJsonAtItsPosition) {
   EXPECT_TRUE(Contains(msg, "test.json:3:33: invalid JSON: number overflow parsing '-1e400'"))
       << msg;
   EXPECT_TRUE(Contains(msg, "past the largest double")) << msg;
+  // The same number in --set: taken as text it was called a string.
+  const std::string set = ErrorOf("{}", {"training.learning_rate=1e400"});
+  EXPECT_TRUE(Contains(set, "number overflow: 1e400 is past the largest double")) << set;
+  EXPECT_TRUE(Contains(ErrorOf("{}", {"training.learning_rate=" + std::string(100000, '9') + "e9"}),
+                       "number overflow"));
+  // Text that is no number stays text (a host name, a path).
+  EXPECT_EQ(ParseOk("{}", {"task.output=1e400x"}).task.output, "1e400x");
 }
 
 // The parser reads an integer past 64 bits as floating point: that is a
