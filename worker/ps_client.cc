@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <limits>
 #include <map>
 
 #include "common/check.h"
@@ -61,6 +62,12 @@ Result<std::unique_ptr<PsClient>> PsClient::Connect(
       socket.set(zmq::sockopt::sndhwm, 0);
       socket.set(zmq::sockopt::rcvhwm, 0);
       socket.set(zmq::sockopt::ipv6, 1);  // a shard on an IPv6 address (see the shard's bind)
+      // A DEALER with no connection up blocks its sends; after a shard
+      // refused this worker's key (ZAP) none may ever come, and a hostile
+      // probe's worker waited forever in zmq_msg_send. Sends wait as long
+      // as replies do (SendToShard).
+      socket.set(zmq::sockopt::sndtimeo, static_cast<int>(std::min<int64_t>(
+                                             timeout.count(), std::numeric_limits<int>::max())));
       GRIDSYNC_RETURN_IF_ERROR(wire::ApplyCurveClient(socket, curve));
       // Without a watch (a context out of sockets: each takes two) the
       // client works as well; only its timeouts explain less.
@@ -85,6 +92,21 @@ Result<std::unique_ptr<PsClient>> PsClient::Connect(
   client->stashed_bytes_.resize(client->sockets_.size());
   client->pull_cursor_.resize(client->sockets_.size());
   return client;
+}
+
+Status PsClient::SendToShard(uint32_t s, std::vector<zmq::message_t>& frames, const char* what) {
+  const auto start = Clock::now();
+  Status sent = wire::SendMultipart(sockets_[s], frames);
+  if (sent.ok()) return sent;
+  if (Seconds(start) * 1000.0 < 0.9 * static_cast<double>(timeout_.count()))
+    return sent.WithContext(std::string(what) + " to shard " + std::to_string(s));
+  // The send timed out: no connection to the shard was up all along.
+  const std::string why = DescribeSilentShard(s);
+  return Status::Timeout("cannot hand a " + std::string(what) + " to shard " + std::to_string(s) +
+                         " (" + endpoints_[s] + ") within " +
+                         std::to_string(timeout_.count() / 1000.0).substr(0, 5) + " s (worker " +
+                         std::to_string(worker_rank_) + "): no connection to it is up" +
+                         (why.empty() ? "" : "; " + why));
 }
 
 void PsClient::WatchHandshakes() {
@@ -287,8 +309,7 @@ Status PsClient::SendAndAwaitAcks(wire::Kind kind, uint64_t step,
     auto frames = wire::Encode(header, std::move(split[s]));
     counters_.encode_seconds += Seconds(encode_start);
     for (const auto& f : frames) counters_.bytes_pushed += f.size();
-    GRIDSYNC_RETURN_IF_ERROR(
-        wire::SendMultipart(sockets_[s], frames).WithContext("push to shard " + std::to_string(s)));
+    GRIDSYNC_RETURN_IF_ERROR(SendToShard(s, frames, "push"));
   }
   uint64_t version = UINT64_MAX;
   GRIDSYNC_RETURN_IF_ERROR(AwaitReplies(request_id, wire::Kind::kPushAck,
@@ -339,8 +360,7 @@ Status PsClient::SendPull(uint64_t min_version, const std::vector<TablePullRef>&
     header.evaluation = evaluation;
     auto frames = wire::EncodeCopy(header, pull_blocks_[s]);
     for (const auto& f : frames) counters_.bytes_pulled += f.size();
-    GRIDSYNC_RETURN_IF_ERROR(wire::SendMultipart(sockets_[s], frames)
-                                 .WithContext("pull from shard " + std::to_string(s)));
+    GRIDSYNC_RETURN_IF_ERROR(SendToShard(s, frames, "pull"));
   }
   return Status::OK();
 }

@@ -299,6 +299,9 @@ class PsClient {
   // tell; logs a handshake failure the first time one is seen.
   std::string DescribeSilentShard(uint32_t s);
   void WatchHandshakes();
+  // Sends frames to shard s; a send that waited the timeout (no connection
+  // up) is a Timeout naming the shard and what its handshakes tell.
+  Status SendToShard(uint32_t s, std::vector<zmq::message_t>& frames, const char* what);
   std::vector<bool> handshake_failure_logged_;
   uint64_t next_request_ = 1;
   uint64_t last_ack_version_ = 0;
