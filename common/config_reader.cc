@@ -9,6 +9,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <unordered_set>
@@ -214,6 +215,42 @@ std::string Shortened(const std::string& text) {
 
 }  // namespace
 
+namespace {
+
+// Whether `text` is a JSON number by its grammar, whatever its size:
+// -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? (a loop, not std::regex,
+// whose recursion a value of 100,000 digits would take past the stack).
+bool IsJsonNumber(std::string_view text) {
+  size_t i = 0;
+  const auto digits = [&] {
+    const size_t from = i;
+    while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i;
+    return i - from;
+  };
+  if (i < text.size() && text[i] == '-') ++i;
+  const size_t first = i;
+  const size_t whole = digits();
+  if (whole == 0 || (whole > 1 && text[first] == '0')) return false;
+  if (i < text.size() && text[i] == '.') {
+    ++i;
+    if (digits() == 0) return false;
+  }
+  if (i < text.size() && (text[i] == 'e' || text[i] == 'E')) {
+    ++i;
+    if (i < text.size() && (text[i] == '+' || text[i] == '-')) ++i;
+    if (digits() == 0) return false;
+  }
+  return i == text.size();
+}
+
+// A JSON number by its grammar that no double holds (1e400): what
+// `--set key=1e400` leaves as text.
+bool IsOverflowingNumber(const std::string& text) {
+  return IsJsonNumber(text) && !std::isfinite(std::strtod(text.c_str(), nullptr));
+}
+
+}  // namespace
+
 std::string TypeName(const Json& value) {
   switch (value.type()) {
     case Json::value_t::number_integer:
@@ -226,7 +263,13 @@ std::string TypeName(const Json& value) {
   }
 }
 
-std::string Got(const Json& value) { return Describe(value) + " (" + TypeName(value) + ")"; }
+std::string Got(const Json& value) {
+  // `--set key=1e400` reaches a number key as text: say why.
+  if (value.is_string() && IsOverflowingNumber(value.get_ref<const std::string&>()))
+    return Describe(value) +
+           " (a string: as a number it is past the largest double, about 1.8e308)";
+  return Describe(value) + " (" + TypeName(value) + ")";
+}
 
 std::string NotAnInteger(const Json& value) {
   if (value.is_number_float()) {
@@ -423,40 +466,19 @@ bool ParseJson(std::string_view text, std::string_view source, Problems* problem
                           /*strict=*/true, /*ignore_comments=*/true);
     const std::string where =
         finder.found ? Position(source, text, finder.offset) : std::string(source);
-    problems->AddAt(where,
-                    "invalid JSON: " + Shortened(detail) +
-                        (detail.find("number overflow") != std::string::npos
-                             ? " (past the largest double, about 1.8e308)"
-                             : ""),
-                    kJsonAllowed);
+    // The token is what gets cut, so that its length is its own.
+    const std::string kOverflow = "number overflow parsing '";
+    if (detail.starts_with(kOverflow) && detail.size() > kOverflow.size() &&
+        detail.back() == '\'') {
+      const std::string token =
+          detail.substr(kOverflow.size(), detail.size() - kOverflow.size() - 1);
+      detail = kOverflow + Shortened(token) + "' (past the largest double, about 1.8e308)";
+    } else {
+      detail = Shortened(detail);
+    }
+    problems->AddAt(where, "invalid JSON: " + detail, kJsonAllowed);
   }
   return false;
-}
-
-// Whether `text` is a JSON number by its grammar, whatever its size:
-// -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? (a loop, not std::regex,
-// whose recursion a value of 100,000 digits would take past the stack).
-bool IsJsonNumber(std::string_view text) {
-  size_t i = 0;
-  const auto digits = [&] {
-    const size_t from = i;
-    while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i;
-    return i - from;
-  };
-  if (i < text.size() && text[i] == '-') ++i;
-  const size_t first = i;
-  const size_t whole = digits();
-  if (whole == 0 || (whole > 1 && text[first] == '0')) return false;
-  if (i < text.size() && text[i] == '.') {
-    ++i;
-    if (digits() == 0) return false;
-  }
-  if (i < text.size() && (text[i] == 'e' || text[i] == 'E')) {
-    ++i;
-    if (i < text.size() && (text[i] == '+' || text[i] == '-')) ++i;
-    if (digits() == 0) return false;
-  }
-  return i == text.size();
 }
 
 // Applies one "a.b.c=value" to `root`. Missing intermediate sections are created, so a typo in
@@ -490,18 +512,9 @@ void ApplyOverride(const std::string& override_text, Json* root, Problems* probl
   // The value is JSON when it parses ("5", "true", "\"5\""), otherwise the raw text, so that
   // host names and paths need no quoting on a command line.
   Json value = Json::parse(value_text, nullptr, /*allow_exceptions=*/false);
-  if (value.is_discarded()) {
-    // A JSON number that did not parse overflowed (1e400): taken as text it
-    // would be called a string.
-    if (IsJsonNumber(value_text)) {
-      problems->Add(where,
-                    "number overflow: " + Shortened(value_text) +
-                        " is past the largest double (about 1.8e308)",
-                    "finite numbers");
-      return;
-    }
-    value = value_text;
-  }
+  // (A number that overflows, 1e400, stays text too: a string key may hold
+  // it; a number key's type error says what it is, see Got.)
+  if (value.is_discarded()) value = value_text;
   if (value.is_structured()) {
     // Duplicate keys in an object or array value, as in a file.
     std::string at;
