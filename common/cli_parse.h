@@ -24,6 +24,19 @@ inline int ParseCommandLine(CLI::App& app, int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help, --version
     return app.exit(e);
+  } catch (const CLI::ExtrasError& e) {
+    // CLI11 lists the extras by their text: an empty one read as nothing
+    // ("The following argument was not expected: ").
+    const std::string what = e.what();
+    for (int i = 1; what.ends_with(": ") && i < argc; ++i) {
+      if (argv[i][0] == '\0') {
+        std::fprintf(stderr,
+                     "argument %d is empty; allowed: the flags of --help and their values\n", i);
+        return kConfigErrorExitCode;
+      }
+    }
+    (void)app.exit(e);
+    return kConfigErrorExitCode;
   } catch (const CLI::ParseError& e) {
     (void)app.exit(e);  // prints the message and usage hint
     return kConfigErrorExitCode;

@@ -204,6 +204,17 @@ TEST(CliTest, LaunchFlagsThatWouldDoNothingAreRefused) {
                 "--bin-dir: Value \"\" is empty; allowed: the folder that holds");
   ExpectRefused("tools/gridsync", "launch configs/local.json --node ''",
                 "--node: Value \"\" is empty; allowed: a name from distributed.nodes[].name");
+  // A worker's extra arguments are checked before anything starts (the
+  // coordinator and shards started, then the workers failed).
+  for (const char* args : {"--worker-arg --bogus", "--rank0-arg ''"}) {
+    const ProcessResult run = Execute("tools/gridsync", std::string("launch configs/local.json ") +
+                                                            args + " --set training.steps=2");
+    EXPECT_EQ(run.exit_code, 2) << args << ": " << run.output;
+    EXPECT_NE(run.output.find("refuses its command line"), std::string::npos) << run.output;
+    EXPECT_EQ(run.output.find("starting coordinator"), std::string::npos) << run.output;
+  }
+  ExpectRefused("worker/gridsync-worker", "--config configs/local.json --rank 0 ''",
+                "argument 5 is empty");
 }
 
 // Under --json a program reads stdout: an error is a JSON line there too

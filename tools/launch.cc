@@ -379,6 +379,43 @@ int RunLaunch(const LaunchOptions& options) {
       }
     }
   };
+  // Extra worker arguments reach only the workers, which start last: a bad
+  // one let the coordinator and the shards start and then failed the run
+  // (a hostile probe). Each distinct worker command line is checked first
+  // (gridsync-worker --check-only), and nothing starts if one is refused.
+  if (!options.worker_args.empty() || !options.rank0_args.empty()) {
+    std::vector<int> ranks;  // rank 0's line and one other's, where this launcher runs them
+    for (int n = 0; n < static_cast<int>(layout.nodes.size()); ++n) {
+      if (!here(n)) continue;
+      for (int local = 0; local < layout.nodes[static_cast<size_t>(n)].workers; ++local) {
+        const int w = layout.FirstRank(n) + local;
+        if (w == 0 || ranks.empty() || ranks.back() == 0) ranks.push_back(w);
+      }
+    }
+    for (const int w : ranks) {
+      int n = 0;
+      while (n + 1 < static_cast<int>(layout.nodes.size()) && layout.FirstRank(n + 1) <= w) ++n;
+      std::vector<std::string> argv = {worker, "--rank", std::to_string(w)};
+      argv.insert(argv.end(), options.worker_args.begin(), options.worker_args.end());
+      if (w == 0) argv.insert(argv.end(), options.rank0_args.begin(), options.rank0_args.end());
+      argv.push_back("--check-only");
+      argv.insert(argv.end(), common.begin(), common.end());
+      std::vector<Child> check;
+      check.push_back(Spawn("check worker-" + std::to_string(w), argv, node_env(n), false));
+      while (!check[0].exited) {
+        PumpOutput(check, 100);
+        Reap(check);
+      }
+      Drain(check[0]);
+      if (Failed(check[0])) {
+        std::fprintf(stderr,
+                     "gridsync launch: worker %d refuses its command line (--worker-arg%s); "
+                     "nothing was started\n",
+                     w, w == 0 ? ", --rank0-arg" : "");
+        return kConfigErrorExitCode;
+      }
+    }
+  }
   start_job(resume_step);
   int job_restarts = 0;
 

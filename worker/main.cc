@@ -108,6 +108,10 @@ int main(int argc, char** argv) {
       ->check(gridsync::FiniteRange(0.0, 3600.0));
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
+  bool check_only = false;
+  app.add_flag("--check-only", check_only,
+               "Check the command line, the config, the image and this host as a start would, "
+               "then exit (0: it would start) without connecting or training");
   GRIDSYNC_PARSE_COMMAND_LINE(app, argc, argv);
   gridsync::InitLogging("worker", log_level);
 
@@ -218,6 +222,12 @@ int main(int argc, char** argv) {
       !fits.ok()) {
     std::fprintf(stderr, "%s: %s\n", config_path.c_str(), fits.message().c_str());
     return gridsync::kConfigErrorExitCode;
+  }
+  if (check_only) {
+    // gridsync launch runs this before it starts anything, so that a bad
+    // --worker-arg is refused before the cluster is up.
+    spdlog::info("--check-only: the command line, the config and this host allow a start");
+    return 0;
   }
   // Metrics: on the worker's own address; the port from metrics.port and the
   // rank, or any free one when the coordinator assigns the rank (the store
