@@ -342,6 +342,12 @@ int RunLaunch(const LaunchOptions& options) {
     children.back().pinged = std::chrono::steady_clock::now();
   };
   const bool run_coordinator = node < 0 || options.coordinator || layout.coordinator_node == node;
+  if (options.coordinator && node >= 0 && layout.coordinator_node == node) {
+    std::fprintf(stderr,
+                 "gridsync launch: note: --coordinator changes nothing: node %s runs the "
+                 "coordinator anyway (its host is distributed.master_addr)\n",
+                 options.node.c_str());
+  }
   // The job's processes, from `from_step` (0: afresh).
   auto start_job = [&](uint64_t from_step) {
     if (run_coordinator) {
