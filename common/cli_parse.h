@@ -18,8 +18,9 @@
 
 namespace gridsync {
 
-// Returns -1 when the program should go on, else the exit code.
-inline int ParseCommandLine(CLI::App& app, int argc, char** argv) {
+// Returns -1 when the program should go on, else the exit code; a usage
+// error's text goes to `error` too when given.
+inline int ParseCommandLine(CLI::App& app, int argc, char** argv, std::string* error = nullptr) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help, --version
@@ -30,15 +31,19 @@ inline int ParseCommandLine(CLI::App& app, int argc, char** argv) {
     const std::string what = e.what();
     for (int i = 1; what.ends_with(": ") && i < argc; ++i) {
       if (argv[i][0] == '\0') {
-        std::fprintf(stderr,
-                     "argument %d is empty; allowed: the flags of --help and their values\n", i);
+        const std::string text = "argument " + std::to_string(i) +
+                                 " is empty; allowed: the flags of --help and their values";
+        std::fprintf(stderr, "%s\n", text.c_str());
+        if (error != nullptr) *error = text;
         return kConfigErrorExitCode;
       }
     }
     (void)app.exit(e);
+    if (error != nullptr) *error = e.what();
     return kConfigErrorExitCode;
   } catch (const CLI::ParseError& e) {
     (void)app.exit(e);  // prints the message and usage hint
+    if (error != nullptr) *error = e.what();
     return kConfigErrorExitCode;
   }
   return -1;

@@ -6,10 +6,13 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/cli_parse.h"
@@ -202,7 +205,22 @@ int main(int argc, char** argv) {
                  argv[1]);
     return gridsync::kConfigErrorExitCode;
   }
-  GRIDSYNC_PARSE_COMMAND_LINE(app, argc, argv);
+  std::string usage_error;
+  if (const int rc = gridsync::ParseCommandLine(app, argc, argv, &usage_error); rc >= 0) {
+    // monitor --json: a program reads stdout, so a refused flag is a JSON
+    // line there too (as RunMonitor's own errors are).
+    const bool monitor_json = argc > 1 && std::string_view(argv[1]) == "monitor" &&
+                              std::any_of(argv + 2, argv + argc, [](const char* a) {
+                                return std::string_view(a) == "--json";
+                              });
+    if (rc != 0 && monitor_json) {
+      nlohmann::json error;
+      error["error"] = {{"code", "InvalidArgument"}, {"message", usage_error}, {"exit_code", rc}};
+      std::printf("%s\n",
+                  error.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    }
+    return rc;
+  }
   if (launch->parsed()) return gridsync::RunLaunch(launch_options);
   if (monitor->parsed()) return gridsync::RunMonitor(monitor_options);
   if (keygen->parsed()) return RunKeygen(keys_dir, roles, overwrite);
