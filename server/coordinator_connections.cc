@@ -389,8 +389,9 @@ bool CoordinatorImpl::Authenticate(const ConnPtr& conn, Request& request) {
   spdlog::warn("coordinator: connection {} ({}) sent a request before authenticating", conn->id,
                conn->peer);
   Fail(conn, request.id,
-       Status::InvalidArgument("unauthenticated connection; allowed first: authHello, then auth "
-                               "with a role key (security.keys_dir)"));
+       Status::InvalidArgument("unauthenticated connection: this coordinator runs security.mode "
+                               "curve (a client with security.mode off sends no key); allowed "
+                               "first: authHello, then auth with a role key (security.keys_dir)"));
   return false;
 }
 
