@@ -701,16 +701,10 @@ TEST(CoordinatorClientTest, ConnectToNothingFailsWithinTheTimeoutNamingTheAddres
 // within the reply timeout a client sets (gridsync monitor --timeout), not
 // the default 10 s.
 TEST(CoordinatorClientTest, ASetReplyTimeoutBoundsACallThatWaitsOnNothing) {
-  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  uint16_t port = 0;
+  const int listener = testing::ListenOnLoopback(&port);  // the kernel accepts; nobody answers
   ASSERT_GE(listener, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  ASSERT_EQ(::listen(listener, 4), 0);  // the kernel accepts; nobody answers
-  socklen_t len = sizeof(addr);
-  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  auto client = CoordinatorClient::Connect("127.0.0.1", ntohs(addr.sin_port), 2s);
+  auto client = CoordinatorClient::Connect("127.0.0.1", port, 2s);
   ASSERT_TRUE(client.ok()) << client.status().ToString();
   (*client)->SetReplyTimeout(300ms);
   const auto start = Clock::now();

@@ -41,6 +41,7 @@
 #include "common/wire/gridsync.capnp.h"
 #include "ops/service_watchdog.h"
 #include "server/coordinator.h"
+#include "tests/loopback_listener.h"
 #include "tests/raw_coord_connection.h"
 
 namespace gridsync {
@@ -81,20 +82,7 @@ inline std::vector<uint32_t> Ranks(const std::vector<MemberInfo>& members) {
   return ranks;
 }
 
-// A port nothing listens on (bound once, then released).
-inline uint16_t UnusedPort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  EXPECT_GE(fd, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  socklen_t len = sizeof addr;
-  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
+using testing::UnusedPort;  // tests/loopback_listener.h
 
 // ---- In-process coordinator ----
 

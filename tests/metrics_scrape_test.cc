@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "ops/metrics.h"
+#include "tests/loopback_listener.h"
 
 namespace gridsync {
 namespace {
@@ -32,15 +33,7 @@ class FakeEndpoint {
  public:
   template <typename Serve>
   explicit FakeEndpoint(Serve serve) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    EXPECT_EQ(::listen(fd_, 8), 0);
-    socklen_t len = sizeof(addr);
-    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
+    fd_ = testing::ListenOnLoopback(&port_, 8);
     thread_ = std::thread([this, serve] {
       for (;;) {
         const int conn = ::accept(fd_, nullptr, nullptr);
@@ -60,7 +53,7 @@ class FakeEndpoint {
 
  private:
   int fd_ = -1;
-  int port_ = 0;
+  uint16_t port_ = 0;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

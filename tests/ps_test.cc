@@ -9,11 +9,9 @@
 // under gridsync launch. The shard against hostile input:
 // ps_shard_test.cc; compression and Adam on the workers:
 // ps_optimizer_test.cc.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
+#include "tests/loopback_listener.h"
 #include "tests/ps_test_util.h"
 
 namespace gridsync {
@@ -368,22 +366,17 @@ TEST(PsLaunchTest, FailingWorkerStopsEveryoneWithNonZeroExit) {
   // Worker 0 fails once everything has started: its metrics port is taken.
   // (What a start can check first, a bad flag or the image, launch refuses
   // before it starts anything: cli_test.)
-  const int taken = ::socket(AF_INET, SOCK_STREAM, 0);
+  uint16_t taken_port = 0;
+  const int taken = testing::ListenOnLoopback(&taken_port);
   ASSERT_GE(taken, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(taken, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  ASSERT_EQ(::listen(taken, 1), 0);
-  socklen_t length = sizeof(addr);
-  ASSERT_EQ(::getsockname(taken, reinterpret_cast<sockaddr*>(&addr), &length), 0);
-  const std::string port = std::to_string(ntohs(addr.sin_port));
+  const std::string port = std::to_string(taken_port);
   const auto run = Launch(path, {"--rank0-arg=--metrics-port", "--rank0-arg=" + port});
   ::close(taken);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_NE(run.exit_code, 0) << run.output;
-  EXPECT_NE(run.output.find("failed: exit status 1; stopping the others"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("failed: exit status 1; stopping the others"), std::string::npos)
+      << run.output;
   EXPECT_NE(run.output.find(port), std::string::npos) << run.output;
   EXPECT_LT(seconds, 25.0);
   EXPECT_FALSE(ProcessesWithArgument(path)) << "orphan processes remain";

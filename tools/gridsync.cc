@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <string_view>
@@ -213,12 +212,7 @@ int main(int argc, char** argv) {
                               std::any_of(argv + 2, argv + argc, [](const char* a) {
                                 return std::string_view(a) == "--json";
                               });
-    if (rc != 0 && monitor_json) {
-      nlohmann::json error;
-      error["error"] = {{"code", "InvalidArgument"}, {"message", usage_error}, {"exit_code", rc}};
-      std::printf("%s\n",
-                  error.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
-    }
+    if (rc != 0 && monitor_json) gridsync::PrintJsonError("InvalidArgument", usage_error, rc);
     return rc;
   }
   if (launch->parsed()) return gridsync::RunLaunch(launch_options);

@@ -390,17 +390,19 @@ int RunLaunch(const LaunchOptions& options) {
   // (a hostile probe). Each distinct worker command line is checked first
   // (gridsync-worker --check-only), and nothing starts if one is refused.
   if (!options.worker_args.empty() || !options.rank0_args.empty()) {
-    std::vector<int> ranks;  // rank 0's line and one other's, where this launcher runs them
+    // (rank, node): rank 0's line and one other rank's, where this launcher
+    // runs them.
+    std::vector<std::pair<int, int>> lines;
+    bool other = false;
     for (int n = 0; n < static_cast<int>(layout.nodes.size()); ++n) {
       if (!here(n)) continue;
       for (int local = 0; local < layout.nodes[static_cast<size_t>(n)].workers; ++local) {
         const int w = layout.FirstRank(n) + local;
-        if (w == 0 || ranks.empty() || ranks.back() == 0) ranks.push_back(w);
+        if (w == 0 || !other) lines.emplace_back(w, n);
+        other = other || w != 0;
       }
     }
-    for (const int w : ranks) {
-      int n = 0;
-      while (n + 1 < static_cast<int>(layout.nodes.size()) && layout.FirstRank(n + 1) <= w) ++n;
+    for (const auto& [w, n] : lines) {
       std::vector<std::string> argv = {worker, "--rank", std::to_string(w)};
       argv.insert(argv.end(), options.worker_args.begin(), options.worker_args.end());
       if (w == 0) argv.insert(argv.end(), options.rank0_args.begin(), options.rank0_args.end());

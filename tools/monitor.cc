@@ -202,21 +202,20 @@ void PrintTable(const nlohmann::json& view, bool clear) {
 
 }  // namespace
 
+void PrintJsonError(const std::string& code, const std::string& message, int exit_code) {
+  nlohmann::json error;
+  error["error"] = {{"code", code}, {"message", message}, {"exit_code", exit_code}};
+  std::printf("%s\n", error.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  std::fflush(stdout);
+}
+
 int RunMonitor(const MonitorOptions& options) {
   // An error goes to stderr as text and, under --json, to stdout as one
   // JSON line as well: a program reading the view lines must not take the
   // end of its input for a quiet cluster.
   auto fail = [&](const Status& status, const std::string& text, int exit_code) {
     std::fprintf(stderr, "%s\n", text.c_str());
-    if (options.json) {
-      nlohmann::json error;
-      error["error"] = {{"code", std::string(StatusCodeName(status.code()))},
-                        {"message", text},
-                        {"exit_code", exit_code}};
-      std::printf("%s\n",
-                  error.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
-      std::fflush(stdout);
-    }
+    if (options.json) PrintJsonError(std::string(StatusCodeName(status.code())), text, exit_code);
     return exit_code;
   };
   auto config = Config::LoadFile(options.config_path, options.overrides);

@@ -31,4 +31,10 @@ struct MonitorOptions {
 
 int RunMonitor(const MonitorOptions& options);
 
+// --json's error line on stdout: {"error":{"code","message","exit_code"}},
+// for every failure, a refused flag included (gridsync.cc's parse), so that
+// a program reading the view lines never takes the end of its input for a
+// quiet cluster.
+void PrintJsonError(const std::string& code, const std::string& message, int exit_code);
+
 }  // namespace gridsync

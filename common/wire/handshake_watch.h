@@ -43,10 +43,6 @@ class HandshakeWatch {
   // whether a handshake failure was among them.
   bool Poll();
 
-  uint64_t connections() const { return connections_; }
-  uint64_t handshakes() const { return handshakes_; }
-  uint64_t failures() const { return failures_; }
-
   // Why the server may not have answered, after a Poll: empty when a
   // handshake succeeded since the last failure (the cause lies elsewhere),
   // else a sentence that starts with a lower-case letter and names what to
