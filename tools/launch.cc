@@ -34,8 +34,10 @@ namespace {
 
 using namespace launch_detail;  // NOLINT: the launcher's own helpers
 
+// The signal that interrupted the launcher (0: none); it exits 128 + it,
+// the shell's convention (130 for Ctrl-C, 129 for a closed terminal).
 volatile sig_atomic_t g_interrupted = 0;
-void OnInterrupt(int) { g_interrupted = 1; }
+void OnInterrupt(int signal) { g_interrupted = signal; }
 
 std::string FindBinary(const std::string& bin_dir, const std::string& name) {
   namespace fs = std::filesystem;
@@ -107,8 +109,9 @@ int WaitForOtherNodes(const Config& config, const std::string& node, std::vector
     if (g_interrupted) break;
   }
   if (g_interrupted) {
-    std::printf("gridsync launch: interrupted; stopping all processes\n");
-    return 130;
+    std::printf("gridsync launch: interrupted (%s); stopping all processes\n",
+                strsignal(g_interrupted));
+    return 128 + g_interrupted;
   }
   const Status status = done.get();
   if (!status.ok()) {
@@ -454,8 +457,9 @@ int RunLaunch(const LaunchOptions& options) {
       c.pinged = now;  // reaped as failed on the next turn
     }
     if (g_interrupted) {
-      std::printf("gridsync launch: interrupted; stopping all processes\n");
-      exit_code = 130;
+      std::printf("gridsync launch: interrupted (%s); stopping all processes\n",
+                  strsignal(g_interrupted));
+      exit_code = 128 + g_interrupted;
       break;
     }
     bool workers_done = true;

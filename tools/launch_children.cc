@@ -35,6 +35,14 @@ Child Spawn(const std::string& name, const std::vector<std::string>& argv, const
     // hold SIGTERM pending forever and outlive the launcher.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(127);
+    // SIGHUP blocked across exec (a mask survives it, a handler does not):
+    // a closed terminal's hangup in the child's first milliseconds, before
+    // its main blocks SIGHUP itself (ops/service_watchdog.h), killed it.
+    // Pending, it reaches the child's sigwait thread, which logs it.
+    sigset_t hangup;
+    sigemptyset(&hangup);
+    sigaddset(&hangup, SIGHUP);
+    sigprocmask(SIG_BLOCK, &hangup, nullptr);
     // The launcher's own watchdog settings (it may run under systemd) are
     // not the child's: a WATCHDOG_PID of the launcher turned a server's
     // pings off. A watched child gets its own below.

@@ -1,0 +1,59 @@
+// gridsync launch's children (tools/launch_children.h), started for real:
+// what a child inherits from the launcher across exec.
+#include "tools/launch_children.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+namespace gridsync::launch_detail {
+namespace {
+
+// Waits for the child's exit (at most 10 s); its wait status, or -1.
+int WaitStatus(Child& child) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (waitpid(child.pid, &status, WNOHANG) == child.pid) return status;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  kill(child.pid, SIGKILL);
+  waitpid(child.pid, nullptr, 0);
+  return -1;
+}
+
+// A closed terminal's SIGHUP can reach a child before its main blocks
+// SIGHUP (the binaries' sigwait thread, ops/service_watchdog.h); it killed
+// it. The child now starts with SIGHUP blocked, so a hangup that early
+// waits, pending, for that thread. The shell sends itself the SIGHUP as its
+// first act and must live to say so.
+TEST(LaunchChildren, ChildStartsWithHangupBlocked) {
+  Child child = Spawn("probe", {"/bin/sh", "-c", "kill -HUP $$; echo alive"}, {}, false);
+  ASSERT_GT(child.pid, 0);
+  const int status = WaitStatus(child);
+  Drain(child);
+  close(child.fd);
+  ASSERT_NE(status, -1) << "the child did not exit within 10 s";
+  EXPECT_FALSE(WIFSIGNALED(status))
+      << "killed by signal " << WTERMSIG(status) << " (SIGHUP is " << SIGHUP << ")";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << Describe(status);
+}
+
+// SIGTERM and SIGINT stay deliverable: the launcher stops its children
+// with them, and only SIGHUP is held back.
+TEST(LaunchChildren, TerminateStillEndsTheChild) {
+  Child child = Spawn("probe", {"/bin/sh", "-c", "kill -TERM $$; echo survived"}, {}, false);
+  ASSERT_GT(child.pid, 0);
+  const int status = WaitStatus(child);
+  Drain(child);
+  close(child.fd);
+  ASSERT_NE(status, -1) << "the child did not exit within 10 s";
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << Describe(status);
+}
+
+}  // namespace
+}  // namespace gridsync::launch_detail
