@@ -249,6 +249,57 @@ bool IsOverflowingNumber(const std::string& text) {
   return IsJsonNumber(text) && !std::isfinite(std::strtod(text.c_str(), nullptr));
 }
 
+// The first number literal of JSON `text` (strings and comments skipped)
+// whose digits are not all zero but which reads as 0 (1e-400: below the
+// smallest double). The parser takes it as 0 without a word, and a key
+// that allows 0 would then run with a value nobody wrote. Its offset, or
+// npos; *token = the literal.
+size_t FindUnderflowingNumber(std::string_view text, std::string* token) {
+  for (size_t i = 0; i < text.size();) {
+    const char c = text[i];
+    if (c == '"') {  // a string: skip to its closing quote
+      for (++i; i < text.size() && text[i] != '"'; ++i) {
+        if (text[i] == '\\') ++i;
+      }
+      ++i;
+      continue;
+    }
+    if (c == '/' && i + 1 < text.size() && (text[i + 1] == '/' || text[i + 1] == '*')) {
+      const bool line = text[i + 1] == '/';
+      const size_t end = text.find(line ? "\n" : "*/", i + 2);
+      i = end == std::string_view::npos ? text.size() : end + (line ? 1 : 2);
+      continue;
+    }
+    if (c != '-' && (c < '0' || c > '9')) {
+      ++i;
+      continue;
+    }
+    const size_t start = i;
+    bool nonzero = false, exponent = false;
+    for (; i < text.size(); ++i) {
+      const char d = text[i];
+      if (d == 'e' || d == 'E') exponent = true;
+      if (!exponent && d >= '1' && d <= '9') nonzero = true;
+      const bool part =
+          (d >= '0' && d <= '9') || d == '.' || d == 'e' || d == 'E' || d == '-' || d == '+';
+      if (!part) break;
+    }
+    if (!nonzero || !exponent) continue;  // an underflow needs an exponent
+    const std::string literal(text.substr(start, i - start));
+    if (IsJsonNumber(literal) && std::strtod(literal.c_str(), nullptr) == 0.0) {
+      *token = literal;
+      return start;
+    }
+  }
+  return std::string_view::npos;
+}
+
+// The problem text for an underflowing literal (FindUnderflowingNumber).
+std::string UnderflowText(const std::string& token) {
+  return "invalid JSON: number underflow parsing '" + Shortened(token) +
+         "' (below the smallest double, about 4.9e-324: it would read as 0)";
+}
+
 }  // namespace
 
 std::string TypeName(const Json& value) {
@@ -268,6 +319,11 @@ std::string Got(const Json& value) {
   if (value.is_string() && IsOverflowingNumber(value.get_ref<const std::string&>()))
     return Describe(value) +
            " (a string: as a number it is past the largest double, about 1.8e308)";
+  if (std::string token; value.is_string() && IsJsonNumber(value.get_ref<const std::string&>()) &&
+                         FindUnderflowingNumber(value.get_ref<const std::string&>(), &token) == 0)
+    return Describe(value) +
+           " (a string: as a number it is below the smallest double, about 4.9e-324, and would "
+           "read as 0)";
   return Describe(value) + " (" + TypeName(value) + ")";
 }
 
@@ -441,6 +497,11 @@ bool ParseJson(std::string_view text, std::string_view source, Problems* problem
     DuplicateKeyFinder finder(problems);
     *root = Json::parse(text, std::ref(finder), /*allow_exceptions=*/true,
                         /*ignore_comments=*/true);
+    std::string token;
+    if (const size_t at = FindUnderflowingNumber(text, &token); at != std::string_view::npos) {
+      problems->AddAt(Position(source, text, at), UnderflowText(token), kJsonAllowed);
+      return false;
+    }
     return true;
   } catch (const Json::parse_error& e) {
     // nlohmann's text is "[json.exception.parse_error.101] parse error at line L, column C:
@@ -515,6 +576,17 @@ void ApplyOverride(const std::string& override_text, Json* root, Problems* probl
   // (A number that overflows, 1e400, stays text too: a string key may hold
   // it; a number key's type error says what it is, see Got.)
   if (value.is_discarded()) value = value_text;
+  // A number that underflows (1e-400) stays text as well; inside an object
+  // or array value it is refused, as in a file.
+  if (std::string token;
+      !value.is_string() && FindUnderflowingNumber(value_text, &token) != std::string_view::npos) {
+    if (!value.is_structured()) {
+      value = value_text;
+    } else {
+      problems->Add(where, UnderflowText(token), kOverrideAllowed);
+      return;
+    }
+  }
   if (value.is_structured()) {
     // Duplicate keys in an object or array value, as in a file.
     std::string at;

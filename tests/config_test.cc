@@ -206,6 +206,23 @@ TEST(ConfigSyntaxTest, NumberOverflowIsInvalidJsonAtItsPosition) {
   EXPECT_TRUE(Contains(ErrorOf("{}", {"training.steps=" + std::string(100000, '9') + "e9"}),
                        "training.steps: wrong type: expected an integer"));
   EXPECT_EQ(ParseOk("{}", {"task.output=1e400"}).task.output, "1e400");
+  // Underflow (1e-400 reads as 0): refused in a file at its position, not
+  // taken as 0 (a key that allows 0 would run with a value nobody wrote);
+  // in --set it stays text, as an overflow does.
+  const std::string under =
+      ErrorOf("{\n  // 1e-400 in a comment\n  \"training\": {\"learning_rate\": 1e-400}}");
+  EXPECT_TRUE(Contains(under, "test.json:3:33: invalid JSON: number underflow parsing '1e-400'"))
+      << under;
+  EXPECT_TRUE(Contains(ErrorOf(R"({"ps": {"weight_decay": "x", "lr": [0.0e-999, -5e-999]}})"),
+                       "number underflow parsing '-5e-999'"));
+  const std::string set_under = ErrorOf("{}", {"training.learning_rate=1e-400"});
+  EXPECT_TRUE(Contains(set_under, "below the smallest double")) << set_under;
+  EXPECT_EQ(ParseOk("{}", {"task.output=1e-400"}).task.output, "1e-400");
+  EXPECT_TRUE(Contains(ErrorOf("{}", {R"(training={"learning_rate":1e-999})"}),
+                       "number underflow parsing '1e-999'"));
+  // Zeros and small numbers a double holds are numbers.
+  EXPECT_TRUE(Contains(ErrorOf("{}", {"training.learning_rate=0e-999"}), "out of range: 0.0"));
+  EXPECT_TRUE(Contains(ErrorOf("{}", {"training.learning_rate=1e-300"}), "too small for a float"));
   // A string that holds a number a double does hold is just a string.
   const std::string five = ErrorOf(R"({"training": {"steps": "5"}})");
   EXPECT_TRUE(Contains(five, "\"5\" (string)")) << five;
