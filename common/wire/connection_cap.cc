@@ -22,7 +22,10 @@ namespace {
 std::string PeerAddress(int fd) {
   sockaddr_storage addr{};
   socklen_t length = sizeof(addr);
-  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &length) != 0) return "unknown";
+  // getpeername fails once the peer has gone (ENOTCONN): a connection
+  // opened and closed before this monitor event was read (a port scan).
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &length) != 0)
+    return "unknown (the peer had closed already)";
   char text[INET6_ADDRSTRLEN] = {};
   if (addr.ss_family == AF_INET) {
     const auto* in = reinterpret_cast<const sockaddr_in*>(&addr);
