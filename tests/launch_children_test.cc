@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <string>
 #include <thread>
 
 namespace gridsync::launch_detail {
@@ -26,17 +27,24 @@ int WaitStatus(Child& child) {
   return -1;
 }
 
+// Spawns `script` under /bin/sh as gridsync launch starts a child, and
+// returns its wait status (-1: still running after 10 s, then killed).
+int RunChild(const std::string& script) {
+  Child child = Spawn("probe", {"/bin/sh", "-c", script}, {}, false);
+  if (child.pid <= 0) return -1;
+  const int status = WaitStatus(child);
+  Drain(child);
+  close(child.fd);
+  return status;
+}
+
 // A closed terminal's SIGHUP can reach a child before its main blocks
 // SIGHUP (the binaries' sigwait thread, ops/service_watchdog.h); it killed
 // it. The child now starts with SIGHUP blocked, so a hangup that early
 // waits, pending, for that thread. The shell sends itself the SIGHUP as its
 // first act and must live to say so.
 TEST(LaunchChildren, ChildStartsWithHangupBlocked) {
-  Child child = Spawn("probe", {"/bin/sh", "-c", "kill -HUP $$; echo alive"}, {}, false);
-  ASSERT_GT(child.pid, 0);
-  const int status = WaitStatus(child);
-  Drain(child);
-  close(child.fd);
+  const int status = RunChild("kill -HUP $$; echo alive");
   ASSERT_NE(status, -1) << "the child did not exit within 10 s";
   EXPECT_FALSE(WIFSIGNALED(status))
       << "killed by signal " << WTERMSIG(status) << " (SIGHUP is " << SIGHUP << ")";
@@ -46,11 +54,7 @@ TEST(LaunchChildren, ChildStartsWithHangupBlocked) {
 // SIGTERM and SIGINT stay deliverable: the launcher stops its children
 // with them, and only SIGHUP is held back.
 TEST(LaunchChildren, TerminateStillEndsTheChild) {
-  Child child = Spawn("probe", {"/bin/sh", "-c", "kill -TERM $$; echo survived"}, {}, false);
-  ASSERT_GT(child.pid, 0);
-  const int status = WaitStatus(child);
-  Drain(child);
-  close(child.fd);
+  const int status = RunChild("kill -TERM $$; echo survived");
   ASSERT_NE(status, -1) << "the child did not exit within 10 s";
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << Describe(status);
 }
