@@ -34,7 +34,9 @@
 #     restarted into the same rejoin; 7c. so is a frozen worker.
 #  8. A shard that lost its coordinator (SIGKILL, or SIGSTOP so that calls
 #     time out) exits failed within seconds, naming it, for its supervisor to
-#     restart it into the rejoin of 7.
+#     restart it into the rejoin of 7. 8c. A closed terminal (SIGHUP to the
+#     launcher's process group) stops the cluster: exit 129, no child dies of
+#     SIGHUP, none is left; so does a SIGHUP before anything started.
 #  9. gradient_sync nccl (no shards: every worker checkpoints its model and
 #     Adam state): SIGKILL of worker 1 after its checkpoint of step 150; the
 #     launcher fails naming it, and --resume ends bit for bit where the
@@ -514,6 +516,44 @@ if [ $rc -ne 0 ] || grep -q "lost the coordinator" "$WORK/l-ps.log"; then
   fail "SIGTERM to a shard with a live coordinator: exit $rc"; tail -3 "$WORK/l-ps.log"
 else
   echo "ok: SIGTERM to shard 0 with its coordinator alive: exit 0"
+fi
+
+# 8c. A closed terminal: SIGHUP to the launcher's whole process group
+# mid-run. The launcher stops the cluster and exits 129 naming the signal;
+# its children, started with SIGHUP blocked, log it and stop on the
+# launcher's SIGTERM (none dies of SIGHUP); none is left. And a SIGHUP at
+# once, before anything started, is the same exit, not a silent death.
+setsid "$GS" launch "$WORK/cluster.json" --set checkpoint.every_steps=0 \
+  --set training.steps=100000 > "$WORK/hup.log" 2>&1 &
+launcher=$!
+wait_for_line "$WORK/hup.log" "worker-0: cluster of" $launcher || fail "HUP: the cluster never trained"
+kill -HUP -- -$launcher 2>/dev/null || kill -HUP $launcher
+rc=0; wait $launcher || rc=$?
+sleep 0.5
+if [ $rc -ne 129 ] || ! grep -q "interrupted (Hangup)" "$WORK/hup.log"; then
+  fail "SIGHUP to the launcher's group: exit $rc (allowed 129)"; tail -5 "$WORK/hup.log"
+elif grep -q "killed by signal 1\b\|signal Hangup" "$WORK/hup.log"; then
+  fail "SIGHUP to the launcher's group: a child died of SIGHUP"; grep "signal" "$WORK/hup.log" | head -3
+elif pgrep -f "$WORK/cluster.json" > /dev/null; then
+  fail "SIGHUP to the launcher's group left processes behind: $(pgrep -af "$WORK/cluster.json")"
+else
+  echo "ok: SIGHUP to the launcher's process group: exit 129, the cluster stopped, nothing left"
+fi
+"$GS" launch "$WORK/cluster.json" --set checkpoint.every_steps=0 > "$WORK/hup0.log" 2>&1 &
+launcher=$!
+# Sent once the launcher catches SIGHUP (SigCgt bit 0), its first act: a
+# signal before its main runs kills any program.
+for _ in $(seq 1 2000); do
+  cgt=$(awk '/^SigCgt:/ {print $2}' /proc/$launcher/status 2>/dev/null || true)
+  [ -n "$cgt" ] && [ $((0x$cgt & 1)) -eq 1 ] && break
+  sleep 0.001
+done
+kill -HUP $launcher
+rc=0; wait $launcher || rc=$?
+if [ $rc -ne 129 ] || ! grep -q "interrupted (Hangup)" "$WORK/hup0.log"; then
+  fail "SIGHUP to a launcher just started: exit $rc (allowed 129)"; tail -3 "$WORK/hup0.log"
+else
+  echo "ok: SIGHUP to a launcher just started: exit 129, $(grep -o 'interrupted.*' "$WORK/hup0.log")"
 fi
 
 # 9. gradient_sync nccl: the workers' parts are the whole training state.

@@ -39,6 +39,25 @@ using namespace launch_detail;  // NOLINT: the launcher's own helpers
 volatile sig_atomic_t g_interrupted = 0;
 void OnInterrupt(int signal) { g_interrupted = signal; }
 
+// Installs OnInterrupt for SIGINT, SIGTERM and SIGHUP. A closed terminal
+// stops the cluster the way Ctrl-C does (its children start with SIGHUP
+// blocked: launch_children.cc), instead of leaving them behind.
+void CatchInterrupts() {
+  struct sigaction action {};
+  action.sa_handler = OnInterrupt;
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGHUP, &action, nullptr);
+}
+
+// The launcher's exit on an interrupt: says so, naming the signal and
+// `when`, and returns 128 + the signal (the shell's convention).
+int InterruptedExit(const char* when) {
+  std::printf("gridsync launch: interrupted (%s)%s\n", strsignal(g_interrupted), when);
+  std::fflush(stdout);
+  return 128 + g_interrupted;
+}
+
 std::string FindBinary(const std::string& bin_dir, const std::string& name) {
   namespace fs = std::filesystem;
   std::vector<fs::path> dirs;
@@ -108,11 +127,7 @@ int WaitForOtherNodes(const Config& config, const std::string& node, std::vector
     Reap(children);
     if (g_interrupted) break;
   }
-  if (g_interrupted) {
-    std::printf("gridsync launch: interrupted (%s); stopping all processes\n",
-                strsignal(g_interrupted));
-    return 128 + g_interrupted;
-  }
+  if (g_interrupted) return InterruptedExit("; stopping all processes");
   const Status status = done.get();
   if (!status.ok()) {
     std::printf("gridsync launch: the other nodes did not finish: %s\n", status.ToString().c_str());
@@ -124,6 +139,9 @@ int WaitForOtherNodes(const Config& config, const std::string& node, std::vector
 }  // namespace
 
 int RunLaunch(const LaunchOptions& options) {
+  // First: a signal while the config loads (tens of ms) took the default
+  // action, and the launcher died without a word.
+  CatchInterrupts();
   auto config = Config::LoadFile(options.config_path, options.overrides);
   if (!config.ok()) {
     std::fprintf(stderr, "%s\n", config.status().message().c_str());
@@ -166,14 +184,6 @@ int RunLaunch(const LaunchOptions& options) {
     common.push_back("--set");
     common.push_back(o);
   }
-
-  struct sigaction action {};
-  action.sa_handler = OnInterrupt;
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
-  // A closed terminal stops the cluster the way Ctrl-C does (its children
-  // ignore SIGHUP: ops/service_watchdog.h), instead of leaving them behind.
-  sigaction(SIGHUP, &action, nullptr);
 
   const ClusterLayout& layout = config->layout;
   if (options.max_restarts > 0 && config->checkpoint.every_steps <= 0) {
@@ -416,6 +426,10 @@ int RunLaunch(const LaunchOptions& options) {
       while (!check[0].exited) {
         PumpOutput(check, 100);
         Reap(check);
+        if (g_interrupted) {
+          StopAll(check, options.grace_seconds);
+          return InterruptedExit(" while checking the workers' command lines; nothing was started");
+        }
       }
       Drain(check[0]);
       if (Failed(check[0])) {
@@ -427,6 +441,7 @@ int RunLaunch(const LaunchOptions& options) {
       }
     }
   }
+  if (g_interrupted) return InterruptedExit(" before starting anything; nothing was started");
   start_job(resume_step);
   int job_restarts = 0;
 
@@ -457,9 +472,7 @@ int RunLaunch(const LaunchOptions& options) {
       c.pinged = now;  // reaped as failed on the next turn
     }
     if (g_interrupted) {
-      std::printf("gridsync launch: interrupted (%s); stopping all processes\n",
-                  strsignal(g_interrupted));
-      exit_code = 128 + g_interrupted;
+      exit_code = InterruptedExit("; stopping all processes");
       break;
     }
     bool workers_done = true;
@@ -560,6 +573,10 @@ int RunLaunch(const LaunchOptions& options) {
     for (const auto& c : children) {
       if (c.name == "worker-0") PrintSummary(c, *config);
     }
+    // A signal while the servers were being stopped (the workers had
+    // finished): the run is complete, but the signal is not ignored.
+    if (g_interrupted)
+      exit_code = InterruptedExit(" while stopping; the workers had finished (summary above)");
   }
   return exit_code;
 }
