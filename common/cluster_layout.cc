@@ -1,6 +1,10 @@
 #include "common/cluster_layout.h"
 
+#include <algorithm>
+#include <fstream>
 #include <set>
+#include <string>
+#include <utility>
 
 #include "common/host_address.h"
 
@@ -218,6 +222,39 @@ void CheckPorts(const Config& config, std::vector<ConfigProblem>* problems) {
                          "0 (off) or a range clear of master_port and the shards' ports"});
     return;
   }
+}
+
+std::vector<std::string> EphemeralPortNotes(const Config& config, const std::string& range_file) {
+  std::ifstream in(range_file);
+  long low = 0, high = 0;
+  if (!(in >> low >> high) || low <= 0 || high < low) return {};
+  const DistributedConfig& d = config.distributed;
+  if (!d.enable) return {};
+  std::vector<std::pair<int, std::string>> ports = {{d.master_port, "distributed.master_port"}};
+  for (size_t s = 0; s < config.layout.shards.size(); ++s)
+    ports.emplace_back(config.layout.shards[s].port, "shard " + std::to_string(s));
+  if (config.metrics.port > 0) {
+    const int last =
+        config.metrics.port + static_cast<int>(config.layout.shards.size()) + d.world_size;
+    for (int p = config.metrics.port; p <= last; ++p) ports.emplace_back(p, "metrics");
+  }
+  std::vector<int> inside;
+  std::set<std::string> whose;
+  for (const auto& [port, name] : ports) {
+    if (port < low || port > high) continue;
+    inside.push_back(port);
+    whose.insert(name.starts_with("shard ") ? "the shards'" : name);
+  }
+  if (inside.empty()) return {};
+  std::sort(inside.begin(), inside.end());
+  std::string names;
+  for (const auto& w : whose) names += (names.empty() ? "" : ", ") + w;
+  return {"ports " + std::to_string(inside.front()) + ".." + std::to_string(inside.back()) + " (" +
+          names + ") lie in this host's ephemeral range " + std::to_string(low) + "-" +
+          std::to_string(high) + " (" + range_file +
+          "), from which every outgoing connection takes its source port: one may hold a "
+          "server's port before it binds it (\"Address already in use\"); safer: ports below " +
+          std::to_string(low) + ", or reserved (sysctl net.ipv4.ip_local_reserved_ports)"};
 }
 
 }  // namespace gridsync

@@ -48,4 +48,15 @@ ClusterLayout ResolveLayout(const Config& config, std::vector<ConfigProblem>* pr
 // processes take their offsets from the same metrics.port). Problems are appended to *problems.
 void CheckPorts(const Config& config, std::vector<ConfigProblem>* problems);
 
+// A note when the ports `config` listens on (the coordinator's, the
+// shards', the metrics endpoints') fall in this host's ephemeral range
+// (`range_file`: Linux's ip_local_port_range, "low high"), where the
+// kernel picks the source port of every outgoing connection: a worker's
+// connection can hold a shard's port before the shard binds it ("Address
+// already in use", seen in a probe at master_port 47620). A note, not a
+// refusal: the ports usually stay free, and the range is this host's
+// only. Empty when the file cannot be read or no port falls in it.
+std::vector<std::string> EphemeralPortNotes(
+    const Config& config, const std::string& range_file = "/proc/sys/net/ipv4/ip_local_port_range");
+
 }  // namespace gridsync

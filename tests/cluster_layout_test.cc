@@ -8,6 +8,7 @@
 #include <spdlog/fmt/fmt.h>
 #include <stdlib.h>
 
+#include <fstream>
 #include <string>
 
 #include "common/cli_parse.h"
@@ -264,6 +265,33 @@ TEST(ClusterLayoutTest, PortsAndTheShardsAddressAreCheckedAsTheBinariesUseThem) 
   // Clear of the shards, which are not after master_port here.
   const Config clear = ParseOk(local + R"(, "base_port": 50000}, "metrics": {"port": 41001}})");
   EXPECT_EQ(clear.metrics.port, 41001);
+}
+
+// Ports in the host's ephemeral range are noted (a worker's outgoing
+// connection once took a shard's port first), against a range file of the
+// test's own; outside it, or with no readable file, nothing is said.
+TEST(ClusterLayoutTest, PortsInTheEphemeralRangeAreNoted) {
+  const std::string dir = ::testing::TempDir();
+  const std::string range = dir + "/port_range";
+  { std::ofstream(range) << "32768\t60999\n"; }
+  const Config inside = ParseOk(R"({"distributed": {"enable": true, "world_size": 2,
+      "master_port": 47620, "gradient_sync": "ps"}, "ps": {"shards": 2}})");
+  const auto notes = EphemeralPortNotes(inside, range);
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_TRUE(Contains(notes[0], "ports 47620..47622 (distributed.master_port, the shards')"))
+      << notes[0];
+  EXPECT_TRUE(Contains(notes[0], "ephemeral range 32768-60999")) << notes[0];
+  const Config below = ParseOk(R"({"distributed": {"enable": true, "world_size": 2,
+      "master_port": 29500}, "ps": {"shards": 2}})");
+  EXPECT_TRUE(EphemeralPortNotes(below, range).empty());
+  const Config metrics = ParseOk(R"({"distributed": {"enable": true, "world_size": 2,
+      "master_port": 29500, "gradient_sync": "ps"}, "ps": {"shards": 2}, "metrics": {"port": 40000}})");
+  const auto metric_notes = EphemeralPortNotes(metrics, range);
+  ASSERT_EQ(metric_notes.size(), 1u);
+  EXPECT_TRUE(Contains(metric_notes[0], "ports 40000..40004 (metrics)")) << metric_notes[0];
+  EXPECT_TRUE(EphemeralPortNotes(inside, dir + "/missing").empty());
+  { std::ofstream(range) << "garbage\n"; }
+  EXPECT_TRUE(EphemeralPortNotes(inside, range).empty());
 }
 
 // 20,000 loopback nodes built the list of every host into every node's
