@@ -296,6 +296,9 @@ struct Config {
   // ignores it.
   struct Notes {
     std::vector<std::string> lines;
+    // About this host rather than the text (EphemeralPortNotes): the ports
+    // a cluster listens on; dropped for --standalone, which opens none.
+    std::vector<std::string> host_lines;
     bool operator==(const Notes&) const { return true; }
   };
   Notes notes;

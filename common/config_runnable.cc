@@ -32,6 +32,7 @@ bool Config::OptimizerOnWorkers() const {
 
 std::vector<std::string> Config::NotesFor(bool standalone) const {
   std::vector<std::string> lines = notes.lines;
+  if (!standalone) lines.insert(lines.end(), notes.host_lines.begin(), notes.host_lines.end());
   if (standalone && distributed.enable) {
     std::string line =
         "--standalone: one process trains, so distributed.*, ps.*, compression.* and "

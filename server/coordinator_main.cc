@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", config.status().message().c_str());
     return gridsync::kConfigErrorExitCode;
   }
-  gridsync::LogConfigNotes(config_path, config->notes.lines);
+  gridsync::LogConfigNotes(config_path, config->NotesFor(/*standalone=*/false));
   // What `gridsync check-config` refuses, this refuses too, before the
   // cluster forms around a config its workers would refuse.
   if (auto runnable = config->CheckRunnable(/*standalone=*/false); !runnable.ok()) {

@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", config.status().message().c_str());
     return gridsync::kConfigErrorExitCode;
   }
-  gridsync::LogConfigNotes(config_path, config->notes.lines);
+  gridsync::LogConfigNotes(config_path, config->NotesFor(/*standalone=*/false));
   // What `gridsync check-config` refuses, this refuses too.
   if (auto runnable = config->CheckRunnable(/*standalone=*/false); !runnable.ok()) {
     std::fprintf(stderr, "%s: %s\n", config_path.c_str(), runnable.message().c_str());

@@ -160,7 +160,7 @@ int RunLaunch(const LaunchOptions& options) {
   }
   // The notes once, here: every child loads the same file with the same
   // overrides, so each would log the same lines (kConfigNotesShownEnv).
-  for (const auto& note : config->notes.lines)
+  for (const auto& note : config->NotesFor(/*standalone=*/false))
     std::fprintf(stderr, "gridsync launch: %s: note: %s\n", options.config_path.c_str(),
                  note.c_str());
   const std::string coordinator = FindBinary(options.bin_dir, "gridsync-coordinator");
