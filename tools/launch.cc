@@ -53,9 +53,10 @@ void CatchInterrupts() {
 // The launcher's exit on an interrupt: says so, naming the signal and
 // `when`, and returns 128 + the signal (the shell's convention).
 int InterruptedExit(const char* when) {
-  std::printf("gridsync launch: interrupted (%s)%s\n", strsignal(g_interrupted), when);
+  const int signal = g_interrupted;  // read once: the line and the code agree
+  std::printf("gridsync launch: interrupted (%s)%s\n", strsignal(signal), when);
   std::fflush(stdout);
-  return 128 + g_interrupted;
+  return 128 + signal;
 }
 
 std::string FindBinary(const std::string& bin_dir, const std::string& name) {

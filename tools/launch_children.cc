@@ -28,8 +28,20 @@ Child Spawn(const std::string& name, const std::vector<std::string>& argv, const
     return child;
   }
   const pid_t parent = getpid();
+  // The stop signals blocked around fork: a SIGTERM the launcher sends a
+  // child between its fork and its exec would otherwise run the launcher's
+  // copied handler there and vanish at exec, and the child would live on
+  // until the grace period's SIGKILL. The child restores the defaults and
+  // then takes what is pending.
+  sigset_t stops, before;
+  sigemptyset(&stops);
+  for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stops, s);
+  sigprocmask(SIG_BLOCK, &stops, &before);
   const pid_t pid = fork();
   if (pid == 0) {
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
     // No orphan if the launcher dies without cleaning up (SIGKILL, crash).
     // SIGKILL, not SIGTERM: a stopped child (SIGSTOP, a debugger) would
     // hold SIGTERM pending forever and outlive the launcher.
@@ -39,10 +51,11 @@ Child Spawn(const std::string& name, const std::vector<std::string>& argv, const
     // a closed terminal's hangup in the child's first milliseconds, before
     // its main blocks SIGHUP itself (ops/service_watchdog.h), killed it.
     // Pending, it reaches the child's sigwait thread, which logs it.
-    sigset_t hangup;
-    sigemptyset(&hangup);
-    sigaddset(&hangup, SIGHUP);
-    sigprocmask(SIG_BLOCK, &hangup, nullptr);
+    sigset_t child_mask = before;
+    sigaddset(&child_mask, SIGHUP);
+    sigdelset(&child_mask, SIGINT);
+    sigdelset(&child_mask, SIGTERM);
+    sigprocmask(SIG_SETMASK, &child_mask, nullptr);
     // The launcher's own watchdog settings (it may run under systemd) are
     // not the child's: a WATCHDOG_PID of the launcher turned a server's
     // pings off. A watched child gets its own below.
@@ -59,6 +72,7 @@ Child Spawn(const std::string& name, const std::vector<std::string>& argv, const
     std::fprintf(stderr, "cannot run %s: %s\n", args[0], std::strerror(errno));
     _exit(127);
   }
+  sigprocmask(SIG_SETMASK, &before, nullptr);
   close(fds[1]);
   child.pid = pid;
   child.fd = fds[0];
