@@ -39,6 +39,12 @@ inline constexpr int kCheckpointsHeldExitCode = 3;
 // the job it kept, it rejoins. The worker unit restarts on it alone
 // (RestartForceExitStatus), as on a crash.
 inline constexpr int kCoordinatorLostExitCode = 4;
+// A shard or worker started after the job's training began found no
+// complete checkpoint to rejoin from (the coordinator refused it with
+// kFailedPrecondition): the job lost its part for good, and restarting the
+// process at once would be refused the same way. gridsync launch stops the
+// job on it instead of spending --max-restarts.
+inline constexpr int kCannotRejoinExitCode = 5;
 
 // The image every demo and benchmark fits unless task.image says otherwise:
 // a public-domain photo shipped by Debian's python-matplotlib-data (512x600).

@@ -8,6 +8,7 @@
 // from different threads freely; one object needs external synchronization.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -29,7 +30,16 @@ enum class StatusCode : int {
   // A peer the process depends on is gone (its coordinator). Never sent on
   // the wire (the decoders read codes above kInternal as Internal).
   kUnavailable = 8,
+  // The request is well formed but the state it needs is gone for good: a
+  // process that joins a job whose training started, with no complete
+  // checkpoint to rejoin from. Sent on the wire; a retry gets the same.
+  kFailedPrecondition = 9,
 };
+
+// Whether a peer may send `code` in an error reply: every code but OK and
+// kUnavailable, which names a local loss. The decoders read the others as
+// kInternal (a newer build's code, or a hostile one).
+bool IsWireStatusCode(uint32_t code);
 
 std::string_view StatusCodeName(StatusCode code);
 
@@ -39,7 +49,9 @@ class Status {
   Status(StatusCode code, std::string message);
 
   static Status OK() { return Status(); }
-  static Status InvalidArgument(std::string msg) { return {StatusCode::kInvalidArgument, std::move(msg)}; }
+  static Status InvalidArgument(std::string msg) {
+    return {StatusCode::kInvalidArgument, std::move(msg)};
+  }
   static Status NotFound(std::string msg) { return {StatusCode::kNotFound, std::move(msg)}; }
   static Status IOError(std::string msg) { return {StatusCode::kIOError, std::move(msg)}; }
   static Status Corruption(std::string msg) { return {StatusCode::kCorruption, std::move(msg)}; }
@@ -47,6 +59,9 @@ class Status {
   static Status Unsupported(std::string msg) { return {StatusCode::kUnsupported, std::move(msg)}; }
   static Status Internal(std::string msg) { return {StatusCode::kInternal, std::move(msg)}; }
   static Status Unavailable(std::string msg) { return {StatusCode::kUnavailable, std::move(msg)}; }
+  static Status FailedPrecondition(std::string msg) {
+    return {StatusCode::kFailedPrecondition, std::move(msg)};
+  }
 
   bool ok() const { return state_ == nullptr; }
   StatusCode code() const { return ok() ? StatusCode::kOk : state_->code; }
@@ -68,7 +83,7 @@ class Status {
 template <typename T>
 class Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : value_(std::move(value)) {}          // NOLINT: implicit by design
   Result(Status status) : status_(std::move(status)) {}  // NOLINT: implicit by design
 
   bool ok() const { return value_.has_value(); }
@@ -92,9 +107,9 @@ class Result {
 #define GRIDSYNC_CONCAT(a, b) GRIDSYNC_CONCAT_INNER(a, b)
 
 // Returns from the enclosing function when `expr` yields a non-OK Status.
-#define GRIDSYNC_RETURN_IF_ERROR(expr)                 \
-  do {                                                 \
-    ::gridsync::Status gridsync_status_ = (expr);      \
+#define GRIDSYNC_RETURN_IF_ERROR(expr)                   \
+  do {                                                   \
+    ::gridsync::Status gridsync_status_ = (expr);        \
     if (!gridsync_status_.ok()) return gridsync_status_; \
   } while (0)
 

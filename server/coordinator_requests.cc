@@ -77,11 +77,11 @@ void CoordinatorImpl::HandleRegister(const ConnPtr& conn, uint64_t id, RegisterI
     }
     return nullptr;
   };
-  auto refuse = [&](std::string text) {
+  auto refuse = [&](std::string text, StatusCode code = StatusCode::kInvalidArgument) {
     ++counts_.registrations_refused;
     spdlog::warn("register refused ({} from node '{}', pid {}, {}): {}", role, info.node, info.pid,
                  conn->peer, text);
-    Send(conn, wire::EncodeErrorReply(id, Status::InvalidArgument(std::move(text))));
+    Send(conn, wire::EncodeErrorReply(id, Status(code, std::move(text))));
   };
 
   // A shard or worker restarted during training rejoins from the job's
@@ -111,18 +111,22 @@ void CoordinatorImpl::HandleRegister(const ConnPtr& conn, uint64_t id, RegisterI
   }
   if (!rejoining && training_started_ && (shard || !job_done_)) {
     // A cluster without shards is gradient_sync nccl, whose workers do not
-    // rejoin: only the whole job restarts.
-    refuse(fmt::format(
-        "{} {} joined after training started (the workers passed 'init') with {}, not the "
-        "job's; allowed: {}",
-        role, info.requested_rank, shard ? "fresh parameters" : "a fresh start",
-        map_.expected_shards == 0
-            ? "restart the whole job from its newest complete checkpoint (gridsync launch "
-              "--resume, or --max-restarts: nccl workers do not rejoin a running job)"
-            : fmt::format("a {} rejoining from the job's newest complete checkpoint "
-                          "(checkpoint.every_steps: a restarted process finds it itself once "
-                          "one exists), or restart the whole job (gridsync launch --resume)",
-                          role)));
+    // rejoin: only the whole job restarts. FailedPrecondition: the process
+    // found no complete checkpoint, and restarting it at once finds none
+    // either (gridsync launch stops on the exit code this becomes).
+    refuse(
+        fmt::format(
+            "{} {} joined after training started (the workers passed 'init') with {}, not the "
+            "job's; allowed: {}",
+            role, info.requested_rank, shard ? "fresh parameters" : "a fresh start",
+            map_.expected_shards == 0
+                ? "restart the whole job from its newest complete checkpoint (gridsync launch "
+                  "--resume, or --max-restarts: nccl workers do not rejoin a running job)"
+                : fmt::format("a {} rejoining from the job's newest complete checkpoint "
+                              "(checkpoint.every_steps: a restarted process finds it itself once "
+                              "one exists), or restart the whole job (gridsync launch --resume)",
+                              role)),
+        StatusCode::kFailedPrecondition);
     return;
   }
   uint32_t rank = 0;

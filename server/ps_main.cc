@@ -264,7 +264,9 @@ int main(int argc, char** argv) {
       gridsync::JoinAsShard(**server, **client, &registry, info, rejoin_step, options.timeout);
   if (!registered.ok()) {
     spdlog::error("cannot join the cluster's job: {}", registered.status().ToString());
-    return 1;
+    return registered.status().code() == gridsync::StatusCode::kFailedPrecondition
+               ? gridsync::kCannotRejoinExitCode
+               : 1;
   }
   spdlog::info("registered as shard {} (cluster map generation {}, job {}{})", registered->rank,
                registered->map.generation, registered->map.job,

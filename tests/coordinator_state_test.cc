@@ -189,6 +189,10 @@ TEST_F(CoordinatorStateTest, ARestartedCoordinatorServesTheJobItKeptAndItsPartsR
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("joined after training started"), std::string::npos)
       << refused.status().ToString();
+  // A code of its own, which the shard and worker turn into their "cannot
+  // rejoin" exit status (a supervisor does not restart them into it again).
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition)
+      << refused.status().ToString();
   // The parts rejoin from the step every part holds; the job rolls back.
   std::vector<std::unique_ptr<CoordinatorClient>> parts;
   for (auto [role, rank] : {std::pair{Role::kShard, 0}, {Role::kShard, 1}, {Role::kWorker, 0}}) {

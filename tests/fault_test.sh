@@ -31,7 +31,9 @@
 #     the restarted worker, plain and onebit; and hybrid with both workers
 #     killed at once, whose restarted workers vote on the backend again).
 #     7b. A frozen shard (SIGSTOP) is killed by the launcher's watchdog and
-#     restarted into the same rejoin; 7c. so is a frozen worker.
+#     restarted into the same rejoin; 7c. so is a frozen worker. 7d. One
+#     killed before the first complete checkpoint is refused once restarted
+#     (exit 5), and the launcher stops instead of spending its restarts.
 #  8. A shard that lost its coordinator (SIGKILL, or SIGSTOP so that calls
 #     time out) exits failed within seconds, naming it, for its supervisor to
 #     restart it into the rejoin of 7. 8c. A closed terminal (SIGHUP to the
@@ -462,6 +464,35 @@ frozen() {
 }
 frozen ps-1 "gridsync-ps --shard 1" 4 6
 frozen worker-1 "gridsync-worker --rank 1" 6 3
+
+# 7d. A shard or worker killed after training started but before the first
+# complete checkpoint cannot rejoin: restarted once, it is refused
+# (FailedPrecondition) and exits 5, and the launcher stops the job naming
+# why, instead of restarting it into the same refusal until --max-restarts
+# ran out (3 restarts spent in under a second before).
+for victim in ps-1 worker-1; do
+  log="$WORK/early-$victim.log"
+  pattern="gridsync-ps --shard 1 --config $WORK/cluster.json"
+  [ "$victim" = worker-1 ] && pattern="gridsync-worker --rank 1 --config $WORK/cluster.json"
+  rm -rf "$WORK/ckpt"
+  rc=0
+  "$GS" launch "$WORK/cluster.json" --set checkpoint.every_steps=100000 --set training.steps=100000 \
+    --set training.log_every=10 --max-restarts 3 > "$log" 2>&1 &
+  launcher=$!
+  wait_for_line "$log" "\[worker-0\].*step 10/" $launcher || true
+  pkill -KILL -f "$pattern" || fail "early $victim: it was not running once training started"
+  wait $launcher || rc=$?
+  if [ $rc -ne 1 ]; then
+    fail "early $victim: exit $rc, not 1"; grep "gridsync launch" "$log" | tail -5
+  elif [ "$(grep -c "$victim (pid [0-9]*) failed: .*restarting it" "$log")" -ne 1 ] ||
+       ! grep -q "restarting it (1 of 3): no complete checkpoint yet" "$log" ||
+       ! grep -q "$victim (pid [0-9]*) failed: exit status 5; it cannot rejoin" "$log"; then
+    fail "early $victim: not restarted once and then stopped as unable to rejoin"
+    grep "gridsync launch" "$log" | tail -5
+  else
+    echo "ok: early $victim: killed before the first checkpoint, restarted once, refused (exit 5), and the launcher stopped the job saying it cannot rejoin"
+  fi
+done
 
 # 8. A shard whose coordinator is gone (killed, or frozen so that its calls
 # time out) no longer serves unregistered: it exits failed within seconds,

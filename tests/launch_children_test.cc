@@ -8,8 +8,12 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <string>
 #include <thread>
+
+#include "common/checkpoint_files.h"
+#include "common/config.h"
 
 namespace gridsync::launch_detail {
 namespace {
@@ -57,6 +61,43 @@ TEST(LaunchChildren, TerminateStillEndsTheChild) {
   const int status = RunChild("kill -TERM $$; echo survived");
   ASSERT_NE(status, -1) << "the child did not exit within 10 s";
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << Describe(status);
+}
+
+// A process the coordinator refused for good exits kCannotRejoinExitCode;
+// the launcher does not restart it. Any other exit, or a signal, it does.
+TEST(LaunchChildren, OnlyItsOwnExitCodeMeansCannotRejoin) {
+  const int refused = RunChild("exit " + std::to_string(kCannotRejoinExitCode));
+  Child child;
+  child.exited = true;
+  child.status = refused;
+  EXPECT_TRUE(CannotRejoin(child)) << Describe(refused);
+  child.status = RunChild("exit 1");
+  EXPECT_FALSE(CannotRejoin(child)) << Describe(child.status);
+  child.status = RunChild("kill -KILL $$");
+  EXPECT_FALSE(CannotRejoin(child)) << Describe(child.status);
+}
+
+// The restart line names what the restarted process will do: with every
+// part on this machine, the step it rejoins from, or that there is none.
+TEST(LaunchChildren, RestartPlanNamesTheStepOrItsAbsence) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("launch-plan-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  const std::vector<std::string> parts = {"shard-0", "shard-1"};
+  EXPECT_NE(RestartPlan(false, true, dir.string(), parts).find("no complete checkpoint yet"),
+            std::string::npos);
+  // One part's step 50 alone is not complete; both parts' is.
+  ASSERT_TRUE(WriteCheckpointPart(dir.string(), 50, "shard-0", "abc", {{"rows", 1}}).ok());
+  EXPECT_NE(RestartPlan(false, true, dir.string(), parts).find("no complete checkpoint yet"),
+            std::string::npos);
+  ASSERT_TRUE(WriteCheckpointPart(dir.string(), 50, "shard-1", "def", {{"rows", 1}}).ok());
+  EXPECT_NE(RestartPlan(false, true, dir.string(), parts).find("step 50"), std::string::npos)
+      << RestartPlan(false, true, dir.string(), parts);
+  // The launcher of one node sees its own parts only: no step named.
+  EXPECT_EQ(RestartPlan(false, false, dir.string(), parts).find("step 50"), std::string::npos);
+  EXPECT_NE(RestartPlan(true, true, dir.string(), parts).find("the job it kept"),
+            std::string::npos);
+  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -371,7 +371,7 @@ TEST(WireRoundTripTest, Error) {
 }
 
 TEST(WireRoundTripTest, ErrorWithUnknownOrOkCodeBecomesInternal) {
-  for (uint32_t code : {0u, 8u, 1000u}) {
+  for (uint32_t code : {0u, 8u, 10u, 1000u}) {
     capnp::MallocMessageBuilder builder;
     auto h = builder.initRoot<schema::Header>();
     h.setVersion(kProtocolVersion);
@@ -385,6 +385,16 @@ TEST(WireRoundTripTest, ErrorWithUnknownOrOkCodeBecomesInternal) {
     EXPECT_FALSE(m->error.ok()) << "code " << code;
     EXPECT_EQ(m->error.code(), StatusCode::kInternal) << "code " << code;
     EXPECT_EQ(m->error.message(), "boom");
+  }
+}
+
+TEST(WireRoundTripTest, ErrorCodesAPeerMaySendSurvive) {
+  for (StatusCode code : {StatusCode::kInvalidArgument, StatusCode::kTimeout, StatusCode::kInternal,
+                          StatusCode::kFailedPrecondition}) {
+    auto frames = EncodeError(1, 0, Status(code, "why"));
+    auto m = Decode(frames, Tables(), Limits{});
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    EXPECT_EQ(m->error.code(), code) << m->error.ToString();
   }
 }
 

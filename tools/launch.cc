@@ -518,7 +518,11 @@ int RunLaunch(const LaunchOptions& options) {
       exit_code = 1;
       break;
     }
-    if (failed != nullptr && failed->restarts < options.max_restarts &&
+    // A process the coordinator refused for good (it found no complete
+    // checkpoint after training started) is not restarted into the same
+    // refusal, which spent every restart within a second.
+    const bool cannot_rejoin = failed != nullptr && CannotRejoin(*failed);
+    if (failed != nullptr && !cannot_rejoin && failed->restarts < options.max_restarts &&
         config->checkpoint.every_steps > 0) {
       // As systemd's Restart=on-failure would: the shard or worker rejoins
       // the job from its newest complete checkpoint, and the job rolls back
@@ -540,9 +544,7 @@ int RunLaunch(const LaunchOptions& options) {
       std::printf("gridsync launch: %s (pid %d) failed: %s; restarting it (%d of %d): %s\n",
                   dead.name.c_str(), dead.pid, Describe(dead.status).c_str(), restarts,
                   options.max_restarts,
-                  is_coordinator ? "it serves the job it kept in checkpoint.dir, and the "
-                                   "processes restarted after it rejoin that job"
-                                 : "it rejoins the job from the newest complete checkpoint");
+                  RestartPlan(is_coordinator, node < 0, config->checkpoint.dir, job_parts).c_str());
       if (dead.fd >= 0) close(dead.fd);
       Child fresh = Spawn(dead.name, argv, dead.env, dead.is_worker);
       fresh.restarts = restarts;
@@ -553,8 +555,16 @@ int RunLaunch(const LaunchOptions& options) {
       continue;
     }
     if (failed != nullptr) {
-      std::printf("gridsync launch: %s (pid %d) failed: %s; stopping the others\n",
-                  failed->name.c_str(), failed->pid, Describe(failed->status).c_str());
+      const char* why =
+          cannot_rejoin
+              ? "it cannot rejoin (training had started, and no complete checkpoint held "
+                "every part yet: the first comes at step checkpoint.every_steps; run the job "
+                "again afresh); "
+          : options.max_restarts > 0 && config->checkpoint.every_steps > 0
+              ? "no restarts left (--max-restarts); "
+              : "";
+      std::printf("gridsync launch: %s (pid %d) failed: %s; %sstopping the others\n",
+                  failed->name.c_str(), failed->pid, Describe(failed->status).c_str(), why);
       for (const auto& line : failed->tail)
         std::printf("gridsync launch:   %s| %s\n", failed->name.c_str(), line.c_str());
       exit_code = 1;

@@ -13,6 +13,9 @@
 #include <cstring>
 #include <thread>
 
+#include "common/checkpoint_files.h"
+#include "common/config.h"
+
 namespace gridsync::launch_detail {
 
 Child Spawn(const std::string& name, const std::vector<std::string>& argv, const Env& env,
@@ -132,6 +135,29 @@ std::string Describe(int status) {
 }
 
 bool Failed(const Child& c) { return !WIFEXITED(c.status) || WEXITSTATUS(c.status) != 0; }
+
+bool CannotRejoin(const Child& c) {
+  return c.exited && WIFEXITED(c.status) && WEXITSTATUS(c.status) == kCannotRejoinExitCode;
+}
+
+std::string RestartPlan(bool is_coordinator, bool every_part_here, const std::string& dir,
+                        const std::vector<std::string>& parts) {
+  if (is_coordinator) {
+    return "it serves the job it kept in checkpoint.dir, and the processes restarted after it "
+           "rejoin that job";
+  }
+  if (!every_part_here) {
+    return "it rejoins the job from the newest complete checkpoint (the other nodes hold their "
+           "parts), or joins afresh if training had not started";
+  }
+  const uint64_t step = LatestCompleteStep(dir, parts);
+  if (step == 0) {
+    return "no complete checkpoint yet: it joins afresh if training had not started, and is "
+           "refused otherwise";
+  }
+  return "it rejoins the job from the newest complete checkpoint, step " + std::to_string(step) +
+         ", and the job rolls back to it";
+}
 
 void Reap(std::vector<Child>& children) {
   for (auto& c : children) {

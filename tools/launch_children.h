@@ -56,6 +56,16 @@ void Drain(Child& child);
 // "exit status N" or "killed by signal S".
 std::string Describe(int status);
 bool Failed(const Child& c);
+// Whether the child exited kCannotRejoinExitCode: the coordinator refused it
+// for good (training had started, and no complete checkpoint holds every
+// part), so a restart would only be refused again.
+bool CannotRejoin(const Child& c);
+// What a restarted shard or worker will do, for the restart line. With
+// `every_part_here` (one launcher runs the whole job) the newest complete
+// step in `dir` is exact and named; the launcher of one node sees its own
+// parts only.
+std::string RestartPlan(bool is_coordinator, bool every_part_here, const std::string& dir,
+                        const std::vector<std::string>& parts);
 // Marks the children that exited (without waiting).
 void Reap(std::vector<Child>& children);
 // Waits up to timeout_ms for output, and prints it.

@@ -318,6 +318,8 @@ int main(int argc, char** argv) {
           gridsync::kCoordinatorLostExitCode);
       return gridsync::kCoordinatorLostExitCode;
     }
+    if (report.status().code() == gridsync::StatusCode::kFailedPrecondition)
+      return gridsync::kCannotRejoinExitCode;
     return 1;
   }
   if (distributed && report->rank != 0) {

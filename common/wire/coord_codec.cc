@@ -283,9 +283,9 @@ void StatusToWire(const Status& status, schema::ErrorInfo::Builder out) {
 Status StatusFromWire(schema::ErrorInfo::Reader error) {
   const uint32_t code = error.getCode();
   std::string text = StringOf(error.getText());
-  // 0 is OK, which an error reply must not carry; above kInternal is a code
-  // from a newer build.
-  if (code == 0 || code > static_cast<uint32_t>(StatusCode::kInternal)) {
+  // 0 is OK, which an error reply must not carry; an unknown code is from a
+  // newer build.
+  if (!IsWireStatusCode(code)) {
     return Status::Internal(
         fmt::format("coordinator sent error code {} (unknown): {}", code, text));
   }

@@ -515,8 +515,7 @@ Result<Message> Decode(const std::vector<zmq::message_t>& frames,
 
   if (message.kind == Kind::kError) {
     StatusCode code = StatusCode::kInternal;
-    if (raw.error_code > static_cast<uint32_t>(StatusCode::kOk) &&
-        raw.error_code <= static_cast<uint32_t>(StatusCode::kInternal)) {
+    if (IsWireStatusCode(raw.error_code)) {
       code = static_cast<StatusCode>(raw.error_code);
     }
     // An error reply must never read as OK, whatever code the peer sent.
