@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <net/if.h>
+#include <netdb.h>
 #include <netinet/in.h>
 
 #include <cerrno>
@@ -66,6 +67,42 @@ Numeric ParseNumeric(std::string_view host, in_addr* v4, in6_addr* v6) {
 }
 
 }  // namespace
+
+Result<std::string> BindAddressOf(std::string_view host) {
+  in_addr v4{};
+  in6_addr v6{};
+  char text[INET6_ADDRSTRLEN] = {};
+  switch (ParseNumeric(host, &v4, &v6)) {
+    case Numeric::kV4:
+      return std::string(inet_ntop(AF_INET, &v4, text, sizeof(text)));
+    case Numeric::kV6:
+      return std::string(inet_ntop(AF_INET6, &v6, text, sizeof(text)));
+    case Numeric::kNone:
+      break;
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const std::string name(host);
+  if (const int rc = getaddrinfo(name.c_str(), nullptr, &hints, &found); rc != 0) {
+    return Status::IOError("cannot resolve host '" + name +
+                           "' to an address to bind: " + gai_strerror(rc) +
+                           "; allowed: a name this machine resolves, or its numeric address");
+  }
+  std::unique_ptr<addrinfo, void (*)(addrinfo*)> owned(found, freeaddrinfo);
+  const addrinfo* pick = nullptr;
+  for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    if (a->ai_family == AF_INET) {
+      pick = a;
+      break;
+    }
+    if (a->ai_family == AF_INET6 && pick == nullptr) pick = a;
+  }
+  if (pick == nullptr)
+    return Status::IOError("host '" + name + "' resolves to no IPv4 or IPv6 address");
+  return AddressText(pick->ai_addr);
+}
 
 bool IsLoopbackHost(std::string_view host) {
   if (host == "localhost" || host == "ip6-localhost" || host == "ip6-loopback") return true;

@@ -46,6 +46,14 @@ struct ProcessHost {
 Result<ProcessHost> ResolveProcessHost(std::string_view flag_host, const std::string& node_host,
                                        bool multi_host);
 
+// The numeric address a socket binds for `host`: a numeric address in its
+// canonical text ("127.1" and "127.0.0.1." read 127.0.0.1), and a host name
+// resolved by getaddrinfo (its first IPv4 address, else its first IPv6). A
+// name went to ZeroMQ's bind as it was, which reads a non-numeric address
+// as an interface name ("cannot bind tcp://localhost:...: No such device").
+// IOError naming the host when it does not resolve.
+Result<std::string> BindAddressOf(std::string_view host);
+
 // An integer from the environment variable `name` (the launcher's contract:
 // GRIDSYNC_RANK, GRIDSYNC_SHARD...): `fallback` when unset, InvalidArgument
 // naming the variable when it is not an integer in [lo, hi].

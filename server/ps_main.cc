@@ -167,6 +167,13 @@ int main(int argc, char** argv) {
   placement.host = host->host;
   const std::string advertised = placement.Endpoint();
   if (!bind.empty()) placement.host = bind;
+  // The workers connect to the advertised name; the socket binds a number.
+  auto bind_address = gridsync::BindAddressOf(placement.host);
+  if (!bind_address.ok()) {
+    std::fprintf(stderr, "shard %d: %s\n", shard, bind_address.status().message().c_str());
+    return 1;
+  }
+  placement.host = *bind_address;
   options.endpoint = placement.Endpoint();
 
   auto auth = gridsync::wire::ControlAuthFor(*config, "shard");

@@ -65,6 +65,24 @@ TEST(HostAddressTest, LoopbackAndUnspecified) {
   EXPECT_FALSE(IsUnspecifiedHost("10.0.0.1"));
 }
 
+// What a shard binds: numbers in canonical text, names resolved (ZeroMQ
+// read "localhost" as an interface name and failed with "No such device").
+TEST(HostAddressTest, BindAddressIsNumeric) {
+  EXPECT_EQ(BindAddressOf("127.0.0.1").value(), "127.0.0.1");
+  EXPECT_EQ(BindAddressOf("127.1").value(), "127.0.0.1");
+  EXPECT_EQ(BindAddressOf("127.0.0.1.").value(), "127.0.0.1");
+  EXPECT_EQ(BindAddressOf("::1").value(), "::1");
+  auto local = BindAddressOf("localhost");
+  ASSERT_TRUE(local.ok()) << local.status().ToString();
+  EXPECT_TRUE(*local == "127.0.0.1" || *local == "::1") << *local;
+  // Refused by the resolver itself (a name that needs DNS would send a
+  // query off this machine).
+  auto none = BindAddressOf("");
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("cannot resolve host ''"), std::string::npos)
+      << none.status().ToString();
+}
+
 TEST(HostAddressTest, InterfaceAddressesAndProcessOverrides) {
   auto lo = InterfaceIpv4("lo");
   ASSERT_TRUE(lo.ok()) << lo.status().ToString();

@@ -257,6 +257,8 @@ TEST(ImageTaskTest, CentresAndErrorsByRangeAgreeWithTheWhole) {
   EXPECT_EQ(image.AddSquaredError(1.5, 0, 0, prediction.data()), 1.5);  // nothing added
   EXPECT_EQ(image.PsnrOf(whole), -10.0 * std::log10(whole / (w * h * 3)));
   EXPECT_EQ(image.PsnrOf(0), 99.0);  // a perfect fit
+  // A model whose outputs are NaN scores NaN, not a perfect fit.
+  EXPECT_TRUE(std::isnan(image.PsnrOf(std::nan(""))));
 }
 
 TEST(ImageTaskTest, OtherPixelFormatsLoadAsRgb) {

@@ -125,6 +125,23 @@ TEST(TrainTest, RealImageCropReachesStatedPsnr) {
   EXPECT_EQ(report->skipped_steps, 0u);
 }
 
+// A run whose model diverges (a learning rate far too large for a deep
+// network: the loss is NaN within a few steps) fails, naming the step and
+// what to change. It ended "done" with PSNR 99 dB and NaN parameters.
+TEST(TrainTest, DivergedRunFailsInsteadOfScoringNaNAsPerfect) {
+  const ImageTask image = LoadCrop();
+  Config config = SmallConfig();
+  config.training.learning_rate = 10;
+  config.network.n_hidden_layers = 16;
+  config.training.steps = 100;
+  auto report = TrainImage(config, image, Quiet());
+  ASSERT_FALSE(report.ok()) << "PSNR " << report->psnr << ", final loss " << report->final_loss;
+  EXPECT_NE(report.status().message().find("training diverged"), std::string::npos)
+      << report.status().ToString();
+  EXPECT_NE(report.status().message().find("training.learning_rate"), std::string::npos)
+      << report.status().ToString();
+}
+
 TEST(TrainTest, MixedPrecisionTrainsAlmostAsWell) {
   const ImageTask image = LoadCrop();
   Config config = SmallConfig();

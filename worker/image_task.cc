@@ -294,6 +294,9 @@ double ImageTask::AddSquaredError(double se, uint64_t begin, size_t count,
 
 double ImageTask::PsnrOf(double squared_error) const {
   const double mse = squared_error / static_cast<double>(pixel_count() * 3);
+  // NaN stays NaN (a model whose outputs are not finite), never the 99 dB
+  // of a perfect fit.
+  if (std::isnan(mse)) return mse;
   return mse > 0 ? -10.0 * std::log10(mse) : 99.0;
 }
 uint8_t ImageTask::ToByte(float value) {

@@ -228,6 +228,17 @@ Result<TrainReport> RunTrainLoop(const RunSpec& spec, const ImageTask& image,
       samples_in_interval += b.count;
       report.my_samples += b.count;
       report.final_loss = b.count ? sse / static_cast<double>(b.count * 3) : 0.0;
+      if (!std::isfinite(report.final_loss)) {
+        // The model's outputs are no longer finite: its parameters are not,
+        // and no later step mends them (mixed precision's skipped steps
+        // guard the gradients, not a forward pass). Stopping here, naming
+        // it, beats a run that ends "done" with NaN parameters.
+        return Status::InvalidArgument(fmt::format(
+            "{} step {}: training diverged: the loss is {} (the model's outputs are no longer "
+            "finite); allowed: a smaller training.learning_rate (now {:g}), a shallower "
+            "network, or training.mixed_precision false",
+            sync.me(), step, report.final_loss, t.learning_rate));
+      }
 
       phase.emplace("apply");
       const auto apply_start = Clock::now();
