@@ -46,6 +46,9 @@ inline constexpr int kCoordinatorLostExitCode = 4;
 // job on it instead of spending --max-restarts.
 inline constexpr int kCannotRejoinExitCode = 5;
 
+// What a run writes in task.output at its end (rank 0, or a standalone run).
+inline constexpr const char* kReconstructionFile = "reconstruction.png";
+
 // The image every demo and benchmark fits unless task.image says otherwise:
 // a public-domain photo shipped by Debian's python-matplotlib-data (512x600).
 inline constexpr const char* kDefaultImagePath =

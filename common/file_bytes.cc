@@ -12,6 +12,8 @@
 #include <exception>
 #include <filesystem>
 
+#include "common/config.h"
+
 namespace gridsync {
 
 namespace fs = std::filesystem;
@@ -102,6 +104,18 @@ Status CheckWritableFolder(const std::string& folder) {
   }
   std::fclose(f);
   std::filesystem::remove(probe, ec);
+  return Status::OK();
+}
+
+Status CheckTaskOutput(const std::string& folder) {
+  GRIDSYNC_RETURN_IF_ERROR(CheckWritableFolder(folder));
+  const auto file = std::filesystem::path(folder) / kReconstructionFile;
+  std::error_code ec;
+  if (std::filesystem::is_directory(file, ec)) {
+    return Status::IOError("'" + file.string() +
+                           "' is a folder, where the run writes its reconstruction; allowed: "
+                           "a file there (or none), or another task.output");
+  }
   return Status::OK();
 }
 

@@ -36,5 +36,8 @@ Result<std::string> ReadFileOfSize(const std::string& path, uint64_t size);
 // start for the folders it will write (task.output, checkpoint.dir), so a
 // folder it cannot use is refused then rather than at its first write.
 Status CheckWritableFolder(const std::string& folder);
+// CheckWritableFolder for task.output, and its kReconstructionFile must not
+// be a folder (it was refused only after the whole run).
+Status CheckTaskOutput(const std::string& folder);
 
 }  // namespace gridsync

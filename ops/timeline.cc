@@ -14,7 +14,7 @@ Result<std::unique_ptr<TimelineWriter>> TimelineWriter::Open(const std::string& 
     return Status::IOError("--timeline " + path + ": " + std::strerror(errno) +
                            "; allowed: a writable file path");
   }
-  std::unique_ptr<TimelineWriter> writer(new TimelineWriter(file, pid));
+  std::unique_ptr<TimelineWriter> writer(new TimelineWriter(file, path, pid));
   std::fputs("[\n", file);
   nlohmann::json meta = {{"name", "process_name"},
                          {"ph", "M"},
@@ -25,15 +25,19 @@ Result<std::unique_ptr<TimelineWriter>> TimelineWriter::Open(const std::string& 
   return writer;
 }
 
-TimelineWriter::TimelineWriter(std::FILE* file, uint32_t pid)
+TimelineWriter::TimelineWriter(std::FILE* file, std::string path, uint32_t pid)
     : file_(file),
+      path_(std::move(path)),
       pid_(pid),
       steady_origin_(std::chrono::steady_clock::now()),
       wall_origin_us_(std::chrono::duration_cast<std::chrono::microseconds>(
                           std::chrono::system_clock::now().time_since_epoch())
                           .count()) {}
 
-TimelineWriter::~TimelineWriter() { Close(); }
+TimelineWriter::~TimelineWriter() {
+  if (const Status closed = Close(); !closed.ok())
+    std::fprintf(stderr, "%s\n", closed.message().c_str());
+}
 
 int64_t TimelineWriter::Micros(std::chrono::steady_clock::time_point t) const {
   return wall_origin_us_ +
@@ -43,8 +47,10 @@ int64_t TimelineWriter::Micros(std::chrono::steady_clock::time_point t) const {
 void TimelineWriter::Write(const std::string& event) {
   // Callers hold mu_ (or own the writer alone, in Open).
   if (file_ == nullptr) return;
-  std::fputs(first_ ? "" : ",\n", file_);
-  std::fputs(event.c_str(), file_);
+  errno = 0;
+  if ((std::fputs(first_ ? "" : ",\n", file_) == EOF || std::fputs(event.c_str(), file_) == EOF) &&
+      write_error_ == 0)
+    write_error_ = errno != 0 ? errno : EIO;
   first_ = false;
 }
 
@@ -67,12 +73,23 @@ void TimelineWriter::Counter(const std::string& name, std::chrono::steady_clock:
   Write(event.dump());
 }
 
-void TimelineWriter::Close() {
+Status TimelineWriter::Close() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (file_ == nullptr) return;
+  if (file_ == nullptr) return closed_;
   std::fputs("\n]\n", file_);
-  std::fclose(file_);
+  // stdio keeps the first error of any write (ferror); fclose flushes the
+  // rest, which fails on a full disk too.
+  errno = 0;
+  const bool failed_before = std::ferror(file_) != 0 || write_error_ != 0;
+  const bool closed = std::fclose(file_) == 0;
+  const int error = write_error_ != 0 ? write_error_ : errno;
   file_ = nullptr;
+  if (!failed_before && closed) return closed_;
+  closed_ =
+      Status::IOError("--timeline " + path_ + ": cannot write the timeline" +
+                      (error != 0 ? std::string(": ") + std::strerror(error) : std::string()) +
+                      "; the file is incomplete");
+  return closed_;
 }
 
 }  // namespace gridsync

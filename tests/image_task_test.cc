@@ -387,5 +387,32 @@ TEST(ImageTaskTest, RefusesWhatIsNoRegularFileWithoutOpeningIt) {
   }
 }
 
+// The reconstruction is written whole or not at all, and a failed write is
+// an error naming why (stb's own writer checked nothing: /dev/full, a full
+// disk, ended "done" with no file).
+TEST(ImageTaskTest, WritePngIsWholeOrAnErrorNamingWhy) {
+  const std::string path = TempPath("written.png");
+  const std::vector<uint8_t> rgb = {255, 0, 0, 0, 255, 0, 0, 0, 255, 10, 20, 30};
+  ASSERT_TRUE(ImageTask::WritePng(path, 2, 2, rgb).ok());
+  auto back = ImageTask::Load(path);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->width(), 2);
+  EXPECT_EQ(back->Channel(9), 10.0f / 255.0f);
+  // The temporary file lands on a device that is always full.
+  std::filesystem::remove(path);
+  std::filesystem::create_symlink("/dev/full", path + ".tmp");
+  const Status full = ImageTask::WritePng(path, 2, 2, rgb);
+  std::filesystem::remove(path + ".tmp");
+  ASSERT_FALSE(full.ok());
+  EXPECT_NE(full.message().find(std::strerror(ENOSPC)), std::string::npos) << full.ToString();
+  EXPECT_FALSE(std::filesystem::exists(path));
+  // A folder where the file goes.
+  std::filesystem::create_directory(path);
+  const Status folder = ImageTask::WritePng(path, 2, 2, rgb);
+  std::filesystem::remove(path);
+  ASSERT_FALSE(folder.ok());
+  EXPECT_NE(folder.message().find("it is a folder"), std::string::npos) << folder.ToString();
+}
+
 }  // namespace
 }  // namespace gridsync

@@ -304,7 +304,7 @@ int main(int argc, char** argv) {
           return gridsync::kConfigErrorExitCode;
         }
       }
-      if (auto writable = gridsync::CheckWritableFolder(config->task.output); !writable.ok()) {
+      if (auto writable = gridsync::CheckTaskOutput(config->task.output); !writable.ok()) {
         std::fprintf(stderr, "%s: task.output: %s\n", path.c_str(), writable.message().c_str());
         return gridsync::kConfigErrorExitCode;
       }

@@ -309,10 +309,22 @@ Status ImageTask::WritePng(const std::string& path, int width, int height,
   const auto parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
   if (ec) return Status::IOError("cannot create folder '" + parent.string() + "': " + ec.message());
-  if (!stbi_write_png(path.c_str(), width, height, 3, rgb.data(), width * 3)) {
-    return Status::IOError("cannot write PNG '" + path + "'");
+  // Encoded in memory, then written whole (temporary file, fsync, rename):
+  // stb's own file writer checks no write, so a full disk or /dev/full
+  // ended "done" with no file, and a run killed mid-write left half a PNG.
+  std::string bytes;
+  const auto append = [](void* out, void* data, int size) {
+    static_cast<std::string*>(out)->append(static_cast<const char*>(data),
+                                           static_cast<size_t>(size));
+  };
+  if (!stbi_write_png_to_func(append, &bytes, width, height, 3, rgb.data(), width * 3))
+    return Status::IOError("cannot encode PNG '" + path + "'");
+  std::error_code kind_ec;
+  if (std::filesystem::is_directory(path, kind_ec)) {
+    return Status::IOError("cannot write PNG '" + path +
+                           "': it is a folder; allowed: a file path (or none there)");
   }
-  return Status::OK();
+  return WriteFileAtomically(path, bytes).WithContext("cannot write PNG '" + path + "'");
 }
 
 }  // namespace gridsync

@@ -204,7 +204,7 @@ int main(int argc, char** argv) {
     }
   }
   if (!distributed || ps_options.rank <= 0) {
-    if (auto writable = gridsync::CheckWritableFolder(config->task.output); !writable.ok()) {
+    if (auto writable = gridsync::CheckTaskOutput(config->task.output); !writable.ok()) {
       std::fprintf(stderr, "%s: task.output: %s\n", config_path.c_str(),
                    writable.message().c_str());
       return gridsync::kConfigErrorExitCode;
@@ -362,6 +362,14 @@ int main(int argc, char** argv) {
   }
   std::printf("%s\n", summary.dump().c_str());
   std::fflush(stdout);
+  if (timeline) {
+    // --timeline was asked for: a file cut short (a full disk) fails the run
+    // as --dump-params does, instead of exit 0 over a broken trace.
+    if (const gridsync::Status closed = timeline->Close(); !closed.ok()) {
+      spdlog::error("{}", closed.message());
+      return 1;
+    }
+  }
   if (metrics && metrics_hold > 0) {
     std::this_thread::sleep_for(std::chrono::duration<double>(metrics_hold));
   }

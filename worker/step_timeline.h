@@ -42,7 +42,8 @@ class StepTimeline : public StepObserver {
       writer_.Counter("psnr_db", after(wall), r.psnr);
     }
   }
-  void OnEnd(const TrainReport& /*report*/) override { writer_.Close(); }
+  // Its status is the worker's to report (worker/main.cc closes it again).
+  void OnEnd(const TrainReport& /*report*/) override { (void)writer_.Close(); }
 
  private:
   TimelineWriter& writer_;

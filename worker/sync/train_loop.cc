@@ -67,7 +67,7 @@ Status EvaluateAndSave(HashGridModel& model, const ImageTask& image, const Confi
   report->psnr =
       EvalPsnr(model, image, model.ActiveLevels(steps), pool, write_png ? &png : nullptr);
   if (!write_png) return Status::OK();
-  report->png_path = (std::filesystem::path(config.task.output) / "reconstruction.png").string();
+  report->png_path = (std::filesystem::path(config.task.output) / kReconstructionFile).string();
   return ImageTask::WritePng(report->png_path, image.width(), image.height(), png);
 }
 
