@@ -385,7 +385,7 @@ uint64_t LatestCompleteStep(const std::string& dir, const std::vector<std::strin
 }
 
 Status CheckFreshStart(const std::string& dir, const std::vector<std::string>& parts,
-                       const std::vector<std::string>& job_parts) {
+                       const std::vector<std::string>& job_parts, uint64_t run_steps) {
   std::vector<std::string> held;
   for (const std::string& part : parts) {
     const std::vector<uint64_t> steps = HeldSteps(dir, part);
@@ -401,14 +401,22 @@ Status CheckFreshStart(const std::string& dir, const std::vector<std::string>& p
   // holds here (parts on other machines keep theirs in their own folders).
   const uint64_t complete = LatestCompleteStep(dir, job_parts);
   const std::string resume =
-      complete > 0 ? fmt::format(
-                         "resume it from step {}, the newest step every part of the job holds here "
-                         "(gridsync launch --resume; for the units --resume-step {} for "
-                         "gridsync-ps and --start-step {} for gridsync-worker), or ",
-                         complete, complete, complete)
-                   : std::string(
-                         "no step here holds every part of the job, so no resume from this folder "
-                         "alone; ");
+      complete > 0 && run_steps > 0 && complete >= run_steps
+          ? fmt::format(
+                "step {} holds every part of the job and is its last (training.steps "
+                "{}): that run finished, so a resume has nothing to train; raise "
+                "training.steps and resume (gridsync launch --resume) to train it "
+                "further, or ",
+                complete, run_steps)
+      : complete > 0
+          ? fmt::format(
+                "resume it from step {}, the newest step every part of the job holds here "
+                "(gridsync launch --resume; for the units --resume-step {} for "
+                "gridsync-ps and --start-step {} for gridsync-worker), or ",
+                complete, complete, complete)
+          : std::string(
+                "no step here holds every part of the job, so no resume from this folder "
+                "alone; ");
   return Status::InvalidArgument(fmt::format(
       "checkpoint.dir {} holds checkpoints this job did not write: {}; starting afresh would "
       "delete them with its first checkpoint. Allowed: {}move the folder away or set "

@@ -106,7 +106,10 @@ Status CheckStepIsOneRun(const std::string& dir, uint64_t step,
 // folder, the parts' steps and the ways on when any part holds a step; OK
 // otherwise. `job_parts` (every part of the job, CheckpointParts) decide
 // which step a resume would start from, as `gridsync launch --resume` does.
+// `run_steps` (training.steps; 0: unknown): a step that reaches it is a
+// finished run, which a resume would refuse ("resuming at step 20, but
+// training.steps is 20"), so the refusal says so instead of advising one.
 Status CheckFreshStart(const std::string& dir, const std::vector<std::string>& parts,
-                       const std::vector<std::string>& job_parts);
+                       const std::vector<std::string>& job_parts, uint64_t run_steps = 0);
 
 }  // namespace gridsync

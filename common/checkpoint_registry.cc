@@ -116,11 +116,12 @@ Result<bool> CoordinatorKnowsCheckpoints(Store& store, uint64_t job, const std::
 }
 
 Status CheckFreshStartAgainst(Store& store, uint64_t job, const std::string& dir,
-                              const std::string& part, const std::vector<std::string>& job_parts) {
+                              const std::string& part, const std::vector<std::string>& job_parts,
+                              uint64_t run_steps) {
   if (HeldSteps(dir, part).empty()) return Status::OK();
   GRIDSYNC_ASSIGN_OR_RETURN(const bool known, CoordinatorKnowsCheckpoints(store, job, part));
   if (known) return Status::OK();
-  return CheckFreshStart(dir, {part}, job_parts)
+  return CheckFreshStart(dir, {part}, job_parts, run_steps)
       .WithContext(part + ": the coordinator knows no job of these checkpoints");
 }
 

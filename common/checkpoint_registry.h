@@ -127,7 +127,8 @@ Result<bool> CoordinatorKnowsCheckpoints(Store& store, uint64_t job, const std::
 // between writing its first checkpoint of job 1 and publishing it holds
 // files the coordinator does not know, and is refused like a stranger's.
 Status CheckFreshStartAgainst(Store& store, uint64_t job, const std::string& dir,
-                              const std::string& part, const std::vector<std::string>& job_parts);
+                              const std::string& part, const std::vector<std::string>& job_parts,
+                              uint64_t run_steps = 0);
 
 // The step a process restarted during job `job` rejoins it from: the newest
 // step every part holds, which its own part (`own_part`, unless empty: a

@@ -219,7 +219,8 @@ int main(int argc, char** argv) {
                            static_cast<uint32_t>(config->ps.shards),
                            spec->sync.worker_state
                                ? static_cast<uint32_t>(config->distributed.world_size)
-                               : 0))
+                               : 0),
+                       static_cast<uint64_t>(config->training.steps))
                  : map.status();
     if (!fresh.ok()) {
       spdlog::error("shard {} (coordinator {}:{}): {}", shard, d.master_addr, d.master_port,

@@ -316,6 +316,17 @@ TEST(CheckpointTest, AFreshStartNeverDeletesAnotherRunsCheckpoints) {
     EXPECT_NE(refused.message().find(want), std::string::npos)
         << want << " in: " << refused.message();
   }
+  // A run that finished at its training.steps (100) has nothing left to
+  // resume: said so, with the way on (a resume was advised, and refused).
+  const Status finished = CheckFreshStart(dir, {"shard-0"}, job, /*run_steps=*/100);
+  for (const char* want : {"that run finished", "raise training.steps", "move the folder away"})
+    EXPECT_NE(finished.message().find(want), std::string::npos)
+        << want << " in: " << finished.message();
+  EXPECT_EQ(finished.message().find("resume it from step"), std::string::npos)
+      << finished.message();
+  // Still short of it: the resume is offered.
+  EXPECT_NE(CheckFreshStart(dir, {"shard-0"}, job, 300).message().find("resume it from step 100"),
+            std::string::npos);
   // No step every part of the job holds here: no resume offered.
   const Status partial = CheckFreshStart(dir, {"shard-0"}, {"shard-0", "shard-1", "worker-0"});
   EXPECT_NE(partial.message().find("no resume from this folder alone"), std::string::npos)

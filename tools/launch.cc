@@ -310,7 +310,8 @@ int RunLaunch(const LaunchOptions& options) {
       for (int local = 0; local < layout.nodes[static_cast<size_t>(n)].workers; ++local)
         parts.push_back("worker-" + std::to_string(layout.FirstRank(n) + local));
     }
-    if (const Status fresh = CheckFreshStart(config->checkpoint.dir, parts, job_parts);
+    if (const Status fresh = CheckFreshStart(config->checkpoint.dir, parts, job_parts,
+                                             static_cast<uint64_t>(config->training.steps));
         !fresh.ok()) {
       std::fprintf(stderr, "gridsync launch: %s\n", fresh.message().c_str());
       return kCheckpointsHeldExitCode;

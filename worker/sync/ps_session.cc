@@ -121,7 +121,8 @@ Result<PsSession> JoinPsCluster(const RunSpec& spec, const ImageTask& image, Has
     CoordinatorStore registry(session.coordinator.get());
     GRIDSYNC_RETURN_IF_ERROR(
         CheckFreshStartAgainst(registry, registration.map.job, config.checkpoint.dir, session.me,
-                               CheckpointParts(static_cast<uint32_t>(config.ps.shards), workers)));
+                               CheckpointParts(static_cast<uint32_t>(config.ps.shards), workers),
+                               static_cast<uint64_t>(config.training.steps)));
   }
   if (!options.metrics_address.empty()) {
     GRIDSYNC_RETURN_IF_ERROR(session.coordinator->Set(
