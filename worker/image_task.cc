@@ -309,6 +309,10 @@ Status ImageTask::WritePng(const std::string& path, int width, int height,
   const auto parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
   if (ec) return Status::IOError("cannot create folder '" + parent.string() + "': " + ec.message());
+  if (std::filesystem::is_directory(path, ec)) {
+    return Status::IOError("cannot write PNG '" + path +
+                           "': it is a folder; allowed: a file path (or none there)");
+  }
   // Encoded in memory, then written whole (temporary file, fsync, rename):
   // stb's own file writer checks no write, so a full disk or /dev/full
   // ended "done" with no file, and a run killed mid-write left half a PNG.
@@ -319,11 +323,6 @@ Status ImageTask::WritePng(const std::string& path, int width, int height,
   };
   if (!stbi_write_png_to_func(append, &bytes, width, height, 3, rgb.data(), width * 3))
     return Status::IOError("cannot encode PNG '" + path + "'");
-  std::error_code kind_ec;
-  if (std::filesystem::is_directory(path, kind_ec)) {
-    return Status::IOError("cannot write PNG '" + path +
-                           "': it is a folder; allowed: a file path (or none there)");
-  }
   return WriteFileAtomically(path, bytes).WithContext("cannot write PNG '" + path + "'");
 }
 
