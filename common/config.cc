@@ -377,9 +377,11 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
     const bool mp_dim_ok =
         r.EnumValue("mp_dim", &d.mp_dim, std::span<const ModelParallelDim>(kModelParallelDims));
     const bool hierarchical_ok = r.Bool("hierarchical", &d.hierarchical);
-    // At least a millisecond: timeouts are kept in whole milliseconds, and
-    // less would become 0 ms ("cannot connect within 0.0 s").
-    r.Double("timeout_s", &d.timeout_s, 0.001, /*lo_open=*/false, 3600.0);
+    // At least a second: every wait includes a peer's start (a process
+    // launched beside the coordinator connects before it listens, a worker
+    // loads its image before the first barrier), so 0.001-0.2 passed here
+    // and no job could ever start ("cannot connect ... within 0.1 s").
+    r.Double("timeout_s", &d.timeout_s, 1.0, /*lo_open=*/false, 3600.0);
     r.EnumValue("collective", &d.collective, std::span<const CollectiveKind>(kCollectiveKinds));
     // At least 1 KiB: smaller buckets only multiply the all-reduces (1e-30
     // made 4-byte buckets, 7.6M all-reduces a step, and no step ended).

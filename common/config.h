@@ -160,7 +160,7 @@ struct DistributedConfig {
   bool model_parallel = false;
   ModelParallelDim mp_dim = ModelParallelDim::kRow;  // only meaningful with model_parallel
   bool hierarchical = false;
-  double timeout_s = 30.0;  // (0, 3600]: every wait (rendezvous, barrier, pull) gives up after this
+  double timeout_s = 30.0;  // [1, 3600]: every wait (rendezvous, barrier, pull) gives up after this
   // auto: NCCL where the model lives on the GPU, else Gloo (RunSpec resolves it)
   CollectiveKind collective = CollectiveKind::kAuto;
   double bucket_mb = 25.0;     // (0, 4096]: all-reduce bucket size in MiB

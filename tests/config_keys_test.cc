@@ -210,13 +210,16 @@ TEST(ConfigPsTest, KeysValidateAndStalenessNeedsSsp) {
   EXPECT_TRUE(Contains(consistency, "bsp")) << consistency;
   const std::string timeout = ErrorOf(R"({"distributed": {"timeout_s": 0}})");
   EXPECT_TRUE(Contains(timeout, "distributed.timeout_s")) << timeout;
-  // Below a millisecond it became 0 ms; buckets below 1 KiB made millions
-  // of all-reduces a step, and no step ended.
-  const std::string tiny = ErrorOf(R"({"distributed": {"timeout_s": 0.0001}})");
-  EXPECT_TRUE(Contains(tiny,
-                       "distributed.timeout_s: out of range: 0.0001; allowed: finite "
-                       "numbers in [0.001, 3600]"))
-      << tiny;
+  // Below a millisecond it became 0 ms; below a second no job could start
+  // (a shard connects before the coordinator listens); buckets below 1 KiB
+  // made millions of all-reduces a step, and no step ended.
+  for (const char* value : {"0.0001", "0.05", "0.999"}) {
+    const std::string tiny =
+        ErrorOf(std::string(R"({"distributed": {"timeout_s": )") + value + "}}");
+    EXPECT_TRUE(Contains(tiny, std::string("distributed.timeout_s: out of range: ") + value +
+                                   "; allowed: finite numbers in [1, 3600]"))
+        << tiny;
+  }
   const std::string bucket = ErrorOf(R"({"distributed": {"gradient_sync": "nccl",
       "bucket_mb": 1e-30}})");
   EXPECT_TRUE(Contains(bucket,
