@@ -1,6 +1,7 @@
 // The binaries' contract with operators: check-config exit codes and output,
 // and the worker refusing what is not supported yet. Runs the real binaries.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -395,6 +396,34 @@ TEST(CliTest, EveryBinaryRefusesTheCheckpointFolderCheckConfigRefuses) {
                 "distributed.enable is false: one process trains alone and no PS shard runs");
   ExpectRefused("server/gridsync-ps", "--config configs/local.json --shard 0 --log-level bogus",
                 "bogus");
+}
+
+// A secret key readable by others: check-config refused it, but launch
+// started everything and the worker failed with exit 1 after loading its
+// image (a hostile probe). All three refuse it now, exit 2, same words.
+TEST(CliTest, ASecretKeyReadableByOthersIsRefusedAlike) {
+  const std::string dir = ::testing::TempDir() + "/loose-keys-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  const ProcessResult made = Execute("tools/gridsync", "keygen " + dir);
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  ASSERT_EQ(::chmod((dir + "/worker.key").c_str(), 0644), 0);
+  const std::string sets = " --set security.mode=curve --set security.keys_dir=" + dir +
+                           " --set distributed.master_port=28770";
+  const std::string words =
+      dir + "/worker.key: the secret key is readable by others (mode 0644); allowed: 0600";
+  ExpectRefused("tools/gridsync", "check-config configs/local.json" + sets, words);
+  const ProcessResult launch = Execute("tools/gridsync", "launch configs/local.json" + sets);
+  EXPECT_EQ(launch.exit_code, 2) << launch.output;
+  EXPECT_NE(launch.output.find(words), std::string::npos) << launch.output;
+  EXPECT_EQ(launch.output.find("starting"), std::string::npos)
+      << "launch started processes: " << launch.output;
+  const ProcessResult worker =
+      Execute("worker/gridsync-worker", "--config configs/local.json --rank 1" + sets);
+  EXPECT_EQ(worker.exit_code, 2) << worker.output;
+  EXPECT_NE(worker.output.find(words), std::string::npos) << worker.output;
+  EXPECT_EQ(worker.output.find("fitting"), std::string::npos)
+      << "the worker loaded its image first: " << worker.output;
+  std::filesystem::remove_all(dir);
 }
 
 // keygen checks everything before it writes (a probe's repeated role, or a

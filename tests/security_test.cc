@@ -71,7 +71,22 @@ TEST(SecurityTest, KeysRoundTripAndSecretFilesArePrivate) {
   ::chmod((dir + "/worker.key").c_str(), 0644);
   auto loose = wire::LoadCurveKeyPair(dir, "worker");
   ASSERT_FALSE(loose.ok());
-  EXPECT_NE(loose.status().message().find("0600"), std::string::npos) << loose.status().ToString();
+  EXPECT_NE(loose.status().message().find("(mode 0644); allowed: 0600 (chmod 600 " + dir +
+                                          "/worker.key)"),
+            std::string::npos)
+      << loose.status().ToString();
+  // The one check of check-config, launch and the worker: the roles it is
+  // asked about, and nothing without CURVE.
+  Config config;
+  config.security.curve = true;
+  config.security.keys_dir = dir;
+  EXPECT_TRUE(wire::CheckRoleKeys(config, {"coordinator", "shard"}).ok());
+  const Status worker = wire::CheckRoleKeys(config, {"coordinator", "worker"});
+  EXPECT_NE(worker.message().find(dir + "/worker.key: the secret key is readable by others"),
+            std::string::npos)
+      << worker.ToString();
+  config.security.curve = false;
+  EXPECT_TRUE(wire::CheckRoleKeys(config, {"worker"}).ok());
   std::ofstream(dir + "/observer.pub") << "not a key\n";
   EXPECT_FALSE(wire::LoadCurvePublicKey(dir, "observer").ok());
   fs::remove_all(dir);
@@ -126,10 +141,12 @@ TEST(SecurityTest, KeyFilesAreRefusedUnlessSmallRegularAndConsistent) {
   ASSERT_TRUE(wire::LoadCurveKeyPair(dir, "worker").ok());
 
   ::chmod((dir + "/worker.pub").c_str(), 0666);
-  expect_refused(wire::LoadCurvePublicKey(dir, "worker").status(), "writable by others (mode 666)");
+  expect_refused(wire::LoadCurvePublicKey(dir, "worker").status(),
+                 "writable by others (mode 0666)");
   ::chmod((dir + "/worker.pub").c_str(), 0644);
   ::chmod(dir.c_str(), 0777);
-  expect_refused(wire::LoadCurvePublicKey(dir, "worker").status(), "writable by others (mode 777)");
+  expect_refused(wire::LoadCurvePublicKey(dir, "worker").status(),
+                 "writable by others (mode 0777)");
   ::chmod(dir.c_str(), 0700);
   EXPECT_TRUE(wire::LoadCurvePublicKey(dir, "worker").ok());
   fs::remove_all(dir);

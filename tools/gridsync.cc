@@ -27,27 +27,6 @@
 
 namespace {
 
-// The keys each role loads at its start (control plane and data plane),
-// when the cluster runs under CURVE on this one machine: a missing or
-// damaged key file fails check-config as it would fail the process.
-gridsync::Status CheckRoleKeys(const gridsync::Config& config) {
-  if (!config.security.curve || config.layout.multi_host) return gridsync::Status::OK();
-  for (const char* role : {"coordinator", "shard", "worker"}) {
-    if (auto auth = gridsync::wire::ControlAuthFor(config, role); !auth.ok()) return auth.status();
-  }
-  if (config.distributed.gradient_sync != gridsync::GradientSyncMode::kNccl) {
-    for (const char* role : {"shard", "worker"}) {
-      if (auto curve = gridsync::wire::CurveSettingsFor(config, role); !curve.ok())
-        return curve.status();
-    }
-  }
-  return gridsync::Status::OK();
-}
-
-}  // namespace
-
-namespace {
-
 // Every check first, then every pair written into a staging folder and
 // moved into place: a refusal or a failed write leaves DIR as it was (a
 // probe's repeated role, or a folder named like a key file, left a mix of
@@ -254,7 +233,11 @@ int main(int argc, char** argv) {
       // What the coordinator, shards and workers read at their start: every
       // role's keys when the whole cluster is here (a machine of several
       // holds its own roles' only), and the checkpoint folder.
-      if (auto keys = CheckRoleKeys(*config); !keys.ok()) {
+      // (A machine of a cluster on several holds its own roles' keys only.)
+      if (auto keys = config->layout.multi_host ? gridsync::Status::OK()
+                                                : gridsync::wire::CheckRoleKeys(
+                                                      *config, {"coordinator", "shard", "worker"});
+          !keys.ok()) {
         std::fprintf(stderr, "%s: %s\n", path.c_str(), keys.message().c_str());
         return gridsync::kConfigErrorExitCode;
       }

@@ -21,6 +21,7 @@
 #include "common/config.h"
 #include "common/coordinator_client.h"
 #include "common/logging.h"
+#include "common/wire/curve.h"
 #include "ops/progress_line.h"
 #include "server/shard_checkpoint.h"
 #include "spec/run_spec.h"
@@ -229,6 +230,26 @@ int RunLaunch(const LaunchOptions& options) {
     return kConfigErrorExitCode;
   }
   auto here = [&](int n) { return node < 0 || n == node; };
+  const bool run_coordinator = node < 0 || options.coordinator || layout.coordinator_node == node;
+  // The keys of the roles started here, as each loads them at its start: a
+  // refused key file (a secret readable by others) stops the launch with
+  // exit 2 before anything starts, as check-config refuses it (the worker
+  // failed after the others had started, its image loaded).
+  {
+    bool shards_here = false, workers_here = false;
+    for (const auto& shard : layout.shards) shards_here |= here(shard.node);
+    for (int n = 0; n < static_cast<int>(layout.nodes.size()); ++n)
+      workers_here |= here(n) && layout.nodes[static_cast<size_t>(n)].workers > 0;
+    Status keys = Status::OK();
+    if (keys.ok() && run_coordinator) keys = wire::CheckRoleKeys(*config, {"coordinator"});
+    if (keys.ok() && shards_here) keys = wire::CheckRoleKeys(*config, {"shard"});
+    if (keys.ok() && workers_here) keys = wire::CheckRoleKeys(*config, {"worker"});
+    if (!keys.ok()) {
+      std::fprintf(stderr, "gridsync launch: %s: %s\n", options.config_path.c_str(),
+                   keys.message().c_str());
+      return kConfigErrorExitCode;
+    }
+  }
   // Resolved once, for the memory check and the checkpoint parts below.
   const auto spec = RunSpec::Resolve(*config);
   // Every process this machine starts, in its memory together (each one
@@ -356,7 +377,6 @@ int RunLaunch(const LaunchOptions& options) {
     children.back().watchdog = watchdog;
     children.back().pinged = std::chrono::steady_clock::now();
   };
-  const bool run_coordinator = node < 0 || options.coordinator || layout.coordinator_node == node;
   if (options.coordinator && node >= 0 && layout.coordinator_node == node) {
     std::fprintf(stderr,
                  "gridsync launch: note: --coordinator changes nothing: node %s runs the "

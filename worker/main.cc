@@ -24,6 +24,7 @@
 #include "common/file_bytes.h"
 #include "common/logging.h"
 #include "common/message_heap.h"
+#include "common/wire/curve.h"
 #include "ops/metrics.h"
 #include "ops/progress_line.h"
 #include "ops/service_watchdog.h"
@@ -169,6 +170,15 @@ int main(int argc, char** argv) {
     ps_options.endpoint = placed->endpoint;
     spdlog::info("worker {} on node {} at {} ({})", ps_options.rank, placed->node,
                  ps_options.endpoint.hostname, placed->host_source);
+  }
+  // Its keys before its image: a key file it would refuse (a secret
+  // readable by others) failed the worker with exit 1 after the image had
+  // loaded; now exit 2 at once, as check-config and launch refuse it.
+  if (distributed) {
+    if (auto keys = gridsync::wire::CheckRoleKeys(*config, {"worker"}); !keys.ok()) {
+      std::fprintf(stderr, "%s: %s\n", config_path.c_str(), keys.message().c_str());
+      return gridsync::kConfigErrorExitCode;
+    }
   }
   auto image = gridsync::ImageTask::Load(config->task.image);
   if (!image.ok()) {

@@ -61,7 +61,7 @@ Status CheckNotWritableByOthers(const std::string& path) {
   if (::stat(path.c_str(), &st) != 0) return Status::OK();  // reported by its reader
   if ((st.st_mode & 0022) != 0) {
     return Status::InvalidArgument(fmt::format(
-        "{}: writable by others (mode {:o}), who could put their own key in place; allowed: "
+        "{}: writable by others (mode {:04o}), who could put their own key in place; allowed: "
         "writable by its owner only (such as 0644 for a public key, 0700 for the folder)",
         path, st.st_mode & 0777));
   }
@@ -114,8 +114,8 @@ Result<CurveKeyPair> LoadCurveKeyPair(const std::string& dir, const std::string&
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0 && (st.st_mode & 0077) != 0) {
     return Status::InvalidArgument(path + ": the secret key is readable by others (mode " +
-                                   std::to_string(st.st_mode & 0777) + " octal " +
-                                   fmt::format("{:o}", st.st_mode & 0777) + "); allowed: 0600");
+                                   fmt::format("{:04o}", st.st_mode & 0777) +
+                                   "); allowed: 0600 (chmod 600 " + path + ")");
   }
   // The public half must be the secret's: a pair with its lines swapped, or
   // halves from two pairs, passed here and failed at the first handshake.
@@ -452,6 +452,18 @@ Result<std::vector<uint8_t>> ControlSession::Open(const uint8_t* body, size_t le
   }
   ++received_;
   return out;
+}
+
+Status CheckRoleKeys(const Config& config, std::initializer_list<const char*> roles) {
+  if (!config.security.curve) return Status::OK();
+  for (const char* role : roles) {
+    if (auto auth = ControlAuthFor(config, role); !auth.ok()) return auth.status();
+    const bool data_plane = std::string_view(role) != "coordinator" &&
+                            config.distributed.gradient_sync != GradientSyncMode::kNccl;
+    if (!data_plane) continue;
+    if (auto curve = CurveSettingsFor(config, role); !curve.ok()) return curve.status();
+  }
+  return Status::OK();
 }
 
 }  // namespace gridsync::wire

@@ -14,6 +14,7 @@
 
 #include <array>
 #include <atomic>
+#include <initializer_list>
 #include <map>
 #include <set>
 #include <string>
@@ -71,6 +72,14 @@ struct ControlAuth {
 };
 // role: "shard", "worker", "observer" (a client) or "coordinator".
 Result<ControlAuth> ControlAuthFor(const Config& config, const std::string& role);
+// OK when each of `roles` ("coordinator", "shard", "worker") would load its
+// keys (control plane, and data plane but under nccl, which has none) as
+// the process loads them at its start; the first error otherwise. OK
+// without security.curve. One check for check-config, `gridsync launch`
+// (the roles it starts here) and the worker (before its image loads), so
+// that a key file they would refuse fails them all with exit 2 and the
+// same words.
+Status CheckRoleKeys(const Config& config, std::initializer_list<const char*> roles);
 // The client's proof for `challenge`: (nonce, box), or an error.
 Status BoxChallenge(const ControlAuth& auth, const std::string& challenge, std::string* nonce,
                     std::string* box);
