@@ -295,6 +295,56 @@ std::vector<std::string> InertValueNotes(const Config& c) {
                     " is more than training.steps " + std::to_string(c.training.steps) +
                     ": this run writes no checkpoint; used with every_steps up to the steps");
   }
+  // The derived default (task.output/checkpoints) is left out: the
+  // resolved config check-config prints names it, and loads without notes.
+  if (c.checkpoint.every_steps == 0 && c.checkpoint.dir != c.task.output + "/checkpoints") {
+    lines.push_back("checkpoint.dir " + Quote(c.checkpoint.dir) +
+                    ": this run writes no checkpoint (checkpoint.every_steps 0; the folder is read "
+                    "only by `gridsync launch --resume`); used with every_steps > 0");
+  }
+  if (c.training.dynamic_resolution && c.training.dynamic_resolution_steps > c.training.steps) {
+    lines.push_back("training.dynamic_resolution_steps " +
+                    std::to_string(c.training.dynamic_resolution_steps) +
+                    " is more than training.steps " + std::to_string(c.training.steps) +
+                    ": the finest hash-grid levels never turn on in this run; used with "
+                    "dynamic_resolution_steps up to the steps (0: steps / 2)");
+  }
+  if (c.compression.codec != "none") {
+    // No block or tensor holds more than the whole model: its grid at most
+    // 2^log2_hashmap_size rows a level, and the MLP.
+    const EncodingConfig& e = c.encoding;
+    const NetworkConfig& n = c.network;
+    const uint64_t width = static_cast<uint64_t>(n.n_neurons);
+    const uint64_t inputs = static_cast<uint64_t>(e.n_levels) * e.n_features_per_level;
+    const uint64_t mlp = n.n_hidden_layers == 0
+                             ? inputs * 3
+                             : inputs * width + (n.n_hidden_layers - 1) * width * width + width * 3;
+    const uint64_t model_bytes =
+        4 * (uint64_t{static_cast<uint32_t>(e.n_levels)} << e.log2_hashmap_size) *
+            e.n_features_per_level +
+        4 * mlp;
+    if (static_cast<uint64_t>(c.compression.min_bytes) > model_bytes) {
+      lines.push_back("compression.min_bytes " + std::to_string(c.compression.min_bytes) +
+                      " is more than the whole model (at most " + std::to_string(model_bytes) +
+                      " bytes): nothing is ever compressed; used with min_bytes below the blocks "
+                      "a push carries (default 4096)");
+    }
+  }
+  if (d.enable && d.world_size == 1) {
+    std::string keys;
+    // (Under hybrid the note below says it.)
+    if (d.hierarchical && d.gradient_sync != GradientSyncMode::kHybrid)
+      keys = "distributed.hierarchical true";
+    if (d.batch_splitting != BatchSplitting::kEven) {
+      keys += (keys.empty() ? "" : ", ") + std::string("distributed.batch_splitting ") +
+              Quote(ToString(d.batch_splitting));
+    }
+    if (!keys.empty()) {
+      lines.push_back(keys +
+                      ": no effect with distributed.world_size 1 (one worker takes the whole "
+                      "batch and reduces with nobody); used with several workers");
+    }
+  }
   // hybrid reduces inside each node before the PS whatever the key says.
   if (d.enable && d.hierarchical && d.gradient_sync == GradientSyncMode::kHybrid) {
     lines.push_back(
@@ -711,7 +761,10 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
   SecurityConfig& sec = config.security;
   sec.curve = sec.mode == SecurityMode::kCurve ||
               (sec.mode == SecurityMode::kAuto && config.layout.multi_host);
-  if (sec.curve && sec.keys_dir.empty()) {
+  // One process alone (distributed.enable false) opens no connection and
+  // loads no key: curve has no effect there (a note says so), so no folder
+  // is demanded for it.
+  if (sec.curve && sec.keys_dir.empty() && config.distributed.enable) {
     problems.Add("security.keys_dir",
                  sec.mode == SecurityMode::kCurve
                      ? "missing while security.mode is \"curve\""

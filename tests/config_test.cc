@@ -612,6 +612,37 @@ TEST(ConfigCombinationTest, ValuesTheClusterMakesANoOpAreNoted) {
   EXPECT_TRUE(
       ParseOk(R"({"distributed": {"enable": true, "world_size": 2, "model_parallel": true}})")
           .notes.lines.empty());
+  // A hostile probe's keys that did nothing without a word.
+  only_note(ParseOk(R"({"checkpoint": {"dir": "/tmp/elsewhere"}})"),
+            "checkpoint.dir \"/tmp/elsewhere\": this run writes no checkpoint "
+            "(checkpoint.every_steps 0");
+  EXPECT_TRUE(ParseOk(R"({"checkpoint": {"dir": "/tmp/elsewhere", "every_steps": 5}})")
+                  .notes.lines.empty());
+  only_note(ParseOk(R"({"training": {"steps": 100, "dynamic_resolution": true,
+                                     "dynamic_resolution_steps": 101}})"),
+            "training.dynamic_resolution_steps 101 is more than training.steps 100: the finest "
+            "hash-grid levels never turn on");
+  EXPECT_TRUE(ParseOk(R"({"training": {"steps": 100, "dynamic_resolution": true,
+                                       "dynamic_resolution_steps": 100}})")
+                  .notes.lines.empty());
+  const std::string codec = R"({"distributed": {"enable": true, "world_size": 2},
+      "encoding": {"n_levels": 2, "log2_hashmap_size": 10}, "compression": {"codec": "onebit",
+      "min_bytes": )";
+  only_note(ParseOk(codec + "100000}}"),
+            "compression.min_bytes 100000 is more than the whole model");
+  EXPECT_TRUE(ParseOk(codec + "10000}}").notes.lines.empty());
+  const std::string one = R"({"distributed": {"enable": true, "world_size": 1, )";
+  only_note(ParseOk(one + R"("batch_splitting": "adaptive"}})"),
+            "distributed.batch_splitting \"adaptive\": no effect with distributed.world_size 1");
+  only_note(ParseOk(one + R"("gradient_sync": "nccl", "hierarchical": true}})"),
+            "distributed.hierarchical true: no effect with distributed.world_size 1");
+  // The resolved config (check-config's print, every key named) loads again
+  // without notes: the derived checkpoint folder is not one.
+  const Config printed = ParseOk(ParseOk(R"({"task": {"output": "out/x"}})").ToJson().dump());
+  EXPECT_TRUE(printed.notes.lines.empty()) << printed.notes.lines[0];
+  // One process alone loads no key: curve there is noted, and needs no folder.
+  only_note(ParseOk(R"({"security": {"mode": "curve"}})"),
+            "security.mode \"curve\": no effect with distributed.enable false");
 }
 
 TEST(ConfigCombinationTest, NoFollowUpErrorWhenAPartIsInvalid) {
