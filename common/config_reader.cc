@@ -166,12 +166,24 @@ std::string HostSyntaxProblem(std::string_view s) {
     const bool zone_ok = !zone.empty() && all_of(zone, [](char c) {
       return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
     });
-    if (inet_pton(AF_INET6, std::string(address).c_str(), &parsed) == 1 && zone_ok) return "";
+    if (inet_pton(AF_INET6, std::string(address).c_str(), &parsed) == 1 && zone_ok) {
+      // A group, not a host: nothing listens or connects there over TCP.
+      if (parsed.s6_addr[0] == 0xff) return "an IPv6 multicast address (ff00::/8), not a host's";
+      return "";
+    }
     return "not an IPv6 address (it holds ':')";
   }
   if (all_of(s, [&](char c) { return digit(c) || c == '.'; })) {
     in_addr parsed{};
-    if (inet_pton(AF_INET, std::string(s).c_str(), &parsed) == 1) return "";
+    if (inet_pton(AF_INET, std::string(s).c_str(), &parsed) == 1) {
+      // Broadcast and multicast name groups, not a host: a shard bound
+      // there, or a worker connecting there, fails only at its start.
+      const uint32_t a = ntohl(parsed.s_addr);
+      if (a == 0xFFFFFFFFu) return "the broadcast address, not a host's";
+      if ((a >> 28) == 0xE) return "an IPv4 multicast address (224.0.0.0/4), not a host's";
+      if ((a >> 28) == 0xF) return "a reserved IPv4 address (240.0.0.0/4), not a host's";
+      return "";
+    }
     return "not an IPv4 address (four numbers 0-255 joined by dots)";
   }
   std::string_view name = s;

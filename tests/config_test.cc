@@ -438,6 +438,17 @@ TEST(ConfigValidationTest, MasterAddrRules) {
   }
   EXPECT_TRUE(Contains(ErrorOf(R"({"distributed": {"master_addr": "127.0.0.1:29500"}})"),
                        "a host with a port: the port is set apart"));
+  // Groups, not hosts: a shard bound there failed only at its start.
+  for (const auto& [bad, why] : std::vector<std::pair<std::string, std::string>>{
+           {"255.255.255.255", "is the broadcast address, not a host's"},
+           {"224.0.0.1", "is an IPv4 multicast address (224.0.0.0/4)"},
+           {"240.1.2.3", "is a reserved IPv4 address (240.0.0.0/4)"},
+           {"ff02::1", "is an IPv6 multicast address (ff00::/8)"}}) {
+    const std::string master = ErrorOf(R"({"distributed": {"master_addr": ")" + bad + "\"}}");
+    EXPECT_TRUE(Contains(master, "distributed.master_addr: \"" + bad + "\" " + why)) << master;
+    const std::string host = ErrorOf(R"({"ps": {"host": ")" + bad + "\"}}");
+    EXPECT_TRUE(Contains(host, "ps.host: \"" + bad + "\" " + why)) << host;
+  }
   for (const char* good : {"10.0.0.1", "::1", "fe80::1%eth0", "node-1.example.com",
                            "node-1.example.com.", "localhost", "2001:db8::7", "gridsync_ps_1"}) {
     EXPECT_EQ(ParseOk(std::string(R"({"distributed": {"master_addr": ")") + good + "\"}}")
