@@ -613,8 +613,12 @@ void ApplyOverride(const std::string& override_text, Json* root, Problems* probl
   std::string walked;
   for (size_t i = 0; i + 1 < keys.size(); ++i) {
     walked += (walked.empty() ? "" : ".") + keys[i];
+    // A section the file lacks is made; one the file holds as null stays
+    // null and is refused (it was made an object, and the file's
+    // `"training": null` passed once any --set named it).
+    const bool present = node->contains(keys[i]);
     Json& child = (*node)[keys[i]];
-    if (child.is_null()) child = Json::object();
+    if (child.is_null() && !present) child = Json::object();
     if (!child.is_object()) {
       problems->Add(where, walked + " is " + Got(child) + ", not a section", kOverrideAllowed);
       return;

@@ -65,6 +65,15 @@ TEST(ConfigOverrideTest, DescendingIntoAValueIsAnError) {
                        "section"));
 }
 
+// A section the file holds as null stays refused (a hostile probe: any
+// --set into it made it an object, and the file passed).
+TEST(ConfigOverrideTest, ANullSectionInTheFileIsNotMadeASection) {
+  const std::string msg = ErrorOf(R"({"training": null})", {"training.steps=5"});
+  EXPECT_TRUE(Contains(msg, "--set \"training.steps=5\": training is null (null), not a section"))
+      << msg;
+  EXPECT_TRUE(Contains(msg, "training: wrong type: expected an object, got null")) << msg;
+}
+
 TEST(ConfigOverrideTest, InvalidUtf8IsAnError) {
   EXPECT_TRUE(Contains(ErrorOf("{}", {"task.output=\xff"}), "not valid UTF-8"));
 }
