@@ -120,6 +120,19 @@ Status CheckBmp(const uint8_t* data, size_t size) {
   return Status::OK();
 }
 
+bool IsTgaHeader(const uint8_t* header18) {
+  const uint8_t* data = header18;
+  const uint32_t cmap = data[1], type = data[2], pal_bits = data[7], bits = data[16];
+  const auto depth_ok = [](uint32_t b) {
+    return b == 8 || b == 15 || b == 16 || b == 24 || b == 32;
+  };
+  if (cmap > 1) return false;
+  if (cmap == 1 && ((type != 1 && type != 9) || !depth_ok(pal_bits))) return false;
+  if (cmap == 0 && type != 2 && type != 3 && type != 10 && type != 11) return false;
+  if (Le16(data + 12) < 1 || Le16(data + 14) < 1) return false;
+  return !((cmap == 1 && bits != 8 && bits != 16) || !depth_ok(bits));
+}
+
 Status CheckTga(const uint8_t* data, size_t size) {
   // stb reads past the end as zeros, and its TGA test only bytes 0 to 16:
   // a shorter file is judged on its bytes and zeros, so 17 bytes of header
@@ -131,16 +144,9 @@ Status CheckTga(const uint8_t* data, size_t size) {
     return CutShort("TGA", "a header", 18, size);
   }
   // stbi__tga_test: not a TGA to stb, so not ours to check.
+  if (!IsTgaHeader(data)) return Status::OK();
   const uint32_t cmap = data[1], type = data[2], pal_bits = data[7], bits = data[16];
-  const auto depth_ok = [](uint32_t b) {
-    return b == 8 || b == 15 || b == 16 || b == 24 || b == 32;
-  };
-  if (cmap > 1) return Status::OK();
-  if (cmap == 1 && ((type != 1 && type != 9) || !depth_ok(pal_bits))) return Status::OK();
-  if (cmap == 0 && type != 2 && type != 3 && type != 10 && type != 11) return Status::OK();
   const uint64_t width = Le16(data + 12), height = Le16(data + 14);
-  if (width < 1 || height < 1) return Status::OK();
-  if ((cmap == 1 && bits != 8 && bits != 16) || !depth_ok(bits)) return Status::OK();
 
   const bool rle = type >= 8;
   // Bytes a palette entry and a pixel take in the file (stbi__tga_get_comp:

@@ -34,6 +34,10 @@ Status CheckBmp(const uint8_t* data, size_t size);
 // it last): the palette and the pixels, raw or as RLE packets, within the
 // file.
 Status CheckTga(const uint8_t* data, size_t size);
+// Whether 18 bytes of header pass stb's TGA test (stbi__tga_test): the
+// colour map, image type and depths it takes, and a width and height of at
+// least 1. (TGA has no signature: this is all that tells one apart.)
+bool IsTgaHeader(const uint8_t* header18);
 
 // GIF: the blocks up to and through the first image's data (the frame stb
 // decodes), each within the file; then that frame's LZW codes

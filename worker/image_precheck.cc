@@ -225,6 +225,12 @@ const char* SignatureFormat(const uint8_t* data, size_t size) {
   return nullptr;
 }
 
+bool MayBeImage(const uint8_t* head, size_t size) {
+  if (size < 18 || head[0] == 0xFF) return true;  // judged whole (CheckTga, JpegStart)
+  return SignatureFormat(head, size) != nullptr || RefusedFormat(head, size) != nullptr ||
+         image_data_checks::IsTgaHeader(head);
+}
+
 bool PngDimensions(const uint8_t* data, size_t size, uint32_t* width, uint32_t* height) {
   if (!StartsWith(data, size, kPngSignature, 8) || size < 24 || std::memcmp(data + 12, "IHDR", 4))
     return false;

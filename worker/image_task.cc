@@ -105,6 +105,21 @@ Result<ImageTask> ImageTask::Load(const std::string& path) {
                                    " bytes; allowed: at most " + std::to_string(kMaxFileBytes) +
                                    " bytes");
   }
+  // Its first bytes before the rest: a file no decoder takes is refused
+  // without reading up to 2 GiB of it.
+  {
+    uint8_t head[image_precheck::kHeadBytes] = {};
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(size, sizeof(head)));
+    std::FILE* file = std::fopen(path.c_str(), "rb");
+    const size_t got = file != nullptr ? std::fread(head, 1, want, file) : 0;
+    if (file != nullptr) std::fclose(file);
+    if (got == want && !image_precheck::MayBeImage(head, got)) {
+      return Status::IOError("cannot load image '" + path +
+                             "': its first bytes are the header of no image format stb decodes "
+                             "(unknown image type); allowed: " +
+                             kAllowedFormats + " files");
+    }
+  }
   auto bytes = ReadFileOfSize(path, size);
   if (!bytes.ok()) {
     return Status::IOError("cannot load image '" + path + "': " + bytes.status().message() +
