@@ -63,11 +63,27 @@ std::string FormatSeconds(double s) {
 
 Status EvaluateAndSave(HashGridModel& model, const ImageTask& image, const Config& config,
                        uint64_t steps, bool write_png, ThreadPool* pool, TrainReport* report) {
+  // A large image's final pass takes long after the last step (a probe's
+  // 16000 x 16000 pixels: 53 s without a word), so it is said, with its end.
+  constexpr uint64_t kLongPassPixels = uint64_t{1} << 22;
+  const bool long_pass = image.pixel_count() >= kLongPassPixels;
+  const auto start = std::chrono::steady_clock::now();
+  if (long_pass) {
+    spdlog::info("evaluating all {} pixels for the final PSNR{}", image.pixel_count(),
+                 write_png ? " and the reconstruction" : "");
+  }
   std::vector<uint8_t> png;
   report->psnr =
       EvalPsnr(model, image, model.ActiveLevels(steps), pool, write_png ? &png : nullptr);
   if (!write_png) return Status::OK();
   report->png_path = (std::filesystem::path(config.task.output) / kReconstructionFile).string();
+  if (long_pass) {
+    spdlog::info(
+        "evaluated in {}; writing {} ({} MB of pixels)",
+        FormatSeconds(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()),
+        report->png_path, png.size() >> 20);
+  }
   return ImageTask::WritePng(report->png_path, image.width(), image.height(), png);
 }
 
