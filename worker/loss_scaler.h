@@ -29,6 +29,9 @@ class LossScaler {
   bool enabled() const { return enabled_; }
   float scale() const { return scale_; }
   uint64_t skipped_steps() const { return skipped_; }
+  // The scale can fall no further: a step that overflows now overflows
+  // fp16 unscaled, and every later one will.
+  bool at_min_scale() const { return scale_ <= options_.min_scale; }
 
   // Reports whether the step's gradients were finite; returns true when the
   // step may be applied.
@@ -38,7 +41,7 @@ class LossScaler {
       ++skipped_;
       good_ = 0;
       scale_ = scale_ * options_.backoff < options_.min_scale ? options_.min_scale
-                                                               : scale_ * options_.backoff;
+                                                              : scale_ * options_.backoff;
       return false;
     }
     if (++good_ >= options_.growth_interval) {

@@ -105,6 +105,10 @@ Result<TrainReport> RunTrainLoop(const RunSpec& spec, const ImageTask& image,
   const bool quiet = options.train.quiet;
   const bool adaptive = d.enable && d.batch_splitting == BatchSplitting::kAdaptive;
   LossScaler scaler(t.mixed_precision);
+  // Warnings said once a run: a loss that leaps (finite, so not refused
+  // below) and gradients that overflow fp16 with nothing left to scale.
+  double first_loss = -1;
+  bool warned_leap = false, warned_overflow = false;
   ModelGradients grads(model->layout(), model->mlp_shape());
   // With accumulation each micro-batch sums into `partial` from zero and is
   // then added to `grads`: the reduction a distributed step performs, so
@@ -256,6 +260,19 @@ Result<TrainReport> RunTrainLoop(const RunSpec& spec, const ImageTask& image,
             sync.me(), step, report.final_loss, t.learning_rate));
       }
 
+      // A model that blew up but stayed finite (a probe's 16 x 1024 MLP at
+      // learning rate 0.01: 0.18, then 3e14, every later step skipped) ran
+      // to its end without a word.
+      if (first_loss < 0 && b.count > 0) first_loss = report.final_loss;
+      if (!warned_leap && report.final_loss > 10 && report.final_loss > 1000 * first_loss) {
+        warned_leap = true;
+        spdlog::warn(
+            "{} step {}: the loss leapt to {:g} (it was {:g} at the first step): training is "
+            "diverging; allowed: a smaller training.learning_rate (now {:g}), or a shallower or "
+            "narrower network",
+            sync.me(), step, report.final_loss, first_loss, t.learning_rate);
+      }
+
       phase.emplace("apply");
       const auto apply_start = Clock::now();
       auto applied_step = sync.trains_steps() ? Result<SyncOutcome>(trained_outcome)
@@ -269,6 +286,14 @@ Result<TrainReport> RunTrainLoop(const RunSpec& spec, const ImageTask& image,
       const SyncOutcome outcome = *applied_step;
       grid_rows += outcome.grid_rows;
       if (scaler.Update(outcome.finite)) ++applied;
+      if (!outcome.finite && scaler.enabled() && scaler.at_min_scale() && !warned_overflow) {
+        warned_overflow = true;
+        spdlog::warn(
+            "{} step {}: the gradients overflow fp16 at loss scale {:g}, the least: this step "
+            "and every one like it is skipped ({} so far); allowed: training.mixed_precision "
+            "false, or a smaller training.learning_rate (now {:g})",
+            sync.me(), step, scaler.scale(), scaler.skipped_steps(), t.learning_rate);
+      }
       StepRecord record;
       record.step = step;
       record.first = first;
