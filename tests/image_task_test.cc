@@ -362,6 +362,26 @@ TEST(ImageTaskTest, ADamagedFileIsNamedByItsFormat) {
   ASSERT_FALSE(image.ok());
   EXPECT_NE(image.status().message().find("truncated or corrupt JPEG"), std::string::npos)
       << image.status().message();
+  // A PNG whose compressed data is garbage (CRCs right): stb set no reason
+  // of its own, and the JPEG decoder's "no SOI" was reported.
+  const std::string garbage = TempPath("garbage.png");
+  WriteFile(garbage, HeaderOnlyPng(64, 64) +
+                         PngChunk("IDAT", "\x78\x9c" + std::string(500, '\xff')) +
+                         PngChunk("IEND", ""));
+  image = ImageTask::Load(garbage);
+  ASSERT_FALSE(image.ok());
+  EXPECT_NE(image.status().message().find("truncated or corrupt PNG (its data does not decode)"),
+            std::string::npos)
+      << image.status().message();
+  // A damaged chunk type is printed readably (its NUL bytes went raw into
+  // the message).
+  WriteFile(garbage, HeaderOnlyPng(64, 64).substr(0, 8) + std::string(40, '\0'));
+  image = ImageTask::Load(garbage);
+  std::filesystem::remove(garbage);
+  ASSERT_FALSE(image.ok());
+  EXPECT_NE(image.status().message().find("PNG chunk '\\x00\\x00\\x00\\x00' at byte 8"),
+            std::string::npos)
+      << image.status().message();
 }
 
 // Only a regular file is opened: a FIFO would wait for a writer forever and

@@ -1,5 +1,6 @@
 #include "worker/image_precheck.h"
 
+#include <spdlog/fmt/fmt.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -109,7 +110,14 @@ Status CheckPng(const uint8_t* data, size_t size) {
   int palettes = 0;
   while (pos + 8 <= size) {
     const uint64_t length = Be32(data + pos);
-    const std::string type(reinterpret_cast<const char*>(data + pos + 4), 4);
+    // Printable, whatever the bytes: a damaged type put NULs and control
+    // bytes into the message.
+    std::string type;
+    for (size_t i = 0; i < 4; ++i) {
+      const uint8_t c = data[pos + 4 + i];
+      type += c >= 0x20 && c < 0x7F ? std::string(1, static_cast<char>(c))
+                                    : fmt::format("\\x{:02X}", c);
+    }
     if (length + 12 > size - pos) {
       return Status::InvalidArgument("PNG chunk '" + type + "' claims " + std::to_string(length) +
                                      " bytes, " + std::to_string(size - pos) +
