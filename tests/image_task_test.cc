@@ -373,6 +373,33 @@ TEST(ImageTaskTest, ADamagedFileIsNamedByItsFormat) {
   EXPECT_NE(image.status().message().find("truncated or corrupt PNG (its data does not decode)"),
             std::string::npos)
       << image.status().message();
+  // What stands where a PNM number belongs is named (width -5 read "width
+  // missing"); a BMP palette is named as stb sizes it, and a reason that
+  // says what is allowed is not followed by a second "allowed:".
+  WriteFile(garbage, "P6\n-5 4\n255\n");
+  image = ImageTask::Load(garbage);
+  ASSERT_FALSE(image.ok());
+  EXPECT_NE(image.status().message().find("PNM width is not a number: '-' at byte 3"),
+            std::string::npos)
+      << image.status().message();
+  std::string bmp = "BM" + std::string(52, '\0');
+  const auto le32 = [&bmp](size_t at, uint32_t v) {
+    for (int i = 0; i < 4; ++i) bmp[at + i] = static_cast<char>(v >> (8 * i));
+  };
+  le32(2, 54 + 64);       // file size
+  le32(10, 54);           // pixel data right after the header: no room for a palette
+  le32(14, 40);           // BITMAPINFOHEADER
+  le32(18, 4);            // width
+  le32(22, 4);            // height
+  bmp[26] = 1;            // planes
+  bmp[28] = 8;            // bits a pixel: a palette is needed
+  le32(46, 0xFFFFFFFFu);  // colour count, which stb does not read
+  WriteFile(garbage, bmp + std::string(64, '\0'));
+  image = ImageTask::Load(garbage);
+  ASSERT_FALSE(image.ok());
+  const std::string bmp_message = image.status().message();
+  EXPECT_NE(bmp_message.find("room for 0 palette entries"), std::string::npos) << bmp_message;
+  EXPECT_EQ(bmp_message.find("allowed:"), bmp_message.rfind("allowed:")) << bmp_message;
   // A damaged chunk type is printed readably (its NUL bytes went raw into
   // the message).
   WriteFile(garbage, HeaderOnlyPng(64, 64).substr(0, 8) + std::string(40, '\0'));

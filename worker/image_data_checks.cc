@@ -75,9 +75,15 @@ Status CheckBmp(const uint8_t* data, size_t size) {
     const int64_t entry_bytes = hsz == 12 ? 3 : 4;
     entries = hsz == 12 ? (offset - extra_read - 24) / 3 : (offset - extra_read - hsz) >> 2;
     if (entries < 1 || entries > 256) {
-      return Status::InvalidArgument("BMP palette of " + std::to_string(entries) +
-                                     " entries (pixel data offset " + std::to_string(offset) +
-                                     "); allowed: 1 to 256");
+      // Sized as stb sizes it, from the room before the pixel data (the
+      // header's colour count, which a probe set to 0xFFFFFFFF, is not read).
+      return Status::InvalidArgument(
+          "BMP of " + std::to_string(bits) + " bits a pixel with room for " +
+          std::to_string(std::max<int64_t>(entries, 0)) +
+          " palette entries between its header and its pixel data (offset " +
+          std::to_string(offset) +
+          "; the palette is sized from that room, not from the header's colour count); "
+          "allowed: room for 1 to 256 entries");
     }
     const int64_t palette_end = extra_read + hsz + entries * entry_bytes;
     if (palette_end > static_cast<int64_t>(size)) {

@@ -187,7 +187,20 @@ Status CheckPnm(const uint8_t* data, size_t size) {
         return Status::InvalidArgument(std::string("PNM ") + what + " over " + std::to_string(max));
       }
     }
-    if (digits == 0) return Status::InvalidArgument(std::string("PNM ") + what + " missing");
+    if (digits == 0) {
+      // Say what stands there (a probe's width -5 read "width missing").
+      if (pos >= size) {
+        return Status::InvalidArgument(std::string("PNM ") + what +
+                                       " missing: the file ends at byte " + std::to_string(size));
+      }
+      const uint8_t c = data[pos];
+      const std::string shown = c >= 0x20 && c < 0x7F
+                                    ? "'" + std::string(1, static_cast<char>(c)) + "'"
+                                    : fmt::format("byte 0x{:02X}", c);
+      return Status::InvalidArgument(std::string("PNM ") + what + " is not a number: " + shown +
+                                     " at byte " + std::to_string(pos) + " (a whole number 0 to " +
+                                     std::to_string(max) + " belongs there)");
+    }
     return Status::OK();
   };
   uint64_t width = 0, height = 0, maxval = 0;

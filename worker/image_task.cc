@@ -129,9 +129,13 @@ Result<ImageTask> ImageTask::Load(const std::string& path) {
 }
 
 Result<ImageTask> ImageTask::Decode(const uint8_t* data, size_t size, const std::string& name) {
+  // A reason that says what is allowed keeps its own (two "allowed:" in
+  // one message read as a contradiction).
   const auto refuse = [&](const std::string& why) {
-    return Status::IOError("cannot load image '" + name + "': " + why +
-                           "; allowed: " + kAllowedFormats + " files");
+    const bool says_allowed = why.find("; allowed: ") != std::string::npos;
+    return Status::IOError(
+        "cannot load image '" + name + "': " + why +
+        (says_allowed ? "" : std::string("; allowed: ") + kAllowedFormats + " files"));
   };
   const auto too_large = [&](uint64_t width, uint64_t height) {
     return Status::InvalidArgument("image '" + name + "' is " + std::to_string(width) + " x " +
