@@ -81,7 +81,9 @@ ClusterLayout ResolveLayout(const Config& config, std::vector<ConfigProblem>* pr
   }
   for (size_t n = 0; n < count; ++n) {
     const std::string& host = layout.nodes[n].host;
-    if (IsUnspecifiedHost(host)) {
+    // A host taken from master_addr (no node sets one) is master_addr's
+    // problem, said above, not a node's.
+    if (IsUnspecifiedHost(host) && with_host > 0) {
       problems->push_back({node_key(n, "host"),
                            "'" + host + "' names no machine: it is what other processes connect to",
                            "the node's address on the cluster's network (bind-all is a "

@@ -223,6 +223,13 @@ TEST(ClusterLayoutTest, RefusesWhatOtherMachinesCouldNotReach) {
   const std::string any = ErrorOf(R"({"distributed": {"enable": true, "world_size": 1,
       "nodes": [{"name": "a", "host": "0.0.0.0"}]}})");
   EXPECT_TRUE(Contains(any, "names no machine")) << any;
+  // master_addr '::' with no node hosts: said of master_addr, once (a node
+  // whose host was taken from it was blamed as well).
+  const std::string unspecified =
+      ErrorOf(R"({"distributed": {"enable": true, "world_size": 1, "master_addr": "::"}})");
+  EXPECT_TRUE(Contains(unspecified, "distributed.master_addr: '::' names no machine"))
+      << unspecified;
+  EXPECT_FALSE(Contains(unspecified, "nodes[0].host")) << unspecified;
   const std::string half = ErrorOf(R"({"distributed": {"enable": true, "world_size": 2,
       "master_addr": "10.0.0.1", "nodes": [{"name": "a", "host": "10.0.0.1"}, {"name": "b"}]}})");
   EXPECT_TRUE(Contains(half, "distributed.nodes[1].host")) << half;
