@@ -136,9 +136,17 @@ class CoordinatorClient::Impl {
     auto io_failure = [&](const char* step, const ErrorCode& ec) -> Status {
       Status status;
       if (ec == asio::error::timed_out) {
+        // The budget of a held request is its wait plus a margin: both are
+        // named, so that 5.0 s is not read against a timeout_s of 3.
+        const std::string of = wait.count() > 0
+                                   ? fmt::format(
+                                         " (the wait of {:.1f} s it asked for, plus {:.1f} s "
+                                         "for the coordinator's own answer)",
+                                         SecondsOf(wait), SecondsOf(kWaitMargin))
+                                   : std::string(" (distributed.timeout_s)");
         status = Status::Timeout(fmt::format(
-            "{}: no reply from the coordinator at {} within {:.1f} s (request {}, {} timed out)",
-            what, address_, SecondsOf(budget), id, step));
+            "{}: no reply from the coordinator at {} within {:.1f} s{} (request {}, {} timed out)",
+            what, address_, SecondsOf(budget), of, id, step));
       } else if (ec == asio::error::eof) {
         status = Status::IOError(fmt::format("{}: the coordinator at {} closed the connection ({})",
                                              what, address_, step));

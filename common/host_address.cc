@@ -175,7 +175,7 @@ Result<int> IntFromEnv(const char* name, int fallback, int lo, int hi) {
 }
 
 Result<ProcessHost> ResolveProcessHost(std::string_view flag_host, const std::string& node_host,
-                                       bool multi_host) {
+                                       bool multi_host, std::string_view config_source) {
   ProcessHost out;
   if (!flag_host.empty()) {
     out = {std::string(flag_host), "--host"};
@@ -191,7 +191,7 @@ Result<ProcessHost> ResolveProcessHost(std::string_view flag_host, const std::st
     }
     out = {*address, "GRIDSYNC_SOCKET_IFNAME=" + std::string(ifname)};
   } else {
-    out = {node_host, "the node's host in the config"};
+    out = {node_host, std::string(config_source)};
   }
   // The config's host passed the config's rule; a flag or the environment
   // is held to the same one, so that "10.0.0.7:29500" or "tcp://..." is

@@ -43,8 +43,11 @@ struct ProcessHost {
 
 // This process's address (see the order above). `node_host` is its node's
 // resolved host; `multi_host` whether the cluster spans machines.
-Result<ProcessHost> ResolveProcessHost(std::string_view flag_host, const std::string& node_host,
-                                       bool multi_host);
+// `config_source` names where the config's host came from, for messages
+// and logs (a shard's may be ps.host).
+Result<ProcessHost> ResolveProcessHost(
+    std::string_view flag_host, const std::string& node_host, bool multi_host,
+    std::string_view config_source = "the node's host in the config");
 
 // The numeric address a socket binds for `host`: a numeric address in its
 // canonical text ("127.1" and "127.0.0.1." read 127.0.0.1), and a host name

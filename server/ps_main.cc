@@ -159,7 +159,11 @@ int main(int argc, char** argv) {
     options.timeline = std::move(timeline).value();
   }
   gridsync::ShardPlacement placement = config->layout.shards[static_cast<size_t>(shard)];
-  auto host = gridsync::ResolveProcessHost(host_flag, placement.host, config->layout.multi_host);
+  // A shard's config host is ps.host when the config sets it (shards on
+  // one machine), else its node's.
+  auto host = gridsync::ResolveProcessHost(
+      host_flag, placement.host, config->layout.multi_host,
+      config->ps.host_given ? "ps.host in the config" : "its node's host in the config");
   if (!host.ok()) {
     std::fprintf(stderr, "shard %d: %s\n", shard, host.status().message().c_str());
     return gridsync::kConfigErrorExitCode;
