@@ -11,6 +11,9 @@
 #include <cstring>
 #include <memory>
 #include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "common/config_reader.h"
 
@@ -214,6 +217,26 @@ Result<ProcessHost> ResolveProcessHost(std::string_view flag_host, const std::st
         "not reach it; allowed: an address of this machine on the cluster's network");
   }
   return out;
+}
+
+Status CheckHostsResolve(const Config& config) {
+  std::vector<std::pair<std::string, std::string>> hosts = {
+      {"distributed.master_addr", config.distributed.master_addr}};
+  if (!config.layout.multi_host) {
+    if (config.ps.host_given) hosts.push_back({"ps.host", config.ps.host});
+    for (size_t n = 0; n < config.layout.nodes.size(); ++n) {
+      hosts.push_back(
+          {"distributed.nodes[" + std::to_string(n) + "].host", config.layout.nodes[n].host});
+    }
+  }
+  std::set<std::string> looked_up;
+  for (const auto& [key, host] : hosts) {
+    if (host.empty() || !looked_up.insert(host).second) continue;
+    if (auto address = BindAddressOf(host); !address.ok()) {
+      return Status::InvalidArgument(key + ": " + address.status().message());
+    }
+  }
+  return Status::OK();
 }
 
 }  // namespace gridsync

@@ -20,6 +20,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/config.h"
 #include "common/status.h"
 
 namespace gridsync {
@@ -56,6 +57,16 @@ Result<ProcessHost> ResolveProcessHost(
 // as an interface name ("cannot bind tcp://localhost:...: No such device").
 // IOError naming the host when it does not resolve.
 Result<std::string> BindAddressOf(std::string_view host);
+
+// OK when the config's host names resolve on this machine, as its
+// processes will resolve them at their start: master_addr always (every
+// process connects to it), and, for a cluster wholly on this machine,
+// ps.host and the nodes' hosts (its shards bind them). Numeric addresses
+// need no lookup; a name is looked up (the resolver's own files and DNS).
+// InvalidArgument naming the key and the resolver's answer otherwise: an
+// unresolvable master_addr passed check-config and the coordinator then
+// exited 1 ("cannot resolve bind address").
+Status CheckHostsResolve(const Config& config);
 
 // An integer from the environment variable `name` (the launcher's contract:
 // GRIDSYNC_RANK, GRIDSYNC_SHARD...): `fallback` when unset, InvalidArgument

@@ -426,6 +426,31 @@ TEST(CliTest, ASecretKeyReadableByOthersIsRefusedAlike) {
   std::filesystem::remove_all(dir);
 }
 
+// A master_addr that does not resolve passed check-config, and launch
+// started the cluster, whose coordinator exited 1 ("cannot resolve bind
+// address"). Run in an empty network namespace, so that the lookup fails
+// at once and no query leaves this machine.
+TEST(CliTest, AnUnresolvableMasterAddrIsRefusedBeforeAnythingStarts) {
+  if (std::system("unshare -n true >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "unshare -n is not permitted here (needs root or user namespaces)";
+  const char* build = std::getenv("GRIDSYNC_BUILD_DIR");
+  const std::string gridsync = std::string(build ? build : "build") + "/tools/gridsync";
+  const std::string sets = " configs/local.json --set distributed.master_addr=gridsync-nowhere";
+  const std::string words =
+      "distributed.master_addr: cannot resolve host 'gridsync-nowhere' to an address to bind";
+  for (const char* command : {"check-config", "launch"}) {
+    FILE* pipe = popen(("unshare -n " + gridsync + " " + command + sets + " 2>&1").c_str(), "r");
+    ASSERT_NE(pipe, nullptr);
+    std::string out;
+    std::array<char, 4096> buf;
+    while (std::fgets(buf.data(), buf.size(), pipe)) out += buf.data();
+    const int status = pclose(pipe);
+    EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 2) << command << ": " << out;
+    EXPECT_NE(out.find(words), std::string::npos) << command << ": " << out;
+    EXPECT_EQ(out.find("starting"), std::string::npos) << command << ": " << out;
+  }
+}
+
 // keygen checks everything before it writes (a probe's repeated role, or a
 // folder named like a key file, left a mix of new and old keys), and its
 // keys load as a pair.

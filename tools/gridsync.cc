@@ -219,6 +219,13 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s\n", spec.status().message().c_str());
       return gridsync::kConfigErrorExitCode;
     }
+    // And the host names its processes resolve at their start.
+    if (!standalone && config->distributed.enable) {
+      if (auto resolved = gridsync::CheckHostsResolve(*config); !resolved.ok()) {
+        std::fprintf(stderr, "%s: %s\n", path.c_str(), resolved.message().c_str());
+        return gridsync::kConfigErrorExitCode;
+      }
+    }
     // And the image the workers load (the same Load: its refusals, word for
     // word; the whole file is decoded, as a worker decodes it). Only a
     // machine that runs workers must hold it: one missing here is refused

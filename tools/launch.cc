@@ -20,6 +20,7 @@
 #include "common/checkpoint_files.h"
 #include "common/config.h"
 #include "common/coordinator_client.h"
+#include "common/host_address.h"
 #include "common/logging.h"
 #include "common/wire/curve.h"
 #include "ops/progress_line.h"
@@ -158,6 +159,12 @@ int RunLaunch(const LaunchOptions& options) {
   }
   if (auto runnable = config->CheckRunnable(false); !runnable.ok()) {
     std::fprintf(stderr, "%s: %s\n", options.config_path.c_str(), runnable.message().c_str());
+    return kConfigErrorExitCode;
+  }
+  // Names that do not resolve here, before anything starts (the
+  // coordinator exited 1 on an unresolvable master_addr), as check-config.
+  if (auto resolved = CheckHostsResolve(*config); !resolved.ok()) {
+    std::fprintf(stderr, "%s: %s\n", options.config_path.c_str(), resolved.message().c_str());
     return kConfigErrorExitCode;
   }
   // The notes once, here: every child loads the same file with the same
