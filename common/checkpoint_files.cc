@@ -42,13 +42,18 @@ Status SyncPath(const std::string& path, int flags) {
   return Status::OK();
 }
 
-// The steps that have a folder in `dir`, ascending.
+// The steps that have a folder in `dir`, ascending. Only real folders: a
+// step-<s> that is a symbolic link is no step of this folder (a hostile
+// probe linked another run's newest step in: the job resumed from it, and
+// the cleanup of old steps then deleted that run's files through the link).
 std::set<uint64_t> Steps(const std::string& dir) {
   std::set<uint64_t> steps;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
     if (name.rfind("step-", 0) != 0) continue;
+    std::error_code kind_error;
+    if (!fs::is_directory(entry.symlink_status(kind_error))) continue;
     try {
       size_t used = 0;
       const uint64_t step = std::stoull(name.substr(5), &used);
@@ -243,6 +248,13 @@ Status WriteCheckpointPart(const std::string& dir, uint64_t step, const std::str
   std::error_code ec;
   fs::create_directories(StepDir(dir, step), ec);
   if (ec) return Status::IOError("cannot create " + StepDir(dir, step) + ": " + ec.message());
+  // Written only into a real folder: through a link this part's files
+  // would replace another folder's (another run's checkpoint).
+  if (!fs::is_directory(fs::symlink_status(StepDir(dir, step), ec))) {
+    return Status::IOError(StepDir(dir, step) +
+                           " is a symbolic link, not a folder of checkpoint.dir; allowed: a "
+                           "step folder the job made itself (remove the link)");
+  }
   const std::string base = Base(dir, step, part);
   const std::string manifest = nlohmann::json{
       {"step", step},

@@ -98,6 +98,32 @@ TEST_F(CheckpointFilesTest, RemovingAnotherRunsStepIsLogged) {
   EXPECT_EQ(HeldSteps(dir_, "shard-0"), (std::vector<uint64_t>{20, 30}));
 }
 
+// A step folder that is a symbolic link is none of this folder's steps: a
+// hostile probe linked another run's newest step in, the job resumed from
+// it, and the cleanup of old steps deleted that run's files through the
+// link. Neither resume, cleanup nor a write goes through one now.
+TEST_F(CheckpointFilesTest, AStepFolderThatIsALinkIsNeitherReadNorWrittenNorRemoved) {
+  const std::string other = dir_ + "-other";
+  fs::remove_all(other);
+  ASSERT_TRUE(WriteCheckpointPart(other, 20, "shard-0", data_, shape_, {}, "0123abcd").ok());
+  fs::create_directory_symlink(other + "/step-20", dir_ + "/step-20");
+  EXPECT_EQ(LatestCompleteStep(dir_, {"shard-0"}), 5u);
+  EXPECT_EQ(HeldSteps(dir_, "shard-0"), (std::vector<uint64_t>{5}));
+  // Cleanup (keeps 25 and 5) passes the link by; the linked run keeps its step.
+  ASSERT_TRUE(WriteCheckpointPart(dir_, 25, "shard-0", data_, shape_).ok());
+  EXPECT_TRUE(fs::exists(other + "/step-20/shard-0.json"));
+  EXPECT_TRUE(fs::exists(other + "/step-20/shard-0.bin"));
+  // A write of the linked step is refused, not made into the other folder.
+  const Status write = WriteCheckpointPart(dir_, 20, "shard-0", data_, shape_);
+  EXPECT_FALSE(write.ok());
+  EXPECT_NE(write.message().find("step-20 is a symbolic link, not a folder of checkpoint.dir"),
+            std::string::npos)
+      << write.ToString();
+  auto kept = ReadCheckpointPart(other, 20, "shard-0", shape_);
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  fs::remove_all(other);
+}
+
 TEST_F(CheckpointFilesTest, ABinLargerThanItsManifestSaysIsRefusedUnread) {
   // 5 GiB of holes: read, it would take seconds and more memory than the
   // test has; refused by its size, it takes neither.
