@@ -451,6 +451,30 @@ TEST(CliTest, AnUnresolvableMasterAddrIsRefusedBeforeAnythingStarts) {
   }
 }
 
+// A hostile probe: resuming a run that had reached training.steps started
+// every process, the shards loaded the step, and the workers then exited
+// 1; keygen "" wrote its keys into /. Both are refused with exit 2 now.
+TEST(CliTest, ResumingAFinishedRunAndAnEmptyKeysFolderAreRefused) {
+  ExpectRefused("tools/gridsync", "keygen ''", "dir: Value \"\" is empty");
+  const std::string dir = ::testing::TempDir() + "/finished-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  const std::string sets =
+      " configs/local.json --set distributed.master_port=28780 --set training.steps=10 --set "
+      "training.batch_size=1024 --set encoding.log2_hashmap_size=12 --set "
+      "checkpoint.every_steps=5 --set checkpoint.dir=" +
+      dir + "/ck --set task.output=" + dir;
+  const ProcessResult run = Execute("tools/gridsync", "launch" + sets);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const ProcessResult resume = Execute("tools/gridsync", "launch" + sets + " --resume");
+  EXPECT_EQ(resume.exit_code, 2) << resume.output;
+  EXPECT_NE(resume.output.find("is of step 10, and training.steps is 10: nothing is left to "
+                               "train; allowed: training.steps above 10"),
+            std::string::npos)
+      << resume.output;
+  EXPECT_EQ(resume.output.find("starting"), std::string::npos) << resume.output;
+  std::filesystem::remove_all(dir);
+}
+
 // keygen checks everything before it writes (a probe's repeated role, or a
 // folder named like a key file, left a mix of new and old keys), and its
 // keys load as a pair.

@@ -163,7 +163,10 @@ int main(int argc, char** argv) {
       "Write CURVE key pairs for the data plane: DIR/<role>.key (0600) and DIR/<role>.pub");
   std::string keys_dir;
   std::vector<std::string> roles = {"coordinator", "shard", "worker", "observer"};
-  keygen->add_option("dir", keys_dir, "Folder for the keys (security.keys_dir)")->required();
+  // An empty folder name wrote the keys into / (the process's root).
+  keygen->add_option("dir", keys_dir, "Folder for the keys (security.keys_dir)")
+      ->required()
+      ->check(gridsync::NotEmpty("a folder for the keys, e.g. /etc/gridsync/keys"));
   keygen->add_option("--roles", roles, "Roles to make keys for")
       ->delimiter(',')
       ->check(CLI::IsMember({"coordinator", "shard", "worker", "observer"}));

@@ -323,6 +323,18 @@ int RunLaunch(const LaunchOptions& options) {
                    static_cast<unsigned long long>(resume_step), one.message().c_str());
       return kCheckpointsHeldExitCode;
     }
+    // A run that already reached training.steps has nothing left to train:
+    // said here, before anything starts (the shards loaded the step and the
+    // workers then failed with exit 1).
+    if (resume_step >= static_cast<uint64_t>(config->training.steps)) {
+      std::fprintf(stderr,
+                   "gridsync launch --resume: the newest complete checkpoint in %s is of step "
+                   "%llu, and training.steps is %d: nothing is left to train; allowed: "
+                   "training.steps above %llu\n",
+                   config->checkpoint.dir.c_str(), static_cast<unsigned long long>(resume_step),
+                   config->training.steps, static_cast<unsigned long long>(resume_step));
+      return kConfigErrorExitCode;
+    }
     std::printf("gridsync launch: resuming from the checkpoint of step %llu in %s\n",
                 static_cast<unsigned long long>(resume_step), config->checkpoint.dir.c_str());
   } else if (config->checkpoint.every_steps > 0) {
