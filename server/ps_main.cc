@@ -367,5 +367,12 @@ int main(int argc, char** argv) {
       : g_stop == SIGINT ? "; received SIGINT"
                          : "");
   (*server)->Stop();
+  if (serving.checkpoint_failures > 0 && exit_code == 0) {
+    spdlog::error(
+        "shard {}: {} checkpoint(s) of this run were not written (the errors above name why); "
+        "its checkpoints in {} are incomplete",
+        shard, serving.checkpoint_failures, config->checkpoint.dir);
+    exit_code = gridsync::kCheckpointsNotWrittenExitCode;
+  }
   return exit_code;
 }

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -454,7 +455,7 @@ TEST(CliTest, AnUnresolvableMasterAddrIsRefusedBeforeAnythingStarts) {
 // A hostile probe: resuming a run that had reached training.steps started
 // every process, the shards loaded the step, and the workers then exited
 // 1; keygen "" wrote its keys into /. Both are refused with exit 2 now.
-TEST(CliTest, ResumingAFinishedRunAndAnEmptyKeysFolderAreRefused) {
+TEST(CliTest, AFinishedResumeAnEmptyKeysFolderAndUnwrittenCheckpointsAreNotQuiet) {
   ExpectRefused("tools/gridsync", "keygen ''", "dir: Value \"\" is empty");
   const std::string dir = ::testing::TempDir() + "/finished-" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
@@ -472,6 +473,17 @@ TEST(CliTest, ResumingAFinishedRunAndAnEmptyKeysFolderAreRefused) {
             std::string::npos)
       << resume.output;
   EXPECT_EQ(resume.output.find("starting"), std::string::npos) << resume.output;
+  // A checkpoint the shards cannot write (a file where step 10's folder
+  // goes) fails the run after its summary: it ended 0 with them gone.
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir + "/ck");
+  std::ofstream(dir + "/ck/step-10") << "in the way\n";
+  const ProcessResult unwritten = Execute("tools/gridsync", "launch" + sets);
+  EXPECT_EQ(unwritten.exit_code, 1) << unwritten.output;
+  EXPECT_NE(unwritten.output.find("could not write checkpoints of this run"), std::string::npos)
+      << unwritten.output;
+  EXPECT_NE(unwritten.output.find("checkpoint(s) of this run were not written"), std::string::npos)
+      << unwritten.output;
   std::filesystem::remove_all(dir);
 }
 

@@ -624,6 +624,18 @@ int RunLaunch(const LaunchOptions& options) {
     for (const auto& c : children) {
       if (c.name == "worker-0") PrintSummary(c, *config);
     }
+    // Trained, but a shard could not write checkpoints it was to write: the
+    // run does not end as if they were there (it exited 0 with them gone).
+    for (const auto& c : children) {
+      if (c.exited && WIFEXITED(c.status) &&
+          WEXITSTATUS(c.status) == kCheckpointsNotWrittenExitCode) {
+        std::printf(
+            "gridsync launch: %s could not write checkpoints of this run (its log above names "
+            "why): the checkpoints in %s are incomplete\n",
+            c.name.c_str(), config->checkpoint.dir.c_str());
+        exit_code = 1;
+      }
+    }
     // A signal while the servers were being stopped (the workers had
     // finished): the run is complete, but the signal is not ignored.
     if (g_interrupted)
