@@ -140,7 +140,8 @@ inline void AddOpsFlags(CLI::App& app, OpsFlags* flags, const char* timeline_wha
   if (timeline_what != nullptr) {
     app.add_option("--timeline", flags->timeline,
                    std::string("Write a Chrome trace of ") + timeline_what +
-                       " here (chrome://tracing, Perfetto)");
+                       " here (chrome://tracing, Perfetto)")
+        ->check(NotEmpty("a file to write the trace to"));
   }
 }
 

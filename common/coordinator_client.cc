@@ -143,7 +143,7 @@ class CoordinatorClient::Impl {
                                          " (the wait of {:.1f} s it asked for, plus {:.1f} s "
                                          "for the coordinator's own answer)",
                                          SecondsOf(wait), SecondsOf(kWaitMargin))
-                                   : std::string(" (distributed.timeout_s)");
+                                   : std::string(" (the reply timeout)");
         status = Status::Timeout(fmt::format(
             "{}: no reply from the coordinator at {} within {:.1f} s{} (request {}, {} timed out)",
             what, address_, SecondsOf(budget), of, id, step));

@@ -457,6 +457,12 @@ TEST(CliTest, AnUnresolvableMasterAddrIsRefusedBeforeAnythingStarts) {
 // 1; keygen "" wrote its keys into /. Both are refused with exit 2 now.
 TEST(CliTest, AFinishedResumeAnEmptyKeysFolderAndUnwrittenCheckpointsAreNotQuiet) {
   ExpectRefused("tools/gridsync", "keygen ''", "dir: Value \"\" is empty");
+  // Empty output files did nothing, without a word.
+  ExpectRefused("worker/gridsync-worker",
+                "--config configs/local.json --standalone --dump-params ''",
+                "--dump-params: Value \"\" is empty");
+  ExpectRefused("server/gridsync-ps", "--config configs/local.json --shard 0 --timeline ''",
+                "--timeline: Value \"\" is empty");
   const std::string dir = ::testing::TempDir() + "/finished-" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
   const std::string sets =

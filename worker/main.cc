@@ -95,7 +95,8 @@ int main(int argc, char** argv) {
       ->check(gridsync::StepNumber());
   app.add_option("--dump-params", ps_options.dump_params,
                  "The worker holding the final model (rank 0, or a standalone run): write its "
-                 "parameters (raw float32, tables in order) to this file");
+                 "parameters (raw float32, tables in order) to this file")
+      ->check(gridsync::NotEmpty("a file to write"));
   app.add_option("--eval-every", ps_options.train.eval_every,
                  "The worker holding the model (rank 0, or a standalone run): evaluate PSNR every "
                  "this many steps, not timed, for the PSNR-against-time curve (psnr_curve in the "
