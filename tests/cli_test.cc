@@ -200,6 +200,10 @@ TEST(CliTest, FloatingPointFlagsRefuseNaNAndInfinity) {
 // --node (every process runs here anyway), and an empty --bin-dir or
 // --node, which read as "not given".
 TEST(CliTest, LaunchFlagsThatWouldDoNothingAreRefused) {
+  // One metrics port for every worker: the second failed to bind, after
+  // the cluster had started.
+  ExpectRefused("tools/gridsync", "launch configs/local.json --worker-arg=--metrics-port=28541",
+                "one port for the 2 workers on this machine");
   ExpectRefused("tools/gridsync", "launch configs/local.json --coordinator",
                 "--coordinator requires --node");
   ExpectRefused("tools/gridsync", "launch configs/local.json --bin-dir ''",

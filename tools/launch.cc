@@ -443,6 +443,31 @@ int RunLaunch(const LaunchOptions& options) {
   // one let the coordinator and the shards start and then failed the run
   // (a hostile probe). Each distinct worker command line is checked first
   // (gridsync-worker --check-only), and nothing starts if one is refused.
+  // One port for every worker here: the second to bind it failed (exit 1)
+  // once the cluster had started (a hostile probe). metrics.port gives each
+  // process its own offset.
+  {
+    int workers_here = 0;
+    for (int n = 0; n < static_cast<int>(layout.nodes.size()); ++n)
+      workers_here += here(n) ? layout.nodes[static_cast<size_t>(n)].workers : 0;
+    for (size_t i = 0; i < options.worker_args.size() && workers_here > 1; ++i) {
+      const std::string& arg = options.worker_args[i];
+      const bool port_flag = arg == "--metrics-port" || arg.rfind("--metrics-port=", 0) == 0;
+      const std::string value =
+          arg == "--metrics-port"
+              ? (i + 1 < options.worker_args.size() ? options.worker_args[i + 1] : "")
+              : arg.substr(std::min(arg.size(), sizeof("--metrics-port=") - 1));
+      if (port_flag && value != "0") {
+        std::fprintf(stderr,
+                     "gridsync launch: --worker-arg --metrics-port %s: one port for the %d "
+                     "workers on this machine, which cannot all listen on it; allowed: "
+                     "metrics.port in the config (each process takes its own port from it), or "
+                     "--rank0-arg --metrics-port for worker 0 alone\n",
+                     value.c_str(), workers_here);
+        return kConfigErrorExitCode;
+      }
+    }
+  }
   if (!options.worker_args.empty() || !options.rank0_args.empty()) {
     // (rank, node): rank 0's line and one other rank's, where this launcher
     // runs them.
