@@ -22,10 +22,10 @@
 #include "common/coordinator_client.h"
 #include "common/host_address.h"
 #include "common/logging.h"
-#include "common/wire/curve.h"
 #include "ops/progress_line.h"
 #include "server/shard_checkpoint.h"
 #include "spec/run_spec.h"
+#include "tools/launch_checks.h"
 #include "tools/launch_children.h"
 #include "tools/launch_watchdog.h"
 #include "worker/image_task.h"
@@ -238,24 +238,11 @@ int RunLaunch(const LaunchOptions& options) {
   }
   auto here = [&](int n) { return node < 0 || n == node; };
   const bool run_coordinator = node < 0 || options.coordinator || layout.coordinator_node == node;
-  // The keys of the roles started here, as each loads them at its start: a
-  // refused key file (a secret readable by others) stops the launch with
-  // exit 2 before anything starts, as check-config refuses it (the worker
-  // failed after the others had started, its image loaded).
-  {
-    bool shards_here = false, workers_here = false;
-    for (const auto& shard : layout.shards) shards_here |= here(shard.node);
-    for (int n = 0; n < static_cast<int>(layout.nodes.size()); ++n)
-      workers_here |= here(n) && layout.nodes[static_cast<size_t>(n)].workers > 0;
-    Status keys = Status::OK();
-    if (keys.ok() && run_coordinator) keys = wire::CheckRoleKeys(*config, {"coordinator"});
-    if (keys.ok() && shards_here) keys = wire::CheckRoleKeys(*config, {"shard"});
-    if (keys.ok() && workers_here) keys = wire::CheckRoleKeys(*config, {"worker"});
-    if (!keys.ok()) {
-      std::fprintf(stderr, "gridsync launch: %s: %s\n", options.config_path.c_str(),
-                   keys.message().c_str());
-      return kConfigErrorExitCode;
-    }
+  // The keys of the roles started here, before anything starts.
+  if (const Status keys = CheckKeysOfRolesHere(*config, node, run_coordinator); !keys.ok()) {
+    std::fprintf(stderr, "gridsync launch: %s: %s\n", options.config_path.c_str(),
+                 keys.message().c_str());
+    return kConfigErrorExitCode;
   }
   // Resolved once, for the memory check and the checkpoint parts below.
   const auto spec = RunSpec::Resolve(*config);
@@ -323,16 +310,8 @@ int RunLaunch(const LaunchOptions& options) {
                    static_cast<unsigned long long>(resume_step), one.message().c_str());
       return kCheckpointsHeldExitCode;
     }
-    // A run that already reached training.steps has nothing left to train:
-    // said here, before anything starts (the shards loaded the step and the
-    // workers then failed with exit 1).
-    if (resume_step >= static_cast<uint64_t>(config->training.steps)) {
-      std::fprintf(stderr,
-                   "gridsync launch --resume: the newest complete checkpoint in %s is of step "
-                   "%llu, and training.steps is %d: nothing is left to train; allowed: "
-                   "training.steps above %llu\n",
-                   config->checkpoint.dir.c_str(), static_cast<unsigned long long>(resume_step),
-                   config->training.steps, static_cast<unsigned long long>(resume_step));
+    if (const Status left = CheckStepsLeft(*config, resume_step); !left.ok()) {
+      std::fprintf(stderr, "gridsync launch --resume: %s\n", left.message().c_str());
       return kConfigErrorExitCode;
     }
     std::printf("gridsync launch: resuming from the checkpoint of step %llu in %s\n",
@@ -439,49 +418,17 @@ int RunLaunch(const LaunchOptions& options) {
       }
     }
   };
+  if (const Status shared = CheckArgsSharedByWorkers(*config, node, options.worker_args);
+      !shared.ok()) {
+    std::fprintf(stderr, "gridsync launch: %s\n", shared.message().c_str());
+    return kConfigErrorExitCode;
+  }
   // Extra worker arguments reach only the workers, which start last: a bad
   // one let the coordinator and the shards start and then failed the run
   // (a hostile probe). Each distinct worker command line is checked first
   // (gridsync-worker --check-only), and nothing starts if one is refused.
-  // One port for every worker here: the second to bind it failed (exit 1)
-  // once the cluster had started (a hostile probe). metrics.port gives each
-  // process its own offset.
-  {
-    int workers_here = 0;
-    for (int n = 0; n < static_cast<int>(layout.nodes.size()); ++n)
-      workers_here += here(n) ? layout.nodes[static_cast<size_t>(n)].workers : 0;
-    for (size_t i = 0; i < options.worker_args.size() && workers_here > 1; ++i) {
-      const std::string& arg = options.worker_args[i];
-      const bool port_flag = arg == "--metrics-port" || arg.rfind("--metrics-port=", 0) == 0;
-      const std::string value =
-          arg == "--metrics-port"
-              ? (i + 1 < options.worker_args.size() ? options.worker_args[i + 1] : "")
-              : arg.substr(std::min(arg.size(), sizeof("--metrics-port=") - 1));
-      if (port_flag && value != "0") {
-        std::fprintf(stderr,
-                     "gridsync launch: --worker-arg --metrics-port %s: one port for the %d "
-                     "workers on this machine, which cannot all listen on it; allowed: "
-                     "metrics.port in the config (each process takes its own port from it), or "
-                     "--rank0-arg --metrics-port for worker 0 alone\n",
-                     value.c_str(), workers_here);
-        return kConfigErrorExitCode;
-      }
-    }
-  }
   if (!options.worker_args.empty() || !options.rank0_args.empty()) {
-    // (rank, node): rank 0's line and one other rank's, where this launcher
-    // runs them.
-    std::vector<std::pair<int, int>> lines;
-    bool other = false;
-    for (int n = 0; n < static_cast<int>(layout.nodes.size()); ++n) {
-      if (!here(n)) continue;
-      for (int local = 0; local < layout.nodes[static_cast<size_t>(n)].workers; ++local) {
-        const int w = layout.FirstRank(n) + local;
-        if (w == 0 || !other) lines.emplace_back(w, n);
-        other = other || w != 0;
-      }
-    }
-    for (const auto& [w, n] : lines) {
+    for (const auto& [w, n] : WorkerLinesToCheck(layout, node)) {
       std::vector<std::string> argv = {worker, "--rank", std::to_string(w)};
       argv.insert(argv.end(), options.worker_args.begin(), options.worker_args.end());
       if (w == 0) argv.insert(argv.end(), options.rank0_args.begin(), options.rank0_args.end());

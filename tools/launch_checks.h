@@ -1,0 +1,43 @@
+// Checks `gridsync launch` makes before it starts anything, for what only
+// the launcher knows: which roles run on this machine (--node, --coordinator)
+// and the extra arguments it hands every worker. A refusal here is exit 2
+// with nothing started; each of these once failed a cluster that had
+// already started (a hostile probe).
+//
+// Thread safety: free functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/config.h"
+#include "common/status.h"
+
+namespace gridsync {
+
+// The keys of the roles this launcher starts (`node` -1: every node; the
+// coordinator when `run_coordinator`), as each process loads them at its
+// start (wire::CheckRoleKeys). A secret readable by others failed the
+// worker after the others had started and its image had loaded.
+Status CheckKeysOfRolesHere(const Config& config, int node, bool run_coordinator);
+
+// `worker_args` go to every worker this launcher starts (on `node`, -1:
+// every node): a --metrics-port among them is one port for all of them,
+// which only one can bind (the second exited 1 once the cluster ran).
+// InvalidArgument naming the flag and the ways that work.
+Status CheckArgsSharedByWorkers(const Config& config, int node,
+                                const std::vector<std::string>& worker_args);
+
+// The workers whose command lines differ, as (rank, node): rank 0's and
+// one other rank's, of those this launcher starts (on `node`, -1: every
+// node). Each is run with --check-only before anything starts.
+std::vector<std::pair<int, int>> WorkerLinesToCheck(const ClusterLayout& layout, int node);
+
+// A resume from `resume_step` has steps left to train (training.steps
+// above it): a run that had reached them started every process, the
+// shards loaded the step, and the workers then exited 1.
+Status CheckStepsLeft(const Config& config, uint64_t resume_step);
+
+}  // namespace gridsync
