@@ -1,0 +1,151 @@
+// Config::notes: the keys a config sets that change nothing in its run
+// (see config_notes.h).
+#include "common/config_notes.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/config_reader.h"
+
+namespace gridsync {
+
+using Json = nlohmann::json;
+using config_reader::KeyText;
+using config_reader::Quote;
+
+// Keys set in the text, to other values than their defaults, that the run's
+// mode does not use (Config::notes). Their defaults are left out, so the
+// resolved config check-config prints (every key of a section) loads again
+// without notes.
+std::vector<std::string> InertSectionNotes(const Json& root, const DistributedConfig& d) {
+  static const Json defaults = Config{}.ToJson();
+  std::vector<std::string> lines;
+  const auto keys_of = [&root](std::string_view section, std::string_view except) {
+    std::string keys;
+    const auto it = root.find(section);
+    if (it == root.end() || !it->is_object()) return keys;
+    const Json& defaults_of = defaults[std::string(section)];
+    for (const auto& [key, value] : it->items()) {
+      if (key == except) continue;
+      const auto default_value = defaults_of.find(key);
+      if (default_value != defaults_of.end() && *default_value == value) continue;
+      keys += (keys.empty() ? "" : ", ") + std::string(section) + "." + KeyText(key);
+    }
+    return keys;
+  };
+  // "Still checked": they are validated as in the modes that use them, so
+  // the --set that switches modes finds the file runnable.
+  if (!d.enable) {
+    if (std::string keys = keys_of("distributed", "enable"); !keys.empty()) {
+      lines.push_back(keys +
+                      ": no effect with distributed.enable false (one process trains; still "
+                      "checked); used with distributed.enable true");
+    }
+    if (std::string keys = keys_of("ps", ""); !keys.empty()) {
+      lines.push_back(keys +
+                      ": no effect with distributed.enable false (no shards run; still "
+                      "checked); used with distributed.enable true and gradient_sync \"ps\" "
+                      "or \"hybrid\"");
+    }
+  } else if (d.gradient_sync == GradientSyncMode::kNccl) {
+    if (std::string keys = keys_of("ps", ""); !keys.empty()) {
+      lines.push_back(keys +
+                      ": no effect with distributed.gradient_sync \"nccl\" (no shards run; "
+                      "still checked); used with gradient_sync \"ps\" or \"hybrid\"");
+    }
+  }
+  return lines;
+}
+
+// Keys whose value the resolved cluster makes a no-op (Config::notes): read,
+// but they change nothing in this run. Only where nothing else (a refusal,
+// a checkpoint's manifest, the device path) depends on them either.
+std::vector<std::string> InertValueNotes(const Config& c) {
+  std::vector<std::string> lines;
+  const DistributedConfig& d = c.distributed;
+  if (!d.enable && c.security.mode == SecurityMode::kCurve) {
+    lines.push_back(
+        "security.mode \"curve\": no effect with distributed.enable false (one process trains "
+        "and opens no connection, so no key is loaded); used with distributed.enable true");
+  }
+  if (c.checkpoint.every_steps > c.training.steps) {
+    lines.push_back("checkpoint.every_steps " + std::to_string(c.checkpoint.every_steps) +
+                    " is more than training.steps " + std::to_string(c.training.steps) +
+                    ": this run writes no checkpoint; used with every_steps up to the steps");
+  }
+  // The derived default (task.output/checkpoints) is left out: the
+  // resolved config check-config prints names it, and loads without notes.
+  if (c.checkpoint.every_steps == 0 && c.checkpoint.dir != c.task.output + "/checkpoints") {
+    lines.push_back("checkpoint.dir " + Quote(c.checkpoint.dir) +
+                    ": this run writes no checkpoint (checkpoint.every_steps 0; the folder is read "
+                    "only by `gridsync launch --resume`); used with every_steps > 0");
+  }
+  if (c.training.dynamic_resolution && c.training.dynamic_resolution_steps > c.training.steps) {
+    lines.push_back("training.dynamic_resolution_steps " +
+                    std::to_string(c.training.dynamic_resolution_steps) +
+                    " is more than training.steps " + std::to_string(c.training.steps) +
+                    ": the finest hash-grid levels never turn on in this run; used with "
+                    "dynamic_resolution_steps up to the steps (0: steps / 2)");
+  }
+  if (c.compression.codec != "none") {
+    // No block or tensor holds more than the whole model: its grid at most
+    // 2^log2_hashmap_size rows a level, and the MLP.
+    const EncodingConfig& e = c.encoding;
+    const NetworkConfig& n = c.network;
+    const uint64_t width = static_cast<uint64_t>(n.n_neurons);
+    const uint64_t inputs = static_cast<uint64_t>(e.n_levels) * e.n_features_per_level;
+    const uint64_t mlp = n.n_hidden_layers == 0
+                             ? inputs * 3
+                             : inputs * width + (n.n_hidden_layers - 1) * width * width + width * 3;
+    const uint64_t model_bytes =
+        4 * (uint64_t{static_cast<uint32_t>(e.n_levels)} << e.log2_hashmap_size) *
+            e.n_features_per_level +
+        4 * mlp;
+    if (static_cast<uint64_t>(c.compression.min_bytes) > model_bytes) {
+      lines.push_back("compression.min_bytes " + std::to_string(c.compression.min_bytes) +
+                      " is more than the whole model (at most " + std::to_string(model_bytes) +
+                      " bytes): nothing is ever compressed; used with min_bytes below the blocks "
+                      "a push carries (default 4096)");
+    }
+  }
+  if (d.enable && d.world_size == 1) {
+    std::string keys;
+    // (Under hybrid the note below says it.)
+    if (d.hierarchical && d.gradient_sync != GradientSyncMode::kHybrid)
+      keys = "distributed.hierarchical true";
+    if (d.batch_splitting != BatchSplitting::kEven) {
+      keys += (keys.empty() ? "" : ", ") + std::string("distributed.batch_splitting ") +
+              Quote(ToString(d.batch_splitting));
+    }
+    if (!keys.empty()) {
+      lines.push_back(keys +
+                      ": no effect with distributed.world_size 1 (one worker takes the whole "
+                      "batch and reduces with nobody); used with several workers");
+    }
+  }
+  // hybrid reduces inside each node before the PS whatever the key says.
+  if (d.enable && d.hierarchical && d.gradient_sync == GradientSyncMode::kHybrid) {
+    lines.push_back(
+        "distributed.hierarchical: true changes nothing under gradient_sync \"hybrid\", which "
+        "always reduces inside each node first (a collective there, the PS across nodes); used "
+        "with gradient_sync \"nccl\" (its hierarchical all-reduce)");
+  }
+  if (!c.security.curve && !c.security.keys_dir.empty()) {
+    lines.push_back(
+        "security.keys_dir: no effect: the cluster runs on one machine, so security.mode "
+        "\"auto\" leaves the data plane unencrypted and loads no key; used when "
+        "distributed.nodes span machines, or with security.mode \"curve\"");
+  }
+  // Under ps and hybrid model_parallel only picks the PS partition's axis
+  // (RunSpec's partition_dim), and "row" is the axis without it.
+  if (d.enable && d.model_parallel && d.gradient_sync != GradientSyncMode::kNccl &&
+      d.mp_dim == ModelParallelDim::kRow) {
+    lines.push_back(
+        "distributed.model_parallel: with mp_dim \"row\" the PS tables are split by rows, as "
+        "without it; mp_dim \"column\" or \"both\" split them otherwise");
+  }
+  return lines;
+}
+
+}  // namespace gridsync
