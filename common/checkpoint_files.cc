@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <set>
 
 #include "common/checkpoint_run.h"
+#include "common/file_bytes.h"
 
 namespace gridsync {
 
@@ -234,6 +236,32 @@ std::vector<uint64_t> HeldSteps(const std::string& dir, const std::string& part)
     if (fs::exists(Base(dir, step, part) + ".json", ec)) held.push_back(step);
   }
   return held;
+}
+
+std::string DescribeHeldParts(const std::string& dir) {
+  struct stat info {};
+  if (::stat(dir.c_str(), &info) != 0) return dir + ": " + std::strerror(errno);
+  if (!S_ISDIR(info.st_mode)) return dir + " is " + FileKindName(info.st_mode) + ", not a folder";
+  const std::set<uint64_t> steps = Steps(dir);
+  if (steps.empty()) return dir + " holds no step folder";
+  std::string text = dir + " holds";
+  int listed = 0;
+  for (auto it = steps.rbegin(); it != steps.rend() && listed < 3; ++it, ++listed) {
+    std::vector<std::string> parts;
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(StepDir(dir, *it), ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.size() > 5 && name.compare(name.size() - 5, 5, ".json") == 0)
+        parts.push_back(name.substr(0, name.size() - 5));
+    }
+    std::sort(parts.begin(), parts.end());
+    std::string names;
+    for (const auto& p : parts) names += (names.empty() ? "" : ", ") + p;
+    text += std::string(listed == 0 ? " " : "; ") + "step " + std::to_string(*it) + " (" +
+            (names.empty() ? "no manifest" : names) + ")";
+  }
+  if (steps.size() > 3) text += " and " + std::to_string(steps.size() - 3) + " older steps";
+  return text;
 }
 
 void RemoveStepsAfter(const std::string& dir, const std::string& part, uint64_t step) {

@@ -86,6 +86,12 @@ std::vector<uint64_t> HeldSteps(const std::string& dir, const std::string& part)
 // Removes part `part`'s files of every step after `step` (a rollback).
 void RemoveStepsAfter(const std::string& dir, const std::string& part, uint64_t step);
 
+// What `dir` holds, for a refusal that found no step to resume from: that
+// it is missing or no folder (a FIFO, a device), or its newest steps with
+// the parts whose manifest each holds ("step 20 (shard-0, shard-1)"), so
+// that a changed ps.shards or world size shows against the parts written.
+std::string DescribeHeldParts(const std::string& dir);
+
 // The newest step whose folder holds a manifest of every one of `parts`;
 // 0 when there is none.
 uint64_t LatestCompleteStep(const std::string& dir, const std::vector<std::string>& parts);

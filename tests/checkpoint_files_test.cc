@@ -124,6 +124,18 @@ TEST_F(CheckpointFilesTest, AStepFolderThatIsALinkIsNeitherReadNorWrittenNorRemo
   fs::remove_all(other);
 }
 
+// What a folder without a step to resume from holds is named: a changed
+// ps.shards read only "no complete checkpoint ... from each of the 3
+// shards", and a FIFO there read the same.
+TEST_F(CheckpointFilesTest, WhatAFolderHoldsIsDescribed) {
+  ASSERT_TRUE(WriteCheckpointPart(dir_, 5, "shard-1", data_, shape_).ok());
+  ASSERT_TRUE(WriteCheckpointPart(dir_, 9, "shard-0", data_, shape_).ok());
+  EXPECT_EQ(DescribeHeldParts(dir_), dir_ + " holds step 9 (shard-0); step 5 (shard-0, shard-1)");
+  EXPECT_EQ(DescribeHeldParts(dir_ + "/step-5/shard-0.json"),
+            dir_ + "/step-5/shard-0.json is a regular file, not a folder");
+  EXPECT_NE(DescribeHeldParts(dir_ + "/none").find("No such file or directory"), std::string::npos);
+}
+
 TEST_F(CheckpointFilesTest, ABinLargerThanItsManifestSaysIsRefusedUnread) {
   // 5 GiB of holes: read, it would take seconds and more memory than the
   // test has; refused by its size, it takes neither.

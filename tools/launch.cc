@@ -296,10 +296,12 @@ int RunLaunch(const LaunchOptions& options) {
     if (resume_step == 0) {
       std::fprintf(stderr,
                    "gridsync launch --resume: no complete checkpoint in %s (a step-<s> folder with "
-                   "a manifest from each of the %zu shards%s); allowed: a run with "
-                   "checkpoint.every_steps > 0 that reached its first checkpoint\n",
+                   "a manifest from each of the %zu shards%s): %s; allowed: a run with "
+                   "checkpoint.every_steps > 0 that reached its first checkpoint, resumed with "
+                   "the shards and workers it ran with\n",
                    config->checkpoint.dir.c_str(), layout.shards.size(),
-                   workers_with_state ? " and each of the workers" : "");
+                   workers_with_state ? " and each of the workers" : "",
+                   DescribeHeldParts(config->checkpoint.dir).c_str());
       return kConfigErrorExitCode;
     }
     // Parts of two runs in one step: refused before anything starts (each
