@@ -650,6 +650,10 @@ Result<Config> Config::LoadFile(const std::string& path,
   // then read only as a regular file of bounded size: /dev/zero or a FIFO
   // would otherwise grow the text until the process aborts, or wait
   // forever, saying nothing.
+  if (path.empty()) {
+    return Status::InvalidArgument(
+        "the config path is empty; allowed: a JSON config file (--config FILE)");
+  }
   struct stat info {};
   if (::stat(path.c_str(), &info) != 0) {
     return Status::IOError("cannot open config " + path + ": " +

@@ -341,6 +341,9 @@ TEST(CliTest, EveryBinaryExits2OnAMissingConfigOrABadFlag) {
     EXPECT_EQ(run.exit_code, 2) << binary << " " << args << ": " << run.output;
     EXPECT_NE(run.output.find("/nonexistent/cluster.json"), std::string::npos) << run.output;
   }
+  // An empty path read "cannot open config : No such file or directory".
+  ExpectRefused("tools/gridsync", "check-config ''", "the config path is empty");
+  ExpectRefused("worker/gridsync-worker", "--config '' --standalone", "the config path is empty");
   for (const char* binary : {"worker/gridsync-worker", "server/gridsync-ps", "tools/gridsync"}) {
     const ProcessResult run = Execute(binary, "--no-such-flag");
     EXPECT_EQ(run.exit_code, 2) << binary << ": " << run.output;
