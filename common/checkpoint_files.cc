@@ -51,11 +51,13 @@ Status SyncPath(const std::string& path, int flags) {
 std::set<uint64_t> Steps(const std::string& dir) {
   std::set<uint64_t> steps;
   std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
+  // Stepped with an error code: the range-for's increment throws (a folder
+  // removed or made unreadable while it is listed).
+  for (fs::directory_iterator entry(dir, ec), end; !ec && entry != end; entry.increment(ec)) {
+    const std::string name = entry->path().filename().string();
     if (name.rfind("step-", 0) != 0) continue;
     std::error_code kind_error;
-    if (!fs::is_directory(entry.symlink_status(kind_error))) continue;
+    if (!fs::is_directory(entry->symlink_status(kind_error))) continue;
     try {
       size_t used = 0;
       const uint64_t step = std::stoull(name.substr(5), &used);
@@ -249,8 +251,10 @@ std::string DescribeHeldParts(const std::string& dir) {
   for (auto it = steps.rbegin(); it != steps.rend() && listed < 3; ++it, ++listed) {
     std::vector<std::string> parts;
     std::error_code ec;
-    for (const auto& entry : fs::directory_iterator(StepDir(dir, *it), ec)) {
-      const std::string name = entry.path().filename().string();
+    // Stepped with an error code: the range-for's increment throws.
+    for (fs::directory_iterator entry(StepDir(dir, *it), ec), end; !ec && entry != end;
+         entry.increment(ec)) {
+      const std::string name = entry->path().filename().string();
       if (name.size() > 5 && name.compare(name.size() - 5, 5, ".json") == 0)
         parts.push_back(name.substr(0, name.size() - 5));
     }

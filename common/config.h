@@ -45,11 +45,11 @@ inline constexpr int kCoordinatorLostExitCode = 4;
 // process at once would be refused the same way. gridsync launch stops the
 // job on it instead of spending --max-restarts.
 inline constexpr int kCannotRejoinExitCode = 5;
-// A shard stopped after checkpoints it was to write failed (a full disk, a
-// folder it may no longer write): the job trained, but its checkpoints are
-// incomplete, which a run that asked for them must not end quietly on
-// (gridsync launch then exits 1 after the summary). Its unit restarts it
-// (Restart=on-failure), to serve the next job.
+// A shard stopped (SIGTERM, SIGINT) after checkpoint writes failed since it
+// started (a full disk, a folder it may no longer write): the job trained,
+// but its checkpoints may be incomplete, which a run that asked for them
+// must not end quietly on (gridsync launch then exits 1 after the summary;
+// under systemd the stopped unit shows failed).
 inline constexpr int kCheckpointsNotWrittenExitCode = 6;
 
 // What a run writes in task.output at its end (rank 0, or a standalone run).

@@ -181,7 +181,6 @@ std::string HostSyntaxProblem(std::string_view s) {
       const uint32_t a = ntohl(parsed.s_addr);
       if (a == 0xFFFFFFFFu) return "the broadcast address, not a host's";
       if ((a >> 28) == 0xE) return "an IPv4 multicast address (224.0.0.0/4), not a host's";
-      if ((a >> 28) == 0xF) return "a reserved IPv4 address (240.0.0.0/4), not a host's";
       return "";
     }
     return "not an IPv4 address (four numbers 0-255 joined by dots)";

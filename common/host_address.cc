@@ -223,7 +223,9 @@ Status CheckHostsResolve(const Config& config) {
   std::vector<std::pair<std::string, std::string>> hosts = {
       {"distributed.master_addr", config.distributed.master_addr}};
   if (!config.layout.multi_host) {
-    if (config.ps.host_given) hosts.push_back({"ps.host", config.ps.host});
+    // (ps.host only where shards run and it places them.)
+    if (config.ps.host_given && config.distributed.gradient_sync != GradientSyncMode::kNccl)
+      hosts.push_back({"ps.host", config.ps.host});
     for (size_t n = 0; n < config.layout.nodes.size(); ++n) {
       hosts.push_back(
           {"distributed.nodes[" + std::to_string(n) + "].host", config.layout.nodes[n].host});

@@ -61,7 +61,7 @@ Result<std::string> BindAddressOf(std::string_view host);
 // OK when the config's host names resolve on this machine, as its
 // processes will resolve them at their start: master_addr always (every
 // process connects to it), and, for a cluster wholly on this machine,
-// ps.host and the nodes' hosts (its shards bind them). Numeric addresses
+// ps.host (where shards run) and the nodes' hosts (its shards bind them). Numeric addresses
 // need no lookup; a name is looked up (the resolver's own files and DNS).
 // InvalidArgument naming the key and the resolver's answer otherwise: an
 // unresolvable master_addr passed check-config and the coordinator then

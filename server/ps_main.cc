@@ -369,8 +369,8 @@ int main(int argc, char** argv) {
   (*server)->Stop();
   if (serving.checkpoint_failures > 0 && exit_code == 0) {
     spdlog::error(
-        "shard {}: {} checkpoint(s) of this run were not written (the errors above name why); "
-        "its checkpoints in {} are incomplete",
+        "shard {}: {} checkpoint(s) were not written since it started (the errors above name "
+        "the steps and why); its checkpoints in {} may be incomplete",
         shard, serving.checkpoint_failures, config->checkpoint.dir);
     exit_code = gridsync::kCheckpointsNotWrittenExitCode;
   }

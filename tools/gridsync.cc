@@ -21,6 +21,7 @@
 #include "common/wire/curve.h"
 #include "spec/run_spec.h"
 #include "tools/launch.h"
+#include "tools/launch_checks.h"
 #include "tools/monitor.h"
 #include "worker/image_task.h"
 #include "worker/worker_precheck.h"
@@ -222,8 +223,10 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s\n", spec.status().message().c_str());
       return gridsync::kConfigErrorExitCode;
     }
-    // And the host names its processes resolve at their start.
-    if (!standalone && config->distributed.enable) {
+    // And the host names its processes resolve at their start, for a
+    // cluster wholly on one machine (one of several may be checked from
+    // anywhere: its names need not resolve here; launch checks on each).
+    if (!standalone && config->distributed.enable && !config->layout.multi_host) {
       if (auto resolved = gridsync::CheckHostsResolve(*config); !resolved.ok()) {
         std::fprintf(stderr, "%s: %s\n", path.c_str(), resolved.message().c_str());
         return gridsync::kConfigErrorExitCode;
@@ -244,9 +247,9 @@ int main(int argc, char** argv) {
       // role's keys when the whole cluster is here (a machine of several
       // holds its own roles' only), and the checkpoint folder.
       // (A machine of a cluster on several holds its own roles' keys only.)
-      if (auto keys = config->layout.multi_host ? gridsync::Status::OK()
-                                                : gridsync::wire::CheckRoleKeys(
-                                                      *config, {"coordinator", "shard", "worker"});
+      if (auto keys = config->layout.multi_host
+                          ? gridsync::Status::OK()
+                          : gridsync::CheckKeysOfRolesHere(*config, -1, /*run_coordinator=*/true);
           !keys.ok()) {
         std::fprintf(stderr, "%s: %s\n", path.c_str(), keys.message().c_str());
         return gridsync::kConfigErrorExitCode;

@@ -285,14 +285,16 @@ Result<TrainReport> RunTrainLoop(const RunSpec& spec, const ImageTask& image,
       }
       const SyncOutcome outcome = *applied_step;
       grid_rows += outcome.grid_rows;
+      // The scale the step ran at: Update halves it after an overflow.
+      const bool at_least_scale = scaler.at_min_scale();
       if (scaler.Update(outcome.finite)) ++applied;
-      if (!outcome.finite && scaler.enabled() && scaler.at_min_scale() && !warned_overflow) {
+      if (!outcome.finite && scaler.enabled() && at_least_scale && !warned_overflow) {
         warned_overflow = true;
         spdlog::warn(
             "{} step {}: the gradients overflow fp16 at loss scale {:g}, the least: this step "
             "and every one like it is skipped ({} so far); allowed: training.mixed_precision "
             "false, or a smaller training.learning_rate (now {:g})",
-            sync.me(), step, scaler.scale(), scaler.skipped_steps(), t.learning_rate);
+            sync.me(), step, scale, scaler.skipped_steps(), t.learning_rate);
       }
       StepRecord record;
       record.step = step;
