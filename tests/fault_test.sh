@@ -191,7 +191,9 @@ fi
 # 3. A corrupted checkpoint is refused.
 latest=$(ls -d "$WORK"/ckpt/step-* | grep -v step-999 | sort -t- -k2 -n | tail -1)
 printf '\xff' | dd of="$latest/shard-0.bin" bs=1 seek=100 conv=notrunc status=none
-if "$GS" launch "$WORK/cluster.json" --resume > "$WORK/corrupt.log" 2>&1; then
+# (The newest step is the run's last: more steps, so that the resume loads
+# it rather than being refused for having nothing left to train.)
+if "$GS" launch "$WORK/cluster.json" --resume --set training.steps=400 > "$WORK/corrupt.log" 2>&1; then
   fail "a corrupted checkpoint was loaded"
 elif grep -q "checksum" "$WORK/corrupt.log"; then
   echo "ok: a corrupted checkpoint is refused: $(grep -o 'shard-0.bin: [^;]*' "$WORK/corrupt.log" | head -1)"
