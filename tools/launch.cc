@@ -251,9 +251,8 @@ int RunLaunch(const LaunchOptions& options) {
   // refuse is refused here, before anything starts (the workers exited 2
   // after the coordinator and shards had started, and launch with 1).
   if (spec.ok()) {
-    int workers = 0, shards = 0;
-    for (int n = 0; n < static_cast<int>(layout.nodes.size()); ++n)
-      workers += here(n) ? layout.nodes[static_cast<size_t>(n)].workers : 0;
+    const int workers = WorkersHere(layout, node);
+    int shards = 0;
     for (const auto& shard : layout.shards) shards += here(shard.node) ? 1 : 0;
     if (auto device = CheckTrainingDevice(*config); !device.ok() && workers > 0) {
       std::fprintf(stderr, "gridsync launch: %s: %s\n", options.config_path.c_str(),

@@ -1,7 +1,5 @@
 #include "tools/launch_checks.h"
 
-#include <algorithm>
-
 #include "common/wire/curve.h"
 
 namespace gridsync {
@@ -11,12 +9,18 @@ bool Here(int node, int n) { return node < 0 || n == node; }
 
 }  // namespace
 
+int WorkersHere(const ClusterLayout& layout, int node) {
+  int workers = 0;
+  for (int n = 0; n < static_cast<int>(layout.nodes.size()); ++n)
+    workers += Here(node, n) ? layout.nodes[static_cast<size_t>(n)].workers : 0;
+  return workers;
+}
+
 Status CheckKeysOfRolesHere(const Config& config, int node, bool run_coordinator) {
   const ClusterLayout& layout = config.layout;
-  bool shards_here = false, workers_here = false;
+  bool shards_here = false;
   for (const auto& shard : layout.shards) shards_here |= Here(node, shard.node);
-  for (int n = 0; n < static_cast<int>(layout.nodes.size()); ++n)
-    workers_here |= Here(node, n) && layout.nodes[static_cast<size_t>(n)].workers > 0;
+  const bool workers_here = WorkersHere(layout, node) > 0;
   if (run_coordinator) GRIDSYNC_RETURN_IF_ERROR(wire::CheckRoleKeys(config, {"coordinator"}));
   if (shards_here) GRIDSYNC_RETURN_IF_ERROR(wire::CheckRoleKeys(config, {"shard"}));
   if (workers_here) GRIDSYNC_RETURN_IF_ERROR(wire::CheckRoleKeys(config, {"worker"}));
@@ -25,10 +29,7 @@ Status CheckKeysOfRolesHere(const Config& config, int node, bool run_coordinator
 
 Status CheckArgsSharedByWorkers(const Config& config, int node,
                                 const std::vector<std::string>& worker_args) {
-  const ClusterLayout& layout = config.layout;
-  int workers_here = 0;
-  for (int n = 0; n < static_cast<int>(layout.nodes.size()); ++n)
-    workers_here += Here(node, n) ? layout.nodes[static_cast<size_t>(n)].workers : 0;
+  const int workers_here = WorkersHere(config.layout, node);
   if (workers_here < 2) return Status::OK();
   constexpr std::string_view kFlag = "--metrics-port";
   for (size_t i = 0; i < worker_args.size(); ++i) {

@@ -17,6 +17,9 @@
 
 namespace gridsync {
 
+// The workers this launcher starts: on `node`, or on every node (-1).
+int WorkersHere(const ClusterLayout& layout, int node);
+
 // The keys of the roles this launcher starts (`node` -1: every node; the
 // coordinator when `run_coordinator`), as each process loads them at its
 // start (wire::CheckRoleKeys). A secret readable by others failed the
