@@ -45,8 +45,9 @@ inline constexpr int kCoordinatorLostExitCode = 4;
 // process at once would be refused the same way. gridsync launch stops the
 // job on it instead of spending --max-restarts.
 inline constexpr int kCannotRejoinExitCode = 5;
-// A shard stopped (SIGTERM, SIGINT) after checkpoint writes failed since it
-// started (a full disk, a folder it may no longer write): the job trained,
+// A shard stopped (SIGTERM, SIGINT), or a worker holding checkpoint state
+// finished, after checkpoint writes failed since it started (a full disk, a
+// folder it may no longer write): the job trained,
 // but its checkpoints may be incomplete, which a run that asked for them
 // must not end quietly on (gridsync launch then exits 1 after the summary;
 // under systemd the stopped unit shows failed).

@@ -509,6 +509,23 @@ TEST(CliTest, AFinishedResumeAnEmptyKeysFolderAndUnwrittenCheckpointsAreNotQuiet
   EXPECT_NE(unwritten.output.find("checkpoint(s) were not written since it started"),
             std::string::npos)
       << unwritten.output;
+  // Under nccl every worker holds checkpoint state: a worker whose writes
+  // failed ended 0 as well. It now exits 6 once trained, is not restarted
+  // as failed, and the run ends 1 after its summary.
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir + "/ck");
+  std::ofstream(dir + "/ck/step-10") << "in the way\n";
+  const ProcessResult nccl = Execute(
+      "tools/gridsync",
+      "launch" + sets +
+          " --set distributed.gradient_sync=nccl --set training.device=cpu --max-restarts 2");
+  EXPECT_EQ(nccl.exit_code, 1) << nccl.output;
+  EXPECT_NE(nccl.output.find("PSNR"), std::string::npos) << nccl.output;
+  EXPECT_NE(nccl.output.find("worker-0 could not write checkpoints of this run"), std::string::npos)
+      << nccl.output;
+  EXPECT_NE(nccl.output.find("checkpoint(s) of this worker were not written"), std::string::npos)
+      << nccl.output;
+  EXPECT_EQ(nccl.output.find("restarting"), std::string::npos) << nccl.output;
   std::filesystem::remove_all(dir);
 }
 

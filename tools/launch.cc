@@ -496,7 +496,8 @@ int RunLaunch(const LaunchOptions& options) {
       if (!c.exited) continue;
       // A worker fails by its exit status; a server has no reason to exit
       // at all while workers still run.
-      if ((c.is_worker && Failed(c)) || (!c.is_worker && !workers_done)) {
+      if ((c.is_worker && Failed(c) && !TrainedWithoutCheckpoints(c)) ||
+          (!c.is_worker && !workers_done)) {
         failed = &c;
         break;
       }
@@ -600,8 +601,7 @@ int RunLaunch(const LaunchOptions& options) {
     // Trained, but a shard could not write checkpoints it was to write: the
     // run does not end as if they were there (it exited 0 with them gone).
     for (const auto& c : children) {
-      if (c.exited && WIFEXITED(c.status) &&
-          WEXITSTATUS(c.status) == kCheckpointsNotWrittenExitCode) {
+      if (TrainedWithoutCheckpoints(c)) {
         std::printf(
             "gridsync launch: %s could not write checkpoints of this run (its log above names "
             "why): the checkpoints in %s are incomplete\n",

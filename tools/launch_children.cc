@@ -136,6 +136,10 @@ std::string Describe(int status) {
 
 bool Failed(const Child& c) { return !WIFEXITED(c.status) || WEXITSTATUS(c.status) != 0; }
 
+bool TrainedWithoutCheckpoints(const Child& c) {
+  return c.exited && WIFEXITED(c.status) && WEXITSTATUS(c.status) == kCheckpointsNotWrittenExitCode;
+}
+
 bool CannotRejoin(const Child& c) {
   return c.exited && WIFEXITED(c.status) && WEXITSTATUS(c.status) == kCannotRejoinExitCode;
 }

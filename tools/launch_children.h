@@ -56,6 +56,10 @@ void Drain(Child& child);
 // "exit status N" or "killed by signal S".
 std::string Describe(int status);
 bool Failed(const Child& c);
+// Whether the child exited kCheckpointsNotWrittenExitCode: it finished its
+// part (a worker trained, a shard served to the end) but some checkpoints it
+// was to write are missing. Not a failure to restart; the run ends 1.
+bool TrainedWithoutCheckpoints(const Child& c);
 // Whether the child exited kCannotRejoinExitCode: the coordinator refused it
 // for good (training had started, and no complete checkpoint holds every
 // part), so a restart would only be refused again.

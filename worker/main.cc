@@ -384,5 +384,14 @@ int main(int argc, char** argv) {
   if (metrics && metrics_hold > 0) {
     std::this_thread::sleep_for(std::chrono::duration<double>(metrics_hold));
   }
+  if (report->checkpoint_failures > 0) {
+    // Trained, but its own part of some checkpoints is missing: the run does
+    // not end as if they were there (the shards exit the same code).
+    spdlog::error(
+        "{} checkpoint(s) of this worker were not written (the errors above name why): the "
+        "checkpoints in {} may be incomplete",
+        report->checkpoint_failures, config->checkpoint.dir);
+    return gridsync::kCheckpointsNotWrittenExitCode;
+  }
   return 0;
 }

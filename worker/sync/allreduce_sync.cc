@@ -153,6 +153,7 @@ Status AllReduceSync::CheckpointIfDue(uint64_t step) {
                                    step + 1, State(), ledger_->MustKeep());
       !written.ok()) {
     spdlog::error("{}: checkpoint at step {} not written: {}", me_, step + 1, written.ToString());
+    ++checkpoint_failures_;
     return Status::OK();
   }
   ledger_->Wrote(step + 1);
@@ -347,6 +348,7 @@ void AllReduceSync::FillReport(TrainReport* report) const {
   report->bytes_pushed_per_step = BytesPerStep();
   report->bytes_pulled_per_step = 0;
   report->comm_seconds = comm_seconds_;
+  report->checkpoint_failures = checkpoint_failures_;
 }
 
 }  // namespace gridsync

@@ -122,6 +122,7 @@ class AllReduceSync : public GradientSync {
   std::unique_ptr<HalfAllReduce> half_;        // codec fp16/bf16: the 16-bit all-reduce
   std::unique_ptr<CheckpointLedger> ledger_;   // checkpoint.every_steps > 0
   uint64_t job_ = 0;                           // the coordinator's job, with ledger_
+  uint64_t checkpoint_failures_ = 0;           // writes that failed (TrainReport)
   bool hierarchical_;
   int slices_ = 0;
   size_t elements_ = 0;        // gradient elements all-reduced per step

@@ -283,6 +283,7 @@ Status PsSessionSync::CheckpointIfDue(uint64_t step) {
           : run.status();
   if (!written.ok()) {
     spdlog::error("{}: checkpoint at step {} not written: {}", me_, step + 1, written.ToString());
+    ++checkpoint_failures_;
     return Status::OK();
   }
   if (session_.ledger) session_.ledger->Wrote(step + 1);
@@ -409,6 +410,7 @@ void PsSessionSync::FillReport(TrainReport* report) const {
   report->comm_seconds = CommSeconds();
   report->worker_adam_seconds = c.adam_seconds;
   report->codec_seconds = c.codec_seconds;
+  report->checkpoint_failures = checkpoint_failures_;
   report->max_staleness = staleness_max_;
   report->mean_staleness = staleness_samples_ ? static_cast<double>(staleness_sum_) /
                                                     static_cast<double>(staleness_samples_)

@@ -127,6 +127,7 @@ class PsSessionSync : public GradientSync {
 
  private:
   uint64_t staleness_sum_ = 0, staleness_max_ = 0, staleness_samples_ = 0;
+  uint64_t checkpoint_failures_ = 0;  // writes that failed (TrainReport)
 };
 
 }  // namespace gridsync

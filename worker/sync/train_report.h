@@ -113,6 +113,10 @@ struct TrainReport {
   // ps/hybrid: one more push after the last step delivered what error
   // feedback still held (PsClient::FlushResiduals); the shards applied steps + 1.
   bool flushed_residuals = false;
+  // Checkpoints this worker was to write (its own state: every worker under
+  // nccl, ps/hybrid workers with Adam or error feedback) and could not: the
+  // run trained, but the worker exits kCheckpointsNotWrittenExitCode.
+  uint64_t checkpoint_failures = 0;
   std::vector<uint64_t> split_counts;  // samples per worker in the last step
   // Where the model trained: "CPU", or the device ("NVIDIA H200 (device 0)").
   std::string device = "CPU";
