@@ -526,6 +526,20 @@ TEST(CliTest, AFinishedResumeAnEmptyKeysFolderAndUnwrittenCheckpointsAreNotQuiet
   EXPECT_NE(nccl.output.find("checkpoint(s) of this worker were not written"), std::string::npos)
       << nccl.output;
   EXPECT_EQ(nccl.output.find("restarting"), std::string::npos) << nccl.output;
+  // A worker that fails after the checkpoint of the last step (here its
+  // --timeline cannot be written) is not restarted with the whole job into
+  // the workers' refusal to resume with nothing left to train.
+  std::filesystem::remove_all(dir);
+  const ProcessResult after = Execute(
+      "tools/gridsync", "launch" + sets +
+                            " --set distributed.gradient_sync=nccl --set training.device=cpu "
+                            "--max-restarts 2 --worker-arg --timeline --worker-arg /dev/full");
+  EXPECT_EQ(after.exit_code, 1) << after.output;
+  EXPECT_NE(after.output.find("not restarting: the newest complete checkpoint is of step 10, the "
+                              "run's last"),
+            std::string::npos)
+      << after.output;
+  EXPECT_EQ(after.output.find("restarting the whole job"), std::string::npos) << after.output;
   std::filesystem::remove_all(dir);
 }
 

@@ -509,7 +509,12 @@ int RunLaunch(const LaunchOptions& options) {
       const std::deque<std::string> tail = failed->tail;
       StopAll(children, options.grace_seconds);
       const uint64_t step = LatestCompleteStep(config->checkpoint.dir, job_parts);
-      if (job_restarts < options.max_restarts && step > 0) {
+      // A checkpoint of the run's last step: every worker would refuse to
+      // resume from it (nothing left to train), so it is not restarted into
+      // that refusal; the failure came after training (an evaluation, the
+      // final image).
+      const bool trained = !CheckStepsLeft(*config, step).ok();
+      if (job_restarts < options.max_restarts && step > 0 && !trained) {
         ++job_restarts;
         std::printf(
             "gridsync launch: %s (pid %d) failed: %s; restarting the whole job (%d of %d) from "
@@ -524,9 +529,15 @@ int RunLaunch(const LaunchOptions& options) {
         start_job(step);
         continue;
       }
-      std::printf(
-          "gridsync launch: %s (pid %d) failed: %s; %s; stopping\n", who.c_str(), pid, how.c_str(),
-          step == 0 ? "no complete checkpoint to restart the job from" : "no restarts left");
+      const std::string why = step == 0 ? "no complete checkpoint to restart the job from"
+                              : trained ? "not restarting: the newest complete checkpoint is "
+                                          "of step " +
+                                              std::to_string(step) +
+                                              ", the run's last, so it had trained every step "
+                                              "(nothing is left to train)"
+                                        : "no restarts left";
+      std::printf("gridsync launch: %s (pid %d) failed: %s; %s; stopping\n", who.c_str(), pid,
+                  how.c_str(), why.c_str());
       for (const auto& line : tail)
         std::printf("gridsync launch:   %s| %s\n", who.c_str(), line.c_str());
       exit_code = 1;
