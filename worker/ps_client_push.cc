@@ -88,12 +88,11 @@ Status PsClient::Compress(uint64_t step, uint32_t shard, bool on_device, wire::O
   block->payload.resize(EncodedSize(block->codec, n));
   // DGC's momentum factor masking: a sparsifying codec delivers a value
   // after many steps; the momentum that built it up would otherwise keep
-  // pushing the same way. At ratio 1 nothing is held back, every value is
-  // delivered every step, and masking would only turn Adam's momentum off
-  // (measured: -1.5 dB at 200 steps against no codec).
-  const bool mask = use_feedback_ && worker_adam_ != nullptr &&
-                    (codec_.codec == Codec::kTopk || codec_.codec == Codec::kRandomk) &&
-                    codec_.ratio < 1.0;
+  // pushing the same way. Where the block keeps every value (ratio 1, or k
+  // rounded up to n in a small block) nothing is held back, and masking
+  // would only turn Adam's momentum off (measured: -1.5 dB at 200 steps
+  // against no codec). KeptCount is n for the codecs that keep every value.
+  const bool mask = use_feedback_ && worker_adam_ != nullptr && KeptCount(codec_, n) < n;
   if (on_device) {
     // The values, their residuals and the codec stay on the device; only
     // the payload comes back.
