@@ -90,7 +90,7 @@ Result<std::string> BindAddressOf(std::string_view host) {
   const std::string name(host);
   if (const int rc = getaddrinfo(name.c_str(), nullptr, &hints, &found); rc != 0) {
     return Status::IOError("cannot resolve host '" + name +
-                           "' to an address to bind: " + gai_strerror(rc) +
+                           "' to an address on this machine: " + gai_strerror(rc) +
                            "; allowed: a name this machine resolves, or its numeric address");
   }
   std::unique_ptr<addrinfo, void (*)(addrinfo*)> owned(found, freeaddrinfo);

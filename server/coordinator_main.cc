@@ -122,6 +122,18 @@ int main(int argc, char** argv) {
                  config_path.c_str());
     return gridsync::kConfigErrorExitCode;
   }
+  // One port cannot serve both: the second bind failed with exit 1 after
+  // the coordinator had started (a hostile probe). Refused as a usage error.
+  const int mport = ops.metrics_port >= 0 ? ops.metrics_port : config->metrics.port;
+  if (mport > 0 && mport == options.port) {
+    std::fprintf(stderr,
+                 "%s: metrics port %d (%s) is the coordinator's port (%s); allowed: another "
+                 "port, or 0 for no metrics endpoint\n",
+                 config_path.c_str(), mport,
+                 ops.metrics_port >= 0 ? "--metrics-port" : "metrics.port",
+                 port >= 0 ? "--port" : "distributed.master_port");
+    return gridsync::kConfigErrorExitCode;
+  }
   auto coordinator = gridsync::Coordinator::Start(options);
   if (!coordinator.ok()) {
     spdlog::error("{}", coordinator.status().message());
@@ -132,7 +144,6 @@ int main(int argc, char** argv) {
                config->source);
   // Metrics, published in the coordinator's own store for the monitor.
   std::unique_ptr<gridsync::MetricsEndpoint> metrics;
-  const int mport = ops.metrics_port >= 0 ? ops.metrics_port : config->metrics.port;
   if (mport > 0) {
     auto started = gridsync::MetricsEndpoint::Start(options.bind_host, static_cast<uint16_t>(mport),
                                                     {{"role", "coordinator"}, {"rank", "0"}});

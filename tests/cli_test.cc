@@ -398,6 +398,10 @@ TEST(CliTest, EveryBinaryRefusesTheCheckpointFolderCheckConfigRefuses) {
   ExpectRefused("server/gridsync-ps", "--config configs/local.json --shard 0" + sets, words);
   ExpectRefused("server/gridsync-coordinator", "--config configs/local.json" + sets, words);
   ExpectRefused("worker/gridsync-worker", "--config configs/local.json --rank 0" + sets, words);
+  // The same port twice: the metrics bind failed with exit 1 once serving.
+  ExpectRefused("server/gridsync-coordinator",
+                "--config configs/local.json --port 28791 --metrics-port 28791",
+                "metrics port 28791 (--metrics-port) is the coordinator's port (--port)");
   ExpectRefused("server/gridsync-ps",
                 "--config configs/local.json --shard 0 --set distributed.enable=false --set "
                 "distributed.world_size=1",
@@ -455,7 +459,8 @@ TEST(CliTest, AnUnresolvableMasterAddrIsRefusedBeforeAnythingStarts) {
   const std::string gridsync = std::string(build ? build : "build") + "/tools/gridsync";
   const std::string sets = " configs/local.json --set distributed.master_addr=gridsync.invalid";
   const std::string words =
-      "distributed.master_addr: cannot resolve host 'gridsync.invalid' to an address to bind";
+      "distributed.master_addr: cannot resolve host 'gridsync.invalid' to an address on this "
+      "machine";
   for (const char* command : {"check-config", "launch"}) {
     FILE* pipe = popen((isolated(gridsync + " " + command + sets) + " 2>&1").c_str(), "r");
     ASSERT_NE(pipe, nullptr);
