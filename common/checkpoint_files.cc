@@ -13,6 +13,9 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <string>
+#include <unordered_set>
+#include <vector>
 
 #include "common/checkpoint_run.h"
 #include "common/file_bytes.h"
@@ -135,18 +138,34 @@ Result<const nlohmann::json*> Field(const nlohmann::json& doc, const std::string
 }
 
 Result<Manifest> DecodeManifest(std::string_view text, const std::string& what) {
+  using Event = nlohmann::json::parse_event_t;
   bool too_deep = false;
-  auto watch = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json&) {
-    const bool starts = event == nlohmann::json::parse_event_t::object_start ||
-                        event == nlohmann::json::parse_event_t::array_start;
+  // A key twice in one object: the parser keeps the last silently, so a
+  // forged second "bytes" or "step" would be read past the first (the
+  // config loader refuses duplicates the same way).
+  std::vector<std::unordered_set<std::string>> keys;  // one per open object or array
+  std::string duplicate;
+  auto watch = [&](int depth, Event event, nlohmann::json& parsed) {
+    const bool starts = event == Event::object_start || event == Event::array_start;
     if (starts && depth >= kMaxManifestDepth) too_deep = true;
-    return !too_deep;
+    if (too_deep) return false;
+    if (starts) keys.emplace_back();
+    if ((event == Event::object_end || event == Event::array_end) && !keys.empty()) keys.pop_back();
+    if (event == Event::key && !keys.empty() && duplicate.empty() &&
+        !keys.back().insert(parsed.get<std::string>()).second) {
+      duplicate = parsed.get<std::string>();
+    }
+    return true;
   };
   const auto doc =
       nlohmann::json::parse(text.begin(), text.end(), watch, /*allow_exceptions=*/false);
   if (too_deep) {
     return BadField(what, "a value", fmt::format("nests deeper than {} levels", kMaxManifestDepth),
                     "the shapes gridsync writes");
+  }
+  if (!doc.is_discarded() && !duplicate.empty()) {
+    return BadField(what, "key " + Cut(nlohmann::json(duplicate)), "appears twice in one object",
+                    "each key once");
   }
   if (doc.is_discarded()) return BadField(what, "the file", "is not JSON", "a JSON object");
   if (!doc.is_object()) {

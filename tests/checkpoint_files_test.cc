@@ -212,6 +212,10 @@ TEST_F(CheckpointFilesTest, ManifestsOfTheWrongShapeAreRefusedNamingTheField) {
       {with(R"("fnv1a64":")", R"("fnv1a64":7,"x":")"), "fnv1a64 is the number 7"},
       {with(R"("fnv1a64":")", R"("fnv1a64":"7)"), "fnv1a64 is a string (\"7"},
       {with(R"("shape":[[8,2]])", R"("shape":)" + deep), "nests deeper than 8 levels"},
+      // A second "bytes": the parser kept the last one silently.
+      {with(R"("bytes":16)", R"("bytes":16,"bytes":32)"),
+       R"(key "bytes" appears twice in one object; allowed: each key once)"},
+      {with(R"("shape":[[8,2]])", R"("shape":[{"a":1,"a":2}])"), R"(key "a" appears twice)"},
       {"[5, \"shard-0\"]", "the file is an array; allowed: a JSON object"},
       {"\"shard-0\"", "the file is a string"},
       {good.substr(0, good.size() - 1), "the file is not JSON"},
