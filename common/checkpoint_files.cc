@@ -8,10 +8,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_set>
@@ -51,7 +53,25 @@ Status SyncPath(const std::string& path, int flags) {
 // step-<s> that is a symbolic link is no step of this folder (a hostile
 // probe linked another run's newest step in: the job resumed from it, and
 // the cleanup of old steps then deleted that run's files through the link).
-std::set<uint64_t> Steps(const std::string& dir) {
+// The step of a folder named exactly as StepDir names it ("step-20"), or
+// nullopt: "step-020", "step- 20" or "step-+20" read 20 through stoull, yet
+// StepDir(20) is another folder.
+std::optional<uint64_t> StepOfName(const std::string& name) {
+  if (name.rfind("step-", 0) != 0) return std::nullopt;
+  const std::string digits = name.substr(5);
+  if (digits.empty() || digits.size() > 20 ||
+      digits.find_first_not_of("0123456789") != std::string::npos ||
+      (digits.size() > 1 && digits[0] == '0'))
+    return std::nullopt;
+  errno = 0;
+  const unsigned long long step = std::strtoull(digits.c_str(), nullptr, 10);
+  if (errno == ERANGE) return std::nullopt;
+  return step;
+}
+
+// Step folders, and (when `odd` is given) the entries named "step-..." that
+// are not one: a link, a file, or a name StepDir does not write.
+std::set<uint64_t> Steps(const std::string& dir, std::vector<std::string>* odd = nullptr) {
   std::set<uint64_t> steps;
   std::error_code ec;
   // Stepped with an error code: the range-for's increment throws (a folder
@@ -60,12 +80,11 @@ std::set<uint64_t> Steps(const std::string& dir) {
     const std::string name = entry->path().filename().string();
     if (name.rfind("step-", 0) != 0) continue;
     std::error_code kind_error;
-    if (!fs::is_directory(entry->symlink_status(kind_error))) continue;
-    try {
-      size_t used = 0;
-      const uint64_t step = std::stoull(name.substr(5), &used);
-      if (used == name.size() - 5) steps.insert(step);
-    } catch (...) {
+    const std::optional<uint64_t> step = StepOfName(name);
+    if (step && fs::is_directory(entry->symlink_status(kind_error))) {
+      steps.insert(*step);
+    } else if (odd != nullptr) {
+      odd->push_back(name);
     }
   }
   return steps;
@@ -263,8 +282,20 @@ std::string DescribeHeldParts(const std::string& dir) {
   struct stat info {};
   if (::stat(dir.c_str(), &info) != 0) return dir + ": " + std::strerror(errno);
   if (!S_ISDIR(info.st_mode)) return dir + " is " + FileKindName(info.st_mode) + ", not a folder";
-  const std::set<uint64_t> steps = Steps(dir);
-  if (steps.empty()) return dir + " holds no step folder";
+  std::vector<std::string> odd;
+  const std::set<uint64_t> steps = Steps(dir, &odd);
+  std::sort(odd.begin(), odd.end());
+  std::string ignored;
+  for (size_t i = 0; i < odd.size() && i < 3; ++i)
+    ignored += (i == 0 ? "" : ", ") + Cut(nlohmann::json(odd[i]));
+  if (odd.size() > 3) ignored += " and " + std::to_string(odd.size() - 3) + " more";
+  if (!ignored.empty()) {
+    ignored =
+        "; ignored, as not a step folder gridsync writes (step-N, a folder, N without "
+        "leading zeros): " +
+        ignored;
+  }
+  if (steps.empty()) return dir + " holds no step folder" + ignored;
   std::string text = dir + " holds";
   int listed = 0;
   for (auto it = steps.rbegin(); it != steps.rend() && listed < 3; ++it, ++listed) {
@@ -284,7 +315,7 @@ std::string DescribeHeldParts(const std::string& dir) {
             (names.empty() ? "no manifest" : names) + ")";
   }
   if (steps.size() > 3) text += " and " + std::to_string(steps.size() - 3) + " older steps";
-  return text;
+  return text + ignored;
 }
 
 void RemoveStepsAfter(const std::string& dir, const std::string& part, uint64_t step) {

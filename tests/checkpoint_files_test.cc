@@ -134,6 +134,16 @@ TEST_F(CheckpointFilesTest, WhatAFolderHoldsIsDescribed) {
   EXPECT_EQ(DescribeHeldParts(dir_ + "/step-5/shard-0.json"),
             dir_ + "/step-5/shard-0.json is a regular file, not a folder");
   EXPECT_NE(DescribeHeldParts(dir_ + "/none").find("No such file or directory"), std::string::npos);
+  // A copy named "step-009" read as step 9 through stoull while StepDir(9)
+  // is another folder, and was passed over without a word. Such names are
+  // not steps, and the description names them.
+  fs::rename(dir_ + "/step-9", dir_ + "/step-009");
+  fs::create_directory(dir_ + "/step-+7");
+  EXPECT_EQ(HeldSteps(dir_, "shard-0"), (std::vector<uint64_t>{5}));
+  EXPECT_EQ(DescribeHeldParts(dir_),
+            dir_ +
+                " holds step 5 (shard-0, shard-1); ignored, as not a step folder gridsync writes "
+                "(step-N, a folder, N without leading zeros): \"step-+7\", \"step-009\"");
 }
 
 TEST_F(CheckpointFilesTest, ABinLargerThanItsManifestSaysIsRefusedUnread) {
