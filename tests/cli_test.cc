@@ -187,6 +187,11 @@ TEST(CliTest, FloatingPointFlagsRefuseNaNAndInfinity) {
     EXPECT_NE(run.output.find("not in range"), std::string::npos)
         << binary << " " << args << ": " << run.output;
   }
+  // --metrics-hold with no metrics endpoint held nothing, without a word.
+  ExpectRefused("worker/gridsync-worker",
+                "--config configs/local.json --standalone --metrics-hold 5 --check-only",
+                "--metrics-hold 5: this worker serves no metrics (metrics.port is 0 and no "
+                "--metrics-port)");
   // Indices take digits only (an empty --shard served as shard 0).
   ExpectRefused("worker/gridsync-worker", "--config configs/local.json --rank -2",
                 "--rank: Value \"-2\" is not an index");

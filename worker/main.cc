@@ -234,6 +234,22 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s: %s\n", config_path.c_str(), fits.message().c_str());
     return gridsync::kConfigErrorExitCode;
   }
+  const bool serves_metrics =
+      ops.metrics_port > 0 || (ops.metrics_port < 0 && config->metrics.port > 0);
+  if (metrics_hold > 0 && !serves_metrics) {
+    // Nothing to hold open: the flag would do nothing (a hostile probe).
+    std::fprintf(stderr,
+                 "--metrics-hold %g: this worker serves no metrics (metrics.port is 0 and no "
+                 "--metrics-port); allowed: --metrics-hold with a metrics endpoint\n",
+                 metrics_hold);
+    return gridsync::kConfigErrorExitCode;
+  }
+  if (ps_options.train.eval_every > 0 && distributed && ps_options.rank > 0) {
+    // launch passes --worker-arg to every worker, so this is a note, not a
+    // refusal: only the worker holding the model evaluates.
+    spdlog::info("--eval-every {}: only rank 0, which holds the model, evaluates; not on rank {}",
+                 ps_options.train.eval_every, ps_options.rank);
+  }
   if (check_only) {
     // gridsync launch runs this before it starts anything, so that a bad
     // --worker-arg is refused before the cluster is up.
@@ -247,7 +263,7 @@ int main(int argc, char** argv) {
   // worker_metrics) goes before it.
   std::unique_ptr<gridsync::WorkerMetrics> worker_metrics;
   std::unique_ptr<gridsync::MetricsEndpoint> metrics;
-  if (ops.metrics_port > 0 || (ops.metrics_port < 0 && config->metrics.port > 0)) {
+  if (serves_metrics) {
     const int shards = static_cast<int>(config->layout.shards.size());
     // A single process (standalone, or distributed.enable false) serves
     // worker 0's port: it ignored metrics.port and took any free one.
