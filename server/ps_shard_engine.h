@@ -50,6 +50,7 @@ struct Request {
   bool counted = false;                       // its bytes are in the stats (held and handled again)
   Clock::time_point received = Clock::now();  // judged against the coordinator's answers (JobGate)
   std::string role;  // under CURVE, the role the sender's key proved (ZAP's User-Id)
+  int fd = -1;       // the connection it came on (ZMQ_SRCFD), to name an unreadable one's peer
 };
 
 class PsShardImpl : public PsShard {
@@ -338,10 +339,11 @@ class PsShardImpl : public PsShard {
           if (!refused.empty()) {
             Request request;
             request.identity = std::move(refused[0]);
+            request.fd = taken.fd;
             ReplyError(request, received.status(), /*readable=*/false);
           } else {
-            spdlog::warn("shard {}: dropped a message: {}", options_.shard,
-                         received.status().ToString());
+            spdlog::warn("shard {}: dropped a message from {}: {}", options_.shard,
+                         wire::PeerOfConnection(taken.fd), received.status().ToString());
             CountError();
           }
         }
@@ -353,6 +355,7 @@ class PsShardImpl : public PsShard {
       auto request = std::make_unique<Request>();
       std::vector<zmq::message_t>& frames = *received;
       request->identity = std::move(frames[0]);
+      request->fd = taken.fd;
       // The peer's metadata rides on the frames its connection delivered,
       // not on the identity ROUTER made up.
       if (options_.curve.on && frames.size() > 1) request->role = wire::CurveRoleOf(frames[1]);
@@ -493,8 +496,12 @@ class PsShardImpl : public PsShard {
                      wire::KindName(request.message.kind), request.message.worker_rank,
                      request.message.request_id, error.ToString());
       } else {
-        spdlog::warn("shard {}: refused an unreadable message (request {}): {}", options_.shard,
-                     request.message.request_id, error.ToString());
+        // Named by its connection: nothing it sent can be trusted to say who
+        // it is. The descriptor is still the sender's (an unreadable message
+        // is refused as it arrives, never held).
+        spdlog::warn("shard {}: refused an unreadable message from {} (request {}): {}",
+                     options_.shard, wire::PeerOfConnection(request.fd), request.message.request_id,
+                     error.ToString());
       }
     }
     CountError();

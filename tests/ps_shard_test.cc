@@ -52,6 +52,22 @@ std::vector<zmq::message_t> PullOfRowOne(uint64_t request_id, uint64_t min_versi
   return wire::Encode(h, std::move(blocks));
 }
 
+// Nothing an unreadable message says can be trusted to name its sender,
+// so the shard's log line names its connection (the line named no peer).
+TEST(PsShardTest, AnUnreadableMessageIsLoggedWithItsPeer) {
+  auto cluster = Cluster::Start(SmallConfig(1, 1));
+  const std::vector<wire::TableShape> shapes = ShapesOf(*cluster->partition);
+  RawClient raw(cluster->shards[0]->endpoint());
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  auto reply = raw.Exchange(Frames({std::string("\x13\x37not-capnp", 11)}), shapes);
+  const std::string log =
+      ::testing::internal::GetCapturedStdout() + ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+  EXPECT_EQ(reply->kind, wire::Kind::kError);
+  EXPECT_NE(log.find("refused an unreadable message from 127.0.0.1:"), std::string::npos) << log;
+}
+
 TEST(PsShardTest, MalformedInputGetsErrorAndChangesNothing) {
   const ImageTask image = SmallImage();
   auto cluster = Cluster::Start(SmallConfig(1, 1));

@@ -17,22 +17,33 @@
 namespace gridsync::wire {
 namespace {
 
-// The peer's IP address, without the port: a peer opens many connections
-// from one address, each from its own port.
-std::string PeerAddress(int fd) {
+// The peer's IP address, with its port or without: a peer opens many
+// connections from one address, each from its own port.
+std::string PeerAddress(int fd, bool with_port = false) {
   sockaddr_storage addr{};
   socklen_t length = sizeof(addr);
   // getpeername fails once the peer has gone (ENOTCONN): a connection
   // opened and closed before this monitor event was read (a port scan).
-  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &length) != 0)
+  if (fd < 0 || ::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &length) != 0)
     return "unknown (the peer had closed already)";
   char text[INET6_ADDRSTRLEN] = {};
   if (addr.ss_family == AF_INET) {
     const auto* in = reinterpret_cast<const sockaddr_in*>(&addr);
-    if (inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text)) != nullptr) return text;
+    if (inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text)) != nullptr) {
+      return with_port ? std::string(text) + ":" + std::to_string(ntohs(in->sin_port)) : text;
+    }
   } else if (addr.ss_family == AF_INET6) {
     const auto* in = reinterpret_cast<const sockaddr_in6*>(&addr);
-    if (inet_ntop(AF_INET6, &in->sin6_addr, text, sizeof(text)) != nullptr) return text;
+    // A dual-stack socket reports an IPv4 peer as ::ffff:a.b.c.d: named as
+    // the IPv4 address it is.
+    if (IN6_IS_ADDR_V4MAPPED(&in->sin6_addr) &&
+        inet_ntop(AF_INET, in->sin6_addr.s6_addr + 12, text, sizeof(text)) != nullptr) {
+      return with_port ? std::string(text) + ":" + std::to_string(ntohs(in->sin6_port)) : text;
+    }
+    if (inet_ntop(AF_INET6, &in->sin6_addr, text, sizeof(text)) != nullptr) {
+      return with_port ? "[" + std::string(text) + "]:" + std::to_string(ntohs(in->sin6_port))
+                       : text;
+    }
   } else if (addr.ss_family == AF_UNIX) {
     return "local";
   }
@@ -42,6 +53,8 @@ std::string PeerAddress(int fd) {
 std::atomic<uint64_t> next_monitor{0};
 
 }  // namespace
+
+std::string PeerOfConnection(int fd) { return PeerAddress(fd, /*with_port=*/true); }
 
 Result<std::unique_ptr<ConnectionCap>> ConnectionCap::Attach(zmq::context_t& context,
                                                              zmq::socket_t& socket,

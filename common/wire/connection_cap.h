@@ -63,6 +63,11 @@ struct ConnectionLimits {
   std::chrono::milliseconds idle_after{30000};
 };
 
+// The peer of TCP connection `fd` as "address:port" (ZMQ_SRCFD names it
+// for a received message), for a log line about what it sent: "unknown"
+// where it has gone or the descriptor is none (-1).
+std::string PeerOfConnection(int fd);
+
 class ConnectionCap {
  public:
   // Monitors `socket` (before its bind) within `context`; `who` names the
