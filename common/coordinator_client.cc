@@ -147,9 +147,13 @@ class CoordinatorClient::Impl {
         status = Status::Timeout(fmt::format(
             "{}: no reply from the coordinator at {} within {:.1f} s{} (request {}, {} timed out)",
             what, address_, SecondsOf(budget), of, id, step));
-      } else if (ec == asio::error::eof) {
-        status = Status::IOError(fmt::format("{}: the coordinator at {} closed the connection ({})",
-                                             what, address_, step));
+      } else if (ec == asio::error::eof || ec == asio::error::connection_reset) {
+        // It read "receive ... failed: Connection reset by peer": the peer
+        // hung up, whatever listens there (a probe of the wrong port).
+        status = Status::IOError(fmt::format(
+            "{}: the coordinator at {} closed the connection ({}: {}); is this a gridsync "
+            "coordinator's port, and does it accept this member (its log says why not)?",
+            what, address_, step, ec.message()));
       } else {
         status = Status::IOError(fmt::format("{}: {} to the coordinator at {} failed: {}", what,
                                              step, address_, ec.message()));
@@ -181,6 +185,9 @@ class CoordinatorClient::Impl {
       // (an HTTP server says "HTTP").
       const bool text = std::all_of(header.begin(), header.end(),
                                     [](uint8_t c) { return c >= 0x20 && c < 0x7f; });
+      // ZMTP's greeting opens with 0xff and padding: a ZeroMQ socket (a PS
+      // shard's data port) answered, not the coordinator's control port.
+      const bool zmtp = header[0] == 0xff && header[1] == 0 && header[2] == 0 && header[3] == 0;
       const std::string shown(header.begin(), header.end());
       Status status = Status::Corruption(fmt::format(
           "{}: the coordinator at {} sent a reply of {} bytes{}; allowed: a multiple of 8 from 8 "
@@ -188,7 +195,10 @@ class CoordinatorClient::Impl {
           what, address_, length,
           text ? " (its first bytes read \"" + shown +
                      "\": another protocol answered; is this a gridsync coordinator's port?)"
-               : std::string(),
+          : zmtp ? std::string(" (its first bytes are a ZeroMQ greeting: a ZeroMQ socket, such as "
+                               "a PS shard's data port, answered; distributed.master_port names "
+                               "the coordinator's control port)")
+                 : std::string(),
           kMaxReplyBytes));
       MarkBroken(status);
       return status;

@@ -17,34 +17,13 @@
 
 #include "common/wire/curve.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "tests/binary_runner.h"
 
 namespace {
 
-struct ProcessResult {
-  int exit_code;
-  std::string output;  // stdout and stderr
-};
-
-ProcessResult Execute(const std::string& binary, const std::string& args) {
-  const char* build = std::getenv("GRIDSYNC_BUILD_DIR");
-  const std::string dir = build ? build : "build";
-  const std::string cmd = dir + "/" + binary + " " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return {-1, "popen failed"};
-  std::string out;
-  std::array<char, 4096> buf;
-  while (std::fgets(buf.data(), buf.size(), pipe)) out += buf.data();
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
-
-// The binary exits 2 (a config it refuses) and says `words`.
-void ExpectRefused(const std::string& binary, const std::string& args, const std::string& words) {
-  const ProcessResult run = Execute(binary, args);
-  EXPECT_EQ(run.exit_code, 2) << binary << " " << args << ": " << run.output;
-  EXPECT_NE(run.output.find(words), std::string::npos)
-      << binary << " " << args << ": " << run.output;
-}
+using binary_runner::Execute;
+using binary_runner::ExpectRefused;
+using binary_runner::ProcessResult;
 
 TEST(CliTest, CheckConfigAcceptsEverySeedConfigAsIs) {
   for (const char* name :
@@ -226,32 +205,6 @@ TEST(CliTest, LaunchFlagsThatWouldDoNothingAreRefused) {
   }
   ExpectRefused("worker/gridsync-worker", "--config configs/local.json --rank 0 ''",
                 "argument 5 is empty");
-}
-
-// Under --json a program reads stdout: an error is a JSON line there too
-// (it went to stderr alone, so a reader saw only the end of its input).
-TEST(CliTest, MonitorJsonErrorsAreJsonLines) {
-  for (const auto& [args, code] : std::vector<std::pair<std::string, int>>{
-           {"monitor /nonexistent.json --json --once", 2},
-           // A refused flag too (its line came only as text on stderr).
-           {"monitor configs/local.json --json --once --interval 0", 2},
-           // Port 1 of loopback: nothing listens there.
-           {"monitor configs/local.json --set distributed.master_port=1 --json --once "
-            "--timeout 0.5",
-            1}}) {
-    const ProcessResult run = Execute("tools/gridsync", args);
-    EXPECT_EQ(run.exit_code, code) << args << ": " << run.output;
-    const size_t at = run.output.find("{\"error\":");
-    ASSERT_NE(at, std::string::npos) << args << ": " << run.output;
-    const std::string line = run.output.substr(at, run.output.find('\n', at) - at);
-    const auto parsed = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    ASSERT_FALSE(parsed.is_discarded()) << line;
-    EXPECT_EQ(parsed["error"]["exit_code"], code) << line;
-    EXPECT_TRUE(parsed["error"]["message"].is_string()) << line;
-    EXPECT_TRUE(parsed["error"]["code"] == "IOError" ||
-                parsed["error"]["code"] == "InvalidArgument")
-        << line;
-  }
 }
 
 // A hostile probe: `gridsync-ps --resume-step -1` went looking for the

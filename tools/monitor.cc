@@ -49,7 +49,10 @@ nlohmann::json WorkerView(const ScrapedMetrics& m) {
   w["comm_share"] = total > 0 ? comm / total : 0.0;
   w["samples_per_second"] = MetricValue(m, "gridsync_worker_samples_per_second");
   w["loss"] = MetricValue(m, "gridsync_worker_loss");
-  w["psnr_db"] = MetricValue(m, "gridsync_worker_psnr_db");
+  // 0 until the model holder's first evaluation (and always on the other
+  // ranks): none yet, shown as such rather than as 0.00 dB.
+  const double psnr = MetricValue(m, "gridsync_worker_psnr_db");
+  w["psnr_db"] = psnr > 0 ? nlohmann::json(psnr) : nlohmann::json(nullptr);
   w["bytes_sent"] = MetricValue(m, "gridsync_worker_bytes_total", {{"direction", "sent"}});
   w["bytes_received"] = MetricValue(m, "gridsync_worker_bytes_total", {{"direction", "received"}});
   if (m.count("gridsync_gpu_utilization_ratio")) {
@@ -178,11 +181,14 @@ void PrintTable(const nlohmann::json& view, bool clear) {
                                 ? std::to_string(Percent(w, "gpu_utilization")) + "% " +
                                       Mb(Num(w, "gpu_memory_bytes")) + " MB"
                                 : "-";
-    std::printf("%-7.0f %-10s %11s %9.1f %5.0f%% %12.0f %10.6f %7.2f %9s %9s %s\n", Num(w, "rank"),
+    char psnr[32] = "-";
+    if (w.contains("psnr_db") && w["psnr_db"].is_number())
+      std::snprintf(psnr, sizeof(psnr), "%.2f", Num(w, "psnr_db"));
+    std::printf("%-7.0f %-10s %11s %9.1f %5.0f%% %12.0f %10.6f %7s %9s %9s %s\n", Num(w, "rank"),
                 w.value("node", "").c_str(), step.c_str(), 1e3 * Num(w, "step_seconds"),
-                100 * Num(w, "comm_share"), Num(w, "samples_per_second"), Num(w, "loss"),
-                Num(w, "psnr_db"), Mb(Num(w, "bytes_sent")).c_str(),
-                Mb(Num(w, "bytes_received")).c_str(), gpu.c_str());
+                100 * Num(w, "comm_share"), Num(w, "samples_per_second"), Num(w, "loss"), psnr,
+                Mb(Num(w, "bytes_sent")).c_str(), Mb(Num(w, "bytes_received")).c_str(),
+                gpu.c_str());
   }
   std::printf("\n%-7s %-10s %8s %9s %9s %9s %9s %8s %10s %8s\n", "shard", "node", "version",
               "pushes", "pulls", "in MB", "out MB", "waiting", "apply ms", "refused");

@@ -1,0 +1,92 @@
+// `gridsync monitor`'s contract with operators: its errors as JSON lines
+// under --json, and what it says when something other than a coordinator
+// answers on the port. Runs the real binary.
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+#include <zmq.hpp>
+
+#include "tests/binary_runner.h"
+#include "tests/loopback_listener.h"
+
+namespace {
+
+using binary_runner::Execute;
+using binary_runner::ProcessResult;
+
+// Under --json a program reads stdout: an error is a JSON line there too
+// (it went to stderr alone, so a reader saw only the end of its input).
+TEST(MonitorCliTest, JsonErrorsAreJsonLines) {
+  for (const auto& [args, code] : std::vector<std::pair<std::string, int>>{
+           {"monitor /nonexistent.json --json --once", 2},
+           // A refused flag too (its line came only as text on stderr).
+           {"monitor configs/local.json --json --once --interval 0", 2},
+           // Port 1 of loopback: nothing listens there.
+           {"monitor configs/local.json --set distributed.master_port=1 --json --once "
+            "--timeout 0.5",
+            1}}) {
+    const ProcessResult run = Execute("tools/gridsync", args);
+    EXPECT_EQ(run.exit_code, code) << args << ": " << run.output;
+    const size_t at = run.output.find("{\"error\":");
+    ASSERT_NE(at, std::string::npos) << args << ": " << run.output;
+    const std::string line = run.output.substr(at, run.output.find('\n', at) - at);
+    const auto parsed = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    ASSERT_FALSE(parsed.is_discarded()) << line;
+    EXPECT_EQ(parsed["error"]["exit_code"], code) << line;
+    EXPECT_TRUE(parsed["error"]["message"].is_string()) << line;
+    EXPECT_TRUE(parsed["error"]["code"] == "IOError" ||
+                parsed["error"]["code"] == "InvalidArgument")
+        << line;
+  }
+}
+
+// The wrong port: a peer that hangs up read "receive ... failed: Connection
+// reset by peer", and a PS shard's ZeroMQ port "a reply of 255 bytes". Both
+// now say what answered.
+TEST(MonitorCliTest, APortThatIsNotTheCoordinatorsIsNamedForWhatAnswered) {
+  uint16_t port = 0;
+  const int listener = gridsync::testing::ListenOnLoopback(&port, 16);
+  ASSERT_GE(listener, 0);
+  std::atomic<bool> done{false};
+  std::thread hang_up([&] {
+    while (!done) {
+      const int c = ::accept(listener, nullptr, nullptr);
+      if (c >= 0) ::close(c);
+    }
+  });
+  const ProcessResult closed = Execute("tools/gridsync",
+                                       "monitor configs/local.json --once --timeout 2 --set "
+                                       "distributed.master_port=" +
+                                           std::to_string(port));
+  done = true;
+  ::shutdown(listener, SHUT_RDWR);  // wakes accept
+  hang_up.join();
+  ::close(listener);
+  EXPECT_EQ(closed.exit_code, 1) << closed.output;
+  EXPECT_NE(closed.output.find("closed the connection"), std::string::npos) << closed.output;
+  EXPECT_NE(closed.output.find("is this a gridsync coordinator's port"), std::string::npos)
+      << closed.output;
+
+  zmq::context_t context(1);
+  zmq::socket_t shard_like(context, zmq::socket_type::router);
+  shard_like.set(zmq::sockopt::linger, 0);
+  shard_like.bind("tcp://127.0.0.1:*");
+  const std::string endpoint = shard_like.get(zmq::sockopt::last_endpoint);
+  const std::string zmq_port = endpoint.substr(endpoint.rfind(':') + 1);
+  const ProcessResult zmtp = Execute("tools/gridsync",
+                                     "monitor configs/local.json --once --timeout 2 --set "
+                                     "distributed.master_port=" +
+                                         zmq_port);
+  EXPECT_EQ(zmtp.exit_code, 1) << zmtp.output;
+  EXPECT_NE(zmtp.output.find("its first bytes are a ZeroMQ greeting"), std::string::npos)
+      << zmtp.output;
+}
+
+}  // namespace
