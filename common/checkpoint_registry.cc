@@ -125,8 +125,8 @@ Status CheckFreshStartAgainst(Store& store, uint64_t job, const std::string& dir
       .WithContext(part + ": the coordinator knows no job of these checkpoints");
 }
 
-Result<uint64_t> NewestCommonStep(Store& store, uint64_t job,
-                                  const std::vector<std::string>& parts) {
+Result<uint64_t> NewestCommonStep(Store& store, uint64_t job, const std::vector<std::string>& parts,
+                                  uint64_t below) {
   std::vector<std::string> keys;
   for (const auto& part : parts) keys.push_back(CheckpointKey(job, part));
   auto values = store.Get(keys, std::chrono::milliseconds(0));
@@ -138,7 +138,10 @@ Result<uint64_t> NewestCommonStep(Store& store, uint64_t job,
   for (size_t i = 0; i < parts.size(); ++i) {
     GRIDSYNC_ASSIGN_OR_RETURN(const std::vector<uint64_t> held,
                               ParseHeldSteps((*values)[i], parts[i]));
-    std::set<uint64_t> mine(held.begin(), held.end());
+    std::set<uint64_t> mine;
+    for (uint64_t step : held) {
+      if (step < below) mine.insert(step);
+    }
     if (i == 0) {
       common = std::move(mine);
       continue;
@@ -159,8 +162,8 @@ std::vector<std::string> CheckpointParts(uint32_t shards, uint32_t workers_with_
 }
 
 Result<uint64_t> RejoinStep(Store& store, uint64_t job, const std::vector<std::string>& parts,
-                            const std::string& dir, const std::string& own_part) {
-  GRIDSYNC_ASSIGN_OR_RETURN(const uint64_t step, NewestCommonStep(store, job, parts));
+                            const std::string& dir, const std::string& own_part, uint64_t below) {
+  GRIDSYNC_ASSIGN_OR_RETURN(const uint64_t step, NewestCommonStep(store, job, parts, below));
   if (step == 0 || own_part.empty()) return step;
   const auto held = HeldSteps(dir, own_part);
   if (std::find(held.begin(), held.end(), step) != held.end()) return step;

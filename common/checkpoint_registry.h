@@ -99,10 +99,11 @@ class CheckpointLedger {
 // the part and the text (cut short) when it is not one.
 Result<std::vector<uint64_t>> ParseHeldSteps(std::string_view text, const std::string& part);
 
-// The newest step every one of `parts` published for job `job`; 0 when a
-// part published nothing (or no step is common). Does not wait.
-Result<uint64_t> NewestCommonStep(Store& store, uint64_t job,
-                                  const std::vector<std::string>& parts);
+// The newest step every one of `parts` published for job `job` below
+// `below` (every step by default); 0 when a part published nothing (or no
+// such step is common). Does not wait.
+Result<uint64_t> NewestCommonStep(Store& store, uint64_t job, const std::vector<std::string>& parts,
+                                  uint64_t below = UINT64_MAX);
 
 // The parts a job's checkpoint step needs: every shard, and every worker
 // when the workers hold training state (RunSpec::sync.worker_state).
@@ -135,7 +136,11 @@ Status CheckFreshStartAgainst(Store& store, uint64_t job, const std::string& dir
 // process with nothing on disk) must hold in `dir`; 0 when there is none.
 // NotFound, naming the folder and what it holds, when only the own files
 // are missing.
+// `below`: a step under which to look, when the own files of a newer one
+// did not load (a corrupted .bin): the job then goes back further, to a step
+// every part still holds (each keeps its two newest).
 Result<uint64_t> RejoinStep(Store& store, uint64_t job, const std::vector<std::string>& parts,
-                            const std::string& dir, const std::string& own_part);
+                            const std::string& dir, const std::string& own_part,
+                            uint64_t below = UINT64_MAX);
 
 }  // namespace gridsync

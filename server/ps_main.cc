@@ -236,6 +236,21 @@ int main(int argc, char** argv) {
   }
   options.join_first = true;  // serves once registered (JoinAsShard)
   auto server = gridsync::PsShard::Start(*partition, options);
+  // Rejoining, its files of the job's step may not load (a corrupted .bin:
+  // Corruption, permanent): every restart would fail the same way until the
+  // restarts ran out. It rejoins from an older step every part still holds,
+  // and the job goes back there. An explicit --resume-step is not changed.
+  while (!server.ok() && rejoin_step > 0 &&
+         server.status().code() == gridsync::StatusCode::kCorruption) {
+    auto older =
+        gridsync::FindRejoinStep(**client, *spec, static_cast<uint32_t>(shard), rejoin_step);
+    if (!older.ok() || *older == 0) break;
+    spdlog::warn("{}; rejoining from the older checkpoint of step {} instead",
+                 server.status().ToString(), *older);
+    rejoin_step = *older;
+    options.resume_step = rejoin_step;
+    server = gridsync::PsShard::Start(*partition, options);
+  }
   if (!server.ok()) {
     spdlog::error("{}", server.status().ToString());
     return 1;

@@ -8,8 +8,8 @@
 
 namespace gridsync {
 
-Result<uint64_t> FindRejoinStep(CoordinatorClient& coordinator, const RunSpec& spec,
-                                uint32_t shard) {
+Result<uint64_t> FindRejoinStep(CoordinatorClient& coordinator, const RunSpec& spec, uint32_t shard,
+                                uint64_t below) {
   const Config& config = spec.config;
   if (config.checkpoint.every_steps <= 0) return uint64_t{0};
   GRIDSYNC_ASSIGN_OR_RETURN(const ClusterMap map, coordinator.GetMap(/*wait_complete=*/false,
@@ -18,7 +18,7 @@ Result<uint64_t> FindRejoinStep(CoordinatorClient& coordinator, const RunSpec& s
   const uint32_t workers = static_cast<uint32_t>(config.distributed.world_size);
   const auto parts = CheckpointParts(static_cast<uint32_t>(config.ps.shards),
                                      spec.sync.worker_state ? workers : 0);
-  return RejoinStep(store, map.job, parts, config.checkpoint.dir, ShardPart(shard));
+  return RejoinStep(store, map.job, parts, config.checkpoint.dir, ShardPart(shard), below);
 }
 
 Result<CoordinatorClient::Registration> JoinAsShard(PsShard& server, CoordinatorClient& coordinator,

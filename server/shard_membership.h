@@ -24,9 +24,9 @@ namespace gridsync {
 
 // 0: a fresh shard (no checkpoints, training not started, or no step that
 // every part holds). An error when the job's step is not in this shard's
-// checkpoint folder.
-Result<uint64_t> FindRejoinStep(CoordinatorClient& coordinator, const RunSpec& spec,
-                                uint32_t shard);
+// checkpoint folder. `below`: look under this step (its files did not load).
+Result<uint64_t> FindRejoinStep(CoordinatorClient& coordinator, const RunSpec& spec, uint32_t shard,
+                                uint64_t below = UINT64_MAX);
 
 // Registers `info` (rejoining from `rejoin_step` when > 0), gives `server`
 // its control (the coordinator's job state; checkpoint steps published to

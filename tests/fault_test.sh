@@ -30,6 +30,8 @@
 #     replicas both ends checkpoint; ps, and hybrid, whose node collective is formed again with
 #     the restarted worker, plain and onebit; and hybrid with both workers
 #     killed at once, whose restarted workers vote on the backend again).
+#     7e. A restarted shard or worker whose newest step fails its checksum
+#     rejoins from the older step every part holds; the job ends bit for bit.
 #     7b. A frozen shard (SIGSTOP) is killed by the launcher's watchdog and
 #     restarted into the same rejoin; 7c. so is a frozen worker. 7d. One
 #     killed before the first complete checkpoint is refused once restarted
@@ -426,6 +428,48 @@ for run in plain:ps-1 onebit:ps-1 onebit:worker-1 pull:ps-1 pull:worker-1 hybrid
   else
     step=$(grep -o "rolled back to step [0-9]*" "$log" | head -1 | grep -o "[0-9]*$")
     echo "ok: $tag: SIGKILL of $victim, restarted by the launcher, rejoined from step $step; the job rolled back and ended bit for bit as the uninterrupted run ($(( $(date +%s) - start )) s in all)"
+  fi
+done
+
+# 7e. The restarted process's own files of the newest common step do not
+# load (a byte of its step-150 .bin flipped before the kill): every restart
+# failed on the checksum until the restarts ran out, and the run was lost.
+# It rejoins from the older step every part holds (100), the job rolls back
+# there, and it ends bit for bit: a shard, and a worker holding state
+# (onebit: its Adam state and residuals).
+for run in plain:ps-1 onebit:worker-1; do
+  victim=${run#*:}; variant=${run%:*}; tag="corrupt-$victim"
+  extra=(); clean="$WORK/clean.bin"; pattern="gridsync-ps --shard 1"; file=shard-1.bin
+  if [ "$variant" = onebit ]; then
+    extra=("${codec_set[@]}"); clean="$WORK/clean-codec.bin"; pattern="gridsync-worker --rank 1"
+    file=worker-1.bin
+  fi
+  log="$WORK/rejoin-$tag.log"
+  rm -rf "$WORK/ckpt"
+  "$GS" launch "$WORK/cluster.json" "${extra[@]}" --max-restarts 1 --rank0-arg=--dump-params \
+    --rank0-arg="$WORK/rejoined-$tag.bin" > "$log" 2>&1 &
+  launcher=$!
+  # Every part's step 150 (the newest common step), then no more writes.
+  for part in ps-0 ps-1 worker-0 worker-1; do
+    [ "$variant" = plain ] && [ "${part%-*}" = worker ] && continue
+    wait_for_line "$log" "\[$part\].*checkpoint at step 150 written" || true
+  done
+  pkill -STOP -f "$pattern --config $WORK/cluster.json" || true
+  [ -f "$WORK/ckpt/step-150/$file" ] || fail "7e $tag: no $file in step 150 to corrupt"
+  printf '\xff' | dd of="$WORK/ckpt/step-150/$file" bs=1 seek=100 conv=notrunc status=none
+  pkill -KILL -f "$pattern --config $WORK/cluster.json" ||
+    fail "7e $tag: $victim was not running after the checkpoint of step 150"
+  rc=0; wait $launcher || rc=$?
+  if [ $rc -ne 0 ]; then
+    fail "7e $tag: a corrupted newest checkpoint lost the run (exit $rc)"
+    grep -v "step [0-9]*/" "$log" | tail -12
+  elif ! grep -q "\[$victim\].*checksum.*rejoining from the older checkpoint of step 100" "$log"; then
+    fail "7e $tag: the restarted $victim did not say it went back to step 100 for the checksum"
+    grep "\[$victim\]" "$log" | grep -v "step [0-9]*/" | tail -8
+  elif ! cmp -s "$clean" "$WORK/rejoined-$tag.bin"; then
+    fail "7e $tag: after the rejoin from the older step the final parameters differ"
+  else
+    echo "ok: 7e $tag: the restarted $victim's step-150 file failed its checksum; it rejoined from step 100 and the job ended bit for bit"
   fi
 done
 

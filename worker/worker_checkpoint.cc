@@ -78,6 +78,11 @@ Status WriteWorkerCheckpoint(const RunSpec& spec, uint32_t rank, uint32_t shards
                              Shape(spec, shards), keep, run);
 }
 
+Status CheckWorkerCheckpoint(const RunSpec& spec, uint32_t rank, uint32_t shards, uint64_t step) {
+  return ReadCheckpointPart(spec.config.checkpoint.dir, step, Part(rank), Shape(spec, shards))
+      .status();
+}
+
 Status LoadWorkerCheckpoint(const RunSpec& spec, uint32_t rank, uint32_t shards, uint64_t step,
                             PsClient* ps, std::string* run) {
   const std::string& dir = spec.config.checkpoint.dir;

@@ -35,6 +35,11 @@ Status WriteWorkerCheckpoint(const RunSpec& spec, uint32_t rank, uint32_t shards
                              PsClient* ps, const std::vector<uint64_t>& keep = {},
                              const std::string& run = "");
 
+// Whether LoadWorkerCheckpoint's checks of the files would pass (manifest,
+// shape, size, checksum), without a client: a worker restarted into a
+// running job looks for a step it can load before it registers with it.
+Status CheckWorkerCheckpoint(const RunSpec& spec, uint32_t rank, uint32_t shards, uint64_t step);
+
 // Checks the manifest (the same model, partition and codec, size and
 // checksum) before replacing the client's state. `run` (unless null)
 // receives the run the files name.

@@ -106,6 +106,22 @@ Result<PsSession> JoinPsCluster(const RunSpec& spec, const ImageTask& image, Has
                                 : std::string();
     GRIDSYNC_ASSIGN_OR_RETURN(info.rejoin_step,
                               RejoinStep(registry, now.job, parts, config.checkpoint.dir, own));
+    // Its own files of that step may not load (a corrupted .bin: every
+    // restart would fail the same way): it rejoins from an older step every
+    // part still holds, and the job goes back there (as a shard does).
+    while (!own.empty() && info.rejoin_step > 0) {
+      const Status loads =
+          CheckWorkerCheckpoint(spec, static_cast<uint32_t>(options.rank),
+                                static_cast<uint32_t>(config.ps.shards), info.rejoin_step);
+      if (loads.code() != StatusCode::kCorruption) break;
+      GRIDSYNC_ASSIGN_OR_RETURN(
+          const uint64_t older,
+          RejoinStep(registry, now.job, parts, config.checkpoint.dir, own, info.rejoin_step));
+      if (older == 0) break;  // nothing older: the load below fails, naming the file
+      spdlog::warn("worker-{}: {}; rejoining from the older checkpoint of step {} instead",
+                   options.rank, loads.ToString(), older);
+      info.rejoin_step = older;
+    }
     session.rejoined_at = info.rejoin_step;
   }
   GRIDSYNC_ASSIGN_OR_RETURN(
@@ -288,6 +304,7 @@ Status PsSessionSync::CheckpointIfDue(uint64_t step) {
   }
   if (session_.ledger) session_.ledger->Wrote(step + 1);
   PublishCheckpoints();
+  spdlog::info("{}: checkpoint at step {} written", me_, step + 1);
   return Status::OK();
 }
 
