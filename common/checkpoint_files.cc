@@ -395,9 +395,12 @@ Status WriteCheckpointPart(const std::string& dir, uint64_t step, const std::str
   return Status::OK();
 }
 
-Result<std::string> ReadCheckpointPart(const std::string& dir, uint64_t step,
-                                       const std::string& part, const nlohmann::json& shape,
-                                       std::optional<uint64_t> state_bytes, std::string* run) {
+namespace {
+
+// ReadCheckpointPart; `shape` null: any shape (CheckCheckpointPartIntact).
+Result<std::string> ReadPart(const std::string& dir, uint64_t step, const std::string& part,
+                             const nlohmann::json* shape, std::optional<uint64_t> state_bytes,
+                             std::string* run) {
   const std::string base = Base(dir, step, part);
   const std::string json_path = base + ".json", bin_path = base + ".bin";
   // A step the folder does not hold: say which it does, so the resume can
@@ -417,9 +420,9 @@ Result<std::string> ReadCheckpointPart(const std::string& dir, uint64_t step,
     return BadField(json_path, "part", "is " + Cut(manifest.part),
                     Cut(part) + ", the part its name says");
   }
-  if (manifest.shape != shape) {
+  if (shape != nullptr && manifest.shape != *shape) {
     return Status::InvalidArgument(json_path + ": shape " + Cut(manifest.shape) +
-                                   " differs from this process's " + Cut(shape) +
+                                   " differs from this process's " + Cut(*shape) +
                                    "; allowed: a checkpoint of the same model and partition");
   }
   GRIDSYNC_ASSIGN_OR_RETURN(const uint64_t size, FileSize(bin_path));
@@ -444,6 +447,18 @@ Result<std::string> ReadCheckpointPart(const std::string& dir, uint64_t step,
   return data;
 }
 
+}  // namespace
+
+Result<std::string> ReadCheckpointPart(const std::string& dir, uint64_t step,
+                                       const std::string& part, const nlohmann::json& shape,
+                                       std::optional<uint64_t> state_bytes, std::string* run) {
+  return ReadPart(dir, step, part, &shape, state_bytes, run);
+}
+
+Status CheckCheckpointPartIntact(const std::string& dir, uint64_t step, const std::string& part) {
+  return ReadPart(dir, step, part, nullptr, std::nullopt, nullptr).status();
+}
+
 Status CheckStepIsOneRun(const std::string& dir, uint64_t step,
                          const std::vector<std::string>& parts) {
   std::vector<std::string> present, runs;
@@ -465,10 +480,12 @@ Status CheckStepIsOneRun(const std::string& dir, uint64_t step,
       apart, StepDir(dir, step), with, common_run));
 }
 
-uint64_t LatestCompleteStep(const std::string& dir, const std::vector<std::string>& parts) {
+uint64_t LatestCompleteStep(const std::string& dir, const std::vector<std::string>& parts,
+                            uint64_t below) {
   std::error_code ec;
   uint64_t best = 0;
   for (uint64_t step : Steps(dir)) {
+    if (step >= below) break;  // ascending
     bool complete = true;
     for (const auto& part : parts) {
       complete = complete && fs::exists(Base(dir, step, part) + ".json", ec);

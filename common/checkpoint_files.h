@@ -80,6 +80,12 @@ Result<std::string> ReadCheckpointPart(const std::string& dir, uint64_t step,
                                        std::optional<uint64_t> state_bytes = std::nullopt,
                                        std::string* run = nullptr);
 
+// ReadCheckpointPart's checks short of the shape, which only the part's own
+// process knows (the manifest, the .bin's size and checksum): whether the
+// files of a step are intact, for gridsync launch --resume to choose a step
+// before anything starts. Reads the whole .bin.
+Status CheckCheckpointPartIntact(const std::string& dir, uint64_t step, const std::string& part);
+
 // The steps whose folder in `dir` holds part `part`'s manifest, ascending.
 std::vector<uint64_t> HeldSteps(const std::string& dir, const std::string& part);
 
@@ -92,9 +98,10 @@ void RemoveStepsAfter(const std::string& dir, const std::string& part, uint64_t 
 // that a changed ps.shards or world size shows against the parts written.
 std::string DescribeHeldParts(const std::string& dir);
 
-// The newest step whose folder holds a manifest of every one of `parts`;
-// 0 when there is none.
-uint64_t LatestCompleteStep(const std::string& dir, const std::vector<std::string>& parts);
+// The newest step below `below` whose folder holds a manifest of every one
+// of `parts`; 0 when there is none.
+uint64_t LatestCompleteStep(const std::string& dir, const std::vector<std::string>& parts,
+                            uint64_t below = UINT64_MAX);
 
 // Whether the manifests of `parts` in step `step`'s folder (those there)
 // all name one run (common/checkpoint_run.h): InvalidArgument naming the

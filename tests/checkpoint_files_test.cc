@@ -127,6 +127,27 @@ TEST_F(CheckpointFilesTest, AStepFolderThatIsALinkIsNeitherReadNorWrittenNorRemo
 // What a folder without a step to resume from holds is named: a changed
 // ps.shards read only "no complete checkpoint ... from each of the 3
 // shards", and a FIFO there read the same.
+// gridsync launch --resume checks every part's files of a step before
+// anything starts, without the shapes only the parts' processes know, and
+// looks below a step whose files are damaged.
+TEST_F(CheckpointFilesTest, IntactFilesAreCheckedWithoutTheShapeAndOlderStepsFound) {
+  ASSERT_TRUE(WriteCheckpointPart(dir_, 9, "shard-0", data_, shape_).ok());
+  EXPECT_TRUE(CheckCheckpointPartIntact(dir_, 9, "shard-0").ok());
+  {
+    std::fstream bin(dir_ + "/step-9/shard-0.bin", std::ios::in | std::ios::out | std::ios::binary);
+    bin.seekp(3);
+    bin.put('\xff');
+  }
+  const Status damaged = CheckCheckpointPartIntact(dir_, 9, "shard-0");
+  EXPECT_EQ(damaged.code(), StatusCode::kCorruption) << damaged.ToString();
+  EXPECT_NE(damaged.message().find("checksum"), std::string::npos) << damaged.ToString();
+  EXPECT_TRUE(CheckCheckpointPartIntact(dir_, 5, "shard-0").ok());
+  EXPECT_EQ(CheckCheckpointPartIntact(dir_, 7, "shard-0").code(), StatusCode::kNotFound);
+  EXPECT_EQ(LatestCompleteStep(dir_, {"shard-0"}), 9u);
+  EXPECT_EQ(LatestCompleteStep(dir_, {"shard-0"}, 9), 5u);
+  EXPECT_EQ(LatestCompleteStep(dir_, {"shard-0"}, 5), 0u);
+}
+
 TEST_F(CheckpointFilesTest, WhatAFolderHoldsIsDescribed) {
   ASSERT_TRUE(WriteCheckpointPart(dir_, 5, "shard-1", data_, shape_).ok());
   ASSERT_TRUE(WriteCheckpointPart(dir_, 9, "shard-0", data_, shape_).ok());

@@ -9,7 +9,8 @@
 #     1c. A resume of a step whose parts two runs wrote is refused.
 #  2. A crash in the middle of writing a checkpoint (a .tmp file, no manifest)
 #     leaves the previous checkpoint in use.
-#  3. A corrupted checkpoint is refused, naming the file and the checksum.
+#  3. A corrupted newest checkpoint is passed over by --resume, naming the
+#     file and the checksum; with none intact the resume is refused (exit 3).
 #  4. SIGKILL of the coordinator: the run fails within timeout_s and the
 #     checkpoints stay intact (a resume again ends bit for bit). 4b. With
 #     --max-restarts, the launcher restarts it; it serves the job it kept
@@ -190,18 +191,44 @@ else
   fail "gridsync launch --resume failed"; tail -20 "$WORK/resumed.log"
 fi
 
-# 3. A corrupted checkpoint is refused.
-latest=$(ls -d "$WORK"/ckpt/step-* | grep -v step-999 | sort -t- -k2 -n | tail -1)
+# 3. A corrupted checkpoint: --resume passes the newest step over, naming
+# the file and its checksum, and resumes from the older complete step (it
+# was refused, and the run lost, though an intact older step was there);
+# with no intact step left it is refused before anything starts (exit 3).
+steps=$(ls -d "$WORK"/ckpt/step-* | grep -v step-999 | sort -t- -k2 -n)
+latest=$(echo "$steps" | tail -1)
+older=$(echo "$steps" | tail -2 | head -1); older=${older##*step-}
+cp -r "$WORK/ckpt" "$WORK/ckpt-bad"
 printf '\xff' | dd of="$latest/shard-0.bin" bs=1 seek=100 conv=notrunc status=none
 # (The newest step is the run's last: more steps, so that the resume loads
 # it rather than being refused for having nothing left to train.)
-if "$GS" launch "$WORK/cluster.json" --resume --set training.steps=400 > "$WORK/corrupt.log" 2>&1; then
-  fail "a corrupted checkpoint was loaded"
-elif grep -q "checksum" "$WORK/corrupt.log"; then
-  echo "ok: a corrupted checkpoint is refused: $(grep -o 'shard-0.bin: [^;]*' "$WORK/corrupt.log" | head -1)"
+rc=0
+"$GS" launch "$WORK/cluster.json" --resume --set training.steps=400 > "$WORK/corrupt.log" 2>&1 || rc=$?
+if [ $rc -ne 0 ]; then
+  fail "a corrupted newest checkpoint was not passed over (exit $rc)"; tail -5 "$WORK/corrupt.log"
+elif ! grep -q "shard-0.bin: checksum [0-9a-f]*; the manifest says [0-9a-f]*; passed over" "$WORK/corrupt.log" ||
+     ! grep -q "resuming from the older complete step $older instead" "$WORK/corrupt.log"; then
+  fail "the resume past a corrupted checkpoint did not name its checksum and the older step"
+  grep "gridsync launch" "$WORK/corrupt.log" | tail -5
 else
-  fail "the refusal of a corrupted checkpoint does not mention its checksum"; tail -5 "$WORK/corrupt.log"
+  echo "ok: a corrupted newest checkpoint is passed over, naming its checksum; resumed from step $older"
 fi
+for step_dir in $(ls -d "$WORK"/ckpt-bad/step-* | grep -v step-999); do
+  printf '\xff' | dd of="$step_dir/shard-0.bin" bs=1 seek=100 conv=notrunc status=none
+done
+rc=0
+"$GS" launch "$WORK/cluster.json" --resume --set training.steps=400 \
+  --set checkpoint.dir="$WORK/ckpt-bad" > "$WORK/corrupt-all.log" 2>&1 || rc=$?
+if [ $rc -ne 3 ]; then
+  fail "a folder of corrupted checkpoints only: exit $rc, not 3"; tail -5 "$WORK/corrupt-all.log"
+elif ! grep -q "checksum.*no older complete step to resume from" "$WORK/corrupt-all.log"; then
+  fail "the refusal of corrupted checkpoints does not name the checksum"; tail -5 "$WORK/corrupt-all.log"
+elif grep -q "starting" "$WORK/corrupt-all.log"; then
+  fail "the refusal of corrupted checkpoints came after processes started"
+else
+  echo "ok: corrupted checkpoints only: refused before anything starts (exit 3), naming the checksum"
+fi
+rm -rf "$WORK/ckpt-bad"
 
 # 4. Kill the coordinator once a checkpoint exists.
 rm -rf "$WORK/ckpt"

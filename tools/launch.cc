@@ -291,32 +291,10 @@ int RunLaunch(const LaunchOptions& options) {
   }
   uint64_t resume_step = 0;
   if (options.resume) {
-    resume_step = LatestCompleteStep(config->checkpoint.dir, job_parts);
-    if (resume_step == 0) {
-      std::fprintf(stderr,
-                   "gridsync launch --resume: no complete checkpoint in %s (a step-<s> folder with "
-                   "a manifest from each of the %zu shards%s): %s; allowed: a run with "
-                   "checkpoint.every_steps > 0 that reached its first checkpoint, resumed with "
-                   "the shards and workers it ran with\n",
-                   config->checkpoint.dir.c_str(), layout.shards.size(),
-                   workers_with_state ? " and each of the workers" : "",
-                   DescribeHeldParts(config->checkpoint.dir).c_str());
-      return kConfigErrorExitCode;
-    }
-    // Parts of two runs in one step: refused before anything starts (each
-    // part refuses too, across machines).
-    if (const Status one = CheckStepIsOneRun(config->checkpoint.dir, resume_step, job_parts);
-        !one.ok()) {
-      std::fprintf(stderr, "gridsync launch --resume: step %llu: %s\n",
-                   static_cast<unsigned long long>(resume_step), one.message().c_str());
-      return kCheckpointsHeldExitCode;
-    }
-    if (const Status left = CheckStepsLeft(*config, resume_step); !left.ok()) {
-      std::fprintf(stderr, "gridsync launch --resume: %s\n", left.message().c_str());
-      return kConfigErrorExitCode;
-    }
-    std::printf("gridsync launch: resuming from the checkpoint of step %llu in %s\n",
-                static_cast<unsigned long long>(resume_step), config->checkpoint.dir.c_str());
+    if (const int refused = ChooseResumeStep(*config, job_parts, workers_with_state > 0,
+                                             /*every_part_here=*/node < 0, &resume_step);
+        refused != 0)
+      return refused;
   } else if (config->checkpoint.every_steps > 0) {
     // A fresh job here would delete another run's checkpoints (each shard
     // refuses too; this says it once, before anything starts). The parts are
@@ -508,7 +486,14 @@ int RunLaunch(const LaunchOptions& options) {
       const pid_t pid = failed->pid;
       const std::deque<std::string> tail = failed->tail;
       StopAll(children, options.grace_seconds);
-      const uint64_t step = LatestCompleteStep(config->checkpoint.dir, job_parts);
+      // Intact files only (a corrupted newest step failed every restart
+      // the same way); each passed over is named.
+      std::vector<std::string> skipped;
+      const uint64_t step =
+          NewestIntactStep(config->checkpoint.dir, job_parts,
+                           LatestCompleteStep(config->checkpoint.dir, job_parts), &skipped);
+      for (const auto& why : skipped)
+        std::printf("gridsync launch: %s; passed over for the restart\n", why.c_str());
       // A checkpoint of the run's last step: every worker would refuse to
       // resume from it (nothing left to train), so it is not restarted into
       // that refusal; the failure came after training (an evaluation, the

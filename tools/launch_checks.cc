@@ -1,5 +1,11 @@
 #include "tools/launch_checks.h"
 
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "common/checkpoint_files.h"
 #include "common/wire/curve.h"
 
 namespace gridsync {
@@ -75,6 +81,78 @@ Status CheckStepsLeft(const Config& config, uint64_t resume_step) {
       "the newest complete checkpoint in " + config.checkpoint.dir + " is of step " + step +
       ", and training.steps is " + std::to_string(config.training.steps) +
       ": nothing is left to train; allowed: training.steps above " + step);
+}
+
+int ChooseResumeStep(const Config& config, const std::vector<std::string>& job_parts,
+                     bool workers_hold_state, bool every_part_here, uint64_t* step) {
+  const std::string& dir = config.checkpoint.dir;
+  uint64_t resume_step = LatestCompleteStep(dir, job_parts);
+  if (resume_step == 0) {
+    std::fprintf(stderr,
+                 "gridsync launch --resume: no complete checkpoint in %s (a step-<s> folder with "
+                 "a manifest from each of the %zu shards%s): %s; allowed: a run with "
+                 "checkpoint.every_steps > 0 that reached its first checkpoint, resumed with "
+                 "the shards and workers it ran with\n",
+                 dir.c_str(),
+                 static_cast<size_t>(std::count_if(
+                     job_parts.begin(), job_parts.end(),
+                     [](const std::string& part) { return part.rfind("shard-", 0) == 0; })),
+                 workers_hold_state ? " and each of the workers" : "",
+                 DescribeHeldParts(dir).c_str());
+    return kConfigErrorExitCode;
+  }
+  // A part's files of that step that fail their checks (a corrupted .bin)
+  // would fail its process at start; with every part on this machine the
+  // resume goes back to the newest complete step whose files are all
+  // intact, as a live rejoin does, and says so. Across machines each
+  // launcher sees only its parts, so the part refuses, naming the file, and
+  // every launcher keeps the same step.
+  if (every_part_here) {
+    std::vector<std::string> skipped;
+    const uint64_t intact = NewestIntactStep(dir, job_parts, resume_step, &skipped);
+    for (const auto& why : skipped) {
+      std::fprintf(intact > 0 ? stdout : stderr, "gridsync launch --resume: %s; %s\n", why.c_str(),
+                   intact > 0 ? "passed over" : "no older complete step to resume from");
+    }
+    if (intact == 0) return kCheckpointsHeldExitCode;
+    if (intact != resume_step) {
+      std::printf("gridsync launch --resume: resuming from the older complete step %llu instead\n",
+                  static_cast<unsigned long long>(intact));
+    }
+    resume_step = intact;
+  }
+  // Parts of two runs in one step: refused before anything starts (each
+  // part refuses too, across machines).
+  if (const Status one = CheckStepIsOneRun(dir, resume_step, job_parts); !one.ok()) {
+    std::fprintf(stderr, "gridsync launch --resume: step %llu: %s\n",
+                 static_cast<unsigned long long>(resume_step), one.message().c_str());
+    return kCheckpointsHeldExitCode;
+  }
+  if (const Status left = CheckStepsLeft(config, resume_step); !left.ok()) {
+    std::fprintf(stderr, "gridsync launch --resume: %s\n", left.message().c_str());
+    return kConfigErrorExitCode;
+  }
+  std::printf("gridsync launch: resuming from the checkpoint of step %llu in %s\n",
+              static_cast<unsigned long long>(resume_step), dir.c_str());
+  *step = resume_step;
+  return 0;
+}
+
+uint64_t NewestIntactStep(const std::string& dir, const std::vector<std::string>& parts,
+                          uint64_t step, std::vector<std::string>* skipped) {
+  while (step > 0) {
+    Status intact;
+    for (const auto& part : parts) {
+      intact = CheckCheckpointPartIntact(dir, step, part);
+      if (!intact.ok()) break;
+    }
+    // Only damage skips a step: anything else (a file it may not read)
+    // is the part's to report, naming it.
+    if (intact.code() != StatusCode::kCorruption) return step;
+    skipped->push_back("step " + std::to_string(step) + ": " + intact.message());
+    step = LatestCompleteStep(dir, parts, step);
+  }
+  return 0;
 }
 
 }  // namespace gridsync
