@@ -425,7 +425,13 @@ Result<std::string> ReadPart(const std::string& dir, uint64_t step, const std::s
                                    " differs from this process's " + Cut(*shape) +
                                    "; allowed: a checkpoint of the same model and partition");
   }
-  GRIDSYNC_ASSIGN_OR_RETURN(const uint64_t size, FileSize(bin_path));
+  auto bin_size = FileSize(bin_path);
+  if (!bin_size.ok() && bin_size.status().code() == StatusCode::kNotFound) {
+    // The .bin is written before its manifest: one without the other is
+    // damage, as a wrong checksum is.
+    return Status::Corruption(bin_path + ": missing, though its manifest is there");
+  }
+  GRIDSYNC_ASSIGN_OR_RETURN(const uint64_t size, std::move(bin_size));
   if (size != manifest.bytes) {
     return Status::Corruption(
         fmt::format("{}: {} bytes; the manifest says {}", bin_path, size, manifest.bytes));
@@ -453,6 +459,18 @@ Result<std::string> ReadCheckpointPart(const std::string& dir, uint64_t step,
                                        const std::string& part, const nlohmann::json& shape,
                                        std::optional<uint64_t> state_bytes, std::string* run) {
   return ReadPart(dir, step, part, &shape, state_bytes, run);
+}
+
+Status SetPartAside(const std::string& dir, uint64_t step, const std::string& part) {
+  const std::string base = Base(dir, step, part);
+  for (const char* ext : {".json", ".bin"}) {
+    const std::string from = base + ext, to = from + ".damaged";
+    std::error_code ec;
+    if (!fs::exists(fs::symlink_status(from, ec))) continue;
+    fs::rename(from, to, ec);
+    if (ec) return Status::IOError("cannot set " + from + " aside as " + to + ": " + ec.message());
+  }
+  return Status::OK();
 }
 
 Status CheckCheckpointPartIntact(const std::string& dir, uint64_t step, const std::string& part) {

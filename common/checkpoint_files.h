@@ -86,6 +86,12 @@ Result<std::string> ReadCheckpointPart(const std::string& dir, uint64_t step,
 // before anything starts. Reads the whole .bin.
 Status CheckCheckpointPartIntact(const std::string& dir, uint64_t step, const std::string& part);
 
+// Sets part `part`'s files of step `step` aside, renamed <part>.json.damaged
+// and <part>.bin.damaged (the manifest first): kept for a look, no longer a
+// step the part holds. For files that fail their checks (Corruption), which
+// every restart would otherwise load and fail on again.
+Status SetPartAside(const std::string& dir, uint64_t step, const std::string& part);
+
 // The steps whose folder in `dir` holds part `part`'s manifest, ascending.
 std::vector<uint64_t> HeldSteps(const std::string& dir, const std::string& part);
 

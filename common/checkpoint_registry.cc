@@ -21,8 +21,14 @@ void CheckpointLedger::RolledBack(uint64_t step) {
   std::erase_if(steps_, [step](uint64_t s) { return s > step; });
   std::erase_if(published_, [step](uint64_t s) { return s > step; });
   common_ = std::min(common_, step);
-  Wrote(step);
   RemoveStepsAfter(dir_, part_, step);
+  // The older steps it still holds too (a restarted process knew none):
+  // where another part's files of `step` turn out damaged, the job goes back
+  // to one of these, which every part must be seen to hold.
+  for (uint64_t held : HeldSteps(dir_, part_)) {
+    if (held < step) Wrote(held);
+  }
+  Wrote(step);
 }
 
 Status CheckpointLedger::RolledBackTo(uint64_t step, std::string run, const char* who) {
@@ -159,6 +165,25 @@ std::vector<std::string> CheckpointParts(uint32_t shards, uint32_t workers_with_
   for (uint32_t s = 0; s < shards; ++s) parts.push_back("shard-" + std::to_string(s));
   for (uint32_t w = 0; w < workers_with_state; ++w) parts.push_back("worker-" + std::to_string(w));
   return parts;
+}
+
+Status SetAsideDamagedPart(Store& store, uint64_t job, const std::string& dir, uint64_t step,
+                           const std::string& part) {
+  GRIDSYNC_RETURN_IF_ERROR(SetPartAside(dir, step, part));
+  auto values = store.Get({CheckpointKey(job, part)}, std::chrono::milliseconds(0));
+  if (!values.ok()) {
+    // Nothing published: nothing to take back.
+    return values.status().code() == StatusCode::kNotFound ? Status::OK() : values.status();
+  }
+  GRIDSYNC_ASSIGN_OR_RETURN(const std::vector<uint64_t> held,
+                            ParseHeldSteps(values->front(), part));
+  std::string list;
+  for (uint64_t s : held) {
+    if (s == step) continue;
+    if (!list.empty()) list += ',';
+    list += std::to_string(s);
+  }
+  return store.Set(CheckpointKey(job, part), list);
 }
 
 Result<uint64_t> RejoinStep(Store& store, uint64_t job, const std::vector<std::string>& parts,

@@ -131,6 +131,14 @@ Status CheckFreshStartAgainst(Store& store, uint64_t job, const std::string& dir
                               const std::string& part, const std::vector<std::string>& job_parts,
                               uint64_t run_steps = 0);
 
+// A part's files of step `step` failed their checks (Corruption) as its
+// process came to rejoin job `job`, or to roll back: they are set aside
+// (SetPartAside) and the part's published steps lose `step`, so that no
+// process rejoins the job there (two restarted at once chose different
+// steps, and the coordinator accepted the damaged one).
+Status SetAsideDamagedPart(Store& store, uint64_t job, const std::string& dir, uint64_t step,
+                           const std::string& part);
+
 // The step a process restarted during job `job` rejoins it from: the newest
 // step every part holds, which its own part (`own_part`, unless empty: a
 // process with nothing on disk) must hold in `dir`; 0 when there is none.

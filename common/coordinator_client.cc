@@ -151,8 +151,8 @@ class CoordinatorClient::Impl {
         // It read "receive ... failed: Connection reset by peer": the peer
         // hung up, whatever listens there (a probe of the wrong port).
         status = Status::IOError(fmt::format(
-            "{}: the coordinator at {} closed the connection ({}: {}); is this a gridsync "
-            "coordinator's port, and does it accept this member (its log says why not)?",
+            "{}: the coordinator at {} closed the connection ({}: {}): it stopped or refused "
+            "this member (its log says which), or this is not a gridsync coordinator's port",
             what, address_, step, ec.message()));
       } else {
         status = Status::IOError(fmt::format("{}: {} to the coordinator at {} failed: {}", what,

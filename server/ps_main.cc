@@ -242,11 +242,31 @@ int main(int argc, char** argv) {
   // and the job goes back there. An explicit --resume-step is not changed.
   while (!server.ok() && rejoin_step > 0 &&
          server.status().code() == gridsync::StatusCode::kCorruption) {
+    // Set aside and no longer published, so that no other process rejoins
+    // the job at this step meanwhile.
+    auto map = (*client)->GetMap(/*wait_complete=*/false, std::chrono::milliseconds(0));
+    const gridsync::Status aside =
+        map.ok()
+            ? gridsync::SetAsideDamagedPart(registry, map->job, config->checkpoint.dir, rejoin_step,
+                                            gridsync::ShardPart(static_cast<uint32_t>(shard)))
+            : map.status();
+    if (!aside.ok()) {
+      spdlog::error("{}; setting its files aside failed: {}", server.status().ToString(),
+                    aside.ToString());
+      break;
+    }
     auto older =
         gridsync::FindRejoinStep(**client, *spec, static_cast<uint32_t>(shard), rejoin_step);
-    if (!older.ok() || *older == 0) break;
-    spdlog::warn("{}; rejoining from the older checkpoint of step {} instead",
-                 server.status().ToString(), *older);
+    if (!older.ok() || *older == 0) {
+      spdlog::error("{}; its files are set aside (*.damaged), and no older step to rejoin from: {}",
+                    server.status().ToString(),
+                    older.ok() ? "every part holds none" : older.status().ToString());
+      break;
+    }
+    spdlog::warn(
+        "{}; its files are set aside (*.damaged); rejoining from the older checkpoint of step {} "
+        "instead",
+        server.status().ToString(), *older);
     rejoin_step = *older;
     options.resume_step = rejoin_step;
     server = gridsync::PsShard::Start(*partition, options);
@@ -346,6 +366,22 @@ int main(int argc, char** argv) {
     if (now >= next_tick) {
       watchdog.Tick((*server)->heartbeats());
       next_tick = now + watchdog.interval();
+    }
+    if (const uint64_t damaged = (*server)->serving_stats().damaged_rollback_step; damaged > 0) {
+      // Serving on would refuse every request until the workers timed out.
+      // Its files are set aside and no longer published, so that restarted
+      // it rejoins from an older step (and so does the job).
+      const gridsync::Status aside = gridsync::SetAsideDamagedPart(
+          registry, (*server)->serving_stats().job, config->checkpoint.dir, damaged,
+          gridsync::ShardPart(static_cast<uint32_t>(shard)));
+      spdlog::error(
+          "shard {}: its checkpoint of step {} failed its checks in a rollback; {}; exiting so "
+          "that its supervisor restarts it into a rejoin from an older step",
+          shard, damaged,
+          aside.ok() ? "its files are set aside (*.damaged)"
+                     : "setting its files aside failed: " + aside.ToString());
+      exit_code = 1;
+      break;
     }
     if (now >= next_ping) {
       if (auto job = (*client)->CurrentJob(); !job.ok()) {

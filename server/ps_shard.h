@@ -156,6 +156,11 @@ struct ServingStats {
   uint64_t checkpoints_written = 0;
   uint64_t checkpoint_failures = 0;
   uint64_t checkpoint_step = 0;
+  // A rollback whose own files failed their checks (Corruption): the step
+  // (0: none). The shard refuses every request from then on; its process
+  // sets the files aside and exits for its supervisor to restart it into a
+  // rejoin from an older step.
+  uint64_t damaged_rollback_step = 0;
   // Where the serving loop's time went, cumulative seconds per stage: wire
   // and codec decoding with validation; applying pushes; gathering pulled
   // rows; encoding replies; handing them to ZeroMQ.

@@ -214,6 +214,7 @@ class PsShardImpl : public PsShard {
       broken_ = broken_.WithContext("shard " + std::to_string(options_.shard) +
                                     " cannot roll back to step " + std::to_string(step));
       spdlog::error("{}", broken_.ToString());
+      if (broken_.code() == StatusCode::kCorruption) damaged_rollback_step_ = step;
       return;
     }
     spdlog::warn(
@@ -444,6 +445,7 @@ class PsShardImpl : public PsShard {
     s.checkpoints_written = written.written;
     s.checkpoint_failures = written.failed;
     s.checkpoint_step = written.newest_step;
+    s.damaged_rollback_step = damaged_rollback_step_.load(std::memory_order_relaxed);
     auto seconds = [](const std::atomic<uint64_t>& ns) {
       return static_cast<double>(ns.load(std::memory_order_relaxed)) * 1e-9;
     };
@@ -596,6 +598,7 @@ class PsShardImpl : public PsShard {
   JobGate job_gate_;
   ShardCheckpoints checkpoints_;
   Status broken_;  // a rollback that failed: every request is refused with it
+  std::atomic<uint64_t> damaged_rollback_step_{0};  // ServingStats::damaged_rollback_step
 
   mutable std::mutex stats_mu_;
   wire::ShardStats stats_;                    // guarded by stats_mu_

@@ -124,9 +124,6 @@ TEST_F(CheckpointFilesTest, AStepFolderThatIsALinkIsNeitherReadNorWrittenNorRemo
   fs::remove_all(other);
 }
 
-// What a folder without a step to resume from holds is named: a changed
-// ps.shards read only "no complete checkpoint ... from each of the 3
-// shards", and a FIFO there read the same.
 // gridsync launch --resume checks every part's files of a step before
 // anything starts, without the shapes only the parts' processes know, and
 // looks below a step whose files are damaged.
@@ -146,8 +143,19 @@ TEST_F(CheckpointFilesTest, IntactFilesAreCheckedWithoutTheShapeAndOlderStepsFou
   EXPECT_EQ(LatestCompleteStep(dir_, {"shard-0"}), 9u);
   EXPECT_EQ(LatestCompleteStep(dir_, {"shard-0"}, 9), 5u);
   EXPECT_EQ(LatestCompleteStep(dir_, {"shard-0"}, 5), 0u);
+  // A manifest whose .bin is gone is damage too (the .bin is written first),
+  // and setting the files aside leaves them for a look, no longer a step.
+  fs::remove(dir_ + "/step-5/shard-0.bin");
+  EXPECT_EQ(CheckCheckpointPartIntact(dir_, 5, "shard-0").code(), StatusCode::kCorruption);
+  ASSERT_TRUE(SetPartAside(dir_, 9, "shard-0").ok());
+  EXPECT_TRUE(fs::exists(dir_ + "/step-9/shard-0.bin.damaged"));
+  EXPECT_TRUE(fs::exists(dir_ + "/step-9/shard-0.json.damaged"));
+  EXPECT_EQ(HeldSteps(dir_, "shard-0"), (std::vector<uint64_t>{5}));
 }
 
+// What a folder without a step to resume from holds is named: a changed
+// ps.shards read only "no complete checkpoint ... from each of the 3
+// shards", and a FIFO there read the same.
 TEST_F(CheckpointFilesTest, WhatAFolderHoldsIsDescribed) {
   ASSERT_TRUE(WriteCheckpointPart(dir_, 5, "shard-1", data_, shape_).ok());
   ASSERT_TRUE(WriteCheckpointPart(dir_, 9, "shard-0", data_, shape_).ok());

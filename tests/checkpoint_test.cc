@@ -453,6 +453,25 @@ TEST(CheckpointRegistryTest, TheNewestStepEveryPartHoldsIsFoundAndGarbageIsRefus
   published = store.Get({CheckpointKey(1, "shard-1")}, std::chrono::milliseconds(0));
   ASSERT_TRUE(published.ok());
   EXPECT_EQ(published->at(0), "150");
+  // A restarted process's ledger knew no steps: rolled back, it offers the
+  // older ones it still holds as well (another part's files of the step may
+  // prove damaged, and the job then goes back to one of those).
+  CheckpointLedger restarted(dir, "shard-0");
+  restarted.RolledBack(150);
+  ASSERT_TRUE(restarted.Publish(store, 1).ok());
+  published = store.Get({CheckpointKey(1, "shard-0")}, std::chrono::milliseconds(0));
+  ASSERT_TRUE(published.ok());
+  EXPECT_EQ(published->at(0), "100,150");
+  // Damaged files of 150 are set aside and no longer offered.
+  ASSERT_TRUE(SetAsideDamagedPart(store, 1, dir, 150, "shard-0").ok());
+  published = store.Get({CheckpointKey(1, "shard-0")}, std::chrono::milliseconds(0));
+  ASSERT_TRUE(published.ok());
+  EXPECT_EQ(published->at(0), "100");
+  EXPECT_EQ(HeldSteps(dir, "shard-0"), (std::vector<uint64_t>{100}));
+  EXPECT_TRUE(fs::exists(dir + "/step-150/shard-0.bin.damaged"));
+  auto after = NewestCommonStep(store, 1, {"shard-0", "shard-1"});
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(*after, 0u);
   // A new job offers nothing of the last one.
   shard1.Reset();
   ASSERT_TRUE(shard1.Publish(store, 2).ok());

@@ -459,44 +459,67 @@ for run in plain:ps-1 onebit:ps-1 onebit:worker-1 pull:ps-1 pull:worker-1 hybrid
 done
 
 # 7e. The restarted process's own files of the newest common step do not
-# load (a byte of its step-150 .bin flipped before the kill): every restart
-# failed on the checksum until the restarts ran out, and the run was lost.
-# It rejoins from the older step every part holds (100), the job rolls back
-# there, and it ends bit for bit: a shard, and a worker holding state
-# (onebit: its Adam state and residuals).
-for run in plain:ps-1 onebit:worker-1; do
-  victim=${run#*:}; variant=${run%:*}; tag="corrupt-$victim"
-  extra=(); clean="$WORK/clean.bin"; pattern="gridsync-ps --shard 1"; file=shard-1.bin
+# load (a byte of its .bin flipped before the kill, step 150 or later):
+# every restart failed on the checksum until the restarts ran out, and the
+# run was lost. It sets them aside, rejoins from the older step every part
+# holds, the job rolls back there, and it ends bit for bit: a shard, and a
+# worker holding state (onebit: its Adam state and residuals).
+# The third: the killed shard's files are intact, but the live shard 0's
+# fail in the rollback its rejoin brings; shard 0 refused every request
+# until the workers timed out. It sets them aside and exits, and restarted
+# it rejoins from the older step.
+for run in plain:ps-1:shard-1 onebit:worker-1:worker-1 plain:ps-1:shard-0; do
+  variant=${run%%:*}; rest=${run#*:}; victim=${rest%%:*}; damaged=${rest#*:}
+  tag="corrupt-$victim-$damaged"; file=$damaged.bin
+  extra=(); clean="$WORK/clean.bin"; pattern="gridsync-ps --shard 1"
   if [ "$variant" = onebit ]; then
     extra=("${codec_set[@]}"); clean="$WORK/clean-codec.bin"; pattern="gridsync-worker --rank 1"
-    file=worker-1.bin
   fi
   log="$WORK/rejoin-$tag.log"
   rm -rf "$WORK/ckpt"
   "$GS" launch "$WORK/cluster.json" "${extra[@]}" --max-restarts 1 --rank0-arg=--dump-params \
     --rank0-arg="$WORK/rejoined-$tag.bin" > "$log" 2>&1 &
   launcher=$!
-  # Every part's step 150 (the newest common step), then no more writes.
-  for part in ps-0 ps-1 worker-0 worker-1; do
-    [ "$variant" = plain ] && [ "${part%-*}" = worker ] && continue
-    wait_for_line "$log" "\[$part\].*checkpoint at step 150 written" || true
+  wait_for_line "$log" "\[ps-1\].*checkpoint at step 150 written" || true
+  # Everything frozen at once (the launcher too, for a moment), so that the
+  # newest step every part holds stays put while a file of it is damaged.
+  pkill -STOP -f "$WORK/cluster.json" || true
+  parts=(shard-0 shard-1); [ "$variant" = onebit ] && parts+=(worker-0 worker-1)
+  common=0; previous=0
+  for step_dir in $(ls -d "$WORK"/ckpt/step-* | sort -t- -k2 -n); do
+    whole=1
+    for part in "${parts[@]}"; do [ -f "$step_dir/$part.json" ] || whole=0; done
+    [ $whole -eq 1 ] && { previous=$common; common=${step_dir##*step-}; }
   done
-  pkill -STOP -f "$pattern --config $WORK/cluster.json" || true
-  [ -f "$WORK/ckpt/step-150/$file" ] || fail "7e $tag: no $file in step 150 to corrupt"
-  printf '\xff' | dd of="$WORK/ckpt/step-150/$file" bs=1 seek=100 conv=notrunc status=none
+  [ "$previous" -gt 0 ] || fail "7e $tag: fewer than two complete steps (newest $common)"
+  printf '\xff' | dd of="$WORK/ckpt/step-$common/$file" bs=1 seek=100 conv=notrunc status=none
   pkill -KILL -f "$pattern --config $WORK/cluster.json" ||
     fail "7e $tag: $victim was not running after the checkpoint of step 150"
+  pkill -CONT -f "$WORK/cluster.json" || true
   rc=0; wait $launcher || rc=$?
+  # Who says it went back: the restarted victim, or the live shard 0 (it
+  # exits, and restarted rejoins where its part's steps now end).
+  if [ "$damaged" = shard-0 ]; then
+    said="\[ps-0\].*checkpoint of step $common failed its checks in a rollback.*set aside"
+    other="\[ps-1\].*rolled back to step $previous"
+  else
+    said="\[$victim\].*checksum.*set aside.*rejoining from the older checkpoint of step $previous"
+    other="\[ps-0\].*rolled back to step $previous"
+  fi
   if [ $rc -ne 0 ]; then
     fail "7e $tag: a corrupted newest checkpoint lost the run (exit $rc)"
     grep -v "step [0-9]*/" "$log" | tail -12
-  elif ! grep -q "\[$victim\].*checksum.*rejoining from the older checkpoint of step 100" "$log"; then
-    fail "7e $tag: the restarted $victim did not say it went back to step 100 for the checksum"
-    grep "\[$victim\]" "$log" | grep -v "step [0-9]*/" | tail -8
+  elif ! grep -q "$said" "$log"; then
+    fail "7e $tag: no line says $file of step $common failed and the job went back to $previous"
+    grep -v "step [0-9]*/" "$log" | grep -i "check\|rejoin\|roll" | tail -8
+  elif ! grep -q "$other" "$log"; then
+    fail "7e $tag: the job did not roll back to step $previous"
+  elif [ ! -f "$WORK/ckpt/step-$common/$file.damaged" ]; then
+    fail "7e $tag: the damaged $file of step $common was not set aside"
   elif ! cmp -s "$clean" "$WORK/rejoined-$tag.bin"; then
     fail "7e $tag: after the rejoin from the older step the final parameters differ"
   else
-    echo "ok: 7e $tag: the restarted $victim's step-150 file failed its checksum; it rejoined from step 100 and the job ended bit for bit"
+    echo "ok: 7e $tag: $file of step $common failed its checksum; it was set aside, the job rolled back to step $previous and ended bit for bit"
   fi
 done
 

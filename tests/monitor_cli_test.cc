@@ -71,7 +71,7 @@ TEST(MonitorCliTest, APortThatIsNotTheCoordinatorsIsNamedForWhatAnswered) {
   ::close(listener);
   EXPECT_EQ(closed.exit_code, 1) << closed.output;
   EXPECT_NE(closed.output.find("closed the connection"), std::string::npos) << closed.output;
-  EXPECT_NE(closed.output.find("is this a gridsync coordinator's port"), std::string::npos)
+  EXPECT_NE(closed.output.find("or this is not a gridsync coordinator's port"), std::string::npos)
       << closed.output;
 
   zmq::context_t context(1);

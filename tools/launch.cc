@@ -514,9 +514,11 @@ int RunLaunch(const LaunchOptions& options) {
         start_job(step);
         continue;
       }
-      const std::string why = step == 0 ? "no complete checkpoint to restart the job from"
-                              : trained ? "not restarting: the newest complete checkpoint is "
-                                          "of step " +
+      const std::string why = step == 0 && !skipped.empty()
+                                  ? "every complete checkpoint failed its checks (above)"
+                              : step == 0 ? "no complete checkpoint to restart the job from"
+                              : trained   ? "not restarting: the newest complete checkpoint is "
+                                            "of step " +
                                               std::to_string(step) +
                                               ", the run's last, so it had trained every step "
                                               "(nothing is left to train)"

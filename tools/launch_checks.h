@@ -43,11 +43,6 @@ std::vector<std::pair<int, int>> WorkerLinesToCheck(const ClusterLayout& layout,
 // shards loaded the step, and the workers then exited 1.
 Status CheckStepsLeft(const Config& config, uint64_t resume_step);
 
-// The newest complete step of `parts` in `dir`, at most `step`, whose files
-// all pass their checks short of the shape (CheckCheckpointPartIntact): a
-// corrupted .bin would fail its process at start, and every restart the
-// same way. Each newer step passed over is noted in `skipped` with its
-// first failure. 0 when none is left.
 // gridsync launch --resume: the step to resume from into *step, or the
 // exit code of a refusal, printed on stderr (0: none). The newest complete
 // step of `job_parts`; with every part on this machine the newest whose
@@ -56,6 +51,11 @@ Status CheckStepsLeft(const Config& config, uint64_t resume_step);
 int ChooseResumeStep(const Config& config, const std::vector<std::string>& job_parts,
                      bool workers_hold_state, bool every_part_here, uint64_t* step);
 
+// The newest complete step of `parts` in `dir`, at most `step`, whose files
+// all pass their checks short of the shape (CheckCheckpointPartIntact): a
+// corrupted .bin would fail its process at start, and every restart the
+// same way. Each newer step passed over is noted in `skipped` with its
+// first failure. 0 when none is left.
 uint64_t NewestIntactStep(const std::string& dir, const std::vector<std::string>& parts,
                           uint64_t step, std::vector<std::string>* skipped);
 

@@ -114,13 +114,24 @@ Result<PsSession> JoinPsCluster(const RunSpec& spec, const ImageTask& image, Has
           CheckWorkerCheckpoint(spec, static_cast<uint32_t>(options.rank),
                                 static_cast<uint32_t>(config.ps.shards), info.rejoin_step);
       if (loads.code() != StatusCode::kCorruption) break;
-      GRIDSYNC_ASSIGN_OR_RETURN(
-          const uint64_t older,
-          RejoinStep(registry, now.job, parts, config.checkpoint.dir, own, info.rejoin_step));
-      if (older == 0) break;  // nothing older: the load below fails, naming the file
-      spdlog::warn("worker-{}: {}; rejoining from the older checkpoint of step {} instead",
-                   options.rank, loads.ToString(), older);
-      info.rejoin_step = older;
+      // Set aside and no longer published, so that no other process
+      // rejoins the job at this step meanwhile.
+      GRIDSYNC_RETURN_IF_ERROR(
+          SetAsideDamagedPart(registry, now.job, config.checkpoint.dir, info.rejoin_step, own)
+              .WithContext(loads.ToString() + "; setting its files aside"));
+      auto older =
+          RejoinStep(registry, now.job, parts, config.checkpoint.dir, own, info.rejoin_step);
+      if (!older.ok() || *older == 0) {
+        return Status::Corruption(
+            loads.message() +
+            "; its files are set aside (*.damaged), and no older step to rejoin from: " +
+            (older.ok() ? std::string("every part holds none") : older.status().ToString()));
+      }
+      spdlog::warn(
+          "worker-{}: {}; its files are set aside (*.damaged); rejoining from the older "
+          "checkpoint of step {} instead",
+          options.rank, loads.ToString(), *older);
+      info.rejoin_step = *older;
     }
     session.rejoined_at = info.rejoin_step;
   }
