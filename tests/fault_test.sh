@@ -480,7 +480,14 @@ for run in plain:ps-1:shard-1 onebit:worker-1:worker-1 plain:ps-1:shard-0; do
   "$GS" launch "$WORK/cluster.json" "${extra[@]}" --max-restarts 1 --rank0-arg=--dump-params \
     --rank0-arg="$WORK/rejoined-$tag.bin" > "$log" 2>&1 &
   launcher=$!
-  wait_for_line "$log" "\[ps-1\].*checkpoint at step 150 written" || true
+  # Every part logs its step 150 once it has published it: then the step
+  # is the job's newest common one in the coordinator's store too (a part
+  # frozen between writing and publishing left the job at 100, and the
+  # damaged file was never read).
+  procs=(ps-0 ps-1); [ "$variant" = onebit ] && procs+=(worker-0 worker-1)
+  for proc in "${procs[@]}"; do
+    wait_for_line "$log" "\[$proc\].*checkpoint at step 150 written" || true
+  done
   # Everything frozen at once (the launcher too, for a moment), so that the
   # newest step every part holds stays put while a file of it is damaged.
   pkill -STOP -f "$WORK/cluster.json" || true
