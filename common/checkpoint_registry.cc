@@ -8,6 +8,20 @@
 #include "common/checkpoint_run.h"
 
 namespace gridsync {
+namespace {
+
+// A published list of steps, as ParseHeldSteps reads it ("100,150").
+std::string HeldStepsText(const std::vector<uint64_t>& steps) {
+  std::string list;
+  for (uint64_t step : steps) {
+    if (!list.empty()) list += ',';
+    list += std::to_string(step);
+  }
+  return list;
+}
+
+}  // namespace
+
 std::string CheckpointKey(uint64_t job, const std::string& part) {
   return "checkpoint/job-" + std::to_string(job) + "/" + part;
 }
@@ -45,15 +59,11 @@ Status CheckpointLedger::RolledBackTo(uint64_t step, std::string run, const char
 
 Status CheckpointLedger::Publish(Store& store, uint64_t job) {
   const auto on_disk = HeldSteps(dir_, part_);
-  std::string list;
   std::vector<uint64_t> listed;
   for (uint64_t step : steps_) {
-    if (std::find(on_disk.begin(), on_disk.end(), step) == on_disk.end()) continue;
-    if (!list.empty()) list += ',';
-    list += std::to_string(step);
-    listed.push_back(step);
+    if (std::find(on_disk.begin(), on_disk.end(), step) != on_disk.end()) listed.push_back(step);
   }
-  Status set = store.Set(CheckpointKey(job, part_), list);
+  Status set = store.Set(CheckpointKey(job, part_), HeldStepsText(listed));
   publish_failed_ = !set.ok();
   if (!set.ok()) return set;
   published_ = std::move(listed);
@@ -175,15 +185,9 @@ Status SetAsideDamagedPart(Store& store, uint64_t job, const std::string& dir, u
     // Nothing published: nothing to take back.
     return values.status().code() == StatusCode::kNotFound ? Status::OK() : values.status();
   }
-  GRIDSYNC_ASSIGN_OR_RETURN(const std::vector<uint64_t> held,
-                            ParseHeldSteps(values->front(), part));
-  std::string list;
-  for (uint64_t s : held) {
-    if (s == step) continue;
-    if (!list.empty()) list += ',';
-    list += std::to_string(s);
-  }
-  return store.Set(CheckpointKey(job, part), list);
+  GRIDSYNC_ASSIGN_OR_RETURN(std::vector<uint64_t> held, ParseHeldSteps(values->front(), part));
+  std::erase(held, step);
+  return store.Set(CheckpointKey(job, part), HeldStepsText(held));
 }
 
 Result<uint64_t> RejoinStep(Store& store, uint64_t job, const std::vector<std::string>& parts,

@@ -367,13 +367,14 @@ int main(int argc, char** argv) {
       watchdog.Tick((*server)->heartbeats());
       next_tick = now + watchdog.interval();
     }
-    if (const uint64_t damaged = (*server)->serving_stats().damaged_rollback_step; damaged > 0) {
+    if (const auto serving = (*server)->serving_stats(); serving.damaged_rollback_step > 0) {
+      const uint64_t damaged = serving.damaged_rollback_step;
       // Serving on would refuse every request until the workers timed out.
       // Its files are set aside and no longer published, so that restarted
       // it rejoins from an older step (and so does the job).
-      const gridsync::Status aside = gridsync::SetAsideDamagedPart(
-          registry, (*server)->serving_stats().job, config->checkpoint.dir, damaged,
-          gridsync::ShardPart(static_cast<uint32_t>(shard)));
+      const gridsync::Status aside =
+          gridsync::SetAsideDamagedPart(registry, serving.job, config->checkpoint.dir, damaged,
+                                        gridsync::ShardPart(static_cast<uint32_t>(shard)));
       spdlog::error(
           "shard {}: its checkpoint of step {} failed its checks in a rollback; {}; exiting so "
           "that its supervisor restarts it into a rejoin from an older step",
