@@ -18,7 +18,8 @@ build=${1:-build}
 out=.device
 grep -qx '/.device/' .git/info/exclude 2>/dev/null || echo '/.device/' >>.git/info/exclude
 
-targets=(device_trainer_test device_push_test backbone_test allreduce_test cuda_kernels_test cuda_codec_test gridsync-bench)
+targets=(device_trainer_test device_push_test backbone_test allreduce_test cuda_kernels_test cuda_codec_test gridsync-bench
+  gridsync gridsync-coordinator gridsync-ps gridsync-worker)
 cmake --build "$build" -j"$(nproc)" --target "${targets[@]}"
 
 rm -rf "$out"
@@ -28,9 +29,14 @@ for t in "${targets[@]}"; do
   [[ -n $bin ]] || { echo "device_pack: $t not built in $build" >&2; exit 1; }
   strip -o "$out/bin/$t" "$bin"
 done
+# The bench's image, for a machine whose Python has no matplotlib data.
+image=/usr/share/matplotlib/mpl-data/sample_data/grace_hopper.jpg
+[[ -f $image ]] && cp "$image" "$out/bin/"
+# The seed configs, for device_run.sh's multi-process runs on the GPU.
+[[ -d ../shared/seed-configs ]] && cp -r ../shared/seed-configs "$out/bin/"
 # The libraries the binaries load, except the C library's own, the
 # compiler's runtime, and what the GPU machine provides (CUDA, NCCL, cuBLAS).
-for bin in "$out"/bin/*; do
+for bin in "${targets[@]/#/$out/bin/}"; do
   ldd "$bin" | awk '/=> \// {print $3}'
 done | sort -u | while read -r lib; do
   case "$(basename "$lib")" in

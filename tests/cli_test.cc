@@ -489,6 +489,11 @@ TEST(CliTest, AFinishedResumeAnEmptyKeysFolderAndUnwrittenCheckpointsAreNotQuiet
   EXPECT_NE(nccl.output.find("checkpoint(s) of this worker were not written"), std::string::npos)
       << nccl.output;
   EXPECT_EQ(nccl.output.find("restarting"), std::string::npos) << nccl.output;
+  // Each worker names the collective it uses and why.
+  EXPECT_NE(nccl.output.find("collective backend gloo (distributed.collective auto: "
+                             "training.device cpu)"),
+            std::string::npos)
+      << nccl.output;
   // A worker that fails after the checkpoint of the last step (here its
   // --timeline cannot be written) is not restarted with the whole job into
   // the workers' refusal to resume with nothing left to train.

@@ -173,7 +173,9 @@ TEST(TrainTest, ALeapingLossAndUnscaledOverflowAreWarnedOfOnce) {
       << log;
   EXPECT_EQ(count("the gradients overflow fp16 at loss scale 1, the least"), 1u) << log;
   // Warned, not refused: the loss stayed finite (a NaN one fails the run).
-  if (report.ok()) EXPECT_GT(report->skipped_steps, 10u);
+  if (report.ok()) {
+    EXPECT_GT(report->skipped_steps, 10u);
+  }
 }
 
 TEST(TrainTest, MixedPrecisionTrainsAlmostAsWell) {

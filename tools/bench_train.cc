@@ -319,6 +319,20 @@ int RunTrain(const TrainArgs& args) {
     std::printf("kernel bandwidth: %.1f GB/s of %.1f GB/s peak (%.0f%%), %.3f s in the kernels\n",
                 achieved / 1e9, ours->kernel_peak_bytes_per_second / 1e9,
                 100.0 * achieved / ours->kernel_peak_bytes_per_second, ours->kernel_seconds);
+    // Where a step's time goes: the device's timed spans (CUDA events, so
+    // they include the GPU's idle gaps between launches inside them) against
+    // the step's wall time; the rest is outside them (the batch drawn and
+    // uploaded, the loss read back, the host's share of the sync).
+    if (ours->steps > 0) {
+      const double per_step = 1e6 / static_cast<double>(ours->steps);
+      std::printf(
+          "device step: %.0f us wall; timed spans %.0f us (forward and MLP %.0f; grid backward "
+          "%.0f; grid Adam %.0f); outside them %.0f us\n",
+          ours->train_seconds * per_step, ours->kernel_seconds * per_step,
+          ours->kernel_forward_seconds * per_step, ours->kernel_grid_backward_seconds * per_step,
+          ours->kernel_grid_adam_seconds * per_step,
+          (ours->train_seconds - ours->kernel_seconds) * per_step);
+    }
   }
   // The CPU step against this machine's roofline (tools/roofline.h).
   std::optional<StepWork> work;
@@ -352,6 +366,9 @@ int RunTrain(const TrainArgs& args) {
                              {"kernel_bytes", ours->kernel_bytes},
                              {"kernel_seconds", ours->kernel_seconds},
                              {"kernel_peak_bytes_per_second", ours->kernel_peak_bytes_per_second},
+                             {"kernel_forward_seconds", ours->kernel_forward_seconds},
+                             {"kernel_grid_backward_seconds", ours->kernel_grid_backward_seconds},
+                             {"kernel_grid_adam_seconds", ours->kernel_grid_adam_seconds},
                              {"samples_per_s", ours->samples_per_second},
                              {"psnr", ours->psnr},
                              {"final_loss", ours->final_loss},

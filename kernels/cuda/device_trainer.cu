@@ -258,6 +258,8 @@ class DeviceTrainerImpl : public DeviceTrainer {
     // rounding: counted as encoding time, they understate the bandwidth
     // rather than flatter it.
     traffic_.seconds += (forward_ms + backward_ms) / 1e3;
+    traffic_.forward_seconds += forward_ms / 1e3;
+    traffic_.grid_backward_seconds += backward_ms / 1e3;
     return finished;
   }
 
@@ -308,6 +310,7 @@ class DeviceTrainerImpl : public DeviceTrainer {
     traffic_.bytes += static_cast<double>(layout_.total_params()) * sizeof(float) * 2 +
                       static_cast<double>(rows) * sizeof(uint32_t);
     traffic_.seconds += adam_ms / 1e3;
+    traffic_.grid_adam_seconds += adam_ms / 1e3;
     return Status::OK();
   }
 

@@ -255,10 +255,16 @@ class DeviceTrainer {
   // the encoding and Adam kernels must move (a lower bound: every operand
   // read or written once), the seconds they took (CUDA events), and the
   // device's peak (memory clock x bus width x 2). Zeros on the CPU twin.
+  // `seconds` split by stage, for where a step's device time goes: the
+  // forward span (encoding forward, the MLP's forward and backward, the
+  // loss), the encoding's backward scatter, and grid Adam.
   struct Traffic {
     double bytes = 0;
     double seconds = 0;
     double peak_bytes_per_second = 0;
+    double forward_seconds = 0;
+    double grid_backward_seconds = 0;
+    double grid_adam_seconds = 0;
   };
   virtual Traffic traffic() const { return {}; }
 

@@ -103,6 +103,9 @@ void FillTraffic(const cuda::DeviceTrainer& trainer, TrainReport* report) {
   report->kernel_bytes = traffic.bytes;
   report->kernel_seconds = traffic.seconds;
   report->kernel_peak_bytes_per_second = traffic.peak_bytes_per_second;
+  report->kernel_forward_seconds = traffic.forward_seconds;
+  report->kernel_grid_backward_seconds = traffic.grid_backward_seconds;
+  report->kernel_grid_adam_seconds = traffic.grid_adam_seconds;
 }
 
 DeviceSync::DeviceSync(const RunSpec& spec, HashGridModel* model, const BatchSource* source,

@@ -1,6 +1,7 @@
 #include "worker/sync/train.h"
 
 #include <spdlog/fmt/fmt.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -37,10 +38,21 @@ Result<std::shared_ptr<HashGridModel>> MakeModel(const RunSpec& spec) {
 // A worker restarted into a running job (`rejoining`) takes the outcome its
 // peers agreed at their start rather than voting again: a vote of its own
 // could differ (its GPU gone) while they keep the backend they formed.
+// The outcome is logged with its reason (`quiet` aside): a user who set
+// nccl and reads "gloo" learns why (the workers share a GPU, say).
 Result<std::string> AgreeOnCollective(const RunSpec& spec, const cuda::DeviceTrainer* trainer,
-                                      int node_workers, int rank, Store* store,
+                                      int node_workers, int rank, Store* store, bool quiet,
                                       bool rejoining = false) {
-  if (spec.sync.collective != "auto") return spec.sync.collective;
+  const auto log = [&](const std::string& kind, const std::string& why) {
+    if (!quiet) spdlog::info("collective backend {} ({})", kind, why);
+    return kind;
+  };
+  if (spec.sync.collective != "auto") {
+    // RunSpec resolves auto to gloo where the model trains on the CPU.
+    const bool resolved = spec.config.distributed.collective == CollectiveKind::kAuto;
+    return log(spec.sync.collective, resolved ? "distributed.collective auto: training.device cpu"
+                                              : "distributed.collective");
+  }
   // Under kCollectiveStorePrefix: the coordinator drops the votes with the
   // job's last worker, so the next job votes afresh.
   const std::string votes_prefix = "backend/";
@@ -54,7 +66,7 @@ Result<std::string> AgreeOnCollective(const RunSpec& spec, const cuda::DeviceTra
     // killed, or the coordinator: "missing keys: 'collective/backend/agreed'"
     // until the restarts ran out).
     auto agreed = store->Get({agreed_key}, std::chrono::milliseconds(0));
-    if (agreed.ok()) return (*agreed)[0];
+    if (agreed.ok()) return log((*agreed)[0], "agreed by the job's workers at their start");
     // Absent: NotFound from the coordinator's store at timeout 0, Timeout
     // from the in-memory one.
     const StatusCode code = agreed.status().code();
@@ -62,8 +74,19 @@ Result<std::string> AgreeOnCollective(const RunSpec& spec, const cuda::DeviceTra
   }
   const auto last = cuda::DeviceForLocalRank(node_workers - 1);
   const bool own_gpu = last.ok() && *last == node_workers - 1;  // a device per local rank
-  const bool nccl =
-      trainer != nullptr && trainer->gradients_on_device() && own_gpu && NcclAvailable(nullptr);
+  std::string nccl_missing;
+  const bool nccl_loads = NcclAvailable(&nccl_missing);
+  const bool nccl = trainer != nullptr && trainer->gradients_on_device() && own_gpu && nccl_loads;
+  // Why this rank voted as it did, for the log line.
+  std::string why = "every rank has its model on a GPU of its own";
+  if (trainer == nullptr || !trainer->gradients_on_device()) {
+    why = "rank " + std::to_string(rank) + "'s gradients are on the CPU";
+  } else if (!own_gpu) {
+    why = std::to_string(node_workers) + " workers on this node and " +
+          (last.ok() ? "fewer GPUs" : "no GPU") + ": NCCL needs a GPU per rank";
+  } else if (!nccl_loads) {
+    why = "NCCL does not load here: " + nccl_missing;
+  }
   GRIDSYNC_RETURN_IF_ERROR(store->Set(votes_prefix + std::to_string(rank), nccl ? "nccl" : "gloo"));
   std::vector<std::string> keys;
   for (int r = 0; r < spec.config.distributed.world_size; ++r)
@@ -84,12 +107,16 @@ Result<std::string> AgreeOnCollective(const RunSpec& spec, const cuda::DeviceTra
   }
   if (!votes.ok()) return votes.status();
   std::string kind = "nccl";
-  for (const auto& vote : *votes) {
-    if (vote != "nccl") kind = "gloo";
+  std::string gloo_ranks;
+  for (size_t r = 0; r < votes->size(); ++r) {
+    if ((*votes)[r] == "nccl") continue;
+    kind = "gloo";
+    gloo_ranks += (gloo_ranks.empty() ? "" : ", ") + std::to_string(r);
   }
   // The same value from every rank: whoever writes last writes it again.
   GRIDSYNC_RETURN_IF_ERROR(store->Set(agreed_key, kind));
-  return kind;
+  if (kind == "gloo" && nccl) why = "ranks [" + gloo_ranks + "] voted gloo";
+  return log(kind, "distributed.collective auto: " + why);
 }
 
 // The nccl mode's sync: on the host, or with the model on a GPU (the
@@ -167,7 +194,7 @@ Result<TrainReport> TrainAllReduceWorker(const RunSpec& spec, const ImageTask& i
   GRIDSYNC_ASSIGN_OR_RETURN(
       const std::string kind,
       AgreeOnCollective(spec, trainer.get(), nodes[static_cast<size_t>(d.NodeOf(rank))].workers,
-                        rank, &store));
+                        rank, &store, options.train.quiet));
   GRIDSYNC_ASSIGN_OR_RETURN(
       auto flat, MakeCollective(kind, &store, rank, d.world_size, "flat", timeout, endpoint));
   AllReduceGroups groups;
@@ -236,7 +263,8 @@ Result<TrainReport> TrainPsWorker(const RunSpec& spec, const ImageTask& image,
           kind,
           AgreeOnCollective(spec, trainer.get(),
                             nodes[static_cast<size_t>(config.distributed.NodeOf(rank))].workers,
-                            rank, &store, /*rejoining=*/rejoined_at > 0));
+                            rank, &store, options.train.quiet,
+                            /*rejoining=*/rejoined_at > 0));
     }
     GRIDSYNC_ASSIGN_OR_RETURN(sync, HybridSync::Create(spec, model.get(), std::move(session),
                                                        &source, &split, &pool, options, kind));

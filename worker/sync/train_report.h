@@ -126,6 +126,10 @@ struct TrainReport {
   double kernel_bytes = 0;
   double kernel_seconds = 0;
   double kernel_peak_bytes_per_second = 0;
+  // kernel_seconds by stage (DeviceTrainer::Traffic).
+  double kernel_forward_seconds = 0;
+  double kernel_grid_backward_seconds = 0;
+  double kernel_grid_adam_seconds = 0;
 };
 
 }  // namespace gridsync
