@@ -21,6 +21,25 @@ double Since(Clock::time_point t) {
 float BitsToFloat(uint32_t v) { return std::bit_cast<float>(v); }
 uint32_t FloatToBits(float f) { return std::bit_cast<uint32_t>(f); }
 
+// One row's values: grid rows are 2 or 4 floats, where a libc memcpy call
+// per row (hundreds of thousands a step) cost more than the copy.
+inline void CopyRow(float* dst, const float* src, uint32_t width) {
+  switch (width) {
+    case 2:
+      dst[0] = src[0];
+      dst[1] = src[1];
+      return;
+    case 4:
+      dst[0] = src[0];
+      dst[1] = src[1];
+      dst[2] = src[2];
+      dst[3] = src[3];
+      return;
+    default:
+      std::memcpy(dst, src, width * sizeof(float));
+  }
+}
+
 }  // namespace
 
 HybridSync::HybridSync(const RunSpec& spec, HashGridModel* model, PsSession session,
@@ -94,8 +113,7 @@ Result<uint64_t> HybridSync::Recover(const Status& failure) {
   return step;
 }
 
-float* HybridSync::ParamOf(uint64_t global_row) {
-  const uint32_t t = space_.TableOf(global_row);
+float* HybridSync::ParamOf(uint32_t t, uint64_t global_row) {
   const auto& tab = space_.tables()[t];
   const uint64_t row = global_row - tab.first_row;
   const uint32_t levels = model_->layout().n_levels();
@@ -158,18 +176,28 @@ Result<const StepBatch*> HybridSync::Prepare(uint64_t step) {
   node_grid_rows_.clear();
   node_grid_begin_.assign(1, 0);
   for (int l = 0; l < node_size_; ++l) {
-    for (uint64_t g = bounds_[static_cast<size_t>(l)]; g < bounds_[static_cast<size_t>(l) + 1];
-         ++g) {
-      if ((needed_bits_[g >> 6] >> (g & 63) & 1) == 0) continue;
-      slice_rows[static_cast<size_t>(l)].push_back(g);
-      if (g < grid_rows) node_grid_rows_.push_back(static_cast<uint32_t>(g));
+    const uint64_t begin = bounds_[static_cast<size_t>(l)];
+    const uint64_t end = bounds_[static_cast<size_t>(l) + 1];
+    // Word by word, only the set bits (a step needs a sixth of the rows or
+    // fewer; testing every row's bit was a few ms a step).
+    for (uint64_t word = begin >> 6; word < (end + 63) >> 6; ++word) {
+      uint64_t bits = needed_bits_[word];
+      while (bits != 0) {
+        const uint64_t g = (word << 6) + static_cast<uint64_t>(std::countr_zero(bits));
+        bits &= bits - 1;
+        if (g < begin) continue;
+        if (g >= end) break;
+        slice_rows[static_cast<size_t>(l)].push_back(g);
+        if (g < grid_rows) node_grid_rows_.push_back(static_cast<uint32_t>(g));
+      }
     }
     node_grid_begin_.push_back(node_grid_rows_.size());
   }
   // Pull mine, per table.
   std::vector<std::vector<uint32_t>> pull_rows(tables.size());
+  RowSpace::Cursor pull_cursor(space_);
   for (uint64_t g : slice_rows[static_cast<size_t>(local_)]) {
-    const uint32_t ti = space_.TableOf(g);
+    const uint32_t ti = pull_cursor.TableOf(g);
     pull_rows[ti].push_back(static_cast<uint32_t>(g - tables[ti].first_row));
   }
   std::vector<TablePullRef> pulls;
@@ -191,14 +219,17 @@ Result<const StepBatch*> HybridSync::Prepare(uint64_t step) {
   value_counts.assign(static_cast<size_t>(node_size_), 0);
   for (int l = 0; l < node_size_; ++l) {
     size_t n = 0;
-    for (uint64_t g : slice_rows[static_cast<size_t>(l)]) n += tables[space_.TableOf(g)].width;
+    RowSpace::Cursor cursor(space_);
+    for (uint64_t g : slice_rows[static_cast<size_t>(l)]) n += tables[cursor.TableOf(g)].width;
     value_counts[static_cast<size_t>(l)] = n;
   }
-  std::vector<float> my_values;
-  my_values.reserve(value_counts[static_cast<size_t>(local_)]);
+  std::vector<float> my_values(value_counts[static_cast<size_t>(local_)]);
+  RowSpace::Cursor mine_cursor(space_);
+  size_t mine_at = 0;
   for (uint64_t g : slice_rows[static_cast<size_t>(local_)]) {
-    const float* p = ParamOf(g);
-    my_values.insert(my_values.end(), p, p + tables[space_.TableOf(g)].width);
+    const uint32_t ti = mine_cursor.TableOf(g);
+    CopyRow(my_values.data() + mine_at, ParamOf(ti, g), tables[ti].width);
+    mine_at += tables[ti].width;
   }
   if (device_ != nullptr && session_.ps->adds_pending_updates())
     GRIDSYNC_RETURN_IF_ERROR(AddDevicePendingUpdates(my_values.data()));
@@ -207,11 +238,12 @@ Result<const StepBatch*> HybridSync::Prepare(uint64_t step) {
   std::vector<float> all_values(total_values);
   GRIDSYNC_RETURN_IF_ERROR(intra_->AllGatherV(my_values.data(), value_counts, all_values.data()));
   size_t at = 0;
+  RowSpace::Cursor all_cursor(space_);  // the slices lie in ascending order
   for (int l = 0; l < node_size_; ++l) {
     for (uint64_t g : slice_rows[static_cast<size_t>(l)]) {
-      const uint32_t ti = space_.TableOf(g);
+      const uint32_t ti = all_cursor.TableOf(g);
       const uint32_t w = tables[ti].width;
-      std::memcpy(ParamOf(g), all_values.data() + at, w * sizeof(float));
+      CopyRow(ParamOf(ti, g), all_values.data() + at, w);
       at += w;
       if (ti < levels) {
         const auto row = static_cast<uint32_t>(g - tables[ti].first_row);
@@ -270,8 +302,9 @@ Status HybridSync::PushSlice(uint64_t step, std::span<const uint64_t> rows, floa
   std::vector<std::vector<uint32_t>> push_rows(tables.size());
   std::vector<std::vector<float>> push_values(tables.size());
   size_t element = 0;
+  RowSpace::Cursor cursor(space_);
   for (uint64_t g : rows) {
-    const uint32_t ti = space_.TableOf(g);
+    const uint32_t ti = cursor.TableOf(g);
     const uint32_t w = tables[ti].width;
     float* v = values + element;
     element += w;
@@ -319,8 +352,9 @@ Result<SyncOutcome> HybridSync::Apply(uint64_t step, ModelGradients* grads, floa
         if (has[i]) kept.push_back(rows[i]);
       }
       std::vector<std::vector<uint32_t>> local(layout.n_levels());
+      RowSpace::Cursor cursor(space_);
       for (uint32_t g : kept) {
-        const uint32_t t = space_.TableOf(g);
+        const uint32_t t = cursor.TableOf(g);
         local[t].push_back(static_cast<uint32_t>(g - space_.tables()[t].first_row));
       }
       if (pushed.ok())
@@ -343,11 +377,12 @@ Result<SyncOutcome> HybridSync::Apply(uint64_t step, ModelGradients* grads, floa
     for (size_t c : value_counts_) total += c;
     packed_.resize(total);
     size_t at = 0;
+    RowSpace::Cursor cursor(space_);  // the slices lie in ascending order
     for (const auto& rows : slice_rows_) {
       for (uint64_t g : rows) {
-        const uint32_t t = space_.TableOf(g);
+        const uint32_t t = cursor.TableOf(g);
         const uint32_t w = space_.tables()[t].width;
-        std::memcpy(packed_.data() + at, GradientOf(*grads, t, g), w * sizeof(float));
+        CopyRow(packed_.data() + at, GradientOf(*grads, t, g), w);
         at += w;
       }
     }

@@ -83,7 +83,8 @@ class HybridSync : public PsSessionSync {
  private:
   HybridSync(const RunSpec& spec, HashGridModel* model, PsSession session,
              const BatchSource* source, const SplitSchedule* split, ThreadPool* pool);
-  float* ParamOf(uint64_t global_row);
+  // The parameter row of `global_row`, which lies in table `t`.
+  float* ParamOf(uint32_t t, uint64_t global_row);
   // The gradient row of `global_row`, which lies in table `t`.
   const float* GradientOf(const ModelGradients& grads, uint32_t t, uint64_t global_row) const;
   // The node's sum on the device (SumOnDevice): the union's rows packed by
