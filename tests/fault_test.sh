@@ -206,10 +206,15 @@ rc=0
 "$GS" launch "$WORK/cluster.json" --resume --set training.steps=400 > "$WORK/corrupt.log" 2>&1 || rc=$?
 if [ $rc -ne 0 ]; then
   fail "a corrupted newest checkpoint was not passed over (exit $rc)"; tail -5 "$WORK/corrupt.log"
-elif ! grep -q "shard-0.bin: checksum [0-9a-f]*; the manifest says [0-9a-f]*; passed over" "$WORK/corrupt.log" ||
+elif ! grep -q "shard-0.bin: checksum [0-9a-f]*; the manifest says [0-9a-f]*.*passed over" "$WORK/corrupt.log" ||
      ! grep -q "resuming from the older complete step $older instead" "$WORK/corrupt.log"; then
   fail "the resume past a corrupted checkpoint did not name its checksum and the older step"
   grep "gridsync launch" "$WORK/corrupt.log" | tail -5
+elif [ ! -f "$latest/shard-0.bin.damaged" ] || [ -f "$latest/shard-0.bin" ]; then
+  # The resumed processes remove the steps after the one they load: the
+  # damaged file went with them, leaving nothing to look at.
+  fail "the corrupted shard-0.bin of ${latest##*/} was not kept as shard-0.bin.damaged"
+  ls "$latest" 2>&1 | head -5
 else
   echo "ok: a corrupted newest checkpoint is passed over, naming its checksum; resumed from step $older"
 fi

@@ -55,7 +55,9 @@ int ChooseResumeStep(const Config& config, const std::vector<std::string>& job_p
 // all pass their checks short of the shape (CheckCheckpointPartIntact): a
 // corrupted .bin would fail its process at start, and every restart the
 // same way. Each newer step passed over is noted in `skipped` with its
-// first failure. 0 when none is left.
+// first failure, and that part's files of it are set aside (SetPartAside),
+// kept for a look where the resumed processes remove the newer steps. 0
+// when none is left.
 uint64_t NewestIntactStep(const std::string& dir, const std::vector<std::string>& parts,
                           uint64_t step, std::vector<std::string>* skipped);
 
