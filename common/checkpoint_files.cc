@@ -477,6 +477,27 @@ Status CheckCheckpointPartIntact(const std::string& dir, uint64_t step, const st
   return ReadPart(dir, step, part, nullptr, std::nullopt, nullptr).status();
 }
 
+uint64_t NewestIntactCompleteStep(const std::string& dir, const std::vector<std::string>& parts,
+                                  uint64_t step, std::vector<DamagedPart>* damaged) {
+  while (step > 0) {
+    Status intact;
+    std::string failed;
+    for (const auto& part : parts) {
+      intact = CheckCheckpointPartIntact(dir, step, part);
+      if (!intact.ok()) {
+        failed = part;
+        break;
+      }
+    }
+    // Anything but damage (a file it may not read) is the part's to
+    // report, naming it: the step stands.
+    if (intact.code() != StatusCode::kCorruption) return step;
+    if (damaged != nullptr) damaged->push_back({step, failed, intact.message()});
+    step = LatestCompleteStep(dir, parts, step);
+  }
+  return 0;
+}
+
 Status CheckStepIsOneRun(const std::string& dir, uint64_t step,
                          const std::vector<std::string>& parts) {
   std::vector<std::string> present, runs;
@@ -527,8 +548,16 @@ Status CheckFreshStart(const std::string& dir, const std::vector<std::string>& p
   std::string names;
   for (const std::string& h : held) names += (names.empty() ? "" : ", ") + h;
   // What a resume would start from: the newest step every part of the job
-  // holds here (parts on other machines keep theirs in their own folders).
-  const uint64_t complete = LatestCompleteStep(dir, job_parts);
+  // holds here (parts on other machines keep theirs in their own folders)
+  // whose files are intact, as gridsync launch --resume chooses it (the
+  // units' --resume-step at a damaged step would fail on its file). Read
+  // on this refusal only.
+  std::vector<DamagedPart> damaged;
+  const uint64_t complete =
+      NewestIntactCompleteStep(dir, job_parts, LatestCompleteStep(dir, job_parts), &damaged);
+  std::string damage;
+  for (const DamagedPart& d : damaged)
+    damage += fmt::format("step {} holds every part of the job, but {}; ", d.step, d.why);
   const std::string resume =
       complete > 0 && run_steps > 0 && complete >= run_steps
           ? fmt::format(
@@ -539,13 +568,14 @@ Status CheckFreshStart(const std::string& dir, const std::vector<std::string>& p
                 complete, run_steps)
       : complete > 0
           ? fmt::format(
-                "resume it from step {}, the newest step every part of the job holds here "
-                "(gridsync launch --resume; for the units --resume-step {} for "
+                "{}resume it from step {}, the newest step every part of the job holds here "
+                "intact (gridsync launch --resume; for the units --resume-step {} for "
                 "gridsync-ps and --start-step {} for gridsync-worker), or ",
-                complete, complete, complete)
-          : std::string(
-                "no step here holds every part of the job, so no resume from this folder "
-                "alone; ");
+                damage, complete, complete, complete)
+          : damage +
+                (damage.empty() ? "no step here holds every part of the job"
+                                : "and no older step holds every part intact") +
+                ", so no resume from this folder alone; ";
   return Status::InvalidArgument(fmt::format(
       "checkpoint.dir {} holds checkpoints this job did not write: {}; starting afresh would "
       "delete them with its first checkpoint. Allowed: {}move the folder away or set "

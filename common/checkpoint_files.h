@@ -86,6 +86,20 @@ Result<std::string> ReadCheckpointPart(const std::string& dir, uint64_t step,
 // before anything starts. Reads the whole .bin.
 Status CheckCheckpointPartIntact(const std::string& dir, uint64_t step, const std::string& part);
 
+// The newest complete step of `parts` in `dir`, at most `step`, whose files
+// all pass CheckCheckpointPartIntact; 0 when none is left. Only damage
+// (Corruption: a checksum, a size, a manifest whose .bin is gone) passes a
+// step over; each one passed over is added to `damaged` (when given) with
+// its first damaged part and why. Reads every part's .bin of each step it
+// checks.
+struct DamagedPart {
+  uint64_t step = 0;
+  std::string part;
+  std::string why;
+};
+uint64_t NewestIntactCompleteStep(const std::string& dir, const std::vector<std::string>& parts,
+                                  uint64_t step, std::vector<DamagedPart>* damaged = nullptr);
+
 // Sets part `part`'s files of step `step` aside, renamed <part>.json.damaged
 // and <part>.bin.damaged (the manifest first): kept for a look, no longer a
 // step the part holds. For files that fail their checks (Corruption), which

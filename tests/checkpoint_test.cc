@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <thread>
 
 #include "common/checkpoint_files.h"
@@ -327,6 +328,30 @@ TEST(CheckpointTest, AFreshStartNeverDeletesAnotherRunsCheckpoints) {
   // Still short of it: the resume is offered.
   EXPECT_NE(CheckFreshStart(dir, {"shard-0"}, job, 300).message().find("resume it from step 100"),
             std::string::npos);
+  // A damaged newest complete step (shard-0's .bin of step 100 flipped):
+  // no --resume-step 100 is offered (the units would fail on the file), and
+  // the damage is named; shard-1 no longer holds step 50, so no older step
+  // is offered either.
+  {
+    const std::string bin = dir + "/step-100/shard-0.bin";
+    std::string data;
+    {
+      std::ifstream in(bin, std::ios::binary);
+      data.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    ASSERT_FALSE(data.empty());
+    data[0] = static_cast<char>(data[0] ^ 0x5a);
+    std::ofstream(bin, std::ios::binary | std::ios::trunc) << data;
+    const Status damaged = CheckFreshStart(dir, {"shard-0", "shard-1", "worker-0"}, job);
+    for (const char* want : {"step 100 holds every part of the job, but", "shard-0.bin", "checksum",
+                             "no older step holds every part intact"}) {
+      EXPECT_NE(damaged.message().find(want), std::string::npos)
+          << want << " in: " << damaged.message();
+    }
+    EXPECT_EQ(damaged.message().find("--resume-step"), std::string::npos) << damaged.message();
+    data[0] = static_cast<char>(data[0] ^ 0x5a);
+    std::ofstream(bin, std::ios::binary | std::ios::trunc) << data;
+  }
   // No step every part of the job holds here: no resume offered.
   const Status partial = CheckFreshStart(dir, {"shard-0"}, {"shard-0", "shard-1", "worker-0"});
   EXPECT_NE(partial.message().find("no resume from this folder alone"), std::string::npos)

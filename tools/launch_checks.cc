@@ -140,29 +140,10 @@ int ChooseResumeStep(const Config& config, const std::vector<std::string>& job_p
 
 uint64_t NewestIntactStep(const std::string& dir, const std::vector<std::string>& parts,
                           uint64_t step, std::vector<std::string>* skipped) {
-  struct Damaged {
-    uint64_t step;
-    std::string part, why;
-  };
-  std::vector<Damaged> damaged;
-  while (step > 0) {
-    Status intact;
-    std::string part_failed;
-    for (const auto& part : parts) {
-      intact = CheckCheckpointPartIntact(dir, step, part);
-      if (!intact.ok()) {
-        part_failed = part;
-        break;
-      }
-    }
-    // Only damage skips a step: anything else (a file it may not read)
-    // is the part's to report, naming it.
-    if (intact.code() != StatusCode::kCorruption) break;
-    damaged.push_back(
-        {step, part_failed, "step " + std::to_string(step) + ": " + intact.message()});
-    step = LatestCompleteStep(dir, parts, step);
-  }
-  for (Damaged& d : damaged) {
+  std::vector<DamagedPart> damaged;
+  step = NewestIntactCompleteStep(dir, parts, step, &damaged);
+  for (const DamagedPart& d : damaged) {
+    std::string why = "step " + std::to_string(d.step) + ": " + d.why;
     // With a step to go back to, the damaged files are set aside
     // (<part>.bin.damaged, .json.damaged), as a rejoin does: the resumed
     // processes remove their steps after the one they load, and took the
@@ -170,10 +151,10 @@ uint64_t NewestIntactStep(const std::string& dir, const std::vector<std::string>
     // left) leaves the folder as it found it.
     if (step > 0) {
       const Status aside = SetPartAside(dir, d.step, d.part);
-      d.why +=
+      why +=
           aside.ok() ? " (set aside as " + d.part + ".bin.damaged)" : " (" + aside.message() + ")";
     }
-    skipped->push_back(std::move(d.why));
+    skipped->push_back(std::move(why));
   }
   return step;
 }

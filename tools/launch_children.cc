@@ -159,8 +159,12 @@ std::string RestartPlan(bool is_coordinator, bool every_part_here, const std::st
     return "no complete checkpoint yet: it joins afresh if training had not started, and is "
            "refused otherwise";
   }
+  // Not read here (a restart's message would read every part's files): a
+  // process whose own files of that step fail their checks rejoins from the
+  // older step instead, and says so.
   return "it rejoins the job from the newest complete checkpoint, step " + std::to_string(step) +
-         ", and the job rolls back to it";
+         " (or the next older one if its files of that step are damaged), and the job rolls back "
+         "to it";
 }
 
 void Reap(std::vector<Child>& children) {
