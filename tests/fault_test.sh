@@ -32,7 +32,9 @@
 #     the restarted worker, plain and onebit; and hybrid with both workers
 #     killed at once, whose restarted workers vote on the backend again).
 #     7e. A restarted shard or worker whose newest step fails its checksum
-#     rejoins from the older step every part holds; the job ends bit for bit.
+#     rejoins from the older step every part holds; the job ends bit for bit
+#     (ps, onebit, hybrid with onebit, compression.pull; and a live shard
+#     whose files fail in the rollback).
 #     7b. A frozen shard (SIGSTOP) is killed by the launcher's watchdog and
 #     restarted into the same rejoin; 7c. so is a frozen worker. 7d. One
 #     killed before the first complete checkpoint is refused once restarted
@@ -472,14 +474,20 @@ done
 # The third: the killed shard's files are intact, but the live shard 0's
 # fail in the rollback its rejoin brings; shard 0 refused every request
 # until the workers timed out. It sets them aside and exits, and restarted
-# it rejoins from the older step.
-for run in plain:ps-1:shard-1 onebit:worker-1:worker-1 plain:ps-1:shard-0; do
+# it rejoins from the older step. Then the same for a worker of hybrid
+# with onebit (its node's collective is formed again too), and for a shard
+# under compression.pull (its part holds every worker's replica as well).
+for run in plain:ps-1:shard-1 onebit:worker-1:worker-1 plain:ps-1:shard-0 \
+  hybrid-onebit:worker-1:worker-1 pull:ps-1:shard-1; do
   variant=${run%%:*}; rest=${run#*:}; victim=${rest%%:*}; damaged=${rest#*:}
-  tag="corrupt-$victim-$damaged"; file=$damaged.bin
+  tag="corrupt-$variant-$victim-$damaged"; file=$damaged.bin
   extra=(); clean="$WORK/clean.bin"; pattern="gridsync-ps --shard 1"
-  if [ "$variant" = onebit ]; then
-    extra=("${codec_set[@]}"); clean="$WORK/clean-codec.bin"; pattern="gridsync-worker --rank 1"
-  fi
+  case $variant in
+    onebit) extra=("${codec_set[@]}"); clean="$WORK/clean-codec.bin" ;;
+    hybrid-onebit) extra=("${hybrid_set[@]}" "${codec_set[@]}"); clean="$WORK/clean-hybrid-codec.bin" ;;
+    pull) extra=("${pull_set[@]}"); clean="$WORK/clean-pull.bin" ;;
+  esac
+  [ "$victim" = worker-1 ] && pattern="gridsync-worker --rank 1"
   log="$WORK/rejoin-$tag.log"
   rm -rf "$WORK/ckpt"
   "$GS" launch "$WORK/cluster.json" "${extra[@]}" --max-restarts 1 --rank0-arg=--dump-params \
@@ -489,14 +497,15 @@ for run in plain:ps-1:shard-1 onebit:worker-1:worker-1 plain:ps-1:shard-0; do
   # is the job's newest common one in the coordinator's store too (a part
   # frozen between writing and publishing left the job at 100, and the
   # damaged file was never read).
-  procs=(ps-0 ps-1); [ "$variant" = onebit ] && procs+=(worker-0 worker-1)
+  # (Workers hold state of their own with a codec: every variant but plain.)
+  procs=(ps-0 ps-1); [ "$variant" != plain ] && procs+=(worker-0 worker-1)
   for proc in "${procs[@]}"; do
     wait_for_line "$log" "\[$proc\].*checkpoint at step 150 written" || true
   done
   # Everything frozen at once (the launcher too, for a moment), so that the
   # newest step every part holds stays put while a file of it is damaged.
   pkill -STOP -f "$WORK/cluster.json" || true
-  parts=(shard-0 shard-1); [ "$variant" = onebit ] && parts+=(worker-0 worker-1)
+  parts=(shard-0 shard-1); [ "$variant" != plain ] && parts+=(worker-0 worker-1)
   common=0; previous=0
   for step_dir in $(ls -d "$WORK"/ckpt/step-* | sort -t- -k2 -n); do
     whole=1
