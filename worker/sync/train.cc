@@ -74,17 +74,18 @@ Result<std::string> AgreeOnCollective(const RunSpec& spec, const cuda::DeviceTra
   }
   const auto last = cuda::DeviceForLocalRank(node_workers - 1);
   const bool own_gpu = last.ok() && *last == node_workers - 1;  // a device per local rank
+  const bool on_device = trainer != nullptr && trainer->gradients_on_device();
+  // NCCL is loaded (dlopen) only where it could serve.
   std::string nccl_missing;
-  const bool nccl_loads = NcclAvailable(&nccl_missing);
-  const bool nccl = trainer != nullptr && trainer->gradients_on_device() && own_gpu && nccl_loads;
+  const bool nccl = on_device && own_gpu && NcclAvailable(&nccl_missing);
   // Why this rank voted as it did, for the log line.
   std::string why = "every rank has its model on a GPU of its own";
-  if (trainer == nullptr || !trainer->gradients_on_device()) {
+  if (!on_device) {
     why = "rank " + std::to_string(rank) + "'s gradients are on the CPU";
   } else if (!own_gpu) {
     why = std::to_string(node_workers) + " workers on this node and " +
           (last.ok() ? "fewer GPUs" : "no GPU") + ": NCCL needs a GPU per rank";
-  } else if (!nccl_loads) {
+  } else if (!nccl) {
     why = "NCCL does not load here: " + nccl_missing;
   }
   GRIDSYNC_RETURN_IF_ERROR(store->Set(votes_prefix + std::to_string(rank), nccl ? "nccl" : "gloo"));
