@@ -639,6 +639,7 @@ Result<Config> Config::Parse(std::string_view text, std::string_view source,
   if (!problems.empty()) return problems.ToStatus();
   config.notes.lines = InertSectionNotes(root, config.distributed);
   for (std::string& line : InertValueNotes(config)) config.notes.lines.push_back(std::move(line));
+  for (std::string& line : QualityNotes(config)) config.notes.lines.push_back(std::move(line));
   config.notes.host_lines = EphemeralPortNotes(config);
   return config;
 }
