@@ -257,7 +257,6 @@ class DeviceTrainerImpl : public DeviceTrainer {
     // The forward span holds the MLP too, and the backward span the buckets'
     // rounding: counted as encoding time, they understate the bandwidth
     // rather than flatter it.
-    traffic_.seconds += (forward_ms + backward_ms) / 1e3;
     traffic_.forward_seconds += forward_ms / 1e3;
     traffic_.grid_backward_seconds += backward_ms / 1e3;
     return finished;
@@ -309,7 +308,6 @@ class DeviceTrainerImpl : public DeviceTrainer {
     // bound (touched rows also move their parameters, m and v).
     traffic_.bytes += static_cast<double>(layout_.total_params()) * sizeof(float) * 2 +
                       static_cast<double>(rows) * sizeof(uint32_t);
-    traffic_.seconds += adam_ms / 1e3;
     traffic_.grid_adam_seconds += adam_ms / 1e3;
     return Status::OK();
   }
@@ -468,7 +466,12 @@ class DeviceTrainerImpl : public DeviceTrainer {
   }
 
   std::string device_name() const override { return name_; }
-  Traffic traffic() const override { return traffic_; }
+  Traffic traffic() const override {
+    Traffic traffic = traffic_;  // the stages' sum, kept once
+    traffic.seconds =
+        traffic.forward_seconds + traffic.grid_backward_seconds + traffic.grid_adam_seconds;
+    return traffic;
+  }
 
  private:
   Status CheckBatch(size_t n, const char* what) const {

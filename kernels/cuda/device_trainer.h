@@ -255,9 +255,9 @@ class DeviceTrainer {
   // the encoding and Adam kernels must move (a lower bound: every operand
   // read or written once), the seconds they took (CUDA events), and the
   // device's peak (memory clock x bus width x 2). Zeros on the CPU twin.
-  // `seconds` split by stage, for where a step's device time goes: the
-  // forward span (encoding forward, the MLP's forward and backward, the
-  // loss), the encoding's backward scatter, and grid Adam.
+  // `seconds` is the sum of its stages, for where a step's device time
+  // goes: the forward span (encoding forward, the MLP's forward and
+  // backward, the loss), the encoding's backward scatter, and grid Adam.
   struct Traffic {
     double bytes = 0;
     double seconds = 0;
