@@ -133,7 +133,20 @@ void ShardStore::Accumulate(const wire::Block& block) {
   const uint32_t w = table.width;
   if (block.dense) table.dense_step = true;
   WithLocalRows(block, [&](auto local_of) {
+    // The rows are scattered over a table far larger than the caches: fetch
+    // the gradient row (and its push count) a few rows ahead, once per line,
+    // as the Adam loops do. Measured in note 54.
+    uint64_t prefetched_line = UINT64_MAX;
     for (size_t i = 0; i < block.row_count; ++i) {
+      if (i + kPrefetchRows < block.row_count) {
+        const uint64_t ahead = local_of(i + kPrefetchRows);
+        const uint64_t line = ahead * w * sizeof(float) / 64;
+        if (line != prefetched_line) {
+          prefetched_line = line;
+          PrefetchRow(table.grad.data() + ahead * w);
+          if (apply_updates_) PrefetchRow(table.pushes.data() + ahead);
+        }
+      }
       const uint64_t local = local_of(i);
       float* g = table.grad.data() + local * w;
       const float* v = block.values.data() + i * w;
@@ -160,6 +173,12 @@ void ShardStore::ApplyTouchedChunk(uint32_t t, size_t chunk, size_t chunk_rows) 
   if (apply_updates_) {
     const uint32_t w = table.width;
     for (size_t i = begin; i < end; ++i) {
+      if (i + kPrefetchRows < end) {
+        const size_t ahead = table.touched_rows[i + kPrefetchRows];
+        PrefetchRow(table.grad.data() + ahead * w);
+        PrefetchRow(table.params.data() + ahead * w);
+        PrefetchRow(table.pushes.data() + ahead);
+      }
       const uint32_t local = table.touched_rows[i];
       float* g = table.grad.data() + size_t{local} * w;
       float* p = table.params.data() + size_t{local} * w;
