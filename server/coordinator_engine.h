@@ -3,8 +3,9 @@
 // whose members are defined in coordinator.cc (listening, the serving
 // thread, stopping), coordinator_connections.cc (accepting, reading,
 // authenticating, dispatching, writing and closing) and
-// coordinator_requests.cc (registration, maps, barriers, the KV store and
-// the replies they defer). Internal to gridsync_coordinator.
+// coordinator_requests.cc (registration, maps, barriers and the replies
+// they defer) and coordinator_kv.cc (the KV store). Internal to
+// gridsync_coordinator.
 //
 // Thread safety: one Boost.Asio io_context on its own thread. Every piece of state below (members,
 // barriers, KV, waiters, connections) is touched only from that thread, so it needs no locks;
