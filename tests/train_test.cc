@@ -207,6 +207,38 @@ TEST(TrainTest, ThreadCountDoesNotChangeAnyBit) {
   }
 }
 
+// TrainOptions::timing_warmup_steps times the steps after the warmup
+// (evaluations excluded, as from the whole run), changes nothing trained,
+// and leaves no steady figure when no step is left after it.
+TEST(TrainTest, SteadyTimingSkipsTheWarmupSteps) {
+  const ImageTask image = LoadCrop();
+  Config config = SmallConfig();
+  config.training.steps = 6;
+  TrainOptions options = Quiet();
+  auto whole = TrainImage(config, image, options);
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  EXPECT_EQ(whole->steady_steps, 6u);
+  EXPECT_EQ(whole->steady_seconds, whole->train_seconds);
+  EXPECT_EQ(whole->steady_samples_per_second, whole->samples_per_second);
+
+  options.timing_warmup_steps = 2;
+  options.eval_steps = {1, 4};  // before and after the steady clock starts
+  auto warm = TrainImage(config, image, options);
+  ASSERT_TRUE(warm.ok()) << warm.status().ToString();
+  EXPECT_EQ(warm->steady_steps, 4u);
+  EXPECT_GT(warm->steady_seconds, 0.0);
+  EXPECT_LT(warm->steady_seconds, warm->train_seconds);
+  EXPECT_DOUBLE_EQ(warm->steady_samples_per_second,
+                   4.0 * config.training.batch_size / warm->steady_seconds);
+  EXPECT_EQ(warm->model->grid_params(), whole->model->grid_params());
+
+  options.timing_warmup_steps = 6;
+  auto none_left = TrainImage(config, image, options);
+  ASSERT_TRUE(none_left.ok()) << none_left.status().ToString();
+  EXPECT_EQ(none_left->steady_steps, 0u);
+  EXPECT_EQ(none_left->steady_samples_per_second, 0.0);
+}
+
 TEST(TrainTest, GradientAccumulationEqualsOneBatch) {
   const ImageTask image = LoadCrop();
   Config config = SmallConfig();

@@ -43,6 +43,9 @@ struct TrainArgs {
   bool vs_torch = false;
   int torch_steps = 0;   // 0: same as steps
   int torch_rounds = 1;  // --vs-torch: rounds of both, alternating which goes first
+  // Steps before the steady timing starts, on both sides (-1: a tenth of
+  // --steps, at most 50).
+  int warmup_steps = -1;
   std::vector<uint64_t> eval_steps;
   std::string json_out;
   std::string python = "/usr/bin/python3";
@@ -219,6 +222,12 @@ std::string FormatPsnrAt(const std::map<uint64_t, double>& at) {
   return out.str();
 }
 
+// --warmup-steps as resolved for a run of `steps` steps.
+uint64_t WarmupSteps(const TrainArgs& args, int steps) {
+  if (args.warmup_steps >= 0) return static_cast<uint64_t>(std::min(args.warmup_steps, steps));
+  return static_cast<uint64_t>(std::min(steps / 10, 50));
+}
+
 // Runs the peer and returns its last stdout line parsed as JSON.
 Result<nlohmann::json> RunTorchPeer(const TrainArgs& args, const Config& config,
                                     const ImageTask& image, int steps) {
@@ -244,6 +253,7 @@ Result<nlohmann::json> RunTorchPeer(const TrainArgs& args, const Config& config,
       << " --log2-hashmap-size " << e.log2_hashmap_size << " --base-resolution "
       << e.base_resolution << " --per-level-scale " << e.per_level_scale << " --n-neurons "
       << config.network.n_neurons << " --n-hidden-layers " << config.network.n_hidden_layers
+      << " --warmup-steps " << WarmupSteps(args, steps)
       << (eval.empty() ? "" : " --eval-steps " + eval);
   std::fprintf(stderr, "running the PyTorch peer: %s\n", cmd.str().c_str());
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.str().c_str(), "r"), pclose);
@@ -289,6 +299,7 @@ int RunTrain(const TrainArgs& args) {
   TrainOptions options;
   options.eval_steps = args.eval_steps;
   options.quiet = true;
+  options.timing_warmup_steps = WarmupSteps(args, args.steps);
   std::fprintf(stderr, "training gridsync for %d steps...\n", args.steps);
   auto ours = TrainImage(*config, *image, options);
   if (!ours.ok()) {
@@ -308,6 +319,15 @@ int RunTrain(const TrainArgs& args) {
   std::printf("%-9s %6llu %12.0f %10.2f %12.6f%s\n", "gridsync",
               static_cast<unsigned long long>(ours->steps), ours->samples_per_second, ours->psnr,
               ours->final_loss, FormatPsnrAt(ours->psnr_at).c_str());
+  const uint64_t warmup = options.timing_warmup_steps;
+  if (ours->steady_steps > 0) {
+    std::printf(
+        "steady state (steps %llu..%llu timed, the first %llu not): gridsync "
+        "%.0f samples/s, %.2f ms a step\n",
+        static_cast<unsigned long long>(warmup + 1), static_cast<unsigned long long>(ours->steps),
+        static_cast<unsigned long long>(warmup), ours->steady_samples_per_second,
+        1e3 * ours->steady_seconds / static_cast<double>(ours->steady_steps));
+  }
   std::printf("trained on: %s\n", ours->device.c_str());
   if (ours->device == "CPU")
     std::printf("MLP GEMMs: %s, %s operands\n", cpu::GemmEngineName(format).c_str(),
@@ -356,6 +376,17 @@ int RunTrain(const TrainArgs& args) {
     lines = *measured;
     std::printf("%s\n",
                 LineRooflineLine(*work, *lines, peak_flops, bandwidth, step_seconds).c_str());
+    if (ours->steady_steps > 0 && warmup > 0) {
+      // The same model at the steady step: the first touches of the
+      // tables' and Adam's memory are not the roofline's work.
+      const double steady_step = ours->steady_seconds / static_cast<double>(ours->steady_steps);
+      const double compute = work->flops / peak_flops;
+      std::printf(
+          "roofline at the steady step (%.2f ms): fraction reached %.2f (at rows), %.2f (at "
+          "lines)\n",
+          1e3 * steady_step, (compute + work->bytes / bandwidth) / steady_step,
+          (compute + LineBytes(*work, *lines) / bandwidth) / steady_step);
+    }
   }
   nlohmann::json result = {{"gridsync",
                             {{"steps", ours->steps},
@@ -370,6 +401,8 @@ int RunTrain(const TrainArgs& args) {
                              {"kernel_grid_backward_seconds", ours->kernel_grid_backward_seconds},
                              {"kernel_grid_adam_seconds", ours->kernel_grid_adam_seconds},
                              {"samples_per_s", ours->samples_per_second},
+                             {"warmup_steps", warmup},
+                             {"steady_samples_per_s", ours->steady_samples_per_second},
                              {"psnr", ours->psnr},
                              {"final_loss", ours->final_loss},
                              {"seconds", ours->train_seconds}}}};
@@ -434,12 +467,29 @@ int RunTrain(const TrainArgs& args) {
     std::printf(" (torch %s)\n", t.value("torch_version", std::string("?")).c_str());
     result["torch"] = t;
     result["ratio_samples_per_s"] = ratio;
+    // The steady rates, where both sides timed the same steps.
+    auto steady_of = [&](const nlohmann::json& peer) {
+      const bool same = peer.value("warmup_steps", -1) == static_cast<int64_t>(warmup) &&
+                        torch_steps == args.steps && peer.contains("steady_samples_per_s") &&
+                        peer["steady_samples_per_s"].is_number();
+      return same ? peer["steady_samples_per_s"].get<double>() : 0.0;
+    };
+    const double torch_steady = steady_of(t);
+    if (ours->steady_steps > 0 && torch_steady > 0) {
+      std::printf(
+          "steady state (steps %llu..%d): gridsync %.0f, torch %.0f samples/s; ratio %.2fx\n",
+          static_cast<unsigned long long>(warmup + 1), args.steps, ours->steady_samples_per_second,
+          torch_steady, ours->steady_samples_per_second / torch_steady);
+      result["steady_ratio_samples_per_s"] = ours->steady_samples_per_second / torch_steady;
+    }
     if (args.torch_rounds > 1) {
       // More rounds, each pair in the other order from the one before, so
       // that a noisy neighbour or a warm cache favours neither side: the
       // ratio of the medians is the figure to quote.
       std::vector<double> ours_rates = {ours->samples_per_second};
       std::vector<double> torch_rates = {t["samples_per_s"].get<double>()};
+      std::vector<double> ours_steady = {ours->steady_samples_per_second};
+      std::vector<double> torch_steady_rates = {torch_steady};
       for (int round = 1; round < args.torch_rounds; ++round) {
         // Round 1 (the first) ran gridsync first; odd rounds from 1 on
         // (counted from 0) run the peer first.
@@ -457,6 +507,7 @@ int RunTrain(const TrainArgs& args) {
               return 1;
             }
             torch_rates.push_back(rate);
+            torch_steady_rates.push_back(steady_of(*again));
           } else {
             std::fprintf(stderr, "round %d of %d: gridsync...\n", round + 1, args.torch_rounds);
             auto again = TrainImage(*config, *image, options);
@@ -466,6 +517,7 @@ int RunTrain(const TrainArgs& args) {
               return 1;
             }
             ours_rates.push_back(again->samples_per_second);
+            ours_steady.push_back(again->steady_samples_per_second);
           }
         }
       }
@@ -484,6 +536,19 @@ int RunTrain(const TrainArgs& args) {
       result["rounds"] = {{"gridsync_samples_per_s", ours_rates},
                           {"torch_samples_per_s", torch_rates},
                           {"ratio_of_medians", ours_median / torch_median}};
+      const double ours_steady_median = Median(ours_steady);
+      const double torch_steady_median = Median(torch_steady_rates);
+      if (ours_steady_median > 0 && torch_steady_median > 0) {
+        std::printf(
+            "steady state (steps %llu..%d): gridsync samples/s %s, median %.0f; torch %s, median "
+            "%.0f; ratio of the medians %.2fx\n",
+            static_cast<unsigned long long>(warmup + 1), args.steps, list(ours_steady).c_str(),
+            ours_steady_median, list(torch_steady_rates).c_str(), torch_steady_median,
+            ours_steady_median / torch_steady_median);
+        result["rounds"]["gridsync_steady_samples_per_s"] = ours_steady;
+        result["rounds"]["torch_steady_samples_per_s"] = torch_steady_rates;
+        result["rounds"]["steady_ratio_of_medians"] = ours_steady_median / torch_steady_median;
+      }
     }
   }
   if (!args.json_out.empty()) {
@@ -511,6 +576,10 @@ Runner AddTrainCommand(CLI::App* app) {
   cmd->add_flag("--vs-torch", args->vs_torch,
                 "Also run the PyTorch peer on the same image and settings");
   cmd->add_option("--torch-steps", args->torch_steps, "Steps for the peer (default: --steps)");
+  cmd->add_option("--warmup-steps", args->warmup_steps,
+                  "Steps not timed for the steady-state figures, on both sides (default: a tenth "
+                  "of --steps, at most 50); the whole-run figures time every step")
+      ->check(CLI::Range(0, 100000000));
   cmd->add_option("--torch-rounds", args->torch_rounds,
                   "With --vs-torch: rounds of both, each pair in the other order from the one "
                   "before; prints every round's throughput and the ratio of the medians "

@@ -148,6 +148,9 @@ def parse_args(argv):
     p.add_argument("--log-every", type=non_negative_int, default=100,
                    help="progress line on stderr every N steps (0 = never)")
     p.add_argument("--eval-chunk", type=positive_int, default=65536)
+    p.add_argument("--warmup-steps", type=non_negative_int, default=0,
+                   help="also time the steps after these (steady_samples_per_s), as gridsync-bench "
+                        "train times its own")
     # PyTorch DDP (gloo) across processes: the all-reduce baseline of
     # tools/emulate/bench-cluster.sh. The table's gradient is dense, as DDP
     # all-reduces it; both tables use torch.optim.Adam.
@@ -444,6 +447,7 @@ def main(argv=None):
     psnr_at = {}
 
     elapsed = 0.0
+    warm_elapsed = None  # the training time of the first --warmup-steps steps
     loss_val = float("nan")
     t0 = time.perf_counter()
     for step in range(1, a.steps + 1):
@@ -458,9 +462,12 @@ def main(argv=None):
         opt_mlp.step()
 
         log_now = a.log_every > 0 and (step % a.log_every == 0 or step == a.steps)
-        if step in eval_set or log_now or step == a.steps:
+        warm_now = step == a.warmup_steps
+        if step in eval_set or log_now or step == a.steps or warm_now:
             t1 = time.perf_counter()
             elapsed += t1 - t0
+            if warm_now:
+                warm_elapsed = elapsed
             loss_val = float(loss.detach())
             if log_now:
                 log("step %d/%d loss %.6g  %.0f samples/s"
@@ -487,10 +494,16 @@ def main(argv=None):
         "batch": a.batch,
         "seconds": seconds,
         "samples_per_s": a.steps * a.batch / seconds if seconds > 0 else None,
+        "warmup_steps": a.warmup_steps,
         "final_loss": loss_val,
         "psnr": psnr,
         "psnr_at": psnr_at,
     }
+    if a.warmup_steps == 0:
+        warm_elapsed = 0.0
+    if warm_elapsed is not None and a.steps > a.warmup_steps and seconds > warm_elapsed:
+        result["steady_samples_per_s"] = \
+            (a.steps - a.warmup_steps) * a.batch / (seconds - warm_elapsed)
     sys.stdout.write(json.dumps(result) + "\n")
     sys.stdout.flush()
     return 0

@@ -169,6 +169,10 @@ Result<TrainReport> RunTrainLoop(const RunSpec& spec, const ImageTask& image,
   uint64_t samples_in_interval = 0;
   auto interval_start = Clock::now();
   const auto loop_start = Clock::now();
+  // TrainOptions::timing_warmup_steps: where the steady clock starts.
+  bool warmed = options.train.timing_warmup_steps == 0;
+  double warm_at_seconds = 0;
+  uint64_t warm_done = first;
   // A failure the job survives (a restarted shard rejoined and the job
   // rolled back to its checkpoint): the sync follows it, and the loop goes
   // back to that step with its own state as it was there.
@@ -317,6 +321,13 @@ Result<TrainReport> RunTrainLoop(const RunSpec& spec, const ImageTask& image,
       record.skipped = !outcome.finite;
 
       const uint64_t done = step + 1;
+      // The steady clock starts once, at the end of the warmup's last step
+      // (a rollback that replays steps does not restart it).
+      if (!warmed && done >= first + options.train.timing_warmup_steps) {
+        warmed = true;
+        warm_at_seconds = Since(loop_start) - eval_seconds;
+        warm_done = done;
+      }
       bool evaluate = eval_every > 0 && done % eval_every == 0;
       while (next_eval < eval_steps.size() && eval_steps[next_eval] <= done) {
         evaluate = evaluate || eval_steps[next_eval] == done;
@@ -396,6 +407,12 @@ Result<TrainReport> RunTrainLoop(const RunSpec& spec, const ImageTask& image,
   report.samples = report.steps * batch;
   report.train_seconds = Since(loop_start) - eval_seconds;
   report.samples_per_second = static_cast<double>(report.samples) / report.train_seconds;
+  if (warmed && steps > warm_done) {
+    report.steady_steps = steps - warm_done;
+    report.steady_seconds = report.train_seconds - warm_at_seconds;
+    report.steady_samples_per_second =
+        static_cast<double>(report.steady_steps * batch) / report.steady_seconds;
+  }
   report.skipped_steps = scaler.skipped_steps();
   report.final_loss_scale = scaler.scale();
   report.grid_rows_per_step =

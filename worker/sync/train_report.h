@@ -37,6 +37,11 @@ struct TrainOptions {
   bool step_lines = true;
   // Told about every step (metrics, timeline, progress line); not owned.
   std::vector<StepObserver*> observers;
+  // TrainReport::steady_*: the training time after this process's first
+  // this many steps, whose first touches of the model's and the optimizer's
+  // memory (and a device's lazy loading) a long run pays once (0: the
+  // whole run).
+  uint64_t timing_warmup_steps = 0;
 };
 
 // A worker process's place in a cluster and its run-time options. Standalone
@@ -78,8 +83,14 @@ struct TrainReport {
   uint64_t my_samples = 0;   // of which this worker computed
   double train_seconds = 0;  // the loop: sampling, compute, synchronisation (not evaluations)
   double samples_per_second = 0;  // global: samples / train_seconds
-  double final_loss = 0;          // mean squared error of this worker's share of the last step
-  double psnr = 0;  // over the full image after the last step (the worker holding the model)
+  // The same after TrainOptions::timing_warmup_steps (evaluations excluded
+  // too): the steps timed, their seconds and global samples per second (0
+  // when no step is left after them).
+  uint64_t steady_steps = 0;
+  double steady_seconds = 0;
+  double steady_samples_per_second = 0;
+  double final_loss = 0;  // mean squared error of this worker's share of the last step
+  double psnr = 0;        // over the full image after the last step (the worker holding the model)
   std::map<uint64_t, double> psnr_at;  // step -> PSNR for TrainOptions::eval_steps/eval_every
   // The same evaluations with the training time they took to reach (the
   // loop's wall time so far, evaluations excluded).
