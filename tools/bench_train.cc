@@ -278,6 +278,13 @@ Result<nlohmann::json> RunTorchPeer(const TrainArgs& args, const Config& config,
 
 int RunTrain(const TrainArgs& args) {
   if (!args.scaling.empty()) return RunScaling(args);
+  if (args.warmup_steps >= args.steps) {
+    std::fprintf(stderr,
+                 "gridsync-bench train: --warmup-steps %d leaves no step of --steps %d to time; "
+                 "allowed: 0..%d\n",
+                 args.warmup_steps, args.steps, args.steps - 1);
+    return kConfigErrorExitCode;
+  }
   auto config = TrainConfig(args, args.threads);
   if (!config.ok()) {
     std::fprintf(stderr, "%s\n", config.status().message().c_str());
@@ -607,7 +614,8 @@ Runner AddTrainCommand(CLI::App* app) {
       ->needs(scaling);
   scaling->excludes(cmd->get_option("--vs-torch"))
       ->excludes(cmd->get_option("--threads"))
-      ->excludes(cmd->get_option("--eval-steps"));
+      ->excludes(cmd->get_option("--eval-steps"))
+      ->excludes(cmd->get_option("--warmup-steps"));
   return [args] { return RunTrain(*args); };
 }
 
