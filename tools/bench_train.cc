@@ -27,6 +27,7 @@
 #include "spec/run_spec.h"
 #include "tools/bench.h"
 #include "tools/bench_stats.h"
+#include "tools/bench_train_setup.h"
 #include "tools/roofline.h"
 #include "worker/image_task.h"
 #include "worker/sync/train.h"
@@ -35,197 +36,11 @@
 namespace gridsync::bench {
 namespace {
 
-struct TrainArgs {
-  std::string config = "configs/local.json";
-  std::vector<std::string> overrides;
-  int steps = 500;
-  int threads = 1;
-  bool vs_torch = false;
-  int torch_steps = 0;   // 0: same as steps
-  int torch_rounds = 1;  // --vs-torch: rounds of both, alternating which goes first
-  // Steps before the steady timing starts, on both sides (-1: a tenth of
-  // --steps, at most 50).
-  int warmup_steps = -1;
-  std::vector<uint64_t> eval_steps;
-  std::string json_out;
-  std::string python = "/usr/bin/python3";
-  std::string device = "cpu";  // training.device: cpu (the default here), cuda or auto
-  std::string gemm = "auto";   // the MLP's GEMM engine: auto, eigen or onednn
-  std::vector<int> scaling;    // --scaling: thread counts to compare
-  int repeats = 5;             // --scaling: rounds
-};
-
-// The config a run on `threads` threads trains with: the file, the --set
-// overrides, then the bench's own settings.
-Result<Config> TrainConfig(const TrainArgs& args, int threads) {
-  // Keys the bench sets itself: a --set of one would be overridden, so it is
-  // refused rather than silently ignored.
-  const std::pair<const char*, const char*> owned[] = {
-      {"training.steps", "--steps"},
-      {"training.threads", "--threads or --scaling"},
-      {"training.device", "--device"},
-      {"training.log_every", "no flag: the bench trains quietly"}};
-  for (const std::string& o : args.overrides) {
-    const std::string key = o.substr(0, o.find('='));
-    for (const auto& [name, flag] : owned) {
-      if (key == name) {
-        return Status::InvalidArgument("--set " + o + ": gridsync-bench train sets " + name +
-                                       " itself; use " + flag);
-      }
-    }
-  }
-  std::vector<std::string> overrides = args.overrides;
-  overrides.push_back("training.steps=" + std::to_string(args.steps));
-  overrides.push_back("training.threads=" + std::to_string(threads));
-  overrides.push_back("training.log_every=0");
-  overrides.push_back("training.device=" + args.device);
-  return LoadStandaloneConfig(args.config, overrides);
-}
-
-// What must hold before any training starts, so that a run of minutes does
-// not end in an allocation failure or an unwritable --json: the worker's
-// memory check (worker_precheck.h, as gridsync-worker and check-config
-// run it), --eval-steps within the run, and the --json file writable.
-Status CheckBeforeTraining(const TrainArgs& args, const Config& config, const ImageTask& image) {
-  GRIDSYNC_ASSIGN_OR_RETURN(const RunSpec spec, RunSpec::Resolve(config));
-  GRIDSYNC_RETURN_IF_ERROR(
-      CheckWorkerMemory(spec, image, /*distributed=*/false, /*writes_png=*/false));
-  for (const uint64_t step : args.eval_steps) {
-    if (step == 0 || step > static_cast<uint64_t>(args.steps)) {
-      return Status::InvalidArgument("--eval-steps " + std::to_string(step) +
-                                     ": no such step; allowed: 1.." + std::to_string(args.steps) +
-                                     " (--steps)");
-    }
-  }
-  if (!args.json_out.empty()) {
-    // Opened for appending: the check neither truncates an existing file
-    // nor leaves one that was not there.
-    const bool existed = std::filesystem::exists(args.json_out);
-    std::ofstream probe(args.json_out, std::ios::app);
-    if (!probe) {
-      return Status::IOError("--json " + args.json_out + ": cannot write it: " +
-                             std::strerror(errno) + "; allowed: a file in a writable folder");
-    }
-    probe.close();
-    if (!existed) std::filesystem::remove(args.json_out);
-  }
-  return Status::OK();
-}
-
-void SetGemm(const std::string& gemm) {
-  cpu::SetGemmEngine(gemm == "eigen"    ? cpu::GemmEngine::kEigen
-                     : gemm == "onednn" ? cpu::GemmEngine::kOneDnn
-                                        : cpu::GemmEngine::kAuto);
-}
-
-// --scaling: every thread count in every round, the order reversed every
-// other round so that a host getting slower or faster during the run favours
-// no count. A round's speedups compare runs made back to back, which the
-// host's drift moves less than it moves runs minutes apart; the table gives
-// both the per-round median and the ratio of the throughput medians. The
-// runs must end bit for bit alike (results do not depend on the thread
-// count): a PSNR that differs is reported and fails the command.
-int RunScaling(const TrainArgs& args) {
-  std::vector<Config> configs;
-  for (const int threads : args.scaling) {
-    auto config = TrainConfig(args, threads);
-    if (!config.ok()) {
-      std::fprintf(stderr, "%s\n", config.status().message().c_str());
-      return kConfigErrorExitCode;
-    }
-    configs.push_back(*std::move(config));
-  }
-  auto image = ImageTask::Load(configs[0].task.image);
-  if (!image.ok()) {
-    std::fprintf(stderr, "%s\n", image.status().message().c_str());
-    return kConfigErrorExitCode;
-  }
-  for (const Config& config : configs) {
-    if (Status fits = CheckBeforeTraining(args, config, *image); !fits.ok()) {
-      std::fprintf(stderr, "gridsync-bench train: %s\n", fits.message().c_str());
-      return kConfigErrorExitCode;
-    }
-  }
-  SetGemm(args.gemm);
-  TrainOptions options;
-  options.quiet = true;
-  options.write_png = false;
-  const size_t counts = configs.size();
-  std::vector<std::vector<double>> rates(counts), speedups(counts);
-  std::vector<double> psnr(counts, 0.0);
-  std::string device;
-  for (int round = 0; round < args.repeats; ++round) {
-    std::vector<double> this_round(counts, 0.0);
-    for (size_t k = 0; k < counts; ++k) {
-      const size_t i = round % 2 == 0 ? k : counts - 1 - k;
-      std::fprintf(stderr, "round %d of %d: %d thread(s), %d steps...\n", round + 1, args.repeats,
-                   args.scaling[i], args.steps);
-      auto run = TrainImage(configs[i], *image, options);
-      if (!run.ok()) {
-        std::fprintf(stderr, "gridsync training failed on %d thread(s): %s\n", args.scaling[i],
-                     run.status().ToString().c_str());
-        return 1;
-      }
-      this_round[i] = run->samples_per_second;
-      rates[i].push_back(run->samples_per_second);
-      if (round == 0) psnr[i] = run->psnr;
-      // Bit for bit (a diverged run's NaN equals itself here).
-      const auto bits = [](double x) { return std::bit_cast<uint64_t>(x); };
-      if (bits(run->psnr) != bits(psnr[i]) || bits(run->psnr) != bits(psnr[0])) {
-        std::fprintf(stderr,
-                     "the runs differ: %d thread(s) ended at %.6f dB, %d thread(s) at %.6f dB; "
-                     "results must not depend on the thread count\n",
-                     args.scaling[i], run->psnr, args.scaling[0], psnr[0]);
-        return 1;
-      }
-      device = run->device;
-    }
-    for (size_t i = 0; i < counts; ++i) speedups[i].push_back(this_round[i] / this_round[0]);
-  }
-  std::printf(
-      "# gridsync-bench train --scaling: %zu thread counts x %d rounds of %d steps in one process "
-      "(order reversed every other round); trained on %s; every run ended at %.2f dB\n",
-      counts, args.repeats, args.steps, device.c_str(), psnr[0]);
-  std::printf("%-8s %14s %-40s %16s %18s\n", "threads", "samples/s_p50", "runs (samples/s)",
-              "speedup_rounds", "speedup_of_p50s");
-  nlohmann::json result = nlohmann::json::array();
-  for (size_t i = 0; i < counts; ++i) {
-    std::string runs;
-    for (double r : rates[i])
-      runs += (runs.empty() ? "" : ",") + std::to_string(std::lround(r / 1000)) + "k";
-    const double p50 = Median(rates[i]);
-    const double round_speedup = Median(speedups[i]);
-    const double p50_speedup = p50 / Median(rates[0]);
-    std::printf("%-8d %14.0f %-40s %16.2f %18.2f\n", args.scaling[i], p50, runs.c_str(),
-                round_speedup, p50_speedup);
-    result.push_back({{"threads", args.scaling[i]},
-                      {"samples_per_s", rates[i]},
-                      {"samples_per_s_median", p50},
-                      {"speedup_median_of_rounds", round_speedup},
-                      {"speedup_of_medians", p50_speedup}});
-  }
-  if (!args.json_out.empty()) {
-    std::ofstream out(args.json_out);
-    out << nlohmann::json{{"scaling", result}}.dump(2) << "\n";
-    if (!out) {
-      std::fprintf(stderr, "cannot write %s\n", args.json_out.c_str());
-      return 1;
-    }
-  }
-  return 0;
-}
-
 std::string FormatPsnrAt(const std::map<uint64_t, double>& at) {
   std::ostringstream out;
   for (const auto& [step, psnr] : at)
     out << " @" << step << ":" << std::fixed << std::setprecision(2) << psnr;
   return out.str();
-}
-
-// --warmup-steps as resolved for a run of `steps` steps.
-uint64_t WarmupSteps(const TrainArgs& args, int steps) {
-  if (args.warmup_steps >= 0) return static_cast<uint64_t>(std::min(args.warmup_steps, steps));
-  return static_cast<uint64_t>(std::min(steps / 10, 50));
 }
 
 // Runs the peer and returns its last stdout line parsed as JSON.
@@ -277,7 +92,6 @@ Result<nlohmann::json> RunTorchPeer(const TrainArgs& args, const Config& config,
 }
 
 int RunTrain(const TrainArgs& args) {
-  if (!args.scaling.empty()) return RunScaling(args);
   if (args.warmup_steps >= args.steps) {
     std::fprintf(stderr,
                  "gridsync-bench train: --warmup-steps %d leaves no step of --steps %d to time; "
@@ -285,6 +99,7 @@ int RunTrain(const TrainArgs& args) {
                  args.warmup_steps, args.steps, args.steps - 1);
     return kConfigErrorExitCode;
   }
+  if (!args.scaling.empty()) return RunScaling(args);
   auto config = TrainConfig(args, args.threads);
   if (!config.ok()) {
     std::fprintf(stderr, "%s\n", config.status().message().c_str());
@@ -614,8 +429,7 @@ Runner AddTrainCommand(CLI::App* app) {
       ->needs(scaling);
   scaling->excludes(cmd->get_option("--vs-torch"))
       ->excludes(cmd->get_option("--threads"))
-      ->excludes(cmd->get_option("--eval-steps"))
-      ->excludes(cmd->get_option("--warmup-steps"));
+      ->excludes(cmd->get_option("--eval-steps"));
   return [args] { return RunTrain(*args); };
 }
 
