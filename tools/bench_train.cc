@@ -202,12 +202,12 @@ int RunTrain(const TrainArgs& args) {
       // The same model at the steady step: the first touches of the
       // tables' and Adam's memory are not the roofline's work.
       const double steady_step = ours->steady_seconds / static_cast<double>(ours->steady_steps);
-      const double compute = work->flops / peak_flops;
       std::printf(
           "roofline at the steady step (%.2f ms): fraction reached %.2f (at rows), %.2f (at "
           "lines)\n",
-          1e3 * steady_step, (compute + work->bytes / bandwidth) / steady_step,
-          (compute + LineBytes(*work, *lines) / bandwidth) / steady_step);
+          1e3 * steady_step,
+          RooflineFraction(*work, work->bytes, peak_flops, bandwidth, steady_step),
+          RooflineFraction(*work, LineBytes(*work, *lines), peak_flops, bandwidth, steady_step));
     }
   }
   nlohmann::json result = {{"gridsync",
@@ -237,7 +237,7 @@ int RunTrain(const TrainArgs& args) {
         {"bytes", work->bytes},
         {"peak_flops", peak_flops},
         {"bandwidth", bandwidth},
-        {"fraction", (work->flops / peak_flops + work->bytes / bandwidth) / step_seconds}};
+        {"fraction", RooflineFraction(*work, work->bytes, peak_flops, bandwidth, step_seconds)}};
   }
   if (work && lines) {
     const double line_bytes = LineBytes(*work, *lines);
@@ -247,7 +247,7 @@ int RunTrain(const TrainArgs& args) {
         {"grid_bytes_at_lines", lines->bytes()},
         {"grid_bytes_at_rows", work->grid_bytes},
         {"bytes", line_bytes},
-        {"fraction", (work->flops / peak_flops + line_bytes / bandwidth) / step_seconds}};
+        {"fraction", RooflineFraction(*work, line_bytes, peak_flops, bandwidth, step_seconds)}};
   }
   int rc = 0;
   if (args.vs_torch) {
@@ -343,18 +343,12 @@ int RunTrain(const TrainArgs& args) {
           }
         }
       }
-      auto list = [](const std::vector<double>& v) {
-        std::string out;
-        for (double x : v)
-          out += (out.empty() ? "" : ",") + std::to_string(std::lround(x / 1e3)) + "k";
-        return out;
-      };
       const double ours_median = Median(ours_rates), torch_median = Median(torch_rates);
       std::printf(
           "rounds %d (alternating order): gridsync samples/s %s, median %.0f; torch %s, median "
           "%.0f; ratio of the medians %.2fx\n",
-          args.torch_rounds, list(ours_rates).c_str(), ours_median, list(torch_rates).c_str(),
-          torch_median, ours_median / torch_median);
+          args.torch_rounds, FormatThousands(ours_rates).c_str(), ours_median,
+          FormatThousands(torch_rates).c_str(), torch_median, ours_median / torch_median);
       result["rounds"] = {{"gridsync_samples_per_s", ours_rates},
                           {"torch_samples_per_s", torch_rates},
                           {"ratio_of_medians", ours_median / torch_median}};
@@ -364,8 +358,9 @@ int RunTrain(const TrainArgs& args) {
         std::printf(
             "steady state (steps %llu..%d): gridsync samples/s %s, median %.0f; torch %s, median "
             "%.0f; ratio of the medians %.2fx\n",
-            static_cast<unsigned long long>(warmup + 1), args.steps, list(ours_steady).c_str(),
-            ours_steady_median, list(torch_steady_rates).c_str(), torch_steady_median,
+            static_cast<unsigned long long>(warmup + 1), args.steps,
+            FormatThousands(ours_steady).c_str(), ours_steady_median,
+            FormatThousands(torch_steady_rates).c_str(), torch_steady_median,
             ours_steady_median / torch_steady_median);
         result["rounds"]["gridsync_steady_samples_per_s"] = ours_steady;
         result["rounds"]["torch_steady_samples_per_s"] = torch_steady_rates;

@@ -99,12 +99,7 @@ int RunScaling(const TrainArgs& args) {
                 "speedup_rounds", "speedup_of_p50s");
     nlohmann::json rows = nlohmann::json::array();
     for (size_t i = 0; i < counts; ++i) {
-      std::string runs;
-      for (double r : of[i]) {
-        if (!runs.empty()) runs += ',';
-        runs += std::to_string(std::lround(r / 1000));
-        runs += 'k';
-      }
+      const std::string runs = FormatThousands(of[i]);
       const double p50 = Median(of[i]);
       const double round_speedup = Median(ups[i]);
       const double p50_speedup = p50 / Median(of[0]);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -75,6 +76,16 @@ Status CheckBeforeTraining(const TrainArgs& args, const Config& config, const Im
 uint64_t WarmupSteps(const TrainArgs& args, int steps) {
   if (args.warmup_steps >= 0) return static_cast<uint64_t>(std::min(args.warmup_steps, steps));
   return static_cast<uint64_t>(std::min(steps / 10, 50));
+}
+
+std::string FormatThousands(const std::vector<double>& rates) {
+  std::string out;
+  for (double r : rates) {
+    if (!out.empty()) out += ',';
+    out += std::to_string(std::lround(r / 1e3));
+    out += 'k';
+  }
+  return out;
 }
 
 void SetGemm(const std::string& gemm) {

@@ -47,6 +47,9 @@ Status CheckBeforeTraining(const TrainArgs& args, const Config& config, const Im
 // --warmup-steps as resolved for a run of `steps` steps.
 uint64_t WarmupSteps(const TrainArgs& args, int steps);
 
+// Rates as a table cell: "816k,842k" (thousands, rounded).
+std::string FormatThousands(const std::vector<double>& rates);
+
 // The MLP's GEMM engine, by its --gemm name.
 void SetGemm(const std::string& gemm);
 

@@ -151,7 +151,7 @@ std::string LineRooflineLine(const StepWork& work, const GridLines& lines, doubl
                 lines.rows, lines.wide_lines, lines.rows / std::max(lines.wide_lines, 1.0),
                 lines.bytes() / 1e6, work.grid_bytes / 1e6, bytes / 1e6, bandwidth / 1e9,
                 memory * 1e3, compute * 1e3, (compute + memory) * 1e3,
-                (compute + memory) / seconds);
+                RooflineFraction(work, bytes, peak_flops, bandwidth, seconds));
   return line;
 }
 
@@ -215,6 +215,11 @@ double MeasureBandwidth(int threads) {
   return Median(rates);
 }
 
+double RooflineFraction(const StepWork& work, double bytes, double peak_flops, double bandwidth,
+                        double seconds) {
+  return (work.flops / peak_flops + bytes / bandwidth) / seconds;
+}
+
 std::string RooflineLine(const StepWork& work, double peak_flops, double bandwidth, double seconds,
                          int threads) {
   const double compute = work.flops / peak_flops;
@@ -226,7 +231,7 @@ std::string RooflineLine(const StepWork& work, double peak_flops, double bandwid
                 "(%.2f ms) + %.1f MB at %.1f GB/s (%.2f ms) = %.2f ms; fraction reached %.2f",
                 threads, threads == 1 ? "" : "s", seconds * 1e3, work.flops / 1e9, peak_flops / 1e9,
                 compute * 1e3, work.bytes / 1e6, bandwidth / 1e9, memory * 1e3, bound * 1e3,
-                bound / seconds);
+                RooflineFraction(work, work.bytes, peak_flops, bandwidth, seconds));
   return line;
 }
 

@@ -83,5 +83,10 @@ std::string LineRooflineLine(const StepWork& work, const GridLines& lines, doubl
                              double bandwidth, double seconds);
 // The step's bytes with the grid's counted at lines.
 double LineBytes(const StepWork& work, const GridLines& lines);
+// The fraction of the roofline a step of `seconds` reaches: its FLOPs at
+// the peak plus `bytes` (work.bytes, or LineBytes) at the bandwidth, over
+// the step.
+double RooflineFraction(const StepWork& work, double bytes, double peak_flops, double bandwidth,
+                        double seconds);
 
 }  // namespace gridsync::bench
