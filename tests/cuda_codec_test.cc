@@ -324,7 +324,9 @@ TEST(CudaCodec, TheBlockCodecWritesTheCpuBytesAndDecodes) {
   const Status got =
       (*codec)->Encode(onebit, nan.data(), nan.size(), 1, payload.data(), decoded.data());
   EXPECT_EQ(got.ok(), want.ok());
-  if (!want.ok()) EXPECT_EQ(got.ToString(), want.ToString());
+  if (!want.ok()) {
+    EXPECT_EQ(got.ToString(), want.ToString());
+  }
 }
 
 }  // namespace

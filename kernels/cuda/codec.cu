@@ -34,18 +34,12 @@
 #include "kernels/cpu/codec.h"
 #include "kernels/cuda/codec_kernels.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/grid_stride.h"
 
 namespace gridsync::cuda {
 namespace {
 
 namespace cm = ::gridsync::codec_math;
-
-constexpr uint32_t kThreads = 256;
-constexpr size_t kMaxBlocks = 65535;
-
-unsigned GridFor(size_t work) {
-  return static_cast<unsigned>(std::clamp<size_t>((work + kThreads - 1) / kThreads, 1, kMaxBlocks));
-}
 
 // Payload fields carry no alignment: bytes, little-endian.
 __device__ __forceinline__ void StoreU32(uint8_t* p, uint32_t v) {
@@ -67,16 +61,12 @@ __device__ __forceinline__ uint16_t LoadU16(const uint8_t* p) {
 __device__ __forceinline__ size_t MinSize(size_t a, size_t b) { return a < b ? a : b; }
 __device__ __forceinline__ bool IsFinite(float x) { return cm::IsFiniteBits(cm::FloatBits(x)); }
 
-#define GRIDSYNC_GRID_STRIDE(i, count)                                               \
-  for (size_t i = size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < (count); \
-       i += size_t{gridDim.x} * blockDim.x)
-
 // ---------------------------------------------------------------------------
 // Elementwise codecs.
 
 __global__ void NoneDecodeKernel(const uint8_t* __restrict__ bytes, size_t n,
                                  float* __restrict__ out, unsigned* bad) {
-  GRIDSYNC_GRID_STRIDE(i, n) {
+  GRIDSYNC_FOR_EACH(i, n) {
     const uint32_t bits = LoadU32(bytes + 4 * i);
     if (!cm::IsFiniteBits(bits)) *bad = 1;
     out[i] = cm::BitsFloat(bits);
@@ -84,7 +74,7 @@ __global__ void NoneDecodeKernel(const uint8_t* __restrict__ bytes, size_t n,
 }
 
 __global__ void Fp16EncodeKernel(const float* __restrict__ x, size_t n, uint8_t* __restrict__ out) {
-  GRIDSYNC_GRID_STRIDE(i, n) {
+  GRIDSYNC_FOR_EACH(i, n) {
     const float v = cm::PrepareForHalf(x[i]);
     // PrepareForHalf leaves only the canonical NaN, whose half is 0x7E00 on
     // the CPU (F16C keeps the payload's top bits); __float2half_rn may differ.
@@ -97,7 +87,7 @@ __global__ void Fp16EncodeKernel(const float* __restrict__ x, size_t n, uint8_t*
 
 __global__ void Fp16DecodeKernel(const uint8_t* __restrict__ bytes, size_t n,
                                  float* __restrict__ out, unsigned* bad) {
-  GRIDSYNC_GRID_STRIDE(i, n) {
+  GRIDSYNC_FOR_EACH(i, n) {
     const uint16_t h = LoadU16(bytes + 2 * i);
     if ((h & 0x7C00u) == 0x7C00u) *bad = 1;
     out[i] = __half2float(__ushort_as_half(h));
@@ -105,12 +95,12 @@ __global__ void Fp16DecodeKernel(const uint8_t* __restrict__ bytes, size_t n,
 }
 
 __global__ void Bf16EncodeKernel(const float* __restrict__ x, size_t n, uint8_t* __restrict__ out) {
-  GRIDSYNC_GRID_STRIDE(i, n) { StoreU16(out + 2 * i, cm::FloatToBf16(x[i])); }
+  GRIDSYNC_FOR_EACH(i, n) { StoreU16(out + 2 * i, cm::FloatToBf16(x[i])); }
 }
 
 __global__ void Bf16DecodeKernel(const uint8_t* __restrict__ bytes, size_t n,
                                  float* __restrict__ out, unsigned* bad) {
-  GRIDSYNC_GRID_STRIDE(i, n) {
+  GRIDSYNC_FOR_EACH(i, n) {
     const uint16_t h = LoadU16(bytes + 2 * i);
     if ((h & 0x7F80u) == 0x7F80u) *bad = 1;
     out[i] = cm::Bf16ToFloat(h);
@@ -120,10 +110,10 @@ __global__ void Bf16DecodeKernel(const uint8_t* __restrict__ bytes, size_t n,
 // ---------------------------------------------------------------------------
 // int8: one thread block per codec block.
 
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kBlockSize)
     Int8EncodeKernel(const float* __restrict__ x, size_t n, uint32_t block, size_t n_blocks,
                      uint8_t* __restrict__ out) {
-  __shared__ float warp_max[kThreads / 32];
+  __shared__ float warp_max[kBlockSize / 32];
   for (size_t b = blockIdx.x; b < n_blocks; b += gridDim.x) {
     const size_t begin = b * block;
     const size_t len = MinSize(block, n - begin);
@@ -140,7 +130,7 @@ __global__ void __launch_bounds__(kThreads)
     if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = max;
     non_finite = __syncthreads_or(non_finite);  // also publishes warp_max
     max = warp_max[0];
-    for (uint32_t w = 1; w < kThreads / 32; ++w) max = fmaxf(max, warp_max[w]);
+    for (uint32_t w = 1; w < kBlockSize / 32; ++w) max = fmaxf(max, warp_max[w]);
 
     uint8_t* dst = out + b * (size_t{block} + 4);
     if (non_finite || max == 0.0f) {
@@ -164,7 +154,7 @@ __global__ void __launch_bounds__(kThreads)
 
 __global__ void Int8DecodeKernel(const uint8_t* __restrict__ bytes, size_t n, uint32_t block,
                                  float* __restrict__ out, unsigned* bad) {
-  GRIDSYNC_GRID_STRIDE(i, n) {
+  GRIDSYNC_FOR_EACH(i, n) {
     const uint8_t* src = bytes + (i / block) * (size_t{block} + 4);
     const float scale = cm::BitsFloat(LoadU32(src));
     if (!(scale >= 0.0f) || !IsFinite(__fmul_rn(scale, 127.0f))) *bad = 1;
@@ -178,7 +168,7 @@ __global__ void Int8DecodeKernel(const uint8_t* __restrict__ bytes, size_t n, ui
 // Fixed-order sums (codec_math::kReduceChunk) and the scale header.
 
 template <bool kSquare>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kBlockSize)
     ChunkSumKernel(const float* __restrict__ x, size_t n, size_t n_chunks,
                    double* __restrict__ partials) {
   static_assert(32 % cm::kReduceLanes == 0, "a lane group must sit inside one warp");
@@ -217,8 +207,9 @@ __global__ void FinishScaleKernel(const double* __restrict__ partials, size_t n_
 // ---------------------------------------------------------------------------
 // onebit: one sign byte per thread.
 
-__global__ void OnebitPackKernel(const float* __restrict__ x, size_t n, uint8_t* __restrict__ signs) {
-  GRIDSYNC_GRID_STRIDE(j, (n + 7) / 8) {
+__global__ void OnebitPackKernel(const float* __restrict__ x, size_t n,
+                                 uint8_t* __restrict__ signs) {
+  GRIDSYNC_FOR_EACH(j, (n + 7) / 8) {
     uint32_t byte = 0;
     for (uint32_t b = 0; b < 8; ++b) {
       const size_t i = 8 * j + b;
@@ -232,7 +223,7 @@ __global__ void OnebitDecodeKernel(const uint8_t* __restrict__ bytes, size_t n,
                                    float* __restrict__ out, unsigned* bad) {
   const float scale = cm::BitsFloat(LoadU32(bytes));
   if (blockIdx.x == 0 && threadIdx.x == 0 && (!(scale >= 0.0f) || !IsFinite(scale))) *bad = 1;
-  GRIDSYNC_GRID_STRIDE(j, (n + 7) / 8) {
+  GRIDSYNC_FOR_EACH(j, (n + 7) / 8) {
     const uint32_t byte = bytes[4 + j];
     for (uint32_t b = 0; b < 8; ++b) {
       const size_t i = 8 * j + b;
@@ -257,7 +248,7 @@ __global__ void QsgdEncodeKernel(const float* __restrict__ x, size_t n, int bits
   const bool zero = !(norm > 0.0f) || !IsFinite(norm);
   const double inv = zero ? 0.0 : __ddiv_rn(static_cast<double>(s), static_cast<double>(norm));
   const size_t total_bytes = (n * width + 7) / 8;
-  GRIDSYNC_GRID_STRIDE(g, (n + 7) / 8) {
+  GRIDSYNC_FOR_EACH(g, (n + 7) / 8) {
     uint64_t lo = 0;  // stream bits [0, 64) of the group
     uint32_t hi = 0;  // stream bits [64, 72)
     for (uint32_t b = 0; b < 8; ++b) {
@@ -292,7 +283,7 @@ __global__ void QsgdDecodeKernel(const uint8_t* __restrict__ bytes, size_t n, in
     *bad = 1;
   const uint8_t* codes = bytes + 4;
   const size_t total_bytes = (n * width + 7) / 8;
-  GRIDSYNC_GRID_STRIDE(g, (n + 7) / 8) {
+  GRIDSYNC_FOR_EACH(g, (n + 7) / 8) {
     const size_t first = g * width;
     const size_t count = MinSize(width, total_bytes - first);
     uint64_t lo = 0;
@@ -328,7 +319,7 @@ __global__ void QsgdDecodeKernel(const uint8_t* __restrict__ bytes, size_t n, in
 
 __global__ void TopkKeysKernel(const float* __restrict__ x, size_t n, uint32_t* __restrict__ keys,
                                uint32_t* __restrict__ indices) {
-  GRIDSYNC_GRID_STRIDE(i, n) {
+  GRIDSYNC_FOR_EACH(i, n) {
     keys[i] = cm::MagnitudeKey(x[i]);
     indices[i] = static_cast<uint32_t>(i);
   }
@@ -338,7 +329,7 @@ __global__ void TopkKeysKernel(const float* __restrict__ x, size_t n, uint32_t* 
 __global__ void TopkWriteKernel(const float* __restrict__ x, const uint32_t* __restrict__ indices,
                                 uint32_t k, uint8_t* __restrict__ out) {
   if (blockIdx.x == 0 && threadIdx.x == 0) StoreU32(out, k);
-  GRIDSYNC_GRID_STRIDE(j, k) {
+  GRIDSYNC_FOR_EACH(j, k) {
     const uint32_t index = indices[j];
     StoreU32(out + 4 + 4 * j, index);
     StoreU32(out + 4 + 4 * size_t{k} + 4 * j, cm::FloatBits(x[index]));
@@ -350,7 +341,7 @@ __global__ void TopkDecodeKernel(const uint8_t* __restrict__ bytes, size_t n, ui
   if (blockIdx.x == 0 && threadIdx.x == 0 && LoadU32(bytes) != k) *bad = 1;
   const uint8_t* idx = bytes + 4;
   const uint8_t* val = bytes + 4 + 4 * size_t{k};
-  GRIDSYNC_GRID_STRIDE(j, k) {
+  GRIDSYNC_FOR_EACH(j, k) {
     const uint32_t index = LoadU32(idx + 4 * j);
     const uint32_t bits = LoadU32(val + 4 * j);
     if (index >= n || (j > 0 && index <= LoadU32(idx + 4 * (j - 1))) || !cm::IsFiniteBits(bits))
@@ -362,20 +353,18 @@ __global__ void TopkDecodeKernel(const uint8_t* __restrict__ bytes, size_t n, ui
 __global__ void RandomkGatherKernel(const float* __restrict__ x,
                                     const uint32_t* __restrict__ indices, uint32_t k,
                                     uint8_t* __restrict__ out) {
-  GRIDSYNC_GRID_STRIDE(j, k) { StoreU32(out + 4 * j, cm::FloatBits(x[indices[j]])); }
+  GRIDSYNC_FOR_EACH(j, k) { StoreU32(out + 4 * j, cm::FloatBits(x[indices[j]])); }
 }
 
 __global__ void RandomkScatterKernel(const uint8_t* __restrict__ bytes,
-                                     const uint32_t* __restrict__ indices, uint32_t k,
-                                     float factor, float* __restrict__ out, unsigned* bad) {
-  GRIDSYNC_GRID_STRIDE(j, k) {
+                                     const uint32_t* __restrict__ indices, uint32_t k, float factor,
+                                     float* __restrict__ out, unsigned* bad) {
+  GRIDSYNC_FOR_EACH(j, k) {
     const float scaled = __fmul_rn(cm::BitsFloat(LoadU32(bytes + 4 * j)), factor);
     if (!IsFinite(scaled)) *bad = 1;
     out[indices[j]] = scaled;
   }
 }
-
-#undef GRIDSYNC_GRID_STRIDE
 
 // ---------------------------------------------------------------------------
 // Host side.
@@ -395,7 +384,8 @@ class Scratch {
   template <typename T>
   Status Allocate(size_t count, T** out) {
     void* ptr = nullptr;
-    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&ptr, std::max<size_t>(count, 1) * sizeof(T), stream_));
+    GRIDSYNC_CUDA_RETURN_IF_ERROR(
+        cudaMallocAsync(&ptr, std::max<size_t>(count, 1) * sizeof(T), stream_));
     ptrs_.push_back(ptr);
     *out = static_cast<T*>(ptr);
     return Status::OK();
@@ -419,15 +409,6 @@ std::string Prefix(const CodecOptions& options) {
   return "cuda codec " + std::string(CodecName(options.codec)) + ": ";
 }
 
-Status CheckArguments(const CodecOptions& options, size_t n) {
-  GRIDSYNC_RETURN_IF_ERROR(ValidateCodecOptions(options));
-  if (n > kMaxCodecValues) {
-    return Status::InvalidArgument(Prefix(options) + std::to_string(n) +
-                                   " values; allowed: <= 4294967295");
-  }
-  return Status::OK();
-}
-
 // onebit and qsgd: the fixed-order sum and the header; *scale (device) gets
 // the header's value.
 Status LaunchScale(const float* values, size_t n, bool norm, uint8_t* out, float* scale,
@@ -436,11 +417,11 @@ Status LaunchScale(const float* values, size_t n, bool norm, uint8_t* out, float
   double* partials = nullptr;
   GRIDSYNC_RETURN_IF_ERROR(scratch->Allocate(n_chunks, &partials));
   const size_t threads = n_chunks * cm::kReduceLanes;
-  const auto blocks = static_cast<unsigned>((threads + kThreads - 1) / kThreads);
+  const auto blocks = static_cast<unsigned>((threads + kBlockSize - 1) / kBlockSize);
   if (norm) {
-    ChunkSumKernel<true><<<blocks, kThreads, 0, stream>>>(values, n, n_chunks, partials);
+    ChunkSumKernel<true><<<blocks, kBlockSize, 0, stream>>>(values, n, n_chunks, partials);
   } else {
-    ChunkSumKernel<false><<<blocks, kThreads, 0, stream>>>(values, n, n_chunks, partials);
+    ChunkSumKernel<false><<<blocks, kBlockSize, 0, stream>>>(values, n, n_chunks, partials);
   }
   GRIDSYNC_CUDA_RETURN_IF_LAUNCH_ERROR();
   FinishScaleKernel<<<1, 1, 0, stream>>>(partials, n_chunks, n, norm, out, scale);
@@ -461,26 +442,27 @@ Status LaunchTopk(const float* values, size_t n, uint32_t k, uint8_t* out, Scrat
   const auto kept = static_cast<int64_t>(k);
   // Keys are 31 bits (|x| as an integer); indices need bit_width(n - 1).
   const int key_bits = 31;
-  const int index_bits = std::max(1, static_cast<int>(std::bit_width(static_cast<uint64_t>(n - 1))));
+  const int index_bits =
+      std::max(1, static_cast<int>(std::bit_width(static_cast<uint64_t>(n - 1))));
   size_t sort_bytes = 0, top_bytes = 0;
   GRIDSYNC_CUDA_RETURN_IF_ERROR(cub::DeviceRadixSort::SortPairsDescending(
       nullptr, sort_bytes, keys, sorted_keys, indices, sorted, count, 0, key_bits, stream));
-  GRIDSYNC_CUDA_RETURN_IF_ERROR(cub::DeviceRadixSort::SortKeys(
-      nullptr, top_bytes, sorted, top, kept, 0, index_bits, stream));
+  GRIDSYNC_CUDA_RETURN_IF_ERROR(
+      cub::DeviceRadixSort::SortKeys(nullptr, top_bytes, sorted, top, kept, 0, index_bits, stream));
   uint8_t* temp = nullptr;
   size_t temp_bytes = std::max(sort_bytes, top_bytes);
   GRIDSYNC_RETURN_IF_ERROR(scratch->Allocate(temp_bytes, &temp));
 
-  TopkKeysKernel<<<GridFor(n), kThreads, 0, stream>>>(values, n, keys, indices);
+  TopkKeysKernel<<<Blocks(n), kBlockSize, 0, stream>>>(values, n, keys, indices);
   GRIDSYNC_CUDA_RETURN_IF_LAUNCH_ERROR();
   // Stable: equal keys keep index order, so the first k are exactly the k
   // largest |x| with ties to the lower index.
   GRIDSYNC_CUDA_RETURN_IF_ERROR(cub::DeviceRadixSort::SortPairsDescending(
       temp, temp_bytes, keys, sorted_keys, indices, sorted, count, 0, key_bits, stream));
   temp_bytes = std::max(sort_bytes, top_bytes);
-  GRIDSYNC_CUDA_RETURN_IF_ERROR(cub::DeviceRadixSort::SortKeys(temp, temp_bytes, sorted, top, kept,
-                                                               0, index_bits, stream));
-  TopkWriteKernel<<<GridFor(k), kThreads, 0, stream>>>(values, top, k, out);
+  GRIDSYNC_CUDA_RETURN_IF_ERROR(
+      cub::DeviceRadixSort::SortKeys(temp, temp_bytes, sorted, top, kept, 0, index_bits, stream));
+  TopkWriteKernel<<<Blocks(k), kBlockSize, 0, stream>>>(values, top, k, out);
   GRIDSYNC_CUDA_RETURN_IF_LAUNCH_ERROR();
   return Status::OK();
 }
@@ -492,8 +474,8 @@ Status UploadRandomkIndices(uint64_t seed, size_t n, uint32_t k, uint32_t** indi
   std::vector<uint32_t> host(k);
   cpu::RandomkIndices(seed, n, k, host.data());
   GRIDSYNC_RETURN_IF_ERROR(scratch->Allocate(k, indices));
-  GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(*indices, host.data(), k * sizeof(uint32_t),
-                                                cudaMemcpyHostToDevice, stream));
+  GRIDSYNC_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(*indices, host.data(), k * sizeof(uint32_t), cudaMemcpyHostToDevice, stream));
   return Status::OK();
 }
 
@@ -514,59 +496,14 @@ Status ExplainBadPayload(const CodecOptions& options, const uint8_t* bytes, size
                           "the device rejected a payload that cpu::Decode accepts (twin mismatch)");
 }
 
-// An owning cudaMalloc allocation for the host API.
-template <typename T>
-class DeviceArray {
- public:
-  DeviceArray() = default;
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  ~DeviceArray() {
-    if (ptr_ != nullptr) {
-      (void)cudaFree(ptr_);
-      (void)cudaGetLastError();  // only on error paths; a Status is on its way out
-    }
-  }
-  T* get() const { return ptr_; }
-
-  Status Allocate(size_t count) {
-    if (count == 0) return Status::OK();
-    void* ptr = nullptr;
-    GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMalloc(&ptr, count * sizeof(T)));
-    ptr_ = static_cast<T*>(ptr);
-    return Status::OK();
-  }
-  Status Upload(const std::vector<T>& src) {
-    GRIDSYNC_RETURN_IF_ERROR(Allocate(src.size()));
-    if (src.empty()) return Status::OK();
-    GRIDSYNC_CUDA_RETURN_IF_ERROR(
-        cudaMemcpy(ptr_, src.data(), src.size() * sizeof(T), cudaMemcpyHostToDevice));
-    return Status::OK();
-  }
-  Status Download(std::vector<T>* dst) const {
-    if (dst->empty()) return Status::OK();
-    GRIDSYNC_CUDA_RETURN_IF_ERROR(
-        cudaMemcpy(dst->data(), ptr_, dst->size() * sizeof(T), cudaMemcpyDeviceToHost));
-    return Status::OK();
-  }
-  Status Free() {
-    T* ptr = ptr_;
-    ptr_ = nullptr;
-    if (ptr != nullptr) GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaFree(ptr));
-    return Status::OK();
-  }
-
- private:
-  T* ptr_ = nullptr;
-};
-
 }  // namespace
 
 Status Encode(const CodecOptions& options, const float* values, size_t n, uint64_t seed,
               uint8_t* out, cudaStream_t stream) {
-  GRIDSYNC_RETURN_IF_ERROR(CheckArguments(options, n));
+  GRIDSYNC_RETURN_IF_ERROR(CheckCodecArguments(options, n));
   const size_t size = EncodedSize(options, n);
-  if (n > 0 && values == nullptr) return Status::InvalidArgument(Prefix(options) + "values is null");
+  if (n > 0 && values == nullptr)
+    return Status::InvalidArgument(Prefix(options) + "values is null");
   if (size > 0 && out == nullptr) return Status::InvalidArgument(Prefix(options) + "out is null");
   if (n == 0) {
     // Only a header (at most 4 bytes): the CPU writes it.
@@ -584,17 +521,17 @@ Status Encode(const CodecOptions& options, const float* values, size_t n, uint64
           cudaMemcpyAsync(out, values, 4 * n, cudaMemcpyDeviceToDevice, stream));
       break;
     case Codec::kFp16:
-      Fp16EncodeKernel<<<GridFor(n), kThreads, 0, stream>>>(values, n, out);
+      Fp16EncodeKernel<<<Blocks(n), kBlockSize, 0, stream>>>(values, n, out);
       GRIDSYNC_CUDA_RETURN_IF_LAUNCH_ERROR();
       break;
     case Codec::kBf16:
-      Bf16EncodeKernel<<<GridFor(n), kThreads, 0, stream>>>(values, n, out);
+      Bf16EncodeKernel<<<Blocks(n), kBlockSize, 0, stream>>>(values, n, out);
       GRIDSYNC_CUDA_RETURN_IF_LAUNCH_ERROR();
       break;
     case Codec::kInt8: {
       const size_t n_blocks = (n + options.block - 1) / options.block;
       const auto grid = static_cast<unsigned>(std::min(n_blocks, kMaxBlocks));
-      Int8EncodeKernel<<<grid, kThreads, 0, stream>>>(values, n, options.block, n_blocks, out);
+      Int8EncodeKernel<<<grid, kBlockSize, 0, stream>>>(values, n, options.block, n_blocks, out);
       GRIDSYNC_CUDA_RETURN_IF_LAUNCH_ERROR();
       break;
     }
@@ -603,8 +540,8 @@ Status Encode(const CodecOptions& options, const float* values, size_t n, uint64
       GRIDSYNC_RETURN_IF_ERROR(scratch.Allocate(1, &norm));
       GRIDSYNC_RETURN_IF_ERROR(LaunchScale(values, n, true, out, norm, &scratch, stream));
       const uint64_t key = cm::RandomKey(seed, cm::kQsgdStream);
-      QsgdEncodeKernel<<<GridFor((n + 7) / 8), kThreads, 0, stream>>>(values, n, options.bits, key,
-                                                                     norm, out + 4);
+      QsgdEncodeKernel<<<Blocks((n + 7) / 8), kBlockSize, 0, stream>>>(values, n, options.bits, key,
+                                                                       norm, out + 4);
       GRIDSYNC_CUDA_RETURN_IF_LAUNCH_ERROR();
       break;
     }
@@ -612,19 +549,18 @@ Status Encode(const CodecOptions& options, const float* values, size_t n, uint64
       float* scale = nullptr;
       GRIDSYNC_RETURN_IF_ERROR(scratch.Allocate(1, &scale));
       GRIDSYNC_RETURN_IF_ERROR(LaunchScale(values, n, false, out, scale, &scratch, stream));
-      OnebitPackKernel<<<GridFor((n + 7) / 8), kThreads, 0, stream>>>(values, n, out + 4);
+      OnebitPackKernel<<<Blocks((n + 7) / 8), kBlockSize, 0, stream>>>(values, n, out + 4);
       GRIDSYNC_CUDA_RETURN_IF_LAUNCH_ERROR();
       break;
     }
     case Codec::kTopk:
-      GRIDSYNC_RETURN_IF_ERROR(
-          LaunchTopk(values, n, KeptCount(options, n), out, &scratch, stream));
+      GRIDSYNC_RETURN_IF_ERROR(LaunchTopk(values, n, KeptCount(options, n), out, &scratch, stream));
       break;
     case Codec::kRandomk: {
       const uint32_t k = KeptCount(options, n);
       uint32_t* indices = nullptr;
       GRIDSYNC_RETURN_IF_ERROR(UploadRandomkIndices(seed, n, k, &indices, &scratch, stream));
-      RandomkGatherKernel<<<GridFor(k), kThreads, 0, stream>>>(values, indices, k, out);
+      RandomkGatherKernel<<<Blocks(k), kBlockSize, 0, stream>>>(values, indices, k, out);
       GRIDSYNC_CUDA_RETURN_IF_LAUNCH_ERROR();
       break;
     }
@@ -634,7 +570,7 @@ Status Encode(const CodecOptions& options, const float* values, size_t n, uint64
 
 Status Decode(const CodecOptions& options, const uint8_t* bytes, size_t size, size_t n,
               uint64_t seed, float* out, cudaStream_t stream) {
-  GRIDSYNC_RETURN_IF_ERROR(CheckArguments(options, n));
+  GRIDSYNC_RETURN_IF_ERROR(CheckCodecArguments(options, n));
   if (n > 0 && out == nullptr) return Status::InvalidArgument(Prefix(options) + "out is null");
   GRIDSYNC_RETURN_IF_ERROR(CheckPayloadSize(options, size, n));
   if (size > 0 && bytes == nullptr)
@@ -653,28 +589,28 @@ Status Decode(const CodecOptions& options, const uint8_t* bytes, size_t size, si
   GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(bad, 0, sizeof(unsigned), stream));
   switch (options.codec) {
     case Codec::kNone:
-      NoneDecodeKernel<<<GridFor(n), kThreads, 0, stream>>>(bytes, n, out, bad);
+      NoneDecodeKernel<<<Blocks(n), kBlockSize, 0, stream>>>(bytes, n, out, bad);
       break;
     case Codec::kFp16:
-      Fp16DecodeKernel<<<GridFor(n), kThreads, 0, stream>>>(bytes, n, out, bad);
+      Fp16DecodeKernel<<<Blocks(n), kBlockSize, 0, stream>>>(bytes, n, out, bad);
       break;
     case Codec::kBf16:
-      Bf16DecodeKernel<<<GridFor(n), kThreads, 0, stream>>>(bytes, n, out, bad);
+      Bf16DecodeKernel<<<Blocks(n), kBlockSize, 0, stream>>>(bytes, n, out, bad);
       break;
     case Codec::kInt8:
-      Int8DecodeKernel<<<GridFor(n), kThreads, 0, stream>>>(bytes, n, options.block, out, bad);
+      Int8DecodeKernel<<<Blocks(n), kBlockSize, 0, stream>>>(bytes, n, options.block, out, bad);
       break;
     case Codec::kQsgd:
-      QsgdDecodeKernel<<<GridFor((n + 7) / 8), kThreads, 0, stream>>>(bytes, n, options.bits, out,
-                                                                     bad);
+      QsgdDecodeKernel<<<Blocks((n + 7) / 8), kBlockSize, 0, stream>>>(bytes, n, options.bits, out,
+                                                                       bad);
       break;
     case Codec::kOnebit:
-      OnebitDecodeKernel<<<GridFor((n + 7) / 8), kThreads, 0, stream>>>(bytes, n, out, bad);
+      OnebitDecodeKernel<<<Blocks((n + 7) / 8), kBlockSize, 0, stream>>>(bytes, n, out, bad);
       break;
     case Codec::kTopk: {
       const uint32_t k = KeptCount(options, n);
       GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(out, 0, n * sizeof(float), stream));
-      TopkDecodeKernel<<<GridFor(k), kThreads, 0, stream>>>(bytes, n, k, out, bad);
+      TopkDecodeKernel<<<Blocks(k), kBlockSize, 0, stream>>>(bytes, n, k, out, bad);
       break;
     }
     case Codec::kRandomk: {
@@ -682,8 +618,8 @@ Status Decode(const CodecOptions& options, const uint8_t* bytes, size_t size, si
       uint32_t* indices = nullptr;
       GRIDSYNC_RETURN_IF_ERROR(UploadRandomkIndices(seed, n, k, &indices, &scratch, stream));
       GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(out, 0, n * sizeof(float), stream));
-      RandomkScatterKernel<<<GridFor(k), kThreads, 0, stream>>>(bytes, indices, k,
-                                                                RandomkFactor(n, k), out, bad);
+      RandomkScatterKernel<<<Blocks(k), kBlockSize, 0, stream>>>(bytes, indices, k,
+                                                                 RandomkFactor(n, k), out, bad);
       break;
     }
   }
@@ -697,43 +633,4 @@ Status Decode(const CodecOptions& options, const uint8_t* bytes, size_t size, si
   return Status::OK();
 }
 
-namespace host {
-
-Status Encode(const CodecOptions& options, const std::vector<float>& values, uint64_t seed,
-              std::vector<uint8_t>* out) {
-  if (out == nullptr) return Status::InvalidArgument("cuda::host::Encode: out is null");
-  GRIDSYNC_RETURN_IF_ERROR(CheckArguments(options, values.size()));
-  const size_t size = EncodedSize(options, values.size());
-  DeviceArray<float> d_values;
-  DeviceArray<uint8_t> d_out;
-  GRIDSYNC_RETURN_IF_ERROR(d_values.Upload(values));
-  GRIDSYNC_RETURN_IF_ERROR(d_out.Allocate(size));
-  GRIDSYNC_RETURN_IF_ERROR(
-      ::gridsync::cuda::Encode(options, d_values.get(), values.size(), seed, d_out.get(), nullptr));
-  GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(nullptr));
-  out->assign(size, 0);
-  GRIDSYNC_RETURN_IF_ERROR(d_out.Download(out));
-  GRIDSYNC_RETURN_IF_ERROR(d_out.Free());
-  GRIDSYNC_RETURN_IF_ERROR(d_values.Free());
-  return Status::OK();
-}
-
-Status Decode(const CodecOptions& options, const std::vector<uint8_t>& bytes, size_t n,
-              uint64_t seed, std::vector<float>* out) {
-  if (out == nullptr) return Status::InvalidArgument("cuda::host::Decode: out is null");
-  GRIDSYNC_RETURN_IF_ERROR(CheckArguments(options, n));
-  DeviceArray<uint8_t> d_bytes;
-  DeviceArray<float> d_out;
-  GRIDSYNC_RETURN_IF_ERROR(d_bytes.Upload(bytes));
-  GRIDSYNC_RETURN_IF_ERROR(d_out.Allocate(n));
-  GRIDSYNC_RETURN_IF_ERROR(::gridsync::cuda::Decode(options, d_bytes.get(), bytes.size(), n, seed,
-                                                    d_out.get(), nullptr));
-  out->assign(n, 0.0f);
-  GRIDSYNC_RETURN_IF_ERROR(d_out.Download(out));
-  GRIDSYNC_RETURN_IF_ERROR(d_out.Free());
-  GRIDSYNC_RETURN_IF_ERROR(d_bytes.Free());
-  return Status::OK();
-}
-
-}  // namespace host
 }  // namespace gridsync::cuda

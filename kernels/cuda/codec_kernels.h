@@ -47,6 +47,11 @@ Status Encode(const CodecOptions& options, const float* values, size_t n, uint64
 Status Decode(const CodecOptions& options, const uint8_t* bytes, size_t size, size_t n,
               uint64_t seed, float* out, cudaStream_t stream);
 
+// The checks both run first, in builds without CUDA too: the options
+// (ValidateCodecOptions) and n <= kMaxCodecValues; kInvalidArgument naming
+// what is wrong.
+Status CheckCodecArguments(const CodecOptions& options, size_t n);
+
 // ---- Host convenience: copy in, run on the default stream, copy out ----
 // For tests and benchmarks; every call allocates and frees device memory.
 namespace host {
