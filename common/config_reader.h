@@ -50,6 +50,17 @@ std::string HostSyntaxProblem(std::string_view s);
 inline constexpr const char* kHostSyntax =
     "an IP address or a host name (letters, digits, '-' and '_' between dots), without a port or "
     "scheme";
+// A parser's message quotes the token it stopped at, which can be a number
+// of 100,000 digits: at most 200 characters of it.
+std::string Shortened(const std::string& text);
+// The first number literal of JSON `text` (strings and comments skipped)
+// whose digits are not all zero but which reads as 0 (1e-400: below the
+// smallest double). The parser takes it as 0 without a word, and a key
+// that allows 0 would then run with a value nobody wrote. Its offset, or
+// npos; *token = the literal.
+size_t FindUnderflowingNumber(std::string_view text, std::string* token);
+// The problem text for an underflowing literal (FindUnderflowingNumber).
+std::string UnderflowText(const std::string& token);
 std::string TypeName(const Json& value);
 std::string Got(const Json& value);
 // What is wrong with `value` where an integer is expected: "wrong type:
@@ -410,6 +421,8 @@ class SectionReader {
   const Json* section_;
   std::vector<std::string> known_;
 };
+
+// Reading the text (config_json.cc).
 
 // Parses `text` into `root`; false when it is not JSON at all (reported with line and column).
 bool ParseJson(std::string_view text, std::string_view source, Problems* problems, Json* root);
