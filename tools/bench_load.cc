@@ -319,14 +319,17 @@ int RunLoad(const LoadArgs& args) {
       "host, over the timed phase; p99x = p99(W) / "
       "p99(W=%u), push and pull; Wx = W / %u; linear = both p99x <= Wx; Lx = Wx x kops/s(W=%u) / "
       "kops/s(W), the latency ratio a closed loop's queueing gives (Little's law; information: "
-      "above Wx when W gets less throughput, e.g. cores taken by other processes)\n",
+      "above Wx when W gets less throughput, e.g. cores taken by other processes); sh_us, wk_us = "
+      "CPU per operation (us) of the shard's process and of the workers' (cpu or wcpu x 1e6 / "
+      "ops/s): where a throughput lost at many workers went, the shard's cost per operation or "
+      "that of W simulated workers sharing this host\n",
       w_min, w_min, w_min);
   std::printf(
       "#%4s %6s %5s %7s %9s %9s %9s %9s %7s %6s %6s %6s %8s %8s %6s %6s %6s %4s %5s %5s %5s "
-      "%5s %5s %9s %9s %6s %6s %6s\n",
+      "%5s %5s %9s %9s %6s %6s %6s %6s %6s\n",
       "round", "W", "secs", "iters", "push_p50", "push_p99", "pull_p50", "pull_p99", "kops/s",
       "GB/s", "rss0", "shard", "perW_KiB", "grow", "bound", "hwm", "after", "wait", "#drop", "#err",
-      "cpu", "wcpu", "other", "p99x_push", "p99x_pull", "Wx", "linear", "Lx");
+      "cpu", "wcpu", "other", "p99x_push", "p99x_pull", "Wx", "linear", "Lx", "sh_us", "wk_us");
   std::fflush(stdout);
 
   // The rows are printed once all ran: the ratios need W_min's row. Each
@@ -367,7 +370,8 @@ int RunLoad(const LoadArgs& args) {
         (static_cast<double>(r.rss_ready) - static_cast<double>(r.rss_shard)) / 1024.0 / r.workers;
     std::printf(
         "%5d %6u %5.2f %7llu %9.0f %9.0f %9.0f %9.0f %7.2f %6.3f %6.1f %6.1f %8.0f %8.2f %6.1f "
-        "%6.1f %6.1f %4llu %5llu %5llu %5.2f %5.2f %5.2f %9.2f %9.2f %6.1f %6s %6.1f\n",
+        "%6.1f %6.1f %4llu %5llu %5llu %5.2f %5.2f %5.2f %9.2f %9.2f %6.1f %6s %6.1f %6.1f "
+        "%6.1f\n",
         r.round + 1, r.workers, r.seconds, static_cast<unsigned long long>(r.pushes), r.push.p50_us,
         r.push.p99_us, r.pull.p50_us, r.pull.p99_us, r.ops_per_s / 1e3, r.gbps,
         MiB(static_cast<double>(r.rss0)), shard_mib, per_worker_kib,
@@ -376,7 +380,7 @@ int RunLoad(const LoadArgs& args) {
         static_cast<unsigned long long>(r.max_waiting_pulls),
         static_cast<unsigned long long>(r.dropped), static_cast<unsigned long long>(r.errors),
         r.shard_cpu, r.worker_cpu, r.other_cpu, r.push_p99_ratio, r.pull_p99_ratio, r.worker_ratio,
-        r.linear ? "PASS" : "FAIL", r.little_ratio);
+        r.linear ? "PASS" : "FAIL", r.little_ratio, r.shard_us_per_op(), r.worker_us_per_op());
   }
   // The medians over the rounds, per W: what the p99 verdict reads.
   std::vector<MedianRow> medians = MediansByWorkers(results, args.workers);
@@ -482,6 +486,8 @@ int RunLoad(const LoadArgs& args) {
                              {"cpu_shard_cores", r.shard_cpu},
                              {"cpu_workers_cores", r.worker_cpu},
                              {"cpu_other_cores", r.other_cpu},
+                             {"shard_cpu_us_per_op", r.shard_us_per_op()},
+                             {"workers_cpu_us_per_op", r.worker_us_per_op()},
                              {"rss_after_bytes", r.rss_after},
                              {"growth_bytes", r.growth()},
                              {"memory_bound_bytes", r.memory_bound},

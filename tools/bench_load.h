@@ -69,6 +69,11 @@ struct WorkerCountResult {
   // Cores busy over the timed phase: the shard's process, this one (the
   // workers), the rest of the host.
   double shard_cpu = 0, worker_cpu = 0, other_cpu = 0;
+  // CPU per operation (us: cores x 1e6 / ops_per_s), 0 when none ran: the
+  // shard's and the simulated workers'. Their growth with W says which
+  // side a throughput lost at many workers went to.
+  double shard_us_per_op() const { return ops_per_s > 0 ? shard_cpu * 1e6 / ops_per_s : 0; }
+  double worker_us_per_op() const { return ops_per_s > 0 ? worker_cpu * 1e6 / ops_per_s : 0; }
   uint64_t memory_bound = 0;  // allowed growth over the timed phase
   uint64_t max_waiting_pulls = 0;
   uint64_t shard_pushes = 0, shard_applied = 0, shard_pulls = 0, shard_errors = 0, refusals = 0;
