@@ -39,9 +39,7 @@ class DeviceTrainerImpl : public DeviceTrainer {
         mixed_(mixed_precision) {}
 
   ~DeviceTrainerImpl() override;
-
   Status Init(const std::vector<float>& grid, const std::vector<std::vector<float>>& mlp);
-
   Result<double> ComputeGradients(const float* positions, const float* targets, size_t n,
                                   size_t global_batch, uint32_t active_levels,
                                   float loss_scale) override {
@@ -66,11 +64,8 @@ class DeviceTrainerImpl : public DeviceTrainer {
   }
 
   Status CopyBucket(size_t b, const std::vector<std::span<float>>& host, bool to_device) override;
-
   Result<Finished> FinishGradients() override;
-
   Result<bool> RoundGradientsToHalf() override;
-
   std::vector<std::span<float>> GradientBuffers() override {
     std::vector<std::span<float>> buffers = {{grid_grad_.get(), grid_grad_.size()}};
     for (auto& g : mlp_grad_) buffers.emplace_back(g.get(), g.size());
@@ -79,17 +74,11 @@ class DeviceTrainerImpl : public DeviceTrainer {
   bool gradients_on_device() const override { return true; }
 
   Status ApplyGradients(float loss_scale) override;
-
   Status ClearGradients() override;
-
   Status UploadGridRows(const uint32_t* rows, size_t n, const float* values) override;
-
   Status TakeGridGradientRows(const uint32_t* rows, size_t n, float* values) override;
-
   Status UploadMlp(const std::vector<std::span<const float>>& weights) override;
-
   Status TakeMlpGradients(const std::vector<std::span<float>>& grads) override;
-
   Status EncodeBlock(const CodecOptions& options, const float* values, size_t n, uint64_t seed,
                      uint8_t* payload, float* decoded) override {
     return block_codec_->Encode(options, values, n, seed, payload, decoded);
@@ -146,9 +135,7 @@ class DeviceTrainerImpl : public DeviceTrainer {
   }
 
   Status Predict(const float* positions, size_t n, uint32_t active_levels, float* out) override;
-
   Status Download(std::vector<float>* grid, std::vector<std::vector<float>>* mlp) override;
-
   std::string device_name() const override { return name_; }
   Traffic traffic() const override {
     Traffic traffic = traffic_;  // the stages' sum, kept once
