@@ -1,8 +1,14 @@
 // gridsync-bench load: many workers against ONE PS shard (issue 14, item 2).
 // For each --workers count W (and each of --rounds sweeps): a fresh real
-// PsShard in a process of its own and W real PsClients in this one, each on
-// its own thread, pushing and pulling sparse rows as fast as their acks and
-// replies come back, for --seconds. Reported per W: throughput, p50/p99
+// PsShard in a process of its own and W simulated workers in this one,
+// pushing and pulling sparse rows as fast as their acks and replies come
+// back, for --seconds. --driver picks who simulates them
+// (bench_load_worker.h): events (the default), W connections driven from
+// one thread, so that the cores of this host go to the shard as they would
+// with each worker on a host of its own; or client, W real PsClients on W
+// threads (W threads, their handshake watches and W whole tables: on 2
+// cores they took 17-20% more CPU per operation at W=128 than at W=8, and
+// that, not the shard, was W=128's lost throughput). Reported per W: throughput, p50/p99
 // latency of a push and of a pull, the shard's memory while it serves W
 // workers, and whether anything was dropped.
 //
@@ -27,13 +33,15 @@
 // every worker picks one at random, so workers' batches overlap at random,
 // as a hash grid's batches do. Gradients are small, nonzero and drawn the
 // same way. The workers share one ZeroMQ context with one I/O thread
-// (--client-io-threads; 0 gives each its own, as separate processes have):
-// W contexts would put W more threads on the host's cores.
+// (--client-io-threads; 0 gives each client its own, as separate processes
+// have: W contexts would put W more threads on the host's cores).
 // --warmup untimed iterations per worker come first (connections made,
 // buffers grown); then all W start together.
 //
-// Latency: each Push call (send + ack) and each SendPull + ReceivePull pair,
-// on every worker, merged over workers; p50/p99 by nearest rank. Throughput:
+// Latency: each push (send until its ack is read) and each pull (send until
+// its reply's last part is read and checked; with --driver client the Push
+// call and the SendPull + ReceivePull pair), on every worker, merged over
+// workers; p50/p99 by nearest rank. Throughput:
 // timed pushes + pulls per second of the timed phase (from the start signal
 // until the last worker finished its last operation), and GB/s of payload:
 // per row a push carries a 4 B id + 4 x width B of values, and a pull asks
@@ -44,9 +52,10 @@
 // forked for each W before this process starts a thread or allocates the
 // workers' buffers, so its VmRSS and VmHWM (read by the child from
 // /proc/self/status, asked over a pipe) are the shard's alone, as on a host
-// of its own: the workers' threads, their ZeroMQ context and their copies
-// of the table (each holds a whole one, as a training worker's model does:
-// PsClient's pulls write into the whole table) are this process's.
+// of its own: the workers' threads, their ZeroMQ context and, with
+// --driver client, their copies of the table (each holds a whole one, as a
+// training worker's model does: PsClient's pulls write into the whole
+// table) are this process's.
 // Readings per W (the ones between phases after malloc_trim, so a phase's
 // freed transients are not the next one's):
 //   - rss0: the child before the shard starts;
@@ -113,6 +122,7 @@
 #include <cstdio>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -278,19 +288,27 @@ int RunLoad(const LoadArgs& args) {
     if (Status joined = groups->Join("workers", ::getpid()); !joined.ok())
       return BadArgs("--shard-host: " + joined.message());
   }
-  const std::string io = args.client_io_threads > 0
+  const bool events = args.driver == load::Driver::kEvents;
+  const std::string io = args.client_io_threads > 0 || events
                              ? "one context for all workers, " +
-                                   std::to_string(args.client_io_threads) + " I/O thread(s)"
+                                   std::to_string(std::max(args.client_io_threads, 1)) +
+                                   " I/O thread(s)"
                              : "a context and an I/O thread per worker";
+  const std::string driver =
+      events ? "W workers as W DEALER connections driven from one thread (--driver events: "
+               "messages written and read by PsClient's wire layer, without its per-worker "
+               "thread and table; ZeroMQ I/O: " +
+                   io + ")"
+             : "W PsClient workers on W threads (--driver client; ZeroMQ I/O: " + io + ")";
 
   std::printf(
       "# gridsync-bench load: 1 PS shard (async: each push one Adam step on arrival, pulls never "
-      "wait; %d shard threads) in a process of its own on tcp://127.0.0.1, W PsClient workers "
-      "on W threads (ZeroMQ I/O: %s); table %llu rows x %u floats; %u rows per push and per "
-      "pull (sorted distinct ids, a random window walked in gaps of 1..%u; %u such batches made "
+      "wait; %d shard threads) in a process of its own on tcp://127.0.0.1, %s; table %llu rows "
+      "x %u floats; %u rows per push and per pull (sorted distinct ids, a random window walked in "
+      "gaps of 1..%u; %u such batches made "
       "before the run, each iteration picking one at random); %.1f s per W after %d warmup "
       "iterations per worker; timeout %d ms; %u cores; %s\n",
-      ShardOptions{}.threads, io.c_str(), static_cast<unsigned long long>(args.table_rows),
+      ShardOptions{}.threads, driver.c_str(), static_cast<unsigned long long>(args.table_rows),
       args.width, args.rows, kMaxGap, load::kBatchPool, args.seconds, args.warmup, args.timeout_ms,
       std::thread::hardware_concurrency(),
       groups ? ("--shard-host: the shard's process and the workers' in CPU groups of equal "
@@ -459,6 +477,7 @@ int RunLoad(const LoadArgs& args) {
                        {"timeout_ms", args.timeout_ms},
                        {"seed", args.seed},
                        {"client_io_threads", args.client_io_threads},
+                       {"driver", events ? "events" : "client"},
                        {"shard_host", args.shard_host},
                        {"cores", std::thread::hardware_concurrency()},
                        {"payload_bytes_per_iteration", 2 * push_bytes}};
@@ -556,6 +575,14 @@ Runner AddLoadCommand(CLI::App* app) {
                   "ZeroMQ I/O threads of one context all workers share (as one process running "
                   "many workers would); 0: a context per worker")
       ->check(CLI::Range(0, 64));
+  cmd->add_option("--driver", args->driver,
+                  "Who simulates the workers: events (default: W connections driven from one "
+                  "thread, so the host's cores go to the shard, as with workers on hosts of "
+                  "their own) or client (W real PsClients on W threads)")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, load::Driver>{{"events", load::Driver::kEvents},
+                                              {"client", load::Driver::kClient}},
+          CLI::ignore_case));
   cmd->add_flag("--shard-host", args->shard_host,
                 "Emulate the shard's own host: its process and the workers' in cgroup v1 CPU "
                 "groups of equal shares (root)");

@@ -32,6 +32,9 @@ constexpr uint32_t kBatchPool = 64;
 constexpr auto kSamplePeriod = std::chrono::milliseconds(50);
 constexpr uint64_t kSlackBytes = uint64_t{8} << 20;  // allocator slack in the memory bound
 
+// Who simulates the workers (bench_load_worker.h).
+enum class Driver { kEvents, kClient };
+
 struct LoadArgs {
   std::vector<uint32_t> workers = {8, 32, 128};
   double seconds = 3.0;
@@ -48,6 +51,7 @@ struct LoadArgs {
   // Emulate the shard's own host: the shard's process and this one (the
   // workers) in CPU groups of equal shares (tools/cpu_groups.h).
   bool shard_host = false;
+  Driver driver = Driver::kEvents;
   std::string json_out;
 };
 

@@ -1,6 +1,7 @@
 // The many-workers run of gridsync-bench load (bench_load.h): one PsShard
-// in a forked process (bench_load_shard.h), W real PsClient threads here,
-// and the shard's memory and CPU read from its /proc while they run.
+// in a forked process (bench_load_shard.h), W simulated workers here (W
+// real PsClient threads, or the events driver: bench_load_worker.h), and
+// the shard's memory and CPU read from its /proc while they run.
 //
 // Thread safety: see bench_load.h.
 #include <algorithm>
@@ -30,6 +31,7 @@
 #include "tools/bench_cpu.h"
 #include "tools/bench_load.h"
 #include "tools/bench_load_shard.h"
+#include "tools/bench_load_worker.h"
 #include "tools/bench_shard_map.h"
 #include "tools/cpu_groups.h"
 #include "worker/ps_client.h"
@@ -49,15 +51,13 @@ uint64_t Key(uint64_t seed, uint32_t worker, uint64_t batch) {
   return Mix(seed ^ Mix((uint64_t{worker} << 40) ^ batch));
 }
 
-// A push's row ids and gradients (the pull of the step before asks for the
-// same rows).
-struct Batch {
-  std::vector<uint32_t> rows;
-  std::vector<float> grad;
-};
+float InitialValueOf(uint64_t row, uint32_t col) {
+  const uint32_t h = static_cast<uint32_t>(Mix(row * 64 + col));
+  return static_cast<float>(h >> 16) / 65536.0f * 1e-2f - 0.5e-2f;
+}
 
-// Batch `index` of the pool: args.rows ascending, distinct row ids, in a
-// random window walked in gaps of 1..kMaxGap, and nonzero gradients.
+}  // namespace
+
 Batch MakeBatch(const LoadArgs& args, uint64_t index) {
   Batch b;
   b.rows.resize(args.rows);
@@ -80,17 +80,17 @@ Batch MakeBatch(const LoadArgs& args, uint64_t index) {
   return b;
 }
 
-// The batch worker `worker` pushes at `step` (and pulls at step - 1): a
-// random pick from the pool, so workers do not move in step.
 const Batch& PickBatch(const LoadArgs& args, const std::vector<Batch>& pool, uint32_t worker,
                        uint64_t step) {
   return pool[Key(args.seed, worker, step) % pool.size()];
 }
 
-float InitialValueOf(uint64_t row, uint32_t col) {
-  const uint32_t h = static_cast<uint32_t>(Mix(row * 64 + col));
-  return static_cast<float>(h >> 16) / 65536.0f * 1e-2f - 0.5e-2f;
+void RecordFailure(WorkerStats* w, const Status& s, const char* what) {
+  ++w->failures;
+  if (w->first_error.empty()) w->first_error = std::string(what) + ": " + s.ToString();
 }
+
+namespace {
 
 Latency Percentiles(std::vector<float> us) {
   if (us.empty()) return {std::nan(""), std::nan("")};
@@ -102,41 +102,16 @@ Latency Percentiles(std::vector<float> us) {
   return {rank(0.50), rank(0.99)};
 }
 
-// One simulated worker: its buffers (allocated and written before its
-// client connects) and what it measured.
-struct Worker {
-  // The pull destination: the whole table, on huge pages as the training
-  // worker's grid (worker/model.cc): W tables of 4 KiB pages would spend
-  // the host's TLB on the bench, not on the shard.
-  HugePageVector<float> table;
-  std::vector<float> push_us, pull_us;       // timed phase
-  uint64_t pushes_sent = 0, pulls_sent = 0;  // every phase; sent = attempted
-  uint64_t timed_pushes = 0, timed_pulls = 0;
-  uint64_t failures = 0;   // pushes or pulls that returned an error (timeouts too)
-  uint64_t bad_pulls = 0;  // pull replies that left a pulled value unwritten
-  std::string first_error;
-};
-
-// Start line for the workers: each reports ready after its warmup and waits
-// (with a deadline) for go; stop ends the timed loops.
-struct Control {
-  std::mutex mu;
-  std::condition_variable cv;
-  uint32_t ready = 0;
-  bool go = false;
-  std::atomic<bool> stop{false};
-};
-
-void Record(Worker* w, const Status& s, const char* what) {
-  ++w->failures;
-  if (w->first_error.empty()) w->first_error = std::string(what) + ": " + s.ToString();
-}
+// A client-driver worker's pull destination: the whole table, on huge
+// pages as the training worker's grid (worker/model.cc): W tables of 4 KiB
+// pages would spend the host's TLB on the bench, not on the shard.
+using WorkerTable = HugePageVector<float>;
 
 // One iteration: push batch `step`, then pull batch step + 1 (which becomes
 // the next push's batch). Returns false when the worker should give up
 // (repeated failures, so a dead shard does not cost timeout after timeout).
 bool Iterate(const LoadArgs& args, const std::vector<Batch>& pool, uint32_t rank, PsClient& client,
-             uint64_t step, bool timed, Worker* w) {
+             uint64_t step, bool timed, WorkerStats* w, WorkerTable* table) {
   const Batch& batch = PickBatch(args, pool, rank, step);
   const auto t0 = Clock::now();
   ++w->pushes_sent;
@@ -144,28 +119,28 @@ bool Iterate(const LoadArgs& args, const std::vector<Batch>& pool, uint32_t rank
       client.Push(wire::Kind::kPush, step,
                   {{0, false, batch.rows.data(), batch.rows.size(), batch.grad.data()}});
   const auto t1 = Clock::now();
-  if (!pushed.ok()) Record(w, pushed, "push");
+  if (!pushed.ok()) RecordFailure(w, pushed, "push");
 
   const Batch& next = PickBatch(args, pool, rank, step + 1);
   for (uint32_t row : next.rows) {
     for (uint32_t c = 0; c < args.width; ++c) {
-      w->table[size_t{row} * args.width + c] = std::numeric_limits<float>::quiet_NaN();
+      (*table)[size_t{row} * args.width + c] = std::numeric_limits<float>::quiet_NaN();
     }
   }
   const auto t2 = Clock::now();
   ++w->pulls_sent;
   Status pulled =
-      client.SendPull(0, {{0, false, next.rows.data(), next.rows.size(), w->table.data()}},
+      client.SendPull(0, {{0, false, next.rows.data(), next.rows.size(), table->data()}},
                       /*whole=*/false, /*for_step=*/step + 1);
   if (pulled.ok()) pulled = client.ReceivePull().status();
   const auto t3 = Clock::now();
   if (!pulled.ok()) {
-    Record(w, pulled, "pull");
+    RecordFailure(w, pulled, "pull");
   } else {
     bool written = true;
     for (uint32_t row : next.rows) {
       for (uint32_t c = 0; c < args.width; ++c) {
-        written = written && std::isfinite(w->table[size_t{row} * args.width + c]);
+        written = written && std::isfinite((*table)[size_t{row} * args.width + c]);
       }
     }
     if (!written) ++w->bad_pulls;
@@ -180,12 +155,13 @@ bool Iterate(const LoadArgs& args, const std::vector<Batch>& pool, uint32_t rank
       w->pull_us.push_back(std::chrono::duration<float, std::micro>(t3 - t2).count());
     }
   }
-  return w->failures < 3;
+  return w->failures < kMaxFailures;
 }
 
 void RunWorker(const LoadArgs& args, const std::vector<Batch>& pool, const Partition& partition,
                const ClusterMap& map, std::shared_ptr<zmq::context_t> context, uint32_t rank,
-               uint32_t n, Clock::time_point go_deadline, Control* control, Worker* w) {
+               uint32_t n, Clock::time_point go_deadline, Control* control, WorkerStats* w,
+               WorkerTable* table) {
   auto signal_ready = [&] {
     std::lock_guard<std::mutex> lock(control->mu);
     ++control->ready;
@@ -194,26 +170,26 @@ void RunWorker(const LoadArgs& args, const std::vector<Batch>& pool, const Parti
   const auto timeout = std::chrono::milliseconds(args.timeout_ms);
   auto client = PsClient::Connect(map, partition, rank, n, timeout, {}, {}, std::move(context));
   if (!client.ok()) {
-    Record(w, client.status(), "connect");
+    RecordFailure(w, client.status(), "connect");
     signal_ready();
     return;
   }
   uint64_t step = 0;
   bool alive = true;
   for (int i = 0; i < args.warmup && alive; ++i) {
-    alive = Iterate(args, pool, rank, **client, step++, /*timed=*/false, w);
+    alive = Iterate(args, pool, rank, **client, step++, /*timed=*/false, w, table);
   }
   signal_ready();
   if (!alive) return;
   {
     std::unique_lock<std::mutex> lock(control->mu);
     if (!control->cv.wait_until(lock, go_deadline, [&] { return control->go; })) {
-      Record(w, Status::Timeout("no start signal"), "start");
+      RecordFailure(w, Status::Timeout("no start signal"), "start");
       return;
     }
   }
   while (alive && !control->stop.load(std::memory_order_relaxed)) {
-    alive = Iterate(args, pool, rank, **client, step++, /*timed=*/true, w);
+    alive = Iterate(args, pool, rank, **client, step++, /*timed=*/true, w, table);
   }
 }
 
@@ -248,21 +224,24 @@ WorkerCountResult RunWorkers(const LoadArgs& args, const Partition& partition,
   std::vector<Batch> pool;
   pool.reserve(kBatchPool);
   for (uint32_t i = 0; i < kBatchPool; ++i) pool.push_back(MakeBatch(args, i));
-  std::vector<Worker> workers(n);
+  const bool events = args.driver == Driver::kEvents;
+  std::vector<WorkerStats> workers(n);
   for (auto& w : workers) {
-    w.table.assign(initial.begin(), initial.end());
     const size_t expected = static_cast<size_t>(args.seconds * 4000) + 64;  // grows if needed
     w.push_us.reserve(expected);
     w.pull_us.reserve(expected);
   }
+  // The client driver's pull destinations (the events driver checks the
+  // replies' values as they come).
+  std::vector<WorkerTable> worker_tables(events ? 0 : n);
+  for (auto& t : worker_tables) t.assign(initial.begin(), initial.end());
 
   const ClusterMap map = OneShardMap((*shard)->endpoint(), tables, n);
   {
     // The initial values, once, as rank 0 of a training run pushes them.
     auto init = PsClient::Connect(map, partition, 0, n, timeout);
     if (!init.ok()) return fail(init.status().WithContext("init client"));
-    if (auto s =
-            (*init)->Push(wire::Kind::kInit, 0, {{0, true, nullptr, 0, workers[0].table.data()}});
+    if (auto s = (*init)->Push(wire::Kind::kInit, 0, {{0, true, nullptr, 0, initial.data()}});
         !s.ok()) {
       return fail(s.WithContext("init"));
     }
@@ -272,13 +251,17 @@ WorkerCountResult RunWorkers(const LoadArgs& args, const Partition& partition,
   r.rss_shard = with_shard->rss;
 
   std::shared_ptr<zmq::context_t> context;
-  if (args.client_io_threads > 0) {
-    context = std::make_shared<zmq::context_t>(args.client_io_threads);
+  if (args.client_io_threads > 0 || events) {
+    // The events driver's connections share one context (its I/O threads
+    // at least one).
+    context = std::make_shared<zmq::context_t>(std::max(args.client_io_threads, 1));
     // Three sockets per worker (its DEALER, and the pair of its handshake
     // monitor: wire/handshake_watch.h); ZeroMQ's default cap is 1023 a
     // context.
     context->set(zmq::ctxopt::max_sockets, 3 * static_cast<int>(n) + 16);
   }
+  std::vector<wire::TableShape> shapes;
+  for (const auto& t : tables) shapes.push_back({t.rows, t.width});
   Control control;
   // Connecting and the warmup: each warmup iteration has two waits of at
   // most the timeout; the workers share the cores.
@@ -286,10 +269,16 @@ WorkerCountResult RunWorkers(const LoadArgs& args, const Partition& partition,
       Clock::now() + timeout * (2 * args.warmup + 1) + std::chrono::seconds(30);
   const auto go_deadline = ready_deadline + std::chrono::seconds(10);
   std::vector<std::thread> threads;
-  threads.reserve(n);
-  for (uint32_t rank = 0; rank < n; ++rank) {
-    threads.emplace_back(RunWorker, std::cref(args), std::cref(pool), std::cref(partition),
-                         std::cref(map), context, rank, n, go_deadline, &control, &workers[rank]);
+  if (events) {
+    threads.emplace_back(RunEventWorkers, std::cref(args), std::cref(pool), std::cref(map),
+                         std::cref(shapes), n, std::ref(*context), go_deadline, &control, &workers);
+  } else {
+    threads.reserve(n);
+    for (uint32_t rank = 0; rank < n; ++rank) {
+      threads.emplace_back(RunWorker, std::cref(args), std::cref(pool), std::cref(partition),
+                           std::cref(map), context, rank, n, go_deadline, &control, &workers[rank],
+                           &worker_tables[rank]);
+    }
   }
   // Every wait of a worker has a deadline, so these joins end.
   auto join = [&] {
@@ -415,8 +404,8 @@ WorkerCountResult RunWorkers(const LoadArgs& args, const Partition& partition,
   // The workers' clients close with their threads' ends; their context
   // with the last reference.
   context.reset();
-  workers.clear();
-  workers.shrink_to_fit();
+  worker_tables.clear();
+  worker_tables.shrink_to_fit();
   // What the shard keeps once its W connections closed (they close a
   // moment after the clients).
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
