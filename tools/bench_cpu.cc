@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <fstream>
 #include <string>
@@ -18,9 +19,9 @@ CpuTimes ReadCpu() {
   uint64_t user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
   stat >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal;
   const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
-  if (cpu == "cpu" && tick > 0) {
-    t.host_busy = static_cast<double>(user + nice + system + irq + softirq + steal) / tick;
-  }
+  t.host_busy = cpu == "cpu" && tick > 0
+                    ? static_cast<double>(user + nice + system + irq + softirq + steal) / tick
+                    : std::nan("");
   t.self = SelfCpuSeconds();
   return t;
 }
@@ -37,7 +38,8 @@ double SelfCpuSeconds() {
 CpuUse CpuBetween(const CpuTimes& before, const CpuTimes& after) {
   CpuUse use;
   use.self_seconds = after.self - before.self;
-  use.other_seconds = std::max(0.0, (after.host_busy - before.host_busy) - use.self_seconds);
+  const double other = (after.host_busy - before.host_busy) - use.self_seconds;
+  use.other_seconds = std::isnan(other) ? other : std::max(0.0, other);
   return use;
 }
 

@@ -10,8 +10,10 @@
 namespace gridsync::bench {
 
 struct CpuTimes {
-  double host_busy = 0;  // seconds every core of the host was busy (/proc/stat)
-  double self = 0;       // seconds this process's threads ran, user + system (getrusage)
+  // Seconds every core of the host was busy (/proc/stat); NaN when it
+  // could not be read (out of file descriptors, say).
+  double host_busy = 0;
+  double self = 0;  // seconds this process's threads ran, user + system (getrusage)
 };
 
 CpuTimes ReadCpu();
@@ -23,7 +25,7 @@ double SelfCpuSeconds();
 // process's, and the rest of the host's (never negative).
 struct CpuUse {
   double self_seconds = 0;
-  double other_seconds = 0;
+  double other_seconds = 0;  // NaN when either reading of the host failed
 };
 CpuUse CpuBetween(const CpuTimes& before, const CpuTimes& after);
 

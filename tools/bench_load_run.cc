@@ -366,7 +366,8 @@ WorkerCountResult RunWorkers(const LoadArgs& args, const Partition& partition,
   const CpuUse cpu = CpuBetween(cpu0, cpu1);
   r.shard_cpu = (shard_cpu1 - shard_cpu0) / r.seconds;
   r.worker_cpu = cpu.self_seconds / r.seconds;
-  r.other_cpu = std::max(0.0, cpu.other_seconds / r.seconds - r.shard_cpu);
+  const double other = cpu.other_seconds / r.seconds - r.shard_cpu;
+  r.other_cpu = std::isnan(other) ? other : std::max(0.0, other);  // NaN: not read
   r.rss_end = last->rss;
   r.hwm = last->hwm;
   r.rss_max = std::max(r.rss_max, r.rss_end);
