@@ -221,38 +221,6 @@ int BadArgs(const std::string& why) {
   return 2;
 }
 
-// File descriptors for the largest W: per worker this process holds its
-// connection and its socket's mailbox (with --driver client also the pair
-// of its handshake watch, and with --client-io-threads 0 a context's own),
-// and the shard's process (forked from this one: the same limit) one
-// connection. Past the soft limit, connections failed one by one as
-// timeouts naming no cause; the soft limit is raised to the hard one where
-// it is short, and a hard limit that is short refuses the run.
-Status EnsureFileDescriptors(const LoadArgs& args) {
-  const uint64_t w_top = *std::max_element(args.workers.begin(), args.workers.end());
-  const uint64_t per_worker = args.driver == load::Driver::kEvents ? 3
-                              : args.client_io_threads > 0         ? 5
-                                                                   : 9;
-  const uint64_t need = per_worker * w_top + 256;
-  rlimit limit{};
-  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY ||
-      limit.rlim_cur >= need) {
-    return Status::OK();
-  }
-  rlimit raised = limit;
-  raised.rlim_cur = limit.rlim_max == RLIM_INFINITY ? need : std::min<rlim_t>(need, limit.rlim_max);
-  if (setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
-  if (limit.rlim_cur >= need) return Status::OK();
-  return Status::InvalidArgument(
-      "--workers " + std::to_string(w_top) + " needs about " + std::to_string(need) +
-      " file descriptors (" + std::to_string(per_worker) +
-      " a worker with this --driver and --client-io-threads, and 256 more) but the limit is " +
-      std::to_string(limit.rlim_cur) + " (hard " +
-      (limit.rlim_max == RLIM_INFINITY ? std::string("unlimited")
-                                       : std::to_string(limit.rlim_max)) +
-      "); allowed: fewer workers, or a higher limit (ulimit -n)");
-}
-
 int RunLoad(const LoadArgs& args) {
   if (args.workers.empty()) return BadArgs("--workers is empty; allowed: a list such as 8,32,128");
   for (uint32_t w : args.workers) {
@@ -284,7 +252,7 @@ int RunLoad(const LoadArgs& args) {
   // The shards and clients keep references to it: it stays put from here.
   const Partition partition = std::move(made).value();
   const uint32_t w_min = *std::min_element(args.workers.begin(), args.workers.end());
-  if (Status fds = EnsureFileDescriptors(args); !fds.ok()) return BadArgs(fds.message());
+  if (Status fds = load::EnsureFileDescriptors(args); !fds.ok()) return BadArgs(fds.message());
   {
     // Refused by name before anything is allocated, as gridsync-ps and the
     // worker refuse a partition past the machine's memory: the shard's

@@ -15,6 +15,7 @@
 
 #include "common/cluster_map.h"
 #include "common/sharding.h"
+#include "common/status.h"
 
 namespace gridsync::bench {
 class CpuGroups;
@@ -97,6 +98,11 @@ struct WorkerCountResult {
 };
 
 double MiB(double bytes);
+// File descriptors for args' largest W (each worker's connection and
+// socket, the shard's end of it): the soft limit is raised to the hard
+// one where it is short; InvalidArgument, naming both, where the hard one
+// is.
+Status EnsureFileDescriptors(const LoadArgs& args);
 // The initial value of a table cell (known, so pulls can be checked).
 float InitialValue(uint64_t row, uint32_t col);
 // One shard and n worker threads for args.seconds (after args.warmup

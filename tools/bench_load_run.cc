@@ -4,6 +4,8 @@
 // the shard's memory and CPU read from its /proc while they run.
 //
 // Thread safety: see bench_load.h.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -418,5 +420,36 @@ WorkerCountResult RunWorkers(const LoadArgs& args, const Partition& partition,
 }
 
 double MiB(double bytes) { return bytes / (1 << 20); }
+
+// EnsureFileDescriptors (bench_load.h). For the largest W: per worker this
+// process holds its connection and its socket's mailbox (with --driver
+// client also the pair of its handshake watch, and with
+// --client-io-threads 0 a context's own), and the shard's process (forked
+// from this one: the same limit) one connection. Past the soft limit,
+// connections failed one by one as timeouts naming no cause.
+Status EnsureFileDescriptors(const LoadArgs& args) {
+  const uint64_t w_top = *std::max_element(args.workers.begin(), args.workers.end());
+  const uint64_t per_worker = args.driver == Driver::kEvents ? 3
+                              : args.client_io_threads > 0   ? 5
+                                                             : 9;
+  const uint64_t need = per_worker * w_top + 256;
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY ||
+      limit.rlim_cur >= need) {
+    return Status::OK();
+  }
+  rlimit raised = limit;
+  raised.rlim_cur = limit.rlim_max == RLIM_INFINITY ? need : std::min<rlim_t>(need, limit.rlim_max);
+  if (setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+  if (limit.rlim_cur >= need) return Status::OK();
+  return Status::InvalidArgument(
+      "--workers " + std::to_string(w_top) + " needs about " + std::to_string(need) +
+      " file descriptors (" + std::to_string(per_worker) +
+      " a worker with this --driver and --client-io-threads, and 256 more) but the limit is " +
+      std::to_string(limit.rlim_cur) + " (hard " +
+      (limit.rlim_max == RLIM_INFINITY ? std::string("unlimited")
+                                       : std::to_string(limit.rlim_max)) +
+      "); allowed: fewer workers, or a higher limit (ulimit -n)");
+}
 
 }  // namespace gridsync::bench::load
