@@ -170,6 +170,7 @@ class EventDriver {
         if (e.num() == EINTR) continue;
         if (sim.phase != Phase::kIdle) {
           FailCurrent(r, Status::IOError(std::string("ZMQ_EVENTS: ") + e.what()));
+          Recheck(r);  // what FailCurrent sent is not followed by a look here
         }
         return;
       }
@@ -177,11 +178,19 @@ class EventDriver {
       auto frames = wire::ReceiveMultipart(sim.socket, 0, limits_);
       if (!frames.ok()) {
         if (frames.status().code() == StatusCode::kTimeout) return;
-        if (sim.phase != Phase::kIdle) FailCurrent(r, frames.status().WithContext("receiving"));
+        if (sim.phase != Phase::kIdle) {
+          FailCurrent(r, frames.status().WithContext("receiving"));
+          Recheck(r);
+        }
         return;
       }
       OnMessage(r, *frames);
     }
+  }
+
+  // Drain(r) again before the next wait, unless idle (nothing to await).
+  void Recheck(uint32_t r) {
+    if (sims_[r].phase != Phase::kIdle) recheck_.push_back(r);
   }
 
   void StartIteration(uint32_t r) {
