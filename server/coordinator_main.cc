@@ -19,6 +19,7 @@
 
 #include "common/cli_parse.h"
 #include "common/config.h"
+#include "common/file_limit.h"
 #include "common/logging.h"
 #include "ops/metrics.h"
 #include "ops/service_watchdog.h"
@@ -55,6 +56,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
   GRIDSYNC_PARSE_COMMAND_LINE(app, argc, argv);
   gridsync::InitLogging("coordinator", log_level);
+  // One descriptor per connection: a coordinator started by hand keeps the
+  // usual soft limit of 1024 otherwise (common/file_limit.h).
+  if (const auto files = gridsync::RaiseOpenFileLimit(); files.raised())
+    spdlog::info("open files: soft limit raised from {} to {}", files.before, files.after);
 
   auto config = gridsync::Config::LoadFile(config_path, overrides);
   if (!config.ok()) {

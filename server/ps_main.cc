@@ -18,6 +18,7 @@
 #include "common/cli_parse.h"
 #include "common/config.h"
 #include "common/coordinator_client.h"
+#include "common/file_limit.h"
 #include "common/host_address.h"
 #include "common/host_memory.h"
 #include "common/logging.h"
@@ -78,6 +79,10 @@ int main(int argc, char** argv) {
     shard = *from_env;
   }
   gridsync::InitLogging("ps-" + std::to_string(shard), log_level);
+  // One descriptor per connection: a shard started by hand keeps the
+  // usual soft limit of 1024 otherwise (common/file_limit.h).
+  if (const auto files = gridsync::RaiseOpenFileLimit(); files.raised())
+    spdlog::info("open files: soft limit raised from {} to {}", files.before, files.after);
 
   auto config = gridsync::Config::LoadFile(config_path, overrides);
   if (!config.ok()) {

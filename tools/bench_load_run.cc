@@ -4,8 +4,6 @@
 // the shard's memory and CPU read from its /proc while they run.
 //
 // Thread safety: see bench_load.h.
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -25,6 +23,7 @@
 
 #include "common/cluster_map.h"
 #include "common/config.h"
+#include "common/file_limit.h"
 #include "common/huge_pages.h"
 #include "common/sharding.h"
 #include "common/status.h"
@@ -433,22 +432,13 @@ Status EnsureFileDescriptors(const LoadArgs& args) {
                               : args.client_io_threads > 0   ? 5
                                                              : 9;
   const uint64_t need = per_worker * w_top + 256;
-  rlimit limit{};
-  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY ||
-      limit.rlim_cur >= need) {
-    return Status::OK();
-  }
-  rlimit raised = limit;
-  raised.rlim_cur = limit.rlim_max == RLIM_INFINITY ? need : std::min<rlim_t>(need, limit.rlim_max);
-  if (setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
-  if (limit.rlim_cur >= need) return Status::OK();
+  const FileLimit files = RaiseOpenFileLimit(need);
+  if (files.hard == 0 || files.after >= need) return Status::OK();  // hard 0: not read
   return Status::InvalidArgument(
       "--workers " + std::to_string(w_top) + " needs about " + std::to_string(need) +
       " file descriptors (" + std::to_string(per_worker) +
       " a worker with this --driver and --client-io-threads, and 256 more) but the limit is " +
-      std::to_string(limit.rlim_cur) + " (hard " +
-      (limit.rlim_max == RLIM_INFINITY ? std::string("unlimited")
-                                       : std::to_string(limit.rlim_max)) +
+      std::to_string(files.after) + " (hard " + std::to_string(files.hard) +
       "); allowed: fewer workers, or a higher limit (ulimit -n)");
 }
 
