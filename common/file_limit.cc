@@ -3,6 +3,7 @@
 // Thread safety: see file_limit.h.
 #include "common/file_limit.h"
 
+#include <spdlog/spdlog.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -26,6 +27,11 @@ FileLimit RaiseOpenFileLimit(uint64_t want) {
   raised.rlim_cur = target == UINT64_MAX ? RLIM_INFINITY : static_cast<rlim_t>(target);
   if (setrlimit(RLIMIT_NOFILE, &raised) == 0) out.after = target;
   return out;
+}
+
+void RaiseOpenFileLimitForServing() {
+  if (const FileLimit files = RaiseOpenFileLimit(); files.raised())
+    spdlog::info("open files: soft limit raised from {} to {}", files.before, files.after);
 }
 
 }  // namespace gridsync

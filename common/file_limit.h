@@ -28,4 +28,8 @@ struct FileLimit {
 // reads 0 everywhere.
 FileLimit RaiseOpenFileLimit(uint64_t want = 0);
 
+// What a server's main calls once logging is up: the soft limit raised to
+// the hard one, logged (info) when it moved.
+void RaiseOpenFileLimitForServing();
+
 }  // namespace gridsync

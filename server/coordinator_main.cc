@@ -58,8 +58,7 @@ int main(int argc, char** argv) {
   gridsync::InitLogging("coordinator", log_level);
   // One descriptor per connection: a coordinator started by hand keeps the
   // usual soft limit of 1024 otherwise (common/file_limit.h).
-  if (const auto files = gridsync::RaiseOpenFileLimit(); files.raised())
-    spdlog::info("open files: soft limit raised from {} to {}", files.before, files.after);
+  gridsync::RaiseOpenFileLimitForServing();
 
   auto config = gridsync::Config::LoadFile(config_path, overrides);
   if (!config.ok()) {

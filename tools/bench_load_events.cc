@@ -2,8 +2,8 @@
 // simulated workers, each a DEALER connection to the shard and a small
 // state machine (push, await its ack, pull, await the reply's parts, check
 // them, next iteration), all driven from one thread by one epoll set of
-// the connections' ZMQ_FDs. The
-// shard sees what W training workers would send it: the same headers
+// the connections' ZMQ_FDs. The shard sees what W training workers would
+// send it: the same headers
 // (rank, request ids from 1, step, job, epoch), the same row-id and value
 // frames (wire::EncodeCopy writes them as PsClient does), one connection
 // each. What it leaves out is the client's work around a message (its
@@ -17,7 +17,8 @@
 // as much CPU per operation as the shard. A ZMQ_FD only says that the
 // socket may have changed: it is readable until ZMQ_EVENTS is asked, and
 // any call on the socket (a send too) may consume it. So a connection is
-// drained whenever its fd fires, and asked again after each send.
+// drained whenever its fd fires, and asked again after a send made outside
+// its own drain (a drain asks again anyway before it returns).
 //
 // Thread safety: see bench_load_worker.h.
 #include <sys/epoll.h>
@@ -139,7 +140,11 @@ class EventDriver {
       const int ready =
           ::epoll_wait(epoll_, events.data(), static_cast<int>(events.size()), kWaitMs);
       for (int k = 0; k < ready; ++k) Drain(events[static_cast<size_t>(k)].data.u32);
+      // Timeouts, once a wait period: a pass over every worker after each
+      // wake would cost W steps per reply.
       const auto now = Clock::now();
+      if (now < next_timeout_check_) continue;
+      next_timeout_check_ = now + std::chrono::milliseconds(kWaitMs);
       for (uint32_t r = 0; r < sims_.size(); ++r) {
         const Sim& sim = sims_[r];
         if (sim.phase == Phase::kIdle || now - sim.sent < timeout_) continue;
@@ -322,6 +327,7 @@ class EventDriver {
   uint32_t draining_ = UINT32_MAX;  // the connection Drain is reading
   bool timing_ = false;
   const std::atomic<bool>* stop_ = nullptr;
+  Clock::time_point next_timeout_check_;
 };
 
 }  // namespace
