@@ -2,9 +2,9 @@
 // the connection and deferred-reply records and the CoordinatorImpl class,
 // whose members are defined in coordinator.cc (listening, the serving
 // thread, stopping), coordinator_connections.cc (accepting, reading,
-// authenticating, dispatching, writing and closing) and
-// coordinator_requests.cc (registration, maps, barriers and the replies
-// they defer) and coordinator_kv.cc (the KV store). Internal to
+// authenticating, dispatching), coordinator_writes.cc (writing, refusing
+// and closing), coordinator_requests.cc (registration, maps, barriers and
+// the replies they defer) and coordinator_kv.cc (the KV store). Internal to
 // gridsync_coordinator.
 //
 // Thread safety: one Boost.Asio io_context on its own thread. Every piece of state below (members,
