@@ -1,3 +1,11 @@
+// `gridsync launch` (tools/launch.h): RunLaunch, from the config's checks
+// before anything starts, through starting the job's processes and
+// watching them (watchdog kills, restarts of one process or of the whole
+// job), to stopping them. Its parts are beside it: launch_checks.h (the
+// checks), launch_children.h (the processes), launch_watchdog.h (their
+// pings) and launch_finish.h (interrupts, the other nodes, the summary).
+//
+// Thread safety: see tools/launch.h (the main thread).
 #include "tools/launch.h"
 
 #include <fcntl.h>
@@ -9,17 +17,12 @@
 
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <deque>
 #include <filesystem>
-#include <future>
 #include <memory>
-#include <nlohmann/json.hpp>
-#include <thread>
 
 #include "common/checkpoint_files.h"
 #include "common/config.h"
-#include "common/coordinator_client.h"
 #include "common/host_address.h"
 #include "common/logging.h"
 #include "ops/progress_line.h"
@@ -27,6 +30,7 @@
 #include "spec/run_spec.h"
 #include "tools/launch_checks.h"
 #include "tools/launch_children.h"
+#include "tools/launch_finish.h"
 #include "tools/launch_watchdog.h"
 #include "worker/image_task.h"
 #include "worker/worker_precheck.h"
@@ -35,31 +39,6 @@ namespace gridsync {
 namespace {
 
 using namespace launch_detail;  // NOLINT: the launcher's own helpers
-
-// The signal that interrupted the launcher (0: none); it exits 128 + it,
-// the shell's convention (130 for Ctrl-C, 129 for a closed terminal).
-volatile sig_atomic_t g_interrupted = 0;
-void OnInterrupt(int signal) { g_interrupted = signal; }
-
-// Installs OnInterrupt for SIGINT, SIGTERM and SIGHUP. A closed terminal
-// stops the cluster the way Ctrl-C does (its children start with SIGHUP
-// blocked: launch_children.cc), instead of leaving them behind.
-void CatchInterrupts() {
-  struct sigaction action {};
-  action.sa_handler = OnInterrupt;
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
-  sigaction(SIGHUP, &action, nullptr);
-}
-
-// The launcher's exit on an interrupt: says so, naming the signal and
-// `when`, and returns 128 + the signal (the shell's convention).
-int InterruptedExit(const char* when) {
-  const int signal = g_interrupted;  // read once: the line and the code agree
-  std::printf("gridsync launch: interrupted (%s)%s\n", strsignal(signal), when);
-  std::fflush(stdout);
-  return 128 + signal;
-}
 
 std::string FindBinary(const std::string& bin_dir, const std::string& name) {
   namespace fs = std::filesystem;
@@ -76,67 +55,6 @@ std::string FindBinary(const std::string& bin_dir, const std::string& name) {
     if (::access(candidate.c_str(), X_OK) == 0) return fs::weakly_canonical(candidate).string();
   }
   return "";
-}
-
-void PrintSummary(const Child& worker0, const Config& config) {
-  auto j = nlohmann::json::parse(worker0.summary, nullptr, false);
-  if (j.is_discarded()) return;
-  const bool ps = config.distributed.gradient_sync != GradientSyncMode::kNccl;
-  std::printf("\n== gridsync launch: %d workers, %d shards, gradient_sync %s (%s), %d steps ==\n",
-              config.distributed.world_size, ps ? config.ps.shards : 0,
-              std::string(ToString(config.distributed.gradient_sync)).c_str(),
-              ps ? std::string(ToString(config.ps.consistency)).c_str()
-                 : (config.distributed.hierarchical ? "hierarchical" : "flat"),
-              config.training.steps);
-  std::printf("PSNR               %.2f dB\n", j.value("psnr_db", 0.0));
-  std::printf("reconstruction     %s\n", j.value("png", std::string("-")).c_str());
-  std::printf("throughput         %.0f samples/s (global batch %d)\n",
-              j.value("samples_per_second", 0.0), config.training.batch_size);
-  if (ps) {
-    std::printf("pushed per step    %.2f MB (worker 0)\n",
-                j.value("bytes_pushed_per_step", 0.0) / 1e6);
-    std::printf("pulled per step    %.2f MB (worker 0)\n",
-                j.value("bytes_pulled_per_step", 0.0) / 1e6);
-  } else {
-    std::printf("all-reduced/step   %.2f MB per worker (dense gradient)\n",
-                j.value("bytes_pushed_per_step", 0.0) / 1e6);
-  }
-  const double train = j.value("train_seconds", 0.0);
-  const double comm = j.value("comm_seconds", 0.0);
-  std::printf(
-      "communication      %.2f s of %.2f s training (%.0f%%, worker 0 blocked in communication)\n",
-      comm, train, train > 0 ? 100.0 * comm / train : 0.0);
-}
-
-// The "launch/done" barrier of every node's launcher, with this node's
-// children's output still streamed while it waits. Returns the exit code.
-int WaitForOtherNodes(const Config& config, const std::string& node, std::vector<Child>& children) {
-  const auto& d = config.distributed;
-  const auto timeout = d.timeout();
-  std::printf("gridsync launch: node %s is done; waiting up to %.0f s for the other %zu node(s)\n",
-              node.c_str(), d.timeout_s, config.layout.nodes.size() - 1);
-  std::fflush(stdout);
-  auto done = std::async(std::launch::async, [&]() -> Status {
-    GRIDSYNC_ASSIGN_OR_RETURN(const wire::ControlAuth control_auth,
-                              wire::ControlAuthFor(config, "observer"));
-    GRIDSYNC_ASSIGN_OR_RETURN(
-        auto client, CoordinatorClient::Connect(d.master_addr, static_cast<uint16_t>(d.master_port),
-                                                timeout, control_auth, Role::kObserver));
-    return client->Barrier("launch/done", static_cast<uint32_t>(config.layout.nodes.size()),
-                           "launcher of node " + node, timeout);
-  });
-  while (done.wait_for(std::chrono::milliseconds(0)) != std::future_status::ready) {
-    PumpOutput(children, 100);
-    Reap(children);
-    if (g_interrupted) break;
-  }
-  if (g_interrupted) return InterruptedExit("; stopping all processes");
-  const Status status = done.get();
-  if (!status.ok()) {
-    std::printf("gridsync launch: the other nodes did not finish: %s\n", status.ToString().c_str());
-    return 1;
-  }
-  return 0;
 }
 
 }  // namespace
