@@ -21,6 +21,7 @@
 #include "common/config.h"
 #include "common/file_limit.h"
 #include "common/logging.h"
+#include "common/server_config.h"
 #include "ops/metrics.h"
 #include "ops/service_watchdog.h"
 #include "server/coordinator.h"
@@ -60,25 +61,11 @@ int main(int argc, char** argv) {
   // usual soft limit of 1024 otherwise (common/file_limit.h).
   gridsync::RaiseOpenFileLimitForServing();
 
-  auto config = gridsync::Config::LoadFile(config_path, overrides);
-  if (!config.ok()) {
-    std::fprintf(stderr, "%s\n", config.status().message().c_str());
-    return gridsync::kConfigErrorExitCode;
-  }
-  gridsync::LogConfigNotes(config_path, config->NotesFor(/*standalone=*/false));
-  // What `gridsync check-config` refuses, this refuses too, before the
-  // cluster forms around a config its workers would refuse.
-  if (auto runnable = config->CheckRunnable(/*standalone=*/false); !runnable.ok()) {
-    std::fprintf(stderr, "%s: %s\n", config_path.c_str(), runnable.message().c_str());
-    return gridsync::kConfigErrorExitCode;
-  }
   // One process trains alone: there is no cluster to coordinate (it served
   // "0 shards, 1 worker" forever, while launch and the shards refused it);
   // and its state file goes to checkpoint.dir.
-  if (auto cluster = config->CheckClusterProcess("coordinator"); !cluster.ok()) {
-    std::fprintf(stderr, "%s: %s\n", config_path.c_str(), cluster.message().c_str());
-    return gridsync::kConfigErrorExitCode;
-  }
+  auto config = gridsync::LoadServerConfig(config_path, overrides, "coordinator");
+  if (!config) return gridsync::kConfigErrorExitCode;
   auto spec = gridsync::RunSpec::Resolve(*config);
   if (!spec.ok()) {
     std::fprintf(stderr, "%s\n", spec.status().message().c_str());

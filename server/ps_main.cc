@@ -23,6 +23,7 @@
 #include "common/host_memory.h"
 #include "common/logging.h"
 #include "common/message_heap.h"
+#include "common/server_config.h"
 #include "common/sharding.h"
 #include "ops/metrics.h"
 #include "ops/service_watchdog.h"
@@ -83,24 +84,10 @@ int main(int argc, char** argv) {
   // usual soft limit of 1024 otherwise (common/file_limit.h).
   gridsync::RaiseOpenFileLimitForServing();
 
-  auto config = gridsync::Config::LoadFile(config_path, overrides);
-  if (!config.ok()) {
-    std::fprintf(stderr, "%s\n", config.status().message().c_str());
-    return gridsync::kConfigErrorExitCode;
-  }
-  gridsync::LogConfigNotes(config_path, config->NotesFor(/*standalone=*/false));
-  // What `gridsync check-config` refuses, this refuses too.
-  if (auto runnable = config->CheckRunnable(/*standalone=*/false); !runnable.ok()) {
-    std::fprintf(stderr, "%s: %s\n", config_path.c_str(), runnable.message().c_str());
-    return gridsync::kConfigErrorExitCode;
-  }
   // As the coordinator: no shard runs without a cluster (the shard used to
-  // use the cluster's keys it noted as inert), and checkpoint.dir as
-  // check-config checks it.
-  if (auto cluster = config->CheckClusterProcess("PS shard"); !cluster.ok()) {
-    std::fprintf(stderr, "%s: %s\n", config_path.c_str(), cluster.message().c_str());
-    return gridsync::kConfigErrorExitCode;
-  }
+  // use the cluster's keys it noted as inert).
+  auto config = gridsync::LoadServerConfig(config_path, overrides, "PS shard");
+  if (!config) return gridsync::kConfigErrorExitCode;
   if (shard < 0 || shard >= config->ps.shards) {
     std::fprintf(stderr, "--shard %d: out of range; allowed: 0..%d (ps.shards = %d)\n", shard,
                  config->ps.shards - 1, config->ps.shards);
