@@ -61,9 +61,7 @@ Exit codes: 0 success (even with #wrong > 0: the caller reports it), 1 a
 rank failed (its traceback is printed), 2 invalid arguments.
 """
 
-import argparse
 import json
-import math
 import multiprocessing as mp
 import os
 import queue
@@ -74,6 +72,8 @@ import time
 import traceback
 from datetime import timedelta
 
+from peer_args import ArgParser, int_at_least, int_list, positive_float
+
 # Only ranks import torch: the parent stays light, and a rank failing to
 # import it reports that like any other failure.
 
@@ -83,48 +83,6 @@ MAX_RANKS = 64
 
 def log(msg):
     print("torch_allreduce.py: " + msg, file=sys.stderr, flush=True)
-
-
-class ArgParser(argparse.ArgumentParser):
-    def error(self, message):  # exit 2 with a clear message (argparse's default, made explicit)
-        self.print_usage(sys.stderr)
-        print("torch_allreduce.py: error: " + message, file=sys.stderr, flush=True)
-        sys.exit(2)
-
-
-def int_at_least(minimum):
-    def parse(text):
-        try:
-            v = int(text, 10)
-        except ValueError:
-            raise argparse.ArgumentTypeError("expected an integer >= %d, got %r" % (minimum, text))
-        if v < minimum:
-            raise argparse.ArgumentTypeError("expected an integer >= %d, got %r" % (minimum, text))
-        return v
-
-    return parse
-
-
-def int_list(minimum):
-    one = int_at_least(minimum)
-
-    def parse(text):
-        parts = [p.strip() for p in text.split(",")]
-        if not parts or any(not p for p in parts):
-            raise argparse.ArgumentTypeError("expected a comma-separated list of integers, got %r" % text)
-        return [one(p) for p in parts]
-
-    return parse
-
-
-def positive_float(text):
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError("expected a positive number, got %r" % text)
-    if not (math.isfinite(v) and v > 0):
-        raise argparse.ArgumentTypeError("expected a positive finite number, got %r" % text)
-    return v
 
 
 def parse_args(argv):

@@ -58,7 +58,6 @@ multiply-add; this can move a sample across a cell edge in rare cases.
 Exit codes: 0 success, 2 invalid arguments or input file.
 """
 
-import argparse
 import json
 import math
 import os
@@ -68,6 +67,8 @@ import time
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from peer_args import ArgParser, int_at_least, positive_float
 
 
 def log(msg):
@@ -79,34 +80,8 @@ def die(msg):
     sys.exit(2)
 
 
-def positive_int(text):
-    try:
-        v = int(text, 10)
-    except ValueError:
-        raise argparse.ArgumentTypeError("expected a positive integer, got %r" % text)
-    if v <= 0:
-        raise argparse.ArgumentTypeError("expected a positive integer, got %r" % text)
-    return v
-
-
-def positive_float(text):
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError("expected a positive number, got %r" % text)
-    if not (math.isfinite(v) and v > 0):
-        raise argparse.ArgumentTypeError("expected a positive finite number, got %r" % text)
-    return v
-
-
-def non_negative_int(text):
-    try:
-        v = int(text, 10)
-    except ValueError:
-        raise argparse.ArgumentTypeError("expected an integer >= 0, got %r" % text)
-    if v < 0:
-        raise argparse.ArgumentTypeError("expected an integer >= 0, got %r" % text)
-    return v
+positive_int = int_at_least(1)
+non_negative_int = int_at_least(0)
 
 
 def step_list(text):
@@ -117,12 +92,6 @@ def step_list(text):
             continue
         out.append(positive_int(part))
     return sorted(set(out))
-
-
-class ArgParser(argparse.ArgumentParser):
-    def error(self, message):  # exit 2 with a clear message (argparse's default, made explicit)
-        self.print_usage(sys.stderr)
-        die(message)
 
 
 def parse_args(argv):
