@@ -48,7 +48,7 @@
 // kernels/adam_math.h, and the neighbours their initial values. After the
 // timed iterations the last pull must equal the reference after all
 // 1 + warmup + iters pushes, so a dropped, duplicated or misplaced push is
-// counted.
+// counted. The values, the reference and the counts: bench_pushpull_check.h.
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -80,6 +80,7 @@
 #include "tools/bench.h"
 #include "tools/bench_cpu.h"
 #include "tools/bench_memory_floor.h"
+#include "tools/bench_pushpull_check.h"
 #include "tools/bench_raw_zmq.h"
 #include "tools/bench_shard_map.h"
 #include "worker/ps_client.h"
@@ -88,9 +89,15 @@ namespace gridsync::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using pushpull::CountWrongNeighbours;
+using pushpull::CountWrongPushed;
+using pushpull::Gradient;
+using pushpull::InitialValue;
+using pushpull::kStride;
+using pushpull::kWidth;
+using pushpull::Poison;
+using pushpull::SizePlan;
 
-constexpr uint32_t kWidth = 2;   // floats per row: one hash-grid level
-constexpr uint32_t kStride = 3;  // a batch touches every 3rd row of its region
 constexpr uint64_t kPushBytesPerRow = sizeof(uint32_t) + kWidth * sizeof(float);
 constexpr uint64_t kIterBytesPerRow = 2 * kPushBytesPerRow;  // push + pull
 // The values' share of those bytes (pushed and pulled): what no row-id
@@ -117,15 +124,6 @@ struct PushPullArgs {
   std::string json_out;
 };
 
-// One payload size and the rows it uses: rows base + kStride * i (pushed and
-// pulled), base + kStride * i + 1 (never pushed: the neighbours checked).
-struct SizePlan {
-  uint64_t bytes = 0;  // nominal; the push payload is n * 12 bytes
-  uint32_t n = 0;
-  uint32_t base = 0;
-  int iters = 0;
-};
-
 struct Latency {
   double p50_us = 0;
   double p99_us = 0;
@@ -143,76 +141,6 @@ Latency Percentiles(std::vector<double> us) {
 
 double MicrosSince(Clock::time_point start) {
   return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
-}
-
-// Deterministic, distinct per element, so a value written to the wrong row or
-// column shows.
-float InitialValue(uint32_t row, uint32_t col) {
-  const uint32_t h = (row * 2654435761u) ^ (col * 0x9E3779B9u);
-  return static_cast<float>(h >> 16) / 65536.0f - 0.5f;
-}
-
-// Never zero: a zero gradient leaves a row where it was and would let a
-// dropped push pass the check.
-float Gradient(uint32_t row, uint32_t col) {
-  const float magnitude = static_cast<float>((row * kWidth + col) % 13 + 1) * 0.01f;
-  return (row / kStride) % 2 == 0 ? magnitude : -magnitude;
-}
-
-// The reference: Adam as kernels/adam_math.h defines it, run here on a fresh
-// row (its own step count from 0, m = v = 0) for `steps` pushes of the same
-// gradient. step_size[t] = AdamStepSize(hyper, t).
-float Expected(const AdamHyper& hyper, const std::vector<float>& step_size, int steps, float w0,
-               float g) {
-  float w = w0, m = 0.0f, v = 0.0f;
-  for (int t = 1; t <= steps; ++t) AdamUpdate(hyper, step_size[t], g, &w, &m, &v);
-  return w;
-}
-
-// A tolerance, not equality: the reference is compiled in another
-// translation unit, where the compiler may contract or order the float
-// operations differently. A missing or extra push moves a value by about the
-// learning rate, orders of magnitude more.
-bool Close(float got, float want) {
-  return std::abs(got - want) <= 1e-5f * std::max(1.0f, std::abs(want));  // false for NaN
-}
-
-// Values of the pushed rows in `table` (the pull destination) that differ
-// from the reference after `steps` pushes.
-uint64_t CountWrongPushed(const SizePlan& plan, const std::vector<float>& table,
-                          const AdamHyper& hyper, const std::vector<float>& step_size, int steps) {
-  uint64_t wrong = 0;
-  for (uint32_t i = 0; i < plan.n; ++i) {
-    const uint32_t row = plan.base + kStride * i;
-    for (uint32_t c = 0; c < kWidth; ++c) {
-      const float want = Expected(hyper, step_size, steps, InitialValue(row, c), Gradient(row, c));
-      wrong += Close(table[size_t{row} * kWidth + c], want) ? 0 : 1;
-    }
-  }
-  return wrong;
-}
-
-// Values of the neighbour rows that differ from their initial values; these
-// are copied, never computed, so they must match exactly.
-uint64_t CountWrongNeighbours(const SizePlan& plan, const std::vector<float>& table) {
-  uint64_t wrong = 0;
-  for (uint32_t i = 0; i < plan.n; ++i) {
-    const uint32_t row = plan.base + kStride * i + 1;
-    for (uint32_t c = 0; c < kWidth; ++c) {
-      wrong += table[size_t{row} * kWidth + c] == InitialValue(row, c) ? 0 : 1;
-    }
-  }
-  return wrong;
-}
-
-// A pull that silently left a value alone must not pass for one that wrote
-// the right value, so the destination is poisoned before checked pulls.
-void Poison(const std::vector<uint32_t>& rows, std::vector<float>* table) {
-  for (uint32_t row : rows) {
-    for (uint32_t c = 0; c < kWidth; ++c) {
-      (*table)[size_t{row} * kWidth + c] = std::numeric_limits<float>::quiet_NaN();
-    }
-  }
 }
 
 Status Pull(PsClient& client, const std::vector<uint32_t>& rows, std::vector<float>* table) {
