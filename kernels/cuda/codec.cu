@@ -18,6 +18,10 @@
 // field (out-of-range indices are never written); the host reads the flag
 // and, when set, runs cpu::Decode on a host copy for the exact Status.
 //
+// The host-side support (scratch memory on the stream, randomk's indices,
+// that Status) is codec_support.cu, so that this file holds the kernels and
+// their launches.
+//
 // Thread safety: may be called from any thread; work on one stream is
 // ordered by the stream.
 #include <cuda_fp16.h>
@@ -28,11 +32,10 @@
 #include <cfloat>
 #include <cstdint>
 #include <cub/device/device_radix_sort.cuh>
-#include <string>
-#include <vector>
 
 #include "kernels/cpu/codec.h"
 #include "kernels/cuda/codec_kernels.h"
+#include "kernels/cuda/codec_support.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/grid_stride.h"
 
@@ -40,6 +43,11 @@ namespace gridsync::cuda {
 namespace {
 
 namespace cm = ::gridsync::codec_math;
+using codec_support::ExplainBadPayload;
+using codec_support::Prefix;
+using codec_support::RandomkFactor;
+using codec_support::Scratch;
+using codec_support::UploadRandomkIndices;
 
 // Payload fields carry no alignment: bytes, little-endian.
 __device__ __forceinline__ void StoreU32(uint8_t* p, uint32_t v) {
@@ -367,47 +375,8 @@ __global__ void RandomkScatterKernel(const uint8_t* __restrict__ bytes,
 }
 
 // ---------------------------------------------------------------------------
-// Host side.
-
-// Scratch memory ordered on one stream. Release() frees it with checked
-// calls; the destructor frees whatever an error path left behind.
-class Scratch {
- public:
-  explicit Scratch(cudaStream_t stream) : stream_(stream) {}
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  ~Scratch() {
-    for (void* ptr : ptrs_) (void)cudaFreeAsync(ptr, stream_);
-    if (!ptrs_.empty()) (void)cudaGetLastError();  // a Status is already on its way out
-  }
-
-  template <typename T>
-  Status Allocate(size_t count, T** out) {
-    void* ptr = nullptr;
-    GRIDSYNC_CUDA_RETURN_IF_ERROR(
-        cudaMallocAsync(&ptr, std::max<size_t>(count, 1) * sizeof(T), stream_));
-    ptrs_.push_back(ptr);
-    *out = static_cast<T*>(ptr);
-    return Status::OK();
-  }
-
-  Status Release() {
-    while (!ptrs_.empty()) {
-      void* ptr = ptrs_.back();
-      ptrs_.pop_back();
-      GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaFreeAsync(ptr, stream_));
-    }
-    return Status::OK();
-  }
-
- private:
-  cudaStream_t stream_;
-  std::vector<void*> ptrs_;
-};
-
-std::string Prefix(const CodecOptions& options) {
-  return "cuda codec " + std::string(CodecName(options.codec)) + ": ";
-}
+// Host side: the launches (the scratch memory, randomk's upload and the
+// explanation of a flagged payload are in codec_support.h).
 
 // onebit and qsgd: the fixed-order sum and the header; *scale (device) gets
 // the header's value.
@@ -465,35 +434,6 @@ Status LaunchTopk(const float* values, size_t n, uint32_t k, uint8_t* out, Scrat
   TopkWriteKernel<<<Blocks(k), kBlockSize, 0, stream>>>(values, top, k, out);
   GRIDSYNC_CUDA_RETURN_IF_LAUNCH_ERROR();
   return Status::OK();
-}
-
-// randomk's indices, drawn on the host and copied to scratch memory. The
-// copy is from pageable memory, so it has consumed the vector on return.
-Status UploadRandomkIndices(uint64_t seed, size_t n, uint32_t k, uint32_t** indices,
-                            Scratch* scratch, cudaStream_t stream) {
-  std::vector<uint32_t> host(k);
-  cpu::RandomkIndices(seed, n, k, host.data());
-  GRIDSYNC_RETURN_IF_ERROR(scratch->Allocate(k, indices));
-  GRIDSYNC_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(*indices, host.data(), k * sizeof(uint32_t), cudaMemcpyHostToDevice, stream));
-  return Status::OK();
-}
-
-float RandomkFactor(size_t n, uint32_t k) {
-  return static_cast<float>(static_cast<double>(n) / static_cast<double>(k));
-}
-
-// The device flagged the payload: cpu::Decode on a host copy names the
-// problem (and must agree that there is one).
-Status ExplainBadPayload(const CodecOptions& options, const uint8_t* bytes, size_t size, size_t n,
-                         uint64_t seed) {
-  std::vector<uint8_t> host(size);
-  GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpy(host.data(), bytes, size, cudaMemcpyDeviceToHost));
-  std::vector<float> scratch(n);
-  const Status status = cpu::Decode(options, host.data(), size, n, seed, scratch.data());
-  if (!status.ok()) return status;
-  return Status::Internal(Prefix(options) +
-                          "the device rejected a payload that cpu::Decode accepts (twin mismatch)");
 }
 
 }  // namespace
