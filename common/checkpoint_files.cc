@@ -512,7 +512,7 @@ Status CheckStepIsOneRun(const std::string& dir, uint64_t step,
   std::string with, common_run;
   const std::string apart = RunsApart(present, runs, &with, &common_run);
   if (apart.empty()) return Status::OK();
-  return Status::InvalidArgument(fmt::format(
+  return Status::CheckpointsHeld(fmt::format(
       "the files of {} in {} belong to another run than those of {} (run {}): a step's parts "
       "must all be one run's (another run's files were copied in, or two runs shared the "
       "folder); allowed: every part's files of the step as one run wrote them",
@@ -576,7 +576,7 @@ Status CheckFreshStart(const std::string& dir, const std::vector<std::string>& p
                 (damage.empty() ? "no step here holds every part of the job"
                                 : "and no older step holds every part intact") +
                 ", so no resume from this folder alone; ";
-  return Status::InvalidArgument(fmt::format(
+  return Status::CheckpointsHeld(fmt::format(
       "checkpoint.dir {} holds checkpoints this job did not write: {}; starting afresh would "
       "delete them with its first checkpoint. Allowed: {}move the folder away or set "
       "checkpoint.dir elsewhere to start afresh",

@@ -47,7 +47,7 @@ void CheckpointLedger::RolledBack(uint64_t step) {
 
 Status CheckpointLedger::RolledBackTo(uint64_t step, std::string run, const char* who) {
   if (run_known_ && run != run_) {
-    return Status::InvalidArgument(
+    return Status::CheckpointsHeld(
         dir_ + "/step-" + std::to_string(step) + "/" + part_ + ".json names run " +
         DescribeRun(run) + ", but this " + who + " serves run " + DescribeRun(run_) +
         " (another run's files were put in its place); allowed: the files this run wrote");

@@ -90,7 +90,7 @@ Status AgreeOnResumedRun(Store& store, uint64_t job, uint64_t step,
   std::string with, common_run;
   const std::string apart = RunsApart(job_parts, runs, &with, &common_run);
   if (apart.empty()) return Status::OK();
-  return Status::InvalidArgument(fmt::format(
+  return Status::CheckpointsHeld(fmt::format(
       "{}: resuming at step {}, the files of {} in {}/step-{} belong to another run than those "
       "of {} (run {}): a step's parts must all be one run's (another run's files were copied "
       "in, or two runs shared the folder); allowed: every part's files of step {} as one run "
@@ -105,7 +105,7 @@ Status CheckRejoinedRun(Store& store, uint64_t job, uint64_t step, const std::st
     return got.status().code() == StatusCode::kNotFound ? Status::OK() : got.status();
   }
   if ((*got)[0] == run) return Status::OK();
-  return Status::InvalidArgument(fmt::format(
+  return Status::CheckpointsHeld(fmt::format(
       "{} cannot rejoin job {} from {}/step-{}: its files there belong to run {}, the job is run "
       "{} (another run's files were copied in, or two runs shared the folder); allowed: the "
       "files this run wrote",

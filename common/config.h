@@ -29,11 +29,14 @@ namespace gridsync {
 inline constexpr int kMaxTrainingSteps = 10'000'000;
 
 inline constexpr int kConfigErrorExitCode = 2;
-// A process refused to start a job afresh over checkpoints another run left
-// (CheckFreshStart), or to start from checkpoint files of another run than
-// the job's (common/checkpoint_run.h), or gridsync launch --resume found
-// every complete step's files damaged: nothing a restart mends, and distinct from exit 2 so
-// that the units can refuse to restart on it alone (RestartPreventExitStatus).
+// A process (shard or worker) refused to start a job afresh over
+// checkpoints another run left (CheckFreshStart), or to start or roll back
+// from checkpoint files of another run than the job's (common/
+// checkpoint_run.h): StatusCode::kCheckpointsHeld. Or gridsync launch
+// --resume found every complete step's files damaged. Nothing a restart
+// mends, and distinct from exit 2 so that the units can refuse to restart
+// on it alone (RestartPreventExitStatus) and gridsync launch does not
+// restart it.
 inline constexpr int kCheckpointsHeldExitCode = 3;
 // A worker lost its coordinator during a job it can rejoin (checkpoints on,
 // gradient_sync ps or hybrid): restarted once the coordinator is back with

@@ -24,6 +24,8 @@ std::string_view StatusCodeName(StatusCode code) {
       return "Unavailable";
     case StatusCode::kFailedPrecondition:
       return "FailedPrecondition";
+    case StatusCode::kCheckpointsHeld:
+      return "CheckpointsHeld";
   }
   return "Unknown";
 }

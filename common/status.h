@@ -34,10 +34,15 @@ enum class StatusCode : int {
   // process that joins a job whose training started, with no complete
   // checkpoint to rejoin from. Sent on the wire; a retry gets the same.
   kFailedPrecondition = 9,
+  // Checkpoint files on disk are another run's than the one starting: a
+  // fresh start would delete them, or a step's parts are two runs'. Nothing
+  // a restart mends (the processes exit kCheckpointsHeldExitCode). Never
+  // sent on the wire, like kUnavailable: each process reads its own files.
+  kCheckpointsHeld = 10,
 };
 
-// Whether a peer may send `code` in an error reply: every code but OK and
-// kUnavailable, which names a local loss. The decoders read the others as
+// Whether a peer may send `code` in an error reply: every code but OK,
+// kUnavailable and kCheckpointsHeld, which name local conditions. The decoders read the others as
 // kInternal (a newer build's code, or a hostile one).
 bool IsWireStatusCode(uint32_t code);
 
@@ -58,6 +63,9 @@ class Status {
   static Status Timeout(std::string msg) { return {StatusCode::kTimeout, std::move(msg)}; }
   static Status Unsupported(std::string msg) { return {StatusCode::kUnsupported, std::move(msg)}; }
   static Status Internal(std::string msg) { return {StatusCode::kInternal, std::move(msg)}; }
+  static Status CheckpointsHeld(std::string msg) {
+    return {StatusCode::kCheckpointsHeld, std::move(msg)};
+  }
   static Status Unavailable(std::string msg) { return {StatusCode::kUnavailable, std::move(msg)}; }
   static Status FailedPrecondition(std::string msg) {
     return {StatusCode::kFailedPrecondition, std::move(msg)};

@@ -220,7 +220,7 @@ int main(int argc, char** argv) {
     if (!fresh.ok()) {
       spdlog::error("shard {} (coordinator {}:{}): {}", shard, d.master_addr, d.master_port,
                     fresh.message());
-      return fresh.code() == gridsync::StatusCode::kInvalidArgument
+      return fresh.code() == gridsync::StatusCode::kCheckpointsHeld
                  ? gridsync::kCheckpointsHeldExitCode
                  : 1;
     }
@@ -291,7 +291,7 @@ int main(int argc, char** argv) {
         map.ok() ? (*server)->CheckStartRun(registry, map->job) : map.status();
     if (!run.ok()) {
       spdlog::error("shard {}: {}", shard, run.ToString());
-      return run.code() == gridsync::StatusCode::kInvalidArgument
+      return run.code() == gridsync::StatusCode::kCheckpointsHeld
                  ? gridsync::kCheckpointsHeldExitCode
                  : 1;
     }
@@ -358,7 +358,14 @@ int main(int argc, char** argv) {
       watchdog.Tick((*server)->heartbeats());
       next_tick = now + watchdog.interval();
     }
-    if (const auto serving = (*server)->serving_stats(); serving.damaged_rollback_step > 0) {
+    if (const auto serving = (*server)->serving_stats(); serving.foreign_rollback_step > 0) {
+      spdlog::error(
+          "shard {}: its checkpoint of step {} is another run's (logged above); exiting {}: a "
+          "restart would find the same files",
+          shard, serving.foreign_rollback_step, gridsync::kCheckpointsHeldExitCode);
+      exit_code = gridsync::kCheckpointsHeldExitCode;
+      break;
+    } else if (serving.damaged_rollback_step > 0) {
       const uint64_t damaged = serving.damaged_rollback_step;
       // Serving on would refuse every request until the workers timed out.
       // Its files are set aside and no longer published, so that restarted

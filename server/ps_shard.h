@@ -161,6 +161,11 @@ struct ServingStats {
   // sets the files aside and exits for its supervisor to restart it into a
   // rejoin from an older step.
   uint64_t damaged_rollback_step = 0;
+  // The step of a rollback refused because its files are another run's
+  // (0: none): nothing a restart mends, so the process exits
+  // kCheckpointsHeldExitCode rather than refuse requests until the workers
+  // time out.
+  uint64_t foreign_rollback_step = 0;
   // Where the serving loop's time went, cumulative seconds per stage: wire
   // and codec decoding with validation; applying pushes; gathering pulled
   // rows; encoding replies; handing them to ZeroMQ.

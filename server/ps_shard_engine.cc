@@ -166,6 +166,7 @@ void PsShardImpl::RollBack(uint64_t step) {
                                   " cannot roll back to step " + std::to_string(step));
     spdlog::error("{}", broken_.ToString());
     if (broken_.code() == StatusCode::kCorruption) damaged_rollback_step_ = step;
+    if (broken_.code() == StatusCode::kCheckpointsHeld) foreign_rollback_step_ = step;
     return;
   }
   spdlog::warn(
@@ -338,6 +339,7 @@ ServingStats PsShardImpl::serving_stats() const {
   s.checkpoint_failures = written.failed;
   s.checkpoint_step = written.newest_step;
   s.damaged_rollback_step = damaged_rollback_step_.load(std::memory_order_relaxed);
+  s.foreign_rollback_step = foreign_rollback_step_.load(std::memory_order_relaxed);
   auto seconds = [](const std::atomic<uint64_t>& ns) {
     return static_cast<double>(ns.load(std::memory_order_relaxed)) * 1e-9;
   };

@@ -306,6 +306,7 @@ class PsShardImpl : public PsShard {
   ShardCheckpoints checkpoints_;
   Status broken_;  // a rollback that failed: every request is refused with it
   std::atomic<uint64_t> damaged_rollback_step_{0};  // ServingStats::damaged_rollback_step
+  std::atomic<uint64_t> foreign_rollback_step_{0};  // ServingStats::foreign_rollback_step
 
   mutable std::mutex stats_mu_;
   wire::ShardStats stats_;                    // guarded by stats_mu_

@@ -59,7 +59,7 @@ TEST(CheckpointRunTest, TheManifestNamesTheRunAndAForgedOneIsRefused) {
   EXPECT_TRUE(CheckStepIsOneRun(dir, 60, {"shard-0", "shard-1", "worker-0", "worker-1"}).ok());
   ASSERT_TRUE(WriteCheckpointPart(dir, 60, "shard-0", "x", shape, {}, "ab").ok());
   const Status mixed = CheckStepIsOneRun(dir, 60, {"shard-0", "shard-1", "worker-0"});
-  EXPECT_EQ(mixed.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(mixed.code(), StatusCode::kCheckpointsHeld);
   EXPECT_TRUE(Contains(mixed.message(), "the files of shard-0 (run ab) in " + dir +
                                             "/step-60 belong to another run than those of "
                                             "shard-1, worker-0 (run " +
@@ -122,7 +122,7 @@ TEST(CheckpointRunTest, AResumeOfPartsOfDifferentRunsIsRefusedByEveryPart) {
   for (const Status& s : resume({"aa", "aa", "aa"}, 1)) EXPECT_TRUE(s.ok()) << s.ToString();
   for (const Status& s : resume({"", "", ""}, 1)) EXPECT_TRUE(s.ok()) << s.ToString();
   for (const Status& s : resume({"aa", "bb", "aa"}, 1)) {
-    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(s.code(), StatusCode::kCheckpointsHeld);
     for (const char* want : {"resuming at step 300", "the files of shard-1 (run bb)",
                              "/ck/step-300", "than those of shard-0, worker-0 (run aa)"}) {
       EXPECT_TRUE(Contains(s.message(), want)) << want << " in: " << s.message();
@@ -156,7 +156,7 @@ TEST(CheckpointRunTest, ARejoinAndARollbackRefuseAnotherRunsFiles) {
   ASSERT_TRUE(PublishRun(store, 1, "aa").ok());
   EXPECT_TRUE(CheckRejoinedRun(store, 1, 150, "shard-1", "aa", "/ck").ok());
   const Status other = CheckRejoinedRun(store, 1, 150, "shard-1", "bb", "/ck");
-  EXPECT_EQ(other.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(other.code(), StatusCode::kCheckpointsHeld);
   EXPECT_TRUE(Contains(other.message(), "belong to run bb, the job is run aa")) << other.message();
 
   // A shard serving run aa rolls back to a step whose file another run wrote.
@@ -171,7 +171,7 @@ TEST(CheckpointRunTest, ARejoinAndARollbackRefuseAnotherRunsFiles) {
   checkpoints.Loaded("aa");
   ShardStore restored(*partition, 0, AdamHyper{});
   const Status swapped = checkpoints.RollBack(100, 1, &restored);
-  EXPECT_EQ(swapped.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(swapped.code(), StatusCode::kCheckpointsHeld);
   EXPECT_TRUE(Contains(swapped.message(), "names run bb, but this shard serves run aa"))
       << swapped.message();
   EXPECT_TRUE(checkpoints.RollBack(50, 1, &restored).ok());  // its own run's

@@ -310,7 +310,7 @@ TEST(CheckpointTest, AFreshStartNeverDeletesAnotherRunsCheckpoints) {
   EXPECT_TRUE(CheckFreshStart(dir, {"shard-2", "worker-0"}, job).ok())
       << "parts with no files there";
   const Status refused = CheckFreshStart(dir, {"shard-0", "shard-1", "worker-0"}, job);
-  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused.code(), StatusCode::kCheckpointsHeld);
   for (const char* want :
        {"checkpoint.dir", "shard-0 (step 50, 100)", "shard-1 (step 100, 150)",
         "resume it from step 100", "--resume-step 100", "move the folder away"}) {
@@ -389,7 +389,7 @@ TEST(CheckpointRegistryTest, TheCoordinatorKnowsTheCheckpointsOfItsJobs) {
   EXPECT_TRUE(CheckFreshStartAgainst(store, 1, dir, "worker-0", job).ok()) << "no files";
   ASSERT_TRUE(WriteCheckpointPart(dir, 50, "worker-0", "x", {{"test", 1}}).ok());
   const Status stranger = CheckFreshStartAgainst(store, 1, dir, "worker-0", job);
-  EXPECT_EQ(stranger.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(stranger.code(), StatusCode::kCheckpointsHeld);
   EXPECT_NE(stranger.message().find("worker-0: the coordinator knows no job of these checkpoints"),
             std::string::npos)
       << stranger.message();

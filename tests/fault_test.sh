@@ -379,6 +379,29 @@ pkill -KILL -f "gridsync-worker --rank 1 --config $WORK/cluster.json" ||
   fail "worker 1 was not running after the checkpoint of step 150"
 rc=0; wait $launcher || rc=$?
 workers_files=$(ls "$WORK"/ckpt/step-*/worker-*.json 2>/dev/null | wc -l)
+# 6a. A worker holding state started afresh by hand, against a coordinator
+# that knows no job of those files (--fresh), refuses as a shard does (1b):
+# exit 3, which neither its unit nor gridsync launch restarts into the same
+# refusal (it exited 1 before, like any failed worker); the files stay.
+if [ "$workers_files" -gt 0 ]; then
+  find "$WORK/ckpt" -type f ! -name 'coordinator-state*' | sort > "$WORK/files-codec.txt"
+  "$BUILD/server/gridsync-coordinator" --fresh --config "$WORK/cluster.json" "${codec_set[@]}" \
+    > "$WORK/fresh-codec-coord.log" 2>&1 &
+  coord=$!
+  rc6=0; timeout 60 "$BUILD/worker/gridsync-worker" --rank 1 --config "$WORK/cluster.json" \
+    "${codec_set[@]}" > "$WORK/fresh-codec-w1.log" 2>&1 || rc6=$?
+  kill -KILL $coord 2>/dev/null || true; wait $coord 2>/dev/null || true
+  if [ $rc6 -ne 3 ] || ! grep -q "worker-1: the coordinator knows no job of these checkpoints" \
+      "$WORK/fresh-codec-w1.log"; then
+    fail "a fresh worker holding state into another run's folder: exit $rc6 (want 3)"
+    tail -3 "$WORK/fresh-codec-w1.log"
+  elif ! diff -q <(find "$WORK/ckpt" -type f ! -name 'coordinator-state*' | sort) \
+      "$WORK/files-codec.txt" > /dev/null; then
+    fail "the refused fresh worker changed the checkpoint folder"
+  else
+    echo "ok: a fresh worker holding state into another run's folder: refused (exit 3), naming worker-1"
+  fi
+fi
 if [ $rc -eq 0 ]; then
   fail "the codec run with a killed worker exited 0"
 elif [ "$workers_files" -eq 0 ]; then

@@ -77,6 +77,20 @@ TEST(LaunchChildren, OnlyItsOwnExitCodeMeansCannotRejoin) {
   EXPECT_FALSE(CannotRejoin(child)) << Describe(child.status);
 }
 
+// A process that refused another run's checkpoint files exits
+// kCheckpointsHeldExitCode (shards and workers alike); not restarted either.
+TEST(LaunchChildren, OnlyItsOwnExitCodeMeansRefusedCheckpoints) {
+  Child child;
+  child.exited = true;
+  child.status = RunChild("exit " + std::to_string(kCheckpointsHeldExitCode));
+  EXPECT_TRUE(RefusedCheckpoints(child)) << Describe(child.status);
+  EXPECT_FALSE(CannotRejoin(child)) << Describe(child.status);
+  for (const char* other : {"exit 1", "exit 5", "kill -KILL $$"}) {
+    child.status = RunChild(other);
+    EXPECT_FALSE(RefusedCheckpoints(child)) << other << ": " << Describe(child.status);
+  }
+}
+
 // The restart line names what the restarted process will do: with every
 // part on this machine, the step it rejoins from, or that there is none.
 TEST(LaunchChildren, RestartPlanNamesTheStepOrItsAbsence) {

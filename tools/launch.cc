@@ -451,9 +451,11 @@ int RunLaunch(const LaunchOptions& options) {
     // A process the coordinator refused for good (it found no complete
     // checkpoint after training started) is not restarted into the same
     // refusal, which spent every restart within a second.
+    // Nor is one that refused another run's checkpoint files (exit 3).
     const bool cannot_rejoin = failed != nullptr && CannotRejoin(*failed);
-    if (failed != nullptr && !cannot_rejoin && failed->restarts < options.max_restarts &&
-        config->checkpoint.every_steps > 0) {
+    const bool refused_files = failed != nullptr && RefusedCheckpoints(*failed);
+    if (failed != nullptr && !cannot_rejoin && !refused_files &&
+        failed->restarts < options.max_restarts && config->checkpoint.every_steps > 0) {
       // As systemd's Restart=on-failure would: the shard or worker rejoins
       // the job from its newest complete checkpoint, and the job rolls back
       // to it; the coordinator serves the job it kept, and the others, which
@@ -490,6 +492,9 @@ int RunLaunch(const LaunchOptions& options) {
               ? "it cannot rejoin (training had started, and no complete checkpoint held "
                 "every part yet: the first comes at step checkpoint.every_steps; run the job "
                 "again afresh); "
+          : refused_files && options.max_restarts > 0
+              ? "not restarted: it refused checkpoint files of another run (its log names "
+                "them), which a restart would find again; "
           : options.max_restarts > 0 && config->checkpoint.every_steps > 0
               ? "no restarts left (--max-restarts); "
               : "";

@@ -144,6 +144,10 @@ bool CannotRejoin(const Child& c) {
   return c.exited && WIFEXITED(c.status) && WEXITSTATUS(c.status) == kCannotRejoinExitCode;
 }
 
+bool RefusedCheckpoints(const Child& c) {
+  return c.exited && WIFEXITED(c.status) && WEXITSTATUS(c.status) == kCheckpointsHeldExitCode;
+}
+
 std::string RestartPlan(bool is_coordinator, bool every_part_here, const std::string& dir,
                         const std::vector<std::string>& parts) {
   if (is_coordinator) {

@@ -64,6 +64,10 @@ bool TrainedWithoutCheckpoints(const Child& c);
 // for good (training had started, and no complete checkpoint holds every
 // part), so a restart would only be refused again.
 bool CannotRejoin(const Child& c);
+// Whether the child exited kCheckpointsHeldExitCode: it refused checkpoint
+// files of another run (a fresh start over them, or a step's parts of two
+// runs), which a restart finds again.
+bool RefusedCheckpoints(const Child& c);
 // What a restarted shard or worker will do, for the restart line. With
 // `every_part_here` (one launcher runs the whole job) the newest complete
 // step in `dir` is exact and named; the launcher of one node sees its own

@@ -347,6 +347,10 @@ int main(int argc, char** argv) {
     }
     if (report.status().code() == gridsync::StatusCode::kFailedPrecondition)
       return gridsync::kCannotRejoinExitCode;
+    // Checkpoint files of another run: as a shard does, exit 3, which
+    // neither its unit nor gridsync launch restarts into the same refusal.
+    if (report.status().code() == gridsync::StatusCode::kCheckpointsHeld)
+      return gridsync::kCheckpointsHeldExitCode;
     return 1;
   }
   if (distributed && report->rank != 0) {
