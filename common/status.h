@@ -42,8 +42,9 @@ enum class StatusCode : int {
 };
 
 // Whether a peer may send `code` in an error reply: every code but OK,
-// kUnavailable and kCheckpointsHeld, which name local conditions. The decoders read the others as
-// kInternal (a newer build's code, or a hostile one).
+// kUnavailable and kCheckpointsHeld, which name local conditions. The
+// decoders read the others as kInternal (a newer build's code, or a hostile
+// one).
 bool IsWireStatusCode(uint32_t code);
 
 std::string_view StatusCodeName(StatusCode code);

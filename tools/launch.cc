@@ -417,7 +417,10 @@ int RunLaunch(const LaunchOptions& options) {
       // that refusal; the failure came after training (an evaluation, the
       // final image).
       const bool trained = !CheckStepsLeft(*config, step).ok();
-      if (job_restarts < options.max_restarts && step > 0 && !trained) {
+      // Nor into another run's files a worker refused (exit 3): restarted
+      // from their step, the job would train on that run.
+      const bool refused_files = RefusedCheckpoints(*failed);
+      if (job_restarts < options.max_restarts && step > 0 && !trained && !refused_files) {
         ++job_restarts;
         std::printf(
             "gridsync launch: %s (pid %d) failed: %s; restarting the whole job (%d of %d) from "
@@ -432,7 +435,9 @@ int RunLaunch(const LaunchOptions& options) {
         start_job(step);
         continue;
       }
-      const std::string why = step == 0 && !skipped.empty()
+      const std::string why = refused_files ? "not restarted: it refused checkpoint files of "
+                                              "another run (its log names them)"
+                              : step == 0 && !skipped.empty()
                                   ? "every complete checkpoint failed its checks (above)"
                               : step == 0 ? "no complete checkpoint to restart the job from"
                               : trained   ? "not restarting: the newest complete checkpoint is "

@@ -136,17 +136,22 @@ std::string Describe(int status) {
 
 bool Failed(const Child& c) { return !WIFEXITED(c.status) || WEXITSTATUS(c.status) != 0; }
 
+namespace {
+
+// Whether the child has exited, and with `code` (not by a signal).
+bool ExitedWith(const Child& c, int code) {
+  return c.exited && WIFEXITED(c.status) && WEXITSTATUS(c.status) == code;
+}
+
+}  // namespace
+
 bool TrainedWithoutCheckpoints(const Child& c) {
-  return c.exited && WIFEXITED(c.status) && WEXITSTATUS(c.status) == kCheckpointsNotWrittenExitCode;
+  return ExitedWith(c, kCheckpointsNotWrittenExitCode);
 }
 
-bool CannotRejoin(const Child& c) {
-  return c.exited && WIFEXITED(c.status) && WEXITSTATUS(c.status) == kCannotRejoinExitCode;
-}
+bool CannotRejoin(const Child& c) { return ExitedWith(c, kCannotRejoinExitCode); }
 
-bool RefusedCheckpoints(const Child& c) {
-  return c.exited && WIFEXITED(c.status) && WEXITSTATUS(c.status) == kCheckpointsHeldExitCode;
-}
+bool RefusedCheckpoints(const Child& c) { return ExitedWith(c, kCheckpointsHeldExitCode); }
 
 std::string RestartPlan(bool is_coordinator, bool every_part_here, const std::string& dir,
                         const std::vector<std::string>& parts) {
