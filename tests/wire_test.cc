@@ -1,6 +1,7 @@
 // The data-plane wire: round trips of every kind and zero copy on both
 // sides. Row-id encodings: wire_rows_test.cc; malformed input and real
 // sockets: wire_decode_test.cc.
+#include "common/wire/coord_codec.h"
 #include "tests/wire_test_util.h"
 
 namespace gridsync::wire {
@@ -386,6 +387,31 @@ TEST(WireRoundTripTest, ErrorWithUnknownOrOkCodeBecomesInternal) {
     EXPECT_EQ(m->error.code(), StatusCode::kInternal) << "code " << code;
     EXPECT_EQ(m->error.message(), "boom");
   }
+}
+
+// The two local codes go as wire codes that say what the requester met
+// (not Internal, which a decoder makes of an unknown code), text intact.
+TEST(WireRoundTripTest, LocalErrorCodesGoAsTheirWireCodes) {
+  const std::pair<StatusCode, StatusCode> cases[] = {
+      {StatusCode::kCheckpointsHeld, StatusCode::kFailedPrecondition},
+      {StatusCode::kUnavailable, StatusCode::kIOError}};
+  for (const auto& [local, wire] : cases) {
+    auto frames = EncodeError(1, 0, Status(local, "shard 0 cannot roll back to step 4"));
+    auto m = Decode(frames, Tables(), Limits{});
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    EXPECT_EQ(m->error.code(), wire) << m->error.ToString();
+    EXPECT_EQ(m->error.message(), "shard 0 cannot roll back to step 4");
+  }
+}
+
+// The control plane's error replies map them the same way.
+TEST(WireRoundTripTest, LocalErrorCodesGoAsTheirWireCodesToTheCoordinatorsPeers) {
+  capnp::MallocMessageBuilder builder;
+  auto info = builder.initRoot<schema::ErrorInfo>();
+  StatusToWire(Status::CheckpointsHeld("step 4 is another run's"), info);
+  const Status back = StatusFromWire(info.asReader());
+  EXPECT_EQ(back.code(), StatusCode::kFailedPrecondition) << back.ToString();
+  EXPECT_EQ(back.message(), "step 4 is another run's");
 }
 
 TEST(WireRoundTripTest, ErrorCodesAPeerMaySendSurvive) {

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <exception>
 
+#include "common/wire/error_code.h"
+
 namespace gridsync::wire {
 namespace {
 
@@ -276,7 +278,7 @@ Result<RegisterInfo> RegisterFromWire(schema::RegisterRequest::Reader reg) {
 }
 
 void StatusToWire(const Status& status, schema::ErrorInfo::Builder out) {
-  out.setCode(static_cast<uint32_t>(status.code()));
+  out.setCode(WireErrorCode(status.code()));
   out.setText(AsText(status.message()));
 }
 

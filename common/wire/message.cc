@@ -24,6 +24,7 @@
 #include <utility>
 
 #include "common/check.h"
+#include "common/wire/error_code.h"
 #include "common/wire/gridsync.capnp.h"
 #include "common/wire/row_ids.h"
 
@@ -291,7 +292,7 @@ std::vector<zmq::message_t> EncodeError(uint64_t request_id, uint32_t shard, con
   out.setRequestId(request_id);
   out.setShard(shard);
   auto info = out.initError();
-  info.setCode(static_cast<uint32_t>(error.code()));
+  info.setCode(WireErrorCode(error.code()));
   const std::string& text = error.message();
   if (text.size() <= kMaxErrorTextBytes) {
     info.setText(text);
