@@ -34,7 +34,8 @@
 #     7e. A restarted shard or worker whose newest step fails its checksum
 #     rejoins from the older step every part holds; the job ends bit for bit
 #     (ps, onebit, hybrid with onebit, compression.pull; and a live shard
-#     whose files fail in the rollback).
+#     whose files fail in the rollback). 7f. A live shard whose files of the
+#     rollback's step are another run's exits 3 and is not restarted.
 #     7b. A frozen shard (SIGSTOP) is killed by the launcher's watchdog and
 #     restarted into the same rejoin; 7c. so is a frozen worker. 7d. One
 #     killed before the first complete checkpoint is refused once restarted
@@ -567,6 +568,44 @@ for run in plain:ps-1:shard-1 onebit:worker-1:worker-1 plain:ps-1:shard-0 \
     echo "ok: 7e $tag: $file of step $common failed its checksum; it was set aside, the job rolled back to step $previous and ended bit for bit"
   fi
 done
+
+# 7f. The live shard 0's files of the rollback's step are another run's
+# (copied in, checksums intact): shard 0 refused every request until the
+# workers timed out. It exits 3 at once, naming the step, the launcher
+# restarts nothing into the same files, and the folder keeps them as they
+# were (none set aside: they are intact, only not this run's).
+# Checkpoints at 150 and 300 only, so the rollback's step is 150, the step
+# the other run's files are of.
+"$GS" launch "$WORK/cluster.json" --set checkpoint.dir="$WORK/ckpt-other7" \
+  --set training.steps=150 > "$WORK/other7.log" 2>&1 || fail "7f: the other run failed"
+log="$WORK/foreign-rollback.log"
+rm -rf "$WORK/ckpt"
+"$GS" launch "$WORK/cluster.json" --set checkpoint.every_steps=150 --max-restarts 1 > "$log" 2>&1 &
+launcher=$!
+for proc in ps-0 ps-1; do
+  wait_for_line "$log" "\[$proc\].*checkpoint at step 150 written" || true
+done
+pkill -STOP -f "$WORK/cluster.json" || true
+cp "$WORK/ckpt-other7/step-150/shard-0.bin" "$WORK/ckpt-other7/step-150/shard-0.json" \
+  "$WORK/ckpt/step-150/" || fail "7f: no step 150 to copy the other run's files into"
+pkill -KILL -f "gridsync-ps --shard 1 --config $WORK/cluster.json" ||
+  fail "7f: shard 1 was not running after the checkpoint of step 150"
+pkill -CONT -f "$WORK/cluster.json" || true
+rc=0; wait $launcher || rc=$?
+if [ $rc -eq 0 ]; then
+  fail "7f: the job ended 0 though shard 0's files of step 150 are another run's"
+elif ! grep -q "\[ps-0\].*its checkpoint of step 150 is another run's.*exiting 3" "$log"; then
+  fail "7f: shard 0 did not exit 3 naming step 150 (exit $rc)"
+  grep -v "step [0-9]*/" "$log" | grep -i "run\|roll\|exit\|launch" | tail -8
+elif grep -q "ps-0 (pid [0-9]*) .*restarting\|restarting ps-0" "$log"; then
+  fail "7f: the launcher restarted shard 0 into the same files"
+elif ! cmp -s "$WORK/ckpt-other7/step-150/shard-0.bin" "$WORK/ckpt/step-150/shard-0.bin" ||
+     [ -e "$WORK/ckpt/step-150/shard-0.bin.damaged" ]; then
+  fail "7f: shard 0's files of step 150 were changed or set aside"
+else
+  echo "ok: 7f: the live shard 0's rollback met another run's files of step 150: it exited 3 naming the step (launch exit $rc), nothing restarted it, the files are as they were"
+fi
+rm -rf "$WORK/ckpt-other7"
 
 # 7b. A frozen shard (SIGSTOP: its serving loop stops turning, its
 # connections stay up) under --max-restarts: the launcher's watchdog, as
