@@ -15,6 +15,10 @@
 #  3. Config checks: loopback hosts in a multi-host config are refused.
 #  4. A shard whose link is cut (no FIN, no RST) leaves the coordinator's
 #     cluster map within about distributed.timeout_s.
+#  5. `gridsync launch --resume --node` on each machine, each with a
+#     checkpoint folder of its own: the launchers agree on the newest step
+#     every machine holds intact (one machine's newest damaged) and the job
+#     ends bit for bit as an uninterrupted run.
 # The data plane runs under CURVE (security.mode auto on several machines),
 # with keys from `gridsync keygen`.
 #
@@ -177,6 +181,67 @@ fi
 kill "$pp" "$pc" 2> /dev/null || true
 wait "$pp" 2> /dev/null || true
 wait "$pc" 2> /dev/null || true
+
+# 5. Resume across machines, each with a checkpoint folder of its own (no
+# shared storage): SIGKILL of shard 1 on node b after its checkpoint of
+# step 100; node b's files of the newest step both nodes hold are then
+# damaged. `gridsync launch --resume --node` on each machine: the
+# launchers agree through the coordinator on the newest step every node
+# holds intact (node b sets its damaged files aside, naming them), and the
+# job ends bit for bit as an uninterrupted run. Every such resume was
+# refused before ("no complete checkpoint": each folder holds one shard).
+config ps ', "ps": {"shards": 2}, "checkpoint": {"every_steps": 50, "dir": "'"$WORK"'/unused"}' 5
+both() {  # TAG ARGS...: both nodes' launchers, folders $WORK/TAG-a and -b
+  local tag=$1; shift
+  "$NET" exec "$NAME" 0 "$GS" launch "$WORK/ps.json" --node a --set training.steps=200 \
+    --set checkpoint.dir="$WORK/$tag-a" "$@" --rank0-arg=--dump-params \
+    --rank0-arg="$WORK/$tag.bin" > "$WORK/$tag-a.log" 2>&1 &
+  pa=$!
+  "$NET" exec "$NAME" 1 "$GS" launch "$WORK/ps.json" --node b --set training.steps=200 \
+    --set checkpoint.dir="$WORK/$tag-b" "$@" > "$WORK/$tag-b.log" 2>&1 &
+  pb=$!
+  ra=0; rb=0
+}
+both clean
+wait $pa || ra=$?; wait $pb || rb=$?
+[ $ra -eq 0 ] && [ $rb -eq 0 ] || fail "resume: the uninterrupted run failed ($ra, $rb)"
+both faulty
+for _ in $(seq 1 600); do
+  grep -q "\[ps-1\].*checkpoint at step 100 written" "$WORK/faulty-b.log" && break; sleep 0.1
+done
+pkill -KILL -f "gridsync-ps --shard 1 --config $WORK/ps.json" ||
+  fail "resume: shard 1 was not running after its checkpoint of step 100"
+wait $pa || ra=$?; wait $pb || rb=$?
+common=0
+for dir in "$WORK"/faulty-b/step-*; do
+  step=${dir##*step-}
+  [ -f "$dir/shard-1.json" ] && [ -f "$WORK/faulty-a/step-$step/shard-0.json" ] &&
+    [ "$step" -gt "$common" ] && common=$step
+done
+if [ "$common" -lt 100 ]; then
+  fail "resume: no step of 100 or later that both nodes hold (newest $common)"
+  ls "$WORK"/faulty-a/* "$WORK"/faulty-b/*; grep -v "step [0-9]*/" "$WORK/faulty-a.log" | tail -20
+else
+  printf '\xff' | dd of="$WORK/faulty-b/step-$common/shard-1.bin" bs=1 seek=100 conv=notrunc status=none
+  for side in a b; do mv "$WORK/faulty-$side" "$WORK/resumed-$side"; done
+  both resumed --resume
+  wait $pa || ra=$?; wait $pb || rb=$?
+  agreed=$(grep -o "resuming from the checkpoint of step [0-9]*" "$WORK/resumed-a.log" | grep -o "[0-9]*$")
+  if [ $ra -ne 0 ] || [ $rb -ne 0 ]; then
+    fail "resume across machines: launchers exited $ra (a) and $rb (b)"
+    grep "gridsync launch" "$WORK/resumed-a.log" "$WORK/resumed-b.log" | tail -12
+  elif [ -z "$agreed" ] || [ "$agreed" -ge "$common" ] ||
+       ! grep -q "resuming from the checkpoint of step $agreed .*the newest step every node holds intact" "$WORK/resumed-b.log"; then
+    fail "resume across machines: the nodes did not both pass over step $common (a: '$agreed')"
+    grep "gridsync launch" "$WORK/resumed-a.log" "$WORK/resumed-b.log" | tail -8
+  elif ! grep -q "step $common: .*shard-1.bin: checksum.*set aside as shard-1.bin.damaged" "$WORK/resumed-b.log"; then
+    fail "resume across machines: node b did not name its damaged file of step $common"
+  elif ! cmp -s "$WORK/clean.bin" "$WORK/resumed.bin"; then
+    fail "resume across machines: the final parameters differ from the uninterrupted run's"
+  else
+    echo "ok: resume across 2 machines with folders of their own: step $common damaged on node b, both resumed from step $agreed and ended bit for bit"
+  fi
+fi
 
 if [ $failures -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
 echo "multihost: all checks passed"

@@ -31,6 +31,7 @@
 #include "tools/launch_checks.h"
 #include "tools/launch_children.h"
 #include "tools/launch_finish.h"
+#include "tools/launch_resume.h"
 #include "tools/launch_watchdog.h"
 #include "worker/image_task.h"
 #include "worker/worker_precheck.h"
@@ -207,26 +208,32 @@ int RunLaunch(const LaunchOptions& options) {
         spec->sync.worker_state ? static_cast<uint32_t>(config->distributed.world_size) : 0;
     job_parts = CheckpointParts(static_cast<uint32_t>(layout.shards.size()), workers_with_state);
   }
+  // The parts of this machine: its shards, and its workers when they hold
+  // state of their own.
+  std::vector<std::string> local_parts;
+  for (size_t s = 0; s < layout.shards.size(); ++s) {
+    if (here(layout.shards[s].node)) local_parts.push_back(ShardPart(static_cast<uint32_t>(s)));
+  }
+  for (int n = 0; workers_with_state > 0 && n < static_cast<int>(layout.nodes.size()); ++n) {
+    if (!here(n)) continue;
+    for (int local = 0; local < layout.nodes[static_cast<size_t>(n)].workers; ++local)
+      local_parts.push_back("worker-" + std::to_string(layout.FirstRank(n) + local));
+  }
   uint64_t resume_step = 0;
-  if (options.resume) {
-    if (const int refused = ChooseResumeStep(*config, job_parts, workers_with_state > 0,
-                                             /*every_part_here=*/node < 0, &resume_step);
+  // With --node, this machine's folder holds only its own parts: the
+  // launchers agree on the step through the coordinator once it runs
+  // (below, tools/launch_resume.h).
+  const bool resume_across_nodes = options.resume && node >= 0;
+  if (options.resume && !resume_across_nodes) {
+    if (const int refused =
+            ChooseResumeStep(*config, job_parts, workers_with_state > 0, &resume_step);
         refused != 0)
       return refused;
-  } else if (config->checkpoint.every_steps > 0) {
+  } else if (!options.resume && config->checkpoint.every_steps > 0) {
     // A fresh job here would delete another run's checkpoints (each shard
     // refuses too; this says it once, before anything starts). The parts are
     // the ones --resume would need, those of this machine.
-    std::vector<std::string> parts;
-    for (size_t s = 0; s < layout.shards.size(); ++s) {
-      if (here(layout.shards[s].node)) parts.push_back(ShardPart(static_cast<uint32_t>(s)));
-    }
-    for (int n = 0; workers_with_state > 0 && n < static_cast<int>(layout.nodes.size()); ++n) {
-      if (!here(n)) continue;
-      for (int local = 0; local < layout.nodes[static_cast<size_t>(n)].workers; ++local)
-        parts.push_back("worker-" + std::to_string(layout.FirstRank(n) + local));
-    }
-    if (const Status fresh = CheckFreshStart(config->checkpoint.dir, parts, job_parts,
+    if (const Status fresh = CheckFreshStart(config->checkpoint.dir, local_parts, job_parts,
                                              static_cast<uint64_t>(config->training.steps));
         !fresh.ok()) {
       std::fprintf(stderr, "gridsync launch: %s\n", fresh.message().c_str());
@@ -278,15 +285,17 @@ int RunLaunch(const LaunchOptions& options) {
                  "coordinator anyway (its host is distributed.master_addr)\n",
                  options.node.c_str());
   }
-  // The job's processes, from `from_step` (0: afresh).
-  auto start_job = [&](uint64_t from_step) {
-    if (run_coordinator) {
-      // Each launch starts a job of its own (afresh, or --resume); a restart
-      // below serves the job this coordinator kept.
-      std::vector<std::string> argv = {coordinator};
-      if (config->checkpoint.every_steps > 0) argv.push_back("--fresh");
-      start("coordinator", argv, node < 0 ? base : node_env(node), false);
-    }
+  // Each launch starts a job of its own (afresh, or --resume); a restart
+  // below serves the job this coordinator kept.
+  auto start_coordinator = [&] {
+    std::vector<std::string> argv = {coordinator};
+    if (config->checkpoint.every_steps > 0) argv.push_back("--fresh");
+    start("coordinator", argv, node < 0 ? base : node_env(node), false);
+  };
+  // The job's processes, from `from_step` (0: afresh); the coordinator too
+  // unless it already runs.
+  auto start_job = [&](uint64_t from_step, bool coordinator_runs = false) {
+    if (run_coordinator && !coordinator_runs) start_coordinator();
     for (size_t s = 0; s < layout.shards.size(); ++s) {
       const int n = layout.shards[s].node;
       if (!here(n)) continue;
@@ -352,7 +361,16 @@ int RunLaunch(const LaunchOptions& options) {
     }
   }
   if (g_interrupted) return InterruptedExit(" before starting anything; nothing was started");
-  start_job(resume_step);
+  if (resume_across_nodes) {
+    if (run_coordinator) start_coordinator();
+    if (const int refused =
+            ResumeAcrossNodes(*config, options.node, local_parts, children, &resume_step);
+        refused != 0) {
+      StopAll(children, options.grace_seconds);
+      return refused;
+    }
+  }
+  start_job(resume_step, /*coordinator_runs=*/resume_across_nodes);
   int job_restarts = 0;
 
   int exit_code = 0;

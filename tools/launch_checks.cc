@@ -84,7 +84,7 @@ Status CheckStepsLeft(const Config& config, uint64_t resume_step) {
 }
 
 int ChooseResumeStep(const Config& config, const std::vector<std::string>& job_parts,
-                     bool workers_hold_state, bool every_part_here, uint64_t* step) {
+                     bool workers_hold_state, uint64_t* step) {
   const std::string& dir = config.checkpoint.dir;
   uint64_t resume_step = LatestCompleteStep(dir, job_parts);
   if (resume_step == 0) {
@@ -102,25 +102,22 @@ int ChooseResumeStep(const Config& config, const std::vector<std::string>& job_p
     return kConfigErrorExitCode;
   }
   // A part's files of that step that fail their checks (a corrupted .bin)
-  // would fail its process at start; with every part on this machine the
-  // resume goes back to the newest complete step whose files are all
-  // intact, as a live rejoin does, and says so. Across machines each
-  // launcher sees only its parts, so the part refuses, naming the file, and
-  // every launcher keeps the same step.
-  if (every_part_here) {
-    std::vector<std::string> skipped;
-    const uint64_t intact = NewestIntactStep(dir, job_parts, resume_step, &skipped);
-    for (const auto& why : skipped) {
-      std::fprintf(intact > 0 ? stdout : stderr, "gridsync launch --resume: %s; %s\n", why.c_str(),
-                   intact > 0 ? "passed over" : "no older complete step to resume from");
-    }
-    if (intact == 0) return kCheckpointsHeldExitCode;
-    if (intact != resume_step) {
-      std::printf("gridsync launch --resume: resuming from the older complete step %llu instead\n",
-                  static_cast<unsigned long long>(intact));
-    }
-    resume_step = intact;
+  // would fail its process at start: the resume goes back to the newest
+  // complete step whose files are all intact, as a live rejoin does, and
+  // says so. (Across machines, tools/launch_resume.h does the same with
+  // the other launchers.)
+  std::vector<std::string> skipped;
+  const uint64_t intact = NewestIntactStep(dir, job_parts, resume_step, &skipped);
+  for (const auto& why : skipped) {
+    std::fprintf(intact > 0 ? stdout : stderr, "gridsync launch --resume: %s; %s\n", why.c_str(),
+                 intact > 0 ? "passed over" : "no older complete step to resume from");
   }
+  if (intact == 0) return kCheckpointsHeldExitCode;
+  if (intact != resume_step) {
+    std::printf("gridsync launch --resume: resuming from the older complete step %llu instead\n",
+                static_cast<unsigned long long>(intact));
+  }
+  resume_step = intact;
   // Parts of two runs in one step: refused before anything starts (each
   // part refuses too, across machines).
   if (const Status one = CheckStepIsOneRun(dir, resume_step, job_parts); !one.ok()) {

@@ -43,13 +43,13 @@ std::vector<std::pair<int, int>> WorkerLinesToCheck(const ClusterLayout& layout,
 // shards loaded the step, and the workers then exited 1.
 Status CheckStepsLeft(const Config& config, uint64_t resume_step);
 
-// gridsync launch --resume: the step to resume from into *step, or the
-// exit code of a refusal, printed on stderr (0: none). The newest complete
-// step of `job_parts`; with every part on this machine the newest whose
-// files are intact (each passed over named); refused where the step mixes
-// runs, or leaves nothing to train.
+// gridsync launch --resume with every part on this machine: the step to
+// resume from into *step, or the exit code of a refusal, printed on stderr
+// (0: none). The newest complete step of `job_parts` whose files are
+// intact (each passed over named); refused where the step mixes runs, or
+// leaves nothing to train. (Across machines: launch_resume.h.)
 int ChooseResumeStep(const Config& config, const std::vector<std::string>& job_parts,
-                     bool workers_hold_state, bool every_part_here, uint64_t* step);
+                     bool workers_hold_state, uint64_t* step);
 
 // The newest complete step of `parts` in `dir`, at most `step`, whose files
 // all pass their checks short of the shape (CheckCheckpointPartIntact): a

@@ -1,0 +1,196 @@
+// gridsync launch --resume across machines (tools/launch_resume.h): the
+// steps a machine's parts hold intact, the decode of what another launcher
+// published (hostile values included), the newest common step, and the
+// exchange through a real coordinator on loopback.
+#include "tools/launch_resume.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "common/checkpoint_files.h"
+#include "common/config.h"
+#include "server/coordinator.h"
+
+namespace gridsync::launch_detail {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    path_ = fs::temp_directory_path() / ("launch_resume_test." + std::to_string(getpid()));
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string str() const { return path_.string(); }
+
+ private:
+  fs::path path_;
+};
+
+void Write(const std::string& dir, uint64_t step, const std::string& part) {
+  const Status written =
+      WriteCheckpointPart(dir, step, part, std::string(4096, static_cast<char>(step)),
+                          nlohmann::json{{"tables", 1}}, /*keep=*/{50, 100, 150, 200});
+  ASSERT_TRUE(written.ok()) << written.ToString();
+}
+
+// One byte of a part's .bin flipped: its checksum fails.
+void Damage(const std::string& dir, uint64_t step, const std::string& part) {
+  const std::string bin = dir + "/step-" + std::to_string(step) + "/" + part + ".bin";
+  std::fstream f(bin, std::ios::in | std::ios::out | std::ios::binary);
+  ASSERT_TRUE(f.good()) << bin;
+  f.seekp(100);
+  f.put('\x5a');
+}
+
+TEST(LaunchResumeTest, LocalStepsAreTheCompleteIntactOnesNewestFirst) {
+  TempDir dir;
+  for (uint64_t step : {50, 100, 150, 200}) {
+    Write(dir.str(), step, "shard-1");
+    if (step != 150) Write(dir.str(), step, "worker-1");  // 150: incomplete here
+  }
+  Damage(dir.str(), 200, "worker-1");
+  std::vector<DamagedPart> damaged;
+  const NodeSteps steps = FindLocalSteps(dir.str(), {"shard-1", "worker-1"}, &damaged);
+  EXPECT_TRUE(steps.has_parts);
+  EXPECT_EQ(steps.intact, (std::vector<uint64_t>{100, 50}));
+  ASSERT_EQ(damaged.size(), 1u);
+  EXPECT_EQ(damaged[0].step, 200u);
+  EXPECT_EQ(damaged[0].part, "worker-1");
+  EXPECT_NE(damaged[0].why.find("checksum"), std::string::npos) << damaged[0].why;
+  // Nothing was set aside by looking.
+  EXPECT_TRUE(fs::exists(dir.str() + "/step-200/worker-1.bin"));
+  // A node of no parts: any step serves it.
+  const NodeSteps none = FindLocalSteps(dir.str(), {}, nullptr);
+  EXPECT_FALSE(none.has_parts);
+  EXPECT_TRUE(none.intact.empty());
+}
+
+TEST(LaunchResumeTest, TheNewestStepEveryNodeWithPartsHolds) {
+  const NodeSteps a{true, {150, 100}}, b{true, {100, 50}}, c{false, {}}, d{true, {}};
+  EXPECT_EQ(NewestCommonStep({a, b, c}), 100u);
+  EXPECT_EQ(NewestCommonStep({a, a}), 150u);
+  EXPECT_EQ(NewestCommonStep({b, a}), 100u);  // the order does not matter
+  EXPECT_EQ(NewestCommonStep({a, d}), 0u);    // a node with parts and no step
+  EXPECT_EQ(NewestCommonStep({c, c}), 0u);    // nothing checkpoints
+  EXPECT_EQ(NewestCommonStep({a, NodeSteps{true, {200}}}), 0u);
+  EXPECT_EQ(DescribeNodeSteps({"a", "b", "c", "d"}, {a, b, c, d}),
+            "a: 150, 100; b: 100, 50; c: any step (no part checkpoints there); d: no intact "
+            "complete step");
+}
+
+TEST(LaunchResumeTest, WhatALauncherPublishesDecodesBack) {
+  for (const NodeSteps& steps :
+       {NodeSteps{true, {300, 250}}, NodeSteps{true, {}}, NodeSteps{false, {}}}) {
+    auto back = DecodeNodeSteps(EncodeNodeSteps(steps), "a");
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    EXPECT_EQ(back->has_parts, steps.has_parts);
+    EXPECT_EQ(back->intact, steps.intact);
+  }
+}
+
+// The store is writable by any observer: a value no launcher writes is
+// refused, naming the node and what is allowed, never trusted or crashed on.
+TEST(LaunchResumeTest, AHostileValueIsRefusedNamingTheNode) {
+  std::string many = "{\"parts\": true, \"steps\": [";
+  for (int i = 1; i <= 33; ++i) many += (i > 1 ? "," : "") + std::to_string(i);
+  many += "]}";
+  const char* const bad[] = {
+      "",
+      "null",
+      "[150]",
+      "{\"parts\": true}",
+      "{\"parts\": true, \"steps\": [150], \"more\": 1}",
+      "{\"parts\": 1, \"steps\": [150]}",
+      "{\"parts\": true, \"steps\": 150}",
+      "{\"parts\": true, \"steps\": [0]}",
+      "{\"parts\": true, \"steps\": [-150]}",
+      "{\"parts\": true, \"steps\": [1.5]}",
+      "{\"parts\": true, \"steps\": [\"150\"]}",
+      "{\"parts\": true, \"steps\": [150, 150]}",
+      "{\"parts\": false, \"steps\": [150]}",
+      "{\"parts\": true, \"steps\": [18446744073709551616]}",
+      "{\"parts\": true, \"steps\": [[[[[[[[[[[[[[[[[[[[150]]]]]]]]]]]]]]]]]]]]}",
+      "\xff\xfe{",
+  };
+  for (const std::string value : bad) {
+    auto decoded = DecodeNodeSteps(value, "node-b");
+    ASSERT_FALSE(decoded.ok()) << "accepted: " << value;
+    EXPECT_EQ(decoded.status().code(), StatusCode::kCorruption);
+    EXPECT_NE(decoded.status().message().find("the launcher of node node-b published"),
+              std::string::npos)
+        << decoded.status().message();
+    EXPECT_NE(decoded.status().message().find("allowed:"), std::string::npos);
+  }
+  auto refused = DecodeNodeSteps(many, "b");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("more steps than allowed"), std::string::npos);
+  // A long value is quoted cut short.
+  auto long_value = DecodeNodeSteps(std::string(100000, 'x'), "b");
+  ASSERT_FALSE(long_value.ok());
+  EXPECT_LT(long_value.status().message().size(), 1000u);
+}
+
+Config TwoNodes(uint16_t port) {
+  Config config;
+  config.distributed.enable = true;
+  config.distributed.master_port = port;
+  config.distributed.timeout_s = 2;
+  config.layout.nodes.resize(2);
+  config.layout.nodes[0].name = "a";
+  config.layout.nodes[1].name = "b";
+  return config;
+}
+
+// Two launchers through a real coordinator: each gets both lists, in the
+// layout's order, whichever published first.
+TEST(LaunchResumeTest, TwoLaunchersExchangeTheirStepsThroughTheCoordinator) {
+  auto coordinator = Coordinator::Start(CoordinatorOptions{});
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
+  const Config config = TwoNodes((*coordinator)->port());
+  std::vector<NodeSteps> seen_by_b;
+  Status b_status;
+  std::thread b([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // a waits for b
+    b_status = ExchangeResumeSteps(config, "b", NodeSteps{true, {100, 50}}, &seen_by_b);
+  });
+  std::vector<NodeSteps> seen_by_a;
+  const Status a_status = ExchangeResumeSteps(config, "a", NodeSteps{true, {150, 100}}, &seen_by_a);
+  b.join();
+  ASSERT_TRUE(a_status.ok()) << a_status.ToString();
+  ASSERT_TRUE(b_status.ok()) << b_status.ToString();
+  for (const auto* seen : {&seen_by_a, &seen_by_b}) {
+    ASSERT_EQ(seen->size(), 2u);
+    EXPECT_EQ((*seen)[0].intact, (std::vector<uint64_t>{150, 100}));
+    EXPECT_EQ((*seen)[1].intact, (std::vector<uint64_t>{100, 50}));
+    EXPECT_EQ(NewestCommonStep(*seen), 100u);
+  }
+}
+
+// A launcher alone: within distributed.timeout_s, naming the node whose
+// launcher never published.
+TEST(LaunchResumeTest, AMissingLauncherIsNamedWithinTheTimeout) {
+  auto coordinator = Coordinator::Start(CoordinatorOptions{});
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
+  const Config config = TwoNodes((*coordinator)->port());
+  std::vector<NodeSteps> all;
+  const auto start = std::chrono::steady_clock::now();
+  const Status alone = ExchangeResumeSteps(config, "a", NodeSteps{true, {150}}, &all);
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_FALSE(alone.ok());
+  EXPECT_EQ(alone.code(), StatusCode::kTimeout) << alone.ToString();
+  EXPECT_NE(alone.message().find("missing: b"), std::string::npos) << alone.message();
+  EXPECT_LT(took, std::chrono::seconds(10));
+}
+
+}  // namespace
+}  // namespace gridsync::launch_detail

@@ -1,0 +1,248 @@
+// The step a resume across machines starts from (launch_resume.h).
+//
+// Thread safety: see launch_resume.h.
+#include "tools/launch_resume.h"
+
+#include <spdlog/fmt/fmt.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <future>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <utility>
+
+#include "common/coordinator_client.h"
+#include "common/wire/curve.h"
+#include "tools/launch_checks.h"
+#include "tools/launch_finish.h"
+
+namespace gridsync::launch_detail {
+namespace {
+
+constexpr std::string_view kKeyPrefix = "launch/resume/";
+
+// A value as the refusal quotes it: at most 200 characters.
+std::string Quoted(std::string_view value) {
+  constexpr size_t kMax = 200;
+  std::string out(value.substr(0, kMax));
+  if (value.size() > kMax) out += "...";
+  return "'" + out + "'";
+}
+
+}  // namespace
+
+NodeSteps FindLocalSteps(const std::string& dir, const std::vector<std::string>& parts,
+                         std::vector<DamagedPart>* damaged) {
+  NodeSteps out;
+  out.has_parts = !parts.empty();
+  if (parts.empty()) return out;
+  // Newest first, as a single launcher walks them; only the newest few are
+  // read (every .bin of a step is read for its checksum).
+  for (uint64_t step = LatestCompleteStep(dir, parts);
+       step > 0 && out.intact.size() < kMaxResumeSteps;
+       step = LatestCompleteStep(dir, parts, step)) {
+    Status intact;
+    std::string failed;
+    for (const auto& part : parts) {
+      intact = CheckCheckpointPartIntact(dir, step, part);
+      if (!intact.ok()) {
+        failed = part;
+        break;
+      }
+    }
+    if (intact.code() == StatusCode::kCorruption) {
+      if (damaged != nullptr) damaged->push_back({step, failed, intact.message()});
+      continue;
+    }
+    out.intact.push_back(step);
+  }
+  return out;
+}
+
+std::string EncodeNodeSteps(const NodeSteps& steps) {
+  nlohmann::json j;
+  j["parts"] = steps.has_parts;
+  j["steps"] = steps.intact;
+  return j.dump();
+}
+
+Result<NodeSteps> DecodeNodeSteps(std::string_view value, const std::string& node) {
+  const auto refuse = [&](const std::string& why) {
+    return Status::Corruption(fmt::format(
+        "the launcher of node {} published {} as the steps it can resume from: {}; allowed: "
+        "{{\"parts\": true or false, \"steps\": [up to {} distinct steps above 0]}}, as "
+        "gridsync launch --resume --node writes it",
+        node, Quoted(value), why, kMaxResumeSteps));
+  };
+  const nlohmann::json j = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return refuse("not a JSON object");
+  if (j.size() != 2 || !j.contains("parts") || !j.contains("steps"))
+    return refuse("not exactly the keys parts and steps");
+  const auto& parts = j["parts"];
+  const auto& steps = j["steps"];
+  if (!parts.is_boolean()) return refuse("parts is not true or false");
+  if (!steps.is_array()) return refuse("steps is not a list");
+  if (steps.size() > kMaxResumeSteps) return refuse("more steps than allowed");
+  NodeSteps out;
+  out.has_parts = parts.get<bool>();
+  std::set<uint64_t> seen;
+  for (const auto& s : steps) {
+    if (!s.is_number_unsigned() || s.get<uint64_t>() == 0)
+      return refuse("a step is not a whole number above 0");
+    if (!seen.insert(s.get<uint64_t>()).second) return refuse("a step is listed twice");
+    out.intact.push_back(s.get<uint64_t>());
+  }
+  if (!out.has_parts && !out.intact.empty()) return refuse("steps listed for a node of no parts");
+  return out;
+}
+
+uint64_t NewestCommonStep(const std::vector<NodeSteps>& nodes) {
+  std::vector<const NodeSteps*> with_parts;
+  for (const auto& n : nodes)
+    if (n.has_parts) with_parts.push_back(&n);
+  if (with_parts.empty()) return 0;
+  uint64_t best = 0;
+  for (uint64_t step : with_parts.front()->intact) {
+    const bool everywhere = std::all_of(with_parts.begin(), with_parts.end(), [&](const auto* n) {
+      return std::find(n->intact.begin(), n->intact.end(), step) != n->intact.end();
+    });
+    if (everywhere) best = std::max(best, step);
+  }
+  return best;
+}
+
+std::string DescribeSteps(const NodeSteps& steps) {
+  if (!steps.has_parts) return "any step (no part checkpoints there)";
+  if (steps.intact.empty()) return "no intact complete step";
+  std::string out;
+  for (size_t k = 0; k < steps.intact.size(); ++k)
+    out += (k == 0 ? "" : ", ") + std::to_string(steps.intact[k]);
+  return out;
+}
+
+std::string DescribeNodeSteps(const std::vector<std::string>& names,
+                              const std::vector<NodeSteps>& nodes) {
+  std::string out;
+  for (size_t i = 0; i < nodes.size() && i < names.size(); ++i)
+    out += (out.empty() ? "" : "; ") + names[i] + ": " + DescribeSteps(nodes[i]);
+  return out;
+}
+
+Status ExchangeResumeSteps(const Config& config, const std::string& node, const NodeSteps& mine,
+                           std::vector<NodeSteps>* all) {
+  const auto& d = config.distributed;
+  const auto timeout = d.timeout();
+  GRIDSYNC_ASSIGN_OR_RETURN(const wire::ControlAuth auth, wire::ControlAuthFor(config, "observer"));
+  GRIDSYNC_ASSIGN_OR_RETURN(
+      auto client, CoordinatorClient::Connect(d.master_addr, static_cast<uint16_t>(d.master_port),
+                                              timeout, auth, Role::kObserver));
+  GRIDSYNC_RETURN_IF_ERROR(client->Set(std::string(kKeyPrefix) + node, EncodeNodeSteps(mine)));
+  std::vector<std::string> keys, names;
+  for (const auto& n : config.layout.nodes) {
+    keys.push_back(std::string(kKeyPrefix) + n.name);
+    names.push_back(n.name);
+  }
+  auto values = client->Get(keys, timeout);
+  if (!values.ok()) {
+    // Which launchers are missing, by node (the keys not there now; a
+    // connection the timeout closed names none).
+    std::string missing;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const auto probe = client->Get({keys[i]}, std::chrono::milliseconds(0));
+      if (probe.status().code() == StatusCode::kNotFound)
+        missing += (missing.empty() ? "" : ", ") + names[i];
+    }
+    return Status::Timeout(fmt::format(
+        "the launchers of the other nodes did not say which steps they can resume from within "
+        "{:.0f} s (missing: {}); allowed: gridsync launch CONFIG --resume --node NAME on every "
+        "machine of distributed.nodes ({})",
+        d.timeout_s, missing.empty() ? "none now" : missing, values.status().message()));
+  }
+  all->clear();
+  for (size_t i = 0; i < values->size(); ++i) {
+    GRIDSYNC_ASSIGN_OR_RETURN(NodeSteps steps, DecodeNodeSteps((*values)[i], names[i]));
+    all->push_back(std::move(steps));
+  }
+  return Status::OK();
+}
+
+int ResumeAcrossNodes(const Config& config, const std::string& node,
+                      const std::vector<std::string>& local_parts, std::vector<Child>& children,
+                      uint64_t* step) {
+  const std::string& dir = config.checkpoint.dir;
+  std::vector<DamagedPart> damaged;
+  const NodeSteps mine = FindLocalSteps(dir, local_parts, &damaged);
+  std::vector<std::string> names;
+  for (const auto& n : config.layout.nodes) names.push_back(n.name);
+  std::string parts;
+  for (const auto& p : local_parts) parts += (parts.empty() ? "" : ", ") + p;
+  std::printf(
+      "gridsync launch --resume: node %s: the steps its parts (%s) hold intact in %s: %s; "
+      "asking the other nodes' launchers through the coordinator\n",
+      node.c_str(), parts.empty() ? "none" : parts.c_str(), dir.c_str(),
+      DescribeSteps(mine).c_str());
+  std::fflush(stdout);
+  std::vector<NodeSteps> all;
+  auto exchanged =
+      std::async(std::launch::async, [&] { return ExchangeResumeSteps(config, node, mine, &all); });
+  while (exchanged.wait_for(std::chrono::milliseconds(0)) != std::future_status::ready) {
+    PumpOutput(children, 100);
+    Reap(children);
+    if (g_interrupted) break;
+  }
+  if (g_interrupted) {
+    exchanged.wait();  // it ends within the timeout; nothing it holds may dangle
+    return InterruptedExit(" while agreeing on the step to resume from; nothing else was started");
+  }
+  if (const Status status = exchanged.get(); !status.ok()) {
+    std::fprintf(stderr, "gridsync launch --resume: %s\n", status.ToString().c_str());
+    return 1;
+  }
+  const std::string steps = DescribeNodeSteps(names, all);
+  const uint64_t agreed = NewestCommonStep(all);
+  if (agreed == 0) {
+    const bool any =
+        std::any_of(all.begin(), all.end(), [](const NodeSteps& n) { return !n.intact.empty(); });
+    for (const DamagedPart& d : damaged)
+      std::fprintf(stderr, "gridsync launch --resume: step %llu: %s\n",
+                   static_cast<unsigned long long>(d.step), d.why.c_str());
+    std::fprintf(stderr,
+                 "gridsync launch --resume: no step every node holds complete and intact in its "
+                 "checkpoint.dir (%s); allowed: a run with checkpoint.every_steps > 0 that "
+                 "reached a checkpoint on every node, resumed with the shards and workers it ran "
+                 "with; the folders are left as they are\n",
+                 steps.c_str());
+    return any || !damaged.empty() ? kCheckpointsHeldExitCode : kConfigErrorExitCode;
+  }
+  // This machine's damaged files of the steps passed over are set aside,
+  // as a single launcher does: the resumed processes remove the steps after
+  // the one they load, and would take them along.
+  for (const DamagedPart& d : damaged) {
+    if (d.step <= agreed) continue;
+    const Status aside = SetPartAside(dir, d.step, d.part);
+    std::printf(
+        "gridsync launch --resume: step %llu: %s (%s); passed over\n",
+        static_cast<unsigned long long>(d.step), d.why.c_str(),
+        aside.ok() ? ("set aside as " + d.part + ".bin.damaged").c_str() : aside.message().c_str());
+  }
+  if (const Status one = CheckStepIsOneRun(dir, agreed, local_parts); !one.ok()) {
+    std::fprintf(stderr, "gridsync launch --resume: step %llu: %s\n",
+                 static_cast<unsigned long long>(agreed), one.message().c_str());
+    return kCheckpointsHeldExitCode;
+  }
+  if (const Status left = CheckStepsLeft(config, agreed); !left.ok()) {
+    std::fprintf(stderr, "gridsync launch --resume: %s\n", left.message().c_str());
+    return kConfigErrorExitCode;
+  }
+  std::printf(
+      "gridsync launch: resuming from the checkpoint of step %llu in %s, the newest step every "
+      "node holds intact (%s)\n",
+      static_cast<unsigned long long>(agreed), dir.c_str(), steps.c_str());
+  *step = agreed;
+  return 0;
+}
+
+}  // namespace gridsync::launch_detail

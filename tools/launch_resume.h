@@ -1,0 +1,89 @@
+// gridsync launch --resume when the job spans machines (--node on each):
+// the step every machine's parts can resume from.
+//
+// Each machine's checkpoint.dir holds only the parts it runs (its shards,
+// its workers holding state), so no launcher can find a step "every part
+// holds" in its own folder: every resume across machines was refused with
+// "no complete checkpoint". Here each launcher lists the steps its own
+// parts hold complete and intact (CheckCheckpointPartIntact: manifest,
+// size, checksum), publishes the list in the coordinator's key-value store
+// (launch/resume/<node>, as an observer), reads every other node's, and
+// all of them take the newest step in every list. A step whose files are
+// damaged on one machine is passed over by all, as a single launcher passes
+// over it (that machine sets its damaged files aside, naming them), and the
+// job resumes from the older step every machine holds intact.
+//
+// Thread safety: the functions keep no state; AgreeOnResumeStep blocks
+// (up to distributed.timeout_s) and runs on a thread of the caller's while
+// the launcher streams its children's output.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/checkpoint_files.h"
+#include "common/config.h"
+#include "common/status.h"
+#include "tools/launch_children.h"
+
+namespace gridsync::launch_detail {
+
+// The steps one node's parts can resume from.
+struct NodeSteps {
+  // False: the node runs no part that checkpoints (workers holding no state,
+  // no shard), so any step serves it.
+  bool has_parts = false;
+  std::vector<uint64_t> intact;  // newest first, distinct
+};
+
+// What this machine's `parts` hold in `dir`: the newest kMaxResumeSteps
+// steps whose folder has a manifest of every one of them, less those with
+// a damaged file (Corruption), which go to `damaged` with the first damaged
+// part and why. A file it may not read (not damage) leaves the step in: the
+// part reports it at start, naming it.
+constexpr size_t kMaxResumeSteps = 32;
+NodeSteps FindLocalSteps(const std::string& dir, const std::vector<std::string>& parts,
+                         std::vector<DamagedPart>* damaged);
+
+// The key-value encoding ({"parts": bool, "steps": [...]}), and its decode
+// boundary: the value comes from the coordinator's store, which any
+// observer may write, so anything but an object of those two keys (steps
+// distinct, above 0, at most kMaxResumeSteps) is Corruption naming the node
+// and what is allowed.
+std::string EncodeNodeSteps(const NodeSteps& steps);
+Result<NodeSteps> DecodeNodeSteps(std::string_view value, const std::string& node);
+
+// The newest step in the list of every node with parts; 0 when there is
+// none (or no node has parts).
+uint64_t NewestCommonStep(const std::vector<NodeSteps>& nodes);
+
+// "150, 100" (no parts: "any step ..."); over nodes "a: 150, 100; b: 100".
+std::string DescribeSteps(const NodeSteps& steps);
+std::string DescribeNodeSteps(const std::vector<std::string>& names,
+                              const std::vector<NodeSteps>& nodes);
+
+// Publishes `mine` as node `node`'s and waits (distributed.timeout_s) for
+// every node of config.layout; their lists, in layout order, into *all.
+// The coordinator must be up (started by its node's launcher); a timeout
+// names the nodes whose launcher did not publish.
+Status ExchangeResumeSteps(const Config& config, const std::string& node, const NodeSteps& mine,
+                           std::vector<NodeSteps>* all);
+
+// The whole of it for `gridsync launch --resume --node NODE`, once the
+// coordinator runs (its node's launcher started it; `children` are this
+// launcher's, whose output is streamed meanwhile): this machine's parts'
+// steps, the exchange, then the agreed step's local checks (its parts'
+// files of one run; steps left to train). Passes over, naming them, the
+// steps some machine holds damaged or not at all, and sets this machine's
+// damaged files of the steps passed over aside (<part>.bin.damaged).
+// Returns 0 with *step set, or the exit code of a refusal printed on
+// stderr: 2 (no node holds a complete step), 3 (none every node holds
+// intact, or parts of two runs), 1 (the other launchers did not answer),
+// 128 + a signal.
+int ResumeAcrossNodes(const Config& config, const std::string& node,
+                      const std::vector<std::string>& local_parts, std::vector<Child>& children,
+                      uint64_t* step);
+
+}  // namespace gridsync::launch_detail
