@@ -15,6 +15,7 @@
 
 #include "common/checkpoint_files.h"
 #include "common/config.h"
+#include "common/coordinator_client.h"
 #include "server/coordinator.h"
 
 namespace gridsync::launch_detail {
@@ -182,6 +183,14 @@ TEST(LaunchResumeTest, AMissingLauncherIsNamedWithinTheTimeout) {
   auto coordinator = Coordinator::Start(CoordinatorOptions{});
   ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
   const Config config = TwoNodes((*coordinator)->port());
+  // Lists of another job (a coordinator that outlived an earlier resume)
+  // do not stand in for node b's launcher.
+  auto other =
+      CoordinatorClient::Connect("127.0.0.1", (*coordinator)->port(), std::chrono::seconds(2));
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  const std::string stale = EncodeNodeSteps(NodeSteps{true, {150}});
+  ASSERT_TRUE((*other)->Set("launch/resume/job-999/b", stale).ok());
+  ASSERT_TRUE((*other)->Set("launch/resume/b", stale).ok());
   std::vector<NodeSteps> all;
   const auto start = std::chrono::steady_clock::now();
   const Status alone = ExchangeResumeSteps(config, "a", NodeSteps{true, {150}}, &all);

@@ -139,10 +139,17 @@ Status ExchangeResumeSteps(const Config& config, const std::string& node, const 
   GRIDSYNC_ASSIGN_OR_RETURN(
       auto client, CoordinatorClient::Connect(d.master_addr, static_cast<uint16_t>(d.master_port),
                                               timeout, auth, Role::kObserver));
-  GRIDSYNC_RETURN_IF_ERROR(client->Set(std::string(kKeyPrefix) + node, EncodeNodeSteps(mine)));
+  // Keyed by the coordinator's job: one that outlives a launch (run by
+  // systemd, not by a launcher) still holds an earlier resume's lists,
+  // which must not stand in for a launcher that has not answered yet. No
+  // job starts before every launcher has read the lists (its processes
+  // start after), so all of them see the same job here.
+  GRIDSYNC_ASSIGN_OR_RETURN(const JobState job, client->CurrentJob());
+  const std::string prefix = fmt::format("{}job-{}/", kKeyPrefix, job.job);
+  GRIDSYNC_RETURN_IF_ERROR(client->Set(prefix + node, EncodeNodeSteps(mine)));
   std::vector<std::string> keys, names;
   for (const auto& n : config.layout.nodes) {
-    keys.push_back(std::string(kKeyPrefix) + n.name);
+    keys.push_back(prefix + n.name);
     names.push_back(n.name);
   }
   auto values = client->Get(keys, timeout);

@@ -7,7 +7,7 @@
 // "no complete checkpoint". Here each launcher lists the steps its own
 // parts hold complete and intact (CheckCheckpointPartIntact: manifest,
 // size, checksum), publishes the list in the coordinator's key-value store
-// (launch/resume/<node>, as an observer), reads every other node's, and
+// (launch/resume/job-<j>/<node>, as an observer), reads every other node's, and
 // all of them take the newest step in every list. A step whose files are
 // damaged on one machine is passed over by all, as a single launcher passes
 // over it (that machine sets its damaged files aside, naming them), and the
