@@ -6,8 +6,10 @@
 #include <spdlog/fmt/fmt.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <future>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -132,13 +134,30 @@ std::string DescribeNodeSteps(const std::vector<std::string>& names,
 }
 
 Status ExchangeResumeSteps(const Config& config, const std::string& node, const NodeSteps& mine,
-                           std::vector<NodeSteps>* all) {
+                           std::vector<NodeSteps>* all, const std::function<bool()>& stop) {
   const auto& d = config.distributed;
-  const auto timeout = d.timeout();
+  const auto deadline = std::chrono::steady_clock::now() + d.timeout();
+  // Every wait in slices of at most a second, so that `stop` (an
+  // interrupt, the coordinator gone) ends it within one.
+  constexpr auto kSlice = std::chrono::milliseconds(1000);
+  const auto stopped = [&] { return stop && stop(); };
+  const auto left = [&] {
+    return std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(
+                          deadline - std::chrono::steady_clock::now()),
+                      std::chrono::milliseconds(1), std::chrono::milliseconds(kSlice));
+  };
   GRIDSYNC_ASSIGN_OR_RETURN(const wire::ControlAuth auth, wire::ControlAuthFor(config, "observer"));
-  GRIDSYNC_ASSIGN_OR_RETURN(
-      auto client, CoordinatorClient::Connect(d.master_addr, static_cast<uint16_t>(d.master_port),
-                                              timeout, auth, Role::kObserver));
+  std::unique_ptr<CoordinatorClient> client;
+  for (;;) {
+    auto connected = CoordinatorClient::Connect(d.master_addr, static_cast<uint16_t>(d.master_port),
+                                                left(), auth, Role::kObserver);
+    if (connected.ok()) {
+      client = std::move(connected).value();
+      break;
+    }
+    if (stopped()) return Status::IOError("stopped");
+    if (std::chrono::steady_clock::now() >= deadline) return connected.status();
+  }
   // Keyed by the coordinator's job: one that outlives a launch (run by
   // systemd, not by a launcher) still holds an earlier resume's lists,
   // which must not stand in for a launcher that has not answered yet. No
@@ -152,10 +171,18 @@ Status ExchangeResumeSteps(const Config& config, const std::string& node, const 
     keys.push_back(prefix + n.name);
     names.push_back(n.name);
   }
-  auto values = client->Get(keys, timeout);
+  Result<std::vector<std::string>> values = Status::Timeout("not asked yet");
+  for (;;) {
+    values = client->Get(keys, left());
+    if (values.ok() || stopped() || std::chrono::steady_clock::now() >= deadline) break;
+    // The slice ran out before every key was there: ask again.
+    if (values.status().code() != StatusCode::kTimeout &&
+        values.status().code() != StatusCode::kNotFound)
+      return values.status();
+  }
+  if (!values.ok() && stopped()) return Status::IOError("stopped");
   if (!values.ok()) {
-    // Which launchers are missing, by node (the keys not there now; a
-    // connection the timeout closed names none).
+    // Which launchers are missing, by node (the keys not there now).
     std::string missing;
     for (size_t i = 0; i < keys.size(); ++i) {
       const auto probe = client->Get({keys[i]}, std::chrono::milliseconds(0));
@@ -193,18 +220,31 @@ int ResumeAcrossNodes(const Config& config, const std::string& node,
       DescribeSteps(mine).c_str());
   std::fflush(stdout);
   std::vector<NodeSteps> all;
-  auto exchanged =
-      std::async(std::launch::async, [&] { return ExchangeResumeSteps(config, node, mine, &all); });
+  // A child that exits meanwhile can only be the coordinator this
+  // launcher started (nothing else runs yet): the exchange then ends.
+  std::atomic<bool> child_gone{false};
+  auto exchanged = std::async(std::launch::async, [&] {
+    return ExchangeResumeSteps(config, node, mine, &all,
+                               [&] { return g_interrupted != 0 || child_gone.load(); });
+  });
   while (exchanged.wait_for(std::chrono::milliseconds(0)) != std::future_status::ready) {
     PumpOutput(children, 100);
     Reap(children);
-    if (g_interrupted) break;
+    for (const Child& c : children) child_gone = child_gone || c.exited;
   }
-  if (g_interrupted) {
-    exchanged.wait();  // it ends within the timeout; nothing it holds may dangle
+  const Status status = exchanged.get();
+  if (g_interrupted)
     return InterruptedExit(" while agreeing on the step to resume from; nothing else was started");
+  for (Child& c : children) {
+    if (!c.exited) continue;
+    Drain(c);
+    std::fprintf(stderr,
+                 "gridsync launch --resume: %s (pid %d) exited (%s) before the launchers agreed "
+                 "on a step; nothing else was started\n",
+                 c.name.c_str(), c.pid, Describe(c.status).c_str());
+    return 1;
   }
-  if (const Status status = exchanged.get(); !status.ok()) {
+  if (!status.ok()) {
     std::fprintf(stderr, "gridsync launch --resume: %s\n", status.ToString().c_str());
     return 1;
   }

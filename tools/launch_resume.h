@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -68,8 +69,11 @@ std::string DescribeNodeSteps(const std::vector<std::string>& names,
 // every node of config.layout; their lists, in layout order, into *all.
 // The coordinator must be up (started by its node's launcher); a timeout
 // names the nodes whose launcher did not publish.
+// `stop` (optional) is asked at least once a second; true ends the wait
+// (IOError "stopped").
 Status ExchangeResumeSteps(const Config& config, const std::string& node, const NodeSteps& mine,
-                           std::vector<NodeSteps>* all);
+                           std::vector<NodeSteps>* all,
+                           const std::function<bool()>& stop = nullptr);
 
 // The whole of it for `gridsync launch --resume --node NODE`, once the
 // coordinator runs (its node's launcher started it; `children` are this
