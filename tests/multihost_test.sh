@@ -16,9 +16,10 @@
 #  4. A shard whose link is cut (no FIN, no RST) leaves the coordinator's
 #     cluster map within about distributed.timeout_s.
 #  5. `gridsync launch --resume --node` on each machine, each with a
-#     checkpoint folder of its own: the launchers agree on the newest step
-#     every machine holds intact (one machine's newest damaged) and the job
-#     ends bit for bit as an uninterrupted run.
+#     checkpoint folder of its own (ps, and nccl whose workers hold the
+#     parts): the launchers agree on the newest step every machine holds
+#     intact (one machine's newest damaged) and the job ends bit for bit as
+#     an uninterrupted run.
 # The data plane runs under CURVE (security.mode auto on several machines),
 # with keys from `gridsync keygen`.
 #
@@ -183,65 +184,81 @@ wait "$pp" 2> /dev/null || true
 wait "$pc" 2> /dev/null || true
 
 # 5. Resume across machines, each with a checkpoint folder of its own (no
-# shared storage): SIGKILL of shard 1 on node b after its checkpoint of
-# step 100; node b's files of the newest step both nodes hold are then
+# shared storage): SIGKILL of node b's part (ps: shard 1; nccl: worker 1,
+# whose part is the whole model and its Adam state) after its checkpoint
+# of step 100; node b's files of the newest step both nodes hold are then
 # damaged. `gridsync launch --resume --node` on each machine: the
 # launchers agree through the coordinator on the newest step every node
 # holds intact (node b sets its damaged files aside, naming them), and the
 # job ends bit for bit as an uninterrupted run. Every such resume was
-# refused before ("no complete checkpoint": each folder holds one shard).
-config ps ', "ps": {"shards": 2}, "checkpoint": {"every_steps": 50, "dir": "'"$WORK"'/unused"}' 5
-both() {  # TAG ARGS...: both nodes' launchers, folders $WORK/TAG-a and -b
-  local tag=$1; shift
-  "$NET" exec "$NAME" 0 "$GS" launch "$WORK/ps.json" --node a --set training.steps=200 \
+# refused before ("no complete checkpoint": each folder holds one part).
+both() {  # MODE TAG ARGS...: both nodes' launchers, folders $WORK/MODE-TAG-a and -b
+  local mode=$1 tag=$1-$2; shift 2
+  "$NET" exec "$NAME" 0 "$GS" launch "$WORK/$mode.json" --node a --set training.steps=200 \
     --set checkpoint.dir="$WORK/$tag-a" "$@" --rank0-arg=--dump-params \
     --rank0-arg="$WORK/$tag.bin" > "$WORK/$tag-a.log" 2>&1 &
   pa=$!
-  "$NET" exec "$NAME" 1 "$GS" launch "$WORK/ps.json" --node b --set training.steps=200 \
+  "$NET" exec "$NAME" 1 "$GS" launch "$WORK/$mode.json" --node b --set training.steps=200 \
     --set checkpoint.dir="$WORK/$tag-b" "$@" > "$WORK/$tag-b.log" 2>&1 &
   pb=$!
   ra=0; rb=0
 }
-both clean
-wait $pa || ra=$?; wait $pb || rb=$?
-[ $ra -eq 0 ] && [ $rb -eq 0 ] || fail "resume: the uninterrupted run failed ($ra, $rb)"
-both faulty
-for _ in $(seq 1 600); do
-  grep -q "\[ps-1\].*checkpoint at step 100 written" "$WORK/faulty-b.log" && break; sleep 0.1
-done
-pkill -KILL -f "gridsync-ps --shard 1 --config $WORK/ps.json" ||
-  fail "resume: shard 1 was not running after its checkpoint of step 100"
-wait $pa || ra=$?; wait $pb || rb=$?
-common=0
-for dir in "$WORK"/faulty-b/step-*; do
-  step=${dir##*step-}
-  [ -f "$dir/shard-1.json" ] && [ -f "$WORK/faulty-a/step-$step/shard-0.json" ] &&
-    [ "$step" -gt "$common" ] && common=$step
-done
-if [ "$common" -lt 100 ]; then
-  fail "resume: no step of 100 or later that both nodes hold (newest $common)"
-  ls "$WORK"/faulty-a/* "$WORK"/faulty-b/*; grep -v "step [0-9]*/" "$WORK/faulty-a.log" | tail -20
-else
-  printf '\xff' | dd of="$WORK/faulty-b/step-$common/shard-1.bin" bs=1 seek=100 conv=notrunc status=none
-  for side in a b; do mv "$WORK/faulty-$side" "$WORK/resumed-$side"; done
-  both resumed --resume
-  wait $pa || ra=$?; wait $pb || rb=$?
-  agreed=$(grep -o "resuming from the checkpoint of step [0-9]*" "$WORK/resumed-a.log" | grep -o "[0-9]*$")
-  if [ $ra -ne 0 ] || [ $rb -ne 0 ]; then
-    fail "resume across machines: launchers exited $ra (a) and $rb (b)"
-    grep "gridsync launch" "$WORK/resumed-a.log" "$WORK/resumed-b.log" | tail -12
-  elif [ -z "$agreed" ] || [ "$agreed" -ge "$common" ] ||
-       ! grep -q "resuming from the checkpoint of step $agreed .*the newest step every node holds intact" "$WORK/resumed-b.log"; then
-    fail "resume across machines: the nodes did not both pass over step $common (a: '$agreed')"
-    grep "gridsync launch" "$WORK/resumed-a.log" "$WORK/resumed-b.log" | tail -8
-  elif ! grep -q "step $common: .*shard-1.bin: checksum.*set aside as shard-1.bin.damaged" "$WORK/resumed-b.log"; then
-    fail "resume across machines: node b did not name its damaged file of step $common"
-  elif ! cmp -s "$WORK/clean.bin" "$WORK/resumed.bin"; then
-    fail "resume across machines: the final parameters differ from the uninterrupted run's"
+for mode in ps nccl; do
+  ckpt='"checkpoint": {"every_steps": 50, "dir": "'"$WORK"'/unused"}'
+  if [ "$mode" = ps ]; then
+    config ps ', "ps": {"shards": 2}, '"$ckpt" 5
+    a_part=shard-0; b_part=shard-1; victim="gridsync-ps --shard 1"; proc=ps-1
   else
-    echo "ok: resume across 2 machines with folders of their own: step $common damaged on node b, both resumed from step $agreed and ended bit for bit"
+    # Checkpoints under nccl need the model on the CPU.
+    config nccl ', '"$ckpt" 5
+    sed -i 's/"log_every": 0}/"log_every": 0, "device": "cpu"}/' "$WORK/nccl.json"
+    a_part=worker-0; b_part=worker-1; victim="gridsync-worker --rank 1"; proc=worker-1
   fi
-fi
+  both $mode clean
+  wait $pa || ra=$?; wait $pb || rb=$?
+  [ $ra -eq 0 ] && [ $rb -eq 0 ] || fail "$mode resume: the uninterrupted run failed ($ra, $rb)"
+  both $mode faulty
+  for _ in $(seq 1 600); do
+    grep -q "\[$proc\].*checkpoint at step 100 written" "$WORK/$mode-faulty-b.log" && break
+    sleep 0.1
+  done
+  pkill -KILL -f "$victim --config $WORK/$mode.json" ||
+    fail "$mode resume: $proc was not running after its checkpoint of step 100"
+  wait $pa || ra=$?; wait $pb || rb=$?
+  common=0
+  for dir in "$WORK/$mode-faulty-b"/step-*; do
+    step=${dir##*step-}
+    [ -f "$dir/$b_part.json" ] && [ -f "$WORK/$mode-faulty-a/step-$step/$a_part.json" ] &&
+      [ "$step" -gt "$common" ] && common=$step
+  done
+  if [ "$common" -lt 100 ]; then
+    fail "$mode resume: no step of 100 or later that both nodes hold (newest $common)"
+    ls "$WORK/$mode-faulty-a"/* "$WORK/$mode-faulty-b"/*
+    grep -v "step [0-9]*/" "$WORK/$mode-faulty-a.log" | tail -20
+    continue
+  fi
+  printf '\xff' | dd of="$WORK/$mode-faulty-b/step-$common/$b_part.bin" bs=1 seek=100 conv=notrunc \
+    status=none
+  for side in a b; do mv "$WORK/$mode-faulty-$side" "$WORK/$mode-resumed-$side"; done
+  both $mode resumed --resume
+  wait $pa || ra=$?; wait $pb || rb=$?
+  log_a="$WORK/$mode-resumed-a.log"; log_b="$WORK/$mode-resumed-b.log"
+  agreed=$(grep -o "resuming from the checkpoint of step [0-9]*" "$log_a" | grep -o "[0-9]*$")
+  if [ $ra -ne 0 ] || [ $rb -ne 0 ]; then
+    fail "$mode resume across machines: launchers exited $ra (a) and $rb (b)"
+    grep "gridsync launch" "$log_a" "$log_b" | tail -12
+  elif [ -z "$agreed" ] || [ "$agreed" -ge "$common" ] ||
+       ! grep -q "resuming from the checkpoint of step $agreed .*the newest step every node holds intact" "$log_b"; then
+    fail "$mode resume across machines: the nodes did not both pass over step $common (a: '$agreed')"
+    grep "gridsync launch" "$log_a" "$log_b" | tail -8
+  elif ! grep -q "step $common: .*$b_part.bin: checksum.*set aside as $b_part.bin.damaged" "$log_b"; then
+    fail "$mode resume across machines: node b did not name its damaged file of step $common"
+  elif ! cmp -s "$WORK/$mode-clean.bin" "$WORK/$mode-resumed.bin"; then
+    fail "$mode resume across machines: the final parameters differ from the uninterrupted run's"
+  else
+    echo "ok: $mode resume across 2 machines with folders of their own: step $common damaged on node b, both resumed from step $agreed and ended bit for bit"
+  fi
+done
 
 if [ $failures -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
 echo "multihost: all checks passed"
