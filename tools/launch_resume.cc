@@ -12,8 +12,6 @@
 #include <functional>
 #include <future>
 #include <memory>
-#include <nlohmann/json.hpp>
-#include <set>
 #include <utility>
 
 #include "common/coordinator_client.h"
@@ -25,14 +23,6 @@ namespace gridsync::launch_detail {
 namespace {
 
 constexpr std::string_view kKeyPrefix = "launch/resume/";
-
-// A value as the refusal quotes it: at most 200 characters.
-std::string Quoted(std::string_view value) {
-  constexpr size_t kMax = 200;
-  std::string out(value.substr(0, kMax));
-  if (value.size() > kMax) out += "...";
-  return "'" + out + "'";
-}
 
 }  // namespace
 
@@ -61,75 +51,6 @@ NodeSteps FindLocalSteps(const std::string& dir, const std::vector<std::string>&
     }
     out.intact.push_back(step);
   }
-  return out;
-}
-
-std::string EncodeNodeSteps(const NodeSteps& steps) {
-  nlohmann::json j;
-  j["parts"] = steps.has_parts;
-  j["steps"] = steps.intact;
-  return j.dump();
-}
-
-Result<NodeSteps> DecodeNodeSteps(std::string_view value, const std::string& node) {
-  const auto refuse = [&](const std::string& why) {
-    return Status::Corruption(fmt::format(
-        "the launcher of node {} published {} as the steps it can resume from: {}; allowed: "
-        "{{\"parts\": true or false, \"steps\": [up to {} distinct steps above 0]}}, as "
-        "gridsync launch --resume --node writes it",
-        node, Quoted(value), why, kMaxResumeSteps));
-  };
-  const nlohmann::json j = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return refuse("not a JSON object");
-  if (j.size() != 2 || !j.contains("parts") || !j.contains("steps"))
-    return refuse("not exactly the keys parts and steps");
-  const auto& parts = j["parts"];
-  const auto& steps = j["steps"];
-  if (!parts.is_boolean()) return refuse("parts is not true or false");
-  if (!steps.is_array()) return refuse("steps is not a list");
-  if (steps.size() > kMaxResumeSteps) return refuse("more steps than allowed");
-  NodeSteps out;
-  out.has_parts = parts.get<bool>();
-  std::set<uint64_t> seen;
-  for (const auto& s : steps) {
-    if (!s.is_number_unsigned() || s.get<uint64_t>() == 0)
-      return refuse("a step is not a whole number above 0");
-    if (!seen.insert(s.get<uint64_t>()).second) return refuse("a step is listed twice");
-    out.intact.push_back(s.get<uint64_t>());
-  }
-  if (!out.has_parts && !out.intact.empty()) return refuse("steps listed for a node of no parts");
-  return out;
-}
-
-uint64_t NewestCommonStep(const std::vector<NodeSteps>& nodes) {
-  std::vector<const NodeSteps*> with_parts;
-  for (const auto& n : nodes)
-    if (n.has_parts) with_parts.push_back(&n);
-  if (with_parts.empty()) return 0;
-  uint64_t best = 0;
-  for (uint64_t step : with_parts.front()->intact) {
-    const bool everywhere = std::all_of(with_parts.begin(), with_parts.end(), [&](const auto* n) {
-      return std::find(n->intact.begin(), n->intact.end(), step) != n->intact.end();
-    });
-    if (everywhere) best = std::max(best, step);
-  }
-  return best;
-}
-
-std::string DescribeSteps(const NodeSteps& steps) {
-  if (!steps.has_parts) return "any step (no part checkpoints there)";
-  if (steps.intact.empty()) return "no intact complete step";
-  std::string out;
-  for (size_t k = 0; k < steps.intact.size(); ++k)
-    out += (k == 0 ? "" : ", ") + std::to_string(steps.intact[k]);
-  return out;
-}
-
-std::string DescribeNodeSteps(const std::vector<std::string>& names,
-                              const std::vector<NodeSteps>& nodes) {
-  std::string out;
-  for (size_t i = 0; i < nodes.size() && i < names.size(); ++i)
-    out += (out.empty() ? "" : "; ") + names[i] + ": " + DescribeSteps(nodes[i]);
   return out;
 }
 

@@ -28,42 +28,17 @@
 #include "common/config.h"
 #include "common/status.h"
 #include "tools/launch_children.h"
+#include "tools/resume_steps.h"
 
 namespace gridsync::launch_detail {
-
-// The steps one node's parts can resume from.
-struct NodeSteps {
-  // False: the node runs no part that checkpoints (workers holding no state,
-  // no shard), so any step serves it.
-  bool has_parts = false;
-  std::vector<uint64_t> intact;  // newest first, distinct
-};
 
 // What this machine's `parts` hold in `dir`: the newest kMaxResumeSteps
 // steps whose folder has a manifest of every one of them, less those with
 // a damaged file (Corruption), which go to `damaged` with the first damaged
 // part and why. A file it may not read (not damage) leaves the step in: the
 // part reports it at start, naming it.
-constexpr size_t kMaxResumeSteps = 32;
 NodeSteps FindLocalSteps(const std::string& dir, const std::vector<std::string>& parts,
                          std::vector<DamagedPart>* damaged);
-
-// The key-value encoding ({"parts": bool, "steps": [...]}), and its decode
-// boundary: the value comes from the coordinator's store, which any
-// observer may write, so anything but an object of those two keys (steps
-// distinct, above 0, at most kMaxResumeSteps) is Corruption naming the node
-// and what is allowed.
-std::string EncodeNodeSteps(const NodeSteps& steps);
-Result<NodeSteps> DecodeNodeSteps(std::string_view value, const std::string& node);
-
-// The newest step in the list of every node with parts; 0 when there is
-// none (or no node has parts).
-uint64_t NewestCommonStep(const std::vector<NodeSteps>& nodes);
-
-// "150, 100" (no parts: "any step ..."); over nodes "a: 150, 100; b: 100".
-std::string DescribeSteps(const NodeSteps& steps);
-std::string DescribeNodeSteps(const std::vector<std::string>& names,
-                              const std::vector<NodeSteps>& nodes);
 
 // Publishes `mine` as node `node`'s and waits (distributed.timeout_s) for
 // every node of config.layout; their lists, in layout order, into *all.
