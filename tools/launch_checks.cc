@@ -118,20 +118,27 @@ int ChooseResumeStep(const Config& config, const std::vector<std::string>& job_p
                 static_cast<unsigned long long>(intact));
   }
   resume_step = intact;
-  // Parts of two runs in one step: refused before anything starts (each
-  // part refuses too, across machines).
-  if (const Status one = CheckStepIsOneRun(dir, resume_step, job_parts); !one.ok()) {
-    std::fprintf(stderr, "gridsync launch --resume: step %llu: %s\n",
-                 static_cast<unsigned long long>(resume_step), one.message().c_str());
-    return kCheckpointsHeldExitCode;
-  }
-  if (const Status left = CheckStepsLeft(config, resume_step); !left.ok()) {
-    std::fprintf(stderr, "gridsync launch --resume: %s\n", left.message().c_str());
-    return kConfigErrorExitCode;
-  }
+  if (const int refused = CheckChosenResumeStep(config, resume_step, job_parts); refused != 0)
+    return refused;
   std::printf("gridsync launch: resuming from the checkpoint of step %llu in %s\n",
               static_cast<unsigned long long>(resume_step), dir.c_str());
   *step = resume_step;
+  return 0;
+}
+
+int CheckChosenResumeStep(const Config& config, uint64_t step,
+                          const std::vector<std::string>& parts) {
+  // Parts of two runs in one step: refused before anything starts (each
+  // part refuses too, across machines).
+  if (const Status one = CheckStepIsOneRun(config.checkpoint.dir, step, parts); !one.ok()) {
+    std::fprintf(stderr, "gridsync launch --resume: step %llu: %s\n",
+                 static_cast<unsigned long long>(step), one.message().c_str());
+    return kCheckpointsHeldExitCode;
+  }
+  if (const Status left = CheckStepsLeft(config, step); !left.ok()) {
+    std::fprintf(stderr, "gridsync launch --resume: %s\n", left.message().c_str());
+    return kConfigErrorExitCode;
+  }
   return 0;
 }
 

@@ -43,6 +43,13 @@ std::vector<std::pair<int, int>> WorkerLinesToCheck(const ClusterLayout& layout,
 // shards loaded the step, and the workers then exited 1.
 Status CheckStepsLeft(const Config& config, uint64_t resume_step);
 
+// The checks of the step a resume chose, over `parts` (those whose files
+// this launcher sees): their manifests name one run (else exit 3), and the
+// step leaves training to do (else exit 2); a refusal is printed on
+// stderr. 0 when both pass.
+int CheckChosenResumeStep(const Config& config, uint64_t step,
+                          const std::vector<std::string>& parts);
+
 // gridsync launch --resume with every part on this machine: the step to
 // resume from into *step, or the exit code of a refusal, printed on stderr
 // (0: none). The newest complete step of `job_parts` whose files are

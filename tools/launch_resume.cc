@@ -31,24 +31,14 @@ NodeSteps FindLocalSteps(const std::string& dir, const std::vector<std::string>&
   NodeSteps out;
   out.has_parts = !parts.empty();
   if (parts.empty()) return out;
-  // Newest first, as a single launcher walks them; only the newest few are
-  // read (every .bin of a step is read for its checksum).
+  // Newest first, as a single launcher walks them (the damaged steps
+  // passed over go to `damaged`); only the newest few are read (every .bin
+  // of a step is read for its checksum).
   for (uint64_t step = LatestCompleteStep(dir, parts);
        step > 0 && out.intact.size() < kMaxResumeSteps;
        step = LatestCompleteStep(dir, parts, step)) {
-    Status intact;
-    std::string failed;
-    for (const auto& part : parts) {
-      intact = CheckCheckpointPartIntact(dir, step, part);
-      if (!intact.ok()) {
-        failed = part;
-        break;
-      }
-    }
-    if (intact.code() == StatusCode::kCorruption) {
-      if (damaged != nullptr) damaged->push_back({step, failed, intact.message()});
-      continue;
-    }
+    step = NewestIntactCompleteStep(dir, parts, step, damaged);
+    if (step == 0) break;
     out.intact.push_back(step);
   }
   return out;
@@ -196,15 +186,8 @@ int ResumeAcrossNodes(const Config& config, const std::string& node,
         static_cast<unsigned long long>(d.step), d.why.c_str(),
         aside.ok() ? ("set aside as " + d.part + ".bin.damaged").c_str() : aside.message().c_str());
   }
-  if (const Status one = CheckStepIsOneRun(dir, agreed, local_parts); !one.ok()) {
-    std::fprintf(stderr, "gridsync launch --resume: step %llu: %s\n",
-                 static_cast<unsigned long long>(agreed), one.message().c_str());
-    return kCheckpointsHeldExitCode;
-  }
-  if (const Status left = CheckStepsLeft(config, agreed); !left.ok()) {
-    std::fprintf(stderr, "gridsync launch --resume: %s\n", left.message().c_str());
-    return kConfigErrorExitCode;
-  }
+  if (const int refused = CheckChosenResumeStep(config, agreed, local_parts); refused != 0)
+    return refused;
   std::printf(
       "gridsync launch: resuming from the checkpoint of step %llu in %s, the newest step every "
       "node holds intact (%s)\n",
