@@ -77,7 +77,7 @@ TEST(LaunchResumeTest, LocalStepsAreTheCompleteIntactOnesNewestFirst) {
 }
 
 TEST(LaunchResumeTest, TheNewestStepEveryNodeWithPartsHolds) {
-  const NodeSteps a{true, {150, 100}}, b{true, {100, 50}}, c{false, {}}, d{true, {}};
+  const NodeSteps a{true, {150, 100}}, b{true, {100, 50}}, c{false, {}}, d{true, {}, true};
   EXPECT_EQ(NewestCommonStep({a, b, c}), 100u);
   EXPECT_EQ(NewestCommonStep({a, a}), 150u);
   EXPECT_EQ(NewestCommonStep({b, a}), 100u);  // the order does not matter
@@ -102,7 +102,7 @@ TEST(LaunchResumeTest, WhatALauncherPublishesDecodesBack) {
 // The store is writable by any observer: a value no launcher writes is
 // refused, naming the node and what is allowed, never trusted or crashed on.
 TEST(LaunchResumeTest, AHostileValueIsRefusedNamingTheNode) {
-  std::string many = "{\"parts\": true, \"steps\": [";
+  std::string many = "{\"parts\": true, \"damaged\": false, \"steps\": [";
   for (int i = 1; i <= 33; ++i) many += (i > 1 ? "," : "") + std::to_string(i);
   many += "]}";
   const char* const bad[] = {
@@ -122,6 +122,9 @@ TEST(LaunchResumeTest, AHostileValueIsRefusedNamingTheNode) {
       "{\"parts\": true, \"steps\": [18446744073709551616]}",
       "{\"parts\": true, \"steps\": [[[[[[[[[[[[[[[[[[[[150]]]]]]]]]]]]]]]]]]]]}",
       "\xff\xfe{",
+      "{\"parts\": true, \"steps\": [150], \"damaged\": 0}",
+      "{\"parts\": false, \"steps\": [], \"damaged\": true}",
+      "{\"parts\": true, \"steps\": [150], \"damaged\": false, \"x\": 1}",
   };
   for (const std::string value : bad) {
     auto decoded = DecodeNodeSteps(value, "node-b");
@@ -131,6 +134,16 @@ TEST(LaunchResumeTest, AHostileValueIsRefusedNamingTheNode) {
               std::string::npos)
         << decoded.status().message();
     EXPECT_NE(decoded.status().message().find("allowed:"), std::string::npos);
+  }
+  for (const std::string value :
+       {"", "{}", "{\"step\": 150}", "{\"step\": -1, \"refused\": 0}",
+        "{\"step\": 150, \"refused\": 256}", "{\"step\": 150, \"refused\": -3}",
+        "{\"step\": 150, \"refused\": 3, \"x\": 1}", "{\"step\": \"150\", \"refused\": 0}"}) {
+    auto decoded = DecodeVerdict(value, "node-b");
+    ASSERT_FALSE(decoded.ok()) << "accepted: " << value;
+    EXPECT_NE(decoded.status().message().find("the launcher of node node-b published"),
+              std::string::npos)
+        << decoded.status().message();
   }
   auto refused = DecodeNodeSteps(many, "b");
   ASSERT_FALSE(refused.ok());
@@ -175,30 +188,64 @@ TEST(LaunchResumeTest, TwoLaunchersExchangeTheirStepsThroughTheCoordinator) {
     EXPECT_EQ((*seen)[1].intact, (std::vector<uint64_t>{100, 50}));
     EXPECT_EQ(NewestCommonStep(*seen), 100u);
   }
+  // The verdicts' round the same way.
+  std::vector<ResumeVerdict> verdicts_b;
+  std::thread vb([&] {
+    ASSERT_TRUE(ExchangeVerdicts(config, "b", ResumeVerdict{100, 3}, &verdicts_b).ok());
+  });
+  std::vector<ResumeVerdict> verdicts_a;
+  ASSERT_TRUE(ExchangeVerdicts(config, "a", ResumeVerdict{100, 0}, &verdicts_a).ok());
+  vb.join();
+  for (const auto* seen : {&verdicts_a, &verdicts_b}) {
+    ASSERT_EQ(seen->size(), 2u);
+    EXPECT_EQ((*seen)[0].refused, 0);
+    EXPECT_EQ((*seen)[1].refused, 3);
+    EXPECT_EQ((*seen)[1].step, 100u);
+  }
 }
 
-// A launcher alone: within distributed.timeout_s, naming the node whose
-// launcher never published.
-TEST(LaunchResumeTest, AMissingLauncherIsNamedWithinTheTimeout) {
+// A launcher alone: within distributed.timeout_s, quoting who came; and
+// lists an earlier attempt left in the store (a coordinator that outlived
+// it) are never read for a launcher that did not come this time.
+TEST(LaunchResumeTest, AMissingLauncherIsNotStoodInForByAnEarlierAttempt) {
   auto coordinator = Coordinator::Start(CoordinatorOptions{});
   ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
   const Config config = TwoNodes((*coordinator)->port());
-  // Lists of another job (a coordinator that outlived an earlier resume)
-  // do not stand in for node b's launcher.
-  auto other =
-      CoordinatorClient::Connect("127.0.0.1", (*coordinator)->port(), std::chrono::seconds(2));
-  ASSERT_TRUE(other.ok()) << other.status().ToString();
-  const std::string stale = EncodeNodeSteps(NodeSteps{true, {150}});
-  ASSERT_TRUE((*other)->Set("launch/resume/job-999/b", stale).ok());
-  ASSERT_TRUE((*other)->Set("launch/resume/b", stale).ok());
+  // Attempt 1: both came.
+  std::vector<NodeSteps> seen_by_b;
+  std::thread b([&] {
+    ASSERT_TRUE(ExchangeResumeSteps(config, "b", NodeSteps{true, {100}}, &seen_by_b).ok());
+  });
   std::vector<NodeSteps> all;
+  ASSERT_TRUE(ExchangeResumeSteps(config, "a", NodeSteps{true, {150, 100}}, &all).ok());
+  b.join();
+  // Attempt 2: node a alone, with b's list of attempt 1 still in the store.
   const auto start = std::chrono::steady_clock::now();
   const Status alone = ExchangeResumeSteps(config, "a", NodeSteps{true, {150}}, &all);
   const auto took = std::chrono::steady_clock::now() - start;
-  ASSERT_FALSE(alone.ok());
+  ASSERT_FALSE(alone.ok()) << "node b's list of an earlier attempt stood in for it";
   EXPECT_EQ(alone.code(), StatusCode::kTimeout) << alone.ToString();
-  EXPECT_NE(alone.message().find("missing: b"), std::string::npos) << alone.message();
+  EXPECT_NE(alone.message().find("1 of 2 arrived (launcher of node a)"), std::string::npos)
+      << alone.message();
+  EXPECT_NE(alone.message().find("--resume --node NAME on every machine"), std::string::npos);
   EXPECT_LT(took, std::chrono::seconds(10));
+}
+
+// `stop` ends a wait within about a second (an interrupt of the launcher).
+TEST(LaunchResumeTest, StopEndsTheWaitWithinASecond) {
+  auto coordinator = Coordinator::Start(CoordinatorOptions{});
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
+  Config config = TwoNodes((*coordinator)->port());
+  config.distributed.timeout_s = 60;
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<ResumeVerdict> all;
+  const Status stopped = ExchangeVerdicts(config, "a", ResumeVerdict{150, 0}, &all, [&] {
+    return std::chrono::steady_clock::now() - start > std::chrono::milliseconds(300);
+  });
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_FALSE(stopped.ok());
+  EXPECT_EQ(stopped.message(), "stopped");
+  EXPECT_LT(took, std::chrono::seconds(3));
 }
 
 }  // namespace

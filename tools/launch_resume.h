@@ -7,15 +7,19 @@
 // "no complete checkpoint". Here each launcher lists the steps its own
 // parts hold complete and intact (CheckCheckpointPartIntact: manifest,
 // size, checksum), publishes the list in the coordinator's key-value store
-// (launch/resume/job-<j>/<node>, as an observer), reads every other node's, and
-// all of them take the newest step in every list. A step whose files are
-// damaged on one machine is passed over by all, as a single launcher passes
-// over it (that machine sets its damaged files aside, naming them), and the
-// job resumes from the older step every machine holds intact.
+// (launch/resume/steps/<node>, as an observer), meets the other launchers
+// at a barrier and reads their lists, and all of them take the newest step
+// in every list. A step whose files are damaged on one machine is passed
+// over by all, as a single launcher passes over it (that machine sets its
+// damaged files aside, naming them), and the job resumes from the older
+// step every machine holds intact. A second round (launch/resume/verdict)
+// shares each launcher's own checks of that step, so that every machine
+// starts or none does, with one exit code.
 //
-// Thread safety: the functions keep no state; AgreeOnResumeStep blocks
-// (up to distributed.timeout_s) and runs on a thread of the caller's while
-// the launcher streams its children's output.
+// Thread safety: the functions keep no state of their own; the exchanges
+// block (up to distributed.timeout_s a round) and ResumeAcrossNodes runs
+// them on a thread of its own while the launcher streams its children's
+// output.
 #pragma once
 
 #include <cstdint>
@@ -40,27 +44,32 @@ namespace gridsync::launch_detail {
 NodeSteps FindLocalSteps(const std::string& dir, const std::vector<std::string>& parts,
                          std::vector<DamagedPart>* damaged);
 
-// Publishes `mine` as node `node`'s and waits (distributed.timeout_s) for
-// every node of config.layout; their lists, in layout order, into *all.
-// The coordinator must be up (started by its node's launcher); a timeout
-// names the nodes whose launcher did not publish.
-// `stop` (optional) is asked at least once a second; true ends the wait
-// (IOError "stopped").
+// The two rounds of the exchange through the coordinator (up to
+// distributed.timeout_s each; the coordinator must be up, started by its
+// node's launcher): every node's steps, then every node's verdict, in
+// layout order. Each value is written, then every node's launcher meets at
+// a barrier, then all are read: a value an earlier attempt left is never
+// taken for this one's. A timeout quotes the coordinator's barrier (who
+// came). `stop` (optional) is asked at least once a second; true ends the
+// wait (IOError "stopped").
 Status ExchangeResumeSteps(const Config& config, const std::string& node, const NodeSteps& mine,
                            std::vector<NodeSteps>* all,
                            const std::function<bool()>& stop = nullptr);
+Status ExchangeVerdicts(const Config& config, const std::string& node, const ResumeVerdict& mine,
+                        std::vector<ResumeVerdict>* all,
+                        const std::function<bool()>& stop = nullptr);
 
 // The whole of it for `gridsync launch --resume --node NODE`, once the
 // coordinator runs (its node's launcher started it; `children` are this
 // launcher's, whose output is streamed meanwhile): this machine's parts'
-// steps, the exchange, then the agreed step's local checks (its parts'
-// files of one run; steps left to train). Passes over, naming them, the
-// steps some machine holds damaged or not at all, and sets this machine's
-// damaged files of the steps passed over aside (<part>.bin.damaged).
-// Returns 0 with *step set, or the exit code of a refusal printed on
-// stderr: 2 (no node holds a complete step), 3 (none every node holds
-// intact, or parts of two runs), 1 (the other launchers did not answer),
-// 128 + a signal.
+// steps, the first round, the agreed step's local checks (its parts' files
+// of one run; steps left to train), the second round. Passes over, naming
+// them, the steps some machine holds damaged or not at all, and once every
+// node agreed sets this machine's damaged files of the steps passed over
+// aside (<part>.bin.damaged). Returns 0 with *step set, or the exit code
+// of a refusal printed on stderr, the same on every machine: 2 (no node
+// holds a complete step), 3 (none every node holds intact, or parts of two
+// runs), 1 (a launcher did not come, or disagreed), 128 + a signal.
 int ResumeAcrossNodes(const Config& config, const std::string& node,
                       const std::vector<std::string>& local_parts, std::vector<Child>& children,
                       uint64_t* step);

@@ -26,6 +26,7 @@ std::string EncodeNodeSteps(const NodeSteps& steps) {
   nlohmann::json j;
   j["parts"] = steps.has_parts;
   j["steps"] = steps.intact;
+  j["damaged"] = steps.damaged;
   return j.dump();
 }
 
@@ -33,21 +34,24 @@ Result<NodeSteps> DecodeNodeSteps(std::string_view value, const std::string& nod
   const auto refuse = [&](const std::string& why) {
     return Status::Corruption(fmt::format(
         "the launcher of node {} published {} as the steps it can resume from: {}; allowed: "
-        "{{\"parts\": true or false, \"steps\": [up to {} distinct steps above 0]}}, as "
-        "gridsync launch --resume --node writes it",
+        "{{\"parts\": true or false, \"steps\": [up to {} distinct steps above 0], "
+        "\"damaged\": true or false}}, as gridsync launch --resume --node writes it",
         node, Quoted(value), why, kMaxResumeSteps));
   };
   const nlohmann::json j = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return refuse("not a JSON object");
-  if (j.size() != 2 || !j.contains("parts") || !j.contains("steps"))
-    return refuse("not exactly the keys parts and steps");
+  if (j.size() != 3 || !j.contains("parts") || !j.contains("steps") || !j.contains("damaged"))
+    return refuse("not exactly the keys parts, steps and damaged");
   const auto& parts = j["parts"];
   const auto& steps = j["steps"];
+  const auto& damaged = j["damaged"];
   if (!parts.is_boolean()) return refuse("parts is not true or false");
+  if (!damaged.is_boolean()) return refuse("damaged is not true or false");
   if (!steps.is_array()) return refuse("steps is not a list");
   if (steps.size() > kMaxResumeSteps) return refuse("more steps than allowed");
   NodeSteps out;
   out.has_parts = parts.get<bool>();
+  out.damaged = damaged.get<bool>();
   std::set<uint64_t> seen;
   for (const auto& s : steps) {
     if (!s.is_number_unsigned() || s.get<uint64_t>() == 0)
@@ -55,8 +59,36 @@ Result<NodeSteps> DecodeNodeSteps(std::string_view value, const std::string& nod
     if (!seen.insert(s.get<uint64_t>()).second) return refuse("a step is listed twice");
     out.intact.push_back(s.get<uint64_t>());
   }
-  if (!out.has_parts && !out.intact.empty()) return refuse("steps listed for a node of no parts");
+  if (!out.has_parts && (!out.intact.empty() || out.damaged))
+    return refuse("steps or damage listed for a node of no parts");
   return out;
+}
+
+std::string EncodeVerdict(const ResumeVerdict& verdict) {
+  nlohmann::json j;
+  j["step"] = verdict.step;
+  j["refused"] = verdict.refused;
+  return j.dump();
+}
+
+Result<ResumeVerdict> DecodeVerdict(std::string_view value, const std::string& node) {
+  const auto refuse = [&](const std::string& why) {
+    return Status::Corruption(fmt::format(
+        "the launcher of node {} published {} as its verdict on the step to resume from: {}; "
+        "allowed: {{\"step\": a whole number, \"refused\": an exit code 0..255}}, as gridsync "
+        "launch --resume --node writes it",
+        node, Quoted(value), why));
+  };
+  const nlohmann::json j = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return refuse("not a JSON object");
+  if (j.size() != 2 || !j.contains("step") || !j.contains("refused"))
+    return refuse("not exactly the keys step and refused");
+  const auto& step = j["step"];
+  const auto& refused = j["refused"];
+  if (!step.is_number_unsigned()) return refuse("step is not a whole number");
+  if (!refused.is_number_unsigned() || refused.get<uint64_t>() > 255)
+    return refuse("refused is not an exit code 0..255");
+  return ResumeVerdict{step.get<uint64_t>(), static_cast<int>(refused.get<uint64_t>())};
 }
 
 uint64_t NewestCommonStep(const std::vector<NodeSteps>& nodes) {

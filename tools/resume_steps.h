@@ -24,18 +24,32 @@ struct NodeSteps {
   // no shard), so any step serves it.
   bool has_parts = false;
   std::vector<uint64_t> intact;  // newest first, distinct
+  // Some step its parts hold was passed over as damaged.
+  bool damaged = false;
+};
+
+// What a launcher decided once it saw every list: the step it would resume
+// from (0: none) and its refusal's exit code (0: none). The second round
+// of the exchange, so that every machine starts, or none does, with the
+// same exit code.
+struct ResumeVerdict {
+  uint64_t step = 0;
+  int refused = 0;
 };
 
 // At most this many steps a list (the newest ones a node holds).
 constexpr size_t kMaxResumeSteps = 32;
 
-// The key-value encoding ({"parts": bool, "steps": [...]}), and its decode
-// boundary: the value comes from the coordinator's store, which any
-// observer may write, so anything but an object of those two keys (steps
-// distinct, above 0, at most kMaxResumeSteps, none for a node of no parts)
-// is Corruption naming the node and what is allowed.
+// The key-value encodings ({"parts": bool, "steps": [...], "damaged":
+// bool}; {"step": n, "refused": code}), and their decode boundaries: the
+// values come from the coordinator's store, which any observer may write,
+// so anything but an object of exactly those keys (steps distinct, above
+// 0, at most kMaxResumeSteps, none and no damage for a node of no parts;
+// an exit code 0..255) is Corruption naming the node and what is allowed.
 std::string EncodeNodeSteps(const NodeSteps& steps);
 Result<NodeSteps> DecodeNodeSteps(std::string_view value, const std::string& node);
+std::string EncodeVerdict(const ResumeVerdict& verdict);
+Result<ResumeVerdict> DecodeVerdict(std::string_view value, const std::string& node);
 
 // The newest step in the list of every node with parts; 0 when there is
 // none (or no node has parts).
