@@ -33,7 +33,8 @@ std::string_view StatusCodeName(StatusCode code) {
 bool IsWireStatusCode(uint32_t code) {
   return (code > static_cast<uint32_t>(StatusCode::kOk) &&
           code <= static_cast<uint32_t>(StatusCode::kInternal)) ||
-         code == static_cast<uint32_t>(StatusCode::kFailedPrecondition);
+         code == static_cast<uint32_t>(StatusCode::kFailedPrecondition) ||
+         code == static_cast<uint32_t>(StatusCode::kCheckpointsHeld);
 }
 
 Status::Status(StatusCode code, std::string message) {

@@ -36,15 +36,16 @@ enum class StatusCode : int {
   kFailedPrecondition = 9,
   // Checkpoint files on disk are another run's than the one starting: a
   // fresh start would delete them, or a step's parts are two runs'. Nothing
-  // a restart mends (the processes exit kCheckpointsHeldExitCode). Never
-  // sent on the wire, like kUnavailable: each process reads its own files.
+  // a restart mends (the processes exit kCheckpointsHeldExitCode). Sent on
+  // the wire too (a shard whose rollback met them answers with it), so
+  // that a worker exits 3 on it as the shard does.
   kCheckpointsHeld = 10,
 };
 
-// Whether a peer may send `code` in an error reply: every code but OK,
-// kUnavailable and kCheckpointsHeld, which name local conditions. The
-// decoders read the others as kInternal (a newer build's code, or a hostile
-// one).
+// Whether a peer may send `code` in an error reply: every code but OK and
+// kUnavailable, which names a local condition (common/wire/error_code.h
+// sends it as IOError). The decoders read the others as kInternal (a newer
+// build's code, or a hostile one).
 bool IsWireStatusCode(uint32_t code);
 
 std::string_view StatusCodeName(StatusCode code);

@@ -103,7 +103,10 @@ TEST(LaunchResumeTest, WhatALauncherPublishesDecodesBack) {
 // refused, naming the node and what is allowed, never trusted or crashed on.
 TEST(LaunchResumeTest, AHostileValueIsRefusedNamingTheNode) {
   std::string many = "{\"parts\": true, \"damaged\": false, \"steps\": [";
-  for (int i = 1; i <= 33; ++i) many += (i > 1 ? "," : "") + std::to_string(i);
+  for (int i = 1; i <= 33; ++i) {
+    if (i > 1) many += ",";
+    many += std::to_string(i);
+  }
   many += "]}";
   const char* const bad[] = {
       "",

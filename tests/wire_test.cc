@@ -372,7 +372,7 @@ TEST(WireRoundTripTest, Error) {
 }
 
 TEST(WireRoundTripTest, ErrorWithUnknownOrOkCodeBecomesInternal) {
-  for (uint32_t code : {0u, 8u, 10u, 1000u}) {
+  for (uint32_t code : {0u, 8u, 11u, 1000u}) {
     capnp::MallocMessageBuilder builder;
     auto h = builder.initRoot<schema::Header>();
     h.setVersion(kProtocolVersion);
@@ -389,11 +389,12 @@ TEST(WireRoundTripTest, ErrorWithUnknownOrOkCodeBecomesInternal) {
   }
 }
 
-// The two local codes go as wire codes that say what the requester met
-// (not Internal, which a decoder makes of an unknown code), text intact.
+// The local code goes as the wire code that says what the requester met
+// (not Internal, which a decoder makes of an unknown code), text intact;
+// another run's checkpoints go as they are (a worker exits 3 on them).
 TEST(WireRoundTripTest, LocalErrorCodesGoAsTheirWireCodes) {
   const std::pair<StatusCode, StatusCode> cases[] = {
-      {StatusCode::kCheckpointsHeld, StatusCode::kFailedPrecondition},
+      {StatusCode::kCheckpointsHeld, StatusCode::kCheckpointsHeld},
       {StatusCode::kUnavailable, StatusCode::kIOError}};
   for (const auto& [local, wire] : cases) {
     auto frames = EncodeError(1, 0, Status(local, "shard 0 cannot roll back to step 4"));
@@ -410,7 +411,7 @@ TEST(WireRoundTripTest, LocalErrorCodesGoAsTheirWireCodesToTheCoordinatorsPeers)
   auto info = builder.initRoot<schema::ErrorInfo>();
   StatusToWire(Status::CheckpointsHeld("step 4 is another run's"), info);
   const Status back = StatusFromWire(info.asReader());
-  EXPECT_EQ(back.code(), StatusCode::kFailedPrecondition) << back.ToString();
+  EXPECT_EQ(back.code(), StatusCode::kCheckpointsHeld) << back.ToString();
   EXPECT_EQ(back.message(), "step 4 is another run's");
 }
 
