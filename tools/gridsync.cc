@@ -132,8 +132,11 @@ int main(int argc, char** argv) {
                  "With --node: also run the coordinator here (by default it runs on the node "
                  "whose host is master_addr)")
       ->needs(node_option);
-  launch->add_flag("--resume", launch_options.resume,
-                   "Start from the newest complete checkpoint (checkpoint.dir)");
+  launch->add_flag(
+      "--resume", launch_options.resume,
+      "Start from the newest complete checkpoint (checkpoint.dir); with --node, run on "
+      "every machine: the launchers agree on the newest step every machine holds "
+      "intact");
   launch
       ->add_option("--max-restarts", launch_options.max_restarts,
                    "Restart a shard, worker or the coordinator that fails during training, up to "
