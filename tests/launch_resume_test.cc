@@ -151,6 +151,12 @@ TEST(LaunchResumeTest, AHostileValueIsRefusedNamingTheNode) {
   auto refused = DecodeNodeSteps(many, "b");
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("more steps than allowed"), std::string::npos);
+  // Control bytes are not echoed as they are (a terminal would act on them).
+  auto escaped = DecodeNodeSteps("\x1b[2J\x07", "b");
+  ASSERT_FALSE(escaped.ok());
+  EXPECT_EQ(escaped.status().message().find('\x1b'), std::string::npos);
+  EXPECT_NE(escaped.status().message().find("'\\x1b[2J\\x07'"), std::string::npos)
+      << escaped.status().message();
   // A long value is quoted cut short.
   auto long_value = DecodeNodeSteps(std::string(100000, 'x'), "b");
   ASSERT_FALSE(long_value.ok());

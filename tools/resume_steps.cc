@@ -13,11 +13,21 @@ namespace gridsync::launch_detail {
 namespace {
 
 // A value as the refusal quotes it: at most 200 characters.
+// Bytes that are not printable ASCII as \xNN: the value reaches a
+// terminal and a journal, where control bytes must not act.
 std::string Quoted(std::string_view value) {
   constexpr size_t kMax = 200;
-  std::string out(value.substr(0, kMax));
-  if (value.size() > kMax) out += "...";
-  return "'" + out + "'";
+  std::string out = "'";
+  for (const char c : value.substr(0, kMax)) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte >= 0x20 && byte < 0x7f) {
+      out += c;
+    } else {
+      out += fmt::format("\\x{:02x}", byte);
+    }
+  }
+  out += value.size() > kMax ? "'..." : "'";
+  return out;
 }
 
 }  // namespace
