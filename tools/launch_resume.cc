@@ -115,32 +115,34 @@ Status ExchangeRound(const Config& config, const std::string& round, const std::
 
 }  // namespace
 
-Status ExchangeResumeSteps(const Config& config, const std::string& node, const NodeSteps& mine,
-                           std::vector<NodeSteps>* all, const std::function<bool()>& stop) {
+namespace {
+
+// A round whose values are decoded with `decode`, node by node.
+template <typename T>
+Status ExchangeDecoded(const Config& config, const char* round, const std::string& node,
+                       const std::string& mine,
+                       Result<T> (*decode)(std::string_view, const std::string&),
+                       std::vector<T>* all, const std::function<bool()>& stop) {
   std::vector<std::string> values;
-  GRIDSYNC_RETURN_IF_ERROR(
-      ExchangeRound(config, "steps", node, EncodeNodeSteps(mine), &values, stop));
+  GRIDSYNC_RETURN_IF_ERROR(ExchangeRound(config, round, node, mine, &values, stop));
   all->clear();
   for (size_t i = 0; i < values.size(); ++i) {
-    GRIDSYNC_ASSIGN_OR_RETURN(NodeSteps steps,
-                              DecodeNodeSteps(values[i], config.layout.nodes[i].name));
-    all->push_back(std::move(steps));
+    GRIDSYNC_ASSIGN_OR_RETURN(T value, decode(values[i], config.layout.nodes[i].name));
+    all->push_back(std::move(value));
   }
   return Status::OK();
 }
 
+}  // namespace
+
+Status ExchangeResumeSteps(const Config& config, const std::string& node, const NodeSteps& mine,
+                           std::vector<NodeSteps>* all, const std::function<bool()>& stop) {
+  return ExchangeDecoded(config, "steps", node, EncodeNodeSteps(mine), &DecodeNodeSteps, all, stop);
+}
+
 Status ExchangeVerdicts(const Config& config, const std::string& node, const ResumeVerdict& mine,
                         std::vector<ResumeVerdict>* all, const std::function<bool()>& stop) {
-  std::vector<std::string> values;
-  GRIDSYNC_RETURN_IF_ERROR(
-      ExchangeRound(config, "verdict", node, EncodeVerdict(mine), &values, stop));
-  all->clear();
-  for (size_t i = 0; i < values.size(); ++i) {
-    GRIDSYNC_ASSIGN_OR_RETURN(ResumeVerdict verdict,
-                              DecodeVerdict(values[i], config.layout.nodes[i].name));
-    all->push_back(verdict);
-  }
-  return Status::OK();
+  return ExchangeDecoded(config, "verdict", node, EncodeVerdict(mine), &DecodeVerdict, all, stop);
 }
 
 namespace {

@@ -6,6 +6,7 @@
 #include <spdlog/fmt/fmt.h>
 
 #include <algorithm>
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -30,6 +31,23 @@ std::string Quoted(std::string_view value) {
   return out;
 }
 
+// A launcher's value as a JSON object of exactly `keys`, or the refusal
+// `refuse` makes of why not.
+template <typename Refuse>
+Result<nlohmann::json> ParseObject(std::string_view value, std::initializer_list<const char*> keys,
+                                   const Refuse& refuse) {
+  nlohmann::json j = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return refuse("not a JSON object");
+  bool exact = j.size() == keys.size();
+  std::string names;
+  for (const char* key : keys) {
+    exact = exact && j.contains(key);
+    names += (names.empty() ? "" : ", ") + std::string(key);
+  }
+  if (!exact) return refuse("not exactly the keys " + names);
+  return j;
+}
+
 }  // namespace
 
 std::string EncodeNodeSteps(const NodeSteps& steps) {
@@ -48,10 +66,8 @@ Result<NodeSteps> DecodeNodeSteps(std::string_view value, const std::string& nod
         "\"damaged\": true or false}}, as gridsync launch --resume --node writes it",
         node, Quoted(value), why, kMaxResumeSteps));
   };
-  const nlohmann::json j = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return refuse("not a JSON object");
-  if (j.size() != 3 || !j.contains("parts") || !j.contains("steps") || !j.contains("damaged"))
-    return refuse("not exactly the keys parts, steps and damaged");
+  GRIDSYNC_ASSIGN_OR_RETURN(const nlohmann::json j,
+                            ParseObject(value, {"parts", "steps", "damaged"}, refuse));
   const auto& parts = j["parts"];
   const auto& steps = j["steps"];
   const auto& damaged = j["damaged"];
@@ -89,10 +105,8 @@ Result<ResumeVerdict> DecodeVerdict(std::string_view value, const std::string& n
         "launch --resume --node writes it",
         node, Quoted(value), why));
   };
-  const nlohmann::json j = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return refuse("not a JSON object");
-  if (j.size() != 2 || !j.contains("step") || !j.contains("refused"))
-    return refuse("not exactly the keys step and refused");
+  GRIDSYNC_ASSIGN_OR_RETURN(const nlohmann::json j,
+                            ParseObject(value, {"step", "refused"}, refuse));
   const auto& step = j["step"];
   const auto& refused = j["refused"];
   if (!step.is_number_unsigned()) return refuse("step is not a whole number");
