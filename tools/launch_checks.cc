@@ -147,20 +147,21 @@ uint64_t NewestIntactStep(const std::string& dir, const std::vector<std::string>
   std::vector<DamagedPart> damaged;
   step = NewestIntactCompleteStep(dir, parts, step, &damaged);
   for (const DamagedPart& d : damaged) {
-    std::string why = "step " + std::to_string(d.step) + ": " + d.why;
     // With a step to go back to, the damaged files are set aside
     // (<part>.bin.damaged, .json.damaged), as a rejoin does: the resumed
     // processes remove their steps after the one they load, and took the
     // damaged files with them, leaving nothing to look at. A refusal (none
     // left) leaves the folder as it found it.
-    if (step > 0) {
-      const Status aside = SetPartAside(dir, d.step, d.part);
-      why +=
-          aside.ok() ? " (set aside as " + d.part + ".bin.damaged)" : " (" + aside.message() + ")";
-    }
-    skipped->push_back(std::move(why));
+    skipped->push_back(step > 0 ? SetDamagedPartAside(dir, d)
+                                : "step " + std::to_string(d.step) + ": " + d.why);
   }
   return step;
+}
+
+std::string SetDamagedPartAside(const std::string& dir, const DamagedPart& d) {
+  const Status aside = SetPartAside(dir, d.step, d.part);
+  return "step " + std::to_string(d.step) + ": " + d.why +
+         (aside.ok() ? " (set aside as " + d.part + ".bin.damaged)" : " (" + aside.message() + ")");
 }
 
 }  // namespace gridsync

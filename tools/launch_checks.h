@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/checkpoint_files.h"
 #include "common/config.h"
 #include "common/status.h"
 
@@ -67,5 +68,9 @@ int ChooseResumeStep(const Config& config, const std::vector<std::string>& job_p
 // when none is left.
 uint64_t NewestIntactStep(const std::string& dir, const std::vector<std::string>& parts,
                           uint64_t step, std::vector<std::string>* skipped);
+
+// Sets `d`'s files aside (SetPartAside) and says so: "step N: why (set
+// aside as <part>.bin.damaged)", or the error in the parentheses.
+std::string SetDamagedPartAside(const std::string& dir, const DamagedPart& d);
 
 }  // namespace gridsync

@@ -113,10 +113,6 @@ Status ExchangeRound(const Config& config, const std::string& round, const std::
   return Status::OK();
 }
 
-}  // namespace
-
-namespace {
-
 // A round whose values are decoded with `decode`, node by node.
 template <typename T>
 Status ExchangeDecoded(const Config& config, const char* round, const std::string& node,
@@ -262,11 +258,7 @@ int ResumeAcrossNodes(const Config& config, const std::string& node,
   // the one they load, and would take them along.
   for (const DamagedPart& d : damaged) {
     if (d.step <= verdict.step) continue;
-    const Status aside = SetPartAside(dir, d.step, d.part);
-    std::printf(
-        "gridsync launch --resume: step %llu: %s (%s); passed over\n",
-        static_cast<unsigned long long>(d.step), d.why.c_str(),
-        aside.ok() ? ("set aside as " + d.part + ".bin.damaged").c_str() : aside.message().c_str());
+    std::printf("gridsync launch --resume: %s; passed over\n", SetDamagedPartAside(dir, d).c_str());
   }
   std::printf(
       "gridsync launch: resuming from the checkpoint of step %llu in %s, the newest step every "
