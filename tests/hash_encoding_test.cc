@@ -4,8 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "common/thread_pool.h"
@@ -263,6 +265,95 @@ TEST(HashEncodingTest, TakeEqualsExtractAndClearsTheLevel) {
     for (uint64_t i = 0; i < layout.total_params(); ++i)
       ASSERT_EQ(grad.dense()[i], 0.0f) << "features " << features << " at " << i;
   }
+}
+
+// The compact gradient holds the dense one's touched rows in row order, bit
+// for bit, from any multiple of 64 on (the unit LocalOptimizer slices by),
+// for every row width, 2-D and 3-D, 1 or 2 threads, with inactive levels
+// (no rows, no values), and a cleared one accumulates densely again.
+TEST(HashEncodingTest, CompactAccumulationHoldsTheDenseSumsInRowOrder) {
+  for (const uint32_t dims : {2u, 3u}) {
+    for (const uint32_t features : {1u, 2u, 4u, 8u}) {
+      for (const size_t threads : {size_t{1}, size_t{2}}) {
+        SCOPED_TRACE(::testing::Message()
+                     << dims << "-D, " << features << " features, " << threads << " threads");
+        const HashGridLayout layout = MakeLayout(dims, 7, features, 12, 4, 2.0f);
+        ThreadPool pool(threads);
+        const size_t n = 5000;
+        const auto positions = RandomVector(n * dims, 21, 0.0f, 1.0f);
+        const auto d = RandomVector(n * layout.output_width(), 22);
+        const uint32_t active = 5;
+        cpu::GridBatchLookup lookup;
+        cpu::HashGridLookup(layout, positions.data(), n, active, &lookup, &pool);
+        cpu::GridGradient dense(layout), compact(layout);
+        dense.Accumulate(lookup, d.data(), &pool);
+        compact.AccumulateCompact(lookup, d.data(), &pool);
+        ASSERT_TRUE(compact.compact());
+        ASSERT_FALSE(dense.compact());
+        int spans_words = 0;
+        for (uint32_t level = 0; level < layout.n_levels(); ++level) {
+          SparseRows expected;
+          dense.Extract(level, &expected);
+          ASSERT_EQ(compact.TouchedRows(level), expected.size()) << "level " << level;
+          if (level >= active) {
+            EXPECT_EQ(expected.size(), 0u);
+            EXPECT_EQ(compact.CompactValues(level, 0), nullptr) << "level " << level;
+            continue;
+          }
+          ASSERT_GT(expected.size(), 0u) << "level " << level;
+          spans_words += expected.rows.back() >= 128;
+          const uint64_t rows = layout.level(level).rows;
+          // Ranges starting at 0, at a word inside the level, and at its
+          // last word: each range's rows and values as Extract has them.
+          const uint64_t middle = (rows / 2) / 64 * 64;
+          const uint64_t last = (rows - 1) / 64 * 64;
+          size_t at = 0;
+          for (const auto& [begin, end] : std::vector<std::pair<uint64_t, uint64_t>>{
+                   {0, middle}, {middle, last}, {last, rows}}) {
+            const float* values = compact.CompactValues(level, begin);
+            std::vector<uint32_t> taken;
+            compact.TakeRowIds(level, begin, end, &taken);
+            ASSERT_LE(at + taken.size(), expected.size());
+            for (size_t i = 0; i < taken.size(); ++i, ++at) {
+              ASSERT_EQ(taken[i], expected.rows[at]) << "level " << level << " range " << begin;
+              for (uint32_t f = 0; f < features; ++f) {
+                ASSERT_EQ(std::bit_cast<uint32_t>(values[i * features + f]),
+                          std::bit_cast<uint32_t>(expected.values[at * features + f]))
+                    << "level " << level << " row " << taken[i] << " feature " << f;
+              }
+            }
+          }
+          EXPECT_EQ(at, expected.size()) << "level " << level;
+          EXPECT_EQ(compact.TouchedRows(level), 0u) << "level " << level;
+        }
+        EXPECT_GE(spans_words, 2) << "levels whose rows span several bitmap words";
+        compact.Clear(&pool);
+        EXPECT_FALSE(compact.compact());
+        compact.Accumulate(lookup, d.data(), &pool);
+        for (uint64_t i = 0; i < layout.total_params(); ++i)
+          ASSERT_EQ(compact.dense()[i], dense.dense()[i]) << "at " << i;
+      }
+    }
+  }
+}
+
+// A compact gradient has no dense buffer: reading or adding to one is a bug
+// the gradient stops on, naming it, rather than sums read as zeros.
+TEST(HashEncodingDeathTest, CompactGradientRefusesTheDenseReaders) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const HashGridLayout layout = MakeLayout(2, 3, 2, 10);
+  ThreadPool pool(1);
+  const auto positions = RandomVector(2 * 100, 31, 0.0f, 1.0f);
+  const auto d = RandomVector(100 * layout.output_width(), 32);
+  cpu::GridBatchLookup lookup;
+  cpu::HashGridLookup(layout, positions.data(), 100, layout.n_levels(), &lookup, &pool);
+  cpu::GridGradient grad(layout);
+  grad.AccumulateCompact(lookup, d.data(), &pool);
+  EXPECT_DEATH(grad.dense(), "compact gradient has no dense buffer");
+  EXPECT_DEATH(grad.AccumulateCompact(lookup, d.data(), &pool), "compact gradient");
+  EXPECT_DEATH(grad.Accumulate(lookup, d.data(), &pool), "compact gradient");
+  SparseRows rows;
+  EXPECT_DEATH(grad.Take(0, &rows), "compact gradient");
 }
 
 TEST(HashEncodingTest, InactiveLevelsOutputZeroAndGetNoGradient) {

@@ -186,5 +186,61 @@ TEST(LocalOptimizerTest, SlicedLevelsEndWhereRowByRowAdamEnds) {
   }
 }
 
+// The standalone loop's path (GradientSync::applies_compact_gradients):
+// AccumulateGradients into a compact grid gradient, then ApplyTouched, ends
+// bit for bit where the dense buffer ends, over three steps of a real batch
+// on 1 and 3 threads, and leaves the gradient clear and dense again.
+TEST(LocalOptimizerTest, CompactGradientEndsWhereTheDenseBufferEnds) {
+  const Config config = SlicedConfig();
+  const AdamHyper hyper;
+  for (const int threads : {1, 3}) {
+    SCOPED_TRACE(::testing::Message() << threads << " threads");
+    auto dense_model = MakeModel(config);
+    auto compact_model = MakeModel(config);
+    ASSERT_NE(dense_model, nullptr);
+    ASSERT_NE(compact_model, nullptr);
+    ThreadPool pool(threads);
+    LocalOptimizer dense_optimizer(dense_model.get(), hyper);
+    LocalOptimizer compact_optimizer(compact_model.get(), hyper);
+    ModelGradients dense(dense_model->layout(), dense_model->mlp_shape());
+    ModelGradients compact(compact_model->layout(), compact_model->mlp_shape());
+    compact.compact_grid = true;
+    const size_t n = 3000;
+    std::mt19937_64 rng(7);
+    std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+    for (uint64_t step = 0; step < 3; ++step) {
+      std::vector<float> positions(n * 2), targets(n * 3);
+      for (float& x : positions) x = unit(rng);
+      for (float& x : targets) x = unit(rng);
+      const uint32_t levels = dense_model->layout().n_levels();
+      const double sse_dense = dense_model->AccumulateGradients(positions.data(), targets.data(), n,
+                                                                n, 1.0f, levels, &dense, &pool);
+      const double sse_compact = compact_model->AccumulateGradients(
+          positions.data(), targets.data(), n, n, 1.0f, levels, &compact, &pool);
+      EXPECT_EQ(sse_dense, sse_compact) << "step " << step;
+      ASSERT_TRUE(compact.grid.compact());
+      const uint64_t dense_rows = dense_optimizer.ApplyTouched(&dense, &pool);
+      const uint64_t compact_rows = compact_optimizer.ApplyTouched(&compact, &pool);
+      EXPECT_EQ(compact_rows, dense_rows) << "step " << step;
+      EXPECT_GT(compact_rows, 0u);
+      EXPECT_FALSE(compact.grid.compact()) << "step " << step;
+      for (uint32_t l = 0; l < levels; ++l)
+        EXPECT_EQ(compact.grid.TouchedRows(l), 0u) << "step " << step << " level " << l;
+    }
+    testing::ExpectBitIdentical(compact_model->grid_params(), dense_model->grid_params());
+    for (size_t i = 0; i < dense_model->mlp_weights().size(); ++i) {
+      const auto& a = compact_model->mlp_weights()[i];
+      const auto& b = dense_model->mlp_weights()[i];
+      testing::ExpectBitIdentical(std::vector<float>(a.data(), a.data() + a.size()),
+                                  std::vector<float>(b.data(), b.data() + b.size()));
+    }
+    for (uint32_t l = 0; l < dense_optimizer.grid_state().size(); ++l) {
+      EXPECT_EQ(compact_optimizer.grid_state()[l].step, dense_optimizer.grid_state()[l].step);
+      EXPECT_EQ(compact_optimizer.grid_state()[l].m, dense_optimizer.grid_state()[l].m);
+      EXPECT_EQ(compact_optimizer.grid_state()[l].v, dense_optimizer.grid_state()[l].v);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gridsync

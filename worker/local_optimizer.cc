@@ -75,18 +75,26 @@ uint64_t LocalOptimizer::ApplyTouched(ModelGradients* grads, ThreadPool* pool) {
   const auto& layout = model_->layout();
   const uint32_t F = layout.features();
   float* grid = model_->grid_params().data();
-  float* grad = grads->grid.mutable_dense();
+  const bool compact = grads->grid.compact();
+  float* grad = compact ? nullptr : grads->grid.mutable_dense();
   BeginApply();
   pool->ParallelFor(slices_.size(), [&](size_t i) {
     const Slice& slice = slices_[i];
     const size_t offset = layout.level(slice.level).row_offset * F;
     auto& rows = rows_[i];
     grads->grid.TakeRowIds(slice.level, slice.begin, slice.end, &rows);
-    cpu::AdamUpdateIndexed(hyper_, rows.data(), rows.size(), grad + offset, grid + offset,
-                           &grid_state_[slice.level]);
+    if (compact) {
+      cpu::AdamUpdateRows(hyper_, rows.data(), rows.size(),
+                          grads->grid.CompactValues(slice.level, slice.begin), 1.0f, grid + offset,
+                          &grid_state_[slice.level]);
+    } else {
+      cpu::AdamUpdateIndexed(hyper_, rows.data(), rows.size(), grad + offset, grid + offset,
+                             &grid_state_[slice.level]);
+    }
     model_->RefreshWorkingCopy(slice.level, rows.data(), rows.size());
   });
   ApplyMlp(&grads->mlp, 1.0f);
+  if (compact) grads->grid.Clear(pool);  // its rows are taken: this forgets the compact form
   uint64_t updated = 0;
   for (const auto& r : rows_) updated += r.size();
   return updated;

@@ -40,7 +40,8 @@ class LocalOptimizer {
   // The same at grad_scale 1 straight from the gradient's dense buffer: the
   // touched rows' ids are read from its bitmap and Adam reads (and zeroes)
   // each row where it lies, with no copy into SparseRows first. Equal to
-  // Take then ApplyRows bit for bit. Clears `grads`.
+  // Take then ApplyRows bit for bit. Clears `grads`. A compact grid gradient
+  // (GridGradient::AccumulateCompact) gives the same bits, read in order.
   uint64_t ApplyTouched(ModelGradients* grads, ThreadPool* pool);
 
   // The grid gradient as one dense buffer (total_rows x features, e.g. after

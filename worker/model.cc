@@ -141,7 +141,11 @@ double HashGridModel::AccumulateGradients(const float* positions, const float* t
     sse += chunk_state_[c].sse;
     for (size_t i = 0; i < grads->mlp.size(); ++i) grads->mlp[i] += chunk_state_[c].dw[i];
   }
-  grads->grid.Accumulate(lookup_, d_features_.data(), pool);
+  if (grads->compact_grid) {
+    grads->grid.AccumulateCompact(lookup_, d_features_.data(), pool);
+  } else {
+    grads->grid.Accumulate(lookup_, d_features_.data(), pool);
+  }
   return sse;
 }
 

@@ -42,6 +42,11 @@ struct ModelGradients {
   // the MLP's gradients stay on the model's device as computed (at the loss
   // scale) for the node's sum there; `grid` only marks the touched rows.
   bool sums_on_device = false;
+  // The grid's gradient goes to GridGradient::AccumulateCompact rather than
+  // the dense buffer: set by a caller whose sync applies it so
+  // (GradientSync::applies_compact_gradients) and that sums one
+  // AccumulateGradients call a step.
+  bool compact_grid = false;
   void Clear(ThreadPool* pool);
   // this += other, then other is cleared (see GridGradient::AddFrom).
   void AddFrom(ModelGradients* other, ThreadPool* pool);

@@ -22,14 +22,11 @@ constexpr size_t kPrefetchDistance = 128;
 // Width as a template parameter lets the compiler unroll and keep the row in
 // registers; the hash grid's widths are 1, 2, 4 or 8.
 template <uint32_t W>
-void UpdateRowsFixed(const AdamHyper& hyper, const SparseRows& grad, float grad_scale,
-                     float* params, AdamTable* state) {
-  const uint32_t* rows = grad.rows.data();
-  const float* values = grad.values.data();
+void UpdateRowsFixed(const AdamHyper& hyper, const uint32_t* rows, size_t n, const float* values,
+                     float grad_scale, float* params, AdamTable* state) {
   float* m = state->m.data();
   float* v = state->v.data();
   uint32_t* steps = state->step.data();
-  const size_t n = grad.rows.size();
   AdamRowBatch<W> batch(hyper, params, m, v);
   for (size_t i = 0; i < n; ++i) {
     // Touched rows of a hashed level are scattered over the table; the
@@ -117,22 +114,28 @@ void AdamUpdateRows(const AdamHyper& hyper, const SparseRows& grad, float grad_s
                     AdamTable* state) {
   GRIDSYNC_CHECK_EQ(grad.width, state->width);
   GRIDSYNC_CHECK_EQ(grad.values.size(), grad.rows.size() * grad.width);
-  switch (grad.width) {
+  AdamUpdateRows(hyper, grad.rows.data(), grad.rows.size(), grad.values.data(), grad_scale, params,
+                 state);
+}
+
+void AdamUpdateRows(const AdamHyper& hyper, const uint32_t* rows, size_t n, const float* values,
+                    float grad_scale, float* params, AdamTable* state) {
+  switch (state->width) {
     case 1:
-      return UpdateRowsFixed<1>(hyper, grad, grad_scale, params, state);
+      return UpdateRowsFixed<1>(hyper, rows, n, values, grad_scale, params, state);
     case 2:
-      return UpdateRowsFixed<2>(hyper, grad, grad_scale, params, state);
+      return UpdateRowsFixed<2>(hyper, rows, n, values, grad_scale, params, state);
     case 4:
-      return UpdateRowsFixed<4>(hyper, grad, grad_scale, params, state);
+      return UpdateRowsFixed<4>(hyper, rows, n, values, grad_scale, params, state);
     case 8:
-      return UpdateRowsFixed<8>(hyper, grad, grad_scale, params, state);
+      return UpdateRowsFixed<8>(hyper, rows, n, values, grad_scale, params, state);
     default:
       break;
   }
-  const uint32_t width = grad.width;
-  for (size_t i = 0; i < grad.rows.size(); ++i) {
-    const size_t row = grad.rows[i];
-    const float* g = grad.values.data() + i * width;
+  const uint32_t width = state->width;
+  for (size_t i = 0; i < n; ++i) {
+    const size_t row = rows[i];
+    const float* g = values + i * width;
     if (!RowHasGradient(g, width)) continue;
     const float lr = state->StepSize(hyper, ++state->step[row]);
     for (uint32_t f = 0; f < width; ++f) {

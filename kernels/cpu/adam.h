@@ -99,6 +99,10 @@ uint64_t AdamTableBytes(const AdamTable& state);
 // 1/samples for a sum of per-sample gradients).
 void AdamUpdateRows(const AdamHyper& hyper, const SparseRows& grad, float grad_scale, float* params,
                     AdamTable* state);
+// The same for n rows whose gradients lie in `values` (n x width, row i's
+// first), such as a compact gradient (GridGradient::CompactValues).
+void AdamUpdateRows(const AdamHyper& hyper, const uint32_t* rows, size_t n, const float* values,
+                    float grad_scale, float* params, AdamTable* state);
 
 // Variant for gradients kept in a dense per-row buffer (a PS shard summing
 // several pushes): updates rows[0..n) and zeroes their gradient rows, so the

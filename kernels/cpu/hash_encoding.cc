@@ -141,6 +141,42 @@ void BackwardLevel(const GridBatchLookup& lookup, uint32_t level, const float* d
   }
 }
 
+// BackwardLevel into a compact gradient (GridGradient::AccumulateCompact):
+// marks the level's touched rows, ranks the bitmap's words, then sums each
+// product into its row's slot. The bitmap and the ranks of a 2^19-row level
+// take 96 KiB and its slots 512 KiB for 2^16 rows, so both passes stay in
+// L2 where BackwardLevel's rows missed to DRAM.
+template <uint32_t F>
+void BackwardLevelCompact(const GridBatchLookup& lookup, uint32_t level, const float* d_features,
+                          size_t in_width, std::vector<uint64_t>* bits, std::vector<uint32_t>* rank,
+                          std::vector<float>* values) {
+  const uint32_t corners = lookup.corners;
+  const uint32_t* rows = &lookup.rows[lookup.Index(level, 0)];
+  const float* weights = &lookup.weights[lookup.Index(level, 0)];
+  uint64_t* words = bits->data();
+  const size_t entries = lookup.n * corners;
+  for (size_t i = 0; i < entries; ++i) words[rows[i] >> 6] |= uint64_t{1} << (rows[i] & 63u);
+  rank->resize(bits->size());
+  uint32_t count = 0;
+  for (size_t w = 0; w < bits->size(); ++w) {
+    (*rank)[w] = count;
+    count += static_cast<uint32_t>(std::popcount(words[w]));
+  }
+  values->assign(size_t{count} * F, 0.0f);
+  const uint32_t* before = rank->data();
+  float* out = values->data();
+  for (size_t i = 0; i < lookup.n; ++i) {
+    const float* d = d_features + i * in_width + level * F;
+    for (uint32_t k = 0; k < corners; ++k) {
+      const uint32_t row = rows[i * corners + k];
+      const float w = weights[i * corners + k];
+      const uint64_t below = words[row >> 6] & ((uint64_t{1} << (row & 63u)) - 1);
+      float* g = out + (before[row >> 6] + static_cast<size_t>(std::popcount(below))) * F;
+      for (uint32_t f = 0; f < F; ++f) g[f] += w * d[f];
+    }
+  }
+}
+
 }  // namespace
 
 void HashGridLookup(const HashGridLayout& layout, const float* positions, size_t n,
@@ -178,8 +214,13 @@ GridGradient::GridGradient(const HashGridLayout& layout)
   for (const auto& level : layout.levels()) bits_.emplace_back((level.rows + 63) / 64, 0);
 }
 
+void GridGradient::CheckDense() const {
+  GRIDSYNC_CHECK(!compact_ && "a compact gradient has no dense buffer (AccumulateCompact)");
+}
+
 void GridGradient::Accumulate(const GridBatchLookup& lookup, const float* d_features,
                               ThreadPool* pool) {
+  CheckDense();
   const uint32_t F = layout_->features();
   const uint32_t width = layout_->output_width();
   // One task per level: a row's gradient is summed in sample order, so a
@@ -193,6 +234,36 @@ void GridGradient::Accumulate(const GridBatchLookup& lookup, const float* d_feat
   });
 }
 
+void GridGradient::AccumulateCompact(const GridBatchLookup& lookup, const float* d_features,
+                                     ThreadPool* pool) {
+  CheckDense();  // one compact gradient at a time: a second would lose the first's sums
+  const uint32_t F = layout_->features();
+  const uint32_t width = layout_->output_width();
+  rank_.resize(layout_->n_levels());
+  compact_values_.resize(layout_->n_levels());
+  compact_ = true;
+  for (uint32_t l = lookup.active_levels; l < layout_->n_levels(); ++l) {
+    rank_[l].clear();
+    compact_values_[l].clear();
+  }
+  pool->ParallelFor(lookup.active_levels, [&](size_t l) {
+    const uint32_t level = FinestFirst(lookup.active_levels, l);
+    WithFeatures(F, [&](auto f) {
+      BackwardLevelCompact<f>(lookup, level, d_features, width, &bits_[level], &rank_[level],
+                              &compact_values_[level]);
+    });
+  });
+}
+
+const float* GridGradient::CompactValues(uint32_t level, uint64_t begin) const {
+  GRIDSYNC_CHECK(compact_);
+  GRIDSYNC_CHECK_LT(level, rank_.size());
+  GRIDSYNC_CHECK_EQ(begin % 64, 0u);
+  if (compact_values_[level].empty()) return nullptr;
+  GRIDSYNC_CHECK_LT(begin / 64, rank_[level].size());
+  return compact_values_[level].data() + size_t{rank_[level][begin / 64]} * layout_->features();
+}
+
 uint64_t GridGradient::TouchedRows(uint32_t level) const {
   uint64_t count = 0;
   for (uint64_t word : bits_[level]) count += std::popcount(word);
@@ -201,6 +272,7 @@ uint64_t GridGradient::TouchedRows(uint32_t level) const {
 
 template <bool kClear>
 void GridGradient::ExtractImpl(uint32_t level, SparseRows* out) {
+  CheckDense();
   const uint32_t F = layout_->features();
   float* grad = grad_.data() + layout_->level(level).row_offset * F;
   out->width = F;
@@ -245,6 +317,11 @@ void GridGradient::Extract(uint32_t level, SparseRows* out) const {
 void GridGradient::Take(uint32_t level, SparseRows* out) { ExtractImpl<true>(level, out); }
 
 void GridGradient::Clear(ThreadPool* pool) {
+  if (compact_) {  // nothing in the dense buffer
+    ForgetTouched();
+    compact_ = false;
+    return;
+  }
   const uint32_t F = layout_->features();
   pool->ParallelFor(layout_->n_levels(), [&](size_t l) {
     float* grad = grad_.data() + layout_->level(static_cast<uint32_t>(l)).row_offset * F;
@@ -281,6 +358,7 @@ void GridGradient::TakeRowIds(uint32_t level, uint64_t begin, uint64_t end,
 }
 
 void GridGradient::AddRows(uint32_t level, const uint32_t* rows, size_t n, const float* values) {
+  CheckDense();
   const uint32_t F = layout_->features();
   float* grad = grad_.data() + layout_->level(level).row_offset * F;
   auto& bits = bits_[level];
@@ -293,6 +371,7 @@ void GridGradient::AddRows(uint32_t level, const uint32_t* rows, size_t n, const
 }
 
 void GridGradient::MarkRows(uint32_t level, const uint32_t* rows, size_t n) {
+  CheckDense();
   auto& bits = bits_[level];
   for (size_t i = 0; i < n; ++i) bits[rows[i] / 64] |= uint64_t{1} << (rows[i] % 64);
 }
@@ -302,6 +381,8 @@ void GridGradient::ForgetTouched() {
 }
 
 void GridGradient::AddFrom(GridGradient* other, ThreadPool* pool) {
+  CheckDense();
+  other->CheckDense();
   const uint32_t F = layout_->features();
   pool->ParallelFor(layout_->n_levels(), [&](size_t l) {
     const size_t offset = layout_->level(static_cast<uint32_t>(l)).row_offset * F;

@@ -53,12 +53,33 @@ void HashGridForward(const HashGridLayout& layout, const GridBatchLookup& lookup
 // Accumulates the gradient of the grid parameters. It keeps a dense buffer
 // and a touched-row bitmap per level, so that Extract returns rows in
 // ascending order and Clear costs only what was touched.
+//
+// Or, for a caller that takes every row straight to Adam, a compact
+// gradient (AccumulateCompact): each level's touched rows get consecutive
+// slots in row order, their rank in the bitmap. A hashed level's 2^16
+// touched rows of 2 floats then sum in 512 KiB, which stay in L2, where
+// the dense buffer's scattered rows each miss to DRAM, and Adam reads the
+// sums in order instead of a sixth scattered stream.
 class GridGradient {
  public:
   explicit GridGradient(const HashGridLayout& layout);
 
   // d_features: n x output_width, as HashGridForward wrote features.
   void Accumulate(const GridBatchLookup& lookup, const float* d_features, ThreadPool* pool);
+
+  // Accumulate into the compact gradient instead of the dense buffer: the
+  // same sums, bit for bit (each row's products added in sample order to
+  // zero). The gradient must hold nothing (new, cleared, or every row taken
+  // and then Clear called). Until the next Clear it is read only through
+  // TakeRowIds, CompactValues and TouchedRows: the dense readers and
+  // writers refuse it (a bug, checked).
+  void AccumulateCompact(const GridBatchLookup& lookup, const float* d_features, ThreadPool* pool);
+  bool compact() const { return compact_; }
+  // The compact gradient of `level`'s touched rows from row `begin` on (a
+  // multiple of 64), in row order: row i of what TakeRowIds(level, begin,
+  // ...) lists has its values at [i * features, (i + 1) * features).
+  // nullptr for a level that no row of the batch touched.
+  const float* CompactValues(uint32_t level, uint64_t begin) const;
 
   // The touched rows of `level` (level-local ids, ascending) and their
   // gradient, appended to *out (width = features).
@@ -92,21 +113,37 @@ class GridGradient {
   // does it the same way and the two agree bit for bit.
   void AddFrom(GridGradient* other, ThreadPool* pool);
 
-  const float* dense() const { return grad_.data(); }
+  const float* dense() const {
+    CheckDense();
+    return grad_.data();
+  }
   // The dense buffer for in-place collectives (all-reduce sums it across
   // workers). Afterwards the touched bitmap no longer describes it: callers
   // zero the buffer themselves and call ForgetTouched().
-  float* mutable_dense() { return grad_.data(); }
-  std::span<float> dense_span() { return {grad_.data(), grad_.size()}; }
+  float* mutable_dense() {
+    CheckDense();
+    return grad_.data();
+  }
+  std::span<float> dense_span() {
+    CheckDense();
+    return {grad_.data(), grad_.size()};
+  }
   void ForgetTouched();
 
  private:
   template <bool kClear>
   void ExtractImpl(uint32_t level, SparseRows* out);
+  // Readers and writers of the dense buffer: a compact gradient is not there.
+  void CheckDense() const;
 
   const HashGridLayout* layout_;
   HugePageVector<float> grad_;               // total_rows x features (common/huge_pages.h)
   std::vector<std::vector<uint64_t>> bits_;  // per level: one bit per row
+  // The compact gradient (AccumulateCompact), per level: the touched rows
+  // before each bitmap word, and the touched rows' values in row order.
+  bool compact_ = false;
+  std::vector<std::vector<uint32_t>> rank_;
+  std::vector<std::vector<float>> compact_values_;
 };
 
 // The distinct rows a batch reads, per level, ascending: what a worker pulls

@@ -144,6 +144,11 @@ class GradientSync {
   // clears `grads`.
   virtual Result<SyncOutcome> Apply(uint64_t step, ModelGradients* grads, float loss_scale) = 0;
 
+  // Whether Apply takes the grid's gradient as GridGradient's compact form
+  // (AccumulateCompact), which it reads only through the touched rows: the
+  // loop then accumulates it so when the step has one micro-batch.
+  virtual bool applies_compact_gradients() const { return false; }
+
   // A sync that computes the gradient itself and applies it in one call
   // (the model on a GPU: device_sync.h). The loop then calls TrainStep
   // instead of the model's AccumulateGradients and Apply: it computes the

@@ -18,6 +18,8 @@ class LocalSync : public GradientSync {
 
   Result<const StepBatch*> Prepare(uint64_t step) override;
   Result<SyncOutcome> Apply(uint64_t step, ModelGradients* grads, float loss_scale) override;
+  // fp32: Apply's Adam reads the touched rows only (LocalOptimizer::ApplyTouched).
+  bool applies_compact_gradients() const override { return !config_.training.mixed_precision; }
   Status Finish(uint64_t, TrainReport*) override { return Status::OK(); }
   Result<std::vector<double>> GatherRates(uint64_t, double mine) override {
     return std::vector<double>{mine};

@@ -116,6 +116,7 @@ Result<TrainReport> RunTrainLoop(const RunSpec& spec, const ImageTask& image,
   std::unique_ptr<ModelGradients> partial;
   if (accumulation > 1)
     partial = std::make_unique<ModelGradients>(model->layout(), model->mlp_shape());
+  grads.compact_grid = accumulation == 1 && sync.applies_compact_gradients();
 
   std::vector<uint64_t> eval_steps = options.train.eval_steps;
   std::sort(eval_steps.begin(), eval_steps.end());
