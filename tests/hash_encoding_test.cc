@@ -270,7 +270,8 @@ TEST(HashEncodingTest, TakeEqualsExtractAndClearsTheLevel) {
 // The compact gradient holds the dense one's touched rows in row order, bit
 // for bit, from any multiple of 64 on (the unit LocalOptimizer slices by),
 // for every row width, 2-D and 3-D, 1 or 2 threads, with inactive levels
-// (no rows, no values), and a cleared one accumulates densely again.
+// (no rows, no values); Take hands it over as the dense one's; and a
+// cleared one accumulates densely again.
 TEST(HashEncodingTest, CompactAccumulationHoldsTheDenseSumsInRowOrder) {
   for (const uint32_t dims : {2u, 3u}) {
     for (const uint32_t features : {1u, 2u, 4u, 8u}) {
@@ -327,6 +328,23 @@ TEST(HashEncodingTest, CompactAccumulationHoldsTheDenseSumsInRowOrder) {
           EXPECT_EQ(compact.TouchedRows(level), 0u) << "level " << level;
         }
         EXPECT_GE(spans_words, 2) << "levels whose rows span several bitmap words";
+        // Take (TakeGradients' way) copies a compact level whole, in order.
+        cpu::GridGradient taken(layout);
+        taken.AccumulateCompact(lookup, d.data(), &pool);
+        for (uint32_t level = 0; level < layout.n_levels(); ++level) {
+          SparseRows expected, got;
+          dense.Extract(level, &expected);
+          taken.Take(level, &got);
+          EXPECT_EQ(got.width, features);
+          EXPECT_EQ(got.rows, expected.rows) << "level " << level;
+          ASSERT_EQ(got.values.size(), expected.values.size()) << "level " << level;
+          for (size_t i = 0; i < got.values.size(); ++i) {
+            ASSERT_EQ(std::bit_cast<uint32_t>(got.values[i]),
+                      std::bit_cast<uint32_t>(expected.values[i]))
+                << "level " << level << " at " << i;
+          }
+          EXPECT_EQ(taken.TouchedRows(level), 0u) << "level " << level;
+        }
         compact.Clear(&pool);
         EXPECT_FALSE(compact.compact());
         compact.Accumulate(lookup, d.data(), &pool);
@@ -352,8 +370,11 @@ TEST(HashEncodingDeathTest, CompactGradientRefusesTheDenseReaders) {
   EXPECT_DEATH(grad.dense(), "compact gradient has no dense buffer");
   EXPECT_DEATH(grad.AccumulateCompact(lookup, d.data(), &pool), "compact gradient");
   EXPECT_DEATH(grad.Accumulate(lookup, d.data(), &pool), "compact gradient");
-  SparseRows rows;
-  EXPECT_DEATH(grad.Take(0, &rows), "compact gradient");
+  const uint32_t row = 0;
+  const float values[2] = {1.0f, 2.0f};
+  EXPECT_DEATH(grad.AddRows(0, &row, 1, values), "compact gradient");
+  cpu::GridGradient dense(layout);
+  EXPECT_DEATH(dense.AddFrom(&grad, &pool), "compact gradient");
 }
 
 TEST(HashEncodingTest, InactiveLevelsOutputZeroAndGetNoGradient) {

@@ -69,10 +69,11 @@ class GridGradient {
 
   // Accumulate into the compact gradient instead of the dense buffer: the
   // same sums, bit for bit (each row's products added in sample order to
-  // zero). The gradient must hold nothing (new, cleared, or every row taken
-  // and then Clear called). Until the next Clear it is read only through
-  // TakeRowIds, CompactValues and TouchedRows: the dense readers and
-  // writers refuse it (a bug, checked).
+  // zero). The gradient must hold nothing (new, or cleared: after taking
+  // every row, call Clear). Until then it is read only through Extract,
+  // Take (which copy the values in order), TakeRowIds, CompactValues and
+  // TouchedRows: the dense buffer's readers and writers refuse it (a bug,
+  // checked).
   void AccumulateCompact(const GridBatchLookup& lookup, const float* d_features, ThreadPool* pool);
   bool compact() const { return compact_; }
   // The compact gradient of `level`'s touched rows from row `begin` on (a

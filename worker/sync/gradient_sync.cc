@@ -27,6 +27,7 @@ bool TakeGradients(ModelGradients* grads, bool mixed_precision, std::vector<Spar
     grads->grid.Take(static_cast<uint32_t>(l), &r);
     if (mixed_precision && !RoundToHalfChecked(r.values.data(), r.values.size())) finite = false;
   });
+  if (grads->grid.compact()) grads->grid.Clear(pool);  // every row taken: ready for the next
   if (mixed_precision) {
     for (auto& m : grads->mlp) {
       if (!RoundToHalfChecked(m.data(), static_cast<size_t>(m.size()))) finite = false;

@@ -204,8 +204,9 @@ class GradientSync {
 bool RoundToHalfChecked(float* values, size_t n);
 
 // Moves the grid gradient's touched rows into rows[level] (level-local ids,
-// ascending) and, under mixed precision, rounds them and the MLP gradients
-// through fp16. Returns whether every value fit (always true without mixed
+// ascending), dense or compact (the grid is then clear and dense again),
+// and, under mixed precision, rounds them and the MLP gradients through
+// fp16. Returns whether every value fit (always true without mixed
 // precision).
 bool TakeGradients(ModelGradients* grads, bool mixed_precision, std::vector<SparseRows>* rows,
                    ThreadPool* pool);

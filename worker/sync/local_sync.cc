@@ -15,7 +15,7 @@ Result<const StepBatch*> LocalSync::Prepare(uint64_t step) {
 
 Result<SyncOutcome> LocalSync::Apply(uint64_t, ModelGradients* grads, float loss_scale) {
   SyncOutcome outcome;
-  if (grads->grid.compact() || (!config_.training.mixed_precision && loss_scale == 1.0f)) {
+  if (!config_.training.mixed_precision && loss_scale == 1.0f) {
     // fp32: Adam straight from the gradient buffer (no overflow to check
     // first, so nothing needs taking out of it).
     outcome.grid_rows = optimizer_.ApplyTouched(grads, pool_);

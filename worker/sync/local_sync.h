@@ -18,8 +18,9 @@ class LocalSync : public GradientSync {
 
   Result<const StepBatch*> Prepare(uint64_t step) override;
   Result<SyncOutcome> Apply(uint64_t step, ModelGradients* grads, float loss_scale) override;
-  // fp32: Apply's Adam reads the touched rows only (LocalOptimizer::ApplyTouched).
-  bool applies_compact_gradients() const override { return !config_.training.mixed_precision; }
+  // Apply reads the touched rows only: ApplyTouched in fp32, TakeGradients
+  // under mixed precision.
+  bool applies_compact_gradients() const override { return true; }
   Status Finish(uint64_t, TrainReport*) override { return Status::OK(); }
   Result<std::vector<double>> GatherRates(uint64_t, double mine) override {
     return std::vector<double>{mine};

@@ -37,6 +37,9 @@ class PsSync : public PsSessionSync {
 
   Result<const StepBatch*> Prepare(uint64_t step) override;
   Result<SyncOutcome> Apply(uint64_t step, ModelGradients* grads, float loss_scale) override;
+  // Apply takes every level's rows whole (TakeGradients), which a compact
+  // gradient hands over in order, without gathering scattered rows.
+  bool applies_compact_gradients() const override { return true; }
   Result<HashGridModel*> Snapshot(uint64_t done) override;
   // A shard restarted and rejoined from its checkpoint: the job goes back
   // to that step, and this worker with it (the next pull is sent afresh).
