@@ -91,6 +91,44 @@ Result<nlohmann::json> RunTorchPeer(const TrainArgs& args, const Config& config,
   return parsed;
 }
 
+// Sums the steady steps' phases (not the warmup's), for the line that says
+// where a CPU step goes.
+class StepPhases : public StepObserver {
+ public:
+  explicit StepPhases(uint64_t warmup) : warmup_(warmup) {}
+  void OnStep(const StepRecord& record) override {
+    if (record.step < record.first + warmup_) return;
+    ++steps;
+    prepare += record.prepare_seconds;
+    compute += record.compute_seconds;
+    apply += record.apply_seconds;
+    model += record.compute;
+  }
+
+  uint64_t steps = 0;
+  double prepare = 0, compute = 0, apply = 0;
+  ComputeTimes model;
+
+ private:
+  const uint64_t warmup_;
+};
+
+// "where a steady step goes" in ms, and the same as JSON.
+void PrintStepPhases(const StepPhases& phases, nlohmann::json* out) {
+  const double ms = 1e3 / static_cast<double>(phases.steps);
+  const ComputeTimes& m = phases.model;
+  const double other = std::max(0.0, phases.compute - m.total());
+  std::printf(
+      "where a steady step goes (ms, mean of %llu): sampling %.2f; lookup %.2f, grid forward "
+      "%.2f, MLP %.2f, grid backward %.2f, other compute %.2f; Adam (apply) %.2f\n",
+      static_cast<unsigned long long>(phases.steps), phases.prepare * ms, m.lookup * ms,
+      m.grid_forward * ms, m.mlp * ms, m.grid_backward * ms, other * ms, phases.apply * ms);
+  *out = {{"steps", phases.steps},       {"sampling", phases.prepare * ms},
+          {"lookup", m.lookup * ms},     {"grid_forward", m.grid_forward * ms},
+          {"mlp", m.mlp * ms},           {"grid_backward", m.grid_backward * ms},
+          {"other_compute", other * ms}, {"apply", phases.apply * ms}};
+}
+
 int RunTrain(const TrainArgs& args) {
   if (args.warmup_steps >= args.steps) {
     std::fprintf(stderr,
@@ -122,6 +160,8 @@ int RunTrain(const TrainArgs& args) {
   options.eval_steps = args.eval_steps;
   options.quiet = true;
   options.timing_warmup_steps = WarmupSteps(args, args.steps);
+  StepPhases phases(options.timing_warmup_steps);
+  options.observers.push_back(&phases);
   std::fprintf(stderr, "training gridsync for %d steps...\n", args.steps);
   auto ours = TrainImage(*config, *image, options);
   if (!ours.ok()) {
@@ -151,9 +191,12 @@ int RunTrain(const TrainArgs& args) {
         1e3 * ours->steady_seconds / static_cast<double>(ours->steady_steps));
   }
   std::printf("trained on: %s\n", ours->device.c_str());
-  if (ours->device == "CPU")
+  nlohmann::json phases_json;
+  if (ours->device == "CPU") {
     std::printf("MLP GEMMs: %s, %s operands\n", cpu::GemmEngineName(format).c_str(),
                 cpu::MatmulFormatName(format));
+    if (phases.steps > 0) PrintStepPhases(phases, &phases_json);
+  }
   if (ours->kernel_seconds > 0 && ours->kernel_peak_bytes_per_second > 0) {
     // Bytes the encoding and Adam kernels must move (a lower bound) over the
     // time they took, against the device's memory bandwidth.
@@ -230,6 +273,7 @@ int RunTrain(const TrainArgs& args) {
                              {"seconds", ours->train_seconds}}}};
   for (const auto& [step, psnr] : ours->psnr_at)
     result["gridsync"]["psnr_at"][std::to_string(step)] = psnr;
+  if (!phases_json.is_null()) result["gridsync"]["step_phases_ms"] = phases_json;
   if (work) {
     result["gridsync"]["roofline"] = {
         {"step_seconds", step_seconds},

@@ -1,6 +1,7 @@
 #include "worker/model.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <random>
 
@@ -95,22 +96,40 @@ void HashGridModel::RefreshMlpWorkingCopy() {
   }
 }
 
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Seconds since *mark, and *mark moved to now: consecutive phases' times.
+double Lap(Clock::time_point* mark) {
+  const Clock::time_point now = Clock::now();
+  const double seconds = std::chrono::duration<double>(now - *mark).count();
+  *mark = now;
+  return seconds;
+}
+
+}  // namespace
+
 void HashGridModel::EncodeBatch(const float* positions, size_t n, uint32_t active_levels,
-                                ThreadPool* pool) {
+                                ThreadPool* pool, ComputeTimes* times) {
+  Clock::time_point mark = Clock::now();
   cpu::HashGridLookup(layout_, positions, n, active_levels, &lookup_, pool);
+  if (times != nullptr) times->lookup += Lap(&mark);
   features_.resize(n * layout_.output_width());
   if (mixed_precision_) {
     cpu::HashGridForward(layout_, lookup_, grid_half_.data(), features_.data(), pool);
   } else {
     cpu::HashGridForward(layout_, lookup_, grid_.data(), features_.data(), pool);
   }
+  if (times != nullptr) times->grid_forward += Lap(&mark);
 }
 
 double HashGridModel::AccumulateGradients(const float* positions, const float* targets, size_t n,
                                           size_t global_batch, float loss_scale,
                                           uint32_t active_levels, ModelGradients* grads,
                                           ThreadPool* pool) {
-  EncodeBatch(positions, n, active_levels, pool);
+  EncodeBatch(positions, n, active_levels, pool, &compute_times_);
+  Clock::time_point mark = Clock::now();
   const int in_width = mlp_shape_.input_width;
   const int out_width = mlp_shape_.output_width;
   d_features_.resize(features_.size());
@@ -141,11 +160,13 @@ double HashGridModel::AccumulateGradients(const float* positions, const float* t
     sse += chunk_state_[c].sse;
     for (size_t i = 0; i < grads->mlp.size(); ++i) grads->mlp[i] += chunk_state_[c].dw[i];
   }
+  compute_times_.mlp += Lap(&mark);
   if (grads->compact_grid) {
     grads->grid.AccumulateCompact(lookup_, d_features_.data(), pool);
   } else {
     grads->grid.Accumulate(lookup_, d_features_.data(), pool);
   }
+  compute_times_.grid_backward += Lap(&mark);
   return sse;
 }
 

@@ -23,6 +23,7 @@
 #include "kernels/cpu/mlp.h"
 #include "kernels/hash_grid_layout.h"
 #include "spec/run_spec.h"
+#include "worker/compute_times.h"
 
 namespace gridsync {
 
@@ -82,6 +83,10 @@ class HashGridModel {
                              size_t global_batch, float loss_scale, uint32_t active_levels,
                              ModelGradients* grads, ThreadPool* pool);
 
+  // Seconds AccumulateGradients has spent in each phase since the model was
+  // made (Predict's are not counted).
+  const ComputeTimes& compute_times() const { return compute_times_; }
+
   // Positions Predict encodes at a time, from the first it is given: a
   // caller that predicts in pieces starting at multiples of this gets the
   // same predictions as one call.
@@ -108,8 +113,10 @@ class HashGridModel {
 
   HashGridModel(HashGridLayout layout, const ModelSpec& spec);
   static uint64_t Mix64Seed(uint64_t seed);
-  // Lookup and grid forward of n positions into lookup_ and features_.
-  void EncodeBatch(const float* positions, size_t n, uint32_t active_levels, ThreadPool* pool);
+  // Lookup and grid forward of n positions into lookup_ and features_; adds
+  // their seconds to *times when given.
+  void EncodeBatch(const float* positions, size_t n, uint32_t active_levels, ThreadPool* pool,
+                   ComputeTimes* times = nullptr);
 
   HashGridLayout layout_;
   cpu::MlpShape mlp_shape_;
@@ -128,6 +135,7 @@ class HashGridModel {
   std::vector<float> features_;
   std::vector<float> d_features_;
   std::vector<ChunkState> chunk_state_;
+  ComputeTimes compute_times_;
 };
 
 }  // namespace gridsync

@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "worker/compute_times.h"
+
 namespace gridsync {
 
 struct TrainReport;
@@ -31,6 +33,7 @@ struct StepRecord {
   std::chrono::steady_clock::time_point begin;  // when the step started
   double prepare_seconds = 0;                   // sampling and, under ps, waiting for the pull
   double compute_seconds = 0;                   // forward and backward
+  ComputeTimes compute;                         // of those, the model's phases (CPU)
   double apply_seconds = 0;                     // push, all-reduce, optimizer
   SyncTimes sync;                               // this step's share of the sync's figures
   uint64_t samples = 0;                         // this worker's share of the batch

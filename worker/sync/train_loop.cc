@@ -209,6 +209,7 @@ Result<TrainReport> RunTrainLoop(const RunSpec& spec, const ImageTask& image,
       }
       const auto step_begin = Clock::now();
       const SyncTimes sync_before = sync.times();
+      const ComputeTimes compute_before = model->compute_times();
       std::optional<TraceRange> phase(std::in_place, "prepare");  // NVTX, for Nsight Systems
       auto prepared = sync.Prepare(step);
       if (!prepared.ok()) {
@@ -308,6 +309,7 @@ Result<TrainReport> RunTrainLoop(const RunSpec& spec, const ImageTask& image,
       record.begin = step_begin;
       record.prepare_seconds = std::chrono::duration<double>(compute_start - step_begin).count();
       record.compute_seconds = compute_seconds;
+      record.compute = model->compute_times() - compute_before;
       record.apply_seconds = Since(apply_start);
       const SyncTimes sync_after = sync.times();
       record.sync.push_seconds = sync_after.push_seconds - sync_before.push_seconds;
