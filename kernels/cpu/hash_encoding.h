@@ -9,7 +9,8 @@
 // identical for 1 or N threads.
 //
 // Thread safety: the free functions are reentrant; a GridGradient must not
-// be used from two calls at once, except TakeRowIds on disjoint ranges.
+// be used from two calls at once, except TakeRowIds on disjoint ranges
+// (and CompactValues beside them, which reads no bitmap).
 #pragma once
 
 #include <cstddef>
@@ -59,7 +60,7 @@ void HashGridForward(const HashGridLayout& layout, const GridBatchLookup& lookup
 // slots in row order, their rank in the bitmap. A hashed level's 2^16
 // touched rows of 2 floats then sum in 512 KiB, which stay in L2, where
 // the dense buffer's scattered rows each miss to DRAM, and Adam reads the
-// sums in order instead of a sixth scattered stream.
+// sums in order instead of a fifth scattered stream.
 class GridGradient {
  public:
   explicit GridGradient(const HashGridLayout& layout);
