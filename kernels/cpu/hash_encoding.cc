@@ -141,6 +141,11 @@ void BackwardLevel(const GridBatchLookup& lookup, uint32_t level, const float* d
   }
 }
 
+// Marks rows[0..n) in a level's bitmap (one bit per row).
+void SetRowBits(const uint32_t* rows, size_t n, uint64_t* bits) {
+  for (size_t i = 0; i < n; ++i) bits[rows[i] >> 6] |= uint64_t{1} << (rows[i] & 63u);
+}
+
 // BackwardLevel into a compact gradient (GridGradient::AccumulateCompact):
 // marks the level's touched rows, ranks the bitmap's words, then sums each
 // product into its row's slot. The bitmap and the ranks of a 2^19-row level
@@ -155,7 +160,7 @@ void BackwardLevelCompact(const GridBatchLookup& lookup, uint32_t level, const f
   const float* weights = &lookup.weights[lookup.Index(level, 0)];
   uint64_t* words = bits->data();
   const size_t entries = lookup.n * corners;
-  for (size_t i = 0; i < entries; ++i) words[rows[i] >> 6] |= uint64_t{1} << (rows[i] & 63u);
+  SetRowBits(rows, entries, words);
   rank->resize(bits->size());
   uint32_t count = 0;
   for (size_t w = 0; w < bits->size(); ++w) {
@@ -375,8 +380,7 @@ void GridGradient::AddRows(uint32_t level, const uint32_t* rows, size_t n, const
 
 void GridGradient::MarkRows(uint32_t level, const uint32_t* rows, size_t n) {
   CheckDense();
-  auto& bits = bits_[level];
-  for (size_t i = 0; i < n; ++i) bits[rows[i] / 64] |= uint64_t{1} << (rows[i] % 64);
+  SetRowBits(rows, n, bits_[level].data());
 }
 
 void GridGradient::ForgetTouched() {
@@ -418,12 +422,8 @@ void GridRowSet::Assign(const GridBatchLookup& lookup, ThreadPool* pool) {
     rows.clear();
     if (l >= lookup.active_levels) return;
     auto& bits = bits_[l];
-    const size_t base = lookup.Index(static_cast<uint32_t>(l), 0);
-    const size_t entries = lookup.n * lookup.corners;
-    for (size_t i = 0; i < entries; ++i) {
-      const uint32_t row = lookup.rows[base + i];
-      bits[row >> 6] |= uint64_t{1} << (row & 63u);
-    }
+    SetRowBits(&lookup.rows[lookup.Index(static_cast<uint32_t>(l), 0)], lookup.n * lookup.corners,
+               bits.data());
     for (size_t w = 0; w < bits.size(); ++w) {
       for (uint64_t word = bits[w]; word != 0; word &= word - 1) {
         rows.push_back(static_cast<uint32_t>(w * 64 + std::countr_zero(word)));
