@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Runs the network-facing tests and the real-fault suite under
+# AddressSanitizer and UBSan. Builds the tests and the binaries with clang-14
+# into build-asan (RelWithDebInfo, no CUDA), runs the chosen unit tests there,
+# then tests/fault_test.sh against the sanitized gridsync, gridsync-ps,
+# gridsync-worker and gridsync-coordinator (SIGKILLed shards, workers and
+# coordinators, resumes, rejoins, corrupted checkpoints).
+#
+# Every sanitizer report of every process, the launched children included, is
+# written to build-asan/sanitizer-logs. The script fails when any report was
+# written, printing the first lines of each, even where the test passed: a
+# child that died of a report may be one the test expected to fail, and a
+# report in a process whose exit nobody reads would pass unseen.
+#
+# Not part of .ci/run: under the sanitizers fault_test alone takes some
+# 15 minutes on 2 cores.
+#   scripts/sanitize.sh                        # the default tests, then fault_test
+#   scripts/sanitize.sh ps_test multihost_test # these ctest tests, then fault_test
+#   GRIDSYNC_SANITIZE_FAULTS=0 scripts/sanitize.sh ps_test   # without fault_test
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+BUILD=${GRIDSYNC_SANITIZE_BUILD_DIR:-build-asan}
+export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
+if [ ! -f "$BUILD/CMakeCache.txt" ]; then
+  cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang-14 \
+    -DCMAKE_CXX_COMPILER=clang++-14 -DGRIDSYNC_SANITIZE=ON -DGRIDSYNC_BUILD_TESTS=ON \
+    -DGRIDSYNC_BUILD_TOOLS=ON -DGRIDSYNC_ENABLE_CUDA=OFF > "$BUILD.configure.log"
+fi
+tests=("$@")
+if [ ${#tests[@]} -eq 0 ]; then
+  # The decode boundaries and the processes that serve the network.
+  tests=(wire_decode_test wire_rows_test codec_malformed_test error_feedback_test
+    coordinator_input_test security_test ps_test ps_shard_test shard_connections_test
+    ps_client_parts_test checkpoint_test restart_files_test)
+fi
+faults=${GRIDSYNC_SANITIZE_FAULTS:-1}
+# A unit test is a target of its own; the scripted suites (multihost_test,
+# seed_modes_test, ...) run the binaries, which are always built.
+targets=(gridsync gridsync-ps gridsync-worker gridsync-coordinator)
+for t in "${tests[@]}"; do
+  if grep -q "^gridsync_add_test($t " tests/CMakeLists.txt; then targets+=("$t"); fi
+done
+cmake --build "$BUILD" --target "${targets[@]}" -j "$(nproc)"
+
+LOGS="$PWD/$BUILD/sanitizer-logs"
+rm -rf "$LOGS"
+mkdir -p "$LOGS"
+# log_path: one file per process (name.pid), children included, since the
+# variables are inherited. Leaks are reported at a normal exit; a SIGKILLed
+# process reports nothing, which is what the fault suite does to them.
+export ASAN_OPTIONS="log_path=$LOGS/asan:detect_leaks=1:abort_on_error=0"
+export UBSAN_OPTIONS="log_path=$LOGS/ubsan:print_stacktrace=1:halt_on_error=1"
+failed=0
+pattern="^($(
+  IFS='|'
+  echo "${tests[*]}"
+))\$"
+if ! (cd "$BUILD" && ctest --output-on-failure -R "$pattern"); then
+  echo "sanitize: a unit test failed under the sanitizers"
+  failed=1
+fi
+if [ "$faults" = 1 ]; then
+  if ! tests/fault_test.sh "$BUILD"; then
+    echo "sanitize: fault_test failed under the sanitizers"
+    failed=1
+  fi
+fi
+reports=$(find "$LOGS" -type f | sort)
+if [ -n "$reports" ]; then
+  echo "sanitize: $(echo "$reports" | wc -l) sanitizer report(s) in $LOGS:"
+  for f in $reports; do
+    echo "== $f"
+    head -20 "$f"
+  done
+  failed=1
+else
+  echo "sanitize: no sanitizer report (tests: ${tests[*]}; fault_test: $faults)"
+fi
+exit $failed
