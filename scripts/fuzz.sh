@@ -12,12 +12,8 @@ cd "$(dirname "$0")/.."
 SECONDS_PER=${1:-60}
 scripts/install-deps.sh
 BUILD=${GRIDSYNC_FUZZ_BUILD_DIR:-build-fuzz}
-export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
-if [ ! -f "$BUILD/CMakeCache.txt" ]; then
-  cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang-14 \
-    -DCMAKE_CXX_COMPILER=clang++-14 -DGRIDSYNC_FUZZ=ON -DGRIDSYNC_SANITIZE=ON \
-    -DGRIDSYNC_BUILD_TESTS=OFF -DGRIDSYNC_BUILD_TOOLS=OFF -DGRIDSYNC_ENABLE_CUDA=OFF > "$BUILD.configure.log"
-fi
+. scripts/clang_tree.sh
+configure_clang_tree "$BUILD" -DGRIDSYNC_FUZZ=ON -DGRIDSYNC_BUILD_TESTS=OFF -DGRIDSYNC_BUILD_TOOLS=OFF
 cmake --build "$BUILD" --target fuzz_all make_seeds -j "$(nproc)"
 failed=0
 for target in wire_decode_fuzz codec_decode_fuzz coord_request_fuzz config_fuzz coord_state_fuzz \

@@ -21,12 +21,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 BUILD=${GRIDSYNC_SANITIZE_BUILD_DIR:-build-asan}
-export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
-if [ ! -f "$BUILD/CMakeCache.txt" ]; then
-  cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang-14 \
-    -DCMAKE_CXX_COMPILER=clang++-14 -DGRIDSYNC_SANITIZE=ON -DGRIDSYNC_BUILD_TESTS=ON \
-    -DGRIDSYNC_BUILD_TOOLS=ON -DGRIDSYNC_ENABLE_CUDA=OFF > "$BUILD.configure.log"
-fi
+. scripts/clang_tree.sh
+configure_clang_tree "$BUILD" -DGRIDSYNC_BUILD_TESTS=ON -DGRIDSYNC_BUILD_TOOLS=ON
 tests=("$@")
 if [ ${#tests[@]} -eq 0 ]; then
   # The decode boundaries and the processes that serve the network.
