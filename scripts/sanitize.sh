@@ -29,7 +29,7 @@ if [ ${#tests[@]} -eq 0 ]; then
   # The decode boundaries and the processes that serve the network.
   tests=(wire_decode_test wire_rows_test codec_malformed_test error_feedback_test
     coordinator_input_test security_test ps_test ps_shard_test shard_connections_test
-    ps_client_parts_test checkpoint_test restart_files_test)
+    ps_client_parts_test pending_updates_test checkpoint_test restart_files_test)
 fi
 faults=${GRIDSYNC_SANITIZE_FAULTS:-1}
 # A unit test is a target of its own; fault_test and the other scripted

@@ -229,9 +229,15 @@ void ExpectPushBlocksAreTheCpus(cuda::DeviceTrainer* trainer, const HashGridMode
     std::vector<float> want(layout.total_params(), 0.0f);
     for (uint32_t l = 0; l < layout.n_levels(); ++l) {
       for (uint32_t col = 0; col < F; ++col) {
-        reference.AddResidualInPlace(cuda::DeviceTrainer::PushBlockKey(l, col), nullptr,
-                                     layout.level(l).rows,
-                                     want.data() + layout.level(l).row_offset * F, F, col);
+        const uint64_t key = cuda::DeviceTrainer::PushBlockKey(l, col);
+        const uint32_t w = reference.Width(key);
+        const size_t rows = layout.level(l).rows;
+        std::vector<float> residuals(rows * w);
+        if (w == 0 || !reference.GatherResiduals(key, nullptr, 0, rows, w, residuals.data()))
+          continue;
+        float* level = want.data() + layout.level(l).row_offset * F;
+        for (size_t r = 0; r < rows; ++r)
+          for (uint32_t f = 0; f < w; ++f) level[r * F + col + f] += residuals[r * w + f];
       }
     }
     size_t entries = 0;

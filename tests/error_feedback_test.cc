@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <numeric>
 #include <random>
@@ -113,17 +114,35 @@ TEST(ErrorFeedbackTest, MemoryOnlyForTouchedRows) {
   EXPECT_LE(feedback.IndexBytes(), 4096u * sizeof(uint32_t) + 256u);
   EXPECT_EQ(feedback.Rows(7), touched);
 
-  // In place into a parameter array (rows of 6 floats, the slice at column 2).
-  std::vector<float> params(64 * 6, 1.0f);
-  feedback.AddResidualInPlace(7, nullptr, 64, params.data(), 6, 2);
+  // Gathered for a pull's rows: every row's residual, -0.0f where a row has
+  // none (so adding the buffer changes no bit there, a -0.0f included);
+  // dense (rows from first_row) and listed rows alike.
+  std::vector<float> gathered(64 * width, 1.0f);
+  ASSERT_TRUE(feedback.GatherResiduals(7, nullptr, 0, 64, width, gathered.data()));
+  const std::vector<uint32_t> listed = {0, 3, 10, 63};
+  std::vector<float> gathered_listed(listed.size() * width, 1.0f);
+  ASSERT_TRUE(
+      feedback.GatherResiduals(7, listed.data(), 0, listed.size(), width, gathered_listed.data()));
   for (uint32_t row = 0; row < 64; ++row) {
     const float* residual = feedback.Residual(7, row);
-    for (uint32_t c = 0; c < 6; ++c) {
-      const bool in_slice = c >= 2 && c < 2 + width;
-      const float want = residual != nullptr && in_slice ? 1.0f + residual[c - 2] : 1.0f;
-      EXPECT_EQ(params[row * 6 + c], want) << row << "," << c;
+    for (uint32_t f = 0; f < width; ++f) {
+      const float got = gathered[row * width + f];
+      if (residual != nullptr) {
+        EXPECT_EQ(got, residual[f]) << row;
+      } else {
+        EXPECT_TRUE(got == 0.0f && std::signbit(got)) << row << ": " << got;
+        EXPECT_TRUE(std::signbit(-0.0f + got)) << "adding it turned -0.0f into +0.0f";
+      }
     }
   }
+  for (size_t i = 0; i < listed.size(); ++i) {
+    for (uint32_t f = 0; f < width; ++f)
+      EXPECT_EQ(std::memcmp(&gathered_listed[i * width + f], &gathered[listed[i] * width + f], 4),
+                0)
+          << listed[i];
+  }
+  // A key with no entry writes nothing.
+  EXPECT_FALSE(feedback.GatherResiduals(8, nullptr, 0, 64, width, gathered.data()));
 
   // A later step touching row 10 and a new row 99: row 10 gets its residual,
   // row 99 gets nothing, and no entry appears for it until it is stored.

@@ -429,8 +429,8 @@ TEST(PsWorkerOptimizerTest, FlushDeliversExactlyWhatErrorFeedbackHeld) {
         {l, true, nullptr, 0, (*model)->grid_params().data() + layout.level(l).row_offset * F});
   }
   ASSERT_TRUE(ps.SendPull(steps, all).ok());
+  ps.GatherPendingUpdates();
   ASSERT_TRUE(ps.ReceivePull().ok());
-  ps.AddPendingUpdates(all);
   ExpectBitIdentical((*model)->grid_params(), expected);
 
   auto flushed = ps.FlushResiduals(steps, steps);
@@ -445,7 +445,8 @@ TEST(PsWorkerOptimizerTest, FlushDeliversExactlyWhatErrorFeedbackHeld) {
 }
 
 // The pending view of a sparse pull: every pulled row gets its residual,
-// in levels of 16384 rows, which AddPendingUpdates cuts into slices.
+// in levels of 16384 rows, which GatherPendingUpdates cuts into slices; a
+// pull without it (the next one here) gets the shards' values as they are.
 TEST(PsWorkerOptimizerTest, ASparsePullsPendingViewAddsEveryRowsResidual) {
   Config config = SmallConfig(1, 2);
   config.compression.codec = "onebit";
@@ -483,7 +484,8 @@ TEST(PsWorkerOptimizerTest, ASparsePullsPendingViewAddsEveryRowsResidual) {
   }
   ASSERT_TRUE(ps.SendPull(1, pulls).ok());
   ASSERT_TRUE(ps.ReceivePull().ok());
-  std::vector<float> expected = (*model)->grid_params();
+  const std::vector<float> at_shards = (*model)->grid_params();
+  std::vector<float> expected = at_shards;
   size_t with_residual = 0;
   for (uint32_t l = 0; l < layout.n_levels(); ++l) {
     for (uint32_t r = 0; r < layout.level(l).rows; ++r) {
@@ -495,8 +497,15 @@ TEST(PsWorkerOptimizerTest, ASparsePullsPendingViewAddsEveryRowsResidual) {
     }
   }
   EXPECT_GT(with_residual, 8192u);
-  ps.AddPendingUpdates(pulls);
+  ASSERT_NE(expected, at_shards);
+  ASSERT_TRUE(ps.SendPull(1, pulls).ok());
+  ps.GatherPendingUpdates();
+  ASSERT_TRUE(ps.ReceivePull().ok());
   ExpectBitIdentical((*model)->grid_params(), expected);
+  // The pending buffers belonged to that pull alone.
+  ASSERT_TRUE(ps.SendPull(1, pulls).ok());
+  ASSERT_TRUE(ps.ReceivePull().ok());
+  ExpectBitIdentical((*model)->grid_params(), at_shards);
 }
 
 // Error feedback keeps residuals per (table, column slice). Under column

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <type_traits>
 
 #include "common/check.h"
 #include "common/counter_rng.h"
@@ -91,6 +92,8 @@ Result<std::unique_ptr<PsClient>> PsClient::Connect(
   client->stashed_.resize(client->sockets_.size());
   client->stashed_bytes_.resize(client->sockets_.size());
   client->pull_cursor_.resize(client->sockets_.size());
+  client->pull_pending_.resize(client->sockets_.size());
+  client->pull_pending_at_.resize(client->sockets_.size());
   return client;
 }
 
@@ -265,6 +268,7 @@ void PsClient::FollowEpoch(uint32_t epoch) {
   for (auto& stashed : stashed_) stashed.clear();
   std::fill(stashed_bytes_.begin(), stashed_bytes_.end(), 0);
   for (auto& blocks : pull_blocks_) blocks.clear();
+  for (auto& at : pull_pending_at_) at.clear();
 }
 
 void PsClient::SetCompression(const CodecOptions& codec, bool error_feedback, size_t min_bytes,
@@ -289,9 +293,11 @@ Status PsClient::PushSkipped(uint64_t step) {
 }
 
 Status PsClient::SendAndAwaitAcks(wire::Kind kind, uint64_t step,
-                                  std::vector<std::vector<wire::OutBlock>> split, bool skip_step) {
+                                  std::vector<std::vector<wire::OutBlock>> split, bool skip_step,
+                                  const std::function<void()>& after_send) {
   const uint64_t request_id = next_request_++;
-  for (uint32_t s = 0; s < sockets_.size(); ++s) {
+  Status sent = Status::OK();
+  for (uint32_t s = 0; s < sockets_.size() && sent.ok(); ++s) {
     wire::OutHeader header;
     header.kind = kind;
     header.step = step;
@@ -309,8 +315,10 @@ Status PsClient::SendAndAwaitAcks(wire::Kind kind, uint64_t step,
     auto frames = wire::Encode(header, std::move(split[s]));
     counters_.encode_seconds += Seconds(encode_start);
     for (const auto& f : frames) counters_.bytes_pushed += f.size();
-    GRIDSYNC_RETURN_IF_ERROR(SendToShard(s, frames, "push"));
+    sent = SendToShard(s, frames, "push");
   }
+  if (after_send) after_send();
+  GRIDSYNC_RETURN_IF_ERROR(sent);
   uint64_t version = UINT64_MAX;
   GRIDSYNC_RETURN_IF_ERROR(AwaitReplies(request_id, wire::Kind::kPushAck,
                                         [&](uint32_t, const wire::Message& ack, bool*) {
@@ -344,6 +352,7 @@ Status PsClient::SendPull(uint64_t min_version, const std::vector<TablePullRef>&
     // deltaVarint, so no row is copied for it).
     pull_blocks_[s] = std::move(split[s]);
     pull_cursor_[s] = {};
+    pull_pending_at_[s].clear();  // GatherPendingUpdates fills it for this pull
     stashed_[s].clear();
     stashed_bytes_[s] = 0;
     wire::OutHeader header;
@@ -376,10 +385,12 @@ constexpr size_t kPullPrefetch = 16;
 // Rows [first, first + count) of a pulled block into the table `dest` (rows
 // x width; the block holds columns col_begin.. of each row). With a replica
 // (delta pulls) the values are a delta against it when `encoded`, else the
-// whole values, and the replica's row is what lands in the table.
+// whole values, and the replica's row is what lands in the table. With
+// `pending` (count x the block's width, PsClient::GatherPendingUpdates) each
+// row lands plus its pending update; the replica keeps what the shards sent.
 void CopyPulledRows(const wire::OutBlock& want, uint32_t first, uint32_t count,
                     uint32_t table_width, const float* values, bool encoded, float* replica,
-                    float* dest) {
+                    const float* pending, float* dest) {
   WithRowWidth(want.width, [&](auto constant) {
     const uint32_t cols = RowWidth(constant, want.width);
     if (!want.dense && replica == nullptr) {
@@ -387,13 +398,25 @@ void CopyPulledRows(const wire::OutBlock& want, uint32_t first, uint32_t count,
       // general one's per-row tests cost more than the copy of a row.
       const uint32_t* rows = want.rows.data() + first;
       const size_t n = count;
-      for (size_t r = 0; r < n; ++r) {
-        if (r + kPullPrefetch < n) {
-          PrefetchRow(dest + size_t{rows[r + kPullPrefetch]} * table_width + want.col_begin);
+      auto copy = [&](auto with_pending) {
+        for (size_t r = 0; r < n; ++r) {
+          if (r + kPullPrefetch < n) {
+            PrefetchRow(dest + size_t{rows[r + kPullPrefetch]} * table_width + want.col_begin);
+          }
+          const float* src = values + r * cols;
+          float* out = dest + size_t{rows[r]} * table_width + want.col_begin;
+          if constexpr (with_pending) {
+            const float* add = pending + r * cols;
+            for (uint32_t c = 0; c < cols; ++c) out[c] = src[c] + add[c];
+          } else {
+            for (uint32_t c = 0; c < cols; ++c) out[c] = src[c];
+          }
         }
-        const float* src = values + r * cols;
-        float* out = dest + size_t{rows[r]} * table_width + want.col_begin;
-        for (uint32_t c = 0; c < cols; ++c) out[c] = src[c];
+      };
+      if (pending != nullptr) {
+        copy(std::true_type{});
+      } else {
+        copy(std::false_type{});
       }
       return;
     }
@@ -420,7 +443,12 @@ void CopyPulledRows(const wire::OutBlock& want, uint32_t first, uint32_t count,
       }
       // Rows are a few floats: a loop, not a call to memcpy per row.
       float* out = dest + at;
-      for (uint32_t c = 0; c < cols; ++c) out[c] = src[c];
+      if (pending != nullptr) {
+        const float* add = pending + r * cols;
+        for (uint32_t c = 0; c < cols; ++c) out[c] = src[c] + add[c];
+      } else {
+        for (uint32_t c = 0; c < cols; ++c) out[c] = src[c];
+      }
     }
   });
 }
@@ -482,7 +510,13 @@ Status PsClient::TakePullPart(uint32_t s, const wire::Message& m, bool* more) {
                                    .WithContext("pull reply from " + shard()));
       values = decoded.data();
     }
-    CopyPulledRows(want, at.row, got.row_count, width, values, got.compressed(), replica, dest);
+    const float* pending = nullptr;
+    if (!pull_pending_at_[s].empty() && pull_pending_at_[s][at.block].at != kNoPending) {
+      pending =
+          pull_pending_[s].data() + pull_pending_at_[s][at.block].at + size_t{at.row} * want.width;
+    }
+    CopyPulledRows(want, at.row, got.row_count, width, values, got.compressed(), replica, pending,
+                   dest);
     at.row += got.row_count;
     at.flat += got.row_count;
     if (at.row == want.row_count) {

@@ -28,6 +28,7 @@
 #include "common/sharding.h"
 #include "common/status.h"
 #include "common/thread_pool.h"
+#include "common/uninit_vector.h"
 #include "common/wire/curve.h"
 #include "common/wire/handshake_watch.h"
 #include "common/wire/message.h"
@@ -251,15 +252,20 @@ class PsClient {
                            uint64_t seed, uint8_t* payload, float* decoded)>;
   void SetBlockEncoder(BlockEncoder encoder) { block_encoder_ = std::move(encoder); }
   bool optimizer_on_worker() const { return worker_adam_ != nullptr; }
-  // With the optimizer here and error feedback on: adds the updates this
-  // worker computed but its codec has not delivered yet (the residuals) to
-  // freshly pulled rows, so its next gradient sees its own pending updates
-  // rather than parameters they have yet to reach; without it Adam keeps
-  // pushing a delayed coordinate the same way and the late burst overshoots.
+  // With the optimizer here and error feedback on: the updates this worker
+  // computed but its codec has not delivered yet (the residuals) are added
+  // to the rows of the outstanding pull as ReceivePull copies them in, so
+  // its next gradient sees its own pending updates rather than parameters
+  // they have yet to reach; without them Adam keeps pushing a delayed
+  // coordinate the same way and the late burst overshoots. Call it right
+  // after SendPull: the residuals are read now, while the shards answer,
+  // so the copy only adds a buffer read in order (a pass over the scattered
+  // rows after the reply was measurably slower). A pull without this call
+  // (an evaluation's, the final one) gets the shards' values as they are.
   // Tables a DevicePushSource owns are left out: their owner adds their
   // residuals where the rows are read (DeviceTrainer::
   // AddResidualsToGridRows).
-  void AddPendingUpdates(const std::vector<TablePullRef>& tables) const;
+  void GatherPendingUpdates();
   bool adds_pending_updates() const { return worker_adam_ != nullptr && use_feedback_; }
 
  private:
@@ -314,6 +320,7 @@ class PsClient {
   cpu::ErrorFeedback feedback_;
   std::unique_ptr<WorkerAdam> worker_adam_;
   ThreadPool* pool_ = nullptr;
+  struct Settle;  // below
   // Whether a block is compressed (large enough, not too large).
   bool Compresses(const wire::OutBlock& block) const;
   // Compresses every block of a push (split by shard), in parallel on pool_;
@@ -321,7 +328,8 @@ class PsClient {
   // fetched from it when they are not compressed.
   Status CompressAll(uint64_t step, const std::vector<bool>& on_device,
                      std::vector<std::vector<wire::OutBlock>>* split);
-  Status Compress(uint64_t step, uint32_t shard, bool on_device, wire::OutBlock* block);
+  Status Compress(uint64_t step, uint32_t shard, bool on_device, wire::OutBlock* block,
+                  std::vector<Settle>* settle);
   DevicePushSource* device_source_ = nullptr;
   std::vector<bool> device_tables_;  // by table: whose residuals are the source's
   bool DeviceOwned(uint64_t key) const {
@@ -335,9 +343,12 @@ class PsClient {
   Status SyncAdamState();
   std::vector<std::vector<uint32_t>> device_kept_;  // by table: a push's rows that stepped
 
-  // Sends each shard its blocks (kind push or init) and waits for every ack.
+  // Sends each shard its blocks (kind push or init) and waits for every ack;
+  // after_send, if given, runs once the sends are done (or one failed),
+  // before the wait.
   Status SendAndAwaitAcks(wire::Kind kind, uint64_t step,
-                          std::vector<std::vector<wire::OutBlock>> split, bool skip_step = false);
+                          std::vector<std::vector<wire::OutBlock>> split, bool skip_step = false,
+                          const std::function<void()>& after_send = nullptr);
 
   uint64_t RequestIdOf(const std::vector<zmq::message_t>& frames) const;
 
@@ -360,7 +371,38 @@ class PsClient {
     uint64_t flat = 0;
   };
   std::vector<PartCursor> pull_cursor_;  // by shard
-  std::vector<float*> pull_dest_;        // by table
+  // The last pull's pending updates (GatherPendingUpdates): by shard, a
+  // buffer holding each block's values in request order, and by shard and
+  // block where they start in it (kNoPending: nothing to add) and the
+  // version of the residuals they were read from (none: no pending updates
+  // for this pull). The next push reads the residuals of the same rows: it
+  // takes them from here while the versions still match (AddResidualOf).
+  static constexpr size_t kNoPending = SIZE_MAX;
+  struct PendingBlock {
+    size_t at = kNoPending;
+    cpu::ErrorFeedback::Version version;
+  };
+  std::vector<std::vector<float>> pull_pending_;
+  std::vector<std::vector<PendingBlock>> pull_pending_at_;
+  // values (n rows x width) += the residuals of `key`'s rows: from the last
+  // pull's pending updates of shard `shard` where they are current and hold
+  // the row, else from feedback_. Both give the same bits.
+  void AddResidualOf(uint32_t shard, uint64_t key, const uint32_t* rows, size_t n, uint32_t width,
+                     float* values) const;
+  // What Compress leaves for after the push is sent (it runs while the
+  // shards decode): storing a block's residuals (corrected - decoded) and
+  // masking Adam's momentum. By group of CompressAll, in block order.
+  struct Settle {
+    uint64_t key = 0;
+    uint32_t table = 0, col_begin = 0, width = 0;
+    std::vector<uint32_t> rows;
+    std::vector<float> corrected;
+    UninitVector<float> decoded;
+    bool mask = false;
+  };
+  std::vector<std::vector<Settle>> settle_;
+  void SettleAll();
+  std::vector<float*> pull_dest_;  // by table
   // Worker states (AppendState): the flags byte's bits.
   static constexpr uint8_t kStateAdam = 1;
   static constexpr uint8_t kStateReplicas = 2;

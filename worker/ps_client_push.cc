@@ -58,10 +58,12 @@ Status PsClient::CompressAll(uint64_t step, const std::vector<bool>& on_device,
   for (const auto& [key, blocks] : by_key) groups.push_back(&blocks);
   std::vector<Status> status(groups.size());
   std::vector<uint64_t> values(groups.size(), 0);
+  settle_.resize(groups.size());
+  for (auto& items : settle_) items.clear();
   auto compress = [&](size_t g) {
     for (const auto& [shard, block] : *groups[g]) {
       values[g] += size_t{block->row_count} * block->width;
-      status[g] = Compress(step, shard, on_device[block->table], block);
+      status[g] = Compress(step, shard, on_device[block->table], block, &settle_[g]);
       if (!status[g].ok()) return;
     }
   };
@@ -73,7 +75,65 @@ Status PsClient::CompressAll(uint64_t step, const std::vector<bool>& on_device,
   return Status::OK();
 }
 
-Status PsClient::Compress(uint64_t step, uint32_t shard, bool on_device, wire::OutBlock* block) {
+void PsClient::AddResidualOf(uint32_t shard, uint64_t key, const uint32_t* rows, size_t n,
+                             uint32_t width, float* values) const {
+  const auto table = static_cast<uint32_t>(key >> 32);
+  const auto col_begin = static_cast<uint32_t>(key);
+  const wire::OutBlock* pulled = nullptr;
+  const float* pending = nullptr;
+  if (shard < pull_pending_at_.size() && !pull_pending_at_[shard].empty()) {
+    const auto& blocks = pull_blocks_[shard];
+    for (size_t b = 0; b < blocks.size(); ++b) {
+      const PendingBlock& p = pull_pending_at_[shard][b];
+      if (blocks[b].table != table || blocks[b].col_begin != col_begin || p.at == kNoPending)
+        continue;
+      if (blocks[b].width == width && p.version == feedback_.VersionOf(key)) {
+        pulled = &blocks[b];
+        pending = pull_pending_[shard].data() + p.at;
+      }
+      break;
+    }
+  }
+  if (pulled == nullptr) return feedback_.AddResidual(key, rows, n, width, values);
+  // Both row lists ascend: one walk finds each pushed row among the pulled
+  // ones (a step pushes the rows it pulled, so the table is rarely asked).
+  size_t j = 0;
+  const size_t m = pulled->row_count;
+  for (size_t r = 0; r < n; ++r) {
+    const uint32_t row = rows[r];
+    const float* residual = nullptr;
+    if (pulled->dense) {
+      if (row >= pulled->row_begin && row - pulled->row_begin < m)
+        residual = pending + size_t{row - pulled->row_begin} * width;
+    } else {
+      while (j < m && pulled->rows[j] < row) ++j;
+      if (j < m && pulled->rows[j] == row) residual = pending + j * width;
+    }
+    if (residual == nullptr) residual = feedback_.Residual(key, row);
+    if (residual == nullptr) continue;
+    float* v = values + r * width;
+    for (uint32_t f = 0; f < width; ++f) v[f] += residual[f];
+  }
+}
+
+void PsClient::SettleAll() {
+  const ScopedSeconds timed(&counters_.codec_seconds);
+  ParallelForOn(pool_, settle_.size(), [&](size_t g) {
+    for (Settle& item : settle_[g]) {
+      const size_t n = item.rows.size();
+      feedback_.StoreResidual(item.key, item.rows.data(), n, item.width, item.corrected.data(),
+                              item.decoded.data());
+      if (item.mask) {
+        worker_adam_->MaskMomentum(item.table, item.rows.data(), n, item.col_begin, item.width,
+                                   item.decoded.data());
+      }
+    }
+    settle_[g].clear();
+  });
+}
+
+Status PsClient::Compress(uint64_t step, uint32_t shard, bool on_device, wire::OutBlock* block,
+                          std::vector<Settle>* settle) {
   const size_t n = size_t{block->row_count} * block->width;
   const uint64_t key = FeedbackKey(block->table, block->col_begin);
   std::vector<uint32_t> dense_rows;
@@ -104,7 +164,7 @@ Status PsClient::Compress(uint64_t step, uint32_t shard, bool on_device, wire::O
                      "are not finite: training diverged?)");
   }
   if (use_feedback_)
-    feedback_.AddResidual(key, rows, block->row_count, block->width, block->values.data());
+    AddResidualOf(shard, key, rows, block->row_count, block->width, block->values.data());
   // The CPU's Decode writes every value (zeros included), so the buffer is
   // not zeroed first (a pass over memory as large as the block); the
   // device's encoder gets it zeroed.
@@ -134,12 +194,21 @@ Status PsClient::Compress(uint64_t step, uint32_t shard, bool on_device, wire::O
     }
   }
   if (use_feedback_) {
-    feedback_.StoreResidual(key, rows, block->row_count, block->width, block->values.data(),
-                            decoded.data());
-    if (mask) {
-      worker_adam_->MaskMomentum(block->table, rows, block->row_count, block->col_begin,
-                                 block->width, decoded.data());
+    // Stored once the push is on its way (SettleAll): nothing reads these
+    // residuals before, and the shards decode meanwhile.
+    Settle& item = settle->emplace_back();
+    item.key = key;
+    item.table = block->table;
+    item.col_begin = block->col_begin;
+    item.width = block->width;
+    if (block->dense) {
+      item.rows = std::move(dense_rows);
+    } else {
+      item.rows = block->rows;  // the block's own may become a frame
     }
+    item.corrected = std::move(block->values);
+    item.decoded = std::move(decoded);
+    item.mask = mask;
   }
   block->values.clear();
   return Status::OK();
@@ -186,10 +255,17 @@ Status PsClient::Push(wire::Kind kind, uint64_t step, const std::vector<TableRow
   auto split = SplitAll(partition_, updates ? updated : refs, /*with_values=*/true);
   if (kind == wire::Kind::kPush && (codec_.codec != Codec::kNone || any_on_device)) {
     const ScopedSeconds timed(&counters_.codec_seconds);
-    GRIDSYNC_RETURN_IF_ERROR(CompressAll(step, on_device, &split));
+    if (Status compressed = CompressAll(step, on_device, &split); !compressed.ok()) {
+      SettleAll();  // what the blocks before the failure held back, as if sent
+      return compressed;
+    }
   }
   counters_.encode_seconds += Seconds(start);
-  const Status status = SendAndAwaitAcks(kind, step, std::move(split));
+  const bool settles = std::any_of(settle_.begin(), settle_.end(),
+                                   [](const std::vector<Settle>& items) { return !items.empty(); });
+  const Status status =
+      SendAndAwaitAcks(kind, step, std::move(split), /*skip_step=*/false,
+                       settles ? [this] { SettleAll(); } : std::function<void()>());
   counters_.push_seconds += Seconds(start);
   return status;
 }

@@ -23,38 +23,53 @@ using ps_internal::ScopedSeconds;
 using ps_internal::Seconds;
 using ps_internal::SplitAll;
 
-void PsClient::AddPendingUpdates(const std::vector<TablePullRef>& tables) const {
-  if (worker_adam_ == nullptr || !use_feedback_) return;
-  // Each piece writes only its own rows of its table's destination. Sparse
-  // tables go in slices of rows: a grid's finest levels hold most of the
-  // rows, and whole tables left one thread alone with the last of them.
-  constexpr size_t kSliceRows = 8192;
+void PsClient::GatherPendingUpdates() {
+  for (auto& at : pull_pending_at_) at.clear();
+  if (!adds_pending_updates() || pull_request_ == 0 || pull_evaluation_) return;
+  // Each piece writes only its own values of its shard's buffer. Sparse
+  // blocks go in slices of rows: a grid's finest levels hold most of the
+  // rows, and whole blocks left one thread alone with the last of them.
+  constexpr uint32_t kSliceRows = 8192;
   struct Piece {
-    const TablePullRef* ref;
-    size_t begin, end;
+    uint64_t key;
+    const wire::OutBlock* block;
+    uint32_t begin, end;
+    float* out;
   };
   std::vector<Piece> pieces;
-  for (const TablePullRef& ref : tables) {
-    const size_t n = ref.dense ? partition_.table(ref.table).rows : ref.row_count;
-    if (ref.dense) {
-      pieces.push_back({&ref, 0, n});
-      continue;
+  for (uint32_t s = 0; s < pull_blocks_.size(); ++s) {
+    const auto& blocks = pull_blocks_[s];
+    auto& at = pull_pending_at_[s];
+    at.assign(blocks.size(), PendingBlock{});
+    size_t total = 0;
+    for (size_t b = 0; b < blocks.size(); ++b) {
+      const uint64_t key = FeedbackKey(blocks[b].table, blocks[b].col_begin);
+      // A device's tables get theirs where the rows are read (see the header).
+      if (DeviceOwned(key) || feedback_.Entries(key) == 0) continue;
+      at[b] = {total, feedback_.VersionOf(key)};
+      total += size_t{blocks[b].row_count} * blocks[b].width;
     }
-    for (size_t begin = 0; begin < n; begin += kSliceRows)
-      pieces.push_back({&ref, begin, std::min(n, begin + kSliceRows)});
+    // Kept from pull to pull: growing it once, not every step, faults in
+    // its pages once.
+    if (pull_pending_[s].size() < total) pull_pending_[s].resize(total);
+    for (size_t b = 0; b < blocks.size(); ++b) {
+      if (at[b].at == kNoPending) continue;
+      const wire::OutBlock& block = blocks[b];
+      const uint64_t key = FeedbackKey(block.table, block.col_begin);
+      for (uint32_t begin = 0; begin < block.row_count; begin += kSliceRows) {
+        pieces.push_back({key, &block, begin, std::min(block.row_count, begin + kSliceRows),
+                          pull_pending_[s].data() + at[b].at + size_t{begin} * block.width});
+      }
+    }
   }
-  auto add = [&](size_t i) {
-    const TablePullRef& ref = *pieces[i].ref;
-    const uint32_t width = partition_.table(ref.table).width;
-    const size_t n = pieces[i].end - pieces[i].begin;
-    const uint32_t* rows = ref.dense ? nullptr : ref.rows + pieces[i].begin;
-    for (uint32_t g = 0; g < partition_.ColumnGroups(ref.table); ++g) {
-      const uint32_t col = partition_.ColBegin(ref.table, g);
-      if (DeviceOwned(FeedbackKey(ref.table, col))) continue;  // added on the device
-      feedback_.AddResidualInPlace(FeedbackKey(ref.table, col), rows, n, ref.dest, width, col);
-    }
+  auto gather = [&](size_t i) {
+    const Piece& p = pieces[i];
+    const wire::OutBlock& block = *p.block;
+    const uint32_t* rows = block.dense ? nullptr : block.rows.data() + p.begin;
+    feedback_.GatherResiduals(p.key, rows, block.row_begin + p.begin, p.end - p.begin, block.width,
+                              p.out);
   };
-  ParallelForOn(pool_, pieces.size(), add);
+  ParallelForOn(pool_, pieces.size(), gather);
 }
 
 const float* PsClient::PendingUpdate(uint32_t table, uint32_t col_begin, uint32_t row) const {

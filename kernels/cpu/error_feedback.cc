@@ -62,34 +62,38 @@ void ErrorFeedback::AddResidual(uint64_t key, const uint32_t* rows, size_t n_row
   }
 }
 
-void ErrorFeedback::AddResidualInPlace(uint64_t key, const uint32_t* rows, size_t n, float* params,
-                                       size_t row_stride, size_t col) const {
+bool ErrorFeedback::GatherResiduals(uint64_t key, const uint32_t* rows, uint32_t first_row,
+                                    size_t n, uint32_t width, float* out) const {
   const Table* t = FindTable(key);
-  if (t == nullptr || t->entries == 0) return;
-  const uint32_t width = t->width;
+  if (t == nullptr || t->entries == 0) return false;
+  GRIDSYNC_CHECK_EQ(t->width, width);
   for (size_t i = 0; i < n; ++i) {
-    const uint32_t row = rows != nullptr ? rows[i] : static_cast<uint32_t>(i);
-    if (rows != nullptr && i + kFeedbackPrefetch < n) {
-      const uint32_t ahead = rows[i + kFeedbackPrefetch];
-      t->Prefetch(ahead);
-      PrefetchRow(params + size_t{ahead} * row_stride + col);
-    }
+    const uint32_t row = rows != nullptr ? rows[i] : first_row + static_cast<uint32_t>(i);
+    if (rows != nullptr && i + kFeedbackPrefetch < n) t->Prefetch(rows[i + kFeedbackPrefetch]);
     const float* residual = t->Find(row);
-    if (residual == nullptr) continue;
-    float* p = params + size_t{row} * row_stride + col;
-    for (uint32_t f = 0; f < width; ++f) p[f] += residual[f];
+    float* o = out + i * width;
+    if (residual == nullptr) {
+      // -0.0f, the identity of addition for every float (+0.0f would turn
+      // a -0.0f parameter into +0.0f): adding it changes no bit.
+      for (uint32_t f = 0; f < width; ++f) o[f] = -0.0f;
+    } else {
+      for (uint32_t f = 0; f < width; ++f) o[f] = residual[f];
+    }
   }
+  return true;
 }
 
 void ErrorFeedback::Assign(uint64_t key, uint32_t width, const uint32_t* rows, size_t n,
                            const float* values) {
   Reserve(key, width);
+  ++epoch_;
   Table& t = tables_.at(key);
   for (size_t r = 0; r < n; ++r) std::copy_n(values + r * width, width, t.Insert(rows[r]));
 }
 
 void ErrorFeedback::CopyTableFrom(const ErrorFeedback& other, uint64_t key) {
   tables_.erase(key);
+  ++epoch_;
   const Table* t = other.FindTable(key);
   if (t == nullptr) return;
   Table& mine = tables_[key];
@@ -102,6 +106,11 @@ std::vector<uint64_t> ErrorFeedback::Keys() const {
   for (const auto& [key, t] : tables_) keys.push_back(key);
   std::sort(keys.begin(), keys.end());
   return keys;
+}
+
+ErrorFeedback::Version ErrorFeedback::VersionOf(uint64_t key) const {
+  const Table* t = FindTable(key);
+  return {epoch_, t == nullptr ? UINT64_MAX : t->stores};
 }
 
 uint32_t ErrorFeedback::Width(uint64_t key) const {
@@ -126,6 +135,7 @@ void ErrorFeedback::StoreResidual(uint64_t key, const uint32_t* rows, size_t n_r
   Table& t = it->second;
   if (t.width == 0) t.width = width;
   GRIDSYNC_CHECK_EQ(t.width, width);
+  ++t.stores;
   for (size_t r = 0; r < n_rows; ++r) {
     if (r + kFeedbackPrefetch < n_rows) t.Prefetch(rows[r + kFeedbackPrefetch]);
     const float* c = corrected + r * width;
@@ -159,6 +169,7 @@ void ErrorFeedback::AppendState(std::string* out) const {
 
 Status ErrorFeedback::RestoreState(std::string_view* in, const AdmitTable& admit) {
   tables_.clear();
+  ++epoch_;
   const size_t state_bytes = in->size();
   const double allowed_bytes =
       std::max(kRestoreFloorBytes, 64.0 * static_cast<double>(state_bytes));

@@ -51,10 +51,12 @@ class ErrorFeedback {
   // entry add nothing. Creates no entries.
   void AddResidual(uint64_t key, const uint32_t* rows, size_t n_rows, uint32_t width,
                    float* values) const;
-  // The same into a full parameter array: params[row * row_stride + col + f]
-  // += residual(row)[f], for rows[0..n) (or rows 0..n when rows is null).
-  void AddResidualInPlace(uint64_t key, const uint32_t* rows, size_t n, float* params,
-                          size_t row_stride, size_t col) const;
+  // out (n x width) = the stored residual of each of rows[0..n) (or of rows
+  // first_row.. when rows is null), -0.0f for a row with no entry (adding
+  // it changes nothing, not even a zero's sign). Returns false, writing
+  // nothing, when the key holds no entry at all.
+  bool GatherResiduals(uint64_t key, const uint32_t* rows, uint32_t first_row, size_t n,
+                       uint32_t width, float* out) const;
   // Makes the table of `key` (width floats a row) if it is missing, as the
   // first StoreResidual would: afterwards calls on distinct keys touch
   // distinct tables and may run on different threads at once.
@@ -72,7 +74,10 @@ class ErrorFeedback {
 
   // Replaces `key`'s table with a copy of other's (none if other has none).
   void CopyTableFrom(const ErrorFeedback& other, uint64_t key);
-  void Erase(uint64_t key) { tables_.erase(key); }
+  void Erase(uint64_t key) {
+    tables_.erase(key);
+    ++epoch_;
+  }
 
   // The keys with a table (Reserved or stored), ascending, and a key's
   // width (0 when it has no table).
@@ -89,7 +94,21 @@ class ErrorFeedback {
   size_t ResidualBytes() const;
   // Bytes held by the index: page pointers and the rows' entry bits.
   size_t IndexBytes() const;
-  void Clear() { tables_.clear(); }
+  void Clear() {
+    tables_.clear();
+    ++epoch_;
+  }
+
+  // Changes whenever `key`'s residuals may have changed: a store into its
+  // table, or any call that adds, replaces or drops tables. A reader that
+  // kept residuals it gathered compares versions to know they are still
+  // what the table holds. StoreResidual calls on other keys leave it alone.
+  struct Version {
+    uint64_t epoch = 0;
+    uint64_t stores = 0;
+    bool operator==(const Version&) const = default;
+  };
+  Version VersionOf(uint64_t key) const;
 
   // Checkpoints (worker/worker_checkpoint.h): every residual, keys and rows
   // in ascending order, so a restored object equals the saved one.
@@ -117,6 +136,7 @@ class ErrorFeedback {
     uint32_t width = 0;
     size_t entries = 0;
     size_t pages_made = 0;
+    uint64_t stores = 0;      // StoreResidual calls (see VersionOf)
     std::vector<Page> pages;  // by row >> kPageBits; empty until a row stores
 
     const float* Find(uint32_t row) const {
@@ -140,6 +160,9 @@ class ErrorFeedback {
   };
   const Table* FindTable(uint64_t key) const;
   std::unordered_map<uint64_t, Table> tables_;
+  // Bumped by every call that adds, replaces or drops tables (StoreResidual
+  // only adds to one): with a table's stores, its VersionOf.
+  uint64_t epoch_ = 0;
 };
 
 }  // namespace gridsync::cpu

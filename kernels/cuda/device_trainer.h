@@ -195,7 +195,7 @@ class DeviceTrainer {
                                 std::vector<uint32_t>* kept) = 0;
   // Adds each residual entry to those parameter rows (global ids) and
   // their fp16 working copy: the updates this worker has not delivered
-  // yet, on freshly uploaded rows (PsClient::AddPendingUpdates' rule).
+  // yet, on freshly uploaded rows (PsClient::GatherPendingUpdates' rule).
   virtual Status AddResidualsToGridRows(const uint32_t* rows, size_t n) = 0;
   // Worker Adam's state of `level`: m and v (the level's rows x features)
   // and the step counts (its rows), copied out; and in (null: zeros).

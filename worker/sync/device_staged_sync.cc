@@ -138,7 +138,7 @@ Result<const StepBatch*> DeviceStagedSync::Prepare(uint64_t step) {
   GRIDSYNC_RETURN_IF_ERROR(trainer_->UploadGridRows(rows_.data(), rows_.size(), values_.data()));
   // Worker Adam with error feedback: the updates not delivered yet join the
   // rows where they are read (the client left them out; see
-  // PsClient::AddPendingUpdates). hybrid added them to its slice's rows
+  // PsClient::GatherPendingUpdates). hybrid added them to its slice's rows
   // before the node shared them.
   if (PsClient* ps = host_->ps_client();
       encodes_on_device() && hybrid_ == nullptr && ps != nullptr && ps->adds_pending_updates()) {

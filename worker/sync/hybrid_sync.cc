@@ -210,10 +210,10 @@ Result<const StepBatch*> HybridSync::Prepare(uint64_t step) {
   }
   GRIDSYNC_RETURN_IF_ERROR(
       session_.ps->SendPull(MinVersionFor(config_.ps, step), pulls, /*whole=*/false, step));
+  session_.ps->GatherPendingUpdates();  // added as the rows come in, before the node shares them
   GRIDSYNC_ASSIGN_OR_RETURN(const uint64_t version, session_.ps->ReceivePull());
   if (config_.ps.consistency != Consistency::kAsync)
     RecordStaleness(step > version ? step - version : 0);
-  session_.ps->AddPendingUpdates(pulls);  // before the node shares them
   // Share the pulled values inside the node.
   auto& value_counts = value_counts_;
   value_counts.assign(static_cast<size_t>(node_size_), 0);

@@ -36,7 +36,11 @@ Status PsSync::SendPrepare(uint64_t step) {
     p.pulls.push_back(
         {levels + static_cast<uint32_t>(i), true, nullptr, 0, model_->mlp_weights()[i].data()});
   }
-  return session_.ps->SendPull(MinVersionFor(config_.ps, step), p.pulls, /*whole=*/false, step);
+  GRIDSYNC_RETURN_IF_ERROR(
+      session_.ps->SendPull(MinVersionFor(config_.ps, step), p.pulls, /*whole=*/false, step));
+  // Read while the shards answer; ReceivePull adds them as it copies.
+  session_.ps->GatherPendingUpdates();
+  return Status::OK();
 }
 
 Result<const StepBatch*> PsSync::Prepare(uint64_t step) {
@@ -49,8 +53,7 @@ Result<const StepBatch*> PsSync::Prepare(uint64_t step) {
   if (!received_) {
     GRIDSYNC_ASSIGN_OR_RETURN(version, session_.ps->ReceivePull());
   }
-  received_ = false;
-  session_.ps->AddPendingUpdates(p.pulls);
+  received_ = false;  // the pull's rows hold this worker's pending updates
   // The pulled rows are the fp32 masters; the forward pass reads fp16.
   for (const auto& ref : p.pulls) {
     if (ref.table < model_->layout().n_levels())

@@ -1,0 +1,106 @@
+// Worker Adam's pending updates (PsClient::GatherPendingUpdates): a push
+// that takes its residuals from the last pull's gathered buffer sends the
+// bits a push reading the residual table sends, with the table split over
+// two shards, for pushed rows the pull did not ask for, and after the
+// residuals were replaced between the pull and the push (the buffer is then
+// stale, and a push that used it would differ).
+#include <cstring>
+#include <random>
+
+#include "tests/ps_test_util.h"
+
+namespace gridsync {
+namespace {
+
+struct Rows {
+  std::vector<std::vector<uint32_t>> pull, push;
+  std::vector<std::vector<float>> values;
+};
+
+// Pulled rows: every third row (shifted by step); pushed rows: those and
+// every eleventh row, so some pushed rows were never pulled.
+Rows RowsOfStep(const HashGridLayout& layout, int step, std::mt19937* rng) {
+  std::normal_distribution<float> normal(0.0f, 1e-3f);
+  Rows r;
+  r.pull.resize(layout.n_levels());
+  r.push.resize(layout.n_levels());
+  r.values.resize(layout.n_levels());
+  for (uint32_t l = 0; l < layout.n_levels(); ++l) {
+    for (uint32_t row = 0; row < layout.level(l).rows; ++row) {
+      const bool pulled = (row + static_cast<uint32_t>(step)) % 3 == 0;
+      if (pulled) r.pull[l].push_back(row);
+      if (pulled || row % 11 == 5) r.push[l].push_back(row);
+    }
+    for (size_t i = 0; i < r.push[l].size() * layout.features(); ++i)
+      r.values[l].push_back(normal(*rng));
+  }
+  return r;
+}
+
+TEST(PendingUpdatesTest, PushesFromTheGatheredBufferSendTheResidualTablesBits) {
+  Config config = SmallConfig(1, 2);
+  config.compression.codec = "onebit";
+  config.compression.min_bytes = 0;
+  OneWorker gathers = OneWorker::Join(config);
+  OneWorker reads_table = OneWorker::Join(config);
+  ASSERT_TRUE(gathers.session.ok()) << gathers.session.status().ToString();
+  ASSERT_TRUE(reads_table.session.ok()) << reads_table.session.status().ToString();
+  PsClient& a = *gathers.session->ps;
+  PsClient& b = *reads_table.session->ps;
+  ASSERT_TRUE(a.optimizer_on_worker() && a.adds_pending_updates());
+  const auto& layout = (*gathers.model)->layout();
+  const uint32_t F = layout.features();
+  std::mt19937 rng(11);
+  std::string state_after_first;
+  const int steps = 6;
+  for (int step = 0; step < steps; ++step) {
+    const Rows rows = RowsOfStep(layout, step, &rng);
+    std::vector<TablePullRef> pulls_a, pulls_b;
+    std::vector<TableRowsRef> push;
+    for (uint32_t l = 0; l < layout.n_levels(); ++l) {
+      const size_t offset = layout.level(l).row_offset * F;
+      pulls_a.push_back({l, false, rows.pull[l].data(), rows.pull[l].size(),
+                         (*gathers.model)->grid_params().data() + offset});
+      pulls_b.push_back({l, false, rows.pull[l].data(), rows.pull[l].size(),
+                         (*reads_table.model)->grid_params().data() + offset});
+      push.push_back({l, false, rows.push[l].data(), rows.push[l].size(), rows.values[l].data()});
+    }
+    const auto s = static_cast<uint64_t>(step);
+    ASSERT_TRUE(a.SendPull(s, pulls_a).ok());
+    a.GatherPendingUpdates();
+    ASSERT_TRUE(a.ReceivePull().ok());
+    ASSERT_TRUE(b.SendPull(s, pulls_b).ok());
+    ASSERT_TRUE(b.ReceivePull().ok());
+    if (step > 0) {
+      // a's rows hold its pending updates, b's the shards' values.
+      EXPECT_NE((*gathers.model)->grid_params(), (*reads_table.model)->grid_params()) << step;
+    }
+    if (step == 4) {
+      // Both go back to their residuals (and Adam's state) after step 0:
+      // a's gathered buffer no longer holds what its table does.
+      ASSERT_TRUE(a.RestoreState(state_after_first, s).ok());
+      ASSERT_TRUE(b.RestoreState(state_after_first, s).ok());
+    }
+    ASSERT_TRUE(a.Push(wire::Kind::kPush, s, push).ok());
+    ASSERT_TRUE(b.Push(wire::Kind::kPush, s, push).ok());
+    if (step == 0) {
+      ASSERT_TRUE(a.AppendState(&state_after_first).ok());
+    }
+  }
+  std::string state_a, state_b;
+  ASSERT_TRUE(a.AppendState(&state_a).ok());
+  ASSERT_TRUE(b.AppendState(&state_b).ok());
+  EXPECT_GT(a.error_feedback().Entries(), 0u);
+  EXPECT_TRUE(state_a == state_b) << "the residuals or Adam's state differ";
+  ASSERT_TRUE(PullAllParams(a, **gathers.model, steps).ok());
+  ASSERT_TRUE(PullAllParams(b, **reads_table.model, steps).ok());
+  ExpectBitIdentical((*gathers.model)->grid_params(), (*reads_table.model)->grid_params());
+  for (size_t i = 0; i < (*gathers.model)->mlp_weights().size(); ++i) {
+    const auto& wa = (*gathers.model)->mlp_weights()[i];
+    const auto& wb = (*reads_table.model)->mlp_weights()[i];
+    EXPECT_EQ(std::memcmp(wa.data(), wb.data(), wa.size() * sizeof(float)), 0) << "MLP " << i;
+  }
+}
+
+}  // namespace
+}  // namespace gridsync
