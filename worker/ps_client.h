@@ -401,8 +401,9 @@ class PsClient {
     bool mask = false;
   };
   std::vector<std::vector<Settle>> settle_;
-  void SettleAll();
-  std::vector<float*> pull_dest_;  // by table
+  void SettleGroup(std::vector<Settle>* items);  // stores them, in order, and clears them
+  void SettleAll();                              // every group, in parallel on pool_
+  std::vector<float*> pull_dest_;                // by table
   // Worker states (AppendState): the flags byte's bits.
   static constexpr uint8_t kStateAdam = 1;
   static constexpr uint8_t kStateReplicas = 2;

@@ -61,6 +61,9 @@ Status PsClient::CompressAll(uint64_t step, const std::vector<bool>& on_device,
   settle_.resize(groups.size());
   for (auto& items : settle_) items.clear();
   auto compress = [&](size_t g) {
+    // One block per shard: a message lists each table once (the shards
+    // refuse a second listing), so no block of a push reads residuals
+    // another block of it stores, and all are stored after the send.
     for (const auto& [shard, block] : *groups[g]) {
       values[g] += size_t{block->row_count} * block->width;
       status[g] = Compress(step, shard, on_device[block->table], block, &settle_[g]);
@@ -116,20 +119,22 @@ void PsClient::AddResidualOf(uint32_t shard, uint64_t key, const uint32_t* rows,
   }
 }
 
+void PsClient::SettleGroup(std::vector<Settle>* items) {
+  for (Settle& item : *items) {
+    const size_t n = item.rows.size();
+    feedback_.StoreResidual(item.key, item.rows.data(), n, item.width, item.corrected.data(),
+                            item.decoded.data());
+    if (item.mask) {
+      worker_adam_->MaskMomentum(item.table, item.rows.data(), n, item.col_begin, item.width,
+                                 item.decoded.data());
+    }
+  }
+  items->clear();
+}
+
 void PsClient::SettleAll() {
   const ScopedSeconds timed(&counters_.codec_seconds);
-  ParallelForOn(pool_, settle_.size(), [&](size_t g) {
-    for (Settle& item : settle_[g]) {
-      const size_t n = item.rows.size();
-      feedback_.StoreResidual(item.key, item.rows.data(), n, item.width, item.corrected.data(),
-                              item.decoded.data());
-      if (item.mask) {
-        worker_adam_->MaskMomentum(item.table, item.rows.data(), n, item.col_begin, item.width,
-                                   item.decoded.data());
-      }
-    }
-    settle_[g].clear();
-  });
+  ParallelForOn(pool_, settle_.size(), [&](size_t g) { SettleGroup(&settle_[g]); });
 }
 
 Status PsClient::Compress(uint64_t step, uint32_t shard, bool on_device, wire::OutBlock* block,
