@@ -23,6 +23,7 @@
 namespace gridsync {
 
 using ps_internal::Clock;
+using ps_internal::FeedbackKey;
 using ps_internal::ScopedSeconds;
 using ps_internal::Seconds;
 using ps_internal::SplitAll;
@@ -512,8 +513,19 @@ Status PsClient::TakePullPart(uint32_t s, const wire::Message& m, bool* more) {
     }
     const float* pending = nullptr;
     if (!pull_pending_at_[s].empty() && pull_pending_at_[s][at.block].at != kNoPending) {
-      pending =
-          pull_pending_[s].data() + pull_pending_at_[s][at.block].at + size_t{at.row} * want.width;
+      const PendingBlock& p = pull_pending_at_[s][at.block];
+      float* gathered = pull_pending_[s].data() + p.at + size_t{at.row} * want.width;
+      const uint64_t key = FeedbackKey(want.table, want.col_begin);
+      if (p.version == feedback_.VersionOf(key)) {
+        if (p.gathered) pending = gathered;
+      } else if (feedback_.GatherResiduals(key, want.dense ? nullptr : want.rows.data() + at.row,
+                                           want.row_begin + at.row, got.row_count, want.width,
+                                           gathered)) {
+        // Residuals stored since GatherPendingUpdates: these rows get what
+        // the table holds now (the next push reads the table: the versions
+        // differ).
+        pending = gathered;
+      }
     }
     CopyPulledRows(want, at.row, got.row_count, width, values, got.compressed(), replica, pending,
                    dest);

@@ -258,10 +258,13 @@ class PsClient {
   // its next gradient sees its own pending updates rather than parameters
   // they have yet to reach; without them Adam keeps pushing a delayed
   // coordinate the same way and the late burst overshoots. Call it right
-  // after SendPull: the residuals are read now, while the shards answer,
-  // so the copy only adds a buffer read in order (a pass over the scattered
-  // rows after the reply was measurably slower). A pull without this call
-  // (an evaluation's, the final one) gets the shards' values as they are.
+  // after SendPull: the residuals, as they are now, are read while the
+  // shards answer (not in a pass over the scattered rows after the reply),
+  // the copy adds them in order, and the next push reuses them
+  // (AddResidualOf). Rows of a table whose residuals changed before
+  // ReceivePull (a push between) are read again as they land. A pull
+  // without this call (an evaluation's, the final one) gets the shards'
+  // values as they are.
   // Tables a DevicePushSource owns are left out: their owner adds their
   // residuals where the rows are read (DeviceTrainer::
   // AddResidualsToGridRows).
@@ -373,14 +376,16 @@ class PsClient {
   std::vector<PartCursor> pull_cursor_;  // by shard
   // The last pull's pending updates (GatherPendingUpdates): by shard, a
   // buffer holding each block's values in request order, and by shard and
-  // block where they start in it (kNoPending: nothing to add) and the
-  // version of the residuals they were read from (none: no pending updates
-  // for this pull). The next push reads the residuals of the same rows: it
-  // takes them from here while the versions still match (AddResidualOf).
+  // block where they start in it (kNoPending: a table the device owns), the
+  // version of the residuals they were read from and whether the table held
+  // any (no entries at all: no pending updates for this pull). The next
+  // push reads the residuals of the same rows: it takes them from here
+  // while the versions still match (AddResidualOf).
   static constexpr size_t kNoPending = SIZE_MAX;
   struct PendingBlock {
     size_t at = kNoPending;
     cpu::ErrorFeedback::Version version;
+    bool gathered = false;  // false: the table held no residual then
   };
   std::vector<std::vector<float>> pull_pending_;
   std::vector<std::vector<PendingBlock>> pull_pending_at_;

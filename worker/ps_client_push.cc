@@ -90,7 +90,7 @@ void PsClient::AddResidualOf(uint32_t shard, uint64_t key, const uint32_t* rows,
       const PendingBlock& p = pull_pending_at_[shard][b];
       if (blocks[b].table != table || blocks[b].col_begin != col_begin || p.at == kNoPending)
         continue;
-      if (blocks[b].width == width && p.version == feedback_.VersionOf(key)) {
+      if (p.gathered && blocks[b].width == width && p.version == feedback_.VersionOf(key)) {
         pulled = &blocks[b];
         pending = pull_pending_[shard].data() + p.at;
       }
@@ -100,6 +100,7 @@ void PsClient::AddResidualOf(uint32_t shard, uint64_t key, const uint32_t* rows,
   if (pulled == nullptr) return feedback_.AddResidual(key, rows, n, width, values);
   // Both row lists ascend: one walk finds each pushed row among the pulled
   // ones (a step pushes the rows it pulled, so the table is rarely asked).
+  std::vector<size_t> missed;  // indices of pushed rows the pull did not ask for
   size_t j = 0;
   const size_t m = pulled->row_count;
   for (size_t r = 0; r < n; ++r) {
@@ -112,11 +113,24 @@ void PsClient::AddResidualOf(uint32_t shard, uint64_t key, const uint32_t* rows,
       while (j < m && pulled->rows[j] < row) ++j;
       if (j < m && pulled->rows[j] == row) residual = pending + j * width;
     }
-    if (residual == nullptr) residual = feedback_.Residual(key, row);
-    if (residual == nullptr) continue;
+    if (residual == nullptr) {
+      missed.push_back(r);
+      continue;
+    }
     float* v = values + r * width;
     for (uint32_t f = 0; f < width; ++f) v[f] += residual[f];
   }
+  if (missed.empty()) return;
+  // Those from the table, in one call (the same additions).
+  std::vector<uint32_t> missed_rows(missed.size());
+  std::vector<float> missed_values(missed.size() * width);
+  for (size_t i = 0; i < missed.size(); ++i) {
+    missed_rows[i] = rows[missed[i]];
+    std::copy_n(values + missed[i] * width, width, missed_values.data() + i * width);
+  }
+  feedback_.AddResidual(key, missed_rows.data(), missed.size(), width, missed_values.data());
+  for (size_t i = 0; i < missed.size(); ++i)
+    std::copy_n(missed_values.data() + i * width, width, values + missed[i] * width);
 }
 
 void PsClient::SettleGroup(std::vector<Settle>* items) {

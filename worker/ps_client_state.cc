@@ -45,15 +45,15 @@ void PsClient::GatherPendingUpdates() {
     for (size_t b = 0; b < blocks.size(); ++b) {
       const uint64_t key = FeedbackKey(blocks[b].table, blocks[b].col_begin);
       // A device's tables get theirs where the rows are read (see the header).
-      if (DeviceOwned(key) || feedback_.Entries(key) == 0) continue;
-      at[b] = {total, feedback_.VersionOf(key)};
+      if (DeviceOwned(key)) continue;
+      at[b] = {total, feedback_.VersionOf(key), feedback_.Entries(key) != 0};
       total += size_t{blocks[b].row_count} * blocks[b].width;
     }
     // Kept from pull to pull: growing it once, not every step, faults in
     // its pages once.
     if (pull_pending_[s].size() < total) pull_pending_[s].resize(total);
     for (size_t b = 0; b < blocks.size(); ++b) {
-      if (at[b].at == kNoPending) continue;
+      if (!at[b].gathered) continue;
       const wire::OutBlock& block = blocks[b];
       const uint64_t key = FeedbackKey(block.table, block.col_begin);
       for (uint32_t begin = 0; begin < block.row_count; begin += kSliceRows) {
