@@ -38,34 +38,49 @@ Rows RowsOfStep(const HashGridLayout& layout, int step, std::mt19937* rng) {
   return r;
 }
 
-TEST(PendingUpdatesTest, PushesFromTheGatheredBufferSendTheResidualTablesBits) {
+// The step's pulls into `model`'s grid, and its push.
+std::vector<TablePullRef> PullsOf(const Rows& rows, HashGridModel& model) {
+  const auto& layout = model.layout();
+  std::vector<TablePullRef> pulls;
+  for (uint32_t l = 0; l < layout.n_levels(); ++l) {
+    pulls.push_back({l, false, rows.pull[l].data(), rows.pull[l].size(),
+                     model.grid_params().data() + layout.level(l).row_offset * layout.features()});
+  }
+  return pulls;
+}
+
+std::vector<TableRowsRef> PushOf(const Rows& rows) {
+  std::vector<TableRowsRef> push;
+  for (uint32_t l = 0; l < rows.push.size(); ++l)
+    push.push_back({l, false, rows.push[l].data(), rows.push[l].size(), rows.values[l].data()});
+  return push;
+}
+
+// Onebit with Adam on the worker, two shards, every block compressed.
+Config OnebitConfig() {
   Config config = SmallConfig(1, 2);
   config.compression.codec = "onebit";
   config.compression.min_bytes = 0;
-  OneWorker gathers = OneWorker::Join(config);
-  OneWorker reads_table = OneWorker::Join(config);
+  return config;
+}
+
+TEST(PendingUpdatesTest, PushesFromTheGatheredBufferSendTheResidualTablesBits) {
+  OneWorker gathers = OneWorker::Join(OnebitConfig());
+  OneWorker reads_table = OneWorker::Join(OnebitConfig());
   ASSERT_TRUE(gathers.session.ok()) << gathers.session.status().ToString();
   ASSERT_TRUE(reads_table.session.ok()) << reads_table.session.status().ToString();
   PsClient& a = *gathers.session->ps;
   PsClient& b = *reads_table.session->ps;
   ASSERT_TRUE(a.optimizer_on_worker() && a.adds_pending_updates());
   const auto& layout = (*gathers.model)->layout();
-  const uint32_t F = layout.features();
   std::mt19937 rng(11);
   std::string state_after_first;
   const int steps = 6;
   for (int step = 0; step < steps; ++step) {
     const Rows rows = RowsOfStep(layout, step, &rng);
-    std::vector<TablePullRef> pulls_a, pulls_b;
-    std::vector<TableRowsRef> push;
-    for (uint32_t l = 0; l < layout.n_levels(); ++l) {
-      const size_t offset = layout.level(l).row_offset * F;
-      pulls_a.push_back({l, false, rows.pull[l].data(), rows.pull[l].size(),
-                         (*gathers.model)->grid_params().data() + offset});
-      pulls_b.push_back({l, false, rows.pull[l].data(), rows.pull[l].size(),
-                         (*reads_table.model)->grid_params().data() + offset});
-      push.push_back({l, false, rows.push[l].data(), rows.push[l].size(), rows.values[l].data()});
-    }
+    const auto pulls_a = PullsOf(rows, **gathers.model),
+               pulls_b = PullsOf(rows, **reads_table.model);
+    const auto push = PushOf(rows);
     const auto s = static_cast<uint64_t>(step);
     ASSERT_TRUE(a.SendPull(s, pulls_a).ok());
     a.GatherPendingUpdates();
@@ -108,11 +123,8 @@ TEST(PendingUpdatesTest, PushesFromTheGatheredBufferSendTheResidualTablesBits) {
 // residuals as they are when they land, as a worker that adds them after
 // the reply (the reference here, by hand) gets them.
 TEST(PendingUpdatesTest, APushBetweenTheGatherAndTheReplyIsSeenAsTheRowsLand) {
-  Config config = SmallConfig(1, 2);
-  config.compression.codec = "onebit";
-  config.compression.min_bytes = 0;
-  OneWorker gathers = OneWorker::Join(config);
-  OneWorker by_hand = OneWorker::Join(config);
+  OneWorker gathers = OneWorker::Join(OnebitConfig());
+  OneWorker by_hand = OneWorker::Join(OnebitConfig());
   ASSERT_TRUE(gathers.session.ok()) << gathers.session.status().ToString();
   ASSERT_TRUE(by_hand.session.ok()) << by_hand.session.status().ToString();
   PsClient& a = *gathers.session->ps;
@@ -122,16 +134,8 @@ TEST(PendingUpdatesTest, APushBetweenTheGatherAndTheReplyIsSeenAsTheRowsLand) {
   std::mt19937 rng(12);
   for (int step = 0; step < 3; ++step) {
     const Rows rows = RowsOfStep(layout, step, &rng);
-    std::vector<TablePullRef> pulls_a, pulls_b;
-    std::vector<TableRowsRef> push;
-    for (uint32_t l = 0; l < layout.n_levels(); ++l) {
-      const size_t offset = layout.level(l).row_offset * F;
-      pulls_a.push_back({l, false, rows.pull[l].data(), rows.pull[l].size(),
-                         (*gathers.model)->grid_params().data() + offset});
-      pulls_b.push_back({l, false, rows.pull[l].data(), rows.pull[l].size(),
-                         (*by_hand.model)->grid_params().data() + offset});
-      push.push_back({l, false, rows.push[l].data(), rows.push[l].size(), rows.values[l].data()});
-    }
+    const auto pulls_a = PullsOf(rows, **gathers.model), pulls_b = PullsOf(rows, **by_hand.model);
+    const auto push = PushOf(rows);
     const auto s = static_cast<uint64_t>(step);
     ASSERT_TRUE(a.SendPull(s, pulls_a).ok());
     a.GatherPendingUpdates();
