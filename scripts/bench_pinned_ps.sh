@@ -64,6 +64,17 @@ for dir in "$@"; do
   bins+=("$folder")
 done
 
+# The pid of the child of $1 running the binary named $2, or nothing (from
+# /proc: pgrep's procps is not in every image, util-linux's taskset is).
+child_running() {
+  local d
+  for d in /proc/[0-9]*; do
+    [ "$(awk '{print $4}' "$d/stat" 2>/dev/null)" = "$1" ] || continue
+    [ "$(basename "$(readlink "$d/exe" 2>/dev/null)")" = "$2" ] && echo "${d#/proc/}" && return
+  done
+  return 0
+}
+
 # One run; prints "train_s psnr".
 run_one() {
   local dir=$1 codec=$2 out="$work/run"
@@ -81,8 +92,8 @@ run_one() {
   # the shard to core 1. Every wait has its limit.
   local ps= worker= i
   for i in $(seq 1 100); do
-    ps=$(pgrep -P "$launcher" -f gridsync-ps || true)
-    worker=$(pgrep -P "$launcher" -f gridsync-worker || true)
+    ps=$(child_running "$launcher" gridsync-ps)
+    worker=$(child_running "$launcher" gridsync-worker)
     [ -n "$ps" ] && [ -n "$worker" ] && break
     sleep 0.1
   done

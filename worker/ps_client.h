@@ -374,6 +374,7 @@ class PsClient {
     uint64_t flat = 0;
   };
   std::vector<PartCursor> pull_cursor_;  // by shard
+  std::vector<float*> pull_dest_;        // by table
   // The last pull's pending updates (GatherPendingUpdates): by shard, a
   // buffer holding each block's values in request order, and by shard and
   // block where they start in it (kNoPending: a table the device owns), the
@@ -408,7 +409,6 @@ class PsClient {
   std::vector<std::vector<Settle>> settle_;
   void SettleGroup(std::vector<Settle>* items);  // stores them, in order, and clears them
   void SettleAll();                              // every group, in parallel on pool_
-  std::vector<float*> pull_dest_;                // by table
   // Worker states (AppendState): the flags byte's bits.
   static constexpr uint8_t kStateAdam = 1;
   static constexpr uint8_t kStateReplicas = 2;

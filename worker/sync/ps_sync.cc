@@ -53,7 +53,9 @@ Result<const StepBatch*> PsSync::Prepare(uint64_t step) {
   if (!received_) {
     GRIDSYNC_ASSIGN_OR_RETURN(version, session_.ps->ReceivePull());
   }
-  received_ = false;  // the pull's rows hold this worker's pending updates
+  // ReceivePull added this worker's pending updates to the pulled rows
+  // (GatherPendingUpdates in SendPrepare).
+  received_ = false;
   // The pulled rows are the fp32 masters; the forward pass reads fp16.
   for (const auto& ref : p.pulls) {
     if (ref.table < model_->layout().n_levels())
