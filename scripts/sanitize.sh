@@ -12,11 +12,15 @@
 # child that died of a report may be one the test expected to fail, and a
 # report in a process whose exit nobody reads would pass unseen.
 #
-# The test command runs the default unit tests this way (ctest's
-# sanitize_smoke, GRIDSYNC_SANITIZE_FAULTS=0); fault_test under the sanitizers
-# takes some 22 minutes on 2 cores, so it is run by hand.
+# The test command (ctest's sanitize_smoke, GRIDSYNC_SANITIZE_FAULTS=smoke)
+# runs the default unit tests and tests/fault_rejoin_smoke.sh this way: two
+# live rejoins of the fault suite (a SIGKILLed shard of a onebit run, a
+# SIGKILLed worker of one with compression.pull), each ending bit for bit.
+# The whole fault_test under the sanitizers takes some 16-22 minutes on 2
+# cores, so it is run by hand.
 #   scripts/sanitize.sh                        # the default tests, then fault_test
 #   scripts/sanitize.sh ps_test multihost_test # these ctest tests, then fault_test
+#   GRIDSYNC_SANITIZE_FAULTS=smoke scripts/sanitize.sh  # ... then the two rejoins
 #   GRIDSYNC_SANITIZE_FAULTS=0 scripts/sanitize.sh ps_test   # without fault_test
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,10 +36,20 @@ if [ ${#tests[@]} -eq 0 ]; then
     ps_client_parts_test pending_updates_test checkpoint_test restart_files_test)
 fi
 faults=${GRIDSYNC_SANITIZE_FAULTS:-1}
+case $faults in
+  0) fault_suite= ;;
+  1) fault_suite=tests/fault_test.sh ;;
+  smoke) fault_suite=tests/fault_rejoin_smoke.sh ;;
+  *)
+    echo "sanitize: GRIDSYNC_SANITIZE_FAULTS=$faults; allowed: 0 (none), 1 (tests/fault_test.sh) or smoke (tests/fault_rejoin_smoke.sh)" >&2
+    exit 2
+    ;;
+esac
 # A unit test is a target of its own; fault_test and the other scripted
 # suites (multihost_test, seed_modes_test, ...) run the binaries.
 targets=()
-binaries=$faults
+binaries=0
+[ -n "$fault_suite" ] && binaries=1
 for t in "${tests[@]}"; do
   if grep -q "^gridsync_add_test($t " tests/CMakeLists.txt; then
     targets+=("$t")
@@ -68,9 +82,9 @@ if ! (cd "$BUILD" && ctest --output-on-failure --no-tests=error -R "$pattern"); 
   echo "sanitize: ctest failed under the sanitizers (a test failed, or none matched: ${tests[*]})"
   failed=1
 fi
-if [ "$faults" = 1 ]; then
-  if ! tests/fault_test.sh "$BUILD"; then
-    echo "sanitize: fault_test failed under the sanitizers"
+if [ -n "$fault_suite" ]; then
+  if ! "$fault_suite" "$BUILD"; then
+    echo "sanitize: $fault_suite failed under the sanitizers"
     failed=1
   fi
 fi
@@ -83,6 +97,6 @@ if [ "$count" -gt 0 ]; then
   done
   failed=1
 else
-  echo "sanitize: no sanitizer report (tests: ${tests[*]}; fault_test: $faults)"
+  echo "sanitize: no sanitizer report (tests: ${tests[*]}; fault suite: ${fault_suite:-none})"
 fi
 exit $failed

@@ -61,31 +61,8 @@ WORK=$(mktemp -d)
 PORT=$((28000 + ($$ % 1000) * 4))
 cleanup() { pkill -KILL -f "$WORK/cluster.json" 2>/dev/null || true; rm -rf "$WORK"; }
 trap cleanup EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-# Waits (at most 120 s) until FILE has a line matching PATTERN, or until
-# process PID (optional) is gone.
-wait_for_line() {
-  for _ in $(seq 1 1200); do
-    grep -q "$2" "$1" && return 0
-    if [ -n "${3:-}" ] && ! kill -0 "$3" 2>/dev/null; then grep -q "$2" "$1"; return; fi
-    sleep 0.1
-  done
-  return 1
-}
-
-cat > "$WORK/cluster.json" <<JSON
-{
-  "encoding": {"n_levels": 12, "log2_hashmap_size": 16},
-  "network": {"n_neurons": 32, "n_hidden_layers": 1},
-  "distributed": {"enable": true, "world_size": 2, "master_port": $PORT, "gradient_sync": "ps",
-                  "timeout_s": 20},
-  "ps": {"shards": 2, "threads": 1},
-  "training": {"batch_size": 4096, "steps": 300, "log_every": 0},
-  "task": {"output": "$WORK/out"},
-  "checkpoint": {"every_steps": 50, "dir": "$WORK/ckpt"}
-}
-JSON
+. "$(dirname "$0")/fault_lib.sh"
+write_fault_cluster
 
 # The uninterrupted run (its own checkpoint folder).
 "$GS" launch "$WORK/cluster.json" --set checkpoint.dir="$WORK/ckpt-clean" \
@@ -367,11 +344,8 @@ fi
 pkill -KILL -f "$WORK/cluster.json" 2>/dev/null || true
 
 # 6. A codec run: the workers' residuals and Adam state are checkpointed.
-codec_set=(--set compression.codec=onebit --set compression.min_bytes=0)
-rm -rf "$WORK/ckpt" "$WORK/ckpt-clean"
-"$GS" launch "$WORK/cluster.json" "${codec_set[@]}" --set checkpoint.dir="$WORK/ckpt-clean" \
-  --rank0-arg=--dump-params --rank0-arg="$WORK/clean-codec.bin" > "$WORK/clean-codec.log" 2>&1 ||
-  fail "the uninterrupted codec run failed"
+rm -rf "$WORK/ckpt"
+clean_run "$WORK/clean-codec.bin" codec "${codec_set[@]}"
 "$GS" launch "$WORK/cluster.json" "${codec_set[@]}" > "$WORK/faulty-codec.log" 2>&1 &
 launcher=$!
 wait_for_line "$WORK/faulty-codec.log" "\[ps-1\].*checkpoint at step 150 written" || true
@@ -416,78 +390,16 @@ else
   fail "resuming the codec run failed or differs"; tail -5 "$WORK/resumed-codec.log"
 fi
 
-# 7. Live rejoin: SIGKILL of shard 1 (or worker 1) after the checkpoint of
-# step 150, and the launcher restarts it (--max-restarts, as systemd's
-# Restart=on-failure would). It rejoins from the newest step every part
-# holds, the job rolls back to it without stopping, and it ends bit for bit
-# where the uninterrupted run ends: plain, and with onebit (the workers'
-# residuals and Adam state come back from their checkpoints too).
-# hybrid: both workers on one node, so the restarted worker is one of the
-# node's collective.
-hybrid_set=(--set distributed.gradient_sync=hybrid)
-# Each uninterrupted run starts afresh: its folder must hold no other run's.
-rm -rf "$WORK/ckpt-clean"
-"$GS" launch "$WORK/cluster.json" "${hybrid_set[@]}" --set checkpoint.dir="$WORK/ckpt-clean" \
-  --rank0-arg=--dump-params --rank0-arg="$WORK/clean-hybrid.bin" > "$WORK/clean-hybrid.log" 2>&1 ||
-  { fail "the uninterrupted hybrid run failed"; tail -20 "$WORK/clean-hybrid.log"; }
-rm -rf "$WORK/ckpt-clean"
-"$GS" launch "$WORK/cluster.json" "${hybrid_set[@]}" "${codec_set[@]}" \
-  --set checkpoint.dir="$WORK/ckpt-clean" --rank0-arg=--dump-params \
-  --rank0-arg="$WORK/clean-hybrid-codec.bin" > "$WORK/clean-hybrid-codec.log" 2>&1 ||
-  { fail "the uninterrupted hybrid onebit run failed"; tail -20 "$WORK/clean-hybrid-codec.log"; }
-# compression.pull: the shards answer pulls with deltas against a replica
-# of each worker's parameters; both ends checkpoint theirs.
-pull_set=("${codec_set[@]}" --set compression.pull=true)
-rm -rf "$WORK/ckpt-clean"
-"$GS" launch "$WORK/cluster.json" "${pull_set[@]}" --set checkpoint.dir="$WORK/ckpt-clean" \
-  --rank0-arg=--dump-params --rank0-arg="$WORK/clean-pull.bin" > "$WORK/clean-pull.log" 2>&1 ||
-  { fail "the uninterrupted onebit run with delta pulls failed"; tail -20 "$WORK/clean-pull.log"; }
+# 7. Live rejoin (fault_lib.sh's live_rejoin): SIGKILL of shard 1 (or
+# worker 1) after the checkpoint of step 150; restarted by the launcher, it
+# rejoins and the job ends bit for bit where the uninterrupted run ends:
+# plain, onebit, compression.pull, hybrid and hybrid with onebit.
+clean_run "$WORK/clean-hybrid.bin" hybrid "${hybrid_set[@]}"
+clean_run "$WORK/clean-hybrid-codec.bin" "hybrid onebit" "${hybrid_set[@]}" "${codec_set[@]}"
+clean_run "$WORK/clean-pull.bin" "onebit with delta pulls" "${pull_set[@]}"
 for run in plain:ps-1 onebit:ps-1 onebit:worker-1 pull:ps-1 pull:worker-1 hybrid:worker-1 \
   hybrid:ps-1 hybrid-onebit:worker-1 hybrid:workers; do
-  victim=${run#*:}; variant=${run%:*}; tag="$variant-$victim"
-  extra=(); clean="$WORK/clean.bin"
-  if [ "$variant" = onebit ]; then extra=("${codec_set[@]}"); clean="$WORK/clean-codec.bin"; fi
-  if [ "$variant" = pull ]; then extra=("${pull_set[@]}"); clean="$WORK/clean-pull.bin"; fi
-  if [ "$variant" = hybrid ]; then extra=("${hybrid_set[@]}"); clean="$WORK/clean-hybrid.bin"; fi
-  if [ "$variant" = hybrid-onebit ]; then
-    extra=("${hybrid_set[@]}" "${codec_set[@]}"); clean="$WORK/clean-hybrid-codec.bin"
-  fi
-  pattern="gridsync-ps --shard 1 --config $WORK/cluster.json"
-  [ "$victim" = worker-1 ] && pattern="gridsync-worker --rank 1 --config $WORK/cluster.json"
-  # Both at once: the coordinator drops the collective's keys with the last
-  # worker, the outcome of the backend vote (collective auto) included.
-  [ "$victim" = workers ] && pattern="gridsync-worker --rank [01] --config $WORK/cluster.json"
-  log="$WORK/rejoin-$tag.log"
-  rm -rf "$WORK/ckpt"
-  start=$(date +%s)
-  "$GS" launch "$WORK/cluster.json" "${extra[@]}" --max-restarts 1 --rank0-arg=--dump-params \
-    --rank0-arg="$WORK/rejoined-$tag.bin" > "$log" 2>&1 &
-  launcher=$!
-  wait_for_line "$log" "\[ps-1\].*checkpoint at step 150 written" || true
-  pkill -KILL -f "$pattern" || fail "$tag: $victim was not running after the checkpoint of step 150"
-  rc=0; wait $launcher || rc=$?
-  # Every process that lived through it says it rolled back.
-  others=2; [ "$victim" = worker-1 ] && others=1
-  said=$victim
-  if [ "$victim" = workers ]; then
-    # Whichever rejoins first may see the other's rejoin as a rollback and
-    # carry on from there: 0 or 1 of them says so.
-    said=worker-1; others=$(grep -c "\[worker-[01]\].*carries on from there" "$log" || true)
-  fi
-  if [ $rc -ne 0 ]; then
-    fail "$tag: the run did not survive the restart of $victim (exit $rc)"
-    grep -v "step [0-9]*/" "$log" | tail -15
-  elif ! grep -q "\[$said\].*\(rejoining it\|rejoined job\)" "$log" ||
-       ! grep -q "\[ps-0\].*rolled back to step" "$log" ||
-       [ "$(grep -c "\[worker-[01]\].*carries on from there" "$log")" -ne $others ]; then
-    fail "$tag: the restarted $victim, shard 0 and the other workers did not all say they rolled back"
-    grep -v "step [0-9]*/" "$log" | tail -15
-  elif ! cmp -s "$clean" "$WORK/rejoined-$tag.bin"; then
-    fail "$tag: after the live rejoin the final parameters differ from the uninterrupted run's"
-  else
-    step=$(grep -o "rolled back to step [0-9]*" "$log" | head -1 | grep -o "[0-9]*$")
-    echo "ok: $tag: SIGKILL of $victim, restarted by the launcher, rejoined from step $step; the job rolled back and ended bit for bit as the uninterrupted run ($(( $(date +%s) - start )) s in all)"
-  fi
+  live_rejoin "$run"
 done
 
 # 7e. The restarted process's own files of the newest common step do not
