@@ -3,8 +3,16 @@
 # under ASan/UBSan in the test command): the helpers, the cluster they run,
 # the variants and one live rejoin checked bit for bit.
 #
-# Sourced, not run. The caller sets GS (the gridsync binary), WORK (a folder
-# of its own) and PORT, and cleans up after itself.
+# Sourced, not run, by a script that sets BUILD (the build tree) and
+# PORT_BASE (its ports: PORT_BASE + 4 x (pid mod 1000), master_port then
+# one a shard). Sets GS (the gridsync binary), WORK (a scratch folder) and
+# PORT; on exit kills what runs on WORK's cluster and removes WORK.
+
+GS="$BUILD/tools/gridsync"
+WORK=$(mktemp -d)
+PORT=$((PORT_BASE + ($$ % 1000) * 4))
+cleanup() { pkill -KILL -f "$WORK/cluster.json" 2>/dev/null || true; rm -rf "$WORK"; }
+trap cleanup EXIT
 
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }

@@ -12,12 +12,8 @@
 #   tests/fault_rejoin_smoke.sh BUILD_DIR
 set -euo pipefail
 BUILD=${1:?usage: fault_rejoin_smoke.sh BUILD_DIR}
-GS="$BUILD/tools/gridsync"
-WORK=$(mktemp -d)
 # Below the ephemeral range, clear of the other tests' ports (20000 and up).
-PORT=$((16000 + ($$ % 1000) * 4))
-cleanup() { pkill -KILL -f "$WORK/cluster.json" 2>/dev/null || true; rm -rf "$WORK"; }
-trap cleanup EXIT
+PORT_BASE=16000
 . "$(dirname "$0")/fault_lib.sh"
 write_fault_cluster
 

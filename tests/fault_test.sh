@@ -55,12 +55,8 @@
 #     and a worker restarted afresh into the running job is refused.
 set -euo pipefail
 BUILD=${1:?usage: fault_test.sh BUILD_DIR}
-GS="$BUILD/tools/gridsync"
-WORK=$(mktemp -d)
 # Below the ephemeral range (32768 and up), clear of ps_test and allreduce_test.
-PORT=$((28000 + ($$ % 1000) * 4))
-cleanup() { pkill -KILL -f "$WORK/cluster.json" 2>/dev/null || true; rm -rf "$WORK"; }
-trap cleanup EXIT
+PORT_BASE=28000
 . "$(dirname "$0")/fault_lib.sh"
 write_fault_cluster
 
