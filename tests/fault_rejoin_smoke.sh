@@ -3,8 +3,8 @@
 # enough to run under ASan/UBSan in the test command (scripts/sanitize.sh
 # with GRIDSYNC_SANITIZE_FAULTS=smoke, ctest's sanitize_smoke): a onebit run
 # whose shard 1 is SIGKILLed after the checkpoint of step 150 (the shards'
-# Adam-free tables, the workers' Adam state and error-feedback residuals
-# rolled back), and one with compression.pull whose worker 1 is (its replica
+# parameters, the workers' Adam state and error-feedback residuals rolled
+# back), and one with compression.pull whose worker 1 is (its replica
 # and the shards' copies of it restored at both ends). Each restarted process
 # rejoins, the job rolls back without stopping, and the final parameters
 # equal the uninterrupted run's bit for bit. tests/fault_test.sh is the whole
