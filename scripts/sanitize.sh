@@ -24,6 +24,17 @@
 #   GRIDSYNC_SANITIZE_FAULTS=0 scripts/sanitize.sh ps_test   # without fault_test
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Which fault suite, checked before anything is installed or built.
+faults=${GRIDSYNC_SANITIZE_FAULTS:-1}
+case $faults in
+  0) fault_suite= ;;
+  1) fault_suite=tests/fault_test.sh ;;
+  smoke) fault_suite=tests/fault_rejoin_smoke.sh ;;
+  *)
+    echo "sanitize: GRIDSYNC_SANITIZE_FAULTS=$faults; allowed: 0 (none), 1 (tests/fault_test.sh) or smoke (tests/fault_rejoin_smoke.sh)" >&2
+    exit 2
+    ;;
+esac
 scripts/install-deps.sh
 BUILD=${GRIDSYNC_SANITIZE_BUILD_DIR:-build-asan}
 . scripts/clang_tree.sh
@@ -35,16 +46,6 @@ if [ ${#tests[@]} -eq 0 ]; then
     coordinator_input_test security_test ps_test ps_shard_test shard_connections_test
     ps_client_parts_test pending_updates_test checkpoint_test restart_files_test)
 fi
-faults=${GRIDSYNC_SANITIZE_FAULTS:-1}
-case $faults in
-  0) fault_suite= ;;
-  1) fault_suite=tests/fault_test.sh ;;
-  smoke) fault_suite=tests/fault_rejoin_smoke.sh ;;
-  *)
-    echo "sanitize: GRIDSYNC_SANITIZE_FAULTS=$faults; allowed: 0 (none), 1 (tests/fault_test.sh) or smoke (tests/fault_rejoin_smoke.sh)" >&2
-    exit 2
-    ;;
-esac
 # A unit test is a target of its own; fault_test and the other scripted
 # suites (multihost_test, seed_modes_test, ...) run the binaries.
 targets=()
