@@ -29,11 +29,48 @@ struct AdamHyper {
   float epsilon = 1e-15f;
 };
 
-// The bias-corrected step size for a row at step t (t >= 1), in float on
-// both CPU and GPU so the twins agree.
+// b^t by squaring, in double: multiplications only, each rounded to nearest
+// by IEEE 754 on every CPU and GPU alike. powf would not do: its last bit is
+// the library's choice (glibc's is within 1 ulp, CUDA documents 2), so the
+// GPU's and the CPU's step sizes parted for some t, and with them Adam on a
+// GPU worker and on a CPU shard (ps.optimizer). t < 2^32 takes at most 32
+// squarings: a relative error below 2^-47, far under float's last bit.
+// Opaque to the host compiler's optimiser (see GRIDSYNC_ADAM_OPAQUE), so
+// that no caller's subtraction is fused with its last product.
+#if defined(__CUDA_ARCH__)
+#define GRIDSYNC_ADAM_OPAQUE
+#elif defined(__clang__)
+#define GRIDSYNC_ADAM_OPAQUE __attribute__((noinline))
+#else
+#define GRIDSYNC_ADAM_OPAQUE __attribute__((noipa))
+#endif
+GRIDSYNC_HOST_DEVICE GRIDSYNC_ADAM_OPAQUE inline double AdamPower(double b, uint32_t t) {
+  double result = 1.0;
+  for (; t != 0; t >>= 1) {
+#ifdef __CUDA_ARCH__
+    if (t & 1u) result = __dmul_rn(result, b);
+    b = __dmul_rn(b, b);
+#else
+    if (t & 1u) result *= b;
+    b *= b;
+#endif
+  }
+  return result;
+}
+
+// The bias-corrected step size for a row at step t (t >= 1): the same bits
+// on CPU and GPU (AdamPower, then operations IEEE rounds to nearest; the
+// host compiler may fuse a product into an add, so none follows one here,
+// and the device spells each one out), so the twins agree.
 GRIDSYNC_HOST_DEVICE inline float AdamStepSize(const AdamHyper& h, uint32_t t) {
-  return h.learning_rate * sqrtf(1.0f - powf(h.beta2, static_cast<float>(t))) /
-         (1.0f - powf(h.beta1, static_cast<float>(t)));
+  const double b2 = AdamPower(h.beta2, t);
+  const double b1 = AdamPower(h.beta1, t);
+#ifdef __CUDA_ARCH__
+  return static_cast<float>(
+      __ddiv_rn(__dmul_rn(h.learning_rate, __dsqrt_rn(__dsub_rn(1.0, b2))), __dsub_rn(1.0, b1)));
+#else
+  return static_cast<float>(double{h.learning_rate} * std::sqrt(1.0 - b2) / (1.0 - b1));
+#endif
 }
 
 // Whether a row of `width` gradient values has any non-zero entry (g != 0:

@@ -74,6 +74,54 @@ TEST(AdamTest, StepSizesBeyondTheMemoAreComputedNotMemoised) {
   EXPECT_EQ(state.StepSize(hyper, 7), AdamStepSize(hyper, 7));
 }
 
+// The step size is what a GPU computes too: every double operation rounded
+// on its own (a host compiler that fused the last product of AdamPower into
+// 1 - b^t, as GCC does by default, would part from the device's mul.rn and
+// sub.rn in the last bit for some t), and as close to the exact value as a
+// float holds.
+double RoundedEach(double x) {
+  volatile double kept = x;  // forces the rounding of each result here
+  return kept;
+}
+
+float StepSizeRoundedEach(const AdamHyper& h, uint32_t t) {
+  auto power = [](double b, uint32_t e) {
+    double r = 1.0;
+    for (; e != 0; e >>= 1) {
+      if (e & 1u) r = RoundedEach(r * b);
+      b = RoundedEach(b * b);
+    }
+    return r;
+  };
+  const double b2 = power(h.beta2, t), b1 = power(h.beta1, t);
+  const double root = RoundedEach(std::sqrt(RoundedEach(1.0 - b2)));
+  return static_cast<float>(
+      RoundedEach(RoundedEach(double{h.learning_rate} * root) / RoundedEach(1.0 - b1)));
+}
+
+TEST(AdamTest, StepSizeRoundsEachOperationAsTheDeviceDoes) {
+  std::vector<uint32_t> steps;
+  for (uint32_t t = 1; t <= 5000; ++t) steps.push_back(t);
+  for (uint32_t t = 5000; t < UINT32_MAX / 3; t = t * 3 + 1) steps.push_back(t);
+  steps.push_back(UINT32_MAX);
+  AdamHyper defaults, slow;
+  slow.learning_rate = 3e-4f;
+  slow.beta1 = 0.95f;
+  slow.beta2 = 0.9999999f;
+  for (const AdamHyper& h : {defaults, slow}) {
+    for (uint32_t t : steps) {
+      const float got = AdamStepSize(h, t);
+      ASSERT_EQ(got, StepSizeRoundedEach(h, t)) << "step " << t << ", beta2 " << h.beta2;
+      const long double exact = static_cast<long double>(h.learning_rate) *
+                                std::sqrt(1.0L - std::pow(static_cast<long double>(h.beta2), t)) /
+                                (1.0L - std::pow(static_cast<long double>(h.beta1), t));
+      const auto want = static_cast<float>(exact);
+      ASSERT_LE(std::fabs(got - want), std::nextafter(want, 1.0f) - want)
+          << "step " << t << ": " << got << " against exactly " << want;
+    }
+  }
+}
+
 TEST(AdamTest, GradScaleUnscalesGradients) {
   AdamHyper hyper;
   cpu::AdamTable a, b;

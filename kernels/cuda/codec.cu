@@ -449,9 +449,14 @@ Status Encode(const CodecOptions& options, const float* values, size_t n, uint64
     // Only a header (at most 4 bytes): the CPU writes it.
     uint8_t header[4] = {};
     cpu::Encode(options, nullptr, 0, seed, header);
-    if (size > 0)
+    // header lives on this stack: an asynchronous copy from pageable memory
+    // may still read it after the call returns (CUDA promises only that it
+    // "might be synchronous"), so wait for it.
+    if (size > 0) {
       GRIDSYNC_CUDA_RETURN_IF_ERROR(
           cudaMemcpyAsync(out, header, size, cudaMemcpyHostToDevice, stream));
+      GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    }
     return Status::OK();
   }
   Scratch scratch(stream);

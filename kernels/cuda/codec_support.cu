@@ -21,6 +21,9 @@ Status UploadRandomkIndices(uint64_t seed, size_t n, uint32_t k, uint32_t** indi
   GRIDSYNC_RETURN_IF_ERROR(scratch->Allocate(k, indices));
   GRIDSYNC_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(*indices, host.data(), k * sizeof(uint32_t), cudaMemcpyHostToDevice, stream));
+  // `host` is freed on return, and an asynchronous copy from pageable memory
+  // may read it later (CUDA promises only that it "might be synchronous").
+  GRIDSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   return Status::OK();
 }
 
