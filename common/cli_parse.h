@@ -7,7 +7,11 @@
 // Thread safety: call from main.
 #pragma once
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -17,6 +21,22 @@
 #include "common/config_reader.h"
 
 namespace gridsync {
+
+// Opens /dev/null on whichever of descriptors 0, 1 and 2 is closed, first
+// thing in main: a process started with stdout closed (`>&-`) otherwise
+// gave descriptor 1 to the first socket it made (gridsync launch's watchdog
+// socket), wrote its log lines into it and lost the reason it failed (a
+// hostile probe).
+inline void KeepStandardStreamsOpen() {
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+    const int opened = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+    if (opened >= 0 && opened != fd) {
+      dup2(opened, fd);
+      close(opened);
+    }
+  }
+}
 
 // Returns -1 when the program should go on, else the exit code; a usage
 // error's text goes to `error` too when given.

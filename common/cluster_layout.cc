@@ -226,6 +226,24 @@ void CheckPorts(const Config& config, std::vector<ConfigProblem>* problems) {
   }
 }
 
+Status CheckMetricsPortFlag(const Config& config, int port, const std::string& host) {
+  const DistributedConfig& d = config.distributed;
+  if (port <= 0 || !d.enable) return Status::OK();
+  auto here = [&](const std::string& h) { return !config.layout.multi_host || h == host; };
+  std::string whose;
+  if (here(d.master_addr) && port == d.master_port)
+    whose = "the coordinator's (distributed.master_port)";
+  for (size_t s = 0; whose.empty() && s < config.layout.shards.size(); ++s) {
+    const ShardPlacement& shard = config.layout.shards[s];
+    if (here(shard.host) && shard.port == port) whose = "shard " + std::to_string(s) + "'s";
+  }
+  if (whose.empty()) return Status::OK();
+  return Status::InvalidArgument("--metrics-port " + std::to_string(port) + ": the port is " +
+                                 whose +
+                                 " on this machine; allowed: a port no server of the "
+                                 "cluster listens on here, or 0 (no metrics endpoint)");
+}
+
 std::vector<std::string> EphemeralPortNotes(const Config& config, const std::string& range_file) {
   std::ifstream in(range_file);
   long low = 0, high = 0;

@@ -48,6 +48,14 @@ ClusterLayout ResolveLayout(const Config& config, std::vector<ConfigProblem>* pr
 // processes take their offsets from the same metrics.port). Problems are appended to *problems.
 void CheckPorts(const Config& config, std::vector<ConfigProblem>* problems);
 
+// A process's --metrics-port flag against the cluster's servers on its
+// machine (`host`, as the config names it; any host in a single-host
+// config): the coordinator's master_port and the shards' ports. The
+// config's metrics.port is checked against them (CheckPorts); the flag was
+// not, so the second bind failed once the cluster had started (a hostile
+// probe). InvalidArgument naming the port's owner; OK for 0 and -1.
+Status CheckMetricsPortFlag(const Config& config, int port, const std::string& host);
+
 // A note when the ports `config` listens on (the coordinator's, the
 // shards', the metrics endpoints') fall in this host's ephemeral range
 // (`range_file`: Linux's ip_local_port_range, "low high"), where the

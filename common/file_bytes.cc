@@ -119,4 +119,15 @@ Status CheckTaskOutput(const std::string& folder) {
   return Status::OK();
 }
 
+Status CheckOutputFile(const std::string& flag, const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return Status::InvalidArgument(flag + " " + path + ": is a folder; allowed: a file to write");
+  }
+  const std::string folder = std::filesystem::path(path).parent_path().string();
+  if (auto writable = CheckWritableFolder(folder.empty() ? "." : folder); !writable.ok())
+    return Status::InvalidArgument(flag + " " + path + ": " + writable.message());
+  return Status::OK();
+}
+
 }  // namespace gridsync

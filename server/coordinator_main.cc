@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/cli_parse.h"
+#include "common/cluster_layout.h"
 #include "common/config.h"
 #include "common/file_limit.h"
 #include "common/logging.h"
@@ -30,7 +31,8 @@
 #include "spec/run_spec.h"
 
 int main(int argc, char** argv) {
-  gridsync::IgnoreHangup();  // nothing to reload: the config is read once
+  gridsync::KeepStandardStreamsOpen();  // before any descriptor is made
+  gridsync::IgnoreHangup();             // nothing to reload: the config is read once
   CLI::App app{
       "gridsync-coordinator: the control plane (registration, cluster map, barriers, KV store)"};
   std::string config_path;
@@ -123,6 +125,12 @@ int main(int argc, char** argv) {
                  config_path.c_str(), mport,
                  ops.metrics_port >= 0 ? "--metrics-port" : "metrics.port",
                  port >= 0 ? "--port" : "distributed.master_port");
+    return gridsync::kConfigErrorExitCode;
+  }
+  if (auto flag = gridsync::CheckMetricsPortFlag(*config, ops.metrics_port,
+                                                 config->distributed.master_addr);
+      !flag.ok()) {
+    std::fprintf(stderr, "%s: %s\n", config_path.c_str(), flag.message().c_str());
     return gridsync::kConfigErrorExitCode;
   }
   auto coordinator = gridsync::Coordinator::Start(options);

@@ -16,6 +16,7 @@
 #include "common/checkpoint_files.h"
 #include "common/checkpoint_registry.h"
 #include "common/cli_parse.h"
+#include "common/cluster_layout.h"
 #include "common/config.h"
 #include "common/coordinator_client.h"
 #include "common/file_limit.h"
@@ -39,6 +40,7 @@ void OnSignal(int signal_number) { g_stop = signal_number; }
 }  // namespace
 
 int main(int argc, char** argv) {
+  gridsync::KeepStandardStreamsOpen();  // before any descriptor is made
   if (!gridsync::TuneHeapForMessages())
     spdlog::warn("gridsync-ps: the C library kept its heap thresholds (messages are mapped)");
   gridsync::IgnoreHangup();  // nothing to reload: the config is read once
@@ -150,6 +152,11 @@ int main(int argc, char** argv) {
     options.timeline = std::move(timeline).value();
   }
   gridsync::ShardPlacement placement = config->layout.shards[static_cast<size_t>(shard)];
+  if (auto flag = gridsync::CheckMetricsPortFlag(*config, ops.metrics_port, placement.host);
+      !flag.ok()) {
+    std::fprintf(stderr, "shard %d: %s\n", shard, flag.message().c_str());
+    return gridsync::kConfigErrorExitCode;
+  }
   // A shard's config host is ps.host when the config sets it (shards on
   // one machine), else its node's.
   auto host = gridsync::ResolveProcessHost(

@@ -188,6 +188,21 @@ TEST(CliTest, LaunchFlagsThatWouldDoNothingAreRefused) {
   // the cluster had started.
   ExpectRefused("tools/gridsync", "launch configs/local.json --worker-arg=--metrics-port=28541",
                 "one port for the 2 workers on this machine");
+  // One trace file for every worker (they interleaved into invalid JSON),
+  // a --set the launcher's own overrode silently, and --check-only that
+  // left the other workers waiting out timeout_s (hostile probes).
+  ExpectRefused("tools/gridsync", "launch configs/local.json --worker-arg --timeline=out/t.json",
+                "one file for the 2 workers on this machine");
+  ExpectRefused("tools/gridsync", "launch configs/local.json --worker-arg --set=training.steps=5",
+                "--worker-arg --set=training.steps=5: gridsync launch gives every worker its "
+                "--set itself");
+  ExpectRefused("tools/gridsync", "launch configs/local.json --rank0-arg --check-only",
+                "--rank0-arg --check-only: gridsync launch gives every worker its --check-only");
+  // A worker's --metrics-port on a shard's port: refused before anything
+  // starts (worker 0's --check-only), where the shard failed to bind after.
+  ExpectRefused("worker/gridsync-worker",
+                "--config configs/local.json --rank 0 --metrics-port 29501 --check-only",
+                "--metrics-port 29501: the port is shard 0's on this machine");
   ExpectRefused("tools/gridsync", "launch configs/local.json --coordinator",
                 "--coordinator requires --node");
   ExpectRefused("tools/gridsync", "launch configs/local.json --bin-dir ''",
@@ -328,6 +343,19 @@ TEST(CliTest, UnwritableOutputIsRefusedBeforeTraining) {
                 "--config configs/local.json --standalone --set training.steps=10000000 "
                 "--dump-params configs",
                 "--dump-params configs: is a folder");
+  // Three a hostile probe saw pass --check-only (which gridsync launch runs
+  // before it starts anything): rank 1's --dump-params wrote nothing and said
+  // nothing, --timeline at a folder failed the start, and --start-step
+  // without checkpoints failed on an indirect "pull for version" error.
+  ExpectRefused("worker/gridsync-worker",
+                "--config configs/local.json --rank 1 --dump-params out/p.bin --check-only",
+                "--dump-params out/p.bin: rank 1 holds no final model to write");
+  ExpectRefused("worker/gridsync-worker",
+                "--config configs/local.json --standalone --timeline configs --check-only",
+                "--timeline configs: is a folder");
+  ExpectRefused("worker/gridsync-worker",
+                "--config configs/local.json --rank 0 --start-step 5 --check-only",
+                "--start-step 5: checkpoint.every_steps is 0");
 }
 
 // A hostile probe: check-config said OK to CURVE without its keys and to a
@@ -501,7 +529,7 @@ TEST(CliTest, AFinishedResumeAnEmptyKeysFolderAndUnwrittenCheckpointsAreNotQuiet
   const ProcessResult after = Execute(
       "tools/gridsync", "launch" + sets +
                             " --set distributed.gradient_sync=nccl --set training.device=cpu "
-                            "--max-restarts 2 --worker-arg --timeline --worker-arg /dev/full");
+                            "--max-restarts 2 --rank0-arg --timeline --rank0-arg /dev/full");
   EXPECT_EQ(after.exit_code, 1) << after.output;
   EXPECT_NE(after.output.find("not restarting: the newest complete checkpoint is of step 10, the "
                               "run's last"),

@@ -276,8 +276,11 @@ start_units() {  # start_units TAG: coordinator, 2 shards, 2 workers
     pids+=($!)
   done
   for r in 0 1; do
-    "$BUILD/worker/gridsync-worker" --rank $r --config "$WORK/cluster.json" --dump-params \
-      "$WORK/units-$1-$r.bin" > "$WORK/u-w$r-$1.log" 2>&1 &
+    # Only rank 0 holds the final model (another rank refuses --dump-params).
+    dump=()
+    [ $r = 0 ] && dump=(--dump-params "$WORK/units-$1-0.bin")
+    "$BUILD/worker/gridsync-worker" --rank $r --config "$WORK/cluster.json" "${dump[@]}" \
+      > "$WORK/u-w$r-$1.log" 2>&1 &
     pids+=($!)
   done
 }

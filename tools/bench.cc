@@ -26,6 +26,7 @@ Result<Config> LoadStandaloneConfig(const std::string& path,
 }  // namespace gridsync::bench
 
 int main(int argc, char** argv) {
+  gridsync::KeepStandardStreamsOpen();  // before any descriptor is made
   CLI::App app{"gridsync-bench: side-by-side benchmarks"};
   app.require_subcommand(1);
   auto train = gridsync::bench::AddTrainCommand(&app);

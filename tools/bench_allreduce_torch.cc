@@ -32,18 +32,13 @@
 #include "server/coordinator.h"
 #include "tools/bench.h"
 #include "tools/bench_allreduce.h"
+#include "tools/bench_pipe.h"
 #include "worker/collective/factory.h"
 
 namespace gridsync::bench::allreduce {
 namespace {
 
 // ---- the PyTorch peer ----
-
-std::string ShellQuote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
 
 template <typename F>
 std::string JoinPlans(const std::vector<SizePlan>& plans, F field) {

@@ -24,6 +24,7 @@
 #include "common/config.h"
 #include "common/coordinator_client.h"
 #include "common/counter_rng.h"
+#include "common/file_limit.h"
 #include "common/message_heap.h"
 #include "common/sharding.h"
 #include "common/status.h"
@@ -81,12 +82,50 @@ Result<TrainRun> RunCluster(const Config& config, const ImageTask& image) {
 
 }  // namespace
 
+namespace {
+
+// Per worker and shard: the worker's DEALER and its mailbox, the pair of
+// its handshake watch, and the shard's end of the connection; per process
+// (worker or shard) a context's I/O thread, poller and sockets of its own;
+// 128 for the rest (the coordinator, logs, libraries). Measured: 593 at
+// its peak for 4 workers x 16 shards, where this says 672.
+Status EnsureFileDescriptors(const CompressArgs& args) {
+  const uint64_t pairs = uint64_t(args.workers) * uint64_t(args.shards);
+  const uint64_t need = 6 * pairs + 8 * uint64_t(args.workers + args.shards) + 128;
+  const FileLimit files = RaiseOpenFileLimit(need);
+  if (files.hard == 0 || files.after >= need) return Status::OK();  // hard 0: not read
+  return Status::InvalidArgument(
+      "--workers " + std::to_string(args.workers) + " x --shards " + std::to_string(args.shards) +
+      " need about " + std::to_string(need) + " file descriptors in this process (6 a worker " +
+      "and shard pair, 8 a process, 128 more) but the limit is " + std::to_string(files.after) +
+      " (hard " + std::to_string(files.hard) +
+      "); allowed: fewer workers or shards, or a higher limit (ulimit -n)");
+}
+
+}  // namespace
+
 int RunTrainSweep(const CompressArgs& args) {
   const int batch = args.batch > 0 ? args.batch : kTrainDefaultBatch;
   std::vector<std::string> codecs =
       args.codecs.empty() ? SplitList(kTrainCodecsDefault) : args.codecs;
   // none first: every other row's PSNR difference is against it.
   std::stable_partition(codecs.begin(), codecs.end(), [](const auto& c) { return c == "none"; });
+  for (size_t i = 1; i < codecs.size(); ++i) {
+    if (std::find(codecs.begin(), codecs.begin() + static_cast<std::ptrdiff_t>(i), codecs[i]) ==
+        codecs.begin() + static_cast<std::ptrdiff_t>(i))
+      continue;
+    // Two rows of one codec made a plot with no valid points (a probe).
+    std::fprintf(stderr, "--codecs: %s is named twice; allowed: each codec once\n",
+                 codecs[i].c_str());
+    return kConfigErrorExitCode;
+  }
+  // Every worker of every cluster here holds a socket to every shard: past
+  // the open-files limit ZeroMQ threw from a worker's thread, or asserted
+  // inside, and the process aborted (a probe at ulimit -n 1024 with 32 x 32).
+  if (const Status files = EnsureFileDescriptors(args); !files.ok()) {
+    std::fprintf(stderr, "%s\n", files.message().c_str());
+    return kConfigErrorExitCode;
+  }
   std::vector<Config> configs;
   for (const auto& codec : codecs) {
     auto config = LoadConfig(

@@ -52,10 +52,26 @@ inline void CloseFd(int* fd) {
 }
 
 // How a child ended, from its wait status (-1: it could not be waited for).
+// A child run through sh that exits 127 or 126 is the shell saying it could
+// not find or run the program.
 inline std::string DescribeExit(int wstatus) {
   if (wstatus == -1) return "could not be waited for";
   if (WIFSIGNALED(wstatus)) return "was killed by signal " + std::to_string(WTERMSIG(wstatus));
-  return "exited with status " + std::to_string(WEXITSTATUS(wstatus));
+  const int code = WEXITSTATUS(wstatus);
+  return "exited with status " + std::to_string(code) +
+         (code == 127   ? " (the shell found no such program)"
+          : code == 126 ? " (the shell could not run the program)"
+                        : "");
+}
+
+// `s` as one word of a sh command line, whatever it holds: single-quoted,
+// each ' closed, escaped and reopened. Paths and flags a user gives reach
+// popen only so (a --python holding a space ran its first word; one holding
+// "; cmd" ran cmd).
+inline std::string ShellQuote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
 }
 
 // Waits for child `pid`; returns its wait status (-1 if waitpid failed).

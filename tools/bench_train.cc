@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -22,10 +23,12 @@
 #include <utility>
 #include <vector>
 
+#include "common/cli_parse.h"
 #include "common/config.h"
 #include "kernels/cpu/gemm.h"
 #include "spec/run_spec.h"
 #include "tools/bench.h"
+#include "tools/bench_pipe.h"
 #include "tools/bench_stats.h"
 #include "tools/bench_train_setup.h"
 #include "tools/roofline.h"
@@ -46,8 +49,19 @@ std::string FormatPsnrAt(const std::map<uint64_t, double>& at) {
 // Runs the peer and returns its last stdout line parsed as JSON.
 Result<nlohmann::json> RunTorchPeer(const TrainArgs& args, const Config& config,
                                     const ImageTask& image, int steps) {
-  const auto dir = std::filesystem::temp_directory_path() / "gridsync-bench";
-  std::filesystem::create_directories(dir);
+  // A folder of this run's own: a fixed one let concurrent runs overwrite
+  // each other's image (and another user's file there) (a hostile probe).
+  std::string pattern = (std::filesystem::temp_directory_path() / "gridsync-bench-XXXXXX").string();
+  if (mkdtemp(pattern.data()) == nullptr)
+    return Status::IOError(Errno(("cannot create a folder like " + pattern).c_str()));
+  const std::filesystem::path dir = pattern;
+  struct RemoveDir {
+    std::filesystem::path dir;
+    ~RemoveDir() {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  } remove_dir{dir};
   const auto raw = dir / "image.f32";
   {
     const std::vector<float> pixels = image.Floats();
@@ -60,15 +74,16 @@ Result<nlohmann::json> RunTorchPeer(const TrainArgs& args, const Config& config,
   for (uint64_t s : args.eval_steps) eval += (eval.empty() ? "" : ",") + std::to_string(s);
   const auto& e = config.encoding;
   std::ostringstream cmd;
-  cmd << args.python << " " << GRIDSYNC_SOURCE_DIR << "/tools/peers/torch_hashgrid.py"
-      << " --image-raw " << raw << " --width " << image.width() << " --height " << image.height()
-      << " --steps " << steps << " --batch " << config.training.batch_size << " --lr "
-      << config.training.learning_rate << " --seed " << config.training.seed << " --threads "
-      << args.threads << " --n-levels " << e.n_levels << " --n-features " << e.n_features_per_level
-      << " --log2-hashmap-size " << e.log2_hashmap_size << " --base-resolution "
-      << e.base_resolution << " --per-level-scale " << e.per_level_scale << " --n-neurons "
-      << config.network.n_neurons << " --n-hidden-layers " << config.network.n_hidden_layers
-      << " --warmup-steps " << WarmupSteps(args, steps)
+  cmd << ShellQuote(args.python) << " "
+      << ShellQuote(std::string(GRIDSYNC_SOURCE_DIR) + "/tools/peers/torch_hashgrid.py")
+      << " --image-raw " << ShellQuote(raw.string()) << " --width " << image.width() << " --height "
+      << image.height() << " --steps " << steps << " --batch " << config.training.batch_size
+      << " --lr " << config.training.learning_rate << " --seed " << config.training.seed
+      << " --threads " << args.threads << " --n-levels " << e.n_levels << " --n-features "
+      << e.n_features_per_level << " --log2-hashmap-size " << e.log2_hashmap_size
+      << " --base-resolution " << e.base_resolution << " --per-level-scale " << e.per_level_scale
+      << " --n-neurons " << config.network.n_neurons << " --n-hidden-layers "
+      << config.network.n_hidden_layers << " --warmup-steps " << WarmupSteps(args, steps)
       << (eval.empty() ? "" : " --eval-steps " + eval);
   std::fprintf(stderr, "running the PyTorch peer: %s\n", cmd.str().c_str());
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.str().c_str(), "r"), pclose);
@@ -84,7 +99,8 @@ Result<nlohmann::json> RunTorchPeer(const TrainArgs& args, const Config& config,
   }
   if (!line.empty()) last = line;
   const int rc = pclose(pipe.release());
-  if (rc != 0) return Status::Internal("the PyTorch peer exited with status " + std::to_string(rc));
+  if (rc != 0)
+    return Status::Internal("the PyTorch peer (" + args.python + ") " + DescribeExit(rc));
   auto parsed = nlohmann::json::parse(last, nullptr, false);
   if (parsed.is_discarded())
     return Status::Corruption("the PyTorch peer printed no JSON summary: " + last);
@@ -436,7 +452,12 @@ Runner AddTrainCommand(CLI::App* app) {
       ->check(CLI::Range(1, 1024));
   cmd->add_flag("--vs-torch", args->vs_torch,
                 "Also run the PyTorch peer on the same image and settings");
-  cmd->add_option("--torch-steps", args->torch_steps, "Steps for the peer (default: --steps)");
+  // The peer's flags without --vs-torch did nothing; --torch-steps 0 or
+  // below quietly meant --steps (hostile probes).
+  auto* vs_torch = cmd->get_option("--vs-torch");
+  cmd->add_option("--torch-steps", args->torch_steps, "Steps for the peer (default: --steps)")
+      ->check(CLI::Range(1, 100000000))
+      ->needs(vs_torch);
   cmd->add_option("--warmup-steps", args->warmup_steps,
                   "Steps not timed for the steady-state figures, on both sides (default: a tenth "
                   "of --steps, at most 50); the whole-run figures time every step")
@@ -450,7 +471,9 @@ Runner AddTrainCommand(CLI::App* app) {
   cmd->add_option("--eval-steps", args->eval_steps, "Also report PSNR after these steps")
       ->delimiter(',');
   cmd->add_option("--json", args->json_out, "Write the results as JSON to this file");
-  cmd->add_option("--python", args->python, "Python interpreter for the peer");
+  cmd->add_option("--python", args->python, "Python interpreter for the peer")
+      ->check(NotEmpty("a Python interpreter"))
+      ->needs(vs_torch);
   cmd->add_option("--device", args->device,
                   "Where gridsync trains: cpu (default), cuda (fails without a device) or auto")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));

@@ -94,6 +94,7 @@ int RunKeygen(const std::string& keys_dir, const std::vector<std::string>& roles
 }  // namespace
 
 int main(int argc, char** argv) {
+  gridsync::KeepStandardStreamsOpen();  // before any descriptor is made
   CLI::App app{"gridsync: operate a gridsync cluster"};
   app.require_subcommand(1);
 

@@ -324,7 +324,8 @@ int RunLaunch(const LaunchOptions& options) {
       }
     }
   };
-  if (const Status shared = CheckArgsSharedByWorkers(*config, node, options.worker_args);
+  if (const Status shared =
+          CheckArgsSharedByWorkers(*config, node, options.worker_args, options.rank0_args);
       !shared.ok()) {
     std::fprintf(stderr, "gridsync launch: %s\n", shared.message().c_str());
     return kConfigErrorExitCode;
@@ -464,10 +465,13 @@ int RunLaunch(const LaunchOptions& options) {
                                               ", the run's last, so it had trained every step "
                                               "(nothing is left to train)"
                                         : "no restarts left";
-      std::printf("gridsync launch: %s (pid %d) failed: %s; %s; stopping\n", who.c_str(), pid,
-                  how.c_str(), why.c_str());
+      // Why the run failed goes to stderr (after what stdout holds): a
+      // launch with its output thrown away ended 1 and said nothing.
+      std::fflush(stdout);
+      std::fprintf(stderr, "gridsync launch: %s (pid %d) failed: %s; %s; stopping\n", who.c_str(),
+                   pid, how.c_str(), why.c_str());
       for (const auto& line : tail)
-        std::printf("gridsync launch:   %s| %s\n", who.c_str(), line.c_str());
+        std::fprintf(stderr, "gridsync launch:   %s| %s\n", who.c_str(), line.c_str());
       exit_code = 1;
       break;
     }
@@ -521,10 +525,11 @@ int RunLaunch(const LaunchOptions& options) {
           : options.max_restarts > 0 && config->checkpoint.every_steps > 0
               ? "no restarts left (--max-restarts); "
               : "";
-      std::printf("gridsync launch: %s (pid %d) failed: %s; %sstopping the others\n",
-                  failed->name.c_str(), failed->pid, Describe(failed->status).c_str(), why);
+      std::fflush(stdout);  // the failure to stderr, after what stdout holds
+      std::fprintf(stderr, "gridsync launch: %s (pid %d) failed: %s; %sstopping the others\n",
+                   failed->name.c_str(), failed->pid, Describe(failed->status).c_str(), why);
       for (const auto& line : failed->tail)
-        std::printf("gridsync launch:   %s| %s\n", failed->name.c_str(), line.c_str());
+        std::fprintf(stderr, "gridsync launch:   %s| %s\n", failed->name.c_str(), line.c_str());
       exit_code = 1;
       break;
     }
@@ -546,7 +551,9 @@ int RunLaunch(const LaunchOptions& options) {
     // run does not end as if they were there (it exited 0 with them gone).
     for (const auto& c : children) {
       if (TrainedWithoutCheckpoints(c)) {
-        std::printf(
+        std::fflush(stdout);
+        std::fprintf(
+            stderr,
             "gridsync launch: %s could not write checkpoints of this run (its log above names "
             "why): the checkpoints in %s are incomplete\n",
             c.name.c_str(), config->checkpoint.dir.c_str());

@@ -33,29 +33,67 @@ Status CheckKeysOfRolesHere(const Config& config, int node, bool run_coordinator
   return Status::OK();
 }
 
+namespace {
+
+// The flag an argument names ("--set" of "--set=a=1", "-c" of "-cFILE"),
+// or "" for a value.
+std::string FlagOf(const std::string& arg) {
+  if (arg.rfind("--", 0) == 0) return arg.substr(0, arg.find('='));
+  if (arg.size() >= 2 && arg[0] == '-' && arg[1] != '-') return arg.substr(0, 2);
+  return "";
+}
+
+// The value of the flag at worker_args[i]: after its '=', or the next
+// argument.
+std::string ValueAt(const std::vector<std::string>& args, size_t i) {
+  const std::string& arg = args[i];
+  if (const size_t eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos)
+    return arg.substr(eq + 1);
+  return i + 1 < args.size() ? args[i + 1] : "";
+}
+
+}  // namespace
+
 Status CheckArgsSharedByWorkers(const Config& config, int node,
-                                const std::vector<std::string>& worker_args) {
+                                const std::vector<std::string>& worker_args,
+                                const std::vector<std::string>& rank0_args) {
+  // What the launcher itself gives every worker: a second --set lost to the
+  // launcher's own (which come after), silently; --check-only made worker 0
+  // exit at once and the others wait out timeout_s (hostile probes).
+  for (const auto* args : {&worker_args, &rank0_args}) {
+    const char* which = args == &worker_args ? "--worker-arg" : "--rank0-arg";
+    for (const std::string& arg : *args) {
+      const std::string flag = FlagOf(arg);
+      for (const char* owned : {"-c", "--config", "--set", "--rank", "--node", "--start-step",
+                                "--standalone", "--check-only"}) {
+        if (flag != owned) continue;
+        return Status::InvalidArgument(
+            std::string(which) + " " + arg + ": gridsync launch gives every worker its " + flag +
+            " itself (the config, its --set overrides, the rank and node, a resume's step); "
+            "allowed: --set before the config's path for every process, --resume for a resume, "
+            "and in " +
+            which +
+            " the worker's other flags (--eval-every, --timeline, "
+            "--metrics-port, --dump-params, --log-level, ...)");
+      }
+    }
+  }
   const int workers_here = WorkersHere(config.layout, node);
   if (workers_here < 2) return Status::OK();
-  constexpr std::string_view kFlag = "--metrics-port";
   for (size_t i = 0; i < worker_args.size(); ++i) {
-    const std::string& arg = worker_args[i];
-    std::string value;
-    if (arg == kFlag) {
-      value = i + 1 < worker_args.size() ? worker_args[i + 1] : "";
-    } else if (arg.size() > kFlag.size() && arg.compare(0, kFlag.size(), kFlag) == 0 &&
-               arg[kFlag.size()] == '=') {
-      value = arg.substr(kFlag.size() + 1);
-    } else {
-      continue;
-    }
-    if (value == "0") continue;  // off, for every worker
+    const std::string flag = FlagOf(worker_args[i]);
+    if (flag != "--metrics-port" && flag != "--timeline") continue;
+    const std::string value = ValueAt(worker_args, i);
+    if (flag == "--metrics-port" && value == "0") continue;  // off, for every worker
+    const bool port = flag == "--metrics-port";
     return Status::InvalidArgument(
-        "--worker-arg --metrics-port " + value + ": one port for the " +
-        std::to_string(workers_here) +
-        " workers on this machine, which cannot all listen on it; allowed: metrics.port in the "
-        "config (each process takes its own port from it), or --rank0-arg --metrics-port for "
-        "worker 0 alone");
+        "--worker-arg " + flag + " " + value + ": one " + (port ? "port" : "file") + " for the " +
+        std::to_string(workers_here) + " workers on this machine, which cannot " +
+        (port ? "all listen on it" : "all write it (their traces would interleave)") +
+        "; allowed: " +
+        (port ? "metrics.port in the config (each process takes its own port from it), or "
+                "--rank0-arg --metrics-port for worker 0 alone"
+              : "--rank0-arg --timeline for worker 0 alone"));
   }
   return Status::OK();
 }

@@ -28,11 +28,16 @@ int WorkersHere(const ClusterLayout& layout, int node);
 Status CheckKeysOfRolesHere(const Config& config, int node, bool run_coordinator);
 
 // `worker_args` go to every worker this launcher starts (on `node`, -1:
-// every node): a --metrics-port among them is one port for all of them,
-// which only one can bind (the second exited 1 once the cluster ran).
-// InvalidArgument naming the flag and the ways that work.
+// every node), `rank0_args` to worker 0: neither may hold a flag the
+// launcher gives the workers itself (--config, --set, --rank, --node,
+// --start-step, --standalone, --check-only), and with two or more workers
+// here a --metrics-port or --timeline in worker_args is one port or file
+// for all of them, which only one can bind (the second exited 1 once the
+// cluster ran) or write. InvalidArgument naming the flag and the ways that
+// work.
 Status CheckArgsSharedByWorkers(const Config& config, int node,
-                                const std::vector<std::string>& worker_args);
+                                const std::vector<std::string>& worker_args,
+                                const std::vector<std::string>& rank0_args);
 
 // The workers whose command lines differ, as (rank, node): rank 0's and
 // one other rank's, of those this launcher starts (on `node`, -1: every

@@ -95,7 +95,9 @@ int WaitForOtherNodes(const Config& config, const std::string& node, std::vector
   if (g_interrupted) return InterruptedExit("; stopping all processes");
   const Status status = done.get();
   if (!status.ok()) {
-    std::printf("gridsync launch: the other nodes did not finish: %s\n", status.ToString().c_str());
+    std::fflush(stdout);
+    std::fprintf(stderr, "gridsync launch: the other nodes did not finish: %s\n",
+                 status.ToString().c_str());
     return 1;
   }
   return 0;

@@ -20,8 +20,10 @@
 #include <vector>
 
 #include "common/cli_parse.h"
+#include "common/cluster_layout.h"
 #include "common/config.h"
 #include "common/file_bytes.h"
+#include "common/file_limit.h"
 #include "common/logging.h"
 #include "common/message_heap.h"
 #include "common/wire/curve.h"
@@ -61,7 +63,8 @@ extern "C" void OnStopSignal(int signal_number) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  gridsync::IgnoreHangup();  // nothing to reload: the config is read once
+  gridsync::KeepStandardStreamsOpen();  // before any descriptor is made
+  gridsync::IgnoreHangup();             // nothing to reload: the config is read once
   std::signal(SIGTERM, OnStopSignal);
   std::signal(SIGINT, OnStopSignal);
   // Under a watchdog (systemd's WatchdogSec, gridsync launch), pings while
@@ -116,6 +119,10 @@ int main(int argc, char** argv) {
                "then exit (0: it would start) without connecting or training");
   GRIDSYNC_PARSE_COMMAND_LINE(app, argc, argv);
   gridsync::InitLogging("worker", log_level);
+  // A worker holds a socket (and ZeroMQ's descriptors for it) per shard and
+  // per collective peer: past the soft limit libzmq asserts and the worker
+  // aborts, so it raises the limit as the servers do (common/file_limit.h).
+  gridsync::RaiseOpenFileLimitForServing();
 
   auto config = gridsync::Config::LoadFile(config_path, overrides);
   if (!config.ok()) {
@@ -171,6 +178,12 @@ int main(int argc, char** argv) {
     ps_options.endpoint = placed->endpoint;
     spdlog::info("worker {} on node {} at {} ({})", ps_options.rank, placed->node,
                  ps_options.endpoint.hostname, placed->host_source);
+    if (auto flag =
+            gridsync::CheckMetricsPortFlag(*config, ops.metrics_port, ps_options.endpoint.hostname);
+        !flag.ok()) {
+      std::fprintf(stderr, "%s: %s\n", config_path.c_str(), flag.message().c_str());
+      return gridsync::kConfigErrorExitCode;
+    }
   }
   // Its keys before its image: a key file it would refuse (a secret
   // readable by others) failed the worker with exit 1 after the image had
@@ -198,21 +211,38 @@ int main(int argc, char** argv) {
       return gridsync::kConfigErrorExitCode;
     }
   }
-  // --dump-params likewise: it is written after the whole run.
-  if (!ps_options.dump_params.empty() && (!distributed || ps_options.rank <= 0)) {
-    const std::string folder = std::filesystem::path(ps_options.dump_params).parent_path().string();
-    std::error_code ec;
-    if (std::filesystem::is_directory(ps_options.dump_params, ec)) {
-      std::fprintf(stderr, "--dump-params %s: is a folder; allowed: a file to write\n",
-                   ps_options.dump_params.c_str());
+  // --dump-params likewise: it is written after the whole run, by the
+  // worker that holds the final model. Another rank wrote nothing and said
+  // nothing (a hostile probe): refused.
+  if (!ps_options.dump_params.empty() && distributed && ps_options.rank > 0) {
+    std::fprintf(stderr,
+                 "--dump-params %s: rank %d holds no final model to write; allowed: "
+                 "--dump-params for rank 0 or a standalone run (gridsync launch: --rank0-arg "
+                 "--dump-params F)\n",
+                 ps_options.dump_params.c_str(), ps_options.rank);
+    return gridsync::kConfigErrorExitCode;
+  }
+  // The files the flags name, now: --timeline /tmp (a folder) passed
+  // --check-only and failed the start (a hostile probe).
+  for (const auto& [flag, path] :
+       {std::pair<const char*, const std::string&>{"--dump-params", ps_options.dump_params},
+        {"--timeline", ops.timeline}}) {
+    if (path.empty()) continue;
+    if (auto writable = gridsync::CheckOutputFile(flag, path); !writable.ok()) {
+      std::fprintf(stderr, "%s\n", writable.message().c_str());
       return gridsync::kConfigErrorExitCode;
     }
-    if (auto writable = gridsync::CheckWritableFolder(folder.empty() ? "." : folder);
-        !writable.ok()) {
-      std::fprintf(stderr, "--dump-params %s: %s\n", ps_options.dump_params.c_str(),
-                   writable.message().c_str());
-      return gridsync::kConfigErrorExitCode;
-    }
+  }
+  // A resume takes the shards' (and this worker's) state of that step from
+  // the checkpoints: with none written, the start failed later, saying only
+  // that a pull asked for a version the shards had not reached.
+  if (distributed && ps_options.start_step > 0 && config->checkpoint.every_steps <= 0) {
+    std::fprintf(stderr,
+                 "%s: --start-step %llu: checkpoint.every_steps is 0, so the job has no "
+                 "checkpoints to resume from; allowed: --start-step with a config that writes "
+                 "checkpoints (checkpoint.every_steps > 0), or a start at step 0\n",
+                 config_path.c_str(), static_cast<unsigned long long>(ps_options.start_step));
+    return gridsync::kConfigErrorExitCode;
   }
   if (!distributed || ps_options.rank <= 0) {
     if (auto writable = gridsync::CheckTaskOutput(config->task.output); !writable.ok()) {
