@@ -19,6 +19,7 @@
 
 #include "common/config.h"
 #include "common/config_reader.h"
+#include "common/file_bytes.h"
 
 namespace gridsync {
 
@@ -36,6 +37,18 @@ inline void KeepStandardStreamsOpen() {
       close(opened);
     }
   }
+}
+
+// A flag naming a file the process writes when it is done (a bench's
+// --json): checked when parsed (CheckOutputFile), so that a folder or an
+// unwritable place is refused before the run, not after it.
+inline CLI::Validator OutputFile() {
+  return CLI::Validator(
+      [](std::string& path) -> std::string {
+        const Status ok = CheckOutputFile("", path);
+        return ok.ok() ? std::string() : ok.message().substr(1);  // past CheckOutputFile's space
+      },
+      "FILE");
 }
 
 // Returns -1 when the program should go on, else the exit code; a usage

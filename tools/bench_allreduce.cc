@@ -405,7 +405,8 @@ Runner AddAllReduceCommand(CLI::App* app) {
   cmd->add_option("--timeout", args->timeout_s,
                   "Seconds for rendezvous and for each operation, on both sides")
       ->check(gridsync::FiniteRange(0.001, 86400.0));
-  cmd->add_option("--json", args->json_out, "Write the results as JSON to this file");
+  cmd->add_option("--json", args->json_out, "Write the results as JSON to this file")
+      ->check(OutputFile());
   cmd->add_option("--python", args->python, "Python interpreter for the PyTorch peer");
   return [args] { return allreduce::RunAllReduce(*args); };
 }

@@ -241,9 +241,11 @@ Runner AddCompressCommand(CLI::App* app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--csv", args->csv,
                   "CSV of the rows (default: out/compress_codecs.csv; with --train: "
-                  "out/compress.csv)");
+                  "out/compress.csv)")
+      ->check(OutputFile());
   cmd->add_option("--png", args->png,
-                  "gnuplot PNG (default: out/compress_codecs.png; with --train: out/compress.png)");
+                  "gnuplot PNG (default: out/compress_codecs.png; with --train: out/compress.png)")
+      ->check(OutputFile());
   return [args] {
     return args->train ? compress::RunTrainSweep(*args) : compress::RunCodecTable(*args);
   };

@@ -134,6 +134,7 @@
 #include <malloc.h>
 #endif
 
+#include "common/cli_parse.h"
 #include "common/cluster_map.h"
 #include "common/config.h"
 #include "common/host_memory.h"
@@ -587,7 +588,8 @@ Runner AddLoadCommand(CLI::App* app) {
   cmd->add_flag("--shard-host", args->shard_host,
                 "Emulate the shard's own host: its process and the workers' in cgroup v1 CPU "
                 "groups of equal shares (root)");
-  cmd->add_option("--json", args->json_out, "Write the results as JSON to this file");
+  cmd->add_option("--json", args->json_out, "Write the results as JSON to this file")
+      ->check(OutputFile());
   return [args] { return RunLoad(*args); };
 }
 

@@ -69,6 +69,7 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "common/cli_parse.h"
 #include "common/cluster_map.h"
 #include "common/config.h"
 #include "common/message_heap.h"
@@ -547,7 +548,8 @@ Runner AddPushPullCommand(CLI::App* app) {
   cmd->add_option("--reply-part-bytes", args->reply_part_bytes,
                   "Pull replies go in parts of about this many bytes (0: whole)")
       ->transform(CLI::AsSizeValue(false));
-  cmd->add_option("--json", args->json_out, "Write the results as JSON to this file");
+  cmd->add_option("--json", args->json_out, "Write the results as JSON to this file")
+      ->check(OutputFile());
   return [args] { return RunPushPull(*args); };
 }
 

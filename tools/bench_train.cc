@@ -470,7 +470,8 @@ Runner AddTrainCommand(CLI::App* app) {
       ->needs(cmd->get_option("--vs-torch"));
   cmd->add_option("--eval-steps", args->eval_steps, "Also report PSNR after these steps")
       ->delimiter(',');
-  cmd->add_option("--json", args->json_out, "Write the results as JSON to this file");
+  cmd->add_option("--json", args->json_out, "Write the results as JSON to this file")
+      ->check(OutputFile());
   cmd->add_option("--python", args->python, "Python interpreter for the peer")
       ->check(NotEmpty("a Python interpreter"))
       ->needs(vs_torch);
