@@ -117,9 +117,11 @@ int main(int argc, char** argv) {
       ->check(gridsync::NotEmpty(
           "the folder that holds gridsync-coordinator, gridsync-ps and gridsync-worker"));
   launch->add_option("--worker-arg", launch_options.worker_args,
-                     "Extra argument for every worker (repeatable)");
+                     "Extra argument for every worker (repeatable; not the flags launch gives "
+                     "them itself: --config, --set, --rank, --node, --start-step, --standalone, "
+                     "--check-only)");
   launch->add_option("--rank0-arg", launch_options.rank0_args,
-                     "Extra argument for worker 0 (repeatable)");
+                     "Extra argument for worker 0 (repeatable; the same flags refused)");
   auto* node_option =
       launch
           ->add_option(
