@@ -45,8 +45,8 @@ inline void KeepStandardStreamsOpen() {
 inline CLI::Validator OutputFile() {
   return CLI::Validator(
       [](std::string& path) -> std::string {
-        const Status ok = CheckOutputFile("", path);
-        return ok.ok() ? std::string() : ok.message().substr(1);  // past CheckOutputFile's space
+        const Status ok = CheckOutputFile(path);
+        return ok.ok() ? std::string() : ok.message();
       },
       "FILE");
 }

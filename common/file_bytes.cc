@@ -119,14 +119,23 @@ Status CheckTaskOutput(const std::string& folder) {
   return Status::OK();
 }
 
-Status CheckOutputFile(const std::string& flag, const std::string& path) {
+Status CheckOutputFile(const std::string& path) {
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    return Status::InvalidArgument(flag + " " + path + ": is a folder; allowed: a file to write");
-  }
+  if (std::filesystem::is_directory(path, ec))
+    return Status::InvalidArgument(path + ": is a folder; allowed: a file to write");
   const std::string folder = std::filesystem::path(path).parent_path().string();
   if (auto writable = CheckWritableFolder(folder.empty() ? "." : folder); !writable.ok())
-    return Status::InvalidArgument(flag + " " + path + ": " + writable.message());
+    return Status::InvalidArgument(path + ": " + writable.message());
+  const bool existed = std::filesystem::exists(path, ec);
+  // Non-blocking: a FIFO with no reader would hold the open forever.
+  const int probe =
+      ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0644);
+  if (probe < 0) {
+    return Status::InvalidArgument(path + ": cannot write it: " + std::strerror(errno) +
+                                   "; allowed: a file this process can write");
+  }
+  ::close(probe);
+  if (!existed) std::filesystem::remove(path, ec);
   return Status::OK();
 }
 

@@ -39,11 +39,13 @@ Status CheckWritableFolder(const std::string& folder);
 // CheckWritableFolder for task.output, and its kReconstructionFile must not
 // be a folder (it was refused only after the whole run).
 Status CheckTaskOutput(const std::string& folder);
-// A file a flag names for the process to write later (--dump-params,
-// --timeline): not a folder, and its folder writable (CheckWritableFolder).
-// InvalidArgument naming the flag: a start with it would fail only once
-// it came to write (after the whole run, for --dump-params), and
-// --check-only passed it.
-Status CheckOutputFile(const std::string& flag, const std::string& path);
+// A file the process writes later (--dump-params, --timeline, a bench's
+// --json): not a folder, its folder writable (CheckWritableFolder), and the
+// file itself open for writing (opened to append, so the check neither
+// truncates a file nor leaves one that was not there). A start with it
+// failed only once it came to write (after the whole run, for
+// --dump-params), and --check-only passed it. InvalidArgument "<path>:
+// why; allowed: ...", for the caller to put its flag before.
+Status CheckOutputFile(const std::string& path);
 
 }  // namespace gridsync

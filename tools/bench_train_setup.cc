@@ -45,7 +45,7 @@ Result<Config> TrainConfig(const TrainArgs& args, int threads) {
 // What must hold before any training starts, so that a run of minutes does
 // not end in an allocation failure or an unwritable --json: the worker's
 // memory check (worker_precheck.h, as gridsync-worker and check-config
-// run it), --eval-steps within the run, and the --json file writable.
+// run it) and --eval-steps within the run.
 Status CheckBeforeTraining(const TrainArgs& args, const Config& config, const ImageTask& image) {
   GRIDSYNC_ASSIGN_OR_RETURN(const RunSpec spec, RunSpec::Resolve(config));
   GRIDSYNC_RETURN_IF_ERROR(
@@ -57,18 +57,7 @@ Status CheckBeforeTraining(const TrainArgs& args, const Config& config, const Im
                                      " (--steps)");
     }
   }
-  if (!args.json_out.empty()) {
-    // Opened for appending: the check neither truncates an existing file
-    // nor leaves one that was not there.
-    const bool existed = std::filesystem::exists(args.json_out);
-    std::ofstream probe(args.json_out, std::ios::app);
-    if (!probe) {
-      return Status::IOError("--json " + args.json_out + ": cannot write it: " +
-                             std::strerror(errno) + "; allowed: a file in a writable folder");
-    }
-    probe.close();
-    if (!existed) std::filesystem::remove(args.json_out);
-  }
+  // --json is checked when parsed (OutputFile(), common/cli_parse.h).
   return Status::OK();
 }
 

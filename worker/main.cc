@@ -228,8 +228,8 @@ int main(int argc, char** argv) {
        {std::pair<const char*, const std::string&>{"--dump-params", ps_options.dump_params},
         {"--timeline", ops.timeline}}) {
     if (path.empty()) continue;
-    if (auto writable = gridsync::CheckOutputFile(flag, path); !writable.ok()) {
-      std::fprintf(stderr, "%s\n", writable.message().c_str());
+    if (auto writable = gridsync::CheckOutputFile(path); !writable.ok()) {
+      std::fprintf(stderr, "%s %s\n", flag, writable.message().c_str());
       return gridsync::kConfigErrorExitCode;
     }
   }

@@ -54,9 +54,9 @@ __global__ void __launch_bounds__(kBlockSize)
     // as the CPU twin decides (LocalOptimizer::ApplyDense scales the row,
     // then AdamUpdateIndexed skips it): a tiny value that the scale rounds
     // to zero takes no step there, so none here either.
+    if (!RowHasGradient(g, width)) continue;  // untouched: already zero
     bool scaled_nonzero = false;
     for (uint32_t f = 0; f < width; ++f) scaled_nonzero |= g[f] * grad_scale != 0.0f;
-    if (!RowHasGradient(g, width)) continue;  // untouched: already zero
     if (scaled_nonzero)
       AdamUpdateRow(hyper, width, g, grad_scale, params + base, m + base, v + base, steps + row);
     for (uint32_t f = 0; f < width; ++f) g[f] = 0.0f;
