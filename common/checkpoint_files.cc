@@ -266,7 +266,8 @@ Status WriteFileAtomically(const std::string& path, std::string_view bytes) {
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     return failed(Status::IOError("cannot rename " + tmp + ": " + std::strerror(errno)));
   }
-  return SyncPath(fs::path(path).parent_path().string(), O_RDONLY | O_DIRECTORY);
+  const fs::path folder = fs::path(path).parent_path();
+  return SyncPath(folder.empty() ? "." : folder.string(), O_RDONLY | O_DIRECTORY);
 }
 
 std::vector<uint64_t> HeldSteps(const std::string& dir, const std::string& part) {

@@ -39,9 +39,9 @@ inline constexpr int kConfigErrorExitCode = 2;
 // restart it.
 inline constexpr int kCheckpointsHeldExitCode = 3;
 // A worker lost its coordinator during a job it can rejoin (checkpoints on,
-// gradient_sync ps or hybrid): restarted once the coordinator is back with
-// the job it kept, it rejoins. The worker unit restarts on it alone
-// (RestartForceExitStatus), as on a crash.
+// ps or hybrid), or reached none before its first step (any mode: it joined
+// nothing). Restarted, it rejoins or starts once the coordinator serves; the
+// worker unit restarts on it alone (RestartForceExitStatus), as on a crash.
 inline constexpr int kCoordinatorLostExitCode = 4;
 // A shard or worker started after the job's training began found no
 // complete checkpoint to rejoin from (the coordinator refused it with

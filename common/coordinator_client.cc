@@ -328,8 +328,10 @@ Result<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
     if (!ec) break;
     const auto now = Clock::now();
     if (now + kRetryInterval >= deadline) {
-      return Status::IOError(fmt::format(
-          "cannot connect to the coordinator at {} within {:.1f} s ({} attempt{}): {}",
+      // Unavailable: a worker that never reached its coordinator joined
+      // nothing, so its unit may restart it into a later start (exit 4).
+      return Status::Unavailable(fmt::format(
+          "cannot connect to the coordinator at {} within {:g} s ({} attempt{}): {}",
           impl->address(), SecondsOf(timeout), attempts, attempts == 1 ? "" : "s",
           ec == asio::error::timed_out ? std::string("connect timed out") : ec.message()));
     }

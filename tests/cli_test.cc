@@ -18,6 +18,7 @@
 #include "common/wire/curve.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "tests/binary_runner.h"
+#include "tests/loopback_listener.h"
 
 namespace {
 
@@ -220,6 +221,20 @@ TEST(CliTest, LaunchFlagsThatWouldDoNothingAreRefused) {
   }
   ExpectRefused("worker/gridsync-worker", "--config configs/local.json --rank 0 ''",
                 "argument 5 is empty");
+}
+
+// A hostile probe: `compress --codecs topk --bits 3` ran without a word
+// about --bits, and `load --seed -1` ran with seed 2^64 - 1.
+TEST(CliTest, BenchFlagsThatWouldDoNothingOrWrapAreRefused) {
+  ExpectRefused("tools/gridsync-bench", "compress --codecs topk --bits 3",
+                "--bits: no listed codec reads it; allowed: with qsgd");
+  ExpectRefused("tools/gridsync-bench", "compress --train --codecs none,qsgd --ratio 0.1",
+                "--ratio: no listed codec reads it; allowed: with topk or randomk");
+  for (const char* seed : {"-1", "18446744073709551616", "7x"}) {
+    ExpectRefused(
+        "tools/gridsync-bench", std::string("load --seed ") + seed,
+        std::string("--seed: Value ") + seed + " is not an integer in 0..18446744073709551615");
+  }
 }
 
 // A hostile probe: `gridsync-ps --resume-step -1` went looking for the
@@ -459,6 +474,60 @@ TEST(CliTest, AnUnresolvableMasterAddrIsRefusedBeforeAnythingStarts) {
     EXPECT_EQ(out.find("starting"), std::string::npos) << command << ": " << out;
   }
   std::filesystem::remove(nss);
+}
+
+// A hostile probe: --dump-params on a full disk left a truncated file where
+// the last run's whole one was. It is replaced whole or not at all now.
+TEST(CliTest, ADumpOnAFullDiskLeavesThePreviousFileWhole) {
+  const std::string dir = ::testing::TempDir() + "/gridsync-full-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  if (std::system(("unshare -m true >/dev/null 2>&1")) != 0) {
+    std::filesystem::remove_all(dir);
+    GTEST_SKIP() << "unshare -m is not permitted here (needs root)";
+  }
+  const char* build = std::getenv("GRIDSYNC_BUILD_DIR");
+  const std::string worker = std::string(build ? build : "build") + "/worker/gridsync-worker";
+  // 1 MiB of tmpfs holds the old file, not the model (tens of MB).
+  const std::string script = "mount -t tmpfs -o size=1m none " + dir + " && printf old > " + dir +
+                             "/p.bin && " + worker +
+                             " --config configs/local.json --standalone --set training.steps=1 "
+                             "--set training.batch_size=1024 --set task.output=" +
+                             ::testing::TempDir() + " --dump-params " + dir +
+                             "/p.bin; echo rc=$?; echo file=$(cat " + dir + "/p.bin); ls " + dir;
+  FILE* pipe = popen(("unshare -m sh -c '" + script + "' 2>&1").c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string out;
+  std::array<char, 4096> buf;
+  while (std::fgets(buf.data(), buf.size(), pipe)) out += buf.data();
+  EXPECT_EQ(pclose(pipe), 0) << out;
+  std::filesystem::remove_all(dir);
+  EXPECT_NE(out.find("rc=1\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("cannot write " + dir + "/p.bin.tmp"), std::string::npos) << out;
+  EXPECT_NE(out.find("file=old\n"), std::string::npos) << out;
+  EXPECT_EQ(out.find("p.bin.tmp\n"), std::string::npos) << out;  // no leftover
+}
+
+// A hostile probe: a worker whose coordinator's machine was not up yet
+// exited 1, on which its unit does not restart it, so "start the machines
+// in any order" held only within distributed.timeout_s. It exits 4 now, in
+// every mode and with or without checkpoints: it joined nothing.
+TEST(CliTest, AWorkerThatReachesNoCoordinatorExits4ForItsUnitToRestartIt) {
+  const uint16_t port = gridsync::testing::UnusedPort();
+  ASSERT_NE(port, 0);
+  for (const char* mode : {"ps", "nccl"}) {
+    const ProcessResult run =
+        Execute("worker/gridsync-worker",
+                "--config configs/local.json --rank 0 --set distributed.timeout_s=2 "
+                "--set checkpoint.every_steps=0 --set distributed.gradient_sync=" +
+                    std::string(mode) + " --set distributed.master_port=" + std::to_string(port));
+    EXPECT_EQ(run.exit_code, 4) << mode << ": " << run.output;
+    EXPECT_NE(
+        run.output.find("cannot connect to the coordinator at 127.0.0.1:" + std::to_string(port)),
+        std::string::npos)
+        << mode << ": " << run.output;
+    EXPECT_NE(run.output.find("no coordinator before the first step"), std::string::npos)
+        << mode << ": " << run.output;
+  }
 }
 
 // A hostile probe: resuming a run that had reached training.steps started

@@ -176,8 +176,14 @@ class ForkedRanks final : public GridsyncRanks {
   Result<Measured> RunRound(size_t index, int round, bool last) override {
     for (size_t r = 0; r < children_.size(); ++r) {
       if (!WriteAll(children_[r].control_fd, "g")) {
-        // EPIPE: the rank is gone; how it went is the useful part.
+        // EPIPE: the rank is gone. Its own error line, when it wrote one
+        // (a rendezvous that timed out), says why; it had exited, so the
+        // read ends at EOF. ("Broken pipe" alone told a probe nothing.)
         const std::string why = Errno("releasing it");
+        std::string line;
+        if (auto read = ReadLine(r, &line); read.ok() && *read && line.rfind("error ", 0) == 0) {
+          return ParseReport(r, line, index, round, last).status();
+        }
         return Status::Internal(Describe(r) + " " + DescribeExit(Reap(&children_[r])) + " (" + why +
                                 ")");
       }

@@ -219,9 +219,9 @@ Runner AddCompressCommand(CLI::App* app) {
                       compress::kTableCodecsDefault +
                       "; with --train: " + compress::kTrainCodecsDefault + ")")
       ->delimiter(',');
-  cmd->add_option("--ratio", args->ratio, "topk/randomk fraction of values kept")
-      ->check(gridsync::FiniteRange(0.0, 1.0));
-  cmd->add_option("--bits", args->bits, "qsgd level bits")->check(CLI::Range(1, 8));
+  auto* ratio = cmd->add_option("--ratio", args->ratio, "topk/randomk fraction of values kept")
+                    ->check(gridsync::FiniteRange(0.0, 1.0));
+  auto* bits = cmd->add_option("--bits", args->bits, "qsgd level bits")->check(CLI::Range(1, 8));
   cmd->add_option("--batch", args->batch,
                   "Global batch (default: training.batch_size; with --train: 4096)")
       ->check(CLI::PositiveNumber);
@@ -246,7 +246,24 @@ Runner AddCompressCommand(CLI::App* app) {
   cmd->add_option("--png", args->png,
                   "gnuplot PNG (default: out/compress_codecs.png; with --train: out/compress.png)")
       ->check(OutputFile());
-  return [args] {
+  return [args, ratio, bits] {
+    // A codec option no listed codec reads would do nothing (a probe's
+    // "--codecs topk --bits 3"), as compression.bits with codec topk would.
+    const auto codecs = !args->codecs.empty()
+                            ? args->codecs
+                            : compress::SplitList(args->train ? compress::kTrainCodecsDefault
+                                                              : compress::kTableCodecsDefault);
+    const auto listed = [&codecs](const char* codec) {
+      return std::find(codecs.begin(), codecs.end(), codec) != codecs.end();
+    };
+    if (ratio->count() > 0 && !listed("topk") && !listed("randomk")) {
+      std::fprintf(stderr, "--ratio: no listed codec reads it; allowed: with topk or randomk\n");
+      return kConfigErrorExitCode;
+    }
+    if (bits->count() > 0 && !listed("qsgd")) {
+      std::fprintf(stderr, "--bits: no listed codec reads it; allowed: with qsgd\n");
+      return kConfigErrorExitCode;
+    }
     return args->train ? compress::RunTrainSweep(*args) : compress::RunCodecTable(*args);
   };
 }

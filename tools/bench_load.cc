@@ -115,6 +115,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -572,7 +573,18 @@ Runner AddLoadCommand(CLI::App* app) {
   cmd->add_option("--warmup", args->warmup, "Untimed iterations per worker")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--timeout-ms", args->timeout_ms, "Timeout of every push and pull wait");
-  cmd->add_option("--seed", args->seed, "Seed of the batches' row ids and gradients");
+  // Non-negative: -1 wrapped to 2^64 - 1 silently (a probe).
+  cmd->add_option("--seed", args->seed, "Seed of the batches' row ids and gradients")
+      ->check(CLI::Validator(
+          [](const std::string& text) -> std::string {
+            uint64_t value = 0;
+            const auto [end, error] =
+                std::from_chars(text.data(), text.data() + text.size(), value);
+            if (error == std::errc() && end == text.data() + text.size()) return "";
+            return "Value " + text + " is not an integer in 0.." +
+                   std::to_string(std::numeric_limits<uint64_t>::max());
+          },
+          "UINT64"));
   cmd->add_option("--client-io-threads", args->client_io_threads,
                   "ZeroMQ I/O threads of one context all workers share (as one process running "
                   "many workers would); 0: a context per worker")

@@ -8,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -349,6 +350,13 @@ int main(int argc, char** argv) {
       ps_options.train.observers.push_back(progress.get());
     }
   }
+  // Whether this process trained a step: until it did, a lost coordinator
+  // leaves nothing to rejoin, and a restart is only a later start.
+  struct StepsTrained : gridsync::StepObserver {
+    void OnStep(const gridsync::StepRecord&) override { any = true; }
+    std::atomic<bool> any{false};
+  } steps_trained;
+  ps_options.train.observers.push_back(&steps_trained);
   gridsync::Result<gridsync::TrainReport> report = gridsync::Status::Internal("not run");
   try {
     if (!distributed) {
@@ -364,8 +372,20 @@ int main(int argc, char** argv) {
   }
   if (!report.ok()) {
     spdlog::error("training failed: {}", report.status().ToString());
-    if (distributed && report.status().code() == gridsync::StatusCode::kUnavailable &&
-        config->checkpoint.every_steps > 0 &&
+    const bool coordinator_lost =
+        distributed && report.status().code() == gridsync::StatusCode::kUnavailable;
+    if (coordinator_lost && !steps_trained.any) {
+      // Not reached (its machine is not up yet) or lost before training
+      // began: the processes of a cluster start in any order, so the unit
+      // restarts this one (RestartForceExitStatus=4) until the coordinator
+      // serves, as it restarts a shard (Restart=on-failure).
+      spdlog::error(
+          "exit {}: no coordinator before the first step; restarted (its unit does so on this "
+          "code) this worker tries again",
+          gridsync::kCoordinatorLostExitCode);
+      return gridsync::kCoordinatorLostExitCode;
+    }
+    if (coordinator_lost && config->checkpoint.every_steps > 0 &&
         config->distributed.gradient_sync != gridsync::GradientSyncMode::kNccl) {
       // The job lives on in its checkpoints and the coordinator's state: a
       // restart rejoins it once the coordinator is back.

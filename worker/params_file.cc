@@ -2,11 +2,16 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <string_view>
 
+#include "common/checkpoint_files.h"
 #include "common/file_bytes.h"
 
 namespace gridsync {
+
+namespace fs = std::filesystem;
 
 std::vector<float> FlattenParams(const HashGridModel& model) {
   std::vector<float> flat = model.grid_params();
@@ -16,6 +21,15 @@ std::vector<float> FlattenParams(const HashGridModel& model) {
 
 Status WriteParams(const std::string& path, const HashGridModel& model) {
   const auto flat = FlattenParams(model);
+  // A new or regular file is replaced whole or not at all: a full disk left
+  // a truncated file where the last run's was. Anything else (/dev/null, a
+  // symbolic link the operator placed) is written through, not renamed over.
+  std::error_code ec;
+  const fs::file_status kind = fs::symlink_status(path, ec);
+  if (!fs::exists(kind) || fs::is_regular_file(kind)) {
+    return WriteFileAtomically(path, std::string_view(reinterpret_cast<const char*>(flat.data()),
+                                                      flat.size() * sizeof(float)));
+  }
   std::ofstream out(path, std::ios::binary);
   out.write(reinterpret_cast<const char*>(flat.data()),
             static_cast<std::streamsize>(flat.size() * sizeof(float)));
