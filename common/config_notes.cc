@@ -88,6 +88,13 @@ std::vector<std::string> InertValueNotes(const Config& c) {
                     ": the finest hash-grid levels never turn on in this run; used with "
                     "dynamic_resolution_steps up to the steps (0: steps / 2)");
   }
+  // active(0) = max(1, ceil(L / 4)) levels: with one level that is all of
+  // them from the first step (a probe found no word about it).
+  if (c.training.dynamic_resolution && c.encoding.n_levels == 1) {
+    lines.push_back(
+        "training.dynamic_resolution true with encoding.n_levels 1: the one level is on from the "
+        "first step, so nothing turns on later; used with n_levels 2 or more");
+  }
   if (c.compression.codec != "none") {
     // No block or tensor holds more than the whole model: its grid at most
     // 2^log2_hashmap_size rows a level, and the MLP.

@@ -662,6 +662,11 @@ TEST(ConfigCombinationTest, ValuesTheClusterMakesANoOpAreNoted) {
   EXPECT_TRUE(ParseOk(R"({"training": {"steps": 100, "dynamic_resolution": true,
                                        "dynamic_resolution_steps": 100}})")
                   .notes.lines.empty());
+  only_note(ParseOk(R"({"encoding": {"n_levels": 1}, "training": {"dynamic_resolution": true}})"),
+            "training.dynamic_resolution true with encoding.n_levels 1: the one level is on from "
+            "the first step");
+  EXPECT_TRUE(ParseOk(R"({"encoding": {"n_levels": 2}, "training": {"dynamic_resolution": true}})")
+                  .notes.lines.empty());
   const std::string codec = R"({"distributed": {"enable": true, "world_size": 2},
       "encoding": {"n_levels": 2, "log2_hashmap_size": 10}, "compression": {"codec": "onebit",
       "min_bytes": )";
