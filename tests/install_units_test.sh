@@ -109,6 +109,42 @@ os.execve(spec["argv"][0], spec["argv"], env)
 PY
   track $!
 }
+# Any order: a worker whose coordinator is not up yet (its machine boots
+# later) exits with a code on which its unit, as installed, restarts it. It
+# exited 1 before, which Restart=on-abnormal leaves down for good.
+spec=$(python3 "$SRC/tests/unit_exec.py" "$units/gridsync-worker@.service" --instance 0 \
+  --root "$DEST")
+verdict=$(python3 - "$spec" "$state" "$units/gridsync-worker@.service" "$WORK/early-worker.log" \
+  <<'PY'
+import json, os, subprocess, sys
+spec, state, unit, log = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+keys = {}
+for line in open(unit):
+    if "=" in line and not line.lstrip().startswith("#"):
+        k, _, v = line.strip().partition("=")
+        keys[k] = v
+env = dict(os.environ)
+env.update(spec["env"])
+with open(log, "w") as out:
+    # A short wait: nothing listens on the port yet.
+    rc = subprocess.call(spec["argv"] + ["--set", "distributed.timeout_s=2"], cwd=state, env=env,
+                         stdout=out, stderr=subprocess.STDOUT, timeout=60)
+restart = keys.get("Restart", "no")
+forced = keys.get("RestartForceExitStatus", "").split()
+# systemd.service(5): on-failure and always restart on any unclean exit
+# code; on-abnormal only on signals and timeouts, or a forced code.
+restarts = rc != 0 and (restart in ("on-failure", "always") or str(rc) in forced)
+print(f"exit {rc}; Restart={restart} RestartForceExitStatus={' '.join(forced)}; "
+      f"{'restarted' if restarts else 'left down'}")
+PY
+)
+echo "a worker before its coordinator: $verdict"
+case "$verdict" in
+  *"; restarted") ;;
+  *) fail "a worker started before its coordinator: $verdict: $(tail -2 "$WORK/early-worker.log")" ;;
+esac
+grep -q "no coordinator before the first step" "$WORK/early-worker.log" ||
+  fail "the early worker did not say why it exited: $(tail -2 "$WORK/early-worker.log")"
 start_unit gridsync-coordinator.service "" "$WORK/coordinator.log"
 start_unit gridsync-ps@.service 0 "$WORK/ps0.log"
 start_unit gridsync-ps@.service 1 "$WORK/ps1.log"

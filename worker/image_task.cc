@@ -122,8 +122,13 @@ Result<ImageTask> ImageTask::Load(const std::string& path) {
   }
   auto bytes = ReadFileOfSize(path, size);
   if (!bytes.ok()) {
-    return Status::IOError("cannot load image '" + path + "': " + bytes.status().message() +
-                           "; allowed: a readable " + kAllowedFormats + " file");
+    // The read's own message may say what it allows already (one
+    // "allowed:" a message).
+    const std::string& why = bytes.status().message();
+    return Status::IOError("cannot load image '" + path + "': " + why +
+                           (why.find("; allowed: ") == std::string::npos
+                                ? std::string("; allowed: a readable ") + kAllowedFormats + " file"
+                                : std::string()));
   }
   return Decode(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size(), path);
 }
