@@ -112,7 +112,11 @@ Status CheckTaskOutput(const std::string& folder) {
   const auto file = std::filesystem::path(folder) / kReconstructionFile;
   std::error_code ec;
   if (std::filesystem::is_directory(file, ec)) {
-    return Status::IOError("'" + file.string() +
+    // Not "'" + file.string(): GCC 12 warns (-Wrestrict, a false positive)
+    // inside the operator+ that starts from a literal.
+    std::string quoted = file.string();
+    quoted.insert(quoted.begin(), '\'');
+    return Status::IOError(quoted +
                            "' is a folder, where the run writes its reconstruction; allowed: "
                            "a file there (or none), or another task.output");
   }

@@ -349,6 +349,14 @@ TEST(CliTest, UnwritableOutputIsRefusedBeforeTraining) {
   EXPECT_EQ(run.exit_code, 2) << run.output;
   EXPECT_NE(run.output.find("task.output"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("/proc/gridsync-cannot-write-here"), std::string::npos) << run.output;
+  // A folder where the reconstruction goes.
+  const std::string out = ::testing::TempDir() + "/gridsync-out-" + std::to_string(::getpid());
+  std::filesystem::create_directories(out + "/reconstruction.png");
+  ExpectRefused("worker/gridsync-worker",
+                "--config configs/local.json --standalone --set task.output=" + out,
+                "task.output: '" + out +
+                    "/reconstruction.png' is a folder, where the run writes its reconstruction");
+  std::filesystem::remove_all(out);
   // --dump-params too (a probe trained 60000 steps before it was refused).
   ExpectRefused("worker/gridsync-worker",
                 "--config configs/local.json --standalone --set training.steps=10000000 "
