@@ -85,7 +85,9 @@ bool CoordinatorImpl::MakeRoomFor(const ConnPtr& fresh) {
   // Refused and evicted connections linger for their error reply (Linger)
   // and no longer count.
   size_t open = 0;
-  ConnPtr silent, idlest;  // oldest of the strangers that never spoke; idlest of the others
+  // The oldest of the strangers that never spoke; the idlest of those with
+  // nothing waiting; the newest of those waiting for an answer.
+  ConnPtr silent, idlest, waiting;
   for (const ConnPtr& c : connections_) {
     if (c->closed || c->closing) continue;
     ++open;
@@ -94,10 +96,28 @@ bool CoordinatorImpl::MakeRoomFor(const ConnPtr& fresh) {
       if (!silent || c->last_heard < silent->last_heard) silent = c;
     } else if (!c->waiter && c->queued.empty()) {
       if (!idlest || c->last_heard < idlest->last_heard) idlest = c;
+    } else if (!waiting || c->id > waiting->id) {
+      waiting = c;
     }
   }
   if (open <= options_.max_connections) return true;
   if (silent) idlest = silent;
+  if (!idlest && waiting) {
+    // Every other slot is a member's, a proven key's or a waiting
+    // stranger's: strangers waiting on a key or barrier with a timeout of
+    // days locked every member out (a hostile probe, 512 kvGets). The one
+    // that connected last goes: a flood comes after the launchers already
+    // waiting at their barrier, and each of its new connections then
+    // evicts its own.
+    Fail(waiting, 0,
+         Status::IOError(fmt::format(
+             "closed to make room for a new connection: {} open, at most {} (max_connections), "
+             "every other slot held by a member, a proven key or a stranger waiting for an "
+             "answer, and this one has neither registered nor proved a key and connected last; "
+             "allowed: register (or prove a key: security.mode curve) before waiting",
+             open, options_.max_connections)));
+    return true;
+  }
   if (idlest) {
     const auto idle_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                              std::chrono::steady_clock::now() - idlest->last_heard)

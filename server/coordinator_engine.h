@@ -274,9 +274,10 @@ class CoordinatorImpl final : public Coordinator {
   // At max_connections, a new connection takes the slot of a stranger
   // (closed with an error naming why): one that never sent a whole
   // message, the oldest first, else one with no request waiting, heard
-  // from longest ago; it is refused only when every open connection is a
-  // member, proved a key, or waits for an answer (the multi-node
-  // launcher's barrier). Before, strangers that connected and stayed
+  // from longest ago, else the newest of those waiting for an answer (the
+  // multi-node launcher's barrier waits so, from before a flood); it is
+  // refused only when every open connection is a member or proved a key.
+  // Before, strangers that connected and stayed
   // silent locked every new member out until read_timeout (30 s) closed
   // them, wave after wave; and silent ones going first keeps `gridsync
   // monitor` (a stranger that speaks) through a flood of them. false:

@@ -285,6 +285,55 @@ TEST(CoordinatorLimitsTest, SilentStrangersGoBeforeOnesThatSpeak) {
       << evicted.text;
 }
 
+// A hostile probe: 512 strangers each waiting on a key nobody sets, with
+// a timeout of days, locked every member out ("too many connections ...
+// all of them registered members or proven keys", which they were not). A
+// member now takes the slot of the waiting stranger that connected last.
+TEST(CoordinatorLimitsTest, WaitingStrangersMakeRoomForAMemberNewestFirst) {
+  auto coordinator = StartWith(CappedAt(4, 1));
+  ASSERT_TRUE(coordinator);
+  std::vector<std::unique_ptr<RawConnection>> waiting;
+  for (int i = 0; i < 4; ++i) {
+    waiting.push_back(std::make_unique<RawConnection>(coordinator->port()));
+    waiting.back()->Send(KvGetFrame(9, "never-set", 4000000000u));
+    std::this_thread::sleep_for(50ms);
+  }
+  auto member = CoordinatorClient::Connect("127.0.0.1", coordinator->port(), 5s);
+  ASSERT_TRUE(member.ok()) << member.status().ToString();
+  ASSERT_TRUE((*member)->Register(Member(Role::kWorker, 0), 2s).ok());
+  auto evicted = waiting[3]->ReadReply(3s);
+  ASSERT_TRUE(evicted.decoded) << "eof " << evicted.eof << ", timeout " << evicted.timeout;
+  EXPECT_NE(evicted.text.find("closed to make room"), std::string::npos) << evicted.text;
+  EXPECT_NE(evicted.text.find("connected last"), std::string::npos) << evicted.text;
+  // The older ones still wait: their key set, they are answered.
+  ASSERT_TRUE((*member)->Set("never-set", "1").ok());
+  for (int i = 0; i < 3; ++i) {
+    auto answered = waiting[i]->ReadReply(3s);
+    ASSERT_TRUE(answered.decoded) << i << ": eof " << answered.eof;
+    EXPECT_FALSE(answered.is_error) << i << ": " << answered.text;
+  }
+}
+
+// A hostile probe: a stranger that waited at "init" under a name of its own
+// let one worker through alone; the job wedged until timeout_s. The job's
+// barriers are its registered workers' now.
+TEST(CoordinatorLimitsTest, OnlyRegisteredWorkersJoinTheJobsBarriers) {
+  auto coordinator = StartWith(CappedAt(8, 2));
+  ASSERT_TRUE(coordinator);
+  auto stranger = CoordinatorClient::Connect("127.0.0.1", coordinator->port(), 5s);
+  ASSERT_TRUE(stranger.ok()) << stranger.status().ToString();
+  for (const char* name : {"init", "done"}) {
+    const Status refused = (*stranger)->Barrier(name, 2, "intruder0", 1s);
+    EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument) << refused.ToString();
+    EXPECT_NE(refused.message().find(std::string("barrier '") + name +
+                                     "' is the job's, for its registered workers"),
+              std::string::npos)
+        << refused.message();
+  }
+  // Other names stay open to anyone (the multi-node launchers' barriers).
+  EXPECT_TRUE((*stranger)->Barrier("launch/solo", 1, "node-a", 1s).ok());
+}
+
 // When every open connection is a member, a new one is refused (the
 // descriptors stay free), and nobody is closed for it.
 TEST(CoordinatorLimitsTest, ConnectionsBeyondTheCapAreRefusedWhenAllAreMembers) {
