@@ -166,6 +166,11 @@ struct ServingStats {
   // kCheckpointsHeldExitCode rather than refuse requests until the workers
   // time out.
   uint64_t foreign_rollback_step = 0;
+  // Pull replies queued and not yet written to their peers' sockets, and
+  // the connections shut down for holding replies they did not read while
+  // a peer that reads its own asked (server/reply_backlog.h).
+  uint64_t unsent_bytes = 0;
+  uint64_t peers_shed = 0;
   // Where the serving loop's time went, cumulative seconds per stage: wire
   // and codec decoding with validation; applying pushes; gathering pulled
   // rows; encoding replies; handing them to ZeroMQ.

@@ -27,6 +27,8 @@ PsShardImpl::PsShardImpl(const Partition& partition, const ShardOptions& options
       options_(options),
       pool_(options.threads),
       socket_(context_, zmq::socket_type::router),
+      backlog_(options.max_unsent_bytes_per_peer, options.max_unsent_bytes, options.workers,
+               "shard " + std::to_string(options.shard)),
       stale_reads_(options),
       job_gate_(options.shard, options.rejoining || options.join_first),
       checkpoints_(options.checkpoint_dir, options.shard, options.checkpoint_every,
@@ -128,6 +130,8 @@ void PsShardImpl::AdmitDeferred() {
 }
 
 int PsShardImpl::ReceiveTimeoutMs() const {
+  // Pulls parked for room are retried as the drops come (within ms).
+  if (!awaiting_room_.empty()) return 2;
   if (deferred_.empty()) return 50;
   const auto left =
       std::chrono::ceil<std::chrono::milliseconds>(deferred_until_ - Clock::now()).count();
@@ -143,7 +147,9 @@ void PsShardImpl::AdmitHeld() {
 
 void PsShardImpl::DropInFlight(const std::string& why) {
   for (auto& w : waiting_) ReplyError(*w.request, Status::IOError(why));
+  for (auto& w : awaiting_room_) ReplyError(*w.request, Status::IOError(why));
   waiting_.clear();
+  awaiting_room_.clear();
   pending_.clear();
 }
 
@@ -259,6 +265,7 @@ void PsShardImpl::Loop() {
       AdmitHeld();
       AdmitDeferred();
       ExpireWaitingPulls();
+      RetryPullsAwaitingRoom();
       continue;
     }
     auto request = std::make_unique<Request>();
@@ -274,13 +281,14 @@ void PsShardImpl::Loop() {
     AdmitHeld();
     AdmitDeferred();
     ExpireWaitingPulls();
+    RetryPullsAwaitingRoom();
     waiting_count_.store(waiting_.size(), std::memory_order_relaxed);
   }
   RefuseOutstanding();
 }
 
 void PsShardImpl::RefuseOutstanding() {
-  const size_t owed = waiting_.size() + held_.size() + deferred_.size();
+  const size_t owed = waiting_.size() + held_.size() + deferred_.size() + awaiting_room_.size();
   if (owed == 0) return;
   // IOError, not Unavailable: that code stays off the wire (common/status.h).
   const Status stopping = Status::IOError(
@@ -288,9 +296,11 @@ void PsShardImpl::RefuseOutstanding() {
       " is stopping (its process was asked to end) and serves no more; a restarted shard "
       "rejoins the job from its checkpoint");
   for (auto& w : waiting_) ReplyError(*w.request, stopping);
+  for (auto& w : awaiting_room_) ReplyError(*w.request, stopping);
   for (auto& request : held_) ReplyError(*request, stopping);
   for (auto& request : deferred_) ReplyError(*request, stopping);
   waiting_.clear();
+  awaiting_room_.clear();
   held_.clear();
   deferred_.clear();
   waiting_count_.store(0, std::memory_order_relaxed);
@@ -340,6 +350,8 @@ ServingStats PsShardImpl::serving_stats() const {
   s.checkpoint_step = written.newest_step;
   s.damaged_rollback_step = damaged_rollback_step_.load(std::memory_order_relaxed);
   s.foreign_rollback_step = foreign_rollback_step_.load(std::memory_order_relaxed);
+  s.unsent_bytes = backlog_.total();
+  s.peers_shed = backlog_.shed();
   auto seconds = [](const std::atomic<uint64_t>& ns) {
     return static_cast<double>(ns.load(std::memory_order_relaxed)) * 1e-9;
   };

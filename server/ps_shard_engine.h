@@ -31,6 +31,7 @@
 #include "kernels/cpu/codec.h"
 #include "server/job_gate.h"
 #include "server/ps_shard.h"
+#include "server/reply_backlog.h"
 #include "server/shard_checkpoint.h"
 #include "server/shard_store.h"
 #include "server/stale_reads.h"
@@ -255,8 +256,14 @@ class PsShardImpl : public PsShard {
 
   void HandlePull(std::unique_ptr<Request> request);
 
-  void ReplyPull(Request& request);
-  void ReplyPullUnguarded(Request& request);
+  // false: nothing was sent, the reply waits for room (ReplyBacklog::
+  // Admission::wait); the caller parks the request with ParkForRoom.
+  bool ReplyPull(Request& request);
+  bool ReplyPullUnguarded(Request& request);
+  void ParkForRoom(std::unique_ptr<Request> request);
+  // Answers the parked pulls that fit now; refuses those parked for
+  // ReplyBacklog::kShedWait.
+  void RetryPullsAwaitingRoom();
 
   void ServeWaitingPulls();
 
@@ -268,12 +275,6 @@ class PsShardImpl : public PsShard {
   };
   // What a held request keeps in memory (ShardOptions::max_waiting_pull_bytes).
   static uint64_t HeldBytes(const Request& request);
-  // Peers with replies not yet written to their sockets.
-  size_t PeersWithUnsentBytes() const;
-
-  // The counter of replies pending to `identity` (ShardOptions::
-  // max_unsent_bytes_per_peer), created on first use.
-  std::shared_ptr<wire::UnsentBytes> UnsentTo(const zmq::message_t& identity);
 
   const Partition& partition_;
   ShardOptions options_;
@@ -290,15 +291,14 @@ class PsShardImpl : public PsShard {
   std::atomic<uint64_t> heartbeats_{0};
 
   // Owned by the I/O thread.
-  std::shared_ptr<wire::UnsentBytes> unsent_total_ = std::make_shared<wire::UnsentBytes>();
-  std::map<std::string, std::shared_ptr<wire::UnsentBytes>> unsent_by_peer_;
-  size_t unsent_prune_at_ = 1024;     // UnsentTo prunes the map past this size
+  ReplyBacklog backlog_;              // replies not yet written to peers' sockets
   uint64_t handling_request_id_ = 0;  // HandleGuarded: the request Handle decoded last
   std::atomic<uint64_t> applied_{0};  // written by the I/O thread only
   std::vector<uint64_t> clock_;       // ssp, async: pushes per worker (its next step)
   StaleReads stale_reads_;            // ssp, async: the look-ahead's bookkeeping
   std::map<uint64_t, std::map<uint32_t, std::unique_ptr<Request>>> pending_;  // step -> rank
   std::vector<Waiting> waiting_;
+  std::vector<Waiting> awaiting_room_;              // pulls parked by ReplyPull, deadline kShedWait
   std::vector<std::unique_ptr<Request>> held_;      // arrived before a rejoin was admitted
   std::vector<std::unique_ptr<Request>> deferred_;  // claims awaiting the coordinator (Defer)
   Clock::time_point deferred_until_{};

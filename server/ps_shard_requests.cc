@@ -280,7 +280,7 @@ void PsShardImpl::HandlePull(std::unique_ptr<Request> request) {
   }
   const uint64_t min_version = request->message.min_version;
   if (options_.consistency == Consistency::kAsync || min_version <= applied_) {
-    ReplyPull(*request);
+    if (!ReplyPull(*request)) ParkForRoom(std::move(request));
     return;
   }
   // No worker asks beyond the next version: under bsp a worker pulls for
@@ -329,68 +329,57 @@ uint64_t PsShardImpl::HeldBytes(const Request& request) {
   return bytes;
 }
 
-size_t PsShardImpl::PeersWithUnsentBytes() const {
-  size_t peers = 0;
-  for (const auto& [identity, counter] : unsent_by_peer_)
-    peers += counter->bytes.load(std::memory_order_relaxed) > 0 ? 1 : 0;
-  return peers;
-}
-
-std::shared_ptr<wire::UnsentBytes> PsShardImpl::UnsentTo(const zmq::message_t& identity) {
-  // Peers come and go (each connection has an identity of its own): drop
-  // the counters nobody holds and nothing is pending on, once the map has
-  // doubled since the last pass (not a scan on every pull).
-  if (unsent_by_peer_.size() >= unsent_prune_at_) {
-    std::erase_if(unsent_by_peer_, [](const auto& entry) {
-      return entry.second.use_count() == 1 && entry.second->bytes.load() == 0;
-    });
-    unsent_prune_at_ = std::max<size_t>(1024, 2 * unsent_by_peer_.size());
-  }
-  auto& counter = unsent_by_peer_[std::string(identity.data<char>(), identity.size())];
-  if (counter == nullptr) {
-    counter = std::make_shared<wire::UnsentBytes>();
-    counter->total = unsent_total_;
-  }
-  return counter;
-}
-
-void PsShardImpl::ReplyPull(Request& request) {
+bool PsShardImpl::ReplyPull(Request& request) {
   // Pulls are also answered while another request is handled (a push that
   // completes a version serves the pulls waiting for it): a failure here
   // is this pull's own error reply, never its trigger's, and the caller
   // still drops it from the waiting list.
   try {
-    ReplyPullUnguarded(request);
+    return ReplyPullUnguarded(request);
   } catch (const std::bad_alloc&) {
     ReplyError(request, Status::Internal("pull refused: out of memory building its reply (it "
                                          "asked for more than this shard can allocate)"));
+    return true;
   }
 }
 
-void PsShardImpl::ReplyPullUnguarded(Request& request) {
+void PsShardImpl::ParkForRoom(std::unique_ptr<Request> request) {
+  awaiting_room_.push_back({std::move(request), Clock::now() + ReplyBacklog::kShedWait});
+}
+
+void PsShardImpl::RetryPullsAwaitingRoom() {
+  if (awaiting_room_.empty()) return;
+  // Taken out first: a pull that still does not fit is parked again (with
+  // its first deadline), and the list is not walked while it changes.
+  std::vector<Waiting> parked = std::move(awaiting_room_);
+  awaiting_room_.clear();
+  const auto now = Clock::now();
+  for (Waiting& w : parked) {
+    if (ReplyPull(*w.request)) continue;
+    if (now >= w.deadline) {
+      uint64_t bytes = 0;
+      for (const auto& block : w.request->message.blocks)
+        bytes += uint64_t{block.row_count} * block.width * 4;
+      ReplyError(*w.request, backlog_.RoomNeverFreed(bytes));
+      continue;
+    }
+    awaiting_room_.push_back(std::move(w));
+  }
+}
+
+bool PsShardImpl::ReplyPullUnguarded(Request& request) {
   constexpr size_t kChunkRows = 16384;
   const wire::Message& m = request.message;
   uint64_t reply_bytes = 0;
   for (const auto& block : m.blocks) reply_bytes += uint64_t{block.row_count} * block.width * 4;
-  std::shared_ptr<wire::UnsentBytes> unsent = UnsentTo(request.identity);
-  const uint64_t mine = unsent->bytes.load(std::memory_order_relaxed);
-  const uint64_t all = unsent_total_->bytes.load(std::memory_order_relaxed);
-  // A peer with nothing pending has read what it was sent: it is refused
-  // only past the bound for all peers, and only when more peers than the
-  // run has workers hold replies (under bsp one version serves every
-  // worker's pull at once; peers that never read theirs are not workers).
-  const bool over_all = all + reply_bytes > options_.max_unsent_bytes;
-  if ((mine > 0 && (mine + reply_bytes > options_.max_unsent_bytes_per_peer || over_all)) ||
-      (mine == 0 && over_all && PeersWithUnsentBytes() >= options_.workers)) {
-    ReplyError(request,
-               Status::IOError(fmt::format(
-                   "pull of {} bytes refused: {} bytes of replies to this peer and {} to all "
-                   "peers are not yet written to their sockets; allowed: at most {} per peer "
-                   "and {} in all (read the replies before asking for more)",
-                   reply_bytes, mine, all, options_.max_unsent_bytes_per_peer,
-                   options_.max_unsent_bytes)));
-    return;
+  // Bounded per peer and in all (server/reply_backlog.h).
+  auto admitted = backlog_.Admit(request.identity, request.fd, reply_bytes);
+  if (!admitted.ok()) {
+    ReplyError(request, admitted.status());
+    return true;
   }
+  if (admitted->wait) return false;
+  std::shared_ptr<wire::UnsentBytes> unsent = std::move(admitted->unsent);
   const bool deltas = store_->replicas_enabled();
   // Delta pulls: which blocks go encoded (as params - replica) and which
   // whole; decided per block, the same way on every call.
@@ -524,12 +513,13 @@ void PsShardImpl::ReplyPullUnguarded(Request& request) {
     pulls_in_parts_.fetch_add(1, std::memory_order_relaxed);
     reply_parts_.fetch_add(parts, std::memory_order_relaxed);
   }
+  return true;
 }
 
 void PsShardImpl::ServeWaitingPulls() {
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     if (it->request->message.min_version <= applied_) {
-      ReplyPull(*it->request);
+      if (!ReplyPull(*it->request)) ParkForRoom(std::move(it->request));
       it = waiting_.erase(it);
     } else {
       ++it;

@@ -565,15 +565,20 @@ TEST(PsShardTest, BytesOfWaitingPullsAreBounded) {
 
 // Issue (review): a peer with nothing pending was never refused, so N
 // identities that each ask once and never read made the shard hold N full
-// replies, past the bound for all peers. Once more peers than the run has
-// workers hold replies, a fresh peer is refused past that bound too.
-TEST(PsShardTest, RepliesOfManyPeersThatDoNotReadAreBounded) {
+// replies, past the bound for all peers. Then (a hostile probe): fresh
+// peers past that bound were refused, so eight connections that never read
+// held all of it and every worker's next pull was refused, which ended the
+// run. Now the connections holding replies longest are shut down (their
+// replies dropped) until a peer that read its own fits: the queued bytes
+// stay within the bound and one reply, and a client that reads is served.
+TEST(PsShardTest, PeersThatDoNotReadAreShutDownForOnesThatDo) {
   // A pull of the table: 16 MiB; two replies and a half in all.
   OneTableShard one = StartOneTableShard(1 << 21, Consistency::kAsync,
                                          [](ShardOptions& o) { o.max_unsent_bytes = 40 << 20; });
   ASSERT_NE(one.shard, nullptr);
   const Partition* partition = one.partition.get();
   PsShard* shard = one.shard.get();
+  const std::vector<wire::TableShape> shapes = ShapesOf(*partition);
   zmq::context_t context(1);
   constexpr int kPeers = 8;
   std::vector<zmq::socket_t> greedy;
@@ -581,19 +586,29 @@ TEST(PsShardTest, RepliesOfManyPeersThatDoNotReadAreBounded) {
     zmq::socket_t& s = greedy.emplace_back(GreedyDealer(context, shard->endpoint()));
     auto frames = PullOfTable0(*partition, static_cast<uint64_t>(p + 1), 1);
     ASSERT_TRUE(wire::SendMultipart(s, frames).ok());
+    std::this_thread::sleep_for(20ms);  // one after another: the oldest go first
   }
   const auto deadline = std::chrono::steady_clock::now() + 20s;
-  uint64_t refused = 0;
-  while (std::chrono::steady_clock::now() < deadline) {
-    auto stats = shard->serving_stats();
-    refused = stats.refusals.count("IOError") ? stats.refusals.at("IOError") : 0;
-    if (shard->stats().pulls == kPeers) break;
+  while (std::chrono::steady_clock::now() < deadline && shard->stats().pulls < kPeers) {
     std::this_thread::sleep_for(20ms);
   }
   EXPECT_EQ(shard->stats().pulls, static_cast<uint64_t>(kPeers));
-  // At most 40 MiB + one reply pending: 3 of the 8 replies, the rest refused
-  // (the sockets' kernel buffers take a little of each).
-  EXPECT_GE(refused, static_cast<uint64_t>(kPeers - 4)) << "fresh peers past the bound for all";
+  // At most 40 MiB + one reply queued: the older peers' connections went
+  // (the sockets' kernel buffers take a little of each reply).
+  EXPECT_GE(shard->serving_stats().peers_shed, static_cast<uint64_t>(kPeers - 4));
+  const auto settled = std::chrono::steady_clock::now() + 5s;
+  while (std::chrono::steady_clock::now() < settled &&
+         shard->serving_stats().unsent_bytes > (uint64_t{40} << 20) + (uint64_t{16} << 20)) {
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_LE(shard->serving_stats().unsent_bytes, (uint64_t{40} << 20) + (uint64_t{16} << 20));
+  // A client that reads its replies is served (it was refused before).
+  RawClient reader(shard->endpoint());
+  for (uint64_t id = 100; id < 103; ++id) {
+    auto reply = reader.Exchange(PullOfTable0(*partition, id, 1), shapes);
+    ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+    EXPECT_EQ(reply->kind, wire::Kind::kPullReply) << reply->error.ToString();
+  }
   shard->Stop();
 }
 
