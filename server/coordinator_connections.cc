@@ -88,34 +88,40 @@ bool CoordinatorImpl::MakeRoomFor(const ConnPtr& fresh) {
   // The oldest of the strangers that never spoke; the idlest of those with
   // nothing waiting; the newest of those waiting for an answer.
   ConnPtr silent, idlest, waiting;
+  size_t silent_count = 0, waiting_count = 0;
   for (const ConnPtr& c : connections_) {
     if (c->closed || c->closing) continue;
     ++open;
     if (c == fresh || !Stranger(*c)) continue;
     if (!c->heard) {
+      ++silent_count;
       if (!silent || c->last_heard < silent->last_heard) silent = c;
     } else if (!c->waiter && c->queued.empty()) {
       if (!idlest || c->last_heard < idlest->last_heard) idlest = c;
-    } else if (!waiting || c->id > waiting->id) {
-      waiting = c;
+    } else {
+      ++waiting_count;
+      if (!waiting || c->id > waiting->id) waiting = c;
     }
   }
   if (open <= options_.max_connections) return true;
-  if (silent) idlest = silent;
-  if (!idlest && waiting) {
-    // Every other slot is a member's, a proven key's or a waiting
-    // stranger's: strangers waiting on a key or barrier with a timeout of
-    // days locked every member out (a hostile probe, 512 kvGets). The one
-    // that connected last goes: a flood comes after the launchers already
-    // waiting at their barrier, and each of its new connections then
-    // evicts its own.
+  // The more numerous kind of stranger is the flood: silent ones while they
+  // are at least as many as the waiting ones (a launcher waiting at its
+  // barrier outlives a flood of silent connections), else the idle, then
+  // the waiting ones. A shard or worker is silent for the milliseconds
+  // between its connect and its register: with 512 strangers waiting on
+  // keys, each newcomer of a starting cluster closed the one before it
+  // (a hostile probe), and strangers waiting with a timeout of days had
+  // locked every member out before that.
+  if (silent && silent_count >= waiting_count) {
+    idlest = silent;
+  } else if (!idlest && waiting) {
     Fail(waiting, 0,
          Status::IOError(fmt::format(
              "closed to make room for a new connection: {} open, at most {} (max_connections), "
-             "every other slot held by a member, a proven key or a stranger waiting for an "
-             "answer, and this one has neither registered nor proved a key and connected last; "
-             "allowed: register (or prove a key: security.mode curve) before waiting",
-             open, options_.max_connections)));
+             "{} of them strangers waiting for an answer, and this one has neither registered "
+             "nor proved a key and connected last of those; allowed: register (or prove a key: "
+             "security.mode curve) before waiting",
+             open, options_.max_connections, waiting_count)));
     return true;
   }
   if (idlest) {

@@ -273,15 +273,15 @@ class CoordinatorImpl final : public Coordinator {
   }
   // At max_connections, a new connection takes the slot of a stranger
   // (closed with an error naming why): one that never sent a whole
-  // message, the oldest first, else one with no request waiting, heard
-  // from longest ago, else the newest of those waiting for an answer (the
-  // multi-node launcher's barrier waits so, from before a flood); it is
+  // message, the oldest first, while those are at least as many as the
+  // strangers waiting for an answer; else one with no request waiting,
+  // heard from longest ago; else the newest of those waiting. It is
   // refused only when every open connection is a member or proved a key.
-  // Before, strangers that connected and stayed
-  // silent locked every new member out until read_timeout (30 s) closed
-  // them, wave after wave; and silent ones going first keeps `gridsync
-  // monitor` (a stranger that speaks) through a flood of them. false:
-  // `fresh` was refused.
+  // Before, strangers that connected and stayed silent locked every new
+  // member out until read_timeout (30 s) closed them, wave after wave, and
+  // so did strangers waiting with timeouts of days; silent ones going
+  // first keeps `gridsync monitor` (a stranger that speaks) through a
+  // flood of them. false: `fresh` was refused.
   bool MakeRoomFor(const ConnPtr& fresh);
   // Takes the connection's unfinished message out of the budgets.
   void ReleasePending(Connection& conn) {
@@ -306,6 +306,12 @@ class CoordinatorImpl final : public Coordinator {
   // writes it (a stranger could otherwise point the monitor anywhere, or
   // forge a member's figures). nullopt: it may.
   static std::optional<Status> MetricsKeyProblem(const Connection& conn, const std::string& key);
+  // The keys the job's workers read as their own (the adaptive split's
+  // rates, the collectives' rendezvous under kCollectiveStorePrefix) are
+  // written by registered workers only: a stranger's "rates/<step>/<rank>"
+  // ended a run (a hostile probe), and one under collective/ could send a
+  // worker's Gloo group to its own address.
+  static std::optional<Status> WorkersKeyProblem(const Connection& conn, const std::string& key);
   void HandleKvGet(const ConnPtr& conn, uint64_t id, KvGetRequest req);
 
   // The values of `keys` (all present), or an error reply when together

@@ -107,6 +107,23 @@ std::optional<Status> CoordinatorImpl::MetricsKeyProblem(const Connection& conn,
       key.substr(0, 128)));
 }
 
+std::optional<Status> CoordinatorImpl::WorkersKeyProblem(const Connection& conn,
+                                                         const std::string& key) {
+  for (std::string_view prefix :
+       {std::string_view("rates/"), std::string_view(kCollectiveStorePrefix)}) {
+    if (!key.starts_with(prefix)) continue;
+    if (conn.member && conn.member->role == Role::kWorker) return std::nullopt;
+    return Status::InvalidArgument(fmt::format(
+        "kvSet '{}': keys under {} are the job's workers' own, written by registered workers "
+        "only; this connection is {}; allowed: register as a worker first, or a key outside {}",
+        key.substr(0, 128), prefix,
+        conn.member ? std::string("a registered ") + RoleName(conn.member->role)
+                    : std::string("not registered"),
+        prefix));
+  }
+  return std::nullopt;
+}
+
 void CoordinatorImpl::HandleKvSet(const ConnPtr& conn, uint64_t id, KvSetRequest req) {
   if (req.key.empty()) {
     Send(conn, wire::EncodeErrorReply(
@@ -114,6 +131,10 @@ void CoordinatorImpl::HandleKvSet(const ConnPtr& conn, uint64_t id, KvSetRequest
     return;
   }
   if (auto refused = MetricsKeyProblem(*conn, req.key)) {
+    Send(conn, wire::EncodeErrorReply(id, *refused));
+    return;
+  }
+  if (auto refused = WorkersKeyProblem(*conn, req.key)) {
     Send(conn, wire::EncodeErrorReply(id, *refused));
     return;
   }

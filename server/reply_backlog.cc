@@ -96,8 +96,9 @@ Result<ReplyBacklog::Admission> ReplyBacklog::Admit(const zmq::message_t& identi
   const bool over_all = all + bytes > max_all_;
   // Under bsp one version serves every worker's pull at once: up to one
   // reply a worker past the bound for all is theirs.
-  const bool shedding = mine == 0 && over_all && PeersHolding() >= workers_;
-  if ((mine > 0 && (mine + bytes > max_per_peer_ || over_all)) ||
+  const bool crowded = mine == 0 && over_all && PeersHolding() >= workers_;
+  const bool shedding = crowded && peer.replies > 0;  // it read replies before
+  if ((mine > 0 && (mine + bytes > max_per_peer_ || over_all)) || (crowded && !shedding) ||
       (shedding && !ShedFor(peer, bytes))) {
     return Status::IOError(fmt::format(
         "pull of {} bytes refused: {} bytes of replies to this peer and {} to all peers are not "
@@ -113,6 +114,7 @@ Result<ReplyBacklog::Admission> ReplyBacklog::Admit(const zmq::message_t& identi
     peer.shed = false;  // a new connection under the same identity
   }
   if (fd >= 0) peer.fd = fd;
+  ++peer.replies;
   return Admission{peer.unsent, false};
 }
 

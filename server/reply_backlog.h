@@ -5,15 +5,18 @@
 // shard without these.
 //
 // A peer holding replies that asks again is refused past its own bound or
-// the bound for all. A peer holding none has read what it was sent (a
-// worker waits with one pull at a time): past the bound for all, once more
-// peers than the run has workers hold replies, the connections of the
-// peers holding replies longest are shut down (their queued replies go
-// with them) until its reply fits. Before, that peer was refused: a hostile
-// probe's eight connections that never read held the whole 4 GiB, and
-// every worker's next pull was refused, which ended the run. A peer that
-// never reads holds since its first reply; a worker only since the reply
-// it is reading, so the peers that never read go first.
+// the bound for all. A peer holding none that was sent replies before has
+// read them (a worker waits with one pull at a time): past the bound for
+// all, once more peers than the run has workers hold replies, the
+// connections of the peers holding replies longest are shut down (their
+// queued replies go with them) until its reply fits. Before, it was
+// refused: a hostile probe's eight connections that never read held the
+// whole 4 GiB, and every worker's next pull was refused, which ended the
+// run. A peer that never reads holds since its first reply; a worker only
+// since the reply it is reading, so the peers that never read go first. A
+// peer never sent a reply has shown nothing and is refused there, as
+// before (a second probe's 256 connections, reconnecting as each was shut
+// down, asked anew as fresh peers and crowded the workers out).
 //
 // Thread safety: the shard's serving thread only. The counters it hands
 // out are decremented by ZeroMQ's I/O threads (atomics) once a reply's
@@ -70,6 +73,7 @@ class ReplyBacklog {
     int fd = -1;              // the connection its last pull came on
     Clock::time_point since;  // holding replies since (its first one still queued)
     bool shed = false;        // its connection was shut down
+    uint64_t replies = 0;     // replies admitted to it
   };
 
   Peer& PeerOf(const zmq::message_t& identity);

@@ -287,9 +287,12 @@ TEST(CoordinatorLimitsTest, SilentStrangersGoBeforeOnesThatSpeak) {
 
 // A hostile probe: 512 strangers each waiting on a key nobody sets, with
 // a timeout of days, locked every member out ("too many connections ...
-// all of them registered members or proven keys", which they were not). A
-// member now takes the slot of the waiting stranger that connected last.
-TEST(CoordinatorLimitsTest, WaitingStrangersMakeRoomForAMemberNewestFirst) {
+// all of them registered members or proven keys", which they were not).
+// A newcomer now takes the slot of the waiting stranger that connected
+// last. And (a second probe) a starting cluster's processes, silent for the
+// milliseconds between connect and register, no longer close each other:
+// the waiting strangers outnumber them, so they go first.
+TEST(CoordinatorLimitsTest, WaitingStrangersMakeRoomForNewcomersNewestFirst) {
   auto coordinator = StartWith(CappedAt(4, 1));
   ASSERT_TRUE(coordinator);
   std::vector<std::unique_ptr<RawConnection>> waiting;
@@ -298,20 +301,56 @@ TEST(CoordinatorLimitsTest, WaitingStrangersMakeRoomForAMemberNewestFirst) {
     waiting.back()->Send(KvGetFrame(9, "never-set", 4000000000u));
     std::this_thread::sleep_for(50ms);
   }
+  RawConnection early(coordinator->port());  // a shard before its register
+  std::this_thread::sleep_for(50ms);
   auto member = CoordinatorClient::Connect("127.0.0.1", coordinator->port(), 5s);
   ASSERT_TRUE(member.ok()) << member.status().ToString();
   ASSERT_TRUE((*member)->Register(Member(Role::kWorker, 0), 2s).ok());
-  auto evicted = waiting[3]->ReadReply(3s);
-  ASSERT_TRUE(evicted.decoded) << "eof " << evicted.eof << ", timeout " << evicted.timeout;
-  EXPECT_NE(evicted.text.find("closed to make room"), std::string::npos) << evicted.text;
-  EXPECT_NE(evicted.text.find("connected last"), std::string::npos) << evicted.text;
+  for (int i : {3, 2}) {
+    auto evicted = waiting[i]->ReadReply(3s);
+    ASSERT_TRUE(evicted.decoded) << i << ": eof " << evicted.eof << ", timeout " << evicted.timeout;
+    EXPECT_NE(evicted.text.find("closed to make room"), std::string::npos) << evicted.text;
+    EXPECT_NE(evicted.text.find("connected last of those"), std::string::npos) << evicted.text;
+  }
+  early.Send(KvSetFrame(5, "early", 3));
+  auto served = early.ReadReply(3s);
+  ASSERT_TRUE(served.decoded) << "eof " << served.eof << ", timeout " << served.timeout;
+  EXPECT_FALSE(served.is_error) << "the silent newcomer was closed: " << served.text;
   // The older ones still wait: their key set, they are answered.
   ASSERT_TRUE((*member)->Set("never-set", "1").ok());
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < 2; ++i) {
     auto answered = waiting[i]->ReadReply(3s);
     ASSERT_TRUE(answered.decoded) << i << ": eof " << answered.eof;
     EXPECT_FALSE(answered.is_error) << i << ": " << answered.text;
   }
+}
+
+// A hostile probe: a stranger's "rates/<step>/<rank>" = "x" ended an
+// adaptive-split run ("worker 0's rate is not a number"), and keys under
+// collective/ hold the workers' Gloo addresses. Both are registered
+// workers' to write now; anyone may still read them.
+TEST(CoordinatorLimitsTest, OnlyRegisteredWorkersWriteTheWorkersKeys) {
+  auto coordinator = StartWith(CappedAt(8, 1));
+  ASSERT_TRUE(coordinator);
+  auto stranger = CoordinatorClient::Connect("127.0.0.1", coordinator->port(), 5s);
+  ASSERT_TRUE(stranger.ok()) << stranger.status().ToString();
+  for (const std::string& key :
+       {std::string("rates/400/0"), std::string(kCollectiveStorePrefix) + "gloo/x/0"}) {
+    const Status refused = (*stranger)->Set(key, "x");
+    EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument) << key << ": " << refused.ToString();
+    EXPECT_NE(refused.message().find("the job's workers' own, written by registered workers only; "
+                                     "this connection is not registered"),
+              std::string::npos)
+        << refused.message();
+  }
+  auto worker = CoordinatorClient::Connect("127.0.0.1", coordinator->port(), 5s);
+  ASSERT_TRUE(worker.ok()) << worker.status().ToString();
+  ASSERT_TRUE((*worker)->Register(Member(Role::kWorker, 0), 2s).ok());
+  ASSERT_TRUE((*worker)->Set("rates/400/0", "1.5").ok());
+  auto read = (*stranger)->Get({"rates/400/0"}, 0ms);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(read->at(0), "1.5");
+  EXPECT_TRUE((*stranger)->Set("launch/solo", "1").ok()) << "other keys stay open";
 }
 
 // A hostile probe: a stranger that waited at "init" under a name of its own
@@ -423,12 +462,14 @@ TEST(CoordinatorLimitsTest, TheStoreAndKvGetRepliesAreBounded) {
 // and never deletes them: under the key bound a long run would have been
 // refused. A new round retires every round before the previous one.
 TEST(CoordinatorLimitsTest, OldRoundsOfRatesAreRetired) {
-  CoordinatorOptions options;
+  CoordinatorOptions options = CappedAt(64, 1);
   options.max_store_keys = 8;
   auto coordinator = StartWith(options);
   ASSERT_TRUE(coordinator);
   auto client = CoordinatorClient::Connect("127.0.0.1", coordinator->port(), 5s);
   ASSERT_TRUE(client.ok()) << client.status().ToString();
+  // Rates are a registered worker's to write (see below).
+  ASSERT_TRUE((*client)->Register(Member(Role::kWorker, 0), 2s).ok());
   for (uint64_t step = 20; step <= 2000; step += 20) {  // 100 rounds of 2 workers
     for (int rank = 0; rank < 2; ++rank) {
       const std::string key = "rates/" + std::to_string(step) + "/" + std::to_string(rank);
