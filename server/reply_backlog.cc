@@ -59,7 +59,11 @@ bool ReplyBacklog::ShedFor(const Peer& asking, uint64_t bytes) {
             [](const Peer* a, const Peer* b) { return a->since < b->since; });
   const auto now = Clock::now();
   for (Peer* peer : holders) {
-    if (fits_once_gone()) break;
+    // Every peer that has held replies unread for kStaleHold goes at once
+    // (no reader holds one that long: a worker reads its reply as it
+    // comes); then the oldest of the others until the reply fits. One at a
+    // time, 256 reconnecting peers refilled the room faster than it freed.
+    if (now - peer->since < kStaleHold && fits_once_gone()) break;
     const uint64_t held = peer->unsent->bytes.load(std::memory_order_relaxed);
     peer->shed = true;
     leaving += held;

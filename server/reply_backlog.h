@@ -52,6 +52,9 @@ class ReplyBacklog {
     bool wait = false;
   };
   static constexpr std::chrono::milliseconds kShedWait{1000};
+  // Replies held unread this long mark a peer that does not read: when
+  // room is needed, all such peers are shut down at once.
+  static constexpr std::chrono::milliseconds kStaleHold{2000};
 
   // Whether a reply of `bytes` to `identity`, whose request came on
   // connection `fd` (ZMQ_SRCFD; -1: unknown), may be queued; IOError naming
