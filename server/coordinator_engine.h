@@ -271,6 +271,15 @@ class CoordinatorImpl final : public Coordinator {
   static bool Stranger(const Connection& conn) {
     return !conn.member.has_value() && !conn.authenticated.has_value();
   }
+  // What the job's workers alone may do (its barriers, their keys) needs
+  // this; Registration says what the connection is instead, for the refusal.
+  static bool RegisteredWorker(const Connection& conn) {
+    return conn.member && conn.member->role == Role::kWorker;
+  }
+  static std::string Registration(const Connection& conn) {
+    return conn.member ? std::string("a registered ") + RoleName(conn.member->role)
+                       : std::string("not registered");
+  }
   // At max_connections, a new connection takes the slot of a stranger
   // (closed with an error naming why): one that never sent a whole
   // message, the oldest first, while those are at least as many as the

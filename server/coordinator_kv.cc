@@ -112,14 +112,11 @@ std::optional<Status> CoordinatorImpl::WorkersKeyProblem(const Connection& conn,
   for (std::string_view prefix :
        {std::string_view("rates/"), std::string_view(kCollectiveStorePrefix)}) {
     if (!key.starts_with(prefix)) continue;
-    if (conn.member && conn.member->role == Role::kWorker) return std::nullopt;
+    if (RegisteredWorker(conn)) return std::nullopt;
     return Status::InvalidArgument(fmt::format(
         "kvSet '{}': keys under {} are the job's workers' own, written by registered workers "
         "only; this connection is {}; allowed: register as a worker first, or a key outside {}",
-        key.substr(0, 128), prefix,
-        conn.member ? std::string("a registered ") + RoleName(conn.member->role)
-                    : std::string("not registered"),
-        prefix));
+        key.substr(0, 128), prefix, Registration(conn), prefix));
   }
   return std::nullopt;
 }

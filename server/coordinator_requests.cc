@@ -377,17 +377,13 @@ void CoordinatorImpl::HandleBarrier(const ConnPtr& conn, uint64_t id, BarrierReq
   // The job's own barriers start and end training (training_started_,
   // job_done_): a stranger that joined "init" under a name of its own
   // passed a worker through it alone and wedged the job (a hostile probe).
-  if ((req.name == "init" || req.name == "done") &&
-      !(conn->member && conn->member->role == Role::kWorker)) {
-    Send(conn,
-         wire::EncodeErrorReply(
-             id, Status::InvalidArgument(fmt::format(
-                     "barrier '{}' is the job's, for its registered workers; this "
-                     "connection ({}) is {}; allowed: another barrier name, or register as "
-                     "a worker first",
-                     req.name, conn->peer,
-                     conn->member ? std::string("a registered ") + RoleName(conn->member->role)
-                                  : std::string("not registered")))));
+  if ((req.name == "init" || req.name == "done") && !RegisteredWorker(*conn)) {
+    Send(conn, wire::EncodeErrorReply(
+                   id, Status::InvalidArgument(fmt::format(
+                           "barrier '{}' is the job's, for its registered workers; this "
+                           "connection ({}) is {}; allowed: another barrier name, or register as "
+                           "a worker first",
+                           req.name, conn->peer, Registration(*conn)))));
     return;
   }
   std::string member = req.member;

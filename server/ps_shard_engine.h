@@ -261,6 +261,8 @@ class PsShardImpl : public PsShard {
   bool ReplyPull(Request& request);
   bool ReplyPullUnguarded(Request& request);
   void ParkForRoom(std::unique_ptr<Request> request);
+  // The values a pull's reply carries, in bytes (its blocks' rows x width).
+  static uint64_t ReplyBytes(const wire::Message& pull);
   // Answers the parked pulls that fit now; refuses those parked for
   // ReplyBacklog::kShedWait.
   void RetryPullsAwaitingRoom();

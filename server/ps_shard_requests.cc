@@ -343,6 +343,12 @@ bool PsShardImpl::ReplyPull(Request& request) {
   }
 }
 
+uint64_t PsShardImpl::ReplyBytes(const wire::Message& pull) {
+  uint64_t bytes = 0;
+  for (const auto& block : pull.blocks) bytes += uint64_t{block.row_count} * block.width * 4;
+  return bytes;
+}
+
 void PsShardImpl::ParkForRoom(std::unique_ptr<Request> request) {
   awaiting_room_.push_back({std::move(request), Clock::now() + ReplyBacklog::kShedWait});
 }
@@ -357,10 +363,7 @@ void PsShardImpl::RetryPullsAwaitingRoom() {
   for (Waiting& w : parked) {
     if (ReplyPull(*w.request)) continue;
     if (now >= w.deadline) {
-      uint64_t bytes = 0;
-      for (const auto& block : w.request->message.blocks)
-        bytes += uint64_t{block.row_count} * block.width * 4;
-      ReplyError(*w.request, backlog_.RoomNeverFreed(bytes));
+      ReplyError(*w.request, backlog_.RoomNeverFreed(ReplyBytes(w.request->message)));
       continue;
     }
     awaiting_room_.push_back(std::move(w));
@@ -370,8 +373,7 @@ void PsShardImpl::RetryPullsAwaitingRoom() {
 bool PsShardImpl::ReplyPullUnguarded(Request& request) {
   constexpr size_t kChunkRows = 16384;
   const wire::Message& m = request.message;
-  uint64_t reply_bytes = 0;
-  for (const auto& block : m.blocks) reply_bytes += uint64_t{block.row_count} * block.width * 4;
+  const uint64_t reply_bytes = ReplyBytes(m);
   // Bounded per peer and in all (server/reply_backlog.h).
   auto admitted = backlog_.Admit(request.identity, request.fd, reply_bytes);
   if (!admitted.ok()) {

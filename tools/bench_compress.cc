@@ -122,6 +122,11 @@ std::vector<std::string> SplitList(const std::string& text) {
   return out;
 }
 
+std::vector<std::string> ListedCodecs(const CompressArgs& args) {
+  if (!args.codecs.empty()) return args.codecs;
+  return SplitList(args.train ? kTrainCodecsDefault : kTableCodecsDefault);
+}
+
 // A path inside a gnuplot single-quoted string ('' is a quote there).
 std::string GnuplotQuote(const std::string& text) {
   std::string out = "'";
@@ -249,10 +254,7 @@ Runner AddCompressCommand(CLI::App* app) {
   return [args, ratio, bits] {
     // A codec option no listed codec reads would do nothing (a probe's
     // "--codecs topk --bits 3"), as compression.bits with codec topk would.
-    const auto codecs = !args->codecs.empty()
-                            ? args->codecs
-                            : compress::SplitList(args->train ? compress::kTrainCodecsDefault
-                                                              : compress::kTableCodecsDefault);
+    const auto codecs = compress::ListedCodecs(*args);
     const auto listed = [&codecs](const char* codec) {
       return std::find(codecs.begin(), codecs.end(), codec) != codecs.end();
     };

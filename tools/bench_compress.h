@@ -155,6 +155,9 @@ double Seconds(Clock::time_point start, Clock::time_point end);
 std::string Fmt(const char* format, double value);
 
 std::vector<std::string> SplitList(const std::string& text);
+// The codecs a run compares: --codecs, else the table's or --train's
+// default list.
+std::vector<std::string> ListedCodecs(const CompressArgs& args);
 
 // A path inside a gnuplot single-quoted string ('' is a quote there).
 std::string GnuplotQuote(const std::string& text);

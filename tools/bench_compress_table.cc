@@ -217,7 +217,7 @@ int RunCodecTable(const CompressArgs& args) {
     return kConfigErrorExitCode;
   }
   std::vector<CodecOptions> codecs;
-  for (const auto& name : args.codecs.empty() ? SplitList(kTableCodecsDefault) : args.codecs) {
+  for (const auto& name : ListedCodecs(args)) {
     // --ratio and --bits go to the codecs that read them (set here, not as
     // overrides: the loaded config's own codec may read neither).
     CompressionConfig c = config->compression;

@@ -106,8 +106,7 @@ Status EnsureFileDescriptors(const CompressArgs& args) {
 
 int RunTrainSweep(const CompressArgs& args) {
   const int batch = args.batch > 0 ? args.batch : kTrainDefaultBatch;
-  std::vector<std::string> codecs =
-      args.codecs.empty() ? SplitList(kTrainCodecsDefault) : args.codecs;
+  std::vector<std::string> codecs = ListedCodecs(args);
   // none first: every other row's PSNR difference is against it.
   std::stable_partition(codecs.begin(), codecs.end(), [](const auto& c) { return c == "none"; });
   for (size_t i = 1; i < codecs.size(); ++i) {
