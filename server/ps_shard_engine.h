@@ -230,6 +230,10 @@ class PsShardImpl : public PsShard {
 
   void Handle(std::unique_ptr<Request> request);
 
+  // The kinds a shard takes (requests), and the refusal of any other.
+  static bool TakesKind(wire::Kind kind);
+  static Status RefuseKind(wire::Kind kind);
+
   void HandleInit(Request& request);
 
   void HandlePush(std::unique_ptr<Request> request);

@@ -10,13 +10,26 @@
 namespace gridsync {
 namespace ps_shard_engine {
 
+bool PsShardImpl::TakesKind(wire::Kind kind) {
+  return kind == wire::Kind::kPush || kind == wire::Kind::kPull || kind == wire::Kind::kInit ||
+         kind == wire::Kind::kStats;
+}
+
+Status PsShardImpl::RefuseKind(wire::Kind kind) {
+  return Status::InvalidArgument(std::string("a shard does not accept ") + wire::KindName(kind) +
+                                 " messages; allowed: push, pull, init, stats");
+}
+
 void PsShardImpl::Handle(std::unique_ptr<Request> request) {
   const auto start = Clock::now();
   auto decoded = wire::Decode(request->frames, shapes_, options_.limits);
   if (!decoded.ok()) {
     request->message = wire::Message{};
     request->message.request_id = wire::PeekRequestId(request->frames, options_.limits);
-    ReplyError(*request, decoded.status(), /*readable=*/false);
+    // A kind no shard takes is refused as such, whatever else is wrong.
+    const std::optional<wire::Kind> kind = wire::PeekKind(request->frames, options_.limits);
+    ReplyError(*request, kind && !TakesKind(*kind) ? RefuseKind(*kind) : decoded.status(),
+               /*readable=*/false);
     return;
   }
   request->message = std::move(decoded).value();
@@ -29,11 +42,19 @@ void PsShardImpl::Handle(std::unique_ptr<Request> request) {
   }
   // The kind first: what a block means depends on it, and only requests
   // reach the checks below.
-  if (m.kind != wire::Kind::kPush && m.kind != wire::Kind::kPull && m.kind != wire::Kind::kInit &&
-      m.kind != wire::Kind::kStats) {
-    ReplyError(*request, Status::InvalidArgument(std::string("a shard does not accept ") +
-                                                 wire::KindName(m.kind) +
-                                                 " messages; allowed: push, pull, init, stats"));
+  if (!TakesKind(m.kind)) {
+    ReplyError(*request, RefuseKind(m.kind));
+    return;
+  }
+  // A request for another shard is a client's wrong address (a stale shard
+  // map, crossed endpoints): answering it from this shard's rows would hand
+  // back a partition the client did not ask for. Stats are anyone's.
+  if (m.kind != wire::Kind::kStats && m.shard != options_.shard) {
+    ReplyError(*request,
+               Status::InvalidArgument(fmt::format(
+                   "{} addressed to shard {} reached shard {}; allowed: requests addressed to "
+                   "this shard (the shard map gives each shard's endpoint)",
+                   wire::KindName(m.kind), m.shard, options_.shard)));
     return;
   }
   // Under CURVE a key proves a role: an observer's (gridsync monitor, on

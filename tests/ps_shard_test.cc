@@ -140,6 +140,8 @@ TEST(PsShardTest, MalformedInputGetsErrorAndChangesNothing) {
   cases.push_back(
       {"wrong worker count", push_with([](auto& h, auto&) { h.num_workers = 5; }), "worker"});
   cases.push_back({"step far ahead", push_with([](auto& h, auto&) { h.step = 40; }), "step"});
+  cases.push_back({"another shard's push", push_with([](auto& h, auto&) { h.shard = 3; }),
+                   "push addressed to shard 3 reached shard 0"});
   {
     auto f = push_with([](auto&, auto&) {});
     f.pop_back();  // the values frame
@@ -166,9 +168,10 @@ TEST(PsShardTest, MalformedInputGetsErrorAndChangesNothing) {
     for (uint32_t i = 0; i < wire::Limits{}.max_frames() + 5; ++i) f.emplace_back("x", 1);
     cases.push_back({"too many frames", std::move(f), "frames", 0});
   }
-  // Every kind, with one sparse block and no frames: kinds without blocks
-  // are refused for listing one, the others for the missing frames, and a
-  // pullReply (rows implied) for being no request.
+  // Every kind, with one sparse block and no frames: a kind no shard takes
+  // (a reply, an error) is refused for its kind, whatever else is wrong;
+  // of the requests, kinds without blocks are refused for listing one, the
+  // others for the missing frames.
   using MK = wire::schema::MessageKind;
   for (MK kind : {MK::PUSH, MK::PUSH_ACK, MK::PULL, MK::PULL_REPLY, MK::ERROR, MK::STATS,
                   MK::STATS_REPLY, MK::INIT}) {
@@ -176,7 +179,10 @@ TEST(PsShardTest, MalformedInputGetsErrorAndChangesNothing) {
     std::string expect = wire::LayoutOf(k).blocks
                              ? (wire::LayoutOf(k).row_ids ? "frames" : "values")
                              : "allowed: none";
-    if (k == wire::Kind::kPullReply) expect = "frames";
+    if (k != wire::Kind::kPush && k != wire::Kind::kPull && k != wire::Kind::kInit &&
+        k != wire::Kind::kStats) {
+      expect = std::string("a shard does not accept ") + wire::KindName(k) + " messages";
+    }
     cases.push_back({std::string("one sparse block on a ") + wire::KindName(k),
                      HeaderWithOneSparseBlock(kind), expect});
   }

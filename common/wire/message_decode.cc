@@ -1,4 +1,4 @@
-// The data plane's decode boundary (message.h): Decode, PeekRequestId and
+// The data plane's decode boundary (message.h): Decode, PeekRequestId, PeekKind and
 // CheckValueBounds, and the header and row-id parsing they share. Encoding
 // and the socket helpers are in message.cc.
 //
@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -62,6 +63,7 @@ struct RawHeader {
   uint32_t epoch = 0;
   uint64_t part_row = 0;
   bool more_parts = false;
+  bool kind_known = false;  // kind was read and is one of Kind's
   std::vector<RawBlock> blocks;
   uint32_t error_code = 0;
   std::string error_text;
@@ -131,6 +133,7 @@ Status ParseHeader(const zmq::message_t& frame, const Limits& limits, RawHeader&
           fmt::format("frame 0 (header): message kind {} unknown; allowed: 0..{} (push .. init)",
                       out.kind, kLastKind));
     }
+    out.kind_known = true;
     out.step = header.getStep();
     out.worker_rank = header.getWorkerRank();
     out.shard = header.getShard();
@@ -237,6 +240,14 @@ uint64_t PeekRequestId(const std::vector<zmq::message_t>& frames, const Limits& 
   // The status does not matter: the id is read as soon as the version is.
   (void)ParseHeader(frames[0], limits, raw);
   return raw.request_id;
+}
+
+std::optional<Kind> PeekKind(const std::vector<zmq::message_t>& frames, const Limits& limits) {
+  if (frames.empty()) return std::nullopt;
+  RawHeader raw;
+  (void)ParseHeader(frames[0], limits, raw);
+  if (!raw.kind_known) return std::nullopt;
+  return static_cast<Kind>(raw.kind);
 }
 
 Result<Message> Decode(const std::vector<zmq::message_t>& frames,
