@@ -18,7 +18,7 @@ cmake --build "$BUILD" --target fuzz_all make_seeds -j "$(nproc)"
 failed=0
 for target in wire_decode_fuzz codec_decode_fuzz coord_request_fuzz config_fuzz coord_state_fuzz \
     image_decode_fuzz shard_checkpoint_fuzz worker_checkpoint_fuzz params_file_fuzz allreduce_checkpoint_fuzz \
-    pull_reply_fuzz resume_steps_fuzz shard_request_fuzz; do
+    pull_reply_fuzz resume_steps_fuzz shard_request_fuzz coordinator_session_fuzz; do
   mkdir -p "$BUILD/corpus/$target" "$BUILD/artifacts"
   log="$BUILD/$target.log"
   if "$BUILD/fuzz/$target" -max_total_time="$SECONDS_PER" -timeout=10 -rss_limit_mb=2048 \
