@@ -142,7 +142,11 @@ class PsClient {
   // kind push (gradients of `step`) or init (initial values); waits for every
   // shard's acknowledgement. Every shard gets a message, empty or not: in BSP
   // it counts pushes per worker.
-  Status Push(wire::Kind kind, uint64_t step, const std::vector<TableRowsRef>& tables);
+  // while_acks, if given, runs once the push is sent, while the shards
+  // decode and apply it: work that needs neither the acks nor the
+  // parameters (the next step's batch) then costs no wall time of its own.
+  Status Push(wire::Kind kind, uint64_t step, const std::vector<TableRowsRef>& tables,
+              const std::function<void()>& while_acks = nullptr);
 
   // Mixed precision: this worker's gradients of `step` overflowed. Every
   // shard gets an empty push flagged skipStep and applies no push of the

@@ -233,7 +233,8 @@ Status PsClient::Compress(uint64_t step, uint32_t shard, bool on_device, wire::O
   return Status::OK();
 }
 
-Status PsClient::Push(wire::Kind kind, uint64_t step, const std::vector<TableRowsRef>& tables) {
+Status PsClient::Push(wire::Kind kind, uint64_t step, const std::vector<TableRowsRef>& tables,
+                      const std::function<void()>& while_acks) {
   const auto start = Clock::now();
   const bool updates = kind == wire::Kind::kPush && worker_adam_ != nullptr;
   std::vector<bool> on_device(partition_.n_tables(), false);
@@ -282,9 +283,15 @@ Status PsClient::Push(wire::Kind kind, uint64_t step, const std::vector<TableRow
   counters_.encode_seconds += Seconds(start);
   const bool settles = std::any_of(settle_.begin(), settle_.end(),
                                    [](const std::vector<Settle>& items) { return !items.empty(); });
+  std::function<void()> after_send;
+  if (settles || while_acks) {
+    after_send = [this, settles, &while_acks] {
+      if (settles) SettleAll();
+      if (while_acks) while_acks();
+    };
+  }
   const Status status =
-      SendAndAwaitAcks(kind, step, std::move(split), /*skip_step=*/false,
-                       settles ? [this] { SettleAll(); } : std::function<void()>());
+      SendAndAwaitAcks(kind, step, std::move(split), /*skip_step=*/false, after_send);
   counters_.push_seconds += Seconds(start);
   return status;
 }

@@ -14,7 +14,9 @@ PsSync::PsSync(const RunSpec& spec, HashGridModel* model, PsSession session,
   touched_.resize(model->layout().n_levels());
 }
 
-Status PsSync::SendPrepare(uint64_t step) {
+void PsSync::PrepareBatch(uint64_t step) {
+  if (batch_step_ == step) return;
+  batch_step_ = step;
   Prepared& p = prepared_;
   const BatchSplit& split = split_->At(step);
   const int rank = static_cast<int>(rank_);
@@ -36,6 +38,11 @@ Status PsSync::SendPrepare(uint64_t step) {
     p.pulls.push_back(
         {levels + static_cast<uint32_t>(i), true, nullptr, 0, model_->mlp_weights()[i].data()});
   }
+}
+
+Status PsSync::SendPrepare(uint64_t step) {
+  PrepareBatch(step);
+  Prepared& p = prepared_;
   GRIDSYNC_RETURN_IF_ERROR(
       session_.ps->SendPull(MinVersionFor(config_.ps, step), p.pulls, /*whole=*/false, step));
   // Read while the shards answer; ReceivePull adds them as it copies.
@@ -85,6 +92,7 @@ Result<uint64_t> PsSync::Recover(const Status& failure) {
   // What was prepared or pulled belongs to the abandoned history.
   sent_first_ = false;
   received_ = false;
+  batch_step_.reset();
   return step;
 }
 
@@ -125,7 +133,11 @@ Result<SyncOutcome> PsSync::Apply(uint64_t step, ModelGradients* grads, float lo
     }
     // A push carries each row's full width, so dense rows travel values-only
     // per shard; SplitAll re-packs them per owner.
-    GRIDSYNC_RETURN_IF_ERROR(session_.ps->Push(wire::Kind::kPush, step, push));
+    // The next step's batch needs neither the acks nor the parameters.
+    const bool next = step + 1 < steps_;
+    GRIDSYNC_RETURN_IF_ERROR(session_.ps->Push(
+        wire::Kind::kPush, step, push,
+        next ? [this, step] { PrepareBatch(step + 1); } : std::function<void()>()));
     for (auto& m : grads->mlp) m.setZero();
   }
   // With the shards' partitions at this step, the whole training state.

@@ -22,6 +22,8 @@
 // Thread safety: see gradient_sync.h.
 #pragma once
 
+#include <optional>
+
 #include "common/thread_pool.h"
 #include "kernels/cpu/hash_encoding.h"
 #include "spec/run_spec.h"
@@ -52,7 +54,10 @@ class PsSync : public PsSessionSync {
     cpu::GridBatchLookup lookup;
     std::vector<TablePullRef> pulls;  // valid until the next step is prepared
   };
-  // Samples `step`'s slice, looks up its rows and sends their pull.
+  // Samples `step`'s slice and looks up its rows (prepared_), unless
+  // prepared_ holds that step's already.
+  void PrepareBatch(uint64_t step);
+  // PrepareBatch, then sends the pull of the rows.
   Status SendPrepare(uint64_t step);
 
   const BatchSource* source_;
@@ -65,6 +70,9 @@ class PsSync : public PsSessionSync {
   uint64_t received_version_ = 0;
   cpu::GridRowSet row_set_;
   Prepared prepared_;
+  // The step prepared_ holds the batch of: Apply prepares the next one while
+  // its push is applied (PsClient::Push's while_acks).
+  std::optional<uint64_t> batch_step_;
   std::vector<SparseRows> touched_;  // per level, reused
   uint64_t read_version_ = 0;        // the version the current step read
 };
