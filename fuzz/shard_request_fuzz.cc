@@ -50,6 +50,7 @@ constexpr uint64_t kOracleId = 0xFFFF0002u;
 
 struct Served {
   std::unique_ptr<PsShard> shard;
+  uint32_t workers = 0;  // ShardOptions::workers
   zmq::socket_t socket;
 };
 
@@ -80,6 +81,7 @@ Harness& Get() {
       if (!shard.ok()) Fail("the shard did not start:", shard.status().ToString());
       Served& s = made->served[i];
       s.shard = std::move(shard).value();
+      s.workers = options.workers;
       s.socket = zmq::socket_t(made->context, zmq::socket_type::dealer);
       s.socket.set(zmq::sockopt::linger, 0);
       s.socket.connect(s.shard->endpoint());
@@ -237,7 +239,7 @@ void SetField(kj::Array<capnp::word>& copy, uint8_t what, uint32_t arg,
   frames[0] = zmq::message_t(flat.asBytes().begin(), flat.asBytes().size());
 }
 
-// Sets one field of frame 0's header (or of its first block) to `arg`.
+// Sets one field of frame 0's header (or of one of its blocks) to `arg`.
 void MutateHeader(std::vector<zmq::message_t>& frames, uint8_t what, uint32_t arg) {
   const size_t words = frames[0].size() / sizeof(capnp::word);
   if (words == 0 || frames[0].size() % sizeof(capnp::word) != 0) return;
@@ -331,7 +333,7 @@ void Check(Harness& h, int which) {
   pull.request_id = kOracleId;
   pull.job = serving.job;
   pull.epoch = serving.epoch;
-  pull.num_workers = which == 0 ? 1 : 2;
+  pull.num_workers = s.workers;
   pull.whole_values = true;
   wire::OutBlock b;
   b.table = 0;

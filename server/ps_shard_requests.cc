@@ -24,11 +24,12 @@ void PsShardImpl::Handle(std::unique_ptr<Request> request) {
   const auto start = Clock::now();
   auto decoded = wire::Decode(request->frames, shapes_, options_.limits);
   if (!decoded.ok()) {
+    const wire::PeekedHeader peeked = wire::PeekHeader(request->frames, options_.limits);
     request->message = wire::Message{};
-    request->message.request_id = wire::PeekRequestId(request->frames, options_.limits);
+    request->message.request_id = peeked.request_id;
     // A kind no shard takes is refused as such, whatever else is wrong.
-    const std::optional<wire::Kind> kind = wire::PeekKind(request->frames, options_.limits);
-    ReplyError(*request, kind && !TakesKind(*kind) ? RefuseKind(*kind) : decoded.status(),
+    const bool foreign_kind = peeked.kind && !TakesKind(*peeked.kind);
+    ReplyError(*request, foreign_kind ? RefuseKind(*peeked.kind) : decoded.status(),
                /*readable=*/false);
     return;
   }

@@ -266,11 +266,15 @@ std::vector<zmq::message_t> EncodeError(uint64_t request_id, uint32_t shard, con
 // a readable version (0 otherwise; senders never use 0), so the refusal can
 // name the request it answers.
 uint64_t PeekRequestId(const std::vector<zmq::message_t>& frames, const Limits& limits);
-// The kind of a message Decode refused, when its header got as far as a
-// known kind (nullopt otherwise), so that a receiver can refuse a kind it
-// does not take by its kind, not by what Decode found wrong with it as that
-// kind (a pullReply sent to a shard fails Decode as a reply).
-std::optional<Kind> PeekKind(const std::vector<zmq::message_t>& frames, const Limits& limits);
+// The same, with the message's kind when its header got as far as a known
+// kind (nullopt otherwise), from one parse: so that a receiver can refuse a
+// kind it does not take by its kind, not by what Decode found wrong with it
+// as that kind (a pullReply sent to a shard fails Decode as a reply).
+struct PeekedHeader {
+  uint64_t request_id = 0;
+  std::optional<Kind> kind;
+};
+PeekedHeader PeekHeader(const std::vector<zmq::message_t>& frames, const Limits& limits);
 
 // The decode boundary. `tables` gives the valid table ids and their shapes;
 // rows must be strictly ascending and < rows of the table, col_begin + width

@@ -1,4 +1,4 @@
-// The data plane's decode boundary (message.h): Decode, PeekRequestId, PeekKind and
+// The data plane's decode boundary (message.h): Decode, PeekRequestId, PeekHeader and
 // CheckValueBounds, and the header and row-id parsing they share. Encoding
 // and the socket helpers are in message.cc.
 //
@@ -235,19 +235,19 @@ Status CheckValueBounds(std::span<const float> values, const Limits& limits,
 }
 
 uint64_t PeekRequestId(const std::vector<zmq::message_t>& frames, const Limits& limits) {
-  if (frames.empty()) return 0;
-  RawHeader raw;
-  // The status does not matter: the id is read as soon as the version is.
-  (void)ParseHeader(frames[0], limits, raw);
-  return raw.request_id;
+  return PeekHeader(frames, limits).request_id;
 }
 
-std::optional<Kind> PeekKind(const std::vector<zmq::message_t>& frames, const Limits& limits) {
-  if (frames.empty()) return std::nullopt;
+PeekedHeader PeekHeader(const std::vector<zmq::message_t>& frames, const Limits& limits) {
+  PeekedHeader peeked;
+  if (frames.empty()) return peeked;
   RawHeader raw;
+  // The status does not matter: the id is read as soon as the version is,
+  // and the kind once it is known to be one.
   (void)ParseHeader(frames[0], limits, raw);
-  if (!raw.kind_known) return std::nullopt;
-  return static_cast<Kind>(raw.kind);
+  peeked.request_id = raw.request_id;
+  if (raw.kind_known) peeked.kind = static_cast<Kind>(raw.kind);
+  return peeked;
 }
 
 Result<Message> Decode(const std::vector<zmq::message_t>& frames,
