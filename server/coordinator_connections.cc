@@ -206,12 +206,44 @@ void CoordinatorImpl::ReadHeader(const ConnPtr& conn) {
   });
 }
 
+bool CoordinatorImpl::MakeStrangerRoom(const ConnPtr& conn, uint64_t want) {
+  while (stranger_pending_bytes_ + want > StrangerPendingShare()) {
+    ConnPtr largest;
+    for (const ConnPtr& c : connections_) {
+      if (c == conn || c->closed || c->closing || !c->stranger_message || c->pending == 0) continue;
+      // The oldest connection among equal holders.
+      if (!largest || c->pending > largest->pending ||
+          (c->pending == largest->pending && c->id < largest->id))
+        largest = c;
+    }
+    if (!largest || largest->pending <= conn->pending + want) {
+      Fail(conn, 0,
+           Status::InvalidArgument(fmt::format(
+               "connections that have not registered hold {} bytes of unfinished messages, "
+               "this one {} of them, the most; allowed: at most {} in all (half of "
+               "max_pending_bytes, the rest kept for the members); send whole messages",
+               stranger_pending_bytes_, conn->pending, StrangerPendingShare())));
+      return false;
+    }
+    Fail(largest, 0,
+         Status::IOError(fmt::format(
+             "closed to make room for another connection's message: connections that have not "
+             "registered hold {} bytes of unfinished messages, at most {} in all (half of "
+             "max_pending_bytes), and this one held the most, {} bytes of a message of {}; "
+             "allowed: whole messages, sent promptly, of at most {} bytes until it registers",
+             stranger_pending_bytes_, StrangerPendingShare(), largest->pending,
+             largest->body_length, kStrangerMessageBytes)));
+  }
+  return true;
+}
+
 void CoordinatorImpl::ReadBody(const ConnPtr& conn) {
   // The body grows as bytes arrive (at most 64 KiB a read), so a length
   // prefix alone reserves nothing; all partial bodies share one budget with
   // the requests queued behind waiting ones (OnRequest).
   constexpr size_t kChunk = 64 * 1024;
   const size_t want = std::min(kChunk, conn->body_length - conn->body_received);
+  if (conn->stranger_message && !MakeStrangerRoom(conn, want)) return;
   if (pending_bytes_ + queued_bytes_ + want > options_.max_pending_bytes) {
     Fail(conn, 0,
          Status::InvalidArgument(fmt::format(
@@ -219,15 +251,6 @@ void CoordinatorImpl::ReadBody(const ConnPtr& conn) {
              "requests; allowed: at most {} over all connections (max_pending_bytes); send whole "
              "messages",
              pending_bytes_, queued_bytes_, options_.max_pending_bytes)));
-    return;
-  }
-  if (conn->stranger_message && stranger_pending_bytes_ + want > StrangerPendingShare()) {
-    Fail(conn, 0,
-         Status::InvalidArgument(fmt::format(
-             "connections that have not registered hold {} bytes of unfinished messages; "
-             "allowed: at most {} in all (half of max_pending_bytes, the rest kept for the "
-             "members); send whole messages",
-             stranger_pending_bytes_, StrangerPendingShare())));
     return;
   }
   pending_bytes_ += want;

@@ -292,6 +292,17 @@ class CoordinatorImpl final : public Coordinator {
   // first keeps `gridsync monitor` (a stranger that speaks) through a
   // flood of them. false: `fresh` was refused.
   bool MakeRoomFor(const ConnPtr& fresh);
+  // Keeps the strangers' unfinished messages within their share before
+  // `conn` (a stranger's message) reads `want` more bytes: while they would
+  // pass it, the stranger holding the most unfinished bytes, more than
+  // `conn` would hold, is closed to make room; `conn` is refused when it
+  // holds the most itself. Before, the newcomer was refused: 130 strangers
+  // each holding 1 MiB of a message they never finished (no key needed)
+  // had every worker's registration and every monitor refused until
+  // read_timeout closed them, and reconnecting kept it so (a hostile
+  // probe). A member's first message is small, so it always finds a
+  // larger holder to close. false: `conn` was refused.
+  bool MakeStrangerRoom(const ConnPtr& conn, uint64_t want);
   // Takes the connection's unfinished message out of the budgets.
   void ReleasePending(Connection& conn) {
     pending_bytes_ -= conn.pending;

@@ -493,19 +493,25 @@ TEST(CoordinatorLimitsTest, PartialMessagesShareABoundedBudget) {
   auto coordinator = StartWith(options);
   ASSERT_TRUE(coordinator);
   // Each announces the largest message a connection that has not registered
-  // may send (1 MiB) and sends 600 KiB of it: the second would take the
-  // unfinished bytes of such connections past half the budget.
+  // may send (1 MiB). a sends 300 KiB of it and b then all but 8 bytes:
+  // b's bytes would take the unfinished bytes of such connections past half
+  // the budget, and b holds the most, so b is refused, not a.
   RawConnection a(coordinator->port()), b(coordinator->port());
-  const std::string part = LengthPrefix(1u << 20) + std::string(600 << 10, 'x');
-  a.Send(part);
+  a.Send(LengthPrefix(1u << 20) + std::string(300 << 10, 'x'));
   std::this_thread::sleep_for(200ms);
-  b.Send(part);
+  b.Send(LengthPrefix(1u << 20) + std::string((1u << 20) - 8, 'x'));
   auto reply = b.ReadReply(5s);
   ASSERT_TRUE(reply.decoded) << "eof " << reply.eof << ", timeout " << reply.timeout;
   EXPECT_NE(reply.text.find("have not registered hold"), std::string::npos) << reply.text;
+  EXPECT_NE(reply.text.find("the most"), std::string::npos) << reply.text;
   EXPECT_NE(reply.text.find("max_pending_bytes"), std::string::npos) << reply.text;
   EXPECT_TRUE(b.WaitForClose(3s));
   ExpectServes(*coordinator);
+  // a's message is still read: it finishes (a malformed body, refused as such).
+  a.Send(std::string((1u << 20) - (300 << 10), 'x'));
+  reply = a.ReadReply(5s);
+  ASSERT_TRUE(reply.decoded) << "eof " << reply.eof << ", timeout " << reply.timeout;
+  EXPECT_EQ(reply.text.find("unfinished messages"), std::string::npos) << reply.text;
   // Past 1 MiB, such a connection is refused at the length prefix.
   RawConnection c(coordinator->port());
   c.Send(LengthPrefix(16u << 20));
@@ -529,16 +535,17 @@ TEST(CoordinatorLimitsTest, StrangersCannotCrowdOutRegisteredMembers) {
   auto member = CoordinatorClient::Connect("127.0.0.1", coordinator->port(), 5s);
   ASSERT_TRUE(member.ok()) << member.status().ToString();
   ASSERT_TRUE((*member)->Register(Member(Role::kWorker, 0), 2s).ok());
-  // Strangers take all the share they may (and one more is refused).
+  // Strangers take all the share they may (the first, holding the most, is
+  // closed to make room for the third).
   std::vector<std::unique_ptr<RawConnection>> strangers;
   for (int c = 0; c < 3; ++c) {
     strangers.push_back(std::make_unique<RawConnection>(coordinator->port()));
     strangers.back()->Send(LengthPrefix(1u << 20) + std::string(400 << 10, 'x'));
     std::this_thread::sleep_for(100ms);
   }
-  auto refused = strangers.back()->ReadReply(3s);
+  auto refused = strangers.front()->ReadReply(3s);
   ASSERT_TRUE(refused.decoded) << "eof " << refused.eof << ", timeout " << refused.timeout;
-  EXPECT_NE(refused.text.find("have not registered hold"), std::string::npos) << refused.text;
+  EXPECT_NE(refused.text.find("closed to make room"), std::string::npos) << refused.text;
   // The member sends a request larger than what is left of the strangers'
   // share: served.
   const std::string value(900 << 10, 'm');
@@ -547,6 +554,51 @@ TEST(CoordinatorLimitsTest, StrangersCannotCrowdOutRegisteredMembers) {
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   EXPECT_EQ(got->at(0).size(), value.size());
   EXPECT_TRUE((*member)->Heartbeat().ok());
+}
+
+// A hostile probe: connections that never registered nor proved a key,
+// each holding 1 MiB of a message they never finish, filled the strangers'
+// share, and every worker's registration (and `gridsync monitor`) was
+// refused until read_timeout; reconnecting kept it so. The stranger holding
+// the most is now closed to make room for a newcomer's message.
+TEST(CoordinatorLimitsTest, StrangersHoldingTheirShareCannotLockNewMembersOut) {
+  CoordinatorOptions options;
+  options.max_pending_bytes = 8 << 20;  // strangers' share: 4 MiB
+  options.expected_shards = 1;
+  options.expected_workers = 2;
+  auto coordinator = StartWith(options);
+  ASSERT_TRUE(coordinator);
+  std::vector<std::unique_ptr<RawConnection>> holders;
+  const std::string held = LengthPrefix(1u << 20) + std::string((1u << 20) - 8, 'x');
+  for (int c = 0; c < 6; ++c) {
+    holders.push_back(std::make_unique<RawConnection>(coordinator->port()));
+    holders.back()->Send(held);
+  }
+  // The share is full: at least two of the six were closed for the others.
+  int closed = 0;
+  for (auto& h : holders) {
+    auto reply = h->ReadReply(300ms);
+    if (!reply.decoded) continue;
+    ++closed;
+    EXPECT_NE(reply.text.find("closed to make room"), std::string::npos) << reply.text;
+  }
+  EXPECT_GE(closed, 2);
+  // Two workers register, one after the other, and are served.
+  for (int rank = 0; rank < 2; ++rank) {
+    auto worker = CoordinatorClient::Connect("127.0.0.1", coordinator->port(), 5s);
+    ASSERT_TRUE(worker.ok()) << worker.status().ToString();
+    auto registered = (*worker)->Register(Member(Role::kWorker, rank), 2s);
+    ASSERT_TRUE(registered.ok()) << "rank " << rank << ": " << registered.status().ToString();
+    EXPECT_TRUE((*worker)->Heartbeat().ok());
+  }
+  // Which of the holders made room: one that was still open.
+  int newly_closed = 0;
+  for (auto& h : holders) {
+    auto reply = h->ReadReply(300ms);
+    if (reply.decoded && reply.text.find("closed to make room") != std::string::npos)
+      ++newly_closed;
+  }
+  EXPECT_GE(newly_closed, 1) << "a member registered without any holder making room";
 }
 
 // ---- Requests queued behind a waiting one, and barriers (review: two
