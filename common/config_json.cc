@@ -13,8 +13,15 @@
 namespace gridsync::config_reader {
 namespace {
 
+// Objects and arrays a config may nest (gridsync's own nest 3). Deeper
+// values are dropped as they are read and the text refused: a 16 MiB file
+// of "[" took 2.8 GB to parse (this finder's frames and the parser's
+// document), now some 130 MB (the parser's stack of 8 bytes a level).
+constexpr int kMaxJsonDepth = 64;
+
 // Tracks the key path while nlohmann's DOM parser runs, to catch duplicate keys: the parser
-// itself keeps the last value silently, which would hide a half-edited config.
+// itself keeps the last value silently, which would hide a half-edited config. It also refuses
+// nesting deeper than kMaxJsonDepth.
 class DuplicateKeyFinder {
  public:
   // prefix: where the parsed text sits (a --set value's "--set '...': a.b"),
@@ -22,15 +29,27 @@ class DuplicateKeyFinder {
   explicit DuplicateKeyFinder(Problems* problems, std::string prefix = "")
       : problems_(problems), prefix_(std::move(prefix)) {}
 
-  bool operator()(int /*depth*/, Json::parse_event_t event, Json& parsed) {
+  bool operator()(int depth, Json::parse_event_t event, Json& parsed) {
     switch (event) {
       case Json::parse_event_t::object_start:
-        frames_.push_back(Frame{false, {}, {}, 0});
-        break;
       case Json::parse_event_t::array_start:
-        frames_.push_back(Frame{true, {}, {}, 0});
+        // The parser calls back for what lies inside a dropped value too,
+        // except its values and ends; depth counts the dropped levels.
+        if (depth >= kMaxJsonDepth) {
+          if (!too_deep_) {
+            too_deep_ = true;
+            problems_->Add(
+                Path(),
+                "objects and arrays nested deeper than " + std::to_string(kMaxJsonDepth) +
+                    " levels",
+                "at most " + std::to_string(kMaxJsonDepth) + " levels (a gridsync config nests 3)");
+          }
+          return false;  // dropped: no frame, and no end event comes for it
+        }
+        frames_.push_back(Frame{event == Json::parse_event_t::array_start, {}, {}, 0});
         break;
       case Json::parse_event_t::key: {
+        if (depth != static_cast<int>(frames_.size())) break;  // inside a dropped value
         Frame& top = frames_.back();
         top.key = parsed.get<std::string>();
         if (!top.seen.insert(top.key).second) {
@@ -86,6 +105,7 @@ class DuplicateKeyFinder {
   Problems* problems_;
   std::string prefix_;
   std::vector<Frame> frames_;
+  bool too_deep_ = false;
 };
 
 // A SAX handler that keeps nothing but where the first error begins: the
@@ -212,7 +232,20 @@ void ApplyOverride(const std::string& override_text, Json* root, Problems* probl
 
   // The value is JSON when it parses ("5", "true", "\"5\""), otherwise the raw text, so that
   // host names and paths need no quoting on a command line.
-  Json value = Json::parse(value_text, nullptr, /*allow_exceptions=*/false);
+  // A value nested deeper than the finder below allows is not built here.
+  bool deep = false;
+  Json value = Json::parse(
+      value_text,
+      [&deep](int depth, Json::parse_event_t event, Json&) {
+        const bool starts =
+            event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start;
+        if (starts && depth >= kMaxJsonDepth) deep = true;
+        return !deep;
+      },
+      /*allow_exceptions=*/false);
+  // JSON too deep: structured, so that the finder below reports the depth
+  // (text that is not JSON at all stays text, as before).
+  if (deep && !value.is_discarded()) value = Json::array();
   // (A number that overflows, 1e400, stays text too: a string key may hold
   // it; a number key's type error says what it is, see Got.)
   if (value.is_discarded()) value = value_text;

@@ -512,13 +512,48 @@ TEST(ConfigHostileTest, HostileKeysAreQuotedShortAndCheap) {
   constexpr int kDepth = 20000;
   std::string deep = R"({"training": )";
   for (int i = 0; i < kDepth; ++i) deep += R"({"a": 1, "a": )";
-  deep += "1" + std::string(kDepth, '}') + "}";
+  deep.append("1").append(kDepth, '}').append("}");
   auto nested = Config::Parse(deep, "deep.json");
   ASSERT_FALSE(nested.ok());
   EXPECT_TRUE(Contains(nested.status().message(), "more problems not listed"));
   // Quadratic, the nested duplicates alone took about 2 s here; linear,
   // all of this takes a fraction of that even under sanitizers.
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+}
+
+// A hostile probe: a 16 MiB config of "[" took 2.8 GB to parse (a frame
+// of the duplicate-key finder and a node of the document per level). Deeper
+// than 64 levels of objects and arrays is refused, and what lies deeper is
+// not kept; a --set value likewise.
+TEST(ConfigHostileTest, NestingDeeperThanTheLimitIsRefusedWithoutBuildingIt) {
+  const std::string open(1 << 20, '[');
+  auto unclosed = Config::Parse(open, "deep.json");
+  ASSERT_FALSE(unclosed.ok());
+  EXPECT_TRUE(Contains(unclosed.status().message(), "nested deeper than 64 levels"))
+      << unclosed.status().message().substr(0, 500);
+  // Appended piece by piece: operator+ here trips GCC 12's -Wrestrict
+  // false positive.
+  const auto nest = [](int levels) {
+    std::string text = R"({"training": {"x": )";
+    text.append(levels, '[').append(levels, ']').append("}}");
+    return text;
+  };
+  auto deep = Config::Parse(nest(70), "deep.json");
+  ASSERT_FALSE(deep.ok());
+  EXPECT_TRUE(Contains(deep.status().message(), "training.x[0]")) << deep.status().message();
+  EXPECT_TRUE(Contains(deep.status().message(), "at most 64 levels")) << deep.status().message();
+  // Within the limit only the unknown key is refused.
+  auto shallow = Config::Parse(nest(60), "shallow.json");
+  ASSERT_FALSE(shallow.ok());
+  EXPECT_FALSE(Contains(shallow.status().message(), "nested deeper")) << shallow.status().message();
+  EXPECT_TRUE(Contains(shallow.status().message(), "training.x: unknown key"))
+      << shallow.status().message();
+  std::string value = "training=";
+  value.append(100, '[').append("1").append(100, ']');
+  auto set = Config::Parse("{}", "o.json", {value});
+  ASSERT_FALSE(set.ok());
+  EXPECT_TRUE(Contains(set.status().message(), "nested deeper than 64 levels"))
+      << set.status().message();
 }
 
 // An MLP without hidden layers has no width: n_neurons there did nothing.
