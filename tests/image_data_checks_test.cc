@@ -144,8 +144,9 @@ TEST(ImageDataChecksTest, AFileShorterThanItsHeaderSaysIsRefused) {
   // 2-entry table: clear, 0, 1, end (3-bit codes 4, 0, 1, 5) draws indices 0
   // and 1; clear, 0, 3, end draws index 3, which the table lacks (stb drew
   // it from entries it never loaded: transparent black).
-  const auto frame = [](int width) {
-    return std::string("GIF89a", 6) + Le16(3) + Le16(1) + std::string("\x80\x00\x00", 3) +
+  const auto frame = [](int width, int screen_width = 0, int screen_height = 1) {
+    return std::string("GIF89a", 6) + Le16(screen_width > 0 ? screen_width : width) +
+           Le16(screen_height) + std::string("\x80\x00\x00", 3) +
            std::string("\x00\x00\x00\xff\xff\xff", 6) + std::string("\x2c\0\0\0\0", 5) +
            Le16(width) + Le16(1) + std::string("\x00\x02", 2);
   };
@@ -155,6 +156,14 @@ TEST(ImageDataChecksTest, AFileShorterThanItsHeaderSaysIsRefused) {
   // Cut short with the terminator put back: 2 of 3 pixels coded.
   ExpectRefused(frame(3) + std::string("\x02\x44\x0a\x00\x3b", 5),
                 "GIF frame's data codes 2 of its 3 pixels (cut short");
+  // A hostile probe: stb decodes the logical screen and draws only the
+  // first frame, so a 1 x 1 frame on a 16384 x 16384 screen (43 bytes) was
+  // a 268M-pixel image of pixels the file never defines.
+  ExpectRefused(frame(2, 3) + std::string("\x02\x44\x0a\x00\x3b", 5),
+                "GIF's first frame covers 2x1 pixels at (0, 0) of its 3x1 logical screen");
+  ExpectRefused(frame(1, 16384, 16384) + std::string("\x02\x44\x01\x00\x3b", 5),
+                "of its 16384x16384 logical screen (the rest would decode as black); allowed: a "
+                "first frame covering the whole screen");
 
   // JPEG: a real 64 x 64 file, and the same with its frame patched to
   // 8000 x 8000 pixels (stb decoded its data, then zeros).

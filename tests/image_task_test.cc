@@ -316,7 +316,9 @@ TEST(ImageTaskTest, RefusesWhatCannotBeTrainedOn) {
   ASSERT_FALSE(image.ok());
   EXPECT_EQ(image.status().code(), StatusCode::kIOError);
   // stb gives no reason for this damage; the message still says one.
-  EXPECT_NE(image.status().message().find("': truncated or corrupt; allowed:"), std::string::npos)
+  EXPECT_NE(image.status().message().find(
+                "': truncated or corrupt PNG (its data does not decode); allowed:"),
+            std::string::npos)
       << image.status().message();
   std::filesystem::remove(huge);
 
@@ -360,8 +362,22 @@ TEST(ImageTaskTest, ADamagedFileIsNamedByItsFormat) {
   auto image = ImageTask::Load(path);
   std::filesystem::remove(path);
   ASSERT_FALSE(image.ok());
-  EXPECT_NE(image.status().message().find("truncated or corrupt JPEG"), std::string::npos)
+  EXPECT_NE(image.status().message().find(
+                "truncated, corrupt or unsupported JPEG: stb_image's decoder refuses its header "
+                "(no SOF)"),
+            std::string::npos)
       << image.status().message();
+  // A hostile probe: valid files of kinds stb does not take (here a PNG of
+  // colour type 5) were called truncated or corrupt, from stb's last guess;
+  // the decoder of their format says why.
+  const std::string ctype5 = HeaderOnlyPng(4, 4, 8, 5);
+  auto unsupported =
+      ImageTask::Decode(reinterpret_cast<const uint8_t*>(ctype5.data()), ctype5.size(), "c5");
+  ASSERT_FALSE(unsupported.ok());
+  EXPECT_NE(
+      unsupported.status().message().find("stb_image's decoder refuses its header (bad ctype)"),
+      std::string::npos)
+      << unsupported.status().message();
   // A PNG whose compressed data is garbage (CRCs right): stb set no reason
   // of its own, and the JPEG decoder's "no SOI" was reported.
   const std::string garbage = TempPath("garbage.png");

@@ -216,8 +216,22 @@ Status CheckGif(const uint8_t* data, size_t size) {
     } else if (kind == 0x2C) {  // image: descriptor, local table, LZW size, data
       if (pos + 10 > size) return CutShort("GIF", "an image descriptor", pos + 10, size);
       const uint8_t* d = data + pos;
-      const uint64_t pixels = uint64_t{static_cast<uint32_t>(d[5] | d[6] << 8)} *
-                              static_cast<uint32_t>(d[7] | d[8] << 8);
+      const auto u16 = [](const uint8_t* at) { return static_cast<uint32_t>(at[0] | at[1] << 8); };
+      const uint32_t left = u16(d + 1), top = u16(d + 3), width = u16(d + 5), height = u16(d + 7);
+      const uint32_t screen_width = u16(data + 6), screen_height = u16(data + 8);
+      // stb decodes the logical screen, drawing only the frame: a 1x1 frame
+      // on a 16384x16384 screen (43 bytes) became 268M pixels, all but one
+      // never defined. (A frame past the screen stb refuses itself.)
+      if ((left > 0 || top > 0 || width < screen_width || height < screen_height) &&
+          left + width <= screen_width && top + height <= screen_height) {
+        return Status::InvalidArgument(
+            "GIF's first frame covers " + std::to_string(width) + "x" + std::to_string(height) +
+            " pixels at (" + std::to_string(left) + ", " + std::to_string(top) + ") of its " +
+            std::to_string(screen_width) + "x" + std::to_string(screen_height) +
+            " logical screen (the rest would decode as black); allowed: a first frame covering "
+            "the whole screen");
+      }
+      const uint64_t pixels = uint64_t{width} * height;
       // The frame's table: its own, else the global one (stb refuses none).
       const uint8_t flags = (d[9] & 0x80) ? d[9] : data[10];
       const uint32_t entries = (flags & 0x80) ? 2u << (flags & 7) : 0;

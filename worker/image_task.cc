@@ -20,6 +20,7 @@
 #include "common/host_memory.h"
 #include "worker/image_data_checks.h"
 #include "worker/image_precheck.h"
+#include "worker/stb_header_refusal.h"
 
 namespace gridsync {
 namespace {
@@ -163,15 +164,25 @@ Result<ImageTask> ImageTask::Decode(const uint8_t* data, size_t size, const std:
     // compressed data is garbage said "no SOI", a JPEG's).
     if (const char* format = image_precheck::SignatureFormat(data, size); format != nullptr) {
       const std::string_view f = format;
-      const bool foreign = text == "unknown image type" || (text == "no SOI" && f != "JPEG") ||
-                           (text == "not BMP" && f != "BMP") || (text == "not GIF" && f != "GIF") ||
-                           (text == "not PNG" && f != "PNG") ||
+      const bool foreign = !(why != nullptr && *why != '\0') || text == "unknown image type" ||
+                           (text == "no SOI" && f != "JPEG") || (text == "not BMP" && f != "BMP") ||
+                           (text == "not GIF" && f != "GIF") || (text == "not PNG" && f != "PNG") ||
                            (text == "bad png sig" && f != "PNG") || text == "not PSD" ||
                            text == "not PIC" || text == "not HDR";
-      if (foreign) text = "truncated or corrupt " + std::string(f) + " (its data does not decode)";
+      if (foreign) {
+        // A header its own decoder refuses may be cut or damaged, or a kind
+        // of that format stb does not take (an RLE BMP, a colour type-5
+        // PNG): its reason tells which ("no SOF", "BMP RLE").
+        const std::string own = StbHeaderRefusal(f, data, size);
+        text = own.empty()
+                   ? "truncated or corrupt " + std::string(f) + " (its data does not decode)"
+                   : "truncated, corrupt or unsupported " + std::string(f) +
+                         ": stb_image's decoder refuses its header (" + own + ")";
+      }
     }
     return text;
   };
+  if (size == 0) return refuse("the file is empty (0 bytes)");
   if (size > kMaxFileBytes) {
     return Status::InvalidArgument("image '" + name + "' is " + std::to_string(size) +
                                    " bytes; allowed: at most " + std::to_string(kMaxFileBytes) +

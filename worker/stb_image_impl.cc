@@ -25,3 +25,36 @@
 #include <stb_image.h>
 #define STB_IMAGE_WRITE_IMPLEMENTATION
 #include <stb_image_write.h>
+
+#include <climits>
+
+#include "worker/stb_header_refusal.h"
+
+namespace gridsync {
+
+std::string StbHeaderRefusal(std::string_view format, const uint8_t* data, size_t size) {
+  if (size > static_cast<size_t>(INT_MAX)) return "";
+  stbi__context s;
+  stbi__start_mem(&s, data, static_cast<int>(size));
+  int x = 0, y = 0, comp = 0;
+  int read = 1;
+  stbi__g_failure_reason = "";
+  if (format == "JPEG") {
+    read = stbi__jpeg_info(&s, &x, &y, &comp);
+  } else if (format == "PNG") {
+    read = stbi__png_info(&s, &x, &y, &comp);
+  } else if (format == "BMP") {
+    read = stbi__bmp_info(&s, &x, &y, &comp);
+  } else if (format == "GIF") {
+    read = stbi__gif_info(&s, &x, &y, &comp);
+  } else if (format == "TGA") {
+    read = stbi__tga_info(&s, &x, &y, &comp);
+  } else if (format == "PNM") {
+    read = stbi__pnm_info(&s, &x, &y, &comp);
+  }
+  if (read != 0) return "";
+  const char* why = stbi_failure_reason();
+  return why != nullptr ? std::string(why) : std::string();
+}
+
+}  // namespace gridsync
