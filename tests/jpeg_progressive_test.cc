@@ -171,6 +171,77 @@ TEST(JpegProgressiveTest, ThousandsOfScansAreRefused) {
       << image.status().message();
 }
 
+// A grey progressive JPEG of `width` x `height` pixels whose every scan is
+// end-of-band runs (all coefficients zero): a DC first scan, an AC first
+// scan, then `refinements` AC refinement scans, each walking every block.
+std::string EndOfBandScans(uint32_t width, uint32_t height, int refinements) {
+  const auto u16 = [](uint32_t v) { return std::string{char(v >> 8), char(v & 0xFF)}; };
+  const auto segment = [&](uint8_t marker, const std::string& body) {
+    return std::string{'\xFF', char(marker)} + u16(uint32_t(body.size()) + 2) + body;
+  };
+  struct BitWriter {
+    std::string out;
+    uint32_t acc = 0;
+    int n = 0;
+    void Put(uint32_t v, int bits) {
+      for (int i = bits - 1; i >= 0; --i) {
+        acc = acc << 1 | ((v >> i) & 1);
+        if (++n == 8) {
+          out += char(acc);
+          if (acc == 0xFF) out += '\0';  // stuffed
+          acc = 0;
+          n = 0;
+        }
+      }
+    }
+    std::string Flush() {
+      if (n > 0) Put((1u << (8 - n)) - 1, 8 - n);
+      return out;
+    }
+  };
+  const uint64_t blocks = uint64_t{(width + 7) / 8} * ((height + 7) / 8);
+  std::string jpeg = "\xFF\xD8";
+  jpeg += segment(0xDB, std::string(1, '\0') + std::string(64, '\x01'));
+  jpeg += segment(
+      0xC2, std::string(1, '\x08') + u16(height) + u16(width) + std::string("\x01\x01\x11\x00", 4));
+  // DC: one code, "0", for category 0; AC: one code, "0", for EOB run
+  // class 14, whose 14 extra bits of ones make runs of 32767 blocks.
+  jpeg += segment(0xC4, std::string("\x00\x01", 2) + std::string(15, '\0') + '\0');
+  jpeg += segment(0xC4, std::string("\x10\x01", 2) + std::string(15, '\0') + '\xE0');
+  BitWriter dc;
+  for (uint64_t b = 0; b < blocks; ++b) dc.Put(0, 1);
+  jpeg += segment(0xDA, std::string("\x01\x01\x00\x00\x00\x00", 6)) + dc.Flush();
+  const auto ac_scan = [&](int ah) {
+    BitWriter bits;
+    for (uint64_t covered = 0; covered < blocks; covered += 32767) {
+      bits.Put(0, 1);
+      bits.Put((1u << 14) - 1, 14);
+    }
+    return segment(0xDA, std::string("\x01\x01\x00\x01\x3F", 5) + char(ah << 4)) + bits.Flush();
+  };
+  jpeg += ac_scan(0);
+  for (int r = 0; r < refinements; ++r) jpeg += ac_scan(1);
+  return jpeg + "\xFF\xD9";
+}
+
+// A hostile probe: 254 refinement scans of one end-of-band run each over a
+// 16384 x 16384 grey image (617 KB, under the 256-scan cap) took 36 s to
+// check and decode. The scans may walk each block at most 16 times.
+TEST(JpegProgressiveTest, ScansWalkingEveryBlockTooOftenAreRefused) {
+  // 4096 x 4096: 262144 blocks walked 72 times, 18.9M walks in all.
+  auto image = Decode(EndOfBandScans(4096, 4096, 70));
+  ASSERT_FALSE(image.ok());
+  EXPECT_NE(image.status().message().find("walk its 262144 blocks more than 16 times over"),
+            std::string::npos)
+      << image.status().message();
+  // The same script over a small image is cheap, whatever its scans.
+  auto small = Decode(EndOfBandScans(256, 256, 70));
+  EXPECT_TRUE(small.ok()) << small.status().ToString();
+  // Within 16 walks a block, a large one decodes too.
+  auto few = Decode(EndOfBandScans(4096, 4096, 10));
+  EXPECT_TRUE(few.ok()) << few.status().ToString();
+}
+
 TEST(JpegProgressiveTest, AFlippedBitInAScanIsNotACrash) {
   // Damage inside the data: refused or decoded, never a crash or a hang.
   const std::string jpeg = ReadFile(kFiles[2]);

@@ -44,6 +44,7 @@ ProgressiveFrame::ProgressiveFrame(uint32_t width, uint32_t height,
   std::array<int, 64> none;
   none.fill(-1);
   lowest_bit_.assign(components_.size(), none);
+  for (size_t c = 0; c < components_.size(); ++c) frame_blocks_ += ComponentBlocks(c);
 }
 
 uint64_t ProgressiveFrame::ComponentBlocks(size_t c) const {
@@ -174,6 +175,22 @@ Status ProgressiveFrame::Scan(int number, const ScanHeader& scan, const Huffman 
   const uint64_t mcus = interleaved ? ((width_ + 8 * h_max_ - 1) / (8 * h_max_)) *
                                           uint64_t{(height_ + 8 * v_max_ - 1) / (8 * v_max_)}
                                     : ComponentBlocks(scan.components[0].index);
+  // What this scan walks (here and in stb), against the budget.
+  uint64_t walks = 0;
+  for (const auto& sc : scan.components) {
+    walks += interleaved
+                 ? mcus * static_cast<uint64_t>(components_[sc.index].h * components_[sc.index].v)
+                 : mcus;
+  }
+  walked_blocks_ += walks;
+  if (walked_blocks_ > kMinWalkBudget && walked_blocks_ > kWalksPerBlock * frame_blocks_) {
+    return Status::InvalidArgument(
+        "progressive JPEG whose scans walk its " + std::to_string(frame_blocks_) +
+        " blocks more than " + std::to_string(kWalksPerBlock) + " times over (" +
+        std::to_string(walked_blocks_) + " block walks by scan " + std::to_string(number) +
+        "; each costs its decoding again); allowed: at most " + std::to_string(kWalksPerBlock) +
+        " walks a block (encoders' scripts walk each 4 to 6 times)");
+  }
   std::vector<uint64_t>* nonzero = nullptr;
   if (scan.ss > 0) {
     nonzero = &nonzero_[scan.components[0].index];

@@ -76,6 +76,16 @@ class ProgressiveFrame {
   std::vector<std::vector<uint64_t>> nonzero_;
   std::vector<std::array<int, 64>> lowest_bit_;
   uint32_t eob_run_ = 0;  // blocks left in an end-of-band run
+  // Each scan walks every block of its components, here and in stb: 254
+  // refinement scans of one end-of-band run each over a 16384 x 16384 grey
+  // image (617 KB, within the scan cap) took 36 s to check and decode (a
+  // hostile probe). The scans together may walk each block of the frame
+  // kWalksPerBlock times (encoders' scripts: 4 to 6); under
+  // kMinWalkBudget walks in all, any number (cheap whatever the script).
+  static constexpr uint64_t kWalksPerBlock = 16;
+  static constexpr uint64_t kMinWalkBudget = uint64_t{1} << 24;
+  uint64_t frame_blocks_ = 0;  // of every component
+  uint64_t walked_blocks_ = 0;
 };
 
 }  // namespace gridsync::jpeg_scan_check
