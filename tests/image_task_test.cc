@@ -61,6 +61,11 @@ void WriteFile(const std::string& path, const std::string& bytes) {
 TEST(ImageTaskTest, LoadedChannelsAreTheBytesOver255) {
   auto image = ImageTask::Load(kDefaultImagePath);
   ASSERT_TRUE(image.ok()) << image.status().ToString();
+  // What decoding took at the peak (CheckMachineMemory counts it for
+  // workers starting together): a JPEG's coefficients and planes, more
+  // than the 3 bytes a pixel kept.
+  EXPECT_GT(image->decode_peak_bytes(), image->memory_bytes());
+  EXPECT_EQ(ImageTask::FromPixels(1, 1, {0, 0, 0}).decode_peak_bytes(), 0u);
   int w = 0, h = 0, channels = 0;
   unsigned char* data = stbi_load(kDefaultImagePath, &w, &h, &channels, 3);
   ASSERT_NE(data, nullptr);

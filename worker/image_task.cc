@@ -250,6 +250,7 @@ Result<ImageTask> ImageTask::Decode(const uint8_t* data, size_t size, const std:
   ImageTask task;
   task.width_ = width;
   task.height_ = height;
+  task.decode_peak_bytes_ = need;
   // What stb decoded may differ from what its header claimed (it decides
   // again while decoding): the decoded size counts, within the same bound.
   if (width <= 0 || height <= 0 || !fits(uint64_t(width), uint64_t(height))) {

@@ -60,6 +60,10 @@ class ImageTask {
   std::string Digest() const;
   // The bytes of memory the image holds.
   uint64_t memory_bytes() const { return bytes_.size() + floats_.size() * sizeof(float); }
+  // The bytes decoding it took at the peak, the decoder's buffers included
+  // (image_precheck::DecodeBytes: an estimate from its format, up to 19 a
+  // pixel); 0 for FromPixels.
+  uint64_t decode_peak_bytes() const { return decode_peak_bytes_; }
 
   // Samples [begin, begin + count) of the global batch of `step`:
   // positions (count x 2) and targets (count x 3).
@@ -95,6 +99,7 @@ class ImageTask {
   int height_ = 0;
   std::vector<uint8_t> bytes_;  // loaded images
   std::vector<float> floats_;   // FromPixels
+  uint64_t decode_peak_bytes_ = 0;
 };
 
 }  // namespace gridsync

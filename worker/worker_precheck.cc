@@ -85,8 +85,12 @@ Status CheckMachineMemory(const RunSpec& spec, const ImageTask& image, int worke
                           int total_shards, bool writes_png) {
   const uint64_t available = AvailableMemoryBytes();
   if (available == 0 || workers + shards <= 1) return Status::OK();
-  const uint64_t worker =
-      EstimateWorkerBytes(spec, LargestMicroBatch(spec.config, true)) + image.memory_bytes();
+  // A worker decodes its image before it makes its model, and the workers
+  // start together: each at the larger of its decoding's peak (a 16-bit PNG
+  // takes 18 bytes a pixel, not the 3 kept) and its training.
+  const uint64_t worker = std::max(
+      EstimateWorkerBytes(spec, LargestMicroBatch(spec.config, true)) + image.memory_bytes(),
+      image.decode_peak_bytes());
   // A shard's share: parameters, m and v in fp32.
   const uint64_t shard =
       total_shards > 0 ? spec.model.n_params * 4 * 3 / static_cast<uint64_t>(total_shards) : 0;
@@ -96,9 +100,11 @@ Status CheckMachineMemory(const RunSpec& spec, const ImageTask& image, int worke
   if (need <= available) return Status::OK();
   return Status::InvalidArgument(fmt::format(
       "the {} workers and {} shards this machine runs need about {:.1f} GiB together ({:.2f} GiB "
-      "a worker: the model, its Adam state and a micro-batch of {} samples; {:.2f} GiB a shard) "
-      "but {:.1f} GiB are available; allowed: fewer workers on this machine (distributed.nodes "
-      "over several machines), a smaller model or training.batch_size",
+      "a worker: the model, its Adam state and a micro-batch of {} samples, or decoding "
+      "task.image where that takes more; {:.2f} GiB a shard) but {:.1f} GiB are available; "
+      "allowed: fewer workers on this machine (distributed.nodes over several machines), a smaller "
+      "model, "
+      "training.batch_size or image",
       workers, shards, static_cast<double>(need) / kGiB, static_cast<double>(worker) / kGiB,
       LargestMicroBatch(spec.config, true), static_cast<double>(shard) / kGiB,
       static_cast<double>(available) / kGiB));
