@@ -1,5 +1,7 @@
 #include "common/host_memory.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -40,6 +42,38 @@ uint64_t Headroom(const std::filesystem::path& mount, std::string dir, const cha
     const size_t slash = dir.find_last_of('/');
     dir = slash == std::string::npos || slash == 0 ? "/" : dir.substr(0, slash);
   }
+  return headroom;
+}
+
+// What the process's resource limits still allow it to map: RLIMIT_AS
+// less its address space (VmSize), RLIMIT_DATA less its data (VmData).
+// UINT64_MAX without limits. A process started under `ulimit -v` was
+// refused an image as stb's "outofmem", which named neither the memory
+// nor the limit (a hostile probe).
+uint64_t LimitHeadroom() {
+  uint64_t headroom = UINT64_MAX;
+  uint64_t vm_size = 0, vm_data = 0;
+  {
+    std::ifstream in("/proc/self/status");
+    std::string key;
+    uint64_t kib = 0;
+    std::string line;
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      if (!(fields >> key >> kib)) continue;
+      if (key == "VmSize:") vm_size = kib * 1024;
+      if (key == "VmData:") vm_data = kib * 1024;
+    }
+  }
+  const auto bound = [&](int resource, uint64_t used) {
+    rlimit limit{};
+    if (getrlimit(resource, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return;
+    const uint64_t cap = limit.rlim_cur;
+    // At least a byte: 0 means "unknown" to the checks, which then refuse nothing.
+    headroom = std::min(headroom, cap > used ? cap - used : uint64_t{1});
+  };
+  bound(RLIMIT_AS, vm_size);
+  bound(RLIMIT_DATA, vm_data);
   return headroom;
 }
 
@@ -85,7 +119,9 @@ uint64_t AvailableMemoryBytesFrom(const std::string& meminfo, const std::string&
 }
 
 uint64_t AvailableMemoryBytes() {
-  return AvailableMemoryBytesFrom("/proc/meminfo", "/proc/self/cgroup", "/sys/fs/cgroup");
+  const uint64_t available =
+      AvailableMemoryBytesFrom("/proc/meminfo", "/proc/self/cgroup", "/sys/fs/cgroup");
+  return available == 0 ? 0 : std::min(available, LimitHeadroom());
 }
 
 }  // namespace gridsync

@@ -2,7 +2,9 @@
 // (/proc/meminfo), and no more than the headroom of the process's memory
 // cgroup (v1 memory.limit_in_bytes - usage, v2 memory.max - current, of its
 // own cgroup and every ancestor): a systemd unit with MemoryMax= is killed
-// by its cgroup long before the machine runs out. Checks that refuse a run
+// by its cgroup long before the machine runs out; nor more than its
+// resource limits leave it (RLIMIT_AS less its address space, RLIMIT_DATA
+// less its data: `ulimit -v`, systemd's LimitAS=). Checks that refuse a run
 // before it allocates compare their estimates with it.
 //
 // Thread safety: reads files; safe from any thread.
@@ -17,7 +19,7 @@ namespace gridsync {
 // (then no check refuses).
 uint64_t AvailableMemoryBytes();
 
-// The same from the given files (tests): `meminfo` as /proc/meminfo,
+// The same from the given files (tests; resource limits are not read): `meminfo` as /proc/meminfo,
 // `proc_cgroup` as /proc/self/cgroup, cgroup filesystems under
 // `cgroup_root` (/sys/fs/cgroup: v1 controllers in sub-folders, v2 at the
 // root or under unified/).

@@ -4,6 +4,8 @@
 #include "common/host_memory.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -64,6 +66,32 @@ TEST_F(HostMemoryTest, AV2MemoryMaxBounds) {
   Write("sys/unified/system.slice/memory.max", "2147483648\n");
   Write("sys/unified/system.slice/memory.current", "0\n");
   EXPECT_EQ(Available(), uint64_t{2} << 30);
+}
+
+// A hostile probe: under `ulimit -v` an image was refused as stb's
+// "outofmem". The process's own limit now bounds what is available, so the
+// checks before decoding name the memory. In a child: limits stay there.
+TEST(HostMemoryLimitTest, AnAddressSpaceLimitBoundsWhatIsAvailable) {
+  const uint64_t unlimited = AvailableMemoryBytes();
+  if (unlimited == 0) GTEST_SKIP() << "MemAvailable unreadable here";
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // 64 MiB past what the process maps now.
+    uint64_t vm_size = 0;
+    std::ifstream in("/proc/self/status");
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("VmSize:", 0) == 0) vm_size = std::stoull(line.substr(7)) * 1024;
+    }
+    const rlimit limit{vm_size + (uint64_t{64} << 20), vm_size + (uint64_t{64} << 20)};
+    if (vm_size == 0 || ::setrlimit(RLIMIT_AS, &limit) != 0) ::_exit(2);
+    const uint64_t bounded = AvailableMemoryBytes();
+    ::_exit(bounded > 0 && bounded <= (uint64_t{64} << 20) ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: not bounded by the limit; 2: could not set it";
 }
 
 TEST_F(HostMemoryTest, NoMemInfoMeansUnknown) {
