@@ -22,10 +22,11 @@ namespace {
 std::string PeerAddress(int fd, bool with_port = false) {
   sockaddr_storage addr{};
   socklen_t length = sizeof(addr);
-  // getpeername fails once the peer has gone (ENOTCONN): a connection
-  // opened and closed before this monitor event was read (a port scan).
+  // getpeername fails once the connection is gone (ENOTCONN), closed by
+  // the peer (a port scan) or by ZeroMQ (a refused handshake) before this
+  // monitor event was read.
   if (fd < 0 || ::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &length) != 0)
-    return "unknown (the peer had closed already)";
+    return "unknown (the connection was closed before its address was read)";
   char text[INET6_ADDRSTRLEN] = {};
   if (addr.ss_family == AF_INET) {
     const auto* in = reinterpret_cast<const sockaddr_in*>(&addr);
@@ -75,16 +76,24 @@ Result<std::unique_ptr<ConnectionCap>> ConnectionCap::Attach(zmq::context_t& con
           ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) != 0) {
     return Status::IOError(who + ": cannot monitor its connections: " + zmq_strerror(zmq_errno()));
   }
+  int mechanism = ZMQ_NULL;
+  size_t mechanism_size = sizeof(mechanism);
+  if (zmq_getsockopt(socket.handle(), ZMQ_MECHANISM, &mechanism, &mechanism_size) != 0)
+    mechanism = ZMQ_NULL;
   try {
-    return std::unique_ptr<ConnectionCap>(new ConnectionCap(context, endpoint, limits, who));
+    return std::unique_ptr<ConnectionCap>(
+        new ConnectionCap(context, endpoint, limits, who, mechanism == ZMQ_CURVE));
   } catch (const zmq::error_t& e) {
     return Status::IOError(who + ": cannot monitor its connections: " + e.what());
   }
 }
 
 ConnectionCap::ConnectionCap(zmq::context_t& context, const std::string& monitor_endpoint,
-                             const ConnectionLimits& limits, std::string who)
-    : limits_(limits), who_(std::move(who)), events_(context, zmq::socket_type::pair) {
+                             const ConnectionLimits& limits, std::string who, bool curve_server)
+    : limits_(limits),
+      who_(std::move(who)),
+      curve_server_(curve_server),
+      events_(context, zmq::socket_type::pair) {
   events_.set(zmq::sockopt::linger, 0);
   events_.set(zmq::sockopt::rcvtimeo, 10);  // stop_ and the sweep are checked this often
   events_.connect(monitor_endpoint);
@@ -126,11 +135,16 @@ void ConnectionCap::Serve() {
 namespace {
 
 // What ZeroMQ's handshake error codes mean to whoever set the peer up.
-std::string HandshakeProblem(int code) {
+std::string HandshakeProblem(int code, bool curve_server) {
   switch (code) {
     case ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
-      return "its security mechanism is not this server's (one side runs security.mode curve, "
-             "the other no security)";
+      // ZeroMQ does not say which mechanism the peer offered: NULL, PLAIN
+      // or bytes of no mechanism at all.
+      return curve_server
+                 ? "it does not offer CURVE, which this server requires (security.mode curve): "
+                   "a client without security.mode curve, or not a gridsync client"
+                 : "it offers a security mechanism this server does not run (security.mode off: "
+                   "none): a client with security.mode curve, or not a gridsync client";
     case ZMQ_PROTOCOL_ERROR_ZMTP_UNSPECIFIED:
     case ZMQ_PROTOCOL_ERROR_ZMTP_UNEXPECTED_COMMAND:
     case ZMQ_PROTOCOL_ERROR_ZMTP_INVALID_SEQUENCE:
@@ -161,7 +175,8 @@ void ConnectionCap::OnHandshakeFailed(int code) {
   // connection to close without a whole message, which is that one unless
   // another closed as quietly in between.
   refused_.fetch_add(1, std::memory_order_relaxed);
-  if (handshake_failures_.size() < 64) handshake_failures_.push_back(HandshakeProblem(code));
+  if (handshake_failures_.size() < 64)
+    handshake_failures_.push_back(HandshakeProblem(code, curve_server_));
 }
 
 void ConnectionCap::OnAccepted(int fd) {

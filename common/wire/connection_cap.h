@@ -92,7 +92,7 @@ class ConnectionCap {
 
  private:
   ConnectionCap(zmq::context_t& context, const std::string& monitor_endpoint,
-                const ConnectionLimits& limits, std::string who);
+                const ConnectionLimits& limits, std::string who, bool curve_server);
   void Serve();
   void OnAccepted(int fd);
   void OnClosed(int fd);
@@ -128,6 +128,9 @@ class ConnectionCap {
 
   const ConnectionLimits limits_;
   const std::string who_;
+  // The socket's mechanism at Attach: a peer of another one is told apart
+  // by which side runs CURVE.
+  const bool curve_server_;
   zmq::socket_t events_;  // the monitor's PAIR end
   // The serving thread's: each open connection, by descriptor, and the
   // open connections per address.
