@@ -8,6 +8,7 @@
 
 #include "spec/cluster_settings.h"
 #include "tests/ps_test_util.h"
+#include "tests/zmtp_peer.h"
 
 namespace gridsync {
 namespace {
@@ -593,13 +594,19 @@ TEST(PsShardTest, PeersThatDoNotReadAreShutDownForOnesThatDo) {
   auto first = reader.Exchange(PullOfTable0(*partition, 100, 1), shapes);
   ASSERT_TRUE(first.ok()) << first.status().ToString();
   EXPECT_EQ(first->kind, wire::Kind::kPullReply) << first->error.ToString();
-  zmq::context_t context(1);
+  // Peers spoken by hand that never read a byte: a libzmq DEALER's I/O
+  // thread reads a whole reply into its pipe, so on a loaded host the first
+  // peer's reply had drained before the reader asked, and nobody needed to
+  // be shut down (the test failed 3 runs in 6 beside a busy loop).
+  const std::string endpoint = shard->endpoint();
+  const auto port = static_cast<uint16_t>(std::stoi(endpoint.substr(endpoint.rfind(':') + 1)));
   constexpr int kPeers = 8;
-  std::vector<zmq::socket_t> greedy;
+  std::vector<std::unique_ptr<testing_zmtp::ZmtpPeer>> greedy;
   for (int p = 0; p < kPeers; ++p) {
-    zmq::socket_t& s = greedy.emplace_back(GreedyDealer(context, shard->endpoint()));
-    auto frames = PullOfTable0(*partition, static_cast<uint64_t>(p + 1), 1);
-    ASSERT_TRUE(wire::SendMultipart(s, frames).ok());
+    greedy.push_back(std::make_unique<testing_zmtp::ZmtpPeer>("127.0.0.1", port, 4096));
+    ASSERT_TRUE(greedy.back()->AwaitReady());
+    ASSERT_TRUE(
+        greedy.back()->SendMessage(PullOfTable0(*partition, static_cast<uint64_t>(p + 1), 1)));
     std::this_thread::sleep_for(20ms);  // one after another: the oldest go first
   }
   const auto deadline = std::chrono::steady_clock::now() + 20s;

@@ -10,24 +10,13 @@
 #include <cstring>
 
 #include "tests/ps_test_util.h"
+#include "tests/zmtp_peer.h"
 
 namespace gridsync {
 namespace {
 
-// A TCP connection to 127.0.0.1:port from `source` (any 127/8 address).
-int ConnectFrom(const char* source, uint16_t port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in from{}, to{};
-  from.sin_family = to.sin_family = AF_INET;
-  inet_pton(AF_INET, source, &from.sin_addr);
-  inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
-  to.sin_port = htons(port);
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)) != 0 ||
-      ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) {
-    ADD_FAILURE() << "cannot connect from " << source << ": " << std::strerror(errno);
-  }
-  return fd;
-}
+using testing_zmtp::ConnectFrom;
+using testing_zmtp::ZmtpPeer;
 
 uint16_t PortOf(const PsShard& shard) {
   const std::string endpoint = shard.endpoint();
@@ -59,53 +48,6 @@ bool Eventually(Predicate predicate) {
   }
   return true;
 }
-
-// A peer speaking ZMTP 3.0 by hand (NULL mechanism, as a DEALER), since
-// libzmq sends nothing of a message before its last frame: it streams the
-// frames of one message that never ends.
-class UnfinishedMessage {
- public:
-  UnfinishedMessage(const char* source, uint16_t port) : fd_(ConnectFrom(source, port)) {
-    timeval send_timeout{0, 200 * 1000};
-    ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &send_timeout, sizeof(send_timeout));
-    // Greeting: signature, version 3.0, mechanism NULL, as-server 0, filler.
-    std::string hello(64, '\0');
-    hello[0] = '\xff';
-    hello[9] = '\x7f';
-    hello[10] = 3;
-    hello.replace(12, 4, "NULL");
-    // READY with Socket-Type DEALER (a short command frame).
-    const std::string ready_body =
-        std::string("\x05READY\x0bSocket-Type", 18) + std::string("\0\0\0\x06", 4) + "DEALER";
-    hello += std::string(1, '\x04') + static_cast<char>(ready_body.size()) + ready_body;
-    EXPECT_TRUE(SendAll(hello));
-  }
-  ~UnfinishedMessage() { ::close(fd_); }
-  int fd() const { return fd_; }
-
-  // One more frame of `bytes`, saying more follows (a long frame: flags
-  // 0x03). false once the shard shut the connection down.
-  bool Stream(uint64_t bytes) {
-    std::string frame(9 + bytes, 'x');
-    frame[0] = '\x03';
-    for (int i = 0; i < 8; ++i) frame[1 + i] = static_cast<char>(bytes >> (56 - 8 * i));
-    return SendAll(frame);
-  }
-
- private:
-  bool SendAll(const std::string& bytes) {
-    size_t sent = 0;
-    while (sent < bytes.size()) {
-      const ssize_t n = ::send(fd_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && errno == EAGAIN) return true;  // the shard is not reading: stop here
-      if (n <= 0) return false;
-      sent += static_cast<size_t>(n);
-    }
-    return true;
-  }
-  const int fd_;
-};
 
 // ---- Connections (a hostile probe: 10,500 connections grew a shard to
 // 968 MB; ZeroMQ keeps each one's buffers whatever the shard does) ----
@@ -171,7 +113,7 @@ TEST(ShardConnectionsTest, AMessageThatNeverEndsIsCutOff) {
   });
   ASSERT_NE(one.shard, nullptr);
   PsShard* shard = one.shard.get();
-  UnfinishedMessage peer("127.0.0.2", PortOf(*shard));
+  ZmtpPeer peer("127.0.0.2", PortOf(*shard));
   // Without the cut the shard holds all of it: at most 512 MiB, then fail.
   uint64_t streamed = 0;
   const auto deadline = std::chrono::steady_clock::now() + 10s;
@@ -206,7 +148,7 @@ TEST(ShardConnectionsTest, PastTheBoundInAllTheLongestStuckGoFirst) {
   ASSERT_NE(one.shard, nullptr);
   PsShard* shard = one.shard.get();
   const uint16_t port = PortOf(*shard);
-  UnfinishedMessage old_one("127.0.0.2", port), old_two("127.0.0.3", port);
+  ZmtpPeer old_one("127.0.0.2", port), old_two("127.0.0.3", port);
   for (int i = 0; i < 8; ++i) {
     ASSERT_TRUE(old_one.Stream(1 << 20));
     ASSERT_TRUE(old_two.Stream(1 << 20));
@@ -214,7 +156,7 @@ TEST(ShardConnectionsTest, PastTheBoundInAllTheLongestStuckGoFirst) {
   std::this_thread::sleep_for(100ms);
   EXPECT_EQ(shard->refused_connections(), 0u) << "16 MiB in all is within the bound";
   // The newest holds the most (a big message in flight) and tips the total.
-  UnfinishedMessage newest("127.0.0.4", port);
+  ZmtpPeer newest("127.0.0.4", port);
   for (int i = 0; i < 10; ++i) ASSERT_TRUE(newest.Stream(1 << 20));
   ASSERT_TRUE(Eventually([&] { return shard->refused_connections() >= 1; }));
   EXPECT_TRUE(ClosedWithin(old_one.fd(), 2s));
