@@ -16,7 +16,7 @@ namespace {
 // Objects and arrays a config may nest (gridsync's own nest 3). Deeper
 // values are dropped as they are read and the text refused: a 16 MiB file
 // of "[" took 2.8 GB to parse (this finder's frames and the parser's
-// document), now some 130 MB (the parser's stack of 8 bytes a level).
+// document), now 0.22 GB (the parser's stack of 8 bytes a level).
 constexpr int kMaxJsonDepth = 64;
 
 // Tracks the key path while nlohmann's DOM parser runs, to catch duplicate keys: the parser

@@ -119,8 +119,11 @@ uint64_t AvailableMemoryBytesFrom(const std::string& meminfo, const std::string&
 }
 
 uint64_t AvailableMemoryBytes() {
-  const uint64_t available =
-      AvailableMemoryBytesFrom("/proc/meminfo", "/proc/self/cgroup", "/sys/fs/cgroup");
+  return AvailableMemoryBytesFrom("/proc/meminfo", "/proc/self/cgroup", "/sys/fs/cgroup");
+}
+
+uint64_t AvailableToThisProcessBytes() {
+  const uint64_t available = AvailableMemoryBytes();
   return available == 0 ? 0 : std::min(available, LimitHeadroom());
 }
 

@@ -2,10 +2,12 @@
 // (/proc/meminfo), and no more than the headroom of the process's memory
 // cgroup (v1 memory.limit_in_bytes - usage, v2 memory.max - current, of its
 // own cgroup and every ancestor): a systemd unit with MemoryMax= is killed
-// by its cgroup long before the machine runs out; nor more than its
-// resource limits leave it (RLIMIT_AS less its address space, RLIMIT_DATA
-// less its data: `ulimit -v`, systemd's LimitAS=). Checks that refuse a run
-// before it allocates compare their estimates with it.
+// by its cgroup long before the machine runs out. For what one process
+// allocates, no more than its resource limits leave it either (RLIMIT_AS
+// less its address space, RLIMIT_DATA less its data: `ulimit -v`,
+// systemd's LimitAS=), which bound each process, not a machine's sum.
+// Checks that refuse a run before it allocates compare their estimates
+// with these.
 //
 // Thread safety: reads files; safe from any thread.
 #pragma once
@@ -18,6 +20,11 @@ namespace gridsync {
 // Bytes available to this process, or 0 when MemAvailable cannot be read
 // (then no check refuses).
 uint64_t AvailableMemoryBytes();
+// The same, bounded by this process's RLIMIT_AS and RLIMIT_DATA headroom:
+// for what this process itself will allocate (an image's decoding, a
+// worker's model, a shard's partition). Under `ulimit -v` an image was
+// refused as stb's "outofmem", naming no memory (a hostile probe).
+uint64_t AvailableToThisProcessBytes();
 
 // The same from the given files (tests; resource limits are not read): `meminfo` as /proc/meminfo,
 // `proc_cgroup` as /proc/self/cgroup, cgroup filesystems under

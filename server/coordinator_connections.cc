@@ -207,7 +207,11 @@ void CoordinatorImpl::ReadHeader(const ConnPtr& conn) {
 }
 
 bool CoordinatorImpl::MakeStrangerRoom(const ConnPtr& conn, uint64_t want) {
-  while (stranger_pending_bytes_ + want > StrangerPendingShare()) {
+  // The whole budget too: strangers closed for the share alone, and the
+  // reader then refused by the budget for all, would have been closed for
+  // nothing.
+  while (stranger_pending_bytes_ + want > StrangerPendingShare() ||
+         pending_bytes_ + queued_bytes_ + want > options_.max_pending_bytes) {
     ConnPtr largest;
     for (const ConnPtr& c : connections_) {
       if (c == conn || c->closed || c->closing || !c->stranger_message || c->pending == 0) continue;
@@ -217,12 +221,14 @@ bool CoordinatorImpl::MakeStrangerRoom(const ConnPtr& conn, uint64_t want) {
         largest = c;
     }
     if (!largest || largest->pending <= conn->pending + want) {
+      // Only the budget for all is past: its own check refuses the reader.
+      if (stranger_pending_bytes_ + want <= StrangerPendingShare()) return true;
       Fail(conn, 0,
            Status::InvalidArgument(fmt::format(
-               "connections that have not registered hold {} bytes of unfinished messages, "
-               "this one {} of them, the most; allowed: at most {} in all (half of "
+               "connections that have not registered hold {} bytes of unfinished messages, and "
+               "this one would hold the most ({} bytes); allowed: at most {} in all (half of "
                "max_pending_bytes, the rest kept for the members); send whole messages",
-               stranger_pending_bytes_, conn->pending, StrangerPendingShare())));
+               stranger_pending_bytes_, conn->pending + want, StrangerPendingShare())));
       return false;
     }
     Fail(largest, 0,
@@ -353,6 +359,19 @@ void CoordinatorImpl::OnRequest(const ConnPtr& conn, Request request, uint64_t b
   // used to leave it, and two connections each holding a barrier queued 64
   // kvSets of 15 MB: 1.9 GB. Past the budget the connection is refused (it
   // pipelines, which CoordinatorClient never does); others keep theirs.
+  // A stranger may not queue at all: gridsync's clients send one request at
+  // a time, and four keyless connections, each waiting at a barrier of its
+  // own with a quarter of the budget queued behind it, had every member's
+  // next message refused (a review of the strangers' share).
+  if (Stranger(*conn)) {
+    Fail(conn, request.id,
+         Status::InvalidArgument(fmt::format(
+             "request {} arrived while an earlier request on this connection waits, and the "
+             "connection has neither registered nor proved a key; allowed: one request at a time "
+             "until it registers as a shard or worker (or proves its key)",
+             request.id)));
+    return;
+  }
   const uint64_t held = pending_bytes_ + queued_bytes_;
   if (conn->queued_bytes + bytes > QueuedShare() || held + bytes > options_.max_pending_bytes) {
     Fail(conn, request.id,

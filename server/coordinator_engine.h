@@ -294,14 +294,16 @@ class CoordinatorImpl final : public Coordinator {
   bool MakeRoomFor(const ConnPtr& fresh);
   // Keeps the strangers' unfinished messages within their share before
   // `conn` (a stranger's message) reads `want` more bytes: while they would
-  // pass it, the stranger holding the most unfinished bytes, more than
-  // `conn` would hold, is closed to make room; `conn` is refused when it
-  // holds the most itself. Before, the newcomer was refused: 130 strangers
-  // each holding 1 MiB of a message they never finished (no key needed)
-  // had every worker's registration and every monitor refused until
-  // read_timeout closed them, and reconnecting kept it so (a hostile
-  // probe). A member's first message is small, so it always finds a
-  // larger holder to close. false: `conn` was refused.
+  // pass it (or the budget for all), the stranger holding the most
+  // unfinished bytes, more than `conn` would hold, is closed to make room;
+  // `conn` is refused when it would hold the most itself. (Strangers queue
+  // nothing behind a waiting request: OnRequest refuses it.) Before, the newcomer was refused: 130
+  // strangers each holding 1 MiB of a message they never finished (no key needed) had every
+  // worker's registration and every monitor refused until read_timeout closed them, and
+  // reconnecting kept it so (a hostile probe). With 512 connections at most, strangers filling
+  // their share hold 256 KiB each on average at the default budget, more than a member's first
+  // message or a monitor's request, which so find a larger holder to close. false: `conn` was
+  // refused.
   bool MakeStrangerRoom(const ConnPtr& conn, uint64_t want);
   // Takes the connection's unfinished message out of the budgets.
   void ReleasePending(Connection& conn) {

@@ -128,7 +128,7 @@ int main(int argc, char** argv) {
   // machine's memory is refused by name before it is allocated, rather
   // than abort in the allocation or wake the OOM killer.
   const uint64_t need = gridsync::ShardStoreBytes(*partition, options);
-  if (const uint64_t available = gridsync::AvailableMemoryBytes();
+  if (const uint64_t available = gridsync::AvailableToThisProcessBytes();
       available > 0 && need > available) {
     std::fprintf(
         stderr,

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/wire/coord_codec.h"
 #include "tests/coordinator_test_util.h"
 
 namespace gridsync {
@@ -556,51 +557,6 @@ TEST(CoordinatorLimitsTest, StrangersCannotCrowdOutRegisteredMembers) {
   EXPECT_TRUE((*member)->Heartbeat().ok());
 }
 
-// A hostile probe: connections that never registered nor proved a key,
-// each holding 1 MiB of a message they never finish, filled the strangers'
-// share, and every worker's registration (and `gridsync monitor`) was
-// refused until read_timeout; reconnecting kept it so. The stranger holding
-// the most is now closed to make room for a newcomer's message.
-TEST(CoordinatorLimitsTest, StrangersHoldingTheirShareCannotLockNewMembersOut) {
-  CoordinatorOptions options;
-  options.max_pending_bytes = 8 << 20;  // strangers' share: 4 MiB
-  options.expected_shards = 1;
-  options.expected_workers = 2;
-  auto coordinator = StartWith(options);
-  ASSERT_TRUE(coordinator);
-  std::vector<std::unique_ptr<RawConnection>> holders;
-  const std::string held = LengthPrefix(1u << 20) + std::string((1u << 20) - 8, 'x');
-  for (int c = 0; c < 6; ++c) {
-    holders.push_back(std::make_unique<RawConnection>(coordinator->port()));
-    holders.back()->Send(held);
-  }
-  // The share is full: at least two of the six were closed for the others.
-  int closed = 0;
-  for (auto& h : holders) {
-    auto reply = h->ReadReply(300ms);
-    if (!reply.decoded) continue;
-    ++closed;
-    EXPECT_NE(reply.text.find("closed to make room"), std::string::npos) << reply.text;
-  }
-  EXPECT_GE(closed, 2);
-  // Two workers register, one after the other, and are served.
-  for (int rank = 0; rank < 2; ++rank) {
-    auto worker = CoordinatorClient::Connect("127.0.0.1", coordinator->port(), 5s);
-    ASSERT_TRUE(worker.ok()) << worker.status().ToString();
-    auto registered = (*worker)->Register(Member(Role::kWorker, rank), 2s);
-    ASSERT_TRUE(registered.ok()) << "rank " << rank << ": " << registered.status().ToString();
-    EXPECT_TRUE((*worker)->Heartbeat().ok());
-  }
-  // Which of the holders made room: one that was still open.
-  int newly_closed = 0;
-  for (auto& h : holders) {
-    auto reply = h->ReadReply(300ms);
-    if (reply.decoded && reply.text.find("closed to make room") != std::string::npos)
-      ++newly_closed;
-  }
-  EXPECT_GE(newly_closed, 1) << "a member registered without any holder making room";
-}
-
 // ---- Requests queued behind a waiting one, and barriers (review: two
 // connections each holding a barrier queued 64 kvSets of 15 MB, 1.93 GB;
 // 2000 count-1 barriers of unique 1 MB names were kept forever, 2.45 GB) ----
@@ -640,6 +596,23 @@ std::string KvGetFrame(uint64_t id, const std::string& key, uint32_t timeout_ms)
   return FrameOf(message);
 }
 
+std::string RegisterFrame(uint64_t id, const RegisterInfo& info) {
+  capnp::MallocMessageBuilder message;
+  auto request = message.initRoot<schema::CoordRequest>();
+  request.setRequestId(id);
+  wire::RegisterToWire(info, request.initRegister());
+  return FrameOf(message);
+}
+
+// A raw connection registered as worker `rank` (its reply read).
+std::unique_ptr<RawConnection> RegisteredWorker(uint16_t port, int32_t rank) {
+  auto raw = std::make_unique<RawConnection>(port);
+  EXPECT_TRUE(raw->Send(RegisterFrame(100, Member(Role::kWorker, rank))));
+  const auto reply = raw->ReadReply(3s);
+  EXPECT_TRUE(reply.decoded && !reply.is_error) << "rank " << rank << ": " << reply.text;
+  return raw;
+}
+
 // The coordinator's stats once `done` holds of them (or the last read,
 // after 3 s).
 template <typename Done>
@@ -657,12 +630,15 @@ CoordinatorStats StatsOnce(Coordinator& coordinator, Done done) {
 TEST(CoordinatorLimitsTest, RequestsQueuedBehindAWaitingOneShareTheBudget) {
   CoordinatorOptions options;
   options.max_pending_bytes = 2 << 20;  // a connection may queue 512 KiB
+  options.expected_shards = 1;
+  options.expected_workers = 8;
   auto coordinator = StartWith(options);
   ASSERT_TRUE(coordinator);
   constexpr size_t kValue = 240 << 10;
-  // One connection waits at a barrier and queues two kvSets behind it: held,
-  // and counted.
-  RawConnection a(coordinator->port());
+  // One member waits at a barrier and queues two kvSets behind it: held,
+  // and counted. (A stranger may queue nothing: see below.)
+  auto registered = RegisteredWorker(coordinator->port(), 0);
+  RawConnection& a = *registered;
   ASSERT_TRUE(a.Send(BarrierFrame(1, "hold-a", 2, 10000)));
   ASSERT_TRUE(a.Send(KvSetFrame(2, "a2", kValue) + KvSetFrame(3, "a3", kValue)));
   auto held = StatsOnce(*coordinator, [](const auto& s) { return s.queued_requests == 2; });
@@ -692,7 +668,7 @@ TEST(CoordinatorLimitsTest, RequestsQueuedBehindAWaitingOneShareTheBudget) {
   // together; a fifth past it is refused, and the four keep waiting.
   std::vector<std::unique_ptr<RawConnection>> holders;
   for (int c = 0; c < 4; ++c) {
-    holders.push_back(std::make_unique<RawConnection>(coordinator->port()));
+    holders.push_back(RegisteredWorker(coordinator->port(), c + 1));
     const std::string n = std::to_string(c);
     ASSERT_TRUE(holders.back()->Send(BarrierFrame(1, "hold-" + n, 2, 10000) +
                                      KvSetFrame(2, n + "/2", kValue) +
@@ -701,7 +677,8 @@ TEST(CoordinatorLimitsTest, RequestsQueuedBehindAWaitingOneShareTheBudget) {
   held = StatsOnce(*coordinator, [](const auto& s) { return s.queued_requests == 8; });
   EXPECT_EQ(held.queued_requests, 8u);
   EXPECT_LE(held.queued_bytes + held.pending_bytes, options.max_pending_bytes);
-  RawConnection fifth(coordinator->port());
+  auto fifth_connection = RegisteredWorker(coordinator->port(), 5);
+  RawConnection& fifth = *fifth_connection;
   ASSERT_TRUE(fifth.Send(BarrierFrame(1, "hold-5", 2, 10000) + KvSetFrame(2, "5/2", kValue)));
   refused = fifth.ReadReply(3s);
   ASSERT_TRUE(refused.decoded) << "eof " << refused.eof << ", timeout " << refused.timeout;
@@ -716,6 +693,41 @@ TEST(CoordinatorLimitsTest, RequestsQueuedBehindAWaitingOneShareTheBudget) {
   freed = StatsOnce(*coordinator, [](const auto& s) { return s.queued_bytes == 0; });
   EXPECT_EQ(freed.queued_bytes, 0u);
   EXPECT_EQ(freed.barriers, 0u);
+}
+
+// A review: four connections that never registered, each waiting at a
+// barrier of its own with a quarter of the budget queued behind it, held
+// all of it, and every member's next message was refused. A stranger
+// queues nothing: a second request while its first waits is refused, and
+// the members are served.
+TEST(CoordinatorLimitsTest, StrangersQueueNothingBehindAWaitingRequest) {
+  CoordinatorOptions options;
+  options.max_pending_bytes = 2 << 20;
+  options.expected_shards = 1;
+  options.expected_workers = 1;
+  auto coordinator = StartWith(options);
+  ASSERT_TRUE(coordinator);
+  auto member = CoordinatorClient::Connect("127.0.0.1", coordinator->port(), 5s);
+  ASSERT_TRUE(member.ok()) << member.status().ToString();
+  ASSERT_TRUE((*member)->Register(Member(Role::kWorker, 0), 2s).ok());
+  std::vector<std::unique_ptr<RawConnection>> strangers;
+  for (int c = 0; c < 4; ++c) {
+    strangers.push_back(std::make_unique<RawConnection>(coordinator->port()));
+    const std::string n = std::to_string(c);
+    ASSERT_TRUE(strangers.back()->Send(BarrierFrame(1, "wait-" + n, 2, 10000) +
+                                       KvSetFrame(2, "s" + n, 400 << 10)));
+    auto refused = strangers.back()->ReadReply(3s);
+    ASSERT_TRUE(refused.decoded) << "eof " << refused.eof << ", timeout " << refused.timeout;
+    EXPECT_EQ(refused.request_id, 2u);
+    EXPECT_NE(refused.text.find("one request at a time until it registers"), std::string::npos)
+        << refused.text;
+  }
+  const auto stats = coordinator->stats(2s);
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  EXPECT_EQ(stats->queued_bytes, 0u);
+  const std::string value(700 << 10, 'm');
+  EXPECT_TRUE((*member)->Set("member/big", value).ok());
+  EXPECT_TRUE((*member)->Heartbeat().ok());
 }
 
 TEST(CoordinatorLimitsTest, BarriersAreForgottenOnceNobodyWaits) {
@@ -843,6 +855,52 @@ TEST(CoordinatorClientTest, ConnectToNothingFailsWithinTheTimeoutNamingTheAddres
 // A peer that accepts and never answers (a probe's hung listener) is named
 // within the reply timeout a client sets (gridsync monitor --timeout), not
 // the default 10 s.
+// A hostile probe: connections that never registered nor proved a key,
+// each holding 1 MiB of a message they never finish, filled the strangers'
+// share, and every worker's registration (and `gridsync monitor`) was
+// refused until read_timeout; reconnecting kept it so. The stranger holding
+// the most is now closed to make room for a newcomer's message.
+TEST(CoordinatorLimitsTest, StrangersHoldingTheirShareCannotLockNewMembersOut) {
+  CoordinatorOptions options;
+  options.max_pending_bytes = 8 << 20;  // strangers' share: 4 MiB
+  options.expected_shards = 1;
+  options.expected_workers = 2;
+  auto coordinator = StartWith(options);
+  ASSERT_TRUE(coordinator);
+  std::vector<std::unique_ptr<RawConnection>> holders;
+  const std::string held = LengthPrefix(1u << 20) + std::string((1u << 20) - 8, 'x');
+  for (int c = 0; c < 6; ++c) {
+    holders.push_back(std::make_unique<RawConnection>(coordinator->port()));
+    holders.back()->Send(held);
+    // Each holder's bytes all read before the next connects: four fill the
+    // share, and each later one closes the oldest of them.
+    const uint64_t full = uint64_t(std::min(c + 1, 4)) << 20;
+    const auto stats = StatsOnce(
+        *coordinator, [full](const CoordinatorStats& s) { return s.pending_bytes == full; });
+    ASSERT_EQ(stats.pending_bytes, full) << "holder " << c;
+  }
+  // The share is full: the first two were closed for the last two.
+  for (int c = 0; c < 6; ++c) {
+    auto reply = holders[c]->ReadReply(c < 2 ? 3000ms : 100ms);
+    EXPECT_EQ(reply.decoded, c < 2) << "holder " << c << ": " << reply.text;
+    if (reply.decoded) {
+      EXPECT_NE(reply.text.find("closed to make room"), std::string::npos) << reply.text;
+    }
+  }
+  // Two workers register, one after the other, and are served.
+  for (int rank = 0; rank < 2; ++rank) {
+    auto worker = CoordinatorClient::Connect("127.0.0.1", coordinator->port(), 5s);
+    ASSERT_TRUE(worker.ok()) << worker.status().ToString();
+    auto registered = (*worker)->Register(Member(Role::kWorker, rank), 2s);
+    ASSERT_TRUE(registered.ok()) << "rank " << rank << ": " << registered.status().ToString();
+    EXPECT_TRUE((*worker)->Heartbeat().ok());
+  }
+  // The oldest holder left, the third, made room for the first.
+  auto reply = holders[2]->ReadReply(3s);
+  ASSERT_TRUE(reply.decoded) << "a member registered without any holder making room";
+  EXPECT_NE(reply.text.find("closed to make room"), std::string::npos) << reply.text;
+}
+
 TEST(CoordinatorClientTest, ASetReplyTimeoutBoundsACallThatWaitsOnNothing) {
   uint16_t port = 0;
   const int listener = testing::ListenOnLoopback(&port);  // the kernel accepts; nobody answers

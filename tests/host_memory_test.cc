@@ -71,7 +71,7 @@ TEST_F(HostMemoryTest, AV2MemoryMaxBounds) {
 // A hostile probe: under `ulimit -v` an image was refused as stb's
 // "outofmem". The process's own limit now bounds what is available, so the
 // checks before decoding name the memory. In a child: limits stay there.
-TEST(HostMemoryLimitTest, AnAddressSpaceLimitBoundsWhatIsAvailable) {
+TEST(HostMemoryLimitTest, AnAddressSpaceLimitBoundsThisProcessNotTheMachine) {
   const uint64_t unlimited = AvailableMemoryBytes();
   if (unlimited == 0) GTEST_SKIP() << "MemAvailable unreadable here";
   const pid_t child = ::fork();
@@ -85,13 +85,19 @@ TEST(HostMemoryLimitTest, AnAddressSpaceLimitBoundsWhatIsAvailable) {
     }
     const rlimit limit{vm_size + (uint64_t{64} << 20), vm_size + (uint64_t{64} << 20)};
     if (vm_size == 0 || ::setrlimit(RLIMIT_AS, &limit) != 0) ::_exit(2);
-    const uint64_t bounded = AvailableMemoryBytes();
-    ::_exit(bounded > 0 && bounded <= (uint64_t{64} << 20) ? 0 : 1);
+    // This process's own allocations are bounded by it; a machine's sum
+    // (processes each with a limit of their own) is not.
+    const uint64_t bounded = AvailableToThisProcessBytes();
+    if (!(bounded > 0 && bounded <= (uint64_t{64} << 20))) ::_exit(1);
+    ::_exit(unlimited < (uint64_t{256} << 20) || AvailableMemoryBytes() > (uint64_t{128} << 20)
+                ? 0
+                : 3);
   }
   int status = 0;
   ASSERT_EQ(::waitpid(child, &status, 0), child);
   ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: not bounded by the limit; 2: could not set it";
+  EXPECT_EQ(WEXITSTATUS(status), 0)
+      << "1: not bounded by the limit; 2: could not set it; 3: the machine's figure was";
 }
 
 TEST_F(HostMemoryTest, NoMemInfoMeansUnknown) {

@@ -157,13 +157,14 @@ TEST(ImageDataChecksTest, AFileShorterThanItsHeaderSaysIsRefused) {
   ExpectRefused(frame(3) + std::string("\x02\x44\x0a\x00\x3b", 5),
                 "GIF frame's data codes 2 of its 3 pixels (cut short");
   // A hostile probe: stb decodes the logical screen and draws only the
-  // first frame, so a 1 x 1 frame on a 16384 x 16384 screen (43 bytes) was
-  // a 268M-pixel image of pixels the file never defines.
-  ExpectRefused(frame(2, 3) + std::string("\x02\x44\x0a\x00\x3b", 5),
-                "GIF's first frame covers 2x1 pixels at (0, 0) of its 3x1 logical screen");
+  // first frame, so a 1 x 1 frame on a 16384 x 16384 screen (43 bytes) was a
+  // 268M-pixel image of background. A canvas (a smaller first frame, as
+  // GIF89a allows) still decodes; a frame the background outweighs 64 to 1
+  // and by over 2^20 pixels is refused.
+  ASSERT_TRUE(DecodeString(frame(2, 3) + std::string("\x02\x44\x0a\x00\x3b", 5)).ok());
   ExpectRefused(frame(1, 16384, 16384) + std::string("\x02\x44\x01\x00\x3b", 5),
-                "of its 16384x16384 logical screen (the rest would decode as black); allowed: a "
-                "first frame covering the whole screen");
+                "GIF's first frame covers 1x1 pixels at (0, 0) of its 16384x16384 logical screen, "
+                "the rest 268435455 pixels of background");
 
   // JPEG: a real 64 x 64 file, and the same with its frame patched to
   // 8000 x 8000 pixels (stb decoded its data, then zeros).

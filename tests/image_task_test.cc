@@ -372,9 +372,10 @@ TEST(ImageTaskTest, ADamagedFileIsNamedByItsFormat) {
                 "(no SOF)"),
             std::string::npos)
       << image.status().message();
-  // A hostile probe: valid files of kinds stb does not take (here a PNG of
-  // colour type 5) were called truncated or corrupt, from stb's last guess;
-  // the decoder of their format says why.
+  // A hostile probe: headers stb refuses (valid kinds it does not take, as
+  // an RLE BMP, or invalid ones, here a PNG of colour type 5) were all
+  // called truncated or corrupt, from stb's last guess; the decoder of
+  // their format says why.
   const std::string ctype5 = HeaderOnlyPng(4, 4, 8, 5);
   auto unsupported =
       ImageTask::Decode(reinterpret_cast<const uint8_t*>(ctype5.data()), ctype5.size(), "c5");

@@ -90,10 +90,15 @@ class ZmtpPeer {
     const size_t size_at = at - 2;  // flags, then a short size, then "\x05READY"
     const size_t end = size_at + 1 + static_cast<uint8_t>(got[size_at]);
     while (got.size() < end) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return false;
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
       char byte = 0;
       const ssize_t n = ::recv(fd_, &byte, 1, 0);
-      if (n <= 0) return false;
-      got += byte;
+      if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) return false;
+      if (n == 1) got += byte;
     }
     return true;
   }
@@ -102,14 +107,15 @@ class ZmtpPeer {
   // 0x03). false once the server shut the connection down.
   bool Stream(uint64_t bytes) { return SendAll(Frame(std::string(bytes, 'x'), true)); }
 
-  // A whole message of these frames, as a DEALER sends it (no delimiter).
+  // A whole message of these frames, as a DEALER sends it (no delimiter);
+  // false unless all of it was sent within the send timeout.
   bool SendMessage(const std::vector<zmq::message_t>& frames) {
     std::string bytes;
     for (size_t i = 0; i < frames.size(); ++i) {
       bytes += Frame(std::string(static_cast<const char*>(frames[i].data()), frames[i].size()),
                      i + 1 < frames.size());
     }
-    return SendAll(bytes);
+    return SendAll(bytes, /*whole=*/true);
   }
 
  private:
@@ -119,12 +125,14 @@ class ZmtpPeer {
     for (int i = 0; i < 8; ++i) frame += static_cast<char>(n >> (56 - 8 * i));
     return frame + body;
   }
-  bool SendAll(const std::string& bytes) {
+  // whole: false when the server stops reading before the end (else that
+  // ends the send, true: a stream that stalls is what some tests make).
+  bool SendAll(const std::string& bytes, bool whole = false) {
     size_t sent = 0;
     while (sent < bytes.size()) {
       const ssize_t n = ::send(fd_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && errno == EAGAIN) return true;  // the server is not reading: stop here
+      if (n < 0 && errno == EAGAIN) return !whole;  // the server is not reading: stop here
       if (n <= 0) return false;
       sent += static_cast<size_t>(n);
     }

@@ -265,7 +265,7 @@ int RunLoad(const LoadArgs& args) {
     const double table_bytes = static_cast<double>(args.table_rows) * args.width * sizeof(float);
     const double need = static_cast<double>(ShardStoreBytes(partition, shard_options)) +
                         (w_top + 2.0) * table_bytes;
-    if (const uint64_t available = AvailableMemoryBytes();
+    if (const uint64_t available = AvailableToThisProcessBytes();
         available > 0 && need > static_cast<double>(available)) {
       char why[512];
       std::snprintf(why, sizeof(why),

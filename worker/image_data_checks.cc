@@ -219,17 +219,24 @@ Status CheckGif(const uint8_t* data, size_t size) {
       const auto u16 = [](const uint8_t* at) { return static_cast<uint32_t>(at[0] | at[1] << 8); };
       const uint32_t left = u16(d + 1), top = u16(d + 3), width = u16(d + 5), height = u16(d + 7);
       const uint32_t screen_width = u16(data + 6), screen_height = u16(data + 8);
-      // stb decodes the logical screen, drawing only the frame: a 1x1 frame
-      // on a 16384x16384 screen (43 bytes) became 268M pixels, all but one
-      // never defined. (A frame past the screen stb refuses itself.)
-      if ((left > 0 || top > 0 || width < screen_width || height < screen_height) &&
-          left + width <= screen_width && top + height <= screen_height) {
+      // stb decodes the logical screen and draws only the first frame; the
+      // rest is background (GIF89a allows a smaller first frame: a canvas).
+      // A 1x1 frame on a 16384x16384 screen (43 bytes) was 268M pixels of
+      // background, all but one: refused where the background outweighs
+      // the frame 64 to 1 and is over 2^20 pixels (a frame past the screen
+      // stb refuses itself).
+      const uint64_t frame_pixels = uint64_t{width} * height;
+      const uint64_t screen_pixels = uint64_t{screen_width} * screen_height;
+      if (left + width <= screen_width && top + height <= screen_height &&
+          screen_pixels - frame_pixels > (uint64_t{1} << 20) &&
+          screen_pixels - frame_pixels > 64 * frame_pixels) {
         return Status::InvalidArgument(
             "GIF's first frame covers " + std::to_string(width) + "x" + std::to_string(height) +
             " pixels at (" + std::to_string(left) + ", " + std::to_string(top) + ") of its " +
             std::to_string(screen_width) + "x" + std::to_string(screen_height) +
-            " logical screen (the rest would decode as black); allowed: a first frame covering "
-            "the whole screen");
+            " logical screen, the rest " + std::to_string(screen_pixels - frame_pixels) +
+            " pixels of background; allowed: a first frame of at least 1/65 of the screen, or "
+            "at most 1048576 pixels of background");
       }
       const uint64_t pixels = uint64_t{width} * height;
       // The frame's table: its own, else the global one (stb refuses none).

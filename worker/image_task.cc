@@ -171,8 +171,8 @@ Result<ImageTask> ImageTask::Decode(const uint8_t* data, size_t size, const std:
                            text == "not PIC" || text == "not HDR";
       if (foreign) {
         // A header its own decoder refuses may be cut or damaged, or a kind
-        // of that format stb does not take (an RLE BMP, a colour type-5
-        // PNG): its reason tells which ("no SOF", "BMP RLE").
+        // of that format stb does not take (an RLE BMP, a JPEG of two
+        // components): its reason tells which ("no SOF", "BMP RLE").
         const std::string own = StbHeaderRefusal(f, data, size);
         text = own.empty()
                    ? "truncated or corrupt " + std::string(f) + " (its data does not decode)"
@@ -217,7 +217,7 @@ Result<ImageTask> ImageTask::Decode(const uint8_t* data, size_t size, const std:
   // few bytes can claim 2^28 pixels, which GIF's decoder alone would hold at
   // 12 bytes each.
   const uint64_t need = image_precheck::DecodeBytes(data, size, uint64_t(w) * uint64_t(h));
-  if (const uint64_t available = AvailableMemoryBytes(); available > 0 && need > available) {
+  if (const uint64_t available = AvailableToThisProcessBytes(); available > 0 && need > available) {
     return Status::InvalidArgument(
         "image '" + name + "' is " + std::to_string(w) + " x " + std::to_string(h) +
         " pixels: decoding it takes about " + std::to_string(need >> 20) + " MiB, " +

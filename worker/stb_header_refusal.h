@@ -2,10 +2,10 @@
 //
 // stb_image tries every decoder it has and keeps the last one's complaint:
 // a valid file of a kind a decoder does not take (an RLE BMP, a JPEG of two
-// components, a PNG of colour type 5) read as "unknown image type", which
-// the image task reported as a truncated or corrupt file. Asking the one
-// decoder that the file's signature names gives its reason ("BMP RLE",
-// "bad component count", "bad ctype").
+// components) read as "unknown image type", and so did an invalid header (a
+// PNG of colour type 5), which the image task reported alike as a truncated
+// or corrupt file. Asking the one decoder that the file's signature names
+// gives its reason ("BMP RLE", "bad component count", "bad ctype").
 //
 // Thread safety: safe from any thread (stb's failure reason is
 // thread-local); reads only [data, data + size).

@@ -47,7 +47,7 @@ uint64_t LargestMicroBatch(const Config& config, bool distributed) {
 
 Status CheckWorkerMemory(const RunSpec& spec, const ImageTask& image, bool distributed,
                          bool writes_png) {
-  const uint64_t available = AvailableMemoryBytes();
+  const uint64_t available = AvailableToThisProcessBytes();
   if (available == 0) return Status::OK();  // unknown: nothing to hold it against
   const Config& config = spec.config;
   // The image (held) counts too, and on the process that writes the

@@ -186,13 +186,16 @@ void ConnectionCap::OnAccepted(int fd) {
   if (open_at_.count(fd) != 0) OnClosed(fd);
   const auto now = Clock::now();
   {
-    // Fresh: messages of an earlier connection on this descriptor, read
-    // after it closed, must not count as this one's (a peer could bank
-    // them as credit for an unfinished message). This one's own first
-    // messages, if read before this event, count as unread instead: at
-    // most a message or two, within the per-connection bound.
+    // Messages taken on this descriptor before this event are this
+    // connection's own first ones, and count, unless an earlier connection
+    // on it closed: then they may be that one's, read after it closed, and
+    // must not be banked as credit for an unfinished message, so the count
+    // starts afresh (this one's first messages then count as unread). That
+    // was done on every accept, and a loaded host, reading this event
+    // after a connection's first exchanges, left it 70 KB unread for good
+    // (a connection that must not drift).
     std::lock_guard<std::mutex> lock(taken_mu_);
-    taken_[fd] = Progress{0, 0, now};
+    if (closed_fds_.erase(fd) != 0 || taken_.count(fd) == 0) taken_[fd] = Progress{0, 0, now};
   }
   const std::string address = PeerAddress(fd);
   open_at_[fd] = Open{address, now, false};
@@ -368,6 +371,7 @@ void ConnectionCap::OnClosed(int fd) {
     std::lock_guard<std::mutex> lock(taken_mu_);
     taken_.erase(fd);
   }
+  closed_fds_.insert(fd);
   open_.fetch_sub(1, std::memory_order_relaxed);
 }
 

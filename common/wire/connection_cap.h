@@ -42,6 +42,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <zmq.hpp>
@@ -135,6 +136,9 @@ class ConnectionCap {
   // The serving thread's: each open connection, by descriptor, and the
   // open connections per address.
   std::map<int, Open> open_at_;
+  // Descriptors whose connection closed and that no connection has been
+  // accepted on since: what is taken on them may be the closed one's.
+  std::set<int> closed_fds_;
   std::map<std::string, uint32_t> per_address_;
   Clock::time_point last_sweep_{};
   std::mutex taken_mu_;
