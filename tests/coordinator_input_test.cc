@@ -199,6 +199,23 @@ std::unique_ptr<Coordinator> StartWith(CoordinatorOptions options) {
   return started.ok() ? std::move(started).value() : nullptr;
 }
 
+// A budget of 2 MiB (strangers' share 1 MiB), for one shard and one worker.
+CoordinatorOptions TwoMiBBudget() {
+  CoordinatorOptions options;
+  options.max_pending_bytes = 2 << 20;
+  options.expected_shards = 1;
+  options.expected_workers = 1;
+  return options;
+}
+
+// A client registered as worker 0.
+Result<std::unique_ptr<CoordinatorClient>> RegisteredMember(Coordinator& coordinator) {
+  auto member = CoordinatorClient::Connect("127.0.0.1", coordinator.port(), 5s);
+  if (!member.ok()) return member.status();
+  GRIDSYNC_RETURN_IF_ERROR((*member)->Register(Member(Role::kWorker, 0), 2s).status());
+  return member;
+}
+
 void ExpectServes(Coordinator& coordinator) {
   auto client = CoordinatorClient::Connect("127.0.0.1", coordinator.port(), 5s);
   ASSERT_TRUE(client.ok()) << client.status().ToString();
@@ -527,15 +544,10 @@ TEST(CoordinatorLimitsTest, PartialMessagesShareABoundedBudget) {
 // half of it, so a registered member's requests still get through however
 // many strangers hold their share.
 TEST(CoordinatorLimitsTest, StrangersCannotCrowdOutRegisteredMembers) {
-  CoordinatorOptions options;
-  options.max_pending_bytes = 2 << 20;
-  options.expected_shards = 1;
-  options.expected_workers = 1;
-  auto coordinator = StartWith(options);
+  auto coordinator = StartWith(TwoMiBBudget());
   ASSERT_TRUE(coordinator);
-  auto member = CoordinatorClient::Connect("127.0.0.1", coordinator->port(), 5s);
+  auto member = RegisteredMember(*coordinator);
   ASSERT_TRUE(member.ok()) << member.status().ToString();
-  ASSERT_TRUE((*member)->Register(Member(Role::kWorker, 0), 2s).ok());
   // Strangers take all the share they may (the first, holding the most, is
   // closed to make room for the third).
   std::vector<std::unique_ptr<RawConnection>> strangers;
@@ -701,15 +713,10 @@ TEST(CoordinatorLimitsTest, RequestsQueuedBehindAWaitingOneShareTheBudget) {
 // queues nothing: a second request while its first waits is refused, and
 // the members are served.
 TEST(CoordinatorLimitsTest, StrangersQueueNothingBehindAWaitingRequest) {
-  CoordinatorOptions options;
-  options.max_pending_bytes = 2 << 20;
-  options.expected_shards = 1;
-  options.expected_workers = 1;
-  auto coordinator = StartWith(options);
+  auto coordinator = StartWith(TwoMiBBudget());
   ASSERT_TRUE(coordinator);
-  auto member = CoordinatorClient::Connect("127.0.0.1", coordinator->port(), 5s);
+  auto member = RegisteredMember(*coordinator);
   ASSERT_TRUE(member.ok()) << member.status().ToString();
-  ASSERT_TRUE((*member)->Register(Member(Role::kWorker, 0), 2s).ok());
   std::vector<std::unique_ptr<RawConnection>> strangers;
   for (int c = 0; c < 4; ++c) {
     strangers.push_back(std::make_unique<RawConnection>(coordinator->port()));
