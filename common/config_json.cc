@@ -19,6 +19,12 @@ namespace {
 // document), now 0.22 GB (the parser's stack of 8 bytes a level).
 constexpr int kMaxJsonDepth = 64;
 
+// Whether a parser callback's event opens an object or array past the limit.
+bool OpensTooDeep(int depth, Json::parse_event_t event) {
+  return depth >= kMaxJsonDepth &&
+         (event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start);
+}
+
 // Tracks the key path while nlohmann's DOM parser runs, to catch duplicate keys: the parser
 // itself keeps the last value silently, which would hide a half-edited config. It also refuses
 // nesting deeper than kMaxJsonDepth.
@@ -35,7 +41,7 @@ class DuplicateKeyFinder {
       case Json::parse_event_t::array_start:
         // The parser calls back for what lies inside a dropped value too,
         // except its values and ends; depth counts the dropped levels.
-        if (depth >= kMaxJsonDepth) {
+        if (OpensTooDeep(depth, event)) {
           if (!too_deep_) {
             too_deep_ = true;
             problems_->Add(
@@ -237,9 +243,7 @@ void ApplyOverride(const std::string& override_text, Json* root, Problems* probl
   Json value = Json::parse(
       value_text,
       [&deep](int depth, Json::parse_event_t event, Json&) {
-        const bool starts =
-            event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start;
-        if (starts && depth >= kMaxJsonDepth) deep = true;
+        deep = deep || OpensTooDeep(depth, event);
         return !deep;
       },
       /*allow_exceptions=*/false);

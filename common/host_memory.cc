@@ -52,19 +52,7 @@ uint64_t Headroom(const std::filesystem::path& mount, std::string dir, const cha
 // nor the limit (a hostile probe).
 uint64_t LimitHeadroom() {
   uint64_t headroom = UINT64_MAX;
-  uint64_t vm_size = 0, vm_data = 0;
-  {
-    std::ifstream in("/proc/self/status");
-    std::string key;
-    uint64_t kib = 0;
-    std::string line;
-    while (std::getline(in, line)) {
-      std::istringstream fields(line);
-      if (!(fields >> key >> kib)) continue;
-      if (key == "VmSize:") vm_size = kib * 1024;
-      if (key == "VmData:") vm_data = kib * 1024;
-    }
-  }
+  const ProcessMemory memory = ReadProcessMemory();
   const auto bound = [&](int resource, uint64_t used) {
     rlimit limit{};
     if (getrlimit(resource, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return;
@@ -72,8 +60,8 @@ uint64_t LimitHeadroom() {
     // At least a byte: 0 means "unknown" to the checks, which then refuse nothing.
     headroom = std::min(headroom, cap > used ? cap - used : uint64_t{1});
   };
-  bound(RLIMIT_AS, vm_size);
-  bound(RLIMIT_DATA, vm_data);
+  bound(RLIMIT_AS, memory.vm_size);
+  bound(RLIMIT_DATA, memory.vm_data);
   return headroom;
 }
 
@@ -120,6 +108,23 @@ uint64_t AvailableMemoryBytesFrom(const std::string& meminfo, const std::string&
 
 uint64_t AvailableMemoryBytes() {
   return AvailableMemoryBytesFrom("/proc/meminfo", "/proc/self/cgroup", "/sys/fs/cgroup");
+}
+
+ProcessMemory ReadProcessMemory() {
+  ProcessMemory memory;
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string key;
+    uint64_t kib = 0;
+    if (!(fields >> key >> kib)) continue;
+    if (key == "VmSize:") memory.vm_size = kib << 10;
+    if (key == "VmData:") memory.vm_data = kib << 10;
+    if (key == "VmRSS:") memory.rss = kib << 10;
+    if (key == "VmHWM:") memory.hwm = kib << 10;
+  }
+  return memory;
 }
 
 uint64_t AvailableToThisProcessBytes() {

@@ -26,6 +26,16 @@ uint64_t AvailableMemoryBytes();
 // refused as stb's "outofmem", naming no memory (a hostile probe).
 uint64_t AvailableToThisProcessBytes();
 
+// This process's memory from /proc/self/status, in bytes (0 where a line
+// is missing).
+struct ProcessMemory {
+  uint64_t vm_size = 0;  // VmSize: address space
+  uint64_t vm_data = 0;  // VmData: data segments and private mappings
+  uint64_t rss = 0;      // VmRSS
+  uint64_t hwm = 0;      // VmHWM: the peak of VmRSS
+};
+ProcessMemory ReadProcessMemory();
+
 // The same from the given files (tests; resource limits are not read): `meminfo` as /proc/meminfo,
 // `proc_cgroup` as /proc/self/cgroup, cgroup filesystems under
 // `cgroup_root` (/sys/fs/cgroup: v1 controllers in sub-folders, v2 at the

@@ -210,8 +210,8 @@ bool CoordinatorImpl::MakeStrangerRoom(const ConnPtr& conn, uint64_t want) {
   // The whole budget too: strangers closed for the share alone, and the
   // reader then refused by the budget for all, would have been closed for
   // nothing.
-  while (stranger_pending_bytes_ + want > StrangerPendingShare() ||
-         pending_bytes_ + queued_bytes_ + want > options_.max_pending_bytes) {
+  const auto past_share = [&] { return stranger_pending_bytes_ + want > StrangerPendingShare(); };
+  while (past_share() || pending_bytes_ + queued_bytes_ + want > options_.max_pending_bytes) {
     ConnPtr largest;
     for (const ConnPtr& c : connections_) {
       if (c == conn || c->closed || c->closing || !c->stranger_message || c->pending == 0) continue;
@@ -222,7 +222,7 @@ bool CoordinatorImpl::MakeStrangerRoom(const ConnPtr& conn, uint64_t want) {
     }
     if (!largest || largest->pending <= conn->pending + want) {
       // Only the budget for all is past: its own check refuses the reader.
-      if (stranger_pending_bytes_ + want <= StrangerPendingShare()) return true;
+      if (!past_share()) return true;
       Fail(conn, 0,
            Status::InvalidArgument(fmt::format(
                "connections that have not registered hold {} bytes of unfinished messages, and "
@@ -354,11 +354,6 @@ void CoordinatorImpl::OnRequest(const ConnPtr& conn, Request request, uint64_t b
     Dispatch(conn, std::move(request));
     return;
   }
-  // Queued behind a waiting request (a barrier may wait many minutes): its
-  // bytes stay in the pending budget until it is handled. Once whole they
-  // used to leave it, and two connections each holding a barrier queued 64
-  // kvSets of 15 MB: 1.9 GB. Past the budget the connection is refused (it
-  // pipelines, which CoordinatorClient never does); others keep theirs.
   // A stranger may not queue at all: gridsync's clients send one request at
   // a time, and four keyless connections, each waiting at a barrier of its
   // own with a quarter of the budget queued behind it, had every member's
@@ -372,6 +367,11 @@ void CoordinatorImpl::OnRequest(const ConnPtr& conn, Request request, uint64_t b
              request.id)));
     return;
   }
+  // Queued behind a waiting request (a barrier may wait many minutes): its
+  // bytes stay in the pending budget until it is handled. Once whole they
+  // used to leave it, and two connections each holding a barrier queued 64
+  // kvSets of 15 MB: 1.9 GB. Past the budget the connection is refused (it
+  // pipelines, which CoordinatorClient never does); others keep theirs.
   const uint64_t held = pending_bytes_ + queued_bytes_;
   if (conn->queued_bytes + bytes > QueuedShare() || held + bytes > options_.max_pending_bytes) {
     Fail(conn, request.id,

@@ -14,6 +14,7 @@
 #include <string>
 #include <thread>
 
+#include "common/host_memory.h"
 #include "common/message_heap.h"
 #ifdef __GLIBC__
 #include <malloc.h>
@@ -54,16 +55,9 @@ ShardReading ReadSelf(const PsShard* shard) {
     r.waiting_pulls = serving.waiting_pulls;
     for (const auto& [reason, count] : serving.refusals) r.refusals += count;
   }
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    std::istringstream in(line);
-    std::string key;
-    uint64_t kb = 0;
-    in >> key >> kb;
-    if (key == "VmRSS:") r.rss = kb << 10;
-    if (key == "VmHWM:") r.hwm = kb << 10;
-  }
+  const ProcessMemory memory = ReadProcessMemory();
+  r.rss = memory.rss;
+  r.hwm = memory.hwm;
   r.cpu_seconds = SelfCpuSeconds();
   return r;
 }

@@ -238,7 +238,6 @@ Status CheckGif(const uint8_t* data, size_t size) {
             " pixels of background; allowed: a first frame of at least 1/65 of the screen, or "
             "at most 1048576 pixels of background");
       }
-      const uint64_t pixels = uint64_t{width} * height;
       // The frame's table: its own, else the global one (stb refuses none).
       const uint8_t flags = (d[9] & 0x80) ? d[9] : data[10];
       const uint32_t entries = (flags & 0x80) ? 2u << (flags & 7) : 0;
@@ -246,7 +245,7 @@ Status CheckGif(const uint8_t* data, size_t size) {
       const size_t lzw = pos++;
       GRIDSYNC_RETURN_IF_ERROR(blocks("the first image's data"));
       if (entries == 0) return Status::OK();
-      return gif_raster_check::CheckRaster(data, size, lzw, entries, pixels);
+      return gif_raster_check::CheckRaster(data, size, lzw, entries, frame_pixels);
     } else {
       return Status::OK();  // trailer or unknown: stb refuses a GIF without an image
     }

@@ -156,15 +156,15 @@ Result<ImageTask> ImageTask::Decode(const uint8_t* data, size_t size, const std:
   // stb says "" for some damage (a chunk type it read as zeros).
   const auto reason = [&] {
     const char* why = stbi_failure_reason();
-    std::string text =
-        why != nullptr && *why != '\0' ? std::string(why) : std::string("truncated or corrupt");
+    const bool said = why != nullptr && *why != '\0';
+    std::string text = said ? std::string(why) : std::string("truncated or corrupt");
     // stb tries every decoder and keeps the last complaint, and some of its
     // failures set none: a damaged file of a format it knows then reads as
     // "unknown image type", or as another decoder's words (a PNG whose
     // compressed data is garbage said "no SOI", a JPEG's).
     if (const char* format = image_precheck::SignatureFormat(data, size); format != nullptr) {
       const std::string_view f = format;
-      const bool foreign = !(why != nullptr && *why != '\0') || text == "unknown image type" ||
+      const bool foreign = !said || text == "unknown image type" ||
                            (text == "no SOI" && f != "JPEG") || (text == "not BMP" && f != "BMP") ||
                            (text == "not GIF" && f != "GIF") || (text == "not PNG" && f != "PNG") ||
                            (text == "bad png sig" && f != "PNG") || text == "not PSD" ||
