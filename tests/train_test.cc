@@ -272,6 +272,28 @@ TEST(TrainTest, GradientAccumulationEqualsOneBatch) {
   EXPECT_NE(quarter->model->grid_params(), a);
 }
 
+// The device twin sums each square in double (SquaredErrorKernel); so does
+// the CPU. One error of 1e4 beside 2047 * 3 errors of 0.1: in float, every
+// 0.01 added to 1e8 (an ulp of 8) would vanish, and the loss would read
+// 1e8 instead of 1e8 + 61.43.
+TEST(TrainTest, LossIsSummedInDouble) {
+  const auto spec = RunSpec::Resolve(SmallConfig());
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  auto model = HashGridModel::Create(spec->model);
+  ASSERT_TRUE(model.ok());
+  ThreadPool pool(1);
+  const ImageTask image = LoadCrop();
+  constexpr size_t kSamples = 2048;  // one MLP chunk: no sum across chunks
+  std::vector<float> pos(kSamples * 2), target(kSamples * 3), y(kSamples * 3);
+  image.SampleBatch(1, 0, 0, kSamples, pos.data(), target.data());
+  (*model)->Predict(pos.data(), kSamples, 8, y.data(), &pool);
+  for (size_t i = 0; i < y.size(); ++i) target[i] = y[i] - (i == 0 ? 1e4f : 0.1f);
+  ModelGradients grads((*model)->layout(), (*model)->mlp_shape());
+  const double sse = (*model)->AccumulateGradients(pos.data(), target.data(), kSamples, kSamples,
+                                                   1.0f, 8, &grads, &pool);
+  EXPECT_NEAR(sse - 1e8, (y.size() - 1) * 0.01, 0.5);
+}
+
 TEST(TrainTest, OverflowSkipsStepAndLowersScale) {
   Config config = SmallConfig();
   config.training.mixed_precision = true;

@@ -147,7 +147,10 @@ double HashGridModel::AccumulateGradients(const float* positions, const float* t
     cpu::MlpForward(mlp_shape_, weights, x, &state.workspace, &state.y, mlp_format_);
     const cpu::ConstMatrixMap t(targets + begin * out_width, out_width, cols);
     state.dy = state.y - t;
-    state.sse = static_cast<double>(state.dy.squaredNorm());
+    // Each square summed in double, as the device twin does (trainer_kernels.cu's
+    // SquaredErrorKernel): a float sum of a chunk's 6144 squares would round
+    // the reported loss differently on the two paths.
+    state.sse = state.dy.cast<double>().squaredNorm();
     state.dy *= dy_scale;
     if (state.dw.size() != mlp_.size()) state.dw = cpu::ZeroMlpWeights(mlp_shape_);
     for (auto& m : state.dw) m.setZero();
