@@ -2,11 +2,13 @@
 // (see config_notes.h).
 #include "common/config_notes.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "common/config_reader.h"
+#include "common/sharding.h"
 
 namespace gridsync {
 
@@ -131,6 +133,30 @@ std::vector<std::string> InertValueNotes(const Config& c) {
                       "batch and reduces with nobody); used with several workers");
     }
   }
+  if (d.enable && d.world_size > 1 && d.batch_splitting == BatchSplitting::kWeighted) {
+    // A worker's share is its node's weight over the node's workers
+    // (worker/batch_split.cc): the same for all of them is the even split.
+    const std::vector<NodeConfig> nodes = d.ResolvedNodes();
+    bool uneven = false;
+    for (const NodeConfig& node : nodes) {
+      uneven = uneven || node.weight / node.workers != nodes[0].weight / nodes[0].workers;
+    }
+    if (!uneven) {
+      lines.push_back(
+          "distributed.batch_splitting \"weighted\": every worker's share (its node's weight "
+          "over the node's workers) is the same, so the batch is split evenly, as \"even\" "
+          "does; used with distributed.nodes whose weights per worker differ");
+    }
+  }
+  // Rebalanced after every adaptive_interval steps short of the last
+  // (worker/sync/train_loop.cc): never when the interval reaches the steps.
+  if (d.enable && d.world_size > 1 && d.batch_splitting == BatchSplitting::kAdaptive &&
+      d.adaptive_interval >= c.training.steps) {
+    lines.push_back("distributed.adaptive_interval " + std::to_string(d.adaptive_interval) +
+                    " is not below training.steps " + std::to_string(c.training.steps) +
+                    ": the batch is never rebalanced in this run, so \"adaptive\" splits it as "
+                    "\"even\" does; used with an interval below the steps");
+  }
   // hybrid reduces inside each node before the PS whatever the key says.
   if (d.enable && d.hierarchical && d.gradient_sync == GradientSyncMode::kHybrid) {
     lines.push_back(
@@ -151,6 +177,28 @@ std::vector<std::string> InertValueNotes(const Config& c) {
     lines.push_back(
         "distributed.model_parallel: with mp_dim \"row\" the PS tables are split by rows, as "
         "without it; mp_dim \"column\" or \"both\" split them otherwise");
+  }
+  // "column" and "both" split a table by columns only where its column
+  // groups divide its width (common/sharding.h); where no table's do, the
+  // split is by rows, as "row" makes it.
+  if (d.enable && d.model_parallel && d.gradient_sync != GradientSyncMode::kNccl &&
+      d.mp_dim != ModelParallelDim::kRow) {
+    // The model's tables (kernels/model_tables.h): a grid level's features
+    // a row, a hidden layer's neurons, the 3 outputs.
+    std::vector<uint32_t> widths = {static_cast<uint32_t>(c.encoding.n_features_per_level), 3};
+    if (c.network.n_hidden_layers > 0) widths.push_back(static_cast<uint32_t>(c.network.n_neurons));
+    const auto shards = static_cast<uint32_t>(c.ps.shards);
+    if (std::all_of(widths.begin(), widths.end(), [&](uint32_t w) {
+          return Partition::ColumnGroupsFor(w, shards, d.mp_dim) == 1;
+        })) {
+      std::string listed;
+      for (uint32_t w : widths) listed += (listed.empty() ? "" : ", ") + std::to_string(w);
+      lines.push_back("distributed.model_parallel: with mp_dim " + Quote(ToString(d.mp_dim)) +
+                      " and ps.shards " + std::to_string(shards) + " no table's width (" + listed +
+                      " floats) splits into the shards' column groups, so the PS tables are "
+                      "split by rows, as mp_dim \"row\" does; used with ps.shards sharing a "
+                      "factor with a table's width (\"both\") or dividing it (\"column\")");
+    }
   }
   return lines;
 }

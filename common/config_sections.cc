@@ -340,7 +340,10 @@ void ReadPs(SectionReader& top, Problems& problems, Config& config) {
 void ReadCompression(SectionReader& top, Problems& problems, Config& config) {
   CompressionConfig& c = config.compression;
   SectionReader r(&problems, "compression", top.Object("compression"));
-  r.StringChoice("codec", &c.codec, kCodecNames);
+  // A combination is checked only when both its keys are valid: with a
+  // misspelt codec, "has no effect with codec none" would blame the
+  // options for a value the user never wrote.
+  const bool codec_ok = r.StringChoice("codec", &c.codec, kCodecNames);
   r.Double("ratio", &c.ratio, 0.0, /*lo_open=*/true, 1.0);
   r.Int("bits", &c.bits, 1, 8);
   r.Int("block", &c.block, 1, 65536);
@@ -352,8 +355,9 @@ void ReadCompression(SectionReader& top, Problems& problems, Config& config) {
   c.error_feedback = c.codec != "qsgd" && c.codec != "randomk";
   r.Bool("error_feedback", &c.error_feedback);
   r.Int("min_bytes", &c.min_bytes, 0, 1 << 30);
-  r.Bool("pull", &c.pull);
+  const bool pull_ok = r.Bool("pull", &c.pull);
   r.ReportUnknownKeys();
+  if (!codec_ok) return;
   // Each codec option is read by the codecs named here and nothing else.
   struct CodecKey {
     const char* key;
@@ -375,7 +379,7 @@ void ReadCompression(SectionReader& top, Problems& problems, Config& config) {
                  std::string("compression.") + k.key + " only with codec " + k.codecs +
                      "; remove it or pick such a codec");
   }
-  if (c.pull && c.codec == "none") {
+  if (pull_ok && c.pull && c.codec == "none") {
     problems.Add("compression.pull",
                  "true has no effect with compression.codec \"none\" (pulls then carry the "
                  "parameters themselves)",
@@ -422,14 +426,16 @@ void ReadMetrics(SectionReader& top, Problems& problems, Config& config) {
 void ReadSecurity(SectionReader& top, Problems& problems, Config& config) {
   SecurityConfig& sec = config.security;
   SectionReader r(&problems, "security", top.Object("security"));
-  r.EnumValue("mode", &sec.mode, std::span<const SecurityMode>(kSecurityModes));
-  r.String("keys_dir", &sec.keys_dir,
-           {.allowed = "a folder with the keys `gridsync keygen` wrote, at most 4095 bytes",
-            .max_length = kMaxPathBytes});
+  const bool mode_ok =
+      r.EnumValue("mode", &sec.mode, std::span<const SecurityMode>(kSecurityModes));
+  const bool dir_ok =
+      r.String("keys_dir", &sec.keys_dir,
+               {.allowed = "a folder with the keys `gridsync keygen` wrote, at most 4095 bytes",
+                .max_length = kMaxPathBytes});
   r.ReportUnknownKeys();
   // Under "off" no key is ever loaded: a keys_dir there reads as if the
   // data plane were secured, which it is not.
-  if (sec.mode == SecurityMode::kOff && r.Has("keys_dir")) {
+  if (mode_ok && dir_ok && sec.mode == SecurityMode::kOff && r.Has("keys_dir")) {
     problems.Add("security.keys_dir",
                  Quote(sec.keys_dir) +
                      " has no effect with security.mode \"off\" (no key is "

@@ -5,6 +5,16 @@
 
 namespace gridsync {
 
+uint32_t Partition::ColumnGroupsFor(uint32_t width, uint32_t shards, ModelParallelDim dim) {
+  uint32_t groups = 1;
+  if (dim == ModelParallelDim::kColumn) {
+    groups = shards;
+  } else if (dim == ModelParallelDim::kBoth) {
+    groups = std::gcd(width, shards);
+  }
+  return groups == 0 || width % groups != 0 ? 1 : groups;
+}
+
 Result<Partition> Partition::Make(const std::vector<TableInfo>& tables, uint32_t shards,
                                   ModelParallelDim dim) {
   if (shards == 0) return Status::InvalidArgument("ps.shards is 0; allowed: 1..256");
@@ -14,14 +24,9 @@ Result<Partition> Partition::Make(const std::vector<TableInfo>& tables, uint32_t
   uint64_t block = 0;
   for (const auto& t : tables) {
     if (t.width == 0) return Status::InvalidArgument("table " + t.name + " has width 0");
-    if (t.rows > UINT32_MAX) return Status::InvalidArgument("table " + t.name + " has more than 2^32 rows");
-    uint32_t groups = 1;
-    if (dim == ModelParallelDim::kColumn) {
-      groups = shards;
-    } else if (dim == ModelParallelDim::kBoth) {
-      groups = std::gcd(t.width, shards);
-    }
-    if (t.width % groups != 0) groups = 1;
+    if (t.rows > UINT32_MAX)
+      return Status::InvalidArgument("table " + t.name + " has more than 2^32 rows");
+    const uint32_t groups = ColumnGroupsFor(t.width, shards, dim);
     p.per_table_.push_back({block, groups, shards / groups});
     block += (t.rows + kRowBlock - 1) / kRowBlock;
   }
@@ -36,7 +41,8 @@ uint64_t Partition::OwnedRows(uint32_t shard, uint32_t t) const {
   uint64_t owned = 0;
   // First block b with (first_block + b) % r == rg, then every r-th block.
   const uint64_t first = (rg + r - per_table_[t].first_block % r) % r;
-  for (uint64_t b = first; b < blocks; b += r) owned += std::min<uint64_t>(kRowBlock, rows - b * kRowBlock);
+  for (uint64_t b = first; b < blocks; b += r)
+    owned += std::min<uint64_t>(kRowBlock, rows - b * kRowBlock);
   return owned;
 }
 

@@ -36,6 +36,10 @@ class Partition {
   static Result<Partition> Make(const std::vector<TableInfo>& tables, uint32_t shards,
                                 ModelParallelDim dim);
 
+  // The column groups G_t of a table `width` floats wide (the header's
+  // rule): 1 where the table is split by rows alone.
+  static uint32_t ColumnGroupsFor(uint32_t width, uint32_t shards, ModelParallelDim dim);
+
   uint32_t shards() const { return shards_; }
   uint32_t n_tables() const { return static_cast<uint32_t>(tables_.size()); }
   const TableInfo& table(uint32_t t) const { return tables_[t]; }
@@ -47,7 +51,8 @@ class Partition {
 
   uint32_t Owner(uint32_t t, uint32_t row, uint32_t column_group) const {
     const uint32_t r = RowGroups(t);
-    return column_group * r + static_cast<uint32_t>((per_table_[t].first_block + row / kRowBlock) % r);
+    return column_group * r +
+           static_cast<uint32_t>((per_table_[t].first_block + row / kRowBlock) % r);
   }
   // The column group a shard serves for table t.
   uint32_t ColumnGroupOf(uint32_t shard, uint32_t t) const { return shard / RowGroups(t); }

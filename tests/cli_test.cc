@@ -465,13 +465,18 @@ TEST(CliTest, AnUnresolvableMasterAddrIsRefusedBeforeAnythingStarts) {
     GTEST_SKIP() << "unshare -nm with mounts is not permitted here (needs root)";
   }
   const char* build = std::getenv("GRIDSYNC_BUILD_DIR");
-  const std::string gridsync = std::string(build ? build : "build") + "/tools/gridsync";
+  const std::string dir = build ? build : "build";
+  const std::string gridsync = dir + "/tools/gridsync";
   const std::string sets = " configs/local.json --set distributed.master_addr=gridsync.invalid";
   const std::string words =
       "distributed.master_addr: cannot resolve host 'gridsync.invalid' to an address on this "
       "machine";
-  for (const char* command : {"check-config", "launch"}) {
-    FILE* pipe = popen((isolated(gridsync + " " + command + sets) + " 2>&1").c_str(), "r");
+  // And a worker's --check-only (a hostile probe saw it pass, and the start
+  // then wait out its timeout).
+  for (const std::string& command :
+       {gridsync + " check-config" + sets, gridsync + " launch" + sets,
+        dir + "/worker/gridsync-worker --rank 0 --check-only --config" + sets}) {
+    FILE* pipe = popen((isolated(command) + " 2>&1").c_str(), "r");
     ASSERT_NE(pipe, nullptr);
     std::string out;
     std::array<char, 4096> buf;

@@ -163,7 +163,13 @@ TEST(ClusterLayoutTest, HostFlagsHaveAHostsSyntax) {
       {std::string(63, 'a') + "." + std::string(63, 'b') + "." + std::string(63, 'c') + "." +
            std::string(63, 'd') + ".eeee",
        "too long"},
-      {"a..b", "labels between dots"}};
+      {"a..b", "labels between dots"},
+      // Numeric forms the resolver reads that the decimal check did not.
+      {"0x7f.1", "in a form other than four decimal numbers"},
+      {"0x7f000001", "in a form other than four decimal numbers"},
+      // A zone on an address that is not link-local: the coordinator bound
+      // it; every client's lookup failed until its timeout.
+      {"::1%lo", "a zone is only for fe80::/10"}};
   for (const auto& [value, why] : bad) {
     const std::string error = parse(value);
     EXPECT_TRUE(Contains(error, why)) << value.substr(0, 40) << ": " << error;

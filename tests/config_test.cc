@@ -639,10 +639,19 @@ TEST(ConfigCombinationTest, ValuesTheClusterMakesANoOpAreNoted) {
   only_note(ParseOk(ps + R"(}, "ps": {"shards": 2}})"),
             "with mp_dim \"row\" the PS tables are split by rows, as without it");
   EXPECT_TRUE(ParseOk(ps + R"(, "mp_dim": "column"}, "ps": {"shards": 2}})").notes.lines.empty());
+  // A column split no table's width takes is the row split (a hostile
+  // probe: 1 shard, or 5 against widths 2, 64 and 3); it only names the
+  // shards' checkpoints otherwise.
+  for (const char* dim_shards :
+       {R"("column"}, "ps": {"shards": 1}})", R"("column"}, "ps": {"shards": 5}})",
+        R"("both"}, "ps": {"shards": 5}})"}) {
+    only_note(ParseOk(ps + R"(, "mp_dim": )" + dim_shards),
+              "splits into the shards' column groups, so the PS tables are split by rows");
+  }
+  EXPECT_TRUE(ParseOk(ps + R"(, "mp_dim": "both"}, "ps": {"shards": 6}})").notes.lines.empty());
   // What else depends on model_parallel keeps it from being noted: under
   // nccl it shards Adam's state and names the checkpoints' layout even for
-  // one worker, and under ps a column split names the shards' checkpoints.
-  EXPECT_TRUE(ParseOk(ps + R"(, "mp_dim": "column"}, "ps": {"shards": 1}})").notes.lines.empty());
+  // one worker.
   EXPECT_TRUE(
       ParseOk(R"({"distributed": {"enable": true, "world_size": 1, "model_parallel": true}})")
           .notes.lines.empty());
@@ -678,6 +687,22 @@ TEST(ConfigCombinationTest, ValuesTheClusterMakesANoOpAreNoted) {
             "distributed.batch_splitting \"adaptive\": no effect with distributed.world_size 1");
   only_note(ParseOk(one + R"("gradient_sync": "nccl", "hierarchical": true}})"),
             "distributed.hierarchical true: no effect with distributed.world_size 1");
+  // Splits that come out even (a hostile probe: the medium seed's weighted
+  // with no nodes), and an adaptive split that never rebalances.
+  const std::string two = R"({"distributed": {"enable": true, "world_size": 3, )";
+  only_note(ParseOk(two + R"("batch_splitting": "weighted"}})"),
+            "every worker's share (its node's weight over the node's workers) is the same");
+  EXPECT_TRUE(ParseOk(two + R"("batch_splitting": "weighted", "nodes": [
+                          {"name": "a", "workers": 1, "weight": 2},
+                          {"name": "b", "workers": 2, "weight": 1}]}})")
+                  .notes.lines.empty());
+  only_note(ParseOk(two + R"("batch_splitting": "adaptive", "adaptive_interval": 300},
+                             "training": {"steps": 300}})"),
+            "distributed.adaptive_interval 300 is not below training.steps 300: the batch is "
+            "never rebalanced");
+  EXPECT_TRUE(ParseOk(two + R"("batch_splitting": "adaptive", "adaptive_interval": 299},
+                             "training": {"steps": 300}})")
+                  .notes.lines.empty());
   // The resolved config (check-config's print, every key named) loads again
   // without notes: the derived checkpoint folder is not one.
   const Config printed = ParseOk(ParseOk(R"({"task": {"output": "out/x"}})").ToJson().dump());
@@ -693,6 +718,15 @@ TEST(ConfigCombinationTest, NoFollowUpErrorWhenAPartIsInvalid) {
       ErrorOf(R"({"training": {"batch_size": "4096", "gradient_accumulation": 3}})");
   EXPECT_EQ(CountLines(msg), 1u) << msg;
   EXPECT_TRUE(Contains(msg, "training.batch_size: wrong type"));
+  // A misspelt codec, or a keys_dir of the wrong type: the options beside
+  // them were blamed for a value the user never wrote (a hostile probe).
+  const std::string codec =
+      ErrorOf(R"({"compression": {"codec": "topkk", "ratio": 0.5, "pull": true}})");
+  EXPECT_EQ(CountLines(codec), 1u) << codec;
+  EXPECT_TRUE(Contains(codec, "compression.codec: unknown value \"topkk\"")) << codec;
+  const std::string keys = ErrorOf(R"({"security": {"mode": "off", "keys_dir": null}})");
+  EXPECT_EQ(CountLines(keys), 1u) << keys;
+  EXPECT_TRUE(Contains(keys, "security.keys_dir: wrong type")) << keys;
 }
 
 TEST(ConfigValidationTest, AllProblemsReportedTogether) {

@@ -248,6 +248,23 @@ int main(int argc, char** argv) {
     const bool on_this_machine = standalone || !config->distributed.enable ||
                                  gridsync::IsLoopbackHost(master) ||
                                  !gridsync::InterfaceOf(master).empty();
+    // What is left to each machine's own processes is said, not passed over
+    // in silence: a bare OK read as if the keys, the checkpoint folder and
+    // the device had been checked (a hostile probe).
+    if (!standalone && config->distributed.enable && !on_this_machine) {
+      std::fprintf(stderr,
+                   "%s: note: distributed.master_addr '%s' is not this machine: what depends on "
+                   "the machine (security keys, checkpoint.dir, training.device, memory) is "
+                   "not checked here but on each machine that runs the cluster's processes "
+                   "(gridsync launch there, or gridsync-worker --check-only)\n",
+                   path.c_str(), master.c_str());
+    } else if (!standalone && config->distributed.enable && config->layout.multi_host) {
+      std::fprintf(stderr,
+                   "%s: note: the cluster spans machines: each machine's security keys, "
+                   "training.device and memory are not checked here but on that machine "
+                   "(gridsync launch there, or gridsync-worker --check-only)\n",
+                   path.c_str());
+    }
     if (on_this_machine && !standalone && config->distributed.enable) {
       // What the coordinator, shards and workers read at their start: every
       // role's keys when the whole cluster is here (a machine of several

@@ -25,6 +25,7 @@
 #include "common/config.h"
 #include "common/file_bytes.h"
 #include "common/file_limit.h"
+#include "common/host_address.h"
 #include "common/logging.h"
 #include "common/message_heap.h"
 #include "common/wire/curve.h"
@@ -282,6 +283,17 @@ int main(int argc, char** argv) {
                  ps_options.train.eval_every, ps_options.rank);
   }
   if (check_only) {
+    // The coordinator's name must resolve here, as check-config and launch
+    // require. A start does not refuse it: it keeps trying until
+    // distributed.timeout_s and exits 4 (its unit restarts that), since a
+    // name may not be served yet while a cluster's machines come up.
+    if (distributed) {
+      if (auto master = gridsync::BindAddressOf(config->distributed.master_addr); !master.ok()) {
+        std::fprintf(stderr, "%s: distributed.master_addr: %s\n", config_path.c_str(),
+                     master.status().message().c_str());
+        return gridsync::kConfigErrorExitCode;
+      }
+    }
     // gridsync launch runs this before it starts anything, so that a bad
     // --worker-arg is refused before the cluster is up.
     spdlog::info("--check-only: the command line, the config and this host allow a start");

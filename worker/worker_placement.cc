@@ -5,6 +5,19 @@
 #include "common/host_address.h"
 
 namespace gridsync {
+namespace {
+
+// The nodes a --node may name, for a refusal: the first few (a config may
+// list thousands).
+std::string NodeNames(const ClusterLayout& layout) {
+  std::string names;
+  for (size_t i = 0; i < layout.nodes.size() && i < 8; ++i)
+    names += (i == 0 ? "" : ", ") + layout.nodes[i].name;
+  if (layout.nodes.size() > 8) names += ", ... (" + std::to_string(layout.nodes.size()) + " nodes)";
+  return names;
+}
+
+}  // namespace
 
 Result<WorkerPlacement> PlaceWorker(const Config& config, int* rank, std::string_view node_name,
                                     std::string_view host_flag) {
@@ -27,10 +40,8 @@ Result<WorkerPlacement> PlaceWorker(const Config& config, int* rank, std::string
   if (!node_name.empty()) {
     node = layout.NodeIndex(node_name);
     if (node < 0) {
-      std::string names;
-      for (const auto& n : layout.nodes) names += (names.empty() ? "" : ", ") + n.name;
       return Status::InvalidArgument("--node " + std::string(node_name) +
-                                     ": no such node; allowed: " + names);
+                                     ": no such node; allowed: " + NodeNames(layout));
     }
   }
   // A systemd unit per local rank (gridsync-worker@<local rank>) knows its
@@ -64,7 +75,8 @@ Result<WorkerPlacement> PlaceWorker(const Config& config, int* rank, std::string
     if (layout.multi_host) {
       return Status::InvalidArgument(
           "a worker of a cluster on several machines needs its rank (--rank or GRIDSYNC_RANK) or "
-          "its node (--node) to know which address to use");
+          "its node (--node) to know which address to use; allowed: --rank 0.." +
+          std::to_string(d.world_size - 1) + ", or --node " + NodeNames(layout));
     }
     node = 0;  // one machine: every node has the same host
   }
