@@ -520,6 +520,11 @@ Status CheckStepIsOneRun(const std::string& dir, uint64_t step,
       apart, StepDir(dir, step), with, common_run));
 }
 
+Result<std::string> PartRun(const std::string& dir, uint64_t step, const std::string& part) {
+  GRIDSYNC_ASSIGN_OR_RETURN(const Manifest manifest, ReadManifest(Base(dir, step, part) + ".json"));
+  return manifest.run;
+}
+
 uint64_t LatestCompleteStep(const std::string& dir, const std::vector<std::string>& parts,
                             uint64_t below) {
   std::error_code ec;

@@ -130,6 +130,10 @@ uint64_t LatestCompleteStep(const std::string& dir, const std::vector<std::strin
 Status CheckStepIsOneRun(const std::string& dir, uint64_t step,
                          const std::vector<std::string>& parts);
 
+// The run part `part`'s manifest of step `step` names ("" for one written
+// before runs were named); the manifest's refusal when it cannot be read.
+Result<std::string> PartRun(const std::string& dir, uint64_t step, const std::string& part);
+
 // Whether `parts` may start a job afresh in `dir`: a fresh job's first
 // checkpoint removes each part's later steps and all but the newest earlier
 // one (WriteCheckpointPart),

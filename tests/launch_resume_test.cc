@@ -17,6 +17,8 @@
 #include "common/config.h"
 #include "common/coordinator_client.h"
 #include "server/coordinator.h"
+#include "server/coordinator_state.h"
+#include "tools/launch_checks.h"
 
 namespace gridsync::launch_detail {
 namespace {
@@ -74,6 +76,43 @@ TEST(LaunchResumeTest, LocalStepsAreTheCompleteIntactOnesNewestFirst) {
   const NodeSteps none = FindLocalSteps(dir.str(), {}, nullptr);
   EXPECT_FALSE(none.has_parts);
   EXPECT_TRUE(none.intact.empty());
+}
+
+// A hostile probe: another run's step copied into a folder was resumed
+// from, and the resumed job removed the folder's own older steps as
+// another run's. The folder's run (its coordinator's state file) decides.
+TEST(LaunchResumeTest, AStepOfAnotherRunThanTheFoldersIsPassedOver) {
+  TempDir dir;
+  const std::string own(32, 'a'), other(32, 'b');
+  const auto write = [&](uint64_t step, const std::string& run) {
+    const Status written =
+        WriteCheckpointPart(dir.str(), step, "shard-0", std::string(4096, 'x'),
+                            nlohmann::json{{"tables", 1}}, /*keep=*/{50, 100, 150}, run);
+    ASSERT_TRUE(written.ok()) << written.ToString();
+  };
+  write(50, own);
+  write(100, own);
+  write(150, other);
+  Config config;
+  config.checkpoint.dir = dir.str();
+  config.training.steps = 1000;
+  uint64_t step = 0;
+  // No state file: nothing names the folder's run, and the newest step serves.
+  ASSERT_EQ(ChooseResumeStep(config, {"shard-0"}, false, &step), 0);
+  EXPECT_EQ(step, 150u);
+  CoordinatorState state;
+  state.run = own;
+  ASSERT_TRUE(SaveCoordinatorState(dir.str() + "/coordinator-state.json", state).ok());
+  ASSERT_EQ(ChooseResumeStep(config, {"shard-0"}, false, &step), 0);
+  EXPECT_EQ(step, 100u);
+  EXPECT_TRUE(fs::exists(dir.str() + "/step-150/shard-0.bin"));  // passed over, not removed
+  // Across machines the coordinator's machine lists its run's steps alone.
+  EXPECT_EQ(FindLocalSteps(dir.str(), {"shard-0"}, nullptr).intact,
+            (std::vector<uint64_t>{100, 50}));
+  // A folder whose state names a run none of its steps is: refused.
+  state.run = std::string(32, 'c');
+  ASSERT_TRUE(SaveCoordinatorState(dir.str() + "/coordinator-state.json", state).ok());
+  EXPECT_EQ(ChooseResumeStep(config, {"shard-0"}, false, &step), kCheckpointsHeldExitCode);
 }
 
 TEST(LaunchResumeTest, TheNewestStepEveryNodeWithPartsHolds) {

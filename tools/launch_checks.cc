@@ -6,7 +6,9 @@
 #include <vector>
 
 #include "common/checkpoint_files.h"
+#include "common/checkpoint_run.h"
 #include "common/wire/curve.h"
+#include "server/coordinator_state.h"
 
 namespace gridsync {
 namespace {
@@ -14,6 +16,26 @@ namespace {
 bool Here(int node, int n) { return node < 0 || n == node; }
 
 }  // namespace
+
+std::string FolderRun(const std::string& dir) {
+  const auto state = LoadCoordinatorState(dir + "/coordinator-state.json");
+  return state.ok() && state->has_value() ? (*state)->run : std::string();
+}
+
+bool OfAnotherRun(const std::string& dir, uint64_t step, const std::string& part,
+                  const std::string& own) {
+  if (own.empty()) return false;
+  const auto run = PartRun(dir, step, part);
+  if (!run.ok() || *run == own) return false;  // unreadable: the part's own checks name it
+  std::printf(
+      "gridsync launch --resume: step %llu: its files belong to run %s, not to this folder's run "
+      "%s (%s/coordinator-state.json); passed over\n",
+      static_cast<unsigned long long>(step), DescribeRun(*run).c_str(), DescribeRun(own).c_str(),
+      dir.c_str());
+  return true;
+}
+
+namespace {}  // namespace
 
 int WorkersHere(const ClusterLayout& layout, int node) {
   int workers = 0;
@@ -145,12 +167,34 @@ int ChooseResumeStep(const Config& config, const std::vector<std::string>& job_p
   // says so. (Across machines, tools/launch_resume.h does the same with
   // the other launchers.)
   std::vector<std::string> skipped;
-  const uint64_t intact = NewestIntactStep(dir, job_parts, resume_step, &skipped);
+  uint64_t intact = NewestIntactStep(dir, job_parts, resume_step, &skipped);
   for (const auto& why : skipped) {
     std::fprintf(intact > 0 ? stdout : stderr, "gridsync launch --resume: %s; %s\n", why.c_str(),
                  intact > 0 ? "passed over" : "no older complete step to resume from");
   }
   if (intact == 0) return kCheckpointsHeldExitCode;
+  // The folder's own run, as its coordinator's state file names it: a
+  // newer step of another run (copied in, or left by a second run sharing
+  // the folder) is passed over, not adopted. Adopted, it gave the job its
+  // run, and the resumed parts removed the folder's own older steps as
+  // another run's (a hostile probe).
+  if (const std::string own = FolderRun(dir); !own.empty()) {
+    while (intact > 0 && OfAnotherRun(dir, intact, job_parts.front(), own)) {
+      const uint64_t older = LatestCompleteStep(dir, job_parts, intact);
+      std::vector<std::string> passed;
+      intact = older == 0 ? 0 : NewestIntactStep(dir, job_parts, older, &passed);
+      for (const auto& why : passed)
+        std::printf("gridsync launch --resume: %s; passed over\n", why.c_str());
+    }
+    if (intact == 0) {
+      std::fprintf(stderr,
+                   "gridsync launch --resume: no complete step of this folder's run %s in %s "
+                   "(%s/coordinator-state.json names it); allowed: a folder whose steps are its "
+                   "own run's (to resume another run's step, remove coordinator-state.json)\n",
+                   DescribeRun(own).c_str(), dir.c_str(), dir.c_str());
+      return kCheckpointsHeldExitCode;
+    }
+  }
   if (intact != resume_step) {
     std::printf("gridsync launch --resume: resuming from the older complete step %llu instead\n",
                 static_cast<unsigned long long>(intact));

@@ -56,11 +56,27 @@ Status CheckStepsLeft(const Config& config, uint64_t resume_step);
 int CheckChosenResumeStep(const Config& config, uint64_t step,
                           const std::vector<std::string>& parts);
 
+// The run `dir`'s coordinator kept (its coordinator-state.json,
+// server/coordinator_state.h): the folder's own run; "" when it keeps none
+// or the file does not decode (the coordinator names that at its start).
+std::string FolderRun(const std::string& dir);
+
+// Whether part `part`'s files of `step` belong to another run than `own`
+// (never when `own` is "", or the manifest cannot be read: the part's own
+// checks name that), saying so on stdout: a step of another run copied
+// into the folder, or left by a second run sharing it, is passed over by
+// --resume, not adopted (adopted, the resumed parts removed the folder's
+// own older steps as another run's: a hostile probe).
+bool OfAnotherRun(const std::string& dir, uint64_t step, const std::string& part,
+                  const std::string& own);
+
 // gridsync launch --resume with every part on this machine: the step to
 // resume from into *step, or the exit code of a refusal, printed on stderr
 // (0: none). The newest complete step of `job_parts` whose files are
 // intact (each passed over named); refused where the step mixes runs, or
-// leaves nothing to train. (Across machines: launch_resume.h.)
+// leaves nothing to train. A step of another run than the folder's (its
+// coordinator-state.json names it) is passed over. (Across machines:
+// launch_resume.h.)
 int ChooseResumeStep(const Config& config, const std::vector<std::string>& job_parts,
                      bool workers_hold_state, uint64_t* step);
 

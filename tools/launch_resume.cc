@@ -35,11 +35,16 @@ NodeSteps FindLocalSteps(const std::string& dir, const std::vector<std::string>&
   // Newest first, as a single launcher walks them (the damaged steps
   // passed over go to `damaged`); only the newest few are read (every .bin
   // of a step is read for its checksum).
+  // The coordinator's machine knows the folder's run (tools/launch_checks.h's
+  // FolderRun): its list leaves out the steps of another run, and so does
+  // the step every list holds.
+  const std::string own = FolderRun(dir);
   for (uint64_t step = LatestCompleteStep(dir, parts);
        step > 0 && out.intact.size() < kMaxResumeSteps;
        step = LatestCompleteStep(dir, parts, step)) {
     step = NewestIntactCompleteStep(dir, parts, step, damaged);
     if (step == 0) break;
+    if (OfAnotherRun(dir, step, parts.front(), own)) continue;
     out.intact.push_back(step);
   }
   return out;
