@@ -325,37 +325,18 @@ void RemoveStepsAfter(const std::string& dir, const std::string& part, uint64_t 
   }
 }
 
-Status WriteCheckpointPart(const std::string& dir, uint64_t step, const std::string& part,
-                           std::string_view data, const nlohmann::json& shape,
-                           const std::vector<uint64_t>& keep, const std::string& run) {
-  std::error_code ec;
-  fs::create_directories(StepDir(dir, step), ec);
-  if (ec) return Status::IOError("cannot create " + StepDir(dir, step) + ": " + ec.message());
-  // Written only into a real folder: through a link this part's files
-  // would replace another folder's (another run's checkpoint).
-  if (!fs::is_directory(fs::symlink_status(StepDir(dir, step), ec))) {
-    return Status::IOError(StepDir(dir, step) +
-                           " is a symbolic link, not a folder of checkpoint.dir; allowed: a "
-                           "step folder the job made itself (remove the link)");
-  }
-  const std::string base = Base(dir, step, part);
-  const std::string manifest = nlohmann::json{
-      {"step", step},
-      {"part", part},
-      {"shape", shape},
-      {"bytes", data.size()},
-      {"fnv1a64", fmt::format("{:016x}", Fnv1a64(data))},
-      {"run", run}}.dump();
-  // Checked before anything is written: a manifest the reader would refuse
-  // would leave a checkpoint nobody can load.
-  if (manifest.size() > kMaxManifestBytes) {
-    return Status::InvalidArgument(
-        fmt::format("{}.json: {} bytes of manifest; allowed: at most {} (a shape that large is "
-                    "no model gridsync trains)",
-                    base, manifest.size(), kMaxManifestBytes));
-  }
-  GRIDSYNC_RETURN_IF_ERROR(WriteFileAtomically(base + ".bin", data));
-  GRIDSYNC_RETURN_IF_ERROR(WriteFileAtomically(base + ".json", manifest));
+namespace {
+
+// Whether a write failed for want of room (a full disk, or the quota).
+bool IsOutOfSpace(const Status& status) {
+  return status.message().find(std::strerror(ENOSPC)) != std::string::npos ||
+         status.message().find(std::strerror(EDQUOT)) != std::string::npos;
+}
+
+// WriteCheckpointPart's removal of part `part`'s files of the steps it does
+// not keep once step `step` is written.
+void RemoveUnkeptSteps(const std::string& dir, uint64_t step, const std::string& part,
+                       const std::vector<uint64_t>& keep, const std::string& run) {
   // Keep this step and the newest one before it, and what the coordinator
   // last acknowledged (`keep`): with the coordinator down, the steps written
   // since were never published, and removing the published ones left the
@@ -393,6 +374,63 @@ Status WriteCheckpointPart(const std::string& dir, uint64_t step, const std::str
     }
     RemovePart(dir, s, part);
   }
+}
+
+}  // namespace
+
+Status WriteCheckpointPart(const std::string& dir, uint64_t step, const std::string& part,
+                           std::string_view data, const nlohmann::json& shape,
+                           const std::vector<uint64_t>& keep, const std::string& run) {
+  std::error_code ec;
+  fs::create_directories(StepDir(dir, step), ec);
+  if (ec) return Status::IOError("cannot create " + StepDir(dir, step) + ": " + ec.message());
+  // Written only into a real folder: through a link this part's files
+  // would replace another folder's (another run's checkpoint).
+  if (!fs::is_directory(fs::symlink_status(StepDir(dir, step), ec))) {
+    return Status::IOError(StepDir(dir, step) +
+                           " is a symbolic link, not a folder of checkpoint.dir; allowed: a "
+                           "step folder the job made itself (remove the link)");
+  }
+  const std::string base = Base(dir, step, part);
+  const std::string manifest = nlohmann::json{
+      {"step", step},
+      {"part", part},
+      {"shape", shape},
+      {"bytes", data.size()},
+      {"fnv1a64", fmt::format("{:016x}", Fnv1a64(data))},
+      {"run", run}}.dump();
+  // Checked before anything is written: a manifest the reader would refuse
+  // would leave a checkpoint nobody can load.
+  if (manifest.size() > kMaxManifestBytes) {
+    return Status::InvalidArgument(
+        fmt::format("{}.json: {} bytes of manifest; allowed: at most {} (a shape that large is "
+                    "no model gridsync trains)",
+                    base, manifest.size(), kMaxManifestBytes));
+  }
+  // A disk that holds two steps and not a third: the steps this write
+  // removes once it is done go first, and the write is tried once more (a
+  // probe's 30 MiB disk held steps 50 and 100, and every later checkpoint
+  // failed for the rest of the run). What the job rolls back to stays.
+  const auto write = [&]() -> Status {
+    GRIDSYNC_RETURN_IF_ERROR(WriteFileAtomically(base + ".bin", data));
+    return WriteFileAtomically(base + ".json", manifest);
+  };
+  Status written = write();
+  if (!written.ok() && IsOutOfSpace(written)) {
+    spdlog::warn(
+        "{}: {}; removing {}'s steps the write would have removed after it, and trying "
+        "again",
+        dir, written.message(), part);
+    RemoveUnkeptSteps(dir, step, part, keep, run);
+    written = write();
+  }
+  if (!written.ok()) {
+    // No empty step folder left behind by each failed step (fs::remove
+    // takes a folder only when it is empty: another part's files stay).
+    fs::remove(StepDir(dir, step), ec);
+    return written;
+  }
+  RemoveUnkeptSteps(dir, step, part, keep, run);
   return Status::OK();
 }
 

@@ -8,9 +8,12 @@
 #include "common/checkpoint_files.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -96,6 +99,42 @@ TEST_F(CheckpointFilesTest, RemovingAnotherRunsStepIsLogged) {
   EXPECT_NE(log.find("checkpoint of step 7 of another run (aaaa)"), std::string::npos) << log;
   EXPECT_EQ(log.find("step 10"), std::string::npos) << "its own run's step: " << log;
   EXPECT_EQ(HeldSteps(dir_, "shard-0"), (std::vector<uint64_t>{20, 30}));
+}
+
+// A hostile fault probe: a disk that held two steps and not a third failed
+// every checkpoint after the second for the rest of the run (the old steps
+// went only after a new one was written), and left an empty folder for
+// each. In a child with a mount namespace of its own: 2.5 MiB of tmpfs,
+// steps of 1 MiB.
+TEST(CheckpointFilesDiskTest, ADiskOfTwoStepsKeepsTakingCheckpoints) {
+  const std::string dir =
+      (fs::temp_directory_path() / ("gridsync-ckpt-disk-" + std::to_string(::getpid()))).string();
+  fs::create_directories(dir);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (::unshare(CLONE_NEWNS) != 0 ||
+        ::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount("none", dir.c_str(), "tmpfs", 0, "size=2560k") != 0) {
+      ::_exit(77);
+    }
+    const std::string data(1 << 20, 'x');
+    const nlohmann::json shape = nlohmann::json::array({{8, 2}});
+    int failed = 0;
+    for (uint64_t step : {50, 100, 150, 200, 250}) {
+      // keep: the newest step every part holds, as a shard passes it.
+      const std::vector<uint64_t> keep = {step - 50};
+      if (!WriteCheckpointPart(dir, step, "shard-0", data, shape, keep, "").ok()) ++failed;
+    }
+    const bool kept = HeldSteps(dir, "shard-0") == std::vector<uint64_t>{200, 250};
+    ::_exit(failed == 0 && kept && fs::exists(dir + "/step-250/shard-0.bin") ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  fs::remove_all(dir);
+  ASSERT_TRUE(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 77) GTEST_SKIP() << "no mount namespace or tmpfs here (needs root)";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "a checkpoint failed, or the steps held are not 200, 250";
 }
 
 // A step folder that is a symbolic link is none of this folder's steps: a
