@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -16,6 +17,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <unordered_set>
 #include <vector>
 
@@ -408,28 +410,28 @@ Status WriteCheckpointPart(const std::string& dir, uint64_t step, const std::str
                     base, manifest.size(), kMaxManifestBytes));
   }
   // A disk that holds two steps and not a third: the steps this write
-  // removes once it is done go first, and the write is tried once more (a
+  // removes once it is done go first, and the write is tried again (a
   // probe's 30 MiB disk held steps 50 and 100, and every later checkpoint
   // failed for the rest of the run). What the job rolls back to stays.
+  // Parts sharing the disk write at once, so the room one freed may be
+  // taken by another's write in flight: a few tries, a moment apart. (A
+  // failed step's folder stays: another part may be about to write there;
+  // the next write's removals take it.)
   const auto write = [&]() -> Status {
     GRIDSYNC_RETURN_IF_ERROR(WriteFileAtomically(base + ".bin", data));
     return WriteFileAtomically(base + ".json", manifest);
   };
   Status written = write();
-  if (!written.ok() && IsOutOfSpace(written)) {
-    spdlog::warn(
-        "{}: {}; removing {}'s steps the write would have removed after it, and trying "
-        "again",
-        dir, written.message(), part);
-    RemoveUnkeptSteps(dir, step, part, keep, run);
+  for (int retry = 1; retry <= 3 && !written.ok() && IsOutOfSpace(written); ++retry) {
+    if (retry == 1) {
+      spdlog::warn("{}: {}; removing {}'s steps the write would remove after it, and trying again",
+                   dir, written.message(), part);
+      RemoveUnkeptSteps(dir, step, part, keep, run);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100 * (retry - 1)));
     written = write();
   }
-  if (!written.ok()) {
-    // No empty step folder left behind by each failed step (fs::remove
-    // takes a folder only when it is empty: another part's files stay).
-    fs::remove(StepDir(dir, step), ec);
-    return written;
-  }
+  GRIDSYNC_RETURN_IF_ERROR(written);
   RemoveUnkeptSteps(dir, step, part, keep, run);
   return Status::OK();
 }
