@@ -115,6 +115,30 @@ TEST(LaunchResumeTest, AStepOfAnotherRunThanTheFoldersIsPassedOver) {
   EXPECT_EQ(ChooseResumeStep(config, {"shard-0"}, false, &step), kCheckpointsHeldExitCode);
 }
 
+// A hostile probe resumed with another seed and learning rate without a
+// word: the manifests check the model's shape alone.
+TEST(LaunchResumeTest, AResumeSaysWhatChangedSinceTheRunsLaunch) {
+  TempDir dir;
+  Config config;
+  config.checkpoint.dir = dir.str() + "/ckpt";        // made by the record
+  EXPECT_TRUE(ResumedConfigChanges(config).empty());  // no record: nothing to say
+  RecordLaunchConfig(config);
+  EXPECT_TRUE(ResumedConfigChanges(config).empty());
+  Config changed = config;
+  changed.training.seed = 7;
+  changed.training.steps = config.training.steps * 2;
+  const std::vector<std::string> changes = ResumedConfigChanges(changed);
+  ASSERT_EQ(changes.size(), 2u);
+  EXPECT_NE(changes[0].find("training.seed " + std::to_string(config.training.seed) + " -> 7"),
+            std::string::npos)
+      << changes[0];
+  EXPECT_NE(changes[1].find("training.steps"), std::string::npos) << changes[1];
+  // A record that is no JSON object is named, not trusted.
+  std::ofstream(config.checkpoint.dir + "/launch-config.json") << "[1,";
+  ASSERT_EQ(ResumedConfigChanges(config).size(), 1u);
+  EXPECT_NE(ResumedConfigChanges(config)[0].find("does not parse"), std::string::npos);
+}
+
 TEST(LaunchResumeTest, TheNewestStepEveryNodeWithPartsHolds) {
   const NodeSteps a{true, {150, 100}}, b{true, {100, 50}}, c{false, {}}, d{true, {}, true};
   EXPECT_EQ(NewestCommonStep({a, b, c}), 100u);

@@ -229,7 +229,17 @@ int RunLaunch(const LaunchOptions& options) {
             ChooseResumeStep(*config, job_parts, workers_with_state > 0, &resume_step);
         refused != 0)
       return refused;
-  } else if (!options.resume && config->checkpoint.every_steps > 0) {
+  }
+  if (options.resume) {
+    // Allowed (more steps, another rate), but said: the checkpoints check
+    // the model's shape alone (a hostile probe resumed with another seed and
+    // rate without a word).
+    for (const std::string& change : ResumedConfigChanges(*config))
+      std::fprintf(stderr,
+                   "gridsync launch --resume: note: changed since the run's last launch: %s\n",
+                   change.c_str());
+  }
+  if (!options.resume && config->checkpoint.every_steps > 0) {
     // A fresh job here would delete another run's checkpoints (each shard
     // refuses too; this says it once, before anything starts). The parts are
     // the ones --resume would need, those of this machine.
@@ -371,6 +381,9 @@ int RunLaunch(const LaunchOptions& options) {
       return refused;
     }
   }
+  // What this run trains with, for a later --resume to compare (once
+  // nothing refused it).
+  if (config->checkpoint.every_steps > 0) RecordLaunchConfig(*config);
   start_job(resume_step, /*coordinator_runs=*/resume_across_nodes);
   int job_restarts = 0;
 

@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "common/checkpoint_files.h"
 #include "common/checkpoint_run.h"
+#include "common/file_bytes.h"
 #include "common/wire/curve.h"
 #include "server/coordinator_state.h"
 
@@ -206,6 +209,70 @@ int ChooseResumeStep(const Config& config, const std::vector<std::string>& job_p
               static_cast<unsigned long long>(resume_step), dir.c_str());
   *step = resume_step;
   return 0;
+}
+
+namespace {
+
+constexpr const char* kLaunchConfigFile = "/launch-config.json";
+
+// Leaf keys of a resolved config ("training.seed") and their values as
+// JSON text; an array is one value.
+void Flatten(const nlohmann::json& value, const std::string& prefix,
+             std::map<std::string, std::string>* out) {
+  if (value.is_object()) {
+    for (const auto& [key, child] : value.items())
+      Flatten(child, prefix.empty() ? key : prefix + "." + key, out);
+    return;
+  }
+  (*out)[prefix] = value.dump();
+}
+
+}  // namespace
+
+void RecordLaunchConfig(const Config& config) {
+  const std::string path = config.checkpoint.dir + kLaunchConfigFile;
+  std::error_code ec;  // (a failure to create it is the write's to name)
+  std::filesystem::create_directories(config.checkpoint.dir, ec);
+  if (const Status written = WriteFileAtomically(path, config.ToJson().dump(2) + "\n");
+      !written.ok()) {
+    std::fprintf(stderr, "gridsync launch: note: %s (a later --resume cannot say what changed)\n",
+                 written.message().c_str());
+  }
+}
+
+std::vector<std::string> ResumedConfigChanges(const Config& config) {
+  std::vector<std::string> changes;
+  const std::string path = config.checkpoint.dir + kLaunchConfigFile;
+  const auto size = FileSize(path);
+  if (!size.ok()) return changes;  // no record kept
+  const auto bytes =
+      *size <= Config::kMaxConfigBytes
+          ? ReadFileOfSize(path, *size)
+          : Result<std::string>(Status::InvalidArgument("larger than a config may be"));
+  if (!bytes.ok()) {
+    changes.push_back(path + ": " + bytes.status().message() + ": nothing to compare with");
+    return changes;
+  }
+  const nlohmann::json before = nlohmann::json::parse(*bytes, nullptr, /*allow_exceptions=*/false);
+  if (!before.is_object()) {
+    changes.push_back(path + " does not parse: nothing to compare with");
+    return changes;
+  }
+  std::map<std::string, std::string> was, now;
+  Flatten(before, "", &was);
+  Flatten(config.ToJson(), "", &now);
+  for (const auto& [key, value] : now) {
+    const auto it = was.find(key);
+    if (it == was.end()) {
+      changes.push_back(key + " (unset) -> " + value);
+    } else if (it->second != value) {
+      changes.push_back(key + " " + it->second + " -> " + value);
+    }
+  }
+  for (const auto& [key, value] : was) {
+    if (now.count(key) == 0) changes.push_back(key + " " + value + " -> (unset)");
+  }
+  return changes;
 }
 
 int CheckChosenResumeStep(const Config& config, uint64_t step,

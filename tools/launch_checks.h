@@ -70,6 +70,17 @@ std::string FolderRun(const std::string& dir);
 bool OfAnotherRun(const std::string& dir, uint64_t step, const std::string& part,
                   const std::string& own);
 
+// The resolved config a launch ran with, kept in checkpoint.dir
+// (launch-config.json) so that a later --resume can say what changed:
+// written by every launch that takes checkpoints (a failure is printed, not
+// fatal: the run needs no record). ResumedConfigChanges lists the keys whose
+// resolved values differ from the record ("training.seed 1337 -> 7"), empty
+// when the folder keeps no record (an older gridsync, or units started by
+// hand). A resume with other values is allowed (more steps, a lower rate),
+// but not silently: manifests check the model's shape, not the rest.
+void RecordLaunchConfig(const Config& config);
+std::vector<std::string> ResumedConfigChanges(const Config& config);
+
 // gridsync launch --resume with every part on this machine: the step to
 // resume from into *step, or the exit code of a refusal, printed on stderr
 // (0: none). The newest complete step of `job_parts` whose files are
