@@ -384,15 +384,6 @@ Status WriteCheckpointPart(const std::string& dir, uint64_t step, const std::str
                            std::string_view data, const nlohmann::json& shape,
                            const std::vector<uint64_t>& keep, const std::string& run) {
   std::error_code ec;
-  fs::create_directories(StepDir(dir, step), ec);
-  if (ec) return Status::IOError("cannot create " + StepDir(dir, step) + ": " + ec.message());
-  // Written only into a real folder: through a link this part's files
-  // would replace another folder's (another run's checkpoint).
-  if (!fs::is_directory(fs::symlink_status(StepDir(dir, step), ec))) {
-    return Status::IOError(StepDir(dir, step) +
-                           " is a symbolic link, not a folder of checkpoint.dir; allowed: a "
-                           "step folder the job made itself (remove the link)");
-  }
   const std::string base = Base(dir, step, part);
   const std::string manifest = nlohmann::json{
       {"step", step},
@@ -418,11 +409,24 @@ Status WriteCheckpointPart(const std::string& dir, uint64_t step, const std::str
   // failed step's folder stays: another part may be about to write there;
   // the next write's removals take it.)
   const auto write = [&]() -> Status {
+    // (A full disk can refuse the folder too.)
+    fs::create_directories(StepDir(dir, step), ec);
+    if (ec) return Status::IOError("cannot create " + StepDir(dir, step) + ": " + ec.message());
+    // Written only into a real folder: through a link this part's files
+    // would replace another folder's (another run's checkpoint).
+    if (!fs::is_directory(fs::symlink_status(StepDir(dir, step), ec))) {
+      return Status::IOError(StepDir(dir, step) +
+                             " is a symbolic link, not a folder of checkpoint.dir; allowed: a "
+                             "step folder the job made itself (remove the link)");
+    }
     GRIDSYNC_RETURN_IF_ERROR(WriteFileAtomically(base + ".bin", data));
     return WriteFileAtomically(base + ".json", manifest);
   };
+  // Only once the job's common step is known (`keep`): before, the step
+  // this removes may be the only one every part holds.
   Status written = write();
-  for (int retry = 1; retry <= 3 && !written.ok() && IsOutOfSpace(written); ++retry) {
+  for (int retry = 1; retry <= 3 && !keep.empty() && !written.ok() && IsOutOfSpace(written);
+       ++retry) {
     if (retry == 1) {
       spdlog::warn("{}: {}; removing {}'s steps the write would remove after it, and trying again",
                    dir, written.message(), part);

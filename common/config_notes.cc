@@ -133,9 +133,12 @@ std::vector<std::string> InertValueNotes(const Config& c) {
                       "batch and reduces with nobody); used with several workers");
     }
   }
-  if (d.enable && d.world_size > 1 && d.batch_splitting == BatchSplitting::kWeighted) {
+  if (d.enable && d.world_size > 1 && d.batch_splitting == BatchSplitting::kWeighted &&
+      !d.nodes.empty()) {
     // A worker's share is its node's weight over the node's workers
     // (worker/batch_split.cc): the same for all of them is the even split.
+    // (Without nodes the workers' speeds on a probe batch split it:
+    // worker/sync/train_loop.cc.)
     const std::vector<NodeConfig> nodes = d.ResolvedNodes();
     bool uneven = false;
     for (const NodeConfig& node : nodes) {
@@ -148,14 +151,16 @@ std::vector<std::string> InertValueNotes(const Config& c) {
           "does; used with distributed.nodes whose weights per worker differ");
     }
   }
-  // Rebalanced after every adaptive_interval steps short of the last
-  // (worker/sync/train_loop.cc): never when the interval reaches the steps.
+  // Rebalanced after every adaptive_interval steps, each new split from
+  // the step after next (SplitSchedule, worker/sync/gradient_sync.h): none
+  // takes effect when the interval reaches the steps less one.
   if (d.enable && d.world_size > 1 && d.batch_splitting == BatchSplitting::kAdaptive &&
-      d.adaptive_interval >= c.training.steps) {
+      d.adaptive_interval >= c.training.steps - 1) {
     lines.push_back("distributed.adaptive_interval " + std::to_string(d.adaptive_interval) +
-                    " is not below training.steps " + std::to_string(c.training.steps) +
-                    ": the batch is never rebalanced in this run, so \"adaptive\" splits it as "
-                    "\"even\" does; used with an interval below the steps");
+                    " with training.steps " + std::to_string(c.training.steps) +
+                    ": a new split takes effect from the step after next, so none does in this "
+                    "run and \"adaptive\" splits the batch as \"even\" does; used with an "
+                    "interval of at most training.steps - 2");
   }
   // hybrid reduces inside each node before the PS whatever the key says.
   if (d.enable && d.hierarchical && d.gradient_sync == GradientSyncMode::kHybrid) {

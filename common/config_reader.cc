@@ -170,13 +170,15 @@ std::string HostSyntaxProblem(std::string_view s) {
     if (inet_pton(AF_INET6, std::string(address).c_str(), &parsed) == 1 && zone_ok) {
       // A group, not a host: nothing listens or connects there over TCP.
       if (parsed.s6_addr[0] == 0xff) return "an IPv6 multicast address (ff00::/8), not a host's";
-      // A zone names the link of a link-local address; on any other the
-      // resolver refuses it ("::1%lo": the coordinator bound it, and every
-      // shard and worker then failed to look it up until their timeout).
-      const bool link_local = parsed.s6_addr[0] == 0xfe && (parsed.s6_addr[1] & 0xc0) == 0x80;
-      if (address.size() < s.size() && !link_local) {
-        return "an IPv6 address with a zone ('%" + std::string(zone) +
-               "') that is not link-local: a zone is only for fe80::/10 addresses";
+      // A zone by name is for the link of a link-local address; on any
+      // other the resolver refuses it ("::1%lo": the coordinator bound it,
+      // and every shard and worker then failed to look it up until their
+      // timeout). A zone by number it takes on any address.
+      const bool numeric_zone = all_of(zone, digit);
+      if (address.size() < s.size() && !numeric_zone && !IN6_IS_ADDR_LINKLOCAL(&parsed)) {
+        return "an IPv6 address with a zone named '" + std::string(zone) +
+               "' that is not link-local: a zone by name is only for fe80::/10 addresses (a "
+               "zone by number is for any)";
       }
       return "";
     }
@@ -215,7 +217,7 @@ std::string HostSyntaxProblem(std::string_view s) {
   }
   // A name the resolver reads as an IPv4 address in another form (hex
   // "0x7f.1", one number "0x7f000001"): refused as the decimal forms above are.
-  if (in_addr numeric{}; inet_aton(std::string(s).c_str(), &numeric) != 0) {
+  if (in_addr numeric{}; inet_aton(std::string(name).c_str(), &numeric) != 0) {
     return "an IPv4 address in a form other than four decimal numbers 0-255 joined by dots";
   }
   return "";

@@ -150,8 +150,8 @@ TEST(ClusterLayoutTest, HostFlagsHaveAHostsSyntax) {
     EXPECT_EQ(bind, value);
     return "";
   };
-  for (const char* good : {"0.0.0.0", "::", "fe80::1%lo", "gridsync_ps_1", "localhost.", "10.0.0.7",
-                           "node-3.cluster.local"}) {
+  for (const char* good : {"0.0.0.0", "::", "fe80::1%lo", "::1%1", "0x1.example", "gridsync_ps_1",
+                           "localhost.", "10.0.0.7", "node-3.cluster.local"}) {
     EXPECT_EQ(parse(good), "") << good;
   }
   const std::vector<std::pair<std::string, std::string>> bad = {
@@ -169,7 +169,8 @@ TEST(ClusterLayoutTest, HostFlagsHaveAHostsSyntax) {
       {"0x7f000001", "in a form other than four decimal numbers"},
       // A zone on an address that is not link-local: the coordinator bound
       // it; every client's lookup failed until its timeout.
-      {"::1%lo", "a zone is only for fe80::/10"}};
+      {"::1%lo", "a zone by name is only for fe80::/10"},
+      {"0x7f000001.", "in a form other than four decimal numbers"}};
   for (const auto& [value, why] : bad) {
     const std::string error = parse(value);
     EXPECT_TRUE(Contains(error, why)) << value.substr(0, 40) << ": " << error;

@@ -690,17 +690,21 @@ TEST(ConfigCombinationTest, ValuesTheClusterMakesANoOpAreNoted) {
   // Splits that come out even (a hostile probe: the medium seed's weighted
   // with no nodes), and an adaptive split that never rebalances.
   const std::string two = R"({"distributed": {"enable": true, "world_size": 3, )";
-  only_note(ParseOk(two + R"("batch_splitting": "weighted"}})"),
+  only_note(ParseOk(two + R"("batch_splitting": "weighted", "nodes": [
+                          {"name": "a", "workers": 1, "weight": 2},
+                          {"name": "b", "workers": 2, "weight": 4}]}})"),
             "every worker's share (its node's weight over the node's workers) is the same");
+  // Without nodes the workers' measured speeds split it: no note.
+  EXPECT_TRUE(ParseOk(two + R"("batch_splitting": "weighted"}})").notes.lines.empty());
   EXPECT_TRUE(ParseOk(two + R"("batch_splitting": "weighted", "nodes": [
                           {"name": "a", "workers": 1, "weight": 2},
                           {"name": "b", "workers": 2, "weight": 1}]}})")
                   .notes.lines.empty());
-  only_note(ParseOk(two + R"("batch_splitting": "adaptive", "adaptive_interval": 300},
+  only_note(ParseOk(two + R"("batch_splitting": "adaptive", "adaptive_interval": 299},
                              "training": {"steps": 300}})"),
-            "distributed.adaptive_interval 300 is not below training.steps 300: the batch is "
-            "never rebalanced");
-  EXPECT_TRUE(ParseOk(two + R"("batch_splitting": "adaptive", "adaptive_interval": 299},
+            "distributed.adaptive_interval 299 with training.steps 300: a new split takes "
+            "effect from the step after next, so none does");
+  EXPECT_TRUE(ParseOk(two + R"("batch_splitting": "adaptive", "adaptive_interval": 298},
                              "training": {"steps": 300}})")
                   .notes.lines.empty());
   // The resolved config (check-config's print, every key named) loads again

@@ -137,6 +137,14 @@ TEST(LaunchResumeTest, AResumeSaysWhatChangedSinceTheRunsLaunch) {
   std::ofstream(config.checkpoint.dir + "/launch-config.json") << "[1,";
   ASSERT_EQ(ResumedConfigChanges(config).size(), 1u);
   EXPECT_NE(ResumedConfigChanges(config)[0].find("does not parse"), std::string::npos);
+  // Nor is one nested a million deep (the config reader's depth bound).
+  std::ofstream(config.checkpoint.dir + "/launch-config.json") << std::string(1 << 20, '[');
+  ASSERT_EQ(ResumedConfigChanges(config).size(), 1u);
+  // A folder where the record should be is named, not taken for none.
+  fs::remove(config.checkpoint.dir + "/launch-config.json");
+  fs::create_directories(config.checkpoint.dir + "/launch-config.json");
+  ASSERT_EQ(ResumedConfigChanges(config).size(), 1u);
+  EXPECT_NE(ResumedConfigChanges(config)[0].find("nothing to compare with"), std::string::npos);
 }
 
 TEST(LaunchResumeTest, TheNewestStepEveryNodeWithPartsHolds) {

@@ -253,7 +253,8 @@ int main(int argc, char** argv) {
     // the device had been checked (a hostile probe).
     if (!standalone && config->distributed.enable && !on_this_machine) {
       std::fprintf(stderr,
-                   "%s: note: distributed.master_addr '%s' is not this machine: what depends on "
+                   "%s: note: distributed.master_addr '%s' is not known to be this machine (not a "
+                   "loopback address nor one of its interfaces'): what depends on "
                    "the machine (security keys, checkpoint.dir, training.device, memory) is "
                    "not checked here but on each machine that runs the cluster's processes "
                    "(gridsync launch there, or gridsync-worker --check-only)\n",

@@ -235,8 +235,7 @@ int RunLaunch(const LaunchOptions& options) {
     // the model's shape alone (a hostile probe resumed with another seed and
     // rate without a word).
     for (const std::string& change : ResumedConfigChanges(*config))
-      std::fprintf(stderr,
-                   "gridsync launch --resume: note: changed since the run's last launch: %s\n",
+      std::fprintf(stderr, "gridsync launch --resume: note: changed since the run started: %s\n",
                    change.c_str());
   }
   if (!options.resume && config->checkpoint.every_steps > 0) {
@@ -381,9 +380,10 @@ int RunLaunch(const LaunchOptions& options) {
       return refused;
     }
   }
-  // What this run trains with, for a later --resume to compare (once
-  // nothing refused it).
-  if (config->checkpoint.every_steps > 0) RecordLaunchConfig(*config);
+  // What this run started with, for every later --resume to compare (once
+  // nothing refused the start; a resume keeps the start's record, so that
+  // one refused or cut short hides no change from the next).
+  if (config->checkpoint.every_steps > 0 && !options.resume) RecordLaunchConfig(*config);
   start_job(resume_step, /*coordinator_runs=*/resume_across_nodes);
   int job_restarts = 0;
 

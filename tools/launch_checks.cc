@@ -9,6 +9,7 @@
 
 #include "common/checkpoint_files.h"
 #include "common/checkpoint_run.h"
+#include "common/config_reader.h"
 #include "common/file_bytes.h"
 #include "common/wire/curve.h"
 #include "server/coordinator_state.h"
@@ -32,13 +33,12 @@ bool OfAnotherRun(const std::string& dir, uint64_t step, const std::string& part
   if (!run.ok() || *run == own) return false;  // unreadable: the part's own checks name it
   std::printf(
       "gridsync launch --resume: step %llu: its files belong to run %s, not to this folder's run "
-      "%s (%s/coordinator-state.json); passed over\n",
+      "%s (%s/coordinator-state.json); passed over (the resumed run replaces or removes them: "
+      "move them out of the folder to keep them)\n",
       static_cast<unsigned long long>(step), DescribeRun(*run).c_str(), DescribeRun(own).c_str(),
       dir.c_str());
   return true;
 }
-
-namespace {}  // namespace
 
 int WorkersHere(const ClusterLayout& layout, int node) {
   int workers = 0;
@@ -244,18 +244,24 @@ std::vector<std::string> ResumedConfigChanges(const Config& config) {
   std::vector<std::string> changes;
   const std::string path = config.checkpoint.dir + kLaunchConfigFile;
   const auto size = FileSize(path);
-  if (!size.ok()) return changes;  // no record kept
+  if (!size.ok() && size.status().code() == StatusCode::kNotFound) return changes;  // no record
   const auto bytes =
-      *size <= Config::kMaxConfigBytes
+      !size.ok() ? Result<std::string>(size.status())
+      : *size <= Config::kMaxConfigBytes
           ? ReadFileOfSize(path, *size)
           : Result<std::string>(Status::InvalidArgument("larger than a config may be"));
   if (!bytes.ok()) {
     changes.push_back(path + ": " + bytes.status().message() + ": nothing to compare with");
     return changes;
   }
-  const nlohmann::json before = nlohmann::json::parse(*bytes, nullptr, /*allow_exceptions=*/false);
-  if (!before.is_object()) {
-    changes.push_back(path + " does not parse: nothing to compare with");
+  // The config reader's parser: a record is a file anyone with the folder
+  // may have written (its depth is bounded, its duplicate keys refused).
+  nlohmann::json before;
+  config_reader::Problems problems(path);
+  if (!config_reader::ParseJson(*bytes, path, &problems, &before) || !problems.empty() ||
+      !before.is_object()) {
+    changes.push_back(path +
+                      " does not parse as the record launch writes: nothing to compare with");
     return changes;
   }
   std::map<std::string, std::string> was, now;
@@ -271,6 +277,13 @@ std::vector<std::string> ResumedConfigChanges(const Config& config) {
   }
   for (const auto& [key, value] : was) {
     if (now.count(key) == 0) changes.push_back(key + " " + value + " -> (unset)");
+  }
+  // A record of thousands of keys (not one launch wrote) says so in a few lines.
+  constexpr size_t kListed = 20;
+  if (changes.size() > kListed) {
+    const size_t more = changes.size() - kListed;
+    changes.resize(kListed);
+    changes.push_back("... and " + std::to_string(more) + " more");
   }
   return changes;
 }

@@ -70,10 +70,10 @@ std::string FolderRun(const std::string& dir);
 bool OfAnotherRun(const std::string& dir, uint64_t step, const std::string& part,
                   const std::string& own);
 
-// The resolved config a launch ran with, kept in checkpoint.dir
-// (launch-config.json) so that a later --resume can say what changed:
-// written by every launch that takes checkpoints (a failure is printed, not
-// fatal: the run needs no record). ResumedConfigChanges lists the keys whose
+// The resolved config a run started with, kept in checkpoint.dir
+// (launch-config.json) so that every later --resume can say what changed:
+// written by a fresh launch that takes checkpoints (a failure is printed,
+// not fatal: the run needs no record). ResumedConfigChanges lists the keys whose
 // resolved values differ from the record ("training.seed 1337 -> 7"), empty
 // when the folder keeps no record (an older gridsync, or units started by
 // hand). A resume with other values is allowed (more steps, a lower rate),

@@ -283,14 +283,13 @@ int main(int argc, char** argv) {
                  ps_options.train.eval_every, ps_options.rank);
   }
   if (check_only) {
-    // The coordinator's name must resolve here, as check-config and launch
-    // require. A start does not refuse it: it keeps trying until
-    // distributed.timeout_s and exits 4 (its unit restarts that), since a
+    // The coordinator's name (and on one machine the shards' hosts) must
+    // resolve here, as check-config and launch require (CheckHostsResolve). A start does not refuse
+    // it: it keeps trying until distributed.timeout_s and exits 4 (its unit restarts that), since a
     // name may not be served yet while a cluster's machines come up.
     if (distributed) {
-      if (auto master = gridsync::BindAddressOf(config->distributed.master_addr); !master.ok()) {
-        std::fprintf(stderr, "%s: distributed.master_addr: %s\n", config_path.c_str(),
-                     master.status().message().c_str());
+      if (auto resolved = gridsync::CheckHostsResolve(*config); !resolved.ok()) {
+        std::fprintf(stderr, "%s: %s\n", config_path.c_str(), resolved.message().c_str());
         return gridsync::kConfigErrorExitCode;
       }
     }
