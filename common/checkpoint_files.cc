@@ -425,15 +425,15 @@ Status WriteCheckpointPart(const std::string& dir, uint64_t step, const std::str
   // Only once the job's common step is known (`keep`): before, the step
   // this removes may be the only one every part holds.
   Status written = write();
-  for (int retry = 1; retry <= 3 && !keep.empty() && !written.ok() && IsOutOfSpace(written);
-       ++retry) {
-    if (retry == 1) {
-      spdlog::warn("{}: {}; removing {}'s steps the write would remove after it, and trying again",
-                   dir, written.message(), part);
-      RemoveUnkeptSteps(dir, step, part, keep, run);
+  if (!written.ok() && !keep.empty() && IsOutOfSpace(written)) {
+    spdlog::warn("{}: {}; removing {}'s steps the write would remove after it, and trying again",
+                 dir, written.message(), part);
+    RemoveUnkeptSteps(dir, step, part, keep, run);
+    for (int retry = 0; retry < 3; ++retry) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100 * retry));
+      written = write();
+      if (written.ok() || !IsOutOfSpace(written)) break;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100 * (retry - 1)));
-    written = write();
   }
   GRIDSYNC_RETURN_IF_ERROR(written);
   RemoveUnkeptSteps(dir, step, part, keep, run);

@@ -169,12 +169,17 @@ int ChooseResumeStep(const Config& config, const std::vector<std::string>& job_p
   // complete step whose files are all intact, as a live rejoin does, and
   // says so. (Across machines, tools/launch_resume.h does the same with
   // the other launchers.)
-  std::vector<std::string> skipped;
-  uint64_t intact = NewestIntactStep(dir, job_parts, resume_step, &skipped);
-  for (const auto& why : skipped) {
-    std::fprintf(intact > 0 ? stdout : stderr, "gridsync launch --resume: %s; %s\n", why.c_str(),
-                 intact > 0 ? "passed over" : "no older complete step to resume from");
-  }
+  // The newest intact step at most `at_most`, each damaged one passed over named.
+  const auto newest_intact = [&](uint64_t at_most) {
+    std::vector<std::string> skipped;
+    const uint64_t intact = NewestIntactStep(dir, job_parts, at_most, &skipped);
+    for (const auto& why : skipped) {
+      std::fprintf(intact > 0 ? stdout : stderr, "gridsync launch --resume: %s; %s\n", why.c_str(),
+                   intact > 0 ? "passed over" : "no older complete step to resume from");
+    }
+    return intact;
+  };
+  uint64_t intact = newest_intact(resume_step);
   if (intact == 0) return kCheckpointsHeldExitCode;
   // The folder's own run, as its coordinator's state file names it: a
   // newer step of another run (copied in, or left by a second run sharing
@@ -184,10 +189,7 @@ int ChooseResumeStep(const Config& config, const std::vector<std::string>& job_p
   if (const std::string own = FolderRun(dir); !own.empty()) {
     while (intact > 0 && OfAnotherRun(dir, intact, job_parts.front(), own)) {
       const uint64_t older = LatestCompleteStep(dir, job_parts, intact);
-      std::vector<std::string> passed;
-      intact = older == 0 ? 0 : NewestIntactStep(dir, job_parts, older, &passed);
-      for (const auto& why : passed)
-        std::printf("gridsync launch --resume: %s; passed over\n", why.c_str());
+      intact = older == 0 ? 0 : newest_intact(older);
     }
     if (intact == 0) {
       std::fprintf(stderr,

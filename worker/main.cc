@@ -284,8 +284,9 @@ int main(int argc, char** argv) {
   }
   if (check_only) {
     // The coordinator's name (and on one machine the shards' hosts) must
-    // resolve here, as check-config and launch require (CheckHostsResolve). A start does not refuse
-    // it: it keeps trying until distributed.timeout_s and exits 4 (its unit restarts that), since a
+    // resolve here, as check-config and launch require (CheckHostsResolve).
+    // A start does not refuse it: it keeps trying until
+    // distributed.timeout_s and exits 4 (its unit restarts that), since a
     // name may not be served yet while a cluster's machines come up.
     if (distributed) {
       if (auto resolved = gridsync::CheckHostsResolve(*config); !resolved.ok()) {
