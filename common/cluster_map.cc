@@ -16,6 +16,10 @@ const char* RoleName(Role role) {
   return "unknown-role";
 }
 
+std::string CannotJoinKey(Role role, uint32_t rank) {
+  return std::string(kCannotJoinPrefix) + RoleName(role) + "/" + std::to_string(rank);
+}
+
 std::optional<std::string> SettingsMismatch(const std::vector<Setting>& mine,
                                             const std::vector<Setting>& reference) {
   std::map<std::string, std::pair<const std::string*, const std::string*>> by_key;

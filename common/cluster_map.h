@@ -100,6 +100,15 @@ struct RegisterInfo {
 // when the last worker leaves.
 inline constexpr char kCollectiveStorePrefix[] = "collective/";
 
+// Where a shard or worker that cannot join the job says why before it
+// exits on a refusal no restart mends (checkpoint files of another run):
+// "cannot-join/<role>/<rank>". Without it the others' wait for the cluster
+// ended naming only "missing shards [0, 1]" (a hostile probe). The
+// coordinator names the reason beside the missing rank, lets only that
+// role write it, and clears it when the rank registers.
+inline constexpr char kCannotJoinPrefix[] = "cannot-join/";
+std::string CannotJoinKey(Role role, uint32_t rank);
+
 struct JobState {
   uint64_t job = 0;
   uint32_t epoch = 0;

@@ -22,6 +22,7 @@
 #include <capnp/serialize.h>
 #include <kj/exception.h>
 #include <spdlog/fmt/fmt.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <array>
@@ -470,6 +471,19 @@ Status CoordinatorClient::Set(const std::string& key, const std::string& value) 
         return true;
       });
   return result.ok() ? Status::OK() : result.status();
+}
+
+void ReportCannotJoin(CoordinatorClient& client, Role role, uint32_t rank, const Status& why) {
+  // The coordinator bounds what a process that never registered may store;
+  // the reason's head is what the others need.
+  constexpr size_t kMaxReasonBytes = 1024;
+  std::string reason = why.ToString();
+  if (reason.size() > kMaxReasonBytes) reason.resize(kMaxReasonBytes);
+  const Status told = client.Set(CannotJoinKey(role, rank), reason);
+  if (!told.ok()) {
+    spdlog::warn("{} {}: could not tell the coordinator why it cannot join: {}", RoleName(role),
+                 rank, told.ToString());
+  }
 }
 
 Result<std::vector<std::string>> CoordinatorClient::Get(const std::vector<std::string>& keys,

@@ -80,6 +80,13 @@ class CoordinatorClient {
   std::unique_ptr<Impl> impl_;
 };
 
+// Tells the coordinator why this shard or worker (`role`, `rank`) cannot
+// join the job, before it exits on a refusal no restart mends (`why`), so
+// that the others' wait for the cluster names it (kCannotJoinPrefix). Best
+// effort: a failure is logged, never returned, since the process is
+// exiting on `why` anyway.
+void ReportCannotJoin(CoordinatorClient& client, Role role, uint32_t rank, const Status& why);
+
 // A Store backed by the coordinator's KV store (for Gloo/NCCL rendezvous).
 class CoordinatorStore : public Store {
  public:

@@ -334,6 +334,19 @@ class CoordinatorImpl final : public Coordinator {
   // ended a run (a hostile probe), and one under collective/ could send a
   // worker's Gloo group to its own address.
   static std::optional<Status> WorkersKeyProblem(const Connection& conn, const std::string& key);
+  // Why `conn` may not set the cannot-join key `key` (kCannotJoinPrefix):
+  // "cannot-join/<shard|worker>/<rank>" of a rank the cluster expects, set
+  // by that member's own connection or, before it registered, by one that
+  // proved that role's key (any, with security off), at most
+  // kMaxCannotJoinBytes. nullopt: it may, or `key` is no such key.
+  std::optional<Status> CannotJoinKeyProblem(const Connection& conn, const std::string& key,
+                                             size_t value_bytes) const;
+  // Records why `role` `rank` could not join (a refused registration, or
+  // what the process said before exiting) where IncompleteMessage names it;
+  // its registration clears it.
+  void NoteCannotJoin(Role role, uint32_t rank, std::string why);
+  void ClearCannotJoin(Role role, uint32_t rank);
+  static constexpr size_t kMaxCannotJoinBytes = 1024;
   void HandleKvGet(const ConnPtr& conn, uint64_t id, KvGetRequest req);
 
   // The values of `keys` (all present), or an error reply when together
@@ -348,6 +361,9 @@ class CoordinatorImpl final : public Coordinator {
       std::map<std::string, std::string>::iterator it);
   std::vector<std::string> MissingKeys(const std::vector<std::string>& keys) const;
   std::string IncompleteMessage(uint32_t waited_ms) const;
+  // "; shard 0 could not join: <why>" for each of `absent` that said why
+  // (NoteCannotJoin), at most a few; empty when none did.
+  std::string CannotJoinNotes(const std::vector<std::pair<Role, uint32_t>>& absent) const;
   // Why `step` is no step to roll the job back to (nullopt: it is one).
   std::optional<std::string> CheckRejoinStep(uint64_t step) const;
   // Whether the running job has a step to rejoin from (one CheckRejoinStep

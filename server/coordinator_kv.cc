@@ -121,6 +121,55 @@ std::optional<Status> CoordinatorImpl::WorkersKeyProblem(const Connection& conn,
   return std::nullopt;
 }
 
+std::optional<Status> CoordinatorImpl::CannotJoinKeyProblem(const Connection& conn,
+                                                            const std::string& key,
+                                                            size_t value_bytes) const {
+  const std::string_view prefix(kCannotJoinPrefix);
+  if (!key.starts_with(prefix)) return std::nullopt;
+  auto refuse = [&](std::string_view why) {
+    return Status::InvalidArgument(
+        fmt::format("kvSet '{}': {}; allowed: '{}<shard|worker>/<rank>' of a rank the cluster "
+                    "expects (shards 0..{}, workers 0..{}), written by that member's own "
+                    "connection or one that proved its role's key, at most {} bytes",
+                    key.substr(0, 128), why, prefix, map_.expected_shards - 1,
+                    map_.expected_workers - 1, kMaxCannotJoinBytes));
+  };
+  std::optional<Role> role;
+  std::string_view rest = std::string_view(key).substr(prefix.size());
+  for (Role r : {Role::kShard, Role::kWorker}) {
+    const std::string head = std::string(RoleName(r)) + "/";
+    if (rest.starts_with(head)) {
+      role = r;
+      rest.remove_prefix(head.size());
+    }
+  }
+  uint32_t rank = 0;
+  const auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), rank);
+  if (!role || rest.empty() || ec != std::errc() || end != rest.data() + rest.size()) {
+    return refuse("not a role and a rank");
+  }
+  const uint32_t expected = *role == Role::kShard ? map_.expected_shards : map_.expected_workers;
+  if (rank >= expected) return refuse("the cluster expects no such rank");
+  if (conn.member && (conn.member->role != *role || conn.member->rank != rank)) {
+    return refuse(fmt::format("this connection is registered as {} {}", RoleName(conn.member->role),
+                              conn.member->rank));
+  }
+  if (!conn.member && conn.authenticated && *conn.authenticated != *role) {
+    return refuse(fmt::format("this connection proved the {} key", RoleName(*conn.authenticated)));
+  }
+  if (value_bytes > kMaxCannotJoinBytes) return refuse("the value is too long");
+  return std::nullopt;
+}
+
+void CoordinatorImpl::NoteCannotJoin(Role role, uint32_t rank, std::string why) {
+  if (why.size() > kMaxCannotJoinBytes) why.resize(kMaxCannotJoinBytes);
+  KvPut(CannotJoinKey(role, rank), std::move(why));
+}
+
+void CoordinatorImpl::ClearCannotJoin(Role role, uint32_t rank) {
+  if (auto it = kv_.find(CannotJoinKey(role, rank)); it != kv_.end()) KvErase(it);
+}
+
 void CoordinatorImpl::HandleKvSet(const ConnPtr& conn, uint64_t id, KvSetRequest req) {
   if (req.key.empty()) {
     Send(conn, wire::EncodeErrorReply(
@@ -132,6 +181,10 @@ void CoordinatorImpl::HandleKvSet(const ConnPtr& conn, uint64_t id, KvSetRequest
     return;
   }
   if (auto refused = WorkersKeyProblem(*conn, req.key)) {
+    Send(conn, wire::EncodeErrorReply(id, *refused));
+    return;
+  }
+  if (auto refused = CannotJoinKeyProblem(*conn, req.key, req.value.size())) {
     Send(conn, wire::EncodeErrorReply(id, *refused));
     return;
   }

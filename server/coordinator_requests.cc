@@ -80,6 +80,11 @@ void CoordinatorImpl::HandleRegister(const ConnPtr& conn, uint64_t id, RegisterI
     ++counts_.registrations_refused;
     spdlog::warn("register refused ({} from node '{}', pid {}, {}): {}", role, info.node, info.pid,
                  conn->peer, text);
+    // Named in the others' "cluster incomplete" while that rank is missing.
+    if (info.requested_rank >= 0 && static_cast<uint64_t>(info.requested_rank) < expected) {
+      NoteCannotJoin(info.role, static_cast<uint32_t>(info.requested_rank),
+                     "its registration was refused: " + Status(code, text).ToString());
+    }
     Send(conn, wire::EncodeErrorReply(id, Status(code, std::move(text))));
   };
 
@@ -195,6 +200,7 @@ void CoordinatorImpl::HandleRegister(const ConnPtr& conn, uint64_t id, RegisterI
                               [](const MemberInfo& m, uint32_t r) { return m.rank < r; });
   members.insert(pos, member);
   conn->member = member;
+  ClearCannotJoin(info.role, rank);
   if (!tables_owner_) {
     map_.tables = info.tables;
     tables_owner_ = DescribeMember(member);
@@ -279,8 +285,33 @@ std::string CoordinatorImpl::IncompleteMessage(uint32_t waited_ms) const {
   auto workers = missing(map_.workers, map_.expected_workers);
   if (!shards.empty()) parts.push_back("shards " + RankList(shards));
   if (!workers.empty()) parts.push_back("workers " + RankList(workers));
-  return fmt::format("cluster incomplete after {}: missing {} (expecting {} shards, {} workers)",
-                     Seconds(waited_ms), Join(parts), map_.expected_shards, map_.expected_workers);
+  std::vector<std::pair<Role, uint32_t>> absent;
+  for (uint32_t rank : shards) absent.emplace_back(Role::kShard, rank);
+  for (uint32_t rank : workers) absent.emplace_back(Role::kWorker, rank);
+  return fmt::format("cluster incomplete after {}: missing {} (expecting {} shards, {} workers){}",
+                     Seconds(waited_ms), Join(parts), map_.expected_shards, map_.expected_workers,
+                     CannotJoinNotes(absent));
+}
+
+std::string CoordinatorImpl::CannotJoinNotes(
+    const std::vector<std::pair<Role, uint32_t>>& absent) const {
+  // A few, since each may be long (kMaxCannotJoinBytes).
+  constexpr size_t kMaxReasons = 4;
+  std::string notes;
+  size_t named = 0;
+  size_t more = 0;
+  for (const auto& [role, rank] : absent) {
+    auto it = kv_.find(CannotJoinKey(role, rank));
+    if (it == kv_.end()) continue;
+    if (named == kMaxReasons) {
+      ++more;
+      continue;
+    }
+    ++named;
+    notes += fmt::format("; {} {} could not join: {}", RoleName(role), rank, it->second);
+  }
+  if (more > 0) notes += fmt::format("; and {} more could not join", more);
+  return notes;
 }
 
 void CoordinatorImpl::HandleGetMap(const ConnPtr& conn, uint64_t id, const GetMapRequest& req) {
@@ -317,6 +348,7 @@ std::string CoordinatorImpl::BarrierTimeoutMessage(const Waiter& w) const {
   // Missing: the members of the roles present that have not arrived, named
   // <role>-<rank> like the map's members.
   std::vector<std::string> missing;
+  std::vector<std::pair<Role, uint32_t>> absent;
   for (Role r : roles) {
     const uint32_t expected = r == Role::kShard ? map_.expected_shards : map_.expected_workers;
     std::set<uint32_t> ranks;
@@ -324,16 +356,18 @@ std::string CoordinatorImpl::BarrierTimeoutMessage(const Waiter& w) const {
     for (const auto& m : r == Role::kShard ? map_.shards : map_.workers) ranks.insert(m.rank);
     for (uint32_t rank : ranks) {
       std::string name = MemberName(r, rank);
-      if (!arrived_set.count(name)) missing.push_back(name);
+      if (arrived_set.count(name)) continue;
+      missing.push_back(name);
+      absent.emplace_back(r, rank);
     }
   }
   const size_t short_by = count > arrived.size() ? count - arrived.size() : 0;
   std::string missing_text =
       missing.empty() ? fmt::format("{} more member(s), not known to the cluster map", short_by)
                       : Join(missing);
-  return fmt::format("barrier '{}' timed out after {}: {} of {} arrived ({}); missing: {}",
+  return fmt::format("barrier '{}' timed out after {}: {} of {} arrived ({}); missing: {}{}",
                      w.barrier, Seconds(w.timeout_ms), arrived.size(), count, Join(arrived),
-                     missing_text);
+                     missing_text, CannotJoinNotes(absent));
 }
 
 std::optional<Status> CoordinatorImpl::BarrierProblem(const BarrierRequest& req) const {

@@ -227,9 +227,10 @@ int main(int argc, char** argv) {
     if (!fresh.ok()) {
       spdlog::error("shard {} (coordinator {}:{}): {}", shard, d.master_addr, d.master_port,
                     fresh.message());
-      return fresh.code() == gridsync::StatusCode::kCheckpointsHeld
-                 ? gridsync::kCheckpointsHeldExitCode
-                 : 1;
+      if (fresh.code() != gridsync::StatusCode::kCheckpointsHeld) return 1;
+      gridsync::ReportCannotJoin(**client, gridsync::Role::kShard, static_cast<uint32_t>(shard),
+                                 fresh);
+      return gridsync::kCheckpointsHeldExitCode;
     }
   }
   options.join_first = true;  // serves once registered (JoinAsShard)
@@ -298,9 +299,10 @@ int main(int argc, char** argv) {
         map.ok() ? (*server)->CheckStartRun(registry, map->job) : map.status();
     if (!run.ok()) {
       spdlog::error("shard {}: {}", shard, run.ToString());
-      return run.code() == gridsync::StatusCode::kCheckpointsHeld
-                 ? gridsync::kCheckpointsHeldExitCode
-                 : 1;
+      if (run.code() != gridsync::StatusCode::kCheckpointsHeld) return 1;
+      gridsync::ReportCannotJoin(**client, gridsync::Role::kShard, static_cast<uint32_t>(shard),
+                                 run);
+      return gridsync::kCheckpointsHeldExitCode;
     }
   }
   // Job after job, epoch after epoch: the shard asks the coordinator
@@ -370,6 +372,11 @@ int main(int argc, char** argv) {
           "shard {}: its checkpoint of step {} is another run's (logged above); exiting {}: a "
           "restart would find the same files",
           shard, serving.foreign_rollback_step, gridsync::kCheckpointsHeldExitCode);
+      gridsync::ReportCannotJoin(
+          **client, gridsync::Role::kShard, static_cast<uint32_t>(shard),
+          gridsync::Status::CheckpointsHeld(
+              fmt::format("its checkpoint of step {} is another run's (its log names the files)",
+                          serving.foreign_rollback_step)));
       exit_code = gridsync::kCheckpointsHeldExitCode;
       break;
     } else if (serving.damaged_rollback_step > 0) {

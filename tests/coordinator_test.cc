@@ -555,6 +555,68 @@ TEST_F(CoordinatorTest, WaitCompleteTimesOutNamingMissingRanks) {
   EXPECT_TRUE(observer->Heartbeat().ok());
 }
 
+// A shard that refused another run's checkpoint files exits 3 before it
+// registers: the others' wait named only "missing shards [1]" (a hostile
+// probe). What it said on its way out, or its refused registration, is
+// named beside the rank until that rank registers.
+TEST_F(CoordinatorTest, AMissingRankThatSaidWhyItCannotJoinIsNamed) {
+  auto shard = Join(Role::kShard, 0);
+  auto worker = Join(Role::kWorker, 1);
+  auto stranger = Connect();
+  ASSERT_TRUE(shard && worker && stranger);
+  ReportCannotJoin(*stranger, Role::kShard, 1,
+                   Status::CheckpointsHeld("its files of step 150 are another run's"));
+
+  // Only a rank the cluster expects, of a shard or worker, by a member
+  // itself or a connection that did not register as another.
+  const Status others = worker->Set(CannotJoinKey(Role::kShard, 1), "forged");
+  EXPECT_EQ(others.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(others.message().find("registered as worker 1"), std::string::npos)
+      << others.ToString();
+  for (const std::string key : {"cannot-join/shard/2", "cannot-join/observer/0",
+                                "cannot-join/shard/", "cannot-join/shard/1x"}) {
+    const Status bad = stranger->Set(key, "x");
+    EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument) << key;
+    EXPECT_NE(bad.message().find("allowed: 'cannot-join/<shard|worker>/<rank>'"), std::string::npos)
+        << bad.ToString();
+  }
+  EXPECT_EQ(stranger->Set(CannotJoinKey(Role::kWorker, 0), std::string(1025, 'x')).code(),
+            StatusCode::kInvalidArgument);
+
+  auto map = stranger->GetMap(true, 300ms);
+  ASSERT_FALSE(map.ok());
+  EXPECT_EQ(map.status().code(), StatusCode::kTimeout);
+  EXPECT_NE(map.status().message().find(
+                "missing shards [1], workers [0, 2] (expecting 2 shards, 3 workers); shard 1 could "
+                "not join: CheckpointsHeld: its files of step 150 are another run's"),
+            std::string::npos)
+      << map.status().message();
+  // A barrier's timeout names it too, where the rank is missing there.
+  const Status barrier = shard->Barrier("sync", 2, "shard-0", 300ms);
+  EXPECT_NE(barrier.message().find("shard 1 could not join: CheckpointsHeld"), std::string::npos)
+      << barrier.ToString();
+
+  // A refused registration is named as well (rank 0 is taken).
+  auto late = Connect();
+  ASSERT_TRUE(late);
+  ASSERT_FALSE(late->Register(Member(Role::kWorker, 1), 2s).ok());
+  worker.reset();
+  ASSERT_TRUE(WaitForMap([](const ClusterMap& m) { return m.workers.empty(); }, 2s));
+  map = stranger->GetMap(true, 300ms);
+  ASSERT_FALSE(map.ok());
+  EXPECT_NE(map.status().message().find(
+                "worker 1 could not join: its registration was refused: InvalidArgument: worker "
+                "rank 1 is already taken"),
+            std::string::npos)
+      << map.status().message();
+
+  // Registered, the rank is no longer missing and its reason goes.
+  auto back = Join(Role::kShard, 1);
+  ASSERT_TRUE(back);
+  auto gone = stranger->Get({CannotJoinKey(Role::kShard, 1)}, 0ms);
+  EXPECT_EQ(gone.status().code(), StatusCode::kNotFound);
+}
+
 TEST_F(CoordinatorTest, BarrierWithThreeThreadsCompletesAndIsReusable) {
   constexpr int kMembers = 3;
   constexpr int kRounds = 2;

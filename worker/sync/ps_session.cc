@@ -146,10 +146,14 @@ Result<PsSession> JoinPsCluster(const RunSpec& spec, const ImageTask& image, Has
   if (spec.sync.worker_state && config.checkpoint.every_steps > 0 && options.start_step == 0 &&
       session.rejoined_at == 0) {
     CoordinatorStore registry(session.coordinator.get());
-    GRIDSYNC_RETURN_IF_ERROR(
+    const Status fresh =
         CheckFreshStartAgainst(registry, registration.map.job, config.checkpoint.dir, session.me,
                                CheckpointParts(static_cast<uint32_t>(config.ps.shards), workers),
-                               static_cast<uint64_t>(config.training.steps)));
+                               static_cast<uint64_t>(config.training.steps));
+    if (fresh.code() == StatusCode::kCheckpointsHeld) {
+      ReportCannotJoin(*session.coordinator, Role::kWorker, session.rank, fresh);
+    }
+    GRIDSYNC_RETURN_IF_ERROR(fresh);
   }
   if (!options.metrics_address.empty()) {
     GRIDSYNC_RETURN_IF_ERROR(session.coordinator->Set(
