@@ -83,6 +83,13 @@ Status CheckpointLedger::Publish(Store& store, uint64_t job) {
   return set;
 }
 
+void CheckpointLedger::RefreshCommon(Store& store, uint64_t job) {
+  if (publish_failed_ || job_parts_.empty()) return;
+  // As in Publish: only a rollback lowers it.
+  if (auto common = NewestCommonStep(store, job, job_parts_); common.ok() && *common > common_)
+    common_ = *common;
+}
+
 Result<std::string> CheckpointLedger::RunForWriting(Store* store, uint64_t job,
                                                     std::chrono::milliseconds timeout) {
   if (run_known_) return run_;

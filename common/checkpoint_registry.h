@@ -71,6 +71,14 @@ class CheckpointLedger {
   // Publishes the steps still on disk for job `job`, then reads the newest
   // step every one of the job's parts published.
   Status Publish(Store& store, uint64_t job);
+  // Reads again the newest step every part holds, as Publish does after
+  // publishing, unless the last Publish failed (the coordinator is down or
+  // stalled: no second wait on it). Before a write: a part that published
+  // its step before the others had written theirs learned an older common
+  // step, and kept it from its disk while the others' newer one was
+  // complete (a hostile probe: two shards on a disk for two steps missed
+  // every checkpoint after the second).
+  void RefreshCommon(Store& store, uint64_t job);
   // What the writer must leave on disk (WriteCheckpointPart's `keep`; the
   // two newest steps are kept anyway):
   //  - the newest step every part held at the last Publish: when another

@@ -67,6 +67,7 @@ void ShardCheckpoints::AfterStep(uint64_t applied, uint64_t job, const ShardStor
   Result<std::string> run = std::string();
   {
     std::lock_guard<std::mutex> lock(registry_mu_);
+    if (registry_ != nullptr) ledger_.RefreshCommon(*registry_, job);
     keep = ledger_.MustKeep();
     // Made by shard 0 when the job started (JobStarted): a short wait.
     run = ledger_.RunForWriting(registry_, job, std::min(timeout_, kRunWait));

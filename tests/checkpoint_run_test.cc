@@ -228,5 +228,35 @@ TEST(CheckpointRunTest, AShardCountsItsWrittenAndFailedCheckpoints) {
   fs::remove_all(dir);
 }
 
+// Shard 0 published step 100 before shard 1 had written it, so it learned
+// 50 as the newest step both hold. Kept from that, its step 50 stayed on
+// disk through its next write: on a disk for two steps, that write failed,
+// and every one after (a hostile probe). It asks again before writing.
+TEST(CheckpointRunTest, APartAsksForTheCommonStepAgainBeforeItWrites) {
+  const std::string dir = TempDir("run-common");
+  const std::vector<std::string> parts = {"shard-0", "shard-1"};
+  auto two = Partition::Make({{"t", 64, 2}}, 2, ModelParallelDim::kRow);
+  ASSERT_TRUE(two.ok());
+  ShardStore first_state(*two, 0, AdamHyper{});
+  ShardStore second_state(*two, 1, AdamHyper{});
+  HashStore store;
+  ShardCheckpoints first(dir, 0, 50, parts, milliseconds(60000));
+  ShardCheckpoints second(dir, 1, 50, parts, milliseconds(60000));
+  first.SetRegistry(&store);
+  second.SetRegistry(&store);
+  first.NewJob(1);
+  first.AfterStep(50, 1, first_state);
+  second.AfterStep(50, 1, second_state);
+  first.AfterStep(100, 1, first_state);  // learns 50: shard 1 holds no 100 yet
+  second.AfterStep(100, 1, second_state);
+  first.AfterStep(150, 1, first_state);
+  // Kept: the two newest (100, 150) and the newest both hold (100).
+  EXPECT_FALSE(fs::exists(dir + "/step-50/shard-0.bin"));
+  EXPECT_TRUE(fs::exists(dir + "/step-100/shard-0.bin"));
+  EXPECT_TRUE(fs::exists(dir + "/step-150/shard-0.bin"));
+  EXPECT_EQ(first.counts().failed, 0u);
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace gridsync

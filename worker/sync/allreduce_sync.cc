@@ -148,6 +148,10 @@ Status AllReduceSync::CheckpointIfDue(uint64_t step) {
   // What the coordinator last acknowledged stays on disk (WriteCheckpointPart).
   // A failed write is logged and training goes on, as on the shards: the
   // previous complete step stays (MustKeep), and a full disk never stops a run.
+  if (coordinator_ != nullptr) {
+    CoordinatorStore registry(coordinator_);
+    ledger_->RefreshCommon(registry, job_);  // the newest step every part holds now
+  }
   if (Status written =
           WriteAllReduceCheckpoint(spec_, rank_, static_cast<uint32_t>(groups_.flat->size()),
                                    step + 1, State(), ledger_->MustKeep());

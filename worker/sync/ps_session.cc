@@ -296,7 +296,12 @@ PsSessionSync::PsSessionSync(const RunSpec& spec, HashGridModel* model, PsSessio
 Status PsSessionSync::CheckpointIfDue(uint64_t step) {
   const uint64_t every = static_cast<uint64_t>(config_.checkpoint.every_steps);
   if (!spec_.sync.worker_state || every == 0 || (step + 1) % every != 0) return Status::OK();
-  // What the coordinator last acknowledged stays on disk (WriteCheckpointPart).
+  // What the coordinator last acknowledged stays on disk (WriteCheckpointPart),
+  // and the newest step every part holds now (RefreshCommon).
+  if (session_.ledger) {
+    CoordinatorStore registry(session_.coordinator.get());
+    session_.ledger->RefreshCommon(registry, session_.map.job);
+  }
   const std::vector<uint64_t> keep =
       session_.ledger ? session_.ledger->MustKeep() : std::vector<uint64_t>{};
   // A failed write is logged and training goes on, as on the shards: the
