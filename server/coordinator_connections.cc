@@ -338,8 +338,8 @@ void CoordinatorImpl::ArmAuthDeadline(const ConnPtr& conn) {
     Guard(nullptr, "auth deadline", [&] {
       auto c = weak.lock();
       if (ec || !c || c->closed || c->closing || c->authenticated) return;
-      spdlog::warn("coordinator: connection {} ({}) did not prove a role key in time", c->id,
-                   c->peer);
+      // Fail logs it, within the refusal budget (a stranger's loop
+      // must not write a line a connection).
       Fail(c, 0,
            Status::Timeout(fmt::format(
                "no key proof within {} ms of connecting (read_timeout); allowed: authHello, then "
@@ -437,9 +437,10 @@ bool CoordinatorImpl::Authenticate(const ConnPtr& conn, Request& request) {
             : wire::OpenChallenge(options_.auth, role, conn->challenge, auth->nonce, auth->box);
     conn->challenge.clear();  // one proof per challenge
     if (!proof.ok()) {
-      spdlog::warn("coordinator: connection {} ({}) failed to authenticate as {}: {}", conn->id,
-                   conn->peer, role, proof.message());
-      Fail(conn, request.id, proof);
+      // One line, within the refusal budget (Fail): four looping wrong-key
+      // monitors wrote a warning a connection, 500 in 11 s (a hostile probe).
+      Fail(conn, request.id,
+           Status(proof.code(), "failed to authenticate as " + role + ": " + proof.message()));
       return false;
     }
     auto session = wire::ControlSession::Derive(options_.auth, options_.auth.role_public.at(role),
@@ -455,9 +456,7 @@ bool CoordinatorImpl::Authenticate(const ConnPtr& conn, Request& request) {
     conn->session = std::move(session).value();
     return false;
   }
-  spdlog::warn("coordinator: connection {} ({}) sent a request before authenticating", conn->id,
-               conn->peer);
-  Fail(conn, request.id,
+  Fail(conn, request.id,  // logged there, within the refusal budget
        Status::InvalidArgument("unauthenticated connection: this coordinator runs security.mode "
                                "curve (a client with security.mode off sends no key); allowed "
                                "first: authHello, then auth with a role key (security.keys_dir)"));

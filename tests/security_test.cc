@@ -5,11 +5,14 @@
 #include <capnp/message.h>
 #include <capnp/serialize.h>
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "common/coordinator_client.h"
@@ -32,8 +35,9 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
-std::string MakeKeys() {
-  const fs::path dir = fs::temp_directory_path() / ("gridsync-keys-" + std::to_string(::getpid()));
+std::string MakeKeys(const std::string& name = "keys") {
+  const fs::path dir =
+      fs::temp_directory_path() / ("gridsync-" + name + "-" + std::to_string(::getpid()));
   fs::remove_all(dir);
   for (const char* role : {"coordinator", "shard", "worker", "observer"}) {
     auto pair = wire::GenerateCurveKeyPair();
@@ -484,6 +488,42 @@ TEST(SecurityTest, CoordinatorAdmitsOnlyProvenRoles) {
   EXPECT_EQ(map->shards.size(), 1u);
   EXPECT_EQ(map->workers.size(), 1u);
   fs::remove_all(dir);
+}
+
+// A hostile probe looped `gridsync monitor` with another cluster's keys:
+// the coordinator wrote a warning per connection (500 in 11 s) outside the
+// refusal budget. Wrong keys are refused, each told why, within the budget.
+TEST(SecurityTest, WrongKeyLoopsAreLoggedWithinTheBudget) {
+  const std::string dir = MakeKeys();
+  const std::string other = MakeKeys("other-keys");
+  const Config config = SecureConfig(dir);
+  CoordinatorOptions options;
+  options.expected_shards = 1;
+  options.expected_workers = 1;
+  auto coordinator = StartSecureCoordinator(config, options);
+  ASSERT_TRUE(coordinator);
+  std::ostringstream log;
+  auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+      "wrong-keys", std::make_shared<spdlog::sinks::ostream_sink_mt>(log)));
+  const auto wrong = *wire::ControlAuthFor(SecureConfig(other), "observer");
+  constexpr int kTries = 100;
+  int told = 0;
+  for (int i = 0; i < kTries; ++i) {
+    auto refused =
+        CoordinatorClient::Connect("127.0.0.1", coordinator->port(), 2s, wrong, Role::kObserver);
+    if (!refused.ok() &&
+        refused.status().message().find("failed to authenticate as observer") != std::string::npos)
+      ++told;
+  }
+  coordinator.reset();
+  spdlog::set_default_logger(previous);
+  EXPECT_EQ(told, kTries) << "every wrong key is told why";
+  const std::string text = log.str();
+  const auto lines = std::count(text.begin(), text.end(), '\n');
+  EXPECT_LE(lines, 25) << text;  // the budget's 20, and the coordinator's own lines
+  fs::remove_all(dir);
+  fs::remove_all(other);
 }
 
 // Issue (review): authHello, then silence, held a connection slot forever
