@@ -596,7 +596,7 @@ TEST_F(CoordinatorTest, AMissingRankThatSaidWhyItCannotJoinIsNamed) {
   EXPECT_NE(barrier.message().find("shard 1 could not join: CheckpointsHeld"), std::string::npos)
       << barrier.ToString();
 
-  // A refused registration is named as well (rank 0 is taken).
+  // A refused registration is named as well (worker rank 1 is taken).
   auto late = Connect();
   ASSERT_TRUE(late);
   ASSERT_FALSE(late->Register(Member(Role::kWorker, 1), 2s).ok());

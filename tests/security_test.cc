@@ -410,6 +410,14 @@ std::string SendAuth(testing::RawConnection& c, wire::schema::Role role, const s
 }
 
 // A coordinator that requires a key proof (its key from config's keys_dir).
+// A coordinator of one shard and one worker, unless `options` says otherwise.
+CoordinatorOptions OneShardOneWorker() {
+  CoordinatorOptions options;
+  options.expected_shards = 1;
+  options.expected_workers = 1;
+  return options;
+}
+
 std::unique_ptr<Coordinator> StartSecureCoordinator(const Config& config,
                                                     CoordinatorOptions options) {
   auto server_auth = wire::ControlAuthFor(config, "coordinator");
@@ -424,10 +432,7 @@ std::unique_ptr<Coordinator> StartSecureCoordinator(const Config& config,
 TEST(SecurityTest, CoordinatorAdmitsOnlyProvenRoles) {
   const std::string dir = MakeKeys();
   const Config config = SecureConfig(dir);
-  CoordinatorOptions options;
-  options.expected_shards = 1;
-  options.expected_workers = 1;
-  auto coordinator = StartSecureCoordinator(config, options);
+  auto coordinator = StartSecureCoordinator(config, OneShardOneWorker());
   ASSERT_TRUE(coordinator);
   const uint16_t port = coordinator->port();
   RegisterInfo shard_info;
@@ -497,10 +502,7 @@ TEST(SecurityTest, WrongKeyLoopsAreLoggedWithinTheBudget) {
   const std::string dir = MakeKeys();
   const std::string other = MakeKeys("other-keys");
   const Config config = SecureConfig(dir);
-  CoordinatorOptions options;
-  options.expected_shards = 1;
-  options.expected_workers = 1;
-  auto coordinator = StartSecureCoordinator(config, options);
+  auto coordinator = StartSecureCoordinator(config, OneShardOneWorker());
   ASSERT_TRUE(coordinator);
   std::ostringstream log;
   auto previous = spdlog::default_logger();
@@ -597,9 +599,7 @@ TEST(SecurityTest, ControlPlaneFramesAreSealedAfterTheProof) {
   EXPECT_FALSE(other->Open(fresh.data() + 4, fresh.size() - 4).ok()) << "another connection's key";
 
   // On the wire.
-  CoordinatorOptions options;
-  options.expected_shards = 1;
-  options.expected_workers = 1;
+  CoordinatorOptions options = OneShardOneWorker();
   options.auth = server_auth;
   auto coordinator = Coordinator::Start(options);
   ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
