@@ -98,24 +98,34 @@ std::vector<std::string> InertValueNotes(const Config& c) {
         "first step, so nothing turns on later; used with n_levels 2 or more");
   }
   if (c.compression.codec != "none") {
-    // No block or tensor holds more than the whole model: its grid at most
-    // 2^log2_hashmap_size rows a level, and the MLP.
+    // A push carries a table once a shard (PsClient::CompressAll), so no
+    // block holds more than the model's largest table: a grid level of at
+    // most 2^log2_hashmap_size rows, or an MLP weight matrix
+    // (kernels/model_tables.h). A min_bytes above it compressed nothing, bit
+    // for bit the run without a codec (a hostile probe: 8 MiB, under a
+    // note that fired only past the whole model's 67 MB).
     const EncodingConfig& e = c.encoding;
     const NetworkConfig& n = c.network;
     const uint64_t width = static_cast<uint64_t>(n.n_neurons);
     const uint64_t inputs = static_cast<uint64_t>(e.n_levels) * e.n_features_per_level;
-    const uint64_t mlp = n.n_hidden_layers == 0
-                             ? inputs * 3
-                             : inputs * width + (n.n_hidden_layers - 1) * width * width + width * 3;
-    const uint64_t model_bytes =
-        4 * (uint64_t{static_cast<uint32_t>(e.n_levels)} << e.log2_hashmap_size) *
-            e.n_features_per_level +
-        4 * mlp;
-    if (static_cast<uint64_t>(c.compression.min_bytes) > model_bytes) {
+    const uint64_t level_bytes =
+        4 * (uint64_t{1} << e.log2_hashmap_size) * static_cast<uint64_t>(e.n_features_per_level);
+    const uint64_t matrix_bytes =
+        4 * (n.n_hidden_layers == 0 ? inputs * 3 : std::max({inputs, width, uint64_t{3}}) * width);
+    const uint64_t largest = std::max(level_bytes, matrix_bytes);
+    if (static_cast<uint64_t>(c.compression.min_bytes) > largest) {
       lines.push_back("compression.min_bytes " + std::to_string(c.compression.min_bytes) +
-                      " is more than the whole model (at most " + std::to_string(model_bytes) +
-                      " bytes): nothing is ever compressed; used with min_bytes below the blocks "
-                      "a push carries (default 4096)");
+                      " is more than the model's largest table (at most " +
+                      std::to_string(largest) +
+                      " bytes), and a push's blocks are tables or their parts: nothing is ever "
+                      "compressed; used with min_bytes below the blocks a push carries (default "
+                      "4096)");
+    }
+    if (c.compression.codec == "int8" && c.compression.block == 1) {
+      lines.push_back(
+          "compression.block 1: int8 sends a 4-byte scale with every value, 5 bytes a value "
+          "against 4 uncompressed, so its pushes grow; used with blocks of 2 values or more "
+          "(default 256)");
     }
   }
   if (d.enable && d.world_size == 1) {
@@ -126,6 +136,12 @@ std::vector<std::string> InertValueNotes(const Config& c) {
     if (d.batch_splitting != BatchSplitting::kEven) {
       keys += (keys.empty() ? "" : ", ") + std::string("distributed.batch_splitting ") +
               Quote(ToString(d.batch_splitting));
+    }
+    // One worker is never ahead of another: each of its steps waits for
+    // its own previous one, as under bsp (the same bits, measured).
+    if (d.gradient_sync != GradientSyncMode::kNccl && c.ps.consistency != Consistency::kBsp) {
+      keys += (keys.empty() ? "" : ", ") + std::string("ps.consistency ") +
+              Quote(ToString(c.ps.consistency));
     }
     if (!keys.empty()) {
       lines.push_back(keys +
@@ -168,6 +184,20 @@ std::vector<std::string> InertValueNotes(const Config& c) {
         "distributed.hierarchical: true changes nothing under gradient_sync \"hybrid\", which "
         "always reduces inside each node first (a collective there, the PS across nodes); used "
         "with gradient_sync \"nccl\" (its hierarchical all-reduce)");
+  }
+  // CURVE covers the coordinator's connections and the shards' data plane.
+  // Under nccl the gradients go worker to worker through the collective
+  // (Gloo over plain TCP, or NCCL), which neither authenticates nor
+  // encrypts (a hostile probe: mode curve, 30 MB a step in the clear).
+  // Under hybrid the collective stays inside a node (one machine).
+  if (c.security.curve && d.enable && d.world_size > 1 &&
+      d.gradient_sync == GradientSyncMode::kNccl) {
+    lines.push_back(
+        "security.mode: CURVE covers the coordinator's connections only under gradient_sync "
+        "\"nccl\": the workers' all-reduce (Gloo over TCP, or NCCL) is neither authenticated nor "
+        "encrypted; used across machines with gradient_sync \"ps\" or \"hybrid\", whose "
+        "gradients cross machines through the shards under CURVE (or run nccl on a network "
+        "you trust)");
   }
   if (!c.security.curve && !c.security.keys_dir.empty()) {
     lines.push_back(

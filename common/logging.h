@@ -8,15 +8,29 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 namespace gridsync {
 
 // `name` prefixes every line ("worker", "ps-0"); `level` is an spdlog level
-// name ("info", "debug"). Logs go to stderr so stdout stays parseable.
+// name ("info", "debug"). Logs go to stderr so stdout stays parseable, one
+// line a message (LineFormatter).
 void InitLogging(const std::string& name, const std::string& level = "info");
+
+// The lines InitLogging's logger writes: date, name, level, then the
+// message with EscapeControlBytes. Messages quote what peers sent (a
+// node's name, a key, an error's text): a newline there forged whole log
+// lines (and gridsync launch's prefixed copies of them), and terminal
+// escapes acted on whoever read the log.
+std::unique_ptr<spdlog::formatter> LineFormatter();
+
+// `text` with each byte below 0x20 and 0x7f as \xNN; other bytes, UTF-8
+// included, as they are.
+std::string EscapeControlBytes(std::string_view text);
 
 // Config::notes, one info line each ("<source>: note: ..."), after the
 // config loaded: what the file sets that has no effect in this run. With

@@ -447,6 +447,33 @@ TEST(CliTest, ASecretKeyReadableByOthersIsRefusedAlike) {
   std::filesystem::remove_all(dir);
 }
 
+// Under nccl no shard runs and no process reads shard.pub: a damaged one
+// was refused by check-config and the coordinator while the workers started
+// (a hostile probe). Under ps every process that reads it refuses it.
+TEST(CliTest, AShardKeyNoProcessReadsIsNotRefused) {
+  const std::string dir = ::testing::TempDir() + "/nccl-keys-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  const ProcessResult made = Execute("tools/gridsync", "keygen " + dir);
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  std::ofstream(dir + "/shard.pub", std::ios::trunc) << "not a key\n";
+  const std::string sets = " --set security.mode=curve --set security.keys_dir=" + dir +
+                           " --set distributed.master_port=28780";
+  const std::string nccl = sets + " --set distributed.gradient_sync=nccl";
+  const ProcessResult checked = Execute("tools/gridsync", "check-config configs/local.json" + nccl);
+  EXPECT_EQ(checked.exit_code, 0) << checked.output;
+  const ProcessResult worker =
+      Execute("worker/gridsync-worker", "--config configs/local.json --rank 0 --check-only" + nccl);
+  EXPECT_EQ(worker.exit_code, 0) << worker.output;
+  ExpectRefused("tools/gridsync",
+                "check-config configs/local.json" + sets + " --set distributed.gradient_sync=ps",
+                dir + "/shard.pub: not a public key");
+  ExpectRefused("worker/gridsync-worker",
+                "--config configs/local.json --rank 0 --check-only" + sets +
+                    " --set distributed.gradient_sync=ps",
+                dir + "/shard.pub: not a public key");
+  std::filesystem::remove_all(dir);
+}
+
 // A master_addr that does not resolve passed check-config, and launch
 // started the cluster, whose coordinator exited 1 ("cannot resolve bind
 // address"). The lookup must stay on this machine: the binaries run in

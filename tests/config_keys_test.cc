@@ -268,10 +268,17 @@ TEST(ConfigCompressionTest, ErrorFeedbackDefaultFollowsTheCodec) {
     const Config c = ParseOk(std::string(R"({"compression": {"codec": ")") + codec + R"("}})");
     EXPECT_FALSE(c.compression.error_feedback) << codec;
     EXPECT_EQ(c.ToJson()["compression"]["error_feedback"], false) << codec;
-    // An explicit value wins, either way.
-    const Config on = ParseOk(
-        std::string(R"({"compression": {"error_feedback": true, "codec": ")") + codec + R"("}})");
-    EXPECT_TRUE(on.compression.error_feedback) << codec;
+    // Fed back, their residual diverges (a hostile probe: randomk's loss
+    // reached 1e14): refused, saying so.
+    const std::string on =
+        std::string(R"({"compression": {"error_feedback": true, "codec": ")") + codec + R"("}})";
+    const Result<Config> refused = Config::Parse(on, "test");
+    ASSERT_FALSE(refused.ok()) << codec;
+    EXPECT_NE(refused.status().message().find("compression.error_feedback: true with "
+                                              "compression.codec \"" +
+                                              std::string(codec) + "\" diverges"),
+              std::string::npos)
+        << refused.status().ToString();
   }
   const Config off = ParseOk(R"({"compression": {"codec": "topk", "error_feedback": false}})");
   EXPECT_FALSE(off.compression.error_feedback);

@@ -680,13 +680,29 @@ TEST(ConfigCombinationTest, ValuesTheClusterMakesANoOpAreNoted) {
       "encoding": {"n_levels": 2, "log2_hashmap_size": 10}, "compression": {"codec": "onebit",
       "min_bytes": )";
   only_note(ParseOk(codec + "100000}}"),
-            "compression.min_bytes 100000 is more than the whole model");
-  EXPECT_TRUE(ParseOk(codec + "10000}}").notes.lines.empty());
+            "compression.min_bytes 100000 is more than the model's largest table (at most 16384 "
+            "bytes)");
+  // Past the largest table (the 4 x 64 x 64 hidden matrix) and below the
+  // whole model (32 KiB): a hostile probe's 8 MiB on the default model.
+  only_note(ParseOk(codec + "20000}}"), "nothing is ever compressed");
+  EXPECT_TRUE(ParseOk(codec + "16384}}").notes.lines.empty());
+  only_note(ParseOk(R"({"distributed": {"enable": true, "world_size": 2},
+                        "compression": {"codec": "int8", "block": 1}})"),
+            "compression.block 1: int8 sends a 4-byte scale with every value");
+  EXPECT_TRUE(ParseOk(R"({"distributed": {"enable": true, "world_size": 2},
+                          "compression": {"codec": "int8", "block": 2}})")
+                  .notes.lines.empty());
   const std::string one = R"({"distributed": {"enable": true, "world_size": 1, )";
   only_note(ParseOk(one + R"("batch_splitting": "adaptive"}})"),
             "distributed.batch_splitting \"adaptive\": no effect with distributed.world_size 1");
   only_note(ParseOk(one + R"("gradient_sync": "nccl", "hierarchical": true}})"),
             "distributed.hierarchical true: no effect with distributed.world_size 1");
+  // One worker is never ahead of another (a hostile probe: the same bits).
+  only_note(ParseOk(one + R"("gradient_sync": "ps"}, "ps": {"consistency": "async"}})"),
+            "ps.consistency \"async\": no effect with distributed.world_size 1");
+  only_note(ParseOk(one + R"("gradient_sync": "hybrid"}, "ps": {"consistency": "ssp",
+                                                                "staleness": 5}})"),
+            "ps.consistency \"ssp\": no effect with distributed.world_size 1");
   // Splits that come out even (a hostile probe: the medium seed's weighted
   // with no nodes), and an adaptive split that never rebalances.
   const std::string two = R"({"distributed": {"enable": true, "world_size": 3, )";

@@ -1,8 +1,10 @@
 // LogBudget (common/logging.h): a peer refused in a tight loop gets `burst`
 // lines a window, the rest counted, and a new window opens the budget again.
+// LineFormatter: a message is one line, whatever bytes a peer put in it.
 #include <gtest/gtest.h>
 #include <spdlog/sinks/ostream_sink.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <sstream>
@@ -43,6 +45,28 @@ TEST(LogBudgetTest, TickLogsTheHeldBackCountWithoutANewLine) {
   budget.Tick();
   spdlog::set_default_logger(previous);
   EXPECT_NE(out.str().find("5 more refusals"), std::string::npos) << out.str();
+}
+
+// A peer's bytes in a message (a node's name, a key, an error's text) must
+// not forge log lines or send terminal escapes: each message is one line.
+TEST(LogLinesTest, ControlBytesAreEscapedAndEachMessageIsOneLine) {
+  std::ostringstream out;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out);
+  auto logger = std::make_shared<spdlog::logger>("coordinator", sink);
+  logger->set_formatter(LineFormatter());
+  logger->warn("register refused (worker from node '{}')",
+               "a\n[2026-01-01 00:00:00.000] [coordinator] [info] done\x1b[2J\r\x7f");
+  logger->info("utf-8 stays: {}", "r\xc3\xa9sum\xc3\xa9");
+  const std::string text = out.str();
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2) << text;
+  EXPECT_EQ(text.find('\x1b'), std::string::npos) << text;
+  EXPECT_NE(text.find("node 'a\\x0a[2026-01-01 00:00:00.000] [coordinator] [info] "
+                      "done\\x1b[2J\\x0d\\x7f')"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("[coordinator] [warning] register refused"), std::string::npos) << text;
+  EXPECT_NE(text.find("utf-8 stays: r\xc3\xa9sum\xc3\xa9"), std::string::npos) << text;
+  EXPECT_EQ(EscapeControlBytes("tab\there"), "tab\\x09here");
 }
 
 }  // namespace

@@ -157,8 +157,11 @@ TEST(SecurityTest, KeyFilesAreRefusedUnlessSmallRegularAndConsistent) {
 }
 
 // A config with CURVE on and the keys in `dir`.
+// CURVE on, with the keys in dir, for a cluster with shards (under nccl the
+// coordinator reads no shard.pub).
 Config SecureConfig(const std::string& dir) {
   Config config;
+  config.distributed.gradient_sync = GradientSyncMode::kPs;
   config.security.curve = true;
   config.security.keys_dir = dir;
   return config;

@@ -218,8 +218,13 @@ Result<ControlAuth> ControlAuthFor(const Config& config, const std::string& role
   if (!own.ok()) return InKeysDir(own.status());
   auth.own = *own;
   if (role == "coordinator") {
+    // Under nccl no shard runs, so none registers: shard.pub is not read,
+    // as no worker reads it either (check-config and the coordinator
+    // refused a damaged one the workers started with: a hostile probe).
+    const bool shards = config.distributed.gradient_sync != GradientSyncMode::kNccl;
     GRIDSYNC_ASSIGN_OR_RETURN(auth.role_public,
-                              PresentPublicKeys(dir, {"shard", "worker", "observer"}));
+                              shards ? PresentPublicKeys(dir, {"shard", "worker", "observer"})
+                                     : PresentPublicKeys(dir, {"worker", "observer"}));
   } else {
     auto coordinator = LoadCurvePublicKey(dir, "coordinator");
     if (!coordinator.ok()) return InKeysDir(coordinator.status());
