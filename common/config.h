@@ -346,8 +346,9 @@ struct Config {
   // worker) refuses at its start beyond CheckRunnable, as check-config
   // does: distributed.enable false, where no `role` runs, and with
   // checkpoints on a checkpoint.dir it cannot create and write (refused
-  // then rather than at every checkpoint while the job runs on).
-  Status CheckClusterProcess(std::string_view role) const;
+  // then rather than at every checkpoint while the job runs on; made
+  // unless `create_folders` is false, as for --check-only).
+  Status CheckClusterProcess(std::string_view role, bool create_folders = true) const;
 
   // notes.lines, and with `standalone` (gridsync-worker --standalone,
   // check-config --standalone) on a distributed config one more: its

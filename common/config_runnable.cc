@@ -47,7 +47,7 @@ std::vector<std::string> Config::NotesFor(bool standalone) const {
   return lines;
 }
 
-Status Config::CheckClusterProcess(std::string_view role) const {
+Status Config::CheckClusterProcess(std::string_view role, bool create_folders) const {
   if (!distributed.enable) {
     return Status::InvalidArgument(
         "distributed.enable is false: one process trains alone and no " + std::string(role) +
@@ -55,7 +55,7 @@ Status Config::CheckClusterProcess(std::string_view role) const {
         "trains in one process)");
   }
   if (checkpoint.every_steps > 0) {
-    if (Status writable = CheckWritableFolder(checkpoint.dir); !writable.ok())
+    if (Status writable = CheckWritableFolder(checkpoint.dir, create_folders); !writable.ok())
       return Status(writable.code(), "checkpoint.dir: " + writable.message());
   }
   return Status::OK();

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -88,8 +89,38 @@ Result<std::string> ReadFileOfSize(const std::string& path, uint64_t size) {
   return bytes;
 }
 
-Status CheckWritableFolder(const std::string& folder) {
+namespace {
+
+// CheckWritableFolder without leaving anything: the nearest of the
+// folder's parents that exists must take a new folder (one is made there
+// and removed: the permission bits alone say nothing for root, and /proc
+// takes none).
+Status CheckFolderCouldBeMade(const std::string& folder) {
+  namespace fs = std::filesystem;
   std::error_code ec;
+  fs::path existing = fs::path(folder).parent_path();
+  while (!existing.empty() && !fs::exists(existing, ec)) existing = existing.parent_path();
+  if (existing.empty()) existing = ".";
+  if (!fs::is_directory(existing, ec)) {
+    return Status::IOError("cannot create folder '" + folder + "': '" + existing.string() +
+                           "' is not a folder; allowed: a folder this process can create and "
+                           "write");
+  }
+  std::string probe = (existing / ".gridsync-folder-test-XXXXXX").string();
+  if (::mkdtemp(probe.data()) == nullptr) {
+    return Status::IOError("cannot create folder '" + folder + "': cannot create a folder in '" +
+                           existing.string() + "': " + std::strerror(errno) +
+                           "; allowed: a folder this process can create and write");
+  }
+  ::rmdir(probe.c_str());
+  return Status::OK();
+}
+
+}  // namespace
+
+Status CheckWritableFolder(const std::string& folder, bool create) {
+  std::error_code ec;
+  if (!create && !std::filesystem::exists(folder, ec)) return CheckFolderCouldBeMade(folder);
   std::filesystem::create_directories(folder, ec);
   if (ec) {
     return Status::IOError("cannot create folder '" + folder + "': " + ec.message() +
@@ -107,8 +138,8 @@ Status CheckWritableFolder(const std::string& folder) {
   return Status::OK();
 }
 
-Status CheckTaskOutput(const std::string& folder) {
-  GRIDSYNC_RETURN_IF_ERROR(CheckWritableFolder(folder));
+Status CheckTaskOutput(const std::string& folder, bool create) {
+  GRIDSYNC_RETURN_IF_ERROR(CheckWritableFolder(folder, create));
   const auto file = std::filesystem::path(folder) / kReconstructionFile;
   std::error_code ec;
   if (std::filesystem::is_directory(file, ec)) {

@@ -35,10 +35,14 @@ Result<std::string> ReadFileOfSize(const std::string& path, uint64_t size);
 // temporary one, removed again): the check every process makes at its
 // start for the folders it will write (task.output, checkpoint.dir), so a
 // folder it cannot use is refused then rather than at its first write.
-Status CheckWritableFolder(const std::string& folder);
+// With `create` false (check-config, --check-only: checks that must leave
+// nothing behind; a hostile probe found the folders of a typo made) a
+// folder that does not exist is not made: the nearest of its parents that
+// exists must take a new folder (one made and removed there).
+Status CheckWritableFolder(const std::string& folder, bool create = true);
 // CheckWritableFolder for task.output, and its kReconstructionFile must not
 // be a folder (it was refused only after the whole run).
-Status CheckTaskOutput(const std::string& folder);
+Status CheckTaskOutput(const std::string& folder, bool create = true);
 // A file the process writes later (--dump-params, --timeline, a bench's
 // --json): not a folder, its folder writable (CheckWritableFolder), and the
 // file itself open for writing (opened to append, so the check neither

@@ -447,6 +447,35 @@ TEST(CliTest, ASecretKeyReadableByOthersIsRefusedAlike) {
   std::filesystem::remove_all(dir);
 }
 
+// Checks leave nothing behind: check-config and --check-only made
+// task.output and checkpoint.dir with their parents, so a typo left a tree
+// of folders (a hostile probe). A folder that cannot be made is refused
+// alike, naming the parent in the way.
+TEST(CliTest, ChecksMakeNoFolders) {
+  const std::string root = ::testing::TempDir() + "/no-folders-" + std::to_string(::getpid());
+  std::filesystem::remove_all(root);
+  std::filesystem::create_directories(root);
+  const std::string sets = " --set task.output=" + root + "/out/a/b" +
+                           " --set checkpoint.every_steps=10 --set checkpoint.dir=" + root +
+                           "/ck/c --set distributed.master_port=28790";
+  const ProcessResult checked = Execute("tools/gridsync", "check-config configs/local.json" + sets);
+  EXPECT_EQ(checked.exit_code, 0) << checked.output;
+  const ProcessResult worker =
+      Execute("worker/gridsync-worker", "--config configs/local.json --rank 0 --check-only" + sets);
+  EXPECT_EQ(worker.exit_code, 0) << worker.output;
+  EXPECT_TRUE(std::filesystem::is_empty(root)) << "a check made folders under " << root;
+  std::ofstream(root + "/file") << "a file where a folder goes\n";
+  const std::string blocked = " --set task.output=" + root + "/file/out";
+  const std::string words =
+      "cannot create folder '" + root + "/file/out': '" + root + "/file' is not a folder";
+  ExpectRefused("tools/gridsync", "check-config configs/local.json" + blocked, words);
+  ExpectRefused("worker/gridsync-worker",
+                "--config configs/local.json --rank 0 --check-only" + blocked, words);
+  ExpectRefused("tools/gridsync", "check-config configs/local.json --set task.output=/proc/x/y",
+                "cannot create folder '/proc/x/y'");
+  std::filesystem::remove_all(root);
+}
+
 // Under nccl no shard runs and no process reads shard.pub: a damaged one
 // was refused by check-config and the coordinator while the workers started
 // (a hostile probe). Under ps every process that reads it refuses it.

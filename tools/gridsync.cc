@@ -279,7 +279,8 @@ int main(int argc, char** argv) {
         return gridsync::kConfigErrorExitCode;
       }
       if (config->checkpoint.every_steps > 0) {
-        if (auto writable = gridsync::CheckWritableFolder(config->checkpoint.dir); !writable.ok()) {
+        if (auto writable = gridsync::CheckWritableFolder(config->checkpoint.dir, /*create=*/false);
+            !writable.ok()) {
           std::fprintf(stderr, "%s: checkpoint.dir: %s\n", path.c_str(),
                        writable.message().c_str());
           return gridsync::kConfigErrorExitCode;
@@ -306,7 +307,7 @@ int main(int argc, char** argv) {
       // And what a worker checks before it trains (worker_precheck.h): its
       // model and largest micro-batch in this machine's memory, as rank 0
       // holds them (it also writes the reconstruction), and task.output a
-      // folder it can write (created here as the worker creates it).
+      // folder it can write or make (nothing is made here).
       const bool distributed = !standalone && config->distributed.enable;
       if (auto fits = gridsync::CheckWorkerMemory(*spec, *image, distributed, /*writes_png=*/true);
           !fits.ok()) {
@@ -324,7 +325,8 @@ int main(int argc, char** argv) {
           return gridsync::kConfigErrorExitCode;
         }
       }
-      if (auto writable = gridsync::CheckTaskOutput(config->task.output); !writable.ok()) {
+      if (auto writable = gridsync::CheckTaskOutput(config->task.output, /*create=*/false);
+          !writable.ok()) {
         std::fprintf(stderr, "%s: task.output: %s\n", path.c_str(), writable.message().c_str());
         return gridsync::kConfigErrorExitCode;
       }

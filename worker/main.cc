@@ -208,7 +208,8 @@ int main(int argc, char** argv) {
   // Each worker writes its part of every checkpoint (standalone runs keep
   // none: CheckRunnable).
   if (distributed) {
-    if (auto cluster = config->CheckClusterProcess("worker"); !cluster.ok()) {
+    if (auto cluster = config->CheckClusterProcess("worker", /*create_folders=*/!check_only);
+        !cluster.ok()) {
       std::fprintf(stderr, "%s: %s\n", config_path.c_str(), cluster.message().c_str());
       return gridsync::kConfigErrorExitCode;
     }
@@ -247,7 +248,8 @@ int main(int argc, char** argv) {
     return gridsync::kConfigErrorExitCode;
   }
   if (!distributed || ps_options.rank <= 0) {
-    if (auto writable = gridsync::CheckTaskOutput(config->task.output); !writable.ok()) {
+    if (auto writable = gridsync::CheckTaskOutput(config->task.output, /*create=*/!check_only);
+        !writable.ok()) {
       std::fprintf(stderr, "%s: task.output: %s\n", config_path.c_str(),
                    writable.message().c_str());
       return gridsync::kConfigErrorExitCode;
@@ -291,6 +293,18 @@ int main(int argc, char** argv) {
     if (distributed) {
       if (auto resolved = gridsync::CheckHostsResolve(*config); !resolved.ok()) {
         std::fprintf(stderr, "%s: %s\n", config_path.c_str(), resolved.message().c_str());
+        return gridsync::kConfigErrorExitCode;
+      }
+    }
+    // A cluster on one machine (this one) must fit it whole, as check-config
+    // and launch check (a hostile probe: check-config refused a batch the
+    // worker's --check-only passed).
+    if (distributed && !config->layout.multi_host) {
+      const int shards = static_cast<int>(config->layout.shards.size());
+      if (auto together = gridsync::CheckMachineMemory(
+              *spec, *image, config->distributed.world_size, shards, shards, /*writes_png=*/true);
+          !together.ok()) {
+        std::fprintf(stderr, "%s: %s\n", config_path.c_str(), together.message().c_str());
         return gridsync::kConfigErrorExitCode;
       }
     }
