@@ -126,13 +126,16 @@ std::optional<Status> CoordinatorImpl::CannotJoinKeyProblem(const Connection& co
                                                             size_t value_bytes) const {
   const std::string_view prefix(kCannotJoinPrefix);
   if (!key.starts_with(prefix)) return std::nullopt;
+  const auto ranks = [](uint32_t expected) {
+    return expected == 0 ? std::string("none") : fmt::format("0..{}", expected - 1);
+  };
   auto refuse = [&](std::string_view why) {
     return Status::InvalidArgument(
         fmt::format("kvSet '{}': {}; allowed: '{}<shard|worker>/<rank>' of a rank the cluster "
-                    "expects (shards 0..{}, workers 0..{}), written by that member's own "
+                    "expects (shards {}, workers {}), written by that member's own "
                     "connection or one that proved its role's key, at most {} bytes",
-                    key.substr(0, 128), why, prefix, map_.expected_shards - 1,
-                    map_.expected_workers - 1, kMaxCannotJoinBytes));
+                    key.substr(0, 128), why, prefix, ranks(map_.expected_shards),
+                    ranks(map_.expected_workers), kMaxCannotJoinBytes));
   };
   std::optional<Role> role;
   std::string_view rest = std::string_view(key).substr(prefix.size());

@@ -577,7 +577,9 @@ TEST_F(CoordinatorTest, AMissingRankThatSaidWhyItCannotJoinIsNamed) {
                                 "cannot-join/shard/", "cannot-join/shard/1x"}) {
     const Status bad = stranger->Set(key, "x");
     EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument) << key;
-    EXPECT_NE(bad.message().find("allowed: 'cannot-join/<shard|worker>/<rank>'"), std::string::npos)
+    EXPECT_NE(bad.message().find("allowed: 'cannot-join/<shard|worker>/<rank>' of a rank the "
+                                 "cluster expects (shards 0..1, workers 0..2)"),
+              std::string::npos)
         << bad.ToString();
   }
   EXPECT_EQ(stranger->Set(CannotJoinKey(Role::kWorker, 0), std::string(1025, 'x')).code(),
