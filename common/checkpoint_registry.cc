@@ -83,11 +83,17 @@ Status CheckpointLedger::Publish(Store& store, uint64_t job) {
   return set;
 }
 
-void CheckpointLedger::RefreshCommon(Store& store, uint64_t job) {
-  if (publish_failed_ || job_parts_.empty()) return;
-  // As in Publish: only a rollback lowers it.
-  if (auto common = NewestCommonStep(store, job, job_parts_); common.ok() && *common > common_)
-    common_ = *common;
+Status CheckpointLedger::RefreshCommon(Store& store, uint64_t job) {
+  if (publish_failed_ || job_parts_.empty()) return Status::OK();
+  auto common = NewestCommonStep(store, job, job_parts_);
+  if (!common.ok()) {
+    // Unanswered: the coordinator may be gone, so what it last acknowledged
+    // stays on disk, as after a failed Publish.
+    publish_failed_ = true;
+    return common.status();
+  }
+  if (*common > common_) common_ = *common;  // as in Publish: only a rollback lowers it
+  return Status::OK();
 }
 
 Result<std::string> CheckpointLedger::RunForWriting(Store* store, uint64_t job,

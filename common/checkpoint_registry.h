@@ -78,10 +78,13 @@ class CheckpointLedger {
   // step, and kept it from its disk while the others' newer one was
   // complete (a hostile probe: two shards on a disk for two steps missed
   // every checkpoint after the second).
-  void RefreshCommon(Store& store, uint64_t job);
+  // Unanswered, it counts as a failed Publish (MustKeep keeps what the
+  // coordinator last acknowledged) and returns why.
+  Status RefreshCommon(Store& store, uint64_t job);
   // What the writer must leave on disk (WriteCheckpointPart's `keep`; the
   // two newest steps are kept anyway):
-  //  - the newest step every part held at the last Publish: when another
+  //  - the newest step every part held at the last Publish or
+  //    RefreshCommon: when another
   //    part's writes fail (its disk is full), this part's newer steps are
   //    not complete, and pruning the older ones left no complete step at
   //    all (a hostile probe: shard 1's writes failed from step 150, shard 0
@@ -98,7 +101,7 @@ class CheckpointLedger {
   std::vector<uint64_t> published_;  // the last list acknowledged, ascending
   bool publish_failed_ = false;      // the last Publish was refused or unanswered
   std::vector<std::string> job_parts_;
-  uint64_t common_ = 0;  // the newest step every part held at the last Publish
+  uint64_t common_ = 0;  // the newest step every part held at the last Publish or RefreshCommon
   std::string run_;
   bool run_known_ = false;
 };

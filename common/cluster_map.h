@@ -104,8 +104,10 @@ inline constexpr char kCollectiveStorePrefix[] = "collective/";
 // exits on a refusal no restart mends (checkpoint files of another run):
 // "cannot-join/<role>/<rank>". Without it the others' wait for the cluster
 // ended naming only "missing shards [0, 1]" (a hostile probe). The
-// coordinator names the reason beside the missing rank, lets only that
-// role write it, and clears it when the rank registers.
+// coordinator names the reason beside the missing rank, refuses it from
+// another registered member or for a registered rank (and, with security
+// on, from a connection that proved another role's key), and clears it
+// when the rank registers or the job ends.
 inline constexpr char kCannotJoinPrefix[] = "cannot-join/";
 std::string CannotJoinKey(Role role, uint32_t rank);
 

@@ -112,14 +112,27 @@ std::vector<std::string> InertValueNotes(const Config& c) {
         4 * (uint64_t{1} << e.log2_hashmap_size) * static_cast<uint64_t>(e.n_features_per_level);
     const uint64_t matrix_bytes =
         4 * (n.n_hidden_layers == 0 ? inputs * 3 : std::max({inputs, width, uint64_t{3}}) * width);
-    const uint64_t largest = std::max(level_bytes, matrix_bytes);
+    // Under nccl the 16-bit all-reduce takes the whole grid as one tensor
+    // (worker/sync/allreduce_sync.cc): the whole model bounds it there.
+    const uint64_t model_bytes =
+        4 * (uint64_t{static_cast<uint32_t>(e.n_levels)} << e.log2_hashmap_size) *
+            static_cast<uint64_t>(e.n_features_per_level) +
+        4 * (n.n_hidden_layers == 0
+                 ? inputs * 3
+                 : inputs * width + (n.n_hidden_layers - 1) * width * width + width * 3);
+    const uint64_t largest = d.gradient_sync == GradientSyncMode::kNccl
+                                 ? model_bytes
+                                 : std::max(level_bytes, matrix_bytes);
     if (static_cast<uint64_t>(c.compression.min_bytes) > largest) {
-      lines.push_back("compression.min_bytes " + std::to_string(c.compression.min_bytes) +
-                      " is more than the model's largest table (at most " +
-                      std::to_string(largest) +
-                      " bytes), and a push's blocks are tables or their parts: nothing is ever "
-                      "compressed; used with min_bytes below the blocks a push carries (default "
-                      "4096)");
+      lines.push_back(
+          "compression.min_bytes " + std::to_string(c.compression.min_bytes) +
+          (d.gradient_sync == GradientSyncMode::kNccl
+               ? " is more than the whole model (at most " + std::to_string(largest) +
+                     " bytes): nothing is ever compressed"
+               : " is more than the model's largest table (at most " + std::to_string(largest) +
+                     " bytes), and a push's blocks are tables or their parts: nothing is ever "
+                     "compressed") +
+          "; used with min_bytes below the blocks a push carries (default 4096)");
     }
     if (c.compression.codec == "int8" && c.compression.block == 1) {
       lines.push_back(
@@ -139,7 +152,9 @@ std::vector<std::string> InertValueNotes(const Config& c) {
     }
     // One worker is never ahead of another: each of its steps waits for
     // its own previous one, as under bsp (the same bits, measured).
-    if (d.gradient_sync != GradientSyncMode::kNccl && c.ps.consistency != Consistency::kBsp) {
+    // (With checkpoints on, async and ssp are refused, which says it.)
+    if (d.gradient_sync != GradientSyncMode::kNccl && c.ps.consistency != Consistency::kBsp &&
+        c.checkpoint.every_steps == 0) {
       keys += (keys.empty() ? "" : ", ") + std::string("ps.consistency ") +
               Quote(ToString(c.ps.consistency));
     }

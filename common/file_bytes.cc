@@ -7,8 +7,8 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <filesystem>
@@ -154,13 +154,15 @@ Status CheckTaskOutput(const std::string& folder, bool create) {
   return Status::OK();
 }
 
-Status CheckOutputFile(const std::string& path) {
+Status CheckOutputFile(const std::string& path, bool create) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     return Status::InvalidArgument(path + ": is a folder; allowed: a file to write");
   const std::string folder = std::filesystem::path(path).parent_path().string();
-  if (auto writable = CheckWritableFolder(folder.empty() ? "." : folder); !writable.ok())
+  if (auto writable = CheckWritableFolder(folder.empty() ? "." : folder, create); !writable.ok())
     return Status::InvalidArgument(path + ": " + writable.message());
+  // Its folder is not there and may not be made: nothing more to try.
+  if (!create && !std::filesystem::exists(folder.empty() ? "." : folder, ec)) return Status::OK();
   const bool existed = std::filesystem::exists(path, ec);
   // Non-blocking: a FIFO with no reader would hold the open forever.
   const int probe =

@@ -50,6 +50,7 @@ Status CheckTaskOutput(const std::string& folder, bool create = true);
 // failed only once it came to write (after the whole run, for
 // --dump-params), and --check-only passed it. InvalidArgument "<path>:
 // why; allowed: ...", for the caller to put its flag before.
-Status CheckOutputFile(const std::string& path);
+// With `create` false its folder is not made (CheckWritableFolder).
+Status CheckOutputFile(const std::string& path, bool create = true);
 
 }  // namespace gridsync

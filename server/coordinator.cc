@@ -136,8 +136,9 @@ void CoordinatorImpl::AdvanceJob() {
   // and a long-running coordinator serving job after job would otherwise
   // keep a few keys per job until its store's key bound refused the next
   // job's.
-  for (const std::string& prefix :
-       {CheckpointKey(map_.job, ""), RunKey(map_.job) + "/", RunKey(map_.job)}) {
+  // So are the reasons its parts gave for not joining (kCannotJoinPrefix).
+  for (const std::string& prefix : {CheckpointKey(map_.job, ""), RunKey(map_.job) + "/",
+                                    RunKey(map_.job), std::string(kCannotJoinPrefix)}) {
     auto it = kv_.lower_bound(prefix);
     while (it != kv_.end() && it->first.rfind(prefix, 0) == 0 &&
            (prefix.back() == '/' || it->first == prefix)) {

@@ -4,6 +4,7 @@
 // growing with what members write (rate rounds, metrics keys).
 //
 // Thread safety: see coordinator_engine.h (the io thread only).
+#include <algorithm>
 #include <charconv>
 #include <iterator>
 #include <optional>
@@ -153,9 +154,20 @@ std::optional<Status> CoordinatorImpl::CannotJoinKeyProblem(const Connection& co
   }
   const uint32_t expected = *role == Role::kShard ? map_.expected_shards : map_.expected_workers;
   if (rank >= expected) return refuse("the cluster expects no such rank");
+  // The one spelling the coordinator reads ("shard/01" would stay forever).
+  if (key != CannotJoinKey(*role, rank)) return refuse("not the rank's own spelling");
   if (conn.member && (conn.member->role != *role || conn.member->rank != rank)) {
     return refuse(fmt::format("this connection is registered as {} {}", RoleName(conn.member->role),
                               conn.member->rank));
+  }
+  // A registered rank speaks for itself: another connection's word for it
+  // would be a stale or forged reason beside a member that is there.
+  if (!conn.member) {
+    const auto& members = *role == Role::kShard ? map_.shards : map_.workers;
+    if (std::any_of(members.begin(), members.end(),
+                    [&](const MemberInfo& m) { return m.rank == rank; })) {
+      return refuse(fmt::format("{} {} is registered", RoleName(*role), rank));
+    }
   }
   if (!conn.member && conn.authenticated && *conn.authenticated != *role) {
     return refuse(fmt::format("this connection proved the {} key", RoleName(*conn.authenticated)));
@@ -166,7 +178,12 @@ std::optional<Status> CoordinatorImpl::CannotJoinKeyProblem(const Connection& co
 
 void CoordinatorImpl::NoteCannotJoin(Role role, uint32_t rank, std::string why) {
   if (why.size() > kMaxCannotJoinBytes) why.resize(kMaxCannotJoinBytes);
-  KvPut(CannotJoinKey(role, rank), std::move(why));
+  const std::string key = CannotJoinKey(role, rank);
+  // The coordinator's own value: no longer within the strangers' share
+  // (KvErase would take the new size off it, and wrap it).
+  if (const auto old = kv_.find(key); old != kv_.end() && stranger_keys_.erase(key) != 0)
+    stranger_bytes_ -= key.size() + old->second.size();
+  KvPut(key, std::move(why));
 }
 
 void CoordinatorImpl::ClearCannotJoin(Role role, uint32_t rank) {

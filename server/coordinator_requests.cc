@@ -80,8 +80,10 @@ void CoordinatorImpl::HandleRegister(const ConnPtr& conn, uint64_t id, RegisterI
     ++counts_.registrations_refused;
     spdlog::warn("register refused ({} from node '{}', pid {}, {}): {}", role, info.node, info.pid,
                  conn->peer, text);
-    // Named in the others' "cluster incomplete" while that rank is missing.
-    if (info.requested_rank >= 0 && static_cast<uint64_t>(info.requested_rank) < expected) {
+    // Named in the others' "cluster incomplete" while that rank is missing
+    // (not for a rank a member holds: "already taken" says nothing of it).
+    if (info.requested_rank >= 0 && static_cast<uint64_t>(info.requested_rank) < expected &&
+        holder(static_cast<uint32_t>(info.requested_rank)) == nullptr) {
       NoteCannotJoin(info.role, static_cast<uint32_t>(info.requested_rank),
                      "its registration was refused: " + Status(code, text).ToString());
     }
@@ -358,7 +360,12 @@ std::string CoordinatorImpl::BarrierTimeoutMessage(const Waiter& w) const {
       std::string name = MemberName(r, rank);
       if (arrived_set.count(name)) continue;
       missing.push_back(name);
-      absent.emplace_back(r, rank);
+      // Why it could not join, only where it is not registered (a member
+      // that is merely slow has no such reason).
+      const auto& members = r == Role::kShard ? map_.shards : map_.workers;
+      if (std::none_of(members.begin(), members.end(),
+                       [&](const MemberInfo& m) { return m.rank == rank; }))
+        absent.emplace_back(r, rank);
     }
   }
   const size_t short_by = count > arrived.size() ? count - arrived.size() : 0;

@@ -676,7 +676,8 @@ TEST(ConfigCombinationTest, ValuesTheClusterMakesANoOpAreNoted) {
             "the first step");
   EXPECT_TRUE(ParseOk(R"({"encoding": {"n_levels": 2}, "training": {"dynamic_resolution": true}})")
                   .notes.lines.empty());
-  const std::string codec = R"({"distributed": {"enable": true, "world_size": 2},
+  const std::string codec =
+      R"({"distributed": {"enable": true, "world_size": 2, "gradient_sync": "ps"},
       "encoding": {"n_levels": 2, "log2_hashmap_size": 10}, "compression": {"codec": "onebit",
       "min_bytes": )";
   only_note(ParseOk(codec + "100000}}"),
@@ -686,6 +687,14 @@ TEST(ConfigCombinationTest, ValuesTheClusterMakesANoOpAreNoted) {
   // whole model (32 KiB): a hostile probe's 8 MiB on the default model.
   only_note(ParseOk(codec + "20000}}"), "nothing is ever compressed");
   EXPECT_TRUE(ParseOk(codec + "16384}}").notes.lines.empty());
+  // Under nccl the 16-bit all-reduce takes the whole grid as one tensor:
+  // the whole model (34560 bytes) bounds it.
+  const std::string nccl = R"({"distributed": {"enable": true, "world_size": 2,
+      "gradient_sync": "nccl"}, "encoding": {"n_levels": 2, "log2_hashmap_size": 10},
+      "compression": {"codec": "fp16", "min_bytes": )";
+  EXPECT_TRUE(ParseOk(nccl + "20000}}").notes.lines.empty());
+  only_note(ParseOk(nccl + "40000}}"),
+            "compression.min_bytes 40000 is more than the whole model (at most 34560 bytes)");
   only_note(ParseOk(R"({"distributed": {"enable": true, "world_size": 2},
                         "compression": {"codec": "int8", "block": 1}})"),
             "compression.block 1: int8 sends a 4-byte scale with every value");
@@ -703,6 +712,10 @@ TEST(ConfigCombinationTest, ValuesTheClusterMakesANoOpAreNoted) {
   only_note(ParseOk(one + R"("gradient_sync": "hybrid"}, "ps": {"consistency": "ssp",
                                                                 "staleness": 5}})"),
             "ps.consistency \"ssp\": no effect with distributed.world_size 1");
+  // With checkpoints on they are refused (Config::CheckRunnable), which says it.
+  EXPECT_TRUE(ParseOk(one + R"("gradient_sync": "ps"}, "ps": {"consistency": "async"},
+                                "checkpoint": {"every_steps": 10}})")
+                  .notes.lines.empty());
   // Splits that come out even (a hostile probe: the medium seed's weighted
   // with no nodes), and an adaptive split that never rebalances.
   const std::string two = R"({"distributed": {"enable": true, "world_size": 3, )";

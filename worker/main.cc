@@ -231,7 +231,7 @@ int main(int argc, char** argv) {
        {std::pair<const char*, const std::string&>{"--dump-params", ps_options.dump_params},
         {"--timeline", ops.timeline}}) {
     if (path.empty()) continue;
-    if (auto writable = gridsync::CheckOutputFile(path); !writable.ok()) {
+    if (auto writable = gridsync::CheckOutputFile(path, /*create=*/!check_only); !writable.ok()) {
       std::fprintf(stderr, "%s %s\n", flag, writable.message().c_str());
       return gridsync::kConfigErrorExitCode;
     }
@@ -298,7 +298,9 @@ int main(int argc, char** argv) {
     }
     // A cluster on one machine (this one) must fit it whole, as check-config
     // and launch check (a hostile probe: check-config refused a batch the
-    // worker's --check-only passed).
+    // worker's --check-only passed). Only before anything starts: a worker
+    // starting beside shards already running would count their memory twice
+    // (MemAvailable no longer holds it).
     if (distributed && !config->layout.multi_host) {
       const int shards = static_cast<int>(config->layout.shards.size());
       if (auto together = gridsync::CheckMachineMemory(

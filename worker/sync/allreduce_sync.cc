@@ -138,7 +138,11 @@ Status AllReduceSync::StartCheckpoints(uint64_t start_step) {
   // Starting afresh: the first checkpoint must not delete the files of a
   // run the coordinator does not know (common/checkpoint_registry.h).
   CoordinatorStore registry(coordinator_);
-  return CheckFreshStartAgainst(registry, job_, checkpoint.dir, me_, CheckpointParts(0, workers));
+  const Status fresh =
+      CheckFreshStartAgainst(registry, job_, checkpoint.dir, me_, CheckpointParts(0, workers));
+  if (fresh.code() == StatusCode::kCheckpointsHeld)
+    ReportCannotJoin(*coordinator_, Role::kWorker, rank_, fresh);
+  return fresh;
 }
 
 Status AllReduceSync::CheckpointIfDue(uint64_t step) {
@@ -150,7 +154,13 @@ Status AllReduceSync::CheckpointIfDue(uint64_t step) {
   // previous complete step stays (MustKeep), and a full disk never stops a run.
   if (coordinator_ != nullptr) {
     CoordinatorStore registry(coordinator_);
-    ledger_->RefreshCommon(registry, job_);  // the newest step every part holds now
+    // The newest step every part holds now.
+    if (Status asked = ledger_->RefreshCommon(registry, job_); !asked.ok()) {
+      spdlog::warn(
+          "{}: the newest step every part holds is unknown ({}); the steps the "
+          "coordinator last acknowledged stay on disk",
+          me_, asked.ToString());
+    }
   }
   if (Status written =
           WriteAllReduceCheckpoint(spec_, rank_, static_cast<uint32_t>(groups_.flat->size()),
