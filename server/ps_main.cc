@@ -191,6 +191,13 @@ int main(int argc, char** argv) {
     spdlog::error("cannot reach the coordinator: {}", client.status().ToString());
     return 1;
   }
+  // A call the coordinator does not answer ends within timeout_s (at most
+  // the client's 10 s): the serving loop's ping to it feeds the watchdog,
+  // which fires at 1.5 x timeout_s, and a partitioned shard was killed as
+  // "hung" before it could exit naming the coordinator (a hostile probe,
+  // timeout_s 5).
+  (*client)->SetReplyTimeout(
+      std::min<std::chrono::milliseconds>(options.timeout, std::chrono::seconds(10)));
   gridsync::CoordinatorStore registry(client->get());  // outlives the shard
   // Restarted during training (systemd's Restart=on-failure, or by hand):
   // rejoin from the job's newest complete checkpoint, never with fresh

@@ -96,8 +96,16 @@ int WaitForOtherNodes(const Config& config, const std::string& node, std::vector
   const Status status = done.get();
   if (!status.ok()) {
     std::fflush(stdout);
-    std::fprintf(stderr, "gridsync launch: the other nodes did not finish: %s\n",
-                 status.ToString().c_str());
+    // This node's processes all finished. The barrier's failure says only
+    // that no answer came: the others may not have finished, or they did
+    // and the coordinator's node stopped its coordinator before this reply
+    // reached here (a hostile probe cut the link then: the job had ended,
+    // bit for bit). Exit 1 all the same, since nothing confirms the rest.
+    std::fprintf(stderr,
+                 "gridsync launch: node %s finished, but could not confirm that the other nodes "
+                 "did: %s (the coordinator stops once every node's launcher reached this "
+                 "barrier, so a lost reply looks the same; see the other nodes' launchers)\n",
+                 node.c_str(), status.ToString().c_str());
     return 1;
   }
   return 0;
