@@ -223,7 +223,7 @@ struct Hostile {
   std::vector<float> dest;
 };
 
-std::unique_ptr<Hostile> ConnectToFake() {
+std::unique_ptr<Hostile> ConnectToFake(std::chrono::milliseconds timeout = kTimeout) {
   auto h = std::make_unique<Hostile>();
   const std::vector<TableInfo> tables = {{"level0", 1000, 2}, {"level1", 1000, 2}};
   auto partition = Partition::Make(tables, 1, ModelParallelDim::kRow);
@@ -231,7 +231,7 @@ std::unique_ptr<Hostile> ConnectToFake() {
   if (!partition.ok()) return nullptr;
   h->partition = std::make_unique<Partition>(std::move(partition).value());
   auto client = PsClient::Connect(bench::OneShardMap(h->fake.endpoint(), tables, 1), *h->partition,
-                                  0, 1, kTimeout);
+                                  0, 1, timeout);
   EXPECT_TRUE(client.ok()) << client.status().ToString();
   if (!client.ok()) return nullptr;
   h->client = std::move(client).value();
@@ -385,6 +385,53 @@ TEST(PsClientPartsTest, EarlyPartsWaitForTheirPull) {
   auto version = h->client->ReceivePull();
   ASSERT_TRUE(version.ok()) << version.status().ToString();
   for (uint32_t r : h->rows) EXPECT_EQ(h->dest[r * 2], 0.5f) << "row " << r;
+}
+
+// A hostile network probe: a 7 s outage against timeout_s 10 ended the job
+// with every process alive, since TCP resent the lost reply only on its
+// backed-off timer, after the wait (1.25 x timeout) ran out. A shard the
+// coordinator still lists is waited for once more; one it does not list,
+// or one silent through both waits, is named as before.
+TEST(PsClientPartsTest, AStalledShardStillInTheJobIsWaitedForOnceMore) {
+  using std::chrono::milliseconds;
+  const milliseconds timeout(1000);  // a wait of 1 s + 1 s of grace
+  for (const bool member : {true, false}) {
+    auto h = ConnectToFake(timeout);
+    ASSERT_NE(h, nullptr);
+    int asked = 0;
+    h->client->SetStallCheck([&](uint32_t shard) {
+      EXPECT_EQ(shard, 0u);
+      ++asked;
+      return member;
+    });
+    const auto start = std::chrono::steady_clock::now();
+    std::thread late;
+    const Status status = PullFromFake(*h, [&](uint64_t id) {
+      late = std::thread([&fake = h->fake, id] {
+        std::this_thread::sleep_for(milliseconds(2500));  // past the first wait
+        fake.SendPart(id, 0, false, 10);
+      });
+    });
+    const auto took = std::chrono::steady_clock::now() - start;
+    if (late.joinable()) late.join();  // the late reply went out
+    EXPECT_EQ(asked, 1) << member;
+    if (member) {
+      EXPECT_TRUE(status.ok()) << status.ToString();
+      EXPECT_GE(took, milliseconds(2400));
+    } else {
+      EXPECT_EQ(status.code(), StatusCode::kTimeout) << status.ToString();
+      EXPECT_LT(took, milliseconds(2400));
+    }
+  }
+  // Silent through both waits: the timeout says it waited twice.
+  auto h = ConnectToFake(timeout);
+  ASSERT_NE(h, nullptr);
+  h->client->SetStallCheck([](uint32_t) { return true; });
+  const Status silent = PullFromFake(*h, [](uint64_t) {});
+  EXPECT_EQ(silent.code(), StatusCode::kTimeout);
+  EXPECT_NE(silent.message().find("within 2.000 s twice (still members of the job)"),
+            std::string::npos)
+      << silent.ToString();
 }
 
 // A signal that lands while the client waits in poll (a profiler's, a

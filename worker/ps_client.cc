@@ -190,7 +190,8 @@ Status PsClient::AwaitReplies(uint64_t request_id, wire::Kind expected,
   const auto waited = timeout_ + std::clamp<std::chrono::milliseconds>(
                                      timeout_ / 4, std::chrono::milliseconds(1000),
                                      std::chrono::milliseconds(5000));
-  const auto deadline = Clock::now() + waited;
+  auto deadline = Clock::now() + waited;
+  bool waited_again = false;  // SetStallCheck's one more wait
   constexpr auto kCheckEvery = std::chrono::milliseconds(1000);
   auto next_check = Clock::now() + kCheckEvery;
   while (remaining > 0) {
@@ -208,6 +209,18 @@ Status PsClient::AwaitReplies(uint64_t request_id, wire::Kind expected,
     }
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0 && !waited_again && stall_check_ &&
+        std::all_of(which.begin(), which.end(), [&](uint32_t s) { return stall_check_(s); })) {
+      waited_again = true;
+      deadline = Clock::now() + waited;
+      spdlog::warn(
+          "worker {}: no {} from {} shard(s) within {:.1f} s, but each is still a member of the "
+          "job, as it was: waiting once more, up to {:.1f} s (a network that stalled resends on "
+          "TCP's backed-off timer)",
+          worker_rank_, wire::KindName(expected), which.size(), waited.count() / 1000.0,
+          waited.count() / 1000.0);
+      continue;
+    }
     if (left.count() <= 0) {
       std::string missing, why;
       for (uint32_t s : which) {
@@ -217,8 +230,9 @@ Status PsClient::AwaitReplies(uint64_t request_id, wire::Kind expected,
       }
       return Status::Timeout("no " + std::string(wire::KindName(expected)) + " from shards [" +
                              missing + "] within " +
-                             std::to_string(waited.count() / 1000.0).substr(0, 5) + " s (worker " +
-                             std::to_string(worker_rank_) + ")" + why);
+                             std::to_string(waited.count() / 1000.0).substr(0, 5) + " s" +
+                             (waited_again ? " twice (still members of the job)" : "") +
+                             " (worker " + std::to_string(worker_rank_) + ")" + why);
     }
     try {
       zmq::poll(items.data(), items.size(), std::min(left, kCheckEvery));

@@ -181,6 +181,15 @@ class PsClient {
   // Called about once a second while a reply is awaited: an error ends the
   // wait with it (the job rolled back; nothing will answer what was asked).
   void SetWaitCheck(std::function<Status()> check) { wait_check_ = std::move(check); }
+  // Asked when a wait runs out, for each shard that has not answered:
+  // whether it is still a member of the job, as it was (the coordinator
+  // still lists it, the epoch unchanged). When every silent shard is, the
+  // wait goes on once more, as long again: a network that came back after a
+  // stall resends what it lost only when TCP's backed-off timer fires, up
+  // to twice the outage later, and the job died with every process alive
+  // (a hostile probe: a 7 s outage against timeout_s 10). Bounded: one
+  // more wait, then the timeout names the shards.
+  void SetStallCheck(std::function<bool(uint32_t shard)> check) { stall_check_ = std::move(check); }
 
   const PsCounters& counters() const { return counters_; }
   // The lowest parameter version the shards reported in their acks of the
@@ -292,6 +301,7 @@ class PsClient {
   uint64_t job_ = 0;    // the cluster map's job, on every message
   uint32_t epoch_ = 0;  // ... and its epoch
   std::function<Status()> wait_check_;
+  std::function<bool(uint32_t)> stall_check_;
   uint32_t num_workers_;
   std::chrono::milliseconds timeout_;
   wire::Limits limits_;

@@ -279,6 +279,19 @@ PsSessionSync::PsSessionSync(const RunSpec& spec, HashGridModel* model, PsSessio
     : spec_(spec), config_(spec.config), model_(model), session_(std::move(session)) {
   rank_ = session_.rank;
   me_ = session_.me;
+  {
+    // A silent shard still listed by the coordinator, in the same epoch, is
+    // alive behind a stalled network: the wait goes on once more
+    // (PsClient::SetStallCheck).
+    CoordinatorClient* coordinator = session_.coordinator.get();
+    const PsClient* ps = session_.ps.get();
+    session_.ps->SetStallCheck([coordinator, ps](uint32_t shard) {
+      auto map = coordinator->GetMap(/*wait_complete=*/false, std::chrono::milliseconds(0));
+      if (!map.ok() || map->epoch != ps->epoch()) return false;
+      return std::any_of(map->shards.begin(), map->shards.end(),
+                         [shard](const MemberInfo& m) { return m.rank == shard; });
+    });
+  }
   if (config_.checkpoint.every_steps > 0) {
     // A shard that died never answers what it was asked: a wait notices the
     // job rolling back (the shard restarted and rejoined) within a second.
