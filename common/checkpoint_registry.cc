@@ -1,5 +1,7 @@
 #include "common/checkpoint_registry.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <charconv>
 #include <set>
@@ -83,17 +85,20 @@ Status CheckpointLedger::Publish(Store& store, uint64_t job) {
   return set;
 }
 
-Status CheckpointLedger::RefreshCommon(Store& store, uint64_t job) {
-  if (publish_failed_ || job_parts_.empty()) return Status::OK();
+void CheckpointLedger::RefreshCommon(Store& store, uint64_t job) {
+  if (publish_failed_ || job_parts_.empty()) return;
   auto common = NewestCommonStep(store, job, job_parts_);
   if (!common.ok()) {
     // Unanswered: the coordinator may be gone, so what it last acknowledged
     // stays on disk, as after a failed Publish.
     publish_failed_ = true;
-    return common.status();
+    spdlog::warn(
+        "{}: the newest step every part holds is unknown ({}); the steps the coordinator last "
+        "acknowledged stay on disk",
+        part_, common.status().ToString());
+    return;
   }
   if (*common > common_) common_ = *common;  // as in Publish: only a rollback lowers it
-  return Status::OK();
 }
 
 Result<std::string> CheckpointLedger::RunForWriting(Store* store, uint64_t job,

@@ -79,8 +79,9 @@ class CheckpointLedger {
   // complete (a hostile probe: two shards on a disk for two steps missed
   // every checkpoint after the second).
   // Unanswered, it counts as a failed Publish (MustKeep keeps what the
-  // coordinator last acknowledged) and returns why.
-  Status RefreshCommon(Store& store, uint64_t job);
+  // coordinator last acknowledged) and says so in the log: a failure
+  // changes what is kept, never the run.
+  void RefreshCommon(Store& store, uint64_t job);
   // What the writer must leave on disk (WriteCheckpointPart's `keep`; the
   // two newest steps are kept anyway):
   //  - the newest step every part held at the last Publish or

@@ -115,8 +115,7 @@ std::vector<std::string> InertValueNotes(const Config& c) {
     // Under nccl the 16-bit all-reduce takes the whole grid as one tensor
     // (worker/sync/allreduce_sync.cc): the whole model bounds it there.
     const uint64_t model_bytes =
-        4 * (uint64_t{static_cast<uint32_t>(e.n_levels)} << e.log2_hashmap_size) *
-            static_cast<uint64_t>(e.n_features_per_level) +
+        static_cast<uint64_t>(e.n_levels) * level_bytes +
         4 * (n.n_hidden_layers == 0
                  ? inputs * 3
                  : inputs * width + (n.n_hidden_layers - 1) * width * width + width * 3);

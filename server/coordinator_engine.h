@@ -360,6 +360,8 @@ class CoordinatorImpl final : public Coordinator {
   std::map<std::string, std::string>::iterator KvErase(
       std::map<std::string, std::string>::iterator it);
   std::vector<std::string> MissingKeys(const std::vector<std::string>& keys) const;
+  // The member registered as `role` `rank`, or null.
+  const MemberInfo* Holder(Role role, uint32_t rank) const;
   std::string IncompleteMessage(uint32_t waited_ms) const;
   // "; shard 0 could not join: <why>" for each of `absent` that said why
   // (NoteCannotJoin), at most a few; empty when none did.

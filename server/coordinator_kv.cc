@@ -162,13 +162,8 @@ std::optional<Status> CoordinatorImpl::CannotJoinKeyProblem(const Connection& co
   }
   // A registered rank speaks for itself: another connection's word for it
   // would be a stale or forged reason beside a member that is there.
-  if (!conn.member) {
-    const auto& members = *role == Role::kShard ? map_.shards : map_.workers;
-    if (std::any_of(members.begin(), members.end(),
-                    [&](const MemberInfo& m) { return m.rank == rank; })) {
-      return refuse(fmt::format("{} {} is registered", RoleName(*role), rank));
-    }
-  }
+  if (!conn.member && Holder(*role, rank) != nullptr)
+    return refuse(fmt::format("{} {} is registered", RoleName(*role), rank));
   if (!conn.member && conn.authenticated && *conn.authenticated != *role) {
     return refuse(fmt::format("this connection proved the {} key", RoleName(*conn.authenticated)));
   }

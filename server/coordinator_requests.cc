@@ -70,12 +70,7 @@ void CoordinatorImpl::HandleRegister(const ConnPtr& conn, uint64_t id, RegisterI
   const uint32_t expected = shard ? map_.expected_shards : map_.expected_workers;
   const char* role = RoleName(info.role);
   const char* key = shard ? "ps.shards" : "distributed.world_size";
-  auto holder = [&](uint32_t rank) -> const MemberInfo* {
-    for (const auto& m : members) {
-      if (m.rank == rank) return &m;
-    }
-    return nullptr;
-  };
+  auto holder = [&](uint32_t rank) { return Holder(info.role, rank); };
   auto refuse = [&](std::string text, StatusCode code = StatusCode::kInvalidArgument) {
     ++counts_.registrations_refused;
     spdlog::warn("register refused ({} from node '{}', pid {}, {}): {}", role, info.node, info.pid,
@@ -272,19 +267,24 @@ std::optional<std::string> CoordinatorImpl::CheckRejoinStep(uint64_t step) const
   return std::nullopt;
 }
 
+const MemberInfo* CoordinatorImpl::Holder(Role role, uint32_t rank) const {
+  for (const auto& m : role == Role::kShard ? map_.shards : map_.workers) {
+    if (m.rank == rank) return &m;
+  }
+  return nullptr;
+}
+
 std::string CoordinatorImpl::IncompleteMessage(uint32_t waited_ms) const {
-  auto missing = [](const std::vector<MemberInfo>& members, uint32_t expected) {
+  auto missing = [this](Role role, uint32_t expected) {
     std::vector<uint32_t> ranks;
     for (uint32_t r = 0; r < expected; ++r) {
-      bool present = std::any_of(members.begin(), members.end(),
-                                 [r](const MemberInfo& m) { return m.rank == r; });
-      if (!present) ranks.push_back(r);
+      if (Holder(role, r) == nullptr) ranks.push_back(r);
     }
     return ranks;
   };
   std::vector<std::string> parts;
-  auto shards = missing(map_.shards, map_.expected_shards);
-  auto workers = missing(map_.workers, map_.expected_workers);
+  auto shards = missing(Role::kShard, map_.expected_shards);
+  auto workers = missing(Role::kWorker, map_.expected_workers);
   if (!shards.empty()) parts.push_back("shards " + RankList(shards));
   if (!workers.empty()) parts.push_back("workers " + RankList(workers));
   std::vector<std::pair<Role, uint32_t>> absent;
@@ -362,10 +362,7 @@ std::string CoordinatorImpl::BarrierTimeoutMessage(const Waiter& w) const {
       missing.push_back(name);
       // Why it could not join, only where it is not registered (a member
       // that is merely slow has no such reason).
-      const auto& members = r == Role::kShard ? map_.shards : map_.workers;
-      if (std::none_of(members.begin(), members.end(),
-                       [&](const MemberInfo& m) { return m.rank == rank; }))
-        absent.emplace_back(r, rank);
+      if (Holder(r, rank) == nullptr) absent.emplace_back(r, rank);
     }
   }
   const size_t short_by = count > arrived.size() ? count - arrived.size() : 0;

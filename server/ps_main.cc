@@ -216,6 +216,14 @@ int main(int argc, char** argv) {
       spdlog::info("the job is training: rejoining it from the checkpoint of step {}", rejoin_step);
     }
   }
+  // The exit code of a start refused over checkpoint files: 3 for another
+  // run's (no restart mends it; the coordinator is told why first, for the
+  // others' wait to name it), 1 otherwise.
+  auto refused_start = [&](const gridsync::Status& why) {
+    if (why.code() != gridsync::StatusCode::kCheckpointsHeld) return 1;
+    gridsync::ReportCannotJoin(**client, gridsync::Role::kShard, static_cast<uint32_t>(shard), why);
+    return gridsync::kCheckpointsHeldExitCode;
+  };
   // Neither resuming nor rejoining: a fresh start, which must not delete
   // checkpoints of a run the coordinator does not know (it restarted).
   if (options.resume_step == 0 && config->checkpoint.every_steps > 0) {
@@ -234,10 +242,7 @@ int main(int argc, char** argv) {
     if (!fresh.ok()) {
       spdlog::error("shard {} (coordinator {}:{}): {}", shard, d.master_addr, d.master_port,
                     fresh.message());
-      if (fresh.code() != gridsync::StatusCode::kCheckpointsHeld) return 1;
-      gridsync::ReportCannotJoin(**client, gridsync::Role::kShard, static_cast<uint32_t>(shard),
-                                 fresh);
-      return gridsync::kCheckpointsHeldExitCode;
+      return refused_start(fresh);
     }
   }
   options.join_first = true;  // serves once registered (JoinAsShard)
@@ -306,10 +311,7 @@ int main(int argc, char** argv) {
         map.ok() ? (*server)->CheckStartRun(registry, map->job) : map.status();
     if (!run.ok()) {
       spdlog::error("shard {}: {}", shard, run.ToString());
-      if (run.code() != gridsync::StatusCode::kCheckpointsHeld) return 1;
-      gridsync::ReportCannotJoin(**client, gridsync::Role::kShard, static_cast<uint32_t>(shard),
-                                 run);
-      return gridsync::kCheckpointsHeldExitCode;
+      return refused_start(run);
     }
   }
   // Job after job, epoch after epoch: the shard asks the coordinator

@@ -67,14 +67,7 @@ void ShardCheckpoints::AfterStep(uint64_t applied, uint64_t job, const ShardStor
   Result<std::string> run = std::string();
   {
     std::lock_guard<std::mutex> lock(registry_mu_);
-    if (registry_ != nullptr) {
-      if (Status asked = ledger_.RefreshCommon(*registry_, job); !asked.ok()) {
-        spdlog::warn(
-            "shard {}: the newest step every part holds is unknown ({}); the steps the "
-            "coordinator last acknowledged stay on disk",
-            shard_, asked.ToString());
-      }
-    }
+    if (registry_ != nullptr) ledger_.RefreshCommon(*registry_, job);
     keep = ledger_.MustKeep();
     // Made by shard 0 when the job started (JobStarted): a short wait.
     run = ledger_.RunForWriting(registry_, job, std::min(timeout_, kRunWait));

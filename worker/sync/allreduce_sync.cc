@@ -154,13 +154,7 @@ Status AllReduceSync::CheckpointIfDue(uint64_t step) {
   // previous complete step stays (MustKeep), and a full disk never stops a run.
   if (coordinator_ != nullptr) {
     CoordinatorStore registry(coordinator_);
-    // The newest step every part holds now.
-    if (Status asked = ledger_->RefreshCommon(registry, job_); !asked.ok()) {
-      spdlog::warn(
-          "{}: the newest step every part holds is unknown ({}); the steps the "
-          "coordinator last acknowledged stay on disk",
-          me_, asked.ToString());
-    }
+    ledger_->RefreshCommon(registry, job_);  // the newest step every part holds now
   }
   if (Status written =
           WriteAllReduceCheckpoint(spec_, rank_, static_cast<uint32_t>(groups_.flat->size()),

@@ -313,12 +313,7 @@ Status PsSessionSync::CheckpointIfDue(uint64_t step) {
   // and the newest step every part holds now (RefreshCommon).
   if (session_.ledger) {
     CoordinatorStore registry(session_.coordinator.get());
-    if (Status asked = session_.ledger->RefreshCommon(registry, session_.map.job); !asked.ok()) {
-      spdlog::warn(
-          "{}: the newest step every part holds is unknown ({}); the steps the "
-          "coordinator last acknowledged stay on disk",
-          session_.me, asked.ToString());
-    }
+    session_.ledger->RefreshCommon(registry, session_.map.job);
   }
   const std::vector<uint64_t> keep =
       session_.ledger ? session_.ledger->MustKeep() : std::vector<uint64_t>{};
