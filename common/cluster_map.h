@@ -115,6 +115,9 @@ struct JobState {
   uint64_t job = 0;
   uint32_t epoch = 0;
   uint64_t resume_step = 0;
+  // The ranks of the workers the map lists, ascending (members of the job
+  // now: registered, and not dropped for silence).
+  std::vector<uint32_t> workers;
 };
 
 }  // namespace gridsync

@@ -437,7 +437,10 @@ Result<ClusterMap> CoordinatorClient::GetMap(bool wait_complete,
 
 Result<JobState> CoordinatorClient::CurrentJob() {
   GRIDSYNC_ASSIGN_OR_RETURN(const ClusterMap map, GetMap(false, std::chrono::milliseconds(0)));
-  return JobState{map.job, map.epoch, map.resume_step};
+  JobState state{map.job, map.epoch, map.resume_step, {}};
+  for (const MemberInfo& m : map.workers) state.workers.push_back(m.rank);
+  std::sort(state.workers.begin(), state.workers.end());
+  return state;
 }
 
 Status CoordinatorClient::Barrier(const std::string& name, uint32_t count,

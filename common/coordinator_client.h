@@ -53,7 +53,9 @@ class CoordinatorClient {
   Result<ClusterMap> GetMap(bool wait_complete, std::chrono::milliseconds timeout);
   // The cluster's job and its epoch (the map's), without waiting for
   // members: what a shard asks when a message of a newer job or epoch
-  // arrives, and what a waiting worker checks it still follows.
+  // arrives, and what a waiting worker checks it still follows. With the
+  // workers it lists: a shard holding a pull for a missing push asks
+  // whether the missing worker is still a member.
   Result<JobState> CurrentJob();
 
   // Blocks until `count` members arrived at barrier `name`. `member` names

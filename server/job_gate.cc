@@ -97,7 +97,7 @@ Result<std::optional<JobState>> JobGate::Confirm(uint64_t job, uint32_t epoch,
   const uint64_t current = job_.load(std::memory_order_relaxed);
   if (!source) {
     // A shard outside any cluster serves its first job, as claimed.
-    if (current == 0) return std::optional<JobState>(JobState{job, epoch, 0});
+    if (current == 0) return std::optional<JobState>(JobState{job, epoch, 0, {}});
     return Status::InvalidArgument(Describe(job, epoch) + " cannot be confirmed (shard " +
                                    std::to_string(shard_) + " has no coordinator); allowed: " +
                                    Describe(current, epoch_.load(std::memory_order_relaxed)));

@@ -422,6 +422,10 @@ int main(int argc, char** argv) {
                             "0), so a restarted shard cannot rejoin it");
         exit_code = 1;
         break;
+      } else {
+        // Who the job's members are, for the pulls the shard holds
+        // (PsShard::NoteCoordinatorState).
+        (*server)->NoteCoordinatorState(*job);
       }
       next_ping = std::chrono::steady_clock::now() + ping_every;
     }

@@ -210,6 +210,14 @@ class PsShard {
   // makes the job's checkpoint run (shard 0: common/checkpoint_run.h).
   // Before serving messages.
   virtual void Joined(uint64_t job, uint32_t epoch) = 0;
+  // The coordinator's job state as this shard's process last read it (its
+  // periodic ping; gridsync-ps). A pull held for a push from a worker the
+  // coordinator listed since the pull arrived is held once more at its
+  // timeout: a worker behind a stalled network, not one that left (a
+  // departed worker leaves the map, and its peers' pulls end at the first
+  // timeout). Never asked from the serving loop, whose turns a coordinator
+  // behind the same stalled network would stop. From any thread.
+  virtual void NoteCoordinatorState(const JobState& state) = 0;
   // Before registering for `job`: a shard started from a checkpoint
   // checks the run its files name against the other shards' (a resume) or
   // the job's (a rejoin). InvalidArgument: another run's files, which no

@@ -116,6 +116,11 @@ class PsShardImpl : public PsShard {
     if (options_.resume_step == 0) return Status::OK();
     return checkpoints_.CheckStartRun(registry, job, options_.resume_step, options_.rejoining);
   }
+  void NoteCoordinatorState(const JobState& state) override {
+    std::lock_guard<std::mutex> lock(coordinator_state_mu_);
+    coordinator_state_ = state;
+    coordinator_state_at_ = Clock::now();
+  }
   void Joined(uint64_t job, uint32_t epoch) override {
     if (options_.resume_step > 0) {
       checkpoints_.StartedFrom(options_.resume_step, job);
@@ -278,7 +283,20 @@ class PsShardImpl : public PsShard {
   struct Waiting {
     std::unique_ptr<Request> request;
     Clock::time_point deadline;
+    // Held once more at its first timeout, the missing workers being
+    // members of the job still (ExpireWaitingPulls).
+    bool waited_again = false;
   };
+  // The workers whose push of the step being gathered has not arrived
+  // (bsp), or whose clock is behind the version applied (ssp, async).
+  std::vector<uint32_t> MissingPushers() const;
+  // Whether the coordinator's state, noted at or after `since`, lists every
+  // worker of `missing` in the job and epoch this shard serves: a stalled
+  // network, not a departed worker.
+  bool StillMembers(const std::vector<uint32_t>& missing, Clock::time_point since);
+  std::mutex coordinator_state_mu_;
+  std::optional<JobState> coordinator_state_;  // NoteCoordinatorState; guarded by the mutex
+  Clock::time_point coordinator_state_at_;     // when it was noted; guarded by the mutex
   // What a held request keeps in memory (ShardOptions::max_waiting_pull_bytes).
   static uint64_t HeldBytes(const Request& request);
 

@@ -551,6 +551,38 @@ void PsShardImpl::ServeWaitingPulls() {
   }
 }
 
+namespace {
+
+std::string Ranks(const std::vector<uint32_t>& ranks) {
+  std::string out;
+  for (uint32_t r : ranks) out += (out.empty() ? "" : ", ") + std::to_string(r);
+  return out;
+}
+
+}  // namespace
+
+std::vector<uint32_t> PsShardImpl::MissingPushers() const {
+  std::vector<uint32_t> missing;
+  const auto slot = pending_.find(applied_);
+  for (uint32_t w = 0; w < options_.workers; ++w) {
+    const bool in = options_.consistency == Consistency::kBsp
+                        ? slot != pending_.end() && slot->second.count(w) != 0
+                        : clock_[w] > applied_;
+    if (!in) missing.push_back(w);
+  }
+  return missing;
+}
+
+bool PsShardImpl::StillMembers(const std::vector<uint32_t>& missing, Clock::time_point since) {
+  std::lock_guard<std::mutex> lock(coordinator_state_mu_);
+  if (!coordinator_state_ || coordinator_state_at_ < since) return false;
+  const JobState& state = *coordinator_state_;
+  if (state.job != job_gate_.job() || state.epoch != job_gate_.epoch()) return false;
+  return std::all_of(missing.begin(), missing.end(), [&](uint32_t w) {
+    return std::binary_search(state.workers.begin(), state.workers.end(), w);
+  });
+}
+
 void PsShardImpl::ExpireWaitingPulls() {
   if (waiting_.empty()) return;
   const auto now = Clock::now();
@@ -559,23 +591,37 @@ void PsShardImpl::ExpireWaitingPulls() {
       ++it;
       continue;
     }
-    std::string missing;
-    const auto slot = pending_.find(applied_);
-    for (uint32_t w = 0; w < options_.workers; ++w) {
-      const bool in = options_.consistency == Consistency::kBsp
-                          ? slot != pending_.end() && slot->second.count(w) != 0
-                          : clock_[w] > applied_;
-      if (!in) {
-        missing += (missing.empty() ? "" : ", ") + std::to_string(w);
-      }
+    const std::vector<uint32_t> missing = MissingPushers();
+    // A worker behind a stalled network is silent for as long as TCP's
+    // backed-off resends take, which can outlast timeout_s after a shorter
+    // outage; its peers' pulls are held once more while the coordinator
+    // listed it since the pull arrived (as the workers wait once more for a
+    // listed shard, PsClient::SetStallCheck). A worker that left is dropped
+    // from the map, and its peers hear of it at the first timeout.
+    if (!it->waited_again && !missing.empty() &&
+        StillMembers(missing, it->deadline - options_.timeout)) {
+      spdlog::warn(
+          "shard {}: a pull for version {} waited {:.1f} s for the pushes of step {} "
+          "from workers [{}], which the coordinator still lists in the job: holding it "
+          "once more",
+          options_.shard, it->request->message.min_version, options_.timeout.count() / 1000.0,
+          applied_.load(), Ranks(missing));
+      it->waited_again = true;
+      it->deadline = now + options_.timeout;
+      ++it;
+      continue;
     }
-    ReplyError(*it->request,
-               Status::Timeout("pull for version " +
-                               std::to_string(it->request->message.min_version) + " waited " +
-                               std::to_string(options_.timeout.count() / 1000.0).substr(0, 5) +
-                               " s; shard " + std::to_string(options_.shard) + " is at version " +
-                               std::to_string(applied_) + ", missing pushes for step " +
-                               std::to_string(applied_) + " from workers [" + missing + "]"));
+    ReplyError(
+        *it->request,
+        Status::Timeout(
+            "pull for version " + std::to_string(it->request->message.min_version) + " waited " +
+            std::to_string(options_.timeout.count() / 1000.0).substr(0, 5) + " s" +
+            (it->waited_again ? " twice (the missing workers were members of the job at the first "
+                                "timeout)"
+                              : "") +
+            "; shard " + std::to_string(options_.shard) + " is at version " +
+            std::to_string(applied_) + ", missing pushes for step " + std::to_string(applied_) +
+            " from workers [" + Ranks(missing) + "]"));
     it = waiting_.erase(it);
   }
 }

@@ -515,7 +515,7 @@ TEST(CheckpointRegistryTest, TheNewestStepEveryPartHoldsIsFoundAndGarbageIsRefus
 }
 
 TEST(JobGateTest, EpochsMoveOnlyWhenTheCoordinatorConfirms) {
-  JobState cluster{1, 0, 0};
+  JobState cluster{1, 0, 0, {}};
   int asked = 0;
   // Questions at least 300 ms apart: the waits below stay inside that
   // window even on a busy machine.
@@ -564,7 +564,7 @@ TEST(JobGateTest, EpochsMoveOnlyWhenTheCoordinatorConfirms) {
   EXPECT_EQ(asked, asked_before + 1);
   // A shard rejoined from step 150: the first message of epoch 1 rolls back.
   std::this_thread::sleep_for(kInterval + std::chrono::milliseconds(5));
-  cluster = {1, 1, 150};
+  cluster = {1, 1, 150, {}};
   auto rolled = gate.Admit(1, 1, 0);
   ASSERT_TRUE(rolled.ok()) << rolled.status().ToString();
   EXPECT_EQ(rolled->verdict, JobGate::Verdict::kRollBack);
@@ -582,7 +582,7 @@ TEST(JobGateTest, EpochsMoveOnlyWhenTheCoordinatorConfirms) {
   // its job: the coordinator runs job 3, a leftover worker claims job 1.
   {
     JobGate fresh(1);
-    fresh.SetSource([]() -> Result<JobState> { return JobState{3, 0, 0}; });
+    fresh.SetSource([]() -> Result<JobState> { return JobState{3, 0, 0, {}}; });
     auto behind = fresh.Admit(1, 0, 4);
     ASSERT_FALSE(behind.ok());
     EXPECT_NE(behind.status().message().find("job 1 of worker 4 is stale: the coordinator runs "
@@ -595,7 +595,7 @@ TEST(JobGateTest, EpochsMoveOnlyWhenTheCoordinatorConfirms) {
     EXPECT_EQ(fresh.job(), 3u);
   }
   // A new job starts afresh, at its own epoch 0.
-  cluster = {2, 0, 0};
+  cluster = {2, 0, 0, {}};
   std::this_thread::sleep_for(kInterval + std::chrono::milliseconds(5));
   auto next = gate.Admit(2, 0, 0);
   ASSERT_TRUE(next.ok());
@@ -611,7 +611,7 @@ TEST(JobGateTest, EpochsMoveOnlyWhenTheCoordinatorConfirms) {
 // failed while their coordinator restarted).
 TEST(JobGateTest, AFailedQuestionJudgesNoOtherClaim) {
   constexpr auto kInterval = std::chrono::milliseconds(200);
-  JobState cluster{1, 0, 0};
+  JobState cluster{1, 0, 0, {}};
   bool reachable = true;
   JobGate gate(0, /*closed=*/false, kInterval);
   gate.SetSource([&]() -> Result<JobState> {
@@ -630,7 +630,7 @@ TEST(JobGateTest, AFailedQuestionJudgesNoOtherClaim) {
   ASSERT_TRUE(second.ok()) << "refused on the state before: " << second.status().ToString();
   EXPECT_EQ(second->verdict, JobGate::Verdict::kWait);
   reachable = true;
-  cluster = {2, 0, 0};
+  cluster = {2, 0, 0, {}};
   std::this_thread::sleep_for(kInterval + std::chrono::milliseconds(5));
   auto third = gate.Admit(2, 0, 1, arrived);
   ASSERT_TRUE(third.ok()) << third.status().ToString();
@@ -639,7 +639,7 @@ TEST(JobGateTest, AFailedQuestionJudgesNoOtherClaim) {
 
 TEST(JobGateTest, ARejoiningShardServesNothingUntilOpened) {
   JobGate gate(3, /*closed=*/true);
-  gate.SetSource([]() -> Result<JobState> { return JobState{1, 2, 150}; });
+  gate.SetSource([]() -> Result<JobState> { return JobState{1, 2, 150, {}}; });
   auto refused = gate.Admit(1, 1, 0);  // queued before the shard died
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("rejoin from a checkpoint"), std::string::npos);
