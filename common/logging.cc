@@ -3,6 +3,7 @@
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <string_view>
 
@@ -25,18 +26,83 @@ class EscapedMessage : public spdlog::custom_flag_formatter {
 
 }  // namespace
 
+namespace {
+
+// The length of the well-formed UTF-8 sequence at text[i] (RFC 3629's
+// table: no overlong forms, no surrogates, nothing past U+10FFFF) and its
+// code point; 0 when the bytes there are not one.
+size_t Utf8Sequence(std::string_view text, size_t i, uint32_t* code_point) {
+  const auto at = [&](size_t k) { return static_cast<unsigned char>(text[i + k]); };
+  const unsigned char lead = at(0);
+  size_t length = 0;
+  unsigned char lo = 0x80, hi = 0xbf;  // the second byte's range
+  if (lead >= 0xc2 && lead <= 0xdf) {
+    length = 2;
+  } else if (lead >= 0xe0 && lead <= 0xef) {
+    length = 3;
+    if (lead == 0xe0) lo = 0xa0;  // overlong below
+    if (lead == 0xed) hi = 0x9f;  // surrogates above
+  } else if (lead >= 0xf0 && lead <= 0xf4) {
+    length = 4;
+    if (lead == 0xf0) lo = 0x90;  // overlong below
+    if (lead == 0xf4) hi = 0x8f;  // past U+10FFFF above
+  } else {
+    return 0;
+  }
+  if (i + length > text.size()) return 0;
+  if (at(1) < lo || at(1) > hi) return 0;
+  for (size_t k = 2; k < length; ++k) {
+    if (at(k) < 0x80 || at(k) > 0xbf) return 0;
+  }
+  uint32_t cp = lead & (0x7f >> length);
+  for (size_t k = 1; k < length; ++k) cp = (cp << 6) | (at(k) & 0x3f);
+  *code_point = cp;
+  return length;
+}
+
+bool EscapedCodePoint(uint32_t cp) {
+  return (cp >= 0x80 && cp <= 0x9f) || cp == 0x2028 || cp == 0x2029 ||
+         (cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069);
+}
+
+void AppendEscaped(std::string_view bytes, std::string* out) {
+  constexpr char kHex[] = "0123456789abcdef";
+  for (const char c : bytes) {
+    const auto byte = static_cast<unsigned char>(c);
+    *out += "\\x";
+    *out += kHex[byte >> 4];
+    *out += kHex[byte & 15];
+  }
+}
+
+}  // namespace
+
 std::string EscapeControlBytes(std::string_view text) {
   std::string out;
   out.reserve(text.size());
-  for (const char c : text) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (byte < 0x20 || byte == 0x7f) {
-      constexpr char kHex[] = "0123456789abcdef";
-      out += "\\x";
-      out += kHex[byte >> 4];
-      out += kHex[byte & 15];
+  for (size_t i = 0; i < text.size();) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    if (byte < 0x80) {
+      if (byte < 0x20 || byte == 0x7f) {
+        AppendEscaped(text.substr(i, 1), &out);
+      } else {
+        out += text[i];
+      }
+      ++i;
+      continue;
+    }
+    uint32_t cp = 0;
+    const size_t length = Utf8Sequence(text, i, &cp);
+    if (length == 0) {
+      AppendEscaped(text.substr(i, 1), &out);  // not UTF-8: this byte alone
+      ++i;
     } else {
-      out += c;
+      if (EscapedCodePoint(cp)) {
+        AppendEscaped(text.substr(i, length), &out);
+      } else {
+        out.append(text.substr(i, length));
+      }
+      i += length;
     }
   }
   return out;

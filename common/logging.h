@@ -28,8 +28,14 @@ void InitLogging(const std::string& name, const std::string& level = "info");
 // escapes acted on whoever read the log.
 std::unique_ptr<spdlog::formatter> LineFormatter();
 
-// `text` with each byte below 0x20 and 0x7f as \xNN; other bytes, UTF-8
-// included, as they are.
+// `text` with each byte of these as \xNN: the C0 controls (below 0x20) and
+// DEL; the C1 controls (U+0080..U+009F: a terminal not in UTF-8 mode reads
+// their bytes as CSI and the like); the line and paragraph separators and
+// the bidirectional overrides and isolates (U+2028, U+2029, U+202A..U+202E,
+// U+2066..U+2069: a viewer breaks lines at the first, and the others
+// reorder what a reader sees, "Trojan Source"); and every byte that is not
+// part of well-formed UTF-8 (overlong forms, surrogates, past U+10FFFF,
+// truncated sequences). Other UTF-8 stays as it is.
 std::string EscapeControlBytes(std::string_view text);
 
 // Config::notes, one info line each ("<source>: note: ..."), after the

@@ -69,5 +69,35 @@ TEST(LogLinesTest, ControlBytesAreEscapedAndEachMessageIsOneLine) {
   EXPECT_EQ(EscapeControlBytes("tab\there"), "tab\\x09here");
 }
 
+// A terminal not in UTF-8 mode reads C1 bytes as controls (0x9b is CSI),
+// and bidirectional overrides reorder what a reader sees: both escaped, as
+// is every byte that is not well-formed UTF-8; other UTF-8 stays.
+TEST(LogLinesTest, C1ControlsBidiOverridesAndBytesNotUtf8AreEscaped) {
+  EXPECT_EQ(EscapeControlBytes("csi\xc2\x9b"
+                               "2J"),
+            "csi\\xc2\\x9b2J");  // U+009B
+  EXPECT_EQ(EscapeControlBytes("a\xe2\x80\xae"
+                               "b"),
+            "a\\xe2\\x80\\xaeb");  // U+202E
+  EXPECT_EQ(EscapeControlBytes("a\xe2\x80\xa8"
+                               "b"),
+            "a\\xe2\\x80\\xa8b");  // U+2028
+  EXPECT_EQ(EscapeControlBytes("a\xe2\x81\xa6"
+                               "b"),
+            "a\\xe2\\x81\\xa6b");  // U+2066
+  // Not UTF-8: a lone continuation byte, a raw C1 byte, an overlong '/',
+  // a surrogate, past U+10FFFF, a truncated sequence at the end.
+  EXPECT_EQ(EscapeControlBytes("\x80"), "\\x80");
+  EXPECT_EQ(EscapeControlBytes("x\x9by"), "x\\x9by");
+  EXPECT_EQ(EscapeControlBytes("\xc0\xaf"), "\\xc0\\xaf");
+  EXPECT_EQ(EscapeControlBytes("\xed\xa0\x80"), "\\xed\\xa0\\x80");
+  EXPECT_EQ(EscapeControlBytes("\xf4\x90\x80\x80"), "\\xf4\\x90\\x80\\x80");
+  EXPECT_EQ(EscapeControlBytes("ok\xe2\x82"), "ok\\xe2\\x82");
+  // Well-formed UTF-8 of every length stays: e-acute, the euro sign, an
+  // emoji, and the last code point.
+  const std::string kept = "r\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 \xf4\x8f\xbf\xbf";
+  EXPECT_EQ(EscapeControlBytes(kept), kept);
+}
+
 }  // namespace
 }  // namespace gridsync

@@ -1,6 +1,7 @@
 // `gridsync monitor`'s contract with operators: its errors as JSON lines
-// under --json, and what it says when something other than a coordinator
-// answers on the port. Runs the real binary.
+// under --json, what it says when something other than a coordinator
+// answers on the port, and what a member's chosen strings may do to the
+// operator's terminal (nothing). Runs the real binary.
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -13,6 +14,8 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "common/coordinator_client.h"
+#include "server/coordinator.h"
 #include "tests/binary_runner.h"
 #include "tests/loopback_listener.h"
 
@@ -89,6 +92,37 @@ TEST(MonitorCliTest, APortThatIsNotTheCoordinatorsIsNamedForWhatAnswered) {
   EXPECT_EQ(zmtp.exit_code, 1) << zmtp.output;
   EXPECT_NE(zmtp.output.find("its first bytes are a ZeroMQ greeting"), std::string::npos)
       << zmtp.output;
+}
+
+// A member chooses its node name, and the coordinator lists it as sent:
+// the table wrote it raw, so terminal escapes in it cleared or rewrote the
+// operator's screen. It is shown with its control bytes escaped.
+TEST(MonitorCliTest, AMembersNodeNameCannotDriveTheTerminal) {
+  gridsync::CoordinatorOptions options;
+  options.port = 0;
+  options.expected_workers = 1;
+  auto coordinator = gridsync::Coordinator::Start(options);
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
+  auto member = gridsync::CoordinatorClient::Connect("127.0.0.1", (*coordinator)->port(),
+                                                     std::chrono::seconds(2));
+  ASSERT_TRUE(member.ok()) << member.status().ToString();
+  gridsync::RegisterInfo info;
+  info.role = gridsync::Role::kWorker;
+  info.node =
+      "evil\x1b[2J\x1b]0;owned\x07\xc2\x9b"
+      "2Jx";
+  info.tables = {{"grid.level0", 4096, 2}};
+  auto registered = (*member)->Register(info, std::chrono::seconds(2));
+  ASSERT_TRUE(registered.ok()) << registered.status().ToString();
+  const ProcessResult run = Execute("tools/gridsync",
+                                    "monitor configs/local.json --once --timeout 2 --set "
+                                    "distributed.master_port=" +
+                                        std::to_string((*coordinator)->port()));
+  EXPECT_EQ(run.output.find('\x1b'), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find('\x07'), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find("\xc2\x9b"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("evil\\x1b[2J\\x1b]0;owned\\x07\\xc2\\x9b2Jx"), std::string::npos)
+      << run.output;
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "common/cluster_map.h"
 #include "common/config.h"
 #include "common/coordinator_client.h"
+#include "common/logging.h"
 #include "common/wire/curve.h"
 #include "ops/metrics_scrape.h"
 
@@ -154,6 +155,16 @@ int Percent(const nlohmann::json& j, const char* key) {
   return std::isnan(v) ? 0 : static_cast<int>(100 * std::clamp(v, 0.0, 1.0));
 }
 
+// A string a peer chose (a node's name, an error's text), as the table
+// shows it: with its control bytes escaped (EscapeControlBytes), since a
+// member's node name with terminal escapes would otherwise act on the
+// operator's terminal.
+std::string Shown(const nlohmann::json& j, const char* key) {
+  const auto it = j.find(key);
+  if (it == j.end() || !it->is_string()) return "";
+  return gridsync::EscapeControlBytes(it->get<std::string>());
+}
+
 void PrintTable(const nlohmann::json& view, bool clear) {
   if (clear) std::printf("\033[H\033[2J");
   std::printf(
@@ -162,7 +173,7 @@ void PrintTable(const nlohmann::json& view, bool clear) {
       Num(view, "workers_expected"), view["shards"].size(), Num(view, "shards_expected"));
   const auto& c = view["coordinator"];
   if (c.contains("error")) {
-    std::printf("coordinator: %s\n", c["error"].get<std::string>().c_str());
+    std::printf("coordinator: %s\n", Shown(c, "error").c_str());
   } else {
     std::printf("coordinator: %.0f connections, %.0f waiting at a barrier, %.0f barriers passed\n",
                 Num(c, "connections"), Num(c, "barrier_waiting"), Num(c, "barriers_passed"));
@@ -171,8 +182,8 @@ void PrintTable(const nlohmann::json& view, bool clear) {
               "step ms", "comm", "samples/s", "loss", "PSNR", "sent MB", "recv MB", "GPU");
   for (const auto& w : view["workers"]) {
     if (w.contains("error")) {
-      std::printf("%-7.0f %-10s %s\n", Num(w, "rank"), w.value("node", "").c_str(),
-                  w["error"].get<std::string>().c_str());
+      std::printf("%-7.0f %-10s %s\n", Num(w, "rank"), Shown(w, "node").c_str(),
+                  Shown(w, "error").c_str());
       continue;
     }
     const std::string step =
@@ -185,7 +196,7 @@ void PrintTable(const nlohmann::json& view, bool clear) {
     if (w.contains("psnr_db") && w["psnr_db"].is_number())
       std::snprintf(psnr, sizeof(psnr), "%.2f", Num(w, "psnr_db"));
     std::printf("%-7.0f %-10s %11s %9.1f %5.0f%% %12.0f %10.6f %7s %9s %9s %s\n", Num(w, "rank"),
-                w.value("node", "").c_str(), step.c_str(), 1e3 * Num(w, "step_seconds"),
+                Shown(w, "node").c_str(), step.c_str(), 1e3 * Num(w, "step_seconds"),
                 100 * Num(w, "comm_share"), Num(w, "samples_per_second"), Num(w, "loss"), psnr,
                 Mb(Num(w, "bytes_sent")).c_str(), Mb(Num(w, "bytes_received")).c_str(),
                 gpu.c_str());
@@ -194,12 +205,12 @@ void PrintTable(const nlohmann::json& view, bool clear) {
               "pushes", "pulls", "in MB", "out MB", "waiting", "apply ms", "refused");
   for (const auto& s : view["shards"]) {
     if (s.contains("error")) {
-      std::printf("%-7.0f %-10s %s\n", Num(s, "rank"), s.value("node", "").c_str(),
-                  s["error"].get<std::string>().c_str());
+      std::printf("%-7.0f %-10s %s\n", Num(s, "rank"), Shown(s, "node").c_str(),
+                  Shown(s, "error").c_str());
       continue;
     }
     std::printf("%-7.0f %-10s %8.0f %9.0f %9.0f %9s %9s %8.0f %10.2f %8.0f\n", Num(s, "rank"),
-                s.value("node", "").c_str(), Num(s, "version"), Num(s, "pushes"), Num(s, "pulls"),
+                Shown(s, "node").c_str(), Num(s, "version"), Num(s, "pushes"), Num(s, "pulls"),
                 Mb(Num(s, "bytes_in")).c_str(), Mb(Num(s, "bytes_out")).c_str(),
                 Num(s, "waiting_pulls"), 1e3 * Num(s, "apply_seconds_mean"), Num(s, "refusals"));
   }
