@@ -273,8 +273,9 @@ void CoordinatorImpl::Stop() {
   std::lock_guard<std::mutex> lock(stop_mu_);
   if (!thread_.joinable()) return;
   asio::post(io_, [this] { Guard(nullptr, "shutdown", [&] { Shutdown(); }); });
-  // Shutdown closes every socket and timer, so run() returns by itself once
-  // the aborted handlers have run; stop() is the fallback.
+  // Shutdown cancels every timer and half-closes every socket, so run()
+  // returns by itself once the connections' lingering ended (at most about
+  // 500 ms after their replies were written); stop() is the fallback.
   if (thread_done_.get_future().wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
     spdlog::warn("coordinator: handlers still running 5 s after Stop(); stopping the io_context");
     io_.stop();
@@ -298,9 +299,21 @@ void CoordinatorImpl::Shutdown() {
   cancel(map_waiters_);
   cancel(kv_waiters_);
   for (auto& [name, barrier] : barriers_) cancel(barrier.waiters);
+  // Each connection half-closes and lingers (Linger) rather than closing at
+  // once: a reply still queued here or unsent in the kernel reaches its
+  // peer. A barrier's release replies to every member at once, and the
+  // launcher that stops this coordinator got its reply first; closed at
+  // once, a socket with unread input is reset and the kernel drops what it
+  // held, so another node's launcher lost its reply and exited 1 for a job
+  // that had finished (a hostile network probe). Lingering ends at each
+  // peer's EOF or after 500 ms; Stop() waits for it.
   auto connections = connections_;
-  for (const auto& conn : connections) Close(conn, "coordinator stopping");
-  connections_.clear();
+  for (const auto& conn : connections) {
+    if (conn->closed || conn->closing) continue;
+    conn->closing = true;
+    conn->linger_reason = "coordinator stopping";
+    if (!conn->writing) Linger(conn);  // else once its outbox is written (WriteNext)
+  }
   spdlog::info("coordinator on {} stopped", address_);
 }
 

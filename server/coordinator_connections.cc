@@ -155,7 +155,9 @@ void CoordinatorImpl::ReadHeader(const ConnPtr& conn) {
   asio::async_read(conn->socket, asio::buffer(conn->header), [this, conn](ErrorCode ec, size_t) {
     Guard(conn, "read", [&] {
       conn->reading = false;
-      if (conn->closed) return;
+      // Lingering (a refusal, or the coordinator stopping): Linger's own
+      // read discards what the peer still sends.
+      if (conn->closed || conn->closing) return;
       if (ec) {
         Close(conn, ec == asio::error::eof ? std::string("connection closed by the peer")
                                            : "read failed: " + ec.message());

@@ -190,7 +190,9 @@ struct Connection {
   std::shared_ptr<Waiter> waiter;    // the deferred request in progress, if any
   std::optional<MemberInfo> member;  // a shard or worker registered here
   bool observer = false;
-  // Lingering close after a refusal: see CoordinatorImpl::Linger().
+  // Lingering close after a refusal or at shutdown: see
+  // CoordinatorImpl::Linger(). Why it closes, for the log.
+  std::string linger_reason = "closed after a refused message";
   std::unique_ptr<asio::steady_timer> linger_timer;
   std::vector<uint8_t> discard;
   size_t discarded = 0;

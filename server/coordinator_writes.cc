@@ -79,7 +79,7 @@ void CoordinatorImpl::Linger(const ConnPtr& conn) {
   conn->linger_timer = std::make_unique<asio::steady_timer>(io_);
   conn->linger_timer->expires_after(std::chrono::milliseconds(500));
   conn->linger_timer->async_wait([this, conn](ErrorCode) {
-    Guard(conn, "linger", [&] { Close(conn, "closed after a refused message"); });
+    Guard(conn, "linger", [&] { Close(conn, conn->linger_reason); });
   });
   conn->discard.resize(4096);
   DiscardInput(conn);
@@ -92,7 +92,7 @@ void CoordinatorImpl::DiscardInput(const ConnPtr& conn) {
       if (conn->closed) return;
       conn->discarded += n;
       if (ec || conn->discarded > (size_t{1} << 20)) {
-        Close(conn, "closed after a refused message");
+        Close(conn, conn->linger_reason);
         return;
       }
       DiscardInput(conn);

@@ -210,5 +210,43 @@ TEST_F(CoordinatorWaitsTest, BarrierTimeoutNamesTheMissingMember) {
       << s0.message();
 }
 
+// A barrier's release replies to every member at once, and the launcher
+// that stops the coordinator got its reply first: closed at once, the
+// other members' replies still queued were dropped (a hostile network
+// probe: a node's launcher exited 1 for a job that had finished). The
+// coordinator now half-closes and lingers at a stop: what it queued before
+// reaches the peer. Here the queue is 32 MiB of kvGet replies, more than
+// the kernel's buffers hold while the peer does not read.
+TEST_F(CoordinatorWaitsTest, RepliesQueuedBeforeAStopStillReachThePeer) {
+  auto writer = Join(Role::kWorker, 0);
+  ASSERT_TRUE(writer);
+  ASSERT_TRUE(writer->Set("big", std::string(512 << 10, 'x')).ok());
+  RawConnection reader(coordinator_->port());
+  ASSERT_TRUE(reader.connected());
+  constexpr uint64_t kGets = 64;
+  std::string frames;
+  for (uint64_t id = 1; id <= kGets; ++id) {
+    capnp::MallocMessageBuilder message;
+    auto request = message.initRoot<schema::CoordRequest>();
+    request.setRequestId(id);
+    request.initKvGet().initKeys(1).set(0, "big");
+    frames += FrameOf(message);
+  }
+  ASSERT_TRUE(reader.Send(frames));
+  // Every request read and its reply queued, most of them still here.
+  std::this_thread::sleep_for(500ms);
+  std::thread stop([&] { coordinator_->Stop(); });
+  uint64_t replies = 0;
+  for (; replies < kGets; ++replies) {
+    const auto reply = reader.ReadReply(5s);
+    if (!reply.decoded) break;
+    EXPECT_EQ(reply.request_id, replies + 1);
+    EXPECT_FALSE(reply.is_error) << reply.text;
+  }
+  stop.join();
+  EXPECT_EQ(replies, kGets) << "replies queued before the stop were dropped";
+  EXPECT_TRUE(reader.WaitForClose(3s));
+}
+
 }  // namespace
 }  // namespace gridsync
