@@ -274,13 +274,17 @@ void CoordinatorImpl::Stop() {
   if (!thread_.joinable()) return;
   asio::post(io_, [this] { Guard(nullptr, "shutdown", [&] { Shutdown(); }); });
   // Shutdown cancels every timer and half-closes every socket, so run()
-  // returns by itself once the connections' lingering ended (at most about
-  // 500 ms after their replies were written); stop() is the fallback.
+  // returns by itself once the connections' lingering ended: at each peer's
+  // EOF, 500 ms after its replies were written, or at kStopLinger for a
+  // peer that does not read them. stop() is the fallback.
   if (thread_done_.get_future().wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
-    spdlog::warn("coordinator: handlers still running 5 s after Stop(); stopping the io_context");
+    spdlog::warn(
+        "coordinator: handlers still running 5 s after Stop() (a handler that does not "
+        "return?); stopping the io_context");
     io_.stop();
   }
   thread_.join();
+  spdlog::info("coordinator on {} stopped", address_);
 }
 
 void CoordinatorImpl::Shutdown() {
@@ -306,15 +310,31 @@ void CoordinatorImpl::Shutdown() {
   // once, a socket with unread input is reset and the kernel drops what it
   // held, so another node's launcher lost its reply and exited 1 for a job
   // that had finished (a hostile network probe). Lingering ends at each
-  // peer's EOF or after 500 ms; Stop() waits for it.
+  // peer's EOF or 500 ms after its replies were written; whatever a peer
+  // that does not read leaves is closed at kStopLinger.
   auto connections = connections_;
   for (const auto& conn : connections) {
-    if (conn->closed || conn->closing) continue;
+    if (conn->closed || conn->closing) continue;  // refused: lingering already
     conn->closing = true;
     conn->linger_reason = "coordinator stopping";
     if (!conn->writing) Linger(conn);  // else once its outbox is written (WriteNext)
   }
-  spdlog::info("coordinator on {} stopped", address_);
+  if (connections_.empty()) return;  // else Close cancels the timer once the last is closed
+  stop_timer_.expires_after(kStopLinger);
+  stop_timer_.async_wait([this](const ErrorCode&) {
+    Guard(nullptr, "shutdown", [&] {
+      auto left = connections_;
+      size_t unsent = 0;
+      for (const auto& conn : left) unsent += conn->outbox_bytes;
+      if (!left.empty()) {
+        spdlog::info(
+            "coordinator: closing {} connection(s) whose peers did not take their last "
+            "replies within {} ms of the stop ({} bytes unsent)",
+            left.size(), kStopLinger.count(), unsent);
+      }
+      for (const auto& conn : left) Close(conn, "coordinator stopped");
+    });
+  });
 }
 
 }  // namespace coordinator_engine

@@ -270,7 +270,8 @@ void CoordinatorImpl::ReadBody(const ConnPtr& conn) {
   asio::async_read(conn->socket, asio::buffer(at, want), [this, conn, want](ErrorCode ec, size_t) {
     Guard(conn, "read", [&] {
       conn->reading = false;
-      // Refused meanwhile (a deadline): its bytes are being discarded.
+      // Lingering (refused meanwhile, or the coordinator stopping): Linger cancelled
+      // this read and discards what the peer still sends.
       if (conn->closed || conn->closing) return;
       if (ec) {
         Close(conn, ec == asio::error::eof

@@ -210,7 +210,11 @@ struct BarrierState {
 class CoordinatorImpl final : public Coordinator {
  public:
   explicit CoordinatorImpl(const CoordinatorOptions& options)
-      : options_(options), acceptor_(io_), accept_retry_(io_), heartbeat_timer_(io_) {
+      : options_(options),
+        acceptor_(io_),
+        accept_retry_(io_),
+        heartbeat_timer_(io_),
+        stop_timer_(io_) {
     map_.expected_shards = options.expected_shards;
     map_.expected_workers = options.expected_workers;
     ResetSharedSettings();
@@ -411,6 +415,10 @@ class CoordinatorImpl final : public Coordinator {
   tcp::acceptor acceptor_;
   asio::steady_timer accept_retry_;
   asio::steady_timer heartbeat_timer_;
+  // At a stop, what is still open after this is closed: a peer that does
+  // not read its last replies holds the stop no longer (Shutdown).
+  static constexpr std::chrono::milliseconds kStopLinger{2000};
+  asio::steady_timer stop_timer_;
   std::atomic<uint64_t> heartbeats_{0};
   uint16_t port_ = 0;
   std::string address_;

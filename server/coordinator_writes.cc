@@ -75,6 +75,11 @@ void CoordinatorImpl::Fail(const ConnPtr& conn, uint64_t request_id, const Statu
 void CoordinatorImpl::Linger(const ConnPtr& conn) {
   if (conn->closed || conn->linger_timer) return;
   ErrorCode ignored;
+  // A read still pending (the next request's header, at a stop) is
+  // cancelled: DiscardInput is the one read from here on (Asio allows one
+  // at a time); its handler sees the connection closing and returns. No
+  // write is pending here (the outbox is written).
+  if (conn->reading) conn->socket.cancel(ignored);
   conn->socket.shutdown(tcp::socket::shutdown_send, ignored);
   conn->linger_timer = std::make_unique<asio::steady_timer>(io_);
   conn->linger_timer->expires_after(std::chrono::milliseconds(500));
@@ -194,6 +199,7 @@ void CoordinatorImpl::Close(const ConnPtr& conn, const std::string& reason) {
   conn->socket.close(ignored);
   connections_.erase(conn);
   spdlog::debug("coordinator: connection {} ({}) closed: {}", conn->id, conn->peer, reason);
+  if (shutting_down_ && connections_.empty()) stop_timer_.cancel();  // nothing left to wait for
 }
 
 }  // namespace coordinator_engine

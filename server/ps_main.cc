@@ -362,11 +362,14 @@ int main(int argc, char** argv) {
   // that is gone (the coordinator died, or a call to it timed out and the
   // client closed it), the coordinator has dropped this shard and its later
   // jobs and epochs would be refused here: serving on would only hang the
-  // workers. Asked every few seconds; on loss the shard exits failed, so
-  // that its supervisor (systemd's Restart=on-failure, gridsync launch)
-  // restarts it and it rejoins the job from its newest complete checkpoint.
+  // workers. Asked four times within timeout_s (0.25 to 5 s apart); on loss
+  // the shard exits failed, so that its supervisor (systemd's
+  // Restart=on-failure, gridsync launch) restarts it and it rejoins the job
+  // from its newest complete checkpoint. The answer also tells the shard
+  // which workers are members (NoteCoordinatorState): a pull held for a
+  // missing push needs one asked after it arrived.
   const auto ping_every = std::clamp<std::chrono::milliseconds>(
-      options.timeout / 4, std::chrono::seconds(1), std::chrono::seconds(5));
+      options.timeout / 4, std::chrono::milliseconds(250), std::chrono::seconds(5));
   auto next_ping = std::chrono::steady_clock::now() + ping_every;
   int exit_code = 0;
   while (!g_stop) {
@@ -406,6 +409,7 @@ int main(int argc, char** argv) {
       break;
     }
     if (now >= next_ping) {
+      const auto asked = std::chrono::steady_clock::now();
       if (auto job = (*client)->CurrentJob(); !job.ok()) {
         // A coordinator stopped along with the whole cluster (a target
         // stopped, gridsync launch stopping everyone) is no loss: the stop
@@ -425,7 +429,7 @@ int main(int argc, char** argv) {
       } else {
         // Who the job's members are, for the pulls the shard holds
         // (PsShard::NoteCoordinatorState).
-        (*server)->NoteCoordinatorState(*job);
+        (*server)->NoteCoordinatorState(*job, asked);
       }
       next_ping = std::chrono::steady_clock::now() + ping_every;
     }

@@ -22,10 +22,12 @@
 // Every received message passes wire::Decode, an ownership check and the
 // codec's Decode before anything changes; a bad one gets an Error reply and a log line, and the
 // shard keeps serving. A pull that waits longer than the timeout gets an
-// Error naming the workers whose pushes are missing.
+// Error naming the workers whose pushes are missing (twice the timeout when
+// the coordinator listed them since: NoteCoordinatorState).
 //
-// Thread safety: Start/Stop/endpoint/stats from one controlling thread; the
-// shard runs an I/O thread plus a pool for applying and gathering.
+// Thread safety: Start/Stop/endpoint/stats from one controlling thread;
+// SetControl and NoteCoordinatorState from any thread; the shard runs an
+// I/O thread plus a pool for applying and gathering.
 #pragma once
 
 #include <chrono>
@@ -217,7 +219,10 @@ class PsShard {
   // departed worker leaves the map, and its peers' pulls end at the first
   // timeout). Never asked from the serving loop, whose turns a coordinator
   // behind the same stalled network would stop. From any thread.
-  virtual void NoteCoordinatorState(const JobState& state) = 0;
+  // `asked`: when the state was asked for (a state asked before a pull
+  // arrived says nothing of the wait).
+  virtual void NoteCoordinatorState(const JobState& state,
+                                    std::chrono::steady_clock::time_point asked) = 0;
   // Before registering for `job`: a shard started from a checkpoint
   // checks the run its files name against the other shards' (a resume) or
   // the job's (a rejoin). InvalidArgument: another run's files, which no

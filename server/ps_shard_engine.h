@@ -116,10 +116,10 @@ class PsShardImpl : public PsShard {
     if (options_.resume_step == 0) return Status::OK();
     return checkpoints_.CheckStartRun(registry, job, options_.resume_step, options_.rejoining);
   }
-  void NoteCoordinatorState(const JobState& state) override {
+  void NoteCoordinatorState(const JobState& state, Clock::time_point asked) override {
     std::lock_guard<std::mutex> lock(coordinator_state_mu_);
     coordinator_state_ = state;
-    coordinator_state_at_ = Clock::now();
+    coordinator_state_at_ = asked;
   }
   void Joined(uint64_t job, uint32_t epoch) override {
     if (options_.resume_step > 0) {
@@ -296,7 +296,10 @@ class PsShardImpl : public PsShard {
   bool StillMembers(const std::vector<uint32_t>& missing, Clock::time_point since);
   std::mutex coordinator_state_mu_;
   std::optional<JobState> coordinator_state_;  // NoteCoordinatorState; guarded by the mutex
-  Clock::time_point coordinator_state_at_;     // when it was noted; guarded by the mutex
+  Clock::time_point coordinator_state_at_;     // when it was asked; guarded by the mutex
+  // The version whose held pulls were last logged as held once more: one
+  // line a step, however many workers wait (I/O thread).
+  uint64_t held_again_logged_ = UINT64_MAX;
   // What a held request keeps in memory (ShardOptions::max_waiting_pull_bytes).
   static uint64_t HeldBytes(const Request& request);
 

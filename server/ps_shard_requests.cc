@@ -2,7 +2,8 @@
 // Decoding and admitting them; init; pushes under bsp (held until every
 // worker's push of the step is in, then applied together), ssp and async
 // (applied on arrival, acknowledged first); pulls, answered at once or held
-// until the shard reaches the version they ask for, within the timeout.
+// until the shard reaches the version they ask for, within the timeout (or
+// twice it: ExpireWaitingPulls).
 //
 // Thread safety: the I/O thread only.
 #include "server/ps_shard_engine.h"
@@ -600,12 +601,14 @@ void PsShardImpl::ExpireWaitingPulls() {
     // from the map, and its peers hear of it at the first timeout.
     if (!it->waited_again && !missing.empty() &&
         StillMembers(missing, it->deadline - options_.timeout)) {
-      spdlog::warn(
-          "shard {}: a pull for version {} waited {:.1f} s for the pushes of step {} "
-          "from workers [{}], which the coordinator still lists in the job: holding it "
-          "once more",
-          options_.shard, it->request->message.min_version, options_.timeout.count() / 1000.0,
-          applied_.load(), Ranks(missing));
+      if (held_again_logged_ != applied_) {  // one line a step, not one a waiting worker
+        held_again_logged_ = applied_;
+        spdlog::warn(
+            "shard {}: pulls for version {} waited {:.1f} s for the pushes of step {} from "
+            "workers [{}], which the coordinator still lists in the job: holding them once more",
+            options_.shard, it->request->message.min_version, options_.timeout.count() / 1000.0,
+            applied_.load(), Ranks(missing));
+      }
       it->waited_again = true;
       it->deadline = now + options_.timeout;
       ++it;

@@ -248,5 +248,48 @@ TEST_F(CoordinatorWaitsTest, RepliesQueuedBeforeAStopStillReachThePeer) {
   EXPECT_TRUE(reader.WaitForClose(3s));
 }
 
+// A peer that never reads its replies holds a stop no longer than the
+// stop's own bound (kStopLinger, 2 s): before it, the stop waited out the
+// 5 s fallback.
+TEST_F(CoordinatorWaitsTest, APeerThatDoesNotReadHoldsAStopTwoSecondsAtMost) {
+  auto writer = Join(Role::kWorker, 0);
+  ASSERT_TRUE(writer);
+  ASSERT_TRUE(writer->Set("big", std::string(512 << 10, 'x')).ok());
+  RawConnection reader(coordinator_->port());
+  ASSERT_TRUE(reader.connected());
+  std::string frames;
+  for (uint64_t id = 1; id <= 64; ++id) {
+    capnp::MallocMessageBuilder message;
+    auto request = message.initRoot<schema::CoordRequest>();
+    request.setRequestId(id);
+    request.initKvGet().initKeys(1).set(0, "big");
+    frames += FrameOf(message);
+  }
+  ASSERT_TRUE(reader.Send(frames));
+  std::this_thread::sleep_for(500ms);
+  const auto start = Clock::now();
+  coordinator_->Stop();
+  const auto took = Since(start);
+  EXPECT_GE(took, 1500ms) << "the reader's replies were not waited for";
+  EXPECT_LT(took, 4000ms) << "the stop waited for a peer that does not read";
+}
+
+// With every peer reading (or gone), a stop ends at once, not at its bound.
+TEST_F(CoordinatorWaitsTest, AStopWithPeersThatReadEndsAtOnce) {
+  auto a = Join(Role::kWorker, 0);
+  auto b = Join(Role::kShard, 0);
+  ASSERT_TRUE(a && b);
+  std::thread stop([&] {
+    const auto start = Clock::now();
+    coordinator_->Stop();
+    EXPECT_LT(Since(start), 1500ms);
+  });
+  // The clients see EOF and close their ends, as gridsync's do.
+  std::this_thread::sleep_for(100ms);
+  a.reset();
+  b.reset();
+  stop.join();
+}
+
 }  // namespace
 }  // namespace gridsync

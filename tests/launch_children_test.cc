@@ -114,5 +114,19 @@ TEST(LaunchChildren, RestartPlanNamesTheStepOrItsAbsence) {
   fs::remove_all(dir);
 }
 
+// --max-restarts backs off: the first restart at once, then 0.5 s, doubling,
+// at most half of timeout_s (the others' wait for a rejoin).
+TEST(LaunchChildren, TheDelayBeforeEachRestartDoublesFromHalfASecondUpToHalfTheTimeout) {
+  const std::chrono::milliseconds timeout(10000);
+  EXPECT_EQ(RestartDelay(1, timeout), std::chrono::milliseconds(0));
+  EXPECT_EQ(RestartDelay(2, timeout), std::chrono::milliseconds(500));
+  EXPECT_EQ(RestartDelay(3, timeout), std::chrono::milliseconds(1000));
+  EXPECT_EQ(RestartDelay(4, timeout), std::chrono::milliseconds(2000));
+  EXPECT_EQ(RestartDelay(5, timeout), std::chrono::milliseconds(4000));
+  EXPECT_EQ(RestartDelay(6, timeout), std::chrono::milliseconds(5000));
+  EXPECT_EQ(RestartDelay(1000, timeout), std::chrono::milliseconds(5000));
+  EXPECT_EQ(RestartDelay(3, std::chrono::milliseconds(1000)), std::chrono::milliseconds(500));
+}
+
 }  // namespace
 }  // namespace gridsync::launch_detail

@@ -125,4 +125,35 @@ TEST(MonitorCliTest, AMembersNodeNameCannotDriveTheTerminal) {
       << run.output;
 }
 
+// Under --json the view is one JSON line: a node name that is not UTF-8
+// made the strict dump throw, and monitor ended in std::terminate.
+TEST(MonitorCliTest, ANodeNameThatIsNotUtf8KeepsTheJsonViewWhole) {
+  gridsync::CoordinatorOptions options;
+  options.port = 0;
+  options.expected_workers = 1;
+  auto coordinator = gridsync::Coordinator::Start(options);
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
+  auto member = gridsync::CoordinatorClient::Connect("127.0.0.1", (*coordinator)->port(),
+                                                     std::chrono::seconds(2));
+  ASSERT_TRUE(member.ok()) << member.status().ToString();
+  gridsync::RegisterInfo info;
+  info.role = gridsync::Role::kWorker;
+  info.node = "bad\xff\xfe";
+  info.tables = {{"grid.level0", 4096, 2}};
+  ASSERT_TRUE((*member)->Register(info, std::chrono::seconds(2)).ok());
+  const ProcessResult run = Execute("tools/gridsync",
+                                    "monitor configs/local.json --once --json --timeout 2 --set "
+                                    "distributed.master_port=" +
+                                        std::to_string((*coordinator)->port()));
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  const size_t at = run.output.find('{');
+  ASSERT_NE(at, std::string::npos) << run.output;
+  const auto parsed = nlohmann::json::parse(run.output.substr(at, run.output.find('\n', at) - at),
+                                            nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(parsed.is_discarded()) << run.output;
+  ASSERT_TRUE(parsed.contains("workers")) << run.output;
+  ASSERT_EQ(parsed["workers"].size(), 1u) << run.output;
+  EXPECT_EQ(parsed["workers"][0]["node"], "bad\xef\xbf\xbd\xef\xbf\xbd") << run.output;
+}
+
 }  // namespace

@@ -20,6 +20,7 @@
 #include <deque>
 #include <filesystem>
 #include <memory>
+#include <thread>
 
 #include "common/checkpoint_files.h"
 #include "common/config.h"
@@ -56,6 +57,14 @@ std::string FindBinary(const std::string& bin_dir, const std::string& name) {
     if (::access(candidate.c_str(), X_OK) == 0) return fs::weakly_canonical(candidate).string();
   }
   return "";
+}
+
+// " in 1.5 s" for a restart's backoff; nothing for none.
+std::string InSeconds(std::chrono::milliseconds delay) {
+  if (delay.count() <= 0) return "";
+  char text[48];
+  std::snprintf(text, sizeof(text), " in %.1f s", delay.count() / 1000.0);
+  return text;
 }
 
 }  // namespace
@@ -386,6 +395,8 @@ int RunLaunch(const LaunchOptions& options) {
   if (config->checkpoint.every_steps > 0 && !options.resume) RecordLaunchConfig(*config);
   start_job(resume_step, /*coordinator_runs=*/resume_across_nodes);
   int job_restarts = 0;
+  const auto restart_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(config->distributed.timeout_s * 1000));
 
   int exit_code = 0;
   for (;;) {
@@ -417,11 +428,23 @@ int RunLaunch(const LaunchOptions& options) {
       exit_code = InterruptedExit("; stopping all processes");
       break;
     }
+    // Restarts whose backoff ran out (RestartDelay).
+    for (auto& c : children) {
+      if (!c.restart_at || std::chrono::steady_clock::now() < *c.restart_at) continue;
+      Child fresh = Spawn(c.name, c.restart_argv, c.env, c.is_worker);
+      fresh.restarts = c.restarts;
+      fresh.notify = c.notify;
+      fresh.watchdog = c.watchdog;
+      fresh.pinged = std::chrono::steady_clock::now();
+      c = std::move(fresh);
+    }
     bool workers_done = true;
-    for (const auto& c : children) workers_done = workers_done && (!c.is_worker || c.exited);
+    for (const auto& c : children) {
+      workers_done = workers_done && (!c.is_worker || (c.exited && !c.restart_at));
+    }
     const Child* failed = nullptr;
     for (const auto& c : children) {
-      if (!c.exited) continue;
+      if (!c.exited || c.restart_at) continue;
       // A worker fails by its exit status; a server has no reason to exit
       // at all while workers still run.
       if ((c.is_worker && Failed(c) && !TrainedWithoutCheckpoints(c)) ||
@@ -454,12 +477,18 @@ int RunLaunch(const LaunchOptions& options) {
       const bool refused_files = RefusedCheckpoints(*failed);
       if (job_restarts < options.max_restarts && step > 0 && !trained && !refused_files) {
         ++job_restarts;
+        const std::chrono::milliseconds delay = RestartDelay(job_restarts, restart_timeout);
         std::printf(
-            "gridsync launch: %s (pid %d) failed: %s; restarting the whole job (%d of %d) from "
+            "gridsync launch: %s (pid %d) failed: %s; restarting the whole job (%d of %d)%s from "
             "the checkpoint of step %llu (gradient_sync nccl: its workers do not rejoin a "
             "running job)\n",
             who.c_str(), pid, how.c_str(), job_restarts, options.max_restarts,
-            static_cast<unsigned long long>(step));
+            InSeconds(delay).c_str(), static_cast<unsigned long long>(step));
+        std::fflush(stdout);
+        for (const auto until = std::chrono::steady_clock::now() + delay;
+             std::chrono::steady_clock::now() < until && !g_interrupted;) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
         for (auto& c : children) {
           if (c.fd >= 0) close(c.fd);
         }
@@ -513,17 +542,16 @@ int RunLaunch(const LaunchOptions& options) {
         argv.push_back(dead.argv[i]);
       }
       const int restarts = dead.restarts + 1;
-      std::printf("gridsync launch: %s (pid %d) failed: %s; restarting it (%d of %d): %s\n",
+      const std::chrono::milliseconds delay = RestartDelay(restarts, restart_timeout);
+      std::printf("gridsync launch: %s (pid %d) failed: %s; restarting it (%d of %d)%s: %s\n",
                   dead.name.c_str(), dead.pid, Describe(dead.status).c_str(), restarts,
-                  options.max_restarts,
+                  options.max_restarts, InSeconds(delay).c_str(),
                   RestartPlan(is_coordinator, node < 0, config->checkpoint.dir, job_parts).c_str());
       if (dead.fd >= 0) close(dead.fd);
-      Child fresh = Spawn(dead.name, argv, dead.env, dead.is_worker);
-      fresh.restarts = restarts;
-      fresh.notify = dead.notify;
-      fresh.watchdog = dead.watchdog;
-      fresh.pinged = std::chrono::steady_clock::now();
-      dead = std::move(fresh);
+      dead.fd = -1;
+      dead.restarts = restarts;
+      dead.restart_argv = std::move(argv);
+      dead.restart_at = std::chrono::steady_clock::now() + delay;
       continue;
     }
     if (failed != nullptr) {

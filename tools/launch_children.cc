@@ -18,6 +18,13 @@
 
 namespace gridsync::launch_detail {
 
+std::chrono::milliseconds RestartDelay(int restart, std::chrono::milliseconds timeout) {
+  if (restart <= 1) return std::chrono::milliseconds(0);
+  const int doublings = std::min(restart - 2, 20);
+  const std::chrono::milliseconds delay(int64_t{500} << doublings);
+  return std::min(delay, timeout / 2);
+}
+
 Child Spawn(const std::string& name, const std::vector<std::string>& argv, const Env& env,
             bool is_worker) {
   Child child;

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -41,7 +42,19 @@ struct Child {
   std::chrono::steady_clock::time_point pinged;
   bool armed = false;                     // pinged at least once
   std::chrono::milliseconds watchdog{0};  // the longest time allowed between pings
+  // A failed process whose restart waits out its backoff (RestartDelay):
+  // started again with restart_argv at restart_at.
+  std::optional<std::chrono::steady_clock::time_point> restart_at;
+  std::vector<std::string> restart_argv;
 };
+
+// How long the launcher waits before restart `restart` (1, 2, ...) of a
+// process: the first at once, as before (the others wait timeout_s for a
+// rejoin, and a watchdog kill is restarted within that wait); then 0.5 s,
+// doubling, at most half of timeout_s, so that a process failing at once
+// spends its restarts over seconds rather than milliseconds and each still
+// rejoins within the others' wait (systemd's RestartSec with RestartSteps).
+std::chrono::milliseconds RestartDelay(int restart, std::chrono::milliseconds timeout);
 
 // Worker 0's progress, drawn below the children's output when stdout is a
 // terminal (the workers then write "@progress" lines instead of step lines).

@@ -262,7 +262,10 @@ int RunMonitor(const MonitorOptions& options) {
     auto view = Snapshot(**coordinator, timeout);
     if (!view.ok()) return fail(view.status(), "gridsync monitor: " + view.status().ToString(), 1);
     if (options.json) {
-      std::printf("%s\n", view->dump().c_str());
+      // A member's node name is its own bytes, UTF-8 or not: the strict
+      // dump threw on one that is not, and monitor ended in terminate.
+      std::printf("%s\n",
+                  view->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
       std::fflush(stdout);
     } else {
       PrintTable(*view, live);
