@@ -210,6 +210,19 @@ TEST_F(CoordinatorWaitsTest, BarrierTimeoutNamesTheMissingMember) {
       << s0.message();
 }
 
+// `count` kvGet requests of key "big" (ids 1..count), sent in one go.
+std::string KvGetsOfBig(uint64_t count) {
+  std::string frames;
+  for (uint64_t id = 1; id <= count; ++id) {
+    capnp::MallocMessageBuilder message;
+    auto request = message.initRoot<schema::CoordRequest>();
+    request.setRequestId(id);
+    request.initKvGet().initKeys(1).set(0, "big");
+    frames += FrameOf(message);
+  }
+  return frames;
+}
+
 // A barrier's release replies to every member at once, and the launcher
 // that stops the coordinator got its reply first: closed at once, the
 // other members' replies still queued were dropped (a hostile network
@@ -224,15 +237,7 @@ TEST_F(CoordinatorWaitsTest, RepliesQueuedBeforeAStopStillReachThePeer) {
   RawConnection reader(coordinator_->port());
   ASSERT_TRUE(reader.connected());
   constexpr uint64_t kGets = 64;
-  std::string frames;
-  for (uint64_t id = 1; id <= kGets; ++id) {
-    capnp::MallocMessageBuilder message;
-    auto request = message.initRoot<schema::CoordRequest>();
-    request.setRequestId(id);
-    request.initKvGet().initKeys(1).set(0, "big");
-    frames += FrameOf(message);
-  }
-  ASSERT_TRUE(reader.Send(frames));
+  ASSERT_TRUE(reader.Send(KvGetsOfBig(kGets)));
   // Every request read and its reply queued, most of them still here.
   std::this_thread::sleep_for(500ms);
   std::thread stop([&] { coordinator_->Stop(); });
@@ -257,15 +262,7 @@ TEST_F(CoordinatorWaitsTest, APeerThatDoesNotReadHoldsAStopTwoSecondsAtMost) {
   ASSERT_TRUE(writer->Set("big", std::string(512 << 10, 'x')).ok());
   RawConnection reader(coordinator_->port());
   ASSERT_TRUE(reader.connected());
-  std::string frames;
-  for (uint64_t id = 1; id <= 64; ++id) {
-    capnp::MallocMessageBuilder message;
-    auto request = message.initRoot<schema::CoordRequest>();
-    request.setRequestId(id);
-    request.initKvGet().initKeys(1).set(0, "big");
-    frames += FrameOf(message);
-  }
-  ASSERT_TRUE(reader.Send(frames));
+  ASSERT_TRUE(reader.Send(KvGetsOfBig(64)));
   std::this_thread::sleep_for(500ms);
   const auto start = Clock::now();
   coordinator_->Stop();

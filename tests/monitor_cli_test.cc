@@ -94,30 +94,49 @@ TEST(MonitorCliTest, APortThatIsNotTheCoordinatorsIsNamedForWhatAnswered) {
       << zmtp.output;
 }
 
+// A coordinator with one worker registered under `node` (a member chooses
+// its node name, and the coordinator lists it as sent), and gridsync
+// monitor pointed at it.
+class ClusterWithANode {
+ public:
+  void Start(const std::string& node) {
+    gridsync::CoordinatorOptions options;
+    options.port = 0;
+    options.expected_workers = 1;
+    auto coordinator = gridsync::Coordinator::Start(options);
+    ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
+    coordinator_ = std::move(coordinator).value();
+    auto member = gridsync::CoordinatorClient::Connect("127.0.0.1", coordinator_->port(),
+                                                       std::chrono::seconds(2));
+    ASSERT_TRUE(member.ok()) << member.status().ToString();
+    member_ = std::move(member).value();
+    gridsync::RegisterInfo info;
+    info.role = gridsync::Role::kWorker;
+    info.node = node;
+    info.tables = {{"grid.level0", 4096, 2}};
+    auto registered = member_->Register(info, std::chrono::seconds(2));
+    ASSERT_TRUE(registered.ok()) << registered.status().ToString();
+  }
+  ProcessResult Monitor(const std::string& flags) const {
+    return Execute("tools/gridsync", "monitor configs/local.json " + flags +
+                                         " --timeout 2 --set distributed.master_port=" +
+                                         std::to_string(coordinator_->port()));
+  }
+
+ private:
+  std::unique_ptr<gridsync::Coordinator> coordinator_;
+  std::unique_ptr<gridsync::CoordinatorClient> member_;
+};
+
 // A member chooses its node name, and the coordinator lists it as sent:
 // the table wrote it raw, so terminal escapes in it cleared or rewrote the
 // operator's screen. It is shown with its control bytes escaped.
 TEST(MonitorCliTest, AMembersNodeNameCannotDriveTheTerminal) {
-  gridsync::CoordinatorOptions options;
-  options.port = 0;
-  options.expected_workers = 1;
-  auto coordinator = gridsync::Coordinator::Start(options);
-  ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
-  auto member = gridsync::CoordinatorClient::Connect("127.0.0.1", (*coordinator)->port(),
-                                                     std::chrono::seconds(2));
-  ASSERT_TRUE(member.ok()) << member.status().ToString();
-  gridsync::RegisterInfo info;
-  info.role = gridsync::Role::kWorker;
-  info.node =
-      "evil\x1b[2J\x1b]0;owned\x07\xc2\x9b"
-      "2Jx";
-  info.tables = {{"grid.level0", 4096, 2}};
-  auto registered = (*member)->Register(info, std::chrono::seconds(2));
-  ASSERT_TRUE(registered.ok()) << registered.status().ToString();
-  const ProcessResult run = Execute("tools/gridsync",
-                                    "monitor configs/local.json --once --timeout 2 --set "
-                                    "distributed.master_port=" +
-                                        std::to_string((*coordinator)->port()));
+  ClusterWithANode cluster;
+  ASSERT_NO_FATAL_FAILURE(
+      cluster.Start("evil\x1b[2J\x1b]0;owned\x07\xc2\x9b"
+                    "2Jx"));
+  const ProcessResult run = cluster.Monitor("--once");
   EXPECT_EQ(run.output.find('\x1b'), std::string::npos) << run.output;
   EXPECT_EQ(run.output.find('\x07'), std::string::npos) << run.output;
   EXPECT_EQ(run.output.find("\xc2\x9b"), std::string::npos) << run.output;
@@ -128,23 +147,9 @@ TEST(MonitorCliTest, AMembersNodeNameCannotDriveTheTerminal) {
 // Under --json the view is one JSON line: a node name that is not UTF-8
 // made the strict dump throw, and monitor ended in std::terminate.
 TEST(MonitorCliTest, ANodeNameThatIsNotUtf8KeepsTheJsonViewWhole) {
-  gridsync::CoordinatorOptions options;
-  options.port = 0;
-  options.expected_workers = 1;
-  auto coordinator = gridsync::Coordinator::Start(options);
-  ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
-  auto member = gridsync::CoordinatorClient::Connect("127.0.0.1", (*coordinator)->port(),
-                                                     std::chrono::seconds(2));
-  ASSERT_TRUE(member.ok()) << member.status().ToString();
-  gridsync::RegisterInfo info;
-  info.role = gridsync::Role::kWorker;
-  info.node = "bad\xff\xfe";
-  info.tables = {{"grid.level0", 4096, 2}};
-  ASSERT_TRUE((*member)->Register(info, std::chrono::seconds(2)).ok());
-  const ProcessResult run = Execute("tools/gridsync",
-                                    "monitor configs/local.json --once --json --timeout 2 --set "
-                                    "distributed.master_port=" +
-                                        std::to_string((*coordinator)->port()));
+  ClusterWithANode cluster;
+  ASSERT_NO_FATAL_FAILURE(cluster.Start("bad\xff\xfe"));
+  const ProcessResult run = cluster.Monitor("--once --json");
   EXPECT_EQ(run.exit_code, 0) << run.output;
   const size_t at = run.output.find('{');
   ASSERT_NE(at, std::string::npos) << run.output;
