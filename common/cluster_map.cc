@@ -16,6 +16,15 @@ const char* RoleName(Role role) {
   return "unknown-role";
 }
 
+std::string RankList(const std::vector<uint32_t>& ranks) {
+  std::string out = "[";
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (i > 0) out += ", ";
+    out += std::to_string(ranks[i]);
+  }
+  return out + "]";
+}
+
 std::string CannotJoinKey(Role role, uint32_t rank) {
   return std::string(kCannotJoinPrefix) + RoleName(role) + "/" + std::to_string(rank);
 }

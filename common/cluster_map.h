@@ -111,6 +111,9 @@ inline constexpr char kCollectiveStorePrefix[] = "collective/";
 inline constexpr char kCannotJoinPrefix[] = "cannot-join/";
 std::string CannotJoinKey(Role role, uint32_t rank);
 
+// Ranks as messages name them: "[0, 2, 3]".
+std::string RankList(const std::vector<uint32_t>& ranks);
+
 struct JobState {
   uint64_t job = 0;
   uint32_t epoch = 0;

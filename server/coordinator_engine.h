@@ -103,15 +103,6 @@ inline std::string DescribeMember(const MemberInfo& m) {
   return fmt::format("{} {} (node '{}', pid {})", RoleName(m.role), m.rank, m.node, m.pid);
 }
 
-inline std::string RankList(const std::vector<uint32_t>& ranks) {
-  std::string out = "[";
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    if (i > 0) out += ", ";
-    out += std::to_string(ranks[i]);
-  }
-  return out + "]";
-}
-
 inline std::string Join(const std::vector<std::string>& items, const char* sep = ", ") {
   std::string out;
   for (size_t i = 0; i < items.size(); ++i) {

@@ -552,16 +552,6 @@ void PsShardImpl::ServeWaitingPulls() {
   }
 }
 
-namespace {
-
-std::string Ranks(const std::vector<uint32_t>& ranks) {
-  std::string out;
-  for (uint32_t r : ranks) out += (out.empty() ? "" : ", ") + std::to_string(r);
-  return out;
-}
-
-}  // namespace
-
 std::vector<uint32_t> PsShardImpl::MissingPushers() const {
   std::vector<uint32_t> missing;
   const auto slot = pending_.find(applied_);
@@ -587,12 +577,14 @@ bool PsShardImpl::StillMembers(const std::vector<uint32_t>& missing, Clock::time
 void PsShardImpl::ExpireWaitingPulls() {
   if (waiting_.empty()) return;
   const auto now = Clock::now();
+  std::optional<std::vector<uint32_t>> missing_once;  // the same for every pull of this pass
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     if (now < it->deadline) {
       ++it;
       continue;
     }
-    const std::vector<uint32_t> missing = MissingPushers();
+    if (!missing_once) missing_once = MissingPushers();
+    const std::vector<uint32_t>& missing = *missing_once;
     // A worker behind a stalled network is silent for as long as TCP's
     // backed-off resends take, which can outlast timeout_s after a shorter
     // outage; its peers' pulls are held once more while the coordinator
@@ -605,9 +597,9 @@ void PsShardImpl::ExpireWaitingPulls() {
         held_again_logged_ = applied_;
         spdlog::warn(
             "shard {}: pulls for version {} waited {:.1f} s for the pushes of step {} from "
-            "workers [{}], which the coordinator still lists in the job: holding them once more",
+            "workers {}, which the coordinator still lists in the job: holding them once more",
             options_.shard, it->request->message.min_version, options_.timeout.count() / 1000.0,
-            applied_.load(), Ranks(missing));
+            applied_.load(), RankList(missing));
       }
       it->waited_again = true;
       it->deadline = now + options_.timeout;
@@ -624,7 +616,7 @@ void PsShardImpl::ExpireWaitingPulls() {
                               : "") +
             "; shard " + std::to_string(options_.shard) + " is at version " +
             std::to_string(applied_) + ", missing pushes for step " + std::to_string(applied_) +
-            " from workers [" + Ranks(missing) + "]"));
+            " from workers " + RankList(missing)));
     it = waiting_.erase(it);
   }
 }

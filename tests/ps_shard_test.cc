@@ -34,23 +34,10 @@ zmq::socket_t ReadingDealer(zmq::context_t& context, const std::string& endpoint
   return socket;
 }
 
-// A pull of row 1 of table 0 (width 2) by worker 0 of job 1, for
-// `min_version` (1: the next; nobody pushes, so the pull waits).
+// A pull of row 1 of table 0 by worker 0 of job 1, for `min_version` (1:
+// the next; nobody pushes, so the pull waits).
 std::vector<zmq::message_t> PullOfRowOne(uint64_t request_id, uint64_t min_version) {
-  wire::OutHeader h;
-  h.kind = wire::Kind::kPull;
-  h.request_id = request_id;
-  h.num_workers = 1;
-  h.min_version = min_version;
-  h.job = 1;
-  wire::OutBlock b;
-  b.table = 0;
-  b.width = 2;
-  b.rows = {1};
-  b.row_count = 1;
-  std::vector<wire::OutBlock> blocks;
-  blocks.push_back(std::move(b));
-  return wire::Encode(h, std::move(blocks));
+  return RowOneMessage(wire::Kind::kPull, request_id, /*job=*/1, min_version);
 }
 
 // Nothing an unreadable message says can be trusted to name its sender,
@@ -313,21 +300,7 @@ TEST(PsShardTest, ANewJobStartsAfreshAndAStaleWorkerIsRefusedByName) {
   const std::vector<wire::TableShape> shapes = ShapesOf(*cluster->partition);
   RawClient raw(cluster->shards[0]->endpoint());
   auto send = [&](wire::Kind kind, uint64_t job, uint64_t min_version) {
-    wire::OutHeader h;
-    h.kind = kind;
-    h.request_id = 7;
-    h.num_workers = 1;
-    h.min_version = min_version;
-    h.job = job;
-    wire::OutBlock b;
-    b.table = 0;
-    b.width = 2;
-    b.rows = {1};
-    b.row_count = 1;
-    if (kind != wire::Kind::kPull) b.values = {1.0f, -1.0f};
-    std::vector<wire::OutBlock> blocks;
-    blocks.push_back(std::move(b));
-    return raw.Exchange(wire::Encode(h, std::move(blocks)), shapes);
+    return raw.Exchange(RowOneMessage(kind, 7, job, min_version), shapes);
   };
   auto expect_refused = [&](const Result<wire::Message>& reply, const std::string& text) {
     ASSERT_TRUE(reply.ok()) << reply.status().ToString();

@@ -121,6 +121,30 @@ inline std::vector<float> SingleProcessParams(const Config& config, const ImageT
   return FlattenParams(*SingleProcess(config, image).model);
 }
 
+// A message about row 1 of table 0 (width 2) from worker `rank` of
+// `num_workers` in job `job`: a pull for `min_version`, or a push (or init)
+// of the values {1, -1}.
+inline std::vector<zmq::message_t> RowOneMessage(wire::Kind kind, uint64_t request_id, uint64_t job,
+                                                 uint64_t min_version, uint32_t rank = 0,
+                                                 uint32_t num_workers = 1) {
+  wire::OutHeader h;
+  h.kind = kind;
+  h.request_id = request_id;
+  h.worker_rank = rank;
+  h.num_workers = num_workers;
+  h.min_version = min_version;
+  h.job = job;
+  wire::OutBlock b;
+  b.table = 0;
+  b.width = 2;
+  b.rows = {1};
+  b.row_count = 1;
+  if (kind != wire::Kind::kPull) b.values = {1.0f, -1.0f};
+  std::vector<wire::OutBlock> blocks;
+  blocks.push_back(std::move(b));
+  return wire::Encode(h, std::move(blocks));
+}
+
 // The table shapes wire::Decode checks messages against.
 inline std::vector<wire::TableShape> ShapesOf(const Partition& partition) {
   std::vector<wire::TableShape> shapes;

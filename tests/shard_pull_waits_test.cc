@@ -25,23 +25,9 @@ class ShardPullWaitsTest : public ::testing::Test {
 
   // Worker `rank` of job 1 (of 2): a push of row 1 of table 0 for step 0,
   // or a pull of it for version 1 (held until both workers pushed step 0).
-  std::vector<zmq::message_t> Message(wire::Kind kind, uint32_t rank) const {
-    wire::OutHeader h;
-    h.kind = kind;
-    h.request_id = 10 + rank;
-    h.worker_rank = rank;
-    h.num_workers = 2;
-    h.min_version = kind == wire::Kind::kPull ? 1 : 0;
-    h.job = 1;
-    wire::OutBlock b;
-    b.table = 0;
-    b.width = 2;
-    b.rows = {1};
-    b.row_count = 1;
-    if (kind == wire::Kind::kPush) b.values = {1.0f, -1.0f};
-    std::vector<wire::OutBlock> blocks;
-    blocks.push_back(std::move(b));
-    return wire::Encode(h, std::move(blocks));
+  static std::vector<zmq::message_t> Message(wire::Kind kind, uint32_t rank) {
+    return RowOneMessage(kind, 10 + rank, /*job=*/1, kind == wire::Kind::kPull ? 1 : 0, rank,
+                         /*num_workers=*/2);
   }
 
   // Worker 1 registered with the coordinator, its connection kept open (a
