@@ -32,6 +32,7 @@
 #include <thread>
 #include <utility>
 
+#include "common/tcp_backoff.h"
 #include "common/wire/coord_codec.h"
 
 namespace gridsync {
@@ -89,7 +90,13 @@ class CoordinatorClient::Impl {
               [handler](const ErrorCode& e, const tcp::endpoint&) mutable { handler(e); });
         },
         deadline);
-    if (!ec) socket_.set_option(tcp::no_delay(true), ignored);
+    if (ec) return ec;
+    socket_.set_option(tcp::no_delay(true), ignored);
+    // Requests sent during an outage reach the coordinator within a second
+    // of its end, not on TCP's doubled timer (common/tcp_backoff.h).
+    if (const std::string why = CapRetransmitBackoff(socket_.native_handle()); !why.empty()) {
+      spdlog::debug("coordinator client: {}", why);
+    }
     return ec;
   }
 

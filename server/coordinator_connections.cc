@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/tcp_backoff.h"
 #include "server/coordinator_engine.h"
 
 namespace gridsync {
@@ -63,6 +64,13 @@ void CoordinatorImpl::Accept() {
       ErrorCode opt_ec;
       conn->socket.set_option(tcp::no_delay(true), opt_ec);
       DetectDeadPeer(conn->socket, options_.dead_peer_after);
+      // Replies queued during an outage go out within a second of its end
+      // (common/tcp_backoff.h), so an outage shorter than dead_peer_after
+      // does not end the member's connection.
+      if (const std::string why = CapRetransmitBackoff(conn->socket.native_handle());
+          !why.empty()) {
+        spdlog::debug("coordinator: {}", why);
+      }
       auto remote = conn->socket.remote_endpoint(opt_ec);
       conn->peer = opt_ec ? std::string("unknown peer")
                           : fmt::format("{}:{}", remote.address().to_string(), remote.port());
