@@ -10,6 +10,10 @@
 // cap on that timer: at 1 s, a healed link carries the data again within a
 // second, and an outage is judged by its own length.
 //
+// A second is far above a datacenter's round trips; a link whose round
+// trip nears a second would resend needlessly (the timer never goes below
+// the measured round trip's estimate either way).
+//
 // The cap applies where the kernel has the option; an older kernel refuses
 // it (ENOPROTOOPT), and the connection keeps the kernel's backoff. Where it
 // applies: the coordinator's connections at both ends, the shards'
