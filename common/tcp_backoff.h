@@ -1,52 +1,67 @@
-// The retransmission backoff of a control-plane TCP connection.
+// The retransmission backoff of the coordinator's TCP connections.
 //
 // After a network outage, TCP resends unacknowledged data only when its
 // retransmission timer fires, and that timer doubles with every try: from
-// 0.2 s it reaches 6.4 s after five tries and 120 s at most. So a
-// connection whose link came back after 7 s may stay silent until 12.6 s,
-// and a peer that gives it `timeout_s` = 10 (TCP_USER_TIMEOUT, the
-// coordinator's dead-peer detection) drops it though the network healed
-// well within the time allowed. Linux 6.15 added TCP_RTO_MAX_MS, a per-socket
+// 0.2 s it reaches 6.4 s after five tries and 120 s at most. The
+// coordinator drops a member whose connection leaves data unacknowledged
+// for `dead_peer_after` (TCP_USER_TIMEOUT, `distributed.timeout_s`): with
+// a reply in flight when a 7 s outage began, the resend after the link's
+// return came at 12.6 s, and a coordinator given 10 s dropped a member
+// whose network had healed. Linux 6.15 added TCP_RTO_MAX_MS, a per-socket
 // cap on that timer: at 1 s, a healed link carries the data again within a
 // second, and an outage is judged by its own length.
 //
+// The cap also shortens when TCP gives up. Without TCP_USER_TIMEOUT the
+// kernel gives up after tcp_retries2 resends modelled on the capped timer:
+// 14.4 s instead of 924.6 s. So a socket capped here that has no user
+// timeout gets one equal to the uncapped model's: when TCP resends
+// changes, not when it gives up. One limit stays: a peer whose receive
+// window was zero when the outage began is probed tcp_retries2 times on the
+// capped timer, so the connection ends after about 13 s of such an outage
+// (a member that does not read its replies; the coordinator's members
+// always do).
+//
+// Why not the data plane (ZeroMQ, Gloo): a shard whose receive buffer is
+// full (a busy shard under many pushes) advertises a zero window often, and
+// an outage of 13 s then would end a connection that the uncapped kernel
+// keeps for minutes. Their waits already allow for the backoff (a worker
+// waits once more for a shard the coordinator still lists); capped, a
+// 9.4 s outage resumed `ps` training 0.4 s after the link's return instead
+// of 3.8 s, a gain not worth that failure.
+//
 // A second is far above a datacenter's round trips; a link whose round
-// trip nears a second would resend needlessly (the timer never goes below
-// the measured round trip's estimate either way).
+// trip nears a second would resend needlessly.
 //
 // The cap applies where the kernel has the option; an older kernel refuses
-// it (ENOPROTOOPT), and the connection keeps the kernel's backoff. Where it
-// applies: the coordinator's connections at both ends, the shards'
-// accepted ZeroMQ connections and the workers' (each reported by a socket
-// monitor with its descriptor), and Gloo's pairs once its mesh is up.
+// it (ENOPROTOOPT), and the connection keeps the kernel's backoff.
 //
-// Thread safety: free functions on a socket the caller owns.
+// Thread safety: free functions. Any descriptor may be passed: one that is
+// not a TCP socket gets the kernel's refusal, as text.
 #pragma once
 
 #include <chrono>
 #include <string>
-#include <vector>
 
 namespace gridsync {
 
-// The cap for control-plane sockets: the smallest the kernel takes.
+// The cap: the smallest the kernel takes.
 inline constexpr std::chrono::milliseconds kRetransmitBackoffCap{1000};
 
-// Caps `fd`'s retransmission timer at `cap` (at least 1 s). Returns an
-// empty string when it applied, else why not (the kernel's refusal), for a
-// debug line: a kernel without the option is not an error.
-std::string CapRetransmitBackoff(int fd, std::chrono::milliseconds cap = kRetransmitBackoffCap);
+// Caps `fd`'s retransmission timer at kRetransmitBackoffCap and, when it
+// has no TCP_USER_TIMEOUT, sets one to UncappedGiveUp(). Returns an empty
+// string when both applied, else why not, for a debug line: a kernel
+// without the option is not an error.
+std::string CapRetransmitBackoff(int fd);
 
-// Caps every TCP socket this process holds, for libraries that keep their
-// descriptors private (Gloo's pairs): call it once their connections are
-// made. Returns how many it capped.
-int CapRetransmitBackoffOfOpenSockets(std::chrono::milliseconds cap = kRetransmitBackoffCap);
+// When the kernel gives up on a connection with no TCP_USER_TIMEOUT and
+// the default timer (0.2 s doubling to 120 s), after `retries` resends
+// (tcp_retries2; 15 by default: 924.6 s), as tcp_model_timeout computes it.
+std::chrono::milliseconds UncappedGiveUp(int retries);
+// The same for this host's tcp_retries2 (15 when it cannot be read).
+std::chrono::milliseconds UncappedGiveUp();
 
-// The TCP sockets this process holds (their descriptors), from /proc.
-std::vector<int> OpenTcpSockets();
-
-// The cap now on `fd` in milliseconds, or -1 where the kernel has no
-// such option (tests).
+// The cap now on `fd` in milliseconds, or -1 where the kernel has no such
+// option or `fd` is no TCP socket (tests).
 int RetransmitBackoffCapMs(int fd);
 
 }  // namespace gridsync

@@ -191,10 +191,6 @@ Status PsClient::AwaitReplies(uint64_t request_id, wire::Kind expected,
                                      timeout_ / 4, std::chrono::milliseconds(1000),
                                      std::chrono::milliseconds(5000));
   auto deadline = Clock::now() + waited;
-  // New connections' events at once, not after a second's wait: the watch
-  // caps each one's retransmission backoff (common/tcp_backoff.h); a
-  // reconnection's are queued by the next request.
-  WatchHandshakes();
   bool waited_again = false;  // SetStallCheck's one more wait
   constexpr auto kCheckEvery = std::chrono::milliseconds(1000);
   auto next_check = Clock::now() + kCheckEvery;
@@ -277,9 +273,6 @@ Status PsClient::AwaitReplies(uint64_t request_id, wire::Kind expected,
       --remaining;
     }
   }
-  // A first request's connections were made meanwhile: their events are
-  // queued now.
-  WatchHandshakes();
   return Status::OK();
 }
 

@@ -14,8 +14,6 @@
 #include <utility>
 #include <vector>
 
-#include "common/tcp_backoff.h"
-
 namespace gridsync::wire {
 namespace {
 
@@ -199,9 +197,6 @@ void ConnectionCap::OnAccepted(int fd) {
     std::lock_guard<std::mutex> lock(taken_mu_);
     if (closed_fds_.erase(fd) != 0 || taken_.count(fd) == 0) taken_[fd] = Progress{0, 0, now};
   }
-  // Replies queued during an outage go out within a second of its end
-  // (common/tcp_backoff.h).
-  (void)CapRetransmitBackoff(fd);
   const std::string address = PeerAddress(fd);
   open_at_[fd] = Open{address, now, false};
   const uint32_t from_address = ++per_address_[address];

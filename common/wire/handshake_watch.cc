@@ -9,8 +9,6 @@
 #include <atomic>
 #include <cstring>
 
-#include "common/tcp_backoff.h"
-
 namespace gridsync::wire {
 namespace {
 
@@ -67,9 +65,6 @@ bool HandshakeWatch::Poll() {
     switch (event) {
       case ZMQ_EVENT_CONNECTED:
         ++connections_;
-        // The value is the connection's descriptor: after an outage its
-        // pushes resend within a second of the link's return.
-        (void)CapRetransmitBackoff(value);
         break;
       case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
         ++handshakes_;

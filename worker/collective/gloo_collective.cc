@@ -27,7 +27,6 @@
 #include <thread>
 #include <utility>
 
-#include "common/tcp_backoff.h"
 #include "worker/collective/half_format.h"
 
 namespace gridsync {
@@ -413,10 +412,6 @@ Result<std::unique_ptr<Collective>> NewGlooCollective(Store* store, int rank, in
       auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
       context->setTimeout(options.timeout);
       context->connectFullMesh(*mesh->adapter, device);
-      // Gloo keeps its pairs' descriptors to itself: cap them (with every
-      // other TCP socket of this process) so that a collective resends
-      // within a second of an outage's end (common/tcp_backoff.h).
-      CapRetransmitBackoffOfOpenSockets();
       std::lock_guard<std::mutex> lock(mesh->mu);
       mesh->context = std::move(context);
     } catch (...) {
