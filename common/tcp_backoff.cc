@@ -6,8 +6,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <system_error>
 
 namespace gridsync {
 namespace {
@@ -42,9 +45,41 @@ std::chrono::milliseconds UncappedGiveUp() {
   return UncappedGiveUp(retries);
 }
 
-std::string CapRetransmitBackoff(int fd) {
+std::chrono::milliseconds RetransmitCapFor(std::chrono::milliseconds timeout) {
+  return std::max<std::chrono::milliseconds>(kRetransmitBackoffCap,
+                                             (timeout + std::chrono::milliseconds(11)) / 12);
+}
+
+std::vector<OpenTcpSocket> OpenTcpSockets() {
+  std::vector<OpenTcpSocket> sockets;
+  std::error_code ec;
+  std::filesystem::directory_iterator it("/proc/self/fd", ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    int fd = -1;
+    const auto [last, parse] = std::from_chars(name.data(), name.data() + name.size(), fd);
+    if (parse != std::errc() || last != name.data() + name.size()) continue;
+    // "socket:[inode]"; the iterator's own descriptor and anything closed
+    // meanwhile fail here or below.
+    std::error_code link_ec;
+    const std::string target = std::filesystem::read_symlink(it->path(), link_ec).string();
+    uint64_t inode = 0;
+    if (link_ec || target.rfind("socket:[", 0) != 0 ||
+        std::from_chars(target.data() + 8, target.data() + target.size(), inode).ec !=
+            std::errc()) {
+      continue;
+    }
+    int protocol = 0;
+    socklen_t size = sizeof(protocol);
+    if (getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &protocol, &size) != 0) continue;
+    if (protocol == IPPROTO_TCP) sockets.push_back({fd, inode});
+  }
+  return sockets;
+}
+
+std::string CapRetransmitBackoff(int fd, std::chrono::milliseconds cap) {
 #if defined(__linux__)
-  const int cap_ms = static_cast<int>(kRetransmitBackoffCap.count());
+  const int cap_ms = static_cast<int>(std::clamp<int64_t>(cap.count(), 1000, 120000));
   if (setsockopt(fd, IPPROTO_TCP, kTcpRtoMaxMs, &cap_ms, sizeof(cap_ms)) != 0) {
     const int error = errno;
     return std::string("TCP_RTO_MAX_MS not set: ") + std::strerror(error) +

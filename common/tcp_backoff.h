@@ -1,4 +1,4 @@
-// The retransmission backoff of the coordinator's TCP connections.
+// The retransmission backoff of the coordinator's and Gloo's TCP connections.
 //
 // After a network outage, TCP resends unacknowledged data only when its
 // retransmission timer fires, and that timer doubles with every try: from
@@ -21,13 +21,15 @@
 // (a member that does not read its replies; the coordinator's members
 // always do).
 //
-// Why not the data plane (ZeroMQ, Gloo): a shard whose receive buffer is
-// full (a busy shard under many pushes) advertises a zero window often, and
-// an outage of 13 s then would end a connection that the uncapped kernel
-// keeps for minutes. Their waits already allow for the backoff (a worker
-// waits once more for a shard the coordinator still lists); capped, a
-// 9.4 s outage resumed `ps` training 0.4 s after the link's return instead
-// of 3.8 s, a gain not worth that failure.
+// Gloo's pairs (the `nccl` mode's all-reduce between nodes on CPU hosts)
+// are capped too, at RetransmitCapFor(timeout_s): a collective's wait ends
+// at timeout_s with no second chance, and with the kernel's backoff a 4.4 s
+// outage under timeout_s 5 resumed after the wait had ended (the job
+// failed). The cap grows with timeout_s (a twelfth of it, at least 1 s) so
+// that a zero window's probes still last past timeout_s (13.4 s at 1 s,
+// 30.5 s at 2.5 s for timeout_s 30). ZeroMQ's connections keep the kernel's
+// backoff: the workers' waits allow for it (a worker waits once more for a
+// shard the coordinator still lists), and their descriptors are ZeroMQ's.
 //
 // A second is far above a datacenter's round trips; a link whose round
 // trip nears a second would resend needlessly.
@@ -40,18 +42,32 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace gridsync {
 
-// The cap: the smallest the kernel takes.
+// The coordinator's cap: the smallest the kernel takes.
 inline constexpr std::chrono::milliseconds kRetransmitBackoffCap{1000};
 
-// Caps `fd`'s retransmission timer at kRetransmitBackoffCap and, when it
-// has no TCP_USER_TIMEOUT, sets one to UncappedGiveUp(). Returns an empty
+// The cap for connections whose waits last `timeout`: a twelfth of it, at
+// least 1 s, so that tcp_retries2 (15) probes of a zero window outlast it.
+std::chrono::milliseconds RetransmitCapFor(std::chrono::milliseconds timeout);
+
+// Caps `fd`'s retransmission timer at `cap` (1 to 120 s) and, when it has
+// no TCP_USER_TIMEOUT, sets one to UncappedGiveUp(). Returns an empty
 // string when both applied, else why not, for a debug line: a kernel
 // without the option is not an error.
-std::string CapRetransmitBackoff(int fd);
+std::string CapRetransmitBackoff(int fd, std::chrono::milliseconds cap = kRetransmitBackoffCap);
+
+// This process's TCP sockets: descriptor and socket inode (an inode names
+// one socket, where a descriptor number is reused), from /proc.
+struct OpenTcpSocket {
+  int fd = -1;
+  uint64_t inode = 0;
+};
+std::vector<OpenTcpSocket> OpenTcpSockets();
 
 // When the kernel gives up on a connection with no TCP_USER_TIMEOUT and
 // the default timer (0.2 s doubling to 120 s), after `retries` resends

@@ -51,7 +51,8 @@ struct CoordinatorOptions {
   // no FIN, no RST) is noticed within about this long by TCP keepalive
   // probes (and TCP_USER_TIMEOUT for unacknowledged replies), and its
   // connection closed, so that its rank frees for a restarted process.
-  // gridsync-coordinator sets it to distributed.timeout_s. 0: off.
+  // gridsync-coordinator sets it to distributed.timeout_s plus a member's
+  // ping interval and 1 s (common/member_liveness.h). 0: off.
   std::chrono::seconds dead_peer_after{30};
   // Replies written but not yet taken by the peer: past this, the
   // connection's requests are no longer read until it drains.

@@ -22,6 +22,7 @@
 #include "common/config.h"
 #include "common/file_limit.h"
 #include "common/logging.h"
+#include "common/member_liveness.h"
 #include "common/server_config.h"
 #include "ops/metrics.h"
 #include "ops/service_watchdog.h"
@@ -91,8 +92,9 @@ int main(int argc, char** argv) {
                                 ? 0
                                 : static_cast<uint32_t>(config->ps.shards);
   options.expected_workers = static_cast<uint32_t>(config->distributed.world_size);
-  options.dead_peer_after = std::chrono::seconds(
-      std::max<int64_t>(1, static_cast<int64_t>(std::ceil(config->distributed.timeout_s))));
+  // A member silent for timeout_s on top of its own ping interval
+  // (common/member_liveness.h).
+  options.dead_peer_after = gridsync::DeadPeerAfter(config->distributed.timeout());
   auto auth = gridsync::wire::ControlAuthFor(*config, "coordinator");
   if (!auth.ok()) {
     std::fprintf(stderr, "%s: %s\n", config_path.c_str(), auth.status().message().c_str());

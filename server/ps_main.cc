@@ -23,6 +23,7 @@
 #include "common/host_address.h"
 #include "common/host_memory.h"
 #include "common/logging.h"
+#include "common/member_liveness.h"
 #include "common/message_heap.h"
 #include "common/server_config.h"
 #include "common/sharding.h"
@@ -368,8 +369,7 @@ int main(int argc, char** argv) {
   // from its newest complete checkpoint. The answer also tells the shard
   // which workers are members (NoteCoordinatorState): a pull held for a
   // missing push needs one asked after it arrived.
-  const auto ping_every = std::clamp<std::chrono::milliseconds>(
-      options.timeout / 4, std::chrono::milliseconds(250), std::chrono::seconds(5));
+  const auto ping_every = gridsync::MemberPingInterval(options.timeout);
   auto next_ping = std::chrono::steady_clock::now() + ping_every;
   int exit_code = 0;
   while (!g_stop) {

@@ -14,7 +14,8 @@
 #     (5 s), naming the peer and its address.
 #  3. Config checks: loopback hosts in a multi-host config are refused.
 #  4. A shard whose link is cut (no FIN, no RST) leaves the coordinator's
-#     cluster map within about distributed.timeout_s.
+#     cluster map within about distributed.timeout_s plus a ping interval
+#     and 1 s (common/member_liveness.h).
 #  5. `gridsync launch --resume --node` on each machine, each with a
 #     checkpoint folder of its own (ps, and nccl whose workers hold the
 #     parts): the launchers agree on the newest step every machine holds
@@ -151,7 +152,8 @@ fi
 
 # 4. A member whose host becomes unreachable (the link cut: no FIN, no RST)
 # leaves the coordinator's cluster map within about distributed.timeout_s
-# (TCP keepalive and TCP_USER_TIMEOUT), so that its rank frees for a
+# plus a ping interval and 1 s (TCP keepalive and TCP_USER_TIMEOUT: 6 s
+# for timeout_s 4), so that its rank frees for a
 # restarted process; it used to hold the rank forever.
 config ps ', "ps": {"shards": 2}' 4
 "$NET" exec "$NAME" 0 "$BUILD/server/gridsync-coordinator" --config "$WORK/ps.json" \

@@ -1,10 +1,10 @@
 // The retransmission backoff cap (common/tcp_backoff.h) on the
-// coordinator's connections, at both ends, read back from the real sockets
-// of a real connection (this process holds both ends): before, they carried
-// the kernel's 120 s. Capping keeps when TCP gives up: the coordinator's
-// own dead_peer_after, and elsewhere the uncapped kernel's time. On a
-// kernel without the option (before Linux 6.15), or one whose default is
-// already 1 s, the tests that need it skip, saying so.
+// coordinator's connections, at both ends, and on Gloo's pairs, read back
+// from the real sockets of real connections (this process holds both
+// ends): before, they carried the kernel's 120 s. Capping keeps when TCP gives up: the
+// coordinator's own dead_peer_after, and elsewhere the uncapped kernel's time. On a kernel without
+// the option (before Linux 6.15), or one whose default is already 1 s, the tests that need it skip,
+// saying so.
 #include "common/tcp_backoff.h"
 
 #include <fcntl.h>
@@ -16,20 +16,20 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
-#include <system_error>
 #include <thread>
 #include <vector>
 
 #include "common/coordinator_client.h"
+#include "common/store.h"
 #include "server/coordinator.h"
+#include "worker/collective/gloo_collective.h"
 
 namespace gridsync {
 namespace {
@@ -80,20 +80,11 @@ int PortOf(int fd, bool peer) {
   return -1;
 }
 
-// This process's connected TCP sockets, from /proc.
+// This process's connected TCP sockets.
 std::vector<int> ConnectedTcpSockets() {
   std::vector<int> fds;
-  std::error_code ec;
-  std::filesystem::directory_iterator it("/proc/self/fd", ec), end;
-  for (; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    int fd = -1;
-    const auto [last, parse] = std::from_chars(name.data(), name.data() + name.size(), fd);
-    if (parse != std::errc() || last != name.data() + name.size()) continue;
-    int protocol = 0;
-    socklen_t size = sizeof(protocol);
-    if (getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &protocol, &size) != 0) continue;
-    if (protocol == IPPROTO_TCP && PortOf(fd, true) >= 0) fds.push_back(fd);
+  for (const OpenTcpSocket& s : OpenTcpSockets()) {
+    if (PortOf(s.fd, true) >= 0) fds.push_back(s.fd);
   }
   return fds;
 }
@@ -105,6 +96,13 @@ TEST(TcpBackoffTest, UncappedGiveUpIsTheKernelsModel) {
   EXPECT_EQ(UncappedGiveUp(9), 204600ms);
   EXPECT_EQ(UncappedGiveUp(10), 324600ms);
   EXPECT_EQ(UncappedGiveUp(15), 924600ms);  // the default tcp_retries2
+}
+
+TEST(TcpBackoffTest, TheCapGrowsWithTheTimeoutSoZeroWindowProbesOutlastIt) {
+  EXPECT_EQ(RetransmitCapFor(5s), 1000ms);
+  EXPECT_EQ(RetransmitCapFor(12s), 1000ms);
+  EXPECT_EQ(RetransmitCapFor(30s), 2500ms);
+  EXPECT_EQ(RetransmitCapFor(3600s), 300000ms);
 }
 
 TEST(TcpBackoffTest, CapsASocketAtOneSecondWithoutChangingWhenTcpGivesUp) {
@@ -162,6 +160,32 @@ TEST(TcpBackoffTest, TheCoordinatorsConnectionsAreCappedAtBothEnds) {
   }
   EXPECT_EQ(client_ends, 1);
   EXPECT_EQ(coordinator_ends, 1);
+}
+
+TEST(TcpBackoffTest, GloosPairsAreCappedForTheirTimeout) {
+  SKIP_UNLESS_THE_CAP_CAN_SHOW();
+  std::set<uint64_t> before;
+  for (const OpenTcpSocket& s : OpenTcpSockets()) before.insert(s.inode);
+  HashStore store;
+  std::vector<std::optional<Result<std::unique_ptr<Collective>>>> made(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      GlooCollectiveOptions options;
+      options.timeout = 24s;  // a cap of 2 s
+      made[static_cast<size_t>(r)].emplace(NewGlooCollective(&store, r, 2, "tcp-backoff", options));
+    });
+  }
+  for (auto& thread : ranks) thread.join();
+  for (auto& result : made) ASSERT_TRUE(result->ok()) << result->status().ToString();
+  int pair_ends = 0;
+  for (const OpenTcpSocket& s : OpenTcpSockets()) {
+    if (before.count(s.inode) != 0 || PortOf(s.fd, true) < 0) continue;  // old, or a listener
+    ++pair_ends;
+    EXPECT_EQ(RetransmitBackoffCapMs(s.fd), 2000) << "descriptor " << s.fd;
+    EXPECT_EQ(UserTimeoutMs(s.fd), static_cast<unsigned>(UncappedGiveUp().count()));
+  }
+  EXPECT_GE(pair_ends, 2) << "both ends of the pair of ranks 0 and 1";
 }
 
 // ---- Over an emulated network (tools/emulate/netns-cluster.sh) ----

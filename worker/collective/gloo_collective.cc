@@ -23,10 +23,12 @@
 #include <cstring>
 #include <exception>
 #include <mutex>
+#include <set>
 #include <string_view>
 #include <thread>
 #include <utility>
 
+#include "common/tcp_backoff.h"
 #include "worker/collective/half_format.h"
 
 namespace gridsync {
@@ -411,7 +413,19 @@ Result<std::unique_ptr<Collective>> NewGlooCollective(Store* store, int rank, in
       auto device = gloo::transport::tcp::CreateDevice(attr);
       auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
       context->setTimeout(options.timeout);
+      // The sockets connectFullMesh makes are the pairs' (Gloo keeps their
+      // descriptors to itself): they are the ones not open before it.
+      std::set<uint64_t> before;
+      for (const OpenTcpSocket& s : OpenTcpSockets()) before.insert(s.inode);
       context->connectFullMesh(*mesh->adapter, device);
+      // A collective's wait ends at the timeout with no second chance:
+      // after an outage its pairs resend within RetransmitCapFor of the
+      // link's return, not on TCP's doubled timer (common/tcp_backoff.h).
+      const auto cap = RetransmitCapFor(options.timeout);
+      for (const OpenTcpSocket& s : OpenTcpSockets()) {
+        if (before.count(s.inode) != 0) continue;
+        (void)CapRetransmitBackoff(s.fd, cap);  // an older kernel keeps its backoff
+      }
       std::lock_guard<std::mutex> lock(mesh->mu);
       mesh->context = std::move(context);
     } catch (...) {
