@@ -30,8 +30,8 @@ std::chrono::milliseconds UncappedGiveUp(int retries) {
   // tcp_model_timeout: the timer doubles from TCP_RTO_MIN until it would
   // pass TCP_RTO_MAX, then stays there.
   constexpr int64_t kMinMs = 200, kMaxMs = 120000;
-  int doublings = 0;  // ilog2(kMaxMs / kMinMs)
-  while ((kMinMs << (doublings + 1)) <= kMaxMs) ++doublings;
+  constexpr int doublings = 9;  // ilog2(kMaxMs / kMinMs)
+  static_assert((kMinMs << doublings) <= kMaxMs && (kMinMs << (doublings + 1)) > kMaxMs);
   const int64_t n = std::max(retries, 0);
   if (n <= doublings) return std::chrono::milliseconds(((int64_t{2} << n) - 1) * kMinMs);
   return std::chrono::milliseconds(((int64_t{2} << doublings) - 1) * kMinMs +
@@ -39,10 +39,15 @@ std::chrono::milliseconds UncappedGiveUp(int retries) {
 }
 
 std::chrono::milliseconds UncappedGiveUp() {
-  int retries = 15;
-  std::ifstream in("/proc/sys/net/ipv4/tcp_retries2");
-  if (!(in >> retries)) retries = 15;
-  return UncappedGiveUp(retries);
+  // Read once: a host's tcp_retries2 is set at boot, and every capped
+  // connection would otherwise read the file again.
+  static const std::chrono::milliseconds give_up = [] {
+    int retries = 15;
+    std::ifstream in("/proc/sys/net/ipv4/tcp_retries2");
+    if (!(in >> retries)) retries = 15;
+    return UncappedGiveUp(retries);
+  }();
+  return give_up;
 }
 
 std::chrono::milliseconds RetransmitCapFor(std::chrono::milliseconds timeout) {

@@ -73,7 +73,8 @@ std::vector<OpenTcpSocket> OpenTcpSockets();
 // the default timer (0.2 s doubling to 120 s), after `retries` resends
 // (tcp_retries2; 15 by default: 924.6 s), as tcp_model_timeout computes it.
 std::chrono::milliseconds UncappedGiveUp(int retries);
-// The same for this host's tcp_retries2 (15 when it cannot be read).
+// The same for this host's tcp_retries2 (15 when it cannot be read), read
+// on the first call.
 std::chrono::milliseconds UncappedGiveUp();
 
 // The cap now on `fd` in milliseconds, or -1 where the kernel has no such
