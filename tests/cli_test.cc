@@ -231,6 +231,14 @@ TEST(CliTest, BenchFlagsThatWouldDoNothingOrWrapAreRefused) {
                 "--bits: no listed codec reads it; allowed: with qsgd");
   ExpectRefused("tools/gridsync-bench", "compress --train --codecs none,qsgd --ratio 0.1",
                 "--ratio: no listed codec reads it; allowed: with topk or randomk");
+  // Options of --train without it, and of the codec table with it, did
+  // nothing (`compress --steps 5` printed the table as ever).
+  ExpectRefused("tools/gridsync-bench", "compress --codecs none --steps 5",
+                "--steps requires --train");
+  ExpectRefused("tools/gridsync-bench", "compress --codecs none --rounds 3",
+                "--rounds requires --train");
+  ExpectRefused("tools/gridsync-bench", "compress --train --codecs none --reps 5",
+                "--train excludes --reps");
   for (const char* seed : {"-1", "18446744073709551616", "7x"}) {
     ExpectRefused(
         "tools/gridsync-bench", std::string("load --seed ") + seed,

@@ -218,7 +218,8 @@ Runner AddCompressCommand(CLI::App* app) {
       "Gradient codecs on a real gradient: ratio, speed vs memcpy, error; --train: PSNR");
   cmd->add_option("-c,--config", args->config, "JSON config (encoding, network, training)");
   cmd->add_option("--set", args->overrides, "Override a config key (repeatable; applied last)");
-  cmd->add_flag("--train", args->train, "Train a ps-mode cluster per codec and compare PSNR");
+  auto* train =
+      cmd->add_flag("--train", args->train, "Train a ps-mode cluster per codec and compare PSNR");
   cmd->add_option("--codecs", args->codecs,
                   std::string("Codecs, comma-separated (default: ") +
                       compress::kTableCodecsDefault +
@@ -233,17 +234,33 @@ Runner AddCompressCommand(CLI::App* app) {
   cmd->add_option("--threads", args->threads, "Training threads per worker")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--warm-steps", args->warm_steps, "Table: training steps before the gradient")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::PositiveNumber)
+      ->excludes(train);
   cmd->add_option("--reps", args->reps, "Table: timed repetitions per codec (median)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::PositiveNumber)
+      ->excludes(train);
   cmd->add_option("--warmup", args->warmup, "Table: untimed repetitions first")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--steps", args->steps, "--train: steps per codec")->check(CLI::PositiveNumber);
-  cmd->add_option("--shards", args->shards, "--train: PS shards")->check(CLI::Range(1, 256));
-  cmd->add_option("--workers", args->workers, "--train: workers")->check(CLI::Range(1, 64));
+      ->check(CLI::NonNegativeNumber)
+      ->excludes(train);
+  cmd->add_option("--steps", args->steps, "--train: steps per codec")
+      ->check(CLI::PositiveNumber)
+      ->needs(train);
+  cmd->add_option("--shards", args->shards, "--train: PS shards")
+      ->check(CLI::Range(1, 256))
+      ->needs(train);
+  cmd->add_option("--workers", args->workers, "--train: workers")
+      ->check(CLI::Range(1, 64))
+      ->needs(train);
   cmd->add_option("--min-bytes", args->min_bytes,
                   "--train: blocks below this many bytes travel uncompressed")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::NonNegativeNumber)
+      ->needs(train);
+  cmd->add_option("--rounds", args->rounds,
+                  "--train: runs of every codec, in turn (every other round in reverse order); "
+                  "the row gives each column's median and train_x, the median of the rounds' "
+                  "train_s ratios to none's")
+      ->check(CLI::Range(1, 99))
+      ->needs(train);
   cmd->add_option("--csv", args->csv,
                   "CSV of the rows (default: out/compress_codecs.csv; with --train: "
                   "out/compress.csv)")

@@ -73,6 +73,7 @@ struct CompressArgs {
   int shards = 2;
   int workers = 2;
   int min_bytes = 1024;
+  int rounds = 1;   // every codec once a round; medians over rounds
   std::string csv;  // empty: out/compress_codecs.csv (table) or out/compress.csv (--train)
   std::string png;  // likewise .png
 };

@@ -80,6 +80,119 @@ Result<TrainRun> RunCluster(const Config& config, const ImageTask& image) {
   return run;
 }
 
+// One codec's run, as its row needs it.
+struct CodecRound {
+  bool started = false;
+  uint64_t wrong = 0;
+  double psnr = NAN;
+  double push = NAN, pull = NAN;  // per worker and step (mean over workers)
+  double train_s = NAN, comm_s = NAN, adam_s = NAN, codec_s = NAN;
+  double wall_s = NAN;
+};
+
+CodecRound RunRound(const std::string& codec, const Config& config, const ImageTask& image,
+                    int steps) {
+  CodecRound round;
+  auto run = RunCluster(config, image);
+  if (!run.ok()) {
+    std::fprintf(stderr, "%s: the cluster failed to start: %s\n", codec.c_str(),
+                 run.status().ToString().c_str());
+    return round;
+  }
+  round.started = true;
+  round.wall_s = run->wall_seconds;
+  double push = 0, pull = 0;
+  int ok_workers = 0;
+  for (const auto& r : run->reports) {
+    if (!r.ok()) {
+      std::fprintf(stderr, "%s: a worker failed: %s\n", codec.c_str(),
+                   r.status().ToString().c_str());
+      ++round.wrong;
+      continue;
+    }
+    push += r->bytes_pushed_per_step;
+    pull += r->bytes_pulled_per_step;
+    ++ok_workers;
+  }
+  if (ok_workers > 0) {
+    round.push = push / ok_workers;
+    round.pull = pull / ok_workers;
+  }
+  const bool have0 = run->reports[0].ok();
+  // Plus the flush of error feedback's residuals after the last step.
+  const uint64_t expected_steps =
+      static_cast<uint64_t>(steps) + (have0 && run->reports[0]->flushed_residuals ? 1 : 0);
+  for (uint64_t applied : run->applied_steps) round.wrong += applied != expected_steps;
+  if (have0) {
+    const TrainReport& r0 = *run->reports[0];
+    round.psnr = r0.psnr;
+    round.train_s = r0.train_seconds;
+    round.comm_s = r0.comm_seconds;
+    round.adam_s = r0.worker_adam_seconds;
+    round.codec_s = r0.codec_seconds;
+  }
+  round.wrong += !std::isfinite(round.psnr);
+  return round;
+}
+
+std::vector<double> TrainSeconds(const std::vector<CodecRound>& rounds) {
+  std::vector<double> out;
+  for (const CodecRound& r : rounds) out.push_back(r.started ? r.train_s : NAN);
+  return out;
+}
+
+// A codec's row: medians over its rounds that ran; train_x pairs each
+// round with none's of the same round.
+struct CodecRow {
+  int failures = 0;
+  uint64_t wrong = 0;
+  double psnr = NAN, push = NAN, pull = NAN;
+  double train_s = NAN, train_x = NAN, comm_s = NAN, adam_s = NAN, codec_s = NAN, wall_s = NAN;
+};
+
+CodecRow Summarize(const std::vector<CodecRound>& rounds, const std::vector<double>& none_train) {
+  CodecRow row;
+  std::vector<double> train, ratio, comm, adam, codec, wall;
+  const auto add = [](std::vector<double>* to, double v) {
+    if (std::isfinite(v)) to->push_back(v);
+  };
+  const auto median = [](const std::vector<double>& v) { return v.empty() ? NAN : Median(v); };
+  for (size_t r = 0; r < rounds.size(); ++r) {
+    const CodecRound& round = rounds[r];
+    if (!round.started) {
+      ++row.failures;
+      continue;
+    }
+    row.wrong += round.wrong;
+    add(&train, round.train_s);
+    if (r < none_train.size()) add(&ratio, round.train_s / none_train[r]);
+    add(&comm, round.comm_s);
+    add(&adam, round.adam_s);
+    add(&codec, round.codec_s);
+    add(&wall, round.wall_s);
+    // bsp with the same seeds trains the same bits every time: a PSNR or a
+    // byte count that moves between rounds is a defect, not noise.
+    if (std::isnan(row.psnr)) {
+      row.psnr = round.psnr;
+      row.push = round.push;
+      row.pull = round.pull;
+    } else if (round.psnr != row.psnr || round.push != row.push || round.pull != row.pull) {
+      std::fprintf(stderr,
+                   "round %zu: PSNR %.6f dB, %.0f / %.0f bytes pushed / pulled a step; the first "
+                   "round had %.6f dB, %.0f / %.0f\n",
+                   r + 1, round.psnr, round.push, round.pull, row.psnr, row.push, row.pull);
+      ++row.wrong;
+    }
+  }
+  row.train_s = median(train);
+  row.train_x = median(ratio);
+  row.comm_s = median(comm);
+  row.adam_s = median(adam);
+  row.codec_s = median(codec);
+  row.wall_s = median(wall);
+  return row;
+}
+
 }  // namespace
 
 namespace {
@@ -176,7 +289,10 @@ int RunTrainSweep(const CompressArgs& args) {
       "push_ratio = none's push_B / this push_B (the flush of error feedback's residuals after "
       "the last step included); ef: error feedback; adam: where Adam ran (ps.optimizer); train_s, "
       "comm_s: rank 0; of those, adam_s: worker Adam, codec_s: codecs with error feedback "
-      "(both in comm_s)\n");
+      "(both in comm_s); train_x: train_s / none's train_s of the same round; %d round%s: "
+      "every column the median over rounds, the codecs in turn (every other round in reverse "
+      "order); a PSNR or byte count that differs between rounds counts in #wrong\n",
+      args.rounds, args.rounds == 1 ? "" : "s");
   Table table({{"codec", 8},
                {"ef", 3},
                {"adam", 6},
@@ -187,69 +303,52 @@ int RunTrainSweep(const CompressArgs& args) {
                {"pull_B/step", 12},
                {"push_ratio", 10},
                {"train_s", 8},
+               {"train_x", 8},
                {"comm_s", 8},
                {"adam_s", 7},
                {"codec_s", 8},
                {"wall_s", 8},
                {"#wrong", 7}});
   table.PrintHeader();
-  double none_psnr = NAN, none_push = NAN;
+  // Every round runs each codec once: forward, then in reverse, so that a
+  // codec's place in the process (a warm heap, a host that slows down)
+  // does not side with one codec; the rounds' medians make the row.
+  std::vector<std::vector<CodecRound>> rounds(codecs.size());
+  for (int r = 0; r < args.rounds; ++r) {
+    for (size_t k = 0; k < configs.size(); ++k) {
+      const size_t i = r % 2 == 0 ? k : configs.size() - 1 - k;
+      if (args.rounds > 1) {
+        std::fprintf(stderr, "round %d of %d: training %s, %d steps...\n", r + 1, args.rounds,
+                     codecs[i].c_str(), args.steps);
+      } else {
+        std::fprintf(stderr, "training %s: %d steps...\n", codecs[i].c_str(), args.steps);
+      }
+      rounds[i].push_back(RunRound(codecs[i], configs[i], *image, args.steps));
+    }
+  }
   uint64_t total_wrong = 0;
   int failures = 0;
+  const std::vector<double> none_train = TrainSeconds(rounds.front());
+  const CodecRow none_row = Summarize(rounds.front(), none_train);
   for (size_t i = 0; i < configs.size(); ++i) {
     const std::string& codec = codecs[i];
-    std::fprintf(stderr, "training %s: %d steps...\n", codec.c_str(), args.steps);
-    auto run = RunCluster(configs[i], *image);
-    if (!run.ok()) {
-      std::fprintf(stderr, "%s: the cluster failed to start: %s\n", codec.c_str(),
-                   run.status().ToString().c_str());
-      ++failures;
-      continue;
-    }
-    uint64_t wrong = 0;
-    const bool have0 = run->reports[0].ok();
-    double push = 0, pull = 0;
-    int ok_workers = 0;
-    for (const auto& r : run->reports) {
-      if (!r.ok()) {
-        std::fprintf(stderr, "%s: a worker failed: %s\n", codec.c_str(),
-                     r.status().ToString().c_str());
-        ++wrong;
-        continue;
-      }
-      push += r->bytes_pushed_per_step;
-      pull += r->bytes_pulled_per_step;
-      ++ok_workers;
-    }
-    // Plus the flush of error feedback's residuals after the last step.
-    const uint64_t expected_steps =
-        static_cast<uint64_t>(args.steps) + (have0 && run->reports[0]->flushed_residuals ? 1 : 0);
-    for (uint64_t applied : run->applied_steps) wrong += applied != expected_steps;
-    const double psnr = have0 ? run->reports[0]->psnr : NAN;
-    wrong += !std::isfinite(psnr);
-    total_wrong += wrong;
-    if (ok_workers > 0) {
-      push /= ok_workers;
-      pull /= ok_workers;
-    }
-    if (codec == "none" && wrong == 0) {
-      none_psnr = psnr;
-      none_push = push;
-    }
+    const CodecRow row = Summarize(rounds[i], none_train);
+    failures += row.failures;
+    total_wrong += row.wrong;
+    const bool none_ok = none_row.wrong == 0 && none_row.failures == 0;
+    const double none_psnr = none_ok ? none_row.psnr : NAN;
+    const double none_push = none_ok ? none_row.push : NAN;
     const auto num = [](const char* f, double v) { return std::isfinite(v) ? Fmt(f, v) : "-"; };
     table.AddRow({codec,
                   codec == "none"                         ? "-"
                   : configs[i].compression.error_feedback ? "on"
                                                           : "off",
                   configs[i].OptimizerOnWorkers() ? "worker" : "shard", std::to_string(args.steps),
-                  num("%.2f", psnr), num("%+.2f", psnr - none_psnr),
-                  num("%.0f", ok_workers ? push : NAN), num("%.0f", ok_workers ? pull : NAN),
-                  num("%.2f", none_push / push),
-                  num("%.1f", have0 ? run->reports[0]->train_seconds : NAN),
-                  num("%.1f", have0 ? run->reports[0]->comm_seconds : NAN),
-                  num("%.2f", have0 ? run->reports[0]->worker_adam_seconds : NAN),
-                  num("%.2f", have0 ? run->reports[0]->codec_seconds : NAN),
-                  Fmt("%.1f", run->wall_seconds), std::to_string(wrong)});
+                  num("%.2f", row.psnr), num("%+.2f", row.psnr - none_psnr), num("%.0f", row.push),
+                  num("%.0f", row.pull), num("%.2f", none_push / row.push),
+                  num("%.1f", row.train_s), num("%.2f", row.train_x), num("%.1f", row.comm_s),
+                  num("%.2f", row.adam_s), num("%.2f", row.codec_s), num("%.1f", row.wall_s),
+                  std::to_string(row.wrong)});
   }
   std::printf("# #wrong total: %llu\n", static_cast<unsigned long long>(total_wrong));
 
