@@ -41,6 +41,7 @@
 #include "worker/model.h"
 #include "worker/params_file.h"
 #include "worker/sync/ps_session.h"
+#include "worker/sync/step_observer.h"
 #include "worker/sync/train.h"
 
 namespace gridsync::bench::compress {
@@ -49,7 +50,22 @@ namespace {
 // ---------------------------------------------------------------------------
 // --train.
 
+// Rank 0's steps, summed: where a codec's extra time goes (the model's
+// compute, the push, the wait for the pull).
+class PhaseSums : public StepObserver {
+ public:
+  void OnStep(const StepRecord& r) override {
+    prepare += r.prepare_seconds;
+    compute += r.compute_seconds;
+    apply += r.apply_seconds;
+    push += r.sync.push_seconds;
+    pull_wait += r.sync.pull_wait_seconds;
+  }
+  double prepare = 0, compute = 0, apply = 0, push = 0, pull_wait = 0;
+};
+
 struct TrainRun {
+  PhaseSums phases;  // rank 0's
   std::vector<Result<TrainReport>> reports;
   std::vector<uint64_t> applied_steps;  // per shard
   double wall_seconds = 0;              // cluster start to stop
@@ -70,6 +86,7 @@ Result<TrainRun> RunCluster(const Config& config, const ImageTask& image) {
       options.rank = w;
       options.train.quiet = true;
       options.train.write_png = false;
+      if (w == 0) options.train.observers.push_back(&run.phases);
       run.reports[w] = TrainWorker(cluster->config(), image, options);
     });
   }
@@ -88,6 +105,7 @@ struct CodecRound {
   double push = NAN, pull = NAN;  // per worker and step (mean over workers)
   double train_s = NAN, comm_s = NAN, adam_s = NAN, codec_s = NAN;
   double wall_s = NAN;
+  PhaseSums phases;
 };
 
 CodecRound RunRound(const std::string& codec, const Config& config, const ImageTask& image,
@@ -101,6 +119,7 @@ CodecRound RunRound(const std::string& codec, const Config& config, const ImageT
   }
   round.started = true;
   round.wall_s = run->wall_seconds;
+  round.phases = run->phases;
   double push = 0, pull = 0;
   int ok_workers = 0;
   for (const auto& r : run->reports) {
@@ -148,11 +167,13 @@ struct CodecRow {
   uint64_t wrong = 0;
   double psnr = NAN, push = NAN, pull = NAN;
   double train_s = NAN, train_x = NAN, comm_s = NAN, adam_s = NAN, codec_s = NAN, wall_s = NAN;
+  PhaseSums phases;  // each the median over rounds
 };
 
 CodecRow Summarize(const std::vector<CodecRound>& rounds, const std::vector<double>& none_train) {
   CodecRow row;
   std::vector<double> train, ratio, comm, adam, codec, wall;
+  std::vector<double> prepare, compute, apply, push, pull_wait;
   const auto add = [](std::vector<double>* to, double v) {
     if (std::isfinite(v)) to->push_back(v);
   };
@@ -170,6 +191,11 @@ CodecRow Summarize(const std::vector<CodecRound>& rounds, const std::vector<doub
     add(&adam, round.adam_s);
     add(&codec, round.codec_s);
     add(&wall, round.wall_s);
+    add(&prepare, round.phases.prepare);
+    add(&compute, round.phases.compute);
+    add(&apply, round.phases.apply);
+    add(&push, round.phases.push);
+    add(&pull_wait, round.phases.pull_wait);
     // bsp with the same seeds trains the same bits every time: a PSNR or a
     // byte count that moves between rounds is a defect, not noise.
     if (std::isnan(row.psnr)) {
@@ -190,6 +216,11 @@ CodecRow Summarize(const std::vector<CodecRound>& rounds, const std::vector<doub
   row.adam_s = median(adam);
   row.codec_s = median(codec);
   row.wall_s = median(wall);
+  row.phases.prepare = median(prepare);
+  row.phases.compute = median(compute);
+  row.phases.apply = median(apply);
+  row.phases.push = median(push);
+  row.phases.pull_wait = median(pull_wait);
   return row;
 }
 
@@ -349,6 +380,15 @@ int RunTrainSweep(const CompressArgs& args) {
                   num("%.1f", row.train_s), num("%.2f", row.train_x), num("%.1f", row.comm_s),
                   num("%.2f", row.adam_s), num("%.2f", row.codec_s), num("%.1f", row.wall_s),
                   std::to_string(row.wrong)});
+  }
+  // Where the steps' time went (rank 0's steps summed, medians over rounds):
+  // prepare samples the batch and waits for its pull, compute is forward
+  // and backward, apply pushes (worker Adam and codecs included).
+  std::printf("# steps of rank 0 (s): codec prepare (pull_wait) compute apply (push)\n");
+  for (size_t i = 0; i < configs.size(); ++i) {
+    const PhaseSums& p = Summarize(rounds[i], none_train).phases;
+    std::printf("#   %-8s %6.2f (%5.2f) %6.2f %6.2f (%5.2f)\n", codecs[i].c_str(), p.prepare,
+                p.pull_wait, p.compute, p.apply, p.push);
   }
   std::printf("# #wrong total: %llu\n", static_cast<unsigned long long>(total_wrong));
 
