@@ -109,7 +109,19 @@ struct Manifest {
   uint64_t bytes = 0;
   std::string fnv1a64;
   std::string run;  // "": written before runs were named
+  std::string mac;  // "": written without CURVE (common/checkpoint_mac_key.h)
 };
+
+// What a part's MAC covers besides its .bin: every field of its manifest
+// that the reader trusts, one a line (the part and the run hold no line
+// break: the reader checks them first).
+std::string MacFields(uint64_t step, const std::string& part, const nlohmann::json& shape,
+                      uint64_t bytes, const std::string& fnv1a64, const std::string& run) {
+  return fmt::format(
+      "gridsync checkpoint part v1\nstep {}\npart {}\nrun {}\nbytes {}\nfnv1a64 {}\nshape {}\n",
+      step, part, run, bytes, fnv1a64,
+      shape.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
 
 // Nothing a manifest holds nests deeper than the callers' shapes do (a
 // worker's: manifest, shape, tables, a table's [rows, width]); deeper
@@ -224,6 +236,14 @@ Result<Manifest> DecodeManifest(std::string_view text, const std::string& what) 
       return BadField(what, "run", "is " + Described(*it), "up to 64 lowercase hex digits");
     }
     m.run = it->get<std::string>();
+  }
+  // Optional: manifests written without CURVE have none.
+  if (const auto it = doc.find("mac"); it != doc.end()) {
+    const bool hex = it->is_string() && it->get_ref<const std::string&>().size() == 64 &&
+                     it->get_ref<const std::string&>().find_first_not_of("0123456789abcdef") ==
+                         std::string::npos;
+    if (!hex) return BadField(what, "mac", "is " + Described(*it), "64 lowercase hex digits");
+    m.mac = it->get<std::string>();
   }
   return m;
 }
@@ -382,16 +402,16 @@ void RemoveUnkeptSteps(const std::string& dir, uint64_t step, const std::string&
 
 Status WriteCheckpointPart(const std::string& dir, uint64_t step, const std::string& part,
                            std::string_view data, const nlohmann::json& shape,
-                           const std::vector<uint64_t>& keep, const std::string& run) {
+                           const std::vector<uint64_t>& keep, const std::string& run,
+                           const CheckpointMacKey* key) {
   std::error_code ec;
   const std::string base = Base(dir, step, part);
-  const std::string manifest = nlohmann::json{
-      {"step", step},
-      {"part", part},
-      {"shape", shape},
-      {"bytes", data.size()},
-      {"fnv1a64", fmt::format("{:016x}", Fnv1a64(data))},
-      {"run", run}}.dump();
+  const std::string fnv = fmt::format("{:016x}", Fnv1a64(data));
+  nlohmann::json doc = {{"step", step},         {"part", part},   {"shape", shape},
+                        {"bytes", data.size()}, {"fnv1a64", fnv}, {"run", run}};
+  if (key != nullptr)
+    doc["mac"] = key->Mac(MacFields(step, part, shape, data.size(), fnv, run), data);
+  const std::string manifest = doc.dump();
   // Checked before anything is written: a manifest the reader would refuse
   // would leave a checkpoint nobody can load.
   if (manifest.size() > kMaxManifestBytes) {
@@ -445,7 +465,7 @@ namespace {
 // ReadCheckpointPart; `shape` null: any shape (CheckCheckpointPartIntact).
 Result<std::string> ReadPart(const std::string& dir, uint64_t step, const std::string& part,
                              const nlohmann::json* shape, std::optional<uint64_t> state_bytes,
-                             std::string* run) {
+                             std::string* run, const CheckpointMacKey* key) {
   const std::string base = Base(dir, step, part);
   const std::string json_path = base + ".json", bin_path = base + ".bin";
   // A step the folder does not hold: say which it does, so the resume can
@@ -494,6 +514,27 @@ Result<std::string> ReadPart(const std::string& dir, uint64_t step, const std::s
     return Status::Corruption(
         fmt::format("{}: checksum {}; the manifest says {}", bin_path, sum, manifest.fnv1a64));
   }
+  if (key != nullptr) {
+    // Under CURVE a part must prove who wrote it: one without a MAC was
+    // written without CURVE (or had its MAC removed), one whose MAC differs
+    // was changed, or written with other keys, since.
+    if (manifest.mac.empty()) {
+      return Status::InvalidArgument(
+          json_path +
+          ": no mac, while security.curve is on; allowed: files written by this job's processes "
+          "under CURVE (a checkpoint written with security.mode \"off\" resumes only with it "
+          "off)");
+    }
+    const std::string mac = key->Mac(MacFields(manifest.step, manifest.part, manifest.shape,
+                                               manifest.bytes, manifest.fnv1a64, manifest.run),
+                                     data);
+    if (mac != manifest.mac) {
+      return Status::Corruption(
+          json_path + ": its mac does not match the manifest and " + bin_path +
+          " (changed since they were written, or written with other keys); allowed: files "
+          "written by this job's processes with the keys of security.keys_dir");
+    }
+  }
   if (run != nullptr) *run = manifest.run;
   return data;
 }
@@ -502,8 +543,9 @@ Result<std::string> ReadPart(const std::string& dir, uint64_t step, const std::s
 
 Result<std::string> ReadCheckpointPart(const std::string& dir, uint64_t step,
                                        const std::string& part, const nlohmann::json& shape,
-                                       std::optional<uint64_t> state_bytes, std::string* run) {
-  return ReadPart(dir, step, part, &shape, state_bytes, run);
+                                       std::optional<uint64_t> state_bytes, std::string* run,
+                                       const CheckpointMacKey* key) {
+  return ReadPart(dir, step, part, &shape, state_bytes, run, key);
 }
 
 Status SetPartAside(const std::string& dir, uint64_t step, const std::string& part) {
@@ -518,17 +560,19 @@ Status SetPartAside(const std::string& dir, uint64_t step, const std::string& pa
   return Status::OK();
 }
 
-Status CheckCheckpointPartIntact(const std::string& dir, uint64_t step, const std::string& part) {
-  return ReadPart(dir, step, part, nullptr, std::nullopt, nullptr).status();
+Status CheckCheckpointPartIntact(const std::string& dir, uint64_t step, const std::string& part,
+                                 const CheckpointMacKey* key) {
+  return ReadPart(dir, step, part, nullptr, std::nullopt, nullptr, key).status();
 }
 
 uint64_t NewestIntactCompleteStep(const std::string& dir, const std::vector<std::string>& parts,
-                                  uint64_t step, std::vector<DamagedPart>* damaged) {
+                                  uint64_t step, std::vector<DamagedPart>* damaged,
+                                  const PartMacKeys& keys) {
   while (step > 0) {
     Status intact;
     std::string failed;
     for (const auto& part : parts) {
-      intact = CheckCheckpointPartIntact(dir, step, part);
+      intact = CheckCheckpointPartIntact(dir, step, part, keys ? keys(part) : nullptr);
       if (!intact.ok()) {
         failed = part;
         break;

@@ -5,7 +5,8 @@
 //
 // Layout: <dir>/step-<s>/<part>.bin and <part>.json, the manifest (step,
 // part, the caller's shape description, byte count, FNV-1a 64 checksum of
-// the .bin). Each file is written atomically (temporary file, fsync, rename,
+// the .bin, the run and, under CURVE, a MAC of all that and the .bin:
+// common/checkpoint_mac_key.h). Each file is written atomically (temporary file, fsync, rename,
 // fsync of the folder), the manifest after the data, so a crash mid-write
 // leaves a .tmp file and no manifest: that step is incomplete for that part
 // and the previous one stays in use. A step is complete when every part the
@@ -24,12 +25,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "common/checkpoint_mac_key.h"
 #include "common/file_bytes.h"
 #include "common/status.h"
 
@@ -61,9 +64,12 @@ Status WriteFileAtomically(const std::string& path, std::string_view bytes);
 // disk kept the partial one, and every later write failed too).
 // `run`: the run the part belongs to (common/checkpoint_run.h), in the
 // manifest.
+// `key` (under CURVE: common/checkpoint_mac_key.h): the manifest also carries
+// the part's MAC ("mac").
 Status WriteCheckpointPart(const std::string& dir, uint64_t step, const std::string& part,
                            std::string_view data, const nlohmann::json& shape,
-                           const std::vector<uint64_t>& keep = {}, const std::string& run = "");
+                           const std::vector<uint64_t>& keep = {}, const std::string& run = "",
+                           const CheckpointMacKey* key = nullptr);
 
 // Reads part `part` of step `step` after checking its manifest (NotFound
 // listing the steps `dir` holds of `part` when it has no manifest): its size,
@@ -75,16 +81,29 @@ Status WriteCheckpointPart(const std::string& dir, uint64_t step, const std::str
 // the .bin is read; then its checksum (Corruption, naming both checksums).
 // `run` (unless null) receives the manifest's run: "" where it names none
 // (written before runs were named); one that is not IsRunId is refused.
+// `key` (under CURVE): last, the manifest's MAC must be there
+// (InvalidArgument otherwise: written without CURVE, or stripped) and match
+// the fields and the .bin (Corruption otherwise: changed or forged). Without
+// a key a MAC is not checked (a process without the role's secret, such as
+// gridsync launch choosing a step, cannot).
 Result<std::string> ReadCheckpointPart(const std::string& dir, uint64_t step,
                                        const std::string& part, const nlohmann::json& shape,
                                        std::optional<uint64_t> state_bytes = std::nullopt,
-                                       std::string* run = nullptr);
+                                       std::string* run = nullptr,
+                                       const CheckpointMacKey* key = nullptr);
 
 // ReadCheckpointPart's checks short of the shape, which only the part's own
 // process knows (the manifest, the .bin's size and checksum): whether the
 // files of a step are intact, for gridsync launch --resume to choose a step
 // before anything starts. Reads the whole .bin.
-Status CheckCheckpointPartIntact(const std::string& dir, uint64_t step, const std::string& part);
+// `key` (under CURVE, where this process holds the part's role key): the
+// MAC is checked too, as ReadCheckpointPart checks it.
+Status CheckCheckpointPartIntact(const std::string& dir, uint64_t step, const std::string& part,
+                                 const CheckpointMacKey* key = nullptr);
+
+// The key to check a part's MAC with (null: none), by the part's name
+// ("shard-0", "worker-3"): wire::CheckpointPartMacKeys.
+using PartMacKeys = std::function<const CheckpointMacKey*(const std::string& part)>;
 
 // The newest complete step of `parts` in `dir`, at most `step`, whose files
 // all pass CheckCheckpointPartIntact; 0 when none is left. Only damage
@@ -97,8 +116,12 @@ struct DamagedPart {
   std::string part;
   std::string why;
 };
+// `keys` (when given): each part's MAC is checked with its key, and a MAC
+// that differs is damage like a bad checksum (forged files are passed over
+// for the newest authentic step).
 uint64_t NewestIntactCompleteStep(const std::string& dir, const std::vector<std::string>& parts,
-                                  uint64_t step, std::vector<DamagedPart>* damaged = nullptr);
+                                  uint64_t step, std::vector<DamagedPart>* damaged = nullptr,
+                                  const PartMacKeys& keys = nullptr);
 
 // Sets part `part`'s files of step `step` aside, renamed <part>.json.damaged
 // and <part>.bin.damaged (the manifest first): kept for a look, no longer a

@@ -51,6 +51,7 @@ Result<ShardOptions> ShardOptionsFor(const RunSpec& spec, uint32_t shard) {
   GRIDSYNC_ASSIGN_OR_RETURN(options.curve, wire::CurveSettingsFor(config, "shard"));
   options.checkpoint_every = static_cast<uint64_t>(config.checkpoint.every_steps);
   options.checkpoint_dir = config.checkpoint.dir;
+  GRIDSYNC_ASSIGN_OR_RETURN(options.checkpoint_key, wire::CheckpointMacKeyFor(config, "shard"));
   options.checkpoint_parts = CheckpointParts(
       static_cast<uint32_t>(config.ps.shards),
       spec.sync.worker_state ? static_cast<uint32_t>(config.distributed.world_size) : 0);

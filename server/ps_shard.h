@@ -35,6 +35,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common/cluster_map.h"
@@ -102,6 +103,9 @@ struct ShardOptions {
   std::shared_ptr<TimelineWriter> timeline;
   uint64_t checkpoint_every = 0;
   std::string checkpoint_dir;
+  // Under CURVE: authenticates the partition's checkpoint files
+  // (common/checkpoint_mac_key.h), written and read.
+  std::optional<CheckpointMacKey> checkpoint_key;
   // The parts a checkpoint step of the job needs (CheckpointParts): the
   // newest step they all hold is never pruned.
   std::vector<std::string> checkpoint_parts;

@@ -32,7 +32,7 @@ PsShardImpl::PsShardImpl(const Partition& partition, const ShardOptions& options
       stale_reads_(options),
       job_gate_(options.shard, options.rejoining || options.join_first),
       checkpoints_(options.checkpoint_dir, options.shard, options.checkpoint_every,
-                   options.checkpoint_parts, options.timeout) {
+                   options.checkpoint_parts, options.timeout, options.checkpoint_key) {
   for (uint32_t t = 0; t < partition_.n_tables(); ++t) {
     shapes_.push_back({partition_.table(t).rows, partition_.table(t).width});
   }
@@ -185,11 +185,12 @@ void PsShardImpl::RollBack(uint64_t step) {
 Status PsShardImpl::Bind() {
   if (options_.resume_step > 0) {
     std::string run;
-    GRIDSYNC_RETURN_IF_ERROR(LoadShardCheckpoint(options_.checkpoint_dir, options_.shard,
-                                                 options_.resume_step, store_.get(), &run)
-                                 .WithContext("shard " + std::to_string(options_.shard) +
-                                              ": resuming from step " +
-                                              std::to_string(options_.resume_step)));
+    GRIDSYNC_RETURN_IF_ERROR(
+        LoadShardCheckpoint(options_.checkpoint_dir, options_.shard, options_.resume_step,
+                            store_.get(), &run,
+                            options_.checkpoint_key ? &*options_.checkpoint_key : nullptr)
+            .WithContext("shard " + std::to_string(options_.shard) + ": resuming from step " +
+                         std::to_string(options_.resume_step)));
     checkpoints_.Loaded(std::move(run));
     applied_ = options_.resume_step;
     clock_.assign(options_.workers, options_.resume_step);

@@ -27,17 +27,17 @@ nlohmann::json Shapes(const ShardStore& store) {
 
 Status WriteShardCheckpoint(const std::string& dir, uint32_t shard, uint64_t step,
                             const ShardStore& store, const std::vector<uint64_t>& keep,
-                            const std::string& run) {
+                            const std::string& run, const CheckpointMacKey* key) {
   std::string data;
   store.AppendState(&data);
-  return WriteCheckpointPart(dir, step, Part(shard), data, Shapes(store), keep, run);
+  return WriteCheckpointPart(dir, step, Part(shard), data, Shapes(store), keep, run, key);
 }
 
 Status LoadShardCheckpoint(const std::string& dir, uint32_t shard, uint64_t step, ShardStore* store,
-                           std::string* run) {
+                           std::string* run, const CheckpointMacKey* key) {
   GRIDSYNC_ASSIGN_OR_RETURN(
       const std::string data,
-      ReadCheckpointPart(dir, step, Part(shard), Shapes(*store), store->StateBytes(), run));
+      ReadCheckpointPart(dir, step, Part(shard), Shapes(*store), store->StateBytes(), run, key));
   return store->RestoreState(data, step)
       .WithContext(dir + "/step-" + std::to_string(step) + "/" + Part(shard) + ".bin");
 }
@@ -72,8 +72,9 @@ void ShardCheckpoints::AfterStep(uint64_t applied, uint64_t job, const ShardStor
     // Made by shard 0 when the job started (JobStarted): a short wait.
     run = ledger_.RunForWriting(registry_, job, std::min(timeout_, kRunWait));
   }
-  const Status written =
-      run.ok() ? WriteShardCheckpoint(dir_, shard_, applied, store, keep, *run) : run.status();
+  const Status written = run.ok() ? WriteShardCheckpoint(dir_, shard_, applied, store, keep, *run,
+                                                         key_ ? &*key_ : nullptr)
+                                  : run.status();
   if (!written.ok()) {
     failed_.fetch_add(1, std::memory_order_relaxed);
     spdlog::error("shard {}: checkpoint at step {} not written: {}", shard_, applied,
@@ -97,7 +98,8 @@ Status ShardCheckpoints::RollBack(uint64_t step, uint64_t job, ShardStore* store
         std::to_string(every_) + "); every process needs the same config");
   }
   std::string run;
-  GRIDSYNC_RETURN_IF_ERROR(LoadShardCheckpoint(dir_, shard_, step, store, &run));
+  GRIDSYNC_RETURN_IF_ERROR(
+      LoadShardCheckpoint(dir_, shard_, step, store, &run, key_ ? &*key_ : nullptr));
   {
     std::lock_guard<std::mutex> lock(registry_mu_);
     GRIDSYNC_RETURN_IF_ERROR(ledger_.RolledBackTo(step, std::move(run), "shard"));

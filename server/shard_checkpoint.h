@@ -19,9 +19,11 @@
 #include <chrono>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "common/checkpoint_mac_key.h"
 #include "common/checkpoint_registry.h"
 #include "common/status.h"
 #include "common/store.h"
@@ -31,15 +33,17 @@ namespace gridsync {
 
 // `keep`: steps to leave on disk (WriteCheckpointPart).
 // `run`: the run it belongs to (common/checkpoint_run.h).
+// `key` (under CURVE): the files carry the MAC it makes, and a load
+// refuses files without one or whose MAC differs (ReadCheckpointPart).
 Status WriteShardCheckpoint(const std::string& dir, uint32_t shard, uint64_t step,
                             const ShardStore& store, const std::vector<uint64_t>& keep = {},
-                            const std::string& run = "");
+                            const std::string& run = "", const CheckpointMacKey* key = nullptr);
 // Loads step `step` of shard `shard` into `store`, after checking the
 // manifest: step, shard, table shapes, size (the .bin's and the store's
 // state size, before it is read) and checksum. `run` (unless null)
 // receives the run the files name.
 Status LoadShardCheckpoint(const std::string& dir, uint32_t shard, uint64_t step, ShardStore* store,
-                           std::string* run = nullptr);
+                           std::string* run = nullptr, const CheckpointMacKey* key = nullptr);
 std::string ShardPart(uint32_t shard);  // "shard-<i>"
 
 // One shard's checkpoints during its jobs: written every `every` applied
@@ -50,12 +54,15 @@ class ShardCheckpoints {
   // `job_parts`: the parts a step of the job needs (CheckpointParts);
   // `timeout`: how long the first checkpoint of a fresh job waits for the
   // job's run (common/checkpoint_run.h).
+  // `key`: as WriteShardCheckpoint's, for every write and reload.
   ShardCheckpoints(std::string dir, uint32_t shard, uint64_t every,
-                   std::vector<std::string> job_parts, std::chrono::milliseconds timeout)
+                   std::vector<std::string> job_parts, std::chrono::milliseconds timeout,
+                   std::optional<CheckpointMacKey> key = std::nullopt)
       : dir_(dir),
         shard_(shard),
         every_(every),
         timeout_(timeout),
+        key_(std::move(key)),
         ledger_(std::move(dir), ShardPart(shard)) {
     ledger_.SetJobParts(std::move(job_parts));
   }
@@ -114,6 +121,7 @@ class ShardCheckpoints {
   const uint32_t shard_;
   const uint64_t every_;
   const std::chrono::milliseconds timeout_;
+  const std::optional<CheckpointMacKey> key_;
   CheckpointLedger ledger_;  // the I/O thread's (StartedFrom: before serving)
   std::atomic<uint64_t> written_{0}, failed_{0}, newest_step_{0};
   std::mutex registry_mu_;

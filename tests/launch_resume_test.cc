@@ -16,6 +16,7 @@
 #include "common/checkpoint_files.h"
 #include "common/config.h"
 #include "common/coordinator_client.h"
+#include "common/wire/curve.h"
 #include "server/coordinator.h"
 #include "server/coordinator_state.h"
 #include "tools/launch_checks.h"
@@ -113,6 +114,55 @@ TEST(LaunchResumeTest, AStepOfAnotherRunThanTheFoldersIsPassedOver) {
   state.run = std::string(32, 'c');
   ASSERT_TRUE(SaveCoordinatorState(dir.str() + "/coordinator-state.json", state).ok());
   EXPECT_EQ(ChooseResumeStep(config, {"shard-0"}, false, &step), kCheckpointsHeldExitCode);
+}
+
+// Under CURVE the launcher checks each part's MAC with its role's key: a
+// step forged from an older one (its files copied, the manifest's step
+// edited: checksums intact) is passed over and set aside like damage, and
+// the resume goes to the newest authentic step. Without CURVE nothing can
+// tell it apart (note 67's probe resumed from it).
+TEST(LaunchResumeTest, AForgedStepIsPassedOverUnderCurve) {
+  TempDir dir;
+  const std::string keys = dir.str() + "/keys";
+  for (const char* role : {"shard", "worker"}) {
+    ASSERT_TRUE(wire::WriteCurveKeyPair(keys, role, *wire::GenerateCurveKeyPair()).ok());
+  }
+  Config config;
+  config.checkpoint.dir = dir.str() + "/ckpt";
+  config.training.steps = 1000;
+  config.security.curve = true;
+  config.security.keys_dir = keys;
+  auto shard_key = wire::CheckpointMacKeyFor(config, "shard");
+  ASSERT_TRUE(shard_key.ok() && shard_key->has_value()) << shard_key.status().ToString();
+  for (uint64_t step : {50, 100}) {
+    ASSERT_TRUE(WriteCheckpointPart(config.checkpoint.dir, step, "shard-0", std::string(4096, 'x'),
+                                    nlohmann::json{{"tables", 1}}, {50, 100}, "", &**shard_key)
+                    .ok());
+  }
+  const std::string from = config.checkpoint.dir + "/step-100/shard-0";
+  const std::string to = config.checkpoint.dir + "/step-150/shard-0";
+  fs::create_directories(config.checkpoint.dir + "/step-150");
+  fs::copy_file(from + ".bin", to + ".bin");
+  std::ifstream in(from + ".json");
+  nlohmann::json manifest = nlohmann::json::parse(in);
+  manifest["step"] = 150;
+  std::ofstream(to + ".json") << manifest.dump();
+
+  Config plain = config;
+  plain.security.curve = false;
+  uint64_t step = 0;
+  ASSERT_EQ(ChooseResumeStep(plain, {"shard-0"}, false, &step), 0);
+  EXPECT_EQ(step, 150u);  // without a key the forgery passes
+  ASSERT_EQ(ChooseResumeStep(config, {"shard-0"}, false, &step), 0);
+  EXPECT_EQ(step, 100u);
+  EXPECT_TRUE(fs::exists(to + ".json.damaged"));
+  EXPECT_FALSE(fs::exists(to + ".json"));
+  // Across machines each launcher lists only the authentic steps.
+  std::vector<DamagedPart> damaged;
+  EXPECT_EQ(FindLocalSteps(config.checkpoint.dir, {"shard-0"}, &damaged,
+                           wire::CheckpointPartMacKeys(config))
+                .intact,
+            (std::vector<uint64_t>{100, 50}));
 }
 
 // A hostile probe resumed with another seed and learning rate without a

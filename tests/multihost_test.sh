@@ -189,7 +189,9 @@ wait "$pc" 2> /dev/null || true
 # shared storage): SIGKILL of node b's part (ps: shard 1; nccl: worker 1,
 # whose part is the whole model and its Adam state) after its checkpoint
 # of step 100; node b's files of the newest step both nodes hold are then
-# damaged. `gridsync launch --resume --node` on each machine: the
+# damaged (ps: a byte flipped, which the checksum finds) or forged (nccl:
+# the older step's files copied in with the manifest's step edited, which
+# only the MAC under CURVE finds: common/checkpoint_mac_key.h). `gridsync launch --resume --node` on each machine: the
 # launchers agree through the coordinator on the newest step every node
 # holds intact (node b sets its damaged files aside, naming them), and the
 # job ends bit for bit as an uninterrupted run. Every such resume was
@@ -247,10 +249,22 @@ for mode in ps nccl; do
       [ -f "$WORK/$mode-faulty-a/step-$step/$a_part.json" ] && [ "$step" -gt "$expected" ] &&
       expected=$step
   done
-  # One byte of node b's file flipped (not overwritten: it may hold that value).
   bin="$WORK/$mode-faulty-b/step-$common/$b_part.bin"
-  byte=$(od -An -tu1 -j100 -N1 "$bin" | tr -d ' ')
-  printf "\\$(printf '%03o' $(( byte ^ 255 )))" | dd of="$bin" bs=1 seek=100 conv=notrunc status=none
+  if [ "$mode" = ps ]; then
+    # One byte of node b's file flipped (not overwritten: it may hold that value).
+    byte=$(od -An -tu1 -j100 -N1 "$bin" | tr -d ' ')
+    printf "\\$(printf '%03o' $(( byte ^ 255 )))" | dd of="$bin" bs=1 seek=100 conv=notrunc status=none
+    why="$b_part.bin: checksum"
+  else
+    # Forged: node b's files of the older step copied over the newer one,
+    # the manifest's step edited (checksum and run intact). CURVE is on
+    # here, so each part's MAC (keyed by its role's secret) refuses it.
+    older="$WORK/$mode-faulty-b/step-$expected/$b_part"
+    cp "$older.bin" "$bin"
+    sed 's/"step":[0-9]*/"step":'"$common"'/' "$older.json" > "${bin%.bin}.json"
+    grep -q '"mac":' "${bin%.bin}.json" || fail "$mode resume: node b's manifest carries no mac under CURVE"
+    why="$b_part.json: its mac does not match"
+  fi
   for side in a b; do mv "$WORK/$mode-faulty-$side" "$WORK/$mode-resumed-$side"; done
   # A timeout of 30 s here: the launchers' exchange must not race a slow start.
   both $mode resumed --resume --set distributed.timeout_s=30
@@ -264,12 +278,12 @@ for mode in ps nccl; do
        ! grep -q "resuming from the checkpoint of step $agreed .*the newest step every node holds intact" "$log_b"; then
     fail "$mode resume across machines: the nodes did not both resume from step $expected, the newest intact below the damaged $common (a: '$agreed')"
     grep "gridsync launch" "$log_a" "$log_b" | tail -8
-  elif ! grep -q "step $common: .*$b_part.bin: checksum.*set aside as $b_part.bin.damaged" "$log_b"; then
-    fail "$mode resume across machines: node b did not name its damaged file of step $common"
+  elif ! grep -q "step $common: .*$why.*set aside as $b_part.bin.damaged" "$log_b"; then
+    fail "$mode resume across machines: node b did not name its damaged file of step $common ($why)"
   elif ! cmp -s "$WORK/$mode-clean.bin" "$WORK/$mode-resumed.bin"; then
     fail "$mode resume across machines: the final parameters differ from the uninterrupted run's"
   else
-    echo "ok: $mode resume across 2 machines with folders of their own: step $common damaged on node b, both resumed from step $agreed and ended bit for bit"
+    echo "ok: $mode resume across 2 machines with folders of their own: step $common damaged on node b ($why), both resumed from step $agreed and ended bit for bit"
   fi
 done
 

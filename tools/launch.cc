@@ -26,6 +26,7 @@
 #include "common/config.h"
 #include "common/host_address.h"
 #include "common/logging.h"
+#include "common/wire/curve.h"
 #include "ops/progress_line.h"
 #include "server/shard_checkpoint.h"
 #include "spec/run_spec.h"
@@ -462,9 +463,9 @@ int RunLaunch(const LaunchOptions& options) {
       // Intact files only (a corrupted newest step failed every restart
       // the same way); each passed over is named.
       std::vector<std::string> skipped;
-      const uint64_t step =
-          NewestIntactStep(config->checkpoint.dir, job_parts,
-                           LatestCompleteStep(config->checkpoint.dir, job_parts), &skipped);
+      const uint64_t step = NewestIntactStep(config->checkpoint.dir, job_parts,
+                                             LatestCompleteStep(config->checkpoint.dir, job_parts),
+                                             &skipped, wire::CheckpointPartMacKeys(*config));
       for (const auto& why : skipped)
         std::printf("gridsync launch: %s; passed over for the restart\n", why.c_str());
       // A checkpoint of the run's last step: every worker would refuse to

@@ -172,7 +172,8 @@ int ChooseResumeStep(const Config& config, const std::vector<std::string>& job_p
   // The newest intact step at most `at_most`, each damaged one passed over named.
   const auto newest_intact = [&](uint64_t at_most) {
     std::vector<std::string> skipped;
-    const uint64_t intact = NewestIntactStep(dir, job_parts, at_most, &skipped);
+    const uint64_t intact =
+        NewestIntactStep(dir, job_parts, at_most, &skipped, wire::CheckpointPartMacKeys(config));
     for (const auto& why : skipped) {
       std::fprintf(intact > 0 ? stdout : stderr, "gridsync launch --resume: %s; %s\n", why.c_str(),
                    intact > 0 ? "passed over" : "no older complete step to resume from");
@@ -307,9 +308,10 @@ int CheckChosenResumeStep(const Config& config, uint64_t step,
 }
 
 uint64_t NewestIntactStep(const std::string& dir, const std::vector<std::string>& parts,
-                          uint64_t step, std::vector<std::string>* skipped) {
+                          uint64_t step, std::vector<std::string>* skipped,
+                          const PartMacKeys& keys) {
   std::vector<DamagedPart> damaged;
-  step = NewestIntactCompleteStep(dir, parts, step, &damaged);
+  step = NewestIntactCompleteStep(dir, parts, step, &damaged, keys);
   for (const DamagedPart& d : damaged) {
     // With a step to go back to, the damaged files are set aside
     // (<part>.bin.damaged, .json.damaged), as a rejoin does: the resumed

@@ -97,9 +97,11 @@ int ChooseResumeStep(const Config& config, const std::vector<std::string>& job_p
 // same way. Each newer step passed over is noted in `skipped` with its
 // first failure, and that part's files of it are set aside (SetPartAside),
 // kept for a look where the resumed processes remove the newer steps. 0
-// when none is left.
+// when none is left. `keys` (wire::CheckpointPartMacKeys): under CURVE a
+// part whose MAC differs is passed over too (forged or changed files).
 uint64_t NewestIntactStep(const std::string& dir, const std::vector<std::string>& parts,
-                          uint64_t step, std::vector<std::string>* skipped);
+                          uint64_t step, std::vector<std::string>* skipped,
+                          const PartMacKeys& keys = nullptr);
 
 // Sets `d`'s files aside (SetPartAside) and says so: "step N: why (set
 // aside as <part>.bin.damaged)", or the error in the parentheses.

@@ -28,7 +28,7 @@ constexpr std::string_view kKeyPrefix = "launch/resume/";
 }  // namespace
 
 NodeSteps FindLocalSteps(const std::string& dir, const std::vector<std::string>& parts,
-                         std::vector<DamagedPart>* damaged) {
+                         std::vector<DamagedPart>* damaged, const PartMacKeys& keys) {
   NodeSteps out;
   out.has_parts = !parts.empty();
   if (parts.empty()) return out;
@@ -42,7 +42,7 @@ NodeSteps FindLocalSteps(const std::string& dir, const std::vector<std::string>&
   for (uint64_t step = LatestCompleteStep(dir, parts);
        step > 0 && out.intact.size() < kMaxResumeSteps;
        step = LatestCompleteStep(dir, parts, step)) {
-    step = NewestIntactCompleteStep(dir, parts, step, damaged);
+    step = NewestIntactCompleteStep(dir, parts, step, damaged, keys);
     if (step == 0) break;
     if (OfAnotherRun(dir, step, parts.front(), own)) continue;
     out.intact.push_back(step);
@@ -189,7 +189,7 @@ int ResumeAcrossNodes(const Config& config, const std::string& node,
                       uint64_t* step) {
   const std::string& dir = config.checkpoint.dir;
   std::vector<DamagedPart> damaged;
-  NodeSteps mine = FindLocalSteps(dir, local_parts, &damaged);
+  NodeSteps mine = FindLocalSteps(dir, local_parts, &damaged, wire::CheckpointPartMacKeys(config));
   mine.damaged = !damaged.empty();
   std::vector<std::string> names;
   for (const auto& n : config.layout.nodes) names.push_back(n.name);

@@ -71,32 +71,35 @@ uint64_t OptimizerBytes(const AllReduceState& state) {
 
 Status WriteWorkerCheckpoint(const RunSpec& spec, uint32_t rank, uint32_t shards, uint64_t step,
                              PsClient* ps, const std::vector<uint64_t>& keep,
-                             const std::string& run) {
+                             const std::string& run, const CheckpointMacKey* key) {
   std::string data;
   GRIDSYNC_RETURN_IF_ERROR(ps->AppendState(&data));
   return WriteCheckpointPart(spec.config.checkpoint.dir, step, Part(rank), data,
-                             Shape(spec, shards), keep, run);
+                             Shape(spec, shards), keep, run, key);
 }
 
-Status CheckWorkerCheckpoint(const RunSpec& spec, uint32_t rank, uint32_t shards, uint64_t step) {
-  return ReadCheckpointPart(spec.config.checkpoint.dir, step, Part(rank), Shape(spec, shards))
+Status CheckWorkerCheckpoint(const RunSpec& spec, uint32_t rank, uint32_t shards, uint64_t step,
+                             const CheckpointMacKey* key) {
+  return ReadCheckpointPart(spec.config.checkpoint.dir, step, Part(rank), Shape(spec, shards),
+                            std::nullopt, nullptr, key)
       .status();
 }
 
 Status LoadWorkerCheckpoint(const RunSpec& spec, uint32_t rank, uint32_t shards, uint64_t step,
-                            PsClient* ps, std::string* run) {
+                            PsClient* ps, std::string* run, const CheckpointMacKey* key) {
   const std::string& dir = spec.config.checkpoint.dir;
   // No state size to check against: the residuals' rows, and which tables
   // Adam stepped, vary with training. RestoreState checks what it takes.
   GRIDSYNC_ASSIGN_OR_RETURN(
       const std::string data,
-      ReadCheckpointPart(dir, step, Part(rank), Shape(spec, shards), std::nullopt, run));
+      ReadCheckpointPart(dir, step, Part(rank), Shape(spec, shards), std::nullopt, run, key));
   return ps->RestoreState(data, step)
       .WithContext(dir + "/step-" + std::to_string(step) + "/" + Part(rank) + ".bin");
 }
 
 Status WriteAllReduceCheckpoint(const RunSpec& spec, uint32_t rank, uint32_t workers, uint64_t step,
-                                const AllReduceState& state, const std::vector<uint64_t>& keep) {
+                                const AllReduceState& state, const std::vector<uint64_t>& keep,
+                                const CheckpointMacKey* key) {
   std::string data;
   data.reserve(ParamBytes(*state.model) + OptimizerBytes(state));
   AppendArray(&data, state.model->grid_params());
@@ -110,18 +113,19 @@ Status WriteAllReduceCheckpoint(const RunSpec& spec, uint32_t rank, uint32_t wor
     state.replicated->AppendState(&data);
   }
   return WriteCheckpointPart(spec.config.checkpoint.dir, step, Part(rank), data,
-                             AllReduceShape(spec, workers), keep);
+                             AllReduceShape(spec, workers), keep, /*run=*/"", key);
 }
 
 Status LoadAllReduceCheckpoint(const RunSpec& spec, uint32_t rank, uint32_t workers, uint64_t step,
-                               const AllReduceState& state) {
+                               const AllReduceState& state, const CheckpointMacKey* key) {
   const std::string& dir = spec.config.checkpoint.dir;
   const std::string file = dir + "/step-" + std::to_string(step) + "/" + Part(rank) + ".bin";
   // Every size is the model's and the optimizer's: the file is refused by
   // its size before anything of it is read.
   GRIDSYNC_ASSIGN_OR_RETURN(const std::string data,
                             ReadCheckpointPart(dir, step, Part(rank), AllReduceShape(spec, workers),
-                                               ParamBytes(*state.model) + OptimizerBytes(state)));
+                                               ParamBytes(*state.model) + OptimizerBytes(state),
+                                               /*run=*/nullptr, key));
   std::string_view in(data);
   HashGridModel& model = *state.model;
   bool whole = TakeArray(&in, &model.grid_params());

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/checkpoint_mac_key.h"
 #include "common/status.h"
 #include "spec/run_spec.h"
 #include "worker/local_optimizer.h"
@@ -30,21 +31,26 @@
 namespace gridsync {
 
 // `keep`: steps to leave on disk (WriteCheckpointPart), here and below;
-// `run`: the run the part belongs to (common/checkpoint_run.h).
+// `run`: the run the part belongs to (common/checkpoint_run.h); `key`
+// (under CURVE: CheckpointMacKeyFor(config, "worker")), here and below: the
+// files carry its MAC, and reads refuse files without one or whose MAC
+// differs (ReadCheckpointPart).
 Status WriteWorkerCheckpoint(const RunSpec& spec, uint32_t rank, uint32_t shards, uint64_t step,
                              PsClient* ps, const std::vector<uint64_t>& keep = {},
-                             const std::string& run = "");
+                             const std::string& run = "", const CheckpointMacKey* key = nullptr);
 
 // Whether LoadWorkerCheckpoint's checks of the files would pass (manifest,
 // shape, size, checksum), without a client: a worker restarted into a
 // running job looks for a step it can load before it registers with it.
-Status CheckWorkerCheckpoint(const RunSpec& spec, uint32_t rank, uint32_t shards, uint64_t step);
+Status CheckWorkerCheckpoint(const RunSpec& spec, uint32_t rank, uint32_t shards, uint64_t step,
+                             const CheckpointMacKey* key = nullptr);
 
 // Checks the manifest (the same model, partition and codec, size and
 // checksum) before replacing the client's state. `run` (unless null)
 // receives the run the files name.
 Status LoadWorkerCheckpoint(const RunSpec& spec, uint32_t rank, uint32_t shards, uint64_t step,
-                            PsClient* ps, std::string* run = nullptr);
+                            PsClient* ps, std::string* run = nullptr,
+                            const CheckpointMacKey* key = nullptr);
 
 // The nccl worker's part. Exactly one of `replicated` and `sharded` is set
 // (distributed.model_parallel picks). Load checks the manifest (the same
@@ -60,9 +66,9 @@ struct AllReduceState {
   ShardedUpdate* sharded = nullptr;
 };
 Status WriteAllReduceCheckpoint(const RunSpec& spec, uint32_t rank, uint32_t workers, uint64_t step,
-                                const AllReduceState& state,
-                                const std::vector<uint64_t>& keep = {});
+                                const AllReduceState& state, const std::vector<uint64_t>& keep = {},
+                                const CheckpointMacKey* key = nullptr);
 Status LoadAllReduceCheckpoint(const RunSpec& spec, uint32_t rank, uint32_t workers, uint64_t step,
-                               const AllReduceState& state);
+                               const AllReduceState& state, const CheckpointMacKey* key = nullptr);
 
 }  // namespace gridsync

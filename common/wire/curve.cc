@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <vector>
 
@@ -199,6 +200,31 @@ Result<CurveSettings> CurveSettingsFor(const Config& config, const std::string& 
     settings.server_public_z85 = *server;
   }
   return settings;
+}
+
+Result<std::optional<CheckpointMacKey>> CheckpointMacKeyFor(const Config& config,
+                                                            const std::string& role) {
+  if (!config.security.curve) return std::optional<CheckpointMacKey>();
+  auto own = LoadCurveKeyPair(config.security.keys_dir, role);
+  if (!own.ok()) return InKeysDir(own.status());
+  GRIDSYNC_ASSIGN_OR_RETURN(CheckpointMacKey key,
+                            CheckpointMacKey::FromCurveSecret(own->secret_z85));
+  return std::optional<CheckpointMacKey>(std::move(key));
+}
+
+PartMacKeys CheckpointPartMacKeys(const Config& config) {
+  struct Keys {
+    std::optional<CheckpointMacKey> shard, worker;
+  };
+  auto keys = std::make_shared<Keys>();
+  if (auto shard = CheckpointMacKeyFor(config, "shard"); shard.ok()) keys->shard = *shard;
+  if (auto worker = CheckpointMacKeyFor(config, "worker"); worker.ok()) keys->worker = *worker;
+  return [keys](const std::string& part) -> const CheckpointMacKey* {
+    const std::optional<CheckpointMacKey>* key = nullptr;
+    if (part.rfind("shard-", 0) == 0) key = &keys->shard;
+    if (part.rfind("worker-", 0) == 0) key = &keys->worker;
+    return key != nullptr && key->has_value() ? &**key : nullptr;
+  };
 }
 
 namespace {

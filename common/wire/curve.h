@@ -16,11 +16,14 @@
 #include <atomic>
 #include <initializer_list>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
 #include <zmq.hpp>
 
+#include "common/checkpoint_files.h"
+#include "common/checkpoint_mac_key.h"
 #include "common/config.h"
 #include "common/status.h"
 
@@ -59,6 +62,18 @@ std::string CurveRoleOf(const zmq::message_t& received);
 // shard.key and admits worker.pub and observer.pub (each when present, at
 // least one); the others load <role>.key and trust shard.pub.
 Result<CurveSettings> CurveSettingsFor(const Config& config, const std::string& role);
+
+// The key that authenticates `role`'s checkpoint files ("shard" or
+// "worker": common/checkpoint_mac_key.h) under config.security: none without
+// security.curve; else derived from <keys_dir>/<role>.key, the secret the
+// role's processes load for their connections anyway. Made once per process
+// and passed down to its checkpoint reads and writes.
+Result<std::optional<CheckpointMacKey>> CheckpointMacKeyFor(const Config& config,
+                                                            const std::string& role);
+// For gridsync launch choosing a step to resume from: the shards' and the
+// workers' keys as far as this machine holds them (a role whose key does
+// not load is not checked here; its processes refuse its files at start).
+PartMacKeys CheckpointPartMacKeys(const Config& config);
 
 // The control plane's key-based challenge (security.curve), with the same
 // role keys plus coordinator.key: a client proves its role by boxing the

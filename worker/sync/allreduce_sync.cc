@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "common/wire/curve.h"
 #include "worker/collective/buckets.h"
 #include "worker/sync/peer_watch.h"
 
@@ -118,6 +119,7 @@ Status AllReduceSync::StartCheckpoints(uint64_t start_step) {
         " and error feedback under gradient_sync nccl: the residuals are not checkpointed");
   }
   const uint32_t workers = static_cast<uint32_t>(groups_.flat->size());
+  GRIDSYNC_ASSIGN_OR_RETURN(checkpoint_key_, wire::CheckpointMacKeyFor(config_, "worker"));
   ledger_ = std::make_unique<CheckpointLedger>(checkpoint.dir, me_);
   ledger_->SetJobParts(CheckpointParts(0, workers));
   // The job this worker publishes its steps under: nccl workers never move
@@ -128,7 +130,7 @@ Status AllReduceSync::StartCheckpoints(uint64_t start_step) {
   }
   if (start_step > 0) {
     GRIDSYNC_RETURN_IF_ERROR(
-        LoadAllReduceCheckpoint(spec_, rank_, workers, start_step, State())
+        LoadAllReduceCheckpoint(spec_, rank_, workers, start_step, State(), key())
             .WithContext(me_ + " resuming at step " + std::to_string(start_step)));
     ledger_->RolledBack(start_step);  // later steps are another history's
     PublishCheckpoints();
@@ -158,7 +160,7 @@ Status AllReduceSync::CheckpointIfDue(uint64_t step) {
   }
   if (Status written =
           WriteAllReduceCheckpoint(spec_, rank_, static_cast<uint32_t>(groups_.flat->size()),
-                                   step + 1, State(), ledger_->MustKeep());
+                                   step + 1, State(), ledger_->MustKeep(), key());
       !written.ok()) {
     spdlog::error("{}: checkpoint at step {} not written: {}", me_, step + 1, written.ToString());
     ++checkpoint_failures_;

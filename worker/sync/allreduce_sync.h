@@ -37,7 +37,9 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
+#include "common/checkpoint_mac_key.h"
 #include "common/checkpoint_registry.h"
 #include "common/coordinator_client.h"
 #include "common/thread_pool.h"
@@ -121,8 +123,11 @@ class AllReduceSync : public GradientSync {
   std::vector<float> flat_;                    // model_parallel: the gradient, flat
   std::unique_ptr<HalfAllReduce> half_;        // codec fp16/bf16: the 16-bit all-reduce
   std::unique_ptr<CheckpointLedger> ledger_;   // checkpoint.every_steps > 0
-  uint64_t job_ = 0;                           // the coordinator's job, with ledger_
-  uint64_t checkpoint_failures_ = 0;           // writes that failed (TrainReport)
+  // Under CURVE, with ledger_: authenticates its files (common/checkpoint_mac_key.h).
+  std::optional<CheckpointMacKey> checkpoint_key_;
+  const CheckpointMacKey* key() const { return checkpoint_key_ ? &*checkpoint_key_ : nullptr; }
+  uint64_t job_ = 0;                  // the coordinator's job, with ledger_
+  uint64_t checkpoint_failures_ = 0;  // writes that failed (TrainReport)
   bool hierarchical_;
   int slices_ = 0;
   size_t elements_ = 0;        // gradient elements all-reduced per step

@@ -75,6 +75,7 @@ Result<PsSession> JoinPsCluster(const RunSpec& spec, const ImageTask& image, Has
   PsSession session;
   GRIDSYNC_ASSIGN_OR_RETURN(const wire::ControlAuth control_auth,
                             wire::ControlAuthFor(config, "worker"));
+  GRIDSYNC_ASSIGN_OR_RETURN(session.checkpoint_key, wire::CheckpointMacKeyFor(config, "worker"));
   GRIDSYNC_ASSIGN_OR_RETURN(
       session.coordinator,
       CoordinatorClient::Connect(d.master_addr, static_cast<uint16_t>(d.master_port), timeout,
@@ -110,9 +111,9 @@ Result<PsSession> JoinPsCluster(const RunSpec& spec, const ImageTask& image, Has
     // restart would fail the same way): it rejoins from an older step every
     // part still holds, and the job goes back there (as a shard does).
     while (!own.empty() && info.rejoin_step > 0) {
-      const Status loads =
-          CheckWorkerCheckpoint(spec, static_cast<uint32_t>(options.rank),
-                                static_cast<uint32_t>(config.ps.shards), info.rejoin_step);
+      const Status loads = CheckWorkerCheckpoint(spec, static_cast<uint32_t>(options.rank),
+                                                 static_cast<uint32_t>(config.ps.shards),
+                                                 info.rejoin_step, session.key());
       if (loads.code() != StatusCode::kCorruption) break;
       // Set aside and no longer published, so that no other process
       // rejoins the job at this step meanwhile.
@@ -191,7 +192,7 @@ Result<PsSession> JoinPsCluster(const RunSpec& spec, const ImageTask& image, Has
     std::string run;
     GRIDSYNC_RETURN_IF_ERROR(
         LoadWorkerCheckpoint(spec, session.rank, static_cast<uint32_t>(session.map.shards.size()),
-                             start, session.ps.get(), &run)
+                             start, session.ps.get(), &run, session.key())
             .WithContext(session.me + " resuming at step " + std::to_string(start)));
     if (session.ledger) {
       // Its files and the other parts' must be one run's (common/checkpoint_run.h).
@@ -328,7 +329,7 @@ Status PsSessionSync::CheckpointIfDue(uint64_t step) {
   const Status written =
       run.ok()
           ? WriteWorkerCheckpoint(spec_, rank_, static_cast<uint32_t>(session_.map.shards.size()),
-                                  step + 1, session_.ps.get(), keep, *run)
+                                  step + 1, session_.ps.get(), keep, *run, session_.key())
           : run.status();
   if (!written.ok()) {
     spdlog::error("{}: checkpoint at step {} not written: {}", me_, step + 1, written.ToString());
@@ -414,7 +415,7 @@ Result<uint64_t> PsSessionSync::FollowRollback(const Status& failure) {
     const uint32_t shards = static_cast<uint32_t>(session_.map.shards.size());
     std::string run;
     GRIDSYNC_RETURN_IF_ERROR(
-        LoadWorkerCheckpoint(spec_, rank_, shards, step, session_.ps.get(), &run)
+        LoadWorkerCheckpoint(spec_, rank_, shards, step, session_.ps.get(), &run, session_.key())
             .WithContext(me_ + " rolling back to step " + std::to_string(step)));
     if (session_.ledger) {
       GRIDSYNC_RETURN_IF_ERROR(session_.ledger->RolledBackTo(step, std::move(run), "worker")

@@ -8,8 +8,10 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "common/checkpoint_mac_key.h"
 #include "common/checkpoint_registry.h"
 #include "common/cluster_map.h"
 #include "common/coordinator_client.h"
@@ -36,6 +38,9 @@ struct PsSession {
   // With state of its own (RunSpec::sync.worker_state) and checkpoints on:
   // the steps of this job it wrote, which it publishes for rejoins.
   std::unique_ptr<CheckpointLedger> ledger;
+  // Under CURVE: authenticates its checkpoint files (common/checkpoint_mac_key.h).
+  std::optional<CheckpointMacKey> checkpoint_key;
+  const CheckpointMacKey* key() const { return checkpoint_key ? &*checkpoint_key : nullptr; }
 };
 
 // Registers with the coordinator (the model's tables and the settings of

@@ -1,0 +1,215 @@
+// Checkpoint files under CURVE carry a MAC keyed by the writing role's
+// secret (common/checkpoint_mac_key.h): whoever can write checkpoint.dir
+// without holding the key can no longer make files that load. Before, a
+// step-100 .bin whose manifest's step was edited to 150 was accepted (a
+// probe, note 67), and so was any state whose FNV checksum was recomputed.
+#include <gtest/gtest.h>
+#include <spdlog/fmt/fmt.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/checkpoint_files.h"
+#include "common/checkpoint_mac_key.h"
+#include "common/config.h"
+#include "common/wire/curve.h"
+
+namespace gridsync {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool Contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+CheckpointMacKey KeyOf(const wire::CurveKeyPair& pair) {
+  auto key = CheckpointMacKey::FromCurveSecret(pair.secret_z85);
+  EXPECT_TRUE(key.ok()) << key.status().ToString();
+  return *key;
+}
+
+TEST(CheckpointMacKeyTest, DerivedFromTheRolesSecretAndNothingElse) {
+  const auto a = *wire::GenerateCurveKeyPair();
+  const auto b = *wire::GenerateCurveKeyPair();
+  const std::string mac = KeyOf(a).Mac("fields", "bin");
+  EXPECT_EQ(mac.size(), 64u);
+  EXPECT_EQ(mac.find_first_not_of("0123456789abcdef"), std::string::npos) << mac;
+  EXPECT_EQ(KeyOf(a).Mac("fields", "bin"), mac);  // every process of the role agrees
+  EXPECT_NE(KeyOf(b).Mac("fields", "bin"), mac);
+  EXPECT_NE(KeyOf(a).Mac("fields", "bim"), mac);
+  EXPECT_NE(KeyOf(a).Mac("fieldsb", "in"), mac);  // the split between them counts
+  const auto short_secret = CheckpointMacKey::FromCurveSecret(a.secret_z85.substr(1));
+  ASSERT_FALSE(short_secret.ok());
+  EXPECT_EQ(short_secret.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(short_secret.status().message(), "39 characters; allowed: 40"))
+      << short_secret.status().message();
+}
+
+class CheckpointMacTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = (fs::temp_directory_path() /
+            ("gridsync-ckpt-mac-" + std::to_string(::getpid()) + "-" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name()))
+               .string();
+    fs::remove_all(dir_);
+    ASSERT_TRUE(WriteCheckpointPart(dir_, 100, "shard-0", data_, shape_, {}, run_, &key_).ok());
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string Path(uint64_t step, const char* ext) const {
+    return dir_ + "/step-" + std::to_string(step) + "/shard-0" + ext;
+  }
+  nlohmann::json Manifest(uint64_t step) const {
+    std::ifstream in(Path(step, ".json"));
+    return nlohmann::json::parse(in);
+  }
+  void WriteManifest(uint64_t step, const nlohmann::json& doc) const {
+    std::ofstream(Path(step, ".json")) << doc.dump();
+  }
+  Result<std::string> Read(uint64_t step, const CheckpointMacKey* key) const {
+    return ReadCheckpointPart(dir_, step, "shard-0", shape_, std::nullopt, nullptr, key);
+  }
+  // The step-100 files copied to step `to`, the manifest's step edited to
+  // match: what note 67's probe did by hand.
+  void CopyAsStep(uint64_t to) const {
+    fs::create_directories(dir_ + "/step-" + std::to_string(to));
+    fs::copy_file(Path(100, ".bin"), Path(to, ".bin"));
+    nlohmann::json doc = Manifest(100);
+    doc["step"] = to;
+    WriteManifest(to, doc);
+  }
+
+  const wire::CurveKeyPair shard_keys_ = *wire::GenerateCurveKeyPair();
+  const CheckpointMacKey key_ = KeyOf(shard_keys_);
+  std::string dir_;
+  const std::string data_ = "thirty-two bytes of shard state!";
+  const nlohmann::json shape_ = nlohmann::json::array({{8, 2}});
+  const std::string run_ = "0123456789abcdef0123456789abcdef";
+};
+
+TEST_F(CheckpointMacTest, TheFilesLoadWithTheKeyAndWithout) {
+  EXPECT_TRUE(Manifest(100).contains("mac"));
+  auto with = Read(100, &key_);
+  ASSERT_TRUE(with.ok()) << with.status().ToString();
+  EXPECT_EQ(*with, data_);
+  // A process without the role's secret (gridsync launch choosing a step)
+  // reads them as before, checksum and all.
+  auto without = Read(100, nullptr);
+  ASSERT_TRUE(without.ok()) << without.status().ToString();
+  EXPECT_TRUE(CheckCheckpointPartIntact(dir_, 100, "shard-0").ok());
+}
+
+TEST_F(CheckpointMacTest, AManifestWhoseStepWasEditedIsRefused) {
+  CopyAsStep(150);
+  const auto read = Read(150, &key_);
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.status().code(), StatusCode::kCorruption);
+  EXPECT_TRUE(Contains(read.status().message(), Path(150, ".json") + ": its mac does not match"))
+      << read.status().message();
+  EXPECT_TRUE(Contains(read.status().message(), "allowed: files written by this job's processes"))
+      << read.status().message();
+  // Without CURVE there is nothing to check it with: the limit the header
+  // states (the checksum finds damage, not forgery).
+  EXPECT_TRUE(Read(150, nullptr).ok());
+}
+
+TEST_F(CheckpointMacTest, AForgedStateWithItsChecksumRecomputedIsRefused) {
+  const std::string forged = "thirty-two bytes of forged data!";
+  ASSERT_EQ(forged.size(), data_.size());
+  std::ofstream(Path(100, ".bin"), std::ios::binary | std::ios::trunc) << forged;
+  nlohmann::json doc = Manifest(100);
+  doc["fnv1a64"] = fmt::format("{:016x}", Fnv1a64(forged));
+  WriteManifest(100, doc);
+  ASSERT_TRUE(Read(100, nullptr).ok());  // the checksum alone is satisfied
+  const auto read = Read(100, &key_);
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.status().code(), StatusCode::kCorruption) << read.status().ToString();
+  EXPECT_TRUE(Contains(read.status().message(), "its mac does not match"))
+      << read.status().message();
+}
+
+TEST_F(CheckpointMacTest, AnotherRunNamedInTheManifestIsRefused) {
+  nlohmann::json doc = Manifest(100);
+  doc["run"] = "fedcba9876543210fedcba9876543210";
+  WriteManifest(100, doc);
+  const auto read = Read(100, &key_);
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.status().code(), StatusCode::kCorruption) << read.status().ToString();
+}
+
+TEST_F(CheckpointMacTest, FilesOfAnotherKeyAreRefused) {
+  const CheckpointMacKey other = KeyOf(*wire::GenerateCurveKeyPair());
+  const auto read = Read(100, &other);
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.status().code(), StatusCode::kCorruption) << read.status().ToString();
+  EXPECT_TRUE(Contains(read.status().message(), "written with other keys"))
+      << read.status().message();
+}
+
+TEST_F(CheckpointMacTest, AManifestWithoutAMacIsRefusedUnderCurve) {
+  nlohmann::json doc = Manifest(100);
+  doc.erase("mac");
+  WriteManifest(100, doc);
+  EXPECT_TRUE(Read(100, nullptr).ok());
+  const auto read = Read(100, &key_);
+  ASSERT_FALSE(read.ok());
+  // Not damage (nothing to set aside): files of a run without CURVE, or
+  // stripped; either way they do not load under it.
+  EXPECT_EQ(read.status().code(), StatusCode::kInvalidArgument) << read.status().ToString();
+  EXPECT_TRUE(Contains(read.status().message(), "no mac, while security.curve is on"))
+      << read.status().message();
+}
+
+TEST_F(CheckpointMacTest, AMalformedMacIsRefusedNamingTheField) {
+  for (const nlohmann::json& mac :
+       {nlohmann::json("zz"), nlohmann::json(7), nlohmann::json(std::string(64, 'A'))}) {
+    nlohmann::json doc = Manifest(100);
+    doc["mac"] = mac;
+    WriteManifest(100, doc);
+    for (const CheckpointMacKey* key : {&key_, static_cast<const CheckpointMacKey*>(nullptr)}) {
+      const auto read = Read(100, key);
+      ASSERT_FALSE(read.ok()) << mac.dump();
+      EXPECT_EQ(read.status().code(), StatusCode::kCorruption);
+      EXPECT_TRUE(Contains(read.status().message(), "mac is ")) << read.status().message();
+      EXPECT_TRUE(Contains(read.status().message(), "allowed: 64 lowercase hex digits"))
+          << read.status().message();
+    }
+  }
+}
+
+// The key each role's processes derive from config.security: the shards'
+// and the workers' differ, and there is none without CURVE.
+TEST_F(CheckpointMacTest, EachRoleHasItsOwnKeyUnderCurveAndNoneWithout) {
+  const std::string keys = dir_ + "/keys";
+  for (const char* role : {"shard", "worker"}) {
+    ASSERT_TRUE(wire::WriteCurveKeyPair(keys, role, *wire::GenerateCurveKeyPair()).ok());
+  }
+  Config config;
+  config.security.curve = true;
+  config.security.keys_dir = keys;
+  auto shard = wire::CheckpointMacKeyFor(config, "shard");
+  auto worker = wire::CheckpointMacKeyFor(config, "worker");
+  ASSERT_TRUE(shard.ok()) << shard.status().ToString();
+  ASSERT_TRUE(worker.ok()) << worker.status().ToString();
+  ASSERT_TRUE(shard->has_value() && worker->has_value());
+  EXPECT_NE((**shard).Mac("f", "b"), (**worker).Mac("f", "b"));
+  ASSERT_TRUE(WriteCheckpointPart(dir_, 200, "shard-0", data_, shape_, {}, run_, &**shard).ok());
+  EXPECT_TRUE(Read(200, &**shard).ok());
+  EXPECT_EQ(Read(200, &**worker).status().code(), StatusCode::kCorruption);
+  // A role whose key file is missing is refused by name.
+  auto observer = wire::CheckpointMacKeyFor(config, "observer");
+  ASSERT_FALSE(observer.ok());
+  EXPECT_TRUE(Contains(observer.status().message(), "observer.key")) << observer.status().message();
+  config.security.curve = false;
+  auto off = wire::CheckpointMacKeyFor(config, "shard");
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE(off->has_value());
+}
+
+}  // namespace
+}  // namespace gridsync
