@@ -518,17 +518,21 @@ Result<std::string> ReadPart(const std::string& dir, uint64_t step, const std::s
     // Under CURVE a part must prove who wrote it: one without a MAC was
     // written without CURVE (or had its MAC removed), one whose MAC differs
     // was changed, or written with other keys, since.
+    // Damage, as a wrong MAC is (set aside, and the next older step
+    // tried): whoever can strip the field could otherwise make a forged
+    // step stand, and every process refuse it at start.
     if (manifest.mac.empty()) {
-      return Status::InvalidArgument(
+      return Status::Corruption(
           json_path +
-          ": no mac, while security.curve is on; allowed: files written by this job's processes "
-          "under CURVE (a checkpoint written with security.mode \"off\" resumes only with it "
-          "off)");
+          ": no mac, while security.curve is on (written with security.mode \"off\", by a "
+          "gridsync from before checkpoint MACs, or its mac removed); allowed: files written by "
+          "this job's processes under CURVE (resume files without one with security.mode "
+          "\"off\", on a trusted network)");
     }
     const std::string mac = key->Mac(MacFields(manifest.step, manifest.part, manifest.shape,
                                                manifest.bytes, manifest.fnv1a64, manifest.run),
                                      data);
-    if (mac != manifest.mac) {
+    if (!CheckpointMacKey::SameMac(mac, manifest.mac)) {
       return Status::Corruption(
           json_path + ": its mac does not match the manifest and " + bin_path +
           " (changed since they were written, or written with other keys); allowed: files "

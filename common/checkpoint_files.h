@@ -81,11 +81,11 @@ Status WriteCheckpointPart(const std::string& dir, uint64_t step, const std::str
 // the .bin is read; then its checksum (Corruption, naming both checksums).
 // `run` (unless null) receives the manifest's run: "" where it names none
 // (written before runs were named); one that is not IsRunId is refused.
-// `key` (under CURVE): last, the manifest's MAC must be there
-// (InvalidArgument otherwise: written without CURVE, or stripped) and match
-// the fields and the .bin (Corruption otherwise: changed or forged). Without
-// a key a MAC is not checked (a process without the role's secret, such as
-// gridsync launch choosing a step, cannot).
+// `key` (under CURVE): last, the manifest's MAC must be there and match
+// the fields and the .bin; Corruption otherwise (written without CURVE,
+// stripped, changed, forged, or written with other keys: damage, set aside
+// like a bad checksum). Without a key a MAC is not checked (a process
+// without the role's secret cannot).
 Result<std::string> ReadCheckpointPart(const std::string& dir, uint64_t step,
                                        const std::string& part, const nlohmann::json& shape,
                                        std::optional<uint64_t> state_bytes = std::nullopt,
@@ -102,7 +102,7 @@ Status CheckCheckpointPartIntact(const std::string& dir, uint64_t step, const st
                                  const CheckpointMacKey* key = nullptr);
 
 // The key to check a part's MAC with (null: none), by the part's name
-// ("shard-0", "worker-3"): wire::CheckpointPartMacKeys.
+// ("shard-0", "worker-3"), as gridsync launch holds them (LaunchMacKeys).
 using PartMacKeys = std::function<const CheckpointMacKey*(const std::string& part)>;
 
 // The newest complete step of `parts` in `dir`, at most `step`, whose files

@@ -30,6 +30,13 @@ Result<CheckpointMacKey> CheckpointMacKey::FromCurveSecret(std::string_view secr
   return key;
 }
 
+CheckpointMacKey::~CheckpointMacKey() { sodium_memzero(key_.data(), key_.size()); }
+
+bool CheckpointMacKey::SameMac(std::string_view mac, std::string_view expected) {
+  return mac.size() == expected.size() &&
+         sodium_memcmp(mac.data(), expected.data(), mac.size()) == 0;
+}
+
 std::string CheckpointMacKey::Mac(std::string_view fields, std::string_view bin) const {
   crypto_generichash_state state;
   std::array<unsigned char, 32> mac{};

@@ -6,11 +6,15 @@
 // shards' parts, worker.key for the workers'), over the manifest's fields
 // and the .bin's bytes (common/checkpoint_files.h). Whoever can write
 // checkpoint.dir but cannot read the role's secret (gridsync keygen writes
-// keys_dir 0700 and its .key files 0600) can no longer make files that
-// load: a manifest whose step was edited, another run's or step's files
-// copied in, or a state of their own with its checksum recomputed are
-// refused. Without CURVE there is no secret and no MAC: the FNV checksum
-// finds damage, not forgery.
+// keys_dir 0700 and its .key files 0600) can no longer make or change
+// files that load: a manifest whose step, part, run or size was edited, one
+// step's files copied in as another's, or a state of their own with its
+// checksum recomputed are refused. What a MAC cannot refuse is a replay of
+// files the role itself wrote with the same keys: a whole step of another
+// run (ps and hybrid parts name their run, but a resume takes the run from
+// the files; nccl parts name none), or a step of an abandoned history of
+// this run put back. Without CURVE there is no secret and no MAC: the FNV
+// checksum finds damage, not forgery.
 //
 // Why keyed by the role's CURVE secret rather than a key of its own: every
 // machine that runs a role already holds that secret (and only those
@@ -40,6 +44,17 @@ class CheckpointMacKey {
 
  private:
   CheckpointMacKey() = default;
+
+ public:
+  CheckpointMacKey(const CheckpointMacKey&) = default;
+  CheckpointMacKey& operator=(const CheckpointMacKey&) = default;
+  ~CheckpointMacKey();  // wipes the key
+
+  // Whether `mac` (as Mac writes it) equals `expected`, in time that does
+  // not depend on where they differ.
+  static bool SameMac(std::string_view mac, std::string_view expected);
+
+ private:
   std::array<unsigned char, 32> key_{};
 };
 

@@ -13,7 +13,10 @@
 //   mode & 16: the files are the input's, the manifest's text and the rest
 //   as the .bin; otherwise the .bin is a trained store's state patched by
 //   the rest ([u32 offset][u8 length][bytes] each) and written with its
-//   manifest by WriteCheckpointPart, checksum and all (a forged file).
+//   manifest by WriteCheckpointPart, checksum and all (a forged file);
+//   mode & 32: under CURVE, every write and load with a checkpoint MAC key
+//   (common/checkpoint_mac_key.h), so that files made from the input
+//   itself must never load (that would be a forged MAC).
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -136,6 +139,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint8_t mode = in.Take<uint8_t>();
   const size_t layout = mode % 3;
   const bool updates = (mode & 4) != 0, replicas = (mode & 8) != 0, raw = (mode & 16) != 0;
+  static const CheckpointMacKey kKey = *CheckpointMacKey::FromCurveSecret(std::string(40, 'k'));
+  const CheckpointMacKey* key = (mode & 32) != 0 ? &kKey : nullptr;
   const uint64_t step = in.Take<uint64_t>();
   const std::string manifest = in.Bytes(in.Take<uint16_t>());
   const Partition& partition = PartitionOf(layout);
@@ -159,12 +164,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (uint32_t t = 0; t < writer.n_tables(); ++t) {
       shapes.push_back({writer.table_rows(t), writer.table_width(t)});
     }
-    if (!WriteCheckpointPart(dir, step, ShardPart(shard), bin, shapes).ok()) __builtin_trap();
+    if (!WriteCheckpointPart(dir, step, ShardPart(shard), bin, shapes, {}, "", key).ok())
+      __builtin_trap();
   }
 
   ShardStore store(partition, shard, AdamHyper{}, updates);
   if (replicas) store.EnableReplicas(2);
-  const Status loaded = LoadShardCheckpoint(dir, shard, step, &store);
+  const Status loaded = LoadShardCheckpoint(dir, shard, step, &store, nullptr, key);
+  if (raw && key != nullptr && loaded.ok()) __builtin_trap();  // the input forged a MAC
   if (!loaded.ok()) {
     if (loaded.message().empty()) __builtin_trap();  // a refusal says what is wrong
     return 0;
@@ -177,9 +184,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Training goes on from it, and what it saves loads again.
   Step(&store, partition, 0.25f);
   const uint64_t next = step + 1 == 0 ? step : step + 1;
-  if (!WriteShardCheckpoint(dir, shard, next, store).ok()) __builtin_trap();
+  if (!WriteShardCheckpoint(dir, shard, next, store, {}, "", key).ok()) __builtin_trap();
   ShardStore reloaded(partition, shard, AdamHyper{}, updates);
-  const Status reload = LoadShardCheckpoint(dir, shard, next, &reloaded);
+  const Status reload = LoadShardCheckpoint(dir, shard, next, &reloaded, nullptr, key);
   std::string saved, back;
   store.AppendState(&saved);
   reloaded.AppendState(&back);

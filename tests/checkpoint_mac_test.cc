@@ -15,7 +15,13 @@
 #include "common/checkpoint_files.h"
 #include "common/checkpoint_mac_key.h"
 #include "common/config.h"
+#include "common/sharding.h"
 #include "common/wire/curve.h"
+#include "server/ps_shard.h"
+#include "server/shard_checkpoint.h"
+#include "server/shard_store.h"
+#include "spec/run_spec.h"
+#include "tests/test_util.h"
 
 namespace gridsync {
 namespace {
@@ -158,9 +164,12 @@ TEST_F(CheckpointMacTest, AManifestWithoutAMacIsRefusedUnderCurve) {
   EXPECT_TRUE(Read(100, nullptr).ok());
   const auto read = Read(100, &key_);
   ASSERT_FALSE(read.ok());
-  // Not damage (nothing to set aside): files of a run without CURVE, or
-  // stripped; either way they do not load under it.
-  EXPECT_EQ(read.status().code(), StatusCode::kInvalidArgument) << read.status().ToString();
+  // Damage, as a wrong mac: a forgery stripped of its mac must not stand
+  // as a step every process then refuses (files of a run without CURVE
+  // are set aside the same way, the message saying how to resume them).
+  EXPECT_EQ(read.status().code(), StatusCode::kCorruption) << read.status().ToString();
+  EXPECT_TRUE(Contains(read.status().message(), "resume files without one with security.mode"))
+      << read.status().message();
   EXPECT_TRUE(Contains(read.status().message(), "no mac, while security.curve is on"))
       << read.status().message();
 }
@@ -209,6 +218,52 @@ TEST_F(CheckpointMacTest, EachRoleHasItsOwnKeyUnderCurveAndNoneWithout) {
   auto off = wire::CheckpointMacKeyFor(config, "shard");
   ASSERT_TRUE(off.ok());
   EXPECT_FALSE(off->has_value());
+}
+
+// The processes take the key from their config: a shard resolved from a
+// CURVE config (ShardOptionsFor, as gridsync-ps resolves its options)
+// refuses to start from a forged step and starts from the authentic one.
+TEST_F(CheckpointMacTest, AShardResolvedUnderCurveRefusesToStartFromAForgedStep) {
+  const std::string keys = dir_ + "/keys";
+  for (const char* role : {"coordinator", "shard", "worker", "observer"}) {
+    ASSERT_TRUE(wire::WriteCurveKeyPair(keys, role, *wire::GenerateCurveKeyPair()).ok());
+  }
+  Config config = testing::SmallDistributedConfig(1, GradientSyncMode::kPs, 6);
+  config.security.curve = true;
+  config.security.keys_dir = keys;
+  config.checkpoint.dir = dir_ + "/ckpt";
+  auto spec = RunSpec::Resolve(config);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  auto options = ShardOptionsFor(*spec, 0);
+  ASSERT_TRUE(options.ok()) << options.status().ToString();
+  ASSERT_TRUE(options->checkpoint_key.has_value());
+  auto partition = Partition::Make(spec->model.tables, 1, spec->sync.partition_dim);
+  ASSERT_TRUE(partition.ok()) << partition.status().ToString();
+  ShardStore store(*partition, 0, spec->model.adam, spec->sync.optimizer_on_workers);
+  ASSERT_TRUE(WriteShardCheckpoint(config.checkpoint.dir, 0, 100, store, {}, run_,
+                                   &*options->checkpoint_key)
+                  .ok());
+  // Step 150 forged from step 100, as above.
+  const std::string from = config.checkpoint.dir + "/step-100/" + ShardPart(0);
+  const std::string to = config.checkpoint.dir + "/step-150/" + ShardPart(0);
+  fs::create_directories(config.checkpoint.dir + "/step-150");
+  fs::copy_file(from + ".bin", to + ".bin");
+  std::ifstream in(from + ".json");
+  nlohmann::json manifest = nlohmann::json::parse(in);
+  manifest["step"] = 150;
+  std::ofstream(to + ".json") << manifest.dump();
+
+  options->endpoint = "tcp://127.0.0.1:0";
+  options->resume_step = 150;
+  auto forged = PsShard::Start(*partition, *options);
+  ASSERT_FALSE(forged.ok());
+  EXPECT_EQ(forged.status().code(), StatusCode::kCorruption) << forged.status().ToString();
+  EXPECT_TRUE(Contains(forged.status().message(), "its mac does not match"))
+      << forged.status().message();
+  options->resume_step = 100;
+  auto authentic = PsShard::Start(*partition, *options);
+  ASSERT_TRUE(authentic.ok()) << authentic.status().ToString();
+  (*authentic)->Stop();
 }
 
 }  // namespace

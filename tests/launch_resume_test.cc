@@ -157,12 +157,29 @@ TEST(LaunchResumeTest, AForgedStepIsPassedOverUnderCurve) {
   EXPECT_EQ(step, 100u);
   EXPECT_TRUE(fs::exists(to + ".json.damaged"));
   EXPECT_FALSE(fs::exists(to + ".json"));
-  // Across machines each launcher lists only the authentic steps.
+  // Across machines each launcher lists only the authentic steps (the
+  // forgery made again: the choice above set it aside).
+  fs::copy_file(from + ".bin", to + ".bin", fs::copy_options::overwrite_existing);
+  std::ofstream(to + ".json") << manifest.dump();
+  EXPECT_EQ(FindLocalSteps(config.checkpoint.dir, {"shard-0"}, nullptr).intact,
+            (std::vector<uint64_t>{150, 100, 50}));  // without the keys
   std::vector<DamagedPart> damaged;
-  EXPECT_EQ(FindLocalSteps(config.checkpoint.dir, {"shard-0"}, &damaged,
-                           wire::CheckpointPartMacKeys(config))
-                .intact,
-            (std::vector<uint64_t>{100, 50}));
+  EXPECT_EQ(
+      FindLocalSteps(config.checkpoint.dir, {"shard-0"}, &damaged, LaunchMacKeys(config)).intact,
+      (std::vector<uint64_t>{100, 50}));
+  ASSERT_EQ(damaged.size(), 1u);
+  EXPECT_NE(damaged[0].why.find("its mac does not match"), std::string::npos) << damaged[0].why;
+  // A forgery whose mac was stripped is damage as well: it does not stand
+  // for every process to refuse at start.
+  manifest.erase("mac");
+  std::ofstream(to + ".json") << manifest.dump();
+  damaged.clear();
+  EXPECT_EQ(
+      FindLocalSteps(config.checkpoint.dir, {"shard-0"}, &damaged, LaunchMacKeys(config)).intact,
+      (std::vector<uint64_t>{100, 50}));
+  ASSERT_EQ(damaged.size(), 1u);
+  EXPECT_NE(damaged[0].why.find("no mac, while security.curve is on"), std::string::npos)
+      << damaged[0].why;
 }
 
 // A hostile probe resumed with another seed and learning rate without a

@@ -26,7 +26,6 @@
 #include "common/config.h"
 #include "common/host_address.h"
 #include "common/logging.h"
-#include "common/wire/curve.h"
 #include "ops/progress_line.h"
 #include "server/shard_checkpoint.h"
 #include "spec/run_spec.h"
@@ -465,7 +464,7 @@ int RunLaunch(const LaunchOptions& options) {
       std::vector<std::string> skipped;
       const uint64_t step = NewestIntactStep(config->checkpoint.dir, job_parts,
                                              LatestCompleteStep(config->checkpoint.dir, job_parts),
-                                             &skipped, wire::CheckpointPartMacKeys(*config));
+                                             &skipped, LaunchMacKeys(*config));
       for (const auto& why : skipped)
         std::printf("gridsync launch: %s; passed over for the restart\n", why.c_str());
       // A checkpoint of the run's last step: every worker would refuse to

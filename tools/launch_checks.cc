@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -173,7 +175,7 @@ int ChooseResumeStep(const Config& config, const std::vector<std::string>& job_p
   const auto newest_intact = [&](uint64_t at_most) {
     std::vector<std::string> skipped;
     const uint64_t intact =
-        NewestIntactStep(dir, job_parts, at_most, &skipped, wire::CheckpointPartMacKeys(config));
+        NewestIntactStep(dir, job_parts, at_most, &skipped, LaunchMacKeys(config));
     for (const auto& why : skipped) {
       std::fprintf(intact > 0 ? stdout : stderr, "gridsync launch --resume: %s; %s\n", why.c_str(),
                    intact > 0 ? "passed over" : "no older complete step to resume from");
@@ -305,6 +307,34 @@ int CheckChosenResumeStep(const Config& config, uint64_t step,
     return kConfigErrorExitCode;
   }
   return 0;
+}
+
+PartMacKeys LaunchMacKeys(const Config& config) {
+  struct Keys {
+    std::optional<CheckpointMacKey> shard, worker;
+  };
+  auto keys = std::make_shared<Keys>();
+  const auto load = [&](const char* role, std::optional<CheckpointMacKey>* into) {
+    auto key = wire::CheckpointMacKeyFor(config, role);
+    if (key.ok()) {
+      *into = *key;
+    } else if (key.status().code() != StatusCode::kNotFound) {
+      std::fprintf(stderr,
+                   "gridsync launch: the %s checkpoints' MACs are not checked here: %s (its "
+                   "processes refuse to start with it)\n",
+                   role, key.status().message().c_str());
+    }
+  };
+  load("shard", &keys->shard);
+  load("worker", &keys->worker);
+  // Parts are named ShardPart(i) ("shard-<i>") and worker-<rank>
+  // (worker/worker_checkpoint.h).
+  return [keys](const std::string& part) -> const CheckpointMacKey* {
+    const std::optional<CheckpointMacKey>* key = nullptr;
+    if (part.rfind("shard-", 0) == 0) key = &keys->shard;
+    if (part.rfind("worker-", 0) == 0) key = &keys->worker;
+    return key != nullptr && key->has_value() ? &**key : nullptr;
+  };
 }
 
 uint64_t NewestIntactStep(const std::string& dir, const std::vector<std::string>& parts,

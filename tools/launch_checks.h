@@ -97,8 +97,15 @@ int ChooseResumeStep(const Config& config, const std::vector<std::string>& job_p
 // same way. Each newer step passed over is noted in `skipped` with its
 // first failure, and that part's files of it are set aside (SetPartAside),
 // kept for a look where the resumed processes remove the newer steps. 0
-// when none is left. `keys` (wire::CheckpointPartMacKeys): under CURVE a
+// when none is left. `keys` (LaunchMacKeys): under CURVE a
 // part whose MAC differs is passed over too (forged or changed files).
+// The checkpoint MAC keys of the shards' and the workers' parts as far as
+// this machine holds them (wire::CheckpointMacKeyFor), by part name, for
+// the launcher's choice of a step: a role whose key is not here is not
+// checked (its processes are elsewhere); one whose key file fails to load
+// otherwise is named in a warning, and its processes refuse to start.
+PartMacKeys LaunchMacKeys(const Config& config);
+
 uint64_t NewestIntactStep(const std::string& dir, const std::vector<std::string>& parts,
                           uint64_t step, std::vector<std::string>* skipped,
                           const PartMacKeys& keys = nullptr);

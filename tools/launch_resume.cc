@@ -189,7 +189,7 @@ int ResumeAcrossNodes(const Config& config, const std::string& node,
                       uint64_t* step) {
   const std::string& dir = config.checkpoint.dir;
   std::vector<DamagedPart> damaged;
-  NodeSteps mine = FindLocalSteps(dir, local_parts, &damaged, wire::CheckpointPartMacKeys(config));
+  NodeSteps mine = FindLocalSteps(dir, local_parts, &damaged, LaunchMacKeys(config));
   mine.damaged = !damaged.empty();
   std::vector<std::string> names;
   for (const auto& n : config.layout.nodes) names.push_back(n.name);

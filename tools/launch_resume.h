@@ -41,7 +41,8 @@ namespace gridsync::launch_detail {
 // a damaged file (Corruption), which go to `damaged` with the first damaged
 // part and why. A file it may not read (not damage) leaves the step in: the
 // part reports it at start, naming it.
-// `keys`: as NewestIntactCompleteStep's (forged files are damage too).
+// `keys`: as NewestIntactCompleteStep's (LaunchMacKeys: forged files are
+// damage too).
 NodeSteps FindLocalSteps(const std::string& dir, const std::vector<std::string>& parts,
                          std::vector<DamagedPart>* damaged, const PartMacKeys& keys = nullptr);
 

@@ -212,21 +212,6 @@ Result<std::optional<CheckpointMacKey>> CheckpointMacKeyFor(const Config& config
   return std::optional<CheckpointMacKey>(std::move(key));
 }
 
-PartMacKeys CheckpointPartMacKeys(const Config& config) {
-  struct Keys {
-    std::optional<CheckpointMacKey> shard, worker;
-  };
-  auto keys = std::make_shared<Keys>();
-  if (auto shard = CheckpointMacKeyFor(config, "shard"); shard.ok()) keys->shard = *shard;
-  if (auto worker = CheckpointMacKeyFor(config, "worker"); worker.ok()) keys->worker = *worker;
-  return [keys](const std::string& part) -> const CheckpointMacKey* {
-    const std::optional<CheckpointMacKey>* key = nullptr;
-    if (part.rfind("shard-", 0) == 0) key = &keys->shard;
-    if (part.rfind("worker-", 0) == 0) key = &keys->worker;
-    return key != nullptr && key->has_value() ? &**key : nullptr;
-  };
-}
-
 namespace {
 
 bool Z85ToRaw(const std::string& z85, uint8_t raw[32]) {

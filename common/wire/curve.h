@@ -22,7 +22,6 @@
 #include <thread>
 #include <zmq.hpp>
 
-#include "common/checkpoint_files.h"
 #include "common/checkpoint_mac_key.h"
 #include "common/config.h"
 #include "common/status.h"
@@ -70,10 +69,6 @@ Result<CurveSettings> CurveSettingsFor(const Config& config, const std::string& 
 // and passed down to its checkpoint reads and writes.
 Result<std::optional<CheckpointMacKey>> CheckpointMacKeyFor(const Config& config,
                                                             const std::string& role);
-// For gridsync launch choosing a step to resume from: the shards' and the
-// workers' keys as far as this machine holds them (a role whose key does
-// not load is not checked here; its processes refuse its files at start).
-PartMacKeys CheckpointPartMacKeys(const Config& config);
 
 // The control plane's key-based challenge (security.curve), with the same
 // role keys plus coordinator.key: a client proves its role by boxing the
