@@ -21,6 +21,7 @@
 #include "server/shard_checkpoint.h"
 #include "server/shard_store.h"
 #include "spec/run_spec.h"
+#include "tests/checkpoint_forgery.h"
 #include "tests/test_util.h"
 
 namespace gridsync {
@@ -82,13 +83,7 @@ class CheckpointMacTest : public ::testing::Test {
   }
   // The step-100 files copied to step `to`, the manifest's step edited to
   // match: what note 67's probe did by hand.
-  void CopyAsStep(uint64_t to) const {
-    fs::create_directories(dir_ + "/step-" + std::to_string(to));
-    fs::copy_file(Path(100, ".bin"), Path(to, ".bin"));
-    nlohmann::json doc = Manifest(100);
-    doc["step"] = to;
-    WriteManifest(to, doc);
-  }
+  void CopyAsStep(uint64_t to) const { testing::ForgeStep(dir_, "shard-0", 100, to); }
 
   const wire::CurveKeyPair shard_keys_ = *wire::GenerateCurveKeyPair();
   const CheckpointMacKey key_ = KeyOf(shard_keys_);
@@ -243,15 +238,7 @@ TEST_F(CheckpointMacTest, AShardResolvedUnderCurveRefusesToStartFromAForgedStep)
   ASSERT_TRUE(WriteShardCheckpoint(config.checkpoint.dir, 0, 100, store, {}, run_,
                                    &*options->checkpoint_key)
                   .ok());
-  // Step 150 forged from step 100, as above.
-  const std::string from = config.checkpoint.dir + "/step-100/" + ShardPart(0);
-  const std::string to = config.checkpoint.dir + "/step-150/" + ShardPart(0);
-  fs::create_directories(config.checkpoint.dir + "/step-150");
-  fs::copy_file(from + ".bin", to + ".bin");
-  std::ifstream in(from + ".json");
-  nlohmann::json manifest = nlohmann::json::parse(in);
-  manifest["step"] = 150;
-  std::ofstream(to + ".json") << manifest.dump();
+  testing::ForgeStep(config.checkpoint.dir, ShardPart(0), 100, 150);
 
   options->endpoint = "tcp://127.0.0.1:0";
   options->resume_step = 150;

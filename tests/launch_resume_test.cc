@@ -19,6 +19,7 @@
 #include "common/wire/curve.h"
 #include "server/coordinator.h"
 #include "server/coordinator_state.h"
+#include "tests/checkpoint_forgery.h"
 #include "tools/launch_checks.h"
 
 namespace gridsync::launch_detail {
@@ -139,14 +140,8 @@ TEST(LaunchResumeTest, AForgedStepIsPassedOverUnderCurve) {
                                     nlohmann::json{{"tables", 1}}, {50, 100}, "", &**shard_key)
                     .ok());
   }
-  const std::string from = config.checkpoint.dir + "/step-100/shard-0";
   const std::string to = config.checkpoint.dir + "/step-150/shard-0";
-  fs::create_directories(config.checkpoint.dir + "/step-150");
-  fs::copy_file(from + ".bin", to + ".bin");
-  std::ifstream in(from + ".json");
-  nlohmann::json manifest = nlohmann::json::parse(in);
-  manifest["step"] = 150;
-  std::ofstream(to + ".json") << manifest.dump();
+  nlohmann::json manifest = testing::ForgeStep(config.checkpoint.dir, "shard-0", 100, 150);
 
   Config plain = config;
   plain.security.curve = false;
@@ -159,8 +154,7 @@ TEST(LaunchResumeTest, AForgedStepIsPassedOverUnderCurve) {
   EXPECT_FALSE(fs::exists(to + ".json"));
   // Across machines each launcher lists only the authentic steps (the
   // forgery made again: the choice above set it aside).
-  fs::copy_file(from + ".bin", to + ".bin", fs::copy_options::overwrite_existing);
-  std::ofstream(to + ".json") << manifest.dump();
+  testing::ForgeStep(config.checkpoint.dir, "shard-0", 100, 150);
   EXPECT_EQ(FindLocalSteps(config.checkpoint.dir, {"shard-0"}, nullptr).intact,
             (std::vector<uint64_t>{150, 100, 50}));  // without the keys
   std::vector<DamagedPart> damaged;
