@@ -170,6 +170,14 @@ Result<const nlohmann::json*> Field(const nlohmann::json& doc, const std::string
   return &*it;
 }
 
+// Whether `v` is a string of exactly `digits` lowercase hex digits (a
+// checksum, a MAC).
+bool IsLowerHex(const nlohmann::json& v, size_t digits) {
+  if (!v.is_string()) return false;
+  const auto& s = v.get_ref<const std::string&>();
+  return s.size() == digits && s.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
 Result<Manifest> DecodeManifest(std::string_view text, const std::string& what) {
   using Event = nlohmann::json::parse_event_t;
   bool too_deep = false;
@@ -206,11 +214,7 @@ Result<Manifest> DecodeManifest(std::string_view text, const std::string& what) 
   }
   const auto is_unsigned = [](const nlohmann::json& v) { return v.is_number_unsigned(); };
   const auto is_string = [](const nlohmann::json& v) { return v.is_string(); };
-  const auto is_checksum = [](const nlohmann::json& v) {
-    if (!v.is_string()) return false;
-    const auto& s = v.get_ref<const std::string&>();
-    return s.size() == 16 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
-  };
+  const auto is_checksum = [](const nlohmann::json& v) { return IsLowerHex(v, 16); };
   const auto is_any = [](const nlohmann::json&) { return true; };
   const char* const kUnsigned = "an unsigned integer";
   Manifest m;
@@ -239,10 +243,8 @@ Result<Manifest> DecodeManifest(std::string_view text, const std::string& what) 
   }
   // Optional: manifests written without CURVE have none.
   if (const auto it = doc.find("mac"); it != doc.end()) {
-    const bool hex = it->is_string() && it->get_ref<const std::string&>().size() == 64 &&
-                     it->get_ref<const std::string&>().find_first_not_of("0123456789abcdef") ==
-                         std::string::npos;
-    if (!hex) return BadField(what, "mac", "is " + Described(*it), "64 lowercase hex digits");
+    if (!IsLowerHex(*it, 64))
+      return BadField(what, "mac", "is " + Described(*it), "64 lowercase hex digits");
     m.mac = it->get<std::string>();
   }
   return m;

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <array>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -57,5 +58,11 @@ class CheckpointMacKey {
  private:
   std::array<unsigned char, 32> key_{};
 };
+
+// The key an optional holds, or null: what the checkpoint functions take
+// (null: no MAC written or checked).
+inline const CheckpointMacKey* KeyOrNull(const std::optional<CheckpointMacKey>& key) {
+  return key ? &*key : nullptr;
+}
 
 }  // namespace gridsync

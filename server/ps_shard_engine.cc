@@ -187,8 +187,7 @@ Status PsShardImpl::Bind() {
     std::string run;
     GRIDSYNC_RETURN_IF_ERROR(
         LoadShardCheckpoint(options_.checkpoint_dir, options_.shard, options_.resume_step,
-                            store_.get(), &run,
-                            options_.checkpoint_key ? &*options_.checkpoint_key : nullptr)
+                            store_.get(), &run, KeyOrNull(options_.checkpoint_key))
             .WithContext("shard " + std::to_string(options_.shard) + ": resuming from step " +
                          std::to_string(options_.resume_step)));
     checkpoints_.Loaded(std::move(run));

@@ -72,9 +72,9 @@ void ShardCheckpoints::AfterStep(uint64_t applied, uint64_t job, const ShardStor
     // Made by shard 0 when the job started (JobStarted): a short wait.
     run = ledger_.RunForWriting(registry_, job, std::min(timeout_, kRunWait));
   }
-  const Status written = run.ok() ? WriteShardCheckpoint(dir_, shard_, applied, store, keep, *run,
-                                                         key_ ? &*key_ : nullptr)
-                                  : run.status();
+  const Status written =
+      run.ok() ? WriteShardCheckpoint(dir_, shard_, applied, store, keep, *run, KeyOrNull(key_))
+               : run.status();
   if (!written.ok()) {
     failed_.fetch_add(1, std::memory_order_relaxed);
     spdlog::error("shard {}: checkpoint at step {} not written: {}", shard_, applied,
@@ -98,8 +98,7 @@ Status ShardCheckpoints::RollBack(uint64_t step, uint64_t job, ShardStore* store
         std::to_string(every_) + "); every process needs the same config");
   }
   std::string run;
-  GRIDSYNC_RETURN_IF_ERROR(
-      LoadShardCheckpoint(dir_, shard_, step, store, &run, key_ ? &*key_ : nullptr));
+  GRIDSYNC_RETURN_IF_ERROR(LoadShardCheckpoint(dir_, shard_, step, store, &run, KeyOrNull(key_)));
   {
     std::lock_guard<std::mutex> lock(registry_mu_);
     GRIDSYNC_RETURN_IF_ERROR(ledger_.RolledBackTo(step, std::move(run), "shard"));

@@ -360,15 +360,17 @@ int RunTrainSweep(const CompressArgs& args) {
   uint64_t total_wrong = 0;
   int failures = 0;
   const std::vector<double> none_train = TrainSeconds(rounds.front());
-  const CodecRow none_row = Summarize(rounds.front(), none_train);
+  std::vector<CodecRow> rows;
+  for (const auto& codec_rounds : rounds) rows.push_back(Summarize(codec_rounds, none_train));
+  const CodecRow& none_row = rows.front();  // none runs first (see above)
+  const bool none_ok = none_row.wrong == 0 && none_row.failures == 0;
+  const double none_psnr = none_ok ? none_row.psnr : NAN;
+  const double none_push = none_ok ? none_row.push : NAN;
   for (size_t i = 0; i < configs.size(); ++i) {
     const std::string& codec = codecs[i];
-    const CodecRow row = Summarize(rounds[i], none_train);
+    const CodecRow& row = rows[i];
     failures += row.failures;
     total_wrong += row.wrong;
-    const bool none_ok = none_row.wrong == 0 && none_row.failures == 0;
-    const double none_psnr = none_ok ? none_row.psnr : NAN;
-    const double none_push = none_ok ? none_row.push : NAN;
     const auto num = [](const char* f, double v) { return std::isfinite(v) ? Fmt(f, v) : "-"; };
     table.AddRow({codec,
                   codec == "none"                         ? "-"
@@ -386,7 +388,7 @@ int RunTrainSweep(const CompressArgs& args) {
   // and backward, apply pushes (worker Adam and codecs included).
   std::printf("# steps of rank 0 (s): codec prepare (pull_wait) compute apply (push)\n");
   for (size_t i = 0; i < configs.size(); ++i) {
-    const PhaseSums& p = Summarize(rounds[i], none_train).phases;
+    const PhaseSums& p = rows[i].phases;
     std::printf("#   %-8s %6.2f (%5.2f) %6.2f %6.2f (%5.2f)\n", codecs[i].c_str(), p.prepare,
                 p.pull_wait, p.compute, p.apply, p.push);
   }

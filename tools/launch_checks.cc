@@ -172,10 +172,10 @@ int ChooseResumeStep(const Config& config, const std::vector<std::string>& job_p
   // says so. (Across machines, tools/launch_resume.h does the same with
   // the other launchers.)
   // The newest intact step at most `at_most`, each damaged one passed over named.
+  const PartMacKeys keys = LaunchMacKeys(config);  // loaded (and any refusal named) once
   const auto newest_intact = [&](uint64_t at_most) {
     std::vector<std::string> skipped;
-    const uint64_t intact =
-        NewestIntactStep(dir, job_parts, at_most, &skipped, LaunchMacKeys(config));
+    const uint64_t intact = NewestIntactStep(dir, job_parts, at_most, &skipped, keys);
     for (const auto& why : skipped) {
       std::fprintf(intact > 0 ? stdout : stderr, "gridsync launch --resume: %s; %s\n", why.c_str(),
                    intact > 0 ? "passed over" : "no older complete step to resume from");
@@ -333,7 +333,7 @@ PartMacKeys LaunchMacKeys(const Config& config) {
     const std::optional<CheckpointMacKey>* key = nullptr;
     if (part.rfind("shard-", 0) == 0) key = &keys->shard;
     if (part.rfind("worker-", 0) == 0) key = &keys->worker;
-    return key != nullptr && key->has_value() ? &**key : nullptr;
+    return key != nullptr ? KeyOrNull(*key) : nullptr;
   };
 }
 

@@ -125,7 +125,7 @@ class AllReduceSync : public GradientSync {
   std::unique_ptr<CheckpointLedger> ledger_;   // checkpoint.every_steps > 0
   // Under CURVE, with ledger_: authenticates its files (common/checkpoint_mac_key.h).
   std::optional<CheckpointMacKey> checkpoint_key_;
-  const CheckpointMacKey* key() const { return checkpoint_key_ ? &*checkpoint_key_ : nullptr; }
+  const CheckpointMacKey* key() const { return KeyOrNull(checkpoint_key_); }
   uint64_t job_ = 0;                  // the coordinator's job, with ledger_
   uint64_t checkpoint_failures_ = 0;  // writes that failed (TrainReport)
   bool hierarchical_;

@@ -40,7 +40,7 @@ struct PsSession {
   std::unique_ptr<CheckpointLedger> ledger;
   // Under CURVE: authenticates its checkpoint files (common/checkpoint_mac_key.h).
   std::optional<CheckpointMacKey> checkpoint_key;
-  const CheckpointMacKey* key() const { return checkpoint_key ? &*checkpoint_key : nullptr; }
+  const CheckpointMacKey* key() const { return KeyOrNull(checkpoint_key); }
 };
 
 // Registers with the coordinator (the model's tables and the settings of
