@@ -6,12 +6,12 @@
 // Layout: <dir>/step-<s>/<part>.bin and <part>.json, the manifest (step,
 // part, the caller's shape description, byte count, FNV-1a 64 checksum of
 // the .bin, the run and, under CURVE, a MAC of all that and the .bin:
-// common/checkpoint_mac_key.h). Each file is written atomically (temporary file, fsync, rename,
-// fsync of the folder), the manifest after the data, so a crash mid-write
-// leaves a .tmp file and no manifest: that step is incomplete for that part
-// and the previous one stays in use. A step is complete when every part the
-// job writes has its manifest there (LatestCompleteStep). Each part keeps
-// its two newest steps (of its current history: later ones go).
+// common/checkpoint_mac_key.h; its format: common/checkpoint_manifest.h). Each file is written
+// atomically (temporary file, fsync, rename, fsync of the folder), the manifest after the data, so
+// a crash mid-write leaves a .tmp file and no manifest: that step is incomplete for that part and
+// the previous one stays in use. A step is complete when every part the job writes has its manifest
+// there (LatestCompleteStep). Each part keeps its two newest steps (of its current history: later
+// ones go).
 //
 // Reading trusts no byte of the files: sizes are taken from the file system
 // and checked (the manifest against kMaxManifestBytes, the .bin against the

@@ -22,6 +22,7 @@
 #include "server/shard_store.h"
 #include "spec/run_spec.h"
 #include "tests/checkpoint_forgery.h"
+#include "tests/curve_test_keys.h"
 #include "tests/test_util.h"
 
 namespace gridsync {
@@ -190,9 +191,7 @@ TEST_F(CheckpointMacTest, AMalformedMacIsRefusedNamingTheField) {
 // and the workers' differ, and there is none without CURVE.
 TEST_F(CheckpointMacTest, EachRoleHasItsOwnKeyUnderCurveAndNoneWithout) {
   const std::string keys = dir_ + "/keys";
-  for (const char* role : {"shard", "worker"}) {
-    ASSERT_TRUE(wire::WriteCurveKeyPair(keys, role, *wire::GenerateCurveKeyPair()).ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(testing::WriteTestKeys(keys, {"shard", "worker"}));
   Config config;
   config.security.curve = true;
   config.security.keys_dir = keys;
@@ -220,9 +219,7 @@ TEST_F(CheckpointMacTest, EachRoleHasItsOwnKeyUnderCurveAndNoneWithout) {
 // refuses to start from a forged step and starts from the authentic one.
 TEST_F(CheckpointMacTest, AShardResolvedUnderCurveRefusesToStartFromAForgedStep) {
   const std::string keys = dir_ + "/keys";
-  for (const char* role : {"coordinator", "shard", "worker", "observer"}) {
-    ASSERT_TRUE(wire::WriteCurveKeyPair(keys, role, *wire::GenerateCurveKeyPair()).ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(testing::WriteTestKeys(keys));
   Config config = testing::SmallDistributedConfig(1, GradientSyncMode::kPs, 6);
   config.security.curve = true;
   config.security.keys_dir = keys;

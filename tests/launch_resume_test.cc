@@ -20,6 +20,7 @@
 #include "server/coordinator.h"
 #include "server/coordinator_state.h"
 #include "tests/checkpoint_forgery.h"
+#include "tests/curve_test_keys.h"
 #include "tools/launch_checks.h"
 
 namespace gridsync::launch_detail {
@@ -125,9 +126,7 @@ TEST(LaunchResumeTest, AStepOfAnotherRunThanTheFoldersIsPassedOver) {
 TEST(LaunchResumeTest, AForgedStepIsPassedOverUnderCurve) {
   TempDir dir;
   const std::string keys = dir.str() + "/keys";
-  for (const char* role : {"shard", "worker"}) {
-    ASSERT_TRUE(wire::WriteCurveKeyPair(keys, role, *wire::GenerateCurveKeyPair()).ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(testing::WriteTestKeys(keys, {"shard", "worker"}));
   Config config;
   config.checkpoint.dir = dir.str() + "/ckpt";
   config.training.steps = 1000;
