@@ -23,6 +23,7 @@
 #include "common/checkpoint_manifest.h"
 #include "common/checkpoint_run.h"
 #include "common/file_bytes.h"
+#include "common/logging.h"
 
 namespace gridsync {
 
@@ -179,7 +180,9 @@ std::string DescribeHeldParts(const std::string& dir) {
     }
     std::sort(parts.begin(), parts.end());
     std::string names;
-    for (const auto& p : parts) names += (names.empty() ? "" : ", ") + p;
+    // File names are anyone's bytes: escaped, so a name cannot drive the
+    // operator's terminal.
+    for (const auto& p : parts) names += (names.empty() ? "" : ", ") + EscapeControlBytes(p);
     text += std::string(listed == 0 ? " " : "; ") + "step " + std::to_string(*it) + " (" +
             (names.empty() ? "no manifest" : names) + ")";
   }

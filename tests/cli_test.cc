@@ -346,7 +346,8 @@ TEST(CliTest, EveryBinaryExits2OnAMissingConfigOrABadFlag) {
     EXPECT_EQ(run.exit_code, 2) << binary << ": " << run.output;
   }
   ExpectRefused("tools/gridsync", "chek-config configs/local.json",
-                "no subcommand 'chek-config'; allowed: check-config, launch, monitor, keygen");
+                "no subcommand 'chek-config'; allowed: check-config, launch, monitor, checkpoints, "
+                "keygen");
 }
 
 // A master_addr that does not resolve passed check-config, and launch

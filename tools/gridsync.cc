@@ -20,6 +20,7 @@
 #include "common/host_address.h"
 #include "common/wire/curve.h"
 #include "spec/run_spec.h"
+#include "tools/checkpoints_cmd.h"
 #include "tools/launch.h"
 #include "tools/launch_checks.h"
 #include "tools/monitor.h"
@@ -165,6 +166,19 @@ int main(int argc, char** argv) {
       ->add_option("--timeout", monitor_options.timeout_seconds,
                    "Seconds to wait for the coordinator and for each scrape")
       ->check(gridsync::FiniteRange(0.1, 600.0));
+  auto* checkpoints = app.add_subcommand(
+      "checkpoints",
+      "What checkpoint.dir holds for this machine's parts, step by step (intact, damaged, "
+      "forged, another run's), and the step gridsync launch --resume would start from; "
+      "changes nothing");
+  gridsync::CheckpointsOptions checkpoints_options;
+  checkpoints->add_option("config", checkpoints_options.config_path, "JSON config file")
+      ->required();
+  checkpoints->add_option("--set", checkpoints_options.overrides, "Override a key (repeatable)");
+  checkpoints
+      ->add_option("--node", checkpoints_options.node,
+                   "This machine's node (distributed.nodes[].name), as gridsync launch --node")
+      ->check(gridsync::NotEmpty("a name from distributed.nodes[].name"));
   auto* keygen = app.add_subcommand(
       "keygen",
       "Write CURVE key pairs for the data plane: DIR/<role>.key (0600) and DIR/<role>.pub");
@@ -187,10 +201,12 @@ int main(int argc, char** argv) {
     return false;
   };
   if (argc > 1 && argv[1][0] != '-' && !known(argv[1])) {
-    std::fprintf(stderr,
-                 "gridsync: no subcommand '%s'; allowed: check-config, launch, monitor, keygen "
-                 "(gridsync --help)\n",
-                 argv[1]);
+    std::fprintf(
+        stderr,
+        "gridsync: no subcommand '%s'; allowed: check-config, launch, monitor, checkpoints, "
+        "keygen "
+        "(gridsync --help)\n",
+        argv[1]);
     return gridsync::kConfigErrorExitCode;
   }
   std::string usage_error;
@@ -206,6 +222,7 @@ int main(int argc, char** argv) {
   }
   if (launch->parsed()) return gridsync::RunLaunch(launch_options);
   if (monitor->parsed()) return gridsync::RunMonitor(monitor_options);
+  if (checkpoints->parsed()) return gridsync::RunCheckpoints(checkpoints_options);
   if (keygen->parsed()) return RunKeygen(keys_dir, roles, overwrite);
 
   if (check->parsed()) {

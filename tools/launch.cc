@@ -147,23 +147,13 @@ int RunLaunch(const LaunchOptions& options) {
                  options.max_restarts, options.node.c_str(), options.config_path.c_str());
     return kConfigErrorExitCode;
   }
-  int node = -1;  // -1: every node (one machine)
-  if (!options.node.empty()) {
-    node = layout.NodeIndex(options.node);
-    if (node < 0) {
-      std::string names;
-      for (const auto& n : layout.nodes) names += (names.empty() ? "" : ", ") + n.name;
-      std::fprintf(stderr, "gridsync launch: --node %s: no such node in %s; allowed: %s\n",
-                   options.node.c_str(), options.config_path.c_str(), names.c_str());
-      return kConfigErrorExitCode;
-    }
-  } else if (layout.multi_host) {
-    std::fprintf(stderr,
-                 "gridsync launch: %s places its nodes on several machines; allowed: run "
-                 "`gridsync launch %s --node NAME` on each machine\n",
-                 options.config_path.c_str(), options.config_path.c_str());
+  const auto node_option =
+      NodeOfOption(layout, options.node, options.config_path, "gridsync launch");
+  if (!node_option.ok()) {
+    std::fprintf(stderr, "%s\n", node_option.status().message().c_str());
     return kConfigErrorExitCode;
   }
+  const int node = *node_option;  // -1: every node (one machine)
   auto here = [&](int n) { return node < 0 || n == node; };
   const bool run_coordinator = node < 0 || options.coordinator || layout.coordinator_node == node;
   // The keys of the roles started here, before anything starts.
@@ -219,15 +209,8 @@ int RunLaunch(const LaunchOptions& options) {
   }
   // The parts of this machine: its shards, and its workers when they hold
   // state of their own.
-  std::vector<std::string> local_parts;
-  for (size_t s = 0; s < layout.shards.size(); ++s) {
-    if (here(layout.shards[s].node)) local_parts.push_back(ShardPart(static_cast<uint32_t>(s)));
-  }
-  for (int n = 0; workers_with_state > 0 && n < static_cast<int>(layout.nodes.size()); ++n) {
-    if (!here(n)) continue;
-    for (int local = 0; local < layout.nodes[static_cast<size_t>(n)].workers; ++local)
-      local_parts.push_back("worker-" + std::to_string(layout.FirstRank(n) + local));
-  }
+  const std::vector<std::string> local_parts =
+      CheckpointPartsOn(layout, node, workers_with_state > 0);
   uint64_t resume_step = 0;
   // With --node, this machine's folder holds only its own parts: the
   // launchers agree on the step through the coordinator once it runs

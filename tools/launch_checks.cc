@@ -15,6 +15,7 @@
 #include "common/file_bytes.h"
 #include "common/wire/curve.h"
 #include "server/coordinator_state.h"
+#include "server/shard_checkpoint.h"
 
 namespace gridsync {
 namespace {
@@ -47,6 +48,37 @@ int WorkersHere(const ClusterLayout& layout, int node) {
   for (int n = 0; n < static_cast<int>(layout.nodes.size()); ++n)
     workers += Here(node, n) ? layout.nodes[static_cast<size_t>(n)].workers : 0;
   return workers;
+}
+
+Result<int> NodeOfOption(const ClusterLayout& layout, const std::string& name,
+                         const std::string& config_path, const std::string& command) {
+  if (name.empty()) {
+    if (!layout.multi_host) return -1;
+    return Status::InvalidArgument(command + ": " + config_path +
+                                   " places its nodes on several machines; allowed: run `" +
+                                   command + " " + config_path + " --node NAME` on each machine");
+  }
+  const int node = layout.NodeIndex(name);
+  if (node >= 0) return node;
+  std::string names;
+  for (const auto& n : layout.nodes) names += (names.empty() ? "" : ", ") + n.name;
+  return Status::InvalidArgument(command + ": --node " + name + ": no such node in " + config_path +
+                                 "; allowed: " + names);
+}
+
+std::vector<std::string> CheckpointPartsOn(const ClusterLayout& layout, int node,
+                                           bool workers_with_state) {
+  const auto here = [&](int n) { return node < 0 || n == node; };
+  std::vector<std::string> parts;
+  for (size_t s = 0; s < layout.shards.size(); ++s) {
+    if (here(layout.shards[s].node)) parts.push_back(ShardPart(static_cast<uint32_t>(s)));
+  }
+  for (int n = 0; workers_with_state && n < static_cast<int>(layout.nodes.size()); ++n) {
+    if (!here(n)) continue;
+    for (int local = 0; local < layout.nodes[static_cast<size_t>(n)].workers; ++local)
+      parts.push_back("worker-" + std::to_string(layout.FirstRank(n) + local));
+  }
+  return parts;
 }
 
 Status CheckKeysOfRolesHere(const Config& config, int node, bool run_coordinator) {

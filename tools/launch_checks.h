@@ -21,6 +21,19 @@ namespace gridsync {
 // The workers this launcher starts: on `node`, or on every node (-1).
 int WorkersHere(const ClusterLayout& layout, int node);
 
+// The node `name` (--node) names in `layout`'s config `config_path`: its
+// index, or -1 for "" (every node, one machine). Refused, naming what is
+// allowed: a name of no node, or "" where the nodes are on several
+// machines. `command` begins the refusal ("gridsync launch").
+Result<int> NodeOfOption(const ClusterLayout& layout, const std::string& name,
+                         const std::string& config_path, const std::string& command);
+
+// The checkpoint parts of `node` (-1: every node): its shards, and its
+// workers when `workers_with_state` (the job's workers hold state of their
+// own: RunSpec's sync.worker_state).
+std::vector<std::string> CheckpointPartsOn(const ClusterLayout& layout, int node,
+                                           bool workers_with_state);
+
 // The keys of the roles this launcher starts (`node` -1: every node; the
 // coordinator when `run_coordinator`), as each process loads them at its
 // start (wire::CheckRoleKeys). A secret readable by others failed the
@@ -91,6 +104,13 @@ std::vector<std::string> ResumedConfigChanges(const Config& config);
 int ChooseResumeStep(const Config& config, const std::vector<std::string>& job_parts,
                      bool workers_hold_state, uint64_t* step);
 
+// The checkpoint MAC keys of the shards' and the workers' parts as far as
+// this machine holds them (wire::CheckpointMacKeyFor), by part name, for
+// the launcher's choice of a step: a role whose key is not here is not
+// checked (its processes are elsewhere); one whose key file fails to load
+// otherwise is named in a warning, and its processes refuse to start.
+PartMacKeys LaunchMacKeys(const Config& config);
+
 // The newest complete step of `parts` in `dir`, at most `step`, whose files
 // all pass their checks short of the shape (CheckCheckpointPartIntact): a
 // corrupted .bin would fail its process at start, and every restart the
@@ -99,13 +119,6 @@ int ChooseResumeStep(const Config& config, const std::vector<std::string>& job_p
 // kept for a look where the resumed processes remove the newer steps. 0
 // when none is left. `keys` (LaunchMacKeys): under CURVE a
 // part whose MAC differs is passed over too (forged or changed files).
-// The checkpoint MAC keys of the shards' and the workers' parts as far as
-// this machine holds them (wire::CheckpointMacKeyFor), by part name, for
-// the launcher's choice of a step: a role whose key is not here is not
-// checked (its processes are elsewhere); one whose key file fails to load
-// otherwise is named in a warning, and its processes refuse to start.
-PartMacKeys LaunchMacKeys(const Config& config);
-
 uint64_t NewestIntactStep(const std::string& dir, const std::vector<std::string>& parts,
                           uint64_t step, std::vector<std::string>* skipped,
                           const PartMacKeys& keys = nullptr);

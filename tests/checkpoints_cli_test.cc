@@ -1,0 +1,179 @@
+// `gridsync checkpoints`: what checkpoint.dir holds for this machine's
+// parts, and the step gridsync launch --resume would start from, without
+// changing anything. Checked against a real run's files, damaged, forged
+// under CURVE and of another run, and against the launcher's own choice.
+// Runs the real binaries (cli_test.cc: the rest of the contract).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "common/checkpoint_files.h"
+#include "common/config.h"
+#include "common/wire/curve.h"
+#include "tests/binary_runner.h"
+#include "tests/checkpoint_forgery.h"
+#include "tests/curve_test_keys.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using binary_runner::Execute;
+using binary_runner::ProcessResult;
+
+bool Has(const ProcessResult& run, const std::string& words) {
+  return run.output.find(words) != std::string::npos;
+}
+
+// One byte of `path` changed.
+void Damage(const std::string& path) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(10);
+  f.put('\x5a');
+}
+
+class CheckpointsCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/checkpoints-cli-" + std::to_string(::getpid());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // The config's keys of every run here: local.json (two shards, ps).
+  std::string Sets(int steps) const {
+    return " --set distributed.gradient_sync=ps --set distributed.master_port=28800 --set "
+           "checkpoint.every_steps=50 --set training.steps=" +
+           std::to_string(steps) + " --set checkpoint.dir=" + ckpt() +
+           " --set task.output=" + dir_ + "/out";
+  }
+  ProcessResult Inspect(int steps, const std::string& more = "") const {
+    return Execute("tools/gridsync", "checkpoints configs/local.json" + Sets(steps) + more);
+  }
+  std::string ckpt() const { return dir_ + "/ck"; }
+  std::string Bin(uint64_t step, const std::string& part) const {
+    return ckpt() + "/step-" + std::to_string(step) + "/" + part + ".bin";
+  }
+
+  std::string dir_;
+};
+
+TEST_F(CheckpointsCliTest, NamesEachStepsStateAndTheLaunchersChoiceAndMovesNothing) {
+  const ProcessResult trained = Execute("tools/gridsync", "launch configs/local.json" + Sets(150));
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  // Every step trained: the launcher's refusal, and its exit code.
+  ProcessResult run = Inspect(150);
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_TRUE(Has(run, "step 150: intact")) << run.output;
+  EXPECT_TRUE(Has(run, "nothing is left to train")) << run.output;
+  run = Inspect(300);
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(Has(run, "parts on this machine: shard-0, shard-1")) << run.output;
+  EXPECT_TRUE(Has(run, "resume: step 150 (gridsync launch --resume starts from it)")) << run.output;
+  // A damaged .bin: named, passed over, and left where it is.
+  Damage(Bin(150, "shard-1"));
+  run = Inspect(300);
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(Has(run, "step 150: passed over by a resume")) << run.output;
+  EXPECT_TRUE(Has(run, "shard-1: damaged: " + Bin(150, "shard-1") + ": checksum")) << run.output;
+  EXPECT_TRUE(Has(run, "shard-0: intact")) << run.output;
+  EXPECT_TRUE(Has(run, "resume: step 100 (")) << run.output;
+  EXPECT_TRUE(fs::exists(Bin(150, "shard-1")));
+  EXPECT_FALSE(fs::exists(Bin(150, "shard-1") + ".damaged"));
+  // The launcher takes the step the inspector named.
+  const ProcessResult resumed =
+      Execute("tools/gridsync", "launch configs/local.json --resume" + Sets(200));
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_TRUE(Has(resumed, "resuming from the older complete step 100")) << resumed.output;
+  // Nothing intact: the launcher's exit 3.
+  for (uint64_t step : gridsync::HeldSteps(ckpt(), "shard-0")) Damage(Bin(step, "shard-0"));
+  run = Inspect(300);
+  EXPECT_EQ(run.exit_code, 3) << run.output;
+  EXPECT_TRUE(Has(run, "no step to resume from here")) << run.output;
+  // A node of no layout is refused as by launch.
+  run = Inspect(300, " --node nowhere");
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_TRUE(Has(run, "--node nowhere: no such node in configs/local.json; allowed: node0"))
+      << run.output;
+}
+
+// Under CURVE a step forged from an older one (its files copied, the
+// manifest's step edited) is named by its MAC; without the keys nothing can
+// tell it apart (the stated limit), and the inspector says what the
+// launcher would do in each case.
+TEST_F(CheckpointsCliTest, AForgedStepIsNamedByItsMacUnderCurve) {
+  const std::string keys = dir_ + "/keys";
+  ASSERT_NO_FATAL_FAILURE(gridsync::testing::WriteTestKeys(keys));
+  gridsync::Config config;
+  config.security.curve = true;
+  config.security.keys_dir = keys;
+  auto key = gridsync::wire::CheckpointMacKeyFor(config, "shard");
+  ASSERT_TRUE(key.ok() && key->has_value()) << key.status().ToString();
+  const std::string run_id = "0123456789abcdef0123456789abcdef";
+  for (const char* part : {"shard-0", "shard-1"}) {
+    ASSERT_TRUE(gridsync::WriteCheckpointPart(ckpt(), 100, part, "state of step 100", {1, 2}, {},
+                                              run_id, &**key)
+                    .ok());
+    gridsync::testing::ForgeStep(ckpt(), part, 100, 150);
+  }
+  const std::string curve = " --set security.mode=curve --set security.keys_dir=" + keys;
+  ProcessResult run = Inspect(300, curve);
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(Has(run, "step 150: passed over by a resume")) << run.output;
+  EXPECT_TRUE(Has(run, "shard-0: damaged: " + ckpt() +
+                           "/step-150/shard-0.json: its mac does "
+                           "not match"))
+      << run.output;
+  EXPECT_TRUE(Has(run, "step 100: intact, run 0123456789ab")) << run.output;
+  EXPECT_TRUE(Has(run, "resume: step 100 (")) << run.output;
+  run = Inspect(300, " --set security.mode=off");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(Has(run, "resume: step 150 (")) << run.output;
+}
+
+// The folder's run (coordinator-state.json) against the files': a step of
+// another run is passed over, naming both runs; and what the folder holds
+// is described when none of its steps is this machine's, its file names
+// escaped (a name that could drive the operator's terminal).
+TEST_F(CheckpointsCliTest, AnotherRunsStepIsPassedOverAndFileNamesAreEscaped) {
+  const std::string mine = "0123456789abcdef0123456789abcdef";
+  const std::string other = "fedcba9876543210fedcba9876543210";
+  for (const char* part : {"shard-0", "shard-1"}) {
+    ASSERT_TRUE(
+        gridsync::WriteCheckpointPart(ckpt(), 100, part, "mine", {1, 2}, {}, mine, nullptr).ok());
+    ASSERT_TRUE(
+        gridsync::WriteCheckpointPart(ckpt(), 150, part, "other", {1, 2}, {}, other, nullptr).ok());
+  }
+  std::ofstream(ckpt() + "/coordinator-state.json")
+      << R"({"format": "gridsync-coordinator-state", "version": 1, "job": 1, "epoch": 0,
+             "expected_shards": 2, "expected_workers": 2, "job_done": false,
+             "training_started": true, "resume_step": 0, "run": ")"
+      << mine << R"(", "checkpoints": {}})";
+  ProcessResult run = Inspect(300);
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(Has(run, "the folder's run " + mine)) << run.output;
+  EXPECT_TRUE(Has(run,
+                  "shard-0: intact, of another run (fedcba987654, the folder's is "
+                  "0123456789ab)"))
+      << run.output;
+  EXPECT_TRUE(Has(run, "resume: step 100 (")) << run.output;
+  // A folder whose steps hold none of this machine's parts.
+  fs::remove_all(ckpt());
+  fs::create_directories(ckpt() + "/step-7");
+  std::ofstream(ckpt() + "/step-7/\x1b]0;owned\x07.json") << "{}";
+  run = Inspect(300);
+  EXPECT_EQ(run.exit_code, 2) << run.output;  // no complete step: as the launcher
+  EXPECT_TRUE(Has(run, ckpt() + " holds step 7 (")) << run.output;
+  EXPECT_TRUE(Has(run, "\\x1b]0;owned\\x07")) << run.output;
+  EXPECT_FALSE(Has(run, "\x1b")) << run.output;
+  // The launcher's refusal describes the folder the same way.
+  run = Execute("tools/gridsync", "launch configs/local.json --resume" + Sets(300));
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_TRUE(Has(run, "\\x1b]0;owned\\x07")) << run.output;
+  EXPECT_FALSE(Has(run, "\x1b")) << run.output;
+}
+
+}  // namespace
