@@ -165,7 +165,9 @@ std::string DescribeHeldParts(const std::string& dir) {
         "leading zeros): " +
         ignored;
   }
-  if (steps.empty()) return dir + " holds no step folder" + ignored;
+  // File names are anyone's bytes: escaped, so a name cannot drive the
+  // operator's terminal (JSON's escapes leave DEL, C1 and bidi controls).
+  if (steps.empty()) return EscapeControlBytes(dir + " holds no step folder" + ignored);
   std::string text = dir + " holds";
   int listed = 0;
   for (auto it = steps.rbegin(); it != steps.rend() && listed < 3; ++it, ++listed) {
@@ -180,14 +182,12 @@ std::string DescribeHeldParts(const std::string& dir) {
     }
     std::sort(parts.begin(), parts.end());
     std::string names;
-    // File names are anyone's bytes: escaped, so a name cannot drive the
-    // operator's terminal.
-    for (const auto& p : parts) names += (names.empty() ? "" : ", ") + EscapeControlBytes(p);
+    for (const auto& p : parts) names += (names.empty() ? "" : ", ") + p;
     text += std::string(listed == 0 ? " " : "; ") + "step " + std::to_string(*it) + " (" +
             (names.empty() ? "no manifest" : names) + ")";
   }
   if (steps.size() > 3) text += " and " + std::to_string(steps.size() - 3) + " older steps";
-  return text + ignored;
+  return EscapeControlBytes(text + ignored);
 }
 
 void RemoveStepsAfter(const std::string& dir, const std::string& part, uint64_t step) {

@@ -72,17 +72,24 @@ TEST_F(CheckpointsCliTest, NamesEachStepsStateAndTheLaunchersChoiceAndMovesNothi
   run = Inspect(300);
   EXPECT_EQ(run.exit_code, 0) << run.output;
   EXPECT_TRUE(Has(run, "parts on this machine: shard-0, shard-1")) << run.output;
-  EXPECT_TRUE(Has(run, "resume: step 150 (gridsync launch --resume starts from it)")) << run.output;
+  EXPECT_TRUE(Has(run, "step 150: intact, run ")) << run.output;
+  EXPECT_TRUE(
+      Has(run, "gridsync launch: would resume from the checkpoint of step 150 in " + ckpt()))
+      << run.output;
   // A damaged .bin: named, passed over, and left where it is.
   Damage(Bin(150, "shard-1"));
   run = Inspect(300);
   EXPECT_EQ(run.exit_code, 0) << run.output;
-  EXPECT_TRUE(Has(run, "step 150: passed over by a resume")) << run.output;
+  EXPECT_TRUE(Has(run, "step 150:\n  shard-0: intact, run ")) << run.output;
+  EXPECT_TRUE(Has(run, "(would be set aside as shard-1.bin.damaged); passed over")) << run.output;
   EXPECT_TRUE(Has(run, "shard-1: damaged: " + Bin(150, "shard-1") + ": checksum")) << run.output;
   EXPECT_TRUE(Has(run, "shard-0: intact")) << run.output;
-  EXPECT_TRUE(Has(run, "resume: step 100 (")) << run.output;
-  EXPECT_TRUE(fs::exists(Bin(150, "shard-1")));
-  EXPECT_FALSE(fs::exists(Bin(150, "shard-1") + ".damaged"));
+  EXPECT_TRUE(Has(run, "would resume from the older complete step 100 instead")) << run.output;
+  for (const char* ext : {".bin", ".json"}) {
+    const std::string file = ckpt() + "/step-150/shard-1" + ext;
+    EXPECT_TRUE(fs::exists(file)) << file;
+    EXPECT_FALSE(fs::exists(file + ".damaged")) << file;
+  }
   // The launcher takes the step the inspector named.
   const ProcessResult resumed =
       Execute("tools/gridsync", "launch configs/local.json --resume" + Sets(200));
@@ -92,7 +99,7 @@ TEST_F(CheckpointsCliTest, NamesEachStepsStateAndTheLaunchersChoiceAndMovesNothi
   for (uint64_t step : gridsync::HeldSteps(ckpt(), "shard-0")) Damage(Bin(step, "shard-0"));
   run = Inspect(300);
   EXPECT_EQ(run.exit_code, 3) << run.output;
-  EXPECT_TRUE(Has(run, "no step to resume from here")) << run.output;
+  EXPECT_TRUE(Has(run, "gridsync launch --resume would refuse (exit 3)")) << run.output;
   // A node of no layout is refused as by launch.
   run = Inspect(300, " --node nowhere");
   EXPECT_EQ(run.exit_code, 2) << run.output;
@@ -122,16 +129,15 @@ TEST_F(CheckpointsCliTest, AForgedStepIsNamedByItsMacUnderCurve) {
   const std::string curve = " --set security.mode=curve --set security.keys_dir=" + keys;
   ProcessResult run = Inspect(300, curve);
   EXPECT_EQ(run.exit_code, 0) << run.output;
-  EXPECT_TRUE(Has(run, "step 150: passed over by a resume")) << run.output;
   EXPECT_TRUE(Has(run, "shard-0: damaged: " + ckpt() +
                            "/step-150/shard-0.json: its mac does "
                            "not match"))
       << run.output;
-  EXPECT_TRUE(Has(run, "step 100: intact, run 0123456789ab")) << run.output;
-  EXPECT_TRUE(Has(run, "resume: step 100 (")) << run.output;
+  EXPECT_TRUE(Has(run, "step 100: intact, run 0123456789ab (every part)")) << run.output;
+  EXPECT_TRUE(Has(run, "would resume from the older complete step 100 instead")) << run.output;
   run = Inspect(300, " --set security.mode=off");
   EXPECT_EQ(run.exit_code, 0) << run.output;
-  EXPECT_TRUE(Has(run, "resume: step 150 (")) << run.output;
+  EXPECT_TRUE(Has(run, "would resume from the checkpoint of step 150")) << run.output;
 }
 
 // The folder's run (coordinator-state.json) against the files': a step of
@@ -159,7 +165,8 @@ TEST_F(CheckpointsCliTest, AnotherRunsStepIsPassedOverAndFileNamesAreEscaped) {
                   "shard-0: intact, of another run (fedcba987654, the folder's is "
                   "0123456789ab)"))
       << run.output;
-  EXPECT_TRUE(Has(run, "resume: step 100 (")) << run.output;
+  EXPECT_TRUE(Has(run, "its files belong to run")) << run.output;
+  EXPECT_TRUE(Has(run, "would resume from the older complete step 100 instead")) << run.output;
   // A folder whose steps hold none of this machine's parts.
   fs::remove_all(ckpt());
   fs::create_directories(ckpt() + "/step-7");
@@ -174,6 +181,57 @@ TEST_F(CheckpointsCliTest, AnotherRunsStepIsPassedOverAndFileNamesAreEscaped) {
   EXPECT_EQ(run.exit_code, 2) << run.output;
   EXPECT_TRUE(Has(run, "\\x1b]0;owned\\x07")) << run.output;
   EXPECT_FALSE(Has(run, "\x1b")) << run.output;
+}
+
+// The cases where the launcher's choice turns on more than damage: a step
+// whose parts name different runs is refused (exit 3), not passed over; a
+// part that names no run is another run's where the folder names one; a
+// file the checks cannot read (not damage) leaves the step to its part,
+// which names it at its start.
+TEST_F(CheckpointsCliTest, MixedRunsUnnamedRunsAndUnreadableFilesAreJudgedAsTheLauncherDoes) {
+  const std::string mine = "0123456789abcdef0123456789abcdef";
+  const std::string other = "fedcba9876543210fedcba9876543210";
+  const auto write = [&](uint64_t step, const char* part, const std::string& run) {
+    ASSERT_TRUE(
+        gridsync::WriteCheckpointPart(ckpt(), step, part, "state", {1, 2}, {}, run, nullptr).ok());
+  };
+  write(100, "shard-0", mine);
+  write(100, "shard-1", mine);
+  write(150, "shard-0", mine);
+  write(150, "shard-1", other);
+  ProcessResult run = Inspect(300);
+  EXPECT_EQ(run.exit_code, 3) << run.output;
+  EXPECT_TRUE(Has(run, "gridsync launch --resume would refuse (exit 3)")) << run.output;
+  EXPECT_TRUE(Has(run,
+                  "step 150:\n  shard-0: intact, run 0123456789ab\n  shard-1: intact, run "
+                  "fedcba987654"))
+      << run.output;
+  // Step 150 without a run, where the folder names one.
+  write(150, "shard-0", "");
+  write(150, "shard-1", "");
+  std::ofstream(ckpt() + "/coordinator-state.json")
+      << R"({"format": "gridsync-coordinator-state", "version": 1, "job": 1, "epoch": 0,
+             "expected_shards": 2, "expected_workers": 2, "job_done": false,
+             "training_started": true, "resume_step": 0, "run": ")"
+      << mine << R"(", "checkpoints": {}})";
+  run = Inspect(300);
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(Has(run, "shard-0: intact, of another run (unnamed, the folder's is 0123456789ab)"))
+      << run.output;
+  EXPECT_TRUE(Has(run, "would resume from the older complete step 100 instead")) << run.output;
+  // A folder where step 150's .bin was: no damage the launcher passes over.
+  write(150, "shard-0", mine);
+  write(150, "shard-1", mine);
+  fs::remove(Bin(150, "shard-1"));
+  fs::create_directories(Bin(150, "shard-1"));
+  run = Inspect(300);
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(Has(run, "  shard-1: unreadable (the launcher keeps the step")) << run.output;
+  EXPECT_TRUE(Has(run, "would resume from the checkpoint of step 150")) << run.output;
+  // With --node: what this machine offers the other launchers (FindLocalSteps).
+  run = Inspect(300, " --node node0");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(Has(run, "this machine offers steps 150, 100 (")) << run.output;
 }
 
 }  // namespace

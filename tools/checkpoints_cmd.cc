@@ -9,25 +9,52 @@
 #include "common/checkpoint_files.h"
 #include "common/config.h"
 #include "common/logging.h"
+#include "server/coordinator_state.h"
 #include "spec/run_spec.h"
 #include "tools/launch_checks.h"
+#include "tools/launch_resume.h"
+#include "tools/resume_steps.h"
 
 namespace gridsync {
 namespace {
-
-// One part's files of one step.
-struct PartVerdict {
-  bool held = false;    // its manifest is there
-  bool intact = false;  // and every check passed
-  std::string run;      // the run its manifest names
-  std::string why;      // why not intact
-};
 
 // Lines of text read from files (paths, a manifest's words): escaped, so a
 // hostile file name cannot drive the operator's terminal.
 void Say(const std::string& line) { std::printf("%s\n", EscapeControlBytes(line).c_str()); }
 
 std::string Short(const std::string& run) { return run.empty() ? "unnamed" : run.substr(0, 12); }
+
+// The folder's run, as the launcher takes it (FolderRun), saying why none
+// is taken from a coordinator-state.json that is there.
+std::string DescribeFolderRun(const std::string& dir, const std::string& own) {
+  if (!own.empty()) return own;
+  const std::string path = dir + "/coordinator-state.json";
+  const auto state = LoadCoordinatorState(path);
+  if (!state.ok()) return "none taken (" + state.status().message() + ")";
+  if (!state->has_value()) return "not named (no coordinator-state.json)";
+  return "not named (coordinator-state.json names none: its job ended or never started)";
+}
+
+// What part `part`'s files of `step` are, one line: as the launcher's
+// checks find them (CheckCheckpointPartIntact: only Corruption is damage
+// that passes the step over; any other failure leaves the step to the part,
+// which names it at its start).
+std::string DescribePart(const std::string& dir, uint64_t step, const std::string& part,
+                         const std::vector<uint64_t>& held, const CheckpointMacKey* key,
+                         const std::string& own, bool* intact_of_own_run) {
+  *intact_of_own_run = false;
+  if (!std::binary_search(held.begin(), held.end(), step)) return "missing (no manifest)";
+  const Status intact = CheckCheckpointPartIntact(dir, step, part, key);
+  if (intact.code() == StatusCode::kCorruption) return "damaged: " + intact.message();
+  if (!intact.ok())
+    return "unreadable (the launcher keeps the step; the part names this at its start): " +
+           intact.message();
+  const auto run = PartRun(dir, step, part);
+  if (run.ok() && !own.empty() && *run != own)
+    return "intact, of another run (" + Short(*run) + ", the folder's is " + Short(own) + ")";
+  *intact_of_own_run = true;
+  return "intact, run " + (run.ok() ? Short(*run) : "unreadable");
+}
 
 }  // namespace
 
@@ -50,97 +77,83 @@ int RunCheckpoints(const CheckpointsOptions& options) {
     return kConfigErrorExitCode;
   }
   const std::string& dir = config->checkpoint.dir;
-  const std::vector<std::string> parts =
-      CheckpointPartsOn(config->layout, *node, spec->sync.worker_state);
+  const bool worker_state = spec->sync.worker_state;
+  const std::vector<std::string> parts = CheckpointPartsOn(config->layout, *node, worker_state);
   std::string names;
   for (const auto& p : parts) names += (names.empty() ? "" : ", ") + p;
   const std::string own = FolderRun(dir);
-  Say(dir + ": the folder's run " +
-      (own.empty() ? "not named (by no coordinator-state.json here)" : own) +
+  Say(dir + ": the folder's run " + DescribeFolderRun(dir, own) +
       "; parts on this machine: " + (names.empty() ? "none" : names));
   if (config->checkpoint.every_steps <= 0)
     Say("note: checkpoint.every_steps is 0: this config writes no checkpoints");
   const PartMacKeys keys = LaunchMacKeys(*config);
+  // Each part's steps read once (a folder of many steps is listed once
+  // per part, not once per step and part).
+  std::vector<std::vector<uint64_t>> held(parts.size());
   std::set<uint64_t, std::greater<>> steps;
-  for (const auto& part : parts) {
-    for (uint64_t s : HeldSteps(dir, part)) steps.insert(s);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    held[i] = HeldSteps(dir, parts[i]);
+    steps.insert(held[i].begin(), held[i].end());
   }
-  uint64_t resume = 0;
-  bool any_complete = false;  // a step with every part's manifest
-  std::string resume_note;    // why gridsync launch --resume would refuse it
-  int resume_exit = 0;        // ... and its exit code (CheckChosenResumeStep's)
+  // The newest steps, as many as a launcher offers across machines: every
+  // .bin of a listed step is read.
+  size_t listed = 0;
   for (uint64_t step : steps) {
-    std::vector<PartVerdict> verdicts(parts.size());
-    bool all_intact = true, complete = true;
-    for (size_t i = 0; i < parts.size(); ++i) {
-      PartVerdict& v = verdicts[i];
-      const auto held = HeldSteps(dir, parts[i]);
-      v.held = std::binary_search(held.begin(), held.end(), step);
-      if (v.held) {
-        const Status intact =
-            CheckCheckpointPartIntact(dir, step, parts[i], keys ? keys(parts[i]) : nullptr);
-        v.intact = intact.ok();
-        v.why = intact.ok() ? "" : intact.message();
-        if (auto run = PartRun(dir, step, parts[i]); run.ok()) v.run = *run;
-      }
-      all_intact = all_intact && v.intact;
-      complete = complete && v.held;
+    if (listed++ == launch_detail::kMaxResumeSteps) {
+      Say("(" + std::to_string(steps.size() - launch_detail::kMaxResumeSteps) +
+          " older steps not listed)");
+      break;
     }
-    // The launcher takes the first part's run for the step's (OfAnotherRun)
-    // and then refuses a step whose parts name different runs.
-    any_complete = any_complete || complete;
-    const std::string run = verdicts.empty() ? "" : verdicts.front().run;
-    bool one_run = true;
-    for (const auto& v : verdicts) one_run = one_run && v.run == run;
-    const bool other_run = !own.empty() && !run.empty() && run != own;
-    if (all_intact && !other_run) {
-      Say("step " + std::to_string(step) + ": intact, run " + Short(run) +
-          (one_run ? "" : ", but its parts name different runs (a resume refuses it)"));
-      if (resume == 0) {
-        resume = step;
-        if (!one_run) {
-          resume_note = ", but gridsync launch --resume refuses it: its parts mix runs";
-          resume_exit = kCheckpointsHeldExitCode;
-        } else if (const Status left = CheckStepsLeft(*config, step); !left.ok()) {
-          resume_note = ", but gridsync launch --resume refuses it: " + left.message();
-          resume_exit = kConfigErrorExitCode;
-        }
-      }
+    std::vector<std::string> lines(parts.size());
+    bool all_good = true;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      bool good = false;
+      lines[i] =
+          DescribePart(dir, step, parts[i], held[i], keys ? keys(parts[i]) : nullptr, own, &good);
+      all_good = all_good && good;
+    }
+    if (all_good && !lines.empty() &&
+        std::all_of(lines.begin(), lines.end(),
+                    [&](const std::string& l) { return l == lines[0]; })) {
+      Say("step " + std::to_string(step) + ": " + lines[0] + " (every part)");
       continue;
     }
-    Say("step " + std::to_string(step) + ": passed over by a resume");
-    for (size_t i = 0; i < parts.size(); ++i) {
-      const PartVerdict& v = verdicts[i];
-      if (!v.held) {
-        Say("  " + parts[i] + ": missing (no manifest)");
-      } else if (!v.intact) {
-        Say("  " + parts[i] + ": damaged: " + v.why);
-      } else if (!own.empty() && !v.run.empty() && v.run != own) {
-        Say("  " + parts[i] + ": intact, of another run (" + Short(v.run) + ", the folder's is " +
-            Short(own) + ")");
-      } else {
-        Say("  " + parts[i] + ": intact");
-      }
-    }
+    Say("step " + std::to_string(step) + ":");
+    for (size_t i = 0; i < parts.size(); ++i) Say("  " + parts[i] + ": " + lines[i]);
   }
   if (steps.empty()) Say(DescribeHeldParts(dir));
-  if (resume == 0) {
-    // The launcher's codes: no complete step is a config that does not
-    // match the folder (2), complete ones all damaged or another run's, 3.
-    const int code = any_complete ? kCheckpointsHeldExitCode : kConfigErrorExitCode;
-    Say("no step to resume from here: gridsync launch --resume refuses (exit " +
-        std::to_string(code) + ")");
+  std::fflush(stdout);
+  if (*node < 0) {
+    // The launcher's own choice, with its own lines, moving nothing.
+    uint64_t step = 0;
+    const int code = ChooseResumeStep(*config, parts, worker_state, &step, /*dry_run=*/true);
+    std::fflush(stdout);
+    std::fflush(stderr);
+    if (code != 0) Say("gridsync launch --resume would refuse (exit " + std::to_string(code) + ")");
     return code;
   }
-  if (!resume_note.empty()) {
-    Say("resume: step " + std::to_string(resume) + " is the newest step intact here" + resume_note);
-  } else {
-    Say("resume: step " + std::to_string(resume) +
-        (*node < 0 ? " (gridsync launch --resume starts from it)"
-                   : " is this machine's newest intact step (the launchers of every node take "
-                     "the newest step every machine holds intact)"));
+  // Across machines each launcher offers its machine's list (FindLocalSteps)
+  // and all resume from the newest step every list holds.
+  if (parts.empty()) {
+    Say("no part here checkpoints: any step the other machines agree on serves this one");
+    return 0;
   }
-  return resume_exit;
+  std::vector<DamagedPart> damaged;
+  const launch_detail::NodeSteps mine = launch_detail::FindLocalSteps(dir, parts, &damaged, keys);
+  std::fflush(stdout);
+  for (const DamagedPart& d : damaged)
+    Say("step " + std::to_string(d.step) + ": " + d.part + " damaged: passed over (" + d.why + ")");
+  std::string offered;
+  for (uint64_t s : mine.intact) offered += (offered.empty() ? "" : ", ") + std::to_string(s);
+  if (mine.intact.empty()) {
+    Say("this machine offers no step: gridsync launch --resume --node " + options.node +
+        " is refused with every other machine's");
+    return kCheckpointsHeldExitCode;
+  }
+  Say("this machine offers steps " + offered +
+      " (gridsync launch --resume --node on every machine starts from the newest step every "
+      "machine offers)");
+  return 0;
 }
 
 }  // namespace gridsync

@@ -4,14 +4,15 @@
 //
 // Each part's files of each step are checked as the launcher checks them
 // before a resume (CheckCheckpointPartIntact: manifest, size, checksum and,
-// under CURVE where this machine holds the role's key, the MAC), and its run
-// is compared with the folder's (coordinator-state.json). Where the launcher
-// sets damaged files aside, this only names them: an operator can look
-// before anything moves. Exit 0 when a step to resume from is here; else
-// the launcher's exit code for the same refusal: 3 (kCheckpointsHeldExitCode)
-// when every complete step is damaged or another run's, or the newest intact
-// one mixes runs; 2 when no step is complete, the newest intact one leaves
-// no step to train, or the config is refused.
+// under CURVE where this machine holds the role's key, the MAC; only
+// damage, Corruption, passes a step over), and its run is compared with
+// the folder's (coordinator-state.json). Then, on one machine, the
+// launcher's own choice runs (ChooseResumeStep, dry run: its lines, its
+// exit code, the damaged files left where they are); with --node, this
+// machine's offer to the other launchers (FindLocalSteps): exit 0 when it
+// offers a step or holds no part that checkpoints, 3 when it offers none.
+// Only the checkpoints are checked: the launcher's other refusals (the
+// config, keys, hosts, memory) are check-config's.
 //
 // Thread safety: run once, from main.
 #pragma once

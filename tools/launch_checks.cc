@@ -13,6 +13,7 @@
 #include "common/checkpoint_run.h"
 #include "common/config_reader.h"
 #include "common/file_bytes.h"
+#include "common/logging.h"
 #include "common/wire/curve.h"
 #include "server/coordinator_state.h"
 #include "server/shard_checkpoint.h"
@@ -181,7 +182,7 @@ Status CheckStepsLeft(const Config& config, uint64_t resume_step) {
 }
 
 int ChooseResumeStep(const Config& config, const std::vector<std::string>& job_parts,
-                     bool workers_hold_state, uint64_t* step) {
+                     bool workers_hold_state, uint64_t* step, bool dry_run) {
   const std::string& dir = config.checkpoint.dir;
   uint64_t resume_step = LatestCompleteStep(dir, job_parts);
   if (resume_step == 0) {
@@ -207,9 +208,11 @@ int ChooseResumeStep(const Config& config, const std::vector<std::string>& job_p
   const PartMacKeys keys = LaunchMacKeys(config);  // loaded (and any refusal named) once
   const auto newest_intact = [&](uint64_t at_most) {
     std::vector<std::string> skipped;
-    const uint64_t intact = NewestIntactStep(dir, job_parts, at_most, &skipped, keys);
+    const uint64_t intact = NewestIntactStep(dir, job_parts, at_most, &skipped, keys, !dry_run);
     for (const auto& why : skipped) {
-      std::fprintf(intact > 0 ? stdout : stderr, "gridsync launch --resume: %s; %s\n", why.c_str(),
+      // A manifest's words are anyone's bytes: escaped for the terminal.
+      std::fprintf(intact > 0 ? stdout : stderr, "gridsync launch --resume: %s; %s\n",
+                   EscapeControlBytes(why).c_str(),
                    intact > 0 ? "passed over" : "no older complete step to resume from");
     }
     return intact;
@@ -236,14 +239,15 @@ int ChooseResumeStep(const Config& config, const std::vector<std::string>& job_p
     }
   }
   if (intact != resume_step) {
-    std::printf("gridsync launch --resume: resuming from the older complete step %llu instead\n",
-                static_cast<unsigned long long>(intact));
+    std::printf("gridsync launch --resume: %s from the older complete step %llu instead\n",
+                dry_run ? "would resume" : "resuming", static_cast<unsigned long long>(intact));
   }
   resume_step = intact;
   if (const int refused = CheckChosenResumeStep(config, resume_step, job_parts); refused != 0)
     return refused;
-  std::printf("gridsync launch: resuming from the checkpoint of step %llu in %s\n",
-              static_cast<unsigned long long>(resume_step), dir.c_str());
+  std::printf("gridsync launch: %s from the checkpoint of step %llu in %s\n",
+              dry_run ? "would resume" : "resuming", static_cast<unsigned long long>(resume_step),
+              dir.c_str());
   *step = resume_step;
   return 0;
 }
@@ -370,8 +374,8 @@ PartMacKeys LaunchMacKeys(const Config& config) {
 }
 
 uint64_t NewestIntactStep(const std::string& dir, const std::vector<std::string>& parts,
-                          uint64_t step, std::vector<std::string>* skipped,
-                          const PartMacKeys& keys) {
+                          uint64_t step, std::vector<std::string>* skipped, const PartMacKeys& keys,
+                          bool set_aside) {
   std::vector<DamagedPart> damaged;
   step = NewestIntactCompleteStep(dir, parts, step, &damaged, keys);
   for (const DamagedPart& d : damaged) {
@@ -380,8 +384,14 @@ uint64_t NewestIntactStep(const std::string& dir, const std::vector<std::string>
     // processes remove their steps after the one they load, and took the
     // damaged files with them, leaving nothing to look at. A refusal (none
     // left) leaves the folder as it found it.
-    skipped->push_back(step > 0 ? SetDamagedPartAside(dir, d)
-                                : "step " + std::to_string(d.step) + ": " + d.why);
+    const std::string why = "step " + std::to_string(d.step) + ": " + d.why;
+    if (step == 0) {
+      skipped->push_back(why);
+    } else if (set_aside) {
+      skipped->push_back(SetDamagedPartAside(dir, d));
+    } else {
+      skipped->push_back(why + " (would be set aside as " + d.part + ".bin.damaged)");
+    }
   }
   return step;
 }

@@ -100,9 +100,10 @@ std::vector<std::string> ResumedConfigChanges(const Config& config);
 // intact (each passed over named); refused where the step mixes runs, or
 // leaves nothing to train. A step of another run than the folder's (its
 // coordinator-state.json names it) is passed over. (Across machines:
-// launch_resume.h.)
+// launch_resume.h.) `dry_run` (gridsync checkpoints): the same choice and
+// the same lines, but the damaged files stay where they are.
 int ChooseResumeStep(const Config& config, const std::vector<std::string>& job_parts,
-                     bool workers_hold_state, uint64_t* step);
+                     bool workers_hold_state, uint64_t* step, bool dry_run = false);
 
 // The checkpoint MAC keys of the shards' and the workers' parts as far as
 // this machine holds them (wire::CheckpointMacKeyFor), by part name, for
@@ -119,9 +120,10 @@ PartMacKeys LaunchMacKeys(const Config& config);
 // kept for a look where the resumed processes remove the newer steps. 0
 // when none is left. `keys` (LaunchMacKeys): under CURVE a
 // part whose MAC differs is passed over too (forged or changed files).
+// `set_aside` false: the files stay, and `skipped` says they would go.
 uint64_t NewestIntactStep(const std::string& dir, const std::vector<std::string>& parts,
                           uint64_t step, std::vector<std::string>* skipped,
-                          const PartMacKeys& keys = nullptr);
+                          const PartMacKeys& keys = nullptr, bool set_aside = true);
 
 // Sets `d`'s files aside (SetPartAside) and says so: "step N: why (set
 // aside as <part>.bin.damaged)", or the error in the parentheses.
