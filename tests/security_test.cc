@@ -139,7 +139,6 @@ TEST(SecurityTest, KeyFilesAreRefusedUnlessSmallRegularAndConsistent) {
   fs::remove_all(dir);
 }
 
-// A config with CURVE on and the keys in `dir`.
 // A small ps cluster of `workers` workers under CURVE with the keys in dir.
 Config CurveConfig(const std::string& dir, int workers) {
   Config config = testing::SmallDistributedConfig(workers, GradientSyncMode::kPs, 6);
