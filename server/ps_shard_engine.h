@@ -1,9 +1,9 @@
 // The parameter-server shard's engine (server/ps_shard.h is its
 // interface): the received-request record and the PsShardImpl class. Its
 // lifecycle, serving loop and job admission are defined in
-// server/ps_shard_engine.cc; the handling of pushes (bsp, ssp, async) and
-// pulls, with the pulls that wait for a version, is
-// server/ps_shard_requests.cc. The replies (Send, ReplyError, Ack), the
+// server/ps_shard_engine.cc; the handling of pushes (bsp, ssp, async) is
+// server/ps_shard_requests.cc, of pulls, with the pulls that wait for a
+// version, server/ps_shard_pulls.cc. The replies (Send, ReplyError, Ack), the
 // stage timing and the accessors stay inline here, beside the handlers that
 // call them on every message. Internal to the shard library.
 //
