@@ -135,6 +135,15 @@ TEST_F(CheckpointsCliTest, AForgedStepIsNamedByItsMacUnderCurve) {
       << run.output;
   EXPECT_TRUE(Has(run, "step 100: intact, run 0123456789ab (every part)")) << run.output;
   EXPECT_TRUE(Has(run, "would resume from the older complete step 100 instead")) << run.output;
+  // A key that fails to load is named once, by this command (the dry run
+  // of the launcher's choice loads the keys again, silently).
+  std::ofstream(keys + "/worker.key") << "garbage";
+  run = Inspect(300, curve);
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  const std::string warned = "the worker checkpoints' MACs are not checked here";
+  EXPECT_TRUE(Has(run, "gridsync checkpoints: " + warned)) << run.output;
+  EXPECT_EQ(run.output.find(warned), run.output.rfind(warned)) << run.output;
+  EXPECT_TRUE(Has(run, "would resume from the older complete step 100 instead")) << run.output;
   run = Inspect(300, " --set security.mode=off");
   EXPECT_EQ(run.exit_code, 0) << run.output;
   EXPECT_TRUE(Has(run, "would resume from the checkpoint of step 150")) << run.output;

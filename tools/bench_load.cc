@@ -146,6 +146,7 @@
 #include "tools/bench.h"
 #include "tools/bench_load.h"
 #include "tools/bench_shard_map.h"
+#include "tools/bench_stats.h"
 #include "tools/cpu_groups.h"
 #include "worker/ps_client.h"
 
@@ -171,12 +172,6 @@ void Ratios(const WorkerCountResult& base, uint32_t w_min, WorkerCountResult* r)
   // A tiny tolerance: the base row's own ratios are exactly 1.
   r->linear = r->push_p99_ratio <= r->worker_ratio * (1 + 1e-9) &&
               r->pull_p99_ratio <= r->worker_ratio * (1 + 1e-9);
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 // Per W (in `workers`' order): the median over the rounds that ran of the

@@ -86,7 +86,7 @@ int RunCheckpoints(const CheckpointsOptions& options) {
       "; parts on this machine: " + (names.empty() ? "none" : names));
   if (config->checkpoint.every_steps <= 0)
     Say("note: checkpoint.every_steps is 0: this config writes no checkpoints");
-  const PartMacKeys keys = LaunchMacKeys(*config);
+  const PartMacKeys keys = LaunchMacKeys(*config, "gridsync checkpoints");
   // Each part's steps read once (a folder of many steps is listed once
   // per part, not once per step and part).
   std::vector<std::vector<uint64_t>> held(parts.size());

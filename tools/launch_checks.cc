@@ -205,7 +205,8 @@ int ChooseResumeStep(const Config& config, const std::vector<std::string>& job_p
   // says so. (Across machines, tools/launch_resume.h does the same with
   // the other launchers.)
   // The newest intact step at most `at_most`, each damaged one passed over named.
-  const PartMacKeys keys = LaunchMacKeys(config);  // loaded (and any refusal named) once
+  // Loaded (and any refusal named) once; gridsync checkpoints named it already.
+  const PartMacKeys keys = LaunchMacKeys(config, dry_run ? nullptr : "gridsync launch");
   const auto newest_intact = [&](uint64_t at_most) {
     std::vector<std::string> skipped;
     const uint64_t intact = NewestIntactStep(dir, job_parts, at_most, &skipped, keys, !dry_run);
@@ -345,7 +346,7 @@ int CheckChosenResumeStep(const Config& config, uint64_t step,
   return 0;
 }
 
-PartMacKeys LaunchMacKeys(const Config& config) {
+PartMacKeys LaunchMacKeys(const Config& config, const char* who) {
   struct Keys {
     std::optional<CheckpointMacKey> shard, worker;
   };
@@ -354,11 +355,11 @@ PartMacKeys LaunchMacKeys(const Config& config) {
     auto key = wire::CheckpointMacKeyFor(config, role);
     if (key.ok()) {
       *into = *key;
-    } else if (key.status().code() != StatusCode::kNotFound) {
+    } else if (key.status().code() != StatusCode::kNotFound && who != nullptr) {
       std::fprintf(stderr,
-                   "gridsync launch: the %s checkpoints' MACs are not checked here: %s (its "
-                   "processes refuse to start with it)\n",
-                   role, key.status().message().c_str());
+                   "%s: the %s checkpoints' MACs are not checked here: %s (its processes "
+                   "refuse to start with it)\n",
+                   who, role, key.status().message().c_str());
     }
   };
   load("shard", &keys->shard);

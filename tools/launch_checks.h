@@ -109,8 +109,10 @@ int ChooseResumeStep(const Config& config, const std::vector<std::string>& job_p
 // this machine holds them (wire::CheckpointMacKeyFor), by part name, for
 // the launcher's choice of a step: a role whose key is not here is not
 // checked (its processes are elsewhere); one whose key file fails to load
-// otherwise is named in a warning, and its processes refuse to start.
-PartMacKeys LaunchMacKeys(const Config& config);
+// otherwise is named in a warning prefixed with `who` (the command that
+// reads the checkpoints; null: no warning, one was given already), and
+// its processes refuse to start.
+PartMacKeys LaunchMacKeys(const Config& config, const char* who = "gridsync launch");
 
 // The newest complete step of `parts` in `dir`, at most `step`, whose files
 // all pass their checks short of the shape (CheckCheckpointPartIntact): a
