@@ -166,10 +166,7 @@ CoordinatorState CoordinatorImpl::PersistentState() const {
   const std::string prefix = CheckpointKey(map_.job, "");
   for (auto it = kv_.lower_bound(prefix); it != kv_.end() && it->first.rfind(prefix, 0) == 0;
        ++it) {
-    if (!CheckpointEntryProblem(map_.job, map_.expected_shards, map_.expected_workers, it->first,
-                                it->second)) {
-      s.checkpoints.emplace(it->first, it->second);
-    }
+    if (IsPartEntry(it->first, it->second)) s.checkpoints.emplace(it->first, it->second);
   }
   if (const auto run = kv_.find(RunKey(map_.job)); run != kv_.end() && IsRunId(run->second)) {
     s.run = run->second;

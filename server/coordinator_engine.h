@@ -338,6 +338,19 @@ class CoordinatorImpl final : public Coordinator {
   // kMaxCannotJoinBytes. nullopt: it may, or `key` is no such key.
   std::optional<Status> CannotJoinKeyProblem(const Connection& conn, const std::string& key,
                                              size_t value_bytes) const;
+  // Why `conn` may not set `key` = `value` under checkpoint/ or
+  // checkpoint-run/ (coordinator_checkpoint_keys.cc): each such key is one
+  // part's, written by its own connection or, before it registered, one
+  // that proved its role's key (any, with security off), holding steps or
+  // a hexadecimal identity. nullopt: it may, or `key` is no such key.
+  std::optional<Status> CheckpointKeyProblem(const Connection& conn, const std::string& key,
+                                             const std::string& value) const;
+  // Whether `key` = `value` is a part's checkpoint steps in this job
+  // (CheckpointEntryProblem): what the rejoin checks and the state file read.
+  bool IsPartEntry(const std::string& key, const std::string& value) const {
+    return !CheckpointEntryProblem(map_.job, map_.expected_shards, map_.expected_workers, key,
+                                   value);
+  }
   // Records why `role` `rank` could not join (a refused registration, or
   // what the process said before exiting) where IncompleteMessage names it;
   // its registration clears it.

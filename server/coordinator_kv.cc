@@ -203,6 +203,10 @@ void CoordinatorImpl::HandleKvSet(const ConnPtr& conn, uint64_t id, KvSetRequest
     Send(conn, wire::EncodeErrorReply(id, *refused));
     return;
   }
+  if (auto refused = CheckpointKeyProblem(*conn, req.key, req.value)) {
+    Send(conn, wire::EncodeErrorReply(id, *refused));
+    return;
+  }
   DropOldRateRounds(req.key);
   const auto old = kv_.find(req.key);
   const bool fresh = old == kv_.end();

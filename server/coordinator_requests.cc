@@ -233,6 +233,7 @@ bool CoordinatorImpl::JobHasCompleteStep() const {
   std::set<uint64_t> published;
   for (auto it = kv_.lower_bound(prefix); it != kv_.end() && it->first.rfind(prefix, 0) == 0;
        ++it) {
+    if (!IsPartEntry(it->first, it->second)) continue;
     auto held = ParseHeldSteps(it->second, it->first.substr(prefix.size()));
     if (held.ok()) published.insert(held->begin(), held->end());
   }
@@ -247,6 +248,9 @@ std::optional<std::string> CoordinatorImpl::CheckRejoinStep(uint64_t step) const
   uint32_t shards = 0;
   for (auto it = kv_.lower_bound(prefix); it != kv_.end() && it->first.rfind(prefix, 0) == 0;
        ++it) {
+    // Other keys under the prefix (a worker's restored-<S>/ checksums)
+    // are no part's steps, as the state file leaves them out.
+    if (!IsPartEntry(it->first, it->second)) continue;
     const std::string part = it->first.substr(prefix.size());
     auto held = ParseHeldSteps(it->second, part);
     if (!held.ok()) return held.status().message();
@@ -422,6 +426,19 @@ void CoordinatorImpl::HandleBarrier(const ConnPtr& conn, uint64_t id, BarrierReq
                            "connection ({}) is {}; allowed: another barrier name, or register as "
                            "a worker first",
                            req.name, conn->peer, Registration(*conn)))));
+    return;
+  }
+  // A worker waits at the job's barriers as itself: another name would
+  // take the place of the worker it names (refused as "already waiting").
+  if ((req.name == "init" || req.name == "done") && !req.member.empty() &&
+      req.member != MemberName(conn->member->role, conn->member->rank)) {
+    Send(conn, wire::EncodeErrorReply(
+                   id, Status::InvalidArgument(fmt::format(
+                           "barrier '{}': this connection is registered as {} and waits as "
+                           "'{}'; allowed: its own name, '{}', or none",
+                           req.name, MemberName(conn->member->role, conn->member->rank),
+                           req.member.substr(0, 64),
+                           MemberName(conn->member->role, conn->member->rank)))));
     return;
   }
   std::string member = req.member;

@@ -39,25 +39,6 @@ std::string Show(const Json& value) {
   return text;
 }
 
-// The part a checkpoint key names ("shard-<s>" or "worker-<w>", canonical
-// decimal) is one of the cluster's.
-bool IsClusterPart(std::string_view part, uint32_t shards, uint32_t workers) {
-  uint32_t limit = 0;
-  if (part.rfind("shard-", 0) == 0) {
-    part.remove_prefix(6);
-    limit = shards;
-  } else if (part.rfind("worker-", 0) == 0) {
-    part.remove_prefix(7);
-    limit = workers;
-  } else {
-    return false;
-  }
-  uint32_t index = 0;
-  const auto [end, err] = std::from_chars(part.data(), part.data() + part.size(), index);
-  return err == std::errc() && end == part.data() + part.size() && index < limit &&
-         part == std::to_string(index);
-}
-
 Result<uint64_t> Unsigned(const Json& doc, const std::string& what, const char* field,
                           uint64_t max) {
   const auto it = doc.find(field);
@@ -86,6 +67,23 @@ Result<bool> Boolean(const Json& doc, const std::string& what, const char* field
 }
 
 }  // namespace
+
+bool IsClusterPart(std::string_view part, uint32_t shards, uint32_t workers) {
+  uint32_t limit = 0;
+  if (part.rfind("shard-", 0) == 0) {
+    part.remove_prefix(6);
+    limit = shards;
+  } else if (part.rfind("worker-", 0) == 0) {
+    part.remove_prefix(7);
+    limit = workers;
+  } else {
+    return false;
+  }
+  uint32_t index = 0;
+  const auto [end, err] = std::from_chars(part.data(), part.data() + part.size(), index);
+  return err == std::errc() && end == part.data() + part.size() && index < limit &&
+         part == std::to_string(index);
+}
 
 std::optional<std::string> CheckpointEntryProblem(uint64_t job, uint32_t shards, uint32_t workers,
                                                   const std::string& key,

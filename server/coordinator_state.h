@@ -60,6 +60,10 @@ inline constexpr uint32_t kMaxCoordinatorEpoch = uint32_t{1} << 31;
 // part keeps two steps, "100,150").
 inline constexpr size_t kMaxCheckpointStepsBytes = 1024;
 
+// Whether `part` ("shard-<s>" or "worker-<w>", canonical decimal) is one of
+// a cluster's of `shards` shards and `workers` workers.
+bool IsClusterPart(std::string_view part, uint32_t shards, uint32_t workers);
+
 // Why `key` = `value` is no checkpoint registry entry that a state file of
 // job `job` keeps (nullopt: it is one): the key CheckpointKey(job, part) of
 // a part of the cluster (shard-<s> with s < shards, worker-<w> with w <

@@ -351,6 +351,16 @@ TEST(CoordinatorLimitsTest, OnlyRegisteredWorkersJoinTheJobsBarriers) {
   }
   // Other names stay open to anyone (the multi-node launchers' barriers).
   EXPECT_TRUE((*stranger)->Barrier("launch/solo", 1, "node-a", 1s).ok());
+  // A registered worker waits as itself, not in another worker's place.
+  auto worker = CoordinatorClient::Connect("127.0.0.1", coordinator->port(), 5s);
+  ASSERT_TRUE(worker.ok()) << worker.status().ToString();
+  ASSERT_TRUE((*worker)->Register(Member(Role::kWorker, 0), 2s).ok());
+  const Status squatted = (*worker)->Barrier("init", 2, "worker-1", 1s);
+  EXPECT_EQ(squatted.code(), StatusCode::kInvalidArgument) << squatted.ToString();
+  EXPECT_NE(squatted.message().find("this connection is registered as worker-0 and waits as "
+                                    "'worker-1'; allowed: its own name, 'worker-0', or none"),
+            std::string::npos)
+      << squatted.message();
 }
 
 // When every open connection is a member, a new one is refused (the

@@ -1,6 +1,7 @@
 // The coordinator's key-value store (kvSet, kvGet waiting and timing out,
 // a stop cancelling waiting replies) and the Store seam: HashStore and
 // CoordinatorStore pass the same checks.
+#include "common/checkpoint_run.h"
 #include "tests/coordinator_test_util.h"
 
 namespace gridsync {
@@ -144,6 +145,56 @@ TEST_F(CoordinatorKvTest, CoordinatorStoreHasTheSameSemanticsAndPrefixesKeys) {
   EXPECT_FALSE(unprefixed.ok()) << "the prefix must be applied";
   CoordinatorStore other(a.get(), "nccl/");
   EXPECT_FALSE(other.Get({"k1"}, 0ms).ok()) << "prefixes must separate stores";
+}
+
+// A review of the control plane: anyone could write the keys the parts
+// keep their checkpoints by. A stranger's "checkpoint/job-1/junk" made
+// every step incomplete (no rejoin; the job's checkpoints dropped once its
+// workers left), and a worker's forged run identity made a rejoining shard
+// exit for good. Each key is now its part's own, and holds steps or a
+// hexadecimal identity.
+TEST_F(CoordinatorKvTest, CheckpointKeysAreTheirPartsOwn) {
+  auto shard = Join(Role::kShard, 0);
+  auto worker = Join(Role::kWorker, 0);
+  auto stranger = Connect();
+  ASSERT_TRUE(shard && worker && stranger);
+  const auto refused = [](const Status& status, const std::string& why) {
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status.ToString();
+    EXPECT_NE(status.message().find(why), std::string::npos) << status.message();
+    EXPECT_NE(status.message().find("allowed: a checkpoint key of one of the cluster's parts"),
+              std::string::npos)
+        << status.message();
+  };
+  // Each part writes its own: its steps, its restored checksum, its run at
+  // a resume; shard 0 (the first part) the job's run identity.
+  EXPECT_TRUE(shard->Set(CheckpointKey(1, "shard-0"), "100,150").ok());
+  EXPECT_TRUE(worker->Set(CheckpointKey(1, "worker-0"), "150").ok());
+  EXPECT_TRUE(worker->Set(CheckpointKey(1, "restored-150/worker-0"), "00ff00ff00ff00ff").ok());
+  EXPECT_TRUE(shard->Set(RunKey(1) + "/resumed-150/shard-0", "0123abcd").ok());
+  EXPECT_TRUE(shard->Set(RunKey(1), "0123abcd").ok());
+  // Another part's keys, from a registered member.
+  refused(worker->Set(CheckpointKey(1, "shard-0"), "50"),
+          "it is shard 0's, and this connection is registered as worker 0");
+  refused(worker->Set(RunKey(1), "deadbeef"),
+          "it is shard 0's, and this connection is registered as worker 0");
+  refused(shard->Set(CheckpointKey(1, "restored-150/worker-0"), "00"),
+          "it is worker 0's, and this connection is registered as shard 0");
+  // No part's key, or a value that is no part's.
+  refused(stranger->Set(CheckpointKey(1, "junk"), ""), "it names no part of the cluster");
+  refused(stranger->Set(CheckpointKey(1, "shard-2"), "100"), "it names no part of the cluster");
+  refused(stranger->Set("checkpoint/elsewhere", "1"), "not a job's key");
+  refused(stranger->Set(RunKey(1) + "x", "1"), "not a job's key");
+  refused(stranger->Set(CheckpointKey(1, "restored-x/worker-0"), "1"),
+          "it names no part of the cluster");
+  refused(shard->Set(CheckpointKey(1, "shard-0"), "100,x"), "the entry has steps '100,x'");
+  refused(shard->Set(RunKey(1), "not-hex\x1b"), "is not hexadecimal");
+  // What the parts wrote is what is read.
+  auto read = stranger->Get({CheckpointKey(1, "shard-0"), RunKey(1)}, 0ms);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(*read, (std::vector<std::string>{"100,150", "0123abcd"}));
+  // With security off, a part before it registers is anyone unregistered
+  // (shard 1 that restarted, setting a damaged step aside).
+  EXPECT_TRUE(stranger->Set(CheckpointKey(1, "shard-1"), "100").ok());
 }
 
 }  // namespace

@@ -314,8 +314,17 @@ TEST_F(CoordinatorTest, AnEndedJobsKeysGoWithIt) {
       CheckpointKey(first + 1, "shard-0"),
       "checkpoint-run/job-" + std::to_string(first) + "0",  // job 10's, not job 1's
       "metrics/worker/0"};
-  for (const auto& key : ended) ASSERT_TRUE(worker->Set(key, "100").ok()) << key;
-  for (const auto& key : kept) ASSERT_TRUE(worker->Set(key, "100").ok()) << key;
+  // Shard 0's keys (and the run, the first part's) from a connection that
+  // did not register: a shard before it registers, with security off.
+  auto shard = Connect();
+  ASSERT_TRUE(shard);
+  const auto writer = [&](const std::string& key) {
+    return key.find("shard-0") != std::string::npos || key.starts_with("checkpoint-run/")
+               ? shard.get()
+               : worker.get();
+  };
+  for (const auto& key : ended) ASSERT_TRUE(writer(key)->Set(key, "100").ok()) << key;
+  for (const auto& key : kept) ASSERT_TRUE(writer(key)->Set(key, "100").ok()) << key;
   ASSERT_TRUE(worker->Barrier("done", 1, "worker-0", 2s).ok());
   worker.reset();  // the job's last worker leaves: job 2 starts
   bool advanced = false;
@@ -448,9 +457,13 @@ TEST_F(CoordinatorTest, AShardRejoiningFromACheckpointMovesTheEpoch) {
   auto before = worker->CurrentJob();
   ASSERT_TRUE(before.ok());
   EXPECT_EQ(before->epoch, 0u);
-  // What the parts published of their checkpoints: 150 is every part's.
-  ASSERT_TRUE(worker->Set(CheckpointKey(before->job, "shard-0"), "100,150").ok());
-  ASSERT_TRUE(worker->Set(CheckpointKey(before->job, "shard-1"), "150").ok());
+  // What the parts published of their checkpoints: 150 is every part's
+  // (shard 1 before it registers). A worker's checksum of its restored
+  // parameters under the prefix is no part's steps.
+  ASSERT_TRUE(shard->Set(CheckpointKey(before->job, "shard-0"), "100,150").ok());
+  ASSERT_TRUE(Connect()->Set(CheckpointKey(before->job, "shard-1"), "150").ok());
+  ASSERT_TRUE(
+      worker->Set(CheckpointKey(before->job, "restored-150/worker-0"), "00ff00ff00ff00ff").ok());
   shard.reset();  // the shard process dies
   // A step not every part holds is refused, naming the part.
   for (auto start = Clock::now(); Since(start) < 3s;) {
