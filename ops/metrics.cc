@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 
+#include "common/check.h"
 #include "ops/metrics_http.h"
 
 namespace gridsync {
@@ -74,7 +75,11 @@ class CallbackCollectable : public prometheus::Collectable {
  private:
   std::vector<prometheus::ClientMetric::Label> Labels(const MetricLabels& extra) const {
     MetricLabels all = labels_;
-    for (const auto& [k, v] : extra) all[k] = v;
+    for (const auto& [k, v] : extra) {
+      // A sample's label named as one of the endpoint's would replace it
+      // (a bug in the figure's registration, not input).
+      GRIDSYNC_CHECK(all.emplace(k, v).second);
+    }
     std::vector<prometheus::ClientMetric::Label> out;
     for (const auto& [k, v] : all) out.push_back({k, v});
     return out;

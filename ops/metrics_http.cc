@@ -24,12 +24,20 @@ using tcp = asio::ip::tcp;
 
 namespace {
 
+// What one request may take of the read buffer: its 8 KiB of header and
+// whatever else the same reads brought. The parser's header and body
+// limits do not bound the buffer: a chunk header without its end of line
+// ("1;" then endless bytes) grew it to 570 MB in the 2 s deadline (a
+// hostile probe).
+constexpr size_t kMaxRequestBufferBytes = 16 * 1024;
+
 // One connection: a request read under the deadline, one reply, close.
 struct Session {
-  explicit Session(tcp::socket s) : socket(std::move(s)), timer(socket.get_executor()) {}
+  explicit Session(tcp::socket s)
+      : socket(std::move(s)), timer(socket.get_executor()), buffer(kMaxRequestBufferBytes) {}
   tcp::socket socket;
   asio::steady_timer timer;
-  beast::flat_buffer buffer;
+  beast::flat_buffer buffer;  // at most kMaxRequestBufferBytes
   http::request_parser<http::empty_body> parser;
   http::response<http::string_body> reply;
   std::array<char, 4096> drain;                      // what a refused client still sends
@@ -117,7 +125,7 @@ class MetricsHttpServer::Impl {
                           "the request's header is over 8 KiB; allowed: GET "
                           "/metrics with at most 8 KiB of header\n");
           }
-          if (ec == http::error::body_limit) {
+          if (ec == http::error::body_limit || ec == http::error::buffer_overflow) {
             return Refuse(session, http::status::payload_too_large,
                           "a request body is not allowed; allowed: GET or HEAD "
                           "/metrics without a body\n");

@@ -10,7 +10,9 @@ namespace gridsync {
 namespace {
 
 std::string Seconds(double s) {
-  if (!(s >= 0) || !std::isfinite(s)) return "?";
+  // Beyond ~31,700 years the cast to long would overflow (a line with
+  // steps near 2^64 showed an ETA of -9223372036854775808s).
+  if (!(s >= 0 && s < 1e12)) return "?";
   const long t = static_cast<long>(s + 0.5);
   char buf[32];
   if (t >= 3600) {
@@ -44,13 +46,31 @@ std::string ProgressState::ToJson() const {
 bool ProgressState::FromJson(const std::string& text, ProgressState* out) {
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return false;
+  // Each field checked for its type (json::value threw on a null loss, which
+  // ToJson writes for NaN, and on a string step; the launcher ended in
+  // terminate): a field of another type refuses the line.
+  bool ok = true;
+  const auto count = [&](const char* key) -> uint64_t {
+    const auto it = j.find(key);
+    if (it == j.end()) return 0;
+    if (!it->is_number_unsigned()) ok = false;
+    return ok ? it->get<uint64_t>() : 0;
+  };
+  const auto real = [&](const char* key, double absent) -> double {
+    const auto it = j.find(key);
+    if (it == j.end()) return absent;
+    if (it->is_null()) return NAN;  // ToJson's NaN
+    if (!it->is_number()) ok = false;
+    return ok ? it->get<double>() : absent;
+  };
   ProgressState s;
-  s.step = j.value("step", uint64_t{0});
-  s.steps = j.value("steps", uint64_t{0});
-  s.samples_per_second = j.value("samples_per_second", 0.0);
-  s.loss = j.value("loss", 0.0);
-  s.psnr = j.contains("psnr") && j["psnr"].is_number() ? j["psnr"].get<double>() : NAN;
-  s.elapsed_seconds = j.value("elapsed_seconds", 0.0);
+  s.step = count("step");
+  s.steps = count("steps");
+  s.samples_per_second = real("samples_per_second", 0.0);
+  s.loss = real("loss", 0.0);
+  s.psnr = real("psnr", NAN);
+  s.elapsed_seconds = real("elapsed_seconds", 0.0);
+  if (!ok) return false;
   *out = s;
   return true;
 }

@@ -115,11 +115,13 @@ void ExposeCoordinatorMetrics(MetricsEndpoint& endpoint, Coordinator& coordinato
               {{{label, b}}, static_cast<double>((*s).*field_b)}};
     };
   };
-  endpoint.AddGauges(
-      "gridsync_coordinator_members", "Registered members by role",
-      pair("role", "shard", &CoordinatorStats::shards, "worker", &CoordinatorStats::workers));
+  // member_role, not role: the endpoint's own role label ("coordinator")
+  // was overwritten, and these read as shard 0's figures.
+  endpoint.AddGauges("gridsync_coordinator_members", "Registered members by role",
+                     pair("member_role", "shard", &CoordinatorStats::shards, "worker",
+                          &CoordinatorStats::workers));
   endpoint.AddGauges("gridsync_coordinator_expected_members", "Members the cluster expects",
-                     pair("role", "shard", &CoordinatorStats::expected_shards, "worker",
+                     pair("member_role", "shard", &CoordinatorStats::expected_shards, "worker",
                           &CoordinatorStats::expected_workers));
   endpoint.AddGauge("gridsync_coordinator_generation", "Cluster map generation",
                     stat(&CoordinatorStats::generation));

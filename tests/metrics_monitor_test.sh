@@ -125,7 +125,7 @@ same "$(metric "$WORK/coordinator.prom" gridsync_coordinator_registrations_total
   fail "coordinator: registrations_total $(metric "$WORK/coordinator.prom" gridsync_coordinator_registrations_total), expected 4"
 same "$(metric "$WORK/coordinator.prom" gridsync_coordinator_job)" 2 ||
   fail "coordinator: job $(metric "$WORK/coordinator.prom" gridsync_coordinator_job) after the first job ended, expected 2"
-same "$(metric "$WORK/coordinator.prom" gridsync_coordinator_members 'role="shard"')" 2 ||
+same "$(metric "$WORK/coordinator.prom" gridsync_coordinator_members 'member_role="shard"')" 2 ||
   fail "coordinator: shard members"
 for s in 0 1; do
   scrape "127.0.0.1:$((MPORT + 1 + s))" > "$WORK/s$s.prom" || { fail "shard $s: no metrics"; continue; }

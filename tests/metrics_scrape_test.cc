@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <string>
 #include <thread>
 #include <vector>
@@ -109,6 +110,101 @@ TEST(MetricsScrapeTest, AReplyTrickledForeverCostsTheTimeout) {
   EXPECT_LT(Clock::now() - start, 2s);
 }
 
+// An endpoint that answers every request with `reply` and then, when
+// `endless` is set, sends `endless` until the client goes.
+FakeEndpoint Answering(std::string reply, std::string endless = "") {
+  return FakeEndpoint([reply, endless](int fd, const std::atomic<bool>& stop) {
+    ReadRequest(fd);
+    if (::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL) < 0) return;
+    while (!endless.empty() && !stop) {
+      if (::send(fd, endless.data(), endless.size(), MSG_NOSIGNAL) < 0) return;
+    }
+  });
+}
+
+// A hostile probe: a chunk header without its end of line grew the
+// monitor's read buffer to 2 GB, and a 63 MB body held 1 GB of samples.
+TEST(MetricsScrapeTest, HostileRepliesAreRefusedWithinBoundsAndSayWhatIsAllowed) {
+  const std::string chunked = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1;";
+  {
+    auto endpoint = Answering(chunked, std::string(65536, 'e'));
+    const auto start = Clock::now();
+    auto scraped = ScrapeMetrics(endpoint.address(), 5000ms);
+    ASSERT_FALSE(scraped.ok());
+    EXPECT_NE(scraped.status().message().find("allowed: a gridsync /metrics reply"),
+              std::string::npos)
+        << scraped.status().ToString();
+    EXPECT_LT(Clock::now() - start, 4s) << "refused at the bound, not at the timeout";
+  }
+  {
+    const std::string body(kMaxScrapedBodyBytes + 1, '\n');
+    auto endpoint = Answering("HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) +
+                              "\r\n\r\n" + body);
+    auto scraped = ScrapeMetrics(endpoint.address(), 5000ms);
+    ASSERT_FALSE(scraped.ok());
+    EXPECT_NE(scraped.status().message().find("the reply is larger than 4 MiB"), std::string::npos)
+        << scraped.status().ToString();
+  }
+  {
+    auto endpoint = Answering("HTTP/1.1 500 Oops\r\nContent-Length: 0\r\n\r\n");
+    auto scraped = ScrapeMetrics(endpoint.address(), 2000ms);
+    ASSERT_FALSE(scraped.ok());
+    EXPECT_NE(scraped.status().message().find("HTTP 500; allowed: 200 OK to GET /metrics"),
+              std::string::npos)
+        << scraped.status().ToString();
+  }
+  for (const std::string address :
+       {"127.0.0.1:94986", "127.0.0.1:0", "127.0.0.1:+80", "127.0.0.1:080", ":80", "127.0.0.1"}) {
+    auto scraped = ScrapeMetrics(address, 200ms);
+    ASSERT_FALSE(scraped.ok()) << address;
+    EXPECT_NE(scraped.status().message().find("allowed: host:port, the port 1..65535"),
+              std::string::npos)
+        << scraped.status().ToString();
+  }
+}
+
+// A monitor told to stop does not wait out an endpoint's timeout.
+TEST(MetricsScrapeTest, AStoppedScrapeEndsWithinASlice) {
+  FakeEndpoint endpoint([](int fd, const std::atomic<bool>& stop) {
+    ReadRequest(fd);
+    while (!stop) std::this_thread::sleep_for(10ms);
+  });
+  const auto start = Clock::now();
+  auto scraped =
+      ScrapeMetrics(endpoint.address(), 10000ms, [&] { return Clock::now() - start > 200ms; });
+  ASSERT_FALSE(scraped.ok());
+  EXPECT_EQ(scraped.status().code(), StatusCode::kUnavailable) << scraped.status().ToString();
+  EXPECT_LT(Clock::now() - start, 2s);
+}
+
+TEST(MetricsScrapeTest, TheTextFormatIsReadAsPrometheusWritesIt) {
+  auto good = ParseMetricsText(
+      "# HELP x a figure\n"
+      "bytes{direction=\"i\\n\"} 9\n"
+      "bytes{direction=\"in\"} 1\n"
+      "tabbed\t5\n"
+      "nan NaN\n"
+      "inf{a=\"b\\\\\",c=\"\\\"q\"} -Inf 1700000000000\r\n"
+      "exp 1.5e+3\n");
+  ASSERT_TRUE(good.ok()) << good.status().ToString();
+  EXPECT_EQ(MetricValue(*good, "bytes", {{"direction", "in"}}), 1);
+  EXPECT_EQ(MetricValue(*good, "bytes", {{"direction", "i\n"}}), 9);
+  EXPECT_EQ(MetricValue(*good, "tabbed"), 5);
+  EXPECT_TRUE(std::isnan(MetricValue(*good, "nan")));
+  EXPECT_EQ(MetricValue(*good, "inf", {{"a", "b\\"}, {"c", "\"q"}}), -HUGE_VAL);
+  EXPECT_EQ(MetricValue(*good, "exp"), 1500);
+  for (const std::string bad : {"x 0x10\n", "x 1.5junk\n", "x\n", "x{a=\"1\"}\n", "v 5\nv 5\n",
+                                "v{a=\"1\",a=\"2\"} 1\n", "{a=\"1\"} 1\n"}) {
+    EXPECT_FALSE(ParseMetricsText(bad).ok()) << bad;
+  }
+  std::string many;
+  for (size_t i = 0; i <= kMaxScrapedSamples; ++i) many += "m{i=\"" + std::to_string(i) + "\"} 1\n";
+  auto refused = ParseMetricsText(many);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("more than 100000 samples"), std::string::npos)
+      << refused.status().ToString();
+}
+
 // ---- The endpoint side (ops/metrics.h, ops/metrics_http.h) ----
 
 // A TCP connection to 127.0.0.1:port; -1 when it failed.
@@ -198,6 +294,12 @@ TEST(MetricsEndpointTest, OnlyGetOfMetricsIsServedAndRequestsAreBounded) {
   const std::string body =
       Exchange(port, "GET /metrics HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello");
   EXPECT_EQ(body.rfind("HTTP/1.1 413", 0), 0u) << body;
+  // A chunk header that never ends (its buffer grew to 570 MB within the
+  // deadline: a hostile probe) meets the read buffer's bound.
+  const std::string chunked =
+      Exchange(port, "GET /metrics HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1;" +
+                         std::string(4 << 20, 'e'));
+  EXPECT_EQ(chunked.rfind("HTTP/1.1 413", 0), 0u) << chunked.substr(0, 200);
   const std::string garbage = Exchange(port, "garbage\r\n\r\n");
   EXPECT_EQ(garbage.rfind("HTTP/1.1 400", 0), 0u) << garbage;
   EXPECT_NE(garbage.find("allowed: GET /metrics"), std::string::npos) << garbage;

@@ -161,4 +161,68 @@ TEST(MonitorCliTest, ANodeNameThatIsNotUtf8KeepsTheJsonViewWhole) {
   EXPECT_EQ(parsed["workers"][0]["node"], "bad\xef\xbf\xbd\xef\xbf\xbd") << run.output;
 }
 
+// JSON escapes C0 controls only: a node name's C1 controls and bidi
+// overrides reached the terminal raw under --json (a hostile probe). The
+// view is ASCII, the name kept in \uXXXX escapes.
+TEST(MonitorCliTest, TheJsonViewIsAscii) {
+  ClusterWithANode cluster;
+  ASSERT_NO_FATAL_FAILURE(
+      cluster.Start("n\xc2\x9b"
+                    "2J\xe2\x80\xaeabc"));
+  const ProcessResult run = cluster.Monitor("--once --json");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_EQ(run.output.find("\xc2\x9b"), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find("\xe2\x80\xae"), std::string::npos) << run.output;
+  const size_t at = run.output.find('{');
+  ASSERT_NE(at, std::string::npos) << run.output;
+  const auto parsed = nlohmann::json::parse(run.output.substr(at, run.output.find('\n', at) - at),
+                                            nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(parsed.is_discarded()) << run.output;
+  EXPECT_EQ(parsed["workers"][0]["node"],
+            "n\xc2\x9b"
+            "2J\xe2\x80\xaeabc")
+      << run.output;
+}
+
+// Members are scraped at once: eight whose endpoints accept and never
+// answer held one refresh (and a SIGTERM) eight timeouts, 15 s (a hostile
+// probe); now about one.
+TEST(MonitorCliTest, SilentMembersCostARefreshOneTimeout) {
+  uint16_t port = 0;
+  const int silent = gridsync::testing::ListenOnLoopback(&port, 64);
+  ASSERT_GE(silent, 0);  // accepted by the kernel, never read or answered
+  gridsync::CoordinatorOptions options;
+  options.port = 0;
+  options.expected_workers = 8;
+  auto coordinator = gridsync::Coordinator::Start(options);
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
+  std::vector<std::unique_ptr<gridsync::CoordinatorClient>> members;
+  for (int rank = 0; rank < 8; ++rank) {
+    auto member = gridsync::CoordinatorClient::Connect("127.0.0.1", (*coordinator)->port(),
+                                                       std::chrono::seconds(2));
+    ASSERT_TRUE(member.ok()) << member.status().ToString();
+    gridsync::RegisterInfo info;
+    info.role = gridsync::Role::kWorker;
+    info.requested_rank = rank;
+    info.node = "node";
+    info.tables = {{"grid.level0", 4096, 2}};
+    ASSERT_TRUE((*member)->Register(info, std::chrono::seconds(2)).ok());
+    ASSERT_TRUE(
+        (*member)
+            ->Set("metrics/worker/" + std::to_string(rank), "127.0.0.1:" + std::to_string(port))
+            .ok());
+    members.push_back(std::move(member).value());
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const ProcessResult run = Execute("tools/gridsync",
+                                    "monitor configs/local.json --once --json --timeout 2 --set "
+                                    "distributed.master_port=" +
+                                        std::to_string((*coordinator)->port()));
+  const auto took = std::chrono::steady_clock::now() - start;
+  ::close(silent);
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_LT(took, std::chrono::seconds(8)) << run.output;
+  EXPECT_NE(run.output.find("no reply within 2000 ms"), std::string::npos) << run.output;
+}
+
 }  // namespace

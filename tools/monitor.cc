@@ -3,13 +3,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/cluster_map.h"
 #include "common/config.h"
@@ -88,6 +91,13 @@ nlohmann::json CoordinatorView(const ScrapedMetrics& m) {
   return c;
 }
 
+// Members scraped at once: a refresh takes about one --timeout however
+// many members are silent (one after another, 8 silent shards held a
+// refresh, and a SIGTERM, 15 s: a hostile probe).
+constexpr size_t kConcurrentScrapes = 16;
+
+bool Stopped() { return g_stop != 0; }
+
 // One look at the whole cluster.
 Result<nlohmann::json> Snapshot(CoordinatorClient& coordinator, std::chrono::milliseconds timeout) {
   GRIDSYNC_ASSIGN_OR_RETURN(const ClusterMap map, coordinator.GetMap(false, timeout));
@@ -96,34 +106,62 @@ Result<nlohmann::json> Snapshot(CoordinatorClient& coordinator, std::chrono::mil
   view["generation"] = map.generation;
   view["shards_expected"] = map.expected_shards;
   view["workers_expected"] = map.expected_workers;
-  auto member = [&](const std::string& role, uint32_t rank, const std::string& node,
-                    nlohmann::json (*describe)(const ScrapedMetrics&)) {
-    nlohmann::json entry;
-    entry["rank"] = rank;
-    if (!node.empty()) entry["node"] = node;
+  struct Member {
+    nlohmann::json* entry;
+    std::string address;
+    nlohmann::json (*describe)(const ScrapedMetrics&);
+  };
+  std::vector<Member> members;
+  auto member = [&](nlohmann::json* entry, const std::string& role, uint32_t rank,
+                    const std::string& node, nlohmann::json (*describe)(const ScrapedMetrics&)) {
+    (*entry)["rank"] = rank;
+    if (!node.empty()) (*entry)["node"] = node;
+    // The coordinator's answers come one connection's way: read here,
+    // before the scrapes run at once.
     const std::string address =
         AddressOf(coordinator, "metrics/" + role + "/" + std::to_string(rank));
     if (address.empty()) {
-      entry["metrics"] = nullptr;
-      entry["error"] = "no metrics (metrics.port 0 or --metrics-port not set)";
-      return entry;
+      (*entry)["metrics"] = nullptr;
+      (*entry)["error"] = "no metrics (metrics.port 0 or --metrics-port not set)";
+      return;
     }
-    entry["metrics"] = address;
-    auto scraped = ScrapeMetrics(address, timeout);
-    if (!scraped.ok()) {
-      entry["error"] = scraped.status().message();
-      return entry;
-    }
-    entry.update(describe(*scraped));
-    return entry;
+    (*entry)["metrics"] = address;
+    members.push_back({entry, address, describe});
   };
-  view["coordinator"] = member("coordinator", 0, "", CoordinatorView);
+  view["coordinator"] = nlohmann::json::object();
   view["workers"] = nlohmann::json::array();
-  for (const auto& w : map.workers)
-    view["workers"].push_back(member("worker", w.rank, w.node, WorkerView));
   view["shards"] = nlohmann::json::array();
-  for (const auto& s : map.shards)
-    view["shards"].push_back(member("shard", s.rank, s.node, ShardView));
+  // Sized first: the entries' addresses stay put while members point at them.
+  for (size_t i = 0; i < map.workers.size(); ++i) view["workers"].push_back(nlohmann::json());
+  for (size_t i = 0; i < map.shards.size(); ++i) view["shards"].push_back(nlohmann::json());
+  member(&view["coordinator"], "coordinator", 0, "", CoordinatorView);
+  for (size_t i = 0; i < map.workers.size(); ++i) {
+    const auto& w = map.workers[i];
+    member(&view["workers"][i], "worker", w.rank, w.node, WorkerView);
+  }
+  for (size_t i = 0; i < map.shards.size(); ++i) {
+    const auto& s = map.shards[i];
+    member(&view["shards"][i], "shard", s.rank, s.node, ShardView);
+  }
+  std::vector<std::optional<Result<ScrapedMetrics>>> scraped(members.size());
+  std::atomic<size_t> next{0};
+  auto scrape = [&] {
+    for (size_t m; (m = next.fetch_add(1)) < members.size();)
+      scraped[m].emplace(ScrapeMetrics(members[m].address, timeout, Stopped));
+  };
+  std::vector<std::thread> threads;
+  for (size_t t = 1; t < std::min(members.size(), kConcurrentScrapes); ++t)
+    threads.emplace_back(scrape);
+  scrape();
+  for (auto& t : threads) t.join();
+  for (size_t m = 0; m < members.size(); ++m) {
+    const Result<ScrapedMetrics>& got = *scraped[m];
+    if (!got.ok()) {
+      (*members[m].entry)["error"] = got.status().message();
+    } else {
+      members[m].entry->update(members[m].describe(*got));
+    }
+  }
   return view;
 }
 
@@ -222,7 +260,7 @@ void PrintTable(const nlohmann::json& view, bool clear) {
 void PrintJsonError(const std::string& code, const std::string& message, int exit_code) {
   nlohmann::json error;
   error["error"] = {{"code", code}, {"message", message}, {"exit_code", exit_code}};
-  std::printf("%s\n", error.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  std::printf("%s\n", error.dump(-1, ' ', true, nlohmann::json::error_handler_t::replace).c_str());
   std::fflush(stdout);
 }
 
@@ -260,12 +298,15 @@ int RunMonitor(const MonitorOptions& options) {
   const bool live = !options.once && !options.json && ::isatty(STDOUT_FILENO);
   while (!g_stop) {
     auto view = Snapshot(**coordinator, timeout);
+    if (g_stop) break;  // told to stop mid-refresh: no half-scraped view
     if (!view.ok()) return fail(view.status(), "gridsync monitor: " + view.status().ToString(), 1);
     if (options.json) {
       // A member's node name is its own bytes, UTF-8 or not: the strict
       // dump threw on one that is not, and monitor ended in terminate.
+      // ASCII only (\uXXXX escapes): JSON escapes C0 controls alone, and
+      // C1 controls, DEL and bidi overrides reached the terminal raw.
       std::printf("%s\n",
-                  view->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+                  view->dump(-1, ' ', true, nlohmann::json::error_handler_t::replace).c_str());
       std::fflush(stdout);
     } else {
       PrintTable(*view, live);
