@@ -261,6 +261,20 @@ void CoordinatorImpl::HandleKvSet(const ConnPtr& conn, uint64_t id, KvSetRequest
 
 void CoordinatorImpl::HandleKvGet(const ConnPtr& conn, uint64_t id, KvGetRequest req) {
   ++counts_.kv_gets;
+  // A member asks for a key per member at most (every rank's checksum, a
+  // group's rendezvous). A 1 MiB request listed 131k empty keys, 4 MiB of
+  // strings per waiter outside every budget, each scanned at every kvSet
+  // (a review).
+  const size_t max_keys =
+      std::max<size_t>(4096, 2 * (size_t{map_.expected_workers} + size_t{map_.expected_shards}));
+  if (req.keys.size() > max_keys) {
+    Send(conn, wire::EncodeErrorReply(
+                   id, Status::InvalidArgument(fmt::format(
+                           "kvGet: {} keys in one request; allowed: at most {} (twice the "
+                           "cluster's members, at least 4096)",
+                           req.keys.size(), max_keys))));
+    return;
+  }
   auto missing = MissingKeys(req.keys);
   if (missing.empty()) {
     Send(conn, ValuesFrame(id, req.keys));

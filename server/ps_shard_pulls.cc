@@ -9,6 +9,14 @@
 
 namespace gridsync {
 namespace ps_shard_engine {
+namespace {
+
+// Pulls one connection may have waiting for a later version: a worker
+// waits with one at a time; a few more allow for a client that gave up on
+// one and asked again before it expired.
+constexpr size_t kMaxWaitingPullsPerPeer = 4;
+
+}  // namespace
 
 void PsShardImpl::HandlePull(std::unique_ptr<Request> request) {
   const wire::Message& m = request->message;
@@ -51,8 +59,25 @@ void PsShardImpl::HandlePull(std::unique_ptr<Request> request) {
   // Summed here rather than kept: pulls wait rarely and briefly, and the
   // count bound comes first, so a flood costs a scan of at most max_waiting.
   uint64_t held = HeldBytes(*request);
+  size_t its_own = 0;  // this peer's pulls waiting already
   if (waiting_.size() < max_waiting) {
-    for (const Waiting& w : waiting_) held += HeldBytes(*w.request);
+    for (const Waiting& w : waiting_) {
+      held += HeldBytes(*w.request);
+      its_own += w.request->identity == request->identity;
+    }
+  }
+  // One peer may not take the room of all: a peer that sent 4096 pulls for
+  // the next version had every worker's next pull refused, and the run
+  // ended (a review).
+  if (its_own >= kMaxWaitingPullsPerPeer) {
+    ReplyError(*request,
+               Status::IOError("shard " + std::to_string(options_.shard) + " holds " +
+                               std::to_string(its_own) +
+                               " pulls of this connection waiting for later versions already; "
+                               "allowed: at most " +
+                               std::to_string(kMaxWaitingPullsPerPeer) +
+                               " a connection (a worker waits with one)"));
+    return;
   }
   if (waiting_.size() >= max_waiting || held > options_.max_waiting_pull_bytes) {
     ReplyError(*request,

@@ -121,7 +121,12 @@ void PsShardImpl::Handle(std::unique_ptr<Request> request) {
 }
 
 void PsShardImpl::HandleInit(Request& request) {
-  if (applied_ > 0 || !pending_.empty()) {
+  // Under ssp the version is the slowest worker's clock: faster workers'
+  // pushes are applied while it is still 0 (an init then overwrote them: a
+  // review), so any worker's clock counts.
+  const bool pushed =
+      std::any_of(clock_.begin(), clock_.end(), [](uint64_t clock) { return clock > 0; });
+  if (applied_ > 0 || !pending_.empty() || pushed) {
     ReplyError(request, Status::InvalidArgument("init after training started (shard at version " +
                                                 std::to_string(applied_) +
                                                 "); allowed: init before the first push"));

@@ -428,6 +428,13 @@ TEST(CoordinatorLimitsTest, TheStoreAndKvGetRepliesAreBounded) {
   EXPECT_NE(twice.status().message().find("allowed: at most 262144 bytes in one reply"),
             std::string::npos)
       << twice.status().ToString();
+  // So is the count of keys one kvGet lists (a 1 MiB request listed 131k
+  // empty keys, each a string held by its waiter and scanned at every set).
+  auto many = (*client)->Get(std::vector<std::string>(4097, "never-set"), 1000ms);
+  ASSERT_FALSE(many.ok());
+  EXPECT_NE(many.status().message().find("4097 keys in one request; allowed: at most 4096"),
+            std::string::npos)
+      << many.status().ToString();
   // A value that would take the store past 1 MiB is refused; replacing a
   // value counts only the difference.
   Status grow = (*client)->Set("huge", std::string(900 << 10, 'y'));

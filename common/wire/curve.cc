@@ -388,7 +388,8 @@ void ZapHandler::Serve() {
     }
     if (status != "200") {
       ++refused_;
-      spdlog::warn("{}: refused a connection from {}: {}", who_, text(3), reason);
+      if (refusal_log_.Allow())
+        spdlog::warn("{}: refused a connection from {}: {}", who_, text(3), reason);
     }
     std::vector<std::string> reply = {"1.0", text(1), status, status == "200" ? "OK" : reason,
                                       role,  ""};

@@ -24,6 +24,7 @@
 
 #include "common/checkpoint_mac_key.h"
 #include "common/config.h"
+#include "common/logging.h"
 #include "common/status.h"
 
 namespace gridsync::wire {
@@ -131,8 +132,9 @@ Status ApplyCurveClient(zmq::socket_t& socket, const CurveSettings& settings);
 
 // ZeroMQ's authentication protocol (ZAP, RFC 27) for one context: admits a
 // CURVE client only when its public key is listed, with the key's role as
-// the connection's User-Id, refuses everything else, and logs each refusal
-// with `who` (for example "shard 0").
+// the connection's User-Id, refuses everything else, and logs refusals
+// with `who` (for example "shard 0") within a LogBudget (a peer with an
+// unlisted key reconnecting in a loop wrote a line per try: a review).
 class ZapHandler {
  public:
   ZapHandler(zmq::context_t& context, std::map<std::string, std::string> allowed_z85,
@@ -149,6 +151,7 @@ class ZapHandler {
   std::string who_;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> refused_{0};
+  LogBudget refusal_log_{"refused CURVE connections"};  // Serve's thread only
   std::thread thread_;
 };
 
