@@ -220,7 +220,26 @@ class PsShardImpl : public PsShard {
       }
     }
     CountError();
-    Send(request.identity, wire::EncodeError(request.message.request_id, options_.shard, error));
+    SendSmall(request.identity,
+              wire::EncodeError(request.message.request_id, options_.shard, error));
+  }
+
+  // A small reply (an error, an ack, stats), counted as the peer's unsent
+  // bytes; dropped when the peer does not read (ReplyBacklog::AdmitSmall).
+  void SendSmall(zmq::message_t& identity, std::vector<zmq::message_t> frames) {
+    uint64_t bytes = 0;
+    for (const auto& f : frames) bytes += f.size();
+    auto unsent = backlog_.AdmitSmall(identity, bytes);
+    if (unsent == nullptr) {
+      if (unread_log_.Allow()) {
+        spdlog::warn(
+            "shard {}: a reply dropped: its peer holds more than {} bytes of replies "
+            "unread (it does not read them)",
+            options_.shard, options_.max_unsent_bytes_per_peer + ReplyBacklog::kSmallReplySlack);
+      }
+      return;
+    }
+    Send(identity, wire::Counted(std::move(frames), unsent));
   }
 
   // `version`: the version the ack reports (default: the current one).
@@ -230,7 +249,7 @@ class PsShardImpl : public PsShard {
     header.step = version.value_or(applied_);
     header.request_id = request.message.request_id;
     header.shard = options_.shard;
-    Send(request.identity, wire::Encode(header, {}));
+    SendSmall(request.identity, wire::Encode(header, {}));
   }
 
   void Handle(std::unique_ptr<Request> request);
@@ -339,6 +358,7 @@ class PsShardImpl : public PsShard {
   wire::ShardStats stats_;                    // guarded by stats_mu_
   std::map<std::string, uint64_t> refusals_;  // by reason; guarded by stats_mu_
   LogBudget refusal_log_{"refusals"};         // the serving thread's
+  LogBudget unread_log_{"replies dropped for peers that do not read"};  // the serving thread's
   LatencyHistogram apply_latency_;
   std::atomic<uint64_t> stage_ns_[kStages] = {};  // ServingStats::Stages, in nanoseconds
   std::atomic<uint64_t> waiting_count_{0};        // waiting_.size(), for other threads

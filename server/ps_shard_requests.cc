@@ -112,7 +112,7 @@ void PsShardImpl::Handle(std::unique_ptr<Request> request) {
       header.shard = options_.shard;
       header.step = applied_;
       header.stats = stats();
-      Send(request->identity, wire::Encode(header, {}));
+      SendSmall(request->identity, wire::Encode(header, {}));
       return;
     }
     default:

@@ -92,6 +92,20 @@ Status ReplyBacklog::RoomNeverFreed(uint64_t bytes) const {
       bytes, total(), kShedWait.count(), max_all_));
 }
 
+std::shared_ptr<wire::UnsentBytes> ReplyBacklog::AdmitSmall(const zmq::message_t& identity,
+                                                            uint64_t bytes) {
+  Peer& peer = PeerOf(identity);
+  const uint64_t mine = peer.unsent->bytes.load(std::memory_order_relaxed);
+  // A worker's pulls stay within max_per_peer_, and it reads its acks: the
+  // slack is room for them beside its largest reply.
+  if (mine + bytes > max_per_peer_ + kSmallReplySlack) return nullptr;
+  if (mine == 0) {
+    peer.since = Clock::now();
+    peer.shed = false;
+  }
+  return peer.unsent;
+}
+
 Result<ReplyBacklog::Admission> ReplyBacklog::Admit(const zmq::message_t& identity, int fd,
                                                     uint64_t bytes) {
   Peer& peer = PeerOf(identity);

@@ -64,6 +64,14 @@ class ReplyBacklog {
   // The refusal of a reply that waited kShedWait in vain.
   Status RoomNeverFreed(uint64_t bytes) const;
 
+  // The counter for a small reply of `bytes` to `identity` (an error, a
+  // push's ack, stats: wire::Counted), or null when the peer holds more
+  // than its bound and kSmallReplySlack unread: it does not read, and the
+  // reply is dropped. Uncounted, a peer that streamed junk and never read
+  // had ~300 B of refusal queued per 8 B it sent (a review).
+  static constexpr uint64_t kSmallReplySlack = uint64_t{256} << 10;
+  std::shared_ptr<wire::UnsentBytes> AdmitSmall(const zmq::message_t& identity, uint64_t bytes);
+
   uint64_t total() const { return total_->bytes.load(std::memory_order_relaxed); }
   // Connections shut down for holding replies they did not read. (total()
   // and shed() may be read from any thread.)

@@ -283,6 +283,15 @@ std::vector<zmq::message_t> EncodeCopy(const OutHeader& header,
   return EncodeBlocks(header, std::span<const OutBlock>(blocks), nullptr);
 }
 
+std::vector<zmq::message_t> Counted(std::vector<zmq::message_t> frames,
+                                    const std::shared_ptr<UnsentBytes>& unsent) {
+  for (auto& frame : frames) {
+    std::vector<uint8_t> bytes(frame.data<uint8_t>(), frame.data<uint8_t>() + frame.size());
+    frame = FrameFromVector(std::move(bytes), unsent);
+  }
+  return frames;
+}
+
 std::vector<zmq::message_t> EncodeError(uint64_t request_id, uint32_t shard, const Status& error) {
   GRIDSYNC_CHECK(!error.ok());  // an OK status is not a refusal
   capnp::MallocMessageBuilder builder;

@@ -262,6 +262,11 @@ Status CheckValueBounds(std::span<const float> values, const Limits& limits, std
 size_t RowIdFrameBytes(const std::vector<uint32_t>& rows);
 std::vector<zmq::message_t> EncodeError(uint64_t request_id, uint32_t shard, const Status& error);
 
+// `frames` as frames whose bytes `unsent` counts until ZeroMQ releases them
+// (copies: for small replies, an error or an ack, that Encode did not count).
+std::vector<zmq::message_t> Counted(std::vector<zmq::message_t> frames,
+                                    const std::shared_ptr<UnsentBytes>& unsent);
+
 // The request id of a message Decode refused, when its header got as far as
 // a readable version (0 otherwise; senders never use 0), so the refusal can
 // name the request it answers.
