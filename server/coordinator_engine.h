@@ -265,6 +265,10 @@ class CoordinatorImpl final : public Coordinator {
   // unfinished message had both workers refused and the job stopped).
   static constexpr uint64_t kStrangerMessageBytes = uint64_t{1} << 20;
   uint64_t StrangerPendingShare() const { return options_.max_pending_bytes / 2; }
+  // Whether a reply of `bytes` to `conn` (a stranger) fits the strangers'
+  // share of queued replies, once the strangers holding the most unread
+  // are closed; false: `conn` itself was closed (coordinator_writes.cc).
+  bool StrangersOutboxRoom(const ConnPtr& conn, uint64_t bytes);
   static bool Stranger(const Connection& conn) {
     return !conn.member.has_value() && !conn.authenticated.has_value();
   }

@@ -19,10 +19,41 @@
 namespace gridsync {
 namespace coordinator_engine {
 
+bool CoordinatorImpl::StrangersOutboxRoom(const ConnPtr& conn, uint64_t bytes) {
+  // Replies queued to strangers that do not read them, at most their share
+  // of max_pending_bytes in all: a stranger's kvGet of 64 MiB of values,
+  // twice, and no read held 128 MiB a connection, 512 connections at most
+  // (a review). The stranger holding the most goes first; a stranger that
+  // reads its replies holds none when its next one comes.
+  for (;;) {
+    uint64_t all = bytes;
+    ConnPtr most = conn;
+    uint64_t most_bytes = conn->outbox_bytes + bytes;
+    for (const ConnPtr& c : connections_) {
+      if (c->closed || !Stranger(*c)) continue;
+      all += c->outbox_bytes;
+      if (c != conn && c->outbox_bytes > most_bytes) {
+        most = c;
+        most_bytes = c->outbox_bytes;
+      }
+    }
+    if (all <= StrangerPendingShare()) return true;
+    const std::string why = fmt::format(
+        "replies queued to connections that did not register and do not read them would hold "
+        "{} bytes; allowed: at most {} (this one held {}): read the replies",
+        all, StrangerPendingShare(), most_bytes);
+    if (refusal_log_.Allow())
+      spdlog::warn("coordinator: connection {} ({}) closed: {}", most->id, most->peer, why);
+    Close(most, why);
+    if (most == conn) return false;
+  }
+}
+
 void CoordinatorImpl::Send(const ConnPtr& conn, std::vector<uint8_t> frame) {
   Persist();
   if (conn->closed) return;
   if (conn->session) frame = conn->session->Seal(frame);
+  if (Stranger(*conn) && !StrangersOutboxRoom(conn, frame.size())) return;
   conn->outbox_bytes += frame.size();
   conn->outbox.push_back(std::move(frame));
   if (!conn->writing) WriteNext(conn);

@@ -96,26 +96,44 @@ bool PsShardImpl::AdmitJob(std::unique_ptr<Request>& owned) {
   return false;
 }
 
+uint64_t PsShardImpl::KeptBytes(const Request& request) {
+  uint64_t bytes = HeldBytes(request);
+  for (const auto& values : request.decoded) bytes += values.size() * sizeof(float);
+  return bytes;
+}
+
+std::optional<Status> PsShardImpl::KeepProblem(const Request& request,
+                                               const std::vector<std::unique_ptr<Request>>& kept,
+                                               const char* what) const {
+  // A few per worker are expected. Bytes are bounded too: each kept message
+  // could be a push of whole tables, decoded (a review: 4096 of them,
+  // unbounded in bytes, before a rejoining shard was admitted).
+  constexpr size_t kMaxKept = 4096;
+  uint64_t bytes = KeptBytes(request);
+  if (kept.size() < kMaxKept) {
+    for (const auto& other : kept) bytes += KeptBytes(*other);
+  }
+  if (kept.size() < kMaxKept && bytes <= options_.max_waiting_pull_bytes) return std::nullopt;
+  return Status::IOError(
+      "shard " + std::to_string(options_.shard) + " holds " + std::to_string(kept.size()) +
+      " messages " + what + " already, and with this one " + std::to_string(bytes) +
+      " bytes of them; allowed: at most " + std::to_string(kMaxKept) + " messages and " +
+      std::to_string(options_.max_waiting_pull_bytes) + " bytes (retry once it serves)");
+}
+
 void PsShardImpl::Hold(std::unique_ptr<Request> request) {
-  constexpr size_t kMaxHeld = 4096;  // a few per worker are expected
-  if (held_.size() >= kMaxHeld) {
-    ReplyError(*request, Status::IOError("shard " + std::to_string(options_.shard) +
-                                         " has not been admitted to its cluster yet and holds " +
-                                         std::to_string(kMaxHeld) +
-                                         " messages already; allowed: retry once it serves"));
+  if (auto refused =
+          KeepProblem(*request, held_, "that came before it was admitted to its cluster")) {
+    ReplyError(*request, *refused);
     return;
   }
   held_.push_back(std::move(request));
 }
 
 void PsShardImpl::Defer(std::unique_ptr<Request> request, Clock::time_point retry_at) {
-  constexpr size_t kMaxDeferred = 4096;  // a few per worker at a job's move are expected
-  if (deferred_.size() >= kMaxDeferred) {
-    ReplyError(*request,
-               Status::IOError("shard " + std::to_string(options_.shard) + " holds " +
-                               std::to_string(kMaxDeferred) +
-                               " messages whose job or epoch awaits the coordinator's answer; "
-                               "allowed: retry, or the job and epoch the shard serves"));
+  if (auto refused =
+          KeepProblem(*request, deferred_, "whose job or epoch awaits the coordinator's answer")) {
+    ReplyError(*request, *refused);
     return;
   }
   deferred_until_ = deferred_.empty() ? retry_at : std::min(deferred_until_, retry_at);

@@ -69,8 +69,17 @@ void PsShardImpl::Handle(std::unique_ptr<Request> request) {
     return;
   }
   // A rejoining shard holds messages until its registration admitted it:
-  // the workers that follow the new epoch already send to it.
-  if (m.kind != wire::Kind::kStats && !job_gate_.open()) return Hold(std::move(request));
+  // the workers that follow the new epoch already send to it. Blocks of
+  // rows it does not own are refused first, not held.
+  if (m.kind != wire::Kind::kStats && !job_gate_.open()) {
+    for (const auto& block : m.blocks) {
+      if (auto owned = store_->CheckOwnership(block); !owned.ok()) {
+        ReplyError(*request, owned);
+        return;
+      }
+    }
+    return Hold(std::move(request));
+  }
   // Stats are read-only: anyone may ask, whatever its job.
   if (m.kind != wire::Kind::kStats && !AdmitJob(request)) return;
   for (const auto& block : m.blocks) {

@@ -303,5 +303,45 @@ TEST(CoordinatorClientTest, ASetReplyTimeoutBoundsACallThatWaitsOnNothing) {
   ::close(listener);
 }
 
+// A review: replies queued to a stranger that never reads were bounded per
+// connection only (64 MiB past which reading pauses, plus the reply that
+// crossed it): a kvGet of 64 MiB twice held 128 MiB a connection, and 512
+// connections could hold 64 GiB. Strangers' queued replies now share half
+// the pending budget; the one holding the most is closed.
+TEST(CoordinatorLimitsTest, RepliesStrangersDoNotReadShareABoundedBudget) {
+  auto coordinator = StartWith(TwoMiBBudget());  // strangers' share: 1 MiB
+  ASSERT_TRUE(coordinator);
+  auto member = RegisteredMember(*coordinator);
+  ASSERT_TRUE(member.ok()) << member.status().ToString();
+  ASSERT_TRUE((*member)->Set("big", std::string(400 << 10, 'x')).ok());
+  auto open_now = [&] {
+    auto stats = coordinator->stats(2s);
+    EXPECT_TRUE(stats.ok()) << stats.status().ToString();
+    return stats.ok() ? stats->connections : 0;
+  };
+  const uint64_t before = open_now();  // the member's
+  RawConnection greedy(coordinator->port());
+  ASSERT_TRUE(greedy.connected());
+  for (const auto until = Clock::now() + 5s; open_now() == before && Clock::now() < until;)
+    std::this_thread::sleep_for(10ms);  // accepted
+  ASSERT_EQ(open_now(), before + 1);
+  for (uint64_t id = 1; id <= 40; ++id) {               // 16 MB of replies, none read
+    if (!greedy.Send(KvGetFrame(id, "big", 0))) break;  // closed already
+  }
+  // Closed by the coordinator (not read here: the replies the kernel took
+  // would take long to read a byte at a time).
+  bool closed = false;
+  for (const auto until = Clock::now() + 10s; !closed && Clock::now() < until;) {
+    closed = open_now() == before;
+    if (!closed) std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_TRUE(closed) << "a stranger that does not read kept its replies";
+  // A stranger that reads (a monitor) and the member are served.
+  ExpectServes(*coordinator);
+  auto got = (*member)->Get({"big"}, 0ms);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->at(0).size(), size_t{400 << 10});
+}
+
 }  // namespace
 }  // namespace gridsync

@@ -393,5 +393,64 @@ TEST(PsShardTest, AnInitAfterAnyWorkersPushIsRefusedUnderSsp) {
   one.shard->Stop();
 }
 
+// A review: a shard not yet admitted to its cluster (join_first, a
+// rejoin) held up to 4096 messages whatever their bytes, each up to whole
+// tables decoded. Bytes are bounded too, and a block of rows it does not
+// own is refused at once rather than held.
+TEST(PsShardTest, MessagesHeldBeforeTheShardIsAdmittedAreBounded) {
+  constexpr uint32_t kRows = 2048;  // a dense push of the table: 16 KiB of values
+  OneTableShard one = StartOneTableShard(kRows, Consistency::kBsp, [](ShardOptions& o) {
+    o.join_first = true;  // never Joined here: every push is held
+    o.max_waiting_pull_bytes = 64 << 10;
+  });
+  ASSERT_NE(one.shard, nullptr);
+  const std::vector<wire::TableShape> shapes = ShapesOf(*one.partition);
+  zmq::context_t context(1);
+  zmq::socket_t socket = ReadingDealer(context, one.shard->endpoint());
+  auto push = [&](uint64_t id, uint32_t rows) {
+    wire::OutHeader h;
+    h.kind = wire::Kind::kPush;
+    h.request_id = id;
+    h.num_workers = 1;
+    wire::OutBlock b;
+    b.table = 0;
+    b.width = 2;
+    b.dense = true;
+    b.row_count = rows;
+    b.values.assign(size_t{rows} * 2, 0.25f);
+    std::vector<wire::OutBlock> blocks;
+    blocks.push_back(std::move(b));
+    return wire::Encode(h, std::move(blocks));
+  };
+  auto next_reply = [&]() -> Result<wire::Message> {
+    GRIDSYNC_ASSIGN_OR_RETURN(auto reply, wire::ReceiveMultipart(socket, 10000, wire::Limits{}));
+    return wire::Decode(reply, shapes, wire::Limits{});
+  };
+  {
+    auto frames = push(1, kRows + 1);  // a row past the table: refused, not held
+    ASSERT_TRUE(wire::SendMultipart(socket, frames).ok());
+    auto refused = next_reply();
+    ASSERT_TRUE(refused.ok()) << refused.status().ToString();
+    ASSERT_EQ(refused->kind, wire::Kind::kError);
+    EXPECT_EQ(refused->request_id, 1u);
+  }
+  for (uint64_t id = 2; id <= 7; ++id) {
+    auto frames = push(id, kRows);
+    ASSERT_TRUE(wire::SendMultipart(socket, frames).ok());
+  }
+  // Three fit in 64 KiB (with their frames); the fourth on is refused.
+  auto refused = next_reply();
+  ASSERT_TRUE(refused.ok()) << refused.status().ToString();
+  ASSERT_EQ(refused->kind, wire::Kind::kError);
+  EXPECT_EQ(refused->request_id, 5u);
+  EXPECT_NE(refused->error.message().find(
+                "holds 3 messages that came before it was admitted to its cluster already"),
+            std::string::npos)
+      << refused->error.message();
+  EXPECT_NE(refused->error.message().find("and 65536 bytes"), std::string::npos)
+      << refused->error.message();
+  one.shard->Stop();
+}
+
 }  // namespace
 }  // namespace gridsync
