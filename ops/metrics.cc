@@ -8,7 +8,6 @@
 #include <memory>
 #include <mutex>
 
-#include "common/check.h"
 #include "ops/metrics_http.h"
 
 namespace gridsync {
@@ -76,9 +75,11 @@ class CallbackCollectable : public prometheus::Collectable {
   std::vector<prometheus::ClientMetric::Label> Labels(const MetricLabels& extra) const {
     MetricLabels all = labels_;
     for (const auto& [k, v] : extra) {
-      // A sample's label named as one of the endpoint's would replace it
-      // (a bug in the figure's registration, not input).
-      GRIDSYNC_CHECK(all.emplace(k, v).second);
+      // A sample's label named as one of the endpoint's keeps both, the
+      // sample's as exported_<name>, as Prometheus renames a clash (it
+      // replaced the endpoint's role: the coordinator's member counts read
+      // as shard 0's).
+      if (!all.emplace(k, v).second) all["exported_" + k] = v;
     }
     std::vector<prometheus::ClientMetric::Label> out;
     for (const auto& [k, v] : all) out.push_back({k, v});

@@ -6,6 +6,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -47,9 +48,12 @@ Status SplitAddress(const std::string& address, std::string* host, std::string* 
 // exponent float, NaN, +Inf or -Inf. strtod alone took "0x10" as 16 and
 // "1.5junk" as 1.5.
 bool ParseValue(const std::string& text, double* value) {
-  if (text == "NaN") return *value = std::nan(""), true;
-  if (text == "+Inf" || text == "Inf") return *value = HUGE_VAL, true;
-  if (text == "-Inf") return *value = -HUGE_VAL, true;
+  // Any case: prometheus-cpp writes "Nan" (the format's spelling is "NaN").
+  std::string lower = text;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "nan") return *value = std::nan(""), true;
+  if (lower == "+inf" || lower == "inf") return *value = HUGE_VAL, true;
+  if (lower == "-inf") return *value = -HUGE_VAL, true;
   if (text.empty() || text.find_first_not_of("0123456789+-.eE") != std::string::npos) return false;
   char* end = nullptr;
   *value = std::strtod(text.c_str(), &end);

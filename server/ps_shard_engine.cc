@@ -113,7 +113,10 @@ std::optional<Status> PsShardImpl::KeepProblem(const Request& request,
   if (kept.size() < kMaxKept) {
     for (const auto& other : kept) bytes += KeptBytes(*other);
   }
-  if (kept.size() < kMaxKept && bytes <= options_.max_waiting_pull_bytes) return std::nullopt;
+  // The first is kept whatever its size (a long-running shard's next job
+  // may defer rank 0's init, a push of every row it owns).
+  if (kept.empty() || (kept.size() < kMaxKept && bytes <= options_.max_waiting_pull_bytes))
+    return std::nullopt;
   return Status::IOError(
       "shard " + std::to_string(options_.shard) + " holds " + std::to_string(kept.size()) +
       " messages " + what + " already, and with this one " + std::to_string(bytes) +
@@ -368,7 +371,7 @@ ServingStats PsShardImpl::serving_stats() const {
   s.checkpoint_step = written.newest_step;
   s.damaged_rollback_step = damaged_rollback_step_.load(std::memory_order_relaxed);
   s.foreign_rollback_step = foreign_rollback_step_.load(std::memory_order_relaxed);
-  s.unsent_bytes = backlog_.total();
+  s.unsent_bytes = backlog_.total() + backlog_.small_total();
   s.peers_shed = backlog_.shed();
   auto seconds = [](const std::atomic<uint64_t>& ns) {
     return static_cast<double>(ns.load(std::memory_order_relaxed)) * 1e-9;

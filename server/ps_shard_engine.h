@@ -233,9 +233,9 @@ class PsShardImpl : public PsShard {
     if (unsent == nullptr) {
       if (unread_log_.Allow()) {
         spdlog::warn(
-            "shard {}: a reply dropped: its peer holds more than {} bytes of replies "
-            "unread (it does not read them)",
-            options_.shard, options_.max_unsent_bytes_per_peer + ReplyBacklog::kSmallReplySlack);
+            "shard {}: a reply dropped: its peer holds {} bytes of small replies unread "
+            "(it does not read them), or all peers {}",
+            options_.shard, ReplyBacklog::kSmallReplySlack, ReplyBacklog::kSmallRepliesAll);
       }
       return;
     }

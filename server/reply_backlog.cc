@@ -19,7 +19,9 @@ ReplyBacklog::Peer& ReplyBacklog::PeerOf(const zmq::message_t& identity) {
   // map has doubled since the last pass (not a scan on every pull).
   if (peers_.size() >= prune_at_) {
     std::erase_if(peers_, [](const auto& entry) {
-      return entry.second.unsent.use_count() == 1 && entry.second.unsent->bytes.load() == 0;
+      const Peer& p = entry.second;
+      return p.unsent.use_count() == 1 && p.unsent->bytes.load() == 0 && p.small.use_count() == 1 &&
+             p.small->bytes.load() == 0;
     });
     prune_at_ = std::max<size_t>(1024, 2 * peers_.size());
   }
@@ -27,6 +29,8 @@ ReplyBacklog::Peer& ReplyBacklog::PeerOf(const zmq::message_t& identity) {
   if (peer.unsent == nullptr) {
     peer.unsent = std::make_shared<wire::UnsentBytes>();
     peer.unsent->total = total_;
+    peer.small = std::make_shared<wire::UnsentBytes>();
+    peer.small->total = small_total_;
   }
   return peer;
 }
@@ -95,15 +99,9 @@ Status ReplyBacklog::RoomNeverFreed(uint64_t bytes) const {
 std::shared_ptr<wire::UnsentBytes> ReplyBacklog::AdmitSmall(const zmq::message_t& identity,
                                                             uint64_t bytes) {
   Peer& peer = PeerOf(identity);
-  const uint64_t mine = peer.unsent->bytes.load(std::memory_order_relaxed);
-  // A worker's pulls stay within max_per_peer_, and it reads its acks: the
-  // slack is room for them beside its largest reply.
-  if (mine + bytes > max_per_peer_ + kSmallReplySlack) return nullptr;
-  if (mine == 0) {
-    peer.since = Clock::now();
-    peer.shed = false;
-  }
-  return peer.unsent;
+  const uint64_t mine = peer.small->bytes.load(std::memory_order_relaxed);
+  if (mine + bytes > kSmallReplySlack || small_total() + bytes > kSmallRepliesAll) return nullptr;
+  return peer.small;
 }
 
 Result<ReplyBacklog::Admission> ReplyBacklog::Admit(const zmq::message_t& identity, int fd,

@@ -65,12 +65,17 @@ class ReplyBacklog {
   Status RoomNeverFreed(uint64_t bytes) const;
 
   // The counter for a small reply of `bytes` to `identity` (an error, a
-  // push's ack, stats: wire::Counted), or null when the peer holds more
-  // than its bound and kSmallReplySlack unread: it does not read, and the
-  // reply is dropped. Uncounted, a peer that streamed junk and never read
-  // had ~300 B of refusal queued per 8 B it sent (a review).
+  // push's ack, stats: wire::Counted), or null when the peer holds
+  // kSmallReplySlack of them unread, or all peers kSmallRepliesAll: it
+  // does not read, and the reply is dropped. Uncounted, a peer that
+  // streamed junk and never read had ~300 B of refusal queued per 8 B it
+  // sent (a review). Counted apart from pull replies, so that they neither
+  // refuse a worker's pull nor need its peers shed (a worker reads each
+  // reply before it asks again).
   static constexpr uint64_t kSmallReplySlack = uint64_t{256} << 10;
+  static constexpr uint64_t kSmallRepliesAll = uint64_t{256} << 20;
   std::shared_ptr<wire::UnsentBytes> AdmitSmall(const zmq::message_t& identity, uint64_t bytes);
+  uint64_t small_total() const { return small_total_->bytes.load(std::memory_order_relaxed); }
 
   uint64_t total() const { return total_->bytes.load(std::memory_order_relaxed); }
   // Connections shut down for holding replies they did not read. (total()
@@ -81,10 +86,11 @@ class ReplyBacklog {
   using Clock = std::chrono::steady_clock;
   struct Peer {
     std::shared_ptr<wire::UnsentBytes> unsent;
-    int fd = -1;              // the connection its last pull came on
-    Clock::time_point since;  // holding replies since (its first one still queued)
-    bool shed = false;        // its connection was shut down
-    uint64_t replies = 0;     // replies admitted to it
+    std::shared_ptr<wire::UnsentBytes> small;  // AdmitSmall's replies
+    int fd = -1;                               // the connection its last pull came on
+    Clock::time_point since;                   // holding replies since (its first one still queued)
+    bool shed = false;                         // its connection was shut down
+    uint64_t replies = 0;                      // replies admitted to it
   };
 
   Peer& PeerOf(const zmq::message_t& identity);
@@ -99,6 +105,7 @@ class ReplyBacklog {
   const uint32_t workers_;
   const std::string who_;
   std::shared_ptr<wire::UnsentBytes> total_ = std::make_shared<wire::UnsentBytes>();
+  std::shared_ptr<wire::UnsentBytes> small_total_ = std::make_shared<wire::UnsentBytes>();
   std::map<std::string, Peer> peers_;
   size_t prune_at_ = 1024;  // PeerOf prunes the map past this size
   std::atomic<uint64_t> shed_{0};

@@ -364,11 +364,13 @@ TEST_F(CoordinatorTest, UnregisteredConnectionsCannotFillTheMembersStore) {
   EXPECT_TRUE(stranger->Set("junk/0", "y").ok()) << "its own key stays writable";
   auto member = Join(Role::kWorker, 0);
   ASSERT_TRUE(member);
-  EXPECT_TRUE(member->Set(CheckpointKey(1, "worker-0"), "100").ok());
+  EXPECT_TRUE(member->Set("member/own", "100").ok());
   // Overwriting a member's key takes a place in the share (it grew the
   // store outside it), and the share is full.
-  auto overwrite = stranger->Set(CheckpointKey(1, "worker-0"), std::string(1000, 'x'));
+  auto overwrite = stranger->Set("member/own", std::string(1000, 'x'));
   EXPECT_FALSE(overwrite.ok()) << "a member's key overwritten outside the share";
+  EXPECT_NE(overwrite.message().find("connections that did not register hold"), std::string::npos)
+      << overwrite.ToString();
   // A key a member wrote leaves the strangers' share.
   ASSERT_TRUE(member->Set("junk/1", "z").ok());
   EXPECT_TRUE(stranger->Set("junk/more", "x").ok());

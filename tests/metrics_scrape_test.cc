@@ -271,6 +271,27 @@ TEST(MetricsEndpointTest, ConnectionsThatSendNothingDoNotBlockAScrape) {
   for (int fd : idle) ::close(fd);
 }
 
+// What our own endpoints write is what the monitor reads: prometheus-cpp
+// writes NaN as "Nan" (a worker's NaN loss failed its whole scrape once the
+// parser took only "NaN": a review), and a sample's label named as one of
+// the endpoint's is kept beside it as exported_<name>.
+TEST(MetricsEndpointTest, OurOwnFiguresScrapeBackNaNAndClashingLabelsIncluded) {
+  auto endpoint = StartEndpoint();
+  ASSERT_NE(endpoint, nullptr);
+  endpoint->AddGauge("gridsync_test_nan", "NaN", [] { return std::nan(""); });
+  endpoint->AddGauge("gridsync_test_inf", "Inf", [] { return -HUGE_VAL; });
+  endpoint->AddGauges("gridsync_test_members", "Members by role", [] {
+    return std::vector<MetricSample>{{{{"role", "shard"}}, 2}};
+  });
+  auto scraped = ScrapeMetrics(endpoint->address(), 2000ms);
+  ASSERT_TRUE(scraped.ok()) << scraped.status().ToString();
+  EXPECT_TRUE(std::isnan(MetricValue(*scraped, "gridsync_test_nan")));
+  EXPECT_EQ(MetricValue(*scraped, "gridsync_test_inf"), -HUGE_VAL);
+  EXPECT_EQ(MetricValue(*scraped, "gridsync_test_members",
+                        {{"role", "test"}, {"exported_role", "shard"}}),
+            2);
+}
+
 TEST(MetricsEndpointTest, OnlyGetOfMetricsIsServedAndRequestsAreBounded) {
   auto endpoint = StartEndpoint();
   ASSERT_NE(endpoint, nullptr);

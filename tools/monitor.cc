@@ -24,8 +24,11 @@
 namespace gridsync {
 namespace {
 
-volatile std::sig_atomic_t g_stop = 0;
-void OnSignal(int) { g_stop = 1; }
+// Read by the scrape threads too: an atomic (lock-free, so the handler may
+// set it), not a volatile sig_atomic_t.
+std::atomic<bool> g_stop{false};
+static_assert(std::atomic<bool>::is_always_lock_free);
+void OnSignal(int) { g_stop.store(true); }
 
 // The metrics address a member put in the store, or "" if none.
 std::string AddressOf(CoordinatorClient& coordinator, const std::string& key) {
@@ -91,12 +94,13 @@ nlohmann::json CoordinatorView(const ScrapedMetrics& m) {
   return c;
 }
 
-// Members scraped at once: a refresh takes about one --timeout however
-// many members are silent (one after another, 8 silent shards held a
-// refresh, and a SIGTERM, 15 s: a hostile probe).
+// Members scraped at once: a refresh takes about one --timeout for every
+// 16 silent members (one after another, 8 silent shards held a refresh,
+// and a SIGTERM, 15 s: a hostile probe), and a SIGTERM ends it within a
+// 50 ms slice.
 constexpr size_t kConcurrentScrapes = 16;
 
-bool Stopped() { return g_stop != 0; }
+bool Stopped() { return g_stop.load(); }
 
 // One look at the whole cluster.
 Result<nlohmann::json> Snapshot(CoordinatorClient& coordinator, std::chrono::milliseconds timeout) {
