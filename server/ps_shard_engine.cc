@@ -96,22 +96,17 @@ bool PsShardImpl::AdmitJob(std::unique_ptr<Request>& owned) {
   return false;
 }
 
-uint64_t PsShardImpl::KeptBytes(const Request& request) {
-  uint64_t bytes = HeldBytes(request);
-  for (const auto& values : request.decoded) bytes += values.size() * sizeof(float);
-  return bytes;
-}
-
 std::optional<Status> PsShardImpl::KeepProblem(const Request& request,
                                                const std::vector<std::unique_ptr<Request>>& kept,
                                                const char* what) const {
   // A few per worker are expected. Bytes are bounded too: each kept message
-  // could be a push of whole tables, decoded (a review: 4096 of them,
-  // unbounded in bytes, before a rejoining shard was admitted).
+  // could be a push of whole tables (a review: 4096 of them, unbounded in
+  // bytes, before a rejoining shard was admitted). Kept messages are not
+  // decoded yet: their frames and row ids are what they hold.
   constexpr size_t kMaxKept = 4096;
-  uint64_t bytes = KeptBytes(request);
+  uint64_t bytes = HeldBytes(request);
   if (kept.size() < kMaxKept) {
-    for (const auto& other : kept) bytes += KeptBytes(*other);
+    for (const auto& other : kept) bytes += HeldBytes(*other);
   }
   // The first is kept whatever its size (a long-running shard's next job
   // may defer rank 0's init, a push of every row it owns).

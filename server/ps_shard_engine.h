@@ -321,8 +321,6 @@ class PsShardImpl : public PsShard {
   uint64_t held_again_logged_ = UINT64_MAX;
   // What a held request keeps in memory (ShardOptions::max_waiting_pull_bytes).
   static uint64_t HeldBytes(const Request& request);
-  // HeldBytes and the values decoded from the request's payloads.
-  static uint64_t KeptBytes(const Request& request);
   // Why `request` may not join `kept` (held_ or deferred_, what names them):
   // at most 4096 messages and max_waiting_pull_bytes of them. nullopt: it may.
   std::optional<Status> KeepProblem(const Request& request,

@@ -68,26 +68,19 @@ void PsShardImpl::Handle(std::unique_ptr<Request> request) {
                    "stats from any admitted key"));
     return;
   }
-  // A rejoining shard holds messages until its registration admitted it:
-  // the workers that follow the new epoch already send to it. Blocks of
-  // rows it does not own are refused first, not held.
-  if (m.kind != wire::Kind::kStats && !job_gate_.open()) {
-    for (const auto& block : m.blocks) {
-      if (auto owned = store_->CheckOwnership(block); !owned.ok()) {
-        ReplyError(*request, owned);
-        return;
-      }
-    }
-    return Hold(std::move(request));
-  }
-  // Stats are read-only: anyone may ask, whatever its job.
-  if (m.kind != wire::Kind::kStats && !AdmitJob(request)) return;
+  // Blocks of rows this shard does not own are refused first (the
+  // partition is the same in every job), never held or set aside below.
   for (const auto& block : m.blocks) {
     if (auto owned = store_->CheckOwnership(block); !owned.ok()) {
       ReplyError(*request, owned);
       return;
     }
   }
+  // A rejoining shard holds messages until its registration admitted it:
+  // the workers that follow the new epoch already send to it.
+  if (m.kind != wire::Kind::kStats && !job_gate_.open()) return Hold(std::move(request));
+  // Stats are read-only: anyone may ask, whatever its job.
+  if (m.kind != wire::Kind::kStats && !AdmitJob(request)) return;
   // Compressed values are decoded (and validated) before anything changes.
   for (size_t i = 0; i < m.blocks.size(); ++i) {
     wire::Block& block = m.blocks[i];

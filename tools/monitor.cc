@@ -18,6 +18,7 @@
 #include "common/config.h"
 #include "common/coordinator_client.h"
 #include "common/logging.h"
+#include "common/thread_pool.h"
 #include "common/wire/curve.h"
 #include "ops/metrics_scrape.h"
 
@@ -148,16 +149,10 @@ Result<nlohmann::json> Snapshot(CoordinatorClient& coordinator, std::chrono::mil
     member(&view["shards"][i], "shard", s.rank, s.node, ShardView);
   }
   std::vector<std::optional<Result<ScrapedMetrics>>> scraped(members.size());
-  std::atomic<size_t> next{0};
-  auto scrape = [&] {
-    for (size_t m; (m = next.fetch_add(1)) < members.size();)
-      scraped[m].emplace(ScrapeMetrics(members[m].address, timeout, Stopped));
-  };
-  std::vector<std::thread> threads;
-  for (size_t t = 1; t < std::min(members.size(), kConcurrentScrapes); ++t)
-    threads.emplace_back(scrape);
-  scrape();
-  for (auto& t : threads) t.join();
+  ThreadPool pool(static_cast<int>(std::clamp<size_t>(members.size(), 1, kConcurrentScrapes)));
+  pool.ParallelFor(members.size(), [&](size_t m) {
+    scraped[m].emplace(ScrapeMetrics(members[m].address, timeout, Stopped));
+  });
   for (size_t m = 0; m < members.size(); ++m) {
     const Result<ScrapedMetrics>& got = *scraped[m];
     if (!got.ok()) {
