@@ -139,6 +139,15 @@ ClusterLayout ResolveLayout(const Config& config, std::vector<ConfigProblem>* pr
                          "leave ps.host out; shards listen on their node's host "
                          "(distributed.nodes[].shards places them)"});
   }
+  if (!layout.multi_host && config.ps.host_given && with_shards > 0) {
+    // Placed shards listen on their node's host: ps.host would do nothing.
+    problems->push_back({"ps.host",
+                         "'" + config.ps.host +
+                             "' has no effect: distributed.nodes[].shards places the shards, "
+                             "and each listens on its node's host",
+                         "leave ps.host out (set the node's host), or leave the nodes' shards "
+                         "out"});
+  }
   std::vector<int> shard_node;
   if (with_shards > 0) {
     if (placed != config.ps.shards) {

@@ -226,6 +226,18 @@ void ReadDistributed(SectionReader& top, Problems& problems, Config& config) {
                              d.bucket_mb, Quote(ToString(d.gradient_sync))),
                  "distributed.bucket_mb only with gradient_sync \"nccl\"");
   }
+  // Model parallelism without the hierarchical stage sums the gradient with
+  // one reduce-scatter (worker/sync/sharded_update.h), never in buckets.
+  if (sync_ok && model_parallel_ok && hierarchical_ok && r.Has("bucket_mb") &&
+      d.gradient_sync == GradientSyncMode::kNccl && d.model_parallel && !d.hierarchical) {
+    problems.Add("distributed.bucket_mb",
+                 fmt::format("{:g} has no effect with distributed.model_parallel true and "
+                             "hierarchical false (the gradient is summed by one reduce-scatter, "
+                             "not a bucketed all-reduce)",
+                             d.bucket_mb),
+                 "distributed.bucket_mb with gradient_sync \"nccl\" when model_parallel is false "
+                 "or hierarchical is true; remove it");
+  }
   if (model_parallel_ok && mp_dim_ok && r.Has("mp_dim") && !d.model_parallel) {
     problems.Add(
         "distributed.mp_dim",

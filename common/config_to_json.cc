@@ -49,7 +49,10 @@ nlohmann::json Config::ToJson() const {
   // them elsewhere (a key never silently does nothing).
   const GradientSyncMode sync = distributed.gradient_sync;
   if (sync != GradientSyncMode::kPs) d["collective"] = ToString(distributed.collective);
-  if (sync == GradientSyncMode::kNccl) d["bucket_mb"] = distributed.bucket_mb;
+  // As Config::Parse takes it back: not where the gradient is summed by one
+  // reduce-scatter (model_parallel without hierarchical).
+  if (sync == GradientSyncMode::kNccl && (!distributed.model_parallel || distributed.hierarchical))
+    d["bucket_mb"] = distributed.bucket_mb;
   const BatchSplitting split = distributed.batch_splitting;
   if (split == BatchSplitting::kAdaptive) d["adaptive_interval"] = distributed.adaptive_interval;
   if (!distributed.nodes.empty()) {

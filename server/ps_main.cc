@@ -34,6 +34,7 @@
 #include "server/shard_checkpoint.h"
 #include "server/shard_membership.h"
 #include "spec/cluster_settings.h"
+#include "spec/shard_memory.h"
 
 namespace {
 volatile std::sig_atomic_t g_stop = 0;  // the stop signal's number
@@ -128,19 +129,11 @@ int main(int argc, char** argv) {
   // As the worker does (worker/main.cc): a partition larger than this
   // machine's memory is refused by name before it is allocated, rather
   // than abort in the allocation or wake the OOM killer.
-  const uint64_t need = gridsync::ShardStoreBytes(*partition, options);
-  if (const uint64_t available = gridsync::AvailableToThisProcessBytes();
-      available > 0 && need > available) {
-    std::fprintf(
-        stderr,
-        "%s: shard %d's partition needs about %.1f GiB (%llu values of %zu tables: "
-        "parameters, gradients%s%s) but %.1f GiB are available; allowed: fewer "
-        "encoding.n_levels, n_features_per_level or log2_hashmap_size, or more ps.shards\n",
-        config_path.c_str(), shard, static_cast<double>(need) / 1073741824.0,
-        static_cast<unsigned long long>(partition->OwnedValues(options.shard)), tables.size(),
-        options.apply_updates ? "" : ", Adam's m, v and step counts",
-        gridsync::ReplicaWorkers(options) > 0 ? ", a replica per worker (compression.pull)" : "",
-        static_cast<double>(available) / 1073741824.0);
+  // (spec/shard_memory.h: check-config and launch make the same check.)
+  if (auto fits = gridsync::CheckShardMemory(*spec, *partition, static_cast<uint32_t>(shard),
+                                             gridsync::AvailableToThisProcessBytes());
+      !fits.ok()) {
+    std::fprintf(stderr, "%s: %s\n", config_path.c_str(), fits.message().c_str());
     return gridsync::kConfigErrorExitCode;
   }
   if (!ops.timeline.empty()) {

@@ -288,7 +288,12 @@ class PsShardImpl : public PsShard {
   // Admission::wait); the caller parks the request with ParkForRoom.
   bool ReplyPull(Request& request);
   bool ReplyPullUnguarded(Request& request);
+  // Refuses the pull instead when parked pulls are over their bounds (those
+  // of pulls waiting for a version: MaxWaitingPulls, 4 a connection).
   void ParkForRoom(std::unique_ptr<Request> request);
+  // Pulls waiting for a version, and pulls parked for room: each at most
+  // max(4096, 4 x workers).
+  size_t MaxWaitingPulls() const;
   // The values a pull's reply carries, in bytes (its blocks' rows x width).
   static uint64_t ReplyBytes(const wire::Message& pull);
   // Answers the parked pulls that fit now; refuses those parked for

@@ -55,7 +55,7 @@ void PsShardImpl::HandlePull(std::unique_ptr<Request> request) {
   }
   // A worker waits with one pull at a time; a peer flooding pulls would
   // otherwise grow this list, and the rows it holds, until the timeouts.
-  const size_t max_waiting = std::max<size_t>(4096, size_t{4} * options_.workers);
+  const size_t max_waiting = MaxWaitingPulls();
   // Summed here rather than kept: pulls wait rarely and briefly, and the
   // count bound comes first, so a flood costs a scan of at most max_waiting.
   uint64_t held = HeldBytes(*request);
@@ -122,7 +122,37 @@ uint64_t PsShardImpl::ReplyBytes(const wire::Message& pull) {
   return bytes;
 }
 
+size_t PsShardImpl::MaxWaitingPulls() const {
+  return std::max<size_t>(4096, size_t{4} * options_.workers);
+}
+
 void PsShardImpl::ParkForRoom(std::unique_ptr<Request> request) {
+  // Bounded as the pulls waiting for a version are: while peers are being
+  // shut down for room, a reader streaming pulls had each parked for
+  // kShedWait, its rows held, without bound (a review). A worker parks one.
+  size_t its_own = 0;
+  uint64_t held = HeldBytes(*request);
+  if (awaiting_room_.size() < MaxWaitingPulls()) {
+    for (const Waiting& w : awaiting_room_) {
+      its_own += w.request->identity == request->identity;
+      held += HeldBytes(*w.request);
+    }
+  }
+  if (its_own >= kMaxWaitingPullsPerPeer || awaiting_room_.size() >= MaxWaitingPulls() ||
+      (!awaiting_room_.empty() && held > options_.max_waiting_pull_bytes)) {
+    ReplyError(
+        *request,
+        Status::IOError("shard " + std::to_string(options_.shard) + " holds " +
+                        std::to_string(awaiting_room_.size()) + " pulls (" +
+                        std::to_string(its_own) + " of this connection, " + std::to_string(held) +
+                        " bytes with this one) waiting for room among replies peers have not read; "
+                        "allowed: at most " +
+                        std::to_string(kMaxWaitingPullsPerPeer) + " a connection, " +
+                        std::to_string(MaxWaitingPulls()) + " and " +
+                        std::to_string(options_.max_waiting_pull_bytes) +
+                        " bytes in all (retry once the replies are read)"));
+    return;
+  }
   awaiting_room_.push_back({std::move(request), Clock::now() + ReplyBacklog::kShedWait});
 }
 

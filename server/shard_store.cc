@@ -12,6 +12,7 @@
 #include "common/row_width.h"
 #include "common/state_bytes.h"
 #include "kernels/cpu/adam_batch.h"
+#include "spec/shard_memory.h"
 
 namespace gridsync {
 namespace {
@@ -72,15 +73,9 @@ uint64_t ShardStore::BytesFor(const Partition& partition, uint32_t shard, bool a
                               uint32_t replica_workers) {
   // As the constructor allocates: parameters and gradients, the touched
   // bits, then per-row push counts (updates) or Adam's m, v and step
-  // counts; EnableReplicas adds a copy of the parameters per worker.
-  uint64_t bytes = 0;
-  for (uint32_t t = 0; t < partition.n_tables(); ++t) {
-    const uint64_t rows = partition.LocalRows(shard, t);
-    const uint64_t values = rows * partition.ColWidth(t) * sizeof(float);
-    bytes += (2 + replica_workers) * values + (rows + 63) / 64 * sizeof(uint64_t);
-    bytes += apply_updates ? rows * sizeof(uint32_t) : 2 * values + rows * sizeof(uint32_t);
-  }
-  return bytes;
+  // counts; EnableReplicas adds a copy of the parameters per worker. One
+  // formula for the shard and the checks made before it starts.
+  return ShardMemoryBytes(partition, shard, apply_updates, replica_workers);
 }
 
 uint64_t ShardStore::owned_rows() const {

@@ -255,6 +255,17 @@ TEST(ClusterLayoutTest, RefusesWhatOtherMachinesCouldNotReach) {
       "master_addr": "127.0.0.1", "nodes": [{"name": "a", "host": "10.0.0.1"},
       {"name": "b", "host": "10.0.0.1"}]}})");
   EXPECT_FALSE(local.layout.multi_host);
+  // On one machine too, shards placed by the nodes listen on their node's
+  // host: a ps.host beside them did nothing (a review).
+  const std::string placed = ErrorOf(R"({"distributed": {"enable": true, "world_size": 2,
+      "gradient_sync": "ps", "master_addr": "127.0.0.1", "nodes": [{"name": "a",
+      "host": "127.0.0.1", "workers": 2, "shards": 2}]}, "ps": {"shards": 2,
+      "host": "127.0.0.2"}})");
+  EXPECT_TRUE(Contains(placed, "ps.host: '127.0.0.2' has no effect")) << placed;
+  const Config placed_alone = ParseOk(R"({"distributed": {"enable": true, "world_size": 2,
+      "gradient_sync": "ps", "master_addr": "127.0.0.1", "nodes": [{"name": "a",
+      "host": "127.0.0.1", "workers": 2, "shards": 2}]}, "ps": {"shards": 2}})");
+  EXPECT_EQ(placed_alone.layout.shards[1].host, "127.0.0.1");
 }
 
 // A hostile probe: ps.host 0.0.0.0 passed check-config and the shards then

@@ -122,8 +122,9 @@ TEST(ConfigToJsonTest, PrintsExactlyTheKeysTheParserReads) {
   // them all: every config below prints only keys the parser reads and
   // loads again, and together they switch on every conditional key (ssp
   // staleness, a given ps.host, mp_dim with model parallelism, nodes, node
-  // weights and the bucket size under nccl's weighted split, the adaptive
-  // interval, each codec's own options).
+  // weights under nccl's weighted split, the adaptive
+  // interval, each codec's own options; the bucket size where the
+  // all-reduce is bucketed).
   const char* configs[] = {
       R"({"distributed": {"enable": true, "world_size": 2, "gradient_sync": "nccl",
                           "batch_splitting": "weighted", "model_parallel": true,
@@ -134,6 +135,7 @@ TEST(ConfigToJsonTest, PrintsExactlyTheKeysTheParserReads) {
       R"({"distributed": {"batch_splitting": "adaptive", "gradient_sync": "hybrid"},
           "compression": {"codec": "qsgd"}})",
       R"({"distributed": {"gradient_sync": "ps"}, "compression": {"codec": "int8"}})",
+      R"({"distributed": {"gradient_sync": "nccl", "bucket_mb": 8}})",
   };
   std::map<std::string, std::set<std::string>> printed;
   for (const char* text : configs) {
@@ -481,6 +483,10 @@ TEST(ConfigKeysTest, KeysThatOnlySomeSettingsReadAreRefusedElsewhere) {
        "distributed.collective"},
       {R"({"distributed": {"gradient_sync": "hybrid", "bucket_mb": 4}})",
        R"({"distributed": {"gradient_sync": "nccl", "bucket_mb": 4}})", "distributed.bucket_mb"},
+      {R"({"distributed": {"gradient_sync": "nccl", "model_parallel": true, "bucket_mb": 4}})",
+       R"({"distributed": {"gradient_sync": "nccl", "model_parallel": true, "hierarchical": true,
+           "bucket_mb": 4}})",
+       "distributed.bucket_mb"},
       {R"({"distributed": {"enable": true, "world_size": 2, "batch_splitting": "adaptive",
            "nodes": [{"name": "a", "workers": 1}, {"name": "b", "workers": 1, "weight": 3}]}})",
        R"({"distributed": {"enable": true, "world_size": 2, "batch_splitting": "weighted",

@@ -63,6 +63,27 @@ TEST(CliTest, ShardRefusesAPartitionThatCannotFitInMemory) {
   EXPECT_NE(run.output.find("allowed: fewer encoding.n_levels"), std::string::npos) << run.output;
 }
 
+// A review: check-config and launch counted a shard as 3 floats a
+// parameter, without the replica per worker that delta pulls keep, so a
+// shard the config's own gridsync-ps refuses passed both (launch started
+// the coordinator, then the shard exited 2). All three refuse it alike.
+TEST(CliTest, AShardThatCannotFitIsRefusedAlikeByCheckConfigLaunchAndTheShard) {
+  const std::string sets =
+      " --set encoding.log2_hashmap_size=24 --set distributed.world_size=1024 --set "
+      "compression.codec=onebit --set compression.pull=true";
+  const std::string words = "shard 0's partition needs about";
+  for (const auto& [binary, args] : std::vector<std::pair<std::string, std::string>>{
+           {"tools/gridsync", "check-config configs/local.json" + sets},
+           {"tools/gridsync", "launch configs/local.json" + sets},
+           {"server/gridsync-ps", "--config configs/local.json --shard 0" + sets}}) {
+    const ProcessResult run = Execute(binary, args);
+    EXPECT_EQ(run.exit_code, 2) << binary << " " << args << ": " << run.output;
+    EXPECT_NE(run.output.find(words), std::string::npos) << binary << ": " << run.output;
+    EXPECT_NE(run.output.find("a replica per worker (compression.pull)"), std::string::npos)
+        << binary << ": " << run.output;
+  }
+}
+
 // Each process checks itself against the machine's memory; a one-machine
 // cluster is checked whole, by check-config and launch alike (a hostile
 // probe: 32 workers of 0.9 GiB passed on a 23 GiB machine).

@@ -161,17 +161,19 @@ TEST(MonitorCliTest, ANodeNameThatIsNotUtf8KeepsTheJsonViewWhole) {
   EXPECT_EQ(parsed["workers"][0]["node"], "bad\xef\xbf\xbd\xef\xbf\xbd") << run.output;
 }
 
-// JSON escapes C0 controls only: a node name's C1 controls and bidi
+// JSON escapes C0 controls only: a node name's C1 controls, DEL and bidi
 // overrides reached the terminal raw under --json (a hostile probe). The
 // view is ASCII, the name kept in \uXXXX escapes.
 TEST(MonitorCliTest, TheJsonViewIsAscii) {
   ClusterWithANode cluster;
   ASSERT_NO_FATAL_FAILURE(
       cluster.Start("n\xc2\x9b"
-                    "2J\xe2\x80\xaeabc"));
+                    "2J\xe2\x80\xaeab\x7f"
+                    "c"));
   const ProcessResult run = cluster.Monitor("--once --json");
   EXPECT_EQ(run.exit_code, 0) << run.output;
   EXPECT_EQ(run.output.find("\xc2\x9b"), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find('\x7f'), std::string::npos) << "DEL left raw: " << run.output;
   EXPECT_EQ(run.output.find("\xe2\x80\xae"), std::string::npos) << run.output;
   const size_t at = run.output.find('{');
   ASSERT_NE(at, std::string::npos) << run.output;
@@ -180,7 +182,8 @@ TEST(MonitorCliTest, TheJsonViewIsAscii) {
   ASSERT_FALSE(parsed.is_discarded()) << run.output;
   EXPECT_EQ(parsed["workers"][0]["node"],
             "n\xc2\x9b"
-            "2J\xe2\x80\xaeabc")
+            "2J\xe2\x80\xaeab\x7f"
+            "c")
       << run.output;
 }
 

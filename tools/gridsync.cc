@@ -18,8 +18,10 @@
 #include "common/config.h"
 #include "common/file_bytes.h"
 #include "common/host_address.h"
+#include "common/host_memory.h"
 #include "common/wire/curve.h"
 #include "spec/run_spec.h"
+#include "spec/shard_memory.h"
 #include "tools/checkpoints_cmd.h"
 #include "tools/launch.h"
 #include "tools/launch_checks.h"
@@ -314,6 +316,17 @@ int main(int argc, char** argv) {
         return gridsync::kConfigErrorExitCode;
       }
     }
+    // Each shard of a cluster on this machine in its own process's memory,
+    // as gridsync-ps checks it before it allocates.
+    if (!standalone && config->distributed.enable && on_this_machine &&
+        !config->layout.multi_host) {
+      if (auto fits =
+              gridsync::CheckShardMemoryOn(*spec, -1, gridsync::AvailableToThisProcessBytes());
+          !fits.ok()) {
+        std::fprintf(stderr, "%s: %s\n", path.c_str(), fits.message().c_str());
+        return gridsync::kConfigErrorExitCode;
+      }
+    }
     if (std::filesystem::exists(config->task.image, exists_error) || on_this_machine) {
       auto image = gridsync::ImageTask::Load(config->task.image);
       if (!image.ok()) {
@@ -336,7 +349,7 @@ int main(int argc, char** argv) {
       if (distributed && on_this_machine && !config->layout.multi_host) {
         const int shards = static_cast<int>(config->layout.shards.size());
         if (auto together = gridsync::CheckMachineMemory(
-                *spec, *image, config->distributed.world_size, shards, shards, /*writes_png=*/true);
+                *spec, *image, config->distributed.world_size, shards, /*writes_png=*/true);
             !together.ok()) {
           std::fprintf(stderr, "%s: %s\n", path.c_str(), together.message().c_str());
           return gridsync::kConfigErrorExitCode;

@@ -25,10 +25,12 @@
 #include "common/checkpoint_files.h"
 #include "common/config.h"
 #include "common/host_address.h"
+#include "common/host_memory.h"
 #include "common/logging.h"
 #include "ops/progress_line.h"
 #include "server/shard_checkpoint.h"
 #include "spec/run_spec.h"
+#include "spec/shard_memory.h"
 #include "tools/launch_checks.h"
 #include "tools/launch_children.h"
 #include "tools/launch_finish.h"
@@ -183,10 +185,17 @@ int RunLaunch(const LaunchOptions& options) {
                    image.status().message().c_str());
       return kConfigErrorExitCode;
     }
+    // Each shard started here in its own memory, as gridsync-ps checks it
+    // (it exited 2 after the coordinator had started).
+    if (const Status fits = CheckShardMemoryOn(*spec, node, AvailableToThisProcessBytes());
+        !fits.ok()) {
+      std::fprintf(stderr, "gridsync launch: %s: %s\n", options.config_path.c_str(),
+                   fits.message().c_str());
+      return kConfigErrorExitCode;
+    }
     if (image.ok()) {
       const Status together =
-          CheckMachineMemory(*spec, *image, workers, shards, static_cast<int>(layout.shards.size()),
-                             /*writes_png=*/here(0));
+          CheckMachineMemory(*spec, *image, workers, shards, /*writes_png=*/here(0));
       if (!together.ok()) {
         std::fprintf(stderr, "gridsync launch: %s: %s\n", options.config_path.c_str(),
                      together.message().c_str());

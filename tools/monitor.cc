@@ -302,8 +302,9 @@ int RunMonitor(const MonitorOptions& options) {
     if (options.json) {
       // A member's node name is its own bytes, UTF-8 or not: the strict
       // dump threw on one that is not, and monitor ended in terminate.
-      // ASCII only (\uXXXX escapes): JSON escapes C0 controls alone, and
-      // C1 controls, DEL and bidi overrides reached the terminal raw.
+      // ASCII only (\uXXXX escapes, DEL's included): JSON escapes C0
+      // controls alone, and C1 controls, DEL and bidi overrides reached the
+      // terminal raw.
       std::printf("%s\n",
                   view->dump(-1, ' ', true, nlohmann::json::error_handler_t::replace).c_str());
       std::fflush(stdout);

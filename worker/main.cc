@@ -304,7 +304,7 @@ int main(int argc, char** argv) {
     if (distributed && !config->layout.multi_host) {
       const int shards = static_cast<int>(config->layout.shards.size());
       if (auto together = gridsync::CheckMachineMemory(
-              *spec, *image, config->distributed.world_size, shards, shards, /*writes_png=*/true);
+              *spec, *image, config->distributed.world_size, shards, /*writes_png=*/true);
           !together.ok()) {
         std::fprintf(stderr, "%s: %s\n", config_path.c_str(), together.message().c_str());
         return gridsync::kConfigErrorExitCode;

@@ -7,6 +7,7 @@
 
 #include "common/host_memory.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "spec/shard_memory.h"
 #include "worker/batch_split.h"
 
 namespace gridsync {
@@ -82,7 +83,7 @@ Status CheckWorkerMemory(const RunSpec& spec, const ImageTask& image, bool distr
 }
 
 Status CheckMachineMemory(const RunSpec& spec, const ImageTask& image, int workers, int shards,
-                          int total_shards, bool writes_png) {
+                          bool writes_png) {
   const uint64_t available = AvailableMemoryBytes();
   if (available == 0 || workers + shards <= 1) return Status::OK();
   // A worker decodes its image before it makes its model, and the workers
@@ -91,9 +92,10 @@ Status CheckMachineMemory(const RunSpec& spec, const ImageTask& image, int worke
   const uint64_t worker = std::max(
       EstimateWorkerBytes(spec, LargestMicroBatch(spec.config, true)) + image.memory_bytes(),
       image.decode_peak_bytes());
-  // A shard's share: parameters, m and v in fp32.
-  const uint64_t shard =
-      total_shards > 0 ? spec.model.n_params * 4 * 3 / static_cast<uint64_t>(total_shards) : 0;
+  // A shard as its store allocates (spec/shard_memory.h), the largest: the
+  // parameters' share and gradients, Adam's state or push counts, and a
+  // replica per worker under delta pulls.
+  const uint64_t shard = shards > 0 ? LargestShardMemoryBytes(spec) : 0;
   const uint64_t need = worker * static_cast<uint64_t>(workers) +
                         shard * static_cast<uint64_t>(shards) +
                         (writes_png ? image.pixel_count() * 3 * 2 : 0);

@@ -45,13 +45,12 @@ Status CheckWorkerMemory(const RunSpec& spec, const ImageTask& image, bool distr
 // OK when the processes one machine runs of a cluster fit its available
 // memory together: `workers` workers (each as CheckWorkerMemory counts it,
 // distributed; the reconstruction by one of them when `writes_png`) and
-// `shards` shards (each its share of the parameters and Adam's m and v,
-// of `total_shards`). CheckWorkerMemory holds one process against the
-// machine; `gridsync launch` starts them all on it (a hostile probe: the
-// large seed on loopback passed, 0.9 GiB a worker for 32 workers against
-// 21 GiB). InvalidArgument naming the counts and what would fit.
+// `shards` shards (each as large as the run's largest: spec/shard_memory.h). CheckWorkerMemory
+// holds one process against the machine; `gridsync launch` starts them all on it (a hostile probe:
+// the large seed on loopback passed, 0.9 GiB a worker for 32 workers against 21 GiB).
+// InvalidArgument naming the counts and what would fit.
 Status CheckMachineMemory(const RunSpec& spec, const ImageTask& image, int workers, int shards,
-                          int total_shards, bool writes_png);
+                          bool writes_png);
 
 // OK unless training.device is "cuda", or (in a cluster run, not
 // `standalone`) distributed.collective is "nccl" under nccl or hybrid, and

@@ -1,0 +1,76 @@
+// Shard memory (shard_memory.h).
+#include "spec/shard_memory.h"
+
+#include <spdlog/fmt/fmt.h>
+
+#include <algorithm>
+
+namespace gridsync {
+
+uint64_t ShardMemoryBytes(const Partition& partition, uint32_t shard, bool apply_updates,
+                          uint32_t replica_workers) {
+  uint64_t bytes = 0;
+  for (uint32_t t = 0; t < partition.n_tables(); ++t) {
+    const uint64_t rows = partition.LocalRows(shard, t);
+    const uint64_t values = rows * partition.ColWidth(t) * sizeof(float);
+    bytes += (2 + uint64_t{replica_workers}) * values + (rows + 63) / 64 * sizeof(uint64_t);
+    bytes += apply_updates ? rows * sizeof(uint32_t) : 2 * values + rows * sizeof(uint32_t);
+  }
+  return bytes;
+}
+
+namespace {
+
+uint32_t ReplicaWorkersOf(const RunSpec& spec) {
+  return spec.compression.delta_pulls
+             ? static_cast<uint32_t>(std::max(spec.config.distributed.world_size, 0))
+             : 0;
+}
+
+}  // namespace
+
+uint64_t ShardMemoryBytes(const RunSpec& spec, const Partition& partition, uint32_t shard) {
+  return ShardMemoryBytes(partition, shard, spec.sync.optimizer_on_workers, ReplicaWorkersOf(spec));
+}
+
+uint64_t LargestShardMemoryBytes(const RunSpec& spec) {
+  const int shards = spec.config.ps.shards;
+  if (shards <= 0) return 0;
+  auto partition =
+      Partition::Make(spec.model.tables, static_cast<uint32_t>(shards), spec.sync.partition_dim);
+  if (!partition.ok()) return 0;
+  uint64_t largest = 0;
+  for (uint32_t s = 0; s < static_cast<uint32_t>(shards); ++s)
+    largest = std::max(largest, ShardMemoryBytes(spec, *partition, s));
+  return largest;
+}
+
+Status CheckShardMemory(const RunSpec& spec, const Partition& partition, uint32_t shard,
+                        uint64_t available) {
+  const uint64_t need = ShardMemoryBytes(spec, partition, shard);
+  if (available == 0 || need <= available) return Status::OK();
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  return Status::InvalidArgument(fmt::format(
+      "shard {}'s partition needs about {:.1f} GiB ({} values of {} tables: parameters, "
+      "gradients{}{}) but {:.1f} GiB are available; allowed: fewer encoding.n_levels, "
+      "n_features_per_level or log2_hashmap_size, or more ps.shards",
+      shard, static_cast<double>(need) / kGiB, partition.OwnedValues(shard), partition.n_tables(),
+      spec.sync.optimizer_on_workers ? "" : ", Adam's m, v and step counts",
+      ReplicaWorkersOf(spec) > 0 ? ", a replica per worker (compression.pull)" : "",
+      static_cast<double>(available) / kGiB));
+}
+
+Status CheckShardMemoryOn(const RunSpec& spec, int node, uint64_t available) {
+  const auto& shards = spec.config.layout.shards;
+  if (shards.empty() || available == 0) return Status::OK();
+  GRIDSYNC_ASSIGN_OR_RETURN(const Partition partition,
+                            Partition::Make(spec.model.tables, static_cast<uint32_t>(shards.size()),
+                                            spec.sync.partition_dim));
+  for (uint32_t s = 0; s < shards.size(); ++s) {
+    if (node >= 0 && shards[s].node != node) continue;
+    GRIDSYNC_RETURN_IF_ERROR(CheckShardMemory(spec, partition, s, available));
+  }
+  return Status::OK();
+}
+
+}  // namespace gridsync
