@@ -55,7 +55,7 @@ std::vector<Bucket> PlanBuckets(const std::vector<size_t>& tensor_sizes, size_t 
 // Sums every tensor across the ranks of `collective`, in place, bucket by
 // bucket. `step` is the training step, checked across ranks and named in
 // errors.
-Status BucketedAllReduceSum(Collective& collective, std::span<const std::span<float>> tensors, uint64_t step,
-                            const BucketOptions& options = {});
+Status BucketedAllReduceSum(Collective& collective, std::span<const std::span<float>> tensors,
+                            uint64_t step, const BucketOptions& options = {});
 
 }  // namespace gridsync

@@ -95,7 +95,8 @@ class Collective {
   // (counts[rank()] elements) the element-wise sum over all ranks of slice
   // r. counts has size() entries and may be uneven (zeros allowed); every
   // rank passes the same counts. `in` and `out` must not overlap.
-  virtual Status ReduceScatterSum(const float* in, float* out, const std::vector<size_t>& counts) = 0;
+  virtual Status ReduceScatterSum(const float* in, float* out,
+                                  const std::vector<size_t>& counts) = 0;
 
   // Rank r contributes counts[r] elements from `in`; every rank receives all
   // contributions, concatenated in rank order, in `out` (sum(counts)

@@ -37,8 +37,9 @@ Result<std::string> ResolveCollectiveKind(std::string_view kind);
 // Joins `group` as `rank` of `size` through `store` (rendezvous; typically a
 // CoordinatorStore). Blocks until every rank has joined, or `timeout`, which
 // also bounds every later operation.
-Result<std::unique_ptr<Collective>> MakeCollective(std::string_view kind, Store* store, int rank, int size,
-                                                   const std::string& group, std::chrono::milliseconds timeout,
+Result<std::unique_ptr<Collective>> MakeCollective(std::string_view kind, Store* store, int rank,
+                                                   int size, const std::string& group,
+                                                   std::chrono::milliseconds timeout,
                                                    const CollectiveEndpoint& endpoint = {});
 
 }  // namespace gridsync

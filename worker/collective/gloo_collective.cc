@@ -28,7 +28,7 @@
 #include <thread>
 #include <utility>
 
-#include "common/tcp_backoff.h"
+#include "worker/collective/gloo_internal.h"
 #include "worker/collective/half_format.h"
 
 namespace gridsync {
@@ -36,61 +36,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// How long past its timeout a Gloo rendezvous may take before it is
-// abandoned (stated in README and tested): Gloo's connect loop runs its own
-// timers, which can end a little after ours.
-constexpr std::chrono::milliseconds kConnectSlack{5000};
-
 // Slot prefix of our ring reduce-scatter; Gloo's own collectives use
 // 0x01..0x08 (gloo/types.h).
 constexpr uint8_t kReduceScatterSlotPrefix = 0x40;
-
-// Adapter from our Store seam to the store Gloo's rendezvous wants. Keys get
-// the group's prefix; values are bytes. Gloo expects failures as exceptions,
-// so a failed Store call throws gloo::IoException, and its Status is kept in
-// error() for the caller, which reports it without the exception detour.
-class GlooStoreAdapter : public gloo::rendezvous::Store {
- public:
-  GlooStoreAdapter(gridsync::Store* store, std::string prefix, std::chrono::milliseconds timeout)
-      : store_(store), prefix_(std::move(prefix)), timeout_(timeout) {}
-
-  void set(const std::string& key, const std::vector<char>& data) override {
-    Status status = store_->Set(prefix_ + key, std::string(data.begin(), data.end()));
-    if (!status.ok()) Fail(status);
-  }
-
-  std::vector<char> get(const std::string& key) override {
-    auto values = store_->Get({prefix_ + key}, timeout_);
-    if (!values.ok()) Fail(values.status());
-    const std::string& value = values->front();
-    return std::vector<char>(value.begin(), value.end());
-  }
-
-  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
-
-  void wait(const std::vector<std::string>& keys,
-            const std::chrono::milliseconds& timeout) override {
-    std::vector<std::string> prefixed;
-    prefixed.reserve(keys.size());
-    for (const auto& key : keys) prefixed.push_back(prefix_ + key);
-    // Gloo passes kNoTimeout (0) for "no timeout"; ours means "do not wait".
-    auto values = store_->Get(prefixed, timeout.count() > 0 ? timeout : timeout_);
-    if (!values.ok()) Fail(values.status());
-  }
-
-  const Status& error() const { return error_; }
-
- private:
-  [[noreturn]] void Fail(const Status& status) {
-    error_ = status;
-    throw gloo::IoException(status.ToString());
-  }
-
-  gridsync::Store* store_;
-  const std::string prefix_;
-  const std::chrono::milliseconds timeout_;
-  Status error_;
-};
 
 // Gloo reports failures as exceptions; this turns the one in flight into a
 // Status. A wait that timed out says "Timed out"; anything else from the
@@ -357,135 +305,17 @@ void IgnoreSigpipe() {
 
 }  // namespace
 
-Result<std::unique_ptr<Collective>> NewGlooCollective(Store* store, int rank, int size,
-                                                      const std::string& group,
-                                                      const GlooCollectiveOptions& options) {
-  IgnoreSigpipe();
-  const std::string what =
-      fmt::format("gloo rendezvous of group '{}' (rank {} of {})", group, rank, size);
-  if (store == nullptr) return Status::InvalidArgument(what + ": no store given");
-  if (size < 1 || rank < 0 || rank >= size) {
-    return Status::InvalidArgument(
-        fmt::format("{}: rank must be in 0..size-1 and size at least 1", what));
-  }
-  if (group.empty()) return Status::InvalidArgument(what + ": the group name is empty");
-  if (options.timeout.count() <= 0) {
-    return Status::InvalidArgument(
-        fmt::format("{}: timeout must be positive, got {} ms", what, options.timeout.count()));
-  }
-  if (options.hostname.empty() && options.interface.empty()) {
-    return Status::InvalidArgument(what + ": set a hostname or an interface to listen on");
-  }
-
-  const std::string prefix = "gloo/" + group + "/";
-  const std::string listening =
-      options.interface.empty() ? options.hostname : "interface " + options.interface;
-  // Our address under our own key, so that a connect that never completes
-  // can name the peers' addresses (Gloo's own keys hold binary sockaddrs).
-  GRIDSYNC_RETURN_IF_ERROR(
-      store->Set("gloo-hosts/" + group + "/" + std::to_string(rank), listening).WithContext(what));
-
-  // Gloo's connect loop retries refused connections on its own schedule, and
-  // some of its waits ignore the context's timeout; the mesh is built on a
-  // helper thread so this call returns within the timeout plus a fixed slack
-  // whatever Gloo does. On a timeout the helper is abandoned: the caller
-  // fails the worker, and the thread only holds state it shares.
-  struct Mesh {
-    std::shared_ptr<GlooStoreAdapter> adapter;
-    std::shared_ptr<gloo::rendezvous::Context> context;
-    Status status;
-    std::mutex mu;
-    std::condition_variable done_cv;
-    bool done = false;
-    bool abandoned = false;  // the caller gave up: its store may be gone
-  };
-  auto mesh = std::make_shared<Mesh>();
-  mesh->adapter = std::make_shared<GlooStoreAdapter>(store, prefix, options.timeout);
-  std::thread([mesh, rank, size, options, what, listening, prefix, store] {
-    Status status;
-    try {
-      gloo::transport::tcp::attr attr;
-      if (!options.interface.empty()) {
-        attr.iface = options.interface;
-      } else {
-        attr.hostname = options.hostname;
-      }
-      auto device = gloo::transport::tcp::CreateDevice(attr);
-      auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
-      context->setTimeout(options.timeout);
-      // The sockets connectFullMesh makes are the pairs' (Gloo keeps their
-      // descriptors to itself): they are the ones not open before it.
-      std::set<uint64_t> before;
-      for (const OpenTcpSocket& s : OpenTcpSockets()) before.insert(s.inode);
-      context->connectFullMesh(*mesh->adapter, device);
-      // A collective's wait ends at the timeout with no second chance:
-      // after an outage its pairs resend within RetransmitCapFor of the
-      // link's return, not on TCP's doubled timer (common/tcp_backoff.h).
-      const auto cap = RetransmitCapFor(options.timeout);
-      for (const OpenTcpSocket& s : OpenTcpSockets()) {
-        if (before.count(s.inode) != 0) continue;
-        (void)CapRetransmitBackoff(s.fd, cap);  // an older kernel keeps its backoff
-      }
-      std::lock_guard<std::mutex> lock(mesh->mu);
-      mesh->context = std::move(context);
-    } catch (...) {
-      {
-        std::lock_guard<std::mutex> lock(mesh->mu);
-        if (mesh->abandoned) return;
-      }
-      // Which peers never published their addresses? Those are the ranks
-      // that did not join (timeout 0: look, do not wait).
-      std::vector<int> missing;
-      for (int r = 0; r < size; ++r) {
-        if (r != rank &&
-            !store->Get({prefix + std::to_string(r)}, std::chrono::milliseconds(0)).ok()) {
-          missing.push_back(r);
-        }
-      }
-      const std::string where = fmt::format(
-          "{} failed (timeout {}, listening on {}){}", what, FormatSeconds(options.timeout),
-          listening, missing.empty() ? "" : "; ranks that did not join: " + FormatRanks(missing));
-      if (!mesh->adapter->error().ok()) {
-        // The store failed (typically a timeout naming the missing key):
-        // keep its code.
-        status = Status(mesh->adapter->error().code(),
-                        fmt::format("{}: {}", where, mesh->adapter->error().message()));
-      } else {
-        status = StatusFromCurrentException(where);
-      }
-    }
-    std::lock_guard<std::mutex> lock(mesh->mu);
-    mesh->status = std::move(status);
-    mesh->done = true;
-    mesh->done_cv.notify_all();
-  }).detach();
-
-  std::unique_lock<std::mutex> lock(mesh->mu);
-  const auto limit = options.timeout + kConnectSlack;
-  if (!mesh->done_cv.wait_for(lock, limit, [&] { return mesh->done; })) {
-    mesh->abandoned = true;
-    lock.unlock();
-    // Name every peer with the address it advertised.
-    std::string peers;
-    for (int r = 0; r < size; ++r) {
-      if (r == rank) continue;
-      auto host = store->Get({"gloo-hosts/" + group + "/" + std::to_string(r)},
-                             std::chrono::milliseconds(0));
-      peers += fmt::format("{}rank {} at {}", peers.empty() ? "" : ", ", r,
-                           host.ok() ? host->front() : std::string("(never joined)"));
-    }
-    return Status::Timeout(fmt::format(
-        "{}: the connections were not all up within {} (timeout {} + {} slack), listening on {}; "
-        "peers: {}; check that each peer's address is reachable from this host "
-        "(distributed.nodes[].host, --host, GRIDSYNC_SOCKET_IFNAME)",
-        what, FormatSeconds(std::chrono::duration_cast<std::chrono::milliseconds>(limit)),
-        FormatSeconds(options.timeout), FormatSeconds(kConnectSlack), listening, peers));
-  }
-  if (!mesh->status.ok()) return mesh->status;
-  std::shared_ptr<gloo::rendezvous::Context> context = mesh->context;
-  lock.unlock();
+std::unique_ptr<Collective> gloo_internal::MakeGlooCollective(
+    int rank, int size, std::string group, std::chrono::milliseconds timeout,
+    std::shared_ptr<gloo::Context> context) {
   return std::unique_ptr<Collective>(
-      new GlooCollective(rank, size, group, options.timeout, std::move(context)));
+      new GlooCollective(rank, size, std::move(group), timeout, std::move(context)));
 }
+
+Status gloo_internal::StatusFromCurrentException(const std::string& what) {
+  return gridsync::StatusFromCurrentException(what);
+}
+
+void gloo_internal::IgnoreSigpipe() { gridsync::IgnoreSigpipe(); }
 
 }  // namespace gridsync

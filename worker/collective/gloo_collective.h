@@ -5,7 +5,11 @@
 // CoordinatorStore backed by the coordinator's KV store, so no shared
 // filesystem is needed. Each rank publishes its listening addresses under
 // "gloo/<group>/<rank>" and reads everyone else's; a prefix per group lets
-// several groups (flat, intra-node, inter-node) coexist in one store. A group
+// several groups (flat, intra-node, inter-node) coexist in one store. The
+// ranks then say in the store how their connections went, check the mesh
+// with an all-reduce of nonces, and connect again on fresh ports when any
+// rank failed (a stranger that connected to a pair's listener first ended
+// the job): gloo_rendezvous.cc. A group
 // name must be new for each creation (for example include the cluster map's
 // generation): keys are never deleted, and a stale entry would point at a
 // process that is gone.
@@ -48,7 +52,8 @@ struct GlooCollectiveOptions {
 
 // Joins group `group` as `rank` of `size`; blocks until every rank has joined
 // and connected, or the timeout. `store` must outlive the call only.
-Result<std::unique_ptr<Collective>> NewGlooCollective(Store* store, int rank, int size, const std::string& group,
+Result<std::unique_ptr<Collective>> NewGlooCollective(Store* store, int rank, int size,
+                                                      const std::string& group,
                                                       const GlooCollectiveOptions& options);
 
 }  // namespace gridsync

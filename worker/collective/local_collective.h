@@ -41,8 +41,8 @@ namespace gridsync {
 class LocalCollective final : public Collective {
  public:
   // Creates the `size` ranks of one group; element r is rank r.
-  static std::vector<std::unique_ptr<LocalCollective>> CreateGroup(int size, std::chrono::milliseconds timeout,
-                                                                   std::string group = "local");
+  static std::vector<std::unique_ptr<LocalCollective>> CreateGroup(
+      int size, std::chrono::milliseconds timeout, std::string group = "local");
   ~LocalCollective() override;
 
   std::string_view name() const override { return "local"; }

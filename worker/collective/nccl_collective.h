@@ -59,7 +59,8 @@ Status LoadNcclLibrary();
 
 // Joins group `group` as `rank` of `size` on one device; blocks until the
 // communicator is initialised on every rank, or the timeout.
-Result<std::unique_ptr<Collective>> NewNcclCollective(Store* store, int rank, int size, const std::string& group,
+Result<std::unique_ptr<Collective>> NewNcclCollective(Store* store, int rank, int size,
+                                                      const std::string& group,
                                                       const NcclCollectiveOptions& options);
 
 }  // namespace gridsync
