@@ -29,8 +29,10 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -56,58 +58,97 @@ constexpr int kMaxAttempts = 8;
 
 // The check of a formed mesh (one small all-reduce): at most this long, or
 // the timeout if shorter.
-constexpr milliseconds kCheckTimeout{10000};
+constexpr milliseconds kCheckTimeout{5000};
 
 // While its mesh forms, a rank looks this often for a peer's failure of
 // the attempt (one Store read).
 constexpr milliseconds kPeerFailureLook{100};
 
 // Adapter from our Store seam to the store Gloo's rendezvous wants. Keys get
-// the group's prefix; values are bytes. Gloo expects failures as exceptions,
-// so a failed Store call throws gloo::IoException, and its Status is kept in
-// error() for the caller, which reports it without the exception detour.
+// the attempt's prefix; values are bytes. Gloo expects failures as
+// exceptions, so a failed Store call throws gloo::IoException, and its
+// Status is kept in error() for the caller, which reports it without the
+// exception detour.
+//
+// Waits go in slices of kPeerFailureLook, each followed by a look at the
+// attempt's failure key: the coordinator's store serves one call at a time
+// per client, so a wait as long as the timeout kept the caller from seeing
+// a peer's failure, and a wait for a peer that gave up lasted the timeout.
+// Every call runs under mu_, which Abandon takes: once the caller gave up
+// on the attempt (its store may go away), no call reaches the store.
 class GlooStoreAdapter : public gloo::rendezvous::Store {
  public:
-  GlooStoreAdapter(gridsync::Store* store, std::string prefix, std::chrono::milliseconds timeout)
-      : store_(store), prefix_(std::move(prefix)), timeout_(timeout) {}
+  GlooStoreAdapter(gridsync::Store* store, std::string prefix, std::string failed_key,
+                   Clock::time_point deadline)
+      : store_(store),
+        prefix_(std::move(prefix)),
+        failed_key_(std::move(failed_key)),
+        deadline_(deadline) {}
 
-  // The caller gave up on this attempt (its store may go away): Gloo's
-  // further calls fail without touching it.
-  void Abandon() { abandoned_.store(true, std::memory_order_release); }
+  // Waits for a call in flight (at most one slice), then refuses the rest.
+  void Abandon() {
+    std::lock_guard<std::mutex> lock(mu_);
+    abandoned_ = true;
+  }
+
+  // The key's value now, when the attempt is not abandoned and it is set.
+  std::optional<std::string> Peek(const std::string& key) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (abandoned_) return std::nullopt;
+    auto value = store_->Get({key}, milliseconds(0));
+    if (!value.ok()) return std::nullopt;
+    return value->front();
+  }
 
   void set(const std::string& key, const std::vector<char>& data) override {
+    std::unique_lock<std::mutex> lock(mu_);
     FailIfAbandoned();
     Status status = store_->Set(prefix_ + key, std::string(data.begin(), data.end()));
     if (!status.ok()) Fail(status);
   }
 
   std::vector<char> get(const std::string& key) override {
-    FailIfAbandoned();
-    auto values = store_->Get({prefix_ + key}, timeout_);
-    if (!values.ok()) Fail(values.status());
-    const std::string& value = values->front();
+    const std::string value = WaitFor({prefix_ + key}, deadline_).front();
     return std::vector<char>(value.begin(), value.end());
   }
 
-  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
-
-  void wait(const std::vector<std::string>& keys,
-            const std::chrono::milliseconds& timeout) override {
-    FailIfAbandoned();
+  void wait(const std::vector<std::string>& keys) override {
     std::vector<std::string> prefixed;
     prefixed.reserve(keys.size());
     for (const auto& key : keys) prefixed.push_back(prefix_ + key);
-    // Gloo passes kNoTimeout (0) for "no timeout"; ours means "do not wait".
-    auto values = store_->Get(prefixed, timeout.count() > 0 ? timeout : timeout_);
-    if (!values.ok()) Fail(values.status());
+    WaitFor(prefixed, deadline_);
+  }
+
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
+    std::vector<std::string> prefixed;
+    prefixed.reserve(keys.size());
+    for (const auto& key : keys) prefixed.push_back(prefix_ + key);
+    // Gloo passes kNoTimeout (0) for "no timeout": the attempt's deadline.
+    WaitFor(prefixed,
+            timeout.count() > 0 ? std::min(deadline_, Clock::now() + timeout) : deadline_);
   }
 
   const Status& error() const { return error_; }
 
  private:
+  std::vector<std::string> WaitFor(const std::vector<std::string>& keys, Clock::time_point until) {
+    for (;;) {
+      std::unique_lock<std::mutex> lock(mu_);
+      FailIfAbandoned();
+      const auto left = std::chrono::duration_cast<milliseconds>(until - Clock::now());
+      auto values = store_->Get(keys, std::clamp(left, milliseconds(1), kPeerFailureLook));
+      if (values.ok()) return std::move(values).value();
+      if (values.status().code() != StatusCode::kTimeout || Clock::now() >= until)
+        Fail(values.status());
+      auto failed = store_->Get({failed_key_}, milliseconds(0));
+      if (failed.ok()) Fail(Status::IOError(failed->front() + " failed this attempt"));
+    }
+  }
+
+  // Under mu_.
   void FailIfAbandoned() {
-    if (abandoned_.load(std::memory_order_acquire))
-      Fail(Status::IOError("the rendezvous gave up on this attempt"));
+    if (abandoned_) Fail(Status::IOError("the rendezvous gave up on this attempt"));
   }
 
   [[noreturn]] void Fail(const Status& status) {
@@ -117,14 +158,30 @@ class GlooStoreAdapter : public gloo::rendezvous::Store {
 
   gridsync::Store* store_;
   const std::string prefix_;
-  const std::chrono::milliseconds timeout_;
-  std::atomic<bool> abandoned_{false};
-  Status error_;
+  const std::string failed_key_;
+  const Clock::time_point deadline_;
+  std::mutex mu_;
+  bool abandoned_ = false;  // guarded by mu_
+  Status error_;            // written by Gloo's calls, on the helper thread only
 };
 
 milliseconds Left(Clock::time_point deadline) {
   return std::max(milliseconds(1),
                   std::chrono::duration_cast<milliseconds>(deadline - Clock::now()));
+}
+
+// Every peer with the address it advertised, and what to check.
+std::string PeersAt(Store* store, const std::string& hosts_prefix, int rank, int size) {
+  std::string peers;
+  for (int r = 0; r < size; ++r) {
+    if (r == rank) continue;
+    auto host = store->Get({hosts_prefix + std::to_string(r)}, milliseconds(0));
+    peers += fmt::format("{}rank {} at {}", peers.empty() ? "" : ", ", r,
+                         host.ok() ? host->front() : std::string("(never joined)"));
+  }
+  return "peers: " + peers +
+         "; check that each peer's address is reachable from this host "
+         "(distributed.nodes[].host, --host, GRIDSYNC_SOCKET_IFNAME)";
 }
 
 // One attempt's mesh, on a helper thread so that the call returns by the
@@ -146,8 +203,8 @@ Result<std::shared_ptr<gloo::rendezvous::Context>> ConnectMesh(
   };
   const milliseconds timeout = Left(deadline);
   auto mesh = std::make_shared<Mesh>();
-  mesh->adapter = std::make_shared<GlooStoreAdapter>(store, prefix, timeout);
-  std::thread([mesh, rank, size, options, timeout, what, listening, prefix, store] {
+  mesh->adapter = std::make_shared<GlooStoreAdapter>(store, prefix, failed_key, deadline);
+  std::thread([mesh, rank, size, options, timeout, what, listening, prefix] {
     const auto started = Clock::now();
     Status status;
     try {
@@ -181,12 +238,10 @@ Result<std::shared_ptr<gloo::rendezvous::Context>> ConnectMesh(
         if (mesh->abandoned) return;
       }
       // Which peers never published their addresses? Those are the ranks
-      // that did not join (timeout 0: look, do not wait).
+      // that did not join (look, do not wait; nothing once abandoned).
       std::vector<int> missing;
       for (int r = 0; r < size; ++r) {
-        if (r != rank && !store->Get({prefix + std::to_string(r)}, milliseconds(0)).ok()) {
-          missing.push_back(r);
-        }
+        if (r != rank && !mesh->adapter->Peek(prefix + std::to_string(r))) missing.push_back(r);
       }
       const std::string where = fmt::format(
           "{} failed after {} (timeout {}, listening on {}){}", what,
@@ -213,20 +268,11 @@ Result<std::shared_ptr<gloo::rendezvous::Context>> ConnectMesh(
   while (!mesh->done_cv.wait_for(lock, kPeerFailureLook, [&] { return mesh->done; })) {
     Status gave_up;
     if (Clock::now() >= limit) {
-      // Name every peer with the address it advertised.
-      std::string peers;
-      for (int r = 0; r < size; ++r) {
-        if (r == rank) continue;
-        auto host = store->Get({hosts_prefix + std::to_string(r)}, milliseconds(0));
-        peers += fmt::format("{}rank {} at {}", peers.empty() ? "" : ", ", r,
-                             host.ok() ? host->front() : std::string("(never joined)"));
-      }
       gave_up = Status::Timeout(fmt::format(
           "{}: the connections were not all up within {} (timeout {} + {} slack), listening on "
-          "{}; peers: {}; check that each peer's address is reachable from this host "
-          "(distributed.nodes[].host, --host, GRIDSYNC_SOCKET_IFNAME)",
+          "{}; {}",
           what, FormatSeconds(options.timeout + kConnectSlack), FormatSeconds(options.timeout),
-          FormatSeconds(kConnectSlack), listening, peers));
+          FormatSeconds(kConnectSlack), listening, PeersAt(store, hosts_prefix, rank, size)));
     } else {
       lock.unlock();
       auto failed = store->Get({failed_key}, milliseconds(0));
@@ -251,41 +297,68 @@ void NonceParts(uint64_t nonce, float* out) {
     out[i] = static_cast<float>((nonce >> (21 * i)) & ((uint64_t{1} << 21) - 1));
 }
 
-// Every rank's word on an attempt's `stage` ("ok <nonce>" or a failure),
-// waiting for the last until the deadline (plus the slack).
-Result<std::vector<std::string>> Words(Store* store, const std::string& tag, int size,
+// A rank's word on a stage of an attempt: "ok <nonce>" (or "ok"), or
+// "retry <why>" (this attempt failed on that rank; another may not). A rank
+// that gives up for good (a peer never joined, or the time is up) says so
+// under the attempt's "final" key instead.
+constexpr std::string_view kOk = "ok";
+constexpr std::string_view kRetry = "retry ";
+
+// Every rank's word under `tag`, waiting for the last until the deadline
+// plus the slack, and at least kWordsFloor: ranks that formed a mesh reach
+// each stage within moments of each other, and one that gave up on a word
+// another then read would leave them disagreeing. A rank that gave up for
+// good says so under `final_key`, which ends the wait with its words (it
+// may never give the word waited for: a peer that never joined).
+constexpr milliseconds kWordsFloor{2000};
+constexpr milliseconds kWordsSlice{200};
+Result<std::vector<std::string>> Words(Store* store, const std::string& tag,
+                                       const std::string& final_key, int size,
                                        const std::string& what, Clock::time_point deadline) {
   std::vector<std::string> keys;
   for (int r = 0; r < size; ++r) keys.push_back(tag + std::to_string(r));
-  auto words = store->Get(keys, Left(deadline + kConnectSlack));
-  if (words.ok()) return words;
-  std::vector<int> silent;
-  for (int r = 0; r < size; ++r)
-    if (!store->Get({keys[static_cast<size_t>(r)]}, milliseconds(0)).ok()) silent.push_back(r);
-  return Status(words.status().code(),
-                fmt::format("{}: ranks {} did not say how their connections went within the "
-                            "timeout: {}",
-                            what, FormatRanks(silent), words.status().message()));
+  const auto until = std::max(Clock::now() + kWordsFloor, deadline + kConnectSlack);
+  for (;;) {
+    const auto left = std::chrono::duration_cast<milliseconds>(until - Clock::now());
+    auto words = store->Get(keys, std::clamp(left, milliseconds(1), kWordsSlice));
+    if (words.ok()) return words;
+    if (words.status().code() != StatusCode::kTimeout) return words.status().WithContext(what);
+    if (auto final = store->Get({final_key}, milliseconds(0)); final.ok())
+      return Status::Timeout(what + ": " + final->front());
+    if (Clock::now() < until) continue;
+    std::vector<int> silent;
+    for (int r = 0; r < size; ++r)
+      if (!store->Get({keys[static_cast<size_t>(r)]}, milliseconds(0)).ok()) silent.push_back(r);
+    return Status(words.status().code(),
+                  fmt::format("{}: ranks {} did not say how their connections went within the "
+                              "timeout: {}",
+                              what, FormatRanks(silent), words.status().message()));
+  }
 }
 
-// The ranks whose word is not "ok ..." and their words; empty when all are.
+// The ranks whose word is not ok, with their words ("" when all are ok).
 std::string FailedWords(const std::vector<std::string>& words) {
   std::string failed;
   for (size_t r = 0; r < words.size(); ++r) {
-    if (words[r].rfind("ok", 0) == 0) continue;
-    failed += fmt::format("{}rank {}: {}", failed.empty() ? "" : "; ", r, words[r]);
+    const std::string_view word = words[r];
+    if (word.substr(0, kOk.size()) == kOk) continue;
+    const std::string_view why =
+        word.substr(0, kRetry.size()) == kRetry ? word.substr(kRetry.size()) : word;
+    failed += fmt::format("{}rank {}: {}", failed.empty() ? "" : "; ", r, why);
   }
   return failed;
 }
 
-// The check of a formed mesh: every rank's nonce, summed through every
-// pair, comes back as each rank published it.
+// The check of a formed mesh: every rank's nonce, summed around the ring
+// (the pairs every all-reduce uses), comes back as each rank published it.
+// A stranger on another pair fails the first operation that uses it, at
+// its timeout.
 Status CheckMesh(Collective& check, const std::vector<std::string>& words) {
   const auto size = static_cast<size_t>(check.size());
   std::vector<uint64_t> nonces(size, 0);
   for (size_t r = 0; r < size; ++r) {
     try {
-      nonces[r] = std::stoull(words[r].substr(3));
+      nonces[r] = std::stoull(words[r].substr(kOk.size()));
     } catch (const std::exception&) {
       return Status::InvalidArgument(
           fmt::format("rank {}'s word '{}' holds no nonce", r, words[r]));
@@ -341,62 +414,69 @@ Result<std::unique_ptr<Collective>> NewGlooCollective(Store* store, int rank, in
   const uint64_t nonce =
       ((uint64_t{entropy()} << 32) | entropy()) & ((uint64_t{1} << (21 * kNonceParts)) - 1);
   const auto deadline = Clock::now() + options.timeout;
-  Status failure;
+  const milliseconds check_timeout = std::min(kCheckTimeout, options.timeout);
+  std::string failed;
   int attempts = 0;
-  for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
-    ++attempts;
+  while (attempts < kMaxAttempts) {
+    const int attempt = attempts++;
     // Each attempt's keys apart: Gloo's addresses (the first attempt's where
-    // they always were) and the ranks' words on it.
+    // they always were) and the ranks' words. A space cannot be in a group
+    // name (node names refuse it), so no group's keys are another's.
     const std::string prefix =
-        attempt == 0 ? "gloo/" + group + "/" : fmt::format("gloo/{}#{}/", group, attempt);
-    const std::string tag = fmt::format("gloo-attempt/{}/{}/", group, attempt);
+        attempt == 0 ? "gloo/" + group + "/" : fmt::format("gloo/{} attempt {}/", group, attempt);
+    const std::string tag = fmt::format("gloo-attempt/{} {}/", group, attempt);
     auto mesh = ConnectMesh(store, rank, size, prefix, tag + "failed", hosts_prefix, what, options,
                             listening, deadline);
     if (!mesh.ok()) {
+      // Peers still forming this attempt's mesh stop waiting on this rank.
       (void)store->Set(tag + "failed", fmt::format("rank {}", rank));
       // A peer that never joined, or the time is up: no attempt mends it.
-      if (mesh.status().code() == StatusCode::kTimeout) return mesh.status();
+      // Said before leaving, so that the others need not wait it out.
+      const bool final = mesh.status().code() == StatusCode::kTimeout;
+      if (final) {
+        (void)store->Set(tag + "final",
+                         fmt::format("rank {} gave up: {}", rank, mesh.status().message()));
+        return mesh.status();
+      }
+      (void)store->Set(tag + std::to_string(rank), std::string(kRetry) + mesh.status().message());
+    } else {
+      GRIDSYNC_RETURN_IF_ERROR(
+          store->Set(tag + std::to_string(rank), fmt::format("{} {}", kOk, nonce))
+              .WithContext(what));
     }
-    GRIDSYNC_RETURN_IF_ERROR(store
-                                 ->Set(tag + std::to_string(rank), mesh.ok()
-                                                                       ? fmt::format("ok {}", nonce)
-                                                                       : mesh.status().message())
-                                 .WithContext(what));
     GRIDSYNC_ASSIGN_OR_RETURN(const std::vector<std::string> words,
-                              Words(store, tag, size, what, deadline));
-    std::string failed = FailedWords(words);
+                              Words(store, tag, tag + "final", size, what, deadline));
+    failed = FailedWords(words);
     if (failed.empty()) {
-      // Every rank connected: does every pair carry its rank's sums?
-      const milliseconds check_timeout =
-          std::min({kCheckTimeout, options.timeout, std::max(Left(deadline), milliseconds(1000))});
+      // Every rank connected: does every pair of the ring carry its rank's
+      // sums? (A short timeout: a few floats, at once on every rank.)
       auto check = gloo_internal::MakeGlooCollective(rank, size, group, check_timeout, *mesh);
       const Status checked = CheckMesh(*check, words);
-      GRIDSYNC_RETURN_IF_ERROR(store
-                                   ->Set(tag + "checked/" + std::to_string(rank),
-                                         checked.ok() ? std::string("ok") : checked.message())
-                                   .WithContext(what));
-      GRIDSYNC_ASSIGN_OR_RETURN(const std::vector<std::string> checks,
-                                Words(store, tag + "checked/", size, what, deadline));
+      GRIDSYNC_RETURN_IF_ERROR(
+          store
+              ->Set(tag + "checked/" + std::to_string(rank),
+                    checked.ok() ? std::string(kOk) : std::string(kRetry) + checked.message())
+              .WithContext(what));
+      GRIDSYNC_ASSIGN_OR_RETURN(
+          const std::vector<std::string> checks,
+          Words(store, tag + "checked/", tag + "final", size, what, deadline));
       failed = FailedWords(checks);
       if (failed.empty()) {
         return gloo_internal::MakeGlooCollective(rank, size, group, options.timeout,
                                                  std::move(mesh).value());
       }
-      failure =
-          Status::IOError(fmt::format("{}: the check of the connections failed: {}", what, failed));
-    } else {
-      failure = mesh.ok() ? Status::IOError(fmt::format("{}: {}", what, failed)) : mesh.status();
-    }
-    if (attempt + 1 < kMaxAttempts && Clock::now() < deadline) {
-      spdlog::warn("{} (attempt {} of {}); connecting again on fresh ports", failure.message(),
-                   attempt + 1, kMaxAttempts);
+      failed = "the check of the connections failed: " + failed;
     }
     if (Clock::now() >= deadline) break;
+    if (attempts < kMaxAttempts) {
+      spdlog::warn("{}: attempt {} of {} failed ({}); connecting again on fresh ports", what,
+                   attempts, kMaxAttempts, failed);
+    }
   }
-  return Status(failure.code(),
-                fmt::format("{} (after {} attempt{} on fresh ports within the timeout: is a "
-                            "stranger connecting to the pairs' listeners?)",
-                            failure.message(), attempts, attempts == 1 ? "" : "s"));
+  return Status::IOError(fmt::format(
+      "{}: the connections failed on {} attempt{} ({}); {}, and that no stranger connects to "
+      "the pairs' listeners",
+      what, attempts, attempts == 1 ? "" : "s", failed, PeersAt(store, hosts_prefix, rank, size)));
 }
 
 }  // namespace gridsync
