@@ -131,22 +131,22 @@ ClusterLayout ResolveLayout(const Config& config, std::vector<ConfigProblem>* pr
     }
     return layout;
   }
-  if (layout.multi_host && config.ps.host_given) {
-    problems->push_back({"ps.host",
-                         "'" + config.ps.host +
-                             "' would put every shard on one address, but the "
-                             "cluster spans several machines",
-                         "leave ps.host out; shards listen on their node's host "
-                         "(distributed.nodes[].shards places them)"});
-  }
-  if (!layout.multi_host && config.ps.host_given && with_shards > 0) {
-    // Placed shards listen on their node's host: ps.host would do nothing.
-    problems->push_back({"ps.host",
-                         "'" + config.ps.host +
-                             "' has no effect: distributed.nodes[].shards places the shards, "
-                             "and each listens on its node's host",
-                         "leave ps.host out (set the node's host), or leave the nodes' shards "
-                         "out"});
+  // Shards placed on several machines, or by the nodes on one, listen on
+  // their node's host: ps.host would put them all on one address, or do
+  // nothing.
+  if (config.ps.host_given && (layout.multi_host || with_shards > 0)) {
+    problems->push_back(
+        {"ps.host",
+         "'" + config.ps.host +
+             (layout.multi_host
+                  ? "' would put every shard on one address, but the cluster spans several "
+                    "machines"
+                  : "' has no effect: distributed.nodes[].shards places the shards, and each "
+                    "listens on its node's host"),
+         layout.multi_host ? "leave ps.host out; shards listen on their node's host "
+                             "(distributed.nodes[].shards places them)"
+                           : "leave ps.host out (set the node's host), or leave the nodes' "
+                             "shards out"});
   }
   std::vector<int> shard_node;
   if (with_shards > 0) {

@@ -59,7 +59,7 @@ void UnmapHugeBlock(void* block, size_t bytes) noexcept;
 // ones come from std::allocator. The mapping covers the block's size
 // rounded to small pages, and the part past the last whole huge page stays
 // on small pages, so a table uses the memory of its size (what memory
-// checks such as ShardStore::BytesFor count), not up to 2 MiB more.
+// checks such as ShardMemoryBytes count), not up to 2 MiB more.
 template <typename T>
 struct HugePageAllocator {
   using value_type = T;

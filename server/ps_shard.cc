@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "server/ps_shard_engine.h"
+#include "spec/shard_memory.h"
 
 namespace gridsync {
 
@@ -22,8 +23,7 @@ uint32_t ReplicaWorkers(const ShardOptions& options) {
 }
 
 uint64_t ShardStoreBytes(const Partition& partition, const ShardOptions& options) {
-  return ShardStore::BytesFor(partition, options.shard, options.apply_updates,
-                              ReplicaWorkers(options));
+  return ShardMemoryBytes(partition, options.shard, options.apply_updates, ReplicaWorkers(options));
 }
 
 wire::ConnectionLimits ShardConnectionLimits(uint32_t workers) {

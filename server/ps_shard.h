@@ -138,8 +138,8 @@ Result<ShardOptions> ShardOptionsFor(const RunSpec& spec, uint32_t shard);
 wire::ConnectionLimits ShardConnectionLimits(uint32_t workers);
 
 // What the shard's store allocates for `partition` under `options`
-// (ShardStore::BytesFor with a replica per worker for delta pulls, as the
-// shard makes them): gridsync-ps checks it against the memory available.
+// (spec/shard_memory.h, with a replica per worker for delta pulls, as the
+// shard makes them): gridsync-bench load reads the shard's memory by it.
 uint64_t ShardStoreBytes(const Partition& partition, const ShardOptions& options);
 // The workers whose replicas the store keeps: all of them with delta pulls
 // (pull_codec set), else none.

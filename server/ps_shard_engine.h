@@ -311,6 +311,14 @@ class PsShardImpl : public PsShard {
     // members of the job still (ExpireWaitingPulls).
     bool waited_again = false;
   };
+  // Of `list` (waiting_ or awaiting_room_): the pulls of the request's
+  // connection, and the bytes held with the request's own (HeldBytes);
+  // only the request's when the list is full (the count refuses first).
+  struct Load {
+    size_t its_own;
+    uint64_t held;
+  };
+  Load LoadOf(const std::vector<Waiting>& list, const Request& request) const;
   // The workers whose push of the step being gathered has not arrived
   // (bsp), or whose clock is behind the version applied (ssp, async).
   std::vector<uint32_t> MissingPushers() const;

@@ -56,16 +56,7 @@ void PsShardImpl::HandlePull(std::unique_ptr<Request> request) {
   // A worker waits with one pull at a time; a peer flooding pulls would
   // otherwise grow this list, and the rows it holds, until the timeouts.
   const size_t max_waiting = MaxWaitingPulls();
-  // Summed here rather than kept: pulls wait rarely and briefly, and the
-  // count bound comes first, so a flood costs a scan of at most max_waiting.
-  uint64_t held = HeldBytes(*request);
-  size_t its_own = 0;  // this peer's pulls waiting already
-  if (waiting_.size() < max_waiting) {
-    for (const Waiting& w : waiting_) {
-      held += HeldBytes(*w.request);
-      its_own += w.request->identity == request->identity;
-    }
-  }
+  const auto [its_own, held] = LoadOf(waiting_, *request);
   // One peer may not take the room of all: a peer that sent 4096 pulls for
   // the next version had every worker's next pull refused, and the run
   // ended (a review).
@@ -122,6 +113,20 @@ uint64_t PsShardImpl::ReplyBytes(const wire::Message& pull) {
   return bytes;
 }
 
+PsShardImpl::Load PsShardImpl::LoadOf(const std::vector<Waiting>& list,
+                                      const Request& request) const {
+  // Summed here rather than kept: pulls wait rarely and briefly, and the
+  // count bound comes first, so a flood costs a scan of at most
+  // MaxWaitingPulls.
+  Load load{0, HeldBytes(request)};
+  if (list.size() >= MaxWaitingPulls()) return load;
+  for (const Waiting& w : list) {
+    load.its_own += w.request->identity == request.identity;
+    load.held += HeldBytes(*w.request);
+  }
+  return load;
+}
+
 size_t PsShardImpl::MaxWaitingPulls() const {
   return std::max<size_t>(4096, size_t{4} * options_.workers);
 }
@@ -130,14 +135,7 @@ void PsShardImpl::ParkForRoom(std::unique_ptr<Request> request) {
   // Bounded as the pulls waiting for a version are: while peers are being
   // shut down for room, a reader streaming pulls had each parked for
   // kShedWait, its rows held, without bound (a review). A worker parks one.
-  size_t its_own = 0;
-  uint64_t held = HeldBytes(*request);
-  if (awaiting_room_.size() < MaxWaitingPulls()) {
-    for (const Waiting& w : awaiting_room_) {
-      its_own += w.request->identity == request->identity;
-      held += HeldBytes(*w.request);
-    }
-  }
+  const auto [its_own, held] = LoadOf(awaiting_room_, *request);
   if (its_own >= kMaxWaitingPullsPerPeer || awaiting_room_.size() >= MaxWaitingPulls() ||
       (!awaiting_room_.empty() && held > options_.max_waiting_pull_bytes)) {
     ReplyError(

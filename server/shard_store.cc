@@ -12,7 +12,6 @@
 #include "common/row_width.h"
 #include "common/state_bytes.h"
 #include "kernels/cpu/adam_batch.h"
-#include "spec/shard_memory.h"
 
 namespace gridsync {
 namespace {
@@ -67,15 +66,6 @@ ShardStore::ShardStore(const Partition& partition, uint32_t shard, const AdamHyp
       table.adam.Resize(rows, table.width);
     }
   }
-}
-
-uint64_t ShardStore::BytesFor(const Partition& partition, uint32_t shard, bool apply_updates,
-                              uint32_t replica_workers) {
-  // As the constructor allocates: parameters and gradients, the touched
-  // bits, then per-row push counts (updates) or Adam's m, v and step
-  // counts; EnableReplicas adds a copy of the parameters per worker. One
-  // formula for the shard and the checks made before it starts.
-  return ShardMemoryBytes(partition, shard, apply_updates, replica_workers);
 }
 
 uint64_t ShardStore::owned_rows() const {

@@ -34,11 +34,7 @@ class ShardStore {
   // apply_updates: pushes carry updates from the workers' optimizers.
   ShardStore(const Partition& partition, uint32_t shard, const AdamHyper& hyper,
              bool apply_updates = false);
-  // What such a store allocates, with replicas for `replica_workers`
-  // workers (EnableReplicas; 0: none): a shard checks it against the
-  // memory available before it starts, rather than abort in an allocation.
-  static uint64_t BytesFor(const Partition& partition, uint32_t shard, bool apply_updates,
-                           uint32_t replica_workers);
+  // What such a store allocates is spec/shard_memory.h's ShardMemoryBytes.
   bool applies_updates() const { return apply_updates_; }
 
   uint32_t shard() const { return shard_; }
