@@ -152,51 +152,62 @@ TEST(GemmTest, Bf16IsTheFp32ProductOfRoundedOperands) {
     std::printf("native bf16: not on this CPU or build; the rounded-operand twin was checked\n");
 }
 
-// A hidden layer's bf16 activations: ReLU of the sums, rounded once. Eigen's
-// twin is exactly Bf16Bits(ReLU(its fp32 sums)); oneDNN's epilogue, whose
-// sums run in another order, follows it to one bf16 step and fp32 rounding.
-TEST(GemmTest, Bf16ReluIsTheRoundedReluOfTheSums) {
+// A product in bf16: the sums (or a hidden layer's activations, the ReLU of
+// the sums) rounded once. Eigen's twin is exactly Bf16Bits(its fp32 sums),
+// or of their ReLU; oneDNN's epilogue, whose sums run in another order,
+// follows it to one bf16 step and fp32 rounding.
+TEST(GemmTest, Bf16OutIsTheRoundedSumsOrTheirRelu) {
   if (!NativeBf16Available())
     std::printf("native bf16: not on this CPU or build; Eigen's twin only\n");
+  size_t negatives[2] = {0, 0};  // by relu
   for (const Case& t : Cases()) {
-    if (t.accumulate) continue;
-    Operands o = Make(t, 11);
-    std::vector<uint16_t> a16(o.a.size()), b16(o.b.size());
-    ToBf16Bits(o.a.data(), o.a.size(), a16.data());
-    ToBf16Bits(o.b.data(), o.b.size(), b16.data());
-    const Bf16Operand a{a16.data(), o.lda, t.ta}, b{b16.data(), o.ldb, t.tb};
-    SetGemmEngine(GemmEngine::kEigen);
-    std::vector<float> sums(o.c.size(), 0.0f);
-    GemmBf16(t.m, t.n, t.k, a, b, sums.data(), o.ldc, /*accumulate=*/false);
-    std::vector<uint16_t> want(o.c.size(), 0xABCD);
-    for (size_t i = 0; i < want.size(); ++i)
-      if (int(i % size_t(o.ldc)) < t.m) want[i] = Bf16Bits(sums[i] > 0.0f ? sums[i] : 0.0f);
-    for (GemmEngine engine : {GemmEngine::kEigen, GemmEngine::kOneDnn}) {
-      if (engine == GemmEngine::kOneDnn && !NativeBf16Available()) continue;
-      std::vector<uint16_t> c(o.c.size(), 0xABCD);
-      SetGemmEngine(engine);
-      GemmBf16Relu(t.m, t.n, t.k, a, b, c.data(), o.ldc);
-      for (size_t i = 0; i < c.size(); ++i) {
-        if (engine == GemmEngine::kEigen || want[i] == 0xABCD) {
-          ASSERT_EQ(c[i], want[i]) << Describe(t) << " engine " << int(engine) << " at " << i;
-        } else {
-          // One bf16 step of rounding, plus what another order of the fp32
-          // sums moves them (a sum that cancels to near zero moves by more
-          // steps than one).
-          const double got = std::bit_cast<float>(uint32_t{c[i]} << 16);
-          const double ref = std::bit_cast<float>(uint32_t{want[i]} << 16);
-          ASSERT_NEAR(got, ref, std::max(got, ref) / 128 + 4e-6 * (t.k + 2))
-              << Describe(t) << " at " << i;
+    for (bool relu : {true, false}) {
+      if (t.accumulate) continue;
+      Operands o = Make(t, 11);
+      std::vector<uint16_t> a16(o.a.size()), b16(o.b.size());
+      ToBf16Bits(o.a.data(), o.a.size(), a16.data());
+      ToBf16Bits(o.b.data(), o.b.size(), b16.data());
+      const Bf16Operand a{a16.data(), o.lda, t.ta}, b{b16.data(), o.ldb, t.tb};
+      SetGemmEngine(GemmEngine::kEigen);
+      std::vector<float> sums(o.c.size(), 0.0f);
+      GemmBf16(t.m, t.n, t.k, a, b, sums.data(), o.ldc, /*accumulate=*/false);
+      std::vector<uint16_t> want(o.c.size(), 0xABCD);
+      for (size_t i = 0; i < want.size(); ++i) {
+        if (int(i % size_t(o.ldc)) < t.m)
+          want[i] = Bf16Bits(relu && !(sums[i] > 0.0f) ? 0.0f : sums[i]);
+      }
+      // Only a product without the ReLU keeps negative sums.
+      for (uint16_t w : want)
+        negatives[relu] += w != 0xABCD && (w & 0x8000) != 0 && (w & 0x7FFF) != 0;
+      for (GemmEngine engine : {GemmEngine::kEigen, GemmEngine::kOneDnn}) {
+        if (engine == GemmEngine::kOneDnn && !NativeBf16Available()) continue;
+        std::vector<uint16_t> c(o.c.size(), 0xABCD);
+        SetGemmEngine(engine);
+        GemmBf16Out(t.m, t.n, t.k, a, b, c.data(), o.ldc, relu);
+        for (size_t i = 0; i < c.size(); ++i) {
+          if (engine == GemmEngine::kEigen || want[i] == 0xABCD) {
+            ASSERT_EQ(c[i], want[i]) << Describe(t) << " engine " << int(engine) << " at " << i;
+          } else {
+            // One bf16 step of rounding, plus what another order of the fp32
+            // sums moves them (a sum that cancels to near zero moves by more
+            // steps than one).
+            const double got = std::bit_cast<float>(uint32_t{c[i]} << 16);
+            const double ref = std::bit_cast<float>(uint32_t{want[i]} << 16);
+            ASSERT_NEAR(got, ref, std::max(std::fabs(got), std::fabs(ref)) / 128 + 4e-6 * (t.k + 2))
+                << Describe(t) << " relu " << relu << " at " << i;
+          }
         }
       }
+      SetGemmEngine(GemmEngine::kAuto);
     }
-    SetGemmEngine(GemmEngine::kAuto);
   }
+  EXPECT_EQ(negatives[true], 0u);
+  EXPECT_GT(negatives[false], 0u);
 }
 
 TEST(GemmDeathTest, ALeadingDimensionShorterThanItsMatrixIsABug) {
   std::vector<uint16_t> a(64, 0), b(64, 0), c(64, 0);
-  EXPECT_DEATH(GemmBf16Relu(4, 2, 2, {a.data(), 4}, {b.data(), 2}, c.data(), 3), "ldc");
+  EXPECT_DEATH(GemmBf16Out(4, 2, 2, {a.data(), 4}, {b.data(), 2}, c.data(), 3, true), "ldc");
   std::vector<float> cf(64, 0.0f);
   EXPECT_DEATH(GemmBf16(4, 2, 2, {a.data(), 3}, {b.data(), 2}, cf.data(), 4, false), "a.ld");
 }
@@ -217,6 +228,29 @@ TEST(GemmTest, RoundToBf16IsRoundToNearestEven) {
   float nan = NAN;
   RoundToBf16(&nan, 1, out);
   EXPECT_TRUE(std::isnan(out[0]));
+}
+
+// The ReLU's gradient: every bf16 activation pattern (zeros of both signs,
+// subnormals, infinities, NaNs) against the definition, with gradients of
+// every kind (a NaN, infinities, negatives, a subnormal).
+TEST(GemmTest, MaskByReluKeepsTheGradientWhereTheActivationIsAboveZero) {
+  const float grads[] = {1.0f,     -2.5e-3f,  NAN,
+                         INFINITY, -INFINITY, std::bit_cast<float>(0x00010000u)};
+  constexpr size_t kPatterns = 1u << 16;
+  std::vector<uint16_t> h(kPatterns);
+  for (size_t i = 0; i < kPatterns; ++i) h[i] = static_cast<uint16_t>(i);
+  std::vector<uint16_t> grad(kPatterns);
+  size_t kept = 0;
+  for (float g : grads) {
+    std::fill(grad.begin(), grad.end(), Bf16Bits(g));
+    MaskByRelu(h.data(), kPatterns, grad.data());
+    for (size_t i = 0; i < kPatterns; ++i) {
+      const bool above = std::bit_cast<float>(uint32_t{h[i]} << 16) > 0.0f;
+      kept += above;
+      ASSERT_EQ(grad[i], above ? Bf16Bits(g) : 0) << "h bits " << i << ", gradient " << g;
+    }
+  }
+  EXPECT_EQ(kept, std::size(grads) * 0x7F80u);  // 0x0001..0x7F80 are above 0
 }
 
 TEST(GemmTest, NamesTheEngineItRuns) {

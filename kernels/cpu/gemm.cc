@@ -93,6 +93,18 @@ void ToBf16Bits(const float* in, size_t n, uint16_t* out) {
   for (size_t i = 0; i < n; ++i) out[i] = Bf16Bits(in[i]);
 }
 
+void MaskByRelu(const uint16_t* h, size_t n, uint16_t* grad) {
+  // The test is on h's bits as a signed 16-bit integer (above 0 and at most
+  // +inf's 0x7F80: positive and not NaN), which GCC vectorises 16 values an
+  // instruction. Masking fp32 sums with h widened to a float, then
+  // rounding, took 43 us for a 64 x 2048 chunk, twice in each chunk's
+  // backward pass (x86-64-v3, an AMD EPYC, 2026-12-06).
+  for (size_t i = 0; i < n; ++i) {
+    const auto bits = static_cast<int16_t>(h[i]);
+    grad[i] = bits > 0 && bits <= 0x7F80 ? grad[i] : uint16_t{0};
+  }
+}
+
 void RoundToBf16(const float* in, size_t n, float* out) {
   for (size_t i = 0; i < n; ++i) out[i] = std::bit_cast<float>(uint32_t{Bf16Bits(in[i])} << 16);
 }
@@ -164,11 +176,11 @@ void GemmBf16(int m, int n, int k, const Bf16Operand& a, const Bf16Operand& b, f
   EigenGemm(m, n, k, Widened(a, m, k, &a32), Widened(b, k, n, &b32), c, ldc, accumulate);
 }
 
-void GemmBf16Relu(int m, int n, int k, const Bf16Operand& a, const Bf16Operand& b, uint16_t* c,
-                  int ldc) {
+void GemmBf16Out(int m, int n, int k, const Bf16Operand& a, const Bf16Operand& b, uint16_t* c,
+                 int ldc, bool relu) {
   CheckShape(m, n, k, a, b, ldc);
   if (UseOneDnn(MatmulFormat::kBf16) && m > 0 && n > 0 && k > 0 &&
-      onednn::GemmBf16Relu(m, n, k, a, b, c, ldc))
+      onednn::GemmBf16Out(m, n, k, a, b, c, ldc, relu))
     return;
   thread_local std::vector<float> sums;
   sums.resize(size_t(std::max(1, m)) * size_t(n));
@@ -176,7 +188,7 @@ void GemmBf16Relu(int m, int n, int k, const Bf16Operand& a, const Bf16Operand& 
   for (int j = 0; j < n; ++j) {
     const float* from = sums.data() + size_t(j) * size_t(m);
     uint16_t* to = c + size_t(j) * size_t(ldc);
-    for (int i = 0; i < m; ++i) to[i] = Bf16Bits(from[i] > 0.0f ? from[i] : 0.0f);
+    for (int i = 0; i < m; ++i) to[i] = Bf16Bits(relu && !(from[i] > 0.0f) ? 0.0f : from[i]);
   }
 }
 

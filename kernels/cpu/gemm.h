@@ -56,13 +56,14 @@ void Gemm(MatmulFormat format, int m, int n, int k, const GemmOperand& a, const 
 void GemmBf16(int m, int n, int k, const Bf16Operand& a, const Bf16Operand& b, float* c, int ldc,
               bool accumulate);
 
-// A hidden layer's activations in bf16: C = Bf16Bits(ReLU(op(A) op(B))), the
-// fp32 sums rounded once after the ReLU. oneDNN does the ReLU and the
-// rounding in its kernel's epilogue; Eigen's twin sums into fp32, then
-// rounds. The twins may differ by one bf16 step where the two sums straddle
-// a rounding boundary.
-void GemmBf16Relu(int m, int n, int k, const Bf16Operand& a, const Bf16Operand& b, uint16_t* c,
-                  int ldc);
+// The product in bf16: C = Bf16Bits(op(A) op(B)), or with `relu`
+// Bf16Bits(ReLU(op(A) op(B))) (a hidden layer's activations), the fp32 sums
+// rounded once. oneDNN does the ReLU and the rounding in its kernel's
+// epilogue (which may flush a subnormal to zero); Eigen's twin sums into
+// fp32, then rounds. The twins may differ by one bf16 step where the two
+// sums straddle a rounding boundary.
+void GemmBf16Out(int m, int n, int k, const Bf16Operand& a, const Bf16Operand& b, uint16_t* c,
+                 int ldc, bool relu);
 
 // Forces the engine (kAuto: oneDNN where it serves the format, else Eigen).
 // kOneDnn where oneDNN cannot serve a format falls back to Eigen.
@@ -90,6 +91,11 @@ inline uint16_t Bf16Bits(float x) {
 
 // Bf16Bits of n floats.
 void ToBf16Bits(const float* in, size_t n, uint16_t* out);
+
+// The bf16 gradient back-propagated through a ReLU whose bf16 output was
+// h: grad[i] stays where h[i], read as the float its bits hold, is above 0
+// (a NaN is not) and becomes 0 elsewhere.
+void MaskByRelu(const uint16_t* h, size_t n, uint16_t* grad);
 
 // Rounds n floats to the nearest bf16 value as ToBf16Bits does, kept as
 // floats: the operands the bf16 format multiplies.

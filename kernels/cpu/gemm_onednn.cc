@@ -24,7 +24,8 @@ struct Key {
   int m, n, k, lda, ldb, ldc;
   bool ta, tb, accumulate;
   MatmulFormat format;
-  bool relu_to_bf16 = false;  // dst = bf16(ReLU(sum)) instead of fp32 sums
+  bool bf16_dst = false;  // dst = bf16(sum) instead of fp32 sums
+  bool relu = false;      // ... of ReLU(sum)
   bool operator==(const Key&) const = default;
 };
 
@@ -32,7 +33,7 @@ struct KeyHash {
   size_t operator()(const Key& key) const {
     size_t h = 0;
     for (int v : {key.m, key.n, key.k, key.lda, key.ldb, key.ldc, int(key.ta), int(key.tb),
-                  int(key.accumulate), int(key.format), int(key.relu_to_bf16)})
+                  int(key.accumulate), int(key.format), int(key.bf16_dst), int(key.relu)})
       h = h * 1000003u ^ std::hash<int>()(v);
     return h;
   }
@@ -90,14 +91,14 @@ Primitive Make(const Key& key) {
   p.weights = memory::desc({k, m}, Type(key.format),
                            key.ta ? memory::dims{1, key.lda} : memory::dims{key.lda, 1});
   // dst(j, i) = C(i, j) at i + j*ldc.
-  p.dst = memory::desc({n, m}, key.relu_to_bf16 ? memory::data_type::bf16 : memory::data_type::f32,
+  p.dst = memory::desc({n, m}, key.bf16_dst ? memory::data_type::bf16 : memory::data_type::f32,
                        memory::dims{key.ldc, 1});
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   dnnl::post_ops ops;
   if (key.accumulate) ops.append_sum(1.0f);
   // The ReLU, and the rounding to the bf16 dst, in the kernel's epilogue.
-  if (key.relu_to_bf16) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+  if (key.relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
   attr.set_post_ops(ops);
   dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(p.src, p.weights, p.dst), attr,
                                   *EngineOrNull());
@@ -217,8 +218,8 @@ bool GemmBf16(int m, int n, int k, const Bf16Operand& a, const Bf16Operand& b, f
   return Execute(key, a.data, b.data, c);
 }
 
-bool GemmBf16Relu(int m, int n, int k, const Bf16Operand& a, const Bf16Operand& b, uint16_t* c,
-                  int ldc) {
+bool GemmBf16Out(int m, int n, int k, const Bf16Operand& a, const Bf16Operand& b, uint16_t* c,
+                 int ldc, bool relu) {
   const Key key{m,
                 n,
                 k,
@@ -229,7 +230,8 @@ bool GemmBf16Relu(int m, int n, int k, const Bf16Operand& a, const Bf16Operand& 
                 b.transposed,
                 /*accumulate=*/false,
                 MatmulFormat::kBf16,
-                /*relu_to_bf16=*/true};
+                /*bf16_dst=*/true,
+                relu};
   return Execute(key, a.data, b.data, c);
 }
 

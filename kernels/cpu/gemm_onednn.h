@@ -24,8 +24,8 @@ bool Gemm(int m, int n, int k, const GemmOperand& a, const GemmOperand& b, float
           bool accumulate);
 bool GemmBf16(int m, int n, int k, const Bf16Operand& a, const Bf16Operand& b, float* c, int ldc,
               bool accumulate);
-bool GemmBf16Relu(int m, int n, int k, const Bf16Operand& a, const Bf16Operand& b, uint16_t* c,
-                  int ldc);
+bool GemmBf16Out(int m, int n, int k, const Bf16Operand& a, const Bf16Operand& b, uint16_t* c,
+                 int ldc, bool relu);
 #else
 inline bool Available() { return false; }
 inline bool NativeBf16() { return false; }
@@ -36,7 +36,8 @@ inline bool Gemm(int, int, int, const GemmOperand&, const GemmOperand&, float*, 
 inline bool GemmBf16(int, int, int, const Bf16Operand&, const Bf16Operand&, float*, int, bool) {
   return false;
 }
-inline bool GemmBf16Relu(int, int, int, const Bf16Operand&, const Bf16Operand&, uint16_t*, int) {
+inline bool GemmBf16Out(int, int, int, const Bf16Operand&, const Bf16Operand&, uint16_t*, int,
+                        bool) {
   return false;
 }
 #endif

@@ -37,7 +37,7 @@ MlpWeights ZeroMlpWeights(const MlpShape& shape);
 
 struct MlpWorkspace {
   std::vector<Matrix> hidden;  // fp32: post-ReLU activations of each hidden layer
-  Matrix delta, prev_delta;    // the backward pass's, kept to reuse their memory
+  Matrix delta, prev_delta;    // fp32's backward pass's, kept to reuse their memory
   // bf16: every operand converted once (weights, input, activations, the
   // back-propagated gradients), not once per product it enters.
   std::vector<std::vector<uint16_t>> weights16, hidden16;
