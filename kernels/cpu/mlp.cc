@@ -71,11 +71,14 @@ void BackwardBf16(const MlpShape& shape, MlpWorkspace* ws, const Matrix& dy, Mlp
                   MatrixMap* dx) {
   const int hidden = shape.hidden_layers;
   const auto n = static_cast<int>(dy.cols());
-  int current = 0;
-  ws->delta16[current].resize(size_t(dy.size()));
-  ToBf16Bits(dy.data(), size_t(dy.size()), ws->delta16[current].data());
+  // dy apart from the hidden layers' gradients: sharing their buffer, it
+  // shrank it to 3 rows and the next layer's grew it back, zero-filling
+  // 61 rows of every chunk.
+  ws->dy16.resize(size_t(dy.size()));
+  ToBf16Bits(dy.data(), size_t(dy.size()), ws->dy16.data());
+  const uint16_t* delta = ws->dy16.data();
+  int next = 0;
   for (int i = hidden; i >= 1; --i) {
-    const uint16_t* delta = ws->delta16[current].data();
     const uint16_t* input = ws->hidden16[i - 1].data();  // layer i's input, cols(i) x n
     const uint16_t* weights = ws->weights16[i].data();
     const int rows = shape.rows(i), cols = shape.cols(i);
@@ -85,14 +88,14 @@ void BackwardBf16(const MlpShape& shape, MlpWorkspace* ws, const Matrix& dy, Mlp
     // prev = W_i^T * delta, rounded to bf16 as the product's epilogue
     // writes it, then kept where the ReLU's output was positive: half the
     // bytes of fp32 sums masked and rounded after, in one pass less.
-    current ^= 1;
-    std::vector<uint16_t>& prev = ws->delta16[current];
+    std::vector<uint16_t>& prev = ws->delta16[next];
+    next ^= 1;
     prev.resize(size_t(cols) * size_t(n));
     GemmBf16Out(cols, n, rows, {weights, rows, /*transposed=*/true}, {delta, rows}, prev.data(),
                 cols, /*relu=*/false);
     MaskByRelu(input, prev.size(), prev.data());
+    delta = prev.data();
   }
-  const uint16_t* delta = ws->delta16[current].data();
   const int rows = shape.rows(0), cols = shape.cols(0);
   GemmBf16(rows, cols, n, {delta, rows}, {ws->x16.data(), cols, /*transposed=*/true},
            (*dw)[0].data(), rows, /*accumulate=*/true);

@@ -41,7 +41,7 @@ struct MlpWorkspace {
   // bf16: every operand converted once (weights, input, activations, the
   // back-propagated gradients), not once per product it enters.
   std::vector<std::vector<uint16_t>> weights16, hidden16;
-  std::vector<uint16_t> x16, delta16[2];
+  std::vector<uint16_t> x16, dy16, delta16[2];
   // What the forward call was made with, so that MlpBackward can check
   // that it continues that call.
   MatmulFormat format = MatmulFormat::kFp32;
