@@ -412,8 +412,10 @@ TEST(CliTest, AFinishedResumeAnEmptyKeysFolderAndUnwrittenCheckpointsAreNotQuiet
                 "--timeline: Value \"\" is empty");
   const std::string dir = ::testing::TempDir() + "/finished-" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
+  // Its own ports (coordinator, two shards): ctest runs tests two at a
+  // time, and cli_files_test's launches take 28770-28792.
   const std::string sets =
-      " configs/local.json --set distributed.master_port=28780 --set training.steps=10 --set "
+      " configs/local.json --set distributed.master_port=28810 --set training.steps=10 --set "
       "training.batch_size=1024 --set encoding.log2_hashmap_size=12 --set "
       "checkpoint.every_steps=5 --set checkpoint.dir=" +
       dir + "/ck --set task.output=" + dir;
