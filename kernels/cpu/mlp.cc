@@ -72,8 +72,8 @@ void BackwardBf16(const MlpShape& shape, MlpWorkspace* ws, const Matrix& dy, Mlp
   const int hidden = shape.hidden_layers;
   const auto n = static_cast<int>(dy.cols());
   // dy apart from the hidden layers' gradients: sharing their buffer, it
-  // shrank it to 3 rows and the next layer's grew it back, zero-filling
-  // 61 rows of every chunk.
+  // shrank it to the output's rows (3 for an image) and the next layer grew
+  // it back, zero-filling the difference in every chunk.
   ws->dy16.resize(size_t(dy.size()));
   ToBf16Bits(dy.data(), size_t(dy.size()), ws->dy16.data());
   const uint16_t* delta = ws->dy16.data();
