@@ -112,12 +112,8 @@ class GlooStoreAdapter : public gloo::rendezvous::Store {
     return std::vector<char>(value.begin(), value.end());
   }
 
-  void wait(const std::vector<std::string>& keys) override {
-    std::vector<std::string> prefixed;
-    prefixed.reserve(keys.size());
-    for (const auto& key : keys) prefixed.push_back(prefix_ + key);
-    WaitFor(prefixed, deadline_);
-  }
+  // Gloo's kNoTimeout (0): the attempt's deadline.
+  void wait(const std::vector<std::string>& keys) override { wait(keys, milliseconds(0)); }
 
   void wait(const std::vector<std::string>& keys,
             const std::chrono::milliseconds& timeout) override {
