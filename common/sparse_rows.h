@@ -9,12 +9,16 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/uninit_vector.h"
+
 namespace gridsync {
 
 struct SparseRows {
   uint32_t width = 0;
   std::vector<uint32_t> rows;
-  std::vector<float> values;  // rows.size() * width
+  // rows.size() * width. Uninitialised on resize: every producer writes
+  // it whole, and a push may hand it to its message (a frame's values).
+  UninitVector<float> values;
 
   size_t size() const { return rows.size(); }
   void clear() {

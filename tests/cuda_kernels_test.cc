@@ -286,7 +286,8 @@ TEST(CudaAdamTest, SparseRowsMatchCpu) {
     for (uint32_t row = 0; row < kTouchable; ++row) {
       if (row == 3 || row == 17 || pick(rng)) grad.rows.push_back(row);  // 3, 17: every step
     }
-    grad.values = Uniform(grad.rows.size() * kWidth, -2.0f, 2.0f, &rng);
+    const std::vector<float> values = Uniform(grad.rows.size() * kWidth, -2.0f, 2.0f, &rng);
+    grad.values.assign(values.begin(), values.end());
     for (uint32_t row : grad.rows) touched[row] = true;
 
     const Status status = cuda::host::AdamUpdateRows(hyper, grad, kGradScale, &gpu_params, &gpu_m,

@@ -46,8 +46,8 @@ void ExpectSameBlocks(const Split& got, const Split& want) {
 
 struct Push {
   std::vector<uint32_t> rows;
-  std::vector<float> values;
-  std::vector<float> mlp;
+  UninitVector<float> values;  // what a push block's values are
+  UninitVector<float> mlp;
 };
 
 // Every 3rd row from `first`, `n` rows, with values distinct per element;
@@ -112,7 +112,7 @@ TEST(PsClientSplitTest, RowsSpreadOverShardsOrColumnsSplitAreCopied) {
 TEST(PsClientSplitTest, VectorsThatDoNotHoldTheRefAreNotTaken) {
   const Partition partition = Make(20000, 2, 1, ModelParallelDim::kRow);
   Push copy = MakePush(partition, 0, 100), given = copy;
-  std::vector<float> other = given.values;  // offered, but not what values points at
+  UninitVector<float> other = given.values;  // offered, but not what values points at
   std::vector<TableRowsRef> refs = Refs(&given, 100, true);
   refs[0].give_values = &other;
   const Split got = ps_internal::SplitAll(partition, refs, true);

@@ -171,7 +171,7 @@ TEST(WorkerAdamTest, UpdatesAreTheNegatedAdamStepAndZeroRowsAreDropped) {
     SparseRows sparse;
     sparse.width = 2;
     sparse.rows = rows;
-    sparse.values = grad;
+    sparse.values.assign(grad.begin(), grad.end());
     const std::vector<float> before_grid = params_grid;
     const std::vector<float> before_mlp = params_mlp;
     cpu::AdamUpdateRows(hyper, sparse, 1.0f, params_grid.data(), &ref_grid);
@@ -321,7 +321,7 @@ TEST(PsWorkerOptimizerTest, ShardAveragesUpdatesOverThePushesListingTheRow) {
     b.width = 2;
     b.row_count = static_cast<uint32_t>(rows.size());
     b.rows = std::move(rows);
-    b.values = std::move(values);
+    b.values.assign(values.begin(), values.end());
     std::vector<wire::OutBlock> blocks;
     blocks.push_back(std::move(b));
     return raw.Exchange(wire::Encode(h, std::move(blocks)), shapes);

@@ -440,7 +440,7 @@ TEST(WireRoundTripTest, HugeErrorTextIsTruncatedToStayDecodable) {
 TEST(WireZeroCopyTest, EncodeMovesPayloadIntoFrames) {
   std::vector<uint32_t> rows(5000);
   for (uint32_t i = 0; i < rows.size(); ++i) rows[i] = 2 * i;
-  std::vector<float> values = Iota(rows.size() * 2);
+  UninitVector<float> values = Iota(rows.size() * 2);
   const void* rows_data = rows.data();
   const void* values_data = values.data();
 

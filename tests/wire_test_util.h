@@ -31,8 +31,8 @@ namespace {
 // Table 0: a hashed level; 1: a small dense one; 2: big enough for 1M rows.
 inline std::vector<TableShape> Tables() { return {{1000, 4}, {64, 2}, {uint64_t{1} << 22, 2}}; }
 
-inline std::vector<float> Iota(size_t n, float start = 0.5f) {
-  std::vector<float> v(n);
+inline UninitVector<float> Iota(size_t n, float start = 0.5f) {
+  UninitVector<float> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = start + static_cast<float>(i);
   return v;
 }
@@ -53,8 +53,8 @@ inline zmq::message_t FrameOf(capnp::MallocMessageBuilder& builder) {
   return zmq::message_t(bytes.begin(), bytes.size());
 }
 
-template <typename T>
-inline zmq::message_t FrameOf(const std::vector<T>& v) {
+template <typename T, typename Alloc>
+inline zmq::message_t FrameOf(const std::vector<T, Alloc>& v) {
   return zmq::message_t(v.data(), v.size() * sizeof(T));
 }
 

@@ -76,7 +76,7 @@ class EventDriver {
       push.width = args.width;
       push.row_count = static_cast<uint32_t>(b.rows.size());
       push.rows = b.rows;
-      push.values = b.grad;
+      push.values.assign(b.grad.begin(), b.grad.end());
       wire::OutBlock pull = push;
       pull.values.clear();
       pushes_.push_back({std::move(push)});

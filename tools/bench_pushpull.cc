@@ -158,13 +158,13 @@ Result<std::vector<double>> TimeGridsync(PsClient& client, const std::vector<uin
   std::vector<double> us;
   us.reserve(static_cast<size_t>(iters));
   std::vector<uint32_t> push_rows;
-  std::vector<float> push_grad;
+  UninitVector<float> push_grad;
   for (int it = 0; it < warmup + iters; ++it) {
     // Untimed: the step's gradient in buffers of its own, which the client
     // takes as the push's frames (zero copy), as the ps training loop hands
     // over its touched rows (TableRowsRef::give_*).
     push_rows = rows;
-    push_grad = grad;
+    push_grad.assign(grad.begin(), grad.end());
     const std::vector<TableRowsRef> push = {{0, false, push_rows.data(), push_rows.size(),
                                              push_grad.data(), false, &push_rows, &push_grad}};
     const auto start = Clock::now();

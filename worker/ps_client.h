@@ -61,7 +61,7 @@ struct TableRowsRef {
   const float* values = nullptr;
   bool on_device = false;
   std::vector<uint32_t>* give_rows = nullptr;
-  std::vector<float>* give_values = nullptr;
+  UninitVector<float>* give_values = nullptr;
 };
 
 // Push values that stay on the model's device until they are encoded
@@ -416,7 +416,7 @@ class PsClient {
     uint64_t key = 0;
     uint32_t table = 0, col_begin = 0, width = 0;
     std::vector<uint32_t> rows;
-    std::vector<float> corrected;
+    UninitVector<float> corrected;
     UninitVector<float> decoded;
     bool mask = false;
   };

@@ -9,9 +9,9 @@ namespace gridsync::ps_internal {
 namespace {
 
 // The first `n` elements of *given, taken whole; *given is left empty.
-template <typename T>
-std::vector<T> TakeFirst(std::vector<T>* given, size_t n) {
-  std::vector<T> taken = std::move(*given);
+template <typename T, typename Alloc>
+std::vector<T, Alloc> TakeFirst(std::vector<T, Alloc>* given, size_t n) {
+  std::vector<T, Alloc> taken = std::move(*given);
   given->clear();
   taken.resize(n);
   return taken;

@@ -23,6 +23,7 @@
 
 #include "common/sharding.h"
 #include "common/thread_pool.h"
+#include "common/uninit_vector.h"
 #include "kernels/adam_math.h"
 #include "kernels/cpu/adam.h"
 #include "worker/ps_client.h"
@@ -80,7 +81,7 @@ class WorkerAdam {
 
   struct Table {
     std::vector<uint32_t> rows;  // this push's update rows (sparse)
-    std::vector<float> values;   // and their updates
+    UninitVector<float> values;  // and their updates (a push block may take them)
   };
   const Partition& partition_;
   AdamHyper hyper_;

@@ -182,14 +182,15 @@ namespace {
 
 // A payload frame: a block's own vector moved in (zero copy), a const
 // one's copied, so that the caller keeps it.
-template <typename T>
-zmq::message_t PayloadFrame(std::vector<T>& data, const std::shared_ptr<UnsentBytes>& unsent) {
+template <typename T, typename Alloc>
+zmq::message_t PayloadFrame(std::vector<T, Alloc>& data,
+                            const std::shared_ptr<UnsentBytes>& unsent) {
   return FrameFromVector(std::move(data), unsent);
 }
-template <typename T>
-zmq::message_t PayloadFrame(const std::vector<T>& data,
+template <typename T, typename Alloc>
+zmq::message_t PayloadFrame(const std::vector<T, Alloc>& data,
                             const std::shared_ptr<UnsentBytes>& unsent) {
-  std::vector<T> copy = data;
+  std::vector<T, Alloc> copy = data;
   return FrameFromVector(std::move(copy), unsent);
 }
 

@@ -168,7 +168,10 @@ struct OutBlock {
   // Send rows raw (zero copy) even where deltaVarint would be smaller: for
   // tests and benchmarks. By default Encode picks the smaller layout.
   bool raw_rows = false;
-  std::vector<float> values;  // row_count * width, for kinds that carry values
+  // row_count * width, for kinds that carry values. Uninitialised on
+  // resize: every sender writes them whole (a reply's gather, a push's
+  // update), and zero-filling first was a second pass over the message.
+  UninitVector<float> values;
   // With a codec, `payload` (EncodedSize bytes) travels instead of values.
   CodecOptions codec;
   uint64_t codec_seed = 0;

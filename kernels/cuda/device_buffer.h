@@ -44,7 +44,8 @@ class DeviceBuffer {
   size_t size() const { return size_; }
 
   // Allocates and copies `src` in (nothing is allocated for an empty src).
-  Status Upload(const std::vector<T>& src) {
+  template <typename Alloc>
+  Status Upload(const std::vector<T, Alloc>& src) {
     if (src.empty()) return Status::OK();
     GRIDSYNC_RETURN_IF_ERROR(Allocate(src.size()));
     GRIDSYNC_CUDA_RETURN_IF_ERROR(
@@ -70,7 +71,8 @@ class DeviceBuffer {
   }
 
   // Copies the whole buffer into *dst, resized to fit.
-  Status Download(std::vector<T>* dst) const {
+  template <typename Alloc>
+  Status Download(std::vector<T, Alloc>* dst) const {
     dst->resize(size_);
     if (size_ == 0) return Status::OK();
     GRIDSYNC_CUDA_RETURN_IF_ERROR(
