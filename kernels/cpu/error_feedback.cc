@@ -10,6 +10,7 @@
 
 #include "common/check.h"
 #include "common/prefetch.h"
+#include "common/row_width.h"
 #include "common/state_bytes.h"
 
 namespace gridsync::cpu {
@@ -53,13 +54,16 @@ void ErrorFeedback::AddResidual(uint64_t key, const uint32_t* rows, size_t n_row
   const Table* t = FindTable(key);
   if (t == nullptr) return;
   GRIDSYNC_CHECK_EQ(t->width, width);
-  for (size_t r = 0; r < n_rows; ++r) {
-    if (r + kFeedbackPrefetch < n_rows) t->Prefetch(rows[r + kFeedbackPrefetch]);
-    const float* residual = t->Find(rows[r]);
-    if (residual == nullptr) continue;
-    float* v = values + r * width;
-    for (uint32_t f = 0; f < width; ++f) v[f] += residual[f];
-  }
+  WithRowWidth(width, [&](auto constant) {
+    const uint32_t w = RowWidth(constant, width);
+    for (size_t r = 0; r < n_rows; ++r) {
+      if (r + kFeedbackPrefetch < n_rows) t->Prefetch(rows[r + kFeedbackPrefetch]);
+      const float* residual = t->Find(rows[r]);
+      if (residual == nullptr) continue;
+      float* v = values + r * w;
+      for (uint32_t f = 0; f < w; ++f) v[f] += residual[f];
+    }
+  });
 }
 
 bool ErrorFeedback::GatherResiduals(uint64_t key, const uint32_t* rows, uint32_t first_row,
@@ -67,19 +71,22 @@ bool ErrorFeedback::GatherResiduals(uint64_t key, const uint32_t* rows, uint32_t
   const Table* t = FindTable(key);
   if (t == nullptr || t->entries == 0) return false;
   GRIDSYNC_CHECK_EQ(t->width, width);
-  for (size_t i = 0; i < n; ++i) {
-    const uint32_t row = rows != nullptr ? rows[i] : first_row + static_cast<uint32_t>(i);
-    if (rows != nullptr && i + kFeedbackPrefetch < n) t->Prefetch(rows[i + kFeedbackPrefetch]);
-    const float* residual = t->Find(row);
-    float* o = out + i * width;
-    if (residual == nullptr) {
-      // -0.0f, the identity of addition for every float (+0.0f would turn
-      // a -0.0f parameter into +0.0f): adding it changes no bit.
-      for (uint32_t f = 0; f < width; ++f) o[f] = -0.0f;
-    } else {
-      for (uint32_t f = 0; f < width; ++f) o[f] = residual[f];
+  WithRowWidth(width, [&](auto constant) {
+    const uint32_t w = RowWidth(constant, width);
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t row = rows != nullptr ? rows[i] : first_row + static_cast<uint32_t>(i);
+      if (rows != nullptr && i + kFeedbackPrefetch < n) t->Prefetch(rows[i + kFeedbackPrefetch]);
+      const float* residual = t->Find(row);
+      float* o = out + i * w;
+      if (residual == nullptr) {
+        // -0.0f, the identity of addition for every float (+0.0f would
+        // turn a -0.0f parameter into +0.0f): adding it changes no bit.
+        for (uint32_t f = 0; f < w; ++f) o[f] = -0.0f;
+      } else {
+        for (uint32_t f = 0; f < w; ++f) o[f] = residual[f];
+      }
     }
-  }
+  });
   return true;
 }
 
@@ -136,20 +143,23 @@ void ErrorFeedback::StoreResidual(uint64_t key, const uint32_t* rows, size_t n_r
   if (t.width == 0) t.width = width;
   GRIDSYNC_CHECK_EQ(t.width, width);
   ++t.stores;
-  for (size_t r = 0; r < n_rows; ++r) {
-    if (r + kFeedbackPrefetch < n_rows) t.Prefetch(rows[r + kFeedbackPrefetch]);
-    const float* c = corrected + r * width;
-    const float* d = decoded + r * width;
-    const uint32_t row = rows[r];
-    float* residual = t.Find(row);
-    if (residual == nullptr) {
-      bool zero = true;
-      for (uint32_t f = 0; f < width; ++f) zero &= (c[f] - d[f]) == 0.0f;
-      if (zero) continue;  // no entry, and no page, for a zero residual
-      residual = t.Insert(row);
+  WithRowWidth(width, [&](auto constant) {
+    const uint32_t w = RowWidth(constant, width);
+    for (size_t r = 0; r < n_rows; ++r) {
+      if (r + kFeedbackPrefetch < n_rows) t.Prefetch(rows[r + kFeedbackPrefetch]);
+      const float* c = corrected + r * w;
+      const float* d = decoded + r * w;
+      const uint32_t row = rows[r];
+      float* residual = t.Find(row);
+      if (residual == nullptr) {
+        bool zero = true;
+        for (uint32_t f = 0; f < w; ++f) zero &= (c[f] - d[f]) == 0.0f;
+        if (zero) continue;  // no entry, and no page, for a zero residual
+        residual = t.Insert(row);
+      }
+      for (uint32_t f = 0; f < w; ++f) residual[f] = c[f] - d[f];
     }
-    for (uint32_t f = 0; f < width; ++f) residual[f] = c[f] - d[f];
-  }
+  });
 }
 
 void ErrorFeedback::AppendState(std::string* out) const {
