@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common/counter_rng.h"
+#include "common/row_width.h"
 #include "common/uninit_vector.h"
 #include "worker/ps_client.h"
 #include "worker/ps_client_internal.h"
@@ -101,25 +102,29 @@ void PsClient::AddResidualOf(uint32_t shard, uint64_t key, const uint32_t* rows,
   // Both row lists ascend: one walk finds each pushed row among the pulled
   // ones (a step pushes the rows it pulled, so the table is rarely asked).
   std::vector<size_t> missed;  // indices of pushed rows the pull did not ask for
-  size_t j = 0;
   const size_t m = pulled->row_count;
-  for (size_t r = 0; r < n; ++r) {
-    const uint32_t row = rows[r];
-    const float* residual = nullptr;
-    if (pulled->dense) {
-      if (row >= pulled->row_begin && row - pulled->row_begin < m)
-        residual = pending + size_t{row - pulled->row_begin} * width;
-    } else {
-      while (j < m && pulled->rows[j] < row) ++j;
-      if (j < m && pulled->rows[j] == row) residual = pending + j * width;
+  // The width as a constant: rows are a few floats (common/row_width.h).
+  WithRowWidth(width, [&](auto constant) {
+    const uint32_t w = RowWidth(constant, width);
+    size_t j = 0;
+    for (size_t r = 0; r < n; ++r) {
+      const uint32_t row = rows[r];
+      const float* residual = nullptr;
+      if (pulled->dense) {
+        if (row >= pulled->row_begin && row - pulled->row_begin < m)
+          residual = pending + size_t{row - pulled->row_begin} * w;
+      } else {
+        while (j < m && pulled->rows[j] < row) ++j;
+        if (j < m && pulled->rows[j] == row) residual = pending + j * w;
+      }
+      if (residual == nullptr) {
+        missed.push_back(r);
+        continue;
+      }
+      float* v = values + r * w;
+      for (uint32_t f = 0; f < w; ++f) v[f] += residual[f];
     }
-    if (residual == nullptr) {
-      missed.push_back(r);
-      continue;
-    }
-    float* v = values + r * width;
-    for (uint32_t f = 0; f < width; ++f) v[f] += residual[f];
-  }
+  });
   if (missed.empty()) return;
   // Those from the table, in one call (the same additions).
   std::vector<uint32_t> missed_rows(missed.size());
