@@ -41,8 +41,8 @@ std::string WireInput(const std::vector<zmq::message_t>& frames) {
   return out;
 }
 
-std::vector<float> Ramp(size_t n) {
-  std::vector<float> v(n);
+UninitVector<float> Ramp(size_t n) {
+  UninitVector<float> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = 0.01f * static_cast<float>(i % 17) - 0.05f;
   return v;
 }
