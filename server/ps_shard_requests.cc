@@ -274,10 +274,19 @@ void PsShardImpl::ApplyPushes(const std::vector<const wire::Message*>& pushes) {
     });
     return;
   }
+  // With updates the last push finishes its rows as it is summed
+  // (ShardStore::AccumulateLast); the apply then moves the rest.
+  const bool updates = store_->applies_updates();
   pool_.ParallelFor(partition_.n_tables(), [&](size_t t) {
     for (const wire::Message* m : pushes) {
+      const bool last = updates && m == pushes.back();
       for (const auto& block : m->blocks) {
-        if (block.table == t) store_->Accumulate(block);
+        if (block.table != t) continue;
+        if (last) {
+          store_->AccumulateLast(block);
+        } else {
+          store_->Accumulate(block);
+        }
       }
     }
   });

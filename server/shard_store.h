@@ -48,6 +48,14 @@ class ShardStore {
   // grad[row] += values of the block (after ownership was checked); with
   // updates, also counts the push for each listed row.
   void Accumulate(const wire::Block& block);
+  // With updates, the step's last push of the block's table, in place of
+  // Accumulate: each row moves now by the mean of its updates, exactly as
+  // the apply below would move it, and leaves the step's touched rows. A
+  // row no earlier push listed moves by its update as it is, so it never
+  // touches the gradient buffer or the push counts: in a two-worker step
+  // most of a grid's fine rows come from one worker, and half of them
+  // skipped two passes over scattered lines.
+  void AccumulateLast(const wire::Block& block);
 
   // Adam runs in pieces that may execute concurrently (distinct rows).
   // After accumulating a step: the touched rows of table t, in chunks.
