@@ -154,46 +154,51 @@ void ShardStore::Accumulate(const wire::Block& block) {
 void ShardStore::AccumulateLast(const wire::Block& block) {
   GRIDSYNC_CHECK(apply_updates_);
   Table& table = tables_[block.table];
-  const uint32_t w = table.width;
-  if (block.dense) table.dense_step = true;
   WithLocalRows(block, [&](auto local_of) {
-    WithRowWidth(w, [&](auto constant) {
-      const uint32_t width = RowWidth(constant, w);
-      float* params = table.params.data();
-      for (size_t i = 0; i < block.row_count; ++i) {
-        if (i + kPrefetchRows < block.row_count) {
-          const uint64_t ahead = local_of(i + kPrefetchRows);
-          PrefetchRow(params + ahead * width);
-          if ((table.touched[ahead >> 6] >> (ahead & 63)) & 1) {
-            PrefetchRow(table.grad.data() + ahead * width);
-            PrefetchRow(table.pushes.data() + ahead);
-          }
-        }
-        const uint64_t local = local_of(i);
-        const float* u = block.values.data() + i * width;
-        float* p = params + local * width;
-        uint64_t& word = table.touched[local >> 6];
-        const uint64_t bit = uint64_t{1} << (local & 63);
-        if ((word & bit) == 0) {
-          // One push: what the apply adds, the buffer's 0.0f + u (not u:
-          // 0.0f + -0.0f is +0.0f), so the parameter ends bit for bit the same.
-          for (uint32_t f = 0; f < width; ++f) p[f] += 0.0f + u[f];
-          continue;
-        }
-        // Summed in rank order as before, this push last; the apply skips
-        // the row (its bit is clear, FinishTable clears the rest).
-        word &= ~bit;
-        float* g = table.grad.data() + local * width;
-        const uint32_t n = table.pushes[local] + 1;
-        table.pushes[local] = 0;
-        const float inv = 1.0f / static_cast<float>(n);
-        for (uint32_t f = 0; f < width; ++f) {
-          p[f] += (g[f] + u[f]) * inv;
-          g[f] = 0.0f;
-        }
-      }
+    WithRowWidth(table.width, [&](auto constant) {
+      MoveByLastUpdates<constant>(block, local_of, table.width, &table);
     });
   });
+  // The rows finished here leave the apply's list (their bits are clear;
+  // FinishTable clears the others').
+  std::erase_if(table.touched_rows, [&](uint32_t local) { return !Touched(table, local); });
+}
+
+template <uint32_t W, typename LocalOf>
+void ShardStore::MoveByLastUpdates(const wire::Block& block, LocalOf local_of, uint32_t width,
+                                   Table* table) {
+  const uint32_t w = W > 0 ? W : width;
+  float* params = table->params.data();
+  float* grad = table->grad.data();
+  for (size_t i = 0; i < block.row_count; ++i) {
+    if (i + kPrefetchRows < block.row_count) {
+      const uint64_t ahead = local_of(i + kPrefetchRows);
+      PrefetchRow(params + ahead * w);
+      if (Touched(*table, ahead)) {
+        PrefetchRow(grad + ahead * w);
+        PrefetchRow(table->pushes.data() + ahead);
+      }
+    }
+    const uint64_t local = local_of(i);
+    const float* u = block.values.data() + i * w;
+    float* p = params + local * w;
+    if (!Touched(*table, local)) {
+      // One push: what the apply adds is the buffer's 0.0f + u (not u:
+      // 0.0f + -0.0f is +0.0f), so the parameter ends bit for bit the same.
+      for (uint32_t f = 0; f < w; ++f) p[f] += 0.0f + u[f];
+      continue;
+    }
+    // Summed in rank order as before, this push last.
+    ClearTouched(table, local);
+    float* g = grad + local * w;
+    const uint32_t n = table->pushes[local] + 1;
+    table->pushes[local] = 0;
+    const float inv = 1.0f / static_cast<float>(n);
+    for (uint32_t f = 0; f < w; ++f) {
+      p[f] += (g[f] + u[f]) * inv;
+      g[f] = 0.0f;
+    }
+  }
 }
 
 size_t ShardStore::TouchedChunks(uint32_t t, size_t chunk_rows) const {
@@ -206,22 +211,14 @@ void ShardStore::ApplyTouchedChunk(uint32_t t, size_t chunk, size_t chunk_rows) 
   const size_t end = std::min(table.touched_rows.size(), begin + chunk_rows);
   if (apply_updates_) {
     const uint32_t w = table.width;
-    // A row whose bit is clear finished in the step's last push
-    // (AccumulateLast).
-    const auto pending = [&](size_t local) {
-      return (table.touched[local >> 6] >> (local & 63)) & 1;
-    };
     for (size_t i = begin; i < end; ++i) {
       if (i + kPrefetchRows < end) {
         const size_t ahead = table.touched_rows[i + kPrefetchRows];
-        if (pending(ahead)) {
-          PrefetchRow(table.grad.data() + ahead * w);
-          PrefetchRow(table.params.data() + ahead * w);
-          PrefetchRow(table.pushes.data() + ahead);
-        }
+        PrefetchRow(table.grad.data() + ahead * w);
+        PrefetchRow(table.params.data() + ahead * w);
+        PrefetchRow(table.pushes.data() + ahead);
       }
       const uint32_t local = table.touched_rows[i];
-      if (!pending(local)) continue;
       float* g = table.grad.data() + size_t{local} * w;
       float* p = table.params.data() + size_t{local} * w;
       const uint32_t n = table.pushes[local];

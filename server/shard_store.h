@@ -49,12 +49,13 @@ class ShardStore {
   // updates, also counts the push for each listed row.
   void Accumulate(const wire::Block& block);
   // With updates, the step's last push of the block's table, in place of
-  // Accumulate: each row moves now by the mean of its updates, exactly as
-  // the apply below would move it, and leaves the step's touched rows. A
-  // row no earlier push listed moves by its update as it is, so it never
-  // touches the gradient buffer or the push counts: in a two-worker step
-  // most of a grid's fine rows come from one worker, and half of them
-  // skipped two passes over scattered lines.
+  // Accumulate: each of its rows moves now by the mean of its updates,
+  // exactly as the apply below would move it, and leaves the step's touched
+  // rows. A row no earlier push listed moves by its update and never
+  // touches the sum's buffer or the push counts: in a two-worker step most
+  // of a grid's fine rows come from one worker, and half of them skip two
+  // passes over scattered lines. (The same for Adam on the shard cost more
+  // CPU than it saved in `gridsync-bench compress --train`, 2026-12-07.)
   void AccumulateLast(const wire::Block& block);
 
   // Adam runs in pieces that may execute concurrently (distinct rows).
@@ -140,6 +141,16 @@ class ShardStore {
     cpu::AdamTable adam;
     std::vector<HugePageVector<float>> replicas;  // delta pulls: per worker, what it holds
   };
+  // AccumulateLast, with the width known at compile time (W > 0) or at run
+  // time (W = 0: `width`).
+  template <uint32_t W, typename LocalOf>
+  void MoveByLastUpdates(const wire::Block& block, LocalOf local_of, uint32_t width, Table* table);
+  static bool Touched(const Table& table, uint64_t local) {
+    return (table.touched[local >> 6] >> (local & 63)) & 1;
+  }
+  static void ClearTouched(Table* table, uint64_t local) {
+    table->touched[local >> 6] &= ~(uint64_t{1} << (local & 63));
+  }
   // ApplyDirect's Adam, with the width known at compile time (W > 0: the
   // row unrolled) or at run time (W = 0: `width`).
   template <uint32_t W, typename LocalOf>
