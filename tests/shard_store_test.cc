@@ -183,12 +183,16 @@ TEST_P(ShardStoreReadsTest, ScatteredReadersMatchARowAtATimeReference) {
 // order; rows one push listed move by 0.0f + update (a -0.0f update on a
 // -0.0f parameter included: +0.0f, not -0.0f). A second step checks the first left no sums,
 // counts or touched rows behind.
-TEST_P(ShardStoreReadsTest, UpdatesWithTheLastPushFinishedAsSummedMatchTheMeanOfEachRow) {
+TEST_P(ShardStoreReadsTest, UpdatesMergedOrWithTheLastPushFinishedMatchTheMeanOfEachRow) {
   const auto [width, shards] = GetParam();
   const std::vector<TableInfo> tables = {{"level", 5 * kRowBlock + 123, width}};
   const Partition partition = *Partition::Make(tables, shards, ModelParallelDim::kRow);
   const uint32_t shard = shards - 1;
-  ShardStore store(partition, shard, AdamHyper{}, /*apply_updates=*/true);
+  // Three ways to the same parameters: the pushes merged in one pass, the
+  // last finished as it is summed, and each summed before the apply.
+  ShardStore merged(partition, shard, AdamHyper{}, /*apply_updates=*/true);
+  ShardStore finished(partition, shard, AdamHyper{}, /*apply_updates=*/true);
+  ShardStore summed(partition, shard, AdamHyper{}, /*apply_updates=*/true);
   std::mt19937 rng(11 + width * 10 + shards);
   std::uniform_real_distribution<float> value(-1.0f, 1.0f);
 
@@ -196,11 +200,17 @@ TEST_P(ShardStoreReadsTest, UpdatesWithTheLastPushFinishedAsSummedMatchTheMeanOf
   std::vector<float> want(all.size() * width);
   for (float& x : want) x = value(rng);
   for (size_t j = 0; j < width; ++j) want[j] = -0.0f;  // the first row
-  store.Assign(SparseBlock(width, all, want));
+  for (ShardStore* store : {&merged, &finished, &summed})
+    store->Assign(SparseBlock(width, all, want));
   const auto index = [&](uint32_t row) {
     return std::lower_bound(all.begin(), all.end(), row) - all.begin();
   };
-  for (int step = 0; step < 2; ++step) {
+  // A dense block names a run of rows: the owned rows' first run.
+  size_t run = 1;
+  while (run < all.size() && all[run] == all[0] + run) ++run;
+  ASSERT_GT(run, 1000u);
+  for (int step = 0; step < 3; ++step) {
+    const bool dense = step == 2;  // MLP weights are pushed dense
     // Blocks view their rows and values (spans): both live here.
     std::vector<std::vector<uint32_t>> push_rows(3);
     std::vector<std::vector<float>> push_updates(3);
@@ -209,49 +219,76 @@ TEST_P(ShardStoreReadsTest, UpdatesWithTheLastPushFinishedAsSummedMatchTheMeanOf
     std::vector<uint32_t> count(all.size(), 0);
     for (int rank = 0; rank < 3; ++rank) {
       std::vector<uint32_t>& rows = push_rows[rank];
-      rows = OwnedRows(partition, shard, 2, &rng);
-      // The first row in the last push only, with a -0.0f update.
-      rows.erase(std::remove(rows.begin(), rows.end(), all[0]), rows.end());
-      if (rank == 2) rows.insert(rows.begin(), all[0]);
+      if (dense) {
+        rows.assign(all.begin(), all.begin() + run);
+      } else {
+        rows = OwnedRows(partition, shard, 2, &rng);
+        // The first row in the last push only, with a -0.0f update.
+        rows.erase(std::remove(rows.begin(), rows.end(), all[0]), rows.end());
+        if (rank == 2) rows.insert(rows.begin(), all[0]);
+      }
       std::vector<float>& updates = push_updates[rank];
       updates.resize(rows.size() * width);
       for (float& x : updates) x = value(rng);
-      if (rank == 2) std::fill_n(updates.begin(), width, -0.0f);
+      if (rank == 2 && !dense) std::fill_n(updates.begin(), width, -0.0f);
       for (size_t i = 0; i < rows.size(); ++i) {
         const size_t k = index(rows[i]);
         ++count[k];
         for (uint32_t f = 0; f < width; ++f) sum[k * width + f] += updates[i * width + f];
       }
       pushes.push_back(SparseBlock(width, rows, updates));
+      if (dense) {
+        pushes.back().dense = true;
+        pushes.back().rows = {};
+        pushes.back().row_begin = all[0];
+      }
     }
     for (size_t k = 0; k < all.size(); ++k) {
       const float inv = count[k] > 1 ? 1.0f / static_cast<float>(count[k]) : 1.0f;
       for (uint32_t f = 0; f < width; ++f) {
         if (count[k] != 0)
-          want[k * width + f] += count[k] > 1 ? sum[k * width + f] * inv : sum[k * width + f];
+          want[k * width + f] = std::fma(sum[k * width + f], inv, want[k * width + f]);
       }
     }
-    store.PrepareStep();
-    store.Accumulate(pushes[0]);
-    store.Accumulate(pushes[1]);
-    store.AccumulateLast(pushes[2]);
-    constexpr size_t kChunk = 1000;
-    for (size_t c = 0; c < store.TouchedChunks(0, kChunk); ++c)
-      store.ApplyTouchedChunk(0, c, kChunk);
-    store.FinishTable(0);
-
-    std::vector<float> got(want.size());
-    store.Gather(SparseBlock(width, all, {}), 0, all.size(), got.data());
-    for (size_t j = 0; j < got.size(); ++j) {
-      ASSERT_EQ(std::memcmp(&got[j], &want[j], sizeof(float)), 0)
-          << "step " << step << ", row " << all[j / width] << " column " << j % width << ": "
-          << got[j] << " against " << want[j] << " (" << count[j / width] << " pushes)";
+    ASSERT_TRUE(merged.ApplyMergedUpdates({&pushes[0], &pushes[1], &pushes[2]}));
+    for (ShardStore* store : {&finished, &summed}) {
+      store->PrepareStep();
+      store->Accumulate(pushes[0]);
+      store->Accumulate(pushes[1]);
+      if (store == &finished) {
+        store->AccumulateLast(pushes[2]);
+      } else {
+        store->Accumulate(pushes[2]);
+      }
+      constexpr size_t kChunk = 1000;
+      for (size_t c = 0; c < store->TouchedChunks(0, kChunk); ++c)
+        store->ApplyTouchedChunk(0, c, kChunk);
+      store->FinishTable(0);
     }
-    // -0.0f moved by a -0.0f update: +0.0f, as the summing buffer's
-    // 0.0f + -0.0f always made it.
-    EXPECT_FALSE(std::signbit(got[0]));
-    EXPECT_EQ(got[0], 0.0f);
+    std::vector<float> got(want.size());
+    for (const ShardStore* store : {&merged, &finished, &summed}) {
+      const char* way = store == &merged ? "merged" : store == &finished ? "finished" : "summed";
+      store->Gather(SparseBlock(width, all, {}), 0, all.size(), got.data());
+      for (size_t j = 0; j < got.size(); ++j) {
+        ASSERT_EQ(std::memcmp(&got[j], &want[j], sizeof(float)), 0)
+            << way << ", step " << step << ", row " << all[j / width] << " column " << j % width
+            << ": " << got[j] << " against " << want[j] << " (" << count[j / width] << " pushes)";
+      }
+      // -0.0f moved by a -0.0f update: +0.0f, as the summing buffer's
+      // 0.0f + -0.0f always made it.
+      if (step == 0) EXPECT_FALSE(std::signbit(got[0])) << way;
+    }
   }
+  // Past kMaxMergedPushes nothing is merged (or moved).
+  const std::vector<uint32_t> one = {all[5]};
+  const std::vector<float> values(width, 1.0f);
+  const wire::Block block = SparseBlock(width, one, values);
+  std::vector<const wire::Block*> many(ShardStore::kMaxMergedPushes + 1, &block);
+  std::vector<float> before(width), after(width);
+  merged.Gather(block, 0, 1, before.data());
+  EXPECT_FALSE(merged.ApplyMergedUpdates(many));
+  merged.Gather(block, 0, 1, after.data());
+  EXPECT_EQ(before, after);
 }
 
 INSTANTIATE_TEST_SUITE_P(WidthsAndShards, ShardStoreReadsTest,

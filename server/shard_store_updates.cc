@@ -1,0 +1,139 @@
+// ShardStore's steps of worker updates (ps.optimizer = worker) that skip
+// the sum's buffer: the merged apply of a step's pushes, and the last push
+// finished as it is summed (server/shard_store.h).
+//
+// Thread safety: see server/shard_store.h.
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "common/check.h"
+#include "common/prefetch.h"
+#include "common/row_width.h"
+#include "server/shard_store.h"
+
+namespace gridsync {
+namespace {
+
+// Rows this far ahead have their parameters prefetched, as in
+// shard_store.cc: a push's rows are scattered over tables far larger than
+// the caches.
+constexpr size_t kPrefetchRows = 16;
+
+}  // namespace
+
+bool ShardStore::ApplyMergedUpdates(const std::vector<const wire::Block*>& blocks) {
+  GRIDSYNC_CHECK(apply_updates_);
+  if (blocks.size() > kMaxMergedPushes) return false;
+  if (blocks.empty()) return true;  // no push listed the table
+  Table& table = tables_[blocks[0]->table];
+  WithRowWidth(table.width, [&](auto constant) {
+    if (partition_.RowGroups(blocks[0]->table) == 1) {
+      MergeUpdates<constant>(
+          blocks, [](uint32_t row) -> uint64_t { return row; }, table.width, &table);
+    } else {
+      const uint32_t t = blocks[0]->table;
+      MergeUpdates<constant>(
+          blocks, [this, t](uint32_t row) { return partition_.LocalRow(t, row); }, table.width,
+          &table);
+    }
+  });
+  return true;
+}
+
+template <uint32_t W, typename LocalOf>
+void ShardStore::MergeUpdates(const std::vector<const wire::Block*>& blocks, LocalOf local_of,
+                              uint32_t width, Table* table) {
+  const uint32_t w = W > 0 ? W : width;
+  const size_t k = blocks.size();
+  // Each block's rows ascend (the decode boundary refuses others), so one
+  // cursor a block walks them all in order.
+  std::array<size_t, kMaxMergedPushes> at{};
+  const auto row_of = [&](size_t b, size_t i) -> uint32_t {
+    const wire::Block& block = *blocks[b];
+    return block.dense ? block.row_begin + static_cast<uint32_t>(i) : block.rows[i];
+  };
+  float* params = table->params.data();
+  std::vector<float> sum(w);
+  for (;;) {
+    uint32_t row = UINT32_MAX;
+    bool any = false;
+    for (size_t b = 0; b < k; ++b) {
+      if (at[b] == blocks[b]->row_count) continue;
+      row = std::min(row, row_of(b, at[b]));
+      any = true;
+    }
+    if (!any) break;
+    // The sum the buffer made: 0.0f, then each listing push in rank order.
+    for (uint32_t f = 0; f < w; ++f) sum[f] = 0.0f;
+    uint32_t n = 0;
+    for (size_t b = 0; b < k; ++b) {
+      const size_t i = at[b];
+      if (i == blocks[b]->row_count || row_of(b, i) != row) continue;
+      if (i + kPrefetchRows < blocks[b]->row_count)
+        PrefetchRow(params + local_of(row_of(b, i + kPrefetchRows)) * w);
+      const float* u = blocks[b]->values.data() + i * w;
+      for (uint32_t f = 0; f < w; ++f) sum[f] += u[f];
+      ++n;
+      ++at[b];
+    }
+    // The apply's arithmetic (ApplyTouchedChunk): one push as it is,
+    // several by their mean.
+    float* p = params + local_of(row) * w;
+    const float inv = n > 1 ? 1.0f / static_cast<float>(n) : 1.0f;
+    for (uint32_t f = 0; f < w; ++f) p[f] = MovedByMean(p[f], sum[f], inv);
+  }
+}
+
+void ShardStore::AccumulateLast(const wire::Block& block) {
+  GRIDSYNC_CHECK(apply_updates_);
+  Table& table = tables_[block.table];
+  WithLocalRows(block, [&](auto local_of) {
+    WithRowWidth(table.width, [&](auto constant) {
+      MoveByLastUpdates<constant>(block, local_of, table.width, &table);
+    });
+  });
+  // The rows finished here leave the apply's list (their bits are clear;
+  // FinishTable clears the others').
+  std::erase_if(table.touched_rows, [&](uint32_t local) { return !Touched(table, local); });
+}
+
+template <uint32_t W, typename LocalOf>
+void ShardStore::MoveByLastUpdates(const wire::Block& block, LocalOf local_of, uint32_t width,
+                                   Table* table) {
+  const uint32_t w = W > 0 ? W : width;
+  float* params = table->params.data();
+  float* grad = table->grad.data();
+  for (size_t i = 0; i < block.row_count; ++i) {
+    if (i + kPrefetchRows < block.row_count) {
+      const uint64_t ahead = local_of(i + kPrefetchRows);
+      PrefetchRow(params + ahead * w);
+      if (Touched(*table, ahead)) {
+        PrefetchRow(grad + ahead * w);
+        PrefetchRow(table->pushes.data() + ahead);
+      }
+    }
+    const uint64_t local = local_of(i);
+    const float* u = block.values.data() + i * w;
+    float* p = params + local * w;
+    if (!Touched(*table, local)) {
+      // One push: what the apply adds is the buffer's 0.0f + u (not u:
+      // 0.0f + -0.0f is +0.0f), so the parameter ends bit for bit the same.
+      for (uint32_t f = 0; f < w; ++f) p[f] = MovedByMean(p[f], 0.0f + u[f], 1.0f);
+      continue;
+    }
+    // Summed in rank order as before, this push last.
+    ClearTouched(table, local);
+    float* g = grad + local * w;
+    const uint32_t n = table->pushes[local] + 1;
+    table->pushes[local] = 0;
+    const float inv = 1.0f / static_cast<float>(n);
+    for (uint32_t f = 0; f < w; ++f) {
+      p[f] = MovedByMean(p[f], g[f] + u[f], inv);
+      g[f] = 0.0f;
+    }
+  }
+}
+
+}  // namespace gridsync
