@@ -274,21 +274,19 @@ void PsShardImpl::ApplyPushes(const std::vector<const wire::Message*>& pushes) {
     });
     return;
   }
-  // With updates a table's pushes are merged and applied in one pass
-  // (ShardStore::ApplyMergedUpdates); past kMaxMergedPushes the last push
-  // finishes its rows as it is summed (AccumulateLast) and the apply moves
-  // the rest.
+  // A table's pushes are merged and applied in one pass
+  // (ShardStore::ApplyMerged); past kMaxMergedPushes they are summed, with
+  // updates the last push finishing its rows as it is summed
+  // (AccumulateLast), and the apply steps the rest.
   const bool updates = store_->applies_updates();
   pool_.ParallelFor(partition_.n_tables(), [&](size_t t) {
-    if (updates) {
-      std::vector<const wire::Block*> blocks;
-      for (const wire::Message* m : pushes) {
-        for (const auto& block : m->blocks) {
-          if (block.table == t) blocks.push_back(&block);
-        }
+    std::vector<const wire::Block*> blocks;
+    for (const wire::Message* m : pushes) {
+      for (const auto& block : m->blocks) {
+        if (block.table == t) blocks.push_back(&block);
       }
-      if (store_->ApplyMergedUpdates(blocks)) return;
     }
+    if (store_->ApplyMerged(blocks)) return;
     for (const wire::Message* m : pushes) {
       const bool last = updates && m == pushes.back();
       for (const auto& block : m->blocks) {

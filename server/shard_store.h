@@ -49,10 +49,10 @@ class ShardStore {
   // grad[row] += values of the block (after ownership was checked); with
   // updates, also counts the push for each listed row.
   void Accumulate(const wire::Block& block);
-  // With updates, a step's pushes of one table (`blocks`, one a push, in
-  // worker-rank order) summed and applied in one pass over their rows,
-  // merged in ascending order: each row moves by the mean of the updates it
-  // received, bit for bit as Accumulate and the apply move it, with no sum
+  // A step's pushes of one table (`blocks`, one a push, in worker-rank
+  // order) summed and applied in one pass over their rows, merged in
+  // ascending order: each row steps (Adam on its sum, or the mean of its
+  // updates) bit for bit as Accumulate and the apply step it, with no sum
   // buffer, push count or touched row written. False, doing nothing, for
   // more than kMaxMergedPushes pushes (each row compares every cursor).
   static constexpr size_t kMaxMergedPushes = 8;
@@ -62,7 +62,7 @@ class ShardStore {
   // x inv in some loops and not in others, and three pushes' means
   // differed in the last bit); for one update it is p + sum exactly.
   static float MovedByMean(float p, float sum, float inv) { return std::fma(sum, inv, p); }
-  bool ApplyMergedUpdates(const std::vector<const wire::Block*>& blocks);
+  bool ApplyMerged(const std::vector<const wire::Block*>& blocks);
   // With updates, the step's last push of the block's table, in place of
   // Accumulate: each of its rows moves now by the mean of its updates,
   // exactly as the apply below would move it, and leaves the step's touched
@@ -156,7 +156,7 @@ class ShardStore {
     cpu::AdamTable adam;
     std::vector<HugePageVector<float>> replicas;  // delta pulls: per worker, what it holds
   };
-  // AccumulateLast and ApplyMergedUpdates, with the width known at compile
+  // AccumulateLast and ApplyMerged, with the width known at compile
   // time (W > 0) or at run time (W = 0: `width`). MergeUpdates's local_of
   // maps a global row id to its local row.
   template <uint32_t W, typename LocalOf>
@@ -164,6 +164,14 @@ class ShardStore {
   template <uint32_t W, typename LocalOf>
   void MergeUpdates(const std::vector<const wire::Block*>& blocks, LocalOf local_of, uint32_t width,
                     Table* table);
+  template <uint32_t W, typename LocalOf>
+  void MergeAdam(const std::vector<const wire::Block*>& blocks, LocalOf local_of, uint32_t width,
+                 bool dense, Table* table);
+  // The merge itself: prefetch(local) for rows ahead, step(local, sum, n)
+  // for each row, n pushes summing to `sum`.
+  template <uint32_t W, typename LocalOf, typename Prefetch, typename Step>
+  void MergeRows(const std::vector<const wire::Block*>& blocks, LocalOf local_of, uint32_t width,
+                 Prefetch prefetch, Step step);
   static bool Touched(const Table& table, uint64_t local) {
     return (table.touched[local >> 6] >> (local & 63)) & 1;
   }

@@ -11,6 +11,7 @@
 #include "common/check.h"
 #include "common/prefetch.h"
 #include "common/row_width.h"
+#include "kernels/cpu/adam_batch.h"
 #include "server/shard_store.h"
 
 namespace gridsync {
@@ -23,28 +24,30 @@ constexpr size_t kPrefetchRows = 16;
 
 }  // namespace
 
-bool ShardStore::ApplyMergedUpdates(const std::vector<const wire::Block*>& blocks) {
-  GRIDSYNC_CHECK(apply_updates_);
+bool ShardStore::ApplyMerged(const std::vector<const wire::Block*>& blocks) {
   if (blocks.size() > kMaxMergedPushes) return false;
   if (blocks.empty()) return true;  // no push listed the table
   Table& table = tables_[blocks[0]->table];
+  const uint32_t t = blocks[0]->table;
+  bool dense = false;
+  for (const wire::Block* block : blocks) dense = dense || block->dense;
   WithRowWidth(table.width, [&](auto constant) {
-    if (partition_.RowGroups(blocks[0]->table) == 1) {
-      MergeUpdates<constant>(
-          blocks, [](uint32_t row) -> uint64_t { return row; }, table.width, &table);
+    const auto merge = [&](auto local_of) {
+      if (apply_updates_) return MergeUpdates<constant>(blocks, local_of, table.width, &table);
+      MergeAdam<constant>(blocks, local_of, table.width, dense, &table);
+    };
+    if (partition_.RowGroups(t) == 1) {
+      merge([](uint32_t row) -> uint64_t { return row; });
     } else {
-      const uint32_t t = blocks[0]->table;
-      MergeUpdates<constant>(
-          blocks, [this, t](uint32_t row) { return partition_.LocalRow(t, row); }, table.width,
-          &table);
+      merge([this, t](uint32_t row) { return partition_.LocalRow(t, row); });
     }
   });
   return true;
 }
 
-template <uint32_t W, typename LocalOf>
-void ShardStore::MergeUpdates(const std::vector<const wire::Block*>& blocks, LocalOf local_of,
-                              uint32_t width, Table* table) {
+template <uint32_t W, typename LocalOf, typename Prefetch, typename Step>
+void ShardStore::MergeRows(const std::vector<const wire::Block*>& blocks, LocalOf local_of,
+                           uint32_t width, Prefetch prefetch, Step step) {
   const uint32_t w = W > 0 ? W : width;
   const size_t k = blocks.size();
   // Each block's rows ascend (the decode boundary refuses others), so one
@@ -54,7 +57,6 @@ void ShardStore::MergeUpdates(const std::vector<const wire::Block*>& blocks, Loc
     const wire::Block& block = *blocks[b];
     return block.dense ? block.row_begin + static_cast<uint32_t>(i) : block.rows[i];
   };
-  float* params = table->params.data();
   std::vector<float> sum(w);
   for (;;) {
     uint32_t row = UINT32_MAX;
@@ -72,18 +74,64 @@ void ShardStore::MergeUpdates(const std::vector<const wire::Block*>& blocks, Loc
       const size_t i = at[b];
       if (i == blocks[b]->row_count || row_of(b, i) != row) continue;
       if (i + kPrefetchRows < blocks[b]->row_count)
-        PrefetchRow(params + local_of(row_of(b, i + kPrefetchRows)) * w);
+        prefetch(local_of(row_of(b, i + kPrefetchRows)));
       const float* u = blocks[b]->values.data() + i * w;
       for (uint32_t f = 0; f < w; ++f) sum[f] += u[f];
       ++n;
       ++at[b];
     }
-    // The apply's arithmetic (ApplyTouchedChunk): one push as it is,
-    // several by their mean.
-    float* p = params + local_of(row) * w;
-    const float inv = n > 1 ? 1.0f / static_cast<float>(n) : 1.0f;
-    for (uint32_t f = 0; f < w; ++f) p[f] = MovedByMean(p[f], sum[f], inv);
+    step(local_of(row), sum.data(), n);
   }
+}
+
+template <uint32_t W, typename LocalOf>
+void ShardStore::MergeUpdates(const std::vector<const wire::Block*>& blocks, LocalOf local_of,
+                              uint32_t width, Table* table) {
+  const uint32_t w = W > 0 ? W : width;
+  float* params = table->params.data();
+  MergeRows<W>(
+      blocks, local_of, width, [&](uint64_t local) { PrefetchRow(params + local * w); },
+      [&](uint64_t local, const float* sum, uint32_t n) {
+        // The apply's arithmetic (ApplyTouchedChunk): one push as it is,
+        // several by their mean.
+        float* p = params + local * w;
+        const float inv = n > 1 ? 1.0f / static_cast<float>(n) : 1.0f;
+        for (uint32_t f = 0; f < w; ++f) p[f] = MovedByMean(p[f], sum[f], inv);
+      });
+}
+
+template <uint32_t W, typename LocalOf>
+void ShardStore::MergeAdam(const std::vector<const wire::Block*>& blocks, LocalOf local_of,
+                           uint32_t width, bool dense, Table* table) {
+  const uint32_t w = W > 0 ? W : width;
+  float* params = table->params.data();
+  float* m = table->adam.m.data();
+  float* v = table->adam.v.data();
+  uint32_t* steps = table->adam.step.data();
+  cpu::AdamRowBatch<(W > 0 ? W : 1)> batch(hyper_, params, m, v);
+  MergeRows<W>(
+      blocks, local_of, width,
+      [&](uint64_t local) {
+        PrefetchRow(params + local * w);
+        PrefetchRow(m + local * w);
+        PrefetchRow(v + local * w);
+        PrefetchRow(steps + local);
+      },
+      [&](uint64_t local, const float* g, uint32_t) {
+        // AdamUpdateIndexed's rules: a sparse step leaves a row whose sum
+        // is zero alone; a dense one (MLP weights) steps every row.
+        if (!dense && !RowHasGradient(g, w)) return;
+        const float lr = table->adam.StepSize(hyper_, ++steps[local]) * lr_scale_;
+        if constexpr (W > 0) {
+          batch.Add(g, 1.0f, lr, local);
+        } else {
+          for (uint32_t f = 0; f < w; ++f) {
+            const size_t at = local * w + f;
+            AdamUpdate(hyper_, lr, g[f], &params[at], &m[at], &v[at]);
+          }
+        }
+      });
+  if constexpr (W > 0) batch.Flush();
 }
 
 void ShardStore::AccumulateLast(const wire::Block& block) {

@@ -6,7 +6,9 @@
 // shard) or not (rows spread over two shards), on requests long enough for
 // the prefetching loops to run ahead. With updates (ps.optimizer = worker),
 // a step whose last push is finished as it is summed (AccumulateLast) ends
-// bit for bit where a row-at-a-time mean of each row's updates does.
+// bit for bit where a row-at-a-time mean of each row's updates does, and
+// so does a step whose pushes are merged in one pass (ApplyMerged), with
+// updates and with Adam on the shard.
 #include "server/shard_store.h"
 
 #include <gtest/gtest.h>
@@ -250,7 +252,7 @@ TEST_P(ShardStoreReadsTest, UpdatesMergedOrWithTheLastPushFinishedMatchTheMeanOf
           want[k * width + f] = std::fma(sum[k * width + f], inv, want[k * width + f]);
       }
     }
-    ASSERT_TRUE(merged.ApplyMergedUpdates({&pushes[0], &pushes[1], &pushes[2]}));
+    ASSERT_TRUE(merged.ApplyMerged({&pushes[0], &pushes[1], &pushes[2]}));
     for (ShardStore* store : {&finished, &summed}) {
       store->PrepareStep();
       store->Accumulate(pushes[0]);
@@ -286,9 +288,86 @@ TEST_P(ShardStoreReadsTest, UpdatesMergedOrWithTheLastPushFinishedMatchTheMeanOf
   std::vector<const wire::Block*> many(ShardStore::kMaxMergedPushes + 1, &block);
   std::vector<float> before(width), after(width);
   merged.Gather(block, 0, 1, before.data());
-  EXPECT_FALSE(merged.ApplyMergedUpdates(many));
+  EXPECT_FALSE(merged.ApplyMerged(many));
   merged.Gather(block, 0, 1, after.data());
   EXPECT_EQ(before, after);
+}
+
+// Adam on the shard: steps of three pushes merged in one pass
+// (ApplyMerged) leave parameters, moments and step counts bit for bit where
+// a store summing them before Adam leaves them, in sparse steps (a row
+// whose sum is zero does not step: one push's row of zeros, another's sum
+// that cancels) and in a dense one (every row steps, zero sums too).
+TEST_P(ShardStoreReadsTest, AdamOnMergedPushesMatchesSummingFirst) {
+  const auto [width, shards] = GetParam();
+  const std::vector<TableInfo> tables = {{"level", 5 * kRowBlock + 123, width}};
+  const Partition partition = *Partition::Make(tables, shards, ModelParallelDim::kRow);
+  const uint32_t shard = shards - 1;
+  ShardStore summed(partition, shard, AdamHyper{});
+  ShardStore merged(partition, shard, AdamHyper{});
+  std::mt19937 rng(13 + width * 10 + shards);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  const std::vector<uint32_t> all = OwnedRows(partition, shard, 1, &rng);
+  std::vector<float> init(all.size() * width);
+  for (float& x : init) x = value(rng);
+  summed.Assign(SparseBlock(width, all, init));
+  merged.Assign(SparseBlock(width, all, init));
+  size_t run = 1;  // a dense block names a run of rows: the owned rows' first
+  while (run < all.size() && all[run] == all[0] + run) ++run;
+  ASSERT_GT(run, 1000u);
+  for (int step = 0; step < 3; ++step) {
+    const bool dense = step == 1;
+    std::vector<std::vector<uint32_t>> rows(3);
+    std::vector<std::vector<float>> grads(3);
+    for (int rank = 0; rank < 3; ++rank) {
+      if (dense) {
+        rows[rank].assign(all.begin(), all.begin() + run);
+      } else {
+        rows[rank] = OwnedRows(partition, shard, 2, &rng);
+        for (uint32_t row : {all[0], all[1]})
+          rows[rank].erase(std::remove(rows[rank].begin(), rows[rank].end(), row),
+                           rows[rank].end());
+      }
+      grads[rank].resize(rows[rank].size() * width);
+      for (float& x : grads[rank]) x = value(rng);
+      if (dense) std::fill_n(grads[rank].begin(), width, 0.0f);  // all[0]'s sum is zero
+    }
+    if (!dense) {  // all[0]: zeros from one push; all[1]: +0.5 and -0.5
+      rows[2].insert(rows[2].begin(), all[0]);
+      grads[2].insert(grads[2].begin(), width, 0.0f);
+      rows[0].insert(rows[0].begin(), all[1]);
+      grads[0].insert(grads[0].begin(), width, 0.5f);
+      rows[2].insert(rows[2].begin() + 1, all[1]);
+      grads[2].insert(grads[2].begin() + width, width, -0.5f);
+    }
+    std::vector<wire::Block> blocks;
+    for (int rank = 0; rank < 3; ++rank) {
+      blocks.push_back(SparseBlock(width, rows[rank], grads[rank]));
+      if (dense) {
+        blocks.back().dense = true;
+        blocks.back().rows = {};
+        blocks.back().row_begin = all[0];
+      }
+    }
+    summed.PrepareStep();
+    for (const wire::Block& block : blocks) summed.Accumulate(block);
+    constexpr size_t kChunk = 1000;
+    for (size_t c = 0; c < summed.TouchedChunks(0, kChunk); ++c)
+      summed.ApplyTouchedChunk(0, c, kChunk);
+    summed.FinishTable(0);
+    merged.PrepareStep();
+    ASSERT_TRUE(merged.ApplyMerged({&blocks[0], &blocks[1], &blocks[2]}));
+
+    const Arrays a = ReadTable0(summed), b = ReadTable0(merged);
+    ASSERT_EQ(std::memcmp(a.params.data(), b.params.data(), a.params.size() * sizeof(float)), 0)
+        << "step " << step;
+    ASSERT_EQ(std::memcmp(a.m.data(), b.m.data(), a.m.size() * sizeof(float)), 0);
+    ASSERT_EQ(std::memcmp(a.v.data(), b.v.data(), a.v.size() * sizeof(float)), 0);
+    ASSERT_EQ(a.steps, b.steps) << "step " << step;
+    // Steps 0 and 2 leave both rows alone; the dense step 1 steps them.
+    for (uint32_t row : {all[0], all[1]})
+      EXPECT_EQ(b.steps[partition.LocalRow(0, row)], step >= 1 ? 1u : 0u) << "step " << step;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(WidthsAndShards, ShardStoreReadsTest,
