@@ -2,13 +2,17 @@
 // the shard's blocks of rows (and, under column partitioning, its columns),
 // stored compactly in local row order (see common/sharding.h).
 //
-// Gradients are summed per table into a dense buffer with a touched-row
-// bitmap, then Adam runs on the touched rows only; rows no push touched are
-// never updated. With the optimizer on the workers (ps.optimizer), pushes
-// carry parameter updates instead: they are summed the same way, each row
-// counting the pushes that listed it, and a row moves by the mean of the
-// updates it received; the shard keeps no Adam state then. Callers sum pushes in worker-rank order,
-// which fixes the float reduction order and makes results reproducible bit for bit.
+// A step's pushes of a table (up to kMaxMergedPushes of them) are merged in
+// ascending row order and each row steps once, from its sum held in
+// registers (ApplyMerged); more pushes are summed into a dense buffer with a
+// touched-row bitmap, then Adam runs on the touched rows. Either way rows no
+// push touched are never updated, and the bits are the same. With the
+// optimizer on the workers (ps.optimizer), pushes carry parameter updates
+// instead: they are summed the same way, each row counting the pushes that
+// listed it, and a row moves by the mean of the updates it received; the
+// shard keeps no Adam state then. Callers sum pushes in worker-rank order,
+// which fixes the float reduction order and makes results reproducible bit
+// for bit.
 //
 // Thread safety: not thread-safe as a whole; calls for different tables may
 // run concurrently (each touches only its table's state).
