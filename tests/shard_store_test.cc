@@ -73,12 +73,18 @@ wire::Block SparseBlock(uint32_t width, const std::vector<uint32_t>& rows,
   return block;
 }
 
+// One table of 5 row blocks and a part, of `width` columns, over `shards`
+// shards by rows.
+Partition OneLevel(uint32_t width, uint32_t shards) {
+  const std::vector<TableInfo> tables = {{"level", 5 * kRowBlock + 123, width}};
+  return *Partition::Make(tables, shards, ModelParallelDim::kRow);
+}
+
 class ShardStoreReadsTest : public ::testing::TestWithParam<std::tuple<uint32_t, uint32_t>> {};
 
 TEST_P(ShardStoreReadsTest, ScatteredReadersMatchARowAtATimeReference) {
   const auto [width, shards] = GetParam();
-  const std::vector<TableInfo> tables = {{"level", 5 * kRowBlock + 123, width}};
-  const Partition partition = *Partition::Make(tables, shards, ModelParallelDim::kRow);
+  const Partition partition = OneLevel(width, shards);
   const uint32_t shard = shards - 1;
   AdamHyper hyper;
   ShardStore store(partition, shard, hyper);
@@ -179,16 +185,17 @@ TEST_P(ShardStoreReadsTest, ScatteredReadersMatchARowAtATimeReference) {
   EXPECT_EQ(rest, delta);
 }
 
-// Updates (ps.optimizer = worker): a step of three pushes, the last summed
-// by AccumulateLast, moves every row by the mean of the updates it
-// received, bit for bit as a row-at-a-time reference sums them in rank
+// Updates (ps.optimizer = worker): steps of three pushes, merged in one
+// pass (ApplyMerged), the last finished as it is summed (AccumulateLast), or
+// each summed before the apply, move every row by the mean of the updates
+// it received, bit for bit as a row-at-a-time reference sums them in rank
 // order; rows one push listed move by 0.0f + update (a -0.0f update on a
-// -0.0f parameter included: +0.0f, not -0.0f). A second step checks the first left no sums,
-// counts or touched rows behind.
+// -0.0f parameter included: +0.0f, not -0.0f). Later steps (one of them
+// dense, as MLP weights are pushed) check that none left sums, counts or
+// touched rows behind.
 TEST_P(ShardStoreReadsTest, UpdatesMergedOrWithTheLastPushFinishedMatchTheMeanOfEachRow) {
   const auto [width, shards] = GetParam();
-  const std::vector<TableInfo> tables = {{"level", 5 * kRowBlock + 123, width}};
-  const Partition partition = *Partition::Make(tables, shards, ModelParallelDim::kRow);
+  const Partition partition = OneLevel(width, shards);
   const uint32_t shard = shards - 1;
   // Three ways to the same parameters: the pushes merged in one pass, the
   // last finished as it is summed, and each summed before the apply.
@@ -300,8 +307,7 @@ TEST_P(ShardStoreReadsTest, UpdatesMergedOrWithTheLastPushFinishedMatchTheMeanOf
 // that cancels) and in a dense one (every row steps, zero sums too).
 TEST_P(ShardStoreReadsTest, AdamOnMergedPushesMatchesSummingFirst) {
   const auto [width, shards] = GetParam();
-  const std::vector<TableInfo> tables = {{"level", 5 * kRowBlock + 123, width}};
-  const Partition partition = *Partition::Make(tables, shards, ModelParallelDim::kRow);
+  const Partition partition = OneLevel(width, shards);
   const uint32_t shard = shards - 1;
   ShardStore summed(partition, shard, AdamHyper{});
   ShardStore merged(partition, shard, AdamHyper{});
