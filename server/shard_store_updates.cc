@@ -1,6 +1,7 @@
-// ShardStore's steps of worker updates (ps.optimizer = worker) that skip
-// the sum's buffer: the merged apply of a step's pushes, and the last push
-// finished as it is summed (server/shard_store.h).
+// ShardStore's steps that skip the sum's buffer (server/shard_store.h): a
+// step's pushes merged and applied in one pass, with Adam or with worker
+// updates (ps.optimizer = worker), and the last push of a step with more
+// pushes finished as it is summed (worker updates).
 //
 // Thread safety: see server/shard_store.h.
 #include <algorithm>
