@@ -275,10 +275,8 @@ void PsShardImpl::ApplyPushes(const std::vector<const wire::Message*>& pushes) {
     return;
   }
   // A table's pushes are merged and applied in one pass
-  // (ShardStore::ApplyMerged); past kMaxMergedPushes they are summed, with
-  // updates the last push finishing its rows as it is summed
-  // (AccumulateLast), and the apply steps the rest.
-  const bool updates = store_->applies_updates();
+  // (ShardStore::ApplyMerged); past kMaxMergedPushes they are summed, and
+  // the apply steps the touched rows.
   pool_.ParallelFor(partition_.n_tables(), [&](size_t t) {
     std::vector<const wire::Block*> blocks;
     for (const wire::Message* m : pushes) {
@@ -287,17 +285,7 @@ void PsShardImpl::ApplyPushes(const std::vector<const wire::Message*>& pushes) {
       }
     }
     if (store_->ApplyMerged(blocks)) return;
-    for (const wire::Message* m : pushes) {
-      const bool last = updates && m == pushes.back();
-      for (const auto& block : m->blocks) {
-        if (block.table != t) continue;
-        if (last) {
-          store_->AccumulateLast(block);
-        } else {
-          store_->Accumulate(block);
-        }
-      }
-    }
+    for (const wire::Block* block : blocks) store_->Accumulate(*block);
   });
   for (uint32_t t = 0; t < partition_.n_tables(); ++t) {
     for (size_t c = 0; c < store_->TouchedChunks(t, kChunkRows); ++c) pieces.push_back({t, c});

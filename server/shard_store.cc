@@ -8,7 +8,6 @@
 #include <cstring>
 #include <string>
 
-#include "common/check.h"
 #include "common/prefetch.h"
 #include "common/row_width.h"
 #include "common/state_bytes.h"

@@ -59,6 +59,7 @@ class ShardStore {
   // updates) bit for bit as Accumulate and the apply step it, with no sum
   // buffer, push count or touched row written. False, doing nothing, for
   // more than kMaxMergedPushes pushes (each row compares every cursor).
+  bool ApplyMerged(const std::vector<const wire::Block*>& blocks);
   static constexpr size_t kMaxMergedPushes = 8;
   // A parameter moved by the mean of the n updates summing to `sum` (inv =
   // 1 / n, or 1): one fused multiply-add, so that every path applying
@@ -66,16 +67,6 @@ class ShardStore {
   // x inv in some loops and not in others, and three pushes' means
   // differed in the last bit); for one update it is p + sum exactly.
   static float MovedByMean(float p, float sum, float inv) { return std::fma(sum, inv, p); }
-  bool ApplyMerged(const std::vector<const wire::Block*>& blocks);
-  // With updates, the step's last push of the block's table, in place of
-  // Accumulate: each of its rows moves now by the mean of its updates,
-  // exactly as the apply below would move it, and leaves the step's touched
-  // rows. A row no earlier push listed moves by its update and never
-  // touches the sum's buffer or the push counts: in a two-worker step most
-  // of a grid's fine rows come from one worker, and half of them skip two
-  // passes over scattered lines. (The same for Adam on the shard cost more
-  // CPU than it saved in `gridsync-bench compress --train`, 2026-12-07.)
-  void AccumulateLast(const wire::Block& block);
 
   // Adam runs in pieces that may execute concurrently (distinct rows).
   // After accumulating a step: the touched rows of table t, in chunks.
@@ -160,11 +151,8 @@ class ShardStore {
     cpu::AdamTable adam;
     std::vector<HugePageVector<float>> replicas;  // delta pulls: per worker, what it holds
   };
-  // AccumulateLast and ApplyMerged, with the width known at compile
-  // time (W > 0) or at run time (W = 0: `width`). MergeUpdates's local_of
-  // maps a global row id to its local row.
-  template <uint32_t W, typename LocalOf>
-  void MoveByLastUpdates(const wire::Block& block, LocalOf local_of, uint32_t width, Table* table);
+  // ApplyMerged, with the width known at compile time (W > 0) or at run
+  // time (W = 0: `width`); local_of maps a global row id to its local row.
   template <uint32_t W, typename LocalOf>
   void MergeUpdates(const std::vector<const wire::Block*>& blocks, LocalOf local_of, uint32_t width,
                     Table* table);
@@ -176,12 +164,6 @@ class ShardStore {
   template <uint32_t W, typename LocalOf, typename Prefetch, typename Step>
   void MergeRows(const std::vector<const wire::Block*>& blocks, LocalOf local_of, uint32_t width,
                  Prefetch prefetch, Step step);
-  static bool Touched(const Table& table, uint64_t local) {
-    return (table.touched[local >> 6] >> (local & 63)) & 1;
-  }
-  static void ClearTouched(Table* table, uint64_t local) {
-    table->touched[local >> 6] &= ~(uint64_t{1} << (local & 63));
-  }
   // ApplyDirect's Adam, with the width known at compile time (W > 0: the
   // row unrolled) or at run time (W = 0: `width`).
   template <uint32_t W, typename LocalOf>

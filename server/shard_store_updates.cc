@@ -1,7 +1,6 @@
-// ShardStore's steps that skip the sum's buffer (server/shard_store.h): a
-// step's pushes merged and applied in one pass, with Adam or with worker
-// updates (ps.optimizer = worker), and the last push of a step with more
-// pushes finished as it is summed (worker updates).
+// ShardStore's merged steps (server/shard_store.h): a step's pushes of a
+// table merged by row and applied in one pass, with Adam or with worker
+// updates (ps.optimizer = worker), skipping the sum's buffer.
 //
 // Thread safety: see server/shard_store.h.
 #include <algorithm>
@@ -9,7 +8,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/check.h"
 #include "common/prefetch.h"
 #include "common/row_width.h"
 #include "kernels/cpu/adam_batch.h"
@@ -133,56 +131,6 @@ void ShardStore::MergeAdam(const std::vector<const wire::Block*>& blocks, LocalO
         }
       });
   if constexpr (W > 0) batch.Flush();
-}
-
-void ShardStore::AccumulateLast(const wire::Block& block) {
-  GRIDSYNC_CHECK(apply_updates_);
-  Table& table = tables_[block.table];
-  WithLocalRows(block, [&](auto local_of) {
-    WithRowWidth(table.width, [&](auto constant) {
-      MoveByLastUpdates<constant>(block, local_of, table.width, &table);
-    });
-  });
-  // The rows finished here leave the apply's list (their bits are clear;
-  // FinishTable clears the others').
-  std::erase_if(table.touched_rows, [&](uint32_t local) { return !Touched(table, local); });
-}
-
-template <uint32_t W, typename LocalOf>
-void ShardStore::MoveByLastUpdates(const wire::Block& block, LocalOf local_of, uint32_t width,
-                                   Table* table) {
-  const uint32_t w = W > 0 ? W : width;
-  float* params = table->params.data();
-  float* grad = table->grad.data();
-  for (size_t i = 0; i < block.row_count; ++i) {
-    if (i + kPrefetchRows < block.row_count) {
-      const uint64_t ahead = local_of(i + kPrefetchRows);
-      PrefetchRow(params + ahead * w);
-      if (Touched(*table, ahead)) {
-        PrefetchRow(grad + ahead * w);
-        PrefetchRow(table->pushes.data() + ahead);
-      }
-    }
-    const uint64_t local = local_of(i);
-    const float* u = block.values.data() + i * w;
-    float* p = params + local * w;
-    if (!Touched(*table, local)) {
-      // One push: what the apply adds is the buffer's 0.0f + u (not u:
-      // 0.0f + -0.0f is +0.0f), so the parameter ends bit for bit the same.
-      for (uint32_t f = 0; f < w; ++f) p[f] = MovedByMean(p[f], 0.0f + u[f], 1.0f);
-      continue;
-    }
-    // Summed in rank order as before, this push last.
-    ClearTouched(table, local);
-    float* g = grad + local * w;
-    const uint32_t n = table->pushes[local] + 1;
-    table->pushes[local] = 0;
-    const float inv = 1.0f / static_cast<float>(n);
-    for (uint32_t f = 0; f < w; ++f) {
-      p[f] = MovedByMean(p[f], g[f] + u[f], inv);
-      g[f] = 0.0f;
-    }
-  }
 }
 
 }  // namespace gridsync

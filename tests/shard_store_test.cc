@@ -4,11 +4,10 @@
 // checkpoint bytes, for every row width (the compile-time ones and a
 // run-time one) and for partitions whose local rows are the global ids (one
 // shard) or not (rows spread over two shards), on requests long enough for
-// the prefetching loops to run ahead. With updates (ps.optimizer = worker),
-// a step whose last push is finished as it is summed (AccumulateLast) ends
-// bit for bit where a row-at-a-time mean of each row's updates does, and
-// so does a step whose pushes are merged in one pass (ApplyMerged), with
-// updates and with Adam on the shard.
+// the prefetching loops to run ahead. A step whose pushes are merged in one
+// pass (ApplyMerged) ends bit for bit where summing them first does: with
+// updates (ps.optimizer = worker), where both equal a row-at-a-time mean of
+// each row's updates, and with Adam on the shard.
 #include "server/shard_store.h"
 
 #include <gtest/gtest.h>
@@ -186,21 +185,20 @@ TEST_P(ShardStoreReadsTest, ScatteredReadersMatchARowAtATimeReference) {
 }
 
 // Updates (ps.optimizer = worker): steps of three pushes, merged in one
-// pass (ApplyMerged), the last finished as it is summed (AccumulateLast), or
-// each summed before the apply, move every row by the mean of the updates
+// pass (ApplyMerged) or each summed before the apply, move every row by the
+// mean of the updates
 // it received, bit for bit as a row-at-a-time reference sums them in rank
 // order; rows one push listed move by 0.0f + update (a -0.0f update on a
 // -0.0f parameter included: +0.0f, not -0.0f). Later steps (one of them
 // dense, as MLP weights are pushed) check that none left sums, counts or
 // touched rows behind.
-TEST_P(ShardStoreReadsTest, UpdatesMergedOrWithTheLastPushFinishedMatchTheMeanOfEachRow) {
+TEST_P(ShardStoreReadsTest, UpdatesMergedOrSummedMatchTheMeanOfEachRow) {
   const auto [width, shards] = GetParam();
   const Partition partition = OneLevel(width, shards);
   const uint32_t shard = shards - 1;
-  // Three ways to the same parameters: the pushes merged in one pass, the
-  // last finished as it is summed, and each summed before the apply.
+  // Two ways to the same parameters: the pushes merged in one pass, and
+  // each summed before the apply.
   ShardStore merged(partition, shard, AdamHyper{}, /*apply_updates=*/true);
-  ShardStore finished(partition, shard, AdamHyper{}, /*apply_updates=*/true);
   ShardStore summed(partition, shard, AdamHyper{}, /*apply_updates=*/true);
   std::mt19937 rng(11 + width * 10 + shards);
   std::uniform_real_distribution<float> value(-1.0f, 1.0f);
@@ -209,8 +207,7 @@ TEST_P(ShardStoreReadsTest, UpdatesMergedOrWithTheLastPushFinishedMatchTheMeanOf
   std::vector<float> want(all.size() * width);
   for (float& x : want) x = value(rng);
   for (size_t j = 0; j < width; ++j) want[j] = -0.0f;  // the first row
-  for (ShardStore* store : {&merged, &finished, &summed})
-    store->Assign(SparseBlock(width, all, want));
+  for (ShardStore* store : {&merged, &summed}) store->Assign(SparseBlock(width, all, want));
   const auto index = [&](uint32_t row) {
     return std::lower_bound(all.begin(), all.end(), row) - all.begin();
   };
@@ -260,23 +257,15 @@ TEST_P(ShardStoreReadsTest, UpdatesMergedOrWithTheLastPushFinishedMatchTheMeanOf
       }
     }
     ASSERT_TRUE(merged.ApplyMerged({&pushes[0], &pushes[1], &pushes[2]}));
-    for (ShardStore* store : {&finished, &summed}) {
-      store->PrepareStep();
-      store->Accumulate(pushes[0]);
-      store->Accumulate(pushes[1]);
-      if (store == &finished) {
-        store->AccumulateLast(pushes[2]);
-      } else {
-        store->Accumulate(pushes[2]);
-      }
-      constexpr size_t kChunk = 1000;
-      for (size_t c = 0; c < store->TouchedChunks(0, kChunk); ++c)
-        store->ApplyTouchedChunk(0, c, kChunk);
-      store->FinishTable(0);
-    }
+    summed.PrepareStep();
+    for (const wire::Block& push : pushes) summed.Accumulate(push);
+    constexpr size_t kChunk = 1000;
+    for (size_t c = 0; c < summed.TouchedChunks(0, kChunk); ++c)
+      summed.ApplyTouchedChunk(0, c, kChunk);
+    summed.FinishTable(0);
     std::vector<float> got(want.size());
-    for (const ShardStore* store : {&merged, &finished, &summed}) {
-      const char* way = store == &merged ? "merged" : store == &finished ? "finished" : "summed";
+    for (const ShardStore* store : {&merged, &summed}) {
+      const char* way = store == &merged ? "merged" : "summed";
       store->Gather(SparseBlock(width, all, {}), 0, all.size(), got.data());
       for (size_t j = 0; j < got.size(); ++j) {
         ASSERT_EQ(std::memcmp(&got[j], &want[j], sizeof(float)), 0)
