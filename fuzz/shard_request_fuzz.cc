@@ -4,11 +4,19 @@
 // kind and role checks, job admission, ownership, codec payloads, bsp and
 // async pushes, held and delta pulls) with messages built from the input.
 //
-// Each input picks one of two shards (bsp with gradient pushes; async with
-// update pushes and delta pulls for two workers) and sends it up to 8
-// messages: each a well-formed message of any kind, then possibly mutated
-// in its Cap'n Proto header (one field set to an input value) or in its
-// frames (cut, a byte flipped, dropped, doubled, garbage appended).
+// Each input picks one of four shards and sends it up to 8 messages: each a
+// well-formed message of any kind, then possibly mutated in its Cap'n Proto
+// header (one field set to an input value) or in its frames (cut, a byte
+// flipped, dropped, doubled, garbage appended). The shards:
+// 0. bsp, one worker, gradient pushes (each push applies alone);
+// 1. async, two workers, update pushes, delta pulls;
+// 2. bsp, two workers, update pushes: a step's pushes merged by row
+//    (ShardStore::ApplyMerged, worker updates);
+// 3. bsp, two workers, gradient pushes: the same merge into Adam.
+// On shards 2 and 3 the steps and pull versions are taken relative to the
+// version the shard last reported, so that the two ranks' pushes of one
+// step keep meeting however far a campaign has moved the shard; a push
+// held for its partner either meets it in a later input or times out.
 // Oracles, after every input:
 // - the shard answers a stats request within 5 s (it still serves);
 // - every reply it sent decodes (a shard never sends what a client cannot
@@ -50,15 +58,18 @@ constexpr uint64_t kOracleId = 0xFFFF0002u;
 
 struct Served {
   std::unique_ptr<PsShard> shard;
-  uint32_t workers = 0;  // ShardOptions::workers
+  uint32_t workers = 0;         // ShardOptions::workers
+  bool relative_steps = false;  // steps and versions relative to `version`
+  uint64_t version = 0;         // as the last stats reply reported it
   zmq::socket_t socket;
 };
+constexpr int kShards = 4;
 
 struct Harness {
   zmq::context_t context{1};
   std::unique_ptr<Partition> partition;
   std::vector<wire::TableShape> shapes;
-  Served served[2];
+  Served served[kShards];
 };
 
 Harness& Get() {
@@ -67,13 +78,13 @@ Harness& Get() {
     made->partition =
         std::make_unique<Partition>(Partition::Make(kTables, 1, ModelParallelDim::kRow).value());
     for (const auto& t : kTables) made->shapes.push_back({t.rows, t.width});
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < kShards; ++i) {
       ShardOptions options;
       options.threads = 1;
       options.timeout = std::chrono::milliseconds(1500);
       options.workers = i == 0 ? 1 : 2;
-      options.consistency = i == 0 ? Consistency::kBsp : Consistency::kAsync;
-      options.apply_updates = i == 1;
+      options.consistency = i == 1 ? Consistency::kAsync : Consistency::kBsp;
+      options.apply_updates = i == 1 || i == 2;
       if (i == 1) options.pull_codec.codec = Codec::kOnebit;
       options.pull_min_bytes = 16;
       options.reply_part_bytes = 96;  // replies in parts, even for these small tables
@@ -82,6 +93,7 @@ Harness& Get() {
       Served& s = made->served[i];
       s.shard = std::move(shard).value();
       s.workers = options.workers;
+      s.relative_steps = i >= 2;
       s.socket = zmq::socket_t(made->context, zmq::socket_type::dealer);
       s.socket.set(zmq::sockopt::linger, 0);
       s.socket.connect(s.shard->endpoint());
@@ -93,12 +105,22 @@ Harness& Get() {
 
 // A well-formed message of the input's choosing (its fields may still be
 // wrong for the shard: the job, the step, the worker count, the codec).
-std::vector<zmq::message_t> Build(fuzz::FuzzInput& in, uint64_t request_id) {
+std::vector<zmq::message_t> Build(fuzz::FuzzInput& in, const Served& served, uint64_t request_id) {
   wire::OutHeader h;
   h.kind = static_cast<wire::Kind>(in.Take<uint8_t>() % 8);
   const auto flags = in.Take<uint8_t>();
-  h.step = in.Take<uint8_t>() % 16;
-  h.min_version = in.Take<uint8_t>() % 16;
+  const auto step = in.Take<uint8_t>();
+  const auto min_version = in.Take<uint8_t>();
+  if (served.relative_steps) {
+    // The current step or the next; a version up to two ahead (held) or,
+    // with bit 2, one behind.
+    const uint64_t base = served.version;
+    h.step = base + step % 2;
+    h.min_version = (min_version & 4) && base > 0 ? base - 1 : base + min_version % 3;
+  } else {
+    h.step = step % 16;
+    h.min_version = min_version % 16;
+  }
   h.job = in.Take<uint8_t>() % 3;
   const auto workers = in.Take<uint8_t>();
   h.num_workers = workers % 4;
@@ -292,7 +314,9 @@ void Mutate(fuzz::FuzzInput& in, std::vector<zmq::message_t>& frames) {
 // Reads replies until the (last part of the) one to `request_id` and
 // returns its kind; every reply must decode, and every value it carries
 // must be finite.
-wire::Kind AwaitReply(Harness& h, zmq::socket_t& socket, uint64_t request_id, std::string* error) {
+// `step`, when given, gets the reply's header step.
+wire::Kind AwaitReply(Harness& h, zmq::socket_t& socket, uint64_t request_id, std::string* error,
+                      uint64_t* step = nullptr) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   while (std::chrono::steady_clock::now() < deadline) {
     auto frames = wire::ReceiveMultipart(socket, 200, wire::Limits{});
@@ -310,6 +334,7 @@ wire::Kind AwaitReply(Harness& h, zmq::socket_t& socket, uint64_t request_id, st
     }
     if (message->request_id != request_id || message->more_parts) continue;
     *error = message->error.ToString();
+    if (step != nullptr) *step = message->step;
     return message->kind;
   }
   Fail("the shard did not answer within 5 s");
@@ -323,7 +348,7 @@ void Check(Harness& h, int which) {
   stats.request_id = kStatsId;
   auto frames = wire::Encode(stats, {});
   if (!wire::SendMultipart(s.socket, frames).ok()) Fail("the stats request could not be sent");
-  if (AwaitReply(h, s.socket, kStatsId, &error) != wire::Kind::kStatsReply) {
+  if (AwaitReply(h, s.socket, kStatsId, &error, &s.version) != wire::Kind::kStatsReply) {
     Fail("the stats request was refused:", error);
   }
   // A good client of the shard's job: every row of level 0, whole.
@@ -356,11 +381,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace gridsync;
   Harness& h = Get();
   fuzz::FuzzInput in(data, size);
-  const int which = in.Take<uint8_t>() % 2;
+  const int which = in.Take<uint8_t>() % kShards;
   Served& s = h.served[which];
   const size_t n = 1 + in.Take<uint8_t>() % 8;
   for (size_t i = 0; i < n && in.left() > 0; ++i) {
-    auto frames = Build(in, 1 + i);
+    auto frames = Build(in, s, 1 + i);
     Mutate(in, frames);
     if (frames.empty()) continue;
     if (!wire::SendMultipart(s.socket, frames).ok()) Fail("a message could not be sent");
