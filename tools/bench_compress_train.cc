@@ -37,6 +37,7 @@
 #include "spec/run_spec.h"
 #include "tools/bench.h"
 #include "tools/bench_compress.h"
+#include "tools/bench_cpu.h"
 #include "worker/image_task.h"
 #include "worker/model.h"
 #include "worker/params_file.h"
@@ -69,11 +70,13 @@ struct TrainRun {
   std::vector<Result<TrainReport>> reports;
   std::vector<uint64_t> applied_steps;  // per shard
   double wall_seconds = 0;              // cluster start to stop
+  double cpu_seconds = 0;               // this process's threads over the same time (user + system)
 };
 
 // One codec's run: a fresh cluster, the workers as threads.
 Result<TrainRun> RunCluster(const Config& config, const ImageTask& image) {
   const auto start = Clock::now();
+  const double cpu_start = SelfCpuSeconds();
   GRIDSYNC_ASSIGN_OR_RETURN(std::unique_ptr<InProcessCluster> cluster,
                             InProcessCluster::Start(config));
   TrainRun run;
@@ -94,6 +97,7 @@ Result<TrainRun> RunCluster(const Config& config, const ImageTask& image) {
   run.applied_steps = cluster->AppliedSteps();
   cluster->Stop();
   run.wall_seconds = Seconds(start, Clock::now());
+  run.cpu_seconds = SelfCpuSeconds() - cpu_start;
   return run;
 }
 
@@ -104,7 +108,7 @@ struct CodecRound {
   double psnr = NAN;
   double push = NAN, pull = NAN;  // per worker and step (mean over workers)
   double train_s = NAN, comm_s = NAN, adam_s = NAN, codec_s = NAN;
-  double wall_s = NAN;
+  double wall_s = NAN, cpu_s = NAN;
   PhaseSums phases;
 };
 
@@ -119,6 +123,7 @@ CodecRound RunRound(const std::string& codec, const Config& config, const ImageT
   }
   round.started = true;
   round.wall_s = run->wall_seconds;
+  round.cpu_s = run->cpu_seconds;
   round.phases = run->phases;
   double push = 0, pull = 0;
   int ok_workers = 0;
@@ -154,9 +159,17 @@ CodecRound RunRound(const std::string& codec, const Config& config, const ImageT
   return round;
 }
 
-std::vector<double> TrainSeconds(const std::vector<CodecRound>& rounds) {
-  std::vector<double> out;
-  for (const CodecRound& r : rounds) out.push_back(r.started ? r.train_s : NAN);
+// none's rounds, which every other codec's round is compared with.
+struct NoneRounds {
+  std::vector<double> train_s, wall_s, cpu_s;
+};
+NoneRounds NoneOf(const std::vector<CodecRound>& rounds) {
+  NoneRounds out;
+  for (const CodecRound& r : rounds) {
+    out.train_s.push_back(r.started ? r.train_s : NAN);
+    out.wall_s.push_back(r.started ? r.wall_s : NAN);
+    out.cpu_s.push_back(r.started ? r.cpu_s : NAN);
+  }
   return out;
 }
 
@@ -167,12 +180,18 @@ struct CodecRow {
   uint64_t wrong = 0;
   double psnr = NAN, push = NAN, pull = NAN;
   double train_s = NAN, train_x = NAN, comm_s = NAN, adam_s = NAN, codec_s = NAN, wall_s = NAN;
+  // The whole run's CPU (RunCluster: workers, shards, ZeroMQ), its cores
+  // (cpu_s / wall_s), cpu_x = cpu_s / none's, and wall_floor_x = cpu_s /
+  // (cores x none's wall_s): the ratio of wall times no schedule of this
+  // run's CPU on the host's cores could beat. Above 1, a run as fast as
+  // none's needs less CPU, not more parallelism.
+  double cpu_s = NAN, run_cores = NAN, cpu_x = NAN, wall_floor_x = NAN;
   PhaseSums phases;  // each the median over rounds
 };
 
-CodecRow Summarize(const std::vector<CodecRound>& rounds, const std::vector<double>& none_train) {
+CodecRow Summarize(const std::vector<CodecRound>& rounds, const NoneRounds& none, int cores) {
   CodecRow row;
-  std::vector<double> train, ratio, comm, adam, codec, wall;
+  std::vector<double> train, ratio, comm, adam, codec, wall, cpu, run_cores, cpu_x, floor_x;
   std::vector<double> prepare, compute, apply, push, pull_wait;
   const auto add = [](std::vector<double>* to, double v) {
     if (std::isfinite(v)) to->push_back(v);
@@ -186,7 +205,15 @@ CodecRow Summarize(const std::vector<CodecRound>& rounds, const std::vector<doub
     }
     row.wrong += round.wrong;
     add(&train, round.train_s);
-    if (r < none_train.size()) add(&ratio, round.train_s / none_train[r]);
+    if (r < none.train_s.size()) {
+      add(&ratio, round.train_s / none.train_s[r]);
+      add(&cpu_x, round.cpu_s / none.cpu_s[r]);
+      add(&floor_x, round.cpu_s / (cores * none.wall_s[r]));
+    }
+    if (round.cpu_s > 0) {
+      add(&cpu, round.cpu_s);
+      add(&run_cores, round.cpu_s / round.wall_s);
+    }
     add(&comm, round.comm_s);
     add(&adam, round.adam_s);
     add(&codec, round.codec_s);
@@ -216,6 +243,10 @@ CodecRow Summarize(const std::vector<CodecRound>& rounds, const std::vector<doub
   row.adam_s = median(adam);
   row.codec_s = median(codec);
   row.wall_s = median(wall);
+  row.cpu_s = median(cpu);
+  row.run_cores = median(run_cores);
+  row.cpu_x = median(cpu_x);
+  row.wall_floor_x = median(floor_x);
   row.phases.prepare = median(prepare);
   row.phases.compute = median(compute);
   row.phases.apply = median(apply);
@@ -359,9 +390,11 @@ int RunTrainSweep(const CompressArgs& args) {
   }
   uint64_t total_wrong = 0;
   int failures = 0;
-  const std::vector<double> none_train = TrainSeconds(rounds.front());
+  const NoneRounds none_rounds = NoneOf(rounds.front());
+  const int cores = OnlineCores();
   std::vector<CodecRow> rows;
-  for (const auto& codec_rounds : rounds) rows.push_back(Summarize(codec_rounds, none_train));
+  for (const auto& codec_rounds : rounds)
+    rows.push_back(Summarize(codec_rounds, none_rounds, cores));
   const CodecRow& none_row = rows.front();  // none runs first (see above)
   const bool none_ok = none_row.wrong == 0 && none_row.failures == 0;
   const double none_psnr = none_ok ? none_row.psnr : NAN;
@@ -391,6 +424,20 @@ int RunTrainSweep(const CompressArgs& args) {
     const PhaseSums& p = rows[i].phases;
     std::printf("#   %-8s %6.2f (%5.2f) %6.2f %6.2f (%5.2f)\n", codecs[i].c_str(), p.prepare,
                 p.pull_wait, p.compute, p.apply, p.push);
+  }
+  // On loopback a run is CPU-bound: whether a codec can cost no more wall
+  // time than none is decided by the CPU it spends, which this shows.
+  std::printf(
+      "# whole runs (cluster start to stop, wall_s above), CPU of this process (every worker, "
+      "shard and ZeroMQ thread, user + system): cores = cpu_s / wall_s; cpu_x = cpu_s / none's "
+      "cpu_s; wall_floor_x = cpu_s / (%d cores x none's wall_s), the wall_s ratio no schedule "
+      "of this CPU on this host's %d cores could beat (medians over rounds)\n",
+      cores, cores);
+  std::printf("#   %-8s %8s %6s %6s %12s\n", "codec", "cpu_s", "cores", "cpu_x", "wall_floor_x");
+  for (size_t i = 0; i < configs.size(); ++i) {
+    const CodecRow& row = rows[i];
+    std::printf("#   %-8s %8.2f %6.2f %6.2f %12.2f\n", codecs[i].c_str(), row.cpu_s, row.run_cores,
+                row.cpu_x, row.wall_floor_x);
   }
   std::printf("# #wrong total: %llu\n", static_cast<unsigned long long>(total_wrong));
 
