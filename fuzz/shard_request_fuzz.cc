@@ -12,12 +12,15 @@
 // 1. async, two workers, update pushes, delta pulls;
 // 2. bsp, two workers, update pushes: a step's pushes merged by row
 //    (ShardStore::ApplyMerged, worker updates);
-// 3. bsp, two workers, gradient pushes: the same merge into Adam.
-// On shards 2 and 3 the steps and pull versions are taken relative to the
-// version the shard last reported, so that the two ranks' pushes of one
-// step keep meeting however far a campaign has moved the shard; a push
-// held for its partner either meets it in a later input or times out.
-// Oracles, after every input:
+// 3. bsp, two workers, gradient pushes: the same merge into Adam;
+// 4. as 3, but shard 0 of four cut by rows and columns (mp_dim both): it
+//    owns column slices (one float wide for level0) of some row blocks,
+//    so pushes name rows and columns of other shards, and the merge maps
+//    rows to local rows.
+// Messages are built for the served shard's columns. On shards 2-4 the steps and pull versions are
+// taken relative to the version the shard last reported, so that the two ranks' pushes of one step
+// keep meeting however far a campaign has moved the shard; a push held for its partner either meets
+// it in a later input or times out. Oracles, after every input:
 // - the shard answers a stats request within 5 s (it still serves);
 // - every reply it sent decodes (a shard never sends what a client cannot
 //   read);
@@ -29,6 +32,7 @@
 #include <capnp/message.h>
 #include <capnp/serialize.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -53,31 +57,40 @@ namespace {
 }
 
 const std::vector<TableInfo> kTables = {{"level0", 64, 2}, {"level1", 64, 4}, {"mlp", 6, 8}};
+// For the shard of four: level0 has four row blocks (two row groups).
+const std::vector<TableInfo> kTablesOfFour = {
+    {"level0", 4 * kRowBlock, 2}, {"level1", 64, 4}, {"mlp", 6, 8}};
 constexpr uint64_t kStatsId = 0xFFFF0001u;
 constexpr uint64_t kOracleId = 0xFFFF0002u;
 
 struct Served {
+  const Partition* partition = nullptr;
+  const std::vector<wire::TableShape>* shapes = nullptr;
+  uint32_t id = 0;  // ShardOptions::shard
   std::unique_ptr<PsShard> shard;
   uint32_t workers = 0;         // ShardOptions::workers
   bool relative_steps = false;  // steps and versions relative to `version`
   uint64_t version = 0;         // as the last stats reply reported it
   zmq::socket_t socket;
 };
-constexpr int kShards = 4;
+constexpr int kShards = 5;
 
 struct Harness {
   zmq::context_t context{1};
-  std::unique_ptr<Partition> partition;
-  std::vector<wire::TableShape> shapes;
+  std::unique_ptr<Partition> one, four;  // one shard by rows; four by rows and columns
+  std::vector<wire::TableShape> shapes_one, shapes_four;
   Served served[kShards];
 };
 
 Harness& Get() {
   static Harness* h = [] {
     auto* made = new Harness;
-    made->partition =
+    made->one =
         std::make_unique<Partition>(Partition::Make(kTables, 1, ModelParallelDim::kRow).value());
-    for (const auto& t : kTables) made->shapes.push_back({t.rows, t.width});
+    made->four = std::make_unique<Partition>(
+        Partition::Make(kTablesOfFour, 4, ModelParallelDim::kBoth).value());
+    for (const auto& t : kTables) made->shapes_one.push_back({t.rows, t.width});
+    for (const auto& t : kTablesOfFour) made->shapes_four.push_back({t.rows, t.width});
     for (int i = 0; i < kShards; ++i) {
       ShardOptions options;
       options.threads = 1;
@@ -85,12 +98,16 @@ Harness& Get() {
       options.workers = i == 0 ? 1 : 2;
       options.consistency = i == 1 ? Consistency::kAsync : Consistency::kBsp;
       options.apply_updates = i == 1 || i == 2;
+      const bool of_four = i == 4;
       if (i == 1) options.pull_codec.codec = Codec::kOnebit;
       options.pull_min_bytes = 16;
       options.reply_part_bytes = 96;  // replies in parts, even for these small tables
-      auto shard = PsShard::Start(*made->partition, options);
-      if (!shard.ok()) Fail("the shard did not start:", shard.status().ToString());
       Served& s = made->served[i];
+      s.partition = of_four ? made->four.get() : made->one.get();
+      s.shapes = of_four ? &made->shapes_four : &made->shapes_one;
+      s.id = options.shard;
+      auto shard = PsShard::Start(*s.partition, options);
+      if (!shard.ok()) Fail("the shard did not start:", shard.status().ToString());
       s.shard = std::move(shard).value();
       s.workers = options.workers;
       s.relative_steps = i >= 2;
@@ -137,9 +154,12 @@ std::vector<zmq::message_t> Build(fuzz::FuzzInput& in, const Served& served, uin
   const size_t n_blocks = layout.blocks ? in.Take<uint8_t>() % 4 : 0;
   for (size_t i = 0; i < n_blocks; ++i) {
     wire::OutBlock b;
-    b.table = in.Take<uint8_t>() % kTables.size();
-    const TableInfo& table = kTables[b.table];
-    b.width = table.width;
+    b.table = in.Take<uint8_t>() % served.partition->n_tables();
+    const TableInfo& table = served.partition->table(b.table);
+    // The served shard's columns (all of them on a shard of one).
+    b.col_begin =
+        served.partition->ColBegin(b.table, served.partition->ColumnGroupOf(served.id, b.table));
+    b.width = served.partition->ColWidth(b.table);
     auto bits = in.Take<uint16_t>();
     b.dense = !layout.row_ids || (bits & 1) != 0 || table.rows < 16;
     if (b.dense) {
@@ -315,8 +335,9 @@ void Mutate(fuzz::FuzzInput& in, std::vector<zmq::message_t>& frames) {
 // returns its kind; every reply must decode, and every value it carries
 // must be finite.
 // `step`, when given, gets the reply's header step.
-wire::Kind AwaitReply(Harness& h, zmq::socket_t& socket, uint64_t request_id, std::string* error,
+wire::Kind AwaitReply(Served& s, uint64_t request_id, std::string* error,
                       uint64_t* step = nullptr) {
+  zmq::socket_t& socket = s.socket;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   while (std::chrono::steady_clock::now() < deadline) {
     auto frames = wire::ReceiveMultipart(socket, 200, wire::Limits{});
@@ -324,7 +345,7 @@ wire::Kind AwaitReply(Harness& h, zmq::socket_t& socket, uint64_t request_id, st
       if (frames.status().code() == StatusCode::kTimeout) continue;
       Fail("a reply could not be received:", frames.status().ToString());
     }
-    auto message = wire::Decode(*frames, h.shapes, wire::Limits{});
+    auto message = wire::Decode(*frames, *s.shapes, wire::Limits{});
     if (!message.ok()) {
       Fail("the shard sent a reply that does not decode:", message.status().ToString());
     }
@@ -348,10 +369,17 @@ void Check(Harness& h, int which) {
   stats.request_id = kStatsId;
   auto frames = wire::Encode(stats, {});
   if (!wire::SendMultipart(s.socket, frames).ok()) Fail("the stats request could not be sent");
-  if (AwaitReply(h, s.socket, kStatsId, &error, &s.version) != wire::Kind::kStatsReply) {
+  if (AwaitReply(s, kStatsId, &error, &s.version) != wire::Kind::kStatsReply) {
     Fail("the stats request was refused:", error);
   }
-  // A good client of the shard's job: every row of level 0, whole.
+  // A good client of the shard's job: the rows of level 0's first block
+  // the shard owns (all of them on a shard of one), in its columns, whole.
+  const Partition& partition = *s.partition;
+  const uint32_t group = partition.ColumnGroupOf(s.id, 0);
+  const uint32_t rows = static_cast<uint32_t>(partition.table(0).rows);
+  uint32_t first = 0;
+  while (first < rows && partition.Owner(0, first, group) != s.id) first += kRowBlock;
+  if (first >= rows) Fail("the oracle's shard owns no row of level 0");
   const ServingStats serving = s.shard->serving_stats();
   wire::OutHeader pull;
   pull.kind = wire::Kind::kPull;
@@ -362,14 +390,16 @@ void Check(Harness& h, int which) {
   pull.whole_values = true;
   wire::OutBlock b;
   b.table = 0;
-  b.width = kTables[0].width;
+  b.col_begin = partition.ColBegin(0, group);
+  b.width = partition.ColWidth(0);
   b.dense = true;
-  b.row_count = static_cast<uint32_t>(kTables[0].rows);
+  b.row_begin = first;
+  b.row_count = std::min(rows - first, kRowBlock);
   std::vector<wire::OutBlock> blocks;
   blocks.push_back(std::move(b));
   auto pull_frames = wire::Encode(pull, std::move(blocks));
   if (!wire::SendMultipart(s.socket, pull_frames).ok()) Fail("the good pull could not be sent");
-  if (AwaitReply(h, s.socket, kOracleId, &error) != wire::Kind::kPullReply) {
+  if (AwaitReply(s, kOracleId, &error) != wire::Kind::kPullReply) {
     Fail("a good client's pull was refused:", error);
   }
 }
