@@ -8,6 +8,7 @@
 #include "common/check.h"
 #include "common/prefetch.h"
 #include "common/row_width.h"
+#include "common/set_bits.h"
 #include "kernels/cpu/half.h"
 
 namespace gridsync::cpu {
@@ -288,12 +289,8 @@ void GridGradient::ExtractImpl(uint32_t level, SparseRows* out) {
   // Pass 1: row ids from the bitmap (sequential). Pass 2: gather with the
   // ids known ahead, so the scattered gradient rows can be prefetched.
   uint32_t* rows = out->rows.data() + first;
-  for (size_t w = 0; w < bits.size(); ++w) {
-    for (uint64_t word = bits[w]; word != 0; word &= word - 1) {
-      *rows++ = static_cast<uint32_t>(w * 64 + std::countr_zero(word));
-    }
-    if constexpr (kClear) bits[w] = 0;
-  }
+  WriteSetBits(bits.data(), bits.size(), 0, rows, rows + count);
+  if constexpr (kClear) std::fill(bits.begin(), bits.end(), 0);
   float* values = out->values.data() + first * F;
   if (compact_) {  // the values are in row order already
     if (count > 0) std::memcpy(values, compact_values_[level].data(), count * F * sizeof(float));
@@ -357,12 +354,10 @@ void GridGradient::TakeRowIds(uint32_t level, uint64_t begin, uint64_t end,
   size_t count = 0;
   for (size_t w = first; w < last; ++w) count += std::popcount(bits[w]);
   rows->resize(count);
-  uint32_t* out = rows->data();
-  for (size_t w = first; w < last; ++w) {
-    for (uint64_t word = bits[w]; word != 0; word &= word - 1)
-      *out++ = static_cast<uint32_t>(w * 64 + std::countr_zero(word));
-    bits[w] = 0;
-  }
+  WriteSetBits(bits.data() + first, last - first, static_cast<uint32_t>(first * 64), rows->data(),
+               rows->data() + count);
+  std::fill(bits.begin() + static_cast<std::ptrdiff_t>(first),
+            bits.begin() + static_cast<std::ptrdiff_t>(last), 0);
 }
 
 void GridGradient::AddRows(uint32_t level, const uint32_t* rows, size_t n, const float* values) {
@@ -424,12 +419,11 @@ void GridRowSet::Assign(const GridBatchLookup& lookup, ThreadPool* pool) {
     auto& bits = bits_[l];
     SetRowBits(&lookup.rows[lookup.Index(static_cast<uint32_t>(l), 0)], lookup.n * lookup.corners,
                bits.data());
-    for (size_t w = 0; w < bits.size(); ++w) {
-      for (uint64_t word = bits[w]; word != 0; word &= word - 1) {
-        rows.push_back(static_cast<uint32_t>(w * 64 + std::countr_zero(word)));
-      }
-      bits[w] = 0;
-    }
+    size_t count = 0;
+    for (uint64_t word : bits) count += std::popcount(word);
+    rows.resize(count);
+    WriteSetBits(bits.data(), bits.size(), 0, rows.data(), rows.data() + count);
+    std::fill(bits.begin(), bits.end(), 0);
   });
 }
 
