@@ -4,7 +4,7 @@
 // kind and role checks, job admission, ownership, codec payloads, bsp and
 // async pushes, held and delta pulls) with messages built from the input.
 //
-// Each input picks one of four shards and sends it up to 8 messages: each a
+// Each input picks one of five shards and sends it up to 8 messages: each a
 // well-formed message of any kind, then possibly mutated in its Cap'n Proto
 // header (one field set to an input value) or in its frames (cut, a byte
 // flipped, dropped, doubled, garbage appended). The shards:
@@ -14,12 +14,15 @@
 //    (ShardStore::ApplyMerged, worker updates);
 // 3. bsp, two workers, gradient pushes: the same merge into Adam;
 // 4. as 3, but shard 0 of four cut by rows and columns (mp_dim both): it
-//    owns column slices (one float wide for level0) of some row blocks,
-//    so pushes name rows and columns of other shards, and the merge maps
-//    rows to local rows.
-// Messages are built for the served shard's columns. On shards 2-4 the steps and pull versions are
-// taken relative to the version the shard last reported, so that the two ranks' pushes of one step
-// keep meeting however far a campaign has moved the shard; a push held for its partner either meets
+//    owns column slices (one float wide for level0 and level1) of some of
+//    level0's row blocks, so pushes name rows of other shards (and, once
+//    a mutation moves a block's columns, their columns), and the merge
+//    maps rows to local rows.
+// Messages are built for the served shard's columns. On shards 2-4 the
+// steps and pull versions follow the version the shard last reported, and
+// the job and epoch the one it serves (unless the input asks for others),
+// so that the two ranks' pushes of one step keep meeting however far a
+// campaign has moved the shard; a push held for its partner either meets
 // it in a later input or times out. Oracles, after every input:
 // - the shard answers a stats request within 5 s (it still serves);
 // - every reply it sent decodes (a shard never sends what a client cannot
@@ -69,8 +72,10 @@ struct Served {
   uint32_t id = 0;  // ShardOptions::shard
   std::unique_ptr<PsShard> shard;
   uint32_t workers = 0;         // ShardOptions::workers
-  bool relative_steps = false;  // steps and versions relative to `version`
+  bool relative_steps = false;  // steps, versions, job and epoch follow the shard's
   uint64_t version = 0;         // as the last stats reply reported it
+  uint64_t job = 0;             // served (0: none yet), as serving_stats() said last
+  uint32_t epoch = 0;
   zmq::socket_t socket;
 };
 constexpr int kShards = 5;
@@ -129,8 +134,9 @@ std::vector<zmq::message_t> Build(fuzz::FuzzInput& in, const Served& served, uin
   const auto step = in.Take<uint8_t>();
   const auto min_version = in.Take<uint8_t>();
   if (served.relative_steps) {
-    // The current step or the next; a version up to two ahead (held) or,
-    // with bit 2, one behind.
+    // The current step or the next; the current version, the next (held
+    // until its step is applied) or the one after (refused), or, with bit
+    // 2, one behind.
     const uint64_t base = served.version;
     h.step = base + step % 2;
     h.min_version = (min_version & 4) && base > 0 ? base - 1 : base + min_version % 3;
@@ -138,7 +144,10 @@ std::vector<zmq::message_t> Build(fuzz::FuzzInput& in, const Served& served, uin
     h.step = step % 16;
     h.min_version = min_version % 16;
   }
-  h.job = in.Take<uint8_t>() % 3;
+  // The job served, but one in four times (and always before any) one of
+  // 0..2, whatever is served.
+  const auto job = in.Take<uint8_t>();
+  h.job = served.relative_steps && served.job != 0 && job % 4 != 3 ? served.job : job % 3;
   const auto workers = in.Take<uint8_t>();
   h.num_workers = workers % 4;
   h.worker_rank = (workers >> 2) % 3;
@@ -148,7 +157,8 @@ std::vector<zmq::message_t> Build(fuzz::FuzzInput& in, const Served& served, uin
   h.evaluation = flags & 4;
   h.skip_step = flags & 8;
   h.push_values = (flags & 16) ? wire::PushValues::kUpdates : wire::PushValues::kGradients;
-  h.epoch = (flags >> 5) & 1;
+  // With bit 5, an epoch past the one served (a claim of the future).
+  h.epoch = (served.relative_steps ? served.epoch : 0) + ((flags >> 5) & 1);
   const wire::KindLayout layout = wire::LayoutOf(h.kind);
   std::vector<wire::OutBlock> blocks;
   const size_t n_blocks = layout.blocks ? in.Take<uint8_t>() % 4 : 0;
@@ -372,8 +382,8 @@ void Check(Harness& h, int which) {
   if (AwaitReply(s, kStatsId, &error, &s.version) != wire::Kind::kStatsReply) {
     Fail("the stats request was refused:", error);
   }
-  // A good client of the shard's job: the rows of level 0's first block
-  // the shard owns (all of them on a shard of one), in its columns, whole.
+  // A good client of the shard's job: the first rows of level 0's first
+  // block the shard owns (all 64 on a shard of one), in its columns, whole.
   const Partition& partition = *s.partition;
   const uint32_t group = partition.ColumnGroupOf(s.id, 0);
   const uint32_t rows = static_cast<uint32_t>(partition.table(0).rows);
@@ -381,6 +391,8 @@ void Check(Harness& h, int which) {
   while (first < rows && partition.Owner(0, first, group) != s.id) first += kRowBlock;
   if (first >= rows) Fail("the oracle's shard owns no row of level 0");
   const ServingStats serving = s.shard->serving_stats();
+  s.job = serving.job;
+  s.epoch = serving.epoch;
   wire::OutHeader pull;
   pull.kind = wire::Kind::kPull;
   pull.request_id = kOracleId;
@@ -394,7 +406,8 @@ void Check(Harness& h, int which) {
   b.width = partition.ColWidth(0);
   b.dense = true;
   b.row_begin = first;
-  b.row_count = std::min(rows - first, kRowBlock);
+  // 64 rows: in parts of 96 bytes, a whole block of 4096 was 170 replies.
+  b.row_count = std::min(rows - first, 64u);
   std::vector<wire::OutBlock> blocks;
   blocks.push_back(std::move(b));
   auto pull_frames = wire::Encode(pull, std::move(blocks));

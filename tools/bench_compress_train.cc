@@ -181,17 +181,17 @@ struct CodecRow {
   double psnr = NAN, push = NAN, pull = NAN;
   double train_s = NAN, train_x = NAN, comm_s = NAN, adam_s = NAN, codec_s = NAN, wall_s = NAN;
   // The whole run's CPU (RunCluster: workers, shards, ZeroMQ), its cores
-  // (cpu_s / wall_s), cpu_x = cpu_s / none's, and wall_floor_x = cpu_s /
-  // (cores x none's wall_s): the ratio of wall times no schedule of this
-  // run's CPU on the host's cores could beat. Above 1, a run as fast as
-  // none's needs less CPU, not more parallelism.
-  double cpu_s = NAN, run_cores = NAN, cpu_x = NAN, wall_floor_x = NAN;
+  // (cpu_s / wall_s), cpu_x = cpu_s / none's, wall_x = wall_s / none's, and
+  // wall_floor_x = cpu_s / (cores x none's wall_s): the least wall_x any
+  // schedule of this run's CPU on the cores could reach. Above 1, a run as
+  // fast as none's needs less CPU, not more parallelism.
+  double cpu_s = NAN, run_cores = NAN, cpu_x = NAN, wall_x = NAN, wall_floor_x = NAN;
   PhaseSums phases;  // each the median over rounds
 };
 
 CodecRow Summarize(const std::vector<CodecRound>& rounds, const NoneRounds& none, int cores) {
   CodecRow row;
-  std::vector<double> train, ratio, comm, adam, codec, wall, cpu, run_cores, cpu_x, floor_x;
+  std::vector<double> train, ratio, comm, adam, codec, wall, cpu, run_cores, cpu_x, wall_x, floor_x;
   std::vector<double> prepare, compute, apply, push, pull_wait;
   const auto add = [](std::vector<double>* to, double v) {
     if (std::isfinite(v)) to->push_back(v);
@@ -207,12 +207,16 @@ CodecRow Summarize(const std::vector<CodecRound>& rounds, const NoneRounds& none
     add(&train, round.train_s);
     if (r < none.train_s.size()) {
       add(&ratio, round.train_s / none.train_s[r]);
-      add(&cpu_x, round.cpu_s / none.cpu_s[r]);
-      add(&floor_x, round.cpu_s / (cores * none.wall_s[r]));
+      add(&wall_x, round.wall_s / none.wall_s[r]);
     }
+    // A CPU reading of 0 is a failed getrusage, not a free run.
     if (round.cpu_s > 0) {
       add(&cpu, round.cpu_s);
       add(&run_cores, round.cpu_s / round.wall_s);
+      if (r < none.cpu_s.size() && none.cpu_s[r] > 0) {
+        add(&cpu_x, round.cpu_s / none.cpu_s[r]);
+        add(&floor_x, round.cpu_s / (cores * none.wall_s[r]));
+      }
     }
     add(&comm, round.comm_s);
     add(&adam, round.adam_s);
@@ -246,6 +250,7 @@ CodecRow Summarize(const std::vector<CodecRound>& rounds, const NoneRounds& none
   row.cpu_s = median(cpu);
   row.run_cores = median(run_cores);
   row.cpu_x = median(cpu_x);
+  row.wall_x = median(wall_x);
   row.wall_floor_x = median(floor_x);
   row.phases.prepare = median(prepare);
   row.phases.compute = median(compute);
@@ -391,7 +396,7 @@ int RunTrainSweep(const CompressArgs& args) {
   uint64_t total_wrong = 0;
   int failures = 0;
   const NoneRounds none_rounds = NoneOf(rounds.front());
-  const int cores = OnlineCores();
+  const int cores = UsableCores();
   std::vector<CodecRow> rows;
   for (const auto& codec_rounds : rounds)
     rows.push_back(Summarize(codec_rounds, none_rounds, cores));
@@ -428,16 +433,18 @@ int RunTrainSweep(const CompressArgs& args) {
   // On loopback a run is CPU-bound: whether a codec can cost no more wall
   // time than none is decided by the CPU it spends, which this shows.
   std::printf(
-      "# whole runs (cluster start to stop, wall_s above), CPU of this process (every worker, "
-      "shard and ZeroMQ thread, user + system): cores = cpu_s / wall_s; cpu_x = cpu_s / none's "
-      "cpu_s; wall_floor_x = cpu_s / (%d cores x none's wall_s), the wall_s ratio no schedule "
-      "of this CPU on this host's %d cores could beat (medians over rounds)\n",
+      "# whole runs (cluster start to stop: setup, the steps, the flush, the evaluation), CPU of "
+      "this process (every worker, shard and ZeroMQ thread, user + system): cores = cpu_s / "
+      "wall_s; cpu_x = cpu_s / none's cpu_s; wall_x = wall_s / none's wall_s; wall_floor_x = "
+      "cpu_s / (%d cores x none's wall_s), the least wall_x any schedule of this CPU on the %d "
+      "cores this process may use could reach (medians over rounds)\n",
       cores, cores);
-  std::printf("#   %-8s %8s %6s %6s %12s\n", "codec", "cpu_s", "cores", "cpu_x", "wall_floor_x");
+  std::printf("#   %-8s %8s %6s %6s %6s %12s\n", "codec", "cpu_s", "cores", "cpu_x", "wall_x",
+              "wall_floor_x");
   for (size_t i = 0; i < configs.size(); ++i) {
     const CodecRow& row = rows[i];
-    std::printf("#   %-8s %8.2f %6.2f %6.2f %12.2f\n", codecs[i].c_str(), row.cpu_s, row.run_cores,
-                row.cpu_x, row.wall_floor_x);
+    std::printf("#   %-8s %8.2f %6.2f %6.2f %6.2f %12.2f\n", codecs[i].c_str(), row.cpu_s,
+                row.run_cores, row.cpu_x, row.wall_x, row.wall_floor_x);
   }
   std::printf("# #wrong total: %llu\n", static_cast<unsigned long long>(total_wrong));
 

@@ -1,6 +1,7 @@
 // CPU time for the benches (bench_cpu.h).
 #include "tools/bench_cpu.h"
 
+#include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -43,6 +44,12 @@ CpuUse CpuBetween(const CpuTimes& before, const CpuTimes& after) {
   return use;
 }
 
-int OnlineCores() { return static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN))); }
+int UsableCores() {
+  const long online = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (sched_getaffinity(0, sizeof(mask), &mask) != 0) return static_cast<int>(online);
+  return static_cast<int>(std::clamp<long>(CPU_COUNT(&mask), 1, online));
+}
 
 }  // namespace gridsync::bench

@@ -29,7 +29,10 @@ struct CpuUse {
 };
 CpuUse CpuBetween(const CpuTimes& before, const CpuTimes& after);
 
-// The host's online cores (at least 1).
-int OnlineCores();
+// The cores this process may run on (at least 1): its affinity mask's,
+// at most the host's online cores. A run under taskset or a cpuset gets
+// what it was given, not the host's count. (A CPU quota, cgroup cpu.max,
+// is not counted: it caps time, not cores.)
+int UsableCores();
 
 }  // namespace gridsync::bench

@@ -407,7 +407,7 @@ int RunPushPull(const PushPullArgs& args) {
                           [&] { return (*raw)->Time(p.n, args.warmup, p.iters); });
     if (!theirs.ok()) return Fail(theirs.status());
     result.wrong += CountWrongPushed(p, table, options.hyper, step_size, 1 + args.warmup + p.iters);
-    result.floor = MeasureMemoryFloor(p.n, kStride, kWidth, OnlineCores(), p.iters);
+    result.floor = MeasureMemoryFloor(p.n, kStride, kWidth, UsableCores(), p.iters);
 
     result.gridsync = Percentiles(*ours);
     result.zmq = Percentiles(*theirs);
@@ -439,7 +439,7 @@ int RunPushPull(const PushPullArgs& args) {
                 st.shard_decode, st.apply, st.gather, st.shard_encode, st.send, st.client_decode,
                 st.other());
   }
-  const int cores = OnlineCores();
+  const int cores = UsableCores();
   std::printf(
       "# CPU per iteration (mean us, warmup included: this process's threads, user + system, "
       "so the kernel's TCP work in their calls too); cores = cpu / wall; other = the rest of "
@@ -510,10 +510,10 @@ int RunPushPull(const PushPullArgs& args) {
                              {"gridsync_cores", r.gridsync_cpu.cores()},
                              {"zmq_cpu_us", r.zmq_cpu.self},
                              {"zmq_cores", r.zmq_cpu.cores()},
-                             {"cpu_ceiling", CpuCeiling(r, OnlineCores())},
+                             {"cpu_ceiling", CpuCeiling(r, UsableCores())},
                              {"memory_floor_us", r.floor.total_us},
                              {"floor_ceiling", FloorCeiling(r)},
-                             {"floor_cpu_ceiling", FloorCpuCeiling(r, OnlineCores())},
+                             {"floor_cpu_ceiling", FloorCpuCeiling(r, UsableCores())},
                              {"wrong", r.wrong}});
     }
     std::ofstream file(args.json_out);

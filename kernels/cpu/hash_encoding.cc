@@ -296,7 +296,6 @@ void GridGradient::ExtractImpl(uint32_t level, SparseRows* out) {
     if (count > 0) std::memcpy(values, compact_values_[level].data(), count * F * sizeof(float));
     return;
   }
-  rows = out->rows.data() + first;
   // The width as a constant: memcpy and memset of a run-time width were a
   // libc call per row of 8 bytes (perf: 5.6% of a ps run's samples in
   // memmove under this loop).

@@ -1,0 +1,68 @@
+// WriteSetBits (set_bits.h).
+//
+// Thread safety: see set_bits.h.
+#include "common/set_bits.h"
+
+#include <array>
+#include <bit>
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+namespace gridsync {
+namespace {
+
+// For each byte value, the positions of its set bits, ascending, one a byte
+// from the lowest (the rest zero).
+constexpr std::array<uint64_t, 256> kBytePositions = [] {
+  std::array<uint64_t, 256> table{};
+  for (uint32_t value = 0; value < 256; ++value) {
+    uint32_t k = 0;
+    for (uint32_t bit = 0; bit < 8; ++bit) {
+      if ((value >> bit) & 1u) table[value] |= uint64_t{bit} << (8 * k++);
+    }
+  }
+  return table;
+}();
+
+}  // namespace
+
+uint32_t* WriteSetBits(const uint64_t* words, size_t n, uint32_t first_bit, uint32_t* out,
+                       const uint32_t* out_end) {
+  uint32_t* o = out;
+  for (size_t w = 0; w < n; ++w) {
+    const uint64_t word = words[w];
+    if (word == 0) continue;  // sparse levels: whole words of nothing
+    const uint32_t word_bit = first_bit + static_cast<uint32_t>(w * 64);
+#if defined(__AVX2__)
+    // Byte b's 8 stores end at most 8 past the word's earlier set bits.
+    if (out_end - o >= std::popcount(word) + 8) {
+      for (uint32_t b = 0; b < 8; ++b) {
+        const uint32_t byte = static_cast<uint32_t>(word >> (8 * b)) & 0xffu;
+        const __m256i at = _mm256_cvtepu8_epi32(
+            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(&kBytePositions[byte])));
+        const __m256i base = _mm256_set1_epi32(static_cast<int>(word_bit + 8 * b));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), _mm256_add_epi32(at, base));
+        o += std::popcount(byte);
+      }
+      continue;
+    }
+#else
+    (void)out_end;
+#endif
+    for (uint64_t rest = word; rest != 0; rest &= rest - 1)
+      *o++ = word_bit + static_cast<uint32_t>(std::countr_zero(rest));
+  }
+  return o;
+}
+
+bool WriteSetBitsVectorized() {
+#if defined(__AVX2__)
+  return true;
+#else
+  return false;
+#endif
+}
+
+}  // namespace gridsync
