@@ -3,6 +3,7 @@
 // Thread safety: see set_bits.h.
 #include "common/set_bits.h"
 
+#include <algorithm>
 #include <array>
 #include <bit>
 
@@ -55,6 +56,14 @@ uint32_t* WriteSetBits(const uint64_t* words, size_t n, uint32_t first_bit, uint
       *o++ = word_bit + static_cast<uint32_t>(std::countr_zero(rest));
   }
   return o;
+}
+
+void TakeSetBits(uint64_t* words, size_t n, uint32_t first_bit, std::vector<uint32_t>* rows) {
+  size_t count = 0;
+  for (size_t w = 0; w < n; ++w) count += static_cast<size_t>(std::popcount(words[w]));
+  rows->resize(count);
+  WriteSetBits(words, n, first_bit, rows->data(), rows->data() + count);
+  std::fill(words, words + n, uint64_t{0});
 }
 
 bool WriteSetBitsVectorized() {

@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace gridsync {
 
@@ -28,6 +29,10 @@ namespace gridsync {
 // so it finishes the last bytes one bit at a time).
 uint32_t* WriteSetBits(const uint64_t* words, size_t n, uint32_t first_bit, uint32_t* out,
                        const uint32_t* out_end);
+
+// *rows = the positions (first_bit + i) of the set bits of words[0..n),
+// ascending, and those words zeroed: a bitmap taken as a row list.
+void TakeSetBits(uint64_t* words, size_t n, uint32_t first_bit, std::vector<uint32_t>* rows);
 
 // Whether WriteSetBits was built with its byte-table path (AVX2), for
 // tests to say which path they covered.

@@ -159,20 +159,6 @@ CodecRound RunRound(const std::string& codec, const Config& config, const ImageT
   return round;
 }
 
-// none's rounds, which every other codec's round is compared with.
-struct NoneRounds {
-  std::vector<double> train_s, wall_s, cpu_s;
-};
-NoneRounds NoneOf(const std::vector<CodecRound>& rounds) {
-  NoneRounds out;
-  for (const CodecRound& r : rounds) {
-    out.train_s.push_back(r.started ? r.train_s : NAN);
-    out.wall_s.push_back(r.started ? r.wall_s : NAN);
-    out.cpu_s.push_back(r.started ? r.cpu_s : NAN);
-  }
-  return out;
-}
-
 // A codec's row: medians over its rounds that ran; train_x pairs each
 // round with none's of the same round.
 struct CodecRow {
@@ -189,7 +175,10 @@ struct CodecRow {
   PhaseSums phases;  // each the median over rounds
 };
 
-CodecRow Summarize(const std::vector<CodecRound>& rounds, const NoneRounds& none, int cores) {
+// `none`: none's rounds, each compared with the same round of this codec
+// (a round that did not start has NaN figures, which leave no ratio).
+CodecRow Summarize(const std::vector<CodecRound>& rounds, const std::vector<CodecRound>& none,
+                   int cores) {
   CodecRow row;
   std::vector<double> train, ratio, comm, adam, codec, wall, cpu, run_cores, cpu_x, wall_x, floor_x;
   std::vector<double> prepare, compute, apply, push, pull_wait;
@@ -205,17 +194,17 @@ CodecRow Summarize(const std::vector<CodecRound>& rounds, const NoneRounds& none
     }
     row.wrong += round.wrong;
     add(&train, round.train_s);
-    if (r < none.train_s.size()) {
-      add(&ratio, round.train_s / none.train_s[r]);
-      add(&wall_x, round.wall_s / none.wall_s[r]);
+    if (r < none.size()) {
+      add(&ratio, round.train_s / none[r].train_s);
+      add(&wall_x, round.wall_s / none[r].wall_s);
     }
     // A CPU reading of 0 is a failed getrusage, not a free run.
     if (round.cpu_s > 0) {
       add(&cpu, round.cpu_s);
       add(&run_cores, round.cpu_s / round.wall_s);
-      if (r < none.cpu_s.size() && none.cpu_s[r] > 0) {
-        add(&cpu_x, round.cpu_s / none.cpu_s[r]);
-        add(&floor_x, round.cpu_s / (cores * none.wall_s[r]));
+      if (r < none.size() && none[r].cpu_s > 0) {
+        add(&cpu_x, round.cpu_s / none[r].cpu_s);
+        add(&floor_x, round.cpu_s / (cores * none[r].wall_s));
       }
     }
     add(&comm, round.comm_s);
@@ -395,11 +384,10 @@ int RunTrainSweep(const CompressArgs& args) {
   }
   uint64_t total_wrong = 0;
   int failures = 0;
-  const NoneRounds none_rounds = NoneOf(rounds.front());
   const int cores = UsableCores();
   std::vector<CodecRow> rows;
   for (const auto& codec_rounds : rounds)
-    rows.push_back(Summarize(codec_rounds, none_rounds, cores));
+    rows.push_back(Summarize(codec_rounds, rounds.front(), cores));
   const CodecRow& none_row = rows.front();  // none runs first (see above)
   const bool none_ok = none_row.wrong == 0 && none_row.failures == 0;
   const double none_psnr = none_ok ? none_row.psnr : NAN;

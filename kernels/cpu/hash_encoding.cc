@@ -350,13 +350,7 @@ void GridGradient::TakeRowIds(uint32_t level, uint64_t begin, uint64_t end,
   // words are taken (the level's last word has no bits past its rows).
   const size_t first = begin / 64;
   const size_t last = (end + 63) / 64;
-  size_t count = 0;
-  for (size_t w = first; w < last; ++w) count += std::popcount(bits[w]);
-  rows->resize(count);
-  WriteSetBits(bits.data() + first, last - first, static_cast<uint32_t>(first * 64), rows->data(),
-               rows->data() + count);
-  std::fill(bits.begin() + static_cast<std::ptrdiff_t>(first),
-            bits.begin() + static_cast<std::ptrdiff_t>(last), 0);
+  TakeSetBits(bits.data() + first, last - first, static_cast<uint32_t>(first * 64), rows);
 }
 
 void GridGradient::AddRows(uint32_t level, const uint32_t* rows, size_t n, const float* values) {
@@ -418,11 +412,7 @@ void GridRowSet::Assign(const GridBatchLookup& lookup, ThreadPool* pool) {
     auto& bits = bits_[l];
     SetRowBits(&lookup.rows[lookup.Index(static_cast<uint32_t>(l), 0)], lookup.n * lookup.corners,
                bits.data());
-    size_t count = 0;
-    for (uint64_t word : bits) count += std::popcount(word);
-    rows.resize(count);
-    WriteSetBits(bits.data(), bits.size(), 0, rows.data(), rows.data() + count);
-    std::fill(bits.begin(), bits.end(), 0);
+    TakeSetBits(bits.data(), bits.size(), 0, &rows);
   });
 }
 
