@@ -5,7 +5,8 @@
 namespace gridsync {
 
 ThreadPool::ThreadPool(int threads) {
-  for (int i = 1; i < std::max(1, threads); ++i) workers_.emplace_back([this] { WorkerLoop(); });
+  for (int i = 1; i < std::max(1, threads); ++i)
+    workers_.emplace_back([this, i] { WorkerLoop(i); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -17,11 +18,12 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::RunTasks() {
-  for (size_t i = next_.fetch_add(1); i < task_count_.load(); i = next_.fetch_add(1)) (*task_.load())(i);
+void ThreadPool::RunTasks(int slot) {
+  for (size_t i = next_.fetch_add(1); i < task_count_.load(); i = next_.fetch_add(1))
+    (*task_.load())(i, slot);
 }
 
-void ThreadPool::WorkerLoop() {
+void ThreadPool::WorkerLoop(int slot) {
   uint64_t seen = 0;
   for (;;) {
     {
@@ -31,7 +33,7 @@ void ThreadPool::WorkerLoop() {
       seen = generation_;
       ++busy_;
     }
-    RunTasks();
+    RunTasks(slot);
     {
       std::lock_guard<std::mutex> lock(mu_);
       --busy_;
@@ -45,6 +47,14 @@ void ThreadPool::ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
     for (size_t i = 0; i < n; ++i) fn(i);
     return;
   }
+  ParallelForSlots(n, [&fn](size_t i, int) { fn(i); });
+}
+
+void ThreadPool::ParallelForSlots(size_t n, const std::function<void(size_t, int)>& fn) {
+  if (workers_.empty() || n <= 1) {
+    for (size_t i = 0; i < n; ++i) fn(i, 0);
+    return;
+  }
   {
     // A worker that woke late for the previous loop may still be draining
     // it; resetting the counters under its feet would run an index twice.
@@ -56,7 +66,7 @@ void ThreadPool::ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
     ++generation_;
   }
   wake_.notify_all();
-  RunTasks();
+  RunTasks(0);
   std::unique_lock<std::mutex> lock(mu_);
   // Workers that woke late find no index left and leave at once; waiting for
   // busy_ == 0 after our own share keeps `fn` alive until all calls returned.

@@ -136,32 +136,34 @@ double HashGridModel::AccumulateGradients(const float* positions, const float* t
   const cpu::MlpWeights& weights = mixed_precision_ ? mlp_working_ : mlp_;
 
   const size_t chunks = (n + kMlpChunk - 1) / kMlpChunk;
-  if (chunk_state_.size() < chunks) chunk_state_.resize(chunks);
+  if (chunk_results_.size() < chunks) chunk_results_.resize(chunks);
+  mlp_scratch_.resize(static_cast<size_t>(pool->size()));
   // d(mean squared error)/dy, with the loss scale folded in.
   const float dy_scale = 2.0f * loss_scale / static_cast<float>(global_batch * out_width);
-  pool->ParallelFor(chunks, [&](size_t c) {
-    ChunkState& state = chunk_state_[c];
+  pool->ParallelForSlots(chunks, [&](size_t c, int slot) {
+    MlpScratch& scratch = mlp_scratch_[static_cast<size_t>(slot)];
+    ChunkResult& result = chunk_results_[c];
     const size_t begin = c * kMlpChunk;
     const auto cols = static_cast<Eigen::Index>(std::min(kMlpChunk, n - begin));
     cpu::ConstMatrixMap x(features_.data() + begin * in_width, in_width, cols);
-    cpu::MlpForward(mlp_shape_, weights, x, &state.workspace, &state.y, mlp_format_);
+    cpu::MlpForward(mlp_shape_, weights, x, &scratch.workspace, &scratch.y, mlp_format_);
     const cpu::ConstMatrixMap t(targets + begin * out_width, out_width, cols);
-    state.dy = state.y - t;
+    scratch.dy = scratch.y - t;
     // Each square summed in double, as the device twin does (trainer_kernels.cu's
     // SquaredErrorKernel): a float sum of a chunk's 6144 squares would round
     // the reported loss differently on the two paths.
-    state.sse = state.dy.cast<double>().squaredNorm();
-    state.dy *= dy_scale;
-    if (state.dw.size() != mlp_.size()) state.dw = cpu::ZeroMlpWeights(mlp_shape_);
-    for (auto& m : state.dw) m.setZero();
+    result.sse = scratch.dy.cast<double>().squaredNorm();
+    scratch.dy *= dy_scale;
+    if (result.dw.size() != mlp_.size()) result.dw = cpu::ZeroMlpWeights(mlp_shape_);
+    for (auto& m : result.dw) m.setZero();
     cpu::MatrixMap dx(d_features_.data() + begin * in_width, in_width, cols);
-    cpu::MlpBackward(mlp_shape_, weights, x, &state.workspace, state.dy, &state.dw, &dx,
+    cpu::MlpBackward(mlp_shape_, weights, x, &scratch.workspace, scratch.dy, &result.dw, &dx,
                      mlp_format_);
   });
   double sse = 0;
   for (size_t c = 0; c < chunks; ++c) {
-    sse += chunk_state_[c].sse;
-    for (size_t i = 0; i < grads->mlp.size(); ++i) grads->mlp[i] += chunk_state_[c].dw[i];
+    sse += chunk_results_[c].sse;
+    for (size_t i = 0; i < grads->mlp.size(); ++i) grads->mlp[i] += chunk_results_[c].dw[i];
   }
   compute_times_.mlp += Lap(&mark);
   if (grads->compact_grid) {
@@ -183,14 +185,14 @@ void HashGridModel::Predict(const float* positions, size_t n, uint32_t active_le
     const size_t count = std::min(kPredictChunk, n - begin);
     EncodeBatch(positions + begin * dims, count, active_levels, pool);
     const size_t chunks = (count + kMlpChunk - 1) / kMlpChunk;
-    if (chunk_state_.size() < chunks) chunk_state_.resize(chunks);
-    pool->ParallelFor(chunks, [&](size_t c) {
-      ChunkState& state = chunk_state_[c];
+    mlp_scratch_.resize(static_cast<size_t>(pool->size()));
+    pool->ParallelForSlots(chunks, [&](size_t c, int slot) {
+      MlpScratch& scratch = mlp_scratch_[static_cast<size_t>(slot)];
       const size_t at = c * kMlpChunk;
       const auto cols = static_cast<Eigen::Index>(std::min(kMlpChunk, count - at));
       cpu::ConstMatrixMap x(features_.data() + at * in_width, in_width, cols);
-      cpu::MlpForward(mlp_shape_, weights, x, &state.workspace, &state.y, mlp_format_);
-      std::copy_n(state.y.data(), cols * out_width, out + (begin + at) * out_width);
+      cpu::MlpForward(mlp_shape_, weights, x, &scratch.workspace, &scratch.y, mlp_format_);
+      std::copy_n(scratch.y.data(), cols * out_width, out + (begin + at) * out_width);
     });
   }
 }

@@ -104,11 +104,20 @@ class HashGridModel {
   void RefreshWorkingCopyAll();
 
  private:
-  struct ChunkState {
-    cpu::MlpWorkspace workspace;
-    cpu::Matrix y, dy;
+  // What a chunk of the batch leaves for the sums after the parallel loop
+  // (added in chunk order, so that no thread count changes a bit).
+  struct ChunkResult {
     cpu::MlpWeights dw;
     double sse = 0;
+  };
+  // A thread's scratch for the chunks it runs (ThreadPool slots): one per
+  // thread, not per chunk, so every chunk after a thread's first finds its
+  // activations' buffers in that core's caches (a step's 8 chunks of 2048
+  // samples had 8 workspaces of about 1.1 MiB each: 0.6-0.9 ms of a 14 ms
+  // step on one thread went to their misses).
+  struct MlpScratch {
+    cpu::MlpWorkspace workspace;
+    cpu::Matrix y, dy;
   };
 
   HashGridModel(HashGridLayout layout, const ModelSpec& spec);
@@ -134,7 +143,8 @@ class HashGridModel {
   cpu::GridBatchLookup lookup_;
   std::vector<float> features_;
   std::vector<float> d_features_;
-  std::vector<ChunkState> chunk_state_;
+  std::vector<ChunkResult> chunk_results_;
+  std::vector<MlpScratch> mlp_scratch_;  // per ThreadPool slot
   ComputeTimes compute_times_;
 };
 
