@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -32,6 +33,7 @@
 #include "common/cluster_map.h"
 #include "common/config.h"
 #include "common/sharding.h"
+#include "common/wire/message.h"
 #include "fuzz/fuzz_files.h"
 #include "fuzz/fuzz_input.h"
 #include "kernels/cpu/error_feedback.h"
@@ -114,9 +116,59 @@ Run& RunOf(int which) {
   return *run;
 }
 
+// Worker Adam's part of a state (worker_adam.h), consumed from *in: per
+// table a flag, then m (finite), v (finite, >= 0) and step counts within
+// `step`.
+bool WorkerAdamIsSane(const Partition& p, uint64_t step, std::string_view* in) {
+  for (uint32_t t = 0; t < p.n_tables(); ++t) {
+    if (in->empty()) return false;
+    const bool has = in->front() == '\1';
+    in->remove_prefix(1);
+    if (!has) continue;
+    const size_t n = p.table(t).rows * p.table(t).width;
+    if (in->size() < n * 8 + p.table(t).rows * 4) return false;
+    for (size_t i = 0; i < 2 * n; ++i) {
+      float x;
+      std::memcpy(&x, in->data() + i * sizeof(float), sizeof(float));
+      if (!std::isfinite(x) || (i >= n && x < 0.0f)) return false;
+    }
+    in->remove_prefix(2 * n * sizeof(float));
+    for (uint64_t r = 0; r < p.table(t).rows; ++r) {
+      uint32_t count;
+      std::memcpy(&count, in->data() + r * sizeof(uint32_t), sizeof(uint32_t));
+      if (count > step) return false;
+    }
+    in->remove_prefix(p.table(t).rows * sizeof(uint32_t));
+  }
+  return true;
+}
+
+// Delta pulls' replicas (PsClient::AppendState), consumed from *in: per
+// table a flag, then its whole rows x width values, finite and within the
+// wire's bound (what pulls carry).
+bool ReplicasAreSane(const Partition& p, std::string_view* in) {
+  const float bound = wire::Limits{}.max_abs_value;
+  for (uint32_t t = 0; t < p.n_tables(); ++t) {
+    if (in->empty() || static_cast<uint8_t>(in->front()) > 1) return false;
+    const bool held = in->front() == '\1';
+    in->remove_prefix(1);
+    if (!held) continue;
+    const size_t n = p.table(t).rows * p.table(t).width;
+    if (in->size() < n * sizeof(float)) return false;
+    for (size_t i = 0; i < n; ++i) {
+      float x;
+      std::memcpy(&x, in->data() + i * sizeof(float), sizeof(float));
+      if (!(std::fabs(x) <= bound)) return false;
+    }
+    in->remove_prefix(n * sizeof(float));
+  }
+  return true;
+}
+
 // What a restored client must hold: residuals of this run's slices and rows
 // only, finite; worker Adam's m finite, v finite and >= 0, step counts
-// within `step`. `state` is the client's AppendState.
+// within `step`; delta pulls' replicas whole and within the wire's bound;
+// nothing more. `state` is the client's AppendState.
 bool StateIsSane(const Run& run, const PsClient& ps, const std::string& state, uint64_t step) {
   const Partition& p = *run.partition;
   const cpu::ErrorFeedback& feedback = ps.error_feedback();
@@ -140,27 +192,8 @@ bool StateIsSane(const Run& run, const PsClient& ps, const std::string& state, u
   in.remove_prefix(1);
   cpu::ErrorFeedback skipped;
   if (!skipped.RestoreState(&in).ok()) return false;
-  if (!run.spec.sync.optimizer_on_workers) return in.empty();
-  for (uint32_t t = 0; t < p.n_tables(); ++t) {
-    if (in.empty()) return false;
-    const bool has = in.front() == '\1';
-    in.remove_prefix(1);
-    if (!has) continue;
-    const size_t n = p.table(t).rows * p.table(t).width;
-    if (in.size() < n * 8 + p.table(t).rows * 4) return false;
-    for (size_t i = 0; i < 2 * n; ++i) {
-      float x;
-      std::memcpy(&x, in.data() + i * sizeof(float), sizeof(float));
-      if (!std::isfinite(x) || (i >= n && x < 0.0f)) return false;
-    }
-    in.remove_prefix(2 * n * sizeof(float));
-    for (uint64_t r = 0; r < p.table(t).rows; ++r) {
-      uint32_t count;
-      std::memcpy(&count, in.data() + r * sizeof(uint32_t), sizeof(uint32_t));
-      if (count > step) return false;
-    }
-    in.remove_prefix(p.table(t).rows * sizeof(uint32_t));
-  }
+  if (run.spec.sync.optimizer_on_workers && !WorkerAdamIsSane(p, step, &in)) return false;
+  if (run.spec.compression.delta_pulls && !ReplicasAreSane(p, &in)) return false;
   return in.empty();
 }
 
