@@ -74,10 +74,13 @@ std::vector<float> Product(MatmulFormat format, GemmEngine engine, const Case& t
 std::vector<Case> Cases() {
   std::vector<Case> cases;
   // The MLP's shapes (a 2048-column chunk, a ragged tail, the 3-wide output
-  // layer) and odd ones, each with every transpose and accumulate flag.
-  const int shapes[][3] = {{64, 2048, 64}, {64, 77, 32}, {3, 129, 64}, {64, 64, 300},
-                           {32, 64, 2048}, {5, 7, 3},    {1, 1, 1},    {17, 33, 1},
-                           {0, 5, 4},      {5, 0, 4},    {5, 6, 0}};
+  // layer and its weight gradient, which oneDNN computes as its transpose:
+  // a few rows of long products) and odd ones, each with every transpose and
+  // accumulate flag.
+  const int shapes[][3] = {{64, 2048, 64}, {64, 77, 32},  {3, 129, 64}, {64, 64, 300},
+                           {32, 64, 2048}, {3, 64, 2048}, {8, 33, 256}, {1, 5, 300},
+                           {5, 7, 3},      {1, 1, 1},     {17, 33, 1},  {0, 5, 4},
+                           {5, 0, 4},      {5, 6, 0}};
   for (const auto& s : shapes)
     for (int flags = 0; flags < 8; ++flags)
       for (int pad : {0, 3})
