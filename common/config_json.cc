@@ -3,15 +3,45 @@
 // reported by position, and the --set overrides merged into it.
 //
 // Thread safety: see config_reader.h.
+#include <algorithm>
+#include <cstdint>
 #include <string>
 #include <unordered_set>
 #include <utility>
 #include <vector>
 
 #include "common/config_reader.h"
+#include "common/logging.h"
+#include "common/utf8.h"
 
 namespace gridsync::config_reader {
 namespace {
+
+// "; the character there is U+00A0 (...)": the non-ASCII character a parse
+// error stopped at, or nothing when the byte at `offset` is ASCII or not
+// UTF-8 (which the reader refused before parsing).
+std::string CharacterAt(std::string_view text, size_t offset) {
+  // The error may point into the character: back to its first byte.
+  size_t at = std::min(offset, text.size());
+  for (int k = 0;
+       k < 3 && at > 0 && at < text.size() && (static_cast<unsigned char>(text[at]) & 0xc0) == 0x80;
+       ++k) {
+    --at;
+  }
+  uint32_t code_point = 0;
+  if (at >= text.size() || static_cast<unsigned char>(text[at]) < 0x80 ||
+      Utf8Sequence(text, at, &code_point) == 0) {
+    return "";
+  }
+  const char* name = code_point == 0xa0     ? " (a no-break space)"
+                     : code_point == 0xfeff ? " (a byte-order mark, allowed only as the first "
+                                              "bytes of the file)"
+                     : (code_point >= 0x2000 && code_point <= 0x200b) || code_point == 0x3000
+                         ? " (a Unicode space)"
+                         : "";
+  return "; the character there is " + CodePointName(code_point) + name +
+         ", which JSON allows only inside strings (between tokens: space, tab, CR and LF)";
+}
 
 // Objects and arrays a config may nest (gridsync's own nest 3). Deeper
 // values are dropped as they are read and the text refused: a 16 MiB file
@@ -179,8 +209,14 @@ bool ParseJson(std::string_view text, std::string_view source, Problems* problem
       }
     }
     const size_t offset = e.byte > 0 ? e.byte - 1 : 0;
-    problems->AddAt(Position(source, text, offset), "invalid JSON: " + Shortened(detail),
-                    kJsonAllowed);
+    // nlohmann's "last read" stops inside a character it cannot take (a
+    // no-break space or a second byte-order mark between tokens read as
+    // '"steps": ' and a lone byte, which made the message itself invalid
+    // UTF-8): its bytes are escaped, and the character is named.
+    problems->AddAt(
+        Position(source, text, offset),
+        "invalid JSON: " + EscapeControlBytes(Shortened(detail)) + CharacterAt(text, offset),
+        kJsonAllowed);
   } catch (const Json::exception& e) {
     // Number overflow (1e400) arrives as out_of_range, without a position:
     // the DOM parser drops the one its SAX layer had. A SAX pass finds it.

@@ -16,6 +16,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "common/utf8.h"
+
 namespace gridsync::config_reader {
 
 // Returns the offset of the first byte that does not belong to well-formed UTF-8 (overlong
@@ -23,41 +25,14 @@ namespace gridsync::config_reader {
 // strings only; comments and --set values would otherwise slip invalid bytes into messages and
 // into the paths a Config hands to the rest of the program.
 size_t FindInvalidUtf8(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto lead = static_cast<unsigned char>(s[i]);
-    if (lead < 0x80) {
+  uint32_t code_point = 0;
+  for (size_t i = 0; i < s.size();) {
+    if (static_cast<unsigned char>(s[i]) < 0x80) {
       ++i;
       continue;
     }
-    size_t length = 0;
-    uint32_t code_point = 0;
-    uint32_t smallest = 0;
-    if ((lead & 0xE0) == 0xC0) {
-      length = 2;
-      code_point = lead & 0x1F;
-      smallest = 0x80;
-    } else if ((lead & 0xF0) == 0xE0) {
-      length = 3;
-      code_point = lead & 0x0F;
-      smallest = 0x800;
-    } else if ((lead & 0xF8) == 0xF0) {
-      length = 4;
-      code_point = lead & 0x07;
-      smallest = 0x10000;
-    } else {
-      return i;
-    }
-    if (s.size() - i < length) return i;
-    for (size_t k = 1; k < length; ++k) {
-      const auto next = static_cast<unsigned char>(s[i + k]);
-      if ((next & 0xC0) != 0x80) return i;
-      code_point = (code_point << 6) | (next & 0x3F);
-    }
-    if (code_point < smallest || code_point > 0x10FFFF ||
-        (code_point >= 0xD800 && code_point <= 0xDFFF)) {
-      return i;
-    }
+    const size_t length = Utf8Sequence(s, i, &code_point);
+    if (length == 0) return i;
     i += length;
   }
   return std::string_view::npos;

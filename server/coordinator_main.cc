@@ -21,6 +21,7 @@
 #include "common/cluster_layout.h"
 #include "common/config.h"
 #include "common/file_limit.h"
+#include "common/host_address.h"
 #include "common/logging.h"
 #include "common/member_liveness.h"
 #include "common/server_config.h"
@@ -87,6 +88,16 @@ int main(int argc, char** argv) {
   gridsync::CoordinatorOptions options;
   options.bind_host = bind.empty() ? config->distributed.master_addr : bind;
   options.port = static_cast<uint16_t>(port >= 0 ? port : config->distributed.master_port);
+  // The address resolves here first, as check-config requires of
+  // distributed.master_addr (CheckHostsResolve): a name this machine does
+  // not resolve is the config's error, and says which key holds it (it was
+  // exit 1, "cannot resolve bind address", naming none; a hostile probe).
+  if (auto address = gridsync::BindAddressOf(options.bind_host); !address.ok()) {
+    std::fprintf(stderr, "%s: %s: %s\n", config_path.c_str(),
+                 bind.empty() ? "distributed.master_addr" : "--bind",
+                 address.status().message().c_str());
+    return gridsync::kConfigErrorExitCode;
+  }
   // All-reduce clusters have no PS shards to wait for.
   options.expected_shards = config->distributed.gradient_sync == gridsync::GradientSyncMode::kNccl
                                 ? 0

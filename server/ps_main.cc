@@ -166,8 +166,15 @@ int main(int argc, char** argv) {
   // The workers connect to the advertised name; the socket binds a number.
   auto bind_address = gridsync::BindAddressOf(placement.host);
   if (!bind_address.ok()) {
-    std::fprintf(stderr, "shard %d: %s\n", shard, bind_address.status().message().c_str());
-    return 1;
+    // What check-config refuses (CheckHostsResolve), refused the same way,
+    // naming where the name came from.
+    const char* source = !bind.empty()           ? "--bind"
+                         : !host_flag.empty()    ? "--host"
+                         : config->ps.host_given ? "ps.host"
+                                                 : "its node's host (distributed.nodes)";
+    std::fprintf(stderr, "shard %d: %s: %s\n", shard, source,
+                 bind_address.status().message().c_str());
+    return gridsync::kConfigErrorExitCode;
   }
   placement.host = *bind_address;
   options.endpoint = placement.Endpoint();

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/config_reader.h"
 #include "tests/config_test_util.h"
 
 namespace gridsync {
@@ -182,6 +183,28 @@ TEST(ConfigSyntaxTest, InvalidJsonReportsLineAndColumn) {
   EXPECT_TRUE(Contains(msg, "test.json:3:"));
   EXPECT_TRUE(Contains(msg, "invalid JSON"));
   EXPECT_TRUE(Contains(msg, "allowed: JSON text"));
+}
+
+// A character JSON allows only inside strings, between tokens: the parser's
+// "last read" stopped inside it, so the message carried a lone byte (itself
+// invalid UTF-8) and named nothing (a hostile probe: a no-break space after
+// a colon, a second byte-order mark).
+TEST(ConfigSyntaxTest, AUnicodeSpaceBetweenTokensIsNamed) {
+  const std::string nbsp = ErrorOf(
+      "{\"training\": {\"steps\":\xc2\xa0"
+      "50}}");
+  EXPECT_TRUE(Contains(nbsp, "test.json:1:23: invalid JSON")) << nbsp;
+  EXPECT_TRUE(Contains(nbsp, "the character there is U+00A0 (a no-break space)")) << nbsp;
+  EXPECT_TRUE(Contains(nbsp, "\\xc2")) << nbsp;
+  EXPECT_EQ(config_reader::FindInvalidUtf8(nbsp), std::string::npos) << nbsp;
+  const std::string bom = ErrorOf("\xef\xbb\xbf\xef\xbb\xbf{}");
+  EXPECT_TRUE(Contains(bom, "U+FEFF (a byte-order mark")) << bom;
+  EXPECT_EQ(config_reader::FindInvalidUtf8(bom), std::string::npos) << bom;
+  const std::string ideographic = ErrorOf("{\xe3\x80\x80}");
+  EXPECT_TRUE(Contains(ideographic, "U+3000 (a Unicode space)")) << ideographic;
+  EXPECT_EQ(config_reader::FindInvalidUtf8(ideographic), std::string::npos) << ideographic;
+  // An ASCII mistake names no character.
+  EXPECT_FALSE(Contains(ErrorOf("{x}"), "the character there")) << ErrorOf("{x}");
 }
 
 TEST(ConfigSyntaxTest, TrailingGarbageAndEmptyInputAreInvalid) {
