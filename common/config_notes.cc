@@ -2,6 +2,8 @@
 // (see config_notes.h).
 #include "common/config_notes.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -157,6 +159,15 @@ std::vector<std::string> InertValueNotes(const Config& c) {
       keys += (keys.empty() ? "" : ", ") + std::string("ps.consistency ") +
               Quote(ToString(c.ps.consistency));
     }
+    // A group of one: Gloo's collectives return at once and the buckets
+    // carry nothing. ("nccl" is left out: it is refused where NCCL cannot
+    // run; and model_parallel, which shards Adam's state and names the
+    // checkpoints' layout even for one worker.)
+    if (d.gradient_sync != GradientSyncMode::kPs && d.collective == CollectiveKind::kGloo)
+      keys += (keys.empty() ? "" : ", ") + std::string("distributed.collective \"gloo\"");
+    if (d.gradient_sync == GradientSyncMode::kNccl && d.bucket_mb != DistributedConfig{}.bucket_mb)
+      keys += (keys.empty() ? "" : ", ") + fmt::format("distributed.bucket_mb {:g}", d.bucket_mb);
+
     if (!keys.empty()) {
       lines.push_back(keys +
                       ": no effect with distributed.world_size 1 (one worker takes the whole "
@@ -191,6 +202,19 @@ std::vector<std::string> InertValueNotes(const Config& c) {
                     ": a new split takes effect from the step after next, so none does in this "
                     "run and \"adaptive\" splits the batch as \"even\" does; used with an "
                     "interval of at most training.steps - 2");
+  }
+  // hybrid's collective reduces inside a node: with one worker on every
+  // node it has nobody to reduce with (under ps the key is refused).
+  if (d.enable && d.world_size > 1 && d.gradient_sync == GradientSyncMode::kHybrid &&
+      d.collective == CollectiveKind::kGloo) {
+    const std::vector<NodeConfig> nodes = d.ResolvedNodes();
+    if (!nodes.empty() && std::all_of(nodes.begin(), nodes.end(),
+                                      [](const NodeConfig& node) { return node.workers == 1; })) {
+      lines.push_back(
+          "distributed.collective \"gloo\": every node of distributed.nodes has one worker, so "
+          "under gradient_sync \"hybrid\" no collective runs (each worker pushes to the shards "
+          "alone); used with nodes of several workers");
+    }
   }
   // hybrid reduces inside each node before the PS whatever the key says.
   if (d.enable && d.hierarchical && d.gradient_sync == GradientSyncMode::kHybrid) {

@@ -66,6 +66,43 @@ TEST(ConfigCombinationTest, HierarchicalNeedsANodeLevelStage) {
   EXPECT_TRUE(ParseOk(R"({"distributed": {"hierarchical": true}})").distributed.hierarchical);
 }
 
+// A hostile probe: under nccl with one worker these keys were taken
+// without a word, while hierarchical there is noted (a group of one: Gloo
+// returns at once, the buckets carry nothing); and hybrid's collective
+// with one worker on every node.
+TEST(ConfigCombinationTest, CollectiveKeysOfAGroupOfOneAreNoted) {
+  const auto notes_of = [](const std::string& text) {
+    std::string all;
+    for (const std::string& line : ParseOk(text).notes.lines) all += line + "\n";
+    return all;
+  };
+  const std::string one = notes_of(
+      R"({"distributed": {"enable": true, "world_size": 1, "gradient_sync": "nccl",
+          "collective": "gloo", "bucket_mb": 1}})");
+  EXPECT_TRUE(Contains(one,
+                       "distributed.collective \"gloo\", distributed.bucket_mb 1: no effect with "
+                       "distributed.world_size 1"))
+      << one;
+  const std::string two = notes_of(
+      R"({"distributed": {"enable": true, "world_size": 2, "gradient_sync": "nccl",
+          "collective": "gloo", "bucket_mb": 1}})");
+  EXPECT_FALSE(Contains(two, "collective")) << two;
+  EXPECT_FALSE(Contains(two, "bucket_mb")) << two;
+  const std::string single_worker_nodes = notes_of(
+      R"({"distributed": {"enable": true, "world_size": 2, "gradient_sync": "hybrid",
+          "collective": "gloo", "nodes": [{"name": "a", "workers": 1},
+                                          {"name": "b", "workers": 1}]}})");
+  EXPECT_TRUE(Contains(single_worker_nodes,
+                       "distributed.collective \"gloo\": every node of distributed.nodes has one "
+                       "worker"))
+      << single_worker_nodes;
+  const std::string a_pair = notes_of(
+      R"({"distributed": {"enable": true, "world_size": 3, "gradient_sync": "hybrid",
+          "collective": "gloo", "nodes": [{"name": "a", "workers": 2},
+                                          {"name": "b", "workers": 1}]}})");
+  EXPECT_FALSE(Contains(a_pair, "collective")) << a_pair;
+}
+
 // A probe: an interval longer than the run was taken without a word, and
 // the run wrote no checkpoint.
 TEST(ConfigCombinationTest, ACheckpointIntervalPastTheRunIsNoted) {
