@@ -128,6 +128,26 @@ int main(int argc, char** argv) {
                  config_path.c_str());
     return gridsync::kConfigErrorExitCode;
   }
+  // Nor a shard's: the config's ports are checked against each other
+  // (CheckPorts), a --port was not (a hostile probe: shard 0's port taken,
+  // the shard's bind then failing at its start).
+  if (port >= 0) {
+    for (size_t s = 0; s < config->layout.shards.size(); ++s) {
+      const gridsync::ShardPlacement& shard = config->layout.shards[s];
+      const bool same_machine =
+          !config->layout.multi_host || shard.host == config->distributed.master_addr;
+      if (same_machine && shard.port == port &&
+          config->distributed.gradient_sync != gridsync::GradientSyncMode::kNccl) {
+        std::fprintf(stderr,
+                     "%s: --port %d is where shard %zu listens (%s); allowed: a port clear of the "
+                     "shards' ports\n",
+                     config_path.c_str(), port, s,
+                     config->ps.base_port > 0 ? "ps.base_port + its index"
+                                              : "distributed.master_port + 1 + its index");
+        return gridsync::kConfigErrorExitCode;
+      }
+    }
+  }
   // One port cannot serve both: the second bind failed with exit 1 after
   // the coordinator had started (a hostile probe). Refused as a usage error.
   const int mport = ops.metrics_port >= 0 ? ops.metrics_port : config->metrics.port;

@@ -291,6 +291,11 @@ TEST(CliTest, EveryBinaryExits2OnAMissingConfigOrABadFlag) {
     EXPECT_EQ(run.exit_code, 2) << binary << " " << args << ": " << run.output;
     EXPECT_NE(run.output.find("/nonexistent/cluster.json"), std::string::npos) << run.output;
   }
+  // A coordinator --port on a shard's port (a hostile probe: accepted, the
+  // shard's bind failing later); the ports the config names are checked
+  // against each other already.
+  ExpectRefused("server/gridsync-coordinator", "--config configs/local.json --port 29501",
+                "--port 29501 is where shard 0 listens (distributed.master_port + 1 + its index)");
   // An empty path read "cannot open config : No such file or directory".
   ExpectRefused("tools/gridsync", "check-config ''", "the config path is empty");
   ExpectRefused("worker/gridsync-worker", "--config '' --standalone", "the config path is empty");
