@@ -147,10 +147,11 @@ void ReadDistributed(SectionReader& top, Problems& problems, Config& config) {
       }
       NodeConfig node;
       SectionReader nr(&problems, path, &item);
-      nodes_ok &= nr.String("name", &node.name,
-                            {.allowed = "a non-empty node name without spaces",
-                             .max_length = 253,
-                             .forbid_spaces = true});
+      nodes_ok &=
+          nr.String("name", &node.name,
+                    {.allowed = "a non-empty node name without spaces, at most 253 characters",
+                     .max_length = 253,
+                     .forbid_spaces = true});
       nodes_ok &= nr.Int("workers", &node.workers, 1, 4096);
       nodes_ok &= nr.Double("weight", &node.weight, 0.0, /*lo_open=*/true, 1e6);
       if (nr.Has("weight") && weight_given.empty()) weight_given = path + ".weight";
@@ -252,9 +253,9 @@ void ReadDistributed(SectionReader& top, Problems& problems, Config& config) {
   if (hierarchical_ok && sync_ok && d.hierarchical && d.gradient_sync == GradientSyncMode::kPs) {
     problems.Add("distributed.hierarchical",
                  "true needs a node-level stage, which gradient_sync \"ps\" does not have",
-                 "distributed.hierarchical: true with gradient_sync \"nccl\" (hierarchical "
-                 "all-reduce) or \"hybrid\" (a collective inside each node, the PS across "
-                 "nodes); with \"ps\" set it to false or use \"hybrid\"");
+                 "distributed.hierarchical: true with gradient_sync \"nccl\" (its "
+                 "hierarchical all-reduce); with \"ps\" set it to false, or use \"hybrid\", "
+                 "which reduces inside each node first without the key");
   }
 }
 
