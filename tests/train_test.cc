@@ -196,14 +196,20 @@ TEST(TrainTest, ThreadCountDoesNotChangeAnyBit) {
   // Several of the lookup's and forward pass's 4096-sample ranges, the last
   // one partial.
   config.training.batch_size = 9000;
-  config.training.threads = 1;
-  auto one = TrainImage(config, image, Quiet());
-  config.training.threads = 3;
-  auto three = TrainImage(config, image, Quiet());
-  ASSERT_TRUE(one.ok() && three.ok());
-  EXPECT_EQ(one->model->grid_params(), three->model->grid_params());
-  for (size_t i = 0; i < one->model->mlp_weights().size(); ++i) {
-    EXPECT_EQ(one->model->mlp_weights()[i], three->model->mlp_weights()[i]) << "matrix " << i;
+  // The MLP's scratch is a thread's, reused by the chunks it runs (a 2048
+  // chunk, then the 808 tail on one thread): in both formats.
+  for (const MlpPrecision precision : {MlpPrecision::kFp32, MlpPrecision::kBf16}) {
+    SCOPED_TRACE(ToString(precision));
+    config.training.mlp_precision = precision;
+    config.training.threads = 1;
+    auto one = TrainImage(config, image, Quiet());
+    config.training.threads = 3;
+    auto three = TrainImage(config, image, Quiet());
+    ASSERT_TRUE(one.ok() && three.ok());
+    EXPECT_EQ(one->model->grid_params(), three->model->grid_params());
+    for (size_t i = 0; i < one->model->mlp_weights().size(); ++i) {
+      EXPECT_EQ(one->model->mlp_weights()[i], three->model->mlp_weights()[i]) << "matrix " << i;
+    }
   }
 }
 
