@@ -167,7 +167,6 @@ std::vector<std::string> InertValueNotes(const Config& c) {
       keys += (keys.empty() ? "" : ", ") + std::string("distributed.collective \"gloo\"");
     if (d.gradient_sync == GradientSyncMode::kNccl && d.bucket_mb != DistributedConfig{}.bucket_mb)
       keys += (keys.empty() ? "" : ", ") + fmt::format("distributed.bucket_mb {:g}", d.bucket_mb);
-
     if (!keys.empty()) {
       lines.push_back(keys +
                       ": no effect with distributed.world_size 1 (one worker takes the whole "

@@ -43,10 +43,6 @@ void ThreadPool::WorkerLoop(int slot) {
 }
 
 void ThreadPool::ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
-  if (workers_.empty() || n <= 1) {
-    for (size_t i = 0; i < n; ++i) fn(i);
-    return;
-  }
   ParallelForSlots(n, [&fn](size_t i, int) { fn(i); });
 }
 
