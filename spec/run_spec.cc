@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/sharding.h"
 #include "kernels/model_tables.h"
 
 namespace gridsync {
@@ -41,6 +42,40 @@ Result<ModelSpec> ResolveModel(const Config& config) {
   return m;
 }
 
+// Under ps or hybrid, refuses a ps.shards that leaves a shard owning no
+// value of the model: the model's tables are dealt out in blocks of
+// kRowBlock rows (common/sharding.h), so a small model (a few levels of few
+// rows) over many shards leaves processes that serve every step and hold
+// nothing, a key that silently does nothing for them (a hostile probe).
+Status CheckEveryShardOwnsValues(const Config& config, const ModelSpec& model,
+                                 ModelParallelDim dim) {
+  const auto& d = config.distributed;
+  if (d.gradient_sync == GradientSyncMode::kNccl || config.ps.shards <= 1) return Status::OK();
+  auto owners_of = [&](uint32_t shards) -> uint32_t {  // shards that own a value
+    auto partition = Partition::Make(model.tables, shards, dim);
+    if (!partition.ok()) return shards;  // refused where the partition is made
+    uint32_t owners = 0;
+    for (uint32_t s = 0; s < shards; ++s) owners += partition->OwnedValues(s) > 0 ? 1 : 0;
+    return owners;
+  };
+  const auto shards = static_cast<uint32_t>(config.ps.shards);
+  const uint32_t owners = owners_of(shards);
+  if (owners == shards) return Status::OK();
+  uint32_t most = shards - 1;  // the most shards that all own a value
+  while (most > 1 && owners_of(most) != most) --most;
+  uint64_t blocks = 0;
+  for (const auto& t : model.tables) blocks += (t.rows + kRowBlock - 1) / kRowBlock;
+  return Status::InvalidArgument(
+      "ps.shards " + std::to_string(shards) + ": " + std::to_string(shards - owners) +
+      " of the shards would own no value of the model, which has " +
+      std::to_string(model.tables.size()) + " tables in " + std::to_string(blocks) +
+      " blocks of up to " + std::to_string(kRowBlock) +
+      " rows, the unit dealt to shards (common/sharding.h); allowed: ps.shards at most " +
+      std::to_string(most) +
+      " for this model, or a larger model (encoding.n_levels, log2_hashmap_size, "
+      "network.n_hidden_layers)");
+}
+
 }  // namespace
 
 Result<CodecOptions> CodecFromConfig(const CompressionConfig& compression) {
@@ -71,6 +106,8 @@ Result<RunSpec> RunSpec::Resolve(const Config& config) {
   s.partition_dim = d.model_parallel ? d.mp_dim : ModelParallelDim::kRow;
   s.optimizer_on_workers = config.OptimizerOnWorkers();
   s.ps_messages = d.enable && d.gradient_sync != GradientSyncMode::kNccl;
+  if (auto owned = CheckEveryShardOwnsValues(config, spec.model, s.partition_dim); !owned.ok())
+    return owned.WithContext(config.source);
 
   CompressionSpec& c = spec.compression;
   auto codec = CodecFromConfig(config.compression);

@@ -28,5 +28,45 @@ TEST(RunSpecTest, OnlyWorkersThatTalkToShardsTuneTheirHeapForMessages) {
   }
 }
 
+// A model of few 4096-row blocks over more shards would leave shards that
+// own nothing and serve every step: refused, naming the most shards that
+// all own a value; nccl, which has no shards, is not refused.
+TEST(RunSpecTest, ShardsThatWouldOwnNothingAreRefused) {
+  Config config = testing::SmallDistributedConfig(2, GradientSyncMode::kPs, 10);
+  // One level of 4 x 4 rows and an MLP of one hidden layer: 3 tables of
+  // one block each.
+  config.encoding.n_levels = 1;
+  config.encoding.log2_hashmap_size = 4;
+  config.encoding.base_resolution = 4;
+  config.network.n_hidden_layers = 1;
+  for (int shards : {1, 2, 3}) {
+    config.ps.shards = shards;
+    auto spec = RunSpec::Resolve(config);
+    EXPECT_TRUE(spec.ok()) << shards << " shards: " << spec.status().ToString();
+  }
+  for (GradientSyncMode sync : {GradientSyncMode::kPs, GradientSyncMode::kHybrid}) {
+    config.distributed.gradient_sync = sync;
+    config.ps.shards = 5;
+    auto spec = RunSpec::Resolve(config);
+    ASSERT_FALSE(spec.ok());
+    const std::string& message = spec.status().message();
+    EXPECT_NE(message.find("ps.shards 5: 2 of the shards would own no value"), std::string::npos)
+        << message;
+    EXPECT_NE(message.find("3 tables in 3 blocks"), std::string::npos) << message;
+    EXPECT_NE(message.find("allowed: ps.shards at most 3"), std::string::npos) << message;
+  }
+  config.distributed.gradient_sync = GradientSyncMode::kNccl;
+  EXPECT_TRUE(RunSpec::Resolve(config).ok());
+  // Split by columns, every shard owns columns of a table whose width the
+  // shard count divides (the first MLP matrix, 32 wide, over 4 shards),
+  // however few its blocks: 4 shards pass there and are refused by rows.
+  config.distributed.gradient_sync = GradientSyncMode::kPs;
+  config.ps.shards = 4;
+  EXPECT_FALSE(RunSpec::Resolve(config).ok());
+  config.distributed.model_parallel = true;
+  config.distributed.mp_dim = ModelParallelDim::kColumn;
+  EXPECT_TRUE(RunSpec::Resolve(config).ok());
+}
+
 }  // namespace
 }  // namespace gridsync
