@@ -67,11 +67,11 @@ StepWork ModelStepWork(const Config& config, double grid_rows);
 
 // FLOP/s of a GEMM of the MLP's shape (hidden x hidden by hidden x batch)
 // in `format` through cpu::Gemm, on `threads` threads, each on its own
-// matrices; median of a few runs.
+// matrices; the best of 5 runs (a peak: noise only slows a run).
 double MeasurePeakFlops(int hidden, int batch, int threads, cpu::MatmulFormat format);
 
 // Bytes/s of a triad a[i] = b[i] + s * c[i] over 3 x 64 MiB per thread,
-// counting 3 x 4 bytes per element; median of a few runs.
+// counting 3 x 4 bytes per element (STREAM's count); the best of 5 runs.
 double MeasureBandwidth(int threads);
 
 // "roofline (1 thread): ..." line for a step of `seconds`.
