@@ -50,7 +50,9 @@ Result<ModelSpec> ResolveModel(const Config& config) {
 Status CheckEveryShardOwnsValues(const Config& config, const ModelSpec& model,
                                  ModelParallelDim dim) {
   const auto& d = config.distributed;
-  if (d.gradient_sync == GradientSyncMode::kNccl || config.ps.shards <= 1) return Status::OK();
+  // Without distributed.enable no shard runs (ps.* is noted as no effect).
+  if (!d.enable || d.gradient_sync == GradientSyncMode::kNccl || config.ps.shards <= 1)
+    return Status::OK();
   auto owners_of = [&](uint32_t shards) -> uint32_t {  // shards that own a value
     auto partition = Partition::Make(model.tables, shards, dim);
     if (!partition.ok()) return shards;  // refused where the partition is made

@@ -57,6 +57,11 @@ TEST(RunSpecTest, ShardsThatWouldOwnNothingAreRefused) {
   }
   config.distributed.gradient_sync = GradientSyncMode::kNccl;
   EXPECT_TRUE(RunSpec::Resolve(config).ok());
+  // Nor without distributed.enable, where no shard runs.
+  config.distributed.gradient_sync = GradientSyncMode::kPs;
+  config.distributed.enable = false;
+  EXPECT_TRUE(RunSpec::Resolve(config).ok());
+  config.distributed.enable = true;
   // Split by columns, every shard owns columns of a table whose width the
   // shard count divides (the first MLP matrix, 32 wide, over 4 shards),
   // however few its blocks: 4 shards pass there and are refused by rows.
