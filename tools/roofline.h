@@ -70,8 +70,10 @@ StepWork ModelStepWork(const Config& config, double grid_rows);
 // matrices; the best of 5 runs (a peak: noise only slows a run).
 double MeasurePeakFlops(int hidden, int batch, int threads, cpu::MatmulFormat format);
 
-// Bytes/s of a triad a[i] = b[i] + s * c[i] over 3 x 64 MiB per thread,
-// counting 3 x 4 bytes per element (STREAM's count); the best of 5 runs.
+// Bytes/s over 64 MiB arrays per thread: the best of 5 runs each of a
+// triad a[i] = b[i] + s * c[i] and an update a[i] += s * c[i], each
+// counting the bytes it reads and writes (3 x 4 per element, STREAM's
+// count; the triad's write-allocate reads are not counted, see the .cc).
 double MeasureBandwidth(int threads);
 
 // "roofline (1 thread): ..." line for a step of `seconds`.
