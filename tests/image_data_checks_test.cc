@@ -109,6 +109,30 @@ TEST(ImageDataChecksTest, APaletteIndexPastThePaletteIsRefused) {
   ASSERT_TRUE(DecodeString(Bmp(2, 1, 4, palette, std::string("\x10\x00\x00\x00", 4))).ok());
 }
 
+// A colour-mapped TGA (type 1, or 9 with RLE) of 8-bit indices into a map
+// of 24-bit entries (stored B, G, R).
+std::string ColourMappedTga(int type, int width, const std::string& map, const std::string& data) {
+  return std::string{0, 1, char(type), 0, 0} + Le16(static_cast<uint32_t>(map.size() / 3)) +
+         std::string{24, 0, 0, 0, 0} + Le16(width) + Le16(1) + std::string{8, 0} + map + data;
+}
+
+// A hostile probe: stb takes entry 0 for an index past the colour map,
+// without a word, so the image trained on a colour the file never held.
+TEST(ImageDataChecksTest, AColourMapIndexPastTheMapIsRefused) {
+  const std::string map = std::string("\x10\x20\x30\x40\x50\x60", 6);  // 2 entries
+  ExpectRefused(ColourMappedTga(1, 3, map, std::string("\x00\x01\x02", 3)),
+                "TGA pixel 2 indexes colour-map entry 2, past the map's 2 entries (corrupt)");
+  // RLE: a raw packet of 2 (entries 1 and 0), then a run of 2 of entry 250.
+  ExpectRefused(ColourMappedTga(9, 4, map, std::string("\x01\x01\x00\x81\xfa", 5)),
+                "TGA pixel 2 indexes colour-map entry 250, past the map's 2 entries (corrupt)");
+  auto plain = DecodeString(ColourMappedTga(1, 3, map, std::string("\x00\x01\x01", 3)));
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_EQ(plain->Channel(3), 0x60 / 255.0f);  // pixel 1 is entry 1: red 0x60
+  auto rle = DecodeString(ColourMappedTga(9, 4, map, std::string("\x01\x01\x00\x81\x01", 5)));
+  ASSERT_TRUE(rle.ok()) << rle.status().ToString();
+  EXPECT_EQ(rle->Channel(9), 0x60 / 255.0f);  // pixel 3, in the run of entry 1
+}
+
 TEST(ImageDataChecksTest, AFileShorterThanItsHeaderSaysIsRefused) {
   // A BMP header alone, and a top-down BMP claiming 16000 x 16000.
   ExpectRefused(Bmp(64, 48, 24, "", ""),
@@ -214,6 +238,23 @@ TEST(ImageDataChecksTest, AFileShorterThanItsHeaderSaysIsRefused) {
                     2 + (size_t{uint8_t(no_tables[dht + 2])} << 8 | uint8_t(no_tables[dht + 3])));
   }
   ExpectRefused(no_tables, "JPEG scan 1 uses Huffman table DC 0, which no DHT before it defines");
+  // A component naming a quantisation table no DQT defines (a hostile
+  // probe): stb took it as zeros and the image trained flat. Defined after
+  // the scan of it is too late as well.
+  std::string undefined_table = jpeg;
+  undefined_table[sof0 + 12] = 3;  // component 1's table
+  ExpectRefused(undefined_table,
+                "JPEG component 1 uses quantization table 3, which no DQT segment before its scan "
+                "defines (corrupt)");
+  std::string late_tables = jpeg;
+  const size_t dqt = late_tables.find("\xFF\xDB");
+  ASSERT_NE(dqt, std::string::npos);
+  const size_t dqt_bytes =
+      2 + (size_t{uint8_t(late_tables[dqt + 2])} << 8 | uint8_t(late_tables[dqt + 3]));
+  const std::string tables = late_tables.substr(dqt, dqt_bytes);
+  late_tables.erase(dqt, dqt_bytes);
+  late_tables.insert(late_tables.size() - 2, tables);  // before the EOI
+  ExpectRefused(late_tables, "uses quantization table 0, which no DQT segment before its scan");
   // Processes stb does not decode are named.
   std::string lossless = jpeg;
   lossless[sof + 1] = '\xC3';

@@ -163,12 +163,27 @@ Status CheckTga(const uint8_t* data, size_t size) {
   if (cmap == 1) pos += Le16(data + 3) + uint64_t{Le16(data + 5)} * entry_bytes;
   if (pos > size) return CutShort("TGA", "a header, id and palette", pos, size);
   const uint64_t pixels = width * height;
+  // A colour-mapped pixel past the map's entries: stb takes entry 0 for it
+  // without a word, and the image trained on colours it does not hold (a
+  // hostile probe; BMP and PNG refuse the same damage).
+  const uint64_t entries = Le16(data + 5);
+  const auto index_fits = [&](uint64_t at, uint64_t pixel) -> Status {
+    if (cmap != 1) return Status::OK();
+    const uint64_t index = pixel_bytes == 2 ? Le16(data + at) : data[at];
+    if (index < entries) return Status::OK();
+    return Status::InvalidArgument("TGA pixel " + std::to_string(pixel) +
+                                   " indexes colour-map entry " + std::to_string(index) +
+                                   ", past the map's " + std::to_string(entries) +
+                                   " entries (corrupt)");
+  };
   if (!rle) {
     const uint64_t need = pos + pixels * pixel_bytes;
     if (need > size) {
       return CutShort("TGA", std::to_string(width) + " x " + std::to_string(height) + " pixels",
                       need, size);
     }
+    for (uint64_t i = 0; cmap == 1 && i < pixels; ++i)
+      GRIDSYNC_RETURN_IF_ERROR(index_fits(pos + i * pixel_bytes, i));
     return Status::OK();
   }
   // RLE packets: a count byte, then one pixel (a run) or count pixels.
@@ -182,11 +197,15 @@ Status CheckTga(const uint8_t* data, size_t size) {
     }
     const uint8_t packet = data[pos++];
     const uint64_t count = (packet & 127) + 1;
-    pos += (packet & 128) ? pixel_bytes : count * pixel_bytes;
-    covered += count;
-    if (pos > size) {
-      return CutShort("TGA", "RLE data for " + std::to_string(pixels) + " pixels", pos, size);
+    const uint64_t values = (packet & 128) ? 1 : count;
+    if (pos + values * pixel_bytes > size) {
+      return CutShort("TGA", "RLE data for " + std::to_string(pixels) + " pixels",
+                      pos + values * pixel_bytes, size);
     }
+    for (uint64_t v = 0; cmap == 1 && v < values; ++v)
+      GRIDSYNC_RETURN_IF_ERROR(index_fits(pos + v * pixel_bytes, covered + v));
+    pos += values * pixel_bytes;
+    covered += count;
   }
   return Status::OK();
 }

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "worker/image_data_checks.h"
 #include "worker/image_task.h"
@@ -41,6 +43,12 @@ Status CheckJpeg(const uint8_t* data, size_t size, size_t pos) {
   image_data_checks::JpegFrame frame;
   uint64_t entropy_bytes = 0;  // after each SOS, up to the next marker
   bool in_scan = false;
+  // Quantisation tables DQT defined (bit t: table t), and the table each
+  // frame component names: one never defined before a scan of it was
+  // taken as zeros by stb, and the image trained flat (a hostile probe;
+  // libjpeg refuses it, as stb refuses a missing Huffman table).
+  uint32_t defined_tables = 0;
+  std::vector<std::pair<uint8_t, uint32_t>> component_tables;  // (id, table)
   const size_t start = pos;
   const auto ends = [&] {
     if (frame.marker == 0) return Status::OK();
@@ -77,6 +85,26 @@ Status CheckJpeg(const uint8_t* data, size_t size, size_t pos) {
            ++c, at += 3) {
         frame.components.push_back(
             {std::max(1, data[at + 1] >> 4), std::max(1, data[at + 1] & 15)});
+        component_tables.push_back({data[at], data[at + 2]});
+      }
+    }
+    if (marker == 0xDB) {  // DQT: (precision/id, 64 or 128 bytes) each
+      for (size_t at = begin; at < std::min(end, size);) {
+        const uint32_t table = data[at] & 15;
+        defined_tables |= table < 32 ? 1u << table : 0;
+        at += 1 + ((data[at] >> 4) != 0 ? 128 : 64);
+      }
+    }
+    if (marker == 0xDA && begin < size) {  // SOS: (count, then id and tables each)
+      for (size_t k = 0, at = begin + 1; k < data[begin] && at < std::min(end, size);
+           ++k, at += 2) {
+        for (size_t c = 0; c < component_tables.size(); ++c) {
+          const auto [id, table] = component_tables[c];
+          if (id != data[at] || (table < 32 && (defined_tables >> table & 1u))) continue;
+          return Status::InvalidArgument(
+              "JPEG component " + std::to_string(c + 1) + " uses quantization table " +
+              std::to_string(table) + ", which no DQT segment before its scan defines (corrupt)");
+        }
       }
     }
     in_scan = marker == 0xDA;  // SOS: entropy-coded data follows its header
