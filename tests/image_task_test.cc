@@ -476,6 +476,40 @@ TEST(ImageTaskTest, AFileOfNoFormatIsRefusedFromItsFirstBytes) {
       << image.status().message();
 }
 
+// Formats stb does not decode are refused by name, and what is allowed
+// names the kinds of the listed formats it does decode (a hostile probe:
+// "ASCII PNM is not supported; allowed: ... PNM", and TIFF or WebP as "the
+// header of no image format").
+TEST(ImageTaskTest, FormatsStbDoesNotDecodeAreNamed) {
+  std::string bmp_rle8(54, '\0');
+  bmp_rle8.replace(0, 2, "BM");
+  bmp_rle8[14] = 40;  // info header size
+  bmp_rle8[30] = 1;   // BI_RLE8
+  const std::pair<std::string, std::string> cases[] = {
+      {std::string("II*\0", 4) + std::string(60, '\0'), "TIFF is not supported"},
+      {std::string("MM\0*", 4) + std::string(60, '\0'), "TIFF is not supported"},
+      {std::string("RIFF\x10\0\0\0WEBPVP8 ", 16) + std::string(40, '\0'), "WebP is not supported"},
+      {std::string("\0\0\0\x0CjP  \r\n\x87\n", 12) + std::string(40, '\0'),
+       "JPEG 2000 is not supported"},
+      {"P7\nWIDTH 2\nHEIGHT 2\nDEPTH 3\nMAXVAL 255\nENDHDR\n" + std::string(12, 'x'),
+       "PAM (P7) is not supported"},
+      {"PF\n2 2\n-1.0\n" + std::string(48, '\0'), "PFM is not supported"},
+      {bmp_rle8, "RLE-compressed BMP (BI_RLE8) is not supported"},
+      {"P2\n2 1\n255\n0 255\n", "ASCII PNM (P1 to P3) is not supported"},
+  };
+  for (const auto& [bytes, why] : cases) {
+    auto image =
+        ImageTask::Decode(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "x");
+    ASSERT_FALSE(image.ok()) << why;
+    const std::string& message = image.status().message();
+    EXPECT_NE(message.find(why), std::string::npos) << message;
+    EXPECT_NE(message.find("allowed: JPEG (8-bit, baseline or progressive), PNG, BMP "
+                           "(uncompressed), TGA, GIF or binary PNM (P5, P6) files"),
+              std::string::npos)
+        << message;
+  }
+}
+
 // The reconstruction is written whole or not at all, and a failed write is
 // an error naming why (stb's own writer checked nothing: /dev/full, a full
 // disk, ended "done" with no file).

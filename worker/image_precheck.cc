@@ -35,6 +35,9 @@ size_t JpegStart(const uint8_t* data, size_t size) {
 uint32_t Be32(const uint8_t* p) {
   return uint32_t{p[0]} << 24 | uint32_t{p[1]} << 16 | uint32_t{p[2]} << 8 | uint32_t{p[3]};
 }
+uint32_t Le32(const uint8_t* p) {
+  return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
+}
 
 // JPEG: every marker segment up to the end of the file, skipping
 // entropy-coded data (where 0xFF is followed by 0x00 or a restart marker);
@@ -258,9 +261,34 @@ const char* RefusedFormat(const uint8_t* data, size_t size) {
     return "Radiance HDR";
   if (StartsWith(data, size, "\x53\x80\xF6\x34", 4)) return "Softimage PIC";
   // stb reads binary P5 and P6 only.
-  if (size >= 3 && data[0] == 'P' && data[1] >= '1' && data[1] <= '4' &&
+  if (size >= 3 && data[0] == 'P' && ((data[1] >= '1' && data[1] <= '4') || data[1] == '7') &&
       std::strchr(" \t\n\r#", data[2]) != nullptr && data[2] != 0) {
+    if (data[1] == '7') return "PAM (P7)";
     return data[1] == '4' ? "1-bit PNM (P4)" : "ASCII PNM (P1 to P3)";
+  }
+  if (StartsWith(data, size, "PF\n", 3) || StartsWith(data, size, "Pf\n", 3)) return "PFM";
+  // Formats stb does not decode at all, named by their signatures rather
+  // than left to "the header of no image format" (a hostile probe).
+  if (StartsWith(data, size, "II*\0", 4) || StartsWith(data, size, "MM\0*", 4)) return "TIFF";
+  if (size >= 12 && StartsWith(data, size, "RIFF", 4) && std::memcmp(data + 8, "WEBP", 4) == 0)
+    return "WebP";
+  if (StartsWith(data, size, "\0\0\0\x0CjP  \r\n\x87\n", 12) ||
+      StartsWith(data, size, "\xFF\x4F\xFF\x51", 4))
+    return "JPEG 2000";
+  // stb's BMP decoder takes uncompressed rows (and bit fields) only.
+  if (StartsWith(data, size, "BM", 2) && size >= 34 && Le32(data + 14) >= 40) {
+    switch (Le32(data + 30)) {
+      case 1:
+        return "RLE-compressed BMP (BI_RLE8)";
+      case 2:
+        return "RLE-compressed BMP (BI_RLE4)";
+      case 4:
+        return "JPEG-compressed BMP";
+      case 5:
+        return "PNG-compressed BMP";
+      default:
+        break;
+    }
   }
   return nullptr;
 }

@@ -40,7 +40,9 @@ inline float Value(uint8_t c) { return kByteValues[c]; }
 // uniform over the image, so its pixel rows are as scattered as the grid's.
 constexpr size_t kPrefetchSamples = 8;
 
-constexpr const char* kAllowedFormats = "JPEG, PNG, BMP, TGA, GIF or PNM";
+constexpr const char* kAllowedFormats =
+    "JPEG (8-bit, baseline or progressive), PNG, BMP (uncompressed), TGA, GIF or binary PNM "
+    "(P5, P6)";
 
 // The bilinear lookup at (u, v), clamped at the edges: one definition for
 // Target and the batches, which must agree bit for bit.
