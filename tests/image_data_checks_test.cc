@@ -186,6 +186,10 @@ TEST(ImageDataChecksTest, AFileShorterThanItsHeaderSaysIsRefused) {
   // GIF89a allows) still decodes; a frame the background outweighs 64 to 1
   // and by over 2^20 pixels is refused.
   ASSERT_TRUE(DecodeString(frame(2, 3) + std::string("\x02\x44\x0a\x00\x3b", 5)).ok());
+  // A frame reaching past the screen: stb said "bad Image Descriptor".
+  ExpectRefused(frame(3, 2) + std::string("\x02\x44\x0a\x00\x3b", 5),
+                "GIF frame of 3x1 pixels at (0, 0) reaches past its 2x1 logical screen; allowed: "
+                "frames within the screen");
   ExpectRefused(frame(1, 16384, 16384) + std::string("\x02\x44\x01\x00\x3b", 5),
                 "GIF's first frame covers 1x1 pixels at (0, 0) of its 16384x16384 logical screen, "
                 "the rest 268435455 pixels of background");
@@ -238,6 +242,9 @@ TEST(ImageDataChecksTest, AFileShorterThanItsHeaderSaysIsRefused) {
                     2 + (size_t{uint8_t(no_tables[dht + 2])} << 8 | uint8_t(no_tables[dht + 3])));
   }
   ExpectRefused(no_tables, "JPEG scan 1 uses Huffman table DC 0, which no DHT before it defines");
+  // Only its end-of-image marker gone: stb said "expected marker".
+  ExpectRefused(jpeg.substr(0, jpeg.size() - 2),
+                "truncated JPEG: the file ends without its end-of-image marker (FF D9)");
   // A component naming a quantisation table no DQT defines (a hostile
   // probe): stb took it as zeros and the image trained flat. Defined after
   // the scan of it is too late as well.

@@ -380,10 +380,19 @@ TEST(ImageTaskTest, ADamagedFileIsNamedByItsFormat) {
   auto unsupported =
       ImageTask::Decode(reinterpret_cast<const uint8_t*>(ctype5.data()), ctype5.size(), "c5");
   ASSERT_FALSE(unsupported.ok());
-  EXPECT_NE(
-      unsupported.status().message().find("stb_image's decoder refuses its header (bad ctype)"),
-      std::string::npos)
+  EXPECT_NE(unsupported.status().message().find(
+                "PNG header of colour type 5 at 8 bits a sample (corrupt); allowed: grey (type 0) "
+                "at 1, 2, 4, 8 or 16 bits"),
+            std::string::npos)
       << unsupported.status().message();
+  // RGB at 4 bits, which stb called "invalid width" (a later probe).
+  const std::string rgb4 = HeaderOnlyPng(4, 4, 4, 2);
+  auto depth =
+      ImageTask::Decode(reinterpret_cast<const uint8_t*>(rgb4.data()), rgb4.size(), "rgb4");
+  ASSERT_FALSE(depth.ok());
+  EXPECT_NE(depth.status().message().find("PNG header of colour type 2 at 4 bits a sample"),
+            std::string::npos)
+      << depth.status().message();
   // A PNG whose compressed data is garbage (CRCs right): stb set no reason
   // of its own, and the JPEG decoder's "no SOI" was reported.
   const std::string garbage = TempPath("garbage.png");

@@ -244,6 +244,16 @@ Status CheckGif(const uint8_t* data, size_t size) {
       // background, all but one: refused where the background outweighs
       // the frame 64 to 1 and is over 2^20 pixels (a frame past the screen
       // stb refuses itself).
+      // A frame past the screen: stb refuses it as "bad Image Descriptor",
+      // which said neither what was wrong nor what is allowed (a probe).
+      if (uint64_t{left} + width > screen_width || uint64_t{top} + height > screen_height) {
+        return Status::InvalidArgument(
+            "GIF frame of " + std::to_string(width) + "x" + std::to_string(height) +
+            " pixels at (" + std::to_string(left) + ", " + std::to_string(top) +
+            ") reaches past its " + std::to_string(screen_width) + "x" +
+            std::to_string(screen_height) +
+            " logical screen; allowed: frames within the screen (stb_image decodes no other)");
+      }
       const uint64_t frame_pixels = uint64_t{width} * height;
       const uint64_t screen_pixels = uint64_t{screen_width} * screen_height;
       if (left + width <= screen_width && top + height <= screen_height &&

@@ -167,6 +167,17 @@ Status CheckPng(const uint8_t* data, size_t size) {
       seen_header = true;
       const uint64_t width = Be32(data + pos + 8), height = Be32(data + pos + 12);
       const uint64_t depth = data[pos + 16], color = data[pos + 17];
+      // The standard's pairs: stb named a bad depth "invalid width" (a probe).
+      const bool pair =
+          (color == 0 && (depth == 1 || depth == 2 || depth == 4 || depth == 8 || depth == 16)) ||
+          (color == 3 && (depth == 1 || depth == 2 || depth == 4 || depth == 8)) ||
+          ((color == 2 || color == 4 || color == 6) && (depth == 8 || depth == 16));
+      if (!pair) {
+        return Status::InvalidArgument(
+            "PNG header of colour type " + std::to_string(color) + " at " + std::to_string(depth) +
+            " bits a sample (corrupt); allowed: grey (type 0) at 1, 2, 4, 8 or 16 bits, palette "
+            "(3) at 1, 2, 4 or 8, RGB (2), grey + alpha (4) and RGBA (6) at 8 or 16");
+      }
       // stb's components before palette expansion: grey 1, RGB 3, palette
       // 1, grey + alpha 2, RGBA 4.
       const uint64_t channels = (color & 2 ? 3 : 1) + (color & 4 ? 1 : 0) - (color == 3 ? 2 : 0);
