@@ -1,5 +1,6 @@
 #include "common/host_memory.h"
 
+#include <spdlog/fmt/fmt.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -130,6 +131,17 @@ ProcessMemory ReadProcessMemory() {
 uint64_t AvailableToThisProcessBytes() {
   const uint64_t available = AvailableMemoryBytes();
   return available == 0 ? 0 : std::min(available, LimitHeadroom());
+}
+
+std::pair<std::string, std::string> NeedAndAvailable(uint64_t need, uint64_t available) {
+  constexpr double kGiB = 1073741824.0, kMiB = 1048576.0;
+  const double a = static_cast<double>(need), b = static_cast<double>(available);
+  for (int decimals = 1; decimals <= 3; ++decimals) {
+    std::string x = fmt::format("{:.{}f} GiB", a / kGiB, decimals);
+    std::string y = fmt::format("{:.{}f} GiB", b / kGiB, decimals);
+    if (x != y) return {std::move(x), std::move(y)};
+  }
+  return {fmt::format("{:.1f} MiB", a / kMiB), fmt::format("{:.1f} MiB", b / kMiB)};
 }
 
 }  // namespace gridsync

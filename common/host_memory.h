@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 namespace gridsync {
 
@@ -42,5 +43,11 @@ ProcessMemory ReadProcessMemory();
 // root or under unified/).
 uint64_t AvailableMemoryBytesFrom(const std::string& meminfo, const std::string& proc_cgroup,
                                   const std::string& cgroup_root);
+
+// `need` and `available` bytes as GiB with the fewest decimals, 1 to 3,
+// that tell them apart (else as MiB with one), for refusals that compare
+// them: "needs about 0.3 GiB but 0.3 GiB are available" read as a
+// contradiction (a hostile probe). Returns {need, available}, units included.
+std::pair<std::string, std::string> NeedAndAvailable(uint64_t need, uint64_t available);
 
 }  // namespace gridsync

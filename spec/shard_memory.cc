@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "common/host_memory.h"
+
 namespace gridsync {
 
 uint64_t ShardMemoryBytes(const Partition& partition, uint32_t shard, bool apply_updates,
@@ -49,15 +51,14 @@ Status CheckShardMemory(const RunSpec& spec, const Partition& partition, uint32_
                         uint64_t available) {
   const uint64_t need = ShardMemoryBytes(spec, partition, shard);
   if (available == 0 || need <= available) return Status::OK();
-  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  const auto [needs, has] = NeedAndAvailable(need, available);
   return Status::InvalidArgument(fmt::format(
-      "shard {}'s partition needs about {:.1f} GiB ({} values of {} tables: parameters, "
-      "gradients{}{}) but {:.1f} GiB are available; allowed: fewer encoding.n_levels, "
+      "shard {}'s partition needs about {} ({} values of {} tables: parameters, "
+      "gradients{}{}) but {} are available; allowed: fewer encoding.n_levels, "
       "n_features_per_level or log2_hashmap_size, or more ps.shards",
-      shard, static_cast<double>(need) / kGiB, partition.OwnedValues(shard), partition.n_tables(),
+      shard, needs, partition.OwnedValues(shard), partition.n_tables(),
       spec.sync.optimizer_on_workers ? "" : ", Adam's m, v and step counts",
-      ReplicaWorkersOf(spec) > 0 ? ", a replica per worker (compression.pull)" : "",
-      static_cast<double>(available) / kGiB));
+      ReplicaWorkersOf(spec) > 0 ? ", a replica per worker (compression.pull)" : "", has));
 }
 
 Status CheckShardMemoryOn(const RunSpec& spec, int node, uint64_t available) {

@@ -105,5 +105,19 @@ TEST_F(HostMemoryTest, NoMemInfoMeansUnknown) {
   EXPECT_EQ(Available(), 0u);
 }
 
+// A refusal comparing two sizes prints them apart: "needs about 0.3 GiB but
+// 0.3 GiB are available" read as a contradiction (a hostile probe).
+TEST(NeedAndAvailableTest, TheTwoSizesAlwaysDiffer) {
+  constexpr uint64_t kMiB = uint64_t{1} << 20;
+  EXPECT_EQ(NeedAndAvailable(3 * (uint64_t{1} << 30), uint64_t{1} << 30),
+            std::make_pair(std::string("3.0 GiB"), std::string("1.0 GiB")));
+  EXPECT_EQ(NeedAndAvailable(330 * kMiB, 300 * kMiB),
+            std::make_pair(std::string("0.32 GiB"), std::string("0.29 GiB")));
+  EXPECT_EQ(NeedAndAvailable(301 * kMiB, 300 * kMiB),
+            std::make_pair(std::string("0.294 GiB"), std::string("0.293 GiB")));
+  EXPECT_EQ(NeedAndAvailable(300 * kMiB + kMiB / 2, 300 * kMiB),
+            std::make_pair(std::string("300.5 MiB"), std::string("300.0 MiB")));
+}
+
 }  // namespace
 }  // namespace gridsync

@@ -228,10 +228,10 @@ Result<ImageTask> ImageTask::Decode(const uint8_t* data, size_t size, const std:
   // 12 bytes each.
   const uint64_t need = image_precheck::DecodeBytes(data, size, uint64_t(w) * uint64_t(h));
   if (const uint64_t available = AvailableToThisProcessBytes(); available > 0 && need > available) {
-    return Status::InvalidArgument(
-        "image '" + name + "' is " + std::to_string(w) + " x " + std::to_string(h) +
-        " pixels: decoding it takes about " + std::to_string(need >> 20) + " MiB, " +
-        std::to_string(available >> 20) + " MiB are available; allowed: a smaller image");
+    const auto [needs, has] = NeedAndAvailable(need, available);
+    return Status::InvalidArgument("image '" + name + "' is " + std::to_string(w) + " x " +
+                                   std::to_string(h) + " pixels: decoding it takes about " + needs +
+                                   ", " + has + " are available; allowed: a smaller image");
   }
   // A palette PNG is decoded with its palette padded by a colour it does
   // not hold: a pixel of that colour indexes past the palette, where stb

@@ -60,26 +60,26 @@ Status CheckWorkerMemory(const RunSpec& spec, const ImageTask& image, bool distr
   const auto& e = config.encoding;
   // The model alone: no batch or image makes it fit, so name what does.
   if (model > available) {
+    const auto [needs, has] = NeedAndAvailable(model, available);
     return Status::InvalidArgument(fmt::format(
-        "the model needs about {:.1f} GiB before any sample ({} parameters: encoding.n_levels {} "
+        "the model needs about {} before any sample ({} parameters: encoding.n_levels {} "
         "x n_features_per_level {} with log2_hashmap_size {}, and the MLP; each held as master, "
-        "gradient, Adam's m and v and a working copy) but {:.1f} GiB are available; allowed: "
+        "gradient, Adam's m and v and a working copy) but {} are available; allowed: "
         "fewer encoding.n_levels, a smaller encoding.log2_hashmap_size, n_features_per_level or "
         "base_resolution",
-        static_cast<double>(model) / kGiB, spec.model.n_params, e.n_levels, e.n_features_per_level,
-        e.log2_hashmap_size, static_cast<double>(available) / kGiB));
+        needs, spec.model.n_params, e.n_levels, e.n_features_per_level, e.log2_hashmap_size, has));
   }
   const uint64_t samples = LargestMicroBatch(config, distributed);
   const uint64_t need = EstimateWorkerBytes(spec, samples) + image_bytes;
   if (need <= available) return Status::OK();
+  const auto [needs, has] = NeedAndAvailable(need, available);
   return Status::InvalidArgument(fmt::format(
-      "training.batch_size {} needs about {:.1f} GiB in this worker ({} samples per micro-batch, "
+      "training.batch_size {} needs about {} in this worker ({} samples per micro-batch, "
       "{:.1f} GiB of it the model and its Adam state, {:.1f} GiB task.image's {}x{} pixels) but "
-      "{:.1f} GiB are available; allowed: a smaller batch_size or image, more "
+      "{} are available; allowed: a smaller batch_size or image, more "
       "gradient_accumulation or more workers",
-      config.training.batch_size, static_cast<double>(need) / kGiB, samples,
-      static_cast<double>(model) / kGiB, static_cast<double>(image_bytes) / kGiB, image.width(),
-      image.height(), static_cast<double>(available) / kGiB));
+      config.training.batch_size, needs, samples, static_cast<double>(model) / kGiB,
+      static_cast<double>(image_bytes) / kGiB, image.width(), image.height(), has));
 }
 
 Status CheckMachineMemory(const RunSpec& spec, const ImageTask& image, int workers, int shards,
@@ -100,16 +100,16 @@ Status CheckMachineMemory(const RunSpec& spec, const ImageTask& image, int worke
                         shard * static_cast<uint64_t>(shards) +
                         (writes_png ? image.pixel_count() * 3 * 2 : 0);
   if (need <= available) return Status::OK();
+  const auto [needs, has] = NeedAndAvailable(need, available);
   return Status::InvalidArgument(fmt::format(
-      "the {} workers and {} shards this machine runs need about {:.1f} GiB together ({:.2f} GiB "
+      "the {} workers and {} shards this machine runs need about {} together ({:.2f} GiB "
       "a worker: the model, its Adam state and a micro-batch of {} samples, or decoding "
-      "task.image where that takes more; {:.2f} GiB a shard) but {:.1f} GiB are available; "
+      "task.image where that takes more; {:.2f} GiB a shard) but {} are available; "
       "allowed: fewer workers on this machine (distributed.nodes over several machines), a smaller "
       "model, "
       "training.batch_size or image",
-      workers, shards, static_cast<double>(need) / kGiB, static_cast<double>(worker) / kGiB,
-      LargestMicroBatch(spec.config, true), static_cast<double>(shard) / kGiB,
-      static_cast<double>(available) / kGiB));
+      workers, shards, needs, static_cast<double>(worker) / kGiB,
+      LargestMicroBatch(spec.config, true), static_cast<double>(shard) / kGiB, has));
 }
 
 Status CheckTrainingDevice(const Config& config, bool standalone) {
