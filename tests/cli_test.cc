@@ -84,6 +84,27 @@ TEST(CliTest, CheckConfigRefusesWhatTheWorkerRefuses) {
   EXPECT_EQ(medium.exit_code, 0) << medium.output;
 }
 
+// A model of fewer 4096-row blocks than shards would leave shards that own
+// nothing: check-config, a shard, a worker and launch refuse it alike, and
+// launch before it starts anything (it started the coordinator and every
+// shard, which exited 2, and then exited 1 itself).
+TEST(CliTest, ShardsThatWouldOwnNothingAreRefusedAlike) {
+  const std::string args =
+      "configs/local.json --set encoding.n_levels=1 --set encoding.log2_hashmap_size=4 --set "
+      "encoding.base_resolution=4 --set network.n_hidden_layers=1 --set ps.shards=8";
+  const std::string why = "ps.shards 8: 5 of the shards would own no value of the model";
+  for (const auto& [binary, command] :
+       {std::pair{"tools/gridsync", "check-config " + args},
+        std::pair{"server/gridsync-ps", "--config " + args + " --shard 0"},
+        std::pair{"worker/gridsync-worker", "--config " + args + " --rank 0 --check-only"},
+        std::pair{"tools/gridsync", "launch " + args}}) {
+    const ProcessResult run = Execute(binary, command);
+    EXPECT_EQ(run.exit_code, 2) << command << ": " << run.output;
+    EXPECT_NE(run.output.find(why), std::string::npos) << command << ": " << run.output;
+    EXPECT_EQ(run.output.find("starting"), std::string::npos) << command << ": " << run.output;
+  }
+}
+
 // task.image: check-config loads it as the worker does and refuses it with
 // the worker's words; a file missing on this machine is refused for a run
 // here, and only named for a cluster of other machines.

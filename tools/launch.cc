@@ -164,43 +164,48 @@ int RunLaunch(const LaunchOptions& options) {
                  keys.message().c_str());
     return kConfigErrorExitCode;
   }
-  // Resolved once, for the memory check and the checkpoint parts below.
+  // Resolved once, for the memory check and the checkpoint parts below. A
+  // config every shard and worker would refuse is refused here, before any
+  // of them starts (a ps.shards leaving shards with nothing started the
+  // coordinator and 8 shards, which exited 2, and launch exited 1).
   const auto spec = RunSpec::Resolve(*config);
+  if (!spec.ok()) {
+    std::fprintf(stderr, "gridsync launch: %s\n", spec.status().message().c_str());
+    return kConfigErrorExitCode;
+  }
   // Every process this machine starts, in its memory together (each one
   // checks itself alone). The image as the workers load it: one they would
   // refuse is refused here, before anything starts (the workers exited 2
   // after the coordinator and shards had started, and launch with 1).
-  if (spec.ok()) {
-    const int workers = WorkersHere(layout, node);
-    int shards = 0;
-    for (const auto& shard : layout.shards) shards += here(shard.node) ? 1 : 0;
-    if (auto device = CheckTrainingDevice(*config); !device.ok() && workers > 0) {
+  const int workers = WorkersHere(layout, node);
+  int shards = 0;
+  for (const auto& shard : layout.shards) shards += here(shard.node) ? 1 : 0;
+  if (auto device = CheckTrainingDevice(*config); !device.ok() && workers > 0) {
+    std::fprintf(stderr, "gridsync launch: %s: %s\n", options.config_path.c_str(),
+                 device.message().c_str());
+    return kConfigErrorExitCode;
+  }
+  auto image = ImageTask::Load(config->task.image);
+  if (!image.ok() && workers > 0) {
+    std::fprintf(stderr, "gridsync launch: %s: task.image: %s\n", options.config_path.c_str(),
+                 image.status().message().c_str());
+    return kConfigErrorExitCode;
+  }
+  // Each shard started here in its own memory, as gridsync-ps checks it
+  // (it exited 2 after the coordinator had started).
+  if (const Status fits = CheckShardMemoryOn(*spec, node, AvailableToThisProcessBytes());
+      !fits.ok()) {
+    std::fprintf(stderr, "gridsync launch: %s: %s\n", options.config_path.c_str(),
+                 fits.message().c_str());
+    return kConfigErrorExitCode;
+  }
+  if (image.ok()) {
+    const Status together =
+        CheckMachineMemory(*spec, *image, workers, shards, /*writes_png=*/here(0));
+    if (!together.ok()) {
       std::fprintf(stderr, "gridsync launch: %s: %s\n", options.config_path.c_str(),
-                   device.message().c_str());
+                   together.message().c_str());
       return kConfigErrorExitCode;
-    }
-    auto image = ImageTask::Load(config->task.image);
-    if (!image.ok() && workers > 0) {
-      std::fprintf(stderr, "gridsync launch: %s: task.image: %s\n", options.config_path.c_str(),
-                   image.status().message().c_str());
-      return kConfigErrorExitCode;
-    }
-    // Each shard started here in its own memory, as gridsync-ps checks it
-    // (it exited 2 after the coordinator had started).
-    if (const Status fits = CheckShardMemoryOn(*spec, node, AvailableToThisProcessBytes());
-        !fits.ok()) {
-      std::fprintf(stderr, "gridsync launch: %s: %s\n", options.config_path.c_str(),
-                   fits.message().c_str());
-      return kConfigErrorExitCode;
-    }
-    if (image.ok()) {
-      const Status together =
-          CheckMachineMemory(*spec, *image, workers, shards, /*writes_png=*/here(0));
-      if (!together.ok()) {
-        std::fprintf(stderr, "gridsync launch: %s: %s\n", options.config_path.c_str(),
-                     together.message().c_str());
-        return kConfigErrorExitCode;
-      }
     }
   }
   // The parts a checkpoint step needs on disk, for --resume and for the
@@ -208,10 +213,6 @@ int RunLaunch(const LaunchOptions& options) {
   uint32_t workers_with_state = 0;
   std::vector<std::string> job_parts;
   if (options.resume || config->checkpoint.every_steps > 0) {
-    if (!spec.ok()) {
-      std::fprintf(stderr, "gridsync launch: %s\n", spec.status().message().c_str());
-      return kConfigErrorExitCode;
-    }
     workers_with_state =
         spec->sync.worker_state ? static_cast<uint32_t>(config->distributed.world_size) : 0;
     job_parts = CheckpointParts(static_cast<uint32_t>(layout.shards.size()), workers_with_state);
