@@ -320,11 +320,12 @@ void ReadTask(SectionReader& top, Problems& problems, Config& config) {
   TaskConfig& k = config.task;
   SectionReader r(&problems, "task", top.Object("task"));
   r.EnumValue("type", &k.type, std::span<const TaskType>(kTaskTypes));
-  r.String("image", &k.image,
-           {.allowed = "a non-empty path to a JPEG (8-bit, baseline or progressive), PNG, BMP "
-                       "(uncompressed), TGA, GIF or binary PNM (P5, P6) image, at most 4095 "
-                       "bytes (PATH_MAX)",
-            .max_length = kMaxPathBytes});
+  r.String(
+      "image", &k.image,
+      {.allowed = "a non-empty path to a JPEG (8-bit, baseline, extended or progressive), PNG, BMP "
+                  "(uncompressed), TGA, GIF or binary PNM (P5, P6) image, at most 4095 "
+                  "bytes (PATH_MAX)",
+       .max_length = kMaxPathBytes});
   r.String("output", &k.output,
            {.allowed = "a non-empty folder path of at most 4095 bytes (PATH_MAX)",
             .max_length = kMaxPathBytes});

@@ -512,7 +512,7 @@ TEST(ImageTaskTest, FormatsStbDoesNotDecodeAreNamed) {
     ASSERT_FALSE(image.ok()) << why;
     const std::string& message = image.status().message();
     EXPECT_NE(message.find(why), std::string::npos) << message;
-    EXPECT_NE(message.find("allowed: JPEG (8-bit, baseline or progressive), PNG, BMP "
+    EXPECT_NE(message.find("allowed: JPEG (8-bit, baseline, extended or progressive), PNG, BMP "
                            "(uncompressed), TGA, GIF or binary PNM (P5, P6) files"),
               std::string::npos)
         << message;

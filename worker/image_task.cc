@@ -41,7 +41,8 @@ inline float Value(uint8_t c) { return kByteValues[c]; }
 constexpr size_t kPrefetchSamples = 8;
 
 constexpr const char* kAllowedFormats =
-    "JPEG (8-bit, baseline or progressive), PNG, BMP (uncompressed), TGA, GIF or binary PNM "
+    "JPEG (8-bit, baseline, extended or progressive), PNG, BMP (uncompressed), TGA, GIF or binary "
+    "PNM "
     "(P5, P6)";
 
 // The bilinear lookup at (u, v), clamped at the edges: one definition for
