@@ -12,12 +12,6 @@
 namespace gridsync::image_data_checks {
 namespace {
 
-uint32_t Le16(const uint8_t* p) { return uint32_t{p[0]} | uint32_t{p[1]} << 8; }
-uint32_t Le32(const uint8_t* p) { return Le16(p) | Le16(p + 2) << 16; }
-uint32_t Be32(const uint8_t* p) {
-  return uint32_t{p[0]} << 24 | uint32_t{p[1]} << 16 | uint32_t{p[2]} << 8 | uint32_t{p[3]};
-}
-
 // stb's STBI_MAX_DIMENSIONS: past it stb refuses the file itself.
 constexpr int64_t kStbMaxSide = int64_t{1} << 24;
 

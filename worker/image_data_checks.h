@@ -25,6 +25,13 @@
 
 namespace gridsync::image_data_checks {
 
+// Integers as image files store them (the checks here and image_precheck.cc).
+inline uint32_t Le16(const uint8_t* p) { return uint32_t{p[0]} | uint32_t{p[1]} << 8; }
+inline uint32_t Le32(const uint8_t* p) { return Le16(p) | Le16(p + 2) << 16; }
+inline uint32_t Be32(const uint8_t* p) {
+  return uint32_t{p[0]} << 24 | uint32_t{p[1]} << 16 | uint32_t{p[2]} << 8 | uint32_t{p[3]};
+}
+
 // BMP (stb's: uncompressed or bitfields; 1, 4, 8, 16, 24 or 32 bits): the
 // rows within the file, and for 1 to 8 bits every index below the number
 // of palette entries stb reads.

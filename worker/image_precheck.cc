@@ -32,12 +32,8 @@ size_t JpegStart(const uint8_t* data, size_t size) {
   return at < size && data[at] == 0xD8 ? at + 1 : 0;
 }
 
-uint32_t Be32(const uint8_t* p) {
-  return uint32_t{p[0]} << 24 | uint32_t{p[1]} << 16 | uint32_t{p[2]} << 8 | uint32_t{p[3]};
-}
-uint32_t Le32(const uint8_t* p) {
-  return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
-}
+using image_data_checks::Be32;
+using image_data_checks::Le32;
 
 // JPEG: every marker segment up to the end of the file, skipping
 // entropy-coded data (where 0xFF is followed by 0x00 or a restart marker);

@@ -175,11 +175,14 @@ Result<ImageTask> ImageTask::Decode(const uint8_t* data, size_t size, const std:
       if (!foreign) {
         // stb's own words for damage its decoder met ("not enough pixels",
         // "bad huffman code"): framed, so that they name the format.
-        text = text == "outofmem" ? "stb_image ran out of memory decoding this " + std::string(f)
-               : f == "JPEG" && text == "expected marker" &&
-                       !(size >= 2 && data[size - 2] == 0xFF && data[size - 1] == 0xD9)
-                   ? "truncated JPEG: the file ends without its end-of-image marker (FF D9)"
-                   : "corrupt " + std::string(f) + " data (stb_image: " + text + ")";
+        const bool ends_with_eoi = size >= 2 && data[size - 2] == 0xFF && data[size - 1] == 0xD9;
+        if (text == "outofmem") {
+          text = "stb_image ran out of memory decoding this " + std::string(f);
+        } else if (f == "JPEG" && text == "expected marker" && !ends_with_eoi) {
+          text = "truncated JPEG: the file ends without its end-of-image marker (FF D9)";
+        } else {
+          text = "corrupt " + std::string(f) + " data (stb_image: " + text + ")";
+        }
       } else {
         // A header its own decoder refuses may be cut or damaged, or a kind
         // of that format stb does not take (an RLE BMP, a JPEG of two
