@@ -165,6 +165,21 @@ void PsShardImpl::HandlePush(std::unique_ptr<Request> request) {
     ++stats_.pushes;
   }
   if (options_.consistency == Consistency::kAsync) {
+    // Each worker's steps in order, once each, as under ssp but with no
+    // bound on how far apart workers run: a push sent twice (a replay by a
+    // holder of the workers' key, a client bug) was applied twice.
+    const uint64_t next = clock_[m.worker_rank];
+    if (m.step != next) {
+      ReplyError(*request, Status::InvalidArgument(
+                               "push for step " + std::to_string(m.step) + " from worker " +
+                               std::to_string(m.worker_rank) + ", whose next step is " +
+                               std::to_string(next) +
+                               (m.step < next ? " (that step was pushed already)"
+                                              : " (the steps between were never pushed)") +
+                               "; allowed: step " + std::to_string(next) +
+                               " (each worker's steps in order, once each)"));
+      return;
+    }
     std::vector<const wire::Message*> one = {&m};
     stale_reads_.OnPush(m);
     ++clock_[m.worker_rank];

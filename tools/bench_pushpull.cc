@@ -350,7 +350,7 @@ int RunPushPull(const PushPullArgs& args) {
   std::fflush(stdout);
 
   std::vector<SizeResult> results;
-  uint64_t step = 1;
+  uint64_t step = 0;  // the shard takes each worker's steps in order from 0
   uint64_t total_wrong = 0;
   for (const SizePlan& p : plans) {
     SizeResult result;
