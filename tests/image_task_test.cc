@@ -483,6 +483,17 @@ TEST(ImageTaskTest, AFileOfNoFormatIsRefusedFromItsFirstBytes) {
                 "its first bytes are the header of no image format stb decodes"),
             std::string::npos)
       << image.status().message();
+  // Files too short for the first check are judged whole, in the same
+  // words (they read as stb's bare "unknown image type").
+  for (const std::string& bytes : {std::string(1, 'x'), std::string(17, '\0')}) {
+    auto small =
+        ImageTask::Decode(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "small");
+    ASSERT_FALSE(small.ok()) << bytes.size() << " bytes";
+    EXPECT_NE(small.status().message().find(
+                  "its first bytes are the header of no image format stb decodes"),
+              std::string::npos)
+        << small.status().message();
+  }
 }
 
 // Formats stb does not decode are refused by name, and what is allowed

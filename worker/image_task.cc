@@ -25,6 +25,11 @@
 namespace gridsync {
 namespace {
 
+// What a file of no format stb knows is told, whatever its size (a file of
+// under 18 bytes, judged whole, read as stb's bare "unknown image type").
+constexpr const char* kNoFormat =
+    "its first bytes are the header of no image format stb decodes (unknown image type)";
+
 constexpr std::array<float, 256> MakeByteValues() {
   std::array<float, 256> values{};
   for (int i = 0; i < 256; ++i) values[i] = static_cast<float>(i) / 255.0f;
@@ -118,10 +123,8 @@ Result<ImageTask> ImageTask::Load(const std::string& path) {
     const size_t got = file != nullptr ? std::fread(head, 1, want, file) : 0;
     if (file != nullptr) std::fclose(file);
     if (got == want && !image_precheck::MayBeImage(head, got)) {
-      return Status::IOError("cannot load image '" + path +
-                             "': its first bytes are the header of no image format stb decodes "
-                             "(unknown image type); allowed: " +
-                             kAllowedFormats + " files");
+      return Status::IOError("cannot load image '" + path + "': " + kNoFormat +
+                             "; allowed: " + kAllowedFormats + " files");
     }
   }
   auto bytes = ReadFileOfSize(path, size);
@@ -165,7 +168,9 @@ Result<ImageTask> ImageTask::Decode(const uint8_t* data, size_t size, const std:
     // failures set none: a damaged file of a format it knows then reads as
     // "unknown image type", or as another decoder's words (a PNG whose
     // compressed data is garbage said "no SOI", a JPEG's).
-    if (const char* format = image_precheck::SignatureFormat(data, size); format != nullptr) {
+    const char* format = image_precheck::SignatureFormat(data, size);
+    if (format == nullptr && text == "unknown image type") text = kNoFormat;
+    if (format != nullptr) {
       const std::string_view f = format;
       const bool foreign = !said || text == "unknown image type" ||
                            (text == "no SOI" && f != "JPEG") || (text == "not BMP" && f != "BMP") ||
