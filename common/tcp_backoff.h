@@ -1,4 +1,5 @@
-// The retransmission backoff of the coordinator's and Gloo's TCP connections.
+// The retransmission backoff of the coordinator's, Gloo's and the data
+// plane's TCP connections.
 //
 // After a network outage, TCP resends unacknowledged data only when its
 // retransmission timer fires, and that timer doubles with every try: from
@@ -27,9 +28,14 @@
 // outage under timeout_s 5 resumed after the wait had ended (the job
 // failed). The cap grows with timeout_s (a twelfth of it, at least 1 s) so
 // that a zero window's probes still last past timeout_s (13.4 s at 1 s,
-// 30.5 s at 2.5 s for timeout_s 30). ZeroMQ's connections keep the kernel's
-// backoff: the workers' waits allow for it (a worker waits once more for a
-// shard the coordinator still lists), and their descriptors are ZeroMQ's.
+// 30.5 s at 2.5 s for timeout_s 30). The data plane's (ZeroMQ's)
+// connections get the same cap: a shard caps each connection it accepts
+// (wire::ConnectionLimits::retransmit_cap, from its monitor's accept event)
+// and a worker each it makes (PsClient, from the connect event, at its
+// next wait). With the kernel's backoff, a link that flapped (1.5 s down,
+// 1 s up, six times, each outage well under timeout_s 5) left them on a
+// 6.5 s timer after the link was back, and the waits ran out even with
+// the worker's second wait for a shard the coordinator still lists.
 //
 // A second is far above a datacenter's round trips; a link whose round
 // trip nears a second would resend needlessly.

@@ -19,6 +19,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/tcp_backoff.h"
+
 namespace gridsync {
 namespace ps_shard_engine {
 
@@ -243,6 +245,12 @@ Status PsShardImpl::Bind() {
 
 wire::ConnectionLimits PsShardImpl::ConnectionCaps() const {
   wire::ConnectionLimits limits = options_.connections;
+  // As Gloo's pairs are (common/tcp_backoff.h): with the kernel's backoff,
+  // a link that flapped (1.5 s down, 1 s up, six times; each outage well
+  // under timeout_s 5) left the timer at 6.5 s, and the replies held up
+  // came after the workers' waits had ended (a hostile probe).
+  if (limits.retransmit_cap.count() == 0)
+    limits.retransmit_cap = RetransmitCapFor(options_.timeout);
   uint64_t largest = partition_.OwnedValues(options_.shard) * sizeof(float) + (uint64_t{1} << 20);
   for (uint32_t t = 0; t < partition_.n_tables(); ++t) {
     largest += partition_.OwnedRows(options_.shard, t) * sizeof(uint32_t);

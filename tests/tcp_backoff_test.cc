@@ -1,7 +1,8 @@
 // The retransmission backoff cap (common/tcp_backoff.h) on the
 // coordinator's connections, at both ends, and on Gloo's pairs, read back
 // from the real sockets of real connections (this process holds both
-// ends): before, they carried the kernel's 120 s. Capping keeps when TCP gives up: the
+// ends): before, they carried the kernel's 120 s; and the data plane's
+// (ZeroMQ's) connections, at the shard's end and the worker's. Capping keeps when TCP gives up: the
 // coordinator's own dead_peer_after, and elsewhere the uncapped kernel's time. On a kernel without
 // the option (before Linux 6.15), or one whose default is already 1 s, the tests that need it skip,
 // saying so.
@@ -29,7 +30,10 @@
 #include "common/coordinator_client.h"
 #include "common/store.h"
 #include "server/coordinator.h"
+#include "server/ps_shard.h"
+#include "tools/bench_shard_map.h"
 #include "worker/collective/gloo_collective.h"
+#include "worker/ps_client.h"
 
 namespace gridsync {
 namespace {
@@ -186,6 +190,48 @@ TEST(TcpBackoffTest, GloosPairsAreCappedForTheirTimeout) {
     EXPECT_EQ(UserTimeoutMs(s.fd), static_cast<unsigned>(UncappedGiveUp().count()));
   }
   EXPECT_GE(pair_ends, 2) << "both ends of the pair of ranks 0 and 1";
+}
+
+// The data plane's connections, at both ends: a shard caps those it
+// accepts, a worker those it makes (at its next wait). They kept the
+// kernel's backoff, and a link that flapped (1.5 s down, 1 s up, six
+// times, each outage well under timeout_s 5) left pushes and replies on a
+// 6.5 s timer after the link was back: the waits ran out (a hostile probe).
+TEST(TcpBackoffTest, TheDataPlanesConnectionsAreCappedAtBothEnds) {
+  SKIP_UNLESS_THE_CAP_CAN_SHOW();
+  const std::vector<TableInfo> tables = {{"level", 64, 2}};
+  auto partition = Partition::Make(tables, 1, ModelParallelDim::kRow);
+  ASSERT_TRUE(partition.ok()) << partition.status().ToString();
+  ShardOptions options;
+  options.endpoint = "tcp://127.0.0.1:0";
+  options.workers = 1;
+  options.timeout = 24s;  // a cap of 2 s, as Gloo's pairs get for it
+  auto shard = PsShard::Start(*partition, options);
+  ASSERT_TRUE(shard.ok()) << shard.status().ToString();
+  auto client =
+      PsClient::Connect(bench::OneShardMap((*shard)->endpoint(), tables, 1), *partition, 0, 1, 24s);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  std::vector<float> init(64 * 2, 0.5f);
+  // Its wait caps the connection it made (WatchHandshakes).
+  const Status pushed = (*client)->Push(wire::Kind::kInit, 0, {{0, true, nullptr, 0, init.data()}});
+  ASSERT_TRUE(pushed.ok()) << pushed.ToString();
+  const std::string endpoint = (*shard)->endpoint();
+  const int port = std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
+  int worker_end = -1, shard_end = -1;
+  // The shard caps on its monitor's thread, as it reads the accept.
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  do {
+    for (const int fd : ConnectedTcpSockets()) {
+      if (PortOf(fd, true) == port) worker_end = RetransmitBackoffCapMs(fd);
+      if (PortOf(fd, false) == port) shard_end = RetransmitBackoffCapMs(fd);
+    }
+    if (worker_end == 2000 && shard_end == 2000) break;
+    std::this_thread::sleep_for(20ms);
+  } while (std::chrono::steady_clock::now() < deadline);
+  EXPECT_EQ(worker_end, 2000) << "the worker's end";
+  EXPECT_EQ(shard_end, 2000) << "the shard's end";
+  (*client).reset();
+  (*shard)->Stop();
 }
 
 // ---- Over an emulated network (tools/emulate/netns-cluster.sh) ----

@@ -17,6 +17,7 @@
 #include "common/counter_rng.h"
 #include "common/prefetch.h"
 #include "common/row_width.h"
+#include "common/tcp_backoff.h"
 #include "worker/ps_client_internal.h"
 #include "worker/worker_adam.h"
 
@@ -115,8 +116,21 @@ Status PsClient::SendToShard(uint32_t s, std::vector<zmq::message_t>& frames, co
 
 void PsClient::WatchHandshakes() {
   for (uint32_t s = 0; s < handshakes_.size(); ++s) {
-    if (handshakes_[s] == nullptr || !handshakes_[s]->Poll() || handshake_failure_logged_[s])
-      continue;
+    if (handshakes_[s] == nullptr) continue;
+    const bool failed = handshakes_[s]->Poll();
+    // Each new connection's retransmission timer capped, as the shards cap
+    // theirs (common/tcp_backoff.h): a link that flapped left this
+    // worker's pushes on TCP's backed-off timer (6.5 s) after the link was
+    // back, and its wait for the acks ran out (a hostile probe). A
+    // descriptor reused meanwhile is another TCP socket of this process,
+    // which the cap leaves correct.
+    for (const int fd : handshakes_[s]->TakeConnected()) {
+      if (const std::string why = CapRetransmitBackoff(fd, RetransmitCapFor(timeout_));
+          !why.empty())
+        spdlog::debug("worker {}: a connection to shard {} keeps TCP's backoff: {}", worker_rank_,
+                      s, why);
+    }
+    if (!failed || handshake_failure_logged_[s]) continue;
     const std::string why = DescribeSilentShard(s);
     if (why.empty()) continue;
     // Once per shard: the reconnects repeat the failure every 100 ms.
@@ -194,6 +208,9 @@ Status PsClient::AwaitReplies(uint64_t request_id, wire::Kind expected,
   bool waited_again = false;  // SetStallCheck's one more wait
   constexpr auto kCheckEvery = std::chrono::milliseconds(1000);
   auto next_check = Clock::now() + kCheckEvery;
+  // At every wait, not only after a second of it: a connection made (or
+  // made again) is capped before an outage can hold it up.
+  WatchHandshakes();
   while (remaining > 0) {
     if (Clock::now() >= next_check) {
       WatchHandshakes();
@@ -273,6 +290,9 @@ Status PsClient::AwaitReplies(uint64_t request_id, wire::Kind expected,
       --remaining;
     }
   }
+  // A reply came over a connection whose event was queued before it: the
+  // first wait began before its connection was made.
+  WatchHandshakes();
   return Status::OK();
 }
 

@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/tcp_backoff.h"
+
 namespace gridsync::wire {
 namespace {
 
@@ -198,6 +200,10 @@ void ConnectionCap::OnAccepted(int fd) {
     if (closed_fds_.erase(fd) != 0 || taken_.count(fd) == 0) taken_[fd] = Progress{0, 0, now};
   }
   const std::string address = PeerAddress(fd);
+  if (limits_.retransmit_cap.count() > 0) {
+    if (const std::string why = CapRetransmitBackoff(fd, limits_.retransmit_cap); !why.empty())
+      spdlog::debug("{}: a connection from {} keeps TCP's backoff: {}", who_, address, why);
+  }
   open_at_[fd] = Open{address, now, false};
   const uint32_t from_address = ++per_address_[address];
   const uint32_t open = open_.fetch_add(1, std::memory_order_relaxed) + 1;

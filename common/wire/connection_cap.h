@@ -62,6 +62,10 @@ struct ConnectionLimits {
   // A connection that sent no whole message for this long may be shut
   // down to make room (past the connection caps).
   std::chrono::milliseconds idle_after{30000};
+  // Each accepted connection's TCP retransmission timer is capped at this
+  // (common/tcp_backoff.h; 0: the kernel's backoff, up to 120 s), so that
+  // data a short outage held up is resent soon after the link's return.
+  std::chrono::milliseconds retransmit_cap{0};
 };
 
 // The peer of TCP connection `fd` as "address:port" (ZMQ_SRCFD names it

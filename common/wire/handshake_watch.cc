@@ -65,6 +65,9 @@ bool HandshakeWatch::Poll() {
     switch (event) {
       case ZMQ_EVENT_CONNECTED:
         ++connections_;
+        // Bounded: a connection is made every 100 ms at most (ZeroMQ's
+        // reconnect interval) and the owner takes them at every wait.
+        if (connected_.size() < 64) connected_.push_back(value);
         break;
       case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
         ++handshakes_;
@@ -85,6 +88,12 @@ bool HandshakeWatch::Poll() {
         break;
     }
   }
+}
+
+std::vector<int> HandshakeWatch::TakeConnected() {
+  std::vector<int> taken;
+  taken.swap(connected_);
+  return taken;
 }
 
 std::string HandshakeWatch::Explain(const std::string& server, const std::string& key_file) const {

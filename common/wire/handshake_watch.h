@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 #include <zmq.hpp>
 
 #include "common/status.h"
@@ -43,6 +44,12 @@ class HandshakeWatch {
   // whether a handshake failure was among them.
   bool Poll();
 
+  // The descriptors of the TCP connections made since the last call (read
+  // by Poll), for options ZeroMQ does not set (common/tcp_backoff.h). An
+  // event read late may name a descriptor already closed, or reused by
+  // another socket of this process.
+  std::vector<int> TakeConnected();
+
   // Why the server may not have answered, after a Poll: empty when a
   // handshake succeeded since the last failure (the cause lies elsewhere),
   // else a sentence that starts with a lower-case letter and names what to
@@ -54,10 +61,11 @@ class HandshakeWatch {
   HandshakeWatch(zmq::context_t& context, const std::string& endpoint);
 
   zmq::socket_t events_;
-  uint64_t connections_ = 0;  // TCP connections made
-  uint64_t handshakes_ = 0;   // handshakes that succeeded
-  uint64_t failures_ = 0;     // handshakes that failed or were cut off
-  bool failed_last_ = false;  // the newest handshake outcome was a failure
+  uint64_t connections_ = 0;    // TCP connections made
+  uint64_t handshakes_ = 0;     // handshakes that succeeded
+  uint64_t failures_ = 0;       // handshakes that failed or were cut off
+  bool failed_last_ = false;    // the newest handshake outcome was a failure
+  std::vector<int> connected_;  // descriptors of connections made, not yet taken
   int last_protocol_error_ = 0;
   int last_auth_status_ = 0;  // ZAP status code: 300, 400 or 500
 };
