@@ -7,8 +7,11 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
+#include <mutex>
+#include <stop_token>
 #include <string>
 #include <thread>
 #include <vector>
@@ -356,9 +359,23 @@ int main(int argc, char** argv) {
 
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
-  // systemd's watchdog is fed while the shard's serving loop turns.
-  auto watchdog = gridsync::ServiceWatchdog::FromEnvironment();
-  auto next_tick = std::chrono::steady_clock::now();
+  // systemd's watchdog is fed while the shard's serving loop turns, from a
+  // thread of its own: the loop below waits up to timeout_s on each call to
+  // the coordinator, and fed from there the watchdog of gridsync launch
+  // (1.5 x timeout_s) killed a shard whose link was cut as hung while its
+  // serving loop turned (a hostile probe), before the shard could say it
+  // had lost the coordinator.
+  std::jthread watchdog_feeder([&server](std::stop_token stop) {
+    auto watchdog = gridsync::ServiceWatchdog::FromEnvironment();
+    if (!watchdog.enabled()) return;
+    std::mutex mu;
+    std::condition_variable_any wake;
+    std::unique_lock<std::mutex> lock(mu);
+    while (!stop.stop_requested()) {
+      watchdog.Tick((*server)->heartbeats());
+      wake.wait_for(lock, stop, watchdog.interval(), [] { return false; });
+    }
+  });
   // The shard's membership lasts as its connection to the coordinator. Once
   // that is gone (the coordinator died, or a call to it timed out and the
   // client closed it), the coordinator has dropped this shard and its later
@@ -375,10 +392,6 @@ int main(int argc, char** argv) {
   while (!g_stop) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     const auto now = std::chrono::steady_clock::now();
-    if (now >= next_tick) {
-      watchdog.Tick((*server)->heartbeats());
-      next_tick = now + watchdog.interval();
-    }
     if (const auto serving = (*server)->serving_stats(); serving.foreign_rollback_step > 0) {
       spdlog::error(
           "shard {}: its checkpoint of step {} is another run's (logged above); exiting {}: a "
@@ -434,6 +447,8 @@ int main(int argc, char** argv) {
       next_ping = std::chrono::steady_clock::now() + ping_every;
     }
   }
+  watchdog_feeder.request_stop();
+  watchdog_feeder.join();  // before the shard it reads
   gridsync::NotifyStopping();
   metrics.reset();  // before the shard it reads
   const auto stats = (*server)->stats();

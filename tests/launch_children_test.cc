@@ -8,12 +8,15 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <thread>
 
 #include "common/checkpoint_files.h"
 #include "common/config.h"
+#include "ops/service_watchdog.h"
+#include "tools/launch_watchdog.h"
 
 namespace gridsync::launch_detail {
 namespace {
@@ -40,6 +43,24 @@ int RunChild(const std::string& script) {
   Drain(child);
   close(child.fd);
   return status;
+}
+
+// A hostile probe: a coordinator stopped within its first third of the
+// watchdog's timeout (before its first WATCHDOG=1) was never killed, since
+// the launcher armed its watchdog on the first ping; the shards and workers
+// spent their restarts on it and the job was lost. READY=1 arms it now, as
+// systemd's watchdog counts from there; other states do not.
+TEST(LaunchWatchdog, ReadyCountsAsAPingAsSystemdCountsFromIt) {
+  auto socket = NotifySocket::Open("ready-test-" + std::to_string(getpid()));
+  ASSERT_TRUE(socket.ok()) << socket.status().ToString();
+  ASSERT_EQ(setenv("NOTIFY_SOCKET", (*socket)->address().c_str(), 1), 0);
+  EXPECT_FALSE((*socket)->Pinged()) << "nothing was sent";
+  NotifyStopping();  // STOPPING=1
+  EXPECT_FALSE((*socket)->Pinged()) << "STOPPING=1 is no ping";
+  NotifyReady("serving");  // READY=1\nSTATUS=serving
+  EXPECT_TRUE((*socket)->Pinged()) << "READY=1 arms the watchdog";
+  EXPECT_FALSE((*socket)->Pinged()) << "each datagram is read once";
+  unsetenv("NOTIFY_SOCKET");
 }
 
 // A closed terminal's SIGHUP can reach a child before its main blocks

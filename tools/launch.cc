@@ -405,9 +405,10 @@ int RunLaunch(const LaunchOptions& options) {
         c.pinged = now;
         c.armed = true;
       }
-      // Armed by the first ping, as systemd counts from READY=1: before it
-      // the server is starting (loading a checkpoint, registering), and
-      // each of its waits there is bounded by timeout_s already.
+      // Armed by READY=1 (or the first ping), as systemd counts from
+      // READY=1: before it the server is starting (loading a checkpoint,
+      // registering), and each of its waits there is bounded by timeout_s
+      // already.
       if (!c.armed || now - c.pinged <= c.watchdog) continue;
       std::printf(
           "gridsync launch: %s (pid %d) sent no watchdog ping for %.0f s (%s); killing it\n",

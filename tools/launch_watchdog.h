@@ -30,7 +30,8 @@ class NotifySocket {
 
   // NOTIFY_SOCKET's value for the child ("@gridsync-launch-<pid>-<name>").
   const std::string& address() const { return address_; }
-  // Reads every datagram that arrived; true when one held WATCHDOG=1.
+  // Reads every datagram that arrived; true when one held WATCHDOG=1 or
+  // READY=1 (where systemd's watchdog starts counting).
   bool Pinged();
 
  private:
