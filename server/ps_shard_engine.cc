@@ -315,10 +315,15 @@ void PsShardImpl::RefuseOutstanding() {
   const size_t owed = waiting_.size() + held_.size() + deferred_.size() + awaiting_room_.size();
   if (owed == 0) return;
   // IOError, not Unavailable: that code stays off the wire (common/status.h).
+  // Without checkpoints no restart rejoins: said so (a hostile probe read
+  // "rejoins the job from its checkpoint" under checkpoint.every_steps 0).
   const Status stopping = Status::IOError(
       "shard " + std::to_string(options_.shard) +
-      " is stopping (its process was asked to end) and serves no more; a restarted shard "
-      "rejoins the job from its checkpoint");
+      " is stopping (its process was asked to end) and serves no more; " +
+      (options_.checkpoint_every > 0
+           ? "a restarted shard rejoins the job from its checkpoint"
+           : "it keeps no checkpoints (checkpoint.every_steps is 0), so no restarted shard can "
+             "rejoin this job"));
   for (auto& w : waiting_) ReplyError(*w.request, stopping);
   for (auto& w : awaiting_room_) ReplyError(*w.request, stopping);
   for (auto& request : held_) ReplyError(*request, stopping);

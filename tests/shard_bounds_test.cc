@@ -133,6 +133,10 @@ TEST(PsShardTest, AStoppingShardAnswersThePullsWaitingOnIt) {
     EXPECT_EQ(decoded->error.code(), StatusCode::kIOError);
     EXPECT_NE(decoded->error.message().find("shard 0 is stopping"), std::string::npos)
         << decoded->error.message();
+    // No checkpoints here: no restart rejoins, and the reply says so (it
+    // promised a rejoin from a checkpoint: a hostile probe).
+    EXPECT_NE(decoded->error.message().find("it keeps no checkpoints"), std::string::npos)
+        << decoded->error.message();
   }
   // At the stop, not at a wait's timeout.
   EXPECT_LT(std::chrono::steady_clock::now() - stopped_at, 10s);
