@@ -38,17 +38,26 @@ bool ServiceWatchdog::Tick(uint64_t progress) {
   return true;
 }
 
-WatchdogPinger::WatchdogPinger(ServiceWatchdog watchdog) {
+WatchdogPinger::WatchdogPinger(ServiceWatchdog watchdog, std::function<uint64_t()> progress) {
   if (!watchdog.enabled()) return;
   timeout_ = watchdog.timeout();
-  thread_ = std::jthread([this](std::stop_token stop) {
+  thread_ = std::jthread([this, progress = std::move(progress)](std::stop_token stop) {
     std::unique_lock<std::mutex> lock(mu_);
+    bool first = true;
+    uint64_t last = 0;
     while (!stop.stop_requested()) {
+      bool moved = true;
+      if (progress) {
+        const uint64_t now = progress();
+        moved = first || now != last;
+        first = false;
+        last = now;
+      }
       if (retuned_) {
         sd_notifyf(0, "WATCHDOG=1\nWATCHDOG_USEC=%llu",
                    static_cast<unsigned long long>(timeout_.count()));
         retuned_ = false;
-      } else {
+      } else if (moved) {
         sd_notify(0, "WATCHDOG=1");
       }
       const auto third = std::max(timeout_ / 3, std::chrono::microseconds(1000));

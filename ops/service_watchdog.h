@@ -15,6 +15,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -50,11 +51,17 @@ class ServiceWatchdog {
 // which its peers only see as a timeout naming it, and which nothing else
 // would replace (a hostile probe: a SIGSTOPped worker was never restarted;
 // the launcher restarted the other worker, which had only reported it,
-// until --max-restarts ran out). A server's serving loop feeds Tick instead.
+// until --max-restarts ran out). A server passes its serving loop's counter
+// (`progress`), so that only a loop that turns is pinged for.
 class WatchdogPinger {
  public:
   // Starts pinging when `watchdog` is enabled; does nothing otherwise.
-  explicit WatchdogPinger(ServiceWatchdog watchdog);
+  // With `progress`, a ping goes only when its value moved since the last
+  // one (the first always goes): a server's serving-loop counter, read
+  // from this thread, so that a main thread that waits on something else
+  // (a shard's calls to its coordinator, up to timeout_s each) does not
+  // starve the watchdog of a loop that turns.
+  explicit WatchdogPinger(ServiceWatchdog watchdog, std::function<uint64_t()> progress = {});
   ~WatchdogPinger();  // stops pinging
   WatchdogPinger(const WatchdogPinger&) = delete;
   WatchdogPinger& operator=(const WatchdogPinger&) = delete;

@@ -7,11 +7,8 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <condition_variable>
 #include <csignal>
 #include <cstdio>
-#include <mutex>
-#include <stop_token>
 #include <string>
 #include <thread>
 #include <vector>
@@ -365,17 +362,8 @@ int main(int argc, char** argv) {
   // (1.5 x timeout_s) killed a shard whose link was cut as hung while its
   // serving loop turned (a hostile probe), before the shard could say it
   // had lost the coordinator.
-  std::jthread watchdog_feeder([&server](std::stop_token stop) {
-    auto watchdog = gridsync::ServiceWatchdog::FromEnvironment();
-    if (!watchdog.enabled()) return;
-    std::mutex mu;
-    std::condition_variable_any wake;
-    std::unique_lock<std::mutex> lock(mu);
-    while (!stop.stop_requested()) {
-      watchdog.Tick((*server)->heartbeats());
-      wake.wait_for(lock, stop, watchdog.interval(), [] { return false; });
-    }
-  });
+  const gridsync::WatchdogPinger watchdog(gridsync::ServiceWatchdog::FromEnvironment(),
+                                          [&server] { return (*server)->heartbeats(); });
   // The shard's membership lasts as its connection to the coordinator. Once
   // that is gone (the coordinator died, or a call to it timed out and the
   // client closed it), the coordinator has dropped this shard and its later
@@ -447,8 +435,6 @@ int main(int argc, char** argv) {
       next_ping = std::chrono::steady_clock::now() + ping_every;
     }
   }
-  watchdog_feeder.request_stop();
-  watchdog_feeder.join();  // before the shard it reads
   gridsync::NotifyStopping();
   metrics.reset();  // before the shard it reads
   const auto stats = (*server)->stats();

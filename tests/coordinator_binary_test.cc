@@ -1,6 +1,8 @@
 // gridsync-coordinator as a child process: its exit codes, serving a client
 // until SIGTERM, and systemd's readiness and watchdog over a real notify
 // socket.
+#include <atomic>
+
 #include "common/config.h"
 #include "spec/cluster_settings.h"
 #include "spec/run_spec.h"
@@ -319,6 +321,22 @@ TEST_F(CoordinatorBinaryTest, WorkerPingerRetunesTheWatchdogToItsTimeout) {
   WatchdogPinger outside(ServiceWatchdog::FromEnvironment());
   EXPECT_FALSE(outside.enabled());
   outside.Retune(300ms);  // outside systemd: nothing to tell
+}
+
+// A shard's watchdog, fed from a thread of its own (its main loop waits up
+// to timeout_s on the coordinator: a hostile probe saw a healthy shard
+// killed as hung), still pings only while its serving loop turns.
+TEST_F(CoordinatorBinaryTest, PingerWithProgressPingsOnlyWhileItMoves) {
+  NotifySocket socket(dir_.path() + "/notify");
+  ASSERT_TRUE(socket.bound());
+  SystemdEnvironment env(dir_.path() + "/notify", "150000");  // a ping every 50 ms
+  std::atomic<uint64_t> turns{0};
+  WatchdogPinger pinger(ServiceWatchdog::FromEnvironment(), [&turns] { return turns.load(); });
+  ASSERT_TRUE(pinger.enabled());
+  EXPECT_EQ(socket.Next(1s), "WATCHDOG=1") << "the first always goes";
+  EXPECT_EQ(socket.Next(300ms), "") << "a loop that did not turn must not feed the watchdog";
+  turns = 1;
+  EXPECT_EQ(socket.Next(1s), "WATCHDOG=1");
 }
 
 TEST_F(CoordinatorBinaryTest, TellsSystemdItIsReadyFeedsTheWatchdogAndStops) {
