@@ -326,6 +326,10 @@ class PsShardImpl : public PsShard {
   // worker of `missing` in the job and epoch this shard serves: a stalled
   // network, not a departed worker.
   bool StillMembers(const std::vector<uint32_t>& missing, Clock::time_point since);
+  // "" when the coordinator answered a call made since `since` (or never
+  // answered any), else a clause for a refusal naming missing workers: they
+  // may be waiting on the coordinator too.
+  std::string CoordinatorSilence(Clock::time_point since);
   std::mutex coordinator_state_mu_;
   std::optional<JobState> coordinator_state_;  // NoteCoordinatorState; guarded by the mutex
   Clock::time_point coordinator_state_at_;     // when it was asked; guarded by the mutex

@@ -5,6 +5,8 @@
 // while a peer's unsent replies are over their bound.
 //
 // Thread safety: the I/O thread only.
+#include <spdlog/fmt/fmt.h>
+
 #include "server/ps_shard_engine.h"
 
 namespace gridsync {
@@ -352,6 +354,17 @@ bool PsShardImpl::StillMembers(const std::vector<uint32_t>& missing, Clock::time
   });
 }
 
+std::string PsShardImpl::CoordinatorSilence(Clock::time_point since) {
+  std::lock_guard<std::mutex> lock(coordinator_state_mu_);
+  // Never answered: a shard outside a cluster (tests), or one just started.
+  if (!coordinator_state_ || coordinator_state_at_ >= since) return "";
+  const double seconds = std::chrono::duration<double>(Clock::now() - since).count();
+  return fmt::format(
+      "; the coordinator answered none of this shard's calls made in the last {:.1f} s, so the "
+      "missing workers may be waiting on the coordinator too",
+      seconds);
+}
+
 void PsShardImpl::ExpireWaitingPulls() {
   if (waiting_.empty()) return;
   const auto now = Clock::now();
@@ -394,7 +407,10 @@ void PsShardImpl::ExpireWaitingPulls() {
                               : "") +
             "; shard " + std::to_string(options_.shard) + " is at version " +
             std::to_string(applied_) + ", missing pushes for step " + std::to_string(applied_) +
-            " from workers " + RankList(missing)));
+            " from workers " + RankList(missing) +
+            // A frozen coordinator read as missing pushes alone, naming
+            // the workers that waited on it (a hostile probe).
+            CoordinatorSilence(it->deadline - options_.timeout)));
     it = waiting_.erase(it);
   }
 }

@@ -155,6 +155,8 @@ TEST_F(ShardPullWaitsTest, AMissingWorkerNotInTheJobEndsTheWaitAtTheFirstTimeout
   EXPECT_EQ(text.find("twice"), std::string::npos) << text;
   EXPECT_GE(waited, std::chrono::duration<double>(kTimeoutS * 0.95));
   EXPECT_LT(waited, std::chrono::duration<double>(2 * kTimeoutS * 0.95)) << "held once more";
+  EXPECT_EQ(text.find("the coordinator answered none"), std::string::npos)
+      << "it answered after the pull arrived: " << text;
 }
 
 // What the coordinator said before the pull arrived says nothing of the
@@ -171,6 +173,12 @@ TEST_F(ShardPullWaitsTest, AStateNotedBeforeThePullArrivedIsNotUsed) {
   ASSERT_NO_FATAL_FAILURE(AwaitRefusal(socket, sent, &text, &waited));
   EXPECT_EQ(text.find("twice"), std::string::npos) << text;
   EXPECT_LT(waited, std::chrono::duration<double>(2 * kTimeoutS * 0.95)) << "held once more";
+  // Nor did it answer since: the refusal says so, for the workers named
+  // may be waiting on it (a hostile probe: a frozen coordinator read as
+  // missing pushes alone).
+  EXPECT_NE(text.find("the coordinator answered none of this shard's calls made in the last"),
+            std::string::npos)
+      << text;
 }
 
 }  // namespace
