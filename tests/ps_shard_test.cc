@@ -375,22 +375,10 @@ TEST(PsShardTest, AsyncAppliesEachWorkersStepOnce) {
   const std::vector<wire::TableShape> shapes = ShapesOf(*one.partition);
   RawClient raw(one.shard->endpoint());
   uint64_t id = 0;
-  auto push = [&](uint32_t rank, uint64_t step) -> Result<wire::Message> {
-    wire::OutHeader h;
-    h.kind = wire::Kind::kPush;
-    h.request_id = ++id;
-    h.worker_rank = rank;
-    h.num_workers = 2;
-    h.step = step;
-    wire::OutBlock b;
-    b.table = 0;
-    b.width = 2;
-    b.rows = {1};
-    b.row_count = 1;
-    b.values = {0.5f, -0.5f};
-    std::vector<wire::OutBlock> blocks;
-    blocks.push_back(std::move(b));
-    return raw.Exchange(wire::Encode(h, std::move(blocks)), shapes);
+  auto push = [&](uint32_t rank, uint64_t step) {
+    return raw.Exchange(RowOneMessage(wire::Kind::kPush, ++id, /*job=*/0, /*min_version=*/0, rank,
+                                      /*num_workers=*/2, step),
+                        shapes);
   };
   auto first = push(0, 0);
   ASSERT_TRUE(first.ok()) << first.status().ToString();

@@ -123,10 +123,10 @@ inline std::vector<float> SingleProcessParams(const Config& config, const ImageT
 
 // A message about row 1 of table 0 (width 2) from worker `rank` of
 // `num_workers` in job `job`: a pull for `min_version`, or a push (or init)
-// of the values {1, -1}.
+// of the values {1, -1} for `step`.
 inline std::vector<zmq::message_t> RowOneMessage(wire::Kind kind, uint64_t request_id, uint64_t job,
                                                  uint64_t min_version, uint32_t rank = 0,
-                                                 uint32_t num_workers = 1) {
+                                                 uint32_t num_workers = 1, uint64_t step = 0) {
   wire::OutHeader h;
   h.kind = kind;
   h.request_id = request_id;
@@ -134,6 +134,7 @@ inline std::vector<zmq::message_t> RowOneMessage(wire::Kind kind, uint64_t reque
   h.num_workers = num_workers;
   h.min_version = min_version;
   h.job = job;
+  h.step = step;
   wire::OutBlock b;
   b.table = 0;
   b.width = 2;
