@@ -41,29 +41,23 @@ bool ServiceWatchdog::Tick(uint64_t progress) {
 WatchdogPinger::WatchdogPinger(ServiceWatchdog watchdog, std::function<uint64_t()> progress) {
   if (!watchdog.enabled()) return;
   timeout_ = watchdog.timeout();
-  thread_ = std::jthread([this, progress = std::move(progress)](std::stop_token stop) {
-    std::unique_lock<std::mutex> lock(mu_);
-    bool first = true;
-    uint64_t last = 0;
-    while (!stop.stop_requested()) {
-      bool moved = true;
-      if (progress) {
-        const uint64_t now = progress();
-        moved = first || now != last;
-        first = false;
-        last = now;
-      }
-      if (retuned_) {
-        sd_notifyf(0, "WATCHDOG=1\nWATCHDOG_USEC=%llu",
-                   static_cast<unsigned long long>(timeout_.count()));
-        retuned_ = false;
-      } else if (moved) {
-        sd_notify(0, "WATCHDOG=1");
-      }
-      const auto third = std::max(timeout_ / 3, std::chrono::microseconds(1000));
-      wake_.wait_for(lock, stop, third, [this] { return retuned_; });
-    }
-  });
+  thread_ =
+      std::jthread([this, watchdog, progress = std::move(progress)](std::stop_token stop) mutable {
+        std::unique_lock<std::mutex> lock(mu_);
+        while (!stop.stop_requested()) {
+          if (retuned_) {
+            sd_notifyf(0, "WATCHDOG=1\nWATCHDOG_USEC=%llu",
+                       static_cast<unsigned long long>(timeout_.count()));
+            retuned_ = false;
+          } else if (progress) {
+            watchdog.Tick(progress());  // only when it moved: a loop's rule
+          } else {
+            sd_notify(0, "WATCHDOG=1");
+          }
+          const auto third = std::max(timeout_ / 3, std::chrono::microseconds(1000));
+          wake_.wait_for(lock, stop, third, [this] { return retuned_; });
+        }
+      });
 }
 
 void WatchdogPinger::Retune(std::chrono::microseconds timeout) {

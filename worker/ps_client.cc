@@ -208,9 +208,6 @@ Status PsClient::AwaitReplies(uint64_t request_id, wire::Kind expected,
   bool waited_again = false;  // SetStallCheck's one more wait
   constexpr auto kCheckEvery = std::chrono::milliseconds(1000);
   auto next_check = Clock::now() + kCheckEvery;
-  // At every wait, not only after a second of it: a connection made (or
-  // made again) is capped before an outage can hold it up.
-  WatchHandshakes();
   while (remaining > 0) {
     if (Clock::now() >= next_check) {
       WatchHandshakes();
@@ -290,8 +287,10 @@ Status PsClient::AwaitReplies(uint64_t request_id, wire::Kind expected,
       --remaining;
     }
   }
-  // A reply came over a connection whose event was queued before it: the
-  // first wait began before its connection was made.
+  // At the end of every wait, not only a second into one: a reply came over
+  // a connection whose event was queued before it, so a connection made (or
+  // made again) is capped before the next wait (the first wait may begin
+  // before its connection is made).
   WatchHandshakes();
   return Status::OK();
 }
