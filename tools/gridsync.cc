@@ -151,6 +151,12 @@ int main(int argc, char** argv) {
                    "gradient_sync nccl the whole job restarts from that checkpoint, N times")
       ->check(CLI::Range(0, 1000));
   launch
+      ->add_option("--start-timeout", launch_options.start_timeout_seconds,
+                   "Seconds a started process may take to say it serves (READY=1, a worker's "
+                   "first watchdog ping) before it is killed as stuck, as systemd's "
+                   "TimeoutStartSec= (default: 90, or 3 x distributed.timeout_s if longer)")
+      ->check(gridsync::FiniteRange(1.0, 86400.0));
+  launch
       ->add_option("--grace", launch_options.grace_seconds,
                    "Seconds between SIGTERM and SIGKILL when stopping")
       ->check(gridsync::FiniteRange(0.0, 3600.0));

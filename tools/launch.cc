@@ -268,6 +268,7 @@ int RunLaunch(const LaunchOptions& options) {
   std::vector<Child> children;
   const auto server_watchdog = LaunchWatchdogTimeout(*config);
   const auto worker_watchdog = LaunchWorkerWatchdogTimeout(*config);
+  const auto start_timeout = LaunchStartTimeout(*config, options.start_timeout_seconds);
   auto start = [&](const std::string& name, std::vector<std::string> argv, Env env,
                    bool is_worker) {
     argv.insert(argv.end(), common.begin(), common.end());
@@ -407,14 +408,23 @@ int RunLaunch(const LaunchOptions& options) {
       }
       // Armed by READY=1 (or the first ping), as systemd counts from
       // READY=1: before it the server is starting (loading a checkpoint,
-      // registering), and each of its waits there is bounded by timeout_s
-      // already.
-      if (!c.armed || now - c.pinged <= c.watchdog) continue;
-      std::printf(
-          "gridsync launch: %s (pid %d) sent no watchdog ping for %.0f s (%s); killing it\n",
-          c.name.c_str(), c.pid, c.watchdog.count() / 1000.0,
-          c.is_worker ? "it does not run: stopped or frozen"
-                      : "its serving loop does not turn: hung or stopped");
+      // registering), and gets start_timeout for that, as systemd's
+      // TimeoutStartSec= (a process frozen there was never killed).
+      if (!c.armed) {
+        if (now - c.pinged <= start_timeout) continue;
+        std::printf(
+            "gridsync launch: %s (pid %d) did not say it serves within %.0f s of its start (no "
+            "%s; --start-timeout): stuck or frozen while starting; killing it\n",
+            c.name.c_str(), c.pid, start_timeout.count() / 1000.0,
+            c.is_worker ? "watchdog ping" : "READY=1 or watchdog ping");
+      } else {
+        if (now - c.pinged <= c.watchdog) continue;
+        std::printf(
+            "gridsync launch: %s (pid %d) sent no watchdog ping for %.0f s (%s); killing it\n",
+            c.name.c_str(), c.pid, c.watchdog.count() / 1000.0,
+            c.is_worker ? "it does not run: stopped or frozen"
+                        : "its serving loop does not turn: hung or stopped");
+      }
       kill(c.pid, SIGKILL);
       c.pinged = now;  // reaped as failed on the next turn
     }

@@ -48,6 +48,11 @@ struct LaunchOptions {
   // and every process rolls back to it; the coordinator serves the job it
   // kept (server/coordinator_state.h), and the others rejoin it.
   int max_restarts = 0;
+  // --start-timeout: seconds a started process may take to say it serves
+  // (a server's READY=1, a worker's first watchdog ping) before it is
+  // killed as stuck while starting, as systemd's TimeoutStartSec= kills a
+  // unit; 0: LaunchStartTimeout's default (launch_watchdog.h).
+  double start_timeout_seconds = 0;
 };
 
 // Returns the process exit code.

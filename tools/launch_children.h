@@ -37,10 +37,11 @@ struct Child {
   Env env;
   int restarts = 0;
   // A server's watchdog (launch_watchdog.h): its socket, kept across
-  // restarts, and when it last pinged (or started).
+  // restarts, and when it last pinged (or started: until armed, the start
+  // timeout counts from there).
   std::shared_ptr<NotifySocket> notify;
   std::chrono::steady_clock::time_point pinged;
-  bool armed = false;                     // pinged at least once
+  bool armed = false;                     // READY=1 or a ping came since it started
   std::chrono::milliseconds watchdog{0};  // the longest time allowed between pings
   // A failed process whose restart waits out its backoff (RestartDelay):
   // started again with restart_argv at restart_at.

@@ -58,6 +58,13 @@ std::chrono::milliseconds LaunchWatchdogTimeout(const Config& config) {
   return std::max(one_and_a_half, std::chrono::milliseconds(3000));
 }
 
+std::chrono::milliseconds LaunchStartTimeout(const Config& config, double option) {
+  if (option > 0) return std::chrono::milliseconds(static_cast<int64_t>(option * 1000.0));
+  const auto three =
+      std::chrono::milliseconds(static_cast<int64_t>(config.distributed.timeout_s * 3000.0));
+  return std::max(three, std::chrono::milliseconds(90'000));
+}
+
 std::chrono::milliseconds LaunchWorkerWatchdogTimeout(const Config& config) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
       WorkerWatchdogTimeout(config.distributed.timeout_s));
