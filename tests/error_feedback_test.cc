@@ -293,5 +293,97 @@ TEST(ErrorFeedbackTest, TheMemoryBoundHoldsOverAllTablesAndCountsTheIndex) {
   EXPECT_EQ(feedback.IndexBytes() + feedback.ResidualBytes(), 0u);
 }
 
+// AddCodeStore (one pass, chunk by chunk) leaves the same payload bytes and
+// the same residuals as AddResidual, the codec over the whole block and
+// StoreResidual: every codec of local blocks, row widths whose chunks cut
+// int8's blocks unless the chunk is sized in whole blocks, step after step
+// over sparse rows (so residuals carry over, and exact values store none).
+TEST(ErrorFeedbackTest, OnePassEqualsAddEncodeThenStore) {
+  struct Case {
+    Codec codec;
+    uint32_t block;
+    uint32_t width;
+  };
+  for (const Case c :
+       {Case{Codec::kFp16, 256, 2}, Case{Codec::kBf16, 256, 3}, Case{Codec::kInt8, 256, 2},
+        Case{Codec::kInt8, 7, 3}, Case{Codec::kInt8, 256, 5}}) {
+    CodecOptions options = Options(c.codec);
+    options.block = c.block;
+    const uint32_t local = LocalBlockValues(options);
+    ASSERT_GT(local, 0u) << CodecName(c.codec);
+    const size_t unit = std::lcm<size_t>(c.width, local) / c.width;
+    for (const size_t chunk_rows : {unit, 3 * unit, size_t{1} << 20}) {
+      SCOPED_TRACE(std::string(CodecName(c.codec)) + " block " + std::to_string(c.block) +
+                   " width " + std::to_string(c.width) + " chunk " + std::to_string(chunk_rows));
+      cpu::ErrorFeedback passes, one;
+      one.Reserve(4, c.width);
+      std::mt19937_64 rng(11);
+      for (int step = 0; step < 12; ++step) {
+        std::vector<uint32_t> rows;
+        for (int i = 0; i < 3000; ++i) rows.push_back(static_cast<uint32_t>(rng() % 20000));
+        std::sort(rows.begin(), rows.end());
+        rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+        const size_t n = rows.size() * c.width;
+        std::vector<float> values = Gaussian(n, 300 + step, 0.1f);
+        // Every 4th row exact: a row new to the table stores no residual.
+        for (size_t r = 0; r < rows.size(); r += 4)
+          std::fill_n(values.begin() + static_cast<ptrdiff_t>(r * c.width), c.width, 0.5f);
+        std::vector<float> corrected = values;
+        passes.AddResidual(4, rows.data(), rows.size(), c.width, corrected.data());
+        const std::vector<uint8_t> want = EncodeVec(options, corrected, 0);
+        std::vector<float> decoded(n);
+        ASSERT_TRUE(cpu::Decode(options, want.data(), want.size(), n, 0, decoded.data()).ok());
+        passes.StoreResidual(4, rows.data(), rows.size(), c.width, corrected.data(),
+                             decoded.data());
+
+        std::vector<uint8_t> got(EncodedSize(options, n), 0xAB);
+        size_t chunks = 0;
+        const Status status = one.AddCodeStore(
+            4, rows.data(), rows.size(), c.width, values.data(), chunk_rows,
+            [&](size_t begin, size_t end, float* out) {
+              ++chunks;
+              EXPECT_EQ((begin * c.width) % local, 0u);
+              const size_t at = begin * c.width, count = (end - begin) * c.width;
+              uint8_t* bytes = got.data() + EncodedSize(options, at);
+              cpu::Encode(options, values.data() + at, count, 0, bytes);
+              return cpu::Decode(options, bytes, EncodedSize(options, count), count, 0, out);
+            });
+        ASSERT_TRUE(status.ok()) << status.ToString();
+        EXPECT_EQ(chunks, (rows.size() + chunk_rows - 1) / chunk_rows);
+        ASSERT_EQ(got, want) << "step " << step;
+        ASSERT_EQ(values, corrected) << "step " << step;
+        std::string a, b;
+        passes.AppendState(&a);
+        one.AppendState(&b);
+        ASSERT_EQ(a, b) << "step " << step;
+      }
+      EXPECT_GT(one.Entries(4), 0u);
+    }
+  }
+}
+
+// A chunk whose values do not encode (a diverged run: NaN) stops the pass
+// with the codec's error; the chunks before it are stored, none after.
+TEST(ErrorFeedbackTest, OnePassStopsAtTheFirstChunkThatDoesNotEncode) {
+  const CodecOptions options = Options(Codec::kFp16);
+  cpu::ErrorFeedback feedback;
+  feedback.Reserve(1, 1);
+  std::vector<uint32_t> rows(300);
+  std::iota(rows.begin(), rows.end(), 0u);
+  std::vector<float> values = Gaussian(rows.size(), 9, 0.1f);
+  values[150] = std::nanf("");
+  const Status status = feedback.AddCodeStore(
+      1, rows.data(), rows.size(), 1, values.data(), 100,
+      [&](size_t begin, size_t end, float* out) {
+        std::vector<uint8_t> bytes(EncodedSize(options, end - begin));
+        cpu::Encode(options, values.data() + begin, end - begin, 0, bytes.data());
+        return cpu::Decode(options, bytes.data(), bytes.size(), end - begin, 0, out);
+      });
+  EXPECT_EQ(status.code(), StatusCode::kCorruption) << status.ToString();
+  std::vector<uint32_t> stored = feedback.Rows(1);
+  ASSERT_FALSE(stored.empty());
+  EXPECT_LT(stored.back(), 100u) << "a chunk at or after the failing one was stored";
+}
+
 }  // namespace
 }  // namespace gridsync
