@@ -86,18 +86,6 @@ uint32_t KeptCount(const CodecOptions& options, size_t n) {
   return static_cast<uint32_t>(std::clamp<double>(wanted, 1.0, static_cast<double>(n)));
 }
 
-uint32_t LocalBlockValues(const CodecOptions& options) {
-  switch (options.codec) {
-    case Codec::kFp16:
-    case Codec::kBf16:
-      return 1;
-    case Codec::kInt8:
-      return static_cast<uint32_t>(options.block);
-    default:
-      return 0;
-  }
-}
-
 size_t EncodedSize(const CodecOptions& options, size_t n) {
   const Status valid = ValidateCodecOptions(options);
   if (!valid.ok()) internal::CheckFailed(__FILE__, __LINE__, "EncodedSize: " + valid.ToString());

@@ -57,13 +57,6 @@ Status ValidateCodecOptions(const CodecOptions& options);
 // others. Options must be valid and n <= kMaxCodecValues.
 uint32_t KeptCount(const CodecOptions& options, size_t n);
 
-// For a codec whose payload is a run of independent blocks (fp16 and bf16:
-// blocks of 1 value; int8: of `block`), the block's values; 0 for the
-// others (one scale, norm or selection over the whole payload). Values
-// [o, o + c) with o a multiple of it encode alone, as they do in the whole,
-// to the bytes from EncodedSize(options, o).
-uint32_t LocalBlockValues(const CodecOptions& options);
-
 // Exact payload bytes for n values (the table above). Options must be valid
 // and n <= kMaxCodecValues.
 size_t EncodedSize(const CodecOptions& options, size_t n);

@@ -2,10 +2,9 @@
 // error feedback, the payload of every block is the codec's encoding of the
 // block's gradient plus its rows' residuals, encoded whole, and the client
 // keeps what that encoding did not deliver, as a reference ErrorFeedback
-// does here step after step. Codecs of local blocks go through one pass
-// (ErrorFeedback::AddCodeStore, in chunks of whole codec blocks), the
-// others through the add, the codec and the store after the send; both
-// must write the bytes of the whole block's encoding.
+// does here step after step (the residuals are stored after the send, while
+// the shards decode: a one-pass add, encode and store before it measured
+// slower).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -115,8 +114,7 @@ TEST(PsClientCodecTest, PushesCarryTheWholeBlocksEncodingAndKeepItsResiduals) {
     codec.codec = c;
     ExpectPushesAreWholeEncodings(codec);
   }
-  // int8 blocks that rows of width 2 and 3 do not fill evenly: the one
-  // pass's chunks must still hold whole blocks.
+  // int8 blocks that rows of width 2 and 3 do not fill evenly.
   CodecOptions odd;
   odd.codec = Codec::kInt8;
   odd.block = 7;

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
-#include <numeric>
 #include <string>
 
 #include "common/counter_rng.h"
@@ -23,21 +22,6 @@ using ps_internal::FeedbackKey;
 using ps_internal::ScopedSeconds;
 using ps_internal::Seconds;
 using ps_internal::SplitAll;
-
-namespace {
-
-// Rows per chunk of ErrorFeedback::AddCodeStore: their residual lines (a
-// row's residual is a line of its own in a sparse step) stay in L2.
-constexpr size_t kFeedbackChunkRows = 1024;
-
-// Our own bytes decode unless the values were not finite (a diverged run),
-// which the shard would refuse as well.
-Status DivergedPush(const Status& status, uint32_t table) {
-  return status.WithContext("table " + std::to_string(table) +
-                            ": the values to push do not encode (training diverged?)");
-}
-
-}  // namespace
 
 bool PsClient::Compresses(const wire::OutBlock& block) const {
   const size_t n = size_t{block.row_count} * block.width;
@@ -203,32 +187,6 @@ Status PsClient::Compress(uint64_t step, uint32_t shard, bool on_device, wire::O
                      ": encoding the push on the model's device (a Corruption means the values "
                      "are not finite: training diverged?)");
   }
-  const bool pending = shard < pull_pending_at_.size() && !pull_pending_at_[shard].empty();
-  const uint32_t local = LocalBlockValues(block->codec);
-  if (use_feedback_ && !block_encoder_ && !mask && !pending && local > 0) {
-    // A codec of local blocks: the residuals' add and store around it in
-    // one pass (ErrorFeedback::AddCodeStore), in chunks of whole codec
-    // blocks of about kFeedbackChunkRows rows. A pull's pending residuals
-    // (compression.pull) take the passes below.
-    const uint32_t w = block->width;
-    const size_t unit = std::lcm<size_t>(w, local) / w;  // rows of whole blocks
-    const size_t chunk_rows = std::max<size_t>(1, kFeedbackChunkRows / unit) * unit;
-    float* values = block->values.data();
-    uint8_t* payload = block->payload.data();
-    GRIDSYNC_RETURN_IF_ERROR(
-        DivergedPush(feedback_.AddCodeStore(
-                         key, rows, block->row_count, w, values, chunk_rows,
-                         [&](size_t begin, size_t end, float* decoded) {
-                           const size_t at = begin * w, count = (end - begin) * w;
-                           uint8_t* bytes = payload + EncodedSize(block->codec, at);
-                           cpu::Encode(block->codec, values + at, count, block->codec_seed, bytes);
-                           return cpu::Decode(block->codec, bytes, EncodedSize(block->codec, count),
-                                              count, block->codec_seed, decoded);
-                         }),
-                     block->table));
-    block->values.clear();
-    return Status::OK();
-  }
   if (use_feedback_)
     AddResidualOf(shard, key, rows, block->row_count, block->width, block->values.data());
   // The CPU's Decode writes every value (zeros included), so the buffer is
@@ -236,7 +194,12 @@ Status PsClient::Compress(uint64_t step, uint32_t shard, bool on_device, wire::O
   // device's encoder gets it zeroed.
   UninitVector<float> decoded(use_feedback_ ? n : 0);
   if (block_encoder_) std::fill(decoded.begin(), decoded.end(), 0.0f);
-  const auto diverged = [&](const Status& status) { return DivergedPush(status, block->table); };
+  // Our own bytes: they decode unless the values were not finite (a
+  // diverged run), which the shard would refuse as well.
+  const auto diverged = [&](const Status& status) {
+    return status.WithContext("table " + std::to_string(block->table) +
+                              ": the values to push do not encode (training diverged?)");
+  };
   if (block_encoder_) {
     // The model's device: a refusal of the decode is as above; anything else
     // is the device's own failure, named as such.

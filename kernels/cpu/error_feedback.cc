@@ -12,7 +12,6 @@
 #include "common/prefetch.h"
 #include "common/row_width.h"
 #include "common/state_bytes.h"
-#include "common/uninit_vector.h"
 
 namespace gridsync::cpu {
 namespace {
@@ -161,48 +160,6 @@ void ErrorFeedback::StoreResidual(uint64_t key, const uint32_t* rows, size_t n_r
       for (uint32_t f = 0; f < w; ++f) residual[f] = c[f] - d[f];
     }
   });
-}
-
-Status ErrorFeedback::AddCodeStore(uint64_t key, const uint32_t* rows, size_t n_rows,
-                                   uint32_t width, float* values, size_t chunk_rows,
-                                   const ChunkCode& code) {
-  GRIDSYNC_CHECK_GT(chunk_rows, 0u);
-  Table& t = tables_.at(key);  // Reserved: no map write here
-  GRIDSYNC_CHECK_EQ(t.width, width);
-  ++t.stores;
-  UninitVector<float> decoded(std::min(chunk_rows, n_rows) * width);
-  std::vector<float*> found(std::min(chunk_rows, n_rows));
-  Status status;
-  WithRowWidth(width, [&](auto constant) {
-    const uint32_t w = RowWidth(constant, width);
-    for (size_t begin = 0; begin < n_rows; begin += chunk_rows) {
-      const size_t end = std::min(n_rows, begin + chunk_rows);
-      for (size_t r = begin; r < end; ++r) {
-        // Ahead across chunks: the next chunk's first rows are not late.
-        if (r + kFeedbackPrefetch < n_rows) t.Prefetch(rows[r + kFeedbackPrefetch]);
-        float* residual = t.Find(rows[r]);
-        found[r - begin] = residual;
-        if (residual == nullptr) continue;
-        float* v = values + r * w;
-        for (uint32_t f = 0; f < w; ++f) v[f] += residual[f];
-      }
-      status = code(begin, end, decoded.data());
-      if (!status.ok()) return;
-      for (size_t r = begin; r < end; ++r) {
-        const float* c = values + r * w;
-        const float* d = decoded.data() + (r - begin) * w;
-        float* residual = found[r - begin];
-        if (residual == nullptr) {
-          bool zero = true;
-          for (uint32_t f = 0; f < w; ++f) zero &= (c[f] - d[f]) == 0.0f;
-          if (zero) continue;  // no entry, and no page, for a zero residual
-          residual = t.Insert(rows[r]);
-        }
-        for (uint32_t f = 0; f < w; ++f) residual[f] = c[f] - d[f];
-      }
-    }
-  });
-  return status;
 }
 
 void ErrorFeedback::AppendState(std::string* out) const {

@@ -66,23 +66,6 @@ class ErrorFeedback {
   void StoreResidual(uint64_t key, const uint32_t* rows, size_t n_rows, uint32_t width,
                      const float* corrected, const float* decoded);
 
-  // AddResidual, the codec and StoreResidual in one pass, for a codec whose
-  // blocks are local (LocalBlockValues > 0): rows are taken chunk_rows at a
-  // time; a chunk's values get their rows' residuals, then `code(begin,
-  // end, decoded)` encodes rows [begin, end) of values and writes what the
-  // receiver decodes from them to decoded ((end - begin) x width), and each
-  // row's residual becomes its corrected value minus the decoded one. The
-  // same values, bytes and residuals as the three calls, but each row's
-  // residual is read and written while in cache: a step's rows are spread
-  // over tables far larger than the caches, and the two passes (the store
-  // after the send) missed on each twice. Stops at code's first error with
-  // the chunks before it stored (a diverged run's push, refused as a whole).
-  // Rows must be distinct; `key` must be Reserved (calls on distinct keys
-  // may then run at once).
-  using ChunkCode = std::function<Status(size_t begin, size_t end, float* decoded)>;
-  Status AddCodeStore(uint64_t key, const uint32_t* rows, size_t n_rows, uint32_t width,
-                      float* values, size_t chunk_rows, const ChunkCode& code);
-
   // Makes rows[0..n) entries of `key`'s table (width floats a row, as
   // Reserve) holding values (n x width), zero or not: how a copy of
   // residuals kept elsewhere (the model's device, DeviceTrainer::
