@@ -45,7 +45,13 @@ using codec_math::BitsFloat;
 using codec_math::FloatBits;
 using codec_math::IsFiniteBits;
 
-constexpr uint32_t kTopkSample = 4096;     // topk's threshold sample
+// topk's threshold sample: at most kTopkSample values, a quarter of a
+// block's, for blocks of at least kTopkSampledValues values. A step's
+// blocks are a grid level's rows on one shard, mostly under 16k values:
+// with the sample only above 4 x 4096 (until 2026-12-07) each was ranked
+// whole, every value's rank key made twice and nth_element run over all.
+constexpr uint32_t kTopkSample = 4096;
+constexpr size_t kTopkSampledValues = 1024;
 constexpr uint64_t kTopkSampleSeed = 0x746f706b;  // fixed: the sample only affects speed
 constexpr uint64_t kTopkSampleStream = 2;
 
@@ -78,7 +84,8 @@ double Term(float x) {
 
 double CombineLanes(double* lanes) {
   for (uint32_t stride = 1; stride < codec_math::kReduceLanes; stride *= 2) {
-    for (uint32_t j = 0; j < codec_math::kReduceLanes; j += 2 * stride) lanes[j] += lanes[j + stride];
+    for (uint32_t j = 0; j < codec_math::kReduceLanes; j += 2 * stride)
+      lanes[j] += lanes[j + stride];
   }
   return lanes[0];
 }
@@ -194,8 +201,8 @@ void EncodeBf16(const float* x, size_t n, uint8_t* out) {
       half[part] = h;
     }
     // packus works per 128-bit lane; the permute restores value order.
-    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(half[0], half[1]),
-                                                    _MM_SHUFFLE(3, 1, 2, 0));
+    const __m256i packed =
+        _mm256_permute4x64_epi64(_mm256_packus_epi32(half[0], half[1]), _MM_SHUFFLE(3, 1, 2, 0));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 2 * i), packed);
   }
 #endif
@@ -372,7 +379,8 @@ void EncodeQsgd(const float* x, size_t n, int bits, uint64_t seed, uint8_t* out)
 // Order of topk: larger |x| first, then lower index. Packing both into one
 // u64 makes every element's rank key distinct.
 uint64_t TopkRank(const float* x, size_t i) {
-  return (uint64_t{codec_math::MagnitudeKey(x[i])} << 32) | (0xFFFFFFFFu - static_cast<uint32_t>(i));
+  return (uint64_t{codec_math::MagnitudeKey(x[i])} << 32) |
+         (0xFFFFFFFFu - static_cast<uint32_t>(i));
 }
 
 // Indices (ascending) of the candidates with MagnitudeKey >= threshold.
@@ -383,8 +391,7 @@ void CollectCandidates(const float* x, size_t n, uint32_t threshold, std::vector
   const __m256i below = _mm256_set1_epi32(static_cast<int32_t>(threshold) - 1);
   const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF);
   for (; i + 8 <= n; i += 8) {
-    const __m256i keys = _mm256_and_si256(
-        _mm256_castps_si256(_mm256_loadu_ps(x + i)), abs_mask);
+    const __m256i keys = _mm256_and_si256(_mm256_castps_si256(_mm256_loadu_ps(x + i)), abs_mask);
     unsigned mask = static_cast<unsigned>(
         _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(keys, below))));
     while (mask != 0) {
@@ -409,17 +416,18 @@ void TopkSelect(const float* x, size_t n, uint32_t k, uint32_t* indices) {
   }
   std::vector<uint32_t> candidates;
   bool use_candidates = false;
-  if (n > 4 * size_t{kTopkSample}) {
-    std::vector<uint32_t> sample(kTopkSample);
-    for (uint32_t j = 0; j < kTopkSample; ++j) {
+  if (n >= kTopkSampledValues) {
+    const auto samples = static_cast<uint32_t>(std::min<size_t>(kTopkSample, n / 4));
+    std::vector<uint32_t> sample(samples);
+    for (uint32_t j = 0; j < samples; ++j) {
       const uint64_t r = CounterRandom(kTopkSampleSeed, kTopkSampleStream, j);
       sample[j] = codec_math::MagnitudeKey(x[codec_math::MulHi64(r, n)]);
     }
-    const double expected = static_cast<double>(kTopkSample) * k / static_cast<double>(n);
+    const double expected = static_cast<double>(samples) * k / static_cast<double>(n);
     const size_t rank = std::min<size_t>(
-        kTopkSample - 1, static_cast<size_t>(expected + 3.0 * std::sqrt(expected) + 2.0));
+        samples - 1, static_cast<size_t>(expected + 3.0 * std::sqrt(expected) + 2.0));
     std::nth_element(sample.begin(), sample.begin() + rank, sample.end(), std::greater<>());
-    candidates.reserve(static_cast<size_t>(1.5 * rank * (static_cast<double>(n) / kTopkSample)) + 16);
+    candidates.reserve(static_cast<size_t>(1.5 * rank * (static_cast<double>(n) / samples)) + 16);
     CollectCandidates(x, n, sample[rank], &candidates);
     use_candidates = candidates.size() >= k;
   }
@@ -495,13 +503,20 @@ void Encode(const CodecOptions& options, const float* values, size_t n, uint64_t
     case Codec::kNone:
       if (n > 0) std::memcpy(out, values, 4 * n);
       return;
-    case Codec::kFp16: return EncodeFp16(values, n, out);
-    case Codec::kBf16: return EncodeBf16(values, n, out);
-    case Codec::kInt8: return EncodeInt8(values, n, options.block, out);
-    case Codec::kQsgd: return EncodeQsgd(values, n, options.bits, seed, out);
-    case Codec::kOnebit: return EncodeOnebit(values, n, out);
-    case Codec::kTopk: return EncodeTopk(values, n, KeptCount(options, n), out);
-    case Codec::kRandomk: return EncodeRandomk(values, n, KeptCount(options, n), seed, out);
+    case Codec::kFp16:
+      return EncodeFp16(values, n, out);
+    case Codec::kBf16:
+      return EncodeBf16(values, n, out);
+    case Codec::kInt8:
+      return EncodeInt8(values, n, options.block, out);
+    case Codec::kQsgd:
+      return EncodeQsgd(values, n, options.bits, seed, out);
+    case Codec::kOnebit:
+      return EncodeOnebit(values, n, out);
+    case Codec::kTopk:
+      return EncodeTopk(values, n, KeptCount(options, n), out);
+    case Codec::kRandomk:
+      return EncodeRandomk(values, n, KeptCount(options, n), seed, out);
   }
 }
 
