@@ -149,5 +149,41 @@ TEST(LaunchChildren, TheDelayBeforeEachRestartDoublesFromHalfASecondUpToHalfTheT
   EXPECT_EQ(RestartDelay(3, std::chrono::milliseconds(1000)), std::chrono::milliseconds(500));
 }
 
+// Beside a failure, the launcher names the others whose pings are late:
+// armed, running, silent past half their watchdog timeout; not one that is
+// still starting, one that exited, one without a watchdog, nor the failed
+// process itself.
+TEST(LaunchWatchdog, LateToPingNamesOnlyTheRunningArmedAndSilent) {
+  const auto now = std::chrono::steady_clock::now();
+  auto make = [&](const std::string& name, bool armed, double silent_s) {
+    Child c;
+    c.name = name;
+    c.pid = 4000 + static_cast<int>(name.size());
+    auto socket = NotifySocket::Open(name);
+    EXPECT_TRUE(socket.ok()) << socket.status().ToString();
+    if (socket.ok()) c.notify = std::move(socket).value();
+    c.armed = armed;
+    c.watchdog = std::chrono::milliseconds(6000);
+    c.pinged = now - std::chrono::milliseconds(static_cast<int64_t>(silent_s * 1000));
+    return c;
+  };
+  std::vector<Child> children;
+  children.push_back(make("coordinator", true, 4.0));  // late: 4 s > 3 s
+  children.push_back(make("ps-0", true, 2.5));         // on time
+  children.push_back(make("ps-1", false, 50.0));       // starting: the start timeout's
+  children.push_back(make("worker-0", true, 9.0));     // the failed one
+  children.push_back(make("worker-1", true, 8.0));     // exited
+  children.back().exited = true;
+  children.push_back(make("worker-2", true, 8.0));  // no watchdog
+  children.back().notify.reset();
+  const auto late = LateToPing(children, &children[3], now);
+  ASSERT_EQ(late.size(), 1u);
+  EXPECT_EQ(late[0],
+            "coordinator (pid 4011) has sent no watchdog ping for 4.0 s (one is due every 2.0 s)");
+  EXPECT_TRUE(LateToPing(children, &children[0], now).size() == 1u &&
+              LateToPing(children, &children[0], now)[0].rfind("worker-0 ", 0) == 0)
+      << "the failed process is left out, and only it";
+}
+
 }  // namespace
 }  // namespace gridsync::launch_detail

@@ -69,6 +69,16 @@ std::string InSeconds(std::chrono::milliseconds delay) {
   return text;
 }
 
+// Beside a failure, the others whose watchdog pings are late (LateToPing):
+// what the failed process may have waited on.
+void NoteLateToPing(const std::vector<std::string>& late, const std::string& failed) {
+  std::fflush(stdout);
+  for (const auto& line : late) {
+    std::fprintf(stderr, "gridsync launch: note: %s: frozen or hung, it may be what %s waited on\n",
+                 line.c_str(), failed.c_str());
+  }
+}
+
 }  // namespace
 
 int RunLaunch(const LaunchOptions& options) {
@@ -458,6 +468,9 @@ int RunLaunch(const LaunchOptions& options) {
       }
     }
     if (failed != nullptr && whole_job_restarts) {
+      // Read before StopAll, which stops them all.
+      const std::vector<std::string> late =
+          LateToPing(children, failed, std::chrono::steady_clock::now());
       const std::string who = failed->name;
       const std::string how = Describe(failed->status);
       const pid_t pid = failed->pid;
@@ -488,6 +501,7 @@ int RunLaunch(const LaunchOptions& options) {
             "running job)\n",
             who.c_str(), pid, how.c_str(), job_restarts, options.max_restarts,
             InSeconds(delay).c_str(), static_cast<unsigned long long>(step));
+        NoteLateToPing(late, who);
         std::fflush(stdout);
         for (const auto until = std::chrono::steady_clock::now() + delay;
              std::chrono::steady_clock::now() < until && !g_interrupted;) {
@@ -518,6 +532,7 @@ int RunLaunch(const LaunchOptions& options) {
                    pid, how.c_str(), why.c_str());
       for (const auto& line : tail)
         std::fprintf(stderr, "gridsync launch:   %s| %s\n", who.c_str(), line.c_str());
+      NoteLateToPing(late, who);
       exit_code = 1;
       break;
     }
@@ -575,6 +590,7 @@ int RunLaunch(const LaunchOptions& options) {
                    failed->name.c_str(), failed->pid, Describe(failed->status).c_str(), why);
       for (const auto& line : failed->tail)
         std::fprintf(stderr, "gridsync launch:   %s| %s\n", failed->name.c_str(), line.c_str());
+      NoteLateToPing(LateToPing(children, failed, std::chrono::steady_clock::now()), failed->name);
       exit_code = 1;
       break;
     }

@@ -183,6 +183,23 @@ std::string RestartPlan(bool is_coordinator, bool every_part_here, const std::st
          "to it";
 }
 
+std::vector<std::string> LateToPing(const std::vector<Child>& children, const Child* failed,
+                                    std::chrono::steady_clock::time_point now) {
+  std::vector<std::string> late;
+  for (const Child& c : children) {
+    if (&c == failed || c.exited || !c.notify || !c.armed) continue;
+    const auto silent = now - c.pinged;
+    if (silent <= c.watchdog / 2) continue;
+    char line[256];
+    std::snprintf(line, sizeof(line),
+                  "%s (pid %d) has sent no watchdog ping for %.1f s (one is due every %.1f s)",
+                  c.name.c_str(), c.pid, std::chrono::duration<double>(silent).count(),
+                  std::chrono::duration<double>(c.watchdog).count() / 3.0);
+    late.push_back(line);
+  }
+  return late;
+}
+
 void Reap(std::vector<Child>& children) {
   for (auto& c : children) {
     if (c.exited || c.pid <= 0) continue;

@@ -88,6 +88,16 @@ bool RefusedCheckpoints(const Child& c);
 // parts only.
 std::string RestartPlan(bool is_coordinator, bool every_part_here, const std::string& dir,
                         const std::vector<std::string>& parts);
+// The running children other than `failed` whose watchdog pings are late:
+// armed, with a notify socket, and silent for more than half their
+// watchdog timeout (a ping is due every third of it), one line each
+// ("coordinator (pid N) has sent no watchdog ping for 4.1 s (one is due
+// every 2.0 s)"). Named beside a failure, since the failed process may have
+// waited on one of them: a frozen coordinator made a worker's wait time out
+// 0.1 s before the watchdog killed it, and the failure named only the
+// worker (a hostile probe).
+std::vector<std::string> LateToPing(const std::vector<Child>& children, const Child* failed,
+                                    std::chrono::steady_clock::time_point now);
 // Marks the children that exited (without waiting).
 void Reap(std::vector<Child>& children);
 // Waits up to timeout_ms for output, and prints it.
