@@ -36,9 +36,22 @@ uint32_t* WriteSetBits(const uint64_t* words, size_t n, uint32_t first_bit, uint
     const uint64_t word = words[w];
     if (word == 0) continue;  // sparse levels: whole words of nothing
     const uint32_t word_bit = first_bit + static_cast<uint32_t>(w * 64);
+    // A word of one or two set bits (most of a sparse level's words) takes
+    // two stores and no branch per bit; the byte path below spent its eight
+    // byte steps on it. The second store is past the word's bits when it
+    // has one, and the next word's overwrite it (or it lies past the end
+    // of what is returned, inside the room).
+    const int count = std::popcount(word);
+    if (count <= 2 && out_end - o >= 2) {
+      o[0] = word_bit + static_cast<uint32_t>(std::countr_zero(word));
+      const uint64_t rest = (word & (word - 1)) | (uint64_t{1} << 63);
+      o[1] = word_bit + static_cast<uint32_t>(std::countr_zero(rest));
+      o += count;
+      continue;
+    }
 #if defined(__AVX2__)
     // Byte b's 8 stores end at most 8 past the word's earlier set bits.
-    if (out_end - o >= std::popcount(word) + 8) {
+    if (out_end - o >= count + 8) {
       for (uint32_t b = 0; b < 8; ++b) {
         const uint32_t byte = static_cast<uint32_t>(word >> (8 * b)) & 0xffu;
         const __m256i at = _mm256_cvtepu8_epi32(

@@ -32,7 +32,7 @@ TEST(SetBitsTest, EveryDensityAndOffsetMatchesBitByBit) {
   RecordProperty("vectorized", WriteSetBitsVectorized() ? "yes" : "no");
   std::mt19937_64 rng(7);
   constexpr uint32_t kCanary = 0xDEADBEEFu;
-  for (double density : {0.0, 0.01, 0.07, 0.25, 0.5, 0.93, 1.0}) {
+  for (double density : {0.0, 0.005, 0.01, 0.03, 0.07, 0.25, 0.5, 0.93, 1.0}) {
     for (size_t n : {size_t{0}, size_t{1}, size_t{2}, size_t{3}, size_t{17}, size_t{1000}}) {
       for (uint32_t first_bit : {0u, 64u, 4096u * 64u}) {
         std::bernoulli_distribution set(density);
@@ -72,6 +72,31 @@ TEST(SetBitsTest, EveryByteValueInEveryPlace) {
         ASSERT_EQ(end - out.data(), static_cast<ptrdiff_t>(want.size()));
         ASSERT_TRUE(std::equal(want.begin(), want.end(), out.begin()))
             << "byte " << value << " in byte " << b << ", room " << room;
+      }
+    }
+  }
+}
+
+TEST(SetBitsTest, WordsOfOneOrTwoBitsEverywhereUpToAnExactRoom) {
+  // The two-store path: every bit alone and every pair of bits, each word
+  // last in a bitmap whose room is exactly its set bits (its second store
+  // must not land past the room when the word has one bit), and first of
+  // two (the next word's stores overwrite it).
+  constexpr uint32_t kCanary = 0xDEADBEEFu;
+  for (uint32_t i = 0; i < 64; ++i) {
+    for (uint32_t j = i; j < 64; ++j) {
+      const uint64_t word = (uint64_t{1} << i) | (uint64_t{1} << j);
+      for (const std::vector<uint64_t>& words :
+           {std::vector<uint64_t>{word}, std::vector<uint64_t>{0, word},
+            std::vector<uint64_t>{word, uint64_t{1} << 5}, std::vector<uint64_t>{word, word}}) {
+        const std::vector<uint32_t> want = Reference(words, 128);
+        std::vector<uint32_t> out(want.size() + 16, kCanary);
+        const uint32_t* end =
+            WriteSetBits(words.data(), words.size(), 128, out.data(), out.data() + want.size());
+        ASSERT_EQ(end - out.data(), static_cast<ptrdiff_t>(want.size())) << i << "," << j;
+        ASSERT_TRUE(std::equal(want.begin(), want.end(), out.begin())) << i << "," << j;
+        for (size_t k = want.size(); k < out.size(); ++k)
+          ASSERT_EQ(out[k], kCanary) << "bits " << i << "," << j << ": written past the room";
       }
     }
   }
