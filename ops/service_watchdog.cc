@@ -82,6 +82,16 @@ std::chrono::microseconds WorkerWatchdogTimeout(double timeout_s) {
   return std::max(half, std::chrono::microseconds(3'000'000));
 }
 
+std::chrono::milliseconds ServerStartTimeout(double timeout_s) {
+  const auto three = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 3000.0));
+  return std::max(three, std::chrono::milliseconds(90'000));
+}
+
+void NotifyStartTimeout(std::chrono::milliseconds timeout) {
+  sd_notifyf(0, "EXTEND_TIMEOUT_USEC=%llu",
+             static_cast<unsigned long long>(timeout.count()) * 1000ull);
+}
+
 void NotifyReady(const char* status) { sd_notifyf(0, "READY=1\nSTATUS=%s", status); }
 
 void NotifyStopping() { sd_notify(0, "STOPPING=1"); }

@@ -96,6 +96,20 @@ std::chrono::microseconds WorkerWatchdogTimeout(double timeout_s);
 // own. Call first thing in main, before any thread starts.
 void IgnoreHangup();
 
+// How long a server (coordinator, shard) may take from its start to
+// READY=1: systemd's default TimeoutStartSec= (90 s), or 3 x
+// distributed.timeout_s where that is longer, since a shard's start waits
+// up to timeout_s for the coordinator's connection and again for its
+// registration. gridsync launch kills a child that neither says READY=1 nor
+// pings within it (tools/launch_watchdog.h); under systemd a server asks for
+// it at its start (NotifyStartTimeout), since the units cannot know
+// timeout_s, and with timeout_s over 45 s the 90 s killed a shard still
+// waiting in time.
+std::chrono::milliseconds ServerStartTimeout(double timeout_s);
+// EXTEND_TIMEOUT_USEC=: the unit's start may take `timeout` from now (a
+// no-op outside systemd; the launcher's notify socket ignores it).
+void NotifyStartTimeout(std::chrono::milliseconds timeout);
+
 // READY=1 (Type=notify): the process serves. A no-op outside systemd.
 void NotifyReady(const char* status);
 // STOPPING=1, so systemd does not count the shutdown as a hang.

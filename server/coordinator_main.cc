@@ -75,6 +75,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", spec.status().message().c_str());
     return gridsync::kConfigErrorExitCode;
   }
+  // Under systemd (Type=notify): the start may take what the waits before
+  // READY=1 allow (ServerStartTimeout), not only the unit's 90 s.
+  gridsync::NotifyStartTimeout(gridsync::ServerStartTimeout(config->distributed.timeout_s));
 
   // Installed before the server starts, so a signal is never lost to the
   // default action once we listen.

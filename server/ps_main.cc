@@ -111,6 +111,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", spec.status().message().c_str());
     return gridsync::kConfigErrorExitCode;
   }
+  // Under systemd (Type=notify): the start may take what the waits before
+  // READY=1 allow (ServerStartTimeout), not only the unit's 90 s.
+  gridsync::NotifyStartTimeout(gridsync::ServerStartTimeout(config->distributed.timeout_s));
   const auto& tables = spec->model.tables;
   auto partition = gridsync::Partition::Make(tables, static_cast<uint32_t>(config->ps.shards),
                                              spec->sync.partition_dim);

@@ -4,11 +4,15 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstddef>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -60,6 +64,44 @@ TEST(LaunchWatchdog, ReadyCountsAsAPingAsSystemdCountsFromIt) {
   NotifyReady("serving");  // READY=1\nSTATUS=serving
   EXPECT_TRUE((*socket)->Pinged()) << "READY=1 arms the watchdog";
   EXPECT_FALSE((*socket)->Pinged()) << "each datagram is read once";
+  unsetenv("NOTIFY_SOCKET");
+}
+
+// A server's start may take ServerStartTimeout (90 s, or 3 x timeout_s):
+// the launcher's default --start-timeout, and what a server asks systemd
+// for at its start (EXTEND_TIMEOUT_USEC=), since the units' 90 s killed a
+// shard still waiting in time with timeout_s over 45 s. The request reaches
+// a real notify socket as systemd reads it, and the launcher's socket
+// takes it for no ping.
+TEST(LaunchWatchdog, ServersAskForTheStartTheirWaitsAllow) {
+  EXPECT_EQ(ServerStartTimeout(5.0), std::chrono::milliseconds(90'000));
+  EXPECT_EQ(ServerStartTimeout(30.0), std::chrono::milliseconds(90'000));
+  EXPECT_EQ(ServerStartTimeout(50.0), std::chrono::milliseconds(150'000));
+  EXPECT_EQ(LaunchStartTimeout(Config{}, 0), ServerStartTimeout(Config{}.distributed.timeout_s));
+  EXPECT_EQ(LaunchStartTimeout(Config{}, 2.5), std::chrono::milliseconds(2500));
+
+  const std::string name = "gridsync-start-test-" + std::to_string(getpid());
+  const int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path + 1, name.data(), name.size());  // abstract: sun_path[0] = 0
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr),
+                 static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size())),
+            0);
+  ASSERT_EQ(setenv("NOTIFY_SOCKET", ("@" + name).c_str(), 1), 0);
+  NotifyStartTimeout(ServerStartTimeout(50.0));
+  char buffer[256] = {};
+  const ssize_t n = recv(fd, buffer, sizeof(buffer) - 1, MSG_DONTWAIT);
+  close(fd);
+  ASSERT_GT(n, 0) << "nothing reached the notify socket";
+  EXPECT_EQ(std::string(buffer, static_cast<size_t>(n)), "EXTEND_TIMEOUT_USEC=150000000");
+
+  auto launcher = NotifySocket::Open("start-test-" + std::to_string(getpid()));
+  ASSERT_TRUE(launcher.ok()) << launcher.status().ToString();
+  ASSERT_EQ(setenv("NOTIFY_SOCKET", (*launcher)->address().c_str(), 1), 0);
+  NotifyStartTimeout(ServerStartTimeout(50.0));
+  EXPECT_FALSE((*launcher)->Pinged()) << "a start timeout is no sign that the server serves";
   unsetenv("NOTIFY_SOCKET");
 }
 

@@ -60,9 +60,7 @@ std::chrono::milliseconds LaunchWatchdogTimeout(const Config& config) {
 
 std::chrono::milliseconds LaunchStartTimeout(const Config& config, double option) {
   if (option > 0) return std::chrono::milliseconds(static_cast<int64_t>(option * 1000.0));
-  const auto three =
-      std::chrono::milliseconds(static_cast<int64_t>(config.distributed.timeout_s * 3000.0));
-  return std::max(three, std::chrono::milliseconds(90'000));
+  return ServerStartTimeout(config.distributed.timeout_s);
 }
 
 std::chrono::milliseconds LaunchWorkerWatchdogTimeout(const Config& config) {

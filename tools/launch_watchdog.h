@@ -49,10 +49,10 @@ class NotifySocket {
 std::chrono::milliseconds LaunchWatchdogTimeout(const Config& config);
 // How long a started child may go before its first sign of life (a
 // server's READY=1, a worker's first ping), the launcher's TimeoutStartSec=:
-// `option` seconds when it is > 0, else systemd's default 90 s, or
-// 3 x distributed.timeout_s where that is longer (a server's start waits up
-// to timeout_s on each of the coordinator's answers). Before it, a process
-// frozen before READY=1 was never killed: the watchdog is armed by READY=1.
+// `option` seconds when it is > 0, else ServerStartTimeout
+// (ops/service_watchdog.h: 90 s, or 3 x distributed.timeout_s if longer).
+// Before it, a process frozen before READY=1 was never killed: the watchdog
+// is armed by READY=1.
 std::chrono::milliseconds LaunchStartTimeout(const Config& config, double option);
 // A worker's: WorkerWatchdogTimeout (ops/service_watchdog.h), the one a
 // worker under systemd retunes its unit's WatchdogSec= to.
