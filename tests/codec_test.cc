@@ -41,25 +41,18 @@ size_t CeilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
 
 // The documented sizes, written out independently of EncodedSize.
 size_t DocumentedSize(const CodecOptions& o, size_t n) {
-  const size_t k =
-      n == 0 ? 0 : std::clamp<size_t>(static_cast<size_t>(std::llround(o.ratio * n)), 1, n);
+  const size_t k = n == 0 ? 0
+                          : std::clamp<size_t>(static_cast<size_t>(std::llround(o.ratio * n)),
+                                               1, n);
   switch (o.codec) {
-    case Codec::kNone:
-      return 4 * n;
-    case Codec::kFp16:
-      return 2 * n;
-    case Codec::kBf16:
-      return 2 * n;
-    case Codec::kInt8:
-      return 4 * CeilDiv(n, o.block) + n;
-    case Codec::kQsgd:
-      return 4 + CeilDiv(n * (o.bits + 1), 8);
-    case Codec::kOnebit:
-      return 4 + CeilDiv(n, 8);
-    case Codec::kTopk:
-      return 4 + 8 * k;
-    case Codec::kRandomk:
-      return 4 * k;
+    case Codec::kNone: return 4 * n;
+    case Codec::kFp16: return 2 * n;
+    case Codec::kBf16: return 2 * n;
+    case Codec::kInt8: return 4 * CeilDiv(n, o.block) + n;
+    case Codec::kQsgd: return 4 + CeilDiv(n * (o.bits + 1), 8);
+    case Codec::kOnebit: return 4 + CeilDiv(n, 8);
+    case Codec::kTopk: return 4 + 8 * k;
+    case Codec::kRandomk: return 4 * k;
   }
   return 0;
 }
@@ -129,10 +122,10 @@ TEST(CodecOptionsTest, ValidationNamesFieldAndRange) {
   CodecOptions randomk_neg = Options(Codec::kRandomk);
   randomk_neg.ratio = -0.1;
   CodecOptions unknown = Options(static_cast<Codec>(200));
-  const Bad bad[] = {{qsgd0, "bits 0; allowed: 1..8"}, {qsgd9, "bits 9; allowed: 1..8"},
-                     {int8, "block 0; allowed: >= 1"}, {topk0, "allowed: (0, 1]"},
-                     {topk_big, "allowed: (0, 1]"},    {randomk_nan, "allowed: (0, 1]"},
-                     {randomk_neg, "allowed: (0, 1]"}, {unknown, "codec 200 unknown"}};
+  const Bad bad[] = {{qsgd0, "bits 0; allowed: 1..8"},      {qsgd9, "bits 9; allowed: 1..8"},
+                     {int8, "block 0; allowed: >= 1"},      {topk0, "allowed: (0, 1]"},
+                     {topk_big, "allowed: (0, 1]"},         {randomk_nan, "allowed: (0, 1]"},
+                     {randomk_neg, "allowed: (0, 1]"},      {unknown, "codec 200 unknown"}};
   for (const Bad& b : bad) {
     const Status status = ValidateCodecOptions(b.options);
     ASSERT_FALSE(status.ok()) << b.message;
@@ -140,7 +133,8 @@ TEST(CodecOptionsTest, ValidationNamesFieldAndRange) {
     EXPECT_TRUE(Contains(status.message(), b.message)) << status.message();
     // Decode refuses them too, before reading a byte.
     float out = 0.0f;
-    EXPECT_EQ(cpu::Decode(b.options, nullptr, 0, 1, 0, &out).code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(cpu::Decode(b.options, nullptr, 0, 1, 0, &out).code(),
+              StatusCode::kInvalidArgument);
   }
   // Fields a codec does not use are not judged.
   CodecOptions fp16 = Options(Codec::kFp16);
@@ -155,7 +149,7 @@ TEST(CodecSizes, KeptCount) {
   EXPECT_EQ(KeptCount(topk, 0), 0u);
   EXPECT_EQ(KeptCount(topk, 1), 1u);
   EXPECT_EQ(KeptCount(topk, 7), 1u);
-  EXPECT_EQ(KeptCount(topk, 256), 3u);  // 2.56
+  EXPECT_EQ(KeptCount(topk, 256), 3u);      // 2.56
   EXPECT_EQ(KeptCount(topk, 1000), 10u);
   EXPECT_EQ(KeptCount(topk, 100003), 1000u);
   topk.ratio = 0.5;
@@ -185,8 +179,8 @@ TEST(CodecSizes, ExactBytesForEveryCodec) {
           o.bits = bits;
           o.block = block;
           o.ratio = ratio;
-          for (size_t n :
-               {size_t{0}, size_t{1}, size_t{7}, size_t{256}, size_t{1000}, size_t{100003}}) {
+          for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{256}, size_t{1000},
+                           size_t{100003}}) {
             ASSERT_EQ(EncodedSize(o, n), DocumentedSize(o, n))
                 << codec << " n " << n << " bits " << bits << " block " << block;
           }
@@ -247,8 +241,7 @@ TEST_P(CodecRoundTrip, SizeDeterminismAndErrorBound) {
   };
   switch (codec) {
     case Codec::kNone:
-      for (size_t i = 0; i < n; ++i)
-        expect(std::bit_cast<uint32_t>(x[i]) == std::bit_cast<uint32_t>(y[i]), i, 0);
+      for (size_t i = 0; i < n; ++i) expect(std::bit_cast<uint32_t>(x[i]) == std::bit_cast<uint32_t>(y[i]), i, 0);
       break;
     case Codec::kFp16:
       for (size_t i = 0; i < n; ++i) {
@@ -363,8 +356,8 @@ TEST(Fp16Codec, SaturatesFiniteKeepsInfinityAndRejectsNonFinite) {
 
 TEST(Bf16Codec, RoundsToNearestEvenAndSaturates) {
   const CodecOptions o = Options(Codec::kBf16);
-  const float tie_down = 1.0f + std::ldexp(1.0f, -8);  // halfway, even below
-  const float tie_up = 1.0f + std::ldexp(3.0f, -8);    // halfway, even above
+  const float tie_down = 1.0f + std::ldexp(1.0f, -8);                  // halfway, even below
+  const float tie_up = 1.0f + std::ldexp(3.0f, -8);                    // halfway, even above
   const float above = 1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -20);
   const std::vector<float> x = {tie_down, tie_up, above, FLT_MAX, -FLT_MAX, 3.0e38f};
   std::vector<float> y;
@@ -384,8 +377,8 @@ TEST(Int8Codec, ZeroTinyAndNonFiniteBlocks) {
   o.block = 4;
   // Block 0 zeros, block 1 tiny (127/max overflows float: the wide path),
   // block 2 ordinary, block 3 partial.
-  const std::vector<float> x = {0.0f, -0.0f, 0.0f,  0.0f,  1e-38f, -5e-39f, 2e-39f,
-                                0.0f, 1.0f,  -0.5f, 0.25f, 0.0f,   3.0f,    -3.0f};
+  const std::vector<float> x = {0.0f, -0.0f, 0.0f, 0.0f,  1e-38f, -5e-39f, 2e-39f, 0.0f,
+                                1.0f, -0.5f, 0.25f, 0.0f, 3.0f,   -3.0f};
   const std::vector<uint8_t> bytes = EncodeVec(o, x, 0);
   EXPECT_EQ(LoadF32(bytes.data()), 0.0f);
   std::vector<float> y;
@@ -435,8 +428,8 @@ TEST(TopkCodec, ExactlyTheKLargestWithTiesToLowerIndex) {
   for (size_t n : kSizes) cases.push_back({"gaussian", Gaussian(n, n)});
   // Sampled from 1024 values on (a threshold from a quarter of them, at most
   // 4096), ranked whole below: both sides of the line and of 4 x 4096.
-  for (size_t n :
-       {size_t{1000}, size_t{1024}, size_t{4099}, size_t{16384}, size_t{20000}, size_t{100003}}) {
+  for (size_t n : {size_t{1000}, size_t{1024}, size_t{4099}, size_t{16384}, size_t{20000},
+                   size_t{100003}}) {
     std::mt19937 rng(static_cast<uint32_t>(n));
     std::uniform_int_distribution<int> level(-3, 3);
     std::vector<float> ties(n);

@@ -84,8 +84,7 @@ double Term(float x) {
 
 double CombineLanes(double* lanes) {
   for (uint32_t stride = 1; stride < codec_math::kReduceLanes; stride *= 2) {
-    for (uint32_t j = 0; j < codec_math::kReduceLanes; j += 2 * stride)
-      lanes[j] += lanes[j + stride];
+    for (uint32_t j = 0; j < codec_math::kReduceLanes; j += 2 * stride) lanes[j] += lanes[j + stride];
   }
   return lanes[0];
 }
@@ -201,8 +200,8 @@ void EncodeBf16(const float* x, size_t n, uint8_t* out) {
       half[part] = h;
     }
     // packus works per 128-bit lane; the permute restores value order.
-    const __m256i packed =
-        _mm256_permute4x64_epi64(_mm256_packus_epi32(half[0], half[1]), _MM_SHUFFLE(3, 1, 2, 0));
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(half[0], half[1]),
+                                                    _MM_SHUFFLE(3, 1, 2, 0));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 2 * i), packed);
   }
 #endif
@@ -379,8 +378,7 @@ void EncodeQsgd(const float* x, size_t n, int bits, uint64_t seed, uint8_t* out)
 // Order of topk: larger |x| first, then lower index. Packing both into one
 // u64 makes every element's rank key distinct.
 uint64_t TopkRank(const float* x, size_t i) {
-  return (uint64_t{codec_math::MagnitudeKey(x[i])} << 32) |
-         (0xFFFFFFFFu - static_cast<uint32_t>(i));
+  return (uint64_t{codec_math::MagnitudeKey(x[i])} << 32) | (0xFFFFFFFFu - static_cast<uint32_t>(i));
 }
 
 // Indices (ascending) of the candidates with MagnitudeKey >= threshold.
@@ -391,7 +389,8 @@ void CollectCandidates(const float* x, size_t n, uint32_t threshold, std::vector
   const __m256i below = _mm256_set1_epi32(static_cast<int32_t>(threshold) - 1);
   const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF);
   for (; i + 8 <= n; i += 8) {
-    const __m256i keys = _mm256_and_si256(_mm256_castps_si256(_mm256_loadu_ps(x + i)), abs_mask);
+    const __m256i keys = _mm256_and_si256(
+        _mm256_castps_si256(_mm256_loadu_ps(x + i)), abs_mask);
     unsigned mask = static_cast<unsigned>(
         _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(keys, below))));
     while (mask != 0) {
@@ -503,20 +502,13 @@ void Encode(const CodecOptions& options, const float* values, size_t n, uint64_t
     case Codec::kNone:
       if (n > 0) std::memcpy(out, values, 4 * n);
       return;
-    case Codec::kFp16:
-      return EncodeFp16(values, n, out);
-    case Codec::kBf16:
-      return EncodeBf16(values, n, out);
-    case Codec::kInt8:
-      return EncodeInt8(values, n, options.block, out);
-    case Codec::kQsgd:
-      return EncodeQsgd(values, n, options.bits, seed, out);
-    case Codec::kOnebit:
-      return EncodeOnebit(values, n, out);
-    case Codec::kTopk:
-      return EncodeTopk(values, n, KeptCount(options, n), out);
-    case Codec::kRandomk:
-      return EncodeRandomk(values, n, KeptCount(options, n), seed, out);
+    case Codec::kFp16: return EncodeFp16(values, n, out);
+    case Codec::kBf16: return EncodeBf16(values, n, out);
+    case Codec::kInt8: return EncodeInt8(values, n, options.block, out);
+    case Codec::kQsgd: return EncodeQsgd(values, n, options.bits, seed, out);
+    case Codec::kOnebit: return EncodeOnebit(values, n, out);
+    case Codec::kTopk: return EncodeTopk(values, n, KeptCount(options, n), out);
+    case Codec::kRandomk: return EncodeRandomk(values, n, KeptCount(options, n), seed, out);
   }
 }
 
