@@ -223,18 +223,20 @@ std::vector<std::string> InertValueNotes(const Config& c) {
         "with gradient_sync \"nccl\" (its hierarchical all-reduce)");
   }
   // CURVE covers the coordinator's connections and the shards' data plane.
-  // Under nccl the gradients go worker to worker through the collective
-  // (Gloo over plain TCP, or NCCL), which neither authenticates nor
-  // encrypts (a hostile probe: mode curve, 30 MB a step in the clear).
-  // Under hybrid the collective stays inside a node (one machine).
+  // Under nccl the gradients go worker to worker through the collective:
+  // Gloo's messages are sealed then (worker/collective/collective_seal.h),
+  // NCCL's cannot be, and neither authenticates nor encrypts (a hostile
+  // probe before the seal: mode curve, 30 MB a step in the clear). Under
+  // hybrid the collective stays inside a node (one machine).
   if (c.security.curve && d.enable && d.world_size > 1 &&
-      d.gradient_sync == GradientSyncMode::kNccl) {
+      d.gradient_sync == GradientSyncMode::kNccl && d.collective != CollectiveKind::kGloo) {
     lines.push_back(
-        "security.mode: CURVE covers the coordinator's connections only under gradient_sync "
-        "\"nccl\": the workers' all-reduce (Gloo over TCP, or NCCL) is neither authenticated nor "
-        "encrypted; used across machines with gradient_sync \"ps\" or \"hybrid\", whose "
-        "gradients cross machines through the shards under CURVE (or run nccl on a network "
-        "you trust)");
+        "security.mode: CURVE seals the workers' all-reduce under gradient_sync \"nccl\" only "
+        "when it runs on Gloo; NCCL (distributed.collective \"nccl\", or \"auto\" on machines "
+        "with a GPU a worker) neither authenticates nor encrypts it; used with "
+        "distributed.collective \"gloo\", or across machines with gradient_sync \"ps\" or "
+        "\"hybrid\", whose gradients cross machines through the shards under CURVE (or run NCCL "
+        "on a network you trust)");
   }
   if (!c.security.curve && !c.security.keys_dir.empty()) {
     lines.push_back(

@@ -24,7 +24,7 @@ TEST_P(CollectiveCorrectness, EveryOperationEverySize) {
   HashStore store;
   auto ranks = MakeGroup(backend, size, 20s, UniqueGroup("correct"), &store);
   ASSERT_EQ(ranks.size(), static_cast<size_t>(size));
-  EXPECT_EQ(ranks[0]->name(), BackendName(backend));
+  EXPECT_EQ(ranks[0]->name(), CollectiveName(backend));
   std::vector<std::string> errors(static_cast<size_t>(size));
   RunRanks(size, [&](int r) {
     EXPECT_EQ(ranks[static_cast<size_t>(r)]->rank(), r);
@@ -35,7 +35,8 @@ TEST_P(CollectiveCorrectness, EveryOperationEverySize) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, CollectiveCorrectness,
-                         ::testing::Combine(::testing::Values(Backend::kLocal, Backend::kGloo),
+                         ::testing::Combine(::testing::Values(Backend::kLocal, Backend::kGloo,
+                                                              Backend::kSealedGloo),
                                             ::testing::Values(2, 3, 4)),
                          [](const auto& p) {
                            return BackendName(std::get<0>(p.param)) + "_" +
@@ -255,7 +256,7 @@ TEST_P(CollectiveBackends, BucketLayoutMismatchWithEqualCountsFails) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, CollectiveBackends,
-                         ::testing::Values(Backend::kLocal, Backend::kGloo),
+                         ::testing::Values(Backend::kLocal, Backend::kGloo, Backend::kSealedGloo),
                          [](const auto& p) { return BackendName(p.param); });
 
 TEST(BucketPlan, FixedOrderBucketsOfAtMostBucketBytes) {

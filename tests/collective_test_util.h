@@ -91,10 +91,23 @@ inline std::vector<size_t> UnevenCounts(size_t n, int size) {
   return counts;
 }
 
-enum class Backend { kLocal, kGloo };
+// kSealedGloo: Gloo with every message sealed (security.curve's groups).
+enum class Backend { kLocal, kGloo, kSealedGloo };
 
 inline std::string BackendName(Backend backend) {
+  return backend == Backend::kLocal ? "local" : backend == Backend::kGloo ? "gloo" : "sealedgloo";
+}
+
+// What name() says: a sealed group is still the Gloo backend.
+inline std::string CollectiveName(Backend backend) {
   return backend == Backend::kLocal ? "local" : "gloo";
+}
+
+// The workers' key of a test cluster: any 40 characters stand for worker.key.
+inline std::shared_ptr<const CollectiveSeal> TestSeal(char fill = 'w') {
+  auto seal = CollectiveSeal::FromCurveSecret(std::string(40, fill));
+  EXPECT_TRUE(seal.ok()) << seal.status().ToString();
+  return std::make_shared<const CollectiveSeal>(*seal);
 }
 
 // The ranks of one group; Gloo ranks rendezvous concurrently through `store`.
@@ -111,6 +124,7 @@ inline std::vector<std::unique_ptr<Collective>> MakeGroup(Backend backend, int s
   RunRanks(size, [&](int r) {
     GlooCollectiveOptions options;
     options.timeout = timeout;
+    if (backend == Backend::kSealedGloo) options.seal = TestSeal();
     made[static_cast<size_t>(r)].emplace(NewGlooCollective(store, r, size, group, options));
   });
   for (auto& result : made) {

@@ -39,6 +39,7 @@ Result<std::unique_ptr<Collective>> MakeCollective(std::string_view kind, Store*
   options.timeout = timeout;
   options.hostname = endpoint.hostname;
   options.interface = endpoint.interface;
+  options.seal = endpoint.seal;
   return NewGlooCollective(store, rank, size, group, options);
 }
 

@@ -18,6 +18,7 @@
 #include "common/status.h"
 #include "common/store.h"
 #include "worker/collective/collective.h"
+#include "worker/collective/collective_seal.h"
 
 namespace gridsync {
 
@@ -27,6 +28,9 @@ struct CollectiveEndpoint {
   std::string hostname = "127.0.0.1";  // Gloo: address to listen on and advertise
   std::string interface;               // Gloo: listen on this interface instead (e.g. "eth0")
   int cuda_device = -1;                // NCCL: device of this rank; -1: the current device
+  // Gloo: seal every message (security.curve; collective_seal.h). NCCL
+  // cannot: its traffic stays as NCCL sends it (check-config says so).
+  std::shared_ptr<const CollectiveSeal> seal;
 };
 
 // "gloo" or "nccl": what `kind` resolves to on this host; InvalidArgument for

@@ -30,6 +30,7 @@
 
 #include "worker/collective/gloo_internal.h"
 #include "worker/collective/half_format.h"
+#include "worker/collective/sealed_ring.h"
 
 namespace gridsync {
 namespace {
@@ -77,8 +78,10 @@ void SumHalfValues(void* c, const void* a, const void* b, size_t n) {
 class GlooCollective final : public Collective {
  public:
   GlooCollective(int rank, int size, std::string group, std::chrono::milliseconds timeout,
-                 std::shared_ptr<gloo::Context> context)
-      : Collective(rank, size, std::move(group), timeout), context_(std::move(context)) {}
+                 std::shared_ptr<gloo::Context> context, const CollectiveSeal* seal)
+      : Collective(rank, size, std::move(group), timeout), context_(std::move(context)) {
+    if (seal != nullptr) sealed_ = std::make_unique<SealedRing>(rank, size, context_, *seal);
+  }
 
   std::string_view name() const override { return "gloo"; }
 
@@ -87,8 +90,7 @@ class GlooCollective final : public Collective {
     GRIDSYNC_RETURN_IF_ERROR(CheckBuffer(op, data, n));
     return Guarded(op, Ring(), [&] {
       if (n == 0 || size() == 1) return Status::OK();
-      AllReduceLocked(data, n);
-      return Status::OK();
+      return AllReduceLocked(op, data, n);
     });
   }
 
@@ -97,11 +99,14 @@ class GlooCollective final : public Collective {
     GRIDSYNC_RETURN_IF_ERROR(CheckBuffer(op, data, n));
     return Guarded(op, Ring(), [&] {
       if (n == 0 || size() == 1) return Status::OK();
+      const auto sum = format == HalfFormat::kFp16 ? &SumHalfValues<HalfFormat::kFp16>
+                                                   : &SumHalfValues<HalfFormat::kBf16>;
+      if (sealed_)
+        return sealed_->AllReduce(Describe(op), data, n, sizeof(uint16_t), sum, Deadline());
       gloo::AllreduceOptions opts(context_);
       opts.setOutput(data, n);  // 2-byte elements: the ring moves half the bytes
       opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
-      opts.setReduceFunction(format == HalfFormat::kFp16 ? &SumHalfValues<HalfFormat::kFp16>
-                                                         : &SumHalfValues<HalfFormat::kBf16>);
+      opts.setReduceFunction(sum);
       opts.setTimeout(timeout());
       gloo::allreduce(opts);
       return Status::OK();
@@ -124,7 +129,7 @@ class GlooCollective final : public Collective {
         std::copy(buffer.begin(), buffer.end(), scratch_.begin() + static_cast<std::ptrdiff_t>(at));
         at += buffer.size();
       }
-      AllReduceLocked(scratch_.data(), total);
+      GRIDSYNC_RETURN_IF_ERROR(AllReduceLocked(op, scratch_.data(), total));
       at = 0;
       for (const auto& buffer : buffers) {
         std::copy_n(scratch_.begin() + static_cast<std::ptrdiff_t>(at), buffer.size(),
@@ -146,6 +151,9 @@ class GlooCollective final : public Collective {
         if (counts[me] > 0) std::memcpy(out, in, counts[me] * sizeof(float));
         return Status::OK();
       }
+      if (sealed_) {
+        return sealed_->ReduceScatter(Describe(described), in, out, counts, offsets, Deadline());
+      }
       return RingReduceScatterLocked(described, in, out, counts, offsets);
     });
   }
@@ -160,6 +168,9 @@ class GlooCollective final : public Collective {
       if (size() == 1 || offsets.back() == 0) {
         if (counts[me] > 0) std::memcpy(out, in, counts[me] * sizeof(float));
         return Status::OK();
+      }
+      if (sealed_) {
+        return sealed_->AllGatherV(Describe(described), in, counts, offsets, out, Deadline());
       }
       // Gloo wants a writable input pointer, and one even for 0 elements; it
       // only reads from it.
@@ -182,6 +193,8 @@ class GlooCollective final : public Collective {
                                              : fmt::format("root: rank {}", root);
     return Guarded(op, peers, [&] {
       if (n == 0 || size() == 1) return Status::OK();
+      if (sealed_)
+        return sealed_->Broadcast(Describe(op), data, n * sizeof(float), root, Deadline());
       gloo::BroadcastOptions opts(context_);
       opts.setOutput(data, n);  // in place: the root's output is its input
       opts.setRoot(root);
@@ -194,6 +207,7 @@ class GlooCollective final : public Collective {
   Status Barrier() override {
     return Guarded("Barrier", "all ranks", [&] {
       if (size() == 1) return Status::OK();
+      if (sealed_) return sealed_->Barrier(Describe("Barrier"), Deadline());
       gloo::BarrierOptions opts(context_);
       opts.setTimeout(timeout());
       gloo::barrier(opts);
@@ -229,13 +243,18 @@ class GlooCollective final : public Collective {
     return status;
   }
 
-  void AllReduceLocked(float* data, size_t n) {
+  SealedRing::Clock::time_point Deadline() const { return SealedRing::Clock::now() + timeout(); }
+
+  Status AllReduceLocked(const std::string& op, float* data, size_t n) {
+    if (sealed_)
+      return sealed_->AllReduce(Describe(op), data, n, sizeof(float), &SumFloats, Deadline());
     gloo::AllreduceOptions opts(context_);
     opts.setOutput(data, n);  // in place: the output is also the input
     opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
     opts.setReduceFunction(&SumFloats);
     opts.setTimeout(timeout());
     gloo::allreduce(opts);
+    return Status::OK();
   }
 
   // Ring reduce-scatter with slices of any size. In step s (0..size-2) rank
@@ -291,6 +310,9 @@ class GlooCollective final : public Collective {
   std::vector<float> scratch_;  // guarded by mu_: AllReduceSumGroup's packed buffer
   std::vector<float> work_;     // guarded by mu_: reduce-scatter running sums
   std::vector<float> recv_;     // guarded by mu_: reduce-scatter receive slice
+  // Set when the group seals its messages (security.curve): every operation
+  // then runs over it instead of Gloo's algorithms. Guarded by mu_.
+  std::unique_ptr<SealedRing> sealed_;
 };
 
 // Gloo's TCP pairs write without MSG_NOSIGNAL: when a peer dies mid
@@ -307,9 +329,9 @@ void IgnoreSigpipe() {
 
 std::unique_ptr<Collective> gloo_internal::MakeGlooCollective(
     int rank, int size, std::string group, std::chrono::milliseconds timeout,
-    std::shared_ptr<gloo::Context> context) {
+    std::shared_ptr<gloo::Context> context, const CollectiveSeal* seal) {
   return std::unique_ptr<Collective>(
-      new GlooCollective(rank, size, std::move(group), timeout, std::move(context)));
+      new GlooCollective(rank, size, std::move(group), timeout, std::move(context), seal));
 }
 
 Status gloo_internal::StatusFromCurrentException(const std::string& what) {

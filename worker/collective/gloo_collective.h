@@ -18,7 +18,9 @@
 // barrier are Gloo's; reduce-scatter with uneven counts is a ring over
 // Gloo's unbound buffers (Debian's libgloo has no options-style
 // reduce-scatter). Ring sums are not in rank order, but every rank gets the
-// same bits.
+// same bits. A sealed group (GlooCollectiveOptions::seal, under
+// security.curve) runs every operation as sealed_ring.h's rings instead,
+// each message encrypted and authenticated.
 //
 // Errors: Gloo's exceptions never escape. A rank that does not join within
 // the timeout fails creation on the others with Timeout naming the missing
@@ -36,6 +38,7 @@
 #include "common/status.h"
 #include "common/store.h"
 #include "worker/collective/collective.h"
+#include "worker/collective/collective_seal.h"
 
 namespace gridsync {
 
@@ -48,6 +51,10 @@ struct GlooCollectiveOptions {
   // When set (for example "eth0"), listen on this interface's address
   // instead of `hostname`.
   std::string interface;
+  // When set (security.curve), every message is sealed (collective_seal.h)
+  // under a key of each formed mesh derived from this one, and the
+  // algorithms are sealed_ring.h's instead of Gloo's.
+  std::shared_ptr<const CollectiveSeal> seal;
 };
 
 // Joins group `group` as `rank` of `size`; blocks until every rank has joined

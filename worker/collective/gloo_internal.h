@@ -15,14 +15,16 @@
 
 #include "common/status.h"
 #include "worker/collective/collective.h"
+#include "worker/collective/collective_seal.h"
 
 namespace gridsync::gloo_internal {
 
 // The collective `rank` of `size` runs over `context`, every operation
-// bounded by `timeout`.
+// bounded by `timeout`; with `seal`, over sealed messages (sealed_ring.h).
 std::unique_ptr<Collective> MakeGlooCollective(int rank, int size, std::string group,
                                                std::chrono::milliseconds timeout,
-                                               std::shared_ptr<gloo::Context> context);
+                                               std::shared_ptr<gloo::Context> context,
+                                               const CollectiveSeal* seal = nullptr);
 
 // The Gloo exception in flight as a Status prefixed by `what`: Timeout for
 // a wait that timed out, IOError for the transport's other failures.

@@ -444,9 +444,19 @@ Result<std::unique_ptr<Collective>> NewGlooCollective(Store* store, int rank, in
                               Words(store, tag, tag + "final", size, what, deadline));
     failed = FailedWords(words);
     if (failed.empty()) {
+      // A sealed group seals this mesh under a key of its own: the attempt
+      // and every rank's nonce hashed into the workers' key.
+      std::optional<CollectiveSeal> session;
+      if (options.seal) {
+        std::string described = tag;
+        for (const std::string& word : words) described += "\n" + word;
+        session = options.seal->ForSession(described);
+      }
+      const CollectiveSeal* seal = session ? &*session : nullptr;
       // Every rank connected: does every pair of the ring carry its rank's
-      // sums? (A short timeout: a few floats, at once on every rank.)
-      auto check = gloo_internal::MakeGlooCollective(rank, size, group, check_timeout, *mesh);
+      // sums? (A short timeout: a few floats, at once on every rank.) Sealed,
+      // a stranger on a pair fails it at once.
+      auto check = gloo_internal::MakeGlooCollective(rank, size, group, check_timeout, *mesh, seal);
       const Status checked = CheckMesh(*check, words);
       GRIDSYNC_RETURN_IF_ERROR(
           store
@@ -459,7 +469,7 @@ Result<std::unique_ptr<Collective>> NewGlooCollective(Store* store, int rank, in
       failed = FailedWords(checks);
       if (failed.empty()) {
         return gloo_internal::MakeGlooCollective(rank, size, group, options.timeout,
-                                                 std::move(mesh).value());
+                                                 std::move(mesh).value(), seal);
       }
       failed = "the check of the connections failed: " + failed;
     }

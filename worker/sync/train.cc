@@ -8,6 +8,7 @@
 
 #include "common/coordinator_client.h"
 #include "common/thread_pool.h"
+#include "common/wire/curve.h"
 #include "kernels/cuda/device_trainer.h"
 #include "spec/cluster_settings.h"
 #include "worker/collective/factory.h"
@@ -189,6 +190,21 @@ Result<TrainReport> TrainAllReduceWorker(const RunSpec& spec, const ImageTask& i
   CollectiveEndpoint endpoint = options.endpoint;
   if (const auto device = cuda::DeviceForLocalRank(local_rank); device.ok())
     endpoint.cuda_device = *device;
+  // Under CURVE, Gloo's messages between machines are sealed under the
+  // workers' key (worker/collective/collective_seal.h): Gloo's TCP pairs
+  // neither encrypt nor authenticate. A node's own group stays on its
+  // machine's loopback and is not sealed, as under hybrid.
+  if (config.security.curve) {
+    auto own = wire::LoadCurveKeyPair(config.security.keys_dir, "worker");
+    if (!own.ok()) {
+      return Status(own.status().code(), "security.keys_dir: " + own.status().message());
+    }
+    GRIDSYNC_ASSIGN_OR_RETURN(CollectiveSeal seal,
+                              CollectiveSeal::FromCurveSecret(own->secret_z85));
+    endpoint.seal = std::make_shared<const CollectiveSeal>(std::move(seal));
+  }
+  CollectiveEndpoint node_endpoint = endpoint;
+  node_endpoint.seal = nullptr;
   GRIDSYNC_ASSIGN_OR_RETURN(auto model, MakeModel(spec));
   GRIDSYNC_ASSIGN_OR_RETURN(auto trainer,
                             PickTrainer(spec, *model, local_rank, options, options.train.quiet));
@@ -196,6 +212,17 @@ Result<TrainReport> TrainAllReduceWorker(const RunSpec& spec, const ImageTask& i
       const std::string kind,
       AgreeOnCollective(spec, trainer.get(), nodes[static_cast<size_t>(d.NodeOf(rank))].workers,
                         rank, &store, options.train.quiet));
+  if (endpoint.seal && !options.train.quiet) {
+    if (kind == "gloo") {
+      spdlog::info(
+          "the collective's messages are sealed (security.curve: XChaCha20-Poly1305 under a key "
+          "derived from worker.key; a node's own group on its loopback is not)");
+    } else {
+      spdlog::warn(
+          "security.curve: NCCL cannot seal the collective's messages; they cross the "
+          "network as NCCL sends them");
+    }
+  }
   GRIDSYNC_ASSIGN_OR_RETURN(
       auto flat, MakeCollective(kind, &store, rank, d.world_size, "flat", timeout, endpoint));
   AllReduceGroups groups;
@@ -205,8 +232,9 @@ Result<TrainReport> TrainAllReduceWorker(const RunSpec& spec, const ImageTask& i
     const int node = d.NodeOf(rank);
     const int local = d.LocalRankOf(rank);
     GRIDSYNC_ASSIGN_OR_RETURN(
-        intra, MakeCollective(kind, &store, local, nodes[static_cast<size_t>(node)].workers,
-                              "intra-" + nodes[static_cast<size_t>(node)].name, timeout, endpoint));
+        intra,
+        MakeCollective(kind, &store, local, nodes[static_cast<size_t>(node)].workers,
+                       "intra-" + nodes[static_cast<size_t>(node)].name, timeout, node_endpoint));
     if (local < spec.sync.hierarchical_slices) {
       GRIDSYNC_ASSIGN_OR_RETURN(
           inter, MakeCollective(kind, &store, node, static_cast<int>(nodes.size()),

@@ -1,0 +1,174 @@
+#include "worker/collective/sealed_ring.h"
+
+#include <gloo/transport/unbound_buffer.h>
+#include <gloo/types.h>
+#include <spdlog/fmt/fmt.h>
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+namespace gridsync {
+
+namespace {
+
+// Slot prefix of the sealed messages; Gloo's own collectives use 0x01..0x08
+// (gloo/types.h) and GlooCollective's plain reduce-scatter 0x40.
+constexpr uint8_t kSealedSlotPrefix = 0x41;
+
+std::chrono::milliseconds Remaining(SealedRing::Clock::time_point deadline) {
+  return std::max(
+      std::chrono::milliseconds(1),
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SealedRing::Clock::now()));
+}
+
+// Slices of n elements over `size` ranks: the first n % size one longer.
+void EvenSlices(size_t n, int size, std::vector<size_t>* counts, std::vector<size_t>* offsets) {
+  const auto p = static_cast<size_t>(size);
+  counts->assign(p, n / p);
+  offsets->assign(p, 0);
+  for (size_t i = 0; i < n % p; ++i) ++(*counts)[i];
+  for (size_t i = 1; i < p; ++i) (*offsets)[i] = (*offsets)[i - 1] + (*counts)[i - 1];
+}
+
+}  // namespace
+
+SealedRing::SealedRing(int rank, int size, std::shared_ptr<gloo::Context> context,
+                       CollectiveSeal seal)
+    : rank_(rank),
+      size_(size),
+      left_((rank + size - 1) % size),
+      right_((rank + 1) % size),
+      context_(std::move(context)),
+      seal_(std::move(seal)) {}
+
+Status SealedRing::Step(const std::string& what, const void* send, size_t send_bytes, void* recv,
+                        size_t recv_bytes, uint32_t index, Clock::time_point deadline) {
+  const uint64_t slot = gloo::Slot::build(kSealedSlotPrefix, 0);
+  std::unique_ptr<gloo::transport::UnboundBuffer> out;
+  if (send_bytes > 0) {
+    sealed_out_.resize(send_bytes + CollectiveSeal::kTagBytes);
+    seal_.Seal(send, send_bytes,
+               {static_cast<uint32_t>(rank_), static_cast<uint32_t>(right_), operation_, index},
+               sealed_out_.data());
+    out = context_->createUnboundBuffer(sealed_out_.data(), sealed_out_.size());
+    out->send(right_, slot);
+  }
+  if (recv_bytes > 0) {
+    sealed_in_.resize(recv_bytes + CollectiveSeal::kTagBytes);
+    auto in = context_->createUnboundBuffer(sealed_in_.data(), sealed_in_.size());
+    in->recv(left_, slot);
+    if (!in->waitRecv(Remaining(deadline))) {
+      return Status::IOError(fmt::format("{}: receive from rank {} aborted", what, left_));
+    }
+    GRIDSYNC_RETURN_IF_ERROR(
+        seal_
+            .Open(sealed_in_.data(), sealed_in_.size(),
+                  {static_cast<uint32_t>(left_), static_cast<uint32_t>(rank_), operation_, index},
+                  recv)
+            .WithContext(what));
+  }
+  if (out && !out->waitSend(Remaining(deadline))) {
+    return Status::IOError(fmt::format("{}: send to rank {} aborted", what, right_));
+  }
+  return Status::OK();
+}
+
+Status SealedRing::AllReduce(const std::string& what, void* data, size_t n, size_t element_bytes,
+                             SumFn sum, Clock::time_point deadline) {
+  ++operation_;
+  if (size_ == 1 || n == 0) return Status::OK();
+  std::vector<size_t> counts, offsets;
+  EvenSlices(n, size_, &counts, &offsets);
+  auto* bytes = static_cast<uint8_t*>(data);
+  const auto slice = [&](int s) { return static_cast<size_t>(((s % size_) + size_) % size_); };
+  const auto at = [&](size_t i) { return bytes + offsets[i] * element_bytes; };
+  // Reduce-scatter: in step s rank r sends its running sum of slice r - s
+  // and adds its left neighbour's of slice r - s - 1; it ends holding the
+  // whole sum of slice r + 1.
+  for (int s = 0; s + 1 < size_; ++s) {
+    const size_t send = slice(rank_ - s), recv = slice(rank_ - s - 1);
+    plain_in_.resize(counts[recv] * element_bytes);
+    GRIDSYNC_RETURN_IF_ERROR(Step(what, at(send), counts[send] * element_bytes, plain_in_.data(),
+                                  plain_in_.size(), static_cast<uint32_t>(s), deadline));
+    if (counts[recv] > 0) sum(at(recv), at(recv), plain_in_.data(), counts[recv]);
+  }
+  // All-gather: the whole sums passed on around the ring.
+  for (int s = 0; s + 1 < size_; ++s) {
+    const size_t send = slice(rank_ + 1 - s), recv = slice(rank_ - s);
+    GRIDSYNC_RETURN_IF_ERROR(Step(what, at(send), counts[send] * element_bytes, at(recv),
+                                  counts[recv] * element_bytes,
+                                  static_cast<uint32_t>(size_ - 1 + s), deadline));
+  }
+  return Status::OK();
+}
+
+Status SealedRing::ReduceScatter(const std::string& what, const float* in, float* out,
+                                 const std::vector<size_t>& counts,
+                                 const std::vector<size_t>& offsets, Clock::time_point deadline) {
+  ++operation_;
+  std::vector<float> work(in, in + offsets.back());
+  const auto slice = [&](int s) { return static_cast<size_t>(((s % size_) + size_) % size_); };
+  // As GlooCollective's plain ring: in step s rank r sends its running sum of
+  // slice r - s - 1 and adds its left neighbour's of slice r - s - 2.
+  for (int s = 0; s + 1 < size_; ++s) {
+    const size_t send = slice(rank_ - s - 1), recv = slice(rank_ - s - 2);
+    plain_in_.resize(counts[recv] * sizeof(float));
+    GRIDSYNC_RETURN_IF_ERROR(Step(what, work.data() + offsets[send], counts[send] * sizeof(float),
+                                  plain_in_.data(), plain_in_.size(), static_cast<uint32_t>(s),
+                                  deadline));
+    const auto* got = reinterpret_cast<const float*>(plain_in_.data());
+    float* acc = work.data() + offsets[recv];
+    for (size_t i = 0; i < counts[recv]; ++i) acc[i] += got[i];
+  }
+  const auto me = static_cast<size_t>(rank_);
+  if (counts[me] > 0) std::memcpy(out, work.data() + offsets[me], counts[me] * sizeof(float));
+  return Status::OK();
+}
+
+Status SealedRing::AllGatherV(const std::string& what, const float* in,
+                              const std::vector<size_t>& counts, const std::vector<size_t>& offsets,
+                              float* out, Clock::time_point deadline) {
+  ++operation_;
+  const auto me = static_cast<size_t>(rank_);
+  if (counts[me] > 0) std::memcpy(out + offsets[me], in, counts[me] * sizeof(float));
+  const auto slice = [&](int s) { return static_cast<size_t>(((s % size_) + size_) % size_); };
+  // In step s rank r passes on block r - s and takes block r - s - 1.
+  for (int s = 0; s + 1 < size_; ++s) {
+    const size_t send = slice(rank_ - s), recv = slice(rank_ - s - 1);
+    GRIDSYNC_RETURN_IF_ERROR(Step(what, out + offsets[send], counts[send] * sizeof(float),
+                                  out + offsets[recv], counts[recv] * sizeof(float),
+                                  static_cast<uint32_t>(s), deadline));
+  }
+  return Status::OK();
+}
+
+Status SealedRing::Broadcast(const std::string& what, void* data, size_t bytes, int root,
+                             Clock::time_point deadline) {
+  ++operation_;
+  if (size_ == 1 || bytes == 0) return Status::OK();
+  // Hop d of the chain carries message d: rank root + d takes it from its
+  // left neighbour and passes it on unless the next rank is the root.
+  const int hop = (rank_ - root + size_) % size_;
+  if (hop > 0) {
+    GRIDSYNC_RETURN_IF_ERROR(
+        Step(what, nullptr, 0, data, bytes, static_cast<uint32_t>(hop - 1), deadline));
+  }
+  if (hop + 1 < size_) {
+    GRIDSYNC_RETURN_IF_ERROR(
+        Step(what, data, bytes, nullptr, 0, static_cast<uint32_t>(hop), deadline));
+  }
+  return Status::OK();
+}
+
+Status SealedRing::Barrier(const std::string& what, Clock::time_point deadline) {
+  ++operation_;
+  uint8_t token = 1, got = 0;
+  for (int s = 0; s + 1 < size_; ++s) {
+    GRIDSYNC_RETURN_IF_ERROR(
+        Step(what, &token, sizeof(token), &got, sizeof(got), static_cast<uint32_t>(s), deadline));
+  }
+  return Status::OK();
+}
+
+}  // namespace gridsync
