@@ -31,10 +31,11 @@ TEST(CollectiveSealTest, OpensOnlyWhatWasSealedUnderItsKeyForItsRoute) {
   ASSERT_TRUE(session.Open(sealed.data(), sealed.size(), route, opened.data()).ok());
   EXPECT_EQ(opened, plain);
 
-  // Another route (sender, receiver, operation, index), session or key.
+  // Another route (sender, receiver, operation, index, part), session or key.
   for (const CollectiveSeal::Route other :
        {CollectiveSeal::Route{2, 2, 7, 3}, CollectiveSeal::Route{1, 0, 7, 3},
-        CollectiveSeal::Route{1, 2, 8, 3}, CollectiveSeal::Route{1, 2, 7, 4}}) {
+        CollectiveSeal::Route{1, 2, 8, 3}, CollectiveSeal::Route{1, 2, 7, 4},
+        CollectiveSeal::Route{1, 2, 7, 3, 1}}) {
     const Status refused = session.Open(sealed.data(), sealed.size(), other, opened.data());
     EXPECT_EQ(refused.code(), StatusCode::kCorruption) << refused.ToString();
     EXPECT_CONTAINS(refused.message(), "from rank " + std::to_string(other.sender) + " to rank " +

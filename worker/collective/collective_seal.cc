@@ -25,6 +25,7 @@ Nonce NonceOf(const CollectiveSeal::Route& route) {
   put(route.receiver, 4);
   put(route.operation, 8);
   put(route.index, 4);
+  put(route.part, 4);
   return nonce;
 }
 
@@ -65,8 +66,9 @@ void CollectiveSeal::Seal(const void* plain, size_t n, const Route& route, uint8
 Status CollectiveSeal::Open(const uint8_t* sealed, size_t sealed_n, const Route& route,
                             void* plain) const {
   const auto what = [&] {
-    return fmt::format("a collective message from rank {} to rank {} (operation {}, message {})",
-                       route.sender, route.receiver, route.operation, route.index);
+    return fmt::format(
+        "a collective message from rank {} to rank {} (operation {}, message {}, part {})",
+        route.sender, route.receiver, route.operation, route.index, route.part);
   };
   if (sealed_n < kTagBytes) {
     return Status::Corruption(

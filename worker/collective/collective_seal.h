@@ -18,7 +18,7 @@
 //
 // Nonces: a message's 24-byte nonce is not sent; sender and receiver both
 // build it from (sender rank, receiver rank, the group's operation count,
-// the message's index within the operation). A session sends each such
+// the message's index within the operation, the part). A session sends each such
 // tuple once, so no nonce repeats under a key, and a message replayed from
 // another operation, step or pair, or from another session, fails its
 // authentication. The cost on the wire is the 16-byte tag a message.
@@ -53,6 +53,7 @@ class CollectiveSeal {
     uint32_t receiver = 0;
     uint64_t operation = 0;  // the group's operation count
     uint32_t index = 0;      // the message's index within the operation
+    uint32_t part = 0;       // the part of a message sealed in parts
   };
 
   // out (n + kTagBytes bytes) = plain sealed for `route`.

@@ -45,31 +45,55 @@ SealedRing::SealedRing(int rank, int size, std::shared_ptr<gloo::Context> contex
 Status SealedRing::Step(const std::string& what, const void* send, size_t send_bytes, void* recv,
                         size_t recv_bytes, uint32_t index, Clock::time_point deadline) {
   const uint64_t slot = gloo::Slot::build(kSealedSlotPrefix, 0);
-  std::unique_ptr<gloo::transport::UnboundBuffer> out;
-  if (send_bytes > 0) {
-    sealed_out_.resize(send_bytes + CollectiveSeal::kTagBytes);
-    seal_.Seal(send, send_bytes,
-               {static_cast<uint32_t>(rank_), static_cast<uint32_t>(right_), operation_, index},
-               sealed_out_.data());
-    out = context_->createUnboundBuffer(sealed_out_.data(), sealed_out_.size());
-    out->send(right_, slot);
+  constexpr size_t kTag = CollectiveSeal::kTagBytes;
+  // A message goes in parts, each sealed apart, so that sealing a part
+  // overlaps the sending of the parts before it and opening one the
+  // receiving of those after it (sealed whole, the cipher and the link took
+  // turns: nearly twice the plain ring's time over a 1 Gbit link). Both
+  // ends cut the same bytes alike.
+  const auto parts = [](size_t bytes) { return (bytes + kPartBytes - 1) / kPartBytes; };
+  const auto part_bytes = [](size_t bytes, size_t k) {
+    return std::min(kPartBytes, bytes - k * kPartBytes);
+  };
+  std::unique_ptr<gloo::transport::UnboundBuffer> in, out;
+  // Every receive posted first: no part waits for its receive.
+  const size_t recv_parts = parts(recv_bytes);
+  if (recv_parts > 0) {
+    sealed_in_.resize(recv_bytes + recv_parts * kTag);
+    in = context_->createUnboundBuffer(sealed_in_.data(), sealed_in_.size());
+    for (size_t k = 0; k < recv_parts; ++k)
+      in->recv(left_, slot, k * (kPartBytes + kTag), part_bytes(recv_bytes, k) + kTag);
   }
-  if (recv_bytes > 0) {
-    sealed_in_.resize(recv_bytes + CollectiveSeal::kTagBytes);
-    auto in = context_->createUnboundBuffer(sealed_in_.data(), sealed_in_.size());
-    in->recv(left_, slot);
+  const size_t send_parts = parts(send_bytes);
+  if (send_parts > 0) {
+    sealed_out_.resize(send_bytes + send_parts * kTag);
+    out = context_->createUnboundBuffer(sealed_out_.data(), sealed_out_.size());
+    for (size_t k = 0; k < send_parts; ++k) {
+      const size_t at = k * (kPartBytes + kTag), n = part_bytes(send_bytes, k);
+      seal_.Seal(static_cast<const uint8_t*>(send) + k * kPartBytes, n,
+                 {static_cast<uint32_t>(rank_), static_cast<uint32_t>(right_), operation_, index,
+                  static_cast<uint32_t>(k)},
+                 sealed_out_.data() + at);
+      out->send(right_, slot, at, n + kTag);
+    }
+  }
+  // The parts of one slot and pair arrive in the order they were sent.
+  for (size_t k = 0; k < recv_parts; ++k) {
     if (!in->waitRecv(Remaining(deadline))) {
       return Status::IOError(fmt::format("{}: receive from rank {} aborted", what, left_));
     }
-    GRIDSYNC_RETURN_IF_ERROR(
-        seal_
-            .Open(sealed_in_.data(), sealed_in_.size(),
-                  {static_cast<uint32_t>(left_), static_cast<uint32_t>(rank_), operation_, index},
-                  recv)
-            .WithContext(what));
+    GRIDSYNC_RETURN_IF_ERROR(seal_
+                                 .Open(sealed_in_.data() + k * (kPartBytes + kTag),
+                                       part_bytes(recv_bytes, k) + kTag,
+                                       {static_cast<uint32_t>(left_), static_cast<uint32_t>(rank_),
+                                        operation_, index, static_cast<uint32_t>(k)},
+                                       static_cast<uint8_t*>(recv) + k * kPartBytes)
+                                 .WithContext(what));
   }
-  if (out && !out->waitSend(Remaining(deadline))) {
-    return Status::IOError(fmt::format("{}: send to rank {} aborted", what, right_));
+  for (size_t k = 0; k < send_parts; ++k) {
+    if (!out->waitSend(Remaining(deadline))) {
+      return Status::IOError(fmt::format("{}: send to rank {} aborted", what, right_));
+    }
   }
   return Status::OK();
 }

@@ -62,9 +62,12 @@ class SealedRing {
   Status Barrier(const std::string& what, Clock::time_point deadline);
 
  private:
+  // Parts of a message, each sealed apart (the last may be shorter).
+  static constexpr size_t kPartBytes = size_t{256} << 10;
+
   // One message out to the right neighbour (send_bytes > 0) and one in from
   // the left (recv_bytes > 0, opened into `recv`), both of message `index`
-  // of the current operation.
+  // of the current operation, in parts of kPartBytes.
   Status Step(const std::string& what, const void* send, size_t send_bytes, void* recv,
               size_t recv_bytes, uint32_t index, Clock::time_point deadline);
 
