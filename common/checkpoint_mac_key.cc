@@ -4,29 +4,21 @@
 
 #include <cstdint>
 
+#include "common/curve_derived_key.h"
+
 namespace gridsync {
 
 namespace {
 
 // Distinguishes this key from any other use of the same secret.
 constexpr std::string_view kKeyContext = "gridsync checkpoint key v1";
-constexpr size_t kZ85SecretChars = 40;  // 32 bytes in Z85
 
 }  // namespace
 
 Result<CheckpointMacKey> CheckpointMacKey::FromCurveSecret(std::string_view secret_z85) {
-  if (secret_z85.size() != kZ85SecretChars) {
-    return Status::InvalidArgument("a CURVE secret key of " + std::to_string(secret_z85.size()) +
-                                   " characters; allowed: 40 (Z85, as gridsync keygen writes)");
-  }
-  // Safe to call again and from any thread; it picks BLAKE2b's kernel.
-  if (sodium_init() < 0) return Status::Internal("libsodium failed to initialise");
+  GRIDSYNC_ASSIGN_OR_RETURN(const auto derived, DeriveFromCurveSecret(kKeyContext, secret_z85));
   CheckpointMacKey key;
-  // The Z85 text is a one-to-one spelling of the 32 secret bytes, so it
-  // keys the derivation as they would.
-  crypto_generichash(key.key_.data(), key.key_.size(),
-                     reinterpret_cast<const unsigned char*>(kKeyContext.data()), kKeyContext.size(),
-                     reinterpret_cast<const unsigned char*>(secret_z85.data()), secret_z85.size());
+  key.key_ = derived;
   return key;
 }
 

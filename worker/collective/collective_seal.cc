@@ -3,6 +3,8 @@
 #include <sodium.h>
 #include <spdlog/fmt/fmt.h>
 
+#include "common/curve_derived_key.h"
+
 namespace gridsync {
 
 namespace {
@@ -10,7 +12,6 @@ namespace {
 // Distinguishes this key from any other use of the same secret (the
 // checkpoint MAC key is derived from it too, under its own context).
 constexpr std::string_view kKeyContext = "gridsync collective key v1";
-constexpr size_t kZ85SecretChars = 40;  // 32 bytes in Z85
 
 using Nonce = std::array<unsigned char, crypto_aead_xchacha20poly1305_ietf_NPUBBYTES>;
 
@@ -32,16 +33,9 @@ Nonce NonceOf(const CollectiveSeal::Route& route) {
 }  // namespace
 
 Result<CollectiveSeal> CollectiveSeal::FromCurveSecret(std::string_view secret_z85) {
-  if (secret_z85.size() != kZ85SecretChars) {
-    return Status::InvalidArgument("a CURVE secret key of " + std::to_string(secret_z85.size()) +
-                                   " characters; allowed: 40 (Z85, as gridsync keygen writes)");
-  }
-  // Safe to call again and from any thread.
-  if (sodium_init() < 0) return Status::Internal("libsodium failed to initialise");
+  GRIDSYNC_ASSIGN_OR_RETURN(const auto derived, DeriveFromCurveSecret(kKeyContext, secret_z85));
   CollectiveSeal seal;
-  crypto_generichash(seal.key_.data(), seal.key_.size(),
-                     reinterpret_cast<const unsigned char*>(kKeyContext.data()), kKeyContext.size(),
-                     reinterpret_cast<const unsigned char*>(secret_z85.data()), secret_z85.size());
+  seal.key_ = derived;
   return seal;
 }
 
