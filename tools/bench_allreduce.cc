@@ -78,6 +78,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <random>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -137,15 +138,18 @@ std::string Centered(const std::string& label, size_t width) {
 
 // The column groups, then the columns (nccl-tests' names; the two groups
 // repeat them, as all_reduce_perf's out-of-place and in-place groups do).
-void PrintColumnHeaders(const std::vector<SizePlan>& plans, int rounds) {
+void PrintColumnHeaders(const std::vector<SizePlan>& plans, int rounds, bool sealed) {
   std::string iters;
   for (const auto& p : plans) {
     iters += " " + std::to_string(p.bytes()) + ":" + std::to_string(p.iters) + "/" +
              std::to_string(RoundsFor(p, rounds));
   }
   std::printf("# timed iterations/rounds per size (B):%s\n", iters.c_str());
-  std::printf("# %32s %s %s\n", "", Centered("gridsync (Gloo ring, C++)", 42).c_str(),
-              Centered("torch.distributed (gloo)", 42).c_str());
+  std::printf(
+      "# %32s %s %s\n", "",
+      Centered(sealed ? "gridsync (sealed Gloo ring, C++)" : "gridsync (Gloo ring, C++)", 42)
+          .c_str(),
+      Centered("torch.distributed (gloo)", 42).c_str());
   std::printf("# %10s %12s %6s %10s %11s %11s %7s %10s %11s %11s %7s %7s\n", "size", "count",
               "type", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "time(us)", "algbw(GB/s)",
               "busbw(GB/s)", "#wrong", "ratio");
@@ -177,7 +181,16 @@ nlohmann::json SideJson(const SizePlan& p, int ranks, const Measured& m) {
           {"wrong", m.wrong}};
 }
 
-int RunAllReduce(const AllReduceArgs& args) {
+int RunAllReduce(const AllReduceArgs& given) {
+  AllReduceArgs args = given;
+  if (args.sealed) {
+    // Any 40 characters stand for worker.key's secret; a fresh one a run.
+    std::random_device entropy;
+    constexpr std::string_view kAlphabet =
+        "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    args.seal_secret.clear();
+    for (int i = 0; i < 40; ++i) args.seal_secret += kAlphabet[entropy() % kAlphabet.size()];
+  }
   if (args.ranks < 2 || args.ranks > kMaxRanks) {
     return InvalidArgument("--ranks " + std::to_string(args.ranks) + "; allowed: 2.." +
                            std::to_string(kMaxRanks));
@@ -220,14 +233,18 @@ int RunAllReduce(const AllReduceArgs& args) {
 
   std::printf(
       "# gridsync-bench allreduce: %d ranks as processes on 127.0.0.1; float32 sum, in place; "
-      "gridsync: Gloo ring (MakeCollective(\"gloo\"), rendezvous via the coordinator KV store); "
+      "gridsync: Gloo ring (MakeCollective(\"gloo\"), rendezvous via the coordinator KV store)%s; "
       "peer: torch.distributed gloo, 1 thread per rank; warmup %d; iters %s; rounds %d "
       "(alternating gridsync, torch; later rounds re-warm with 1 iteration); each iteration: "
       "reset + barrier untimed, then one timed all-reduce; time = rank 0's median over all "
       "rounds; algbw = size/time; busbw = algbw*2(n-1)/n; GB/s = 1e9 B/s; #wrong = elements != "
       "exact sum after the last iteration, over all ranks; ratio = gridsync busbw / torch busbw; "
       "timeout %gs\n",
-      args.ranks, args.warmup,
+      args.ranks,
+      args.sealed ? ", every message sealed (XChaCha20-Poly1305 in parts of 256 KiB, as under "
+                    "security.curve: sealed_ring.h)"
+                  : "",
+      args.warmup,
       args.iters > 0 ? std::to_string(args.iters).c_str() : "auto (8 GiB / size, 10..1000)",
       args.rounds, args.timeout_s);
   std::fflush(stdout);
@@ -267,7 +284,7 @@ int RunAllReduce(const AllReduceArgs& args) {
   }
   std::printf("# peer: torch %s%s\n", torch_version.c_str(),
               peer ? "" : " (FAILED to start; its columns are \"-\")");
-  PrintColumnHeaders(plans, args.rounds);
+  PrintColumnHeaders(plans, args.rounds, args.sealed);
 
   std::vector<Measured> ours(plans.size());
   std::vector<std::optional<Measured>> torch(plans.size());
@@ -331,6 +348,7 @@ int RunAllReduce(const AllReduceArgs& args) {
   if (!args.json_out.empty()) {
     nlohmann::json out;
     out["settings"] = {{"ranks", args.ranks},
+                       {"sealed", args.sealed},
                        {"type", "float"},
                        {"op", "sum"},
                        {"in_place", true},
@@ -408,6 +426,9 @@ Runner AddAllReduceCommand(CLI::App* app) {
   cmd->add_option("--json", args->json_out, "Write the results as JSON to this file")
       ->check(OutputFile());
   cmd->add_option("--python", args->python, "Python interpreter for the PyTorch peer");
+  cmd->add_flag("--sealed", args->sealed,
+                "gridsync's ranks seal every message, as security.curve's Gloo groups do (the "
+                "peer stays plain)");
   return [args] { return allreduce::RunAllReduce(*args); };
 }
 

@@ -56,6 +56,11 @@ struct AllReduceArgs {
   double timeout_s = 120;
   std::string json_out;
   std::string python = "/usr/bin/python3";
+  // gridsync's ranks seal every message, as security.curve's groups do
+  // (worker/collective/collective_seal.h), under a key of this run; the
+  // peer stays plain (torch's gloo cannot seal).
+  bool sealed = false;
+  std::string seal_secret;  // 40 characters, made by RunAllReduce
 };
 
 struct SizePlan {

@@ -48,8 +48,14 @@ Status RunRank(const AllReduceArgs& args, const std::vector<SizePlan>& plans, ui
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(args.timeout_s * 1000));
   GRIDSYNC_ASSIGN_OR_RETURN(auto client, CoordinatorClient::Connect("127.0.0.1", port, timeout));
   auto store = std::make_unique<CoordinatorStore>(client.get());
-  GRIDSYNC_ASSIGN_OR_RETURN(auto collective,
-                            MakeCollective("gloo", store.get(), rank, args.ranks, kGroup, timeout));
+  CollectiveEndpoint endpoint;
+  if (args.sealed) {
+    GRIDSYNC_ASSIGN_OR_RETURN(CollectiveSeal seal,
+                              CollectiveSeal::FromCurveSecret(args.seal_secret));
+    endpoint.seal = std::make_shared<const CollectiveSeal>(std::move(seal));
+  }
+  GRIDSYNC_ASSIGN_OR_RETURN(auto collective, MakeCollective("gloo", store.get(), rank, args.ranks,
+                                                            kGroup, timeout, endpoint));
   for (size_t k = 0; k < plans.size(); ++k) {
     const SizePlan& p = plans[k];
     std::vector<float> pristine(p.count);
