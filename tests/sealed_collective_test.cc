@@ -63,6 +63,30 @@ TEST(CollectiveSealTest, OpensOnlyWhatWasSealedUnderItsKeyForItsRoute) {
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument) << bad.status().ToString();
 }
 
+// The mesh check and the group count their operations alike, so they build
+// the same nonces: their keys must differ, or the check's messages and the
+// group's first operation's would share key and nonce (a review found them
+// sealed under one key).
+TEST(CollectiveSealTest, AMeshChecksAndServesUnderKeysOfTheirOwn) {
+  const auto workers = *CollectiveSeal::FromCurveSecret(std::string(40, 'w'));
+  const SessionSeals mesh = SessionSeals::Of(workers, "gloo-attempt/flat 0/\nok 1\nok 2");
+  const CollectiveSeal::Route first{0, 1, 1, 0};  // operation 1, message 0 of both
+  const std::string plain = "the check's nonces";
+  std::vector<uint8_t> check(plain.size() + CollectiveSeal::kTagBytes);
+  std::vector<uint8_t> group(check.size());
+  mesh.check.Seal(plain.data(), plain.size(), first, check.data());
+  mesh.group.Seal(plain.data(), plain.size(), first, group.data());
+  EXPECT_NE(check, group) << "one key and nonce for both";
+  std::string opened(plain.size(), '\0');
+  EXPECT_TRUE(mesh.check.Open(check.data(), check.size(), first, opened.data()).ok());
+  EXPECT_FALSE(mesh.group.Open(check.data(), check.size(), first, opened.data()).ok())
+      << "a check's message replayed into the group opens";
+  // Another mesh (another attempt's words) shares neither key.
+  const SessionSeals other = SessionSeals::Of(workers, "gloo-attempt/flat 1/\nok 1\nok 2");
+  EXPECT_FALSE(other.group.Open(group.data(), group.size(), first, opened.data()).ok());
+  EXPECT_FALSE(other.check.Open(check.data(), check.size(), first, opened.data()).ok());
+}
+
 // A rank whose worker.key differs cannot open its neighbours' messages: the
 // group's check fails on every rank, naming the authentication, within the
 // timeout; nothing hangs.

@@ -33,9 +33,10 @@ Nonce NonceOf(const CollectiveSeal::Route& route) {
 }  // namespace
 
 Result<CollectiveSeal> CollectiveSeal::FromCurveSecret(std::string_view secret_z85) {
-  GRIDSYNC_ASSIGN_OR_RETURN(const auto derived, DeriveFromCurveSecret(kKeyContext, secret_z85));
+  GRIDSYNC_ASSIGN_OR_RETURN(auto derived, DeriveFromCurveSecret(kKeyContext, secret_z85));
   CollectiveSeal seal;
   seal.key_ = derived;
+  sodium_memzero(derived.data(), derived.size());
   return seal;
 }
 
@@ -45,6 +46,11 @@ CollectiveSeal CollectiveSeal::ForSession(std::string_view session) const {
                      reinterpret_cast<const unsigned char*>(session.data()), session.size(),
                      key_.data(), key_.size());
   return derived;
+}
+
+SessionSeals SessionSeals::Of(const CollectiveSeal& workers, std::string_view session) {
+  const CollectiveSeal mesh = workers.ForSession(session);
+  return {mesh.ForSession("check"), mesh.ForSession("group")};
 }
 
 CollectiveSeal::~CollectiveSeal() { sodium_memzero(key_.data(), key_.size()); }

@@ -12,9 +12,11 @@
 // Keys: the workers' key is derived from the worker role's CURVE secret
 // (worker.key), which every worker machine already holds and only they do
 // (as the checkpoint MAC key is, common/checkpoint_mac_key.h). Each formed
-// mesh then seals under a session key derived from it and the nonces the
-// ranks published for that attempt of the rendezvous (ForSession), so no
-// two meshes, attempts or runs share a key.
+// mesh then seals under keys derived from it and the nonces the ranks
+// published for that attempt of the rendezvous (SessionSeals: one for the
+// mesh check, one for the group), so no two meshes, attempts, runs or uses
+// share a key. Every worker holds the same worker.key, so a worker can pose
+// as any rank; the seal keeps out whoever does not hold it.
 //
 // Nonces: a message's 24-byte nonce is not sent; sender and receiver both
 // build it from (sender rank, receiver rank, the group's operation count,
@@ -71,6 +73,17 @@ class CollectiveSeal {
  private:
   CollectiveSeal() = default;
   std::array<unsigned char, 32> key_{};
+};
+
+// One formed mesh's two keys: its check (the rendezvous's all-reduce of
+// nonces) and the group's operations. Apart, since both count operations
+// from 1 and build the same nonces: under one key the check's messages and
+// the group's first operation's would share key and nonce (a review).
+struct SessionSeals {
+  CollectiveSeal check;
+  CollectiveSeal group;
+  // The keys of the mesh `session` describes, under the workers' key.
+  static SessionSeals Of(const CollectiveSeal& workers, std::string_view session);
 };
 
 }  // namespace gridsync

@@ -80,7 +80,8 @@ class GlooCollective final : public Collective {
   GlooCollective(int rank, int size, std::string group, std::chrono::milliseconds timeout,
                  std::shared_ptr<gloo::Context> context, const CollectiveSeal* seal)
       : Collective(rank, size, std::move(group), timeout), context_(std::move(context)) {
-    if (seal != nullptr) sealed_ = std::make_unique<SealedRing>(rank, size, context_, *seal);
+    if (seal != nullptr)
+      sealed_ = std::make_unique<SealedRing>(rank, size, context_, *seal, this->timeout());
   }
 
   std::string_view name() const override { return "gloo"; }
@@ -101,8 +102,7 @@ class GlooCollective final : public Collective {
       if (n == 0 || size() == 1) return Status::OK();
       const auto sum = format == HalfFormat::kFp16 ? &SumHalfValues<HalfFormat::kFp16>
                                                    : &SumHalfValues<HalfFormat::kBf16>;
-      if (sealed_)
-        return sealed_->AllReduce(Describe(op), data, n, sizeof(uint16_t), sum, Deadline());
+      if (sealed_) return sealed_->AllReduce(Describe(op), data, n, sizeof(uint16_t), sum);
       gloo::AllreduceOptions opts(context_);
       opts.setOutput(data, n);  // 2-byte elements: the ring moves half the bytes
       opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
@@ -152,7 +152,7 @@ class GlooCollective final : public Collective {
         return Status::OK();
       }
       if (sealed_) {
-        return sealed_->ReduceScatter(Describe(described), in, out, counts, offsets, Deadline());
+        return sealed_->ReduceScatter(Describe(described), in, out, counts, offsets);
       }
       return RingReduceScatterLocked(described, in, out, counts, offsets);
     });
@@ -170,7 +170,7 @@ class GlooCollective final : public Collective {
         return Status::OK();
       }
       if (sealed_) {
-        return sealed_->AllGatherV(Describe(described), in, counts, offsets, out, Deadline());
+        return sealed_->AllGatherV(Describe(described), in, counts, offsets, out);
       }
       // Gloo wants a writable input pointer, and one even for 0 elements; it
       // only reads from it.
@@ -193,8 +193,7 @@ class GlooCollective final : public Collective {
                                              : fmt::format("root: rank {}", root);
     return Guarded(op, peers, [&] {
       if (n == 0 || size() == 1) return Status::OK();
-      if (sealed_)
-        return sealed_->Broadcast(Describe(op), data, n * sizeof(float), root, Deadline());
+      if (sealed_) return sealed_->Broadcast(Describe(op), data, n * sizeof(float), root);
       gloo::BroadcastOptions opts(context_);
       opts.setOutput(data, n);  // in place: the root's output is its input
       opts.setRoot(root);
@@ -207,7 +206,7 @@ class GlooCollective final : public Collective {
   Status Barrier() override {
     return Guarded("Barrier", "all ranks", [&] {
       if (size() == 1) return Status::OK();
-      if (sealed_) return sealed_->Barrier(Describe("Barrier"), Deadline());
+      if (sealed_) return sealed_->Barrier(Describe("Barrier"));
       gloo::BarrierOptions opts(context_);
       opts.setTimeout(timeout());
       gloo::barrier(opts);
@@ -243,11 +242,8 @@ class GlooCollective final : public Collective {
     return status;
   }
 
-  SealedRing::Clock::time_point Deadline() const { return SealedRing::Clock::now() + timeout(); }
-
   Status AllReduceLocked(const std::string& op, float* data, size_t n) {
-    if (sealed_)
-      return sealed_->AllReduce(Describe(op), data, n, sizeof(float), &SumFloats, Deadline());
+    if (sealed_) return sealed_->AllReduce(Describe(op), data, n, sizeof(float), &SumFloats);
     gloo::AllreduceOptions opts(context_);
     opts.setOutput(data, n);  // in place: the output is also the input
     opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);

@@ -446,17 +446,19 @@ Result<std::unique_ptr<Collective>> NewGlooCollective(Store* store, int rank, in
     if (failed.empty()) {
       // A sealed group seals this mesh under a key of its own: the attempt
       // and every rank's nonce hashed into the workers' key.
-      std::optional<CollectiveSeal> session;
+      std::optional<SessionSeals> session;
       if (options.seal) {
         std::string described = tag;
         for (const std::string& word : words) described += "\n" + word;
-        session = options.seal->ForSession(described);
+        session = SessionSeals::Of(*options.seal, described);
       }
-      const CollectiveSeal* seal = session ? &*session : nullptr;
+      const CollectiveSeal* check_seal = session ? &session->check : nullptr;
+      const CollectiveSeal* seal = session ? &session->group : nullptr;
       // Every rank connected: does every pair of the ring carry its rank's
       // sums? (A short timeout: a few floats, at once on every rank.) Sealed,
       // a stranger on a pair fails it at once.
-      auto check = gloo_internal::MakeGlooCollective(rank, size, group, check_timeout, *mesh, seal);
+      auto check =
+          gloo_internal::MakeGlooCollective(rank, size, group, check_timeout, *mesh, check_seal);
       const Status checked = CheckMesh(*check, words);
       GRIDSYNC_RETURN_IF_ERROR(
           store

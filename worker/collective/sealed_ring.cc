@@ -16,12 +16,6 @@ namespace {
 // (gloo/types.h) and GlooCollective's plain reduce-scatter 0x40.
 constexpr uint8_t kSealedSlotPrefix = 0x41;
 
-std::chrono::milliseconds Remaining(SealedRing::Clock::time_point deadline) {
-  return std::max(
-      std::chrono::milliseconds(1),
-      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SealedRing::Clock::now()));
-}
-
 // Slices of n elements over `size` ranks: the first n % size one longer.
 void EvenSlices(size_t n, int size, std::vector<size_t>* counts, std::vector<size_t>* offsets) {
   const auto p = static_cast<size_t>(size);
@@ -34,16 +28,17 @@ void EvenSlices(size_t n, int size, std::vector<size_t>* counts, std::vector<siz
 }  // namespace
 
 SealedRing::SealedRing(int rank, int size, std::shared_ptr<gloo::Context> context,
-                       CollectiveSeal seal)
+                       CollectiveSeal seal, std::chrono::milliseconds wait_timeout)
     : rank_(rank),
       size_(size),
       left_((rank + size - 1) % size),
       right_((rank + 1) % size),
       context_(std::move(context)),
-      seal_(std::move(seal)) {}
+      seal_(std::move(seal)),
+      wait_timeout_(wait_timeout) {}
 
 Status SealedRing::Step(const std::string& what, const void* send, size_t send_bytes, void* recv,
-                        size_t recv_bytes, uint32_t index, Clock::time_point deadline) {
+                        size_t recv_bytes, uint32_t index) {
   const uint64_t slot = gloo::Slot::build(kSealedSlotPrefix, 0);
   constexpr size_t kTag = CollectiveSeal::kTagBytes;
   // A message goes in parts, each sealed apart, so that sealing a part
@@ -55,6 +50,13 @@ Status SealedRing::Step(const std::string& what, const void* send, size_t send_b
   const auto part_bytes = [](size_t bytes, size_t k) {
     return std::min(kPartBytes, bytes - k * kPartBytes);
   };
+  // A part's number is 32 bits of its nonce: no message may have more parts
+  // (1 PiB at 256 KiB a part), or two would share a nonce.
+  if (parts(send_bytes) > UINT32_MAX || parts(recv_bytes) > UINT32_MAX) {
+    return Status::InvalidArgument(
+        fmt::format("{}: a message of {} bytes; allowed: at most {} parts of {} bytes", what,
+                    std::max(send_bytes, recv_bytes), UINT32_MAX, kPartBytes));
+  }
   std::unique_ptr<gloo::transport::UnboundBuffer> in, out;
   // Every receive posted first: no part waits for its receive.
   const size_t recv_parts = parts(recv_bytes);
@@ -79,7 +81,7 @@ Status SealedRing::Step(const std::string& what, const void* send, size_t send_b
   }
   // The parts of one slot and pair arrive in the order they were sent.
   for (size_t k = 0; k < recv_parts; ++k) {
-    if (!in->waitRecv(Remaining(deadline))) {
+    if (!in->waitRecv(wait_timeout_)) {
       return Status::IOError(fmt::format("{}: receive from rank {} aborted", what, left_));
     }
     GRIDSYNC_RETURN_IF_ERROR(seal_
@@ -91,7 +93,7 @@ Status SealedRing::Step(const std::string& what, const void* send, size_t send_b
                                  .WithContext(what));
   }
   for (size_t k = 0; k < send_parts; ++k) {
-    if (!out->waitSend(Remaining(deadline))) {
+    if (!out->waitSend(wait_timeout_)) {
       return Status::IOError(fmt::format("{}: send to rank {} aborted", what, right_));
     }
   }
@@ -99,7 +101,7 @@ Status SealedRing::Step(const std::string& what, const void* send, size_t send_b
 }
 
 Status SealedRing::AllReduce(const std::string& what, void* data, size_t n, size_t element_bytes,
-                             SumFn sum, Clock::time_point deadline) {
+                             SumFn sum) {
   ++operation_;
   if (size_ == 1 || n == 0) return Status::OK();
   std::vector<size_t> counts, offsets;
@@ -114,7 +116,7 @@ Status SealedRing::AllReduce(const std::string& what, void* data, size_t n, size
     const size_t send = slice(rank_ - s), recv = slice(rank_ - s - 1);
     plain_in_.resize(counts[recv] * element_bytes);
     GRIDSYNC_RETURN_IF_ERROR(Step(what, at(send), counts[send] * element_bytes, plain_in_.data(),
-                                  plain_in_.size(), static_cast<uint32_t>(s), deadline));
+                                  plain_in_.size(), static_cast<uint32_t>(s)));
     if (counts[recv] > 0) sum(at(recv), at(recv), plain_in_.data(), counts[recv]);
   }
   // All-gather: the whole sums passed on around the ring.
@@ -122,14 +124,14 @@ Status SealedRing::AllReduce(const std::string& what, void* data, size_t n, size
     const size_t send = slice(rank_ + 1 - s), recv = slice(rank_ - s);
     GRIDSYNC_RETURN_IF_ERROR(Step(what, at(send), counts[send] * element_bytes, at(recv),
                                   counts[recv] * element_bytes,
-                                  static_cast<uint32_t>(size_ - 1 + s), deadline));
+                                  static_cast<uint32_t>(size_ - 1 + s)));
   }
   return Status::OK();
 }
 
 Status SealedRing::ReduceScatter(const std::string& what, const float* in, float* out,
                                  const std::vector<size_t>& counts,
-                                 const std::vector<size_t>& offsets, Clock::time_point deadline) {
+                                 const std::vector<size_t>& offsets) {
   ++operation_;
   std::vector<float> work(in, in + offsets.back());
   const auto slice = [&](int s) { return static_cast<size_t>(((s % size_) + size_) % size_); };
@@ -139,8 +141,7 @@ Status SealedRing::ReduceScatter(const std::string& what, const float* in, float
     const size_t send = slice(rank_ - s - 1), recv = slice(rank_ - s - 2);
     plain_in_.resize(counts[recv] * sizeof(float));
     GRIDSYNC_RETURN_IF_ERROR(Step(what, work.data() + offsets[send], counts[send] * sizeof(float),
-                                  plain_in_.data(), plain_in_.size(), static_cast<uint32_t>(s),
-                                  deadline));
+                                  plain_in_.data(), plain_in_.size(), static_cast<uint32_t>(s)));
     const auto* got = reinterpret_cast<const float*>(plain_in_.data());
     float* acc = work.data() + offsets[recv];
     for (size_t i = 0; i < counts[recv]; ++i) acc[i] += got[i];
@@ -152,7 +153,7 @@ Status SealedRing::ReduceScatter(const std::string& what, const float* in, float
 
 Status SealedRing::AllGatherV(const std::string& what, const float* in,
                               const std::vector<size_t>& counts, const std::vector<size_t>& offsets,
-                              float* out, Clock::time_point deadline) {
+                              float* out) {
   ++operation_;
   const auto me = static_cast<size_t>(rank_);
   if (counts[me] > 0) std::memcpy(out + offsets[me], in, counts[me] * sizeof(float));
@@ -162,35 +163,32 @@ Status SealedRing::AllGatherV(const std::string& what, const float* in,
     const size_t send = slice(rank_ - s), recv = slice(rank_ - s - 1);
     GRIDSYNC_RETURN_IF_ERROR(Step(what, out + offsets[send], counts[send] * sizeof(float),
                                   out + offsets[recv], counts[recv] * sizeof(float),
-                                  static_cast<uint32_t>(s), deadline));
+                                  static_cast<uint32_t>(s)));
   }
   return Status::OK();
 }
 
-Status SealedRing::Broadcast(const std::string& what, void* data, size_t bytes, int root,
-                             Clock::time_point deadline) {
+Status SealedRing::Broadcast(const std::string& what, void* data, size_t bytes, int root) {
   ++operation_;
   if (size_ == 1 || bytes == 0) return Status::OK();
   // Hop d of the chain carries message d: rank root + d takes it from its
   // left neighbour and passes it on unless the next rank is the root.
   const int hop = (rank_ - root + size_) % size_;
   if (hop > 0) {
-    GRIDSYNC_RETURN_IF_ERROR(
-        Step(what, nullptr, 0, data, bytes, static_cast<uint32_t>(hop - 1), deadline));
+    GRIDSYNC_RETURN_IF_ERROR(Step(what, nullptr, 0, data, bytes, static_cast<uint32_t>(hop - 1)));
   }
   if (hop + 1 < size_) {
-    GRIDSYNC_RETURN_IF_ERROR(
-        Step(what, data, bytes, nullptr, 0, static_cast<uint32_t>(hop), deadline));
+    GRIDSYNC_RETURN_IF_ERROR(Step(what, data, bytes, nullptr, 0, static_cast<uint32_t>(hop)));
   }
   return Status::OK();
 }
 
-Status SealedRing::Barrier(const std::string& what, Clock::time_point deadline) {
+Status SealedRing::Barrier(const std::string& what) {
   ++operation_;
   uint8_t token = 1, got = 0;
   for (int s = 0; s + 1 < size_; ++s) {
     GRIDSYNC_RETURN_IF_ERROR(
-        Step(what, &token, sizeof(token), &got, sizeof(got), static_cast<uint32_t>(s), deadline));
+        Step(what, &token, sizeof(token), &got, sizeof(got), static_cast<uint32_t>(s)));
   }
   return Status::OK();
 }

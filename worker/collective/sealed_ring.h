@@ -19,7 +19,11 @@
 //
 // Errors: a peer's failure or a timeout comes as Gloo's exception (the
 // caller turns it into a Status); a message that does not open is
-// Corruption; a wait that Gloo aborted is IOError naming the peer.
+// Corruption; a wait that Gloo aborted is IOError naming the peer. What the
+// seal cannot cover is Gloo's own framing around the sealed bytes: a frame
+// header changed on the way, or a stranger that took a pair's listener
+// while the mesh formed and sends one, fails Gloo's checks on its loop
+// thread, which ends the process (as it would a plain group's).
 //
 // Thread safety: not thread-safe; GlooCollective runs one operation at a
 // time under its lock.
@@ -45,21 +49,21 @@ class SealedRing {
   // c[i] = a[i] + b[i] for n elements (Gloo's reduce function shape).
   using SumFn = void (*)(void* c, const void* a, const void* b, size_t n);
 
-  SealedRing(int rank, int size, std::shared_ptr<gloo::Context> context, CollectiveSeal seal);
+  // Every wait for a message or its send ends after `wait_timeout`, as
+  // Gloo's own waits do (GlooCollective's timeout).
+  SealedRing(int rank, int size, std::shared_ptr<gloo::Context> context, CollectiveSeal seal,
+             std::chrono::milliseconds wait_timeout);
 
   // `what` names the operation in errors ("AllReduceSum(1000 floats)").
-  Status AllReduce(const std::string& what, void* data, size_t n, size_t element_bytes, SumFn sum,
-                   Clock::time_point deadline);
+  Status AllReduce(const std::string& what, void* data, size_t n, size_t element_bytes, SumFn sum);
   // out = the sum of every rank's in[offsets[rank()] .. + counts[rank()]).
   Status ReduceScatter(const std::string& what, const float* in, float* out,
-                       const std::vector<size_t>& counts, const std::vector<size_t>& offsets,
-                       Clock::time_point deadline);
+                       const std::vector<size_t>& counts, const std::vector<size_t>& offsets);
   // out = every rank's block at its offset; in is this rank's.
   Status AllGatherV(const std::string& what, const float* in, const std::vector<size_t>& counts,
-                    const std::vector<size_t>& offsets, float* out, Clock::time_point deadline);
-  Status Broadcast(const std::string& what, void* data, size_t bytes, int root,
-                   Clock::time_point deadline);
-  Status Barrier(const std::string& what, Clock::time_point deadline);
+                    const std::vector<size_t>& offsets, float* out);
+  Status Broadcast(const std::string& what, void* data, size_t bytes, int root);
+  Status Barrier(const std::string& what);
 
  private:
   // Parts of a message, each sealed apart (the last may be shorter).
@@ -69,7 +73,7 @@ class SealedRing {
   // the left (recv_bytes > 0, opened into `recv`), both of message `index`
   // of the current operation, in parts of kPartBytes.
   Status Step(const std::string& what, const void* send, size_t send_bytes, void* recv,
-              size_t recv_bytes, uint32_t index, Clock::time_point deadline);
+              size_t recv_bytes, uint32_t index);
 
   const int rank_;
   const int size_;
@@ -77,6 +81,7 @@ class SealedRing {
   const int right_;
   std::shared_ptr<gloo::Context> context_;
   const CollectiveSeal seal_;
+  const std::chrono::milliseconds wait_timeout_;
   uint64_t operation_ = 0;  // operations begun: the group's sequence
   std::vector<uint8_t> sealed_out_, sealed_in_, plain_in_;
 };

@@ -190,10 +190,11 @@ Result<TrainReport> TrainAllReduceWorker(const RunSpec& spec, const ImageTask& i
   CollectiveEndpoint endpoint = options.endpoint;
   if (const auto device = cuda::DeviceForLocalRank(local_rank); device.ok())
     endpoint.cuda_device = *device;
-  // Under CURVE, Gloo's messages between machines are sealed under the
-  // workers' key (worker/collective/collective_seal.h): Gloo's TCP pairs
-  // neither encrypt nor authenticate. A node's own group stays on its
-  // machine's loopback and is not sealed, as under hybrid.
+  // Under CURVE, Gloo's messages are sealed under the workers' key
+  // (worker/collective/collective_seal.h): Gloo's TCP pairs neither encrypt
+  // nor authenticate. A node's own group too: nothing checks that a node's
+  // workers share a machine (two hosts started as one node would send its
+  // gradients across the network).
   if (config.security.curve) {
     auto own = wire::LoadCurveKeyPair(config.security.keys_dir, "worker");
     if (!own.ok()) {
@@ -203,8 +204,6 @@ Result<TrainReport> TrainAllReduceWorker(const RunSpec& spec, const ImageTask& i
                               CollectiveSeal::FromCurveSecret(own->secret_z85));
     endpoint.seal = std::make_shared<const CollectiveSeal>(std::move(seal));
   }
-  CollectiveEndpoint node_endpoint = endpoint;
-  node_endpoint.seal = nullptr;
   GRIDSYNC_ASSIGN_OR_RETURN(auto model, MakeModel(spec));
   GRIDSYNC_ASSIGN_OR_RETURN(auto trainer,
                             PickTrainer(spec, *model, local_rank, options, options.train.quiet));
@@ -216,7 +215,7 @@ Result<TrainReport> TrainAllReduceWorker(const RunSpec& spec, const ImageTask& i
     if (kind == "gloo") {
       spdlog::info(
           "the collective's messages are sealed (security.curve: XChaCha20-Poly1305 under a key "
-          "derived from worker.key; a node's own group on its loopback is not)");
+          "derived from worker.key)");
     } else {
       spdlog::warn(
           "security.curve: NCCL cannot seal the collective's messages; they cross the "
@@ -232,9 +231,8 @@ Result<TrainReport> TrainAllReduceWorker(const RunSpec& spec, const ImageTask& i
     const int node = d.NodeOf(rank);
     const int local = d.LocalRankOf(rank);
     GRIDSYNC_ASSIGN_OR_RETURN(
-        intra,
-        MakeCollective(kind, &store, local, nodes[static_cast<size_t>(node)].workers,
-                       "intra-" + nodes[static_cast<size_t>(node)].name, timeout, node_endpoint));
+        intra, MakeCollective(kind, &store, local, nodes[static_cast<size_t>(node)].workers,
+                              "intra-" + nodes[static_cast<size_t>(node)].name, timeout, endpoint));
     if (local < spec.sync.hierarchical_slices) {
       GRIDSYNC_ASSIGN_OR_RETURN(
           inter, MakeCollective(kind, &store, node, static_cast<int>(nodes.size()),
