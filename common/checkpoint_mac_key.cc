@@ -16,10 +16,8 @@ constexpr std::string_view kKeyContext = "gridsync checkpoint key v1";
 }  // namespace
 
 Result<CheckpointMacKey> CheckpointMacKey::FromCurveSecret(std::string_view secret_z85) {
-  GRIDSYNC_ASSIGN_OR_RETURN(auto derived, DeriveFromCurveSecret(kKeyContext, secret_z85));
   CheckpointMacKey key;
-  key.key_ = derived;
-  sodium_memzero(derived.data(), derived.size());
+  GRIDSYNC_RETURN_IF_ERROR(DeriveFromCurveSecret(kKeyContext, secret_z85, &key.key_));
   return key;
 }
 

@@ -15,11 +15,10 @@
 
 namespace gridsync {
 
-// BLAKE2b-256 of `context`, keyed by the secret's Z85 text (40
+// *key = BLAKE2b-256 of `context`, keyed by the secret's Z85 text (40
 // characters, as <role>.key holds it; a one-to-one spelling of its 32
-// bytes). InvalidArgument for another length. The caller wipes the result
-// (sodium_memzero) once it has copied it.
-Result<std::array<unsigned char, 32>> DeriveFromCurveSecret(std::string_view context,
-                                                            std::string_view secret_z85);
+// bytes). InvalidArgument for another length, *key untouched.
+Status DeriveFromCurveSecret(std::string_view context, std::string_view secret_z85,
+                             std::array<unsigned char, 32>* key);
 
 }  // namespace gridsync

@@ -78,7 +78,6 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <random>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -87,6 +86,7 @@
 #include "common/cli_parse.h"
 #include "common/coordinator_client.h"
 #include "common/status.h"
+#include "common/wire/curve.h"
 #include "server/coordinator.h"
 #include "tools/bench.h"
 #include "worker/collective/factory.h"
@@ -184,12 +184,10 @@ nlohmann::json SideJson(const SizePlan& p, int ranks, const Measured& m) {
 int RunAllReduce(const AllReduceArgs& given) {
   AllReduceArgs args = given;
   if (args.sealed) {
-    // Any 40 characters stand for worker.key's secret; a fresh one a run.
-    std::random_device entropy;
-    constexpr std::string_view kAlphabet =
-        "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
-    args.seal_secret.clear();
-    for (int i = 0; i < 40; ++i) args.seal_secret += kAlphabet[entropy() % kAlphabet.size()];
+    // A fresh key pair a run stands for worker.key.
+    auto keys = wire::GenerateCurveKeyPair();
+    if (!keys.ok()) return Fail(keys.status());
+    args.seal_secret = keys->secret_z85;
   }
   if (args.ranks < 2 || args.ranks > kMaxRanks) {
     return InvalidArgument("--ranks " + std::to_string(args.ranks) + "; allowed: 2.." +

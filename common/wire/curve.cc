@@ -202,13 +202,20 @@ Result<CurveSettings> CurveSettingsFor(const Config& config, const std::string& 
   return settings;
 }
 
-Result<std::optional<CheckpointMacKey>> CheckpointMacKeyFor(const Config& config,
-                                                            const std::string& role) {
-  if (!config.security.curve) return std::optional<CheckpointMacKey>();
+Result<std::optional<std::string>> OwnCurveSecretFor(const Config& config,
+                                                     const std::string& role) {
+  if (!config.security.curve) return std::optional<std::string>();
   auto own = LoadCurveKeyPair(config.security.keys_dir, role);
   if (!own.ok()) return InKeysDir(own.status());
-  GRIDSYNC_ASSIGN_OR_RETURN(CheckpointMacKey key,
-                            CheckpointMacKey::FromCurveSecret(own->secret_z85));
+  return std::optional<std::string>(std::move(own->secret_z85));
+}
+
+Result<std::optional<CheckpointMacKey>> CheckpointMacKeyFor(const Config& config,
+                                                            const std::string& role) {
+  GRIDSYNC_ASSIGN_OR_RETURN(const std::optional<std::string> secret,
+                            OwnCurveSecretFor(config, role));
+  if (!secret) return std::optional<CheckpointMacKey>();
+  GRIDSYNC_ASSIGN_OR_RETURN(CheckpointMacKey key, CheckpointMacKey::FromCurveSecret(*secret));
   return std::optional<CheckpointMacKey>(std::move(key));
 }
 

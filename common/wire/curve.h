@@ -63,6 +63,10 @@ std::string CurveRoleOf(const zmq::message_t& received);
 // least one); the others load <role>.key and trust shard.pub.
 Result<CurveSettings> CurveSettingsFor(const Config& config, const std::string& role);
 
+// The secret of `role`'s own key pair (<keys_dir>/<role>.key, Z85) under
+// config.security: none without security.curve; errors name security.keys_dir.
+Result<std::optional<std::string>> OwnCurveSecretFor(const Config& config, const std::string& role);
+
 // The key that authenticates `role`'s checkpoint files ("shard" or
 // "worker": common/checkpoint_mac_key.h) under config.security: none without
 // security.curve; else derived from <keys_dir>/<role>.key, the secret the

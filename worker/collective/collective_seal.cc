@@ -33,10 +33,8 @@ Nonce NonceOf(const CollectiveSeal::Route& route) {
 }  // namespace
 
 Result<CollectiveSeal> CollectiveSeal::FromCurveSecret(std::string_view secret_z85) {
-  GRIDSYNC_ASSIGN_OR_RETURN(auto derived, DeriveFromCurveSecret(kKeyContext, secret_z85));
   CollectiveSeal seal;
-  seal.key_ = derived;
-  sodium_memzero(derived.data(), derived.size());
+  GRIDSYNC_RETURN_IF_ERROR(DeriveFromCurveSecret(kKeyContext, secret_z85, &seal.key_));
   return seal;
 }
 

@@ -37,6 +37,8 @@ SealedRing::SealedRing(int rank, int size, std::shared_ptr<gloo::Context> contex
       seal_(std::move(seal)),
       wait_timeout_(wait_timeout) {}
 
+size_t SealedRing::Slice(int s) const { return static_cast<size_t>(((s % size_) + size_) % size_); }
+
 Status SealedRing::Step(const std::string& what, const void* send, size_t send_bytes, void* recv,
                         size_t recv_bytes, uint32_t index) {
   const uint64_t slot = gloo::Slot::build(kSealedSlotPrefix, 0);
@@ -107,13 +109,12 @@ Status SealedRing::AllReduce(const std::string& what, void* data, size_t n, size
   std::vector<size_t> counts, offsets;
   EvenSlices(n, size_, &counts, &offsets);
   auto* bytes = static_cast<uint8_t*>(data);
-  const auto slice = [&](int s) { return static_cast<size_t>(((s % size_) + size_) % size_); };
   const auto at = [&](size_t i) { return bytes + offsets[i] * element_bytes; };
   // Reduce-scatter: in step s rank r sends its running sum of slice r - s
   // and adds its left neighbour's of slice r - s - 1; it ends holding the
   // whole sum of slice r + 1.
   for (int s = 0; s + 1 < size_; ++s) {
-    const size_t send = slice(rank_ - s), recv = slice(rank_ - s - 1);
+    const size_t send = Slice(rank_ - s), recv = Slice(rank_ - s - 1);
     plain_in_.resize(counts[recv] * element_bytes);
     GRIDSYNC_RETURN_IF_ERROR(Step(what, at(send), counts[send] * element_bytes, plain_in_.data(),
                                   plain_in_.size(), static_cast<uint32_t>(s)));
@@ -121,7 +122,7 @@ Status SealedRing::AllReduce(const std::string& what, void* data, size_t n, size
   }
   // All-gather: the whole sums passed on around the ring.
   for (int s = 0; s + 1 < size_; ++s) {
-    const size_t send = slice(rank_ + 1 - s), recv = slice(rank_ - s);
+    const size_t send = Slice(rank_ + 1 - s), recv = Slice(rank_ - s);
     GRIDSYNC_RETURN_IF_ERROR(Step(what, at(send), counts[send] * element_bytes, at(recv),
                                   counts[recv] * element_bytes,
                                   static_cast<uint32_t>(size_ - 1 + s)));
@@ -134,11 +135,10 @@ Status SealedRing::ReduceScatter(const std::string& what, const float* in, float
                                  const std::vector<size_t>& offsets) {
   ++operation_;
   std::vector<float> work(in, in + offsets.back());
-  const auto slice = [&](int s) { return static_cast<size_t>(((s % size_) + size_) % size_); };
   // As GlooCollective's plain ring: in step s rank r sends its running sum of
   // slice r - s - 1 and adds its left neighbour's of slice r - s - 2.
   for (int s = 0; s + 1 < size_; ++s) {
-    const size_t send = slice(rank_ - s - 1), recv = slice(rank_ - s - 2);
+    const size_t send = Slice(rank_ - s - 1), recv = Slice(rank_ - s - 2);
     plain_in_.resize(counts[recv] * sizeof(float));
     GRIDSYNC_RETURN_IF_ERROR(Step(what, work.data() + offsets[send], counts[send] * sizeof(float),
                                   plain_in_.data(), plain_in_.size(), static_cast<uint32_t>(s)));
@@ -157,10 +157,9 @@ Status SealedRing::AllGatherV(const std::string& what, const float* in,
   ++operation_;
   const auto me = static_cast<size_t>(rank_);
   if (counts[me] > 0) std::memcpy(out + offsets[me], in, counts[me] * sizeof(float));
-  const auto slice = [&](int s) { return static_cast<size_t>(((s % size_) + size_) % size_); };
   // In step s rank r passes on block r - s and takes block r - s - 1.
   for (int s = 0; s + 1 < size_; ++s) {
-    const size_t send = slice(rank_ - s), recv = slice(rank_ - s - 1);
+    const size_t send = Slice(rank_ - s), recv = Slice(rank_ - s - 1);
     GRIDSYNC_RETURN_IF_ERROR(Step(what, out + offsets[send], counts[send] * sizeof(float),
                                   out + offsets[recv], counts[recv] * sizeof(float),
                                   static_cast<uint32_t>(s)));

@@ -66,6 +66,9 @@ class SealedRing {
   Status Barrier(const std::string& what);
 
  private:
+  // The rank (or slice) s places around the ring from rank 0, any s.
+  size_t Slice(int s) const;
+
   // Parts of a message, each sealed apart (the last may be shorter).
   static constexpr size_t kPartBytes = size_t{256} << 10;
 

@@ -195,13 +195,9 @@ Result<TrainReport> TrainAllReduceWorker(const RunSpec& spec, const ImageTask& i
   // nor authenticate. A node's own group too: nothing checks that a node's
   // workers share a machine (two hosts started as one node would send its
   // gradients across the network).
-  if (config.security.curve) {
-    auto own = wire::LoadCurveKeyPair(config.security.keys_dir, "worker");
-    if (!own.ok()) {
-      return Status(own.status().code(), "security.keys_dir: " + own.status().message());
-    }
-    GRIDSYNC_ASSIGN_OR_RETURN(CollectiveSeal seal,
-                              CollectiveSeal::FromCurveSecret(own->secret_z85));
+  GRIDSYNC_ASSIGN_OR_RETURN(const auto worker_secret, wire::OwnCurveSecretFor(config, "worker"));
+  if (worker_secret) {
+    GRIDSYNC_ASSIGN_OR_RETURN(CollectiveSeal seal, CollectiveSeal::FromCurveSecret(*worker_secret));
     endpoint.seal = std::make_shared<const CollectiveSeal>(std::move(seal));
   }
   GRIDSYNC_ASSIGN_OR_RETURN(auto model, MakeModel(spec));
