@@ -243,10 +243,15 @@ struct CompressionConfig {
   int bits = 4;                // 1..8: qsgd level bits
   int block = 256;             // 1..65536: int8 values per scale
   // Keep the compression residual of touched rows and add it back. Unset:
-  // true, except for the unbiased qsgd and randomk.
+  // true, except for the unbiased qsgd and randomk, and for the codecs that
+  // only round (OnlyRounds) under ps and hybrid.
   bool error_feedback = true;
   int min_bytes = 4096;  // 0..2^30: smaller blocks travel uncompressed
   bool pull = false;     // also compress pull replies (no error feedback)
+
+  // fp16, bf16 and int8: every value arrives, rounded (to a few parts in
+  // 10^3 at worst), rather than held back or dropped.
+  bool OnlyRounds() const { return codec == "fp16" || codec == "bf16" || codec == "int8"; }
 
   // Field by field: what a round trip through ToJson must preserve.
   bool operator==(const CompressionConfig&) const = default;
@@ -357,7 +362,8 @@ struct Config {
   // without a word, where distributed.enable false refuses the codec).
   std::vector<std::string> NotesFor(bool standalone) const;
 
-  // ps.optimizer resolved: true when Adam runs on the workers.
+  // ps.optimizer resolved: true when Adam runs on the workers (auto: with
+  // a codec that holds values back, or any with error feedback on).
   bool OptimizerOnWorkers() const;
 
   // Field by field: what a round trip through ToJson must preserve.

@@ -245,7 +245,8 @@ TEST(ConfigPsTest, KeysValidateAndStalenessNeedsSsp) {
 TEST(ConfigPsTest, OptimizerPlacementResolves) {
   EXPECT_EQ(Config{}.ps.optimizer, OptimizerPlacement::kAuto);
   EXPECT_FALSE(Config{}.OptimizerOnWorkers());  // codec none: Adam on the shards
-  for (const char* codec : {"fp16", "bf16", "int8", "qsgd", "onebit", "topk", "randomk"}) {
+  // (Codecs that only round: CodecsThatOnlyRoundKeepTheUncompressedArithmetic.)
+  for (const char* codec : {"qsgd", "onebit", "topk", "randomk"}) {
     Config c = ParseOk(std::string(R"({"compression": {"codec": ")") + codec + R"("}})");
     EXPECT_TRUE(c.OptimizerOnWorkers()) << codec;
     c.ps.optimizer = OptimizerPlacement::kShard;
@@ -284,6 +285,44 @@ TEST(ConfigCompressionTest, ErrorFeedbackDefaultFollowsTheCodec) {
   }
   const Config off = ParseOk(R"({"compression": {"codec": "topk", "error_feedback": false}})");
   EXPECT_FALSE(off.compression.error_feedback);
+}
+
+// Under ps and hybrid the codecs that only round leave error feedback off
+// and Adam on the shards, as an uncompressed run has it; asked for, error
+// feedback is on and Adam moves to the workers. nccl's 16-bit all-reduce
+// keeps error feedback.
+TEST(ConfigCompressionTest, CodecsThatOnlyRoundKeepTheUncompressedArithmetic) {
+  const auto parse = [](const std::string& sync, const std::string& codec,
+                        const std::string& extra) {
+    return ParseOk(R"({"distributed": {"gradient_sync": ")" + sync +
+                   R"("}, "compression": {"codec": ")" + codec + "\"" + extra + "}}");
+  };
+  for (const char* sync : {"ps", "hybrid"}) {
+    for (const char* codec : {"fp16", "bf16", "int8"}) {
+      const Config c = parse(sync, codec, "");
+      EXPECT_FALSE(c.compression.error_feedback) << sync << " " << codec;
+      EXPECT_EQ(c.ToJson()["compression"]["error_feedback"], false) << sync << " " << codec;
+      EXPECT_FALSE(c.OptimizerOnWorkers()) << sync << " " << codec;
+      const Config fed = parse(sync, codec, R"(, "error_feedback": true)");
+      EXPECT_TRUE(fed.compression.error_feedback) << sync << " " << codec;
+      EXPECT_TRUE(fed.OptimizerOnWorkers()) << sync << " " << codec;
+      Config worker = c;
+      worker.ps.optimizer = OptimizerPlacement::kWorker;
+      EXPECT_TRUE(worker.OptimizerOnWorkers()) << sync << " " << codec;
+    }
+    for (const char* codec : {"onebit", "topk"}) {
+      const Config c = parse(sync, codec, "");
+      EXPECT_TRUE(c.compression.error_feedback) << sync << " " << codec;
+      EXPECT_TRUE(c.OptimizerOnWorkers()) << sync << " " << codec;
+      // Without error feedback they still hold values back (or drop them).
+      EXPECT_TRUE(parse(sync, codec, R"(, "error_feedback": false)").OptimizerOnWorkers())
+          << sync << " " << codec;
+    }
+    for (const char* codec : {"qsgd", "randomk"})
+      EXPECT_TRUE(parse(sync, codec, "").OptimizerOnWorkers()) << sync << " " << codec;
+  }
+  for (const char* codec : {"fp16", "bf16"})
+    EXPECT_TRUE(parse("nccl", codec, "").compression.error_feedback) << codec;
 }
 
 TEST(ConfigToJsonTest, RoundTrip) {

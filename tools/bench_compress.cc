@@ -41,7 +41,8 @@
 // threads in TrainImagePs, with bsp, the same seeds and data for every codec,
 // compression.min_bytes = --min-bytes, and error feedback and ps.optimizer
 // as the config resolves them for the codec (columns ef and adam; --set
-// overrides them for every codec). Rows: rank 0's
+// overrides them for every codec, and an entry "CODEC+ef" or "CODEC-ef"
+// for its own row, so that one run compares both). Rows: rank 0's
 // final PSNR, its difference from none's, the bytes each worker pushed and
 // pulled per step (mean over workers, as PsClient counts them: whole
 // messages of the training steps; PsSession resets the counters after rank
@@ -125,6 +126,15 @@ std::vector<std::string> SplitList(const std::string& text) {
 std::vector<std::string> ListedCodecs(const CompressArgs& args) {
   if (!args.codecs.empty()) return args.codecs;
   return SplitList(args.train ? kTrainCodecsDefault : kTableCodecsDefault);
+}
+
+CodecEntry ParseCodecEntry(const std::string& entry) {
+  for (const auto& [suffix, value] : {std::pair{"+ef", "true"}, std::pair{"-ef", "false"}}) {
+    const std::string_view tail(suffix);
+    if (entry.size() > tail.size() && entry.ends_with(tail))
+      return {entry.substr(0, entry.size() - tail.size()), value};
+  }
+  return {entry, ""};
 }
 
 // A path inside a gnuplot single-quoted string ('' is a quote there).
@@ -223,7 +233,9 @@ Runner AddCompressCommand(CLI::App* app) {
   cmd->add_option("--codecs", args->codecs,
                   std::string("Codecs, comma-separated (default: ") +
                       compress::kTableCodecsDefault +
-                      "; with --train: " + compress::kTrainCodecsDefault + ")")
+                      "; with --train: " + compress::kTrainCodecsDefault +
+                      "; with --train a codec may end in +ef or -ef: error feedback on or off "
+                      "for its row)")
       ->delimiter(',');
   auto* ratio = cmd->add_option("--ratio", args->ratio, "topk/randomk fraction of values kept")
                     ->check(gridsync::FiniteRange(0.0, 1.0));
@@ -273,8 +285,18 @@ Runner AddCompressCommand(CLI::App* app) {
     // "--codecs topk --bits 3"), as compression.bits with codec topk would.
     const auto codecs = compress::ListedCodecs(*args);
     const auto listed = [&codecs](const char* codec) {
-      return std::find(codecs.begin(), codecs.end(), codec) != codecs.end();
+      return std::any_of(codecs.begin(), codecs.end(), [codec](const std::string& entry) {
+        return compress::ParseCodecEntry(entry).codec == codec;
+      });
     };
+    for (const std::string& entry : codecs) {
+      if (args->train || compress::ParseCodecEntry(entry).error_feedback.empty()) continue;
+      std::fprintf(stderr,
+                   "--codecs %s: +ef and -ef choose error feedback for a training row; allowed: "
+                   "with --train (the table measures the codecs alone)\n",
+                   entry.c_str());
+      return kConfigErrorExitCode;
+    }
     if (ratio->count() > 0 && !listed("topk") && !listed("randomk")) {
       std::fprintf(stderr, "--ratio: no listed codec reads it; allowed: with topk or randomk\n");
       return kConfigErrorExitCode;

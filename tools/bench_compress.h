@@ -160,6 +160,16 @@ std::vector<std::string> SplitList(const std::string& text);
 // default list.
 std::vector<std::string> ListedCodecs(const CompressArgs& args);
 
+// One --codecs entry: a codec, and under --train optionally "+ef" or "-ef"
+// after it, which turns compression.error_feedback on or off for that row
+// whatever the config resolves, so that a codec runs with and without it
+// side by side ("--codecs none,fp16,fp16+ef").
+struct CodecEntry {
+  std::string codec;
+  std::string error_feedback;  // "", "true" or "false"
+};
+CodecEntry ParseCodecEntry(const std::string& entry);
+
 // A path inside a gnuplot single-quoted string ('' is a quote there).
 std::string GnuplotQuote(const std::string& text);
 

@@ -295,15 +295,21 @@ int RunTrainSweep(const CompressArgs& args) {
     return kConfigErrorExitCode;
   }
   std::vector<Config> configs;
-  for (const auto& codec : codecs) {
-    auto config = LoadConfig(
-        args,
-        {"distributed.enable=true", "distributed.gradient_sync=ps", "ps.consistency=bsp",
-         "distributed.world_size=" + std::to_string(args.workers),
-         "ps.shards=" + std::to_string(args.shards), "training.steps=" + std::to_string(args.steps),
-         "training.batch_size=" + std::to_string(batch),
-         "training.threads=" + std::to_string(args.threads), "training.log_every=0",
-         "compression.codec=" + codec});
+  for (const auto& entry : codecs) {
+    const CodecEntry parsed = ParseCodecEntry(entry);
+    std::vector<std::string> sets = {"distributed.enable=true",
+                                     "distributed.gradient_sync=ps",
+                                     "ps.consistency=bsp",
+                                     "distributed.world_size=" + std::to_string(args.workers),
+                                     "ps.shards=" + std::to_string(args.shards),
+                                     "training.steps=" + std::to_string(args.steps),
+                                     "training.batch_size=" + std::to_string(batch),
+                                     "training.threads=" + std::to_string(args.threads),
+                                     "training.log_every=0",
+                                     "compression.codec=" + parsed.codec};
+    if (!parsed.error_feedback.empty())
+      sets.push_back("compression.error_feedback=" + parsed.error_feedback);
+    auto config = LoadConfig(args, sets);
     Status status = config.ok() ? config->CheckRunnable(false) : config.status();
     if (status.ok()) status = CodecFromConfig(config->compression).status();
     if (!status.ok()) {
