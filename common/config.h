@@ -243,8 +243,8 @@ struct CompressionConfig {
   int bits = 4;                // 1..8: qsgd level bits
   int block = 256;             // 1..65536: int8 values per scale
   // Keep the compression residual of touched rows and add it back. Unset:
-  // true, except for the unbiased qsgd and randomk, and for the codecs that
-  // only round (OnlyRounds) under ps and hybrid.
+  // true for onebit and topk; false for the unbiased qsgd and randomk and
+  // for the codecs that only round (OnlyRounds).
   bool error_feedback = true;
   int min_bytes = 4096;  // 0..2^30: smaller blocks travel uncompressed
   bool pull = false;     // also compress pull replies (no error feedback)

@@ -366,18 +366,16 @@ void ReadCompression(SectionReader& top, Problems& problems, Config& config) {
   // - off for qsgd and randomk, which are unbiased by rescaling, so their
   //   residual is (1 - n/k) times what they kept and feeding it back
   //   diverges (measured: gridsync-bench compress --train);
-  // - off for fp16, bf16 and int8 under ps and hybrid: they deliver every
-  //   value, rounded, and what error feedback held back of the rounding
-  //   came later in bursts that cost PSNR and time (compress --train, 2000
-  //   steps, 2 workers: fp16 36.54 dB with it against 37.21 without with
-  //   Adam on the workers, and 37.58 without with Adam on the shards,
-  //   where ps.optimizer auto then puts it; none 37.45);
-  // - on for the rest: onebit and topk hold most of a step back, and
-  //   nccl's 16-bit all-reduce keeps what its rounding lost.
+  // - off for fp16, bf16 and int8, which deliver every value, rounded:
+  //   what error feedback held back of the rounding came later in bursts
+  //   that cost PSNR and time. Measured side by side: under ps (compress
+  //   --train, 2000 steps, 2 workers) fp16 36.54 dB with it against 37.58
+  //   without (none 37.45), where ps.optimizer auto then keeps Adam on the
+  //   shards; under nccl (configs/local.json, 500 steps) fp16 36.61
+  //   against 37.46, bf16 36.41 against 37.06;
+  // - on for onebit and topk, which hold most of a step back.
   // (Read in either case, so the key is known to the unknown-key report.)
-  c.error_feedback =
-      c.codec != "qsgd" && c.codec != "randomk" &&
-      !(c.OnlyRounds() && config.distributed.gradient_sync != GradientSyncMode::kNccl);
+  c.error_feedback = c.codec != "qsgd" && c.codec != "randomk" && !c.OnlyRounds();
   r.Bool("error_feedback", &c.error_feedback);
   r.Int("min_bytes", &c.min_bytes, 0, 1 << 30);
   const bool pull_ok = r.Bool("pull", &c.pull);

@@ -263,7 +263,8 @@ TEST(ConfigPsTest, OptimizerPlacementResolves) {
 }
 
 TEST(ConfigCompressionTest, ErrorFeedbackDefaultFollowsTheCodec) {
-  for (const char* codec : {"none", "fp16", "bf16", "int8", "onebit", "topk"}) {
+  // (fp16, bf16, int8: CodecsThatOnlyRoundKeepTheUncompressedArithmetic.)
+  for (const char* codec : {"none", "onebit", "topk"}) {
     const Config c = ParseOk(std::string(R"({"compression": {"codec": ")") + codec + R"("}})");
     EXPECT_TRUE(c.compression.error_feedback) << codec;
   }
@@ -287,10 +288,9 @@ TEST(ConfigCompressionTest, ErrorFeedbackDefaultFollowsTheCodec) {
   EXPECT_FALSE(off.compression.error_feedback);
 }
 
-// Under ps and hybrid the codecs that only round leave error feedback off
-// and Adam on the shards, as an uncompressed run has it; asked for, error
-// feedback is on and Adam moves to the workers. nccl's 16-bit all-reduce
-// keeps error feedback.
+// The codecs that only round leave error feedback off, under every mode;
+// under ps and hybrid Adam then stays on the shards, as an uncompressed run
+// has it. Asked for, error feedback is on and Adam moves to the workers.
 TEST(ConfigCompressionTest, CodecsThatOnlyRoundKeepTheUncompressedArithmetic) {
   const auto parse = [](const std::string& sync, const std::string& codec,
                         const std::string& extra) {
@@ -321,8 +321,11 @@ TEST(ConfigCompressionTest, CodecsThatOnlyRoundKeepTheUncompressedArithmetic) {
     for (const char* codec : {"qsgd", "randomk"})
       EXPECT_TRUE(parse(sync, codec, "").OptimizerOnWorkers()) << sync << " " << codec;
   }
-  for (const char* codec : {"fp16", "bf16"})
-    EXPECT_TRUE(parse("nccl", codec, "").compression.error_feedback) << codec;
+  for (const char* codec : {"fp16", "bf16"}) {
+    EXPECT_FALSE(parse("nccl", codec, "").compression.error_feedback) << codec;
+    EXPECT_TRUE(parse("nccl", codec, R"(, "error_feedback": true)").compression.error_feedback)
+        << codec;
+  }
 }
 
 TEST(ConfigToJsonTest, RoundTrip) {
