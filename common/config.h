@@ -252,6 +252,11 @@ struct CompressionConfig {
   // fp16, bf16 and int8: every value arrives, rounded (to a few parts in
   // 10^3 at worst), rather than held back or dropped.
   bool OnlyRounds() const { return codec == "fp16" || codec == "bf16" || codec == "int8"; }
+  // Of those, the ones that keep any gradient's magnitude: bf16 (fp32's
+  // exponent) and int8 (a scale per block). fp16 flushes values under
+  // 6e-8 to zero and keeps few bits under 6e-5, which a large batch's mean
+  // gradient reaches.
+  bool KeepsGradientRange() const { return codec == "bf16" || codec == "int8"; }
 
   // Field by field: what a round trip through ToJson must preserve.
   bool operator==(const CompressionConfig&) const = default;
@@ -363,7 +368,7 @@ struct Config {
   std::vector<std::string> NotesFor(bool standalone) const;
 
   // ps.optimizer resolved: true when Adam runs on the workers (auto: with
-  // a codec that holds values back, or any with error feedback on).
+  // any codec but bf16 and int8 without error feedback).
   bool OptimizerOnWorkers() const;
 
   // Field by field: what a round trip through ToJson must preserve.

@@ -245,7 +245,7 @@ TEST(ConfigPsTest, KeysValidateAndStalenessNeedsSsp) {
 TEST(ConfigPsTest, OptimizerPlacementResolves) {
   EXPECT_EQ(Config{}.ps.optimizer, OptimizerPlacement::kAuto);
   EXPECT_FALSE(Config{}.OptimizerOnWorkers());  // codec none: Adam on the shards
-  // (Codecs that only round: CodecsThatOnlyRoundKeepTheUncompressedArithmetic.)
+  // (Codecs that only round: CodecsThatOnlyRoundHoldNothingBack.)
   for (const char* codec : {"qsgd", "onebit", "topk", "randomk"}) {
     Config c = ParseOk(std::string(R"({"compression": {"codec": ")") + codec + R"("}})");
     EXPECT_TRUE(c.OptimizerOnWorkers()) << codec;
@@ -263,7 +263,7 @@ TEST(ConfigPsTest, OptimizerPlacementResolves) {
 }
 
 TEST(ConfigCompressionTest, ErrorFeedbackDefaultFollowsTheCodec) {
-  // (fp16, bf16, int8: CodecsThatOnlyRoundKeepTheUncompressedArithmetic.)
+  // (fp16, bf16, int8: CodecsThatOnlyRoundHoldNothingBack.)
   for (const char* codec : {"none", "onebit", "topk"}) {
     const Config c = ParseOk(std::string(R"({"compression": {"codec": ")") + codec + R"("}})");
     EXPECT_TRUE(c.compression.error_feedback) << codec;
@@ -289,9 +289,11 @@ TEST(ConfigCompressionTest, ErrorFeedbackDefaultFollowsTheCodec) {
 }
 
 // The codecs that only round leave error feedback off, under every mode;
-// under ps and hybrid Adam then stays on the shards, as an uncompressed run
-// has it. Asked for, error feedback is on and Adam moves to the workers.
-TEST(ConfigCompressionTest, CodecsThatOnlyRoundKeepTheUncompressedArithmetic) {
+// under ps and hybrid Adam then stays on the shards for bf16 and int8, as
+// an uncompressed run has it, and runs on the workers for fp16, whose range
+// would flush small gradients. Asked for, error feedback is on and Adam
+// moves to the workers.
+TEST(ConfigCompressionTest, CodecsThatOnlyRoundHoldNothingBack) {
   const auto parse = [](const std::string& sync, const std::string& codec,
                         const std::string& extra) {
     return ParseOk(R"({"distributed": {"gradient_sync": ")" + sync +
@@ -302,13 +304,16 @@ TEST(ConfigCompressionTest, CodecsThatOnlyRoundKeepTheUncompressedArithmetic) {
       const Config c = parse(sync, codec, "");
       EXPECT_FALSE(c.compression.error_feedback) << sync << " " << codec;
       EXPECT_EQ(c.ToJson()["compression"]["error_feedback"], false) << sync << " " << codec;
-      EXPECT_FALSE(c.OptimizerOnWorkers()) << sync << " " << codec;
+      EXPECT_EQ(c.OptimizerOnWorkers(), std::string(codec) == "fp16") << sync << " " << codec;
       const Config fed = parse(sync, codec, R"(, "error_feedback": true)");
       EXPECT_TRUE(fed.compression.error_feedback) << sync << " " << codec;
       EXPECT_TRUE(fed.OptimizerOnWorkers()) << sync << " " << codec;
       Config worker = c;
       worker.ps.optimizer = OptimizerPlacement::kWorker;
       EXPECT_TRUE(worker.OptimizerOnWorkers()) << sync << " " << codec;
+      Config shard = c;
+      shard.ps.optimizer = OptimizerPlacement::kShard;
+      EXPECT_FALSE(shard.OptimizerOnWorkers()) << sync << " " << codec;
     }
     for (const char* codec : {"onebit", "topk"}) {
       const Config c = parse(sync, codec, "");
