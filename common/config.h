@@ -252,10 +252,11 @@ struct CompressionConfig {
   // fp16, bf16 and int8: every value arrives, rounded (to a few parts in
   // 10^3 at worst), rather than held back or dropped.
   bool OnlyRounds() const { return codec == "fp16" || codec == "bf16" || codec == "int8"; }
-  // Of those, the ones that keep any gradient's magnitude: bf16 (fp32's
-  // exponent) and int8 (a scale per block). fp16 flushes values under
-  // 6e-8 to zero and keeps few bits under 6e-5, which a large batch's mean
-  // gradient reaches.
+  // Of those, the ones with no floor on a value's magnitude: bf16 (fp32's
+  // exponent) and int8 (a scale per block, so it rounds each value
+  // relative to its block's largest, however small that is). fp16 flushes
+  // values under 6e-8 to zero and keeps few bits under 6e-5, which a large
+  // batch's mean gradient reaches.
   bool KeepsGradientRange() const { return codec == "bf16" || codec == "int8"; }
 
   // Field by field: what a round trip through ToJson must preserve.

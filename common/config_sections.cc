@@ -369,10 +369,11 @@ void ReadCompression(SectionReader& top, Problems& problems, Config& config) {
   // - off for fp16, bf16 and int8, which deliver every value, rounded:
   //   what error feedback held back of the rounding came later in bursts
   //   that cost PSNR and time. Measured side by side: under ps (compress
-  //   --train, 2000 steps, 2 workers) fp16 36.54 dB with it against 37.58
-  //   without (none 37.45) and Adam on the shards, 37.21 without and
-  //   Adam on the workers, where ps.optimizer auto puts it for fp16; under nccl
-  //   (configs/local.json, 500 steps) fp16 36.61 against 37.46, bf16 36.41 against 37.06;
+  //   --train, 2000 steps, 2 workers; none 37.45 dB) fp16 36.54 dB with it
+  //   against 37.58 without and Adam on the shards, 37.21 without and Adam
+  //   on the workers, where ps.optimizer auto puts it for fp16; under nccl
+  //   (configs/local.json, 500 steps) fp16 36.61 against 37.46, bf16 36.41
+  //   against 37.06;
   // - on for onebit and topk, which hold most of a step back.
   // (Read in either case, so the key is known to the unknown-key report.)
   c.error_feedback = c.codec != "qsgd" && c.codec != "randomk" && !c.OnlyRounds();
