@@ -57,6 +57,20 @@ Status ValidateCodecOptions(const CodecOptions& options);
 // others. Options must be valid and n <= kMaxCodecValues.
 uint32_t KeptCount(const CodecOptions& options, size_t n);
 
+// fp16, bf16 and int8: every value arrives, rounded (to a few parts in
+// 10^3 at worst), rather than held back or dropped.
+constexpr bool OnlyRounds(Codec codec) {
+  return codec == Codec::kFp16 || codec == Codec::kBf16 || codec == Codec::kInt8;
+}
+// Of those, the ones with no floor on a value's magnitude: bf16 (fp32's
+// exponent) and int8 (a scale per block, so it rounds each value relative
+// to its block's largest, however small that is). fp16 flushes values
+// under 6e-8 to zero and keeps few bits under 6e-5, which a large batch's
+// mean gradient reaches.
+constexpr bool KeepsGradientRange(Codec codec) {
+  return codec == Codec::kBf16 || codec == Codec::kInt8;
+}
+
 // Exact payload bytes for n values (the table above). Options must be valid
 // and n <= kMaxCodecValues.
 size_t EncodedSize(const CodecOptions& options, size_t n);

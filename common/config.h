@@ -249,15 +249,10 @@ struct CompressionConfig {
   int min_bytes = 4096;  // 0..2^30: smaller blocks travel uncompressed
   bool pull = false;     // also compress pull replies (no error feedback)
 
-  // fp16, bf16 and int8: every value arrives, rounded (to a few parts in
-  // 10^3 at worst), rather than held back or dropped.
-  bool OnlyRounds() const { return codec == "fp16" || codec == "bf16" || codec == "int8"; }
-  // Of those, the ones with no floor on a value's magnitude: bf16 (fp32's
-  // exponent) and int8 (a scale per block, so it rounds each value
-  // relative to its block's largest, however small that is). fp16 flushes
-  // values under 6e-8 to zero and keeps few bits under 6e-5, which a large
-  // batch's mean gradient reaches.
-  bool KeepsGradientRange() const { return codec == "bf16" || codec == "int8"; }
+  // The codec's properties (common/codec_format.h); false for a name that
+  // is no codec (refused at load).
+  bool OnlyRounds() const;
+  bool KeepsGradientRange() const;
 
   // Field by field: what a round trip through ToJson must preserve.
   bool operator==(const CompressionConfig&) const = default;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/cluster_layout.h"
+#include "common/codec_format.h"
 #include "common/config.h"
 #include "common/config_reader.h"
 #include "common/file_bytes.h"
@@ -17,6 +18,16 @@
 namespace gridsync {
 
 using config_reader::Join;
+
+bool CompressionConfig::OnlyRounds() const {
+  const Result<Codec> parsed = ParseCodec(codec);
+  return parsed.ok() && gridsync::OnlyRounds(*parsed);
+}
+
+bool CompressionConfig::KeepsGradientRange() const {
+  const Result<Codec> parsed = ParseCodec(codec);
+  return parsed.ok() && gridsync::KeepsGradientRange(*parsed);
+}
 
 bool Config::OptimizerOnWorkers() const {
   switch (ps.optimizer) {
