@@ -55,13 +55,13 @@ std::ostream& operator<<(std::ostream& os, Codec codec) { return os << CodecName
 Status ValidateCodecOptions(const CodecOptions& options) {
   switch (options.codec) {
     case Codec::kNone:
-    case Codec::kFp16:
     case Codec::kBf16:
     case Codec::kOnebit:
       return Status::OK();
+    case Codec::kFp16:
     case Codec::kInt8:
       if (options.block >= 1) return Status::OK();
-      return Status::InvalidArgument("codec int8: block 0; allowed: >= 1");
+      return Status::InvalidArgument(Prefix(options) + "block 0; allowed: >= 1");
     case Codec::kQsgd:
       if (options.bits >= 1 && options.bits <= 8) return Status::OK();
       return Status::InvalidArgument("codec qsgd: bits " + std::to_string(options.bits) +
@@ -94,6 +94,7 @@ size_t EncodedSize(const CodecOptions& options, size_t n) {
     case Codec::kNone:
       return 4 * n;
     case Codec::kFp16:
+      return CeilDiv(n, options.block) * 2 + 2 * n;
     case Codec::kBf16:
       return 2 * n;
     case Codec::kInt8:

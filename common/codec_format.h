@@ -43,7 +43,7 @@ struct CodecOptions {
   Codec codec = Codec::kNone;
   double ratio = 0.01;   // topk, randomk: fraction of values kept, in (0, 1]
   int bits = 4;          // qsgd: level bits, 1..8 (s = 2^bits - 1 levels)
-  uint32_t block = 256;  // int8: values per scale, >= 1
+  uint32_t block = 256;  // int8, fp16: values per scale, >= 1
 };
 
 // Payloads index values with u32 (topk) and draw them by u32 (randomk).
@@ -63,12 +63,13 @@ constexpr bool OnlyRounds(Codec codec) {
   return codec == Codec::kFp16 || codec == Codec::kBf16 || codec == Codec::kInt8;
 }
 // Of those, the ones with no floor on a value's magnitude: bf16 (fp32's
-// exponent) and int8 (a scale per block, so it rounds each value relative
-// to its block's largest, however small that is). fp16 flushes values
-// under 6e-8 to zero and keeps few bits under 6e-5, which a large batch's
-// mean gradient reaches.
+// exponent), int8 and fp16 (a scale per block, so each rounds a value
+// relative to its block's largest, however small that is). Plain halves,
+// fp16's format until protocol version 3, flushed values under 6e-8 to
+// zero, which a large batch's mean gradient reaches (measured: -0.43 dB
+// with Adam on the shards at batch 16384).
 constexpr bool KeepsGradientRange(Codec codec) {
-  return codec == Codec::kBf16 || codec == Codec::kInt8;
+  return codec == Codec::kBf16 || codec == Codec::kInt8 || codec == Codec::kFp16;
 }
 
 // Exact payload bytes for n values (the table above). Options must be valid

@@ -241,7 +241,8 @@ struct CompressionConfig {
   std::string codec = "none";  // none, fp16, bf16, int8, qsgd, onebit, topk, randomk
   double ratio = 0.01;         // (0, 1]: topk/randomk fraction of values kept
   int bits = 4;                // 1..8: qsgd level bits
-  int block = 256;             // 1..65536: int8 values per scale
+  int block = 256;             // 1..65536: int8 and fp16 values per scale
+  bool block_given = false;    // compression.block appeared in the config
   // Keep the compression residual of touched rows and add it back. Unset:
   // true for onebit and topk; false for the unbiased qsgd and randomk and
   // for the codecs that only round (OnlyRounds).

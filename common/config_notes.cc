@@ -141,6 +141,13 @@ std::vector<std::string> InertValueNotes(const Config& c) {
           "against 4 uncompressed, so its pushes grow; used with blocks of 2 values or more "
           "(default 256)");
     }
+    if (c.compression.codec == "fp16" && c.compression.block == 1 &&
+        d.gradient_sync != GradientSyncMode::kNccl) {
+      lines.push_back(
+          "compression.block 1: fp16 sends a 2-byte exponent with every value, 4 bytes a value "
+          "as uncompressed, so its pushes do not shrink; used with blocks of 2 values or more "
+          "(default 256)");
+    }
   }
   if (d.enable && d.world_size == 1) {
     std::string keys;

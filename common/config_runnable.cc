@@ -109,6 +109,13 @@ Status Config::CheckRunnable(bool standalone) const {
             "compression.pull=true: not supported with distributed.gradient_sync=nccl (an "
             "all-reduce has no pulls); allowed: false, or gradient_sync ps or hybrid");
       }
+      if (compression.codec == "fp16" && compression.block_given) {
+        lines.push_back(
+            "compression.block=" + std::to_string(compression.block) +
+            ": has no effect with compression.codec=fp16 under distributed.gradient_sync=nccl "
+            "(the 16-bit all-reduce scales each bucket by one power of two; block sizes the "
+            "scales of ps and hybrid pushes); allowed: remove it, or gradient_sync ps or hybrid");
+      }
     }
     if (sync == GradientSyncMode::kPs) {
       const int split = distributed.world_size * training.gradient_accumulation;

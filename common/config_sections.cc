@@ -362,6 +362,7 @@ void ReadCompression(SectionReader& top, Problems& problems, Config& config) {
   r.Double("ratio", &c.ratio, 0.0, /*lo_open=*/true, 1.0);
   r.Int("bits", &c.bits, 1, 8);
   r.Int("block", &c.block, 1, 65536);
+  c.block_given = r.Has("block");
   // Unset, error feedback follows the codec and what it carries:
   // - off for qsgd and randomk, which are unbiased by rescaling, so their
   //   residual is (1 - n/k) times what they kept and feeding it back
@@ -392,7 +393,7 @@ void ReadCompression(SectionReader& top, Problems& problems, Config& config) {
   const CodecKey codec_keys[] = {
       {"ratio", c.codec == "topk" || c.codec == "randomk", "codec \"topk\" or \"randomk\""},
       {"bits", c.codec == "qsgd", "codec \"qsgd\""},
-      {"block", c.codec == "int8", "codec \"int8\""},
+      {"block", c.codec == "int8" || c.codec == "fp16", "codec \"int8\" or \"fp16\""},
       {"error_feedback", !none, "a codec other than \"none\""},
       {"min_bytes", !none, "a codec other than \"none\""},
   };

@@ -102,7 +102,12 @@ nlohmann::json Config::ToJson() const {
   const std::string& codec = compression.codec;
   if (codec == "topk" || codec == "randomk") c["ratio"] = compression.ratio;
   if (codec == "qsgd") c["bits"] = compression.bits;
-  if (codec == "int8") c["block"] = compression.block;
+  // fp16's block applies to pushes (ps, hybrid): under nccl it is written
+  // only when given, as it is then an error.
+  if (codec == "int8" ||
+      (codec == "fp16" &&
+       (distributed.gradient_sync != GradientSyncMode::kNccl || compression.block_given)))
+    c["block"] = compression.block;
   if (codec != "none") {
     c["error_feedback"] = compression.error_feedback;
     c["min_bytes"] = compression.min_bytes;

@@ -90,9 +90,10 @@ TEST(CodecMalformed, NonFiniteValues) {
     }
   }
   for (uint16_t bad : {uint16_t{0x7C00}, uint16_t{0xFC00}, uint16_t{0x7E01}}) {
-    const CodecOptions o = Options(Codec::kFp16);
+    CodecOptions o = Options(Codec::kFp16);
+    o.block = 16;  // value 42 is block 2's value 10
     std::vector<uint8_t> bytes = EncodeVec(o, x, 0);
-    std::memcpy(bytes.data() + 2 * 42, &bad, 2);
+    std::memcpy(bytes.data() + 2 * 34 + 2 + 2 * 10, &bad, 2);
     ExpectRefused(o, bytes, n, "value[42]");
   }
   for (uint16_t bad : {uint16_t{0x7F80}, uint16_t{0xFF80}, uint16_t{0x7FC0}}) {
@@ -173,11 +174,19 @@ TEST(CodecMalformed, OnebitPaddingAndInt8Code) {
     bytes[260 + 4 + 5] = 0x80;  // value 261
     ExpectRefused(o, bytes, 300, "value[261] has code -128; allowed: -127..127");
   }
+  // fp16's exponents: in [-112, 100], which keeps every decoded value a
+  // normal, finite float.
+  for (int16_t e : {int16_t{-113}, int16_t{101}, int16_t{-32768}, int16_t{32767}}) {
+    const CodecOptions o = Options(Codec::kFp16);
+    std::vector<uint8_t> bytes = EncodeVec(o, Gaussian(300, 8), 0);
+    std::memcpy(bytes.data() + 514, &e, 2);  // block 1
+    ExpectRefused(o, bytes, 300, "block 1 exponent " + std::to_string(e) + "; allowed: -112..100");
+  }
 }
 
 TEST(CodecMalformed, BadArguments) {
   const CodecOptions o = Options(Codec::kFp16);
-  std::vector<uint8_t> bytes(20);
+  std::vector<uint8_t> bytes(EncodedSize(o, 10));
   float out[10];
   EXPECT_EQ(cpu::Decode(o, bytes.data(), bytes.size(), 10, 0, nullptr).code(),
             StatusCode::kInvalidArgument);

@@ -46,7 +46,8 @@ size_t DocumentedSize(const CodecOptions& o, size_t n) {
                                                1, n);
   switch (o.codec) {
     case Codec::kNone: return 4 * n;
-    case Codec::kFp16: return 2 * n;
+    case Codec::kFp16:
+      return 2 * CeilDiv(n, o.block) + 2 * n;
     case Codec::kBf16: return 2 * n;
     case Codec::kInt8: return 4 * CeilDiv(n, o.block) + n;
     case Codec::kQsgd: return 4 + CeilDiv(n * (o.bits + 1), 8);
@@ -113,6 +114,8 @@ TEST(CodecOptionsTest, ValidationNamesFieldAndRange) {
   qsgd9.bits = 9;
   CodecOptions int8 = Options(Codec::kInt8);
   int8.block = 0;
+  CodecOptions fp16 = Options(Codec::kFp16);
+  fp16.block = 0;
   CodecOptions topk0 = Options(Codec::kTopk);
   topk0.ratio = 0.0;
   CodecOptions topk_big = Options(Codec::kTopk);
@@ -122,10 +125,15 @@ TEST(CodecOptionsTest, ValidationNamesFieldAndRange) {
   CodecOptions randomk_neg = Options(Codec::kRandomk);
   randomk_neg.ratio = -0.1;
   CodecOptions unknown = Options(static_cast<Codec>(200));
-  const Bad bad[] = {{qsgd0, "bits 0; allowed: 1..8"},      {qsgd9, "bits 9; allowed: 1..8"},
-                     {int8, "block 0; allowed: >= 1"},      {topk0, "allowed: (0, 1]"},
-                     {topk_big, "allowed: (0, 1]"},         {randomk_nan, "allowed: (0, 1]"},
-                     {randomk_neg, "allowed: (0, 1]"},      {unknown, "codec 200 unknown"}};
+  const Bad bad[] = {{qsgd0, "bits 0; allowed: 1..8"},
+                     {qsgd9, "bits 9; allowed: 1..8"},
+                     {int8, "int8: block 0; allowed: >= 1"},
+                     {fp16, "fp16: block 0; allowed: >= 1"},
+                     {topk0, "allowed: (0, 1]"},
+                     {topk_big, "allowed: (0, 1]"},
+                     {randomk_nan, "allowed: (0, 1]"},
+                     {randomk_neg, "allowed: (0, 1]"},
+                     {unknown, "codec 200 unknown"}};
   for (const Bad& b : bad) {
     const Status status = ValidateCodecOptions(b.options);
     ASSERT_FALSE(status.ok()) << b.message;
@@ -137,11 +145,11 @@ TEST(CodecOptionsTest, ValidationNamesFieldAndRange) {
               StatusCode::kInvalidArgument);
   }
   // Fields a codec does not use are not judged.
-  CodecOptions fp16 = Options(Codec::kFp16);
-  fp16.bits = 0;
-  fp16.ratio = 7.0;
-  fp16.block = 0;
-  EXPECT_TRUE(ValidateCodecOptions(fp16).ok());
+  CodecOptions bf16 = Options(Codec::kBf16);
+  bf16.bits = 0;
+  bf16.ratio = 7.0;
+  bf16.block = 0;
+  EXPECT_TRUE(ValidateCodecOptions(bf16).ok());
 }
 
 TEST(CodecSizes, KeptCount) {
@@ -162,7 +170,8 @@ TEST(CodecSizes, KeptCount) {
 TEST(CodecSizes, ExactBytesForEveryCodec) {
   // A few written out by hand (defaults: ratio 0.01, bits 4, block 256).
   EXPECT_EQ(EncodedSize(Options(Codec::kNone), 7), 28u);
-  EXPECT_EQ(EncodedSize(Options(Codec::kFp16), 7), 14u);
+  EXPECT_EQ(EncodedSize(Options(Codec::kFp16), 7), 2u + 14);
+  EXPECT_EQ(EncodedSize(Options(Codec::kFp16), 257), 2u * 2 + 514);
   EXPECT_EQ(EncodedSize(Options(Codec::kBf16), 1000), 2000u);
   EXPECT_EQ(EncodedSize(Options(Codec::kInt8), 1000), 4u * 4 + 1000);
   EXPECT_EQ(EncodedSize(Options(Codec::kInt8), 256), 260u);
@@ -244,8 +253,14 @@ TEST_P(CodecRoundTrip, SizeDeterminismAndErrorBound) {
       for (size_t i = 0; i < n; ++i) expect(std::bit_cast<uint32_t>(x[i]) == std::bit_cast<uint32_t>(y[i]), i, 0);
       break;
     case Codec::kFp16:
+      // Half's relative rounding, and its subnormal step 2^-24 of the
+      // block's largest |x| brought to [2^14, 2^15).
       for (size_t i = 0; i < n; ++i) {
-        const float bound = std::ldexp(std::fabs(x[i]), -11) + std::ldexp(1.0f, -25);
+        const size_t begin = i / o.block * o.block;
+        float max = 0.0f;
+        for (size_t j = begin; j < std::min<size_t>(n, begin + o.block); ++j)
+          max = std::max(max, std::fabs(x[j]));
+        const float bound = std::ldexp(std::fabs(x[i]), -11) + std::ldexp(max, -38);
         expect(std::fabs(y[i] - x[i]) <= bound, i, bound);
       }
       break;
@@ -330,20 +345,66 @@ TEST(CodecRoundTrip, EmptyArrays) {
 // ---------------------------------------------------------------------------
 // Per-codec details.
 
-TEST(Fp16Codec, SaturatesFiniteKeepsInfinityAndRejectsNonFinite) {
-  const CodecOptions o = Options(Codec::kFp16);
-  const std::vector<float> x = {1e6f, -70000.0f, 65504.0f, 1.0f, 6e-8f, -0.0f};
+// The exponent of a block, read from its first two bytes.
+int16_t BlockExponent(const std::vector<uint8_t>& bytes, const CodecOptions& o, size_t block) {
+  int16_t e;
+  std::memcpy(&e, bytes.data() + block * (2 * o.block + 2), 2);
+  return e;
+}
+
+TEST(Fp16Codec, ScalesEachBlockByAPowerOfTwo) {
+  CodecOptions o = Options(Codec::kFp16);
+  o.block = 2;
+  // Blocks: {1, -0.5}, {3e-9, 1e-12} (plain halves flushed both to 0),
+  // {1e6, 2}, {0, -0}.
+  const std::vector<float> x = {1.0f, -0.5f, 3e-9f, 1e-12f, 1e6f, 2.0f, 0.0f, -0.0f};
+  const std::vector<uint8_t> bytes = EncodeVec(o, x, 0);
+  ASSERT_EQ(bytes.size(), 4u * 2 + 16);
+  // 1.0: ilogb 0, so e = 14 and the half is 2^14 (0x7400).
+  EXPECT_EQ(BlockExponent(bytes, o, 0), 14);
+  EXPECT_EQ(bytes[2] | (bytes[3] << 8), 0x7400);
+  EXPECT_EQ(BlockExponent(bytes, o, 1), 14 - std::ilogb(3e-9f));
+  EXPECT_EQ(BlockExponent(bytes, o, 2), 14 - std::ilogb(1e6f));
+  EXPECT_EQ(BlockExponent(bytes, o, 3), 0);
   std::vector<float> y;
-  ASSERT_TRUE(DecodeVec(o, EncodeVec(o, x, 0), x.size(), 0, &y).ok());
-  EXPECT_EQ(y[0], 65504.0f);
-  EXPECT_EQ(y[1], -65504.0f);
-  EXPECT_EQ(y[2], 65504.0f);
-  EXPECT_EQ(y[3], 1.0f);
-  EXPECT_NEAR(y[4], 6e-8f, 3e-8f);  // subnormal half
-  EXPECT_TRUE(std::signbit(y[5]));
+  ASSERT_TRUE(DecodeVec(o, bytes, x.size(), 0, &y).ok());
+  EXPECT_EQ(y[0], 1.0f);
+  EXPECT_EQ(y[1], -0.5f);
+  EXPECT_NEAR(y[2], 3e-9f, 3e-9f * 0x1p-11f);
+  EXPECT_NEAR(y[3], 1e-12f, 1e-12f * 0x1p-10f);  // 2^-11.6 of its block's largest
+  EXPECT_NEAR(y[4], 1e6f, 1e6f * 0x1p-11f);
+  EXPECT_EQ(y[5], 2.0f);  // 2 * 2^-5 is a half exactly
+  EXPECT_EQ(y[6], 0.0f);
+  EXPECT_TRUE(std::signbit(y[7]));
+}
+
+TEST(Fp16Codec, ExponentsStayInRangeAtFloatsEnds) {
+  const CodecOptions o = Options(Codec::kFp16);
+  // The largest floats saturate (e = -112); the smallest, subnormal
+  // included, keep e = 100 and decode to normal floats or 0.
+  const std::vector<float> huge = {FLT_MAX, -3e38f, 1.0f};
+  std::vector<float> y;
+  std::vector<uint8_t> bytes = EncodeVec(o, huge, 0);
+  EXPECT_EQ(BlockExponent(bytes, o, 0), -112);
+  ASSERT_TRUE(DecodeVec(o, bytes, huge.size(), 0, &y).ok());
+  EXPECT_EQ(y[0], std::ldexp(65504.0f, 112));
+  EXPECT_NEAR(y[1], -3e38f, 3e38f * 0x1p-11f);
+  EXPECT_EQ(y[2], 0.0f);  // 2^-112 is below half's range
+  const std::vector<float> tiny = {1e-30f, 1e-40f, -FLT_MIN};
+  bytes = EncodeVec(o, tiny, 0);
+  EXPECT_EQ(BlockExponent(bytes, o, 0), 100);
+  ASSERT_TRUE(DecodeVec(o, bytes, tiny.size(), 0, &y).ok());
+  EXPECT_NEAR(y[0], 1e-30f, 1e-30f * 0x1p-11f);
+  for (float v : y) EXPECT_TRUE(v == 0.0f || std::fabs(v) >= FLT_MIN) << v;
+}
+
+TEST(Fp16Codec, KeepsInfinityAndRejectsNonFinite) {
+  const CodecOptions o = Options(Codec::kFp16);
+  std::vector<float> y;
   for (float bad : {INFINITY, -INFINITY, std::numeric_limits<float>::quiet_NaN()}) {
     const std::vector<float> with_bad = {1.0f, bad, 2.0f};
     const std::vector<uint8_t> bytes = EncodeVec(o, with_bad, 0);
+    EXPECT_EQ(BlockExponent(bytes, o, 0), 0);
     const Status status = DecodeVec(o, bytes, 3, 0, &y);
     EXPECT_EQ(status.code(), StatusCode::kCorruption) << bad;
     EXPECT_TRUE(Contains(status.message(), "value[1]")) << status.message();
@@ -351,7 +412,7 @@ TEST(Fp16Codec, SaturatesFiniteKeepsInfinityAndRejectsNonFinite) {
   // NaN is written as the canonical 0x7E00 whatever its payload.
   const std::vector<float> nan = {std::bit_cast<float>(0xFFC01234u)};
   const std::vector<uint8_t> bytes = EncodeVec(o, nan, 0);
-  EXPECT_EQ(bytes[0] | (bytes[1] << 8), 0x7E00);
+  EXPECT_EQ(bytes[2] | (bytes[3] << 8), 0x7E00);
 }
 
 TEST(Bf16Codec, RoundsToNearestEvenAndSaturates) {

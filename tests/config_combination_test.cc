@@ -276,6 +276,9 @@ TEST(ConfigCombinationTest, ValuesTheClusterMakesANoOpAreNoted) {
   EXPECT_TRUE(ParseOk(R"({"distributed": {"enable": true, "world_size": 2},
                           "compression": {"codec": "int8", "block": 2}})")
                   .notes.lines.empty());
+  only_note(ParseOk(R"({"distributed": {"enable": true, "world_size": 2, "gradient_sync": "ps"},
+                        "compression": {"codec": "fp16", "block": 1}})"),
+            "compression.block 1: fp16 sends a 2-byte exponent with every value");
   const std::string one = R"({"distributed": {"enable": true, "world_size": 1, )";
   only_note(ParseOk(one + R"("batch_splitting": "adaptive"}})"),
             "distributed.batch_splitting \"adaptive\": no effect with distributed.world_size 1");

@@ -86,6 +86,30 @@ TEST(ConfigCheckRunnableTest, NcclAllReducesInSixteenBitsOnlyWhereItCan) {
     EXPECT_EQ(pull.code(), StatusCode::kUnsupported) << codec;
     EXPECT_TRUE(Contains(pull.message(), "compression.pull=true")) << pull.message();
   }
+  // fp16's block sizes the scales of pushes; the all-reduce scales each
+  // bucket by one power of two, so there the key would do nothing.
+  const std::string fp16_block = R"(, "compression": {"codec": "fp16", "block": 64}})";
+  const Status nccl_block = ParseOk(R"({"distributed": {"enable": true, "world_size": 2,
+      "gradient_sync": "nccl"})" + fp16_block)
+                                .CheckRunnable(false);
+  EXPECT_EQ(nccl_block.code(), StatusCode::kUnsupported);
+  EXPECT_TRUE(Contains(nccl_block.message(),
+                       "compression.block=64: has no effect with "
+                       "compression.codec=fp16 under "
+                       "distributed.gradient_sync=nccl"))
+      << nccl_block.message();
+  for (const char* sync : {"ps", "hybrid"}) {
+    const Config c = ParseOk(R"({"distributed": {"enable": true, "world_size": 2,
+        "gradient_sync": ")" +
+                             std::string(sync) + "\"}" + fp16_block);
+    EXPECT_TRUE(c.CheckRunnable(false).ok()) << sync << ": " << c.CheckRunnable(false).ToString();
+    EXPECT_EQ(c.compression.block, 64) << sync;
+    EXPECT_EQ(c.ToJson()["compression"]["block"], 64) << sync;
+  }
+  // Unset under nccl, it is not written either (a resolved config loads).
+  const Config nccl_fp16 = ParseOk(R"({"distributed": {"enable": true, "world_size": 2,
+      "gradient_sync": "nccl"}, "compression": {"codec": "fp16"}})");
+  EXPECT_FALSE(nccl_fp16.ToJson()["compression"].contains("block"));
 }
 
 TEST(ConfigCheckRunnableTest, PsRunsWithEvenSplitsOnly) {

@@ -149,9 +149,9 @@ TEST(WireDecodeTest, FrameLargerThanMaxFrameBytes) {
 
 TEST(WireDecodeTest, WrongVersion) {
   std::vector<zmq::message_t> frames;
-  frames.push_back(RawHeader(schema::MessageKind::PUSH_ACK, {}, 1));
+  frames.push_back(RawHeader(schema::MessageKind::PUSH_ACK, {}, 2));
   ExpectRefused(Decode(frames, Tables(), Limits{}), StatusCode::kInvalidArgument,
-                {"protocol version 1", "allowed: version 2", "same gridsync release"});
+                {"protocol version 2", "allowed: version 3", "same gridsync release"});
 }
 
 TEST(WireDecodeTest, UnknownKindNumber) {

@@ -25,7 +25,9 @@ $Cxx.namespace("gridsync::wire::schema");
 
 # 2: pull replies may come in parts (Header.partRow, moreParts), which a
 # version-1 worker would take for a short reply.
-const protocolVersion :UInt16 = 2;
+# 3: the fp16 codec carries an exponent per block of codecBlock values
+# (kernels/cpu/codec.h), which a version-2 peer would read as halves.
+const protocolVersion :UInt16 = 3;
 
 struct ErrorInfo {
   code @0 :UInt32;   # gridsync::StatusCode
@@ -79,7 +81,7 @@ struct TableBlock {
   codec @6 :Codec;
   codecRatio @7 :Float64;  # topk/randomk: fraction kept
   codecBits @8 :UInt8;     # qsgd: level bits
-  codecBlock @9 :UInt32;   # int8: values per scale
+  codecBlock @9 :UInt32;   # int8, fp16: values per scale
   codecSeed @10 :UInt64;   # qsgd/randomk: the randomness both ends derive
   rowEncoding @11 :RowEncoding;  # layout of the row-id frame (sparse only)
 }

@@ -43,7 +43,7 @@ namespace gridsync::wire {
 
 // gridsync.capnp's protocolVersion: a peer of another version is refused
 // at the decode boundary, naming both.
-inline constexpr uint16_t kProtocolVersion = 2;
+inline constexpr uint16_t kProtocolVersion = 3;
 
 enum class Kind : uint16_t {
   kPush = 0,

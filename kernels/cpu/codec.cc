@@ -3,9 +3,10 @@
 // Hot loops are written for AVX2 (behind __AVX2__, with scalar tails that
 // compute exactly the same values, so results do not depend on the build's
 // -march): onebit encode is one pass that packs signs and sums |x|; int8
-// quantises one block at a time while it is in L1; fp16 uses F16C. Decoders
-// check every value with a cheap flag in the fast pass and look for the
-// first offender (for the message) only once a payload is known bad.
+// quantises one block at a time while it is in L1, as fp16 scales one;
+// fp16 converts with F16C. Decoders check every value with a cheap flag in
+// the fast pass and look for the first offender (for the message) only
+// once a payload is known bad.
 //
 // Thread safety: the free functions keep no state; see codec.h for
 // ErrorFeedback.
@@ -144,15 +145,18 @@ float CanonicalScale(double value) {
 // ---------------------------------------------------------------------------
 // Encoders.
 
-void EncodeFp16(const float* x, size_t n, uint8_t* out) {
+// n values as halves of x * scale (scale a power of two, so the product
+// is exact and the conversion rounds once).
+void StoreHalves(const float* x, size_t n, float scale, uint8_t* out) {
   size_t i = 0;
 #if defined(__F16C__) && defined(__AVX2__)
+  const __m256 vscale = _mm256_set1_ps(scale);
   const __m256 sign_mask = _mm256_set1_ps(-0.0f);
   const __m256 half_max = _mm256_set1_ps(kHalfMax);
   const __m256 inf = _mm256_set1_ps(INFINITY);
   const __m256 nan = _mm256_castsi256_ps(_mm256_set1_epi32(codec_math::kCanonicalNan));
   for (; i + 8 <= n; i += 8) {
-    __m256 v = _mm256_loadu_ps(x + i);
+    __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), vscale);
     const __m256 abs = _mm256_andnot_ps(sign_mask, v);
     const __m256 saturate = _mm256_and_ps(_mm256_cmp_ps(abs, half_max, _CMP_GT_OQ),
                                           _mm256_cmp_ps(abs, inf, _CMP_LT_OQ));
@@ -163,7 +167,7 @@ void EncodeFp16(const float* x, size_t n, uint8_t* out) {
   }
 #endif
   for (; i < n; ++i) {
-    const uint16_t h = FloatToHalf(codec_math::PrepareForHalf(x[i]));
+    const uint16_t h = FloatToHalf(codec_math::PrepareForHalf(x[i] * scale));
     std::memcpy(out + 2 * i, &h, 2);
   }
 }
@@ -261,6 +265,21 @@ void QuantizeInt8(const float* x, size_t len, float inv, int8_t* q) {
 #endif
   for (; i < len; ++i)
     q[i] = static_cast<int8_t>(codec_math::ClampInt8Code(codec_math::Int8Code(x[i], inv)));
+}
+
+void EncodeFp16(const float* x, size_t n, uint32_t block, uint8_t* out) {
+  for (size_t begin = 0; begin < n; begin += block) {
+    const size_t len = std::min<size_t>(block, n - begin);
+    uint8_t* dst = out + (begin / block) * (2 * size_t{block} + 2);
+    bool non_finite = false;
+    const float max = BlockMax(x + begin, len, &non_finite);
+    // A non-finite block keeps exponent 0: its infinities and NaNs travel
+    // as such, and decode refuses them.
+    const int32_t e = non_finite ? 0 : codec_math::Fp16BlockExponent(FloatBits(max));
+    const auto e16 = static_cast<int16_t>(e);
+    std::memcpy(dst, &e16, 2);
+    StoreHalves(x + begin, len, codec_math::Pow2(e), dst + 2);
+  }
 }
 
 void EncodeInt8(const float* x, size_t n, uint32_t block, uint8_t* out) {
@@ -502,7 +521,8 @@ void Encode(const CodecOptions& options, const float* values, size_t n, uint64_t
     case Codec::kNone:
       if (n > 0) std::memcpy(out, values, 4 * n);
       return;
-    case Codec::kFp16: return EncodeFp16(values, n, out);
+    case Codec::kFp16:
+      return EncodeFp16(values, n, options.block, out);
     case Codec::kBf16: return EncodeBf16(values, n, out);
     case Codec::kInt8: return EncodeInt8(values, n, options.block, out);
     case Codec::kQsgd: return EncodeQsgd(values, n, options.bits, seed, out);

@@ -11,8 +11,19 @@
 //
 // Wire formats (little-endian; sizes include every header and index):
 //   none     n float32                                          4n bytes
-//   fp16     n IEEE binary16, round to nearest even; finite     2n bytes
-//            values beyond +-65504 saturate to +-65504
+//   fp16     per block of `block` values (the last may be       ceil(n/block)*2 + 2n
+//            shorter): an int16 exponent e in [-112, 100],
+//            then one IEEE binary16 per value, h = x * 2^e
+//            rounded to nearest even (finite values beyond
+//            +-65504 saturate to +-65504); decoded x = h *
+//            2^-e. e = clamp(14 - ilogb(max|x|), -112, 100)
+//            (Fp16BlockExponent), so the block's largest lands
+//            in [2^14, 2^15) and every value keeps half's 11
+//            bits down to 2^-28 of it, however small the block
+//            (plain halves flush values under 6e-8); e is 0 for
+//            an all-zero block. The bounds keep 2^e, 2^-e and
+//            every decoded value normal, finite floats, so a
+//            decoder scales exactly
 //   bf16     n bfloat16 (the high half of a float32), round to  2n bytes
 //            nearest even; finite values beyond its range
 //            saturate to +-3.3895e38
@@ -53,13 +64,14 @@
 // int8 block, onebit or qsgd payload holding one gets the canonical NaN
 // (0x7FC00000) as its scale or norm; topk ranks NaN and infinity above
 // every number, so they are sent; none/bf16 carry them as they are and fp16
-// as infinity or 0x7E00. Decode refuses all of these, so such a push cannot
-// reach a shard's parameters (randomk refuses them only when sampled).
+// as infinity or 0x7E00 (their block's exponent 0). Decode refuses all of these, so such a push
+// cannot reach a shard's parameters (randomk refuses them only when sampled).
 //
 // Decode is THE decode boundary for compressed values: it never asserts on
 // the bytes and answers kCorruption naming what is wrong and what is
 // allowed (size; non-finite, negative or overflowing scales and norms;
-// non-finite values; topk's k and its indices' range and order; qsgd's
+// non-finite values; fp16's exponents out of range; topk's k and its
+// indices' range and order; qsgd's
 // negative-zero codes and padding bits; onebit's padding bits; int8's code
 // -128), or kInvalidArgument for bad options or arguments. A qsgd level
 // cannot exceed s: the field is `bits` wide. Encode's inputs come from this
@@ -173,6 +185,24 @@ GRIDSYNC_HOST_DEVICE inline float PrepareForHalf(float x) {
   if (abs > kInfBits) return BitsFloat(kCanonicalNan);
   if (abs > kHalfMaxBits && abs < kInfBits) return BitsFloat((bits & 0x80000000u) | kHalfMaxBits);
   return x;
+}
+
+// fp16's block exponent e for a block whose largest |x| is the finite
+// float with bits max_bits (sign cleared): 14 - ilogb, clamped to
+// [kFp16MinExponent, kFp16MaxExponent]; 0 for an all-zero block. Read
+// from the bits, so every implementation agrees exactly.
+inline constexpr int32_t kFp16MinExponent = -112;
+inline constexpr int32_t kFp16MaxExponent = 100;
+GRIDSYNC_HOST_DEVICE inline int32_t Fp16BlockExponent(uint32_t max_bits) {
+  if (max_bits == 0) return 0;
+  const int32_t biased = static_cast<int32_t>(max_bits >> 23);  // 0 for subnormals
+  if (biased == 0) return kFp16MaxExponent;
+  const int32_t e = 14 - (biased - 127);
+  return e < kFp16MinExponent ? kFp16MinExponent : (e > kFp16MaxExponent ? kFp16MaxExponent : e);
+}
+// 2^e as a float, for e in [-126, 127].
+GRIDSYNC_HOST_DEVICE inline float Pow2(int32_t e) {
+  return BitsFloat(static_cast<uint32_t>(e + 127) << 23);
 }
 
 // float32 -> bfloat16, round to nearest even; finite values that would

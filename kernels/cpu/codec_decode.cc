@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -64,16 +65,20 @@ Status DecodeNone(const CodecOptions& options, const uint8_t* bytes, size_t n, f
   return Status::OK();
 }
 
-Status DecodeFp16(const CodecOptions& options, const uint8_t* bytes, size_t n, float* out) {
+// Halves to floats times scale (a power of two that keeps every finite
+// half's product a normal float, so the product is exact). True when some
+// half is infinity or NaN.
+bool LoadHalves(const uint8_t* bytes, size_t n, float scale, float* out) {
   size_t i = 0;
   bool bad = false;
 #if defined(__F16C__) && defined(__AVX2__)
   const __m128i exp_mask = _mm_set1_epi16(0x7C00);
+  const __m256 vscale = _mm256_set1_ps(scale);
   __m128i vbad = _mm_setzero_si128();
   for (; i + 8 <= n; i += 8) {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + 2 * i));
     vbad = _mm_or_si128(vbad, _mm_cmpeq_epi16(_mm_and_si128(h, exp_mask), exp_mask));
-    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_cvtph_ps(h), vscale));
   }
   bad = _mm_movemask_epi8(vbad) != 0;
 #endif
@@ -81,17 +86,35 @@ Status DecodeFp16(const CodecOptions& options, const uint8_t* bytes, size_t n, f
     uint16_t h;
     std::memcpy(&h, bytes + 2 * i, 2);
     bad |= (h & 0x7C00u) == 0x7C00u;
-    out[i] = HalfToFloat(h);
+    out[i] = HalfToFloat(h) * scale;
   }
-  if (!bad) return Status::OK();
-  for (i = 0; i < n; ++i) {
-    uint16_t h;
-    std::memcpy(&h, bytes + 2 * i, 2);
-    if ((h & 0x7C00u) == 0x7C00u) {
+  return bad;
+}
+
+Status DecodeFp16(const CodecOptions& options, const uint8_t* bytes, size_t n, float* out) {
+  const uint32_t block = options.block;
+  for (size_t begin = 0; begin < n; begin += block) {
+    const size_t len = std::min<size_t>(block, n - begin);
+    const size_t b = begin / block;
+    const uint8_t* src = bytes + b * (2 * size_t{block} + 2);
+    int16_t e;
+    std::memcpy(&e, src, 2);
+    if (e < codec_math::kFp16MinExponent || e > codec_math::kFp16MaxExponent) {
+      return Status::Corruption(Prefix(options) + "block " + std::to_string(b) + " exponent " +
+                                std::to_string(e) +
+                                "; allowed: " + std::to_string(codec_math::kFp16MinExponent) +
+                                ".." + std::to_string(codec_math::kFp16MaxExponent));
+    }
+    const uint8_t* halves = src + 2;
+    if (!LoadHalves(halves, len, codec_math::Pow2(-e), out + begin)) continue;
+    for (size_t i = 0; i < len; ++i) {
+      uint16_t h;
+      std::memcpy(&h, halves + 2 * i, 2);
+      if ((h & 0x7C00u) != 0x7C00u) continue;
       char code[16];
       std::snprintf(code, sizeof(code), "0x%04x", h);
-      return Status::Corruption(Prefix(options) + "value[" + std::to_string(i) + "] is " + code +
-                                " (" + ((h & 0x3FFu) != 0 ? "NaN" : "infinity") +
+      return Status::Corruption(Prefix(options) + "value[" + std::to_string(begin + i) + "] is " +
+                                code + " (" + ((h & 0x3FFu) != 0 ? "NaN" : "infinity") +
                                 "); allowed: finite halves");
     }
   }

@@ -6,8 +6,9 @@
 // shuffle tree combines them as the CPU does, and one thread adds the chunk
 // sums in chunk order.
 //
-// Work split: elementwise codecs use grid-stride loops; int8 gives one
-// thread block to each codec block (a block max, then quantisation); onebit
+// Work split: elementwise codecs use grid-stride loops; int8 and fp16 give
+// one thread block to each codec block (a block max, then quantisation or
+// scaling); onebit
 // writes one sign byte and qsgd one 8-value group (bits+1 bytes) per thread,
 // so no two threads share an output byte; topk is a stable radix sort of
 // |x| keys (ties stay in index order, i.e. go to the lower index) followed
@@ -81,27 +82,6 @@ __global__ void NoneDecodeKernel(const uint8_t* __restrict__ bytes, size_t n,
   }
 }
 
-__global__ void Fp16EncodeKernel(const float* __restrict__ x, size_t n, uint8_t* __restrict__ out) {
-  GRIDSYNC_FOR_EACH(i, n) {
-    const float v = cm::PrepareForHalf(x[i]);
-    // PrepareForHalf leaves only the canonical NaN, whose half is 0x7E00 on
-    // the CPU (F16C keeps the payload's top bits); __float2half_rn may differ.
-    const uint16_t h = (cm::FloatBits(v) & 0x7FFFFFFFu) > cm::kInfBits
-                           ? cm::kHalfCanonicalNan
-                           : __half_as_ushort(__float2half_rn(v));
-    StoreU16(out + 2 * i, h);
-  }
-}
-
-__global__ void Fp16DecodeKernel(const uint8_t* __restrict__ bytes, size_t n,
-                                 float* __restrict__ out, unsigned* bad) {
-  GRIDSYNC_FOR_EACH(i, n) {
-    const uint16_t h = LoadU16(bytes + 2 * i);
-    if ((h & 0x7C00u) == 0x7C00u) *bad = 1;
-    out[i] = __half2float(__ushort_as_half(h));
-  }
-}
-
 __global__ void Bf16EncodeKernel(const float* __restrict__ x, size_t n, uint8_t* __restrict__ out) {
   GRIDSYNC_FOR_EACH(i, n) { StoreU16(out + 2 * i, cm::FloatToBf16(x[i])); }
 }
@@ -118,6 +98,28 @@ __global__ void Bf16DecodeKernel(const uint8_t* __restrict__ bytes, size_t n,
 // ---------------------------------------------------------------------------
 // int8: one thread block per codec block.
 
+// Max |x| of a codec block, read by every thread of the thread block, and
+// whether the codec block holds a non-finite value. Every thread must call
+// it; warp_max is shared scratch the caller must not reuse before its next
+// __syncthreads().
+__device__ float CodecBlockMax(const float* __restrict__ v, size_t len, float* warp_max,
+                               int* non_finite) {
+  float max = 0.0f;
+  int bad = 0;
+  for (size_t i = threadIdx.x; i < len; i += blockDim.x) {
+    const float a = fabsf(v[i]);
+    max = fmaxf(max, a);  // ignores NaN; bad covers it
+    bad |= !(a <= FLT_MAX);
+  }
+  for (int offset = 16; offset > 0; offset /= 2)
+    max = fmaxf(max, __shfl_xor_sync(0xFFFFFFFFu, max, offset));
+  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = max;
+  *non_finite = __syncthreads_or(bad);  // also publishes warp_max
+  max = warp_max[0];
+  for (uint32_t w = 1; w < kBlockSize / 32; ++w) max = fmaxf(max, warp_max[w]);
+  return max;
+}
+
 __global__ void __launch_bounds__(kBlockSize)
     Int8EncodeKernel(const float* __restrict__ x, size_t n, uint32_t block, size_t n_blocks,
                      uint8_t* __restrict__ out) {
@@ -126,20 +128,8 @@ __global__ void __launch_bounds__(kBlockSize)
     const size_t begin = b * block;
     const size_t len = MinSize(block, n - begin);
     const float* v = x + begin;
-    float max = 0.0f;
     int non_finite = 0;
-    for (size_t i = threadIdx.x; i < len; i += blockDim.x) {
-      const float a = fabsf(v[i]);
-      max = fmaxf(max, a);  // ignores NaN; non_finite covers it
-      non_finite |= !(a <= FLT_MAX);
-    }
-    for (int offset = 16; offset > 0; offset /= 2)
-      max = fmaxf(max, __shfl_xor_sync(0xFFFFFFFFu, max, offset));
-    if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = max;
-    non_finite = __syncthreads_or(non_finite);  // also publishes warp_max
-    max = warp_max[0];
-    for (uint32_t w = 1; w < kBlockSize / 32; ++w) max = fmaxf(max, warp_max[w]);
-
+    const float max = CodecBlockMax(v, len, warp_max, &non_finite);
     uint8_t* dst = out + b * (size_t{block} + 4);
     if (non_finite || max == 0.0f) {
       if (threadIdx.x == 0) StoreU32(dst, non_finite ? cm::kCanonicalNan : 0u);
@@ -169,6 +159,49 @@ __global__ void Int8DecodeKernel(const uint8_t* __restrict__ bytes, size_t n, ui
     const int8_t q = static_cast<int8_t>(src[4 + i % block]);
     if (q == -128) *bad = 1;
     out[i] = __fmul_rn(static_cast<float>(q), scale);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// fp16: one thread block per codec block, as int8.
+
+__device__ __forceinline__ uint16_t HalfOf(float x) {
+  const float v = cm::PrepareForHalf(x);
+  // PrepareForHalf leaves only the canonical NaN, whose half is 0x7E00 on
+  // the CPU (F16C keeps the payload's top bits); __float2half_rn may differ.
+  return (cm::FloatBits(v) & 0x7FFFFFFFu) > cm::kInfBits ? cm::kHalfCanonicalNan
+                                                         : __half_as_ushort(__float2half_rn(v));
+}
+
+__global__ void __launch_bounds__(kBlockSize)
+    Fp16EncodeKernel(const float* __restrict__ x, size_t n, uint32_t block, size_t n_blocks,
+                     uint8_t* __restrict__ out) {
+  __shared__ float warp_max[kBlockSize / 32];
+  for (size_t b = blockIdx.x; b < n_blocks; b += gridDim.x) {
+    const size_t begin = b * block;
+    const size_t len = MinSize(block, n - begin);
+    const float* v = x + begin;
+    int non_finite = 0;
+    const float max = CodecBlockMax(v, len, warp_max, &non_finite);
+    const int32_t e = non_finite ? 0 : cm::Fp16BlockExponent(cm::FloatBits(max));
+    uint8_t* dst = out + b * (2 * size_t{block} + 2);
+    if (threadIdx.x == 0) StoreU16(dst, static_cast<uint16_t>(static_cast<int16_t>(e)));
+    const float scale = cm::Pow2(e);
+    for (size_t i = threadIdx.x; i < len; i += blockDim.x)
+      StoreU16(dst + 2 + 2 * i, HalfOf(__fmul_rn(v[i], scale)));
+    __syncthreads();  // warp_max is reused by the next codec block
+  }
+}
+
+__global__ void Fp16DecodeKernel(const uint8_t* __restrict__ bytes, size_t n, uint32_t block,
+                                 float* __restrict__ out, unsigned* bad) {
+  GRIDSYNC_FOR_EACH(i, n) {
+    const uint8_t* src = bytes + (i / block) * (2 * size_t{block} + 2);
+    const int32_t e = static_cast<int16_t>(LoadU16(src));
+    const bool e_ok = e >= cm::kFp16MinExponent && e <= cm::kFp16MaxExponent;
+    const uint16_t h = LoadU16(src + 2 + 2 * (i % block));
+    if (!e_ok || (h & 0x7C00u) == 0x7C00u) *bad = 1;
+    out[i] = __fmul_rn(__half2float(__ushort_as_half(h)), cm::Pow2(e_ok ? -e : 0));
   }
 }
 
@@ -466,20 +499,21 @@ Status Encode(const CodecOptions& options, const float* values, size_t n, uint64
           cudaMemcpyAsync(out, values, 4 * n, cudaMemcpyDeviceToDevice, stream));
       break;
     case Codec::kFp16:
-      Fp16EncodeKernel<<<Blocks(n), kBlockSize, 0, stream>>>(values, n, out);
+    case Codec::kInt8: {
+      const size_t n_blocks = (n + options.block - 1) / options.block;
+      const auto grid = static_cast<unsigned>(std::min(n_blocks, kMaxBlocks));
+      if (options.codec == Codec::kFp16) {
+        Fp16EncodeKernel<<<grid, kBlockSize, 0, stream>>>(values, n, options.block, n_blocks, out);
+      } else {
+        Int8EncodeKernel<<<grid, kBlockSize, 0, stream>>>(values, n, options.block, n_blocks, out);
+      }
       GRIDSYNC_CUDA_RETURN_IF_LAUNCH_ERROR();
       break;
+    }
     case Codec::kBf16:
       Bf16EncodeKernel<<<Blocks(n), kBlockSize, 0, stream>>>(values, n, out);
       GRIDSYNC_CUDA_RETURN_IF_LAUNCH_ERROR();
       break;
-    case Codec::kInt8: {
-      const size_t n_blocks = (n + options.block - 1) / options.block;
-      const auto grid = static_cast<unsigned>(std::min(n_blocks, kMaxBlocks));
-      Int8EncodeKernel<<<grid, kBlockSize, 0, stream>>>(values, n, options.block, n_blocks, out);
-      GRIDSYNC_CUDA_RETURN_IF_LAUNCH_ERROR();
-      break;
-    }
     case Codec::kQsgd: {
       float* norm = nullptr;
       GRIDSYNC_RETURN_IF_ERROR(scratch.Allocate(1, &norm));
@@ -537,7 +571,7 @@ Status Decode(const CodecOptions& options, const uint8_t* bytes, size_t size, si
       NoneDecodeKernel<<<Blocks(n), kBlockSize, 0, stream>>>(bytes, n, out, bad);
       break;
     case Codec::kFp16:
-      Fp16DecodeKernel<<<Blocks(n), kBlockSize, 0, stream>>>(bytes, n, out, bad);
+      Fp16DecodeKernel<<<Blocks(n), kBlockSize, 0, stream>>>(bytes, n, options.block, out, bad);
       break;
     case Codec::kBf16:
       Bf16DecodeKernel<<<Blocks(n), kBlockSize, 0, stream>>>(bytes, n, out, bad);
