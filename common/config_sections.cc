@@ -368,13 +368,14 @@ void ReadCompression(SectionReader& top, Problems& problems, Config& config) {
   //   residual is (1 - n/k) times what they kept and feeding it back
   //   diverges (measured: gridsync-bench compress --train);
   // - off for fp16, bf16 and int8, which deliver every value, rounded:
-  //   what error feedback held back of the rounding came later in bursts
-  //   that cost PSNR and time. Measured side by side: under ps (compress
-  //   --train, 2000 steps, 2 workers; none 37.45 dB) fp16 36.54 dB with it
-  //   against 37.58 without and Adam on the shards, 37.21 without and Adam
-  //   on the workers, where ps.optimizer auto puts it for fp16; under nccl
-  //   (configs/local.json, 500 steps) fp16 36.61 against 37.46, bf16 36.41
-  //   against 37.06;
+  //   what error feedback holds back of the rounding comes later in bursts,
+  //   and it costs time (with it Adam runs on the workers). Measured side
+  //   by side: under ps (compress --train, 2000 steps, 2 workers, means of
+  //   3 seeds whose spread is up to 1 dB; none 37.31 dB) fp16 37.21 without
+  //   it and 37.19 with, bf16 37.60 and 37.22, int8 37.06 and 37.31, train
+  //   time 1.13 and 1.20 times none's for fp16; under nccl
+  //   (configs/local.json, 500 steps, one seed) fp16 37.46 against 36.61,
+  //   bf16 37.06 against 36.41;
   // - on for onebit and topk, which hold most of a step back.
   // (Read in either case, so the key is known to the unknown-key report.)
   c.error_feedback = c.codec != "qsgd" && c.codec != "randomk" && !c.OnlyRounds();

@@ -179,11 +179,15 @@ TEST(ShardConnectionsTest, WhatIsTakenMatchesTheWireExactly) {
   ASSERT_TRUE(ExchangeAssortedFrames(socket, 200));
   // What is left once the sweeps caught up (a loaded host delays them): the
   // ZMTP greeting and READY command (no message is unread). A count that
-  // drifted would stay above the bound, or fall below the greeting.
-  EXPECT_TRUE(Eventually([&] { return one.shard->largest_unread_bytes() < 200u; }))
-      << one.shard->largest_unread_bytes() << " bytes unread";
-  EXPECT_GT(one.shard->largest_unread_bytes(), 64u);
-  EXPECT_LT(one.shard->largest_unread_bytes(), 200u);
+  // drifted would stay above the bound, or fall below the greeting. One
+  // sweep may read 0: it reads a socket's bytes received before what was
+  // taken, which by then may include a later message (the underestimate
+  // connection_cap.cc allows), so the next sweeps are waited for.
+  EXPECT_TRUE(Eventually([&] {
+    const uint64_t unread = one.shard->largest_unread_bytes();
+    return unread > 64u && unread < 200u;
+  })) << one.shard->largest_unread_bytes()
+      << " bytes unread; expected the greeting and READY, 65..199";
   one.shard->Stop();
 }
 

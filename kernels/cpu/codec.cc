@@ -146,11 +146,19 @@ float CanonicalScale(double value) {
 // Encoders.
 
 // n values as halves of x * scale (scale a power of two, so the product
-// is exact and the conversion rounds once).
-void StoreHalves(const float* x, size_t n, float scale, uint8_t* out) {
+// is exact and the conversion rounds once). in_range: every value is finite
+// and |x| * scale < 2^15, so nothing saturates or is NaN.
+void StoreHalves(const float* x, size_t n, float scale, bool in_range, uint8_t* out) {
   size_t i = 0;
 #if defined(__F16C__) && defined(__AVX2__)
   const __m256 vscale = _mm256_set1_ps(scale);
+  if (in_range) {
+    for (; i + 8 <= n; i += 8) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * i),
+                       _mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(x + i), vscale),
+                                       _MM_FROUND_TO_NEAREST_INT));
+    }
+  }
   const __m256 sign_mask = _mm256_set1_ps(-0.0f);
   const __m256 half_max = _mm256_set1_ps(kHalfMax);
   const __m256 inf = _mm256_set1_ps(INFINITY);
@@ -278,7 +286,10 @@ void EncodeFp16(const float* x, size_t n, uint32_t block, uint8_t* out) {
     const int32_t e = non_finite ? 0 : codec_math::Fp16BlockExponent(FloatBits(max));
     const auto e16 = static_cast<int16_t>(e);
     std::memcpy(dst, &e16, 2);
-    StoreHalves(x + begin, len, codec_math::Pow2(e), dst + 2);
+    // Only the clamp at float's top end (e = -112) can leave the block's
+    // largest at or above 2^15, where it may saturate.
+    const bool in_range = !non_finite && e > codec_math::kFp16MinExponent;
+    StoreHalves(x + begin, len, codec_math::Pow2(e), in_range, dst + 2);
   }
 }
 
