@@ -365,8 +365,12 @@ struct Config {
   std::vector<std::string> NotesFor(bool standalone) const;
 
   // ps.optimizer resolved: true when Adam runs on the workers (auto: with
-  // any codec but bf16 and int8 without error feedback).
+  // any codec but those that only round and keep a gradient's range, fp16,
+  // bf16 and int8, without error feedback).
   bool OptimizerOnWorkers() const;
+  // Where Adam runs and why, for an operator (check-config prints it):
+  // ps.optimizer "auto": Adam on the shards (codec "fp16" ...).
+  std::string DescribeOptimizerPlacement() const;
 
   // Field by field: what a round trip through ToJson must preserve.
   bool operator==(const Config&) const = default;

@@ -51,6 +51,28 @@ bool Config::OptimizerOnWorkers() const {
   return !compression.KeepsGradientRange() || compression.error_feedback;
 }
 
+std::string Config::DescribeOptimizerPlacement() const {
+  const char* where = OptimizerOnWorkers() ? "Adam on the workers, which push updates"
+                                           : "Adam on the shards, which receive gradients";
+  std::string why;
+  if (ps.optimizer != OptimizerPlacement::kAuto) {
+    why = "as set";
+  } else if (compression.codec == "none") {
+    why = "no codec";
+  } else if (compression.error_feedback) {
+    why =
+        "compression.error_feedback is on: what it holds back arrives later, as a parameter "
+        "change rather than a gradient the shards' Adam would normalise again";
+  } else if (compression.KeepsGradientRange()) {
+    why = "codec \"" + compression.codec +
+          "\" only rounds and keeps a gradient's range, and error feedback is off";
+  } else {
+    why = "codec \"" + compression.codec + "\" holds values back or drops them";
+  }
+  return "ps.optimizer \"" + std::string(ToString(ps.optimizer)) + "\": " + where + " (" + why +
+         ")";
+}
+
 std::vector<std::string> Config::NotesFor(bool standalone) const {
   std::vector<std::string> lines = notes.lines;
   if (!standalone) lines.insert(lines.end(), notes.host_lines.begin(), notes.host_lines.end());

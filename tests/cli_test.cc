@@ -39,6 +39,30 @@ TEST(CliTest, CheckConfigAcceptsEverySeedConfigAsIs) {
   }
 }
 
+// ps.optimizer prints as written ("auto"); where Adam runs is said beside it.
+TEST(CliTest, CheckConfigSaysWhereAdamRuns) {
+  struct Case {
+    const char* set;
+    const char* said;
+  };
+  for (const Case& c :
+       {Case{"compression.codec=fp16",
+             "resolved: ps.optimizer \"auto\": Adam on the shards, which receive gradients "
+             "(codec \"fp16\" only rounds"},
+        Case{"compression.codec=onebit", "\"auto\": Adam on the workers, which push updates"},
+        Case{"compression.codec=int8 --set compression.error_feedback=true",
+             "\"auto\": Adam on the workers, which push updates (compression.error_feedback is on"},
+        Case{"ps.optimizer=worker", "ps.optimizer \"worker\": Adam on the workers"}}) {
+    const ProcessResult run =
+        Execute("tools/gridsync", std::string("check-config configs/local.json --set ") + c.set);
+    EXPECT_EQ(run.exit_code, 0) << c.set << ": " << run.output;
+    EXPECT_NE(run.output.find(c.said), std::string::npos) << c.set << ": " << run.output;
+  }
+  const ProcessResult nccl = Execute(
+      "tools/gridsync", "check-config configs/local.json --set distributed.gradient_sync=nccl");
+  EXPECT_EQ(nccl.output.find("resolved: ps.optimizer"), std::string::npos) << nccl.output;
+}
+
 TEST(CliTest, CheckConfigRejectsBadValueWithExitCode2) {
   const ProcessResult run = Execute(
       "tools/gridsync", "check-config configs/distributed_small.json --set training.batch_size=-3");

@@ -242,6 +242,13 @@ int main(int argc, char** argv) {
     std::printf("%s\n", config->ToJson().dump(2).c_str());
     for (const auto& note : config->NotesFor(standalone))
       std::fprintf(stderr, "%s: note: %s\n", path.c_str(), note.c_str());
+    // What the printed "auto" resolves to, as every shard and worker
+    // resolves it (a shard refuses the other kind of push).
+    if (!standalone && config->distributed.enable &&
+        config->distributed.gradient_sync != gridsync::GradientSyncMode::kNccl) {
+      std::fprintf(stderr, "%s: resolved: %s\n", path.c_str(),
+                   config->DescribeOptimizerPlacement().c_str());
+    }
     // The check the binaries run (Config::CheckRunnable), so check-config
     // refuses exactly what they refuse.
     if (auto runnable = config->CheckRunnable(standalone); !runnable.ok()) {
