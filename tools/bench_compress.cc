@@ -273,6 +273,15 @@ Runner AddCompressCommand(CLI::App* app) {
                   "train_s ratios to none's")
       ->check(CLI::Range(1, 99))
       ->needs(train);
+  cmd->add_option("--seeds", args->seeds,
+                  "--train: training seeds (comma-separated), every codec run under each in "
+                  "every round; psnr_dB is then the mean over seeds, dpsnr_dB the mean of each "
+                  "seed's difference from none, and dpsnr_lo/dpsnr_hi their least and greatest "
+                  "(a run's final PSNR moves with the seed; default: the config's "
+                  "training.seed)")
+      ->delimiter(',')
+      ->expected(1, 16)
+      ->needs(train);
   cmd->add_option("--csv", args->csv,
                   "CSV of the rows (default: out/compress_codecs.csv; with --train: "
                   "out/compress.csv)")

@@ -74,6 +74,10 @@ struct CompressArgs {
   int workers = 2;
   int min_bytes = 1024;
   int rounds = 1;   // every codec once a round; medians over rounds
+  // Training seeds, each run every round (empty: the config's training.seed
+  // alone). A run's final PSNR moves with the seed (up to 1 dB at 2000
+  // steps), so one seed's difference between codecs can be that noise.
+  std::vector<uint64_t> seeds;
   std::string csv;  // empty: out/compress_codecs.csv (table) or out/compress.csv (--train)
   std::string png;  // likewise .png
 };

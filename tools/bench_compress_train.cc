@@ -103,6 +103,7 @@ Result<TrainRun> RunCluster(const Config& config, const ImageTask& image) {
 
 // One codec's run, as its row needs it.
 struct CodecRound {
+  size_t seed = 0;  // index into the sweep's seeds
   bool started = false;
   uint64_t wrong = 0;
   double psnr = NAN;
@@ -159,6 +160,18 @@ CodecRound RunRound(const std::string& codec, const Config& config, const ImageT
   return round;
 }
 
+// The mean of the finite values; NaN when there are none.
+double MeanOfFinite(const std::vector<double>& values) {
+  double sum = 0;
+  int n = 0;
+  for (double v : values) {
+    if (!std::isfinite(v)) continue;
+    sum += v;
+    ++n;
+  }
+  return n > 0 ? sum / n : NAN;
+}
+
 // A codec's row: medians over its rounds that ran; train_x pairs each
 // round with none's of the same round.
 struct CodecRow {
@@ -173,13 +186,19 @@ struct CodecRow {
   // fast as none's needs less CPU, not more parallelism.
   double cpu_s = NAN, run_cores = NAN, cpu_x = NAN, wall_x = NAN, wall_floor_x = NAN;
   PhaseSums phases;  // each the median over rounds
+  // Per seed (the first round's; later ones must repeat it): psnr, push
+  // and pull above are their means.
+  std::vector<double> seed_psnr, seed_push, seed_pull;
 };
 
 // `none`: none's rounds, each compared with the same round of this codec
 // (a round that did not start has NaN figures, which leave no ratio).
 CodecRow Summarize(const std::vector<CodecRound>& rounds, const std::vector<CodecRound>& none,
-                   int cores) {
+                   int cores, size_t seeds) {
   CodecRow row;
+  row.seed_psnr.assign(seeds, NAN);
+  row.seed_push.assign(seeds, NAN);
+  row.seed_pull.assign(seeds, NAN);
   std::vector<double> train, ratio, comm, adam, codec, wall, cpu, run_cores, cpu_x, wall_x, floor_x;
   std::vector<double> prepare, compute, apply, push, pull_wait;
   const auto add = [](std::vector<double>* to, double v) {
@@ -218,18 +237,24 @@ CodecRow Summarize(const std::vector<CodecRound>& rounds, const std::vector<Code
     add(&pull_wait, round.phases.pull_wait);
     // bsp with the same seeds trains the same bits every time: a PSNR or a
     // byte count that moves between rounds is a defect, not noise.
-    if (std::isnan(row.psnr)) {
-      row.psnr = round.psnr;
-      row.push = round.push;
-      row.pull = round.pull;
-    } else if (round.psnr != row.psnr || round.push != row.push || round.pull != row.pull) {
+    double& psnr = row.seed_psnr[round.seed];
+    double& push_b = row.seed_push[round.seed];
+    double& pull_b = row.seed_pull[round.seed];
+    if (std::isnan(psnr)) {
+      psnr = round.psnr;
+      push_b = round.push;
+      pull_b = round.pull;
+    } else if (round.psnr != psnr || round.push != push_b || round.pull != pull_b) {
       std::fprintf(stderr,
-                   "round %zu: PSNR %.6f dB, %.0f / %.0f bytes pushed / pulled a step; the first "
-                   "round had %.6f dB, %.0f / %.0f\n",
-                   r + 1, round.psnr, round.push, round.pull, row.psnr, row.push, row.pull);
+                   "run %zu (seed %zu): PSNR %.6f dB, %.0f / %.0f bytes pushed / pulled a step; "
+                   "its first round had %.6f dB, %.0f / %.0f\n",
+                   r + 1, round.seed + 1, round.psnr, round.push, round.pull, psnr, push_b, pull_b);
       ++row.wrong;
     }
   }
+  row.psnr = MeanOfFinite(row.seed_psnr);
+  row.push = MeanOfFinite(row.seed_push);
+  row.pull = MeanOfFinite(row.seed_pull);
   row.train_s = median(train);
   row.train_x = median(ratio);
   row.comm_s = median(comm);
@@ -324,6 +349,14 @@ int RunTrainSweep(const CompressArgs& args) {
     return kConfigErrorExitCode;
   }
   const Config& c0 = configs.front();
+  const std::vector<uint64_t> seeds =
+      args.seeds.empty() ? std::vector<uint64_t>{c0.training.seed} : args.seeds;
+  for (size_t s = 0; s < seeds.size(); ++s) {
+    if (std::find(seeds.begin(), seeds.begin() + s, seeds[s]) == seeds.begin() + s) continue;
+    std::fprintf(stderr, "--seeds: %llu listed twice; allowed: distinct seeds\n",
+                 static_cast<unsigned long long>(seeds[s]));
+    return kConfigErrorExitCode;
+  }
   // The shards and workers exchange messages of megabytes, as gridsync-ps
   // and a ps worker do, so the heap is tuned as theirs is
   // (common/message_heap.h): the runs then compare what a deployment runs.
@@ -355,37 +388,50 @@ int RunTrainSweep(const CompressArgs& args) {
       "every column the median over rounds, the codecs in turn (every other round in reverse "
       "order); a PSNR or byte count that differs between rounds counts in #wrong\n",
       args.rounds, args.rounds == 1 ? "" : "s");
-  Table table({{"codec", 8},
-               {"ef", 3},
-               {"adam", 6},
-               {"steps", 6},
-               {"psnr_dB", 8},
-               {"dpsnr_dB", 8},
-               {"push_B/step", 12},
-               {"pull_B/step", 12},
-               {"push_ratio", 10},
-               {"train_s", 8},
-               {"train_x", 8},
-               {"comm_s", 8},
-               {"adam_s", 7},
-               {"codec_s", 8},
-               {"wall_s", 8},
-               {"#wrong", 7}});
+  if (seeds.size() > 1) {
+    std::string list;
+    for (uint64_t seed : seeds) list += (list.empty() ? "" : ",") + std::to_string(seed);
+    std::printf(
+        "# %zu training seeds (%s), every codec under each in every round: psnr_dB, push_B and "
+        "pull_B are means over seeds; dpsnr_dB the mean of each seed's difference from none, "
+        "dpsnr_lo and dpsnr_hi the least and greatest of them; the timing columns medians over "
+        "every run\n",
+        seeds.size(), list.c_str());
+  }
+  std::vector<Column> columns = {{"codec", 8}, {"ef", 3},      {"adam", 6},
+                                 {"steps", 6}, {"psnr_dB", 8}, {"dpsnr_dB", 8}};
+  if (seeds.size() > 1) columns.insert(columns.end(), {{"dpsnr_lo", 8}, {"dpsnr_hi", 8}});
+  columns.insert(columns.end(), {{"push_B/step", 12},
+                                 {"pull_B/step", 12},
+                                 {"push_ratio", 10},
+                                 {"train_s", 8},
+                                 {"train_x", 8},
+                                 {"comm_s", 8},
+                                 {"adam_s", 7},
+                                 {"codec_s", 8},
+                                 {"wall_s", 8},
+                                 {"#wrong", 7}});
+  Table table(std::move(columns));
   table.PrintHeader();
   // Every round runs each codec once: forward, then in reverse, so that a
   // codec's place in the process (a warm heap, a host that slows down)
   // does not side with one codec; the rounds' medians make the row.
+  // Every codec's list holds its runs in the same (round, seed) order, so
+  // the same place in two lists is the same round and seed.
   std::vector<std::vector<CodecRound>> rounds(codecs.size());
   for (int r = 0; r < args.rounds; ++r) {
-    for (size_t k = 0; k < configs.size(); ++k) {
-      const size_t i = r % 2 == 0 ? k : configs.size() - 1 - k;
-      if (args.rounds > 1) {
-        std::fprintf(stderr, "round %d of %d: training %s, %d steps...\n", r + 1, args.rounds,
-                     codecs[i].c_str(), args.steps);
-      } else {
-        std::fprintf(stderr, "training %s: %d steps...\n", codecs[i].c_str(), args.steps);
+    for (size_t s = 0; s < seeds.size(); ++s) {
+      for (size_t k = 0; k < configs.size(); ++k) {
+        const size_t i = r % 2 == 0 ? k : configs.size() - 1 - k;
+        std::fprintf(stderr, "round %d of %d, seed %llu: training %s, %d steps...\n", r + 1,
+                     args.rounds, static_cast<unsigned long long>(seeds[s]), codecs[i].c_str(),
+                     args.steps);
+        Config config = configs[i];
+        config.training.seed = seeds[s];
+        CodecRound round = RunRound(codecs[i], config, *image, args.steps);
+        round.seed = s;
+        rounds[i].push_back(round);
       }
-      rounds[i].push_back(RunRound(codecs[i], configs[i], *image, args.steps));
     }
   }
   uint64_t total_wrong = 0;
@@ -393,10 +439,9 @@ int RunTrainSweep(const CompressArgs& args) {
   const int cores = UsableCores();
   std::vector<CodecRow> rows;
   for (const auto& codec_rounds : rounds)
-    rows.push_back(Summarize(codec_rounds, rounds.front(), cores));
+    rows.push_back(Summarize(codec_rounds, rounds.front(), cores, seeds.size()));
   const CodecRow& none_row = rows.front();  // none runs first (see above)
   const bool none_ok = none_row.wrong == 0 && none_row.failures == 0;
-  const double none_psnr = none_ok ? none_row.psnr : NAN;
   const double none_push = none_ok ? none_row.push : NAN;
   for (size_t i = 0; i < configs.size(); ++i) {
     const std::string& codec = codecs[i];
@@ -404,16 +449,41 @@ int RunTrainSweep(const CompressArgs& args) {
     failures += row.failures;
     total_wrong += row.wrong;
     const auto num = [](const char* f, double v) { return std::isfinite(v) ? Fmt(f, v) : "-"; };
-    table.AddRow({codec,
-                  codec == "none"                         ? "-"
-                  : configs[i].compression.error_feedback ? "on"
-                                                          : "off",
-                  configs[i].OptimizerOnWorkers() ? "worker" : "shard", std::to_string(args.steps),
-                  num("%.2f", row.psnr), num("%+.2f", row.psnr - none_psnr), num("%.0f", row.push),
-                  num("%.0f", row.pull), num("%.2f", none_push / row.push),
+    // Each seed's difference from none's run under the same seed.
+    std::vector<double> deltas;
+    for (size_t s = 0; s < seeds.size() && none_ok; ++s) {
+      const double d = row.seed_psnr[s] - none_row.seed_psnr[s];
+      if (std::isfinite(d)) deltas.push_back(d);
+    }
+    std::vector<std::string> cells = {codec,
+                                      codec == "none"                         ? "-"
+                                      : configs[i].compression.error_feedback ? "on"
+                                                                              : "off",
+                                      configs[i].OptimizerOnWorkers() ? "worker" : "shard",
+                                      std::to_string(args.steps),
+                                      num("%.2f", row.psnr),
+                                      num("%+.2f", deltas.empty() ? NAN : MeanOfFinite(deltas))};
+    if (seeds.size() > 1) {
+      const bool any = !deltas.empty();
+      cells.push_back(num("%+.2f", any ? *std::min_element(deltas.begin(), deltas.end()) : NAN));
+      cells.push_back(num("%+.2f", any ? *std::max_element(deltas.begin(), deltas.end()) : NAN));
+    }
+    cells.insert(cells.end(),
+                 {num("%.0f", row.push), num("%.0f", row.pull), num("%.2f", none_push / row.push),
                   num("%.1f", row.train_s), num("%.2f", row.train_x), num("%.1f", row.comm_s),
                   num("%.2f", row.adam_s), num("%.2f", row.codec_s), num("%.1f", row.wall_s),
                   std::to_string(row.wrong)});
+    table.AddRow(std::move(cells));
+  }
+  if (seeds.size() > 1) {
+    std::printf("# psnr_dB per seed:");
+    for (uint64_t seed : seeds) std::printf(" %llu", static_cast<unsigned long long>(seed));
+    std::printf("\n");
+    for (size_t i = 0; i < configs.size(); ++i) {
+      std::printf("#   %-8s", codecs[i].c_str());
+      for (double psnr : rows[i].seed_psnr) std::printf(" %.4f", psnr);
+      std::printf("\n");
+    }
   }
   // Where the steps' time went (rank 0's steps summed, medians over rounds):
   // prepare samples the batch and waits for its pull, compute is forward
