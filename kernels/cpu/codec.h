@@ -64,18 +64,19 @@
 // int8 block, onebit or qsgd payload holding one gets the canonical NaN
 // (0x7FC00000) as its scale or norm; topk ranks NaN and infinity above
 // every number, so they are sent; none/bf16 carry them as they are and fp16
-// as infinity or 0x7E00 (their block's exponent 0). Decode refuses all of these, so such a push
-// cannot reach a shard's parameters (randomk refuses them only when sampled).
+// as infinity or 0x7E00 (their block's exponent 0). Decode refuses all of
+// these, so such a push cannot reach a shard's parameters (randomk refuses
+// them only when sampled).
 //
 // Decode is THE decode boundary for compressed values: it never asserts on
 // the bytes and answers kCorruption naming what is wrong and what is
 // allowed (size; non-finite, negative or overflowing scales and norms;
 // non-finite values; fp16's exponents out of range; topk's k and its
-// indices' range and order; qsgd's
-// negative-zero codes and padding bits; onebit's padding bits; int8's code
-// -128), or kInvalidArgument for bad options or arguments. A qsgd level
-// cannot exceed s: the field is `bits` wide. Encode's inputs come from this
-// process, so bad options there are bugs and fail a GRIDSYNC_CHECK.
+// indices' range and order; qsgd's negative-zero codes and padding bits;
+// onebit's padding bits; int8's code -128), or kInvalidArgument for bad
+// options or arguments. A qsgd level cannot exceed s: the field is `bits`
+// wide. Encode's inputs come from this process, so bad options there are
+// bugs and fail a GRIDSYNC_CHECK.
 //
 // Thread safety: the free functions are reentrant and keep no state.
 // ErrorFeedback is not safe for concurrent use (one per worker, or external
