@@ -120,32 +120,43 @@ __device__ float CodecBlockMax(const float* __restrict__ v, size_t len, float* w
   return max;
 }
 
+// int8's codec block: a float32 scale, then the codes. Every thread of the
+// thread block calls EncodeBlock with the block's max and flag.
+struct Int8Block {
+  static __host__ __device__ size_t Stride(uint32_t block) { return size_t{block} + 4; }
+  static __device__ void EncodeBlock(const float* __restrict__ v, size_t len, float max,
+                                     int non_finite, uint8_t* __restrict__ dst) {
+    if (non_finite || max == 0.0f) {
+      if (threadIdx.x == 0) StoreU32(dst, non_finite ? cm::kCanonicalNan : 0u);
+      for (size_t i = threadIdx.x; i < len; i += blockDim.x) dst[4 + i] = 0;
+      return;
+    }
+    if (threadIdx.x == 0) StoreU32(dst, cm::FloatBits(__fdiv_rn(max, 127.0f)));
+    const float inv = __fdiv_rn(127.0f, max);
+    if (IsFinite(inv)) {
+      for (size_t i = threadIdx.x; i < len; i += blockDim.x)
+        dst[4 + i] = static_cast<uint8_t>(cm::ClampInt8Code(cm::Int8Code(v[i], inv)));
+    } else {
+      const double wide = __ddiv_rn(127.0, static_cast<double>(max));
+      for (size_t i = threadIdx.x; i < len; i += blockDim.x)
+        dst[4 + i] = static_cast<uint8_t>(cm::ClampInt8Code(cm::Int8CodeWide(v[i], wide)));
+    }
+  }
+};
+
+// The codecs with a scale per codec block (int8, fp16): one thread block
+// per codec block, its max first.
+template <typename CodecBlock>
 __global__ void __launch_bounds__(kBlockSize)
-    Int8EncodeKernel(const float* __restrict__ x, size_t n, uint32_t block, size_t n_blocks,
-                     uint8_t* __restrict__ out) {
+    PerBlockEncodeKernel(const float* __restrict__ x, size_t n, uint32_t block, size_t n_blocks,
+                         uint8_t* __restrict__ out) {
   __shared__ float warp_max[kBlockSize / 32];
   for (size_t b = blockIdx.x; b < n_blocks; b += gridDim.x) {
     const size_t begin = b * block;
     const size_t len = MinSize(block, n - begin);
-    const float* v = x + begin;
     int non_finite = 0;
-    const float max = CodecBlockMax(v, len, warp_max, &non_finite);
-    uint8_t* dst = out + b * (size_t{block} + 4);
-    if (non_finite || max == 0.0f) {
-      if (threadIdx.x == 0) StoreU32(dst, non_finite ? cm::kCanonicalNan : 0u);
-      for (size_t i = threadIdx.x; i < len; i += blockDim.x) dst[4 + i] = 0;
-    } else {
-      if (threadIdx.x == 0) StoreU32(dst, cm::FloatBits(__fdiv_rn(max, 127.0f)));
-      const float inv = __fdiv_rn(127.0f, max);
-      if (IsFinite(inv)) {
-        for (size_t i = threadIdx.x; i < len; i += blockDim.x)
-          dst[4 + i] = static_cast<uint8_t>(cm::ClampInt8Code(cm::Int8Code(v[i], inv)));
-      } else {
-        const double wide = __ddiv_rn(127.0, static_cast<double>(max));
-        for (size_t i = threadIdx.x; i < len; i += blockDim.x)
-          dst[4 + i] = static_cast<uint8_t>(cm::ClampInt8Code(cm::Int8CodeWide(v[i], wide)));
-      }
-    }
+    const float max = CodecBlockMax(x + begin, len, warp_max, &non_finite);
+    CodecBlock::EncodeBlock(x + begin, len, max, non_finite, out + b * CodecBlock::Stride(block));
     __syncthreads();  // warp_max is reused by the next codec block
   }
 }
@@ -163,7 +174,7 @@ __global__ void Int8DecodeKernel(const uint8_t* __restrict__ bytes, size_t n, ui
 }
 
 // ---------------------------------------------------------------------------
-// fp16: one thread block per codec block, as int8.
+// fp16: one thread block per codec block (PerBlockEncodeKernel), as int8.
 
 __device__ __forceinline__ uint16_t HalfOf(float x) {
   const float v = cm::PrepareForHalf(x);
@@ -173,25 +184,18 @@ __device__ __forceinline__ uint16_t HalfOf(float x) {
                                                          : __half_as_ushort(__float2half_rn(v));
 }
 
-__global__ void __launch_bounds__(kBlockSize)
-    Fp16EncodeKernel(const float* __restrict__ x, size_t n, uint32_t block, size_t n_blocks,
-                     uint8_t* __restrict__ out) {
-  __shared__ float warp_max[kBlockSize / 32];
-  for (size_t b = blockIdx.x; b < n_blocks; b += gridDim.x) {
-    const size_t begin = b * block;
-    const size_t len = MinSize(block, n - begin);
-    const float* v = x + begin;
-    int non_finite = 0;
-    const float max = CodecBlockMax(v, len, warp_max, &non_finite);
+// fp16's codec block: an int16 exponent, then the halves.
+struct Fp16Block {
+  static __host__ __device__ size_t Stride(uint32_t block) { return 2 * size_t{block} + 2; }
+  static __device__ void EncodeBlock(const float* __restrict__ v, size_t len, float max,
+                                     int non_finite, uint8_t* __restrict__ dst) {
     const int32_t e = non_finite ? 0 : cm::Fp16BlockExponent(cm::FloatBits(max));
-    uint8_t* dst = out + b * (2 * size_t{block} + 2);
     if (threadIdx.x == 0) StoreU16(dst, static_cast<uint16_t>(static_cast<int16_t>(e)));
     const float scale = cm::Pow2(e);
     for (size_t i = threadIdx.x; i < len; i += blockDim.x)
       StoreU16(dst + 2 + 2 * i, HalfOf(__fmul_rn(v[i], scale)));
-    __syncthreads();  // warp_max is reused by the next codec block
   }
-}
+};
 
 __global__ void Fp16DecodeKernel(const uint8_t* __restrict__ bytes, size_t n, uint32_t block,
                                  float* __restrict__ out, unsigned* bad) {
@@ -503,9 +507,11 @@ Status Encode(const CodecOptions& options, const float* values, size_t n, uint64
       const size_t n_blocks = (n + options.block - 1) / options.block;
       const auto grid = static_cast<unsigned>(std::min(n_blocks, kMaxBlocks));
       if (options.codec == Codec::kFp16) {
-        Fp16EncodeKernel<<<grid, kBlockSize, 0, stream>>>(values, n, options.block, n_blocks, out);
+        PerBlockEncodeKernel<Fp16Block>
+            <<<grid, kBlockSize, 0, stream>>>(values, n, options.block, n_blocks, out);
       } else {
-        Int8EncodeKernel<<<grid, kBlockSize, 0, stream>>>(values, n, options.block, n_blocks, out);
+        PerBlockEncodeKernel<Int8Block>
+            <<<grid, kBlockSize, 0, stream>>>(values, n, options.block, n_blocks, out);
       }
       GRIDSYNC_CUDA_RETURN_IF_LAUNCH_ERROR();
       break;
