@@ -29,15 +29,14 @@ bool CompressionConfig::KeepsGradientRange() const {
   return parsed.ok() && gridsync::KeepsGradientRange(*parsed);
 }
 
-bool Config::OptimizerOnWorkers() const {
-  switch (ps.optimizer) {
-    case OptimizerPlacement::kShard:
-      return false;
-    case OptimizerPlacement::kWorker:
-      return true;
-    case OptimizerPlacement::kAuto:
-      break;
-  }
+namespace {
+
+// Why Adam runs where it does: the one resolution of ps.optimizer, which
+// OptimizerOnWorkers and DescribeOptimizerPlacement both read.
+enum class PlacementReason { kAsSet, kNoCodec, kErrorFeedback, kKeepsRange, kHoldsBack };
+
+PlacementReason ResolvePlacement(const Config& c) {
+  if (c.ps.optimizer != OptimizerPlacement::kAuto) return PlacementReason::kAsSet;
   // Error feedback delivers what it held back in bursts, which Adam on the
   // shards would normalise to one step each. fp16, bf16 and int8 without it
   // (their default) deliver every gradient at once and at its magnitude
@@ -47,27 +46,51 @@ bool Config::OptimizerOnWorkers() const {
   // the shards fp16 36.06, bf16 36.07, int8 35.94; on the workers 35.86,
   // 35.87, 35.86. fp16 as plain halves (before protocol version 3), which
   // flushed values under 6e-8, lost 0.43 dB on the shards: 35.64.
-  if (compression.codec == "none") return false;
-  return !compression.KeepsGradientRange() || compression.error_feedback;
+  if (c.compression.codec == "none") return PlacementReason::kNoCodec;
+  if (c.compression.error_feedback) return PlacementReason::kErrorFeedback;
+  if (c.compression.KeepsGradientRange()) return PlacementReason::kKeepsRange;
+  return PlacementReason::kHoldsBack;
+}
+
+}  // namespace
+
+bool Config::OptimizerOnWorkers() const {
+  switch (ResolvePlacement(*this)) {
+    case PlacementReason::kAsSet:
+      return ps.optimizer == OptimizerPlacement::kWorker;
+    case PlacementReason::kNoCodec:
+    case PlacementReason::kKeepsRange:
+      return false;
+    case PlacementReason::kErrorFeedback:
+    case PlacementReason::kHoldsBack:
+      return true;
+  }
+  return true;  // unreachable: every reason is listed
 }
 
 std::string Config::DescribeOptimizerPlacement() const {
   const char* where = OptimizerOnWorkers() ? "Adam on the workers, which push updates"
                                            : "Adam on the shards, which receive gradients";
   std::string why;
-  if (ps.optimizer != OptimizerPlacement::kAuto) {
-    why = "as set";
-  } else if (compression.codec == "none") {
-    why = "no codec";
-  } else if (compression.error_feedback) {
-    why =
-        "compression.error_feedback is on: what it holds back arrives later, as a parameter "
-        "change rather than a gradient the shards' Adam would normalise again";
-  } else if (compression.KeepsGradientRange()) {
-    why = "codec \"" + compression.codec +
-          "\" only rounds and keeps a gradient's range, and error feedback is off";
-  } else {
-    why = "codec \"" + compression.codec + "\" holds values back or drops them";
+  switch (ResolvePlacement(*this)) {
+    case PlacementReason::kAsSet:
+      why = "as set";
+      break;
+    case PlacementReason::kNoCodec:
+      why = "no codec";
+      break;
+    case PlacementReason::kErrorFeedback:
+      why =
+          "compression.error_feedback is on: what it holds back arrives later, as a parameter "
+          "change rather than a gradient the shards' Adam would normalise again";
+      break;
+    case PlacementReason::kKeepsRange:
+      why = "codec \"" + compression.codec +
+            "\" only rounds and keeps a gradient's range, and error feedback is off";
+      break;
+    case PlacementReason::kHoldsBack:
+      why = "codec \"" + compression.codec + "\" holds values back or drops them";
+      break;
   }
   return "ps.optimizer \"" + std::string(ToString(ps.optimizer)) + "\": " + where + " (" + why +
          ")";

@@ -72,6 +72,13 @@ uint32_t LoadU32(const uint8_t* p) {
 
 bool SameBits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
 
+// max |x| of a codec block (int8's and fp16's scales follow it).
+double MaxAbs(const float* x, size_t n) {
+  double max = 0;
+  for (size_t i = 0; i < n; ++i) max = std::max(max, double{std::fabs(x[i])});
+  return max;
+}
+
 // Values of x (decoded as d) that break the codec's contract in codec.h;
 // payload and seed are the encoder's. See the file comment for each bound.
 uint64_t CountWrong(const CodecOptions& options, const float* x, const float* d, size_t n,
@@ -84,8 +91,7 @@ uint64_t CountWrong(const CodecOptions& options, const float* x, const float* d,
     case Codec::kFp16:
       for (size_t begin = 0; begin < n; begin += options.block) {
         const size_t end = std::min<size_t>(n, begin + options.block);
-        double max = 0;
-        for (size_t i = begin; i < end; ++i) max = std::max(max, double{std::fabs(x[i])});
+        const double max = MaxAbs(x + begin, end - begin);
         for (size_t i = begin; i < end; ++i) {
           // Half an ulp: 2^-11 relative for normals, and among subnormals
           // 2^-25 of the scale that brings the block's largest to
@@ -108,8 +114,7 @@ uint64_t CountWrong(const CodecOptions& options, const float* x, const float* d,
     case Codec::kInt8:
       for (size_t begin = 0; begin < n; begin += options.block) {
         const size_t end = std::min<size_t>(n, begin + options.block);
-        double max = 0;
-        for (size_t i = begin; i < end; ++i) max = std::max(max, double{std::fabs(x[i])});
+        const double max = MaxAbs(x + begin, end - begin);
         // Half a quantisation step, with slack for the float arithmetic.
         const double bound = max / 254.0 * (1 + 1e-4);
         for (size_t i = begin; i < end; ++i) {

@@ -160,18 +160,6 @@ CodecRound RunRound(const std::string& codec, const Config& config, const ImageT
   return round;
 }
 
-// The mean of the finite values; NaN when there are none.
-double MeanOfFinite(const std::vector<double>& values) {
-  double sum = 0;
-  int n = 0;
-  for (double v : values) {
-    if (!std::isfinite(v)) continue;
-    sum += v;
-    ++n;
-  }
-  return n > 0 ? sum / n : NAN;
-}
-
 // A codec's row: medians over its rounds that ran; train_x pairs each
 // round with none's of the same round.
 struct CodecRow {
@@ -462,7 +450,7 @@ int RunTrainSweep(const CompressArgs& args) {
                                       configs[i].OptimizerOnWorkers() ? "worker" : "shard",
                                       std::to_string(args.steps),
                                       num("%.2f", row.psnr),
-                                      num("%+.2f", deltas.empty() ? NAN : MeanOfFinite(deltas))};
+                                      num("%+.2f", MeanOfFinite(deltas))};
     if (seeds.size() > 1) {
       const bool any = !deltas.empty();
       cells.push_back(num("%+.2f", any ? *std::min_element(deltas.begin(), deltas.end()) : NAN));

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 namespace gridsync::bench {
@@ -16,6 +17,19 @@ inline double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t mid = v.size() / 2;
   return v.size() % 2 == 1 ? v[mid] : (v[mid - 1] + v[mid]) / 2.0;
+}
+
+// The mean of the finite values (a run that failed leaves NaN); NaN when
+// there are none.
+inline double MeanOfFinite(const std::vector<double>& values) {
+  double sum = 0;
+  int n = 0;
+  for (double v : values) {
+    if (!std::isfinite(v)) continue;
+    sum += v;
+    ++n;
+  }
+  return n > 0 ? sum / n : NAN;
 }
 
 }  // namespace gridsync::bench
