@@ -17,7 +17,9 @@ uint32_t Partition::ColumnGroupsFor(uint32_t width, uint32_t shards, ModelParall
 
 Result<Partition> Partition::Make(const std::vector<TableInfo>& tables, uint32_t shards,
                                   ModelParallelDim dim) {
-  if (shards == 0) return Status::InvalidArgument("ps.shards is 0; allowed: 1..256");
+  if (shards == 0 || shards > kMaxShards)
+    return Status::InvalidArgument("ps.shards is " + std::to_string(shards) + "; allowed: 1.." +
+                                   std::to_string(kMaxShards));
   Partition p;
   p.shards_ = shards;
   p.tables_ = tables;
@@ -27,7 +29,9 @@ Result<Partition> Partition::Make(const std::vector<TableInfo>& tables, uint32_t
     if (t.rows > UINT32_MAX)
       return Status::InvalidArgument("table " + t.name + " has more than 2^32 rows");
     const uint32_t groups = ColumnGroupsFor(t.width, shards, dim);
-    p.per_table_.push_back({block, groups, shards / groups});
+    const uint32_t row_groups = shards / groups;
+    p.per_table_.push_back(
+        {block, groups, row_groups, (uint64_t{1} << kInverseShift) / row_groups + 1});
     block += (t.rows + kRowBlock - 1) / kRowBlock;
   }
   return p;

@@ -72,6 +72,50 @@ TEST(ShardingTest, EveryRowHasOneOwnerAndUniqueLocalSlot) {
   }
 }
 
+// LocalRow divides by the row groups with a multiply (Partition::
+// DivideByRowGroups): it must equal the division for every shard count the
+// config allows and every 32-bit row, the largest included.
+std::vector<uint32_t> ShardCountsToCheck() {
+  std::vector<uint32_t> counts;
+  for (uint32_t shards = 1; shards <= 1024; ++shards) counts.push_back(shards);
+  for (uint32_t shards : {4093u, 32768u, 65521u, Partition::kMaxShards}) counts.push_back(shards);
+  return counts;
+}
+
+TEST(ShardingTest, LocalRowIsTheDivisionForEveryShardCount) {
+  const std::vector<TableInfo> tables = {{"huge", UINT32_MAX, 1}};
+  for (uint32_t shards : ShardCountsToCheck()) {
+    auto p = Partition::Make(tables, shards, ModelParallelDim::kRow);
+    ASSERT_TRUE(p.ok());
+    ASSERT_EQ(p->RowGroups(0), shards);
+    const uint32_t last_block = UINT32_MAX / kRowBlock;
+    for (uint64_t block : {uint64_t{0}, uint64_t{1}, uint64_t{shards - 1}, uint64_t{shards},
+                           uint64_t{shards + 1}, uint64_t{2 * shards - 1}, uint64_t{last_block / 3},
+                           uint64_t{last_block - 1}, uint64_t{last_block}}) {
+      if (block > last_block) continue;
+      for (uint64_t offset : {uint64_t{0}, uint64_t{kRowBlock - 1}}) {
+        const auto row = static_cast<uint32_t>(block * kRowBlock + offset);
+        ASSERT_EQ(p->LocalRow(0, row), block / shards * kRowBlock + offset)
+            << shards << " shards, row " << row;
+      }
+    }
+    for (uint32_t block = 0; block <= last_block; block += 4093 + shards % 7) {
+      ASSERT_EQ(p->LocalRow(0, block * kRowBlock), uint64_t{block / shards} * kRowBlock)
+          << shards << " shards, block " << block;
+    }
+  }
+}
+
+TEST(ShardingTest, RefusesShardCountsOutOfRange) {
+  const std::vector<TableInfo> tables = {{"a", 100, 2}};
+  for (uint32_t shards : {0u, Partition::kMaxShards + 1}) {
+    auto p = Partition::Make(tables, shards, ModelParallelDim::kRow);
+    ASSERT_FALSE(p.ok());
+    EXPECT_NE(p.status().message().find("allowed: 1..65536"), std::string::npos)
+        << p.status().ToString();
+  }
+}
+
 TEST(ShardingTest, ColumnModeSplitsFeatures) {
   const std::vector<TableInfo> tables = {{"grid", 8192, 2}, {"mlp", 64, 3}};
   auto p = Partition::Make(tables, 2, ModelParallelDim::kColumn);
