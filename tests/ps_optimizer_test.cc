@@ -2,7 +2,10 @@
 // compressed pushes that never touch untouched rows, malformed payloads
 // refused, worker Adam's updates, their averaging on the shard, the final
 // flush of error feedback, and residuals per column slice.
+#include <algorithm>
+#include <limits>
 #include <numeric>
+#include <random>
 
 #include "tests/ps_test_util.h"
 
@@ -219,6 +222,43 @@ TEST(WorkerAdamTest, ATableListedTwiceGetsTheUpdatesOfEachListing) {
             std::vector<uint32_t>(second[0].rows, second[0].rows + second[0].row_count));
   EXPECT_EQ(std::vector<float>(both[1].values, both[1].values + both[1].row_count * 2),
             std::vector<float>(second[0].values, second[0].values + second[0].row_count * 2));
+}
+
+// DGC's momentum masking skips chunks of undelivered values: every delivered
+// value (NaN and denormals included, -0.0f not) zeroes its own momentum and
+// nothing else does, for any column slice, width and position in a chunk.
+TEST(WorkerAdamTest, MomentumMaskingZeroesExactlyTheDeliveredValues) {
+  std::mt19937 random(5);
+  for (uint32_t stride : {1u, 2u, 3u, 8u}) {
+    for (uint32_t cw = 1; cw <= stride; ++cw) {
+      for (double density : {0.0, 0.01, 0.3, 1.0}) {
+        const uint32_t col = stride - cw;
+        const size_t table_rows = 500;
+        const size_t n = 37 + random() % 200;  // rows pushed, distinct, in any order
+        std::vector<uint32_t> all(table_rows);
+        std::iota(all.begin(), all.end(), 0u);
+        std::shuffle(all.begin(), all.end(), random);
+        const std::vector<uint32_t> rows(all.begin(), all.begin() + n);
+        std::vector<float> delivered(n * cw, 0.0f);
+        std::uniform_real_distribution<double> unit(0.0, 1.0);
+        const float specials[] = {-0.0f, 1e-42f, std::numeric_limits<float>::quiet_NaN(), -3.5f};
+        for (size_t j = 0; j < delivered.size(); ++j) {
+          if (unit(random) < 0.05) delivered[j] = specials[random() % 4];
+          if (unit(random) < density) delivered[j] = static_cast<float>(unit(random)) - 0.5f;
+        }
+        std::vector<float> m(table_rows * stride, 1.0f);
+        MaskMomentumRows(m.data(), stride, rows.data(), n, col, cw, delivered.data());
+        std::vector<float> want(table_rows * stride, 1.0f);
+        for (size_t i = 0; i < n; ++i) {
+          for (uint32_t f = 0; f < cw; ++f) {
+            if (delivered[i * cw + f] != 0.0f) want[size_t{rows[i]} * stride + col + f] = 0.0f;
+          }
+        }
+        ASSERT_EQ(m, want) << "stride " << stride << ", columns " << col << ".." << col + cw
+                           << ", density " << density << ", " << n << " rows";
+      }
+    }
+  }
 }
 
 TEST(PsWorkerOptimizerTest, OneWorkerEndsBitForBitWhereAdamOnTheShardEnds) {
