@@ -21,6 +21,58 @@ namespace {
 // the caches.
 constexpr size_t kPrefetchRows = 16;
 
+// MergeRows for sparse blocks (every hash-grid push), without a branch on
+// which cursors list the row: whether a cursor takes a row is as likely as
+// not, so a branch on it mispredicted about every other row, and with the
+// rows ascending (the parameters stream in order) that, not memory, was
+// the merge's cost. A cursor that does not take the row adds -0.0f, which
+// leaves every sum (+0.0f included) as it is, so each row's sum is still
+// 0.0f and then its listing pushes in rank order, bit for bit. Blocks must
+// be sparse; empty ones may be listed.
+template <uint32_t W, typename LocalOf, typename Prefetch, typename Step>
+void MergeSparseRows(const std::vector<const wire::Block*>& blocks, LocalOf local_of, uint32_t w,
+                     Prefetch prefetch, Step step) {
+  constexpr uint32_t kEnd = UINT32_MAX;  // no row: a table has fewer than 2^32 rows
+  struct Cursor {
+    const uint32_t* rows;
+    const float* values;
+    size_t last;  // row_count - 1
+    size_t at;
+  };
+  std::array<Cursor, ShardStore::kMaxMergedPushes> cursors;
+  std::array<uint32_t, ShardStore::kMaxMergedPushes> next;  // the cursor's row, or kEnd
+  size_t k = 0;
+  for (const wire::Block* block : blocks) {
+    if (block->row_count == 0) continue;
+    cursors[k] = {block->rows.data(), block->values.data(), block->row_count - size_t{1}, 0};
+    next[k] = block->rows[0];
+    ++k;
+  }
+  std::array<float, (W > 0 ? W : 1)> fixed{};
+  std::vector<float> any_width(W > 0 ? 0 : w);
+  float* sum = W > 0 ? fixed.data() : any_width.data();
+  for (;;) {
+    uint32_t row = kEnd;
+    for (size_t b = 0; b < k; ++b) row = std::min(row, next[b]);
+    if (row == kEnd) break;
+    for (uint32_t f = 0; f < w; ++f) sum[f] = 0.0f;
+    uint32_t n = 0;
+    for (size_t b = 0; b < k; ++b) {
+      Cursor& c = cursors[b];
+      const bool take = next[b] == row;
+      // Clamped: an exhausted cursor (never taking) reads its last row.
+      const float* u = c.values + std::min(c.at, c.last) * w;
+      for (uint32_t f = 0; f < w; ++f) sum[f] += take ? u[f] : -0.0f;
+      n += take ? 1u : 0u;
+      c.at += take ? 1u : 0u;
+      const uint32_t at_row = c.rows[std::min(c.at, c.last)];
+      next[b] = c.at > c.last ? kEnd : at_row;
+      prefetch(local_of(c.rows[std::min(c.at + kPrefetchRows, c.last)]));
+    }
+    step(local_of(row), sum, n);
+  }
+}
+
 }  // namespace
 
 bool ShardStore::ApplyMerged(const std::vector<const wire::Block*>& blocks) {
@@ -48,6 +100,9 @@ template <uint32_t W, typename LocalOf, typename Prefetch, typename Step>
 void ShardStore::MergeRows(const std::vector<const wire::Block*>& blocks, LocalOf local_of,
                            uint32_t width, Prefetch prefetch, Step step) {
   const uint32_t w = W > 0 ? W : width;
+  bool any_dense = false;
+  for (const wire::Block* block : blocks) any_dense = any_dense || block->dense;
+  if (!any_dense) return MergeSparseRows<W>(blocks, local_of, w, prefetch, step);
   const size_t k = blocks.size();
   // Each block's rows ascend (the decode boundary refuses others), so one
   // cursor a block walks them all in order.
