@@ -13,8 +13,8 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
-#include <fstream>
 #include <optional>
+#include <random>
 #include <set>
 #include <string>
 #include <thread>
@@ -110,31 +110,57 @@ void RemovePart(const std::string& dir, uint64_t step, const std::string& part) 
 
 }  // namespace
 
+namespace {
+
+// A name beside `path` for its temporary file that no other writer uses:
+// path + ".tmp-" and 12 random letters or digits.
+std::string TemporaryName(const std::string& path) {
+  static constexpr char kLetters[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+  thread_local std::mt19937_64 random{std::random_device{}()};
+  std::string name = path + ".tmp-";
+  for (int i = 0; i < 12; ++i) name += kLetters[random() % (sizeof(kLetters) - 1)];
+  return name;
+}
+
+// Writes all of `bytes` to fd; errno's text on failure.
+std::optional<std::string> WriteAll(int fd, std::string_view bytes) {
+  while (!bytes.empty()) {
+    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return std::string(n < 0 ? std::strerror(errno) : "nothing written");
+    bytes.remove_prefix(static_cast<size_t>(n));
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 Status WriteFileAtomically(const std::string& path, std::string_view bytes) {
-  const std::string tmp = path + ".tmp";
-  // What a failed write left is removed (a regular file only: a folder in
-  // its place is someone else's).
-  const auto failed = [&](Status status) {
-    std::error_code ec;
-    if (fs::is_regular_file(fs::symlink_status(tmp, ec))) fs::remove(tmp, ec);
-    return status;
+  // The temporary file is created new (O_EXCL: never an existing file, nor
+  // one a symbolic link points to) under a name of its own: with a fixed
+  // name two writers of one path wrote into one file, and a link planted
+  // there had the bytes written wherever it pointed.
+  std::string tmp;
+  int fd = -1;
+  for (int attempt = 0; attempt < 16 && fd < 0; ++attempt) {
+    tmp = TemporaryName(path);
+    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (fd < 0 && errno != EEXIST) break;
+  }
+  if (fd < 0) return Status::IOError("cannot create " + tmp + ": " + std::strerror(errno));
+  // What a failed write left is removed: the file is this call's own.
+  const auto failed = [&](const std::string& what) {
+    if (fd >= 0) ::close(fd);
+    ::unlink(tmp.c_str());
+    return Status::IOError(what);
   };
-  {
-    errno = 0;
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    out.flush();
-    if (!out) {
-      const int error = errno;
-      out.close();
-      return failed(Status::IOError("cannot write " + tmp +
-                                    (error != 0 ? std::string(": ") + std::strerror(error) : "")));
-    }
-  }
-  if (Status synced = SyncPath(tmp, O_RDONLY); !synced.ok()) return failed(synced);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return failed(Status::IOError("cannot rename " + tmp + ": " + std::strerror(errno)));
-  }
+  if (auto error = WriteAll(fd, bytes)) return failed("cannot write " + tmp + ": " + *error);
+  if (::fsync(fd) != 0) return failed("cannot fsync " + tmp + ": " + std::strerror(errno));
+  const int closed = ::close(fd);
+  fd = -1;
+  if (closed != 0) return failed("cannot close " + tmp + ": " + std::strerror(errno));
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    return failed("cannot rename " + tmp + " to " + path + ": " + std::strerror(errno));
   const fs::path folder = fs::path(path).parent_path();
   return SyncPath(folder.empty() ? "." : folder.string(), O_RDONLY | O_DIRECTORY);
 }

@@ -8,10 +8,10 @@
 // the .bin, the run and, under CURVE, a MAC of all that and the .bin:
 // common/checkpoint_mac_key.h; its format: common/checkpoint_manifest.h). Each file is written
 // atomically (temporary file, fsync, rename, fsync of the folder), the manifest after the data, so
-// a crash mid-write leaves a .tmp file and no manifest: that step is incomplete for that part and
-// the previous one stays in use. A step is complete when every part the job writes has its manifest
-// there (LatestCompleteStep). Each part keeps its two newest steps (of its current history: later
-// ones go).
+// a crash mid-write leaves a .tmp-<random> file and no manifest: that step is incomplete for that
+// part and the previous one stays in use. A step is complete when every part the job writes has its
+// manifest there (LatestCompleteStep). Each part keeps its two newest steps (of its current
+// history: later ones go).
 //
 // Reading trusts no byte of the files: sizes are taken from the file system
 // and checked (the manifest against kMaxManifestBytes, the .bin against the
@@ -48,9 +48,12 @@ uint64_t Fnv1a64(std::string_view bytes, uint64_t h = kFnv1a64Start);
 // before it is read. WriteCheckpointPart refuses to write a larger one.
 inline constexpr uint64_t kMaxManifestBytes = uint64_t{1} << 20;
 
-// Writes `bytes` to `path` through a temporary file (path + ".tmp"), fsync,
-// rename and an fsync of the folder: afterwards the file is either its old
-// version or whole, whatever crashes. The folder must exist.
+// Writes `bytes` to `path` through a temporary file of its own (path +
+// ".tmp-" and 12 random letters, created new: never a file or link already
+// there), fsync, rename and an fsync of the folder: afterwards the file is
+// either its old version or whole, whatever crashes, and writers of one
+// path at once each leave a whole file (the last rename's). A failed write
+// removes its temporary file. The folder must exist. Thread-safe.
 Status WriteFileAtomically(const std::string& path, std::string_view bytes);
 
 // Writes `data` as part `part` of step `step` (with `shape`, checked when

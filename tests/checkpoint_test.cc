@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iterator>
 #include <thread>
+#include <vector>
 
 #include "common/checkpoint_files.h"
 #include "common/checkpoint_registry.h"
@@ -56,6 +57,42 @@ void Train(ShardStore& store, const Partition& partition, float scale) {
     store.PrepareStep();
     store.ApplyDirect(block, 0, rows.size());
   }
+}
+
+// Writers of one path at once (two launchers in one folder, a shard and a
+// tool): each writes a temporary file of its own, so the file is always one
+// writer's bytes whole, never a mix, and no temporary file stays behind.
+TEST(WriteFileAtomicallyTest, WritersOfOnePathAtOnceEachLeaveAWholeFile) {
+  const std::string dir = ::testing::TempDir() + "/atomic_writers";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string path = dir + "/launch-config.json";
+  constexpr int kWriters = 4;
+  std::vector<std::string> contents;
+  for (int w = 0; w < kWriters; ++w)
+    contents.push_back(std::string(1 << 20, static_cast<char>('a' + w)));
+  std::vector<std::thread> writers;
+  std::vector<int> failures(kWriters, 0);
+  for (int w = 0; w < kWriters; ++w) {
+    writers.emplace_back([&, w] {
+      for (int i = 0; i < 20; ++i)
+        failures[w] += WriteFileAtomically(path, contents[w]).ok() ? 0 : 1;
+    });
+  }
+  // Reads meanwhile see an old version or a new one, whole.
+  for (int i = 0; i < 50; ++i) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) continue;
+    const std::string got((std::istreambuf_iterator<char>(in)), {});
+    ASSERT_EQ(got.size(), size_t{1} << 20) << "read " << i;
+    ASSERT_EQ(got.find_first_not_of(got[0]), std::string::npos) << "a mix of writers, read " << i;
+  }
+  for (auto& t : writers) t.join();
+  for (int w = 0; w < kWriters; ++w) EXPECT_EQ(failures[w], 0) << "writer " << w;
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir)) names.push_back(entry.path().filename());
+  EXPECT_EQ(names, std::vector<std::string>{"launch-config.json"});
+  fs::remove_all(dir);
 }
 
 TEST(CheckpointTest, StateRoundTripsExactlyAndStepsNeedEveryShard) {

@@ -8,6 +8,7 @@
 
 #include "common/checkpoint_run.h"
 #include "tests/coordinator_test_util.h"
+#include "tests/file_size_limit.h"
 
 namespace gridsync {
 namespace {
@@ -325,14 +326,15 @@ TEST_F(CoordinatorStateTest, AFailedWriteRemovesTheFileARestartWouldTrust) {
   ASSERT_TRUE(started.ok()) << started.status().ToString();
   auto coordinator = std::move(started).value();
   ASSERT_TRUE(std::filesystem::exists(path_));
-  // The temporary file's name taken by a folder: the next write fails.
-  std::filesystem::create_directories(path_ + ".tmp");
+  // No room to write (as on a full disk): the next write fails.
   auto worker = Connect(*coordinator);
-  ASSERT_TRUE(worker->Register(Member(Role::kWorker, 0), 2s).ok());
-  ASSERT_TRUE(worker->Barrier("init", 1, "worker-0", 2s).ok()) << "serving goes on";
-  EXPECT_FALSE(std::filesystem::exists(path_)) << "a file that no longer says what it serves";
+  {
+    const ScopedFileSizeLimit no_room(0);
+    ASSERT_TRUE(worker->Register(Member(Role::kWorker, 0), 2s).ok());
+    ASSERT_TRUE(worker->Barrier("init", 1, "worker-0", 2s).ok()) << "serving goes on";
+    EXPECT_FALSE(std::filesystem::exists(path_)) << "a file that no longer says what it serves";
+  }
   // Writable again: the next change writes it whole.
-  std::filesystem::remove(path_ + ".tmp");
   auto shard = Connect(*coordinator);  // shard 0 before it registers
   ASSERT_TRUE(shard->Set(CheckpointKey(1, "shard-0"), "50").ok());
   auto kept = LoadCoordinatorState(path_);

@@ -18,11 +18,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
 #include "common/config.h"
 #include "common/counter_rng.h"
+#include "tests/file_size_limit.h"
 
 namespace gridsync {
 namespace {
@@ -541,14 +543,34 @@ TEST(ImageTaskTest, WritePngIsWholeOrAnErrorNamingWhy) {
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->width(), 2);
   EXPECT_EQ(back->Channel(9), 10.0f / 255.0f);
-  // The temporary file lands on a device that is always full.
+  // A write that fails as on a full disk: an error naming why, no file, and
+  // no temporary file left beside it.
   std::filesystem::remove(path);
-  std::filesystem::create_symlink("/dev/full", path + ".tmp");
-  const Status full = ImageTask::WritePng(path, 2, 2, rgb);
-  std::filesystem::remove(path + ".tmp");
+  Status full;
+  {
+    const ScopedFileSizeLimit no_room(0);
+    full = ImageTask::WritePng(path, 2, 2, rgb);
+  }
   ASSERT_FALSE(full.ok());
-  EXPECT_NE(full.message().find(std::strerror(ENOSPC)), std::string::npos) << full.ToString();
+  EXPECT_NE(full.message().find(std::strerror(EFBIG)), std::string::npos) << full.ToString();
   EXPECT_FALSE(std::filesystem::exists(path));
+  for (const auto& entry :
+       std::filesystem::directory_iterator(std::filesystem::path(path).parent_path()))
+    EXPECT_EQ(entry.path().filename().string().find("written.png.tmp"), std::string::npos)
+        << "left behind: " << entry.path();
+  // A link planted where the temporary file once went (path + ".tmp") is
+  // not written through: the file it points to keeps its bytes.
+  const std::string victim = TempPath("victim.txt");
+  std::ofstream(victim) << "keep me";
+  std::filesystem::create_symlink(victim, path + ".tmp");
+  const Status linked = ImageTask::WritePng(path, 2, 2, rgb);
+  std::filesystem::remove(path + ".tmp");
+  ASSERT_TRUE(linked.ok()) << linked.ToString();
+  std::ifstream kept(victim);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(kept), {}), "keep me");
+  ASSERT_TRUE(ImageTask::Load(path).ok());
+  std::filesystem::remove(path);
+  std::filesystem::remove(victim);
   // A folder where the file goes.
   std::filesystem::create_directory(path);
   const Status folder = ImageTask::WritePng(path, 2, 2, rgb);
