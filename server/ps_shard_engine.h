@@ -280,8 +280,6 @@ class PsShardImpl : public PsShard {
   // (one worker, or async) skips the summing buffer.
   void ApplyStep(const std::vector<const wire::Message*>& pushes);
 
-  void ApplyPushes(const std::vector<const wire::Message*>& pushes);
-
   void HandlePull(std::unique_ptr<Request> request);
 
   // false: nothing was sent, the reply waits for room (ReplyBacklog::

@@ -256,7 +256,7 @@ void PsShardImpl::HandleSspPush(std::unique_ptr<Request> request) {
 
 void PsShardImpl::ApplyStep(const std::vector<const wire::Message*>& pushes) {
   const auto start = Clock::now();
-  ApplyPushes(pushes);
+  store_->ApplyPushes(pushes, &pool_);
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   AddStage(kApply, start);
   apply_latency_.Observe(seconds);
@@ -265,50 +265,6 @@ void PsShardImpl::ApplyStep(const std::vector<const wire::Message*>& pushes) {
                             {{"version", static_cast<double>(applied_.load())},
                              {"pushes", static_cast<double>(pushes.size())}});
   }
-}
-
-void PsShardImpl::ApplyPushes(const std::vector<const wire::Message*>& pushes) {
-  constexpr size_t kChunkRows = 8192;
-  store_->PrepareStep();
-  struct Piece {
-    uint32_t table;
-    size_t chunk;                        // touched-row chunk (summed) ...
-    const wire::Block* block = nullptr;  // ... or a row range of a single push
-    size_t begin = 0, end = 0;
-  };
-  std::vector<Piece> pieces;
-  if (pushes.size() == 1) {
-    for (const auto& block : pushes[0]->blocks) {
-      for (size_t begin = 0; begin < block.row_count; begin += kChunkRows) {
-        pieces.push_back(
-            {block.table, 0, &block, begin, std::min<size_t>(block.row_count, begin + kChunkRows)});
-      }
-    }
-    pool_.ParallelFor(pieces.size(), [&](size_t i) {
-      store_->ApplyDirect(*pieces[i].block, pieces[i].begin, pieces[i].end);
-    });
-    return;
-  }
-  // A table's pushes are merged and applied in one pass
-  // (ShardStore::ApplyMerged); past kMaxMergedPushes they are summed, and
-  // the apply steps the touched rows.
-  pool_.ParallelFor(partition_.n_tables(), [&](size_t t) {
-    std::vector<const wire::Block*> blocks;
-    for (const wire::Message* m : pushes) {
-      for (const auto& block : m->blocks) {
-        if (block.table == t) blocks.push_back(&block);
-      }
-    }
-    if (store_->ApplyMerged(blocks)) return;
-    for (const wire::Block* block : blocks) store_->Accumulate(*block);
-  });
-  for (uint32_t t = 0; t < partition_.n_tables(); ++t) {
-    for (size_t c = 0; c < store_->TouchedChunks(t, kChunkRows); ++c) pieces.push_back({t, c});
-  }
-  pool_.ParallelFor(pieces.size(), [&](size_t i) {
-    store_->ApplyTouchedChunk(pieces[i].table, pieces[i].chunk, kChunkRows);
-  });
-  for (uint32_t t = 0; t < partition_.n_tables(); ++t) store_->FinishTable(t);
 }
 
 }  // namespace ps_shard_engine

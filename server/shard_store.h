@@ -28,6 +28,7 @@
 #include "common/sharding.h"
 #include "common/sparse_rows.h"
 #include "common/status.h"
+#include "common/thread_pool.h"
 #include "common/wire/message.h"
 #include "kernels/adam_math.h"
 #include "kernels/cpu/adam.h"
@@ -58,9 +59,20 @@ class ShardStore {
   // ascending order: each row steps (Adam on its sum, or the mean of its
   // updates) bit for bit as Accumulate and the apply step it, with no sum
   // buffer, push count or touched row written. False, doing nothing, for
-  // more than kMaxMergedPushes pushes (each row compares every cursor).
+  // more than kMaxMergedPushes pushes: each row visits every cursor, so
+  // the merge's work grows as pushes^2 (gridsync-bench apply, 16 tables of
+  // 16384 rows a push: merged against summed at 6 pushes 25 against 31 ns a
+  // row with Adam, 22 against 25 with updates; at 8 pushes 43 against 30
+  // and 28 against 24).
   bool ApplyMerged(const std::vector<const wire::Block*>& blocks);
-  static constexpr size_t kMaxMergedPushes = 8;
+  // A step's pushes (in worker-rank order), as the shard applies them: one
+  // push straight from its values (ApplyDirect) in chunks of rows; more,
+  // each table's merged (ApplyMerged) or, past kMaxMergedPushes, summed and
+  // then stepped in chunks of touched rows. Tables and chunks run on `pool`
+  // (null: this thread), which the store's thread-safety allows (each task
+  // touches one table, or distinct rows of one).
+  void ApplyPushes(const std::vector<const wire::Message*>& pushes, ThreadPool* pool);
+  static constexpr size_t kMaxMergedPushes = 6;
   // A parameter moved by the mean of the n updates summing to `sum` (inv =
   // 1 / n, or 1): one fused multiply-add, so that every path applying
   // updates rounds alike whatever the compiler contracts (it fused p + sum

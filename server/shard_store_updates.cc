@@ -1,6 +1,7 @@
-// ShardStore's merged steps (server/shard_store.h): a step's pushes of a
-// table merged by row and applied in one pass, with Adam or with worker
-// updates (ps.optimizer = worker), skipping the sum's buffer.
+// ShardStore's steps (server/shard_store.h): a step's pushes applied as the
+// shard applies them (ApplyPushes), each table's pushes merged by row and
+// applied in one pass, with Adam or with worker updates (ps.optimizer =
+// worker), skipping the sum's buffer.
 //
 // Thread safety: see server/shard_store.h.
 #include <algorithm>
@@ -10,6 +11,7 @@
 
 #include "common/prefetch.h"
 #include "common/row_width.h"
+#include "common/thread_pool.h"
 #include "kernels/cpu/adam_batch.h"
 #include "server/shard_store.h"
 
@@ -29,36 +31,37 @@ constexpr size_t kPrefetchRows = 16;
 // leaves every sum (+0.0f included) as it is, so each row's sum is still
 // 0.0f and then its listing pushes in rank order, bit for bit. Blocks must
 // be sparse; empty ones may be listed.
-template <uint32_t W, typename LocalOf, typename Prefetch, typename Step>
-void MergeSparseRows(const std::vector<const wire::Block*>& blocks, LocalOf local_of, uint32_t w,
-                     Prefetch prefetch, Step step) {
-  constexpr uint32_t kEnd = UINT32_MAX;  // no row: a table has fewer than 2^32 rows
-  struct Cursor {
-    const uint32_t* rows;
-    const float* values;
-    size_t last;  // row_count - 1
-    size_t at;
-  };
-  std::array<Cursor, ShardStore::kMaxMergedPushes> cursors;
-  std::array<uint32_t, ShardStore::kMaxMergedPushes> next;  // the cursor's row, or kEnd
-  size_t k = 0;
-  for (const wire::Block* block : blocks) {
-    if (block->row_count == 0) continue;
-    cursors[k] = {block->rows.data(), block->values.data(), block->row_count - size_t{1}, 0};
-    next[k] = block->rows[0];
-    ++k;
+struct MergeCursor {
+  const uint32_t* rows;
+  const float* values;
+  size_t last;  // row_count - 1
+  size_t at;
+};
+constexpr uint32_t kMergeEnd = UINT32_MAX;  // no row: a table has fewer than 2^32 rows
+
+// The merge of K non-empty cursors, K known at compile time so that the
+// loops over cursors unroll and the cursors stay in registers (a loop over
+// a run-time count kept them in memory, loaded and stored every row).
+template <uint32_t W, size_t K, typename LocalOf, typename Prefetch, typename Step>
+void MergeCursors(const MergeCursor* from, LocalOf local_of, uint32_t w, Prefetch prefetch,
+                  Step step) {
+  std::array<MergeCursor, K> cursors;
+  std::array<uint32_t, K> next;  // the cursor's row, or kMergeEnd
+  for (size_t b = 0; b < K; ++b) {
+    cursors[b] = from[b];
+    next[b] = from[b].rows[0];
   }
   std::array<float, (W > 0 ? W : 1)> fixed{};
   std::vector<float> any_width(W > 0 ? 0 : w);
   float* sum = W > 0 ? fixed.data() : any_width.data();
   for (;;) {
-    uint32_t row = kEnd;
-    for (size_t b = 0; b < k; ++b) row = std::min(row, next[b]);
-    if (row == kEnd) break;
+    uint32_t row = kMergeEnd;
+    for (size_t b = 0; b < K; ++b) row = std::min(row, next[b]);
+    if (row == kMergeEnd) break;
     for (uint32_t f = 0; f < w; ++f) sum[f] = 0.0f;
     uint32_t n = 0;
-    for (size_t b = 0; b < k; ++b) {
-      Cursor& c = cursors[b];
+    for (size_t b = 0; b < K; ++b) {
+      MergeCursor& c = cursors[b];
       const bool take = next[b] == row;
       // Clamped: an exhausted cursor (never taking) reads its last row.
       const float* u = c.values + std::min(c.at, c.last) * w;
@@ -66,14 +69,77 @@ void MergeSparseRows(const std::vector<const wire::Block*>& blocks, LocalOf loca
       n += take ? 1u : 0u;
       c.at += take ? 1u : 0u;
       const uint32_t at_row = c.rows[std::min(c.at, c.last)];
-      next[b] = c.at > c.last ? kEnd : at_row;
+      next[b] = c.at > c.last ? kMergeEnd : at_row;
       prefetch(local_of(c.rows[std::min(c.at + kPrefetchRows, c.last)]));
     }
     step(local_of(row), sum, n);
   }
 }
 
+template <uint32_t W, size_t K, typename LocalOf, typename Prefetch, typename Step>
+void MergeCursorsUpTo(const MergeCursor* cursors, size_t k, LocalOf local_of, uint32_t w,
+                      Prefetch prefetch, Step step) {
+  if constexpr (K > 0) {
+    if (k == K) return MergeCursors<W, K>(cursors, local_of, w, prefetch, step);
+    return MergeCursorsUpTo<W, K - 1>(cursors, k, local_of, w, prefetch, step);
+  }
+}
+
+template <uint32_t W, typename LocalOf, typename Prefetch, typename Step>
+void MergeSparseRows(const std::vector<const wire::Block*>& blocks, LocalOf local_of, uint32_t w,
+                     Prefetch prefetch, Step step) {
+  std::array<MergeCursor, ShardStore::kMaxMergedPushes> cursors;
+  size_t k = 0;
+  for (const wire::Block* block : blocks) {
+    if (block->row_count == 0) continue;
+    cursors[k++] = {block->rows.data(), block->values.data(), block->row_count - size_t{1}, 0};
+  }
+  MergeCursorsUpTo<W, ShardStore::kMaxMergedPushes>(cursors.data(), k, local_of, w, prefetch, step);
+}
+
 }  // namespace
+
+void ShardStore::ApplyPushes(const std::vector<const wire::Message*>& pushes, ThreadPool* pool) {
+  constexpr size_t kChunkRows = 8192;
+  PrepareStep();
+  struct Piece {
+    uint32_t table;
+    size_t chunk;                        // touched-row chunk (summed) ...
+    const wire::Block* block = nullptr;  // ... or a row range of a single push
+    size_t begin = 0, end = 0;
+  };
+  std::vector<Piece> pieces;
+  if (pushes.size() == 1) {
+    for (const auto& block : pushes[0]->blocks) {
+      for (size_t begin = 0; begin < block.row_count; begin += kChunkRows) {
+        pieces.push_back(
+            {block.table, 0, &block, begin, std::min<size_t>(block.row_count, begin + kChunkRows)});
+      }
+    }
+    ParallelForOn(pool, pieces.size(),
+                  [&](size_t i) { ApplyDirect(*pieces[i].block, pieces[i].begin, pieces[i].end); });
+    return;
+  }
+  // A table's pushes are merged and applied in one pass
+  // (ShardStore::ApplyMerged); past kMaxMergedPushes they are summed, and
+  // the apply steps the touched rows.
+  ParallelForOn(pool, n_tables(), [&](size_t t) {
+    std::vector<const wire::Block*> blocks;
+    for (const wire::Message* m : pushes) {
+      for (const auto& block : m->blocks) {
+        if (block.table == t) blocks.push_back(&block);
+      }
+    }
+    if (ApplyMerged(blocks)) return;
+    for (const wire::Block* block : blocks) Accumulate(*block);
+  });
+  for (uint32_t t = 0; t < n_tables(); ++t) {
+    for (size_t c = 0; c < TouchedChunks(t, kChunkRows); ++c) pieces.push_back({t, c});
+  }
+  ParallelForOn(pool, pieces.size(),
+                [&](size_t i) { ApplyTouchedChunk(pieces[i].table, pieces[i].chunk, kChunkRows); });
+  for (uint32_t t = 0; t < n_tables(); ++t) FinishTable(t);
+}
 
 bool ShardStore::ApplyMerged(const std::vector<const wire::Block*>& blocks) {
   if (blocks.size() > kMaxMergedPushes) return false;

@@ -274,7 +274,9 @@ TEST_P(ShardStoreReadsTest, UpdatesMergedOrSummedMatchTheMeanOfEachRow) {
       }
       // -0.0f moved by a -0.0f update: +0.0f, as the summing buffer's
       // 0.0f + -0.0f always made it.
-      if (step == 0) EXPECT_FALSE(std::signbit(got[0])) << way;
+      if (step == 0) {
+        EXPECT_FALSE(std::signbit(got[0])) << way;
+      }
     }
   }
   // Past kMaxMergedPushes nothing is merged (or moved).

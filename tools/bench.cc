@@ -2,8 +2,9 @@
 // the physical limit in one run: `train` (vs PyTorch), `pushpull` (one PS
 // shard vs raw ZeroMQ), `allreduce` (Gloo across processes vs
 // torch.distributed, nccl-tests style), `compress` (gradient codecs vs
-// memcpy, and their PSNR cost in a ps-mode cluster) and `load` (many workers
-// against one PS shard: latency, throughput and memory as workers grow).
+// memcpy, and their PSNR cost in a ps-mode cluster), `load` (many workers
+// against one PS shard: latency, throughput and memory as workers grow) and
+// `apply` (one shard's apply of a bsp step's 1 to 16 pushes, no sockets).
 #include "tools/bench.h"
 
 #include <CLI/CLI.hpp>
@@ -34,6 +35,7 @@ int main(int argc, char** argv) {
   auto allreduce = gridsync::bench::AddAllReduceCommand(&app);
   auto compress = gridsync::bench::AddCompressCommand(&app);
   auto load = gridsync::bench::AddLoadCommand(&app);
+  auto apply = gridsync::bench::AddApplyCommand(&app);
   GRIDSYNC_PARSE_COMMAND_LINE(app, argc, argv);
   gridsync::InitLogging("bench", "warn");
   // The last line of defence: a size the checks before a run did not bound
@@ -45,6 +47,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("allreduce")) return allreduce();
     if (app.got_subcommand("compress")) return compress();
     if (app.got_subcommand("load")) return load();
+    if (app.got_subcommand("apply")) return apply();
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr,
                  "gridsync-bench: out of memory: the run asked for more than this machine can "

@@ -28,5 +28,6 @@ Runner AddPushPullCommand(CLI::App* app);
 Runner AddAllReduceCommand(CLI::App* app);
 Runner AddCompressCommand(CLI::App* app);
 Runner AddLoadCommand(CLI::App* app);
+Runner AddApplyCommand(CLI::App* app);
 
 }  // namespace gridsync::bench
