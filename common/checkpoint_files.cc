@@ -113,12 +113,14 @@ void RemovePart(const std::string& dir, uint64_t step, const std::string& part) 
 namespace {
 
 // A name beside `path` for its temporary file that no other writer uses:
-// path + ".tmp-" and 12 random letters or digits.
+// path + ".tmp-", this process's id, "-" and 8 random letters or digits.
+// The id keeps a forked child, which inherits the generator's state, from
+// drawing its parent's names.
 std::string TemporaryName(const std::string& path) {
   static constexpr char kLetters[] = "abcdefghijklmnopqrstuvwxyz0123456789";
   thread_local std::mt19937_64 random{std::random_device{}()};
-  std::string name = path + ".tmp-";
-  for (int i = 0; i < 12; ++i) name += kLetters[random() % (sizeof(kLetters) - 1)];
+  std::string name = path + ".tmp-" + std::to_string(::getpid()) + "-";
+  for (int i = 0; i < 8; ++i) name += kLetters[random() % (sizeof(kLetters) - 1)];
   return name;
 }
 

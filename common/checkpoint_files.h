@@ -49,8 +49,8 @@ uint64_t Fnv1a64(std::string_view bytes, uint64_t h = kFnv1a64Start);
 inline constexpr uint64_t kMaxManifestBytes = uint64_t{1} << 20;
 
 // Writes `bytes` to `path` through a temporary file of its own (path +
-// ".tmp-" and 12 random letters, created new: never a file or link already
-// there), fsync, rename and an fsync of the folder: afterwards the file is
+// ".tmp-<pid>-" and 8 random letters, created new: never a file or link
+// already there), fsync, rename and an fsync of the folder: afterwards the file is
 // either its old version or whole, whatever crashes, and writers of one
 // path at once each leave a whole file (the last rename's). A failed write
 // removes its temporary file. The folder must exist. Thread-safe.

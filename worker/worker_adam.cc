@@ -148,16 +148,19 @@ void MaskMomentumRows(float* m, size_t stride, const uint32_t* rows, size_t n, u
   // loop vectorises), and only set bits are visited.
   constexpr size_t kChunk = 32;
   const size_t total = n * cw;
-  const auto* bits = reinterpret_cast<const uint32_t*>(delivered);
   for (size_t begin = 0; begin < total; begin += kChunk) {
     const size_t count = std::min(total - begin, kChunk);
     uint32_t mask = 0;
     if (count == kChunk) {
       for (uint32_t j = 0; j < kChunk; ++j)
-        mask |= static_cast<uint32_t>((bits[begin + j] & 0x7FFFFFFFu) != 0) << j;
+        mask |= static_cast<uint32_t>(
+                    (std::bit_cast<uint32_t>(delivered[begin + j]) & 0x7FFFFFFFu) != 0)
+                << j;
     } else {
       for (uint32_t j = 0; j < count; ++j)
-        mask |= static_cast<uint32_t>((bits[begin + j] & 0x7FFFFFFFu) != 0) << j;
+        mask |= static_cast<uint32_t>(
+                    (std::bit_cast<uint32_t>(delivered[begin + j]) & 0x7FFFFFFFu) != 0)
+                << j;
     }
     for (; mask != 0; mask &= mask - 1) {
       const size_t j = begin + static_cast<size_t>(std::countr_zero(mask));
