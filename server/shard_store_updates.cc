@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <numeric>
 #include <vector>
 
 #include "common/prefetch.h"
@@ -23,14 +24,13 @@ namespace {
 // the caches.
 constexpr size_t kPrefetchRows = 16;
 
-// MergeRows for sparse blocks (every hash-grid push), without a branch on
-// which cursors list the row: whether a cursor takes a row is as likely as
-// not, so a branch on it mispredicted about every other row, and with the
-// rows ascending (the parameters stream in order) that, not memory, was
-// the merge's cost. A cursor that does not take the row adds -0.0f, which
+// ShardStore::MergeRows' cursors, merged without a branch on which of them
+// list the row: whether a cursor takes a row is as likely as not, so a
+// branch on it mispredicted about every other row, and with the rows
+// ascending (the parameters stream in order) the loop was much of the
+// merge's cost. A cursor that does not take the row adds -0.0f, which
 // leaves every sum (+0.0f included) as it is, so each row's sum is still
-// 0.0f and then its listing pushes in rank order, bit for bit. Blocks must
-// be sparse; empty ones may be listed.
+// 0.0f and then its listing pushes in rank order, bit for bit.
 struct MergeCursor {
   const uint32_t* rows;
   const float* values;
@@ -83,18 +83,6 @@ void MergeCursorsUpTo(const MergeCursor* cursors, size_t k, LocalOf local_of, ui
     if (k == K) return MergeCursors<W, K>(cursors, local_of, w, prefetch, step);
     return MergeCursorsUpTo<W, K - 1>(cursors, k, local_of, w, prefetch, step);
   }
-}
-
-template <uint32_t W, typename LocalOf, typename Prefetch, typename Step>
-void MergeSparseRows(const std::vector<const wire::Block*>& blocks, LocalOf local_of, uint32_t w,
-                     Prefetch prefetch, Step step) {
-  std::array<MergeCursor, ShardStore::kMaxMergedPushes> cursors;
-  size_t k = 0;
-  for (const wire::Block* block : blocks) {
-    if (block->row_count == 0) continue;
-    cursors[k++] = {block->rows.data(), block->values.data(), block->row_count - size_t{1}, 0};
-  }
-  MergeCursorsUpTo<W, ShardStore::kMaxMergedPushes>(cursors.data(), k, local_of, w, prefetch, step);
 }
 
 }  // namespace
@@ -166,42 +154,25 @@ template <uint32_t W, typename LocalOf, typename Prefetch, typename Step>
 void ShardStore::MergeRows(const std::vector<const wire::Block*>& blocks, LocalOf local_of,
                            uint32_t width, Prefetch prefetch, Step step) {
   const uint32_t w = W > 0 ? W : width;
-  bool any_dense = false;
-  for (const wire::Block* block : blocks) any_dense = any_dense || block->dense;
-  if (!any_dense) return MergeSparseRows<W>(blocks, local_of, w, prefetch, step);
-  const size_t k = blocks.size();
   // Each block's rows ascend (the decode boundary refuses others), so one
-  // cursor a block walks them all in order.
-  std::array<size_t, kMaxMergedPushes> at{};
-  const auto row_of = [&](size_t b, size_t i) -> uint32_t {
+  // cursor a block walks them all in order. A dense block (MLP weights, a
+  // few thousand rows) gets its row ids written out, so that one merge
+  // serves both kinds.
+  std::array<std::vector<uint32_t>, kMaxMergedPushes> dense_rows;
+  std::array<MergeCursor, kMaxMergedPushes> cursors;
+  size_t k = 0;
+  for (size_t b = 0; b < blocks.size(); ++b) {
     const wire::Block& block = *blocks[b];
-    return block.dense ? block.row_begin + static_cast<uint32_t>(i) : block.rows[i];
-  };
-  std::vector<float> sum(w);
-  for (;;) {
-    uint32_t row = UINT32_MAX;
-    bool any = false;
-    for (size_t b = 0; b < k; ++b) {
-      if (at[b] == blocks[b]->row_count) continue;
-      row = std::min(row, row_of(b, at[b]));
-      any = true;
+    if (block.row_count == 0) continue;
+    const uint32_t* rows = block.rows.data();
+    if (block.dense) {
+      dense_rows[b].resize(block.row_count);
+      std::iota(dense_rows[b].begin(), dense_rows[b].end(), block.row_begin);
+      rows = dense_rows[b].data();
     }
-    if (!any) break;
-    // The sum the buffer made: 0.0f, then each listing push in rank order.
-    for (uint32_t f = 0; f < w; ++f) sum[f] = 0.0f;
-    uint32_t n = 0;
-    for (size_t b = 0; b < k; ++b) {
-      const size_t i = at[b];
-      if (i == blocks[b]->row_count || row_of(b, i) != row) continue;
-      if (i + kPrefetchRows < blocks[b]->row_count)
-        prefetch(local_of(row_of(b, i + kPrefetchRows)));
-      const float* u = blocks[b]->values.data() + i * w;
-      for (uint32_t f = 0; f < w; ++f) sum[f] += u[f];
-      ++n;
-      ++at[b];
-    }
-    step(local_of(row), sum.data(), n);
+    cursors[k++] = {rows, block.values.data(), block.row_count - size_t{1}, 0};
   }
+  MergeCursorsUpTo<W, kMaxMergedPushes>(cursors.data(), k, local_of, w, prefetch, step);
 }
 
 template <uint32_t W, typename LocalOf>

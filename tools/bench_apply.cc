@@ -1,6 +1,6 @@
 // gridsync-bench apply: one PS shard's apply of a bsp step's pushes, as the
 // shard runs it (ShardStore::ApplyPushes: one push straight from its values,
-// up to 8 merged per table, more summed then stepped), with Adam on the
+// up to kMaxMergedPushes merged per table, more summed then stepped), with Adam on the
 // shard and with the workers' updates (ps.optimizer = worker), for 1, 2, 4,
 // 8 and 16 pushes a step. No sockets and no decoding: the apply alone, the
 // stage a step's pushes wait on, which pushpull (one client) and load
