@@ -100,12 +100,32 @@ std::set<uint64_t> Steps(const std::string& dir, std::vector<std::string>* odd =
 }
 
 // Removes part `part`'s files of step `step`, the manifest first (without
-// it the step is incomplete for this part), then the step's folder once
-// every part left it.
+// it the step is incomplete for this part), then the temporary files a
+// crashed write of this part left there (WriteFileAtomically's
+// <part>.bin.tmp-* and <part>.json.tmp-*: each as large as the part's
+// state, and they kept the folder from ever being removed), then the
+// step's folder once every part left it. Only this part's own names go:
+// another part's writer may be writing into the folder now.
 void RemovePart(const std::string& dir, uint64_t step, const std::string& part) {
   std::error_code ec;
   for (const char* ext : {".json", ".bin"}) fs::remove(Base(dir, step, part) + ext, ec);
-  fs::remove(StepDir(dir, step), ec);
+  const std::string folder = StepDir(dir, step);
+  // Never through a link: a step folder that is one is left alone.
+  if (fs::is_directory(fs::symlink_status(folder, ec))) {
+    std::vector<fs::path> leftovers;
+    for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      for (const char* ext : {".json.tmp-", ".bin.tmp-"}) {
+        if (name.rfind(part + ext, 0) == 0) leftovers.push_back(it->path());
+      }
+    }
+    for (const fs::path& leftover : leftovers) {
+      spdlog::info("{}: removing {}, left by a write of {} that did not finish", folder,
+                   leftover.filename().string(), part);
+      fs::remove(leftover, ec);
+    }
+  }
+  fs::remove(folder, ec);
 }
 
 }  // namespace

@@ -8,8 +8,9 @@
 // the .bin, the run and, under CURVE, a MAC of all that and the .bin:
 // common/checkpoint_mac_key.h; its format: common/checkpoint_manifest.h). Each file is written
 // atomically (temporary file, fsync, rename, fsync of the folder), the manifest after the data, so
-// a crash mid-write leaves a .tmp-<random> file and no manifest: that step is incomplete for that
-// part and the previous one stays in use. A step is complete when every part the job writes has its
+// a crash mid-write leaves a .tmp-<pid>-<random> file and no manifest: that step is incomplete
+// for that part and the previous one stays in use (the part's temporary files go with its files
+// of the step, RemovePart). A step is complete when every part the job writes has its
 // manifest there (LatestCompleteStep). Each part keeps its two newest steps (of its current
 // history: later ones go).
 //

@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -161,6 +162,38 @@ TEST_F(CheckpointFilesTest, AStepFolderThatIsALinkIsNeitherReadNorWrittenNorRemo
   auto kept = ReadCheckpointPart(other, 20, "shard-0", shape_);
   ASSERT_TRUE(kept.ok()) << kept.status().ToString();
   fs::remove_all(other);
+}
+
+// A write that crashed left its temporary file (WriteFileAtomically's
+// <part>.bin.tmp-<pid>-<letters>, as large as the part's state) in the step
+// folder, and the folder, never empty, was never removed: every crash
+// mid-checkpoint kept a checkpoint's worth of disk for good. The part's
+// own leftovers go with its files of that step; another part's stay (its
+// writer may be writing now), and so does their folder.
+TEST_F(CheckpointFilesTest, ACrashedWritesTemporaryFilesGoWithItsStep) {
+  const auto plant = [&](const std::string& name) {
+    fs::create_directories(fs::path(name).parent_path());
+    std::ofstream(name) << "partial";
+  };
+  plant(dir_ + "/step-5/shard-0.bin.tmp-4242-abcdefgh");
+  plant(dir_ + "/step-5/shard-0.json.tmp-4242-ijklmnop");
+  plant(dir_ + "/step-5/shard-1.bin.tmp-77-qrstuvwx");
+  plant(dir_ + "/step-5/shard-01.bin.tmp-78-qrstuvwx");   // another part, its name a prefix
+  plant(dir_ + "/step-7/shard-0.bin.tmp-4243-yzabcdef");  // crashed at step 7's first write
+  // Step 10 keeps 10 and 5; step 7, a later folder of no manifest, goes.
+  ASSERT_TRUE(WriteCheckpointPart(dir_, 10, "shard-0", data_, shape_).ok());
+  EXPECT_FALSE(fs::exists(dir_ + "/step-7"));
+  EXPECT_TRUE(fs::exists(dir_ + "/step-5/shard-0.bin.tmp-4242-abcdefgh"));
+  // Step 15 keeps 15 and 10: step 5's files and this part's leftovers go.
+  ASSERT_TRUE(WriteCheckpointPart(dir_, 15, "shard-0", data_, shape_).ok());
+  std::vector<std::string> left;
+  for (const auto& entry : fs::directory_iterator(dir_ + "/step-5")) {
+    left.push_back(entry.path().filename().string());
+  }
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"shard-01.bin.tmp-78-qrstuvwx",
+                                            "shard-1.bin.tmp-77-qrstuvwx"}));
+  EXPECT_EQ(HeldSteps(dir_, "shard-0"), (std::vector<uint64_t>{10, 15}));
 }
 
 // gridsync launch --resume checks every part's files of a step before
