@@ -15,8 +15,17 @@ std::string Describe(uint64_t job, uint32_t epoch) {
 
 }  // namespace
 
+JobGate::~JobGate() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  wanted_.notify_all();
+  if (asker_.joinable()) asker_.join();
+}
+
 void JobGate::SetSource(Source source) {
-  std::lock_guard<std::mutex> lock(source_mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   source_ = std::move(source);
 }
 
@@ -89,13 +98,13 @@ Result<JobGate::Admission> JobGate::Admit(uint64_t job, uint32_t epoch, uint32_t
 Result<std::optional<JobState>> JobGate::Confirm(uint64_t job, uint32_t epoch,
                                                  Clock::time_point received,
                                                  Clock::time_point* retry_at) {
-  Source source;
-  {
-    std::lock_guard<std::mutex> lock(source_mu_);
-    source = source_;
-  }
+  // How soon a claim looks again while the question is out: the answer
+  // takes a round trip to the coordinator (well under a millisecond when
+  // it is well), and a look is a lock and a few comparisons.
+  constexpr auto kLookAgain = std::chrono::milliseconds(2);
+  std::unique_lock<std::mutex> lock(mu_);
   const uint64_t current = job_.load(std::memory_order_relaxed);
-  if (!source) {
+  if (!source_) {
     // A shard outside any cluster serves its first job, as claimed.
     if (current == 0) return std::optional<JobState>(JobState{job, epoch, 0, {}});
     return Status::InvalidArgument(Describe(job, epoch) + " cannot be confirmed (shard " +
@@ -104,23 +113,56 @@ Result<std::optional<JobState>> JobGate::Confirm(uint64_t job, uint32_t epoch,
   }
   const auto claim = Position(job, epoch);
   if (claim <= Position(confirmed_.job, confirmed_.epoch)) return std::optional(confirmed_);
-  // The coordinator answered after this message arrived: the worker read
-  // its claim from the coordinator's map before sending it, and the map
-  // only moves forward, so that answer stands for it.
+  // The coordinator answered a question asked after this message arrived:
+  // the worker read its claim from the coordinator's map before sending
+  // it, and the map only moves forward, so that answer stands for it.
   if (last_answer_ && *last_answer_ >= received) return std::optional(confirmed_);
+  // A question that failed is no answer: the first claim it would have
+  // judged is told why; the others wait for the next question rather than
+  // be judged on the old state.
+  if (failure_ && failed_at_ >= received) {
+    Status failed = std::move(*failure_);
+    failure_.reset();
+    return failed.WithContext("confirming " + Describe(job, epoch));
+  }
   const auto now = Clock::now();
+  if (asking_) {
+    *retry_at = now + kLookAgain;
+    return std::optional<JobState>();
+  }
   if (last_query_ && now < *last_query_ + min_interval_) {
     *retry_at = *last_query_ + min_interval_;
     return std::optional<JobState>();
   }
-  // A question that fails is no answer: the claims waiting with this one
-  // wait for the next question rather than be judged on the old state.
   last_query_ = now;
-  auto asked = source();
-  if (!asked.ok()) return asked.status().WithContext("confirming " + Describe(job, epoch));
-  last_answer_ = now;
-  confirmed_ = *asked;
-  return std::optional(confirmed_);
+  asking_ = true;
+  if (!asker_.joinable()) asker_ = std::thread([this] { AskLoop(); });
+  lock.unlock();
+  wanted_.notify_one();
+  *retry_at = now + kLookAgain;
+  return std::optional<JobState>();
+}
+
+void JobGate::AskLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    wanted_.wait(lock, [&] { return stopping_ || asking_; });
+    if (stopping_) return;
+    const Source source = source_;
+    const Clock::time_point asked_at = *last_query_;
+    lock.unlock();
+    Result<JobState> asked = source();
+    lock.lock();
+    if (asked.ok()) {
+      confirmed_ = *asked;
+      last_answer_ = asked_at;
+      failure_.reset();
+    } else {
+      failure_ = asked.status();
+      failed_at_ = asked_at;
+    }
+    asking_ = false;
+  }
 }
 
 }  // namespace gridsync

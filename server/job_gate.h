@@ -17,21 +17,31 @@
 // messages claiming the future, however they vary, costs one question per
 // 10 ms and never stalls the serving loop (it slept until the next
 // question, 10 ms per message, when each claim was lower than the last).
+// The question itself is asked on a thread of the gate's own, and the
+// claims wait (kWait) while it is out: asked on the serving thread, a
+// coordinator that was stopped or cut off held every worker of the shard
+// up for the client's reply timeout (up to 10 s) per question, a flood
+// of claims every 10 ms.
 //
 // A restarted shard starts closed: it serves nothing until its registration
 // told it the job and epoch it rejoined (Open); the shard holds what arrives
 // meanwhile and admits it then.
 //
 // Thread safety: Admit on the shard's I/O thread only; SetSource, Open and
-// the accessors from any thread.
+// the accessors from any thread. The source is called on the gate's
+// question thread, one call at a time; the destructor waits out a call in
+// flight (at most the source's own timeout), so the source must outlive
+// the gate.
 #pragma once
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <thread>
 #include <utility>
 
 #include "common/cluster_map.h"
@@ -49,6 +59,9 @@ class JobGate {
   explicit JobGate(uint32_t shard, bool closed = false,
                    std::chrono::milliseconds min_interval = std::chrono::milliseconds(10))
       : shard_(shard), closed_(closed), min_interval_(min_interval) {}
+  ~JobGate();
+  JobGate(const JobGate&) = delete;
+  JobGate& operator=(const JobGate&) = delete;
 
   // Where the cluster's job is read (the coordinator's map). Without one,
   // the first job seen is served and no other.
@@ -84,20 +97,32 @@ class JobGate {
  private:
   // The coordinator's job state, asked again when `job`/`epoch` is newer
   // than what it said last and it was last asked before `received`; null
-  // when it was asked less than 10 ms ago (*retry_at: when it may be).
+  // while the question is out or when it was asked less than 10 ms ago
+  // (*retry_at: when to look again).
   Result<std::optional<JobState>> Confirm(uint64_t job, uint32_t epoch, Clock::time_point received,
                                           Clock::time_point* retry_at);
+  // The question thread: asks the source whenever a question is wanted.
+  void AskLoop();
 
   const uint32_t shard_;
   std::atomic<bool> closed_;
   std::atomic<uint64_t> job_{0};  // 0: none yet
   std::atomic<uint32_t> epoch_{0};
-  JobState confirmed_;  // the coordinator's state when last asked
   const std::chrono::milliseconds min_interval_;
+  std::mutex mu_;
+  std::condition_variable wanted_;  // a question is wanted, or the gate ends
+  // Guarded by mu_:
+  Source source_;
+  JobState confirmed_;                            // the coordinator's state when last asked
   std::optional<Clock::time_point> last_query_;   // when it was last asked
-  std::optional<Clock::time_point> last_answer_;  // when it last answered (confirmed_)
-  std::mutex source_mu_;
-  Source source_;  // guarded by source_mu_
+  std::optional<Clock::time_point> last_answer_;  // when the answer in confirmed_ was asked for
+  bool asking_ = false;                           // a question is out (or wanted)
+  bool stopping_ = false;
+  // The last question failed (and was asked at failed_at): the first
+  // claim it would judge is refused with it, the others wait for the next.
+  std::optional<Status> failure_;
+  Clock::time_point failed_at_{};
+  std::thread asker_;  // started at the first question
 };
 
 }  // namespace gridsync

@@ -290,6 +290,8 @@ void PsShardImpl::Loop() {
       AdmitDeferred();
       ExpireWaitingPulls();
       RetryPullsAwaitingRoom();
+      // (Deferred pulls admitted here wait too: counted as they are.)
+      waiting_count_.store(waiting_.size(), std::memory_order_relaxed);
       continue;
     }
     auto request = std::make_unique<Request>();
