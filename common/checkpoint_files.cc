@@ -438,14 +438,23 @@ Status CheckCheckpointPartIntact(const std::string& dir, uint64_t step, const st
   return ReadPart(dir, step, part, nullptr, std::nullopt, nullptr, key).status();
 }
 
+Status IntactMemo::Check(const std::string& dir, uint64_t step, const std::string& part,
+                         const CheckpointMacKey* key) {
+  const auto [at, fresh] = checked_.try_emplace({step, part});
+  if (fresh) at->second = CheckCheckpointPartIntact(dir, step, part, key);
+  return at->second;
+}
+
 uint64_t NewestIntactCompleteStep(const std::string& dir, const std::vector<std::string>& parts,
                                   uint64_t step, std::vector<DamagedPart>* damaged,
-                                  const PartMacKeys& keys) {
+                                  const PartMacKeys& keys, IntactMemo* memo) {
   while (step > 0) {
     Status intact;
     std::string failed;
     for (const auto& part : parts) {
-      intact = CheckCheckpointPartIntact(dir, step, part, keys ? keys(part) : nullptr);
+      const CheckpointMacKey* key = keys ? keys(part) : nullptr;
+      intact = memo != nullptr ? memo->Check(dir, step, part, key)
+                               : CheckCheckpointPartIntact(dir, step, part, key);
       if (!intact.ok()) {
         failed = part;
         break;

@@ -27,10 +27,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/checkpoint_mac_key.h"
@@ -105,6 +107,21 @@ Result<std::string> ReadCheckpointPart(const std::string& dir, uint64_t step,
 Status CheckCheckpointPartIntact(const std::string& dir, uint64_t step, const std::string& part,
                                  const CheckpointMacKey* key = nullptr);
 
+// The verdicts of CheckCheckpointPartIntact by step and part, kept for one
+// command that checks a folder's steps more than once (gridsync
+// checkpoints lists the newest steps, then runs the launcher's choice of
+// one): each .bin is read once, where the newest step's were read twice (a
+// shard's part is its whole state, gigabytes). For one folder and one set
+// of keys; not thread-safe.
+class IntactMemo {
+ public:
+  Status Check(const std::string& dir, uint64_t step, const std::string& part,
+               const CheckpointMacKey* key);
+
+ private:
+  std::map<std::pair<uint64_t, std::string>, Status> checked_;
+};
+
 // The key to check a part's MAC with (null: none), by the part's name
 // ("shard-0", "worker-3"), as gridsync launch holds them (LaunchMacKeys).
 using PartMacKeys = std::function<const CheckpointMacKey*(const std::string& part)>;
@@ -122,10 +139,11 @@ struct DamagedPart {
 };
 // `keys` (when given): each part's MAC is checked with its key, and a MAC
 // that differs is damage like a bad checksum (forged files are passed over
-// for the newest authentic step).
+// for the newest authentic step). `memo` (when given): each part's files
+// are checked once through it.
 uint64_t NewestIntactCompleteStep(const std::string& dir, const std::vector<std::string>& parts,
                                   uint64_t step, std::vector<DamagedPart>* damaged = nullptr,
-                                  const PartMacKeys& keys = nullptr);
+                                  const PartMacKeys& keys = nullptr, IntactMemo* memo = nullptr);
 
 // Sets part `part`'s files of step `step` aside, renamed <part>.json.damaged
 // and <part>.bin.damaged (the manifest first): kept for a look, no longer a

@@ -196,6 +196,26 @@ TEST_F(CheckpointFilesTest, ACrashedWritesTemporaryFilesGoWithItsStep) {
   EXPECT_EQ(HeldSteps(dir_, "shard-0"), (std::vector<uint64_t>{10, 15}));
 }
 
+// gridsync checkpoints lists the newest steps and then runs the launcher's
+// choice over them: through one IntactMemo each part's files of a step are
+// read once (a shard's .bin is its whole state; the newest step's were
+// read twice). The memo answers as the first read did.
+TEST_F(CheckpointFilesTest, AnIntactMemoReadsEachPartOfAStepOnce) {
+  IntactMemo memo;
+  ASSERT_TRUE(memo.Check(dir_, 5, "shard-0", nullptr).ok());
+  {
+    std::fstream f(Path(".bin"), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(3);
+    f.put('\x5a');
+  }
+  EXPECT_TRUE(memo.Check(dir_, 5, "shard-0", nullptr).ok()) << "read again";
+  EXPECT_EQ(CheckCheckpointPartIntact(dir_, 5, "shard-0").code(), StatusCode::kCorruption);
+  EXPECT_EQ(memo.Check(dir_, 6, "shard-0", nullptr).code(), StatusCode::kNotFound);
+  IntactMemo fresh;
+  EXPECT_EQ(NewestIntactCompleteStep(dir_, {"shard-0"}, 5, nullptr, nullptr, &fresh), 0u);
+  EXPECT_EQ(NewestIntactCompleteStep(dir_, {"shard-0"}, 5, nullptr, nullptr, &memo), 5u);
+}
+
 // gridsync launch --resume checks every part's files of a step before
 // anything starts, without the shapes only the parts' processes know, and
 // looks below a step whose files are damaged.

@@ -41,10 +41,10 @@ std::string DescribeFolderRun(const std::string& dir, const std::string& own) {
 // which names it at its start).
 std::string DescribePart(const std::string& dir, uint64_t step, const std::string& part,
                          const std::vector<uint64_t>& held, const CheckpointMacKey* key,
-                         const std::string& own, bool* intact_of_own_run) {
+                         const std::string& own, IntactMemo* memo, bool* intact_of_own_run) {
   *intact_of_own_run = false;
   if (!std::binary_search(held.begin(), held.end(), step)) return "missing (no manifest)";
-  const Status intact = CheckCheckpointPartIntact(dir, step, part, key);
+  const Status intact = memo->Check(dir, step, part, key);
   if (intact.code() == StatusCode::kCorruption) return "damaged: " + intact.message();
   if (!intact.ok())
     return "unreadable (the launcher keeps the step; the part names this at its start): " +
@@ -87,6 +87,9 @@ int RunCheckpoints(const CheckpointsOptions& options) {
   if (config->checkpoint.every_steps <= 0)
     Say("note: checkpoint.every_steps is 0: this config writes no checkpoints");
   const PartMacKeys keys = LaunchMacKeys(*config, "gridsync checkpoints");
+  // Each part's files of a step are read once: the listing and the
+  // launcher's choice below check the same newest steps.
+  IntactMemo memo;
   // Each part's steps read once (a folder of many steps is listed once
   // per part, not once per step and part).
   std::vector<std::vector<uint64_t>> held(parts.size());
@@ -108,8 +111,8 @@ int RunCheckpoints(const CheckpointsOptions& options) {
     bool all_good = true;
     for (size_t i = 0; i < parts.size(); ++i) {
       bool good = false;
-      lines[i] =
-          DescribePart(dir, step, parts[i], held[i], keys ? keys(parts[i]) : nullptr, own, &good);
+      lines[i] = DescribePart(dir, step, parts[i], held[i], keys ? keys(parts[i]) : nullptr, own,
+                              &memo, &good);
       all_good = all_good && good;
     }
     if (all_good && !lines.empty() &&
@@ -126,7 +129,7 @@ int RunCheckpoints(const CheckpointsOptions& options) {
   if (*node < 0) {
     // The launcher's own choice, with its own lines, moving nothing.
     uint64_t step = 0;
-    const int code = ChooseResumeStep(*config, parts, worker_state, &step, /*dry_run=*/true);
+    const int code = ChooseResumeStep(*config, parts, worker_state, &step, /*dry_run=*/true, &memo);
     std::fflush(stdout);
     std::fflush(stderr);
     if (code != 0) Say("gridsync launch --resume would refuse (exit " + std::to_string(code) + ")");
@@ -139,7 +142,8 @@ int RunCheckpoints(const CheckpointsOptions& options) {
     return 0;
   }
   std::vector<DamagedPart> damaged;
-  const launch_detail::NodeSteps mine = launch_detail::FindLocalSteps(dir, parts, &damaged, keys);
+  const launch_detail::NodeSteps mine =
+      launch_detail::FindLocalSteps(dir, parts, &damaged, keys, &memo);
   std::fflush(stdout);
   for (const DamagedPart& d : damaged)
     Say("step " + std::to_string(d.step) + ": " + d.part + " damaged: passed over (" + d.why + ")");

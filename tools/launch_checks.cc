@@ -182,7 +182,7 @@ Status CheckStepsLeft(const Config& config, uint64_t resume_step) {
 }
 
 int ChooseResumeStep(const Config& config, const std::vector<std::string>& job_parts,
-                     bool workers_hold_state, uint64_t* step, bool dry_run) {
+                     bool workers_hold_state, uint64_t* step, bool dry_run, IntactMemo* memo) {
   const std::string& dir = config.checkpoint.dir;
   uint64_t resume_step = LatestCompleteStep(dir, job_parts);
   if (resume_step == 0) {
@@ -209,7 +209,8 @@ int ChooseResumeStep(const Config& config, const std::vector<std::string>& job_p
   const PartMacKeys keys = LaunchMacKeys(config, dry_run ? nullptr : "gridsync launch");
   const auto newest_intact = [&](uint64_t at_most) {
     std::vector<std::string> skipped;
-    const uint64_t intact = NewestIntactStep(dir, job_parts, at_most, &skipped, keys, !dry_run);
+    const uint64_t intact =
+        NewestIntactStep(dir, job_parts, at_most, &skipped, keys, !dry_run, memo);
     for (const auto& why : skipped) {
       // A manifest's words are anyone's bytes: escaped for the terminal.
       std::fprintf(intact > 0 ? stdout : stderr, "gridsync launch --resume: %s; %s\n",
@@ -376,9 +377,9 @@ PartMacKeys LaunchMacKeys(const Config& config, const char* who) {
 
 uint64_t NewestIntactStep(const std::string& dir, const std::vector<std::string>& parts,
                           uint64_t step, std::vector<std::string>* skipped, const PartMacKeys& keys,
-                          bool set_aside) {
+                          bool set_aside, IntactMemo* memo) {
   std::vector<DamagedPart> damaged;
-  step = NewestIntactCompleteStep(dir, parts, step, &damaged, keys);
+  step = NewestIntactCompleteStep(dir, parts, step, &damaged, keys, memo);
   for (const DamagedPart& d : damaged) {
     // With a step to go back to, the damaged files are set aside
     // (<part>.bin.damaged, .json.damaged), as a rejoin does: the resumed

@@ -101,9 +101,11 @@ std::vector<std::string> ResumedConfigChanges(const Config& config);
 // leaves nothing to train. A step of another run than the folder's (its
 // coordinator-state.json names it) is passed over. (Across machines:
 // launch_resume.h.) `dry_run` (gridsync checkpoints): the same choice and
-// the same lines, but the damaged files stay where they are.
+// the same lines, but the damaged files stay where they are. `memo`: as
+// NewestIntactCompleteStep's (gridsync checkpoints checked the files already).
 int ChooseResumeStep(const Config& config, const std::vector<std::string>& job_parts,
-                     bool workers_hold_state, uint64_t* step, bool dry_run = false);
+                     bool workers_hold_state, uint64_t* step, bool dry_run = false,
+                     IntactMemo* memo = nullptr);
 
 // The checkpoint MAC keys of the shards' and the workers' parts as far as
 // this machine holds them (wire::CheckpointMacKeyFor), by part name, for
@@ -123,9 +125,11 @@ PartMacKeys LaunchMacKeys(const Config& config, const char* who = "gridsync laun
 // when none is left. `keys` (LaunchMacKeys): under CURVE a
 // part whose MAC differs is passed over too (forged or changed files).
 // `set_aside` false: the files stay, and `skipped` says they would go.
+// `memo`: as NewestIntactCompleteStep's.
 uint64_t NewestIntactStep(const std::string& dir, const std::vector<std::string>& parts,
                           uint64_t step, std::vector<std::string>* skipped,
-                          const PartMacKeys& keys = nullptr, bool set_aside = true);
+                          const PartMacKeys& keys = nullptr, bool set_aside = true,
+                          IntactMemo* memo = nullptr);
 
 // Sets `d`'s files aside (SetPartAside) and says so: "step N: why (set
 // aside as <part>.bin.damaged)", or the error in the parentheses.

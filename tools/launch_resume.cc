@@ -28,7 +28,8 @@ constexpr std::string_view kKeyPrefix = "launch/resume/";
 }  // namespace
 
 NodeSteps FindLocalSteps(const std::string& dir, const std::vector<std::string>& parts,
-                         std::vector<DamagedPart>* damaged, const PartMacKeys& keys) {
+                         std::vector<DamagedPart>* damaged, const PartMacKeys& keys,
+                         IntactMemo* memo) {
   NodeSteps out;
   out.has_parts = !parts.empty();
   if (parts.empty()) return out;
@@ -42,7 +43,7 @@ NodeSteps FindLocalSteps(const std::string& dir, const std::vector<std::string>&
   for (uint64_t step = LatestCompleteStep(dir, parts);
        step > 0 && out.intact.size() < kMaxResumeSteps;
        step = LatestCompleteStep(dir, parts, step)) {
-    step = NewestIntactCompleteStep(dir, parts, step, damaged, keys);
+    step = NewestIntactCompleteStep(dir, parts, step, damaged, keys, memo);
     if (step == 0) break;
     if (OfAnotherRun(dir, step, parts.front(), own)) continue;
     out.intact.push_back(step);

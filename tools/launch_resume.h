@@ -43,8 +43,10 @@ namespace gridsync::launch_detail {
 // part reports it at start, naming it.
 // `keys`: as NewestIntactCompleteStep's (LaunchMacKeys: forged files are
 // damage too).
+// `memo`: as NewestIntactCompleteStep's.
 NodeSteps FindLocalSteps(const std::string& dir, const std::vector<std::string>& parts,
-                         std::vector<DamagedPart>* damaged, const PartMacKeys& keys = nullptr);
+                         std::vector<DamagedPart>* damaged, const PartMacKeys& keys = nullptr,
+                         IntactMemo* memo = nullptr);
 
 // The two rounds of the exchange through the coordinator (up to
 // distributed.timeout_s each; the coordinator must be up, started by its
