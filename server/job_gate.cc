@@ -1,6 +1,7 @@
 #include "server/job_gate.h"
 
 #include <string>
+#include <system_error>
 #include <utility>
 
 namespace gridsync {
@@ -134,9 +135,19 @@ Result<std::optional<JobState>> JobGate::Confirm(uint64_t job, uint32_t epoch,
     *retry_at = *last_query_ + min_interval_;
     return std::optional<JobState>();
   }
+  if (!asker_.joinable()) {
+    // A thread the system refuses (its thread limit) is this claim's
+    // error, not the serving loop's end; the next claim tries again.
+    try {
+      asker_ = std::thread([this] { AskLoop(); });
+    } catch (const std::system_error& e) {
+      return Status::IOError("shard " + std::to_string(shard_) +
+                             " cannot start the thread that asks the coordinator about " +
+                             Describe(job, epoch) + ": " + e.what());
+    }
+  }
   last_query_ = now;
   asking_ = true;
-  if (!asker_.joinable()) asker_ = std::thread([this] { AskLoop(); });
   lock.unlock();
   wanted_.notify_one();
   *retry_at = now + kLookAgain;
