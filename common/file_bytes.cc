@@ -91,6 +91,25 @@ Result<std::string> ReadFileOfSize(const std::string& path, uint64_t size) {
 
 namespace {
 
+// A name on the way to `folder` (the folder itself, or one of the parents
+// that do not exist) that is a symbolic link to nothing: the folder cannot
+// be made through it, and create_directories said only "File exists"
+// (check-config passed it, the processes refused it at their start).
+Status CheckNoDanglingLink(const std::string& folder) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (fs::path at = folder; !at.empty() && !fs::exists(at, ec); at = at.parent_path()) {
+    if (fs::is_symlink(fs::symlink_status(at, ec))) {
+      return Status::IOError("cannot create folder '" + folder + "': '" + at.string() +
+                             "' is a symbolic link to '" + fs::read_symlink(at, ec).string() +
+                             "', which does not exist; allowed: a folder this process can "
+                             "create and write (make the link's target, or remove the link)");
+    }
+    if (at == at.parent_path()) break;
+  }
+  return Status::OK();
+}
+
 // CheckWritableFolder without leaving anything: the nearest of the
 // folder's parents that exists must take a new folder (one is made there
 // and removed: the permission bits alone say nothing for root, and /proc
@@ -98,6 +117,7 @@ namespace {
 Status CheckFolderCouldBeMade(const std::string& folder) {
   namespace fs = std::filesystem;
   std::error_code ec;
+  GRIDSYNC_RETURN_IF_ERROR(CheckNoDanglingLink(folder));
   fs::path existing = fs::path(folder).parent_path();
   while (!existing.empty() && !fs::exists(existing, ec)) existing = existing.parent_path();
   if (existing.empty()) existing = ".";
@@ -121,6 +141,7 @@ Status CheckFolderCouldBeMade(const std::string& folder) {
 Status CheckWritableFolder(const std::string& folder, bool create) {
   std::error_code ec;
   if (!create && !std::filesystem::exists(folder, ec)) return CheckFolderCouldBeMade(folder);
+  GRIDSYNC_RETURN_IF_ERROR(CheckNoDanglingLink(folder));
   std::filesystem::create_directories(folder, ec);
   if (ec) {
     return Status::IOError("cannot create folder '" + folder + "': " + ec.message() +
@@ -163,16 +184,19 @@ Status CheckOutputFile(const std::string& path, bool create) {
     return Status::InvalidArgument(path + ": " + writable.message());
   // Its folder is not there and may not be made: nothing more to try.
   if (!create && !std::filesystem::exists(folder.empty() ? "." : folder, ec)) return Status::OK();
-  const bool existed = std::filesystem::exists(path, ec);
+  // A file that is not there is made by the write, in a folder shown
+  // writable above: nothing is created to check it (the check made one
+  // through a link to nothing, and removed the link instead of the file it
+  // had made). One that is there (through a link too) must open for
+  // writing, not created, not truncated.
+  if (!std::filesystem::exists(path, ec)) return Status::OK();
   // Non-blocking: a FIFO with no reader would hold the open forever.
-  const int probe =
-      ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0644);
+  const int probe = ::open(path.c_str(), O_WRONLY | O_APPEND | O_NONBLOCK | O_CLOEXEC);
   if (probe < 0) {
     return Status::InvalidArgument(path + ": cannot write it: " + std::strerror(errno) +
                                    "; allowed: a file this process can write");
   }
   ::close(probe);
-  if (!existed) std::filesystem::remove(path, ec);
   return Status::OK();
 }
 

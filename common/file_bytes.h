@@ -38,15 +38,18 @@ Result<std::string> ReadFileOfSize(const std::string& path, uint64_t size);
 // With `create` false (check-config, --check-only: checks that must leave
 // nothing behind; a hostile probe found the folders of a typo made) a
 // folder that does not exist is not made: the nearest of its parents that
-// exists must take a new folder (one made and removed there).
+// exists must take a new folder (one made and removed there). A symbolic
+// link to nothing on the way (the folder, or a parent not there) is
+// refused, naming it and its target.
 Status CheckWritableFolder(const std::string& folder, bool create = true);
 // CheckWritableFolder for task.output, and its kReconstructionFile must not
 // be a folder (it was refused only after the whole run).
 Status CheckTaskOutput(const std::string& folder, bool create = true);
 // A file the process writes later (--dump-params, --timeline, a bench's
 // --json): not a folder, its folder writable (CheckWritableFolder), and the
-// file itself open for writing (opened to append, so the check neither
-// truncates a file nor leaves one that was not there). A start with it
+// file itself, when there, open for writing (opened to append, never
+// created: the check neither truncates a file nor makes one, through a
+// link to nothing either). A start with it
 // failed only once it came to write (after the whole run, for
 // --dump-params), and --check-only passed it. InvalidArgument "<path>:
 // why; allowed: ...", for the caller to put its flag before.

@@ -159,6 +159,51 @@ TEST(CliTest, ChecksMakeNoFolders) {
   std::filesystem::remove_all(root);
 }
 
+// A symbolic link to nothing where a folder goes (task.output,
+// checkpoint.dir, or a parent of either that does not exist): check-config
+// and --check-only passed it, and every process refused it at its start
+// with "File exists" (a hostile probe). All refuse it alike now, naming the
+// link and its target. A --dump-params link to nothing is the write's to
+// replace: its check made the link's target (a stray empty file, once at
+// /nonexistent) and removed the link.
+TEST(CliTest, ALinkToNothingIsRefusedAlikeAndChecksFollowNoLink) {
+  namespace fs = std::filesystem;
+  const std::string root =
+      ::testing::TempDir() + "/gridsync-dangling-" + std::to_string(::getpid());
+  fs::remove_all(root);
+  fs::create_directories(root);
+  fs::create_symlink(root + "/missing", root + "/dl");
+  for (const std::string& folder : {root + "/dl", root + "/dl/sub"}) {
+    const std::string words =
+        "'" + root + "/dl' is a symbolic link to '" + root + "/missing', which does not exist";
+    const std::string output = " --set distributed.master_port=28792 --set task.output=" + folder;
+    ExpectRefused("tools/gridsync", "check-config configs/local.json" + output, words);
+    ExpectRefused("worker/gridsync-worker",
+                  "--config configs/local.json --rank 0 --check-only" + output, words);
+    ExpectRefused("worker/gridsync-worker",
+                  "--config configs/local.json --standalone --set training.steps=2" + output,
+                  words);
+    const std::string ck =
+        " --set distributed.master_port=28792 --set checkpoint.every_steps=10 "
+        "--set checkpoint.dir=" +
+        folder;
+    ExpectRefused("tools/gridsync", "check-config configs/local.json" + ck, words);
+    ExpectRefused("server/gridsync-coordinator", "--config configs/local.json" + ck, words);
+    ExpectRefused("server/gridsync-ps", "--config configs/local.json --shard 0" + ck, words);
+  }
+  EXPECT_FALSE(fs::exists(root + "/missing"));
+  fs::create_symlink(root + "/params-target", root + "/params-link");
+  const ProcessResult checked = Execute("worker/gridsync-worker",
+                                        "--config configs/local.json --standalone --check-only "
+                                        "--dump-params " +
+                                            root + "/params-link");
+  EXPECT_EQ(checked.exit_code, 0) << checked.output;
+  EXPECT_FALSE(fs::exists(root + "/params-target")) << "the check made the link's target";
+  EXPECT_TRUE(fs::is_symlink(fs::symlink_status(root + "/params-link")))
+      << "the check removed the link";
+  fs::remove_all(root);
+}
+
 // Under nccl no shard runs and no process reads shard.pub: a damaged one
 // was refused by check-config and the coordinator while the workers started
 // (a hostile probe). Under ps every process that reads it refuses it.
