@@ -354,10 +354,11 @@ Status WriteCheckpointPart(const std::string& dir, uint64_t step, const std::str
 
 namespace {
 
-// ReadCheckpointPart; `shape` null: any shape (CheckCheckpointPartIntact).
+// ReadCheckpointPart; `shape` null: any shape; `keep_data` false: checked
+// only, "" returned (CheckCheckpointPartIntact).
 Result<std::string> ReadPart(const std::string& dir, uint64_t step, const std::string& part,
                              const nlohmann::json* shape, std::optional<uint64_t> state_bytes,
-                             std::string* run, const CheckpointMacKey* key) {
+                             std::string* run, const CheckpointMacKey* key, bool keep_data = true) {
   const std::string base = Base(dir, step, part);
   const std::string json_path = base + ".json", bin_path = base + ".bin";
   // A step the folder does not hold: say which it does, so the resume can
@@ -400,15 +401,34 @@ Result<std::string> ReadPart(const std::string& dir, uint64_t step, const std::s
         "each worker's replica)",
         bin_path, manifest.bytes, *state_bytes));
   }
-  GRIDSYNC_ASSIGN_OR_RETURN(std::string data, ReadFileOfSize(bin_path, size));
-  const std::string sum = fmt::format("{:016x}", Fnv1a64(data));
-  if (sum != manifest.fnv1a64) {
+  const auto check_sum = [&](uint64_t fnv) {
+    const std::string sum = fmt::format("{:016x}", fnv);
+    if (sum == manifest.fnv1a64) return Status::OK();
     return Status::Corruption(
         fmt::format("{}: checksum {}; the manifest says {}", bin_path, sum, manifest.fnv1a64));
+  };
+  if (run != nullptr) *run = manifest.run;
+  if (!keep_data) {
+    // Only checked: hashed in pieces, so that a .bin of any size (a
+    // forged manifest may claim gigabytes) takes a few MiB, where the
+    // whole file was read into memory.
+    uint64_t fnv = kFnv1a64Start;
+    std::optional<CheckpointMacKey::Hasher> mac;
+    if (key != nullptr && !manifest.mac.empty()) mac.emplace(*key, MacFieldsOf(manifest));
+    GRIDSYNC_RETURN_IF_ERROR(ReadFileInPieces(bin_path, size, [&](std::string_view piece) {
+      fnv = Fnv1a64(piece, fnv);
+      if (mac) mac->Add(piece);
+    }));
+    GRIDSYNC_RETURN_IF_ERROR(check_sum(fnv));
+    if (key != nullptr)
+      GRIDSYNC_RETURN_IF_ERROR(
+          CheckManifestMacIs(manifest, json_path, bin_path, mac ? mac->Finish() : ""));
+    return std::string();
   }
+  GRIDSYNC_ASSIGN_OR_RETURN(std::string data, ReadFileOfSize(bin_path, size));
+  GRIDSYNC_RETURN_IF_ERROR(check_sum(Fnv1a64(data)));
   if (key != nullptr)
     GRIDSYNC_RETURN_IF_ERROR(CheckManifestMac(manifest, json_path, bin_path, data, *key));
-  if (run != nullptr) *run = manifest.run;
   return data;
 }
 
@@ -435,7 +455,8 @@ Status SetPartAside(const std::string& dir, uint64_t step, const std::string& pa
 
 Status CheckCheckpointPartIntact(const std::string& dir, uint64_t step, const std::string& part,
                                  const CheckpointMacKey* key) {
-  return ReadPart(dir, step, part, nullptr, std::nullopt, nullptr, key).status();
+  return ReadPart(dir, step, part, nullptr, std::nullopt, nullptr, key, /*keep_data=*/false)
+      .status();
 }
 
 Status IntactMemo::Check(const std::string& dir, uint64_t step, const std::string& part,

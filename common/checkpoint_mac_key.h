@@ -43,6 +43,20 @@ class CheckpointMacKey {
   // out) followed by `bin`, as 64 lowercase hex digits.
   std::string Mac(std::string_view fields, std::string_view bin) const;
 
+  // Mac(fields, bin) of a .bin handed over in pieces, in order (a
+  // checkpoint checked without holding it in memory): Add each, then
+  // Finish once. Not thread-safe.
+  class Hasher {
+   public:
+    Hasher(const CheckpointMacKey& key, std::string_view fields);
+    void Add(std::string_view piece);
+    std::string Finish();
+
+   private:
+    // libsodium's crypto_generichash_state, kept out of this header.
+    alignas(64) std::array<unsigned char, 384> state_{};
+  };
+
  private:
   CheckpointMacKey() = default;
 

@@ -173,9 +173,21 @@ Result<Manifest> ReadManifest(const std::string& json_path) {
   return DecodeManifest(text, json_path);
 }
 
+std::string MacFieldsOf(const Manifest& manifest) {
+  return MacFields(manifest.step, manifest.part, manifest.shape, manifest.bytes, manifest.fnv1a64,
+                   manifest.run);
+}
+
 Status CheckManifestMac(const Manifest& manifest, const std::string& json_path,
                         const std::string& bin_path, std::string_view data,
                         const CheckpointMacKey& key) {
+  // Without a MAC nothing is computed.
+  if (manifest.mac.empty()) return CheckManifestMacIs(manifest, json_path, bin_path, "");
+  return CheckManifestMacIs(manifest, json_path, bin_path, key.Mac(MacFieldsOf(manifest), data));
+}
+
+Status CheckManifestMacIs(const Manifest& manifest, const std::string& json_path,
+                          const std::string& bin_path, std::string_view mac) {
   // Under CURVE a part must prove who wrote it: one without a MAC was
   // written without CURVE (or had its MAC removed), one whose MAC differs
   // was changed, or written with other keys, since.
@@ -190,9 +202,6 @@ Status CheckManifestMac(const Manifest& manifest, const std::string& json_path,
         "this job's processes under CURVE (resume files without one with security.mode "
         "\"off\", on a trusted network)");
   }
-  const std::string mac = key.Mac(MacFields(manifest.step, manifest.part, manifest.shape,
-                                            manifest.bytes, manifest.fnv1a64, manifest.run),
-                                  data);
   if (!CheckpointMacKey::SameMac(mac, manifest.mac)) {
     return Status::Corruption(
         json_path + ": its mac does not match the manifest and " + bin_path +

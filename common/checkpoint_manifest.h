@@ -54,6 +54,12 @@ Result<Manifest> ReadManifest(const std::string& json_path);
 Status CheckManifestMac(const Manifest& manifest, const std::string& json_path,
                         const std::string& bin_path, std::string_view data,
                         const CheckpointMacKey& key);
+// The same check with the MAC already computed (`mac`: the key's Hasher fed
+// MacFieldsOf(manifest) and the .bin, read in pieces).
+Status CheckManifestMacIs(const Manifest& manifest, const std::string& json_path,
+                          const std::string& bin_path, std::string_view mac);
+// What a part's MAC covers besides its .bin: the manifest's trusted fields.
+std::string MacFieldsOf(const Manifest& manifest);
 
 // A refusal of field `field` of the manifest `what`: "<what>: <field>
 // <problem>; allowed: <allowed> (...)".

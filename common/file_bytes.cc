@@ -12,6 +12,10 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <functional>
+#include <span>
+#include <string_view>
+#include <vector>
 
 #include "common/config.h"
 
@@ -42,13 +46,14 @@ Result<uint64_t> FileSize(const std::string& path) {
   return static_cast<uint64_t>(size);
 }
 
-Result<std::string> ReadFileOfSize(const std::string& path, uint64_t size) {
-  std::string bytes;
-  try {
-    bytes.resize(size);
-  } catch (const std::exception&) {  // std::bad_alloc, or std::length_error past max_size()
-    return Status::IOError(fmt::format("{}: {} bytes do not fit in memory", path, size));
-  }
+namespace {
+
+// Reads exactly `size` bytes of `path` (ReadFileOfSize's checks): each read
+// goes to the memory `into(got)` gives for the bytes from offset `got` on
+// (never empty while got < size), and `took` sees what it brought.
+Status ReadSizedFile(const std::string& path, uint64_t size,
+                     const std::function<std::span<char>(uint64_t got)>& into,
+                     const std::function<void(std::string_view)>& took) {
   // Non-blocking: had the file become a FIFO since FileSize, the open
   // would wait for a writer (for a regular file the flag changes nothing).
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
@@ -63,9 +68,8 @@ Result<std::string> ReadFileOfSize(const std::string& path, uint64_t size) {
   // since its size was taken is refused too, never cut short silently.
   while (error == 0) {
     char extra = 0;
-    char* const at = got < size ? bytes.data() + got : &extra;
-    const size_t want = got < size ? static_cast<size_t>(size - got) : 1;
-    const ssize_t n = ::read(fd, at, want);
+    const std::span<char> at = got < size ? into(got) : std::span<char>(&extra, 1);
+    const ssize_t n = ::read(fd, at.data(), at.size());
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) error = errno;
     if (n <= 0) break;
@@ -73,6 +77,7 @@ Result<std::string> ReadFileOfSize(const std::string& path, uint64_t size) {
       more = true;
       break;
     }
+    took(std::string_view(at.data(), static_cast<size_t>(n)));
     got += static_cast<uint64_t>(n);
   }
   ::close(fd);
@@ -86,7 +91,38 @@ Result<std::string> ReadFileOfSize(const std::string& path, uint64_t size) {
         "size says nothing); allowed: a regular file that holds still while it is read",
         path, more ? "more" : std::to_string(got), size));
   }
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<std::string> ReadFileOfSize(const std::string& path, uint64_t size) {
+  std::string bytes;
+  try {
+    bytes.resize(size);
+  } catch (const std::exception&) {  // std::bad_alloc, or std::length_error past max_size()
+    return Status::IOError(fmt::format("{}: {} bytes do not fit in memory", path, size));
+  }
+  GRIDSYNC_RETURN_IF_ERROR(ReadSizedFile(
+      path, size,
+      [&](uint64_t got) {
+        return std::span<char>(bytes.data() + got, static_cast<size_t>(size - got));
+      },
+      [](std::string_view) {}));
   return bytes;
+}
+
+Status ReadFileInPieces(const std::string& path, uint64_t size,
+                        const std::function<void(std::string_view)>& piece) {
+  constexpr size_t kPieceBytes = size_t{4} << 20;
+  std::vector<char> buffer(static_cast<size_t>(std::min<uint64_t>(size, kPieceBytes)) + 1);
+  return ReadSizedFile(
+      path, size,
+      [&](uint64_t got) {
+        return std::span<char>(buffer.data(),
+                               static_cast<size_t>(std::min<uint64_t>(size - got, kPieceBytes)));
+      },
+      piece);
 }
 
 namespace {

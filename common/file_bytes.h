@@ -8,7 +8,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <string_view>
 
 #include "common/status.h"
 
@@ -30,6 +32,12 @@ Result<uint64_t> FileSize(const std::string& path);
 // holds fewer or more bytes by then (it changed meanwhile; never a silently
 // short string), cannot be read, or `size` bytes do not fit in memory.
 Result<std::string> ReadFileOfSize(const std::string& path, uint64_t size);
+// The same bytes with the same checks, handed to `piece` in order a few MiB
+// at a time: for a reader that only hashes them (a checkpoint's intact
+// check), whose memory then stays a few MiB whatever the file's size. On
+// an error `piece` may have seen part of the file.
+Status ReadFileInPieces(const std::string& path, uint64_t size,
+                        const std::function<void(std::string_view)>& piece);
 
 // Creates `folder` if needed and proves a file can be written in it (a
 // temporary one, removed again): the check every process makes at its

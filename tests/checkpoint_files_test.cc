@@ -245,6 +245,40 @@ TEST_F(CheckpointFilesTest, IntactFilesAreCheckedWithoutTheShapeAndOlderStepsFou
   EXPECT_EQ(HeldSteps(dir_, "shard-0"), (std::vector<uint64_t>{5}));
 }
 
+// The peak of this process's resident memory, in bytes, since the last
+// ResetPeakRss (/proc/self/status's VmHWM).
+uint64_t PeakRssBytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+bool ResetPeakRss() { return static_cast<bool>(std::ofstream("/proc/self/clear_refs") << "5"); }
+
+// The intact check (gridsync checkpoints, launch --resume) read the whole
+// .bin into memory to hash it: a forged manifest claiming a sparse file of
+// gigabytes took that much memory (6 GiB: 6.3 GB resident, a hostile
+// probe), and one of 20 GB would call the OOM killer. It is hashed in
+// pieces now, MAC included.
+TEST_F(CheckpointFilesTest, TheIntactCheckHashesABinOfAnySizeInLittleMemory) {
+  constexpr uint64_t kClaimed = uint64_t{320} << 20;
+  nlohmann::json manifest;
+  std::ifstream(Path(".json")) >> manifest;
+  manifest["bytes"] = kClaimed;
+  WriteManifest(manifest.dump());
+  fs::resize_file(Path(".bin"), kClaimed);  // sparse: no disk taken
+  if (!ResetPeakRss()) GTEST_SKIP() << "cannot reset the peak RSS (/proc/self/clear_refs)";
+  const uint64_t before = PeakRssBytes();
+  const Status checked = CheckCheckpointPartIntact(dir_, 5, "shard-0");
+  const uint64_t peak = PeakRssBytes();
+  EXPECT_EQ(checked.code(), StatusCode::kCorruption) << checked.ToString();
+  EXPECT_NE(checked.message().find("checksum"), std::string::npos) << checked.ToString();
+  EXPECT_LT(peak, before + (uint64_t{64} << 20))
+      << "the check of a " << kClaimed << "-byte .bin took " << (peak - before) << " bytes";
+}
+
 // What a folder without a step to resume from holds is named: a changed
 // ps.shards read only "no complete checkpoint ... from each of the 3
 // shards", and a FIFO there read the same.
