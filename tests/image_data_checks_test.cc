@@ -10,9 +10,13 @@
 #include <stb_image_write.h>
 #include <zlib.h>
 
+#include <algorithm>
+#include <array>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "worker/image_precheck.h"
 #include "worker/image_task.h"
 
 namespace gridsync {
@@ -55,6 +59,96 @@ std::string PalettePng(const std::string& palette, const std::string& indices) {
   return "\x89PNG\r\n\x1a\n" + PngChunk("IHDR", header) + PngChunk("PLTE", palette) +
          PngChunk("IDAT", std::string(reinterpret_cast<char*>(packed.data()), packed_size)) +
          PngChunk("IEND", "");
+}
+
+// The bytes a PNG's image data holds, counted pixel by pixel: each row of
+// each pass (Adam7's seven when interlaced) is a filter byte and its
+// samples packed to whole bytes.
+size_t RawPngBytes(uint32_t width, uint32_t height, uint32_t bits_per_pixel, bool interlaced) {
+  const std::vector<std::array<uint32_t, 4>> passes =
+      interlaced ? std::vector<std::array<uint32_t, 4>>{{0, 0, 8, 8}, {4, 0, 8, 8}, {0, 4, 4, 8},
+                                                        {2, 0, 4, 4}, {0, 2, 2, 4}, {1, 0, 2, 2},
+                                                        {0, 1, 1, 2}}
+                 : std::vector<std::array<uint32_t, 4>>{{0, 0, 1, 1}};
+  size_t total = 0;
+  for (const auto& [x0, y0, dx, dy] : passes) {
+    size_t columns = 0, rows = 0;
+    for (uint32_t x = x0; x < width; x += dx) ++columns;
+    for (uint32_t y = y0; y < height; y += dy) ++rows;
+    if (columns > 0) total += rows * (1 + (columns * bits_per_pixel + 7) / 8);
+  }
+  return total;
+}
+
+// A PNG whose image data is `raw_bytes` zeros (filter none, sample 0),
+// compressed by zlib as an encoder would and cut into IDAT chunks of 8 KiB.
+std::string ZeroPng(uint32_t width, uint32_t height, uint8_t depth, uint8_t color, bool interlaced,
+                    size_t raw_bytes) {
+  const std::string raw(raw_bytes, '\0');
+  std::vector<Bytef> packed(compressBound(raw.size()));
+  uLongf packed_size = packed.size();
+  EXPECT_EQ(compress2(packed.data(), &packed_size, reinterpret_cast<const Bytef*>(raw.data()),
+                      raw.size(), 9),
+            Z_OK);
+  std::string png =
+      "\x89PNG\r\n\x1a\n" +
+      PngChunk("IHDR", Be32(width) + Be32(height) +
+                           std::string{char(depth), char(color), 0, 0, char(interlaced ? 1 : 0)});
+  if (color == 3) png += PngChunk("PLTE", std::string(3, '\x40'));
+  for (size_t at = 0; at < packed_size; at += 8192) {
+    png += PngChunk("IDAT", std::string(reinterpret_cast<char*>(packed.data()) + at,
+                                        std::min<size_t>(8192, packed_size - at)));
+  }
+  return png + PngChunk("IEND", "");
+}
+
+// A PNG's image data inflating past what its header needs was inflated
+// whole by stb: a 1 MB file of 1 x 1 pixels took 1 GiB (a hostile probe).
+// It is counted in pieces first and refused past the header's size (and a
+// little slack); every well-formed size, depth, colour type and Adam7
+// interlacing still loads (stb refuses data short of its rows, so a count
+// below the true size would fail these).
+TEST(ImageDataChecksTest, PngImageDataInflatesToWhatItsHeaderNeedsAndNoFurther) {
+  struct Kind {
+    uint8_t depth, color;
+    uint32_t channels;
+  };
+  for (const Kind kind : {Kind{8, 2, 3}, Kind{16, 6, 4}, Kind{1, 0, 1}, Kind{2, 3, 1},
+                          Kind{4, 3, 1}, Kind{16, 0, 1}, Kind{8, 4, 2}, Kind{8, 3, 1}}) {
+    for (const auto& [width, height] : std::vector<std::pair<uint32_t, uint32_t>>{
+             {1, 1}, {3, 5}, {8, 8}, {13, 7}, {33, 1}, {1, 17}, {100, 61}}) {
+      for (const bool interlaced : {false, true}) {
+        const size_t exact = RawPngBytes(width, height, kind.depth * kind.channels, interlaced);
+        auto image =
+            DecodeString(ZeroPng(width, height, kind.depth, kind.color, interlaced, exact));
+        ASSERT_TRUE(image.ok()) << width << " x " << height << ", depth " << int(kind.depth)
+                                << ", colour " << int(kind.color) << ", interlaced " << interlaced
+                                << ": " << image.status().ToString();
+        EXPECT_EQ(image->width(), static_cast<int>(width));
+        EXPECT_EQ(image->height(), static_cast<int>(height));
+      }
+    }
+  }
+  // The size the check holds the data to, against the count above, for
+  // sizes past any slack (the loads above pass within it).
+  for (const uint32_t bits : {1u, 2u, 4u, 8u, 16u, 24u, 32u, 48u, 64u}) {
+    for (const uint32_t width : {1u, 2u, 3u, 5u, 7u, 8u, 9u, 15u, 16u, 17u, 1000u, 4099u}) {
+      for (const uint32_t height : {1u, 2u, 3u, 4u, 5u, 8u, 9u, 13u, 777u, 3001u}) {
+        for (const bool interlaced : {false, true}) {
+          ASSERT_EQ(image_precheck::PngInflatedBytes(width, height, bits, interlaced),
+                    RawPngBytes(width, height, bits, interlaced))
+              << width << " x " << height << " at " << bits << " bits, interlaced " << interlaced;
+        }
+      }
+    }
+  }
+  // A few bytes past (an odd encoder's): taken.
+  EXPECT_TRUE(DecodeString(ZeroPng(1, 1, 8, 2, false, 4 + 100)).ok());
+  // 16 MiB for one pixel: refused, naming both sizes.
+  ExpectRefused(ZeroPng(1, 1, 8, 2, false, size_t{16} << 20),
+                "PNG image data inflating past 65540 bytes, where its header's size needs 4 "
+                "(corrupt, or a decompression bomb)");
+  ExpectRefused(ZeroPng(3, 3, 8, 2, true, size_t{16} << 20), "decompression bomb");
 }
 
 // A bottom-up BMP, 40-byte header, `bits` a pixel, the palette (BGRA

@@ -128,13 +128,82 @@ Status CheckJpeg(const uint8_t* data, size_t size, size_t pos) {
   return ends();
 }
 
+}  // namespace
+
+uint64_t PngInflatedBytes(uint64_t width, uint64_t height, uint64_t bits_per_pixel,
+                          bool interlaced) {
+  const auto rows = [&](uint64_t w, uint64_t h) {
+    return w == 0 || h == 0 ? 0 : h * (1 + (w * bits_per_pixel + 7) / 8);
+  };
+  if (!interlaced) return rows(width, height);
+  // Each pass's first column and row, and its steps across and down.
+  static constexpr uint64_t kPasses[7][4] = {{0, 0, 8, 8}, {4, 0, 8, 8}, {0, 4, 4, 8}, {2, 0, 4, 4},
+                                             {0, 2, 2, 4}, {1, 0, 2, 2}, {0, 1, 1, 2}};
+  uint64_t total = 0;
+  for (const auto& [x0, y0, dx, dy] : kPasses) {
+    total += rows(width > x0 ? (width - x0 + dx - 1) / dx : 0,
+                  height > y0 ? (height - y0 + dy - 1) / dy : 0);
+  }
+  return total;
+}
+
+namespace {
+
+// The IDAT chunks' data (`pieces`, in order) inflated, only to count it,
+// 64 KiB at a time: stb inflates all of it into memory however far it goes
+// past what the header needs (a 1 MB file of 1 x 1 pixels inflated to 1
+// GiB, and was taken), so more than `needed` bytes (with a little slack)
+// is refused, as is data zlib cannot inflate (stb takes some of that: a
+// dynamic block of 287 length codes).
+Status CheckPngInflation(const uint8_t* data, const std::vector<std::pair<size_t, size_t>>& pieces,
+                         bool zlib_header, uint64_t needed) {
+  const uint64_t limit = needed + needed / 64 + (uint64_t{64} << 10);
+  z_stream z{};
+  if (inflateInit2(&z, zlib_header ? 15 : -15) != Z_OK) {
+    return Status::IOError("cannot start zlib to check the PNG's image data");
+  }
+  std::vector<Bytef> scratch(size_t{64} << 10);
+  uint64_t inflated = 0;
+  int rc = Z_OK;
+  for (const auto& [at, length] : pieces) {
+    z.next_in = const_cast<Bytef*>(data + at);
+    z.avail_in = static_cast<uInt>(length);
+    do {
+      z.next_out = scratch.data();
+      z.avail_out = static_cast<uInt>(scratch.size());
+      rc = inflate(&z, Z_NO_FLUSH);
+      inflated += scratch.size() - z.avail_out;
+    } while (rc == Z_OK && inflated <= limit && (z.avail_in > 0 || z.avail_out == 0));
+    if (rc == Z_BUF_ERROR) rc = Z_OK;  // this piece is used up: on to the next
+    if (rc != Z_OK || inflated > limit) break;
+  }
+  const std::string why = z.msg != nullptr ? z.msg : "";
+  inflateEnd(&z);
+  if (inflated > limit) {
+    return Status::InvalidArgument(
+        fmt::format("PNG image data inflating past {} bytes, where its header's size needs {} "
+                    "(corrupt, or a decompression bomb)",
+                    limit, needed));
+  }
+  if (rc == Z_DATA_ERROR || rc == Z_NEED_DICT) {
+    return Status::InvalidArgument("truncated or corrupt PNG: its image data does not inflate (" +
+                                   (why.empty() ? std::string("zlib error") : "zlib: " + why) +
+                                   ")");
+  }
+  return Status::OK();  // ended, or cut short: stb names what is missing
+}
+
 // PNG: the chunks after the signature, each within the file; the first
-// IHDR's rows within what stb's int sizes hold. (stb takes CgBI chunks
-// before IHDR, so IHDR need not be the first chunk.)
+// IHDR's rows within what stb's int sizes hold; the image data inflating
+// to what that header needs, not more. (stb takes CgBI chunks before IHDR,
+// so IHDR need not be the first chunk; a CgBI file's data has no zlib
+// header.)
 Status CheckPng(const uint8_t* data, size_t size) {
   size_t pos = 8;
-  bool seen_header = false;
+  bool seen_header = false, cgbi = false;
   int palettes = 0;
+  uint64_t needed = 0;  // what the image data inflates to; 0: not checked
+  std::vector<std::pair<size_t, size_t>> image_data;  // IDAT chunks: data's start, length
   while (pos + 8 <= size) {
     const uint64_t length = Be32(data + pos);
     // Printable, whatever the bytes: a damaged type put NULs and control
@@ -189,7 +258,12 @@ Status CheckPng(const uint8_t* data, size_t size) {
                                        std::to_string(depth) + "-bit, " + std::to_string(channels) +
                                        " channels); at most " + std::to_string(INT32_MAX));
       }
+      if (sized && width > 0 && height > 0) {
+        needed = PngInflatedBytes(width, height, depth * channels, data[pos + 20] != 0);
+      }
     }
+    if (type == "CgBI" && !seen_header) cgbi = true;
+    if (type == "IDAT") image_data.emplace_back(pos + 8, static_cast<size_t>(length));
     // The standard allows one; stb takes the last, and the palette check
     // (image_data_checks::PngWithSentinelPalette) pads each.
     if (type == "PLTE" && ++palettes > 1) {
@@ -199,6 +273,7 @@ Status CheckPng(const uint8_t* data, size_t size) {
     if (type == "IEND") break;
     pos += 12 + length;
   }
+  if (needed > 0) return CheckPngInflation(data, image_data, !cgbi, needed);
   return Status::OK();
 }
 

@@ -53,6 +53,13 @@ Status CheckStructure(const uint8_t* data, size_t size);
 // "unknown image type", so the caller names the size from here.
 bool PngDimensions(const uint8_t* data, size_t size, uint32_t* width, uint32_t* height);
 
+// The bytes a PNG's image data inflates to: a filter byte and the packed
+// samples (bits_per_pixel = depth x channels) of every row, of each of
+// Adam7's seven passes when interlaced. CheckStructure refuses data
+// inflating past it (stb inflates all there is, 1 GiB for a 1 x 1 image).
+uint64_t PngInflatedBytes(uint64_t width, uint64_t height, uint64_t bits_per_pixel,
+                          bool interlaced);
+
 // Bytes decoding `pixels` pixels of this file's format takes at its peak
 // (stb's buffers and the task's copy).
 uint64_t DecodeBytes(const uint8_t* data, size_t size, uint64_t pixels);
