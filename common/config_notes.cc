@@ -261,24 +261,30 @@ std::vector<std::string> InertValueNotes(const Config& c) {
   }
   // "column" and "both" split a table by columns only where its column
   // groups divide its width (common/sharding.h); where no table's do, the
-  // split is by rows, as "row" makes it.
-  if (d.enable && d.model_parallel && d.gradient_sync != GradientSyncMode::kNccl &&
-      d.mp_dim != ModelParallelDim::kRow) {
+  // split is by rows, as "row" makes it. The parts are the PS shards, or
+  // under nccl the workers, each of which holds a slice of every table
+  // (worker/sync/sharded_update.h: the same Partition).
+  if (d.enable && d.model_parallel && d.mp_dim != ModelParallelDim::kRow) {
+    const bool workers = d.gradient_sync == GradientSyncMode::kNccl;
     // The model's tables (kernels/model_tables.h): a grid level's features
     // a row, a hidden layer's neurons, the 3 outputs.
     std::vector<uint32_t> widths = {static_cast<uint32_t>(c.encoding.n_features_per_level), 3};
     if (c.network.n_hidden_layers > 0) widths.push_back(static_cast<uint32_t>(c.network.n_neurons));
-    const auto shards = static_cast<uint32_t>(c.ps.shards);
+    const auto parts =
+        static_cast<uint32_t>(workers ? d.world_size : static_cast<int64_t>(c.ps.shards));
+    const std::string key = workers ? "distributed.world_size" : "ps.shards";
     if (std::all_of(widths.begin(), widths.end(), [&](uint32_t w) {
-          return Partition::ColumnGroupsFor(w, shards, d.mp_dim) == 1;
+          return Partition::ColumnGroupsFor(w, parts, d.mp_dim) == 1;
         })) {
       std::string listed;
       for (uint32_t w : widths) listed += (listed.empty() ? "" : ", ") + std::to_string(w);
       lines.push_back("distributed.model_parallel: with mp_dim " + Quote(ToString(d.mp_dim)) +
-                      " and ps.shards " + std::to_string(shards) + " no table's width (" + listed +
-                      " floats) splits into the shards' column groups, so the PS tables are "
-                      "split by rows, as mp_dim \"row\" does; used with ps.shards sharing a "
-                      "factor with a table's width (\"both\") or dividing it (\"column\")");
+                      " and " + key + " " + std::to_string(parts) + " no table's width (" + listed +
+                      " floats) splits into the " + (workers ? "workers'" : "shards'") +
+                      " column groups, so the " + (workers ? "workers' slices" : "PS tables") +
+                      " are split by rows, as mp_dim \"row\" does; used with " + key +
+                      " sharing a factor with a table's width (\"both\") or dividing it "
+                      "(\"column\")");
     }
   }
   return lines;

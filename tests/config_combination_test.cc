@@ -224,6 +224,17 @@ TEST(ConfigCombinationTest, ValuesTheClusterMakesANoOpAreNoted) {
               "splits into the shards' column groups, so the PS tables are split by rows");
   }
   EXPECT_TRUE(ParseOk(ps + R"(, "mp_dim": "both"}, "ps": {"shards": 6}})").notes.lines.empty());
+  // Under nccl the workers hold the slices (the same Partition, cut in
+  // world_size parts): 5 workers split no table's columns either, and were
+  // not noted (a hostile probe).
+  const std::string sliced =
+      R"({"training": {"batch_size": 16380}, "distributed": {"enable": true, "gradient_sync": )"
+      R"("nccl", "model_parallel": true, "mp_dim": )";
+  only_note(ParseOk(sliced + R"("column", "world_size": 5}})"),
+            "with mp_dim \"column\" and distributed.world_size 5 no table's width (2, 3, 64 "
+            "floats) splits into the workers' column groups, so the workers' slices are split by "
+            "rows");
+  EXPECT_TRUE(ParseOk(sliced + R"("column", "world_size": 2}})").notes.lines.empty());
   // What else depends on model_parallel keeps it from being noted: under
   // nccl it shards Adam's state and names the checkpoints' layout even for
   // one worker.
