@@ -13,12 +13,14 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <vector>
 
 #include "common/checkpoint_files.h"
 #include "common/counter_rng.h"
 #include "common/file_bytes.h"
 #include "common/host_memory.h"
 #include "worker/image_data_checks.h"
+#include "worker/image_dimensions.h"
 #include "worker/image_precheck.h"
 #include "worker/stb_header_refusal.h"
 
@@ -125,6 +127,29 @@ Result<ImageTask> ImageTask::Load(const std::string& path) {
     if (got == want && !image_precheck::MayBeImage(head, got)) {
       return Status::IOError("cannot load image '" + path + "': " + kNoFormat +
                              "; allowed: " + kAllowedFormats + " files");
+    }
+  }
+  // A file far larger than the image its header claims is refused unread:
+  // a 1 x 1 image followed by a gigabyte of anything was read whole, in
+  // every process that loads it (image_dimensions.h).
+  if (size > image_dimensions::kMetadataBytes) {
+    std::vector<uint8_t> head(size_t{1} << 20);
+    std::FILE* file = std::fopen(path.c_str(), "rb");
+    const size_t got = file != nullptr ? std::fread(head.data(), 1, head.size(), file) : 0;
+    if (file != nullptr) std::fclose(file);
+    if (const auto claimed = image_dimensions::HeaderDimensions(head.data(), got)) {
+      // Sides past the task's bounds are the decoder's to refuse, by name.
+      const uint64_t pixels = std::min<uint64_t>(claimed->width, kMaxSide + 1) *
+                              std::min<uint64_t>(claimed->height, kMaxSide + 1);
+      if (size > image_dimensions::MaxFileBytes(pixels)) {
+        return Status::InvalidArgument(
+            "image '" + path + "' is " + std::to_string(size) + " bytes for the " +
+            std::to_string(claimed->width) + " x " + std::to_string(claimed->height) +
+            " pixels its header claims (the rest is no part of the image: appended, or "
+            "corrupt); allowed: at most " +
+            std::to_string(image_dimensions::MaxFileBytes(pixels)) +
+            " bytes for that size (64 MiB of metadata and 16 bytes a pixel)");
+      }
     }
   }
   auto bytes = ReadFileOfSize(path, size);
