@@ -37,8 +37,11 @@ namespace {
 namespace fs = std::filesystem;
 using checkpoint_manifest::BadField;
 using checkpoint_manifest::CheckManifestMac;
+using checkpoint_manifest::CheckManifestMacIs;
+using checkpoint_manifest::CheckRegularIfPresent;
 using checkpoint_manifest::Cut;
 using checkpoint_manifest::EncodeManifest;
+using checkpoint_manifest::MacFieldsOf;
 using checkpoint_manifest::Manifest;
 using checkpoint_manifest::ReadManifest;
 
@@ -383,6 +386,7 @@ Result<std::string> ReadPart(const std::string& dir, uint64_t step, const std::s
                                    " differs from this process's " + Cut(*shape) +
                                    "; allowed: a checkpoint of the same model and partition");
   }
+  GRIDSYNC_RETURN_IF_ERROR(CheckRegularIfPresent(bin_path));
   auto bin_size = FileSize(bin_path);
   if (!bin_size.ok() && bin_size.status().code() == StatusCode::kNotFound) {
     // The .bin is written before its manifest: one without the other is

@@ -2,6 +2,7 @@
 #include "common/checkpoint_manifest.h"
 
 #include <spdlog/fmt/fmt.h>
+#include <sys/stat.h>
 
 #include <unordered_set>
 #include <vector>
@@ -163,7 +164,15 @@ Result<Manifest> DecodeManifest(std::string_view text, const std::string& what) 
   return m;
 }
 
+Status CheckRegularIfPresent(const std::string& path) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0 || S_ISREG(info.st_mode)) return Status::OK();
+  return Status::Corruption(path + " is " + FileKindName(info.st_mode) +
+                            ", where gridsync writes a file (damaged)");
+}
+
 Result<Manifest> ReadManifest(const std::string& json_path) {
+  GRIDSYNC_RETURN_IF_ERROR(CheckRegularIfPresent(json_path));
   GRIDSYNC_ASSIGN_OR_RETURN(const uint64_t size, FileSize(json_path));
   if (size > kMaxManifestBytes) {
     return BadField(json_path, "the file", fmt::format("holds {} bytes", size),

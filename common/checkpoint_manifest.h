@@ -43,6 +43,14 @@ std::string EncodeManifest(uint64_t step, const std::string& part, const nlohman
 // The manifest in `text` (the file `what`, for the errors).
 Result<Manifest> DecodeManifest(std::string_view text, const std::string& what);
 
+// OK unless `path` is there and no regular file (a folder, a FIFO, a
+// device, or a link to one): Corruption naming its kind. gridsync writes
+// regular files, so such a manifest or .bin is damage, passed over and set
+// aside like a bad checksum (a manifest that was a folder refused the
+// whole resume, exit 3, with an intact older step; the same .bin kept its
+// step, and the shard failed at start).
+Status CheckRegularIfPresent(const std::string& path);
+
 // The manifest at `json_path`, its size checked first, from the file
 // system: nothing is read, nor memory taken, for a file larger than any
 // manifest (kMaxManifestBytes).

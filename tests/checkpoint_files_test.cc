@@ -13,6 +13,7 @@
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -243,6 +244,33 @@ TEST_F(CheckpointFilesTest, IntactFilesAreCheckedWithoutTheShapeAndOlderStepsFou
   EXPECT_TRUE(fs::exists(dir_ + "/step-9/shard-0.bin.damaged"));
   EXPECT_TRUE(fs::exists(dir_ + "/step-9/shard-0.json.damaged"));
   EXPECT_EQ(HeldSteps(dir_, "shard-0"), (std::vector<uint64_t>{5}));
+}
+
+// A manifest or .bin that is no regular file (a folder, a FIFO) is damage,
+// passed over for the older intact step like a bad checksum: a manifest
+// that was a folder refused the whole resume (exit 3) where step 5 was
+// intact, and such a .bin kept its step for the shard to fail on at start
+// (a hostile probe). A FIFO is judged without being opened.
+TEST_F(CheckpointFilesTest, AManifestOrBinThatIsNoFileIsDamage) {
+  ASSERT_TRUE(WriteCheckpointPart(dir_, 9, "shard-0", data_, shape_).ok());
+  ASSERT_TRUE(WriteCheckpointPart(dir_, 9, "shard-1", data_, shape_).ok());
+  fs::remove(dir_ + "/step-9/shard-0.json");
+  fs::create_directory(dir_ + "/step-9/shard-0.json");
+  fs::remove(dir_ + "/step-9/shard-1.bin");
+  ASSERT_EQ(::mkfifo((dir_ + "/step-9/shard-1.bin").c_str(), 0600), 0);
+  const Status manifest = CheckCheckpointPartIntact(dir_, 9, "shard-0");
+  EXPECT_EQ(manifest.code(), StatusCode::kCorruption) << manifest.ToString();
+  EXPECT_NE(manifest.message().find("shard-0.json is a folder, where gridsync writes a file"),
+            std::string::npos)
+      << manifest.ToString();
+  const Status bin = CheckCheckpointPartIntact(dir_, 9, "shard-1");
+  EXPECT_EQ(bin.code(), StatusCode::kCorruption) << bin.ToString();
+  EXPECT_NE(bin.message().find("shard-1.bin is a FIFO"), std::string::npos) << bin.ToString();
+  ASSERT_TRUE(WriteCheckpointPart(dir_, 5, "shard-1", data_, shape_).ok());
+  std::vector<DamagedPart> damaged;
+  EXPECT_EQ(NewestIntactCompleteStep(dir_, {"shard-0", "shard-1"}, 9, &damaged), 5u);
+  ASSERT_EQ(damaged.size(), 1u);
+  EXPECT_EQ(damaged[0].step, 9u);
 }
 
 // The peak of this process's resident memory, in bytes, since the last

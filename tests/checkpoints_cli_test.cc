@@ -228,19 +228,22 @@ TEST_F(CheckpointsCliTest, MixedRunsUnnamedRunsAndUnreadableFilesAreJudgedAsTheL
   EXPECT_TRUE(Has(run, "shard-0: intact, of another run (unnamed, the folder's is 0123456789ab)"))
       << run.output;
   EXPECT_TRUE(Has(run, "would resume from the older complete step 100 instead")) << run.output;
-  // A folder where step 150's .bin was: no damage the launcher passes over.
+  // A folder where step 150's .bin was: damage, passed over as a bad
+  // checksum is (it kept the step, and the shard failed at its start).
   write(150, "shard-0", mine);
   write(150, "shard-1", mine);
   fs::remove(Bin(150, "shard-1"));
   fs::create_directories(Bin(150, "shard-1"));
   run = Inspect(300);
   EXPECT_EQ(run.exit_code, 0) << run.output;
-  EXPECT_TRUE(Has(run, "  shard-1: unreadable (the launcher keeps the step")) << run.output;
-  EXPECT_TRUE(Has(run, "would resume from the checkpoint of step 150")) << run.output;
+  EXPECT_TRUE(Has(run, "  shard-1: damaged: " + Bin(150, "shard-1") +
+                           " is a folder, where gridsync writes a file"))
+      << run.output;
+  EXPECT_TRUE(Has(run, "would resume from the older complete step 100 instead")) << run.output;
   // With --node: what this machine offers the other launchers (FindLocalSteps).
   run = Inspect(300, " --node node0");
   EXPECT_EQ(run.exit_code, 0) << run.output;
-  EXPECT_TRUE(Has(run, "this machine offers steps 150, 100 (")) << run.output;
+  EXPECT_TRUE(Has(run, "this machine offers steps 100 (")) << run.output;
 }
 
 }  // namespace
