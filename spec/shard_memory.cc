@@ -35,6 +35,30 @@ uint64_t ShardMemoryBytes(const RunSpec& spec, const Partition& partition, uint3
   return ShardMemoryBytes(partition, shard, spec.sync.optimizer_on_workers, ReplicaWorkersOf(spec));
 }
 
+nlohmann::json ShardCheckpointShape(const Partition& partition, uint32_t shard) {
+  nlohmann::json shapes = nlohmann::json::array();
+  for (uint32_t t = 0; t < partition.n_tables(); ++t) {
+    shapes.push_back({partition.LocalRows(shard, t), partition.ColWidth(t)});
+  }
+  return shapes;
+}
+
+uint64_t ShardStateBytes(const Partition& partition, uint32_t shard, bool apply_updates,
+                         uint32_t replica_workers) {
+  uint64_t bytes = 0;
+  for (uint32_t t = 0; t < partition.n_tables(); ++t) {
+    const uint64_t rows = partition.LocalRows(shard, t);
+    const uint64_t values = rows * partition.ColWidth(t) * sizeof(float);
+    bytes += (1 + uint64_t{replica_workers}) * values;
+    if (!apply_updates) bytes += 2 * values + rows * sizeof(uint32_t);
+  }
+  return bytes;
+}
+
+uint64_t ShardStateBytes(const RunSpec& spec, const Partition& partition, uint32_t shard) {
+  return ShardStateBytes(partition, shard, spec.sync.optimizer_on_workers, ReplicaWorkersOf(spec));
+}
+
 uint64_t LargestShardMemoryBytes(const RunSpec& spec) {
   const int shards = spec.config.ps.shards;
   if (shards <= 0) return 0;

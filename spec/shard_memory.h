@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 
 #include "common/sharding.h"
 #include "common/status.h"
@@ -25,6 +26,18 @@ uint64_t ShardMemoryBytes(const Partition& partition, uint32_t shard, bool apply
 
 // The same for shard `shard` of the run `spec` describes.
 uint64_t ShardMemoryBytes(const RunSpec& spec, const Partition& partition, uint32_t shard);
+
+// A shard's checkpoint part as its store writes it (server/shard_checkpoint.h,
+// ShardStore::StateBytes): the shape, [local rows, width] a table, and the
+// .bin's bytes (the parameters and each replica worker's copy, and with
+// Adam on the shard its m, v and step counts). gridsync launch --resume
+// compares them with the chosen step's manifests before anything starts
+// (each shard refused a changed model only at its start, the launcher
+// then ending 1).
+nlohmann::json ShardCheckpointShape(const Partition& partition, uint32_t shard);
+uint64_t ShardStateBytes(const Partition& partition, uint32_t shard, bool apply_updates,
+                         uint32_t replica_workers);
+uint64_t ShardStateBytes(const RunSpec& spec, const Partition& partition, uint32_t shard);
 
 // The largest shard's bytes; 0 when the run has no shards or its tables do
 // not partition (the config's own checks name that).

@@ -12,7 +12,10 @@
 
 #include "common/checkpoint_files.h"
 #include "common/config.h"
+#include "common/sharding.h"
 #include "common/wire/curve.h"
+#include "spec/run_spec.h"
+#include "spec/shard_memory.h"
 #include "tests/binary_runner.h"
 #include "tests/checkpoint_forgery.h"
 #include "tests/curve_test_keys.h"
@@ -43,9 +46,12 @@ class CheckpointsCliTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  // The config's keys of every run here: local.json (two shards, ps).
+  // The config's keys of every run here: local.json (two shards, ps), its
+  // hash tables smaller (kModel: the parts written by hand match them).
+  static constexpr const char* kModel = "encoding.log2_hashmap_size=14";
   std::string Sets(int steps) const {
-    return " --set distributed.gradient_sync=ps --set distributed.master_port=28800 --set "
+    return std::string(" --set ") + kModel +
+           " --set distributed.gradient_sync=ps --set distributed.master_port=28800 --set "
            "checkpoint.every_steps=50 --set training.steps=" +
            std::to_string(steps) + " --set checkpoint.dir=" + ckpt() +
            " --set task.output=" + dir_ + "/out";
@@ -56,6 +62,28 @@ class CheckpointsCliTest : public ::testing::Test {
   std::string ckpt() const { return dir_ + "/ck"; }
   std::string Bin(uint64_t step, const std::string& part) const {
     return ckpt() + "/step-" + std::to_string(step) + "/" + part + ".bin";
+  }
+
+  // Writes shard part `part` of `step` as that config's shard would (the
+  // shape and size spec/shard_memory.h gives, zeros for values), naming
+  // `run`: the launcher checks parts against the config before anything
+  // starts, so the cases below turn on their runs alone.
+  void WriteShardPart(uint64_t step, const std::string& part, const std::string& run,
+                      const gridsync::CheckpointMacKey* key = nullptr) const {
+    auto config =
+        gridsync::Config::LoadFile("configs/local.json", {kModel, "distributed.gradient_sync=ps"});
+    ASSERT_TRUE(config.ok()) << config.status().ToString();
+    auto spec = gridsync::RunSpec::Resolve(*config);
+    ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+    auto partition = gridsync::Partition::Make(
+        spec->model.tables, static_cast<uint32_t>(config->ps.shards), spec->sync.partition_dim);
+    ASSERT_TRUE(partition.ok()) << partition.status().ToString();
+    const auto shard = static_cast<uint32_t>(std::stoul(part.substr(6)));
+    const std::string data(gridsync::ShardStateBytes(*spec, *partition, shard), '\0');
+    ASSERT_TRUE(gridsync::WriteCheckpointPart(ckpt(), step, part, data,
+                                              gridsync::ShardCheckpointShape(*partition, shard), {},
+                                              run, key)
+                    .ok());
   }
 
   std::string dir_;
@@ -76,6 +104,15 @@ TEST_F(CheckpointsCliTest, NamesEachStepsStateAndTheLaunchersChoiceAndMovesNothi
   EXPECT_TRUE(
       Has(run, "gridsync launch: would resume from the checkpoint of step 150 in " + ckpt()))
       << run.output;
+  // Another model (a smaller hash table) or optimizer placement than the
+  // run's: refused before anything starts, naming the part, what its shard
+  // would hold now and the change (each shard refused it at its start, and
+  // the launcher ended 1; a hostile probe).
+  run = Inspect(300, " --set encoding.log2_hashmap_size=13");
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_TRUE(Has(run, "step-150/shard-0.json: shape [[")) << run.output;
+  EXPECT_TRUE(Has(run, "this config's shard 0 holds [[")) << run.output;
+  EXPECT_TRUE(Has(run, "changed since the run started: encoding.log2_hashmap_size")) << run.output;
   // A damaged .bin: named, passed over, and left where it is.
   Damage(Bin(150, "shard-1"));
   run = Inspect(300);
@@ -121,9 +158,7 @@ TEST_F(CheckpointsCliTest, AForgedStepIsNamedByItsMacUnderCurve) {
   ASSERT_TRUE(key.ok() && key->has_value()) << key.status().ToString();
   const std::string run_id = "0123456789abcdef0123456789abcdef";
   for (const char* part : {"shard-0", "shard-1"}) {
-    ASSERT_TRUE(gridsync::WriteCheckpointPart(ckpt(), 100, part, "state of step 100", {1, 2}, {},
-                                              run_id, &**key)
-                    .ok());
+    WriteShardPart(100, part, run_id, &**key);
     gridsync::testing::ForgeStep(ckpt(), part, 100, 150);
   }
   const std::string curve = " --set security.mode=curve --set security.keys_dir=" + keys;
@@ -157,10 +192,8 @@ TEST_F(CheckpointsCliTest, AnotherRunsStepIsPassedOverAndFileNamesAreEscaped) {
   const std::string mine = "0123456789abcdef0123456789abcdef";
   const std::string other = "fedcba9876543210fedcba9876543210";
   for (const char* part : {"shard-0", "shard-1"}) {
-    ASSERT_TRUE(
-        gridsync::WriteCheckpointPart(ckpt(), 100, part, "mine", {1, 2}, {}, mine, nullptr).ok());
-    ASSERT_TRUE(
-        gridsync::WriteCheckpointPart(ckpt(), 150, part, "other", {1, 2}, {}, other, nullptr).ok());
+    WriteShardPart(100, part, mine);
+    WriteShardPart(150, part, other);
   }
   std::ofstream(ckpt() + "/coordinator-state.json")
       << R"({"format": "gridsync-coordinator-state", "version": 1, "job": 1, "epoch": 0,
@@ -201,8 +234,7 @@ TEST_F(CheckpointsCliTest, MixedRunsUnnamedRunsAndUnreadableFilesAreJudgedAsTheL
   const std::string mine = "0123456789abcdef0123456789abcdef";
   const std::string other = "fedcba9876543210fedcba9876543210";
   const auto write = [&](uint64_t step, const char* part, const std::string& run) {
-    ASSERT_TRUE(
-        gridsync::WriteCheckpointPart(ckpt(), step, part, "state", {1, 2}, {}, run, nullptr).ok());
+    WriteShardPart(step, part, run);
   };
   write(100, "shard-0", mine);
   write(100, "shard-1", mine);

@@ -21,6 +21,7 @@
 
 #include "common/sharding.h"
 #include "kernels/adam_math.h"
+#include "spec/shard_memory.h"
 
 namespace gridsync {
 namespace {
@@ -370,6 +371,44 @@ TEST_P(ShardStoreReadsTest, AdamOnMergedPushesMatchesSummingFirst) {
 INSTANTIATE_TEST_SUITE_P(WidthsAndShards, ShardStoreReadsTest,
                          ::testing::Combine(::testing::Values(1u, 2u, 3u, 8u),
                                             ::testing::Values(1u, 2u)));
+
+}  // namespace
+}  // namespace gridsync
+
+namespace gridsync {
+namespace {
+
+// gridsync launch --resume judges the shards' checkpoint parts by
+// ShardCheckpointShape and ShardStateBytes (spec/shard_memory.h) before
+// anything starts: they must be what a shard's store writes, for every
+// partition axis, shard count, optimizer placement and replica count.
+TEST(ShardStoreStateTest, TheSpecsCheckpointSizeIsWhatTheStoreWrites) {
+  const std::vector<TableInfo> tables = {
+      {"level", 5 * kRowBlock + 123, 2}, {"mlp", 64 * 27 + 5, 64}, {"out", 3 * 64, 3}};
+  for (const ModelParallelDim dim :
+       {ModelParallelDim::kRow, ModelParallelDim::kColumn, ModelParallelDim::kBoth}) {
+    for (const uint32_t shards : {1u, 2u, 3u, 4u, 5u}) {
+      const Partition partition = *Partition::Make(tables, shards, dim);
+      for (uint32_t s = 0; s < shards; ++s) {
+        for (const bool updates : {false, true}) {
+          for (const uint32_t replicas : {0u, 2u}) {
+            ShardStore store(partition, s, AdamHyper{}, updates);
+            if (replicas > 0) store.EnableReplicas(replicas);
+            std::string state;
+            store.AppendState(&state);
+            EXPECT_EQ(ShardStateBytes(partition, s, updates, replicas), state.size())
+                << ToString(dim) << ", shard " << s << " of " << shards;
+            nlohmann::json shape = nlohmann::json::array();
+            for (uint32_t t = 0; t < store.n_tables(); ++t)
+              shape.push_back({store.table_rows(t), store.table_width(t)});
+            EXPECT_EQ(ShardCheckpointShape(partition, s), shape)
+                << ToString(dim) << ", shard " << s << " of " << shards;
+          }
+        }
+      }
+    }
+  }
+}
 
 }  // namespace
 }  // namespace gridsync

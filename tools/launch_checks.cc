@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/checkpoint_files.h"
+#include "common/checkpoint_manifest.h"
 #include "common/checkpoint_run.h"
 #include "common/config_reader.h"
 #include "common/file_bytes.h"
@@ -17,6 +18,8 @@
 #include "common/wire/curve.h"
 #include "server/coordinator_state.h"
 #include "server/shard_checkpoint.h"
+#include "spec/run_spec.h"
+#include "spec/shard_memory.h"
 
 namespace gridsync {
 namespace {
@@ -331,6 +334,58 @@ std::vector<std::string> ResumedConfigChanges(const Config& config) {
   return changes;
 }
 
+namespace {
+
+// The shards' parts of `step` against what this config's shards hold
+// (ShardCheckpointShape, ShardStateBytes): a changed model, partition,
+// optimizer placement or compression.pull, which every shard refuses at
+// its start, is refused before anything starts, naming the part and what
+// changed. Parts whose manifests do not read are the intact checks'.
+Status CheckShardPartsFitConfig(const Config& config, uint64_t step,
+                                const std::vector<std::string>& parts) {
+  // Shards run in ps and hybrid; a config that does not resolve is
+  // refused by its own checks.
+  const DistributedConfig& d = config.distributed;
+  if (!d.enable || d.gradient_sync == GradientSyncMode::kNccl || config.ps.shards <= 0)
+    return Status::OK();
+  const auto spec = RunSpec::Resolve(config);
+  if (!spec.ok()) return Status::OK();
+  const auto shards = static_cast<uint32_t>(config.ps.shards);
+  const auto partition = Partition::Make(spec->model.tables, shards, spec->sync.partition_dim);
+  if (!partition.ok()) return Status::OK();
+  std::string changes;
+  for (const std::string& change : ResumedConfigChanges(config))
+    changes += (changes.empty() ? "" : ", ") + change;
+  const std::string changed =
+      changes.empty() ? "" : " (changed since the run started: " + changes + ")";
+  for (uint32_t s = 0; s < shards; ++s) {
+    const std::string part = ShardPart(s);
+    if (std::find(parts.begin(), parts.end(), part) == parts.end()) continue;  // another machine's
+    const std::string json_path =
+        config.checkpoint.dir + "/step-" + std::to_string(step) + "/" + part + ".json";
+    const auto manifest = checkpoint_manifest::ReadManifest(json_path);
+    if (!manifest.ok()) continue;
+    const nlohmann::json shape = ShardCheckpointShape(*partition, s);
+    if (manifest->shape != shape) {
+      return Status::InvalidArgument(json_path + ": shape " + manifest->shape.dump() +
+                                     " ([rows, width] a table); this " + "config's shard " +
+                                     std::to_string(s) + " holds " + shape.dump() + changed +
+                                     "; allowed: the model and partition the run was trained with");
+    }
+    const uint64_t bytes = ShardStateBytes(*spec, *partition, s);
+    if (manifest->bytes != bytes) {
+      return Status::InvalidArgument(
+          json_path + ": " + std::to_string(manifest->bytes) + " bytes of state; this config's " +
+          "shard " + std::to_string(s) + " holds " + std::to_string(bytes) + changed +
+          "; allowed: the optimizer placement (ps.optimizer, the codec's default) and "
+          "compression.pull the run was trained with");
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
 int CheckChosenResumeStep(const Config& config, uint64_t step,
                           const std::vector<std::string>& parts) {
   // Parts of two runs in one step: refused before anything starts (each
@@ -339,6 +394,11 @@ int CheckChosenResumeStep(const Config& config, uint64_t step,
     std::fprintf(stderr, "gridsync launch --resume: step %llu: %s\n",
                  static_cast<unsigned long long>(step), one.message().c_str());
     return kCheckpointsHeldExitCode;
+  }
+  if (const Status fits = CheckShardPartsFitConfig(config, step, parts); !fits.ok()) {
+    std::fprintf(stderr, "gridsync launch --resume: step %llu: %s\n",
+                 static_cast<unsigned long long>(step), EscapeControlBytes(fits.message()).c_str());
+    return kConfigErrorExitCode;
   }
   if (const Status left = CheckStepsLeft(config, step); !left.ok()) {
     std::fprintf(stderr, "gridsync launch --resume: %s\n", left.message().c_str());
