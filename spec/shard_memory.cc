@@ -9,16 +9,41 @@
 
 namespace gridsync {
 
-uint64_t ShardMemoryBytes(const Partition& partition, uint32_t shard, bool apply_updates,
-                          uint32_t replica_workers) {
-  uint64_t bytes = 0;
+namespace {
+
+// The sum over the tables of `bytes(rows, values)`: a table's rows on this
+// shard and the bytes of its values (rows x its columns here).
+template <typename Bytes>
+uint64_t SumOverTables(const Partition& partition, uint32_t shard, Bytes bytes) {
+  uint64_t sum = 0;
   for (uint32_t t = 0; t < partition.n_tables(); ++t) {
     const uint64_t rows = partition.LocalRows(shard, t);
-    const uint64_t values = rows * partition.ColWidth(t) * sizeof(float);
-    bytes += (2 + uint64_t{replica_workers}) * values + (rows + 63) / 64 * sizeof(uint64_t);
-    bytes += apply_updates ? rows * sizeof(uint32_t) : 2 * values + rows * sizeof(uint32_t);
+    sum += bytes(rows, rows * partition.ColWidth(t) * sizeof(float));
   }
-  return bytes;
+  return sum;
+}
+
+}  // namespace
+
+uint64_t ShardStateBytes(const Partition& partition, uint32_t shard, bool apply_updates,
+                         uint32_t replica_workers) {
+  // The parameters and each replica worker's copy; with Adam, m, v and
+  // the step counts.
+  return SumOverTables(partition, shard, [&](uint64_t rows, uint64_t values) {
+    return (1 + uint64_t{replica_workers}) * values +
+           (apply_updates ? 0 : 2 * values + rows * sizeof(uint32_t));
+  });
+}
+
+uint64_t ShardMemoryBytes(const Partition& partition, uint32_t shard, bool apply_updates,
+                          uint32_t replica_workers) {
+  // The state, and the gradients, the touched bits and (updates) the push
+  // counts.
+  return ShardStateBytes(partition, shard, apply_updates, replica_workers) +
+         SumOverTables(partition, shard, [&](uint64_t rows, uint64_t values) {
+           return values + (rows + 63) / 64 * sizeof(uint64_t) +
+                  (apply_updates ? rows * sizeof(uint32_t) : 0);
+         });
 }
 
 namespace {
@@ -41,18 +66,6 @@ nlohmann::json ShardCheckpointShape(const Partition& partition, uint32_t shard) 
     shapes.push_back({partition.LocalRows(shard, t), partition.ColWidth(t)});
   }
   return shapes;
-}
-
-uint64_t ShardStateBytes(const Partition& partition, uint32_t shard, bool apply_updates,
-                         uint32_t replica_workers) {
-  uint64_t bytes = 0;
-  for (uint32_t t = 0; t < partition.n_tables(); ++t) {
-    const uint64_t rows = partition.LocalRows(shard, t);
-    const uint64_t values = rows * partition.ColWidth(t) * sizeof(float);
-    bytes += (1 + uint64_t{replica_workers}) * values;
-    if (!apply_updates) bytes += 2 * values + rows * sizeof(uint32_t);
-  }
-  return bytes;
 }
 
 uint64_t ShardStateBytes(const RunSpec& spec, const Partition& partition, uint32_t shard) {
