@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <vector>
 
 #include "common/checkpoint_files.h"
@@ -137,7 +138,12 @@ Result<ImageTask> ImageTask::Load(const std::string& path) {
     std::FILE* file = std::fopen(path.c_str(), "rb");
     const size_t got = file != nullptr ? std::fread(head.data(), 1, head.size(), file) : 0;
     if (file != nullptr) std::fclose(file);
-    if (const auto claimed = image_dimensions::HeaderDimensions(head.data(), got)) {
+    // (A format the task refuses is named as such by Decode, not sized
+    // here by a header it does not have.)
+    const auto claimed = image_precheck::RefusedFormat(head.data(), got) == nullptr
+                             ? image_dimensions::HeaderDimensions(head.data(), got)
+                             : std::nullopt;
+    if (claimed) {
       // Sides past the task's bounds are the decoder's to refuse, by name.
       const uint64_t pixels = std::min<uint64_t>(claimed->width, kMaxSide + 1) *
                               std::min<uint64_t>(claimed->height, kMaxSide + 1);
