@@ -1,5 +1,6 @@
 #include "server/job_gate.h"
 
+#include <exception>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -162,7 +163,14 @@ void JobGate::AskLoop() {
     const Source source = source_;
     const Clock::time_point asked_at = *last_query_;
     lock.unlock();
-    Result<JobState> asked = source();
+    // An exception here would end the process (the thread's own): it is
+    // this question's failure instead.
+    Result<JobState> asked = Status::IOError("the question was not asked");
+    try {
+      asked = source();
+    } catch (const std::exception& e) {
+      asked = Status::IOError(std::string("asking the coordinator threw: ") + e.what());
+    }
     lock.lock();
     if (asked.ok()) {
       confirmed_ = *asked;
