@@ -411,7 +411,6 @@ Result<std::string> ReadPart(const std::string& dir, uint64_t step, const std::s
     return Status::Corruption(
         fmt::format("{}: checksum {}; the manifest says {}", bin_path, sum, manifest.fnv1a64));
   };
-  if (run != nullptr) *run = manifest.run;
   if (!keep_data) {
     // Only checked: hashed in pieces, so that a .bin of any size (a
     // forged manifest may claim gigabytes) takes a few MiB, where the
@@ -427,12 +426,14 @@ Result<std::string> ReadPart(const std::string& dir, uint64_t step, const std::s
     if (key != nullptr)
       GRIDSYNC_RETURN_IF_ERROR(
           CheckManifestMacIs(manifest, json_path, bin_path, mac ? mac->Finish() : ""));
+    if (run != nullptr) *run = manifest.run;
     return std::string();
   }
   GRIDSYNC_ASSIGN_OR_RETURN(std::string data, ReadFileOfSize(bin_path, size));
   GRIDSYNC_RETURN_IF_ERROR(check_sum(Fnv1a64(data)));
   if (key != nullptr)
     GRIDSYNC_RETURN_IF_ERROR(CheckManifestMac(manifest, json_path, bin_path, data, *key));
+  if (run != nullptr) *run = manifest.run;
   return data;
 }
 
