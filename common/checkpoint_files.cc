@@ -516,8 +516,12 @@ Status CheckStepIsOneRun(const std::string& dir, uint64_t step,
       apart, StepDir(dir, step), with, common_run));
 }
 
+Result<Manifest> ReadPartManifest(const std::string& dir, uint64_t step, const std::string& part) {
+  return ReadManifest(Base(dir, step, part) + ".json");
+}
+
 Result<std::string> PartRun(const std::string& dir, uint64_t step, const std::string& part) {
-  GRIDSYNC_ASSIGN_OR_RETURN(const Manifest manifest, ReadManifest(Base(dir, step, part) + ".json"));
+  GRIDSYNC_ASSIGN_OR_RETURN(const Manifest manifest, ReadPartManifest(dir, step, part));
   return manifest.run;
 }
 

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "common/checkpoint_mac_key.h"
+#include "common/checkpoint_manifest.h"
 #include "common/file_bytes.h"
 #include "common/status.h"
 
@@ -174,6 +175,11 @@ uint64_t LatestCompleteStep(const std::string& dir, const std::vector<std::strin
 // --resume asks it before anything starts; every part checks again.
 Status CheckStepIsOneRun(const std::string& dir, uint64_t step,
                          const std::vector<std::string>& parts);
+
+// Part `part`'s manifest of step `step` (its checks: ReadManifest); the
+// manifest's refusal when it cannot be read.
+Result<checkpoint_manifest::Manifest> ReadPartManifest(const std::string& dir, uint64_t step,
+                                                       const std::string& part);
 
 // The run part `part`'s manifest of step `step` names ("" for one written
 // before runs were named); the manifest's refusal when it cannot be read.

@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "common/checkpoint_files.h"
-#include "common/checkpoint_manifest.h"
 #include "common/checkpoint_run.h"
 #include "common/config_reader.h"
 #include "common/file_bytes.h"
@@ -353,30 +352,32 @@ Status CheckShardPartsFitConfig(const Config& config, uint64_t step,
   const auto shards = static_cast<uint32_t>(config.ps.shards);
   const auto partition = Partition::Make(spec->model.tables, shards, spec->sync.partition_dim);
   if (!partition.ok()) return Status::OK();
-  std::string changes;
-  for (const std::string& change : ResumedConfigChanges(config))
-    changes += (changes.empty() ? "" : ", ") + change;
-  const std::string changed =
-      changes.empty() ? "" : " (changed since the run started: " + changes + ")";
+  // What changed since the run started, read only for a refusal.
+  const auto changed = [&] {
+    std::string changes;
+    for (const std::string& change : ResumedConfigChanges(config))
+      changes += (changes.empty() ? "" : ", ") + change;
+    return changes.empty() ? "" : " (changed since the run started: " + changes + ")";
+  };
   for (uint32_t s = 0; s < shards; ++s) {
     const std::string part = ShardPart(s);
     if (std::find(parts.begin(), parts.end(), part) == parts.end()) continue;  // another machine's
+    const auto manifest = ReadPartManifest(config.checkpoint.dir, step, part);
+    if (!manifest.ok()) continue;
     const std::string json_path =
         config.checkpoint.dir + "/step-" + std::to_string(step) + "/" + part + ".json";
-    const auto manifest = checkpoint_manifest::ReadManifest(json_path);
-    if (!manifest.ok()) continue;
     const nlohmann::json shape = ShardCheckpointShape(*partition, s);
     if (manifest->shape != shape) {
       return Status::InvalidArgument(json_path + ": shape " + manifest->shape.dump() +
                                      " ([rows, width] a table); this " + "config's shard " +
-                                     std::to_string(s) + " holds " + shape.dump() + changed +
+                                     std::to_string(s) + " holds " + shape.dump() + changed() +
                                      "; allowed: the model and partition the run was trained with");
     }
     const uint64_t bytes = ShardStateBytes(*spec, *partition, s);
     if (manifest->bytes != bytes) {
       return Status::InvalidArgument(
           json_path + ": " + std::to_string(manifest->bytes) + " bytes of state; this config's " +
-          "shard " + std::to_string(s) + " holds " + std::to_string(bytes) + changed +
+          "shard " + std::to_string(s) + " holds " + std::to_string(bytes) + changed() +
           "; allowed: the optimizer placement (ps.optimizer, the codec's default) and "
           "compression.pull the run was trained with");
     }

@@ -3,11 +3,11 @@
 #include <cstring>
 
 #include "worker/image_data_checks.h"
+#include "worker/image_precheck.h"
 
 namespace gridsync::image_dimensions {
 namespace {
 
-using image_data_checks::Be32;
 using image_data_checks::Le16;
 using image_data_checks::Le32;
 
@@ -15,20 +15,6 @@ uint32_t Be16(const uint8_t* p) { return uint32_t{p[0]} << 8 | p[1]; }
 
 bool StartsWith(const uint8_t* data, size_t size, const char* magic, size_t n) {
   return size >= n && std::memcmp(data, magic, n) == 0;
-}
-
-// IHDR's width and height, the chunks walked from the signature on (stb
-// takes a CgBI chunk before it).
-std::optional<Dimensions> Png(const uint8_t* data, size_t size) {
-  for (size_t pos = 8; pos + 16 <= size;) {
-    const uint64_t length = Be32(data + pos);
-    if (std::memcmp(data + pos + 4, "IHDR", 4) == 0) {
-      if (pos + 16 > size) return std::nullopt;
-      return Dimensions{Be32(data + pos + 8), Be32(data + pos + 12)};
-    }
-    pos += 12 + length;
-  }
-  return std::nullopt;
 }
 
 // The first SOF marker's, the segments walked from SOI (0xFF fill allowed).
@@ -86,7 +72,9 @@ uint64_t Magnitude(uint32_t v) {
 }  // namespace
 
 std::optional<Dimensions> HeaderDimensions(const uint8_t* data, size_t size) {
-  if (StartsWith(data, size, "\x89PNG\r\n\x1a\n", 8)) return Png(data, size);
+  if (uint32_t width = 0, height = 0; image_precheck::PngDimensions(data, size, &width, &height))
+    return Dimensions{width, height};
+  if (StartsWith(data, size, "\x89PNG\r\n\x1a\n", 8)) return std::nullopt;  // no IHDR
   if (size >= 2 && data[0] == 0xFF) return Jpeg(data, size);
   if (StartsWith(data, size, "GIF8", 4)) {
     if (size < 10) return std::nullopt;

@@ -391,11 +391,16 @@ bool MayBeImage(const uint8_t* head, size_t size) {
 }
 
 bool PngDimensions(const uint8_t* data, size_t size, uint32_t* width, uint32_t* height) {
-  if (!StartsWith(data, size, kPngSignature, 8) || size < 24 || std::memcmp(data + 12, "IHDR", 4))
-    return false;
-  *width = Be32(data + 16);
-  *height = Be32(data + 20);
-  return true;
+  if (!StartsWith(data, size, kPngSignature, 8)) return false;
+  // The chunks walked to the first IHDR (stb takes a CgBI chunk before it).
+  for (size_t pos = 8; pos + 16 <= size; pos += 12 + uint64_t{Be32(data + pos)}) {
+    if (std::memcmp(data + pos + 4, "IHDR", 4) == 0) {
+      *width = Be32(data + pos + 8);
+      *height = Be32(data + pos + 12);
+      return true;
+    }
+  }
+  return false;
 }
 
 Status CheckStructure(const uint8_t* data, size_t size) {

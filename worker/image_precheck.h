@@ -48,9 +48,9 @@ bool MayBeImage(const uint8_t* head, size_t size);
 // OK, or what is wrong (the caller adds the file's name and what is allowed).
 Status CheckStructure(const uint8_t* data, size_t size);
 
-// The dimensions in a PNG's header (signature, then IHDR first), if the
-// bytes start as a PNG does: stb refuses a PNG over its own bounds as
-// "unknown image type", so the caller names the size from here.
+// The dimensions in a PNG's first IHDR (after a CgBI chunk too), if the
+// bytes start as a PNG does and hold it: stb refuses a PNG over its own
+// bounds as "unknown image type", so the caller names the size from here.
 bool PngDimensions(const uint8_t* data, size_t size, uint32_t* width, uint32_t* height);
 
 // The bytes a PNG's image data inflates to: a filter byte and the packed

@@ -117,45 +117,39 @@ Result<ImageTask> ImageTask::Load(const std::string& path) {
                                    " bytes; allowed: at most " + std::to_string(kMaxFileBytes) +
                                    " bytes");
   }
-  // Its first bytes before the rest: a file no decoder takes is refused
-  // without reading up to 2 GiB of it.
-  {
-    uint8_t head[image_precheck::kHeadBytes] = {};
-    const size_t want = static_cast<size_t>(std::min<uint64_t>(size, sizeof(head)));
-    std::FILE* file = std::fopen(path.c_str(), "rb");
-    const size_t got = file != nullptr ? std::fread(head, 1, want, file) : 0;
-    if (file != nullptr) std::fclose(file);
-    if (got == want && !image_precheck::MayBeImage(head, got)) {
-      return Status::IOError("cannot load image '" + path + "': " + kNoFormat +
-                             "; allowed: " + kAllowedFormats + " files");
-    }
+  // Its first bytes before the rest, read once: a file no decoder takes is
+  // refused without reading up to 2 GiB of it, and one far larger than the
+  // image its header claims (a 1 x 1 image followed by a gigabyte of
+  // anything, read whole in every process that loads it) is refused unread
+  // too (image_dimensions.h: past 64 MiB, the first MiB's header).
+  const bool sized = size > image_dimensions::kMetadataBytes;
+  std::vector<uint8_t> head(sized ? size_t{1} << 20 : image_precheck::kHeadBytes);
+  const size_t want = static_cast<size_t>(std::min<uint64_t>(size, head.size()));
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  const size_t got = file != nullptr ? std::fread(head.data(), 1, want, file) : 0;
+  if (file != nullptr) std::fclose(file);
+  if (got == want &&
+      !image_precheck::MayBeImage(head.data(), std::min(got, image_precheck::kHeadBytes))) {
+    return Status::IOError("cannot load image '" + path + "': " + kNoFormat +
+                           "; allowed: " + kAllowedFormats + " files");
   }
-  // A file far larger than the image its header claims is refused unread:
-  // a 1 x 1 image followed by a gigabyte of anything was read whole, in
-  // every process that loads it (image_dimensions.h).
-  if (size > image_dimensions::kMetadataBytes) {
-    std::vector<uint8_t> head(size_t{1} << 20);
-    std::FILE* file = std::fopen(path.c_str(), "rb");
-    const size_t got = file != nullptr ? std::fread(head.data(), 1, head.size(), file) : 0;
-    if (file != nullptr) std::fclose(file);
-    // (A format the task refuses is named as such by Decode, not sized
-    // here by a header it does not have.)
-    const auto claimed = image_precheck::RefusedFormat(head.data(), got) == nullptr
-                             ? image_dimensions::HeaderDimensions(head.data(), got)
-                             : std::nullopt;
-    if (claimed) {
-      // Sides past the task's bounds are the decoder's to refuse, by name.
-      const uint64_t pixels = std::min<uint64_t>(claimed->width, kMaxSide + 1) *
-                              std::min<uint64_t>(claimed->height, kMaxSide + 1);
-      if (size > image_dimensions::MaxFileBytes(pixels)) {
-        return Status::InvalidArgument(
-            "image '" + path + "' is " + std::to_string(size) + " bytes for the " +
-            std::to_string(claimed->width) + " x " + std::to_string(claimed->height) +
-            " pixels its header claims (the rest is no part of the image: appended, or "
-            "corrupt); allowed: at most " +
-            std::to_string(image_dimensions::MaxFileBytes(pixels)) +
-            " bytes for that size (64 MiB of metadata and 16 bytes a pixel)");
-      }
+  // (A format the task refuses is named as such by Decode, not sized here
+  // by a header it does not have.)
+  const auto claimed = sized && image_precheck::RefusedFormat(head.data(), got) == nullptr
+                           ? image_dimensions::HeaderDimensions(head.data(), got)
+                           : std::nullopt;
+  if (claimed) {
+    // Sides past the task's bounds are the decoder's to refuse, by name.
+    const uint64_t pixels = std::min<uint64_t>(claimed->width, kMaxSide + 1) *
+                            std::min<uint64_t>(claimed->height, kMaxSide + 1);
+    if (size > image_dimensions::MaxFileBytes(pixels)) {
+      return Status::InvalidArgument(
+          "image '" + path + "' is " + std::to_string(size) + " bytes for the " +
+          std::to_string(claimed->width) + " x " + std::to_string(claimed->height) +
+          " pixels its header claims (the rest is no part of the image: appended, or "
+          "corrupt); allowed: at most " +
+          std::to_string(image_dimensions::MaxFileBytes(pixels)) +
+          " bytes for that size (64 MiB of metadata and 16 bytes a pixel)");
     }
   }
   auto bytes = ReadFileOfSize(path, size);
